@@ -1,0 +1,59 @@
+"""The exceptions memlane raises.
+
+Every class derives from :class:`MemlaneError` and also from the builtin a
+caller would reach for, so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptFileError",
+    "DimensionMismatchError",
+    "EmbedderUnavailableError",
+    "InternalError",
+    "InvalidArgumentError",
+    "MemlaneError",
+    "NotFoundError",
+    "StorageError",
+    "UnknownIdError",
+]
+
+
+class MemlaneError(Exception):
+    """Base class of every memlane exception."""
+
+
+class InvalidArgumentError(MemlaneError, ValueError):
+    """An argument has the wrong value, type, shape or length."""
+
+
+class DimensionMismatchError(InvalidArgumentError):
+    """A vector's dimension differs from the index's or the store's."""
+
+
+class CorruptFileError(MemlaneError, ValueError):
+    """A file is truncated, damaged, of another kind, or of an unknown version."""
+
+
+class UnknownIdError(MemlaneError, KeyError):
+    """An id that is not stored was asked for."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; a message reads better plain.
+        return str(self.args[0]) if self.args else ""
+
+
+class NotFoundError(MemlaneError, FileNotFoundError):
+    """A file or store that should exist does not."""
+
+
+class StorageError(MemlaneError, OSError):
+    """Reading or writing the disk failed."""
+
+
+class EmbedderUnavailableError(MemlaneError, RuntimeError):
+    """The embedding model or its tokenizer cannot be loaded."""
+
+
+class InternalError(MemlaneError, RuntimeError):
+    """A bug in memlane; please report it with the message."""

@@ -1,0 +1,8 @@
+//! memlane's engine. Pure Rust: no Python anywhere in this crate's dependency
+//! graph, so `cargo test` and `cargo bench` need no interpreter.
+
+pub mod codec;
+pub mod error;
+pub mod persist;
+
+pub use error::{Error, Result};

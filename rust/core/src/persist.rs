@@ -1,0 +1,150 @@
+//! Snapshot files: a fixed header (magic, kind, format version, payload length,
+//! CRC-32 of the payload) followed by the payload. Saving writes a temporary
+//! file in the same directory, fsyncs it and renames it into place, so a crash
+//! mid-save leaves the previous file intact.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 8] = b"MEMLANE\x00";
+const HEADER_LEN: usize = 8 + 4 + 4 + 8 + 4;
+
+/// What a file holds, so that loading a BM25 snapshot as an HNSW index fails clearly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kind(pub [u8; 4]);
+
+impl Kind {
+    fn name(self) -> String {
+        String::from_utf8_lossy(&self.0).into_owned()
+    }
+}
+
+pub fn corrupt(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+pub fn save(path: &Path, kind: Kind, version: u32, payload: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("not a file path: {}", path.display())))?;
+    let mut tmp_name = file_name.to_os_string();
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+
+    let write = || -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&kind.0);
+        header.extend_from_slice(&version.to_le_bytes());
+        header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        header.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        f.write_all(&header)?;
+        f.write_all(payload)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)?;
+        // The rename is durable only once the directory entry is.
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(path, e)
+    })
+}
+
+/// Reads and verifies a snapshot; returns its format version and payload.
+pub fn load(path: &Path, kind: Kind, max_version: u32) -> Result<(u32, Vec<u8>)> {
+    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).map_err(|e| Error::io(path, e))?;
+    if buf.len() < HEADER_LEN || &buf[..8] != MAGIC {
+        return Err(corrupt(path, "not a memlane file (bad magic or too short)"));
+    }
+    let file_kind = Kind([buf[8], buf[9], buf[10], buf[11]]);
+    if file_kind != kind {
+        return Err(corrupt(
+            path,
+            format!(
+                "holds a {:?} snapshot, expected {:?}",
+                file_kind.name(),
+                kind.name()
+            ),
+        ));
+    }
+    let version = u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]);
+    if version == 0 || version > max_version {
+        return Err(corrupt(
+            path,
+            format!("format version {version} is not supported (this build reads up to {max_version})"),
+        ));
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&buf[16..24]);
+    let len = u64::from_le_bytes(len);
+    let crc = u32::from_le_bytes([buf[24], buf[25], buf[26], buf[27]]);
+    if (buf.len() - HEADER_LEN) as u64 != len {
+        return Err(corrupt(
+            path,
+            format!(
+                "payload is {} bytes, header says {len} (truncated?)",
+                buf.len() - HEADER_LEN
+            ),
+        ));
+    }
+    let payload = buf.split_off(HEADER_LEN);
+    if crc32fast::hash(&payload) != crc {
+        return Err(corrupt(path, "checksum mismatch"));
+    }
+    Ok((version, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: Kind = Kind(*b"TEST");
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("memlane-persist-{name}-{}", std::process::id()));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn round_trip_and_damage() {
+        let d = tmpdir("rt");
+        let p = d.join("x.bin");
+        save(&p, K, 1, b"payload").unwrap();
+        assert_eq!(load(&p, K, 1).unwrap(), (1, b"payload".to_vec()));
+        assert!(matches!(load(&p, Kind(*b"OTHR"), 1), Err(Error::Corrupt { .. })));
+
+        let mut bytes = fs::read(&p).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        fs::write(&p, &bytes).unwrap();
+        assert!(matches!(load(&p, K, 1), Err(Error::Corrupt { .. })));
+
+        fs::write(&p, &bytes[..bytes.len() - 2]).unwrap();
+        assert!(matches!(load(&p, K, 1), Err(Error::Corrupt { .. })));
+
+        fs::write(&p, b"hello").unwrap();
+        assert!(matches!(load(&p, K, 1), Err(Error::Corrupt { .. })));
+
+        assert!(matches!(load(&d.join("missing"), K, 1), Err(Error::NotFound(_))));
+        fs::remove_dir_all(&d).unwrap();
+    }
+}
