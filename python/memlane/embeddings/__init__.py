@@ -1,0 +1,14 @@
+"""Text embedders: the :class:`Embedder` protocol and the default offline model.
+
+>>> from memlane.embeddings import OnnxEmbedder
+>>> embedder = OnnxEmbedder()
+>>> embedder.embed("User prefers dark mode").shape
+(384,)
+"""
+
+from __future__ import annotations
+
+from memlane.embeddings._base import Embedder, TextTruncatedWarning
+from memlane.embeddings._onnx import MODEL_SHA256, OnnxEmbedder
+
+__all__ = ["MODEL_SHA256", "Embedder", "OnnxEmbedder", "TextTruncatedWarning"]

@@ -1,0 +1,80 @@
+"""The :class:`Embedder` protocol and the input checks every embedder shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane.errors import InvalidArgumentError
+
+__all__ = ["Embedder", "FloatArray", "TextTruncatedWarning", "check_text", "check_texts"]
+
+FloatArray = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns text into unit-length ``float32`` vectors of a fixed dimension.
+
+    Plug in your own model by writing a class with these four members.
+
+    ``name`` identifies the model and so its vector space, e.g.
+    ``"onnx:all-MiniLM-L6-v2-int8"``: a store records it and refuses vectors of
+    another space, so keep it stable across versions and change it when the
+    vectors change.
+    """
+
+    @property
+    def name(self) -> str:
+        """Stable identifier of the model and its vector space."""
+        ...
+
+    @property
+    def dimension(self) -> int:
+        """Length of every vector this embedder returns."""
+        ...
+
+    def embed(self, text: str) -> FloatArray:
+        """One text's vector, shape ``(dimension,)``."""
+        ...
+
+    def embed_batch(self, texts: Sequence[str]) -> FloatArray:
+        """The texts' vectors in input order, shape ``(len(texts), dimension)``."""
+        ...
+
+
+class TextTruncatedWarning(UserWarning):
+    """Some texts were longer than the model's limit; only their start was embedded."""
+
+
+def check_text(text: object, label: str = "text") -> str:
+    """Return ``text`` if it is a ``str`` with something besides whitespace in it."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"{label} must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise InvalidArgumentError(
+            f"{label} is empty or whitespace-only; there is nothing to embed ({text!r})"
+        )
+    return text
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """Check every text as :func:`check_text` does, naming the index of the first bad one."""
+    if isinstance(texts, str | bytes):
+        # A str is a sequence of one-character strings: embedding those is never meant.
+        raise InvalidArgumentError(
+            f"embed_batch takes a sequence of texts, got a single {type(texts).__name__}; "
+            "use embed() for one text"
+        )
+    try:
+        items = list(texts)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"texts must be a sequence of str, got {type(texts).__name__}"
+        ) from None
+    for i, text in enumerate(items):
+        check_text(text, f"texts[{i}]")
+    return items
