@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memlane._core import __version__
+from memlane.embeddings import Embedder, OnnxEmbedder
 from memlane.errors import (
     CorruptFileError,
     DimensionMismatchError,
@@ -18,11 +19,13 @@ from memlane.errors import (
 __all__ = [
     "CorruptFileError",
     "DimensionMismatchError",
+    "Embedder",
     "EmbedderUnavailableError",
     "InternalError",
     "InvalidArgumentError",
     "MemlaneError",
     "NotFoundError",
+    "OnnxEmbedder",
     "StorageError",
     "UnknownIdError",
     "__version__",
