@@ -3,6 +3,8 @@
 
 pub mod codec;
 pub mod error;
+pub mod hnsw;
+pub mod idmap;
 pub mod persist;
 
 pub use error::{Error, Result};

@@ -1,0 +1,513 @@
+//! A Hierarchical Navigable Small World index (Malkov & Yashunin, 2018) over
+//! u64 ids, with deletions that free slots for reuse, filtered search, and
+//! crash-safe snapshots.
+//!
+//! Concurrency: every method that changes the index takes `&mut self`, so a
+//! wrapper's readers-writer lock gives searches `&self` in parallel; inside
+//! `add`, the batch is linked by all cores at once with per-node locks.
+
+mod distance;
+mod filter;
+mod graph;
+mod insert;
+mod persist;
+mod search;
+mod storage;
+
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use rayon::prelude::*;
+
+pub use distance::{DistanceFn, Metric};
+pub use filter::Allowed;
+
+use crate::error::{Error, Result};
+use crate::idmap::{first_duplicate, IdMap};
+use graph::Graph;
+use search::{with_scratch, Cand};
+use storage::Vectors;
+
+/// Label reported for the empty places of a padded batch result.
+pub const MISSING: u64 = u64::MAX;
+
+/// Batches smaller than this link on the calling thread: a message-sized add
+/// must not pay for waking the thread pool.
+const PARALLEL_MIN_BATCH: usize = 64;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// Links per node on the upper levels; level 0 keeps up to `2 * m`.
+    pub m: usize,
+    /// Size of the candidate list while linking a new node.
+    pub ef_construction: usize,
+    /// Default size of the candidate list while searching.
+    pub ef: usize,
+    /// Seeds the level draw, so a single-threaded build is reproducible.
+    pub seed: u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            m: 16,
+            ef_construction: 200,
+            ef: 64,
+            seed: 0,
+        }
+    }
+}
+
+/// The node searches start from: the one on the highest level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    slot: u32,
+    level: usize,
+}
+
+const NO_ENTRY: u64 = u64::MAX;
+
+pub struct Hnsw {
+    metric: Metric,
+    dist: DistanceFn,
+    m: usize,
+    ef_construction: usize,
+    ef: usize,
+    seed: u64,
+    rng: u64,
+    vectors: Vectors,
+    graph: Graph,
+    /// Slot to id; a removed slot keeps its stale id until reused.
+    labels: Vec<u64>,
+    removed: Vec<bool>,
+    slots: IdMap<u32>,
+    /// Removed slots, reused by later adds.
+    free: Vec<u32>,
+    /// Packed `Entry` (slot << 8 | level), or NO_ENTRY.
+    entry: AtomicU64,
+    top_lock: Mutex<()>,
+}
+
+/// One search result.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Neighbor {
+    pub id: u64,
+    pub distance: f32,
+}
+
+impl Hnsw {
+    pub fn new(dim: usize, metric: Metric, params: Params) -> Result<Self> {
+        if dim == 0 {
+            return Err(Error::invalid("dim must be at least 1"));
+        }
+        if dim > 65_536 {
+            return Err(Error::invalid(format!(
+                "dim must be at most 65536, got {dim}"
+            )));
+        }
+        if !(2..=200).contains(&params.m) {
+            return Err(Error::invalid(format!(
+                "m must be between 2 and 200, got {}",
+                params.m
+            )));
+        }
+        if params.ef_construction == 0 {
+            return Err(Error::invalid("ef_construction must be at least 1"));
+        }
+        if params.ef == 0 {
+            return Err(Error::invalid("ef must be at least 1"));
+        }
+        Ok(Hnsw {
+            metric,
+            dist: distance::select(metric),
+            m: params.m,
+            ef_construction: params.ef_construction,
+            ef: params.ef,
+            seed: params.seed,
+            rng: params.seed ^ 0x5DEE_CE66_D1CE_4E5B,
+            vectors: Vectors::new(dim),
+            graph: Graph::new(params.m),
+            labels: Vec::new(),
+            removed: Vec::new(),
+            slots: IdMap::default(),
+            free: Vec::new(),
+            entry: AtomicU64::new(NO_ENTRY),
+            top_lock: Mutex::new(()),
+        })
+    }
+
+    pub fn dim(&self) -> usize {
+        self.vectors.dim()
+    }
+
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+
+    pub fn params(&self) -> Params {
+        Params {
+            m: self.m,
+            ef_construction: self.ef_construction,
+            ef: self.ef,
+            seed: self.seed,
+        }
+    }
+
+    pub fn set_ef(&mut self, ef: usize) -> Result<()> {
+        if ef == 0 {
+            return Err(Error::invalid("ef must be at least 1"));
+        }
+        self.ef = ef;
+        Ok(())
+    }
+
+    /// Number of live vectors.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.slots.contains_key(&id)
+    }
+
+    /// Live ids, in slot order.
+    pub fn ids(&self) -> Vec<u64> {
+        (0..self.labels.len())
+            .filter(|&s| !self.removed[s])
+            .map(|s| self.labels[s])
+            .collect()
+    }
+
+    /// The stored vector of `id` (normalised under the cosine metric).
+    pub fn vector(&self, id: u64) -> Result<Vec<f32>> {
+        let slot = *self.slots.get(&id).ok_or(Error::UnknownId(id))?;
+        Ok(self.vectors.get(slot)[..self.dim()].to_vec())
+    }
+
+    /// Bytes held by vectors, links and id maps.
+    pub fn memory_bytes(&self) -> usize {
+        self.vectors.memory_bytes()
+            + self.graph.memory_bytes()
+            + self.labels.capacity() * 8
+            + self.removed.capacity()
+            + self.slots.capacity() * 16
+            + self.free.capacity() * 4
+    }
+
+    fn entry(&self) -> Option<Entry> {
+        let packed = self.entry.load(Ordering::Acquire);
+        (packed != NO_ENTRY).then(|| Entry {
+            slot: (packed >> 8) as u32,
+            level: (packed & 0xFF) as usize,
+        })
+    }
+
+    fn set_entry(&self, e: Entry) {
+        self.entry
+            .store(u64::from(e.slot) << 8 | e.level as u64, Ordering::Release);
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // splitmix64: tiny, fast, and good enough to draw levels.
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Draws a level with P(level >= l) = m^-l, as the paper prescribes.
+    fn random_level(&mut self) -> u8 {
+        let u = ((self.next_random() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        let level = (-u.ln() / (self.m as f64).ln()).floor();
+        level.min(16.0) as u8
+    }
+
+    /// Checks vectors for shape and values; returns them ready to store
+    /// (normalised under the cosine metric).
+    fn prepare(&self, vectors: &[f32], what: &str) -> Result<Vec<f32>> {
+        let dim = self.dim();
+        if vectors.len() % dim != 0 {
+            return Err(Error::DimensionMismatch {
+                expected: dim,
+                got: vectors.len(),
+            });
+        }
+        let mut out = vectors.to_vec();
+        for (row, v) in out.chunks_exact_mut(dim).enumerate() {
+            if let Some(col) = v.iter().position(|x| !x.is_finite()) {
+                return Err(Error::invalid(format!(
+                    "{what} {row} has a non-finite value ({}) at position {col}",
+                    v[col]
+                )));
+            }
+            if self.metric == Metric::Cosine {
+                let norm = v
+                    .iter()
+                    .map(|x| f64::from(*x) * f64::from(*x))
+                    .sum::<f64>()
+                    .sqrt();
+                if norm == 0.0 {
+                    return Err(Error::invalid(format!(
+                        "{what} {row} is all zeros, which has no direction under the cosine metric"
+                    )));
+                }
+                let inv = (1.0 / norm) as f32;
+                v.iter_mut().for_each(|x| *x *= inv);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds vectors (row-major, `ids.len() * dim` floats) under `ids`. An id
+    /// already present gets the new vector. Everything is validated before
+    /// anything changes.
+    pub fn add(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let dim = self.dim();
+        if vectors.len() != ids.len() * dim {
+            return Err(Error::invalid(format!(
+                "got {} ids but {} values, expected {} ({} vectors of dim {dim})",
+                ids.len(),
+                vectors.len(),
+                ids.len() * dim,
+                ids.len()
+            )));
+        }
+        if ids.contains(&MISSING) {
+            return Err(Error::invalid(format!(
+                "id {MISSING} is reserved as the 'no result' label"
+            )));
+        }
+        if let Some(id) = first_duplicate(ids) {
+            return Err(Error::invalid(format!("id {id} appears twice in one add")));
+        }
+        let data = self.prepare(vectors, "vector")?;
+        if self.graph.slots() + ids.len() > u32::MAX as usize / 2 {
+            return Err(Error::invalid("the index cannot hold that many vectors"));
+        }
+
+        // Assign slots and store vectors; linking comes after, in parallel.
+        let entry_slot = self.entry().map(|e| e.slot);
+        let mut kept_entry = None;
+        let mut plan: Vec<(u32, bool)> = Vec::with_capacity(ids.len());
+        let fresh = ids.iter().filter(|id| !self.slots.contains_key(id)).count();
+        self.vectors.reserve(fresh.saturating_sub(self.free.len()));
+        self.graph.reserve(fresh.saturating_sub(self.free.len()));
+        for (&id, v) in ids.iter().zip(data.chunks_exact(dim)) {
+            let (slot, reused) = if let Some(&slot) = self.slots.get(&id) {
+                (slot, true)
+            } else {
+                let mut reuse = self.free.pop();
+                // The entry point keeps its slot: searches must start somewhere.
+                if reuse.is_some() && reuse == entry_slot {
+                    kept_entry = reuse;
+                    reuse = self.free.pop();
+                }
+                match reuse {
+                    Some(slot) => (slot, true),
+                    None => {
+                        let level = self.random_level();
+                        let slot = self.graph.push(level);
+                        self.vectors.push_zeroed();
+                        self.labels.push(id);
+                        self.removed.push(false);
+                        (slot, false)
+                    }
+                }
+            };
+            self.vectors.set(slot, v);
+            self.labels[slot as usize] = id;
+            self.removed[slot as usize] = false;
+            self.slots.insert(id, slot);
+            plan.push((slot, reused));
+        }
+        self.free.extend(kept_entry);
+
+        let reused = Allowed::new(self.graph.slots(), plan.iter().filter(|p| p.1).map(|p| p.0));
+        if !reused.is_empty() {
+            self.unlink(&reused);
+        }
+        let this = &*self;
+        let link = |&(slot, _): &(u32, bool)| with_scratch(|sc| this.link(slot, sc));
+        let mut rest = &plan[..];
+        if this.entry().is_none() {
+            if let Some((first, tail)) = plan.split_first() {
+                link(first);
+                rest = tail;
+            }
+        }
+        if rest.len() >= PARALLEL_MIN_BATCH {
+            rest.par_iter().for_each(link);
+        } else {
+            rest.iter().for_each(link);
+        }
+        Ok(())
+    }
+
+    /// Removes ids; they are never returned again and their slots are reused
+    /// by later adds. Fails, changing nothing, if any id is unknown.
+    pub fn remove(&mut self, ids: &[u64]) -> Result<()> {
+        if let Some(&id) = ids.iter().find(|id| !self.slots.contains_key(id)) {
+            return Err(Error::UnknownId(id));
+        }
+        if let Some(id) = first_duplicate(ids) {
+            return Err(Error::invalid(format!(
+                "id {id} appears twice in one remove"
+            )));
+        }
+        for id in ids {
+            if let Some(slot) = self.slots.remove(id) {
+                self.removed[slot as usize] = true;
+                self.free.push(slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Translates ids into the slot set a filtered search accepts; unknown ids
+    /// are ignored (they cannot be returned anyway).
+    pub fn allowed(&self, ids: &[u64]) -> Allowed {
+        Allowed::new(
+            self.graph.slots(),
+            ids.iter().filter_map(|id| self.slots.get(id).copied()),
+        )
+    }
+
+    fn check_query(&self, q: &[f32]) -> Result<Vec<f32>> {
+        if q.len() != self.dim() {
+            return Err(Error::DimensionMismatch {
+                expected: self.dim(),
+                got: q.len(),
+            });
+        }
+        self.prepare(q, "query")
+    }
+
+    fn check_k(k: usize) -> Result<()> {
+        if k == 0 {
+            return Err(Error::invalid("k must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Whether scanning the allowed set beats a filtered graph search, whose
+    /// cost grows as the allowed fraction shrinks.
+    fn prefer_scan(&self, allowed: &Allowed, ef: usize) -> bool {
+        let live = self.len().max(1);
+        let fraction = (allowed.len() as f64 / live as f64).max(1e-9);
+        let graph_cost = (ef as f64 * self.graph.max_degree(0) as f64 / fraction).min(live as f64);
+        (allowed.len() as f64) <= graph_cost
+    }
+
+    /// Padded query (the stored-vector stride), ready for the kernels.
+    fn padded(&self, q: &[f32]) -> Vec<f32> {
+        let mut p = vec![0.0; self.vectors.stride()];
+        p[..q.len()].copy_from_slice(q);
+        p
+    }
+
+    fn search_one(
+        &self,
+        q: &[f32],
+        k: usize,
+        ef: usize,
+        allowed: Option<&Allowed>,
+    ) -> Vec<Neighbor> {
+        let q = self.padded(q);
+        let mut best: Vec<Cand> = match allowed {
+            Some(a) if self.prefer_scan(a, ef) => {
+                let mut heap = BinaryHeap::with_capacity(k + 1);
+                for &slot in a.slots() {
+                    let d = self.dist_to(&q, slot);
+                    if heap.len() < k {
+                        heap.push(Cand { d, slot });
+                    } else if heap.peek().is_some_and(|w: &Cand| d < w.d) {
+                        heap.pop();
+                        heap.push(Cand { d, slot });
+                    }
+                }
+                heap.into_vec()
+            }
+            _ => with_scratch(|sc| {
+                let removed = &self.removed;
+                match allowed {
+                    Some(a) => self.search_graph(&q, ef, sc, |s| a.contains(s)),
+                    None => self.search_graph(&q, ef, sc, |s| !removed[s as usize]),
+                }
+                sc.results.drain().collect()
+            }),
+        };
+        best.sort_unstable();
+        best.truncate(k);
+        best.into_iter()
+            .map(|c| Neighbor {
+                id: self.labels[c.slot as usize],
+                distance: c.d,
+            })
+            .collect()
+    }
+
+    /// The `k` nearest live vectors to `query`, nearest first; fewer when the
+    /// index (or the allowed set) holds fewer.
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: Option<usize>,
+        allowed: Option<&Allowed>,
+    ) -> Result<Vec<Neighbor>> {
+        Self::check_k(k)?;
+        let q = self.check_query(query)?;
+        let ef = ef.unwrap_or(self.ef).max(k);
+        Ok(self.search_one(&q, k, ef, allowed))
+    }
+
+    /// Searches every row of `queries` on all cores. Returns row-major
+    /// `(nq, k)` labels and distances; rows with fewer than `k` results are
+    /// padded with [`MISSING`] and `f32::INFINITY`.
+    pub fn search_batch(
+        &self,
+        queries: &[f32],
+        k: usize,
+        ef: Option<usize>,
+        allowed: Option<&Allowed>,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
+        Self::check_k(k)?;
+        let dim = self.dim();
+        if queries.len() % dim != 0 {
+            return Err(Error::DimensionMismatch {
+                expected: dim,
+                got: queries.len(),
+            });
+        }
+        let qs = self.prepare(queries, "query")?;
+        let nq = qs.len() / dim;
+        let ef = ef.unwrap_or(self.ef).max(k);
+        let mut labels = vec![MISSING; nq * k];
+        let mut dists = vec![f32::INFINITY; nq * k];
+        let run = |((q, l), d): ((&[f32], &mut [u64]), &mut [f32])| {
+            for (i, n) in self.search_one(q, k, ef, allowed).into_iter().enumerate() {
+                l[i] = n.id;
+                d[i] = n.distance;
+            }
+        };
+        let rows = qs
+            .chunks_exact(dim)
+            .zip(labels.chunks_exact_mut(k))
+            .zip(dists.chunks_exact_mut(k));
+        if nq > 1 {
+            rows.collect::<Vec<_>>().into_par_iter().for_each(run);
+        } else {
+            rows.for_each(run);
+        }
+        Ok((labels, dists))
+    }
+}
+
+#[cfg(test)]
+mod tests;

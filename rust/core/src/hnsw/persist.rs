@@ -1,0 +1,140 @@
+//! HNSW snapshots. Every parameter (ef included), the graph and the vectors
+//! are written; loading checks every count, level and link against the rest
+//! of the file, so a damaged file that passes the checksum still cannot
+//! produce an index that reads out of bounds.
+
+use std::path::Path;
+
+use super::{distance, Entry, Hnsw, Metric, Params, NO_ENTRY};
+use crate::codec::{DecodeError, DecodeResult, Reader, Writer};
+use crate::error::Result;
+use crate::persist::{self, corrupt, Kind};
+
+const KIND: Kind = Kind(*b"HNSW");
+const VERSION: u32 = 1;
+
+impl Hnsw {
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let dim = self.dim();
+        let slots = self.graph.slots();
+        let mut w =
+            Writer::with_capacity(slots * (dim * 4 + (self.graph.max_degree(0) + 1) * 4 + 16) + 64);
+        w.u8(self.metric.code());
+        for v in [dim, self.m, self.ef_construction, self.ef] {
+            w.u64(v as u64);
+        }
+        w.u64(self.seed);
+        w.u64(self.rng);
+        w.u64(self.entry.load(std::sync::atomic::Ordering::Acquire));
+        w.u64s(&self.labels);
+        w.bytes(
+            &self
+                .removed
+                .iter()
+                .map(|&r| u8::from(r))
+                .collect::<Vec<_>>(),
+        );
+        w.bytes(self.graph.levels());
+        w.u32s(&self.free);
+        let mut links = Vec::new();
+        for slot in 0..slots as u32 {
+            w.f32s(&self.vectors.get(slot)[..dim]);
+            for l in 0..=self.graph.level(slot) {
+                self.graph.read(slot, l, &mut links);
+                w.u32s(&links);
+            }
+        }
+        persist::save(path, KIND, VERSION, &w.into_inner())
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let (_, payload) = persist::load(path, KIND, VERSION)?;
+        decode(&payload).map_err(|DecodeError(reason)| corrupt(path, reason))
+    }
+}
+
+fn bad<T>(msg: impl Into<String>) -> DecodeResult<T> {
+    Err(DecodeError(msg.into()))
+}
+
+fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
+    let mut r = Reader::new(payload);
+    let metric = match Metric::from_code(r.u8()?) {
+        Some(m) => m,
+        None => return bad("unknown metric"),
+    };
+    let mut next = || -> DecodeResult<usize> {
+        usize::try_from(r.u64()?).map_err(|_| DecodeError("parameter out of range".into()))
+    };
+    let (dim, m, ef_construction, ef) = (next()?, next()?, next()?, next()?);
+    let seed = r.u64()?;
+    let rng = r.u64()?;
+    let entry = r.u64()?;
+    let mut h = Hnsw::new(
+        dim,
+        metric,
+        Params {
+            m,
+            ef_construction,
+            ef,
+            seed,
+        },
+    )
+    .map_err(|e| DecodeError(format!("bad parameters: {e}")))?;
+    h.rng = rng;
+    h.labels = r.u64s()?;
+    let slots = h.labels.len();
+    h.removed = r.bytes()?.iter().map(|&b| b != 0).collect();
+    let levels = r.bytes()?.to_vec();
+    h.free = r.u32s()?;
+    if h.removed.len() != slots || levels.len() != slots {
+        return bad("slot tables disagree in length");
+    }
+    if levels.iter().any(|&l| l > 16) {
+        return bad("a node level is out of range");
+    }
+    if h.free
+        .iter()
+        .any(|&s| s as usize >= slots || !h.removed[s as usize])
+    {
+        return bad("the free list names a live or missing slot");
+    }
+    h.vectors.reserve(slots);
+    h.graph.reserve(slots);
+    for (slot, &level) in levels.iter().enumerate() {
+        h.graph.push(level);
+        h.vectors.push_zeroed();
+        let v = r.f32s()?;
+        if v.len() != dim || v.iter().any(|x| !x.is_finite()) {
+            return bad(format!("vector {slot} is damaged"));
+        }
+        h.vectors.set(slot as u32, &v);
+        for l in 0..=level as usize {
+            let links = r.u32s()?;
+            if links.len() > h.graph.max_degree(l) || links.iter().any(|&x| x as usize >= slots) {
+                return bad(format!("links of node {slot} are damaged"));
+            }
+            h.graph.write(slot as u32, l, &links);
+        }
+        if !h.removed[slot] && h.slots.insert(h.labels[slot], slot as u32).is_some() {
+            return bad(format!("id {} is stored twice", h.labels[slot]));
+        }
+    }
+    if !r.is_empty() {
+        return bad("trailing bytes");
+    }
+    if entry != NO_ENTRY {
+        let e = Entry {
+            slot: (entry >> 8) as u32,
+            level: (entry & 0xFF) as usize,
+        };
+        if e.slot as usize >= slots || levels[e.slot as usize] as usize != e.level {
+            return bad("entry point is damaged");
+        }
+        h.set_entry(e);
+    } else if slots > 0 {
+        return bad("nodes without an entry point");
+    }
+    h.dist = distance::select(metric);
+    Ok(h)
+}

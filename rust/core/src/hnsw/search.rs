@@ -1,0 +1,205 @@
+//! Graph search: the layer search of the HNSW paper (Malkov & Yashunin,
+//! algorithm 2) with a reusable per-thread scratch space.
+
+use std::cell::RefCell;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use super::distance::prefetch;
+use super::Hnsw;
+
+/// A node and its distance to the query.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cand {
+    pub d: f32,
+    pub slot: u32,
+}
+
+impl Eq for Cand {}
+
+impl Ord for Cand {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.d.total_cmp(&other.d).then(self.slot.cmp(&other.slot))
+    }
+}
+
+impl PartialOrd for Cand {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Per-thread search state, reused across searches so a query allocates nothing.
+#[derive(Default)]
+pub struct Scratch {
+    /// `visited[slot] == epoch` marks a node seen by the current search; bumping
+    /// `epoch` clears the whole set in O(1).
+    visited: Vec<u32>,
+    epoch: u32,
+    /// C in the paper: nodes still to expand, nearest first.
+    candidates: BinaryHeap<Reverse<Cand>>,
+    /// W in the paper: the `ef` nearest accepted nodes, farthest on top.
+    pub results: BinaryHeap<Cand>,
+    /// Unvisited neighbours of the node being expanded.
+    fresh: Vec<u32>,
+    pub links: Vec<u32>,
+    pub fresh_links: Vec<u32>,
+    pub cands: Vec<Cand>,
+    pub selected: Vec<Cand>,
+}
+
+impl Scratch {
+    fn start(&mut self, slots: usize) {
+        if self.visited.len() < slots {
+            self.visited.resize(slots, 0);
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.visited.fill(0);
+            self.epoch = 1;
+        }
+        self.candidates.clear();
+        self.results.clear();
+    }
+
+    /// Marks `slot` visited; true if it was not yet.
+    #[inline]
+    fn visit(&mut self, slot: u32) -> bool {
+        let v = &mut self.visited[slot as usize];
+        if *v == self.epoch {
+            false
+        } else {
+            *v = self.epoch;
+            true
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+pub fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// How many leading cache lines of a neighbour's vector to prefetch before
+/// computing its distance; the hardware streams the rest.
+const PREFETCH_LINES: usize = 2;
+
+impl Hnsw {
+    #[inline]
+    pub(super) fn dist_to(&self, q: &[f32], slot: u32) -> f32 {
+        (self.dist)(q, self.vectors.get(slot))
+    }
+
+    /// Greedy descent on one upper level (ef = 1).
+    pub(super) fn greedy(&self, q: &[f32], mut cur: Cand, level: usize, sc: &mut Scratch) -> Cand {
+        loop {
+            let mut changed = false;
+            self.graph.read(cur.slot, level, &mut sc.links);
+            for &n in &sc.links {
+                let d = self.dist_to(q, n);
+                if d < cur.d {
+                    cur = Cand { d, slot: n };
+                    changed = true;
+                }
+            }
+            if !changed {
+                return cur;
+            }
+        }
+    }
+
+    /// Searches `level` from `entries`, leaving the `ef` nearest nodes that
+    /// `accept` admits in `sc.results`. Rejected nodes are still expanded, so
+    /// deleted or filtered-out nodes keep routing the search.
+    pub(super) fn search_layer(
+        &self,
+        q: &[f32],
+        entries: &[Cand],
+        ef: usize,
+        level: usize,
+        sc: &mut Scratch,
+        accept: impl Fn(u32) -> bool,
+    ) {
+        sc.start(self.graph.slots());
+        for &e in entries {
+            if sc.visit(e.slot) {
+                sc.candidates.push(Reverse(e));
+                if accept(e.slot) {
+                    sc.results.push(e);
+                    if sc.results.len() > ef {
+                        sc.results.pop();
+                    }
+                }
+            }
+        }
+        let stride = self.vectors.stride();
+        while let Some(Reverse(c)) = sc.candidates.pop() {
+            let bound = match sc.results.peek() {
+                Some(w) if sc.results.len() >= ef => w.d,
+                _ => f32::INFINITY,
+            };
+            if c.d > bound {
+                break;
+            }
+            sc.fresh.clear();
+            let (graph, fresh) = (&self.graph, &mut sc.fresh);
+            let visited = &mut sc.visited;
+            let epoch = sc.epoch;
+            graph.for_each(c.slot, level, |n| {
+                let v = &mut visited[n as usize];
+                if *v != epoch {
+                    *v = epoch;
+                    fresh.push(n);
+                }
+            });
+            for &n in fresh.iter() {
+                let p = self.vectors.ptr(n);
+                for line in 0..PREFETCH_LINES.min(stride / 16) {
+                    prefetch(p.wrapping_add(line * 16));
+                }
+            }
+            for &n in &sc.fresh {
+                let d = self.dist_to(q, n);
+                let bound = match sc.results.peek() {
+                    Some(w) if sc.results.len() >= ef => w.d,
+                    _ => f32::INFINITY,
+                };
+                if d < bound {
+                    let cand = Cand { d, slot: n };
+                    sc.candidates.push(Reverse(cand));
+                    if accept(n) {
+                        sc.results.push(cand);
+                        if sc.results.len() > ef {
+                            sc.results.pop();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Descends from the entry point to level 0 and runs the level-0 search.
+    pub(super) fn search_graph(
+        &self,
+        q: &[f32],
+        ef: usize,
+        sc: &mut Scratch,
+        accept: impl Fn(u32) -> bool,
+    ) {
+        let Some(entry) = self.entry() else {
+            sc.start(0);
+            return;
+        };
+        let mut cur = Cand {
+            d: self.dist_to(q, entry.slot),
+            slot: entry.slot,
+        };
+        for level in (1..=entry.level).rev() {
+            cur = self.greedy(q, cur, level, sc);
+        }
+        self.search_layer(q, &[cur], ef, 0, sc, accept);
+    }
+}

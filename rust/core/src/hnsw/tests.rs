@@ -1,0 +1,247 @@
+use super::*;
+
+/// Clustered data: real embeddings are clustered, and uniform random data
+/// flatters graph indexes less than it should.
+/// The cluster centres are fixed; `seed` draws the points around them, so
+/// queries come from the same distribution as the data.
+fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    let rng = |seed: u64| {
+        let mut s = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        }
+    };
+    let mut centre = rng(42);
+    let centers: Vec<f32> = (0..clusters * dim).map(|_| centre() * 4.0).collect();
+    let mut rnd = rng(seed);
+    let mut out = Vec::with_capacity(n * dim);
+    for i in 0..n {
+        let c = &centers[(i % clusters) * dim..][..dim];
+        out.extend(c.iter().map(|x| x + rnd()));
+    }
+    out
+}
+
+fn exact(
+    metric: Metric,
+    data: &[f32],
+    ids: &[u64],
+    q: &[f32],
+    k: usize,
+    keep: impl Fn(u64) -> bool,
+) -> Vec<u64> {
+    let dim = q.len();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let mut all: Vec<(f32, u64)> = data
+        .chunks_exact(dim)
+        .zip(ids)
+        .filter(|(_, &id)| keep(id))
+        .map(|(v, &id)| {
+            let dot: f32 = v.iter().zip(q).map(|(a, b)| a * b).sum();
+            let d = match metric {
+                Metric::L2 => v.iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum(),
+                Metric::InnerProduct => 1.0 - dot,
+                Metric::Cosine => 1.0 - dot / (norm(v) * norm(q)),
+            };
+            (d, id)
+        })
+        .collect();
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    all.into_iter().take(k).map(|(_, id)| id).collect()
+}
+
+fn recall(got: &[Neighbor], want: &[u64]) -> f64 {
+    let hits = got.iter().filter(|n| want.contains(&n.id)).count();
+    hits as f64 / want.len().max(1) as f64
+}
+
+fn build(metric: Metric, n: usize, dim: usize) -> (Hnsw, Vec<f32>, Vec<u64>) {
+    let data = clustered(n, dim, 20, 7);
+    let ids: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
+    let mut h = Hnsw::new(dim, metric, Params::default()).unwrap();
+    h.add(&ids, &data).unwrap();
+    (h, data, ids)
+}
+
+fn mean_recall(
+    h: &Hnsw,
+    data: &[f32],
+    ids: &[u64],
+    queries: &[f32],
+    allowed: Option<(&Allowed, &dyn Fn(u64) -> bool)>,
+) -> f64 {
+    let dim = h.dim();
+    let mut total = 0.0;
+    let nq = queries.len() / dim;
+    for q in queries.chunks_exact(dim) {
+        let got = h.search(q, 10, None, allowed.map(|a| a.0)).unwrap();
+        let want = match allowed {
+            Some((_, keep)) => exact(h.metric(), data, ids, q, 10, keep),
+            None => exact(h.metric(), data, ids, q, 10, |_| true),
+        };
+        total += recall(&got, &want);
+    }
+    total / nq as f64
+}
+
+#[test]
+fn recall_against_brute_force_for_each_metric() {
+    for metric in [Metric::Cosine, Metric::InnerProduct, Metric::L2] {
+        let (h, data, ids) = build(metric, 3000, 32);
+        let queries = clustered(50, 32, 20, 99);
+        let r = mean_recall(&h, &data, &ids, &queries, None);
+        assert!(r >= 0.95, "{metric:?}: recall {r}");
+        assert_eq!(h.len(), 3000);
+    }
+}
+
+#[test]
+fn filtered_search_keeps_recall_and_respects_the_filter() {
+    let (h, data, ids) = build(Metric::Cosine, 4000, 32);
+    let queries = clustered(40, 32, 20, 5);
+    for every in [10u64, 100] {
+        let keep = move |id: u64| id % every == 1;
+        let allowed_ids: Vec<u64> = ids.iter().copied().filter(|&id| keep(id)).collect();
+        let allowed = h.allowed(&allowed_ids);
+        for q in queries.chunks_exact(32) {
+            for n in h.search(q, 10, None, Some(&allowed)).unwrap() {
+                assert!(keep(n.id));
+            }
+        }
+        let r = mean_recall(&h, &data, &ids, &queries, Some((&allowed, &keep)));
+        assert!(r >= 0.95, "1/{every} allowed: recall {r}");
+    }
+}
+
+#[test]
+fn deletions_and_reuse_keep_recall() {
+    let dim = 32;
+    let (mut h, data, ids) = build(Metric::L2, 4000, dim);
+    // Remove 30%, then add new vectors that reuse the freed slots.
+    let removed: Vec<u64> = ids.iter().copied().filter(|id| id % 10 < 3).collect();
+    h.remove(&removed).unwrap();
+    assert_eq!(h.len(), 4000 - removed.len());
+    let extra = clustered(removed.len(), dim, 20, 1234);
+    let extra_ids: Vec<u64> = (0..removed.len() as u64).map(|i| 1_000_000 + i).collect();
+    h.add(&extra_ids, &extra).unwrap();
+    assert_eq!(h.graph.slots(), 4000, "freed slots are reused");
+
+    let mut all_data = Vec::new();
+    let mut all_ids = Vec::new();
+    for (v, &id) in data.chunks_exact(dim).zip(&ids) {
+        if id % 10 >= 3 {
+            all_data.extend_from_slice(v);
+            all_ids.push(id);
+        }
+    }
+    all_data.extend_from_slice(&extra);
+    all_ids.extend_from_slice(&extra_ids);
+
+    let queries = clustered(60, dim, 20, 77);
+    let after = mean_recall(&h, &all_data, &all_ids, &queries, None);
+    let mut fresh = Hnsw::new(dim, Metric::L2, Params::default()).unwrap();
+    fresh.add(&all_ids, &all_data).unwrap();
+    let baseline = mean_recall(&fresh, &all_data, &all_ids, &queries, None);
+    assert!(
+        after >= baseline - 0.01,
+        "after deletions {after} vs fresh {baseline}"
+    );
+    for q in queries.chunks_exact(dim) {
+        for n in h.search(q, 10, None, None).unwrap() {
+            assert!(!removed.contains(&n.id) || n.id >= 1_000_000);
+        }
+    }
+}
+
+#[test]
+fn re_adding_an_id_replaces_its_vector() {
+    let mut h = Hnsw::new(4, Metric::L2, Params::default()).unwrap();
+    h.add(&[1, 2], &[0.0, 0.0, 0.0, 1.0, 5.0, 5.0, 5.0, 5.0])
+        .unwrap();
+    h.add(&[1], &[9.0, 9.0, 9.0, 9.0]).unwrap();
+    assert_eq!(h.len(), 2);
+    let got = h.search(&[9.0, 9.0, 9.0, 9.0], 1, None, None).unwrap();
+    assert_eq!(got[0].id, 1);
+    assert_eq!(got[0].distance, 0.0);
+}
+
+#[test]
+fn save_and_load_round_trip() {
+    let (mut h, _, _) = build(Metric::Cosine, 1500, 24);
+    h.set_ef(77).unwrap();
+    h.remove(&[1, 4, 7]).unwrap();
+    let dir = std::env::temp_dir().join(format!("memlane-hnsw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("index.bin");
+    h.save(&path).unwrap();
+    let g = Hnsw::load(&path).unwrap();
+    assert_eq!(g.params().ef, 77);
+    assert_eq!(g.len(), h.len());
+    let queries = clustered(20, 24, 20, 3);
+    let (la, da) = h.search_batch(&queries, 10, None, None).unwrap();
+    let (lb, db) = g.search_batch(&queries, 10, None, None).unwrap();
+    assert_eq!(la, lb);
+    assert_eq!(da, db);
+
+    // Damage anywhere is reported, never a panic.
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [0, 10, 40, bytes.len() / 2, bytes.len() - 1] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        assert!(matches!(Hnsw::load(&path), Err(Error::Corrupt { .. })));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_is_rejected_and_changes_nothing() {
+    let mut h = Hnsw::new(3, Metric::Cosine, Params::default()).unwrap();
+    h.add(&[1], &[1.0, 0.0, 0.0]).unwrap();
+    assert!(matches!(
+        h.add(&[2], &[1.0, 0.0]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        h.add(&[2], &[f32::NAN, 0.0, 0.0]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        h.add(&[2], &[0.0, 0.0, 0.0]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        h.add(&[2, 2], &[1.0; 6]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        h.add(&[MISSING], &[1.0; 3]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        h.search(&[1.0, 0.0], 1, None, None),
+        Err(Error::DimensionMismatch { .. })
+    ));
+    assert!(matches!(
+        h.search(&[1.0, 0.0, 0.0], 0, None, None),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(h.remove(&[1, 99]), Err(Error::UnknownId(99))));
+    assert_eq!(h.len(), 1);
+    assert!(Hnsw::new(0, Metric::L2, Params::default()).is_err());
+}
+
+#[test]
+fn short_results_are_padded_in_batches() {
+    let mut h = Hnsw::new(2, Metric::L2, Params::default()).unwrap();
+    h.add(&[5, 6], &[0.0, 0.0, 1.0, 1.0]).unwrap();
+    let (l, d) = h
+        .search_batch(&[0.0, 0.0, 1.0, 1.0], 3, None, None)
+        .unwrap();
+    assert_eq!(l, vec![5, 6, MISSING, 6, 5, MISSING]);
+    assert!(d[2].is_infinite() && d[5].is_infinite());
+    assert_eq!(h.search(&[0.0, 0.0], 3, None, None).unwrap().len(), 2);
+    let empty = Hnsw::new(2, Metric::L2, Params::default()).unwrap();
+    assert!(empty.search(&[0.0, 0.0], 3, None, None).unwrap().is_empty());
+}
