@@ -89,7 +89,9 @@ pub fn load(path: &Path, kind: Kind, max_version: u32) -> Result<(u32, Vec<u8>)>
     if version == 0 || version > max_version {
         return Err(corrupt(
             path,
-            format!("format version {version} is not supported (this build reads up to {max_version})"),
+            format!(
+                "format version {version} is not supported (this build reads up to {max_version})"
+            ),
         ));
     }
     let mut len = [0u8; 8];
@@ -130,7 +132,10 @@ mod tests {
         let p = d.join("x.bin");
         save(&p, K, 1, b"payload").unwrap();
         assert_eq!(load(&p, K, 1).unwrap(), (1, b"payload".to_vec()));
-        assert!(matches!(load(&p, Kind(*b"OTHR"), 1), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            load(&p, Kind(*b"OTHR"), 1),
+            Err(Error::Corrupt { .. })
+        ));
 
         let mut bytes = fs::read(&p).unwrap();
         let last = bytes.len() - 1;
@@ -144,7 +149,10 @@ mod tests {
         fs::write(&p, b"hello").unwrap();
         assert!(matches!(load(&p, K, 1), Err(Error::Corrupt { .. })));
 
-        assert!(matches!(load(&d.join("missing"), K, 1), Err(Error::NotFound(_))));
+        assert!(matches!(
+            load(&d.join("missing"), K, 1),
+            Err(Error::NotFound(_))
+        ));
         fs::remove_dir_all(&d).unwrap();
     }
 }
