@@ -1,0 +1,512 @@
+//! Top-k retrieval: MaxScore (Turtle and Flood, 1995) over `docno`-sorted
+//! postings, with exhaustive scoring kept beside it as the reference.
+//!
+//! Query terms are sorted by their score bound `ub`, ascending. Once the
+//! heap holds `k` hits with lowest score `θ`, the longest prefix of terms
+//! whose bounds sum below `θ` is *non-essential*: a document that has only
+//! those terms cannot enter, so candidates come from the essential lists
+//! alone and the non-essential lists are only probed (galloping search) for
+//! candidates that may still make it. Frequent terms have small bounds, so
+//! they become non-essential first and their long lists are skipped.
+//!
+//! Results equal exhaustive scoring bit for bit: a document's score is
+//! always the sum of its terms' contributions in the same order (the
+//! bound order), whatever path found it, and pruning compares bounds with a
+//! relative slack that covers rounding, so it never drops a document that
+//! would have entered. Ties are broken by id: hits are ordered by score,
+//! descending, then id, ascending.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use rayon::prelude::*;
+
+use super::index::Bm25Index;
+use super::scoring::TermScorer;
+
+/// Pruning treats bounds as `(1 + SLACK)` times larger than computed, far
+/// more than the rounding error of summing `f32` contributions.
+const SLACK: f32 = 1e-4;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hit {
+    pub id: u64,
+    pub score: f32,
+}
+
+/// A set of `docno`s that results are restricted to.
+pub struct Filter {
+    bits: Vec<u64>,
+    docnos: Vec<u32>,
+}
+
+impl Filter {
+    #[inline(always)]
+    fn contains(&self, docno: u32) -> bool {
+        let d = docno as usize;
+        self.bits
+            .get(d / 64)
+            .is_some_and(|w| w & (1 << (d % 64)) != 0)
+    }
+}
+
+struct QueryTerm {
+    tid: u32,
+    scorer: TermScorer,
+    ub: f32,
+}
+
+/// Keeps the best `k` hits; its top is the worst of them.
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Worst>,
+}
+
+/// Orders hits so that the greatest is the worst: lowest score, then highest id.
+#[derive(Clone, Copy)]
+struct Worst(Hit);
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Worst {}
+
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .0
+            .score
+            .total_cmp(&self.0.score)
+            .then(self.0.id.cmp(&other.0.id))
+    }
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k.min(1 << 16) + 1),
+        }
+    }
+
+    fn offer(&mut self, hit: Hit) {
+        if self.heap.len() < self.k {
+            self.heap.push(Worst(hit));
+        } else if let Some(mut top) = self.heap.peek_mut() {
+            if Worst(hit) < *top {
+                *top = Worst(hit);
+            }
+        }
+    }
+
+    /// The score a document must reach to have a chance of entering.
+    fn threshold(&self) -> f32 {
+        match self.heap.peek() {
+            Some(w) if self.heap.len() >= self.k => w.0.score,
+            _ => f32::NEG_INFINITY,
+        }
+    }
+
+    fn into_sorted(self) -> Vec<Hit> {
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|w| w.0)
+            .collect()
+    }
+}
+
+/// The first position at or after `pos` whose `docno` is `>= target`.
+#[inline]
+fn advance(docs: &[u32], pos: usize, target: u32) -> usize {
+    if pos >= docs.len() || docs[pos] >= target {
+        return pos;
+    }
+    // docs[lo] < target throughout; gallop, then bisect.
+    let mut lo = pos;
+    let mut step = 1;
+    while lo + step < docs.len() && docs[lo + step] < target {
+        lo += step;
+        step *= 2;
+    }
+    let hi = (lo + step).min(docs.len());
+    lo + 1 + docs[lo + 1..hi].partition_point(|&d| d < target)
+}
+
+impl Bm25Index {
+    /// Maps ids to a filter; unknown ids are ignored.
+    pub fn filter(&self, allowed: &[u64]) -> Filter {
+        let mut bits = vec![0u64; self.doc_ids.len().div_ceil(64)];
+        let mut docnos: Vec<u32> = allowed
+            .iter()
+            .filter_map(|id| self.slots.get(id).copied())
+            .collect();
+        docnos.sort_unstable();
+        docnos.dedup();
+        for &d in &docnos {
+            bits[d as usize / 64] |= 1 << (d % 64);
+        }
+        Filter { bits, docnos }
+    }
+
+    /// The best `k` documents for `query`, best first (score descending, then
+    /// id ascending); fewer when fewer documents match. A query with no
+    /// indexed term gives no hits.
+    pub fn search(&self, query: &str, k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        let terms = self.prepare(query);
+        if terms.is_empty() || k == 0 {
+            return Vec::new();
+        }
+        match filter {
+            Some(f) if self.prefer_forward(&terms, f) => self.score_filtered(&terms, k, f),
+            _ => self.max_score(&terms, k, filter),
+        }
+    }
+
+    /// [`search`](Self::search) for many queries in parallel.
+    pub fn search_batch<S: AsRef<str> + Sync>(
+        &self,
+        queries: &[S],
+        k: usize,
+        filter: Option<&Filter>,
+    ) -> Vec<Vec<Hit>> {
+        queries
+            .par_iter()
+            .map(|q| self.search(q.as_ref(), k, filter))
+            .collect()
+    }
+
+    /// Scores every matching document; the reference that [`search`](Self::search) equals.
+    pub fn search_exhaustive(&self, query: &str, k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        let terms = self.prepare(query);
+        let mut acc = vec![0f32; self.doc_ids.len()];
+        let mut seen = vec![false; self.doc_ids.len()];
+        for t in &terms {
+            let p = &self.postings[t.tid as usize];
+            for (&d, &tf) in p.docs.iter().zip(&p.tfs) {
+                if self.live[d as usize] && filter.map_or(true, |f| f.contains(d)) {
+                    acc[d as usize] += t.scorer.score(tf, self.doc_lens[d as usize]);
+                    seen[d as usize] = true;
+                }
+            }
+        }
+        let mut top = TopK::new(k);
+        for (d, hit) in seen.iter().enumerate() {
+            if *hit {
+                top.offer(Hit {
+                    id: self.doc_ids[d],
+                    score: acc[d],
+                });
+            }
+        }
+        top.into_sorted()
+    }
+
+    /// The query's distinct indexed terms, with their multiplicity folded into
+    /// the weight, sorted by score bound.
+    fn prepare(&self, query: &str) -> Vec<QueryTerm> {
+        let mut tids: Vec<u32> = self
+            .analyzer
+            .analyze(query)
+            .iter()
+            .filter_map(|t| self.vocab.get(t.as_str()).copied())
+            .collect();
+        tids.sort_unstable();
+        let stats = self.stats();
+        let mut terms = Vec::new();
+        for run in tids.chunk_by(|a, b| a == b) {
+            let tid = run[0];
+            let p = &self.postings[tid as usize];
+            if p.df == 0 {
+                continue;
+            }
+            let count = u32::try_from(run.len()).unwrap_or(u32::MAX);
+            let scorer = TermScorer::new(self.params, stats, u64::from(p.df), count);
+            let ub = scorer.upper_bound(p.max_tf, p.min_len);
+            terms.push(QueryTerm { tid, scorer, ub });
+        }
+        terms.sort_by(|a, b| a.ub.total_cmp(&b.ub).then(a.tid.cmp(&b.tid)));
+        terms
+    }
+
+    /// Whether scoring the allowed documents one by one, through their
+    /// forward lists, beats walking the postings.
+    fn prefer_forward(&self, terms: &[QueryTerm], filter: &Filter) -> bool {
+        let postings: usize = terms
+            .iter()
+            .map(|t| self.postings[t.tid as usize].docs.len())
+            .sum();
+        let avg_terms = self.fwd_terms.len() / self.doc_ids.len().max(1) + 1;
+        filter.docnos.len() * avg_terms < postings
+    }
+
+    fn score_filtered(&self, terms: &[QueryTerm], k: usize, filter: &Filter) -> Vec<Hit> {
+        // Query positions sorted by term id, to merge with forward lists.
+        let mut by_tid: Vec<usize> = (0..terms.len()).collect();
+        by_tid.sort_unstable_by_key(|&i| terms[i].tid);
+        let mut contrib = vec![0f32; terms.len()];
+        let mut top = TopK::new(k);
+        for &d in &filter.docnos {
+            if !self.live[d as usize] {
+                continue;
+            }
+            let (doc_terms, doc_tfs) = self.forward(d);
+            let len = self.doc_lens[d as usize];
+            let mut matched = false;
+            let mut j = 0;
+            for &i in &by_tid {
+                j += doc_terms[j..].partition_point(|&t| t < terms[i].tid);
+                if doc_terms.get(j) == Some(&terms[i].tid) {
+                    contrib[i] = terms[i].scorer.score(doc_tfs[j], len);
+                    matched = true;
+                }
+            }
+            if matched {
+                top.offer(Hit {
+                    id: self.doc_ids[d as usize],
+                    score: sum_and_clear(&mut contrib),
+                });
+            }
+        }
+        top.into_sorted()
+    }
+
+    fn max_score(&self, terms: &[QueryTerm], k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        let n = terms.len();
+        let lists: Vec<(&[u32], &[u32])> = terms
+            .iter()
+            .map(|t| {
+                let p = &self.postings[t.tid as usize];
+                (p.docs.as_slice(), p.tfs.as_slice())
+            })
+            .collect();
+        // bound[i]: the most that terms 0..=i together can add, with slack.
+        let mut bound = Vec::with_capacity(n);
+        let mut sum = 0f32;
+        for t in terms {
+            sum += t.ub;
+            bound.push(sum * (1.0 + SLACK));
+        }
+        let mut pos = vec![0usize; n];
+        let mut contrib = vec![0f32; n];
+        let mut top = TopK::new(k);
+        let mut theta = f32::NEG_INFINITY;
+        // Terms before `first` are non-essential.
+        let mut first = 0;
+        loop {
+            let mut d = u32::MAX;
+            for i in first..n {
+                if let Some(&x) = lists[i].0.get(pos[i]) {
+                    d = d.min(x);
+                }
+            }
+            if d == u32::MAX {
+                break;
+            }
+            let wanted = self.live[d as usize] && filter.map_or(true, |f| f.contains(d));
+            let len = self.doc_lens[d as usize];
+            let mut partial = 0f32;
+            for i in first..n {
+                if lists[i].0.get(pos[i]) == Some(&d) {
+                    if wanted {
+                        let s = terms[i].scorer.score(lists[i].1[pos[i]], len);
+                        contrib[i] = s;
+                        partial += s;
+                    }
+                    pos[i] += 1;
+                }
+            }
+            if !wanted {
+                continue;
+            }
+            let mut pruned = false;
+            for i in (0..first).rev() {
+                if partial * (1.0 + SLACK) + bound[i] < theta {
+                    pruned = true;
+                    break;
+                }
+                pos[i] = advance(lists[i].0, pos[i], d);
+                if lists[i].0.get(pos[i]) == Some(&d) {
+                    let s = terms[i].scorer.score(lists[i].1[pos[i]], len);
+                    contrib[i] = s;
+                    partial += s;
+                }
+            }
+            if pruned {
+                contrib.iter_mut().for_each(|c| *c = 0.0);
+                continue;
+            }
+            top.offer(Hit {
+                id: self.doc_ids[d as usize],
+                score: sum_and_clear(&mut contrib),
+            });
+            let t = top.threshold();
+            if t > theta {
+                theta = t;
+                while first < n && bound[first] < theta {
+                    first += 1;
+                }
+            }
+        }
+        top.into_sorted()
+    }
+}
+
+/// Sums contributions in term order (the order exhaustive scoring adds
+/// them in) and resets them.
+#[inline]
+fn sum_and_clear(contrib: &mut [f32]) -> f32 {
+    let mut s = 0f32;
+    for c in contrib.iter_mut() {
+        s += *c;
+        *c = 0.0;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::analyzer::{AnalyzerConfig, Stopwords};
+    use super::super::scoring::Bm25Params;
+    use super::*;
+
+    /// A tiny deterministic generator, so the tests need no extra crate.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        /// Zipf-like word choice: a few frequent words, a long tail.
+        fn text(&mut self, vocab: u64, max_len: u64) -> String {
+            let len = 1 + self.below(max_len);
+            (0..len)
+                .map(|_| {
+                    let r = self.below(vocab * vocab);
+                    format!("w{}", vocab - 1 - (r as f64).sqrt() as u64)
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    }
+
+    fn plain() -> Bm25Index {
+        Bm25Index::new(
+            Bm25Params::default(),
+            AnalyzerConfig {
+                stopwords: Stopwords::None,
+                stemming: false,
+                ..AnalyzerConfig::default()
+            },
+        )
+    }
+
+    #[test]
+    fn advance_finds_first_not_below() {
+        let docs = [1, 3, 5, 7, 9, 11, 13, 15, 17];
+        for pos in 0..docs.len() {
+            for target in 0..20 {
+                let want = pos + docs[pos..].iter().take_while(|&&d| d < target).count();
+                assert_eq!(
+                    advance(&docs, pos, target),
+                    want,
+                    "pos {pos} target {target}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn max_score_equals_exhaustive() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..20 {
+            let mut ix = plain();
+            let n = 50 + rng.below(400);
+            let vocab = 5 + rng.below(60);
+            let texts: Vec<String> = (0..n).map(|_| rng.text(vocab, 30)).collect();
+            let ids: Vec<u64> = (0..n).map(|i| i * 7 + round).collect();
+            ix.add(&ids, &texts).unwrap();
+            // Churn: replace and remove some, so dead postings are around.
+            let gone: Vec<u64> = ids.iter().copied().filter(|_| rng.below(5) == 0).collect();
+            ix.remove(&gone).unwrap();
+            let again: Vec<u64> = ids
+                .iter()
+                .copied()
+                .filter(|id| !gone.contains(id) && rng.below(6) == 0)
+                .collect();
+            let again_texts: Vec<String> = again.iter().map(|_| rng.text(vocab, 30)).collect();
+            ix.add(&again, &again_texts).unwrap();
+            let allowed: Vec<u64> = ids.iter().copied().filter(|_| rng.below(3) == 0).collect();
+            let filter = ix.filter(&allowed);
+            for _ in 0..20 {
+                let q = rng.text(vocab, 8);
+                for k in [1, 3, 10, 1000] {
+                    let fast = ix.search(&q, k, None);
+                    assert_eq!(fast, ix.search_exhaustive(&q, k, None), "q={q} k={k}");
+                    assert!(fast.len() <= k);
+                    let fast = ix.search(&q, k, Some(&filter));
+                    assert_eq!(fast, ix.search_exhaustive(&q, k, Some(&filter)));
+                    assert!(fast.iter().all(|h| allowed.contains(&h.id)));
+                    let by_postings = ix.max_score(&ix.prepare(&q), k, Some(&filter));
+                    let by_forward = ix.score_filtered(&ix.prepare(&q), k, &filter);
+                    assert_eq!(by_postings, by_forward);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ties_break_by_id_and_order_is_best_first() {
+        let mut ix = plain();
+        ix.add(&[5, 3, 9, 1], &["x y", "x y", "x y", "x"]).unwrap();
+        let hits = ix.search("x y", 10, None);
+        let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
+        assert_eq!(ids, vec![3, 5, 9, 1]);
+        assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+        assert_eq!(ix.search("x y", 2, None).len(), 2);
+        assert_eq!(ix.search("x y", 2, None)[1].id, 5);
+    }
+
+    #[test]
+    fn empty_and_unknown_queries_give_nothing() {
+        let mut ix = Bm25Index::default();
+        assert!(ix.search("anything", 10, None).is_empty());
+        ix.add(&[1], &["some text"]).unwrap();
+        assert!(ix.search("", 10, None).is_empty());
+        assert!(ix.search("the of and", 10, None).is_empty());
+        assert!(ix.search("unseen", 10, None).is_empty());
+        assert!(ix.search("text", 0, None).is_empty());
+        assert!(ix.search("text", 5, Some(&ix.filter(&[2]))).is_empty());
+    }
+
+    #[test]
+    fn batch_equals_single() {
+        let mut ix = plain();
+        let mut rng = Rng(42);
+        let texts: Vec<String> = (0..300).map(|_| rng.text(40, 20)).collect();
+        let ids: Vec<u64> = (0..300).collect();
+        ix.add(&ids, &texts).unwrap();
+        let queries: Vec<String> = (0..50).map(|_| rng.text(40, 5)).collect();
+        let batch = ix.search_batch(&queries, 7, None);
+        for (q, hits) in queries.iter().zip(batch) {
+            assert_eq!(hits, ix.search(q, 7, None));
+        }
+    }
+}
