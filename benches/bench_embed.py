@@ -1,0 +1,105 @@
+"""Embedding throughput of OnnxEmbedder on short texts, against a naive runner.
+
+What it measures: texts per second, best of a few runs, for
+  - naive: the shipped tokenizer.json as is (every text padded to 128 tokens),
+    batches of 64 in input order;
+  - unsorted: each batch padded to its own longest text, input order;
+  - memlane: ``OnnxEmbedder.embed_batch`` (sorted by token count, then padded per batch).
+All three run the same model with the same onnxruntime session options, and the
+script checks that they return the same vectors, so only the padding differs.
+
+Texts: a fixed sample of WordNet glosses (median 11 words) and synthetic 16-token texts.
+
+    python benches/bench_embed.py [--texts 2048] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer
+
+from _data import DataUnavailableError, wordnet_texts
+from memlane.embeddings import OnnxEmbedder, _onnx
+
+Vectors = npt.NDArray[np.float32]
+
+
+def _runner(session: object, tokenizer: Tokenizer, batch: int) -> Callable[[list[str]], Vectors]:
+    """Embed in input order, batch by batch, padded however ``tokenizer`` pads."""
+
+    def run(texts: list[str]) -> Vectors:
+        out = []
+        for start in range(0, len(texts), batch):
+            encodings = tokenizer.encode_batch(texts[start : start + batch])
+            width = max(len(e.ids) for e in encodings)
+            ids = np.zeros((len(encodings), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for row, e in enumerate(encodings):
+                ids[row, : len(e.ids)] = e.ids
+                mask[row, : len(e.ids)] = e.attention_mask
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            (hidden,) = session.run(["last_hidden_state"], feeds)  # type: ignore[attr-defined]
+            out.append(_onnx._mean_pool_normalised(hidden, mask))
+        return np.concatenate(out)
+
+    return run
+
+
+def _rate(embed: Callable[[list[str]], Vectors], texts: list[str], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        embed(texts)
+        best = min(best, time.perf_counter() - started)
+    return len(texts) / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--texts", type=int, default=2048, help="texts per run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
+    args = parser.parse_args()
+
+    embedder = OnnxEmbedder()
+    model = _onnx._package_file(_onnx.MODEL_PACKAGE, _onnx.MODEL_FILE, _onnx.MODEL_INSTALL)
+    tokenizer_file = _onnx._package_file(
+        _onnx.TOKENIZER_PACKAGE, _onnx.TOKENIZER_FILE, _onnx.TOKENIZER_INSTALL
+    )
+    session = _onnx._load_session(model, embedder._threads)
+    shipped = Tokenizer.from_file(str(tokenizer_file))  # pads to 128, cuts at 128
+    per_batch = _onnx._load_tokenizer(tokenizer_file, embedder.max_length)
+    runners = {
+        "naive (pad to 128)": _runner(session, shipped, 64),
+        "unsorted (pad per batch)": _runner(session, per_batch, 64),
+        "memlane (sort, pad per batch)": embedder.embed_batch,
+    }
+
+    corpora = {"16-token texts": [f"text {i} " + "word " * 12 for i in range(args.texts)]}
+    try:
+        corpora["WordNet glosses"] = random.Random(0).sample(wordnet_texts(), args.texts)
+    except DataUnavailableError as e:
+        print(f"skipping WordNet glosses: {e}")
+
+    print(f"{embedder!r}, {args.texts} texts per run, best of {args.repeat}")
+    for corpus, texts in corpora.items():
+        tokens = [len(e.ids) for e in per_batch.encode_batch(texts)]
+        print(f"\n{corpus}: {np.mean(tokens):.1f} tokens on average (max {max(tokens)})")
+        reference = embedder.embed_batch(texts[:256])
+        rates = {}
+        for label, embed in runners.items():
+            drift = float(np.abs(embed(texts[:256]) - reference).max())
+            assert drift < 1e-4, f"{label} returns other vectors (max difference {drift})"
+            rates[label] = _rate(embed, texts, args.repeat)
+        naive = rates["naive (pad to 128)"]
+        for label, rate in rates.items():
+            print(f"  {label:30} {rate:7.0f} texts/s  {rate / naive:5.2f}x naive")
+
+
+if __name__ == "__main__":
+    main()
