@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memlane._core import __version__
+from memlane._core import BM25Index, HnswIndex, __version__, analyze
 from memlane.embeddings import Embedder, OnnxEmbedder
 from memlane.errors import (
     CorruptFileError,
@@ -17,10 +17,12 @@ from memlane.errors import (
 )
 
 __all__ = [
+    "BM25Index",
     "CorruptFileError",
     "DimensionMismatchError",
     "Embedder",
     "EmbedderUnavailableError",
+    "HnswIndex",
     "InternalError",
     "InvalidArgumentError",
     "MemlaneError",
@@ -29,4 +31,5 @@ __all__ = [
     "StorageError",
     "UnknownIdError",
     "__version__",
+    "analyze",
 ]

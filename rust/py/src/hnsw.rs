@@ -1,0 +1,222 @@
+//! `memlane.HnswIndex`: the Python face of `memlane_core::hnsw::Hnsw`.
+
+use std::path::PathBuf;
+
+use memlane_core::hnsw::{Hnsw, Metric, Params, MISSING};
+use memlane_core::Error;
+use numpy::{PyArray1, PyArray2, PyArrayMethods};
+use parking_lot::RwLock;
+use pyo3::prelude::*;
+
+use crate::convert::{self, Matrix};
+use crate::errors::{detach, invalid};
+
+/// An HNSW vector index over u64 ids. Thread-safe: searches run in parallel
+/// from any number of threads while adds and removes take turns.
+#[pyclass(module = "memlane._core", name = "HnswIndex", frozen)]
+pub struct PyHnswIndex {
+    inner: RwLock<Hnsw>,
+}
+
+#[pymethods]
+impl PyHnswIndex {
+    #[new]
+    #[pyo3(signature = (dim, metric = "cosine", m = 16, ef_construction = 200, ef = 64, seed = 0))]
+    fn new(
+        dim: usize,
+        metric: &str,
+        m: usize,
+        ef_construction: usize,
+        ef: usize,
+        seed: u64,
+        py: Python<'_>,
+    ) -> PyResult<Self> {
+        let metric = Metric::parse(metric).map_err(|e| crate::errors::to_py(py, e))?;
+        let params = Params {
+            m,
+            ef_construction,
+            ef,
+            seed,
+        };
+        let index = Hnsw::new(dim, metric, params).map_err(|e| crate::errors::to_py(py, e))?;
+        Ok(PyHnswIndex {
+            inner: RwLock::new(index),
+        })
+    }
+
+    /// Adds `vectors` (n, dim) under `ids` (n,); an id already present gets
+    /// the new vector. Validates everything before changing anything.
+    fn add(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let ids = convert::ids(py, ids, "ids")?;
+        let m = Matrix::extract(py, vectors, "vectors")?;
+        let dim = self.inner.read().dim();
+        if m.cols() != dim && m.rows() > 0 {
+            return Err(crate::errors::to_py(
+                py,
+                Error::DimensionMismatch {
+                    expected: dim,
+                    got: m.cols(),
+                },
+            ));
+        }
+        if m.rows() != ids.len() {
+            return Err(invalid(
+                py,
+                format!("got {} ids but {} vectors", ids.len(), m.rows()),
+            ));
+        }
+        let data = m.as_slice();
+        detach(py, || self.inner.write().add(&ids, data))
+    }
+
+    /// Removes `ids`; raises UnknownIdError (removing nothing) if one is absent.
+    fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ids = convert::ids(py, ids, "ids")?;
+        detach(py, || self.inner.write().remove(&ids))
+    }
+
+    /// Nearest neighbours of each query row, nearest first, as (nq, k) labels
+    /// and distances. Rows with fewer than k results are padded with label
+    /// 2**64 - 1 and distance inf. `allowed` restricts results to those ids.
+    #[pyo3(signature = (queries, k = 10, ef = None, allowed = None))]
+    #[allow(clippy::type_complexity)]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+        allowed: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+        if k <= 0 {
+            return Err(invalid(py, format!("k must be at least 1, got {k}")));
+        }
+        let ef = match ef {
+            Some(e) if e <= 0 => {
+                return Err(invalid(py, format!("ef must be at least 1, got {e}")))
+            }
+            Some(e) => Some(e as usize),
+            None => None,
+        };
+        let k = k as usize;
+        let q = Matrix::extract(py, queries, "queries")?;
+        let allowed = allowed
+            .map(|a| convert::ids(py, a, "allowed"))
+            .transpose()?;
+        let (nq, cols) = (q.rows(), q.cols());
+        let data = q.as_slice();
+        let (labels, dists) = detach(py, || {
+            let index = self.inner.read();
+            if cols != index.dim() {
+                return Err(Error::DimensionMismatch {
+                    expected: index.dim(),
+                    got: cols,
+                });
+            }
+            let filter = allowed.as_deref().map(|ids| index.allowed(ids));
+            index.search_batch(data, k, ef, filter.as_ref())
+        })?;
+        let labels = PyArray1::from_vec(py, labels).reshape([nq, k])?;
+        let dists = PyArray1::from_vec(py, dists).reshape([nq, k])?;
+        Ok((labels, dists))
+    }
+
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        detach(py, || self.inner.read().save(&path))
+    }
+
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let index = detach(py, || Hnsw::load(&path))?;
+        Ok(PyHnswIndex {
+            inner: RwLock::new(index),
+        })
+    }
+
+    /// The stored vector of `id` (unit length under the cosine metric).
+    fn get_vector<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let v = detach(py, || self.inner.read().vector(id))?;
+        Ok(PyArray1::from_vec(py, v))
+    }
+
+    /// Live ids in storage order.
+    fn ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let ids = detach(py, || Ok(self.inner.read().ids()))?;
+        Ok(PyArray1::from_vec(py, ids))
+    }
+
+    /// Bytes held by vectors, links and id maps.
+    fn memory_bytes(&self) -> usize {
+        self.inner.read().memory_bytes()
+    }
+
+    fn __contains__(&self, id: &Bound<'_, PyAny>) -> bool {
+        id.extract::<u64>()
+            .is_ok_and(|id| id != MISSING && self.inner.read().contains(id))
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.read().len()
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.read().dim()
+    }
+
+    #[getter]
+    fn metric(&self) -> &'static str {
+        self.inner.read().metric().name()
+    }
+
+    #[getter]
+    fn m(&self) -> usize {
+        self.inner.read().params().m
+    }
+
+    #[getter]
+    fn ef_construction(&self) -> usize {
+        self.inner.read().params().ef_construction
+    }
+
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.inner.read().params().seed
+    }
+
+    /// Candidate-list size used when `search` is given no `ef`.
+    #[getter]
+    fn get_ef(&self) -> usize {
+        self.inner.read().params().ef
+    }
+
+    #[setter]
+    fn set_ef(&self, py: Python<'_>, ef: i64) -> PyResult<()> {
+        if ef <= 0 {
+            return Err(invalid(py, format!("ef must be at least 1, got {ef}")));
+        }
+        self.inner
+            .write()
+            .set_ef(ef as usize)
+            .map_err(|e| crate::errors::to_py(py, e))
+    }
+
+    fn __repr__(&self) -> String {
+        let h = self.inner.read();
+        let p = h.params();
+        format!(
+            "HnswIndex(dim={}, metric={:?}, m={}, ef_construction={}, ef={}, len={})",
+            h.dim(),
+            h.metric().name(),
+            p.m,
+            p.ef_construction,
+            p.ef,
+            h.len()
+        )
+    }
+}
