@@ -185,33 +185,37 @@ impl Analyzer {
                 continue;
             }
             self.flush_run(run.take(), out);
-            lower.clear();
-            lowercase_into(word, &mut lower);
-            match cache.as_deref_mut() {
-                Some(cache) => {
-                    if let Some(term) = cache.map.get(lower.as_str()) {
-                        if let Some(term) = term {
-                            out.push(term);
-                        }
-                        continue;
-                    }
-                    let term = self.term(&lower).map(String::into_boxed_str);
-                    if let Some(t) = &term {
-                        out.push(t);
-                    }
-                    if cache.map.len() >= TermCache::MAX_ENTRIES {
-                        cache.map.clear();
-                    }
-                    cache.map.insert(Box::from(lower.as_str()), term);
-                }
-                None => {
-                    if let Some(term) = self.term(&lower) {
-                        out.push(&term);
-                    }
-                }
+            for part in split_joined(word) {
+                lower.clear();
+                lowercase_into(part, &mut lower);
+                self.push_word(&lower, out, cache.as_deref_mut());
             }
         }
         self.flush_run(run, out);
+    }
+
+    /// Pushes the term of one lowercased word, through the cache if there is one.
+    fn push_word(&self, lower: &str, out: &mut Tokens, cache: Option<&mut TermCache>) {
+        let Some(cache) = cache else {
+            if let Some(term) = self.term(lower) {
+                out.push(&term);
+            }
+            return;
+        };
+        if let Some(term) = cache.map.get(lower) {
+            if let Some(term) = term {
+                out.push(term);
+            }
+            return;
+        }
+        let term = self.term(lower).map(String::into_boxed_str);
+        if let Some(t) = &term {
+            out.push(t);
+        }
+        if cache.map.len() >= TermCache::MAX_ENTRIES {
+            cache.map.clear();
+        }
+        cache.map.insert(Box::from(lower), term);
     }
 
     /// A lone spaceless character is indexed as itself; runs were indexed as bigrams.
@@ -249,6 +253,41 @@ impl Analyzer {
         }
         (!word.is_empty()).then_some(word)
     }
+}
+
+/// Splits a UAX #29 word at a full stop or colon between two letters:
+/// UAX #29 keeps "disabilities.A" (a sentence joined without a space) and
+/// "e.g" whole, which costs recall; numbers such as "3.5" stay whole.
+fn split_joined(word: &str) -> impl Iterator<Item = &str> {
+    let mut rest = if word.contains(['.', ':']) { word } else { "" };
+    let mut whole = (rest.is_empty()).then_some(word);
+    std::iter::from_fn(move || {
+        if let Some(w) = whole.take() {
+            return Some(w);
+        }
+        while !rest.is_empty() {
+            let cut = rest.char_indices().find(|&(i, c)| {
+                matches!(c, '.' | ':')
+                    && rest[..i]
+                        .chars()
+                        .next_back()
+                        .is_some_and(|p| p.is_alphabetic())
+                    && rest[i + 1..]
+                        .chars()
+                        .next()
+                        .is_some_and(|n| n.is_alphabetic())
+            });
+            let (part, next) = match cut {
+                Some((i, _)) => (&rest[..i], &rest[i + 1..]),
+                None => (rest, ""),
+            };
+            rest = next;
+            if !part.is_empty() {
+                return Some(part);
+            }
+        }
+        None
+    })
 }
 
 fn lowercase_into(word: &str, out: &mut String) {
@@ -336,6 +375,14 @@ mod tests {
         );
         assert!(english().analyze("the and of it is").is_empty());
         assert!(english().analyze("").is_empty());
+    }
+
+    #[test]
+    fn joined_sentences_split_numbers_do_not() {
+        assert_eq!(
+            english().analyze("disabilities.A line, e.g. 3.5 mg, ratio 1:2, foo:bar"),
+            ["disabl", "line", "e", "g", "3.5", "mg", "ratio", "1", "2", "foo", "bar"]
+        );
     }
 
     #[test]

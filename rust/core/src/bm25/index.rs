@@ -194,16 +194,21 @@ impl Bm25Index {
     /// The batch is checked first (equal lengths, no repeated id), so an
     /// error changes nothing.
     pub fn add<S: AsRef<str> + Sync>(&mut self, ids: &[u64], texts: &[S]) -> Result<()> {
-        if ids.len() != texts.len() {
-            return Err(Error::invalid(format!(
-                "ids and texts differ in length: {} ids, {} texts",
-                ids.len(),
-                texts.len()
-            )));
-        }
-        check_unique(ids)?;
+        Self::check_batch(ids, texts.len())?;
         let docs = self.analyze_batch(texts);
         self.insert_analyzed(ids, docs)
+    }
+
+    /// The checks [`add`](Self::add) makes before analysing anything: as many
+    /// ids as texts, and no id twice.
+    pub fn check_batch(ids: &[u64], n_texts: usize) -> Result<()> {
+        if ids.len() != n_texts {
+            return Err(Error::invalid(format!(
+                "ids and texts differ in length: {} ids, {n_texts} texts",
+                ids.len()
+            )));
+        }
+        check_unique(ids)
     }
 
     /// Analyses texts without touching the index (so a caller can do it
@@ -228,14 +233,9 @@ impl Bm25Index {
     }
 
     /// Inserts documents analysed by [`analyze_batch`](Self::analyze_batch)
-    /// with this index's analyzer.
-    pub(crate) fn insert_analyzed(&mut self, ids: &[u64], docs: Vec<DocTerms>) -> Result<()> {
-        if ids.len() != docs.len() {
-            return Err(Error::invalid(
-                "ids and analysed documents differ in length",
-            ));
-        }
-        check_unique(ids)?;
+    /// of this index, so that a caller can analyse without the write lock.
+    pub fn insert_analyzed(&mut self, ids: &[u64], docs: Vec<DocTerms>) -> Result<()> {
+        Self::check_batch(ids, docs.len())?;
         let limit = u32::MAX as usize;
         if self.doc_ids.len() + ids.len() > limit {
             self.compact();
