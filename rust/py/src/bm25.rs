@@ -45,19 +45,19 @@ fn texts(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<Str
     })?;
     let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
     for (i, item) in iter.enumerate() {
-        let item = item?;
-        let s = item.cast::<PyString>().map_err(|_| {
-            invalid(
-                py,
-                format!("{what}[{i}] must be a str, got {}", type_name(&item)),
-            )
-        })?;
-        let s = s
-            .to_str()
-            .map_err(|e| invalid(py, format!("{what}[{i}] is not valid Unicode: {e}")))?;
-        out.push(s.to_owned());
+        out.push(string(py, &item?, &format!("{what}[{i}]"))?);
     }
     Ok(out)
+}
+
+/// One `str` argument as an owned string.
+fn string(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| invalid(py, format!("{what} must be a str, got {}", type_name(obj))))?;
+    s.to_str()
+        .map(str::to_owned)
+        .map_err(|e| invalid(py, format!("{what} is not valid Unicode: {e}")))
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -190,12 +190,7 @@ impl PyBm25Index {
         allowed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>)> {
         let k = positive_k(py, k)?;
-        let query: String = query
-            .cast::<PyString>()
-            .map_err(|_| invalid(py, format!("query must be a str, got {}", type_name(query))))?
-            .to_str()
-            .map_err(|e| invalid(py, format!("query is not valid Unicode: {e}")))?
-            .to_owned();
+        let query = string(py, query, "query")?;
         let allowed = allowed
             .map(|a| convert::ids(py, a, "allowed"))
             .transpose()?;
@@ -255,8 +250,8 @@ impl PyBm25Index {
     }
 
     /// The terms this index makes of `text` (its analyzer, for inspection).
-    fn analyze(&self, py: Python<'_>, text: &str) -> PyResult<Vec<String>> {
-        let text = text.to_owned();
+    fn analyze(&self, py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+        let text = string(py, text, "text")?;
         detach(py, || Ok(self.inner.read().analyzer().analyze(&text)))
     }
 
@@ -353,14 +348,14 @@ impl PyBm25Index {
 )]
 pub fn analyze(
     py: Python<'_>,
-    text: &str,
+    text: &Bound<'_, PyAny>,
     language: &str,
     stopwords: StopArg,
     stemming: bool,
     fold_accents: bool,
 ) -> PyResult<Vec<String>> {
     let config = config(py, language, stopwords, stemming, fold_accents)?;
-    let text = text.to_owned();
+    let text = string(py, text, "text")?;
     detach(py, || {
         Ok(memlane_core::bm25::Analyzer::new(config).analyze(&text))
     })
