@@ -3,7 +3,9 @@
 //! numpy can convert safely is converted once, and the rest is rejected with
 //! a message that names the argument.
 
-use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 
 use crate::errors::invalid;
@@ -56,14 +58,15 @@ pub enum Matrix<'py> {
 
 impl<'py> Matrix<'py> {
     pub fn extract(py: Python<'py>, obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Self> {
-        if let Ok(a) = obj.extract::<PyReadonlyArray2<'py, f32>>() {
+        // Cast (not extract) so that a miss costs no exception object: this
+        // runs once per query.
+        if let Ok(a) = obj.cast::<PyArray2<f32>>() {
             if a.is_c_contiguous() {
-                return Ok(Matrix::Rows(a));
+                return Ok(Matrix::Rows(a.readonly()));
             }
-        }
-        if let Ok(a) = obj.extract::<PyReadonlyArray1<'py, f32>>() {
+        } else if let Ok(a) = obj.cast::<PyArray1<f32>>() {
             if a.is_c_contiguous() {
-                return Ok(Matrix::Row(a));
+                return Ok(Matrix::Row(a.readonly()));
             }
         }
         let np = numpy(py)?;

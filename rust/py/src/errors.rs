@@ -7,10 +7,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
-    match py
-        .import("memlane.errors")
-        .and_then(|m| m.getattr(class))
-    {
+    match py.import("memlane.errors").and_then(|m| m.getattr(class)) {
         Ok(cls) => match cls.call1((msg,)) {
             Ok(exc) => PyErr::from_value(exc),
             Err(e) => e,
@@ -54,7 +51,11 @@ where
                 .map(|s| (*s).to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            let err = raise(py, "InternalError", format!("internal error in memlane: {what}"));
+            let err = raise(
+                py,
+                "InternalError",
+                format!("internal error in memlane: {what}"),
+            );
             if err.is_instance_of::<PyRuntimeError>(py) {
                 Err(err)
             } else {

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use memlane_core::hnsw::{Hnsw, Metric, Params, MISSING};
 use memlane_core::Error;
-use numpy::{PyArray1, PyArray2, PyArrayMethods};
+use numpy::ndarray::Array2;
+use numpy::{Element, IntoPyArray, PyArray1, PyArray2};
 use parking_lot::RwLock;
 use pyo3::prelude::*;
 
@@ -16,6 +17,18 @@ use crate::errors::{detach, invalid};
 #[pyclass(module = "memlane._core", name = "HnswIndex", frozen)]
 pub struct PyHnswIndex {
     inner: RwLock<Hnsw>,
+}
+
+/// Moves a row-major buffer into a 2-d numpy array without copying it.
+pub(crate) fn matrix<T: Element>(
+    py: Python<'_>,
+    rows: usize,
+    cols: usize,
+    data: Vec<T>,
+) -> PyResult<Bound<'_, PyArray2<T>>> {
+    let array = Array2::from_shape_vec((rows, cols), data)
+        .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+    Ok(array.into_pyarray(py))
 }
 
 #[pymethods]
@@ -121,9 +134,7 @@ impl PyHnswIndex {
             let filter = allowed.as_deref().map(|ids| index.allowed(ids));
             index.search_batch(data, k, ef, filter.as_ref())
         })?;
-        let labels = PyArray1::from_vec(py, labels).reshape([nq, k])?;
-        let dists = PyArray1::from_vec(py, dists).reshape([nq, k])?;
-        Ok((labels, dists))
+        Ok((matrix(py, nq, k, labels)?, matrix(py, nq, k, dists)?))
     }
 
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {

@@ -119,22 +119,22 @@ mod x86 {
     // length, a multiple of LANES, so every 16-float load is in bounds.
 
     pub fn dot_distance_avx512(a: &[f32], b: &[f32]) -> f32 {
-        debug_assert!(a.len() == b.len() && a.len() % LANES == 0);
+        debug_assert!(a.len() == b.len() && a.len().is_multiple_of(LANES));
         unsafe { dot_avx512(a, b) }
     }
 
     pub fn l2_avx512(a: &[f32], b: &[f32]) -> f32 {
-        debug_assert!(a.len() == b.len() && a.len() % LANES == 0);
+        debug_assert!(a.len() == b.len() && a.len().is_multiple_of(LANES));
         unsafe { l2_avx512_impl(a, b) }
     }
 
     pub fn dot_distance_avx2(a: &[f32], b: &[f32]) -> f32 {
-        debug_assert!(a.len() == b.len() && a.len() % LANES == 0);
+        debug_assert!(a.len() == b.len() && a.len().is_multiple_of(LANES));
         unsafe { dot_avx2(a, b) }
     }
 
     pub fn l2_avx2(a: &[f32], b: &[f32]) -> f32 {
-        debug_assert!(a.len() == b.len() && a.len() % LANES == 0);
+        debug_assert!(a.len() == b.len() && a.len().is_multiple_of(LANES));
         unsafe { l2_avx2_impl(a, b) }
     }
 

@@ -201,7 +201,7 @@ impl Hnsw {
 
     fn entry(&self) -> Option<Entry> {
         let packed = self.entry.load(Ordering::Acquire);
-        (packed != NO_ENTRY).then(|| Entry {
+        (packed != NO_ENTRY).then_some(Entry {
             slot: (packed >> 8) as u32,
             level: (packed & 0xFF) as usize,
         })
@@ -232,7 +232,7 @@ impl Hnsw {
     /// (normalised under the cosine metric).
     fn prepare(&self, vectors: &[f32], what: &str) -> Result<Vec<f32>> {
         let dim = self.dim();
-        if vectors.len() % dim != 0 {
+        if !vectors.len().is_multiple_of(dim) {
             return Err(Error::DimensionMismatch {
                 expected: dim,
                 got: vectors.len(),
@@ -479,7 +479,7 @@ impl Hnsw {
     ) -> Result<(Vec<u64>, Vec<f32>)> {
         Self::check_k(k)?;
         let dim = self.dim();
-        if queries.len() % dim != 0 {
+        if !queries.len().is_multiple_of(dim) {
             return Err(Error::DimensionMismatch {
                 expected: dim,
                 got: queries.len(),
