@@ -3,9 +3,12 @@
 
 pub mod bm25;
 pub mod codec;
+pub mod engine;
 pub mod error;
+pub mod fusion;
 pub mod hnsw;
 pub mod idmap;
 pub mod persist;
+pub mod scoring;
 
 pub use error::{Error, Result};

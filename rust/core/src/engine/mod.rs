@@ -1,0 +1,350 @@
+//! The memory engine: one BM25 index, one HNSW graph (when the store has
+//! vectors) and the records' attributes, all keyed by the same u64 ids, so a
+//! query is one call: filter, retrieve from both indexes, fuse, score.
+//!
+//! - [`records`]: attributes in slot-indexed columns with inverted postings.
+//! - [`filter`]: the filter language and its evaluation to a slot set.
+//! - [`pending`]: vectors parked until a background caller links them.
+//! - `search`: the query path; [`crate::fusion`] and [`crate::scoring`] hold
+//!   the formulas.
+//! - `snapshot`: saving and loading the whole engine as one directory.
+//!
+//! Concurrency: methods that change the engine take `&mut self`; searches
+//! take `&self` and may run in parallel under a readers-writer lock. Recording
+//! an access is the one write a search makes, through an atomic column.
+
+pub mod filter;
+pub mod pending;
+pub mod records;
+mod search;
+mod snapshot;
+
+pub use filter::{Filter, Selection};
+pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
+pub use search::{Hits, Mode, SearchRequest, Signals};
+
+use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
+use crate::error::{Error, Result};
+use crate::hnsw::{Hnsw, Metric, Params};
+use crate::idmap::first_duplicate;
+use pending::{normalised, Pending};
+use records::Records;
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Vector dimension; `None` for a text-only store.
+    pub dim: Option<usize>,
+    pub hnsw: Params,
+    pub bm25: Bm25Params,
+    pub analyzer: AnalyzerConfig,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            dim: None,
+            hnsw: Params::default(),
+            bm25: Bm25Params::default(),
+            analyzer: AnalyzerConfig::default(),
+        }
+    }
+}
+
+pub struct Engine {
+    records: Records,
+    bm25: Bm25Index,
+    hnsw: Option<Hnsw>,
+    pending: Pending,
+}
+
+/// A batch of records to insert or replace.
+pub struct Batch<'a> {
+    pub ids: &'a [u64],
+    /// Texts to index; `None` keeps the indexed text of existing records.
+    pub texts: Option<&'a [String]>,
+    /// Row-major vectors; `None` keeps the vectors of existing records (new
+    /// records then have none and are found by text only).
+    pub vectors: Option<&'a [f32]>,
+    pub attrs: &'a [Attrs],
+}
+
+/// A batch checked and analysed, ready for [`Engine::apply`]. Preparing takes
+/// only `&self`, so the costly part runs before a write lock is taken.
+pub struct Prepared {
+    ids: Vec<u64>,
+    docs: Option<Vec<DocTerms>>,
+    vectors: Option<Vec<f32>>,
+    attrs: Vec<Attrs>,
+}
+
+/// How [`Engine::ids_where`] orders its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    CreatedAsc,
+    CreatedDesc,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Result<Self> {
+        let hnsw = match config.dim {
+            Some(dim) => Some(Hnsw::new(dim, Metric::Cosine, config.hnsw)?),
+            None => None,
+        };
+        Ok(Engine {
+            records: Records::default(),
+            bm25: Bm25Index::new(config.bm25, config.analyzer),
+            pending: Pending::new(config.dim.unwrap_or(0)),
+            hnsw,
+        })
+    }
+
+    pub fn dim(&self) -> Option<usize> {
+        self.hnsw.as_ref().map(Hnsw::dim)
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.records.contains(id)
+    }
+
+    /// Vectors waiting to be linked into the graph.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether `id` has a vector (linked or parked).
+    pub fn has_vector(&self, id: u64) -> bool {
+        self.pending.contains(id) || self.hnsw.as_ref().is_some_and(|h| h.contains(id))
+    }
+
+    /// The unit vector of `id`, if it has one.
+    pub fn vector(&self, id: u64) -> Option<Vec<f32>> {
+        if let Some(v) = self.pending.get(id) {
+            return Some(v.to_vec());
+        }
+        self.hnsw.as_ref().and_then(|h| h.vector(id).ok())
+    }
+
+    /// The store's ids, in slot order.
+    pub fn ids(&self) -> Vec<u64> {
+        self.records
+            .live_slots()
+            .map(|s| self.records.id(s))
+            .collect()
+    }
+
+    pub fn parse_filter(&self, json: &str) -> Result<Filter> {
+        Filter::parse(json, &self.records)
+    }
+
+    pub fn select(&self, filter: &Filter) -> Selection {
+        filter.select(&self.records)
+    }
+
+    pub fn count(&self, filter: Option<&Filter>) -> usize {
+        match filter {
+            None => self.records.len(),
+            Some(f) if f.is_all() => self.records.len(),
+            Some(f) => f.select(&self.records).slots.len(),
+        }
+    }
+
+    /// Ids of the records `filter` admits, by creation time (ties by id),
+    /// skipping `offset` and returning at most `limit`.
+    pub fn ids_where(
+        &self,
+        filter: Option<&Filter>,
+        order: Order,
+        offset: usize,
+        limit: usize,
+    ) -> Vec<u64> {
+        let r = &self.records;
+        let mut slots: Vec<u32> = match filter {
+            Some(f) if !f.is_all() => f.select(r).slots,
+            _ => r.live_slots().collect(),
+        };
+        let key = |s: &u32| (r.created_at[*s as usize], r.id(*s));
+        let cmp = |a: &u32, b: &u32| {
+            let (ka, kb) = (key(a), key(b));
+            ka.0.total_cmp(&kb.0).then(ka.1.cmp(&kb.1))
+        };
+        let wanted = offset.saturating_add(limit).min(slots.len());
+        if wanted == 0 {
+            return Vec::new();
+        }
+        let cmp = |a: &u32, b: &u32| match order {
+            Order::CreatedAsc => cmp(a, b),
+            Order::CreatedDesc => cmp(b, a),
+        };
+        if wanted < slots.len() {
+            slots.select_nth_unstable_by(wanted - 1, cmp);
+            slots.truncate(wanted);
+        }
+        slots.sort_unstable_by(cmp);
+        slots.into_iter().skip(offset).map(|s| r.id(s)).collect()
+    }
+
+    /// Checks a batch and does the costly work (text analysis, vector
+    /// normalisation) without changing anything.
+    pub fn prepare(&self, batch: Batch<'_>) -> Result<Prepared> {
+        let n = batch.ids.len();
+        if batch.attrs.len() != n {
+            return Err(Error::invalid(format!(
+                "got {n} ids but {} attribute rows",
+                batch.attrs.len()
+            )));
+        }
+        if let Some(id) = first_duplicate(batch.ids) {
+            return Err(Error::invalid(format!(
+                "id {id} appears twice in one batch"
+            )));
+        }
+        for (row, a) in batch.attrs.iter().enumerate() {
+            a.validate(row)?;
+        }
+        match batch.texts {
+            Some(t) if t.len() != n => {
+                return Err(Error::invalid(format!("got {n} ids but {} texts", t.len())))
+            }
+            Some(_) => {}
+            None => {
+                if let Some(&id) = batch.ids.iter().find(|&&id| !self.contains(id)) {
+                    return Err(Error::UnknownId(id));
+                }
+            }
+        }
+        let vectors = match (batch.vectors, self.dim()) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    "this store has no vector space (it was created without an embedder)",
+                ))
+            }
+            (Some(v), Some(dim)) => {
+                if v.len() != n * dim {
+                    return Err(Error::DimensionMismatch {
+                        expected: dim,
+                        got: if n == 0 { v.len() } else { v.len() / n },
+                    });
+                }
+                Some(normalised(v, dim, "vector")?)
+            }
+        };
+        Ok(Prepared {
+            ids: batch.ids.to_vec(),
+            docs: batch.texts.map(|t| self.bm25.analyze_batch(t)),
+            vectors,
+            attrs: batch.attrs.to_vec(),
+        })
+    }
+
+    /// Applies a prepared batch. Vectors are parked for
+    /// [`index_pending`](Self::index_pending).
+    pub fn apply(&mut self, p: Prepared) -> Result<()> {
+        if p.docs.is_none() {
+            if let Some(&id) = p.ids.iter().find(|&&id| !self.contains(id)) {
+                return Err(Error::UnknownId(id));
+            }
+        }
+        if let Some(docs) = p.docs {
+            self.bm25.insert_analyzed(&p.ids, docs)?;
+        }
+        for (id, a) in p.ids.iter().zip(&p.attrs) {
+            self.records.insert(*id, a);
+        }
+        if let (Some(vectors), Some(hnsw)) = (p.vectors, self.hnsw.as_mut()) {
+            let dim = hnsw.dim();
+            let linked: Vec<u64> = p
+                .ids
+                .iter()
+                .copied()
+                .filter(|&id| hnsw.contains(id))
+                .collect();
+            if !linked.is_empty() {
+                hnsw.remove(&linked)?;
+            }
+            for (id, v) in p.ids.iter().zip(vectors.chunks_exact(dim)) {
+                self.pending.put(*id, v);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn upsert(&mut self, batch: Batch<'_>) -> Result<()> {
+        let prepared = self.prepare(batch)?;
+        self.apply(prepared)
+    }
+
+    /// Removes `ids`. Unknown ids are an error (and nothing is removed)
+    /// unless `missing_ok`, when they are skipped.
+    pub fn remove(&mut self, ids: &[u64], missing_ok: bool) -> Result<usize> {
+        if let Some(id) = first_duplicate(ids) {
+            return Err(Error::invalid(format!(
+                "id {id} appears twice in one remove"
+            )));
+        }
+        if !missing_ok {
+            if let Some(&id) = ids.iter().find(|&&id| !self.contains(id)) {
+                return Err(Error::UnknownId(id));
+            }
+        }
+        let present: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.contains(id))
+            .collect();
+        self.bm25.remove(&present)?;
+        if let Some(hnsw) = self.hnsw.as_mut() {
+            let linked: Vec<u64> = present
+                .iter()
+                .copied()
+                .filter(|&id| hnsw.contains(id))
+                .collect();
+            hnsw.remove(&linked)?;
+        }
+        for &id in &present {
+            self.pending.remove(id);
+            self.records.remove(id);
+        }
+        Ok(present.len())
+    }
+
+    /// Links up to `max` parked vectors into the graph; returns how many
+    /// are still parked.
+    pub fn index_pending(&mut self, max: usize) -> Result<usize> {
+        let Some(hnsw) = self.hnsw.as_mut() else {
+            return Ok(0);
+        };
+        let (ids, data) = self.pending.tail(max);
+        let n = ids.len();
+        if n > 0 {
+            hnsw.add(ids, data)?;
+            self.pending.truncate_tail(n);
+        }
+        Ok(self.pending.len())
+    }
+
+    /// Records an access of `ids` at `now` (unknown ids are skipped).
+    pub fn touch(&self, ids: &[u64], now: f64) {
+        for &id in ids {
+            if let Some(slot) = self.records.slot(id) {
+                self.records.set_accessed_at(slot, now);
+            }
+        }
+    }
+
+    /// Bytes held by the graph and its vectors (the bulk of the engine).
+    pub fn vector_memory_bytes(&self) -> usize {
+        self.hnsw.as_ref().map_or(0, Hnsw::memory_bytes) + self.pending.data().len() * 4
+    }
+}
+
+#[cfg(test)]
+mod tests;

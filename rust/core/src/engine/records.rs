@@ -1,0 +1,511 @@
+//! Per-record attributes in slot-indexed columns, with inverted postings on
+//! every (field, value) pair that equality and membership filters look up.
+//!
+//! A record lives in a slot; removing it frees the slot for the next add.
+//! Strings (table, type, scope values, metadata string values) are interned
+//! to `u32`s, and metadata keys have an interner of their own. Metadata is
+//! flattened at insert: nested objects become dotted keys (`{"a": {"b": 1}}`
+//! is `a.b = 1`) and a list of scalars gives its key several values, which a
+//! filter matches if any of them does (as MongoDB does).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustc_hash::FxHashMap;
+
+use crate::error::{Error, Result};
+use crate::idmap::IdMap;
+
+/// The scope fields, in the order of [`Attrs::scope`].
+pub const SCOPE_FIELDS: [&str; 6] = [
+    "agent_id",
+    "user_id",
+    "room_id",
+    "world_id",
+    "session_id",
+    "namespace",
+];
+
+/// An absent scope value.
+pub const NONE: u32 = u32::MAX;
+
+/// Metadata nested deeper than this is refused (a guard against hostile input).
+const MAX_DEPTH: usize = 16;
+
+/// A stored scalar: strings are interned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(u32),
+}
+
+/// The hashable form of a [`Value`] used as a postings key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValueKey {
+    Null,
+    Bool(bool),
+    Num(u64),
+    Str(u32),
+}
+
+impl ValueKey {
+    pub fn num(x: f64) -> Self {
+        // -0.0 and 0.0 are equal, so they must share a key.
+        ValueKey::Num(if x == 0.0 { 0 } else { x.to_bits() })
+    }
+}
+
+impl From<Value> for ValueKey {
+    fn from(v: Value) -> Self {
+        match v {
+            Value::Null => ValueKey::Null,
+            Value::Bool(b) => ValueKey::Bool(b),
+            Value::Num(x) => ValueKey::num(x),
+            Value::Str(s) => ValueKey::Str(s),
+        }
+    }
+}
+
+/// Indexed fields: everything filters look up by equality.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PostingKey {
+    Table(u32),
+    Type(u32),
+    Scope(u8, u32),
+    Evergreen(bool),
+    Meta(u32, ValueKey),
+}
+
+#[derive(Default, Clone, Debug)]
+pub struct Interner {
+    map: FxHashMap<Box<str>, u32>,
+    strings: Vec<Box<str>>,
+}
+
+impl Interner {
+    pub fn get(&self, s: &str) -> Option<u32> {
+        self.map.get(s).copied()
+    }
+
+    pub fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.map.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as u32;
+        self.strings.push(Box::from(s));
+        self.map.insert(Box::from(s), id);
+        id
+    }
+
+    pub fn resolve(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map_or("", |s| s)
+    }
+
+    pub fn strings(&self) -> &[Box<str>] {
+        &self.strings
+    }
+
+    pub fn from_strings(strings: Vec<Box<str>>) -> Self {
+        let map = strings
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.clone(), i as u32))
+            .collect();
+        Interner { map, strings }
+    }
+}
+
+/// A metadata scalar before interning.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RawValue {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(String),
+}
+
+/// The attributes of one record, as a caller gives them.
+#[derive(Clone, Debug)]
+pub struct Attrs {
+    pub table: String,
+    pub kind: String,
+    pub scope: [Option<String>; 6],
+    pub importance: f32,
+    pub evergreen: bool,
+    pub created_at: f64,
+    pub updated_at: f64,
+    pub last_accessed_at: f64,
+    /// Flattened metadata: (dotted key, value) pairs.
+    pub metadata: Vec<(String, RawValue)>,
+}
+
+impl Attrs {
+    /// Checks the numbers; called on a whole batch before anything changes.
+    pub fn validate(&self, row: usize) -> Result<()> {
+        if !(self.importance.is_finite() && (0.0..=1.0).contains(&self.importance)) {
+            return Err(Error::invalid(format!(
+                "record {row}: importance must be a number in [0, 1], got {}",
+                self.importance
+            )));
+        }
+        for (name, t) in [
+            ("created_at", self.created_at),
+            ("updated_at", self.updated_at),
+            ("last_accessed_at", self.last_accessed_at),
+        ] {
+            if !t.is_finite() {
+                return Err(Error::invalid(format!(
+                    "record {row}: {name} must be a finite number, got {t}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Flattens a metadata JSON object into (dotted key, scalar) pairs.
+pub fn flatten_metadata(json: &str) -> Result<Vec<(String, RawValue)>> {
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| Error::invalid(format!("metadata is not valid JSON: {e}")))?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(Error::invalid("metadata must be a JSON object"));
+    };
+    let mut out = Vec::new();
+    for (k, v) in &map {
+        flatten_into(k, v, 0, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn scalar(v: &serde_json::Value) -> Option<RawValue> {
+    match v {
+        serde_json::Value::Null => Some(RawValue::Null),
+        serde_json::Value::Bool(b) => Some(RawValue::Bool(*b)),
+        serde_json::Value::Number(n) => n.as_f64().map(RawValue::Num),
+        serde_json::Value::String(s) => Some(RawValue::Str(s.clone())),
+        _ => None,
+    }
+}
+
+fn flatten_into(
+    key: &str,
+    v: &serde_json::Value,
+    depth: usize,
+    out: &mut Vec<(String, RawValue)>,
+) -> Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(Error::invalid(format!(
+            "metadata is nested more than {MAX_DEPTH} levels deep"
+        )));
+    }
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, child) in map {
+                flatten_into(&format!("{key}.{k}"), child, depth + 1, out)?;
+            }
+        }
+        // Lists give their scalar elements; objects inside lists are stored
+        // (in the database) but not filterable.
+        serde_json::Value::Array(items) => {
+            out.extend(items.iter().filter_map(scalar).map(|s| (key.to_owned(), s)));
+        }
+        other => {
+            if let Some(s) = scalar(other) {
+                out.push((key.to_owned(), s));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The columns. Every `Vec` has one entry per slot.
+#[derive(Default)]
+pub struct Records {
+    pub(crate) strings: Interner,
+    pub(crate) keys: Interner,
+    pub(crate) ids: Vec<u64>,
+    pub(crate) live: Vec<bool>,
+    pub(crate) slots: IdMap<u32>,
+    pub(crate) free: Vec<u32>,
+    pub(crate) table: Vec<u32>,
+    pub(crate) kind: Vec<u32>,
+    pub(crate) scope: [Vec<u32>; 6],
+    pub(crate) importance: Vec<f32>,
+    pub(crate) evergreen: Vec<bool>,
+    pub(crate) created_at: Vec<f64>,
+    pub(crate) updated_at: Vec<f64>,
+    /// f64 bits; atomic so that a search under a read lock can record an access.
+    pub(crate) accessed_at: Vec<AtomicU64>,
+    /// Per slot: (key id, value), sorted by key id.
+    pub(crate) meta: Vec<Vec<(u32, Value)>>,
+    /// Sorted slots per indexed (field, value).
+    pub(crate) postings: FxHashMap<PostingKey, Vec<u32>>,
+}
+
+impl Records {
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn slot(&self, id: u64) -> Option<u32> {
+        self.slots.get(&id).copied()
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.slots.contains_key(&id)
+    }
+
+    /// Number of slots, live or free.
+    pub fn capacity(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn id(&self, slot: u32) -> u64 {
+        self.ids[slot as usize]
+    }
+
+    pub fn is_live(&self, slot: u32) -> bool {
+        self.live.get(slot as usize).copied().unwrap_or(false)
+    }
+
+    pub fn accessed_at(&self, slot: u32) -> f64 {
+        f64::from_bits(self.accessed_at[slot as usize].load(Ordering::Relaxed))
+    }
+
+    pub fn set_accessed_at(&self, slot: u32, t: f64) {
+        self.accessed_at[slot as usize].store(t.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Live slots in increasing order.
+    pub fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.live
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| **l)
+            .map(|(s, _)| s as u32)
+    }
+
+    pub fn postings(&self, key: &PostingKey) -> &[u32] {
+        self.postings.get(key).map_or(&[], |v| v)
+    }
+
+    /// The posting keys of a slot, as [`insert`](Self::insert) made them.
+    fn keys_of(&self, slot: u32) -> Vec<PostingKey> {
+        let s = slot as usize;
+        let mut keys = vec![
+            PostingKey::Table(self.table[s]),
+            PostingKey::Type(self.kind[s]),
+            PostingKey::Evergreen(self.evergreen[s]),
+        ];
+        for (f, col) in self.scope.iter().enumerate() {
+            if col[s] != NONE {
+                keys.push(PostingKey::Scope(f as u8, col[s]));
+            }
+        }
+        keys.extend(
+            self.meta[s]
+                .iter()
+                .map(|&(k, v)| PostingKey::Meta(k, ValueKey::from(v))),
+        );
+        // A key repeated by a list ([1, 1]) is harmless: posting skips a
+        // slot already there and unposting one already gone.
+        keys
+    }
+
+    fn unpost(&mut self, slot: u32) {
+        for key in self.keys_of(slot) {
+            if let Some(list) = self.postings.get_mut(&key) {
+                if let Ok(i) = list.binary_search(&slot) {
+                    list.remove(i);
+                }
+                if list.is_empty() {
+                    self.postings.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn post(&mut self, slot: u32) {
+        for key in self.keys_of(slot) {
+            let list = self.postings.entry(key).or_default();
+            // Fresh slots are the largest, so bulk adds append.
+            match list.last() {
+                Some(&last) if last >= slot => {
+                    if let Err(i) = list.binary_search(&slot) {
+                        list.insert(i, slot);
+                    }
+                }
+                _ => list.push(slot),
+            }
+        }
+    }
+
+    fn push_slot(&mut self) -> u32 {
+        let slot = self.ids.len() as u32;
+        self.ids.push(0);
+        self.live.push(false);
+        self.table.push(0);
+        self.kind.push(0);
+        for col in &mut self.scope {
+            col.push(NONE);
+        }
+        self.importance.push(0.0);
+        self.evergreen.push(false);
+        self.created_at.push(0.0);
+        self.updated_at.push(0.0);
+        self.accessed_at.push(AtomicU64::new(0));
+        self.meta.push(Vec::new());
+        slot
+    }
+
+    /// Inserts or replaces the attributes of `id`; returns its slot.
+    pub fn insert(&mut self, id: u64, a: &Attrs) -> u32 {
+        let slot = match self.slots.get(&id) {
+            Some(&slot) => {
+                self.unpost(slot);
+                slot
+            }
+            None => {
+                let slot = match self.free.pop() {
+                    Some(s) => s,
+                    None => self.push_slot(),
+                };
+                self.slots.insert(id, slot);
+                slot
+            }
+        };
+        let s = slot as usize;
+        self.ids[s] = id;
+        self.live[s] = true;
+        self.table[s] = self.strings.intern(&a.table);
+        self.kind[s] = self.strings.intern(&a.kind);
+        for (f, v) in a.scope.iter().enumerate() {
+            self.scope[f][s] = v.as_deref().map_or(NONE, |v| self.strings.intern(v));
+        }
+        self.importance[s] = a.importance;
+        self.evergreen[s] = a.evergreen;
+        self.created_at[s] = a.created_at;
+        self.updated_at[s] = a.updated_at;
+        self.set_accessed_at(slot, a.last_accessed_at);
+        let mut meta: Vec<(u32, Value)> = a
+            .metadata
+            .iter()
+            .map(|(k, v)| {
+                let key = self.keys.intern(k);
+                let value = match v {
+                    RawValue::Null => Value::Null,
+                    RawValue::Bool(b) => Value::Bool(*b),
+                    RawValue::Num(x) => Value::Num(*x),
+                    RawValue::Str(s) => Value::Str(self.strings.intern(s)),
+                };
+                (key, value)
+            })
+            .collect();
+        meta.sort_by_key(|&(k, _)| k);
+        self.meta[s] = meta;
+        self.post(slot);
+        slot
+    }
+
+    /// Removes `id`; returns whether it was there.
+    pub fn remove(&mut self, id: u64) -> bool {
+        let Some(slot) = self.slots.remove(&id) else {
+            return false;
+        };
+        self.unpost(slot);
+        let s = slot as usize;
+        self.live[s] = false;
+        self.meta[s] = Vec::new();
+        self.free.push(slot);
+        true
+    }
+
+    /// Rebuilds the id map and the postings from the columns (after a load);
+    /// fails with an id that is live in two slots.
+    pub(crate) fn rebuild_index(&mut self) -> std::result::Result<(), u64> {
+        self.slots = IdMap::default();
+        self.postings = FxHashMap::default();
+        for slot in 0..self.ids.len() as u32 {
+            if self.live[slot as usize] {
+                if self.slots.insert(self.ids[slot as usize], slot).is_some() {
+                    return Err(self.ids[slot as usize]);
+                }
+                self.post(slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// The values of metadata key `key` in `slot` (several for a list).
+    pub fn meta_values(&self, slot: u32, key: u32) -> &[(u32, Value)] {
+        let m = &self.meta[slot as usize];
+        let start = m.partition_point(|&(k, _)| k < key);
+        let end = start + m[start..].partition_point(|&(k, _)| k == key);
+        &m[start..end]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(table: &str, agent: Option<&str>, meta: &str) -> Attrs {
+        Attrs {
+            table: table.into(),
+            kind: "semantic".into(),
+            scope: [agent.map(String::from), None, None, None, None, None],
+            importance: 0.5,
+            evergreen: false,
+            created_at: 1.0,
+            updated_at: 1.0,
+            last_accessed_at: 1.0,
+            metadata: flatten_metadata(meta).unwrap(),
+        }
+    }
+
+    #[test]
+    fn flattening() {
+        let m =
+            flatten_metadata(r#"{"a": {"b": 1, "c": [true, "x", {"d": 1}]}, "e": null}"#).unwrap();
+        assert_eq!(
+            m,
+            vec![
+                ("a.b".into(), RawValue::Num(1.0)),
+                ("a.c".into(), RawValue::Bool(true)),
+                ("a.c".into(), RawValue::Str("x".into())),
+                ("e".into(), RawValue::Null),
+            ]
+        );
+        assert!(flatten_metadata("[1]").is_err());
+        assert!(flatten_metadata("{").is_err());
+    }
+
+    #[test]
+    fn postings_follow_inserts_replacements_and_removals() {
+        let mut r = Records::default();
+        r.insert(10, &attrs("memories", Some("a"), r#"{"k": "v"}"#));
+        r.insert(11, &attrs("memories", Some("b"), r#"{"k": "v"}"#));
+        let a = r.strings.get("a").unwrap();
+        let v = r.strings.get("v").unwrap();
+        let k = r.keys.get("k").unwrap();
+        assert_eq!(r.postings(&PostingKey::Scope(0, a)), &[0]);
+        assert_eq!(r.postings(&PostingKey::Meta(k, ValueKey::Str(v))), &[0, 1]);
+        r.insert(10, &attrs("memories", Some("b"), r#"{}"#));
+        assert!(r.postings(&PostingKey::Scope(0, a)).is_empty());
+        assert_eq!(r.postings(&PostingKey::Meta(k, ValueKey::Str(v))), &[1]);
+        assert!(r.remove(11));
+        assert!(!r.remove(11));
+        assert!(r
+            .postings(&PostingKey::Meta(k, ValueKey::Str(v)))
+            .is_empty());
+        // The freed slot is reused.
+        assert_eq!(r.insert(12, &attrs("t", None, "{}")), 1);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.live_slots().collect::<Vec<_>>(), vec![0, 1]);
+    }
+}

@@ -1,0 +1,341 @@
+//! The query path: filter to a candidate set, retrieve from BM25 and from the
+//! vectors (graph and parked), fuse, score, cut, and record the access.
+//!
+//! Relevance by mode: `text` is BM25 divided by the best BM25 score; `vector`
+//! is the cosine similarity clamped to [0, 1]; `hybrid` fuses the two lists
+//! by [`Fusion`]. The final score is [`scoring::composite`].
+
+use rustc_hash::FxHashMap;
+
+use super::pending::normalised;
+use super::{Engine, Filter};
+use crate::error::{Error, Result};
+use crate::fusion::{self, Fusion};
+use crate::hnsw::Allowed;
+use crate::scoring::{self, Weights};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Hybrid,
+    Vector,
+    Text,
+}
+
+impl Mode {
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "hybrid" => Ok(Mode::Hybrid),
+            "vector" => Ok(Mode::Vector),
+            "text" => Ok(Mode::Text),
+            other => Err(Error::invalid(format!(
+                "mode must be one of {{'hybrid', 'vector', 'text'}}, got {other:?}"
+            ))),
+        }
+    }
+}
+
+pub struct SearchRequest<'a> {
+    pub text: Option<&'a str>,
+    pub vector: Option<&'a [f32]>,
+    pub mode: Mode,
+    pub filter: Option<&'a Filter>,
+    pub k: usize,
+    /// How many hits each retriever contributes before fusion.
+    pub candidates: usize,
+    pub fusion: Fusion,
+    pub weights: Weights,
+    /// λ, per hour.
+    pub decay: f64,
+    pub recency_half_life: f64,
+    /// Unix seconds.
+    pub now: f64,
+    /// Minimum final score.
+    pub threshold: Option<f64>,
+    /// Minimum cosine similarity.
+    pub min_similarity: Option<f64>,
+    pub explain: bool,
+    /// Record an access of the returned hits at `now`.
+    pub touch: bool,
+}
+
+/// Every signal behind one hit's score.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Signals {
+    pub bm25: Option<f32>,
+    /// 1-based rank in the BM25 list, if the hit was in it.
+    pub bm25_rank: Option<u32>,
+    pub cosine: Option<f32>,
+    pub vector_rank: Option<u32>,
+    /// Fused relevance in [0, 1], before decay.
+    pub relevance: f64,
+    pub decay: f64,
+    pub importance: f64,
+    pub recency: f64,
+    pub score: f64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Hits {
+    pub ids: Vec<u64>,
+    pub scores: Vec<f64>,
+    /// One per hit when the request asked to explain, else empty.
+    pub signals: Vec<Signals>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Cand {
+    bm25: Option<f32>,
+    bm25_rank: Option<u32>,
+    cosine: Option<f32>,
+    vector_rank: Option<u32>,
+}
+
+impl SearchRequest<'_> {
+    fn check(&self) -> Result<()> {
+        if self.k == 0 {
+            return Err(Error::invalid("k must be at least 1"));
+        }
+        scoring::check_decay(self.decay)?;
+        scoring::check_half_life(self.recency_half_life)?;
+        if !self.now.is_finite() {
+            return Err(Error::invalid("now must be a finite time"));
+        }
+        for (name, v) in [
+            ("threshold", self.threshold),
+            ("min_similarity", self.min_similarity),
+        ] {
+            if v.is_some_and(|v| !v.is_finite()) {
+                return Err(Error::invalid(format!("{name} must be a finite number")));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Engine {
+    pub fn search(&self, req: &SearchRequest<'_>) -> Result<Hits> {
+        req.check()?;
+        let query = match (req.vector, self.dim()) {
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    "this store has no vector space (it was created without an embedder)",
+                ))
+            }
+            (Some(v), Some(dim)) => {
+                if v.len() != dim {
+                    return Err(Error::DimensionMismatch {
+                        expected: dim,
+                        got: v.len(),
+                    });
+                }
+                Some(normalised(v, dim, "query vector")?)
+            }
+            (None, _) => None,
+        };
+        if req.mode == Mode::Vector && query.is_none() {
+            return Err(Error::invalid("vector search needs a query vector"));
+        }
+        if req.min_similarity.is_some() && query.is_none() {
+            return Err(Error::invalid("min_similarity needs a query vector"));
+        }
+        let text = req.text.filter(|t| !t.trim().is_empty());
+        if req.mode == Mode::Text && text.is_none() {
+            return Err(Error::invalid("text search needs a non-empty query text"));
+        }
+
+        // The candidate set, shared by both retrievers.
+        let selection = req.filter.filter(|f| !f.is_all()).map(|f| self.select(f));
+        let allowed_ids: Option<Vec<u64>> = selection
+            .as_ref()
+            .map(|s| s.slots.iter().map(|&slot| self.records.id(slot)).collect());
+        if allowed_ids.as_ref().is_some_and(Vec::is_empty) {
+            return Ok(Hits::default());
+        }
+        let pool = req.candidates.max(req.k);
+
+        let text_hits = match text {
+            Some(t) if req.mode != Mode::Vector => {
+                let filter = allowed_ids.as_deref().map(|ids| self.bm25.filter(ids));
+                self.bm25.search(t, pool, filter.as_ref())
+            }
+            _ => Vec::new(),
+        };
+        let vector_hits = match &query {
+            Some(q) if req.mode != Mode::Text => {
+                self.vector_candidates(q, pool, allowed_ids.as_deref(), selection.as_ref())?
+            }
+            _ => Vec::new(),
+        };
+
+        let mut order: Vec<u64> = Vec::with_capacity(text_hits.len() + vector_hits.len());
+        let mut cands: FxHashMap<u64, Cand> = FxHashMap::default();
+        for (rank, h) in text_hits.iter().enumerate() {
+            let c = cands.entry(h.id).or_insert_with(|| {
+                order.push(h.id);
+                Cand::default()
+            });
+            c.bm25 = Some(h.score);
+            c.bm25_rank = Some(rank as u32 + 1);
+        }
+        for (rank, &(id, cos)) in vector_hits.iter().enumerate() {
+            let c = cands.entry(id).or_insert_with(|| {
+                order.push(id);
+                Cand::default()
+            });
+            c.cosine = Some(cos);
+            c.vector_rank = Some(rank as u32 + 1);
+        }
+
+        let weighted = matches!(req.fusion, Fusion::Weighted { .. }) && req.mode == Mode::Hybrid;
+        if let Some(q) = &query {
+            if weighted || req.explain || req.min_similarity.is_some() {
+                for id in &order {
+                    let c = cands.get_mut(id);
+                    if let Some(c) = c.filter(|c| c.cosine.is_none()) {
+                        c.cosine = self.vector(*id).map(|v| super::pending::dot(q, &v));
+                    }
+                }
+            }
+        }
+        if let Some(t) = text {
+            if weighted || req.explain {
+                self.fill_bm25(t, &order, &mut cands);
+            }
+        }
+
+        let best_bm25 = text_hits.first().map_or(0.0, |h| f64::from(h.score));
+        let lists = usize::from(!text_hits.is_empty()) + usize::from(!vector_hits.is_empty());
+        let relevance = |c: &Cand| -> f64 {
+            let cos = || fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
+            let bm = || fusion::bm25_relevance(c.bm25.map_or(0.0, f64::from), best_bm25);
+            match (req.mode, req.fusion) {
+                (Mode::Text, _) => bm(),
+                (Mode::Vector, _) => cos(),
+                (Mode::Hybrid, Fusion::Rrf { k }) => {
+                    fusion::rrf(&[c.bm25_rank, c.vector_rank], k, lists)
+                }
+                (Mode::Hybrid, Fusion::Weighted { alpha }) => fusion::weighted(
+                    query.is_some().then(cos),
+                    (!text_hits.is_empty()).then(bm),
+                    alpha,
+                ),
+            }
+        };
+
+        let r = &self.records;
+        let mut scored: Vec<(u64, Signals)> = Vec::with_capacity(order.len());
+        for id in order {
+            let (Some(c), Some(slot)) = (cands.get(&id), r.slot(id)) else {
+                continue;
+            };
+            if let Some(min) = req.min_similarity {
+                if c.cosine.is_none_or(|cos| f64::from(cos) < min) {
+                    continue;
+                }
+            }
+            let s = slot as usize;
+            let evergreen = r.evergreen[s];
+            let hours = scoring::hours_since(req.now, r.accessed_at(slot));
+            let decay = scoring::decay_factor(req.decay, hours, evergreen);
+            let recency = scoring::recency(hours, req.recency_half_life, evergreen);
+            let importance = f64::from(r.importance[s]);
+            let relevance = relevance(c);
+            let score = scoring::composite(&req.weights, relevance, decay, importance, recency);
+            if req.threshold.is_some_and(|t| score < t) {
+                continue;
+            }
+            scored.push((
+                id,
+                Signals {
+                    bm25: c.bm25,
+                    bm25_rank: c.bm25_rank,
+                    cosine: c.cosine,
+                    vector_rank: c.vector_rank,
+                    relevance,
+                    decay,
+                    importance,
+                    recency,
+                    score,
+                },
+            ));
+        }
+        scored.sort_unstable_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+        scored.truncate(req.k);
+
+        if req.touch {
+            for (id, _) in &scored {
+                if let Some(slot) = r.slot(*id) {
+                    r.set_accessed_at(slot, req.now);
+                }
+            }
+        }
+        Ok(Hits {
+            ids: scored.iter().map(|(id, _)| *id).collect(),
+            scores: scored.iter().map(|(_, s)| s.score).collect(),
+            signals: if req.explain {
+                scored.into_iter().map(|(_, s)| s).collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    /// The `pool` nearest vectors (graph and parked) among the allowed ones,
+    /// as (id, cosine similarity), best first.
+    fn vector_candidates(
+        &self,
+        q: &[f32],
+        pool: usize,
+        allowed_ids: Option<&[u64]>,
+        selection: Option<&super::Selection>,
+    ) -> Result<Vec<(u64, f32)>> {
+        let mut hits: Vec<(u64, f32)> = Vec::new();
+        if let Some(hnsw) = self.hnsw.as_ref().filter(|h| !h.is_empty()) {
+            let allowed: Option<Allowed> = allowed_ids.map(|ids| hnsw.allowed(ids));
+            if allowed.as_ref().is_none_or(|a| !a.is_empty()) {
+                for n in hnsw.search(q, pool, None, allowed.as_ref())? {
+                    hits.push((n.id, 1.0 - n.distance));
+                }
+            }
+        }
+        if !self.pending.is_empty() {
+            let parked = match selection {
+                None => self.pending.scan(q, pool, |_| true),
+                Some(sel) => self.pending.scan(q, pool, |id| {
+                    self.records
+                        .slot(id)
+                        .is_some_and(|s| sel.slots.binary_search(&s).is_ok())
+                }),
+            };
+            hits.extend(parked);
+            hits.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            hits.truncate(pool);
+        }
+        Ok(hits)
+    }
+
+    /// Exact BM25 scores for candidates the BM25 list did not hold (0 when
+    /// no query term occurs in them).
+    fn fill_bm25(&self, text: &str, order: &[u64], cands: &mut FxHashMap<u64, Cand>) {
+        let missing: Vec<u64> = order
+            .iter()
+            .copied()
+            .filter(|id| cands.get(id).is_some_and(|c| c.bm25.is_none()))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let filter = self.bm25.filter(&missing);
+        let found: FxHashMap<u64, f32> = self
+            .bm25
+            .search(text, missing.len(), Some(&filter))
+            .into_iter()
+            .map(|h| (h.id, h.score))
+            .collect();
+        for id in missing {
+            if let Some(c) = cands.get_mut(&id) {
+                c.bm25 = Some(found.get(&id).copied().unwrap_or(0.0));
+            }
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! The engine on disk: one directory per snapshot, `snapshot-<seq>/`, holding
+//! `bm25.bin`, `hnsw.bin` (for a store with vectors) and `records.bin`, each
+//! a checksummed [`crate::persist`] file. A snapshot is written into a
+//! staging directory and renamed into place once complete, so a crash leaves
+//! either the old snapshot or the new one, never a mix; older snapshots are
+//! deleted after the rename. `seq` is the caller's change sequence number
+//! that the snapshot reflects, so the caller knows what to replay.
+//!
+//! `records.bin`, version 1: `seq: u64, dim: u64 (0 = none)`, the value and
+//! key interners (`count: u64` then `str` each), `slots: u64`, then per
+//! column `ids: u64s, live: bytes, table: u32s, type: u32s, 6 × scope: u32s,
+//! importance: f32s, evergreen: bytes`, `created_at, updated_at,
+//! last_accessed_at` (`slots` f64 each), per slot its metadata (`count: u64`,
+//! then `key: u32, tag: u8` and a payload by tag), `free: u32s`, and the
+//! parked vectors (`ids: u64s, data: f32s`). Postings are rebuilt on load.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+
+use super::pending::Pending;
+use super::records::{Interner, Records, Value, NONE};
+use super::Engine;
+use crate::bm25::Bm25Index;
+use crate::codec::{DecodeError, DecodeResult, Reader, Writer};
+use crate::error::{Error, Result};
+use crate::hnsw::Hnsw;
+use crate::persist::{self, corrupt, Kind};
+
+const KIND: Kind = Kind(*b"MREC");
+const VERSION: u32 = 1;
+const PREFIX: &str = "snapshot-";
+const STAGING: &str = ".staging-";
+
+fn snapshot_dirs(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    let entries = match fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io(root, e)),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(seq) = name.strip_prefix(PREFIX).and_then(|s| s.parse().ok()) {
+            out.push((seq, entry.path()));
+        }
+    }
+    out.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+    Ok(out)
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+impl Engine {
+    /// Writes a snapshot reflecting change `seq` under `root`, then deletes
+    /// older ones. Saving the same `seq` twice is a no-op.
+    pub fn save(&self, root: &Path, seq: u64) -> Result<()> {
+        fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        let name = format!("{PREFIX}{seq:020}");
+        let target = root.join(&name);
+        if target.join("records.bin").is_file() {
+            return Ok(());
+        }
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let staging = root.join(format!("{STAGING}{seq:020}-{}-{nonce}", std::process::id()));
+        let write = || -> Result<()> {
+            fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
+            self.bm25.save(&staging.join("bm25.bin"))?;
+            if let Some(h) = &self.hnsw {
+                h.save(&staging.join("hnsw.bin"))?;
+            }
+            persist::save(
+                &staging.join("records.bin"),
+                KIND,
+                VERSION,
+                &self.encode(seq),
+            )?;
+            sync_dir(&staging);
+            if target.exists() {
+                fs::remove_dir_all(&target).map_err(|e| Error::io(&target, e))?;
+            }
+            fs::rename(&staging, &target).map_err(|e| Error::io(&target, e))?;
+            sync_dir(root);
+            Ok(())
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+        // Older snapshots and abandoned staging directories.
+        if let Ok(entries) = fs::read_dir(root) {
+            for entry in entries.flatten() {
+                let n = entry.file_name();
+                let n = n.to_string_lossy();
+                if (n.starts_with(PREFIX) && n != name) || n.starts_with(STAGING) {
+                    let _ = fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads the newest snapshot under `root`; returns it with its `seq`.
+    pub fn load(root: &Path) -> Result<(Engine, u64)> {
+        let Some((seq, dir)) = snapshot_dirs(root)?.into_iter().next() else {
+            return Err(Error::NotFound(root.to_path_buf()));
+        };
+        let records_path = dir.join("records.bin");
+        let (_, payload) = persist::load(&records_path, KIND, VERSION)?;
+        let mut r = Reader::new(&payload);
+        let head = (|| -> DecodeResult<(u64, u64)> { Ok((r.u64()?, r.u64()?)) })()
+            .map_err(|DecodeError(m)| corrupt(&records_path, m))?;
+        if head.0 != seq {
+            return Err(corrupt(
+                &records_path,
+                format!("holds seq {} but its directory says {seq}", head.0),
+            ));
+        }
+        let dim = usize::try_from(head.1).map_err(|_| corrupt(&records_path, "bad dim"))?;
+        let (records, pending) =
+            decode(&mut r, dim).map_err(|DecodeError(m)| corrupt(&records_path, m))?;
+        let bm25 = Bm25Index::load(&dir.join("bm25.bin"))?;
+        let hnsw = if dim > 0 {
+            let h = Hnsw::load(&dir.join("hnsw.bin"))?;
+            if h.dim() != dim {
+                return Err(corrupt(&dir, "hnsw.bin and records.bin disagree on dim"));
+            }
+            Some(h)
+        } else {
+            None
+        };
+        // Every index must hold exactly the records' ids (vectors: a subset).
+        let inconsistent = |what: &str| corrupt(&dir, format!("{what} disagrees with records.bin"));
+        if bm25.len() != records.len() || bm25.ids().iter().any(|id| !records.contains(*id)) {
+            return Err(inconsistent("bm25.bin"));
+        }
+        if let Some(h) = &hnsw {
+            if h.ids()
+                .iter()
+                .any(|id| !records.contains(*id) || pending.contains(*id))
+            {
+                return Err(inconsistent("hnsw.bin"));
+            }
+        }
+        if pending.ids().iter().any(|id| !records.contains(*id)) {
+            return Err(inconsistent("the parked vectors"));
+        }
+        Ok((
+            Engine {
+                records,
+                bm25,
+                hnsw,
+                pending,
+            },
+            seq,
+        ))
+    }
+
+    fn encode(&self, seq: u64) -> Vec<u8> {
+        let r = &self.records;
+        let n = r.capacity();
+        let mut w = Writer::with_capacity(n * 96 + self.pending.data().len() * 4 + 1024);
+        w.u64(seq);
+        w.u64(self.dim().unwrap_or(0) as u64);
+        for interner in [&r.strings, &r.keys] {
+            w.u64(interner.strings().len() as u64);
+            for s in interner.strings() {
+                w.str(s);
+            }
+        }
+        w.u64(n as u64);
+        w.u64s(&r.ids);
+        w.bytes(&r.live.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
+        w.u32s(&r.table);
+        w.u32s(&r.kind);
+        for col in &r.scope {
+            w.u32s(col);
+        }
+        w.f32s(&r.importance);
+        w.bytes(&r.evergreen.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
+        for s in 0..n {
+            w.f64(r.created_at[s]);
+        }
+        for s in 0..n {
+            w.f64(r.updated_at[s]);
+        }
+        for s in 0..n {
+            w.f64(r.accessed_at(s as u32));
+        }
+        for m in &r.meta {
+            w.u64(m.len() as u64);
+            for &(key, v) in m {
+                w.u32(key);
+                match v {
+                    Value::Null => w.u8(0),
+                    Value::Bool(b) => {
+                        w.u8(1);
+                        w.u8(u8::from(b));
+                    }
+                    Value::Num(x) => {
+                        w.u8(2);
+                        w.f64(x);
+                    }
+                    Value::Str(s) => {
+                        w.u8(3);
+                        w.u32(s);
+                    }
+                }
+            }
+        }
+        w.u32s(&r.free);
+        w.u64s(self.pending.ids());
+        w.f32s(self.pending.data());
+        w.into_inner()
+    }
+}
+
+fn err(msg: impl Into<String>) -> DecodeError {
+    DecodeError(msg.into())
+}
+
+fn interner(r: &mut Reader<'_>) -> DecodeResult<Interner> {
+    let n = r.u64()?;
+    let mut strings = Vec::new();
+    for _ in 0..n {
+        strings.push(Box::from(r.str()?));
+    }
+    let interner = Interner::from_strings(strings);
+    Ok(interner)
+}
+
+fn bools(r: &mut Reader<'_>, n: usize, what: &str) -> DecodeResult<Vec<bool>> {
+    let b = r.bytes()?;
+    if b.len() != n || b.iter().any(|&x| x > 1) {
+        return Err(err(format!("bad {what} column")));
+    }
+    Ok(b.iter().map(|&x| x == 1).collect())
+}
+
+fn sized<T>(v: Vec<T>, n: usize, what: &str) -> DecodeResult<Vec<T>> {
+    if v.len() == n {
+        Ok(v)
+    } else {
+        Err(err(format!(
+            "{what} column has {} entries, expected {n}",
+            v.len()
+        )))
+    }
+}
+
+fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
+    let strings = interner(r)?;
+    let keys = interner(r)?;
+    let n = usize::try_from(r.u64()?).map_err(|_| err("slot count too large"))?;
+    let ids = sized(r.u64s()?, n, "ids")?;
+    let live = bools(r, n, "live")?;
+    let table = sized(r.u32s()?, n, "table")?;
+    let kind = sized(r.u32s()?, n, "type")?;
+    let mut scope: [Vec<u32>; 6] = Default::default();
+    for col in &mut scope {
+        *col = sized(r.u32s()?, n, "scope")?;
+    }
+    let importance = sized(r.f32s()?, n, "importance")?;
+    let evergreen = bools(r, n, "evergreen")?;
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for col in &mut times {
+        for _ in 0..n {
+            col.push(r.f64()?);
+        }
+    }
+    let n_strings = strings.strings().len() as u32;
+    let n_keys = keys.strings().len() as u32;
+    let mut meta = Vec::with_capacity(n);
+    for _ in 0..n {
+        let count = r.u64()?;
+        let mut m = Vec::new();
+        for _ in 0..count {
+            let key = r.u32()?;
+            if key >= n_keys {
+                return Err(err("metadata key out of range"));
+            }
+            let v = match r.u8()? {
+                0 => Value::Null,
+                1 => Value::Bool(r.u8()? == 1),
+                2 => Value::Num(r.f64()?),
+                3 => {
+                    let s = r.u32()?;
+                    if s >= n_strings {
+                        return Err(err("metadata string out of range"));
+                    }
+                    Value::Str(s)
+                }
+                t => return Err(err(format!("unknown metadata tag {t}"))),
+            };
+            m.push((key, v));
+        }
+        if m.windows(2).any(|w| w[0].0 > w[1].0) {
+            return Err(err("metadata keys out of order"));
+        }
+        meta.push(m);
+    }
+    let free = r.u32s()?;
+    let pending_ids = r.u64s()?;
+    let pending_data = r.f32s()?;
+    if !r.is_empty() {
+        return Err(err("trailing bytes"));
+    }
+    for s in 0..n {
+        if !live[s] {
+            continue;
+        }
+        let in_range = |v: u32| v < n_strings;
+        if !in_range(table[s]) || !in_range(kind[s]) {
+            return Err(err("table or type out of range"));
+        }
+        if scope.iter().any(|c| c[s] != NONE && !in_range(c[s])) {
+            return Err(err("scope value out of range"));
+        }
+    }
+    let mut free_seen = vec![false; n];
+    for &f in &free {
+        let f = f as usize;
+        if f >= n || live[f] || free_seen[f] {
+            return Err(err("bad free slot list"));
+        }
+        free_seen[f] = true;
+    }
+    if free.len() + live.iter().filter(|l| **l).count() != n {
+        return Err(err("free and live slots do not add up"));
+    }
+    let pending = Pending::from_parts(dim, pending_ids, pending_data)
+        .ok_or_else(|| err("bad parked vectors"))?;
+    let [created_at, updated_at, accessed] = times;
+    let mut records = Records {
+        strings,
+        keys,
+        ids,
+        live,
+        free,
+        table,
+        kind,
+        scope,
+        importance,
+        evergreen,
+        created_at,
+        updated_at,
+        accessed_at: accessed
+            .into_iter()
+            .map(|t| AtomicU64::new(t.to_bits()))
+            .collect(),
+        meta,
+        ..Records::default()
+    };
+    records
+        .rebuild_index()
+        .map_err(|id| err(format!("id {id} is live twice")))?;
+    Ok((records, pending))
+}

@@ -1,0 +1,344 @@
+use super::*;
+use crate::fusion::Fusion;
+use crate::scoring::Weights;
+
+const HOUR: f64 = 3600.0;
+
+fn attrs(agent: &str, importance: f32, accessed: f64, evergreen: bool) -> Attrs {
+    Attrs {
+        table: "memories".into(),
+        kind: "semantic".into(),
+        scope: [Some(agent.into()), None, None, None, None, None],
+        importance,
+        evergreen,
+        created_at: accessed,
+        updated_at: accessed,
+        last_accessed_at: accessed,
+        metadata: flatten_metadata(&format!(r#"{{"agent": "{agent}"}}"#)).unwrap(),
+    }
+}
+
+fn engine(dim: Option<usize>) -> Engine {
+    Engine::new(EngineConfig {
+        dim,
+        ..EngineConfig::default()
+    })
+    .unwrap()
+}
+
+fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> SearchRequest<'a> {
+    SearchRequest {
+        text,
+        vector,
+        mode,
+        filter: None,
+        k: 10,
+        candidates: 50,
+        fusion: Fusion::default(),
+        weights: Weights::resolve(Some(1.0), None, None, 0.0).unwrap(),
+        decay: 0.0,
+        recency_half_life: 168.0,
+        now: 100.0 * HOUR,
+        threshold: None,
+        min_similarity: None,
+        explain: true,
+        touch: false,
+    }
+}
+
+/// Three records in 2-d: texts and unit vectors chosen so both retrievers
+/// have a clear order.
+fn three() -> Engine {
+    let mut e = engine(Some(2));
+    let texts: Vec<String> = [
+        "dark mode theme",
+        "dark chocolate cake",
+        "light mode setting",
+    ]
+    .map(String::from)
+    .into();
+    let vectors = [1.0, 0.0, 0.6, 0.8, 0.0, 1.0];
+    let a = [
+        attrs("a", 0.5, 100.0 * HOUR, false),
+        attrs("a", 0.9, 90.0 * HOUR, false),
+        attrs("b", 0.1, 0.0, true),
+    ];
+    e.upsert(Batch {
+        ids: &[1, 2, 3],
+        texts: Some(&texts),
+        vectors: Some(&vectors),
+        attrs: &a,
+    })
+    .unwrap();
+    e
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6
+}
+
+#[test]
+fn hybrid_rrf_by_hand() {
+    let e = three();
+    // "dark mode": BM25 ranks 1 (both terms) then 2 or 3 (one term each).
+    let q = [1.0, 0.0];
+    let hits = e
+        .search(&request(Some("dark mode"), Some(&q), Mode::Hybrid))
+        .unwrap();
+    assert_eq!(hits.ids[0], 1);
+    let s = hits.signals[0];
+    assert_eq!((s.bm25_rank, s.vector_rank), (Some(1), Some(1)));
+    assert!(close(s.relevance, 1.0));
+    assert!(close(s.cosine.unwrap() as f64, 1.0));
+    // Record 2: cosine 0.6 (vector rank 2), BM25 rank 2 or 3.
+    let i = hits.ids.iter().position(|&id| id == 2).unwrap();
+    let s = hits.signals[i];
+    assert_eq!(s.vector_rank, Some(2));
+    let expected = (1.0 / (60.0 + s.bm25_rank.unwrap() as f64) + 1.0 / 62.0) / (2.0 / 61.0);
+    assert!(close(s.relevance, expected));
+    assert!(close(s.cosine.unwrap() as f64, 0.6));
+}
+
+#[test]
+fn modes_and_weighted_fusion() {
+    let e = three();
+    let q = [0.0, 1.0];
+    let v = e
+        .search(&request(Some("dark"), Some(&q), Mode::Vector))
+        .unwrap();
+    assert_eq!(v.ids, vec![3, 2, 1]);
+    assert!(close(v.signals[1].relevance, 0.8));
+    assert!(close(v.signals[2].relevance, 0.0));
+    // Explain fills the BM25 of vector-only hits: "dark" is in 1 and 2.
+    assert_eq!(v.signals[2].bm25_rank, None);
+    assert!(v.signals[2].bm25.unwrap() > 0.0);
+    assert_eq!(v.signals[0].bm25, Some(0.0));
+
+    let t = e.search(&request(Some("dark"), None, Mode::Text)).unwrap();
+    assert_eq!(t.ids.len(), 2);
+    assert!(close(t.signals[0].relevance, 1.0));
+    let ratio = f64::from(t.signals[1].bm25.unwrap()) / f64::from(t.signals[0].bm25.unwrap());
+    assert!(close(t.signals[1].relevance, ratio));
+
+    let mut r = request(Some("dark"), Some(&q), Mode::Hybrid);
+    r.fusion = Fusion::weighted(0.25).unwrap();
+    let w = e.search(&r).unwrap();
+    for (id, s) in w.ids.iter().zip(&w.signals) {
+        let best = t.signals[0].bm25.unwrap() as f64;
+        let expected =
+            0.25 * (s.cosine.unwrap() as f64).max(0.0) + 0.75 * s.bm25.unwrap() as f64 / best;
+        assert!(close(s.relevance, expected), "id {id}");
+    }
+}
+
+#[test]
+fn decay_recency_and_composite_by_hand() {
+    let e = three();
+    let q = [1.0, 0.0];
+    let mut r = request(None, Some(&q), Mode::Vector);
+    r.decay = 0.01;
+    r.weights = Weights::resolve(Some(0.5), Some(0.3), Some(0.2), r.decay).unwrap();
+    let hits = e.search(&r).unwrap();
+    let by_id = |id: u64| hits.signals[hits.ids.iter().position(|&x| x == id).unwrap()];
+    // Record 2: accessed 10 hours before now, cosine 0.6, importance 0.9.
+    let s = by_id(2);
+    let decay = (-0.01f64 * 10.0).exp();
+    let recency = 0.5f64.powf(10.0 / 168.0);
+    assert!(close(s.decay, decay));
+    assert!(close(s.recency, recency));
+    assert!(close(
+        s.score,
+        0.5 * 0.6 * decay + 0.3 * 0.9 + 0.2 * recency
+    ));
+    // Record 3 is evergreen: no decay, full recency despite its age.
+    let s = by_id(3);
+    assert!(close(s.decay, 1.0) && close(s.recency, 1.0));
+    assert!(close(s.score, 0.3 * 0.1 + 0.2));
+    // Hits come best first.
+    assert!(hits.scores.windows(2).all(|w| w[0] >= w[1]));
+}
+
+#[test]
+fn filters_thresholds_and_touch() {
+    let e = three();
+    let q = [1.0, 0.0];
+    let f = e.parse_filter(r#"{"agent_id": "a"}"#).unwrap();
+    let mut r = request(Some("mode"), Some(&q), Mode::Hybrid);
+    r.filter = Some(&f);
+    let hits = e.search(&r).unwrap();
+    assert!(!hits.ids.is_empty() && hits.ids.iter().all(|&id| id == 1 || id == 2));
+
+    let mut r = request(None, Some(&q), Mode::Vector);
+    r.min_similarity = Some(0.5);
+    assert_eq!(e.search(&r).unwrap().ids, vec![1, 2]);
+    r.min_similarity = None;
+    r.threshold = Some(0.7);
+    assert_eq!(e.search(&r).unwrap().ids, vec![1]);
+
+    let nothing = e.parse_filter(r#"{"agent_id": "zz"}"#).unwrap();
+    r.threshold = None;
+    r.filter = Some(&nothing);
+    assert!(e.search(&r).unwrap().ids.is_empty());
+
+    r.filter = None;
+    r.touch = true;
+    r.k = 1;
+    e.search(&r).unwrap();
+    let slot = e.records.slot(1).unwrap();
+    assert_eq!(e.records.accessed_at(slot), r.now);
+}
+
+#[test]
+fn parked_vectors_are_found_before_and_after_linking() {
+    let mut e = three();
+    assert_eq!(e.pending(), 3);
+    let q = [0.0, 1.0];
+    let before = e.search(&request(None, Some(&q), Mode::Vector)).unwrap();
+    assert_eq!(e.index_pending(2).unwrap(), 1);
+    let middle = e.search(&request(None, Some(&q), Mode::Vector)).unwrap();
+    assert_eq!(e.index_pending(100).unwrap(), 0);
+    let after = e.search(&request(None, Some(&q), Mode::Vector)).unwrap();
+    assert_eq!(before.ids, after.ids);
+    assert_eq!(middle.ids, after.ids);
+    // Replacing a linked vector parks the new one and unlinks the old.
+    let a = [attrs("a", 0.5, 0.0, false)];
+    e.upsert(Batch {
+        ids: &[1],
+        texts: None,
+        vectors: Some(&[0.0, 1.0]),
+        attrs: &a,
+    })
+    .unwrap();
+    let hits = e.search(&request(None, Some(&q), Mode::Vector)).unwrap();
+    assert!(close(hits.signals[0].cosine.unwrap() as f64, 1.0));
+    assert_eq!(hits.ids.len(), 3);
+}
+
+#[test]
+fn bad_input_changes_nothing() {
+    let mut e = three();
+    let a = [attrs("a", 0.5, 0.0, false)];
+    let texts = vec!["x".to_string()];
+    for (vectors, attrs_ok) in [
+        (Some(&[1.0f32, 2.0, 3.0][..]), true),
+        (Some(&[f32::NAN, 1.0][..]), true),
+    ] {
+        assert!(attrs_ok);
+        assert!(e
+            .upsert(Batch {
+                ids: &[9],
+                texts: Some(&texts),
+                vectors,
+                attrs: &a,
+            })
+            .is_err());
+    }
+    let mut bad = a.clone();
+    bad[0].importance = f32::NAN;
+    assert!(e
+        .upsert(Batch {
+            ids: &[9],
+            texts: Some(&texts),
+            vectors: None,
+            attrs: &bad,
+        })
+        .is_err());
+    assert!(matches!(
+        e.upsert(Batch {
+            ids: &[9],
+            texts: None,
+            vectors: None,
+            attrs: &a,
+        }),
+        Err(Error::UnknownId(9))
+    ));
+    assert!(matches!(e.remove(&[1, 9], false), Err(Error::UnknownId(9))));
+    assert_eq!(e.len(), 3);
+    assert_eq!(e.remove(&[1, 9], true).unwrap(), 1);
+    assert_eq!(e.len(), 2);
+    assert!(!e.has_vector(1));
+    let q = [1.0, 0.0, 0.0];
+    assert!(matches!(
+        e.search(&request(None, Some(&q), Mode::Vector)),
+        Err(Error::DimensionMismatch {
+            expected: 2,
+            got: 3
+        })
+    ));
+}
+
+#[test]
+fn ids_where_orders_by_creation() {
+    let e = three();
+    assert_eq!(e.ids_where(None, Order::CreatedDesc, 0, 10), vec![1, 2, 3]);
+    assert_eq!(e.ids_where(None, Order::CreatedAsc, 1, 1), vec![2]);
+    let f = e.parse_filter(r#"{"agent_id": "a"}"#).unwrap();
+    assert_eq!(e.ids_where(Some(&f), Order::CreatedAsc, 0, 10), vec![2, 1]);
+    assert_eq!(e.count(Some(&f)), 2);
+    assert_eq!(e.count(None), 3);
+}
+
+#[test]
+fn snapshot_round_trip_and_damage() {
+    let dir = std::env::temp_dir().join(format!("memlane-engine-snap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut e = three();
+    e.index_pending(2).unwrap();
+    e.remove(&[2], false).unwrap();
+    e.save(&dir, 7).unwrap();
+    e.save(&dir, 7).unwrap();
+    let (l, seq) = Engine::load(&dir).unwrap();
+    assert_eq!(seq, 7);
+    assert_eq!(l.len(), 2);
+    assert_eq!(l.pending(), e.pending());
+    let q = [1.0, 0.0];
+    let a = e
+        .search(&request(Some("mode"), Some(&q), Mode::Hybrid))
+        .unwrap();
+    let b = l
+        .search(&request(Some("mode"), Some(&q), Mode::Hybrid))
+        .unwrap();
+    assert_eq!(a.ids, b.ids);
+    assert_eq!(a.scores, b.scores);
+    let f = l.parse_filter(r#"{"metadata.agent": "b"}"#).unwrap();
+    assert_eq!(l.count(Some(&f)), 1);
+
+    // A newer snapshot replaces the older.
+    e.save(&dir, 8).unwrap();
+    assert_eq!(Engine::load(&dir).unwrap().1, 8);
+    assert!(!dir.join(format!("snapshot-{:020}", 7)).exists());
+
+    let rec = dir.join(format!("snapshot-{:020}", 8)).join("records.bin");
+    let mut bytes = std::fs::read(&rec).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xFF;
+    std::fs::write(&rec, &bytes).unwrap();
+    assert!(matches!(Engine::load(&dir), Err(Error::Corrupt { .. })));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(matches!(Engine::load(&dir), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn one_percent_filter_examines_one_percent() {
+    let mut e = engine(None);
+    let n = 20_000u64;
+    let ids: Vec<u64> = (0..n).collect();
+    let texts: Vec<String> = ids.iter().map(|i| format!("memory number {i}")).collect();
+    let a: Vec<Attrs> = ids
+        .iter()
+        .map(|i| attrs(&format!("agent{}", i % 100), 0.5, 0.0, false))
+        .collect();
+    e.upsert(Batch {
+        ids: &ids,
+        texts: Some(&texts),
+        vectors: None,
+        attrs: &a,
+    })
+    .unwrap();
+    let f = e
+        .parse_filter(r#"{"$and": [{"table": "memories"}, {"metadata.agent": "agent7"}, {"importance": {"$gt": 0.1}}]}"#)
+        .unwrap();
+    let s = e.select(&f);
+    assert_eq!(s.slots.len(), 200);
+    assert_eq!(s.examined, 200);
+}

@@ -1,0 +1,130 @@
+//! Fusion of ranked lists into one relevance in [0, 1].
+//!
+//! - Reciprocal rank fusion (Cormack, Clarke and Büttcher, 2009): a document
+//!   at 1-based rank `r_i` in list `i` scores `Σ_i 1 / (k + r_i)`; dividing by
+//!   the best possible sum, `L / (k + 1)` for `L` non-empty lists, maps a
+//!   document ranked first everywhere to 1.
+//! - Weighted fusion: `α · cosine⁺ + (1 − α) · bm25 / max bm25`, where
+//!   `cosine⁺` is the cosine similarity clamped to [0, 1] and the BM25 score is
+//!   divided by the best BM25 score among the candidates.
+
+use crate::error::{Error, Result};
+
+/// The `k` of the original paper, and Nous's and Elasticsearch's default.
+pub const DEFAULT_RRF_K: f64 = 60.0;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fusion {
+    Rrf { k: f64 },
+    Weighted { alpha: f64 },
+}
+
+impl Default for Fusion {
+    fn default() -> Self {
+        Fusion::Rrf { k: DEFAULT_RRF_K }
+    }
+}
+
+impl Fusion {
+    pub fn rrf(k: f64) -> Result<Self> {
+        if !(k.is_finite() && k >= 0.0) {
+            return Err(Error::invalid(format!(
+                "rrf_k must be a finite number >= 0, got {k}"
+            )));
+        }
+        Ok(Fusion::Rrf { k })
+    }
+
+    pub fn weighted(alpha: f64) -> Result<Self> {
+        if !(0.0..=1.0).contains(&alpha) {
+            return Err(Error::invalid(format!(
+                "alpha must be in [0, 1], got {alpha}"
+            )));
+        }
+        Ok(Fusion::Weighted { alpha })
+    }
+}
+
+/// Normalised RRF of one document: `ranks` holds its 1-based rank in each
+/// list (`None` where absent); `lists` is the number of non-empty lists.
+pub fn rrf(ranks: &[Option<u32>], k: f64, lists: usize) -> f64 {
+    if lists == 0 {
+        return 0.0;
+    }
+    let sum: f64 = ranks
+        .iter()
+        .flatten()
+        .map(|&r| 1.0 / (k + f64::from(r)))
+        .sum();
+    sum * (k + 1.0) / lists as f64
+}
+
+/// A cosine similarity as a relevance in [0, 1].
+pub fn cosine_relevance(cosine: f64) -> f64 {
+    cosine.clamp(0.0, 1.0)
+}
+
+/// A BM25 score divided by the best one, in [0, 1].
+pub fn bm25_relevance(score: f64, best: f64) -> f64 {
+    if best > 0.0 {
+        (score / best).clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
+/// Weighted fusion of the two normalised signals. A signal that no list
+/// produced at all (`None`: the query had no indexed term, or no vector)
+/// leaves the whole weight to the other.
+pub fn weighted(cosine: Option<f64>, bm25: Option<f64>, alpha: f64) -> f64 {
+    match (cosine, bm25) {
+        (Some(c), Some(b)) => alpha * c + (1.0 - alpha) * b,
+        (Some(c), None) => c,
+        (None, Some(b)) => b,
+        (None, None) => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn rrf_by_hand() {
+        // First in both lists: the best possible, 1.
+        assert!(close(rrf(&[Some(1), Some(1)], 60.0, 2), 1.0));
+        // Ranks 1 and 3: (1/61 + 1/63) / (2/61).
+        assert!(close(
+            rrf(&[Some(1), Some(3)], 60.0, 2),
+            (1.0 / 61.0 + 1.0 / 63.0) / (2.0 / 61.0)
+        ));
+        // In one list only.
+        assert!(close(
+            rrf(&[None, Some(2)], 60.0, 2),
+            (1.0 / 62.0) / (2.0 / 61.0)
+        ));
+        assert!(close(rrf(&[Some(1)], 60.0, 1), 1.0));
+        assert!(close(rrf(&[None, None], 60.0, 0), 0.0));
+        // k = 0 is plain reciprocal rank.
+        assert!(close(rrf(&[Some(2), Some(4)], 0.0, 2), (0.5 + 0.25) / 2.0));
+    }
+
+    #[test]
+    fn weighted_by_hand() {
+        assert!(close(
+            weighted(Some(0.8), Some(0.5), 0.25),
+            0.25 * 0.8 + 0.75 * 0.5
+        ));
+        assert!(close(weighted(Some(0.8), None, 0.25), 0.8));
+        assert!(close(weighted(None, Some(0.5), 0.25), 0.5));
+        assert!(close(bm25_relevance(3.0, 4.0), 0.75));
+        assert!(close(bm25_relevance(3.0, 0.0), 0.0));
+        assert!(close(cosine_relevance(-0.2), 0.0));
+        assert!(Fusion::weighted(1.5).is_err());
+        assert!(Fusion::rrf(f64::NAN).is_err());
+    }
+}
