@@ -1,17 +1,20 @@
 //! Top-k retrieval: MaxScore (Turtle and Flood, 1995) over `docno`-sorted
-//! postings, with exhaustive scoring kept beside it as the reference.
+//! postings, scored in windows as Lucene's `MaxScoreBulkScorer` does, with
+//! exhaustive scoring kept beside it as the reference.
 //!
 //! Query terms are sorted by their score bound `ub`, ascending. Once the
 //! heap holds `k` hits with lowest score `θ`, the longest prefix of terms
 //! whose bounds sum below `θ` is *non-essential*: a document that has only
-//! those terms cannot enter, so candidates come from the essential lists
-//! alone and the non-essential lists are only probed (galloping search) for
-//! candidates that may still make it. Frequent terms have small bounds, so
-//! they become non-essential first and their long lists are skipped.
+//! those terms cannot enter. The essential terms are scored term at a time
+//! into an accumulator over a window of [`WINDOW`] document numbers; each
+//! document they touched is then completed by probing the non-essential
+//! lists (galloping search), highest bound first, until its bound falls
+//! below `θ`. Frequent terms have small bounds, so they turn non-essential
+//! first and their long lists are only probed.
 //!
 //! Results equal exhaustive scoring bit for bit: a document's score is
-//! always the sum of its terms' contributions in the same order (the
-//! bound order), whatever path found it, and pruning compares bounds with a
+//! always the sum of its terms' contributions in one canonical order (highest
+//! bound first), whatever path found it, and pruning compares bounds with a
 //! relative slack that covers rounding, so it never drops a document that
 //! would have entered. Ties are broken by id: hits are ordered by score,
 //! descending, then id, ascending.
@@ -21,12 +24,16 @@ use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
+use super::analyzer::Tokens;
 use super::index::Bm25Index;
 use super::scoring::TermScorer;
 
 /// Pruning treats bounds as `(1 + SLACK)` times larger than computed, far
 /// more than the rounding error of summing `f32` contributions.
 const SLACK: f32 = 1e-4;
+
+/// Documents scored together, term at a time, by the essential terms.
+const WINDOW: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Hit {
@@ -190,10 +197,10 @@ impl Bm25Index {
         let terms = self.prepare(query);
         let mut acc = vec![0f32; self.doc_ids.len()];
         let mut seen = vec![false; self.doc_ids.len()];
-        for t in &terms {
+        for t in terms.iter().rev() {
             let p = &self.postings[t.tid as usize];
             for (&d, &tf) in p.docs.iter().zip(&p.tfs) {
-                if self.live[d as usize] && filter.map_or(true, |f| f.contains(d)) {
+                if self.live[d as usize] && filter.is_none_or(|f| f.contains(d)) {
                     acc[d as usize] += t.scorer.score(tf, self.doc_lens[d as usize]);
                     seen[d as usize] = true;
                 }
@@ -214,11 +221,11 @@ impl Bm25Index {
     /// The query's distinct indexed terms, with their multiplicity folded into
     /// the weight, sorted by score bound.
     fn prepare(&self, query: &str) -> Vec<QueryTerm> {
-        let mut tids: Vec<u32> = self
-            .analyzer
-            .analyze(query)
+        let mut tokens = Tokens::default();
+        self.analyzer.tokens(query, &mut tokens, None);
+        let mut tids: Vec<u32> = tokens
             .iter()
-            .filter_map(|t| self.vocab.get(t.as_str()).copied())
+            .filter_map(|t| self.vocab.get(t).copied())
             .collect();
         tids.sort_unstable();
         let stats = self.stats();
@@ -297,76 +304,117 @@ impl Bm25Index {
             bound.push(sum * (1.0 + SLACK));
         }
         let mut pos = vec![0usize; n];
-        let mut contrib = vec![0f32; n];
+        let mut acc = vec![0f32; WINDOW];
+        let mut seen = vec![0u64; WINDOW / 64];
         let mut top = TopK::new(k);
         let mut theta = f32::NEG_INFINITY;
         // Terms before `first` are non-essential.
         let mut first = 0;
-        loop {
-            let mut d = u32::MAX;
-            for i in first..n {
-                if let Some(&x) = lists[i].0.get(pos[i]) {
-                    d = d.min(x);
-                }
-            }
-            if d == u32::MAX {
+        while first < n {
+            // The next window starts at the smallest unread essential posting.
+            let Some(lo) = (first..n)
+                .filter_map(|i| lists[i].0.get(pos[i]))
+                .min()
+                .copied()
+            else {
                 break;
-            }
-            let wanted = self.live[d as usize] && filter.map_or(true, |f| f.contains(d));
-            let len = self.doc_lens[d as usize];
-            let mut partial = 0f32;
-            for i in first..n {
-                if lists[i].0.get(pos[i]) == Some(&d) {
-                    if wanted {
-                        let s = terms[i].scorer.score(lists[i].1[pos[i]], len);
-                        contrib[i] = s;
-                        partial += s;
+            };
+            let hi = lo.saturating_add(WINDOW as u32);
+            // Essential terms, highest bound first (the canonical order), term at a time.
+            for i in (first..n).rev() {
+                let (docs, tfs) = lists[i];
+                let scorer = &terms[i].scorer;
+                let mut p = pos[i];
+                while let Some(&d) = docs.get(p) {
+                    if d >= hi {
+                        break;
                     }
-                    pos[i] += 1;
+                    let off = (d - lo) as usize;
+                    acc[off] += scorer.score(tfs[p], self.doc_lens[d as usize]);
+                    seen[off / 64] |= 1 << (off % 64);
+                    p += 1;
                 }
+                pos[i] = p;
             }
-            if !wanted {
-                continue;
-            }
-            let mut pruned = false;
-            for i in (0..first).rev() {
-                if partial * (1.0 + SLACK) + bound[i] < theta {
-                    pruned = true;
-                    break;
-                }
-                pos[i] = advance(lists[i].0, pos[i], d);
-                if lists[i].0.get(pos[i]) == Some(&d) {
-                    let s = terms[i].scorer.score(lists[i].1[pos[i]], len);
-                    contrib[i] = s;
-                    partial += s;
-                }
-            }
-            if pruned {
-                contrib.iter_mut().for_each(|c| *c = 0.0);
-                continue;
-            }
-            top.offer(Hit {
-                id: self.doc_ids[d as usize],
-                score: sum_and_clear(&mut contrib),
-            });
-            let t = top.threshold();
-            if t > theta {
-                theta = t;
-                while first < n && bound[first] < theta {
-                    first += 1;
+            // Candidates in document order; non-essential terms are probed,
+            // highest bound first, while the document can still enter.
+            let window_first = first;
+            for (w, word) in seen.iter_mut().enumerate() {
+                let mut bits = std::mem::take(word);
+                while bits != 0 {
+                    let off = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let score = std::mem::take(&mut acc[off]);
+                    let d = lo + off as u32;
+                    if !self.live[d as usize] || !filter.is_none_or(|f| f.contains(d)) {
+                        continue;
+                    }
+                    let Some(score) = self.complete(
+                        terms,
+                        &lists,
+                        &bound,
+                        &mut pos,
+                        window_first,
+                        d,
+                        score,
+                        theta,
+                    ) else {
+                        continue;
+                    };
+                    top.offer(Hit {
+                        id: self.doc_ids[d as usize],
+                        score,
+                    });
+                    let t = top.threshold();
+                    if t > theta {
+                        theta = t;
+                        while first < n && bound[first] < theta {
+                            first += 1;
+                        }
+                    }
                 }
             }
         }
         top.into_sorted()
     }
+
+    /// Adds the non-essential terms `0..first` (highest bound first) to a
+    /// candidate's essential score, or gives `None` once the bounds show it
+    /// cannot reach `theta`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn complete(
+        &self,
+        terms: &[QueryTerm],
+        lists: &[(&[u32], &[u32])],
+        bound: &[f32],
+        pos: &mut [usize],
+        first: usize,
+        d: u32,
+        mut score: f32,
+        theta: f32,
+    ) -> Option<f32> {
+        let len = self.doc_lens[d as usize];
+        for i in (0..first).rev() {
+            if score * (1.0 + SLACK) + bound[i] < theta {
+                return None;
+            }
+            let (docs, tfs) = lists[i];
+            pos[i] = advance(docs, pos[i], d);
+            if docs.get(pos[i]) == Some(&d) {
+                score += terms[i].scorer.score(tfs[pos[i]], len);
+            }
+        }
+        Some(score)
+    }
 }
 
-/// Sums contributions in term order (the order exhaustive scoring adds
-/// them in) and resets them.
+/// Sums contributions in the canonical order, highest bound first, and
+/// resets them.
 #[inline]
 fn sum_and_clear(contrib: &mut [f32]) -> f32 {
     let mut s = 0f32;
-    for c in contrib.iter_mut() {
+    for c in contrib.iter_mut().rev() {
         s += *c;
         *c = 0.0;
     }
@@ -468,6 +516,29 @@ mod tests {
                     let by_forward = ix.score_filtered(&ix.prepare(&q), k, &filter);
                     assert_eq!(by_postings, by_forward);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn many_windows_equal_exhaustive() {
+        let mut rng = Rng(7);
+        let mut ix = plain();
+        let n = 3 * WINDOW as u64 + 17;
+        let texts: Vec<String> = (0..n).map(|_| rng.text(200, 12)).collect();
+        let ids: Vec<u64> = (0..n).rev().collect();
+        ix.add(&ids, &texts).unwrap();
+        let gone: Vec<u64> = (0..n).filter(|i| i % 11 == 0).collect();
+        ix.remove(&gone).unwrap();
+        let filter = ix.filter(&(0..n).filter(|i| i % 3 == 0).collect::<Vec<_>>());
+        for _ in 0..40 {
+            let q = rng.text(200, 10);
+            for k in [1, 10, 100] {
+                assert_eq!(ix.search(&q, k, None), ix.search_exhaustive(&q, k, None));
+                assert_eq!(
+                    ix.max_score(&ix.prepare(&q), k, Some(&filter)),
+                    ix.search_exhaustive(&q, k, Some(&filter))
+                );
             }
         }
     }
