@@ -3,32 +3,43 @@
 from __future__ import annotations
 
 from memlane._core import BM25Index, HnswIndex, __version__, analyze
+from memlane.aio import AsyncMemory
 from memlane.embeddings import Embedder, OnnxEmbedder
 from memlane.errors import (
     CorruptFileError,
     DimensionMismatchError,
+    EmbedderMismatchError,
     EmbedderUnavailableError,
     InternalError,
     InvalidArgumentError,
     MemlaneError,
     NotFoundError,
     StorageError,
+    StoreLockedError,
     UnknownIdError,
 )
+from memlane.memory import Memory
+from memlane.records import MemoryRecord, SearchHit
 
 __all__ = [
+    "AsyncMemory",
     "BM25Index",
     "CorruptFileError",
     "DimensionMismatchError",
     "Embedder",
+    "EmbedderMismatchError",
     "EmbedderUnavailableError",
     "HnswIndex",
     "InternalError",
     "InvalidArgumentError",
     "MemlaneError",
+    "Memory",
+    "MemoryRecord",
     "NotFoundError",
     "OnnxEmbedder",
+    "SearchHit",
     "StorageError",
+    "StoreLockedError",
     "UnknownIdError",
     "__version__",
     "analyze",

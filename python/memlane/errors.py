@@ -9,12 +9,14 @@ from __future__ import annotations
 __all__ = [
     "CorruptFileError",
     "DimensionMismatchError",
+    "EmbedderMismatchError",
     "EmbedderUnavailableError",
     "InternalError",
     "InvalidArgumentError",
     "MemlaneError",
     "NotFoundError",
     "StorageError",
+    "StoreLockedError",
     "UnknownIdError",
 ]
 
@@ -57,3 +59,11 @@ class EmbedderUnavailableError(MemlaneError, RuntimeError):
 
 class InternalError(MemlaneError, RuntimeError):
     """A bug in memlane; please report it with the message."""
+
+
+class StoreLockedError(MemlaneError, BlockingIOError):
+    """Another Memory (in this process or another) has the store open."""
+
+
+class EmbedderMismatchError(MemlaneError, ValueError):
+    """A store was opened with an embedder other than the one its vectors come from."""

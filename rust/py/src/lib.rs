@@ -3,6 +3,7 @@
 
 mod bm25;
 mod convert;
+mod engine;
 mod errors;
 mod hnsw;
 
@@ -14,5 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bm25::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;
+    m.add_class::<engine::PyEngine>()?;
+    m.add_class::<engine::PyPrepared>()?;
     Ok(())
 }

@@ -1,0 +1,93 @@
+"""Duplicate detection for :meth:`memlane.Memory.add`.
+
+- Exact: the same :func:`content_hash` in the same table and scope.
+- Near: a cosine similarity at or above a threshold (0.95 by default) in the
+  same table and scope, as elizaOS's ``createMemory(unique=true)`` checks.
+- Window (as OrcBot does): within ``dedup_window`` seconds (5 minutes by
+  default), the same ``metadata["message_id"]``, or the same
+  ``metadata["source"]`` and ``metadata["contact"]`` with the same text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+__all__ = ["DedupWindow", "content_hash", "normalise_text", "window_keys"]
+
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    """NFKC, case-folded, whitespace collapsed and stripped: what "the same content" compares."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+def content_hash(text: str) -> str:
+    """sha256 (hex) of :func:`normalise_text`."""
+    return hashlib.sha256(normalise_text(text).encode("utf-8")).hexdigest()
+
+
+def window_keys(
+    scope_key: Hashable, metadata: Mapping[str, Any], digest: str
+) -> list[tuple[Hashable, ...]]:
+    """The keys under which a record is remembered by :class:`DedupWindow`."""
+    keys: list[tuple[Hashable, ...]] = []
+    message_id = metadata.get("message_id")
+    if message_id is not None:
+        keys.append(("message", scope_key, str(message_id)))
+    source, contact = metadata.get("source"), metadata.get("contact")
+    if source is not None and contact is not None:
+        keys.append(("source", scope_key, str(source), str(contact), digest))
+    return keys
+
+
+class DedupWindow:
+    """Remembers recently added records under their :func:`window_keys` for ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._entries: OrderedDict[tuple[Hashable, ...], tuple[str, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _expire(self, now: float) -> None:
+        while self._entries:
+            key, (_, at) = next(iter(self._entries.items()))
+            if now - at <= self.seconds:
+                break
+            del self._entries[key]
+
+    def find(self, keys: list[tuple[Hashable, ...]], now: float | None = None) -> str | None:
+        """The id of a record remembered under any of ``keys`` within the window."""
+        if self.seconds <= 0 or not keys:
+            return None
+        now = time.time() if now is None else now
+        with self._lock:
+            self._expire(now)
+            for key in keys:
+                hit = self._entries.get(key)
+                if hit is not None:
+                    return hit[0]
+        return None
+
+    def remember(
+        self, keys: list[tuple[Hashable, ...]], record_id: str, at: float | None = None
+    ) -> None:
+        if self.seconds <= 0 or not keys:
+            return
+        at = time.time() if at is None else at
+        with self._lock:
+            for key in keys:
+                self._entries[key] = (record_id, at)
+                self._entries.move_to_end(key)
+
+    def forget(self, record_id: str) -> None:
+        with self._lock:
+            for key in [k for k, (rid, _) in self._entries.items() if rid == record_id]:
+                del self._entries[key]

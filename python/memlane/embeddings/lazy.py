@@ -1,0 +1,78 @@
+"""An embedder that loads its model on first use, so opening a store costs no model load."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from memlane.embeddings._base import Embedder, FloatArray
+
+__all__ = ["DEFAULT_DIMENSION", "DEFAULT_NAME", "LazyEmbedder", "default_embedder"]
+
+#: Name and dimension of :class:`memlane.OnnxEmbedder`, known without loading it.
+DEFAULT_NAME = "onnx:all-MiniLM-L6-v2-int8"
+DEFAULT_DIMENSION = 384
+
+
+class LazyEmbedder:
+    """Stands for the embedder ``factory`` builds, building it at the first embed call.
+
+    ``name`` and ``dimension`` must be those of the built embedder; a mismatch
+    raises at that first call.
+    """
+
+    def __init__(self, factory: Callable[[], Embedder], name: str, dimension: int) -> None:
+        self._factory = factory
+        self._name = name
+        self._dimension = dimension
+        self._inner: Embedder | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
+    def loaded(self) -> bool:
+        return self._inner is not None
+
+    def get(self) -> Embedder:
+        """The real embedder, built now if it was not yet."""
+        inner = self._inner
+        if inner is None:
+            with self._lock:
+                if self._inner is None:
+                    built = self._factory()
+                    if (built.name, built.dimension) != (self._name, self._dimension):
+                        raise ValueError(
+                            f"the embedder built ({built.name}, {built.dimension}) is not the "
+                            f"one announced ({self._name}, {self._dimension})"
+                        )
+                    self._inner = built
+                inner = self._inner
+        return inner
+
+    def embed(self, text: str) -> FloatArray:
+        return self.get().embed(text)
+
+    def embed_batch(self, texts: Sequence[str]) -> FloatArray:
+        return self.get().embed_batch(texts)
+
+    def __repr__(self) -> str:
+        state = "loaded" if self.loaded else "not loaded yet"
+        return f"LazyEmbedder(name={self._name!r}, dimension={self._dimension}, {state})"
+
+
+def default_embedder() -> LazyEmbedder:
+    """The default :class:`~memlane.OnnxEmbedder`, loaded when first needed."""
+
+    def build() -> Embedder:
+        from memlane.embeddings._onnx import OnnxEmbedder
+
+        return OnnxEmbedder()
+
+    return LazyEmbedder(build, DEFAULT_NAME, DEFAULT_DIMENSION)

@@ -1,0 +1,1384 @@
+"""The memory store: :class:`Memory`.
+
+A store directory holds ``memory.db`` (SQLite, the source of truth), ``index/``
+(snapshots of the engine: BM25, HNSW and the records' attributes) and ``lock``.
+Each write validates everything (in Python, then in the engine's ``prepare``),
+commits one transaction, and only then updates the engine, which can no
+longer fail. Opening loads the newest snapshot and replays the changes the
+database holds beyond it; a missing or damaged snapshot is rebuilt from the
+database with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import uuid
+import warnings
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane._core import Engine
+from memlane.dedup import DedupWindow, content_hash, window_keys
+from memlane.embeddings._base import Embedder
+from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
+from memlane.embeddings.lazy import default_embedder
+from memlane.errors import (
+    DimensionMismatchError,
+    EmbedderMismatchError,
+    InvalidArgumentError,
+    MemlaneError,
+    UnknownIdError,
+)
+from memlane.filters import metadata_filter
+from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
+from memlane.storage import COLUMNS, Row, SQLiteStore, StoreLock
+
+__all__ = ["DEFAULT_EMBEDDER", "Memory"]
+
+Mode = Literal["hybrid", "vector", "text"]
+FloatArray = npt.NDArray[np.float32]
+
+
+class _DefaultEmbedder:
+    def __repr__(self) -> str:
+        return "DEFAULT_EMBEDDER"
+
+
+#: The ``embedder`` argument's default: :class:`memlane.OnnxEmbedder`, loaded on first use.
+DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
+
+_UNSET: Any = object()
+
+_C = {name: i for i, name in enumerate(COLUMNS)}
+_ADD_KEYS = frozenset(
+    {
+        "text",
+        "table",
+        "type",
+        *SCOPE_FIELDS,
+        "importance",
+        "evergreen",
+        "metadata",
+        "embedding",
+        "id",
+        "created_at",
+        "unique",
+    }
+)
+# What an import may carry besides the add() keys.
+_IMPORT_KEYS = _ADD_KEYS | {"updated_at", "last_accessed_at", "access_count", "content_hash"}
+_EXPLAIN = (
+    "bm25",
+    "bm25_rank",
+    "cosine",
+    "vector_rank",
+    "relevance",
+    "decay",
+    "importance",
+    "recency",
+    "score",
+)
+_WEIGHT_KEYS = frozenset({"relevance", "importance", "recency"})
+_INDEX_BATCH = 256
+# Batches up to this size are linked into the graph by the writer itself.
+_INLINE_INDEX = 64
+_ACCESS_FLUSH_SECONDS = 2.0
+_ACCESS_FLUSH_COUNT = 1024
+
+
+@dataclass(slots=True)
+class _New:
+    """One record to add, validated."""
+
+    id: str
+    text: str
+    table: str
+    type: str
+    scope: tuple[str | None, ...]
+    importance: float
+    evergreen: bool
+    metadata: dict[str, Any]
+    metadata_json: str
+    embedding: FloatArray | None
+    created_at: float
+    updated_at: float
+    last_accessed_at: float
+    access_count: int
+    unique: bool
+    content_hash: str
+    # Check for duplicates before storing (add(unique=True)); imports never do.
+    dedup: bool = False
+
+    @property
+    def scope_dict(self) -> dict[str, str]:
+        return {f: v for f, v in zip(SCOPE_FIELDS, self.scope, strict=True) if v is not None}
+
+
+# -- argument checks --------------------------------------------------------------
+
+
+def _str(value: object, label: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{label} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidArgumentError(f"{label} must not be empty")
+    return value
+
+
+def _number(value: object, label: str, low: float | None = None, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InvalidArgumentError(f"{label} must be a number, got {type(value).__name__}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise InvalidArgumentError(f"{label} must be a finite number, got {x}")
+    if (low is not None and x < low) or (high is not None and x > high):
+        raise InvalidArgumentError(f"{label} must be in [{low}, {high}], got {x}")
+    return x
+
+
+def _time(value: object, label: str) -> float:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidArgumentError(f"{label} must be timezone-aware (or unix seconds)")
+        return value.timestamp()
+    return _number(value, label)
+
+
+def _bool(value: object, label: str) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise InvalidArgumentError(f"{label} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _metadata(value: object) -> tuple[dict[str, Any], str]:
+    if value is None:
+        return {}, "{}"
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"metadata must be a dict, got {type(value).__name__}")
+    if not all(isinstance(k, str) for k in value):
+        raise InvalidArgumentError("metadata keys must be str")
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"metadata must be JSON-serialisable: {e}") from None
+    # Round-trip: what is stored is what a later read returns.
+    return json.loads(text), text
+
+
+def _scope_kwargs(scope: Mapping[str, Any]) -> None:
+    unknown = set(scope) - set(SCOPE_FIELDS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown argument(s) {sorted(unknown)}; scope fields are {list(SCOPE_FIELDS)}"
+        )
+
+
+def _blob(v: FloatArray | None) -> bytes | None:
+    return None if v is None else np.ascontiguousarray(v, dtype="<f4").tobytes()
+
+
+def _unblob(b: bytes | None) -> FloatArray | None:
+    if b is None:
+        return None
+    v: FloatArray = np.frombuffer(b, dtype="<f4").astype(np.float32)
+    return v
+
+
+def _maintain(ref: weakref.ref[Memory], wake: threading.Event) -> None:
+    """The background thread: links parked vectors, flushes access counts, snapshots."""
+    while True:
+        wake.wait(timeout=1.0)
+        wake.clear()
+        memory = ref()
+        if memory is None or memory._closing:
+            return
+        try:
+            memory._maintenance()
+        except Exception as e:  # keep serving; the next write or close retries
+            memory._background_error = e
+        del memory
+
+
+def _release(lock: StoreLock, db: SQLiteStore, wake: threading.Event) -> None:
+    wake.set()
+    db.close()
+    lock.release()
+
+
+class Memory:
+    """Persistent, searchable memory for agents.
+
+    Args:
+        path: the store directory, created if missing; ``None`` keeps the store
+            in memory (gone at close).
+        embedder: an :class:`~memlane.embeddings.Embedder`; by default the
+            offline :class:`~memlane.OnnxEmbedder`, loaded at the first text to
+            embed. ``None`` makes a text-only store: searches use BM25 alone.
+            A store pins its embedder's name and dimension; opening it with
+            another raises :class:`~memlane.errors.EmbedderMismatchError`
+            unless ``reembed=True``, which embeds every record again.
+        default_scope: scope fields filled in wherever a call leaves them out.
+        dedup_threshold: cosine similarity at which ``add(unique=True)`` sees a
+            near-duplicate.
+        near_duplicate: ``"mark"`` stores a near-duplicate with ``unique=False``
+            (as elizaOS does); ``"skip"`` stores nothing and returns the
+            existing record.
+        dedup_window: seconds during which a repeated ``metadata["message_id"]``,
+            or the same ``source`` + ``contact`` + text, is skipped (0 turns it off).
+        track_access: whether searches update ``access_count`` and
+            ``last_accessed_at`` of what they return (a search may override it).
+        decay, weights, recency_half_life: search defaults (see :meth:`search`).
+        snapshot_every: changes between periodic index snapshots (at least
+            half the store's size, so snapshots cost O(1) per change).
+        cache_size: query and text embeddings kept in memory.
+        language: the BM25 analyzer's language (stopwords and stemmer).
+        hnsw_m, hnsw_ef_construction, hnsw_ef: graph parameters.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        embedder: Embedder | None = DEFAULT_EMBEDDER,
+        *,
+        default_scope: Mapping[str, str] | None = None,
+        reembed: bool = False,
+        dedup_threshold: float = 0.95,
+        near_duplicate: Literal["mark", "skip"] = "mark",
+        dedup_window: float = 300.0,
+        track_access: bool = True,
+        decay: float = 0.001,
+        weights: Mapping[str, float] | None = None,
+        recency_half_life: float = 168.0,
+        snapshot_every: int = 10_000,
+        cache_size: int = 4096,
+        language: str = "english",
+        hnsw_m: int = 16,
+        hnsw_ef_construction: int = 100,
+        hnsw_ef: int = 64,
+    ) -> None:
+        self._closing = True  # until fully open, so __del__/close do nothing
+        scope = dict(default_scope or {})
+        _scope_kwargs(scope)
+        for f, v in scope.items():
+            _str(v, f"default_scope[{f!r}]")
+        self.default_scope: dict[str, str] = scope
+        self.dedup_threshold = _number(dedup_threshold, "dedup_threshold", -1.0, 1.0)
+        if near_duplicate not in ("mark", "skip"):
+            raise InvalidArgumentError(
+                f"near_duplicate must be one of {{'mark', 'skip'}}, got {near_duplicate!r}"
+            )
+        self.near_duplicate = near_duplicate
+        self.track_access = _bool(track_access, "track_access")
+        self.decay = _number(decay, "decay", 0.0)
+        self.weights = self._weights(weights)
+        self.recency_half_life = _number(recency_half_life, "recency_half_life", 1e-9)
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
+            raise InvalidArgumentError("snapshot_every must be an int")
+        self.snapshot_every = max(1, snapshot_every)
+        self._window = DedupWindow(_number(dedup_window, "dedup_window", 0.0))
+
+        if embedder is DEFAULT_EMBEDDER:
+            embedder = default_embedder()
+        if embedder is not None and not isinstance(embedder, Embedder):
+            raise InvalidArgumentError(
+                f"embedder must follow the Embedder protocol (name, dimension, embed, "
+                f"embed_batch), got {type(embedder).__name__}"
+            )
+        self._embedder: CachedEmbedder | None = (
+            None if embedder is None else CachedEmbedder(embedder, EmbeddingCache(cache_size))
+        )
+        self._dim: int | None = None if embedder is None else int(embedder.dimension)
+        self._engine_args: dict[str, Any] = {
+            "m": hnsw_m,
+            "ef_construction": hnsw_ef_construction,
+            "ef": hnsw_ef,
+            "language": language,
+        }
+
+        self.path = None if path is None else Path(path)
+        self._index_dir: Path | None = None
+        if self.path is not None:
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InvalidArgumentError(f"cannot create the store {self.path}: {e}") from e
+            self._index_dir = self.path / "index"
+        self._lock = StoreLock(self.path) if self.path is not None else None
+        try:
+            self._db = SQLiteStore(None if self.path is None else self.path / "memory.db")
+            self._write = threading.RLock()
+            self._access: dict[int, tuple[int, float]] = {}
+            self._access_since = 0.0
+            self._access_lock = threading.Lock()
+            self._background_error: Exception | None = None
+            self._pin(embedder, reembed, language)
+            self._engine, self._snap_seq = self._open_engine()
+            self._seq = self._db.seq()
+            self._seed_window()
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
+        self._closing = False
+        self._wake = threading.Event()
+        self._thread = threading.Thread(
+            target=_maintain, args=(weakref.ref(self), self._wake), daemon=True, name="memlane"
+        )
+        self._thread.start()
+        if self._lock is not None:
+            self._finalizer = weakref.finalize(self, _release, self._lock, self._db, self._wake)
+        if self._engine.pending():
+            self._wake.set()
+
+    # -- opening ------------------------------------------------------------------
+
+    def _pin(self, embedder: Embedder | None, reembed: bool, language: str) -> None:
+        """Records the embedder and analyzer of a new store; checks them on an existing one."""
+        name = "" if embedder is None else embedder.name
+        dim = 0 if embedder is None else int(embedder.dimension)
+        pinned = self._db.get_meta("embedder")
+        if pinned is None:
+            with self._db.transaction() as conn:
+                self._db.set_meta(conn, "embedder", name)
+                self._db.set_meta(conn, "dimension", str(dim))
+                self._db.set_meta(conn, "language", language)
+            return
+        pinned_dim = int(self._db.get_meta("dimension") or 0)
+        if self._db.get_meta("language") not in (None, language):
+            raise InvalidArgumentError(
+                f"the store was created with language={self._db.get_meta('language')!r}, "
+                f"not {language!r}"
+            )
+        if (pinned, pinned_dim) == (name, dim):
+            return
+        if not reembed:
+
+            def describe(n: str, d: int) -> str:
+                return f"{n!r} (dimension {d})" if n else "no embedder (text only)"
+
+            raise EmbedderMismatchError(
+                f"the store {self.path} was built with {describe(pinned, pinned_dim)} but is "
+                f"being opened with {describe(name, dim)}; open it with the same embedder, or "
+                "pass reembed=True to embed every record again with the new one"
+            )
+        self._reembed(name, dim)
+        self._reembedded = True
+
+    def _reembed(self, name: str, dim: int) -> None:
+        """Replaces every stored vector with the current embedder's (or drops them)."""
+        with self._db.transaction() as conn:
+            seq = self._db.next_seq(conn)
+            rows = conn.execute("SELECT rowid, text FROM records ORDER BY rowid").fetchall()
+            for start in range(0, len(rows), 1024):
+                chunk = rows[start : start + 1024]
+                if self._embedder is None:
+                    vectors: list[bytes | None] = [None] * len(chunk)
+                else:
+                    vs = self._embedder.embed_batch([r[1] for r in chunk])
+                    vectors = [_blob(v) for v in vs]
+                conn.executemany(
+                    "UPDATE records SET embedding = ?, seq = ?, content_seq = ? WHERE rowid = ?",
+                    [(v, seq, seq, r[0]) for v, r in zip(vectors, chunk, strict=True)],
+                )
+            self._db.set_meta(conn, "embedder", name)
+            self._db.set_meta(conn, "dimension", str(dim))
+        if self._index_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._index_dir, ignore_errors=True)
+
+    def _new_engine(self) -> Engine:
+        return Engine(self._dim, **self._engine_args)
+
+    def _open_engine(self) -> tuple[Engine, int]:
+        engine: Engine | None = None
+        seq = 0
+        if self._index_dir is not None:
+            reason = None
+            try:
+                engine, seq = Engine.load(self._index_dir)
+                if engine.dim != self._dim:
+                    reason = f"its dimension {engine.dim} is not the store's {self._dim}"
+                elif seq > self._db.seq():
+                    reason = "it is newer than the database"
+            except FileNotFoundError:
+                if self._db.count() and not getattr(self, "_reembedded", False):
+                    reason = "it is missing"
+            except MemlaneError as e:
+                reason = str(e)
+            if reason is not None:
+                warnings.warn(
+                    f"memlane: the index snapshot of {self.path} cannot be used ({reason}); "
+                    "rebuilding it from the database",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                engine, seq = None, 0
+        if engine is None:
+            engine = self._new_engine()
+        self._replay(engine, seq)
+        return engine, seq
+
+    def _replay(self, engine: Engine, since: int) -> None:
+        """Applies what the database holds beyond change ``since`` to ``engine``."""
+        gone = self._db.tombstones_since(since)
+        if gone:
+            engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
+        for rows in self._db.rows_since(since):
+            full = [r for r in rows if r[_C["content_seq"]] > since or r[0] not in engine]
+            attrs = [r for r in rows if not (r[_C["content_seq"]] > since or r[0] not in engine)]
+            if full:
+                with_vec = [r for r in full if r[_C["embedding"]] is not None and self._dim]
+                without = [r for r in full if not (r[_C["embedding"]] is not None and self._dim)]
+                if with_vec:
+                    vectors = np.stack([_unblob(r[_C["embedding"]]) for r in with_vec])  # type: ignore[misc]
+                    engine.apply(self._prepare(engine, with_vec, texts=True, vectors=vectors))
+                if without:
+                    engine.apply(self._prepare(engine, without, texts=True, vectors=None))
+            if attrs:
+                engine.apply(self._prepare(engine, attrs, texts=False, vectors=None))
+
+    def _seed_window(self) -> None:
+        if self._window.seconds <= 0:
+            return
+        now = time.time()
+        for row in self._db.rows_updated_since(now - self._window.seconds):
+            rec = self._record(row)
+            keys = window_keys(self._scope_key(rec.table, rec.scope), rec.metadata, rec.content_hash)
+            self._window.remember(keys, rec.id, row[_C["updated_at"]])
+
+    # -- conversions --------------------------------------------------------------
+
+    @staticmethod
+    def _prepare(
+        engine: Engine, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None
+    ) -> Any:
+        return engine.prepare(
+            np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows)),
+            [r[_C["text"]] for r in rows] if texts else None,
+            vectors,
+            tables=[r[_C["tbl"]] for r in rows],
+            types=[r[_C["type"]] for r in rows],
+            scopes=[[r[_C[f]] for r in rows] for f in SCOPE_FIELDS],
+            importance=[r[_C["importance"]] for r in rows],
+            evergreen=[bool(r[_C["evergreen"]]) for r in rows],
+            created_at=[r[_C["created_at"]] for r in rows],
+            updated_at=[r[_C["updated_at"]] for r in rows],
+            last_accessed_at=[r[_C["last_accessed_at"]] for r in rows],
+            metadata=[r[_C["metadata"]] for r in rows],
+        )
+
+    def _record(self, row: Row, embedding: bool = False) -> MemoryRecord:
+        access_count, last = row[_C["access_count"]], row[_C["last_accessed_at"]]
+        pending = self._access.get(row[0])
+        if pending is not None:
+            access_count += pending[0]
+            last = max(last, pending[1])
+        return MemoryRecord(
+            id=row[1],
+            text=row[2],
+            table=row[3],
+            type=row[4],
+            agent_id=row[5],
+            user_id=row[6],
+            room_id=row[7],
+            world_id=row[8],
+            session_id=row[9],
+            namespace=row[10],
+            importance=row[11],
+            evergreen=bool(row[12]),
+            unique=bool(row[13]),
+            metadata=json.loads(row[14]),
+            created_at=row[15],
+            updated_at=row[16],
+            last_accessed_at=last,
+            access_count=access_count,
+            content_hash=row[19],
+            embedding=_unblob(row[20]) if embedding else None,
+        )
+
+    @staticmethod
+    def _row(rowid: int, n: _New, seq: int) -> Row:
+        return (
+            rowid,
+            n.id,
+            n.text,
+            n.table,
+            n.type,
+            *n.scope,
+            n.importance,
+            int(n.evergreen),
+            int(n.unique),
+            n.metadata_json,
+            n.created_at,
+            n.updated_at,
+            n.last_accessed_at,
+            n.access_count,
+            n.content_hash,
+            _blob(n.embedding),
+            seq,
+            seq,
+        )
+
+    # -- scopes and filters ----------------------------------------------------------
+
+    def _scope(self, scope: Mapping[str, Any]) -> dict[str, str]:
+        _scope_kwargs(scope)
+        out = dict(self.default_scope)
+        for f, v in scope.items():
+            if v is not None:
+                out[f] = _str(v, f)  # type: ignore[assignment]
+        return out
+
+    @staticmethod
+    def _scope_key(table: str, scope: Mapping[str, str]) -> tuple[str | None, ...]:
+        return (table, *(scope.get(f) for f in SCOPE_FIELDS))
+
+    def _filter(
+        self,
+        table: str | None,
+        type: str | Sequence[str] | None,
+        scope: Mapping[str, str],
+        start: Any = None,
+        end: Any = None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> str | None:
+        conds: list[dict[str, Any]] = []
+        if table is not None:
+            conds.append({"table": _str(table, "table")})
+        if type is not None:
+            if isinstance(type, str):
+                conds.append({"type": type})
+            else:
+                types = list(type)
+                for t in types:
+                    _str(t, "type")
+                conds.append({"type": {"$in": types}})
+        conds.extend({f: v} for f, v in scope.items())
+        if start is not None:
+            conds.append({"created_at": {"$gte": _time(start, "start")}})
+        if end is not None:
+            conds.append({"created_at": {"$lt": _time(end, "end")}})
+        if filters is not None:
+            conds.append(metadata_filter(filters))
+        if not conds:
+            return None
+        return json.dumps(conds[0] if len(conds) == 1 else {"$and": conds})
+
+    @staticmethod
+    def _weights(weights: Mapping[str, float] | None) -> dict[str, float] | None:
+        if weights is None:
+            return None
+        if not isinstance(weights, Mapping):
+            raise InvalidArgumentError(f"weights must be a dict, got {type(weights).__name__}")
+        unknown = set(weights) - _WEIGHT_KEYS
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown weight(s) {sorted(unknown)}; expected {sorted(_WEIGHT_KEYS)}"
+            )
+        return {k: _number(v, f"weights[{k!r}]", 0.0) for k, v in weights.items()}
+
+    # -- embedding ---------------------------------------------------------------------
+
+    def _vector(self, value: object, label: str) -> FloatArray:
+        if self._dim is None:
+            raise InvalidArgumentError(
+                f"{label} given, but this store has no vector space (it was opened with "
+                "embedder=None)"
+            )
+        try:
+            v = np.asarray(value, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"{label} must be an array of numbers: {e}") from None
+        if v.ndim != 1 or v.shape[0] != self._dim:
+            raise DimensionMismatchError(
+                f"{label} has shape {v.shape}; this store's vectors have dimension {self._dim}"
+            )
+        if not np.all(np.isfinite(v)):
+            raise InvalidArgumentError(f"{label} has a non-finite value (NaN or infinity)")
+        if not np.any(v):
+            raise InvalidArgumentError(f"{label} is all zeros, which has no direction")
+        return v
+
+    def _embed_texts(self, texts: list[str]) -> FloatArray:
+        """Vectors of ``texts``: from the cache, from stored records with the same text, or
+        embedded (one batch)."""
+        assert self._embedder is not None and self._dim is not None
+        out = np.empty((len(texts), self._dim), dtype=np.float32)
+        todo: list[int] = []
+        cache = self._embedder.cache
+        for i, t in enumerate(texts):
+            hit = cache.get(self._embedder.name, t)
+            if hit is None:
+                todo.append(i)
+            else:
+                out[i] = hit
+        if todo:
+            stored: dict[str, FloatArray] = {}
+            hashes = [content_hash(texts[i]) for i in todo]
+            for row in self._db.rows_by_hash(hashes, embedding=True):
+                v = _unblob(row[_C["embedding"]])
+                if v is not None and v.shape[0] == self._dim:
+                    stored[row[_C["text"]]] = v
+            rest = [i for i in todo if texts[i] not in stored]
+            for i in todo:
+                if texts[i] in stored:
+                    out[i] = stored[texts[i]]
+                    cache.put(self._embedder.name, texts[i], out[i])
+            if rest:
+                out[rest] = self._embedder.embed_batch([texts[i] for i in rest])
+        return out
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise MemlaneError("this Memory is closed")
+
+    def _validate(self, item: Mapping[str, Any], now: float, importing: bool = False) -> _New:
+        keys = _IMPORT_KEYS if importing else _ADD_KEYS
+        if not isinstance(item, Mapping):
+            raise InvalidArgumentError(f"a record must be a dict, got {type(item).__name__}")
+        unknown = set(item) - keys
+        if unknown:
+            raise InvalidArgumentError(f"unknown key(s) {sorted(unknown)}")
+        if "text" not in item:
+            raise InvalidArgumentError("a record needs a 'text'")
+        text = item["text"]
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
+        if not text.strip():
+            raise InvalidArgumentError("text is empty or whitespace-only")
+        scope = self._scope({f: item.get(f) for f in SCOPE_FIELDS})
+        metadata, metadata_json = _metadata(item.get("metadata"))
+        created = now if item.get("created_at") is None else _time(item["created_at"], "created_at")
+        updated = now if item.get("updated_at") is None else _time(item["updated_at"], "updated_at")
+        last = (
+            created
+            if item.get("last_accessed_at") is None
+            else _time(item["last_accessed_at"], "last_accessed_at")
+        )
+        access_count = item.get("access_count", 0)
+        if isinstance(access_count, bool) or not isinstance(access_count, int) or access_count < 0:
+            raise InvalidArgumentError("access_count must be an int >= 0")
+        emb = item.get("embedding")
+        record_id = item.get("id")
+        flag = _bool(item.get("unique", False), "unique")
+        return _New(
+            id=str(uuid.uuid4()) if record_id is None else str(_str(record_id, "id")),
+            text=text,
+            table=str(_str(item.get("table", "memories"), "table")),
+            type=str(_str(item.get("type", "semantic"), "type")),
+            scope=tuple(scope.get(f) for f in SCOPE_FIELDS),
+            importance=_number(item.get("importance", 0.5), "importance", 0.0, 1.0),
+            evergreen=_bool(item.get("evergreen", False), "evergreen"),
+            metadata=metadata,
+            metadata_json=metadata_json,
+            embedding=None if emb is None else self._vector(emb, "embedding"),
+            created_at=created,
+            updated_at=updated,
+            last_accessed_at=last,
+            access_count=access_count,
+            unique=flag and importing,
+            content_hash=content_hash(text),
+            dedup=flag and not importing,
+        )
+
+    def add(
+        self,
+        text: str,
+        *,
+        table: str = "memories",
+        type: str = "semantic",
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+        importance: float = 0.5,
+        evergreen: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        embedding: npt.ArrayLike | None = None,
+        id: str | None = None,
+        created_at: float | datetime | None = None,
+        unique: bool = False,
+    ) -> MemoryRecord:
+        """Stores one memory and returns it (durable once this returns).
+
+        ``unique=True`` checks for duplicates in the same table and scope: the
+        same content returns the existing record (``duplicate="exact"``); a
+        similar one (cosine >= ``dedup_threshold``) is handled per
+        ``near_duplicate``. Independently, the ``dedup_window`` skips repeated
+        messages (``duplicate="window"``).
+        """
+        item = {
+            "text": text,
+            "table": table,
+            "type": type,
+            "agent_id": agent_id,
+            "user_id": user_id,
+            "room_id": room_id,
+            "world_id": world_id,
+            "session_id": session_id,
+            "namespace": namespace,
+            "importance": importance,
+            "evergreen": evergreen,
+            "metadata": metadata,
+            "embedding": embedding,
+            "id": id,
+            "created_at": created_at,
+            "unique": unique,
+        }
+        return self.add_many([item])[0]
+
+    def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[MemoryRecord]:
+        """Stores many memories in one transaction with one embedding batch.
+
+        Each item takes the keyword arguments of :meth:`add` (``text`` required).
+        All are validated first: one bad item raises and stores nothing.
+        """
+        return self._add(items)
+
+    def _add(
+        self, items: Iterable[Mapping[str, Any]], importing: bool = False
+    ) -> list[MemoryRecord]:
+        self._check_open()
+        if isinstance(items, Mapping | str):
+            raise InvalidArgumentError("add_many takes a list of dicts")
+        now = time.time()
+        news = []
+        for i, item in enumerate(items):
+            try:
+                news.append(self._validate(item, now, importing))
+            except InvalidArgumentError as e:
+                raise type(e)(f"record {i}: {e}") from None
+        if not news:
+            return []
+        seen: set[str] = set()
+        for n in news:
+            if n.id in seen:
+                raise InvalidArgumentError(f"id {n.id!r} appears twice in one add_many")
+            seen.add(n.id)
+        if self._embedder is not None:
+            missing = [i for i, n in enumerate(news) if n.embedding is None]
+            if missing:
+                vectors = self._embed_texts([news[i].text for i in missing])
+                for i, v in zip(missing, vectors, strict=True):
+                    news[i].embedding = v
+
+        with self._write:
+            self._check_open()
+            taken = self._db.existing_ids(self._db._writer, [n.id for n in news])
+            if taken:
+                raise InvalidArgumentError(
+                    f"id(s) already stored: {sorted(taken)[:5]}; use update() to change a record"
+                )
+            if importing:
+                store, dups, marks = list(range(len(news))), {}, {}
+            else:
+                store, dups, marks = self._deduplicate(news, now)
+            if store:
+                self._insert([news[i] for i in store])
+            results: dict[int, MemoryRecord] = {}
+            for i in store:
+                n = news[i]
+                rec = results[i] = self._from_new(n)
+                if i in marks:
+                    target = marks[i]
+                    rec.duplicate = "near"
+                    rec.duplicate_of = news[target].id if isinstance(target, int) else target
+                keys = window_keys((n.table, *n.scope), n.metadata, n.content_hash)
+                self._window.remember(keys, n.id, now)
+            for i, (kind, target) in dups.items():
+                if isinstance(target, int):
+                    rec = replace(results[target])
+                else:
+                    found = self._get_row(target)
+                    if found is None:  # pragma: no cover - rows vanish only under this lock
+                        raise MemlaneError(f"duplicate {target!r} vanished")
+                    rec = found
+                rec.duplicate, rec.duplicate_of = kind, rec.id
+                results[i] = rec
+        return [results[i] for i in range(len(news))]
+
+    def _from_new(self, n: _New) -> MemoryRecord:
+        return MemoryRecord(
+            id=n.id,
+            text=n.text,
+            table=n.table,
+            type=n.type,
+            **dict(zip(SCOPE_FIELDS, n.scope, strict=True)),
+            importance=n.importance,
+            evergreen=n.evergreen,
+            unique=n.unique,
+            metadata=n.metadata,
+            created_at=n.created_at,
+            updated_at=n.updated_at,
+            last_accessed_at=n.last_accessed_at,
+            access_count=n.access_count,
+            content_hash=n.content_hash,
+        )
+
+    def _deduplicate(
+        self, news: list[_New], now: float
+    ) -> tuple[list[int], dict[int, tuple[str, str | int]], dict[int, str | int]]:
+        """Decides what to store (caller holds the write lock).
+
+        Returns the indices to store; the duplicates not stored, as index ->
+        (kind, target); and the near-duplicates stored marked, as index ->
+        target. A target is a stored record's id, or the index of an item of
+        this batch that is stored.
+        """
+        store: list[int] = []
+        dups: dict[int, tuple[str, str | int]] = {}
+        marks: dict[int, str | int] = {}
+        exact: dict[tuple[Any, ...], str | int] = {}
+        wanted = [n.content_hash for n in news if n.dedup]
+        if wanted:
+            for row in self._db.rows_by_hash(wanted, embedding=False, conn=self._db._writer):
+                exact.setdefault((row[_C["content_hash"]], row[_C["tbl"]], *row[5:11]), row[1])
+        window_batch: dict[tuple[Any, ...], int] = {}
+        vectors: list[tuple[tuple[Any, ...], FloatArray, int]] = []
+        for i, n in enumerate(news):
+            skey = (n.table, *n.scope)
+            wkeys = window_keys(skey, n.metadata, n.content_hash)
+            found: str | int | None = self._window.find(wkeys, now)
+            if found is None:
+                found = next((window_batch[k] for k in wkeys if k in window_batch), None)
+            if found is not None:
+                dups[i] = ("window", found)
+                continue
+            unit = None
+            if n.embedding is not None:
+                unit = n.embedding / np.linalg.norm(n.embedding)
+            if n.dedup:
+                ekey = (n.content_hash, *skey)
+                if ekey in exact:
+                    dups[i] = ("exact", exact[ekey])
+                    continue
+                near = self._near(n, skey, unit, vectors)
+                if near is not None and self.near_duplicate == "skip":
+                    dups[i] = ("near", near)
+                    continue
+                if near is not None:
+                    marks[i] = near
+                n.unique = near is None
+                exact[ekey] = i
+            for k in wkeys:
+                window_batch[k] = i
+            if unit is not None:
+                vectors.append((skey, unit, i))
+            store.append(i)
+        return store, dups, marks
+
+    def _near(
+        self,
+        n: _New,
+        skey: tuple[Any, ...],
+        unit: FloatArray | None,
+        batch: list[tuple[tuple[Any, ...], FloatArray, int]],
+    ) -> str | int | None:
+        """A record (id) or batch item (index) at least ``dedup_threshold`` similar to ``n``."""
+        if unit is None or n.embedding is None:
+            return None
+        for key, v, j in batch:
+            if key == skey and float(v @ unit) >= self.dedup_threshold:
+                return j
+        # Same table and exactly the same scope.
+        conds: list[dict[str, Any]] = [{"table": n.table}]
+        for f, v in zip(SCOPE_FIELDS, n.scope, strict=True):
+            conds.append({f: v} if v is not None else {f: {"$exists": False}})
+        ids, _, _ = self._engine.search(
+            n.text,
+            n.embedding,
+            mode="vector",
+            filter=json.dumps({"$and": conds}),
+            k=1,
+            w_relevance=1.0,
+            min_similarity=self.dedup_threshold,
+            now=time.time(),
+        )
+        if len(ids) == 0:
+            return None
+        rows = self._db.rows_by_rowid([int(ids[0])])
+        return None if not rows else str(next(iter(rows.values()))[1])
+
+    def _get_row(self, record_id: str) -> MemoryRecord | None:
+        row = self._db.row_by_id(record_id, conn=self._db._writer)
+        return None if row is None else self._record(row)
+
+    def _insert(self, news: list[_New]) -> None:
+        """Prepares, commits and indexes new records (caller holds the write lock)."""
+        base = self._db.next_rowid(self._db._writer)
+        rows = [self._row(base + j, n, 0) for j, n in enumerate(news)]
+        vectors = None
+        if self._dim is not None:
+            vectors = np.stack([n.embedding for n in news if n.embedding is not None])
+        prepared = self._prepare(self._engine, rows, texts=True, vectors=vectors)
+        with self._db.transaction() as conn:
+            seq = self._db.next_seq(conn)
+            rows = [(*r[:-2], seq, seq) for r in rows]
+            self._db.insert(conn, rows)
+            self._flush_access(conn, seq)
+        self._engine.apply(prepared)
+        self._after_write(seq, len(news))
+
+    def _after_write(self, seq: int, changes: int) -> None:
+        self._seq = seq
+        self._changes = getattr(self, "_changes", 0) + changes
+        pending = self._engine.pending()
+        if 0 < pending <= _INLINE_INDEX:
+            self._engine.index_pending(_INLINE_INDEX)
+        elif pending or self._changes >= self._snapshot_due():
+            self._wake.set()
+
+    def _snapshot_due(self) -> int:
+        return max(self.snapshot_every, len(self._engine) // 2)
+
+    def get(self, id: str, *, include_embedding: bool = False) -> MemoryRecord:
+        """The record with this id; raises :class:`~memlane.errors.UnknownIdError` if none."""
+        self._check_open()
+        row = self._db.row_by_id(str(_str(id, "id")), embedding=include_embedding)
+        if row is None:
+            raise UnknownIdError(f"no memory with id {id!r}")
+        return self._record(row, include_embedding)
+
+    def update(
+        self,
+        id: str,
+        *,
+        text: str | None = None,
+        importance: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        evergreen: bool | None = None,
+        type: str | None = None,
+        embedding: npt.ArrayLike | None = None,
+    ) -> MemoryRecord:
+        """Changes fields of a record (metadata is replaced whole) and returns it.
+
+        A new text is embedded again (unless ``embedding`` is given).
+        """
+        self._check_open()
+        current = self.get(id)
+        item = current.to_dict(embedding=False)
+        for key in ("duplicate", "duplicate_of"):
+            item.pop(key, None)
+        content_changed = False
+        if text is not None:
+            item["text"] = text
+            content_changed = text != current.text
+        if importance is not None:
+            item["importance"] = importance
+        if metadata is not None:
+            item["metadata"] = metadata
+        if evergreen is not None:
+            item["evergreen"] = evergreen
+        if type is not None:
+            item["type"] = type
+        item["embedding"] = embedding
+        item["updated_at"] = time.time()
+        n = self._validate(item, time.time(), importing=True)
+        new_vector = n.embedding is not None
+        if content_changed and not new_vector and self._embedder is not None:
+            n.embedding = self._embed_texts([n.text])[0]
+            new_vector = True
+        with self._write:
+            self._check_open()
+            row = self._db.row_by_id(n.id, embedding=True, conn=self._db._writer)
+            if row is None:
+                raise UnknownIdError(f"no memory with id {id!r}")
+            rowid = row[0]
+            if not new_vector:
+                n.embedding = _unblob(row[_C["embedding"]])
+            pending = self._access.get(rowid)
+            n.access_count, n.last_accessed_at = row[_C["access_count"]], row[_C["last_accessed_at"]]
+            full = self._row(rowid, n, 0)
+            vectors = n.embedding[None, :] if new_vector and n.embedding is not None else None
+            prepared = self._prepare(
+                self._engine, [full], texts=content_changed or new_vector, vectors=vectors
+            )
+            with self._db.transaction() as conn:
+                seq = self._db.next_seq(conn)
+                content_seq = seq if (content_changed or new_vector) else row[_C["content_seq"]]
+                self._db.replace(conn, [(*full[:-2], seq, content_seq)])
+                self._flush_access(conn, seq)
+            self._engine.apply(prepared)
+            self._after_write(seq, 1)
+        rec = self._from_new(n)
+        if pending is not None:
+            rec.access_count += pending[0]
+            rec.last_accessed_at = max(rec.last_accessed_at, pending[1])
+        return rec
+
+    def delete(self, id: str) -> None:
+        """Deletes a record; raises :class:`~memlane.errors.UnknownIdError` if there is none."""
+        self._check_open()
+        record_id = str(_str(id, "id"))
+        with self._write:
+            self._check_open()
+            row = self._db.row_by_id(record_id, conn=self._db._writer)
+            if row is None:
+                raise UnknownIdError(f"no memory with id {id!r}")
+            self._delete_rowids([row[0]])
+            self._window.forget(record_id)
+
+    def _delete_rowids(self, rowids: list[int]) -> None:
+        with self._db.transaction() as conn:
+            seq = self._db.next_seq(conn)
+            with self._access_lock:
+                for r in rowids:
+                    self._access.pop(r, None)
+            self._flush_access(conn, seq)
+            self._db.delete(conn, rowids, seq)
+        self._engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)
+        self._after_write(seq, len(rowids))
+
+    def delete_all(
+        self,
+        table: str | None = None,
+        *,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        **scope: str | None,
+    ) -> int:
+        """Deletes every record of the table and scope (and filters); returns how many."""
+        self._check_open()
+        flt = self._filter(table, type, self._scope(scope), filters=filters)
+        with self._write:
+            self._check_open()
+            rowids = [int(x) for x in self._engine.ids_where(flt)]
+            if rowids:
+                self._delete_rowids(rowids)
+        return len(rowids)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._engine)
+
+    def __contains__(self, id: object) -> bool:
+        return isinstance(id, str) and self._db.row_by_id(id) is not None
+
+    def count(
+        self,
+        table: str | None = None,
+        *,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        **scope: str | None,
+    ) -> int:
+        """Number of records in the table and scope (and time range and filters)."""
+        self._check_open()
+        return int(
+            self._engine.count(self._filter(table, type, self._scope(scope), start, end, filters))
+        )
+
+    def list(
+        self,
+        table: str | None = None,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        limit: int = 50,
+        order: Literal["asc", "desc"] = "desc",
+        *,
+        offset: int = 0,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        include_embedding: bool = False,
+        **scope: str | None,
+    ) -> list[MemoryRecord]:
+        """Records by creation time (newest first by default), e.g. a room's history.
+
+        ``start`` is inclusive, ``end`` exclusive (unix seconds or aware datetimes).
+        """
+        self._check_open()
+        for label, v in (("limit", limit), ("offset", offset)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise InvalidArgumentError(f"{label} must be an int >= 0, got {v!r}")
+        flt = self._filter(table, type, self._scope(scope), start, end, filters)
+        ids = self._engine.ids_where(flt, order=order, offset=offset, limit=limit)
+        rows = self._db.rows_by_rowid([int(x) for x in ids], embedding=include_embedding)
+        return [self._record(rows[int(i)], include_embedding) for i in ids if int(i) in rows]
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        mode: Mode = "hybrid",
+        table: str | None = None,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        threshold: float | None = None,
+        min_similarity: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        decay: float | None = None,
+        recency_half_life: float | None = None,
+        fusion: Literal["rrf", "weighted"] = "rrf",
+        rrf_k: float = 60.0,
+        alpha: float = 0.5,
+        candidates: int | None = None,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        explain: bool = False,
+        query_embedding: npt.ArrayLike | None = None,
+        track_access: bool | None = None,
+        include_embedding: bool = False,
+        **scope: str | None,
+    ) -> list[SearchHit]:
+        """The ``k`` best memories for ``query``, best first, in one call into the engine.
+
+        Modes: ``"hybrid"`` (BM25 and vectors fused by RRF or by weights),
+        ``"vector"``, ``"text"``. A store without an embedder searches text.
+        Scores (see the README for the formulas): relevance in [0, 1], times
+        ``exp(-decay * hours since last access)`` unless evergreen, then
+        ``w_rel * that + w_imp * importance + w_rec * recency``.
+        ``threshold`` drops hits whose final score is below it; in vector mode
+        it is a cosine similarity instead (elizaOS's ``match_threshold``).
+        ``min_similarity`` drops hits below a cosine similarity in any mode.
+        ``query_embedding`` skips embedding the query.
+        """
+        self._check_open()
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidArgumentError(f"k must be an int >= 1, got {k!r}")
+        if mode not in ("hybrid", "vector", "text"):
+            raise InvalidArgumentError(
+                f"mode must be one of {{'hybrid', 'vector', 'text'}}, got {mode!r}"
+            )
+        flt = self._filter(table, type, self._scope(scope), start, end, filters)
+        vector: FloatArray | None = None
+        if mode != "text" and self._dim is not None:
+            if query_embedding is not None:
+                vector = self._vector(query_embedding, "query_embedding")
+            else:
+                _str(query, "query")
+                assert self._embedder is not None
+                vector = self._embed_texts([query])[0]
+        elif mode == "vector":
+            raise InvalidArgumentError("vector search on a store without an embedder")
+        effective = mode if (vector is not None or mode == "text") else "text"
+        if effective == "text":
+            _str(query, "query")
+        if threshold is not None:
+            threshold = _number(threshold, "threshold")
+        if min_similarity is not None:
+            min_similarity = _number(min_similarity, "min_similarity", -1.0, 1.0)
+        if effective == "vector" and threshold is not None and min_similarity is None:
+            min_similarity, threshold = threshold, None
+        w = self._weights(weights) if weights is not None else self.weights
+        w = w or {}
+        lam = self.decay if decay is None else _number(decay, "decay", 0.0)
+        touch = self.track_access if track_access is None else _bool(track_access, "track_access")
+        now = time.time()
+        ids, scores, signals = self._engine.search(
+            query,
+            vector,
+            mode=effective,
+            filter=flt,
+            k=k,
+            candidates=max(50, 4 * k) if candidates is None else candidates,
+            fusion=fusion,
+            rrf_k=rrf_k,
+            alpha=alpha,
+            w_relevance=w.get("relevance"),
+            w_importance=w.get("importance"),
+            w_recency=w.get("recency"),
+            decay=lam,
+            recency_half_life=(
+                self.recency_half_life if recency_half_life is None else recency_half_life
+            ),
+            now=now,
+            threshold=threshold,
+            min_similarity=min_similarity,
+            explain=explain,
+            touch=touch,
+        )
+        rowids = [int(i) for i in ids]
+        if touch and rowids:
+            self._note_access(rowids, now)
+        rows = self._db.rows_by_rowid(rowids, embedding=include_embedding)
+        hits = []
+        for j, rowid in enumerate(rowids):
+            row = rows.get(rowid)
+            if row is None:  # deleted meanwhile
+                continue
+            rec = self._record(row, include_embedding)
+            info = None
+            if signals is not None:
+                info = {}
+                for name, value in zip(_EXPLAIN, signals[j].tolist(), strict=True):
+                    if math.isnan(value):
+                        info[name] = None
+                    elif name.endswith("_rank"):
+                        info[name] = int(value)
+                    else:
+                        info[name] = float(value)
+            hits.append(SearchHit(rec, float(scores[j]), info))
+        return hits
+
+    # -- access tracking --------------------------------------------------------------------
+
+    def _note_access(self, rowids: list[int], now: float) -> None:
+        with self._access_lock:
+            if not self._access:
+                self._access_since = now
+            for r in rowids:
+                n, _ = self._access.get(r, (0, now))
+                self._access[r] = (n + 1, now)
+            due = len(self._access) >= _ACCESS_FLUSH_COUNT
+        if due:
+            self._wake.set()
+
+    def _flush_access(self, conn: Any, seq: int) -> None:
+        """Writes the access counts gathered since the last flush (inside a transaction)."""
+        with self._access_lock:
+            if not self._access:
+                return
+            accesses, self._access = self._access, {}
+        self._db.record_accesses(conn, accesses, seq)
+
+    def _flush_access_now(self) -> None:
+        with self._write:
+            if not self._access:
+                return
+            with self._db.transaction() as conn:
+                seq = self._db.next_seq(conn)
+                self._flush_access(conn, seq)
+            self._seq = seq
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def _maintenance(self) -> None:
+        while not self._closing and self._engine.pending():
+            self._engine.index_pending(_INDEX_BATCH)
+        if self._closing:
+            return
+        if self._access and (
+            time.time() - self._access_since >= _ACCESS_FLUSH_SECONDS
+            or len(self._access) >= _ACCESS_FLUSH_COUNT
+        ):
+            self._flush_access_now()
+        if self._index_dir is not None and getattr(self, "_changes", 0) >= self._snapshot_due():
+            self.snapshot()
+
+    def wait_indexed(self) -> None:
+        """Links every parked vector into the graph now (searches find them either way)."""
+        self._check_open()
+        while self._engine.pending():
+            self._engine.index_pending(_INDEX_BATCH)
+
+    def snapshot(self) -> None:
+        """Writes an index snapshot now (also done periodically and at close)."""
+        if self._index_dir is None:
+            return
+        with self._write:
+            self._flush_access_now()
+            seq = self._seq
+            self._engine.save(self._index_dir, seq)
+            self._snap_seq = seq
+            self._changes = 0
+        self._db.gc_tombstones(seq)
+
+    def close(self) -> None:
+        """Flushes access counts, writes a snapshot, releases the store. Idempotent."""
+        if getattr(self, "_closing", True):
+            return
+        with self._write:
+            self._closing = True
+        self._wake.set()
+        self._thread.join()
+        if self._access:
+            self._flush_access_now()
+        if self._index_dir is not None:
+            self._engine.save(self._index_dir, self._seq)
+            self._db.gc_tombstones(self._seq)
+        if self._lock is not None:
+            self._finalizer()
+        else:
+            self._db.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = "in memory" if self.path is None else str(self.path)
+        state = "closed" if self._closing else f"{len(self._engine)} memories"
+        name = self._embedder.name if self._embedder is not None else None
+        return f"Memory({where!r}, embedder={name!r}, {state})"
+
+    # -- export and import ------------------------------------------------------------------
+
+    def export_jsonl(self, path: str | Path, *, embeddings: bool = True) -> int:
+        """Writes every record as one JSON object per line; returns how many."""
+        self._check_open()
+        n = 0
+        with Path(path).open("w", encoding="utf-8") as f:
+            for row in self._db.iter_rows(embedding=embeddings):
+                rec = self._record(row, embeddings)
+                f.write(json.dumps(rec.to_dict(embedding=embeddings), ensure_ascii=False) + "\n")
+                n += 1
+        return n
+
+    def import_jsonl(
+        self, path: str | Path, *, on_conflict: Literal["error", "skip"] = "error"
+    ) -> int:
+        """Adds the records of an :meth:`export_jsonl` file with every field as exported.
+
+        Records without an embedding are embedded (when the store has an
+        embedder). ``on_conflict="skip"`` skips ids already stored. Returns
+        how many were added. All or nothing per 1,000 records.
+        """
+        self._check_open()
+        if on_conflict not in ("error", "skip"):
+            raise InvalidArgumentError(
+                f"on_conflict must be one of {{'error', 'skip'}}, got {on_conflict!r}"
+            )
+        added = 0
+        for batch in self._read_jsonl(Path(path)):
+            if on_conflict == "skip":
+                taken = self._db.existing_ids(self._db._writer, [str(b.get("id")) for b in batch])
+                batch = [b for b in batch if str(b.get("id")) not in taken]
+            for b in batch:
+                b.pop("content_hash", None)  # recomputed from the text
+            added += len(self._add(batch, importing=True))
+        return added
+
+    @staticmethod
+    def _read_jsonl(path: Path) -> Iterator[list[dict[str, Any]]]:
+        batch: list[dict[str, Any]] = []
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InvalidArgumentError(f"{path}:{lineno}: not JSON: {e}") from None
+                if not isinstance(item, dict):
+                    raise InvalidArgumentError(f"{path}:{lineno}: not a JSON object")
+                batch.append(item)
+                if len(batch) == 1000:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch

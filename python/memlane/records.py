@@ -1,0 +1,92 @@
+"""What :class:`memlane.Memory` stores and returns: :class:`MemoryRecord` and :class:`SearchHit`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["SCOPE_FIELDS", "MemoryRecord", "SearchHit"]
+
+#: The scope fields, in the engine's order. A search or list given one never
+#: sees records of another value.
+SCOPE_FIELDS = ("agent_id", "user_id", "room_id", "world_id", "session_id", "namespace")
+
+# Set on the record add() returns; not stored.
+_TRANSIENT = ("duplicate", "duplicate_of")
+
+
+@dataclass(slots=True, eq=True)
+class MemoryRecord:
+    """One memory.
+
+    Times are unix seconds. ``content_hash`` is the sha256 of the normalised
+    text (see :func:`memlane.dedup.content_hash`). ``unique`` is True when the
+    record was added with ``unique=True`` and no near-duplicate existed, as in
+    elizaOS. ``embedding`` is filled only on request (``include_embedding=True``).
+
+    ``duplicate`` and ``duplicate_of`` are set only on a record that
+    :meth:`memlane.Memory.add` returns and are never stored: ``"exact"``,
+    ``"near"`` or ``"window"`` when the add met a duplicate of that kind, and
+    the id of that duplicate.
+    """
+
+    id: str
+    text: str
+    table: str = "memories"
+    type: str = "semantic"
+    agent_id: str | None = None
+    user_id: str | None = None
+    room_id: str | None = None
+    world_id: str | None = None
+    session_id: str | None = None
+    namespace: str | None = None
+    importance: float = 0.5
+    evergreen: bool = False
+    unique: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    last_accessed_at: float = 0.0
+    access_count: int = 0
+    content_hash: str = ""
+    embedding: npt.NDArray[np.float32] | None = field(default=None, repr=False, compare=False)
+    duplicate: str | None = field(default=None, compare=False)
+    duplicate_of: str | None = field(default=None, compare=False)
+
+    @property
+    def scope(self) -> dict[str, str]:
+        """The scope fields that are set."""
+        return {f: v for f in SCOPE_FIELDS if (v := getattr(self, f)) is not None}
+
+    def to_dict(self, *, embedding: bool = True) -> dict[str, Any]:
+        """Every stored field as plain Python values (the embedding as a list, or None)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in _TRANSIENT:
+                continue
+            value = getattr(self, f.name)
+            if f.name == "embedding":
+                if not embedding:
+                    continue
+                value = None if value is None else [float(x) for x in value]
+            elif f.name == "metadata":
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+
+@dataclass(slots=True, frozen=True)
+class SearchHit:
+    """A search result: the record, its final score and, on request, the signals behind it.
+
+    ``explain`` holds ``bm25`` and ``bm25_rank``, ``cosine`` and ``vector_rank``
+    (None where the hit was not retrieved that way), ``relevance`` (fused, in
+    [0, 1]), ``decay``, ``importance``, ``recency`` and ``score``.
+    """
+
+    record: MemoryRecord
+    score: float
+    explain: dict[str, float | int | None] | None = None

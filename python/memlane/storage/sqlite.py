@@ -1,0 +1,361 @@
+"""The SQLite database of a memory store: the source of truth.
+
+WAL mode with ``synchronous=FULL``: a transaction that returned is on disk and
+survives a killed process and a power cut. Every write transaction takes the
+next change sequence number (``meta.seq``) and stamps the rows it writes
+(``records.seq``, and ``content_seq`` when the text or vector changed);
+deletions leave a tombstone with their sequence number. An index snapshot
+records the sequence number it reflects, so opening a store replays only
+what the database holds beyond it. Rowids are ``AUTOINCREMENT``: never
+reused, so a tombstone always means the same record. They are the engine's
+ids; the public ids are the ``id`` strings.
+
+Embeddings are stored as little-endian float32 blobs, so the indexes can
+always be rebuilt from the database alone.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from memlane.errors import StorageError
+
+__all__ = ["COLUMNS", "SCHEMA_VERSION", "Row", "SQLiteStore"]
+
+SCHEMA_VERSION = 1
+
+#: Column order of every row this module returns.
+COLUMNS = (
+    "rowid",
+    "id",
+    "text",
+    "tbl",
+    "type",
+    "agent_id",
+    "user_id",
+    "room_id",
+    "world_id",
+    "session_id",
+    "namespace",
+    "importance",
+    "evergreen",
+    "uniq",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "last_accessed_at",
+    "access_count",
+    "content_hash",
+    "embedding",
+    "seq",
+    "content_seq",
+)
+Row = tuple[Any, ...]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    text TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    type TEXT NOT NULL,
+    agent_id TEXT, user_id TEXT, room_id TEXT, world_id TEXT, session_id TEXT, namespace TEXT,
+    importance REAL NOT NULL,
+    evergreen INTEGER NOT NULL,
+    uniq INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    last_accessed_at REAL NOT NULL,
+    access_count INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    embedding BLOB,
+    seq INTEGER NOT NULL,
+    content_seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_seq ON records (seq);
+CREATE INDEX IF NOT EXISTS records_hash ON records (content_hash);
+CREATE INDEX IF NOT EXISTS records_updated ON records (updated_at);
+CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tombstones_seq ON tombstones (seq);
+"""
+
+_ALL = ", ".join(COLUMNS)
+_NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
+_INSERT = f"INSERT INTO records ({_ALL}) VALUES ({', '.join('?' * len(COLUMNS))})"
+# SQLite's default limit on bound parameters is 32766; stay far below.
+_CHUNK = 500
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+class SQLiteStore:
+    """The database of one store; ``path=None`` keeps it in memory.
+
+    Writes go through one connection, one transaction at a time. Reads use a
+    connection per thread (WAL lets them run beside a write); an in-memory
+    database has a single connection, shared under the lock.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._closed = False
+        self._writer = self._connect()
+        # executescript commits any open transaction, so the (idempotent)
+        # schema goes first, on its own.
+        self._writer.executescript(_SCHEMA)
+        with self.transaction() as conn:
+            version = self.get_meta("schema_version", conn)
+            if version is None:
+                self.set_meta(conn, "schema_version", str(SCHEMA_VERSION))
+                self.set_meta(conn, "seq", "0")
+            elif int(version) > SCHEMA_VERSION:
+                raise StorageError(
+                    f"{path} has schema version {version}; this memlane reads up to "
+                    f"{SCHEMA_VERSION} (upgrade memlane)"
+                )
+
+    def _connect(self) -> sqlite3.Connection:
+        target = ":memory:" if self.path is None else str(self.path)
+        try:
+            conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+            if self.path is not None:
+                conn.execute("PRAGMA busy_timeout = 10000")
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StorageError(f"{self.path}: cannot switch to WAL mode (got {mode})")
+                # Durable commits: the WAL is synced at every commit.
+                conn.execute("PRAGMA synchronous = FULL")
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot open the database {target}: {e}") from e
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+            self._writer.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed (durably) on exit, rolled back on an exception."""
+        with self._lock:
+            conn = self._writer
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise StorageError(f"cannot start a transaction: {e}") from e
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                conn.execute("ROLLBACK")
+                raise StorageError(f"commit failed: {e}") from e
+
+    @contextmanager
+    def reader(self) -> Iterator[sqlite3.Connection]:
+        if self.path is None:
+            with self._lock:
+                yield self._writer
+            return
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._lock:
+                if self._closed:
+                    raise StorageError("the store is closed")
+                conn = self._connect()
+                conn.execute("PRAGMA query_only = ON")
+                self._readers.append(conn)
+            self._local.conn = conn
+        yield conn
+
+    # -- meta ---------------------------------------------------------------
+
+    def get_meta(self, key: str, conn: sqlite3.Connection | None = None) -> str | None:
+        if conn is None:
+            with self.reader() as c:
+                row = c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        else:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    @staticmethod
+    def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def next_seq(self, conn: sqlite3.Connection) -> int:
+        """The sequence number of the transaction ``conn`` is in (called once per transaction)."""
+        seq = int(self.get_meta("seq", conn) or 0) + 1
+        self.set_meta(conn, "seq", str(seq))
+        return seq
+
+    def seq(self) -> int:
+        return int(self.get_meta("seq") or 0)
+
+    @staticmethod
+    def next_rowid(conn: sqlite3.Connection) -> int:
+        """The first rowid never used (AUTOINCREMENT's counter, plus one)."""
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'records'").fetchone()
+        return (0 if row is None else int(row[0])) + 1
+
+    # -- writes ---------------------------------------------------------------
+
+    @staticmethod
+    def insert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
+        conn.executemany(_INSERT, rows)
+
+    @staticmethod
+    def replace(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
+        """Rewrites whole rows that exist (same rowid)."""
+        sets = ", ".join(f"{c} = ?" for c in COLUMNS[1:])
+        conn.executemany(
+            f"UPDATE records SET {sets} WHERE rowid = ?", [(*r[1:], r[0]) for r in rows]
+        )
+
+    @staticmethod
+    def delete(conn: sqlite3.Connection, rowids: Sequence[int], seq: int) -> None:
+        for chunk in _chunks(rowids):
+            marks = ", ".join("?" * len(chunk))
+            conn.execute(f"DELETE FROM records WHERE rowid IN ({marks})", tuple(chunk))
+        conn.executemany(
+            "INSERT OR REPLACE INTO tombstones (rowid, seq) VALUES (?, ?)",
+            [(r, seq) for r in rowids],
+        )
+
+    @staticmethod
+    def record_accesses(
+        conn: sqlite3.Connection, accesses: dict[int, tuple[int, float]], seq: int
+    ) -> None:
+        conn.executemany(
+            "UPDATE records SET access_count = access_count + ?, "
+            "last_accessed_at = max(last_accessed_at, ?), seq = ? WHERE rowid = ?",
+            [(n, at, seq, rowid) for rowid, (n, at) in accesses.items()],
+        )
+
+    def gc_tombstones(self, upto: int) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM tombstones WHERE seq <= ?", (upto,))
+
+    # -- reads ----------------------------------------------------------------
+
+    def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
+        cols = _ALL if embedding else _NO_EMBEDDING
+        out: dict[int, Row] = {}
+        with self.reader() as conn:
+            for chunk in _chunks(rowids):
+                marks = ", ".join("?" * len(chunk))
+                for row in conn.execute(
+                    f"SELECT {cols} FROM records WHERE rowid IN ({marks})", tuple(chunk)
+                ):
+                    out[row[0]] = row
+        return out
+
+    def row_by_id(
+        self, record_id: str, embedding: bool = False, conn: sqlite3.Connection | None = None
+    ) -> Row | None:
+        cols = _ALL if embedding else _NO_EMBEDDING
+        sql = f"SELECT {cols} FROM records WHERE id = ?"
+        if conn is not None:
+            row: Row | None = conn.execute(sql, (record_id,)).fetchone()
+            return row
+        with self.reader() as c:
+            row = c.execute(sql, (record_id,)).fetchone()
+        return row
+
+    def existing_ids(self, conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        for chunk in _chunks(ids):
+            marks = ", ".join("?" * len(chunk))
+            out.update(
+                r[0] for r in conn.execute(f"SELECT id FROM records WHERE id IN ({marks})", chunk)
+            )
+        return out
+
+    def rows_by_hash(
+        self, hashes: Sequence[str], embedding: bool, conn: sqlite3.Connection | None = None
+    ) -> list[Row]:
+        cols = _ALL if embedding else _NO_EMBEDDING
+        out: list[Row] = []
+
+        def run(c: sqlite3.Connection) -> None:
+            for chunk in _chunks(sorted(set(hashes))):
+                marks = ", ".join("?" * len(chunk))
+                out.extend(
+                    c.execute(
+                        f"SELECT {cols} FROM records WHERE content_hash IN ({marks})"
+                        " ORDER BY rowid",
+                        tuple(chunk),
+                    )
+                )
+
+        if conn is not None:
+            run(conn)
+        else:
+            with self.reader() as c:
+                run(c)
+        return out
+
+    def rows_since(self, seq: int, batch: int = 4096) -> Iterator[list[Row]]:
+        """Rows written after change ``seq``, with embeddings, in rowid order, in batches."""
+        last = 0
+        while True:
+            with self.reader() as conn:
+                rows = conn.execute(
+                    f"SELECT {_ALL} FROM records WHERE seq > ? AND rowid > ? "
+                    "ORDER BY rowid LIMIT ?",
+                    (seq, last, batch),
+                ).fetchall()
+            if not rows:
+                return
+            yield rows
+            last = rows[-1][0]
+
+    def tombstones_since(self, seq: int) -> list[int]:
+        with self.reader() as conn:
+            return [r[0] for r in conn.execute("SELECT rowid FROM tombstones WHERE seq > ?", (seq,))]
+
+    def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
+        """Every row in rowid order."""
+        cols = _ALL if embedding else _NO_EMBEDDING
+        last = 0
+        while True:
+            with self.reader() as conn:
+                rows = conn.execute(
+                    f"SELECT {cols} FROM records WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                    (last, batch),
+                ).fetchall()
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1][0]
+
+    def rows_updated_since(self, t: float) -> list[Row]:
+        with self.reader() as conn:
+            return conn.execute(
+                f"SELECT {_NO_EMBEDDING} FROM records WHERE updated_at >= ? ORDER BY updated_at",
+                (t,),
+            ).fetchall()
+
+    def count(self) -> int:
+        with self.reader() as conn:
+            return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])

@@ -1,0 +1,437 @@
+//! `memlane._core.Engine`: the Python face of `memlane_core::engine::Engine`,
+//! the index behind `memlane.Memory`. Every call that does real work releases
+//! the GIL; arrays come back as numpy without copies.
+
+use std::path::PathBuf;
+
+use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
+use memlane_core::engine::{
+    flatten_metadata, Attrs, Batch, Engine, EngineConfig, Filter, Hits, Mode, Order, Prepared,
+    SearchRequest,
+};
+use memlane_core::fusion::Fusion;
+use memlane_core::hnsw::Params;
+use memlane_core::scoring::Weights;
+use memlane_core::Error;
+use numpy::{PyArray1, PyArray2};
+use parking_lot::{Mutex, RwLock};
+use pyo3::prelude::*;
+
+use crate::convert::{self, Matrix};
+use crate::errors::{detach, invalid, to_py};
+use crate::hnsw::matrix;
+
+/// Number of explain columns: bm25, bm25_rank, cosine, vector_rank,
+/// relevance, decay, importance, recency, score.
+const EXPLAIN_COLS: usize = 9;
+
+/// A checked, analysed batch of records from `Engine.prepare`.
+#[pyclass(module = "memlane._core", name = "PreparedBatch", frozen)]
+pub struct PyPrepared {
+    inner: Mutex<Option<Prepared>>,
+}
+
+/// The memory engine: records' attributes, a BM25 index and (with `dim`) an
+/// HNSW graph under one lock. Thread-safe: searches run in parallel.
+#[pyclass(module = "memlane._core", name = "Engine", frozen)]
+pub struct PyEngine {
+    inner: RwLock<Engine>,
+}
+
+fn parse_filter(engine: &Engine, filter: Option<&str>) -> memlane_core::Result<Option<Filter>> {
+    filter.map(|f| engine.parse_filter(f)).transpose()
+}
+
+fn check_len(what: &str, got: usize, n: usize) -> memlane_core::Result<()> {
+    if got != n {
+        return Err(Error::invalid(format!(
+            "{what} has {got} entries, expected {n} (one per id)"
+        )));
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl PyEngine {
+    #[new]
+    #[pyo3(signature = (
+        dim = None, *, m = 16, ef_construction = 100, ef = 64, seed = 0,
+        k1 = 1.2, b = 0.75, language = "english", stopwords = true, stemming = true,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        dim: Option<usize>,
+        m: usize,
+        ef_construction: usize,
+        ef: usize,
+        seed: u64,
+        k1: f64,
+        b: f64,
+        language: &str,
+        stopwords: bool,
+        stemming: bool,
+    ) -> PyResult<Self> {
+        let build = || -> memlane_core::Result<Engine> {
+            Engine::new(EngineConfig {
+                dim,
+                hnsw: Params {
+                    m,
+                    ef_construction,
+                    ef,
+                    seed,
+                },
+                bm25: Bm25Params::new(k1, b)?,
+                analyzer: AnalyzerConfig {
+                    language: Language::parse(language)?,
+                    stopwords: if stopwords {
+                        Stopwords::Language
+                    } else {
+                        Stopwords::None
+                    },
+                    stemming,
+                    fold_accents: false,
+                },
+            })
+        };
+        let engine = build().map_err(|e| to_py(py, e))?;
+        Ok(PyEngine {
+            inner: RwLock::new(engine),
+        })
+    }
+
+    /// Checks a batch of records and analyses it, changing nothing; `apply`
+    /// then inserts it. A caller can so validate a batch before committing
+    /// it elsewhere. `texts=None` keeps the indexed texts and `vectors=None`
+    /// the vectors of existing records. Every column has one entry per id;
+    /// `scopes` is six columns (agent, user, room, world, session,
+    /// namespace); `metadata` is one JSON object per record.
+    #[pyo3(signature = (
+        ids, texts, vectors, *, tables, types, scopes, importance, evergreen,
+        created_at, updated_at, last_accessed_at, metadata,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        texts: Option<Vec<String>>,
+        vectors: Option<&Bound<'_, PyAny>>,
+        tables: Vec<String>,
+        types: Vec<String>,
+        scopes: Vec<Vec<Option<String>>>,
+        importance: Vec<f32>,
+        evergreen: Vec<bool>,
+        created_at: Vec<f64>,
+        updated_at: Vec<f64>,
+        last_accessed_at: Vec<f64>,
+        metadata: Vec<String>,
+    ) -> PyResult<PyPrepared> {
+        let ids = convert::ids(py, ids, "ids")?;
+        let vectors = vectors
+            .map(|v| Matrix::extract(py, v, "vectors"))
+            .transpose()?;
+        let data = vectors.as_ref().map(Matrix::as_slice);
+        let n = ids.len();
+        if scopes.len() != 6 {
+            return Err(invalid(
+                py,
+                format!("scopes must be 6 columns, got {}", scopes.len()),
+            ));
+        }
+        let prepared = detach(py, || {
+            check_len("tables", tables.len(), n)?;
+            check_len("types", types.len(), n)?;
+            for col in &scopes {
+                check_len("a scope column", col.len(), n)?;
+            }
+            check_len("importance", importance.len(), n)?;
+            check_len("evergreen", evergreen.len(), n)?;
+            check_len("created_at", created_at.len(), n)?;
+            check_len("updated_at", updated_at.len(), n)?;
+            check_len("last_accessed_at", last_accessed_at.len(), n)?;
+            check_len("metadata", metadata.len(), n)?;
+            let mut attrs = Vec::with_capacity(n);
+            for i in 0..n {
+                let meta = flatten_metadata(&metadata[i])
+                    .map_err(|e| Error::invalid(format!("record {i}: {e}")))?;
+                attrs.push(Attrs {
+                    table: tables[i].clone(),
+                    kind: types[i].clone(),
+                    scope: std::array::from_fn(|f| scopes[f][i].clone()),
+                    importance: importance[i],
+                    evergreen: evergreen[i],
+                    created_at: created_at[i],
+                    updated_at: updated_at[i],
+                    last_accessed_at: last_accessed_at[i],
+                    metadata: meta,
+                });
+            }
+            self.inner.read().prepare(Batch {
+                ids: &ids,
+                texts: texts.as_deref(),
+                vectors: data,
+                attrs: &attrs,
+            })
+        })?;
+        Ok(PyPrepared {
+            inner: Mutex::new(Some(prepared)),
+        })
+    }
+
+    /// Inserts a batch from `prepare` (once).
+    fn apply(&self, py: Python<'_>, batch: &PyPrepared) -> PyResult<()> {
+        let Some(prepared) = batch.inner.lock().take() else {
+            return Err(invalid(py, "this prepared batch was already applied"));
+        };
+        detach(py, || self.inner.write().apply(prepared))
+    }
+
+    /// Removes ids; unknown ids raise UnknownIdError (removing nothing)
+    /// unless `missing_ok`. Returns how many were removed.
+    #[pyo3(signature = (ids, missing_ok = false))]
+    fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, missing_ok: bool) -> PyResult<usize> {
+        let ids = convert::ids(py, ids, "ids")?;
+        detach(py, || self.inner.write().remove(&ids, missing_ok))
+    }
+
+    /// Links up to `max` parked vectors into the graph; returns how many remain.
+    #[pyo3(signature = (max = 256))]
+    fn index_pending(&self, py: Python<'_>, max: usize) -> PyResult<usize> {
+        detach(py, || {
+            if self.inner.read().pending() == 0 {
+                return Ok(0);
+            }
+            self.inner.write().index_pending(max)
+        })
+    }
+
+    /// Vectors waiting to be linked into the graph.
+    fn pending(&self) -> usize {
+        self.inner.read().pending()
+    }
+
+    /// One query: (ids, final scores, explain) with explain an (n, 9) float
+    /// array (bm25, bm25_rank, cosine, vector_rank, relevance, decay,
+    /// importance, recency, score; NaN where a signal is absent) or None.
+    #[pyo3(signature = (
+        text = None, vector = None, *, mode = "hybrid", filter = None, k = 10,
+        candidates = 50, fusion = "rrf", rrf_k = 60.0, alpha = 0.5,
+        w_relevance = None, w_importance = None, w_recency = None, decay = 0.0,
+        recency_half_life = 168.0, now = 0.0, threshold = None, min_similarity = None,
+        explain = false, touch = false,
+    ))]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        text: Option<String>,
+        vector: Option<&Bound<'py, PyAny>>,
+        mode: &str,
+        filter: Option<String>,
+        k: i64,
+        candidates: i64,
+        fusion: &str,
+        rrf_k: f64,
+        alpha: f64,
+        w_relevance: Option<f64>,
+        w_importance: Option<f64>,
+        w_recency: Option<f64>,
+        decay: f64,
+        recency_half_life: f64,
+        now: f64,
+        threshold: Option<f64>,
+        min_similarity: Option<f64>,
+        explain: bool,
+        touch: bool,
+    ) -> PyResult<(
+        Bound<'py, PyArray1<u64>>,
+        Bound<'py, PyArray1<f64>>,
+        Option<Bound<'py, PyArray2<f64>>>,
+    )> {
+        if k <= 0 {
+            return Err(invalid(py, format!("k must be at least 1, got {k}")));
+        }
+        if candidates <= 0 {
+            return Err(invalid(
+                py,
+                format!("candidates must be at least 1, got {candidates}"),
+            ));
+        }
+        let q = vector
+            .map(|v| Matrix::extract(py, v, "query vector"))
+            .transpose()?;
+        if q.as_ref().is_some_and(|q| q.rows() != 1) {
+            return Err(invalid(py, "the query vector must be a single vector"));
+        }
+        let qv = q.as_ref().map(Matrix::as_slice);
+        let hits: Hits = detach(py, || {
+            let mode = Mode::parse(mode)?;
+            let fusion = match fusion {
+                "rrf" => Fusion::rrf(rrf_k)?,
+                "weighted" => Fusion::weighted(alpha)?,
+                other => {
+                    return Err(Error::invalid(format!(
+                        "fusion must be one of {{'rrf', 'weighted'}}, got {other:?}"
+                    )))
+                }
+            };
+            let weights = Weights::resolve(w_relevance, w_importance, w_recency, decay)?;
+            let engine = self.inner.read();
+            let filter = parse_filter(&engine, filter.as_deref())?;
+            engine.search(&SearchRequest {
+                text: text.as_deref(),
+                vector: qv,
+                mode,
+                filter: filter.as_ref(),
+                k: k as usize,
+                candidates: candidates as usize,
+                fusion,
+                weights,
+                decay,
+                recency_half_life,
+                now,
+                threshold,
+                min_similarity,
+                explain,
+                touch,
+            })
+        })?;
+        let explained = if explain {
+            let opt32 = |v: Option<f32>| v.map_or(f64::NAN, f64::from);
+            let rank = |v: Option<u32>| v.map_or(f64::NAN, f64::from);
+            let mut data = Vec::with_capacity(hits.signals.len() * EXPLAIN_COLS);
+            for s in &hits.signals {
+                data.extend_from_slice(&[
+                    opt32(s.bm25),
+                    rank(s.bm25_rank),
+                    opt32(s.cosine),
+                    rank(s.vector_rank),
+                    s.relevance,
+                    s.decay,
+                    s.importance,
+                    s.recency,
+                    s.score,
+                ]);
+            }
+            Some(matrix(py, hits.signals.len(), EXPLAIN_COLS, data)?)
+        } else {
+            None
+        };
+        Ok((
+            PyArray1::from_vec(py, hits.ids),
+            PyArray1::from_vec(py, hits.scores),
+            explained,
+        ))
+    }
+
+    /// Ids of the records `filter` (JSON) admits, by creation time.
+    #[pyo3(signature = (filter = None, *, order = "desc", offset = 0, limit = usize::MAX))]
+    fn ids_where<'py>(
+        &self,
+        py: Python<'py>,
+        filter: Option<String>,
+        order: &str,
+        offset: usize,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let order = match order {
+            "asc" => Order::CreatedAsc,
+            "desc" => Order::CreatedDesc,
+            other => {
+                return Err(invalid(
+                    py,
+                    format!("order must be one of {{'asc', 'desc'}}, got {other:?}"),
+                ))
+            }
+        };
+        let ids = detach(py, || {
+            let engine = self.inner.read();
+            let filter = parse_filter(&engine, filter.as_deref())?;
+            Ok(engine.ids_where(filter.as_ref(), order, offset, limit))
+        })?;
+        Ok(PyArray1::from_vec(py, ids))
+    }
+
+    /// Number of records `filter` (JSON) admits.
+    #[pyo3(signature = (filter = None))]
+    fn count(&self, py: Python<'_>, filter: Option<String>) -> PyResult<usize> {
+        detach(py, || {
+            let engine = self.inner.read();
+            let filter = parse_filter(&engine, filter.as_deref())?;
+            Ok(engine.count(filter.as_ref()))
+        })
+    }
+
+    /// (matching records, records examined) for `filter`: how selective the
+    /// postings made its evaluation.
+    fn filter_stats(&self, py: Python<'_>, filter: String) -> PyResult<(usize, usize)> {
+        detach(py, || {
+            let engine = self.inner.read();
+            let s = engine.select(&engine.parse_filter(&filter)?);
+            Ok((s.slots.len(), s.examined))
+        })
+    }
+
+    /// Records an access of `ids` at `now`.
+    fn touch(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
+        let ids = convert::ids(py, ids, "ids")?;
+        detach(py, || {
+            self.inner.read().touch(&ids, now);
+            Ok(())
+        })
+    }
+
+    /// The unit vector of `id`, or None if it has none.
+    fn vector<'py>(&self, py: Python<'py>, id: u64) -> Option<Bound<'py, PyArray1<f32>>> {
+        let v = self.inner.read().vector(id);
+        v.map(|v| PyArray1::from_vec(py, v))
+    }
+
+    /// Live ids in slot order.
+    fn ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let ids = detach(py, || Ok(self.inner.read().ids()))?;
+        Ok(PyArray1::from_vec(py, ids))
+    }
+
+    /// Writes a snapshot reflecting change `seq` into directory `root`.
+    fn save(&self, py: Python<'_>, root: PathBuf, seq: u64) -> PyResult<()> {
+        detach(py, || self.inner.read().save(&root, seq))
+    }
+
+    /// Loads the newest snapshot under `root`: (engine, seq).
+    #[staticmethod]
+    fn load(py: Python<'_>, root: PathBuf) -> PyResult<(Self, u64)> {
+        let (engine, seq) = detach(py, || Engine::load(&root))?;
+        Ok((
+            PyEngine {
+                inner: RwLock::new(engine),
+            },
+            seq,
+        ))
+    }
+
+    #[getter]
+    fn dim(&self) -> Option<usize> {
+        self.inner.read().dim()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.read().len()
+    }
+
+    fn __contains__(&self, id: &Bound<'_, PyAny>) -> bool {
+        id.extract::<u64>()
+            .is_ok_and(|id| self.inner.read().contains(id))
+    }
+
+    fn __repr__(&self) -> String {
+        let e = self.inner.read();
+        format!(
+            "Engine(dim={:?}, len={}, pending={})",
+            e.dim(),
+            e.len(),
+            e.pending()
+        )
+    }
+}
