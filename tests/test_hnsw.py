@@ -217,6 +217,42 @@ def test_recall_grows_with_ef(rec: Recall) -> None:
     assert not np.any(labels == MISSING)
 
 
+def _lost_nodes(index: Any, ids: U64, data: F32, ef: int = 100) -> U64:
+    """Ids that a search for their own vector does not return: nodes the graph cannot
+    reach (no other vector lies nearer, since the data has no duplicates)."""
+    labels, _ = index.search(data, k=1, ef=ef)
+    return ids[labels[:, 0] != ids]
+
+
+def test_every_node_is_reachable_after_a_parallel_build(rec: Recall) -> None:
+    """A batch links on all cores at once; no node may end up without a way in. A build
+    that links one node at a time, and hnswlib, lose none of these."""
+    tight = Clusters(seed=17, dim=32, centres=200)
+    which = tight.rng.integers(0, 200, 5_000)
+    data = (tight.centres[which] + 0.2 * tight.rng.normal(size=(5_000, 32))).astype(np.float32)
+    ids = np.arange(5_000, dtype=np.uint64)
+    index = HnswIndex(dim=32)
+    index.add(ids, data)
+    lost = {
+        "cosine": _lost_nodes(rec.index("cosine"), rec.ids, rec.data).tolist(),
+        "l2": _lost_nodes(rec.index("l2"), rec.ids, rec.data).tolist(),
+        "tight clusters": _lost_nodes(index, ids, data).tolist(),
+    }
+    assert not any(lost.values()), f"unreachable after a parallel build: {lost}"
+
+
+def test_every_node_is_reachable_after_a_sequential_build() -> None:
+    """The same data linked in batches under 64 (one thread): the baseline for the test above."""
+    tight = Clusters(seed=17, dim=32, centres=200)
+    which = tight.rng.integers(0, 200, 5_000)
+    data = (tight.centres[which] + 0.2 * tight.rng.normal(size=(5_000, 32))).astype(np.float32)
+    ids = np.arange(5_000, dtype=np.uint64)
+    index = HnswIndex(dim=32)
+    for start in range(0, 5_000, 50):
+        index.add(ids[start : start + 50], data[start : start + 50])
+    assert not _lost_nodes(index, ids, data).tolist()
+
+
 # Which search path serves a filter depends on how many ids it allows: at N = 10,000 and
 # ef = 64, below about 45% the index scans the allowed vectors, above it walks the graph.
 @pytest.mark.parametrize("fraction", [0.01, 0.10, 0.50, 0.90])
