@@ -68,14 +68,6 @@ SEED = 20_240_601
 LIBRARIES = ("memlane", "hnswlib")
 
 
-def hnsw_index_class() -> Any:
-    try:
-        from memlane import HnswIndex  # type: ignore[attr-defined]
-    except ImportError:  # before the public re-export
-        from memlane._core import HnswIndex  # type: ignore[attr-defined]
-    return HnswIndex
-
-
 # ---------------------------------------------------------------------------
 # Data
 
@@ -169,7 +161,8 @@ def build_worker(library: str, base_path: Path, out: Path) -> None:
     n = len(base)
     ids = np.arange(n, dtype=np.uint64)
     if library == "memlane":
-        HnswIndex = hnsw_index_class()
+        from memlane import HnswIndex
+
         # Start the thread pool first: its threads outlive the build, hnswlib's do not.
         warm = np.random.default_rng(0).normal(size=(128, 4)).astype(np.float32)
         HnswIndex(dim=4).add(np.arange(128), warm)
@@ -231,7 +224,9 @@ class Engine:
     def __init__(self, library: str, path: Path, n: int, dim: int) -> None:
         self.library = library
         if library == "memlane":
-            self.index: Any = hnsw_index_class().load(path)
+            from memlane import HnswIndex
+
+            self.index: Any = HnswIndex.load(path)
         else:
             import hnswlib
 
@@ -287,9 +282,10 @@ class Engine:
 def timed(
     engines: dict[str, Engine], run: Callable[[Engine], Any], repeat: int, count: int
 ) -> tuple[dict[str, float], dict[str, Any]]:
-    """Median queries per second of `run` for each engine, alternating; and the results."""
+    """Median queries per second of `run` for each engine, alternating, after one untimed
+    warm-up run each; and the results."""
     seconds: dict[str, list[float]] = {name: [] for name in engines}
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {name: run(engine) for name, engine in engines.items()}
     for _ in range(repeat):
         for name, engine in engines.items():
             started = time.perf_counter()

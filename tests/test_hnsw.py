@@ -39,6 +39,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from memlane import HnswIndex
 from memlane.errors import (
     CorruptFileError,
     DimensionMismatchError,
@@ -48,11 +49,6 @@ from memlane.errors import (
     StorageError,
     UnknownIdError,
 )
-
-try:
-    from memlane import HnswIndex  # type: ignore[attr-defined]
-except ImportError:  # the public re-export is not in this build yet
-    from memlane._core import HnswIndex  # type: ignore[attr-defined]
 
 F32 = npt.NDArray[np.float32]
 U64 = npt.NDArray[np.uint64]
@@ -634,7 +630,7 @@ def test_failed_save_leaves_the_old_file_loadable(tmp_path: Path) -> None:
     code = """
 import resource, signal, sys
 import numpy as np
-from memlane._core import HnswIndex
+from memlane import HnswIndex
 index = HnswIndex(dim=32, metric="l2")
 index.add(np.arange(5_000), np.random.default_rng(0).normal(size=(5_000, 32)))
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -679,7 +675,7 @@ def test_killed_save_leaves_a_loadable_file(tmp_path: Path) -> None:
     new.save(source)
     code = """
 import sys
-from memlane._core import HnswIndex
+from memlane import HnswIndex
 index = HnswIndex.load(sys.argv[1])
 print("ready", flush=True)
 while True:
@@ -884,7 +880,7 @@ def test_huge_k_is_an_error_not_a_crash() -> None:
     """k is user input: asking for 2**40 neighbours must raise, not abort the process."""
     code = """
 import numpy as np
-from memlane._core import HnswIndex
+from memlane import HnswIndex
 from memlane.errors import MemlaneError
 index = HnswIndex(dim=4)
 index.add([1, 2], np.eye(2, 4, dtype=np.float32) + 1)
