@@ -7,7 +7,7 @@ from typing import final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BM25Index", "HnswIndex", "__version__", "analyze"]
+__all__ = ["BM25Index", "Engine", "HnswIndex", "PreparedBatch", "__version__", "analyze"]
 
 __version__: str
 
@@ -143,3 +143,102 @@ class HnswIndex:
     def ef(self) -> int: ...
     @ef.setter
     def ef(self, value: int) -> None: ...
+
+@final
+class PreparedBatch:
+    """A checked, analysed batch of records from :meth:`Engine.prepare`, applied once."""
+
+@final
+class Engine:
+    """The memory engine behind ``memlane.Memory``: record attributes, BM25 and HNSW.
+
+    Ids are uint64 (the store's rowids). Thread-safe: searches run in parallel.
+    """
+
+    def __new__(
+        cls,
+        dim: int | None = None,
+        *,
+        m: int = 16,
+        ef_construction: int = 100,
+        ef: int = 64,
+        seed: int = 0,
+        k1: float = 1.2,
+        b: float = 0.75,
+        language: str = "english",
+        stopwords: bool = True,
+        stemming: bool = True,
+    ) -> Engine: ...
+    def prepare(
+        self,
+        ids: npt.ArrayLike,
+        texts: Sequence[str] | None,
+        vectors: npt.ArrayLike | None,
+        *,
+        tables: Sequence[str],
+        types: Sequence[str],
+        scopes: Sequence[Sequence[str | None]],
+        importance: Sequence[float],
+        evergreen: Sequence[bool],
+        created_at: Sequence[float],
+        updated_at: Sequence[float],
+        last_accessed_at: Sequence[float],
+        metadata: Sequence[str],
+    ) -> PreparedBatch:
+        """Checks and analyses a batch without changing anything; ``apply`` inserts it."""
+    def apply(self, batch: PreparedBatch) -> None:
+        """Inserts or replaces the records of a prepared batch."""
+    def remove(self, ids: npt.ArrayLike, missing_ok: bool = False) -> int:
+        """Removes ids; returns how many were removed."""
+    def index_pending(self, max: int = 256) -> int:
+        """Links up to ``max`` parked vectors into the graph; returns how many remain."""
+    def pending(self) -> int:
+        """Vectors waiting to be linked into the graph."""
+    def search(
+        self,
+        text: str | None = None,
+        vector: npt.ArrayLike | None = None,
+        *,
+        mode: str = "hybrid",
+        filter: str | None = None,
+        k: int = 10,
+        candidates: int = 50,
+        fusion: str = "rrf",
+        rrf_k: float = 60.0,
+        alpha: float = 0.5,
+        w_relevance: float | None = None,
+        w_importance: float | None = None,
+        w_recency: float | None = None,
+        decay: float = 0.0,
+        recency_half_life: float = 168.0,
+        now: float = 0.0,
+        threshold: float | None = None,
+        min_similarity: float | None = None,
+        explain: bool = False,
+        touch: bool = False,
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
+        """One query: ids, final scores and (with ``explain``) an (n, 9) array of signals."""
+    def ids_where(
+        self,
+        filter: str | None = None,
+        *,
+        order: str = "desc",
+        offset: int = 0,
+        limit: int = ...,
+    ) -> npt.NDArray[np.uint64]:
+        """Ids the filter (JSON) admits, by creation time."""
+    def count(self, filter: str | None = None) -> int: ...
+    def filter_stats(self, filter: str) -> tuple[int, int]:
+        """(matching records, records examined) for a filter."""
+    def touch(self, ids: npt.ArrayLike, now: float) -> None: ...
+    def vector(self, id: int) -> npt.NDArray[np.float32] | None: ...
+    def ids(self) -> npt.NDArray[np.uint64]: ...
+    def save(self, root: str | PathLike[str], seq: int) -> None:
+        """Writes a snapshot reflecting change ``seq`` into the directory ``root``."""
+    @staticmethod
+    def load(root: str | PathLike[str]) -> tuple[Engine, int]:
+        """The newest snapshot under ``root`` and its change sequence number."""
+    @property
+    def dim(self) -> int | None: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, key: object, /) -> bool: ...

@@ -9,6 +9,7 @@ really run in parallel and the event loop never blocks.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -69,10 +70,10 @@ class AsyncMemory:
     async def count(self, table: str | None = None, **kwargs: Any) -> int:
         return await asyncio.to_thread(self.sync.count, table, **kwargs)
 
-    async def list(self, table: str | None = None, **kwargs: Any) -> list[MemoryRecord]:
+    async def list(self, table: str | None = None, **kwargs: Any) -> builtins.list[MemoryRecord]:
         return await asyncio.to_thread(self.sync.list, table, **kwargs)
 
-    async def search(self, query: str, k: int = 5, **kwargs: Any) -> list[SearchHit]:
+    async def search(self, query: str, k: int = 5, **kwargs: Any) -> builtins.list[SearchHit]:
         return await asyncio.to_thread(self.sync.search, query, k, **kwargs)
 
     async def export_jsonl(self, path: str | Path, **kwargs: Any) -> int:

@@ -11,6 +11,7 @@ database with a warning.
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import threading
@@ -137,7 +138,9 @@ def _str(value: object, label: str, *, optional: bool = False) -> str | None:
     return value
 
 
-def _number(value: object, label: str, low: float | None = None, high: float | None = None) -> float:
+def _number(
+    value: object, label: str, low: float | None = None, high: float | None = None
+) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise InvalidArgumentError(f"{label} must be a number, got {type(value).__name__}")
     x = float(value)
@@ -456,8 +459,10 @@ class Memory:
         now = time.time()
         for row in self._db.rows_updated_since(now - self._window.seconds):
             rec = self._record(row)
-            keys = window_keys(self._scope_key(rec.table, rec.scope), rec.metadata, rec.content_hash)
-            self._window.remember(keys, rec.id, row[_C["updated_at"]])
+            skey = self._scope_key(rec.table, rec.scope)
+            self._window.remember(
+                window_keys(skey, rec.metadata, rec.content_hash), rec.id, row[_C["updated_at"]]
+            )
 
     # -- conversions --------------------------------------------------------------
 
@@ -787,7 +792,9 @@ class Memory:
                     f"id(s) already stored: {sorted(taken)[:5]}; use update() to change a record"
                 )
             if importing:
-                store, dups, marks = list(range(len(news))), {}, {}
+                store = list(range(len(news)))
+                dups: dict[int, tuple[str, str | int]] = {}
+                marks: dict[int, str | int] = {}
             else:
                 store, dups, marks = self._deduplicate(news, now)
             if store:
@@ -820,7 +827,12 @@ class Memory:
             text=n.text,
             table=n.table,
             type=n.type,
-            **dict(zip(SCOPE_FIELDS, n.scope, strict=True)),
+            agent_id=n.scope[0],
+            user_id=n.scope[1],
+            room_id=n.scope[2],
+            world_id=n.scope[3],
+            session_id=n.scope[4],
+            namespace=n.scope[5],
             importance=n.importance,
             evergreen=n.evergreen,
             unique=n.unique,
@@ -894,8 +906,8 @@ class Memory:
         """A record (id) or batch item (index) at least ``dedup_threshold`` similar to ``n``."""
         if unit is None or n.embedding is None:
             return None
-        for key, v, j in batch:
-            if key == skey and float(v @ unit) >= self.dedup_threshold:
+        for key, other, j in batch:
+            if key == skey and float(other @ unit) >= self.dedup_threshold:
                 return j
         # Same table and exactly the same scope.
         conds: list[dict[str, Any]] = [{"table": n.table}]
@@ -1004,7 +1016,8 @@ class Memory:
             if not new_vector:
                 n.embedding = _unblob(row[_C["embedding"]])
             pending = self._access.get(rowid)
-            n.access_count, n.last_accessed_at = row[_C["access_count"]], row[_C["last_accessed_at"]]
+            n.access_count = row[_C["access_count"]]
+            n.last_accessed_at = row[_C["last_accessed_at"]]
             full = self._row(rowid, n, 0)
             vectors = n.embedding[None, :] if new_vector and n.embedding is not None else None
             prepared = self._prepare(
@@ -1101,7 +1114,7 @@ class Memory:
         filters: Mapping[str, Any] | None = None,
         include_embedding: bool = False,
         **scope: str | None,
-    ) -> list[MemoryRecord]:
+    ) -> builtins.list[MemoryRecord]:
         """Records by creation time (newest first by default), e.g. a room's history.
 
         ``start`` is inclusive, ``end`` exclusive (unix seconds or aware datetimes).
@@ -1140,7 +1153,7 @@ class Memory:
         track_access: bool | None = None,
         include_embedding: bool = False,
         **scope: str | None,
-    ) -> list[SearchHit]:
+    ) -> builtins.list[SearchHit]:
         """The ``k`` best memories for ``query``, best first, in one call into the engine.
 
         Modes: ``"hybrid"`` (BM25 and vectors fused by RRF or by weights),
@@ -1220,7 +1233,7 @@ class Memory:
             if row is None:  # deleted meanwhile
                 continue
             rec = self._record(row, include_embedding)
-            info = None
+            info: dict[str, float | int | None] | None = None
             if signals is not None:
                 info = {}
                 for name, value in zip(_EXPLAIN, signals[j].tolist(), strict=True):
@@ -1235,7 +1248,7 @@ class Memory:
 
     # -- access tracking --------------------------------------------------------------------
 
-    def _note_access(self, rowids: list[int], now: float) -> None:
+    def _note_access(self, rowids: builtins.list[int], now: float) -> None:
         with self._access_lock:
             if not self._access:
                 self._access_since = now
@@ -1364,8 +1377,8 @@ class Memory:
         return added
 
     @staticmethod
-    def _read_jsonl(path: Path) -> Iterator[list[dict[str, Any]]]:
-        batch: list[dict[str, Any]] = []
+    def _read_jsonl(path: Path) -> Iterator[builtins.list[dict[str, Any]]]:
+        batch: builtins.list[dict[str, Any]] = []
         with path.open(encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():

@@ -332,7 +332,8 @@ class SQLiteStore:
 
     def tombstones_since(self, seq: int) -> list[int]:
         with self.reader() as conn:
-            return [r[0] for r in conn.execute("SELECT rowid FROM tombstones WHERE seq > ?", (seq,))]
+            rows = conn.execute("SELECT rowid FROM tombstones WHERE seq > ?", (seq,))
+            return [r[0] for r in rows]
 
     def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
         """Every row in rowid order."""
