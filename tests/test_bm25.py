@@ -256,6 +256,7 @@ def test_bad_input_changes_nothing() -> None:
         ([-1], ["x"], InvalidArgumentError),  # not a u64
         (["a"], ["x"], InvalidArgumentError),
         ([3], ["bad \ud800"], InvalidArgumentError),
+        ([2**64 - 1], ["x"], InvalidArgumentError),  # reserved for padding
         (3, 4, InvalidArgumentError),
     ]
     for ids, texts_, error in bad_adds:

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use memlane_core::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, Hit, Language, Stopwords};
+use memlane_core::bm25::{
+    AnalyzerConfig, Bm25Index, Bm25Params, Hit, Language, Stopwords, MISSING,
+};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use parking_lot::RwLock;
 use pyo3::prelude::*;
@@ -13,8 +15,7 @@ use pyo3::Borrowed;
 use crate::convert;
 use crate::errors::{detach, invalid, to_py};
 
-/// Id and score that pad rows of `search_batch` with fewer than `k` hits.
-const PAD_ID: u64 = u64::MAX;
+/// Score that pads rows of `search_batch` with fewer than `k` hits (their id is `MISSING`).
 const PAD_SCORE: f32 = f32::NEG_INFINITY;
 
 /// A batch of `search_batch` output is at most this many cells.
@@ -234,7 +235,7 @@ impl PyBm25Index {
             let index = self.inner.read();
             let filter = allowed.as_deref().map(|ids| index.filter(ids));
             let rows = index.search_batch(&queries, k, filter.as_ref());
-            let mut ids = vec![PAD_ID; nq * k];
+            let mut ids = vec![MISSING; nq * k];
             let mut scores = vec![PAD_SCORE; nq * k];
             for (r, hits) in rows.into_iter().enumerate() {
                 for (c, h) in hits.into_iter().enumerate() {

@@ -19,6 +19,10 @@ use crate::error::{Error, Result};
 use super::analyzer::{Analyzer, AnalyzerConfig, TermCache, Tokens};
 use super::scoring::{Bm25Params, CorpusStats};
 
+/// The id that pads batch results with fewer than `k` hits, so no document
+/// may have it (the same value as [`crate::hnsw::MISSING`]).
+pub const MISSING: u64 = u64::MAX;
+
 /// Batches at least this large are analysed in parallel.
 const PARALLEL_BATCH: usize = 64;
 
@@ -200,12 +204,17 @@ impl Bm25Index {
     }
 
     /// The checks [`add`](Self::add) makes before analysing anything: as many
-    /// ids as texts, and no id twice.
+    /// ids as texts, no id twice, and not [`MISSING`].
     pub fn check_batch(ids: &[u64], n_texts: usize) -> Result<()> {
         if ids.len() != n_texts {
             return Err(Error::invalid(format!(
                 "ids and texts differ in length: {} ids, {n_texts} texts",
                 ids.len()
+            )));
+        }
+        if ids.contains(&MISSING) {
+            return Err(Error::invalid(format!(
+                "id {MISSING} is reserved as the 'no result' id"
             )));
         }
         check_unique(ids)
@@ -494,6 +503,7 @@ mod tests {
         ix.add(&[1], &["a"]).unwrap();
         assert!(ix.add(&[2, 2], &["b", "c"]).is_err());
         assert!(ix.add(&[2], &["b", "c"]).is_err());
+        assert!(ix.add(&[MISSING], &["x"]).is_err());
         assert!(matches!(ix.remove(&[1, 9]), Err(Error::UnknownId(9))));
         assert!(ix.remove(&[1, 1]).is_err());
         assert_eq!(ix.ids(), vec![1]);
