@@ -93,7 +93,8 @@ class HnswIndex:
 
     Thread-safe: searches run in parallel from any number of threads while
     adds and removes take turns. Distances: cosine ``1 - cos``, ip ``1 - dot``,
-    l2 squared Euclidean.
+    l2 squared Euclidean. ``precision`` "f16" halves and "int8" quarters the
+    memory a vector takes, at the cost of approximate distances.
     """
 
     def __new__(
@@ -104,6 +105,7 @@ class HnswIndex:
         ef_construction: int = 200,
         ef: int = 64,
         seed: int = 0,
+        precision: str = "f32",
     ) -> HnswIndex: ...
     def add(self, ids: npt.ArrayLike, vectors: npt.ArrayLike) -> None:
         """Add ``vectors`` (n, dim) under ``ids`` (n,); a present id gets the new vector."""
@@ -139,6 +141,9 @@ class HnswIndex:
     def ef_construction(self) -> int: ...
     @property
     def seed(self) -> int: ...
+    @property
+    def precision(self) -> str:
+        """How vectors are stored: "f32" (exact), "f16" or "int8" (approximate)."""
     @property
     def ef(self) -> int: ...
     @ef.setter

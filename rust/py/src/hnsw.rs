@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use memlane_core::hnsw::{Hnsw, Metric, Params, MISSING};
+use memlane_core::hnsw::{Hnsw, Metric, Params, Precision, MISSING};
 use memlane_core::Error;
 use numpy::ndarray::Array2;
 use numpy::{Element, IntoPyArray, PyArray1, PyArray2};
@@ -34,7 +34,8 @@ pub(crate) fn matrix<T: Element>(
 #[pymethods]
 impl PyHnswIndex {
     #[new]
-    #[pyo3(signature = (dim, metric = "cosine", m = 16, ef_construction = 200, ef = 64, seed = 0))]
+    #[pyo3(signature = (dim, metric = "cosine", m = 16, ef_construction = 200, ef = 64, seed = 0, precision = "f32"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         dim: usize,
         metric: &str,
@@ -42,14 +43,17 @@ impl PyHnswIndex {
         ef_construction: usize,
         ef: usize,
         seed: u64,
+        precision: &str,
         py: Python<'_>,
     ) -> PyResult<Self> {
         let metric = Metric::parse(metric).map_err(|e| crate::errors::to_py(py, e))?;
+        let precision = Precision::parse(precision).map_err(|e| crate::errors::to_py(py, e))?;
         let params = Params {
             m,
             ef_construction,
             ef,
             seed,
+            precision,
         };
         let index = Hnsw::new(dim, metric, params).map_err(|e| crate::errors::to_py(py, e))?;
         Ok(PyHnswIndex {
@@ -195,6 +199,12 @@ impl PyHnswIndex {
         self.inner.read().params().ef_construction
     }
 
+    /// How vectors are stored: "f32" (exact), "f16" or "int8" (approximate).
+    #[getter]
+    fn precision(&self) -> &'static str {
+        self.inner.read().params().precision.name()
+    }
+
     #[getter]
     fn seed(&self) -> u64 {
         self.inner.read().params().seed
@@ -221,9 +231,10 @@ impl PyHnswIndex {
         let h = self.inner.read();
         let p = h.params();
         format!(
-            "HnswIndex(dim={}, metric={:?}, m={}, ef_construction={}, ef={}, len={})",
+            "HnswIndex(dim={}, metric={:?}, precision={:?}, m={}, ef_construction={}, ef={}, len={})",
             h.dim(),
             h.metric().name(),
+            p.precision.name(),
             p.m,
             p.ef_construction,
             p.ef,

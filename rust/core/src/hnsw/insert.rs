@@ -6,12 +6,14 @@
 use rayon::prelude::*;
 
 use super::filter::Allowed;
+use super::distance::Query;
 use super::search::{with_scratch, Cand, Scratch};
 use super::{Entry, Hnsw};
 
 impl Hnsw {
-    /// Links `slot`, whose vector is already stored, into every level up to its own.
-    pub(super) fn link(&self, slot: u32, sc: &mut Scratch) {
+    /// Links `slot`, whose vector is already stored, into every level up to
+    /// its own. `q` is the vector at full precision.
+    pub(super) fn link(&self, slot: u32, q: &Query, sc: &mut Scratch) {
         let level = self.graph.level(slot);
         // A node that raises the top level must not race another one doing so.
         let _top = (self.entry().is_none_or(|e| level > e.level)).then(|| self.top_lock.lock());
@@ -22,7 +24,6 @@ impl Hnsw {
         if entry.slot == slot {
             return;
         }
-        let q = self.vectors.get(slot);
         let mut cur = Cand {
             d: self.dist_to(q, entry.slot),
             slot: entry.slot,
@@ -37,7 +38,9 @@ impl Hnsw {
             sc.cands.extend(sc.results.drain());
             sc.cands.sort_unstable();
             let mut selected = std::mem::take(&mut sc.selected);
-            self.select_neighbors(&sc.cands, self.graph.m(), &mut selected);
+            let cands = std::mem::take(&mut sc.cands);
+            self.select_neighbors(&cands, self.graph.m(), &mut selected, &mut sc.base);
+            sc.cands = cands;
             sc.links.clear();
             sc.links.extend(selected.iter().map(|c| c.slot));
             {
@@ -59,14 +62,18 @@ impl Hnsw {
     /// The heuristic of algorithm 4: walk candidates nearest first and keep one
     /// only if it is nearer to the base than to every neighbour kept so far,
     /// which spreads the links in all directions.
-    fn select_neighbors(&self, sorted: &[Cand], m: usize, out: &mut Vec<Cand>) {
+    fn select_neighbors(&self, sorted: &[Cand], m: usize, out: &mut Vec<Cand>, base: &mut Query) {
         out.clear();
         for &c in sorted {
             if out.len() >= m {
                 break;
             }
-            let v = self.vectors.get(c.slot);
-            if out.iter().all(|s| self.dist_to(v, s.slot) >= c.d) {
+            if out.is_empty() {
+                out.push(c);
+                continue;
+            }
+            self.load_query(c.slot, base);
+            if out.iter().all(|s| self.dist_to(base, s.slot) >= c.d) {
                 out.push(c);
             }
         }
@@ -82,18 +89,18 @@ impl Hnsw {
             if links.len() < self.graph.max_degree(level) {
                 links.push(new.slot);
             } else {
-                let base = self.vectors.get(node);
+                self.load_query(node, &mut sc.base);
                 let mut cands: Vec<Cand> = links
                     .iter()
                     .map(|&x| Cand {
-                        d: self.dist_to(base, x),
+                        d: self.dist_to(&sc.base, x),
                         slot: x,
                     })
                     .collect();
                 cands.push(new);
                 cands.sort_unstable();
                 let mut kept = Vec::with_capacity(cands.len());
-                self.select_neighbors(&cands, self.graph.max_degree(level), &mut kept);
+                self.select_neighbors(&cands, self.graph.max_degree(level), &mut kept, &mut sc.base);
                 links.clear();
                 links.extend(kept.iter().map(|c| c.slot));
             }
@@ -124,7 +131,7 @@ impl Hnsw {
                     let _g = self.graph.lock(w);
                     let mut links = std::mem::take(&mut sc.links);
                     self.graph.read(w, l, &mut links);
-                    let base = self.vectors.get(w);
+                    self.load_query(w, &mut sc.base);
                     let mut i = 0;
                     while i < links.len() {
                         let x = links[i];
@@ -138,7 +145,7 @@ impl Hnsw {
                             .iter()
                             .filter(|&&y| y != w && !reused.contains(y) && !links.contains(&y))
                             .map(|&y| Cand {
-                                d: self.dist_to(base, y),
+                                d: self.dist_to(&sc.base, y),
                                 slot: y,
                             })
                             .min();

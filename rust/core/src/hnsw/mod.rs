@@ -20,12 +20,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use rayon::prelude::*;
 
-pub use distance::{DistanceFn, Metric};
+pub use distance::Metric;
+pub use storage::Precision;
 pub use filter::Allowed;
 
 use crate::error::{Error, Result};
 use crate::idmap::{first_duplicate, IdMap};
 use graph::Graph;
+use distance::{Distance, Query};
 use search::{with_scratch, Cand};
 use storage::Vectors;
 
@@ -46,6 +48,8 @@ pub struct Params {
     pub ef: usize,
     /// Seeds the level draw, so a single-threaded build is reproducible.
     pub seed: u64,
+    /// How vectors are stored; see `storage`.
+    pub precision: Precision,
 }
 
 impl Default for Params {
@@ -55,6 +59,7 @@ impl Default for Params {
             ef_construction: 200,
             ef: 64,
             seed: 0,
+            precision: Precision::F32,
         }
     }
 }
@@ -70,7 +75,7 @@ const NO_ENTRY: u64 = u64::MAX;
 
 pub struct Hnsw {
     metric: Metric,
-    dist: DistanceFn,
+    dist: Distance,
     m: usize,
     ef_construction: usize,
     ef: usize,
@@ -120,13 +125,13 @@ impl Hnsw {
         }
         Ok(Hnsw {
             metric,
-            dist: distance::select(metric),
+            dist: Distance::new(metric, params.precision),
             m: params.m,
             ef_construction: params.ef_construction,
             ef: params.ef,
             seed: params.seed,
             rng: params.seed ^ 0x5DEE_CE66_D1CE_4E5B,
-            vectors: Vectors::new(dim),
+            vectors: Vectors::new(dim, params.precision),
             graph: Graph::new(params.m),
             labels: Vec::new(),
             removed: Vec::new(),
@@ -151,6 +156,7 @@ impl Hnsw {
             ef_construction: self.ef_construction,
             ef: self.ef,
             seed: self.seed,
+            precision: self.vectors.precision(),
         }
     }
 
@@ -183,10 +189,14 @@ impl Hnsw {
             .collect()
     }
 
-    /// The stored vector of `id` (normalised under the cosine metric).
+    /// The stored vector of `id` (normalised under the cosine metric; as
+    /// precise as the index's precision).
     pub fn vector(&self, id: u64) -> Result<Vec<f32>> {
         let slot = *self.slots.get(&id).ok_or(Error::UnknownId(id))?;
-        Ok(self.vectors.get(slot)[..self.dim()].to_vec())
+        let mut v = Vec::new();
+        self.vectors.decode(slot, &mut v);
+        v.truncate(self.dim());
+        Ok(v)
     }
 
     /// Bytes held by vectors, links and id maps.
@@ -294,11 +304,12 @@ impl Hnsw {
         // Assign slots and store vectors; linking comes after, in parallel.
         let entry_slot = self.entry().map(|e| e.slot);
         let mut kept_entry = None;
-        let mut plan: Vec<(u32, bool)> = Vec::with_capacity(ids.len());
+        // (slot, reused, row of `data`)
+        let mut plan: Vec<(u32, bool, usize)> = Vec::with_capacity(ids.len());
         let fresh = ids.iter().filter(|id| !self.slots.contains_key(id)).count();
         self.vectors.reserve(fresh.saturating_sub(self.free.len()));
         self.graph.reserve(fresh.saturating_sub(self.free.len()));
-        for (&id, v) in ids.iter().zip(data.chunks_exact(dim)) {
+        for (row, (&id, v)) in ids.iter().zip(data.chunks_exact(dim)).enumerate() {
             let (slot, reused) = if let Some(&slot) = self.slots.get(&id) {
                 (slot, true)
             } else {
@@ -324,7 +335,7 @@ impl Hnsw {
             self.labels[slot as usize] = id;
             self.removed[slot as usize] = false;
             self.slots.insert(id, slot);
-            plan.push((slot, reused));
+            plan.push((slot, reused, row));
         }
         self.free.extend(kept_entry);
 
@@ -333,7 +344,11 @@ impl Hnsw {
             self.unlink(&reused);
         }
         let this = &*self;
-        let link = |&(slot, _): &(u32, bool)| with_scratch(|sc| this.link(slot, sc));
+        let padded = self.vectors.padded_dim();
+        let link = |&(slot, _, row): &(u32, bool, usize)| {
+            let q = Query::padded(&data[row * dim..(row + 1) * dim], padded);
+            with_scratch(|sc| this.link(slot, &q, sc));
+        };
         let mut rest = &plan[..];
         if this.entry().is_none() {
             if let Some((first, tail)) = plan.split_first() {
@@ -404,12 +419,6 @@ impl Hnsw {
         (allowed.len() as f64) <= graph_cost
     }
 
-    /// Padded query (the stored-vector stride), ready for the kernels.
-    fn padded(&self, q: &[f32]) -> Vec<f32> {
-        let mut p = vec![0.0; self.vectors.stride()];
-        p[..q.len()].copy_from_slice(q);
-        p
-    }
 
     fn search_one(
         &self,
@@ -418,7 +427,7 @@ impl Hnsw {
         ef: usize,
         allowed: Option<&Allowed>,
     ) -> Vec<Neighbor> {
-        let q = self.padded(q);
+        let q = Query::padded(q, self.vectors.padded_dim());
         let mut best: Vec<Cand> = match allowed {
             Some(a) if self.prefer_scan(a, ef) => {
                 let mut heap = BinaryHeap::with_capacity(k + 1);

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{distance, Entry, Hnsw, Metric, Params, NO_ENTRY};
+use super::{Entry, Hnsw, Metric, Params, Precision, NO_ENTRY};
 use crate::codec::{DecodeError, DecodeResult, Reader, Writer};
 use crate::error::Result;
 use crate::persist::{self, corrupt, Kind};
@@ -20,6 +20,7 @@ impl Hnsw {
         let mut w =
             Writer::with_capacity(slots * (dim * 4 + (self.graph.max_degree(0) + 1) * 4 + 16) + 64);
         w.u8(self.metric.code());
+        w.u8(self.vectors.precision().code());
         for v in [dim, self.m, self.ef_construction, self.ef] {
             w.u64(v as u64);
         }
@@ -38,7 +39,7 @@ impl Hnsw {
         w.u32s(&self.free);
         let mut links = Vec::new();
         for slot in 0..slots as u32 {
-            w.f32s(&self.vectors.get(slot)[..dim]);
+            w.bytes(self.vectors.get(slot));
             for l in 0..=self.graph.level(slot) {
                 self.graph.read(slot, l, &mut links);
                 w.u32s(&links);
@@ -63,6 +64,10 @@ fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
         Some(m) => m,
         None => return bad("unknown metric"),
     };
+    let precision = match Precision::from_code(r.u8()?) {
+        Some(p) => p,
+        None => return bad("unknown precision"),
+    };
     let mut next = || -> DecodeResult<usize> {
         usize::try_from(r.u64()?).map_err(|_| DecodeError("parameter out of range".into()))
     };
@@ -78,6 +83,7 @@ fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
             ef_construction,
             ef,
             seed,
+            precision,
         },
     )
     .map_err(|e| DecodeError(format!("bad parameters: {e}")))?;
@@ -104,11 +110,11 @@ fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
     for (slot, &level) in levels.iter().enumerate() {
         h.graph.push(level);
         h.vectors.push_zeroed();
-        let v = r.f32s()?;
-        if v.len() != dim || v.iter().any(|x| !x.is_finite()) {
+        let record = r.bytes()?;
+        if record.len() != h.vectors.record_bytes() {
             return bad(format!("vector {slot} is damaged"));
         }
-        h.vectors.set(slot as u32, &v);
+        h.vectors.set_raw(slot as u32, record);
         for l in 0..=level as usize {
             let links = r.u32s()?;
             if links.len() > h.graph.max_degree(l) || links.iter().any(|&x| x as usize >= slots) {
@@ -135,6 +141,5 @@ fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
     } else if slots > 0 {
         return bad("nodes without an entry point");
     }
-    h.dist = distance::select(metric);
     Ok(h)
 }

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use super::distance::prefetch;
+use super::distance::{prefetch, Query};
 use super::Hnsw;
 
 /// A node and its distance to the query.
@@ -30,7 +30,6 @@ impl PartialOrd for Cand {
 }
 
 /// Per-thread search state, reused across searches so a query allocates nothing.
-#[derive(Default)]
 pub struct Scratch {
     /// `visited[slot] == epoch` marks a node seen by the current search; bumping
     /// `epoch` clears the whole set in O(1).
@@ -44,8 +43,28 @@ pub struct Scratch {
     fresh: Vec<u32>,
     pub links: Vec<u32>,
     pub fresh_links: Vec<u32>,
+    /// A stored vector decoded to f32, when distances between two stored
+    /// vectors are needed while linking.
+    pub base: Query,
     pub cands: Vec<Cand>,
     pub selected: Vec<Cand>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            visited: Vec::new(),
+            epoch: 0,
+            candidates: BinaryHeap::new(),
+            results: BinaryHeap::new(),
+            fresh: Vec::new(),
+            links: Vec::new(),
+            cands: Vec::new(),
+            selected: Vec::new(),
+            fresh_links: Vec::new(),
+            base: Query::new(Vec::new()),
+        }
+    }
 }
 
 impl Scratch {
@@ -89,12 +108,18 @@ const PREFETCH_LINES: usize = 2;
 
 impl Hnsw {
     #[inline]
-    pub(super) fn dist_to(&self, q: &[f32], slot: u32) -> f32 {
-        (self.dist)(q, self.vectors.get(slot))
+    pub(super) fn dist_to(&self, q: &Query, slot: u32) -> f32 {
+        self.dist.eval(q, self.vectors.get(slot))
+    }
+
+    /// Decodes the vector of `slot` into `q`.
+    pub(super) fn load_query(&self, slot: u32, q: &mut Query) {
+        self.vectors.decode(slot, &mut q.v);
+        q.refresh();
     }
 
     /// Greedy descent on one upper level (ef = 1).
-    pub(super) fn greedy(&self, q: &[f32], mut cur: Cand, level: usize, sc: &mut Scratch) -> Cand {
+    pub(super) fn greedy(&self, q: &Query, mut cur: Cand, level: usize, sc: &mut Scratch) -> Cand {
         loop {
             let mut changed = false;
             self.graph.read(cur.slot, level, &mut sc.links);
@@ -116,7 +141,7 @@ impl Hnsw {
     /// deleted or filtered-out nodes keep routing the search.
     pub(super) fn search_layer(
         &self,
-        q: &[f32],
+        q: &Query,
         entries: &[Cand],
         ef: usize,
         level: usize,
@@ -135,7 +160,7 @@ impl Hnsw {
                 }
             }
         }
-        let stride = self.vectors.stride();
+        let lines = PREFETCH_LINES.min(self.vectors.lines_per_record());
         while let Some(Reverse(c)) = sc.candidates.pop() {
             let bound = match sc.results.peek() {
                 Some(w) if sc.results.len() >= ef => w.d,
@@ -157,8 +182,8 @@ impl Hnsw {
             });
             for &n in fresh.iter() {
                 let p = self.vectors.ptr(n);
-                for line in 0..PREFETCH_LINES.min(stride / 16) {
-                    prefetch(p.wrapping_add(line * 16));
+                for line in 0..lines {
+                    prefetch(p.wrapping_add(line * 64));
                 }
             }
             for &n in &sc.fresh {
@@ -184,7 +209,7 @@ impl Hnsw {
     /// Descends from the entry point to level 0 and runs the level-0 search.
     pub(super) fn search_graph(
         &self,
-        q: &[f32],
+        q: &Query,
         ef: usize,
         sc: &mut Scratch,
         accept: impl Fn(u32) -> bool,

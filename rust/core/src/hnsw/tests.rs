@@ -245,3 +245,44 @@ fn short_results_are_padded_in_batches() {
     let empty = Hnsw::new(2, Metric::L2, Params::default()).unwrap();
     assert!(empty.search(&[0.0, 0.0], 3, None, None).unwrap().is_empty());
 }
+
+#[test]
+fn reduced_precision_keeps_recall_and_round_trips() {
+    for precision in [Precision::F16, Precision::Int8] {
+        for metric in [Metric::Cosine, Metric::L2] {
+            let data = clustered(3000, 48, 20, 7);
+            let ids: Vec<u64> = (0..3000).collect();
+            let params = Params {
+                precision,
+                ..Params::default()
+            };
+            let mut h = Hnsw::new(48, metric, params).unwrap();
+            h.add(&ids, &data).unwrap();
+            let queries = clustered(50, 48, 20, 99);
+            let r = mean_recall(&h, &data, &ids, &queries, None);
+            // int8 distances are approximate: near ties can swap.
+            let floor = if precision == Precision::Int8 { 0.9 } else { 0.95 };
+            assert!(r >= floor, "{precision:?} {metric:?}: recall {r}");
+            let v = h.vector(5).unwrap();
+            let want = &data[5 * 48..6 * 48];
+            let scale = if metric == Metric::Cosine {
+                1.0 / want.iter().map(|x| x * x).sum::<f32>().sqrt()
+            } else {
+                1.0
+            };
+            let tol = if precision == Precision::Int8 { 0.02 } else { 0.005 };
+            for (a, b) in v.iter().zip(want) {
+                assert!((a - b * scale).abs() <= tol * (b * scale).abs().max(0.5));
+            }
+            let dir = std::env::temp_dir().join(format!("memlane-prec-{}-{precision:?}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            h.save(&dir.join("i")).unwrap();
+            let g = Hnsw::load(&dir.join("i")).unwrap();
+            assert_eq!(g.params().precision, precision);
+            let (la, da) = h.search_batch(&queries, 10, None, None).unwrap();
+            let (lb, db) = g.search_batch(&queries, 10, None, None).unwrap();
+            assert_eq!((la, da), (lb, db));
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}
