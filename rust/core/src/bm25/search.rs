@@ -288,22 +288,8 @@ impl Bm25Index {
     }
 
     fn max_score(&self, terms: &[QueryTerm], k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        let mut c = Cursors::new(self, terms);
         let n = terms.len();
-        let lists: Vec<(&[u32], &[u32])> = terms
-            .iter()
-            .map(|t| {
-                let p = &self.postings[t.tid as usize];
-                (p.docs.as_slice(), p.tfs.as_slice())
-            })
-            .collect();
-        // bound[i]: the most that terms 0..=i together can add, with slack.
-        let mut bound = Vec::with_capacity(n);
-        let mut sum = 0f32;
-        for t in terms {
-            sum += t.ub;
-            bound.push(sum * (1.0 + SLACK));
-        }
-        let mut pos = vec![0usize; n];
         let mut acc = vec![0f32; WINDOW];
         let mut seen = vec![0u64; WINDOW / 64];
         let mut top = TopK::new(k);
@@ -312,19 +298,15 @@ impl Bm25Index {
         let mut first = 0;
         while first < n {
             // The next window starts at the smallest unread essential posting.
-            let Some(lo) = (first..n)
-                .filter_map(|i| lists[i].0.get(pos[i]))
-                .min()
-                .copied()
-            else {
+            let Some(lo) = (first..n).filter_map(|i| c.current(i)).min() else {
                 break;
             };
             let hi = lo.saturating_add(WINDOW as u32);
             // Essential terms, highest bound first (the canonical order), term at a time.
             for i in (first..n).rev() {
-                let (docs, tfs) = lists[i];
+                let (docs, tfs) = c.lists[i];
                 let scorer = &terms[i].scorer;
-                let mut p = pos[i];
+                let mut p = c.pos[i];
                 while let Some(&d) = docs.get(p) {
                     if d >= hi {
                         break;
@@ -334,10 +316,10 @@ impl Bm25Index {
                     seen[off / 64] |= 1 << (off % 64);
                     p += 1;
                 }
-                pos[i] = p;
+                c.pos[i] = p;
             }
-            // Candidates in document order; non-essential terms are probed,
-            // highest bound first, while the document can still enter.
+            // Candidates in document order, completed with the terms that
+            // were non-essential when the window started.
             let window_first = first;
             for (w, word) in seen.iter_mut().enumerate() {
                 let mut bits = std::mem::take(word);
@@ -349,16 +331,8 @@ impl Bm25Index {
                     if !self.live[d as usize] || !filter.is_none_or(|f| f.contains(d)) {
                         continue;
                     }
-                    let Some(score) = self.complete(
-                        terms,
-                        &lists,
-                        &bound,
-                        &mut pos,
-                        window_first,
-                        d,
-                        score,
-                        theta,
-                    ) else {
+                    let len = self.doc_lens[d as usize];
+                    let Some(score) = c.complete(window_first, d, len, score, theta) else {
                         continue;
                     };
                     top.offer(Hit {
@@ -368,7 +342,7 @@ impl Bm25Index {
                     let t = top.threshold();
                     if t > theta {
                         theta = t;
-                        while first < n && bound[first] < theta {
+                        while first < n && c.bound[first] < theta {
                             first += 1;
                         }
                     }
@@ -377,32 +351,69 @@ impl Bm25Index {
         }
         top.into_sorted()
     }
+}
+
+/// The query terms' posting lists, a read position in each, and the
+/// cumulative score bounds that decide which terms are essential.
+struct Cursors<'a> {
+    terms: &'a [QueryTerm],
+    lists: Vec<(&'a [u32], &'a [u32])>,
+    pos: Vec<usize>,
+    /// `bound[i]`: the most that terms `0..=i` together can add, with slack.
+    bound: Vec<f32>,
+}
+
+impl<'a> Cursors<'a> {
+    fn new(index: &'a Bm25Index, terms: &'a [QueryTerm]) -> Self {
+        let lists = terms
+            .iter()
+            .map(|t| {
+                let p = &index.postings[t.tid as usize];
+                (p.docs.as_slice(), p.tfs.as_slice())
+            })
+            .collect();
+        let mut sum = 0f32;
+        let bound = terms
+            .iter()
+            .map(|t| {
+                sum += t.ub;
+                sum * (1.0 + SLACK)
+            })
+            .collect();
+        Cursors {
+            terms,
+            lists,
+            pos: vec![0; terms.len()],
+            bound,
+        }
+    }
+
+    /// The `docno` under the cursor of term `i`, if any is left.
+    fn current(&self, i: usize) -> Option<u32> {
+        self.lists[i].0.get(self.pos[i]).copied()
+    }
 
     /// Adds the non-essential terms `0..first` (highest bound first) to a
     /// candidate's essential score, or gives `None` once the bounds show it
     /// cannot reach `theta`.
-    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn complete(
-        &self,
-        terms: &[QueryTerm],
-        lists: &[(&[u32], &[u32])],
-        bound: &[f32],
-        pos: &mut [usize],
+        &mut self,
         first: usize,
         d: u32,
+        len: u32,
         mut score: f32,
         theta: f32,
     ) -> Option<f32> {
-        let len = self.doc_lens[d as usize];
         for i in (0..first).rev() {
-            if score * (1.0 + SLACK) + bound[i] < theta {
+            if score * (1.0 + SLACK) + self.bound[i] < theta {
                 return None;
             }
-            let (docs, tfs) = lists[i];
-            pos[i] = advance(docs, pos[i], d);
-            if docs.get(pos[i]) == Some(&d) {
-                score += terms[i].scorer.score(tfs[pos[i]], len);
+            let (docs, tfs) = self.lists[i];
+            let p = advance(docs, self.pos[i], d);
+            self.pos[i] = p;
+            if docs.get(p) == Some(&d) {
+                score += self.terms[i].scorer.score(tfs[p], len);
             }
         }
         Some(score)
