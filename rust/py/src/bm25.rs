@@ -46,19 +46,31 @@ fn texts(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<Str
     })?;
     let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
     for (i, item) in iter.enumerate() {
-        out.push(string(py, &item?, &format!("{what}[{i}]"))?);
+        out.push(string(py, &item?, what, Some(i))?);
     }
     Ok(out)
 }
 
-/// One `str` argument as an owned string.
-fn string(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
-    let s = obj
-        .cast::<PyString>()
-        .map_err(|_| invalid(py, format!("{what} must be a str, got {}", type_name(obj))))?;
+/// One `str` argument (or item `index` of one) as an owned string.
+fn string(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    index: Option<usize>,
+) -> PyResult<String> {
+    let name = || match index {
+        Some(i) => format!("{what}[{i}]"),
+        None => what.to_owned(),
+    };
+    let s = obj.cast::<PyString>().map_err(|_| {
+        invalid(
+            py,
+            format!("{} must be a str, got {}", name(), type_name(obj)),
+        )
+    })?;
     s.to_str()
         .map(str::to_owned)
-        .map_err(|e| invalid(py, format!("{what} is not valid Unicode: {e}")))
+        .map_err(|e| invalid(py, format!("{} is not valid Unicode: {e}", name())))
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -191,7 +203,7 @@ impl PyBm25Index {
         allowed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>)> {
         let k = positive_k(py, k)?;
-        let query = string(py, query, "query")?;
+        let query = string(py, query, "query", None)?;
         let allowed = allowed
             .map(|a| convert::ids(py, a, "allowed"))
             .transpose()?;
@@ -252,7 +264,7 @@ impl PyBm25Index {
 
     /// The terms this index makes of `text` (its analyzer, for inspection).
     fn analyze(&self, py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-        let text = string(py, text, "text")?;
+        let text = string(py, text, "text", None)?;
         detach(py, || Ok(self.inner.read().analyzer().analyze(&text)))
     }
 
@@ -356,7 +368,7 @@ pub fn analyze(
     fold_accents: bool,
 ) -> PyResult<Vec<String>> {
     let config = config(py, language, stopwords, stemming, fold_accents)?;
-    let text = string(py, text, "text")?;
+    let text = string(py, text, "text", None)?;
     detach(py, || {
         Ok(memlane_core::bm25::Analyzer::new(config).analyze(&text))
     })
