@@ -83,9 +83,13 @@ class Clusters:
         self.centres = self.rng.normal(size=(centres, dim))
 
     def draw(self, n: int) -> F32:
+        return self.draw_labelled(n)[0]
+
+    def draw_labelled(self, n: int) -> tuple[F32, npt.NDArray[np.int64]]:
+        """Points and the cluster each was drawn from."""
         which = self.rng.integers(0, len(self.centres), n)
         noise = self.rng.normal(size=(n, self.centres.shape[1]))
-        return (self.centres[which] + noise).astype(np.float32)
+        return (self.centres[which] + noise).astype(np.float32), which
 
 
 def distances(metric: str, data: F32, queries: F32) -> npt.NDArray[np.float64]:
@@ -147,9 +151,9 @@ def assert_same_state(before: tuple[Any, ...], after: tuple[Any, ...]) -> None:
 
 class Recall:
     def __init__(self) -> None:
-        clusters = Clusters(seed=20_240_601)
-        self.data = clusters.draw(N)
-        self.queries = clusters.draw(N_QUERIES)
+        self.clusters = Clusters(seed=20_240_601)
+        self.data, self.cluster_of = self.clusters.draw_labelled(N)
+        self.queries = self.clusters.draw(N_QUERIES)
         self.ids = np.arange(1_000, 1_000 + N, dtype=np.uint64) * 7  # not slot numbers
         self._indexes: dict[str, Any] = {}
         self._truth: dict[str, U64] = {}
@@ -265,25 +269,20 @@ def test_filtered_recall(rec: Recall, fraction: float) -> None:
     assert r >= RECALL_TARGET, f"filtered recall {r:.3f} with {fraction:.0%} allowed"
 
 
-def test_filtered_recall_when_the_filter_excludes_the_querys_cluster() -> None:
-    """Half the clusters allowed, never the one the query comes from: the graph walk must
-    leave the query's neighbourhood to find anything."""
-    clusters = Clusters(seed=7)
+def test_filtered_recall_when_the_filter_excludes_the_querys_cluster(rec: Recall) -> None:
+    """Half the clusters allowed (so the graph walk serves it), never the one the query
+    comes from: the search must leave the query's neighbourhood to find anything."""
     rng = np.random.default_rng(7)
-    which = rng.integers(0, CENTRES, N)
-    data = (clusters.centres[which] + rng.normal(size=(N, DIM))).astype(np.float32)
-    ids = np.arange(N, dtype=np.uint64)
-    index = HnswIndex(dim=DIM)
-    index.add(ids, data)
+    index = rec.index("cosine")
     hits = 0
     for _ in range(60):
         home = int(rng.integers(CENTRES))
-        q = (clusters.centres[home] + rng.normal(size=DIM)).astype(np.float32)
+        q = (rec.clusters.centres[home] + rng.normal(size=DIM)).astype(np.float32)
         others = rng.choice(np.delete(np.arange(CENTRES), home), CENTRES // 2, replace=False)
-        allowed = ids[np.isin(which, others)]
+        allowed = rec.ids[np.isin(rec.cluster_of, others)]
         labels, _ = index.search(q, k=K, allowed=allowed)
         assert np.isin(labels, allowed).all()
-        truth = exact_top("cosine", ids, data, q, allowed=allowed)
+        truth = exact_top("cosine", rec.ids, rec.data, q, allowed=allowed)
         hits += len(set(labels[0].tolist()) & set(truth[0].tolist()))
     assert hits / (60 * K) >= RECALL_TARGET
 
@@ -661,11 +660,12 @@ def test_crash_inside_the_write_leaves_the_old_file(tmp_path: Path) -> None:
     old.save(path)
     before = path.read_bytes()
     code = """
-import resource, sys
+import resource, signal, sys
 import numpy as np
 from memlane import HnswIndex
 index = HnswIndex(dim=32, metric="l2")
 index.add(np.arange(5_000), np.random.default_rng(0).normal(size=(5_000, 32)))
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it by default
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))
 print("saving", flush=True)
