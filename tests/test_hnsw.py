@@ -407,6 +407,39 @@ def test_replacing_every_vector_one_at_a_time_keeps_recall() -> None:
     assert recall(labels, truth) >= RECALL_TARGET
 
 
+def test_replacing_vectors_in_batches_keeps_every_node_reachable() -> None:
+    """Re-embed the memories a tenth at a time: after each batch, the vectors not in it must
+    still be found. Every id is in one batch, so one batch holds the entry point."""
+    dim = 16
+    clusters = Clusters(seed=19, dim=dim)
+    n = 2_000
+    ids = np.arange(n, dtype=np.uint64)
+    data = clusters.draw(n)
+    index = HnswIndex(dim=dim)
+    index.add(ids, data)
+    order = np.random.default_rng(19).permutation(n)
+    for batch in np.array_split(order, 10):
+        data[batch] += 0.01 * clusters.rng.normal(size=(len(batch), dim)).astype(np.float32)
+        index.add(ids[batch], data[batch])
+        lost = _lost_nodes(index, ids, data, ef=64)
+        assert len(lost) <= n // 100, f"{len(lost)} of {n} vectors unreachable after a batch"
+
+
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+def test_zero_vectors_are_fine_outside_cosine(metric: str) -> None:
+    index = HnswIndex(dim=3, metric=metric)
+    index.add([1, 2], np.array([[0, 0, 0], [1, 2, 3]], np.float32))
+    labels, dists = index.search(np.zeros(3, np.float32), k=2)
+    assert sorted(labels[0].tolist()) == [1, 2]
+    assert dists[0, 0] == (1.0 if metric == "ip" else 0.0)
+
+
+def test_search_ef_applies_to_that_call_only(rec: Recall) -> None:
+    index = rec.index("cosine")
+    index.search(rec.queries[:3], k=K, ef=300)
+    assert index.ef == 64
+
+
 def test_cosine_stores_unit_vectors() -> None:
     index = HnswIndex(dim=2, metric="cosine")
     index.add([4], np.array([[3.0, 4.0]]))
