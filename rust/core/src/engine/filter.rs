@@ -554,6 +554,20 @@ mod tests {
         r
     }
 
+    fn store_attrs() -> Attrs {
+        Attrs {
+            table: "t".into(),
+            kind: "k".into(),
+            scope: Default::default(),
+            importance: 0.5,
+            evergreen: false,
+            created_at: 0.0,
+            updated_at: 0.0,
+            last_accessed_at: 0.0,
+            metadata: Vec::new(),
+        }
+    }
+
     fn sel(r: &Records, json: &str) -> Vec<u32> {
         Filter::parse(json, r).unwrap().select(r).slots
     }
@@ -616,6 +630,17 @@ mod tests {
             sel(&r, r#"{"created_at": {"$gte": 1001, "$lte": 1002}}"#),
             vec![1, 2]
         );
+        // Decimal times round-trip exactly (serde_json's float_roundtrip).
+        let mut exact = Records::default();
+        let t = 1_795_318_020.693_239_5_f64;
+        exact.insert(
+            1,
+            &Attrs {
+                created_at: t,
+                ..store_attrs()
+            },
+        );
+        assert_eq!(sel(&exact, &format!(r#"{{"created_at": {t}}}"#)), vec![0]);
         assert_eq!(sel(&r, r#"{"evergreen": true}"#), vec![3]);
         assert_eq!(sel(&r, r#"{"table": "nothing"}"#), Vec::<u32>::new());
         assert_eq!(
