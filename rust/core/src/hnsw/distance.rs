@@ -395,7 +395,13 @@ mod tests {
     fn reference(metric: Metric, a: &[f32], b: &[f32]) -> f64 {
         match metric {
             Metric::L2 => a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum(),
-            _ => 1.0 - a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum::<f64>(),
+            _ => {
+                1.0 - a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                    .sum::<f64>()
+            }
         }
     }
 

@@ -5,8 +5,8 @@
 
 use rayon::prelude::*;
 
-use super::filter::Allowed;
 use super::distance::Query;
+use super::filter::Allowed;
 use super::search::{with_scratch, Cand, Scratch};
 use super::{Entry, Hnsw};
 
@@ -100,7 +100,12 @@ impl Hnsw {
                 cands.push(new);
                 cands.sort_unstable();
                 let mut kept = Vec::with_capacity(cands.len());
-                self.select_neighbors(&cands, self.graph.max_degree(level), &mut kept, &mut sc.base);
+                self.select_neighbors(
+                    &cands,
+                    self.graph.max_degree(level),
+                    &mut kept,
+                    &mut sc.base,
+                );
                 links.clear();
                 links.extend(kept.iter().map(|c| c.slot));
             }

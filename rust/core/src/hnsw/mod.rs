@@ -21,13 +21,13 @@ use parking_lot::Mutex;
 use rayon::prelude::*;
 
 pub use distance::Metric;
-pub use storage::Precision;
 pub use filter::Allowed;
+pub use storage::Precision;
 
 use crate::error::{Error, Result};
 use crate::idmap::{first_duplicate, IdMap};
-use graph::Graph;
 use distance::{Distance, Query};
+use graph::Graph;
 use search::{with_scratch, Cand};
 use storage::Vectors;
 
@@ -418,7 +418,6 @@ impl Hnsw {
         let graph_cost = (ef as f64 * self.graph.max_degree(0) as f64 / fraction).min(live as f64);
         (allowed.len() as f64) <= graph_cost
     }
-
 
     fn search_one(
         &self,

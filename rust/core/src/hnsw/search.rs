@@ -115,7 +115,11 @@ impl Hnsw {
     /// Decodes the vector of `slot` into `q`.
     pub(super) fn load_query(&self, slot: u32, q: &mut Query) {
         self.vectors.decode(slot, &mut q.v);
-        q.refresh();
+        // Only the int8 formula reads the sums; linking decodes thousands of
+        // vectors per insert, so skip them otherwise.
+        if self.vectors.precision() == super::Precision::Int8 {
+            q.refresh();
+        }
     }
 
     /// Greedy descent on one upper level (ef = 1).

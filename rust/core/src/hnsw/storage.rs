@@ -15,6 +15,11 @@
 use super::distance::LANES;
 use crate::error::{Error, Result};
 
+// Records are read in place by SIMD kernels and written to snapshots as they
+// are, which both assume little-endian floats.
+#[cfg(target_endian = "big")]
+compile_error!("memlane's vector storage assumes a little-endian target");
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Precision {
     F32,
@@ -119,13 +124,18 @@ impl Vectors {
     fn bytes(&self) -> &[u8] {
         // SAFETY: Line is repr(C) over [u8; 64] with no padding, so the buffer
         // is a valid run of lines.len() * 64 bytes.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.lines.len() * LINE) }
+        unsafe {
+            std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.lines.len() * LINE)
+        }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`, with exclusive access.
         unsafe {
-            std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.lines.len() * LINE)
+            std::slice::from_raw_parts_mut(
+                self.lines.as_mut_ptr().cast::<u8>(),
+                self.lines.len() * LINE,
+            )
         }
     }
 
@@ -199,11 +209,7 @@ impl Vectors {
         out.clear();
         let r = self.get(slot);
         match self.precision {
-            Precision::F32 => out.extend(
-                r.chunks_exact(4)
-                    .take(self.padded)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            ),
+            Precision::F32 => out.extend_from_slice(as_f32s(&r[..self.padded * 4])),
             Precision::F16 => out.extend(
                 r.chunks_exact(2)
                     .take(self.padded)
@@ -222,6 +228,15 @@ impl Vectors {
     }
 }
 
+/// Views the bytes of an f32 record as floats, which they are: records start
+/// on 64-byte boundaries and hold native floats.
+fn as_f32s(bytes: &[u8]) -> &[f32] {
+    debug_assert!(bytes.as_ptr().cast::<f32>().is_aligned() && bytes.len() % 4 == 0);
+    // SAFETY: aligned (records are 64-byte aligned), in bounds (len / 4
+    // floats), and every bit pattern is a valid f32.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
+}
+
 /// `(lo, step, squared norm)` stored after the codes of an int8 record.
 #[inline(always)]
 pub fn int8_params(record: &[u8], padded: usize) -> (f32, f32, f32) {
@@ -237,7 +252,11 @@ mod tests {
     #[test]
     fn records_are_line_sized_and_decode() {
         let v: Vec<f32> = (0..20).map(|i| i as f32 / 10.0 - 1.0).collect();
-        for (p, lines) in [(Precision::F32, 2), (Precision::F16, 1), (Precision::Int8, 1)] {
+        for (p, lines) in [
+            (Precision::F32, 2),
+            (Precision::F16, 1),
+            (Precision::Int8, 1),
+        ] {
             let mut s = Vectors::new(20, p);
             assert_eq!(s.padded_dim(), 32);
             assert_eq!(s.lines_per_record(), lines);
@@ -248,7 +267,11 @@ mod tests {
             let mut out = Vec::new();
             s.decode(b, &mut out);
             assert_eq!(out.len(), 32);
-            let tol = if p == Precision::Int8 { 2.0 / 255.0 } else { 1e-3 };
+            let tol = if p == Precision::Int8 {
+                2.0 / 255.0
+            } else {
+                1e-3
+            };
             for (x, y) in out.iter().zip(&v) {
                 assert!((x - y).abs() <= tol, "{p:?}: {x} vs {y}");
             }

@@ -261,7 +261,11 @@ fn reduced_precision_keeps_recall_and_round_trips() {
             let queries = clustered(50, 48, 20, 99);
             let r = mean_recall(&h, &data, &ids, &queries, None);
             // int8 distances are approximate: near ties can swap.
-            let floor = if precision == Precision::Int8 { 0.9 } else { 0.95 };
+            let floor = if precision == Precision::Int8 {
+                0.9
+            } else {
+                0.95
+            };
             assert!(r >= floor, "{precision:?} {metric:?}: recall {r}");
             let v = h.vector(5).unwrap();
             let want = &data[5 * 48..6 * 48];
@@ -270,11 +274,16 @@ fn reduced_precision_keeps_recall_and_round_trips() {
             } else {
                 1.0
             };
-            let tol = if precision == Precision::Int8 { 0.02 } else { 0.005 };
+            let tol = if precision == Precision::Int8 {
+                0.02
+            } else {
+                0.005
+            };
             for (a, b) in v.iter().zip(want) {
                 assert!((a - b * scale).abs() <= tol * (b * scale).abs().max(0.5));
             }
-            let dir = std::env::temp_dir().join(format!("memlane-prec-{}-{precision:?}", std::process::id()));
+            let dir = std::env::temp_dir()
+                .join(format!("memlane-prec-{}-{precision:?}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
             h.save(&dir.join("i")).unwrap();
             let g = Hnsw::load(&dir.join("i")).unwrap();
