@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from memlane._core import BM25Index, HnswIndex, __version__, analyze
 from memlane.aio import AsyncMemory
-from memlane.embeddings import Embedder, OnnxEmbedder
+from memlane.embeddings import Embedder, OnnxEmbedder, OpenAIEmbedder
 from memlane.errors import (
     CorruptFileError,
     DimensionMismatchError,
@@ -37,6 +37,7 @@ __all__ = [
     "MemoryRecord",
     "NotFoundError",
     "OnnxEmbedder",
+    "OpenAIEmbedder",
     "SearchHit",
     "StorageError",
     "StoreLockedError",

@@ -10,5 +10,15 @@ from __future__ import annotations
 
 from memlane.embeddings._base import Embedder, TextTruncatedWarning
 from memlane.embeddings._onnx import MODEL_SHA256, OnnxEmbedder
+from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
+from memlane.embeddings.http import OpenAIEmbedder
 
-__all__ = ["MODEL_SHA256", "Embedder", "OnnxEmbedder", "TextTruncatedWarning"]
+__all__ = [
+    "MODEL_SHA256",
+    "CachedEmbedder",
+    "Embedder",
+    "EmbeddingCache",
+    "OnnxEmbedder",
+    "OpenAIEmbedder",
+    "TextTruncatedWarning",
+]

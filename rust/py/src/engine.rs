@@ -80,6 +80,7 @@ impl PyEngine {
                     ef_construction,
                     ef,
                     seed,
+                    ..Params::default()
                 },
                 bm25: Bm25Params::new(k1, b)?,
                 analyzer: AnalyzerConfig {
