@@ -231,7 +231,7 @@ impl Vectors {
 /// Views the bytes of an f32 record as floats, which they are: records start
 /// on 64-byte boundaries and hold native floats.
 fn as_f32s(bytes: &[u8]) -> &[f32] {
-    debug_assert!(bytes.as_ptr().cast::<f32>().is_aligned() && bytes.len() % 4 == 0);
+    debug_assert!(bytes.as_ptr().cast::<f32>().is_aligned() && bytes.len().is_multiple_of(4));
     // SAFETY: aligned (records are 64-byte aligned), in bounds (len / 4
     // floats), and every bit pattern is a valid f32.
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
