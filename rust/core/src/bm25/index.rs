@@ -225,10 +225,11 @@ impl Bm25Index {
     pub fn analyze_batch<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Vec<DocTerms> {
         let analyzer = &self.analyzer;
         if texts.len() < PARALLEL_BATCH {
-            let mut cache = TermCache::default();
+            // Small batches (an agent's message at a time) use the analyzer's
+            // shared cache, which stays warm from one call to the next.
             texts
                 .iter()
-                .map(|t| DocTerms::new(analyzer, t.as_ref(), Some(&mut cache)))
+                .map(|t| DocTerms::new(analyzer, t.as_ref(), None))
                 .collect()
         } else {
             texts
