@@ -7,7 +7,9 @@
 //! CJK analyzer does, so "東京都" gives "東京", "京都". Katakana and Hangul
 //! words are kept whole. Emoji and punctuation are not words and are dropped.
 //! A token longer than [`MAX_TOKEN_CHARS`] is cut to that length, so a
-//! megabyte without a space costs one short term.
+//! megabyte without a space costs one short term. A word that UAX #29 keeps
+//! whole across a full stop or colon between letters ("disabilities.A",
+//! "e.g") is split there; numbers such as "3.5" stay whole.
 
 use parking_lot::RwLock;
 use rust_stemmers::Stemmer;
