@@ -16,9 +16,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -635,11 +637,18 @@ def _small_snapshot() -> bytes:
 
 
 def _scratch_dir() -> Path:
+    """A directory for tests that cannot take `tmp_path` (hypothesis runs many examples
+    in one test call); removed when the module's tests end."""
     if not _SCRATCH:
-        import tempfile
-
         _SCRATCH.append(Path(tempfile.mkdtemp(prefix="memlane-test-hnsw-")))
     return _SCRATCH[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_scratch_dir() -> Iterator[None]:
+    yield
+    while _SCRATCH:
+        shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)
 
 
 def _child(code: str, *args: str) -> subprocess.Popen[str]:
