@@ -124,8 +124,9 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
                     track_access=False,
                     explain=True,
                 )
-                top = by_vector[0].explain
-                assert top is not None and top["cosine"] == pytest.approx(1.0, abs=1e-5)
+                mine = [h.explain for h in by_vector if h.record.id == rid]
+                assert mine and mine[0] is not None
+                assert mine[0]["cosine"] == pytest.approx(1.0, abs=1e-5)
             alive = set(records)  # adopt what an unacknowledged write left
     assert len(alive) > 100
 

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 import time
 import unicodedata
@@ -21,12 +20,12 @@ from typing import Any
 
 __all__ = ["DedupWindow", "content_hash", "normalise_text", "window_keys"]
 
-_SPACE = re.compile(r"\s+")
-
 
 def normalise_text(text: str) -> str:
     """NFKC, case-folded, whitespace collapsed and stripped: what "the same content" compares."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return " ".join(text.casefold().split())
 
 
 def content_hash(text: str) -> str:

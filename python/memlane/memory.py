@@ -14,9 +14,9 @@ from __future__ import annotations
 import builtins
 import json
 import math
+import os
 import threading
 import time
-import uuid
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -93,7 +93,12 @@ _WEIGHT_KEYS = frozenset({"relevance", "importance", "recency"})
 _INDEX_BATCH = 256
 # Batches up to this size are linked into the graph by the writer itself.
 _INLINE_INDEX = 64
-_ACCESS_FLUSH_SECONDS = 2.0
+_ACCESS_FLUSH_SECONDS = 10.0
+# The WAL is checkpointed (off the write path) past this size.
+_CHECKPOINT_BYTES = 32 << 20
+# Graph linking waits this long after a write, unless this many vectors are parked.
+_WRITE_QUIET = 0.2
+_MAX_PARKED = 100_000
 _ACCESS_FLUSH_COUNT = 1024
 
 
@@ -119,6 +124,7 @@ class _New:
     content_hash: str
     # Check for duplicates before storing (add(unique=True)); imports never do.
     dedup: bool = False
+    id_given: bool = True
 
     @property
     def scope_dict(self) -> dict[str, str]:
@@ -186,6 +192,23 @@ def _scope_kwargs(scope: Mapping[str, Any]) -> None:
         raise InvalidArgumentError(
             f"unknown argument(s) {sorted(unknown)}; scope fields are {list(SCOPE_FIELDS)}"
         )
+
+
+def _new_id() -> str:
+    """A random (version 4) UUID string, several times cheaper than ``str(uuid.uuid4())``."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:32]}"
+
+
+def _check_vectors(vectors: FloatArray, rows: Sequence[int], label: str) -> None:
+    """Finite and non-zero, all rows at once; names the first bad record."""
+    finite = np.asarray(np.isfinite(vectors).all(axis=1))
+    nonzero = np.asarray((vectors != 0).any(axis=1))
+    bad = np.flatnonzero(~(finite & nonzero))
+    if bad.size:
+        i = int(bad[0])
+        what = "has a non-finite value (NaN or infinity)" if not finite[i] else "is all zeros"
+        raise InvalidArgumentError(f"record {rows[i]}: {label} {what}")
 
 
 def _blob(v: FloatArray | None) -> bytes | None:
@@ -325,6 +348,7 @@ class Memory:
             self._access: dict[int, tuple[int, float]] = {}
             self._access_since = 0.0
             self._access_lock = threading.Lock()
+            self._last_write = 0.0
             self._background_error: Exception | None = None
             self._pin(embedder, reembed, language)
             self._engine, self._snap_seq = self._open_engine()
@@ -457,7 +481,7 @@ class Memory:
         if self._window.seconds <= 0:
             return
         now = time.time()
-        for row in self._db.rows_updated_since(now - self._window.seconds):
+        for row in self._db.newest_rows(now - self._window.seconds):
             rec = self._record(row)
             skey = self._scope_key(rec.table, rec.scope)
             self._window.remember(
@@ -515,7 +539,7 @@ class Memory:
         )
 
     @staticmethod
-    def _row(rowid: int, n: _New, seq: int) -> Row:
+    def _row(rowid: int, n: _New, seq: int, blob: bytes | None = None) -> Row:
         return (
             rowid,
             n.id,
@@ -532,7 +556,7 @@ class Memory:
             n.last_accessed_at,
             n.access_count,
             n.content_hash,
-            _blob(n.embedding),
+            _blob(n.embedding) if blob is None else blob,
             seq,
             seq,
         )
@@ -597,7 +621,7 @@ class Memory:
 
     # -- embedding ---------------------------------------------------------------------
 
-    def _vector(self, value: object, label: str) -> FloatArray:
+    def _vector(self, value: object, label: str, check_values: bool = True) -> FloatArray:
         if self._dim is None:
             raise InvalidArgumentError(
                 f"{label} given, but this store has no vector space (it was opened with "
@@ -611,6 +635,8 @@ class Memory:
             raise DimensionMismatchError(
                 f"{label} has shape {v.shape}; this store's vectors have dimension {self._dim}"
             )
+        if not check_values:
+            return v
         if not np.all(np.isfinite(v)):
             raise InvalidArgumentError(f"{label} has a non-finite value (NaN or infinity)")
         if not np.any(v):
@@ -653,45 +679,74 @@ class Memory:
             raise MemlaneError("this Memory is closed")
 
     def _validate(self, item: Mapping[str, Any], now: float, importing: bool = False) -> _New:
-        keys = _IMPORT_KEYS if importing else _ADD_KEYS
+        # Runs once per record of a bulk add: the common cases take fast paths
+        # (exact types), anything else goes through the general checks.
         if not isinstance(item, Mapping):
             raise InvalidArgumentError(f"a record must be a dict, got {type(item).__name__}")
-        unknown = set(item) - keys
-        if unknown:
+        if not (_IMPORT_KEYS if importing else _ADD_KEYS).issuperset(item):
+            unknown = set(item) - (_IMPORT_KEYS if importing else _ADD_KEYS)
             raise InvalidArgumentError(f"unknown key(s) {sorted(unknown)}")
-        if "text" not in item:
-            raise InvalidArgumentError("a record needs a 'text'")
-        text = item["text"]
-        if not isinstance(text, str):
-            raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
-        if not text.strip():
+        get = item.get
+        text = get("text")
+        if type(text) is not str or not text.strip():
+            if text is None:
+                raise InvalidArgumentError("a record needs a 'text'")
+            if not isinstance(text, str):
+                raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
             raise InvalidArgumentError("text is empty or whitespace-only")
-        scope = self._scope({f: item.get(f) for f in SCOPE_FIELDS})
-        metadata, metadata_json = _metadata(item.get("metadata"))
-        created = now if item.get("created_at") is None else _time(item["created_at"], "created_at")
-        updated = now if item.get("updated_at") is None else _time(item["updated_at"], "updated_at")
-        last = (
-            created
-            if item.get("last_accessed_at") is None
-            else _time(item["last_accessed_at"], "last_accessed_at")
-        )
-        access_count = item.get("access_count", 0)
-        if isinstance(access_count, bool) or not isinstance(access_count, int) or access_count < 0:
+        default = self.default_scope
+        scope: list[str | None] = []
+        for f in SCOPE_FIELDS:
+            v = get(f)
+            if v is None:
+                scope.append(default.get(f))
+            else:
+                if type(v) is not str or not v.strip():
+                    _str(v, f)
+                scope.append(v)
+        meta = get("metadata")
+        metadata, metadata_json = ({}, "{}") if not meta else _metadata(meta)
+        created = get("created_at")
+        created = now if created is None else _time(created, "created_at")
+        updated = get("updated_at")
+        updated = now if updated is None else _time(updated, "updated_at")
+        last = get("last_accessed_at")
+        last = created if last is None else _time(last, "last_accessed_at")
+        access_count = get("access_count", 0)
+        if type(access_count) is not int or access_count < 0:
             raise InvalidArgumentError("access_count must be an int >= 0")
-        emb = item.get("embedding")
-        record_id = item.get("id")
-        flag = _bool(item.get("unique", False), "unique")
+        importance = get("importance", 0.5)
+        if type(importance) is not float or not 0.0 <= importance <= 1.0:
+            importance = _number(importance, "importance", 0.0, 1.0)
+        table = get("table", "memories")
+        if type(table) is not str or not table.strip():
+            _str(table, "table")
+        kind = get("type", "semantic")
+        if type(kind) is not str or not kind.strip():
+            _str(kind, "type")
+        emb = get("embedding")
+        if emb is not None:
+            ok = type(emb) is np.ndarray and emb.dtype == np.float32 and emb.shape == (self._dim,)
+            # Values are checked for the whole batch at once (see _add).
+            emb = emb if ok else self._vector(emb, "embedding", False)
+        record_id = get("id")
+        flag = get("unique", False)
+        if flag is not False and flag is not True:
+            flag = _bool(flag, "unique")
+        evergreen = get("evergreen", False)
+        if evergreen is not False and evergreen is not True:
+            evergreen = _bool(evergreen, "evergreen")
         return _New(
-            id=str(uuid.uuid4()) if record_id is None else str(_str(record_id, "id")),
+            id=_new_id() if record_id is None else str(_str(record_id, "id")),
             text=text,
-            table=str(_str(item.get("table", "memories"), "table")),
-            type=str(_str(item.get("type", "semantic"), "type")),
-            scope=tuple(scope.get(f) for f in SCOPE_FIELDS),
-            importance=_number(item.get("importance", 0.5), "importance", 0.0, 1.0),
-            evergreen=_bool(item.get("evergreen", False), "evergreen"),
+            table=table,
+            type=kind,
+            scope=tuple(scope),
+            importance=importance,
+            evergreen=evergreen,
             metadata=metadata,
             metadata_json=metadata_json,
-            embedding=None if emb is None else self._vector(emb, "embedding"),
+            embedding=emb,
             created_at=created,
             updated_at=updated,
             last_accessed_at=last,
@@ -699,6 +754,7 @@ class Memory:
             unique=flag and importing,
             content_hash=content_hash(text),
             dedup=flag and not importing,
+            id_given=record_id is not None,
         )
 
     def add(
@@ -772,6 +828,9 @@ class Memory:
                 raise type(e)(f"record {i}: {e}") from None
         if not news:
             return []
+        given = [i for i, n in enumerate(news) if n.embedding is not None]
+        if given:
+            _check_vectors(np.stack([news[i].embedding for i in given]), given, "embedding")  # type: ignore[misc]
         seen: set[str] = set()
         for n in news:
             if n.id in seen:
@@ -786,7 +845,9 @@ class Memory:
 
         with self._write:
             self._check_open()
-            taken = self._db.existing_ids(self._db._writer, [n.id for n in news])
+            # Ids made here are random UUIDs; only the caller's can collide.
+            given_ids = [n.id for n in news if n.id_given]
+            taken = self._db.existing_ids(self._db._writer, given_ids) if given_ids else set()
             if taken:
                 raise InvalidArgumentError(
                     f"id(s) already stored: {sorted(taken)[:5]}; use update() to change a record"
@@ -864,6 +925,7 @@ class Memory:
                 exact.setdefault((row[_C["content_hash"]], row[_C["tbl"]], *row[5:11]), row[1])
         window_batch: dict[tuple[Any, ...], int] = {}
         vectors: list[tuple[tuple[Any, ...], FloatArray, int]] = []
+        any_dedup = bool(wanted)
         for i, n in enumerate(news):
             skey = (n.table, *n.scope)
             wkeys = window_keys(skey, n.metadata, n.content_hash)
@@ -874,7 +936,7 @@ class Memory:
                 dups[i] = ("window", found)
                 continue
             unit = None
-            if n.embedding is not None:
+            if n.embedding is not None and any_dedup:
                 unit = n.embedding / np.linalg.norm(n.embedding)
             if n.dedup:
                 ekey = (n.content_hash, *skey)
@@ -935,26 +997,32 @@ class Memory:
     def _insert(self, news: list[_New]) -> None:
         """Prepares, commits and indexes new records (caller holds the write lock)."""
         base = self._db.next_rowid(self._db._writer)
-        rows = [self._row(base + j, n, 0) for j, n in enumerate(news)]
         vectors = None
+        blobs: list[bytes | None] = [None] * len(news)
         if self._dim is not None:
-            vectors = np.stack([n.embedding for n in news if n.embedding is not None])
+            vectors = np.stack([n.embedding for n in news])  # type: ignore[misc]
+            raw = vectors.astype("<f4", copy=False).tobytes()
+            width = 4 * self._dim
+            blobs = [raw[i * width : (i + 1) * width] for i in range(len(news))]
+        rows = [self._row(base + j, news[j], 0, blobs[j]) for j in range(len(news))]
         prepared = self._prepare(self._engine, rows, texts=True, vectors=vectors)
         with self._db.transaction() as conn:
             seq = self._db.next_seq(conn)
-            rows = [(*r[:-2], seq, seq) for r in rows]
-            self._db.insert(conn, rows)
+            self._db.insert(conn, [(*r[:-2], seq, seq) for r in rows])
             self._flush_access(conn, seq)
         self._engine.apply(prepared)
         self._after_write(seq, len(news))
 
     def _after_write(self, seq: int, changes: int) -> None:
+        self._last_write = time.monotonic()
         self._seq = seq
         self._changes = getattr(self, "_changes", 0) + changes
         pending = self._engine.pending()
         if 0 < pending <= _INLINE_INDEX:
             self._engine.index_pending(_INLINE_INDEX)
         elif pending or self._changes >= self._snapshot_due():
+            self._wake.set()
+        if self._db.wal_bytes() > _CHECKPOINT_BYTES:
             self._wake.set()
 
     def _snapshot_due(self) -> int:
@@ -1003,6 +1071,8 @@ class Memory:
         item["embedding"] = embedding
         item["updated_at"] = time.time()
         n = self._validate(item, time.time(), importing=True)
+        if n.embedding is not None:
+            _check_vectors(n.embedding[None, :], [0], "embedding")
         new_vector = n.embedding is not None
         if content_changed and not new_vector and self._embedder is not None:
             n.embedding = self._embed_texts([n.text])[0]
@@ -1279,10 +1349,20 @@ class Memory:
     # -- maintenance ---------------------------------------------------------------------------
 
     def _maintenance(self) -> None:
-        while not self._closing and self._engine.pending():
+        if self._db.wal_bytes() > _CHECKPOINT_BYTES:
+            self._db.checkpoint()
+        while not self._closing and (pending := self._engine.pending()):
+            # Linking yields to a stream of writes (it would take their cores and
+            # their engine lock); parked vectors are searched exactly meanwhile.
+            if time.monotonic() - self._last_write < _WRITE_QUIET and pending < _MAX_PARKED:
+                time.sleep(_WRITE_QUIET / 4)
+                if self._db.wal_bytes() > _CHECKPOINT_BYTES:
+                    self._db.checkpoint()
+                continue
             self._engine.index_pending(_INDEX_BATCH)
         if self._closing:
             return
+        self._db.checkpoint()
         if self._access and (
             time.time() - self._access_since >= _ACCESS_FLUSH_SECONDS
             or len(self._access) >= _ACCESS_FLUSH_COUNT

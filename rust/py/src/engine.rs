@@ -3,6 +3,7 @@
 //! the GIL; arrays come back as numpy without copies.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
@@ -36,6 +37,29 @@ pub struct PyPrepared {
 #[pyclass(module = "memlane._core", name = "Engine", frozen)]
 pub struct PyEngine {
     inner: RwLock<Engine>,
+    /// `Engine::pending`, readable without waiting for a writer's lock.
+    parked: AtomicUsize,
+}
+
+impl PyEngine {
+    fn wrap(engine: Engine) -> Self {
+        let parked = AtomicUsize::new(engine.pending());
+        PyEngine {
+            inner: RwLock::new(engine),
+            parked,
+        }
+    }
+
+    /// Runs `f` under the write lock and refreshes the parked count.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&mut Engine) -> memlane_core::Result<T>,
+    ) -> memlane_core::Result<T> {
+        let mut engine = self.inner.write();
+        let out = f(&mut engine);
+        self.parked.store(engine.pending(), Ordering::Release);
+        out
+    }
 }
 
 fn parse_filter(engine: &Engine, filter: Option<&str>) -> memlane_core::Result<Option<Filter>> {
@@ -96,9 +120,7 @@ impl PyEngine {
             })
         };
         let engine = build().map_err(|e| to_py(py, e))?;
-        Ok(PyEngine {
-            inner: RwLock::new(engine),
-        })
+        Ok(PyEngine::wrap(engine))
     }
 
     /// Checks a batch of records and analyses it, changing nothing; `apply`
@@ -185,7 +207,7 @@ impl PyEngine {
         let Some(prepared) = batch.inner.lock().take() else {
             return Err(invalid(py, "this prepared batch was already applied"));
         };
-        detach(py, || self.inner.write().apply(prepared))
+        detach(py, || self.write(|e| e.apply(prepared)))
     }
 
     /// Removes ids; unknown ids raise UnknownIdError (removing nothing)
@@ -193,23 +215,23 @@ impl PyEngine {
     #[pyo3(signature = (ids, missing_ok = false))]
     fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, missing_ok: bool) -> PyResult<usize> {
         let ids = convert::ids(py, ids, "ids")?;
-        detach(py, || self.inner.write().remove(&ids, missing_ok))
+        detach(py, || self.write(|e| e.remove(&ids, missing_ok)))
     }
 
     /// Links up to `max` parked vectors into the graph; returns how many remain.
     #[pyo3(signature = (max = 256))]
     fn index_pending(&self, py: Python<'_>, max: usize) -> PyResult<usize> {
         detach(py, || {
-            if self.inner.read().pending() == 0 {
+            if self.parked.load(Ordering::Acquire) == 0 {
                 return Ok(0);
             }
-            self.inner.write().index_pending(max)
+            self.write(|e| e.index_pending(max))
         })
     }
 
     /// Vectors waiting to be linked into the graph.
     fn pending(&self) -> usize {
-        self.inner.read().pending()
+        self.parked.load(Ordering::Acquire)
     }
 
     /// One query: (ids, final scores, explain) with explain an (n, 9) float
@@ -404,12 +426,7 @@ impl PyEngine {
     #[staticmethod]
     fn load(py: Python<'_>, root: PathBuf) -> PyResult<(Self, u64)> {
         let (engine, seq) = detach(py, || Engine::load(&root))?;
-        Ok((
-            PyEngine {
-                inner: RwLock::new(engine),
-            },
-            seq,
-        ))
+        Ok((PyEngine::wrap(engine), seq))
     }
 
     #[getter]
