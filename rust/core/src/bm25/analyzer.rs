@@ -192,6 +192,13 @@ impl Analyzer {
         let mut run: Option<(usize, &str, usize)> = None;
         let mut lower = String::new();
         for (start, word) in text.unicode_word_indices() {
+            // A combining mark after a space joins the space to a word (UAX #29, WB4).
+            let trimmed = word.trim_start_matches(char::is_whitespace);
+            let start = start + (word.len() - trimmed.len());
+            let word = trimmed.trim_end_matches(char::is_whitespace);
+            if word.is_empty() {
+                continue;
+            }
             if is_spaceless(word) {
                 match run {
                     Some((end, prev, len)) if end == start => {
@@ -446,6 +453,8 @@ mod tests {
             a.analyze("e\u{301}t\u{301}e"),
             a.analyze("E\u{301}T\u{301}E")
         );
+        // A space before a combining mark is not part of any term.
+        assert!(a.analyze("a \u{345}b").iter().all(|t| !t.contains(' ')));
         let greek = with(|c| c.language = Language::Greek);
         assert!(!greek.analyze("ΟΔΥΣΣΕΥΣ").is_empty());
     }
