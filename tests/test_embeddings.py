@@ -97,6 +97,20 @@ def test_batch_agrees_with_single(embedder: OnnxEmbedder) -> None:
     np.testing.assert_allclose(twice[0], twice[2], atol=1e-6)
 
 
+def test_batches_respect_count_and_token_budget() -> None:
+    def cut(lengths: list[int], batch_size: int, tokens: int) -> list[tuple[int, int]]:
+        return [(b.start, b.stop) for b in _onnx._batches(lengths, batch_size, tokens)]
+
+    assert cut([], 4, 100) == []
+    assert cut([3] * 10, 4, 100) == [(0, 4), (4, 8), (8, 10)]
+    # Padded to the longest of each run: 2 x 10, then 50-token texts two at a time.
+    assert cut([10, 10, 50, 50, 50], 64, 100) == [(0, 2), (2, 4), (4, 5)]
+    assert cut([10, 200], 64, 100) == [(0, 1), (1, 2)]  # over budget: runs alone
+    # The default budget leaves 64 short texts in one run and cuts 256-token ones to 16.
+    assert cut([17] * 64, 64, _onnx._BATCH_TOKENS) == [(0, 64)]
+    assert len(cut([256] * 64, 64, _onnx._BATCH_TOKENS)) == 4
+
+
 def test_empty_batch(embedder: OnnxEmbedder) -> None:
     vectors = embedder.embed_batch([])
     assert vectors.shape == (0, 384)
