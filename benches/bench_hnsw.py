@@ -26,7 +26,7 @@ vectors and ``--queries`` other glosses as queries. A result counts as a hit whe
 distance is within 1e-5 of the true 10th nearest, so duplicate glosses (identical vectors)
 do not count against either library.
 
-    python benches/bench_hnsw.py [--n 100000] [--queries 1000] [--repeat 3]
+    python benches/bench_hnsw.py [--n 100000] [--queries 1000] [--repeat 5] [--build-repeat 3]
 
 Build memlane with ``maturin develop --release`` first; other profiles give other numbers.
 """
@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import ctypes
 import gc
+import hashlib
 import json
 import os
 import resource
@@ -66,6 +67,23 @@ TARGET_RECALL = 0.95
 THREADS = 2
 SEED = 20_240_601
 LIBRARIES = ("memlane", "hnswlib")
+
+
+# ---------------------------------------------------------------------------
+# The extension under test
+
+
+def extension_build() -> tuple[str, str]:
+    """The installed extension's digest, and which cargo profile under target/ built it."""
+    import memlane._core
+
+    so = Path(memlane._core.__file__)
+    digest = hashlib.sha256(so.read_bytes()).hexdigest()
+    target = Path(__file__).resolve().parents[1] / "target"
+    for built in sorted(target.glob("*/lib_core.so")):
+        if hashlib.sha256(built.read_bytes()).hexdigest() == digest:
+            return digest, built.parent.name
+    return digest, "unknown"
 
 
 # ---------------------------------------------------------------------------
@@ -310,7 +328,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="base vectors")
     parser.add_argument("--queries", type=int, default=1_000, help="query vectors")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per timing (median kept)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per timing (median kept)")
     parser.add_argument("--build-repeat", type=int, default=3, help="builds per library")
     parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)
     parser.add_argument("--base", type=Path, help=argparse.SUPPRESS)
@@ -324,6 +342,11 @@ def main() -> None:
 
     load_start = os.getloadavg()
     started = time.perf_counter()
+    digest, profile = extension_build()
+    if profile != "release":
+        print(
+            f"warning: the memlane extension is a {profile!r} build; run maturin develop --release"
+        )
     base, queries = load_data(args.n, args.queries)
     n, dim = base.shape
     print(
@@ -331,6 +354,7 @@ def main() -> None:
         f"{n:,} WordNet gloss vectors x {dim} dims, {len(queries):,} queries, k={K}, "
         f"M={M}, ef_construction={EF_CONSTRUCTION}, cosine"
     )
+    print(f"memlane extension: {profile} profile, sha256 {digest[:12]}")
     print(
         f"machine: {os.cpu_count()} cores, load average {load_start[0]:.2f} at start; "
         f"timings are medians of {args.repeat} (builds of {args.build_repeat})",
@@ -447,6 +471,8 @@ def main() -> None:
         f"  filtered QPS at 1%: {filt_ratio:.2f} (>= 5) with recall "
         f"{one['recall']['memlane']:.4f} (>= {TARGET_RECALL})  {verdict(filt_ok)}"
     )
+    if extension_build()[0] != digest:
+        print("warning: the memlane extension was rebuilt during the run; figures are mixed")
     load_end = os.getloadavg()
     print(
         f"\ndone in {time.perf_counter() - started:.0f} s; load average {load_end[0]:.2f} at "
