@@ -1,0 +1,437 @@
+"""Splitting documents into chunks with exact offsets.
+
+Every chunker returns :class:`Chunk` objects whose ``text`` is an exact slice of
+the input, ``text[chunk.start:chunk.end] == chunk.text``, in order, never empty
+nor whitespace-only. Consecutive chunks overlap by at most the configured
+overlap. Offsets count code points (Python ``str`` indices), and no splitter
+cuts inside a grapheme (a base character with its combining marks, a ZWJ
+emoji sequence, a CRLF), so a chunk is longer than ``chunk_size`` only when
+it is a single grapheme that long.
+
+- :class:`RecursiveCharacterSplitter`: splits on paragraphs, then lines, then
+  sentences, then words, then characters, and packs the pieces into chunks of
+  at most ``chunk_size`` characters (1000) overlapping by up to
+  ``chunk_overlap`` (200), as LangChain's splitter of that name does.
+- :class:`TokenSplitter`: windows of ``chunk_size`` tokens (512) of a
+  ``tokenizers`` tokenizer, by default the default embedder's, overlapping by
+  ``chunk_overlap`` tokens (20), as elizaOS splits knowledge. The default model
+  reads only its first 256 tokens ([CLS] and [SEP] included): the vector of a
+  512-token chunk stands for its first 254 tokens, while text search sees all
+  of it. ``TokenSplitter(chunk_size=254)`` makes the vector cover the chunk.
+- :class:`MarkdownSplitter`: splits at headings first (parsed by markdown-it,
+  so a ``#`` in a code block is no heading), then each section recursively;
+  a chunk's :attr:`~Chunk.prefix` holds its heading path (``"Guide > Deploy"``)
+  and :attr:`~Chunk.content` is what to store and embed: prefix and text.
+
+A chunker is anything with a ``split(text) -> list[Chunk]`` method (the
+:class:`Chunker` protocol).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from memlane.errors import InvalidArgumentError
+
+__all__ = [
+    "DEFAULT_SEPARATORS",
+    "Chunk",
+    "Chunker",
+    "MarkdownSplitter",
+    "RecursiveCharacterSplitter",
+    "TokenSplitter",
+    "grapheme_spans",
+]
+
+#: Paragraphs, lines, sentences, words; then characters.
+DEFAULT_SEPARATORS = ("\n\n", "\n", ". ", " ")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A piece of a text: ``text == source[start:end]``.
+
+    ``prefix`` is context to put before the text when storing or embedding it
+    (a heading path); ``metadata`` holds what the chunker knows about the
+    chunk (headings, token positions).
+    """
+
+    text: str
+    start: int
+    end: int
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    prefix: str = ""
+
+    @property
+    def content(self) -> str:
+        """What to store and embed: the prefix, then the text."""
+        return self.prefix + self.text
+
+
+@runtime_checkable
+class Chunker(Protocol):
+    """Splits a text into :class:`Chunk` objects with exact offsets, in order."""
+
+    def split(self, text: str) -> list[Chunk]: ...
+
+
+# -- shared helpers -----------------------------------------------------------------
+
+
+def _size(value: object, label: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{label} must be an int, got {type(value).__name__}")
+    if value < low:
+        raise InvalidArgumentError(f"{label} must be at least {low}, got {value}")
+    return value
+
+
+def _sizes(chunk_size: object, chunk_overlap: object) -> tuple[int, int]:
+    size = _size(chunk_size, "chunk_size", 1)
+    overlap = _size(chunk_overlap, "chunk_overlap", 0)
+    if overlap >= size:
+        raise InvalidArgumentError(
+            f"chunk_overlap must be smaller than chunk_size, got {overlap} >= {size}"
+        )
+    return size, overlap
+
+
+def _extends(ch: str) -> bool:
+    """Whether ``ch`` belongs to the grapheme before it."""
+    if ch == "\u200d" or "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef":
+        return True  # zero-width joiner, variation selectors
+    if "\U0001f3fb" <= ch <= "\U0001f3ff" or "\U000e0020" <= ch <= "\U000e007f":
+        return True  # emoji skin tones, tag characters (flag sequences)
+    return unicodedata.category(ch) in ("Mn", "Mc", "Me")
+
+
+def _regional(ch: str) -> bool:
+    return "\U0001f1e6" <= ch <= "\U0001f1ff"
+
+
+def _pair(a: str, b: str) -> bool:
+    """CRLF, or two regional indicators (a flag)."""
+    return (a == "\r" and b == "\n") or (_regional(a) and _regional(b))
+
+
+def grapheme_spans(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """``text[start:end]`` cut into graphemes, as ``(start, end)`` spans.
+
+    An approximation of Unicode's extended grapheme clusters that needs no
+    tables: combining marks, joiners, variation selectors, skin tones and tag
+    characters stay with what precedes them, a character after a ZWJ joins
+    the cluster, regional indicators pair up into flags, and CRLF stays whole.
+    """
+    stop = len(text) if end is None else end
+    spans: list[tuple[int, int]] = []
+    i = start
+    while i < stop:
+        j = i + 1
+        if j < stop and _pair(text[i], text[j]):
+            j += 1
+        while j < stop and (_extends(text[j]) or text[j - 1] == "\u200d"):
+            j += 1
+        spans.append((i, j))
+        i = j
+    return spans
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+class _Emitter:
+    """Collects chunk spans: trims whitespace, drops empty ones and ones inside the last."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.spans: list[tuple[int, int]] = []
+
+    def emit(self, start: int, end: int) -> None:
+        start, end = _trimmed(self.text, start, end)
+        if start >= end:
+            return
+        if self.spans:
+            last_start, last_end = self.spans[-1]
+            if last_start <= start and end <= last_end:
+                return
+        self.spans.append((start, end))
+
+
+# -- recursive character splitter ------------------------------------------------
+
+
+class RecursiveCharacterSplitter:
+    """Chunks of at most ``chunk_size`` characters overlapping by up to ``chunk_overlap``.
+
+    The text is cut after each occurrence of the first separator it contains
+    (a separator ends the piece before it); a piece still longer than
+    ``chunk_size`` is cut with the next separator, and past the last one into
+    graphemes. The pieces are then packed in order into chunks; each chunk
+    after the first starts with the last pieces of the one before, as many as
+    fit in ``chunk_overlap`` characters. Chunks are trimmed of surrounding
+    whitespace.
+    """
+
+    def __init__(
+        self,
+        chunk_size: int = 1000,
+        chunk_overlap: int = 200,
+        separators: Sequence[str] = DEFAULT_SEPARATORS,
+    ) -> None:
+        self.chunk_size, self.chunk_overlap = _sizes(chunk_size, chunk_overlap)
+        if isinstance(separators, str):
+            raise InvalidArgumentError("separators must be a list of str, got a single str")
+        seps = tuple(separators)
+        if not all(isinstance(s, str) and s for s in seps):
+            raise InvalidArgumentError("separators must be non-empty strings")
+        self.separators = seps
+
+    def __repr__(self) -> str:
+        return (
+            f"RecursiveCharacterSplitter(chunk_size={self.chunk_size}, "
+            f"chunk_overlap={self.chunk_overlap}, separators={list(self.separators)!r})"
+        )
+
+    def split(self, text: str) -> list[Chunk]:
+        return [Chunk(text[s:e], s, e) for s, e in self.spans(text)]
+
+    def spans(self, text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+        """The chunks of ``text[start:end]`` as ``(start, end)`` offsets into ``text``."""
+        stop = len(text) if end is None else end
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
+        out = _Emitter(text)
+        self._merge(text, self._pieces(text, start, stop, 0), out)
+        return out.spans
+
+    def _pieces(self, text: str, start: int, end: int, level: int) -> Iterable[tuple[int, int]]:
+        """Contiguous spans covering ``[start, end)``, each short enough if possible."""
+        if end - start <= self.chunk_size:
+            yield (start, end)
+            return
+        for i in range(level, len(self.separators)):
+            sep = self.separators[i]
+            at = text.find(sep, start, end)
+            if at < 0:
+                continue
+            piece_start = start
+            while at >= 0:
+                cut = at + len(sep)
+                yield from self._pieces(text, piece_start, cut, i + 1)
+                piece_start = cut
+                at = text.find(sep, cut, end)
+            if piece_start < end:
+                yield from self._pieces(text, piece_start, end, i + 1)
+            return
+        yield from grapheme_spans(text, start, end)
+
+    def _merge(self, text: str, pieces: Iterable[tuple[int, int]], out: _Emitter) -> None:
+        size, overlap = self.chunk_size, self.chunk_overlap
+        window: deque[tuple[int, int]] = deque()
+        for s, e in pieces:
+            n = e - s
+            total = window[-1][1] - window[0][0] if window else 0
+            if window and total + n > size:
+                out.emit(window[0][0], window[-1][1])
+                while window and (total > overlap or total + n > size):
+                    window.popleft()
+                    total = window[-1][1] - window[0][0] if window else 0
+            window.append((s, e))
+        if window:
+            out.emit(window[0][0], window[-1][1])
+
+
+# -- token splitter ----------------------------------------------------------------
+
+
+def _default_tokenizer_path() -> Path:
+    from memlane.embeddings._onnx import (
+        TOKENIZER_FILE,
+        TOKENIZER_INSTALL,
+        TOKENIZER_PACKAGE,
+        _package_file,
+    )
+
+    return _package_file(TOKENIZER_PACKAGE, TOKENIZER_FILE, TOKENIZER_INSTALL)
+
+
+class TokenSplitter:
+    """Windows of ``chunk_size`` tokens; each starts ``chunk_size - chunk_overlap`` after the last.
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer``, or the path of a
+            ``tokenizer.json``; by default the default embedder's (MiniLM's
+            WordPiece). A copy is used, without padding or truncation.
+        chunk_size: tokens per chunk, special tokens not counted (512).
+        chunk_overlap: tokens shared by consecutive chunks (20).
+
+    A chunk spans from its first token's first character to its last token's
+    last one; ``metadata`` holds ``token_start`` and ``token_end``. Text that
+    makes no token (whitespace, control characters) belongs to no chunk.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        chunk_size: int = 512,
+        chunk_overlap: int = 20,
+    ) -> None:
+        self.chunk_size, self.chunk_overlap = _sizes(chunk_size, chunk_overlap)
+        from tokenizers import Tokenizer
+
+        if tokenizer is None:
+            tokenizer = _default_tokenizer_path()
+        if isinstance(tokenizer, str | PathLike):
+            try:
+                tok = Tokenizer.from_file(str(tokenizer))
+            except Exception as e:  # tokenizers raises a bare Exception for a bad file
+                raise InvalidArgumentError(f"cannot load the tokenizer {tokenizer}: {e}") from e
+        elif isinstance(tokenizer, Tokenizer):
+            tok = Tokenizer.from_str(tokenizer.to_str())
+        else:
+            raise InvalidArgumentError(
+                "tokenizer must be a tokenizers.Tokenizer or a path, got "
+                f"{type(tokenizer).__name__}"
+            )
+        tok.no_padding()
+        tok.no_truncation()
+        self._tokenizer = tok
+
+    def __repr__(self) -> str:
+        return f"TokenSplitter(chunk_size={self.chunk_size}, chunk_overlap={self.chunk_overlap})"
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens in ``text``, special tokens not counted."""
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def split(self, text: str) -> list[Chunk]:
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
+        if not text:
+            return []
+        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
+        n = len(offsets)
+        step = self.chunk_size - self.chunk_overlap
+        chunks: list[Chunk] = []
+        first = 0
+        while first < n:
+            last = min(first + self.chunk_size, n)
+            window = offsets[first:last]
+            start = min(s for s, _ in window)
+            end = max(e for _, e in window)
+            start, end = _trimmed(text, start, end)
+            if start < end:
+                meta = {"token_start": first, "token_end": last}
+                chunks.append(Chunk(text[start:end], start, end, meta))
+            if last == n:
+                break
+            first += step
+        return chunks
+
+
+# -- markdown splitter ----------------------------------------------------------------
+
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+def _line_starts(text: str) -> list[int]:
+    """Offset of each line's first character, as markdown-it numbers lines; then len(text)."""
+    starts = [0]
+    starts.extend(m.end() for m in _NEWLINE.finditer(text))
+    starts.append(len(text))
+    return starts
+
+
+def markdown_headings(text: str) -> list[tuple[int, str, int, int]]:
+    """The headings of a markdown text as ``(level, title, start, end)``, ``end`` after its line(s).
+
+    ATX (``# Title``) and setext (``Title`` over ``===``) headings, found by
+    markdown-it's CommonMark parser.
+    """
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parse(text)
+    lines = _line_starts(text)
+    last_line = len(lines) - 1
+    out: list[tuple[int, str, int, int]] = []
+    for i, tok in enumerate(tokens):
+        if tok.type != "heading_open" or tok.map is None:
+            continue
+        inline = tokens[i + 1] if i + 1 < len(tokens) else None
+        title = inline.content.strip() if inline is not None and inline.type == "inline" else ""
+        first, after = tok.map
+        out.append(
+            (int(tok.tag[1:]), title, lines[min(first, last_line)], lines[min(after, last_line)])
+        )
+    return out
+
+
+class MarkdownSplitter:
+    """Splits at headings, then each section with a :class:`RecursiveCharacterSplitter`.
+
+    A section is the text between a heading's line and the next heading of
+    level ``max_level`` or above; deeper headings stay inside their section.
+    Heading lines are not part of any chunk's text: each chunk's ``prefix``
+    is its heading path joined by ``separator`` and followed by a blank line,
+    and ``metadata["headings"]`` lists it. Overlap never crosses a heading.
+    """
+
+    def __init__(
+        self,
+        chunk_size: int = 1000,
+        chunk_overlap: int = 200,
+        *,
+        max_level: int = 6,
+        separator: str = " > ",
+        separators: Sequence[str] = DEFAULT_SEPARATORS,
+    ) -> None:
+        self._inner = RecursiveCharacterSplitter(chunk_size, chunk_overlap, separators)
+        self.chunk_size, self.chunk_overlap = chunk_size, chunk_overlap
+        self.max_level = _size(max_level, "max_level", 1)
+        if not isinstance(separator, str):
+            raise InvalidArgumentError(f"separator must be a str, got {type(separator).__name__}")
+        self.separator = separator
+
+    def __repr__(self) -> str:
+        return (
+            f"MarkdownSplitter(chunk_size={self.chunk_size}, chunk_overlap={self.chunk_overlap}, "
+            f"max_level={self.max_level}, separator={self.separator!r}, "
+            f"separators={list(self._inner.separators)!r})"
+        )
+
+    def split(self, text: str) -> list[Chunk]:
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
+        sections: list[tuple[list[str], int, int]] = []
+        path: list[tuple[int, str]] = []
+        body_start = 0
+        for level, title, start, end in markdown_headings(text):
+            if level > self.max_level:
+                continue
+            sections.append(([t for _, t in path], body_start, start))
+            while path and path[-1][0] >= level:
+                path.pop()
+            path.append((level, title))
+            body_start = end
+        sections.append(([t for _, t in path], body_start, len(text)))
+
+        chunks: list[Chunk] = []
+        for headings, start, end in sections:
+            prefix = self.separator.join(h for h in headings if h)
+            prefix = prefix + "\n\n" if prefix else ""
+            meta = {"headings": headings} if headings else {}
+            for s, e in self._inner.spans(text, start, end):
+                chunks.append(Chunk(text[s:e], s, e, meta, prefix))
+        return chunks

@@ -1,0 +1,40 @@
+"""Knowledge: documents ingested into searchable fragments, as elizaOS agents use them.
+
+The methods live on :class:`memlane.Memory` (``ingest``, ``ingest_config``,
+``ingest_text``, ``search_knowledge``, ``list_documents``, ``get_fragments``,
+``remove_document``, ``clear_knowledge``); see :mod:`memlane.knowledge.api`.
+This package holds their parts: loaders, ids, the pipeline and its report.
+"""
+
+from __future__ import annotations
+
+from memlane.knowledge.api import SEARCH_DEFAULTS, AsyncKnowledgeMixin, KnowledgeMixin
+from memlane.knowledge.ids import document_id, fragment_id, normalise_path
+from memlane.knowledge.ingest import DOCUMENTS, FRAGMENTS
+from memlane.knowledge.loaders import (
+    LOADERS,
+    DocumentLoadError,
+    LoadedDocument,
+    Loader,
+    loader_for,
+    register_loader,
+)
+from memlane.knowledge.report import IngestReport
+
+__all__ = [
+    "DOCUMENTS",
+    "FRAGMENTS",
+    "LOADERS",
+    "SEARCH_DEFAULTS",
+    "AsyncKnowledgeMixin",
+    "DocumentLoadError",
+    "IngestReport",
+    "KnowledgeMixin",
+    "LoadedDocument",
+    "Loader",
+    "document_id",
+    "fragment_id",
+    "loader_for",
+    "normalise_path",
+    "register_loader",
+]

@@ -1,0 +1,369 @@
+"""The knowledge methods of :class:`memlane.Memory` and :class:`memlane.AsyncMemory`.
+
+:class:`KnowledgeMixin` gives ``Memory`` ``ingest``, ``ingest_config``,
+``ingest_text``, ``search_knowledge``, ``list_documents``, ``get_fragments``,
+``remove_document`` and ``clear_knowledge``; they use only ``Memory``'s public
+API. Knowledge lives in two tables: ``documents`` (a record per document, its
+text the title or path) and ``fragments`` (the chunks, ``{document_id}-chunk-{n}``),
+with metadata ``document_id``, ``position``, ``total``, ``start``, ``end``
+(offsets into the document's extracted text), ``source`` (path relative to the
+knowledge root), ``file_type``, ``shared`` and ``agent_id``, plus ``page`` and
+``page_end`` for PDFs and ``headings`` for markdown and Word files.
+
+As in elizaOS, shared knowledge (``shared=True``) is read by every agent and an
+agent's own (``shared=False``) only by that agent: :meth:`search_knowledge` runs
+one engine search filtered to "shared, or this agent's", so another agent's
+private fragments are never candidates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from memlane.chunking import Chunker
+from memlane.errors import InvalidArgumentError
+from memlane.knowledge.ids import normalise_path
+from memlane.knowledge.ingest import (
+    DOCUMENTS,
+    FRAGMENTS,
+    Scope,
+    check_document_id,
+    ingest_path,
+    ingest_sources,
+    knowledge_documents,
+    remove_documents,
+)
+from memlane.knowledge.loaders import LOADERS
+from memlane.knowledge.progress import ProgressOption
+from memlane.knowledge.report import IngestReport
+from memlane.knowledge.walk import Source, inside
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+    from memlane.records import MemoryRecord, SearchHit
+
+__all__ = ["SEARCH_DEFAULTS", "AsyncKnowledgeMixin", "KnowledgeMixin"]
+
+#: Fusion settings of :meth:`KnowledgeMixin.search_knowledge`, tuned on SciFact's
+#: train queries (see ``benches/bench_quality.py``).
+SEARCH_DEFAULTS: dict[str, Any] = {"fusion": "rrf", "rrf_k": 60.0, "candidates": 100}
+
+
+def _visible_filter(agent_id: str | None) -> dict[str, Any]:
+    if agent_id is None:
+        return {"shared": True}
+    if not isinstance(agent_id, str) or not agent_id.strip():
+        raise InvalidArgumentError(f"agent_id must be a non-empty str, got {agent_id!r}")
+    return {"$or": [{"shared": True}, {"shared": False, "agent_id": agent_id}]}
+
+
+def _documents_filter(agent_id: str | None, shared: bool | None) -> dict[str, Any] | None:
+    if shared is not None and not isinstance(shared, bool):
+        raise InvalidArgumentError(f"shared must be a bool or None, got {type(shared).__name__}")
+    if shared is True:
+        return {"shared": True}
+    if shared is False:
+        return {"shared": False} if agent_id is None else Scope.of(agent_id, False).filter()
+    return None if agent_id is None else _visible_filter(agent_id)
+
+
+class KnowledgeMixin:
+    """Document ingestion and retrieval (elizaOS's RAG knowledge) for :class:`~memlane.Memory`."""
+
+    def _memory(self) -> Memory:
+        return cast("Memory", self)
+
+    def ingest(
+        self,
+        path: str | Path,
+        *,
+        agent_id: str | None = None,
+        shared: bool = False,
+        chunker: Chunker | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressOption = True,
+        prune_missing: bool = False,
+        root: str | Path | None = None,
+        follow_outside: bool = False,
+        batch_size: int = 512,
+    ) -> IngestReport:
+        """Ingests a file, or every supported file in a folder and its subfolders.
+
+        Args:
+            path: a file or a folder.
+            agent_id: the agent whose own knowledge this is (required unless ``shared``).
+            shared: knowledge every agent may read (its ids ignore ``agent_id``).
+            chunker: by default :class:`~memlane.chunking.MarkdownSplitter` for
+                markdown and Word files, :class:`~memlane.chunking.RecursiveCharacterSplitter`
+                for the rest (1000 characters, overlap 200).
+            metadata: added to every document and fragment (filterable).
+            progress: a bar on stderr when it is a terminal; ``"always"`` or ``False``.
+            prune_missing: remove this scope's documents under ``path`` whose file is gone.
+            root: the knowledge root that ids are relative to; by default ``path``
+                itself (a folder) or its folder (a file).
+            follow_outside: follow symbolic links (and a ``path`` with ``..``) that
+                lead outside ``root``; by default they are skipped and reported.
+            batch_size: fragments embedded and written together.
+
+        Unchanged files (same bytes, chunker and metadata) are not touched; a
+        changed one replaces its document. Hidden files, unsupported types and
+        links out of the root are skipped; unreadable files are reported as
+        failed and the rest ingested. Returns an :class:`IngestReport`.
+        """
+        return ingest_path(
+            self._memory(),
+            path,
+            Scope.of(agent_id, shared),
+            root=root,
+            chunker=chunker,
+            metadata=metadata,
+            progress=progress,
+            prune_missing=prune_missing,
+            follow_outside=follow_outside,
+            batch_size=batch_size,
+        )
+
+    def ingest_config(
+        self,
+        entries: Sequence[Mapping[str, Any] | str],
+        *,
+        agent_id: str | None = None,
+        root: str | Path | None = None,
+        chunker: Chunker | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressOption = True,
+        prune_missing: bool = False,
+        follow_outside: bool = False,
+    ) -> IngestReport:
+        """Ingests an elizaOS-style knowledge list in one report.
+
+        Each entry is ``{"directory": ..., "shared": bool}``, ``{"path": ...,
+        "shared": bool}`` (optionally with its own ``"metadata"``), or a plain
+        string of knowledge text. Paths are relative to ``root`` (by default
+        the current folder) and may not lead outside it unless
+        ``follow_outside``; such an entry, or a missing one, is reported as
+        failed and the others are ingested.
+        """
+        if isinstance(entries, str | Mapping):
+            raise InvalidArgumentError("entries must be a list of dicts (or strings)")
+        base = Path.cwd() if root is None else Path(root)
+        real_base = base.resolve()
+        report = IngestReport()
+        started = time.perf_counter()
+        for i, entry in enumerate(entries):
+            if isinstance(entry, str):
+                digest = hashlib.sha256(entry.encode()).hexdigest()[:16]
+                part = self.ingest_text(
+                    entry,
+                    source=f"inline:{digest}",
+                    agent_id=agent_id,
+                    shared=agent_id is None,
+                    chunker=chunker,
+                    metadata=metadata,
+                )
+                report.merge(part)
+                continue
+            if not isinstance(entry, Mapping):
+                raise InvalidArgumentError(f"entries[{i}] must be a dict or a str")
+            unknown = set(entry) - {"directory", "path", "shared", "metadata"}
+            where = entry.get("directory", entry.get("path"))
+            if unknown or not isinstance(where, str) or ("directory" in entry) == ("path" in entry):
+                raise InvalidArgumentError(
+                    f"entries[{i}] must have exactly one of 'directory' or 'path' (a str), and "
+                    f"optionally 'shared' and 'metadata'; got {dict(entry)!r}"
+                )
+            shared = entry.get("shared", False)
+            scope = Scope.of(agent_id, shared)
+            target = base / where
+            label = normalise_path(where)
+            if not follow_outside and not inside(target.resolve(), real_base):
+                report.failed[label] = "outside the knowledge root"
+                continue
+            if not target.exists():
+                report.failed[label] = "no such file or folder"
+                continue
+            if ("directory" in entry) != target.is_dir():
+                kind = "a folder" if "directory" in entry else "a file"
+                report.failed[label] = f"not {kind}"
+                continue
+            extra = {**(metadata or {}), **(entry.get("metadata") or {})}
+            report.merge(
+                ingest_path(
+                    self._memory(),
+                    target,
+                    scope,
+                    chunker=chunker,
+                    metadata=extra or None,
+                    progress=progress,
+                    prune_missing=prune_missing,
+                    follow_outside=follow_outside,
+                )
+            )
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def ingest_text(
+        self,
+        text: str,
+        *,
+        source: str,
+        agent_id: str | None = None,
+        shared: bool = False,
+        file_type: str = "txt",
+        chunker: Chunker | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> IngestReport:
+        """Ingests a text as a document named ``source`` (e.g. ``"inline:faq"``).
+
+        ``file_type`` picks the loader (``"txt"``, ``"md"``, ``"json"``, ...);
+        the same source again replaces the document, unless the text is unchanged.
+        """
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
+        if not isinstance(source, str) or not source.strip():
+            raise InvalidArgumentError("source must be a non-empty str")
+        loader = LOADERS.get("." + str(file_type).lower().lstrip("."))
+        if loader is None:
+            raise InvalidArgumentError(
+                f"file_type must be one of {sorted(s[1:] for s in LOADERS)}, got {file_type!r}"
+            )
+        started = time.perf_counter()
+        report = IngestReport()
+        item = Source(normalise_path(source), loader, data=text.encode("utf-8"))
+        ingest_sources(
+            self._memory(),
+            [item],
+            Scope.of(agent_id, shared),
+            chunker=chunker,
+            metadata=metadata,
+            progress=False,
+            batch_size=512,
+            root_key=None,
+            report=report,
+        )
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def search_knowledge(
+        self,
+        query: str,
+        *,
+        agent_id: str | None = None,
+        k: int = 5,
+        threshold: float | None = None,
+        mode: Literal["hybrid", "vector", "text"] = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> builtins.list[SearchHit]:
+        """The ``k`` fragments best matching ``query`` in shared knowledge and ``agent_id``'s own.
+
+        Without ``agent_id``, shared knowledge only. ``threshold`` is a minimum
+        cosine similarity (elizaOS's ``match_threshold``); in text mode, a
+        minimum score (BM25 over the best hit's). Scores are the relevance
+        alone (knowledge neither decays nor weighs importance). ``filters``
+        narrows by metadata (e.g. ``{"file_type": "pdf"}``); ``options`` go to
+        :meth:`memlane.Memory.search` (``fusion``, ``rrf_k``, ``alpha``,
+        ``candidates``, ``explain``, ...) over :data:`SEARCH_DEFAULTS`.
+        """
+        visible = _visible_filter(agent_id)
+        flt = visible if filters is None else {"$and": [visible, dict(filters)]}
+        args: dict[str, Any] = {**SEARCH_DEFAULTS, "weights": {"relevance": 1.0}, **options}
+        if threshold is not None:
+            if mode == "text":
+                args["threshold"] = threshold
+            else:
+                args["min_similarity"] = threshold
+        return self._memory().search(query, k, mode=mode, table=FRAGMENTS, filters=flt, **args)
+
+    def list_documents(
+        self, agent_id: str | None = None, shared: bool | None = None
+    ) -> builtins.list[MemoryRecord]:
+        """Document records, oldest first.
+
+        ``shared=True``: shared documents; ``shared=False``: private ones (of
+        ``agent_id`` if given); ``shared=None``: all, or what ``agent_id`` may
+        read (shared and its own).
+        """
+        return knowledge_documents(self._memory(), _documents_filter(agent_id, shared))
+
+    def get_fragments(
+        self, document_id: str, *, include_embedding: bool = False
+    ) -> builtins.list[MemoryRecord]:
+        """A document's fragments in order; raises ``UnknownIdError`` for an unknown document."""
+        mem = self._memory()
+        check_document_id(mem, document_id)
+        out: builtins.list[MemoryRecord] = []
+        while True:
+            page = mem.list(
+                FRAGMENTS,
+                limit=1000,
+                offset=len(out),
+                filters={"document_id": document_id},
+                include_embedding=include_embedding,
+            )
+            out.extend(page)
+            if len(page) < 1000:
+                break
+        out.sort(key=lambda r: int(r.metadata.get("position", 0)))
+        return out
+
+    def remove_document(self, document_id: str) -> int:
+        """Deletes a document and its fragments; returns how many fragments went."""
+        mem = self._memory()
+        check_document_id(mem, document_id)
+        return remove_documents(mem, [document_id])
+
+    def clear_knowledge(self, agent_id: str | None = None, *, shared: bool | None = False) -> int:
+        """Deletes knowledge; returns how many documents went.
+
+        ``shared=False`` (default): ``agent_id``'s own knowledge (required);
+        ``shared=True``: the shared knowledge; ``shared=None``: both (every
+        agent's when ``agent_id`` is None).
+        """
+        mem = self._memory()
+        if shared is False:
+            flt: dict[str, Any] | None = Scope.of(agent_id, False).filter()
+        else:
+            flt = _documents_filter(agent_id, shared)
+        removed = mem.delete_all(DOCUMENTS, filters=flt)
+        mem.delete_all(FRAGMENTS, filters=flt)
+        return removed
+
+
+class AsyncKnowledgeMixin:
+    """The :class:`KnowledgeMixin` methods for :class:`~memlane.AsyncMemory`, run in a thread."""
+
+    if TYPE_CHECKING:
+        sync: Memory
+
+    async def ingest(self, path: str | Path, **kwargs: Any) -> IngestReport:
+        return await asyncio.to_thread(self.sync.ingest, path, **kwargs)
+
+    async def ingest_config(
+        self, entries: Sequence[Mapping[str, Any] | str], **kwargs: Any
+    ) -> IngestReport:
+        return await asyncio.to_thread(self.sync.ingest_config, entries, **kwargs)
+
+    async def ingest_text(self, text: str, **kwargs: Any) -> IngestReport:
+        return await asyncio.to_thread(self.sync.ingest_text, text, **kwargs)
+
+    async def search_knowledge(self, query: str, **kwargs: Any) -> builtins.list[SearchHit]:
+        return await asyncio.to_thread(self.sync.search_knowledge, query, **kwargs)
+
+    async def list_documents(self, **kwargs: Any) -> builtins.list[MemoryRecord]:
+        return await asyncio.to_thread(self.sync.list_documents, **kwargs)
+
+    async def get_fragments(self, document_id: str, **kwargs: Any) -> builtins.list[MemoryRecord]:
+        return await asyncio.to_thread(self.sync.get_fragments, document_id, **kwargs)
+
+    async def remove_document(self, document_id: str) -> int:
+        return await asyncio.to_thread(self.sync.remove_document, document_id)
+
+    async def clear_knowledge(self, agent_id: str | None = None, **kwargs: Any) -> int:
+        return await asyncio.to_thread(self.sync.clear_knowledge, agent_id, **kwargs)

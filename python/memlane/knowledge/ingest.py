@@ -1,0 +1,549 @@
+"""The ingestion pipeline: walk, hash, diff, load, chunk, embed, write.
+
+A producer thread reads each file, hashes it and, when it changed, loads and
+chunks it, while the calling thread embeds and writes what the producer has
+ready: chunking runs while the model embeds (onnxruntime releases the GIL).
+The calling thread takes whole documents from the queue until it holds
+``batch_size`` fragments (or the queue is empty), embeds their fragments in
+sub-batches sorted by length (so a batch pads little), then writes them with
+their document records in one :meth:`memlane.Memory.add_many` call: one
+transaction, in which a document's record comes with all its fragments.
+
+A document's record (table ``documents``) carries the fingerprint of what it
+was made from: the file's sha256, the chunker's settings and the metadata
+given. The same fingerprint later means nothing to do. A changed file's old
+record and fragments are deleted just before its new ones are written; the
+record is deleted first and written last, so a document whose record exists
+is complete, and a run cut short is completed by the next one (until
+:class:`~memlane.Memory` offers a transaction around a delete and an add,
+readers can meanwhile see the document missing for that moment). Fragments
+whose text the old version already had reuse its vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
+from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.knowledge.ids import document_id, fragment_id
+from memlane.knowledge.loaders import LoadedDocument, json_safe
+from memlane.knowledge.progress import ProgressBar, ProgressOption
+from memlane.knowledge.report import IngestReport
+from memlane.knowledge.walk import Source, walk
+
+if TYPE_CHECKING:
+    from memlane.embeddings._base import Embedder
+    from memlane.memory import Memory
+    from memlane.records import MemoryRecord
+
+__all__ = [
+    "DOCUMENTS",
+    "FRAGMENTS",
+    "Scope",
+    "ingest_path",
+    "ingest_sources",
+    "knowledge_documents",
+    "remove_documents",
+    "store_embedder",
+]
+
+DOCUMENTS = "documents"
+FRAGMENTS = "fragments"
+# Part of every fingerprint: bump it when loaders or record layout change, so
+# that the next ingestion rewrites every document.
+FORMAT_VERSION = 1
+# Texts per embed_batch call (a few model batches; the progress bar moves after each).
+_EMBED_BATCH = 128
+_LIST_PAGE = 1000
+
+FloatArray = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Whose knowledge: shared (every agent's) or one agent's own."""
+
+    agent_id: str | None
+    shared: bool
+
+    @classmethod
+    def of(cls, agent_id: object, shared: object) -> Scope:
+        if not isinstance(shared, bool):
+            raise InvalidArgumentError(f"shared must be a bool, got {type(shared).__name__}")
+        if agent_id is not None and (not isinstance(agent_id, str) or not agent_id.strip()):
+            raise InvalidArgumentError(f"agent_id must be a non-empty str, got {agent_id!r}")
+        if not shared and agent_id is None:
+            raise InvalidArgumentError(
+                "private knowledge (shared=False) needs an agent_id; pass shared=True for "
+                "knowledge every agent may read"
+            )
+        return cls(None if shared else agent_id, shared)
+
+    def filter(self) -> dict[str, Any]:
+        """Metadata filter of this scope's documents and fragments."""
+        if self.shared:
+            return {"shared": True}
+        return {"shared": False, "agent_id": self.agent_id}
+
+
+def store_embedder(mem: Memory) -> Embedder | None:
+    """The store's embedder (None for a text-only store).
+
+    Workaround: :class:`~memlane.Memory` has no public accessor for it yet, so
+    this reads its private ``_embedder`` unless a public ``embedder`` exists.
+    """
+    public = getattr(type(mem), "embedder", None)
+    if public is not None:
+        return mem.embedder  # type: ignore[attr-defined,no-any-return]
+    return getattr(mem, "_embedder", None)
+
+
+def _chunker_key(chunker: Chunker | None) -> str:
+    if chunker is None:
+        return "default"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(chunker))
+
+
+def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidArgumentError("metadata must be a dict with str keys")
+    return dict(value)
+
+
+def knowledge_documents(
+    mem: Memory, filters: Mapping[str, Any] | None = None
+) -> list[MemoryRecord]:
+    """Every document record matching ``filters``, oldest first."""
+    out: list[MemoryRecord] = []
+    while True:
+        page = mem.list(DOCUMENTS, limit=_LIST_PAGE, offset=len(out), order="asc", filters=filters)
+        out.extend(page)
+        if len(page) < _LIST_PAGE:
+            return out
+
+
+def remove_documents(mem: Memory, ids: Sequence[str]) -> int:
+    """Deletes the documents' records, then their fragments; returns the fragments deleted."""
+    if not ids:
+        return 0
+    flt = {"document_id": {"$in": list(ids)}}
+    mem.delete_all(DOCUMENTS, filters=flt)
+    return mem.delete_all(FRAGMENTS, filters=flt)
+
+
+# -- what the producer hands over ----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Job:
+    source: Source
+    id: str
+    digest: str
+    fingerprint: str
+    size: int
+    doc: LoadedDocument
+    chunks: list[Chunk]
+    old: MemoryRecord | None
+
+
+@dataclass(slots=True)
+class _Done:
+    """A source that needs no write: unchanged, failed, or empty."""
+
+    source: Source
+    id: str
+    outcome: str  # "unchanged" | "failed" | "empty"
+    reason: str = ""
+    old: MemoryRecord | None = None
+
+
+_END = object()
+
+
+class _Pipeline:
+    def __init__(
+        self,
+        mem: Memory,
+        scope: Scope,
+        *,
+        chunker: Chunker | None,
+        metadata: dict[str, Any],
+        root_key: str | None,
+        batch_size: int,
+        progress: ProgressBar,
+        report: IngestReport,
+    ) -> None:
+        if chunker is not None and not isinstance(chunker, Chunker):
+            raise InvalidArgumentError(
+                "chunker must have a split(text) -> list[Chunk] method, got "
+                f"{type(chunker).__name__}"
+            )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.mem = mem
+        self.scope = scope
+        self.chunker = chunker
+        self.metadata = metadata
+        self.metadata_json = json.dumps(metadata, sort_keys=True, default=str)
+        self.root_key = root_key
+        self.batch_size = batch_size
+        self.progress = progress
+        self.report = report
+        self.embedder = store_embedder(mem)
+        self.chunker_key = _chunker_key(chunker)
+        self.existing: dict[str, MemoryRecord] = {}
+        self._text = RecursiveCharacterSplitter()
+        self._markdown = MarkdownSplitter()
+
+    # -- producer ---------------------------------------------------------------------
+
+    def prepare(self, source: Source) -> _Job | _Done:
+        doc_id = document_id(source.rel, agent_id=self.scope.agent_id, shared=self.scope.shared)
+        old = self.existing.get(doc_id)
+        try:
+            data = source.read()
+        except OSError as e:
+            return _Done(source, doc_id, "failed", f"cannot read: {e.strerror or e}")
+        digest = hashlib.sha256(data).hexdigest()
+        key = f"{FORMAT_VERSION}|{digest}|{self.chunker_key}|{self.metadata_json}"
+        fingerprint = hashlib.sha256(key.encode()).hexdigest()
+        if old is not None and old.metadata.get("fingerprint") == fingerprint:
+            return _Done(source, doc_id, "unchanged")
+        if not data.strip():
+            return _Done(source, doc_id, "empty", "empty file", old)
+        try:
+            doc = source.loader(data, source.path or Path(source.rel))
+            chunker = self.chunker or (self._markdown if doc.markdown else self._text)
+            chunks = [c for c in chunker.split(doc.text) if c.content.strip()]
+        except Exception as e:  # any parser's error fails this file alone
+            reason = str(e).strip() or type(e).__name__
+            return _Done(source, doc_id, "failed", reason)
+        if not chunks:
+            return _Done(source, doc_id, "empty", "no text", old)
+        return _Job(source, doc_id, digest, fingerprint, len(data), doc, chunks, old)
+
+    def produce(
+        self, sources: Iterable[Source], out: queue.Queue[Any], stop: threading.Event
+    ) -> None:
+        def put(item: object) -> None:
+            while not stop.is_set():
+                try:
+                    out.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+
+        try:
+            for source in sources:
+                if stop.is_set():
+                    return
+                put(self.prepare(source))
+        finally:
+            put(_END)
+
+    # -- consumer ---------------------------------------------------------------------
+
+    def run(self, sources: list[Source]) -> None:
+        self.report.seen += len(sources)
+        self.existing = {r.id: r for r in knowledge_documents(self.mem, self.scope.filter())}
+        q: queue.Queue[Any] = queue.Queue(maxsize=256)
+        stop = threading.Event()
+        producer = threading.Thread(
+            target=self.produce, args=(sources, q, stop), daemon=True, name="memlane-ingest"
+        )
+        producer.start()
+        try:
+            pending: list[_Job] = []
+            count = 0
+            while True:
+                if pending and count >= self.batch_size:
+                    self.write(pending)
+                    pending, count = [], 0
+                try:
+                    item = q.get(block=not pending)
+                except queue.Empty:  # the model would idle: write what is ready
+                    self.write(pending)
+                    pending, count = [], 0
+                    continue
+                if item is _END:
+                    break
+                if isinstance(item, _Job):
+                    pending.append(item)
+                    count += len(item.chunks)
+                else:
+                    self.settle(item)
+            if pending:
+                self.write(pending)
+        finally:
+            stop.set()
+            producer.join()
+
+    def settle(self, done: _Done) -> None:
+        rel = done.source.rel
+        if done.outcome == "unchanged":
+            self.report.unchanged[rel] = done.id
+        elif done.outcome == "failed":
+            self.report.failed[rel] = done.reason
+        else:
+            self.report.skipped[rel] = done.reason
+            if done.old is not None:  # the file was emptied: its old fragments must go
+                remove_documents(self.mem, [done.id])
+                self.report.pruned[rel] = done.id
+        self.progress.update(files=1)
+
+    def embed(self, texts: list[str], reuse: Mapping[str, FloatArray]) -> FloatArray | None:
+        if self.embedder is None:
+            return None
+        out = np.empty((len(texts), int(self.embedder.dimension)), dtype=np.float32)
+        todo = []
+        for i, text in enumerate(texts):
+            if (v := reuse.get(text)) is not None:
+                out[i] = v
+            else:
+                todo.append(i)
+        todo.sort(key=lambda i: len(texts[i]))
+        for start in range(0, len(todo), _EMBED_BATCH):
+            rows = todo[start : start + _EMBED_BATCH]
+            out[rows] = self.embedder.embed_batch([texts[i] for i in rows])
+            self.progress.update(fragments=len(rows))
+        self.progress.update(fragments=len(texts) - len(todo))
+        return out
+
+    def old_vectors(self, jobs: list[_Job]) -> dict[str, FloatArray]:
+        """Vectors of the old fragments of the documents being replaced, by text."""
+        old = [j for j in jobs if j.old is not None]
+        if not old or self.embedder is None:
+            return {}
+        total = sum(int(j.old.metadata.get("total", 0)) for j in old if j.old is not None)
+        records = self.mem.list(
+            FRAGMENTS,
+            limit=max(total, 1),
+            filters={"document_id": {"$in": [j.id for j in old]}},
+            include_embedding=True,
+        )
+        return {r.text: r.embedding for r in records if r.embedding is not None}
+
+    def write(self, jobs: list[_Job]) -> None:
+        reuse = self.old_vectors(jobs)
+        embedded: list[tuple[_Job, FloatArray | None]] = []
+        try:
+            vectors = self.embed([c.content for j in jobs for c in j.chunks], reuse)
+            row = 0
+            for job in jobs:
+                n = len(job.chunks)
+                embedded.append((job, None if vectors is None else vectors[row : row + n]))
+                row += n
+        except MemlaneError:
+            if len(jobs) == 1:
+                raise
+            for job in jobs:  # find the document the model refuses
+                try:
+                    v = self.embed([c.content for c in job.chunks], reuse)
+                    embedded.append((job, v))
+                except MemlaneError as e:
+                    self.report.failed[job.source.rel] = f"cannot embed: {e}"
+                    self.progress.update(files=1)
+        if not embedded:
+            return
+        items: list[dict[str, Any]] = []
+        for job, v in embedded:
+            items.extend(self.records(job, v))
+        # Remove old versions (and fragments a run cut short left behind), record first.
+        remove_documents(self.mem, [job.id for job, _ in embedded])
+        self.mem.add_many(items)
+        for job, _ in embedded:
+            target = self.report.replaced if job.old is not None else self.report.ingested
+            target[job.source.rel] = job.id
+            self.report.fragments += len(job.chunks)
+        self.progress.update(files=len(embedded))
+
+    def records(self, job: _Job, vectors: FloatArray | None) -> list[dict[str, Any]]:
+        doc, scope = job.doc, self.scope
+        base = {**self.metadata, **json_safe(doc.metadata)}
+        common = {
+            "document_id": job.id,
+            "source": job.source.rel,
+            "file_type": doc.file_type,
+            "shared": scope.shared,
+            "agent_id": scope.agent_id,
+        }
+        owner = {"agent_id": scope.agent_id} if scope.agent_id is not None else {}
+        total = len(job.chunks)
+        items: list[dict[str, Any]] = []
+        for position, chunk in enumerate(job.chunks):
+            meta = {
+                **base,
+                **json_safe(dict(chunk.metadata)),
+                **common,
+                "position": position,
+                "total": total,
+                "start": chunk.start,
+                "end": chunk.end,
+            }
+            if doc.pages is not None:
+                meta["page"] = doc.page_at(chunk.start)
+                meta["page_end"] = doc.page_at(max(chunk.start, chunk.end - 1))
+            item: dict[str, Any] = {
+                "id": fragment_id(job.id, position),
+                "text": chunk.content,
+                "table": FRAGMENTS,
+                "type": "fragment",
+                "evergreen": True,
+                "metadata": meta,
+                **owner,
+            }
+            if vectors is not None:
+                item["embedding"] = vectors[position]
+            items.append(item)
+        doc_meta = {
+            **base,
+            **common,
+            "root": self.root_key,
+            "content_hash": job.digest,
+            "fingerprint": job.fingerprint,
+            "total": total,
+            "bytes": job.size,
+        }
+        title = doc.metadata.get("title")
+        record: dict[str, Any] = {
+            "id": job.id,
+            "text": title if isinstance(title, str) and title.strip() else job.source.rel,
+            "table": DOCUMENTS,
+            "type": "document",
+            "evergreen": True,
+            "metadata": doc_meta,
+            **owner,
+        }
+        if vectors is not None:
+            centroid = vectors.mean(axis=0)
+            norm = float(np.linalg.norm(centroid))
+            record["embedding"] = centroid / norm if norm > 0 else vectors[0]
+        # The record goes last: add_many commits all at once, and readers that
+        # find a record find its fragments.
+        items.append(record)
+        return items
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+
+def ingest_sources(
+    mem: Memory,
+    sources: list[Source],
+    scope: Scope,
+    *,
+    chunker: Chunker | None,
+    metadata: Mapping[str, Any] | None,
+    progress: ProgressOption,
+    batch_size: int,
+    root_key: str | None,
+    report: IngestReport,
+    label: str = "ingest",
+) -> IngestReport:
+    bar = ProgressBar(len(sources), enabled=progress, label=label)
+    pipeline = _Pipeline(
+        mem,
+        scope,
+        chunker=chunker,
+        metadata=_metadata(metadata),
+        root_key=root_key,
+        batch_size=batch_size,
+        progress=bar,
+        report=report,
+    )
+    try:
+        pipeline.run(sources)
+    finally:
+        bar.close()
+    return report
+
+
+def ingest_path(
+    mem: Memory,
+    path: str | Path,
+    scope: Scope,
+    *,
+    root: str | Path | None = None,
+    chunker: Chunker | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    progress: ProgressOption = True,
+    prune_missing: bool = False,
+    follow_outside: bool = False,
+    batch_size: int = 512,
+) -> IngestReport:
+    started = time.perf_counter()
+    target = Path(path)
+    if not target.exists():
+        from memlane.errors import NotFoundError
+
+        raise NotFoundError(f"no such file or folder: {target}")
+    base = Path(root) if root is not None else (target if target.is_dir() else target.parent)
+    if not base.is_dir():
+        raise InvalidArgumentError(f"root must be a folder: {base}")
+    report = IngestReport()
+    sources = walk(target, base, follow_outside=follow_outside, skipped=report.skipped)
+    root_key = str(base.resolve())
+    ingest_sources(
+        mem,
+        sources,
+        scope,
+        chunker=chunker,
+        metadata=metadata,
+        progress=progress,
+        batch_size=batch_size,
+        root_key=root_key,
+        report=report,
+        label=target.name or "ingest",
+    )
+    if prune_missing and target.is_dir():
+        prune(mem, scope, root_key, {s.rel for s in sources}, target, base, report)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def prune(
+    mem: Memory,
+    scope: Scope,
+    root_key: str,
+    present: set[str],
+    target: Path,
+    base: Path,
+    report: IngestReport,
+) -> None:
+    """Removes the scope's documents under ``target`` whose file was not found."""
+    from memlane.knowledge.walk import relative_path
+
+    rel_target = relative_path(target, base)
+    prefix = "" if rel_target == "." else rel_target + "/"
+    gone: dict[str, str] = {}
+    for record in knowledge_documents(mem, {**scope.filter(), "root": root_key}):
+        rel = str(record.metadata.get("source", ""))
+        if rel.startswith(prefix) and rel not in present:
+            gone[rel] = record.id
+    if gone:
+        remove_documents(mem, list(gone.values()))
+        report.pruned.update(gone)
+
+
+def check_document_id(mem: Memory, doc_id: str) -> None:
+    if not isinstance(doc_id, str) or not doc_id:
+        raise InvalidArgumentError(f"document_id must be a non-empty str, got {doc_id!r}")
+    if not mem.count(DOCUMENTS, filters={"document_id": doc_id}) and not mem.count(
+        FRAGMENTS, filters={"document_id": doc_id}
+    ):
+        raise UnknownIdError(f"no knowledge document with id {doc_id!r}")

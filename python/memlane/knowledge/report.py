@@ -1,0 +1,88 @@
+""":class:`IngestReport`: what one ingestion did, file by file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["IngestReport"]
+
+
+@dataclass(slots=True)
+class IngestReport:
+    """The outcome of :meth:`memlane.Memory.ingest` and its siblings.
+
+    Paths are relative to their knowledge root (POSIX separators).
+
+    Attributes:
+        seen: files (or texts) considered, excluding those skipped.
+        ingested: documents stored for the first time, as path -> document id.
+        unchanged: documents whose file and settings have not changed (nothing written).
+        replaced: documents whose changed file replaced their fragments, path -> id.
+        failed: files that could not be read or parsed, path -> reason; the
+            others were ingested all the same.
+        skipped: hidden files, unsupported types, empty files and paths that
+            lead outside the root, path -> reason.
+        pruned: documents removed because their file is gone, path -> id.
+        fragments: fragments written.
+        seconds: wall time.
+    """
+
+    seen: int = 0
+    ingested: dict[str, str] = field(default_factory=dict)
+    unchanged: dict[str, str] = field(default_factory=dict)
+    replaced: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    pruned: dict[str, str] = field(default_factory=dict)
+    fragments: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when no file failed."""
+        return not self.failed
+
+    @property
+    def documents(self) -> dict[str, str]:
+        """Every document present after the run (ingested, replaced, unchanged), path -> id."""
+        return {**self.unchanged, **self.ingested, **self.replaced}
+
+    def merge(self, other: IngestReport) -> None:
+        """Adds ``other``'s counts and files to this report (for several roots in one run)."""
+        self.seen += other.seen
+        for mine, theirs in (
+            (self.ingested, other.ingested),
+            (self.unchanged, other.unchanged),
+            (self.replaced, other.replaced),
+            (self.failed, other.failed),
+            (self.skipped, other.skipped),
+            (self.pruned, other.pruned),
+        ):
+            mine.update(theirs)
+        self.fragments += other.fragments
+        self.seconds += other.seconds
+
+    def summary(self) -> str:
+        """One line: the counts."""
+        parts = [
+            f"{self.seen} seen",
+            f"{len(self.ingested)} ingested",
+            f"{len(self.unchanged)} unchanged",
+            f"{len(self.replaced)} replaced",
+            f"{len(self.failed)} failed",
+            f"{len(self.skipped)} skipped",
+        ]
+        if self.pruned:
+            parts.append(f"{len(self.pruned)} pruned")
+        return ", ".join(parts) + f"; {self.fragments} fragments written in {self.seconds:.1f} s"
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        for title, items in (("failed", self.failed), ("skipped", self.skipped)):
+            if items:
+                lines.append(f"{title}:")
+                lines.extend(f"  {path}: {reason}" for path, reason in sorted(items.items()))
+        if self.pruned:
+            lines.append("pruned:")
+            lines.extend(f"  {path}" for path in sorted(self.pruned))
+        return "\n".join(lines)
