@@ -18,6 +18,7 @@ from memlane.errors import (
     StoreLockedError,
     UnknownIdError,
 )
+from memlane.knowledge import DocumentLoadError, IngestReport
 from memlane.memory import Memory
 from memlane.records import MemoryRecord, SearchHit
 
@@ -26,10 +27,12 @@ __all__ = [
     "BM25Index",
     "CorruptFileError",
     "DimensionMismatchError",
+    "DocumentLoadError",
     "Embedder",
     "EmbedderMismatchError",
     "EmbedderUnavailableError",
     "HnswIndex",
+    "IngestReport",
     "InternalError",
     "InvalidArgumentError",
     "MemlaneError",

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from memlane.embeddings._base import Embedder
+from memlane.knowledge.api import AsyncKnowledgeMixin
 from memlane.memory import DEFAULT_EMBEDDER, Memory
 from memlane.records import MemoryRecord, SearchHit
 
 __all__ = ["AsyncMemory"]
 
 
-class AsyncMemory:
+class AsyncMemory(AsyncKnowledgeMixin):
     """``AsyncMemory(path, embedder, **options)`` opens a :class:`~memlane.Memory`.
 
     Use it as ``async with AsyncMemory(path) as mem: ...`` or call

@@ -41,6 +41,7 @@ from memlane.errors import (
     UnknownIdError,
 )
 from memlane.filters import metadata_filter
+from memlane.knowledge.api import KnowledgeMixin
 from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
 from memlane.storage import COLUMNS, Row, SQLiteStore, StoreLock
 
@@ -243,7 +244,7 @@ def _release(lock: StoreLock, db: SQLiteStore, wake: threading.Event) -> None:
     lock.release()
 
 
-class Memory:
+class Memory(KnowledgeMixin):
     """Persistent, searchable memory for agents.
 
     Args:
