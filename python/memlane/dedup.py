@@ -11,11 +11,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["DedupWindow", "content_hash", "normalise_text", "window_keys"]
@@ -33,17 +34,15 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(normalise_text(text).encode("utf-8")).hexdigest()
 
 
-def window_keys(
-    scope_key: Hashable, metadata: Mapping[str, Any], digest: str
-) -> list[tuple[Hashable, ...]]:
-    """The keys under which a record is remembered by :class:`DedupWindow`."""
-    keys: list[tuple[Hashable, ...]] = []
+def window_keys(scope_key: Sequence[Any], metadata: Mapping[str, Any], digest: str) -> list[str]:
+    """The keys (JSON strings) under which a record is remembered by :class:`DedupWindow`."""
+    keys: list[str] = []
     message_id = metadata.get("message_id")
     if message_id is not None:
-        keys.append(("message", scope_key, str(message_id)))
+        keys.append(json.dumps(["message", list(scope_key), str(message_id)]))
     source, contact = metadata.get("source"), metadata.get("contact")
     if source is not None and contact is not None:
-        keys.append(("source", scope_key, str(source), str(contact), digest))
+        keys.append(json.dumps(["source", list(scope_key), str(source), str(contact), digest]))
     return keys
 
 
@@ -52,7 +51,7 @@ class DedupWindow:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self._entries: OrderedDict[tuple[Hashable, ...], tuple[str, float]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def _expire(self, now: float) -> None:
@@ -62,7 +61,7 @@ class DedupWindow:
                 break
             del self._entries[key]
 
-    def find(self, keys: list[tuple[Hashable, ...]], now: float | None = None) -> str | None:
+    def find(self, keys: list[str], now: float | None = None) -> str | None:
         """The id of a record remembered under any of ``keys`` within the window."""
         if self.seconds <= 0 or not keys:
             return None
@@ -75,9 +74,7 @@ class DedupWindow:
                     return hit[0]
         return None
 
-    def remember(
-        self, keys: list[tuple[Hashable, ...]], record_id: str, at: float | None = None
-    ) -> None:
+    def remember(self, keys: list[str], record_id: str, at: float | None = None) -> None:
         if self.seconds <= 0 or not keys:
             return
         at = time.time() if at is None else at

@@ -100,7 +100,7 @@ _CHECKPOINT_BYTES = 32 << 20
 # Graph linking waits this long after a write, unless this many vectors are parked.
 _WRITE_QUIET = 0.2
 _MAX_PARKED = 100_000
-_ACCESS_FLUSH_COUNT = 1024
+_ACCESS_FLUSH_COUNT = 50_000
 
 
 @dataclass(slots=True)
@@ -481,13 +481,8 @@ class Memory(KnowledgeMixin):
     def _seed_window(self) -> None:
         if self._window.seconds <= 0:
             return
-        now = time.time()
-        for row in self._db.newest_rows(now - self._window.seconds):
-            rec = self._record(row)
-            skey = self._scope_key(rec.table, rec.scope)
-            self._window.remember(
-                window_keys(skey, rec.metadata, rec.content_hash), rec.id, row[_C["updated_at"]]
-            )
+        for key, record_id, at in self._db.recent(time.time() - self._window.seconds):
+            self._window.remember([key], record_id, at)
 
     # -- conversions --------------------------------------------------------------
 
@@ -859,8 +854,16 @@ class Memory(KnowledgeMixin):
                 marks: dict[int, str | int] = {}
             else:
                 store, dups, marks = self._deduplicate(news, now)
+            recent: list[tuple[str, str, float]] = []
+            if self._window.seconds > 0 and not importing:
+                for i in store:
+                    n = news[i]
+                    keys = window_keys((n.table, *n.scope), n.metadata, n.content_hash)
+                    recent.extend((k, n.id, now) for k in keys)
             if store:
-                self._insert([news[i] for i in store])
+                self._insert([news[i] for i in store], recent)
+            for key, record_id, at in recent:
+                self._window.remember([key], record_id, at)
             results: dict[int, MemoryRecord] = {}
             for i in store:
                 n = news[i]
@@ -869,8 +872,6 @@ class Memory(KnowledgeMixin):
                     target = marks[i]
                     rec.duplicate = "near"
                     rec.duplicate_of = news[target].id if isinstance(target, int) else target
-                keys = window_keys((n.table, *n.scope), n.metadata, n.content_hash)
-                self._window.remember(keys, n.id, now)
             for i, (kind, target) in dups.items():
                 if isinstance(target, int):
                     rec = replace(results[target])
@@ -924,7 +925,7 @@ class Memory(KnowledgeMixin):
         if wanted:
             for row in self._db.rows_by_hash(wanted, embedding=False, conn=self._db._writer):
                 exact.setdefault((row[_C["content_hash"]], row[_C["tbl"]], *row[5:11]), row[1])
-        window_batch: dict[tuple[Any, ...], int] = {}
+        window_batch: dict[str, int] = {}
         vectors: list[tuple[tuple[Any, ...], FloatArray, int]] = []
         any_dedup = bool(wanted)
         for i, n in enumerate(news):
@@ -995,7 +996,7 @@ class Memory(KnowledgeMixin):
         row = self._db.row_by_id(record_id, conn=self._db._writer)
         return None if row is None else self._record(row)
 
-    def _insert(self, news: list[_New]) -> None:
+    def _insert(self, news: list[_New], recent: list[tuple[str, str, float]]) -> None:
         """Prepares, commits and indexes new records (caller holds the write lock)."""
         base = self._db.next_rowid(self._db._writer)
         vectors = None
@@ -1010,6 +1011,8 @@ class Memory(KnowledgeMixin):
         with self._db.transaction() as conn:
             seq = self._db.next_seq(conn)
             self._db.insert(conn, [(*r[:-2], seq, seq) for r in rows])
+            if recent:
+                self._db.remember(conn, recent, time.time() - self._window.seconds)
             self._flush_access(conn, seq)
         self._engine.apply(prepared)
         self._after_write(seq, len(news))

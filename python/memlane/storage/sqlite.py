@@ -84,6 +84,9 @@ CREATE TABLE IF NOT EXISTS records (
 CREATE INDEX IF NOT EXISTS records_seq ON records (seq);
 -- A 16-hex-digit prefix of the hash is selective enough and keeps the index small.
 CREATE INDEX IF NOT EXISTS records_hash ON records (substr(content_hash, 1, 16));
+-- Keys of the dedup window (message ids, source + contact + text) of recent adds.
+CREATE TABLE IF NOT EXISTS recent (key TEXT PRIMARY KEY, id TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS recent_at ON recent (at);
 CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_seq ON tombstones (seq);
 """
@@ -271,6 +274,7 @@ class SQLiteStore:
             "INSERT OR REPLACE INTO tombstones (rowid, seq) VALUES (?, ?)",
             [(r, seq) for r in rowids],
         )
+        conn.execute("DELETE FROM recent WHERE id NOT IN (SELECT id FROM records)")
 
     @staticmethod
     def record_accesses(
@@ -385,19 +389,19 @@ class SQLiteStore:
             yield from rows
             last = rows[-1][0]
 
-    def newest_rows(self, since: float, limit: int = 100_000) -> list[Row]:
-        """The most recently added rows (by rowid, so no index on time is kept),
-        stopping at the first one updated before ``since``."""
-        out: list[Row] = []
+    @staticmethod
+    def remember(
+        conn: sqlite3.Connection, entries: Sequence[tuple[str, str, float]], forget_before: float
+    ) -> None:
+        """Stores dedup-window keys (key, record id, time) and drops those past the window."""
+        conn.executemany("INSERT OR REPLACE INTO recent (key, id, at) VALUES (?, ?, ?)", entries)
+        conn.execute("DELETE FROM recent WHERE at < ?", (forget_before,))
+
+    def recent(self, since: float) -> list[tuple[str, str, float]]:
         with self.reader() as conn:
-            cur = conn.execute(
-                f"SELECT {_NO_EMBEDDING} FROM records ORDER BY rowid DESC LIMIT ?", (limit,)
-            )
-            for row in cur:
-                if row[COLUMNS.index("updated_at")] < since:
-                    break
-                out.append(row)
-        return out[::-1]
+            return conn.execute(
+                "SELECT key, id, at FROM recent WHERE at >= ? ORDER BY at", (since,)
+            ).fetchall()
 
     def count(self) -> int:
         with self.reader() as conn:
