@@ -152,7 +152,12 @@ def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 class _Emitter:
-    """Collects chunk spans: trims whitespace, drops empty ones and ones inside the last."""
+    """Collects chunk spans: trims whitespace, drops empty ones and ones inside another.
+
+    Starts never decrease (a window starts where the last one did or later),
+    so a new span inside the last is dropped, and a last span inside the new
+    one is replaced by it.
+    """
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -164,8 +169,10 @@ class _Emitter:
             return
         if self.spans:
             last_start, last_end = self.spans[-1]
-            if last_start <= start and end <= last_end:
+            if end <= last_end:
                 return
+            if last_start == start:
+                self.spans.pop()
         self.spans.append((start, end))
 
 

@@ -13,7 +13,8 @@ matter), and the standard library's ``html.parser``, ``csv`` and ``json``.
                    splitter puts each chunk's heading path before it)
 ``.pdf``           text page by page; ``pages`` gives where each page starts;
                    an encrypted PDF that does not open with an empty password fails
-``.docx``          paragraphs in order, headings as markdown headings, tables as
+``.docx``          paragraphs in order, Title and Heading N as markdown headings of
+                   level 1 and N + 1, tables as
                    ``a | b`` rows; title and author into metadata
 ``.json .jsonl``   every string field as ``key.path[0].name: value``, a line each
 ``.html .htm``     the visible text (no script, style, head, template or
@@ -238,7 +239,7 @@ def load_docx(data: bytes, path: Path) -> LoadedDocument:
         style = item.style.name if item.style is not None else ""
         level = 1 if style == "Title" else None
         if (m := _HEADING_STYLE.match(style or "")) is not None:
-            level = max(1, int(m.group(1)))
+            level = min(6, int(m.group(1)) + 1)  # below the Title
         blocks.append(f"{'#' * level} {' '.join(text.split())}" if level else text)
     meta: dict[str, Any] = {}
     props = document.core_properties
@@ -301,7 +302,7 @@ class _VisibleText(HTMLParser):
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
+        self.parts: list[tuple[str, bool]] = []  # (text, inside <pre>)
         self.title: list[str] = []
         self._skip: list[str] = []  # open elements whose content is hidden
         self._pre = 0
@@ -312,7 +313,7 @@ class _VisibleText(HTMLParser):
             self._in_title = True
         if tag in self.VOID:
             if tag in ("br", "hr") and not self._skip:
-                self.parts.append("\n")
+                self.parts.append(("\n", False))
             return
         hidden = any(
             k == "hidden"
@@ -326,7 +327,7 @@ class _VisibleText(HTMLParser):
         if tag == "pre":
             self._pre += 1
         if tag in self.BLOCK:
-            self.parts.append("\n\n")
+            self.parts.append(("\n\n", False))
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "title":
@@ -339,19 +340,35 @@ class _VisibleText(HTMLParser):
         if tag == "pre":
             self._pre = max(0, self._pre - 1)
         if tag in self.BLOCK:
-            self.parts.append("\n\n")
+            self.parts.append(("\n\n", False))
 
     def handle_data(self, data: str) -> None:
         if self._in_title:
             self.title.append(data)
         if self._skip:
             return
-        self.parts.append(data if self._pre else re.sub(r"\s+", " ", data))
+        if self._pre:
+            self.parts.append((data, True))
+        else:  # HTML collapses ASCII whitespace only (a no-break space stays)
+            self.parts.append((re.sub(r"[ \t\n\r\f]+", " ", data), False))
 
     def text(self) -> str:
-        joined = "".join(self.parts)
-        joined = re.sub(r"[ \t]*\n[ \t]*", "\n", joined)
-        return re.sub(r"\n{3,}", "\n\n", joined).strip()
+        out: list[str] = []
+        run: list[str] = []
+
+        def flush() -> None:
+            joined = re.sub(r" *\n *", "\n", "".join(run))
+            out.append(re.sub(r"\n{3,}", "\n\n", joined))
+            run.clear()
+
+        for text, pre in self.parts:
+            if pre:
+                flush()
+                out.append(text)
+            else:
+                run.append(text)
+        flush()
+        return re.sub(r"^\s*\n|\n\s*$", "", "".join(out)).strip(" ")
 
 
 def load_html(data: bytes, path: Path) -> LoadedDocument:

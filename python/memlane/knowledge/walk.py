@@ -9,6 +9,7 @@ link loops, and a second path to a file already found.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,23 +61,21 @@ def walk(
     ``follow_outside``.
     """
     real_root = root.resolve()
-    sources: list[Source] = []
-    seen: dict[Path, str] = {}
+    # (is a link, order found, rel, path, loader) per file, by real path: a file
+    # reached twice is ingested once, under its own path rather than a link's.
+    found: dict[Path, list[tuple[bool, int, str, Path, Loader]]] = {}
+    counter = itertools.count()
 
-    def add_file(path: Path, rel: str) -> None:
+    def add_file(path: Path, rel: str, link: bool) -> None:
         loader = loader_for(path)
         if loader is None:
             suffix = path.suffix.lower()
             skipped[rel] = f"unsupported type {suffix!r}" if suffix else "unsupported type"
             return
-        real = path.resolve()
-        if real in seen:
-            skipped[rel] = f"same file as {seen[real]}"
-            return
-        seen[real] = rel
-        sources.append(Source(rel, loader, path=path))
+        paths = found.setdefault(path.resolve(), [])
+        paths.append((link, next(counter), rel, path, loader))
 
-    def visit(folder: Path, prefix: str, ancestors: frozenset[Path]) -> None:
+    def visit(folder: Path, prefix: str, ancestors: frozenset[Path], linked: bool) -> None:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as e:
@@ -89,6 +88,7 @@ def walk(
                 skipped[rel + ("/" if entry.is_dir() else "")] = "hidden"
                 continue
             try:
+                link = entry.is_symlink() or linked
                 if entry.is_symlink():
                     real = path.resolve()
                     if not real.exists():
@@ -102,9 +102,9 @@ def walk(
                     if real in ancestors:
                         skipped[rel + "/"] = "symbolic link loop"
                         continue
-                    visit(path, rel + "/", ancestors | {real})
+                    visit(path, rel + "/", ancestors | {real}, link)
                 elif entry.is_file():
-                    add_file(path, normalise_path(rel))
+                    add_file(path, normalise_path(rel), link)
                 else:
                     skipped[rel] = "not a regular file"
             except OSError as e:
@@ -114,10 +114,17 @@ def walk(
     rel_target = relative_path(target, root)
     if not follow_outside and not inside(real_target, real_root):
         skipped[rel_target] = "outside the knowledge root"
-        return sources
+        return []
     if target.is_dir():
         prefix = "" if rel_target == "." else rel_target + "/"
-        visit(target, prefix, frozenset({real_target}))
+        visit(target, prefix, frozenset({real_target}), False)
     else:
-        add_file(target, rel_target)
-    return sources
+        add_file(target, rel_target, False)
+    sources: list[tuple[int, Source]] = []
+    for paths in found.values():
+        _, order, rel, path, loader = min(paths)
+        sources.append((order, Source(rel, loader, path=path)))
+        for _, _, other, _, _ in paths:
+            if other != rel:
+                skipped[other] = f"same file as {rel}"
+    return [source for _, source in sorted(sources, key=lambda s: s[0])]

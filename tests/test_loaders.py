@@ -1,0 +1,258 @@
+"""Loaders on real files of every type, generated here (fpdf2, pypdf's writer, python-docx)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from memlane.knowledge.loaders import (
+    LOADERS,
+    DocumentLoadError,
+    LoadedDocument,
+    decode_text,
+    load_csv,
+    load_docx,
+    load_html,
+    load_json,
+    load_jsonl,
+    load_markdown,
+    load_pdf,
+    load_text,
+    loader_for,
+    register_loader,
+)
+
+P = Path("doc")
+
+
+# -- generated files, shared with test_knowledge -------------------------------------------
+
+
+def make_pdf(pages: list[str], title: str | None = "Operations manual") -> bytes:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    if title:
+        pdf.set_title(title)
+    pdf.set_font("helvetica", size=12)
+    for text in pages:
+        pdf.add_page()
+        pdf.multi_cell(0, 8, text)
+    return bytes(pdf.output())
+
+
+def encrypt_pdf(data: bytes, user_password: str) -> bytes:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
+    # RC4 needs no extra package (AES would need `cryptography`).
+    writer.encrypt(user_password=user_password, owner_password="owner", algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def make_docx() -> bytes:
+    import docx
+
+    document = docx.Document()
+    document.core_properties.title = "Team handbook"
+    document.core_properties.author = "Ops"
+    document.add_heading("Handbook", level=0)
+    document.add_paragraph("Welcome to the team.")
+    document.add_heading("Deploying", level=1)
+    document.add_paragraph("Deploys happen on Tuesdays.")
+    table = document.add_table(rows=2, cols=2)
+    table.cell(0, 0).text, table.cell(0, 1).text = "step", "command"
+    table.cell(1, 0).text, table.cell(1, 1).text = "ship", "make deploy"
+    document.add_heading("On call", level=2)
+    document.add_paragraph("Page the on-call engineer.")
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+# -- text and markdown ----------------------------------------------------------------------
+
+
+def test_text_encodings() -> None:
+    assert load_text("héllo wörld".encode(), P).text == "héllo wörld"
+    assert load_text("\ufeffbom".encode(), P).text == "bom"
+    assert load_text("utf16 ✓".encode("utf-16"), P).text == "utf16 ✓"
+    assert load_text("café “quoted”".encode("cp1252"), P).text == "café “quoted”"
+    with pytest.raises(DocumentLoadError, match="binary"):
+        load_text(b"\x00\x01\x02PK", P)
+    with pytest.raises(DocumentLoadError):
+        decode_text(b"\xff\xfe\x00\xd8")  # a UTF-16 BOM, then a lone surrogate
+
+
+def test_markdown_front_matter() -> None:
+    data = (
+        b"---\ntitle: Deploy guide\ndate: 2024-05-01\ntags: [ops, ci]\n---\n# Deploy\n\nRun it.\n"
+    )
+    doc = load_markdown(data, P)
+    assert doc.metadata == {"title": "Deploy guide", "date": "2024-05-01", "tags": ["ops", "ci"]}
+    assert doc.text == "# Deploy\n\nRun it."
+    assert doc.markdown and doc.file_type == "md"
+    assert load_markdown(b"# Only\n\ntext", P).metadata == {}
+    with pytest.raises(DocumentLoadError, match="front matter"):
+        load_markdown(b"---\ntitle: [unclosed\n---\nbody", P)
+
+
+# -- PDF ---------------------------------------------------------------------------------
+
+
+def test_pdf_pages_and_metadata() -> None:
+    data = make_pdf(["Page one explains deployment.", "Page two covers rollback."])
+    doc = load_pdf(data, P)
+    assert doc.file_type == "pdf"
+    assert doc.metadata["title"] == "Operations manual" and doc.metadata["page_count"] == 2
+    assert doc.pages is not None and len(doc.pages) == 2
+    first, second = doc.pages
+    assert first == 0 and doc.text[first:].startswith("Page one explains deployment.")
+    assert doc.text[second:].startswith("Page two covers rollback.")
+    assert doc.page_at(0) == 1 and doc.page_at(second) == 2 and doc.page_at(second - 1) == 1
+
+
+def test_pdf_corrupt_and_encrypted_fail() -> None:
+    data = make_pdf(["Secret plans."])
+    with pytest.raises(DocumentLoadError, match=r"corrupt|PDF"):
+        load_pdf(b"%PDF-1.4\nthis is not really a pdf\n", P)
+    with pytest.raises(DocumentLoadError):
+        load_pdf(data[: len(data) // 3], P)
+    with pytest.raises(DocumentLoadError, match="encrypted"):
+        load_pdf(encrypt_pdf(data, "secret"), P)
+    # An owner password alone (empty user password) opens like most viewers do.
+    assert "Secret plans." in load_pdf(encrypt_pdf(data, ""), P).text
+
+
+def test_pdf_without_text_fails() -> None:
+    with pytest.raises(DocumentLoadError, match="no extractable text"):
+        load_pdf(make_pdf([""], title=None), P)
+
+
+# -- Word ---------------------------------------------------------------------------------
+
+
+def test_docx_headings_tables_and_properties() -> None:
+    doc = load_docx(make_docx(), P)
+    assert doc.markdown and doc.file_type == "docx"
+    assert doc.metadata == {"title": "Team handbook", "author": "Ops"}
+    assert doc.text.split("\n\n") == [
+        "# Handbook",
+        "Welcome to the team.",
+        "## Deploying",
+        "Deploys happen on Tuesdays.",
+        "step | command",
+        "ship | make deploy",
+        "### On call",
+        "Page the on-call engineer.",
+    ]
+
+
+def test_docx_corrupt_fails() -> None:
+    with pytest.raises(DocumentLoadError, match="docx"):
+        load_docx(b"PK\x03\x04 broken zip", P)
+    with pytest.raises(DocumentLoadError):
+        load_docx(make_docx()[:500], P)
+
+
+# -- JSON --------------------------------------------------------------------------------
+
+
+def test_json_string_fields_with_key_paths() -> None:
+    value = {
+        "name": "memlane",
+        "faq": [{"q": "How to deploy?", "a": "make deploy"}, {"q": "", "a": "x"}],
+        "version": 3,
+        "nested": {"deep": {"note": "kept"}, "flag": True, "none": None},
+    }
+    doc = load_json(json.dumps(value).encode(), P)
+    assert doc.text.splitlines() == [
+        "name: memlane",
+        "faq[0].q: How to deploy?",
+        "faq[0].a: make deploy",
+        "faq[1].a: x",
+        "nested.deep.note: kept",
+    ]
+    assert load_json(b'"just a string"', P).text == "$: just a string"
+    with pytest.raises(DocumentLoadError, match="JSON"):
+        load_json(b'{"a": ', P)
+
+
+def test_jsonl_lines() -> None:
+    doc = load_jsonl(b'{"text": "first"}\n\n{"text": "second", "n": 2}\n', P)
+    assert doc.text.splitlines() == ["[0].text: first", "[2].text: second"]
+    with pytest.raises(DocumentLoadError, match="line 2"):
+        load_jsonl(b'{"a": "b"}\nnot json\n', P)
+
+
+# -- HTML ---------------------------------------------------------------------------------
+
+
+def test_html_visible_text_only() -> None:
+    html = b"""<!doctype html><html><head><title> Ops  page </title>
+    <style>body { color: red }</style><script>var secret = 1;</script></head>
+    <body><h1>Deploying</h1><p>Run <b>make</b>&nbsp;deploy &amp; wait.</p>
+    <div hidden>hidden div</div><p style="display: none">invisible</p>
+    <span aria-hidden="true">icon</span><noscript>enable js</noscript>
+    <template><p>template</p></template>
+    <ul><li>one</li><li>two<br>lines</li></ul><pre>  keep   spaces</pre>
+    <img src="x.png" alt="an image"><p>end</p></body></html>"""
+    doc = load_html(html, P)
+    assert doc.metadata == {"title": "Ops page"}
+    for hidden in ("secret", "color", "hidden div", "invisible", "icon", "enable js", "template"):
+        assert hidden not in doc.text
+    assert doc.text.split("\n\n") == [
+        "Deploying",
+        "Run make\xa0deploy & wait.",
+        "one",
+        "two\nlines",
+        "  keep   spaces",
+        "end",
+    ]
+
+
+# -- CSV ----------------------------------------------------------------------------------
+
+
+def test_csv_rows_with_headers() -> None:
+    data = b'name,role,notes\nAlice,admin,"likes tea, biscuits"\nBob,,\n\nCarol,dev,x,extra\n'
+    doc = load_csv(data, Path("people.csv"))
+    assert doc.text.splitlines() == [
+        "name: Alice; role: admin; notes: likes tea, biscuits",
+        "name: Bob",
+        "name: Carol; role: dev; notes: x; column 4: extra",
+    ]
+    assert doc.metadata == {"columns": ["name", "role", "notes"], "rows": 3}
+    tsv = load_csv(b"a\tb\n1\t2\n", Path("t.tsv"))
+    assert tsv.text == "a: 1; b: 2"
+    semi = load_csv(b"a;b\n1;2\n3;4\n", Path("t.csv"))
+    assert semi.text == "a: 1; b: 2\na: 3; b: 4"
+
+
+# -- registry -------------------------------------------------------------------------------
+
+
+def test_registry() -> None:
+    assert loader_for("a/b/NOTES.MD") is load_markdown
+    assert loader_for("x.pdf") is load_pdf and loader_for("x.htm") is load_html
+    assert loader_for("x.exe") is None and loader_for("Makefile") is None
+    for suffix in (".txt", ".md", ".pdf", ".docx", ".json", ".html", ".csv"):
+        assert suffix in LOADERS
+
+    def load_rst(data: bytes, path: Path) -> LoadedDocument:
+        return LoadedDocument(data.decode(), "rst")
+
+    register_loader(".RST", load_rst)
+    try:
+        assert loader_for("x.rst") is load_rst
+    finally:
+        del LOADERS[".rst"]
+    with pytest.raises(ValueError):
+        register_loader("rst", load_rst)
+    with pytest.raises(ValueError):
+        register_loader(".rst", "not callable")  # type: ignore[arg-type]
