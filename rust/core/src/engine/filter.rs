@@ -434,9 +434,9 @@ fn posting_key(field: Field, q: &Scalar) -> Option<Option<PostingKey>> {
         _ => None,
     };
     Some(match field {
-        Field::Table => string(q).map_or(None, |id| id.map(PostingKey::Table)),
-        Field::Type => string(q).map_or(None, |id| id.map(PostingKey::Type)),
-        Field::Scope(i) => string(q).map_or(None, |id| id.map(|id| PostingKey::Scope(i, id))),
+        Field::Table => string(q).flatten().map(PostingKey::Table),
+        Field::Type => string(q).flatten().map(PostingKey::Type),
+        Field::Scope(i) => string(q).flatten().map(|id| PostingKey::Scope(i, id)),
         Field::Evergreen => match q {
             Scalar::Bool(b) => Some(PostingKey::Evergreen(*b)),
             _ => None,

@@ -30,24 +30,13 @@ use crate::idmap::first_duplicate;
 use pending::{normalised, Pending};
 use records::Records;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct EngineConfig {
     /// Vector dimension; `None` for a text-only store.
     pub dim: Option<usize>,
     pub hnsw: Params,
     pub bm25: Bm25Params,
     pub analyzer: AnalyzerConfig,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            dim: None,
-            hnsw: Params::default(),
-            bm25: Bm25Params::default(),
-            analyzer: AnalyzerConfig::default(),
-        }
-    }
 }
 
 pub struct Engine {
@@ -231,7 +220,7 @@ impl Engine {
                 if v.len() != n * dim {
                     return Err(Error::DimensionMismatch {
                         expected: dim,
-                        got: if n == 0 { v.len() } else { v.len() / n },
+                        got: v.len().checked_div(n).unwrap_or(v.len()),
                     });
                 }
                 Some(normalised(v, dim, "vector")?)
