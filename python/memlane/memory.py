@@ -506,7 +506,7 @@ class Memory(KnowledgeMixin):
         )
 
     def _record(self, row: Row, embedding: bool = False) -> MemoryRecord:
-        access_count, last = row[_C["access_count"]], row[_C["last_accessed_at"]]
+        access_count, last = row[18], row[17]
         pending = self._access.get(row[0])
         if pending is not None:
             access_count += pending[0]
@@ -525,7 +525,7 @@ class Memory(KnowledgeMixin):
             importance=row[11],
             evergreen=bool(row[12]),
             unique=bool(row[13]),
-            metadata=json.loads(row[14]),
+            metadata={} if row[14] == "{}" else json.loads(row[14]),
             created_at=row[15],
             updated_at=row[16],
             last_accessed_at=last,
@@ -623,11 +623,14 @@ class Memory(KnowledgeMixin):
                 f"{label} given, but this store has no vector space (it was opened with "
                 "embedder=None)"
             )
-        try:
-            v = np.asarray(value, dtype=np.float32)
-        except (TypeError, ValueError) as e:
-            raise InvalidArgumentError(f"{label} must be an array of numbers: {e}") from None
-        if v.ndim != 1 or v.shape[0] != self._dim:
+        if type(value) is np.ndarray and value.dtype == np.float32:
+            v: FloatArray = value
+        else:
+            try:
+                v = np.asarray(value, dtype=np.float32)
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentError(f"{label} must be an array of numbers: {e}") from None
+        if v.shape != (self._dim,):
             raise DimensionMismatchError(
                 f"{label} has shape {v.shape}; this store's vectors have dimension {self._dim}"
             )
@@ -1253,7 +1256,8 @@ class Memory(KnowledgeMixin):
         vector: FloatArray | None = None
         if mode != "text" and self._dim is not None:
             if query_embedding is not None:
-                vector = self._vector(query_embedding, "query_embedding")
+                # The engine checks the values (finite, not all zero) in the same call.
+                vector = self._vector(query_embedding, "query_embedding", False)
             else:
                 _str(query, "query")
                 assert self._embedder is not None
