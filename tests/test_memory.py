@@ -241,6 +241,16 @@ def test_bad_input_raises_and_changes_nothing(tmp_path: Path) -> None:
         for item, error in bad_adds:
             with pytest.raises(error):
                 mem.add_many([{"text": "fine"}, item])
+        # Only the engine refuses this one (metadata nested too deep), and it does so
+        # while SQLite is writing the batch: the transaction must roll back.
+        deep: dict[str, object] = {}
+        for _ in range(40):
+            deep = {"k": deep}
+        batch = [{"text": f"fine {i}"} for i in range(300)] + [{"text": "x", "metadata": deep}]
+        with pytest.raises(InvalidArgumentError, match="nested"):
+            mem.add_many(batch)
+        with pytest.raises(InvalidArgumentError, match="nested"):
+            mem.add("x", metadata=deep)
         with pytest.raises(UnknownIdError):
             mem.get("nope")
         with pytest.raises(UnknownIdError):

@@ -20,6 +20,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -101,6 +102,8 @@ _CHECKPOINT_BYTES = 32 << 20
 _WRITE_QUIET = 0.2
 _MAX_PARKED = 100_000
 _ACCESS_FLUSH_COUNT = 50_000
+# Batches at least this large are analysed by the engine while SQLite writes them.
+_OVERLAP_MIN = 256
 
 
 @dataclass(slots=True)
@@ -350,6 +353,7 @@ class Memory(KnowledgeMixin):
             self._access_since = 0.0
             self._access_lock = threading.Lock()
             self._last_write = 0.0
+            self._pool: ThreadPoolExecutor | None = None
             self._background_error: Exception | None = None
             self._pin(embedder, reembed, language)
             self._engine, self._snap_seq = self._open_engine()
@@ -1010,15 +1014,31 @@ class Memory(KnowledgeMixin):
             width = 4 * self._dim
             blobs = [raw[i * width : (i + 1) * width] for i in range(len(news))]
         rows = [self._row(base + j, news[j], 0, blobs[j]) for j in range(len(news))]
-        prepared = self._prepare(self._engine, rows, texts=True, vectors=vectors)
+        # The engine checks and analyses the batch (without the GIL) while SQLite
+        # writes it; the commit waits for that check, so a batch the engine would
+        # refuse is rolled back and nothing changes.
+        future = None
+        if len(news) >= _OVERLAP_MIN:
+            future = self._helper().submit(
+                self._prepare, self._engine, rows, texts=True, vectors=vectors
+            )
+        else:
+            prepared = self._prepare(self._engine, rows, texts=True, vectors=vectors)
         with self._db.transaction() as conn:
             seq = self._db.next_seq(conn)
             self._db.insert(conn, [(*r[:-2], seq, seq) for r in rows])
+            if future is not None:
+                prepared = future.result()
             if recent:
                 self._db.remember(conn, recent, time.time() - self._window.seconds)
             self._flush_access(conn, seq)
         self._engine.apply(prepared)
         self._after_write(seq, len(news))
+
+    def _helper(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="memlane-prepare")
+        return self._pool
 
     def _after_write(self, seq: int, changes: int) -> None:
         self._last_write = time.monotonic()
@@ -1405,6 +1425,8 @@ class Memory(KnowledgeMixin):
             self._closing = True
         self._wake.set()
         self._thread.join()
+        if self._pool is not None:
+            self._pool.shutdown()
         if self._access:
             self._flush_access_now()
         if self._index_dir is not None:
