@@ -269,6 +269,9 @@ class Memory(KnowledgeMixin):
             or the same ``source`` + ``contact`` + text, is skipped (0 turns it off).
         track_access: whether searches update ``access_count`` and
             ``last_accessed_at`` of what they return (a search may override it).
+            The engine sees an access at once (decay restarts); the database
+            gets the counts in batches (with the next write, every 10 s, and at
+            close), so a crash can lose the last seconds of counts, never a memory.
         decay, weights, recency_half_life: search defaults (see :meth:`search`).
         snapshot_every: changes between periodic index snapshots (at least
             half the store's size, so snapshots cost O(1) per change).
@@ -360,6 +363,8 @@ class Memory(KnowledgeMixin):
             self._seq = self._db.seq()
             self._seed_window()
         except BaseException:
+            if hasattr(self, "_db"):
+                self._db.close()
             if self._lock is not None:
                 self._lock.release()
             raise
