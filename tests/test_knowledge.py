@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from conftest import WordHashEmbedder
 from memlane import AsyncMemory, IngestReport, Memory, OnnxEmbedder, UnknownIdError
 from memlane.chunking import RecursiveCharacterSplitter, TokenSplitter
+from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge import document_id, fragment_id, normalise_path
 from memlane.knowledge.progress import ProgressBar
@@ -652,3 +653,19 @@ def test_real_model_end_to_end(onnx_embedder: OnnxEmbedder, tmp_path: Path) -> N
         assert strict and all(h.record.metadata["source"] == "deploy.md" for h in strict)
         doc = m.get(report.ingested["deploy.md"], include_embedding=True)
         assert doc.embedding is not None and abs(float((doc.embedding**2).sum()) - 1) < 1e-4
+
+
+def test_real_model_reports_cut_fragments_and_refused_files(
+    onnx_embedder: OnnxEmbedder, tmp_path: Path
+) -> None:
+    (tmp_path / "long.txt").write_text("Telescopes gather light from distant galaxies. " * 60)
+    (tmp_path / "control.txt").write_text("\x01\x02\x03")  # no token the model can read
+    (tmp_path / "fine.txt").write_text("A short note.")
+    with Memory(None, onnx_embedder) as m:
+        with pytest.warns(TextTruncatedWarning, match="1 fragment"):
+            report = m.ingest(
+                tmp_path, shared=True, chunker=RecursiveCharacterSplitter(3000, 0), progress=False
+            )
+        assert report.truncated == 1 and "cut by the model" in str(report)
+        assert set(report.ingested) == {"long.txt", "fine.txt"}
+        assert report.failed["control.txt"].startswith("cannot embed:")

@@ -28,6 +28,7 @@ import queue
 import re
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
+from memlane.embeddings._base import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.knowledge.ids import document_id, fragment_id
 from memlane.knowledge.loaders import LoadedDocument, json_safe
@@ -319,7 +321,15 @@ class _Pipeline:
         todo.sort(key=lambda i: len(texts[i]))
         for start in range(0, len(todo), _EMBED_BATCH):
             rows = todo[start : start + _EMBED_BATCH]
-            out[rows] = self.embedder.embed_batch([texts[i] for i in rows])
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", TextTruncatedWarning)
+                out[rows] = self.embedder.embed_batch([texts[i] for i in rows])
+            for w in caught:  # counted into the report instead, and said once at the end
+                if issubclass(w.category, TextTruncatedWarning):
+                    m = re.match(r"(\d+) of", str(w.message))
+                    self.report.truncated += int(m.group(1)) if m else 1
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             self.progress.update(fragments=len(rows))
         self.progress.update(fragments=len(texts) - len(todo))
         return out
@@ -466,10 +476,20 @@ def ingest_sources(
         progress=bar,
         report=report,
     )
+    truncated = report.truncated
     try:
         pipeline.run(sources)
     finally:
         bar.close()
+    if report.truncated > truncated:
+        warnings.warn(
+            f"{report.truncated - truncated} fragment(s) were longer than the embedding model "
+            "reads: their vectors stand for their beginning (text search sees all of them); "
+            "a smaller chunk_size, or TokenSplitter(chunk_size=254) for the default model, "
+            "avoids it",
+            TextTruncatedWarning,
+            stacklevel=4,
+        )
     return report
 
 

@@ -24,6 +24,8 @@ class IngestReport:
             lead outside the root, path -> reason.
         pruned: documents removed because their file is gone, path -> id.
         fragments: fragments written.
+        truncated: fragments longer than the embedding model reads (their vectors
+            stand for their beginning), as the model reported them.
         seconds: wall time.
     """
 
@@ -35,6 +37,7 @@ class IngestReport:
     skipped: dict[str, str] = field(default_factory=dict)
     pruned: dict[str, str] = field(default_factory=dict)
     fragments: int = 0
+    truncated: int = 0
     seconds: float = 0.0
 
     @property
@@ -60,6 +63,7 @@ class IngestReport:
         ):
             mine.update(theirs)
         self.fragments += other.fragments
+        self.truncated += other.truncated
         self.seconds += other.seconds
 
     def summary(self) -> str:
@@ -74,7 +78,10 @@ class IngestReport:
         ]
         if self.pruned:
             parts.append(f"{len(self.pruned)} pruned")
-        return ", ".join(parts) + f"; {self.fragments} fragments written in {self.seconds:.1f} s"
+        cut = f" ({self.truncated} cut by the model's length limit)" if self.truncated else ""
+        return (
+            ", ".join(parts) + f"; {self.fragments} fragments written{cut} in {self.seconds:.1f} s"
+        )
 
     def __str__(self) -> str:
         lines = [self.summary()]
