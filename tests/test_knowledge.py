@@ -669,3 +669,10 @@ def test_real_model_reports_cut_fragments_and_refused_files(
         assert report.truncated == 1 and "cut by the model" in str(report)
         assert set(report.ingested) == {"long.txt", "fine.txt"}
         assert report.failed["control.txt"].startswith("cannot embed:")
+
+
+def test_a_file_the_model_refuses_fails_alone(onnx_embedder: OnnxEmbedder) -> None:
+    with Memory(None, onnx_embedder) as m:
+        report = m.ingest_text("\x01\x02", source="inline:control", shared=True)
+        assert report.failed["inline:control"].startswith("cannot embed:")
+        assert m.count() == 0

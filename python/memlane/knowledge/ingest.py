@@ -351,6 +351,7 @@ class _Pipeline:
     def write(self, jobs: list[_Job]) -> None:
         reuse = self.old_vectors(jobs)
         embedded: list[tuple[_Job, FloatArray | None]] = []
+        truncated = self.report.truncated
         try:
             vectors = self.embed([c.content for j in jobs for c in j.chunks], reuse)
             row = 0
@@ -358,9 +359,12 @@ class _Pipeline:
                 n = len(job.chunks)
                 embedded.append((job, None if vectors is None else vectors[row : row + n]))
                 row += n
-        except MemlaneError:
+        except MemlaneError as e:
+            self.report.truncated = truncated  # counted again below
             if len(jobs) == 1:
-                raise
+                self.report.failed[jobs[0].source.rel] = f"cannot embed: {e}"
+                self.progress.update(files=1)
+                return
             for job in jobs:  # find the document the model refuses
                 try:
                     v = self.embed([c.content for c in job.chunks], reuse)
