@@ -130,10 +130,6 @@ class _New:
     dedup: bool = False
     id_given: bool = True
 
-    @property
-    def scope_dict(self) -> dict[str, str]:
-        return {f: v for f, v in zip(SCOPE_FIELDS, self.scope, strict=True) if v is not None}
-
 
 # -- argument checks --------------------------------------------------------------
 
@@ -236,7 +232,13 @@ def _maintain(ref: weakref.ref[Memory], wake: threading.Event) -> None:
             return
         try:
             memory._maintenance()
-        except Exception as e:  # keep serving; the next write or close retries
+        except Exception as e:  # keep serving; the next wake-up retries
+            if memory._background_error is None:
+                warnings.warn(
+                    f"memlane: background maintenance of {memory.path} failed: {e!r}",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
             memory._background_error = e
         del memory
 
@@ -356,6 +358,7 @@ class Memory(KnowledgeMixin):
             self._access_since = 0.0
             self._access_lock = threading.Lock()
             self._last_write = 0.0
+            self._changes = 0  # since the last snapshot
             self._pool: ThreadPoolExecutor | None = None
             self._background_error: Exception | None = None
             self._pin(embedder, reembed, language)
@@ -465,27 +468,33 @@ class Memory(KnowledgeMixin):
                 engine, seq = None, 0
         if engine is None:
             engine = self._new_engine()
-        self._replay(engine, seq)
+        # A large replay (a crash, or a lost snapshot) earns a snapshot soon.
+        self._changes = self._replay(engine, seq)
         return engine, seq
 
-    def _replay(self, engine: Engine, since: int) -> None:
-        """Applies what the database holds beyond change ``since`` to ``engine``."""
+    def _replay(self, engine: Engine, since: int) -> int:
+        """Applies what the database holds beyond change ``since`` to ``engine``; returns
+        how many changes that was."""
         gone = self._db.tombstones_since(since)
         if gone:
             engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
+        count = len(gone)
         for rows in self._db.rows_since(since):
-            full = [r for r in rows if r[_C["content_seq"]] > since or r[0] not in engine]
-            attrs = [r for r in rows if not (r[_C["content_seq"]] > since or r[0] not in engine)]
-            if full:
-                with_vec = [r for r in full if r[_C["embedding"]] is not None and self._dim]
-                without = [r for r in full if not (r[_C["embedding"]] is not None and self._dim)]
-                if with_vec:
-                    vectors = np.stack([_unblob(r[_C["embedding"]]) for r in with_vec])  # type: ignore[misc]
-                    engine.apply(self._prepare(engine, with_vec, texts=True, vectors=vectors))
-                if without:
-                    engine.apply(self._prepare(engine, without, texts=True, vectors=None))
+            count += len(rows)
+            new = [r[_C["content_seq"]] > since or r[0] not in engine for r in rows]
+            # Text or vector changed: index it all again; else the attributes only.
+            attrs = [r for r, n in zip(rows, new, strict=True) if not n]
+            full = [r for r, n in zip(rows, new, strict=True) if n]
+            with_vec = [r for r in full if self._dim and r[_C["embedding"]] is not None]
+            without = [r for r in full if not (self._dim and r[_C["embedding"]] is not None)]
+            if with_vec:
+                vectors = np.stack([_unblob(r[_C["embedding"]]) for r in with_vec])  # type: ignore[misc]
+                engine.apply(self._prepare(engine, with_vec, texts=True, vectors=vectors))
+            if without:
+                engine.apply(self._prepare(engine, without, texts=True, vectors=None))
             if attrs:
                 engine.apply(self._prepare(engine, attrs, texts=False, vectors=None))
+        return count
 
     def _seed_window(self) -> None:
         if self._window.seconds <= 0:
@@ -575,10 +584,6 @@ class Memory(KnowledgeMixin):
             if v is not None:
                 out[f] = _str(v, f)  # type: ignore[assignment]
         return out
-
-    @staticmethod
-    def _scope_key(table: str, scope: Mapping[str, str]) -> tuple[str | None, ...]:
-        return (table, *(scope.get(f) for f in SCOPE_FIELDS))
 
     def _filter(
         self,
@@ -1048,7 +1053,7 @@ class Memory(KnowledgeMixin):
     def _after_write(self, seq: int, changes: int) -> None:
         self._last_write = time.monotonic()
         self._seq = seq
-        self._changes = getattr(self, "_changes", 0) + changes
+        self._changes += changes
         pending = self._engine.pending()
         if 0 < pending <= _INLINE_INDEX:
             self._engine.index_pending(_INLINE_INDEX)
@@ -1401,7 +1406,7 @@ class Memory(KnowledgeMixin):
             or len(self._access) >= _ACCESS_FLUSH_COUNT
         ):
             self._flush_access_now()
-        if self._index_dir is not None and getattr(self, "_changes", 0) >= self._snapshot_due():
+        if self._index_dir is not None and self._changes >= self._snapshot_due():
             self.snapshot()
 
     def wait_indexed(self) -> None:
