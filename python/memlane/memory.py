@@ -358,6 +358,8 @@ class Memory(KnowledgeMixin):
             self._access_since = 0.0
             self._access_lock = threading.Lock()
             self._last_write = 0.0
+            self._writes_in_flight = 0
+            self._flight_lock = threading.Lock()
             self._changes = 0  # since the last snapshot
             self._pool: ThreadPoolExecutor | None = None
             self._background_error: Exception | None = None
@@ -829,6 +831,17 @@ class Memory(KnowledgeMixin):
     def _add(
         self, items: Iterable[Mapping[str, Any]], importing: bool = False
     ) -> list[MemoryRecord]:
+        # Graph linking in the background waits while writes stream in.
+        with self._flight_lock:
+            self._writes_in_flight += 1
+        try:
+            return self._add_batch(items, importing)
+        finally:
+            with self._flight_lock:
+                self._writes_in_flight -= 1
+            self._last_write = time.monotonic()
+
+    def _add_batch(self, items: Iterable[Mapping[str, Any]], importing: bool) -> list[MemoryRecord]:
         self._check_open()
         if isinstance(items, Mapping | str):
             raise InvalidArgumentError("add_many takes a list of dicts")
@@ -1392,7 +1405,8 @@ class Memory(KnowledgeMixin):
         while not self._closing and (pending := self._engine.pending()):
             # Linking yields to a stream of writes (it would take their cores and
             # their engine lock); parked vectors are searched exactly meanwhile.
-            if time.monotonic() - self._last_write < _WRITE_QUIET and pending < _MAX_PARKED:
+            busy = self._writes_in_flight or time.monotonic() - self._last_write < _WRITE_QUIET
+            if busy and pending < _MAX_PARKED:
                 time.sleep(_WRITE_QUIET / 4)
                 if self._db.wal_bytes() > _CHECKPOINT_BYTES:
                     self._db.checkpoint()
