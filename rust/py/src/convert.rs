@@ -26,6 +26,10 @@ pub fn ids(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u
     let arr = numpy(py)?
         .call_method1("asarray", (obj,))
         .map_err(|e| invalid(py, format!("{what} must be an array of integers: {e}")))?;
+    // numpy gives an empty list the float dtype; it is still a valid (empty) id list.
+    if arr.getattr("size")?.extract::<usize>()? == 0 {
+        return Ok(Vec::new());
+    }
     let kind = dtype_kind(&arr)?;
     if kind != "i" && kind != "u" {
         return Err(invalid(

@@ -6,7 +6,8 @@ use memlane_core::Error;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
+/// An instance of the `memlane.errors` class named `class`.
+pub fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
     match py.import("memlane.errors").and_then(|m| m.getattr(class)) {
         Ok(cls) => match cls.call1((msg,)) {
             Ok(exc) => PyErr::from_value(exc),

@@ -19,6 +19,12 @@ pub struct PyHnswIndex {
     inner: RwLock<Hnsw>,
 }
 
+/// A size argument: negative values are an argument error, not an overflow.
+fn count(py: Python<'_>, value: i64, name: &str) -> PyResult<usize> {
+    usize::try_from(value)
+        .map_err(|_| invalid(py, format!("{name} must not be negative, got {value}")))
+}
+
 /// Moves a row-major buffer into a 2-d numpy array without copying it.
 pub(crate) fn matrix<T: Element>(
     py: Python<'_>,
@@ -37,15 +43,21 @@ impl PyHnswIndex {
     #[pyo3(signature = (dim, metric = "cosine", m = 16, ef_construction = 200, ef = 64, seed = 0, precision = "f32"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        dim: usize,
+        dim: i64,
         metric: &str,
-        m: usize,
-        ef_construction: usize,
-        ef: usize,
+        m: i64,
+        ef_construction: i64,
+        ef: i64,
         seed: u64,
         precision: &str,
         py: Python<'_>,
     ) -> PyResult<Self> {
+        let dim = count(py, dim, "dim")?;
+        let (m, ef_construction) = (
+            count(py, m, "m")?,
+            count(py, ef_construction, "ef_construction")?,
+        );
+        let ef = count(py, ef, "ef")?;
         let metric = Metric::parse(metric).map_err(|e| crate::errors::to_py(py, e))?;
         let precision = Precision::parse(precision).map_err(|e| crate::errors::to_py(py, e))?;
         let params = Params {
@@ -154,7 +166,28 @@ impl PyHnswIndex {
     }
 
     /// The stored vector of `id` (unit length under the cosine metric).
-    fn get_vector<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    fn get_vector<'py>(
+        &self,
+        py: Python<'py>,
+        id: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let id = match id.extract::<u64>() {
+            Ok(id) => id,
+            // An int outside u64 (say -1) is simply not stored.
+            Err(_) if id.extract::<i128>().is_ok() => {
+                return Err(crate::errors::raise(
+                    py,
+                    "UnknownIdError",
+                    format!("unknown id {id}"),
+                ))
+            }
+            Err(_) => {
+                return Err(invalid(
+                    py,
+                    format!("id must be an int, got {}", id.get_type().name()?),
+                ))
+            }
+        };
         let v = detach(py, || self.inner.read().vector(id))?;
         Ok(PyArray1::from_vec(py, v))
     }

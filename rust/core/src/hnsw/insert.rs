@@ -41,10 +41,29 @@ impl Hnsw {
             let cands = std::mem::take(&mut sc.cands);
             self.select_neighbors(&cands, self.graph.m(), &mut selected, &mut sc.base);
             sc.cands = cands;
-            sc.links.clear();
-            sc.links.extend(selected.iter().map(|c| c.slot));
             {
+                // Nodes linked in parallel may already have added themselves
+                // to this list (they can reach `slot` through an upper level);
+                // overwriting it would drop their only way in. Merge instead.
                 let _g = self.graph.lock(slot);
+                self.graph.read(slot, l, &mut sc.fresh_links);
+                let mut merged = selected.clone();
+                for &x in &sc.fresh_links {
+                    if x != slot && !merged.iter().any(|c| c.slot == x) {
+                        merged.push(Cand {
+                            d: self.dist_to(q, x),
+                            slot: x,
+                        });
+                    }
+                }
+                let max = self.graph.max_degree(l);
+                if merged.len() > max {
+                    merged.sort_unstable();
+                    let all = std::mem::take(&mut merged);
+                    self.select_neighbors(&all, max, &mut merged, &mut sc.base);
+                }
+                sc.links.clear();
+                sc.links.extend(merged.iter().map(|c| c.slot));
                 self.graph.write(slot, l, &sc.links);
             }
             for c in &selected {
@@ -173,6 +192,97 @@ impl Hnsw {
         for &s in reused.slots() {
             for l in 0..=self.graph.level(s) {
                 self.graph.write(s, l, &[]);
+            }
+        }
+    }
+}
+
+impl Hnsw {
+    /// Makes every live node reachable from the entry point on level 0. The
+    /// neighbour heuristic may prune a node out of every list that pointed at
+    /// it, and unlinking reused slots removes the links they held, which can
+    /// cut nodes or whole groups off; hnswlib accepts that, but a memory that
+    /// no search can reach is a lost write. A breadth-first walk finds the
+    /// nodes cut off; each gets links out (from a search, if it has none) and
+    /// one link in from the nearest reachable node with room, or else from
+    /// the nearest one, replacing its farthest link. Replacing can cut off
+    /// another node, so the walk repeats, a few times at most.
+    pub(super) fn reconnect(&self) {
+        let Some(entry) = self.entry() else {
+            return;
+        };
+        let slots = self.graph.slots();
+        let mut q = Query::new(Vec::new());
+        for _round in 0..3 {
+            let mut reached = vec![false; slots];
+            let mut queue = vec![entry.slot];
+            reached[entry.slot as usize] = true;
+            let mut walk = |queue: &mut Vec<u32>, reached: &mut Vec<bool>| {
+                while let Some(s) = queue.pop() {
+                    self.graph.for_each(s, 0, |n| {
+                        if !reached[n as usize] {
+                            reached[n as usize] = true;
+                            queue.push(n);
+                        }
+                    });
+                }
+            };
+            walk(&mut queue, &mut reached);
+            let mut displaced = false;
+            for x in 0..slots as u32 {
+                if reached[x as usize] || self.removed[x as usize] {
+                    continue;
+                }
+                self.load_query(x, &mut q);
+                q.refresh();
+                with_scratch(|sc| {
+                    let r = &reached;
+                    self.search_graph(&q, self.ef_construction, sc, |s| r[s as usize]);
+                    let mut found: Vec<Cand> = sc.results.drain().collect();
+                    found.sort_unstable();
+                    self.graph.read(x, 0, &mut sc.links);
+                    if sc.links.is_empty() {
+                        let mut selected = Vec::new();
+                        self.select_neighbors(&found, self.graph.m(), &mut selected, &mut sc.base);
+                        sc.links.extend(selected.iter().map(|c| c.slot));
+                        self.graph.write(x, 0, &sc.links);
+                    }
+                    let max = self.graph.max_degree(0);
+                    let mut links = Vec::new();
+                    let host = found.iter().find(|c| {
+                        self.graph.read(c.slot, 0, &mut links);
+                        links.len() < max
+                    });
+                    match (host, found.first()) {
+                        (Some(h), _) => {
+                            self.graph.read(h.slot, 0, &mut links);
+                            links.push(x);
+                            self.graph.write(h.slot, 0, &links);
+                        }
+                        (None, Some(n)) => {
+                            self.graph.read(n.slot, 0, &mut links);
+                            self.load_query(n.slot, &mut sc.base);
+                            let far = links
+                                .iter()
+                                .enumerate()
+                                .map(|(i, &y)| (self.dist_to(&sc.base, y), i))
+                                .max_by(|a, b| a.0.total_cmp(&b.0));
+                            if let Some((_, i)) = far {
+                                links[i] = x;
+                                self.graph.write(n.slot, 0, &links);
+                                displaced = true;
+                            }
+                        }
+                        (None, None) => {}
+                    }
+                });
+                // Everything x leads to is now reachable too.
+                reached[x as usize] = true;
+                queue.push(x);
+                walk(&mut queue, &mut reached);
+            }
+            if !displaced {
+                return;
             }
         }
     }

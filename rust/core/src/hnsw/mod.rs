@@ -34,6 +34,10 @@ use storage::Vectors;
 /// Label reported for the empty places of a padded batch result.
 pub const MISSING: u64 = u64::MAX;
 
+/// Largest k a search accepts, and largest padded result of one call.
+pub const MAX_K: usize = 1 << 24;
+pub const MAX_RESULTS: usize = 1 << 28;
+
 /// Batches smaller than this link on the calling thread: a message-sized add
 /// must not pay for waking the thread pool.
 const PARALLEL_MIN_BATCH: usize = 64;
@@ -302,8 +306,7 @@ impl Hnsw {
         }
 
         // Assign slots and store vectors; linking comes after, in parallel.
-        let entry_slot = self.entry().map(|e| e.slot);
-        let mut kept_entry = None;
+        let linked_slots = self.graph.slots() as u32;
         // (slot, reused, row of `data`)
         let mut plan: Vec<(u32, bool, usize)> = Vec::with_capacity(ids.len());
         let fresh = ids.iter().filter(|id| !self.slots.contains_key(id)).count();
@@ -313,13 +316,7 @@ impl Hnsw {
             let (slot, reused) = if let Some(&slot) = self.slots.get(&id) {
                 (slot, true)
             } else {
-                let mut reuse = self.free.pop();
-                // The entry point keeps its slot: searches must start somewhere.
-                if reuse.is_some() && reuse == entry_slot {
-                    kept_entry = reuse;
-                    reuse = self.free.pop();
-                }
-                match reuse {
+                match self.free.pop() {
                     Some(slot) => (slot, true),
                     None => {
                         let level = self.random_level();
@@ -337,10 +334,10 @@ impl Hnsw {
             self.slots.insert(id, slot);
             plan.push((slot, reused, row));
         }
-        self.free.extend(kept_entry);
 
         let reused = Allowed::new(self.graph.slots(), plan.iter().filter(|p| p.1).map(|p| p.0));
         if !reused.is_empty() {
+            self.move_entry_off(&reused, linked_slots);
             self.unlink(&reused);
         }
         let this = &*self;
@@ -361,7 +358,36 @@ impl Hnsw {
         } else {
             rest.iter().for_each(link);
         }
+        // A full pass over the graph: only after batches large enough to pay
+        // for it many times over, or after unlinking, which made one anyway
+        // and is what strands nodes (their links in came from reused slots).
+        if rest.len() >= PARALLEL_MIN_BATCH || !reused.is_empty() {
+            self.reconnect();
+        }
         Ok(())
+    }
+
+    /// Searches start at the entry point, so it must not be one of the slots
+    /// about to be unlinked: hand the role to the highest node that stays
+    /// linked (one of the first `linked_slots`, not reused). When there is
+    /// none, the graph is rebuilt from nothing.
+    fn move_entry_off(&mut self, reused: &Allowed, linked_slots: u32) {
+        let Some(entry) = self.entry() else {
+            return;
+        };
+        if !reused.contains(entry.slot) {
+            return;
+        }
+        let heir = (0..linked_slots)
+            .filter(|&s| !reused.contains(s))
+            .max_by_key(|&s| (self.graph.level(s), std::cmp::Reverse(s)));
+        match heir {
+            Some(slot) => self.set_entry(Entry {
+                slot,
+                level: self.graph.level(slot),
+            }),
+            None => self.entry.store(NO_ENTRY, Ordering::Release),
+        }
     }
 
     /// Removes ids; they are never returned again and their slots are reused
@@ -403,9 +429,15 @@ impl Hnsw {
         self.prepare(q, "query")
     }
 
-    fn check_k(k: usize) -> Result<()> {
+    fn check_k(k: usize, queries: usize) -> Result<()> {
         if k == 0 {
             return Err(Error::invalid("k must be at least 1"));
+        }
+        // The padded result holds queries * k labels and distances.
+        if k > MAX_K || queries.saturating_mul(k) > MAX_RESULTS {
+            return Err(Error::invalid(format!(
+                "k = {k} is too large: at most {MAX_K}, and at most {MAX_RESULTS} results per call"
+            )));
         }
         Ok(())
     }
@@ -429,7 +461,7 @@ impl Hnsw {
         let q = Query::padded(q, self.vectors.padded_dim());
         let mut best: Vec<Cand> = match allowed {
             Some(a) if self.prefer_scan(a, ef) => {
-                let mut heap = BinaryHeap::with_capacity(k + 1);
+                let mut heap = BinaryHeap::with_capacity(k.min(a.len()) + 1);
                 for &slot in a.slots() {
                     let d = self.dist_to(&q, slot);
                     if heap.len() < k {
@@ -469,7 +501,7 @@ impl Hnsw {
         ef: Option<usize>,
         allowed: Option<&Allowed>,
     ) -> Result<Vec<Neighbor>> {
-        Self::check_k(k)?;
+        Self::check_k(k, 1)?;
         let q = self.check_query(query)?;
         let ef = ef.unwrap_or(self.ef).max(k);
         Ok(self.search_one(&q, k, ef, allowed))
@@ -485,8 +517,8 @@ impl Hnsw {
         ef: Option<usize>,
         allowed: Option<&Allowed>,
     ) -> Result<(Vec<u64>, Vec<f32>)> {
-        Self::check_k(k)?;
         let dim = self.dim();
+        Self::check_k(k, queries.len() / dim)?;
         if !queries.len().is_multiple_of(dim) {
             return Err(Error::DimensionMismatch {
                 expected: dim,

@@ -295,3 +295,32 @@ fn reduced_precision_keeps_recall_and_round_trips() {
         }
     }
 }
+
+#[test]
+fn cut_off_nodes_are_reconnected() {
+    let (h, data, _) = build(Metric::L2, 500, 16);
+    // Cut every level-0 link into node 7, as heuristic pruning can.
+    let entry = h.entry().unwrap().slot;
+    let victim = if entry == 7 { 8 } else { 7 };
+    let mut links = Vec::new();
+    for s in 0..h.graph.slots() as u32 {
+        h.graph.read(s, 0, &mut links);
+        if links.contains(&victim) {
+            links.retain(|&x| x != victim);
+            h.graph.write(s, 0, &links);
+        }
+    }
+    h.reconnect();
+    let inbound = (0..h.graph.slots() as u32)
+        .filter(|&s| {
+            h.graph.read(s, 0, &mut links);
+            links.contains(&victim)
+        })
+        .count();
+    assert!(inbound >= 1);
+    let q = &data[victim as usize * 16..(victim as usize + 1) * 16];
+    assert_eq!(
+        h.search(q, 1, Some(50), None).unwrap()[0].id,
+        u64::from(victim) * 3 + 1
+    );
+}
