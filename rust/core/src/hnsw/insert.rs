@@ -217,7 +217,7 @@ impl Hnsw {
             let mut reached = vec![false; slots];
             let mut queue = vec![entry.slot];
             reached[entry.slot as usize] = true;
-            let mut walk = |queue: &mut Vec<u32>, reached: &mut Vec<bool>| {
+            let walk = |queue: &mut Vec<u32>, reached: &mut Vec<bool>| {
                 while let Some(s) = queue.pop() {
                     self.graph.for_each(s, 0, |n| {
                         if !reached[n as usize] {
