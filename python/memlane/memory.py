@@ -888,6 +888,8 @@ class Memory(KnowledgeMixin):
             if self._window.seconds > 0 and not importing:
                 for i in store:
                     n = news[i]
+                    if not n.metadata:
+                        continue
                     keys = window_keys((n.table, *n.scope), n.metadata, n.content_hash)
                     recent.extend((k, n.id, now) for k in keys)
             if store:
@@ -952,6 +954,8 @@ class Memory(KnowledgeMixin):
         marks: dict[int, str | int] = {}
         exact: dict[tuple[Any, ...], str | int] = {}
         wanted = [n.content_hash for n in news if n.dedup]
+        if not wanted and not any(n.metadata for n in news):
+            return list(range(len(news))), dups, marks  # nothing to check: a bulk load
         if wanted:
             for row in self._db.rows_by_hash(wanted, embedding=False, conn=self._db._writer):
                 exact.setdefault((row[_C["content_hash"]], row[_C["tbl"]], *row[5:11]), row[1])
