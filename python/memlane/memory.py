@@ -11,7 +11,9 @@ database with a warning.
 
 from __future__ import annotations
 
+import atexit
 import builtins
+import contextlib
 import json
 import math
 import os
@@ -243,6 +245,19 @@ def _maintain(ref: weakref.ref[Memory], wake: threading.Event) -> None:
         del memory
 
 
+# Open stores, closed at interpreter exit: their background thread may be inside the
+# engine then, and a thread that comes back from native code into a finalizing
+# interpreter is killed mid-frame.
+_OPEN: weakref.WeakSet[Memory] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for memory in list(_OPEN):
+        with contextlib.suppress(Exception):
+            memory.close()
+
+
 def _release(lock: StoreLock, db: SQLiteStore, wake: threading.Event) -> None:
     wake.set()
     db.close()
@@ -379,6 +394,7 @@ class Memory(KnowledgeMixin):
             target=_maintain, args=(weakref.ref(self), self._wake), daemon=True, name="memlane"
         )
         self._thread.start()
+        _OPEN.add(self)
         if self._lock is not None:
             self._finalizer = weakref.finalize(self, _release, self._lock, self._db, self._wake)
         if self._engine.pending():
