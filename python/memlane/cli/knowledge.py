@@ -1,0 +1,67 @@
+"""``memlane ingest``: documents into searchable knowledge."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from memlane.cli._command import command, emit_json, open_store
+
+__all__: list[str] = []
+
+
+def _ingest_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH", help="a file, or a folder ingested with its subfolders")
+    owner = p.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--agent", metavar="NAME", help="the agent whose own knowledge this is")
+    owner.add_argument("--shared", action="store_true", help="knowledge every agent may read")
+    p.add_argument(
+        "--prune", action="store_true", help="remove documents under PATH whose file is gone"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def report_json(report: Any) -> dict[str, Any]:
+    """An :class:`~memlane.IngestReport` as ``--json`` prints it."""
+    return {
+        "ok": report.ok,
+        "seen": report.seen,
+        "ingested": report.ingested,
+        "unchanged": report.unchanged,
+        "replaced": report.replaced,
+        "failed": report.failed,
+        "skipped": report.skipped,
+        "pruned": report.pruned,
+        "fragments": report.fragments,
+        "truncated": report.truncated,
+        "seconds": report.seconds,
+    }
+
+
+@command(
+    "ingest",
+    "ingest a file or folder of documents as knowledge (progress bar and report)",
+    arguments=_ingest_arguments,
+    store=True,
+    json=True,
+)
+def ingest(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memlane.errors import NotFoundError
+
+    if not Path(args.path).exists():
+        raise NotFoundError(f"no such file or folder: {args.path}")
+    with open_store(args, create=True) as mem:
+        report = mem.ingest(
+            args.path,
+            agent_id=args.agent,
+            shared=args.shared,
+            prune_missing=args.prune,
+            progress=not args.no_progress,
+        )
+    if args.json:
+        emit_json(report_json(report))
+    else:
+        print(report)
+    return 0 if report.ok else 1

@@ -1,0 +1,374 @@
+"""Commands on a store's memories: add, search, list, forget, stats, export, import."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from memlane.cli._command import (
+    add_scope_arguments,
+    command,
+    emit_json,
+    open_store,
+    parse_metadata,
+    record_json,
+    scope_of,
+)
+from memlane.errors import InvalidArgumentError
+from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
+
+__all__: list[str] = []
+
+_LIST_PAGE = 1000
+
+
+def _label(record: MemoryRecord) -> str:
+    scope = " ".join(f"{k.removesuffix('_id')}={v}" for k, v in record.scope.items())
+    return f"[{record.table}{' ' + scope if scope else ''}]"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _explain_line(explain: dict[str, float | int | None]) -> str:
+    def fmt(v: float | int | None) -> str:
+        return "-" if v is None else str(v) if isinstance(v, int) else f"{v:.3f}"
+
+    return "  ".join(f"{k}={fmt(v)}" for k, v in explain.items())
+
+
+# -- add ------------------------------------------------------------------------------------
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", nargs="+", metavar="TEXT", help="the memory's text (several: several)")
+    p.add_argument("--table", default="memories", help="the table (default: memories)")
+    p.add_argument("--type", default="semantic", help="the memory type (default: semantic)")
+    p.add_argument("--importance", type=float, default=0.5, help="in [0, 1] (default 0.5)")
+    p.add_argument("--evergreen", action="store_true", help="never decays")
+    p.add_argument("--unique", action="store_true", help="skip or mark duplicates in its scope")
+    p.add_argument(
+        "--meta", action="append", metavar="KEY=VALUE", help="metadata (VALUE may be JSON)"
+    )
+    add_scope_arguments(p, "the memory's")
+
+
+@command("add", "add memories to a store", arguments=_add_arguments, store=True, json=True)
+def add(args: argparse.Namespace) -> int:
+    metadata = parse_metadata(args.meta)
+    common: dict[str, Any] = {
+        "table": args.table,
+        "type": args.type,
+        "importance": args.importance,
+        "evergreen": args.evergreen,
+        "unique": args.unique,
+        "metadata": metadata,
+        **scope_of(args),
+    }
+    with open_store(args, create=True) as mem:
+        records = mem.add_many([{"text": text, **common} for text in args.text])
+    if args.json:
+        emit_json(
+            {
+                "records": [
+                    {**record_json(r), "duplicate": r.duplicate, "duplicate_of": r.duplicate_of}
+                    for r in records
+                ]
+            }
+        )
+        return 0
+    for r in records:
+        note = f"  (duplicate, {r.duplicate}, of {r.duplicate_of})" if r.duplicate else ""
+        print(f"{r.id}{note}")
+    return 0
+
+
+# -- search ---------------------------------------------------------------------------------
+
+
+def _search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("--k", type=int, default=5, help="how many results (default 5)")
+    p.add_argument(
+        "--mode", choices=("hybrid", "vector", "text"), default="hybrid", help="default hybrid"
+    )
+    p.add_argument("--table", help="only this table (default: all)")
+    p.add_argument("--type", help="only this memory type")
+    p.add_argument(
+        "--knowledge",
+        action="store_true",
+        help="search ingested knowledge: shared fragments and --agent's own",
+    )
+    p.add_argument("--threshold", type=float, help="drop results scoring below this")
+    p.add_argument("--explain", action="store_true", help="show the signals behind each score")
+    add_scope_arguments(p, "only this")
+
+
+def _hit_json(hit: SearchHit) -> dict[str, Any]:
+    return {"score": hit.score, "explain": hit.explain, "record": record_json(hit.record)}
+
+
+@command(
+    "search",
+    "hybrid, vector or text search over a store's memories or knowledge",
+    arguments=_search_arguments,
+    store=True,
+    json=True,
+)
+def search(args: argparse.Namespace) -> int:
+    with open_store(args) as mem:
+        started = time.perf_counter()
+        if args.knowledge:
+            scope = scope_of(args)
+            other = sorted(set(scope) - {"agent_id"})
+            if other:
+                raise InvalidArgumentError(
+                    f"--knowledge takes --agent only, not {', '.join(other)}"
+                )
+            hits = mem.search_knowledge(
+                args.query,
+                agent_id=scope.get("agent_id"),
+                k=args.k,
+                mode=args.mode,
+                threshold=args.threshold,
+                explain=args.explain or args.json,
+            )
+        else:
+            hits = mem.search(
+                args.query,
+                args.k,
+                mode=args.mode,
+                table=args.table,
+                type=args.type,
+                threshold=args.threshold,
+                explain=args.explain or args.json,
+                **scope_of(args),
+            )
+        seconds = time.perf_counter() - started
+    if args.json:
+        emit_json(
+            {
+                "query": args.query,
+                "mode": args.mode,
+                "k": args.k,
+                "seconds": seconds,
+                "hits": [_hit_json(h) for h in hits],
+            }
+        )
+        return 0
+    for rank, hit in enumerate(hits, 1):
+        print(f"{rank:>2}. {hit.score:.3f}  {_label(hit.record)} {_flat(hit.record.text)}")
+        print(f"    id {hit.record.id}")
+        if args.explain and hit.explain is not None:
+            print(f"    {_explain_line(hit.explain)}")
+    print(f"{len(hits)} result(s) in {seconds * 1e3:.1f} ms")
+    return 0
+
+
+# -- list -----------------------------------------------------------------------------------
+
+
+def _list_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--table", help="only this table (default: all)")
+    p.add_argument("--type", help="only this memory type")
+    p.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many first")
+    p.add_argument("--oldest-first", action="store_true", help="oldest first (default newest)")
+    add_scope_arguments(p, "only this")
+
+
+@command("list", "list memories, newest first", arguments=_list_arguments, store=True, json=True)
+def list_(args: argparse.Namespace) -> int:
+    with open_store(args) as mem:
+        records = mem.list(
+            args.table,
+            limit=args.limit,
+            offset=args.offset,
+            order="asc" if args.oldest_first else "desc",
+            type=args.type,
+            **scope_of(args),
+        )
+        total = mem.count(args.table, type=args.type, **scope_of(args))
+    if args.json:
+        emit_json({"total": total, "records": [record_json(r) for r in records]})
+        return 0
+    for r in records:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
+        print(f"{r.id}  {when}  {_label(r)} {_flat(r.text)}")
+    print(f"{len(records)} of {total} shown")
+    return 0
+
+
+# -- forget ---------------------------------------------------------------------------------
+
+
+def _forget_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("ids", nargs="+", metavar="ID", help="ids of the memories to delete")
+
+
+@command("forget", "delete memories by id", arguments=_forget_arguments, store=True, json=True)
+def forget(args: argparse.Namespace) -> int:
+    from memlane.errors import UnknownIdError
+
+    with open_store(args) as mem:
+        missing = [i for i in args.ids if i not in mem]
+        if missing:
+            raise UnknownIdError(f"no memory with id {', '.join(missing)} (nothing deleted)")
+        for record_id in args.ids:
+            mem.delete(record_id)
+    if args.json:
+        emit_json({"deleted": args.ids})
+    else:
+        print(f"deleted {len(args.ids)} memor{'y' if len(args.ids) == 1 else 'ies'}")
+    return 0
+
+
+# -- stats ----------------------------------------------------------------------------------
+
+
+def _disk(path: Path) -> dict[str, Any]:
+    files: dict[str, int] = {}
+    for f in sorted(path.rglob("*")):
+        if f.is_file():
+            files[f.relative_to(path).as_posix()] = f.stat().st_size
+    index = sum(n for name, n in files.items() if name.startswith("index/"))
+    database = sum(n for name, n in files.items() if name.startswith("memory.db"))
+    return {
+        "total_bytes": sum(files.values()),
+        "database_bytes": database,
+        "index_bytes": index,
+        "files": files,
+    }
+
+
+def _size(n: int) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024 or unit == "GiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    raise AssertionError
+
+
+@command(
+    "stats",
+    "counts per table and scope, disk use, embedder",
+    store=True,
+    json=True,
+)
+def stats(args: argparse.Namespace) -> int:
+    from memlane.cli._command import make_embedder
+
+    tables: Counter[str] = Counter()
+    scopes: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
+    with open_store(args) as mem:
+        total = len(mem)
+        offset = 0
+        while True:
+            page = mem.list(limit=_LIST_PAGE, offset=offset, order="asc")
+            for r in page:
+                tables[r.table] += 1
+                scopes[(r.table, tuple(r.scope.items()))] += 1
+            offset += len(page)
+            if len(page) < _LIST_PAGE:
+                break
+        store = str(mem.path)
+    embedder = make_embedder(args.embedder)
+    scope_rows = [
+        {"table": table, **{f: dict(scope).get(f) for f in SCOPE_FIELDS}, "count": n}
+        for (table, scope), n in sorted(scopes.items(), key=lambda kv: (kv[0][0], -kv[1]))
+    ]
+    disk = _disk(Path(args.store))
+    if args.json:
+        emit_json(
+            {
+                "store": store,
+                "records": total,
+                "tables": dict(sorted(tables.items())),
+                "scopes": scope_rows,
+                "embedder": None
+                if embedder is None
+                else {"name": embedder.name, "dimension": embedder.dimension},
+                "disk": disk,
+            }
+        )
+        return 0
+    print(f"store     {store}")
+    if embedder is None:
+        print("embedder  none (text only)")
+    else:
+        print(f"embedder  {embedder.name} ({embedder.dimension}-d)")
+    print(f"records   {total}")
+    for table, n in sorted(tables.items()):
+        print(f"  {table:<12} {n}")
+    print("scopes")
+    for row in scope_rows:
+        who = " ".join(
+            f"{f.removesuffix('_id')}={row[f]}" for f in SCOPE_FIELDS if row[f] is not None
+        )
+        print(f"  {row['count']:>8}  {row['table']:<12} {who or '(no scope)'}")
+    print(
+        f"disk      {_size(disk['total_bytes'])} (database {_size(disk['database_bytes'])}, "
+        f"indexes {_size(disk['index_bytes'])})"
+    )
+    for name, n in disk["files"].items():
+        if name.startswith("index/"):
+            print(f"  {name:<28} {_size(n)}")
+    return 0
+
+
+# -- export and import ----------------------------------------------------------------------
+
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="the JSON Lines file to write")
+    p.add_argument("--no-embeddings", action="store_true", help="leave the vectors out")
+
+
+@command(
+    "export",
+    "write every record to a JSON Lines file",
+    arguments=_export_arguments,
+    store=True,
+    json=True,
+)
+def export(args: argparse.Namespace) -> int:
+    with open_store(args) as mem:
+        n = mem.export_jsonl(args.file, embeddings=not args.no_embeddings)
+    if args.json:
+        emit_json({"exported": n, "file": args.file})
+    else:
+        print(f"exported {n} records to {args.file}")
+    return 0
+
+
+def _import_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a JSON Lines file from 'memlane export'")
+    p.add_argument(
+        "--skip-existing", action="store_true", help="skip ids already stored (default: error)"
+    )
+
+
+@command(
+    "import",
+    "add the records of a JSON Lines export to a store",
+    arguments=_import_arguments,
+    store=True,
+    json=True,
+)
+def import_(args: argparse.Namespace) -> int:
+    from memlane.errors import NotFoundError
+
+    if not Path(args.file).is_file():
+        raise NotFoundError(f"no such file: {args.file}")
+    with open_store(args, create=True) as mem:
+        n = mem.import_jsonl(args.file, on_conflict="skip" if args.skip_existing else "error")
+    if args.json:
+        emit_json({"imported": n, "file": args.file})
+    else:
+        print(f"imported {n} records from {args.file}")
+    return 0
