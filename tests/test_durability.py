@@ -163,3 +163,28 @@ def test_embeddings_in_the_database_rebuild_the_index(tmp_path: Path) -> None:
         stored = mem.get(recs[42].id, include_embedding=True).embedding
         assert stored is not None
         np.testing.assert_allclose(stored, v, rtol=1e-6)
+
+
+def test_exit_without_close_is_clean(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.path.insert(0, sys.argv[2])
+        from conftest import WordHashEmbedder
+        from memlane import Memory
+
+        mem = Memory(sys.argv[1], WordHashEmbedder())
+        mem.add_many([{"text": f"parting note {i}"} for i in range(3000)])
+        # No close(): the interpreter exits while the store links vectors.
+        """
+    )
+    tests_dir = Path(__file__).resolve().parent
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "s"), str(tests_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    with Memory(tmp_path / "s", WordHashEmbedder()) as mem:
+        assert len(mem) == 3000
