@@ -1,0 +1,336 @@
+"""Context assembly: what a model should see before it answers a message.
+
+:func:`build_context` gathers the room's recent history, the relevant knowledge
+fragments and the relevant memories, trims each to its share of a token
+budget and returns them as sections plus one text block.
+:func:`thread_context` builds OrcBot's thread view: the last messages from the
+same contact and the most relevant ones, merged in time order.
+
+Tokens are counted with the default embedder's WordPiece tokenizer
+(all-MiniLM-L6-v2's ``tokenizer.json``) when it is installed; otherwise, or for
+an embedder without a tokenizer, with the documented fallback of one token per
+four characters (rounded up), which overestimates English text, so a budget is
+never exceeded by the fallback either. Pass ``count_tokens`` to use your
+model's own tokenizer.
+
+Messages are records in the ``messages`` table (see :func:`add_message`) with
+``metadata`` ``role``, ``contact`` and ``identity``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from memlane.agent.scope import EventScope
+from memlane.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+    from memlane.records import MemoryRecord
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "MESSAGES",
+    "Context",
+    "add_message",
+    "build_context",
+    "char_token_count",
+    "default_token_counter",
+    "thread_context",
+]
+
+#: The table messages live in.
+MESSAGES = "messages"
+#: Shares of the token budget per section.
+DEFAULT_BUDGET: dict[str, float] = {"history": 0.5, "knowledge": 0.3, "memories": 0.2}
+_TITLES = {
+    "history": "Recent conversation",
+    "knowledge": "Relevant knowledge",
+    "memories": "What you remember",
+}
+
+TokenCounter = Callable[[str], int]
+
+
+def char_token_count(text: str) -> int:
+    """The fallback: ``ceil(len(text) / 4)`` tokens."""
+    return math.ceil(len(text) / 4)
+
+
+@functools.cache
+def default_token_counter() -> TokenCounter:
+    """Counts tokens with the default embedder's tokenizer, or :func:`char_token_count`."""
+    try:
+        from tokenizers import Tokenizer
+
+        from memlane.embeddings._onnx import (
+            TOKENIZER_FILE,
+            TOKENIZER_INSTALL,
+            TOKENIZER_PACKAGE,
+            _package_file,
+        )
+
+        tokenizer = Tokenizer.from_file(
+            str(_package_file(TOKENIZER_PACKAGE, TOKENIZER_FILE, TOKENIZER_INSTALL))
+        )
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+    except Exception:  # not installed or unreadable: the documented fallback
+        return char_token_count
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    return count
+
+
+def _counter(count_tokens: TokenCounter | None) -> TokenCounter:
+    return default_token_counter() if count_tokens is None else count_tokens
+
+
+def add_message(
+    mem: Memory,
+    text: str,
+    scope: EventScope,
+    *,
+    role: str = "user",
+    created_at: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> MemoryRecord:
+    """Stores one message of a conversation in the ``messages`` table under the event's room."""
+    meta = {
+        **(metadata or {}),
+        "role": role,
+        "contact": scope.contact,
+        "identity": scope.identity,
+        "source": scope.source,
+    }
+    return mem.add(
+        text,
+        table=MESSAGES,
+        type="message",
+        metadata=meta,
+        created_at=created_at,
+        **_kw(scope.history),
+    )
+
+
+def _kw(scope: Mapping[str, str]) -> dict[str, Any]:
+    return dict(scope)
+
+
+def _line(rec: MemoryRecord, max_chars: int | None = None) -> str:
+    stamp = datetime.fromtimestamp(rec.created_at, UTC).strftime("%Y-%m-%d %H:%M")
+    who = rec.metadata.get("role") or rec.metadata.get("identity") or "user"
+    line = f"[{stamp}] {who}: {' '.join(rec.text.split())}"
+    if max_chars is not None and len(line) > max_chars:
+        line = line[: max_chars - 1] + "…"
+    return line
+
+
+def _fit(text: str, budget: int, count: TokenCounter) -> str:
+    """The longest prefix of ``text`` (ending with "…") within ``budget`` tokens, or ""."""
+    if count(text) <= budget:
+        return text
+    lo, hi = 0, len(text)
+    while lo < hi:  # largest n with count(text[:n] + "…") <= budget
+        mid = (lo + hi + 1) // 2
+        if count(text[:mid] + "…") <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo] + "…" if lo else ""
+
+
+def _take(lines: Sequence[str], budget: int, count: TokenCounter) -> list[str]:
+    """Lines in order while they fit; the first that does not is cut to fit, then stop."""
+    out: list[str] = []
+    used = 0
+    for line in lines:
+        n = count(line)
+        if used + n <= budget:
+            out.append(line)
+            used += n
+            continue
+        cut = _fit(line, budget - used, count)
+        if cut:
+            out.append(cut)
+        break
+    return out
+
+
+@dataclass(slots=True)
+class Context:
+    """What :func:`build_context` returns.
+
+    ``sections`` maps ``history``, ``knowledge`` and ``memories`` to their lines
+    (history oldest first; knowledge and memories best first); ``tokens`` to the
+    tokens each uses, ``budgets`` to what each was allowed. ``text`` is the
+    block to put in a prompt; ``records`` the memories and fragments behind it.
+    """
+
+    sections: dict[str, list[str]]
+    text: str
+    tokens: dict[str, int]
+    budgets: dict[str, int]
+    records: dict[str, list[MemoryRecord]] = field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens.values())
+
+
+def _budgets(max_tokens: int, budget: Mapping[str, float]) -> dict[str, int]:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    unknown = set(budget) - set(DEFAULT_BUDGET)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown budget section(s) {sorted(unknown)}; expected {sorted(DEFAULT_BUDGET)}"
+        )
+    shares = {k: budget.get(k, 0.0) for k in DEFAULT_BUDGET}
+    for k, v in shares.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+            raise InvalidArgumentError(f"budget[{k!r}] must be a number in [0, 1], got {v!r}")
+    if sum(shares.values()) > 1 + 1e-9:
+        raise InvalidArgumentError(f"budget shares add up to more than 1: {shares}")
+    return {k: int(max_tokens * v) for k, v in shares.items()}
+
+
+def build_context(
+    mem: Memory,
+    message: str,
+    scope: EventScope | Mapping[str, str],
+    max_tokens: int = 2000,
+    budget: Mapping[str, float] | None = None,
+    *,
+    inject_limit: int = 5,
+    min_score: float | None = 0.3,
+    history_limit: int = 20,
+    knowledge_limit: int = 5,
+    knowledge_threshold: float | None = None,
+    agent_id: str | None = None,
+    table: str = "memories",
+    count_tokens: TokenCounter | None = None,
+    track_access: bool = True,
+) -> Context:
+    """The context for answering ``message``: history, knowledge and memories within budget.
+
+    Args:
+        mem: the store.
+        message: the incoming message (the query for knowledge and memories).
+        scope: an :class:`~memlane.agent.EventScope` (memories in its scope,
+            history of its room) or plain scope fields (used for both).
+        max_tokens: the whole context's budget.
+        budget: shares of ``max_tokens`` per section (a section left out gets 0).
+        inject_limit: memories injected at most.
+        min_score: memories scoring below this are left out (None: no minimum).
+        history_limit: recent messages considered.
+        knowledge_limit, knowledge_threshold: fragments considered and their
+            minimum cosine similarity.
+        agent_id: whose private knowledge is also read (default: the scope's).
+        count_tokens: a token counter (default: see the module docs).
+
+    Each section's header and lines fit in ``int(max_tokens * share)`` tokens;
+    a line that would overflow is cut with "…" and the rest dropped.
+    """
+    count = _counter(count_tokens)
+    budgets = _budgets(max_tokens, DEFAULT_BUDGET if budget is None else budget)
+    if isinstance(scope, EventScope):
+        fields, history_scope = _kw(scope.fields), _kw(scope.history)
+    else:
+        fields = history_scope = _kw(scope)
+    agent = agent_id if agent_id is not None else fields.get("agent_id")
+
+    records: dict[str, list[MemoryRecord]] = {"history": [], "knowledge": [], "memories": []}
+    candidates: dict[str, list[str]] = {"history": [], "knowledge": [], "memories": []}
+    if budgets["history"] > 0 and history_limit > 0:
+        recent = mem.list(MESSAGES, limit=history_limit, **history_scope)  # newest first
+        records["history"] = recent
+        candidates["history"] = [_line(r) for r in recent]
+    if budgets["knowledge"] > 0 and knowledge_limit > 0 and message.strip():
+        hits = mem.search_knowledge(
+            message, agent_id=agent, k=knowledge_limit, threshold=knowledge_threshold
+        )
+        records["knowledge"] = [h.record for h in hits]
+        candidates["knowledge"] = [" ".join(h.record.text.split()) for h in hits]
+    if budgets["memories"] > 0 and inject_limit > 0 and message.strip():
+        hits = mem.search(
+            message,
+            inject_limit,
+            table=table,
+            threshold=min_score,
+            track_access=track_access,
+            **fields,
+        )
+        records["memories"] = [h.record for h in hits]
+        candidates["memories"] = [f"- {' '.join(h.record.text.split())}" for h in hits]
+
+    def cost(text: str) -> int:
+        # With its separator: the joined block then never counts more than its parts.
+        return count(text + "\n\n")
+
+    sections: dict[str, list[str]] = {}
+    tokens: dict[str, int] = {}
+    blocks: list[str] = []
+    for name, lines in candidates.items():
+        header = f"## {_TITLES[name]}"
+        room = budgets[name] - cost(header)
+        kept = _take(lines, room, cost) if lines and room > 0 else []
+        if name == "history":
+            kept.reverse()  # taken newest first, shown oldest first
+            records["history"] = records["history"][: len(kept)][::-1]
+        else:
+            records[name] = records[name][: len(kept)]
+        sections[name] = kept
+        tokens[name] = 0
+        if kept:
+            blocks.append("\n".join([header, *kept]))
+            tokens[name] = count(blocks[-1])
+    return Context(sections, "\n\n".join(blocks), tokens, budgets, records)
+
+
+def thread_context(
+    mem: Memory,
+    message: str,
+    scope: EventScope,
+    *,
+    recent: int = 8,
+    relevant: int = 8,
+    max_line: int = 420,
+) -> list[str]:
+    """OrcBot's thread context: the contact's last ``recent`` messages and the ``relevant``
+    most relevant, merged in time order, without duplicates, each line cut at ``max_line``
+    characters.
+
+    "The same contact" is the canonical identity, so in per-peer mode a
+    person's messages on every linked platform count.
+    """
+    if max_line < 2:
+        raise InvalidArgumentError(f"max_line must be >= 2, got {max_line!r}")
+    mine = {"identity": scope.identity}
+    fields = _kw(scope.fields)
+    picked: dict[str, MemoryRecord] = {}
+    if recent > 0:
+        for rec in mem.list(MESSAGES, limit=recent, filters=mine, **fields):
+            picked[rec.id] = rec
+    if relevant > 0 and message.strip():
+        for hit in mem.search(
+            message, relevant, table=MESSAGES, filters=mine, track_access=False, **fields
+        ):
+            picked.setdefault(hit.record.id, hit.record)
+    ordered = sorted(picked.values(), key=lambda r: (r.created_at, r.id))
+    lines: list[str] = []
+    seen: set[str] = set()
+    for rec in ordered:
+        key = " ".join(rec.text.split()).lower()
+        if key in seen:  # the same text sent twice reads once
+            continue
+        seen.add(key)
+        lines.append(_line(rec, max_line))
+    return lines

@@ -1,0 +1,143 @@
+"""Context assembly and OrcBot's thread context."""
+
+from __future__ import annotations
+
+import pytest
+
+from memlane import InvalidArgumentError, Memory
+from memlane.agent import SessionScope
+from memlane.agent.context import (
+    MESSAGES,
+    add_message,
+    build_context,
+    char_token_count,
+    default_token_counter,
+    thread_context,
+)
+
+SCOPES = SessionScope("per-peer", {"telegram:1": "alice", "whatsapp:+1": "alice"})
+
+
+@pytest.fixture
+def mem(word_embedder):
+    m = Memory(None, word_embedder)
+    yield m
+    m.close()
+
+
+def _fill(mem):
+    ev = SCOPES.resolve("telegram", 1, chat_id=100)
+    for i in range(30):
+        add_message(
+            mem,
+            f"message number {i} about hiking trails and mountain weather " * (1 + i % 3),
+            ev,
+            role="user" if i % 2 == 0 else "assistant",
+            created_at=1_700_000_000 + i,
+        )
+    for i in range(10):
+        mem.add(f"Alice likes hiking route {i} in the Alps with friends", **ev.fields)
+    mem.ingest_text(
+        "\n\n".join(f"Trail {i}: the mountain hut opens in June. " * 5 for i in range(8)),
+        source="inline:trails",
+        shared=True,
+    )
+    return ev
+
+
+def test_default_counter_is_the_wordpiece_tokenizer():
+    count = default_token_counter()
+    assert count is not char_token_count  # the tokenizer package is a test dependency
+    assert count("hello world") == 2
+    assert count("unbelievably") > 1  # word pieces
+    assert count("") == 0
+    assert char_token_count("abcde") == 2
+
+
+@pytest.mark.parametrize("counter", [None, char_token_count])
+@pytest.mark.parametrize("max_tokens", [40, 200, 1000])
+def test_budgets_never_exceeded(mem, counter, max_tokens):
+    ev = _fill(mem)
+    count = counter or default_token_counter()
+    ctx = build_context(
+        mem, "hiking mountain weather", ev, max_tokens, count_tokens=counter, min_score=None
+    )
+    assert ctx.budgets == {
+        "history": int(max_tokens * 0.5),
+        "knowledge": int(max_tokens * 0.3),
+        "memories": int(max_tokens * 0.2),
+    }
+    for name, lines in ctx.sections.items():
+        block = "\n".join([f"## {name}", *lines]) if lines else ""
+        assert ctx.tokens[name] <= ctx.budgets[name], (name, ctx.tokens)
+        assert count(block) <= ctx.budgets[name] + 3  # title words differ from the header
+    assert count(ctx.text) <= max_tokens
+    assert ctx.total_tokens <= max_tokens
+    if max_tokens >= 200:
+        assert all(ctx.sections.values())
+        assert len(ctx.sections["memories"]) <= 5
+        assert "## Recent conversation" in ctx.text and "## What you remember" in ctx.text
+    # History is the newest messages, shown oldest first.
+    hist = ctx.records["history"]
+    assert [r.created_at for r in hist] == sorted(r.created_at for r in hist)
+    if hist:
+        assert hist[-1].text.startswith("message number 29")
+
+
+def test_sections_and_limits(mem):
+    ev = _fill(mem)
+    ctx = build_context(mem, "hiking Alps friends", ev, 5000, inject_limit=2, min_score=None)
+    assert len(ctx.sections["memories"]) == 2
+    assert len(ctx.sections["history"]) == 20  # history_limit
+    assert ctx.sections["knowledge"] and "mountain hut" in ctx.sections["knowledge"][0]
+    only = build_context(mem, "hiking", ev, 500, budget={"memories": 1.0}, min_score=None)
+    assert only.sections["history"] == [] and only.sections["knowledge"] == []
+    assert only.sections["memories"]
+    # A minimum score above every hit injects nothing.
+    none = build_context(mem, "hiking", ev, 500, min_score=10.0)
+    assert none.sections["memories"] == []
+    # Another person's context holds none of alice's history or memories.
+    bob = build_context(mem, "hiking", SCOPES.resolve("telegram", 2, chat_id=7), 2000)
+    assert bob.sections["history"] == [] and bob.sections["memories"] == []
+
+
+def test_bad_budgets(mem):
+    with pytest.raises(InvalidArgumentError, match="more than 1"):
+        build_context(mem, "x", {}, 100, budget={"history": 0.8, "memories": 0.8})
+    with pytest.raises(InvalidArgumentError, match="unknown budget"):
+        build_context(mem, "x", {}, 100, budget={"jokes": 0.1})
+    with pytest.raises(InvalidArgumentError, match="max_tokens"):
+        build_context(mem, "x", {}, 0)
+
+
+def test_long_line_cut_to_fit(mem):
+    mem.add("word " * 2000)
+    ctx = build_context(mem, "word", {}, 100, budget={"memories": 1.0}, min_score=None)
+    (line,) = ctx.sections["memories"]
+    assert line.endswith("…") and ctx.tokens["memories"] <= 100
+
+
+def test_thread_context(mem):
+    tg = SCOPES.resolve("telegram", 1, chat_id=100)
+    wa = SCOPES.resolve("whatsapp", "+1", chat_id=200)
+    bob = SCOPES.resolve("telegram", 2, chat_id=100)
+    t0 = 1_700_000_000
+    add_message(mem, "My passport number ends in 42, remember for the visa", tg, created_at=t0)
+    for i in range(20):
+        add_message(mem, f"small talk {i} " + "x" * 500 * (i == 19), wa, created_at=t0 + 10 + i)
+    add_message(mem, "See you  soon", tg, created_at=t0 + 100)
+    add_message(mem, "see you soon", wa, created_at=t0 + 101)  # the same text again
+    add_message(mem, "Bob's visa passport question", bob, created_at=t0 + 200)
+    lines = thread_context(mem, "visa passport", tg)
+    assert len(lines) <= 16
+    # The relevant old message is there, with the last 8 (across linked platforms).
+    assert "passport number ends in 42" in lines[0]
+    assert any("small talk 19" in line for line in lines)
+    assert not any("Bob" in line for line in lines)
+    assert all(len(line) <= 420 for line in lines)
+    assert any(line.endswith("…") for line in lines)
+    texts = [line.split(": ", 1)[1].lower() for line in lines]
+    assert texts.count("see you soon") == 1 and len(texts) == len(set(texts))
+    stamps = [line[1:17] for line in lines]
+    assert stamps == sorted(stamps)
+    assert mem.count(MESSAGES) == 24
