@@ -1298,13 +1298,28 @@ class Memory(KnowledgeMixin):
 
         Modes: ``"hybrid"`` (BM25 and vectors fused by RRF or by weights),
         ``"vector"``, ``"text"``. A store without an embedder searches text.
-        Scores (see the README for the formulas): relevance in [0, 1], times
-        ``exp(-decay * hours since last access)`` unless evergreen, then
-        ``w_rel * that + w_imp * importance + w_rec * recency``.
+        ``query_embedding`` skips embedding the query.
+
+        Scoring, with ``h`` the hours since the record's last access:
+
+        - relevance in [0, 1]: text mode ``bm25 / best bm25``; vector mode the
+          cosine similarity clamped to [0, 1]; hybrid by RRF,
+          ``sum(1 / (rrf_k + rank)) * (rrf_k + 1) / lists`` over the BM25 and
+          vector lists (ranks from 1; ``lists`` = non-empty lists; 1 = first in
+          both), or with ``fusion="weighted"``
+          ``alpha * cosine + (1 - alpha) * bm25 / best bm25``;
+        - decay ``d = exp(-decay * h)`` (1 if evergreen); recency
+          ``r = 0.5 ** (h / recency_half_life)`` (1 if evergreen);
+        - score ``= w_relevance * relevance * d + w_importance * importance
+          + w_recency * r``. Default weights 0.5, 0.3, 0.2, but the recency
+          weight is 0 when decay is on and ``weights`` does not set it (no
+          double penalty for age); keys missing from ``weights`` weigh 0.
+
         ``threshold`` drops hits whose final score is below it; in vector mode
         it is a cosine similarity instead (elizaOS's ``match_threshold``).
         ``min_similarity`` drops hits below a cosine similarity in any mode.
-        ``query_embedding`` skips embedding the query.
+        ``candidates`` is how many hits each retriever contributes before
+        fusion (``max(50, 4 * k)`` by default).
         """
         self._check_open()
         if not isinstance(query, str):
