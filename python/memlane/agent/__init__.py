@@ -14,14 +14,21 @@ from memlane.agent.context import (
     default_token_counter,
     thread_context,
 )
+from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
+from memlane.agent.parsing import ParseError, extract_json
 from memlane.agent.scope import EventScope, ScopeMode, SessionScope
 from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
 
 __all__ = [
+    "LLM",
     "MESSAGES",
+    "AsyncLLM",
     "Context",
     "EventScope",
+    "LLMError",
     "MemoryTools",
+    "OpenAIChat",
+    "ParseError",
     "ScopeMode",
     "SessionScope",
     "add_message",
@@ -29,6 +36,7 @@ __all__ = [
     "build_context",
     "char_token_count",
     "default_token_counter",
+    "extract_json",
     "openai_tools",
     "thread_context",
 ]
