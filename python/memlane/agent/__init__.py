@@ -5,6 +5,13 @@ Everything here uses :class:`memlane.Memory`'s public API.
 
 from __future__ import annotations
 
+from memlane.agent.consolidation import (
+    SHORT_TERM,
+    ConsolidationReport,
+    add_short_term,
+    complete_action,
+    consolidate,
+)
 from memlane.agent.context import (
     MESSAGES,
     Context,
@@ -22,7 +29,9 @@ from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
 __all__ = [
     "LLM",
     "MESSAGES",
+    "SHORT_TERM",
     "AsyncLLM",
+    "ConsolidationReport",
     "Context",
     "EventScope",
     "LLMError",
@@ -32,9 +41,12 @@ __all__ = [
     "ScopeMode",
     "SessionScope",
     "add_message",
+    "add_short_term",
     "anthropic_tools",
     "build_context",
     "char_token_count",
+    "complete_action",
+    "consolidate",
     "default_token_counter",
     "extract_json",
     "openai_tools",

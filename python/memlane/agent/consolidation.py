@@ -1,0 +1,228 @@
+"""Tiers: short-term memories scoped to an action, consolidated by an LLM into long-term ones.
+
+Short-term entries live in the ``short_term`` table with ``metadata.action_id``;
+:func:`complete_action` removes an action's entries. When a scope holds
+``threshold`` short-term entries, :func:`consolidate` asks the LLM to summarise
+the oldest ``batch`` into one episodic memory (``summary``, with ``facts``,
+``pending``, ``tone``, ``preferences`` and ``confidence`` in its metadata) and
+stores each fact as a semantic memory, all in one transaction. Only then are
+the source entries removed: an LLM error or an unparsable answer loses
+nothing and is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from memlane.agent.llm import LLM, ChatMessage
+from memlane.agent.parsing import ParseError, extract_json
+from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+    from memlane.records import MemoryRecord
+
+__all__ = [
+    "SHORT_TERM",
+    "ConsolidationReport",
+    "add_short_term",
+    "complete_action",
+    "consolidate",
+    "parse_summary",
+]
+
+#: The table of short-term entries.
+SHORT_TERM = "short_term"
+
+_SYSTEM = (
+    "You consolidate an AI agent's short-term memory. Read the entries and answer with one "
+    "JSON object and nothing else, with these keys: "
+    '"summary" (str: what happened, in a few sentences), '
+    '"facts" (list of str: durable facts about the user or the world, each self-contained), '
+    '"pending" (list of str: open tasks or promises), '
+    '"tone" (str: the conversation\'s tone), '
+    '"preferences" (list of str: the user\'s stated preferences), '
+    '"confidence" (number from 0 to 1).'
+)
+
+
+@dataclass(slots=True)
+class ConsolidationReport:
+    """What :func:`consolidate` did.
+
+    ``status`` is ``"skipped"`` (below the threshold), ``"consolidated"`` or
+    ``"failed"`` (``error`` says why; nothing was removed).
+    """
+
+    status: Literal["skipped", "consolidated", "failed"]
+    pending_entries: int = 0
+    episodic: MemoryRecord | None = None
+    semantic: list[MemoryRecord] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    error: str | None = None
+    raw: str | None = None
+
+
+def _kw(scope: Mapping[str, str] | None) -> dict[str, Any]:
+    return dict(scope or {})
+
+
+def add_short_term(
+    mem: Memory,
+    text: str,
+    action_id: str,
+    *,
+    scope: Mapping[str, str] | None = None,
+    importance: float = 0.5,
+    metadata: Mapping[str, Any] | None = None,
+) -> MemoryRecord:
+    """Stores a short-term entry belonging to action ``action_id``."""
+    if not isinstance(action_id, str) or not action_id.strip():
+        raise InvalidArgumentError("action_id must be a non-empty str")
+    return mem.add(
+        text,
+        table=SHORT_TERM,
+        type="short_term",
+        importance=importance,
+        metadata={**(metadata or {}), "action_id": action_id},
+        **_kw(scope),
+    )
+
+
+def complete_action(mem: Memory, action_id: str, *, scope: Mapping[str, str] | None = None) -> int:
+    """Removes the short-term entries of a completed action; returns how many."""
+    if not isinstance(action_id, str) or not action_id.strip():
+        raise InvalidArgumentError("action_id must be a non-empty str")
+    return mem.delete_all(SHORT_TERM, filters={"action_id": action_id}, **_kw(scope))
+
+
+def _str_list(value: object, key: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ParseError(f"{key!r} must be a list of strings")
+    return [v.strip() for v in value if v.strip()]
+
+
+def parse_summary(text: str) -> dict[str, Any]:
+    """The consolidation JSON from a model's answer, checked; raises :class:`ParseError`."""
+    data = extract_json(text)
+    summary = data.get("summary")
+    if not isinstance(summary, str) or not summary.strip():
+        raise ParseError("'summary' must be a non-empty string")
+    tone = data.get("tone") or ""
+    if not isinstance(tone, str):
+        raise ParseError("'tone' must be a string")
+    confidence = data.get("confidence", 0.5)
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, int | float)
+        or not math.isfinite(confidence)
+    ):
+        raise ParseError("'confidence' must be a number")
+    return {
+        "summary": summary.strip(),
+        "facts": _str_list(data.get("facts"), "facts"),
+        "pending": _str_list(data.get("pending"), "pending"),
+        "tone": tone.strip(),
+        "preferences": _str_list(data.get("preferences"), "preferences"),
+        "confidence": min(max(float(confidence), 0.0), 1.0),
+    }
+
+
+def _prompt(entries: Sequence[MemoryRecord]) -> list[ChatMessage]:
+    lines = []
+    for rec in entries:
+        stamp = datetime.fromtimestamp(rec.created_at, UTC).strftime("%Y-%m-%d %H:%M")
+        lines.append(f"[{stamp}] {' '.join(rec.text.split())}")
+    return [
+        {"role": "system", "content": _SYSTEM},
+        {"role": "user", "content": "Short-term entries, oldest first:\n" + "\n".join(lines)},
+    ]
+
+
+def consolidate(
+    mem: Memory,
+    llm: LLM,
+    *,
+    scope: Mapping[str, str] | None = None,
+    threshold: int = 30,
+    batch: int = 20,
+    table: str = "memories",
+    force: bool = False,
+) -> ConsolidationReport:
+    """Summarises the oldest ``batch`` short-term entries of ``scope`` once ``threshold`` exist.
+
+    ``force=True`` consolidates whatever there is (at least one entry). Never
+    raises for the LLM: its errors and unusable answers give a ``"failed"``
+    report and leave every entry in place.
+    """
+    for label, v in (("threshold", threshold), ("batch", batch)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InvalidArgumentError(f"{label} must be an int >= 1, got {v!r}")
+    kw = _kw(scope)
+    pending = mem.count(SHORT_TERM, **kw)
+    if pending == 0 or (pending < threshold and not force):
+        return ConsolidationReport("skipped", pending)
+    entries = mem.list(SHORT_TERM, limit=batch, order="asc", **kw)
+    raw: str | None = None
+    try:
+        raw = llm.complete(_prompt(entries))
+        data = parse_summary(raw)
+    except Exception as e:  # the LLM's failure must not lose or raise anything
+        return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}", raw=raw)
+
+    source_ids = [r.id for r in entries]
+    meta = {k: data[k] for k in ("facts", "pending", "tone", "preferences", "confidence")}
+    items: list[dict[str, Any]] = [
+        {
+            "text": data["summary"],
+            "table": table,
+            "type": "episodic",
+            "importance": 0.5 + 0.3 * data["confidence"],
+            "metadata": {
+                **meta,
+                "consolidated_from": source_ids,
+                "start": entries[0].created_at,
+                "end": entries[-1].created_at,
+            },
+            **kw,
+        }
+    ]
+    items += [
+        {
+            "text": fact,
+            "table": table,
+            "type": "semantic",
+            "importance": 0.6,
+            "unique": True,
+            "metadata": {"source": "consolidation", "confidence": data["confidence"]},
+            **kw,
+        }
+        for fact in dict.fromkeys(data["facts"])
+    ]
+    try:
+        stored = mem.add_many(items)  # one transaction: all or nothing
+    except MemlaneError as e:
+        return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}", raw=raw)
+    removed = []
+    for rid in source_ids:
+        try:
+            mem.delete(rid)
+        except UnknownIdError:  # completed meanwhile
+            continue
+        removed.append(rid)
+    return ConsolidationReport(
+        "consolidated",
+        pending - len(removed),
+        episodic=stored[0],
+        semantic=[r for r in stored[1:] if r.duplicate is None],
+        removed=removed,
+        raw=raw,
+    )
