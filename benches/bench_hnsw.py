@@ -38,9 +38,11 @@ import contextlib
 import ctypes
 import gc
 import hashlib
+import importlib.util
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -84,6 +86,24 @@ def extension_build() -> tuple[str, str]:
         if hashlib.sha256(built.read_bytes()).hexdigest() == digest:
             return digest, built.parent.name
     return digest, "unknown"
+
+
+def pin_memlane(tmp: Path) -> Path:
+    """Copy the memlane package (extension included) into `tmp` and import it from there,
+    in this process and in the build workers: on a shared machine someone may rebuild the
+    extension mid-run, and every figure must come from the same build."""
+    spec = importlib.util.find_spec("memlane")
+    if spec is None or spec.origin is None:
+        sys.exit("memlane is not installed (maturin develop --release)")
+    pinned = tmp / "pinned"
+    shutil.copytree(
+        Path(spec.origin).parent, pinned / "memlane", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    sys.path.insert(0, str(pinned))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(pinned), os.environ.get("PYTHONPATH")) if p
+    )
+    return pinned
 
 
 # ---------------------------------------------------------------------------
@@ -337,7 +357,12 @@ def main() -> None:
     if args.worker:
         build_worker(args.worker, args.base, args.out)
         return
+    with tempfile.TemporaryDirectory(prefix="bench-hnsw-") as tmp:
+        pin_memlane(Path(tmp))
+        run(args, Path(tmp))
 
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
     import memlane
 
     load_start = os.getloadavg()
@@ -354,106 +379,105 @@ def main() -> None:
         f"{n:,} WordNet gloss vectors x {dim} dims, {len(queries):,} queries, k={K}, "
         f"M={M}, ef_construction={EF_CONSTRUCTION}, cosine"
     )
-    print(f"memlane extension: {profile} profile, sha256 {digest[:12]}")
+    print(
+        f"memlane extension: {profile} profile, sha256 {digest[:12]} "
+        "(a copy taken at the start, so a rebuild during the run changes nothing)"
+    )
     print(
         f"machine: {os.cpu_count()} cores, load average {load_start[0]:.2f} at start; "
         f"timings are medians of {args.repeat} (builds of {args.build_repeat})",
         flush=True,
     )
 
-    with tempfile.TemporaryDirectory(prefix="bench-hnsw-") as tmp:
-        paths = {name: Path(tmp) / f"{name}.index" for name in LIBRARIES}
-        base_path = Path(tmp) / "base.npy"
-        np.save(base_path, base)
-        builds: dict[str, list[dict[str, Any]]] = {name: [] for name in LIBRARIES}
-        for _ in range(args.build_repeat):
-            for name in LIBRARIES:
-                builds[name].append(build(name, base_path, paths[name]))
-                print(f"  built {name}: {builds[name][-1]['build_s']:.1f} s", flush=True)
-        engines = {name: Engine(name, paths[name], n, dim) for name in LIBRARIES}
-
-        def med(name: str, key: str) -> float:
-            return statistics.median(b[key] for b in builds[name])
-
-        mb = 1024 * 1024
-        print(f"\nbuild on {THREADS} threads        memlane     hnswlib   memlane/hnswlib")
-        rows = [
-            ("time (s)", "build_s", 1.0),
-            ("RSS after - before (MiB)", "rss_delta", mb),
-            ("peak RSS - before (MiB)", "peak_delta", mb),
-        ]
-        for label, key, scale in rows:
-            a, b = med("memlane", key) / scale, med("hnswlib", key) / scale
-            print(f"  {label:<26}{a:>10.1f}  {b:>10.1f}  {ratio(a, b):>10.2f}")
-        print(f"  {'memory_bytes() (MiB)':<26}{med('memlane', 'memory_bytes') / mb:>10.1f}")
-
-        truth_top, kth = exact(base, queries)
-        del truth_top
-        print(
-            "\n   ef | recall@10           | single-query QPS (1 thread)   "
-            f"| batch QPS ({THREADS} threads)"
-        )
-        print(
-            "      |  memlane  hnswlib   |  memlane  hnswlib   ratio     "
-            "|  memlane  hnswlib   ratio"
-        )
-        per_ef: dict[int, dict[str, Any]] = {}
-        for ef in EFS:
-            for engine in engines.values():
-                engine.set_ef(ef)
-            single, labels = timed(engines, lambda e: e.single(queries), args.repeat, len(queries))
-            batch, _ = timed(engines, lambda e: e.batch(queries), args.repeat, len(queries))
-            rec = {name: recall(labels[name], base, queries, kth) for name in LIBRARIES}
-            per_ef[ef] = {"recall": rec, "single": single, "batch": batch}
-            print(
-                f"  {ef:>3} |  {rec['memlane']:.4f}   {rec['hnswlib']:.4f}   "
-                f"| {single['memlane']:>8.0f} {single['hnswlib']:>8.0f} "
-                f"{ratio(single['memlane'], single['hnswlib']):>7.2f}     "
-                f"| {batch['memlane']:>8.0f} {batch['hnswlib']:>8.0f} "
-                f"{ratio(batch['memlane'], batch['hnswlib']):>7.2f}",
-                flush=True,
-            )
-
-        at_target: dict[str, tuple[int, float] | None] = {}
+    paths = {name: tmp / f"{name}.index" for name in LIBRARIES}
+    base_path = tmp / "base.npy"
+    np.save(base_path, base)
+    builds: dict[str, list[dict[str, Any]]] = {name: [] for name in LIBRARIES}
+    for _ in range(args.build_repeat):
         for name in LIBRARIES:
-            ok = [ef for ef in EFS if per_ef[ef]["recall"][name] >= TARGET_RECALL]
-            at_target[name] = (ok[0], per_ef[ok[0]]["single"][name]) if ok else None
-        print(f"\nsingle-query QPS at the smallest ef with recall@10 >= {TARGET_RECALL}:")
-        for name in LIBRARIES:
-            hit = at_target[name]
-            shown = f"ef={hit[0]}, {hit[1]:.0f} QPS" if hit else f"never (ef up to {EFS[-1]})"
-            print(f"  {name:<8} {shown}")
-        qps_ratio = float("nan")
-        mem_hit, hnsw_hit = at_target["memlane"], at_target["hnswlib"]
-        if mem_hit and hnsw_hit:
-            qps_ratio = ratio(mem_hit[1], hnsw_hit[1])
-            print(f"  ratio memlane/hnswlib: {qps_ratio:.2f}")
+            builds[name].append(build(name, base_path, paths[name]))
+            print(f"  built {name}: {builds[name][-1]['build_s']:.1f} s", flush=True)
+    engines = {name: Engine(name, paths[name], n, dim) for name in LIBRARIES}
 
-        rng = np.random.default_rng(SEED + 1)
-        print(f"\nfiltered search at ef={FILTER_EF}, one query per call, 1 thread:")
-        print("  allowed | recall@10 memlane  hnswlib | QPS memlane  hnswlib   ratio")
-        filtered: dict[float, dict[str, Any]] = {}
+    def med(name: str, key: str) -> float:
+        return statistics.median(b[key] for b in builds[name])
+
+    mb = 1024 * 1024
+    print(f"\nbuild on {THREADS} threads        memlane     hnswlib   memlane/hnswlib")
+    rows = [
+        ("time (s)", "build_s", 1.0),
+        ("RSS after - before (MiB)", "rss_delta", mb),
+        ("peak RSS - before (MiB)", "peak_delta", mb),
+    ]
+    for label, key, scale in rows:
+        a, b = med("memlane", key) / scale, med("hnswlib", key) / scale
+        print(f"  {label:<26}{a:>10.1f}  {b:>10.1f}  {ratio(a, b):>10.2f}")
+    print(f"  {'memory_bytes() (MiB)':<26}{med('memlane', 'memory_bytes') / mb:>10.1f}")
+
+    truth_top, kth = exact(base, queries)
+    del truth_top
+    print(
+        "\n   ef | recall@10           | single-query QPS (1 thread)   "
+        f"| batch QPS ({THREADS} threads)"
+    )
+    print("      |  memlane  hnswlib   |  memlane  hnswlib   ratio     |  memlane  hnswlib   ratio")
+    per_ef: dict[int, dict[str, Any]] = {}
+    for ef in EFS:
         for engine in engines.values():
-            engine.set_ef(FILTER_EF)
-        for fraction in FILTER_FRACTIONS:
-            allowed = rng.choice(n, max(K, round(fraction * n)), replace=False)
-            _, fkth = exact(base, queries, allowed)
-            qps, labels = timed(
-                engines, lambda e, a=allowed: e.filtered(queries, a), args.repeat, len(queries)
-            )
-            rec = {name: recall(labels[name], base, queries, fkth) for name in LIBRARIES}
-            outside = {
-                name: int(np.count_nonzero(~np.isin(labels[name], allowed))) for name in LIBRARIES
-            }
-            if any(outside.values()):
-                print(f"  results outside the filter: {outside}")
-            filtered[fraction] = {"recall": rec, "qps": qps}
-            print(
-                f"  {fraction:>6.0%}  |        {rec['memlane']:.4f}   {rec['hnswlib']:.4f} "
-                f"| {qps['memlane']:>11.0f} {qps['hnswlib']:>8.0f} "
-                f"{ratio(qps['memlane'], qps['hnswlib']):>7.2f}",
-                flush=True,
-            )
+            engine.set_ef(ef)
+        single, labels = timed(engines, lambda e: e.single(queries), args.repeat, len(queries))
+        batch, _ = timed(engines, lambda e: e.batch(queries), args.repeat, len(queries))
+        rec = {name: recall(labels[name], base, queries, kth) for name in LIBRARIES}
+        per_ef[ef] = {"recall": rec, "single": single, "batch": batch}
+        print(
+            f"  {ef:>3} |  {rec['memlane']:.4f}   {rec['hnswlib']:.4f}   "
+            f"| {single['memlane']:>8.0f} {single['hnswlib']:>8.0f} "
+            f"{ratio(single['memlane'], single['hnswlib']):>7.2f}     "
+            f"| {batch['memlane']:>8.0f} {batch['hnswlib']:>8.0f} "
+            f"{ratio(batch['memlane'], batch['hnswlib']):>7.2f}",
+            flush=True,
+        )
+
+    at_target: dict[str, tuple[int, float] | None] = {}
+    for name in LIBRARIES:
+        ok = [ef for ef in EFS if per_ef[ef]["recall"][name] >= TARGET_RECALL]
+        at_target[name] = (ok[0], per_ef[ok[0]]["single"][name]) if ok else None
+    print(f"\nsingle-query QPS at the smallest ef with recall@10 >= {TARGET_RECALL}:")
+    for name in LIBRARIES:
+        hit = at_target[name]
+        shown = f"ef={hit[0]}, {hit[1]:.0f} QPS" if hit else f"never (ef up to {EFS[-1]})"
+        print(f"  {name:<8} {shown}")
+    qps_ratio = float("nan")
+    mem_hit, hnsw_hit = at_target["memlane"], at_target["hnswlib"]
+    if mem_hit and hnsw_hit:
+        qps_ratio = ratio(mem_hit[1], hnsw_hit[1])
+        print(f"  ratio memlane/hnswlib: {qps_ratio:.2f}")
+
+    rng = np.random.default_rng(SEED + 1)
+    print(f"\nfiltered search at ef={FILTER_EF}, one query per call, 1 thread:")
+    print("  allowed | recall@10 memlane  hnswlib | QPS memlane  hnswlib   ratio")
+    filtered: dict[float, dict[str, Any]] = {}
+    for engine in engines.values():
+        engine.set_ef(FILTER_EF)
+    for fraction in FILTER_FRACTIONS:
+        allowed = rng.choice(n, max(K, round(fraction * n)), replace=False)
+        _, fkth = exact(base, queries, allowed)
+        qps, labels = timed(
+            engines, lambda e, a=allowed: e.filtered(queries, a), args.repeat, len(queries)
+        )
+        rec = {name: recall(labels[name], base, queries, fkth) for name in LIBRARIES}
+        outside = {
+            name: int(np.count_nonzero(~np.isin(labels[name], allowed))) for name in LIBRARIES
+        }
+        if any(outside.values()):
+            print(f"  results outside the filter: {outside}")
+        filtered[fraction] = {"recall": rec, "qps": qps}
+        print(
+            f"  {fraction:>6.0%}  |        {rec['memlane']:.4f}   {rec['hnswlib']:.4f} "
+            f"| {qps['memlane']:>11.0f} {qps['hnswlib']:>8.0f} "
+            f"{ratio(qps['memlane'], qps['hnswlib']):>7.2f}",
+            flush=True,
+        )
 
     build_ratio = ratio(med("memlane", "build_s"), med("hnswlib", "build_s"))
     mem_ratio = ratio(med("memlane", "rss_delta"), med("hnswlib", "rss_delta"))
@@ -471,8 +495,6 @@ def main() -> None:
         f"  filtered QPS at 1%: {filt_ratio:.2f} (>= 5) with recall "
         f"{one['recall']['memlane']:.4f} (>= {TARGET_RECALL})  {verdict(filt_ok)}"
     )
-    if extension_build()[0] != digest:
-        print("warning: the memlane extension was rebuilt during the run; figures are mixed")
     load_end = os.getloadavg()
     print(
         f"\ndone in {time.perf_counter() - started:.0f} s; load average {load_end[0]:.2f} at "
