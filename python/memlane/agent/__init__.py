@@ -23,6 +23,7 @@ from memlane.agent.context import (
 )
 from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
 from memlane.agent.parsing import ParseError, extract_json
+from memlane.agent.reflection import ReflectionReport, reflect
 from memlane.agent.scope import EventScope, ScopeMode, SessionScope
 from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
 
@@ -38,6 +39,7 @@ __all__ = [
     "MemoryTools",
     "OpenAIChat",
     "ParseError",
+    "ReflectionReport",
     "ScopeMode",
     "SessionScope",
     "add_message",
@@ -50,5 +52,6 @@ __all__ = [
     "default_token_counter",
     "extract_json",
     "openai_tools",
+    "reflect",
     "thread_context",
 ]

@@ -1,0 +1,222 @@
+"""Reflection: after a conversation, the LLM proposes remember / update / forget operations.
+
+The relevant existing memories are shown to the model numbered 1, 2, 3, ...;
+the model refers to them by those numbers, never by id, so it cannot invent
+an id or touch a memory it was not shown. Its answer is parsed robustly (code
+fences, prose around the JSON), each operation is validated on its own, the
+valid ones are applied and the rest reported. An ``update`` rewrites the
+memory in place (same id), so a corrected fact replaces the old one instead
+of sitting beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memlane.agent.llm import LLM, ChatMessage
+from memlane.agent.parsing import ParseError, extract_json
+from memlane.agent.tools import MEMORY_TYPES
+from memlane.errors import MemlaneError, UnknownIdError
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+    from memlane.records import MemoryRecord
+
+__all__ = ["ReflectionReport", "parse_operations", "reflect"]
+
+_SYSTEM = (
+    "You maintain an AI agent's long-term memory about a user. Given a conversation and the "
+    "numbered memories already stored, decide what to change. Answer with one JSON object and "
+    'nothing else: {"operations": [...]} where each operation is one of\n'
+    '{"op": "remember", "content": str, "type": "semantic"|"episodic"|"procedural", '
+    '"importance": 0..1}\n'
+    '{"op": "update", "memory": <number of a listed memory>, "content": str}\n'
+    '{"op": "forget", "memory": <number of a listed memory>}\n'
+    "Use update when a listed memory is outdated or wrong, never remember a second copy. "
+    "Refer to listed memories only by their number. Return an empty list if nothing changes."
+)
+
+
+@dataclass(slots=True)
+class ReflectionReport:
+    """What :func:`reflect` did: records added, updated and forgotten (ids), and
+    the operations rejected with the reason; ``error`` when the model failed or
+    its answer had no operations list (then nothing changed)."""
+
+    added: list[MemoryRecord] = field(default_factory=list)
+    updated: list[MemoryRecord] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
+    rejected: list[tuple[Any, str]] = field(default_factory=list)
+    shown: list[str] = field(default_factory=list)
+    error: str | None = None
+    raw: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(slots=True, frozen=True)
+class _Op:
+    op: str
+    content: str | None = None
+    index: int | None = None
+    type: str = "semantic"
+    importance: float = 0.5
+
+
+def _content(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("'content' must be a non-empty string")
+    return value.strip()
+
+
+def _index(value: object, n: int) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("'memory' must be the number of a listed memory")
+    if not 1 <= value <= n:
+        raise ValueError(f"'memory' {value} is not a listed memory (1..{n})")
+    return value - 1
+
+
+def _one(item: object, n: int) -> _Op:
+    if not isinstance(item, Mapping):
+        raise ValueError("an operation must be an object")
+    op = item.get("op", item.get("operation", item.get("action")))
+    if not isinstance(op, str):
+        raise ValueError("missing 'op'")
+    op = op.strip().lower()
+    if op in ("add", "create", "store"):
+        op = "remember"
+    elif op in ("delete", "remove"):
+        op = "forget"
+    elif op in ("edit", "replace"):
+        op = "update"
+    if op == "remember":
+        kind = item.get("type") or "semantic"
+        if kind not in MEMORY_TYPES:
+            raise ValueError(f"'type' must be one of {list(MEMORY_TYPES)}")
+        imp = item.get("importance", 0.5)
+        if isinstance(imp, bool) or not isinstance(imp, int | float) or not math.isfinite(imp):
+            raise ValueError("'importance' must be a number")
+        return _Op("remember", _content(item.get("content")), None, kind, min(max(imp, 0.0), 1.0))
+    if op == "update":
+        return _Op("update", _content(item.get("content")), _index(item.get("memory"), n))
+    if op == "forget":
+        return _Op("forget", None, _index(item.get("memory"), n))
+    raise ValueError(f"unknown op {op!r}; expected remember, update or forget")
+
+
+def parse_operations(text: str, n_shown: int) -> tuple[list[_Op], list[tuple[Any, str]]]:
+    """Valid operations and rejected ones (with why) from a model's answer.
+
+    Accepts ``{"operations": [...]}`` or a bare list. Raises :class:`ParseError`
+    when the answer holds neither.
+    """
+    try:
+        data: Any = extract_json(text)
+        items = data.get("operations", data.get("ops"))
+        if not isinstance(items, list):
+            raise ParseError("'operations' must be a list")
+    except ParseError:
+        items = extract_json(text, list)
+    ops: list[_Op] = []
+    rejected: list[tuple[Any, str]] = []
+    touched: set[int] = set()
+    for item in items:
+        try:
+            op = _one(item, n_shown)
+            if op.index is not None:
+                if op.index in touched:
+                    raise ValueError(f"memory {op.index + 1} is already changed by an operation")
+                touched.add(op.index)
+        except ValueError as e:
+            rejected.append((item, str(e)))
+            continue
+        ops.append(op)
+    return ops, rejected
+
+
+def _conversation(messages: Sequence[str | Mapping[str, Any]]) -> str:
+    lines = []
+    for m in messages:
+        if isinstance(m, str):
+            lines.append(m)
+        else:
+            lines.append(f"{m.get('role', 'user')}: {m.get('content', '')}")
+    return "\n".join(lines)
+
+
+def reflect(
+    mem: Memory,
+    llm: LLM,
+    conversation: Sequence[str | Mapping[str, Any]],
+    *,
+    scope: Mapping[str, str] | None = None,
+    table: str = "memories",
+    k: int = 10,
+) -> ReflectionReport:
+    """Lets the LLM update the memories of ``scope`` after ``conversation``.
+
+    ``conversation`` is a list of lines or of ``{role, content}`` messages. The
+    ``k`` memories most relevant to it are shown. Never raises for the LLM:
+    a failure is reported in ``error`` and nothing changes.
+    """
+    kw: dict[str, Any] = dict(scope or {})
+    text = _conversation(conversation)
+    report = ReflectionReport()
+    shown: list[MemoryRecord] = []
+    if text.strip():
+        query = text[-2000:]
+        shown = [h.record for h in mem.search(query, k, table=table, track_access=False, **kw)]
+    report.shown = [r.id for r in shown]
+    listed = "\n".join(f"{i}. {' '.join(r.text.split())}" for i, r in enumerate(shown, 1))
+    messages: list[ChatMessage] = [
+        {"role": "system", "content": _SYSTEM},
+        {
+            "role": "user",
+            "content": f"Stored memories:\n{listed or '(none)'}\n\nConversation:\n{text}",
+        },
+    ]
+    try:
+        report.raw = llm.complete(messages)
+        ops, report.rejected = parse_operations(report.raw, len(shown))
+    except Exception as e:  # the LLM's failure must not raise into the agent
+        report.error = f"{type(e).__name__}: {e}"
+        return report
+    for op in ops:
+        try:
+            if op.op == "remember":
+                assert op.content is not None
+                rec = mem.add(
+                    op.content,
+                    table=table,
+                    type=op.type,
+                    importance=op.importance,
+                    unique=True,
+                    metadata={"source": "reflection"},
+                    **kw,
+                )
+                if rec.duplicate is None:
+                    report.added.append(rec)
+                else:
+                    report.rejected.append((op.content, f"duplicate of {rec.duplicate_of}"))
+            elif op.op == "update":
+                assert op.index is not None and op.content is not None
+                report.updated.append(mem.update(shown[op.index].id, text=op.content))
+            else:
+                assert op.index is not None
+                mem.delete(shown[op.index].id)
+                report.forgotten.append(shown[op.index].id)
+        except UnknownIdError:
+            report.rejected.append((op.op, "the memory was deleted meanwhile"))
+        except MemlaneError as e:
+            report.rejected.append((op.op, f"{type(e).__name__}: {e}"))
+    return report
