@@ -1,29 +1,31 @@
-"""Every script in ``examples/`` runs to the end (each checks its own results with asserts)."""
+"""Every script in ``examples/`` runs to the end (each checks its own results with asserts).
+
+``agent_tools.py`` talks to an OpenAI-compatible server; here it gets the
+scripted loopback server of ``chat_server.py``, playing a model that calls tools.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from chat_server import ScriptedChatServer, completion
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(EXAMPLES.glob("*.py"))
 
 
-def test_examples_exist() -> None:
-    assert len(SCRIPTS) >= 6
-
-
-@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
-def test_example_runs(script: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def run_example(script: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     res = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
+        [sys.executable, str(script), *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -31,3 +33,68 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, f"{script.name} failed:\n{res.stdout}\n{res.stderr}"
     assert res.stdout.strip(), f"{script.name} printed nothing"
     assert "Traceback" not in res.stderr
+    return res
+
+
+def test_examples_exist() -> None:
+    names = {s.stem for s in SCRIPTS}
+    assert {
+        "basic_search",
+        "persistent_store",
+        "hybrid_explain",
+        "shared_store_agents",
+        "rag_knowledge",
+        "agent_tools",
+        "async_usage",
+    } <= names
+
+
+@pytest.mark.parametrize(
+    "script", [s for s in SCRIPTS if s.stem != "agent_tools"], ids=lambda s: s.stem
+)
+def test_example_runs(script: Path, tmp_path: Path) -> None:
+    run_example(script, tmp_path)
+
+
+def tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    body = completion("")
+    body["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call-{name}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
+    return body
+
+
+def model(body: dict[str, Any]) -> Any:
+    """A stand-in model: remembers, recalls, then answers from what the tool returned."""
+    assert {t["function"]["name"] for t in body["tools"]} >= {"remember", "recall"}
+    last = body["messages"][-1]
+    if last["role"] == "user":
+        if "remember" in last["content"]:
+            return tool_call(
+                "remember", {"content": "Alice is allergic to peanuts", "evergreen": True}
+            )
+        return tool_call("recall", {"query": "food allergies"})
+    result = json.loads(last["content"])
+    assert result["ok"], result
+    if "memories" in result:
+        return f"Avoid peanuts: {result['memories'][0]['content']}."
+    return "Noted."
+
+
+def test_agent_tools_example(tmp_path: Path) -> None:
+    with ScriptedChatServer([model] * 4) as server:
+        res = run_example(EXAMPLES / "agent_tools.py", tmp_path, "--base-url", server.base_url)
+    assert len(server.requests) == 4
+    assert "[tool] remember(" in res.stdout and "[tool] recall(" in res.stdout
+    assert "assistant: Avoid peanuts: Alice is allergic to peanuts." in res.stdout
+    assert "  - Alice is allergic to peanuts (importance 0.5, semantic)" in res.stdout
+    tool_message = server.requests[1]["messages"][-1]
+    assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "call-remember"
