@@ -1217,6 +1217,30 @@ class Memory(KnowledgeMixin):
                 self._delete_rowids(rowids)
         return len(rowids)
 
+    def prune(
+        self,
+        *,
+        max_age_days: float | None = None,
+        keep_importance_at_least: float | None = None,
+        keep_access_count_above: int | None = None,
+        table: str | None = "memories",
+        **scope: str | None,
+    ) -> builtins.list[MemoryRecord]:
+        """Deletes old memories that are not important, used or evergreen; returns them.
+
+        See :func:`memlane.agent.prune.prune`.
+        """
+        from memlane.agent.prune import prune
+
+        return prune(
+            self,
+            max_age_days=max_age_days,
+            keep_importance_at_least=keep_importance_at_least,
+            keep_access_count_above=keep_access_count_above,
+            table=table,
+            **scope,
+        )
+
     # -- reads -----------------------------------------------------------------------------
 
     def __len__(self) -> int:
