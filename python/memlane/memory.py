@@ -1232,13 +1232,14 @@ class Memory(KnowledgeMixin):
         """
         from memlane.agent.prune import prune
 
+        fields: dict[str, Any] = dict(scope)
         return prune(
             self,
             max_age_days=max_age_days,
             keep_importance_at_least=keep_importance_at_least,
             keep_access_count_above=keep_access_count_above,
             table=table,
-            **scope,
+            **fields,
         )
 
     # -- reads -----------------------------------------------------------------------------
