@@ -318,3 +318,20 @@ def test_default_model_store(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert hits["hits"][0]["explain"]["cosine"] > 0.2
     emb = run_json(capsys, "stats", "--store", store)["embedder"]
     assert emb["dimension"] == 384 and emb["name"].startswith("onnx:")
+
+
+def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keep = tmp_path / "demo"
+    code, out, _ = run(capsys, "demo", "--k", "2", "--keep", str(keep))
+    assert code == 0
+    for part in ("1. shared knowledge", "2. memories", "3. hybrid search", "4. scoped recall"):
+        assert part in out
+    assert "5. knowledge search" in out and "6. why" in out and "latency" in out
+    assert "[fragments]" in out and "agent=assistant user=bob" in out
+    stats = run_json(capsys, "stats", "--store", str(keep))
+    assert stats["tables"]["fragments"] > 0 and stats["tables"]["documents"] >= 3
+    assert {s["agent_id"] for s in stats["scopes"] if s["table"] == "memories"} == {
+        "assistant",
+        "ops-bot",
+    }
+    assert {s["user_id"] for s in stats["scopes"] if s["table"] == "memories"} == {"alice", "bob"}
