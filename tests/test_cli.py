@@ -140,6 +140,16 @@ def test_add_plain_prints_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert len(out.split()) == 1 and len(out.strip()) == 36
 
 
+def test_add_from_stdin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first line\n\nsecond line\n"))
+    doc = run_json(capsys, "add", "-", "third", "--store", str(tmp_path / "s"), *TEXT)
+    assert [r["text"] for r in doc["records"]] == ["first line", "second line", "third"]
+
+
 def test_search_json_shape(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(capsys, "search", "dark mode", "--store", store, *TEXT, "--k", "2")
     assert set(doc) == {"query", "mode", "k", "seconds", "hits"}
@@ -283,6 +293,7 @@ def test_store_mismatch_is_one_line(store: str, capsys: pytest.CaptureFixture[st
     # The store is text only; opening it with the default model is refused, in one line.
     code, _, err = run(capsys, "list", "--store", store)
     assert code == 1 and err.startswith("memlane: error: the store") and err.count("\n") == 1
+    assert "--embedder none" in err
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memlane.errors import InvalidArgumentError, NotFoundError
+from memlane.errors import EmbedderMismatchError, InvalidArgumentError, NotFoundError
 from memlane.records import SCOPE_FIELDS
 
 if TYPE_CHECKING:
@@ -130,7 +130,12 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Iterator[Me
     path = Path(args.store)
     if not create and not (path / "memory.db").is_file():
         raise NotFoundError(f"no memlane store at {path}")
-    mem = Memory(path, make_embedder(args.embedder))
+    try:
+        mem = Memory(path, make_embedder(args.embedder))
+    except EmbedderMismatchError as e:
+        raise EmbedderMismatchError(
+            f"{e}; on the command line, --embedder none opens a text-only store"
+        ) from e
     try:
         yield mem
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -45,7 +46,12 @@ def _explain_line(explain: dict[str, float | int | None]) -> str:
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("text", nargs="+", metavar="TEXT", help="the memory's text (several: several)")
+    p.add_argument(
+        "text",
+        nargs="+",
+        metavar="TEXT",
+        help="the memory's text; several add several; - reads one per line from stdin",
+    )
     p.add_argument("--table", default="memories", help="the table (default: memories)")
     p.add_argument("--type", default="semantic", help="the memory type (default: semantic)")
     p.add_argument("--importance", type=float, default=0.5, help="in [0, 1] (default 0.5)")
@@ -69,8 +75,14 @@ def add(args: argparse.Namespace) -> int:
         "metadata": metadata,
         **scope_of(args),
     }
+    texts: list[str] = []
+    for text in args.text:
+        if text == "-":
+            texts.extend(line.rstrip("\n") for line in sys.stdin if line.strip())
+        else:
+            texts.append(text)
     with open_store(args, create=True) as mem:
-        records = mem.add_many([{"text": text, **common} for text in args.text])
+        records = mem.add_many([{"text": text, **common} for text in texts])
     if args.json:
         emit_json(
             {
