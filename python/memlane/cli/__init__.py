@@ -20,7 +20,12 @@ from memlane.errors import MemlaneError
 __all__ = ["COMMANDS", "COMMAND_MODULES", "Command", "build_parser", "command", "main"]
 
 #: Modules whose import registers commands, in the order ``--help`` lists them.
-COMMAND_MODULES = ["memlane.cli.demo", "memlane.cli.knowledge", "memlane.cli.store"]
+COMMAND_MODULES = [
+    "memlane.cli.demo",
+    "memlane.cli.knowledge",
+    "memlane.cli.store",
+    "memlane.cli.agent",
+]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 

@@ -1,0 +1,79 @@
+"""An MCP server exposing the memory tools over stdio (``memlane mcp --store DIR``).
+
+Uses the official MCP Python SDK (``pip install "memlane[mcp]"``). The tools
+are those of :class:`~memlane.agent.MemoryTools` (``remember``, ``recall``,
+``forget``, ``search_knowledge``) with the same JSON schemas; each result is
+the dispatcher's JSON, as text and as structured content, with ``isError``
+set when ``ok`` is false.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from memlane.agent.tools import TOOL_SCHEMAS, MemoryTools, json_copy
+from memlane.errors import MemlaneError
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+
+__all__ = ["build_server", "serve_stdio"]
+
+
+class MCPUnavailableError(MemlaneError, ImportError):
+    """The MCP SDK is not installed."""
+
+
+def _sdk() -> tuple[Any, Any, Any]:
+    try:
+        import anyio
+        import mcp_types
+        from mcp.server.lowlevel import Server
+    except ImportError as e:
+        raise MCPUnavailableError(
+            f"the MCP SDK is not installed ({e}); install it with: pip install 'memlane[mcp]'"
+        ) from None
+    return Server, mcp_types, anyio
+
+
+def build_server(
+    memory: Memory, scope: Mapping[str, str] | None = None, *, name: str = "memlane"
+) -> Any:
+    """A low-level MCP ``Server`` whose tools run on ``memory`` in ``scope``."""
+    server_cls, types, anyio = _sdk()
+    tools = MemoryTools(memory, scope)
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=n, description=desc, input_schema=json_copy(schema))
+                for n, (desc, schema) in TOOL_SCHEMAS.items()
+            ]
+        )
+
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        args = dict(params.arguments or {})
+        result = await anyio.to_thread.run_sync(tools.handle_tool_call, params.name, args)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
+            structured_content=result,
+            is_error=not result.get("ok", False),
+        )
+
+    return server_cls(name, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def serve_stdio(memory: Memory, scope: Mapping[str, str] | None = None) -> None:
+    """Serves the memory tools over stdin/stdout until the client disconnects."""
+    _, _, anyio = _sdk()
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(memory, scope)
+
+    async def run() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(run)

@@ -1,0 +1,28 @@
+"""``memlane mcp``: the memory tools as an MCP server over stdio."""
+
+from __future__ import annotations
+
+import argparse
+
+from memlane.cli._command import add_scope_arguments, command, open_store, scope_of
+
+__all__: list[str] = []
+
+
+def _mcp_arguments(p: argparse.ArgumentParser) -> None:
+    add_scope_arguments(p, "every tool call's")
+    p.add_argument("--create", action="store_true", help="create the store if it is missing")
+
+
+@command(
+    "mcp",
+    "serve remember/recall/forget/search_knowledge to an MCP client over stdio",
+    arguments=_mcp_arguments,
+    store=True,
+)
+def mcp(args: argparse.Namespace) -> int:
+    from memlane.agent.mcp_server import serve_stdio
+
+    with open_store(args, create=args.create) as mem:
+        serve_stdio(mem, scope_of(args))
+    return 0
