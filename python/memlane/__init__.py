@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 from memlane._core import BM25Index, HnswIndex, __version__, analyze
+from memlane.agent import (
+    LLM,
+    MemoryTools,
+    OpenAIChat,
+    SessionScope,
+    build_context,
+    consolidate,
+    reflect,
+    thread_context,
+)
 from memlane.aio import AsyncMemory
 from memlane.embeddings import Embedder, OnnxEmbedder, OpenAIEmbedder
 from memlane.errors import (
@@ -23,6 +33,7 @@ from memlane.memory import Memory
 from memlane.records import MemoryRecord, SearchHit
 
 __all__ = [
+    "LLM",
     "AsyncMemory",
     "BM25Index",
     "CorruptFileError",
@@ -38,13 +49,20 @@ __all__ = [
     "MemlaneError",
     "Memory",
     "MemoryRecord",
+    "MemoryTools",
     "NotFoundError",
     "OnnxEmbedder",
+    "OpenAIChat",
     "OpenAIEmbedder",
     "SearchHit",
+    "SessionScope",
     "StorageError",
     "StoreLockedError",
     "UnknownIdError",
     "__version__",
     "analyze",
+    "build_context",
+    "consolidate",
+    "reflect",
+    "thread_context",
 ]
