@@ -100,3 +100,23 @@ def test_extract_json_arrays_and_failures():
     for bad in ["", "no json here", '{"a": 1', "[1, 2]"]:
         with pytest.raises(ParseError):
             extract_json(bad)
+
+
+def test_chat_returns_the_message_with_tool_calls(server):
+    call = {"id": "c", "type": "function", "function": {"name": "recall", "arguments": "{}"}}
+    body = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+    server.push(body, body)
+    llm = OpenAIChat("m", base_url=server.base_url, temperature=None)
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [call]}]
+    msg = llm.chat(history, tools=[{"type": "function"}], tool_choice="auto")
+    assert msg["tool_calls"] == [call]
+    assert server.requests[0] == {
+        "model": "m",
+        "messages": history,
+        "tools": [{"type": "function"}],
+        "tool_choice": "auto",
+    }
+    assert asyncio.run(llm.achat(MSGS))["tool_calls"] == [call]
+    server.push(body)
+    with pytest.raises(LLMError, match="no text"):
+        llm.complete(MSGS)  # complete() wants text

@@ -50,14 +50,15 @@ class AsyncLLM(Protocol):
     async def acomplete(self, messages: Sequence[ChatMessage]) -> str: ...
 
 
-def _check_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+def _check_messages(messages: Sequence[Mapping[str, Any]], text: bool) -> list[dict[str, Any]]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
         raise InvalidArgumentError("messages must be a non-empty list of {role, content} dicts")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
             raise InvalidArgumentError(f"messages[{i}] must be a dict with a str 'role'")
-        if not isinstance(m.get("content"), str):
+        # Tool-calling turns may carry tool_calls and no text.
+        if text and not isinstance(m.get("content"), str):
             raise InvalidArgumentError(f"messages[{i}]['content'] must be a str")
         out.append(dict(m))
     return out
@@ -123,18 +124,54 @@ class OpenAIChat:
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
-    def _payload(self, messages: Sequence[ChatMessage]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": _check_messages(messages)}
+    def _payload(
+        self, messages: Sequence[Mapping[str, Any]], text: bool, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": _check_messages(messages, text)}
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         body.update(self.extra)
+        body.update({k: v for k, v in options.items() if v is not None})
         return body
 
     def complete(self, messages: Sequence[ChatMessage]) -> str:
         """The model's reply to ``messages``; raises :class:`LLMError` when there is none."""
-        body = self._payload(messages)
+        return self._text(self._post(self._payload(messages, True, {})))
+
+    async def acomplete(self, messages: Sequence[ChatMessage]) -> str:
+        """The async form of :meth:`complete`."""
+        return self._text(await self._apost(self._payload(messages, True, {})))
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """The assistant message itself (``content`` and any ``tool_calls``), for tool use.
+
+        ``tools`` takes OpenAI-format definitions (e.g. ``MemoryTools.openai()``);
+        ``options`` go into the request body (``tool_choice``, ...).
+        """
+        return self._message(
+            self._post(self._payload(messages, False, {"tools": tools, **options}))
+        )
+
+    async def achat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """The async form of :meth:`chat`."""
+        body = self._payload(messages, False, {"tools": tools, **options})
+        return self._message(await self._apost(body))
+
+    def _post(self, body: dict[str, Any]) -> Any:
         with self._lock:
             if self._client is None:
                 self._client = self._httpx.Client(timeout=self.timeout, headers=self._headers)
@@ -148,15 +185,13 @@ class OpenAIChat:
                     raise self._give_up(f"{type(e).__name__}: {e}") from None
             else:
                 if response.status_code < 300:
-                    return self._parse(response)
+                    return self._json(response)
                 if response.status_code not in _RETRY_STATUS or attempt == self.max_retries:
                     raise self._give_up(f"HTTP {response.status_code}: {response.text[:300]}")
             time.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def acomplete(self, messages: Sequence[ChatMessage]) -> str:
-        """The async form of :meth:`complete`."""
-        body = self._payload(messages)
+    async def _apost(self, body: dict[str, Any]) -> Any:
         if self._aclient is None:
             self._aclient = self._httpx.AsyncClient(timeout=self.timeout, headers=self._headers)
         client = self._aclient
@@ -169,7 +204,7 @@ class OpenAIChat:
                     raise self._give_up(f"{type(e).__name__}: {e}") from None
             else:
                 if response.status_code < 300:
-                    return self._parse(response)
+                    return self._json(response)
                 if response.status_code not in _RETRY_STATUS or attempt == self.max_retries:
                     raise self._give_up(f"HTTP {response.status_code}: {response.text[:300]}")
             await asyncio.sleep(self._delay(attempt, response))
@@ -191,11 +226,23 @@ class OpenAIChat:
             f"attempt(s): {why}"
         )
 
-    def _parse(self, response: httpx.Response) -> str:
+    def _json(self, response: httpx.Response) -> Any:
         try:
-            content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as e:
+            return response.json()
+        except ValueError as e:
+            raise LLMError(f"{self.url} returned a body that is not JSON: {e}") from None
+
+    def _message(self, body: Any) -> dict[str, Any]:
+        try:
+            message = body["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError) as e:
             raise LLMError(f"{self.url} returned an unexpected body: {e!r}") from None
+        if not isinstance(message, dict):
+            raise LLMError(f"{self.url} returned an unexpected body: message is not an object")
+        return message
+
+    def _text(self, body: Any) -> str:
+        content = self._message(body).get("content")
         if not isinstance(content, str):
             raise LLMError(f"{self.url} returned no text content (got {type(content).__name__})")
         return content
