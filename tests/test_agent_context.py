@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from conftest import WordHashEmbedder
 from memlane import InvalidArgumentError, Memory
 from memlane.agent import SessionScope
 from memlane.agent.context import (
@@ -141,3 +144,32 @@ def test_thread_context(mem):
     stamps = [line[1:17] for line in lines]
     assert stamps == sorted(stamps)
     assert mem.count(MESSAGES) == 24
+
+
+_WORDS = st.text(
+    alphabet=st.sampled_from("abcdefghij klmnop,.!?é中\n"), min_size=1, max_size=300
+).filter(lambda t: t.strip())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    texts=st.lists(_WORDS, min_size=1, max_size=12),
+    max_tokens=st.integers(1, 400),
+    shares=st.tuples(st.floats(0, 0.6), st.floats(0, 0.4)),
+    chars=st.booleans(),
+)
+def test_budgets_property(texts, max_tokens, shares, chars):
+    ev = SCOPES.resolve("telegram", 1, chat_id=5)
+    counter = char_token_count if chars else None
+    count = counter or default_token_counter()
+    budget = {"history": shares[0], "memories": shares[1]}
+    with Memory(None, WordHashEmbedder()) as mem:
+        for i, t in enumerate(texts):
+            add_message(mem, t, ev, created_at=1_700_000_000 + i)
+            mem.add(t, **ev.fields)
+        ctx = build_context(
+            mem, texts[0], ev, max_tokens, budget=budget, min_score=None, count_tokens=counter
+        )
+    assert count(ctx.text) <= max_tokens
+    for name in ("history", "memories"):
+        assert ctx.tokens[name] <= int(max_tokens * budget[name])
