@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from chat_server import ScriptedChatServer
-from memlane import InvalidArgumentError, Memory
+from memlane import AsyncMemory, InvalidArgumentError, Memory
 from memlane.agent.consolidation import (
     SHORT_TERM,
+    aconsolidate,
     add_short_term,
     complete_action,
     consolidate,
@@ -155,3 +157,25 @@ def test_parse_summary():
     for bad in ['{"summary": ""}', '{"summary": "s", "confidence": "high"}', "[]"]:
         with pytest.raises(ParseError):
             parse_summary(bad)
+
+
+def test_aconsolidate_with_async_memory(word_embedder, server):
+    async def go():
+        mem = AsyncMemory(None, word_embedder)
+        llm = OpenAIChat("scripted", base_url=server.base_url, max_retries=0)
+        try:
+            for i in range(3):
+                add_short_term(mem.sync, f"async step {i}", "a", scope=SCOPE)
+            skipped = await aconsolidate(mem, llm, scope=SCOPE)
+            server.push("not json", json.dumps(GOOD))
+            failed = await aconsolidate(mem, llm, scope=SCOPE, threshold=3)
+            done = await aconsolidate(mem, llm, scope=SCOPE, threshold=3)
+            return skipped, failed, done, await mem.count(SHORT_TERM)
+        finally:
+            await llm.aclose()
+            await mem.close()
+
+    skipped, failed, done, left = asyncio.run(go())
+    assert skipped.status == "skipped"
+    assert failed.status == "failed" and "ParseError" in (failed.error or "")
+    assert done.status == "consolidated" and len(done.removed) == 3 and left == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -10,7 +11,7 @@ from chat_server import ScriptedChatServer
 from memlane import Memory
 from memlane.agent.llm import OpenAIChat
 from memlane.agent.parsing import ParseError
-from memlane.agent.reflection import parse_operations, reflect
+from memlane.agent.reflection import areflect, parse_operations, reflect
 
 SCOPE = {"user_id": "alice"}
 TALK = [
@@ -175,3 +176,32 @@ def test_parse_operations_aliases():
     assert ops[0].importance == 1.0 and rejected == []
     with pytest.raises(ParseError):
         parse_operations("nothing", 0)
+
+
+def test_areflect(mem, server):
+    a, _, _ = _stored(mem)
+    server.push(
+        lambda body: json.dumps(
+            [
+                {
+                    "op": "update",
+                    "memory": _numbers(body)["Alice lives in Berlin"],
+                    "content": "Alice lives in Rome",
+                }
+            ]
+        ),
+        (500, "down"),
+    )
+
+    async def go():
+        llm = OpenAIChat("scripted", base_url=server.base_url, max_retries=0)
+        try:
+            return await areflect(mem, llm, TALK, scope=SCOPE), await areflect(
+                mem, llm, TALK, scope=SCOPE
+            )
+        finally:
+            await llm.aclose()
+
+    ok, failed = asyncio.run(go())
+    assert [r.id for r in ok.updated] == [a.id] and mem.get(a.id).text == "Alice lives in Rome"
+    assert not failed.ok and "HTTP 500" in (failed.error or "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from memlane.agent.consolidation import (
     SHORT_TERM,
     ConsolidationReport,
+    aconsolidate,
     add_short_term,
     complete_action,
     consolidate,
@@ -23,7 +24,7 @@ from memlane.agent.context import (
 )
 from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
 from memlane.agent.parsing import ParseError, extract_json
-from memlane.agent.reflection import ReflectionReport, reflect
+from memlane.agent.reflection import ReflectionReport, areflect, reflect
 from memlane.agent.scope import EventScope, ScopeMode, SessionScope
 from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
 
@@ -42,9 +43,11 @@ __all__ = [
     "ReflectionReport",
     "ScopeMode",
     "SessionScope",
+    "aconsolidate",
     "add_message",
     "add_short_term",
     "anthropic_tools",
+    "areflect",
     "build_context",
     "char_token_count",
     "complete_action",

@@ -12,23 +12,26 @@ nothing and is reported.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from memlane.agent.llm import LLM, ChatMessage
+from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
 
 if TYPE_CHECKING:
+    from memlane.aio import AsyncMemory
     from memlane.memory import Memory
     from memlane.records import MemoryRecord
 
 __all__ = [
     "SHORT_TERM",
     "ConsolidationReport",
+    "aconsolidate",
     "add_short_term",
     "complete_action",
     "consolidate",
@@ -65,6 +68,13 @@ class ConsolidationReport:
     removed: list[str] = field(default_factory=list)
     error: str | None = None
     raw: str | None = None
+
+
+def sync_memory(mem: Memory | AsyncMemory) -> Memory:
+    """The :class:`~memlane.Memory` behind an :class:`~memlane.AsyncMemory` (or itself)."""
+    from memlane.aio import AsyncMemory
+
+    return mem.sync if isinstance(mem, AsyncMemory) else mem
 
 
 def _kw(scope: Mapping[str, str] | None) -> dict[str, Any]:
@@ -147,37 +157,30 @@ def _prompt(entries: Sequence[MemoryRecord]) -> list[ChatMessage]:
     ]
 
 
-def consolidate(
-    mem: Memory,
-    llm: LLM,
-    *,
-    scope: Mapping[str, str] | None = None,
-    threshold: int = 30,
-    batch: int = 20,
-    table: str = "memories",
-    force: bool = False,
-) -> ConsolidationReport:
-    """Summarises the oldest ``batch`` short-term entries of ``scope`` once ``threshold`` exist.
-
-    ``force=True`` consolidates whatever there is (at least one entry). Never
-    raises for the LLM: its errors and unusable answers give a ``"failed"``
-    report and leave every entry in place.
-    """
+def _select(
+    mem: Memory, kw: dict[str, Any], threshold: int, batch: int, force: bool
+) -> tuple[int, list[MemoryRecord]]:
     for label, v in (("threshold", threshold), ("batch", batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InvalidArgumentError(f"{label} must be an int >= 1, got {v!r}")
-    kw = _kw(scope)
     pending = mem.count(SHORT_TERM, **kw)
     if pending == 0 or (pending < threshold and not force):
-        return ConsolidationReport("skipped", pending)
-    entries = mem.list(SHORT_TERM, limit=batch, order="asc", **kw)
-    raw: str | None = None
-    try:
-        raw = llm.complete(_prompt(entries))
-        data = parse_summary(raw)
-    except Exception as e:  # the LLM's failure must not lose or raise anything
-        return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}", raw=raw)
+        return pending, []
+    return pending, mem.list(SHORT_TERM, limit=batch, order="asc", **kw)
 
+
+def _store(
+    mem: Memory,
+    kw: dict[str, Any],
+    table: str,
+    pending: int,
+    entries: list[MemoryRecord],
+    raw: str,
+) -> ConsolidationReport:
+    try:
+        data = parse_summary(raw)
+    except ParseError as e:
+        return ConsolidationReport("failed", pending, error=f"ParseError: {e}", raw=raw)
     source_ids = [r.id for r in entries]
     meta = {k: data[k] for k in ("facts", "pending", "tone", "preferences", "confidence")}
     items: list[dict[str, Any]] = [
@@ -226,3 +229,54 @@ def consolidate(
         removed=removed,
         raw=raw,
     )
+
+
+def consolidate(
+    mem: Memory,
+    llm: LLM,
+    *,
+    scope: Mapping[str, str] | None = None,
+    threshold: int = 30,
+    batch: int = 20,
+    table: str = "memories",
+    force: bool = False,
+) -> ConsolidationReport:
+    """Summarises the oldest ``batch`` short-term entries of ``scope`` once ``threshold`` exist.
+
+    Call it after adding short-term entries: below the threshold it only
+    counts (``"skipped"``). ``force=True`` consolidates whatever there is (at
+    least one entry). Never raises for the LLM: its errors and unusable
+    answers give a ``"failed"`` report and leave every entry in place.
+    """
+    kw = _kw(scope)
+    pending, entries = _select(mem, kw, threshold, batch, force)
+    if not entries:
+        return ConsolidationReport("skipped", pending)
+    try:
+        raw = llm.complete(_prompt(entries))
+    except Exception as e:  # the LLM's failure must not lose or raise anything
+        return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}")
+    return _store(mem, kw, table, pending, entries, raw)
+
+
+async def aconsolidate(
+    mem: Memory | AsyncMemory,
+    llm: AsyncLLM,
+    *,
+    scope: Mapping[str, str] | None = None,
+    threshold: int = 30,
+    batch: int = 20,
+    table: str = "memories",
+    force: bool = False,
+) -> ConsolidationReport:
+    """:func:`consolidate` with an async LLM (``acomplete``); store calls run in a worker thread."""
+    sync = sync_memory(mem)
+    kw = _kw(scope)
+    pending, entries = await asyncio.to_thread(_select, sync, kw, threshold, batch, force)
+    if not entries:
+        return ConsolidationReport("skipped", pending)
+    try:
+        raw = await llm.acomplete(_prompt(entries))
+    except Exception as e:  # the LLM's failure must not lose or raise anything
+        return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}")
+    return await asyncio.to_thread(_store, sync, kw, table, pending, entries, raw)

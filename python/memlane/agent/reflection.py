@@ -11,21 +11,24 @@ of sitting beside it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memlane.agent.llm import LLM, ChatMessage
+from memlane.agent.consolidation import sync_memory
+from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.agent.tools import MEMORY_TYPES
 from memlane.errors import MemlaneError, UnknownIdError
 
 if TYPE_CHECKING:
+    from memlane.aio import AsyncMemory
     from memlane.memory import Memory
     from memlane.records import MemoryRecord
 
-__all__ = ["ReflectionReport", "parse_operations", "reflect"]
+__all__ = ["ReflectionReport", "areflect", "parse_operations", "reflect"]
 
 _SYSTEM = (
     "You maintain an AI agent's long-term memory about a user. Given a conversation and the "
@@ -154,29 +157,13 @@ def _conversation(messages: Sequence[str | Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def reflect(
-    mem: Memory,
-    llm: LLM,
-    conversation: Sequence[str | Mapping[str, Any]],
-    *,
-    scope: Mapping[str, str] | None = None,
-    table: str = "memories",
-    k: int = 10,
-) -> ReflectionReport:
-    """Lets the LLM update the memories of ``scope`` after ``conversation``.
-
-    ``conversation`` is a list of lines or of ``{role, content}`` messages. The
-    ``k`` memories most relevant to it are shown. Never raises for the LLM:
-    a failure is reported in ``error`` and nothing changes.
-    """
-    kw: dict[str, Any] = dict(scope or {})
-    text = _conversation(conversation)
-    report = ReflectionReport()
+def _prepare(
+    mem: Memory, text: str, kw: dict[str, Any], table: str, k: int
+) -> tuple[list[MemoryRecord], list[ChatMessage]]:
     shown: list[MemoryRecord] = []
     if text.strip():
         query = text[-2000:]
         shown = [h.record for h in mem.search(query, k, table=table, track_access=False, **kw)]
-    report.shown = [r.id for r in shown]
     listed = "\n".join(f"{i}. {' '.join(r.text.split())}" for i, r in enumerate(shown, 1))
     messages: list[ChatMessage] = [
         {"role": "system", "content": _SYSTEM},
@@ -185,11 +172,21 @@ def reflect(
             "content": f"Stored memories:\n{listed or '(none)'}\n\nConversation:\n{text}",
         },
     ]
+    return shown, messages
+
+
+def _apply(
+    mem: Memory,
+    report: ReflectionReport,
+    shown: list[MemoryRecord],
+    kw: dict[str, Any],
+    table: str,
+) -> ReflectionReport:
+    assert report.raw is not None
     try:
-        report.raw = llm.complete(messages)
         ops, report.rejected = parse_operations(report.raw, len(shown))
-    except Exception as e:  # the LLM's failure must not raise into the agent
-        report.error = f"{type(e).__name__}: {e}"
+    except ParseError as e:
+        report.error = f"ParseError: {e}"
         return report
     for op in ops:
         try:
@@ -220,3 +217,52 @@ def reflect(
         except MemlaneError as e:
             report.rejected.append((op.op, f"{type(e).__name__}: {e}"))
     return report
+
+
+def reflect(
+    mem: Memory,
+    llm: LLM,
+    conversation: Sequence[str | Mapping[str, Any]],
+    *,
+    scope: Mapping[str, str] | None = None,
+    table: str = "memories",
+    k: int = 10,
+) -> ReflectionReport:
+    """Lets the LLM update the memories of ``scope`` after ``conversation``.
+
+    ``conversation`` is a list of lines or of ``{role, content}`` messages. The
+    ``k`` memories most relevant to it are shown. Never raises for the LLM:
+    a failure is reported in ``error`` and nothing changes.
+    """
+    kw: dict[str, Any] = dict(scope or {})
+    shown, messages = _prepare(mem, _conversation(conversation), kw, table, k)
+    report = ReflectionReport(shown=[r.id for r in shown])
+    try:
+        report.raw = llm.complete(messages)
+    except Exception as e:  # the LLM's failure must not raise into the agent
+        report.error = f"{type(e).__name__}: {e}"
+        return report
+    return _apply(mem, report, shown, kw, table)
+
+
+async def areflect(
+    mem: Memory | AsyncMemory,
+    llm: AsyncLLM,
+    conversation: Sequence[str | Mapping[str, Any]],
+    *,
+    scope: Mapping[str, str] | None = None,
+    table: str = "memories",
+    k: int = 10,
+) -> ReflectionReport:
+    """:func:`reflect` with an async LLM (``acomplete``); store calls run in a worker thread."""
+    sync = sync_memory(mem)
+    kw: dict[str, Any] = dict(scope or {})
+    text = _conversation(conversation)
+    shown, messages = await asyncio.to_thread(_prepare, sync, text, kw, table, k)
+    report = ReflectionReport(shown=[r.id for r in shown])
+    try:
+        report.raw = await llm.acomplete(messages)
+    except Exception as e:  # the LLM's failure must not raise into the agent
+        report.error = f"{type(e).__name__}: {e}"
+        return report
+    return await asyncio.to_thread(_apply, sync, report, shown, kw, table)
