@@ -179,3 +179,11 @@ def test_aconsolidate_with_async_memory(word_embedder, server):
     assert skipped.status == "skipped"
     assert failed.status == "failed" and "ParseError" in (failed.error or "")
     assert done.status == "consolidated" and len(done.removed) == 3 and left == 0
+
+
+def test_entries_of_a_completed_action_can_come_again(mem):
+    meta = {"source": "telegram", "contact": "42", "message_id": "m1"}
+    add_short_term(mem, "user said hello", "a1", scope=SCOPE, metadata=meta)
+    assert complete_action(mem, "a1", scope=SCOPE) == 1
+    again = add_short_term(mem, "user said hello", "a2", scope=SCOPE, metadata=meta)
+    assert again.duplicate is None and mem.count(SHORT_TERM) == 1

@@ -107,7 +107,20 @@ def complete_action(mem: Memory, action_id: str, *, scope: Mapping[str, str] | N
     """Removes the short-term entries of a completed action; returns how many."""
     if not isinstance(action_id, str) or not action_id.strip():
         raise InvalidArgumentError("action_id must be a non-empty str")
-    return mem.delete_all(SHORT_TERM, filters={"action_id": action_id}, **_kw(scope))
+    # One by one (an action holds few entries): delete() also frees the entries'
+    # dedup-window keys, which delete_all() does not (a repeated message would then fail).
+    n = 0
+    while batch := mem.list(SHORT_TERM, limit=500, filters={"action_id": action_id}, **_kw(scope)):
+        before = n
+        for rec in batch:
+            try:
+                mem.delete(rec.id)
+            except UnknownIdError:
+                continue
+            n += 1
+        if n == before:  # only entries deleted meanwhile: done
+            break
+    return n
 
 
 def _str_list(value: object, key: str) -> list[str]:
