@@ -6,7 +6,7 @@
 //! Until then searches scan this buffer exactly, so a parked vector is found
 //! as surely as a linked one.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::idmap::IdMap;
 
 pub struct Pending {
@@ -37,34 +37,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// Checks `rows` vectors of `dim` floats and returns them at unit length.
 pub fn normalised(data: &[f32], dim: usize, what: &str) -> Result<Vec<f32>> {
-    if dim == 0 || !data.len().is_multiple_of(dim) {
-        return Err(Error::DimensionMismatch {
-            expected: dim,
-            got: data.len(),
-        });
-    }
-    let mut out = data.to_vec();
-    for (row, v) in out.chunks_exact_mut(dim).enumerate() {
-        if let Some(col) = v.iter().position(|x| !x.is_finite()) {
-            return Err(Error::invalid(format!(
-                "{what} {row} has a non-finite value ({}) at position {col}",
-                v[col]
-            )));
-        }
-        let norm = v
-            .iter()
-            .map(|x| f64::from(*x) * f64::from(*x))
-            .sum::<f64>()
-            .sqrt();
-        if norm == 0.0 {
-            return Err(Error::invalid(format!(
-                "{what} {row} is all zeros, which has no direction"
-            )));
-        }
-        let inv = (1.0 / norm) as f32;
-        v.iter_mut().for_each(|x| *x *= inv);
-    }
-    Ok(out)
+    crate::hnsw::check_rows(data, dim, true, what)
 }
 
 impl Pending {
@@ -177,6 +150,7 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn put_remove_tail_and_scan() {

@@ -98,6 +98,42 @@ pub struct Hnsw {
     top_lock: Mutex<()>,
 }
 
+/// Checks row-major vectors of `dim` floats: a whole number of rows, every
+/// value finite and, when `normalise` is set, no all-zero row. Returns a copy,
+/// scaled to unit length when `normalise` is set.
+pub fn check_rows(data: &[f32], dim: usize, normalise: bool, what: &str) -> Result<Vec<f32>> {
+    if dim == 0 || !data.len().is_multiple_of(dim) {
+        return Err(Error::DimensionMismatch {
+            expected: dim,
+            got: data.len(),
+        });
+    }
+    let mut out = data.to_vec();
+    for (row, v) in out.chunks_exact_mut(dim).enumerate() {
+        if let Some(col) = v.iter().position(|x| !x.is_finite()) {
+            return Err(Error::invalid(format!(
+                "{what} {row} has a non-finite value ({}) at position {col}",
+                v[col]
+            )));
+        }
+        if normalise {
+            let norm = v
+                .iter()
+                .map(|x| f64::from(*x) * f64::from(*x))
+                .sum::<f64>()
+                .sqrt();
+            if norm == 0.0 {
+                return Err(Error::invalid(format!(
+                    "{what} {row} is all zeros, which has no direction under the cosine metric"
+                )));
+            }
+            let inv = (1.0 / norm) as f32;
+            v.iter_mut().for_each(|x| *x *= inv);
+        }
+    }
+    Ok(out)
+}
+
 /// One search result.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Neighbor {
@@ -245,37 +281,7 @@ impl Hnsw {
     /// Checks vectors for shape and values; returns them ready to store
     /// (normalised under the cosine metric).
     fn prepare(&self, vectors: &[f32], what: &str) -> Result<Vec<f32>> {
-        let dim = self.dim();
-        if !vectors.len().is_multiple_of(dim) {
-            return Err(Error::DimensionMismatch {
-                expected: dim,
-                got: vectors.len(),
-            });
-        }
-        let mut out = vectors.to_vec();
-        for (row, v) in out.chunks_exact_mut(dim).enumerate() {
-            if let Some(col) = v.iter().position(|x| !x.is_finite()) {
-                return Err(Error::invalid(format!(
-                    "{what} {row} has a non-finite value ({}) at position {col}",
-                    v[col]
-                )));
-            }
-            if self.metric == Metric::Cosine {
-                let norm = v
-                    .iter()
-                    .map(|x| f64::from(*x) * f64::from(*x))
-                    .sum::<f64>()
-                    .sqrt();
-                if norm == 0.0 {
-                    return Err(Error::invalid(format!(
-                        "{what} {row} is all zeros, which has no direction under the cosine metric"
-                    )));
-                }
-                let inv = (1.0 / norm) as f32;
-                v.iter_mut().for_each(|x| *x *= inv);
-            }
-        }
-        Ok(out)
+        check_rows(vectors, self.dim(), self.metric == Metric::Cosine, what)
     }
 
     /// Adds vectors (row-major, `ids.len() * dim` floats) under `ids`. An id
