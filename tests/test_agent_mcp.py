@@ -80,3 +80,10 @@ def test_mcp_over_stdio(tmp_path):
         rec = mem.get(result["id"])
         assert rec.user_id == "alice" and rec.importance == 0.8
         assert bob.id in mem
+
+
+def test_mcp_needs_a_store(tmp_path, capsys):
+    from memlane.cli import main
+
+    assert main(["mcp", "--store", str(tmp_path / "missing"), "--embedder", "none"]) == 1
+    assert "no memlane store" in capsys.readouterr().err
