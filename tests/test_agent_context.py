@@ -173,3 +173,15 @@ def test_budgets_property(texts, max_tokens, shares, chars):
     assert count(ctx.text) <= max_tokens
     for name in ("history", "memories"):
         assert ctx.tokens[name] <= int(max_tokens * budget[name])
+
+
+def test_repeated_messages(mem):
+    ev = SCOPES.resolve("telegram", 1, chat_id=3)
+    first = add_message(mem, "ok", ev)
+    again = add_message(mem, "ok", ev)  # a duplicate delivery
+    assert again.id == first.id and again.duplicate == "window"
+    r1 = add_message(mem, "Noted!", ev, role="assistant")
+    r2 = add_message(mem, "Noted!", ev, role="assistant")
+    assert r1.id != r2.id and r2.duplicate is None
+    assert r1.metadata["to"] == "telegram:1" and "contact" not in r1.metadata
+    assert mem.count(MESSAGES) == 3

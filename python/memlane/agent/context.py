@@ -102,11 +102,18 @@ def add_message(
     created_at: float | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> MemoryRecord:
-    """Stores one message of a conversation in the ``messages`` table under the event's room."""
+    """Stores one message of a conversation in the ``messages`` table under the event's room.
+
+    A user's message carries ``metadata["contact"]``, so the same text from the
+    same contact again within the store's ``dedup_window`` is skipped (OrcBot's
+    guard against duplicate deliveries; the earlier record is returned). The
+    agent's replies (any other ``role``) carry ``metadata["to"]`` instead and
+    are never skipped that way.
+    """
     meta = {
         **(metadata or {}),
         "role": role,
-        "contact": scope.contact,
+        "contact" if role == "user" else "to": scope.contact,
         "identity": scope.identity,
         "source": scope.source,
     }
