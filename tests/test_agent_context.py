@@ -96,8 +96,8 @@ def test_sections_and_limits(mem):
     only = build_context(mem, "hiking", ev, 500, budget={"memories": 1.0}, min_score=None)
     assert only.sections["history"] == [] and only.sections["knowledge"] == []
     assert only.sections["memories"]
-    # A minimum score above every hit injects nothing.
-    none = build_context(mem, "hiking", ev, 500, min_score=10.0)
+    # A minimum similarity above every hit injects nothing.
+    none = build_context(mem, "hiking", ev, 500, min_score=0.999)
     assert none.sections["memories"] == []
     # Another person's context holds none of alice's history or memories.
     bob = build_context(mem, "hiking", SCOPES.resolve("telegram", 2, chat_id=7), 2000)
@@ -185,3 +185,26 @@ def test_repeated_messages(mem):
     assert r1.id != r2.id and r2.duplicate is None
     assert r1.metadata["to"] == "telegram:1" and "contact" not in r1.metadata
     assert mem.count(MESSAGES) == 3
+
+
+def test_min_score_is_a_similarity(onnx_embedder):
+    with Memory(None, onnx_embedder) as mem:
+        for text in (
+            "Alice is allergic to peanuts",
+            "The car needs new tyres before winter",
+            "Alice prefers green tea in the morning",
+        ):
+            mem.add(text, user_id="alice")
+        scope = {"user_id": "alice"}
+        food = build_context(mem, "Can I eat peanut butter?", scope, 500)
+        assert food.sections["memories"] == ["- Alice is allergic to peanuts"]
+        assert (
+            build_context(mem, "What is the capital of France?", scope, 500).records["memories"]
+            == []
+        )
+        assert len(build_context(mem, "hello", scope, 500, min_score=None).records["memories"]) == 3
+        with pytest.raises(InvalidArgumentError, match="min_score"):
+            build_context(mem, "x", scope, 500, min_score=2)
+    with Memory(None, None) as text_only:  # no similarity: no minimum
+        text_only.add("Alice is allergic to peanuts")
+        assert build_context(text_only, "peanuts", {}, 500).sections["memories"]

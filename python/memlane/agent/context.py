@@ -31,7 +31,7 @@ from memlane.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
-    from memlane.records import MemoryRecord
+    from memlane.records import MemoryRecord, SearchHit
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -209,6 +209,38 @@ def _budgets(max_tokens: int, budget: Mapping[str, float]) -> dict[str, int]:
     return {k: int(max_tokens * v) for k, v in shares.items()}
 
 
+def _relevant_memories(
+    mem: Memory,
+    message: str,
+    k: int,
+    table: str,
+    min_score: float | None,
+    track_access: bool,
+    fields: dict[str, Any],
+) -> list[SearchHit]:
+    if min_score is not None and (
+        isinstance(min_score, bool)
+        or not isinstance(min_score, int | float)
+        or not -1.0 <= min_score <= 1.0
+    ):
+        raise InvalidArgumentError(f"min_score must be a number in [-1, 1], got {min_score!r}")
+    try:
+        return mem.search(
+            message,
+            k,
+            table=table,
+            min_similarity=min_score,
+            track_access=track_access,
+            **fields,
+        )
+    except InvalidArgumentError:
+        if min_score is None:
+            raise
+    # A text-only store (no query vector, so no similarity): no minimum. Any
+    # other bad argument raises again here.
+    return mem.search(message, k, table=table, track_access=track_access, **fields)
+
+
 def build_context(
     mem: Memory,
     message: str,
@@ -236,7 +268,11 @@ def build_context(
         max_tokens: the whole context's budget.
         budget: shares of ``max_tokens`` per section (a section left out gets 0).
         inject_limit: memories injected at most.
-        min_score: memories scoring below this are left out (None: no minimum).
+        min_score: memories whose cosine similarity to the message is below this
+            are left out (elizaOS's ``match_threshold``; None: no minimum). The
+            fused search score is relative to the best hit, so it cannot say
+            "nothing is relevant"; the similarity can. A store without an
+            embedder has no similarity, and there no minimum applies.
         history_limit: recent messages considered.
         knowledge_limit, knowledge_threshold: fragments considered and their
             minimum cosine similarity.
@@ -267,13 +303,8 @@ def build_context(
         records["knowledge"] = [h.record for h in hits]
         candidates["knowledge"] = [" ".join(h.record.text.split()) for h in hits]
     if budgets["memories"] > 0 and inject_limit > 0 and message.strip():
-        hits = mem.search(
-            message,
-            inject_limit,
-            table=table,
-            threshold=min_score,
-            track_access=track_access,
-            **fields,
+        hits = _relevant_memories(
+            mem, message, inject_limit, table, min_score, track_access, fields
         )
         records["memories"] = [h.record for h in hits]
         candidates["memories"] = [f"- {' '.join(h.record.text.split())}" for h in hits]
