@@ -1,6 +1,16 @@
 """The agent layer: memory tools, context assembly, session scoping, consolidation, reflection.
 
 Everything here uses :class:`memlane.Memory`'s public API.
+
+- :mod:`~memlane.agent.tools`: ``remember``/``recall``/``forget``/``search_knowledge``
+  schemas (OpenAI and Anthropic) and :class:`MemoryTools` with its dispatcher.
+- :mod:`~memlane.agent.scope`: :class:`SessionScope`, platform events to scopes.
+- :mod:`~memlane.agent.context`: :func:`build_context`, :func:`thread_context`, messages.
+- :mod:`~memlane.agent.llm`: the :class:`LLM` protocol and :class:`OpenAIChat`.
+- :mod:`~memlane.agent.consolidation`: the short-term tier and :func:`consolidate`.
+- :mod:`~memlane.agent.reflection`: :func:`reflect`.
+- :mod:`~memlane.agent.prune`: ``Memory.prune``.
+- :mod:`~memlane.agent.mcp_server`: ``memlane mcp`` (needs ``memlane[mcp]``).
 """
 
 from __future__ import annotations

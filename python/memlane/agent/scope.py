@@ -20,7 +20,7 @@ person's memories follow them between chats; it scopes the message history.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from memlane.errors import InvalidArgumentError
@@ -55,7 +55,6 @@ class EventScope:
     source: str
     room_id: str | None = None
     mode: ScopeMode = "per-peer"
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def history(self) -> dict[str, str]:
