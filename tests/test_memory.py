@@ -216,6 +216,10 @@ def test_dedup_exact_near_and_window(tmp_path: Path) -> None:
         # The window survives a reopen.
         again = mem.add("hi", metadata={"message_id": 7})
         assert again.id == m1.id
+        # A bulk delete ends the window's memory of what it deleted.
+        assert mem.delete_all(table="memories", agent_id=None) >= 1
+        fresh = mem.add("hi", metadata={"message_id": 7})
+        assert fresh.duplicate is None and fresh.id != m1.id
 
 
 def test_bad_input_raises_and_changes_nothing(tmp_path: Path) -> None:

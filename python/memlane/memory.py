@@ -982,6 +982,10 @@ class Memory(KnowledgeMixin):
             skey = (n.table, *n.scope)
             wkeys = window_keys(skey, n.metadata, n.content_hash)
             found: str | int | None = self._window.find(wkeys, now)
+            if found is not None and not self._db.existing_ids(self._db._writer, [found]):
+                # Deleted in bulk (delete_all, prune) after the window saw it.
+                self._window.forget(found)
+                found = None
             if found is None:
                 found = next((window_batch[k] for k in wkeys if k in window_batch), None)
             if found is not None:
