@@ -981,11 +981,12 @@ class Memory(KnowledgeMixin):
         for i, n in enumerate(news):
             skey = (n.table, *n.scope)
             wkeys = window_keys(skey, n.metadata, n.content_hash)
-            found: str | int | None = self._window.find(wkeys, now)
-            if found is not None and not self._db.existing_ids(self._db._writer, [found]):
+            seen = self._window.find(wkeys, now)
+            if seen is not None and not self._db.existing_ids(self._db._writer, [seen]):
                 # Deleted in bulk (delete_all, prune) after the window saw it.
-                self._window.forget(found)
-                found = None
+                self._window.forget(seen)
+                seen = None
+            found: str | int | None = seen
             if found is None:
                 found = next((window_batch[k] for k in wkeys if k in window_batch), None)
             if found is not None:
