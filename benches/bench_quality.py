@@ -105,6 +105,9 @@ def evaluate(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--knowledge", action="store_true", help="also via ingest + fragments")
+    parser.add_argument(
+        "--no-tuning", action="store_true", help="skip the sweep over fusion settings on train"
+    )
     args = parser.parse_args()
     # Abstracts longer than the model's 256 tokens are embedded from their start, as
     # in the reference figures.
@@ -180,6 +183,8 @@ def main() -> None:
 
     print("\ntuning on train queries (nDCG@10):")
     best: tuple[float, str, str, dict[str, Any]] | None = None
+    if args.no_tuning:
+        sweep = [("search_knowledge defaults", "hybrid", dict(SEARCH_DEFAULTS))]
     for label, mode, options in sweep:
         score, _ = evaluate(searcher(mode, **options), queries, train, qvec)
         print(f"  {label}: {score:.4f}")
