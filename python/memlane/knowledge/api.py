@@ -37,6 +37,7 @@ from memlane.knowledge.ingest import (
     ingest_path,
     ingest_sources,
     knowledge_documents,
+    list_all,
     remove_documents,
 )
 from memlane.knowledge.loaders import LOADERS
@@ -300,18 +301,9 @@ class KnowledgeMixin:
         """A document's fragments in order; raises ``UnknownIdError`` for an unknown document."""
         mem = self._memory()
         check_document_id(mem, document_id)
-        out: builtins.list[MemoryRecord] = []
-        while True:
-            page = mem.list(
-                FRAGMENTS,
-                limit=1000,
-                offset=len(out),
-                filters={"document_id": document_id},
-                include_embedding=include_embedding,
-            )
-            out.extend(page)
-            if len(page) < 1000:
-                break
+        out = list_all(
+            mem, FRAGMENTS, {"document_id": document_id}, include_embedding=include_embedding
+        )
         out.sort(key=lambda r: int(r.metadata.get("position", 0)))
         return out
 

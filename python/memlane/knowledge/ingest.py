@@ -39,12 +39,12 @@ import numpy.typing as npt
 
 from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
 from memlane.embeddings._base import TextTruncatedWarning
-from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError, UnknownIdError
 from memlane.knowledge.ids import document_id, fragment_id
 from memlane.knowledge.loaders import LoadedDocument, json_safe
 from memlane.knowledge.progress import ProgressBar, ProgressOption
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, walk
+from memlane.knowledge.walk import Source, relative_path, walk
 
 if TYPE_CHECKING:
     from memlane.embeddings._base import Embedder
@@ -58,6 +58,7 @@ __all__ = [
     "ingest_path",
     "ingest_sources",
     "knowledge_documents",
+    "list_all",
     "remove_documents",
     "store_embedder",
 ]
@@ -127,16 +128,34 @@ def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(value)
 
 
+def list_all(
+    mem: Memory,
+    table: str,
+    filters: Mapping[str, Any] | None = None,
+    *,
+    include_embedding: bool = False,
+) -> list[MemoryRecord]:
+    """Every record of ``table`` matching ``filters``, oldest first (page by page)."""
+    out: list[MemoryRecord] = []
+    while True:
+        page = mem.list(
+            table,
+            limit=_LIST_PAGE,
+            offset=len(out),
+            order="asc",
+            filters=filters,
+            include_embedding=include_embedding,
+        )
+        out.extend(page)
+        if len(page) < _LIST_PAGE:
+            return out
+
+
 def knowledge_documents(
     mem: Memory, filters: Mapping[str, Any] | None = None
 ) -> list[MemoryRecord]:
     """Every document record matching ``filters``, oldest first."""
-    out: list[MemoryRecord] = []
-    while True:
-        page = mem.list(DOCUMENTS, limit=_LIST_PAGE, offset=len(out), order="asc", filters=filters)
-        out.extend(page)
-        if len(page) < _LIST_PAGE:
-            return out
+    return list_all(mem, DOCUMENTS, filters)
 
 
 def remove_documents(mem: Memory, ids: Sequence[str]) -> int:
@@ -339,11 +358,10 @@ class _Pipeline:
         old = [j for j in jobs if j.old is not None]
         if not old or self.embedder is None:
             return {}
-        total = sum(int(j.old.metadata.get("total", 0)) for j in old if j.old is not None)
-        records = self.mem.list(
+        records = list_all(
+            self.mem,
             FRAGMENTS,
-            limit=max(total, 1),
-            filters={"document_id": {"$in": [j.id for j in old]}},
+            {"document_id": {"$in": [j.id for j in old]}},
             include_embedding=True,
         )
         return {r.text: r.embedding for r in records if r.embedding is not None}
@@ -513,8 +531,6 @@ def ingest_path(
     started = time.perf_counter()
     target = Path(path)
     if not target.exists():
-        from memlane.errors import NotFoundError
-
         raise NotFoundError(f"no such file or folder: {target}")
     base = Path(root) if root is not None else (target if target.is_dir() else target.parent)
     if not base.is_dir():
@@ -550,8 +566,6 @@ def prune(
     report: IngestReport,
 ) -> None:
     """Removes the scope's documents under ``target`` whose file was not found."""
-    from memlane.knowledge.walk import relative_path
-
     rel_target = relative_path(target, base)
     prefix = "" if rel_target == "." else rel_target + "/"
     gone: dict[str, str] = {}
