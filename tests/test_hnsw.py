@@ -234,21 +234,31 @@ def _tight_clusters() -> tuple[U64, F32]:
     return np.arange(5_000, dtype=np.uint64), data
 
 
+def _unreachable(index: Any, ids: U64, data: F32) -> list[int]:
+    """Ids no search can return for their own vector: the ones a search at ef=100 misses,
+    searched again over the whole graph (ef = len). A greedy search at a moderate ef
+    misses a few outliers in any HNSW (hnswlib 0.8 misses one of the l2 data at ef=100
+    with every seed); the exhaustive pass separates those from nodes with no way in."""
+    missed = _lost_nodes(index, ids, data)
+    if not len(missed):
+        return []
+    rows = np.searchsorted(ids, missed)
+    labels, _ = index.search(data[rows], k=1, ef=len(ids))
+    return missed[labels[:, 0] != missed].tolist()
+
+
 def test_every_node_is_reachable_after_a_parallel_build(rec: Recall) -> None:
-    """A batch links on all cores at once; nodes must keep a way in. A greedy search can
-    still miss a handful of nodes in any HNSW (hnswlib 0.8 misses 1-3 of these 10,000 on
-    other seeds, as does a one-at-a-time build), so allow at most 0.05%."""
+    """A batch links on all cores at once; no node may end up without a way in (a
+    concurrent link must not overwrite the back-links other threads added)."""
     ids, data = _tight_clusters()
     index = HnswIndex(dim=32)
     index.add(ids, data)
     lost = {
-        "cosine": _lost_nodes(rec.index("cosine"), rec.ids, rec.data).tolist(),
-        "l2": _lost_nodes(rec.index("l2"), rec.ids, rec.data).tolist(),
-        "tight clusters": _lost_nodes(index, ids, data).tolist(),
+        "cosine": _unreachable(rec.index("cosine"), rec.ids, rec.data),
+        "l2": _unreachable(rec.index("l2"), rec.ids, rec.data),
+        "tight clusters": _unreachable(index, ids, data),
     }
-    assert all(len(v) <= len(rec.ids) // 2000 for v in lost.values()), (
-        f"unreachable after a parallel build: {lost}"
-    )
+    assert not any(lost.values()), f"unreachable after a parallel build: {lost}"
 
 
 def test_every_node_is_reachable_after_a_sequential_build() -> None:
