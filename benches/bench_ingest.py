@@ -36,6 +36,7 @@ import numpy.typing as npt
 from memlane import Memory, OnnxEmbedder
 from memlane.chunking import RecursiveCharacterSplitter
 from memlane.embeddings import Embedder
+from memlane.knowledge.ingest import BATCH_SIZE
 from memlane.knowledge.loaders import load_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,7 +163,7 @@ def timed(fn: object, *args: object, **kwargs: object) -> tuple[object, float, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="first N documents only")
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
     args = parser.parse_args()
     try:
         docs = scifact_corpus(args.limit)

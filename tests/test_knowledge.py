@@ -18,6 +18,7 @@ from memlane.chunking import RecursiveCharacterSplitter, TokenSplitter
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge import document_id, fragment_id, normalise_path
+from memlane.knowledge.ingest import embedding_cost
 from memlane.knowledge.progress import ProgressBar
 from test_loaders import encrypt_pdf, make_docx, make_pdf
 
@@ -676,3 +677,13 @@ def test_a_file_the_model_refuses_fails_alone(onnx_embedder: OnnxEmbedder) -> No
         report = m.ingest_text("\x01\x02", source="inline:control", shared=True)
         assert report.failed["inline:control"].startswith("cannot embed:")
         assert m.count() == 0
+
+
+def test_fragments_sort_by_what_the_model_reads(
+    onnx_embedder: OnnxEmbedder, word_embedder: WordHashEmbedder
+) -> None:
+    texts = ["hello world", "a", "word " * 400]
+    # The default model: tokens with [CLS] and [SEP], cut at its 256.
+    assert embedding_cost(onnx_embedder)(texts) == [4, 3, 256]
+    assert embedding_cost(word_embedder)(texts) == [11, 1, 2000]  # others: characters
+    assert embedding_cost(None)(texts) == [11, 1, 2000]

@@ -30,6 +30,7 @@ from memlane.chunking import Chunker
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.ingest import (
+    BATCH_SIZE,
     DOCUMENTS,
     FRAGMENTS,
     Scope,
@@ -94,7 +95,7 @@ class KnowledgeMixin:
         prune_missing: bool = False,
         root: str | Path | None = None,
         follow_outside: bool = False,
-        batch_size: int = 512,
+        batch_size: int = BATCH_SIZE,
     ) -> IngestReport:
         """Ingests a file, or every supported file in a folder and its subfolders.
 
@@ -112,7 +113,8 @@ class KnowledgeMixin:
                 itself (a folder) or its folder (a file).
             follow_outside: follow symbolic links (and a ``path`` with ``..``) that
                 lead outside ``root``; by default they are skipped and reported.
-            batch_size: fragments embedded and written together.
+            batch_size: fragments embedded and written together (one transaction);
+                larger groups sort better by length, so the model pads less.
 
         Unchanged files (same bytes, chunker and metadata) are not touched; a
         changed one replaces its document. Hidden files, unsupported types and
@@ -246,7 +248,7 @@ class KnowledgeMixin:
             chunker=chunker,
             metadata=metadata,
             progress=False,
-            batch_size=512,
+            batch_size=BATCH_SIZE,
             root_key=None,
             report=report,
         )

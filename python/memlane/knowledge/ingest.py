@@ -4,10 +4,16 @@ A producer thread reads each file, hashes it and, when it changed, loads and
 chunks it, while the calling thread embeds and writes what the producer has
 ready: chunking runs while the model embeds (onnxruntime releases the GIL).
 The calling thread takes whole documents from the queue until it holds
-``batch_size`` fragments (or the queue is empty), embeds their fragments in
-sub-batches sorted by length (so a batch pads little), then writes them with
+``batch_size`` fragments (or the producer has had nothing for a moment),
+embeds their fragments in sub-batches sorted by length, then writes them with
 their document records in one :meth:`memlane.Memory.add_many` call: one
 transaction, in which a document's record comes with all its fragments.
+
+Sorting is what keeps the model's padding low: a model batch is padded to its
+longest text. For the default model the producer counts each fragment's
+tokens with the model's own tokenizer (a sort by characters pads about 15%
+more on SciFact); for other embedders, characters stand in. Over groups of
+2,048 fragments the padding is within 2% of one sort over everything.
 
 A document's record (table ``documents``) carries the fingerprint of what it
 was made from: the file's sha256, the chunker's settings and the metadata
@@ -22,6 +28,7 @@ whose text the old version already had reuse its vectors.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import queue
@@ -29,7 +36,7 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +46,7 @@ import numpy.typing as npt
 
 from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
 from memlane.embeddings._base import TextTruncatedWarning
+from memlane.embeddings.lazy import DEFAULT_NAME
 from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError, UnknownIdError
 from memlane.knowledge.ids import document_id, fragment_id
 from memlane.knowledge.loaders import LoadedDocument, json_safe
@@ -52,9 +60,11 @@ if TYPE_CHECKING:
     from memlane.records import MemoryRecord
 
 __all__ = [
+    "BATCH_SIZE",
     "DOCUMENTS",
     "FRAGMENTS",
     "Scope",
+    "embedding_cost",
     "ingest_path",
     "ingest_sources",
     "knowledge_documents",
@@ -70,6 +80,10 @@ FRAGMENTS = "fragments"
 FORMAT_VERSION = 1
 # Texts per embed_batch call (a few model batches; the progress bar moves after each).
 _EMBED_BATCH = 128
+#: Fragments embedded and written together by default.
+BATCH_SIZE = 2048
+# How long the writer waits for the producer before writing what it holds.
+_PRODUCER_WAIT = 0.05
 _LIST_PAGE = 1000
 
 FloatArray = npt.NDArray[np.float32]
@@ -112,6 +126,32 @@ def store_embedder(mem: Memory) -> Embedder | None:
     if public is not None:
         return mem.embedder  # type: ignore[attr-defined,no-any-return]
     return getattr(mem, "_embedder", None)
+
+
+@functools.cache
+def _model_tokenizer() -> Any:
+    """The default model's tokenizer, cutting where the model does (for sort keys)."""
+    from tokenizers import Tokenizer
+
+    from memlane.chunking import _default_tokenizer_path
+    from memlane.embeddings._onnx import DEFAULT_MAX_LENGTH
+
+    tokenizer = Tokenizer.from_file(str(_default_tokenizer_path()))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(DEFAULT_MAX_LENGTH)
+    return tokenizer
+
+
+def embedding_cost(embedder: Embedder | None) -> Callable[[list[str]], list[int]]:
+    """A sort key for texts to embed: tokens the default model reads, else characters."""
+    if embedder is not None and embedder.name == DEFAULT_NAME:
+        try:
+            tokenizer = _model_tokenizer()
+        except MemlaneError:  # the tokenizer's package is missing: so is the model
+            pass
+        else:
+            return lambda texts: [len(e.ids) for e in tokenizer.encode_batch(texts)]
+    return lambda texts: [len(t) for t in texts]
 
 
 def _chunker_key(chunker: Chunker | None) -> str:
@@ -179,6 +219,7 @@ class _Job:
     size: int
     doc: LoadedDocument
     chunks: list[Chunk]
+    costs: list[int]  # sort keys of the chunks' contents (see embedding_cost)
     old: MemoryRecord | None
 
 
@@ -226,6 +267,7 @@ class _Pipeline:
         self.progress = progress
         self.report = report
         self.embedder = store_embedder(mem)
+        self.cost = embedding_cost(self.embedder)
         self.chunker_key = _chunker_key(chunker)
         self.existing: dict[str, MemoryRecord] = {}
         self._text = RecursiveCharacterSplitter()
@@ -256,7 +298,8 @@ class _Pipeline:
             return _Done(source, doc_id, "failed", reason)
         if not chunks:
             return _Done(source, doc_id, "empty", "no text", old)
-        return _Job(source, doc_id, digest, fingerprint, len(data), doc, chunks, old)
+        costs = self.cost([c.content for c in chunks])
+        return _Job(source, doc_id, digest, fingerprint, len(data), doc, chunks, costs, old)
 
     def produce(
         self, sources: Iterable[Source], out: queue.Queue[Any], stop: threading.Event
@@ -282,7 +325,7 @@ class _Pipeline:
     def run(self, sources: list[Source]) -> None:
         self.report.seen += len(sources)
         self.existing = {r.id: r for r in knowledge_documents(self.mem, self.scope.filter())}
-        q: queue.Queue[Any] = queue.Queue(maxsize=256)
+        q: queue.Queue[Any] = queue.Queue(maxsize=1024)
         stop = threading.Event()
         producer = threading.Thread(
             target=self.produce, args=(sources, q, stop), daemon=True, name="memlane-ingest"
@@ -296,8 +339,8 @@ class _Pipeline:
                     self.write(pending)
                     pending, count = [], 0
                 try:
-                    item = q.get(block=not pending)
-                except queue.Empty:  # the model would idle: write what is ready
+                    item = q.get(timeout=_PRODUCER_WAIT if pending else None)
+                except queue.Empty:  # a slow file: write what is ready, not to idle the model
                     self.write(pending)
                     pending, count = [], 0
                     continue
@@ -327,9 +370,12 @@ class _Pipeline:
                 self.report.pruned[rel] = done.id
         self.progress.update(files=1)
 
-    def embed(self, texts: list[str], reuse: Mapping[str, FloatArray]) -> FloatArray | None:
+    def embed(self, jobs: list[_Job], reuse: Mapping[str, FloatArray]) -> FloatArray | None:
+        """The vectors of the jobs' fragments, in order, cheapest first to the model."""
         if self.embedder is None:
             return None
+        texts = [c.content for j in jobs for c in j.chunks]
+        costs = [n for j in jobs for n in j.costs]
         out = np.empty((len(texts), int(self.embedder.dimension)), dtype=np.float32)
         todo = []
         for i, text in enumerate(texts):
@@ -337,7 +383,7 @@ class _Pipeline:
                 out[i] = v
             else:
                 todo.append(i)
-        todo.sort(key=lambda i: len(texts[i]))
+        todo.sort(key=costs.__getitem__)
         for start in range(0, len(todo), _EMBED_BATCH):
             rows = todo[start : start + _EMBED_BATCH]
             with warnings.catch_warnings(record=True) as caught:
@@ -371,7 +417,7 @@ class _Pipeline:
         embedded: list[tuple[_Job, FloatArray | None]] = []
         truncated = self.report.truncated
         try:
-            vectors = self.embed([c.content for j in jobs for c in j.chunks], reuse)
+            vectors = self.embed(jobs, reuse)
             row = 0
             for job in jobs:
                 n = len(job.chunks)
@@ -385,7 +431,7 @@ class _Pipeline:
                 return
             for job in jobs:  # find the document the model refuses
                 try:
-                    v = self.embed([c.content for c in job.chunks], reuse)
+                    v = self.embed([job], reuse)
                     embedded.append((job, v))
                 except MemlaneError as e:
                     self.report.failed[job.source.rel] = f"cannot embed: {e}"
@@ -526,7 +572,7 @@ def ingest_path(
     progress: ProgressOption = True,
     prune_missing: bool = False,
     follow_outside: bool = False,
-    batch_size: int = 512,
+    batch_size: int = BATCH_SIZE,
 ) -> IngestReport:
     started = time.perf_counter()
     target = Path(path)
