@@ -193,7 +193,7 @@ def trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def build_worker(library: str, base_path: Path, out: Path) -> None:
+def build_worker(library: str, base_path: Path, out: Path, precision: str = "f32") -> None:
     """Load the base, build, report build time and memory as JSON, save the index."""
     base = np.load(base_path)
     n = len(base)
@@ -214,7 +214,11 @@ def build_worker(library: str, base_path: Path, out: Path) -> None:
     extra: dict[str, Any] = {}
     if library == "memlane":
         index: Any = HnswIndex(
-            dim=base.shape[1], metric="cosine", m=M, ef_construction=EF_CONSTRUCTION
+            dim=base.shape[1],
+            metric="cosine",
+            m=M,
+            ef_construction=EF_CONSTRUCTION,
+            precision=precision,
         )
         index.add(ids, base)
         seconds = time.perf_counter() - started
@@ -241,10 +245,10 @@ def build_worker(library: str, base_path: Path, out: Path) -> None:
     print(json.dumps(report), flush=True)
 
 
-def build(library: str, base_path: Path, out: Path) -> dict[str, Any]:
+def build(library: str, base_path: Path, out: Path, precision: str) -> dict[str, Any]:
     env = {**os.environ, "RAYON_NUM_THREADS": str(THREADS), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, __file__, "--worker", library, "--base", str(base_path)]
-    cmd += ["--out", str(out)]
+    cmd += ["--out", str(out), "--precision", precision]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"{library} build failed:\n{done.stderr}")
@@ -350,12 +354,18 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=1_000, help="query vectors")
     parser.add_argument("--repeat", type=int, default=5, help="runs per timing (median kept)")
     parser.add_argument("--build-repeat", type=int, default=3, help="builds per library")
+    parser.add_argument(
+        "--precision",
+        choices=["f32", "f16", "int8"],
+        default="f32",
+        help="memlane's vector storage (default f32, exact)",
+    )
     parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)
     parser.add_argument("--base", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        build_worker(args.worker, args.base, args.out)
+        build_worker(args.worker, args.base, args.out, args.precision)
         return
     with tempfile.TemporaryDirectory(prefix="bench-hnsw-") as tmp:
         pin_memlane(Path(tmp))
@@ -377,7 +387,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     print(
         f"HnswIndex (memlane {memlane.__version__}) vs hnswlib {version('hnswlib')}: "
         f"{n:,} WordNet gloss vectors x {dim} dims, {len(queries):,} queries, k={K}, "
-        f"M={M}, ef_construction={EF_CONSTRUCTION}, cosine"
+        f"M={M}, ef_construction={EF_CONSTRUCTION}, cosine, memlane precision={args.precision}"
     )
     print(
         f"memlane extension: {profile} profile, sha256 {digest[:12]} "
@@ -395,7 +405,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     builds: dict[str, list[dict[str, Any]]] = {name: [] for name in LIBRARIES}
     for _ in range(args.build_repeat):
         for name in LIBRARIES:
-            builds[name].append(build(name, base_path, paths[name]))
+            builds[name].append(build(name, base_path, paths[name], args.precision))
             print(f"  built {name}: {builds[name][-1]['build_s']:.1f} s", flush=True)
     engines = {name: Engine(name, paths[name], n, dim) for name in LIBRARIES}
 
