@@ -153,6 +153,7 @@ def test_truncation_is_reported_exactly_at_the_limit(embedder: OnnxEmbedder) -> 
     over = "word " * 255
     texts = ["short", over, at_limit, over]
 
+    assert embedder.count_tokens(texts) == [3, 256, 256, 256]  # what the model reads
     vectors, truncated = embedder.embed_batch(texts, return_truncated=True)
     assert truncated == (1, 3)
     assert vectors.shape == (4, 384)
@@ -161,6 +162,9 @@ def test_truncation_is_reported_exactly_at_the_limit(embedder: OnnxEmbedder) -> 
         embedder.embed_batch(texts)
     assert len(rec) == 1
     assert rec[0].filename == __file__  # points at the caller, not at memlane
+    warning = rec[0].message
+    assert isinstance(warning, TextTruncatedWarning)
+    assert (warning.indices, warning.total, warning.max_length) == ((1, 3), 4, 256)
 
     with pytest.warns(TextTruncatedWarning, match="1 of 1 texts"):
         embedder.embed(over)

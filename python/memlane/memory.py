@@ -1249,6 +1249,11 @@ class Memory(KnowledgeMixin):
 
     # -- reads -----------------------------------------------------------------------------
 
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder this store was opened with (``None`` for a text-only store)."""
+        return None if self._embedder is None else self._embedder.inner
+
     def __len__(self) -> int:
         return len(self._engine)
 

@@ -47,7 +47,22 @@ class Embedder(Protocol):
 
 
 class TextTruncatedWarning(UserWarning):
-    """Some texts were longer than the model's limit; only their start was embedded."""
+    """Some texts were longer than the model's limit; only their start was embedded.
+
+    ``indices`` are the positions of the cut texts in the batch, ``total`` the
+    batch's size and ``max_length`` the model's limit in tokens.
+    """
+
+    def __init__(self, indices: tuple[int, ...], total: int, max_length: int) -> None:
+        shown = ", ".join(map(str, indices[:5])) + (", ..." if len(indices) > 5 else "")
+        super().__init__(
+            f"{len(indices)} of {total} texts exceeded the model's limit of {max_length} "
+            f"tokens and were truncated (indices {shown}); pass return_truncated=True to get "
+            "them all"
+        )
+        self.indices = indices
+        self.total = total
+        self.max_length = max_length
 
 
 def check_text(text: object, label: str = "text") -> str:

@@ -195,6 +195,10 @@ class OnnxEmbedder:
         """Tokens per text, special tokens included, beyond which a text is cut."""
         return self._max_length
 
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens the model reads of each text, special tokens included (at most ``max_length``)."""
+        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
+
     def __repr__(self) -> str:
         return (
             f"OnnxEmbedder(name={NAME!r}, dimension={self._dimension}, "
@@ -309,13 +313,7 @@ def _mean_pool_normalised(
 
 
 def _warn_truncated(truncated: tuple[int, ...], total: int, max_length: int) -> None:
-    shown = ", ".join(map(str, truncated[:5])) + (", ..." if len(truncated) > 5 else "")
-    warnings.warn(
-        f"{len(truncated)} of {total} texts exceeded the model's limit of {max_length} tokens "
-        f"and were truncated (indices {shown}); pass return_truncated=True to get them all",
-        TextTruncatedWarning,
-        stacklevel=3,
-    )
+    warnings.warn(TextTruncatedWarning(truncated, total, max_length), stacklevel=3)
 
 
 def _existing_file(path: str | os.PathLike[str], label: str) -> Path:

@@ -28,7 +28,6 @@ whose text the old version already had reuse its vectors.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import queue
@@ -46,7 +45,7 @@ import numpy.typing as npt
 
 from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
 from memlane.embeddings._base import TextTruncatedWarning
-from memlane.embeddings.lazy import DEFAULT_NAME
+from memlane.embeddings.lazy import LazyEmbedder
 from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError, UnknownIdError
 from memlane.knowledge.ids import document_id, fragment_id
 from memlane.knowledge.loaders import LoadedDocument, json_safe
@@ -70,7 +69,6 @@ __all__ = [
     "knowledge_documents",
     "list_all",
     "remove_documents",
-    "store_embedder",
 ]
 
 DOCUMENTS = "documents"
@@ -116,42 +114,17 @@ class Scope:
         return {"shared": False, "agent_id": self.agent_id}
 
 
-def store_embedder(mem: Memory) -> Embedder | None:
-    """The store's embedder (None for a text-only store).
-
-    Workaround: :class:`~memlane.Memory` has no public accessor for it yet, so
-    this reads its private ``_embedder`` unless a public ``embedder`` exists.
-    """
-    public = getattr(type(mem), "embedder", None)
-    if public is not None:
-        return mem.embedder  # type: ignore[attr-defined,no-any-return]
-    return getattr(mem, "_embedder", None)
-
-
-@functools.cache
-def _model_tokenizer() -> Any:
-    """The default model's tokenizer, cutting where the model does (for sort keys)."""
-    from tokenizers import Tokenizer
-
-    from memlane.chunking import _default_tokenizer_path
-    from memlane.embeddings._onnx import DEFAULT_MAX_LENGTH
-
-    tokenizer = Tokenizer.from_file(str(_default_tokenizer_path()))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(DEFAULT_MAX_LENGTH)
-    return tokenizer
-
-
 def embedding_cost(embedder: Embedder | None) -> Callable[[list[str]], list[int]]:
-    """A sort key for texts to embed: tokens the default model reads, else characters."""
-    if embedder is not None and embedder.name == DEFAULT_NAME:
-        try:
-            tokenizer = _model_tokenizer()
-        except MemlaneError:  # the tokenizer's package is missing: so is the model
-            pass
-        else:
-            return lambda texts: [len(e.ids) for e in tokenizer.encode_batch(texts)]
-    return lambda texts: [len(t) for t in texts]
+    """A sort key for texts to embed: tokens the model reads where it can say, else characters."""
+
+    def cost(texts: list[str]) -> list[int]:
+        # Resolved at the first call: a lazy default model loads only when
+        # something is to be embedded.
+        inner = embedder.get() if isinstance(embedder, LazyEmbedder) else embedder
+        count = getattr(inner, "count_tokens", None)
+        return list(count(texts)) if callable(count) else [len(t) for t in texts]
+
+    return cost
 
 
 def _chunker_key(chunker: Chunker | None) -> str:
@@ -266,7 +239,7 @@ class _Pipeline:
         self.batch_size = batch_size
         self.progress = progress
         self.report = report
-        self.embedder = store_embedder(mem)
+        self.embedder = mem.embedder
         self.cost = embedding_cost(self.embedder)
         self.chunker_key = _chunker_key(chunker)
         self.existing: dict[str, MemoryRecord] = {}
@@ -390,9 +363,8 @@ class _Pipeline:
                 warnings.simplefilter("always", TextTruncatedWarning)
                 out[rows] = self.embedder.embed_batch([texts[i] for i in rows])
             for w in caught:  # counted into the report instead, and said once at the end
-                if issubclass(w.category, TextTruncatedWarning):
-                    m = re.match(r"(\d+) of", str(w.message))
-                    self.report.truncated += int(m.group(1)) if m else 1
+                if isinstance(w.message, TextTruncatedWarning):
+                    self.report.truncated += len(w.message.indices)
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             self.progress.update(fragments=len(rows))

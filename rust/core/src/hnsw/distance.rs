@@ -56,11 +56,15 @@ impl Metric {
     }
 }
 
-/// A query ready for the kernels: padded, with the sums the int8 formula needs.
+/// A query ready for the kernels: padded, with what the int8 formula needs.
 pub struct Query {
     pub v: Vec<f32>,
     sum: f32,
     norm2: f32,
+    /// `v` on a 16-bit grid (`v ≈ scale16 · q16`), so int8 records are read
+    /// with integer multiply-adds instead of a float conversion per byte.
+    q16: Vec<i16>,
+    scale16: f32,
 }
 
 impl Query {
@@ -70,6 +74,8 @@ impl Query {
             v,
             sum: 0.0,
             norm2: 0.0,
+            q16: Vec::new(),
+            scale16: 0.0,
         };
         q.refresh();
         q
@@ -83,48 +89,80 @@ impl Query {
         Query::new(p)
     }
 
-    /// Recomputes the sums after `v` was rewritten in place.
+    /// Recomputes the derived fields after `v` was rewritten in place.
     pub fn refresh(&mut self) {
-        self.sum = self.v.iter().sum();
-        self.norm2 = self.v.iter().map(|x| x * x).sum();
+        debug_assert!(self.v.len().is_multiple_of(LANES));
+        // Sixteen running sums (the query is whole LANES) let these vectorise.
+        let (mut sum, mut norm2, mut top) = ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
+        for c in self.v.chunks_exact(LANES) {
+            for i in 0..LANES {
+                sum[i] += c[i];
+                norm2[i] += c[i] * c[i];
+                top[i] = top[i].max(c[i].abs());
+            }
+        }
+        self.sum = sum.iter().sum();
+        self.norm2 = norm2.iter().sum();
+        let top = top.iter().fold(0.0f32, |m, &x| m.max(x));
+        // The integer kernels accumulate up to len/16 pair sums of
+        // 255 · |q16| per i32 lane; the grid is capped so that never overflows.
+        let cap = (f64::from(i32::MAX) * 16.0 / (510.0 * self.v.len().max(1) as f64))
+            .min(f64::from(i16::MAX)) as f32;
+        self.scale16 = if top > 0.0 { top / cap } else { 0.0 };
+        let inv = if top > 0.0 { cap / top } else { 0.0 };
+        self.q16.clear();
+        // Rounds half away from zero without a libm call per component;
+        // `as` saturates, so the half step past `cap` stays in range.
+        self.q16.extend(self.v.iter().map(|x| {
+            let y = x * inv;
+            (y + 0.5f32.copysign(y)) as i16
+        }));
     }
 }
 
-/// A raw kernel over a padded query and a record: Σ q·x or Σ (q − x)².
-type Kernel = fn(&[f32], &[u8]) -> f32;
+/// A raw kernel over a padded query and a record: Σ q·x or Σ (q − x)² (for
+/// int8, Σ q16 · code).
+type Kernel = fn(&Query, &[u8]) -> f32;
+/// The same over four records at once, so their loads overlap.
+type Kernel4 = fn(&Query, [&[u8]; 4]) -> [f32; 4];
 
 #[derive(Clone, Copy)]
 pub struct Distance {
     metric: Metric,
     precision: Precision,
     kernel: Kernel,
+    kernel4: Kernel4,
 }
 
 impl Distance {
     pub fn new(metric: Metric, precision: Precision) -> Self {
-        let k = kernels();
-        let kernel = match (precision, metric) {
-            (Precision::F32, Metric::L2) => k.l2_f32,
-            (Precision::F32, _) => k.dot_f32,
-            (Precision::F16, Metric::L2) => k.l2_f16,
-            (Precision::F16, _) => k.dot_f16,
-            // int8 L2 goes through the dot product: |q|² + |x|² − 2 q·x.
-            (Precision::Int8, _) => k.dot_u8,
-        };
+        let (kernel, kernel4) = kernels().pick(metric, precision);
         Distance {
             metric,
             precision,
             kernel,
+            kernel4,
         }
     }
 
     #[inline(always)]
     pub fn eval(&self, q: &Query, x: &[u8]) -> f32 {
-        let raw = (self.kernel)(&q.v, x);
+        self.finish(q, x, (self.kernel)(q, x))
+    }
+
+    /// Four distances; the same values as four calls of [`Distance::eval`].
+    #[inline(always)]
+    pub fn eval4(&self, q: &Query, x: [&[u8]; 4]) -> [f32; 4] {
+        let raw = (self.kernel4)(q, x);
+        std::array::from_fn(|j| self.finish(q, x[j], raw[j]))
+    }
+
+    #[inline(always)]
+    fn finish(&self, q: &Query, x: &[u8], raw: f32) -> f32 {
         match (self.precision, self.metric) {
             (Precision::Int8, metric) => {
                 let (lo, step, norm2) = int8_params(x, q.v.len());
-                let dot = lo * q.sum + step * raw;
+                let dot = lo * q.sum + step * q.scale16 * raw;
                 match metric {
                     Metric::L2 => (q.norm2 + norm2 - 2.0 * dot).max(0.0),
                     _ => 1.0 - dot,
@@ -137,23 +175,36 @@ impl Distance {
 }
 
 struct Kernels {
-    dot_f32: Kernel,
-    l2_f32: Kernel,
-    dot_f16: Kernel,
-    l2_f16: Kernel,
-    dot_u8: Kernel,
+    dot_f32: (Kernel, Kernel4),
+    l2_f32: (Kernel, Kernel4),
+    dot_f16: (Kernel, Kernel4),
+    l2_f16: (Kernel, Kernel4),
+    dot_u8: (Kernel, Kernel4),
+}
+
+impl Kernels {
+    fn pick(&self, metric: Metric, precision: Precision) -> (Kernel, Kernel4) {
+        match (precision, metric) {
+            (Precision::F32, Metric::L2) => self.l2_f32,
+            (Precision::F32, _) => self.dot_f32,
+            (Precision::F16, Metric::L2) => self.l2_f16,
+            (Precision::F16, _) => self.dot_f16,
+            // int8 L2 goes through the dot product: |q|² + |x|² − 2 q·x.
+            (Precision::Int8, _) => self.dot_u8,
+        }
+    }
 }
 
 fn kernels() -> Kernels {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx512f") {
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
             return Kernels {
-                dot_f32: x86::dot_f32_avx512,
-                l2_f32: x86::l2_f32_avx512,
-                dot_f16: x86::dot_f16_avx512,
-                l2_f16: x86::l2_f16_avx512,
-                dot_u8: x86::dot_u8_avx512,
+                dot_f32: (x86::dot_f32_avx512, x86::dot_f32_avx512_x4),
+                l2_f32: (x86::l2_f32_avx512, x86::l2_f32_avx512_x4),
+                dot_f16: (x86::dot_f16_avx512, x86::dot_f16_avx512_x4),
+                l2_f16: (x86::l2_f16_avx512, x86::l2_f16_avx512_x4),
+                dot_u8: (x86::dot_u8_avx512, x86::dot_u8_avx512_x4),
             };
         }
         if std::is_x86_feature_detected!("avx2")
@@ -161,27 +212,32 @@ fn kernels() -> Kernels {
             && std::is_x86_feature_detected!("f16c")
         {
             return Kernels {
-                dot_f32: x86::dot_f32_avx2,
-                l2_f32: x86::l2_f32_avx2,
-                dot_f16: x86::dot_f16_avx2,
-                l2_f16: x86::l2_f16_avx2,
-                dot_u8: x86::dot_u8_avx2,
+                dot_f32: (x86::dot_f32_avx2, x86::dot_f32_avx2_x4),
+                l2_f32: (x86::l2_f32_avx2, x86::l2_f32_avx2_x4),
+                dot_f16: (x86::dot_f16_avx2, x86::dot_f16_avx2_x4),
+                l2_f16: (x86::l2_f16_avx2, x86::l2_f16_avx2_x4),
+                dot_u8: (x86::dot_u8_avx2, x86::dot_u8_avx2_x4),
             };
         }
     }
-    Kernels {
-        dot_f32: portable::dot_f32,
-        l2_f32: portable::l2_f32,
-        dot_f16: portable::dot_f16,
-        l2_f16: portable::l2_f16,
-        dot_u8: portable::dot_u8,
-    }
+    portable::kernels()
 }
 
-/// Portable kernels written so the compiler vectorises them: one independent
-/// accumulator per lane, no reduction inside the loop.
 mod portable {
-    use super::LANES;
+    use super::{Kernel, Kernel4, Kernels, Query, LANES};
+
+    pub(super) fn kernels() -> Kernels {
+        Kernels {
+            dot_f32: (dot_f32, |q, x| x.map(|x| dot_f32(q, x))),
+            l2_f32: (l2_f32, |q, x| x.map(|x| l2_f32(q, x))),
+            dot_f16: (dot_f16, |q, x| x.map(|x| dot_f16(q, x))),
+            l2_f16: (l2_f16, |q, x| x.map(|x| l2_f16(q, x))),
+            dot_u8: (
+                dot_u8 as Kernel,
+                (|q, x| x.map(|x| dot_u8(q, x))) as Kernel4,
+            ),
+        }
+    }
 
     fn f32_at(x: &[u8], i: usize) -> f32 {
         f32::from_le_bytes([x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]])
@@ -201,87 +257,175 @@ mod portable {
         acc.iter().sum()
     }
 
-    pub fn dot_f32(q: &[f32], x: &[u8]) -> f32 {
-        fold(q, x, f32_at, |a, b| a * b)
+    fn dot_f32(q: &Query, x: &[u8]) -> f32 {
+        fold(&q.v, x, f32_at, |a, b| a * b)
     }
 
-    pub fn l2_f32(q: &[f32], x: &[u8]) -> f32 {
-        fold(q, x, f32_at, |a, b| (a - b) * (a - b))
+    fn l2_f32(q: &Query, x: &[u8]) -> f32 {
+        fold(&q.v, x, f32_at, |a, b| (a - b) * (a - b))
     }
 
-    pub fn dot_f16(q: &[f32], x: &[u8]) -> f32 {
-        fold(q, x, f16_at, |a, b| a * b)
+    fn dot_f16(q: &Query, x: &[u8]) -> f32 {
+        fold(&q.v, x, f16_at, |a, b| a * b)
     }
 
-    pub fn l2_f16(q: &[f32], x: &[u8]) -> f32 {
-        fold(q, x, f16_at, |a, b| (a - b) * (a - b))
+    fn l2_f16(q: &Query, x: &[u8]) -> f32 {
+        fold(&q.v, x, f16_at, |a, b| (a - b) * (a - b))
     }
 
-    pub fn dot_u8(q: &[f32], x: &[u8]) -> f32 {
-        fold(q, x, |x, i| f32::from(x[i]), |a, b| a * b)
+    fn dot_u8(q: &Query, x: &[u8]) -> f32 {
+        let s: i64 = q
+            .q16
+            .iter()
+            .zip(x)
+            .map(|(&a, &b)| i64::from(a) * i64::from(b))
+            .sum();
+        s as f32
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::LANES;
+    use super::{Query, LANES};
     use std::arch::x86_64::*;
 
-    // SAFETY (all kernels below): `kernels()` hands these out only after
-    // detecting the CPU features they enable. `q.len()` is a multiple of
-    // LANES and every record holds at least `q.len()` elements of its type
-    // (storage.rs sizes records so), which the asserts check before any load.
+    // SAFETY (every kernel below): the safe wrappers check that the query is
+    // a whole number of LANES and that each record holds at least as many
+    // components, so every load is in bounds; the unsafe bodies are only
+    // reachable through `kernels()`, after the CPU features were detected.
 
     macro_rules! safe_kernel {
-        ($name:ident, $imp:ident, $width:expr) => {
-            pub fn $name(q: &[f32], x: &[u8]) -> f32 {
-                assert!(q.len() % LANES == 0 && x.len() >= q.len() * $width);
-                unsafe { $imp(q.as_ptr(), x.as_ptr(), q.len()) }
+        ($name:ident, $name4:ident, $imp:ident, $imp4:ident, $width:expr, $q:ident) => {
+            pub fn $name(q: &Query, x: &[u8]) -> f32 {
+                let n = q.v.len();
+                assert!(n % LANES == 0 && q.$q.len() == n && x.len() >= n * $width);
+                unsafe { $imp(q.$q.as_ptr(), x.as_ptr(), n) }
+            }
+
+            pub fn $name4(q: &Query, x: [&[u8]; 4]) -> [f32; 4] {
+                let n = q.v.len();
+                assert!(n % LANES == 0 && q.$q.len() == n);
+                assert!(x.iter().all(|x| x.len() >= n * $width));
+                unsafe { $imp4(q.$q.as_ptr(), x.map(<[u8]>::as_ptr), n) }
             }
         };
     }
 
-    safe_kernel!(dot_f32_avx512, dot_f32_512, 4);
-    safe_kernel!(l2_f32_avx512, l2_f32_512, 4);
-    safe_kernel!(dot_f16_avx512, dot_f16_512, 2);
-    safe_kernel!(l2_f16_avx512, l2_f16_512, 2);
-    safe_kernel!(dot_u8_avx512, dot_u8_512, 1);
-    safe_kernel!(dot_f32_avx2, dot_f32_256, 4);
-    safe_kernel!(l2_f32_avx2, l2_f32_256, 4);
-    safe_kernel!(dot_f16_avx2, dot_f16_256, 2);
-    safe_kernel!(l2_f16_avx2, l2_f16_256, 2);
-    safe_kernel!(dot_u8_avx2, dot_u8_256, 1);
+    safe_kernel!(
+        dot_f32_avx512,
+        dot_f32_avx512_x4,
+        dot_f32_512,
+        dot_f32_512_x4,
+        4,
+        v
+    );
+    safe_kernel!(
+        l2_f32_avx512,
+        l2_f32_avx512_x4,
+        l2_f32_512,
+        l2_f32_512_x4,
+        4,
+        v
+    );
+    safe_kernel!(
+        dot_f16_avx512,
+        dot_f16_avx512_x4,
+        dot_f16_512,
+        dot_f16_512_x4,
+        2,
+        v
+    );
+    safe_kernel!(
+        l2_f16_avx512,
+        l2_f16_avx512_x4,
+        l2_f16_512,
+        l2_f16_512_x4,
+        2,
+        v
+    );
+    safe_kernel!(
+        dot_u8_avx512,
+        dot_u8_avx512_x4,
+        dot_u8_512,
+        dot_u8_512_x4,
+        1,
+        q16
+    );
+    safe_kernel!(
+        dot_f32_avx2,
+        dot_f32_avx2_x4,
+        dot_f32_256,
+        dot_f32_256_x4,
+        4,
+        v
+    );
+    safe_kernel!(l2_f32_avx2, l2_f32_avx2_x4, l2_f32_256, l2_f32_256_x4, 4, v);
+    safe_kernel!(
+        dot_f16_avx2,
+        dot_f16_avx2_x4,
+        dot_f16_256,
+        dot_f16_256_x4,
+        2,
+        v
+    );
+    safe_kernel!(l2_f16_avx2, l2_f16_avx2_x4, l2_f16_256, l2_f16_256_x4, 2, v);
+    safe_kernel!(
+        dot_u8_avx2,
+        dot_u8_avx2_x4,
+        dot_u8_256,
+        dot_u8_256_x4,
+        1,
+        q16
+    );
 
-    // Each AVX-512 kernel loads one 16-lane block of the record per step and
-    // keeps two accumulators to hide the FMA latency.
+    /// Float kernels: `$load` decodes LANES components of a record at `i`;
+    /// `$dot` picks Σ q·x over Σ (q − x)².
     macro_rules! kernel512 {
-        ($name:ident, $load:expr, $dot:expr) => {
+        ($name:ident, $name4:ident, $load:ident, $dot:expr) => {
             #[target_feature(enable = "avx512f")]
-            unsafe fn $name(q: *const f32, x: *const u8, n: usize) -> f32 {
-                #[target_feature(enable = "avx512f")]
-                #[inline]
-                unsafe fn step(acc: __m512, q: *const f32, x: *const u8, i: usize) -> __m512 {
-                    let a = _mm512_loadu_ps(q.add(i));
-                    let b: __m512 = $load(x, i);
-                    if $dot {
-                        _mm512_fmadd_ps(a, b, acc)
-                    } else {
-                        let d = _mm512_sub_ps(a, b);
-                        _mm512_fmadd_ps(d, d, acc)
-                    }
+            #[inline]
+            unsafe fn step512(acc: __m512, a: __m512, b: __m512) -> __m512 {
+                if $dot {
+                    _mm512_fmadd_ps(a, b, acc)
+                } else {
+                    let d = _mm512_sub_ps(a, b);
+                    _mm512_fmadd_ps(d, d, acc)
                 }
+            }
+
+            #[target_feature(enable = "avx512f")]
+            pub(in super::super) unsafe fn $name(q: *const f32, x: *const u8, n: usize) -> f32 {
                 let mut s0 = _mm512_setzero_ps();
                 let mut s1 = _mm512_setzero_ps();
                 let mut i = 0;
                 while i + 2 * LANES <= n {
-                    s0 = step(s0, q, x, i);
-                    s1 = step(s1, q, x, i + LANES);
+                    s0 = step512(s0, _mm512_loadu_ps(q.add(i)), $load(x, i));
+                    let (a, b) = (_mm512_loadu_ps(q.add(i + LANES)), $load(x, i + LANES));
+                    s1 = step512(s1, a, b);
                     i += 2 * LANES;
                 }
                 if i < n {
-                    s0 = step(s0, q, x, i);
+                    s0 = step512(s0, _mm512_loadu_ps(q.add(i)), $load(x, i));
                 }
                 _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
+            }
+
+            #[target_feature(enable = "avx512f")]
+            pub(in super::super) unsafe fn $name4(
+                q: *const f32,
+                x: [*const u8; 4],
+                n: usize,
+            ) -> [f32; 4] {
+                let mut s = [_mm512_setzero_ps(); 4];
+                let mut i = 0;
+                while i < n {
+                    let a = _mm512_loadu_ps(q.add(i));
+                    for j in 0..4 {
+                        s[j] = step512(s[j], a, $load(x[j], i));
+                    }
+                    i += LANES;
+                }
+                s.map(|s| _mm512_reduce_add_ps(s))
             }
         };
     }
@@ -298,17 +442,77 @@ mod x86 {
         _mm512_cvtph_ps(_mm256_loadu_si256(x.add(2 * i).cast()))
     }
 
-    #[target_feature(enable = "avx512f")]
+    mod f32_512_dot {
+        use super::*;
+        kernel512!(dot_f32_512, dot_f32_512_x4, load_f32_512, true);
+    }
+    mod f32_512_l2 {
+        use super::*;
+        kernel512!(l2_f32_512, l2_f32_512_x4, load_f32_512, false);
+    }
+    mod f16_512_dot {
+        use super::*;
+        kernel512!(dot_f16_512, dot_f16_512_x4, load_f16_512, true);
+    }
+    mod f16_512_l2 {
+        use super::*;
+        kernel512!(l2_f16_512, l2_f16_512_x4, load_f16_512, false);
+    }
+    use f16_512_dot::*;
+    use f16_512_l2::*;
+    use f32_512_dot::*;
+    use f32_512_l2::*;
+
+    /// Σ q16·code over 32 components from `i`: codes widened to i16, pairs
+    /// multiplied and added into i32 lanes (`vpmaddwd`).
+    #[target_feature(enable = "avx512f,avx512bw")]
     #[inline]
-    unsafe fn load_u8_512(x: *const u8, i: usize) -> __m512 {
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(x.add(i).cast())))
+    unsafe fn madd_u8_512(acc: __m512i, q: *const i16, x: *const u8, i: usize) -> __m512i {
+        let b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(x.add(i).cast()));
+        let a = _mm512_loadu_si512(q.add(i).cast());
+        _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
     }
 
-    kernel512!(dot_f32_512, load_f32_512, true);
-    kernel512!(l2_f32_512, load_f32_512, false);
-    kernel512!(dot_f16_512, load_f16_512, true);
-    kernel512!(l2_f16_512, load_f16_512, false);
-    kernel512!(dot_u8_512, load_u8_512, true);
+    /// The same over the 16 components left when `n` is an odd number of LANES.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    unsafe fn madd_u8_tail(acc: __m512i, q: *const i16, x: *const u8, i: usize) -> __m512i {
+        let b = _mm256_cvtepu8_epi16(_mm_loadu_si128(x.add(i).cast()));
+        let a = _mm256_loadu_si256(q.add(i).cast());
+        _mm512_add_epi32(acc, _mm512_zextsi256_si512(_mm256_madd_epi16(a, b)))
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn dot_u8_512(q: *const i16, x: *const u8, n: usize) -> f32 {
+        let mut acc = _mm512_setzero_si512();
+        let mut i = 0;
+        while i + 2 * LANES <= n {
+            acc = madd_u8_512(acc, q, x, i);
+            i += 2 * LANES;
+        }
+        if i < n {
+            acc = madd_u8_tail(acc, q, x, i);
+        }
+        _mm512_reduce_add_ps(_mm512_cvtepi32_ps(acc))
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn dot_u8_512_x4(q: *const i16, x: [*const u8; 4], n: usize) -> [f32; 4] {
+        let mut s = [_mm512_setzero_si512(); 4];
+        let mut i = 0;
+        while i + 2 * LANES <= n {
+            for j in 0..4 {
+                s[j] = madd_u8_512(s[j], q, x[j], i);
+            }
+            i += 2 * LANES;
+        }
+        if i < n {
+            for j in 0..4 {
+                s[j] = madd_u8_tail(s[j], q, x[j], i);
+            }
+        }
+        s.map(|s| _mm512_reduce_add_ps(_mm512_cvtepi32_ps(s)))
+    }
 
     #[target_feature(enable = "avx2,fma")]
     #[inline]
@@ -321,28 +525,53 @@ mod x86 {
         _mm_cvtss_f32(s)
     }
 
-    // AVX2 kernels process a 16-lane block as two 8-lane halves.
     macro_rules! kernel256 {
-        ($name:ident, $load:expr, $dot:expr) => {
+        ($name:ident, $name4:ident, $load:ident, $dot:expr) => {
+            /// LANES components from `i`, in two registers.
             #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn $name(q: *const f32, x: *const u8, n: usize) -> f32 {
-                let mut s0 = _mm256_setzero_ps();
-                let mut s1 = _mm256_setzero_ps();
+            #[inline]
+            unsafe fn step256(
+                s: [__m256; 2],
+                q: *const f32,
+                x: *const u8,
+                i: usize,
+            ) -> [__m256; 2] {
+                let (a0, a1) = (_mm256_loadu_ps(q.add(i)), _mm256_loadu_ps(q.add(i + 8)));
+                let (b0, b1): (__m256, __m256) = ($load(x, i), $load(x, i + 8));
+                if $dot {
+                    [_mm256_fmadd_ps(a0, b0, s[0]), _mm256_fmadd_ps(a1, b1, s[1])]
+                } else {
+                    let (d0, d1) = (_mm256_sub_ps(a0, b0), _mm256_sub_ps(a1, b1));
+                    [_mm256_fmadd_ps(d0, d0, s[0]), _mm256_fmadd_ps(d1, d1, s[1])]
+                }
+            }
+
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(in super::super) unsafe fn $name(q: *const f32, x: *const u8, n: usize) -> f32 {
+                let mut s = [_mm256_setzero_ps(); 2];
                 let mut i = 0;
                 while i < n {
-                    let (a0, a1) = (_mm256_loadu_ps(q.add(i)), _mm256_loadu_ps(q.add(i + 8)));
-                    let (b0, b1): (__m256, __m256) = ($load(x, i), $load(x, i + 8));
-                    if $dot {
-                        s0 = _mm256_fmadd_ps(a0, b0, s0);
-                        s1 = _mm256_fmadd_ps(a1, b1, s1);
-                    } else {
-                        let (d0, d1) = (_mm256_sub_ps(a0, b0), _mm256_sub_ps(a1, b1));
-                        s0 = _mm256_fmadd_ps(d0, d0, s0);
-                        s1 = _mm256_fmadd_ps(d1, d1, s1);
+                    s = step256(s, q, x, i);
+                    i += LANES;
+                }
+                hsum256(_mm256_add_ps(s[0], s[1]))
+            }
+
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(in super::super) unsafe fn $name4(
+                q: *const f32,
+                x: [*const u8; 4],
+                n: usize,
+            ) -> [f32; 4] {
+                let mut s = [[_mm256_setzero_ps(); 2]; 4];
+                let mut i = 0;
+                while i < n {
+                    for j in 0..4 {
+                        s[j] = step256(s[j], q, x[j], i);
                     }
                     i += LANES;
                 }
-                hsum256(_mm256_add_ps(s0, s1))
+                s.map(|s| hsum256(_mm256_add_ps(s[0], s[1])))
             }
         };
     }
@@ -359,19 +588,66 @@ mod x86 {
         _mm256_cvtph_ps(_mm_loadu_si128(x.add(2 * i).cast()))
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
+    mod f32_256_dot {
+        use super::*;
+        kernel256!(dot_f32_256, dot_f32_256_x4, load_f32_256, true);
+    }
+    mod f32_256_l2 {
+        use super::*;
+        kernel256!(l2_f32_256, l2_f32_256_x4, load_f32_256, false);
+    }
+    mod f16_256_dot {
+        use super::*;
+        kernel256!(dot_f16_256, dot_f16_256_x4, load_f16_256, true);
+    }
+    mod f16_256_l2 {
+        use super::*;
+        kernel256!(l2_f16_256, l2_f16_256_x4, load_f16_256, false);
+    }
+    use f16_256_dot::*;
+    use f16_256_l2::*;
+    use f32_256_dot::*;
+    use f32_256_l2::*;
+
+    /// Σ q16·code over LANES components from `i` (`vpmaddwd`, 8 i32 lanes).
+    #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn load_u8_256(x: *const u8, i: usize) -> __m256 {
-        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(x.add(i).cast())))
+    unsafe fn madd_u8_256(acc: __m256i, q: *const i16, x: *const u8, i: usize) -> __m256i {
+        let b = _mm256_cvtepu8_epi16(_mm_loadu_si128(x.add(i).cast()));
+        let a = _mm256_loadu_si256(q.add(i).cast());
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
     }
 
-    kernel256!(dot_f32_256, load_f32_256, true);
-    kernel256!(l2_f32_256, load_f32_256, false);
-    kernel256!(dot_f16_256, load_f16_256, true);
-    kernel256!(l2_f16_256, load_f16_256, false);
-    kernel256!(dot_u8_256, load_u8_256, true);
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn hsum256i(v: __m256i) -> f32 {
+        hsum256(_mm256_cvtepi32_ps(v))
+    }
 
-    /// Hints the cache to fetch a line that is about to be read.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_u8_256(q: *const i16, x: *const u8, n: usize) -> f32 {
+        let mut acc = _mm256_setzero_si256();
+        let mut i = 0;
+        while i < n {
+            acc = madd_u8_256(acc, q, x, i);
+            i += LANES;
+        }
+        hsum256i(acc)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_u8_256_x4(q: *const i16, x: [*const u8; 4], n: usize) -> [f32; 4] {
+        let mut s = [_mm256_setzero_si256(); 4];
+        let mut i = 0;
+        while i < n {
+            for j in 0..4 {
+                s[j] = madd_u8_256(s[j], q, x[j], i);
+            }
+            i += LANES;
+        }
+        s.map(|s| hsum256i(s))
+    }
+
     #[inline(always)]
     pub fn prefetch(p: *const u8) {
         // SAFETY: prefetch never faults, whatever the address.
@@ -414,7 +690,7 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
         };
-        let all = [portable_kernels(), kernels()];
+        let all = [portable::kernels(), kernels()];
         for dim in [1, 15, 16, 33, 100, 384] {
             let a: Vec<f32> = (0..dim).map(|_| next()).collect();
             let b: Vec<f32> = (0..dim).map(|_| next()).collect();
@@ -434,31 +710,22 @@ mod tests {
                     };
                     for k in &all {
                         let mut d = Distance::new(metric, precision);
-                        d.kernel = match (precision, metric) {
-                            (Precision::F32, Metric::L2) => k.l2_f32,
-                            (Precision::F32, _) => k.dot_f32,
-                            (Precision::F16, Metric::L2) => k.l2_f16,
-                            (Precision::F16, _) => k.dot_f16,
-                            (Precision::Int8, _) => k.dot_u8,
-                        };
+                        (d.kernel, d.kernel4) = k.pick(metric, precision);
                         let got = f64::from(d.eval(&q, store.get(slot)));
                         assert!(
                             (got - want).abs() < tol,
                             "{precision:?} {metric:?} dim {dim}: {got} vs {want}"
                         );
+                        let x = store.get(slot);
+                        for got4 in d.eval4(&q, [x, x, x, x]) {
+                            assert!(
+                                (f64::from(got4) - got).abs() < 1e-5,
+                                "eval4 {precision:?} {metric:?} dim {dim}: {got4} vs {got}"
+                            );
+                        }
                     }
                 }
             }
-        }
-    }
-
-    fn portable_kernels() -> Kernels {
-        Kernels {
-            dot_f32: portable::dot_f32,
-            l2_f32: portable::l2_f32,
-            dot_f16: portable::dot_f16,
-            l2_f16: portable::l2_f16,
-            dot_u8: portable::dot_u8,
         }
     }
 

@@ -92,10 +92,23 @@ impl Hnsw {
                 continue;
             }
             self.load_query(c.slot, base);
-            if out.iter().all(|s| self.dist_to(base, s.slot) >= c.d) {
+            if self.all_at_least(base, out, c.d) {
                 out.push(c);
             }
         }
+    }
+
+    /// Whether every node of `nodes` is at least `d` away from `q`, four
+    /// distances at a time.
+    fn all_at_least(&self, q: &Query, nodes: &[Cand], d: f32) -> bool {
+        nodes.chunks(4).all(|group| {
+            if let [a, b, c, e] = *group {
+                let ds = self.dists4(q, [a.slot, b.slot, c.slot, e.slot]);
+                ds.iter().all(|&x| x >= d)
+            } else {
+                group.iter().all(|n| self.dist_to(q, n.slot) >= d)
+            }
+        })
     }
 
     /// Adds the back link `node -> new` on `level`, pruning with the heuristic
@@ -109,13 +122,18 @@ impl Hnsw {
                 links.push(new.slot);
             } else {
                 self.load_query(node, &mut sc.base);
-                let mut cands: Vec<Cand> = links
-                    .iter()
-                    .map(|&x| Cand {
-                        d: self.dist_to(&sc.base, x),
-                        slot: x,
-                    })
-                    .collect();
+                let mut cands: Vec<Cand> = Vec::with_capacity(links.len() + 1);
+                for group in links.chunks(4) {
+                    if let [a, b, c, e] = *group {
+                        let ds = self.dists4(&sc.base, [a, b, c, e]);
+                        cands.extend(ds.iter().zip(group).map(|(&d, &slot)| Cand { d, slot }));
+                    } else {
+                        cands.extend(group.iter().map(|&x| Cand {
+                            d: self.dist_to(&sc.base, x),
+                            slot: x,
+                        }));
+                    }
+                }
                 cands.push(new);
                 cands.sort_unstable();
                 let mut kept = Vec::with_capacity(cands.len());

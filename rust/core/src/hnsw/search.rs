@@ -112,6 +112,22 @@ impl Hnsw {
         self.dist.eval(q, self.vectors.get(slot))
     }
 
+    /// Distances to the first four of `slots` at once (their loads overlap),
+    /// or to the one first slot when fewer are left; returns how many.
+    #[inline]
+    fn dists(&self, q: &Query, slots: &[u32]) -> ([f32; 4], usize) {
+        if let [a, b, c, d, ..] = *slots {
+            (self.dists4(q, [a, b, c, d]), 4)
+        } else {
+            ([self.dist_to(q, slots[0]), 0.0, 0.0, 0.0], 1)
+        }
+    }
+
+    #[inline]
+    pub(super) fn dists4(&self, q: &Query, slots: [u32; 4]) -> [f32; 4] {
+        self.dist.eval4(q, slots.map(|s| self.vectors.get(s)))
+    }
+
     /// Decodes the vector of `slot` into `q`.
     pub(super) fn load_query(&self, slot: u32, q: &mut Query) {
         self.vectors.decode(slot, &mut q.v);
@@ -127,12 +143,19 @@ impl Hnsw {
         loop {
             let mut changed = false;
             self.graph.read(cur.slot, level, &mut sc.links);
-            for &n in &sc.links {
-                let d = self.dist_to(q, n);
-                if d < cur.d {
-                    cur = Cand { d, slot: n };
-                    changed = true;
+            let mut at = 0;
+            while at < sc.links.len() {
+                let (ds, m) = self.dists(q, &sc.links[at..]);
+                for (j, &d) in ds.iter().enumerate().take(m) {
+                    if d < cur.d {
+                        cur = Cand {
+                            d,
+                            slot: sc.links[at + j],
+                        };
+                        changed = true;
+                    }
                 }
+                at += m;
             }
             if !changed {
                 return cur;
@@ -173,39 +196,55 @@ impl Hnsw {
             if c.d > bound {
                 break;
             }
+            if level == 0 {
+                if let Some(Reverse(next)) = sc.candidates.peek() {
+                    self.graph.prefetch(next.slot);
+                }
+            }
+            // The marks of all neighbours are requested before any is read,
+            // so their cache misses overlap instead of following one another.
+            self.graph.read(c.slot, level, &mut sc.links);
+            for &n in &sc.links {
+                if let Some(v) = sc.visited.get(n as usize) {
+                    prefetch((v as *const u32).cast());
+                }
+            }
             sc.fresh.clear();
-            let (graph, fresh) = (&self.graph, &mut sc.fresh);
-            let visited = &mut sc.visited;
             let epoch = sc.epoch;
-            graph.for_each(c.slot, level, |n| {
-                let v = &mut visited[n as usize];
+            for &n in &sc.links {
+                let v = &mut sc.visited[n as usize];
                 if *v != epoch {
                     *v = epoch;
-                    fresh.push(n);
+                    sc.fresh.push(n);
                 }
-            });
-            for &n in fresh.iter() {
+            }
+            for &n in sc.fresh.iter() {
                 let p = self.vectors.ptr(n);
                 for line in 0..lines {
                     prefetch(p.wrapping_add(line * 64));
                 }
             }
-            for &n in &sc.fresh {
-                let d = self.dist_to(q, n);
-                let bound = match sc.results.peek() {
-                    Some(w) if sc.results.len() >= ef => w.d,
-                    _ => f32::INFINITY,
-                };
-                if d < bound {
-                    let cand = Cand { d, slot: n };
-                    sc.candidates.push(Reverse(cand));
-                    if accept(n) {
-                        sc.results.push(cand);
-                        if sc.results.len() > ef {
-                            sc.results.pop();
+            let mut at = 0;
+            while at < sc.fresh.len() {
+                let (ds, m) = self.dists(q, &sc.fresh[at..]);
+                for (j, &d) in ds.iter().enumerate().take(m) {
+                    let n = sc.fresh[at + j];
+                    let bound = match sc.results.peek() {
+                        Some(w) if sc.results.len() >= ef => w.d,
+                        _ => f32::INFINITY,
+                    };
+                    if d < bound {
+                        let cand = Cand { d, slot: n };
+                        sc.candidates.push(Reverse(cand));
+                        if accept(n) {
+                            sc.results.push(cand);
+                            if sc.results.len() > ef {
+                                sc.results.pop();
+                            }
                         }
                     }
                 }
+                at += m;
             }
         }
     }
