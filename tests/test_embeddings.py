@@ -164,7 +164,7 @@ def test_truncation_is_reported_exactly_at_the_limit(embedder: OnnxEmbedder) -> 
     assert rec[0].filename == __file__  # points at the caller, not at memlane
     warning = rec[0].message
     assert isinstance(warning, TextTruncatedWarning)
-    assert (warning.indices, warning.total, warning.max_length) == ((1, 3), 4, 256)
+    assert (warning.count, warning.indices, warning.max_length) == (2, (1, 3), 256)
 
     with pytest.warns(TextTruncatedWarning, match="1 of 1 texts"):
         embedder.embed(over)

@@ -49,19 +49,17 @@ class Embedder(Protocol):
 class TextTruncatedWarning(UserWarning):
     """Some texts were longer than the model's limit; only their start was embedded.
 
-    ``indices`` are the positions of the cut texts in the batch, ``total`` the
-    batch's size and ``max_length`` the model's limit in tokens.
+    ``count`` says how many (1 when a plain message was warned); ``indices``,
+    for a warning about one batch, are their positions in it; ``max_length``
+    is the model's limit in tokens when the warning knows it (else 0).
     """
 
-    def __init__(self, indices: tuple[int, ...], total: int, max_length: int) -> None:
-        shown = ", ".join(map(str, indices[:5])) + (", ..." if len(indices) > 5 else "")
-        super().__init__(
-            f"{len(indices)} of {total} texts exceeded the model's limit of {max_length} "
-            f"tokens and were truncated (indices {shown}); pass return_truncated=True to get "
-            "them all"
-        )
+    def __init__(
+        self, message: str, *, count: int = 1, indices: tuple[int, ...] = (), max_length: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.count = count
         self.indices = indices
-        self.total = total
         self.max_length = max_length
 
 

@@ -313,7 +313,15 @@ def _mean_pool_normalised(
 
 
 def _warn_truncated(truncated: tuple[int, ...], total: int, max_length: int) -> None:
-    warnings.warn(TextTruncatedWarning(truncated, total, max_length), stacklevel=3)
+    shown = ", ".join(map(str, truncated[:5])) + (", ..." if len(truncated) > 5 else "")
+    message = (
+        f"{len(truncated)} of {total} texts exceeded the model's limit of {max_length} tokens "
+        f"and were truncated (indices {shown}); pass return_truncated=True to get them all"
+    )
+    warning = TextTruncatedWarning(
+        message, count=len(truncated), indices=truncated, max_length=max_length
+    )
+    warnings.warn(warning, stacklevel=3)
 
 
 def _existing_file(path: str | os.PathLike[str], label: str) -> Path:

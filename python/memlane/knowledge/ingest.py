@@ -364,7 +364,7 @@ class _Pipeline:
                 out[rows] = self.embedder.embed_batch([texts[i] for i in rows])
             for w in caught:  # counted into the report instead, and said once at the end
                 if isinstance(w.message, TextTruncatedWarning):
-                    self.report.truncated += len(w.message.indices)
+                    self.report.truncated += w.message.count
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             self.progress.update(fragments=len(rows))
@@ -522,14 +522,13 @@ def ingest_sources(
     finally:
         bar.close()
     if report.truncated > truncated:
-        warnings.warn(
-            f"{report.truncated - truncated} fragment(s) were longer than the embedding model "
-            "reads: their vectors stand for their beginning (text search sees all of them); "
-            "a smaller chunk_size, or TokenSplitter(chunk_size=254) for the default model, "
-            "avoids it",
-            TextTruncatedWarning,
-            stacklevel=4,
+        cut = report.truncated - truncated
+        message = (
+            f"{cut} fragment(s) were longer than the embedding model reads: their vectors "
+            "stand for their beginning (text search sees all of them); a smaller chunk_size, "
+            "or TokenSplitter(chunk_size=254) for the default model, avoids it"
         )
+        warnings.warn(TextTruncatedWarning(message, count=cut), stacklevel=4)
     return report
 
 
