@@ -153,27 +153,19 @@ impl Engine {
         }
         let pool = req.candidates.max(req.k);
 
-        let text_side = || match text {
+        let text_hits = match text {
             Some(t) if req.mode != Mode::Vector => {
                 let filter = allowed_ids.as_deref().map(|ids| self.bm25.filter(ids));
                 self.bm25.search(t, pool, filter.as_ref())
             }
             _ => Vec::new(),
         };
-        let vector_side = || match &query {
+        let vector_hits = match &query {
             Some(q) if req.mode != Mode::Text => {
-                self.vector_candidates(q, pool, allowed_ids.as_deref(), selection.as_ref())
+                self.vector_candidates(q, pool, allowed_ids.as_deref(), selection.as_ref())?
             }
-            _ => Ok(Vec::new()),
+            _ => Vec::new(),
         };
-        // A hybrid query runs its two retrievers on both cores.
-        let (text_hits, vector_hits) =
-            if req.mode == Mode::Hybrid && text.is_some() && query.is_some() {
-                rayon::join(text_side, vector_side)
-            } else {
-                (text_side(), vector_side())
-            };
-        let vector_hits = vector_hits?;
 
         let mut order: Vec<u64> = Vec::with_capacity(text_hits.len() + vector_hits.len());
         let mut cands: FxHashMap<u64, Cand> = FxHashMap::default();
