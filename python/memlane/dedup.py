@@ -24,6 +24,8 @@ __all__ = ["DedupWindow", "content_hash", "normalise_text", "window_keys"]
 
 def normalise_text(text: str) -> str:
     """NFKC, case-folded, whitespace collapsed and stripped: what "the same content" compares."""
+    if text.isascii():  # NFKC leaves ASCII as it is, and casefold is lower there
+        return " ".join(text.lower().split())
     if not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text)
     return " ".join(text.casefold().split())
