@@ -356,7 +356,7 @@ def main() -> None:
     parser.add_argument("--build-repeat", type=int, default=3, help="builds per library")
     parser.add_argument(
         "--precision",
-        choices=["f32", "f16", "int8"],
+        choices=["f32", "f16", "int8", "int8+f16"],
         default="f32",
         help="memlane's vector storage (default f32, exact)",
     )

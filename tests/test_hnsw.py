@@ -207,6 +207,38 @@ def test_distances_are_the_metrics_and_sorted(rec: Recall, metric: str) -> None:
     np.testing.assert_allclose(dists, want, rtol=1e-4, atol=1e-4 * (1 + np.abs(want).max()))
 
 
+@pytest.mark.parametrize(
+    ("precision", "floor", "tol"),
+    [("f16", RECALL_TARGET, 2e-3), ("int8", 0.9, 2e-2), ("int8+f16", RECALL_TARGET, 2e-3)],
+)
+@pytest.mark.parametrize("metric", ["cosine", "l2"])
+def test_reduced_precision_recall_and_distances(
+    rec: Recall, metric: str, precision: str, floor: float, tol: float, tmp_path: Path
+) -> None:
+    index = HnswIndex(dim=DIM, metric=metric, precision=precision)
+    index.add(rec.ids, rec.data)
+    assert index.precision == precision
+    labels, dists = index.search(rec.queries, k=K)
+    r = recall(labels, rec.truth(metric))
+    assert r >= floor, f"{precision} {metric}: recall@10 {r:.3f}"
+    assert np.all(np.diff(dists, axis=1) >= 0), "results are not nearest first"
+    # The distances reported are those of the stored precision: int8+f16
+    # walks the graph on int8 codes but ranks and reports on its f16 copies.
+    rows = np.searchsorted(rec.ids, labels[:20])
+    want = np.take_along_axis(distances(metric, rec.data, rec.queries[:20]), rows, axis=1)
+    np.testing.assert_allclose(dists[:20], want, atol=tol * (1 + np.abs(want).max()))
+    index.save(tmp_path / "p.hnsw")
+    loaded = HnswIndex.load(tmp_path / "p.hnsw")
+    assert loaded.precision == precision
+    again = loaded.search(rec.queries, k=K)
+    assert np.array_equal(again[0], labels) and np.array_equal(again[1], dists)
+
+
+def test_unknown_precision_names_the_choices() -> None:
+    with pytest.raises(InvalidArgumentError, match="int8\\+f16"):
+        HnswIndex(dim=4, precision="int4")
+
+
 def test_recall_grows_with_ef(rec: Recall) -> None:
     index = rec.index("cosine")
     truth = rec.truth("cosine")

@@ -160,7 +160,7 @@ impl Distance {
     #[inline(always)]
     fn finish(&self, q: &Query, x: &[u8], raw: f32) -> f32 {
         match (self.precision, self.metric) {
-            (Precision::Int8, metric) => {
+            (Precision::Int8 | Precision::Int8F16, metric) => {
                 let (lo, step, norm2) = int8_params(x, q.v.len());
                 let dot = lo * q.sum + step * q.scale16 * raw;
                 match metric {
@@ -190,7 +190,7 @@ impl Kernels {
             (Precision::F16, Metric::L2) => self.l2_f16,
             (Precision::F16, _) => self.dot_f16,
             // int8 L2 goes through the dot product: |q|² + |x|² − 2 q·x.
-            (Precision::Int8, _) => self.dot_u8,
+            (Precision::Int8 | Precision::Int8F16, _) => self.dot_u8,
         }
     }
 }
@@ -694,7 +694,12 @@ mod tests {
         for dim in [1, 15, 16, 33, 100, 384] {
             let a: Vec<f32> = (0..dim).map(|_| next()).collect();
             let b: Vec<f32> = (0..dim).map(|_| next()).collect();
-            for precision in [Precision::F32, Precision::F16, Precision::Int8] {
+            for precision in [
+                Precision::F32,
+                Precision::F16,
+                Precision::Int8,
+                Precision::Int8F16,
+            ] {
                 let mut store = Vectors::new(dim, precision);
                 let slot = store.push_zeroed();
                 store.set(slot, &b);
@@ -706,7 +711,7 @@ mod tests {
                     let tol = match precision {
                         Precision::F32 => 1e-4,
                         Precision::F16 => 2e-3 * (dim as f64).sqrt(),
-                        Precision::Int8 => 5e-3 * (dim as f64).sqrt(),
+                        Precision::Int8 | Precision::Int8F16 => 5e-3 * (dim as f64).sqrt(),
                     };
                     for k in &all {
                         let mut d = Distance::new(metric, precision);

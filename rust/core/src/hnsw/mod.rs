@@ -80,6 +80,8 @@ const NO_ENTRY: u64 = u64::MAX;
 pub struct Hnsw {
     metric: Metric,
     dist: Distance,
+    /// Ranks a search's final candidates on the f16 part of `Int8F16` records.
+    rank: Option<Distance>,
     m: usize,
     ef_construction: usize,
     ef: usize,
@@ -166,6 +168,8 @@ impl Hnsw {
         Ok(Hnsw {
             metric,
             dist: Distance::new(metric, params.precision),
+            rank: (params.precision == Precision::Int8F16)
+                .then(|| Distance::new(metric, Precision::F16)),
             m: params.m,
             ef_construction: params.ef_construction,
             ef: params.ef,
@@ -469,7 +473,7 @@ impl Hnsw {
             Some(a) if self.prefer_scan(a, ef) => {
                 let mut heap = BinaryHeap::with_capacity(k.min(a.len()) + 1);
                 for &slot in a.slots() {
-                    let d = self.dist_to(&q, slot);
+                    let d = self.rank_dist(&q, slot);
                     if heap.len() < k {
                         heap.push(Cand { d, slot });
                     } else if heap.peek().is_some_and(|w: &Cand| d < w.d) {
@@ -485,7 +489,13 @@ impl Hnsw {
                     Some(a) => self.search_graph(&q, ef, sc, |s| a.contains(s)),
                     None => self.search_graph(&q, ef, sc, |s| !removed[s as usize]),
                 }
-                sc.results.drain().collect()
+                let mut found: Vec<Cand> = sc.results.drain().collect();
+                if self.rank.is_some() {
+                    for c in &mut found {
+                        c.d = self.rank_dist(&q, c.slot);
+                    }
+                }
+                found
             }),
         };
         best.sort_unstable();

@@ -123,6 +123,15 @@ impl Hnsw {
         }
     }
 
+    /// The distance results are ranked by: the f16 part of an `Int8F16`
+    /// record, else the one searches walk by.
+    pub(super) fn rank_dist(&self, q: &Query, slot: u32) -> f32 {
+        match &self.rank {
+            Some(rank) => rank.eval(q, &self.vectors.get(slot)[self.vectors.rank_offset()..]),
+            None => self.dist_to(q, slot),
+        }
+    }
+
     #[inline]
     pub(super) fn dists4(&self, q: &Query, slots: [u32; 4]) -> [f32; 4] {
         self.dist.eval4(q, slots.map(|s| self.vectors.get(s)))
@@ -133,7 +142,10 @@ impl Hnsw {
         self.vectors.decode(slot, &mut q.v);
         // Only the int8 formula reads the sums; linking decodes thousands of
         // vectors per insert, so skip them otherwise.
-        if self.vectors.precision() == super::Precision::Int8 {
+        if matches!(
+            self.vectors.precision(),
+            super::Precision::Int8 | super::Precision::Int8F16
+        ) {
             q.refresh();
         }
     }
@@ -187,7 +199,7 @@ impl Hnsw {
                 }
             }
         }
-        let lines = PREFETCH_LINES.min(self.vectors.lines_per_record());
+        let lines = PREFETCH_LINES.min(self.vectors.search_lines());
         while let Some(Reverse(c)) = sc.candidates.pop() {
             let bound = match sc.results.peek() {
                 Some(w) if sc.results.len() >= ef => w.d,

@@ -8,6 +8,10 @@
 //! - `Int8`: one byte per component on a per-vector affine grid
 //!   (`x ≈ lo + step · code`), then `lo`, `step` and the exact squared norm;
 //!   a quarter of the memory traffic, distances within a few 1e-3.
+//! - `Int8F16`: the `Int8` record, then (from the next cache line) the
+//!   vector in half floats. Searches walk the graph on the int8 part, whose
+//!   lines are the only ones they touch, and rank their final candidates on
+//!   the f16 part, so results and distances are those of `F16`.
 //!
 //! Zero padding changes no dot product or L2 distance, so the kernels have no
 //! tail loops, and aligned records mean no load ever splits a cache line.
@@ -25,6 +29,7 @@ pub enum Precision {
     F32,
     F16,
     Int8,
+    Int8F16,
 }
 
 impl Precision {
@@ -33,8 +38,9 @@ impl Precision {
             "f32" => Ok(Precision::F32),
             "f16" => Ok(Precision::F16),
             "int8" => Ok(Precision::Int8),
+            "int8+f16" => Ok(Precision::Int8F16),
             other => Err(Error::invalid(format!(
-                "precision must be one of {{'f32', 'f16', 'int8'}}, got {other:?}"
+                "precision must be one of {{'f32', 'f16', 'int8', 'int8+f16'}}, got {other:?}"
             ))),
         }
     }
@@ -44,6 +50,7 @@ impl Precision {
             Precision::F32 => "f32",
             Precision::F16 => "f16",
             Precision::Int8 => "int8",
+            Precision::Int8F16 => "int8+f16",
         }
     }
 
@@ -52,6 +59,7 @@ impl Precision {
             Precision::F32 => 0,
             Precision::F16 => 1,
             Precision::Int8 => 2,
+            Precision::Int8F16 => 3,
         }
     }
 
@@ -60,6 +68,7 @@ impl Precision {
             0 => Some(Precision::F32),
             1 => Some(Precision::F16),
             2 => Some(Precision::Int8),
+            3 => Some(Precision::Int8F16),
             _ => None,
         }
     }
@@ -87,6 +96,7 @@ impl Vectors {
             Precision::F32 => padded * 4,
             Precision::F16 => padded * 2,
             Precision::Int8 => padded + 12,
+            Precision::Int8F16 => int8_lines(padded) * LINE + padded * 2,
         };
         Vectors {
             dim,
@@ -153,8 +163,17 @@ impl Vectors {
             .wrapping_add(slot as usize * self.record_bytes())
     }
 
-    pub fn lines_per_record(&self) -> usize {
-        self.lines_per_record
+    /// Cache lines of a record that a graph search reads.
+    pub fn search_lines(&self) -> usize {
+        match self.precision {
+            Precision::Int8F16 => int8_lines(self.padded),
+            _ => self.lines_per_record,
+        }
+    }
+
+    /// Where the f16 copy starts in an `Int8F16` record.
+    pub fn rank_offset(&self) -> usize {
+        int8_lines(self.padded) * LINE
     }
 
     /// Appends an all-zero slot and returns its number.
@@ -177,28 +196,15 @@ impl Vectors {
                     d.copy_from_slice(&x.to_le_bytes());
                 }
             }
-            Precision::F16 => {
-                for (d, x) in dst.chunks_exact_mut(2).zip(v) {
-                    d.copy_from_slice(&half::f16::from_f32(*x).to_bits().to_le_bytes());
-                }
-            }
-            Precision::Int8 => {
-                let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
-                let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let step = (hi - lo) / 255.0;
-                let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
-                for (d, x) in dst.iter_mut().zip(v) {
-                    *d = ((x - lo) * inv).round().clamp(0.0, 255.0) as u8;
-                }
-                let norm2: f32 = v.iter().map(|x| x * x).sum();
-                for (i, p) in [lo, step, norm2].into_iter().enumerate() {
-                    dst[padded + 4 * i..][..4].copy_from_slice(&p.to_le_bytes());
-                }
+            Precision::F16 => write_f16(dst, v),
+            Precision::Int8 => write_int8(dst, v, padded),
+            Precision::Int8F16 => {
+                write_int8(dst, v, padded);
+                write_f16(&mut dst[int8_lines(padded) * LINE..], v);
             }
         }
     }
 
-    /// Copies an encoded record (from a snapshot) into `slot`.
     pub fn set_raw(&mut self, slot: u32, record: &[u8]) {
         let n = self.record_bytes();
         self.bytes_mut()[slot as usize * n..][..n].copy_from_slice(record);
@@ -210,11 +216,8 @@ impl Vectors {
         let r = self.get(slot);
         match self.precision {
             Precision::F32 => out.extend_from_slice(as_f32s(&r[..self.padded * 4])),
-            Precision::F16 => out.extend(
-                r.chunks_exact(2)
-                    .take(self.padded)
-                    .map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
-            ),
+            Precision::F16 => read_f16(r, self.padded, out),
+            Precision::Int8F16 => read_f16(&r[self.rank_offset()..], self.padded, out),
             Precision::Int8 => {
                 let (lo, step, _) = int8_params(r, self.padded);
                 out.extend(r[..self.dim].iter().map(|&c| lo + step * f32::from(c)));
@@ -238,6 +241,39 @@ fn as_f32s(bytes: &[u8]) -> &[f32] {
 }
 
 /// `(lo, step, squared norm)` stored after the codes of an int8 record.
+/// Whole cache lines of an int8 record: the codes, then `lo`, `step`, `norm2`.
+fn int8_lines(padded: usize) -> usize {
+    (padded + 12).div_ceil(LINE)
+}
+
+fn write_f16(dst: &mut [u8], v: &[f32]) {
+    for (d, x) in dst.chunks_exact_mut(2).zip(v) {
+        d.copy_from_slice(&half::f16::from_f32(*x).to_bits().to_le_bytes());
+    }
+}
+
+fn read_f16(src: &[u8], padded: usize, out: &mut Vec<f32>) {
+    out.extend(
+        src.chunks_exact(2)
+            .take(padded)
+            .map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
+    );
+}
+
+fn write_int8(dst: &mut [u8], v: &[f32], padded: usize) {
+    let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let step = (hi - lo) / 255.0;
+    let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
+    for (d, x) in dst.iter_mut().zip(v) {
+        *d = ((x - lo) * inv).round().clamp(0.0, 255.0) as u8;
+    }
+    let norm2: f32 = v.iter().map(|x| x * x).sum();
+    for (i, p) in [lo, step, norm2].into_iter().enumerate() {
+        dst[padded + 4 * i..][..4].copy_from_slice(&p.to_le_bytes());
+    }
+}
+
 #[inline(always)]
 pub fn int8_params(record: &[u8], padded: usize) -> (f32, f32, f32) {
     let p = &record[padded..padded + 12];
@@ -256,10 +292,11 @@ mod tests {
             (Precision::F32, 2),
             (Precision::F16, 1),
             (Precision::Int8, 1),
+            (Precision::Int8F16, 2),
         ] {
             let mut s = Vectors::new(20, p);
             assert_eq!(s.padded_dim(), 32);
-            assert_eq!(s.lines_per_record(), lines);
+            assert_eq!(s.lines_per_record, lines);
             let a = s.push_zeroed();
             let b = s.push_zeroed();
             s.set(b, &v);

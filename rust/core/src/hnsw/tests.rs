@@ -248,7 +248,7 @@ fn short_results_are_padded_in_batches() {
 
 #[test]
 fn reduced_precision_keeps_recall_and_round_trips() {
-    for precision in [Precision::F16, Precision::Int8] {
+    for precision in [Precision::F16, Precision::Int8, Precision::Int8F16] {
         for metric in [Metric::Cosine, Metric::L2] {
             let data = clustered(3000, 48, 20, 7);
             let ids: Vec<u64> = (0..3000).collect();
