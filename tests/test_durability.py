@@ -144,7 +144,8 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
                 )
                 mine = [h.explain for h in by_vector if h.record.id == rid]
                 assert mine and mine[0] is not None
-                assert mine[0]["cosine"] == pytest.approx(1.0, abs=1e-5)
+                # The index holds this very vector (f16-accurate by default).
+                assert mine[0]["cosine"] == pytest.approx(1.0, abs=2e-3)
             alive = set(records)  # adopt what an unacknowledged write left
     assert len(alive) > 100
 

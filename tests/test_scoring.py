@@ -16,7 +16,8 @@ HOUR = 3600.0
 
 @pytest.fixture
 def mem() -> Memory:
-    m = Memory(None, WordHashEmbedder(), track_access=False, dedup_window=0)
+    # Exact vectors, so scores can be held to the formulas at 1e-5.
+    m = Memory(None, WordHashEmbedder(), track_access=False, dedup_window=0, hnsw_precision="f32")
     yield m
     m.close()
 
@@ -147,3 +148,20 @@ def test_recall_refreshes_decay(tmp_path: Path) -> None:
         # Turned off per call: nothing recorded.
         mem.search("theta", track_access=False)
         assert mem.get(r.id).access_count == 2
+
+
+@pytest.mark.parametrize("precision", ["int8+f16", "f16", "int8"])
+def test_reduced_precision_cosines_stay_near_exact(precision: str) -> None:
+    emb = WordHashEmbedder()
+    texts = [f"theta iota kappa {i} lambda {i % 7}" for i in range(300)]
+    q = emb.embed("theta kappa lambda 3")
+    tol = 2e-2 if precision == "int8" else 2e-3
+    with Memory(None, emb, dedup_window=0, hnsw_precision=precision) as m:
+        m.add_many([{"text": t} for t in texts])
+        m.wait_indexed()
+        hits = m.search("x", k=20, mode="vector", query_embedding=q, explain=True)
+        for h in hits:
+            assert h.explain is not None
+            exact = float(emb.embed(h.record.text) @ q)
+            assert h.explain["cosine"] == pytest.approx(exact, abs=tol)
+            assert -1.0 <= h.explain["cosine"] <= 1.0

@@ -170,6 +170,7 @@ class Engine:
         ef_construction: int = 100,
         ef: int = 64,
         seed: int = 0,
+        precision: str = "f32",
         k1: float = 1.2,
         b: float = 0.75,
         language: str = "english",
@@ -247,5 +248,7 @@ class Engine:
         """The newest snapshot under ``root`` and its change sequence number."""
     @property
     def dim(self) -> int | None: ...
+    @property
+    def precision(self) -> str | None: ...
     def __len__(self) -> int: ...
     def __contains__(self, key: object, /) -> bool: ...

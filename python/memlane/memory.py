@@ -99,6 +99,8 @@ _INDEX_BATCH = 256
 _INLINE_INDEX = 64
 _ACCESS_FLUSH_SECONDS = 10.0
 # The WAL is checkpointed (off the write path) past this size.
+#: Vector precisions of the in-memory index (see ``HnswIndex``).
+_PRECISIONS = ("f32", "f16", "int8", "int8+f16")
 _CHECKPOINT_BYTES = 32 << 20
 # Graph linking waits this long after a write, unless this many vectors are parked.
 _WRITE_QUIET = 0.2
@@ -295,6 +297,11 @@ class Memory(KnowledgeMixin):
         cache_size: query and text embeddings kept in memory.
         language: the BM25 analyzer's language (stopwords and stemmer).
         hnsw_m, hnsw_ef_construction, hnsw_ef: graph parameters.
+        hnsw_precision: how the vector index holds vectors in memory (see
+            :class:`~memlane.HnswIndex`). The default walks the graph on int8
+            codes and ranks on f16 copies: about twice the speed of "f32" with
+            cosines within about 1e-3. The database always keeps vectors in
+            full; a snapshot of another precision is rebuilt at open.
     """
 
     def __init__(
@@ -317,6 +324,7 @@ class Memory(KnowledgeMixin):
         hnsw_m: int = 16,
         hnsw_ef_construction: int = 100,
         hnsw_ef: int = 64,
+        hnsw_precision: str = "int8+f16",
     ) -> None:
         self._closing = True  # until fully open, so __del__/close do nothing
         scope = dict(default_scope or {})
@@ -350,10 +358,15 @@ class Memory(KnowledgeMixin):
             None if embedder is None else CachedEmbedder(embedder, EmbeddingCache(cache_size))
         )
         self._dim: int | None = None if embedder is None else int(embedder.dimension)
+        if hnsw_precision not in _PRECISIONS:
+            raise InvalidArgumentError(
+                f"hnsw_precision must be one of {_PRECISIONS}, got {hnsw_precision!r}"
+            )
         self._engine_args: dict[str, Any] = {
             "m": hnsw_m,
             "ef_construction": hnsw_ef_construction,
             "ef": hnsw_ef,
+            "precision": hnsw_precision,
             "language": language,
         }
 
@@ -469,6 +482,11 @@ class Memory(KnowledgeMixin):
                 engine, seq = Engine.load(self._index_dir)
                 if engine.dim != self._dim:
                     reason = f"its dimension {engine.dim} is not the store's {self._dim}"
+                elif engine.dim is not None and engine.precision != self._engine_args["precision"]:
+                    reason = (
+                        f"its precision {engine.precision} is not the requested "
+                        f"{self._engine_args['precision']}"
+                    )
                 elif seq > self._db.seq():
                     reason = "it is newer than the database"
             except FileNotFoundError:

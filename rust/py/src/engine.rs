@@ -11,7 +11,7 @@ use memlane_core::engine::{
     SearchRequest,
 };
 use memlane_core::fusion::Fusion;
-use memlane_core::hnsw::Params;
+use memlane_core::hnsw::{Params, Precision};
 use memlane_core::scoring::Weights;
 use memlane_core::Error;
 use numpy::{PyArray1, PyArray2};
@@ -79,7 +79,7 @@ fn check_len(what: &str, got: usize, n: usize) -> memlane_core::Result<()> {
 impl PyEngine {
     #[new]
     #[pyo3(signature = (
-        dim = None, *, m = 16, ef_construction = 100, ef = 64, seed = 0,
+        dim = None, *, m = 16, ef_construction = 100, ef = 64, seed = 0, precision = "f32",
         k1 = 1.2, b = 0.75, language = "english", stopwords = true, stemming = true,
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -90,6 +90,7 @@ impl PyEngine {
         ef_construction: usize,
         ef: usize,
         seed: u64,
+        precision: &str,
         k1: f64,
         b: f64,
         language: &str,
@@ -104,7 +105,7 @@ impl PyEngine {
                     ef_construction,
                     ef,
                     seed,
-                    ..Params::default()
+                    precision: Precision::parse(precision)?,
                 },
                 bm25: Bm25Params::new(k1, b)?,
                 analyzer: AnalyzerConfig {
@@ -432,6 +433,11 @@ impl PyEngine {
     #[getter]
     fn dim(&self) -> Option<usize> {
         self.inner.read().dim()
+    }
+
+    #[getter]
+    fn precision(&self) -> Option<&'static str> {
+        self.inner.read().precision().map(Precision::name)
     }
 
     fn __len__(&self) -> usize {

@@ -25,7 +25,7 @@ pub use search::{Hits, Mode, SearchRequest, Signals};
 
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
-use crate::hnsw::{Hnsw, Metric, Params};
+use crate::hnsw::{Hnsw, Metric, Params, Precision};
 use crate::idmap::first_duplicate;
 use pending::{normalised, Pending};
 use records::Records;
@@ -89,6 +89,11 @@ impl Engine {
 
     pub fn dim(&self) -> Option<usize> {
         self.hnsw.as_ref().map(Hnsw::dim)
+    }
+
+    /// How the vector index stores vectors (None without a vector space).
+    pub fn precision(&self) -> Option<Precision> {
+        self.hnsw.as_ref().map(|h| h.params().precision)
     }
 
     pub fn len(&self) -> usize {

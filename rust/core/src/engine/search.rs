@@ -294,7 +294,9 @@ impl Engine {
             let allowed: Option<Allowed> = allowed_ids.map(|ids| hnsw.allowed(ids));
             if allowed.as_ref().is_none_or(|a| !a.is_empty()) {
                 for n in hnsw.search(q, pool, None, allowed.as_ref())? {
-                    hits.push((n.id, 1.0 - n.distance));
+                    // Reduced-precision distances can put a vector's
+                    // similarity to itself a hair above 1.
+                    hits.push((n.id, (1.0 - n.distance).clamp(-1.0, 1.0)));
                 }
             }
         }

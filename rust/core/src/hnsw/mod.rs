@@ -472,14 +472,24 @@ impl Hnsw {
         let mut best: Vec<Cand> = match allowed {
             Some(a) if self.prefer_scan(a, ef) => {
                 let mut heap = BinaryHeap::with_capacity(k.min(a.len()) + 1);
-                for &slot in a.slots() {
-                    let d = self.rank_dist(&q, slot);
-                    if heap.len() < k {
-                        heap.push(Cand { d, slot });
-                    } else if heap.peek().is_some_and(|w: &Cand| d < w.d) {
-                        heap.pop();
-                        heap.push(Cand { d, slot });
+                let slots = a.slots();
+                let mut at = 0;
+                while at < slots.len() {
+                    // The allowed slots are scattered over the store: start
+                    // loading the next group while this one is measured.
+                    for &s in slots.iter().skip(at + 4).take(4) {
+                        self.prefetch_rank(s);
                     }
+                    let (ds, m) = self.rank_dists(&q, &slots[at..]);
+                    for (&d, &slot) in ds.iter().zip(&slots[at..at + m]) {
+                        if heap.len() < k {
+                            heap.push(Cand { d, slot });
+                        } else if heap.peek().is_some_and(|w: &Cand| d < w.d) {
+                            heap.pop();
+                            heap.push(Cand { d, slot });
+                        }
+                    }
+                    at += m;
                 }
                 heap.into_vec()
             }

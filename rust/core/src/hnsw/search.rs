@@ -132,6 +132,34 @@ impl Hnsw {
         }
     }
 
+    /// [`Hnsw::rank_dist`] of the first four of `slots` at once, or of the
+    /// first one when fewer are left; returns how many.
+    pub(super) fn rank_dists(&self, q: &Query, slots: &[u32]) -> ([f32; 4], usize) {
+        let Some(rank) = &self.rank else {
+            return self.dists(q, slots);
+        };
+        if let [a, b, c, d, ..] = *slots {
+            let off = self.vectors.rank_offset();
+            let x = [a, b, c, d].map(|s| &self.vectors.get(s)[off..]);
+            (rank.eval4(q, x), 4)
+        } else {
+            ([self.rank_dist(q, slots[0]), 0.0, 0.0, 0.0], 1)
+        }
+    }
+
+    /// Starts loading the first lines of what [`Hnsw::rank_dist`] reads of `slot`.
+    pub(super) fn prefetch_rank(&self, slot: u32) {
+        let off = if self.rank.is_some() {
+            self.vectors.rank_offset()
+        } else {
+            0
+        };
+        let p = self.vectors.ptr(slot).wrapping_add(off);
+        for line in 0..PREFETCH_LINES {
+            prefetch(p.wrapping_add(line * 64));
+        }
+    }
+
     #[inline]
     pub(super) fn dists4(&self, q: &Query, slots: [u32; 4]) -> [f32; 4] {
         self.dist.eval4(q, slots.map(|s| self.vectors.get(s)))
