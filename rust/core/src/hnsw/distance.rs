@@ -90,33 +90,55 @@ impl Query {
     }
 
     /// Recomputes the derived fields after `v` was rewritten in place.
+    /// Linking runs this for every candidate neighbour, so it has a SIMD path.
     pub fn refresh(&mut self) {
         debug_assert!(self.v.len().is_multiple_of(LANES));
-        // Sixteen running sums (the query is whole LANES) let these vectorise.
-        let (mut sum, mut norm2, mut top) = ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
-        for c in self.v.chunks_exact(LANES) {
-            for i in 0..LANES {
-                sum[i] += c[i];
-                norm2[i] += c[i] * c[i];
-                top[i] = top[i].max(c[i].abs());
-            }
-        }
-        self.sum = sum.iter().sum();
-        self.norm2 = norm2.iter().sum();
-        let top = top.iter().fold(0.0f32, |m, &x| m.max(x));
+        let (sum, norm2, top) = stats(&self.v);
+        self.sum = sum;
+        self.norm2 = norm2;
         // The integer kernels accumulate up to len/16 pair sums of
         // 255 · |q16| per i32 lane; the grid is capped so that never overflows.
         let cap = (f64::from(i32::MAX) * 16.0 / (510.0 * self.v.len().max(1) as f64))
             .min(f64::from(i16::MAX)) as f32;
         self.scale16 = if top > 0.0 { top / cap } else { 0.0 };
         let inv = if top > 0.0 { cap / top } else { 0.0 };
-        self.q16.clear();
-        // Rounds half away from zero without a libm call per component;
-        // `as` saturates, so the half step past `cap` stays in range.
-        self.q16.extend(self.v.iter().map(|x| {
-            let y = x * inv;
-            (y + 0.5f32.copysign(y)) as i16
-        }));
+        self.q16.resize(self.v.len(), 0);
+        quantize(&self.v, inv, &mut self.q16);
+    }
+}
+
+/// Σ v, Σ v² and max |v| of a whole number of LANES.
+fn stats(v: &[f32]) -> (f32, f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the feature was just detected; `v` is whole LANES.
+        return unsafe { x86::stats_512(v) };
+    }
+    let (mut sum, mut norm2, mut top) = ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
+    for c in v.chunks_exact(LANES) {
+        for i in 0..LANES {
+            sum[i] += c[i];
+            norm2[i] += c[i] * c[i];
+            let a = c[i].abs();
+            top[i] = if a > top[i] { a } else { top[i] };
+        }
+    }
+    let top = top.iter().fold(0.0f32, |m, &x| if x > m { x } else { m });
+    (sum.iter().sum(), norm2.iter().sum(), top)
+}
+
+/// `out[i] = round(v[i] · inv)`, where every |v[i] · inv| fits an i16.
+fn quantize(v: &[f32], inv: f32, out: &mut [i16]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the feature was just detected; both are whole LANES.
+        unsafe { x86::quantize_512(v, inv, out) };
+        return;
+    }
+    for (d, x) in out.iter_mut().zip(v) {
+        let y = x * inv;
+        // |y| <= cap + 0.5, so the i32 holds it and the i16 takes it whole.
+        *d = (y + 0.5f32.copysign(y)) as i32 as i16;
     }
 }
 
@@ -646,6 +668,39 @@ mod x86 {
             i += LANES;
         }
         s.map(|s| hsum256i(s))
+    }
+
+    /// SAFETY: needs AVX-512F; `v.len()` is a multiple of LANES.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn stats_512(v: &[f32]) -> (f32, f32, f32) {
+        let (mut sum, mut norm2, mut top) = (
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+        );
+        for c in v.chunks_exact(LANES) {
+            let x = _mm512_loadu_ps(c.as_ptr());
+            sum = _mm512_add_ps(sum, x);
+            norm2 = _mm512_fmadd_ps(x, x, norm2);
+            top = _mm512_max_ps(top, _mm512_abs_ps(x));
+        }
+        (
+            _mm512_reduce_add_ps(sum),
+            _mm512_reduce_add_ps(norm2),
+            _mm512_reduce_max_ps(top),
+        )
+    }
+
+    /// SAFETY: needs AVX-512F; `v` and `out` are as long, a multiple of LANES.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn quantize_512(v: &[f32], inv: f32, out: &mut [i16]) {
+        let scale = _mm512_set1_ps(inv);
+        for (c, d) in v.chunks_exact(LANES).zip(out.chunks_exact_mut(LANES)) {
+            let y = _mm512_mul_ps(_mm512_loadu_ps(c.as_ptr()), scale);
+            // Round to nearest, then narrow with saturation.
+            let q = _mm512_cvtps_epi32(y);
+            _mm256_storeu_si256(d.as_mut_ptr().cast(), _mm512_cvtsepi32_epi16(q));
+        }
     }
 
     #[inline(always)]

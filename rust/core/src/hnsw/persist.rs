@@ -38,8 +38,11 @@ impl Hnsw {
         w.bytes(self.graph.levels());
         w.u32s(&self.free);
         let mut links = Vec::new();
+        let mut record = Vec::with_capacity(self.vectors.saved_bytes());
         for slot in 0..slots as u32 {
-            w.bytes(self.vectors.get(slot));
+            record.clear();
+            self.vectors.save_slot(slot, &mut record);
+            w.bytes(&record);
             for l in 0..=self.graph.level(slot) {
                 self.graph.read(slot, l, &mut links);
                 w.u32s(&links);
@@ -111,7 +114,7 @@ fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
         h.graph.push(level);
         h.vectors.push_zeroed();
         let record = r.bytes()?;
-        if record.len() != h.vectors.record_bytes() {
+        if record.len() != h.vectors.saved_bytes() {
             return bad(format!("vector {slot} is damaged"));
         }
         h.vectors.set_raw(slot as u32, record);

@@ -127,7 +127,7 @@ impl Hnsw {
     /// record, else the one searches walk by.
     pub(super) fn rank_dist(&self, q: &Query, slot: u32) -> f32 {
         match &self.rank {
-            Some(rank) => rank.eval(q, &self.vectors.get(slot)[self.vectors.rank_offset()..]),
+            Some(rank) => rank.eval(q, self.vectors.rank(slot)),
             None => self.dist_to(q, slot),
         }
     }
@@ -139,8 +139,7 @@ impl Hnsw {
             return self.dists(q, slots);
         };
         if let [a, b, c, d, ..] = *slots {
-            let off = self.vectors.rank_offset();
-            let x = [a, b, c, d].map(|s| &self.vectors.get(s)[off..]);
+            let x = [a, b, c, d].map(|s| self.vectors.rank(s));
             (rank.eval4(q, x), 4)
         } else {
             ([self.rank_dist(q, slots[0]), 0.0, 0.0, 0.0], 1)
@@ -149,12 +148,11 @@ impl Hnsw {
 
     /// Starts loading the first lines of what [`Hnsw::rank_dist`] reads of `slot`.
     pub(super) fn prefetch_rank(&self, slot: u32) {
-        let off = if self.rank.is_some() {
-            self.vectors.rank_offset()
+        let p = if self.rank.is_some() {
+            self.vectors.rank(slot).as_ptr()
         } else {
-            0
+            self.vectors.ptr(slot)
         };
-        let p = self.vectors.ptr(slot).wrapping_add(off);
         for line in 0..PREFETCH_LINES {
             prefetch(p.wrapping_add(line * 64));
         }
@@ -167,7 +165,7 @@ impl Hnsw {
 
     /// Decodes the vector of `slot` into `q`.
     pub(super) fn load_query(&self, slot: u32, q: &mut Query) {
-        self.vectors.decode(slot, &mut q.v);
+        self.vectors.decode_search(slot, &mut q.v);
         // Only the int8 formula reads the sums; linking decodes thousands of
         // vectors per insert, so skip them otherwise.
         if matches!(
@@ -227,7 +225,7 @@ impl Hnsw {
                 }
             }
         }
-        let lines = PREFETCH_LINES.min(self.vectors.search_lines());
+        let lines = PREFETCH_LINES.min(self.vectors.lines_per_record());
         while let Some(Reverse(c)) = sc.candidates.pop() {
             let bound = match sc.results.peek() {
                 Some(w) if sc.results.len() >= ef => w.d,

@@ -8,10 +8,11 @@
 //! - `Int8`: one byte per component on a per-vector affine grid
 //!   (`x ≈ lo + step · code`), then `lo`, `step` and the exact squared norm;
 //!   a quarter of the memory traffic, distances within a few 1e-3.
-//! - `Int8F16`: the `Int8` record, then (from the next cache line) the
-//!   vector in half floats. Searches walk the graph on the int8 part, whose
-//!   lines are the only ones they touch, and rank their final candidates on
-//!   the f16 part, so results and distances are those of `F16`.
+//! - `Int8F16`: the `Int8` record, and the vector in half floats in a
+//!   second buffer. Searches walk the graph on the int8 records, which stay
+//!   as densely packed as `Int8`'s, and rank their final candidates on the
+//!   f16 copies, so results and distances are those of `F16`. Snapshots
+//!   write the two parts of a slot one after the other.
 //!
 //! Zero padding changes no dot product or L2 distance, so the kernels have no
 //! tail loops, and aligned records mean no load ever splits a cache line.
@@ -82,11 +83,13 @@ struct Line([u8; LINE]);
 
 pub struct Vectors {
     dim: usize,
-    /// `dim` rounded up to a multiple of LANES: the length of a query.
     padded: usize,
     precision: Precision,
     lines_per_record: usize,
     lines: Vec<Line>,
+    /// `Int8F16` only: the f16 copy of each slot, `rank_lines` lines apiece.
+    rank_lines: usize,
+    rank: Vec<Line>,
 }
 
 impl Vectors {
@@ -95,8 +98,12 @@ impl Vectors {
         let bytes = match precision {
             Precision::F32 => padded * 4,
             Precision::F16 => padded * 2,
-            Precision::Int8 => padded + 12,
-            Precision::Int8F16 => int8_lines(padded) * LINE + padded * 2,
+            Precision::Int8 | Precision::Int8F16 => padded + 12,
+        };
+        let rank_bytes = if precision == Precision::Int8F16 {
+            padded * 2
+        } else {
+            0
         };
         Vectors {
             dim,
@@ -104,6 +111,8 @@ impl Vectors {
             precision,
             lines_per_record: bytes.div_ceil(LINE),
             lines: Vec::new(),
+            rank_lines: rank_bytes.div_ceil(LINE),
+            rank: Vec::new(),
         }
     }
 
@@ -119,8 +128,14 @@ impl Vectors {
         self.precision
     }
 
+    /// Bytes of the record searches read (`get`).
     pub fn record_bytes(&self) -> usize {
         self.lines_per_record * LINE
+    }
+
+    /// Bytes of a slot in a snapshot: the record, then any f16 copy.
+    pub fn saved_bytes(&self) -> usize {
+        (self.lines_per_record + self.rank_lines) * LINE
     }
 
     pub fn slots(&self) -> usize {
@@ -129,6 +144,7 @@ impl Vectors {
 
     pub fn reserve(&mut self, additional: usize) {
         self.lines.reserve(additional * self.lines_per_record);
+        self.rank.reserve(additional * self.rank_lines);
     }
 
     fn bytes(&self) -> &[u8] {
@@ -163,28 +179,43 @@ impl Vectors {
             .wrapping_add(slot as usize * self.record_bytes())
     }
 
-    /// Cache lines of a record that a graph search reads.
-    pub fn search_lines(&self) -> usize {
-        match self.precision {
-            Precision::Int8F16 => int8_lines(self.padded),
-            _ => self.lines_per_record,
+    pub fn lines_per_record(&self) -> usize {
+        self.lines_per_record
+    }
+
+    fn rank_bytes(&self) -> &[u8] {
+        // SAFETY: as in `bytes`, on the f16 buffer.
+        unsafe {
+            std::slice::from_raw_parts(self.rank.as_ptr().cast::<u8>(), self.rank.len() * LINE)
         }
     }
 
-    /// Where the f16 copy starts in an `Int8F16` record.
-    pub fn rank_offset(&self) -> usize {
-        int8_lines(self.padded) * LINE
+    fn rank_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes_mut`, on the f16 buffer.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.rank.as_mut_ptr().cast::<u8>(),
+                self.rank.len() * LINE,
+            )
+        }
     }
 
-    /// Appends an all-zero slot and returns its number.
+    /// The f16 copy of `slot` (`Int8F16`; empty otherwise).
+    #[inline]
+    pub fn rank(&self, slot: u32) -> &[u8] {
+        let n = self.rank_lines * LINE;
+        &self.rank_bytes()[slot as usize * n..][..n]
+    }
+
     pub fn push_zeroed(&mut self) -> u32 {
         let slot = self.slots() as u32;
         self.lines
             .extend(std::iter::repeat_n(Line([0; LINE]), self.lines_per_record));
+        self.rank
+            .extend(std::iter::repeat_n(Line([0; LINE]), self.rank_lines));
         slot
     }
 
-    /// Encodes `v` (exactly `dim` floats) into `slot`.
     pub fn set(&mut self, slot: u32, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
         let (n, padded, precision) = (self.record_bytes(), self.padded, self.precision);
@@ -200,34 +231,53 @@ impl Vectors {
             Precision::Int8 => write_int8(dst, v, padded),
             Precision::Int8F16 => {
                 write_int8(dst, v, padded);
-                write_f16(&mut dst[int8_lines(padded) * LINE..], v);
+                let r = self.rank_lines * LINE;
+                let dst = &mut self.rank_bytes_mut()[slot as usize * r..][..r];
+                dst.fill(0);
+                write_f16(dst, v);
             }
         }
     }
 
-    pub fn set_raw(&mut self, slot: u32, record: &[u8]) {
+    /// Restores a slot from its snapshot bytes (`saved_bytes` long).
+    pub fn set_raw(&mut self, slot: u32, saved: &[u8]) {
         let n = self.record_bytes();
+        let (record, rank) = saved.split_at(n);
         self.bytes_mut()[slot as usize * n..][..n].copy_from_slice(record);
+        let r = self.rank_lines * LINE;
+        self.rank_bytes_mut()[slot as usize * r..][..r].copy_from_slice(rank);
     }
 
-    /// Decodes `slot` into `out` (`padded_dim` floats).
+    /// The snapshot bytes of `slot`, appended to `out`.
+    pub fn save_slot(&self, slot: u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.get(slot));
+        out.extend_from_slice(self.rank(slot));
+    }
+
+    /// Decodes what searches compare (for `Int8F16`, its int8 record) into
+    /// `out`, so linking ranks neighbours as searches will find them.
+    pub fn decode_search(&self, slot: u32, out: &mut Vec<f32>) {
+        if self.precision == Precision::Int8F16 {
+            out.clear();
+            decode_int8(self.get(slot), self.dim, self.padded, out);
+        } else {
+            self.decode(slot, out);
+        }
+    }
+
     pub fn decode(&self, slot: u32, out: &mut Vec<f32>) {
         out.clear();
         let r = self.get(slot);
         match self.precision {
             Precision::F32 => out.extend_from_slice(as_f32s(&r[..self.padded * 4])),
             Precision::F16 => read_f16(r, self.padded, out),
-            Precision::Int8F16 => read_f16(&r[self.rank_offset()..], self.padded, out),
-            Precision::Int8 => {
-                let (lo, step, _) = int8_params(r, self.padded);
-                out.extend(r[..self.dim].iter().map(|&c| lo + step * f32::from(c)));
-                out.resize(self.padded, 0.0);
-            }
+            Precision::Int8F16 => read_f16(self.rank(slot), self.padded, out),
+            Precision::Int8 => decode_int8(r, self.dim, self.padded, out),
         }
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.lines.capacity() * LINE
+        (self.lines.capacity() + self.rank.capacity()) * LINE
     }
 }
 
@@ -241,9 +291,10 @@ fn as_f32s(bytes: &[u8]) -> &[f32] {
 }
 
 /// `(lo, step, squared norm)` stored after the codes of an int8 record.
-/// Whole cache lines of an int8 record: the codes, then `lo`, `step`, `norm2`.
-fn int8_lines(padded: usize) -> usize {
-    (padded + 12).div_ceil(LINE)
+fn decode_int8(r: &[u8], dim: usize, padded: usize, out: &mut Vec<f32>) {
+    let (lo, step, _) = int8_params(r, padded);
+    out.extend(r[..dim].iter().map(|&c| lo + step * f32::from(c)));
+    out.resize(padded, 0.0);
 }
 
 fn write_f16(dst: &mut [u8], v: &[f32]) {
@@ -292,7 +343,7 @@ mod tests {
             (Precision::F32, 2),
             (Precision::F16, 1),
             (Precision::Int8, 1),
-            (Precision::Int8F16, 2),
+            (Precision::Int8F16, 1),
         ] {
             let mut s = Vectors::new(20, p);
             assert_eq!(s.padded_dim(), 32);
