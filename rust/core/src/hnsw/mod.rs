@@ -501,9 +501,7 @@ impl Hnsw {
                 }
                 let mut found: Vec<Cand> = sc.results.drain().collect();
                 if self.rank.is_some() {
-                    for c in &mut found {
-                        c.d = self.rank_dist(&q, c.slot);
-                    }
+                    self.rerank(&q, &mut found, &mut sc.links);
                 }
                 found
             }),

@@ -132,6 +132,24 @@ impl Hnsw {
         }
     }
 
+    /// Replaces the distances of `found` by [`Hnsw::rank_dist`]; their
+    /// records are all requested first, so the misses overlap.
+    pub(super) fn rerank(&self, q: &Query, found: &mut [Cand], slots: &mut Vec<u32>) {
+        slots.clear();
+        slots.extend(found.iter().map(|c| c.slot));
+        for &s in slots.iter() {
+            self.prefetch_rank(s);
+        }
+        let mut at = 0;
+        while at < slots.len() {
+            let (ds, m) = self.rank_dists(q, &slots[at..]);
+            for (c, &d) in found[at..at + m].iter_mut().zip(&ds) {
+                c.d = d;
+            }
+            at += m;
+        }
+    }
+
     /// [`Hnsw::rank_dist`] of the first four of `slots` at once, or of the
     /// first one when fewer are left; returns how many.
     pub(super) fn rank_dists(&self, q: &Query, slots: &[u32]) -> ([f32; 4], usize) {
