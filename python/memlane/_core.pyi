@@ -145,7 +145,7 @@ class HnswIndex:
     def seed(self) -> int: ...
     @property
     def precision(self) -> str:
-        """How vectors are stored: "f32" (exact), "f16" or "int8" (approximate)."""
+        """How vectors are stored: "f32" (exact), "f16", "int8" or "int8+f16"."""
     @property
     def ef(self) -> int: ...
     @ef.setter

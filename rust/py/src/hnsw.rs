@@ -232,7 +232,7 @@ impl PyHnswIndex {
         self.inner.read().params().ef_construction
     }
 
-    /// How vectors are stored: "f32" (exact), "f16" or "int8" (approximate).
+    /// How vectors are stored: "f32" (exact), "f16", "int8" or "int8+f16".
     #[getter]
     fn precision(&self) -> &'static str {
         self.inner.read().params().precision.name()
