@@ -218,31 +218,42 @@ impl Kernels {
 }
 
 fn kernels() -> Kernels {
+    avx512_kernels()
+        .or_else(avx2_kernels)
+        .unwrap_or_else(portable::kernels)
+}
+
+/// The AVX-512 kernels, if this CPU runs them.
+fn avx512_kernels() -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
-            return Kernels {
-                dot_f32: (x86::dot_f32_avx512, x86::dot_f32_avx512_x4),
-                l2_f32: (x86::l2_f32_avx512, x86::l2_f32_avx512_x4),
-                dot_f16: (x86::dot_f16_avx512, x86::dot_f16_avx512_x4),
-                l2_f16: (x86::l2_f16_avx512, x86::l2_f16_avx512_x4),
-                dot_u8: (x86::dot_u8_avx512, x86::dot_u8_avx512_x4),
-            };
-        }
-        if std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c")
-        {
-            return Kernels {
-                dot_f32: (x86::dot_f32_avx2, x86::dot_f32_avx2_x4),
-                l2_f32: (x86::l2_f32_avx2, x86::l2_f32_avx2_x4),
-                dot_f16: (x86::dot_f16_avx2, x86::dot_f16_avx2_x4),
-                l2_f16: (x86::l2_f16_avx2, x86::l2_f16_avx2_x4),
-                dot_u8: (x86::dot_u8_avx2, x86::dot_u8_avx2_x4),
-            };
-        }
+    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
+        return Some(Kernels {
+            dot_f32: (x86::dot_f32_avx512, x86::dot_f32_avx512_x4),
+            l2_f32: (x86::l2_f32_avx512, x86::l2_f32_avx512_x4),
+            dot_f16: (x86::dot_f16_avx512, x86::dot_f16_avx512_x4),
+            l2_f16: (x86::l2_f16_avx512, x86::l2_f16_avx512_x4),
+            dot_u8: (x86::dot_u8_avx512, x86::dot_u8_avx512_x4),
+        });
     }
-    portable::kernels()
+    None
+}
+
+/// The AVX2 kernels, if this CPU runs them.
+fn avx2_kernels() -> Option<Kernels> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
+        return Some(Kernels {
+            dot_f32: (x86::dot_f32_avx2, x86::dot_f32_avx2_x4),
+            l2_f32: (x86::l2_f32_avx2, x86::l2_f32_avx2_x4),
+            dot_f16: (x86::dot_f16_avx2, x86::dot_f16_avx2_x4),
+            l2_f16: (x86::l2_f16_avx2, x86::l2_f16_avx2_x4),
+            dot_u8: (x86::dot_u8_avx2, x86::dot_u8_avx2_x4),
+        });
+    }
+    None
 }
 
 mod portable {
@@ -400,50 +411,47 @@ mod x86 {
         q16
     );
 
+    /// `acc + a·b` (DOT) or `acc + (a − b)²`, lane-wise.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn step512<const DOT: bool>(acc: __m512, a: __m512, b: __m512) -> __m512 {
+        if DOT {
+            _mm512_fmadd_ps(a, b, acc)
+        } else {
+            let d = _mm512_sub_ps(a, b);
+            _mm512_fmadd_ps(d, d, acc)
+        }
+    }
+
     /// Float kernels: `$load` decodes LANES components of a record at `i`;
     /// `$dot` picks Σ q·x over Σ (q − x)².
     macro_rules! kernel512 {
         ($name:ident, $name4:ident, $load:ident, $dot:expr) => {
             #[target_feature(enable = "avx512f")]
-            #[inline]
-            unsafe fn step512(acc: __m512, a: __m512, b: __m512) -> __m512 {
-                if $dot {
-                    _mm512_fmadd_ps(a, b, acc)
-                } else {
-                    let d = _mm512_sub_ps(a, b);
-                    _mm512_fmadd_ps(d, d, acc)
-                }
-            }
-
-            #[target_feature(enable = "avx512f")]
-            pub(in super::super) unsafe fn $name(q: *const f32, x: *const u8, n: usize) -> f32 {
+            unsafe fn $name(q: *const f32, x: *const u8, n: usize) -> f32 {
                 let mut s0 = _mm512_setzero_ps();
                 let mut s1 = _mm512_setzero_ps();
                 let mut i = 0;
                 while i + 2 * LANES <= n {
-                    s0 = step512(s0, _mm512_loadu_ps(q.add(i)), $load(x, i));
+                    s0 = step512::<$dot>(s0, _mm512_loadu_ps(q.add(i)), $load(x, i));
                     let (a, b) = (_mm512_loadu_ps(q.add(i + LANES)), $load(x, i + LANES));
-                    s1 = step512(s1, a, b);
+                    s1 = step512::<$dot>(s1, a, b);
                     i += 2 * LANES;
                 }
                 if i < n {
-                    s0 = step512(s0, _mm512_loadu_ps(q.add(i)), $load(x, i));
+                    s0 = step512::<$dot>(s0, _mm512_loadu_ps(q.add(i)), $load(x, i));
                 }
                 _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
             }
 
             #[target_feature(enable = "avx512f")]
-            pub(in super::super) unsafe fn $name4(
-                q: *const f32,
-                x: [*const u8; 4],
-                n: usize,
-            ) -> [f32; 4] {
+            unsafe fn $name4(q: *const f32, x: [*const u8; 4], n: usize) -> [f32; 4] {
                 let mut s = [_mm512_setzero_ps(); 4];
                 let mut i = 0;
                 while i < n {
                     let a = _mm512_loadu_ps(q.add(i));
                     for j in 0..4 {
-                        s[j] = step512(s[j], a, $load(x[j], i));
+                        s[j] = step512::<$dot>(s[j], a, $load(x[j], i));
                     }
                     i += LANES;
                 }
@@ -464,26 +472,10 @@ mod x86 {
         _mm512_cvtph_ps(_mm256_loadu_si256(x.add(2 * i).cast()))
     }
 
-    mod f32_512_dot {
-        use super::*;
-        kernel512!(dot_f32_512, dot_f32_512_x4, load_f32_512, true);
-    }
-    mod f32_512_l2 {
-        use super::*;
-        kernel512!(l2_f32_512, l2_f32_512_x4, load_f32_512, false);
-    }
-    mod f16_512_dot {
-        use super::*;
-        kernel512!(dot_f16_512, dot_f16_512_x4, load_f16_512, true);
-    }
-    mod f16_512_l2 {
-        use super::*;
-        kernel512!(l2_f16_512, l2_f16_512_x4, load_f16_512, false);
-    }
-    use f16_512_dot::*;
-    use f16_512_l2::*;
-    use f32_512_dot::*;
-    use f32_512_l2::*;
+    kernel512!(dot_f32_512, dot_f32_512_x4, load_f32_512, true);
+    kernel512!(l2_f32_512, l2_f32_512_x4, load_f32_512, false);
+    kernel512!(dot_f16_512, dot_f16_512_x4, load_f16_512, true);
+    kernel512!(l2_f16_512, l2_f16_512_x4, load_f16_512, false);
 
     /// Σ q16·code over 32 components from `i`: codes widened to i16, pairs
     /// multiplied and added into i32 lanes (`vpmaddwd`).
@@ -547,49 +539,47 @@ mod x86 {
         _mm_cvtss_f32(s)
     }
 
+    /// `s + a·b` (DOT) or `s + (a − b)²` over LANES components held in two registers.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn step256<const DOT: bool>(
+        s: [__m256; 2],
+        a: [__m256; 2],
+        b: [__m256; 2],
+    ) -> [__m256; 2] {
+        if DOT {
+            [
+                _mm256_fmadd_ps(a[0], b[0], s[0]),
+                _mm256_fmadd_ps(a[1], b[1], s[1]),
+            ]
+        } else {
+            let (d0, d1) = (_mm256_sub_ps(a[0], b[0]), _mm256_sub_ps(a[1], b[1]));
+            [_mm256_fmadd_ps(d0, d0, s[0]), _mm256_fmadd_ps(d1, d1, s[1])]
+        }
+    }
+
     macro_rules! kernel256 {
         ($name:ident, $name4:ident, $load:ident, $dot:expr) => {
-            /// LANES components from `i`, in two registers.
             #[target_feature(enable = "avx2,fma,f16c")]
-            #[inline]
-            unsafe fn step256(
-                s: [__m256; 2],
-                q: *const f32,
-                x: *const u8,
-                i: usize,
-            ) -> [__m256; 2] {
-                let (a0, a1) = (_mm256_loadu_ps(q.add(i)), _mm256_loadu_ps(q.add(i + 8)));
-                let (b0, b1): (__m256, __m256) = ($load(x, i), $load(x, i + 8));
-                if $dot {
-                    [_mm256_fmadd_ps(a0, b0, s[0]), _mm256_fmadd_ps(a1, b1, s[1])]
-                } else {
-                    let (d0, d1) = (_mm256_sub_ps(a0, b0), _mm256_sub_ps(a1, b1));
-                    [_mm256_fmadd_ps(d0, d0, s[0]), _mm256_fmadd_ps(d1, d1, s[1])]
-                }
-            }
-
-            #[target_feature(enable = "avx2,fma,f16c")]
-            pub(in super::super) unsafe fn $name(q: *const f32, x: *const u8, n: usize) -> f32 {
+            unsafe fn $name(q: *const f32, x: *const u8, n: usize) -> f32 {
                 let mut s = [_mm256_setzero_ps(); 2];
                 let mut i = 0;
                 while i < n {
-                    s = step256(s, q, x, i);
+                    let a = [_mm256_loadu_ps(q.add(i)), _mm256_loadu_ps(q.add(i + 8))];
+                    s = step256::<$dot>(s, a, [$load(x, i), $load(x, i + 8)]);
                     i += LANES;
                 }
                 hsum256(_mm256_add_ps(s[0], s[1]))
             }
 
             #[target_feature(enable = "avx2,fma,f16c")]
-            pub(in super::super) unsafe fn $name4(
-                q: *const f32,
-                x: [*const u8; 4],
-                n: usize,
-            ) -> [f32; 4] {
+            unsafe fn $name4(q: *const f32, x: [*const u8; 4], n: usize) -> [f32; 4] {
                 let mut s = [[_mm256_setzero_ps(); 2]; 4];
                 let mut i = 0;
                 while i < n {
+                    let a = [_mm256_loadu_ps(q.add(i)), _mm256_loadu_ps(q.add(i + 8))];
                     for j in 0..4 {
-                        s[j] = step256(s[j], q, x[j], i);
+                        s[j] = step256::<$dot>(s[j], a, [$load(x[j], i), $load(x[j], i + 8)]);
                     }
                     i += LANES;
                 }
@@ -610,26 +600,10 @@ mod x86 {
         _mm256_cvtph_ps(_mm_loadu_si128(x.add(2 * i).cast()))
     }
 
-    mod f32_256_dot {
-        use super::*;
-        kernel256!(dot_f32_256, dot_f32_256_x4, load_f32_256, true);
-    }
-    mod f32_256_l2 {
-        use super::*;
-        kernel256!(l2_f32_256, l2_f32_256_x4, load_f32_256, false);
-    }
-    mod f16_256_dot {
-        use super::*;
-        kernel256!(dot_f16_256, dot_f16_256_x4, load_f16_256, true);
-    }
-    mod f16_256_l2 {
-        use super::*;
-        kernel256!(l2_f16_256, l2_f16_256_x4, load_f16_256, false);
-    }
-    use f16_256_dot::*;
-    use f16_256_l2::*;
-    use f32_256_dot::*;
-    use f32_256_l2::*;
+    kernel256!(dot_f32_256, dot_f32_256_x4, load_f32_256, true);
+    kernel256!(l2_f32_256, l2_f32_256_x4, load_f32_256, false);
+    kernel256!(dot_f16_256, dot_f16_256_x4, load_f16_256, true);
+    kernel256!(l2_f16_256, l2_f16_256_x4, load_f16_256, false);
 
     /// Σ q16·code over LANES components from `i` (`vpmaddwd`, 8 i32 lanes).
     #[target_feature(enable = "avx2")]
@@ -745,7 +719,11 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
         };
-        let all = [portable::kernels(), kernels()];
+        // Every kernel set this CPU can run, not only the one it would pick.
+        let all: Vec<Kernels> = [Some(portable::kernels()), avx512_kernels(), avx2_kernels()]
+            .into_iter()
+            .flatten()
+            .collect();
         for dim in [1, 15, 16, 33, 100, 384] {
             let a: Vec<f32> = (0..dim).map(|_| next()).collect();
             let b: Vec<f32> = (0..dim).map(|_| next()).collect();
