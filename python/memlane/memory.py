@@ -110,6 +110,13 @@ _ACCESS_FLUSH_COUNT = 50_000
 _OVERLAP_MIN = 256
 
 
+@dataclass(frozen=True, slots=True)
+class _Replacing:
+    """What a :meth:`Memory.replace` deletes: its filter (None: every record)."""
+
+    filter: str | None
+
+
 @dataclass(slots=True)
 class _New:
     """One record to add, validated."""
@@ -623,7 +630,7 @@ class Memory(KnowledgeMixin):
 
     def _filter(
         self,
-        table: str | None,
+        table: str | Sequence[str] | None,
         type: str | Sequence[str] | None,
         scope: Mapping[str, str],
         start: Any = None,
@@ -631,8 +638,13 @@ class Memory(KnowledgeMixin):
         filters: Mapping[str, Any] | None = None,
     ) -> str | None:
         conds: list[dict[str, Any]] = []
-        if table is not None:
+        if isinstance(table, str):
             conds.append({"table": _str(table, "table")})
+        elif table is not None:
+            tables = list(table)
+            for t in tables:
+                _str(t, "table")
+            conds.append({"table": {"$in": tables}})
         if type is not None:
             if isinstance(type, str):
                 conds.append({"type": type})
@@ -860,22 +872,51 @@ class Memory(KnowledgeMixin):
         Each item takes the keyword arguments of :meth:`add` (``text`` required).
         All are validated first: one bad item raises and stores nothing.
         """
-        return self._add(items)
+        records: list[MemoryRecord] = self._add(items)
+        return records
+
+    def replace(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        table: str | Sequence[str] | None = None,
+        *,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        **scope: str | None,
+    ) -> tuple[int, list[MemoryRecord]]:
+        """Deletes the records :meth:`delete_all` would and stores ``items`` as
+        :meth:`add_many` does, in one transaction: a crash leaves the old records
+        or the new ones, never neither. Returns how many went and the new records.
+
+        The items are stored as given: ``unique`` (deduplication) is refused,
+        since the records they would match are the ones being replaced.
+        """
+        self._check_open()
+        flt = self._filter(table, type, self._scope(scope), filters=filters)
+        result: tuple[int, list[MemoryRecord]] = self._add(items, replacing=_Replacing(flt))
+        return result
 
     def _add(
-        self, items: Iterable[Mapping[str, Any]], importing: bool = False
-    ) -> list[MemoryRecord]:
+        self,
+        items: Iterable[Mapping[str, Any]],
+        importing: bool = False,
+        replacing: _Replacing | None = None,
+    ) -> Any:
         # Graph linking in the background waits while writes stream in.
         with self._flight_lock:
             self._writes_in_flight += 1
         try:
-            return self._add_batch(items, importing)
+            return self._add_batch(items, importing, replacing)
         finally:
             with self._flight_lock:
                 self._writes_in_flight -= 1
             self._last_write = time.monotonic()
 
-    def _add_batch(self, items: Iterable[Mapping[str, Any]], importing: bool) -> list[MemoryRecord]:
+    def _add_batch(
+        self, items: Iterable[Mapping[str, Any]], importing: bool, replacing: _Replacing | None
+    ) -> Any:
+        """``add_many``'s records; with ``replacing`` (a filter), also deletes its
+        matches in the same transaction and returns (deleted, records)."""
         self._check_open()
         if isinstance(items, Mapping | str):
             raise InvalidArgumentError("add_many takes a list of dicts")
@@ -886,7 +927,9 @@ class Memory(KnowledgeMixin):
                 news.append(self._validate(item, now, importing))
             except InvalidArgumentError as e:
                 raise type(e)(f"record {i}: {e}") from None
-        if not news:
+        if replacing is not None and any(n.dedup for n in news):
+            raise InvalidArgumentError("replace stores items as given: unique=True is refused")
+        if not news and replacing is None:
             return []
         given = [i for i, n in enumerate(news) if n.embedding is not None]
         if given:
@@ -905,21 +948,28 @@ class Memory(KnowledgeMixin):
 
         with self._write:
             self._check_open()
+            gone: list[int] = []
+            if replacing is not None:
+                gone = [int(x) for x in self._engine.ids_where(replacing.filter)]
             # Ids made here are random UUIDs; only the caller's can collide.
             given_ids = [n.id for n in news if n.id_given]
             taken = self._db.existing_ids(self._db._writer, given_ids) if given_ids else set()
+            if taken and gone:  # a record replaced may pass its id on
+                leaving = set(gone)
+                rows = (self._db.row_by_id(t, conn=self._db._writer) for t in taken)
+                taken = {r[1] for r in rows if r is not None and r[0] not in leaving}
             if taken:
                 raise InvalidArgumentError(
                     f"id(s) already stored: {sorted(taken)[:5]}; use update() to change a record"
                 )
-            if importing:
+            if importing or replacing is not None:
                 store = list(range(len(news)))
                 dups: dict[int, tuple[str, str | int]] = {}
                 marks: dict[int, str | int] = {}
             else:
                 store, dups, marks = self._deduplicate(news, now)
             recent: list[tuple[str, str, float]] = []
-            if self._window.seconds > 0 and not importing:
+            if self._window.seconds > 0 and not importing and replacing is None:
                 for i in store:
                     n = news[i]
                     if not n.metadata:
@@ -927,7 +977,9 @@ class Memory(KnowledgeMixin):
                     keys = window_keys((n.table, *n.scope), n.metadata, n.content_hash)
                     recent.extend((k, n.id, now) for k in keys)
             if store:
-                self._insert([news[i] for i in store], recent)
+                self._insert([news[i] for i in store], recent, gone)
+            elif gone:
+                self._delete_rowids(gone)
             for key, record_id, at in recent:
                 self._window.remember([key], record_id, at)
             results: dict[int, MemoryRecord] = {}
@@ -948,7 +1000,8 @@ class Memory(KnowledgeMixin):
                     rec = found
                 rec.duplicate, rec.duplicate_of = kind, rec.id
                 results[i] = rec
-        return [results[i] for i in range(len(news))]
+        records = [results[i] for i in range(len(news))]
+        return records if replacing is None else (len(gone), records)
 
     def _from_new(self, n: _New) -> MemoryRecord:
         return MemoryRecord(
@@ -1069,8 +1122,11 @@ class Memory(KnowledgeMixin):
         row = self._db.row_by_id(record_id, conn=self._db._writer)
         return None if row is None else self._record(row)
 
-    def _insert(self, news: list[_New], recent: list[tuple[str, str, float]]) -> None:
-        """Prepares, commits and indexes new records (caller holds the write lock)."""
+    def _insert(
+        self, news: list[_New], recent: list[tuple[str, str, float]], gone: Sequence[int] = ()
+    ) -> None:
+        """Prepares, commits and indexes new records, deleting the rows ``gone`` in the
+        same transaction (caller holds the write lock)."""
         base = self._db.next_rowid(self._db._writer)
         vectors = None
         blobs: list[bytes | None] = [None] * len(news)
@@ -1092,14 +1148,21 @@ class Memory(KnowledgeMixin):
             prepared = self._prepare(self._engine, rows, texts=True, vectors=vectors)
         with self._db.transaction() as conn:
             seq = self._db.next_seq(conn)
+            if gone:  # first: a new record may take a deleted one's id
+                with self._access_lock:
+                    for r in gone:
+                        self._access.pop(r, None)
+                self._db.delete(conn, list(gone), seq)
             self._db.insert(conn, [(*r[:-2], seq, seq) for r in rows])
             if future is not None:
                 prepared = future.result()
             if recent:
                 self._db.remember(conn, recent, time.time() - self._window.seconds)
             self._flush_access(conn, seq)
+        if gone:
+            self._engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         self._engine.apply(prepared)
-        self._after_write(seq, len(news))
+        self._after_write(seq, len(news) + len(gone))
 
     def _helper(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -413,9 +413,10 @@ class _Pipeline:
         items: list[dict[str, Any]] = []
         for job, v in embedded:
             items.extend(self.records(job, v))
-        # Remove old versions (and fragments a run cut short left behind), record first.
-        remove_documents(self.mem, [job.id for job, _ in embedded])
-        self.mem.add_many(items)
+        # Old versions (and fragments a run cut short left behind) go in the
+        # transaction that stores the new ones: a crash leaves one or the other.
+        ids = [job.id for job, _ in embedded]
+        self.mem.replace(items, [DOCUMENTS, FRAGMENTS], filters={"document_id": {"$in": ids}})
         for job, _ in embedded:
             target = self.report.replaced if job.old is not None else self.report.ingested
             target[job.source.rel] = job.id
