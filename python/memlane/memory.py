@@ -501,7 +501,12 @@ class Memory(KnowledgeMixin):
                 elif seq < self._db.forgotten():
                     reason = "it is older than the deletions the database remembers"
             except FileNotFoundError:
-                if self._db.count() and not getattr(self, "_reembedded", False):
+                # A new cache folder of a shared store is no loss: it is built from the database.
+                if (
+                    self._db.count()
+                    and not self._db.shared
+                    and not getattr(self, "_reembedded", False)
+                ):
                     reason = "it is missing"
             except MemlaneError as e:
                 reason = str(e)
@@ -520,9 +525,11 @@ class Memory(KnowledgeMixin):
         return engine, seq, upto
 
     def _replay(self, engine: Engine, since: int, skip: Set[int] = frozenset()) -> tuple[int, int]:
-        """Applies what the database holds beyond change ``since`` to ``engine``, but rows
-        last written by a change in ``skip`` (the engine has them); returns how many
-        changes that was and the sequence number every change up to is now applied."""
+        """Applies what the database holds beyond change ``since`` to ``engine``; returns
+        how many changes that was and the sequence number every change up to is now
+        applied. Text and vectors written by a change in ``skip`` (this process's own,
+        already in the engine) are not indexed again; their attributes are, as another
+        process may have changed them in between."""
         # Read first: commits happen in sequence order, so all changes up to it are
         # visible below; a newer one read too is applied again by the next replay.
         upto = self._db.seq()
@@ -531,10 +538,12 @@ class Memory(KnowledgeMixin):
             engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         count = len(gone)
         for rows in self._db.rows_since(since):
-            if skip:
-                rows = [r for r in rows if r[_C["seq"]] not in skip]
             count += len(rows)
-            new = [r[_C["content_seq"]] > since or r[0] not in engine for r in rows]
+            new = [
+                (r[_C["content_seq"]] > since and r[_C["content_seq"]] not in skip)
+                or r[0] not in engine
+                for r in rows
+            ]
             # Text or vector changed: index it all again; else the attributes only.
             attrs = [r for r, n in zip(rows, new, strict=True) if not n]
             full = [r for r, n in zip(rows, new, strict=True) if n]
