@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -79,6 +80,8 @@ def pg_server() -> Iterator[PgServer]:
     """A throwaway PostgreSQL cluster for the whole run."""
     bin_dir = find_pg_bin()
     if bin_dir is None:
+        if os.environ.get("MEMLANE_REQUIRE_PG"):
+            pytest.fail("MEMLANE_REQUIRE_PG is set but no PostgreSQL binaries were found")
         pytest.skip(
             "no PostgreSQL server binaries (initdb): install Debian's postgresql package "
             "or set MEMLANE_PG_BIN to the folder holding initdb"

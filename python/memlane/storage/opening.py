@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, StorageError
 from memlane.storage.base import Store
 from memlane.storage.lock import StoreLock
 from memlane.storage.sqlite import SQLiteStore
@@ -40,7 +40,12 @@ def open_store(path: str | Path | None, cache_dir: str | Path | None = None) -> 
     URL; ``cache_dir`` keeps a PostgreSQL store's index snapshots on local disk."""
     if is_postgres_url(path):
         # Imported here: psycopg is needed only by PostgreSQL stores.
-        from memlane.storage.postgres import PostgresStore
+        try:
+            from memlane.storage.postgres import PostgresStore
+        except ImportError as e:
+            raise StorageError(
+                f"PostgreSQL stores need psycopg ({e}): pip install 'memlane[postgres]'"
+            ) from None
 
         db = PostgresStore(str(path))
         try:
