@@ -43,6 +43,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from memlane.errors import InvalidArgumentError, StorageError, UnknownIdError
 from memlane.storage.base import COLUMNS, Row
+from memlane.storage.rowcache import RowCache
 
 __all__ = ["POLL_SECONDS", "PostgresStore", "PostgresTarget"]
 
@@ -50,6 +51,8 @@ T = TypeVar("T")
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 DEFAULT_SCHEMA = "memlane"
+#: Records kept in process for reading search hits (``?row_cache=N`` in the URL; 0: none).
+DEFAULT_ROW_CACHE = 200_000
 #: Seconds to wait for a connection (also libpq's ``connect_timeout`` unless the URL sets it).
 CONNECT_TIMEOUT = 10.0
 _POOL_MAX = 8
@@ -63,6 +66,7 @@ _TOMBSTONE_DAYS = 7
 _CHUNK = 4096
 
 _ALL = ", ".join(COLUMNS)
+_SEQ = COLUMNS.index("seq")
 _NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
 _TYPES = [
     "int8",
@@ -132,6 +136,7 @@ class PostgresTarget:
 
     conninfo: str
     schema: str
+    row_cache: int
     redacted: str
     password: str | None
 
@@ -144,10 +149,14 @@ class PostgresTarget:
         except ValueError as e:
             raise InvalidArgumentError(f"not a valid PostgreSQL URL: {e}") from None
         schema = DEFAULT_SCHEMA
+        row_cache = str(DEFAULT_ROW_CACHE)
         keep: list[tuple[str, str]] = []
+        # schema and row_cache are memlane's; everything else is libpq's.
         for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
             if key == "schema":
                 schema = value
+            elif key == "row_cache":
+                row_cache = value
             else:
                 if key == "password":
                     password = value
@@ -157,6 +166,8 @@ class PostgresTarget:
                 f"schema must be a lowercase identifier of at most 48 characters "
                 f"([a-z_][a-z0-9_]*), got {schema!r}"
             )
+        if not row_cache.isdigit():
+            raise InvalidArgumentError(f"row_cache must be an int >= 0, got {row_cache!r}")
         conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(keep)))
         netloc = host or ""
         if port is not None:
@@ -166,7 +177,7 @@ class PostgresTarget:
         shown = [(k, "***" if k == "password" else v) for k, v in keep]
         query = urllib.parse.urlencode([*shown, ("schema", schema)])
         redacted = urllib.parse.urlunsplit(("postgresql", netloc, parts.path, query, ""))
-        return cls(conninfo, schema, redacted, password or None)
+        return cls(conninfo, schema, int(row_cache), redacted, password or None)
 
     def scrub(self, text: str) -> str:
         """``text`` with the password (plain or URL-quoted) masked."""
@@ -195,6 +206,7 @@ class PostgresStore:
             self._connect_kwargs["connect_timeout"] = int(CONNECT_TIMEOUT)
         self._listener: _Listener | None = None
         self._closed = False
+        self._cache = RowCache(self.target.row_cache)
         self._migrate()
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.target.conninfo,
@@ -403,6 +415,7 @@ class PostgresStore:
                 raise InvalidArgumentError(f"PostgreSQL refused a value: {e}") from None
             if cur.rowcount == 0:
                 raise UnknownIdError(f"no memory with id {r[1]!r} (deleted by another process)")
+            self._cache.invalidate([r[0]], r[_SEQ])
 
     def delete(self, conn: Any, rowids: Sequence[int], seq: int) -> None:
         s = self._s
@@ -418,8 +431,10 @@ class PostgresStore:
             conn.execute(
                 f"DELETE FROM {s}.recent WHERE id = ANY(%s::text[])", ([g[0] for g in gone],)
             )
+        self._cache.invalidate(rowids, seq)
 
     def record_accesses(self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
+        self._cache.invalidate(accesses, seq)
         conn.execute(
             f"UPDATE {self._s}.records SET access_count = access_count + j.n, "
             "last_accessed_at = greatest(last_accessed_at, j.at), seq = %s "
@@ -434,6 +449,7 @@ class PostgresStore:
         )
 
     def set_embeddings(self, conn: Any, rows: Sequence[tuple[int, bytes | None]], seq: int) -> None:
+        self._cache.invalidate([r for r, _ in rows], seq)
         conn.execute(
             f"UPDATE {self._s}.records SET embedding = j.e, seq = %s, content_seq = %s "
             "FROM unnest(%s::int8[], %s::bytea[]) AS j (rowid, e) "
@@ -475,6 +491,12 @@ class PostgresStore:
     def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
         if not rowids:
             return {}
+        found: dict[int, Row] = {}
+        if not embedding:
+            found, missing = self._cache.get(rowids)
+            if not missing:
+                return found
+            rowids = missing
         q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._s}.records "
         q += "WHERE rowid = ANY(%s::int8[])"
 
@@ -487,7 +509,10 @@ class PostgresStore:
                         out[row[0]] = row
             return out
 
-        return self._read(run)
+        fetched = self._read(run)
+        self._cache.put(fetched.values())
+        found.update(fetched)
+        return found
 
     def row_by_id(self, record_id: str, embedding: bool = False) -> Row | None:
         q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._s}.records WHERE id = %s"
@@ -522,12 +547,15 @@ class PostgresStore:
         rowids = self._read(lambda c: [r[0] for r in c.execute(q, (seq,))])
         for start in range(0, len(rowids), batch):
             part = rowids[start : start + batch]
+            # (This also refreshes the row cache: it stays as fresh as the indexes.)
             rows = self.rows_by_rowid(part, embedding=True)
             yield [rows[r] for r in part if r in rows]
 
     def tombstones_since(self, seq: int) -> list[int]:
         q = f"SELECT rowid FROM {self._s}.tombstones WHERE seq > %s"
-        return self._read(lambda c: [r[0] for r in c.execute(q, (seq,))])
+        gone = self._read(lambda c: [r[0] for r in c.execute(q, (seq,))])
+        self._cache.forget(gone)
+        return gone
 
     def all_rowids(self) -> set[int]:
         q = f"SELECT rowid FROM {self._s}.records"
