@@ -403,6 +403,9 @@ class PostgresStore:
             ) from None
         except psycopg.DataError as e:
             raise InvalidArgumentError(f"PostgreSQL refused a value: {e}") from None
+        # Safe before the commit: new rowids reach the indexes only after it, and a
+        # rolled-back one is never asked for (rowids are not reused).
+        self._cache.put(rows)
 
     def replace(self, conn: Any, rows: Sequence[Row]) -> None:
         sets = ", ".join(f"{c} = %s" for c in COLUMNS[1:])
