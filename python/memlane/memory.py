@@ -562,18 +562,27 @@ class Memory(KnowledgeMixin):
         """Applies what other processes committed since this one last looked."""
         if self._db.seq() <= self._seq:
             return
-        with self._write:
-            if self._closing:
-                return
-            if self._seq < self._db.forgotten():
-                # Away longer than tombstones are kept: compare every id instead.
-                present = self._db.all_rowids()
-                gone = [int(i) for i in self._engine.ids_where(None) if int(i) not in present]
-                self._engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
-            changes, upto = self._replay(self._engine, self._seq, self._own)
-            # Own commits happen under the write lock, so all of them are <= upto.
-            self._seq, self._own = upto, set()
-            self._changes += changes
+        # Other processes' writes, like this one's, make graph linking step aside.
+        with self._flight_lock:
+            self._writes_in_flight += 1
+        try:
+            with self._write:
+                if self._closing:
+                    return
+                if self._seq < self._db.forgotten():
+                    # Away longer than tombstones are kept: compare every id instead.
+                    present = self._db.all_rowids()
+                    ids = self._engine.ids_where(None)
+                    gone = [int(i) for i in ids if int(i) not in present]
+                    self._engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
+                changes, upto = self._replay(self._engine, self._seq, self._own)
+                # Own commits happen under the write lock, so all of them are <= upto.
+                self._seq, self._own = upto, set()
+                self._changes += changes
+        finally:
+            with self._flight_lock:
+                self._writes_in_flight -= 1
+            self._last_write = time.monotonic()
         if self._engine.pending() or self._changes >= self._snapshot_due():
             self._wake.set()
 

@@ -138,16 +138,16 @@ class PostgresTarget:
     schema: str
     row_cache: int
     redacted: str
-    password: str | None
+    secrets: tuple[str, ...]
 
     @classmethod
     def parse(cls, url: str) -> PostgresTarget:
         try:
             parts = urllib.parse.urlsplit(url)
-            password = parts.password
-            host, port = parts.hostname, parts.port
+            parts.port  # noqa: B018 - raises on a malformed port
         except ValueError as e:
             raise InvalidArgumentError(f"not a valid PostgreSQL URL: {e}") from None
+        secrets = [] if parts.password is None else [urllib.parse.unquote(parts.password)]
         schema = DEFAULT_SCHEMA
         row_cache = str(DEFAULT_ROW_CACHE)
         keep: list[tuple[str, str]] = []
@@ -159,7 +159,7 @@ class PostgresTarget:
                 row_cache = value
             else:
                 if key == "password":
-                    password = value
+                    secrets.append(value)
                 keep.append((key, value))
         if not _SCHEMA_NAME.fullmatch(schema):
             raise InvalidArgumentError(
@@ -168,21 +168,21 @@ class PostgresTarget:
             )
         if not row_cache.isdigit():
             raise InvalidArgumentError(f"row_cache must be an int >= 0, got {row_cache!r}")
-        conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(keep)))
-        netloc = host or ""
-        if port is not None:
-            netloc += f":{port}"
+        # Rebuilt by hand: urlunsplit would turn "postgresql:///db" into "postgresql:/db".
+        base = f"{parts.scheme}://{parts.netloc}{parts.path}"
+        conninfo = base + ("?" + urllib.parse.urlencode(keep) if keep else "")
+        netloc = parts.netloc.rpartition("@")[2]
         if parts.username is not None:
             netloc = f"{parts.username}{':***' if parts.password is not None else ''}@{netloc}"
         shown = [(k, "***" if k == "password" else v) for k, v in keep]
-        query = urllib.parse.urlencode([*shown, ("schema", schema)])
-        redacted = urllib.parse.urlunsplit(("postgresql", netloc, parts.path, query, ""))
-        return cls(conninfo, schema, int(row_cache), redacted, password or None)
+        query = urllib.parse.urlencode([*shown, ("schema", schema)], safe="*/")
+        redacted = f"postgresql://{netloc}{parts.path}?{query}"
+        return cls(conninfo, schema, int(row_cache), redacted, tuple(s for s in secrets if s))
 
     def scrub(self, text: str) -> str:
-        """``text`` with the password (plain or URL-quoted) masked."""
-        if self.password:
-            for form in {self.password, urllib.parse.quote(self.password, safe="")}:
+        """``text`` with the passwords (plain or URL-quoted) masked."""
+        for secret in self.secrets:
+            for form in {secret, urllib.parse.quote(secret, safe="")}:
                 text = text.replace(form, "***")
         return text
 
@@ -287,17 +287,18 @@ class PostgresStore:
         except PoolClosed:
             raise StorageError("the store is closed") from None
 
-    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Runs a read, again on another connection when the first one broke."""
+    def _retrying(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Runs ``fn`` on a pooled connection outside any transaction (a read, or a
+        statement safe to repeat), again on another connection when the first broke."""
         for attempt in range(_ATTEMPTS):
             conn = self._getconn()
             try:
                 return fn(conn)
             except psycopg.OperationalError as e:
                 if attempt == _ATTEMPTS - 1:
-                    raise self._error("PostgreSQL read failed", e) from None
+                    raise self._error("PostgreSQL query failed", e) from None
             except psycopg.Error as e:
-                raise self._error("PostgreSQL read failed", e) from None
+                raise self._error("PostgreSQL query failed", e) from None
             finally:
                 self._pool.putconn(conn)
             time.sleep(0.1 * 2**attempt)
@@ -353,7 +354,7 @@ class PostgresStore:
         if conn is not None:
             row = conn.execute(q, (key,)).fetchone()
         else:
-            row = self._read(lambda c: c.execute(q, (key,)).fetchone())
+            row = self._retrying(lambda c: c.execute(q, (key,)).fetchone())
         return None if row is None else str(row[0])
 
     def set_meta(self, conn: Any, key: str, value: str) -> None:
@@ -381,7 +382,7 @@ class PostgresStore:
             f"UPDATE {self._s}.meta SET value = (value::int8 + %s)::text "
             "WHERE key = 'next_rowid' RETURNING value::int8 - %s"
         )
-        return int(self._read(lambda c: c.execute(q, (count, count)).fetchone())[0])  # type: ignore[index]
+        return int(self._retrying(lambda c: c.execute(q, (count, count)).fetchone())[0])  # type: ignore[index]
 
     def forgotten(self) -> int:
         return int(self.get_meta("forgotten") or 0)
@@ -512,7 +513,7 @@ class PostgresStore:
                         out[row[0]] = row
             return out
 
-        fetched = self._read(run)
+        fetched = self._retrying(run)
         self._cache.put(fetched.values())
         found.update(fetched)
         return found
@@ -525,13 +526,13 @@ class PostgresStore:
                 row: Row | None = cur.execute(q, (record_id,)).fetchone()
                 return row
 
-        return self._read(run)
+        return self._retrying(run)
 
     def existing_ids(self, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
         q = f"SELECT id FROM {self._s}.records WHERE id = ANY(%s::text[])"
-        return self._read(lambda c: {r[0] for r in c.execute(q, (list(ids),))})
+        return self._retrying(lambda c: {r[0] for r in c.execute(q, (list(ids),))})
 
     def rows_by_hash(self, hashes: Sequence[str], embedding: bool) -> list[Row]:
         if not hashes:
@@ -543,11 +544,11 @@ class PostgresStore:
             with conn.cursor(binary=True) as cur:
                 return cur.execute(q, (sorted(set(hashes)),)).fetchall()
 
-        return self._read(run)
+        return self._retrying(run)
 
     def rows_since(self, seq: int, batch: int = _CHUNK) -> Iterator[list[Row]]:
         q = f"SELECT rowid FROM {self._s}.records WHERE seq > %s ORDER BY rowid"
-        rowids = self._read(lambda c: [r[0] for r in c.execute(q, (seq,))])
+        rowids = self._retrying(lambda c: [r[0] for r in c.execute(q, (seq,))])
         for start in range(0, len(rowids), batch):
             part = rowids[start : start + batch]
             # (This also refreshes the row cache: it stays as fresh as the indexes.)
@@ -556,13 +557,13 @@ class PostgresStore:
 
     def tombstones_since(self, seq: int) -> list[int]:
         q = f"SELECT rowid FROM {self._s}.tombstones WHERE seq > %s"
-        gone = self._read(lambda c: [r[0] for r in c.execute(q, (seq,))])
+        gone = self._retrying(lambda c: [r[0] for r in c.execute(q, (seq,))])
         self._cache.forget(gone)
         return gone
 
     def all_rowids(self) -> set[int]:
         q = f"SELECT rowid FROM {self._s}.records"
-        return self._read(lambda c: {r[0] for r in c.execute(q)})
+        return self._retrying(lambda c: {r[0] for r in c.execute(q)})
 
     def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
         q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._s}.records "
@@ -574,7 +575,7 @@ class PostgresStore:
                 with conn.cursor(binary=True) as cur:
                     return cur.execute(q, (after, batch)).fetchall()
 
-            rows = self._read(page)
+            rows = self._retrying(page)
             if not rows:
                 return
             yield from rows
@@ -582,11 +583,11 @@ class PostgresStore:
 
     def recent(self, since: float) -> list[tuple[str, str, float]]:
         q = f"SELECT key, id, at FROM {self._s}.recent WHERE at >= %s ORDER BY at"
-        return self._read(lambda c: [(r[0], r[1], r[2]) for r in c.execute(q, (since,))])
+        return self._retrying(lambda c: [(r[0], r[1], r[2]) for r in c.execute(q, (since,))])
 
     def count(self) -> int:
         q = f"SELECT count(*) FROM {self._s}.records"
-        return int(self._read(lambda c: c.execute(q).fetchone())[0])  # type: ignore[index]
+        return int(self._retrying(lambda c: c.execute(q).fetchone())[0])  # type: ignore[index]
 
     # -- upkeep --------------------------------------------------------------------------
 
@@ -652,6 +653,6 @@ class _Listener:
     def stop(self, store: PostgresStore) -> None:
         self._stopping.set()
         with contextlib.suppress(StorageError, psycopg.Error):
-            store._read(lambda c: c.execute("SELECT pg_notify(%s, '')", (self._wake_channel,)))
+            store._retrying(lambda c: c.execute("SELECT pg_notify(%s, '')", (self._wake_channel,)))
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=2 * POLL_SECONDS + CONNECT_TIMEOUT)
