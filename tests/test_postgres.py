@@ -417,6 +417,8 @@ def test_schema_is_versioned_and_idempotent(pg_server: PgServer) -> None:
         conn.execute(f"INSERT INTO {schema}.migrations (version) VALUES (99)")
     with pytest.raises(StorageError, match="upgrade memlane"):
         Memory(u, None)
+    with Memory(pg_server.url(schema="user"), None) as mem:  # a keyword is fine
+        mem.add("in the user schema")
     for bad in ("Bad", "x-y", "1abc", "a" * 60, ""):
         with pytest.raises(InvalidArgumentError, match="schema"):
             Memory(pg_server.url(schema=bad), None)
@@ -503,6 +505,17 @@ def test_reads_survive_a_dropped_connection(pg_server: PgServer) -> None:
         assert mem.get(rec.id).text == "survivor"
         mem.add("after the drop")
         assert mem.count() == 2
+
+
+def test_a_failed_write_is_a_storage_error_and_changes_nothing(pg_server: PgServer) -> None:
+    u = url(pg_server, "failed")
+    with Memory(u, None) as mem:
+        mem.add("before")
+        seq = mem._db.seq()
+        with pytest.raises(StorageError, match="nothing was stored"), mem._db.transaction() as c:
+            mem._db.next_seq(c)
+            c.execute("SELECT 1 / 0")
+        assert mem._db.seq() == seq and mem.count() == 1
 
 
 # -- moving stores between backends -------------------------------------------------------------

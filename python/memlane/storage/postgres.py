@@ -199,7 +199,9 @@ class PostgresStore:
         self.target = PostgresTarget.parse(url)
         self.location = self.target.redacted
         s = self.target.schema
-        self._s = s
+        # Quoted, so a name that is also a keyword ("user") works; it is lowercase
+        # already, so quoting does not change which schema it names.
+        self._s = f'"{s}"'
         self._channel = f"{s}_changes"
         self._connect_kwargs: dict[str, Any] = {"autocommit": True, "application_name": "memlane"}
         if "connect_timeout" not in url:
@@ -255,7 +257,9 @@ class PostgresStore:
         conn = self._connect()
         try:
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memlane:{s}",))
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memlane:{self.target.schema}",)
+                )
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
                 conn.execute(
                     f"CREATE TABLE IF NOT EXISTS {s}.migrations (version int PRIMARY KEY, "
@@ -324,6 +328,10 @@ class PostgresStore:
         try:
             try:
                 yield conn
+            except psycopg.Error as e:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+                raise self._error("write failed, nothing was stored", e) from None
             except BaseException:
                 with contextlib.suppress(psycopg.Error):
                     conn.execute("ROLLBACK")
