@@ -286,6 +286,57 @@ def test_processes_write_and_search_at_once(
                 p.wait()
 
 
+BULK_WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    from conftest import WordHashEmbedder
+    from memlane import Memory
+
+    mem = Memory(sys.argv[1], WordHashEmbedder(), dedup_window=0)
+    print("READY", flush=True)
+    n = 0
+    while True:
+        n += 1
+        recs = mem.add_many([{"text": f"bulk {n} item {i}"} for i in range(500)])
+        print("ACK", *[r.id for r in recs], flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kill_9_mid_batch_loses_nothing_acknowledged(
+    pg_server: PgServer, tmp_path: Path, seed: int
+) -> None:
+    import random
+    import signal
+
+    u = url(pg_server, f"bulk{seed}")
+    script = tmp_path / "bulk.py"
+    script.write_text(BULK_WRITER)
+    with Memory(u, WordHashEmbedder(), dedup_window=0) as follower:
+        proc = _start([sys.executable, str(script), u, str(TESTS)])
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "READY"
+        time.sleep(random.Random(seed).uniform(0.5, 2.0))
+        os.kill(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+        acked = {
+            i
+            for line in out.splitlines(keepends=True)
+            if line.endswith("\n")
+            for i in line.split()[1:]
+        }
+        assert acked
+        with Memory(u, WordHashEmbedder(), dedup_window=0) as fresh:
+            wait_for(lambda: len(follower) == fresh._db.count())
+            stored = {r.id for r in fresh.list(limit=10**6)}
+            assert len(fresh) == len(stored)
+        # Every acknowledged batch is there; the one in flight is all there or absent.
+        assert acked <= stored and len(stored - acked) in (0, 500)
+        assert {r.id for r in follower.list(limit=10**6)} == stored
+
+
 def test_a_late_reader_converges_on_the_writers_results(pg_server: PgServer) -> None:
     u = url(pg_server, "late")
     emb = WordHashEmbedder()
