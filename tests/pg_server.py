@@ -37,7 +37,8 @@ def find_pg_bin() -> Path | None:
         return Path(env) if (Path(env) / "initdb").is_file() else None
     found = shutil.which("initdb")
     if found:
-        return Path(found).parent
+        # A symlink on PATH: pg_ctl and postgres are beside the real file.
+        return Path(found).resolve().parent
     candidates = sorted(
         Path("/usr/lib/postgresql").glob("*/bin/initdb"),
         key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
