@@ -454,6 +454,28 @@ def test_snapshot_older_than_kept_tombstones_is_rebuilt(
         assert len(mem) == 49
 
 
+def test_old_tombstones_go_and_a_process_behind_them_still_converges(
+    pg_server: PgServer,
+) -> None:
+    u = url(pg_server, "gc")
+    schema = PostgresTarget.parse(u).schema
+    emb = WordHashEmbedder()
+    with Memory(u, emb) as b:
+        a = Memory(u, emb)
+        recs = a.add_many([{"text": f"note {i}"} for i in range(20)])
+        wait_for(lambda: len(b) == 20)
+        with b._write:  # b is away while a deletes and the tombstones expire
+            a.delete(recs[0].id)
+            with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+                conn.execute(f"UPDATE {schema}.tombstones SET at = now() - interval '8 days'")
+                a.close()  # collects them
+                left = conn.execute(f"SELECT count(*) FROM {schema}.tombstones").fetchone()
+                assert left == (0,)
+            assert b._db.forgotten() > b._seq
+        wait_for(lambda: len(b) == 19)
+        assert recs[0].id not in {h.record.id for h in b.search("note", k=50)}
+
+
 # -- schema and migrations ----------------------------------------------------------------------
 
 

@@ -1599,6 +1599,8 @@ class Memory(KnowledgeMixin):
             self._flush_access_now()
         if self._index_dir is not None:
             self._engine.save(self._index_dir, self._seq)
+        # A shared store without a snapshot cache still lets old tombstones go.
+        if self._index_dir is not None or self._db.shared:
             self._db.gc_tombstones(self._seq)
         self._finalizer()
 
