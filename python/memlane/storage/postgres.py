@@ -352,7 +352,7 @@ class PostgresStore:
             return
         self._closed = True
         if self._listener is not None:
-            self._listener.stop(self)
+            self._listener.stop()
         self._pool.close()
 
     # -- meta and counters ---------------------------------------------------------------
@@ -658,9 +658,11 @@ class _Listener:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
 
-    def stop(self, store: PostgresStore) -> None:
+    def stop(self) -> None:
         self._stopping.set()
         with contextlib.suppress(StorageError, psycopg.Error):
-            store._retrying(lambda c: c.execute("SELECT pg_notify(%s, '')", (self._wake_channel,)))
+            self._store._retrying(
+                lambda c: c.execute("SELECT pg_notify(%s, '')", (self._wake_channel,))
+            )
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=2 * POLL_SECONDS + CONNECT_TIMEOUT)
