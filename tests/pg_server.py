@@ -140,6 +140,13 @@ class PgServer:
         self._started = True
         return self
 
+    def restart(self) -> None:
+        """Stops the server (dropping every connection) and starts it again."""
+        log = str(self.root / "log")  # else the server keeps our output pipe open
+        self._run(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", log, "-m", "fast", "-w", "restart"
+        )
+
     def url(self, database: str = "postgres", **query: str) -> str:
         tail = "&".join(f"{k}={v}" for k, v in query.items())
         base = f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{database}"

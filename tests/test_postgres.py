@@ -580,6 +580,21 @@ def test_reads_survive_a_dropped_connection(pg_server: PgServer) -> None:
         assert mem.count() == 2
 
 
+def test_a_server_restart_is_survived(pg_server: PgServer) -> None:
+    u = url(pg_server, "restart")
+    emb = WordHashEmbedder()
+    with Memory(u, emb) as a, Memory(u, emb) as b:
+        a.add("before the restart")
+        wait_for(lambda: len(b) == 1)
+        pg_server.restart()
+        # Broken pooled connections are replaced: reads and writes go on.
+        assert a.count() == 1 and a.search("restart", k=1)[0].record.text == "before the restart"
+        rec = a.add("after the restart")
+        assert b.get(rec.id).text == "after the restart"
+        # b's listening connection is re-established, or its polling finds the change.
+        wait_for(lambda: len(b) == 2, timeout=30)
+
+
 def test_a_failed_write_is_a_storage_error_and_changes_nothing(pg_server: PgServer) -> None:
     u = url(pg_server, "failed")
     with Memory(u, None) as mem:
