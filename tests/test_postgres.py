@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from conftest import WordHashEmbedder
-from memlane import InvalidArgumentError, Memory, StorageError, StoreLockedError
+from memlane import InvalidArgumentError, Memory, StorageError, StoreLockedError, UnknownIdError
 from memlane.cli import main as cli_main
 from memlane.storage.postgres import POLL_SECONDS, PostgresTarget
 from pg_server import PASSWORD, PgServer
@@ -485,8 +485,8 @@ def test_schema_is_versioned_and_idempotent(pg_server: PgServer) -> None:
     Memory(u, None).close()
     Memory(u, None).close()
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
-        versions = conn.execute(f"SELECT version FROM {schema}.migrations").fetchall()
-        assert versions == [(1,)]
+        versions = conn.execute(f"SELECT version FROM {schema}.migrations ORDER BY 1").fetchall()
+        assert versions == [(1,), (2,)]
         conn.execute(f"INSERT INTO {schema}.migrations (version) VALUES (99)")
     with pytest.raises(StorageError, match="upgrade memlane"):
         Memory(u, None)
@@ -518,6 +518,50 @@ def test_concurrent_first_opens_create_one_schema(pg_server: PgServer) -> None:
     for m in mems:
         m.close()
     assert len(ids) == 1
+
+
+def test_row_level_security_confines_a_tenant(pg_server: PgServer) -> None:
+    u = url(pg_server, "rls")
+    schema = PostgresTarget.parse(u).schema
+    emb = WordHashEmbedder()
+    with Memory(u, emb) as admin:
+        admin.add_many([{"text": f"alice note {i}", "user_id": "alice"} for i in range(5)])
+        bobs = admin.add_many([{"text": f"bob note {i}", "user_id": "bob"} for i in range(3)])
+    # Superusers bypass row-level security: the tenant connects as a role of its own,
+    # which may use the tables but not create schemas.
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {schema}_worker LOGIN PASSWORD 'worker-pw'")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {schema}_worker")
+        conn.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} "
+            f"TO {schema}_worker"
+        )
+    worker = (
+        f"postgresql://{schema}_worker:worker-pw@127.0.0.1:{pg_server.port}/postgres"
+        f"?schema={schema}&tenant=user_id:alice"
+    )
+    with Memory(worker, emb, default_scope={"user_id": "alice"}) as mem:
+        assert "tenant=user_id:alice" in mem.location and "worker-pw" not in repr(mem)
+        assert len(mem) == 5 and mem.count() == 5
+        assert {h.record.user_id for h in mem.search("note", k=20)} == {"alice"}
+        assert bobs[0].id not in mem
+        with pytest.raises(InvalidArgumentError, match="confined to the tenant user_id='alice'"):
+            mem.add("sneaky", user_id="bob")
+        with pytest.raises(UnknownIdError):
+            mem.update(bobs[0].id, text="rewritten")
+        mem.add("written by the tenant")
+        assert mem._db.count() == 6
+    # The same role without a tenant sees everything (and inserts without COPY, which
+    # PostgreSQL refuses where row-level security applies).
+    with Memory(worker.replace("&tenant=user_id:alice", ""), emb) as mem:
+        assert len(mem) == 9
+        mem.add_many([{"text": f"bulk {i}", "user_id": "carol"} for i in range(300)])
+    with Memory(u, emb) as admin:
+        assert len(admin) == 309
+        assert admin.get(bobs[0].id).text == "bob note 0"
+    for bad in ("user_id", "colour:red", "user_id:"):
+        with pytest.raises(InvalidArgumentError, match="tenant"):
+            Memory(f"{u}&tenant={bad}", None)
 
 
 # -- connections and credentials ----------------------------------------------------------------

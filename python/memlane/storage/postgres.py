@@ -41,7 +41,8 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from memlane.errors import InvalidArgumentError, StorageError, UnknownIdError
+from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, UnknownIdError
+from memlane.records import SCOPE_FIELDS
 from memlane.storage.base import COLUMNS, Row
 from memlane.storage.rowcache import RowCache
 
@@ -85,6 +86,11 @@ _TYPES = [
     "int8",
 ]
 assert len(_TYPES) == len(COLUMNS)
+_INSERT_ARRAYS = (
+    f"INSERT INTO {{s}}.records ({_ALL}) SELECT * FROM unnest("
+    + ", ".join(f"%s::{t}[]" for t in _TYPES)
+    + ")"
+)
 
 # Each entry migrates the schema from version i to i + 1; "{s}" is the schema.
 _MIGRATIONS = (
@@ -126,6 +132,24 @@ _MIGRATIONS = (
     );
     CREATE INDEX tombstones_seq ON {s}.tombstones (seq);
     """,
+    # Row-level security: a connection that sets memlane.tenant (see ?tenant=) sees and
+    # writes only the records whose scope field memlane.tenant_field equals it; one
+    # that does not set it sees everything. It binds every role but the tables' owner
+    # and superusers, so workers confined to a tenant log in as a role of their own.
+    """
+    ALTER TABLE {s}.records ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY tenant ON {s}.records USING (
+        coalesce(current_setting('memlane.tenant', true), '') = ''
+        OR CASE current_setting('memlane.tenant_field', true)
+            WHEN 'agent_id' THEN agent_id
+            WHEN 'user_id' THEN user_id
+            WHEN 'room_id' THEN room_id
+            WHEN 'world_id' THEN world_id
+            WHEN 'session_id' THEN session_id
+            WHEN 'namespace' THEN namespace
+        END = current_setting('memlane.tenant', true)
+    );
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -137,6 +161,8 @@ class PostgresTarget:
     conninfo: str
     schema: str
     row_cache: int
+    #: (scope field, value) the database confines this connection to, or None.
+    tenant: tuple[str, str] | None
     redacted: str
     secrets: tuple[str, ...]
 
@@ -150,13 +176,22 @@ class PostgresTarget:
         secrets = [] if parts.password is None else [urllib.parse.unquote(parts.password)]
         schema = DEFAULT_SCHEMA
         row_cache = str(DEFAULT_ROW_CACHE)
+        tenant: tuple[str, str] | None = None
         keep: list[tuple[str, str]] = []
-        # schema and row_cache are memlane's; everything else is libpq's.
+        # schema, row_cache and tenant are memlane's; everything else is libpq's.
         for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
             if key == "schema":
                 schema = value
             elif key == "row_cache":
                 row_cache = value
+            elif key == "tenant":
+                field, sep, who = value.partition(":")
+                if not sep or field not in SCOPE_FIELDS or not who:
+                    raise InvalidArgumentError(
+                        f"tenant must be FIELD:VALUE with FIELD one of {list(SCOPE_FIELDS)}, "
+                        f"got {value!r}"
+                    )
+                tenant = (field, who)
             else:
                 if key == "password":
                     secrets.append(value)
@@ -175,9 +210,13 @@ class PostgresTarget:
         if parts.username is not None:
             netloc = f"{parts.username}{':***' if parts.password is not None else ''}@{netloc}"
         shown = [(k, "***" if k == "password" else v) for k, v in keep]
-        query = urllib.parse.urlencode([*shown, ("schema", schema)], safe="*/")
+        if tenant is not None:
+            shown.append(("tenant", ":".join(tenant)))
+        query = urllib.parse.urlencode([*shown, ("schema", schema)], safe="*/:")
         redacted = f"postgresql://{netloc}{parts.path}?{query}"
-        return cls(conninfo, schema, int(row_cache), redacted, tuple(s for s in secrets if s))
+        return cls(
+            conninfo, schema, int(row_cache), tenant, redacted, tuple(s for s in secrets if s)
+        )
 
     def scrub(self, text: str) -> str:
         """``text`` with the passwords (plain or URL-quoted) masked."""
@@ -219,6 +258,7 @@ class PostgresStore:
             timeout=CONNECT_TIMEOUT,
             num_workers=1,
             name=f"memlane-{s}",
+            configure=self._configure,
         )
         try:
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
@@ -229,6 +269,12 @@ class PostgresStore:
                 f"(no connection within {CONNECT_TIMEOUT:.0f} s)"
             ) from None
         self.store_id = str(self.get_meta("store_id"))
+        # COPY is the fast way in, but PostgreSQL refuses it where row-level security
+        # applies (any role but the owner): such roles insert from arrays instead.
+        q = "SELECT row_security_active(%s::regclass)"
+        self._copy = not self._retrying(lambda c: c.execute(q, (f"{self._s}.records",)).fetchone())[
+            0
+        ]  # type: ignore[index]
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
@@ -239,11 +285,23 @@ class PostgresStore:
         detail = self.target.scrub(str(e).strip()) or type(e).__name__
         return StorageError(f"{what} ({self.location}): {detail}")
 
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """Confines a new connection to the tenant, if any (row-level security)."""
+        if self.target.tenant is not None:
+            field, who = self.target.tenant
+            conn.execute(
+                "SELECT set_config('memlane.tenant_field', %s, false), "
+                "set_config('memlane.tenant', %s, false)",
+                (field, who),
+            )
+
     def _connect(self) -> psycopg.Connection[Any]:
         """A connection of its own (not pooled), retried while the server is unreachable."""
         for attempt in range(_ATTEMPTS):
             try:
-                return psycopg.connect(self.target.conninfo, **self._connect_kwargs)
+                conn = psycopg.connect(self.target.conninfo, **self._connect_kwargs)
+                self._configure(conn)
+                return conn
             except psycopg.OperationalError as e:
                 if attempt == _ATTEMPTS - 1:
                     raise self._error("cannot connect to PostgreSQL", e) from None
@@ -252,33 +310,55 @@ class PostgresStore:
                 raise self._error("cannot connect to PostgreSQL", e) from None
         raise AssertionError  # pragma: no cover
 
+    def _version(self, conn: psycopg.Connection[Any]) -> int:
+        if conn.execute("SELECT to_regclass(%s)", (f"{self._s}.migrations",)).fetchone() == (None,):
+            return 0
+        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {self._s}.migrations")
+        return int(row.fetchone()[0])  # type: ignore[index]
+
     def _migrate(self) -> None:
         s = self._s
         conn = self._connect()
         try:
-            with conn.transaction():
-                conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memlane:{self.target.schema}",)
-                )
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {s}.migrations (version int PRIMARY KEY, "
-                    "applied_at timestamptz NOT NULL DEFAULT now())"
-                )
-                row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.migrations")
-                done = int(row.fetchone()[0])  # type: ignore[index]
-                if done > SCHEMA_VERSION:
-                    raise StorageError(
-                        f"{self.location} has schema version {done}; this memlane reads up "
-                        f"to {SCHEMA_VERSION} (upgrade memlane)"
+            # Every open but the first finds the schema current: nothing to lock or
+            # create, so a role that may not create schemas can open the store.
+            done = self._version(conn)
+            if done < SCHEMA_VERSION:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                        (f"memlane:{self.target.schema}",),
                     )
-                for version in range(done + 1, SCHEMA_VERSION + 1):
-                    conn.execute(_MIGRATIONS[version - 1].format(s=s).encode())
-                    conn.execute(f"INSERT INTO {s}.migrations (version) VALUES (%s)", (version,))
+                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                    conn.execute(
+                        f"CREATE TABLE IF NOT EXISTS {s}.migrations (version int PRIMARY KEY, "
+                        "applied_at timestamptz NOT NULL DEFAULT now())"
+                    )
+                    done = self._version(conn)
+                    for version in range(done + 1, SCHEMA_VERSION + 1):
+                        conn.execute(_MIGRATIONS[version - 1].format(s=s).encode())
+                        conn.execute(
+                            f"INSERT INTO {s}.migrations (version) VALUES (%s)", (version,)
+                        )
         except psycopg.Error as e:
             raise self._error("cannot prepare the memlane schema", e) from None
         finally:
             conn.close()
+        if done > SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.location} has schema version {done}; this memlane reads up "
+                f"to {SCHEMA_VERSION} (upgrade memlane)"
+            )
+
+    def _refused(self, e: psycopg.Error) -> MemlaneError:
+        if self.target.tenant is None:
+            return self._error("PostgreSQL refused the write", e)
+        field, who = self.target.tenant
+        return InvalidArgumentError(
+            f"this store is confined to the tenant {field}={who!r} (row-level security): "
+            f"every record written must have {field}={who!r} (set it, or pass "
+            f"default_scope={{{field!r}: {who!r}}})"
+        )
 
     def _getconn(self) -> psycopg.Connection[Any]:
         try:
@@ -399,17 +479,23 @@ class PostgresStore:
 
     def insert(self, conn: Any, rows: Sequence[Row]) -> None:
         try:
-            with conn.cursor().copy(
-                f"COPY {self._s}.records ({_ALL}) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(_TYPES)
-                for row in rows:
-                    copy.write_row(row)
+            if self._copy:
+                with conn.cursor().copy(
+                    f"COPY {self._s}.records ({_ALL}) FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.set_types(_TYPES)
+                    for row in rows:
+                        copy.write_row(row)
+            else:
+                columns = [list(c) for c in zip(*rows, strict=True)]
+                conn.execute(_INSERT_ARRAYS.format(s=self._s), columns)
         except psycopg.errors.UniqueViolation:
             raise InvalidArgumentError(
                 "id(s) already stored (another process wrote them meanwhile); "
                 "use update() to change a record"
             ) from None
+        except psycopg.errors.InsufficientPrivilege as e:
+            raise self._refused(e) from None
         except psycopg.DataError as e:
             raise InvalidArgumentError(f"PostgreSQL refused a value: {e}") from None
         # Safe before the commit: new rowids reach the indexes only after it, and a
@@ -423,6 +509,8 @@ class PostgresStore:
                 cur = conn.execute(
                     f"UPDATE {self._s}.records SET {sets} WHERE rowid = %s", (*r[1:], r[0])
                 )
+            except psycopg.errors.InsufficientPrivilege as e:
+                raise self._refused(e) from None
             except psycopg.DataError as e:
                 raise InvalidArgumentError(f"PostgreSQL refused a value: {e}") from None
             if cur.rowcount == 0:
