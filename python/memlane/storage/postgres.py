@@ -64,11 +64,13 @@ POLL_SECONDS = 1.0
 # Tombstones are kept this long after an index snapshot reflects them, so a process
 # that was away (or a snapshot cache that old) can still replay the deletions.
 _TOMBSTONE_DAYS = 7
+# Rowids per query when reading rows by rowid.
 _CHUNK = 4096
 
 _ALL = ", ".join(COLUMNS)
 _SEQ = COLUMNS.index("seq")
 _NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
+# The PostgreSQL type of each of COLUMNS (binary COPY and array inserts name them).
 _TYPES = [
     "int8",
     *["text"] * 10,
