@@ -1,15 +1,22 @@
-"""Shared fixtures: the default embedder loaded once per session, and a cheap stand-in."""
+"""Shared fixtures: the default embedder loaded once per session, a cheap stand-in, and
+the two storage backends (a PostgreSQL cluster started once per session)."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from memlane import Memory
 from memlane.embeddings import OnnxEmbedder
+from pg_server import PgServer, find_pg_bin
 
 
 @pytest.fixture(scope="session")
@@ -61,3 +68,54 @@ class WordHashEmbedder:
 @pytest.fixture
 def word_embedder() -> WordHashEmbedder:
     return WordHashEmbedder()
+
+
+# -- backends -----------------------------------------------------------------------------
+
+_schemas = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A throwaway PostgreSQL cluster for the whole run."""
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        if os.environ.get("MEMLANE_REQUIRE_PG"):
+            pytest.fail("MEMLANE_REQUIRE_PG is set but no PostgreSQL binaries were found")
+        pytest.skip(
+            "no PostgreSQL server binaries (initdb): install Debian's postgresql package "
+            "or set MEMLANE_PG_BIN to the folder holding initdb"
+        )
+    server = PgServer(bin_dir).start()
+    yield server
+    server.stop()
+
+
+class StoreFactory:
+    """Opens a test's stores by name on one backend: a directory under ``tmp_path``, or
+    a schema of its own in the test cluster (with a snapshot cache under ``tmp_path``)."""
+
+    def __init__(self, backend: str, tmp_path: Path, server: PgServer | None) -> None:
+        self.backend = backend
+        self.tmp_path = tmp_path
+        self.server = server
+        self._schemas: dict[str, str] = {}
+
+    def location(self, name: str) -> str | Path:
+        if self.server is None:
+            return self.tmp_path / name
+        if name not in self._schemas:
+            self._schemas[name] = f"t{next(_schemas)}_{name.replace('-', '_')}"
+        return self.server.url(schema=self._schemas[name])
+
+    def __call__(self, name: str, embedder: Any = None, **options: Any) -> Memory:
+        if self.server is not None:
+            options.setdefault("cache_dir", self.tmp_path / "cache" / name)
+        return Memory(self.location(name), embedder, **options)
+
+
+@pytest.fixture(params=["embedded", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """The Memory contract runs on both backends: each test using this runs twice."""
+    server = request.getfixturevalue("pg_server") if request.param == "postgres" else None
+    return StoreFactory(request.param, tmp_path, server)

@@ -1,6 +1,7 @@
 """A write that returned survives `kill -9`: a writer process is killed at random instants,
 mid-transaction, mid-snapshot or mid-indexing, and every reopen must hold every acknowledged
-write and an index consistent with the database."""
+write and an index consistent with the database. On PostgreSQL, a process following the
+writer must end up holding the same."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import WordHashEmbedder
+from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs kill -9")
@@ -25,7 +26,7 @@ WRITER = textwrap.dedent(
     """
     import random, sys
     sys.path.insert(0, sys.argv[3])
-    from conftest import WordHashEmbedder
+    from conftest import StoreFactory, WordHashEmbedder
     from memlane import Memory
 
     rng = random.Random(int(sys.argv[2]))
@@ -61,7 +62,7 @@ WRITER = textwrap.dedent(
 )
 
 
-def _run_and_kill(store: Path, script: Path, seed: int, tests_dir: Path) -> list[list[str]]:
+def _run_and_kill(store: str | Path, script: Path, seed: int, tests_dir: Path) -> list[list[str]]:
     proc = subprocess.Popen(
         [sys.executable, str(script), str(store), str(seed), str(tests_dir)],
         stdout=subprocess.PIPE,
@@ -79,13 +80,17 @@ def _run_and_kill(store: Path, script: Path, seed: int, tests_dir: Path) -> list
     return [line.split() for line in out.splitlines(keepends=True) if line.endswith("\n")]
 
 
-def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
-    store = tmp_path / "store"
+def test_kill_9_loses_no_acknowledged_write(tmp_path: Path, make_store: StoreFactory) -> None:
+    store = make_store.location("store")
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     tests_dir = Path(__file__).resolve().parent
     alive: set[str] = set()
     updated: dict[str, str] = {}
+    # On PostgreSQL, another process follows the writer throughout.
+    follower = None
+    if make_store.backend == "postgres":
+        follower = Memory(store, WordHashEmbedder(), dedup_window=0, track_access=False)
     for seed in range(4):
         # The one write in flight at the kill (announced, never acknowledged) may or
         # may not have happened.
@@ -105,7 +110,10 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
             elif kind == "UPD":
                 updated[rest[0]] = f"updated {rest[1]}"
         emb = WordHashEmbedder()
-        with Memory(store, emb, dedup_window=0) as mem:
+        if follower is not None:
+            # A process that watched the writer die holds what the database holds.
+            wait_for_follower(follower)
+        with make_store("store", emb, dedup_window=0) as mem:
             records = {r.id: r for r in mem.list(limit=10**6)}
             # The database agrees with the index.
             assert mem._db.count() == len(records)
@@ -147,7 +155,25 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
                 # The index holds this very vector (f16-accurate by default).
                 assert mine[0]["cosine"] == pytest.approx(1.0, abs=2e-3)
             alive = set(records)  # adopt what an unacknowledged write left
+            if follower is not None:
+                assert {r.id: r.text for r in follower.list(limit=10**6)} == {
+                    rid: r.text for rid, r in records.items()
+                }
+                for rid in sample:
+                    hits = follower.search(records[rid].text, k=100, mode="text")
+                    assert rid in {h.record.id for h in hits}
+    if follower is not None:
+        follower.close()
     assert len(alive) > 100
+
+
+def wait_for_follower(mem: Memory, timeout: float = 30.0) -> None:
+    """Until ``mem`` has applied every change committed so far."""
+    target = mem._db.seq()
+    start = time.perf_counter()
+    while mem._seq < target:
+        assert time.perf_counter() - start < timeout, (mem._seq, target)
+        time.sleep(0.01)
 
 
 def test_embeddings_in_the_database_rebuild_the_index(tmp_path: Path) -> None:
@@ -171,7 +197,7 @@ def test_exit_without_close_is_clean(tmp_path: Path) -> None:
         """
         import sys
         sys.path.insert(0, sys.argv[2])
-        from conftest import WordHashEmbedder
+        from conftest import StoreFactory, WordHashEmbedder
         from memlane import Memory
 
         mem = Memory(sys.argv[1], WordHashEmbedder())

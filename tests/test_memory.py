@@ -1,5 +1,8 @@
 """memlane.Memory end to end: the public API on the real default embedder, dedup, bad input,
-threads, persistence round trips and JSON Lines export/import."""
+threads, persistence round trips and JSON Lines export/import.
+
+Tests taking ``make_store`` are the store's contract and run on both backends
+(embedded and PostgreSQL); the others are about the embedded directory itself."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memlane
-from conftest import WordHashEmbedder
+from conftest import StoreFactory, WordHashEmbedder
 from memlane import (
     AsyncMemory,
     DimensionMismatchError,
@@ -40,8 +44,8 @@ FACTS = [
 
 
 @pytest.fixture
-def store(tmp_path: Path, onnx_embedder: memlane.OnnxEmbedder) -> Memory:
-    mem = Memory(tmp_path / "store", onnx_embedder)
+def store(make_store: StoreFactory, onnx_embedder: memlane.OnnxEmbedder) -> Iterator[Memory]:
+    mem = make_store("store", onnx_embedder)
     yield mem
     mem.close()
 
@@ -119,9 +123,9 @@ def test_end_to_end_on_the_default_embedder(store: Memory) -> None:
     )
 
 
-def test_query_embedding_skips_the_embedder(tmp_path: Path) -> None:
+def test_query_embedding_skips_the_embedder(make_store: StoreFactory) -> None:
     emb = WordHashEmbedder()
-    with Memory(tmp_path / "s", emb) as mem:
+    with make_store("s", emb) as mem:
         mem.add("alpha beta", embedding=emb.embed("alpha beta"))
         calls = emb.calls
         hits = mem.search("alpha", query_embedding=emb.embed("alpha beta"))
@@ -133,8 +137,8 @@ def test_query_embedding_skips_the_embedder(tmp_path: Path) -> None:
         assert emb.calls == calls + 2
 
 
-def test_text_only_store_never_needs_an_embedder(tmp_path: Path) -> None:
-    with Memory(tmp_path / "t", embedder=None) as mem:
+def test_text_only_store_never_needs_an_embedder(make_store: StoreFactory) -> None:
+    with make_store("t", embedder=None) as mem:
         mem.add("the quick brown fox", agent_id="a")
         mem.add("lazy dogs sleep", agent_id="a")
         assert mem.search("fox")[0].record.text == "the quick brown fox"
@@ -142,21 +146,21 @@ def test_text_only_store_never_needs_an_embedder(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError):
             mem.add("x", embedding=[1.0, 2.0])
     with pytest.raises(EmbedderMismatchError, match="text only"):
-        Memory(tmp_path / "t", WordHashEmbedder())
-    with Memory(tmp_path / "t", WordHashEmbedder(), reembed=True) as mem:
+        make_store("t", WordHashEmbedder())
+    with make_store("t", WordHashEmbedder(), reembed=True) as mem:
         assert mem.search("fox", mode="vector")[0].record.text == "the quick brown fox"
 
 
-def test_embedder_is_pinned(tmp_path: Path) -> None:
-    Memory(tmp_path / "p", WordHashEmbedder(32)).close()
+def test_embedder_is_pinned(make_store: StoreFactory) -> None:
+    make_store("p", WordHashEmbedder(32)).close()
     with pytest.raises(EmbedderMismatchError) as e:
-        Memory(tmp_path / "p", WordHashEmbedder(16, name="test:other"))
+        make_store("p", WordHashEmbedder(16, name="test:other"))
     assert "test:word-hash" in str(e.value) and "test:other" in str(e.value)
     assert "reembed=True" in str(e.value)
 
 
-def test_default_scope_and_scope_kwargs(tmp_path: Path) -> None:
-    with Memory(tmp_path / "s", WordHashEmbedder(), default_scope={"agent_id": "bot"}) as mem:
+def test_default_scope_and_scope_kwargs(make_store: StoreFactory) -> None:
+    with make_store("s", WordHashEmbedder(), default_scope={"agent_id": "bot"}) as mem:
         r = mem.add("hello world")
         assert r.agent_id == "bot"
         mem.add("hello world again", agent_id="other")
@@ -166,8 +170,8 @@ def test_default_scope_and_scope_kwargs(tmp_path: Path) -> None:
             mem.search("hello", colour="red")  # type: ignore[arg-type]
 
 
-def test_list_time_ranges_and_order(tmp_path: Path) -> None:
-    with Memory(tmp_path / "s", WordHashEmbedder()) as mem:
+def test_list_time_ranges_and_order(make_store: StoreFactory) -> None:
+    with make_store("s", WordHashEmbedder()) as mem:
         for i in range(10):
             mem.add(f"message {i}", room_id="r1", created_at=1000.0 + i, table="messages")
         mem.add("elsewhere", room_id="r2", created_at=1005.0, table="messages")
@@ -179,9 +183,9 @@ def test_list_time_ranges_and_order(tmp_path: Path) -> None:
         assert mem.list("memories") == []
 
 
-def test_dedup_exact_near_and_window(tmp_path: Path) -> None:
+def test_dedup_exact_near_and_window(make_store: StoreFactory) -> None:
     emb = WordHashEmbedder()
-    with Memory(tmp_path / "d", emb, dedup_threshold=0.95) as mem:
+    with make_store("d", emb, dedup_threshold=0.95) as mem:
         a = mem.add("User prefers dark mode", agent_id="x", unique=True)
         assert a.unique and a.duplicate is None
         same = mem.add("  user prefers DARK mode ", agent_id="x", unique=True)
@@ -210,7 +214,7 @@ def test_dedup_exact_near_and_window(tmp_path: Path) -> None:
         assert (m3.id, m3.duplicate) == (m1.id, "window")
         m4 = mem.add("hi", metadata={"source": "tg", "contact": "d"})
         assert m4.id != m1.id
-    with Memory(tmp_path / "d", emb, near_duplicate="skip") as mem:
+    with make_store("d", emb, near_duplicate="skip") as mem:
         skipped = mem.add("prefers user dark mode", agent_id="x", unique=True)
         assert skipped.duplicate == "near" and skipped.id in (a.id, near.id)
         # The window survives a reopen.
@@ -222,9 +226,9 @@ def test_dedup_exact_near_and_window(tmp_path: Path) -> None:
         assert fresh.duplicate is None and fresh.id != m1.id
 
 
-def test_bad_input_raises_and_changes_nothing(tmp_path: Path) -> None:
+def test_bad_input_raises_and_changes_nothing(make_store: StoreFactory) -> None:
     emb = WordHashEmbedder()
-    with Memory(tmp_path / "b", emb) as mem:
+    with make_store("b", emb) as mem:
         keep = mem.add("kept", agent_id="a")
         before = (mem.count(), len(mem), [r.id for r in mem.list()])
         bad_adds = [
@@ -308,10 +312,10 @@ def test_second_open_fails_at_once(tmp_path: Path) -> None:
     Memory(tmp_path / "l", WordHashEmbedder()).close()
 
 
-def test_threads_share_one_memory(tmp_path: Path) -> None:
+def test_threads_share_one_memory(make_store: StoreFactory) -> None:
     emb = WordHashEmbedder()
     errors: list[BaseException] = []
-    with Memory(tmp_path / "c", emb) as mem:
+    with make_store("c", emb) as mem:
 
         def writer(t: int) -> None:
             try:
@@ -338,15 +342,15 @@ def test_threads_share_one_memory(tmp_path: Path) -> None:
         assert mem.count() == 120 and all(mem.count(agent_id=f"a{t}") == 40 for t in range(3))
 
 
-def test_reopen_keeps_everything(tmp_path: Path) -> None:
+def test_reopen_keeps_everything(make_store: StoreFactory) -> None:
     emb = WordHashEmbedder()
-    with Memory(tmp_path / "r", emb) as mem:
+    with make_store("r", emb) as mem:
         recs = mem.add_many([{"text": f"fact number {i}", "room_id": "r"} for i in range(300)])
         mem.delete(recs[0].id)
         mem.update(recs[1].id, text="changed fact", metadata={"k": 1})
         mem.search("fact", k=3)
         expected = mem.search("number 7", k=5, track_access=False)
-    with Memory(tmp_path / "r", emb) as mem:
+    with make_store("r", emb) as mem:
         assert len(mem) == 299
         again = mem.search("number 7", k=5, track_access=False)
         # Scores move a little with the clock (decay); the records do not.
@@ -373,29 +377,29 @@ def test_missing_or_corrupt_snapshot_is_rebuilt(tmp_path: Path) -> None:
         assert len(mem) == 50
 
 
-def test_export_import_round_trip(tmp_path: Path) -> None:
+def test_export_import_round_trip(make_store: StoreFactory) -> None:
     emb = WordHashEmbedder()
-    with Memory(tmp_path / "e", emb) as mem:
+    with make_store("e", emb) as mem:
         mem.add("a pinned fact", evergreen=True, importance=0.9, metadata={"x": [1, "y"]})
         mem.add("room message", table="messages", room_id="r", world_id="w", type="episodic")
         mem.add("unique one", unique=True, session_id="s", namespace="n")
         mem.search("fact")
         mem.snapshot()
         original = {r.id: r for r in mem.list(limit=10, include_embedding=True)}
-        assert mem.export_jsonl(tmp_path / "with.jsonl") == 3
-        assert mem.export_jsonl(tmp_path / "without.jsonl", embeddings=False) == 3
-    line = json.loads((tmp_path / "with.jsonl").read_text().splitlines()[0])
+        assert mem.export_jsonl(make_store.tmp_path / "with.jsonl") == 3
+        assert mem.export_jsonl(make_store.tmp_path / "without.jsonl", embeddings=False) == 3
+    line = json.loads((make_store.tmp_path / "with.jsonl").read_text().splitlines()[0])
     assert set(line) == {
         *("id", "text", "table", "type", *SCOPE_FIELDS, "importance", "evergreen", "unique"),
         *("metadata", "created_at", "updated_at", "last_accessed_at", "access_count"),
         *("content_hash", "embedding"),
     }
     for name in ("with", "without"):
-        with Memory(tmp_path / f"i-{name}", emb) as mem:
-            assert mem.import_jsonl(tmp_path / f"{name}.jsonl") == 3
-            assert mem.import_jsonl(tmp_path / f"{name}.jsonl", on_conflict="skip") == 0
+        with make_store(f"i-{name}", emb) as mem:
+            assert mem.import_jsonl(make_store.tmp_path / f"{name}.jsonl") == 3
+            assert mem.import_jsonl(make_store.tmp_path / f"{name}.jsonl", on_conflict="skip") == 0
             with pytest.raises(InvalidArgumentError):
-                mem.import_jsonl(tmp_path / f"{name}.jsonl")
+                mem.import_jsonl(make_store.tmp_path / f"{name}.jsonl")
             got = {r.id: r for r in mem.list(limit=10, include_embedding=True)}
             assert got == original
             for rid, r in got.items():
@@ -404,9 +408,9 @@ def test_export_import_round_trip(tmp_path: Path) -> None:
             assert mem.search("pinned", k=1)[0].record.evergreen
 
 
-def test_async_memory(tmp_path: Path) -> None:
+def test_async_memory(make_store: StoreFactory) -> None:
     async def main() -> None:
-        async with await AsyncMemory.open(tmp_path / "a", WordHashEmbedder()) as mem:
+        async with await AsyncMemory.open(make_store.location("a"), WordHashEmbedder()) as mem:
             await mem.add_many([{"text": f"async note {i}", "agent_id": "a"} for i in range(20)])
             rec = await mem.add("the odd one", agent_id="b")
             results = await asyncio.gather(

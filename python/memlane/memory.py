@@ -2,6 +2,8 @@
 
 A store directory holds ``memory.db`` (SQLite, the source of truth), ``index/``
 (snapshots of the engine: BM25, HNSW and the records' attributes) and ``lock``.
+A ``postgresql://`` URL opens a store in PostgreSQL instead, shared by many
+processes: each keeps its own engine and follows the others' changes.
 Each write validates everything (in Python, then in the engine's ``prepare``),
 commits one transaction, and only then updates the engine, which can no
 longer fail. Opening loads the newest snapshot and replays the changes the
@@ -14,6 +16,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import functools
 import json
 import math
 import os
@@ -21,7 +24,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -46,7 +49,7 @@ from memlane.errors import (
 from memlane.filters import metadata_filter
 from memlane.knowledge.api import KnowledgeMixin
 from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
-from memlane.storage import COLUMNS, Row, SQLiteStore, StoreLock
+from memlane.storage import COLUMNS, Row, Store, StoreLock, open_store
 
 __all__ = ["DEFAULT_EMBEDDER", "Memory"]
 
@@ -246,7 +249,7 @@ def _maintain(ref: weakref.ref[Memory], wake: threading.Event) -> None:
         except Exception as e:  # keep serving; the next wake-up retries
             if memory._background_error is None:
                 warnings.warn(
-                    f"memlane: background maintenance of {memory.path} failed: {e!r}",
+                    f"memlane: background maintenance of {memory.location} failed: {e!r}",
                     RuntimeWarning,
                     stacklevel=1,
                 )
@@ -267,10 +270,28 @@ def _close_all() -> None:
             memory.close()
 
 
-def _release(lock: StoreLock, db: SQLiteStore, wake: threading.Event) -> None:
+def _follow(ref: weakref.ref[Memory]) -> None:
+    """Called by a shared store's thread when other processes may have written."""
+    memory = ref()
+    if memory is None or memory._closing:
+        return
+    try:
+        memory._follow()
+    except Exception as e:  # keep following; the next call retries
+        if memory._background_error is None:
+            warnings.warn(
+                f"memlane: following changes of {memory.location} failed: {e!r}",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+        memory._background_error = e
+
+
+def _release(lock: StoreLock | None, db: Store, wake: threading.Event) -> None:
     wake.set()
     db.close()
-    lock.release()
+    if lock is not None:
+        lock.release()
 
 
 class Memory(KnowledgeMixin):
@@ -278,7 +299,9 @@ class Memory(KnowledgeMixin):
 
     Args:
         path: the store directory, created if missing; ``None`` keeps the store
-            in memory (gone at close).
+            in memory (gone at close); a ``postgresql://`` (or ``postgres://``)
+            URL opens a store in PostgreSQL shared by any number of processes
+            (``?schema=NAME`` picks its schema, ``memlane`` by default).
         embedder: an :class:`~memlane.embeddings.Embedder`; by default the
             offline :class:`~memlane.OnnxEmbedder`, loaded at the first text to
             embed. ``None`` makes a text-only store: searches use BM25 alone.
@@ -309,6 +332,9 @@ class Memory(KnowledgeMixin):
             codes and ranks on f16 copies: about twice the speed of "f32" with
             cosines within about 1e-3. The database always keeps vectors in
             full; a snapshot of another precision is rebuilt at open.
+        cache_dir: PostgreSQL only: a local folder for index snapshots, so an
+            open loads the newest one and replays only the changes since it
+            (without it, every open builds the indexes from the database).
     """
 
     def __init__(
@@ -332,6 +358,7 @@ class Memory(KnowledgeMixin):
         hnsw_ef_construction: int = 100,
         hnsw_ef: int = 64,
         hnsw_precision: str = "int8+f16",
+        cache_dir: str | Path | None = None,
     ) -> None:
         self._closing = True  # until fully open, so __del__/close do nothing
         scope = dict(default_scope or {})
@@ -377,17 +404,14 @@ class Memory(KnowledgeMixin):
             "language": language,
         }
 
-        self.path = None if path is None else Path(path)
-        self._index_dir: Path | None = None
-        if self.path is not None:
-            try:
-                self.path.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise InvalidArgumentError(f"cannot create the store {self.path}: {e}") from e
-            self._index_dir = self.path / "index"
-        self._lock = StoreLock(self.path) if self.path is not None else None
+        opened = open_store(path, cache_dir)
+        self._db: Store = opened.db
+        self._index_dir = opened.index_dir
+        self._lock = opened.lock
+        #: How messages name the store: its directory, "in memory", or the URL without password.
+        self.location = opened.location
+        self.path = None if path is None or self._db.shared else Path(path)
         try:
-            self._db = SQLiteStore(None if self.path is None else self.path / "memory.db")
             self._write = threading.RLock()
             self._access: dict[int, tuple[int, float]] = {}
             self._access_since = 0.0
@@ -399,12 +423,13 @@ class Memory(KnowledgeMixin):
             self._pool: ThreadPoolExecutor | None = None
             self._background_error: Exception | None = None
             self._pin(embedder, reembed, language)
-            self._engine, self._snap_seq = self._open_engine()
-            self._seq = self._db.seq()
+            # Every change up to _seq is in the engine; so are this process's own
+            # changes in _own (above _seq when other processes committed between).
+            self._own: set[int] = set()
+            self._engine, self._snap_seq, self._seq = self._open_engine()
             self._seed_window()
         except BaseException:
-            if hasattr(self, "_db"):
-                self._db.close()
+            self._db.close()
             if self._lock is not None:
                 self._lock.release()
             raise
@@ -415,8 +440,9 @@ class Memory(KnowledgeMixin):
         )
         self._thread.start()
         _OPEN.add(self)
-        if self._lock is not None:
-            self._finalizer = weakref.finalize(self, _release, self._lock, self._db, self._wake)
+        self._finalizer = weakref.finalize(self, _release, self._lock, self._db, self._wake)
+        if self._db.shared:
+            self._db.follow(functools.partial(_follow, weakref.ref(self)))
         if self._engine.pending():
             self._wake.set()
 
@@ -447,7 +473,7 @@ class Memory(KnowledgeMixin):
                 return f"{n!r} (dimension {d})" if n else "no embedder (text only)"
 
             raise EmbedderMismatchError(
-                f"the store {self.path} was built with {describe(pinned, pinned_dim)} but is "
+                f"the store {self.location} was built with {describe(pinned, pinned_dim)} but is "
                 f"being opened with {describe(name, dim)}; open it with the same embedder, or "
                 "pass reembed=True to embed every record again with the new one"
             )
@@ -458,7 +484,7 @@ class Memory(KnowledgeMixin):
         """Replaces every stored vector with the current embedder's (or drops them)."""
         with self._db.transaction() as conn:
             seq = self._db.next_seq(conn)
-            rows = conn.execute("SELECT rowid, text FROM records ORDER BY rowid").fetchall()
+            rows = self._db.texts(conn)
             for start in range(0, len(rows), 1024):
                 chunk = rows[start : start + 1024]
                 if self._embedder is None:
@@ -466,9 +492,8 @@ class Memory(KnowledgeMixin):
                 else:
                     vs = self._embedder.embed_batch([r[1] for r in chunk])
                     vectors = [_blob(v) for v in vs]
-                conn.executemany(
-                    "UPDATE records SET embedding = ?, seq = ?, content_seq = ? WHERE rowid = ?",
-                    [(v, seq, seq, r[0]) for v, r in zip(vectors, chunk, strict=True)],
+                self._db.set_embeddings(
+                    conn, [(r[0], v) for v, r in zip(vectors, chunk, strict=True)], seq
                 )
             self._db.set_meta(conn, "embedder", name)
             self._db.set_meta(conn, "dimension", str(dim))
@@ -480,7 +505,9 @@ class Memory(KnowledgeMixin):
     def _new_engine(self) -> Engine:
         return Engine(self._dim, **self._engine_args)
 
-    def _open_engine(self) -> tuple[Engine, int]:
+    def _open_engine(self) -> tuple[Engine, int, int]:
+        """The engine, the sequence number of the snapshot it was loaded from, and the
+        one it reflects now."""
         engine: Engine | None = None
         seq = 0
         if self._index_dir is not None:
@@ -496,14 +523,21 @@ class Memory(KnowledgeMixin):
                     )
                 elif seq > self._db.seq():
                     reason = "it is newer than the database"
+                elif seq < self._db.forgotten():
+                    reason = "it is older than the deletions the database remembers"
             except FileNotFoundError:
-                if self._db.count() and not getattr(self, "_reembedded", False):
+                # A new cache folder of a shared store is no loss: it is built from the database.
+                if (
+                    self._db.count()
+                    and not self._db.shared
+                    and not getattr(self, "_reembedded", False)
+                ):
                     reason = "it is missing"
             except MemlaneError as e:
                 reason = str(e)
             if reason is not None:
                 warnings.warn(
-                    f"memlane: the index snapshot of {self.path} cannot be used ({reason}); "
+                    f"memlane: the index snapshot of {self.location} cannot be used ({reason}); "
                     "rebuilding it from the database",
                     RuntimeWarning,
                     stacklevel=4,
@@ -512,19 +546,29 @@ class Memory(KnowledgeMixin):
         if engine is None:
             engine = self._new_engine()
         # A large replay (a crash, or a lost snapshot) earns a snapshot soon.
-        self._changes = self._replay(engine, seq)
-        return engine, seq
+        self._changes, upto = self._replay(engine, seq)
+        return engine, seq, upto
 
-    def _replay(self, engine: Engine, since: int) -> int:
+    def _replay(self, engine: Engine, since: int, skip: Set[int] = frozenset()) -> tuple[int, int]:
         """Applies what the database holds beyond change ``since`` to ``engine``; returns
-        how many changes that was."""
+        how many changes that was and the sequence number every change up to is now
+        applied. Text and vectors written by a change in ``skip`` (this process's own,
+        already in the engine) are not indexed again; their attributes are, as another
+        process may have changed them in between."""
+        # Read first: commits happen in sequence order, so all changes up to it are
+        # visible below; a newer one read too is applied again by the next replay.
+        upto = self._db.seq()
         gone = self._db.tombstones_since(since)
         if gone:
             engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         count = len(gone)
         for rows in self._db.rows_since(since):
             count += len(rows)
-            new = [r[_C["content_seq"]] > since or r[0] not in engine for r in rows]
+            new = [
+                (r[_C["content_seq"]] > since and r[_C["content_seq"]] not in skip)
+                or r[0] not in engine
+                for r in rows
+            ]
             # Text or vector changed: index it all again; else the attributes only.
             attrs = [r for r, n in zip(rows, new, strict=True) if not n]
             full = [r for r, n in zip(rows, new, strict=True) if n]
@@ -537,7 +581,42 @@ class Memory(KnowledgeMixin):
                 engine.apply(self._prepare(engine, without, texts=True, vectors=None))
             if attrs:
                 engine.apply(self._prepare(engine, attrs, texts=False, vectors=None))
-        return count
+        return count, upto
+
+    def _follow(self) -> None:
+        """Applies what other processes committed since this one last looked."""
+        if self._db.seq() <= self._seq:
+            return
+        # Other processes' writes, like this one's, make graph linking step aside.
+        with self._flight_lock:
+            self._writes_in_flight += 1
+        try:
+            with self._write:
+                if self._closing:
+                    return
+                if self._seq < self._db.forgotten():
+                    # Away longer than tombstones are kept: compare every id instead.
+                    present = self._db.all_rowids()
+                    ids = self._engine.ids_where(None)
+                    gone = [int(i) for i in ids if int(i) not in present]
+                    self._engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
+                changes, upto = self._replay(self._engine, self._seq, self._own)
+                # Own commits happen under the write lock, so all of them are <= upto.
+                self._seq, self._own = upto, set()
+                self._changes += changes
+        finally:
+            with self._flight_lock:
+                self._writes_in_flight -= 1
+            self._last_write = time.monotonic()
+        if self._engine.pending() or self._changes >= self._snapshot_due():
+            self._wake.set()
+
+    def _committed(self, seq: int) -> None:
+        """Records a change of this process, applied to the engine (write lock held)."""
+        if seq == self._seq + 1:
+            self._seq = seq
+        else:
+            self._own.add(seq)
 
     def _seed_window(self) -> None:
         if self._window.seconds <= 0:
@@ -953,10 +1032,10 @@ class Memory(KnowledgeMixin):
                 gone = [int(x) for x in self._engine.ids_where(replacing.filter)]
             # Ids made here are random UUIDs; only the caller's can collide.
             given_ids = [n.id for n in news if n.id_given]
-            taken = self._db.existing_ids(self._db._writer, given_ids) if given_ids else set()
+            taken = self._db.existing_ids(given_ids) if given_ids else set()
             if taken and gone:  # a record replaced may pass its id on
                 leaving = set(gone)
-                rows = (self._db.row_by_id(t, conn=self._db._writer) for t in taken)
+                rows = (self._db.row_by_id(t) for t in taken)
                 taken = {r[1] for r in rows if r is not None and r[0] not in leaving}
             if taken:
                 raise InvalidArgumentError(
@@ -1044,7 +1123,7 @@ class Memory(KnowledgeMixin):
         if not wanted and not any(n.metadata for n in news):
             return list(range(len(news))), dups, marks  # nothing to check: a bulk load
         if wanted:
-            for row in self._db.rows_by_hash(wanted, embedding=False, conn=self._db._writer):
+            for row in self._db.rows_by_hash(wanted, embedding=False):
                 exact.setdefault((row[_C["content_hash"]], row[_C["tbl"]], *row[5:11]), row[1])
         window_batch: dict[str, int] = {}
         vectors: list[tuple[tuple[Any, ...], FloatArray, int]] = []
@@ -1053,7 +1132,7 @@ class Memory(KnowledgeMixin):
             skey = (n.table, *n.scope)
             wkeys = window_keys(skey, n.metadata, n.content_hash)
             seen = self._window.find(wkeys, now)
-            if seen is not None and not self._db.existing_ids(self._db._writer, [seen]):
+            if seen is not None and not self._db.existing_ids([seen]):
                 # Deleted in bulk (delete_all, prune) after the window saw it.
                 self._window.forget(seen)
                 seen = None
@@ -1119,7 +1198,7 @@ class Memory(KnowledgeMixin):
         return None if not rows else str(next(iter(rows.values()))[1])
 
     def _get_row(self, record_id: str) -> MemoryRecord | None:
-        row = self._db.row_by_id(record_id, conn=self._db._writer)
+        row = self._db.row_by_id(record_id)
         return None if row is None else self._record(row)
 
     def _insert(
@@ -1127,7 +1206,7 @@ class Memory(KnowledgeMixin):
     ) -> None:
         """Prepares, commits and indexes new records, deleting the rows ``gone`` in the
         same transaction (caller holds the write lock)."""
-        base = self._db.next_rowid(self._db._writer)
+        base = self._db.reserve_rowids(len(news))
         vectors = None
         blobs: list[bytes | None] = [None] * len(news)
         if self._dim is not None:
@@ -1171,7 +1250,7 @@ class Memory(KnowledgeMixin):
 
     def _after_write(self, seq: int, changes: int) -> None:
         self._last_write = time.monotonic()
-        self._seq = seq
+        self._committed(seq)
         self._changes += changes
         pending = self._engine.pending()
         if 0 < pending <= _INLINE_INDEX:
@@ -1235,7 +1314,7 @@ class Memory(KnowledgeMixin):
             new_vector = True
         with self._write:
             self._check_open()
-            row = self._db.row_by_id(n.id, embedding=True, conn=self._db._writer)
+            row = self._db.row_by_id(n.id, embedding=True)
             if row is None:
                 raise UnknownIdError(f"no memory with id {id!r}")
             rowid = row[0]
@@ -1268,7 +1347,7 @@ class Memory(KnowledgeMixin):
         record_id = str(_str(id, "id"))
         with self._write:
             self._check_open()
-            row = self._db.row_by_id(record_id, conn=self._db._writer)
+            row = self._db.row_by_id(record_id)
             if row is None:
                 raise UnknownIdError(f"no memory with id {id!r}")
             self._delete_rowids([row[0]])
@@ -1546,7 +1625,7 @@ class Memory(KnowledgeMixin):
             with self._db.transaction() as conn:
                 seq = self._db.next_seq(conn)
                 self._flush_access(conn, seq)
-            self._seq = seq
+            self._committed(seq)
 
     # -- maintenance ---------------------------------------------------------------------------
 
@@ -1606,11 +1685,10 @@ class Memory(KnowledgeMixin):
             self._flush_access_now()
         if self._index_dir is not None:
             self._engine.save(self._index_dir, self._seq)
+        # A shared store without a snapshot cache still lets old tombstones go.
+        if self._index_dir is not None or self._db.shared:
             self._db.gc_tombstones(self._seq)
-        if self._lock is not None:
-            self._finalizer()
-        else:
-            self._db.close()
+        self._finalizer()
 
     def __enter__(self) -> Memory:
         return self
@@ -1619,7 +1697,7 @@ class Memory(KnowledgeMixin):
         self.close()
 
     def __repr__(self) -> str:
-        where = "in memory" if self.path is None else str(self.path)
+        where = self.location
         state = "closed" if self._closing else f"{len(self._engine)} memories"
         name = self._embedder.name if self._embedder is not None else None
         return f"Memory({where!r}, embedder={name!r}, {state})"
@@ -1654,7 +1732,7 @@ class Memory(KnowledgeMixin):
         added = 0
         for batch in self._read_jsonl(Path(path)):
             if on_conflict == "skip":
-                taken = self._db.existing_ids(self._db._writer, [str(b.get("id")) for b in batch])
+                taken = self._db.existing_ids([str(b.get("id")) for b in batch])
                 batch = [b for b in batch if str(b.get("id")) not in taken]
             for b in batch:
                 b.pop("content_hash", None)  # recomputed from the text

@@ -126,12 +126,14 @@ def make_embedder(choice: str) -> Embedder | None:
 def open_store(args: argparse.Namespace, *, create: bool = False) -> Iterator[Memory]:
     """Opens ``--store``; a missing store is an error unless ``create``."""
     from memlane.memory import Memory
+    from memlane.storage import is_postgres_url
 
-    path = Path(args.store)
-    if not create and not (path / "memory.db").is_file():
-        raise NotFoundError(f"no memlane store at {path}")
+    # A PostgreSQL store's schema is created by its first open, like a new directory's.
+    target: str | Path = args.store if is_postgres_url(args.store) else Path(args.store)
+    if not create and isinstance(target, Path) and not (target / "memory.db").is_file():
+        raise NotFoundError(f"no memlane store at {target}")
     try:
-        mem = Memory(path, make_embedder(args.embedder))
+        mem = Memory(target, make_embedder(args.embedder))
     except EmbedderMismatchError as e:
         raise EmbedderMismatchError(
             f"{e}; on the command line, --embedder none opens a text-only store"
@@ -160,7 +162,7 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         default=default,
         required=default is None,
-        help=f"the store directory (default: ${STORE_ENV})",
+        help=f"the store directory, or a postgresql:// URL (default: ${STORE_ENV})",
     )
     parser.add_argument(
         "--embedder",

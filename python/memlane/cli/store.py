@@ -288,13 +288,13 @@ def stats(args: argparse.Namespace) -> int:
             offset += len(page)
             if len(page) < _LIST_PAGE:
                 break
-        store = str(mem.path)
+        store = mem.location
+        disk = None if mem.path is None else _disk(mem.path)
     embedder = make_embedder(args.embedder)
     scope_rows = [
         {"table": table, **{f: dict(scope).get(f) for f in SCOPE_FIELDS}, "count": n}
         for (table, scope), n in sorted(scopes.items(), key=lambda kv: (kv[0][0], -kv[1]))
     ]
-    disk = _disk(Path(args.store))
     if args.json:
         emit_json(
             {
@@ -323,6 +323,9 @@ def stats(args: argparse.Namespace) -> int:
             f"{f.removesuffix('_id')}={row[f]}" for f in SCOPE_FIELDS if row[f] is not None
         )
         print(f"  {row['count']:>8}  {row['table']:<12} {who or '(no scope)'}")
+    if disk is None:
+        print("disk      none here (the records are in PostgreSQL)")
+        return 0
     print(
         f"disk      {_size(disk['total_bytes'])} (database {_size(disk['database_bytes'])}, "
         f"indexes {_size(disk['index_bytes'])})"

@@ -20,44 +20,18 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from memlane.errors import StorageError
+from memlane.storage.base import COLUMNS, Row
 
-__all__ = ["COLUMNS", "SCHEMA_VERSION", "Row", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 SCHEMA_VERSION = 1
 
-#: Column order of every row this module returns.
-COLUMNS = (
-    "rowid",
-    "id",
-    "text",
-    "tbl",
-    "type",
-    "agent_id",
-    "user_id",
-    "room_id",
-    "world_id",
-    "session_id",
-    "namespace",
-    "importance",
-    "evergreen",
-    "uniq",
-    "metadata",
-    "created_at",
-    "updated_at",
-    "last_accessed_at",
-    "access_count",
-    "content_hash",
-    "embedding",
-    "seq",
-    "content_seq",
-)
-Row = tuple[Any, ...]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -112,6 +86,9 @@ class SQLiteStore:
     connection per thread (WAL lets them run beside a write); an in-memory
     database has a single connection, shared under the lock.
     """
+
+    #: One process at a time (the store lock): nothing to follow.
+    shared = False
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -253,11 +230,23 @@ class SQLiteStore:
     def seq(self) -> int:
         return int(self.get_meta("seq") or 0)
 
-    @staticmethod
-    def next_rowid(conn: sqlite3.Connection) -> int:
-        """The first rowid never used (AUTOINCREMENT's counter, plus one)."""
-        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'records'").fetchone()
+    def reserve_rowids(self, count: int) -> int:
+        """The first rowid never used (AUTOINCREMENT's counter, plus one): the one writer
+        process inserts them before it asks again."""
+        with self._lock:
+            row = self._writer.execute(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'records'"
+            ).fetchone()
         return (0 if row is None else int(row[0])) + 1
+
+    @staticmethod
+    def forgotten() -> int:
+        # Tombstones go only once a snapshot reflects them, and only the newest
+        # snapshot is ever loaded.
+        return 0
+
+    def follow(self, on_change: Callable[[], None]) -> None:
+        return None
 
     # -- writes ---------------------------------------------------------------
 
@@ -299,6 +288,19 @@ class SQLiteStore:
             (seq, json.dumps([[rowid, n, at] for rowid, (n, at) in accesses.items()])),
         )
 
+    @staticmethod
+    def set_embeddings(
+        conn: sqlite3.Connection, rows: Sequence[tuple[int, bytes | None]], seq: int
+    ) -> None:
+        conn.executemany(
+            "UPDATE records SET embedding = ?, seq = ?, content_seq = ? WHERE rowid = ?",
+            [(blob, seq, seq, rowid) for rowid, blob in rows],
+        )
+
+    @staticmethod
+    def texts(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+        return conn.execute("SELECT rowid, text FROM records ORDER BY rowid").fetchall()
+
     def gc_tombstones(self, upto: int) -> None:
         with self.transaction() as conn:
             conn.execute("DELETE FROM tombstones WHERE seq <= ?", (upto,))
@@ -317,34 +319,29 @@ class SQLiteStore:
                     out[row[0]] = row
         return out
 
-    def row_by_id(
-        self, record_id: str, embedding: bool = False, conn: sqlite3.Connection | None = None
-    ) -> Row | None:
+    def row_by_id(self, record_id: str, embedding: bool = False) -> Row | None:
         cols = _ALL if embedding else _NO_EMBEDDING
-        sql = f"SELECT {cols} FROM records WHERE id = ?"
-        if conn is not None:
-            row: Row | None = conn.execute(sql, (record_id,)).fetchone()
-            return row
         with self.reader() as c:
-            row = c.execute(sql, (record_id,)).fetchone()
+            row: Row | None = c.execute(
+                f"SELECT {cols} FROM records WHERE id = ?", (record_id,)
+            ).fetchone()
         return row
 
-    def existing_ids(self, conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
+    def existing_ids(self, ids: Sequence[str]) -> set[str]:
         out: set[str] = set()
-        for chunk in _chunks(ids):
-            marks = ", ".join("?" * len(chunk))
-            out.update(
-                r[0] for r in conn.execute(f"SELECT id FROM records WHERE id IN ({marks})", chunk)
-            )
+        with self.reader() as conn:
+            for chunk in _chunks(ids):
+                marks = ", ".join("?" * len(chunk))
+                out.update(
+                    r[0]
+                    for r in conn.execute(f"SELECT id FROM records WHERE id IN ({marks})", chunk)
+                )
         return out
 
-    def rows_by_hash(
-        self, hashes: Sequence[str], embedding: bool, conn: sqlite3.Connection | None = None
-    ) -> list[Row]:
+    def rows_by_hash(self, hashes: Sequence[str], embedding: bool) -> list[Row]:
         cols = _ALL if embedding else _NO_EMBEDDING
         out: list[Row] = []
-
-        def run(c: sqlite3.Connection) -> None:
+        with self.reader() as c:
             for chunk in _chunks(sorted(set(hashes))):
                 marks = ", ".join("?" * len(chunk))
                 out.extend(
@@ -354,12 +351,6 @@ class SQLiteStore:
                         (*(h[:16] for h in chunk), *chunk),
                     )
                 )
-
-        if conn is not None:
-            run(conn)
-        else:
-            with self.reader() as c:
-                run(c)
         return out
 
     def rows_since(self, seq: int, batch: int = 4096) -> Iterator[list[Row]]:
@@ -376,6 +367,10 @@ class SQLiteStore:
         with self.reader() as conn:
             rows = conn.execute("SELECT rowid FROM tombstones WHERE seq > ?", (seq,))
             return [r[0] for r in rows]
+
+    def all_rowids(self) -> set[int]:
+        with self.reader() as conn:
+            return {r[0] for r in conn.execute("SELECT rowid FROM records")}
 
     def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
         """Every row in rowid order."""

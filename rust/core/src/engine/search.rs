@@ -310,9 +310,11 @@ impl Engine {
                 }),
             };
             hits.extend(parked);
-            hits.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            hits.truncate(pool);
         }
+        // Ties go to the smaller id, not to the graph's slot order, which
+        // differs between processes that built the same store's graph.
+        hits.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        hits.truncate(pool);
         Ok(hits)
     }
 

@@ -1,0 +1,135 @@
+"""What :class:`memlane.Memory` needs from a database: the :class:`Store` protocol.
+
+Two backends implement it: :class:`~memlane.storage.sqlite.SQLiteStore` (the
+embedded store, one process) and :class:`~memlane.storage.postgres.PostgresStore`
+(shared by many processes). Both keep the same rows (:data:`COLUMNS`) and the
+same change log: every write transaction takes the next change sequence number
+and stamps the rows it writes with it (``seq``, and ``content_seq`` when the
+text or vector changed); a deletion leaves a tombstone with its number. Commit
+order equals sequence order, so a reader that has applied every change up to
+``n`` needs only the rows and tombstones above ``n``.
+
+``conn`` arguments are the connection of an open :meth:`Store.transaction`;
+reads without one see every committed write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+__all__ = ["COLUMNS", "Row", "Store"]
+
+#: Column order of every row a store returns.
+COLUMNS = (
+    "rowid",
+    "id",
+    "text",
+    "tbl",
+    "type",
+    "agent_id",
+    "user_id",
+    "room_id",
+    "world_id",
+    "session_id",
+    "namespace",
+    "importance",
+    "evergreen",
+    "uniq",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "last_accessed_at",
+    "access_count",
+    "content_hash",
+    "embedding",
+    "seq",
+    "content_seq",
+)
+Row = tuple[Any, ...]
+
+
+class Store(Protocol):
+    #: True when other processes write the same database (their changes must be followed).
+    shared: bool
+
+    def close(self) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """One write transaction: committed (durably) on exit, rolled back on an exception."""
+        ...
+
+    # -- meta and counters
+    def get_meta(self, key: str, conn: Any = None) -> str | None: ...
+    def set_meta(self, conn: Any, key: str, value: str) -> None: ...
+    def next_seq(self, conn: Any) -> int:
+        """The sequence number of the transaction ``conn`` is in (called once per transaction)."""
+        ...
+
+    def seq(self) -> int:
+        """The newest committed sequence number."""
+        ...
+
+    def reserve_rowids(self, count: int) -> int:
+        """The first of ``count`` consecutive rowids never used (nor handed out) before."""
+        ...
+
+    def forgotten(self) -> int:
+        """Tombstones up to this sequence number are gone: replaying from an older one
+        would miss deletions."""
+        ...
+
+    # -- writes (inside a transaction)
+    def insert(self, conn: Any, rows: Sequence[Row]) -> None: ...
+    def replace(self, conn: Any, rows: Sequence[Row]) -> None:
+        """Rewrites whole rows that exist (same rowid)."""
+        ...
+
+    def delete(self, conn: Any, rowids: Sequence[int], seq: int) -> None: ...
+    def record_accesses(
+        self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int
+    ) -> None: ...
+    def set_embeddings(self, conn: Any, rows: Sequence[tuple[int, bytes | None]], seq: int) -> None:
+        """Replaces the vectors of these rowids (a re-embedding)."""
+        ...
+
+    def texts(self, conn: Any) -> list[tuple[int, str]]:
+        """(rowid, text) of every record, in rowid order."""
+        ...
+
+    def remember(
+        self, conn: Any, entries: Sequence[tuple[str, str, float]], forget_before: float
+    ) -> None:
+        """Stores dedup-window keys (key, record id, time) and drops those past the window."""
+        ...
+
+    def gc_tombstones(self, upto: int) -> None:
+        """Tombstones up to ``upto`` may go (an index snapshot reflects them)."""
+        ...
+
+    # -- reads
+    def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]: ...
+    def row_by_id(self, record_id: str, embedding: bool = False) -> Row | None: ...
+    def existing_ids(self, ids: Sequence[str]) -> set[str]: ...
+    def rows_by_hash(self, hashes: Sequence[str], embedding: bool) -> list[Row]: ...
+    def rows_since(self, seq: int, batch: int = 4096) -> Iterator[list[Row]]:
+        """Rows written after change ``seq``, with embeddings, in rowid order, in batches."""
+        ...
+
+    def tombstones_since(self, seq: int) -> list[int]: ...
+    def all_rowids(self) -> set[int]: ...
+    def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
+        """Every row in rowid order."""
+        ...
+
+    def recent(self, since: float) -> list[tuple[str, str, float]]: ...
+    def count(self) -> int: ...
+
+    # -- upkeep
+    def checkpoint(self) -> None: ...
+    def wal_bytes(self) -> int: ...
+    def follow(self, on_change: Callable[[], None]) -> None:
+        """Calls ``on_change`` (from a thread of the store's) whenever another process may
+        have committed; a store that is not shared never calls it."""
+        ...

@@ -1,0 +1,92 @@
+"""Records kept in process, so reading the hits of a search does not go to the database.
+
+A PostgreSQL store's search runs in the process's own indexes; the records it
+returns would cost a round trip each time. :class:`RowCache` keeps rows (without
+their vectors), least recently used out first. It is as fresh as the indexes: the
+change log that updates them refreshes it too.
+
+Staleness is ruled out by sequence numbers (every row carries the number of its
+last change): a row replaces a cached one only if it is as new, and a write of
+this process sets a floor under the rows it touches, so a read that began before
+the write cannot put back what the write replaced.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from memlane.storage.base import COLUMNS, Row
+
+__all__ = ["RowCache"]
+
+_SEQ = COLUMNS.index("seq")
+_EMBEDDING = COLUMNS.index("embedding")
+# A read in flight takes well under this; older floors protect nothing.
+_FLOOR_SECONDS = 60.0
+_FLOOR_PRUNE = 10_000
+
+
+class RowCache:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._rows: OrderedDict[int, Row] = OrderedDict()
+        self._floors: dict[int, tuple[int, float]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def get(self, rowids: Sequence[int]) -> tuple[dict[int, Row], list[int]]:
+        """The cached rows among ``rowids``, and the rowids to read from the database."""
+        found: dict[int, Row] = {}
+        missing: list[int] = []
+        with self._lock:
+            for r in rowids:
+                row = self._rows.get(r)
+                if row is None:
+                    missing.append(r)
+                else:
+                    self._rows.move_to_end(r)
+                    found[r] = row
+        return found, missing
+
+    def put(self, rows: Iterable[Row]) -> None:
+        """Keeps these rows read from the database (vectors are dropped)."""
+        if self.capacity <= 0:
+            return
+        with self._lock:
+            for row in rows:
+                rowid, seq = row[0], row[_SEQ]
+                floor = self._floors.get(rowid)
+                if floor is not None and seq < floor[0]:
+                    continue
+                cached = self._rows.get(rowid)
+                if cached is not None and cached[_SEQ] > seq:
+                    continue
+                if row[_EMBEDDING] is not None:
+                    row = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
+                self._rows[rowid] = row
+                self._rows.move_to_end(rowid)
+            while len(self._rows) > self.capacity:
+                self._rows.popitem(last=False)
+
+    def invalidate(self, rowids: Iterable[int], seq: int) -> None:
+        """Drops rows a write (change ``seq``) touches; older reads of them are refused."""
+        now = time.monotonic()
+        with self._lock:
+            for r in rowids:
+                self._rows.pop(r, None)
+                self._floors[r] = (seq, now)
+            if len(self._floors) > _FLOOR_PRUNE:
+                self._floors = {
+                    r: f for r, f in self._floors.items() if now - f[1] < _FLOOR_SECONDS
+                }
+
+    def forget(self, rowids: Iterable[int]) -> None:
+        """Drops deleted rows."""
+        with self._lock:
+            for r in rowids:
+                self._rows.pop(r, None)
