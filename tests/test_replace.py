@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import WordHashEmbedder
-from memlane import Memory
+from memlane import AsyncMemory, Memory
 from memlane.errors import InvalidArgumentError
 
 
@@ -88,3 +89,17 @@ def test_replace_refuses_dedup(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError, match="unique=True is refused"):
             m.replace([{"text": "x", "unique": True}], filters={"doc": "a"})
         assert m.count() == 1
+
+
+def test_async_replace(tmp_path: Path) -> None:
+    async def run() -> tuple[int, list[str]]:
+        mem = await AsyncMemory.open(tmp_path / "s", WordHashEmbedder(), dedup_window=0)
+        try:
+            await mem.add_many([{"text": "old", "metadata": {"doc": "a"}}])
+            gone, new = await mem.replace([{"text": "new"}], filters={"doc": "a"})
+            assert [r.text for r in new] == ["new"]
+            return gone, [r.text for r in await mem.list()]
+        finally:
+            await mem.close()
+
+    assert asyncio.run(run()) == (1, ["new"])

@@ -56,6 +56,11 @@ class AsyncMemory(AsyncKnowledgeMixin):
     async def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[MemoryRecord]:
         return await asyncio.to_thread(self.sync.add_many, list(items))
 
+    async def replace(
+        self, items: Iterable[Mapping[str, Any]], table: Any = None, **kwargs: Any
+    ) -> tuple[int, builtins.list[MemoryRecord]]:
+        return await asyncio.to_thread(self.sync.replace, list(items), table, **kwargs)
+
     async def get(self, id: str, **kwargs: Any) -> MemoryRecord:
         return await asyncio.to_thread(self.sync.get, id, **kwargs)
 
