@@ -718,6 +718,15 @@ def test_cli_export_and_import_with_a_url(
     )
     with Memory(tmp_path / "dst", None) as mem:
         assert len(mem) == 5
+    # --cache-dir keeps the index snapshots of a URL store between commands.
+    cache = tmp_path / "cli-cache"
+    args = ["search", "line", "--mode", "text", "--store", u, "--cache-dir", str(cache), *base]
+    assert cli_main(args) == 0
+    assert any(cache.iterdir())
+    assert "line" in capsys.readouterr().out
+    dir_store = ["stats", "--store", str(tmp_path / "dst"), "--cache-dir", str(cache), *base]
+    assert cli_main(dir_store) != 0
+    assert "--cache-dir is for PostgreSQL stores" in capsys.readouterr().err
 
 
 def test_knowledge_ingest_on_postgres(pg_server: PgServer, tmp_path: Path) -> None:

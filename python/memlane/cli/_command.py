@@ -49,6 +49,8 @@ Configure = Callable[[argparse.ArgumentParser], Any]
 
 #: The environment variable ``--store`` defaults to.
 STORE_ENV = "MEMLANE_STORE"
+#: The environment variable ``--cache-dir`` defaults to.
+CACHE_ENV = "MEMLANE_CACHE_DIR"
 #: Scope options: ``--agent`` sets ``agent_id`` and so on.
 SCOPE_OPTIONS = {
     "agent_id": "agent",
@@ -132,8 +134,13 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Iterator[Me
     target: str | Path = args.store if is_postgres_url(args.store) else Path(args.store)
     if not create and isinstance(target, Path) and not (target / "memory.db").is_file():
         raise NotFoundError(f"no memlane store at {target}")
+    options: dict[str, Any] = {}
+    if args.cache_dir is not None:
+        if not isinstance(target, str):
+            raise InvalidArgumentError("--cache-dir is for PostgreSQL stores")
+        options["cache_dir"] = Path(args.cache_dir)
     try:
-        mem = Memory(target, make_embedder(args.embedder))
+        mem = Memory(target, make_embedder(args.embedder), **options)
     except EmbedderMismatchError as e:
         raise EmbedderMismatchError(
             f"{e}; on the command line, --embedder none opens a text-only store"
@@ -163,6 +170,15 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
         default=default,
         required=default is None,
         help=f"the store directory, or a postgresql:// URL (default: ${STORE_ENV})",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=os.environ.get(CACHE_ENV),
+        help=(
+            "PostgreSQL stores: a folder for index snapshots, so an open replays only "
+            f"the changes since the last one (default: ${CACHE_ENV}, else none)"
+        ),
     )
     parser.add_argument(
         "--embedder",
