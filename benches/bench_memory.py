@@ -31,16 +31,12 @@ from pathlib import Path
 import numpy as np
 
 from _data import DataUnavailableError, wordnet_texts, wordnet_vectors
+from _timing import percentiles
 from memlane import Memory
 
 AGENTS = 100
 BATCH = 1000
 K = 10
-
-
-def percentiles(samples: list[float]) -> tuple[float, float]:
-    a = np.asarray(samples) * 1e3
-    return float(np.percentile(a, 50)), float(np.percentile(a, 99))
 
 
 def bench_memlane(

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from _data import DataUnavailableError, wordnet_texts, wordnet_vectors
+from _timing import percentiles
 from memlane import Memory
 
 HERE = Path(__file__).resolve().parent
@@ -50,11 +51,6 @@ AGENTS = 100
 BATCH = 1000
 K = 10
 PINGS = 200
-
-
-def percentiles(samples: list[float]) -> tuple[float, float]:
-    a = np.asarray(samples) * 1e3
-    return float(np.percentile(a, 50)), float(np.percentile(a, 99))
 
 
 def items(texts: list[str], vectors: np.ndarray, start: int, stop: int) -> list[dict[str, Any]]:

@@ -247,14 +247,17 @@ def _maintain(ref: weakref.ref[Memory], wake: threading.Event) -> None:
         try:
             memory._maintenance()
         except Exception as e:  # keep serving; the next wake-up retries
-            if memory._background_error is None:
-                warnings.warn(
-                    f"memlane: background maintenance of {memory.location} failed: {e!r}",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
-            memory._background_error = e
+            _background_failed(memory, "background maintenance", e)
         del memory
+
+
+def _background_failed(memory: Memory, what: str, e: Exception) -> None:
+    """Warns once (the first failure) that a background task of ``memory`` failed."""
+    if memory._background_error is None:
+        warnings.warn(
+            f"memlane: {what} of {memory.location} failed: {e!r}", RuntimeWarning, stacklevel=2
+        )
+    memory._background_error = e
 
 
 # Open stores, closed at interpreter exit: their background thread may be inside the
@@ -278,13 +281,7 @@ def _follow(ref: weakref.ref[Memory]) -> None:
     try:
         memory._follow()
     except Exception as e:  # keep following; the next call retries
-        if memory._background_error is None:
-            warnings.warn(
-                f"memlane: following changes of {memory.location} failed: {e!r}",
-                RuntimeWarning,
-                stacklevel=1,
-            )
-        memory._background_error = e
+        _background_failed(memory, "following changes", e)
 
 
 def _release(lock: StoreLock | None, db: Store, wake: threading.Event) -> None:
