@@ -123,17 +123,9 @@ impl Hnsw {
             } else {
                 self.load_query(node, &mut sc.base);
                 let mut cands: Vec<Cand> = Vec::with_capacity(links.len() + 1);
-                for group in links.chunks(4) {
-                    if let [a, b, c, e] = *group {
-                        let ds = self.dists4(&sc.base, [a, b, c, e]);
-                        cands.extend(ds.iter().zip(group).map(|(&d, &slot)| Cand { d, slot }));
-                    } else {
-                        cands.extend(group.iter().map(|&x| Cand {
-                            d: self.dist_to(&sc.base, x),
-                            slot: x,
-                        }));
-                    }
-                }
+                self.each_dist(&sc.base, &links, |i, d| {
+                    cands.push(Cand { d, slot: links[i] });
+                });
                 cands.push(new);
                 cands.sort_unstable();
                 let mut kept = Vec::with_capacity(cands.len());

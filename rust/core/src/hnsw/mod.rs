@@ -473,24 +473,23 @@ impl Hnsw {
             Some(a) if self.prefer_scan(a, ef) => {
                 let mut heap = BinaryHeap::with_capacity(k.min(a.len()) + 1);
                 let slots = a.slots();
-                let mut at = 0;
-                while at < slots.len() {
-                    // The allowed slots are scattered over the store: start
-                    // loading the next group while this one is measured.
-                    for &s in slots.iter().skip(at + 4).take(4) {
-                        self.prefetch_rank(s);
-                    }
-                    let (ds, m) = self.rank_dists(&q, &slots[at..]);
-                    for (&d, &slot) in ds.iter().zip(&slots[at..at + m]) {
-                        if heap.len() < k {
-                            heap.push(Cand { d, slot });
-                        } else if heap.peek().is_some_and(|w: &Cand| d < w.d) {
-                            heap.pop();
-                            heap.push(Cand { d, slot });
+                self.each_rank_dist(&q, slots, |i, d| {
+                    // The allowed slots are scattered over the store: once a
+                    // group of four is measured, start loading the one after
+                    // the next, so each group has arrived by its turn.
+                    if i % 4 == 0 {
+                        for &s in slots.iter().skip(i + 8).take(4) {
+                            self.prefetch_rank(s);
                         }
                     }
-                    at += m;
-                }
+                    let slot = slots[i];
+                    if heap.len() < k {
+                        heap.push(Cand { d, slot });
+                    } else if heap.peek().is_some_and(|w: &Cand| d < w.d) {
+                        heap.pop();
+                        heap.push(Cand { d, slot });
+                    }
+                });
                 heap.into_vec()
             }
             _ => with_scratch(|sc| {

@@ -132,6 +132,19 @@ impl Hnsw {
         }
     }
 
+    /// Calls `f(i, d)` with the distance `d` from `q` to `slots[i]`, in order,
+    /// measuring four at a time.
+    #[inline]
+    pub(super) fn each_dist(&self, q: &Query, slots: &[u32], f: impl FnMut(usize, f32)) {
+        in_fours(slots, |s| self.dists(q, s), f);
+    }
+
+    /// [`Hnsw::each_dist`] with [`Hnsw::rank_dist`].
+    #[inline]
+    pub(super) fn each_rank_dist(&self, q: &Query, slots: &[u32], f: impl FnMut(usize, f32)) {
+        in_fours(slots, |s| self.rank_dists(q, s), f);
+    }
+
     /// Replaces the distances of `found` by [`Hnsw::rank_dist`]; their
     /// records are all requested first, so the misses overlap.
     pub(super) fn rerank(&self, q: &Query, found: &mut [Cand], slots: &mut Vec<u32>) {
@@ -140,19 +153,12 @@ impl Hnsw {
         for &s in slots.iter() {
             self.prefetch_rank(s);
         }
-        let mut at = 0;
-        while at < slots.len() {
-            let (ds, m) = self.rank_dists(q, &slots[at..]);
-            for (c, &d) in found[at..at + m].iter_mut().zip(&ds) {
-                c.d = d;
-            }
-            at += m;
-        }
+        self.each_rank_dist(q, slots, |i, d| found[i].d = d);
     }
 
     /// [`Hnsw::rank_dist`] of the first four of `slots` at once, or of the
     /// first one when fewer are left; returns how many.
-    pub(super) fn rank_dists(&self, q: &Query, slots: &[u32]) -> ([f32; 4], usize) {
+    fn rank_dists(&self, q: &Query, slots: &[u32]) -> ([f32; 4], usize) {
         let Some(rank) = &self.rank else {
             return self.dists(q, slots);
         };
@@ -199,20 +205,13 @@ impl Hnsw {
         loop {
             let mut changed = false;
             self.graph.read(cur.slot, level, &mut sc.links);
-            let mut at = 0;
-            while at < sc.links.len() {
-                let (ds, m) = self.dists(q, &sc.links[at..]);
-                for (j, &d) in ds.iter().enumerate().take(m) {
-                    if d < cur.d {
-                        cur = Cand {
-                            d,
-                            slot: sc.links[at + j],
-                        };
-                        changed = true;
-                    }
+            let links = &sc.links;
+            self.each_dist(q, links, |i, d| {
+                if d < cur.d {
+                    cur = Cand { d, slot: links[i] };
+                    changed = true;
                 }
-                at += m;
-            }
+            });
             if !changed {
                 return cur;
             }
@@ -280,28 +279,23 @@ impl Hnsw {
                     prefetch(p.wrapping_add(line * 64));
                 }
             }
-            let mut at = 0;
-            while at < sc.fresh.len() {
-                let (ds, m) = self.dists(q, &sc.fresh[at..]);
-                for (j, &d) in ds.iter().enumerate().take(m) {
-                    let n = sc.fresh[at + j];
-                    let bound = match sc.results.peek() {
-                        Some(w) if sc.results.len() >= ef => w.d,
-                        _ => f32::INFINITY,
-                    };
-                    if d < bound {
-                        let cand = Cand { d, slot: n };
-                        sc.candidates.push(Reverse(cand));
-                        if accept(n) {
-                            sc.results.push(cand);
-                            if sc.results.len() > ef {
-                                sc.results.pop();
-                            }
+            let (fresh, candidates, results) = (&sc.fresh, &mut sc.candidates, &mut sc.results);
+            self.each_dist(q, fresh, |i, d| {
+                let bound = match results.peek() {
+                    Some(w) if results.len() >= ef => w.d,
+                    _ => f32::INFINITY,
+                };
+                if d < bound {
+                    let cand = Cand { d, slot: fresh[i] };
+                    candidates.push(Reverse(cand));
+                    if accept(fresh[i]) {
+                        results.push(cand);
+                        if results.len() > ef {
+                            results.pop();
                         }
                     }
                 }
-                at += m;
-            }
+            });
         }
     }
 
@@ -325,5 +319,23 @@ impl Hnsw {
             cur = self.greedy(q, cur, level, sc);
         }
         self.search_layer(q, &[cur], ef, 0, sc, accept);
+    }
+}
+
+/// Runs `four` over `slots` from the front (it measures some of them and says
+/// how many) and hands each distance to `f` with its index.
+#[inline(always)]
+fn in_fours(
+    slots: &[u32],
+    mut four: impl FnMut(&[u32]) -> ([f32; 4], usize),
+    mut f: impl FnMut(usize, f32),
+) {
+    let mut at = 0;
+    while at < slots.len() {
+        let (ds, m) = four(&slots[at..]);
+        for (j, &d) in ds[..m].iter().enumerate() {
+            f(at + j, d);
+        }
+        at += m;
     }
 }
