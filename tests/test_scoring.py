@@ -165,3 +165,19 @@ def test_reduced_precision_cosines_stay_near_exact(precision: str) -> None:
             exact = float(emb.embed(h.record.text) @ q)
             assert h.explain["cosine"] == pytest.approx(exact, abs=tol)
             assert -1.0 <= h.explain["cosine"] <= 1.0
+
+
+def test_a_score_does_not_move_when_its_vector_is_linked() -> None:
+    emb = WordHashEmbedder()
+    texts = [f"lambda mu {i} nu {i % 11}" for i in range(3000)]
+    q = emb.embed("lambda nu 4")
+    with Memory(None, emb, dedup_window=0, track_access=False) as m:
+        m.add_many([{"text": t} for t in texts])
+        assert m._engine.pending() > 0  # parked: searched exactly until linked
+        parked = m.search("x", k=10, mode="vector", query_embedding=q, explain=True)
+        m.wait_indexed()
+        linked = m.search("x", k=10, mode="vector", query_embedding=q, explain=True)
+        assert [h.record.id for h in linked] == [h.record.id for h in parked]
+        for a, b in zip(parked, linked, strict=True):
+            assert a.explain is not None and b.explain is not None
+            assert b.explain["cosine"] == pytest.approx(a.explain["cosine"], abs=1e-5)

@@ -264,8 +264,19 @@ impl Engine {
             if !linked.is_empty() {
                 hnsw.remove(&linked)?;
             }
+            // Parked vectors are scored as the index will score them once
+            // linked (f16 ranks f16 and int8+f16 records), so a record's score
+            // does not move when the background pass links it.
+            let halve = matches!(hnsw.params().precision, Precision::F16 | Precision::Int8F16);
+            let mut rounded = Vec::with_capacity(dim);
             for (id, v) in p.ids.iter().zip(vectors.chunks_exact(dim)) {
-                self.pending.put(*id, v);
+                if halve {
+                    rounded.clear();
+                    rounded.extend(v.iter().map(|&x| half::f16::from_f32(x).to_f32()));
+                    self.pending.put(*id, &rounded);
+                } else {
+                    self.pending.put(*id, v);
+                }
             }
         }
         Ok(())
