@@ -57,10 +57,14 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE INDEX IF NOT EXISTS records_seq ON records (seq);
 -- A 16-hex-digit prefix of the hash is selective enough and keeps the index small.
+-- Queries must constrain this expression alone (see SQLiteStore.rows_by_hash).
 CREATE INDEX IF NOT EXISTS records_hash ON records (substr(content_hash, 1, 16));
 -- Keys of the dedup window (message ids, source + contact + text) of recent adds.
 CREATE TABLE IF NOT EXISTS recent (key TEXT PRIMARY KEY, id TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS recent_at ON recent (at);
+-- Deleting records drops their keys through this (added after schema version 1 shipped:
+-- the first open of an older store builds it, over the few rows of the window).
+CREATE INDEX IF NOT EXISTS recent_id ON recent (id);
 CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_seq ON tombstones (seq);
 """
@@ -68,6 +72,7 @@ CREATE INDEX IF NOT EXISTS tombstones_seq ON tombstones (seq);
 _ALL = ", ".join(COLUMNS)
 _NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
 _INSERT = f"INSERT INTO records ({_ALL}) VALUES ({', '.join('?' * len(COLUMNS))})"
+_HASH = COLUMNS.index("content_hash")
 _MMAP_BYTES = 1 << 30
 _CACHE_KIB = 64 * 1024
 # SQLite's default limit on bound parameters is 32766; stay far below.
@@ -266,12 +271,22 @@ class SQLiteStore:
     def delete(conn: sqlite3.Connection, rowids: Sequence[int], seq: int) -> None:
         for chunk in _chunks(rowids):
             marks = ", ".join("?" * len(chunk))
+            # The dedup-window keys of exactly these records go (through recent_id), not
+            # every key whose record is missing: that walked the whole window each time.
+            # (No DELETE ... RETURNING: it needs SQLite 3.35.)
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT id FROM records WHERE rowid IN ({marks})", tuple(chunk)
+                )
+            ]
             conn.execute(f"DELETE FROM records WHERE rowid IN ({marks})", tuple(chunk))
+            if ids:
+                conn.execute(f"DELETE FROM recent WHERE id IN ({', '.join('?' * len(ids))})", ids)
         conn.executemany(
             "INSERT OR REPLACE INTO tombstones (rowid, seq) VALUES (?, ?)",
             [(r, seq) for r in rowids],
         )
-        conn.execute("DELETE FROM recent WHERE id NOT IN (SELECT id FROM records)")
 
     @staticmethod
     def record_accesses(
@@ -339,18 +354,27 @@ class SQLiteStore:
         return out
 
     def rows_by_hash(self, hashes: Sequence[str], embedding: bool) -> list[Row]:
+        """The rows whose ``content_hash`` is one of ``hashes``, in rowid order.
+
+        The query names the indexed expression (``records_hash``) and nothing else; the
+        full hashes are compared here. With ``AND content_hash = ?`` beside it (what a
+        one-element IN list becomes), SQLite's constant propagation rewrites
+        ``substr(content_hash, 1, 16)`` into ``substr(?, 1, 16)``, which no longer
+        matches the index expression, and the lookup became a scan of every row.
+        """
         cols = _ALL if embedding else _NO_EMBEDDING
+        wanted = set(hashes)
         out: list[Row] = []
         with self.reader() as c:
-            for chunk in _chunks(sorted(set(hashes))):
+            for chunk in _chunks(sorted({h[:16] for h in wanted})):
                 marks = ", ".join("?" * len(chunk))
-                out.extend(
-                    c.execute(
-                        f"SELECT {cols} FROM records WHERE substr(content_hash, 1, 16) "
-                        f"IN ({marks}) AND content_hash IN ({marks}) ORDER BY rowid",
-                        (*(h[:16] for h in chunk), *chunk),
-                    )
+                rows = c.execute(
+                    f"SELECT {cols} FROM records WHERE substr(content_hash, 1, 16) IN ({marks})",
+                    tuple(chunk),
                 )
+                # A row sharing only the 64-bit prefix is not a match.
+                out.extend(r for r in rows if r[_HASH] in wanted)
+        out.sort(key=lambda r: int(r[0]))
         return out
 
     def rows_since(self, seq: int, batch: int = 4096) -> Iterator[list[Row]]:
