@@ -36,9 +36,10 @@ EXPLAIN_KEYS = {
     "cosine",
     "vector_rank",
     "relevance",
-    "decay",
     "importance",
     "recency",
+    "age_hours",
+    "boost",
     "score",
 }
 # Text-only stores keep these tests fast; one test covers the default model.

@@ -83,7 +83,7 @@ def test_end_to_end_on_the_default_embedder(store: Memory) -> None:
     assert all(isinstance(h, SearchHit) for h in hits)
     assert {h.record.text for h in hits[:2]} == {FACTS[0][0], rec.text}
     assert all(h.record.user_id == "alice" for h in hits)
-    assert hits[0].explain is not None and set(hits[0].explain) >= {"bm25", "cosine", "decay"}
+    assert hits[0].explain is not None and set(hits[0].explain) >= {"bm25", "cosine", "boost"}
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
     # Vector mode with elizaOS's threshold on cosine similarity; text mode.
@@ -353,7 +353,7 @@ def test_reopen_keeps_everything(make_store: StoreFactory) -> None:
     with make_store("r", emb) as mem:
         assert len(mem) == 299
         again = mem.search("number 7", k=5, track_access=False)
-        # Scores move a little with the clock (decay); the records do not.
+        # Scores do not depend on the clock (ages count from the newest candidate).
         assert [h.record for h in again] == [h.record for h in expected]
         assert [h.score for h in again] == pytest.approx([h.score for h in expected], abs=1e-4)
         hit = mem.search("changed", filters={"k": 1}, track_access=False)

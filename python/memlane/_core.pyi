@@ -11,6 +11,13 @@ __all__ = ["BM25Index", "Engine", "HnswIndex", "PreparedBatch", "__version__", "
 
 __version__: str
 
+DEFAULT_ALPHA: float
+DEFAULT_RRF_K: float
+DEFAULT_RELEVANCE_WEIGHT: float
+DEFAULT_IMPORTANCE_WEIGHT: float
+DEFAULT_RECENCY_WEIGHT: float
+DEFAULT_RECENCY_HALF_LIFE_HOURS: float
+
 @final
 class BM25Index:
     """BM25 keyword index (Lucene's formula) over uint64 ids, updated one text at a time.
@@ -211,21 +218,21 @@ class Engine:
         filter: str | None = None,
         k: int = 10,
         candidates: int = 50,
-        fusion: str = "rrf",
-        rrf_k: float = 60.0,
-        alpha: float = 0.5,
+        fusion: str = "weighted",
+        rrf_k: float = ...,
+        alpha: float = ...,
         w_relevance: float | None = None,
         w_importance: float | None = None,
         w_recency: float | None = None,
-        decay: float = 0.0,
-        recency_half_life: float = 168.0,
+        decay: float | None = None,
+        recency_half_life: float = ...,
         now: float = 0.0,
         threshold: float | None = None,
         min_similarity: float | None = None,
         explain: bool = False,
         touch: bool = False,
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
-        """One query: ids, final scores and (with ``explain``) an (n, 9) array of signals."""
+        """One query: ids, final scores and (with ``explain``) an (n, 10) array of signals."""
     def ids_where(
         self,
         filter: str | None = None,

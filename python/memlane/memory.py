@@ -34,6 +34,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from memlane import _core
 from memlane._core import Engine
 from memlane.dedup import DedupWindow, content_hash, window_keys
 from memlane.embeddings._base import Embedder
@@ -91,12 +92,16 @@ _EXPLAIN = (
     "cosine",
     "vector_rank",
     "relevance",
-    "decay",
     "importance",
     "recency",
+    "age_hours",
+    "boost",
     "score",
 )
 _WEIGHT_KEYS = frozenset({"relevance", "importance", "recency"})
+# Hits each retriever contributes before fusion, at least (chosen on SciFact's
+# train queries: benches/tune_search.py).
+_CANDIDATES = 100
 _INDEX_BATCH = 256
 # Batches up to this size are linked into the graph by the writer itself.
 _INLINE_INDEX = 64
@@ -318,7 +323,8 @@ class Memory(KnowledgeMixin):
             The engine sees an access at once (decay restarts); the database
             gets the counts in batches (with the next write, every 10 s, and at
             close), so a crash can lose the last seconds of counts, never a memory.
-        decay, weights, recency_half_life: search defaults (see :meth:`search`).
+        decay, weights, recency_half_life: search defaults (see :meth:`search`);
+            ``decay=None`` (the default) takes the rate from ``recency_half_life``.
         snapshot_every: changes between periodic index snapshots (at least
             half the store's size, so snapshots cost O(1) per change).
         cache_size: query and text embeddings kept in memory.
@@ -345,9 +351,9 @@ class Memory(KnowledgeMixin):
         near_duplicate: Literal["mark", "skip"] = "mark",
         dedup_window: float = 300.0,
         track_access: bool = True,
-        decay: float = 0.001,
+        decay: float | None = None,
         weights: Mapping[str, float] | None = None,
-        recency_half_life: float = 168.0,
+        recency_half_life: float = _core.DEFAULT_RECENCY_HALF_LIFE_HOURS,
         snapshot_every: int = 10_000,
         cache_size: int = 4096,
         language: str = "english",
@@ -370,7 +376,7 @@ class Memory(KnowledgeMixin):
             )
         self.near_duplicate = near_duplicate
         self.track_access = _bool(track_access, "track_access")
-        self.decay = _number(decay, "decay", 0.0)
+        self.decay = None if decay is None else _number(decay, "decay", 0.0)
         self.weights = self._weights(weights)
         self.recency_half_life = _number(recency_half_life, "recency_half_life", 1e-9)
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
@@ -778,6 +784,18 @@ class Memory(KnowledgeMixin):
             raise InvalidArgumentError(f"{label} has a non-finite value (NaN or infinity)")
         if not np.any(v):
             raise InvalidArgumentError(f"{label} is all zeros, which has no direction")
+        return v
+
+    def _embed_query(self, query: str) -> FloatArray:
+        """A query's vector: from the cache, else embedded. Never a database lookup, so a
+        search costs the same at any store size."""
+        assert self._embedder is not None
+        cache = self._embedder.cache
+        hit = cache.get(self._embedder.name, query)
+        if hit is not None:
+            return hit
+        v = self._embedder.embed_batch([query])[0]
+        cache.put(self._embedder.name, query, v)
         return v
 
     def _embed_texts(self, texts: list[str]) -> FloatArray:
@@ -1474,9 +1492,9 @@ class Memory(KnowledgeMixin):
         weights: Mapping[str, float] | None = None,
         decay: float | None = None,
         recency_half_life: float | None = None,
-        fusion: Literal["rrf", "weighted"] = "rrf",
-        rrf_k: float = 60.0,
-        alpha: float = 0.5,
+        fusion: Literal["rrf", "weighted"] = "weighted",
+        rrf_k: float = _core.DEFAULT_RRF_K,
+        alpha: float = _core.DEFAULT_ALPHA,
         candidates: int | None = None,
         start: float | datetime | None = None,
         end: float | datetime | None = None,
@@ -1488,30 +1506,41 @@ class Memory(KnowledgeMixin):
     ) -> builtins.list[SearchHit]:
         """The ``k`` best memories for ``query``, best first, in one call into the engine.
 
-        Modes: ``"hybrid"`` (BM25 and vectors fused by RRF or by weights),
-        ``"vector"``, ``"text"``. A store without an embedder searches text.
-        ``query_embedding`` skips embedding the query.
+        Modes: ``"hybrid"`` (BM25 and vectors fused), ``"vector"``, ``"text"``.
+        A store without an embedder searches text. ``query_embedding`` skips
+        embedding the query.
 
-        Scoring, with ``h`` the hours since the record's last access:
+        Every score is the relevance times a bounded boost, so relevance comes
+        first at any age (README, "Scoring"):
 
-        - relevance in [0, 1]: text mode ``bm25 / best bm25``; vector mode the
-          cosine similarity clamped to [0, 1]; hybrid by RRF,
-          ``sum(1 / (rrf_k + rank)) * (rrf_k + 1) / lists`` over the BM25 and
-          vector lists (ranks from 1; ``lists`` = non-empty lists; 1 = first in
-          both), or with ``fusion="weighted"``
-          ``alpha * cosine + (1 - alpha) * bm25 / best bm25``;
-        - decay ``d = exp(-decay * h)`` (1 if evergreen); recency
-          ``r = 0.5 ** (h / recency_half_life)`` (1 if evergreen);
-        - score ``= w_relevance * relevance * d + w_importance * importance
-          + w_recency * r``. Default weights 0.5, 0.3, 0.2, but the recency
-          weight is 0 when decay is on and ``weights`` does not set it (no
-          double penalty for age); keys missing from ``weights`` weigh 0.
+        - relevance in [0, 1], absolute rather than relative to the other hits:
+          vector mode the cosine similarity clamped to [0, 1]; text mode
+          ``bm25 / ceiling``, where ``ceiling`` (the sum of the query terms'
+          idf) is the score no document can reach; hybrid with
+          ``fusion="weighted"`` (the default) ``alpha * cosine + (1 - alpha) *
+          bm25 / ceiling``, or with ``fusion="rrf"`` the rank-based
+          ``sum(1 / (rrf_k + rank)) * (rrf_k + 1) / lists`` (1 = first in both
+          lists; it says where a hit ranks, not how well it matches);
+        - recency ``exp(-rate * age)`` (1 if evergreen), ``age`` the hours from
+          the record's last access to the newest last access among the
+          candidates (not to the wall clock); ``rate`` is ``decay`` when given,
+          else ``ln 2 / recency_half_life`` (``decay=0`` turns age off);
+        - ``score = relevance * (w_relevance + w_importance * importance +
+          w_recency * recency) / (w_relevance + w_importance + w_recency)``.
+          Default weights 1, 0.1, 0.15: a hit keeps at least 0.8 of its
+          relevance, so age and importance reorder near-ties but never lift an
+          irrelevant memory over a relevant one. Keys missing from ``weights``
+          weigh 0, so ``weights={"relevance": 1}`` is relevance alone.
 
-        ``threshold`` drops hits whose final score is below it; in vector mode
-        it is a cosine similarity instead (elizaOS's ``match_threshold``).
-        ``min_similarity`` drops hits below a cosine similarity in any mode.
-        ``candidates`` is how many hits each retriever contributes before
-        fusion (``max(50, 4 * k)`` by default).
+        ``threshold`` drops hits whose score is below it (a relevance-scale
+        cut-off: with the default embedder, cosines under about 0.3 are
+        unrelated texts); in vector mode it is a cosine similarity instead
+        (elizaOS's ``match_threshold``). ``min_similarity`` drops hits below a
+        cosine similarity in any mode. ``candidates`` is how many hits each
+        retriever contributes before fusion (``max(100, 4 * k)`` by default).
+        ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
+        ``cosine``, ``vector_rank``, ``relevance``, ``importance``,
+        ``recency``, ``age_hours``, ``boost`` and ``score``.
         """
         self._check_open()
         if not isinstance(query, str):
@@ -1530,8 +1559,7 @@ class Memory(KnowledgeMixin):
                 vector = self._vector(query_embedding, "query_embedding", False)
             else:
                 _str(query, "query")
-                assert self._embedder is not None
-                vector = self._embed_texts([query])[0]
+                vector = self._embed_query(query)
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
         effective = mode if (vector is not None or mode == "text") else "text"
@@ -1546,6 +1574,11 @@ class Memory(KnowledgeMixin):
         w = self._weights(weights) if weights is not None else self.weights
         w = w or {}
         lam = self.decay if decay is None else _number(decay, "decay", 0.0)
+        half_life = (
+            self.recency_half_life
+            if recency_half_life is None
+            else _number(recency_half_life, "recency_half_life", 1e-9)
+        )
         touch = self.track_access if track_access is None else _bool(track_access, "track_access")
         now = time.time()
         ids, scores, signals = self._engine.search(
@@ -1554,7 +1587,7 @@ class Memory(KnowledgeMixin):
             mode=effective,
             filter=flt,
             k=k,
-            candidates=max(50, 4 * k) if candidates is None else candidates,
+            candidates=max(_CANDIDATES, 4 * k) if candidates is None else candidates,
             fusion=fusion,
             rrf_k=rrf_k,
             alpha=alpha,
@@ -1562,9 +1595,7 @@ class Memory(KnowledgeMixin):
             w_importance=w.get("importance"),
             w_recency=w.get("recency"),
             decay=lam,
-            recency_half_life=(
-                self.recency_half_life if recency_half_life is None else recency_half_life
-            ),
+            recency_half_life=half_life,
             now=now,
             threshold=threshold,
             min_similarity=min_similarity,

@@ -84,7 +84,8 @@ class SearchHit:
 
     ``explain`` holds ``bm25`` and ``bm25_rank``, ``cosine`` and ``vector_rank``
     (None where the hit was not retrieved that way), ``relevance`` (fused, in
-    [0, 1]), ``decay``, ``importance``, ``recency`` and ``score``.
+    [0, 1]), ``importance``, ``recency``, ``age_hours`` (from the newest
+    candidate), ``boost`` (the factor applied to the relevance) and ``score``.
     """
 
     record: MemoryRecord

@@ -270,7 +270,8 @@ class KnowledgeMixin:
 
         Without ``agent_id``, shared knowledge only. ``threshold`` is a minimum
         cosine similarity (elizaOS's ``match_threshold``); in text mode, a
-        minimum score (BM25 over the best hit's). Scores are the relevance
+        minimum relevance (BM25 over the query's ceiling, the score no fragment
+        reaches). Scores are the relevance
         alone (knowledge neither decays nor weighs importance). ``filters``
         narrows by metadata (e.g. ``{"file_type": "pdf"}``); ``options`` go to
         :meth:`memlane.Memory.search` (``fusion``, ``rrf_k``, ``alpha``,

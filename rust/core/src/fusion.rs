@@ -4,14 +4,23 @@
 //!   at 1-based rank `r_i` in list `i` scores `Σ_i 1 / (k + r_i)`; dividing by
 //!   the best possible sum, `L / (k + 1)` for `L` non-empty lists, maps a
 //!   document ranked first everywhere to 1.
-//! - Weighted fusion: `α · cosine⁺ + (1 − α) · bm25 / max bm25`, where
-//!   `cosine⁺` is the cosine similarity clamped to [0, 1] and the BM25 score is
-//!   divided by the best BM25 score among the candidates.
+//! - Weighted fusion (the default): `α · cosine⁺ + (1 − α) · bm25 / ceiling`,
+//!   where `cosine⁺` is the cosine similarity clamped to [0, 1] and `ceiling`
+//!   is the BM25 score no document can reach for this query (the sum of its
+//!   terms' idf). Both signals are absolute: a document that matches the
+//!   query well scores high whatever the other candidates are, and a query
+//!   that matches nothing well scores low everywhere, so a threshold on the
+//!   fused relevance cuts irrelevant hits. (Dividing by the best candidate's
+//!   BM25 instead gives the best match 1 even when it shares one common word
+//!   with the query.)
 
 use crate::error::{Error, Result};
 
 /// The `k` of the original paper, and Nous's and Elasticsearch's default.
 pub const DEFAULT_RRF_K: f64 = 60.0;
+/// The weight of the cosine in weighted fusion, chosen on SciFact's train
+/// queries (`benches/tune_search.py`).
+pub const DEFAULT_ALPHA: f64 = 0.6;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fusion {
@@ -21,7 +30,9 @@ pub enum Fusion {
 
 impl Default for Fusion {
     fn default() -> Self {
-        Fusion::Rrf { k: DEFAULT_RRF_K }
+        Fusion::Weighted {
+            alpha: DEFAULT_ALPHA,
+        }
     }
 }
 
@@ -64,10 +75,10 @@ pub fn cosine_relevance(cosine: f64) -> f64 {
     cosine.clamp(0.0, 1.0)
 }
 
-/// A BM25 score divided by the best one, in [0, 1].
-pub fn bm25_relevance(score: f64, best: f64) -> f64 {
-    if best > 0.0 {
-        (score / best).clamp(0.0, 1.0)
+/// A BM25 score divided by the query's ceiling, in [0, 1).
+pub fn bm25_relevance(score: f64, ceiling: f64) -> f64 {
+    if ceiling > 0.0 {
+        (score / ceiling).clamp(0.0, 1.0)
     } else {
         0.0
     }

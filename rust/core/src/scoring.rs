@@ -1,22 +1,31 @@
-//! Final scores: temporal decay, recency and the composite of relevance,
-//! importance and recency. Times are unix seconds; rates are per hour.
+//! Final scores: relevance first, with bounded boosts for importance and
+//! recency.
 //!
-//! - hours since last access: `h = max(0, now − last_accessed_at) / 3600`
-//! - decay factor: `d = exp(−λ · h)`, or 1 for an evergreen record or λ = 0
-//! - recency: `r = 0.5 ^ (h / half_life)`, or 1 for an evergreen record
-//! - final score: `w_rel · relevance · d + w_imp · importance + w_rec · r`
+//! ```text
+//! score    = relevance · boost
+//! boost    = (w_rel + w_imp · importance + w_rec · recency) / (w_rel + w_imp + w_rec)
+//! recency  = exp(−λ · age), or 1 for an evergreen record
+//! age      = hours from the record's last access to the newest last access among the candidates
+//! λ        = decay, when given; else ln 2 / recency_half_life
+//! ```
 //!
-//! Unless the caller sets the recency weight, it is 0 when decay is on
-//! (λ > 0): decay already penalises old memories, and counting age twice
-//! would bury them.
+//! Why this shape: the boost lies in `[w_rel / Σw, 1]`, so a score never
+//! exceeds the relevance and never falls below `w_rel / Σw` of it. With the
+//! default weights that band is [0.8, 1]: importance and age reorder hits of
+//! similar relevance, but cannot lift an irrelevant memory over one that
+//! answers the query (an additive `w_imp · importance` term can, and a
+//! wall-clock decay `exp(−λ·h)` of the relevance drives every memory older
+//! than a few months to 0). Age is measured from the newest candidate, not
+//! from the wall clock, so a store left alone for a year ranks as it did the
+//! day it was last written, and "newer" means newer than the other answers.
 
 use crate::error::{Error, Result};
 
-pub const DEFAULT_RELEVANCE_WEIGHT: f64 = 0.5;
-pub const DEFAULT_IMPORTANCE_WEIGHT: f64 = 0.3;
-pub const DEFAULT_RECENCY_WEIGHT: f64 = 0.2;
-/// Recency halves every week without access.
-pub const DEFAULT_RECENCY_HALF_LIFE_HOURS: f64 = 168.0;
+pub const DEFAULT_RELEVANCE_WEIGHT: f64 = 1.0;
+pub const DEFAULT_IMPORTANCE_WEIGHT: f64 = 0.1;
+pub const DEFAULT_RECENCY_WEIGHT: f64 = 0.15;
+/// Recency halves for every 30 days a memory is older than the newest candidate.
+pub const DEFAULT_RECENCY_HALF_LIFE_HOURS: f64 = 720.0;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Weights {
@@ -25,26 +34,31 @@ pub struct Weights {
     pub recency: f64,
 }
 
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            relevance: DEFAULT_RELEVANCE_WEIGHT,
+            importance: DEFAULT_IMPORTANCE_WEIGHT,
+            recency: DEFAULT_RECENCY_WEIGHT,
+        }
+    }
+}
+
 impl Weights {
     /// Weights from the caller's choices: `None` everywhere means the
-    /// defaults; a recency weight left unset is 0 when decay is on.
+    /// defaults; once any weight is given, the others weigh 0.
     pub fn resolve(
         relevance: Option<f64>,
         importance: Option<f64>,
         recency: Option<f64>,
-        decay: f64,
     ) -> Result<Self> {
-        let given = relevance.is_some() || importance.is_some() || recency.is_some();
-        let default = |v: f64| if given { 0.0 } else { v };
-        let recency_default = if decay > 0.0 {
-            0.0
-        } else {
-            default(DEFAULT_RECENCY_WEIGHT)
-        };
+        if relevance.is_none() && importance.is_none() && recency.is_none() {
+            return Ok(Weights::default());
+        }
         let w = Weights {
-            relevance: relevance.unwrap_or(default(DEFAULT_RELEVANCE_WEIGHT)),
-            importance: importance.unwrap_or(default(DEFAULT_IMPORTANCE_WEIGHT)),
-            recency: recency.unwrap_or(recency_default),
+            relevance: relevance.unwrap_or(0.0),
+            importance: importance.unwrap_or(0.0),
+            recency: recency.unwrap_or(0.0),
         };
         for (name, v) in [
             ("relevance", w.relevance),
@@ -57,50 +71,47 @@ impl Weights {
                 )));
             }
         }
+        if w.total() <= 0.0 {
+            return Err(Error::invalid("weights must not all be 0"));
+        }
         Ok(w)
     }
-}
 
-pub fn check_decay(decay: f64) -> Result<()> {
-    if !(decay.is_finite() && decay >= 0.0) {
-        return Err(Error::invalid(format!(
-            "decay must be a finite rate >= 0 (per hour), got {decay}"
-        )));
+    fn total(&self) -> f64 {
+        self.relevance + self.importance + self.recency
     }
-    Ok(())
-}
 
-pub fn check_half_life(hours: f64) -> Result<()> {
-    if !(hours.is_finite() && hours > 0.0) {
-        return Err(Error::invalid(format!(
-            "recency_half_life must be a positive number of hours, got {hours}"
-        )));
+    /// The factor in `[w_rel / Σw, 1]` that multiplies the relevance.
+    pub fn boost(&self, importance: f64, recency: f64) -> f64 {
+        (self.relevance + self.importance * importance + self.recency * recency) / self.total()
     }
-    Ok(())
 }
 
-pub fn hours_since(now: f64, then: f64) -> f64 {
-    ((now - then) / 3600.0).max(0.0)
+/// The age signal's rate λ per hour: `decay` when given, else from the half-life.
+pub fn rate(decay: Option<f64>, half_life: f64) -> Result<f64> {
+    match decay {
+        Some(d) if !(d.is_finite() && d >= 0.0) => Err(Error::invalid(format!(
+            "decay must be a finite rate >= 0 (per hour), got {d}"
+        ))),
+        Some(d) => Ok(d),
+        None if !(half_life.is_finite() && half_life > 0.0) => Err(Error::invalid(format!(
+            "recency_half_life must be a positive number of hours, got {half_life}"
+        ))),
+        None => Ok(std::f64::consts::LN_2 / half_life),
+    }
 }
 
-pub fn decay_factor(lambda: f64, hours: f64, evergreen: bool) -> f64 {
+/// Hours from `then` to `newest` (0 when `then` is the newer).
+pub fn age_hours(newest: f64, then: f64) -> f64 {
+    ((newest - then) / 3600.0).max(0.0)
+}
+
+pub fn recency(lambda: f64, hours: f64, evergreen: bool) -> f64 {
     if evergreen || lambda == 0.0 {
         1.0
     } else {
         (-lambda * hours).exp()
     }
-}
-
-pub fn recency(hours: f64, half_life: f64, evergreen: bool) -> f64 {
-    if evergreen {
-        1.0
-    } else {
-        0.5f64.powf(hours / half_life)
-    }
-}
-
-pub fn composite(w: &Weights, relevance: f64, decay: f64, importance: f64, recency: f64) -> f64 {
-    w.relevance * relevance * decay + w.importance * importance + w.recency * recency
 }
 
 #[cfg(test)]
@@ -112,33 +123,46 @@ mod tests {
     }
 
     #[test]
-    fn decay_and_recency_by_hand() {
-        assert!(close(hours_since(7200.0, 0.0), 2.0));
-        assert!(close(hours_since(0.0, 7200.0), 0.0));
-        assert!(close(decay_factor(0.01, 100.0, false), (-1.0f64).exp()));
-        assert!(close(decay_factor(0.01, 100.0, true), 1.0));
-        assert!(close(decay_factor(0.0, 100.0, false), 1.0));
-        assert!(close(recency(168.0, 168.0, false), 0.5));
-        assert!(close(recency(336.0, 168.0, false), 0.25));
-        assert!(close(recency(336.0, 168.0, true), 1.0));
+    fn recency_by_hand() {
+        assert!(close(age_hours(7200.0, 0.0), 2.0));
+        assert!(close(age_hours(0.0, 7200.0), 0.0));
+        let lambda = rate(None, 168.0).unwrap();
+        assert!(close(recency(lambda, 168.0, false), 0.5));
+        assert!(close(recency(lambda, 336.0, false), 0.25));
+        assert!(close(recency(lambda, 336.0, true), 1.0));
+        assert!(close(
+            recency(rate(Some(0.01), 1.0).unwrap(), 100.0, false),
+            (-1.0f64).exp()
+        ));
+        assert!(close(recency(0.0, 1e9, false), 1.0));
+        assert!(rate(Some(f64::NAN), 1.0).is_err());
+        assert!(rate(Some(-1.0), 1.0).is_err());
+        assert!(rate(None, 0.0).is_err());
     }
 
     #[test]
-    fn composite_by_hand() {
-        let w = Weights::resolve(None, None, None, 0.0).unwrap();
-        assert_eq!((w.relevance, w.importance, w.recency), (0.5, 0.3, 0.2));
-        assert!(close(composite(&w, 0.8, 1.0, 0.5, 0.25), 0.4 + 0.15 + 0.05));
-        // Decay on and recency unset: no double penalty.
-        let w = Weights::resolve(None, None, None, 0.001).unwrap();
-        assert_eq!((w.relevance, w.importance, w.recency), (0.5, 0.3, 0.0));
-        assert!(close(composite(&w, 0.8, 0.5, 0.5, 0.25), 0.2 + 0.15));
-        // Explicit weights: the unset ones weigh nothing, a set recency stays.
-        let w = Weights::resolve(Some(1.0), None, None, 0.0).unwrap();
-        assert_eq!((w.relevance, w.importance, w.recency), (1.0, 0.0, 0.0));
-        let w = Weights::resolve(None, None, Some(0.1), 0.01).unwrap();
-        assert_eq!(w.recency, 0.1);
-        assert!(Weights::resolve(Some(-1.0), None, None, 0.0).is_err());
-        assert!(check_decay(f64::NAN).is_err());
-        assert!(check_half_life(0.0).is_err());
+    fn boost_by_hand() {
+        let w = Weights::resolve(None, None, None).unwrap();
+        assert_eq!(w, Weights::default());
+        let total = 1.0 + 0.1 + 0.15;
+        assert!(close(w.boost(1.0, 1.0), 1.0));
+        assert!(close(w.boost(0.0, 0.0), 1.0 / total));
+        assert!(close(w.boost(0.5, 0.25), (1.0 + 0.05 + 0.0375) / total));
+        // Explicit weights: the unset ones weigh nothing.
+        let w = Weights::resolve(Some(1.0), None, None).unwrap();
+        assert!(close(w.boost(0.0, 0.0), 1.0));
+        let w = Weights::resolve(None, Some(1.0), None).unwrap();
+        assert!(close(w.boost(0.3, 0.9), 0.3));
+        assert!(Weights::resolve(Some(-1.0), None, None).is_err());
+        assert!(Weights::resolve(Some(0.0), Some(0.0), None).is_err());
+    }
+
+    #[test]
+    fn relevance_stays_primary() {
+        // Relevance 0.5, old and unimportant, against 0.39, new and important.
+        let w = Weights::default();
+        let floor = w.relevance / (w.relevance + w.importance + w.recency);
+        assert!(0.5 * w.boost(0.0, 0.0) > 0.39 * w.boost(1.0, 1.0));
+        assert!(close(w.boost(0.0, 0.0), floor));
     }
 }

@@ -10,9 +10,9 @@ use memlane_core::engine::{
     flatten_metadata, Attrs, Batch, Engine, EngineConfig, Filter, Hits, Mode, Order, Prepared,
     SearchRequest,
 };
-use memlane_core::fusion::Fusion;
+use memlane_core::fusion::{self, Fusion};
 use memlane_core::hnsw::{Params, Precision};
-use memlane_core::scoring::Weights;
+use memlane_core::scoring::{self, Weights};
 use memlane_core::Error;
 use numpy::{PyArray1, PyArray2};
 use parking_lot::{Mutex, RwLock};
@@ -24,7 +24,7 @@ use crate::hnsw::matrix;
 
 /// Number of explain columns: bm25, bm25_rank, cosine, vector_rank,
 /// relevance, decay, importance, recency, score.
-const EXPLAIN_COLS: usize = 9;
+const EXPLAIN_COLS: usize = 10;
 
 /// A checked, analysed batch of records from `Engine.prepare`.
 #[pyclass(module = "memlane._core", name = "PreparedBatch", frozen)]
@@ -235,15 +235,16 @@ impl PyEngine {
         self.parked.load(Ordering::Acquire)
     }
 
-    /// One query: (ids, final scores, explain) with explain an (n, 9) float
-    /// array (bm25, bm25_rank, cosine, vector_rank, relevance, decay,
-    /// importance, recency, score; NaN where a signal is absent) or None.
+    /// One query: (ids, final scores, explain) with explain an (n, 10) float
+    /// array (bm25, bm25_rank, cosine, vector_rank, relevance, importance,
+    /// recency, age_hours, boost, score; NaN where a signal is absent) or None.
     #[pyo3(signature = (
         text = None, vector = None, *, mode = "hybrid", filter = None, k = 10,
-        candidates = 50, fusion = "rrf", rrf_k = 60.0, alpha = 0.5,
-        w_relevance = None, w_importance = None, w_recency = None, decay = 0.0,
-        recency_half_life = 168.0, now = 0.0, threshold = None, min_similarity = None,
-        explain = false, touch = false,
+        candidates = 50, fusion = "weighted", rrf_k = fusion::DEFAULT_RRF_K,
+        alpha = fusion::DEFAULT_ALPHA, w_relevance = None, w_importance = None,
+        w_recency = None, decay = None,
+        recency_half_life = scoring::DEFAULT_RECENCY_HALF_LIFE_HOURS, now = 0.0,
+        threshold = None, min_similarity = None, explain = false, touch = false,
     ))]
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn search<'py>(
@@ -261,7 +262,7 @@ impl PyEngine {
         w_relevance: Option<f64>,
         w_importance: Option<f64>,
         w_recency: Option<f64>,
-        decay: f64,
+        decay: Option<f64>,
         recency_half_life: f64,
         now: f64,
         threshold: Option<f64>,
@@ -300,7 +301,8 @@ impl PyEngine {
                     )))
                 }
             };
-            let weights = Weights::resolve(w_relevance, w_importance, w_recency, decay)?;
+            let weights = Weights::resolve(w_relevance, w_importance, w_recency)?;
+            let rate = scoring::rate(decay, recency_half_life)?;
             let engine = self.inner.read();
             let filter = parse_filter(&engine, filter.as_deref())?;
             engine.search(&SearchRequest {
@@ -312,8 +314,7 @@ impl PyEngine {
                 candidates: candidates as usize,
                 fusion,
                 weights,
-                decay,
-                recency_half_life,
+                rate,
                 now,
                 threshold,
                 min_similarity,
@@ -332,9 +333,10 @@ impl PyEngine {
                     opt32(s.cosine),
                     rank(s.vector_rank),
                     s.relevance,
-                    s.decay,
                     s.importance,
                     s.recency,
+                    s.age_hours,
+                    s.boost,
                     s.score,
                 ]);
             }

@@ -7,11 +7,28 @@ mod engine;
 mod errors;
 mod hnsw;
 
+use memlane_core::{fusion, scoring};
 use pyo3::prelude::*;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The search defaults live in the core; Python reads them from here.
+    m.add("DEFAULT_ALPHA", fusion::DEFAULT_ALPHA)?;
+    m.add("DEFAULT_RRF_K", fusion::DEFAULT_RRF_K)?;
+    m.add(
+        "DEFAULT_RELEVANCE_WEIGHT",
+        scoring::DEFAULT_RELEVANCE_WEIGHT,
+    )?;
+    m.add(
+        "DEFAULT_IMPORTANCE_WEIGHT",
+        scoring::DEFAULT_IMPORTANCE_WEIGHT,
+    )?;
+    m.add("DEFAULT_RECENCY_WEIGHT", scoring::DEFAULT_RECENCY_WEIGHT)?;
+    m.add(
+        "DEFAULT_RECENCY_HALF_LIFE_HOURS",
+        scoring::DEFAULT_RECENCY_HALF_LIFE_HOURS,
+    )?;
     m.add_class::<bm25::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;

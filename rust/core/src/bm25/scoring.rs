@@ -97,6 +97,12 @@ impl TermScorer {
         self.weight * tf / (tf + (self.c0 + self.c1 * len as f32))
     }
 
+    /// The supremum of [`score`](Self::score) over every document: the
+    /// term's idf (times its count in the query), approached as tf grows.
+    pub fn ceiling(&self) -> f32 {
+        self.weight
+    }
+
     /// An upper bound of [`score`](Self::score) over postings with `tf <=
     /// max_tf` and `len >= min_len` (the score rises with tf and falls with
     /// length); the caller adds slack for rounding.

@@ -179,6 +179,17 @@ impl Bm25Index {
         }
     }
 
+    /// The score no document can reach for `query`: the sum of its terms'
+    /// idf (Lucene's BM25 approaches idf per term as the term frequency
+    /// grows). Terms no document holds count nothing, since no document can
+    /// score on them. 0 when no query term is indexed.
+    pub fn ceiling(&self, query: &str) -> f64 {
+        self.prepare(query)
+            .iter()
+            .map(|t| f64::from(t.scorer.ceiling()))
+            .sum()
+    }
+
     /// [`search`](Self::search) for many queries in parallel.
     pub fn search_batch<S: AsRef<str> + Sync>(
         &self,
@@ -529,6 +540,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn ceiling_bounds_every_score() {
+        let mut rng = Rng(11);
+        let mut ix = plain();
+        let texts: Vec<String> = (0..300).map(|_| rng.text(40, 20)).collect();
+        let ids: Vec<u64> = (0..300).collect();
+        ix.add(&ids, &texts).unwrap();
+        for _ in 0..50 {
+            let q = rng.text(40, 6);
+            let ceiling = ix.ceiling(&q);
+            for h in ix.search(&q, 1000, None) {
+                assert!(f64::from(h.score) < ceiling, "q={q}");
+            }
+        }
+        // A document made of the query term many times approaches its idf.
+        let mut ix = plain();
+        let long = vec!["x"; 10_000].join(" ");
+        ix.add(&[1, 2, 3], &[long.as_str(), "y", "y z"]).unwrap();
+        let c = ix.ceiling("x");
+        let best = f64::from(ix.search("x", 1, None)[0].score);
+        assert!(best < c && best > 0.99 * c, "{best} vs {c}");
+        assert_eq!(ix.ceiling("unknown words"), 0.0);
+        assert!((ix.ceiling("x x") - 2.0 * c).abs() < 1e-6);
     }
 
     #[test]

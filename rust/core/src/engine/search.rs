@@ -1,9 +1,10 @@
 //! The query path: filter to a candidate set, retrieve from BM25 and from the
 //! vectors (graph and parked), fuse, score, cut, and record the access.
 //!
-//! Relevance by mode: `text` is BM25 divided by the best BM25 score; `vector`
-//! is the cosine similarity clamped to [0, 1]; `hybrid` fuses the two lists
-//! by [`Fusion`]. The final score is [`scoring::composite`].
+//! Relevance by mode: `text` is BM25 divided by the query's ceiling (the
+//! score no document can reach); `vector` is the cosine similarity clamped to
+//! [0, 1]; `hybrid` fuses the two lists by [`Fusion`]. The final score is the
+//! relevance times [`Weights::boost`] (see [`scoring`]).
 
 use rustc_hash::FxHashMap;
 
@@ -44,10 +45,9 @@ pub struct SearchRequest<'a> {
     pub candidates: usize,
     pub fusion: Fusion,
     pub weights: Weights,
-    /// λ, per hour.
-    pub decay: f64,
-    pub recency_half_life: f64,
-    /// Unix seconds.
+    /// λ of the recency signal, per hour ([`scoring::rate`]).
+    pub rate: f64,
+    /// Unix seconds: the time of the access recorded by `touch`.
     pub now: f64,
     /// Minimum final score.
     pub threshold: Option<f64>,
@@ -66,11 +66,14 @@ pub struct Signals {
     pub bm25_rank: Option<u32>,
     pub cosine: Option<f32>,
     pub vector_rank: Option<u32>,
-    /// Fused relevance in [0, 1], before decay.
+    /// Fused relevance in [0, 1].
     pub relevance: f64,
-    pub decay: f64,
     pub importance: f64,
     pub recency: f64,
+    /// Hours from the last access to the newest candidate's.
+    pub age_hours: f64,
+    /// The factor applied to the relevance.
+    pub boost: f64,
     pub score: f64,
 }
 
@@ -95,8 +98,11 @@ impl SearchRequest<'_> {
         if self.k == 0 {
             return Err(Error::invalid("k must be at least 1"));
         }
-        scoring::check_decay(self.decay)?;
-        scoring::check_half_life(self.recency_half_life)?;
+        if !(self.rate.is_finite() && self.rate >= 0.0) {
+            return Err(Error::invalid(
+                "the recency rate must be a finite number >= 0",
+            ));
+        }
         if !self.now.is_finite() {
             return Err(Error::invalid("now must be a finite time"));
         }
@@ -203,11 +209,14 @@ impl Engine {
             }
         }
 
-        let best_bm25 = text_hits.first().map_or(0.0, |h| f64::from(h.score));
+        let ceiling = match text {
+            Some(t) if !text_hits.is_empty() => self.bm25.ceiling(t),
+            _ => 0.0,
+        };
         let lists = usize::from(!text_hits.is_empty()) + usize::from(!vector_hits.is_empty());
         let relevance = |c: &Cand| -> f64 {
             let cos = || fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
-            let bm = || fusion::bm25_relevance(c.bm25.map_or(0.0, f64::from), best_bm25);
+            let bm = || fusion::bm25_relevance(c.bm25.map_or(0.0, f64::from), ceiling);
             match (req.mode, req.fusion) {
                 (Mode::Text, _) => bm(),
                 (Mode::Vector, _) => cos(),
@@ -223,7 +232,7 @@ impl Engine {
         };
 
         let r = &self.records;
-        let mut scored: Vec<(u64, Signals)> = Vec::with_capacity(order.len());
+        let mut pool: Vec<(u64, u32, &Cand)> = Vec::with_capacity(order.len());
         for id in order {
             let (Some(c), Some(slot)) = (cands.get(&id), r.slot(id)) else {
                 continue;
@@ -233,14 +242,22 @@ impl Engine {
                     continue;
                 }
             }
+            pool.push((id, slot, c));
+        }
+        // Ages count from the newest candidate, not from the wall clock.
+        let newest = pool
+            .iter()
+            .map(|&(_, slot, _)| r.accessed_at(slot))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let mut scored: Vec<(u64, Signals)> = Vec::with_capacity(pool.len());
+        for (id, slot, c) in pool {
             let s = slot as usize;
-            let evergreen = r.evergreen[s];
-            let hours = scoring::hours_since(req.now, r.accessed_at(slot));
-            let decay = scoring::decay_factor(req.decay, hours, evergreen);
-            let recency = scoring::recency(hours, req.recency_half_life, evergreen);
+            let age_hours = scoring::age_hours(newest, r.accessed_at(slot));
+            let recency = scoring::recency(req.rate, age_hours, r.evergreen[s]);
             let importance = f64::from(r.importance[s]);
             let relevance = relevance(c);
-            let score = scoring::composite(&req.weights, relevance, decay, importance, recency);
+            let boost = req.weights.boost(importance, recency);
+            let score = relevance * boost;
             if req.threshold.is_some_and(|t| score < t) {
                 continue;
             }
@@ -252,9 +269,10 @@ impl Engine {
                     cosine: c.cosine,
                     vector_rank: c.vector_rank,
                     relevance,
-                    decay,
                     importance,
                     recency,
+                    age_hours,
+                    boost,
                     score,
                 },
             ));

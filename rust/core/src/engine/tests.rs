@@ -35,9 +35,8 @@ fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> 
         k: 10,
         candidates: 50,
         fusion: Fusion::default(),
-        weights: Weights::resolve(Some(1.0), None, None, 0.0).unwrap(),
-        decay: 0.0,
-        recency_half_life: 168.0,
+        weights: Weights::resolve(Some(1.0), None, None).unwrap(),
+        rate: 0.0,
         now: 100.0 * HOUR,
         threshold: None,
         min_similarity: None,
@@ -82,9 +81,9 @@ fn hybrid_rrf_by_hand() {
     let e = three();
     // "dark mode": BM25 ranks 1 (both terms) then 2 or 3 (one term each).
     let q = [1.0, 0.0];
-    let hits = e
-        .search(&request(Some("dark mode"), Some(&q), Mode::Hybrid))
-        .unwrap();
+    let mut r = request(Some("dark mode"), Some(&q), Mode::Hybrid);
+    r.fusion = Fusion::rrf(60.0).unwrap();
+    let hits = e.search(&r).unwrap();
     assert_eq!(hits.ids[0], 1);
     let s = hits.signals[0];
     assert_eq!((s.bm25_rank, s.vector_rank), (Some(1), Some(1)));
@@ -114,48 +113,56 @@ fn modes_and_weighted_fusion() {
     assert!(v.signals[2].bm25.unwrap() > 0.0);
     assert_eq!(v.signals[0].bm25, Some(0.0));
 
+    // Text relevance is BM25 over the query's ceiling: below 1 even for the best hit.
     let t = e.search(&request(Some("dark"), None, Mode::Text)).unwrap();
     assert_eq!(t.ids.len(), 2);
-    assert!(close(t.signals[0].relevance, 1.0));
-    let ratio = f64::from(t.signals[1].bm25.unwrap()) / f64::from(t.signals[0].bm25.unwrap());
-    assert!(close(t.signals[1].relevance, ratio));
+    let ceiling = e.bm25.ceiling("dark");
+    for s in &t.signals {
+        assert!(close(s.relevance, f64::from(s.bm25.unwrap()) / ceiling));
+        assert!(s.relevance > 0.0 && s.relevance < 1.0);
+    }
 
     let mut r = request(Some("dark"), Some(&q), Mode::Hybrid);
     r.fusion = Fusion::weighted(0.25).unwrap();
     let w = e.search(&r).unwrap();
     for (id, s) in w.ids.iter().zip(&w.signals) {
-        let best = t.signals[0].bm25.unwrap() as f64;
         let expected =
-            0.25 * (s.cosine.unwrap() as f64).max(0.0) + 0.75 * s.bm25.unwrap() as f64 / best;
+            0.25 * (s.cosine.unwrap() as f64).max(0.0) + 0.75 * s.bm25.unwrap() as f64 / ceiling;
         assert!(close(s.relevance, expected), "id {id}");
     }
 }
 
 #[test]
-fn decay_recency_and_composite_by_hand() {
+fn recency_and_boost_by_hand() {
     let e = three();
     let q = [1.0, 0.0];
     let mut r = request(None, Some(&q), Mode::Vector);
-    r.decay = 0.01;
-    r.weights = Weights::resolve(Some(0.5), Some(0.3), Some(0.2), r.decay).unwrap();
+    r.rate = 0.01;
+    r.weights = Weights::resolve(Some(0.5), Some(0.3), Some(0.2)).unwrap();
     let hits = e.search(&r).unwrap();
     let by_id = |id: u64| hits.signals[hits.ids.iter().position(|&x| x == id).unwrap()];
-    // Record 2: accessed 10 hours before now, cosine 0.6, importance 0.9.
+    // Ages count from the newest candidate, record 1 (accessed at 100 h), not from `now`.
+    let s = by_id(1);
+    assert!(close(s.age_hours, 0.0) && close(s.recency, 1.0));
+    assert!(close(s.score, 1.0 * (0.5 + 0.3 * 0.5 + 0.2)));
+    // Record 2: 10 hours older than record 1, cosine 0.6, importance 0.9.
     let s = by_id(2);
-    let decay = (-0.01f64 * 10.0).exp();
-    let recency = 0.5f64.powf(10.0 / 168.0);
-    assert!(close(s.decay, decay));
-    assert!(close(s.recency, recency));
-    assert!(close(
-        s.score,
-        0.5 * 0.6 * decay + 0.3 * 0.9 + 0.2 * recency
-    ));
-    // Record 3 is evergreen: no decay, full recency despite its age.
+    let recency = (-0.01f64 * 10.0).exp();
+    assert!(close(s.age_hours, 10.0) && close(s.recency, recency));
+    let boost = 0.5 + 0.3 * 0.9 + 0.2 * recency;
+    assert!(close(s.boost, boost) && close(s.score, 0.6 * boost));
+    // Record 3 is evergreen: full recency at 100 hours; cosine 0, so score 0.
     let s = by_id(3);
-    assert!(close(s.decay, 1.0) && close(s.recency, 1.0));
-    assert!(close(s.score, 0.3 * 0.1 + 0.2));
-    // Hits come best first.
+    assert!(close(s.age_hours, 100.0) && close(s.recency, 1.0));
+    assert!(close(s.boost, 0.5 + 0.3 * 0.1 + 0.2) && close(s.score, 0.0));
+    // The rate from a half-life: record 2 is 10 of 168 hours old.
+    r.rate = crate::scoring::rate(None, 168.0).unwrap();
+    let hits = e.search(&r).unwrap();
+    let s = hits.signals[hits.ids.iter().position(|&x| x == 2).unwrap()];
+    assert!(close(s.recency, 0.5f64.powf(10.0 / 168.0)));
+    // Hits come best first, and no score exceeds its relevance.
     assert!(hits.scores.windows(2).all(|w| w[0] >= w[1]));
+    assert!(hits.signals.iter().all(|s| s.score <= s.relevance + 1e-12));
 }
 
 #[test]
