@@ -794,7 +794,7 @@ class Memory(KnowledgeMixin):
         hit = cache.get(self._embedder.name, query)
         if hit is not None:
             return hit
-        v = self._embedder.embed_batch([query])[0]
+        v: FloatArray = self._embedder.embed_batch([query])[0]
         cache.put(self._embedder.name, query, v)
         return v
 
