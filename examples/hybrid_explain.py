@@ -1,7 +1,8 @@
 """Hybrid search with explanations: why each result ranks where it does.
 
 BM25 finds exact words (names, codes); the vector index finds paraphrases;
-RRF fuses the two lists, then decay, importance and recency make the score.
+weighted fusion mixes the two (cosine and BM25 over the query's ceiling); importance and
+recency then boost the relevance within a bounded band.
 
 Run: python examples/hybrid_explain.py
 """

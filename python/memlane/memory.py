@@ -101,7 +101,7 @@ _EXPLAIN = (
 _WEIGHT_KEYS = frozenset({"relevance", "importance", "recency"})
 # Hits each retriever contributes before fusion, at least (chosen on SciFact's
 # train queries: benches/tune_search.py).
-_CANDIDATES = 100
+_CANDIDATES = 50
 _INDEX_BATCH = 256
 # Batches up to this size are linked into the graph by the writer itself.
 _INLINE_INDEX = 64
@@ -1527,7 +1527,7 @@ class Memory(KnowledgeMixin):
           else ``ln 2 / recency_half_life`` (``decay=0`` turns age off);
         - ``score = relevance * (w_relevance + w_importance * importance +
           w_recency * recency) / (w_relevance + w_importance + w_recency)``.
-          Default weights 1, 0.1, 0.15: a hit keeps at least 0.8 of its
+          Default weights 1, 0.1, 0.1: a hit keeps at least 0.83 of its
           relevance, so age and importance reorder near-ties but never lift an
           irrelevant memory over a relevant one. Keys missing from ``weights``
           weigh 0, so ``weights={"relevance": 1}`` is relevance alone.
@@ -1537,7 +1537,7 @@ class Memory(KnowledgeMixin):
         unrelated texts); in vector mode it is a cosine similarity instead
         (elizaOS's ``match_threshold``). ``min_similarity`` drops hits below a
         cosine similarity in any mode. ``candidates`` is how many hits each
-        retriever contributes before fusion (``max(100, 4 * k)`` by default).
+        retriever contributes before fusion (``max(50, 4 * k)`` by default).
         ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
         ``cosine``, ``vector_rank``, ``relevance``, ``importance``,
         ``recency``, ``age_hours``, ``boost`` and ``score``.

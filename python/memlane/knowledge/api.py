@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from memlane._core import DEFAULT_ALPHA
 from memlane.chunking import Chunker
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.ids import normalise_path
@@ -52,11 +53,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SEARCH_DEFAULTS", "AsyncKnowledgeMixin", "KnowledgeMixin"]
 
-#: Fusion settings of :meth:`KnowledgeMixin.search_knowledge`: weighted fusion,
-#: ``0.6 * cosine + 0.4 * bm25 / best bm25`` over 100 candidates from each
-#: retriever, chosen on SciFact's 809 train queries (``benches/bench_quality.py``:
-#: nDCG@10 0.7375 on train against 0.7144 for RRF k=60; on test 0.738 against 0.716).
-SEARCH_DEFAULTS: dict[str, Any] = {"fusion": "weighted", "alpha": 0.6, "candidates": 100}
+#: Fusion settings of :meth:`KnowledgeMixin.search_knowledge`: those of
+#: :meth:`memlane.Memory.search`, one default for the whole engine (weighted fusion of the
+#: cosine and BM25 over the query's ceiling, chosen on SciFact's 809 train queries:
+#: ``benches/tune_search.py``; the test figures are in the README).
+SEARCH_DEFAULTS: dict[str, Any] = {"fusion": "weighted", "alpha": DEFAULT_ALPHA}
 
 
 def _visible_filter(agent_id: str | None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 pub const DEFAULT_RRF_K: f64 = 60.0;
 /// The weight of the cosine in weighted fusion, chosen on SciFact's train
 /// queries (`benches/tune_search.py`).
-pub const DEFAULT_ALPHA: f64 = 0.6;
+pub const DEFAULT_ALPHA: f64 = 0.4;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fusion {
