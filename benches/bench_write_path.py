@@ -41,6 +41,7 @@ import numpy as np
 from _timing import percentiles
 from memlane import Memory
 from memlane.dedup import content_hash
+from memlane.storage import sql as sql_store
 from memlane.storage import sqlite as sqlite_store
 from memlane.storage.sqlite import SQLiteStore
 
@@ -51,7 +52,7 @@ WORDS = ["garden", "river", "market", "letter", "window", "engine", "silver", "o
 
 def _old_rows_by_hash(self: SQLiteStore, hashes: Sequence[str], embedding: bool) -> list[Any]:
     """``SQLiteStore.rows_by_hash`` before the fix, verbatim."""
-    cols = sqlite_store._ALL if embedding else sqlite_store._NO_EMBEDDING
+    cols = sql_store._ALL if embedding else sql_store._NO_EMBEDDING
     out: list[Any] = []
     with self.reader() as c:
         for chunk in sqlite_store._chunks(sorted(set(hashes))):

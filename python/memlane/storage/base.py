@@ -2,7 +2,8 @@
 
 Two backends implement it: :class:`~memlane.storage.sqlite.SQLiteStore` (the
 embedded store, one process) and :class:`~memlane.storage.postgres.PostgresStore`
-(shared by many processes). Both keep the same rows (:data:`COLUMNS`) and the
+(shared by many processes), both dialects of :class:`~memlane.storage.sql.SQLStore`,
+which holds the statements. Both keep the same rows (:data:`COLUMNS`) and the
 same change log: every write transaction takes the next change sequence number
 and stamps the rows it writes with it (``seq``, and ``content_seq`` when the
 text or vector changed); a deletion leaves a tombstone with its number. Commit

@@ -6,7 +6,8 @@ advisory lock, each recorded in ``migrations``, so concurrent first opens and
 reopens are safe.
 
 The change log is the same as the embedded store's (see
-:mod:`memlane.storage.base`), with one more guarantee needed across
+:mod:`memlane.storage.base`; its statements are
+:class:`~memlane.storage.sql.SQLStore`'s), with one more guarantee needed across
 processes: a write transaction takes its sequence number by updating the
 ``seq`` row of ``meta`` first, and that row lock is held until commit, so
 writers commit in sequence order. A reader that reads the counter and then the
@@ -33,7 +34,6 @@ import urllib.parse
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,10 +41,11 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, UnknownIdError
+from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 from memlane.records import SCOPE_FIELDS
 from memlane.storage.base import COLUMNS, Row
 from memlane.storage.rowcache import RowCache
+from memlane.storage.sql import TYPES, Columns, ErrorKind, Rows, SQLStore
 
 __all__ = ["POLL_SECONDS", "PostgresStore", "PostgresTarget"]
 
@@ -68,30 +69,14 @@ _TOMBSTONE_DAYS = 7
 _CHUNK = 4096
 
 _ALL = ", ".join(COLUMNS)
-_SEQ = COLUMNS.index("seq")
-_NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
-# The PostgreSQL type of each of COLUMNS (binary COPY and array inserts name them).
-_TYPES = [
-    "int8",
-    *["text"] * 10,
-    "float8",
-    "int2",
-    "int2",
-    "text",
-    "float8",
-    "float8",
-    "float8",
-    "int8",
-    "text",
-    "bytea",
-    "int8",
-    "int8",
-]
-assert len(_TYPES) == len(COLUMNS)
-_INSERT_ARRAYS = (
-    f"INSERT INTO {{s}}.records ({_ALL}) SELECT * FROM unnest("
-    + ", ".join(f"%s::{t}[]" for t in _TYPES)
-    + ")"
+# What the store makes of PostgreSQL's errors (by class; see psycopg.errors).
+_KINDS: tuple[tuple[type[psycopg.Error], ErrorKind], ...] = (
+    (psycopg.errors.UniqueViolation, "unique"),
+    (psycopg.errors.InsufficientPrivilege, "refused"),
+    (psycopg.DataError, "value"),
+    (psycopg.errors.DiskFull, "full"),
+    (psycopg.errors.DataCorrupted, "corrupt"),
+    (psycopg.errors.IndexCorrupted, "corrupt"),
 )
 
 # Each entry migrates the schema from version i to i + 1; "{s}" is the schema.
@@ -231,10 +216,26 @@ class PostgresTarget:
         return f"PostgresTarget({self.redacted!r})"
 
 
-class PostgresStore:
+class PostgresStore(SQLStore):
     """The database of a store in PostgreSQL, shared by any number of processes."""
 
     shared = True
+    ENGINE = "PostgreSQL"
+    _ERRORS = (psycopg.Error,)
+    _RETURNING = True
+    _GREATEST = "greatest"
+    _TOMBSTONE_UPDATE = "seq = excluded.seq, at = now()"
+    # Other processes may not have seen a deletion yet: only old tombstones go, and
+    # ``forgotten`` tells a snapshot older than them to rebuild instead of replaying.
+    _GC_TOMBSTONES = (
+        "WITH gone AS (DELETE FROM {p}tombstones WHERE seq <= ? "
+        f"AND at < now() - interval '{_TOMBSTONE_DAYS} days' RETURNING seq) "
+        "UPDATE {p}meta SET value = greatest(value::int8, "
+        "(SELECT coalesce(max(seq), 0) FROM gone))::text WHERE key = 'forgotten'"
+    )
+    _COMMIT_FAILED = (
+        "commit failed (if the connection was lost, the write may or may not have been stored)"
+    )
 
     def __init__(self, url: str) -> None:
         self.target = PostgresTarget.parse(url)
@@ -243,6 +244,7 @@ class PostgresStore:
         # Quoted, so a name that is also a keyword ("user") works; it is lowercase
         # already, so quoting does not change which schema it names.
         self._s = f'"{s}"'
+        self._p = f"{self._s}."
         self._channel = f"{s}_changes"
         self._connect_kwargs: dict[str, Any] = {"autocommit": True, "application_name": "memlane"}
         if "connect_timeout" not in url:
@@ -270,22 +272,25 @@ class PostgresStore:
                 f"cannot reach the PostgreSQL database {self.location} "
                 f"(no connection within {CONNECT_TIMEOUT:.0f} s)"
             ) from None
-        self.store_id = str(self.get_meta("store_id"))
-        # COPY is the fast way in, but PostgreSQL refuses it where row-level security
-        # applies (any role but the owner): such roles insert from arrays instead.
-        q = "SELECT row_security_active(%s::regclass)"
-        self._copy = not self._retrying(lambda c: c.execute(q, (f"{self._s}.records",)).fetchone())[
-            0
-        ]  # type: ignore[index]
+        try:
+            self.store_id = str(self.get_meta("store_id"))
+            # COPY is the fast way in, but PostgreSQL refuses it where row-level security
+            # applies (any role but the owner): such roles insert from arrays instead.
+            q = "SELECT row_security_active(%s::regclass)"
+            self._copy = not self._read(
+                lambda c: c.execute(q, (f"{self._p}records",)).fetchone()[0]
+            )
+        except BaseException:
+            self.close()
+            raise
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
 
     # -- connections -------------------------------------------------------------------
 
-    def _error(self, what: str, e: BaseException) -> StorageError:
-        detail = self.target.scrub(str(e).strip()) or type(e).__name__
-        return StorageError(f"{what} ({self.location}): {detail}")
+    def _scrub(self, text: str) -> str:
+        return self.target.scrub(text)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """Confines a new connection to the tenant, if any (row-level security)."""
@@ -304,12 +309,10 @@ class PostgresStore:
                 conn = psycopg.connect(self.target.conninfo, **self._connect_kwargs)
                 self._configure(conn)
                 return conn
-            except psycopg.OperationalError as e:
-                if attempt == _ATTEMPTS - 1:
-                    raise self._error("cannot connect to PostgreSQL", e) from None
-                time.sleep(0.1 * 2**attempt)
             except psycopg.Error as e:
-                raise self._error("cannot connect to PostgreSQL", e) from None
+                if not isinstance(e, psycopg.OperationalError) or attempt == _ATTEMPTS - 1:
+                    raise self._error("cannot connect to PostgreSQL", e) from self._cause(e)
+            time.sleep(0.1 * 2**attempt)
         raise AssertionError  # pragma: no cover
 
     def _version(self, conn: psycopg.Connection[Any]) -> int:
@@ -324,26 +327,25 @@ class PostgresStore:
         try:
             # Every open but the first finds the schema current: nothing to lock or
             # create, so a role that may not create schemas can open the store.
-            done = self._version(conn)
-            if done < SCHEMA_VERSION:
-                with conn.transaction():
-                    conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
-                        (f"memlane:{self.target.schema}",),
-                    )
-                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
-                    conn.execute(
-                        f"CREATE TABLE IF NOT EXISTS {s}.migrations (version int PRIMARY KEY, "
-                        "applied_at timestamptz NOT NULL DEFAULT now())"
-                    )
-                    done = self._version(conn)
-                    for version in range(done + 1, SCHEMA_VERSION + 1):
-                        conn.execute(_MIGRATIONS[version - 1].format(s=s).encode())
+            with self._failing("cannot prepare the memlane schema"):
+                done = self._version(conn)
+                if done < SCHEMA_VERSION:
+                    with conn.transaction():
                         conn.execute(
-                            f"INSERT INTO {s}.migrations (version) VALUES (%s)", (version,)
+                            "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                            (f"memlane:{self.target.schema}",),
                         )
-        except psycopg.Error as e:
-            raise self._error("cannot prepare the memlane schema", e) from None
+                        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                        conn.execute(
+                            f"CREATE TABLE IF NOT EXISTS {s}.migrations (version int PRIMARY KEY, "
+                            "applied_at timestamptz NOT NULL DEFAULT now())"
+                        )
+                        done = self._version(conn)
+                        for version in range(done + 1, SCHEMA_VERSION + 1):
+                            conn.execute(_MIGRATIONS[version - 1].format(s=s).encode())
+                            conn.execute(
+                                f"INSERT INTO {s}.migrations (version) VALUES (%s)", (version,)
+                            )
         finally:
             conn.close()
         if done > SCHEMA_VERSION:
@@ -352,9 +354,9 @@ class PostgresStore:
                 f"to {SCHEMA_VERSION} (upgrade memlane)"
             )
 
-    def _refused(self, e: psycopg.Error) -> MemlaneError:
+    def _refused(self, e: Exception) -> MemlaneError:
         if self.target.tenant is None:
-            return self._error("PostgreSQL refused the write", e)
+            return super()._refused(e)
         field, who = self.target.tenant
         return InvalidArgumentError(
             f"this store is confined to the tenant {field}={who!r} (row-level security): "
@@ -362,29 +364,30 @@ class PostgresStore:
             f"default_scope={{{field!r}: {who!r}}})"
         )
 
+    def _kind(self, e: Exception) -> ErrorKind:
+        return next((kind for cls, kind in _KINDS if isinstance(e, cls)), None)
+
     def _getconn(self) -> psycopg.Connection[Any]:
         try:
             return self._pool.getconn()
-        except PoolTimeout:
+        except PoolTimeout as e:
             raise StorageError(
                 f"cannot reach the PostgreSQL database {self.location} "
                 f"(no connection within {CONNECT_TIMEOUT:.0f} s)"
-            ) from None
-        except PoolClosed:
-            raise StorageError("the store is closed") from None
+            ) from e
+        except PoolClosed as e:
+            raise StorageError("the store is closed") from e
 
-    def _retrying(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def _run_read(self, fn: Callable[[Any], T]) -> T:
         """Runs ``fn`` on a pooled connection outside any transaction (a read, or a
         statement safe to repeat), again on another connection when the first broke."""
         for attempt in range(_ATTEMPTS):
             conn = self._getconn()
             try:
                 return fn(conn)
-            except psycopg.OperationalError as e:
+            except psycopg.OperationalError:
                 if attempt == _ATTEMPTS - 1:
-                    raise self._error("PostgreSQL query failed", e) from None
-            except psycopg.Error as e:
-                raise self._error("PostgreSQL query failed", e) from None
+                    raise
             finally:
                 self._pool.putconn(conn)
             time.sleep(0.1 * 2**attempt)
@@ -396,38 +399,16 @@ class PostgresStore:
             try:
                 conn.execute("BEGIN")
                 return conn
-            except psycopg.OperationalError as e:
-                # The connection broke while idle: nothing was sent, so a fresh one is safe.
+            except psycopg.Error as e:
                 self._pool.putconn(conn)
-                if attempt == _ATTEMPTS - 1:
-                    raise self._error("cannot start a transaction", e) from None
+                # A connection that broke while idle sent nothing: a fresh one is safe.
+                if not isinstance(e, psycopg.OperationalError) or attempt == _ATTEMPTS - 1:
+                    raise
             time.sleep(0.1 * 2**attempt)
         raise AssertionError  # pragma: no cover
 
-    @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        conn = self._begin()
-        try:
-            try:
-                yield conn
-            except psycopg.Error as e:
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
-                raise self._error("write failed, nothing was stored", e) from None
-            except BaseException:
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
-                raise
-            try:
-                conn.execute("COMMIT")
-            except psycopg.Error as e:
-                raise self._error(
-                    "commit failed (if the connection was lost, the write may or may not "
-                    "have been stored)",
-                    e,
-                ) from None
-        finally:
-            self._pool.putconn(conn)
+    def _end(self, conn: Any) -> None:
+        self._pool.putconn(conn)
 
     def close(self) -> None:
         if self._closed:
@@ -437,263 +418,70 @@ class PostgresStore:
             self._listener.stop()
         self._pool.close()
 
-    # -- meta and counters ---------------------------------------------------------------
+    # -- binding -------------------------------------------------------------------------
 
-    def get_meta(self, key: str, conn: Any = None) -> str | None:
-        q = f"SELECT value FROM {self._s}.meta WHERE key = %s"
-        if conn is not None:
-            row = conn.execute(q, (key,)).fetchone()
-        else:
-            row = self._retrying(lambda c: c.execute(q, (key,)).fetchone())
-        return None if row is None else str(row[0])
+    def _q(self, sql: str) -> str:
+        return sql.replace("?", "%s")
 
-    def set_meta(self, conn: Any, key: str, value: str) -> None:
-        conn.execute(
-            f"INSERT INTO {self._s}.meta (key, value) VALUES (%s, %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
+    def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
+        with conn.cursor(binary=True) as cur:
+            rows: list[Row] = cur.execute(sql, params).fetchall()
+            return rows
+
+    def _any(self, column: str, values: Sequence[Any], sql_type: str) -> Iterator[tuple[str, Any]]:
+        for start in range(0, len(values), _CHUNK):
+            yield f"{column} = ANY(?::{sql_type}[])", (list(values[start : start + _CHUNK]),)
+
+    def _relation(self, columns: Columns, rows: Rows) -> tuple[str, tuple[Any, ...]]:
+        arrays = ", ".join(f"?::{sql_type}[]" for _, sql_type in columns)
+        names = ", ".join(name for name, _ in columns)
+        return f"unnest({arrays}) AS j ({names})", tuple(
+            [r[i] for r in rows] for i in range(len(columns))
         )
+
+    def _many(self, conn: Any, table: str, columns: Columns, rows: Rows, tail: str = "") -> None:
+        j, params = self._relation(columns, rows)
+        names = ", ".join(name for name, _ in columns)
+        conn.execute(self._q(f"INSERT INTO {table} ({names}) SELECT * FROM {j}{tail}"), params)
+
+    def _each(self, conn: Any, sql: str, rows: Rows) -> None:
+        with conn.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    def _insert_rows(self, conn: Any, rows: Sequence[Row]) -> None:
+        if not self._copy:
+            super()._insert_rows(conn, rows)
+            return
+        with conn.cursor().copy(
+            f"COPY {self._p}records ({_ALL}) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(TYPES)
+            for row in rows:
+                copy.write_row(row)
+
+    # -- counters ------------------------------------------------------------------------
 
     def next_seq(self, conn: Any) -> int:
         # The row lock taken here is held until commit: writers commit in seq order.
         row = conn.execute(
-            f"UPDATE {self._s}.meta SET value = (value::int8 + 1)::text WHERE key = 'seq' "
+            f"UPDATE {self._p}meta SET value = (value::int8 + 1)::text WHERE key = 'seq' "
             "RETURNING value::int8"
         ).fetchone()
         seq = int(row[0])
         conn.execute("SELECT pg_notify(%s, %s)", (self._channel, str(seq)))
         return seq
 
-    def seq(self) -> int:
-        return int(self.get_meta("seq") or 0)
-
     def reserve_rowids(self, count: int) -> int:
         q = (
-            f"UPDATE {self._s}.meta SET value = (value::int8 + %s)::text "
+            f"UPDATE {self._p}meta SET value = (value::int8 + %s)::text "
             "WHERE key = 'next_rowid' RETURNING value::int8 - %s"
         )
-        return int(self._retrying(lambda c: c.execute(q, (count, count)).fetchone())[0])  # type: ignore[index]
+        return int(self._read(lambda c: c.execute(q, (count, count)).fetchone()[0]))
 
     def forgotten(self) -> int:
         return int(self.get_meta("forgotten") or 0)
 
-    # -- writes --------------------------------------------------------------------------
-
-    def insert(self, conn: Any, rows: Sequence[Row]) -> None:
-        try:
-            if self._copy:
-                with conn.cursor().copy(
-                    f"COPY {self._s}.records ({_ALL}) FROM STDIN (FORMAT BINARY)"
-                ) as copy:
-                    copy.set_types(_TYPES)
-                    for row in rows:
-                        copy.write_row(row)
-            else:
-                columns = [list(c) for c in zip(*rows, strict=True)]
-                conn.execute(_INSERT_ARRAYS.format(s=self._s), columns)
-        except psycopg.errors.UniqueViolation:
-            raise InvalidArgumentError(
-                "id(s) already stored (another process wrote them meanwhile); "
-                "use update() to change a record"
-            ) from None
-        except psycopg.errors.InsufficientPrivilege as e:
-            raise self._refused(e) from None
-        except psycopg.DataError as e:
-            raise InvalidArgumentError(f"PostgreSQL refused a value: {e}") from None
-        # Safe before the commit: new rowids reach the indexes only after it, and a
-        # rolled-back one is never asked for (rowids are not reused).
-        self._cache.put(rows)
-
-    def replace(self, conn: Any, rows: Sequence[Row]) -> None:
-        sets = ", ".join(f"{c} = %s" for c in COLUMNS[1:])
-        for r in rows:
-            try:
-                cur = conn.execute(
-                    f"UPDATE {self._s}.records SET {sets} WHERE rowid = %s", (*r[1:], r[0])
-                )
-            except psycopg.errors.InsufficientPrivilege as e:
-                raise self._refused(e) from None
-            except psycopg.DataError as e:
-                raise InvalidArgumentError(f"PostgreSQL refused a value: {e}") from None
-            if cur.rowcount == 0:
-                raise UnknownIdError(f"no memory with id {r[1]!r} (deleted by another process)")
-            self._cache.invalidate([r[0]], r[_SEQ])
-
-    def delete(self, conn: Any, rowids: Sequence[int], seq: int) -> None:
-        s = self._s
-        gone = conn.execute(
-            f"DELETE FROM {s}.records WHERE rowid = ANY(%s::int8[]) RETURNING id", (list(rowids),)
-        ).fetchall()
-        conn.execute(
-            f"INSERT INTO {s}.tombstones (rowid, seq) SELECT unnest(%s::int8[]), %s "
-            "ON CONFLICT (rowid) DO UPDATE SET seq = excluded.seq, at = now()",
-            (list(rowids), seq),
-        )
-        if gone:
-            conn.execute(
-                f"DELETE FROM {s}.recent WHERE id = ANY(%s::text[])", ([g[0] for g in gone],)
-            )
-        self._cache.invalidate(rowids, seq)
-
-    def record_accesses(self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
-        self._cache.invalidate(accesses, seq)
-        conn.execute(
-            f"UPDATE {self._s}.records SET access_count = access_count + j.n, "
-            "last_accessed_at = greatest(last_accessed_at, j.at), seq = %s "
-            "FROM unnest(%s::int8[], %s::int8[], %s::float8[]) AS j (rowid, n, at) "
-            f"WHERE {self._s}.records.rowid = j.rowid",
-            (
-                seq,
-                list(accesses),
-                [n for n, _ in accesses.values()],
-                [at for _, at in accesses.values()],
-            ),
-        )
-
-    def set_embeddings(self, conn: Any, rows: Sequence[tuple[int, bytes | None]], seq: int) -> None:
-        self._cache.invalidate([r for r, _ in rows], seq)
-        conn.execute(
-            f"UPDATE {self._s}.records SET embedding = j.e, seq = %s, content_seq = %s "
-            "FROM unnest(%s::int8[], %s::bytea[]) AS j (rowid, e) "
-            f"WHERE {self._s}.records.rowid = j.rowid",
-            (seq, seq, [r for r, _ in rows], [b for _, b in rows]),
-        )
-
-    def texts(self, conn: Any) -> list[tuple[int, str]]:
-        rows = conn.execute(f"SELECT rowid, text FROM {self._s}.records ORDER BY rowid")
-        return [(int(r[0]), str(r[1])) for r in rows]
-
-    def remember(
-        self, conn: Any, entries: Sequence[tuple[str, str, float]], forget_before: float
-    ) -> None:
-        latest = {key: (rid, at) for key, rid, at in entries}  # one row per key per statement
-        conn.execute(
-            f"INSERT INTO {self._s}.recent (key, id, at) "
-            "SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[]) "
-            "ON CONFLICT (key) DO UPDATE SET id = excluded.id, at = excluded.at",
-            (list(latest), [v[0] for v in latest.values()], [v[1] for v in latest.values()]),
-        )
-        conn.execute(f"DELETE FROM {self._s}.recent WHERE at < %s", (forget_before,))
-
-    def gc_tombstones(self, upto: int) -> None:
-        # Other processes may not have seen a deletion yet: only old tombstones go, and
-        # ``forgotten`` tells a snapshot older than them to rebuild instead of replaying.
-        s = self._s
-        with self.transaction() as conn:
-            conn.execute(
-                f"WITH gone AS (DELETE FROM {s}.tombstones WHERE seq <= %s "
-                f"AND at < now() - interval '{_TOMBSTONE_DAYS} days' RETURNING seq) "
-                f"UPDATE {s}.meta SET value = greatest(value::int8, "
-                "(SELECT coalesce(max(seq), 0) FROM gone))::text WHERE key = 'forgotten'",
-                (upto,),
-            )
-
-    # -- reads ---------------------------------------------------------------------------
-
-    def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
-        if not rowids:
-            return {}
-        found: dict[int, Row] = {}
-        if not embedding:
-            found, missing = self._cache.get(rowids)
-            if not missing:
-                return found
-            rowids = missing
-        q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._s}.records "
-        q += "WHERE rowid = ANY(%s::int8[])"
-
-        def run(conn: psycopg.Connection[Any]) -> dict[int, Row]:
-            out: dict[int, Row] = {}
-            with conn.cursor(binary=True) as cur:
-                for start in range(0, len(rowids), _CHUNK):
-                    cur.execute(q, (list(rowids[start : start + _CHUNK]),))
-                    for row in cur:
-                        out[row[0]] = row
-            return out
-
-        fetched = self._retrying(run)
-        self._cache.put(fetched.values())
-        found.update(fetched)
-        return found
-
-    def row_by_id(self, record_id: str, embedding: bool = False) -> Row | None:
-        q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._s}.records WHERE id = %s"
-
-        def run(conn: psycopg.Connection[Any]) -> Row | None:
-            with conn.cursor(binary=True) as cur:
-                row: Row | None = cur.execute(q, (record_id,)).fetchone()
-                return row
-
-        return self._retrying(run)
-
-    def existing_ids(self, ids: Sequence[str]) -> set[str]:
-        if not ids:
-            return set()
-        q = f"SELECT id FROM {self._s}.records WHERE id = ANY(%s::text[])"
-        return self._retrying(lambda c: {r[0] for r in c.execute(q, (list(ids),))})
-
-    def rows_by_hash(self, hashes: Sequence[str], embedding: bool) -> list[Row]:
-        if not hashes:
-            return []
-        q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._s}.records "
-        q += "WHERE content_hash = ANY(%s::text[]) ORDER BY rowid"
-
-        def run(conn: psycopg.Connection[Any]) -> list[Row]:
-            with conn.cursor(binary=True) as cur:
-                return cur.execute(q, (sorted(set(hashes)),)).fetchall()
-
-        return self._retrying(run)
-
-    def rows_since(self, seq: int, batch: int = _CHUNK) -> Iterator[list[Row]]:
-        q = f"SELECT rowid FROM {self._s}.records WHERE seq > %s ORDER BY rowid"
-        rowids = self._retrying(lambda c: [r[0] for r in c.execute(q, (seq,))])
-        for start in range(0, len(rowids), batch):
-            part = rowids[start : start + batch]
-            # (This also refreshes the row cache: it stays as fresh as the indexes.)
-            rows = self.rows_by_rowid(part, embedding=True)
-            yield [rows[r] for r in part if r in rows]
-
-    def tombstones_since(self, seq: int) -> list[int]:
-        q = f"SELECT rowid FROM {self._s}.tombstones WHERE seq > %s"
-        gone = self._retrying(lambda c: [r[0] for r in c.execute(q, (seq,))])
-        self._cache.forget(gone)
-        return gone
-
-    def all_rowids(self) -> set[int]:
-        q = f"SELECT rowid FROM {self._s}.records"
-        return self._retrying(lambda c: {r[0] for r in c.execute(q)})
-
-    def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
-        q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._s}.records "
-        q += "WHERE rowid > %s ORDER BY rowid LIMIT %s"
-        last = 0
-        while True:
-
-            def page(conn: psycopg.Connection[Any], after: int = last) -> list[Row]:
-                with conn.cursor(binary=True) as cur:
-                    return cur.execute(q, (after, batch)).fetchall()
-
-            rows = self._retrying(page)
-            if not rows:
-                return
-            yield from rows
-            last = rows[-1][0]
-
-    def recent(self, since: float) -> list[tuple[str, str, float]]:
-        q = f"SELECT key, id, at FROM {self._s}.recent WHERE at >= %s ORDER BY at"
-        return self._retrying(lambda c: [(r[0], r[1], r[2]) for r in c.execute(q, (since,))])
-
-    def count(self) -> int:
-        q = f"SELECT count(*) FROM {self._s}.records"
-        return int(self._retrying(lambda c: c.execute(q).fetchone())[0])  # type: ignore[index]
-
     # -- upkeep --------------------------------------------------------------------------
-
-    def checkpoint(self) -> None:
-        return None
-
-    def wal_bytes(self) -> int:
-        return 0
 
     def follow(self, on_change: Callable[[], None]) -> None:
         if self._listener is None:
@@ -750,8 +538,8 @@ class _Listener:
 
     def stop(self) -> None:
         self._stopping.set()
-        with contextlib.suppress(StorageError, psycopg.Error):
-            self._store._retrying(
+        with contextlib.suppress(StorageError):
+            self._store._read(
                 lambda c: c.execute("SELECT pg_notify(%s, '')", (self._wake_channel,))
             )
         if threading.current_thread() is not self._thread:

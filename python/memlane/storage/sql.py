@@ -1,0 +1,494 @@
+"""The change log of :mod:`memlane.storage.base` written once in SQL: :class:`SQLStore`.
+
+Both backends keep the same tables (``meta``, ``records``, ``recent``,
+``tombstones``) and run the same statements on them; a backend is a dialect of
+this class that supplies what really differs:
+
+- connections: :meth:`SQLStore._run_read` (a read connection, retried where
+  that is safe), :meth:`SQLStore._begin` and :meth:`SQLStore._end` (the write
+  transaction's connection);
+- binding: ``?`` in the statements here becomes the dialect's placeholder
+  (:meth:`SQLStore._q`); a list of values is bound by :meth:`SQLStore._any`
+  (``IN (?, ?, ...)`` or ``= ANY(?)``), a batch of rows by :meth:`SQLStore._many`
+  (inserts), :meth:`SQLStore._each` (one statement per row) and
+  :meth:`SQLStore._relation` (a batch to join against);
+- the change sequence and rowids (:meth:`SQLStore.next_seq`,
+  :meth:`SQLStore.reserve_rowids`), and how long tombstones are kept;
+- which driver exceptions mean what (:meth:`SQLStore._kind`).
+
+Every driver exception that leaves a store is a :class:`~memlane.errors.MemlaneError`
+chained to it: :class:`~memlane.errors.StorageError` naming what failed, the
+store and the driver's message; :class:`~memlane.errors.CorruptFileError` for a
+damaged database; :class:`~memlane.errors.InvalidArgumentError` for an id stored
+meanwhile or a value the database refuses; :class:`~memlane.errors.UnknownIdError`
+for a row rewritten after another process deleted it.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar, Literal, TypeVar
+
+from memlane.errors import (
+    CorruptFileError,
+    InvalidArgumentError,
+    MemlaneError,
+    StorageError,
+    UnknownIdError,
+)
+from memlane.storage.base import COLUMNS, Row
+from memlane.storage.rowcache import RowCache
+
+__all__ = ["TYPES", "Columns", "ErrorKind", "Rows", "SQLStore"]
+
+T = TypeVar("T")
+
+#: What a driver exception means, as far as the store can tell.
+ErrorKind = Literal["unique", "refused", "value", "corrupt", "full"] | None
+
+#: The SQL type of each of COLUMNS (PostgreSQL's names; SQLite binds values as they are).
+TYPES = (
+    ("int8",)
+    + ("text",) * 10
+    + ("float8", "int2", "int2", "text")
+    + ("float8",) * 3
+    + ("int8", "text", "bytea", "int8", "int8")
+)
+assert len(TYPES) == len(COLUMNS)
+#: The columns of a batch of rows: (name, SQL type) pairs.
+Columns = Sequence[tuple[str, str]]
+Rows = Sequence[Sequence[Any]]
+_RECORDS: Columns = tuple(zip(COLUMNS, TYPES, strict=True))
+
+_ALL = ", ".join(COLUMNS)
+_NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
+_HASH = COLUMNS.index("content_hash")
+_SEQ = COLUMNS.index("seq")
+
+
+class SQLStore(abc.ABC):
+    """The :class:`~memlane.storage.base.Store` protocol over SQL; see the module docstring
+    for what a dialect supplies."""
+
+    shared: bool
+    #: How messages name the store (never with a password).
+    location: str
+    #: "SQLite" or "PostgreSQL", for messages.
+    ENGINE: ClassVar[str]
+    #: The exceptions of the driver.
+    _ERRORS: ClassVar[tuple[type[Exception], ...]]
+    #: Rows kept in process for reading search hits (None: reads are cheap enough).
+    _cache: RowCache | None = None
+    #: Put before a table's name ("" or a quoted schema and a dot).
+    _p = ""
+    #: ``DELETE ... RETURNING`` is available.
+    _RETURNING: ClassVar[bool]
+    #: The function of the larger of two values.
+    _GREATEST: ClassVar[str]
+    #: What a tombstone written again for a rowid updates.
+    _TOMBSTONE_UPDATE: ClassVar[str]
+    #: Drops the tombstones up to a sequence number that may go (``{p}``: the table prefix).
+    _GC_TOMBSTONES: ClassVar[str]
+    #: The indexed expression hash lookups constrain, and how many leading characters
+    #: of a hash it holds (None: all of it).
+    _HASH_EXPR: ClassVar[str] = "content_hash"
+    _HASH_PREFIX: ClassVar[int | None] = None
+
+    # -- what a dialect supplies ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def _run_read(self, fn: Callable[[Any], T]) -> T:
+        """``fn`` on a connection outside any transaction (driver errors propagate)."""
+
+    @abc.abstractmethod
+    def _begin(self) -> Any:
+        """A connection in a newly begun write transaction, for this thread alone until
+        :meth:`_end` (driver errors propagate)."""
+
+    @abc.abstractmethod
+    def _end(self, conn: Any) -> None:
+        """Gives back the connection of a finished transaction."""
+
+    @abc.abstractmethod
+    def _kind(self, e: Exception) -> ErrorKind: ...
+
+    @abc.abstractmethod
+    def _any(self, column: str, values: Sequence[Any], sql_type: str) -> Iterator[tuple[str, Any]]:
+        """Conditions that ``column`` is one of ``values`` (in chunks), with their parameters."""
+
+    @abc.abstractmethod
+    def _many(self, conn: Any, table: str, columns: Columns, rows: Rows, tail: str = "") -> None:
+        """Inserts ``rows`` into ``table`` (``tail``: an ``ON CONFLICT`` clause)."""
+
+    @abc.abstractmethod
+    def _each(self, conn: Any, sql: str, rows: Rows) -> None:
+        """Runs ``sql`` once per row of parameters."""
+
+    @abc.abstractmethod
+    def _relation(self, columns: Columns, rows: Rows) -> tuple[str, tuple[Any, ...]]:
+        """A ``FROM`` item ``j`` of these columns holding ``rows`` (no blobs), and its
+        parameters."""
+
+    @abc.abstractmethod
+    def next_seq(self, conn: Any) -> int: ...
+
+    @abc.abstractmethod
+    def reserve_rowids(self, count: int) -> int: ...
+
+    @abc.abstractmethod
+    def forgotten(self) -> int: ...
+
+    def _q(self, sql: str) -> str:
+        """``sql`` with ``?`` placeholders in the dialect's style."""
+        return sql
+
+    def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
+        """The records rows ``sql`` selects."""
+        rows: list[Row] = conn.execute(sql, params).fetchall()
+        return rows
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without secrets (a password)."""
+        return text
+
+    def checkpoint(self) -> None:
+        return None
+
+    def wal_bytes(self) -> int:
+        return 0
+
+    def follow(self, on_change: Callable[[], None]) -> None:
+        return None
+
+    # -- errors --------------------------------------------------------------------------
+
+    def _error(self, what: str, e: BaseException) -> MemlaneError:
+        detail = self._scrub(str(e).strip()) or type(e).__name__
+        where = f"{what} ({self.location})"
+        kind = self._kind(e) if isinstance(e, Exception) else None
+        if kind == "corrupt":
+            return CorruptFileError(f"{where}: the database file is damaged ({detail})")
+        if kind == "full":
+            return StorageError(f"{where}: the disk is full ({detail})")
+        return StorageError(f"{where}: {detail}")
+
+    def _cause(self, e: BaseException) -> BaseException | None:
+        """What an error raised for ``e`` is chained to: ``e``, unless its message holds a
+        secret (a traceback would print it)."""
+        return e if self._scrub(str(e)) == str(e) else None
+
+    @contextmanager
+    def _failing(self, what: str) -> Iterator[None]:
+        """Raises a driver exception as the error of ``what``."""
+        try:
+            yield
+        except self._ERRORS as e:
+            raise self._error(what, e) from self._cause(e)
+
+    def _read(self, fn: Callable[[Any], T]) -> T:
+        try:
+            return self._run_read(fn)
+        except self._ERRORS as e:
+            raise self._error(f"{self.ENGINE} query failed", e) from self._cause(e)
+
+    def _refused(self, e: Exception) -> MemlaneError:
+        return self._error(f"{self.ENGINE} refused the write", e)
+
+    @contextmanager
+    def _refusals(self) -> Iterator[None]:
+        """Raises what a write's rows caused as the caller's error; leaves any other driver
+        exception to the transaction."""
+        try:
+            yield
+        except self._ERRORS as e:
+            kind = self._kind(e)
+            if kind == "unique":
+                meanwhile = " (another process wrote them meanwhile)" if self.shared else ""
+                raise InvalidArgumentError(
+                    f"id(s) already stored{meanwhile}; use update() to change a record"
+                ) from self._cause(e)
+            if kind == "refused":
+                raise self._refused(e) from self._cause(e)
+            if kind == "value":
+                raise InvalidArgumentError(
+                    f"{self.ENGINE} refused a value: {self._scrub(str(e).strip())}"
+                ) from self._cause(e)
+            raise
+
+    # -- transactions --------------------------------------------------------------------
+
+    #: Said of a failed commit.
+    _COMMIT_FAILED: ClassVar[str] = "commit failed, nothing was stored"
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """One write transaction: committed (durably) on exit, rolled back on an exception."""
+        with self._failing("cannot start a transaction"):
+            conn = self._begin()
+        try:
+            try:
+                yield conn
+            except self._ERRORS as e:
+                self._rollback(conn)
+                raise self._error("write failed, nothing was stored", e) from self._cause(e)
+            except BaseException:
+                self._rollback(conn)
+                raise
+            try:
+                conn.execute("COMMIT")
+            except self._ERRORS as e:
+                self._rollback(conn)
+                raise self._error(self._COMMIT_FAILED, e) from self._cause(e)
+        finally:
+            self._end(conn)
+
+    def _rollback(self, conn: Any) -> None:
+        # A connection that broke has no transaction left to roll back.
+        with contextlib.suppress(*self._ERRORS):
+            conn.execute("ROLLBACK")
+
+    # -- meta and counters ---------------------------------------------------------------
+
+    def get_meta(self, key: str, conn: Any = None) -> str | None:
+        q = self._q(f"SELECT value FROM {self._p}meta WHERE key = ?")
+        if conn is None:
+            row = self._read(lambda c: c.execute(q, (key,)).fetchone())
+        else:
+            row = conn.execute(q, (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, conn: Any, key: str, value: str) -> None:
+        conn.execute(
+            self._q(
+                f"INSERT INTO {self._p}meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+            ),
+            (key, value),
+        )
+
+    def seq(self) -> int:
+        return int(self.get_meta("seq") or 0)
+
+    # -- writes --------------------------------------------------------------------------
+
+    def _insert_rows(self, conn: Any, rows: Sequence[Row]) -> None:
+        self._many(conn, f"{self._p}records", _RECORDS, rows)
+
+    def insert(self, conn: Any, rows: Sequence[Row]) -> None:
+        with self._refusals():
+            self._insert_rows(conn, rows)
+        if self._cache is not None:
+            # Safe before the commit: new rowids reach the indexes only after it, and a
+            # rolled-back one is never asked for (rowids are not reused).
+            self._cache.put(rows)
+
+    def replace(self, conn: Any, rows: Sequence[Row]) -> None:
+        sets = ", ".join(f"{c} = ?" for c in COLUMNS[1:])
+        q = self._q(f"UPDATE {self._p}records SET {sets} WHERE rowid = ?")
+        for r in rows:
+            with self._refusals():
+                changed = conn.execute(q, (*r[1:], r[0])).rowcount
+            if changed == 0:
+                by = " (deleted by another process)" if self.shared else ""
+                raise UnknownIdError(f"no memory with id {r[1]!r}{by}")
+            if self._cache is not None:
+                self._cache.invalidate([r[0]], r[_SEQ])
+
+    def delete(self, conn: Any, rowids: Sequence[int], seq: int) -> None:
+        p = self._p
+        rowids = list(dict.fromkeys(rowids))
+        ids: list[str] = []
+        for where, params in self._any("rowid", rowids, "int8"):
+            if self._RETURNING:
+                q = self._q(f"DELETE FROM {p}records WHERE {where} RETURNING id")
+                ids += [r[0] for r in conn.execute(q, params)]
+            else:
+                ids += [
+                    r[0]
+                    for r in conn.execute(
+                        self._q(f"SELECT id FROM {p}records WHERE {where}"), params
+                    )
+                ]
+                conn.execute(self._q(f"DELETE FROM {p}records WHERE {where}"), params)
+        self._many(
+            conn,
+            f"{p}tombstones",
+            (("rowid", "int8"), ("seq", "int8")),
+            [(r, seq) for r in rowids],
+            f" ON CONFLICT (rowid) DO UPDATE SET {self._TOMBSTONE_UPDATE}",
+        )
+        # The dedup-window keys of exactly these records go (through recent_id), not
+        # every key whose record is missing: that walked the whole window each time.
+        for where, params in self._any("id", ids, "text"):
+            conn.execute(self._q(f"DELETE FROM {p}recent WHERE {where}"), params)
+        if self._cache is not None:
+            self._cache.invalidate(rowids, seq)
+
+    def record_accesses(self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
+        if self._cache is not None:
+            self._cache.invalidate(accesses, seq)
+        j, params = self._relation(
+            (("id_", "int8"), ("n", "int8"), ("at", "float8")),
+            [(rowid, n, at) for rowid, (n, at) in accesses.items()],
+        )
+        # One statement: SQLite runs it without taking the GIL back row by row, so
+        # a flush does not stall searches in other threads.
+        p = self._p
+        conn.execute(
+            self._q(
+                f"UPDATE {p}records SET access_count = access_count + j.n, "
+                f"last_accessed_at = {self._GREATEST}(last_accessed_at, j.at), seq = ? "
+                f"FROM {j} WHERE {p}records.rowid = j.id_"
+            ),
+            (seq, *params),
+        )
+
+    def set_embeddings(self, conn: Any, rows: Sequence[tuple[int, bytes | None]], seq: int) -> None:
+        if self._cache is not None:
+            self._cache.invalidate([r for r, _ in rows], seq)
+        self._each(
+            conn,
+            self._q(
+                f"UPDATE {self._p}records SET embedding = ?, seq = ?, content_seq = ? "
+                "WHERE rowid = ?"
+            ),
+            [(blob, seq, seq, rowid) for rowid, blob in rows],
+        )
+
+    def texts(self, conn: Any) -> list[tuple[int, str]]:
+        rows = conn.execute(f"SELECT rowid, text FROM {self._p}records ORDER BY rowid")
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def remember(
+        self, conn: Any, entries: Sequence[tuple[str, str, float]], forget_before: float
+    ) -> None:
+        latest = {key: (rid, at) for key, rid, at in entries}  # one row per key per statement
+        self._many(
+            conn,
+            f"{self._p}recent",
+            (("key", "text"), ("id", "text"), ("at", "float8")),
+            [(key, rid, at) for key, (rid, at) in latest.items()],
+            " ON CONFLICT (key) DO UPDATE SET id = excluded.id, at = excluded.at",
+        )
+        conn.execute(self._q(f"DELETE FROM {self._p}recent WHERE at < ?"), (forget_before,))
+
+    def gc_tombstones(self, upto: int) -> None:
+        with self.transaction() as conn:
+            conn.execute(self._q(self._GC_TOMBSTONES.format(p=self._p)), (upto,))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
+        if not rowids:
+            return {}
+        found: dict[int, Row] = {}
+        if not embedding and self._cache is not None:
+            found, missing = self._cache.get(rowids)
+            if not missing:
+                return found
+            rowids = missing
+        q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._p}records WHERE "
+
+        def run(conn: Any) -> dict[int, Row]:
+            out: dict[int, Row] = {}
+            for where, params in self._any("rowid", rowids, "int8"):
+                for row in self._rows(conn, self._q(q + where), params):
+                    out[row[0]] = row
+            return out
+
+        fetched = self._read(run)
+        if self._cache is not None:
+            self._cache.put(fetched.values())
+        found.update(fetched)
+        return found
+
+    def row_by_id(self, record_id: str, embedding: bool = False) -> Row | None:
+        cols = _ALL if embedding else _NO_EMBEDDING
+        q = self._q(f"SELECT {cols} FROM {self._p}records WHERE id = ?")
+        rows = self._read(lambda c: self._rows(c, q, (record_id,)))
+        return rows[0] if rows else None
+
+    def existing_ids(self, ids: Sequence[str]) -> set[str]:
+        q = f"SELECT id FROM {self._p}records WHERE "
+
+        def run(conn: Any) -> set[str]:
+            out: set[str] = set()
+            for where, params in self._any("id", ids, "text"):
+                out.update(r[0] for r in conn.execute(self._q(q + where), params))
+            return out
+
+        return self._read(run) if ids else set()
+
+    def rows_by_hash(self, hashes: Sequence[str], embedding: bool) -> list[Row]:
+        """The rows whose ``content_hash`` is one of ``hashes``, in rowid order.
+
+        The query constrains the indexed expression (``_HASH_EXPR``) and nothing else;
+        the full hashes are compared here."""
+        cols = _ALL if embedding else _NO_EMBEDDING
+        q = f"SELECT {cols} FROM {self._p}records WHERE "
+        wanted = set(hashes)
+        keys = sorted({h[: self._HASH_PREFIX] for h in wanted})
+
+        def run(conn: Any) -> list[Row]:
+            out: list[Row] = []
+            for where, params in self._any(self._HASH_EXPR, keys, "text"):
+                # A row sharing only the prefix is not a match.
+                rows = self._rows(conn, self._q(q + where), params)
+                out.extend(r for r in rows if r[_HASH] in wanted)
+            return out
+
+        found = self._read(run) if keys else []
+        found.sort(key=lambda r: int(r[0]))
+        return found
+
+    def rows_since(self, seq: int, batch: int = 4096) -> Iterator[list[Row]]:
+        """Rows written after change ``seq``, with embeddings, in rowid order, in batches."""
+        # The seq index answers this without touching the rows.
+        q = self._q(f"SELECT rowid FROM {self._p}records WHERE seq > ?")
+        rowids = sorted(self._read(lambda c: [r[0] for r in c.execute(q, (seq,))]))
+        for start in range(0, len(rowids), batch):
+            part = rowids[start : start + batch]
+            # (This also refreshes the row cache: it stays as fresh as the indexes.)
+            rows = self.rows_by_rowid(part, embedding=True)
+            yield [rows[r] for r in part if r in rows]
+
+    def tombstones_since(self, seq: int) -> list[int]:
+        q = self._q(f"SELECT rowid FROM {self._p}tombstones WHERE seq > ?")
+        gone: list[int] = self._read(lambda c: [r[0] for r in c.execute(q, (seq,))])
+        if self._cache is not None:
+            self._cache.forget(gone)
+        return gone
+
+    def all_rowids(self) -> set[int]:
+        q = f"SELECT rowid FROM {self._p}records"
+        return self._read(lambda c: {r[0] for r in c.execute(q)})
+
+    def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
+        """Every row in rowid order."""
+        cols = _ALL if embedding else _NO_EMBEDDING
+        q = self._q(f"SELECT {cols} FROM {self._p}records WHERE rowid > ? ORDER BY rowid LIMIT ?")
+        last = 0
+
+        def page(conn: Any) -> list[Row]:
+            return self._rows(conn, q, (last, batch))
+
+        while True:
+            rows = self._read(page)
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1][0]
+
+    def recent(self, since: float) -> list[tuple[str, str, float]]:
+        q = self._q(f"SELECT key, id, at FROM {self._p}recent WHERE at >= ? ORDER BY at")
+        return self._read(lambda c: [(r[0], r[1], r[2]) for r in c.execute(q, (since,))])
+
+    def count(self) -> int:
+        q = f"SELECT count(*) FROM {self._p}records"
+        return int(self._read(lambda c: c.execute(q).fetchone()[0]))
