@@ -1,0 +1,274 @@
+"""Every driver error that leaves a store is a memlane error, on both backends.
+
+The store (not Memory) is driven directly, so each failure happens where the test says:
+a closed store, a statement failing inside a transaction, a read of a table dropped
+behind the store's back, an id stored twice, a row rewritten after its deletion; on
+SQLite also a file that is not a database, a damaged one and a full disk; on
+PostgreSQL a connection lost inside a transaction. The error names what failed and is
+chained to the driver's exception (unless that would print a password)."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from memlane import (
+    CorruptFileError,
+    InvalidArgumentError,
+    MemlaneError,
+    Memory,
+    StorageError,
+    UnknownIdError,
+)
+from memlane.storage.base import Row
+from memlane.storage.sql import SQLStore
+from memlane.storage.sqlite import SQLiteStore
+from pg_server import PASSWORD, PgServer
+
+_schemas = itertools.count()
+
+
+def _row(rowid: int, record_id: str, seq: int) -> Row:
+    return (
+        rowid,
+        record_id,
+        f"the text of {record_id}",
+        "memories",
+        "semantic",
+        *[None] * 6,
+        0.5,
+        0,
+        0,
+        "{}",
+        1.0,
+        1.0,
+        1.0,
+        0,
+        f"{rowid:064x}",
+        None,
+        seq,
+        seq,
+    )
+
+
+def _put(store: SQLStore, *ids: str) -> list[int]:
+    base = store.reserve_rowids(len(ids))
+    with store.transaction() as conn:
+        seq = store.next_seq(conn)
+        store.insert(conn, [_row(base + i, rid, seq) for i, rid in enumerate(ids)])
+    return [base + i for i in range(len(ids))]
+
+
+class Backend:
+    """A store under test, and a way to run SQL on its database behind its back."""
+
+    def __init__(
+        self, name: str, store: SQLStore, behind: Callable[[str], None], driver: type[Exception]
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.behind = behind
+        self.driver = driver
+
+
+@pytest.fixture(params=["embedded", "in-memory", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "postgres":
+        import psycopg
+
+        from memlane.storage.postgres import PostgresStore
+
+        server: PgServer = request.getfixturevalue("pg_server")
+        schema = f"errors_{next(_schemas)}"
+        pg = PostgresStore(server.url(schema=schema))
+
+        def pg_behind(sql: str) -> None:
+            with psycopg.connect(server.url(), autocommit=True) as conn:
+                conn.execute(sql.replace("{s}", f"{schema}."))
+
+        yield Backend("postgres", pg, pg_behind, psycopg.Error)
+        pg.close()
+        return
+    path = None if request.param == "in-memory" else tmp_path / "memory.db"
+    lite = SQLiteStore(path)
+
+    def lite_behind(sql: str) -> None:
+        if path is None:
+            with lite.transaction() as conn:  # the one connection there is
+                conn.execute(sql.replace("{s}", ""))
+            return
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute(sql.replace("{s}", ""))
+        finally:
+            conn.close()
+
+    yield Backend(request.param, lite, lite_behind, sqlite3.Error)
+    lite.close()
+
+
+def test_a_closed_store_raises_storage_error(backend: Backend) -> None:
+    db = backend.store
+    _put(db, "a")
+    assert db.count() == 1
+    db.close()
+    for call in (
+        db.count,
+        db.seq,
+        lambda: db.rows_by_rowid([10**6]),  # not a cached row
+        lambda: db.row_by_id("a"),
+        lambda: db.recent(0.0),
+        lambda: db.reserve_rowids(1),
+        lambda: db.gc_tombstones(1),
+    ):
+        with pytest.raises(StorageError, match="closed"):
+            call()
+    with pytest.raises(StorageError, match="closed"), db.transaction():
+        pass
+    db.close()  # idempotent
+
+
+def test_a_failed_statement_in_a_transaction_rolls_back(backend: Backend) -> None:
+    db = backend.store
+    _put(db, "a")
+    seq = db.seq()
+    with pytest.raises(StorageError, match="nothing was stored") as e, db.transaction() as conn:
+        db.next_seq(conn)
+        db.set_meta(conn, "x", "1")
+        conn.execute("SELECT * FROM no_such_table")
+    assert isinstance(e.value.__cause__, backend.driver)
+    assert db.location in str(e.value) and "no_such_table" in str(e.value)
+    assert db.seq() == seq and db.get_meta("x") is None and db.count() == 1
+    _put(db, "b")  # the store goes on
+    assert db.count() == 2
+
+
+def test_a_failed_read_is_a_storage_error(backend: Backend) -> None:
+    db = backend.store
+    _put(db, "a")
+    backend.behind("DROP TABLE {s}recent")
+    with pytest.raises(StorageError, match="query failed") as e:
+        db.recent(0.0)
+    assert isinstance(e.value.__cause__, backend.driver)
+    assert "recent" in str(e.value)
+    assert db.count() == 1
+
+
+def test_an_id_stored_twice_is_refused(backend: Backend) -> None:
+    db = backend.store
+    _put(db, "same")
+    seq = db.seq()
+    with pytest.raises(InvalidArgumentError, match="already stored") as e:
+        _put(db, "other", "same")
+    assert isinstance(e.value.__cause__, backend.driver)
+    assert db.seq() == seq and db.existing_ids(["same", "other"]) == {"same"}
+
+
+def test_rewriting_a_deleted_row_is_an_unknown_id(backend: Backend) -> None:
+    db = backend.store
+    (rowid,) = _put(db, "gone")
+    with db.transaction() as conn:
+        db.delete(conn, [rowid], db.next_seq(conn))
+    assert db.tombstones_since(0) == [rowid]
+    with pytest.raises(UnknownIdError, match="gone"), db.transaction() as conn:
+        db.replace(conn, [_row(rowid, "gone", db.next_seq(conn))])
+    assert db.count() == 0
+
+
+# -- SQLite ----------------------------------------------------------------------------------
+
+
+def test_a_file_that_is_not_a_database_is_corrupt(tmp_path: Path) -> None:
+    folder = tmp_path / "store"
+    folder.mkdir()
+    (folder / "memory.db").write_bytes(b"these are not the bytes of a database " * 1000)
+    with pytest.raises(CorruptFileError, match="damaged") as e:
+        SQLiteStore(folder / "memory.db")
+    assert isinstance(e.value.__cause__, sqlite3.DatabaseError)
+    for _ in range(2):  # the store lock is released each time
+        with pytest.raises(CorruptFileError, match=str(folder)):
+            Memory(folder, None)
+
+
+def test_a_damaged_database_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    db = SQLiteStore(path)
+    _put(db, *[f"record {i} " * 40 for i in range(300)])
+    db.close()
+    data = path.read_bytes()
+    page = 16384  # the first page (the schema) stays; every other is overwritten
+    path.write_bytes(data[:page] + b"\xa5" * (len(data) - page))
+    opened: list[SQLiteStore] = []
+    with pytest.raises(CorruptFileError, match="malformed") as e:
+        opened.append(SQLiteStore(path))
+        opened[0].count()
+    assert isinstance(e.value, MemlaneError)
+    assert isinstance(e.value.__cause__, sqlite3.DatabaseError)
+    for store in opened:
+        store.close()
+
+
+def test_a_full_disk_is_a_storage_error(tmp_path: Path) -> None:
+    db = SQLiteStore(tmp_path / "memory.db")
+    try:
+        _put(db, "first")
+        # SQLite reports a database that reached max_page_count as it does a full disk.
+        pages = db._writer.execute("PRAGMA page_count").fetchone()[0]
+        db._writer.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(StorageError, match="disk is full") as e:
+            _put(db, *[f"record {i} " * 200 for i in range(200)])
+        assert not isinstance(e.value, CorruptFileError)
+        assert isinstance(e.value.__cause__, sqlite3.OperationalError)
+        assert db.count() == 1 and db.seq() == 1
+    finally:
+        db.close()
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+
+def test_a_connection_lost_in_a_transaction_is_a_storage_error(pg_server: PgServer) -> None:
+    import psycopg
+
+    from memlane.storage.postgres import PostgresStore
+
+    db = PostgresStore(pg_server.url(schema="errors_lost"))
+    try:
+        _put(db, "a")
+        seq = db.seq()
+        with (
+            pytest.raises(StorageError, match="nothing was stored") as e,
+            db.transaction() as conn,
+        ):
+            db.next_seq(conn)
+            with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+            conn.execute("SELECT 1")
+        assert isinstance(e.value.__cause__, psycopg.OperationalError)
+        assert PASSWORD not in str(e.value)
+        assert db.seq() == seq
+        _put(db, "b")  # the broken connection was replaced
+        assert db.count() == 2
+    finally:
+        db.close()
+
+
+def test_an_error_holding_the_password_is_not_chained(pg_server: PgServer) -> None:
+    import psycopg
+
+    from memlane.storage.postgres import PostgresStore
+
+    db = PostgresStore(pg_server.url(schema="errors_secret"))
+    try:
+        leaky = psycopg.OperationalError(f"cannot use {PASSWORD}")
+        err = db._error("connecting", leaky)
+        assert PASSWORD not in str(err) and "***" in str(err)
+        assert db._cause(leaky) is None
+        plain = psycopg.OperationalError("connection refused")
+        assert db._cause(plain) is plain
+    finally:
+        db.close()
