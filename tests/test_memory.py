@@ -166,8 +166,14 @@ def test_default_scope_and_scope_kwargs(make_store: StoreFactory) -> None:
         mem.add("hello world again", agent_id="other")
         assert [h.record.agent_id for h in mem.search("hello")] == ["bot"]
         assert mem.count() == 1 and mem.count(agent_id="other") == 1
-        with pytest.raises(InvalidArgumentError, match="scope fields"):
-            mem.search("hello", colour="red")  # type: ignore[arg-type]
+        # Scope fields are keyword parameters: a misspelt one is Python's TypeError.
+        with pytest.raises(TypeError, match="colour"):
+            mem.search("hello", colour="red")  # type: ignore[call-arg]
+        with pytest.raises(InvalidArgumentError, match="agent_id must be a str"):
+            mem.search("hello", agent_id=7)  # type: ignore[arg-type]
+    # default_scope is a mapping, so its fields are still checked by name.
+    with pytest.raises(InvalidArgumentError, match="scope fields"):
+        make_store("t", WordHashEmbedder(), default_scope={"colour": "red"})
 
 
 def test_list_time_ranges_and_order(make_store: StoreFactory) -> None:

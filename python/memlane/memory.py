@@ -702,12 +702,29 @@ class Memory(KnowledgeMixin):
 
     # -- scopes and filters ----------------------------------------------------------
 
-    def _scope(self, scope: Mapping[str, Any]) -> dict[str, str]:
-        _scope_kwargs(scope)
+    def _scope(
+        self,
+        *,
+        agent_id: str | None,
+        user_id: str | None,
+        room_id: str | None,
+        world_id: str | None,
+        session_id: str | None,
+        namespace: str | None,
+    ) -> dict[str, str]:
+        """A call's scope: :attr:`default_scope` with the fields the call gives over it."""
+        given = {
+            "agent_id": agent_id,
+            "user_id": user_id,
+            "room_id": room_id,
+            "world_id": world_id,
+            "session_id": session_id,
+            "namespace": namespace,
+        }
         out = dict(self.default_scope)
-        for f, v in scope.items():
+        for f, v in given.items():
             if v is not None:
-                out[f] = _str(v, f)  # type: ignore[assignment]
+                out[f] = str(_str(v, f))
         return out
 
     def _filter(
@@ -976,7 +993,12 @@ class Memory(KnowledgeMixin):
         *,
         type: str | Sequence[str] | None = None,
         filters: Mapping[str, Any] | None = None,
-        **scope: str | None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
     ) -> tuple[int, list[MemoryRecord]]:
         """Deletes the records :meth:`delete_all` would and stores ``items`` as
         :meth:`add_many` does, in one transaction: a crash leaves the old records
@@ -986,7 +1008,15 @@ class Memory(KnowledgeMixin):
         since the records they would match are the ones being replaced.
         """
         self._check_open()
-        flt = self._filter(table, type, self._scope(scope), filters=filters)
+        scope = self._scope(
+            agent_id=agent_id,
+            user_id=user_id,
+            room_id=room_id,
+            world_id=world_id,
+            session_id=session_id,
+            namespace=namespace,
+        )
+        flt = self._filter(table, type, scope, filters=filters)
         result: tuple[int, list[MemoryRecord]] = self._add(items, replacing=_Replacing(flt))
         return result
 
@@ -1385,11 +1415,24 @@ class Memory(KnowledgeMixin):
         *,
         type: str | Sequence[str] | None = None,
         filters: Mapping[str, Any] | None = None,
-        **scope: str | None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
     ) -> int:
         """Deletes every record of the table and scope (and filters); returns how many."""
         self._check_open()
-        flt = self._filter(table, type, self._scope(scope), filters=filters)
+        scope = self._scope(
+            agent_id=agent_id,
+            user_id=user_id,
+            room_id=room_id,
+            world_id=world_id,
+            session_id=session_id,
+            namespace=namespace,
+        )
+        flt = self._filter(table, type, scope, filters=filters)
         with self._write:
             self._check_open()
             rowids = [int(x) for x in self._engine.ids_where(flt)]
@@ -1404,7 +1447,12 @@ class Memory(KnowledgeMixin):
         keep_importance_at_least: float | None = None,
         keep_access_count_above: int | None = None,
         table: str | None = "memories",
-        **scope: str | None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
     ) -> builtins.list[MemoryRecord]:
         """Deletes old memories that are not important, used or evergreen; returns them.
 
@@ -1412,14 +1460,18 @@ class Memory(KnowledgeMixin):
         """
         from memlane.agent.prune import prune
 
-        fields: dict[str, Any] = dict(scope)
         return prune(
             self,
             max_age_days=max_age_days,
             keep_importance_at_least=keep_importance_at_least,
             keep_access_count_above=keep_access_count_above,
             table=table,
-            **fields,
+            agent_id=agent_id,
+            user_id=user_id,
+            room_id=room_id,
+            world_id=world_id,
+            session_id=session_id,
+            namespace=namespace,
         )
 
     # -- reads -----------------------------------------------------------------------------
@@ -1443,13 +1495,24 @@ class Memory(KnowledgeMixin):
         filters: Mapping[str, Any] | None = None,
         start: float | datetime | None = None,
         end: float | datetime | None = None,
-        **scope: str | None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
     ) -> int:
         """Number of records in the table and scope (and time range and filters)."""
         self._check_open()
-        return int(
-            self._engine.count(self._filter(table, type, self._scope(scope), start, end, filters))
+        scope = self._scope(
+            agent_id=agent_id,
+            user_id=user_id,
+            room_id=room_id,
+            world_id=world_id,
+            session_id=session_id,
+            namespace=namespace,
         )
+        return int(self._engine.count(self._filter(table, type, scope, start, end, filters)))
 
     def list(
         self,
@@ -1463,7 +1526,12 @@ class Memory(KnowledgeMixin):
         type: str | Sequence[str] | None = None,
         filters: Mapping[str, Any] | None = None,
         include_embedding: bool = False,
-        **scope: str | None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
     ) -> builtins.list[MemoryRecord]:
         """Records by creation time (newest first by default), e.g. a room's history.
 
@@ -1473,7 +1541,15 @@ class Memory(KnowledgeMixin):
         for label, v in (("limit", limit), ("offset", offset)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise InvalidArgumentError(f"{label} must be an int >= 0, got {v!r}")
-        flt = self._filter(table, type, self._scope(scope), start, end, filters)
+        scope = self._scope(
+            agent_id=agent_id,
+            user_id=user_id,
+            room_id=room_id,
+            world_id=world_id,
+            session_id=session_id,
+            namespace=namespace,
+        )
+        flt = self._filter(table, type, scope, start, end, filters)
         ids = self._engine.ids_where(flt, order=order, offset=offset, limit=limit)
         rows = self._db.rows_by_rowid([int(x) for x in ids], embedding=include_embedding)
         return [self._record(rows[int(i)], include_embedding) for i in ids if int(i) in rows]
@@ -1502,7 +1578,12 @@ class Memory(KnowledgeMixin):
         query_embedding: npt.ArrayLike | None = None,
         track_access: bool | None = None,
         include_embedding: bool = False,
-        **scope: str | None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
     ) -> builtins.list[SearchHit]:
         """The ``k`` best memories for ``query``, best first, in one call into the engine.
 
@@ -1551,7 +1632,15 @@ class Memory(KnowledgeMixin):
             raise InvalidArgumentError(
                 f"mode must be one of {{'hybrid', 'vector', 'text'}}, got {mode!r}"
             )
-        flt = self._filter(table, type, self._scope(scope), start, end, filters)
+        scope = self._scope(
+            agent_id=agent_id,
+            user_id=user_id,
+            room_id=room_id,
+            world_id=world_id,
+            session_id=session_id,
+            namespace=namespace,
+        )
+        flt = self._filter(table, type, scope, start, end, filters)
         vector: FloatArray | None = None
         if mode != "text" and self._dim is not None:
             if query_embedding is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memlane.errors import InvalidArgumentError, UnknownIdError
 
@@ -33,7 +33,12 @@ def prune(
     keep_access_count_above: int | None = None,
     table: str | None = "memories",
     now: float | None = None,
-    **scope: Any,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+    room_id: str | None = None,
+    world_id: str | None = None,
+    session_id: str | None = None,
+    namespace: str | None = None,
 ) -> list[MemoryRecord]:
     """Deletes the memories of ``table`` and ``scope`` that are prunable; returns them.
 
@@ -54,12 +59,23 @@ def prune(
     if age is not None and age < 0:
         raise InvalidArgumentError(f"max_age_days must be >= 0, got {age}")
     clock = time.time() if now is None else float(now)
-    kw: dict[str, Any] = dict(scope)
     end = None if age is None else clock - age * 86400.0
     doomed: list[MemoryRecord] = []
     offset = 0
     while True:
-        page = mem.list(table, end=end, limit=_PAGE, offset=offset, order="asc", **kw)
+        page = mem.list(
+            table,
+            end=end,
+            limit=_PAGE,
+            offset=offset,
+            order="asc",
+            agent_id=agent_id,
+            user_id=user_id,
+            room_id=room_id,
+            world_id=world_id,
+            session_id=session_id,
+            namespace=namespace,
+        )
         for rec in page:
             if rec.evergreen:
                 continue
