@@ -1608,7 +1608,7 @@ class Memory(KnowledgeMixin):
           else ``ln 2 / recency_half_life`` (``decay=0`` turns age off);
         - ``score = relevance * (w_relevance + w_importance * importance +
           w_recency * recency) / (w_relevance + w_importance + w_recency)``.
-          Default weights 1, 0.1, 0.1: a hit keeps at least 0.83 of its
+          Default weights 1, 0.1, 0.02: a hit keeps at least 0.89 of its
           relevance, so age and importance reorder near-ties but never lift an
           irrelevant memory over a relevant one. Keys missing from ``weights``
           weigh 0, so ``weights={"relevance": 1}`` is relevance alone.
