@@ -6,8 +6,7 @@ today (the last a day or more ago), about 15,000 ``user`` / ``assistant`` turns,
 chit-chat in which the users' own people, places and things recur. Early sessions
 state personal facts ("My sister Ana lives in Porto."); some change later ("Ana moved
 to Lisbon last week."). 200 paraphrased questions ("Which city is my sister based in
-these days?") are asked *now* (``Memory.search`` scores age against the wall clock),
-each with the id of the turn that answers it: for a changed fact, the turn stating
+these days?") are asked *now*, each with the id of the turn that answers it: for a changed fact, the turn stating
 the change. The turns are a function of ``--seed``; their dates move with the day of
 the run, so the figures repeat from day to day.
 
@@ -22,17 +21,17 @@ searched with ``mem.search(question, k=10, room_id=user)`` under:
 - (d) text mode (BM25) relevance only;
 - (e) ``decay=0.001`` given explicitly (the rest default), so the figure stays
   comparable if the default changes;
-- (f) for reference, relevance only with ``decay=0``: retrieval alone, age ignored.
-  In (b) to (d) the default decay still multiplies relevance.
+- (f) for reference, relevance only with ``decay=0``: retrieval alone, age ignored
+  (the same as (b) since ages became a bounded boost; kept to compare with older runs).
 
 Reported per setting: recall@10 of the evidence turn over all questions, over facts
 that never changed and over changed facts (the *new* turn in the top 10); how often
 the new turn ranks above the old one (the old turn absent counts as below); how often
 the stale turn is in the top 10; and the median age of the top hit.
 
-Searches pass ``track_access=False``: with access tracking on, a search would reset
-the decay clock of what it returns and the settings run later would see a different
-store. Caveat: this set is ours (templates written alongside memlane), not a held-out
+Searches pass ``track_access=False``: with access tracking on, a search would make
+what it returns the newest candidates, and the settings run later would see a
+different store. Caveat: this set is ours (templates written alongside memlane), not a held-out
 benchmark; treat it as a regression check for dated recall, not as a claim against
 LongMemEval or LoCoMo.
 
