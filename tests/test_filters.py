@@ -1,5 +1,7 @@
-"""Metadata filters: the engine against a Python reference on random data and filters,
-errors for bad filters, and postings that keep a 1%-selective filter at ~1% of a scan."""
+"""Filters: the engine against a Python reference on random metadata and filters, every
+record field and operator through Memory on both backends, errors for bad filters (from
+the engine, which validates the dict once), and postings that keep a 1%-selective
+filter at ~1% of a scan."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import StoreFactory
 from memlane import InvalidArgumentError, Memory
 from memlane._core import Engine
-from memlane.filters import metadata_filter
 
 KEYS = ["source", "n", "tags", "flag", "user.plan"]
 
@@ -174,7 +176,7 @@ def _engine_with(metas: list[dict[str, Any]]) -> Engine:
 @given(metas=st.lists(metadata, min_size=1, max_size=12), flt=filters)
 def test_engine_matches_the_reference(metas: list[dict[str, Any]], flt: dict[str, Any]) -> None:
     e = _engine_with(metas)
-    got = sorted(int(i) for i in e.ids_where(json.dumps(metadata_filter(flt))))
+    got = sorted(int(i) for i in e.ids_where(flt))
     want = [i + 1 for i, m in enumerate(metas) if reference(flt, m)]
     assert got == want, (flt, metas)
 
@@ -192,37 +194,199 @@ def test_memory_applies_filters(tmp_path: Any) -> None:
         assert mem.count() == 20
 
 
+def _three(mem: Memory) -> list[str]:
+    """Three records with distinct record fields; returns their ids."""
+    a = mem.add("alpha note", agent_id="a", user_id="u1", importance=0.9, type="semantic")
+    b = mem.add(
+        "beta note",
+        agent_id="b",
+        importance=0.2,
+        evergreen=True,
+        type="procedural",
+        metadata={"shared": True},
+    )
+    c = mem.add(
+        "gamma note",
+        table="facts",
+        room_id="r",
+        world_id="w",
+        session_id="s",
+        namespace="n",
+        importance=0.5,
+        type="episodic",
+        metadata={"importance": "high", "user": {"plan": "pro"}},
+    )
+    return [a.id, b.id, c.id]
+
+
+def _texts(mem: Memory, flt: dict[str, Any]) -> list[str]:
+    recs = mem.list(table=["memories", "facts"], filters=flt, limit=100)
+    return sorted(r.text.split()[0] for r in recs)
+
+
+def test_record_fields(make_store: StoreFactory) -> None:
+    with make_store("fields", embedder=None) as mem:
+        a, b, c = _three(mem)
+        assert _texts(mem, {"id": a}) == ["alpha"]
+        assert _texts(mem, {"id": {"$in": [b, c, "missing"]}}) == ["beta", "gamma"]
+        assert _texts(mem, {"id": {"$nin": [a, b]}}) == ["gamma"]
+        assert _texts(mem, {"id": {"$ne": a}}) == ["beta", "gamma"]
+        assert _texts(mem, {"table": "facts"}) == ["gamma"]
+        assert _texts(mem, {"table": {"$nin": ["facts"]}}) == ["alpha", "beta"]
+        assert _texts(mem, {"type": "episodic"}) == ["gamma"]
+        assert _texts(mem, {"type": {"$in": ["semantic", "x"]}}) == ["alpha"]
+        assert _texts(mem, {"agent_id": "a"}) == ["alpha"]
+        assert _texts(mem, {"agent_id": None}) == ["gamma"]
+        assert _texts(mem, {"agent_id": {"$exists": True}}) == ["alpha", "beta"]
+        assert _texts(mem, {"user_id": "u1"}) == ["alpha"]
+        for field, value in [("room_id", "r"), ("world_id", "w"), ("session_id", "s")]:
+            assert _texts(mem, {field: value}) == ["gamma"]
+        assert _texts(mem, {"namespace": {"$ne": "n"}}) == ["alpha", "beta"]
+        assert _texts(mem, {"importance": {"$gte": 0.8}}) == ["alpha"]
+        assert _texts(mem, {"importance": {"$gt": 0.2, "$lte": 0.5}}) == ["gamma"]
+        assert _texts(mem, {"importance": {"$lt": 0.5}}) == ["beta"]
+        assert _texts(mem, {"importance": {"$not": {"$gte": 0.5}}}) == ["beta"]
+        assert _texts(mem, {"evergreen": True}) == ["beta"]
+        # A metadata key named like a record field is reached with metadata.<key>.
+        assert _texts(mem, {"metadata.importance": "high"}) == ["gamma"]
+        assert _texts(mem, {"user.plan": "pro"}) == ["gamma"]
+        created = {r.text.split()[0]: r.created_at for r in mem.list(table=["memories", "facts"])}
+        assert _texts(mem, {"created_at": {"$gte": created["beta"]}}) == ["beta", "gamma"]
+        assert _texts(mem, {"created_at": created["alpha"]}) == ["alpha"]
+        assert _texts(mem, {"updated_at": {"$lt": created["beta"]}}) == ["alpha"]
+        assert _texts(mem, {"last_accessed_at": {"$gte": 0}}) == ["alpha", "beta", "gamma"]
+        assert _texts(mem, {"access_count": 0}) == ["alpha", "beta", "gamma"]
+        hits = mem.search("alpha", k=1, mode="text", agent_id="a", track_access=True)
+        assert [h.record.id for h in hits] == [a]
+        assert _texts(mem, {"access_count": {"$gte": 1}}) == ["alpha"]
+        assert mem.count(filters={"access_count": {"$gt": 0}}) == 1
+        after = mem.get(a).last_accessed_at
+        assert _texts(mem, {"last_accessed_at": {"$gte": after}}) == ["alpha"]
+        # The same filters reach search, count and delete_all.
+        flt = {"id": {"$nin": [a]}, "importance": {"$lt": 0.6}}
+        assert {h.record.id for h in mem.search("note", k=5, mode="text", filters=flt)} == {b, c}
+        assert mem.delete_all(filters={"id": {"$in": [b]}}) == 1
+        assert _texts(mem, {}) == ["alpha", "gamma"]
+
+
+def test_mine_or_shared(make_store: StoreFactory) -> None:
+    with make_store("mine", embedder=None) as mem:
+        mem.add("mine", agent_id="a")
+        mem.add("theirs", agent_id="b")
+        mem.add("shared", agent_id="b", metadata={"shared": True})
+        mem.add("nobody's", metadata={"shared": False})
+        flt = {"$or": [{"agent_id": "a"}, {"shared": True}]}
+        assert sorted(r.text for r in mem.list(filters=flt)) == ["mine", "shared"]
+        hits = mem.search("mine theirs shared nobody", mode="text", filters=flt)
+        assert sorted(h.record.text for h in hits) == ["mine", "shared"]
+        assert mem.count(filters=flt) == 2
+
+
+def test_access_counts_survive_a_reopen(tmp_path: Any) -> None:
+    with Memory(tmp_path / "s", embedder=None) as mem:
+        rec = mem.add("remember me")
+        mem.add("other words")
+        for _ in range(3):
+            mem.search("remember", k=1, mode="text", track_access=True)
+        assert mem.count(filters={"access_count": 3}) == 1
+        # An update keeps the count (it flushes the pending accesses).
+        mem.update(rec.id, metadata={"k": 1})
+        assert mem.count(filters={"access_count": 3, "k": 1}) == 1
+    with Memory(tmp_path / "s", embedder=None) as mem:
+        assert [r.id for r in mem.list(filters={"access_count": {"$gte": 3}})] == [rec.id]
+        assert mem.count(filters={"id": rec.id}) == 1
+
+
 @pytest.mark.parametrize(
     ("flt", "needle"),
     [
-        ({"a": {"$regex": "x"}}, "$regex"),
+        ({"a": {"$regex": "x"}}, 'unknown operator "$regex" on "a"'),
+        ({"a": {"$regex": "x"}}, "$eq, $ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, $not"),
         ({"$nor": [{"a": 1}]}, "$nor"),
         ({"$and": []}, "non-empty"),
         ({"a": {"$in": 3}}, "list"),
-        ({"a": {"$gt": True}}, "number or a str"),
-        ({"a": {"$exists": 1}}, "True or False"),
+        ({"a": {"$gt": True}}, "number or a string"),
+        ({"a": {"$exists": 1}}, "true or false"),
         ({"a": [1, 2]}, "$in"),
         ({"a": {"b": 1}}, "dotted"),
         ({"a": math.nan}, "finite"),
-        ({"a": object()}, "str, number"),
-        ([("a", 1)], "dict"),
-        ({1: 2}, "str"),
+        ({"a": {"$in": [math.inf]}}, "finite"),
+        ({"a": object()}, "got object"),
+        ({"a": b"x"}, "got bytes"),
+        ([("a", 1)], "must be an object"),
+        ({1: 2}, "keys must be str"),
+        ({"text": "x"}, 'unknown field "text"'),
+        ({"embedding": {"$exists": True}}, "access_count"),
+        ({"metadata": {"$exists": True}}, "unknown field"),
+        ({"": 1}, "unknown field"),
+        ({"importance": "high"}, '"importance" takes a number, got a string'),
+        ({"importance": True}, "takes a number, got a boolean"),
+        ({"access_count": {"$gte": "1"}}, "takes a number"),
+        ({"id": {"$nin": [1]}}, '"id" takes a string'),
+        ({"agent_id": 3}, "a string (or null"),
+        ({"evergreen": 1}, "true or false"),
+        ({"created_at": {"$lt": None}}, "number or a string"),
     ],
 )
 def test_bad_filters_are_named(flt: Any, needle: str) -> None:
-    with pytest.raises(InvalidArgumentError, match="invalid filter") as e:
-        metadata_filter(flt)
-    assert needle in str(e.value)
+    with Memory(None, embedder=None) as mem:
+        mem.add("x")
+        for call in (
+            lambda: mem.list(filters=flt),
+            lambda: mem.count(filters=flt),
+            lambda: mem.search("x", filters=flt),
+        ):
+            with pytest.raises(InvalidArgumentError, match="invalid filter") as e:
+                call()
+            assert needle in str(e.value)
+
+
+def test_bad_filters_raise_on_both_backends(make_store: StoreFactory) -> None:
+    with make_store("bad", embedder=None) as mem:
+        mem.add("x", metadata={"n": 1})
+        for flt in ({"n": {"$foo": 1}}, {"text": "x"}, {"importance": "high"}):
+            with pytest.raises(InvalidArgumentError, match="invalid filter"):
+                mem.list(filters=flt)
+            with pytest.raises(InvalidArgumentError, match="invalid filter"):
+                mem.delete_all(filters=flt)
+        assert mem.count() == 1
+
+
+def test_nesting_is_bounded() -> None:
+    e = _engine_with([{"a": 1}])
+    flt: dict[str, Any] = {"a": 1}
+    for _ in range(40):
+        flt = {"$not": flt}
+    with pytest.raises(InvalidArgumentError, match="levels deep"):
+        e.count(flt)
+    loop: dict[str, Any] = {}
+    loop["$and"] = [loop]
+    with pytest.raises(InvalidArgumentError, match="deep"):
+        e.count(loop)
+    deep: Any = 1
+    for _ in range(200):
+        deep = [deep]
+    with pytest.raises(InvalidArgumentError, match="dicts and lists deep"):
+        e.count({"a": {"$in": deep}})
+
+
+def test_python_values_convert_without_surprises() -> None:
+    e = _engine_with([{"n": 1, "b": True, "s": "x", "big": 2**70}, {"n": 1.5, "b": 1}])
+    assert e.count({"b": True}) == 1  # booleans are not numbers
+    assert e.count({"b": 1}) == 1
+    assert e.count({"n": {"$in": (1, 1.5)}}) == 2  # tuples and sets are lists
+    assert e.count({"n": {"$in": {1}}}) == 1
+    assert e.count({"n": np.float64(1.5)}) == 1
+    assert e.count({"big": 2**70}) == 1
+    assert e.count({"s": {"$gte": "x"}}) == 1
 
 
 def test_one_percent_of_100k_examines_one_percent() -> None:
     n = 100_000
     metas = [{"agent": f"a{i % 100}", "n": i % 7} for i in range(n)]
     e = _engine_with(metas)
-    flt = json.dumps(metadata_filter({"agent": "a42", "n": {"$gte": 0}}))
-    matched, examined = e.filter_stats(flt)
+    matched, examined = e.filter_stats({"agent": "a42", "n": {"$gte": 0}})
     assert matched == 1000 and examined == 1000
-    flt = json.dumps(metadata_filter({"$or": [{"agent": "a1"}, {"agent": {"$in": ["a2"]}}]}))
-    assert e.filter_stats(flt) == (2000, 2000)
+    assert e.filter_stats({"$or": [{"agent": "a1"}, {"agent": {"$in": ["a2"]}}]}) == (2000, 2000)
     # A lone range has no postings: it scans, as it must.
-    assert e.filter_stats(json.dumps(metadata_filter({"n": {"$gt": 5}})))[1] == n
+    assert e.filter_stats({"n": {"$gt": 5}})[1] == n

@@ -1,13 +1,26 @@
 """Type stubs of the native module; `python -m mypy.stubtest memlane._core` keeps them honest."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from os import PathLike
-from typing import final
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BM25Index", "Engine", "HnswIndex", "PreparedBatch", "__version__", "analyze"]
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_IMPORTANCE_WEIGHT",
+    "DEFAULT_RECENCY_HALF_LIFE_HOURS",
+    "DEFAULT_RECENCY_WEIGHT",
+    "DEFAULT_RELEVANCE_WEIGHT",
+    "DEFAULT_RRF_K",
+    "BM25Index",
+    "Engine",
+    "HnswIndex",
+    "PreparedBatch",
+    "__version__",
+    "analyze",
+]
 
 __version__: str
 
@@ -199,8 +212,14 @@ class Engine:
         updated_at: Sequence[float],
         last_accessed_at: Sequence[float],
         metadata: Sequence[str],
+        keys: Sequence[str] | None = None,
+        access_counts: Sequence[int] | None = None,
     ) -> PreparedBatch:
-        """Checks and analyses a batch without changing anything; ``apply`` inserts it."""
+        """Checks and analyses a batch without changing anything; ``apply`` inserts it.
+
+        ``keys`` are the records' public ids (what ``id`` filters read) and
+        ``access_counts`` their accesses so far; both may be omitted.
+        """
     def apply(self, batch: PreparedBatch) -> None:
         """Inserts or replaces the records of a prepared batch."""
     def remove(self, ids: npt.ArrayLike, missing_ok: bool = False) -> int:
@@ -215,7 +234,7 @@ class Engine:
         vector: npt.ArrayLike | None = None,
         *,
         mode: str = "hybrid",
-        filter: str | None = None,
+        filter: Mapping[str, Any] | None = None,
         k: int = 10,
         candidates: int = 50,
         fusion: str = "weighted",
@@ -235,17 +254,26 @@ class Engine:
         """One query: ids, final scores and (with ``explain``) an (n, 10) array of signals."""
     def ids_where(
         self,
-        filter: str | None = None,
+        filter: Mapping[str, Any] | None = None,
         *,
         order: str = "desc",
         offset: int = 0,
         limit: int = ...,
     ) -> npt.NDArray[np.uint64]:
-        """Ids the filter (JSON) admits, by creation time."""
-    def count(self, filter: str | None = None) -> int: ...
-    def filter_stats(self, filter: str) -> tuple[int, int]:
+        """Ids the filter admits, by creation time.
+
+        A filter is a dict in the MongoDB style over the record fields (``id``,
+        ``table``, ``type``, the scope fields, ``importance``, ``evergreen``,
+        ``access_count``, ``created_at``, ``updated_at``, ``last_accessed_at``)
+        and metadata keys (any other name, or ``metadata.<key>``); the engine
+        validates it and raises ``InvalidArgumentError`` naming a bad field,
+        operator or value.
+        """
+    def count(self, filter: Mapping[str, Any] | None = None) -> int: ...
+    def filter_stats(self, filter: Mapping[str, Any]) -> tuple[int, int]:
         """(matching records, records examined) for a filter."""
-    def touch(self, ids: npt.ArrayLike, now: float) -> None: ...
+    def touch(self, ids: npt.ArrayLike, now: float) -> None:
+        """Records an access of ``ids`` at ``now``: last_accessed_at and access_count."""
     def vector(self, id: int) -> npt.NDArray[np.float32] | None: ...
     def ids(self) -> npt.NDArray[np.uint64]: ...
     def save(self, root: str | PathLike[str], seq: int) -> None:

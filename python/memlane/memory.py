@@ -47,7 +47,6 @@ from memlane.errors import (
     MemlaneError,
     UnknownIdError,
 )
-from memlane.filters import metadata_filter
 from memlane.knowledge.api import KnowledgeMixin
 from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
 from memlane.storage import COLUMNS, Row, Store, StoreLock, open_store
@@ -122,7 +121,7 @@ _OVERLAP_MIN = 256
 class _Replacing:
     """What a :meth:`Memory.replace` deletes: its filter (None: every record)."""
 
-    filter: str | None
+    filter: dict[str, Any] | None
 
 
 @dataclass(slots=True)
@@ -629,10 +628,13 @@ class Memory(KnowledgeMixin):
 
     # -- conversions --------------------------------------------------------------
 
-    @staticmethod
     def _prepare(
-        engine: Engine, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None
+        self, engine: Engine, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None
     ) -> Any:
+        # The engine counts accesses as searches make them; the rows hold those
+        # flushed so far, so the ones still pending here are added.
+        with self._access_lock:
+            pending = {r[0]: self._access[r[0]][0] for r in rows if r[0] in self._access}
         return engine.prepare(
             np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows)),
             [r[_C["text"]] for r in rows] if texts else None,
@@ -646,6 +648,8 @@ class Memory(KnowledgeMixin):
             updated_at=[r[_C["updated_at"]] for r in rows],
             last_accessed_at=[r[_C["last_accessed_at"]] for r in rows],
             metadata=[r[_C["metadata"]] for r in rows],
+            keys=[r[_C["id"]] for r in rows],
+            access_counts=[r[_C["access_count"]] + pending.get(r[0], 0) for r in rows],
         )
 
     def _record(self, row: Row, embedding: bool = False) -> MemoryRecord:
@@ -735,7 +739,7 @@ class Memory(KnowledgeMixin):
         start: Any = None,
         end: Any = None,
         filters: Mapping[str, Any] | None = None,
-    ) -> str | None:
+    ) -> dict[str, Any] | None:
         conds: list[dict[str, Any]] = []
         if isinstance(table, str):
             conds.append({"table": _str(table, "table")})
@@ -758,10 +762,11 @@ class Memory(KnowledgeMixin):
         if end is not None:
             conds.append({"created_at": {"$lt": _time(end, "end")}})
         if filters is not None:
-            conds.append(metadata_filter(filters))
+            # Validated by the engine, with everything else, in one pass.
+            conds.append(filters)  # type: ignore[arg-type]
         if not conds:
             return None
-        return json.dumps(conds[0] if len(conds) == 1 else {"$and": conds})
+        return conds[0] if len(conds) == 1 else {"$and": conds}
 
     @staticmethod
     def _weights(weights: Mapping[str, float] | None) -> dict[str, float] | None:
@@ -1231,7 +1236,7 @@ class Memory(KnowledgeMixin):
             n.text,
             n.embedding,
             mode="vector",
-            filter=json.dumps({"$and": conds}),
+            filter={"$and": conds},
             k=1,
             w_relevance=1.0,
             min_similarity=self.dedup_threshold,

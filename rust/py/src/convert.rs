@@ -3,10 +3,14 @@
 //! numpy can convert safely is converted once, and the rest is rejected with
 //! a message that names the argument.
 
+use memlane_core::engine::{JsonMap, JsonNumber, JsonValue as Json, MAX_FILTER_DEPTH};
 use numpy::{
     PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
+use pyo3::types::{
+    PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PyMapping, PySet, PyString, PyTuple,
+};
 
 use crate::errors::invalid;
 
@@ -120,4 +124,116 @@ impl<'py> Matrix<'py> {
             Matrix::Row(a) => a.as_slice().unwrap_or(&[]),
         }
     }
+}
+
+/// Containers (dicts and lists) nested deeper than this in a filter are
+/// refused while converting, before the engine's own depth check on filter
+/// objects: a guard against a self-referencing or hostile structure.
+const MAX_FILTER_NESTING: usize = 4 * MAX_FILTER_DEPTH;
+
+fn bad_filter(py: Python<'_>, at: &str, msg: impl std::fmt::Display) -> PyErr {
+    if at.is_empty() {
+        invalid(py, format!("invalid filter: {msg}"))
+    } else {
+        invalid(py, format!("invalid filter: at {at}: {msg}"))
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |n| n.to_string())
+}
+
+/// A filter (a dict of str keys holding dicts, lists, tuples, sets, str,
+/// int, float, bool and None) as the JSON value the engine validates. Only
+/// the Python-side types are checked here: booleans stay booleans (never
+/// numbers), NaN and infinities are refused, and nesting is bounded.
+pub fn filter(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Json> {
+    filter_value(py, obj, "", 0)
+}
+
+fn filter_value(py: Python<'_>, obj: &Bound<'_, PyAny>, at: &str, depth: usize) -> PyResult<Json> {
+    if obj.is_none() {
+        return Ok(Json::Null);
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Json::Bool(b.is_true()));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Json::String(s.to_str()?.to_owned()));
+    }
+    if obj.cast::<PyInt>().is_ok() {
+        if let Ok(i) = obj.extract::<i64>() {
+            return Ok(Json::Number(i.into()));
+        }
+        if let Ok(u) = obj.extract::<u64>() {
+            return Ok(Json::Number(u.into()));
+        }
+        let x: f64 = obj
+            .extract()
+            .map_err(|_| bad_filter(py, at, "an integer too large for a float"))?;
+        return number(py, x, at);
+    }
+    if obj.cast::<PyFloat>().is_ok() {
+        return number(py, obj.extract::<f64>()?, at);
+    }
+    if depth >= MAX_FILTER_NESTING {
+        return Err(bad_filter(
+            py,
+            at,
+            format!("nested more than {MAX_FILTER_NESTING} dicts and lists deep"),
+        ));
+    }
+    let items = |iter: Bound<'_, pyo3::types::PyIterator>| -> PyResult<Json> {
+        let mut out = Vec::new();
+        for item in iter {
+            out.push(filter_value(py, &item?, at, depth + 1)?);
+        }
+        Ok(Json::Array(out))
+    };
+    if obj.cast::<PyList>().is_ok()
+        || obj.cast::<PyTuple>().is_ok()
+        || obj.cast::<PySet>().is_ok()
+        || obj.cast::<PyFrozenSet>().is_ok()
+    {
+        return items(obj.try_iter()?);
+    }
+    if obj.cast::<PyDict>().is_ok() || obj.cast::<PyMapping>().is_ok() {
+        let mapping = obj.cast::<PyMapping>()?;
+        let mut out = JsonMap::new();
+        for pair in mapping.items()?.iter() {
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
+            let Ok(key) = k.cast::<PyString>() else {
+                return Err(bad_filter(
+                    py,
+                    at,
+                    format!("keys must be str, got {} {}", type_name(&k), k.repr()?),
+                ));
+            };
+            let key = key.to_str()?.to_owned();
+            let here = if at.is_empty() {
+                format!("{key:?}")
+            } else {
+                format!("{at} {key}")
+            };
+            let value = filter_value(py, &v, &here, depth + 1)?;
+            out.insert(key, value);
+        }
+        return Ok(Json::Object(out));
+    }
+    Err(bad_filter(
+        py,
+        at,
+        format!(
+            "a filter holds str, int, float, bool, None, lists and dicts, got {}",
+            type_name(obj)
+        ),
+    ))
+}
+
+fn number(py: Python<'_>, x: f64, at: &str) -> PyResult<Json> {
+    JsonNumber::from_f64(x)
+        .map(Json::Number)
+        .ok_or_else(|| bad_filter(py, at, format!("{x} is not a finite number")))
 }

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
-    flatten_metadata, Attrs, Batch, Engine, EngineConfig, Filter, Hits, Mode, Order, Prepared,
-    SearchRequest,
+    flatten_metadata, Attrs, Batch, Engine, EngineConfig, Filter, Hits, JsonValue, Mode, Order,
+    Prepared, SearchRequest,
 };
 use memlane_core::fusion::{self, Fusion};
 use memlane_core::hnsw::{Params, Precision};
@@ -62,8 +62,16 @@ impl PyEngine {
     }
 }
 
-fn parse_filter(engine: &Engine, filter: Option<&str>) -> memlane_core::Result<Option<Filter>> {
-    filter.map(|f| engine.parse_filter(f)).transpose()
+/// A filter dict as the JSON value the engine compiles (checked there, once).
+fn filter_arg(py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<Option<JsonValue>> {
+    filter
+        .filter(|f| !f.is_none())
+        .map(|f| convert::filter(py, f))
+        .transpose()
+}
+
+fn compile(engine: &Engine, filter: Option<&JsonValue>) -> memlane_core::Result<Option<Filter>> {
+    filter.map(|f| engine.compile_filter(f)).transpose()
 }
 
 fn check_len(what: &str, got: usize, n: usize) -> memlane_core::Result<()> {
@@ -129,10 +137,12 @@ impl PyEngine {
     /// it elsewhere. `texts=None` keeps the indexed texts and `vectors=None`
     /// the vectors of existing records. Every column has one entry per id;
     /// `scopes` is six columns (agent, user, room, world, session,
-    /// namespace); `metadata` is one JSON object per record.
+    /// namespace); `metadata` is one JSON object per record. `keys` (the
+    /// records' public ids, which `id` filters read) and `access_counts`
+    /// may be omitted: no public ids, no accesses.
     #[pyo3(signature = (
         ids, texts, vectors, *, tables, types, scopes, importance, evergreen,
-        created_at, updated_at, last_accessed_at, metadata,
+        created_at, updated_at, last_accessed_at, metadata, keys = None, access_counts = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn prepare(
@@ -150,6 +160,8 @@ impl PyEngine {
         updated_at: Vec<f64>,
         last_accessed_at: Vec<f64>,
         metadata: Vec<String>,
+        keys: Option<Vec<String>>,
+        access_counts: Option<Vec<u64>>,
     ) -> PyResult<PyPrepared> {
         let ids = convert::ids(py, ids, "ids")?;
         let vectors = vectors
@@ -175,11 +187,18 @@ impl PyEngine {
             check_len("updated_at", updated_at.len(), n)?;
             check_len("last_accessed_at", last_accessed_at.len(), n)?;
             check_len("metadata", metadata.len(), n)?;
+            if let Some(k) = &keys {
+                check_len("keys", k.len(), n)?;
+            }
+            if let Some(c) = &access_counts {
+                check_len("access_counts", c.len(), n)?;
+            }
             let mut attrs = Vec::with_capacity(n);
             for i in 0..n {
                 let meta = flatten_metadata(&metadata[i])
                     .map_err(|e| Error::invalid(format!("record {i}: {e}")))?;
                 attrs.push(Attrs {
+                    key: keys.as_ref().map(|k| k[i].clone()),
                     table: tables[i].clone(),
                     kind: types[i].clone(),
                     scope: std::array::from_fn(|f| scopes[f][i].clone()),
@@ -188,6 +207,7 @@ impl PyEngine {
                     created_at: created_at[i],
                     updated_at: updated_at[i],
                     last_accessed_at: last_accessed_at[i],
+                    access_count: access_counts.as_ref().map_or(0, |c| c[i]),
                     metadata: meta,
                 });
             }
@@ -253,7 +273,7 @@ impl PyEngine {
         text: Option<String>,
         vector: Option<&Bound<'py, PyAny>>,
         mode: &str,
-        filter: Option<String>,
+        filter: Option<&Bound<'py, PyAny>>,
         k: i64,
         candidates: i64,
         fusion: &str,
@@ -290,6 +310,7 @@ impl PyEngine {
             return Err(invalid(py, "the query vector must be a single vector"));
         }
         let qv = q.as_ref().map(Matrix::as_slice);
+        let filter = filter_arg(py, filter)?;
         let hits: Hits = detach(py, || {
             let mode = Mode::parse(mode)?;
             let fusion = match fusion {
@@ -304,7 +325,7 @@ impl PyEngine {
             let weights = Weights::resolve(w_relevance, w_importance, w_recency)?;
             let rate = scoring::rate(decay, recency_half_life)?;
             let engine = self.inner.read();
-            let filter = parse_filter(&engine, filter.as_deref())?;
+            let filter = compile(&engine, filter.as_ref())?;
             engine.search(&SearchRequest {
                 text: text.as_deref(),
                 vector: qv,
@@ -351,12 +372,12 @@ impl PyEngine {
         ))
     }
 
-    /// Ids of the records `filter` (JSON) admits, by creation time.
+    /// Ids of the records `filter` (a dict) admits, by creation time.
     #[pyo3(signature = (filter = None, *, order = "desc", offset = 0, limit = usize::MAX))]
     fn ids_where<'py>(
         &self,
         py: Python<'py>,
-        filter: Option<String>,
+        filter: Option<&Bound<'py, PyAny>>,
         order: &str,
         offset: usize,
         limit: usize,
@@ -371,35 +392,38 @@ impl PyEngine {
                 ))
             }
         };
+        let filter = filter_arg(py, filter)?;
         let ids = detach(py, || {
             let engine = self.inner.read();
-            let filter = parse_filter(&engine, filter.as_deref())?;
+            let filter = compile(&engine, filter.as_ref())?;
             Ok(engine.ids_where(filter.as_ref(), order, offset, limit))
         })?;
         Ok(PyArray1::from_vec(py, ids))
     }
 
-    /// Number of records `filter` (JSON) admits.
+    /// Number of records `filter` (a dict) admits.
     #[pyo3(signature = (filter = None))]
-    fn count(&self, py: Python<'_>, filter: Option<String>) -> PyResult<usize> {
+    fn count(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let filter = filter_arg(py, filter)?;
         detach(py, || {
             let engine = self.inner.read();
-            let filter = parse_filter(&engine, filter.as_deref())?;
+            let filter = compile(&engine, filter.as_ref())?;
             Ok(engine.count(filter.as_ref()))
         })
     }
 
     /// (matching records, records examined) for `filter`: how selective the
     /// postings made its evaluation.
-    fn filter_stats(&self, py: Python<'_>, filter: String) -> PyResult<(usize, usize)> {
+    fn filter_stats(&self, py: Python<'_>, filter: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+        let filter = convert::filter(py, filter)?;
         detach(py, || {
             let engine = self.inner.read();
-            let s = engine.select(&engine.parse_filter(&filter)?);
+            let s = engine.select(&engine.compile_filter(&filter)?);
             Ok((s.slots.len(), s.examined))
         })
     }
 
-    /// Records an access of `ids` at `now`.
+    /// Records an access of `ids` at `now` (last_accessed_at, access_count).
     fn touch(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
         let ids = convert::ids(py, ids, "ids")?;
         detach(py, || {

@@ -1,24 +1,36 @@
-//! Filters: a MongoDB-style JSON expression compiled against the record
-//! columns, then evaluated to the set of matching slots.
+//! Filters: a MongoDB-style expression compiled against the record columns,
+//! then evaluated to the set of matching slots. The Python layer hands the
+//! caller's dict over as a JSON value (no text); this module is the one place
+//! that validates it.
 //!
 //! Syntax: `{"field": value}` (equality), `{"field": {"$op": value, ...}}`
 //! with `$eq $ne $in $nin $gt $gte $lt $lte $exists $not`, and the logical
 //! `{"$and": [..]}`, `{"$or": [..]}`, `{"$not": {..}}`; several keys in one
-//! object must all hold. Fields are `table`, `type`, the scope fields,
-//! `importance`, `evergreen`, `created_at`, `updated_at`, `last_accessed_at`
-//! and `metadata.<key>` (dotted for nested metadata).
+//! object must all hold.
+//!
+//! Fields: the record fields [`RECORD_FIELDS`] (`id`, `table`, `type`, the
+//! scope fields, `importance`, `evergreen`, `access_count`, `created_at`,
+//! `updated_at`, `last_accessed_at`); any other name is a metadata key,
+//! dotted for nested metadata (`{"user.plan": "pro"}` reads `{"user":
+//! {"plan": "pro"}}`), and `metadata.<key>` names a metadata key explicitly
+//! (for one called like a record field). Record fields that are not
+//! filterable ([`UNFILTERABLE`]: `text`, `embedding`, ...) are refused, as
+//! are values of the wrong type for a record field (`{"importance": "high"}`)
+//! and unknown operators: a mistake is an error, never an empty result.
 //!
 //! Semantics, shared with the Python reference in the tests: numbers compare
 //! as f64, strings by code point, booleans and null only by equality, and
 //! values of different types are never equal nor ordered. A field with
 //! several values (a metadata list) matches a condition if any value does;
 //! `$ne`, `$nin` and `$not` are the negations of `$eq`, `$in` and their
-//! operand, so they also match records that lack the field.
+//! operand, so they also match records that lack the field. A scope field a
+//! record lacks equals null (`{"agent_id": null}` selects records without
+//! one).
 //!
-//! Evaluation: equality and membership on indexed fields (table, type, scope,
-//! evergreen, metadata) read postings; `$and` starts from its cheapest such
-//! child and `$or` unions its children when all have postings. Only those
-//! candidates are then checked against the columns, so a filter that
+//! Evaluation: equality and membership on indexed fields (id, table, type,
+//! scope, evergreen, metadata) read postings; `$and` starts from its cheapest
+//! such child and `$or` unions its children when all have postings. Only
+//! those candidates are then checked against the columns, so a filter that
 //! selects 1% of the store examines about 1% of it. Filters with no such
 //! handle (a lone range or negation) scan the live slots.
 
@@ -28,15 +40,43 @@ use super::records::{PostingKey, Records, Value, ValueKey, NONE, SCOPE_FIELDS};
 use crate::error::{Error, Result};
 
 /// Filters nested deeper than this are refused.
-const MAX_DEPTH: usize = 32;
+pub const MAX_DEPTH: usize = 32;
+
+/// The record fields a filter reads (every other name is a metadata key).
+pub const RECORD_FIELDS: [&str; 16] = [
+    "id",
+    "table",
+    "type",
+    "agent_id",
+    "user_id",
+    "room_id",
+    "world_id",
+    "session_id",
+    "namespace",
+    "importance",
+    "evergreen",
+    "access_count",
+    "created_at",
+    "updated_at",
+    "last_accessed_at",
+    "metadata.<key>",
+];
+
+/// Record fields no filter reads; naming one is an error rather than a
+/// lookup of a metadata key of that name (write `metadata.<key>` for that).
+pub const UNFILTERABLE: [&str; 5] = ["text", "embedding", "metadata", "unique", "content_hash"];
+
+const FIELD_OPERATORS: &str = "$eq, $ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, $not";
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Field {
+    Id,
     Table,
     Type,
     Scope(u8),
     Importance,
     Evergreen,
+    AccessCount,
     CreatedAt,
     UpdatedAt,
     LastAccessedAt,
@@ -91,6 +131,15 @@ pub struct Selection {
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::invalid(format!("invalid filter: {}", msg.into()))
+}
+
+fn scalar_kind(q: &Scalar) -> &'static str {
+    match q {
+        Scalar::Null => "null",
+        Scalar::Bool(_) => "a boolean",
+        Scalar::Num(_) => "a number",
+        Scalar::Str(..) => "a string",
+    }
 }
 
 fn json_kind(v: &Json) -> &'static str {
@@ -221,28 +270,73 @@ impl Compiler<'_> {
 
     fn field(&self, name: &str) -> Result<Field> {
         Ok(match name {
+            "id" => Field::Id,
             "table" => Field::Table,
             "type" => Field::Type,
             "importance" => Field::Importance,
             "evergreen" => Field::Evergreen,
+            "access_count" => Field::AccessCount,
             "created_at" => Field::CreatedAt,
             "updated_at" => Field::UpdatedAt,
             "last_accessed_at" => Field::LastAccessedAt,
             _ => {
                 if let Some(i) = SCOPE_FIELDS.iter().position(|f| *f == name) {
                     Field::Scope(i as u8)
-                } else if let Some(key) = name.strip_prefix("metadata.") {
-                    if key.is_empty() {
-                        return Err(bad("empty metadata key"));
+                } else if UNFILTERABLE.contains(&name) {
+                    return Err(bad(format!(
+                        "unknown field {name:?}: it cannot be filtered on; the record fields \
+                         are {}, and any other name is a metadata key (write \
+                         \"metadata.{name}\" for a metadata key called {name:?})",
+                        RECORD_FIELDS.join(", ")
+                    )));
+                } else {
+                    let key = name.strip_prefix("metadata.").unwrap_or(name);
+                    if key.is_empty() || key.split('.').any(str::is_empty) {
+                        return Err(bad(format!(
+                            "unknown field {name:?}: a metadata key is non-empty, with no \
+                             empty part between dots"
+                        )));
                     }
                     Field::Meta(self.records.keys.get(key))
-                } else {
-                    return Err(bad(format!(
-                        "unknown field {name:?} (metadata keys are written \"metadata.<key>\")"
-                    )));
                 }
             }
         })
+    }
+
+    /// Refuses a value a record field can never hold, naming what it takes;
+    /// rounds an importance to the f32 it is stored as, so that `0.2` finds
+    /// a record given 0.2 (and `{"$gt": 0.2}` does not).
+    fn typed(&self, field: Field, name: &str, q: Scalar) -> Result<Scalar> {
+        self.check_kind(field, name, &q)?;
+        Ok(match (field, q) {
+            (Field::Importance, Scalar::Num(x)) => Scalar::Num(f64::from(x as f32)),
+            (_, q) => q,
+        })
+    }
+
+    fn check_kind(&self, field: Field, name: &str, q: &Scalar) -> Result<()> {
+        let (ok, takes) = match field {
+            Field::Id | Field::Table | Field::Type => (matches!(q, Scalar::Str(..)), "a string"),
+            Field::Scope(_) => (
+                matches!(q, Scalar::Str(..) | Scalar::Null),
+                "a string (or null for none)",
+            ),
+            Field::Evergreen => (matches!(q, Scalar::Bool(_)), "true or false"),
+            Field::Importance
+            | Field::AccessCount
+            | Field::CreatedAt
+            | Field::UpdatedAt
+            | Field::LastAccessedAt => (matches!(q, Scalar::Num(_)), "a number"),
+            Field::Meta(_) => (true, ""),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(bad(format!(
+                "{name:?} takes {takes}, got {}",
+                scalar_kind(q)
+            )))
+        }
     }
 
     fn scalar(&self, v: &Json, ctx: &str) -> Result<Scalar> {
@@ -276,7 +370,10 @@ impl Compiler<'_> {
             Json::Array(_) => Err(bad(format!(
                 "{name:?}: a list is ambiguous here; use {{\"$in\": [...]}}"
             ))),
-            _ => Ok(Node::Eq(field, self.scalar(v, name)?)),
+            _ => {
+                let q = self.scalar(v, name)?;
+                Ok(Node::Eq(field, self.typed(field, name, q)?))
+            }
         }
     }
 
@@ -300,18 +397,28 @@ impl Compiler<'_> {
                 let Json::Array(items) = arg else {
                     return Err(bad(format!("{ctx} takes a list, got {}", json_kind(arg))));
                 };
-                items.iter().map(|i| self.scalar(i, &ctx)).collect()
+                items
+                    .iter()
+                    .map(|i| self.typed(field, name, self.scalar(i, &ctx)?))
+                    .collect()
             };
+            let one =
+                |arg: &Json| -> Result<Scalar> { self.typed(field, name, self.scalar(arg, &ctx)?) };
             let range = |cmp: Cmp| -> Result<Node> {
                 let s = self.scalar(arg, &ctx)?;
                 if !matches!(s, Scalar::Num(_) | Scalar::Str(..)) {
                     return Err(bad(format!("{ctx} takes a number or a string")));
                 }
-                Ok(Node::Range(field, cmp, s))
+                if matches!(field, Field::Evergreen) {
+                    return Err(bad(format!(
+                        "{ctx}: \"evergreen\" is true or false, not ordered"
+                    )));
+                }
+                Ok(Node::Range(field, cmp, self.typed(field, name, s)?))
             };
             parts.push(match op.as_str() {
-                "$eq" => Node::Eq(field, self.scalar(arg, &ctx)?),
-                "$ne" => Node::Not(Box::new(Node::Eq(field, self.scalar(arg, &ctx)?))),
+                "$eq" => Node::Eq(field, one(arg)?),
+                "$ne" => Node::Not(Box::new(Node::Eq(field, one(arg)?))),
                 "$in" => Node::In(field, list(arg)?),
                 "$nin" => Node::Not(Box::new(Node::In(field, list(arg)?))),
                 "$gt" => range(Cmp::Gt)?,
@@ -330,8 +437,8 @@ impl Compiler<'_> {
                 "$not" => Node::Not(Box::new(self.operators(field, name, arg, depth + 1)?)),
                 other => {
                     return Err(bad(format!(
-                        "unknown operator {other:?} on {name:?} (expected one of $eq, $ne, \
-                         $in, $nin, $gt, $gte, $lt, $lte, $exists, $not)"
+                        "unknown operator {other:?} on {name:?} (expected one of \
+                         {FIELD_OPERATORS})"
                     )))
                 }
             });
@@ -355,17 +462,26 @@ fn any_value(
 ) -> bool {
     let s = slot as usize;
     let single = match field {
-        Field::Table => Value::Str(records.table[s]),
-        Field::Type => Value::Str(records.kind[s]),
-        Field::Scope(i) => {
-            let v = records.scope[i as usize][s];
+        Field::Id => {
+            let v = records.key[s];
             if v == NONE {
                 return false;
             }
             Value::Str(v)
         }
+        Field::Table => Value::Str(records.table[s]),
+        Field::Type => Value::Str(records.kind[s]),
+        Field::Scope(i) => {
+            let v = records.scope[i as usize][s];
+            if v == NONE {
+                // Absent: equal to null, yet not present.
+                return f(&Value::Null);
+            }
+            Value::Str(v)
+        }
         Field::Importance => Value::Num(f64::from(records.importance[s])),
         Field::Evergreen => Value::Bool(records.evergreen[s]),
+        Field::AccessCount => Value::Num(records.access_count(slot) as f64),
         Field::CreatedAt => Value::Num(records.created_at[s]),
         Field::UpdatedAt => Value::Num(records.updated_at[s]),
         Field::LastAccessedAt => Value::Num(records.accessed_at(slot)),
@@ -434,9 +550,11 @@ fn posting_key(field: Field, q: &Scalar) -> Option<Option<PostingKey>> {
         _ => None,
     };
     Some(match field {
+        Field::Id => string(q).flatten().map(PostingKey::Id),
         Field::Table => string(q).flatten().map(PostingKey::Table),
         Field::Type => string(q).flatten().map(PostingKey::Type),
-        Field::Scope(i) => string(q).flatten().map(|id| PostingKey::Scope(i, id)),
+        // Null (no scope value) has no postings: it is found by a scan.
+        Field::Scope(i) => string(q)?.map(|id| PostingKey::Scope(i, id)),
         Field::Evergreen => match q {
             Scalar::Bool(b) => Some(PostingKey::Evergreen(*b)),
             _ => None,
@@ -451,9 +569,11 @@ fn posting_key(field: Field, q: &Scalar) -> Option<Option<PostingKey>> {
             };
             value.map(|v| PostingKey::Meta(key, v))
         }
-        Field::Importance | Field::CreatedAt | Field::UpdatedAt | Field::LastAccessedAt => {
-            return None
-        }
+        Field::Importance
+        | Field::AccessCount
+        | Field::CreatedAt
+        | Field::UpdatedAt
+        | Field::LastAccessedAt => return None,
     })
 }
 
@@ -539,6 +659,7 @@ mod tests {
             r.insert(
                 100 + i as u64,
                 &Attrs {
+                    key: Some(format!("rec-{i}")),
                     table: table.into(),
                     kind: if i % 2 == 0 { "semantic" } else { "episodic" }.into(),
                     scope: [agent.map(String::from), None, None, None, None, None],
@@ -546,7 +667,8 @@ mod tests {
                     evergreen: i == 3,
                     created_at: 1000.0 + i as f64,
                     updated_at: 0.0,
-                    last_accessed_at: 0.0,
+                    last_accessed_at: 2000.0 + i as f64,
+                    access_count: i as u64 * 10,
                     metadata: flatten_metadata(meta).unwrap(),
                 },
             );
@@ -556,6 +678,7 @@ mod tests {
 
     fn store_attrs() -> Attrs {
         Attrs {
+            key: None,
             table: "t".into(),
             kind: "k".into(),
             scope: Default::default(),
@@ -564,6 +687,7 @@ mod tests {
             created_at: 0.0,
             updated_at: 0.0,
             last_accessed_at: 0.0,
+            access_count: 0,
             metadata: Vec::new(),
         }
     }
@@ -664,24 +788,147 @@ mod tests {
     }
 
     #[test]
+    fn record_fields_match_by_hand() {
+        let r = store();
+        // Slots 0..4 hold ids rec-0..rec-3, importance i/4, access_count 10 i,
+        // last_accessed_at 2000 + i; slot 3 has no agent and is evergreen.
+        assert_eq!(sel(&r, r#"{"id": "rec-2"}"#), vec![2]);
+        assert_eq!(sel(&r, r#"{"id": "nobody"}"#), Vec::<u32>::new());
+        assert_eq!(
+            sel(&r, r#"{"id": {"$in": ["rec-1", "rec-3", "x"]}}"#),
+            vec![1, 3]
+        );
+        assert_eq!(
+            sel(&r, r#"{"id": {"$nin": ["rec-1", "rec-3"]}}"#),
+            vec![0, 2]
+        );
+        assert_eq!(sel(&r, r#"{"id": {"$ne": "rec-0"}}"#), vec![1, 2, 3]);
+        assert_eq!(sel(&r, r#"{"id": {"$gte": "rec-2"}}"#), vec![2, 3]);
+        assert_eq!(sel(&r, r#"{"type": "episodic"}"#), vec![1, 3]);
+        assert_eq!(sel(&r, r#"{"importance": {"$gte": 0.5}}"#), vec![2, 3]);
+        assert_eq!(sel(&r, r#"{"importance": 0.25}"#), vec![1]);
+        // Importance is an f32: a query value is rounded to one.
+        let mut r2 = Records::default();
+        r2.insert(
+            1,
+            &Attrs {
+                importance: 0.2,
+                ..store_attrs()
+            },
+        );
+        assert_eq!(sel(&r2, r#"{"importance": 0.2}"#), vec![0]);
+        assert_eq!(
+            sel(&r2, r#"{"importance": {"$gt": 0.2}}"#),
+            Vec::<u32>::new()
+        );
+        assert_eq!(sel(&r2, r#"{"importance": {"$in": [0.1, 0.2]}}"#), vec![0]);
+        assert_eq!(sel(&r, r#"{"evergreen": false}"#), vec![0, 1, 2]);
+        assert_eq!(sel(&r, r#"{"access_count": {"$gt": 10}}"#), vec![2, 3]);
+        assert_eq!(sel(&r, r#"{"access_count": 0}"#), vec![0]);
+        assert_eq!(sel(&r, r#"{"updated_at": {"$lt": 1}}"#), vec![0, 1, 2, 3]);
+        assert_eq!(
+            sel(&r, r#"{"last_accessed_at": {"$lte": 2001}}"#),
+            vec![0, 1]
+        );
+        assert_eq!(
+            sel(&r, r#"{"created_at": {"$in": [1000, 1003]}}"#),
+            vec![0, 3]
+        );
+        // A scope field a record lacks equals null.
+        assert_eq!(sel(&r, r#"{"agent_id": null}"#), vec![3]);
+        assert_eq!(sel(&r, r#"{"agent_id": {"$in": [null, "b"]}}"#), vec![1, 3]);
+        assert_eq!(sel(&r, r#"{"agent_id": {"$exists": true}}"#), vec![0, 1, 2]);
+        for field in ["user_id", "room_id", "world_id", "session_id", "namespace"] {
+            assert_eq!(
+                sel(&r, &format!(r#"{{"{field}": null}}"#)),
+                vec![0, 1, 2, 3]
+            );
+            assert_eq!(
+                sel(&r, &format!(r#"{{"{field}": "a"}}"#)),
+                Vec::<u32>::new()
+            );
+        }
+        // Mine or shared.
+        assert_eq!(
+            sel(
+                &r,
+                r#"{"$or": [{"agent_id": "b"}, {"flag": true}, {"evergreen": true}]}"#
+            ),
+            vec![1, 3]
+        );
+        // Bare names and metadata.<name> are both metadata keys.
+        assert_eq!(sel(&r, r#"{"source": "telegram"}"#), vec![0]);
+        assert_eq!(sel(&r, r#"{"nested.k": null}"#), vec![2]);
+        assert_eq!(
+            sel(&r, r#"{"n": {"$gt": 1}}"#),
+            sel(&r, r#"{"metadata.n": {"$gt": 1}}"#)
+        );
+    }
+
+    #[test]
+    fn id_lookups_use_the_id_map() {
+        let mut r = store();
+        let f = Filter::parse(
+            r#"{"id": {"$in": ["rec-1", "rec-2"]}, "n": {"$exists": true}}"#,
+            &r,
+        )
+        .unwrap();
+        let s = f.select(&r);
+        assert_eq!((s.slots, s.examined), (vec![1, 2], 2));
+        // Replacing and removing keep the map in step.
+        r.insert(
+            101,
+            &Attrs {
+                key: Some("renamed".into()),
+                ..store_attrs()
+            },
+        );
+        assert_eq!(sel(&r, r#"{"id": "rec-1"}"#), Vec::<u32>::new());
+        assert_eq!(sel(&r, r#"{"id": "renamed"}"#), vec![1]);
+        assert!(r.remove(101));
+        assert_eq!(sel(&r, r#"{"id": "renamed"}"#), Vec::<u32>::new());
+    }
+
+    #[test]
     fn bad_filters_are_named() {
         let r = store();
         for (json, needle) in [
-            (r#"{"metadata.x": {"$regex": "a"}}"#, "$regex"),
+            (r#"{"x": {"$regex": "a"}}"#, "$regex"),
+            (r#"{"x": {"$regex": "a"}}"#, "$nin"),
             (r#"{"$nor": []}"#, "$nor"),
             (r#"{"$and": []}"#, "non-empty"),
             (r#"{"$and": {}}"#, "list"),
-            (r#"{"metadata.x": {"$in": 3}}"#, "list"),
-            (r#"{"metadata.x": {"$gt": true}}"#, "number or a string"),
-            (r#"{"metadata.x": {"$exists": 1}}"#, "true or false"),
-            (r#"{"metadata.x": [1]}"#, "$in"),
-            (r#"{"metadata.x": {"a": 1}}"#, "dotted"),
-            (r#"{"colour": 1}"#, "unknown field"),
+            (r#"{"x": {"$in": 3}}"#, "list"),
+            (r#"{"x": {"$gt": true}}"#, "number or a string"),
+            (r#"{"x": {"$exists": 1}}"#, "true or false"),
+            (r#"{"x": [1]}"#, "$in"),
+            (r#"{"x": {"a": 1}}"#, "dotted"),
+            (r#"{"text": "a"}"#, "unknown field \"text\""),
+            (r#"{"text": "a"}"#, "access_count"),
+            (r#"{"embedding": {"$exists": true}}"#, "metadata.embedding"),
+            (r#"{"metadata": {"$exists": true}}"#, "unknown field"),
+            (r#"{"metadata.": 1}"#, "unknown field"),
+            (r#"{"a..b": 1}"#, "empty part"),
+            (r#"{"": 1}"#, "unknown field"),
+            (
+                r#"{"importance": "high"}"#,
+                "\"importance\" takes a number, got a string",
+            ),
+            (r#"{"access_count": {"$gte": "1"}}"#, "takes a number"),
+            (r#"{"created_at": {"$in": [1, null]}}"#, "takes a number"),
+            (r#"{"id": 3}"#, "\"id\" takes a string"),
+            (r#"{"table": {"$in": ["a", 1]}}"#, "takes a string"),
+            (r#"{"agent_id": 1}"#, "a string (or null"),
+            (r#"{"evergreen": 1}"#, "true or false"),
+            (r#"{"evergreen": {"$gt": false}}"#, "number or a string"),
             (r#"[1]"#, "object"),
             (r#"{"#, "JSON"),
         ] {
             let err = Filter::parse(json, &r).unwrap_err().to_string();
             assert!(err.contains(needle), "{json}: {err}");
         }
+        let deep = format!(r#"{}{{}}{}"#, r#"{"$not": "#.repeat(40), "}".repeat(40));
+        let err = Filter::parse(&deep, &r).unwrap_err().to_string();
+        assert!(err.contains("levels deep"), "{err}");
     }
 }

@@ -19,9 +19,11 @@ pub mod records;
 mod search;
 mod snapshot;
 
-pub use filter::{Filter, Selection};
+pub use filter::{Filter, Selection, MAX_DEPTH as MAX_FILTER_DEPTH};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
 pub use search::{Hits, Mode, SearchRequest, Signals};
+/// The value a filter is given as (the PyO3 layer builds it from a dict).
+pub use serde_json::{Map as JsonMap, Number as JsonNumber, Value as JsonValue};
 
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
@@ -136,6 +138,11 @@ impl Engine {
 
     pub fn parse_filter(&self, json: &str) -> Result<Filter> {
         Filter::parse(json, &self.records)
+    }
+
+    /// Validates and compiles a filter given as a JSON value.
+    pub fn compile_filter(&self, value: &JsonValue) -> Result<Filter> {
+        Filter::from_json(value, &self.records)
     }
 
     pub fn select(&self, filter: &Filter) -> Selection {
@@ -336,11 +343,12 @@ impl Engine {
         Ok(self.pending.len())
     }
 
-    /// Records an access of `ids` at `now` (unknown ids are skipped).
+    /// Records an access of `ids` at `now`: sets their `last_accessed_at` and
+    /// counts one more access (unknown ids are skipped).
     pub fn touch(&self, ids: &[u64], now: f64) {
         for &id in ids {
             if let Some(slot) = self.records.slot(id) {
-                self.records.set_accessed_at(slot, now);
+                self.records.record_access(slot, now);
             }
         }
     }

@@ -75,6 +75,9 @@ pub enum PostingKey {
     Scope(u8, u32),
     Evergreen(bool),
     Meta(u32, ValueKey),
+    /// A record's public id (interned); looked up in [`Records::by_key`]
+    /// rather than in the postings, since each names one slot.
+    Id(u32),
 }
 
 #[derive(Default, Clone, Debug)]
@@ -128,6 +131,9 @@ pub enum RawValue {
 /// The attributes of one record, as a caller gives them.
 #[derive(Clone, Debug)]
 pub struct Attrs {
+    /// The record's public id (the database's `id` string), if the caller
+    /// gives it; filters on `id` read it.
+    pub key: Option<String>,
     pub table: String,
     pub kind: String,
     pub scope: [Option<String>; 6],
@@ -136,6 +142,7 @@ pub struct Attrs {
     pub created_at: f64,
     pub updated_at: f64,
     pub last_accessed_at: f64,
+    pub access_count: u64,
     /// Flattened metadata: (dotted key, value) pairs.
     pub metadata: Vec<(String, RawValue)>,
 }
@@ -225,6 +232,8 @@ pub struct Records {
     pub(crate) strings: Interner,
     pub(crate) keys: Interner,
     pub(crate) ids: Vec<u64>,
+    /// Per slot: the interned public id, or [`NONE`].
+    pub(crate) key: Vec<u32>,
     pub(crate) live: Vec<bool>,
     pub(crate) slots: IdMap<u32>,
     pub(crate) free: Vec<u32>,
@@ -237,10 +246,14 @@ pub struct Records {
     pub(crate) updated_at: Vec<f64>,
     /// f64 bits; atomic so that a search under a read lock can record an access.
     pub(crate) accessed_at: Vec<AtomicU64>,
+    /// Accesses recorded; atomic for the same reason.
+    pub(crate) access_count: Vec<AtomicU64>,
     /// Per slot: (key id, value), sorted by key id.
     pub(crate) meta: Vec<Vec<(u32, Value)>>,
     /// Sorted slots per indexed (field, value).
     pub(crate) postings: FxHashMap<PostingKey, Vec<u32>>,
+    /// Interned public id to its slot.
+    pub(crate) by_key: FxHashMap<u32, u32>,
 }
 
 impl Records {
@@ -281,6 +294,16 @@ impl Records {
         self.accessed_at[slot as usize].store(t.to_bits(), Ordering::Relaxed);
     }
 
+    pub fn access_count(&self, slot: u32) -> u64 {
+        self.access_count[slot as usize].load(Ordering::Relaxed)
+    }
+
+    /// Records one access of `slot` at `t`.
+    pub fn record_access(&self, slot: u32, t: f64) {
+        self.set_accessed_at(slot, t);
+        self.access_count[slot as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Live slots in increasing order.
     pub fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
         self.live
@@ -291,7 +314,10 @@ impl Records {
     }
 
     pub fn postings(&self, key: &PostingKey) -> &[u32] {
-        self.postings.get(key).map_or(&[], |v| v)
+        match key {
+            PostingKey::Id(k) => self.by_key.get(k).map_or(&[], std::slice::from_ref),
+            _ => self.postings.get(key).map_or(&[], |v| v),
+        }
     }
 
     /// The posting keys of a slot, as [`insert`](Self::insert) made them.
@@ -318,6 +344,10 @@ impl Records {
     }
 
     fn unpost(&mut self, slot: u32) {
+        let k = self.key[slot as usize];
+        if k != NONE && self.by_key.get(&k) == Some(&slot) {
+            self.by_key.remove(&k);
+        }
         for key in self.keys_of(slot) {
             if let Some(list) = self.postings.get_mut(&key) {
                 if let Ok(i) = list.binary_search(&slot) {
@@ -331,6 +361,10 @@ impl Records {
     }
 
     fn post(&mut self, slot: u32) {
+        let k = self.key[slot as usize];
+        if k != NONE {
+            self.by_key.insert(k, slot);
+        }
         for key in self.keys_of(slot) {
             let list = self.postings.entry(key).or_default();
             // Fresh slots are the largest, so bulk adds append.
@@ -348,6 +382,7 @@ impl Records {
     fn push_slot(&mut self) -> u32 {
         let slot = self.ids.len() as u32;
         self.ids.push(0);
+        self.key.push(NONE);
         self.live.push(false);
         self.table.push(0);
         self.kind.push(0);
@@ -359,6 +394,7 @@ impl Records {
         self.created_at.push(0.0);
         self.updated_at.push(0.0);
         self.accessed_at.push(AtomicU64::new(0));
+        self.access_count.push(AtomicU64::new(0));
         self.meta.push(Vec::new());
         slot
     }
@@ -381,6 +417,7 @@ impl Records {
         };
         let s = slot as usize;
         self.ids[s] = id;
+        self.key[s] = a.key.as_deref().map_or(NONE, |k| self.strings.intern(k));
         self.live[s] = true;
         self.table[s] = self.strings.intern(&a.table);
         self.kind[s] = self.strings.intern(&a.kind);
@@ -392,6 +429,7 @@ impl Records {
         self.created_at[s] = a.created_at;
         self.updated_at[s] = a.updated_at;
         self.set_accessed_at(slot, a.last_accessed_at);
+        self.access_count[s].store(a.access_count, Ordering::Relaxed);
         let mut meta: Vec<(u32, Value)> = a
             .metadata
             .iter()
@@ -430,6 +468,7 @@ impl Records {
     pub(crate) fn rebuild_index(&mut self) -> std::result::Result<(), u64> {
         self.slots = IdMap::default();
         self.postings = FxHashMap::default();
+        self.by_key = FxHashMap::default();
         for slot in 0..self.ids.len() as u32 {
             if self.live[slot as usize] {
                 if self.slots.insert(self.ids[slot as usize], slot).is_some() {
@@ -456,6 +495,7 @@ mod tests {
 
     fn attrs(table: &str, agent: Option<&str>, meta: &str) -> Attrs {
         Attrs {
+            key: None,
             table: table.into(),
             kind: "semantic".into(),
             scope: [agent.map(String::from), None, None, None, None, None],
@@ -464,6 +504,7 @@ mod tests {
             created_at: 1.0,
             updated_at: 1.0,
             last_accessed_at: 1.0,
+            access_count: 0,
             metadata: flatten_metadata(meta).unwrap(),
         }
     }

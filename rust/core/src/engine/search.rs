@@ -283,7 +283,7 @@ impl Engine {
         if req.touch {
             for (id, _) in &scored {
                 if let Some(slot) = r.slot(*id) {
-                    r.set_accessed_at(slot, req.now);
+                    r.record_access(slot, req.now);
                 }
             }
         }

@@ -6,13 +6,16 @@
 //! deleted after the rename. `seq` is the caller's change sequence number
 //! that the snapshot reflects, so the caller knows what to replay.
 //!
-//! `records.bin`, version 1: `seq: u64, dim: u64 (0 = none)`, the value and
+//! `records.bin`, version 2: `seq: u64, dim: u64 (0 = none)`, the value and
 //! key interners (`count: u64` then `str` each), `slots: u64`, then per
-//! column `ids: u64s, live: bytes, table: u32s, type: u32s, 6 × scope: u32s,
-//! importance: f32s, evergreen: bytes`, `created_at, updated_at,
+//! column `ids: u64s, keys: u32s (interned public ids, u32::MAX = none),
+//! live: bytes, table: u32s, type: u32s, 6 × scope: u32s, importance: f32s,
+//! evergreen: bytes, access_count: u64s`, `created_at, updated_at,
 //! last_accessed_at` (`slots` f64 each), per slot its metadata (`count: u64`,
 //! then `key: u32, tag: u8` and a payload by tag), `free: u32s`, and the
 //! parked vectors (`ids: u64s, data: f32s`). Postings are rebuilt on load.
+//! Version 1 (without public ids and access counts) is refused, so the
+//! caller rebuilds the engine from its database.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -28,7 +31,7 @@ use crate::hnsw::Hnsw;
 use crate::persist::{self, corrupt, Kind};
 
 const KIND: Kind = Kind(*b"MREC");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 
@@ -113,7 +116,13 @@ impl Engine {
             return Err(Error::NotFound(root.to_path_buf()));
         };
         let records_path = dir.join("records.bin");
-        let (_, payload) = persist::load(&records_path, KIND, VERSION)?;
+        let (version, payload) = persist::load(&records_path, KIND, VERSION)?;
+        if version < VERSION {
+            return Err(corrupt(
+                &records_path,
+                format!("version {version} predates filters on ids and access counts"),
+            ));
+        }
         let mut r = Reader::new(&payload);
         let head = (|| -> DecodeResult<(u64, u64)> { Ok((r.u64()?, r.u64()?)) })()
             .map_err(|DecodeError(m)| corrupt(&records_path, m))?;
@@ -177,6 +186,7 @@ impl Engine {
         }
         w.u64(n as u64);
         w.u64s(&r.ids);
+        w.u32s(&r.key);
         w.bytes(&r.live.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
         w.u32s(&r.table);
         w.u32s(&r.kind);
@@ -185,6 +195,7 @@ impl Engine {
         }
         w.f32s(&r.importance);
         w.bytes(&r.evergreen.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
+        w.u64s(&(0..n as u32).map(|s| r.access_count(s)).collect::<Vec<_>>());
         for s in 0..n {
             w.f64(r.created_at[s]);
         }
@@ -260,6 +271,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
     let keys = interner(r)?;
     let n = usize::try_from(r.u64()?).map_err(|_| err("slot count too large"))?;
     let ids = sized(r.u64s()?, n, "ids")?;
+    let key = sized(r.u32s()?, n, "keys")?;
     let live = bools(r, n, "live")?;
     let table = sized(r.u32s()?, n, "table")?;
     let kind = sized(r.u32s()?, n, "type")?;
@@ -269,6 +281,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
     }
     let importance = sized(r.f32s()?, n, "importance")?;
     let evergreen = bools(r, n, "evergreen")?;
+    let access_count = sized(r.u64s()?, n, "access_count")?;
     let mut times: [Vec<f64>; 3] = Default::default();
     for col in &mut times {
         for _ in 0..n {
@@ -317,8 +330,8 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
             continue;
         }
         let in_range = |v: u32| v < n_strings;
-        if !in_range(table[s]) || !in_range(kind[s]) {
-            return Err(err("table or type out of range"));
+        if !in_range(table[s]) || !in_range(kind[s]) || (key[s] != NONE && !in_range(key[s])) {
+            return Err(err("table, type or id out of range"));
         }
         if scope.iter().any(|c| c[s] != NONE && !in_range(c[s])) {
             return Err(err("scope value out of range"));
@@ -342,6 +355,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         strings,
         keys,
         ids,
+        key,
         live,
         free,
         table,
@@ -355,6 +369,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
             .into_iter()
             .map(|t| AtomicU64::new(t.to_bits()))
             .collect(),
+        access_count: access_count.into_iter().map(AtomicU64::new).collect(),
         meta,
         ..Records::default()
     };

@@ -6,6 +6,7 @@ const HOUR: f64 = 3600.0;
 
 fn attrs(agent: &str, importance: f32, accessed: f64, evergreen: bool) -> Attrs {
     Attrs {
+        key: Some(format!("{agent}-{importance}")),
         table: "memories".into(),
         kind: "semantic".into(),
         scope: [Some(agent.into()), None, None, None, None, None],
@@ -14,6 +15,7 @@ fn attrs(agent: &str, importance: f32, accessed: f64, evergreen: bool) -> Attrs 
         created_at: accessed,
         updated_at: accessed,
         last_accessed_at: accessed,
+        access_count: 0,
         metadata: flatten_metadata(&format!(r#"{{"agent": "{agent}"}}"#)).unwrap(),
     }
 }
@@ -193,6 +195,12 @@ fn filters_thresholds_and_touch() {
     e.search(&r).unwrap();
     let slot = e.records.slot(1).unwrap();
     assert_eq!(e.records.accessed_at(slot), r.now);
+    assert_eq!(e.records.access_count(slot), 1);
+    e.touch(&[1, 3, 99], r.now + 1.0);
+    let f = e.parse_filter(r#"{"access_count": {"$gte": 1}}"#).unwrap();
+    assert_eq!(e.ids_where(Some(&f), Order::CreatedAsc, 0, 10), vec![3, 1]);
+    let f = e.parse_filter(r#"{"access_count": 2}"#).unwrap();
+    assert_eq!(e.ids_where(Some(&f), Order::CreatedAsc, 0, 10), vec![1]);
 }
 
 #[test]
@@ -309,13 +317,23 @@ fn snapshot_round_trip_and_damage() {
     assert_eq!(a.scores, b.scores);
     let f = l.parse_filter(r#"{"metadata.agent": "b"}"#).unwrap();
     assert_eq!(l.count(Some(&f)), 1);
+    // Public ids and access counts come back too.
+    e.touch(&[3], 1.0);
+    e.save(&dir, 9).unwrap();
+    let (l, _) = Engine::load(&dir).unwrap();
+    let f = l
+        .parse_filter(r#"{"id": {"$in": ["b-0.1", "a-0.9"]}, "access_count": 1}"#)
+        .unwrap();
+    assert_eq!(l.ids_where(Some(&f), Order::CreatedAsc, 0, 10), vec![3]);
+    let f = l.parse_filter(r#"{"id": {"$nin": ["b-0.1"]}}"#).unwrap();
+    assert_eq!(l.ids_where(Some(&f), Order::CreatedAsc, 0, 10), vec![1]);
 
     // A newer snapshot replaces the older.
-    e.save(&dir, 8).unwrap();
-    assert_eq!(Engine::load(&dir).unwrap().1, 8);
-    assert!(!dir.join(format!("snapshot-{:020}", 7)).exists());
+    e.save(&dir, 10).unwrap();
+    assert_eq!(Engine::load(&dir).unwrap().1, 10);
+    assert!(!dir.join(format!("snapshot-{:020}", 9)).exists());
 
-    let rec = dir.join(format!("snapshot-{:020}", 8)).join("records.bin");
+    let rec = dir.join(format!("snapshot-{:020}", 10)).join("records.bin");
     let mut bytes = std::fs::read(&rec).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xFF;
