@@ -97,6 +97,53 @@ def test_batch_agrees_with_single(embedder: OnnxEmbedder) -> None:
     np.testing.assert_allclose(twice[0], twice[2], atol=1e-6)
 
 
+QUESTIONS = [
+    "What did the user say about dark mode last week?",
+    "Which database does the team deploy to production on Fridays?",
+    "0-dimensional biomaterials show inductive properties.",
+    "how do i reset my password",
+]
+
+
+def test_single_text_path_equals_batch_path(embedder: OnnxEmbedder) -> None:
+    # One text (embed, or embed_batch of one as Memory.search does) skips the batch
+    # path's sort and padding: its vector must be the batch path's for that text.
+    for text in [*MIXED, *QUESTIONS]:
+        batch_path, truncated = embedder._embed_many([text])
+        assert truncated == ()
+        np.testing.assert_allclose(embedder.embed(text), batch_path[0], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(embedder.embed_batch([text]), batch_path, rtol=0, atol=1e-6)
+    # And it agrees with the text's row in a padded batch of several.
+    texts = [*MIXED, *QUESTIONS]
+    together = embedder.embed_batch(texts)
+    single = np.stack([embedder.embed(text) for text in texts])
+    np.testing.assert_allclose(single, together, rtol=0, atol=1e-5)
+
+
+def test_one_text_skips_the_batch_path(
+    embedder: OnnxEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = embedder.embed("hello there")
+
+    def batch_path(texts: list[str]) -> object:
+        raise AssertionError("one text went through the batch path")
+
+    monkeypatch.setattr(embedder, "_embed_many", batch_path)
+    np.testing.assert_array_equal(embedder.embed("hello there"), expected)
+    np.testing.assert_array_equal(embedder.embed_batch(["hello there"])[0], expected)
+
+
+def test_single_text_path_reports_like_the_batch_path(embedder: OnnxEmbedder) -> None:
+    over = "word " * 255
+    vectors, truncated = embedder.embed_batch([over], return_truncated=True)
+    assert truncated == (0,)
+    np.testing.assert_allclose(vectors, embedder._embed_many([over])[0], rtol=0, atol=1e-6)
+    with pytest.raises(InvalidArgumentError, match=r"texts\[0\] has no tokens"):
+        embedder.embed("\u200b\u00ad")
+    with pytest.raises(InvalidArgumentError, match=r"texts\[0\] has no tokens"):
+        embedder.embed_batch(["\u200b"])
+
+
 def test_batches_respect_count_and_token_budget() -> None:
     def cut(lengths: list[int], batch_size: int, tokens: int) -> list[tuple[int, int]]:
         return [(b.start, b.stop) for b in _onnx._batches(lengths, batch_size, tokens)]
@@ -206,6 +253,31 @@ def test_threads_share_one_embedder(embedder: OnnxEmbedder) -> None:
     assert len(results) == 12
     for got in results:
         np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_threads_share_the_single_text_path(embedder: OnnxEmbedder) -> None:
+    texts = [*MIXED, *QUESTIONS]
+    expected = {text: embedder.embed(text) for text in texts}
+    results: list[tuple[str, np.ndarray]] = []
+    errors: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for i in range(2 * len(texts)):
+                text = texts[(i + offset) % len(texts)]
+                results.append((text, embedder.embed(text)))
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 8 * len(texts)
+    for text, got in results:
+        np.testing.assert_allclose(got, expected[text], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(

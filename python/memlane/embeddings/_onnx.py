@@ -11,6 +11,12 @@ A call tokenizes every text at once, sorts the texts by token count and runs
 the model on batches padded only to their own longest text, so short texts do
 not pay for long ones. Each vector is the mean of the token states under the
 attention mask, L2-normalised.
+
+One text alone (``embed``, or ``embed_batch`` of one text, as ``Memory.search``
+embeds a question) takes a shorter path to the same session: ``encode`` rather
+than ``encode_batch``, no sort, no padding, constant mask and token-type rows.
+The session itself is set for both: see :func:`_load_session` and
+``benches/bench_query_embed.py``.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ _BATCH_TOKENS = 4096
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _OUTPUT = "last_hidden_state"
+_OUTPUTS = [_OUTPUT]
 
 
 def _package_file(package: str, relative: str, install: str) -> Path:
@@ -128,12 +135,15 @@ class OnnxEmbedder:
         batch_size: texts per model run at most; long texts go in smaller runs
             (4096 padded tokens at most) to bound memory.
         threads: onnxruntime intra-op threads; by default one per available core.
+            On a machine whose cores are busy with other work, ``threads=1``
+            embeds a single short text faster (and with less CPU) than the default.
 
     The model and tokenizer are loaded here, not on first use: a missing package
     or a damaged file fails where the embedder is configured, and the first
     ``embed`` pays no hidden start-up cost (about 0.2 s). One instance may be
-    shared by any number of threads: nothing changes after construction, and
-    onnxruntime sessions and tokenizers allow concurrent calls.
+    shared by any number of threads: nothing changes after construction (the
+    rows kept for single texts are read-only), and onnxruntime sessions and
+    tokenizers allow concurrent calls.
 
     Raises:
         EmbedderUnavailableError: a package or file is missing, the model's
@@ -176,6 +186,12 @@ class OnnxEmbedder:
 
         self._session = _load_session(model, self._threads)
         self._tokenizer = _load_tokenizer(tokenizer, self._max_length)
+        # A single text's mask and token types, sliced to its length: never written,
+        # so every thread may feed them at once.
+        self._ones = np.ones((1, self._max_length), dtype=np.int64)
+        self._zeros = np.zeros((1, self._max_length), dtype=np.int64)
+        self._ones.flags.writeable = False
+        self._zeros.flags.writeable = False
         post = self._tokenizer.post_processor
         self._special_tokens = 0 if post is None else int(post.num_special_tokens_to_add(False))
         self._dimension = int(self._session.get_outputs()[0].shape[-1])
@@ -251,6 +267,12 @@ class OnnxEmbedder:
         return vectors
 
     def _embed(self, texts: list[str]) -> tuple[FloatArray, tuple[int, ...]]:
+        if len(texts) == 1:
+            return self._embed_one(texts[0])
+        return self._embed_many(texts)
+
+    def _embed_many(self, texts: list[str]) -> tuple[FloatArray, tuple[int, ...]]:
+        """Any number of texts: sorted by token count, run in batches padded per batch."""
         out = np.empty((len(texts), self._dimension), dtype=np.float32)
         if not texts:
             return out, ()
@@ -272,6 +294,24 @@ class OnnxEmbedder:
             out[rows] = self._run([encodings[i].ids for i in rows], lengths[rows])
         return out, truncated
 
+    def _embed_one(self, text: str) -> tuple[FloatArray, tuple[int, ...]]:
+        """One text's vector, shape ``(1, 384)``: the feeds of a batch of one (which
+        has no padding), without the batch path's sorting and slicing."""
+        encoding = self._tokenizer.encode(text)
+        ids = encoding.ids
+        width = len(ids)
+        if width <= self._special_tokens:
+            raise InvalidArgumentError(
+                f"texts[0] has no tokens the model can read (only invisible or control "
+                f"characters): {text!r}"
+            )
+        input_ids = np.array(ids, dtype=np.int64).reshape(1, width)
+        mask = self._ones[:, :width]
+        feeds = {_INPUTS[0]: input_ids, _INPUTS[1]: mask, _INPUTS[2]: self._zeros[:, :width]}
+        (hidden,) = self._session.run(_OUTPUTS, feeds)
+        vectors = _mean_pool_normalised(np.asarray(hidden, dtype=np.float32), mask)
+        return vectors, (0,) if encoding.overflowing else ()
+
     def _run(self, ids: list[list[int]], lengths: npt.NDArray[np.intp]) -> FloatArray:
         """Vectors of one batch, padded to its own longest text."""
         width = int(lengths.max())
@@ -280,7 +320,7 @@ class OnnxEmbedder:
             input_ids[row, : len(token_ids)] = token_ids
         mask = (np.arange(width) < lengths[:, None]).astype(np.int64)
         feeds = dict(zip(_INPUTS, (input_ids, mask, np.zeros_like(input_ids)), strict=True))
-        (hidden,) = self._session.run([_OUTPUT], feeds)
+        (hidden,) = self._session.run(_OUTPUTS, feeds)
         return _mean_pool_normalised(np.asarray(hidden, dtype=np.float32), mask)
 
 
@@ -342,6 +382,15 @@ def _load_session(model: Path, threads: int) -> Any:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    # onnxruntime's default spinning stays: pool threads spin between a run's steps
+    # and for about 40 ms after it (some 45 ms of CPU per query). For one short text
+    # on 2 idle cores (benches/bench_query_embed.py) each alternative was slower:
+    # one thread 1.45-1.55x back to back (1.15-1.4x after 100 ms of quiet), no
+    # spinning 1.15-1.25x (1.25-1.5x), and "session.force_spinning_stop" as fast
+    # back to back but 1.4-1.9x after 50 ms or more of quiet; an arena or
+    # "session.dynamic_block_base" gained nothing beyond noise. On cores busy with
+    # other work the spinning costs instead: one thread is then about 1.6x faster.
+
     # The arena keeps the largest run's memory for the life of the session (2.8 GB
     # after one batch of 256-token texts); memlane lives in other people's processes.
     options.enable_cpu_mem_arena = False
