@@ -6,9 +6,9 @@ today (the last a day or more ago), about 15,000 ``user`` / ``assistant`` turns,
 chit-chat in which the users' own people, places and things recur. Early sessions
 state personal facts ("My sister Ana lives in Porto."); some change later ("Ana moved
 to Lisbon last week."). 200 paraphrased questions ("Which city is my sister based in
-these days?") are asked *now*, each with the id of the turn that answers it: for a changed fact, the turn stating
-the change. The turns are a function of ``--seed``; their dates move with the day of
-the run, so the figures repeat from day to day.
+these days?") are asked *now*, each with the id of the turn that answers it: for a
+changed fact, the turn stating the change. The turns are a function of ``--seed``;
+their dates move with the day of the run, so the figures repeat from day to day.
 
 Every turn is stored with ``Memory.add_many`` (default embedder, ``type="episodic"``,
 ``room_id`` = the user, ``created_at`` = when it was said), then each question is
