@@ -45,6 +45,7 @@ from memlane.errors import (
     EmbedderMismatchError,
     InvalidArgumentError,
     MemlaneError,
+    StorageError,
     UnknownIdError,
 )
 from memlane.knowledge.api import KnowledgeMixin
@@ -249,8 +250,12 @@ def _maintain(ref: weakref.ref[Memory], wake: threading.Event) -> None:
         if memory is None or memory._closing:
             return
         try:
+            if memory._vanished():
+                return
             memory._maintenance()
         except Exception as e:  # keep serving; the next wake-up retries
+            if memory._vanished():
+                return
             _background_failed(memory, "background maintenance", e)
         del memory
 
@@ -275,6 +280,8 @@ def _close_all() -> None:
     for memory in list(_OPEN):
         with contextlib.suppress(Exception):
             memory.close()
+        with contextlib.suppress(Exception):
+            memory._finalizer()  # released even if close failed (a no-op after close)
 
 
 def _follow(ref: weakref.ref[Memory]) -> None:
@@ -363,6 +370,7 @@ class Memory(KnowledgeMixin):
         cache_dir: str | Path | None = None,
     ) -> None:
         self._closing = True  # until fully open, so __del__/close do nothing
+        self._gone: str | None = None  # why the store is unusable (its folder vanished)
         scope = dict(default_scope or {})
         _scope_kwargs(scope)
         for f, v in scope.items():
@@ -443,6 +451,9 @@ class Memory(KnowledgeMixin):
         self._thread.start()
         _OPEN.add(self)
         self._finalizer = weakref.finalize(self, _release, self._lock, self._db, self._wake)
+        # At exit _close_all closes the store after its thread stopped; the finalizer's own
+        # exit hook would run first and close the database under a running thread.
+        self._finalizer.atexit = False
         if self._db.shared:
             self._db.follow(functools.partial(_follow, weakref.ref(self)))
         if self._engine.pending():
@@ -854,6 +865,24 @@ class Memory(KnowledgeMixin):
     def _check_open(self) -> None:
         if self._closing:
             raise MemlaneError("this Memory is closed")
+        if self._gone is not None:
+            raise StorageError(self._gone)
+
+    def _vanished(self) -> bool:
+        """Whether the store's folder was deleted under it (then warns, once, and every
+        later call raises :class:`~memlane.errors.StorageError`)."""
+        if self._gone is not None:
+            return True
+        if self.path is None or self.path.is_dir():
+            return False
+        self._gone = f"the store folder {self.path} is gone (deleted while the store was open)"
+        warnings.warn(
+            f"memlane: {self._gone}; background maintenance stopped, and every later call "
+            "raises StorageError",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return True
 
     def _validate(self, item: Mapping[str, Any], now: float, importing: bool = False) -> _New:
         # Runs once per record of a bulk add: the common cases take fast paths
@@ -1403,6 +1432,23 @@ class Memory(KnowledgeMixin):
             self._delete_rowids([row[0]])
             self._window.forget(record_id)
 
+    def _delete_ids(self, ids: Sequence[str]) -> set[str]:
+        """Deletes the records of ``ids`` that exist, all in one transaction (one change);
+        returns the ids deleted."""
+        self._check_open()
+        with self._write:
+            self._check_open()
+            found: dict[int, str] = {}
+            for record_id in dict.fromkeys(ids):
+                row = self._db.row_by_id(record_id)
+                if row is not None:
+                    found[int(row[0])] = record_id
+            if found:
+                self._delete_rowids(builtins.list(found))
+            for record_id in found.values():
+                self._window.forget(record_id)
+        return set(found.values())
+
     def _delete_rowids(self, rowids: list[int]) -> None:
         with self._db.transaction() as conn:
             seq = self._db.next_seq(conn)
@@ -1800,9 +1846,13 @@ class Memory(KnowledgeMixin):
         with self._write:
             self._closing = True
         self._wake.set()
-        self._thread.join()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
         if self._pool is not None:
             self._pool.shutdown()
+        if self._gone is not None:  # nothing left to flush into
+            self._finalizer()
+            return
         if self._access:
             self._flush_access_now()
         if self._index_dir is not None:
