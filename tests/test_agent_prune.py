@@ -63,3 +63,26 @@ def test_prune_pages(mem):
     old = time.time() - 10 * DAY
     mem.add_many([{"text": f"note {i}", "created_at": old} for i in range(1200)])
     assert len(mem.prune(max_age_days=1)) == 1200 and len(mem) == 0
+
+
+def test_prune_deletes_in_one_transaction(make_store, word_embedder):
+    """N prunable records go in one change (one commit), on both backends, and stay gone."""
+    mem = make_store("prune", word_embedder)
+    old = time.time() - 40 * DAY
+    doomed = mem.add_many([{"text": f"old note {i}", "created_at": old} for i in range(25)])
+    kept = mem.add("fresh note")
+    for _ in range(2):  # pending access counts ride in that same transaction
+        mem.search("old note", 5, mode="text")
+    before = mem._db.seq()
+    removed = mem.prune(max_age_days=30)
+    assert mem._db.seq() == before + 1
+    assert {r.id for r in removed} == {r.id for r in doomed}
+    assert len(mem) == 1 and kept.id in mem
+    mem.close()
+    again = make_store("prune", word_embedder)
+    try:
+        assert len(again) == 1 and kept.id in again
+        assert all(r.id not in again for r in doomed)
+        assert again.search("old note", 5, mode="text")[0].record.id == kept.id
+    finally:
+        again.close()

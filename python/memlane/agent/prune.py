@@ -6,7 +6,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -87,11 +87,6 @@ def prune(
         if len(page) < _PAGE:
             break
         offset += _PAGE
-    removed = []
-    for rec in doomed:
-        try:
-            mem.delete(rec.id)
-        except UnknownIdError:  # deleted meanwhile
-            continue
-        removed.append(rec)
-    return removed
+    # One transaction (one change, one commit) for them all; those deleted meanwhile are skipped.
+    deleted = mem._delete_ids([rec.id for rec in doomed]) if doomed else set()
+    return [rec for rec in doomed if rec.id in deleted]
