@@ -51,6 +51,13 @@ impl PyEngine {
     }
 
     /// Runs `f` under the write lock and refreshes the parked count.
+    /// Reads the engine without the GIL: a read waits while the background
+    /// pass links the graph under the write lock, and holding the GIL through
+    /// that wait would stop every Python thread.
+    fn peek<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Engine) -> T + Send) -> PyResult<T> {
+        detach(py, || Ok(f(&self.inner.read())))
+    }
+
     fn write<T>(
         &self,
         f: impl FnOnce(&mut Engine) -> memlane_core::Result<T>,
@@ -433,9 +440,9 @@ impl PyEngine {
     }
 
     /// The unit vector of `id`, or None if it has none.
-    fn vector<'py>(&self, py: Python<'py>, id: u64) -> Option<Bound<'py, PyArray1<f32>>> {
-        let v = self.inner.read().vector(id);
-        v.map(|v| PyArray1::from_vec(py, v))
+    fn vector<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+        let v = self.peek(py, |e| e.vector(id))?;
+        Ok(v.map(|v| PyArray1::from_vec(py, v)))
     }
 
     /// Live ids in slot order.
@@ -457,31 +464,34 @@ impl PyEngine {
     }
 
     #[getter]
-    fn dim(&self) -> Option<usize> {
-        self.inner.read().dim()
+    fn dim(&self, py: Python<'_>) -> PyResult<Option<usize>> {
+        self.peek(py, Engine::dim)
     }
 
     #[getter]
-    fn precision(&self) -> Option<&'static str> {
-        self.inner.read().precision().map(Precision::name)
+    fn precision(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        self.peek(py, |e| e.precision().map(Precision::name))
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.read().len()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.peek(py, Engine::len)
     }
 
-    fn __contains__(&self, id: &Bound<'_, PyAny>) -> bool {
-        id.extract::<u64>()
-            .is_ok_and(|id| self.inner.read().contains(id))
+    fn __contains__(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match id.extract::<u64>() {
+            Ok(id) => self.peek(py, |e| e.contains(id)),
+            Err(_) => Ok(false),
+        }
     }
 
-    fn __repr__(&self) -> String {
-        let e = self.inner.read();
-        format!(
-            "Engine(dim={:?}, len={}, pending={})",
-            e.dim(),
-            e.len(),
-            e.pending()
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        self.peek(py, |e| {
+            format!(
+                "Engine(dim={:?}, len={}, pending={})",
+                e.dim(),
+                e.len(),
+                e.pending()
+            )
+        })
     }
 }
