@@ -819,18 +819,6 @@ class Memory(KnowledgeMixin):
             raise InvalidArgumentError(f"{label} is all zeros, which has no direction")
         return v
 
-    def _embed_query(self, query: str) -> FloatArray:
-        """A query's vector: from the cache, else embedded. Never a database lookup, so a
-        search costs the same at any store size."""
-        assert self._embedder is not None
-        cache = self._embedder.cache
-        hit = cache.get(self._embedder.name, query)
-        if hit is not None:
-            return hit
-        v: FloatArray = self._embedder.embed_batch([query])[0]
-        cache.put(self._embedder.name, query, v)
-        return v
-
     def _embed_texts(self, texts: list[str]) -> FloatArray:
         """Vectors of ``texts``: from the cache, from stored records with the same text, or
         embedded (one batch)."""
@@ -1699,7 +1687,10 @@ class Memory(KnowledgeMixin):
                 vector = self._vector(query_embedding, "query_embedding", False)
             else:
                 _str(query, "query")
-                vector = self._embed_query(query)
+                assert self._embedder is not None
+                # The caching embedder answers from its cache, else runs the model: never
+                # a database lookup, so a search costs the same at any store size.
+                vector = self._embedder.embed(query)
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
         effective = mode if (vector is not None or mode == "text") else "text"
