@@ -1,0 +1,459 @@
+"""LangChain over memlane: a ``VectorStore``, a hybrid ``BaseRetriever`` and an ``Embeddings``.
+
+``pip install "memlane[langchain]"``::
+
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from memlane.integrations.langchain import MemlaneVectorStore
+
+    store = MemlaneVectorStore(embedding=DeterministicFakeEmbedding(size=64))
+    store.add_texts(["dark mode", "light mode"], metadatas=[{"n": 1}, {"n": 2}])
+    store.similarity_search("dark", k=1, filter={"n": {"$gte": 1}})
+
+- :class:`MemlaneVectorStore` stores each ``Document`` as one memlane record (its
+  ``page_content`` the text, its ``metadata`` the record's metadata, its ``id`` the
+  record's id). ``filter`` takes memlane's filter dict, on metadata keys. Adding an
+  id that exists replaces that document (LangChain's upsert).
+- :class:`MemlaneRetriever` serves memlane's hybrid search (BM25 and vectors fused
+  in one engine call), with its scoring.
+- :class:`MemlaneEmbeddings` exposes a memlane embedder (the offline
+  :class:`memlane.OnnxEmbedder` by default) as LangChain ``Embeddings``.
+
+Every class takes ``scope`` (memlane's scope fields, e.g. ``{"agent_id": "a",
+"user_id": "u"}``): it writes with that scope and never reads outside it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores.utils import maximal_marginal_relevance
+from pydantic import ConfigDict, Field
+
+from memlane.embeddings import Embedder
+from memlane.errors import InvalidArgumentError
+from memlane.integrations._common import (
+    FunctionEmbedder,
+    check_scope,
+    default_onnx,
+    own_memory,
+)
+from memlane.memory import Memory
+from memlane.records import MemoryRecord
+
+__all__ = ["MemlaneEmbeddings", "MemlaneRetriever", "MemlaneVectorStore", "metadata_filter"]
+
+Mode = Literal["hybrid", "vector", "text"]
+
+
+class MemlaneEmbeddings(Embeddings):
+    """A memlane embedder as LangChain ``Embeddings``.
+
+    ``embedder`` is any :class:`memlane.Embedder`; by default the offline
+    :class:`memlane.OnnxEmbedder` (all-MiniLM-L6-v2, 384-d unit vectors), loaded
+    once per process.
+    """
+
+    def __init__(self, embedder: Embedder | None = None) -> None:
+        if embedder is not None and not isinstance(embedder, Embedder):
+            raise InvalidArgumentError(
+                f"embedder must follow memlane's Embedder protocol, got {type(embedder).__name__}"
+            )
+        self.embedder: Embedder = default_onnx() if embedder is None else embedder
+
+    @property
+    def dimension(self) -> int:
+        return int(self.embedder.dimension)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        rows: list[list[float]] = np.asarray(
+            self.embedder.embed_batch(list(texts)), dtype=np.float32
+        ).tolist()
+        return rows
+
+    def embed_query(self, text: str) -> list[float]:
+        row: list[float] = np.asarray(self.embedder.embed(text), dtype=np.float32).tolist()
+        return row
+
+
+def langchain_embedder(embedding: Embeddings, dimension: int | None = None) -> Embedder:
+    """A memlane embedder over LangChain ``Embeddings`` (dimension measured if not given)."""
+    if isinstance(embedding, MemlaneEmbeddings):
+        return embedding.embedder
+    model = getattr(embedding, "model", None) or getattr(embedding, "model_name", None)
+    name = f"langchain:{type(embedding).__name__}" + (f":{model}" if model else "")
+    return FunctionEmbedder(embedding.embed_documents, embedding.embed_query, name, dimension)
+
+
+def metadata_filter(flt: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A LangChain filter (on document metadata) as memlane's filter dict.
+
+    Every field name means a metadata key, also those memlane reserves for record
+    fields (``type``, ``id``, ...); operators (``$and``, ``$in``, ...) pass through.
+    """
+    if flt is None:
+        return None
+    if callable(flt) or not isinstance(flt, Mapping):
+        raise InvalidArgumentError(
+            "filter must be a dict in memlane's filter grammar "
+            '(e.g. {"source": {"$in": ["a", "b"]}}), not a callable'
+        )
+    out: dict[str, Any] = {}
+    for key, value in flt.items():
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"filter keys must be str, got {key!r}")
+        if key in ("$and", "$or"):
+            if not isinstance(value, list | tuple):
+                raise InvalidArgumentError(f"{key} takes a list of filters")
+            out[key] = [metadata_filter(v) for v in value]
+        elif key == "$not":
+            out[key] = metadata_filter(value)
+        elif key.startswith("$"):
+            out[key] = value  # memlane names the unknown operator
+        else:
+            out[key if key.startswith("metadata.") else f"metadata.{key}"] = value
+    return out
+
+
+def to_document(record: MemoryRecord) -> Document:
+    return Document(page_content=record.text, metadata=dict(record.metadata), id=record.id)
+
+
+class MemlaneVectorStore(VectorStore):
+    """A LangChain ``VectorStore`` over a :class:`memlane.Memory`.
+
+    Args:
+        embedding: LangChain ``Embeddings`` for documents and queries. Without it,
+            the store embeds with its own embedder (memlane's offline ONNX model
+            for a new store).
+        memory: the store to use; by default a new one at ``path`` (in memory
+            when ``path`` is None), closed by :meth:`close`. With ``embedding``,
+            its embedder's dimension must match.
+        path: where a new store lives (a directory or ``postgresql://`` URL).
+        scope: memlane scope fields every document gets and every read is bound to.
+        table: the memlane table documents live in.
+        search_mode: how ``similarity_search`` ranks: ``"vector"`` (cosine, the
+            default, as other vector stores), ``"hybrid"`` (BM25 and vectors fused)
+            or ``"text"`` (BM25). Scores are relevance in [0, 1], higher is better.
+        memory_kwargs: passed to :class:`memlane.Memory` when one is made.
+    """
+
+    def __init__(
+        self,
+        embedding: Embeddings | None = None,
+        *,
+        memory: Memory | None = None,
+        path: str | Path | None = None,
+        scope: Mapping[str, str] | None = None,
+        table: str = "memories",
+        search_mode: Mode = "vector",
+        **memory_kwargs: Any,
+    ) -> None:
+        if search_mode not in ("hybrid", "vector", "text"):
+            raise InvalidArgumentError(
+                f"search_mode must be 'hybrid', 'vector' or 'text', got {search_mode!r}"
+            )
+        self.scope: dict[str, Any] = check_scope(scope)
+        self.table = table
+        self.search_mode: Mode = search_mode
+        self._embedding = embedding
+
+        def make() -> Memory:
+            if embedding is None:
+                return Memory(path, **memory_kwargs)
+            return Memory(path, embedder=langchain_embedder(embedding), **memory_kwargs)
+
+        self.memory, self._owned = own_memory(memory, make)
+        if embedding is None and self.memory.embedder is None:
+            self.search_mode = "text"
+
+    # -- housekeeping -------------------------------------------------------------------------
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        if self._embedding is not None:
+            return self._embedding
+        inner = self.memory.embedder
+        return None if inner is None else MemlaneEmbeddings(inner)
+
+    def close(self) -> None:
+        """Closes the store if this object made it."""
+        if self._owned:
+            self.memory.close()
+
+    def __enter__(self) -> MemlaneVectorStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        # memlane's scores are already relevance in [0, 1].
+        return lambda score: score
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[Any, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Adds texts (an id that exists is replaced; a None id gets a new one); returns ids."""
+        texts = list(texts)
+        if metadatas is not None and len(metadatas) != len(texts):
+            raise InvalidArgumentError(
+                f"{len(metadatas)} metadatas for {len(texts)} texts; give one per text"
+            )
+        if ids is not None and len(ids) != len(texts):
+            raise InvalidArgumentError(f"{len(ids)} ids for {len(texts)} texts; give one per text")
+        if not texts:
+            return []
+        given: list[Any] = list(ids) if ids is not None else [None] * len(texts)
+        out = [str(uuid.uuid4()) if i is None else str(i) for i in given]
+        vectors = None if self._embedding is None else self._embedding.embed_documents(texts)
+        # The last of several items with one id wins, as when added one by one.
+        last = {record_id: j for j, record_id in enumerate(out)}
+        items = []
+        for j in sorted(last.values()):
+            item: dict[str, Any] = {
+                "text": texts[j],
+                "metadata": dict(metadatas[j]) if metadatas else {},
+                "id": out[j],
+                **self.scope,
+            }
+            if vectors is not None:
+                item["embedding"] = vectors[j]
+            items.append(item)
+        self.memory.replace(items, self.table, filters={"id": {"$in": list(last)}}, **self.scope)
+        return out
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Deletes these documents (missing ids are ignored); with no ids, every one in scope."""
+        if ids is None:
+            self.memory.delete_all(self.table, **self.scope)
+            return True
+        ids = [str(i) for i in ids]
+        if ids:
+            self.memory.delete_all(self.table, filters={"id": {"$in": ids}}, **self.scope)
+        return True
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The documents of these ids that exist in scope, in the order asked."""
+        wanted = list(dict.fromkeys(str(i) for i in ids))
+        if not wanted:
+            return []
+        records = self.memory.list(
+            self.table, limit=len(wanted), filters={"id": {"$in": wanted}}, **self.scope
+        )
+        by_id = {r.id: r for r in records}
+        return [to_document(by_id[i]) for i in wanted if i in by_id]
+
+    def _query_vector(self, query: str) -> list[float]:
+        if self._embedding is not None:
+            return self._embedding.embed_query(query)
+        embedder = self.memory.embedder
+        if embedder is None:
+            raise InvalidArgumentError("this store has no embedder: it searches text only")
+        row: list[float] = np.asarray(embedder.embed(query), dtype=np.float32).tolist()
+        return row
+
+    def _search(
+        self,
+        query: str,
+        vector: Sequence[float] | None,
+        k: int,
+        mode: Mode,
+        filter: Mapping[str, Any] | None,
+        include_embedding: bool = False,
+        **kwargs: Any,
+    ) -> list[tuple[MemoryRecord, float]]:
+        if mode != "text" and vector is None and self._embedding is not None:
+            vector = self._embedding.embed_query(query)
+        options: dict[str, Any] = {"weights": {"relevance": 1.0}, "track_access": False}
+        options.update(kwargs)
+        hits = self.memory.search(
+            query,
+            k,
+            mode=mode,
+            table=self.table,
+            filters=metadata_filter(filter),
+            query_embedding=None if mode == "text" else vector,
+            include_embedding=include_embedding,
+            **options,
+            **self.scope,
+        )
+        return [(h.record, h.score) for h in hits]
+
+    def similarity_search_with_score(
+        self,
+        query: str,
+        k: int = 4,
+        filter: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """The ``k`` best documents with their scores (relevance in [0, 1], higher is better).
+
+        Extra keyword arguments go to :meth:`memlane.Memory.search` (``threshold``,
+        ``weights``, ``alpha``, ...).
+        """
+        hits = self._search(query, None, k, self.search_mode, filter, **kwargs)
+        return [(to_document(r), s) for r, s in hits]
+
+    def similarity_search(
+        self,
+        query: str,
+        k: int = 4,
+        filter: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        return [d for d, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
+
+    def similarity_search_by_vector_with_score(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        hits = self._search("", embedding, k, "vector", filter, **kwargs)
+        return [(to_document(r), s) for r, s in hits]
+
+    def similarity_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        pairs = self.similarity_search_by_vector_with_score(embedding, k, filter, **kwargs)
+        return [d for d, _ in pairs]
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """``k`` documents among the ``fetch_k`` nearest, chosen for relevance and diversity."""
+        hits = self._search(
+            "", embedding, max(fetch_k, k), "vector", filter, include_embedding=True, **kwargs
+        )
+        if not hits:
+            return []
+        vectors = [np.asarray(r.embedding, dtype=np.float32).tolist() for r, _ in hits]
+        chosen = maximal_marginal_relevance(
+            np.asarray(embedding, dtype=np.float32), vectors, lambda_mult=lambda_mult, k=k
+        )
+        return [to_document(hits[i][0]) for i in chosen]
+
+    def max_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        return self.max_marginal_relevance_search_by_vector(
+            self._query_vector(query), k, fetch_k, lambda_mult, filter, **kwargs
+        )
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[Any, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> MemlaneVectorStore:
+        """A new store (keyword arguments as the constructor's) holding these texts."""
+        store = cls(embedding=embedding, **kwargs)
+        store.add_texts(texts, metadatas, ids=list(ids) if ids is not None else None)
+        return store
+
+    def as_hybrid_retriever(self, k: int = 4, **kwargs: Any) -> MemlaneRetriever:
+        """A :class:`MemlaneRetriever` over this store's memory, scope and table."""
+        return MemlaneRetriever(
+            memory=self.memory,
+            k=k,
+            scope=self.scope,
+            table=self.table,
+            embedding=self._embedding,
+            **kwargs,
+        )
+
+
+class MemlaneRetriever(BaseRetriever):
+    """Documents from memlane's hybrid search: BM25 and vectors fused in one engine call.
+
+    Scores follow memlane's formula (relevance times a bounded boost from
+    importance and recency; README, "How scores are computed"); with
+    ``score_key`` set, each document's metadata carries its score under that key.
+    ``search_kwargs`` go to :meth:`memlane.Memory.search` (``alpha``, ``fusion``,
+    ``threshold``, ``weights``, ...). ``invoke(query, k=...)`` overrides ``k``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    memory: Memory
+    k: int = 4
+    mode: Mode = "hybrid"
+    scope: dict[str, Any] = Field(default_factory=dict)
+    table: str | None = "memories"
+    filter: dict[str, Any] | None = None
+    score_key: str | None = None
+    embedding: Embeddings | None = None
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.scope = check_scope(self.scope)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k = kwargs.pop("k", self.k)
+        flt = kwargs.pop("filter", self.filter)
+        options = {**self.search_kwargs, **kwargs}
+        vector = None
+        if self.embedding is not None and self.mode != "text":
+            vector = self.embedding.embed_query(query)
+        hits = self.memory.search(
+            query,
+            k,
+            mode=self.mode,
+            table=self.table,
+            filters=metadata_filter(flt),
+            query_embedding=vector,
+            **options,
+            **self.scope,
+        )
+        docs = []
+        for hit in hits:
+            doc = to_document(hit.record)
+            if self.score_key is not None:
+                doc.metadata[self.score_key] = hit.score
+            docs.append(doc)
+        return docs
