@@ -1,6 +1,6 @@
 """Type stubs of the native module; `python -m mypy.stubtest memlane._core` keeps them honest."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from typing import Any, final
 
@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_RELEVANCE_WEIGHT",
     "DEFAULT_RRF_K",
     "BM25Index",
+    "BM25Okapi",
     "Engine",
     "HnswIndex",
     "PreparedBatch",
@@ -95,6 +96,44 @@ class BM25Index:
     @property
     def fold_accents(self) -> bool: ...
 
+@final
+class BM25Okapi:
+    """rank_bm25's Okapi BM25 over pre-tokenized documents (lists of str).
+
+    ``idf = ln(N - n + 0.5) - ln(n + 0.5)``, a negative idf replaced by
+    ``epsilon * average_idf``; scores equal rank_bm25's, operation for
+    operation. Static: built once from the whole corpus.
+    """
+
+    def __new__(
+        cls, corpus: Iterable[Iterable[str]], k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25
+    ) -> BM25Okapi: ...
+    def get_scores(self, query: Iterable[object]) -> npt.NDArray[np.float64]:
+        """The score of every document, in corpus order (non-str tokens match nothing)."""
+    def get_batch_scores(
+        self, query: Iterable[object], doc_ids: Sequence[int]
+    ) -> npt.NDArray[np.float64]:
+        """The scores of the documents ``doc_ids`` (indices into the corpus), in that order."""
+    def terms(self) -> list[str]:
+        """Distinct tokens, in order of first appearance."""
+    def idf(self) -> npt.NDArray[np.float64]:
+        """The idf of each of ``terms()``, negative ones floored."""
+    def doc_len(self) -> npt.NDArray[np.uint32]:
+        """Tokens per document."""
+    def doc_freqs(self) -> list[dict[str, int]]:
+        """Per document, token to count, in order of first appearance."""
+    def __len__(self) -> int: ...
+    @property
+    def k1(self) -> float: ...
+    @property
+    def b(self) -> float: ...
+    @property
+    def epsilon(self) -> float: ...
+    @property
+    def avgdl(self) -> float: ...
+    @property
+    def average_idf(self) -> float: ...
+
 def analyze(
     text: str,
     language: str = "english",
@@ -144,6 +183,19 @@ class HnswIndex:
 
         Rows with fewer than ``k`` results are padded with label ``2**64 - 1``
         and distance ``inf``. ``allowed`` restricts results to those ids.
+        """
+    def search_where(
+        self,
+        queries: npt.ArrayLike,
+        predicate: Callable[[int], object],
+        k: int = 10,
+        ef: int | None = None,
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+        """``search`` keeping ids for which ``predicate(id)`` is true.
+
+        The predicate is called on the ids the graph search reaches (as
+        hnswlib calls its filter), with the GIL held, one query after another;
+        an exception it raises propagates.
         """
     def save(self, path: str | PathLike[str]) -> None: ...
     @staticmethod

@@ -153,6 +153,77 @@ impl PyHnswIndex {
         Ok((matrix(py, nq, k, labels)?, matrix(py, nq, k, dists)?))
     }
 
+    /// `search` keeping only ids for which `predicate(id)` is true. The
+    /// predicate is called (with the GIL held, queries one after another) on
+    /// the ids the graph search reaches, as hnswlib calls its filter; an
+    /// exception it raises stops the search and propagates.
+    #[pyo3(signature = (queries, predicate, k = 10, ef = None))]
+    #[allow(clippy::type_complexity)]
+    fn search_where<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        predicate: &Bound<'py, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+        if k <= 0 {
+            return Err(invalid(py, format!("k must be at least 1, got {k}")));
+        }
+        if !predicate.is_callable() {
+            return Err(invalid(py, "predicate must be callable"));
+        }
+        let ef = match ef {
+            Some(e) if e <= 0 => {
+                return Err(invalid(py, format!("ef must be at least 1, got {e}")))
+            }
+            Some(e) => Some(e as usize),
+            None => None,
+        };
+        let k = k as usize;
+        let q = Matrix::extract(py, queries, "queries")?;
+        let (nq, cols) = (q.rows(), q.cols());
+        let index = self.inner.read();
+        if cols != index.dim() && nq > 0 {
+            return Err(crate::errors::to_py(
+                py,
+                Error::DimensionMismatch {
+                    expected: index.dim(),
+                    got: cols,
+                },
+            ));
+        }
+        let mut labels = vec![MISSING; nq * k];
+        let mut dists = vec![f32::INFINITY; nq * k];
+        let failure: std::cell::RefCell<Option<PyErr>> = std::cell::RefCell::new(None);
+        let accept = |id: u64| -> bool {
+            if failure.borrow().is_some() {
+                return false;
+            }
+            match predicate.call1((id,)).and_then(|r| r.is_truthy()) {
+                Ok(keep) => keep,
+                Err(e) => {
+                    *failure.borrow_mut() = Some(e);
+                    false
+                }
+            }
+        };
+        for (row, q) in q.as_slice().chunks_exact(cols.max(1)).enumerate() {
+            let found = index
+                .search_where(q, k, ef, accept)
+                .map_err(|e| crate::errors::to_py(py, e))?;
+            if let Some(e) = failure.borrow_mut().take() {
+                return Err(e);
+            }
+            for (i, n) in found.into_iter().enumerate() {
+                labels[row * k + i] = n.id;
+                dists[row * k + i] = n.distance;
+            }
+        }
+        drop(index);
+        Ok((matrix(py, nq, k, labels)?, matrix(py, nq, k, dists)?))
+    }
+
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         detach(py, || self.inner.read().save(&path))
     }

@@ -6,6 +6,7 @@ mod convert;
 mod engine;
 mod errors;
 mod hnsw;
+mod okapi;
 
 use memlane_core::{fusion, scoring};
 use pyo3::prelude::*;
@@ -32,6 +33,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bm25::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;
+    m.add_class::<okapi::PyOkapi>()?;
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<engine::PyPrepared>()?;
     Ok(())

@@ -8,10 +8,12 @@
 //!   statistics under adds and removes, lazy compaction.
 //! - `search`: MaxScore top-k that equals exhaustive scoring, id filters.
 //! - `snapshot`: the versioned file format.
+//! - [`okapi`]: `rank_bm25`'s Okapi BM25 over the caller's tokens, static.
 
 pub mod analyzer;
 mod index;
 pub mod language;
+pub mod okapi;
 pub mod scoring;
 mod search;
 mod snapshot;

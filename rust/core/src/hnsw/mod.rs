@@ -530,6 +530,46 @@ impl Hnsw {
         Ok(self.search_one(&q, k, ef, allowed))
     }
 
+    /// The `k` nearest live vectors whose id `accept` admits, nearest first,
+    /// found by a graph search that calls `accept` on the ids it reaches (as
+    /// hnswlib's filter functor is called), never on the whole index. The
+    /// predicate may be slow or have side effects; it runs on this thread.
+    pub fn search_where(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: Option<usize>,
+        accept: impl Fn(u64) -> bool,
+    ) -> Result<Vec<Neighbor>> {
+        Self::check_k(k, 1)?;
+        let q = self.check_query(query)?;
+        let ef = ef.unwrap_or(self.ef).max(k);
+        let q = Query::padded(&q, self.vectors.padded_dim());
+        let removed = &self.removed;
+        let labels = &self.labels;
+        // A predicate that searches this index again would find this thread's
+        // scratch space in use: it then gets a fresh one.
+        let mut best = search::with_scratch_or_fresh(|sc| {
+            self.search_graph(&q, ef, sc, |s| {
+                !removed[s as usize] && accept(labels[s as usize])
+            });
+            let mut found: Vec<Cand> = sc.results.drain().collect();
+            if self.rank.is_some() {
+                self.rerank(&q, &mut found, &mut sc.links);
+            }
+            found
+        });
+        best.sort_unstable();
+        best.truncate(k);
+        Ok(best
+            .into_iter()
+            .map(|c| Neighbor {
+                id: self.labels[c.slot as usize],
+                distance: c.d,
+            })
+            .collect())
+    }
+
     /// Searches every row of `queries` on all cores. Returns row-major
     /// `(nq, k)` labels and distances; rows with fewer than `k` results are
     /// padded with [`MISSING`] and `f32::INFINITY`.

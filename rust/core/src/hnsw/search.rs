@@ -102,6 +102,15 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     SCRATCH.with(|s| f(&mut s.borrow_mut()))
 }
 
+/// [`with_scratch`], or a fresh scratch space when this thread's is already
+/// in use (a search started from inside another search's filter).
+pub fn with_scratch_or_fresh<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut sc) => f(&mut sc),
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
 /// How many leading cache lines of a neighbour's vector to prefetch before
 /// computing its distance; the hardware streams the rest.
 const PREFETCH_LINES: usize = 2;

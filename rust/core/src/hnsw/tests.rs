@@ -324,3 +324,41 @@ fn cut_off_nodes_are_reconnected() {
         u64::from(victim) * 3 + 1
     );
 }
+
+#[test]
+fn search_where_keeps_only_accepted_live_ids_and_asks_only_about_reached_ones() {
+    let (mut h, data, ids) = build(Metric::L2, 2000, 16);
+    h.remove(&[4, 7]).unwrap();
+    let keep = |id: u64| id.is_multiple_of(2);
+    let asked = std::cell::Cell::new(0usize);
+    let queries = clustered(30, 16, 20, 99);
+    let mut total = 0.0;
+    for q in queries.chunks_exact(16) {
+        let got = h
+            .search_where(q, 10, Some(64), |id| {
+                asked.set(asked.get() + 1);
+                keep(id)
+            })
+            .unwrap();
+        assert_eq!(got.len(), 10);
+        assert!(got.iter().all(|n| keep(n.id) && n.id != 4));
+        assert!(got.windows(2).all(|w| w[0].distance <= w[1].distance));
+        let want = exact(Metric::L2, &data, &ids, q, 10, |id| keep(id) && id != 4);
+        total += recall(&got, &want);
+    }
+    assert!(total / 30.0 >= 0.9, "recall {}", total / 30.0);
+    // A graph search reaches a fraction of the index per query.
+    assert!(asked.get() < 30 * 2000 / 2, "asked {}", asked.get());
+    // A predicate that searches the same index again still works.
+    let q = &queries[..16];
+    let nested = h
+        .search_where(q, 3, None, |id| {
+            h.search_where(q, 1, None, |_| true).unwrap().len() == 1 && keep(id)
+        })
+        .unwrap();
+    assert_eq!(nested.len(), 3);
+    // Nothing accepted: an empty result, not an error.
+    assert!(h.search_where(q, 5, None, |_| false).unwrap().is_empty());
+    assert!(h.search_where(q, 0, None, |_| true).is_err());
+    assert!(h.search_where(&q[..3], 1, None, |_| true).is_err());
+}
