@@ -71,6 +71,7 @@ def store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
                 "a1",
                 "--user",
                 "alice",
+                "--create",
                 *args,
             ]
         )
@@ -121,7 +122,7 @@ def test_add_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "s")
     doc = run_json(
         capsys,
-        "add", "one", "two", "--store", store, *TEXT,
+        "add", "one", "two", "--store", store, *TEXT, "--create",
         "--agent", "a", "--meta", "source=cli", "--meta", "n=3", "--importance", "0.9",
     )  # fmt: skip
     records = doc["records"]
@@ -136,8 +137,8 @@ def test_add_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_add_plain_prints_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "add", "hello", "--store", str(tmp_path / "s"), *TEXT)
-    assert code == 0
+    code, out, err = run(capsys, "add", "hello", "--store", str(tmp_path / "s"), *TEXT, "--create")
+    assert code == 0 and err == f"memlane: creating a new store at {tmp_path / 's'}\n"
     assert len(out.split()) == 1 and len(out.strip()) == 36
 
 
@@ -147,7 +148,7 @@ def test_add_from_stdin(
     import io
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("first line\n\nsecond line\n"))
-    doc = run_json(capsys, "add", "-", "third", "--store", str(tmp_path / "s"), *TEXT)
+    doc = run_json(capsys, "add", "-", "third", "--store", str(tmp_path / "s"), *TEXT, "--create")
     assert [r["text"] for r in doc["records"]] == ["first line", "second line", "third"]
 
 
@@ -285,16 +286,19 @@ def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     }
     store = str(tmp_path / "s")
     code, _, err = run(capsys, "add", "x", "--importance", "2", "--store", store, *TEXT)
-    assert code == 1 and err.startswith("memlane: error:") and "importance must be in" in err
+    assert code == 2 and "--importance: must be in [0, 1], got 2" in err
     code, _, err = run(capsys, "add", "x", "--meta", "novalue", "--store", store, *TEXT)
-    assert code == 1 and "KEY=VALUE" in err
+    assert code == 2 and "KEY=VALUE" in err
+    assert not Path(store).exists()
 
 
 def test_store_mismatch_is_one_line(store: str, capsys: pytest.CaptureFixture[str]) -> None:
-    # The store is text only; opening it with the default model is refused, in one line.
-    code, _, err = run(capsys, "list", "--store", store)
+    # The store is text only; adding with the default model is refused, in one line.
+    code, _, err = run(capsys, "add", "x", "--store", store, "--embedder", "onnx")
     assert code == 1 and err.startswith("memlane: error: the store") and err.count("\n") == 1
-    assert "--embedder none" in err
+    assert "leave out --embedder" in err
+    # Without --embedder, the store's own (none) is used.
+    assert run(capsys, "add", "x", "--store", store)[0] == 0
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -302,6 +306,22 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "nope")[0] == 2
     assert run(capsys, "search", "x", "--store", "s", "--mode", "bogus")[0] == 2
     assert run(capsys, "ingest", "p", "--store", "s")[0] == 2  # --agent or --shared
+    for argv in (
+        ["search", "x", "--k", "0"],
+        ["search", "x", "--k", "two"],
+        ["list", "--limit", "0"],
+        ["list", "--offset", "-1"],
+        ["list", "--where", "novalue"],
+        ["list", "--filter", "{not json"],
+        ["list", "--filter", "[1, 2]"],
+        ["search", "x", "--embedder", "openai:"],
+        ["search", "x", "--embedder", "openai:m@ftp://host"],
+        ["search", "x", "--embedder", "no/such/model.onnx"],
+        ["demo", "--k", "0"],
+    ):
+        code, out, err = run(capsys, *argv, "--store", "s")
+        assert code == 2 and out == "" and "usage: memlane" in err, argv
+        assert not Path("s").exists()
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
@@ -324,7 +344,9 @@ def test_store_from_environment(
 
 def test_default_model_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "s")
-    run_json(capsys, "add", "Alice prefers dark mode", "Bob likes tea", "--store", store)
+    run_json(
+        capsys, "add", "Alice prefers dark mode", "Bob likes tea", "--store", store, "--create"
+    )
     hits = run_json(capsys, "search", "which display theme?", "--store", store, "--mode", "vector")
     assert hits["hits"][0]["record"]["text"] == "Alice prefers dark mode"
     assert hits["hits"][0]["explain"]["cosine"] > 0.2

@@ -24,10 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memlane.errors import EmbedderMismatchError, InvalidArgumentError, NotFoundError
+from memlane.embeddings._base import FloatArray
+from memlane.errors import (
+    EmbedderMismatchError,
+    EmbedderUnavailableError,
+    InvalidArgumentError,
+    NotFoundError,
+)
 from memlane.records import SCOPE_FIELDS
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from memlane.embeddings import Embedder
     from memlane.memory import Memory
     from memlane.records import MemoryRecord
@@ -35,13 +43,20 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMANDS",
     "Command",
+    "RecordedEmbedder",
+    "add_filter_arguments",
     "add_scope_arguments",
+    "at_least",
     "command",
+    "embedder_choice",
     "emit_json",
+    "filters_of",
+    "key_value",
     "make_embedder",
     "open_store",
     "record_json",
     "scope_of",
+    "unit_interval",
 ]
 
 Run = Callable[[argparse.Namespace], int]
@@ -115,35 +130,220 @@ def scope_of(args: argparse.Namespace) -> dict[str, Any]:
     return {f: v for f in SCOPE_FIELDS if (v := getattr(args, f, None)) is not None}
 
 
-def make_embedder(choice: str) -> Embedder | None:
-    """The embedder named by ``--embedder``: ``onnx`` (the default model) or ``none``."""
+# -- argument types (a bad value is a usage error: exit 2) ---------------------------------
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    parse.__name__ = f"int >= {low}"
+    return parse
+
+
+def unit_interval(text: str) -> float:
+    """An argparse type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def key_value(text: str) -> tuple[str, Any]:
+    """An argparse type: ``KEY=VALUE``; a value that parses as JSON is taken as JSON."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """An argparse type: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+def embedder_choice(text: str) -> str:
+    """An argparse type: ``onnx``, ``none``, ``openai:MODEL[@URL]`` or an existing path."""
+    if text in ("onnx", "none"):
+        return text
+    if text.startswith("openai:"):
+        model, _, url = text.removeprefix("openai:").partition("@")
+        if not model:
+            raise argparse.ArgumentTypeError(
+                f"expected openai:MODEL or openai:MODEL@URL, got {text!r}"
+            )
+        if url and not url.startswith(("http://", "https://")):
+            raise argparse.ArgumentTypeError(f"the URL after @ must start with http(s)://: {url!r}")
+        return text
+    if Path(text).exists():
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected onnx, none, openai:MODEL[@URL] or the path of a local ONNX model "
+        f"(no such file or folder: {text!r})"
+    )
+
+
+EMBEDDER_HELP = (
+    "the embedder: onnx (the built-in all-MiniLM-L6-v2), none (text only), "
+    "openai:MODEL[@URL] (an OpenAI-compatible /embeddings endpoint, by default "
+    "api.openai.com; the key from $OPENAI_API_KEY), or a local ONNX model: a .onnx file "
+    "with its tokenizer.json beside it, or a folder holding model.onnx. Default: the "
+    "embedder the store was built with when memlane knows it (onnx or none), onnx for a "
+    "new store. Commands that do not embed (list, get, forget, stats, export, search "
+    "--mode text) open any store whatever its embedder"
+)
+
+
+def make_embedder(choice: str | None) -> Embedder | None:
+    """The embedder named by ``--embedder`` (see :data:`EMBEDDER_HELP`)."""
     if choice == "none":
         return None
-    from memlane.embeddings.lazy import default_embedder
+    if choice is None or choice == "onnx":
+        from memlane.embeddings.lazy import default_embedder
 
-    return default_embedder()
+        return default_embedder()
+    if choice.startswith("openai:"):
+        from memlane.embeddings.http import OpenAIEmbedder
+
+        model, _, url = choice.removeprefix("openai:").partition("@")
+        return OpenAIEmbedder(model, base_url=url) if url else OpenAIEmbedder(model)
+    from memlane.embeddings import OnnxEmbedder
+
+    path = Path(choice)
+    if path.is_dir():
+        models = [path / "model.onnx"] if (path / "model.onnx").is_file() else []
+        models = models or sorted(path.glob("*.onnx"))
+        if len(models) != 1:
+            raise EmbedderUnavailableError(
+                f"--embedder {choice}: the folder holds {len(models) or 'no'} .onnx files; "
+                "name the model file"
+            )
+        path = models[0]
+    return OnnxEmbedder(path)
+
+
+class RecordedEmbedder:
+    """Stands for the embedder a store was built with, for commands that do not embed.
+
+    It has the store's recorded name and dimension, so the store opens; asked to
+    embed, it says which ``--embedder`` to give.
+    """
+
+    def __init__(self, name: str, dimension: int) -> None:
+        self._name = name
+        self._dimension = dimension
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def _refuse(self) -> EmbedderUnavailableError:
+        return EmbedderUnavailableError(
+            f"this store was built with the embedder {self._name!r} ({self._dimension}-d); to "
+            "embed text for it, give --embedder (openai:MODEL@URL for an OpenAI-compatible "
+            "endpoint, or the path of a local ONNX model), or search with --mode text"
+        )
+
+    def embed(self, text: str) -> FloatArray:
+        raise self._refuse()
+
+    def embed_batch(self, texts: Sequence[str]) -> FloatArray:
+        raise self._refuse()
+
+    def __repr__(self) -> str:
+        return f"RecordedEmbedder(name={self._name!r}, dimension={self._dimension})"
+
+
+def _recorded(target: str | Path, cache_dir: str | None) -> tuple[str, int] | None:
+    """The embedder name and dimension a store records, or ``None`` for a new store."""
+    from memlane.storage.opening import open_store as open_database
+
+    opened = open_database(target, cache_dir)
+    try:
+        name = opened.db.get_meta("embedder")
+        dimension = opened.db.get_meta("dimension")
+    finally:
+        opened.db.close()
+        if opened.lock is not None:
+            opened.lock.release()
+    return None if name is None else (name, int(dimension or 0))
+
+
+def _store_embedder(recorded: tuple[str, int] | None, choice: str | None) -> Embedder | None:
+    """``--embedder`` if given; else the one the store records, when memlane can build
+    it (the default model, or none), else a stand-in that opens the store."""
+    if choice is not None or recorded is None:
+        return make_embedder(choice)
+    from memlane.embeddings.lazy import DEFAULT_DIMENSION, DEFAULT_NAME
+
+    name, dimension = recorded
+    if not name:
+        return None
+    if (name, dimension) == (DEFAULT_NAME, DEFAULT_DIMENSION):
+        return make_embedder("onnx")
+    return RecordedEmbedder(name, dimension)
 
 
 @contextmanager
-def open_store(args: argparse.Namespace, *, create: bool = False) -> Iterator[Memory]:
-    """Opens ``--store``; a missing store is an error unless ``create``."""
+def open_store(
+    args: argparse.Namespace, *, create: bool = False, embeds: bool = True
+) -> Iterator[Memory]:
+    """Opens ``--store``; a missing store is an error unless ``create``.
+
+    A command that does not embed (``embeds=False``) opens the store with the
+    embedder it was built with, whatever ``--embedder`` says.
+    """
     from memlane.memory import Memory
     from memlane.storage import is_postgres_url
 
     # A PostgreSQL store's schema is created by its first open, like a new directory's.
     target: str | Path = args.store if is_postgres_url(args.store) else Path(args.store)
-    if not create and isinstance(target, Path) and not (target / "memory.db").is_file():
-        raise NotFoundError(f"no memlane store at {target}")
+    if isinstance(target, Path) and not (target / "memory.db").is_file():
+        if not create:
+            # Commands with --create say so: a misspelt --store must not make a new store.
+            hint = "; pass --create to make a new one" if hasattr(args, "create") else ""
+            raise NotFoundError(f"no memlane store at {target}{hint}")
+        print(f"memlane: creating a new store at {target}", file=sys.stderr)
     options: dict[str, Any] = {}
     if args.cache_dir is not None:
         if not isinstance(target, str):
             raise InvalidArgumentError("--cache-dir is for PostgreSQL stores")
         options["cache_dir"] = Path(args.cache_dir)
+    choice: str | None = getattr(args, "embedder", None)
+    recorded = _recorded(target, args.cache_dir)
+    if recorded is not None and not embeds:
+        choice = None
+    embedder = _store_embedder(recorded, choice)
     try:
-        mem = Memory(target, make_embedder(args.embedder), **options)
+        mem = Memory(target, embedder, **options)
     except EmbedderMismatchError as e:
         raise EmbedderMismatchError(
-            f"{e}; on the command line, --embedder none opens a text-only store"
+            f"{e}; on the command line, leave out --embedder to use the store's own when "
+            "memlane can build it, or give the one it was built with"
         ) from e
     try:
         yield mem
@@ -181,22 +381,40 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
-        "--embedder",
-        choices=("onnx", "none"),
-        default="onnx",
-        help="onnx: the built-in all-MiniLM-L6-v2 (default); none: a text-only store",
+        "--embedder", type=embedder_choice, metavar="EMBEDDER", default=None, help=EMBEDDER_HELP
     )
 
 
-def parse_metadata(pairs: list[str] | None) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; a value that parses as JSON is taken as JSON."""
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidArgumentError(f"--meta takes KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--where KEY=VALUE`` (repeatable) and ``--filter JSON``."""
+    group = parser.add_argument_group("filters")
+    group.add_argument(
+        "--where",
+        action="append",
+        type=key_value,
+        metavar="KEY=VALUE",
+        help="only records whose metadata KEY (or record field) equals VALUE (JSON if it "
+        "parses as JSON); repeat for several",
+    )
+    group.add_argument(
+        "--filter",
+        type=json_object,
+        metavar="JSON",
+        help='a filter in the README\'s grammar, e.g. \'{"source": {"$in": ["telegram"]}}\'',
+    )
+
+
+def filters_of(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--where`` and ``--filter`` as one filter dict (all must hold), or ``None``."""
+    parts: list[dict[str, Any]] = []
+    if args.filter is not None:
+        parts.append(args.filter)
+    parts.extend({key: value} for key, value in args.where or ())
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+def parse_metadata(pairs: list[tuple[str, Any]] | None) -> dict[str, Any]:
+    """``--meta`` pairs (parsed by :func:`key_value`) as a dict."""
+    return dict(pairs or [])

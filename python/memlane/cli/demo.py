@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from memlane.cli._command import command
+from memlane.cli._command import at_least, command
 
 __all__: list[str] = []
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--k", type=int, default=3, help="results per search (default 3)")
+    p.add_argument("--k", type=at_least(1), default=3, help="results per search (default 3)")
     p.add_argument("--keep", metavar="DIR", help="build the store in DIR and keep it")
 
 

@@ -1,4 +1,4 @@
-"""Commands on a store's memories: add, search, list, forget, stats, export, import."""
+"""Commands on a store's memories: add, search, list, get, forget, stats, export, import."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from memlane.cli._command import (
+    add_filter_arguments,
     add_scope_arguments,
+    at_least,
     command,
     emit_json,
+    filters_of,
+    key_value,
     open_store,
     parse_metadata,
     record_json,
     scope_of,
+    unit_interval,
 )
 from memlane.errors import InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
@@ -54,11 +59,21 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--table", default="memories", help="the table (default: memories)")
     p.add_argument("--type", default="semantic", help="the memory type (default: semantic)")
-    p.add_argument("--importance", type=float, default=0.5, help="in [0, 1] (default 0.5)")
+    p.add_argument("--importance", type=unit_interval, default=0.5, help="in [0, 1] (default 0.5)")
     p.add_argument("--evergreen", action="store_true", help="never decays")
     p.add_argument("--unique", action="store_true", help="skip or mark duplicates in its scope")
     p.add_argument(
-        "--meta", action="append", metavar="KEY=VALUE", help="metadata (VALUE may be JSON)"
+        "--meta",
+        action="append",
+        type=key_value,
+        metavar="KEY=VALUE",
+        help="metadata (VALUE may be JSON)",
+    )
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="create the store if it is missing (without it, a missing store is an error, "
+        "so a misspelt --store creates nothing)",
     )
     add_scope_arguments(p, "the memory's")
 
@@ -81,7 +96,7 @@ def add(args: argparse.Namespace) -> int:
             texts.extend(line.rstrip("\n") for line in sys.stdin if line.strip())
         else:
             texts.append(text)
-    with open_store(args, create=True) as mem:
+    with open_store(args, create=args.create) as mem:
         records = mem.add_many([{"text": text, **common} for text in texts])
     if args.json:
         emit_json(
@@ -104,7 +119,7 @@ def add(args: argparse.Namespace) -> int:
 
 def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", metavar="QUERY")
-    p.add_argument("--k", type=int, default=5, help="how many results (default 5)")
+    p.add_argument("--k", type=at_least(1), default=5, help="how many results (default 5)")
     p.add_argument(
         "--mode", choices=("hybrid", "vector", "text"), default="hybrid", help="default hybrid"
     )
@@ -118,6 +133,7 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, help="drop results scoring below this")
     p.add_argument("--explain", action="store_true", help="show the signals behind each score")
     add_scope_arguments(p, "only this")
+    add_filter_arguments(p)
 
 
 def _hit_json(hit: SearchHit) -> dict[str, Any]:
@@ -132,7 +148,7 @@ def _hit_json(hit: SearchHit) -> dict[str, Any]:
     json=True,
 )
 def search(args: argparse.Namespace) -> int:
-    with open_store(args) as mem:
+    with open_store(args, embeds=args.mode != "text") as mem:
         started = time.perf_counter()
         if args.knowledge:
             scope = scope_of(args)
@@ -148,6 +164,7 @@ def search(args: argparse.Namespace) -> int:
                 mode=args.mode,
                 threshold=args.threshold,
                 explain=args.explain or args.json,
+                filters=filters_of(args),
             )
         else:
             hits = mem.search(
@@ -158,9 +175,11 @@ def search(args: argparse.Namespace) -> int:
                 type=args.type,
                 threshold=args.threshold,
                 explain=args.explain or args.json,
+                filters=filters_of(args),
                 **scope_of(args),
             )
         seconds = time.perf_counter() - started
+        hint = _no_result_hint(mem, args) if not hits else None
     if args.json:
         emit_json(
             {
@@ -178,7 +197,35 @@ def search(args: argparse.Namespace) -> int:
         if args.explain and hit.explain is not None:
             print(f"    {_explain_line(hit.explain)}")
     print(f"{len(hits)} result(s) in {seconds * 1e3:.1f} ms")
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
     return 0
+
+
+def _no_result_hint(mem: Any, args: argparse.Namespace) -> str:
+    """Why a search may have found nothing, and what to try."""
+    if len(mem) == 0:
+        return (
+            f"the store {mem.location} is empty: add memories with 'memlane add' or "
+            "documents with 'memlane ingest'"
+        )
+    if args.knowledge and mem.count("fragments") == 0:
+        return "the store has no ingested knowledge: add documents with 'memlane ingest'"
+    narrowing = [
+        f"--{name}"
+        for name, value in (
+            ("threshold", args.threshold),
+            ("table", args.table),
+            ("type", args.type),
+            ("where", args.where),
+            ("filter", args.filter),
+        )
+        if value is not None
+    ]
+    narrowing += [f"--{f.removesuffix('_id')}" for f in scope_of(args)]
+    if narrowing:
+        return f"nothing matched; {', '.join(narrowing)} narrowed the search"
+    return "nothing matched; try other words, or --mode hybrid or text"
 
 
 # -- list -----------------------------------------------------------------------------------
@@ -187,24 +234,27 @@ def search(args: argparse.Namespace) -> int:
 def _list_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--table", help="only this table (default: all)")
     p.add_argument("--type", help="only this memory type")
-    p.add_argument("--limit", type=int, default=20, help="how many (default 20)")
-    p.add_argument("--offset", type=int, default=0, help="skip this many first")
+    p.add_argument("--limit", type=at_least(1), default=20, help="how many (default 20)")
+    p.add_argument("--offset", type=at_least(0), default=0, help="skip this many first")
     p.add_argument("--oldest-first", action="store_true", help="oldest first (default newest)")
     add_scope_arguments(p, "only this")
+    add_filter_arguments(p)
 
 
 @command("list", "list memories, newest first", arguments=_list_arguments, store=True, json=True)
 def list_(args: argparse.Namespace) -> int:
-    with open_store(args) as mem:
+    filters = filters_of(args)
+    with open_store(args, embeds=False) as mem:
         records = mem.list(
             args.table,
             limit=args.limit,
             offset=args.offset,
             order="asc" if args.oldest_first else "desc",
             type=args.type,
+            filters=filters,
             **scope_of(args),
         )
-        total = mem.count(args.table, type=args.type, **scope_of(args))
+        total = mem.count(args.table, type=args.type, filters=filters, **scope_of(args))
     if args.json:
         emit_json({"total": total, "records": [record_json(r) for r in records]})
         return 0
@@ -212,6 +262,34 @@ def list_(args: argparse.Namespace) -> int:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
         print(f"{r.id}  {when}  {_label(r)} {_flat(r.text)}")
     print(f"{len(records)} of {total} shown")
+    if total == 0 and not records:
+        print(
+            "hint: nothing stored here matches"
+            if filters is not None or scope_of(args) or args.table or args.type
+            else "hint: the store is empty: add memories with 'memlane add'",
+            file=sys.stderr,
+        )
+    return 0
+
+
+# -- get ------------------------------------------------------------------------------------
+
+
+def _get_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("ids", nargs="+", metavar="ID", help="ids of the memories to show")
+
+
+@command("get", "show memories by id, every field", arguments=_get_arguments, store=True, json=True)
+def get(args: argparse.Namespace) -> int:
+    with open_store(args, embeds=False) as mem:
+        records = [mem.get(record_id) for record_id in args.ids]
+    if args.json:
+        emit_json({"records": [record_json(r) for r in records]})
+        return 0
+    for r in records:
+        for key, value in record_json(r).items():
+            print(f"{key:<17} {value}")
+        print()
     return 0
 
 
@@ -226,7 +304,7 @@ def _forget_arguments(p: argparse.ArgumentParser) -> None:
 def forget(args: argparse.Namespace) -> int:
     from memlane.errors import UnknownIdError
 
-    with open_store(args) as mem:
+    with open_store(args, embeds=False) as mem:
         missing = [i for i in args.ids if i not in mem]
         if missing:
             raise UnknownIdError(f"no memory with id {', '.join(missing)} (nothing deleted)")
@@ -273,11 +351,10 @@ def _size(n: int) -> str:
     json=True,
 )
 def stats(args: argparse.Namespace) -> int:
-    from memlane.cli._command import make_embedder
-
     tables: Counter[str] = Counter()
     scopes: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
-    with open_store(args) as mem:
+    with open_store(args, embeds=False) as mem:
+        embedder = mem.embedder
         total = len(mem)
         offset = 0
         while True:
@@ -290,7 +367,6 @@ def stats(args: argparse.Namespace) -> int:
                 break
         store = mem.location
         disk = None if mem.path is None else _disk(mem.path)
-    embedder = make_embedder(args.embedder)
     scope_rows = [
         {"table": table, **{f: dict(scope).get(f) for f in SCOPE_FIELDS}, "count": n}
         for (table, scope), n in sorted(scopes.items(), key=lambda kv: (kv[0][0], -kv[1]))
@@ -352,7 +428,7 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     json=True,
 )
 def export(args: argparse.Namespace) -> int:
-    with open_store(args) as mem:
+    with open_store(args, embeds=False) as mem:
         n = mem.export_jsonl(args.file, embeddings=not args.no_embeddings)
     if args.json:
         emit_json({"exported": n, "file": args.file})
