@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memlane import Memory
 from memlane.errors import InvalidArgumentError
-from memlane.memory import Memory
 
 __all__ = [
     "SCOPES",

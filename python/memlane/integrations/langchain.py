@@ -38,7 +38,7 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from pydantic import ConfigDict, Field
 
-from memlane.embeddings import Embedder
+from memlane import Embedder, Memory, MemoryRecord
 from memlane.errors import InvalidArgumentError
 from memlane.integrations._common import (
     FunctionEmbedder,
@@ -46,8 +46,6 @@ from memlane.integrations._common import (
     default_onnx,
     own_memory,
 )
-from memlane.memory import Memory
-from memlane.records import MemoryRecord
 
 __all__ = ["MemlaneEmbeddings", "MemlaneRetriever", "MemlaneVectorStore", "metadata_filter"]
 
@@ -232,6 +230,7 @@ class MemlaneVectorStore(VectorStore):
                 "text": texts[j],
                 "metadata": dict(metadatas[j]) if metadatas else {},
                 "id": out[j],
+                "table": self.table,
                 **self.scope,
             }
             if vectors is not None:

@@ -1,0 +1,328 @@
+"""LlamaIndex over memlane: a ``BasePydanticVectorStore``.
+
+``pip install "memlane[llamaindex]"``::
+
+    from llama_index.core.schema import TextNode
+    from llama_index.core.vector_stores import VectorStoreQuery, VectorStoreQueryMode
+    from memlane.integrations.llamaindex import MemlaneVectorStore
+
+    store = MemlaneVectorStore()                 # in memory, memlane's offline embedder
+    store.add([TextNode(text="Alice prefers dark mode", metadata={"user": "alice"})])
+    store.query(VectorStoreQuery(query_str="theme", mode=VectorStoreQueryMode.HYBRID))
+
+Query modes, each one call into memlane's engine: ``DEFAULT`` (vector
+similarity), ``TEXT_SEARCH`` and ``SPARSE`` (BM25), ``HYBRID`` (BM25 and vectors
+fused; ``query.alpha`` weighs the vector side, as memlane's ``alpha``), and
+``MMR`` (the nearest ``similarity_top_k * 4`` re-ranked for diversity).
+``MetadataFilters`` become memlane filters evaluated in the engine (``==``, ``!=``,
+ranges, ``in``, ``nin``, ``any``, ``all``, ``contains``, ``is_empty``; AND, OR,
+NOT). Nodes without an embedding are embedded by the memory's own embedder;
+a query without ``query_embedding`` is embedded by it too.
+
+``scope`` (memlane's scope fields) binds the store: nodes are written with it
+and no query, get or delete reaches outside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.indices.query.embedding_utils import get_top_k_mmr_embeddings
+from llama_index.core.schema import BaseNode, MetadataMode, TextNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+from pydantic import Field, PrivateAttr
+
+from memlane import Memory, MemoryRecord
+from memlane.errors import InvalidArgumentError
+from memlane.integrations._common import FunctionEmbedder, check_scope, own_memory
+
+__all__ = ["MemlaneVectorStore", "to_memlane_filter"]
+
+_MODES = {
+    VectorStoreQueryMode.DEFAULT: "vector",
+    VectorStoreQueryMode.TEXT_SEARCH: "text",
+    VectorStoreQueryMode.SPARSE: "text",
+    VectorStoreQueryMode.HYBRID: "hybrid",
+    VectorStoreQueryMode.MMR: "vector",
+}
+_RANGE = {
+    FilterOperator.GT: "$gt",
+    FilterOperator.GTE: "$gte",
+    FilterOperator.LT: "$lt",
+    FilterOperator.LTE: "$lte",
+    FilterOperator.NE: "$ne",
+    FilterOperator.IN: "$in",
+    FilterOperator.NIN: "$nin",
+}
+
+
+def _one(f: MetadataFilter) -> dict[str, Any]:
+    key = f"metadata.{f.key}"
+    op = FilterOperator(f.operator)
+    if op in (FilterOperator.EQ, FilterOperator.CONTAINS):
+        # A metadata list matches when any element does: "contains".
+        return {key: f.value}
+    if op in _RANGE:
+        value = list(f.value) if isinstance(f.value, list | tuple) else f.value
+        return {key: {_RANGE[op]: value}}
+    values = f.value if isinstance(f.value, list | tuple) else [f.value]
+    if op == FilterOperator.ANY:
+        return {key: {"$in": list(values)}}
+    if op == FilterOperator.ALL:
+        return {"$and": [{key: v} for v in values]}
+    if op == FilterOperator.IS_EMPTY:
+        return {"$or": [{key: {"$exists": False}}, {key: None}]}
+    raise InvalidArgumentError(
+        f"filter operator {op.value!r} is not supported by memlane "
+        "(supported: ==, !=, >, >=, <, <=, in, nin, any, all, contains, is_empty)"
+    )
+
+
+def to_memlane_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
+    """LlamaIndex ``MetadataFilters`` as memlane's filter dict (on node metadata)."""
+    if filters is None or not filters.filters:
+        return None
+    parts: list[dict[str, Any]] = []
+    for f in filters.filters:
+        if isinstance(f, MetadataFilters):
+            sub = to_memlane_filter(f)
+            if sub is not None:
+                parts.append(sub)
+        else:
+            parts.append(_one(f))
+    condition = FilterCondition(filters.condition or FilterCondition.AND)
+    if condition == FilterCondition.OR:
+        return {"$or": parts}
+    if condition == FilterCondition.NOT:
+        return {"$not": {"$and": parts}}
+    return {"$and": parts}
+
+
+def _node(rec: MemoryRecord) -> BaseNode:
+    if "_node_content" in rec.metadata:
+        return metadata_dict_to_node(rec.metadata, text=rec.text)
+    return TextNode(text=rec.text, id_=rec.id, metadata=dict(rec.metadata))
+
+
+class MemlaneVectorStore(BasePydanticVectorStore):
+    """A LlamaIndex vector store over a :class:`memlane.Memory`.
+
+    Args:
+        memory: the store to use; by default a new one (in memory unless ``path``
+            is given), closed by :meth:`close`.
+        embed_model: a LlamaIndex embedding model for a new store's embedder
+            (default: memlane's offline ONNX model). Node embeddings must have its
+            dimension.
+        scope: memlane scope fields every node gets and every read is bound to.
+        table: the memlane table nodes live in.
+        path: where a new store lives (a directory or ``postgresql://`` URL).
+        search_kwargs: passed to :meth:`memlane.Memory.search` on every query
+            (default: relevance alone, no access tracking, so similarities are
+            the relevance of memlane's formula).
+    """
+
+    stores_text: bool = True
+    flat_metadata: bool = False
+    table: str = "llamaindex"
+    scope: dict[str, Any] = Field(default_factory=dict)
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    _memory: Memory = PrivateAttr()
+    _owned: bool = PrivateAttr(default=False)
+
+    def __init__(
+        self,
+        memory: Memory | None = None,
+        *,
+        embed_model: BaseEmbedding | None = None,
+        scope: Mapping[str, str] | None = None,
+        table: str = "llamaindex",
+        path: str | Path | None = None,
+        search_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        options = {"weights": {"relevance": 1.0}, "track_access": False}
+        options.update(search_kwargs or {})
+        super().__init__(  # type: ignore[call-arg]
+            scope=check_scope(scope), table=table, search_kwargs=options
+        )
+
+        def make() -> Memory:
+            if embed_model is None:
+                return Memory(path)
+            name = f"llamaindex:{type(embed_model).__name__}:{embed_model.model_name}"
+            embedder = FunctionEmbedder(
+                embed_model.get_text_embedding_batch, embed_model.get_query_embedding, name
+            )
+            return Memory(path, embedder=embedder)
+
+        self._memory, self._owned = own_memory(memory, make)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MemlaneVectorStore"
+
+    @property
+    def client(self) -> Memory:
+        """The :class:`memlane.Memory` underneath."""
+        return self._memory
+
+    def close(self) -> None:
+        """Closes the memory if this store made it."""
+        if self._owned:
+            self._memory.close()
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
+        """Stores nodes (a node id that exists is replaced); returns their ids."""
+        items = []
+        for node in nodes:
+            text = node.get_content(metadata_mode=MetadataMode.NONE)
+            item: dict[str, Any] = {
+                "text": text,
+                "id": node.node_id,
+                "table": self.table,
+                "metadata": node_to_metadata_dict(
+                    node, remove_text=True, flat_metadata=self.flat_metadata
+                ),
+                **self.scope,
+            }
+            if node.embedding is not None:
+                item["embedding"] = node.embedding
+            items.append(item)
+        if not items:
+            return []
+        ids = [str(i["id"]) for i in items]
+        self._memory.replace(items, self.table, filters={"id": {"$in": ids}}, **self.scope)
+        return ids
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Deletes every node of this source document."""
+        self._memory.delete_all(
+            self.table, filters={"metadata.ref_doc_id": ref_doc_id}, **self.scope
+        )
+
+    def _where(
+        self, node_ids: Sequence[str] | None, filters: MetadataFilters | None
+    ) -> dict[str, Any] | None:
+        conds: list[dict[str, Any]] = []
+        if node_ids is not None:
+            conds.append({"id": {"$in": [str(i) for i in node_ids]}})
+        flt = to_memlane_filter(filters)
+        if flt is not None:
+            conds.append(flt)
+        return {"$and": conds} if conds else None
+
+    def delete_nodes(
+        self,
+        node_ids: list[str] | None = None,
+        filters: MetadataFilters | None = None,
+        **delete_kwargs: Any,
+    ) -> None:
+        """Deletes the nodes with these ids and matching these filters."""
+        if node_ids is not None and not node_ids:
+            return
+        where = self._where(node_ids, filters)
+        self._memory.delete_all(self.table, filters=where, **self.scope)
+
+    def clear(self) -> None:
+        """Deletes every node in this store's scope and table."""
+        self._memory.delete_all(self.table, **self.scope)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def get_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
+    ) -> list[BaseNode]:
+        """The nodes with these ids (in the order asked) and matching these filters."""
+        if node_ids is not None and not node_ids:
+            return []
+        where = self._where(node_ids, filters)
+        total = self._memory.count(self.table, filters=where, **self.scope)
+        if not total:
+            return []
+        records = self._memory.list(
+            self.table, limit=total, order="asc", filters=where, **self.scope
+        )
+        if node_ids is not None:
+            by_id = {r.id: r for r in records}
+            records = [by_id[i] for i in dict.fromkeys(node_ids) if i in by_id]
+        return [_node(r) for r in records]
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """One search in memlane's engine; see the module's docstring for the modes."""
+        mode = VectorStoreQueryMode(query.mode)
+        if mode not in _MODES:
+            raise InvalidArgumentError(
+                f"query mode {mode.value!r} is not supported; use one of "
+                f"{sorted(m.value for m in _MODES)}"
+            )
+        engine_mode = _MODES[mode]
+        k = query.similarity_top_k
+        if mode == VectorStoreQueryMode.HYBRID and query.hybrid_top_k:
+            k = query.hybrid_top_k
+        elif engine_mode == "text" and query.sparse_top_k:
+            k = query.sparse_top_k
+        if k < 1:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        conds: list[dict[str, Any]] = []
+        where = self._where(query.node_ids, query.filters)
+        if where is not None:
+            conds.append(where)
+        if query.doc_ids:
+            conds.append({"metadata.ref_doc_id": {"$in": list(query.doc_ids)}})
+        options = {**self.search_kwargs, **kwargs}
+        if mode == VectorStoreQueryMode.HYBRID and query.alpha is not None:
+            options["alpha"] = query.alpha
+        text = query.query_str or ""
+        vector = None if engine_mode == "text" else query.query_embedding
+        if engine_mode == "text" and not text:
+            raise InvalidArgumentError(f"query mode {mode.value!r} needs query_str")
+        if engine_mode != "text" and vector is None and not text:
+            raise InvalidArgumentError("give query_embedding or query_str")
+        mmr = mode == VectorStoreQueryMode.MMR
+        hits = self._memory.search(
+            text,
+            4 * k if mmr else k,
+            mode=engine_mode,  # type: ignore[arg-type]
+            table=self.table,
+            filters={"$and": conds} if conds else None,
+            query_embedding=vector,
+            include_embedding=mmr,
+            **options,
+            **self.scope,
+        )
+        pairs = [(h.record, h.score) for h in hits]
+        if mmr and pairs:
+            qvec = vector
+            if qvec is None:
+                embedder = self._memory.embedder
+                assert embedder is not None  # a vector search above needed one
+                qvec = np.asarray(embedder.embed(text), dtype=np.float32).tolist()
+            scores, ids = get_top_k_mmr_embeddings(
+                list(qvec),
+                [np.asarray(r.embedding).tolist() for r, _ in pairs],
+                similarity_top_k=k,
+                embedding_ids=list(range(len(pairs))),
+                mmr_threshold=query.mmr_threshold,
+            )
+            pairs = [(pairs[i][0], float(s)) for i, s in zip(ids, scores, strict=True)]
+        return VectorStoreQueryResult(
+            nodes=[_node(r) for r, _ in pairs],
+            similarities=[s for _, s in pairs],
+            ids=[r.id for r, _ in pairs],
+        )
