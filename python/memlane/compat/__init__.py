@@ -1,0 +1,13 @@
+"""Drop-in replacements for libraries agents already use, on memlane's Rust engine.
+
+- :mod:`memlane.compat.hnswlib`: hnswlib's ``Index`` and ``BFIndex``
+  (``import memlane.compat.hnswlib as hnswlib``).
+- :mod:`memlane.compat.rank_bm25`: rank_bm25's ``BM25Okapi``, same scores
+  (``from memlane.compat.rank_bm25 import BM25Okapi``).
+
+Each module is imported on its own; this package imports neither.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []
