@@ -16,7 +16,9 @@ value filters (``$eq $ne $gt $gte $lt $lte``), and semantic search through an
 ``index`` config (``{"dims", "embed", "fields"}``) whose field texts are each
 embedded and searched by memlane's engine, an item scoring its best field's
 cosine similarity. Where it differs: ``created_at`` survives an update (as in
-LangGraph's PostgreSQL store), items outlive the process when the ``Memory`` is
+LangGraph's PostgreSQL store), ``list_namespaces`` lists the namespaces that hold
+items (``InMemoryStore`` keeps listing one whose last item was deleted), items
+outlive the process when the ``Memory`` is
 durable, and TTLs are supported (``ttl={"default_ttl": minutes, ...}``;
 expired items are never returned and :meth:`MemlaneStore.sweep_ttl` deletes them).
 
@@ -65,6 +67,8 @@ from memlane.integrations._common import FunctionEmbedder, check_scope, own_memo
 __all__ = ["MemlaneStore"]
 
 _PAGE = 256
+#: The clock TTLs are read against (tests move it).
+_now = time.time
 _OPS = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"}
 
 
@@ -222,7 +226,7 @@ class MemlaneStore(BaseStore):
     def sweep_ttl(self) -> int:
         """Deletes the expired items' records now; returns how many records went."""
         return self.memory.delete_all(
-            self.table, filters={"metadata.lg.exp": {"$lte": time.time()}}, **self.scope
+            self.table, filters={"metadata.lg.exp": {"$lte": _now()}}, **self.scope
         )
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
@@ -350,7 +354,7 @@ class MemlaneStore(BaseStore):
         vectors: Sequence[Sequence[float]] | None,
         qvecs: dict[str, list[float]],
     ) -> list[Result]:
-        now = time.time()
+        now = _now()
         results: list[Result] = []
         touched: list[MemoryRecord] = []
         for op in ops:
@@ -508,11 +512,14 @@ class MemlaneStore(BaseStore):
             best: dict[str, tuple[MemoryRecord, float]] = {}
             for hit in hits:
                 lg = hit.record.metadata["lg"]
-                if lg["item"] in best or (op.filter and not _matches(lg["value"], op.filter)):
+                if op.filter and not _matches(lg["value"], op.filter):
                     continue
                 info = hit.explain or {}
                 cosine = info.get("cosine")
-                best[lg["item"]] = (hit.record, float(cosine if cosine is not None else hit.score))
+                score = float(cosine if cosine is not None else hit.score)
+                # An item scores its best field (the engine ties every cosine <= 0 at 0).
+                if lg["item"] not in best or score > best[lg["item"]][1]:
+                    best[lg["item"]] = (hit.record, score)
             exhausted = len(hits) < k
             # Cosines at or below 0 all score 0 in the engine: fetch them all to order them.
             if exhausted or (len(best) >= need and hits[-1].score > 0):
