@@ -75,13 +75,11 @@ def main() -> None:
     args = parser.parse_args()
 
     embedder = OnnxEmbedder()
-    tokenizer_file = _onnx._package_file(
-        _onnx.TOKENIZER_PACKAGE, _onnx.TOKENIZER_FILE, _onnx.TOKENIZER_INSTALL
-    )
+    tokenizer_file = _onnx.default_tokenizer_path()
     # One session for all three: a second one's idle threads would spin against the first.
     session = embedder._session
     shipped = Tokenizer.from_file(str(tokenizer_file))  # pads to 128, cuts at 128
-    per_batch = _onnx._load_tokenizer(tokenizer_file, embedder.max_length)
+    per_batch, _ = _onnx._load_tokenizer(tokenizer_file, embedder.max_length)
     runners = {
         "naive (pad to 128)": _runner(session, shipped, 64),
         "unsorted (pad per batch)": _runner(session, per_batch, 64),

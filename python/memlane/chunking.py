@@ -264,14 +264,9 @@ class RecursiveCharacterSplitter:
 
 
 def _default_tokenizer_path() -> Path:
-    from memlane.embeddings._onnx import (
-        TOKENIZER_FILE,
-        TOKENIZER_INSTALL,
-        TOKENIZER_PACKAGE,
-        _package_file,
-    )
+    from memlane.embeddings._onnx import default_tokenizer_path
 
-    return _package_file(TOKENIZER_PACKAGE, TOKENIZER_FILE, TOKENIZER_INSTALL)
+    return default_tokenizer_path()
 
 
 class TokenSplitter:

@@ -68,16 +68,9 @@ def default_token_counter() -> TokenCounter:
     try:
         from tokenizers import Tokenizer
 
-        from memlane.embeddings._onnx import (
-            TOKENIZER_FILE,
-            TOKENIZER_INSTALL,
-            TOKENIZER_PACKAGE,
-            _package_file,
-        )
+        from memlane.embeddings._onnx import default_tokenizer_path
 
-        tokenizer = Tokenizer.from_file(
-            str(_package_file(TOKENIZER_PACKAGE, TOKENIZER_FILE, TOKENIZER_INSTALL))
-        )
+        tokenizer = Tokenizer.from_file(str(default_tokenizer_path()))
         tokenizer.no_truncation()
         tokenizer.no_padding()
     except Exception:  # not installed or unreadable: the documented fallback

@@ -127,6 +127,20 @@ def _verify(path: Path, expected: str, label: str, remedy: str) -> str:
     return digest
 
 
+def default_tokenizer_path() -> Path:
+    """The default model's ``tokenizer.json``, shipped in this package, checked by sha256.
+
+    Raises:
+        EmbedderUnavailableError: the file is missing or damaged.
+    """
+    if not TOKENIZER_FILE.is_file():
+        raise EmbedderUnavailableError(
+            f"memlane's tokenizer file {TOKENIZER_FILE} is missing; {_REINSTALL}"
+        )
+    _verify(TOKENIZER_FILE, TOKENIZER_SHA256, "memlane's tokenizer", _REINSTALL)
+    return TOKENIZER_FILE
+
+
 def _available_cores() -> int:
     if sys.platform == "linux":
         # The cores this process may run on (a container or taskset may allow fewer).
@@ -271,12 +285,7 @@ class OnnxEmbedder:
         if tokenizer_path is not None:
             tokenizer = _existing_file(tokenizer_path, "tokenizer_path")
         elif is_default:
-            tokenizer = TOKENIZER_FILE
-            if not tokenizer.is_file():
-                raise EmbedderUnavailableError(
-                    f"memlane's tokenizer file {tokenizer} is missing; {_REINSTALL}"
-                )
-            _verify(tokenizer, TOKENIZER_SHA256, "memlane's tokenizer", _REINSTALL)
+            tokenizer = default_tokenizer_path()
         else:
             tokenizer = model.parent / "tokenizer.json"
             if not tokenizer.is_file():
