@@ -388,6 +388,8 @@ class _Pipeline:
         reuse = self.old_vectors(jobs)
         embedded: list[tuple[_Job, FloatArray | None]] = []
         truncated = self.report.truncated
+        # The bar moves through these files as their fragments are embedded.
+        self.progress.start_batch(len(jobs), sum(len(j.chunks) for j in jobs))
         try:
             vectors = self.embed(jobs, reuse)
             row = 0

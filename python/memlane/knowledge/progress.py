@@ -1,29 +1,38 @@
-"""A one-line progress bar on stderr for long ingestions (no dependency)."""
+"""The ingest progress bar on stderr, drawn by tqdm.
+
+tqdm rather than rich: it is one small pure-Python package with no dependency of
+its own, and ``tokenizers`` already installs it (through ``huggingface-hub``), so
+it adds nothing to an install; rich would bring pygments and more for a single bar.
+tqdm gives the rate, the ETA, terminal-width handling and redraw throttling that
+the hand-written bar lacked.
+
+The bar counts files, and moves within a write batch as its fragments are
+embedded (a batch of 2,048 fragments may hold every file of a small folder, so
+counting only finished files showed 0% until the end).
+"""
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 __all__ = ["ProgressBar", "ProgressOption"]
 
 #: ``True``: a bar when stderr is a terminal; ``"always"``: a bar regardless; ``False``: none.
 ProgressOption = bool | Literal["always"]
 
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    m, s = divmod(seconds, 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+# tqdm puts ", " before the postfix: "[00:04<00:06, 2.95 files/s, 12/30 files, 210 fragments 51/s]"
+_FORMAT = "{desc}: {percentage:5.1f}%|{bar}| [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 
 
 class ProgressBar:
-    """``files 12/340 [####......] 3.5%  210 fragments  25.1/s  eta 04:10``, redrawn in place.
+    """``ingest:  42.0%|████▏    | [00:04<00:06, 2.95 files/s, 12/30 files, 210 fragments 51.2/s]``.
 
-    Redraws at most every ``interval`` seconds (and at :meth:`close`); on a
-    stream that is not a terminal (``"always"``), each redraw is a new line.
+    :meth:`update` counts finished files and embedded fragments. Between
+    :meth:`start_batch` and the files of that batch finishing, each embedded
+    fragment moves the bar by its share of the batch's files, so the bar, the
+    rate and the ETA move while the model runs. Redraws at most every
+    ``interval`` seconds (and at :meth:`close`).
     """
 
     def __init__(
@@ -33,55 +42,74 @@ class ProgressBar:
         enabled: ProgressOption = True,
         stream: TextIO | None = None,
         label: str = "ingest",
-        width: int = 24,
         interval: float = 0.5,
     ) -> None:
         self.stream = sys.stderr if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         tty = bool(isatty()) if callable(isatty) else False
         self.enabled = enabled == "always" or (enabled is True and tty)
-        self._tty = tty
         self.total = max(0, total)
-        self.label = label
-        self.width = width
-        self.interval = interval
         self.files = 0
         self.fragments = 0
-        self._start = time.monotonic()
-        self._drawn = 0.0
-        self._last_len = 0
+        self._batch_files = 0
+        self._batch_fragments = 0
+        self._credit = 0.0  # bar units moved ahead of finished files, within the batch
+        self._bar: Any = None
+        if self.enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=self.total,
+                desc=label,
+                unit=" files",
+                file=self.stream,
+                mininterval=interval,
+                miniters=0,
+                smoothing=0.1,
+                dynamic_ncols=tty,
+                ncols=None if tty else 100,
+                bar_format=_FORMAT,
+                postfix=self._postfix(),
+                leave=True,
+            )
+
+    def _postfix(self) -> str:
+        text = f"{self.files}/{self.total} files, {self.fragments} fragments"
+        elapsed = self._bar.format_dict["elapsed"] if self._bar is not None else 0.0
+        if self.fragments and elapsed > 0:
+            text += f" {self.fragments / elapsed:.1f}/s"
+        return text
+
+    def start_batch(self, files: int, fragments: int) -> None:
+        """The next ``fragments`` embedded belong to these ``files`` files."""
+        self._batch_files = max(0, files)
+        self._batch_fragments = max(0, fragments)
+        self._credit = 0.0
 
     def update(self, files: int = 0, fragments: int = 0) -> None:
+        """``files`` more finished (ingested, unchanged, skipped or failed) and
+        ``fragments`` more embedded."""
         self.files += files
         self.fragments += fragments
-        if self.enabled and time.monotonic() - self._drawn >= self.interval:
-            self._draw()
-
-    def line(self) -> str:
-        elapsed = time.monotonic() - self._start
-        frac = self.files / self.total if self.total else 1.0
-        filled = round(self.width * min(frac, 1.0))
-        rate = self.fragments / elapsed if elapsed > 0 else 0.0
-        eta = elapsed / frac - elapsed if 0 < frac < 1 else 0.0
-        return (
-            f"{self.label} {self.files}/{self.total} files "
-            f"[{'#' * filled}{'.' * (self.width - filled)}] {100 * frac:.1f}%  "
-            f"{self.fragments} fragments  {rate:.1f}/s  "
-            f"{'eta ' + _duration(eta) if 0 < frac < 1 else _duration(elapsed)}"
-        )
-
-    def _draw(self, final: bool = False) -> None:
-        self._drawn = time.monotonic()
-        text = self.line()
-        if self._tty:
-            pad = " " * max(0, self._last_len - len(text))
-            self.stream.write("\r" + text + pad + ("\n" if final else ""))
-        else:
-            self.stream.write(text + "\n")
-        self._last_len = len(text)
-        self.stream.flush()
+        step = 0.0
+        if fragments and self._batch_fragments:
+            # The batch's share, never more than its files (a retry embeds again).
+            ahead = self._batch_files * fragments / self._batch_fragments
+            ahead = min(ahead, self._batch_files - self._credit)
+            self._credit += ahead
+            step += ahead
+        if files:
+            taken = min(self._credit, float(files))
+            self._credit -= taken
+            step += files - taken
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+            if step:
+                self._bar.update(step)
 
     def close(self) -> None:
-        if self.enabled:
-            self._draw(final=True)
-            self.enabled = False
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+            self._bar.close()
+            self._bar = None
+        self.enabled = False
