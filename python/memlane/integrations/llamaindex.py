@@ -185,6 +185,12 @@ class MemlaneVectorStore(BasePydanticVectorStore):
         if self._owned:
             self._memory.close()
 
+    def __enter__(self) -> MemlaneVectorStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- writes -------------------------------------------------------------------------------
 
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
