@@ -388,11 +388,13 @@ class Index:
     def get_items(
         self, ids: npt.ArrayLike | None = None, return_type: str = "numpy"
     ) -> npt.NDArray[np.float32] | list[list[float]]:
-        """The stored vectors of ``ids`` (normalised under ``'cosine'``)."""
+        """The stored vectors of ``ids`` (normalised under ``'cosine'``); all when None."""
         if return_type not in ("numpy", "list"):
             raise ValueError('return_type should be "numpy" or "list"')
-        labels: list[int] = []
-        if ids is not None:
+        if ids is None:
+            # hnswlib 0.8 returns nothing here, later versions every vector.
+            labels = [int(x) for x in self._index.ids()] if self._index is not None else []
+        else:
             array = np.asarray(ids)
             if array.ndim == 0:
                 raise ValueError(
@@ -431,6 +433,18 @@ class Index:
 
     def set_num_threads(self, num_threads: int) -> None:
         self._num_threads = int(num_threads)
+
+    def set_ef_search_default(self, ef: int) -> None:
+        """``set_ef`` under the name later hnswlib versions give it."""
+        self.ef = ef
+
+    @property
+    def ef_search_default(self) -> int:
+        return self._ef
+
+    @ef_search_default.setter
+    def ef_search_default(self, value: int) -> None:
+        self.ef = value
 
     @property
     def ef(self) -> int:
