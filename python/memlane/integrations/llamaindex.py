@@ -286,7 +286,8 @@ class MemlaneVectorStore(BasePydanticVectorStore):
         if k < 1:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         conds: list[dict[str, Any]] = []
-        where = self._where(query.node_ids, query.filters)
+        # An empty node_ids (what LlamaIndex's retriever sends) restricts nothing.
+        where = self._where(query.node_ids or None, query.filters)
         if where is not None:
             conds.append(where)
         if query.doc_ids:
