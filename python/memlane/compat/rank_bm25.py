@@ -10,7 +10,8 @@ postings instead of one dictionary per document.
 
 Differences: tokens must be ``str``; a ``tokenizer`` runs in this process (rank_bm25
 starts a multiprocessing pool); ``k1``, ``b`` and ``epsilon`` are read-only, since the
-index is computed once from them.
+index is computed once from them; an empty document scores 0 where rank_bm25's
+``0 / 0`` gives NaN (``b = 1``).
 """
 
 from __future__ import annotations

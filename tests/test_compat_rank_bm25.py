@@ -1,0 +1,199 @@
+"""memlane.compat.rank_bm25: rank_bm25's BM25Okapi, same scores, from the Rust engine.
+
+Scores are held to the formulas written out here, and to rank_bm25 itself when it is
+installed (the dev extra installs it), on synthetic corpora and on SciFact when
+``../shared/data/scifact`` is present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memlane.compat.rank_bm25 import BM25Okapi
+
+SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+
+CORPUS = [
+    ["hello", "there", "good", "man"],
+    ["it", "is", "quite", "windy", "in", "london"],
+    ["how", "is", "the", "weather", "today"],
+    ["is", "it", "windy", "is", "it"],
+    [],
+]
+
+
+@pytest.fixture(scope="module")
+def rank_bm25() -> ModuleType:
+    return pytest.importorskip("rank_bm25")
+
+
+def formula(
+    corpus: list[list[str]], query: list[str], k1: float, b: float, eps: float
+) -> list[float]:
+    """BM25Okapi as rank_bm25 documents it, one document and token at a time."""
+    n = len(corpus)
+    avgdl = sum(map(len, corpus)) / n
+    order: dict[str, int] = {}
+    for doc in corpus:
+        for token in doc:
+            order.setdefault(token, sum(token in d for d in corpus))
+    raw = {t: math.log(n - df + 0.5) - math.log(df + 0.5) for t, df in order.items()}
+    average = sum(raw.values()) / len(raw)
+    idf = {t: (eps * average if v < 0 else v) for t, v in raw.items()}
+    scores = []
+    for doc in corpus:
+        s = 0.0
+        for q in query:
+            tf = doc.count(q)
+            if tf == 0:
+                continue  # adds 0 (rank_bm25: 0/0 = NaN for an empty document when b = 1)
+            s += idf.get(q, 0.0) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(doc) / avgdl))
+        scores.append(s)
+    return scores
+
+
+def random_corpus(seed: int, docs: int = 300, vocabulary: int = 400) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    # Zipf-like: a few tokens in most documents (negative idf), a long tail.
+    weights = 1 / np.arange(1, vocabulary + 1)
+    weights /= weights.sum()
+    return [
+        [f"t{i}" for i in rng.choice(vocabulary, size=rng.integers(0, 40), p=weights)]
+        for _ in range(docs)
+    ]
+
+
+@pytest.mark.parametrize(("k1", "b", "eps"), [(1.5, 0.75, 0.25), (1.2, 0.3, 0.5), (2.0, 1.0, 0.0)])
+def test_scores_follow_the_formula(k1: float, b: float, eps: float) -> None:
+    bm = BM25Okapi(CORPUS, k1=k1, b=b, epsilon=eps)
+    for query in (["windy", "london"], ["is", "is", "man"], ["absent"], []):
+        got = bm.get_scores(query)
+        assert got.dtype == np.float64 and got.shape == (5,)
+        np.testing.assert_allclose(got, formula(CORPUS, query, k1, b, eps), rtol=1e-12, atol=0)
+
+
+def test_statistics_are_rank_bm25s() -> None:
+    bm = BM25Okapi(CORPUS)
+    assert bm.corpus_size == 5
+    assert bm.doc_len == [4, 6, 5, 5, 0]
+    assert bm.avgdl == 4.0
+    assert bm.doc_freqs[3] == {"is": 2, "it": 2, "windy": 1}
+    assert list(bm.doc_freqs[0]) == ["hello", "there", "good", "man"]
+    assert bm.doc_freqs[4] == {}
+    assert list(bm.idf)[:5] == ["hello", "there", "good", "man", "it"]
+    # "is" is in 3 of 5 documents: a negative idf, floored at epsilon * average_idf.
+    assert bm.idf["is"] == pytest.approx(0.25 * bm.average_idf)
+    assert bm.idf["london"] == pytest.approx(math.log(4.5) - math.log(1.5))
+    assert (bm.k1, bm.b, bm.epsilon, bm.tokenizer) == (1.5, 0.75, 0.25, None)
+
+
+def test_top_n_and_batch_scores() -> None:
+    bm = BM25Okapi(CORPUS)
+    documents = [" ".join(d) for d in CORPUS]
+    top = bm.get_top_n(["windy", "london"], documents, n=2)
+    assert top == ["it is quite windy in london", "is it windy is it"]
+    scores = bm.get_scores(["windy", "is"])
+    batch = bm.get_batch_scores(["windy", "is"], [3, 1, -1, 3])
+    assert isinstance(batch, list)
+    assert batch == [scores[3], scores[1], scores[4], scores[3]]
+    with pytest.raises(AssertionError):
+        bm.get_batch_scores(["windy"], [5])
+    with pytest.raises(AssertionError, match="don't match the index corpus"):
+        bm.get_top_n(["windy"], documents[:3])
+
+
+def test_a_tokenizer_is_applied_to_the_corpus() -> None:
+    def tokenize(text: str) -> list[str]:
+        return re.findall(r"\w+", text.lower())
+
+    texts = ["Hello there, good man!", "It is quite windy in London.", "How is the weather?"]
+    bm = BM25Okapi(texts, tokenizer=tokenize)
+    assert bm.tokenizer is tokenize
+    np.testing.assert_array_equal(
+        bm.get_scores(["windy"]), BM25Okapi([tokenize(t) for t in texts]).get_scores(["windy"])
+    )
+
+
+def test_bad_corpora_raise_as_rank_bm25_does() -> None:
+    with pytest.raises(ZeroDivisionError):
+        BM25Okapi([])
+    with pytest.raises(ZeroDivisionError):
+        BM25Okapi([[], []])
+    with pytest.raises(TypeError, match="tokens must be str"):
+        BM25Okapi([["a", 1]])
+    # A generator is read once, as rank_bm25 reads it.
+    bm = BM25Okapi(d for d in CORPUS)
+    assert bm.corpus_size == 5
+    # Tokens of other types in a query match nothing.
+    np.testing.assert_array_equal(bm.get_scores([1, "windy"]), bm.get_scores(["windy"]))
+
+
+def test_pickling_keeps_every_score() -> None:
+    corpus = random_corpus(3)
+    bm = BM25Okapi(corpus, k1=1.3, b=0.6, epsilon=0.1)
+    twin = pickle.loads(pickle.dumps(bm))
+    assert (twin.k1, twin.b, twin.epsilon) == (1.3, 0.6, 0.1)
+    assert twin.idf == bm.idf and twin.doc_freqs == bm.doc_freqs
+    np.testing.assert_array_equal(
+        twin.get_scores(["t0", "t5", "t77"]), bm.get_scores(["t0", "t5", "t77"])
+    )
+
+
+# -- against rank_bm25 itself -----------------------------------------------------------
+
+
+def assert_same(ours: BM25Okapi, theirs: Any, queries: list[list[str]]) -> None:
+    assert ours.corpus_size == theirs.corpus_size
+    assert ours.avgdl == theirs.avgdl
+    assert ours.doc_len == theirs.doc_len
+    assert ours.doc_freqs == theirs.doc_freqs
+    assert list(ours.idf) == list(theirs.idf)
+    np.testing.assert_allclose(list(ours.idf.values()), list(theirs.idf.values()), rtol=1e-12)
+    assert ours.average_idf == pytest.approx(theirs.average_idf, rel=1e-12)
+    for query in queries:
+        want = theirs.get_scores(query)
+        np.testing.assert_allclose(ours.get_scores(query), want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_same_as_rank_bm25_on_random_corpora(rank_bm25: ModuleType, seed: int) -> None:
+    corpus = random_corpus(seed)
+    queries = [[f"t{i}" for i in q] for q in np.random.default_rng(seed).integers(0, 450, (30, 6))]
+    for params in ({}, {"k1": 0.9, "b": 0.4, "epsilon": 0.5}):
+        ours = BM25Okapi(corpus, **params)
+        theirs = rank_bm25.BM25Okapi(corpus, **params)
+        assert_same(ours, theirs, queries)
+        docs = list(range(0, 300, 7))
+        np.testing.assert_allclose(
+            ours.get_batch_scores(queries[0], docs),
+            theirs.get_batch_scores(queries[0], docs),
+            rtol=1e-9,
+            atol=1e-12,
+        )
+        documents = [" ".join(d) for d in corpus]
+        for query in queries[:10]:
+            assert ours.get_top_n(query, documents, n=5) == theirs.get_top_n(query, documents, n=5)
+
+
+def test_same_as_rank_bm25_on_scifact(rank_bm25: ModuleType) -> None:
+    if not (SCIFACT / "corpus.jsonl").is_file():
+        pytest.skip(f"SciFact not found at {SCIFACT}")
+
+    def tokenize(text: str) -> list[str]:
+        return re.findall(r"\w+", text.lower())
+
+    with (SCIFACT / "corpus.jsonl").open(encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f][:2000]
+    with (SCIFACT / "queries.jsonl").open(encoding="utf-8") as f:
+        queries = [tokenize(json.loads(line)["text"]) for line in f][:50]
+    corpus = [tokenize(d["title"] + " " + d["text"]) for d in docs]
+    assert_same(BM25Okapi(corpus), rank_bm25.BM25Okapi(corpus), queries)
