@@ -171,8 +171,8 @@ def wait_for_follower(mem: Memory, timeout: float = 30.0) -> None:
     """Until ``mem`` has applied every change committed so far."""
     target = mem._db.seq()
     start = time.perf_counter()
-    while mem._seq < target:
-        assert time.perf_counter() - start < timeout, (mem._seq, target)
+    while mem._sync.seq < target:
+        assert time.perf_counter() - start < timeout, (mem._sync.seq, target)
         time.sleep(0.01)
 
 

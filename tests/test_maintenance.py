@@ -25,10 +25,10 @@ def test_close_joins_the_thread_and_warns_nothing(tmp_path: Path, word_embedder)
         mem = Memory(tmp_path / "store", word_embedder)
         thread = mem._thread
         _fill(mem)
-        mem._wake.set()
+        mem._sync.wake.set()
         mem.close()
         assert not thread.is_alive()
-        mem._wake.set()  # a late wake-up finds nothing to do
+        mem._sync.wake.set()  # a late wake-up finds nothing to do
         mem.close()  # idempotent
     assert [str(w.message) for w in caught] == []
     with pytest.raises(MemlaneError, match="closed"):
@@ -41,7 +41,7 @@ def test_garbage_collected_store_stops_its_thread(tmp_path: Path, word_embedder)
         mem = Memory(tmp_path / "store", word_embedder)
         thread = mem._thread
         _fill(mem)
-        wake = mem._wake
+        wake = mem._sync.wake
         del mem
         gc.collect()
         wake.set()
@@ -64,7 +64,7 @@ def test_vanished_folder_stops_the_thread_after_one_warning(tmp_path: Path, word
         warnings.simplefilter("always")
         shutil.rmtree(folder)
         for _ in range(5):
-            mem._wake.set()
+            mem._sync.wake.set()
             thread.join(timeout=0.2)
         thread.join(timeout=10)
         assert not thread.is_alive()

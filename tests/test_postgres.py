@@ -116,7 +116,7 @@ def test_own_write_does_not_hide_anothers_earlier_change(pg_server: PgServer) ->
         wait_for(lambda: len(b) == 1)
         # a's follower waits on the write lock while b changes the record and a writes
         # a change (its access count) to the same row with a newer sequence number.
-        with a._write:
+        with a._sync.lock:
             b.update(r.id, importance=0.9)
             b.update(r.id, text="kept record renamed")
             assert a.search("kept", k=1)[0].record.id == r.id
@@ -426,7 +426,7 @@ def test_cache_dir_warm_open_replays_changes_since(pg_server: PgServer, tmp_path
         other.add("added elsewhere")
     with Memory(u, emb, cache_dir=cache) as mem:
         assert len(mem) == 200
-        assert mem._snap_seq > 0  # loaded from the cache, not rebuilt
+        assert mem._sync.snap_seq > 0  # loaded from the cache, not rebuilt
         assert mem.search("elsewhere", mode="text", k=5)[0].record.text in (
             "changed elsewhere",
             "added elsewhere",
@@ -474,14 +474,14 @@ def test_old_tombstones_go_and_a_process_behind_them_still_converges(
         a = Memory(u, emb)
         recs = a.add_many([{"text": f"note {i}"} for i in range(20)])
         wait_for(lambda: len(b) == 20)
-        with b._write:  # b is away while a deletes and the tombstones expire
+        with b._sync.lock:  # b is away while a deletes and the tombstones expire
             a.delete(recs[0].id)
             with psycopg.connect(pg_server.url(), autocommit=True) as conn:
                 conn.execute(f"UPDATE {schema}.tombstones SET at = now() - interval '8 days'")
                 a.close()  # collects them
                 left = conn.execute(f"SELECT count(*) FROM {schema}.tombstones").fetchone()
                 assert left == (0,)
-            assert b._db.forgotten() > b._seq
+            assert b._db.forgotten() > b._sync.seq
         wait_for(lambda: len(b) == 19)
         assert recs[0].id not in {h.record.id for h in b.search("note", k=50)}
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from memlane.storage.base import COLUMNS, Row
+from memlane.schema import COLUMNS, Row
 from memlane.storage.rowcache import RowCache
-
-SEQ = COLUMNS.index("seq")
-EMBEDDING = COLUMNS.index("embedding")
 
 
 def row(rowid: int, seq: int, text: str = "t", embedding: bytes | None = None) -> Row:
-    values: list[object] = [None] * len(COLUMNS)
-    values[0], values[2], values[SEQ], values[EMBEDDING] = rowid, text, seq, embedding
-    return tuple(values)
+    values = dict.fromkeys(COLUMNS)
+    values.update(rowid=rowid, text=text, seq=seq, embedding=embedding)
+    return Row(**values)  # type: ignore[arg-type]
 
 
 def test_newer_rows_win_and_vectors_are_dropped() -> None:
@@ -20,7 +17,7 @@ def test_newer_rows_win_and_vectors_are_dropped() -> None:
     cache.put([row(1, 5, "new", b"\0" * 8)])
     cache.put([row(1, 3, "old")])  # a slow read of an older state
     found, missing = cache.get([1, 2])
-    assert missing == [2] and found[1][2] == "new" and found[1][EMBEDDING] is None
+    assert missing == [2] and found[1].text == "new" and found[1].embedding is None
 
 
 def test_a_write_refuses_reads_from_before_it() -> None:

@@ -24,7 +24,7 @@ from memlane import (
     StorageError,
     UnknownIdError,
 )
-from memlane.storage.base import Row
+from memlane.schema import Row
 from memlane.storage.sql import SQLStore
 from memlane.storage.sqlite import SQLiteStore
 from pg_server import PASSWORD, PgServer
@@ -33,7 +33,7 @@ _schemas = itertools.count()
 
 
 def _row(rowid: int, record_id: str, seq: int) -> Row:
-    return (
+    return Row(
         rowid,
         record_id,
         f"the text of {record_id}",

@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_RECENCY_WEIGHT",
     "DEFAULT_RELEVANCE_WEIGHT",
     "DEFAULT_RRF_K",
+    "ENGINE_COLUMNS",
     "BM25Index",
     "BM25Okapi",
     "Engine",
@@ -25,6 +26,7 @@ __all__ = [
 
 __version__: str
 
+ENGINE_COLUMNS: list[str]
 DEFAULT_ALPHA: float
 DEFAULT_RRF_K: float
 DEFAULT_RELEVANCE_WEIGHT: float
@@ -106,7 +108,11 @@ class BM25Okapi:
     """
 
     def __new__(
-        cls, corpus: Iterable[Iterable[str]], k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25
+        cls,
+        corpus: Iterable[Iterable[str]],
+        k1: float = 1.5,
+        b: float = 0.75,
+        epsilon: float = 0.25,
     ) -> BM25Okapi: ...
     def get_scores(self, query: Iterable[object]) -> npt.NDArray[np.float64]:
         """The score of every document, in corpus order (non-str tokens match nothing)."""
@@ -254,23 +260,13 @@ class Engine:
         ids: npt.ArrayLike,
         texts: Sequence[str] | None,
         vectors: npt.ArrayLike | None,
-        *,
-        tables: Sequence[str],
-        types: Sequence[str],
-        scopes: Sequence[Sequence[str | None]],
-        importance: Sequence[float],
-        evergreen: Sequence[bool],
-        created_at: Sequence[float],
-        updated_at: Sequence[float],
-        last_accessed_at: Sequence[float],
-        metadata: Sequence[str],
-        keys: Sequence[str] | None = None,
-        access_counts: Sequence[int] | None = None,
+        columns: Sequence[Sequence[Any]],
     ) -> PreparedBatch:
         """Checks and analyses a batch without changing anything; ``apply`` inserts it.
 
-        ``keys`` are the records' public ids (what ``id`` filters read) and
-        ``access_counts`` their accesses so far; both may be omitted.
+        ``columns`` holds one sequence per name of :data:`ENGINE_COLUMNS`, in that
+        order, one entry per id (``id`` is the record's public id, what ``id``
+        filters read).
         """
     def apply(self, batch: PreparedBatch) -> None:
         """Inserts or replaces the records of a prepared batch."""
@@ -304,6 +300,16 @@ class Engine:
         touch: bool = False,
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
         """One query: ids, final scores and (with ``explain``) an (n, 10) array of signals."""
+    def nearest(
+        self,
+        vectors: npt.ArrayLike,
+        groups: Sequence[int],
+        filters: Sequence[Mapping[str, Any]],
+        min_similarity: float,
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+        """Per row of ``vectors``: the nearest record ``filters[groups[row]]`` admits with
+        cosine >= ``min_similarity``, as ids (``2**64 - 1`` where none) and similarities
+        (NaN where none)."""
     def ids_where(
         self,
         filter: Mapping[str, Any] | None = None,

@@ -38,6 +38,9 @@ class AsyncMemory(AsyncKnowledgeMixin):
     thread (opening replays the database, which may take a while).
     """
 
+    #: The :class:`~memlane.Memory` every call runs on.
+    sync: Memory
+
     def __init__(
         self,
         path: str | Path | None = None,
@@ -201,6 +204,7 @@ class AsyncMemory(AsyncKnowledgeMixin):
         keep_importance_at_least: float | None = None,
         keep_access_count_above: int | None = None,
         table: str | None = "memories",
+        now: float | None = None,
         agent_id: str | None = None,
         user_id: str | None = None,
         room_id: str | None = None,
@@ -215,6 +219,7 @@ class AsyncMemory(AsyncKnowledgeMixin):
             keep_importance_at_least=keep_importance_at_least,
             keep_access_count_above=keep_access_count_above,
             table=table,
+            now=now,
             agent_id=agent_id,
             user_id=user_id,
             room_id=room_id,

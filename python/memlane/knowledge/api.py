@@ -48,7 +48,7 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
 
 if TYPE_CHECKING:
-    from memlane.memory import Memory
+    from memlane._memory.store import MemoryStore as Memory
     from memlane.records import MemoryRecord, SearchHit
 
 __all__ = ["SEARCH_DEFAULTS", "AsyncKnowledgeMixin", "KnowledgeMixin"]
@@ -82,7 +82,7 @@ class KnowledgeMixin:
     """Document ingestion and retrieval (elizaOS's RAG knowledge) for :class:`~memlane.Memory`."""
 
     def _memory(self) -> Memory:
-        return cast("Memory", self)
+        return cast("Memory", self)  # mixed into memlane.Memory, a MemoryStore
 
     def ingest(
         self,
@@ -341,7 +341,7 @@ class AsyncKnowledgeMixin:
     """
 
     if TYPE_CHECKING:
-        sync: Memory
+        sync: KnowledgeMixin
 
     async def ingest(
         self,

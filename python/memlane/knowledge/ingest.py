@@ -54,8 +54,8 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
 
 if TYPE_CHECKING:
+    from memlane._memory.store import MemoryStore as Memory
     from memlane.embeddings._base import Embedder
-    from memlane.memory import Memory
     from memlane.records import MemoryRecord
 
 __all__ = [

@@ -4,9 +4,9 @@ Two backends implement it: :class:`~memlane.storage.sqlite.SQLiteStore` (the
 embedded store, one process) and :class:`~memlane.storage.postgres.PostgresStore`
 (shared by many processes), both dialects of :class:`~memlane.storage.sql.SQLStore`,
 which holds the statements. Both keep the same rows (:data:`COLUMNS`) and the
-same change log: every write transaction takes the next change sequence number
-and stamps the rows it writes with it (``seq``, and ``content_seq`` when the
-text or vector changed); a deletion leaves a tombstone with its number. Commit
+same change log (:mod:`memlane.schema` declares the rows): every write
+transaction takes the next change sequence number and stamps the rows it
+writes with it (``seq``, and ``content_seq`` when the text or vector changed); a deletion leaves a tombstone with its number. Commit
 order equals sequence order, so a reader that has applied every change up to
 ``n`` needs only the rows and tombstones above ``n``.
 
@@ -20,35 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-__all__ = ["COLUMNS", "Row", "Store"]
+from memlane.schema import COLUMNS, Row
 
-#: Column order of every row a store returns.
-COLUMNS = (
-    "rowid",
-    "id",
-    "text",
-    "tbl",
-    "type",
-    "agent_id",
-    "user_id",
-    "room_id",
-    "world_id",
-    "session_id",
-    "namespace",
-    "importance",
-    "evergreen",
-    "uniq",
-    "metadata",
-    "created_at",
-    "updated_at",
-    "last_accessed_at",
-    "access_count",
-    "content_hash",
-    "embedding",
-    "seq",
-    "content_seq",
-)
-Row = tuple[Any, ...]
+__all__ = ["COLUMNS", "Row", "Store"]
 
 
 class Store(Protocol):

@@ -43,7 +43,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 from memlane.records import SCOPE_FIELDS
-from memlane.storage.base import COLUMNS, Row
+from memlane.schema import COLUMNS, Row, records_table
 from memlane.storage.rowcache import RowCache
 from memlane.storage.sql import TYPES, Columns, ErrorKind, Rows, SQLStore
 
@@ -86,27 +86,9 @@ _MIGRATIONS = (
     INSERT INTO {s}.meta (key, value) VALUES
         ('seq', '0'), ('next_rowid', '1'), ('forgotten', '0'),
         ('store_id', gen_random_uuid()::text);
-    CREATE TABLE {s}.records (
-        rowid bigint PRIMARY KEY,
-        id text NOT NULL UNIQUE,
-        text text NOT NULL,
-        tbl text NOT NULL,
-        type text NOT NULL,
-        agent_id text, user_id text, room_id text, world_id text, session_id text,
-        namespace text,
-        importance float8 NOT NULL,
-        evergreen int2 NOT NULL,
-        uniq int2 NOT NULL,
-        metadata text NOT NULL,
-        created_at float8 NOT NULL,
-        updated_at float8 NOT NULL,
-        last_accessed_at float8 NOT NULL,
-        access_count int8 NOT NULL,
-        content_hash text NOT NULL,
-        embedding bytea,
-        seq int8 NOT NULL,
-        content_seq int8 NOT NULL
-    );
+    """
+    + records_table("postgres", "{s}.records")
+    + """;
     CREATE INDEX records_seq ON {s}.records (seq);
     CREATE INDEX records_hash ON {s}.records (content_hash);
     CREATE TABLE {s}.recent (key text PRIMARY KEY, id text NOT NULL, at float8 NOT NULL);
@@ -425,8 +407,7 @@ class PostgresStore(SQLStore):
 
     def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
         with conn.cursor(binary=True) as cur:
-            rows: list[Row] = cur.execute(sql, params).fetchall()
-            return rows
+            return list(map(Row._make, cur.execute(sql, params).fetchall()))
 
     def _any(self, column: str, values: Sequence[Any], sql_type: str) -> Iterator[tuple[str, Any]]:
         for start in range(0, len(values), _CHUNK):

@@ -18,12 +18,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from memlane.storage.base import COLUMNS, Row
+from memlane.schema import Row
 
 __all__ = ["RowCache"]
 
-_SEQ = COLUMNS.index("seq")
-_EMBEDDING = COLUMNS.index("embedding")
 # A read in flight takes well under this; older floors protect nothing.
 _FLOOR_SECONDS = 60.0
 _FLOOR_PRUNE = 10_000
@@ -59,15 +57,15 @@ class RowCache:
             return
         with self._lock:
             for row in rows:
-                rowid, seq = row[0], row[_SEQ]
+                rowid, seq = row.rowid, row.seq
                 floor = self._floors.get(rowid)
                 if floor is not None and seq < floor[0]:
                     continue
                 cached = self._rows.get(rowid)
-                if cached is not None and cached[_SEQ] > seq:
+                if cached is not None and cached.seq > seq:
                     continue
-                if row[_EMBEDDING] is not None:
-                    row = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
+                if row.embedding is not None:
+                    row = row._replace(embedding=None)
                 self._rows[rowid] = row
                 self._rows.move_to_end(rowid)
             while len(self._rows) > self.capacity:

@@ -39,7 +39,7 @@ from memlane.errors import (
     StorageError,
     UnknownIdError,
 )
-from memlane.storage.base import COLUMNS, Row
+from memlane.schema import COLUMNS, SQL_TYPES, Row
 from memlane.storage.rowcache import RowCache
 
 __all__ = ["TYPES", "Columns", "ErrorKind", "Rows", "SQLStore"]
@@ -50,14 +50,7 @@ T = TypeVar("T")
 ErrorKind = Literal["unique", "refused", "value", "corrupt", "full"] | None
 
 #: The SQL type of each of COLUMNS (PostgreSQL's names; SQLite binds values as they are).
-TYPES = (
-    ("int8",)
-    + ("text",) * 10
-    + ("float8", "int2", "int2", "text")
-    + ("float8",) * 3
-    + ("int8", "text", "bytea", "int8", "int8")
-)
-assert len(TYPES) == len(COLUMNS)
+TYPES = SQL_TYPES
 #: The columns of a batch of rows: (name, SQL type) pairs.
 Columns = Sequence[tuple[str, str]]
 Rows = Sequence[Sequence[Any]]
@@ -65,8 +58,6 @@ _RECORDS: Columns = tuple(zip(COLUMNS, TYPES, strict=True))
 
 _ALL = ", ".join(COLUMNS)
 _NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
-_HASH = COLUMNS.index("content_hash")
-_SEQ = COLUMNS.index("seq")
 
 
 class SQLStore(abc.ABC):
@@ -150,8 +141,7 @@ class SQLStore(abc.ABC):
 
     def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
         """The records rows ``sql`` selects."""
-        rows: list[Row] = conn.execute(sql, params).fetchall()
-        return rows
+        return list(map(Row._make, conn.execute(sql, params).fetchall()))
 
     def _scrub(self, text: str) -> str:
         """``text`` without secrets (a password)."""
@@ -298,7 +288,7 @@ class SQLStore(abc.ABC):
                 by = " (deleted by another process)" if self.shared else ""
                 raise UnknownIdError(f"no memory with id {r[1]!r}{by}")
             if self._cache is not None:
-                self._cache.invalidate([r[0]], r[_SEQ])
+                self._cache.invalidate([r.rowid], r.seq)
 
     def delete(self, conn: Any, rowids: Sequence[int], seq: int) -> None:
         p = self._p
@@ -399,7 +389,7 @@ class SQLStore(abc.ABC):
             out: dict[int, Row] = {}
             for where, params in self._any("rowid", rowids, "int8"):
                 for row in self._rows(conn, self._q(q + where), params):
-                    out[row[0]] = row
+                    out[row.rowid] = row
             return out
 
         fetched = self._read(run)
@@ -440,7 +430,7 @@ class SQLStore(abc.ABC):
             for where, params in self._any(self._HASH_EXPR, keys, "text"):
                 # A row sharing only the prefix is not a match.
                 rows = self._rows(conn, self._q(q + where), params)
-                out.extend(r for r in rows if r[_HASH] in wanted)
+                out.extend(r for r in rows if r.content_hash in wanted)
             return out
 
         found = self._read(run) if keys else []

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memlane.errors import StorageError
+from memlane.schema import records_table
 from memlane.storage.sql import Columns, ErrorKind, Rows, SQLStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -39,28 +40,12 @@ T = TypeVar("T")
 SCHEMA_VERSION = 1
 
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    text TEXT NOT NULL,
-    tbl TEXT NOT NULL,
-    type TEXT NOT NULL,
-    agent_id TEXT, user_id TEXT, room_id TEXT, world_id TEXT, session_id TEXT, namespace TEXT,
-    importance REAL NOT NULL,
-    evergreen INTEGER NOT NULL,
-    uniq INTEGER NOT NULL,
-    metadata TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    last_accessed_at REAL NOT NULL,
-    access_count INTEGER NOT NULL,
-    content_hash TEXT NOT NULL,
-    embedding BLOB,
-    seq INTEGER NOT NULL,
-    content_seq INTEGER NOT NULL
-);
+"""
+    + records_table("sqlite")
+    + """;
 CREATE INDEX IF NOT EXISTS records_seq ON records (seq);
 -- A 16-hex-digit prefix of the hash is selective enough and keeps the index small.
 -- Queries must constrain this expression alone (see SQLiteStore._HASH_EXPR).
@@ -74,6 +59,7 @@ CREATE INDEX IF NOT EXISTS recent_id ON recent (id);
 CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_seq ON tombstones (seq);
 """
+)
 
 _MMAP_BYTES = 1 << 30
 _CACHE_KIB = 64 * 1024

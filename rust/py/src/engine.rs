@@ -90,6 +90,96 @@ fn check_len(what: &str, got: usize, n: usize) -> memlane_core::Result<()> {
     Ok(())
 }
 
+/// The record columns `Engine.prepare` takes, in this order (the names are
+/// those of `memlane.schema.Row`, which checks them at import).
+pub const COLUMNS: [&str; 16] = [
+    "tbl",
+    "type",
+    "agent_id",
+    "user_id",
+    "room_id",
+    "world_id",
+    "session_id",
+    "namespace",
+    "importance",
+    "evergreen",
+    "created_at",
+    "updated_at",
+    "last_accessed_at",
+    "metadata",
+    "id",
+    "access_count",
+];
+
+/// `Engine.nearest`'s ids and similarities.
+type Nearest<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>);
+
+/// One batch of records' attributes, column by column.
+struct Columns {
+    tbl: Vec<String>,
+    kind: Vec<String>,
+    scopes: Vec<Vec<Option<String>>>,
+    importance: Vec<f32>,
+    evergreen: Vec<i64>,
+    created_at: Vec<f64>,
+    updated_at: Vec<f64>,
+    last_accessed_at: Vec<f64>,
+    metadata: Vec<String>,
+    id: Vec<String>,
+    access_count: Vec<u64>,
+}
+
+impl Columns {
+    fn extract(py: Python<'_>, columns: &[Bound<'_, PyAny>], n: usize) -> PyResult<Self> {
+        if columns.len() != COLUMNS.len() {
+            return Err(invalid(
+                py,
+                format!(
+                    "columns must be {} sequences ({}), got {}",
+                    COLUMNS.len(),
+                    COLUMNS.join(", "),
+                    columns.len()
+                ),
+            ));
+        }
+        macro_rules! col {
+            ($name:expr, $t:ty) => {{
+                let name: &str = $name;
+                let at = COLUMNS.iter().position(|c| *c == name).unwrap_or(0);
+                let values = columns[at].extract::<Vec<$t>>().map_err(|e| {
+                    invalid(
+                        py,
+                        format!("column {name:?} has a value of the wrong type: {e}"),
+                    )
+                })?;
+                check_len(&format!("column {name:?}"), values.len(), n)
+                    .map_err(|e| to_py(py, e))?;
+                values
+            }};
+        }
+        Ok(Columns {
+            tbl: col!("tbl", String),
+            kind: col!("type", String),
+            scopes: vec![
+                col!("agent_id", Option<String>),
+                col!("user_id", Option<String>),
+                col!("room_id", Option<String>),
+                col!("world_id", Option<String>),
+                col!("session_id", Option<String>),
+                col!("namespace", Option<String>),
+            ],
+            importance: col!("importance", f32),
+            evergreen: col!("evergreen", i64),
+            created_at: col!("created_at", f64),
+            updated_at: col!("updated_at", f64),
+            last_accessed_at: col!("last_accessed_at", f64),
+            metadata: col!("metadata", String),
+            id: col!("id", String),
+            access_count: col!("access_count", u64),
+        })
+    }
+}
+
 #[pymethods]
 impl PyEngine {
     #[new]
@@ -147,28 +237,15 @@ impl PyEngine {
     /// namespace); `metadata` is one JSON object per record. `keys` (the
     /// records' public ids, which `id` filters read) and `access_counts`
     /// may be omitted: no public ids, no accesses.
-    #[pyo3(signature = (
-        ids, texts, vectors, *, tables, types, scopes, importance, evergreen,
-        created_at, updated_at, last_accessed_at, metadata, keys = None, access_counts = None,
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    /// Checks and analyses a batch without changing the engine: `columns` holds
+    /// one sequence per name of [`COLUMNS`], in that order, one entry per id.
     fn prepare(
         &self,
         py: Python<'_>,
         ids: &Bound<'_, PyAny>,
         texts: Option<Vec<String>>,
         vectors: Option<&Bound<'_, PyAny>>,
-        tables: Vec<String>,
-        types: Vec<String>,
-        scopes: Vec<Vec<Option<String>>>,
-        importance: Vec<f32>,
-        evergreen: Vec<bool>,
-        created_at: Vec<f64>,
-        updated_at: Vec<f64>,
-        last_accessed_at: Vec<f64>,
-        metadata: Vec<String>,
-        keys: Option<Vec<String>>,
-        access_counts: Option<Vec<u64>>,
+        columns: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<PyPrepared> {
         let ids = convert::ids(py, ids, "ids")?;
         let vectors = vectors
@@ -176,45 +253,23 @@ impl PyEngine {
             .transpose()?;
         let data = vectors.as_ref().map(Matrix::as_slice);
         let n = ids.len();
-        if scopes.len() != 6 {
-            return Err(invalid(
-                py,
-                format!("scopes must be 6 columns, got {}", scopes.len()),
-            ));
-        }
+        let cols = Columns::extract(py, &columns, n)?;
         let prepared = detach(py, || {
-            check_len("tables", tables.len(), n)?;
-            check_len("types", types.len(), n)?;
-            for col in &scopes {
-                check_len("a scope column", col.len(), n)?;
-            }
-            check_len("importance", importance.len(), n)?;
-            check_len("evergreen", evergreen.len(), n)?;
-            check_len("created_at", created_at.len(), n)?;
-            check_len("updated_at", updated_at.len(), n)?;
-            check_len("last_accessed_at", last_accessed_at.len(), n)?;
-            check_len("metadata", metadata.len(), n)?;
-            if let Some(k) = &keys {
-                check_len("keys", k.len(), n)?;
-            }
-            if let Some(c) = &access_counts {
-                check_len("access_counts", c.len(), n)?;
-            }
             let mut attrs = Vec::with_capacity(n);
             for i in 0..n {
-                let meta = flatten_metadata(&metadata[i])
+                let meta = flatten_metadata(&cols.metadata[i])
                     .map_err(|e| Error::invalid(format!("record {i}: {e}")))?;
                 attrs.push(Attrs {
-                    key: keys.as_ref().map(|k| k[i].clone()),
-                    table: tables[i].clone(),
-                    kind: types[i].clone(),
-                    scope: std::array::from_fn(|f| scopes[f][i].clone()),
-                    importance: importance[i],
-                    evergreen: evergreen[i],
-                    created_at: created_at[i],
-                    updated_at: updated_at[i],
-                    last_accessed_at: last_accessed_at[i],
-                    access_count: access_counts.as_ref().map_or(0, |c| c[i]),
+                    key: Some(cols.id[i].clone()),
+                    table: cols.tbl[i].clone(),
+                    kind: cols.kind[i].clone(),
+                    scope: std::array::from_fn(|f| cols.scopes[f][i].clone()),
+                    importance: cols.importance[i],
+                    evergreen: cols.evergreen[i] != 0,
+                    created_at: cols.created_at[i],
+                    updated_at: cols.updated_at[i],
+                    last_accessed_at: cols.last_accessed_at[i],
+                    access_count: cols.access_count[i],
                     metadata: meta,
                 });
             }
@@ -417,6 +472,36 @@ impl PyEngine {
             let filter = compile(&engine, filter.as_ref())?;
             Ok(engine.count(filter.as_ref()))
         })
+    }
+
+    /// For each row of `vectors`, the nearest record that `filters[groups[row]]`
+    /// admits with a cosine similarity of at least `min_similarity`: ids (2**64 - 1
+    /// where none) and similarities (NaN where none). One call for a batch.
+    fn nearest<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: &Bound<'py, PyAny>,
+        groups: Vec<u32>,
+        filters: Vec<Bound<'py, PyAny>>,
+        min_similarity: f32,
+    ) -> PyResult<Nearest<'py>> {
+        let q = Matrix::extract(py, vectors, "vectors")?;
+        let filters = filters
+            .iter()
+            .map(|f| convert::filter(py, f))
+            .collect::<PyResult<Vec<_>>>()?;
+        let data = q.as_slice();
+        let found = detach(py, || {
+            let engine = self.inner.read();
+            let compiled = filters
+                .iter()
+                .map(|f| engine.compile_filter(f))
+                .collect::<memlane_core::Result<Vec<_>>>()?;
+            engine.nearest(data, &groups, &compiled, min_similarity)
+        })?;
+        let ids = found.iter().map(|h| h.map_or(u64::MAX, |h| h.0)).collect();
+        let sims = found.iter().map(|h| h.map_or(f32::NAN, |h| h.1)).collect();
+        Ok((PyArray1::from_vec(py, ids), PyArray1::from_vec(py, sims)))
     }
 
     /// (matching records, records examined) for `filter`: how selective the

@@ -30,6 +30,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_RECENCY_HALF_LIFE_HOURS",
         scoring::DEFAULT_RECENCY_HALF_LIFE_HOURS,
     )?;
+    // The record columns Engine.prepare takes, in order (memlane.schema checks them).
+    m.add("ENGINE_COLUMNS", engine::COLUMNS.to_vec())?;
     m.add_class::<bm25::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;

@@ -5,6 +5,7 @@
 //! - [`records`]: attributes in slot-indexed columns with inverted postings.
 //! - [`filter`]: the filter language and its evaluation to a slot set.
 //! - [`pending`]: vectors parked until a background caller links them.
+//! - `nearest`: batch near-duplicate checks.
 //! - `search`: the query path; [`crate::fusion`] and [`crate::scoring`] hold
 //!   the formulas.
 //! - `snapshot`: saving and loading the whole engine as one directory.
@@ -14,6 +15,7 @@
 //! an access is the one write a search makes, through an atomic column.
 
 pub mod filter;
+mod nearest;
 pub mod pending;
 pub mod records;
 mod search;

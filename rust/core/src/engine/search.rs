@@ -300,7 +300,7 @@ impl Engine {
 
     /// The `pool` nearest vectors (graph and parked) among the allowed ones,
     /// as (id, cosine similarity), best first.
-    fn vector_candidates(
+    pub(super) fn vector_candidates(
         &self,
         q: &[f32],
         pool: usize,

@@ -367,3 +367,27 @@ fn one_percent_filter_examines_one_percent() {
     assert_eq!(s.slots.len(), 200);
     assert_eq!(s.examined, 200);
 }
+
+#[test]
+fn nearest_per_group_respects_filters_and_threshold() {
+    let e = three();
+    let only_a = e.parse_filter(r#"{"agent_id": "a"}"#).unwrap();
+    let only_b = e.parse_filter(r#"{"agent_id": "b"}"#).unwrap();
+    let queries = [1.0, 0.0, 1.0, 0.0, 0.0, 2.0, 1.0, 1.0];
+    let got = e
+        .nearest(&queries, &[0, 1, 0, 0], &[only_a, only_b], 0.9)
+        .unwrap();
+    // (1, 0): record 1 in scope a; record 3 (0, 1) is b's but has cosine 0.
+    assert_eq!(got[0].map(|h| h.0), Some(1));
+    assert_eq!(got[1], None);
+    // (0, 2) unnormalised: record 2 (0.6, 0.8) has cosine 0.8 < 0.9.
+    assert_eq!(got[2], None);
+    // (1, 1)/√2: record 2 at 0.99 beats record 1 at 0.71.
+    let (id, cos) = got[3].unwrap();
+    assert_eq!(id, 2);
+    assert!((cos - 1.4 / 2f32.sqrt()).abs() < 1e-3);
+    // Mismatched shapes and unknown groups are refused.
+    assert!(e.nearest(&[1.0], &[0], &[Filter::all()], 0.5).is_err());
+    assert!(e.nearest(&[1.0, 0.0], &[1], &[Filter::all()], 0.5).is_err());
+    assert!(e.nearest(&[0.0, 0.0], &[0], &[Filter::all()], 0.5).is_err());
+}

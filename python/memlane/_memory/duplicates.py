@@ -1,0 +1,156 @@
+"""What an add stores and what it recognises as a duplicate.
+
+Three kinds, checked in this order for each item (caller holds the write lock):
+the dedup window (a repeated ``message_id``, or source + contact + text, within
+``dedup_window`` seconds), then for ``unique=True`` items an exact duplicate
+(same normalised text, table and scope) and a near-duplicate (cosine at least
+``threshold`` with a record of the same table and scope, stored or earlier in
+the batch). The stored near-duplicates of the whole batch come from one engine
+call, and the batch's own pairs from one matrix product per scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from memlane._core import Engine
+from memlane._memory.coerce import FloatArray
+from memlane._memory.encoding import NewRecord
+from memlane.dedup import DedupWindow, window_keys
+from memlane.records import SCOPE_FIELDS
+from memlane.storage import Store
+
+#: A duplicate's target: a stored record's id, or the index of an item of the batch.
+Target = str | int
+# Rows of the batch's similarity matrix computed at once.
+_BLOCK = 1024
+
+
+@dataclass(slots=True)
+class Decision:
+    """Which items to store, which not (index -> kind, target), and which near-duplicates
+    are stored marked (index -> target)."""
+
+    store: list[int] = field(default_factory=list)
+    dups: dict[int, tuple[str, Target]] = field(default_factory=dict)
+    marks: dict[int, Target] = field(default_factory=dict)
+
+
+def scope_filter(table: str, scope: Sequence[str | None]) -> dict[str, Any]:
+    """Exactly this table and scope: unset scope fields must be unset."""
+    conds: list[dict[str, Any]] = [{"table": table}]
+    for f, v in zip(SCOPE_FIELDS, scope, strict=True):
+        conds.append({f: v} if v is not None else {f: {"$exists": False}})
+    return {"$and": conds}
+
+
+def decide(
+    news: list[NewRecord],
+    now: float,
+    *,
+    db: Store,
+    engine: Engine,
+    window: DedupWindow,
+    threshold: float,
+    near_duplicate: Literal["mark", "skip"],
+) -> Decision:
+    out = Decision()
+    wanted = [n.content_hash for n in news if n.dedup]
+    if not wanted and not any(n.metadata for n in news):
+        out.store = list(range(len(news)))  # nothing to check: a bulk load
+        return out
+    exact: dict[tuple[Any, ...], Target] = {}
+    if wanted:
+        for row in db.rows_by_hash(wanted, embedding=False):
+            key = (row.content_hash, row.tbl, *row[5:11])
+            exact.setdefault(key, row.id)
+    stored_near, batch_near = _near_candidates(news, db, engine, threshold) if wanted else ({}, {})
+    window_batch: dict[str, int] = {}
+    kept: set[int] = set()
+    for i, n in enumerate(news):
+        skey = (n.table, *n.scope)
+        wkeys = window_keys(skey, n.metadata, n.content_hash)
+        seen = window.find(wkeys, now)
+        if seen is not None and not db.existing_ids([seen]):
+            # Deleted in bulk (delete_all, prune) after the window saw it.
+            window.forget(seen)
+            seen = None
+        found: Target | None = seen
+        if found is None:
+            found = next((window_batch[k] for k in wkeys if k in window_batch), None)
+        if found is not None:
+            out.dups[i] = ("window", found)
+            continue
+        if n.dedup:
+            ekey = (n.content_hash, *skey)
+            if ekey in exact:
+                out.dups[i] = ("exact", exact[ekey])
+                continue
+            # The first earlier item of the batch that was stored, else a stored record.
+            near: Target | None = next((j for j in batch_near.get(i, ()) if j in kept), None)
+            if near is None:
+                near = stored_near.get(i)
+            if near is not None and near_duplicate == "skip":
+                out.dups[i] = ("near", near)
+                continue
+            if near is not None:
+                out.marks[i] = near
+            n.unique = near is None
+            exact[ekey] = i
+        for k in wkeys:
+            window_batch[k] = i
+        kept.add(i)
+        out.store.append(i)
+    return out
+
+
+def _near_candidates(
+    news: list[NewRecord], db: Store, engine: Engine, threshold: float
+) -> tuple[dict[int, str], dict[int, list[int]]]:
+    """For each ``unique`` item with a vector: the stored record at least ``threshold``
+    similar (by id), and the earlier items of the batch in its table and scope that
+    are (by index, in order)."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, n in enumerate(news):
+        if n.embedding is not None:
+            groups.setdefault((n.table, *n.scope), []).append(i)
+    checked = [i for i, n in enumerate(news) if n.dedup and n.embedding is not None]
+    if not checked:
+        return {}, {}
+    keys = list(groups)
+    group_of = {i: g for g, key in enumerate(keys) for i in groups[key]}
+    vectors = np.stack([news[i].embedding for i in checked])  # type: ignore[misc]
+    ids, _ = engine.nearest(
+        vectors,
+        [group_of[i] for i in checked],
+        [scope_filter(key[0], key[1:]) for key in keys],
+        threshold,
+    )
+    hit = {i: int(r) for i, r in zip(checked, ids.tolist(), strict=True) if r != 2**64 - 1}
+    rows = db.rows_by_rowid(sorted(set(hit.values()))) if hit else {}
+    stored = {i: rows[r].id for i, r in hit.items() if r in rows}
+
+    batch: dict[int, list[int]] = {}
+    for members in groups.values():
+        if len(members) < 2 or not any(news[i].dedup for i in members):
+            continue
+        units = _units(np.stack([news[i].embedding for i in members]))  # type: ignore[misc]
+        for start in range(0, len(members), _BLOCK):
+            block = units[start : start + _BLOCK] @ units[: start + _BLOCK].T
+            for row in range(block.shape[0]):
+                i = members[start + row]
+                if not news[i].dedup:
+                    continue
+                earlier = np.flatnonzero(block[row, : start + row] >= threshold)
+                if earlier.size:
+                    batch[i] = [members[j] for j in earlier.tolist()]
+    return stored, batch
+
+
+def _units(vectors: FloatArray) -> FloatArray:
+    units: FloatArray = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return units

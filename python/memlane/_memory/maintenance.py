@@ -1,0 +1,140 @@
+"""Background work of an open store, on one daemon thread per store: linking parked
+vectors into the graph, checkpointing the WAL, flushing access counts, writing
+snapshots; and the exit hook that closes stores still open.
+
+The thread holds only a weak reference to its store, so a store nobody holds is
+collected (its finalizer releases the database and the lock).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from memlane._memory.access import AccessLog
+from memlane._memory.sync import CHECKPOINT_BYTES, IndexSync
+from memlane._memory.writer import Writer
+from memlane.storage import Store, StoreLock
+
+# Parked vectors are linked in batches of this size.
+INDEX_BATCH = 256
+# Graph linking waits this long after a write, unless this many vectors are parked.
+_WRITE_QUIET = 0.2
+_MAX_PARKED = 100_000
+
+
+class Maintained(Protocol):
+    """What the thread needs of its store."""
+
+    location: str
+    _sync: IndexSync
+    _background_error: Exception | None
+    _finalizer: weakref.finalize[..., Any]
+
+    def _vanished(self) -> bool: ...
+    def _maintenance(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def run(sync: IndexSync, writer: Writer, access: AccessLog, snapshot: Callable[[], None]) -> None:
+    """One pass of upkeep."""
+    db = sync.db
+    if db.wal_bytes() > CHECKPOINT_BYTES:
+        db.checkpoint()
+    while not sync.closing and (pending := sync.engine.pending()):
+        # Linking yields to a stream of writes (it would take their cores and
+        # their engine lock); parked vectors are searched exactly meanwhile.
+        if sync.busy(_WRITE_QUIET) and pending < _MAX_PARKED:
+            time.sleep(_WRITE_QUIET / 4)
+            if db.wal_bytes() > CHECKPOINT_BYTES:
+                db.checkpoint()
+            continue
+        sync.engine.index_pending(INDEX_BATCH)
+    if sync.closing:
+        return
+    db.checkpoint()
+    if access.due(time.time()):
+        writer.flush_access()
+    if sync.index_dir is not None and sync.changes >= sync.snapshot_due():
+        snapshot()
+
+
+def start(memory: Maintained, wake: threading.Event) -> threading.Thread:
+    thread = threading.Thread(
+        target=_loop, args=(weakref.ref(memory), wake), daemon=True, name="memlane"
+    )
+    thread.start()
+    _OPEN.add(memory)
+    return thread
+
+
+def _loop(ref: weakref.ref[Maintained], wake: threading.Event) -> None:
+    while True:
+        wake.wait(timeout=1.0)
+        wake.clear()
+        memory = ref()
+        if memory is None or memory._sync.closing:
+            return
+        try:
+            if memory._vanished():
+                return
+            memory._maintenance()
+        except Exception as e:  # keep serving; the next wake-up retries
+            if memory._vanished():
+                return
+            failed(memory, "background maintenance", e)
+        del memory
+
+
+def failed(memory: Maintained, what: str, e: Exception) -> None:
+    """Warns once (the first failure) that a background task of ``memory`` failed."""
+    if memory._background_error is None:
+        warnings.warn(
+            f"memlane: {what} of {memory.location} failed: {e!r}", RuntimeWarning, stacklevel=2
+        )
+    memory._background_error = e
+
+
+def follower(memory: Maintained) -> Callable[[], None]:
+    """What a shared store's thread calls when other processes may have written."""
+    ref = weakref.ref(memory)
+
+    def follow() -> None:
+        m = ref()
+        if m is None or m._sync.closing:
+            return
+        try:
+            m._sync.follow()
+        except Exception as e:  # keep following; the next call retries
+            failed(m, "following changes", e)
+
+    return follow
+
+
+def release(lock: StoreLock | None, db: Store, wake: threading.Event) -> None:
+    """The finalizer of a store: stops its thread, closes the database, frees the lock."""
+    wake.set()
+    db.close()
+    if lock is not None:
+        lock.release()
+
+
+# Open stores, closed at interpreter exit: their background thread may be inside the
+# engine then, and a thread that comes back from native code into a finalizing
+# interpreter is killed mid-frame.
+_OPEN: weakref.WeakSet[Maintained] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for memory in list(_OPEN):
+        with contextlib.suppress(Exception):
+            memory.close()
+        with contextlib.suppress(Exception):
+            memory._finalizer()  # released even if close failed (a no-op after close)

@@ -1,0 +1,197 @@
+"""A read's arguments turned into one engine filter and one engine call, and the
+engine's answer turned into records."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from memlane import _core
+from memlane._memory import coerce
+from memlane._memory.access import AccessLog
+from memlane._memory.coerce import FloatArray
+from memlane._memory.encoding import record
+from memlane._memory.sync import IndexSync
+from memlane.embeddings.cache import CachedEmbedder
+from memlane.errors import InvalidArgumentError
+from memlane.records import SearchHit
+
+Mode = Literal["hybrid", "vector", "text"]
+
+#: The signals ``explain=True`` gives, in the engine's column order.
+EXPLAIN = (
+    "bm25",
+    "bm25_rank",
+    "cosine",
+    "vector_rank",
+    "relevance",
+    "importance",
+    "recency",
+    "age_hours",
+    "boost",
+    "score",
+)
+# Hits each retriever contributes before fusion, at least (chosen on SciFact's
+# train queries: benches/tune_search.py).
+CANDIDATES = 50
+
+
+def scope_of(default: Mapping[str, str], given: Mapping[str, str | None]) -> dict[str, str]:
+    """A call's scope: the store's default scope with the fields the call gives over it."""
+    out = dict(default)
+    for f, v in given.items():
+        if v is not None:
+            out[f] = coerce.text(v, f)
+    return out
+
+
+def build_filter(
+    table: str | Sequence[str] | None,
+    type: str | Sequence[str] | None,
+    scope: Mapping[str, str],
+    start: Any = None,
+    end: Any = None,
+    filters: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """One engine filter for a read's table, type, scope, time range and filters."""
+    conds: list[dict[str, Any]] = []
+    for field, value in (("table", table), ("type", type)):
+        if isinstance(value, str):
+            conds.append({field: coerce.text(value, field)})
+        elif value is not None:
+            values = [coerce.text(v, field) for v in value]
+            conds.append({field: {"$in": values}})
+    conds.extend({f: v} for f, v in scope.items())
+    if start is not None:
+        conds.append({"created_at": {"$gte": coerce.timestamp(start, "start")}})
+    if end is not None:
+        conds.append({"created_at": {"$lt": coerce.timestamp(end, "end")}})
+    if filters is not None:
+        # Validated by the engine, with everything else, in one pass.
+        conds.append(filters)  # type: ignore[arg-type]
+    if not conds:
+        return None
+    return conds[0] if len(conds) == 1 else {"$and": conds}
+
+
+class Searcher:
+    """Runs searches with the store's defaults."""
+
+    def __init__(self, sync: IndexSync, access: AccessLog, embedder: CachedEmbedder | None) -> None:
+        self.sync = sync
+        self.access = access
+        self.embedder = embedder
+        self.track_access = True
+        self.decay: float | None = None
+        self.weights: dict[str, float] | None = None
+        self.recency_half_life = _core.DEFAULT_RECENCY_HALF_LIFE_HOURS
+
+    def search(
+        self,
+        query: str,
+        k: int,
+        flt: dict[str, Any] | None,
+        *,
+        mode: Mode,
+        threshold: float | None,
+        min_similarity: float | None,
+        weights: Mapping[str, float] | None,
+        decay: float | None,
+        recency_half_life: float | None,
+        fusion: Literal["rrf", "weighted"],
+        rrf_k: float,
+        alpha: float,
+        candidates: int | None,
+        explain: bool,
+        query_embedding: Any,
+        track_access: bool | None,
+        include_embedding: bool,
+    ) -> list[SearchHit]:
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        coerce.count(k, "k", 1)
+        if mode not in ("hybrid", "vector", "text"):
+            raise InvalidArgumentError(
+                f"mode must be one of {{'hybrid', 'vector', 'text'}}, got {mode!r}"
+            )
+        dim = self.sync.dim
+        vector: FloatArray | None = None
+        if mode != "text" and dim is not None:
+            if query_embedding is not None:
+                # The engine checks the values (finite, not all zero) in the same call.
+                vector = coerce.vector(query_embedding, "query_embedding", dim, False)
+            else:
+                coerce.text(query, "query")
+                assert self.embedder is not None
+                # The caching embedder answers from its cache, else runs the model: never
+                # a database lookup, so a search costs the same at any store size.
+                vector = self.embedder.embed(query)
+        elif mode == "vector":
+            raise InvalidArgumentError("vector search on a store without an embedder")
+        effective = mode if (vector is not None or mode == "text") else "text"
+        if effective == "text":
+            coerce.text(query, "query")
+        if threshold is not None:
+            threshold = coerce.number(threshold, "threshold")
+        if min_similarity is not None:
+            min_similarity = coerce.number(min_similarity, "min_similarity", -1.0, 1.0)
+        if effective == "vector" and threshold is not None and min_similarity is None:
+            min_similarity, threshold = threshold, None
+        w = (coerce.weights(weights) if weights is not None else self.weights) or {}
+        lam = self.decay if decay is None else coerce.number(decay, "decay", 0.0)
+        half_life = (
+            self.recency_half_life
+            if recency_half_life is None
+            else coerce.number(recency_half_life, "recency_half_life", 1e-9)
+        )
+        touch = (
+            self.track_access if track_access is None else coerce.flag(track_access, "track_access")
+        )
+        if candidates is not None:
+            coerce.count(candidates, "candidates", 1)
+        now = time.time()
+        ids, scores, signals = self.sync.engine.search(
+            query,
+            vector,
+            mode=effective,
+            filter=flt,
+            k=k,
+            candidates=max(CANDIDATES, 4 * k) if candidates is None else candidates,
+            fusion=fusion,
+            rrf_k=rrf_k,
+            alpha=alpha,
+            w_relevance=w.get("relevance"),
+            w_importance=w.get("importance"),
+            w_recency=w.get("recency"),
+            decay=lam,
+            recency_half_life=half_life,
+            now=now,
+            threshold=threshold,
+            min_similarity=min_similarity,
+            explain=explain,
+            touch=touch,
+        )
+        rowids = ids.tolist()
+        if touch and rowids and self.access.note(rowids, now):
+            self.sync.wake.set()
+        rows = self.sync.db.rows_by_rowid(rowids, embedding=include_embedding)
+        hits = []
+        for j, rowid in enumerate(rowids):
+            row = rows.get(rowid)
+            if row is None:  # deleted meanwhile
+                continue
+            rec = record(row, self.access.get(rowid), include_embedding)
+            info: dict[str, float | int | None] | None = None
+            if signals is not None:
+                info = {}
+                for name, value in zip(EXPLAIN, signals[j].tolist(), strict=True):
+                    if math.isnan(value):
+                        info[name] = None
+                    elif name.endswith("_rank"):
+                        info[name] = int(value)
+                    else:
+                        info[name] = float(value)
+            hits.append(SearchHit(rec, float(scores[j]), info))
+        return hits

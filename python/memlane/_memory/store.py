@@ -1,0 +1,638 @@
+"""The memory store's public API: :class:`MemoryStore`, over the collaborators of
+this package (see its ``__init__``). :class:`memlane.Memory` adds knowledge.
+
+A store directory holds ``memory.db`` (SQLite, the source of truth), ``index/``
+(snapshots of the engine: BM25, HNSW and the records' attributes) and ``lock``.
+A ``postgresql://`` URL opens a store in PostgreSQL instead, shared by many
+processes: each keeps its own engine and follows the others' changes.
+Each write validates everything (in Python, then in the engine's ``prepare``),
+commits one transaction, and only then updates the engine, which can no
+longer fail. Opening loads the newest snapshot and replays the changes the
+database holds beyond it; a missing or damaged snapshot is rebuilt from the
+database with a warning.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy.typing as npt
+
+from memlane import _core
+from memlane._core import Engine
+from memlane._memory import coerce, jsonl, maintenance
+from memlane._memory.access import AccessLog
+from memlane._memory.encoding import record
+from memlane._memory.querying import Mode, Searcher, build_filter, scope_of
+from memlane._memory.sync import PRECISIONS, IndexSync
+from memlane._memory.writer import Replacing, Writer
+from memlane.dedup import DedupWindow
+from memlane.embeddings._base import Embedder
+from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
+from memlane.embeddings.lazy import default_embedder
+from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.records import MemoryRecord, SearchHit
+from memlane.storage import open_store
+
+__all__ = ["DEFAULT_EMBEDDER", "MemoryStore"]
+
+
+class _DefaultEmbedder:
+    def __repr__(self) -> str:
+        return "DEFAULT_EMBEDDER"
+
+
+#: The ``embedder`` argument's default: :class:`memlane.OnnxEmbedder`, loaded on first use.
+DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
+
+
+class MemoryStore:
+    """Persistent, searchable memory for agents (see :class:`memlane.Memory`, which adds
+    knowledge ingestion, for the arguments)."""
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        embedder: Embedder | None = DEFAULT_EMBEDDER,
+        *,
+        default_scope: Mapping[str, str] | None = None,
+        reembed: bool = False,
+        dedup_threshold: float = 0.95,
+        near_duplicate: Literal["mark", "skip"] = "mark",
+        dedup_window: float = 300.0,
+        track_access: bool = True,
+        decay: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        recency_half_life: float = _core.DEFAULT_RECENCY_HALF_LIFE_HOURS,
+        snapshot_every: int = 10_000,
+        cache_size: int = 4096,
+        language: str = "english",
+        hnsw_m: int = 16,
+        hnsw_ef_construction: int = 100,
+        hnsw_ef: int = 64,
+        hnsw_precision: str = "int8+f16",
+        cache_dir: str | Path | None = None,
+    ) -> None:
+        self._open = False  # until fully open, so close() does nothing
+        scope = dict(default_scope or {})
+        coerce.scope_keys(scope)
+        for f, v in scope.items():
+            coerce.text(v, f"default_scope[{f!r}]")
+        self.default_scope: dict[str, str] = scope
+        dedup_threshold = coerce.number(dedup_threshold, "dedup_threshold", -1.0, 1.0)
+        if near_duplicate not in ("mark", "skip"):
+            raise InvalidArgumentError(
+                f"near_duplicate must be one of {{'mark', 'skip'}}, got {near_duplicate!r}"
+            )
+        track = coerce.flag(track_access, "track_access")
+        decay = None if decay is None else coerce.number(decay, "decay", 0.0)
+        checked_weights = coerce.weights(weights)
+        half_life = coerce.number(recency_half_life, "recency_half_life", 1e-9)
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
+            raise InvalidArgumentError("snapshot_every must be an int")
+        window = DedupWindow(coerce.number(dedup_window, "dedup_window", 0.0))
+        if embedder is DEFAULT_EMBEDDER:
+            embedder = default_embedder()
+        if embedder is not None and not isinstance(embedder, Embedder):
+            raise InvalidArgumentError(
+                f"embedder must follow the Embedder protocol (name, dimension, embed, "
+                f"embed_batch), got {type(embedder).__name__}"
+            )
+        if hnsw_precision not in PRECISIONS:
+            raise InvalidArgumentError(
+                f"hnsw_precision must be one of {PRECISIONS}, got {hnsw_precision!r}"
+            )
+        self._embedder: CachedEmbedder | None = (
+            None if embedder is None else CachedEmbedder(embedder, EmbeddingCache(cache_size))
+        )
+        dim = None if embedder is None else int(embedder.dimension)
+        engine_args = {
+            "m": hnsw_m,
+            "ef_construction": hnsw_ef_construction,
+            "ef": hnsw_ef,
+            "precision": hnsw_precision,
+            "language": language,
+        }
+        opened = open_store(path, cache_dir)
+        self._db = opened.db
+        self._lock = opened.lock
+        #: How messages name the store: its directory, "in memory", or the URL without password.
+        self.location = opened.location
+        self.path = None if path is None or self._db.shared else Path(path)
+        self._background_error: Exception | None = None
+        self._access = AccessLog()
+        wake = threading.Event()
+        try:
+            self._sync = IndexSync(
+                self._db, opened.index_dir, self.location, dim, engine_args, self._access, wake
+            )
+            self._sync.snapshot_every = max(1, snapshot_every)
+            self._sync.pin(embedder, reembed, language)
+            self._sync.open()
+            self._writer = Writer(self._sync, self._access, window, self._embedder, scope)
+            self._writer.dedup_threshold = dedup_threshold
+            self._writer.near_duplicate = near_duplicate
+            self._searcher = Searcher(self._sync, self._access, self._embedder)
+            self._searcher.track_access = track
+            self._searcher.decay = decay
+            self._searcher.weights = checked_weights
+            self._searcher.recency_half_life = half_life
+            if window.seconds > 0:
+                for key, record_id, at in self._db.recent(time.time() - window.seconds):
+                    window.remember([key], record_id, at)
+        except BaseException:
+            maintenance.release(self._lock, self._db, wake)
+            raise
+        self._open = True
+        self._finalizer = weakref.finalize(self, maintenance.release, self._lock, self._db, wake)
+        # At exit the exit hook closes the store after its thread stopped; the finalizer's
+        # own exit hook would run first and close the database under a running thread.
+        self._finalizer.atexit = False
+        self._thread = maintenance.start(self, wake)
+        if self._db.shared:
+            self._db.follow(maintenance.follower(self))
+        if self._sync.engine.pending():
+            wake.set()
+
+    # -- settings read by callers --------------------------------------------------------
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder this store was opened with (``None`` for a text-only store)."""
+        return None if self._embedder is None else self._embedder.inner
+
+    @property
+    def _engine(self) -> Engine:
+        return self._sync.engine
+
+    dedup_threshold = property(lambda self: self._writer.dedup_threshold)
+    near_duplicate = property(lambda self: self._writer.near_duplicate)
+    track_access = property(lambda self: self._searcher.track_access)
+    decay = property(lambda self: self._searcher.decay)
+    weights = property(lambda self: self._searcher.weights)
+    recency_half_life = property(lambda self: self._searcher.recency_half_life)
+    snapshot_every = property(lambda self: self._sync.snapshot_every)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def add(
+        self,
+        text: str,
+        *,
+        table: str = "memories",
+        type: str = "semantic",
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+        importance: float = 0.5,
+        evergreen: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        embedding: npt.ArrayLike | None = None,
+        id: str | None = None,
+        created_at: float | datetime | None = None,
+        unique: bool = False,
+    ) -> MemoryRecord:
+        """Stores one memory and returns it (durable once this returns).
+
+        ``unique=True`` checks for duplicates in the same table and scope: the
+        same content returns the existing record (``duplicate="exact"``); a
+        similar one (cosine >= ``dedup_threshold``) is handled per
+        ``near_duplicate``. Independently, the ``dedup_window`` skips repeated
+        messages (``duplicate="window"``).
+        """
+        item = {
+            "text": text,
+            "table": table,
+            "type": type,
+            "agent_id": agent_id,
+            "user_id": user_id,
+            "room_id": room_id,
+            "world_id": world_id,
+            "session_id": session_id,
+            "namespace": namespace,
+            "importance": importance,
+            "evergreen": evergreen,
+            "metadata": metadata,
+            "embedding": embedding,
+            "id": id,
+            "created_at": created_at,
+            "unique": unique,
+        }
+        return self.add_many([item])[0]
+
+    def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[MemoryRecord]:
+        """Stores many memories in one transaction with one embedding batch.
+
+        Each item takes the keyword arguments of :meth:`add` (``text`` required).
+        All are validated first: one bad item raises and stores nothing.
+        """
+        records: list[MemoryRecord] = self._writer.add(items)
+        return records
+
+    def replace(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        table: str | Sequence[str] | None = None,
+        *,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+    ) -> tuple[int, list[MemoryRecord]]:
+        """Deletes the records :meth:`delete_all` would and stores ``items`` as
+        :meth:`add_many` does, in one transaction: a crash leaves the old records
+        or the new ones, never neither. Returns how many went and the new records.
+
+        The items are stored as given: ``unique`` (deduplication) is refused,
+        since the records they would match are the ones being replaced.
+        """
+        self._sync.check_open()
+        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
+        flt = build_filter(table, type, scope, filters=filters)
+        result: tuple[int, list[MemoryRecord]] = self._writer.add(items, replacing=Replacing(flt))
+        return result
+
+    def get(self, id: str, *, include_embedding: bool = False) -> MemoryRecord:
+        """The record with this id; raises :class:`~memlane.errors.UnknownIdError` if none."""
+        self._sync.check_open()
+        row = self._db.row_by_id(coerce.text(id, "id"), embedding=include_embedding)
+        if row is None:
+            raise UnknownIdError(f"no memory with id {id!r}")
+        return record(row, self._access.get(row.rowid), include_embedding)
+
+    def update(
+        self,
+        id: str,
+        *,
+        text: str | None = None,
+        importance: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        evergreen: bool | None = None,
+        type: str | None = None,
+        embedding: npt.ArrayLike | None = None,
+    ) -> MemoryRecord:
+        """Changes fields of a record (metadata is replaced whole) and returns it.
+
+        A new text is embedded again (unless ``embedding`` is given).
+        """
+        current = self.get(id)
+        given = {
+            "text": text,
+            "importance": importance,
+            "metadata": metadata,
+            "evergreen": evergreen,
+            "type": type,
+        }
+        fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        fields["embedding"] = embedding
+        return self._writer.update(current, fields)
+
+    def delete(self, id: str) -> None:
+        """Deletes a record; raises :class:`~memlane.errors.UnknownIdError` if there is none."""
+        self._sync.check_open()
+        if not self._writer.delete_ids([coerce.text(id, "id")]):
+            raise UnknownIdError(f"no memory with id {id!r}")
+
+    def delete_all(
+        self,
+        table: str | None = None,
+        *,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+    ) -> int:
+        """Deletes every record of the table and scope (and filters) in one transaction;
+        returns how many."""
+        self._sync.check_open()
+        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
+        return self._writer.delete_where(build_filter(table, type, scope, filters=filters))
+
+    def prune(
+        self,
+        *,
+        max_age_days: float | None = None,
+        keep_importance_at_least: float | None = None,
+        keep_access_count_above: int | None = None,
+        table: str | None = "memories",
+        now: float | None = None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+    ) -> builtins.list[MemoryRecord]:
+        """Deletes old memories that are not important, used or evergreen; returns them,
+        oldest first. One filtered delete in one transaction.
+
+        A memory is pruned when it was created more than ``max_age_days`` ago
+        (any age if None), and it is not kept by importance (``importance >=
+        keep_importance_at_least``) or by use (``access_count >
+        keep_access_count_above``). Evergreen memories are never pruned. At least
+        one criterion must be given. ``table=None`` prunes every table (knowledge
+        fragments and messages included). ``now`` (unix seconds) is the clock
+        ages are measured on.
+        """
+        self._sync.check_open()
+        limits = {
+            "max_age_days": max_age_days,
+            "keep_importance_at_least": keep_importance_at_least,
+            "keep_access_count_above": keep_access_count_above,
+        }
+        if all(v is None for v in limits.values()):
+            raise InvalidArgumentError(f"give at least one of {', '.join(limits)}")
+        age, imp, acc = (None if v is None else coerce.number(v, k) for k, v in limits.items())
+        if age is not None and age < 0:
+            raise InvalidArgumentError(f"max_age_days must be >= 0, got {age}")
+        clock = time.time() if now is None else coerce.number(now, "now")
+        conds: list[dict[str, Any]] = [{"evergreen": False}]
+        if imp is not None:
+            conds.append({"importance": {"$lt": imp}})
+        if acc is not None:
+            conds.append({"access_count": {"$lte": acc}})
+        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
+        end = None if age is None else clock - age * 86400.0
+        flt = build_filter(table, None, scope, end=end, filters={"$and": conds})
+        assert flt is not None
+        return self._writer.prune(flt)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._sync.engine)
+
+    def __contains__(self, id: object) -> bool:
+        return isinstance(id, str) and self._db.row_by_id(id) is not None
+
+    def count(
+        self,
+        table: str | None = None,
+        *,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+    ) -> int:
+        """Number of records in the table and scope (and time range and filters)."""
+        self._sync.check_open()
+        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
+        flt = build_filter(table, type, scope, start, end, filters)
+        return int(self._sync.engine.count(flt))
+
+    def list(
+        self,
+        table: str | None = None,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        limit: int = 50,
+        order: Literal["asc", "desc"] = "desc",
+        *,
+        offset: int = 0,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        include_embedding: bool = False,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+    ) -> builtins.list[MemoryRecord]:
+        """Records by creation time (newest first by default), e.g. a room's history.
+
+        ``start`` is inclusive, ``end`` exclusive (unix seconds or aware datetimes).
+        """
+        self._sync.check_open()
+        coerce.count(limit, "limit")
+        coerce.count(offset, "offset")
+        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
+        flt = build_filter(table, type, scope, start, end, filters)
+        ids = self._sync.engine.ids_where(flt, order=order, offset=offset, limit=limit).tolist()
+        rows = self._db.rows_by_rowid(ids, embedding=include_embedding)
+        get = self._access.get
+        return [record(rows[i], get(i), include_embedding) for i in ids if i in rows]
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        mode: Mode = "hybrid",
+        table: str | None = None,
+        type: str | Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        threshold: float | None = None,
+        min_similarity: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        decay: float | None = None,
+        recency_half_life: float | None = None,
+        fusion: Literal["rrf", "weighted"] = "weighted",
+        rrf_k: float = _core.DEFAULT_RRF_K,
+        alpha: float = _core.DEFAULT_ALPHA,
+        candidates: int | None = None,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        explain: bool = False,
+        query_embedding: npt.ArrayLike | None = None,
+        track_access: bool | None = None,
+        include_embedding: bool = False,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+    ) -> builtins.list[SearchHit]:
+        """The ``k`` best memories for ``query``, best first, in one call into the engine.
+
+        Modes: ``"hybrid"`` (BM25 and vectors fused), ``"vector"``, ``"text"``.
+        A store without an embedder searches text. ``query_embedding`` skips
+        embedding the query.
+
+        Every score is the relevance times a bounded boost, so relevance comes
+        first at any age (README, "Scoring"):
+
+        - relevance in [0, 1], absolute rather than relative to the other hits:
+          vector mode the cosine similarity clamped to [0, 1]; text mode
+          ``bm25 / ceiling``, where ``ceiling`` (the sum of the query terms'
+          idf) is the score no document can reach; hybrid with
+          ``fusion="weighted"`` (the default) ``alpha * cosine + (1 - alpha) *
+          bm25 / ceiling``, or with ``fusion="rrf"`` the rank-based
+          ``sum(1 / (rrf_k + rank)) * (rrf_k + 1) / lists`` (1 = first in both
+          lists; it says where a hit ranks, not how well it matches);
+        - recency ``exp(-rate * age)`` (1 if evergreen), ``age`` the hours from
+          the record's last access to the newest last access among the
+          candidates (not to the wall clock); ``rate`` is ``decay`` when given,
+          else ``ln 2 / recency_half_life`` (``decay=0`` turns age off);
+        - ``score = relevance * (w_relevance + w_importance * importance +
+          w_recency * recency) / (w_relevance + w_importance + w_recency)``.
+          Default weights 1, 0.1, 0.02: a hit keeps at least 0.89 of its
+          relevance, so age and importance reorder near-ties but never lift an
+          irrelevant memory over a relevant one. Keys missing from ``weights``
+          weigh 0, so ``weights={"relevance": 1}`` is relevance alone.
+
+        ``threshold`` drops hits whose score is below it (a relevance-scale
+        cut-off: with the default embedder, cosines under about 0.3 are
+        unrelated texts); in vector mode it is a cosine similarity instead
+        (elizaOS's ``match_threshold``). ``min_similarity`` drops hits below a
+        cosine similarity in any mode. ``candidates`` is how many hits each
+        retriever contributes before fusion (``max(50, 4 * k)`` by default).
+        ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
+        ``cosine``, ``vector_rank``, ``relevance``, ``importance``,
+        ``recency``, ``age_hours``, ``boost`` and ``score``.
+        """
+        self._sync.check_open()
+        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
+        return self._searcher.search(
+            query,
+            k,
+            build_filter(table, type, scope, start, end, filters),
+            mode=mode,
+            threshold=threshold,
+            min_similarity=min_similarity,
+            weights=weights,
+            decay=decay,
+            recency_half_life=recency_half_life,
+            fusion=fusion,
+            rrf_k=rrf_k,
+            alpha=alpha,
+            candidates=candidates,
+            explain=explain,
+            query_embedding=query_embedding,
+            track_access=track_access,
+            include_embedding=include_embedding,
+        )
+
+    def _scope(
+        self,
+        agent_id: str | None,
+        user_id: str | None,
+        room_id: str | None,
+        world_id: str | None,
+        session_id: str | None,
+        namespace: str | None,
+    ) -> dict[str, str]:
+        given = {
+            "agent_id": agent_id,
+            "user_id": user_id,
+            "room_id": room_id,
+            "world_id": world_id,
+            "session_id": session_id,
+            "namespace": namespace,
+        }
+        return scope_of(self.default_scope, given)
+
+    # -- upkeep -----------------------------------------------------------------------------
+
+    def wait_indexed(self) -> None:
+        """Links every parked vector into the graph now (searches find them either way)."""
+        self._sync.check_open()
+        while self._sync.engine.pending():
+            self._sync.engine.index_pending(maintenance.INDEX_BATCH)
+
+    def snapshot(self) -> None:
+        """Writes an index snapshot now (also done periodically and at close)."""
+        if self._sync.index_dir is None:
+            return
+        with self._sync.lock:
+            self._writer.flush_access()
+            self._sync.save()
+        self._db.gc_tombstones(self._sync.snap_seq)
+
+    def _maintenance(self) -> None:
+        maintenance.run(self._sync, self._writer, self._access, self.snapshot)
+
+    def _vanished(self) -> bool:
+        """Whether the store's folder was deleted under it (then warns, once, and every
+        later call raises :class:`~memlane.errors.StorageError`)."""
+        sync = self._sync
+        if sync.gone is not None:
+            return True
+        if self.path is None or self.path.is_dir():
+            return False
+        sync.gone = f"the store folder {self.path} is gone (deleted while the store was open)"
+        import warnings
+
+        warnings.warn(
+            f"memlane: {sync.gone}; background maintenance stopped, and every later call "
+            "raises StorageError",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return True
+
+    def close(self) -> None:
+        """Flushes access counts, writes a snapshot, releases the store. Idempotent."""
+        if not getattr(self, "_open", False):
+            return
+        sync = self._sync
+        with sync.lock:
+            if sync.closing:
+                return
+            sync.closing = True
+        sync.wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        self._writer.close()
+        if sync.gone is None:  # else nothing is left to flush into
+            self._writer.flush_access()
+            sync.save()
+            # A shared store without a snapshot cache still lets old tombstones go.
+            if sync.index_dir is not None or self._db.shared:
+                self._db.gc_tombstones(sync.seq)
+        self._finalizer()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._sync.closing else f"{len(self._sync.engine)} memories"
+        name = self._embedder.name if self._embedder is not None else None
+        return f"{type(self).__name__}({self.location!r}, embedder={name!r}, {state})"
+
+    # -- export and import ------------------------------------------------------------------
+
+    def export_jsonl(self, path: str | Path, *, embeddings: bool = True) -> int:
+        """Writes every record as one JSON object per line; returns how many."""
+        self._sync.check_open()
+        return jsonl.export(self._db, self._access, Path(path), embeddings)
+
+    def import_jsonl(
+        self, path: str | Path, *, on_conflict: Literal["error", "skip"] = "error"
+    ) -> int:
+        """Adds the records of an :meth:`export_jsonl` file with every field as exported.
+
+        Records without an embedding are embedded (when the store has an
+        embedder). ``on_conflict="skip"`` skips ids already stored. Returns
+        how many were added. All or nothing per 1,000 records.
+        """
+        self._sync.check_open()
+        return jsonl.load(self._writer, Path(path), on_conflict)

@@ -1,0 +1,293 @@
+"""The engine kept in step with the database: the change-log protocol's reader.
+
+Every change up to :attr:`IndexSync.seq` is in the engine, and so are this
+process's own later changes (:attr:`IndexSync.own`, when another process
+committed in between). Opening loads the newest snapshot and replays the
+changes beyond it; a shared store's thread calls :meth:`IndexSync.follow`
+when other processes may have written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence, Set
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlane._core import Engine
+from memlane._memory.access import AccessLog
+from memlane._memory.coerce import FloatArray
+from memlane._memory.encoding import blob, prepare, unblob
+from memlane.embeddings._base import Embedder
+from memlane.errors import (
+    EmbedderMismatchError,
+    InvalidArgumentError,
+    MemlaneError,
+    StorageError,
+)
+from memlane.schema import Row
+from memlane.storage import Store
+
+#: Vector precisions of the in-memory index (see ``HnswIndex``).
+PRECISIONS = ("f32", "f16", "int8", "int8+f16")
+# Batches up to this size are linked into the graph by the writer itself.
+_INLINE_INDEX = 64
+# The WAL is checkpointed (off the write path) past this size.
+CHECKPOINT_BYTES = 32 << 20
+
+
+class IndexSync:
+    """The engine of one store, and where it stands in the database's change log."""
+
+    def __init__(
+        self,
+        db: Store,
+        index_dir: Path | None,
+        location: str,
+        dim: int | None,
+        engine_args: dict[str, Any],
+        access: AccessLog,
+        wake: threading.Event,
+    ) -> None:
+        self.db = db
+        self.index_dir = index_dir
+        self.location = location
+        self.dim = dim
+        self.engine_args = engine_args
+        self.access = access
+        self.wake = wake
+        #: Held by every write: one writer at a time applies its commit to the engine.
+        self.lock = threading.RLock()
+        #: Set (under the lock) when the store closes; background work then stops.
+        self.closing = False
+        #: Why the store is unusable (its folder vanished), if it is.
+        self.gone: str | None = None
+        self.changes = 0  # since the last snapshot
+        self.snapshot_every = 10_000
+        self.own: set[int] = set()
+        self._reembedded = False
+        self._in_flight = 0
+        self._flight_lock = threading.Lock()
+        self.last_write = 0.0
+        self.engine, self.snap_seq, self.seq = Engine(dim, **engine_args), 0, 0
+
+    # -- opening ------------------------------------------------------------------
+
+    def pin(self, embedder: Embedder | None, reembed: bool, language: str) -> None:
+        """Records the embedder and analyzer of a new store; checks them on an existing one
+        (``reembed`` embeds every record again with a different embedder)."""
+        db = self.db
+        name = "" if embedder is None else embedder.name
+        dim = 0 if embedder is None else int(embedder.dimension)
+        pinned = db.get_meta("embedder")
+        if pinned is None:
+            with db.transaction() as conn:
+                db.set_meta(conn, "embedder", name)
+                db.set_meta(conn, "dimension", str(dim))
+                db.set_meta(conn, "language", language)
+            return
+        pinned_dim = int(db.get_meta("dimension") or 0)
+        if db.get_meta("language") not in (None, language):
+            raise InvalidArgumentError(
+                f"the store was created with language={db.get_meta('language')!r}, not {language!r}"
+            )
+        if (pinned, pinned_dim) == (name, dim):
+            return
+        if not reembed:
+
+            def describe(n: str, d: int) -> str:
+                return f"{n!r} (dimension {d})" if n else "no embedder (text only)"
+
+            raise EmbedderMismatchError(
+                f"the store {self.location} was built with {describe(pinned, pinned_dim)} but is "
+                f"being opened with {describe(name, dim)}; open it with the same embedder, or "
+                "pass reembed=True to embed every record again with the new one"
+            )
+        self._reembed(embedder, name, dim)
+
+    def _reembed(self, embedder: Embedder | None, name: str, dim: int) -> None:
+        """Replaces every stored vector with ``embedder``'s (or drops them)."""
+        db = self.db
+        with db.transaction() as conn:
+            seq = db.next_seq(conn)
+            rows = db.texts(conn)
+            for start in range(0, len(rows), 1024):
+                chunk = rows[start : start + 1024]
+                if embedder is None:
+                    vectors: list[bytes | None] = [None] * len(chunk)
+                else:
+                    vs = embedder.embed_batch([r[1] for r in chunk])
+                    vectors = [blob(v) for v in vs]
+                pairs = [(r[0], v) for v, r in zip(vectors, chunk, strict=True)]
+                db.set_embeddings(conn, pairs, seq)
+            db.set_meta(conn, "embedder", name)
+            db.set_meta(conn, "dimension", str(dim))
+        if self.index_dir is not None:
+            shutil.rmtree(self.index_dir, ignore_errors=True)
+        self._reembedded = True
+
+    def open(self) -> None:
+        """Loads the newest usable snapshot and replays the database's changes beyond it."""
+        engine: Engine | None = None
+        seq = 0
+        if self.index_dir is not None:
+            reason = None
+            try:
+                engine, seq = Engine.load(self.index_dir)
+                reason = self._unusable(engine, seq)
+            except FileNotFoundError:
+                # A new cache folder of a shared store is no loss: it is built from the database.
+                if self.db.count() and not self.db.shared and not self._reembedded:
+                    reason = "it is missing"
+            except MemlaneError as e:
+                reason = str(e)
+            if reason is not None:
+                warnings.warn(
+                    f"memlane: the index snapshot of {self.location} cannot be used ({reason}); "
+                    "rebuilding it from the database",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
+                engine, seq = None, 0
+        self.engine = engine or Engine(self.dim, **self.engine_args)
+        # A large replay (a crash, or a lost snapshot) earns a snapshot soon.
+        self.changes, self.seq = self._replay(seq)
+        self.snap_seq = seq
+
+    def _unusable(self, engine: Engine, seq: int) -> str | None:
+        if engine.dim != self.dim:
+            return f"its dimension {engine.dim} is not the store's {self.dim}"
+        if engine.dim is not None and engine.precision != self.engine_args["precision"]:
+            return (
+                f"its precision {engine.precision} is not the requested "
+                f"{self.engine_args['precision']}"
+            )
+        if seq > self.db.seq():
+            return "it is newer than the database"
+        if seq < self.db.forgotten():
+            return "it is older than the deletions the database remembers"
+        return None
+
+    def prepare(self, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None) -> Any:
+        """The engine's check and analysis of ``rows``, with their accesses not yet flushed."""
+        return prepare(
+            self.engine,
+            rows,
+            texts=texts,
+            vectors=vectors,
+            pending=self.access.counts(r.rowid for r in rows),
+        )
+
+    def _replay(self, since: int, skip: Set[int] = frozenset()) -> tuple[int, int]:
+        """Applies what the database holds beyond change ``since``; returns how many changes
+        that was and the sequence number every change up to is now applied. Text and
+        vectors written by a change in ``skip`` (this process's own, already in the
+        engine) are not indexed again; their attributes are, as another process may have
+        changed them in between."""
+        engine = self.engine
+        # Read first: commits happen in sequence order, so all changes up to it are
+        # visible below; a newer one read too is applied again by the next replay.
+        upto = self.db.seq()
+        gone = self.db.tombstones_since(since)
+        if gone:
+            engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
+        count = len(gone)
+        for rows in self.db.rows_since(since):
+            count += len(rows)
+            new = [
+                (r.content_seq > since and r.content_seq not in skip) or r.rowid not in engine
+                for r in rows
+            ]
+            # Text or vector changed: index it all again; else the attributes only.
+            attrs = [r for r, n in zip(rows, new, strict=True) if not n]
+            full = [r for r, n in zip(rows, new, strict=True) if n]
+            with_vec = [r for r in full if self.dim and r.embedding is not None]
+            without = [r for r in full if not (self.dim and r.embedding is not None)]
+            if with_vec:
+                vectors = np.stack([unblob(r.embedding) for r in with_vec])  # type: ignore[misc]
+                engine.apply(self.prepare(with_vec, texts=True, vectors=vectors))
+            if without:
+                engine.apply(self.prepare(without, texts=True, vectors=None))
+            if attrs:
+                engine.apply(self.prepare(attrs, texts=False, vectors=None))
+        return count, upto
+
+    # -- following and writing -------------------------------------------------------
+
+    def check_open(self) -> None:
+        if self.closing:
+            raise MemlaneError("this Memory is closed")
+        if self.gone is not None:
+            raise StorageError(self.gone)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Marks a write in flight: graph linking in the background waits meanwhile."""
+        with self._flight_lock:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._flight_lock:
+                self._in_flight -= 1
+            self.last_write = time.monotonic()
+
+    def busy(self, quiet: float) -> bool:
+        """Whether a write is in flight or ended less than ``quiet`` seconds ago."""
+        return bool(self._in_flight) or time.monotonic() - self.last_write < quiet
+
+    def follow(self) -> None:
+        """Applies what other processes committed since this one last looked."""
+        if self.db.seq() <= self.seq:
+            return
+        # Other processes' writes, like this one's, make graph linking step aside.
+        with self.writing(), self.lock:
+            if self.closing:
+                return
+            if self.seq < self.db.forgotten():
+                # Away longer than tombstones are kept: compare every id instead.
+                present = self.db.all_rowids()
+                gone = [int(i) for i in self.engine.ids_where(None) if int(i) not in present]
+                self.engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
+            changes, upto = self._replay(self.seq, self.own)
+            # Own commits happen under the write lock, so all of them are <= upto.
+            self.seq, self.own = upto, set()
+            self.changes += changes
+        if self.engine.pending() or self.changes >= self.snapshot_due():
+            self.wake.set()
+
+    def committed(self, seq: int, changes: int) -> None:
+        """Records a change of this process, applied to the engine (lock held), and links
+        a small batch's vectors at once (a large one in the background)."""
+        self.last_write = time.monotonic()
+        if seq == self.seq + 1:
+            self.seq = seq
+        else:
+            self.own.add(seq)
+        self.changes += changes
+        pending = self.engine.pending()
+        if 0 < pending <= _INLINE_INDEX:
+            self.engine.index_pending(_INLINE_INDEX)
+        elif pending or self.changes >= self.snapshot_due():
+            self.wake.set()
+        if self.db.wal_bytes() > CHECKPOINT_BYTES:
+            self.wake.set()
+
+    def snapshot_due(self) -> int:
+        """Changes after which a snapshot is written: at least half the store, so
+        snapshots cost O(1) per change."""
+        return max(self.snapshot_every, len(self.engine) // 2)
+
+    def save(self) -> None:
+        """Writes the engine's snapshot at the current sequence number (lock held)."""
+        if self.index_dir is None:
+            return
+        self.engine.save(self.index_dir, self.seq)
+        self.snap_seq = self.seq
+        self.changes = 0

@@ -1,0 +1,351 @@
+"""The write path: validate everything, embed, decide duplicates, commit one
+transaction, then apply the change to the engine (which can no longer fail).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from memlane._memory import coerce, duplicates
+from memlane._memory.access import AccessLog
+from memlane._memory.coerce import FloatArray
+from memlane._memory.encoding import NewRecord, blob, record, unblob, validate
+from memlane._memory.sync import IndexSync
+from memlane.dedup import DedupWindow, content_hash, window_keys
+from memlane.embeddings.cache import CachedEmbedder
+from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.records import MemoryRecord
+from memlane.schema import Row
+
+# Batches at least this large are analysed by the engine while the database writes them.
+_OVERLAP_MIN = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Replacing:
+    """What a ``replace`` deletes: its filter (None: every record)."""
+
+    filter: dict[str, Any] | None
+
+
+class Writer:
+    def __init__(
+        self,
+        sync: IndexSync,
+        access: AccessLog,
+        window: DedupWindow,
+        embedder: CachedEmbedder | None,
+        default_scope: Mapping[str, str],
+    ) -> None:
+        self.sync = sync
+        self.db = sync.db
+        self.access = access
+        self.window = window
+        self.embedder = embedder
+        self.default_scope = default_scope
+        self.dedup_threshold = 0.95
+        self.near_duplicate: Literal["mark", "skip"] = "mark"
+        self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    # -- adding ----------------------------------------------------------------------
+
+    def add(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        importing: bool = False,
+        replacing: Replacing | None = None,
+    ) -> Any:
+        """``add_many``'s records; with ``replacing``, also deletes its matches in the same
+        transaction and returns (deleted, records)."""
+        with self.sync.writing():
+            return self._add(items, importing, replacing)
+
+    def _add(
+        self, items: Iterable[Mapping[str, Any]], importing: bool, replacing: Replacing | None
+    ) -> Any:
+        sync = self.sync
+        sync.check_open()
+        if isinstance(items, Mapping | str):
+            raise InvalidArgumentError("add_many takes a list of dicts")
+        now = time.time()
+        news = []
+        for i, item in enumerate(items):
+            try:
+                news.append(validate(item, now, self.default_scope, sync.dim, importing))
+            except InvalidArgumentError as e:
+                raise type(e)(f"record {i}: {e}") from None
+        if replacing is not None and any(n.dedup for n in news):
+            raise InvalidArgumentError("replace stores items as given: unique=True is refused")
+        if not news and replacing is None:
+            return []
+        given = [i for i, n in enumerate(news) if n.embedding is not None]
+        if given:
+            coerce.check_vectors(np.stack([news[i].embedding for i in given]), given, "embedding")  # type: ignore[misc]
+        seen: set[str] = set()
+        for n in news:
+            if n.id in seen:
+                raise InvalidArgumentError(f"id {n.id!r} appears twice in one add_many")
+            seen.add(n.id)
+        if self.embedder is not None:
+            missing = [i for i, n in enumerate(news) if n.embedding is None]
+            if missing:
+                vectors = self.embed_texts([news[i].text for i in missing])
+                for i, v in zip(missing, vectors, strict=True):
+                    news[i].embedding = v
+
+        with sync.lock:
+            sync.check_open()
+            gone: list[int] = []
+            if replacing is not None:
+                gone = [int(x) for x in sync.engine.ids_where(replacing.filter)]
+            self._check_ids(news, gone)
+            if importing or replacing is not None:
+                decision = duplicates.Decision(store=list(range(len(news))))
+            else:
+                decision = duplicates.decide(
+                    news,
+                    now,
+                    db=self.db,
+                    engine=sync.engine,
+                    window=self.window,
+                    threshold=self.dedup_threshold,
+                    near_duplicate=self.near_duplicate,
+                )
+            recent: list[tuple[str, str, float]] = []
+            if self.window.seconds > 0 and not importing and replacing is None:
+                for i in decision.store:
+                    n = news[i]
+                    if n.metadata:
+                        keys = window_keys((n.table, *n.scope), n.metadata, n.content_hash)
+                        recent.extend((k, n.id, now) for k in keys)
+            if decision.store:
+                self._insert([news[i] for i in decision.store], recent, gone)
+            elif gone:
+                self.delete_rowids(gone)
+            for key, record_id, at in recent:
+                self.window.remember([key], record_id, at)
+            results = self._results(news, decision)
+        records = [results[i] for i in range(len(news))]
+        return records if replacing is None else (len(gone), records)
+
+    def _check_ids(self, news: list[NewRecord], gone: list[int]) -> None:
+        # Ids made here are random UUIDs; only the caller's can collide.
+        given_ids = [n.id for n in news if n.id_given]
+        taken = self.db.existing_ids(given_ids) if given_ids else set()
+        if taken and gone:  # a record replaced may pass its id on
+            leaving = set(gone)
+            rows = (self.db.row_by_id(t) for t in taken)
+            taken = {r.id for r in rows if r is not None and r.rowid not in leaving}
+        if taken:
+            raise InvalidArgumentError(
+                f"id(s) already stored: {sorted(taken)[:5]}; use update() to change a record"
+            )
+
+    def _results(
+        self, news: list[NewRecord], decision: duplicates.Decision
+    ) -> dict[int, MemoryRecord]:
+        results: dict[int, MemoryRecord] = {}
+        for i in decision.store:
+            rec = results[i] = news[i].record()
+            if i in decision.marks:
+                target = decision.marks[i]
+                rec.duplicate = "near"
+                rec.duplicate_of = news[target].id if isinstance(target, int) else target
+        for i, (kind, target) in decision.dups.items():
+            if isinstance(target, int):
+                rec = replace(results[target])
+            else:
+                row = self.db.row_by_id(target)
+                if row is None:  # pragma: no cover - rows vanish only under the write lock
+                    raise MemlaneError(f"duplicate {target!r} vanished")
+                rec = record(row, self.access.get(row.rowid))
+            rec.duplicate, rec.duplicate_of = kind, rec.id
+            results[i] = rec
+        return results
+
+    def embed_texts(self, texts: list[str]) -> FloatArray:
+        """Vectors of ``texts``: from the cache, from stored records with the same text, or
+        embedded (one batch)."""
+        embedder, dim = self.embedder, self.sync.dim
+        assert embedder is not None and dim is not None
+        out = np.empty((len(texts), dim), dtype=np.float32)
+        todo: list[int] = []
+        cache = embedder.cache
+        for i, t in enumerate(texts):
+            hit = cache.get(embedder.name, t)
+            if hit is None:
+                todo.append(i)
+            else:
+                out[i] = hit
+        if todo:
+            stored: dict[str, FloatArray] = {}
+            for row in self.db.rows_by_hash([content_hash(texts[i]) for i in todo], True):
+                v = unblob(row.embedding)
+                if v is not None and v.shape[0] == dim:
+                    stored[row.text] = v
+            rest = [i for i in todo if texts[i] not in stored]
+            for i in todo:
+                if texts[i] in stored:
+                    out[i] = stored[texts[i]]
+                    cache.put(embedder.name, texts[i], out[i])
+            if rest:
+                out[rest] = embedder.embed_batch([texts[i] for i in rest])
+        return out
+
+    def _insert(
+        self, news: list[NewRecord], recent: list[tuple[str, str, float]], gone: Sequence[int]
+    ) -> None:
+        """Commits and indexes new records, deleting the rows ``gone`` in the same
+        transaction (write lock held)."""
+        sync, db = self.sync, self.db
+        base = db.reserve_rowids(len(news))
+        vectors = None
+        blobs: list[bytes | None] = [None] * len(news)
+        if sync.dim is not None:
+            vectors = np.stack([n.embedding for n in news])  # type: ignore[misc]
+            raw = vectors.astype("<f4", copy=False).tobytes()
+            width = 4 * sync.dim
+            blobs = [raw[i * width : (i + 1) * width] for i in range(len(news))]
+        rows = [n.row(base + j, 0, blobs[j]) for j, n in enumerate(news)]
+        # The engine checks and analyses the batch (without the GIL) while the database
+        # writes it; the commit waits for that check, so a batch the engine would
+        # refuse is rolled back and nothing changes.
+        if len(news) >= _OVERLAP_MIN:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="memlane-prepare")
+            future = self._pool.submit(sync.prepare, rows, texts=True, vectors=vectors)
+        else:
+            prepared = sync.prepare(rows, texts=True, vectors=vectors)
+        with db.transaction() as conn:
+            seq = db.next_seq(conn)
+            if gone:  # first: a new record may take a deleted one's id
+                self.access.drop(gone)
+                db.delete(conn, list(gone), seq)
+            db.insert(conn, [r._replace(seq=seq, content_seq=seq) for r in rows])
+            if len(news) >= _OVERLAP_MIN:
+                prepared = future.result()
+            if recent:
+                db.remember(conn, recent, time.time() - self.window.seconds)
+            self.access.flush(db, conn, seq)
+        if gone:
+            sync.engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
+        sync.engine.apply(prepared)
+        sync.committed(seq, len(news) + len(gone))
+
+    # -- changing and deleting ---------------------------------------------------------
+
+    def update(self, current: MemoryRecord, fields: dict[str, Any]) -> MemoryRecord:
+        """Rewrites ``current`` with ``fields`` changed (a new text is embedded again)."""
+        sync, db = self.sync, self.db
+        item = current.to_dict(embedding=False)
+        for key in ("duplicate", "duplicate_of"):
+            item.pop(key, None)
+        content_changed = "text" in fields and fields["text"] != current.text
+        item.update(fields)
+        item["updated_at"] = time.time()
+        n = validate(item, time.time(), self.default_scope, sync.dim, importing=True)
+        if n.embedding is not None:
+            coerce.check_vectors(n.embedding[None, :], [0], "embedding")
+        new_vector = n.embedding is not None
+        if content_changed and not new_vector and self.embedder is not None:
+            n.embedding = self.embed_texts([n.text])[0]
+            new_vector = True
+        with sync.writing(), sync.lock:
+            sync.check_open()
+            row = db.row_by_id(n.id, embedding=True)
+            if row is None:
+                raise UnknownIdError(f"no memory with id {current.id!r}")
+            if not new_vector:
+                n.embedding = unblob(row.embedding)
+            pending = self.access.get(row.rowid)
+            n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
+            full = n.row(row.rowid, 0, blob(n.embedding))
+            vectors = n.embedding[None, :] if new_vector and n.embedding is not None else None
+            changed = content_changed or new_vector
+            prepared = sync.prepare([full], texts=changed, vectors=vectors)
+            with db.transaction() as conn:
+                seq = db.next_seq(conn)
+                content_seq = seq if changed else row.content_seq
+                db.replace(conn, [full._replace(seq=seq, content_seq=content_seq)])
+                self.access.flush(db, conn, seq)
+            sync.engine.apply(prepared)
+            sync.committed(seq, 1)
+        rec = n.record()
+        if pending is not None:
+            rec.access_count += pending[0]
+            rec.last_accessed_at = max(rec.last_accessed_at, pending[1])
+        return rec
+
+    def delete_ids(self, ids: Sequence[str]) -> dict[str, Row]:
+        """Deletes the records of ``ids`` that exist, in one transaction (one change);
+        returns their rows by id."""
+        sync = self.sync
+        with sync.writing(), sync.lock:
+            sync.check_open()
+            found: dict[str, Row] = {}
+            for record_id in dict.fromkeys(ids):
+                row = self.db.row_by_id(record_id)
+                if row is not None:
+                    found[record_id] = row
+            if found:
+                self.delete_rowids([row.rowid for row in found.values()])
+            for record_id in found:
+                self.window.forget(record_id)
+        return found
+
+    def delete_where(self, flt: dict[str, Any] | None) -> int:
+        """Deletes every record ``flt`` admits, in one transaction; returns how many."""
+        sync = self.sync
+        with sync.writing(), sync.lock:
+            sync.check_open()
+            rowids = [int(x) for x in sync.engine.ids_where(flt)]
+            if rowids:
+                self.delete_rowids(rowids)
+        return len(rowids)
+
+    def delete_rowids(self, rowids: list[int]) -> None:
+        """One transaction deleting ``rowids`` (write lock held)."""
+        sync, db = self.sync, self.db
+        with db.transaction() as conn:
+            seq = db.next_seq(conn)
+            self.access.drop(rowids)
+            self.access.flush(db, conn, seq)
+            db.delete(conn, rowids, seq)
+        sync.engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)
+        sync.committed(seq, len(rowids))
+
+    def prune(self, flt: dict[str, Any]) -> list[MemoryRecord]:
+        """Deletes every record ``flt`` admits in one transaction; returns them, oldest
+        first."""
+        sync = self.sync
+        with sync.writing(), sync.lock:
+            sync.check_open()
+            rowids = [int(x) for x in sync.engine.ids_where(flt, order="asc")]
+            rows = self.db.rows_by_rowid(rowids)
+            doomed = [record(rows[r], self.access.get(r)) for r in rowids if r in rows]
+            if rowids:
+                self.delete_rowids(rowids)
+            for rec in doomed:
+                self.window.forget(rec.id)
+        return doomed
+
+    def flush_access(self) -> None:
+        """Writes the gathered access counts in a transaction of their own."""
+        sync = self.sync
+        with sync.lock:
+            if not self.access:
+                return
+            with self.db.transaction() as conn:
+                seq = self.db.next_seq(conn)
+                self.access.flush(self.db, conn, seq)
+            sync.committed(seq, 0)

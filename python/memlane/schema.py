@@ -1,0 +1,125 @@
+"""The record schema, declared once: :class:`Row`.
+
+Each field of :class:`Row` is a column of the ``records`` table, in order.
+Everything else is derived from it: :data:`COLUMNS`, the SQL types and the
+``CREATE TABLE`` of each dialect (:func:`records_table`), the engine's
+columns (:data:`ENGINE_COLUMNS`) and :class:`~memlane.records.MemoryRecord`'s
+conversion. A field's Python type gives its SQL type; ``X | None`` makes it
+nullable; ``Annotated`` adds a constraint.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Annotated, Any, Literal, NamedTuple
+
+from memlane import _core
+
+__all__ = ["COLUMNS", "ENGINE_COLUMNS", "SQL_TYPES", "Row", "records_table"]
+
+#: The table's key: a u64 the engine uses as the record's id.
+PRIMARY_KEY = "primary key"
+UNIQUE = "unique"
+#: A bool stored as a small integer (0 or 1).
+FLAG = "flag"
+
+
+class Row(NamedTuple):
+    """One stored record, as the database holds it (the ``records`` table's columns)."""
+
+    rowid: Annotated[int, PRIMARY_KEY]
+    id: Annotated[str, UNIQUE]
+    text: str
+    tbl: str
+    type: str
+    agent_id: str | None
+    user_id: str | None
+    room_id: str | None
+    world_id: str | None
+    session_id: str | None
+    namespace: str | None
+    importance: float
+    evergreen: Annotated[int, FLAG]
+    uniq: Annotated[int, FLAG]
+    metadata: str
+    created_at: float
+    updated_at: float
+    last_accessed_at: float
+    access_count: int
+    content_hash: str
+    embedding: bytes | None
+    #: The change that last wrote the row, and the one that last changed its text or vector.
+    seq: int
+    content_seq: int
+
+
+COLUMNS: tuple[str, ...] = Row._fields
+
+Dialect = Literal["sqlite", "postgres"]
+
+# SQL type per Python type (and per FLAG), per dialect.
+_TYPES: dict[Any, tuple[str, str]] = {
+    int: ("INTEGER", "int8"),
+    float: ("REAL", "float8"),
+    str: ("TEXT", "text"),
+    bytes: ("BLOB", "bytea"),
+    FLAG: ("INTEGER", "int2"),
+}
+
+
+def _columns() -> tuple[tuple[str, tuple[str, str], bool, tuple[str, ...]], ...]:
+    """(name, (sqlite type, postgres type), nullable, markers) per field."""
+    hints = typing.get_type_hints(Row, include_extras=True)
+    out = []
+    for name in COLUMNS:
+        hint = hints[name]
+        markers: tuple[str, ...] = ()
+        if typing.get_origin(hint) is Annotated:
+            hint, *extra = typing.get_args(hint)
+            markers = tuple(extra)
+        nullable = False
+        if isinstance(hint, types.UnionType):
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            (hint,) = args
+            nullable = True
+        sql = _TYPES[FLAG if FLAG in markers else hint]
+        out.append((name, sql, nullable, markers))
+    return tuple(out)
+
+
+_FIELDS = _columns()
+
+#: PostgreSQL's type of each column (SQLite binds values as they are).
+SQL_TYPES: tuple[str, ...] = tuple(sql[1] for _, sql, _, _ in _FIELDS)
+
+
+def records_table(dialect: Dialect, table: str = "records") -> str:
+    """The ``CREATE TABLE`` statement of the records table in ``dialect``."""
+    lines = []
+    for name, sql, nullable, markers in _FIELDS:
+        kind = sql[0] if dialect == "sqlite" else sql[1]
+        parts = [name, kind]
+        if PRIMARY_KEY in markers:
+            # SQLite: AUTOINCREMENT, so a rowid is never handed out twice.
+            parts = [
+                name,
+                "INTEGER PRIMARY KEY AUTOINCREMENT"
+                if dialect == "sqlite"
+                else "bigint PRIMARY KEY",
+            ]
+        elif not nullable:
+            parts.append("NOT NULL")
+        if UNIQUE in markers:
+            parts.append("UNIQUE")
+        lines.append("    " + " ".join(parts))
+    exists = "IF NOT EXISTS " if dialect == "sqlite" else ""
+    return f"CREATE TABLE {exists}{table} (\n" + ",\n".join(lines) + "\n)"
+
+
+#: What the engine keeps of a row besides its text and vector, in the order
+#: ``Engine.prepare`` takes the columns (declared where they are read, in
+#: ``rust/py/src/engine.rs``).
+ENGINE_COLUMNS: tuple[str, ...] = tuple(_core.ENGINE_COLUMNS)
+if not set(ENGINE_COLUMNS) <= set(COLUMNS):  # pragma: no cover - a build out of step
+    raise ImportError(f"the engine's columns {ENGINE_COLUMNS} are not all record fields")
