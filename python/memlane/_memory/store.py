@@ -38,7 +38,7 @@ from memlane.embeddings._base import Embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError, UnknownIdError
-from memlane.records import MemoryRecord, SearchHit
+from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
 from memlane.storage import open_store
 
 __all__ = ["DEFAULT_EMBEDDER", "MemoryStore"]
@@ -353,27 +353,9 @@ class MemoryStore:
         ages are measured on.
         """
         self._sync.check_open()
-        limits = {
-            "max_age_days": max_age_days,
-            "keep_importance_at_least": keep_importance_at_least,
-            "keep_access_count_above": keep_access_count_above,
-        }
-        if all(v is None for v in limits.values()):
-            raise InvalidArgumentError(f"give at least one of {', '.join(limits)}")
-        age, imp, acc = (None if v is None else coerce.number(v, k) for k, v in limits.items())
-        if age is not None and age < 0:
-            raise InvalidArgumentError(f"max_age_days must be >= 0, got {age}")
-        clock = time.time() if now is None else coerce.number(now, "now")
-        conds: list[dict[str, Any]] = [{"evergreen": False}]
-        if imp is not None:
-            conds.append({"importance": {"$lt": imp}})
-        if acc is not None:
-            conds.append({"access_count": {"$lte": acc}})
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        end = None if age is None else clock - age * 86400.0
-        flt = build_filter(table, None, scope, end=end, filters={"$and": conds})
-        assert flt is not None
-        return self._writer.prune(flt)
+        criteria = (max_age_days, keep_importance_at_least, keep_access_count_above)
+        return self._writer.prune(build_filter(table, None, scope), *criteria, now=now)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -528,24 +510,9 @@ class MemoryStore:
             include_embedding=include_embedding,
         )
 
-    def _scope(
-        self,
-        agent_id: str | None,
-        user_id: str | None,
-        room_id: str | None,
-        world_id: str | None,
-        session_id: str | None,
-        namespace: str | None,
-    ) -> dict[str, str]:
-        given = {
-            "agent_id": agent_id,
-            "user_id": user_id,
-            "room_id": room_id,
-            "world_id": world_id,
-            "session_id": session_id,
-            "namespace": namespace,
-        }
-        return scope_of(self.default_scope, given)
+    def _scope(self, *given: str | None) -> dict[str, str]:
+        """A call's scope (the six scope fields in order) over :attr:`default_scope`."""
+        return scope_of(self.default_scope, dict(zip(SCOPE_FIELDS, given, strict=True)))
 
     # -- upkeep -----------------------------------------------------------------------------
 
@@ -568,23 +535,7 @@ class MemoryStore:
         maintenance.run(self._sync, self._writer, self._access, self.snapshot)
 
     def _vanished(self) -> bool:
-        """Whether the store's folder was deleted under it (then warns, once, and every
-        later call raises :class:`~memlane.errors.StorageError`)."""
-        sync = self._sync
-        if sync.gone is not None:
-            return True
-        if self.path is None or self.path.is_dir():
-            return False
-        sync.gone = f"the store folder {self.path} is gone (deleted while the store was open)"
-        import warnings
-
-        warnings.warn(
-            f"memlane: {sync.gone}; background maintenance stopped, and every later call "
-            "raises StorageError",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return True
+        return self._sync.vanished(self.path)
 
     def close(self) -> None:
         """Flushes access counts, writes a snapshot, releases the store. Idempotent."""

@@ -220,6 +220,22 @@ class IndexSync:
 
     # -- following and writing -------------------------------------------------------
 
+    def vanished(self, folder: Path | None) -> bool:
+        """Whether the store's ``folder`` was deleted under it (then warns, once, and every
+        later call raises :class:`~memlane.errors.StorageError`)."""
+        if self.gone is not None:
+            return True
+        if folder is None or folder.is_dir():
+            return False
+        self.gone = f"the store folder {folder} is gone (deleted while the store was open)"
+        warnings.warn(
+            f"memlane: {self.gone}; background maintenance stopped, and every later call "
+            "raises StorageError",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return True
+
     def check_open(self) -> None:
         if self.closing:
             raise MemlaneError("this Memory is closed")

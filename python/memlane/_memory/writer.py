@@ -324,9 +324,38 @@ class Writer:
         sync.engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)
         sync.committed(seq, len(rowids))
 
-    def prune(self, flt: dict[str, Any]) -> list[MemoryRecord]:
-        """Deletes every record ``flt`` admits in one transaction; returns them, oldest
-        first."""
+    def prune(
+        self,
+        where: dict[str, Any] | None,
+        max_age_days: object,
+        keep_importance_at_least: object,
+        keep_access_count_above: object,
+        now: object,
+    ) -> list[MemoryRecord]:
+        """Deletes, in one transaction, the records ``where`` admits that are older than
+        ``max_age_days`` and kept neither by importance, nor by use, nor by being
+        evergreen (see ``Memory.prune``); returns them, oldest first."""
+        limits = {
+            "max_age_days": max_age_days,
+            "keep_importance_at_least": keep_importance_at_least,
+            "keep_access_count_above": keep_access_count_above,
+        }
+        if all(v is None for v in limits.values()):
+            raise InvalidArgumentError(f"give at least one of {', '.join(limits)}")
+        age, imp, acc = (None if v is None else coerce.number(v, k) for k, v in limits.items())
+        if age is not None and age < 0:
+            raise InvalidArgumentError(f"max_age_days must be >= 0, got {age}")
+        clock = time.time() if now is None else coerce.number(now, "now")
+        conds: list[dict[str, Any]] = [{"evergreen": False}]
+        if where is not None:
+            conds.append(where)
+        if age is not None:
+            conds.append({"created_at": {"$lt": clock - age * 86400.0}})
+        if imp is not None:
+            conds.append({"importance": {"$lt": imp}})
+        if acc is not None:
+            conds.append({"access_count": {"$lte": acc}})
+        flt = {"$and": conds}
         sync = self.sync
         with sync.writing(), sync.lock:
             sync.check_open()

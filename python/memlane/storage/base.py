@@ -6,9 +6,10 @@ embedded store, one process) and :class:`~memlane.storage.postgres.PostgresStore
 which holds the statements. Both keep the same rows (:data:`COLUMNS`) and the
 same change log (:mod:`memlane.schema` declares the rows): every write
 transaction takes the next change sequence number and stamps the rows it
-writes with it (``seq``, and ``content_seq`` when the text or vector changed); a deletion leaves a tombstone with its number. Commit
-order equals sequence order, so a reader that has applied every change up to
-``n`` needs only the rows and tombstones above ``n``.
+writes with it (``seq``, and ``content_seq`` when the text or vector
+changed); a deletion leaves a tombstone with its number. Commit order equals
+sequence order, so a reader that has applied every change up to ``n`` needs
+only the rows and tombstones above ``n``.
 
 ``conn`` arguments are the connection of an open :meth:`Store.transaction`;
 reads without one see every committed write.
