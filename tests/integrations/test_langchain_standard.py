@@ -21,6 +21,7 @@ from memlane.integrations.langchain import (
     MemlaneEmbeddings,
     MemlaneRetriever,
     MemlaneVectorStore,
+    langchain_embedder,
 )
 
 
@@ -35,19 +36,18 @@ class TestMemlaneVectorStore(VectorStoreIntegrationTests):
 
 
 class TestMemlaneVectorStoreOverMemory(VectorStoreIntegrationTests):
-    """The same suite on a store given a scoped, durable ``Memory`` that others share."""
+    """The same suite on a scoped store over a durable ``Memory`` that another scope shares,
+    on both backends (a directory, and PostgreSQL)."""
 
     @pytest.fixture
-    def vectorstore(self, tmp_path: Any) -> Iterator[VectorStore]:
+    def vectorstore(self, make_store: Any) -> Iterator[VectorStore]:
         embeddings = self.get_embeddings()
-        probe = MemlaneVectorStore(embedding=embeddings)  # only to build the embedder
-        embedder = probe.memory.embedder
-        probe.close()
-        with memlane.Memory(tmp_path / "store", embedder=embedder) as mem:
+        embedder = langchain_embedder(embeddings)
+        with make_store("langchain", embedder) as mem:
             # Another scope's documents, which the store under test must never see.
-            other = MemlaneVectorStore(embedding=embeddings, memory=mem, scope={"user_id": "bob"})
+            other = MemlaneVectorStore(embeddings, memory=mem, scope={"user_id": "bob"})
             other.add_texts(["foo", "bar", "baz"], ids=["b1", "b2", "b3"])
-            yield MemlaneVectorStore(embedding=embeddings, memory=mem, scope={"user_id": "alice"})
+            yield MemlaneVectorStore(embeddings, memory=mem, scope={"user_id": "alice"})
 
 
 class TestMemlaneEmbeddingsUnit(EmbeddingsUnitTests):

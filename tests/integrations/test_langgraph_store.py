@@ -24,6 +24,7 @@ from langgraph.store.memory import InMemoryStore
 from typing_extensions import TypedDict
 
 import memlane
+from memlane.integrations.langchain import langchain_embedder
 from memlane.integrations.langgraph import MemlaneStore
 
 ITEMS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
@@ -45,23 +46,19 @@ def index(embeddings: WordEmbeddings, fields: list[str] | None = None) -> dict[s
     return {"dims": embeddings.size, "embed": embeddings, "fields": fields or ["text"]}
 
 
-def both(**kwargs: Any) -> Iterator[tuple[BaseStore, MemlaneStore]]:
-    """An ``InMemoryStore`` and a ``MemlaneStore`` with the same config."""
-    ours = MemlaneStore(**kwargs)
-    try:
-        yield InMemoryStore(**kwargs), ours
-    finally:
-        ours.close()
+@pytest.fixture
+def stores(make_store: Any) -> Iterator[tuple[BaseStore, MemlaneStore]]:
+    """An ``InMemoryStore`` and a ``MemlaneStore`` with the same index config, the latter
+    on each backend (a directory, and PostgreSQL)."""
+    emb = WordEmbeddings()
+    with make_store("lg", langchain_embedder(emb), hnsw_precision="f32") as mem:
+        yield InMemoryStore(index=index(emb)), MemlaneStore(mem, index=index(emb))
 
 
 @pytest.fixture
-def stores() -> Iterator[tuple[BaseStore, MemlaneStore]]:
-    yield from both(index=index(WordEmbeddings()))
-
-
-@pytest.fixture
-def plain_stores() -> Iterator[tuple[BaseStore, MemlaneStore]]:
-    yield from both()
+def plain_stores(make_store: Any) -> Iterator[tuple[BaseStore, MemlaneStore]]:
+    with make_store("lg-plain", None) as mem:
+        yield InMemoryStore(), MemlaneStore(mem)
 
 
 def fill(*stores: BaseStore) -> None:

@@ -47,7 +47,13 @@ from memlane.integrations._common import (
     own_memory,
 )
 
-__all__ = ["MemlaneEmbeddings", "MemlaneRetriever", "MemlaneVectorStore", "metadata_filter"]
+__all__ = [
+    "MemlaneEmbeddings",
+    "MemlaneRetriever",
+    "MemlaneVectorStore",
+    "langchain_embedder",
+    "metadata_filter",
+]
 
 Mode = Literal["hybrid", "vector", "text"]
 
