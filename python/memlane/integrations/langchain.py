@@ -137,9 +137,10 @@ class MemlaneVectorStore(VectorStore):
     """A LangChain ``VectorStore`` over a :class:`memlane.Memory`.
 
     Args:
-        embedding: LangChain ``Embeddings`` for documents and queries. Without it,
-            the store embeds with its own embedder (memlane's offline ONNX model
-            for a new store).
+        embedding: LangChain ``Embeddings`` for documents and queries (a new
+            store measures its dimension with one ``embed_query`` call). Without
+            it, the store embeds with its own embedder (memlane's offline ONNX
+            model for a new store).
         memory: the store to use; by default a new one at ``path`` (in memory
             when ``path`` is None), closed by :meth:`close`. With ``embedding``,
             its embedder's dimension must match.
