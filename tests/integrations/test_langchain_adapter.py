@@ -16,6 +16,7 @@ from memlane.integrations.langchain import (
     MemlaneEmbeddings,
     MemlaneRetriever,
     MemlaneVectorStore,
+    langchain_embedder,
     metadata_filter,
 )
 
@@ -182,3 +183,33 @@ def test_default_embedder_and_durable_store(tmp_path: Path) -> None:
         s.add_texts(["The user prefers dark mode", "Deploys happen on Fridays"], ids=["1", "2"])
     with MemlaneVectorStore(path=path, search_mode="hybrid") as again:
         assert ids(again.similarity_search("which theme does the user like?", k=1)) == ["1"]
+
+
+class AsyncOnlyEmbeddings(WordEmbeddings):
+    """Embeddings whose client is async: the sync methods must not be called."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise AssertionError("the sync API was called")
+
+    def embed_query(self, text: str) -> list[float]:
+        raise AssertionError("the sync API was called")
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._one(t) for t in texts]
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return self._one(text)
+
+
+def test_async_paths_use_the_async_embeddings_api() -> None:
+    with memlane.Memory(embedder=langchain_embedder(WordEmbeddings())) as mem:
+        store = MemlaneVectorStore(AsyncOnlyEmbeddings(), memory=mem)
+
+        async def run() -> list[tuple[Document, float]]:
+            await store.aadd_documents([Document("green tea"), Document("black coffee")])
+            return await store.asimilarity_search_with_score("green tea", k=1)
+
+        [(doc, score)] = asyncio.run(run())
+        assert doc.page_content == "green tea" and score == pytest.approx(1.0, abs=1e-3)
+        with pytest.raises(AssertionError, match="sync API"):
+            store.similarity_search("green tea")

@@ -24,6 +24,7 @@ Every class takes ``scope`` (memlane's scope fields, e.g. ``{"agent_id": "a",
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -208,27 +209,26 @@ class MemlaneVectorStore(VectorStore):
 
     # -- writes -------------------------------------------------------------------------------
 
-    def add_texts(
-        self,
-        texts: Iterable[str],
-        metadatas: list[dict[Any, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        **kwargs: Any,
+    def _check_batch(
+        self, texts: list[str], metadatas: list[dict[Any, Any]] | None, ids: list[str] | None
     ) -> list[str]:
-        """Adds texts (an id that exists is replaced; a None id gets a new one); returns ids."""
-        texts = list(texts)
+        """The ids the texts get (a new one where none is given), after checking lengths."""
         if metadatas is not None and len(metadatas) != len(texts):
             raise InvalidArgumentError(
                 f"{len(metadatas)} metadatas for {len(texts)} texts; give one per text"
             )
         if ids is not None and len(ids) != len(texts):
             raise InvalidArgumentError(f"{len(ids)} ids for {len(texts)} texts; give one per text")
-        if not texts:
-            return []
         given: list[Any] = list(ids) if ids is not None else [None] * len(texts)
-        out = [str(uuid.uuid4()) if i is None else str(i) for i in given]
-        vectors = None if self._embedding is None else self._embedding.embed_documents(texts)
+        return [str(uuid.uuid4()) if i is None else str(i) for i in given]
+
+    def _write(
+        self,
+        texts: list[str],
+        metadatas: list[dict[Any, Any]] | None,
+        out: list[str],
+        vectors: Sequence[Sequence[float]] | None,
+    ) -> list[str]:
         # The last of several items with one id wins, as when added one by one.
         last = {record_id: j for j, record_id in enumerate(out)}
         items = []
@@ -245,6 +245,40 @@ class MemlaneVectorStore(VectorStore):
             items.append(item)
         self.memory.replace(items, self.table, filters={"id": {"$in": list(last)}}, **self.scope)
         return out
+
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[Any, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Adds texts (an id that exists is replaced; a None id gets a new one); returns ids."""
+        texts = list(texts)
+        out = self._check_batch(texts, metadatas, ids)
+        if not texts:
+            return []
+        vectors = None if self._embedding is None else self._embedding.embed_documents(texts)
+        return self._write(texts, metadatas, out, vectors)
+
+    async def aadd_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[Any, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """:meth:`add_texts` with the embeddings' async API; the write runs in a thread."""
+        texts = list(texts)
+        out = self._check_batch(texts, metadatas, ids)
+        if not texts:
+            return []
+        vectors = None
+        if self._embedding is not None:
+            vectors = await self._embedding.aembed_documents(texts)
+        return await asyncio.to_thread(self._write, texts, metadatas, out, vectors)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Deletes these documents (missing ids are ignored); with no ids, every one in scope."""
@@ -319,6 +353,32 @@ class MemlaneVectorStore(VectorStore):
         """
         hits = self._search(query, None, k, self.search_mode, filter, **kwargs)
         return [(to_document(r), s) for r, s in hits]
+
+    async def asimilarity_search_with_score(
+        self,
+        query: str,
+        k: int = 4,
+        filter: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """:meth:`similarity_search_with_score` with the embeddings' async API."""
+        vector = None
+        if self._embedding is not None and self.search_mode != "text":
+            vector = await self._embedding.aembed_query(query)
+        hits = await asyncio.to_thread(
+            self._search, query, vector, k, self.search_mode, filter, **kwargs
+        )
+        return [(to_document(r), s) for r, s in hits]
+
+    async def asimilarity_search(
+        self,
+        query: str,
+        k: int = 4,
+        filter: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        pairs = await self.asimilarity_search_with_score(query, k, filter, **kwargs)
+        return [d for d, _ in pairs]
 
     def similarity_search(
         self,
