@@ -393,3 +393,32 @@ def test_usable_as_a_graphs_store() -> None:
         assert "likes green tea" in out["recalled"]
         other = graph.invoke({"user": "bob", "text": "tea", "recalled": []})
         assert other["recalled"] == ["tea"]
+
+
+def test_index_without_embed_uses_the_memorys_embedder() -> None:
+    """An index config without "embed" searches with memlane's own (offline ONNX) model."""
+    with MemlaneStore(index={"dims": 384, "fields": ["text"]}) as store:
+        store.put(("kb",), "tea", {"text": "Green tea has less caffeine than coffee"})
+        store.put(("kb",), "bike", {"text": "Check the tyre pressure before a long ride"})
+        found = store.search(("kb",), query="which drink keeps me awake?", limit=1)
+        assert [i.key for i in found] == ["tea"] and found[0].score is not None
+
+
+def test_config_errors() -> None:
+    emb = WordEmbeddings()
+    # dims is trusted (nothing is embedded at construction); vectors of another length
+    # are refused at the first put.
+    with MemlaneStore(index={"dims": 7, "embed": emb}) as wrong:
+        with pytest.raises(memlane.DimensionMismatchError):
+            wrong.put(("a",), "k", {"text": "hello"})
+        assert wrong.get(("a",), "k") is None
+    with (
+        memlane.Memory(embedder=langchain_embedder(emb)) as mem,
+        pytest.raises(ValueError, match="dims"),
+    ):
+        MemlaneStore(mem, index={"dims": 7, "embed": emb})
+    with memlane.Memory(embedder=None) as text_only:
+        with pytest.raises(ValueError, match="embedder"):
+            MemlaneStore(text_only, index={"dims": 32, "fields": ["text"]})
+        with pytest.raises(ValueError, match="scope key"):
+            MemlaneStore(text_only, scope={"tenant": "x"})
