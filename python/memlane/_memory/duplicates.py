@@ -100,7 +100,9 @@ def decide(
             if near is not None:
                 out.marks[i] = near
             n.unique = near is None
-            exact[ekey] = i
+        # Any item stored is what a later unique=True item of the batch duplicates,
+        # as a stored record would be.
+        exact.setdefault((n.content_hash, *skey), i)
         for k in wkeys:
             window_batch[k] = i
         kept.add(i)
@@ -139,15 +141,16 @@ def _near_candidates(
         if len(members) < 2 or not any(news[i].dedup for i in members):
             continue
         units = _units(np.stack([news[i].embedding for i in members]))  # type: ignore[misc]
+        dedup = np.fromiter((news[i].dedup for i in members), dtype=bool, count=len(members))
         for start in range(0, len(members), _BLOCK):
-            block = units[start : start + _BLOCK] @ units[: start + _BLOCK].T
-            for row in range(block.shape[0]):
-                i = members[start + row]
-                if not news[i].dedup:
-                    continue
-                earlier = np.flatnonzero(block[row, : start + row] >= threshold)
-                if earlier.size:
-                    batch[i] = [members[j] for j in earlier.tolist()]
+            stop = min(start + _BLOCK, len(members))
+            # Row r (item start + r) against every earlier item of the group.
+            mask = units[start:stop] @ units[:stop].T >= threshold
+            mask &= np.arange(stop)[None, :] < np.arange(start, stop)[:, None]
+            mask &= dedup[start:stop, None]
+            rows, cols = np.nonzero(mask)
+            for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+                batch.setdefault(members[start + r], []).append(members[c])
     return stored, batch
 
 

@@ -45,25 +45,33 @@ impl Engine {
             return Err(Error::invalid("min_similarity must be a finite number"));
         }
         let unit = normalised(queries, dim, "query vector")?;
-        // Each group's admitted set, computed once for all of its queries.
+        // Each group's admitted set, computed once for all of its queries; a
+        // filter that admits every record restricts nothing.
         let selections: Vec<_> = filters
             .iter()
             .map(|f| {
-                let sel = (!f.is_all()).then(|| self.select(f));
+                let sel = (!f.is_all())
+                    .then(|| self.select(f))
+                    .filter(|s| s.slots.len() < self.records.len());
                 let ids: Option<Vec<u64>> = sel
                     .as_ref()
                     .map(|s| s.slots.iter().map(|&slot| self.records.id(slot)).collect());
-                (sel, ids)
+                let allowed = self
+                    .hnsw
+                    .as_ref()
+                    .zip(ids.as_deref())
+                    .map(|(h, ids)| h.allowed(ids));
+                (sel, ids.is_some_and(|ids| ids.is_empty()), allowed)
             })
             .collect();
         unit.par_chunks(dim)
             .zip(groups.par_iter())
             .map(|(q, &g)| {
-                let (sel, ids) = &selections[g as usize];
-                if ids.as_ref().is_some_and(Vec::is_empty) {
+                let (sel, empty, allowed) = &selections[g as usize];
+                if *empty {
                     return Ok(None);
                 }
-                let hits = self.vector_candidates(q, POOL, ids.as_deref(), sel.as_ref())?;
+                let hits = self.nearest_vectors(q, POOL, allowed.as_ref(), sel.as_ref())?;
                 Ok(hits
                     .first()
                     .copied()

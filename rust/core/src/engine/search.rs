@@ -307,11 +307,27 @@ impl Engine {
         allowed_ids: Option<&[u64]>,
         selection: Option<&super::Selection>,
     ) -> Result<Vec<(u64, f32)>> {
+        let allowed = self
+            .hnsw
+            .as_ref()
+            .zip(allowed_ids)
+            .map(|(h, ids)| h.allowed(ids));
+        self.nearest_vectors(q, pool, allowed.as_ref(), selection)
+    }
+
+    /// [`Self::vector_candidates`] with the graph's admitted set built already
+    /// (`None`: all of it); `selection` restricts the parked vectors.
+    pub(super) fn nearest_vectors(
+        &self,
+        q: &[f32],
+        pool: usize,
+        allowed: Option<&Allowed>,
+        selection: Option<&super::Selection>,
+    ) -> Result<Vec<(u64, f32)>> {
         let mut hits: Vec<(u64, f32)> = Vec::new();
         if let Some(hnsw) = self.hnsw.as_ref().filter(|h| !h.is_empty()) {
-            let allowed: Option<Allowed> = allowed_ids.map(|ids| hnsw.allowed(ids));
-            if allowed.as_ref().is_none_or(|a| !a.is_empty()) {
-                for n in hnsw.search(q, pool, None, allowed.as_ref())? {
+            if allowed.is_none_or(|a| !a.is_empty()) {
+                for n in hnsw.search(q, pool, None, allowed)? {
                     // Reduced-precision distances can put a vector's
                     // similarity to itself a hair above 1.
                     hits.push((n.id, (1.0 - n.distance).clamp(-1.0, 1.0)));
