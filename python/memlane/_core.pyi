@@ -190,6 +190,15 @@ class HnswIndex:
         Rows with fewer than ``k`` results are padded with label ``2**64 - 1``
         and distance ``inf``. ``allowed`` restricts results to those ids.
         """
+    def hide(self, ids: npt.ArrayLike) -> None:
+        """Hide ``ids`` from searches, keeping vectors, links and slots (hnswlib's
+        ``mark_deleted``); raises UnknownIdError, hiding nothing, if one is not live."""
+    def unhide(self, ids: npt.ArrayLike) -> None:
+        """Show hidden ``ids`` again, as they were; UnknownIdError if one is not hidden."""
+    def release(self, ids: npt.ArrayLike) -> None:
+        """Forget hidden ``ids``, freeing their slots for later adds."""
+    def hidden(self) -> npt.NDArray[np.uint64]:
+        """Hidden ids, in slot order."""
     def search_where(
         self,
         queries: npt.ArrayLike,

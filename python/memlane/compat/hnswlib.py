@@ -216,7 +216,8 @@ class Index:
         self._max_elements = 0
         self._count = 0  # labels holding a place: live and marked deleted
         self._next_label = 0  # hnswlib's default labels continue from here
-        self._deleted: dict[int, npt.NDArray[np.float32]] = {}
+        # Labels marked deleted, oldest first: hidden in the engine, their places kept.
+        self._deleted: dict[int, None] = {}
         self._ef = 10
         self._m = 0
         self._ef_construction = 0
@@ -291,6 +292,7 @@ class Index:
         # serial hnswlib loop leaves it.
         last = {label: row for row, label in enumerate(labels)}
         take: list[int] = []
+        released: list[int] = []
         failure: RuntimeError | None = None
         for row, label in enumerate(labels):
             if last[label] != row:
@@ -302,17 +304,21 @@ class Index:
                         "deleted elements is enabled."
                     )
                     break
-                del self._deleted[label]
+                del self._deleted[label]  # the engine shows it again with the new vector
             elif label not in index:
                 if replace_deleted and self._deleted:
                     # The new label takes a deleted one's place: that label is gone.
-                    del self._deleted[next(iter(self._deleted))]
+                    victim = next(iter(self._deleted))
+                    del self._deleted[victim]
+                    released.append(victim)
                 elif self._count >= self._max_elements:
                     failure = RuntimeError(_FULL)
                     break
                 else:
                     self._count += 1
             take.append(row)
+        if released:
+            index.release(np.asarray(released, dtype=np.uint64))
         if take:
             chosen = np.asarray([labels[r] for r in take], dtype=np.uint64)
             index.add(chosen, rows[take])
@@ -329,19 +335,18 @@ class Index:
             raise RuntimeError("The requested to delete element is already deleted")
         if label < 0 or label not in index:
             raise RuntimeError(_NOT_FOUND)
-        self._deleted[label] = index.get_vector(label)
-        index.remove(np.asarray([label], dtype=np.uint64))
+        index.hide(np.asarray([label], dtype=np.uint64))
+        self._deleted[label] = None
 
     def unmark_deleted(self, label: int) -> None:
         """Makes a label marked deleted searchable again, with its vector."""
         index = self._engine()
         label = int(label)
-        vector = self._deleted.get(label)
-        if vector is None:
+        if label not in self._deleted:
             if label >= 0 and label in index:
                 raise RuntimeError("The requested to undelete element is not deleted")
             raise RuntimeError(_NOT_FOUND)
-        index.add(np.asarray([label], dtype=np.uint64), vector.reshape(1, -1))
+        index.unhide(np.asarray([label], dtype=np.uint64))
         del self._deleted[label]
 
     def resize_index(self, new_size: int) -> None:
@@ -515,29 +520,26 @@ class Index:
         }
 
     def _blobs(self) -> list[bytes]:
+        # The engine's snapshot holds the marked deleted labels too (hidden).
         index = self._engine()
-        deleted = (
-            np.stack(list(self._deleted.values()))
-            if self._deleted
-            else np.zeros((0, self._dim), dtype=np.float32)
-        )
         with tempfile.TemporaryDirectory(prefix="memlane-hnswlib-") as tmp:
             path = Path(tmp) / "index"
             index.save(path)
-            engine = path.read_bytes()
-        return [_array_bytes(deleted.astype(np.float32)), engine]
+            return [path.read_bytes()]
 
     def _restore(self, meta: dict[str, Any], blobs: list[bytes]) -> None:
-        if len(blobs) != 2:
+        if len(blobs) != 1:
             raise RuntimeError("the index file is truncated")
         with tempfile.TemporaryDirectory(prefix="memlane-hnswlib-") as tmp:
             path = Path(tmp) / "index"
-            path.write_bytes(blobs[1])
+            path.write_bytes(blobs[0])
             index = HnswIndex.load(path)
-        labels = [int(x) for x in meta["deleted"]]
-        vectors = np.frombuffer(blobs[0], dtype=np.float32).reshape(len(labels), int(meta["dim"]))
+        hidden = {int(x) for x in index.hidden()}
+        order = [int(x) for x in meta["deleted"]]
+        if set(order) != hidden:
+            raise RuntimeError("the index file is inconsistent: its deleted labels disagree")
         self._index = index
-        self._deleted = {label: vectors[i].copy() for i, label in enumerate(labels)}
+        self._deleted = dict.fromkeys(order)
         self._count = int(meta["count"])
         self._next_label = int(meta["next_label"])
         self._m = int(meta["M"])

@@ -109,6 +109,33 @@ impl PyHnswIndex {
         detach(py, || self.inner.write().remove(&ids))
     }
 
+    /// Hides `ids` from searches, keeping their vectors, links and slots
+    /// (hnswlib's mark_deleted); `unhide` brings them back as they were.
+    /// Raises UnknownIdError, hiding nothing, if one is not live.
+    fn hide(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ids = convert::ids(py, ids, "ids")?;
+        detach(py, || self.inner.write().hide(&ids))
+    }
+
+    /// Shows hidden `ids` again; raises UnknownIdError if one is not hidden.
+    fn unhide(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ids = convert::ids(py, ids, "ids")?;
+        detach(py, || self.inner.write().unhide(&ids))
+    }
+
+    /// Forgets hidden `ids`, freeing their slots for later adds; raises
+    /// UnknownIdError if one is not hidden.
+    fn release(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ids = convert::ids(py, ids, "ids")?;
+        detach(py, || self.inner.write().release(&ids))
+    }
+
+    /// Hidden ids, in slot order.
+    fn hidden<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let ids = detach(py, || Ok(self.inner.read().hidden()))?;
+        Ok(PyArray1::from_vec(py, ids))
+    }
+
     /// Nearest neighbours of each query row, nearest first, as (nq, k) labels
     /// and distances. Rows with fewer than k results are padded with label
     /// 2**64 - 1 and distance inf. `allowed` restricts results to those ids.

@@ -95,6 +95,9 @@ pub struct Hnsw {
     slots: IdMap<u32>,
     /// Removed slots, reused by later adds.
     free: Vec<u32>,
+    /// Hidden ids (see [`Hnsw::hide`]) and their slots: removed from searches
+    /// but neither freed nor unlinked, so they can be shown again as they were.
+    held: IdMap<u32>,
     /// Packed `Entry` (slot << 8 | level), or NO_ENTRY.
     entry: AtomicU64,
     top_lock: Mutex<()>,
@@ -181,6 +184,7 @@ impl Hnsw {
             removed: Vec::new(),
             slots: IdMap::default(),
             free: Vec::new(),
+            held: IdMap::default(),
             entry: AtomicU64::new(NO_ENTRY),
             top_lock: Mutex::new(()),
         })
@@ -251,6 +255,7 @@ impl Hnsw {
             + self.removed.capacity()
             + self.slots.capacity() * 16
             + self.free.capacity() * 4
+            + self.held.capacity() * 16
     }
 
     fn entry(&self) -> Option<Entry> {
@@ -313,6 +318,14 @@ impl Hnsw {
         let data = self.prepare(vectors, "vector")?;
         if self.graph.slots() + ids.len() > u32::MAX as usize / 2 {
             return Err(Error::invalid("the index cannot hold that many vectors"));
+        }
+
+        // A hidden id added again is shown again, then updated like any present id.
+        for id in ids {
+            if let Some(slot) = self.held.remove(id) {
+                self.removed[slot as usize] = false;
+                self.slots.insert(*id, slot);
+            }
         }
 
         // Assign slots and store vectors; linking comes after, in parallel.
@@ -418,6 +431,73 @@ impl Hnsw {
             }
         }
         Ok(())
+    }
+
+    /// Hides ids from searches (hnswlib's `mark_deleted`): unlike
+    /// [`Hnsw::remove`], their slots keep their vectors and links, still route
+    /// searches, and are not reused by adds, so [`Hnsw::unhide`] brings them
+    /// back exactly. A hidden id is not [`Hnsw::contains`]ed nor counted; adding
+    /// it again shows it with the new vector. Fails, changing nothing, if an id
+    /// is not live.
+    pub fn hide(&mut self, ids: &[u64]) -> Result<()> {
+        if let Some(&id) = ids.iter().find(|id| !self.slots.contains_key(id)) {
+            return Err(Error::UnknownId(id));
+        }
+        if let Some(id) = first_duplicate(ids) {
+            return Err(Error::invalid(format!("id {id} appears twice in one hide")));
+        }
+        for id in ids {
+            if let Some(slot) = self.slots.remove(id) {
+                self.removed[slot as usize] = true;
+                self.held.insert(*id, slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Shows hidden ids again, with the vectors and links they had. Fails,
+    /// changing nothing, if an id is not hidden.
+    pub fn unhide(&mut self, ids: &[u64]) -> Result<()> {
+        self.check_hidden(ids, "unhide")?;
+        for id in ids {
+            if let Some(slot) = self.held.remove(id) {
+                self.removed[slot as usize] = false;
+                self.slots.insert(*id, slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets hidden ids for good: their slots join the free list, reused by
+    /// later adds (hnswlib's `replace_deleted`). Fails, changing nothing, if an
+    /// id is not hidden.
+    pub fn release(&mut self, ids: &[u64]) -> Result<()> {
+        self.check_hidden(ids, "release")?;
+        for id in ids {
+            if let Some(slot) = self.held.remove(id) {
+                self.free.push(slot);
+            }
+        }
+        Ok(())
+    }
+
+    fn check_hidden(&self, ids: &[u64], what: &str) -> Result<()> {
+        if let Some(&id) = ids.iter().find(|id| !self.held.contains_key(id)) {
+            return Err(Error::UnknownId(id));
+        }
+        if let Some(id) = first_duplicate(ids) {
+            return Err(Error::invalid(format!(
+                "id {id} appears twice in one {what}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Hidden ids, in slot order.
+    pub fn hidden(&self) -> Vec<u64> {
+        let mut held: Vec<(u32, u64)> = self.held.iter().map(|(&id, &s)| (s, id)).collect();
+        held.sort_unstable();
+        held.into_iter().map(|(_, id)| id).collect()
     }
 
     /// Translates ids into the slot set a filtered search accepts; unknown ids

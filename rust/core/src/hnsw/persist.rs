@@ -132,6 +132,19 @@ fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
     if !r.is_empty() {
         return bad("trailing bytes");
     }
+    // A removed slot outside the free list holds a hidden id.
+    let mut freed = vec![false; slots];
+    for &s in &h.free {
+        freed[s as usize] = true;
+    }
+    for (slot, &free) in freed.iter().enumerate() {
+        if h.removed[slot] && !free {
+            let id = h.labels[slot];
+            if h.slots.contains_key(&id) || h.held.insert(id, slot as u32).is_some() {
+                return bad(format!("hidden id {id} is stored twice"));
+            }
+        }
+    }
     if entry != NO_ENTRY {
         let e = Entry {
             slot: (entry >> 8) as u32,

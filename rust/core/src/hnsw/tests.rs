@@ -362,3 +362,47 @@ fn search_where_keeps_only_accepted_live_ids_and_asks_only_about_reached_ones() 
     assert!(h.search_where(q, 0, None, |_| true).is_err());
     assert!(h.search_where(&q[..3], 1, None, |_| true).is_err());
 }
+
+#[test]
+fn hidden_ids_leave_searches_and_come_back_as_they_were() {
+    let (mut h, data, ids) = build(Metric::L2, 1000, 16);
+    let q = |i: usize| &data[i * 16..(i + 1) * 16];
+    let slots_before = h.graph.slots();
+    h.hide(&[ids[5], ids[6]]).unwrap();
+    assert!(!h.contains(ids[5]) && h.len() == 998);
+    assert_eq!(h.hidden(), vec![ids[5], ids[6]]);
+    assert!(h
+        .search(q(5), 10, None, None)
+        .unwrap()
+        .iter()
+        .all(|n| n.id != ids[5]));
+    assert!(h.hide(&[ids[5]]).is_err(), "already hidden");
+    assert!(h.unhide(&[ids[7]]).is_err(), "not hidden");
+    // Adds of new ids do not take hidden slots.
+    h.add(&[50_000], q(900)).unwrap();
+    assert_eq!(h.graph.slots(), slots_before + 1);
+    // Snapshots keep hidden ids hidden.
+    let dir = std::env::temp_dir().join(format!("memlane-hidden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    h.save(&dir.join("i")).unwrap();
+    let mut g = Hnsw::load(&dir.join("i")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(g.hidden(), vec![ids[5], ids[6]]);
+    g.unhide(&[ids[5]]).unwrap();
+    let top = g.search(q(5), 1, None, None).unwrap();
+    assert_eq!((top[0].id, top[0].distance), (ids[5], 0.0));
+    assert_eq!(g.vector(ids[5]).unwrap(), q(5));
+    // Adding a hidden id shows it with the new vector.
+    g.add(&[ids[6]], q(800)).unwrap();
+    assert_eq!(g.vector(ids[6]).unwrap(), q(800));
+    assert!(g.hidden().is_empty());
+    // Released ids free their slots for the next adds.
+    g.hide(&[ids[1], ids[2]]).unwrap();
+    g.release(&[ids[1], ids[2]]).unwrap();
+    let before = g.graph.slots();
+    g.add(&[60_000, 60_001], &data[..32]).unwrap();
+    assert_eq!(g.graph.slots(), before);
+    assert!(g.hidden().is_empty() && !g.contains(ids[1]));
+    let mean = mean_recall(&g, &data, &ids, &clustered(20, 16, 20, 5), None);
+    assert!(mean > 0.8, "recall {mean}");
+}
