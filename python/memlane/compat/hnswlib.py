@@ -86,7 +86,8 @@ def _normalised(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     if rows.shape[0] == 1:  # one query: fewer numpy calls
         row = rows[0]
         scale = np.float32(1) / (np.sqrt(np.dot(row, row)) + np.float32(1e-30))
-        return rows * scale
+        single: npt.NDArray[np.float32] = rows * scale
+        return single
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float32))
     inverse = np.float32(1) / (norms + np.float32(1e-30))
     return np.ascontiguousarray(rows * inverse[:, None], dtype=np.float32)
