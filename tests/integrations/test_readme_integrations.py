@@ -46,3 +46,10 @@ def test_snippet_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             assert [n.get_content() for n in result.nodes] == ["Deploys use the blue-green script"]
     finally:
         scope["store"].close()
+
+
+def test_each_adapter_has_an_example() -> None:
+    """tests/test_examples.py runs every script in examples/; these must stay among them."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    names = {p.name for p in examples.glob("*.py")}
+    assert {"langchain_vectorstore.py", "langgraph_store.py", "llamaindex_store.py"} <= names
