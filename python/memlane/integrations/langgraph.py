@@ -16,11 +16,14 @@ value filters (``$eq $ne $gt $gte $lt $lte``), and semantic search through an
 ``index`` config (``{"dims", "embed", "fields"}``) whose field texts are each
 embedded and searched by memlane's engine, an item scoring its best field's
 cosine similarity. Where it differs: ``created_at`` survives an update (as in
-LangGraph's PostgreSQL store), ``list_namespaces`` lists the namespaces that hold
-items (``InMemoryStore`` keeps listing one whose last item was deleted), items
-outlive the process when the ``Memory`` is
-durable, and TTLs are supported (``ttl={"default_ttl": minutes, ...}``;
-expired items are never returned and :meth:`MemlaneStore.sweep_ttl` deletes them).
+LangGraph's PostgreSQL store); ``list_namespaces`` lists the namespaces that hold
+items (``InMemoryStore`` keeps listing one whose last item was deleted); range
+filters (``$gt`` ...) match numbers only (``InMemoryStore`` also converts numeric
+strings); items outlive the process when the ``Memory`` is durable; and TTLs are
+supported (``ttl={"default_ttl": minutes, "refresh_on_read": bool}``, or ``ttl=``
+on ``put``): expired items are never returned, a read that refreshes a TTL
+rewrites the item's expiry, and :meth:`MemlaneStore.sweep_ttl` (or
+:meth:`MemlaneStore.start_ttl_sweeper`) deletes them.
 
 Each item is one memlane record per indexed text (one record when nothing is
 indexed) in ``table`` (``"langgraph"``), with ``scope`` (memlane's scope fields)
