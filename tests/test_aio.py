@@ -41,7 +41,7 @@ def _described(fn: Callable[..., Any]) -> tuple[list[tuple[str, Any, Any, Any]],
     """The parameters after ``self`` (name, kind, default, type) and the return type,
     with the annotations evaluated, so ``list`` and ``builtins.list`` are the same type.
     The knowledge methods name Memory and the records only for type checkers."""
-    names = {**vars(memlane.records), **vars(memlane.memory), **fn.__globals__}
+    names = {**vars(memlane.records), **vars(memlane.memory), **inspect.unwrap(fn).__globals__}
     sig = inspect.signature(fn, eval_str=True, globals=names)
     params = list(sig.parameters.values())[1:]
     return [(p.name, p.kind, p.default, p.annotation) for p in params], sig.return_annotation

@@ -148,8 +148,8 @@ def _near_candidates(
             mask = units[start:stop] @ units[:stop].T >= threshold
             mask &= np.arange(stop)[None, :] < np.arange(start, stop)[:, None]
             mask &= dedup[start:stop, None]
-            rows, cols = np.nonzero(mask)
-            for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+            pairs = np.nonzero(mask)
+            for r, c in zip(pairs[0].tolist(), pairs[1].tolist(), strict=True):
                 batch.setdefault(members[start + r], []).append(members[c])
     return stored, batch
 

@@ -8,7 +8,7 @@ This package holds their parts: loaders, ids, the pipeline and its report.
 
 from __future__ import annotations
 
-from memlane.knowledge.api import SEARCH_DEFAULTS, AsyncKnowledgeMixin, KnowledgeMixin
+from memlane.knowledge.api import SEARCH_DEFAULTS, KnowledgeMixin
 from memlane.knowledge.ids import document_id, fragment_id, normalise_path
 from memlane.knowledge.ingest import DOCUMENTS, FRAGMENTS
 from memlane.knowledge.loaders import (
@@ -26,7 +26,6 @@ __all__ = [
     "FRAGMENTS",
     "LOADERS",
     "SEARCH_DEFAULTS",
-    "AsyncKnowledgeMixin",
     "DocumentLoadError",
     "IngestReport",
     "KnowledgeMixin",

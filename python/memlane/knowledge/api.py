@@ -1,4 +1,4 @@
-"""The knowledge methods of :class:`memlane.Memory` and :class:`memlane.AsyncMemory`.
+"""The knowledge methods of :class:`memlane.Memory` (``AsyncMemory`` runs them in a thread).
 
 :class:`KnowledgeMixin` gives ``Memory`` ``ingest``, ``ingest_config``,
 ``ingest_text``, ``search_knowledge``, ``list_documents``, ``get_fragments``,
@@ -18,7 +18,6 @@ private fragments are never candidates.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import hashlib
 import time
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
     from memlane._memory.store import MemoryStore as Memory
     from memlane.records import MemoryRecord, SearchHit
 
-__all__ = ["SEARCH_DEFAULTS", "AsyncKnowledgeMixin", "KnowledgeMixin"]
+__all__ = ["SEARCH_DEFAULTS", "KnowledgeMixin"]
 
 #: Fusion settings of :meth:`KnowledgeMixin.search_knowledge`: those of
 #: :meth:`memlane.Memory.search`, one default for the whole engine (weighted fusion of the
@@ -332,137 +331,3 @@ class KnowledgeMixin:
         removed = mem.delete_all(DOCUMENTS, filters=flt)
         mem.delete_all(FRAGMENTS, filters=flt)
         return removed
-
-
-class AsyncKnowledgeMixin:
-    """The :class:`KnowledgeMixin` methods for :class:`~memlane.AsyncMemory`, run in a thread.
-
-    Each has the parameters and types of its :class:`KnowledgeMixin` twin.
-    """
-
-    if TYPE_CHECKING:
-        sync: KnowledgeMixin
-
-    async def ingest(
-        self,
-        path: str | Path,
-        *,
-        agent_id: str | None = None,
-        shared: bool = False,
-        chunker: Chunker | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        progress: ProgressOption = True,
-        prune_missing: bool = False,
-        root: str | Path | None = None,
-        follow_outside: bool = False,
-        batch_size: int = BATCH_SIZE,
-    ) -> IngestReport:
-        """:meth:`Memory.ingest <memlane.Memory.ingest>` in a worker thread."""
-        return await asyncio.to_thread(
-            self.sync.ingest,
-            path,
-            agent_id=agent_id,
-            shared=shared,
-            chunker=chunker,
-            metadata=metadata,
-            progress=progress,
-            prune_missing=prune_missing,
-            root=root,
-            follow_outside=follow_outside,
-            batch_size=batch_size,
-        )
-
-    async def ingest_config(
-        self,
-        entries: Sequence[Mapping[str, Any] | str],
-        *,
-        agent_id: str | None = None,
-        root: str | Path | None = None,
-        chunker: Chunker | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        progress: ProgressOption = True,
-        prune_missing: bool = False,
-        follow_outside: bool = False,
-    ) -> IngestReport:
-        """:meth:`Memory.ingest_config <memlane.Memory.ingest_config>` in a worker thread."""
-        return await asyncio.to_thread(
-            self.sync.ingest_config,
-            entries,
-            agent_id=agent_id,
-            root=root,
-            chunker=chunker,
-            metadata=metadata,
-            progress=progress,
-            prune_missing=prune_missing,
-            follow_outside=follow_outside,
-        )
-
-    async def ingest_text(
-        self,
-        text: str,
-        *,
-        source: str,
-        agent_id: str | None = None,
-        shared: bool = False,
-        file_type: str = "txt",
-        chunker: Chunker | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> IngestReport:
-        """:meth:`Memory.ingest_text <memlane.Memory.ingest_text>` in a worker thread."""
-        return await asyncio.to_thread(
-            self.sync.ingest_text,
-            text,
-            source=source,
-            agent_id=agent_id,
-            shared=shared,
-            file_type=file_type,
-            chunker=chunker,
-            metadata=metadata,
-        )
-
-    async def search_knowledge(
-        self,
-        query: str,
-        *,
-        agent_id: str | None = None,
-        k: int = 5,
-        threshold: float | None = None,
-        mode: Literal["hybrid", "vector", "text"] = "hybrid",
-        filters: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> builtins.list[SearchHit]:
-        """:meth:`Memory.search_knowledge <memlane.Memory.search_knowledge>` in a worker thread."""
-        return await asyncio.to_thread(
-            self.sync.search_knowledge,
-            query,
-            agent_id=agent_id,
-            k=k,
-            threshold=threshold,
-            mode=mode,
-            filters=filters,
-            **options,
-        )
-
-    async def list_documents(
-        self, agent_id: str | None = None, shared: bool | None = None
-    ) -> builtins.list[MemoryRecord]:
-        """:meth:`Memory.list_documents <memlane.Memory.list_documents>` in a worker thread."""
-        return await asyncio.to_thread(self.sync.list_documents, agent_id, shared)
-
-    async def get_fragments(
-        self, document_id: str, *, include_embedding: bool = False
-    ) -> builtins.list[MemoryRecord]:
-        """:meth:`Memory.get_fragments <memlane.Memory.get_fragments>` in a worker thread."""
-        return await asyncio.to_thread(
-            self.sync.get_fragments, document_id, include_embedding=include_embedding
-        )
-
-    async def remove_document(self, document_id: str) -> int:
-        """:meth:`Memory.remove_document <memlane.Memory.remove_document>` in a worker thread."""
-        return await asyncio.to_thread(self.sync.remove_document, document_id)
-
-    async def clear_knowledge(
-        self, agent_id: str | None = None, *, shared: bool | None = False
-    ) -> int:
-        """:meth:`Memory.clear_knowledge <memlane.Memory.clear_knowledge>` in a worker thread."""
-        return await asyncio.to_thread(self.sync.clear_knowledge, agent_id, shared=shared)
