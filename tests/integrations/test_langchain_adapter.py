@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from adapter_fakes import WordEmbeddings
 from langchain_core.documents import Document
 
 import memlane
@@ -19,6 +18,8 @@ from memlane.integrations.langchain import (
     langchain_embedder,
     metadata_filter,
 )
+
+from .adapter_fakes import WordEmbeddings
 
 TEXTS = [
     "Alice prefers dark mode in every editor",

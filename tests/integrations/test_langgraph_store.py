@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter_fakes import WordEmbeddings
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import (
     BaseStore,
@@ -26,6 +25,8 @@ from typing_extensions import TypedDict
 import memlane
 from memlane.integrations.langchain import langchain_embedder
 from memlane.integrations.langgraph import MemlaneStore
+
+from .adapter_fakes import WordEmbeddings
 
 ITEMS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("users", "alice", "prefs"), "theme", {"text": "prefers dark mode", "n": 1, "tag": "ui"}),

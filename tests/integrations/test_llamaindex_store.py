@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter_fakes import WordEmbeddings
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
@@ -23,6 +22,8 @@ from pydantic import PrivateAttr
 
 import memlane
 from memlane.integrations.llamaindex import MemlaneVectorStore
+
+from .adapter_fakes import WordEmbeddings
 
 _WORDS = WordEmbeddings(32)
 

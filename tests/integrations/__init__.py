@@ -1,0 +1,1 @@
+"""The framework adapters' suites (a package, so its conftest does not shadow tests/conftest.py)."""
