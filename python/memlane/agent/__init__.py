@@ -9,7 +9,6 @@ Everything here uses :class:`memlane.Memory`'s public API.
 - :mod:`~memlane.agent.llm`: the :class:`LLM` protocol and :class:`OpenAIChat`.
 - :mod:`~memlane.agent.consolidation`: the short-term tier and :func:`consolidate`.
 - :mod:`~memlane.agent.reflection`: :func:`reflect`.
-- :mod:`~memlane.agent.prune`: ``Memory.prune``.
 - :mod:`~memlane.agent.mcp_server`: ``memlane mcp`` (needs ``memlane[mcp]``).
 """
 

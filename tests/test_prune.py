@@ -1,4 +1,4 @@
-"""mem.prune: age, importance and access criteria; evergreen memories never pruned."""
+"""Memory.prune: age, importance and access criteria; evergreen memories never pruned."""
 
 from __future__ import annotations
 
