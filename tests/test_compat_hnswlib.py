@@ -291,7 +291,7 @@ def test_save_and_load_keep_results_deletes_and_hnswlibs_load_rules(tmp_path: Pa
         mhnsw.Index("cosine", 16).load_index(str(tmp_path / "junk.bin"))
 
 
-@pytest.mark.parametrize("copier", [pickle.loads, "deepcopy", "constructor"])
+@pytest.mark.parametrize("copier", ["pickle", "deepcopy", "constructor", "keyword"])
 def test_copies_keep_everything(copier: Any) -> None:
     data = clustered(500, 8, seed=19)
     index = build(mhnsw, "l2", data, max_elements=600, M=8, allow_replace_deleted=True)
@@ -299,9 +299,11 @@ def test_copies_keep_everything(copier: Any) -> None:
     index.num_threads = 3
     index.mark_deleted(9)
     make: Callable[[Any], Any] = {
+        "pickle": lambda i: pickle.loads(pickle.dumps(i)),
         "deepcopy": copy.deepcopy,
         "constructor": mhnsw.Index,
-    }.get(copier, lambda i: pickle.loads(pickle.dumps(i)))  # type: ignore[arg-type]
+        "keyword": lambda i: mhnsw.Index(index=i),
+    }[copier]
     twin = make(index)
     assert (twin.ef, twin.M, twin.max_elements, twin.element_count, twin.num_threads) == (
         77,
@@ -467,6 +469,49 @@ def test_every_call_returns_or_raises_as_hnswlib_does(
             assert b[1] == "AttributeError", i  # Python words it its own way
         else:
             assert a == b, (i, a, b)
+
+
+@pytest.mark.parametrize("space", SPACES)
+def test_files_written_by_hnswlib_load(reference: ModuleType, space: str, tmp_path: Path) -> None:
+    data = clustered(800, 16, seed=26)
+    queries = clustered(30, 16, seed=27)
+    theirs = build(reference, space, data, max_elements=900, M=12, ef_construction=60)
+    theirs.mark_deleted(5)
+    theirs.mark_deleted(6)
+    theirs.save_index(str(tmp_path / "hnswlib.bin"))
+    ours = mhnsw.Index(space, 16)
+    ours.load_index(path_to_index=str(tmp_path / "hnswlib.bin"))
+    assert (ours.M, ours.ef_construction, ours.max_elements, ours.element_count) == (
+        12,
+        60,
+        900,
+        800,
+    )
+    assert sorted(ours.get_ids_list()) == sorted(theirs.get_ids_list())
+    np.testing.assert_allclose(ours.get_items([0, 9]), theirs.get_items([0, 9]), rtol=1e-6)
+    ours.set_ef(64)
+    labels, _ = ours.knn_query(queries, k=5)
+    keep = np.array([i for i in range(800) if i not in (5, 6)])
+    full = exact(space, data[keep], queries)
+    assert recall(labels, keep[np.argsort(full, axis=1)[:, :5]]) >= 0.95
+    with pytest.raises(RuntimeError, match="already deleted"):
+        ours.mark_deleted(5)
+    ours.unmark_deleted(6)
+    assert ours.knn_query(data[6], k=1, filter=[6, 5])[0][0, 0] == 6  # 5 stays hidden
+    # A brute-force index file too, and a file of another dimension is refused.
+    bf = reference.BFIndex(space=space, dim=16)
+    bf.init_index(max_elements=900)
+    bf.add_items(data)
+    bf.save_index(str(tmp_path / "bf.bin"))
+    exact_ours = mhnsw.BFIndex(space, 16)
+    exact_ours.load_index(str(tmp_path / "bf.bin"))
+    assert exact_ours.get_current_count() == 800 and exact_ours.get_max_elements() == 900
+    np.testing.assert_array_equal(
+        exact_ours.knn_query(queries, k=5)[0],
+        np.argsort(exact(space, data, queries), axis=1, kind="stable")[:, :5],
+    )
+    with pytest.raises(RuntimeError, match="hnswlib Index file of dim 8"):
+        mhnsw.Index(space, 8).load_index(str(tmp_path / "hnswlib.bin"))
 
 
 @pytest.mark.parametrize("space", SPACES)

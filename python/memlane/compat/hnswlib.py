@@ -19,8 +19,8 @@ What differs from hnswlib:
   reaches, as hnswlib calls it.
 - Searches run on memlane's own thread pool: ``num_threads`` is kept and reported
   but does not size it.
-- Files written by ``save_index`` (and pickles) are memlane's format; hnswlib's files
-  cannot be loaded, nor memlane's by hnswlib.
+- ``save_index`` writes memlane's format (hnswlib cannot read it); ``load_index`` reads
+  it and also files written by hnswlib, rebuilding the graph from their vectors.
 - ``BFIndex`` with ``'cosine'`` normalises queries as well as data, so its distances are
   ``1 - cos`` (hnswlib 0.8's brute-force index leaves queries unnormalised).
 """
@@ -166,16 +166,17 @@ def _write(path: str | os.PathLike[str], meta: dict[str, Any], blobs: list[bytes
         raise
 
 
-def _read(path: str | os.PathLike[str], kind: str) -> tuple[dict[str, Any], list[bytes]]:
+def _read_bytes(path: str | os.PathLike[str]) -> bytes:
     try:
-        raw = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError:
         raise RuntimeError("Cannot open file") from None
-    if not raw.startswith(_MAGIC):
-        raise RuntimeError(
-            f"{os.fspath(path)!r} is not a memlane.compat.hnswlib {kind} file "
-            "(files written by hnswlib itself cannot be loaded)"
-        )
+
+
+def _parse(
+    raw: bytes, path: str | os.PathLike[str], kind: str
+) -> tuple[dict[str, Any], list[bytes]]:
+    """A file written by ``save_index``: its metadata and blobs."""
     parts: list[bytes] = []
     at = len(_MAGIC)
     while at < len(raw):
@@ -198,6 +199,54 @@ def _read(path: str | os.PathLike[str], kind: str) -> tuple[dict[str, Any], list
     return meta, parts[1:]
 
 
+# hnswlib's own files: HierarchicalNSW::saveIndex writes these fields, then every
+# element's level-0 record (links, vector, label), then the upper levels' links.
+_HNSW_HEAD = struct.Struct("<6QiI3QdQ")
+# BruteforceSearch::saveIndex: max_elements, bytes per element, count, then the records.
+_BF_HEAD = struct.Struct("<3Q")
+_DELETE_MARK = 0x01
+
+
+class _HnswlibFile:
+    """The vectors, labels and deleted marks of an index file written by hnswlib."""
+
+    def __init__(self, raw: bytes, dim: int, path: str | os.PathLike[str], brute: bool) -> None:
+        bad = RuntimeError(
+            f"{os.fspath(path)!r} is neither a memlane.compat.hnswlib file nor an hnswlib "
+            f"{'BFIndex' if brute else 'Index'} file of dim {dim}"
+        )
+        head = _BF_HEAD if brute else _HNSW_HEAD
+        if len(raw) < head.size:
+            raise bad
+        fields = head.unpack_from(raw)
+        if brute:
+            self.max_elements, size, count = fields
+            data_at, label_at, links_at = 0, dim * 4, -1
+            self.m, self.ef_construction = 0, 0
+        else:
+            offset0, self.max_elements, count, size, label_at, data_at = fields[:6]
+            self.m, self.ef_construction = int(fields[10]), int(fields[12])
+            links_at = 2  # the byte of each record's link header that holds the mark
+            if offset0 != 0:
+                raise bad
+        if (
+            label_at - data_at != dim * 4
+            or label_at + 8 > size
+            or count > self.max_elements
+            or head.size + count * size > len(raw)
+        ):
+            raise bad
+        records = np.frombuffer(raw, dtype=np.uint8, count=count * size, offset=head.size)
+        records = records.reshape(count, size)
+        self.vectors = np.ascontiguousarray(records[:, data_at:label_at]).view(np.float32)
+        self.labels = np.ascontiguousarray(records[:, label_at : label_at + 8]).view(np.uint64)
+        self.labels = self.labels.reshape(-1)
+        self.deleted = (
+            np.zeros(count, dtype=bool) if brute else (records[:, links_at] & _DELETE_MARK) > 0
+        )
+        self.count = int(count)
+
+
 def _array_bytes(array: npt.NDArray[Any]) -> bytes:
     return np.ascontiguousarray(array).tobytes()
 
@@ -209,12 +258,19 @@ class Index:
     ``Index(other)`` copies another index.
     """
 
-    def __init__(self, space: str | Index, dim: int | None = None) -> None:
-        if isinstance(space, Index):
-            self.__setstate__(space.__getstate__())
+    def __init__(
+        self,
+        space: str | Index | None = None,
+        dim: int | None = None,
+        *,
+        index: Index | None = None,
+    ) -> None:
+        source = index if index is not None else space
+        if isinstance(source, Index):
+            self.__setstate__(source.__getstate__())
             return
-        if dim is None:
-            raise TypeError("Index() missing required argument: 'dim'")
+        if not isinstance(space, str) or dim is None:
+            raise TypeError("Index() needs space and dim, or an Index to copy")
         self._space = _check_space(space)
         self._dim = int(dim)
         self._index: HnswIndex | None = None
@@ -551,33 +607,56 @@ class Index:
         self._ef_construction = int(meta["ef_construction"])
         self._seed = int(meta["seed"])
 
-    def save_index(self, path: str | os.PathLike[str]) -> None:
+    def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
         """Writes the index (marked deleted labels included) to one file, atomically."""
-        _write(path, self._meta(), self._blobs())
+        _write(path_to_index, self._meta(), self._blobs())
 
     def load_index(
         self,
-        path: str | os.PathLike[str],
+        path_to_index: str | os.PathLike[str],
         max_elements: int = 0,
         allow_replace_deleted: bool = False,
     ) -> None:
-        """Replaces this index by the one saved at ``path``.
+        """Replaces this index by the one saved at ``path_to_index``.
 
-        The capacity is ``max_elements`` when it holds the saved labels, else the
-        saved one; ``ef`` returns to its default, 10, as in hnswlib.
+        Reads files of ``save_index`` and, rebuilding the graph from their vectors,
+        files written by hnswlib itself. The capacity is ``max_elements`` when it holds
+        the saved labels, else the saved one; ``ef`` returns to its default, 10, as in
+        hnswlib.
         """
-        meta, blobs = _read(path, "Index")
-        if meta["space"] != self._space or int(meta["dim"]) != self._dim:
-            raise RuntimeError(
-                f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
-                f"this Index is {self._space!r} of dim {self._dim}"
-            )
-        self._restore(meta, blobs)
-        saved_max = int(meta["max_elements"])
+        path = path_to_index
+        raw = _read_bytes(path)
+        if raw.startswith(_MAGIC):
+            meta, blobs = _parse(raw, path, "Index")
+            if meta["space"] != self._space or int(meta["dim"]) != self._dim:
+                raise RuntimeError(
+                    f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
+                    f"this Index is {self._space!r} of dim {self._dim}"
+                )
+            self._restore(meta, blobs)
+            saved_max = int(meta["max_elements"])
+        else:
+            saved_max = self._load_hnswlib(raw, path)
         self._max_elements = int(max_elements) if int(max_elements) >= self._count else saved_max
         self._allow_replace_deleted = bool(allow_replace_deleted)
         self.ef = 10
         self._next_label = self._count
+
+    def _load_hnswlib(self, raw: bytes, path: str | os.PathLike[str]) -> int:
+        """Rebuilds the graph from the vectors of a file hnswlib wrote; its capacity."""
+        saved = _HnswlibFile(raw, self._dim, path, brute=False)
+        self._m, self._ef_construction, self._seed = saved.m, saved.ef_construction, 100
+        index = self._new_engine()
+        if saved.count:
+            # Under 'cosine' hnswlib stored the vectors normalised, as they stay here.
+            index.add(saved.labels, saved.vectors)
+        hidden = saved.labels[saved.deleted]
+        if hidden.size:
+            index.hide(hidden)
+        self._index = index
+        self._deleted = dict.fromkeys(int(x) for x in hidden)
+        self._count = saved.count
+        return int(saved.max_elements)
 
     def index_file_size(self) -> int:
         """Bytes ``save_index`` would write."""
@@ -743,7 +822,8 @@ class BFIndex:
     def get_current_count(self) -> int:
         return len(self._rows)
 
-    def save_index(self, path: str | os.PathLike[str]) -> None:
+    def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
+        path = path_to_index
         self._check()
         n = len(self._rows)
         meta = {
@@ -756,19 +836,32 @@ class BFIndex:
         }
         _write(path, meta, [_array_bytes(self._labels[:n]), _array_bytes(self._data[:n])])
 
-    def load_index(self, path: str | os.PathLike[str], max_elements: int = 0) -> None:
-        meta, blobs = _read(path, "BFIndex")
-        if meta["space"] != self._space or int(meta["dim"]) != self._dim:
-            raise RuntimeError(
-                f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
-                f"this BFIndex is {self._space!r} of dim {self._dim}"
+    def load_index(self, path_to_index: str | os.PathLike[str], max_elements: int = 0) -> None:
+        """Reads a file of ``save_index``, or one written by hnswlib's ``BFIndex``."""
+        path = path_to_index
+        raw = _read_bytes(path)
+        if raw.startswith(_MAGIC):
+            meta, blobs = _parse(raw, path, "BFIndex")
+            if meta["space"] != self._space or int(meta["dim"]) != self._dim:
+                raise RuntimeError(
+                    f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
+                    f"this BFIndex is {self._space!r} of dim {self._dim}"
+                )
+            if len(blobs) != 2:
+                raise RuntimeError("the index file is truncated")
+            n = int(meta["count"])
+            labels = np.frombuffer(blobs[0], dtype=np.uint64)
+            data = np.frombuffer(blobs[1], dtype=np.float32).reshape(n, self._dim)
+            saved_max = int(meta["max_elements"])
+        else:
+            saved = _HnswlibFile(raw, self._dim, path, brute=True)
+            n, labels, data, saved_max = (
+                saved.count,
+                saved.labels,
+                saved.vectors,
+                saved.max_elements,
             )
-        if len(blobs) != 2:
-            raise RuntimeError("the index file is truncated")
-        n = int(meta["count"])
-        labels = np.frombuffer(blobs[0], dtype=np.uint64)
-        data = np.frombuffer(blobs[1], dtype=np.float32).reshape(n, self._dim)
-        capacity = int(max_elements) if int(max_elements) >= n else int(meta["max_elements"])
+        capacity = int(max_elements) if int(max_elements) >= n else int(saved_max)
         self.init_index(max(capacity, n))
         self._data[:n] = data
         self._labels[:n] = labels
