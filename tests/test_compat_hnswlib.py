@@ -176,6 +176,12 @@ def test_too_few_allowed_labels_raise_hnswlibs_error() -> None:
         index.knn_query(clustered(1, 8, seed=11), k=3, filter=lambda x: x < 2)
     with pytest.raises(RuntimeError, match="contiguous 2D array"):
         index.knn_query(clustered(1, 8, seed=11), k=101)
+    # The list form returns what there is instead.
+    labels, distances = index.knn_query_return_lists(clustered(2, 8, seed=11), k=3, filter=[1, 2])
+    assert [sorted(row) for row in labels] == [[1, 2], [1, 2]]
+    assert all(len(d) == 2 and isinstance(d[0], float) for d in distances)
+    labels, _ = index.knn_query_return_lists(clustered(2, 8, seed=11), k=4)
+    assert [len(row) for row in labels] == [4, 4]
 
 
 # -- deletes, replacement, capacity -----------------------------------------------------

@@ -440,16 +440,41 @@ class Index:
         rows = _rows(data, self._dim)
         if k == 0 or rows.shape[0] == 0:
             return _empty(rows.shape[0], k)
+        labels, distances = self._search(index, rows, k, filter)
+        _check_full(labels)
+        return labels, distances
+
+    def knn_query_return_lists(
+        self,
+        data: npt.ArrayLike,
+        k: int = 1,
+        num_threads: int = -1,
+        filter: Filter = None,
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """``knn_query`` as lists, a row holding fewer than ``k`` results when fewer are
+        found (later hnswlib versions' method), instead of raising."""
+        index = self._engine()
+        k = _query_k(k)
+        rows = _rows(data, self._dim)
+        if k == 0 or rows.shape[0] == 0:
+            return [[] for _ in range(rows.shape[0])], [[] for _ in range(rows.shape[0])]
+        labels, distances = self._search(index, rows, k, filter)
+        found = labels != _MISSING
+        return (
+            [row[keep].tolist() for row, keep in zip(labels, found, strict=True)],
+            [row[keep].tolist() for row, keep in zip(distances, found, strict=True)],
+        )
+
+    def _search(
+        self, index: HnswIndex, rows: npt.NDArray[np.float32], k: int, filter: Filter
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
         if self._space == "cosine":
             rows = _normalised(rows)
         if filter is None:
-            labels, distances = index.search(rows, k=k)
-        elif callable(filter):
-            labels, distances = index.search_where(rows, filter, k=k)
-        else:
-            labels, distances = index.search(rows, k=k, allowed=_allowed(filter))
-        _check_full(labels)
-        return labels, distances
+            return index.search(rows, k=k)
+        if callable(filter):
+            return index.search_where(rows, filter, k=k)
+        return index.search(rows, k=k, allowed=_allowed(filter))
 
     def get_items(
         self, ids: npt.ArrayLike | None = None, return_type: str = "numpy"
