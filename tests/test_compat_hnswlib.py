@@ -252,6 +252,18 @@ def test_capacity_resize_and_default_labels() -> None:
     assert sorted(index.get_ids_list()) == list(range(12))
 
 
+def test_non_finite_vectors_are_refused_before_anything_changes() -> None:
+    index = mhnsw.Index("cosine", 4)
+    index.init_index(10)
+    index.add_items(np.eye(4, dtype=np.float32))
+    bad = np.array([[1, 2, 3, 4], [np.nan, 0, 0, 1]], dtype=np.float32)
+    with pytest.raises(ValueError, match="finite"):
+        index.add_items(bad, ids=[7, 8])
+    assert index.element_count == 4 and sorted(index.get_ids_list()) == [0, 1, 2, 3]
+    index.add_items(bad[:1], ids=[7])
+    assert index.element_count == 5
+
+
 def test_labels_given_twice_in_one_add_keep_the_last_vector() -> None:
     data = clustered(4, 4, seed=16)
     index = mhnsw.Index("l2", 4)

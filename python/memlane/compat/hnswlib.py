@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane._core import HnswIndex
+from memlane.errors import InvalidArgumentError
 
 __all__ = ["BFIndex", "Index"]
 
@@ -348,6 +349,9 @@ class Index:
         if replace_deleted and not self._allow_replace_deleted:
             raise RuntimeError(_NO_REPLACE)
         rows = self._prepared(data)
+        if not np.isfinite(rows).all():
+            # Checked before anything changes: the engine refuses such vectors.
+            raise InvalidArgumentError("vectors must be finite (no NaN or infinity)")
         labels = _labels(ids, rows.shape[0], self._next_label)
         # Within one call a label given twice keeps its last vector, as the
         # serial hnswlib loop leaves it.
