@@ -560,3 +560,34 @@ def test_bfindex_agrees_with_hnswlibs(reference: ModuleType) -> None:
         out.append(bf.knn_query(queries, k=5))
     np.testing.assert_array_equal(out[0][0], out[1][0])
     np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-5, atol=1e-5)
+
+
+# -- the engine methods the drop-in is built on -----------------------------------------
+
+
+def test_hnswindex_hide_unhide_release_and_search_where(tmp_path: Path) -> None:
+    from memlane import HnswIndex, InvalidArgumentError, UnknownIdError
+
+    data = clustered(300, 8, seed=28)
+    index = HnswIndex(8, metric="l2")
+    index.add(np.arange(300), data)
+    index.hide([3, 4])
+    assert 3 not in index and len(index) == 298
+    assert index.hidden().tolist() == [3, 4]
+    assert 3 not in index.search(data[3], k=5)[0]
+    with pytest.raises(UnknownIdError):
+        index.hide([3])  # not live
+    with pytest.raises(UnknownIdError):
+        index.unhide([5])  # not hidden
+    index.save(tmp_path / "i")
+    loaded = HnswIndex.load(tmp_path / "i")
+    assert loaded.hidden().tolist() == [3, 4]
+    loaded.unhide([3])
+    assert loaded.search(data[3], k=1)[0][0, 0] == 3
+    loaded.release([4])
+    assert loaded.hidden().size == 0 and 4 not in loaded
+    seen: list[int] = []
+    labels, _ = loaded.search_where(data[:2], lambda i: seen.append(i) or i % 3 == 0, k=4)
+    assert np.all(labels % 3 == 0) and seen and all(type(i) is int for i in seen)
+    with pytest.raises(InvalidArgumentError):
+        loaded.search_where(data[:1], "not callable", k=1)  # type: ignore[arg-type]
