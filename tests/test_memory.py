@@ -371,7 +371,7 @@ def test_missing_or_corrupt_snapshot_is_rebuilt(tmp_path: Path) -> None:
     emb = WordHashEmbedder()
     with Memory(tmp_path / "m", emb) as mem:
         mem.add_many([{"text": f"note {i}"} for i in range(50)])
-    snap = next((tmp_path / "m" / "index").iterdir())
+    snap = next((tmp_path / "m" / "index").glob("snapshot-*"))
     rec = snap / "records.bin"
     rec.write_bytes(rec.read_bytes()[:-3])
     with pytest.warns(RuntimeWarning, match="rebuilding"), Memory(tmp_path / "m", emb) as mem:

@@ -547,16 +547,20 @@ class MemoryStore:
                 return
             sync.closing = True
         sync.wake.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-        self._writer.close()
-        if sync.gone is None:  # else nothing is left to flush into
-            self._writer.flush_access()
-            sync.save()
-            # A shared store without a snapshot cache still lets old tombstones go.
-            if sync.index_dir is not None or self._db.shared:
-                self._db.gc_tombstones(sync.seq)
-        self._finalizer()
+        try:
+            if self._thread is not threading.current_thread():
+                self._thread.join()
+            self._writer.close()
+            if sync.gone is None:  # else nothing is left to flush into
+                self._writer.flush_access()
+                sync.save()
+                # A shared store without a snapshot cache still lets old tombstones go.
+                if sync.index_dir is not None or self._db.shared:
+                    self._db.gc_tombstones(sync.seq)
+        finally:
+            # Released whatever failed: the data is in the database, and the next
+            # open rebuilds a snapshot that could not be written.
+            self._finalizer()
 
     def __enter__(self) -> MemoryStore:
         return self

@@ -10,6 +10,7 @@ when other processes may have written.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import threading
 import time
@@ -40,6 +41,8 @@ PRECISIONS = ("f32", "f16", "int8", "int8+f16")
 _INLINE_INDEX = 64
 # The WAL is checkpointed (off the write path) past this size.
 CHECKPOINT_BYTES = 32 << 20
+# Beside a snapshot: the id of the database it belongs to.
+_GENERATION = "store_id"
 
 
 class IndexSync:
@@ -172,6 +175,13 @@ class IndexSync:
             return "it is newer than the database"
         if seq < self.db.forgotten():
             return "it is older than the deletions the database remembers"
+        assert self.index_dir is not None
+        try:
+            owner = (self.index_dir / _GENERATION).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            owner = None
+        if owner != self.db.store_id:
+            return "it does not name this database as its own (a copy, or a recreated database)"
         return None
 
     def prepare(self, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None) -> Any:
@@ -305,5 +315,14 @@ class IndexSync:
         if self.index_dir is None:
             return
         self.engine.save(self.index_dir, self.seq)
+        owner = self.index_dir / _GENERATION
+        if not owner.is_file() or owner.read_text(encoding="ascii").strip() != self.db.store_id:
+            # Written once (the id never changes), atomically: a crash leaves none or all.
+            tmp = owner.with_suffix(".tmp")
+            with tmp.open("w", encoding="ascii") as f:
+                f.write(self.db.store_id)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, owner)
         self.snap_seq = self.seq
         self.changes = 0

@@ -29,6 +29,8 @@ __all__ = ["COLUMNS", "Row", "Store"]
 class Store(Protocol):
     #: True when other processes write the same database (their changes must be followed).
     shared: bool
+    #: Identifies the database, made when it was created: a snapshot records it.
+    store_id: str
 
     def close(self) -> None: ...
 

@@ -210,10 +210,12 @@ class PostgresStore(SQLStore):
     # Other processes may not have seen a deletion yet: only old tombstones go, and
     # ``forgotten`` tells a snapshot older than them to rebuild instead of replaying.
     _GC_TOMBSTONES = (
-        "WITH gone AS (DELETE FROM {p}tombstones WHERE seq <= ? "
-        f"AND at < now() - interval '{_TOMBSTONE_DAYS} days' RETURNING seq) "
-        "UPDATE {p}meta SET value = greatest(value::int8, "
-        "(SELECT coalesce(max(seq), 0) FROM gone))::text WHERE key = 'forgotten'"
+        (
+            "WITH gone AS (DELETE FROM {p}tombstones WHERE seq <= ? "
+            f"AND at < now() - interval '{_TOMBSTONE_DAYS} days' RETURNING seq) "
+            "UPDATE {p}meta SET value = greatest(value::int8, "
+            "(SELECT coalesce(max(seq), 0) FROM gone))::text WHERE key = 'forgotten'"
+        ),
     )
     _COMMIT_FAILED = (
         "commit failed (if the connection was lost, the write may or may not have been stored)"
@@ -458,9 +460,6 @@ class PostgresStore(SQLStore):
             "WHERE key = 'next_rowid' RETURNING value::int8 - %s"
         )
         return int(self._read(lambda c: c.execute(q, (count, count)).fetchone()[0]))
-
-    def forgotten(self) -> int:
-        return int(self.get_meta("forgotten") or 0)
 
     # -- upkeep --------------------------------------------------------------------------
 

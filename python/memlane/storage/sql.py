@@ -82,7 +82,10 @@ class SQLStore(abc.ABC):
     #: What a tombstone written again for a rowid updates.
     _TOMBSTONE_UPDATE: ClassVar[str]
     #: Drops the tombstones up to a sequence number that may go (``{p}``: the table prefix).
-    _GC_TOMBSTONES: ClassVar[str]
+    #: Statements (each given the sequence number) that drop tombstones up to it.
+    _GC_TOMBSTONES: ClassVar[tuple[str, ...]]
+    #: Identifies the database (made at creation): snapshots record it.
+    store_id: str
     #: The indexed expression hash lookups constrain, and how many leading characters
     #: of a hash it holds (None: all of it).
     _HASH_EXPR: ClassVar[str] = "content_hash"
@@ -131,9 +134,6 @@ class SQLStore(abc.ABC):
 
     @abc.abstractmethod
     def reserve_rowids(self, count: int) -> int: ...
-
-    @abc.abstractmethod
-    def forgotten(self) -> int: ...
 
     def _q(self, sql: str) -> str:
         """``sql`` with ``?`` placeholders in the dialect's style."""
@@ -370,7 +370,11 @@ class SQLStore(abc.ABC):
 
     def gc_tombstones(self, upto: int) -> None:
         with self.transaction() as conn:
-            conn.execute(self._q(self._GC_TOMBSTONES.format(p=self._p)), (upto,))
+            for statement in self._GC_TOMBSTONES:
+                conn.execute(self._q(statement.format(p=self._p)), (upto,))
+
+    def forgotten(self) -> int:
+        return int(self.get_meta("forgotten") or 0)
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import contextlib
 import json
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,7 +100,15 @@ class SQLiteStore(SQLStore):
     _GREATEST = "max"
     _TOMBSTONE_UPDATE = "seq = excluded.seq"
     # Tombstones go once a snapshot reflects them: only the newest snapshot is loaded.
-    _GC_TOMBSTONES = "DELETE FROM {p}tombstones WHERE seq <= ?"
+    # ``forgotten`` remembers the newest tombstone that went: a snapshot older than it
+    # (restored from a backup, or copied before the database) rebuilds.
+    _GC_TOMBSTONES = (
+        "INSERT INTO {p}meta (key, value) VALUES ('forgotten', "
+        "(SELECT coalesce(max(seq), 0) FROM {p}tombstones WHERE seq <= ?)) "
+        "ON CONFLICT (key) DO UPDATE SET value = "
+        "max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+        "DELETE FROM {p}tombstones WHERE seq <= ?",
+    )
     # With ``AND content_hash = ?`` beside the indexed expression (what a one-element IN
     # list becomes), SQLite's constant propagation rewrites ``substr(content_hash, 1, 16)``
     # into ``substr(?, 1, 16)``, which no longer matches the index expression, and the
@@ -133,6 +142,11 @@ class SQLiteStore(SQLStore):
                         f"{path} has schema version {version}; this memlane reads up to "
                         f"{SCHEMA_VERSION} (upgrade memlane)"
                     )
+                if self.get_meta("store_id", conn) is None:
+                    # Which database a snapshot belongs to (a store made before ids
+                    # existed gets one now, and rebuilds its snapshot once).
+                    self.set_meta(conn, "store_id", str(uuid.uuid4()))
+            self.store_id = str(self.get_meta("store_id"))
         except BaseException:
             self.close()
             raise
@@ -277,8 +291,3 @@ class SQLiteStore(SQLStore):
                 "SELECT seq FROM sqlite_sequence WHERE name = 'records'"
             ).fetchone()
         return (0 if row is None else int(row[0])) + 1
-
-    def forgotten(self) -> int:
-        # Tombstones go only once a snapshot reflects them, and only the newest
-        # snapshot is ever loaded.
-        return 0

@@ -1,0 +1,102 @@
+"""Index snapshots are never taken for more than they are: an older one (a backup, or a
+copy made while the store was live) is replayed or rebuilt, one of another database is
+rebuilt; close() releases the store whatever fails; a full disk is a StorageError that
+stores nothing."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import WordHashEmbedder
+from memlane import Memory, StorageError
+
+
+def _fill(path: Path, n: int) -> list[str]:
+    with Memory(path, WordHashEmbedder()) as mem:
+        return [r.id for r in mem.add_many([{"text": f"note {i}"} for i in range(n)])]
+
+
+def test_a_restored_older_snapshot_is_rebuilt_not_taken_as_current(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    ids = _fill(store, 100)
+    shutil.copytree(store / "index", tmp_path / "backup")
+    with Memory(store, WordHashEmbedder()) as mem:
+        for record_id in ids[:50]:
+            mem.delete(record_id)
+    # Closing snapshotted, so the tombstones of those deletions are gone.
+    shutil.rmtree(store / "index")
+    shutil.copytree(tmp_path / "backup", store / "index")
+    with pytest.warns(RuntimeWarning, match="older than the deletions"):
+        mem = Memory(store, WordHashEmbedder())
+    with mem:
+        assert len(mem) == mem.count() == 50
+        assert {h.record.id for h in mem.search("note", k=100, mode="text")} == set(ids[50:])
+
+
+def test_an_older_snapshot_whose_deletions_are_still_known_is_replayed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    ids = _fill(store, 20)
+    shutil.copytree(store / "index", tmp_path / "backup")
+    with Memory(store, WordHashEmbedder(), snapshot_every=10**6) as mem:
+        mem.delete(ids[0])
+        mem._sync.closing = True  # close without a snapshot: the tombstone stays
+        mem._finalizer()
+    shutil.rmtree(store / "index")
+    shutil.copytree(tmp_path / "backup", store / "index")
+    with Memory(store, WordHashEmbedder()) as mem:  # no warning: replayed
+        assert len(mem) == mem.count() == 19 and ids[0] not in {r.id for r in mem.list()}
+
+
+def test_a_snapshot_of_another_database_is_rebuilt(tmp_path: Path) -> None:
+    store, other = tmp_path / "store", tmp_path / "other"
+    _fill(store, 30)
+    _fill(other, 5)
+    # memory.db recreated (or replaced) beside the old index/.
+    for name in ("memory.db", "memory.db-wal", "memory.db-shm"):
+        (store / name).unlink(missing_ok=True)
+        if (other / name).exists():
+            shutil.copy(other / name, store / name)
+    with pytest.warns(RuntimeWarning, match="does not name this database"):
+        mem = Memory(store, WordHashEmbedder())
+    with mem:
+        assert len(mem) == mem.count() == 5
+
+
+def test_a_failed_close_still_releases_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    mem = Memory(store, WordHashEmbedder())
+    mem.add("kept")
+
+    def full(*args: object) -> None:
+        raise StorageError("cannot write the snapshot: the disk is full")
+
+    monkeypatch.setattr(mem._sync, "save", full)
+    with pytest.raises(StorageError, match="disk is full"):
+        mem.close()
+    mem.close()  # idempotent after a failure
+    with pytest.warns(RuntimeWarning, match="missing"):  # the snapshot was not written
+        again = Memory(store, WordHashEmbedder())  # the lock was released
+    with again:
+        assert [r.text for r in again.list()] == ["kept"]
+
+
+def test_a_full_disk_is_a_storage_error_and_stores_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with Memory(store, WordHashEmbedder()) as mem:
+        mem.add("before")
+        writer: sqlite3.Connection = mem._db._writer  # type: ignore[attr-defined]
+        pages = writer.execute("PRAGMA page_count").fetchone()[0]
+        writer.execute(f"PRAGMA max_page_count = {pages + 2}")
+        with pytest.raises(StorageError, match="disk is full"):
+            mem.add_many([{"text": "x" * 2000 + str(i)} for i in range(200)])
+        assert len(mem) == mem.count() == 1
+        writer.execute("PRAGMA max_page_count = 1073741823")
+        mem.add("after")
+    with Memory(store, WordHashEmbedder()) as mem:
+        assert sorted(r.text for r in mem.list()) == ["after", "before"]
