@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,18 +21,50 @@ FloatArray = npt.NDArray[np.float32]
 WEIGHT_KEYS = frozenset({"relevance", "importance", "recency"})
 
 
-def text(value: object, label: str) -> str:
+#: The largest count (``k``, ``limit``, ``offset``, ...) a call takes: the largest
+#: signed 64-bit integer, which SQLite, PostgreSQL and the engine all hold.
+MAX_COUNT = 2**63 - 1
+#: How deep metadata may nest (dicts and lists alike), as the engine's
+#: ``flatten_metadata`` allows for dicts.
+MAX_METADATA_DEPTH = 16
+
+
+def clean(value: str, label: str, nul: bool = False) -> str:
+    """``value`` if both databases can store it: valid Unicode (no lone surrogate, which
+    has no UTF-8 form) and, unless ``nul`` allows it, no NUL character (PostgreSQL's
+    text cannot hold one)."""
+    if not nul and "\x00" in value:
+        raise InvalidArgumentError(
+            f"{label} contains a NUL character (\\x00) at position {value.index(chr(0))}, "
+            "which PostgreSQL cannot store"
+        )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(
+                f"{label} contains a lone surrogate ({value[e.start]!r}) at position "
+                f"{e.start}, which is not valid Unicode"
+            ) from None
+    return value
+
+
+def text(value: object, label: str, nul: bool = False) -> str:
+    """A non-empty str both databases can store (see :func:`clean`)."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{label} must be a str, got {type(value).__name__}")
     if not value.strip():
         raise InvalidArgumentError(f"{label} must not be empty")
-    return value
+    return clean(value, label, nul)
 
 
 def number(value: object, label: str, low: float | None = None, high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise InvalidArgumentError(f"{label} must be a number, got {type(value).__name__}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:
+        raise InvalidArgumentError(f"{label} is too large for a float") from None
     if not math.isfinite(x):
         raise InvalidArgumentError(f"{label} must be a finite number, got {x}")
     if (low is not None and x < low) or (high is not None and x > high):
@@ -40,9 +72,11 @@ def number(value: object, label: str, low: float | None = None, high: float | No
     return x
 
 
-def count(value: object, label: str, low: int = 0) -> int:
+def count(value: object, label: str, low: int = 0, high: int = MAX_COUNT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InvalidArgumentError(f"{label} must be an int >= {low}, got {value!r}")
+    if value > high:
+        raise InvalidArgumentError(f"{label} must be at most {high}, got {value}")
     return value
 
 
@@ -70,10 +104,38 @@ def metadata(value: object) -> tuple[dict[str, Any], str]:
         raise InvalidArgumentError("metadata keys must be str")
     try:
         encoded = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise InvalidArgumentError(
+            f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep"
+        ) from None
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"metadata must be JSON-serialisable: {e}") from None
+    # NUL is escaped in JSON text (\u0000); a lone surrogate is kept as it is.
+    clean(encoded, "metadata", nul=True)
     # Round-trip: what is stored is what a later read returns.
-    return json.loads(encoded), encoded
+    stored: dict[str, Any] = json.loads(encoded)
+    _check_depth(stored)
+    return stored, encoded
+
+
+def _check_depth(value: Mapping[str, Any]) -> None:
+    """Refuses dicts and lists nested deeper than :data:`MAX_METADATA_DEPTH` below the
+    top level (lists too, which the engine does not descend into but the database
+    keeps); ``value`` is a JSON round trip, so it holds no cycle."""
+    stack: list[tuple[object, int]] = [(v, 0) for v in value.values()]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, Mapping):
+            children: Iterable[object] = v.values()
+        elif isinstance(v, list | tuple):
+            children = v
+        else:
+            continue
+        if depth >= MAX_METADATA_DEPTH:
+            raise InvalidArgumentError(
+                f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep"
+            )
+        stack.extend((c, depth + 1) for c in children)
 
 
 def scope_keys(scope: Mapping[str, Any]) -> None:
@@ -103,14 +165,31 @@ def new_id() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:32]}"
 
 
+_F32 = np.finfo(np.float32)
+
+
 def check_vectors(vectors: FloatArray, rows: Sequence[int], label: str) -> None:
-    """Finite and non-zero, all rows at once; names the first bad record."""
+    """Finite, non-zero and scalable to unit length in float32 (the engine's rule in
+    ``check_rows``), all rows at once; names the first bad record."""
     finite = np.asarray(np.isfinite(vectors).all(axis=1))
     nonzero = np.asarray((vectors != 0).any(axis=1))
-    bad = np.flatnonzero(~(finite & nonzero))
+    with np.errstate(over="ignore", invalid="ignore"):
+        norm = np.sqrt(np.square(vectors, dtype=np.float64).sum(axis=1))
+    # The norm must be a positive normal float32 whose reciprocal is one too: 1e-45
+    # everywhere has a subnormal norm, 1e38 everywhere an infinite one.
+    scalable = (norm >= float(_F32.tiny)) & (norm <= 1.0 / float(_F32.tiny))
+    bad = np.flatnonzero(~(finite & nonzero & scalable))
     if bad.size:
         i = int(bad[0])
-        what = "has a non-finite value (NaN or infinity)" if not finite[i] else "is all zeros"
+        if not finite[i]:
+            what = "has a non-finite value (NaN or infinity)"
+        elif not nonzero[i]:
+            what = "is all zeros"
+        else:
+            what = (
+                f"has norm {norm[i]:.3g}, outside the range of positive normal float32 "
+                "values, so it cannot be scaled to unit length"
+            )
         raise InvalidArgumentError(f"record {rows[i]}: {label} {what}")
 
 

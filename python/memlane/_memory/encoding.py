@@ -139,15 +139,14 @@ def validate(
         if not isinstance(text, str):
             raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
         raise InvalidArgumentError("text is empty or whitespace-only")
+    coerce.clean(text, "text")
     scope: list[str | None] = []
     for f in SCOPE_FIELDS:
         v = get(f)
         if v is None:
             scope.append(default_scope.get(f))
         else:
-            if type(v) is not str or not v.strip():
-                coerce.text(v, f)
-            scope.append(v)
+            scope.append(coerce.text(v, f))
     meta = get("metadata")
     metadata, metadata_json = ({}, "{}") if not meta else coerce.metadata(meta)
     created = get("created_at")
@@ -163,11 +162,9 @@ def validate(
     if type(importance) is not float or not 0.0 <= importance <= 1.0:
         importance = coerce.number(importance, "importance", 0.0, 1.0)
     table = get("table", "memories")
-    if type(table) is not str or not table.strip():
-        coerce.text(table, "table")
+    coerce.text(table, "table")
     kind = get("type", "semantic")
-    if type(kind) is not str or not kind.strip():
-        coerce.text(kind, "type")
+    coerce.text(kind, "type")
     emb = get("embedding")
     if emb is not None:
         ok = type(emb) is np.ndarray and emb.dtype == np.float32 and emb.shape == (dim,)

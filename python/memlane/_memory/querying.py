@@ -111,6 +111,8 @@ class Searcher:
     ) -> list[SearchHit]:
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        # Not stored, so a NUL may stay; a lone surrogate has no UTF-8 form for the engine.
+        coerce.clean(query, "query", nul=True)
         coerce.count(k, "k", 1)
         if mode not in ("hybrid", "vector", "text"):
             raise InvalidArgumentError(
@@ -123,7 +125,7 @@ class Searcher:
                 # The engine checks the values (finite, not all zero) in the same call.
                 vector = coerce.vector(query_embedding, "query_embedding", dim, False)
             else:
-                coerce.text(query, "query")
+                coerce.text(query, "query", nul=True)
                 assert self.embedder is not None
                 # The caching embedder answers from its cache, else runs the model: never
                 # a database lookup, so a search costs the same at any store size.
@@ -132,7 +134,7 @@ class Searcher:
             raise InvalidArgumentError("vector search on a store without an embedder")
         effective = mode if (vector is not None or mode == "text") else "text"
         if effective == "text":
-            coerce.text(query, "query")
+            coerce.text(query, "query", nul=True)
         if threshold is not None:
             threshold = coerce.number(threshold, "threshold")
         if min_similarity is not None:
@@ -158,7 +160,9 @@ class Searcher:
             mode=effective,
             filter=flt,
             k=k,
-            candidates=max(CANDIDATES, 4 * k) if candidates is None else candidates,
+            candidates=min(max(CANDIDATES, 4 * k), coerce.MAX_COUNT)
+            if candidates is None
+            else candidates,
             fusion=fusion,
             rrf_k=rrf_k,
             alpha=alpha,

@@ -161,6 +161,14 @@ def validate_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> di
             raise ToolArgumentError(f"{key!r} must be one of {spec['enum']}, got {value!r}")
         if kind == "string" and len(value.strip()) < spec.get("minLength", 0):
             raise ToolArgumentError(f"{key!r} must not be empty")
+        if kind == "string" and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ToolArgumentError(
+                    f"{key!r} contains a lone surrogate at position {e.start}, "
+                    "which is not valid Unicode"
+                ) from None
         if "minimum" in spec and value < spec["minimum"]:
             raise ToolArgumentError(f"{key!r} must be >= {spec['minimum']}, got {value}")
         if "maximum" in spec and value > spec["maximum"]:
@@ -251,6 +259,8 @@ class MemoryTools:
                 arguments = json.loads(arguments)
             except ValueError as e:
                 return _error("invalid_arguments", f"arguments are not valid JSON: {e}")
+            except RecursionError:
+                return _error("invalid_arguments", "arguments are nested too deeply")
         if not isinstance(arguments, Mapping):
             return _error(
                 "invalid_arguments",

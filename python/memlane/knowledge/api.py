@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from memlane._core import DEFAULT_ALPHA
+from memlane._memory import coerce
 from memlane.chunking import Chunker
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.ids import normalise_path
@@ -233,6 +234,8 @@ class KnowledgeMixin:
             raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
         if not isinstance(source, str) or not source.strip():
             raise InvalidArgumentError("source must be a non-empty str")
+        coerce.clean(text, "text", nul=True)
+        coerce.clean(source, "source")
         loader = LOADERS.get("." + str(file_type).lower().lstrip("."))
         if loader is None:
             raise InvalidArgumentError(

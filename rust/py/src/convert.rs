@@ -161,7 +161,7 @@ fn filter_value(py: Python<'_>, obj: &Bound<'_, PyAny>, at: &str, depth: usize) 
         return Ok(Json::Bool(b.is_true()));
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Json::String(s.to_str()?.to_owned()));
+        return Ok(Json::String(filter_str(py, s, at)?));
     }
     if obj.cast::<PyInt>().is_ok() {
         if let Ok(i) = obj.extract::<i64>() {
@@ -211,7 +211,7 @@ fn filter_value(py: Python<'_>, obj: &Bound<'_, PyAny>, at: &str, depth: usize) 
                     format!("keys must be str, got {} {}", type_name(&k), k.repr()?),
                 ));
             };
-            let key = key.to_str()?.to_owned();
+            let key = filter_str(py, key, at)?;
             let here = if at.is_empty() {
                 format!("{key:?}")
             } else {
@@ -230,6 +230,21 @@ fn filter_value(py: Python<'_>, obj: &Bound<'_, PyAny>, at: &str, depth: usize) 
             type_name(obj)
         ),
     ))
+}
+
+/// A str of a filter as UTF-8: a lone surrogate has no UTF-8 form, so it is
+/// refused as bad input rather than raised as Python's `UnicodeEncodeError`.
+fn filter_str(py: Python<'_>, s: &Bound<'_, PyString>, at: &str) -> PyResult<String> {
+    s.to_str().map(str::to_owned).map_err(|_| {
+        bad_filter(
+            py,
+            at,
+            format!(
+                "{} holds a lone surrogate, which is not valid Unicode",
+                s.repr().map_or_else(|_| "a str".into(), |r| r.to_string())
+            ),
+        )
+    })
 }
 
 fn number(py: Python<'_>, x: f64, at: &str) -> PyResult<Json> {

@@ -173,6 +173,9 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert!(normalised(&[0.0, 0.0], 2, "vector").is_err());
         assert!(normalised(&[f32::NAN, 0.0], 2, "vector").is_err());
+        // Finite and non-zero, but no unit vector in f32 (issue 14).
+        assert!(normalised(&[1e-45, 1e-45], 2, "vector").is_err());
+        assert!(normalised(&[3e38, 3e38], 2, "vector").is_err());
         assert!(matches!(
             normalised(&[1.0, 0.0, 1.0], 2, "vector"),
             Err(Error::DimensionMismatch { .. })

@@ -237,6 +237,9 @@ fn bad_input_changes_nothing() {
     for (vectors, attrs_ok) in [
         (Some(&[1.0f32, 2.0, 3.0][..]), true),
         (Some(&[f32::NAN, 1.0][..]), true),
+        // Finite and non-zero, but no unit vector in f32 (issue 14).
+        (Some(&[1e-45f32, 1e-45][..]), true),
+        (Some(&[1e38f32, 3e38][..]), true),
     ] {
         assert!(attrs_ok);
         assert!(e

@@ -103,9 +103,17 @@ pub struct Hnsw {
     top_lock: Mutex<()>,
 }
 
+/// The largest norm a vector may have when it is stored as given (the `ip`
+/// and `l2` metrics): 2^62, so that a squared distance between two such
+/// vectors, at most (2 * 2^62)^2 = 2^126, stays finite in f32.
+pub const MAX_RAW_NORM: f64 = 4_611_686_018_427_387_904.0;
+
 /// Checks row-major vectors of `dim` floats: a whole number of rows, every
-/// value finite and, when `normalise` is set, no all-zero row. Returns a copy,
-/// scaled to unit length when `normalise` is set.
+/// value finite and a norm the metric can use. When `normalise` is set the
+/// norm must be a positive normal f32 (not zero, not so small that its
+/// reciprocal overflows, not so large that it does) and the row is returned
+/// scaled to unit length; otherwise the norm must be at most [`MAX_RAW_NORM`].
+/// Returns a copy.
 pub fn check_rows(data: &[f32], dim: usize, normalise: bool, what: &str) -> Result<Vec<f32>> {
     if dim == 0 || !data.len().is_multiple_of(dim) {
         return Err(Error::DimensionMismatch {
@@ -121,19 +129,42 @@ pub fn check_rows(data: &[f32], dim: usize, normalise: bool, what: &str) -> Resu
                 v[col]
             )));
         }
-        if normalise {
-            let norm = v
-                .iter()
-                .map(|x| f64::from(*x) * f64::from(*x))
-                .sum::<f64>()
-                .sqrt();
-            if norm == 0.0 {
+        let norm = v
+            .iter()
+            .map(|x| f64::from(*x) * f64::from(*x))
+            .sum::<f64>()
+            .sqrt();
+        if !normalise {
+            if norm > MAX_RAW_NORM {
                 return Err(Error::invalid(format!(
-                    "{what} {row} is all zeros, which has no direction under the cosine metric"
+                    "{what} {row} has norm {norm:e}, above {MAX_RAW_NORM:e}: its distances would overflow"
                 )));
             }
-            let inv = (1.0 / norm) as f32;
-            v.iter_mut().for_each(|x| *x *= inv);
+            continue;
+        }
+        if norm == 0.0 {
+            return Err(Error::invalid(format!(
+                "{what} {row} is all zeros, which has no direction under the cosine metric"
+            )));
+        }
+        // The norm as the f32 kernels see it: zero or subnormal when the values
+        // are tiny (1e-45 everywhere), infinite when they are huge (1e38).
+        let norm32 = norm as f32;
+        let inv = 1.0 / norm32;
+        if !norm32.is_normal() || !inv.is_normal() {
+            return Err(Error::invalid(format!(
+                "{what} {row} has norm {norm:e}, outside the range of positive normal f32 \
+                 ({:e} to {:e}), so it cannot be scaled to unit length",
+                f32::MIN_POSITIVE,
+                f32::MAX
+            )));
+        }
+        let inv = (1.0 / norm) as f32;
+        v.iter_mut().for_each(|x| *x *= inv);
+        if let Some(col) = v.iter().position(|x| !x.is_finite()) {
+            return Err(Error::invalid(format!(
+                "{what} {row} has a non-finite value at position {col} once scaled to unit length"
+            )));
         }
     }
     Ok(out)

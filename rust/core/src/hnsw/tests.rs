@@ -406,3 +406,32 @@ fn hidden_ids_leave_searches_and_come_back_as_they_were() {
     let mean = mean_recall(&g, &data, &ids, &clustered(20, 16, 20, 5), None);
     assert!(mean > 0.8, "recall {mean}");
 }
+
+#[test]
+fn vectors_whose_norm_leaves_f32_are_refused() {
+    // 1e-45 everywhere: finite and non-zero, but the norm is subnormal and its
+    // reciprocal overflows, so the unit vector would be all infinities.
+    let tiny = vec![1e-45f32; 384];
+    let huge = vec![1e38f32; 384];
+    let mut h = Hnsw::new(384, Metric::Cosine, Params::default()).unwrap();
+    for v in [&tiny, &huge] {
+        assert!(matches!(h.add(&[1], v), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            h.search(v, 1, None, None),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert_eq!(h.len(), 0);
+    let mut ok = vec![0f32; 384];
+    ok[0] = 1e-30;
+    h.add(&[2], &ok).unwrap();
+    assert_eq!(h.search(&ok, 1, None, None).unwrap()[0].id, 2);
+    assert!(h.vector(2).unwrap().iter().all(|x| x.is_finite()));
+    // Stored as given: a norm whose squared distances would overflow is refused.
+    for metric in [Metric::L2, Metric::InnerProduct] {
+        let mut h = Hnsw::new(384, metric, Params::default()).unwrap();
+        assert!(matches!(h.add(&[1], &huge), Err(Error::InvalidArgument(_))));
+        h.add(&[1], &tiny).unwrap();
+        h.add(&[2], &vec![0f32; 384]).unwrap();
+    }
+}
