@@ -14,6 +14,7 @@ from memlane.knowledge.ingest import DOCUMENTS, FRAGMENTS
 from memlane.knowledge.loaders import (
     LOADERS,
     DocumentLoadError,
+    IngestLimits,
     LoadedDocument,
     Loader,
     loader_for,
@@ -27,6 +28,7 @@ __all__ = [
     "LOADERS",
     "SEARCH_DEFAULTS",
     "DocumentLoadError",
+    "IngestLimits",
     "IngestReport",
     "KnowledgeMixin",
     "LoadedDocument",

@@ -42,7 +42,7 @@ from memlane.knowledge.ingest import (
     list_all,
     remove_documents,
 )
-from memlane.knowledge.loaders import LOADERS
+from memlane.knowledge.loaders import LOADERS, IngestLimits
 from memlane.knowledge.progress import ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
@@ -97,6 +97,7 @@ class KnowledgeMixin:
         root: str | Path | None = None,
         follow_outside: bool = False,
         batch_size: int = BATCH_SIZE,
+        limits: IngestLimits | None = None,
     ) -> IngestReport:
         """Ingests a file, or every supported file in a folder and its subfolders.
 
@@ -116,6 +117,9 @@ class KnowledgeMixin:
                 lead outside ``root``; by default they are skipped and reported.
             batch_size: fragments embedded and written together (one transaction);
                 larger groups sort better by length, so the model pads less.
+            limits: how large one document may be (bytes unpacked, fragments); by
+                default :class:`~memlane.knowledge.IngestLimits`'s. A document over a
+                limit is reported in ``failed`` and ``limited`` and nothing of it stored.
 
         Unchanged files (same bytes, chunker and metadata) are not touched; a
         changed one replaces its document. Hidden files, unsupported types and
@@ -133,6 +137,7 @@ class KnowledgeMixin:
             prune_missing=prune_missing,
             follow_outside=follow_outside,
             batch_size=batch_size,
+            limits=limits,
         )
 
     def ingest_config(
@@ -146,6 +151,7 @@ class KnowledgeMixin:
         progress: ProgressOption = True,
         prune_missing: bool = False,
         follow_outside: bool = False,
+        limits: IngestLimits | None = None,
     ) -> IngestReport:
         """Ingests an elizaOS-style knowledge list in one report.
 
@@ -172,6 +178,7 @@ class KnowledgeMixin:
                     shared=agent_id is None,
                     chunker=chunker,
                     metadata=metadata,
+                    limits=limits,
                 )
                 report.merge(part)
                 continue
@@ -209,6 +216,7 @@ class KnowledgeMixin:
                     progress=progress,
                     prune_missing=prune_missing,
                     follow_outside=follow_outside,
+                    limits=limits,
                 )
             )
         report.seconds = time.perf_counter() - started
@@ -224,11 +232,13 @@ class KnowledgeMixin:
         file_type: str = "txt",
         chunker: Chunker | None = None,
         metadata: Mapping[str, Any] | None = None,
+        limits: IngestLimits | None = None,
     ) -> IngestReport:
         """Ingests a text as a document named ``source`` (e.g. ``"inline:faq"``).
 
         ``file_type`` picks the loader (``"txt"``, ``"md"``, ``"json"``, ...);
         the same source again replaces the document, unless the text is unchanged.
+        ``limits`` as for :meth:`ingest`.
         """
         if not isinstance(text, str):
             raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
@@ -254,6 +264,7 @@ class KnowledgeMixin:
             batch_size=BATCH_SIZE,
             root_key=None,
             report=report,
+            limits=limits,
         )
         report.seconds = time.perf_counter() - started
         return report

@@ -48,7 +48,7 @@ from memlane.embeddings._base import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
 from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError, UnknownIdError
 from memlane.knowledge.ids import document_id, fragment_id
-from memlane.knowledge.loaders import LoadedDocument, json_safe
+from memlane.knowledge.loaders import IngestLimits, LoadedDocument, json_safe, unpacked_size
 from memlane.knowledge.progress import ProgressBar, ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
@@ -202,7 +202,7 @@ class _Done:
 
     source: Source
     id: str
-    outcome: str  # "unchanged" | "failed" | "empty"
+    outcome: str  # "unchanged" | "failed" | "limited" | "empty"
     reason: str = ""
     old: MemoryRecord | None = None
 
@@ -222,7 +222,11 @@ class _Pipeline:
         batch_size: int,
         progress: ProgressBar,
         report: IngestReport,
+        limits: IngestLimits | None = None,
     ) -> None:
+        if limits is not None and not isinstance(limits, IngestLimits):
+            raise InvalidArgumentError(f"limits must be an IngestLimits, got {limits!r}")
+        self.limits = limits or IngestLimits()
         if chunker is not None and not isinstance(chunker, Chunker):
             raise InvalidArgumentError(
                 "chunker must have a split(text) -> list[Chunk] method, got "
@@ -262,13 +266,23 @@ class _Pipeline:
             return _Done(source, doc_id, "unchanged")
         if not data.strip():
             return _Done(source, doc_id, "empty", "empty file", old)
+        limit = self.limits.max_unpacked_bytes
+        if (size := unpacked_size(data)) > limit:
+            reason = f"unpacks to {size} bytes, above max_unpacked_bytes={limit}"
+            return _Done(source, doc_id, "limited", reason)
         try:
             doc = source.loader(data, source.path or Path(source.rel))
+            if len(doc.text) > limit:
+                reason = f"{len(doc.text)} characters of text, above max_unpacked_bytes={limit}"
+                return _Done(source, doc_id, "limited", reason)
             chunker = self.chunker or (self._markdown if doc.markdown else self._text)
             chunks = [c for c in chunker.split(doc.text) if c.content.strip()]
         except Exception as e:  # any parser's error fails this file alone
             reason = str(e).strip() or type(e).__name__
             return _Done(source, doc_id, "failed", reason)
+        if len(chunks) > self.limits.max_fragments:
+            reason = f"{len(chunks)} fragments, above max_fragments={self.limits.max_fragments}"
+            return _Done(source, doc_id, "limited", reason)
         if not chunks:
             return _Done(source, doc_id, "empty", "no text", old)
         costs = self.cost([c.content for c in chunks])
@@ -336,6 +350,8 @@ class _Pipeline:
             self.report.unchanged[rel] = done.id
         elif done.outcome == "failed":
             self.report.failed[rel] = done.reason
+        elif done.outcome == "limited":
+            self.report.failed[rel] = self.report.limited[rel] = done.reason
         else:
             self.report.skipped[rel] = done.reason
             if done.old is not None:  # the file was emptied: its old fragments must go
@@ -507,6 +523,7 @@ def ingest_sources(
     root_key: str | None,
     report: IngestReport,
     label: str = "ingest",
+    limits: IngestLimits | None = None,
 ) -> IngestReport:
     bar = ProgressBar(len(sources), enabled=progress, label=label)
     pipeline = _Pipeline(
@@ -518,6 +535,7 @@ def ingest_sources(
         batch_size=batch_size,
         progress=bar,
         report=report,
+        limits=limits,
     )
     truncated = report.truncated
     try:
@@ -547,6 +565,7 @@ def ingest_path(
     prune_missing: bool = False,
     follow_outside: bool = False,
     batch_size: int = BATCH_SIZE,
+    limits: IngestLimits | None = None,
 ) -> IngestReport:
     started = time.perf_counter()
     target = Path(path)
@@ -569,6 +588,7 @@ def ingest_path(
         root_key=root_key,
         report=report,
         label=target.name or "ingest",
+        limits=limits,
     )
     if prune_missing and target.is_dir():
         prune(mem, scope, root_key, {s.rel for s in sources}, target, base, report)

@@ -45,6 +45,7 @@ from memlane.errors import InvalidArgumentError, MemlaneError
 __all__ = [
     "LOADERS",
     "DocumentLoadError",
+    "IngestLimits",
     "LoadedDocument",
     "Loader",
     "load_csv",
@@ -57,11 +58,48 @@ __all__ = [
     "load_text",
     "loader_for",
     "register_loader",
+    "unpacked_size",
 ]
 
 
 class DocumentLoadError(MemlaneError, ValueError):
     """A file cannot be turned into text: corrupt, encrypted, binary, or of another type."""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestLimits:
+    """How large one document may be; a larger one is reported and nothing of it stored.
+
+    Attributes:
+        max_unpacked_bytes: what a file may unpack to before it is parsed (a ``.docx``
+            is a zip: the sizes its members declare, which bound what is read from
+            them), and then the characters of its text. A small zip bomb thus stops
+            before python-docx opens it.
+        max_fragments: fragments one document may make.
+    """
+
+    max_unpacked_bytes: int = 128 * 2**20
+    max_fragments: int = 20_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_unpacked_bytes", "max_fragments"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def unpacked_size(data: bytes) -> int:
+    """What a file unpacks to: for a zip (``.docx``), the sizes its members declare (and
+    Python's zipfile never reads past them); otherwise its own size."""
+    if data[:4] != b"PK\x03\x04":
+        return len(data)
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return max(len(data), sum(info.file_size for info in archive.infolist()))
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return len(data)  # the loader reports a damaged archive
 
 
 @dataclass(slots=True)

@@ -23,6 +23,9 @@ class IngestReport:
         skipped: hidden files, unsupported types, empty files and paths that
             lead outside the root, path -> reason.
         pruned: documents removed because their file is gone, path -> id.
+        limited: documents refused by an :class:`~memlane.knowledge.IngestLimits` limit,
+            path -> which limit and by how much (also in ``failed``; nothing of them
+            is stored, and an earlier version of the document stays as it was).
         fragments: fragments written.
         truncated: fragments longer than the embedding model reads (their vectors
             stand for their beginning), as the model reported them.
@@ -36,6 +39,7 @@ class IngestReport:
     failed: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     pruned: dict[str, str] = field(default_factory=dict)
+    limited: dict[str, str] = field(default_factory=dict)
     fragments: int = 0
     truncated: int = 0
     seconds: float = 0.0
@@ -60,6 +64,7 @@ class IngestReport:
             (self.failed, other.failed),
             (self.skipped, other.skipped),
             (self.pruned, other.pruned),
+            (self.limited, other.limited),
         ):
             mine.update(theirs)
         self.fragments += other.fragments
@@ -78,6 +83,8 @@ class IngestReport:
         ]
         if self.pruned:
             parts.append(f"{len(self.pruned)} pruned")
+        if self.limited:
+            parts.append(f"{len(self.limited)} over a size limit")
         cut = f" ({self.truncated} cut by the model's length limit)" if self.truncated else ""
         return (
             ", ".join(parts) + f"; {self.fragments} fragments written{cut} in {self.seconds:.1f} s"
