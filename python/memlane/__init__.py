@@ -5,6 +5,7 @@ from __future__ import annotations
 from memlane._core import BM25Index, HnswIndex, __version__, analyze
 from memlane.agent import (
     LLM,
+    AgentMemory,
     MemoryTools,
     OpenAIChat,
     SessionScope,
@@ -34,6 +35,7 @@ from memlane.records import MemoryRecord, SearchHit
 
 __all__ = [
     "LLM",
+    "AgentMemory",
     "AsyncMemory",
     "BM25Index",
     "CorruptFileError",

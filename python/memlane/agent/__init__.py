@@ -9,6 +9,8 @@ Everything here uses :class:`memlane.Memory`'s public API.
 - :mod:`~memlane.agent.llm`: the :class:`LLM` protocol and :class:`OpenAIChat`.
 - :mod:`~memlane.agent.consolidation`: the short-term tier and :func:`consolidate`.
 - :mod:`~memlane.agent.reflection`: :func:`reflect`.
+- :mod:`~memlane.agent.loop`: :class:`AgentMemory` (``before``/``after`` around any agent
+  loop, the triggers and limits) and the OpenAI- and Anthropic-style loop adapters.
 - :mod:`~memlane.agent.mcp_server`: ``memlane mcp`` (needs ``memlane[mcp]``).
 """
 
@@ -32,6 +34,18 @@ from memlane.agent.context import (
     thread_context,
 )
 from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
+from memlane.agent.loop import (
+    AgentMemory,
+    AnthropicLoop,
+    Compaction,
+    Consolidation,
+    FlushReminder,
+    Limits,
+    OpenAILoop,
+    Reflection,
+    TurnReport,
+    TurnResult,
+)
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.agent.reflection import ReflectionReport, areflect, reflect
 from memlane.agent.scope import EventScope, ScopeMode, SessionScope
@@ -41,17 +55,27 @@ __all__ = [
     "LLM",
     "MESSAGES",
     "SHORT_TERM",
+    "AgentMemory",
+    "AnthropicLoop",
     "AsyncLLM",
+    "Compaction",
+    "Consolidation",
     "ConsolidationReport",
     "Context",
     "EventScope",
+    "FlushReminder",
     "LLMError",
+    "Limits",
     "MemoryTools",
     "OpenAIChat",
+    "OpenAILoop",
     "ParseError",
+    "Reflection",
     "ReflectionReport",
     "ScopeMode",
     "SessionScope",
+    "TurnReport",
+    "TurnResult",
     "aconsolidate",
     "add_message",
     "add_short_term",

@@ -89,8 +89,10 @@ def add_short_term(
     scope: Mapping[str, str] | None = None,
     importance: float = 0.5,
     metadata: Mapping[str, Any] | None = None,
+    created_at: float | None = None,
 ) -> MemoryRecord:
-    """Stores a short-term entry belonging to action ``action_id``."""
+    """Stores a short-term entry belonging to action ``action_id`` (``created_at``: unix
+    seconds, default now)."""
     if not isinstance(action_id, str) or not action_id.strip():
         raise InvalidArgumentError("action_id must be a non-empty str")
     return mem.add(
@@ -99,6 +101,7 @@ def add_short_term(
         type="short_term",
         importance=importance,
         metadata={**(metadata or {}), "action_id": action_id},
+        created_at=created_at,
         **_kw(scope),
     )
 
