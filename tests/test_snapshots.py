@@ -60,7 +60,7 @@ def test_a_snapshot_of_another_database_is_rebuilt(tmp_path: Path) -> None:
         (store / name).unlink(missing_ok=True)
         if (other / name).exists():
             shutil.copy(other / name, store / name)
-    with pytest.warns(RuntimeWarning, match="does not name this database"):
+    with pytest.warns(RuntimeWarning, match="belongs to another database"):
         mem = Memory(store, WordHashEmbedder())
     with mem:
         assert len(mem) == mem.count() == 5

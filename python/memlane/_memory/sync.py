@@ -180,8 +180,10 @@ class IndexSync:
             owner = (self.index_dir / _GENERATION).read_text(encoding="ascii").strip()
         except (OSError, UnicodeDecodeError):
             owner = None
+        if owner is None:
+            return "it does not say which database it belongs to (an older memlane wrote it)"
         if owner != self.db.store_id:
-            return "it does not name this database as its own (a copy, or a recreated database)"
+            return "it belongs to another database (a copy, or a recreated database)"
         return None
 
     def prepare(self, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None) -> Any:
