@@ -6,6 +6,8 @@ pub mod codec;
 pub mod engine;
 pub mod error;
 pub mod fusion;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hnsw;
 pub mod idmap;
 pub mod persist;

@@ -29,6 +29,17 @@ pub fn corrupt(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
+/// The header that precedes `payload` in a snapshot file.
+pub fn header(kind: Kind, version: u32, payload: &[u8]) -> Vec<u8> {
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&kind.0);
+    header.extend_from_slice(&version.to_le_bytes());
+    header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    header.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    header
+}
+
 pub fn save(path: &Path, kind: Kind, version: u32, payload: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -43,13 +54,7 @@ pub fn save(path: &Path, kind: Kind, version: u32, payload: &[u8]) -> Result<()>
 
     let write = || -> std::io::Result<()> {
         let mut f = File::create(&tmp)?;
-        let mut header = Vec::with_capacity(HEADER_LEN);
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&kind.0);
-        header.extend_from_slice(&version.to_le_bytes());
-        header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        header.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        f.write_all(&header)?;
+        f.write_all(&header(kind, version, payload))?;
         f.write_all(payload)?;
         f.sync_all()?;
         drop(f);

@@ -16,7 +16,7 @@ pub mod language;
 pub mod okapi;
 pub mod scoring;
 mod search;
-mod snapshot;
+pub(crate) mod snapshot;
 mod stopwords;
 
 pub use analyzer::{Analyzer, AnalyzerConfig, Stopwords, MAX_TOKEN_CHARS};

@@ -22,8 +22,8 @@ use super::index::{Bm25Index, Postings};
 use super::language::Language;
 use super::scoring::Bm25Params;
 
-const KIND: Kind = Kind(*b"BM25");
-const VERSION: u32 = 1;
+pub(crate) const KIND: Kind = Kind(*b"BM25");
+pub(crate) const VERSION: u32 = 1;
 
 impl Bm25Index {
     /// Writes the index to `path`, atomically replacing any file there.
@@ -99,7 +99,7 @@ fn flag(r: &mut Reader<'_>, what: &str) -> DecodeResult<bool> {
     }
 }
 
-fn decode(payload: &[u8]) -> DecodeResult<Bm25Index> {
+pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Bm25Index> {
     let mut r = Reader::new(payload);
     let (k1, b) = (r.f64()?, r.f64()?);
     let params = Bm25Params::new(k1, b).map_err(|e| bad(e.to_string()))?;

@@ -19,7 +19,7 @@ mod nearest;
 pub mod pending;
 pub mod records;
 mod search;
-mod snapshot;
+pub(crate) mod snapshot;
 
 pub use filter::{Filter, Selection, MAX_DEPTH as MAX_FILTER_DEPTH};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};

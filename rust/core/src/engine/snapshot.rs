@@ -30,8 +30,8 @@ use crate::error::{Error, Result};
 use crate::hnsw::Hnsw;
 use crate::persist::{self, corrupt, Kind};
 
-const KIND: Kind = Kind(*b"MREC");
-const VERSION: u32 = 2;
+pub(crate) const KIND: Kind = Kind(*b"MREC");
+pub(crate) const VERSION: u32 = 2;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 

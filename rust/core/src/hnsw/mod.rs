@@ -10,7 +10,7 @@ mod distance;
 mod filter;
 mod graph;
 mod insert;
-mod persist;
+pub(crate) mod persist;
 mod search;
 mod storage;
 

@@ -10,8 +10,8 @@ use crate::codec::{DecodeError, DecodeResult, Reader, Writer};
 use crate::error::Result;
 use crate::persist::{self, corrupt, Kind};
 
-const KIND: Kind = Kind(*b"HNSW");
-const VERSION: u32 = 1;
+pub(crate) const KIND: Kind = Kind(*b"HNSW");
+pub(crate) const VERSION: u32 = 1;
 
 impl Hnsw {
     pub fn save(&self, path: &Path) -> Result<()> {
@@ -61,7 +61,7 @@ fn bad<T>(msg: impl Into<String>) -> DecodeResult<T> {
     Err(DecodeError(msg.into()))
 }
 
-fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
+pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
     let mut r = Reader::new(payload);
     let metric = match Metric::from_code(r.u8()?) {
         Some(m) => m,
@@ -120,7 +120,10 @@ fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
         h.vectors.set_raw(slot as u32, record);
         for l in 0..=level as usize {
             let links = r.u32s()?;
-            if links.len() > h.graph.max_degree(l) || links.iter().any(|&x| x as usize >= slots) {
+            // A link on level l leads to a node that has level l: searches
+            // read the target's list on that level.
+            let damaged = |&x: &u32| levels.get(x as usize).is_none_or(|&t| (t as usize) < l);
+            if links.len() > h.graph.max_degree(l) || links.iter().any(damaged) {
                 return bad(format!("links of node {slot} are damaged"));
             }
             h.graph.write(slot as u32, l, &links);

@@ -1,0 +1,323 @@
+//! The entry points of the fuzz targets (`fuzz/` at the repository root, run
+//! by `benches/fuzz.sh`). Each takes arbitrary bytes and must return: an
+//! error is a correct answer to bad input, a panic is a bug. What a loader
+//! accepts is then used (searched, added to, removed from), since a damaged
+//! file that loads must still give an index that cannot read out of bounds.
+//!
+//! Not part of the API: hidden from the docs and free to change.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use crate::bm25::{Analyzer, AnalyzerConfig, Language, Stopwords};
+use crate::engine::{flatten_metadata, Attrs, Engine, EngineConfig, Mode, SearchRequest};
+use crate::fusion::Fusion;
+use crate::hnsw::Hnsw;
+use crate::scoring::Weights;
+use crate::{bm25, engine, hnsw, persist};
+
+/// Dimensions above this are not searched (the harness would allocate the query).
+const MAX_DIM: usize = 1 << 14;
+
+/// An HNSW snapshot's payload (what follows the checksummed header).
+pub fn hnsw_snapshot(payload: &[u8]) -> bool {
+    let Ok(mut h) = hnsw::persist::decode(payload) else {
+        return false;
+    };
+    use_hnsw(&mut h);
+    true
+}
+
+fn use_hnsw(h: &mut Hnsw) {
+    let dim = h.dim();
+    if dim == 0 || dim > MAX_DIM {
+        return;
+    }
+    let q: Vec<f32> = (0..dim).map(|i| ((i + 1) as f32).sin()).collect();
+    let _ = h.search(&q, 5, None, None);
+    let ids = h.ids();
+    for &id in ids.iter().take(3) {
+        let _ = h.vector(id);
+    }
+    let _ = h.add(&[u64::MAX - 7], &q);
+    if let Some(&id) = ids.first() {
+        let _ = h.remove(&[id]);
+    }
+    let _ = h.search(&q, 5, None, None);
+}
+
+/// A BM25 snapshot's payload.
+pub fn bm25_snapshot(payload: &[u8]) -> bool {
+    let accepted = bm25::snapshot::decode(payload);
+    if let Ok(mut index) = accepted {
+        let _ = index.search("the quick brown fox jumps", 5, None);
+        let ids = index.ids();
+        let _ = index.add(&[u64::MAX - 7], &["a quick new document"]);
+        if let Some(&id) = ids.first() {
+            let _ = index.remove(&[id]);
+        }
+        let _ = index.search("quick document", 5, None);
+        index.compact();
+        let _ = index.search("quick", 5, None);
+        return true;
+    }
+    false
+}
+
+/// An engine snapshot directory, from three length-prefixed payloads
+/// (`records.bin`, `bm25.bin`, then the rest is `hnsw.bin`): each is framed
+/// with a valid header, written under a scratch directory, and loaded by
+/// [`Engine::load`] as a store would at open.
+pub fn engine_snapshot(data: &[u8]) -> bool {
+    let mut rest = data;
+    let mut part = || -> &[u8] {
+        let n = rest
+            .get(..4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        let body = rest.get(4..).unwrap_or(&[]);
+        let n = n.min(body.len());
+        let (head, tail) = body.split_at(n);
+        rest = tail;
+        head
+    };
+    let (records, bm25_payload) = (part(), part());
+    let hnsw_payload = rest;
+    // The directory is named for the seq the records claim, as a real one is.
+    let seq = records
+        .get(..8)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+    let root = scratch();
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.join(format!("snapshot-{seq:020}"));
+    if std::fs::create_dir_all(&dir).is_err() {
+        return false;
+    }
+    let files = [
+        (
+            "records.bin",
+            engine::snapshot::KIND,
+            engine::snapshot::VERSION,
+            records,
+        ),
+        (
+            "bm25.bin",
+            bm25::snapshot::KIND,
+            bm25::snapshot::VERSION,
+            bm25_payload,
+        ),
+        (
+            "hnsw.bin",
+            hnsw::persist::KIND,
+            hnsw::persist::VERSION,
+            hnsw_payload,
+        ),
+    ];
+    for (name, kind, version, payload) in files {
+        let mut bytes = persist::header(kind, version, payload);
+        bytes.extend_from_slice(payload);
+        if std::fs::write(dir.join(name), bytes).is_err() {
+            return false;
+        }
+    }
+    let loaded = Engine::load(&root);
+    let accepted = loaded.is_ok();
+    if let Ok((mut e, _)) = loaded {
+        use_engine(&mut e);
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    accepted
+}
+
+fn scratch() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| std::env::temp_dir().join(format!("memlane-fuzz-{}", std::process::id())))
+        .clone()
+}
+
+fn request<'a>(
+    text: &'a str,
+    vector: Option<&'a [f32]>,
+    filter: Option<&'a engine::Filter>,
+) -> SearchRequest<'a> {
+    SearchRequest {
+        text: Some(text),
+        vector,
+        mode: if vector.is_some() {
+            Mode::Hybrid
+        } else {
+            Mode::Text
+        },
+        filter,
+        k: 5,
+        candidates: 20,
+        fusion: Fusion::default(),
+        weights: Weights::default(),
+        rate: 0.01,
+        now: 1.0e9,
+        threshold: None,
+        min_similarity: None,
+        explain: true,
+        touch: true,
+    }
+}
+
+fn use_engine(e: &mut Engine) {
+    let q: Option<Vec<f32>> = e
+        .dim()
+        .filter(|&d| d <= MAX_DIM)
+        .map(|d| (0..d).map(|i| ((i + 1) as f32).cos()).collect());
+    let _ = e.search(&request("quick brown fox", q.as_deref(), None));
+    for json in [
+        r#"{"table": "memories"}"#,
+        r#"{"agent_id": {"$in": ["a", "b"]}}"#,
+        r#"{"n": {"$gt": 1}}"#,
+    ] {
+        if let Ok(f) = e.parse_filter(json) {
+            let _ = e.count(Some(&f));
+            let _ = e.search(&request("quick", q.as_deref(), Some(&f)));
+        }
+    }
+    let _ = e.index_pending(16);
+    let ids = e.ids();
+    if let Some(&id) = ids.first() {
+        let _ = e.remove(&[id], true);
+    }
+    let _ = e.search(&request("brown", q.as_deref(), None));
+}
+
+/// Text through an analyzer whose configuration the first byte picks.
+pub fn analyzer(data: &[u8]) -> bool {
+    let Some((&pick, text)) = data.split_first() else {
+        return false;
+    };
+    let language = Language::ALL[usize::from(pick) % Language::ALL.len()];
+    let stopwords = match (pick >> 5) & 3 {
+        0 => Stopwords::None,
+        1 => Stopwords::Language,
+        _ => Stopwords::Custom(vec!["the".into(), "É".into(), String::new()]),
+    };
+    let a = Analyzer::new(AnalyzerConfig {
+        language,
+        stopwords,
+        stemming: pick & 0x40 != 0,
+        fold_accents: pick & 0x80 != 0,
+    });
+    let text = String::from_utf8_lossy(text);
+    let _ = a.analyze(&text);
+    true
+}
+
+/// A filter (JSON text) parsed against a small engine, then used.
+pub fn filter(data: &[u8]) -> bool {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    let e = ENGINE.get_or_init(small_engine);
+    let json = String::from_utf8_lossy(data);
+    if let Ok(f) = e.parse_filter(&json) {
+        let _ = e.count(Some(&f));
+        let _ = e.select(&f);
+        let _ = e.ids_where(Some(&f), engine::Order::CreatedDesc, 1, 3);
+        let _ = e.search(&request("dark", None, Some(&f)));
+        return true;
+    }
+    false
+}
+
+fn small_engine() -> Engine {
+    let mut e = Engine::new(EngineConfig {
+        dim: Some(2),
+        ..EngineConfig::default()
+    })
+    .expect("a valid configuration");
+    let texts: Vec<String> = ["dark mode", "dark chocolate", "light mode"]
+        .map(String::from)
+        .to_vec();
+    let metas = [
+        r#"{"n": 1, "tags": ["a", "b"], "user": {"plan": "pro"}}"#,
+        r#"{"n": 2.5, "flag": true, "none": null}"#,
+        r#"{"s": "x", "nested": {"deep": {"k": [1, 2]}}}"#,
+    ];
+    let attrs: Vec<Attrs> = metas
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Attrs {
+            key: Some(format!("id-{i}")),
+            table: if i == 2 { "facts" } else { "memories" }.into(),
+            kind: "semantic".into(),
+            scope: [
+                Some(["a", "b", "c"][i].into()),
+                None,
+                None,
+                None,
+                None,
+                None,
+            ],
+            importance: 0.5,
+            evergreen: i == 1,
+            created_at: 1.0e9 + i as f64,
+            updated_at: 1.0e9,
+            last_accessed_at: 1.0e9,
+            access_count: i as u64,
+            metadata: flatten_metadata(m).expect("valid metadata"),
+        })
+        .collect();
+    e.upsert(engine::Batch {
+        ids: &[1, 2, 3],
+        texts: Some(&texts),
+        vectors: Some(&[1.0, 0.0, 0.6, 0.8, 0.0, 1.0]),
+        attrs: &attrs,
+    })
+    .expect("a valid batch");
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Target = fn(&[u8]) -> bool;
+    const TARGETS: [(&str, Target); 5] = [
+        ("hnsw_snapshot", hnsw_snapshot),
+        ("bm25_snapshot", bm25_snapshot),
+        ("engine_snapshot", engine_snapshot),
+        ("analyzer", analyzer),
+        ("filter", filter),
+    ];
+
+    /// Each entry point returns on empty, short and junk input.
+    #[test]
+    fn entry_points_take_junk() {
+        let junk: [&[u8]; 4] = [b"", b"\x00", b"{\"$and\": [{\"n\": 1}]}", &[0xff; 64]];
+        for data in junk {
+            for (_, target) in TARGETS {
+                target(data);
+            }
+        }
+    }
+
+    /// The seeds (`fuzz/seeds/<target>/`, real snapshots made by
+    /// `fuzz/make_seeds.py`) are accepted, so the fuzzers start from inputs
+    /// that reach past the first checks; the inputs under
+    /// `fuzz/regressions/<target>/` (crashes found once) no longer panic.
+    #[test]
+    fn seeds_load_and_regressions_pass() {
+        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+        for (name, target) in TARGETS {
+            for (kind, must_accept) in [("seeds", true), ("regressions", false)] {
+                let Ok(entries) = std::fs::read_dir(fuzz.join(kind).join(name)) else {
+                    assert!(!must_accept, "no seeds for {name}");
+                    continue;
+                };
+                for entry in entries.flatten() {
+                    let data = std::fs::read(entry.path()).unwrap();
+                    let accepted = target(&data);
+                    let file = entry.file_name();
+                    let empty = data.len() <= 1;
+                    assert!(
+                        accepted || !must_accept || empty,
+                        "{name}: {file:?} refused"
+                    );
+                }
+            }
+        }
+    }
+}
