@@ -878,23 +878,9 @@ class AgentMemory:
         user = _last_user_text(msgs) or room.user_text
         now = float(self.clock())
         # 1. The turn, before anything that can fail.
-        cap = self.limits.max_entry_chars
         for role, text in (("user", user), ("assistant", answer)):
-            if not text or not text.strip():
-                continue
-            pieces = split_text(text, cap)
-            if len(pieces) > 1:
-                report.splits.append((f"{role} message", len(pieces)))
-            group = uuid.uuid4().hex
-            for i, piece in enumerate(pieces, 1):
-                meta = (
-                    {}
-                    if len(pieces) == 1
-                    else {"part": i, "parts": len(pieces), "split_group": group}
-                )
-                report.stored.append(
-                    add_message(self.memory, piece, event, role=role, created_at=now, metadata=meta)
-                )
+            if text and text.strip():
+                report.stored += self._store_message(event, role, text, now, report)
         if self.consolidation.record_turns and (user or answer):
             digest = "\n".join(
                 f"{who}: {' '.join(t.split())}"
@@ -931,6 +917,41 @@ class AgentMemory:
         for f in report.failures:
             log.warning("memlane: %s failed (it runs again later): %s", f.trigger, f.error)
         return report
+
+    def _store_message(
+        self, event: EventScope, role: str, text: str, now: float, report: TurnReport
+    ) -> list[MemoryRecord]:
+        """One message in the room's history, in pieces when it is longer than the cap."""
+        pieces = split_text(text, self.limits.max_entry_chars)
+        if len(pieces) == 1:
+            return [add_message(self.memory, text, event, role=role, created_at=now)]
+        report.splits.append((f"{role} message", len(pieces)))
+        group = uuid.uuid4().hex
+        meta = {"parts": len(pieces), "split_group": group}
+        first = add_message(
+            self.memory, pieces[0], event, role=role, created_at=now, metadata={**meta, "part": 1}
+        )
+        if first.duplicate == "window":  # the whole message delivered again: stored already
+            return [first]
+        # The other pieces leave out "contact" (the dedup window's key), so a piece that
+        # repeats an earlier one is kept: add_message's metadata, with "sender" for it.
+        base = {k: v for k, v in first.metadata.items() if k != "contact"}
+        if role == "user":
+            base["sender"] = event.contact
+        rest = self.memory.add_many(
+            [
+                {
+                    "text": piece,
+                    "table": MESSAGES,
+                    "type": "message",
+                    "metadata": {**base, "part": i},
+                    "created_at": now,
+                    **_kw(event.history),
+                }
+                for i, piece in enumerate(pieces[1:], 2)
+            ]
+        )
+        return [first, *rest]
 
     def _reflect(
         self, event: EventScope, room: _Room, report: TurnReport, call: Caller | None, now: float
