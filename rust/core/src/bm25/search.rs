@@ -268,34 +268,70 @@ impl Bm25Index {
     }
 
     fn score_filtered(&self, terms: &[QueryTerm], k: usize, filter: &Filter) -> Vec<Hit> {
-        // Query positions sorted by term id, to merge with forward lists.
-        let mut by_tid: Vec<usize> = (0..terms.len()).collect();
-        by_tid.sort_unstable_by_key(|&i| terms[i].tid);
+        let by_tid = Self::by_tid(terms);
         let mut contrib = vec![0f32; terms.len()];
         let mut top = TopK::new(k);
         for &d in &filter.docnos {
-            if !self.live[d as usize] {
-                continue;
-            }
-            let (doc_terms, doc_tfs) = self.forward(d);
-            let len = self.doc_lens[d as usize];
-            let mut matched = false;
-            let mut j = 0;
-            for &i in &by_tid {
-                j += doc_terms[j..].partition_point(|&t| t < terms[i].tid);
-                if doc_terms.get(j) == Some(&terms[i].tid) {
-                    contrib[i] = terms[i].scorer.score(doc_tfs[j], len);
-                    matched = true;
-                }
-            }
-            if matched {
+            if let Some(score) = self.score_doc(terms, &by_tid, &mut contrib, d) {
                 top.offer(Hit {
                     id: self.doc_ids[d as usize],
-                    score: sum_and_clear(&mut contrib),
+                    score,
                 });
             }
         }
         top.into_sorted()
+    }
+
+    /// The scores of `query` for the documents `ids`, in order: 0 for a
+    /// document no query term occurs in, or one the index does not hold.
+    /// Reads each document's forward list, so it costs what the documents
+    /// hold, not what the index holds.
+    pub fn scores_of(&self, query: &str, ids: &[u64]) -> Vec<f32> {
+        let terms = self.prepare(query);
+        let by_tid = Self::by_tid(&terms);
+        let mut contrib = vec![0f32; terms.len()];
+        ids.iter()
+            .map(|id| {
+                self.slots
+                    .get(id)
+                    .and_then(|&d| self.score_doc(&terms, &by_tid, &mut contrib, d))
+                    .unwrap_or(0.0)
+            })
+            .collect()
+    }
+
+    /// Query positions sorted by term id, to merge with forward lists.
+    fn by_tid(terms: &[QueryTerm]) -> Vec<usize> {
+        let mut by_tid: Vec<usize> = (0..terms.len()).collect();
+        by_tid.sort_unstable_by_key(|&i| terms[i].tid);
+        by_tid
+    }
+
+    /// Document `d`'s score, through its forward list; `None` when it is dead
+    /// or holds no query term. `contrib` is scratch space, left zeroed.
+    fn score_doc(
+        &self,
+        terms: &[QueryTerm],
+        by_tid: &[usize],
+        contrib: &mut [f32],
+        d: u32,
+    ) -> Option<f32> {
+        if !self.live[d as usize] {
+            return None;
+        }
+        let (doc_terms, doc_tfs) = self.forward(d);
+        let len = self.doc_lens[d as usize];
+        let mut matched = false;
+        let mut j = 0;
+        for &i in by_tid {
+            j += doc_terms[j..].partition_point(|&t| t < terms[i].tid);
+            if doc_terms.get(j) == Some(&terms[i].tid) {
+                contrib[i] = terms[i].scorer.score(doc_tfs[j], len);
+                matched = true;
+            }
+        }
+        // Summed in the canonical order, so every path gives the same float.
+        matched.then(|| sum_and_clear(contrib))
     }
 
     fn max_score(&self, terms: &[QueryTerm], k: usize, filter: Option<&Filter>) -> Vec<Hit> {
@@ -537,6 +573,14 @@ mod tests {
                     let by_postings = ix.max_score(&ix.prepare(&q), k, Some(&filter));
                     let by_forward = ix.score_filtered(&ix.prepare(&q), k, &filter);
                     assert_eq!(by_postings, by_forward);
+                }
+                // Scores of given documents equal the exhaustive ones (0 where
+                // nothing matches, and for removed or unknown ids).
+                let all = ix.search_exhaustive(&q, usize::MAX, None);
+                let asked: Vec<u64> = ids.iter().copied().chain([u64::MAX - 1]).collect();
+                for (id, score) in asked.iter().zip(ix.scores_of(&q, &asked)) {
+                    let want = all.iter().find(|h| h.id == *id).map_or(0.0, |h| h.score);
+                    assert_eq!(score, want, "q={q} id={id}");
                 }
             }
         }

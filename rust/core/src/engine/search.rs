@@ -195,12 +195,7 @@ impl Engine {
         let weighted = matches!(req.fusion, Fusion::Weighted { .. }) && req.mode == Mode::Hybrid;
         if let Some(q) = &query {
             if weighted || req.explain || req.min_similarity.is_some() {
-                for id in &order {
-                    let c = cands.get_mut(id);
-                    if let Some(c) = c.filter(|c| c.cosine.is_none()) {
-                        c.cosine = self.vector(*id).map(|v| super::pending::dot(q, &v));
-                    }
-                }
+                self.fill_cosines(q, &order, &mut cands)?;
             }
         }
         if let Some(t) = text {
@@ -352,8 +347,37 @@ impl Engine {
         Ok(hits)
     }
 
+    /// Cosines for candidates the vector list did not hold, computed as the
+    /// retrievers compute them: exactly for parked vectors, with the graph's
+    /// ranking kernel for linked ones.
+    fn fill_cosines(
+        &self,
+        q: &[f32],
+        order: &[u64],
+        cands: &mut FxHashMap<u64, Cand>,
+    ) -> Result<()> {
+        let mut linked = Vec::new();
+        for id in order {
+            let Some(c) = cands.get_mut(id).filter(|c| c.cosine.is_none()) else {
+                continue;
+            };
+            match self.pending.get(*id) {
+                Some(v) => c.cosine = Some(super::pending::dot(q, v)),
+                None => linked.push(*id),
+            }
+        }
+        if let (Some(hnsw), false) = (self.hnsw.as_ref(), linked.is_empty()) {
+            for (id, d) in linked.iter().zip(hnsw.distances(q, &linked)?) {
+                if let (Some(c), Some(d)) = (cands.get_mut(id), d) {
+                    c.cosine = Some((1.0 - d).clamp(-1.0, 1.0));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Exact BM25 scores for candidates the BM25 list did not hold (0 when
-    /// no query term occurs in them).
+    /// no query term occurs in them), read from their forward lists.
     fn fill_bm25(&self, text: &str, order: &[u64], cands: &mut FxHashMap<u64, Cand>) {
         let missing: Vec<u64> = order
             .iter()
@@ -363,16 +387,9 @@ impl Engine {
         if missing.is_empty() {
             return;
         }
-        let filter = self.bm25.filter(&missing);
-        let found: FxHashMap<u64, f32> = self
-            .bm25
-            .search(text, missing.len(), Some(&filter))
-            .into_iter()
-            .map(|h| (h.id, h.score))
-            .collect();
-        for id in missing {
-            if let Some(c) = cands.get_mut(&id) {
-                c.bm25 = Some(found.get(&id).copied().unwrap_or(0.0));
+        for (id, score) in missing.iter().zip(self.bm25.scores_of(text, &missing)) {
+            if let Some(c) = cands.get_mut(id) {
+                c.bm25 = Some(score);
             }
         }
     }

@@ -641,6 +641,29 @@ impl Hnsw {
         Ok(self.search_one(&q, k, ef, allowed))
     }
 
+    /// The distances of `query` to the vectors of `ids`, as [`Hnsw::search`]
+    /// reports them (the same kernel, so the same floats); `None` for an id
+    /// the index does not hold.
+    pub fn distances(&self, query: &[f32], ids: &[u64]) -> Result<Vec<Option<f32>>> {
+        let q = self.check_query(query)?;
+        let q = Query::padded(&q, self.vectors.padded_dim());
+        let slots: Vec<u32> = ids
+            .iter()
+            .filter_map(|id| self.slots.get(id).copied())
+            .collect();
+        let mut dist = vec![0f32; slots.len()];
+        self.each_rank_dist(&q, &slots, |i, d| dist[i] = d);
+        let mut found = dist.into_iter();
+        Ok(ids
+            .iter()
+            .map(|id| {
+                self.slots
+                    .contains_key(id)
+                    .then(|| found.next().unwrap_or(f32::NAN))
+            })
+            .collect())
+    }
+
     /// The `k` nearest live vectors whose id `accept` admits, nearest first,
     /// found by a graph search that calls `accept` on the ids it reaches (as
     /// hnswlib's filter functor is called), never on the whole index. The

@@ -435,3 +435,26 @@ fn vectors_whose_norm_leaves_f32_are_refused() {
         h.add(&[2], &vec![0f32; 384]).unwrap();
     }
 }
+
+#[test]
+fn distances_are_the_ones_search_reports() {
+    for precision in [Precision::F32, Precision::F16, Precision::Int8, Precision::Int8F16] {
+        let params = Params {
+            precision,
+            ..Params::default()
+        };
+        let (dim, n) = (24, 300);
+        let data = clustered(n, dim, 6, 7);
+        let ids: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
+        let mut h = Hnsw::new(dim, Metric::Cosine, params).unwrap();
+        h.add(&ids, &data).unwrap();
+        let q = &data[5 * dim..6 * dim];
+        let found = h.search(q, 20, Some(100), None).unwrap();
+        let asked: Vec<u64> = found.iter().map(|nb| nb.id).chain([2]).collect();
+        let got = h.distances(q, &asked).unwrap();
+        for (nb, d) in found.iter().zip(&got) {
+            assert_eq!(Some(nb.distance), *d, "{precision:?}");
+        }
+        assert_eq!(got.last(), Some(&None)); // 2 is not an id of the index
+    }
+}
