@@ -45,6 +45,7 @@ def test_examples_exist() -> None:
         "shared_store_agents",
         "rag_knowledge",
         "agent_tools",
+        "agent_memory",
         "async_usage",
     } <= names
 
