@@ -227,6 +227,8 @@ def test_bad_input_raises(mem, llm):
         AgentMemory(mem, max_tokens=0)
     with pytest.raises(InvalidArgumentError, match="Reflection"):
         AgentMemory(mem, reflection=Consolidation())  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="build_context option"):
+        AgentMemory(mem, context={"max_tokens": 10})  # given as max_tokens=
     with pytest.raises(InvalidArgumentError, match="every"):
         Reflection(every=0)
     with pytest.raises(InvalidArgumentError, match="max_age"):
@@ -834,3 +836,35 @@ def test_the_logger_reports_failures(mem, server, llm, clock, caplog):
     with caplog.at_level(logging.WARNING, logger="memlane.agent"):
         turn(am, am.event("telegram", 42), "hi", "hello")
     assert any("reflection failed" in r.getMessage() for r in caplog.records)
+
+
+def test_async_memory_and_the_step_limit(word_embedder):
+    from memlane import AsyncMemory
+
+    amem = AsyncMemory(memory=Memory(None, word_embedder))
+    try:
+        am = AgentMemory(amem, SCOPES, **OFF)
+        assert am.memory is amem.sync
+        alice = am.event("telegram", 42, 7)
+        calls = []
+
+        def looping(messages, tools=None):
+            calls.append(1)
+            return openai_tool_call(f"c{len(calls)}", "recall", {"query": "tea"})
+
+        result = am.openai(looping, max_steps=3).run(alice, [{"role": "user", "content": "tea?"}])
+        assert len(calls) == 3 and result.reply == ""
+        assert [r.text for r in result.report.stored] == ["tea?"]  # the turn is kept
+    finally:
+        amem.sync.close()
+
+
+def test_evergreen_over_the_cap_is_logged(mem, caplog):
+    am = agent(mem, limits=Limits(max_memories=1))
+    alice = am.event("telegram", 42, 7)
+    for i in range(3):
+        mem.add(f"evergreen {i}", evergreen=True, **alice.fields)
+    with caplog.at_level(logging.WARNING, logger="memlane.agent"):
+        _, report = turn(am, alice, "hi", "hello")
+    assert report.evicted == [] and mem.count("memories", **alice.fields) == 3
+    assert any("never evicted" in r.getMessage() for r in caplog.records)

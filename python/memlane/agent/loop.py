@@ -118,6 +118,14 @@ FLUSH_MESSAGE = (
     "this conversation that is not already in memory."
 )
 
+#: What ``context=`` may set: build_context's options but the ones AgentMemory passes.
+_CONTEXT_OPTIONS = frozenset(inspect.signature(build_context).parameters) - {
+    "mem",
+    "message",
+    "scope",
+    "max_tokens",
+}
+
 _COMPACT_SYSTEM = (
     "You compact an AI agent's step history. Summarise the steps below in a few sentences: "
     "what was tried, what each tool returned that is still needed, decisions made and what "
@@ -674,6 +682,12 @@ class AgentMemory:
         ):
             if value is not None and not isinstance(value, kind):
                 raise InvalidArgumentError(f"expected a {kind.__name__}, got {value!r}")
+        unknown = set(context or {}) - _CONTEXT_OPTIONS
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown build_context option(s) {sorted(unknown)}; "
+                f"expected some of {sorted(_CONTEXT_OPTIONS)}"
+            )
         if clock is not None and not callable(clock):
             raise InvalidArgumentError("clock must be a callable returning unix seconds")
         self.memory: Memory = sync_memory(memory)
@@ -702,10 +716,15 @@ class AgentMemory:
         """The scope of a platform event (``scopes.resolve``)."""
         return self.scopes.resolve(source, contact_id, chat_id)
 
-    def memory_tools(self, event: EventScope) -> MemoryTools:
-        """The memory tools bound to the event's scope (``remember`` keeps to the cap)."""
+    def memory_tools(
+        self, event: EventScope, *, loop: asyncio.AbstractEventLoop | None = None
+    ) -> MemoryTools:
+        """The memory tools bound to the event's scope, for a loop of your own (their
+        ``remember`` keeps to the length cap and counts towards the flush reminder).
+        ``loop``: the event loop an async-only LLM runs on, when the tools are called
+        from a worker thread."""
         self._check_event(event)
-        return _Tools(self, event, self._caller())
+        return _Tools(self, event, self._caller(loop))
 
     def context(self, event: EventScope, message: str) -> Context:
         """The :func:`build_context` of ``message`` with this object's budget and options."""
@@ -1033,6 +1052,14 @@ class AgentMemory:
             candidates += batch
             if len(batch) < page:
                 break
+        if len(candidates) < total - cap:
+            log.warning(
+                "memlane: %d evergreen memories in scope %s exceed the cap of %d; "
+                "evergreen memories are never evicted",
+                total - len(candidates),
+                event.fields,
+                cap,
+            )
         candidates.sort(
             key=lambda r: (r.importance, r.access_count, max(r.created_at, r.last_accessed_at))
         )
@@ -1230,7 +1257,8 @@ class OpenAILoop(_Loop):
     raw completion or an SDK object). :meth:`run` does :meth:`AgentMemory.before`,
     the call, the memory tools (and yours, through ``tool_handler(name, args)``)
     until the model answers without tool calls, then :meth:`AgentMemory.after`.
-    ``tools`` are your own tool definitions, sent with the memory tools.
+    ``tools`` are your own tool definitions, sent with the memory tools. A turn
+    ends after ``max_steps`` model calls (8) at the latest, with the last reply.
     """
 
     def _schemas(self, tools: MemoryTools | None) -> dict[str, Any]:
@@ -1263,7 +1291,7 @@ class OpenAILoop(_Loop):
     async def arun(self, event: EventScope, messages: Sequence[Mapping[str, Any]]) -> TurnResult:
         """The async form of :meth:`run`; ``chat`` may be async (e.g. :meth:`OpenAIChat.achat`)."""
         am = self.memory
-        tools = am.memory_tools(event) if am.tools else None
+        tools = am.memory_tools(event, loop=asyncio.get_running_loop()) if am.tools else None
         kw = self._schemas(tools)
         msgs = _check_messages(messages)
         reply: dict[str, Any] = {"role": "assistant", "content": ""}
@@ -1355,7 +1383,7 @@ class AnthropicLoop(_Loop):
     ) -> TurnResult:
         """The async form of :meth:`run`; ``create`` may be async."""
         am = self.memory
-        tools = am.memory_tools(event) if am.tools else None
+        tools = am.memory_tools(event, loop=asyncio.get_running_loop()) if am.tools else None
         kw = self._schemas(tools)
         msgs = _check_messages(messages)
         reply: dict[str, Any] = {"role": "assistant", "content": []}
