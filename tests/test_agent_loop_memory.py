@@ -868,3 +868,39 @@ def test_evergreen_over_the_cap_is_logged(mem, caplog):
         _, report = turn(am, alice, "hi", "hello")
     assert report.evicted == [] and mem.count("memories", **alice.fields) == 3
     assert any("never evicted" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_embedder_in_before_is_reported_not_raised(word_embedder):
+    from memlane import EmbedderUnavailableError
+
+    class Flaky:
+        name, dimension, down = word_embedder.name, word_embedder.dimension, False
+
+        def embed(self, text):
+            if self.down:
+                raise EmbedderUnavailableError("embedding service down")
+            return word_embedder.embed(text)
+
+        def embed_batch(self, texts):
+            if self.down:
+                raise EmbedderUnavailableError("embedding service down")
+            return word_embedder.embed_batch(texts)
+
+    flaky = Flaky()
+    mem = Memory(None, flaky)
+    try:
+        am = agent(mem)
+        alice = am.event("telegram", 42, 7)
+        mem.add("Alice likes tea", **alice.fields)
+        flaky.down = True
+        msgs = am.before(alice, [{"role": "user", "content": "coffee or tea?"}])
+        assert (
+            TOOL_INSTRUCTIONS in msgs[0]["content"] and "Alice likes tea" not in msgs[0]["content"]
+        )
+        flaky.down = False
+        report = am.after(alice, msgs, "tea")
+        assert [f.trigger for f in report.failures] == ["context"]
+        assert "embedding service down" in report.failures[0].error
+        assert [r.text for r in report.stored] == ["coffee or tea?", "tea"]
+    finally:
+        mem.close()

@@ -64,7 +64,7 @@ from memlane.agent.llm import LLM, AsyncLLM, ChatMessage, LLMError, OpenAIChat
 from memlane.agent.reflection import ReflectionReport, reflect
 from memlane.agent.scope import EventScope, SessionScope
 from memlane.agent.tools import MemoryTools
-from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory
@@ -283,7 +283,8 @@ class Limits:
 @dataclass(slots=True, frozen=True)
 class TriggerFailure:
     """A trigger that did not complete: ``trigger`` is ``reflection``, ``consolidation``,
-    ``compaction``, ``summarize`` or ``eviction``; it runs again later."""
+    ``compaction``, ``summarize``, ``eviction``, ``flush`` or ``context`` (``before`` could
+    not build the context block: the model got none that call); it runs again later."""
 
     trigger: str
     error: str
@@ -572,6 +573,7 @@ class _Room:
     flush_due: str | None = None
     user_text: str | None = None
     compactions: list[CompactionReport] = field(default_factory=list)
+    failures: list[TriggerFailure] = field(default_factory=list)
     summaries: dict[str, str] = field(default_factory=dict)
 
 
@@ -797,7 +799,17 @@ class AgentMemory:
         if self.inject == "first_only" and _block_turn(system) == turn:
             return system, msgs
         query = user if user is not None else (room.user_text or "")
-        parts = [self.context(event, query).text] if query.strip() else []
+        parts: list[str] = []
+        if query.strip():
+            try:
+                parts.append(self.context(event, query).text)
+            except InvalidArgumentError:
+                raise
+            except MemlaneError as e:  # the store or the embedder failed: no context this call
+                failure = TriggerFailure("context", f"{type(e).__name__}: {e}")
+                log.warning("memlane: the context could not be built: %s", failure.error)
+                with self._lock:
+                    room.failures.append(failure)
         if self.tools:
             parts.append(TOOL_INSTRUCTIONS)
             with self._lock:
@@ -891,6 +903,7 @@ class AgentMemory:
         report = TurnReport()
         with self._lock:
             report.compactions, room.compactions = room.compactions, []
+            report.failures, room.failures = room.failures, []
         report.failures += [
             TriggerFailure("compaction", c.error or "") for c in report.compactions if c.error
         ]
