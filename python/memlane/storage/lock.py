@@ -1,21 +1,24 @@
-"""One open :class:`memlane.Memory` per store: an exclusive ``flock`` on ``<store>/lock``.
+"""One open :class:`memlane.Memory` per store: an exclusive lock on ``<store>/lock``.
 
-The lock belongs to an open file description, so a second open fails at once
-whether it comes from another process or from this one, and the kernel
-releases it when the holder exits, even through ``kill -9``.
+The lock is filelock's :class:`~filelock.FileLock`: ``flock`` on POSIX, ``msvcrt``
+byte locking on Windows. Both belong to the open file, so a second open fails at
+once whether it comes from another process or from this one, and the system
+releases the lock when its holder exits, even through ``kill -9``.
+
+The holder writes its process id into the file, so that the error of a second
+open names it. Where the lock forbids reading the file (Windows locks its bytes),
+the error says the store is open without naming the process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from memlane.errors import StorageError, StoreLockedError
+import filelock
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no advisory locks, no protection
-    fcntl = None  # type: ignore[assignment]
+from memlane.errors import StorageError, StoreLockedError
 
 __all__ = ["StoreLock"]
 
@@ -23,26 +26,29 @@ __all__ = ["StoreLock"]
 class StoreLock:
     def __init__(self, directory: Path) -> None:
         self.path = directory / "lock"
+        # thread_local=False: a store is closed from whichever thread (or the exit hook)
+        # happens to close it, not always the one that opened it.
+        self._lock: filelock.BaseFileLock | None = filelock.FileLock(
+            self.path, timeout=0, thread_local=False
+        )
         try:
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise StorageError(f"cannot open the lock file {self.path}: {e}") from e
-        if fcntl is None:  # pragma: no cover
-            return
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            self._lock.acquire()
+        except filelock.Timeout:
+            self._lock = None
             holder = self._holder()
-            os.close(self._fd)
-            self._fd = None
             raise StoreLockedError(
                 f"the memory store {directory} is already open"
                 + (f" (by process {holder})" if holder else "")
                 + "; close that Memory first (one Memory per store, shared by any number "
                 "of threads)"
             ) from None
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, str(os.getpid()).encode())
+        except OSError as e:
+            self._lock = None
+            raise StorageError(f"cannot lock {self.path}: {e}") from e
+        # A separate handle: the lock's own is filelock's. Where the lock also bars
+        # writing (Windows), the file stays without a process id.
+        with contextlib.suppress(OSError):
+            self.path.write_text(str(os.getpid()))
 
     def _holder(self) -> str:
         try:
@@ -51,6 +57,6 @@ class StoreLock:
             return ""
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.release(force=True)
