@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
+from cachetools import LRUCache
 
 from memlane.embeddings._base import Embedder, FloatArray, check_text, check_texts
 from memlane.errors import InvalidArgumentError
@@ -28,13 +28,18 @@ def text_key(text: str) -> bytes:
 
 
 class EmbeddingCache:
-    """A thread-safe LRU of vectors keyed by ``(embedder name, text_key(text))``."""
+    """A thread-safe LRU of vectors keyed by ``(embedder name, text_key(text))``.
+
+    The LRU is cachetools' :class:`~cachetools.LRUCache`, which is not thread-safe by
+    itself: every access holds this cache's lock (a read moves the entry to the front).
+    """
 
     def __init__(self, maxsize: int = 4096) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
             raise InvalidArgumentError(f"maxsize must be an int >= 0, got {maxsize!r}")
         self.maxsize = maxsize
-        self._data: OrderedDict[tuple[str, bytes], FloatArray] = OrderedDict()
+        # maxsize 0 stores nothing (put returns first); LRUCache needs maxsize >= 1 to hold one.
+        self._data: LRUCache[tuple[str, bytes], FloatArray] = LRUCache(max(maxsize, 1))
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -45,11 +50,10 @@ class EmbeddingCache:
     def get(self, name: str, text: str) -> FloatArray | None:
         key = (name, text_key(text))
         with self._lock:
-            v = self._data.get(key)
+            v = self._data.get(key)  # a hit becomes the most recently used
             if v is None:
                 self.misses += 1
                 return None
-            self._data.move_to_end(key)
             self.hits += 1
             return v
 
@@ -58,11 +62,9 @@ class EmbeddingCache:
             return
         v = np.array(vector, dtype=np.float32, copy=True)
         v.setflags(write=False)
+        key = (name, text_key(text))
         with self._lock:
-            self._data[(name, text_key(text))] = v
-            self._data.move_to_end((name, text_key(text)))
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+            self._data[key] = v  # the least recently used goes when full
 
     def clear(self) -> None:
         with self._lock:
