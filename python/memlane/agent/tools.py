@@ -123,45 +123,74 @@ class ToolArgumentError(ValueError):
     """Arguments that do not match a tool's schema."""
 
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "number": (int, float),
-    "integer": (int,),
-    "boolean": (bool,),
-    "object": (dict,),
-}
+# The checks are jsonschema's (Draft 2020-12), so what a model is shown and what is
+# enforced are the same schema; a keyword added to a schema is checked with no code here.
+# Only what JSON Schema cannot say is checked after it: a null argument means "not
+# given" (models send them), numbers must be finite (Python's json reads NaN), strings
+# must be valid Unicode (JSON escapes can encode a lone surrogate) and not blank where a
+# minLength asks for text, an integral float is an integer. Its errors are rendered as
+# short messages naming the argument, not with the offending value's repr (which can be
+# megabytes).
+_validators: dict[int, Any] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    v = _validators.get(id(schema))
+    if v is None:
+        from jsonschema import Draft202012Validator  # ~0.2 s to import: on first use only
+
+        if len(_validators) > 64:  # schemas other than the tools' own, made per call
+            _validators.clear()
+        v = _validators[id(schema)] = (schema, Draft202012Validator(schema))
+    return v[1]
+
+
+# Which error to report when there are several: the call's shape first, then arguments in order.
+_FIRST = {"additionalProperties": 0, "required": 1, "type": 2}
+
+
+def _message(error: Any, schema: Mapping[str, Any], args: Mapping[str, Any]) -> str:
+    keyword, value, instance = error.validator, error.validator_value, error.instance
+    if keyword == "additionalProperties":
+        unknown = sorted(set(args) - set(schema["properties"]))
+        return f"unknown argument(s) {unknown}; expected {sorted(schema['properties'])}"
+    if keyword == "required":
+        missing = [k for k in value if k not in args]
+        return f"missing required argument {missing[0]!r}"
+    key = ".".join(str(p) for p in error.absolute_path) or "arguments"
+    if keyword == "type":
+        return f"{key!r} must be a {value}, got {type(instance).__name__}"
+    if keyword == "enum":
+        return f"{key!r} must be one of {value}, got {repr(instance)[:80]}"
+    if keyword == "minLength":
+        return f"{key!r} must not be empty"
+    if keyword == "minimum":
+        return f"{key!r} must be >= {value}, got {instance}"
+    if keyword == "maximum":
+        return f"{key!r} must be <= {value}, got {instance}"
+    return f"{key!r}: {error.message[:200]}"
 
 
 def validate_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
-    """Checks ``args`` against the subset of JSON Schema the tool schemas use."""
+    """Checks ``args`` against a tool's JSON schema; returns them without nulls."""
+    given = {k: v for k, v in args.items() if v is not None}
+    errors = sorted(
+        _validator(schema).iter_errors(given),
+        key=lambda e: (_FIRST.get(e.validator, 3), [str(p) for p in e.absolute_path]),
+    )
+    if errors:
+        raise ToolArgumentError(_message(errors[0], schema, given))
     props: Mapping[str, Any] = schema["properties"]
-    unknown = sorted(set(args) - set(props))
-    if unknown and not schema.get("additionalProperties", True):
-        raise ToolArgumentError(f"unknown argument(s) {unknown}; expected {sorted(props)}")
-    for key in schema.get("required", ()):
-        if args.get(key) is None:
-            raise ToolArgumentError(f"missing required argument {key!r}")
     out: dict[str, Any] = {}
-    for key, value in args.items():
-        if value is None:
-            continue  # models send null for "not given"
-        spec = props[key]
-        kind = spec["type"]
-        if isinstance(value, bool) and kind != "boolean":
-            ok = False
-        elif kind == "integer" and isinstance(value, float) and value.is_integer():
-            value, ok = int(value), True
-        else:
-            ok = isinstance(value, _JSON_TYPES[kind])
-        if not ok:
-            raise ToolArgumentError(f"{key!r} must be a {kind}, got {type(value).__name__}")
-        if kind == "number" and not math.isfinite(value):
+    for key, value in given.items():
+        kind = props[key].get("type")
+        if kind == "integer" and isinstance(value, float):
+            value = int(value)  # JSON Schema's integers include 3.0
+        elif kind == "number" and not math.isfinite(value):
             raise ToolArgumentError(f"{key!r} must be a finite number")
-        if "enum" in spec and value not in spec["enum"]:
-            raise ToolArgumentError(f"{key!r} must be one of {spec['enum']}, got {value!r}")
-        if kind == "string" and len(value.strip()) < spec.get("minLength", 0):
+        elif kind == "string" and len(value.strip()) < props[key].get("minLength", 0):
             raise ToolArgumentError(f"{key!r} must not be empty")
-        if kind == "string" and not value.isascii():
+        elif kind == "string" and not value.isascii():
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as e:
@@ -169,10 +198,6 @@ def validate_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> di
                     f"{key!r} contains a lone surrogate at position {e.start}, "
                     "which is not valid Unicode"
                 ) from None
-        if "minimum" in spec and value < spec["minimum"]:
-            raise ToolArgumentError(f"{key!r} must be >= {spec['minimum']}, got {value}")
-        if "maximum" in spec and value > spec["maximum"]:
-            raise ToolArgumentError(f"{key!r} must be <= {spec['maximum']}, got {value}")
         out[key] = value
     return out
 
