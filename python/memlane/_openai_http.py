@@ -15,6 +15,13 @@ gives a number; never more than 30. A failure that may not be retried, or the
 last one, raises the subclass's own error (``_error``), naming the URL, the
 model, the tries and the cause. httpx is imported when the first client object
 is built, never by ``import memlane``.
+
+The retry loop is memlane's own, not tenacity's: it is one decision
+(:meth:`~OpenAIHTTPClient._verdict`, shared by the sync and async paths) and two
+eight-line loops. With tenacity the same needs a retry predicate over responses
+and exceptions, a wait callback that reads ``Retry-After`` from the last outcome,
+unwrapping its ``RetryError`` into ``_error`` and its own sync and async retryers:
+as much code, plus a dependency.
 """
 
 from __future__ import annotations
