@@ -34,6 +34,7 @@ from memlane.knowledge.ingest import (
     BATCH_SIZE,
     DOCUMENTS,
     FRAGMENTS,
+    IngestOptions,
     Scope,
     check_document_id,
     ingest_path,
@@ -130,14 +131,10 @@ class KnowledgeMixin:
             self._memory(),
             path,
             Scope.of(agent_id, shared),
+            IngestOptions(
+                chunker, metadata, progress, prune_missing, follow_outside, batch_size, limits
+            ),
             root=root,
-            chunker=chunker,
-            metadata=metadata,
-            progress=progress,
-            prune_missing=prune_missing,
-            follow_outside=follow_outside,
-            batch_size=batch_size,
-            limits=limits,
         )
 
     def ingest_config(
@@ -206,19 +203,10 @@ class KnowledgeMixin:
                 report.failed[label] = f"not {kind}"
                 continue
             extra = {**(metadata or {}), **(entry.get("metadata") or {})}
-            report.merge(
-                ingest_path(
-                    self._memory(),
-                    target,
-                    scope,
-                    chunker=chunker,
-                    metadata=extra or None,
-                    progress=progress,
-                    prune_missing=prune_missing,
-                    follow_outside=follow_outside,
-                    limits=limits,
-                )
+            options = IngestOptions(
+                chunker, extra or None, progress, prune_missing, follow_outside, limits=limits
             )
+            report.merge(ingest_path(self._memory(), target, scope, options))
         report.seconds = time.perf_counter() - started
         return report
 
@@ -254,18 +242,9 @@ class KnowledgeMixin:
         started = time.perf_counter()
         report = IngestReport()
         item = Source(normalise_path(source), loader, data=text.encode("utf-8"))
-        ingest_sources(
-            self._memory(),
-            [item],
-            Scope.of(agent_id, shared),
-            chunker=chunker,
-            metadata=metadata,
-            progress=False,
-            batch_size=BATCH_SIZE,
-            root_key=None,
-            report=report,
-            limits=limits,
-        )
+        options = IngestOptions(chunker, metadata, progress=False, limits=limits)
+        scope = Scope.of(agent_id, shared)
+        ingest_sources(self._memory(), [item], scope, options, root_key=None, report=report)
         report.seconds = time.perf_counter() - started
         return report
 

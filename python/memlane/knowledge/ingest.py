@@ -62,6 +62,7 @@ __all__ = [
     "BATCH_SIZE",
     "DOCUMENTS",
     "FRAGMENTS",
+    "IngestOptions",
     "Scope",
     "embedding_cost",
     "ingest_path",
@@ -210,23 +211,36 @@ class _Done:
 _END = object()
 
 
+@dataclass(frozen=True, slots=True)
+class IngestOptions:
+    """How documents are ingested: the knowledge methods' options, passed on as one
+    (see :meth:`memlane.Memory.ingest` for each)."""
+
+    chunker: Chunker | None = None
+    metadata: Mapping[str, Any] | None = None
+    progress: ProgressOption = True
+    prune_missing: bool = False
+    follow_outside: bool = False
+    batch_size: int = BATCH_SIZE
+    limits: IngestLimits | None = None
+
+
 class _Pipeline:
     def __init__(
         self,
         mem: Memory,
         scope: Scope,
+        options: IngestOptions,
         *,
-        chunker: Chunker | None,
-        metadata: dict[str, Any],
         root_key: str | None,
-        batch_size: int,
         progress: ProgressBar,
         report: IngestReport,
-        limits: IngestLimits | None = None,
     ) -> None:
+        chunker, limits, batch_size = options.chunker, options.limits, options.batch_size
         if limits is not None and not isinstance(limits, IngestLimits):
             raise InvalidArgumentError(f"limits must be an IngestLimits, got {limits!r}")
         self.limits = limits or IngestLimits()
+        metadata = _metadata(options.metadata)
         if chunker is not None and not isinstance(chunker, Chunker):
             raise InvalidArgumentError(
                 "chunker must have a split(text) -> list[Chunk] method, got "
@@ -515,28 +529,14 @@ def ingest_sources(
     mem: Memory,
     sources: list[Source],
     scope: Scope,
+    options: IngestOptions,
     *,
-    chunker: Chunker | None,
-    metadata: Mapping[str, Any] | None,
-    progress: ProgressOption,
-    batch_size: int,
     root_key: str | None,
     report: IngestReport,
     label: str = "ingest",
-    limits: IngestLimits | None = None,
 ) -> IngestReport:
-    bar = ProgressBar(len(sources), enabled=progress, label=label)
-    pipeline = _Pipeline(
-        mem,
-        scope,
-        chunker=chunker,
-        metadata=_metadata(metadata),
-        root_key=root_key,
-        batch_size=batch_size,
-        progress=bar,
-        report=report,
-        limits=limits,
-    )
+    bar = ProgressBar(len(sources), enabled=options.progress, label=label)
+    pipeline = _Pipeline(mem, scope, options, root_key=root_key, progress=bar, report=report)
     truncated = report.truncated
     try:
         pipeline.run(sources)
@@ -557,15 +557,9 @@ def ingest_path(
     mem: Memory,
     path: str | Path,
     scope: Scope,
+    options: IngestOptions,
     *,
     root: str | Path | None = None,
-    chunker: Chunker | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    progress: ProgressOption = True,
-    prune_missing: bool = False,
-    follow_outside: bool = False,
-    batch_size: int = BATCH_SIZE,
-    limits: IngestLimits | None = None,
 ) -> IngestReport:
     started = time.perf_counter()
     target = Path(path)
@@ -575,22 +569,11 @@ def ingest_path(
     if not base.is_dir():
         raise InvalidArgumentError(f"root must be a folder: {base}")
     report = IngestReport()
-    sources = walk(target, base, follow_outside=follow_outside, skipped=report.skipped)
+    sources = walk(target, base, follow_outside=options.follow_outside, skipped=report.skipped)
     root_key = str(base.resolve())
-    ingest_sources(
-        mem,
-        sources,
-        scope,
-        chunker=chunker,
-        metadata=metadata,
-        progress=progress,
-        batch_size=batch_size,
-        root_key=root_key,
-        report=report,
-        label=target.name or "ingest",
-        limits=limits,
-    )
-    if prune_missing and target.is_dir():
+    label = target.name or "ingest"
+    ingest_sources(mem, sources, scope, options, root_key=root_key, report=report, label=label)
+    if options.prune_missing and target.is_dir():
         prune(mem, scope, root_key, {s.rel for s in sources}, target, base, report)
     report.seconds = time.perf_counter() - started
     return report
