@@ -9,6 +9,7 @@ refused write stores nothing.
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -228,13 +229,9 @@ def seeded(make_store: StoreFactory) -> Iterator[Memory]:
     mem.close()
 
 
-@SETTINGS
-@given(case_and_value)
-def test_only_memlane_errors_escape_and_refused_writes_store_nothing(
-    seeded: Memory, data: tuple[tuple[str, str, bool, bool, Call], Any]
-) -> None:
-    (name, _, writes, stores, call), value = data
-    mem = seeded
+def _check(mem: Memory, case: tuple[str, str, bool, bool, Call], value: Any) -> None:
+    """Runs one case: only a memlane error may escape, and a refused write stores nothing."""
+    name, _, writes, stores, call = case
     before = _state(mem) if writes else None
     try:
         call(mem, value)
@@ -242,12 +239,41 @@ def test_only_memlane_errors_escape_and_refused_writes_store_nothing(
         if before is not None:
             assert _state(mem) == before, f"{name}: a refused write changed the store"
     except Exception as e:  # pragma: no cover - what this test exists to catch
-        pytest.fail(f"{name}({value!r:.80}) raised {type(e).__name__}: {e}")
+        pytest.fail(f"{name}({reprlib.repr(value)}) raised {type(e).__name__}: {e}")
     else:
-        assert not (stores and _unstorable(value)), f"{name} stored {value!r:.80}"
+        assert not (stores and _unstorable(value)), f"{name} stored {value!r}"
         if "seed" not in mem:
             # A delete that went through: put the seed back for the next example.
             mem.add("the seed record", id="seed")
+
+
+@SETTINGS
+@given(case_and_value)
+def test_only_memlane_errors_escape_and_refused_writes_store_nothing(
+    seeded: Memory, data: tuple[tuple[str, str, bool, bool, Call], Any]
+) -> None:
+    _check(seeded, *data)
+
+
+#: The worst of each kind, tried on every case (the random examples above may miss one).
+WORST: dict[str, list[Any]] = {
+    "text": ["\ud800", "a\x00b", "", "word " * 40_000],
+    "int": [2**64, 10**400, -1],
+    "meta": [
+        {"\ud800": 1},
+        {"k": "\udfff"},
+        {"k": _nested(2_000, "list")},
+        {"k": _nested(2_000, "dict")},
+        {"k": _nested(17, "list")},
+        {"k": 10**400},
+    ],
+}
+
+
+def test_every_entry_point_takes_the_worst_values(seeded: Memory) -> None:
+    for case in CASES:
+        for value in WORST[case[1]]:
+            _check(seeded, case, value)
 
 
 @pytest.mark.parametrize(
@@ -272,6 +298,10 @@ def test_only_memlane_errors_escape_and_refused_writes_store_nothing(
         (lambda m: m.delete("a\x00"), "id"),
         (lambda m: m.prune(keep_access_count_above=10**400), "keep_access_count_above"),
         (lambda m: m.ingest_text("\ud800", source="s", shared=True), "text"),
+        (
+            lambda m: m.ingest_text("x", source="s", shared=True, metadata=_nested(2_000, "dict")),
+            "metadata",
+        ),
     ],
 )
 def test_hostile_input_is_refused_naming_the_argument(

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from memlane._memory import coerce
 from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
 from memlane.embeddings._base import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
@@ -139,7 +140,8 @@ def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise InvalidArgumentError("metadata must be a dict with str keys")
-    return dict(value)
+    # What every fragment's add() will check, once, before anything is read.
+    return coerce.metadata(value)[0]
 
 
 def list_all(
