@@ -904,3 +904,31 @@ def test_a_failing_embedder_in_before_is_reported_not_raised(word_embedder):
         assert [r.text for r in report.stored] == ["coffee or tea?", "tea"]
     finally:
         mem.close()
+
+
+def test_trigger_outputs_keep_to_the_length_cap(make_store, word_embedder, server, llm, clock):
+    mem = make_store("cap-outputs", word_embedder)
+    try:
+        limits = Limits(max_entry_chars=200)
+        am = agent(mem, llm, clock, limits=limits, reflection=Reflection(every=1))
+        alice = am.event("telegram", 42, 7)
+        long = " ".join(f"Alice visited tea house number {i} in Kyoto." for i in range(15))
+        assert len(long) > 600
+        server.push(ops({"op": "remember", "content": long, "importance": 0.7}))
+        _, report = turn(am, alice, "I toured Kyoto", "Lovely")
+        assert report.ok, report.failures
+        (added,) = report.reflection.added
+        assert any(what.endswith(added.id) and n == 4 for what, n in report.splits)
+        parts = sorted(
+            mem.list(
+                "memories",
+                filters={"split_group": mem.get(added.id).metadata["split_group"]},
+                **alice.fields,
+            ),
+            key=lambda r: r.metadata["part"],
+        )
+        assert [r.metadata["part"] for r in parts] == [1, 2, 3, 4] and parts[0].id == added.id
+        assert " ".join(r.text for r in parts) == long
+        assert all(len(r.text) <= 200 and r.importance == 0.7 for r in parts)
+    finally:
+        mem.close()
