@@ -1,0 +1,280 @@
+"""Hybrid search: the engine's fusion and scoring, and ``Memory.search`` with precomputed
+vectors (pytest-benchmark; ``bench_memory.py`` and ``bench_user_latency.py`` are the full
+runs).
+
+Groups:
+
+- ``fusion-scoring``: one ``Engine.search`` (BM25 + HNSW, 50 candidates each, top 10):
+  weighted fusion with the default boost, weighted relevance only, RRF with the boost;
+  against the peer pipeline a user would write without the engine (``BM25Index`` and
+  ``HnswIndex`` searched apart, fused by RRF in numpy). The formulas are checked from
+  ``explain=True``'s signals (README, "Ranking"), untimed.
+- ``memory-search`` and ``memory-search-scoped``: ``Memory.search(text,
+  query_embedding=...)`` (fusion, scoring, record fetch, access tracking), unscoped and
+  scoped to one agent of 100, against chromadb's ``query`` (with ``where``) when chromadb
+  is installed (it is not in the dev extra).
+
+    pytest benches/test_bench_search.py --benchmark-autosave
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import memlane
+from _bench_data import Dataset, exact_top
+from memlane import Memory
+from memlane._core import (
+    DEFAULT_ALPHA,
+    DEFAULT_IMPORTANCE_WEIGHT,
+    DEFAULT_RECENCY_WEIGHT,
+    DEFAULT_RELEVANCE_WEIGHT,
+    ENGINE_COLUMNS,
+    Engine,
+)
+
+K = 10
+CANDIDATES = 50
+RRF_K = 60.0
+AGENTS = 100
+NOW = 1.8e9
+# explain=True's columns.
+BM25, BM25_RANK, COSINE, VECTOR_RANK, RELEVANCE, IMPORTANCE, RECENCY, _, BOOST, SCORE = range(10)
+MISSING = 2**64 - 1
+
+
+def agent(i: int) -> str:
+    return f"agent{i % AGENTS}"
+
+
+# ---------------------------------------------------------------------------
+# Fusion and scoring: the engine alone
+
+
+@pytest.fixture(scope="module")
+def engine(dataset: Dataset) -> Engine:
+    n = len(dataset.base)
+    rng = np.random.default_rng(3)
+    created = NOW - rng.uniform(0, 365 * 86400, size=n)
+    columns: dict[str, list[Any]] = {
+        "tbl": ["memories"] * n,
+        "type": ["semantic"] * n,
+        "agent_id": [agent(i) for i in range(n)],
+        **{f: [None] * n for f in ("user_id", "room_id", "world_id", "session_id", "namespace")},
+        "importance": rng.uniform(0, 1, size=n).tolist(),
+        "evergreen": [False] * n,
+        "created_at": created.tolist(),
+        "updated_at": created.tolist(),
+        "last_accessed_at": created.tolist(),
+        "metadata": [json.dumps({})] * n,
+        "id": [f"m{i}" for i in range(n)],
+        "access_count": [0] * n,
+    }
+    e = Engine(dataset.base.shape[1], precision="f32")
+    ids = np.arange(n, dtype=np.uint64)
+    e.apply(e.prepare(ids, dataset.texts, dataset.base, [columns[c] for c in ENGINE_COLUMNS]))
+    while e.index_pending(4096):
+        pass
+    return e
+
+
+class Pipeline:
+    """The peer: BM25Index and HnswIndex searched one after the other, RRF in numpy."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        ids = np.arange(len(dataset.base), dtype=np.uint64)
+        self.bm25 = memlane.BM25Index()
+        self.bm25.add(ids, dataset.texts)
+        self.hnsw = memlane.HnswIndex(dim=dataset.base.shape[1], ef_construction=100)
+        self.hnsw.add(ids, dataset.base)
+
+    def search(self, text: str, vector: np.ndarray) -> list[int]:
+        lists = [self.bm25.search(text, k=CANDIDATES)[0]]
+        labels = self.hnsw.search(vector, k=CANDIDATES)[0][0]
+        lists.append(labels[labels != MISSING])
+        scores: dict[int, float] = {}
+        for ranked in lists:
+            for rank, doc in enumerate(ranked.tolist(), start=1):
+                scores[doc] = scores.get(doc, 0.0) + 1.0 / (RRF_K + rank)
+        best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:K]
+        return [doc for doc, _ in best]
+
+
+VARIANTS = {
+    "engine-weighted-boost": {},
+    "engine-weighted-relevance-only": {"w_relevance": 1.0, "w_importance": 0.0, "w_recency": 0.0},
+    "engine-rrf-boost": {"fusion": "rrf", "rrf_k": RRF_K},
+}
+
+
+def queries(dataset: Dataset) -> Iterator[tuple[str, np.ndarray]]:
+    return itertools.cycle(zip(dataset.query_texts, dataset.queries, strict=True))
+
+
+def check_signals(kind: str, signals: np.ndarray, text_hits: bool) -> None:
+    """The README's formulas, from the signals explain=True gives for each hit."""
+    cos = np.clip(np.nan_to_num(signals[:, COSINE]), 0, 1)
+    if kind == "rrf":
+        # L counts the non-empty lists: the vector one, and the text one.
+        lists = 1 + int(text_hits)
+        ranks = signals[:, [BM25_RANK, VECTOR_RANK]]
+        rrf = np.nansum(1.0 / (RRF_K + ranks), axis=1) * (RRF_K + 1) / lists
+        np.testing.assert_allclose(signals[:, RELEVANCE], rrf, rtol=1e-9)
+    else:
+        bm25 = np.nan_to_num(signals[:, BM25])
+        scored = bm25 > 0
+        if text_hits:
+            # alpha * max(cos, 0) + (1 - alpha) * bm25 / ceiling, one ceiling per query:
+            # what is left besides the cosine is proportional to the BM25 score.
+            rest = signals[:, RELEVANCE] - DEFAULT_ALPHA * cos
+            ratio = rest[scored] / bm25[scored]
+            np.testing.assert_allclose(ratio, ratio[0] if scored.any() else 0, rtol=1e-5)
+            np.testing.assert_allclose(rest[~scored], 0, atol=1e-9)
+        else:
+            # No text hit at all: the cosine alone.
+            np.testing.assert_allclose(signals[:, RELEVANCE], cos, rtol=1e-6)
+    weights = np.array(
+        [DEFAULT_RELEVANCE_WEIGHT, DEFAULT_IMPORTANCE_WEIGHT, DEFAULT_RECENCY_WEIGHT]
+        if kind != "relevance-only"
+        else [DEFAULT_RELEVANCE_WEIGHT, 0.0, 0.0]
+    )
+    boost = (
+        weights[0] + weights[1] * signals[:, IMPORTANCE] + weights[2] * signals[:, RECENCY]
+    ) / weights.sum()
+    np.testing.assert_allclose(signals[:, BOOST], boost, rtol=1e-9)
+    np.testing.assert_allclose(signals[:, SCORE], signals[:, RELEVANCE] * boost, rtol=1e-9)
+    assert np.all(np.diff(signals[:, SCORE]) <= 1e-12)
+
+
+@pytest.mark.parametrize("variant", [*VARIANTS, "indexes-numpy-rrf"])
+def test_fusion_scoring(benchmark: Any, variant: str, engine: Engine, dataset: Dataset) -> None:
+    benchmark.group = "fusion-scoring"
+    benchmark.extra_info["data"] = dataset.label
+    cycle = queries(dataset)
+    if variant == "indexes-numpy-rrf":
+        pipeline = Pipeline(dataset)
+        benchmark(lambda: pipeline.search(*next(cycle)))
+        # The same fusion as the engine's RRF: the same hits, up to the two graphs'
+        # differences (generated clusters hold many near-equal cosines).
+        overlap = []
+        for text, vector in zip(dataset.query_texts, dataset.queries, strict=True):
+            hits = pipeline.search(text, vector)
+            ids = engine.search(text, vector, k=K, candidates=CANDIDATES, fusion="rrf")[0]
+            assert len(hits) == K
+            overlap.append(len(set(hits) & set(ids.tolist())) / K)
+        assert np.mean(overlap) >= 0.8, np.mean(overlap)
+        return
+
+    knobs = {"k": K, "candidates": CANDIDATES, "now": NOW, **VARIANTS[variant]}
+    benchmark(lambda: engine.search(*next(cycle), **knobs))
+    kind = "rrf" if "rrf" in variant else "relevance-only" if "only" in variant else "weighted"
+    for text, vector in zip(dataset.query_texts, dataset.queries, strict=True):
+        ids, scores, signals = engine.search(text, vector, explain=True, **knobs)
+        assert len(ids) == K and signals is not None
+        np.testing.assert_allclose(signals[:, SCORE], scores, rtol=1e-12)
+        # The cosines are the exact ones (f32 engine).
+        found = ~np.isnan(signals[:, COSINE])
+        exact = dataset.base[ids[found].astype(np.int64)] @ vector
+        np.testing.assert_allclose(signals[found, COSINE], exact, atol=1e-4)
+        text_hits = len(engine.search(text, mode="text", k=1)[0]) > 0
+        check_signals(kind, signals, text_hits)
+
+
+# ---------------------------------------------------------------------------
+# Memory.search with a precomputed query vector, against chromadb
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, dataset: Dataset) -> Iterator[Memory]:
+    mem = Memory(tmp_path_factory.mktemp("memlane") / "store")
+    n = len(dataset.base)
+    for start in range(0, n, 1000):
+        mem.add_many(
+            [
+                {"text": dataset.texts[i], "agent_id": agent(i), "embedding": dataset.base[i]}
+                for i in range(start, min(start + 1000, n))
+            ]
+        )
+    mem.wait_indexed()
+    yield mem
+    mem.close()
+
+
+@pytest.fixture(scope="module")
+def chroma(tmp_path_factory: pytest.TempPathFactory, dataset: Dataset) -> Any:
+    chromadb = pytest.importorskip("chromadb", reason="chromadb is not in the dev extra")
+    from chromadb.config import Settings
+
+    path = tmp_path_factory.mktemp("chroma")
+    client = chromadb.PersistentClient(
+        path=str(path), settings=Settings(anonymized_telemetry=False)
+    )
+    col = client.create_collection("memories", metadata={"hnsw:space": "cosine"})
+    n = len(dataset.base)
+    for start in range(0, n, 1000):
+        rows = range(start, min(start + 1000, n))
+        col.add(
+            ids=[str(i) for i in rows],
+            embeddings=dataset.base[start : rows.stop],
+            documents=[dataset.texts[i] for i in rows],
+            metadatas=[{"agent_id": agent(i)} for i in rows],
+        )
+    return col
+
+
+def _scope(i: int, scoped: bool) -> str | None:
+    return agent(i * 7) if scoped else None
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["unscoped", "scoped"])
+def test_memory_search(benchmark: Any, scoped: bool, store: Memory, dataset: Dataset) -> None:
+    benchmark.group = "memory-search-scoped" if scoped else "memory-search"
+    benchmark.extra_info["data"] = dataset.label
+    counter = itertools.count()
+
+    def one() -> Any:
+        i = next(counter) % len(dataset.queries)
+        return store.search(
+            dataset.query_texts[i],
+            k=K,
+            query_embedding=dataset.queries[i],
+            agent_id=_scope(i, scoped),
+        )
+
+    benchmark(one)
+    top, _ = exact_top(dataset.base, dataset.queries, 1)
+    texts = set(dataset.texts)
+    nearest = 0
+    for i, (text, vector) in enumerate(zip(dataset.query_texts, dataset.queries, strict=True)):
+        scope = _scope(i, scoped)
+        hits = store.search(text, k=K, query_embedding=vector, agent_id=scope)
+        assert len(hits) == K and all(h.record.text in texts for h in hits)
+        assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
+        if scoped:
+            assert all(h.record.agent_id == scope for h in hits)
+        else:
+            # The stored vectors are the given ones: the vector side finds the nearest.
+            best = store.search(text, k=1, query_embedding=vector, mode="vector")
+            nearest += best[0].record.text == dataset.texts[int(top[i, 0])]
+    assert scoped or nearest >= 0.9 * len(dataset.queries)
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["unscoped", "scoped"])
+def test_chroma_query(benchmark: Any, scoped: bool, chroma: Any, dataset: Dataset) -> None:
+    benchmark.group = "memory-search-scoped" if scoped else "memory-search"
+    benchmark.extra_info["data"] = dataset.label
+    counter = itertools.count()
+
+    def one() -> Any:
+        i = next(counter) % len(dataset.queries)
+        where = {"agent_id": _scope(i, scoped)} if scoped else None
+        return chroma.query(query_embeddings=[dataset.queries[i]], n_results=K, where=where)
+
+    result = benchmark(one)
+    assert len(result["ids"][0]) == K
