@@ -5,10 +5,11 @@ path, and returns a :class:`LoadedDocument`; a file it cannot read raises
 :class:`DocumentLoadError` (or the parsing library's own error), which an
 ingestion reports as failed for that file alone. Parsing is done by
 well-kept libraries: pypdf, python-docx, python-frontmatter (YAML front
-matter), and the standard library's ``html.parser``, ``csv`` and ``json``.
+matter), lxml (HTML), charset-normalizer (the encoding of a text that is not
+UTF-8), and the standard library's ``csv`` and ``json``.
 
 =================  ===========================================================
-``.txt .text``     the text (UTF-8, UTF-16 with a BOM, else Windows-1252)
+``.txt .text``     the text (by BOM, UTF-8, else the encoding detected)
 ``.md .markdown``  front matter into metadata; headings kept (the markdown
                    splitter puts each chunk's heading path before it)
 ``.pdf``           text page by page; ``pages`` gives where each page starts;
@@ -36,7 +37,6 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,13 @@ _BOMS = (
 
 
 def decode_text(data: bytes) -> str:
-    """Bytes to text: by BOM, else UTF-8, else Windows-1252, else Latin-1; NUL bytes fail."""
+    """Bytes to text: by BOM, else UTF-8, else the encoding charset-normalizer finds;
+    NUL bytes (binary content) fail.
+
+    Windows-1252 wins whenever it reads the bytes as well as the detector's best guess
+    (Western text, where cp1250 and cp1257 often tie with it), and is the fallback with
+    Latin-1 when the detector finds nothing.
+    """
     text: str | None = None
     for bom, encoding in _BOMS:
         if data.startswith(bom):
@@ -154,16 +160,37 @@ def decode_text(data: bytes) -> str:
                 raise DocumentLoadError(f"invalid {encoding} text: {e}") from None
             break
     if text is None:
-        for encoding in ("utf-8", "cp1252", "latin-1"):
-            try:
-                text = data.decode(encoding)
-                break
-            except UnicodeDecodeError:
-                continue
-    assert text is not None  # latin-1 decodes any bytes
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = _detect_decode(data)
+        else:
+            if "\x00" in text:  # UTF-16 without a BOM is often valid UTF-8, with NULs
+                text = _detect_decode(data)
     if "\x00" in text:
         raise DocumentLoadError("binary content (NUL bytes), not text")
     return text
+
+
+def _detect_decode(data: bytes) -> str:
+    from charset_normalizer import from_bytes
+
+    matches = from_bytes(data)
+    best = matches.best()
+    if best is not None:
+        if any(
+            # could_be_from_charset: the encodings that read these bytes the same way
+            "cp1252" in m.could_be_from_charset
+            and m.chaos <= best.chaos
+            and m.coherence >= best.coherence
+            for m in matches
+        ):
+            return data.decode("cp1252")
+        return str(best)
+    try:
+        return data.decode("cp1252")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")  # decodes any bytes
 
 
 def json_safe(value: Any) -> Any:
@@ -320,103 +347,108 @@ def load_jsonl(data: bytes, path: Path) -> LoadedDocument:
     return LoadedDocument("\n".join(lines), "jsonl")
 
 
-class _VisibleText(HTMLParser):
-    """Collects the text a browser would show, with block elements as paragraphs."""
+# Visible text from HTML: the document is parsed into a tree by lxml (libxml2's HTML
+# parser, already installed for python-docx), which closes what the markup leaves open
+# (<p>, <li>, a <div hidden> missing its end tag) and reads <script> and <style> as raw
+# text. The walk below only decides what a reader sees.
+_HTML_SKIP = frozenset({"script", "style", "noscript", "template", "head", "svg", "object"})
+_HTML_BLOCK = frozenset(
+    {
+        *("address", "article", "aside", "blockquote", "body", "dd", "details", "div"),
+        *("dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2"),
+        *("h3", "h4", "h5", "h6", "header", "li", "main", "nav", "ol", "p", "pre"),
+        *("section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul"),
+    }
+)
+_HTML_LINE_BREAK = frozenset({"br", "hr"})
+_DISPLAY_NONE = re.compile(r"display\s*:\s*none")
+_XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*>")
 
-    SKIP = frozenset({"script", "style", "noscript", "template", "head", "svg", "object"})
-    BLOCK = frozenset(
-        {
-            *("address", "article", "aside", "blockquote", "body", "br", "dd", "details"),
-            *("div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form"),
-            *("h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol"),
-            *("p", "pre", "section", "summary", "table", "tbody", "td", "tfoot", "th"),
-            *("thead", "tr", "ul"),
-        }
+
+def _html_hidden(element: Any) -> bool:
+    attrs = element.attrib
+    return (
+        "hidden" in attrs
+        or attrs.get("aria-hidden") == "true"
+        or _DISPLAY_NONE.search(attrs.get("style") or "") is not None
     )
-    VOID = frozenset(
-        {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param"}
-        | {"source", "track", "wbr"}
-    )
 
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[tuple[str, bool]] = []  # (text, inside <pre>)
-        self.title: list[str] = []
-        self._skip: list[str] = []  # open elements whose content is hidden
-        self._pre = 0
-        self._in_title = False
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "title":
-            self._in_title = True
-        if tag in self.VOID:
-            if tag in ("br", "hr") and not self._skip:
-                self.parts.append(("\n", False))
-            return
-        hidden = any(
-            k == "hidden"
-            or (k == "aria-hidden" and v == "true")
-            or (k == "style" and v is not None and re.search(r"display\s*:\s*none", v))
-            for k, v in attrs
-        )
-        if self._skip or tag in self.SKIP or hidden:
-            self._skip.append(tag)
-            return
-        if tag == "pre":
-            self._pre += 1
-        if tag in self.BLOCK:
-            self.parts.append(("\n\n", False))
+def _html_parts(root: Any) -> list[tuple[str, bool]]:
+    """The visible text of ``root`` as (text, inside <pre>) runs, with block boundaries."""
+    from lxml import etree
 
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title":
-            self._in_title = False
-        if self._skip:
-            if tag in self._skip:
-                while self._skip and self._skip.pop() != tag:
-                    pass
-            return
-        if tag == "pre":
-            self._pre = max(0, self._pre - 1)
-        if tag in self.BLOCK:
-            self.parts.append(("\n\n", False))
+    parts: list[tuple[str, bool]] = []
+    pre = 0
 
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title.append(data)
-        if self._skip:
+    def add(text: str | None) -> None:
+        if not text:
             return
-        if self._pre:
-            self.parts.append((data, True))
+        if pre:
+            parts.append((text, True))
         else:  # HTML collapses ASCII whitespace only (a no-break space stays)
-            self.parts.append((re.sub(r"[ \t\n\r\f]+", " ", data), False))
+            parts.append((re.sub(r"[ \t\n\r\f]+", " ", text), False))
 
-    def text(self) -> str:
-        out: list[str] = []
-        run: list[str] = []
+    walker = etree.iterwalk(root, events=("start", "end"))  # iterative: any depth
+    for event, element in walker:
+        tag = element.tag if isinstance(element.tag, str) else ""
+        shown = tag not in _HTML_SKIP and not _html_hidden(element)
+        if event == "start":
+            if not shown:
+                walker.skip_subtree()  # its "end" still comes, for its tail
+                continue
+            if tag == "pre":
+                pre += 1
+            if tag in _HTML_LINE_BREAK:
+                parts.append(("\n", False))
+            elif tag in _HTML_BLOCK:
+                parts.append(("\n\n", False))
+            add(element.text)
+            continue
+        if shown:
+            if tag == "pre":
+                pre -= 1
+            if tag in _HTML_BLOCK:
+                parts.append(("\n\n", False))
+        add(element.tail)  # the text after the element belongs to its parent
+    return parts
 
-        def flush() -> None:
-            joined = re.sub(r" *\n *", "\n", "".join(run))
-            out.append(re.sub(r"\n{3,}", "\n\n", joined))
-            run.clear()
 
-        for text, pre in self.parts:
-            if pre:
-                flush()
-                out.append(text)
-            else:
-                run.append(text)
-        flush()
-        return re.sub(r"^\s*\n|\n\s*$", "", "".join(out)).strip(" ")
+def _join_visible(parts: list[tuple[str, bool]]) -> str:
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        joined = re.sub(r" *\n *", "\n", "".join(run))
+        out.append(re.sub(r"\n{3,}", "\n\n", joined))
+        run.clear()
+
+    for text, pre in parts:
+        if pre:
+            flush()
+            out.append(text)
+        else:
+            run.append(text)
+    flush()
+    return re.sub(r"^\s*\n|\n\s*$", "", "".join(out)).strip(" ")
 
 
 def load_html(data: bytes, path: Path) -> LoadedDocument:
-    parser = _VisibleText()
-    parser.feed(decode_text(data))
-    parser.close()
+    import lxml.html
+    from lxml import etree
+
+    # lxml refuses a str that declares its encoding; the text is decoded already.
+    text = _XML_DECLARATION.sub("", decode_text(data), count=1)
+    parser = lxml.html.HTMLParser(remove_comments=True, remove_pis=True, huge_tree=True)
+    try:
+        root = lxml.html.document_fromstring(text, parser=parser)
+    except etree.ParserError:  # nothing but whitespace
+        return LoadedDocument("", "html")
     meta: dict[str, Any] = {}
-    if (title := _clean(" ".join("".join(parser.title).split()))) is not None:
-        meta["title"] = title
-    return LoadedDocument(parser.text(), "html", meta)
+    title = root.find(".//title")
+    if title is not None and (clean := _clean(" ".join(title.text_content().split()))):
+        meta["title"] = clean
+    return LoadedDocument(_join_visible(_html_parts(root)), "html", meta)
 
 
 def load_csv(data: bytes, path: Path) -> LoadedDocument:
