@@ -3,6 +3,7 @@ sets of ``_bench_data.py`` (which says how a run chooses them), once per session
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import pytest
@@ -17,6 +18,9 @@ from _bench_data import (
     synthetic_corpus,
     synthetic_dataset,
 )
+
+# Without pytest-benchmark (the dev extra) there is no ``benchmark`` fixture: collect nothing.
+collect_ignore_glob = [] if importlib.util.find_spec("pytest_benchmark") else ["test_bench_*.py"]
 
 
 def _pick(config: pytest.Config, real: Any, synthetic: Any) -> Any:
