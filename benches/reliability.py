@@ -44,8 +44,7 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))
 
 from conftest import WordHashEmbedder  # noqa: E402
-
-from memlane import Memory, MemlaneError  # noqa: E402
+from memlane import MemlaneError, Memory  # noqa: E402
 
 OPS = ("add_many", "replace", "update", "delete", "import", "ingest", "snapshot", "close")
 
@@ -193,7 +192,17 @@ def _check(store: str, cache: str, exp: Expected) -> tuple[int, int]:
         back = {i for i in exp.absent & set(records) if i not in uncertain}
         lost += len(missing) + len(back)
         if os.environ.get("RELIABILITY_DEBUG") and (missing or back):
-            print("lost:", sorted(missing)[:5], "back:", sorted(back)[:5], flight[:3])
+            in_db = [i for i in missing if i in mem]
+            print(
+                "lost:",
+                sorted(missing)[:5],
+                "back:",
+                sorted(back)[:5],
+                flight[:3],
+                "missing but in the database:",
+                in_db[:5],
+                flush=True,
+            )
         for rid, text in exp.texts.items():
             maybe = flight[2] if flight[:2] == ["TEXT", rid] else None
             if rid not in records or records[rid].text not in (text, maybe):
@@ -380,7 +389,8 @@ def main() -> None:
                 for backend in backends:
                     for op in args.ops.split(","):
                         restart = backend == "postgres" and op == "add_many"
-                        name = f"kill -9 during {op} ({backend}{', server restarted' if restart else ''})"
+                        also = ", server restarted" if restart else ""
+                        name = f"kill -9 during {op} ({backend}{also})"
                         lost, wrong, raw = kill_trial(backend, op, seed, work, server, restart)
                         rows.setdefault(name, Counter()).update(
                             trials=1, lost=lost, wrong=wrong, raw=raw
@@ -401,7 +411,8 @@ def main() -> None:
             if server is not None:
                 server.stop()
             shutil.rmtree(work, ignore_errors=True)
-    print("| fault | trials | acknowledged writes lost | wrong answers after recovery | raw exceptions |")
+    head = ("fault", "trials", "acknowledged writes lost", "wrong answers after recovery")
+    print("| " + " | ".join((*head, "raw exceptions")) + " |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, c in rows.items():
         print(f"| {name} | {c['trials']} | {c['lost']} | {c['wrong']} | {c['raw']} |")
