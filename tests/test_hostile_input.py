@@ -362,3 +362,9 @@ def test_the_tool_dispatcher_answers_hostile_calls_with_errors_naming_the_proble
         content = json.loads(args)["content"]
     if name == "remember" and _unstorable(content):
         assert result["error"]["type"] == "invalid_arguments", result
+
+
+def test_membership_of_an_id_no_database_can_store_is_false(seeded: Memory) -> None:
+    assert "seed" in seeded
+    for bad in ("\ud800", "a\x00b", "", 7):
+        assert bad not in seeded

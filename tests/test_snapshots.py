@@ -100,3 +100,32 @@ def test_a_full_disk_is_a_storage_error_and_stores_nothing(tmp_path: Path) -> No
         mem.add("after")
     with Memory(store, WordHashEmbedder()) as mem:
         assert sorted(r.text for r in mem.list()) == ["after", "before"]
+
+
+def test_a_stored_vector_the_engine_refuses_leaves_its_record_found_by_text(
+    tmp_path: Path,
+) -> None:
+    """A store written before vectors were checked for a unit length (all 1e-45 has no
+    float32 norm) opens: that record is found by its text, the others as ever."""
+    import numpy as np
+
+    store = tmp_path / "store"
+    emb = WordHashEmbedder()
+    with Memory(store, emb) as mem:
+        mem.add_many([{"text": f"ordinary note {i}", "id": f"n{i}"} for i in range(5)])
+        mem.add("the poisoned one", id="bad")
+    tiny = np.full(emb.dimension, 1e-45, dtype="<f4").tobytes()
+    with sqlite3.connect(store / "memory.db") as db:
+        db.execute("UPDATE records SET embedding = ? WHERE id = 'bad'", (tiny,))
+    shutil.rmtree(store / "index")  # rebuilt from the database, as after a crash
+    with pytest.warns(RuntimeWarning) as warned:
+        mem = Memory(store, emb)
+    messages = " ".join(str(w.message) for w in warned)
+    assert "missing" in messages and "cannot be scaled to unit length" in messages
+    with mem:
+        assert len(mem) == mem.count() == 6
+        assert mem.search("poisoned", k=1, mode="text")[0].record.id == "bad"
+        assert "bad" not in {h.record.id for h in mem.search("poisoned", k=6, mode="vector")}
+        mem.add("still writable")
+        mem.update("bad", text="healed now")
+        assert mem.search("healed now", k=1, mode="vector")[0].record.id == "bad"

@@ -168,9 +168,9 @@ def new_id() -> str:
 _F32 = np.finfo(np.float32)
 
 
-def check_vectors(vectors: FloatArray, rows: Sequence[int], label: str) -> None:
-    """Finite, non-zero and scalable to unit length in float32 (the engine's rule in
-    ``check_rows``), all rows at once; names the first bad record."""
+def _vector_checks(
+    vectors: FloatArray,
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[Any]]:
     finite = np.asarray(np.isfinite(vectors).all(axis=1))
     nonzero = np.asarray((vectors != 0).any(axis=1))
     with np.errstate(over="ignore", invalid="ignore"):
@@ -178,6 +178,20 @@ def check_vectors(vectors: FloatArray, rows: Sequence[int], label: str) -> None:
     # The norm must be a positive normal float32 whose reciprocal is one too: 1e-45
     # everywhere has a subnormal norm, 1e38 everywhere an infinite one.
     scalable = (norm >= float(_F32.tiny)) & (norm <= 1.0 / float(_F32.tiny))
+    return finite, nonzero, scalable, norm
+
+
+def usable_vectors(vectors: FloatArray) -> npt.NDArray[np.bool_]:
+    """Which rows :func:`check_vectors` accepts."""
+    finite, nonzero, scalable, _ = _vector_checks(vectors)
+    ok: npt.NDArray[np.bool_] = finite & nonzero & scalable
+    return ok
+
+
+def check_vectors(vectors: FloatArray, rows: Sequence[int], label: str) -> None:
+    """Finite, non-zero and scalable to unit length in float32 (the engine's rule in
+    ``check_rows``), all rows at once; names the first bad record."""
+    finite, nonzero, scalable, norm = _vector_checks(vectors)
     bad = np.flatnonzero(~(finite & nonzero & scalable))
     if bad.size:
         i = int(bad[0])

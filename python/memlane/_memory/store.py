@@ -363,7 +363,13 @@ class MemoryStore:
         return len(self._sync.engine)
 
     def __contains__(self, id: object) -> bool:
-        return isinstance(id, str) and self._db.row_by_id(id) is not None
+        if not isinstance(id, str):
+            return False
+        try:
+            coerce.clean(id, "id")
+        except InvalidArgumentError:
+            return False  # no record can have an id the databases cannot store
+        return self._db.row_by_id(id) is not None
 
     def count(
         self,

@@ -23,7 +23,7 @@ import numpy as np
 
 from memlane._core import Engine
 from memlane._memory.access import AccessLog
-from memlane._memory.coerce import FloatArray
+from memlane._memory.coerce import FloatArray, usable_vectors
 from memlane._memory.encoding import blob, prepare, unblob
 from memlane.embeddings._base import Embedder
 from memlane.errors import (
@@ -223,12 +223,32 @@ class IndexSync:
             without = [r for r in full if not (self.dim and r.embedding is not None)]
             if with_vec:
                 vectors = np.stack([unblob(r.embedding) for r in with_vec])  # type: ignore[misc]
-                engine.apply(self.prepare(with_vec, texts=True, vectors=vectors))
+                ok = usable_vectors(vectors)
+                if not ok.all():
+                    # Stored before vectors were checked for a unit length: found by
+                    # their text, not by a vector the engine cannot hold.
+                    bad = [r for r, good in zip(with_vec, ok, strict=True) if not good]
+                    self._refused_vectors(bad)
+                    without += bad
+                    with_vec = [r for r, good in zip(with_vec, ok, strict=True) if good]
+                    vectors = vectors[ok]
+                if with_vec:
+                    engine.apply(self.prepare(with_vec, texts=True, vectors=vectors))
             if without:
                 engine.apply(self.prepare(without, texts=True, vectors=None))
             if attrs:
                 engine.apply(self.prepare(attrs, texts=False, vectors=None))
         return count, upto
+
+    def _refused_vectors(self, rows: Sequence[Row]) -> None:
+        ids = ", ".join(repr(r.id) for r in rows[:3]) + (" ..." if len(rows) > 3 else "")
+        warnings.warn(
+            f"memlane: {len(rows)} stored vector(s) of {self.location} cannot be scaled to "
+            f"unit length (records {ids}); those records are found by their text only. "
+            "update(id, embedding=...) or update(id, text=...) gives them a vector again",
+            RuntimeWarning,
+            stacklevel=5,
+        )
 
     # -- following and writing -------------------------------------------------------
 

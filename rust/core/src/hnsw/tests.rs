@@ -438,7 +438,12 @@ fn vectors_whose_norm_leaves_f32_are_refused() {
 
 #[test]
 fn distances_are_the_ones_search_reports() {
-    for precision in [Precision::F32, Precision::F16, Precision::Int8, Precision::Int8F16] {
+    for precision in [
+        Precision::F32,
+        Precision::F16,
+        Precision::Int8,
+        Precision::Int8F16,
+    ] {
         let params = Params {
             precision,
             ..Params::default()
