@@ -250,6 +250,22 @@ def _check(store: str, cache: str, exp: Expected) -> tuple[int, int]:
     return lost, wrong
 
 
+def _wait_for_dead_sessions(server: Any, timeout: float = 60.0) -> None:
+    """Waits until the server has ended every session of the killed process."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'reliability-child'"
+            ).fetchone()
+            if row is None or row[0] == 0:
+                return
+            time.sleep(0.05)
+    raise RuntimeError("the killed writer's sessions did not end")
+
+
 def kill_trial(
     backend: str, op: str, seed: int, work: Path, server: Any, restart: bool
 ) -> tuple[int, int, int]:
@@ -260,11 +276,16 @@ def kill_trial(
     rng = random.Random(seed)
     raw = lost = wrong = 0
     for round_ in range(3):
+        # The child's connections are named, so the check can wait for the server to
+        # finish them: a COMMIT it received before the kill still completes after it.
+        child_store = store
+        if backend == "postgres":
+            child_store += "&application_name=reliability-child"
         proc = subprocess.Popen(
             [
                 sys.executable,
                 str(script),
-                store,
+                child_store,
                 op,
                 str(seed * 10 + round_),
                 str(TESTS),
@@ -291,6 +312,8 @@ def kill_trial(
         for line in out.splitlines(keepends=True):
             if line.endswith("\n"):  # a line cut by the kill was never acknowledged
                 exp.apply(line.split())
+        if backend == "postgres":
+            _wait_for_dead_sessions(server)
         try:
             got = _check(store, cache, exp)
         except MemlaneError:
