@@ -9,8 +9,8 @@ This package holds their parts: loaders, ids, the pipeline and its report.
 from __future__ import annotations
 
 from memlane.knowledge.api import SEARCH_DEFAULTS, KnowledgeMixin
+from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS
 from memlane.knowledge.ids import document_id, fragment_id, normalise_path
-from memlane.knowledge.ingest import DOCUMENTS, FRAGMENTS
 from memlane.knowledge.loaders import (
     LOADERS,
     DocumentLoadError,

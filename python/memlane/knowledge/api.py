@@ -29,20 +29,16 @@ from memlane._core import DEFAULT_ALPHA
 from memlane._memory import coerce
 from memlane.chunking import Chunker
 from memlane.errors import InvalidArgumentError
-from memlane.knowledge.ids import normalise_path
-from memlane.knowledge.ingest import (
-    BATCH_SIZE,
+from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
-    IngestOptions,
-    Scope,
     check_document_id,
-    ingest_path,
-    ingest_sources,
     knowledge_documents,
     list_all,
     remove_documents,
 )
+from memlane.knowledge.ids import normalise_path
+from memlane.knowledge.ingest import BATCH_SIZE, IngestOptions, Scope, ingest_path, ingest_sources
 from memlane.knowledge.loaders import LOADERS, IngestLimits
 from memlane.knowledge.progress import ProgressOption
 from memlane.knowledge.report import IngestReport

@@ -35,7 +35,7 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,14 @@ from memlane._memory import coerce
 from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
 from memlane.embeddings._base import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
-from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError, UnknownIdError
+from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError
+from memlane.knowledge.documents import (
+    DOCUMENTS,
+    FRAGMENTS,
+    knowledge_documents,
+    list_all,
+    remove_documents,
+)
 from memlane.knowledge.ids import document_id, fragment_id
 from memlane.knowledge.loaders import IngestLimits, LoadedDocument, json_safe, unpacked_size
 from memlane.knowledge.progress import ProgressBar, ProgressOption
@@ -61,20 +68,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_SIZE",
-    "DOCUMENTS",
-    "FRAGMENTS",
     "IngestOptions",
     "Scope",
     "embedding_cost",
     "ingest_path",
     "ingest_sources",
-    "knowledge_documents",
-    "list_all",
-    "remove_documents",
 ]
 
-DOCUMENTS = "documents"
-FRAGMENTS = "fragments"
 # Part of every fingerprint: bump it when loaders or record layout change, so
 # that the next ingestion rewrites every document.
 FORMAT_VERSION = 1
@@ -84,7 +84,6 @@ _EMBED_BATCH = 128
 BATCH_SIZE = 2048
 # How long the writer waits for the producer before writing what it holds.
 _PRODUCER_WAIT = 0.05
-_LIST_PAGE = 1000
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -142,45 +141,6 @@ def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
         raise InvalidArgumentError("metadata must be a dict with str keys")
     # What every fragment's add() will check, once, before anything is read.
     return coerce.metadata(value)[0]
-
-
-def list_all(
-    mem: Memory,
-    table: str,
-    filters: Mapping[str, Any] | None = None,
-    *,
-    include_embedding: bool = False,
-) -> list[MemoryRecord]:
-    """Every record of ``table`` matching ``filters``, oldest first (page by page)."""
-    out: list[MemoryRecord] = []
-    while True:
-        page = mem.list(
-            table,
-            limit=_LIST_PAGE,
-            offset=len(out),
-            order="asc",
-            filters=filters,
-            include_embedding=include_embedding,
-        )
-        out.extend(page)
-        if len(page) < _LIST_PAGE:
-            return out
-
-
-def knowledge_documents(
-    mem: Memory, filters: Mapping[str, Any] | None = None
-) -> list[MemoryRecord]:
-    """Every document record matching ``filters``, oldest first."""
-    return list_all(mem, DOCUMENTS, filters)
-
-
-def remove_documents(mem: Memory, ids: Sequence[str]) -> int:
-    """Deletes the documents' records, then their fragments; returns the fragments deleted."""
-    if not ids:
-        return 0
-    flt = {"document_id": {"$in": list(ids)}}
-    mem.delete_all(DOCUMENTS, filters=flt)
-    return mem.delete_all(FRAGMENTS, filters=flt)
 
 
 # -- what the producer hands over ----------------------------------------------------------
@@ -601,12 +561,3 @@ def prune(
     if gone:
         remove_documents(mem, list(gone.values()))
         report.pruned.update(gone)
-
-
-def check_document_id(mem: Memory, doc_id: str) -> None:
-    if not isinstance(doc_id, str) or not doc_id:
-        raise InvalidArgumentError(f"document_id must be a non-empty str, got {doc_id!r}")
-    if not mem.count(DOCUMENTS, filters={"document_id": doc_id}) and not mem.count(
-        FRAGMENTS, filters={"document_id": doc_id}
-    ):
-        raise UnknownIdError(f"no knowledge document with id {doc_id!r}")
