@@ -1,0 +1,216 @@
+"""hnswlib's ``BFIndex`` (exact search), re-exported by :mod:`memlane.compat.hnswlib`."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane.compat._hnswlib_common import (
+    _FULL,
+    _TOO_FEW,
+    Filter,
+    _allowed,
+    _check_space,
+    _default_threads,
+    _empty,
+    _labels,
+    _normalised,
+    _query_k,
+    _rows,
+)
+from memlane.compat._hnswlib_files import (
+    _FORMAT,
+    _MAGIC,
+    _array_bytes,
+    _HnswlibFile,
+    _parse,
+    _read_bytes,
+    _write,
+)
+
+
+class BFIndex:
+    """Exact (brute-force) search with hnswlib's ``BFIndex`` API."""
+
+    # Pickles name the class where programs import it from, not this module.
+    __module__ = "memlane.compat.hnswlib"
+
+    def __init__(self, space: str, dim: int) -> None:
+        self._space = _check_space(space)
+        self._dim = int(dim)
+        self._max_elements = 0
+        self._inited = False
+        self._data = np.zeros((0, self._dim), dtype=np.float32)
+        self._labels = np.zeros(0, dtype=np.uint64)
+        self._rows: dict[int, int] = {}
+        self._next_label = 0
+        self._num_threads = _default_threads()
+
+    def init_index(self, max_elements: int) -> None:
+        if int(max_elements) < 0:
+            raise TypeError(f"max_elements must be non-negative, got {max_elements}")
+        self._max_elements = int(max_elements)
+        self._data = np.zeros((self._max_elements, self._dim), dtype=np.float32)
+        self._labels = np.zeros(self._max_elements, dtype=np.uint64)
+        self._rows = {}
+        self._next_label = 0
+        self._inited = True
+
+    def _check(self) -> None:
+        if not self._inited:
+            raise RuntimeError("The index is not initiated: call init_index or load_index")
+
+    def add_items(self, data: npt.ArrayLike, ids: npt.ArrayLike | None = None) -> None:
+        """Adds rows under ``ids`` (default: continuing labels); a present label is updated."""
+        self._check()
+        rows = _rows(data, self._dim)
+        if self._space == "cosine":
+            rows = _normalised(rows)
+        labels = _labels(ids, rows.shape[0], self._next_label)
+        for row, label in enumerate(labels):
+            at = self._rows.get(label)
+            if at is None:
+                if len(self._rows) >= self._max_elements:
+                    raise RuntimeError(_FULL)
+                at = len(self._rows)
+                self._rows[label] = at
+                self._labels[at] = label
+            self._data[at] = rows[row]
+        self._next_label += rows.shape[0]
+
+    def delete_vector(self, label: int) -> None:
+        """Removes ``label``; an unknown label is ignored, as in hnswlib."""
+        self._check()
+        at = self._rows.pop(int(label), None)
+        if at is None:
+            return
+        last = len(self._rows)
+        if at != last:
+            # The last row fills the hole.
+            moved = int(self._labels[last])
+            self._data[at] = self._data[last]
+            self._labels[at] = moved
+            self._rows[moved] = at
+
+    def knn_query(
+        self,
+        data: npt.ArrayLike,
+        k: int = 1,
+        num_threads: int = -1,
+        filter: Filter = None,
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+        """The exact ``k`` nearest labels of each row and their distances."""
+        self._check()
+        k = _query_k(k)
+        queries = _rows(data, self._dim)
+        if k == 0 or queries.shape[0] == 0:
+            return _empty(queries.shape[0], k)
+        n = len(self._rows)
+        stored, labels = self._data[:n], self._labels[:n]
+        if filter is not None:
+            if callable(filter):
+                keep = np.fromiter((bool(filter(int(x))) for x in labels), dtype=bool, count=n)
+            else:
+                keep = np.isin(labels, _allowed(filter))
+            stored, labels = stored[keep], labels[keep]
+        if labels.shape[0] < k:
+            raise RuntimeError(_TOO_FEW)
+        if self._space == "cosine":
+            queries = _normalised(queries)
+        dots = queries @ stored.T
+        if self._space == "l2":
+            sq = np.einsum("ij,ij->i", stored, stored)
+            qq = np.einsum("ij,ij->i", queries, queries)
+            dist = np.maximum(qq[:, None] + sq[None, :] - 2 * dots, 0)
+        else:
+            dist = 1 - dots
+        dist = dist.astype(np.float32, copy=False)
+        top = np.argpartition(dist, k - 1, axis=1)[:, :k] if k < dist.shape[1] else None
+        if top is None:
+            top = np.broadcast_to(np.arange(dist.shape[1]), dist.shape)
+        part = np.take_along_axis(dist, top, axis=1)
+        if self._space == "l2":
+            # The expansion above loses digits to cancellation: measure the
+            # chosen ones directly.
+            diff = stored[top] - queries[:, None, :]
+            part = np.einsum("qkd,qkd->qk", diff, diff).astype(np.float32, copy=False)
+        order = np.argsort(part, axis=1, kind="stable")
+        return labels[np.take_along_axis(top, order, axis=1)], np.take_along_axis(
+            part, order, axis=1
+        )
+
+    def set_num_threads(self, num_threads: int) -> None:
+        self._num_threads = int(num_threads)
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, value: int) -> None:
+        self._num_threads = int(value)
+
+    @property
+    def space(self) -> str:
+        return self._space
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def get_max_elements(self) -> int:
+        return self._max_elements
+
+    def get_current_count(self) -> int:
+        return len(self._rows)
+
+    def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
+        path = path_to_index
+        self._check()
+        n = len(self._rows)
+        meta = {
+            "kind": "BFIndex",
+            "format": _FORMAT,
+            "space": self._space,
+            "dim": self._dim,
+            "max_elements": self._max_elements,
+            "count": n,
+        }
+        _write(path, meta, [_array_bytes(self._labels[:n]), _array_bytes(self._data[:n])])
+
+    def load_index(self, path_to_index: str | os.PathLike[str], max_elements: int = 0) -> None:
+        """Reads a file of ``save_index``, or one written by hnswlib's ``BFIndex``."""
+        path = path_to_index
+        raw = _read_bytes(path)
+        if raw.startswith(_MAGIC):
+            meta, blobs = _parse(raw, path, "BFIndex")
+            if meta["space"] != self._space or int(meta["dim"]) != self._dim:
+                raise RuntimeError(
+                    f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
+                    f"this BFIndex is {self._space!r} of dim {self._dim}"
+                )
+            if len(blobs) != 2:
+                raise RuntimeError("the index file is truncated")
+            n = int(meta["count"])
+            labels = np.frombuffer(blobs[0], dtype=np.uint64)
+            data = np.frombuffer(blobs[1], dtype=np.float32).reshape(n, self._dim)
+            saved_max = int(meta["max_elements"])
+        else:
+            saved = _HnswlibFile(raw, self._dim, path, brute=True)
+            n, labels, data, saved_max = (
+                saved.count,
+                saved.labels,
+                saved.vectors,
+                saved.max_elements,
+            )
+        capacity = int(max_elements) if int(max_elements) >= n else int(saved_max)
+        self.init_index(max(capacity, n))
+        self._data[:n] = data
+        self._labels[:n] = labels
+        self._rows = {int(label): i for i, label in enumerate(labels)}
+        self._next_label = n
+
+    def __repr__(self) -> str:
+        return f"<memlane.compat.hnswlib.BFIndex(space={self._space!r}, dim={self._dim})>"

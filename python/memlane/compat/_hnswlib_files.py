@@ -1,0 +1,119 @@
+"""The index files :mod:`memlane.compat.hnswlib` reads and writes: its own format (a magic
+line, then length-prefixed JSON metadata and blobs) and the files hnswlib itself writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+_MAGIC = b"memlane.compat.hnswlib\n"
+_FORMAT = 1
+
+
+def _write(path: str | os.PathLike[str], meta: dict[str, Any], blobs: list[bytes]) -> None:
+    """Writes ``magic, meta (JSON), blobs`` to ``path`` through a renamed temporary file."""
+    head = json.dumps(meta).encode()
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC)
+            for part in [head, *blobs]:
+                f.write(struct.pack("<Q", len(part)))
+                f.write(part)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_bytes(path: str | os.PathLike[str]) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        raise RuntimeError("Cannot open file") from None
+
+
+def _parse(
+    raw: bytes, path: str | os.PathLike[str], kind: str
+) -> tuple[dict[str, Any], list[bytes]]:
+    """A file written by ``save_index``: its metadata and blobs."""
+    parts: list[bytes] = []
+    at = len(_MAGIC)
+    while at < len(raw):
+        if at + 8 > len(raw):
+            raise RuntimeError(f"{os.fspath(path)!r} is truncated")
+        (n,) = struct.unpack_from("<Q", raw, at)
+        at += 8
+        if at + n > len(raw):
+            raise RuntimeError(f"{os.fspath(path)!r} is truncated")
+        parts.append(raw[at : at + n])
+        at += n
+    if not parts:
+        raise RuntimeError(f"{os.fspath(path)!r} is truncated")
+    meta: dict[str, Any] = json.loads(parts[0])
+    if meta.get("kind") != kind or meta.get("format") != _FORMAT:
+        raise RuntimeError(
+            f"{os.fspath(path)!r} holds a {meta.get('kind')} (format {meta.get('format')}), "
+            f"not a {kind} of format {_FORMAT}"
+        )
+    return meta, parts[1:]
+
+
+# hnswlib's own files: HierarchicalNSW::saveIndex writes these fields, then every
+# element's level-0 record (links, vector, label), then the upper levels' links.
+_HNSW_HEAD = struct.Struct("<6QiI3QdQ")
+# BruteforceSearch::saveIndex: max_elements, bytes per element, count, then the records.
+_BF_HEAD = struct.Struct("<3Q")
+_DELETE_MARK = 0x01
+
+
+class _HnswlibFile:
+    """The vectors, labels and deleted marks of an index file written by hnswlib."""
+
+    def __init__(self, raw: bytes, dim: int, path: str | os.PathLike[str], brute: bool) -> None:
+        bad = RuntimeError(
+            f"{os.fspath(path)!r} is neither a memlane.compat.hnswlib file nor an hnswlib "
+            f"{'BFIndex' if brute else 'Index'} file of dim {dim}"
+        )
+        head = _BF_HEAD if brute else _HNSW_HEAD
+        if len(raw) < head.size:
+            raise bad
+        fields = head.unpack_from(raw)
+        if brute:
+            self.max_elements, size, count = fields
+            data_at, label_at, links_at = 0, dim * 4, -1
+            self.m, self.ef_construction = 0, 0
+        else:
+            offset0, self.max_elements, count, size, label_at, data_at = fields[:6]
+            self.m, self.ef_construction = int(fields[10]), int(fields[12])
+            links_at = 2  # the byte of each record's link header that holds the mark
+            if offset0 != 0:
+                raise bad
+        if (
+            label_at - data_at != dim * 4
+            or label_at + 8 > size
+            or count > self.max_elements
+            or head.size + count * size > len(raw)
+        ):
+            raise bad
+        records = np.frombuffer(raw, dtype=np.uint8, count=count * size, offset=head.size)
+        records = records.reshape(count, size)
+        self.vectors = np.ascontiguousarray(records[:, data_at:label_at]).view(np.float32)
+        self.labels = np.ascontiguousarray(records[:, label_at : label_at + 8]).view(np.uint64)
+        self.labels = self.labels.reshape(-1)
+        self.deleted = (
+            np.zeros(count, dtype=bool) if brute else (records[:, links_at] & _DELETE_MARK) > 0
+        )
+        self.count = int(count)
+
+
+def _array_bytes(array: npt.NDArray[Any]) -> bytes:
+    return np.ascontiguousarray(array).tobytes()
