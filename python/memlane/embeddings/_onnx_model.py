@@ -1,0 +1,110 @@
+"""Opening an ONNX sentence-embedding model for :class:`memlane.embeddings.OnnxEmbedder`:
+its onnxruntime session, its tokenizer, and the inputs and output the model declares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlane.errors import EmbedderUnavailableError
+
+_INPUT_IDS, _MASK, _TOKEN_TYPES = "input_ids", "attention_mask", "token_type_ids"
+_INPUTS = (_INPUT_IDS, _MASK, _TOKEN_TYPES)
+#: Output names that hold per-token states, tried in this order.
+_TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
+_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+
+def _load_session(model: Path, threads: int) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise EmbedderUnavailableError(
+            f"onnxruntime is not installed ({e}); install it with: pip install onnxruntime"
+        ) from e
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # onnxruntime's default spinning stays: pool threads spin between a run's steps
+    # and for about 40 ms after it (some 45 ms of CPU per query). For one short text
+    # on 2 idle cores (benches/bench_query_embed.py) each alternative was slower:
+    # one thread 1.45-1.55x back to back (1.15-1.4x after 100 ms of quiet), no
+    # spinning 1.15-1.25x (1.25-1.5x), and "session.force_spinning_stop" as fast
+    # back to back but 1.4-1.9x after 50 ms or more of quiet; an arena or
+    # "session.dynamic_block_base" gained nothing beyond noise. On cores busy with
+    # other work the spinning costs instead: one thread is then about 1.6x faster.
+
+    # The arena keeps the largest run's memory for the life of the session (2.8 GB
+    # after one batch of 256-token texts); memlane lives in other people's processes.
+    options.enable_cpu_mem_arena = False
+    try:
+        return ort.InferenceSession(
+            str(model), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as e:  # onnxruntime's own exception types are not public
+        raise EmbedderUnavailableError(f"onnxruntime cannot load {model}: {e}") from e
+
+
+def _load_tokenizer(path: Path, max_length: int) -> tuple[Any, int]:
+    """The tokenizer, cutting at ``max_length`` and padding nothing, and its padding id."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as e:
+        raise EmbedderUnavailableError(
+            f"tokenizers is not installed ({e}); install it with: pip install tokenizers"
+        ) from e
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for a bad file
+        raise EmbedderUnavailableError(f"tokenizers cannot load {path}: {e}") from e
+    padding = tokenizer.padding
+    pad_id = int(padding["pad_id"]) if padding else 0
+    # The shipped tokenizer.json pads every text to 128 and cuts at 128: pad per
+    # batch instead (see OnnxEmbedder._run), and cut at the model's own limit.
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length)
+    return tokenizer, pad_id
+
+
+def _model_inputs(session: Any, model: Path) -> list[tuple[str, Any]]:
+    """The feeds the model declares, each with its integer dtype; ``input_ids`` required."""
+    feeds: list[tuple[str, Any]] = []
+    for node in session.get_inputs():
+        if node.name not in _INPUTS:
+            raise EmbedderUnavailableError(
+                f"{model} takes an input {node.name!r}; a sentence-embedding model's inputs "
+                f"are among {', '.join(_INPUTS)}"
+            )
+        dtype = _DTYPES.get(node.type)
+        if dtype is None:
+            raise EmbedderUnavailableError(
+                f"{model}'s input {node.name!r} is {node.type}; int64 or int32 is expected"
+            )
+        feeds.append((node.name, dtype))
+    if _INPUT_IDS not in {feed for feed, _ in feeds}:
+        raise EmbedderUnavailableError(f"{model} has no input named {_INPUT_IDS!r}")
+    return feeds
+
+
+def _model_output(session: Any, model: Path, wanted: str | None) -> tuple[str, int, int | None]:
+    """The output to read: its name, its number of axes, and its last axis if declared."""
+    outputs = {node.name: node for node in session.get_outputs()}
+    if wanted is not None:
+        if wanted not in outputs:
+            raise EmbedderUnavailableError(
+                f"{model} has no output {wanted!r}; its outputs: {', '.join(outputs)}"
+            )
+        chosen = wanted
+    else:
+        chosen = next((n for n in _TOKEN_OUTPUTS if n in outputs), next(iter(outputs)))
+    shape = list(outputs[chosen].shape or [])
+    if len(shape) not in (2, 3):
+        raise EmbedderUnavailableError(
+            f"{model}'s output {chosen!r} has shape {shape}; (batch, tokens, dimension) or "
+            "(batch, dimension) is expected"
+        )
+    last = shape[-1]
+    return chosen, len(shape), last if isinstance(last, int) and last > 0 else None
