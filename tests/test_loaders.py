@@ -256,3 +256,24 @@ def test_registry() -> None:
         register_loader("rst", load_rst)
     with pytest.raises(ValueError):
         register_loader(".rst", "not callable")  # type: ignore[arg-type]
+
+
+def test_a_pdf_pypdf_repairs_loads_without_writing_to_stderr(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """pypdf logs what it repairs; memlane must not let that reach stderr on its own."""
+    import re
+
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.cell(text="hello pdf world")
+    data = bytes(pdf.output())
+    # A startxref offset that points past the table: pypdf finds it and logs a warning.
+    data = re.sub(rb"startxref\s+(\d+)", lambda m: b"startxref\n%d" % (int(m[1]) + 7), data)
+    capfd.readouterr()
+    doc = load_pdf(data, Path("repaired.pdf"))
+    assert "hello pdf world" in doc.text
+    assert capfd.readouterr().err == ""

@@ -33,6 +33,7 @@ import codecs
 import csv
 import io
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -235,6 +236,11 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
     from pypdf import PdfReader
     from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
 
+    # pypdf logs what it repairs (a wrong xref offset...); with no handler of its own,
+    # Python's last-resort handler printed that on stderr mid-ingestion. It still
+    # reaches the application's handlers through the root logger.
+    _quiet_logger("pypdf")
+
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -270,6 +276,12 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
             f"no extractable text in {len(pages)} page(s) (a scanned PDF needs OCR first)"
         )
     return LoadedDocument(text, "pdf", meta, pages=pages)
+
+
+def _quiet_logger(name: str) -> None:
+    logger = logging.getLogger(name)
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
 
 
 _HEADING_STYLE = re.compile(r"^heading\s*(\d)$", re.IGNORECASE)
