@@ -258,11 +258,12 @@ def test_registry() -> None:
         register_loader(".rst", "not callable")  # type: ignore[arg-type]
 
 
-def test_a_pdf_pypdf_repairs_loads_without_writing_to_stderr(
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    """pypdf logs what it repairs; memlane must not let that reach stderr on its own."""
+def test_a_pdf_pypdf_repairs_loads_without_writing_to_stderr(tmp_path: Path) -> None:
+    """pypdf logs what it repairs; memlane must not let that reach stderr on its own.
+    In a fresh interpreter: pytest's own log handlers would hide the last-resort one."""
     import re
+    import subprocess
+    import sys
 
     from fpdf import FPDF
 
@@ -273,7 +274,17 @@ def test_a_pdf_pypdf_repairs_loads_without_writing_to_stderr(
     data = bytes(pdf.output())
     # A startxref offset that points past the table: pypdf finds it and logs a warning.
     data = re.sub(rb"startxref\s+(\d+)", lambda m: b"startxref\n%d" % (int(m[1]) + 7), data)
-    capfd.readouterr()
-    doc = load_pdf(data, Path("repaired.pdf"))
-    assert "hello pdf world" in doc.text
-    assert capfd.readouterr().err == ""
+    (tmp_path / "repaired.pdf").write_bytes(data)
+    script = (
+        "import sys; from pathlib import Path; "
+        "from memlane.knowledge.loaders import load_pdf; "
+        "p = Path(sys.argv[1]); print(load_pdf(p.read_bytes(), p).text)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "repaired.pdf")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "hello pdf world" in run.stdout
+    assert run.stderr == ""
