@@ -10,7 +10,10 @@ Everything here uses :class:`memlane.Memory`'s public API.
 - :mod:`~memlane.agent.consolidation`: the short-term tier and :func:`consolidate`.
 - :mod:`~memlane.agent.reflection`: :func:`reflect`.
 - :mod:`~memlane.agent.loop`: :class:`AgentMemory` (``before``/``after`` around any agent
-  loop, the triggers and limits) and the OpenAI- and Anthropic-style loop adapters.
+  loop), over :mod:`~memlane.agent.triggers` (reflection, consolidation, flush reminder,
+  compaction), :mod:`~memlane.agent.limits` (the length and count caps) and
+  :mod:`~memlane.agent.reports`; :mod:`~memlane.agent.adapters`: the OpenAI- and
+  Anthropic-style loop adapters.
 - :mod:`~memlane.agent.mcp_server`: ``memlane mcp`` (needs ``memlane[mcp]``).
 """
 

@@ -1,0 +1,232 @@
+"""The OpenAI- and Anthropic-style loop adapters: a whole turn (the model calls, the tools,
+:meth:`~memlane.agent.AgentMemory.before` and ``after``) in one ``run``."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from memlane.agent.checks import _int
+from memlane.agent.messages import _block_text, _check_messages, _reply_message
+from memlane.agent.reports import TurnResult
+from memlane.agent.scope import EventScope
+from memlane.agent.tools import MemoryTools
+from memlane.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from memlane.agent.loop import AgentMemory
+
+__all__ = ["AnthropicLoop", "OpenAILoop", "ToolHandler"]
+
+ToolHandler = Callable[[str, Any], Any]
+
+
+class _LoopHost:
+    """The base of :class:`~memlane.agent.AgentMemory` the adapters check their memory
+    against: loop.py imports this module (its ``openai``/``anthropic`` build the
+    adapters), so AgentMemory itself cannot be imported here at run time."""
+
+    __slots__ = ()
+
+
+def _maybe_await_sync(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        raise InvalidArgumentError("the model call returned an awaitable: use arun()")
+    return value
+
+
+class _Loop:
+    def __init__(
+        self,
+        memory: AgentMemory,
+        model: Callable[..., Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        tool_handler: ToolHandler | None = None,
+        max_steps: int = 8,
+    ) -> None:
+        if not isinstance(memory, _LoopHost):
+            raise InvalidArgumentError(f"memory must be an AgentMemory, got {memory!r}")
+        if not callable(model):
+            raise InvalidArgumentError("the model call must be callable")
+        if tool_handler is not None and not callable(tool_handler):
+            raise InvalidArgumentError("tool_handler must be callable")
+        _int(max_steps, "max_steps", 1)
+        self.memory = memory
+        self.model = model
+        self.extra_tools = [dict(t) for t in tools]
+        self.tool_handler = tool_handler
+        self.max_steps = max_steps
+
+    def _tool(self, tools: MemoryTools | None, name: str, arguments: Any) -> dict[str, Any]:
+        """A tool call's result; never raises."""
+        if tools is not None and name in tools.names:
+            return tools.handle_tool_call(name, arguments)
+        if self.tool_handler is None:
+            return {
+                "ok": False,
+                "error": {"type": "unknown_tool", "message": f"unknown tool {name!r}"},
+            }
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else arguments
+            result = self.tool_handler(name, args)
+        except Exception as e:  # the model reads the error and goes on
+            return {
+                "ok": False,
+                "error": {"type": "tool_error", "message": f"{type(e).__name__}: {e}"},
+            }
+        return result if isinstance(result, dict) else {"ok": True, "result": result}
+
+
+class OpenAILoop(_Loop):
+    """An OpenAI-style chat-completions loop with memory around it.
+
+    ``chat(messages, tools=[...])`` is your model call (e.g. :meth:`OpenAIChat.chat`,
+    or a lambda over the OpenAI SDK); it returns the assistant message (a dict, a
+    raw completion or an SDK object). :meth:`run` does :meth:`AgentMemory.before`,
+    the call, the memory tools (and yours, through ``tool_handler(name, args)``)
+    until the model answers without tool calls, then :meth:`AgentMemory.after`.
+    ``tools`` are your own tool definitions, sent with the memory tools. A turn
+    ends after ``max_steps`` model calls (8) at the latest, with the last reply.
+    """
+
+    def _schemas(self, tools: MemoryTools | None) -> dict[str, Any]:
+        schemas = (tools.openai() if tools is not None else []) + self.extra_tools
+        return {"tools": schemas} if schemas else {}
+
+    def run(self, event: EventScope, messages: Sequence[Mapping[str, Any]]) -> TurnResult:
+        """One turn: ``messages`` ends with the user's message."""
+        am = self.memory
+        tools = am.memory_tools(event) if am.tools else None
+        kw = self._schemas(tools)
+        msgs = _check_messages(messages)
+        reply: dict[str, Any] = {"role": "assistant", "content": ""}
+        for _ in range(self.max_steps):
+            msgs = am.before(event, msgs)
+            reply = _reply_message(_maybe_await_sync(self.model(msgs, **kw)))
+            msgs.append(reply)
+            calls = reply.get("tool_calls") or []
+            if not calls:
+                break
+            for call in calls:
+                fn = call.get("function") or {}
+                result = self._tool(tools, str(fn.get("name")), fn.get("arguments"))
+                msgs.append(
+                    {"role": "tool", "tool_call_id": call.get("id"), "content": json.dumps(result)}
+                )
+        report = am.after(event, msgs, reply)
+        return TurnResult(_block_text(reply.get("content")), reply, msgs, report)
+
+    async def arun(self, event: EventScope, messages: Sequence[Mapping[str, Any]]) -> TurnResult:
+        """The async form of :meth:`run`; ``chat`` may be async (e.g. :meth:`OpenAIChat.achat`)."""
+        am = self.memory
+        tools = am.memory_tools(event, loop=asyncio.get_running_loop()) if am.tools else None
+        kw = self._schemas(tools)
+        msgs = _check_messages(messages)
+        reply: dict[str, Any] = {"role": "assistant", "content": ""}
+        for _ in range(self.max_steps):
+            msgs = await am.abefore(event, msgs)
+            out = self.model(msgs, **kw)
+            reply = _reply_message(await out if inspect.isawaitable(out) else out)
+            msgs.append(reply)
+            calls = reply.get("tool_calls") or []
+            if not calls:
+                break
+            for call in calls:
+                fn = call.get("function") or {}
+                result = await asyncio.to_thread(
+                    self._tool, tools, str(fn.get("name")), fn.get("arguments")
+                )
+                msgs.append(
+                    {"role": "tool", "tool_call_id": call.get("id"), "content": json.dumps(result)}
+                )
+        report = await am.aafter(event, msgs, reply)
+        return TurnResult(_block_text(reply.get("content")), reply, msgs, report)
+
+
+def _anthropic_reply(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping) and callable(getattr(raw, "model_dump", None)):
+        raw = raw.model_dump()
+    if not isinstance(raw, Mapping) or "content" not in raw:
+        raise InvalidArgumentError(
+            f"the model call must return an Anthropic message, got {type(raw).__name__}"
+        )
+    content = raw["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    return {"role": "assistant", "content": [dict(b) for b in content]}
+
+
+class AnthropicLoop(_Loop):
+    """An Anthropic-style Messages loop with memory around it.
+
+    ``create(system=..., messages=[...], tools=[...])`` is your model call (e.g. a
+    lambda over ``client.messages.create``); it returns the assistant message (a
+    dict with content blocks, or an SDK object). The memory block goes into
+    ``system``; ``tool_use`` blocks are answered with ``tool_result`` blocks.
+    """
+
+    def _schemas(self, tools: MemoryTools | None) -> dict[str, Any]:
+        schemas = (tools.anthropic() if tools is not None else []) + self.extra_tools
+        return {"tools": schemas} if schemas else {}
+
+    def _results(self, tools: MemoryTools | None, reply: Mapping[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        for b in reply["content"]:
+            if b.get("type") != "tool_use":
+                continue
+            result = self._tool(tools, str(b.get("name")), b.get("input"))
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": b.get("id"),
+                "content": json.dumps(result),
+            }
+            if result.get("ok") is False:
+                block["is_error"] = True
+            out.append(block)
+        return out
+
+    def run(
+        self, event: EventScope, messages: Sequence[Mapping[str, Any]], system: Any = ""
+    ) -> TurnResult:
+        """One turn: ``messages`` ends with the user's message; ``system`` is your prompt."""
+        am = self.memory
+        tools = am.memory_tools(event) if am.tools else None
+        kw = self._schemas(tools)
+        msgs = _check_messages(messages)
+        reply: dict[str, Any] = {"role": "assistant", "content": []}
+        for _ in range(self.max_steps):
+            system, msgs = am.before_anthropic(event, system, msgs)
+            raw = _maybe_await_sync(self.model(system=system, messages=msgs, **kw))
+            reply = _anthropic_reply(raw)
+            msgs.append(reply)
+            results = self._results(tools, reply)
+            if not results:
+                break
+            msgs.append({"role": "user", "content": results})
+        report = am.after(event, msgs, reply)
+        return TurnResult(_block_text(reply["content"]), reply, msgs, report)
+
+    async def arun(
+        self, event: EventScope, messages: Sequence[Mapping[str, Any]], system: Any = ""
+    ) -> TurnResult:
+        """The async form of :meth:`run`; ``create`` may be async."""
+        am = self.memory
+        tools = am.memory_tools(event, loop=asyncio.get_running_loop()) if am.tools else None
+        kw = self._schemas(tools)
+        msgs = _check_messages(messages)
+        reply: dict[str, Any] = {"role": "assistant", "content": []}
+        for _ in range(self.max_steps):
+            system, msgs = await am.abefore_anthropic(event, system, msgs)
+            out = self.model(system=system, messages=msgs, **kw)
+            reply = _anthropic_reply(await out if inspect.isawaitable(out) else out)
+            msgs.append(reply)
+            results = await asyncio.to_thread(self._results, tools, reply)
+            if not results:
+                break
+            msgs.append({"role": "user", "content": results})
+        report = await am.aafter(event, msgs, reply)
+        return TurnResult(_block_text(reply["content"]), reply, msgs, report)

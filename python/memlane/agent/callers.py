@@ -1,0 +1,65 @@
+"""The LLM as the triggers call it: synchronously, or from a worker thread with an async
+model's calls run on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from memlane.agent.llm import LLM, AsyncLLM, ChatMessage, LLMError, OpenAIChat
+
+Caller = Callable[[Sequence[ChatMessage], int | None], str]
+
+
+def _content(message: Mapping[str, Any], where: str) -> str:
+    content = message.get("content")
+    if not isinstance(content, str):
+        raise LLMError(f"{where} returned no text content (got {type(content).__name__})")
+    return content
+
+
+def _sync_caller(llm: Any) -> Caller:
+    def call(messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
+        if isinstance(llm, OpenAIChat) and max_tokens is not None:
+            return _content(llm.chat(messages, max_tokens=max_tokens), llm.url)
+        if isinstance(llm, LLM):
+            return llm.complete(messages)
+        raise LLMError(f"{type(llm).__name__} has no complete(); use the async calls")
+
+    return call
+
+
+def _thread_caller(llm: Any, loop: asyncio.AbstractEventLoop) -> Caller:
+    """Called from a worker thread: async LLM calls run on ``loop``."""
+    sync = _sync_caller(llm)
+
+    def call(messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
+        coro: Awaitable[Any]
+        if isinstance(llm, OpenAIChat):
+            opts: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
+            coro = llm.achat(messages, **opts)
+            msg = asyncio.run_coroutine_threadsafe(_awaited(coro), loop).result()
+            return _content(msg, llm.url)
+        if isinstance(llm, AsyncLLM):
+            return str(
+                asyncio.run_coroutine_threadsafe(_awaited(llm.acomplete(messages)), loop).result()
+            )
+        return sync(messages, max_tokens)
+
+    return call
+
+
+async def _awaited(aw: Awaitable[Any]) -> Any:
+    return await aw
+
+
+class _Budgeted:
+    """An :class:`LLM` for :func:`reflect` and :func:`consolidate` over a caller."""
+
+    def __init__(self, call: Caller, max_tokens: int | None) -> None:
+        self._call = call
+        self._max_tokens = max_tokens
+
+    def complete(self, messages: Sequence[ChatMessage]) -> str:
+        return self._call(messages, self._max_tokens)

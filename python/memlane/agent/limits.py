@@ -1,0 +1,232 @@
+"""The limits on what :class:`~memlane.agent.AgentMemory` stores: the entry length cap
+(splitting, or summarising) and the per-scope memory cap (eviction)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from memlane.agent.callers import Caller
+from memlane.agent.checks import _int
+from memlane.agent.context import MESSAGES, add_message
+from memlane.agent.llm import ChatMessage, LLMError
+from memlane.agent.reports import TriggerFailure, TurnReport
+from memlane.agent.scope import EventScope
+from memlane.errors import InvalidArgumentError, UnknownIdError
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+    from memlane.records import MemoryRecord
+
+__all__ = ["Limits", "split_text"]
+
+log = logging.getLogger("memlane.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """OrcBot's limits on what is stored.
+
+    Attributes:
+        max_entry_chars: the longest entry (1,500 characters). Longer content is
+            split into several entries at paragraph, sentence or word boundaries
+            (``metadata`` ``part``, ``parts``, ``split_group``), or with
+            ``overflow="summarize"`` summarised by the LLM (split when there is no
+            LLM or it fails). The room's history is always split, never summarised.
+        overflow: ``"split"`` (default) or ``"summarize"``.
+        max_memories: memories (the ``table`` of :class:`AgentMemory`) kept per
+            scope (10,000). Past it, the non-evergreen ones with the lowest
+            importance, then the fewest accesses, then the oldest last use are
+            evicted; evergreen memories are never evicted.
+    """
+
+    max_entry_chars: int = 1500
+    overflow: Literal["split", "summarize"] = "split"
+    max_memories: int = 10_000
+
+    def __post_init__(self) -> None:
+        _int(self.max_entry_chars, "Limits.max_entry_chars", 20)
+        _int(self.max_memories, "Limits.max_memories", 1)
+        if self.overflow not in ("split", "summarize"):
+            raise InvalidArgumentError(
+                f"Limits.overflow must be 'split' or 'summarize', got {self.overflow!r}"
+            )
+
+
+def split_text(text: str, max_chars: int) -> list[str]:
+    """``text`` in pieces of at most ``max_chars`` characters, cut at paragraph, then
+    sentence, then word boundaries (inside a word only when one word is longer).
+
+    Nothing is dropped but the whitespace at the cuts: joining the pieces with
+    single spaces gives the text with its whitespace runs at the cuts collapsed.
+    """
+    _int(max_chars, "max_chars", 1)
+    text = text.strip()
+    pieces: list[str] = []
+    while len(text) > max_chars:
+        window = text[: max_chars + 1]
+        cut = -1
+        for pattern in (r"\n\s*\n", r"(?<=[.!?])\s", r"\s"):
+            ends = [m.start() for m in re.finditer(pattern, window) if m.start() > 0]
+            if ends:
+                cut = ends[-1]
+                break
+        if cut <= 0:
+            cut = max_chars
+        pieces.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    if text:
+        pieces.append(text)
+    return pieces
+
+
+def _kw(scope: Mapping[str, str]) -> dict[str, Any]:
+    return dict(scope)
+
+
+def fit(
+    text: str, limits: Limits, call: Caller | None, failures: list[TriggerFailure]
+) -> list[str]:
+    """``text`` within the length cap: itself, a summary, or its pieces."""
+    cap = limits.max_entry_chars
+    if len(text) <= cap:
+        return [text]
+    if limits.overflow == "summarize" and call is not None:
+        prompt: list[ChatMessage] = [
+            {
+                "role": "system",
+                "content": f"Rewrite the text in at most {cap} characters, keeping every "
+                "fact, name, number and decision. Answer with the rewritten text only.",
+            },
+            {"role": "user", "content": text},
+        ]
+        try:
+            summary = call(prompt, None).strip()
+            if not summary or len(summary) > cap:
+                raise LLMError(f"the summary has {len(summary)} characters (1 to {cap} wanted)")
+            return [summary]
+        except Exception as e:  # split instead: nothing is lost
+            failures.append(TriggerFailure("summarize", f"{type(e).__name__}: {e}"))
+    return split_text(text, cap)
+
+
+def cap_record(
+    memory: Memory, limits: Limits, rec: MemoryRecord, call: Caller | None, report: TurnReport
+) -> None:
+    """A memory a trigger wrote, brought within the length cap."""
+    if len(rec.text) <= limits.max_entry_chars:
+        return
+    pieces = fit(rec.text, limits, call, report.failures)
+    if len(pieces) == 1:
+        memory.update(rec.id, text=pieces[0])
+        return
+    group = uuid.uuid4().hex
+    meta = {**rec.metadata, "parts": len(pieces), "split_group": group}
+    memory.update(rec.id, text=pieces[0], metadata={**meta, "part": 1})
+    memory.add_many(
+        [
+            {
+                "text": piece,
+                "table": rec.table,
+                "type": rec.type,
+                "importance": rec.importance,
+                "evergreen": rec.evergreen,
+                "metadata": {**meta, "part": i},
+                **rec.scope,
+            }
+            for i, piece in enumerate(pieces[1:], 2)
+        ]
+    )
+    report.splits.append((f"{rec.type} memory {rec.id}", len(pieces)))
+
+
+def store_message(
+    memory: Memory,
+    limits: Limits,
+    event: EventScope,
+    role: str,
+    text: str,
+    now: float,
+    report: TurnReport,
+) -> list[MemoryRecord]:
+    """One message in the room's history, in pieces when it is longer than the cap."""
+    pieces = split_text(text, limits.max_entry_chars)
+    if len(pieces) == 1:
+        return [add_message(memory, text, event, role=role, created_at=now)]
+    report.splits.append((f"{role} message", len(pieces)))
+    group = uuid.uuid4().hex
+    meta = {"parts": len(pieces), "split_group": group}
+    first = add_message(
+        memory, pieces[0], event, role=role, created_at=now, metadata={**meta, "part": 1}
+    )
+    if first.duplicate == "window":  # the whole message delivered again: stored already
+        return [first]
+    # The other pieces leave out "contact" (the dedup window's key), so a piece that
+    # repeats an earlier one is kept: add_message's metadata, with "sender" for it.
+    base = {k: v for k, v in first.metadata.items() if k != "contact"}
+    if role == "user":
+        base["sender"] = event.contact
+    rest = memory.add_many(
+        [
+            {
+                "text": piece,
+                "table": MESSAGES,
+                "type": "message",
+                "metadata": {**base, "part": i},
+                "created_at": now,
+                **_kw(event.history),
+            }
+            for i, piece in enumerate(pieces[1:], 2)
+        ]
+    )
+    return [first, *rest]
+
+
+def evict(memory: Memory, table: str, cap: int, event: EventScope, report: TurnReport) -> None:
+    """Past ``cap`` memories in the event's scope, the lowest-ranked non-evergreen ones go."""
+    total = memory.count(table, **_kw(event.fields))
+    if total <= cap:
+        return
+    candidates: list[MemoryRecord] = []
+    page = 1000
+    while True:
+        batch = memory.list(
+            table,
+            limit=page,
+            offset=len(candidates),
+            order="asc",
+            filters={"evergreen": False},
+            **_kw(event.fields),
+        )
+        candidates += batch
+        if len(batch) < page:
+            break
+    if len(candidates) < total - cap:
+        log.warning(
+            "memlane: %d evergreen memories in scope %s exceed the cap of %d; "
+            "evergreen memories are never evicted",
+            total - len(candidates),
+            event.fields,
+            cap,
+        )
+    candidates.sort(
+        key=lambda r: (r.importance, r.access_count, max(r.created_at, r.last_accessed_at))
+    )
+    for rec in candidates[: total - cap]:
+        try:
+            memory.delete(rec.id)
+        except UnknownIdError:  # deleted meanwhile
+            continue
+        report.evicted.append(rec)
+        log.info(
+            "memlane: evicted memory %s (importance %.2f, %d accesses) past the cap of %d: %r",
+            rec.id,
+            rec.importance,
+            rec.access_count,
+            cap,
+            rec.text[:80],
+        )

@@ -1,0 +1,146 @@
+"""Chat messages as the agent loop reads and writes them: their text, the steps they
+form, the assistant reply in its several shapes, and the memory block in the system prompt."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memlane.errors import InvalidArgumentError
+
+_OPEN = "<memlane-memory"
+_CLOSE = "</memlane-memory>"
+_BLOCK = re.compile(r"\n*<memlane-memory[^>]*>.*?</memlane-memory>", re.DOTALL)
+_TURN = re.compile(r'<memlane-memory turn="([^"]*)">')
+_SUMMARY_TAG = "[memlane: summary of earlier steps]"
+
+
+def _block_text(content: Any) -> str:
+    """The text of a message's content: a str, or the text parts of a list of blocks."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+        return "\n".join(p for p in parts if p)
+    return str(content)
+
+
+def _has_tool_result(content: Any) -> bool:
+    return (
+        isinstance(content, Sequence)
+        and not isinstance(content, str)
+        and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
+    )
+
+
+def _is_user_text(message: Mapping[str, Any]) -> bool:
+    """A message the user wrote (not a tool result, not a compaction summary)."""
+    if message.get("role") != "user":
+        return False
+    content = message.get("content")
+    if _has_tool_result(content):
+        return False
+    text = _block_text(content)
+    return bool(text.strip()) and not text.startswith(_SUMMARY_TAG)
+
+
+def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    for m in reversed(messages):
+        if _is_user_text(m):
+            return _block_text(m.get("content"))
+    return None
+
+
+def _reply_message(reply: Any) -> dict[str, Any]:
+    """An assistant message from a str, a message dict, a raw completion or an SDK object."""
+    if isinstance(reply, str):
+        return {"role": "assistant", "content": reply}
+    if not isinstance(reply, Mapping) and callable(getattr(reply, "model_dump", None)):
+        reply = reply.model_dump()
+    if isinstance(reply, Mapping):
+        choices = reply.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+            message = choices[0].get("message")
+            if isinstance(message, Mapping):
+                return dict(message)
+        if "content" in reply or "tool_calls" in reply:
+            return {"role": "assistant", **dict(reply)}
+    raise InvalidArgumentError(
+        "reply must be a str, an assistant message dict, a chat completion or an SDK "
+        f"message object, got {type(reply).__name__}"
+    )
+
+
+def _check_messages(messages: object) -> list[dict[str, Any]]:
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise InvalidArgumentError("messages must be a list of {role, content} dicts")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise InvalidArgumentError(f"messages[{i}] must be a dict with a str 'role'")
+        out.append(dict(m))
+    return out
+
+
+def _steps(messages: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Messages grouped into steps: each with the tool results that answer it."""
+    steps: list[list[dict[str, Any]]] = []
+    for m in messages:
+        joins = m.get("role") == "tool" or (
+            m.get("role") == "user" and _has_tool_result(m.get("content"))
+        )
+        if joins and steps:
+            steps[-1].append(m)
+        else:
+            steps.append([m])
+    return steps
+
+
+def _render_step(step: Sequence[Mapping[str, Any]], limit: int = 2000) -> str:
+    lines = []
+    for m in step:
+        role = m.get("role", "?")
+        text = _block_text(m.get("content"))
+        content = m.get("content")
+        if isinstance(content, Sequence) and not isinstance(content, str):
+            for b in content:
+                if isinstance(b, Mapping) and b.get("type") == "tool_use":
+                    text += f"\ncalled {b.get('name')}({json.dumps(b.get('input'))})"
+                elif isinstance(b, Mapping) and b.get("type") == "tool_result":
+                    text += f"\nresult: {_block_text(b.get('content'))}"
+        for call in m.get("tool_calls") or ():
+            if isinstance(call, Mapping):
+                fn = call.get("function") or {}
+                text += f"\ncalled {fn.get('name')}({fn.get('arguments')})"
+        text = " ".join(text.split())
+        if len(text) > limit:  # a prompt, not a stored entry
+            text = text[: limit - 1] + "…"
+        lines.append(f"{role}: {text}")
+    return "\n".join(lines)
+
+
+def _with_block(system: Any, block: str | None) -> Any:
+    """The system prompt (a str or a list of text blocks) with our block replaced."""
+    if isinstance(system, Sequence) and not isinstance(system, str):
+        kept = [
+            b for b in system if not (isinstance(b, Mapping) and _OPEN in str(b.get("text", "")))
+        ]
+        return kept + ([{"type": "text", "text": block}] if block else [])
+    base = _BLOCK.sub("", system or "").rstrip()
+    if not block:
+        return base
+    return f"{base}\n\n{block}" if base else block
+
+
+def _block_turn(system: Any) -> str | None:
+    m = _TURN.search(_block_text(system) if not isinstance(system, str) else system)
+    return m.group(1) if m else None

@@ -1,0 +1,74 @@
+"""What :class:`~memlane.agent.AgentMemory` and its loop adapters report back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from memlane.agent.consolidation import ConsolidationReport
+from memlane.agent.reflection import ReflectionReport
+
+if TYPE_CHECKING:
+    from memlane.records import MemoryRecord
+
+__all__ = ["CompactionReport", "TriggerFailure", "TurnReport", "TurnResult"]
+
+
+@dataclass(slots=True, frozen=True)
+class TriggerFailure:
+    """A trigger that did not complete: ``trigger`` is ``reflection``, ``consolidation``,
+    ``compaction``, ``summarize``, ``eviction``, ``flush`` or ``context`` (``before`` could
+    not build the context block: the model got none that call); it runs again later."""
+
+    trigger: str
+    error: str
+
+
+@dataclass(slots=True)
+class CompactionReport:
+    """One compaction in ``before``: ``status`` ``"compacted"`` or ``"failed"``."""
+
+    status: Literal["compacted", "failed"]
+    steps_before: int
+    steps_after: int
+    summary: str | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class TurnReport:
+    """What :meth:`AgentMemory.after` did.
+
+    ``stored``: the turn's history records; ``short_term``: its short-term entries;
+    ``splits``: ``(what, parts)`` for each entry split by the length cap;
+    ``reflection``, ``consolidation``: their reports when they ran;
+    ``compactions``: those ``before`` did since the previous ``after`` of the room;
+    ``flush_reminder``: the reminder scheduled for the next ``before``;
+    ``evicted``: memories removed by the cap; ``failures``: what failed (and will
+    run again).
+    """
+
+    stored: list[MemoryRecord] = field(default_factory=list)
+    short_term: list[MemoryRecord] = field(default_factory=list)
+    splits: list[tuple[str, int]] = field(default_factory=list)
+    reflection: ReflectionReport | None = None
+    consolidation: ConsolidationReport | None = None
+    compactions: list[CompactionReport] = field(default_factory=list)
+    flush_reminder: str | None = None
+    evicted: list[MemoryRecord] = field(default_factory=list)
+    failures: list[TriggerFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """What an adapter's ``run`` returns: the reply's text, the final assistant message,
+    the conversation as sent (plus the reply) and the :class:`TurnReport`."""
+
+    reply: str
+    message: dict[str, Any]
+    messages: list[dict[str, Any]]
+    report: TurnReport
