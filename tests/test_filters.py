@@ -396,3 +396,11 @@ def test_one_percent_of_100k_examines_one_percent() -> None:
     assert e.filter_stats({"$or": [{"agent": "a1"}, {"agent": {"$in": ["a2"]}}]}) == (2000, 2000)
     # A lone range has no postings: it scans, as it must.
     assert e.filter_stats({"n": {"$gt": 5}})[1] == n
+
+
+def test_a_dotted_metadata_key_and_a_nested_path_stay_apart(make_store: StoreFactory) -> None:
+    with make_store("dots", None) as mem:
+        mem.add("literal", metadata={"user.plan": "pro"})
+        mem.add("nested", metadata={"user": {"plan": "pro"}})
+        assert [r.text for r in mem.list(filters={"user.plan": "pro"})] == ["nested"]
+        assert [r.text for r in mem.list(filters={"user\\.plan": "pro"})] == ["literal"]

@@ -180,9 +180,19 @@ pub fn flatten_metadata(json: &str) -> Result<Vec<(String, RawValue)>> {
     };
     let mut out = Vec::new();
     for (k, v) in &map {
-        flatten_into(k, v, 0, &mut out)?;
+        flatten_into(&escape_key(k), v, 0, &mut out)?;
     }
     Ok(out)
+}
+
+/// A metadata key as one part of a dotted path: a literal `.` (and the `\`
+/// escaping it) is escaped, so `{"a.b": 1}` (key `a\.b`) and `{"a": {"b": 1}}`
+/// (path `a.b`) stay apart.
+pub fn escape_key(key: &str) -> String {
+    if !key.contains(['.', '\\']) {
+        return key.to_owned();
+    }
+    key.replace('\\', "\\\\").replace('.', "\\.")
 }
 
 fn scalar(v: &serde_json::Value) -> Option<RawValue> {
@@ -209,7 +219,7 @@ fn flatten_into(
     match v {
         serde_json::Value::Object(map) => {
             for (k, child) in map {
-                flatten_into(&format!("{key}.{k}"), child, depth + 1, out)?;
+                flatten_into(&format!("{key}.{}", escape_key(k)), child, depth + 1, out)?;
             }
         }
         // Lists give their scalar elements; objects inside lists are stored

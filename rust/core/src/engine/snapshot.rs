@@ -31,7 +31,8 @@ use crate::hnsw::Hnsw;
 use crate::persist::{self, corrupt, Kind};
 
 pub(crate) const KIND: Kind = Kind(*b"MREC");
-pub(crate) const VERSION: u32 = 2;
+// 3: metadata keys with a literal dot are stored escaped (`a\\.b`).
+pub(crate) const VERSION: u32 = 3;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 
@@ -120,7 +121,7 @@ impl Engine {
         if version < VERSION {
             return Err(corrupt(
                 &records_path,
-                format!("version {version} predates filters on ids and access counts"),
+                format!("version {version} is older than this build's {VERSION}"),
             ));
         }
         let mut r = Reader::new(&payload);

@@ -394,3 +394,33 @@ fn nearest_per_group_respects_filters_and_threshold() {
     assert!(e.nearest(&[1.0, 0.0], &[1], &[Filter::all()], 0.5).is_err());
     assert!(e.nearest(&[0.0, 0.0], &[0], &[Filter::all()], 0.5).is_err());
 }
+
+#[test]
+fn a_dotted_metadata_key_is_not_a_nested_path() {
+    let flat = flatten_metadata(r#"{"a.b": 1, "a": {"b": 2}, "c\\d": 3}"#).unwrap();
+    let keys: Vec<&str> = flat.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(keys.contains(&"a\\.b") && keys.contains(&"a.b") && keys.contains(&"c\\\\d"));
+    let mut e = engine(None);
+    let mut one = attrs("a", 0.5, 0.0, false);
+    one.metadata = flatten_metadata(r#"{"a.b": 1}"#).unwrap();
+    let mut two = attrs("b", 0.5, 0.0, false);
+    two.metadata = flatten_metadata(r#"{"a": {"b": 1}}"#).unwrap();
+    let texts: Vec<String> = vec!["x".into(), "y".into()];
+    e.upsert(Batch {
+        ids: &[1, 2],
+        texts: Some(&texts),
+        vectors: None,
+        attrs: &[one, two],
+    })
+    .unwrap();
+    let nested = e.parse_filter(r#"{"a.b": 1}"#).unwrap();
+    assert_eq!(
+        e.ids_where(Some(&nested), Order::CreatedAsc, 0, 10),
+        vec![2]
+    );
+    let literal = e.parse_filter(r#"{"a\\.b": 1}"#).unwrap();
+    assert_eq!(
+        e.ids_where(Some(&literal), Order::CreatedAsc, 0, 10),
+        vec![1]
+    );
+}
