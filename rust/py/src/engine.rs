@@ -308,7 +308,10 @@ impl PyEngine {
             if self.parked.load(Ordering::Acquire) == 0 {
                 return Ok(0);
             }
-            self.write(|e| e.index_pending(max))
+            // Searches run while the batch links; see `index_pending_shared`.
+            Engine::index_pending_shared(&self.inner, max, |left| {
+                self.parked.store(left, Ordering::Release)
+            })
         })
     }
 
@@ -538,7 +541,8 @@ impl PyEngine {
 
     /// Writes a snapshot reflecting change `seq` into directory `root`.
     fn save(&self, py: Python<'_>, root: PathBuf, seq: u64) -> PyResult<()> {
-        detach(py, || self.inner.read().save(&root, seq))
+        // An upgradable read: searches go on, but no batch is half linked.
+        detach(py, || self.inner.upgradable_read().save(&root, seq))
     }
 
     /// Loads the newest snapshot under `root`: (engine, seq).

@@ -29,8 +29,9 @@ pub use serde_json::{Map as JsonMap, Number as JsonNumber, Value as JsonValue};
 
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
-use crate::hnsw::{Hnsw, Metric, Params, Precision};
+use crate::hnsw::{Hnsw, Metric, Params, Precision, Staged};
 use crate::idmap::first_duplicate;
+use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use pending::{normalised, Pending};
 use records::Records;
 
@@ -68,6 +69,13 @@ pub struct Prepared {
     docs: Option<Vec<DocTerms>>,
     vectors: Option<Vec<f32>>,
     attrs: Vec<Attrs>,
+}
+
+/// A batch of parked vectors being linked (see [`Engine::index_pending_shared`]).
+struct LinkJob {
+    staged: Staged,
+    /// How many parked vectors, from the tail, the batch holds.
+    n: usize,
 }
 
 /// How [`Engine::ids_where`] orders its result.
@@ -331,18 +339,80 @@ impl Engine {
     }
 
     /// Links up to `max` parked vectors into the graph; returns how many
-    /// are still parked.
+    /// are still parked. [`Engine::index_pending_shared`] does the same with
+    /// searches running meanwhile.
     pub fn index_pending(&mut self, max: usize) -> Result<usize> {
-        let Some(hnsw) = self.hnsw.as_mut() else {
-            return Ok(0);
-        };
-        let (ids, data) = self.pending.tail(max);
-        let n = ids.len();
-        if n > 0 {
-            hnsw.add(ids, data)?;
-            self.pending.truncate_tail(n);
+        if let Some(job) = self.link_start(max)? {
+            self.link_run(&job);
+            self.link_finish(job);
         }
         Ok(self.pending.len())
+    }
+
+    /// [`Engine::index_pending`] on an engine behind a readers-writer lock,
+    /// holding it for writing only to store the batch and to publish it:
+    /// linking, the long part, runs under an upgradable read, so searches
+    /// proceed in parallel (they keep finding the batch among the parked
+    /// vectors until it is published). Writers wait for the whole call, and
+    /// so does another call or anything else that takes an upgradable read
+    /// (a snapshot, which must not see a batch half linked). `left` is called
+    /// with the count still parked before the lock is released, so a counter
+    /// kept beside the lock cannot miss a write that follows.
+    pub fn index_pending_shared(
+        lock: &RwLock<Engine>,
+        max: usize,
+        left: impl FnOnce(usize),
+    ) -> Result<usize> {
+        let engine = lock.upgradable_read();
+        if engine.pending.is_empty() || engine.hnsw.is_none() {
+            left(engine.pending.len());
+            return Ok(engine.pending.len());
+        }
+        let mut engine = RwLockUpgradableReadGuard::upgrade(engine);
+        let Some(job) = engine.link_start(max)? else {
+            left(engine.pending.len());
+            return Ok(engine.pending.len());
+        };
+        let engine = RwLockWriteGuard::downgrade_to_upgradable(engine);
+        engine.link_run(&job);
+        let mut engine = RwLockUpgradableReadGuard::upgrade(engine);
+        engine.link_finish(job);
+        left(engine.pending.len());
+        Ok(engine.pending.len())
+    }
+
+    /// Stores the last `max` parked vectors in the graph, unlinked and
+    /// hidden from its searches (see [`Hnsw::stage`]).
+    fn link_start(&mut self, max: usize) -> Result<Option<LinkJob>> {
+        let Some(hnsw) = self.hnsw.as_mut() else {
+            return Ok(None);
+        };
+        let (ids, data) = self.pending.tail(max);
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        // The buffers grow once for the whole parked set, not batch by batch
+        // (a reallocation copies the graph under the write lock).
+        hnsw.reserve(self.pending.len());
+        let staged = hnsw.stage(ids, data)?;
+        Ok(Some(LinkJob {
+            staged,
+            n: ids.len(),
+        }))
+    }
+
+    fn link_run(&self, job: &LinkJob) {
+        if let Some(hnsw) = self.hnsw.as_ref() {
+            hnsw.link_staged(&job.staged);
+        }
+    }
+
+    /// Publishes the linked batch and unparks it.
+    fn link_finish(&mut self, job: LinkJob) {
+        if let Some(hnsw) = self.hnsw.as_mut() {
+            hnsw.publish(job.staged);
+            self.pending.truncate_tail(job.n);
+        }
     }
 
     /// Records an access of `ids` at `now`: sets their `last_accessed_at` and
@@ -363,3 +433,126 @@ impl Engine {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod shared_linking {
+    use super::*;
+    use crate::fusion::Fusion;
+    use crate::scoring::Weights;
+
+    fn attrs(i: u64) -> Attrs {
+        Attrs {
+            key: None,
+            table: "memories".into(),
+            kind: "semantic".into(),
+            scope: [
+                Some(format!("agent{}", i % 3)),
+                None,
+                None,
+                None,
+                None,
+                None,
+            ],
+            importance: 0.5,
+            evergreen: false,
+            created_at: 0.0,
+            updated_at: 0.0,
+            last_accessed_at: 0.0,
+            access_count: 0,
+            metadata: flatten_metadata("{}").unwrap(),
+        }
+    }
+
+    #[test]
+    fn searches_run_while_parked_vectors_link_and_always_find_them() {
+        let (n, dim) = (3000, 24);
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let data: Vec<f32> = (0..n * dim)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        let ids: Vec<u64> = (1..=n as u64).collect();
+        let a: Vec<Attrs> = ids.iter().map(|&i| attrs(i)).collect();
+        let mut e = Engine::new(EngineConfig {
+            dim: Some(dim),
+            hnsw: Params {
+                precision: Precision::Int8F16,
+                ..Params::default()
+            },
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let texts: Vec<String> = ids.iter().map(|i| format!("memory {i}")).collect();
+        e.upsert(Batch {
+            ids: &ids,
+            texts: Some(&texts),
+            vectors: Some(&data),
+            attrs: &a,
+        })
+        .unwrap();
+        assert_eq!(e.pending(), n);
+        let lock = RwLock::new(e);
+        let query = |e: &Engine, row: usize| {
+            let q = &data[row * dim..(row + 1) * dim];
+            let req = SearchRequest {
+                text: None,
+                vector: Some(q),
+                mode: Mode::Vector,
+                filter: None,
+                k: 3,
+                candidates: 20,
+                fusion: Fusion::default(),
+                weights: Weights::resolve(Some(1.0), None, None).unwrap(),
+                rate: 0.0,
+                now: 0.0,
+                threshold: None,
+                min_similarity: None,
+                explain: true,
+                touch: false,
+            };
+            e.search(&req).unwrap()
+        };
+        let mut counted = Vec::new();
+        std::thread::scope(|scope| {
+            let linker = scope.spawn(|| {
+                let mut calls = 0;
+                while Engine::index_pending_shared(&lock, 200, |left| counted.push(left)).unwrap()
+                    > 0
+                {
+                    calls += 1;
+                }
+                calls
+            });
+            // Each stored vector, searched for while batches link, is its own
+            // best hit, once (never twice: found parked and linked). Not
+            // always: the graph search is approximate, and more so while a
+            // batch links (pruning can cut a node off until the batch's
+            // reconnecting pass), so rarely.
+            let (mut row, mut searches, mut missed) = (0, 0, 0);
+            while !linker.is_finished() || row < 200 {
+                let hits = query(&lock.read(), row % n);
+                searches += 1;
+                missed += usize::from(hits.ids[0] != row as u64 % n as u64 + 1);
+                let mut seen = hits.ids.clone();
+                seen.sort_unstable();
+                seen.dedup();
+                assert_eq!(seen.len(), hits.ids.len());
+                row += 7;
+            }
+            assert!(linker.join().unwrap() >= 10);
+            assert!(missed * 100 <= searches, "{missed} of {searches} missed");
+        });
+        assert_eq!(counted.last(), Some(&0));
+        assert!(counted.windows(2).all(|w| w[0] > w[1]));
+        let e = lock.into_inner();
+        assert_eq!(e.pending(), 0);
+        assert_eq!(e.hnsw.as_ref().unwrap().len(), n);
+        for row in (0..n).step_by(97) {
+            assert_eq!(query(&e, row).ids[0], row as u64 + 1);
+        }
+    }
+}

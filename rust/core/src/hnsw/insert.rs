@@ -216,8 +216,9 @@ impl Hnsw {
     /// nodes cut off; each gets links out (from a search, if it has none) and
     /// one link in from the nearest reachable node with room, or else from
     /// the nearest one, replacing its farthest link. Replacing can cut off
-    /// another node, so the walk repeats, a few times at most.
-    pub(super) fn reconnect(&self) {
+    /// another node, so the walk repeats, a few times at most. The `staged`
+    /// slots count as live (they are published once linked).
+    pub(super) fn reconnect(&self, staged: &Allowed) {
         let Some(entry) = self.entry() else {
             return;
         };
@@ -240,7 +241,7 @@ impl Hnsw {
             walk(&mut queue, &mut reached);
             let mut displaced = false;
             for x in 0..slots as u32 {
-                if reached[x as usize] || self.removed[x as usize] {
+                if reached[x as usize] || (self.removed[x as usize] && !staged.contains(x)) {
                     continue;
                 }
                 self.load_query(x, &mut q);

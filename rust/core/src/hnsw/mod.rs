@@ -77,6 +77,18 @@ struct Entry {
 
 const NO_ENTRY: u64 = u64::MAX;
 
+/// A batch stored by [`Hnsw::stage`], to be linked and published.
+pub(crate) struct Staged {
+    /// (slot, reused, row of `data`)
+    plan: Vec<(u32, bool, usize)>,
+    /// The batch's vectors, checked (and normalised under the cosine metric).
+    data: Vec<f32>,
+    /// Slots that held another vector before (their links are stale).
+    reused: Allowed,
+    /// Every slot of the batch: live for the purposes of linking.
+    staged: Allowed,
+}
+
 pub struct Hnsw {
     metric: Metric,
     dist: Distance,
@@ -328,6 +340,27 @@ impl Hnsw {
     /// already present gets the new vector. Everything is validated before
     /// anything changes.
     pub fn add(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let staged = self.stage(ids, vectors)?;
+        self.link_staged(&staged);
+        self.publish(staged);
+        Ok(())
+    }
+
+    /// Room for `additional` more slots, so that a long run of adds grows the
+    /// buffers once.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        let fresh = additional.saturating_sub(self.free.len());
+        self.vectors.reserve(fresh);
+        self.graph.reserve(fresh);
+    }
+
+    /// The first step of [`Hnsw::add`], the only one that needs `&mut self`:
+    /// validates, assigns slots and stores the vectors. The batch's ids leave
+    /// the index (searches neither return nor count them, though their slots
+    /// may route a search) until [`Hnsw::publish`]; [`Hnsw::link_staged`],
+    /// which takes `&self`, links them in between, so searches can run while
+    /// a batch links.
+    pub(crate) fn stage(&mut self, ids: &[u64], vectors: &[f32]) -> Result<Staged> {
         let dim = self.dim();
         if vectors.len() != ids.len() * dim {
             return Err(Error::invalid(format!(
@@ -364,10 +397,9 @@ impl Hnsw {
         // (slot, reused, row of `data`)
         let mut plan: Vec<(u32, bool, usize)> = Vec::with_capacity(ids.len());
         let fresh = ids.iter().filter(|id| !self.slots.contains_key(id)).count();
-        self.vectors.reserve(fresh.saturating_sub(self.free.len()));
-        self.graph.reserve(fresh.saturating_sub(self.free.len()));
+        self.reserve(fresh);
         for (row, (&id, v)) in ids.iter().zip(data.chunks_exact(dim)).enumerate() {
-            let (slot, reused) = if let Some(&slot) = self.slots.get(&id) {
+            let (slot, reused) = if let Some(slot) = self.slots.remove(&id) {
                 (slot, true)
             } else {
                 match self.free.pop() {
@@ -377,31 +409,53 @@ impl Hnsw {
                         let slot = self.graph.push(level);
                         self.vectors.push_zeroed();
                         self.labels.push(id);
-                        self.removed.push(false);
+                        self.removed.push(true);
                         (slot, false)
                     }
                 }
             };
             self.vectors.set(slot, v);
             self.labels[slot as usize] = id;
-            self.removed[slot as usize] = false;
-            self.slots.insert(id, slot);
+            self.removed[slot as usize] = true;
             plan.push((slot, reused, row));
         }
 
-        let reused = Allowed::new(self.graph.slots(), plan.iter().filter(|p| p.1).map(|p| p.0));
+        let slots = self.graph.slots();
+        let reused = Allowed::new(slots, plan.iter().filter(|p| p.1).map(|p| p.0));
         if !reused.is_empty() {
             self.move_entry_off(&reused, linked_slots);
-            self.unlink(&reused);
         }
-        let this = &*self;
+        Ok(Staged {
+            staged: Allowed::new(slots, plan.iter().map(|p| p.0)),
+            plan,
+            data,
+            reused,
+        })
+    }
+
+    /// The second step of [`Hnsw::add`]: links a staged batch on all cores.
+    /// Searches may run meanwhile (lists are rewritten under per-node locks,
+    /// and read whole or as a harmless mix); another link or any `&mut`
+    /// method may not, which the `&mut` of [`Hnsw::stage`] and
+    /// [`Hnsw::publish`] around it ensures when the caller holds one lock.
+    pub(crate) fn link_staged(&self, staged: &Staged) {
+        let Staged {
+            plan,
+            data,
+            reused,
+            staged,
+        } = staged;
+        if !reused.is_empty() {
+            self.unlink(reused);
+        }
+        let dim = self.dim();
         let padded = self.vectors.padded_dim();
         let link = |&(slot, _, row): &(u32, bool, usize)| {
             let q = Query::padded(&data[row * dim..(row + 1) * dim], padded);
-            with_scratch(|sc| this.link(slot, &q, sc));
+            with_scratch(|sc| self.link(slot, &q, sc));
         };
         let mut rest = &plan[..];
-        if this.entry().is_none() {
+        if self.entry().is_none() {
             if let Some((first, tail)) = plan.split_first() {
                 link(first);
                 rest = tail;
@@ -416,9 +470,16 @@ impl Hnsw {
         // for it many times over, or after unlinking, which made one anyway
         // and is what strands nodes (their links in came from reused slots).
         if rest.len() >= PARALLEL_MIN_BATCH || !reused.is_empty() {
-            self.reconnect();
+            self.reconnect(staged);
         }
-        Ok(())
+    }
+
+    /// The last step of [`Hnsw::add`]: the staged ids join the index.
+    pub(crate) fn publish(&mut self, staged: Staged) {
+        for (slot, _, _) in staged.plan {
+            self.removed[slot as usize] = false;
+            self.slots.insert(self.labels[slot as usize], slot);
+        }
     }
 
     /// Searches start at the entry point, so it must not be one of the slots

@@ -310,7 +310,7 @@ fn cut_off_nodes_are_reconnected() {
             h.graph.write(s, 0, &links);
         }
     }
-    h.reconnect();
+    h.reconnect(&Allowed::new(0, std::iter::empty()));
     let inbound = (0..h.graph.slots() as u32)
         .filter(|&s| {
             h.graph.read(s, 0, &mut links);
