@@ -86,13 +86,14 @@ impl Pending {
     }
 
     pub fn from_parts(dim: usize, ids: Vec<u64>, data: Vec<f32>) -> Option<Self> {
-        if dim == 0 || data.len() != ids.len() * dim {
+        if data.len() != ids.len() * dim {
             return None;
         }
         let pos: IdMap<usize> = ids.iter().enumerate().map(|(i, &id)| (id, i)).collect();
         let words = dim.div_ceil(64);
         let mut signs = Vec::with_capacity(ids.len() * words);
-        for v in data.chunks_exact(dim) {
+        // A store without vectors has dim 0 and nothing parked.
+        for v in data.chunks(dim.max(1)) {
             push_signs(v, words, &mut signs);
         }
         (pos.len() == ids.len()).then_some(Pending {
@@ -416,6 +417,8 @@ mod tests {
         assert_eq!((ids.len(), data.len()), (1, 2));
         p.truncate_tail(1);
         assert_eq!(p.len(), 1);
+        // A store without vectors saves an empty parked set, which loads.
+        assert!(Pending::from_parts(0, Vec::new(), Vec::new()).is_some_and(|p| p.is_empty()));
         assert!(normalised(&[0.0, 0.0], 2, "vector").is_err());
         assert!(normalised(&[f32::NAN, 0.0], 2, "vector").is_err());
         // Finite and non-zero, but no unit vector in f32 (issue 14).
