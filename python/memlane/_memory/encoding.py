@@ -116,6 +116,19 @@ class NewRecord:
         )
 
 
+class _Checked(set[str]):
+    """Short strings that passed :func:`coerce.text` (tables, types, scope values repeat
+    from record to record), so a bulk add checks each once; bounded by clearing."""
+
+    def add(self, value: str) -> None:
+        if len(self) >= 4096:
+            self.clear()
+        super().add(value)
+
+
+checked = _Checked()
+
+
 def validate(
     item: Mapping[str, Any],
     now: float,
@@ -145,8 +158,11 @@ def validate(
         v = get(f)
         if v is None:
             scope.append(default_scope.get(f))
+        elif v in checked and type(v) is str:
+            scope.append(v)
         else:
             scope.append(coerce.text(v, f))
+            checked.add(v)
     meta = get("metadata")
     metadata, metadata_json = ({}, "{}") if not meta else coerce.metadata(meta)
     created = get("created_at")
@@ -162,9 +178,11 @@ def validate(
     if type(importance) is not float or not 0.0 <= importance <= 1.0:
         importance = coerce.number(importance, "importance", 0.0, 1.0)
     table = get("table", "memories")
-    coerce.text(table, "table")
+    if table not in checked or type(table) is not str:
+        checked.add(coerce.text(table, "table"))
     kind = get("type", "semantic")
-    coerce.text(kind, "type")
+    if kind not in checked or type(kind) is not str:
+        checked.add(coerce.text(kind, "type"))
     emb = get("embedding")
     if emb is not None:
         ok = type(emb) is np.ndarray and emb.dtype == np.float32 and emb.shape == (dim,)

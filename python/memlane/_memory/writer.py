@@ -231,7 +231,8 @@ class Writer:
             if gone:  # first: a new record may take a deleted one's id
                 self.access.drop(gone)
                 db.delete(conn, list(gone), seq)
-            db.insert(conn, [r._replace(seq=seq, content_seq=seq) for r in rows])
+            # Stamped with the change's number (seq and content_seq close every row).
+            db.insert(conn, [Row._make((*r[:-2], seq, seq)) for r in rows])
             if len(news) >= _OVERLAP_MIN:
                 prepared = future.result()
             if recent:

@@ -18,7 +18,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from memlane.schema import Row
+from memlane.schema import COLUMNS, Row
+
+_EMBEDDING = COLUMNS.index("embedding")
 
 __all__ = ["RowCache"]
 
@@ -65,7 +67,8 @@ class RowCache:
                 if cached is not None and cached.seq > seq:
                     continue
                 if row.embedding is not None:
-                    row = row._replace(embedding=None)
+                    # (Row._replace is several times slower than rebuilding the tuple.)
+                    row = Row._make((*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :]))
                 self._rows[rowid] = row
                 self._rows.move_to_end(rowid)
             while len(self._rows) > self.capacity:
