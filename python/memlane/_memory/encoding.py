@@ -158,7 +158,7 @@ def validate(
         v = get(f)
         if v is None:
             scope.append(default_scope.get(f))
-        elif v in checked and type(v) is str:
+        elif type(v) is str and v in checked:
             scope.append(v)
         else:
             scope.append(coerce.text(v, f))
@@ -178,10 +178,10 @@ def validate(
     if type(importance) is not float or not 0.0 <= importance <= 1.0:
         importance = coerce.number(importance, "importance", 0.0, 1.0)
     table = get("table", "memories")
-    if table not in checked or type(table) is not str:
+    if type(table) is not str or table not in checked:
         checked.add(coerce.text(table, "table"))
     kind = get("type", "semantic")
-    if kind not in checked or type(kind) is not str:
+    if type(kind) is not str or kind not in checked:
         checked.add(coerce.text(kind, "type"))
     emb = get("embedding")
     if emb is not None:
