@@ -17,10 +17,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from memlane.schema import COLUMNS, Row
 
 _EMBEDDING = COLUMNS.index("embedding")
+_SEQ = COLUMNS.index("seq")
 
 __all__ = ["RowCache"]
 
@@ -32,7 +34,10 @@ _FLOOR_PRUNE = 10_000
 class RowCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._rows: OrderedDict[int, Row] = OrderedDict()
+        # Plain tuples, made Rows on the way out: the garbage collector untracks a
+        # tuple of atoms but keeps tracking a tuple subclass, and tens of thousands of
+        # cached Rows made every collection (and so every bulk write) slower.
+        self._rows: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._floors: dict[int, tuple[int, float]] = {}
         self._lock = threading.Lock()
 
@@ -50,7 +55,7 @@ class RowCache:
                     missing.append(r)
                 else:
                     self._rows.move_to_end(r)
-                    found[r] = row
+                    found[r] = Row._make(row)
         return found, missing
 
     def put(self, rows: Iterable[Row]) -> None:
@@ -64,12 +69,9 @@ class RowCache:
                 if floor is not None and seq < floor[0]:
                     continue
                 cached = self._rows.get(rowid)
-                if cached is not None and cached.seq > seq:
+                if cached is not None and cached[_SEQ] > seq:
                     continue
-                if row.embedding is not None:
-                    # (Row._replace is several times slower than rebuilding the tuple.)
-                    row = Row._make((*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :]))
-                self._rows[rowid] = row
+                self._rows[rowid] = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
                 self._rows.move_to_end(rowid)
             while len(self._rows) > self.capacity:
                 self._rows.popitem(last=False)
