@@ -12,6 +12,7 @@ from memlane.compat._hnswlib_common import (
     _TOO_FEW,
     Filter,
     _allowed,
+    _Attributes,
     _check_space,
     _default_threads,
     _empty,
@@ -31,7 +32,7 @@ from memlane.compat._hnswlib_files import (
 )
 
 
-class BFIndex:
+class BFIndex(_Attributes):
     """Exact (brute-force) search with hnswlib's ``BFIndex`` API."""
 
     # Pickles name the class where programs import it from, not this module.
@@ -143,22 +144,6 @@ class BFIndex:
 
     def set_num_threads(self, num_threads: int) -> None:
         self._num_threads = int(num_threads)
-
-    @property
-    def num_threads(self) -> int:
-        return self._num_threads
-
-    @num_threads.setter
-    def num_threads(self, value: int) -> None:
-        self._num_threads = int(value)
-
-    @property
-    def space(self) -> str:
-        return self._space
-
-    @property
-    def dim(self) -> int:
-        return self._dim
 
     def get_max_elements(self) -> int:
         return self._max_elements

@@ -113,3 +113,27 @@ def _check_full(labels: npt.NDArray[np.uint64]) -> None:
 
 def _empty(rows: int, k: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
     return np.zeros((rows, k), dtype=np.uint64), np.zeros((rows, k), dtype=np.float32)
+
+
+class _Attributes:
+    """hnswlib's ``num_threads``, ``space`` and ``dim`` attributes, shared by both indexes."""
+
+    _num_threads: int
+    _space: str
+    _dim: int
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, value: int) -> None:
+        self._num_threads = int(value)
+
+    @property
+    def space(self) -> str:
+        return self._space
+
+    @property
+    def dim(self) -> int:
+        return self._dim

@@ -45,6 +45,7 @@ from memlane.compat._hnswlib_common import (
     _NOT_FOUND,
     Filter,
     _allowed,
+    _Attributes,
     _check_full,
     _check_space,
     _default_threads,
@@ -60,7 +61,7 @@ from memlane.errors import InvalidArgumentError
 __all__ = ["BFIndex", "Index"]
 
 
-class Index:
+class Index(_Attributes):
     """An HNSW index with hnswlib's ``Index`` API, on memlane's Rust engine.
 
     ``Index(space, dim)``, then ``init_index(max_elements, ...)`` or ``load_index(path)``.
@@ -361,22 +362,6 @@ class Index:
         self._ef = value
         if self._index is not None:
             self._index.ef = max(value, 1)
-
-    @property
-    def num_threads(self) -> int:
-        return self._num_threads
-
-    @num_threads.setter
-    def num_threads(self, value: int) -> None:
-        self._num_threads = int(value)
-
-    @property
-    def space(self) -> str:
-        return self._space
-
-    @property
-    def dim(self) -> int:
-        return self._dim
 
     @property
     def M(self) -> int:  # hnswlib's name
