@@ -166,6 +166,7 @@ def _engine_with(metas: list[dict[str, Any]]) -> Engine:
         "metadata": [json.dumps(m) for m in metas],
         "id": [f"r{i}" for i in range(n)],
         "access_count": [0] * n,
+        "valid_to": [None] * n,
     }
     e.apply(
         e.prepare(

@@ -496,7 +496,7 @@ def test_schema_is_versioned_and_idempotent(pg_server: PgServer) -> None:
     Memory(u, None).close()
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
         versions = conn.execute(f"SELECT version FROM {schema}.migrations ORDER BY 1").fetchall()
-        assert versions == [(1,), (2,)]
+        assert versions == [(1,), (2,), (3,)]
         conn.execute(f"INSERT INTO {schema}.migrations (version) VALUES (99)")
     with pytest.raises(StorageError, match="upgrade memlane"):
         Memory(u, None)

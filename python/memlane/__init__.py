@@ -31,7 +31,7 @@ from memlane.errors import (
 )
 from memlane.knowledge import DocumentLoadError, IngestReport
 from memlane.memory import Memory
-from memlane.records import MemoryRecord, SearchHit
+from memlane.records import MemoryRecord, MemoryVersion, SearchHit
 
 __all__ = [
     "LLM",
@@ -52,6 +52,7 @@ __all__ = [
     "Memory",
     "MemoryRecord",
     "MemoryTools",
+    "MemoryVersion",
     "NotFoundError",
     "OnnxEmbedder",
     "OpenAIChat",

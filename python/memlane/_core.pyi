@@ -307,6 +307,7 @@ class Engine:
         min_similarity: float | None = None,
         explain: bool = False,
         touch: bool = False,
+        current_only: bool = False,
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
         """One query: ids, final scores and (with ``explain``) an (n, 10) array of signals."""
     def nearest(

@@ -51,10 +51,21 @@ class MemoryRecord:
     updated_at: float = 0.0
     last_accessed_at: float = 0.0
     access_count: int = 0
+    valid_to: float | None = None
     content_hash: str = ""
     embedding: npt.NDArray[np.float32] | None = field(default=None, repr=False, compare=False)
     duplicate: str | None = field(default=None, compare=False)
     duplicate_of: str | None = field(default=None, compare=False)
+
+    @property
+    def valid_from(self) -> float:
+        """When the record became true: its ``created_at``."""
+        return self.created_at
+
+    @property
+    def current(self) -> bool:
+        """Whether the record is still true (no later version superseded it)."""
+        return self.valid_to is None
 
     @property
     def scope(self) -> dict[str, str]:
@@ -91,3 +102,27 @@ class SearchHit:
     record: MemoryRecord
     score: float
     explain: dict[str, float | int | None] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryVersion:
+    """One version of a memory, as :meth:`memlane.Memory.history` returns it.
+
+    ``record`` is the memory as this version held it (``record.valid_to`` is set on
+    a superseded one). ``event`` is the change that made the version (``"add"``,
+    ``"update"`` or ``"supersede"``: a new record opened by
+    :meth:`~memlane.Memory.supersede`), ``at`` when and ``by`` who made it (None
+    when not said). ``ended`` is the change that ended it (``"update"``,
+    ``"supersede"``, ``"delete"``; None for the current version), with ``ended_at``
+    and ``ended_by``; ``superseded_by`` names the record that replaced a
+    superseded one.
+    """
+
+    record: MemoryRecord
+    event: str
+    at: float
+    by: str | None = None
+    ended: str | None = None
+    ended_at: float | None = None
+    ended_by: str | None = None
+    superseded_by: str | None = None

@@ -16,7 +16,15 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from memlane import _core
 
-__all__ = ["COLUMNS", "ENGINE_COLUMNS", "SQL_TYPES", "Row", "records_table"]
+__all__ = [
+    "COLUMNS",
+    "ENGINE_COLUMNS",
+    "HISTORY_COLUMNS",
+    "SQL_TYPES",
+    "Row",
+    "history_table",
+    "records_table",
+]
 
 #: The table's key: a u64 the engine uses as the record's id.
 PRIMARY_KEY = "primary key"
@@ -47,6 +55,8 @@ class Row(NamedTuple):
     updated_at: float
     last_accessed_at: float
     access_count: int
+    #: When the record stopped being true (superseded); None while it is.
+    valid_to: float | None
     content_hash: str
     embedding: bytes | None
     #: The change that last wrote the row, and the one that last changed its text or vector.
@@ -114,6 +124,40 @@ def records_table(dialect: Dialect, table: str = "records") -> str:
             parts.append("UNIQUE")
         lines.append("    " + " ".join(parts))
     exists = "IF NOT EXISTS " if dialect == "sqlite" else ""
+    return f"CREATE TABLE {exists}{table} (\n" + ",\n".join(lines) + "\n)"
+
+
+#: The columns a history entry keeps of the version it replaced (all but the vector).
+HISTORY_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c != "embedding")
+
+#: What a history entry adds: the change (``update``, ``supersede``, ``delete``), when
+#: and by whom it was made, and the record that superseded the version.
+HISTORY_EXTRA: tuple[tuple[str, tuple[str, str], bool], ...] = (
+    ("event", ("TEXT", "text"), False),
+    ("at", ("REAL", "float8"), False),
+    ("actor", ("TEXT", "text"), True),
+    ("next_id", ("TEXT", "text"), True),
+)
+
+
+def history_table(dialect: Dialect, table: str = "history") -> str:
+    """The ``CREATE TABLE`` of the history: one entry per version a change replaced.
+
+    The records table's columns (without constraints or the vector), so an entry is
+    read back as a :class:`Row`, then :data:`HISTORY_EXTRA`; ``n`` orders entries."""
+    sqlite = dialect == "sqlite"
+    lines = [
+        "    n INTEGER PRIMARY KEY AUTOINCREMENT"
+        if sqlite
+        else "    n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+    ]
+    fields = [(name, sql, nullable) for name, sql, nullable, _ in _FIELDS]
+    for name, sql, nullable in [*fields, *HISTORY_EXTRA]:
+        if name == "embedding":
+            continue
+        kind = sql[0] if sqlite else sql[1]
+        lines.append(f"    {name} {kind}" + ("" if nullable else " NOT NULL"))
+    exists = "IF NOT EXISTS " if sqlite else ""
     return f"CREATE TABLE {exists}{table} (\n" + ",\n".join(lines) + "\n)"
 
 

@@ -66,6 +66,8 @@ def decide(
     exact: dict[tuple[Any, ...], Target] = {}
     if wanted:
         for row in db.rows_by_hash(wanted, embedding=False):
+            if row.valid_to is not None:  # superseded: no longer true, so no duplicate
+                continue
             key = (row.content_hash, row.tbl, *row[5:11])
             exact.setdefault(key, row.id)
     stored_near, batch_near = _near_candidates(news, db, engine, threshold) if wanted else ({}, {})

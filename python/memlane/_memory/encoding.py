@@ -36,7 +36,13 @@ ADD_KEYS = frozenset(
     }
 )
 # What an import may carry besides the add() keys.
-IMPORT_KEYS = ADD_KEYS | {"updated_at", "last_accessed_at", "access_count", "content_hash"}
+IMPORT_KEYS = ADD_KEYS | {
+    "updated_at",
+    "last_accessed_at",
+    "access_count",
+    "content_hash",
+    "valid_to",
+}
 
 
 @dataclass(slots=True)
@@ -62,6 +68,7 @@ class NewRecord:
     # Check for duplicates before storing (add(unique=True)); imports never do.
     dedup: bool = False
     id_given: bool = True
+    valid_to: float | None = None
 
     def row(self, rowid: int, seq: int, blob: bytes | None) -> Row:
         agent, user, room, world, session, namespace = self.scope
@@ -85,6 +92,7 @@ class NewRecord:
             self.updated_at,
             self.last_accessed_at,
             self.access_count,
+            self.valid_to,
             self.content_hash,
             blob,
             seq,
@@ -112,6 +120,7 @@ class NewRecord:
             updated_at=self.updated_at,
             last_accessed_at=self.last_accessed_at,
             access_count=self.access_count,
+            valid_to=self.valid_to,
             content_hash=self.content_hash,
         )
 
@@ -174,6 +183,13 @@ def validate(
     access_count = get("access_count", 0)
     if type(access_count) is not int or access_count < 0:
         raise InvalidArgumentError("access_count must be an int >= 0")
+    valid_to = get("valid_to")
+    if valid_to is not None:
+        valid_to = coerce.timestamp(valid_to, "valid_to")
+        if valid_to < created:
+            raise InvalidArgumentError(
+                "valid_to is before created_at (when the record became true)"
+            )
     importance = get("importance", 0.5)
     if type(importance) is not float or not 0.0 <= importance <= 1.0:
         importance = coerce.number(importance, "importance", 0.0, 1.0)
@@ -213,6 +229,7 @@ def validate(
         content_hash=content_hash(text),
         dedup=unique and not importing,
         id_given=record_id is not None,
+        valid_to=valid_to,
     )
 
 
@@ -241,6 +258,7 @@ def record(row: Row, pending: tuple[int, float] | None, embedding: bool = False)
         updated_at=row.updated_at,
         last_accessed_at=last,
         access_count=access_count,
+        valid_to=row.valid_to,
         content_hash=row.content_hash,
         embedding=unblob(row.embedding) if embedding else None,
     )

@@ -76,6 +76,25 @@ def build_filter(
     return conds[0] if len(conds) == 1 else {"$and": conds}
 
 
+def versions_filter(
+    flt: dict[str, Any] | None, as_of: Any, include_superseded: Any
+) -> tuple[dict[str, Any] | None, bool]:
+    """A search's filter and whether it leaves superseded records out: by default it
+    does (the engine drops them cheaply); ``as_of`` keeps the versions true at that
+    time and recorded by then; ``include_superseded`` keeps every version."""
+    every = coerce.flag(include_superseded, "include_superseded")
+    if as_of is None:
+        return flt, not every
+    if every:
+        raise InvalidArgumentError("give as_of or include_superseded, not both")
+    t = coerce.timestamp(as_of, "as_of")
+    conds: list[dict[str, Any]] = [
+        {"created_at": {"$lte": t}},
+        {"$or": [{"valid_to": None}, {"valid_to": {"$gt": t}}]},
+    ]
+    return {"$and": conds if flt is None else [flt, *conds]}, False
+
+
 class Searcher:
     """Runs searches with the store's defaults."""
 
@@ -108,6 +127,8 @@ class Searcher:
         query_embedding: Any,
         track_access: bool | None,
         include_embedding: bool,
+        as_of: Any = None,
+        include_superseded: bool = False,
     ) -> list[SearchHit]:
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
@@ -153,6 +174,7 @@ class Searcher:
         )
         if candidates is not None:
             coerce.count(candidates, "candidates", 1)
+        flt, current_only = versions_filter(flt, as_of, include_superseded)
         now = time.time()
         ids, scores, signals = self.sync.engine.search(
             query,
@@ -176,6 +198,7 @@ class Searcher:
             min_similarity=min_similarity,
             explain=explain,
             touch=touch,
+            current_only=current_only,
         )
         rowids = ids.tolist()
         if touch and rowids and self.access.note(rowids, now):

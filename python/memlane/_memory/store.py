@@ -32,6 +32,7 @@ from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
 from memlane._memory.querying import Mode, Searcher, build_filter, scope_of
 from memlane._memory.sync import PRECISIONS, IndexSync
+from memlane._memory.versions import VersionsMixin
 from memlane._memory.writer import Replacing, Writer
 from memlane.dedup import DedupWindow
 from memlane.embeddings._base import Embedder
@@ -53,7 +54,7 @@ class _DefaultEmbedder:
 DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
 
 
-class MemoryStore:
+class MemoryStore(VersionsMixin):
     """Persistent, searchable memory for agents (see :class:`memlane.Memory`, which adds
     knowledge ingestion, for the arguments)."""
 
@@ -284,10 +285,12 @@ class MemoryStore:
         evergreen: bool | None = None,
         type: str | None = None,
         embedding: npt.ArrayLike | None = None,
+        by: str | None = None,
     ) -> MemoryRecord:
         """Changes fields of a record (metadata is replaced whole) and returns it.
 
-        A new text is embedded again (unless ``embedding`` is given).
+        A new text is embedded again (unless ``embedding`` is given). The version it
+        replaces stays in :meth:`history`, with ``by`` as who changed it.
         """
         current = self.get(id)
         given = {
@@ -299,7 +302,7 @@ class MemoryStore:
         }
         fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         fields["embedding"] = embedding
-        return self._writer.update(current, fields)
+        return self._writer.update(current, fields, None if by is None else coerce.text(by, "by"))
 
     def delete(self, id: str) -> None:
         """Deletes a record; raises :class:`~memlane.errors.UnknownIdError` if there is none."""
@@ -449,6 +452,8 @@ class MemoryStore:
         query_embedding: npt.ArrayLike | None = None,
         track_access: bool | None = None,
         include_embedding: bool = False,
+        as_of: float | datetime | None = None,
+        include_superseded: bool = False,
         agent_id: str | None = None,
         user_id: str | None = None,
         room_id: str | None = None,
@@ -457,6 +462,10 @@ class MemoryStore:
         namespace: str | None = None,
     ) -> builtins.list[SearchHit]:
         """The ``k`` best memories for ``query``, best first, in one call into the engine.
+
+        Superseded records (:meth:`supersede`) are left out: ``as_of`` searches the
+        records true at that time (created by then, not yet superseded), and
+        ``include_superseded=True`` every version.
 
         Modes: ``"hybrid"`` (BM25 and vectors fused), ``"vector"``, ``"text"``.
         A store without an embedder searches text. ``query_embedding`` skips
@@ -514,6 +523,8 @@ class MemoryStore:
             query_embedding=query_embedding,
             track_access=track_access,
             include_embedding=include_embedding,
+            as_of=as_of,
+            include_superseded=include_superseded,
         )
 
     def _scope(self, *given: str | None) -> dict[str, str]:

@@ -20,9 +20,11 @@ from memlane._memory.sync import IndexSync
 from memlane.dedup import DedupWindow, content_hash, window_keys
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
-from memlane.records import MemoryRecord
+from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import Row
 
+# What a superseding record takes from the one it closes, unless given.
+_INHERITED = ("table", "type", *SCOPE_FIELDS, "importance", "evergreen", "metadata")
 # Batches at least this large are analysed by the engine while the database writes them.
 _OVERLAP_MIN = 256
 
@@ -32,6 +34,14 @@ class Replacing:
     """What a ``replace`` deletes: its filter (None: every record)."""
 
     filter: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """The version a supersede closes (its row with ``valid_to`` set), and who closed it."""
+
+    row: Row
+    actor: str | None
 
 
 class Writer:
@@ -203,11 +213,16 @@ class Writer:
         return out
 
     def _insert(
-        self, news: list[NewRecord], recent: list[tuple[str, str, float]], gone: Sequence[int]
+        self,
+        news: list[NewRecord],
+        recent: list[tuple[str, str, float]],
+        gone: Sequence[int],
+        closing: Closing | None = None,
     ) -> None:
-        """Commits and indexes new records, deleting the rows ``gone`` in the same
-        transaction (write lock held)."""
+        """Commits and indexes new records, deleting the rows ``gone`` and closing the
+        version ``closing`` supersedes in the same transaction (write lock held)."""
         sync, db = self.sync, self.db
+        closed = None if closing is None else sync.prepare([closing.row], texts=False, vectors=None)
         base = db.reserve_rowids(len(news))
         vectors = None
         blobs: list[bytes | None] = [None] * len(news)
@@ -230,9 +245,15 @@ class Writer:
             seq = db.next_seq(conn)
             if gone:  # first: a new record may take a deleted one's id
                 self.access.drop(gone)
-                db.delete(conn, list(gone), seq)
+                db.delete(conn, list(gone), seq, "replace")
+            if closing is not None:
+                r = closing.row
+                db.record_history(
+                    conn, [r.rowid], "supersede", r.valid_to or 0.0, closing.actor, news[0].id
+                )
+                db.replace(conn, [r._replace(seq=seq)])
             # Stamped with the change's number (seq and content_seq close every row).
-            db.insert(conn, [Row._make((*r[:-2], seq, seq)) for r in rows])
+            db.insert(conn, [r._replace(seq=seq, content_seq=seq) for r in rows])
             if len(news) >= _OVERLAP_MIN:
                 prepared = future.result()
             if recent:
@@ -241,12 +262,55 @@ class Writer:
         if gone:
             sync.engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         sync.engine.apply(prepared)
-        sync.committed(seq, len(news) + len(gone))
+        if closed is not None:
+            sync.engine.apply(closed)
+        sync.committed(seq, len(news) + len(gone) + (closing is not None))
 
     # -- changing and deleting ---------------------------------------------------------
 
-    def update(self, current: MemoryRecord, fields: dict[str, Any]) -> MemoryRecord:
-        """Rewrites ``current`` with ``fields`` changed (a new text is embedded again)."""
+    def supersede(
+        self, old_id: str, item: dict[str, Any], at: object, actor: str | None
+    ) -> MemoryRecord:
+        """Closes ``old_id`` at ``at`` and adds ``item`` (which inherits its table, type,
+        scope, importance, evergreen and metadata unless given) valid from then, in one
+        transaction; returns the new record."""
+        sync, db = self.sync, self.db
+        sync.check_open()
+        now = time.time()
+        when = now if at is None else coerce.timestamp(at, "at")
+        old = db.row_by_id(old_id)
+        if old is None:
+            raise UnknownIdError(f"no memory with id {old_id!r}")
+        inherited = record(old, None).to_dict(embedding=False)
+        base = {k: inherited[k] for k in _INHERITED}
+        n = validate({**base, **item, "created_at": when}, now, self.default_scope, sync.dim)
+        if when < old.created_at:
+            raise InvalidArgumentError(
+                f"at ({when}) is before {old_id!r} became true (its created_at, {old.created_at})"
+            )
+        if n.embedding is not None:
+            coerce.check_vectors(n.embedding[None, :], [0], "embedding")
+        elif self.embedder is not None:
+            n.embedding = self.embed_texts([n.text])[0]
+        with sync.writing(), sync.lock:
+            sync.check_open()
+            row = db.row_by_id(old_id, embedding=True)
+            if row is None:
+                raise UnknownIdError(f"no memory with id {old_id!r}")
+            if row.valid_to is not None:
+                raise InvalidArgumentError(
+                    f"{old_id!r} was superseded already (valid_to {row.valid_to}); "
+                    "supersede the version that replaced it"
+                )
+            self._check_ids([n], [])
+            self._insert([n], [], [], Closing(row._replace(valid_to=when, updated_at=now), actor))
+        return n.record()
+
+    def update(
+        self, current: MemoryRecord, fields: dict[str, Any], actor: str | None = None
+    ) -> MemoryRecord:
+        """Rewrites ``current`` with ``fields`` changed (a new text is embedded again),
+        keeping the version it replaces in the history."""
         sync, db = self.sync, self.db
         item = current.to_dict(embedding=False)
         for key in ("duplicate", "duplicate_of"):
@@ -277,6 +341,7 @@ class Writer:
             with db.transaction() as conn:
                 seq = db.next_seq(conn)
                 content_seq = seq if changed else row.content_seq
+                db.record_history(conn, [row.rowid], "update", time.time(), actor)
                 db.replace(conn, [full._replace(seq=seq, content_seq=content_seq)])
                 self.access.flush(db, conn, seq)
             sync.engine.apply(prepared)
@@ -314,14 +379,14 @@ class Writer:
                 self.delete_rowids(rowids)
         return len(rowids)
 
-    def delete_rowids(self, rowids: list[int]) -> None:
+    def delete_rowids(self, rowids: list[int], actor: str | None = None) -> None:
         """One transaction deleting ``rowids`` (write lock held)."""
         sync, db = self.sync, self.db
         with db.transaction() as conn:
             seq = db.next_seq(conn)
             self.access.drop(rowids)
             self.access.flush(db, conn, seq)
-            db.delete(conn, rowids, seq)
+            db.delete(conn, rowids, seq, actor)
         sync.engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)
         sync.committed(seq, len(rowids))
 
@@ -364,7 +429,7 @@ class Writer:
             rows = self.db.rows_by_rowid(rowids)
             doomed = [record(rows[r], self.access.get(r)) for r in rowids if r in rows]
             if rowids:
-                self.delete_rowids(rowids)
+                self.delete_rowids(rowids, "prune")
             for rec in doomed:
                 self.window.forget(rec.id)
         return doomed

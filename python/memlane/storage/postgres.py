@@ -43,7 +43,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 from memlane.records import SCOPE_FIELDS
-from memlane.schema import COLUMNS, Row, records_table
+from memlane.schema import COLUMNS, Row, history_table, records_table
 from memlane.storage.rowcache import RowCache
 from memlane.storage.sql import TYPES, Columns, ErrorKind, Rows, SQLStore
 
@@ -108,6 +108,29 @@ _MIGRATIONS = (
     """
     ALTER TABLE {s}.records ENABLE ROW LEVEL SECURITY;
     CREATE POLICY tenant ON {s}.records USING (
+        coalesce(current_setting('memlane.tenant', true), '') = ''
+        OR CASE current_setting('memlane.tenant_field', true)
+            WHEN 'agent_id' THEN agent_id
+            WHEN 'user_id' THEN user_id
+            WHEN 'room_id' THEN room_id
+            WHEN 'world_id' THEN world_id
+            WHEN 'session_id' THEN session_id
+            WHEN 'namespace' THEN namespace
+        END = current_setting('memlane.tenant', true)
+    );
+    """,
+    # Supersession and history. A store made by migration 1 of this release has
+    # valid_to already; older ones gain it. History entries keep the scope columns,
+    # so the tenant policy binds them as it binds the records.
+    """
+    ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS valid_to float8;
+    """
+    + history_table("postgres", "{s}.history")
+    + """;
+    CREATE INDEX history_id ON {s}.history (id);
+    CREATE INDEX history_next ON {s}.history (next_id);
+    ALTER TABLE {s}.history ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY tenant ON {s}.history USING (
         coalesce(current_setting('memlane.tenant', true), '') = ''
         OR CASE current_setting('memlane.tenant_field', true)
             WHEN 'agent_id' THEN agent_id

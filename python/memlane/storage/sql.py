@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal, TypeVar
@@ -39,10 +40,10 @@ from memlane.errors import (
     StorageError,
     UnknownIdError,
 )
-from memlane.schema import COLUMNS, SQL_TYPES, Row
+from memlane.schema import COLUMNS, HISTORY_COLUMNS, SQL_TYPES, Row
 from memlane.storage.rowcache import RowCache
 
-__all__ = ["TYPES", "Columns", "ErrorKind", "Rows", "SQLStore"]
+__all__ = ["TYPES", "Columns", "ErrorKind", "HistoryEntry", "Rows", "SQLStore"]
 
 T = TypeVar("T")
 
@@ -58,6 +59,9 @@ _RECORDS: Columns = tuple(zip(COLUMNS, TYPES, strict=True))
 
 _ALL = ", ".join(COLUMNS)
 _NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
+_HISTORY = ", ".join(HISTORY_COLUMNS)
+#: What a history entry holds: the replaced version as a Row, then its change.
+HistoryEntry = tuple[Row, str, float, str | None, str | None]
 
 
 class SQLStore(abc.ABC):
@@ -290,9 +294,57 @@ class SQLStore(abc.ABC):
             if self._cache is not None:
                 self._cache.invalidate([r.rowid], r.seq)
 
-    def delete(self, conn: Any, rowids: Sequence[int], seq: int) -> None:
+    def record_history(
+        self,
+        conn: Any,
+        rowids: Sequence[int],
+        event: str,
+        at: float,
+        actor: str | None = None,
+        next_id: str | None = None,
+    ) -> None:
+        """Keeps the current versions of ``rowids`` in the history, as replaced by
+        ``event`` (``update``, ``supersede``, ``delete``) at ``at``: one statement that
+        copies the rows, so no version passes through Python."""
+        p = self._p
+        head = (
+            f"INSERT INTO {p}history ({_HISTORY}, event, at, actor, next_id) "
+            f"SELECT {_HISTORY}, ?, ?, ?, ? FROM {p}records WHERE "
+        )
+        for where, params in self._any("rowid", rowids, "int8"):
+            with self._refusals():
+                conn.execute(self._q(head + where), (event, at, actor, next_id, *params))
+
+    def history(self, ids: Sequence[str]) -> list[HistoryEntry]:
+        """The history entries of ``ids``, oldest first."""
+        q = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM {self._p}history WHERE "
+        width = len(COLUMNS)
+
+        def run(conn: Any) -> list[tuple[int, HistoryEntry]]:
+            out = []
+            for where, params in self._any("id", ids, "text"):
+                for n, *r in conn.execute(self._q(q + where), params):
+                    row = Row._make(r[:width])
+                    out.append((n, (row, *r[width:])))
+            return out
+
+        found = self._read(run) if ids else []
+        found.sort(key=lambda e: e[0])
+        return [e for _, e in found]
+
+    def superseded_by(self, record_id: str) -> str | None:
+        """The id of the record that ``record_id`` superseded, if any."""
+        q = self._q(
+            f"SELECT id FROM {self._p}history WHERE next_id = ? AND event = 'supersede' "
+            "ORDER BY at LIMIT 1"
+        )
+        rows = self._read(lambda c: list(c.execute(q, (record_id,))))
+        return str(rows[0][0]) if rows else None
+
+    def delete(self, conn: Any, rowids: Sequence[int], seq: int, actor: str | None = None) -> None:
         p = self._p
         rowids = list(dict.fromkeys(rowids))
+        self.record_history(conn, rowids, "delete", time.time(), actor)
         ids: list[str] = []
         for where, params in self._any("rowid", rowids, "int8"):
             if self._RETURNING:

@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memlane.errors import StorageError
-from memlane.schema import records_table
+from memlane.schema import history_table, records_table
 from memlane.storage.sql import Columns, ErrorKind, Rows, SQLStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+# 2: records.valid_to and the history table.
+SCHEMA_VERSION = 2
 
 
 _SCHEMA = (
@@ -59,6 +60,11 @@ CREATE INDEX IF NOT EXISTS recent_at ON recent (at);
 CREATE INDEX IF NOT EXISTS recent_id ON recent (id);
 CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_seq ON tombstones (seq);
+"""
+    + history_table("sqlite")
+    + """;
+CREATE INDEX IF NOT EXISTS history_id ON history (id);
+CREATE INDEX IF NOT EXISTS history_next ON history (next_id);
 """
 )
 
@@ -142,6 +148,10 @@ class SQLiteStore(SQLStore):
                         f"{path} has schema version {version}; this memlane reads up to "
                         f"{SCHEMA_VERSION} (upgrade memlane)"
                     )
+                elif int(version) == 1:
+                    # The table was made before records could be superseded.
+                    conn.execute("ALTER TABLE records ADD COLUMN valid_to REAL")
+                    self.set_meta(conn, "schema_version", str(SCHEMA_VERSION))
                 if self.get_meta("store_id", conn) is None:
                     # Which database a snapshot belongs to (a store made before ids
                     # existed gets one now, and rebuilds its snapshot once).

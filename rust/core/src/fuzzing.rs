@@ -158,6 +158,7 @@ fn request<'a>(
         min_similarity: None,
         explain: true,
         touch: true,
+        current_only: false,
     }
 }
 
@@ -257,6 +258,7 @@ fn small_engine() -> Engine {
             updated_at: 1.0e9,
             last_accessed_at: 1.0e9,
             access_count: i as u64,
+            valid_to: (i == 1).then_some(1.0e9 + 5.0),
             metadata: flatten_metadata(m).expect("valid metadata"),
         })
         .collect();

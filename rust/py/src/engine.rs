@@ -92,7 +92,7 @@ fn check_len(what: &str, got: usize, n: usize) -> memlane_core::Result<()> {
 
 /// The record columns `Engine.prepare` takes, in this order (the names are
 /// those of `memlane.schema.Row`, which checks them at import).
-pub const COLUMNS: [&str; 16] = [
+pub const COLUMNS: [&str; 17] = [
     "tbl",
     "type",
     "agent_id",
@@ -109,6 +109,7 @@ pub const COLUMNS: [&str; 16] = [
     "metadata",
     "id",
     "access_count",
+    "valid_to",
 ];
 
 /// `Engine.nearest`'s ids and similarities.
@@ -127,6 +128,7 @@ struct Columns {
     metadata: Vec<String>,
     id: Vec<String>,
     access_count: Vec<u64>,
+    valid_to: Vec<Option<f64>>,
 }
 
 impl Columns {
@@ -176,6 +178,7 @@ impl Columns {
             metadata: col!("metadata", String),
             id: col!("id", String),
             access_count: col!("access_count", u64),
+            valid_to: col!("valid_to", Option<f64>),
         })
     }
 }
@@ -229,14 +232,6 @@ impl PyEngine {
         Ok(PyEngine::wrap(engine))
     }
 
-    /// Checks a batch of records and analyses it, changing nothing; `apply`
-    /// then inserts it. A caller can so validate a batch before committing
-    /// it elsewhere. `texts=None` keeps the indexed texts and `vectors=None`
-    /// the vectors of existing records. Every column has one entry per id;
-    /// `scopes` is six columns (agent, user, room, world, session,
-    /// namespace); `metadata` is one JSON object per record. `keys` (the
-    /// records' public ids, which `id` filters read) and `access_counts`
-    /// may be omitted: no public ids, no accesses.
     /// Checks and analyses a batch without changing the engine: `columns` holds
     /// one sequence per name of [`COLUMNS`], in that order, one entry per id.
     fn prepare(
@@ -270,6 +265,7 @@ impl PyEngine {
                     updated_at: cols.updated_at[i],
                     last_accessed_at: cols.last_accessed_at[i],
                     access_count: cols.access_count[i],
+                    valid_to: cols.valid_to[i],
                     metadata: meta,
                 });
             }
@@ -330,6 +326,7 @@ impl PyEngine {
         w_recency = None, decay = None,
         recency_half_life = scoring::DEFAULT_RECENCY_HALF_LIFE_HOURS, now = 0.0,
         threshold = None, min_similarity = None, explain = false, touch = false,
+        current_only = false,
     ))]
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn search<'py>(
@@ -354,6 +351,7 @@ impl PyEngine {
         min_similarity: Option<f64>,
         explain: bool,
         touch: bool,
+        current_only: bool,
     ) -> PyResult<(
         Bound<'py, PyArray1<u64>>,
         Bound<'py, PyArray1<f64>>,
@@ -406,6 +404,7 @@ impl PyEngine {
                 min_similarity,
                 explain,
                 touch,
+                current_only,
             })
         })?;
         let explained = if explain {

@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 pub const MAX_DEPTH: usize = 32;
 
 /// The record fields a filter reads (every other name is a metadata key).
-pub const RECORD_FIELDS: [&str; 16] = [
+pub const RECORD_FIELDS: [&str; 17] = [
     "id",
     "table",
     "type",
@@ -59,6 +59,7 @@ pub const RECORD_FIELDS: [&str; 16] = [
     "created_at",
     "updated_at",
     "last_accessed_at",
+    "valid_to",
     "metadata.<key>",
 ];
 
@@ -80,6 +81,8 @@ pub enum Field {
     CreatedAt,
     UpdatedAt,
     LastAccessedAt,
+    /// When a superseded record stopped being true; null while current.
+    ValidTo,
     /// A metadata key; `None` when no record ever had it.
     Meta(Option<u32>),
 }
@@ -279,6 +282,7 @@ impl Compiler<'_> {
             "created_at" => Field::CreatedAt,
             "updated_at" => Field::UpdatedAt,
             "last_accessed_at" => Field::LastAccessedAt,
+            "valid_to" => Field::ValidTo,
             _ => {
                 if let Some(i) = SCOPE_FIELDS.iter().position(|f| *f == name) {
                     Field::Scope(i as u8)
@@ -322,6 +326,10 @@ impl Compiler<'_> {
                 "a string (or null for none)",
             ),
             Field::Evergreen => (matches!(q, Scalar::Bool(_)), "true or false"),
+            Field::ValidTo => (
+                matches!(q, Scalar::Num(_) | Scalar::Null),
+                "a number (or null for a current record)",
+            ),
             Field::Importance
             | Field::AccessCount
             | Field::CreatedAt
@@ -485,6 +493,13 @@ fn any_value(
         Field::CreatedAt => Value::Num(records.created_at[s]),
         Field::UpdatedAt => Value::Num(records.updated_at[s]),
         Field::LastAccessedAt => Value::Num(records.accessed_at(slot)),
+        Field::ValidTo => {
+            if !records.is_closed(slot) {
+                // Current: equal to null, yet not present.
+                return f(&Value::Null);
+            }
+            Value::Num(records.valid_to[s])
+        }
         Field::Meta(None) => return false,
         Field::Meta(Some(key)) => {
             let values = records.meta_values(slot, key);
@@ -573,7 +588,8 @@ fn posting_key(field: Field, q: &Scalar) -> Option<Option<PostingKey>> {
         | Field::AccessCount
         | Field::CreatedAt
         | Field::UpdatedAt
-        | Field::LastAccessedAt => return None,
+        | Field::LastAccessedAt
+        | Field::ValidTo => return None,
     })
 }
 
@@ -669,6 +685,7 @@ mod tests {
                     updated_at: 0.0,
                     last_accessed_at: 2000.0 + i as f64,
                     access_count: i as u64 * 10,
+                    valid_to: None,
                     metadata: flatten_metadata(meta).unwrap(),
                 },
             );
@@ -688,6 +705,7 @@ mod tests {
             updated_at: 0.0,
             last_accessed_at: 0.0,
             access_count: 0,
+            valid_to: None,
             metadata: Vec::new(),
         }
     }

@@ -459,6 +459,7 @@ mod shared_linking {
             updated_at: 0.0,
             last_accessed_at: 0.0,
             access_count: 0,
+            valid_to: None,
             metadata: flatten_metadata("{}").unwrap(),
         }
     }
@@ -513,6 +514,7 @@ mod shared_linking {
                 min_similarity: None,
                 explain: true,
                 touch: false,
+                current_only: false,
             };
             e.search(&req).unwrap()
         };

@@ -2,6 +2,7 @@
 //! similar stored record its group's filter admits, if it reaches a cosine
 //! similarity threshold. One call for a batch, so `add_many(unique=True)`
 //! costs one filter selection per distinct scope, not one search per item.
+//! Superseded records are never duplicates.
 
 use rayon::prelude::*;
 
@@ -51,7 +52,11 @@ impl Engine {
             .iter()
             .map(|f| {
                 let sel = (!f.is_all())
-                    .then(|| self.select(f))
+                    .then(|| {
+                        let mut sel = self.select(f);
+                        sel.slots.retain(|&s| !self.records.is_closed(s));
+                        sel
+                    })
                     .filter(|s| s.slots.len() < self.records.len());
                 let ids: Option<Vec<u64>> = sel
                     .as_ref()
@@ -72,9 +77,16 @@ impl Engine {
                     return Ok(None);
                 }
                 let hits = self.nearest_vectors(q, POOL, allowed.as_ref(), sel.as_ref())?;
+                // A superseded record is no duplicate: what it said is no longer true.
                 Ok(hits
-                    .first()
+                    .iter()
                     .copied()
+                    .find(|&(id, _)| {
+                        !self
+                            .records
+                            .slot(id)
+                            .is_some_and(|s| self.records.is_closed(s))
+                    })
                     .filter(|&(_, cos)| cos >= min_similarity))
             })
             .collect()

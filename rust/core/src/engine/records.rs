@@ -75,6 +75,9 @@ pub enum PostingKey {
     Scope(u8, u32),
     Evergreen(bool),
     Meta(u32, ValueKey),
+    /// Records that were superseded (with a `valid_to`): few, so searches
+    /// of current records leave them out cheaply.
+    Closed,
     /// A record's public id (interned); looked up in [`Records::by_key`]
     /// rather than in the postings, since each names one slot.
     Id(u32),
@@ -143,6 +146,9 @@ pub struct Attrs {
     pub updated_at: f64,
     pub last_accessed_at: f64,
     pub access_count: u64,
+    /// When the record stopped being true (it was superseded); `None`: it
+    /// still is. A record is valid from its `created_at` until then.
+    pub valid_to: Option<f64>,
     /// Flattened metadata: (dotted key, value) pairs.
     pub metadata: Vec<(String, RawValue)>,
 }
@@ -166,6 +172,11 @@ impl Attrs {
                     "record {row}: {name} must be a finite number, got {t}"
                 )));
             }
+        }
+        if let Some(t) = self.valid_to.filter(|t| !t.is_finite()) {
+            return Err(Error::invalid(format!(
+                "record {row}: valid_to must be a finite number or None, got {t}"
+            )));
         }
         Ok(())
     }
@@ -264,6 +275,8 @@ pub struct Records {
     pub(crate) postings: FxHashMap<PostingKey, Vec<u32>>,
     /// Interned public id to its slot.
     pub(crate) by_key: FxHashMap<u32, u32>,
+    /// Per slot: when the record was superseded (infinity while current).
+    pub(crate) valid_to: Vec<f64>,
 }
 
 impl Records {
@@ -338,6 +351,9 @@ impl Records {
             PostingKey::Type(self.kind[s]),
             PostingKey::Evergreen(self.evergreen[s]),
         ];
+        if self.valid_to[s].is_finite() {
+            keys.push(PostingKey::Closed);
+        }
         for (f, col) in self.scope.iter().enumerate() {
             if col[s] != NONE {
                 keys.push(PostingKey::Scope(f as u8, col[s]));
@@ -405,6 +421,7 @@ impl Records {
         self.updated_at.push(0.0);
         self.accessed_at.push(AtomicU64::new(0));
         self.access_count.push(AtomicU64::new(0));
+        self.valid_to.push(f64::INFINITY);
         self.meta.push(Vec::new());
         slot
     }
@@ -440,6 +457,7 @@ impl Records {
         self.updated_at[s] = a.updated_at;
         self.set_accessed_at(slot, a.last_accessed_at);
         self.access_count[s].store(a.access_count, Ordering::Relaxed);
+        self.valid_to[s] = a.valid_to.unwrap_or(f64::INFINITY);
         let mut meta: Vec<(u32, Value)> = a
             .metadata
             .iter()
@@ -471,6 +489,16 @@ impl Records {
         self.meta[s] = Vec::new();
         self.free.push(slot);
         true
+    }
+
+    /// Whether the record in `slot` was superseded (it has a `valid_to`).
+    pub fn is_closed(&self, slot: u32) -> bool {
+        self.valid_to[slot as usize].is_finite()
+    }
+
+    /// The superseded records' slots, ascending.
+    pub fn closed(&self) -> &[u32] {
+        self.postings(&PostingKey::Closed)
     }
 
     /// Rebuilds the id map and the postings from the columns (after a load);
@@ -515,6 +543,7 @@ mod tests {
             updated_at: 1.0,
             last_accessed_at: 1.0,
             access_count: 0,
+            valid_to: None,
             metadata: flatten_metadata(meta).unwrap(),
         }
     }

@@ -56,7 +56,14 @@ pub struct SearchRequest<'a> {
     pub explain: bool,
     /// Record an access of the returned hits at `now`.
     pub touch: bool,
+    /// Leave out superseded records (those with a `valid_to`).
+    pub current_only: bool,
 }
+
+/// Past this many superseded records, a search of current ones selects the
+/// current slots (a scan) instead of asking each retriever for that many
+/// more hits and dropping the superseded ones.
+const MAX_OVERFETCH: usize = 2048;
 
 /// Every signal behind one hit's score.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -149,8 +156,32 @@ impl Engine {
             return Err(Error::invalid("text search needs a non-empty query text"));
         }
 
-        // The candidate set, shared by both retrievers.
-        let selection = req.filter.filter(|f| !f.is_all()).map(|f| self.select(f));
+        // The candidate set, shared by both retrievers. Superseded records
+        // are few: they leave a selection, and without one each retriever
+        // returns `extra` more hits, of which the superseded are dropped, so
+        // the lists are those of a search among current records only.
+        let closed = if req.current_only {
+            self.records.closed().len()
+        } else {
+            0
+        };
+        let mut selection = req.filter.filter(|f| !f.is_all()).map(|f| self.select(f));
+        if closed > MAX_OVERFETCH && selection.is_none() {
+            selection = Some(self.select(&Filter::all()));
+        }
+        if closed > 0 {
+            if let Some(sel) = selection.as_mut() {
+                sel.slots.retain(|&s| !self.records.is_closed(s));
+            }
+        }
+        let extra = if selection.is_none() { closed } else { 0 };
+        let is_closed = |id: u64| {
+            extra > 0
+                && self
+                    .records
+                    .slot(id)
+                    .is_some_and(|s| self.records.is_closed(s))
+        };
         let allowed_ids: Option<Vec<u64>> = selection
             .as_ref()
             .map(|s| s.slots.iter().map(|&slot| self.records.id(slot)).collect());
@@ -159,19 +190,25 @@ impl Engine {
         }
         let pool = req.candidates.max(req.k);
 
-        let text_hits = match text {
+        let mut text_hits = match text {
             Some(t) if req.mode != Mode::Vector => {
                 let filter = allowed_ids.as_deref().map(|ids| self.bm25.filter(ids));
-                self.bm25.search(t, pool, filter.as_ref())
+                self.bm25.search(t, pool + extra, filter.as_ref())
             }
             _ => Vec::new(),
         };
-        let vector_hits = match &query {
+        let mut vector_hits = match &query {
             Some(q) if req.mode != Mode::Text => {
-                self.vector_candidates(q, pool, allowed_ids.as_deref(), selection.as_ref())?
+                self.vector_candidates(q, pool + extra, allowed_ids.as_deref(), selection.as_ref())?
             }
             _ => Vec::new(),
         };
+        if extra > 0 {
+            text_hits.retain(|h| !is_closed(h.id));
+            text_hits.truncate(pool);
+            vector_hits.retain(|&(id, _)| !is_closed(id));
+            vector_hits.truncate(pool);
+        }
 
         let mut order: Vec<u64> = Vec::with_capacity(text_hits.len() + vector_hits.len());
         let mut cands: FxHashMap<u64, Cand> = FxHashMap::default();

@@ -16,6 +16,7 @@ fn attrs(agent: &str, importance: f32, accessed: f64, evergreen: bool) -> Attrs 
         updated_at: accessed,
         last_accessed_at: accessed,
         access_count: 0,
+        valid_to: None,
         metadata: flatten_metadata(&format!(r#"{{"agent": "{agent}"}}"#)).unwrap(),
     }
 }
@@ -44,6 +45,7 @@ fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> 
         min_similarity: None,
         explain: true,
         touch: false,
+        current_only: false,
     }
 }
 
