@@ -48,6 +48,7 @@ def _row(rowid: int, record_id: str, seq: int) -> Row:
         1.0,
         1.0,
         0,
+        None,
         f"{rowid:064x}",
         None,
         seq,

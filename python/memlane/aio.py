@@ -80,6 +80,8 @@ class AsyncMemory:
     add_many = _in_thread(Memory.add_many)
     replace = _in_thread(Memory.replace)
     update = _in_thread(Memory.update)
+    supersede = _in_thread(Memory.supersede)
+    history = _in_thread(Memory.history)
     delete = _in_thread(Memory.delete)
     delete_all = _in_thread(Memory.delete_all)
     prune = _in_thread(Memory.prune)

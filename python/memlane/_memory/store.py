@@ -275,35 +275,6 @@ class MemoryStore(VersionsMixin):
             raise UnknownIdError(f"no memory with id {id!r}")
         return record(row, self._access.get(row.rowid), include_embedding)
 
-    def update(
-        self,
-        id: str,
-        *,
-        text: str | None = None,
-        importance: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        evergreen: bool | None = None,
-        type: str | None = None,
-        embedding: npt.ArrayLike | None = None,
-        by: str | None = None,
-    ) -> MemoryRecord:
-        """Changes fields of a record (metadata is replaced whole) and returns it.
-
-        A new text is embedded again (unless ``embedding`` is given). The version it
-        replaces stays in :meth:`history`, with ``by`` as who changed it.
-        """
-        current = self.get(id)
-        given = {
-            "text": text,
-            "importance": importance,
-            "metadata": metadata,
-            "evergreen": evergreen,
-            "type": type,
-        }
-        fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-        fields["embedding"] = embedding
-        return self._writer.update(current, fields, None if by is None else coerce.text(by, "by"))
-
     def delete(self, id: str) -> None:
         """Deletes a record; raises :class:`~memlane.errors.UnknownIdError` if there is none."""
         self._sync.check_open()

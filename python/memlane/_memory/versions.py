@@ -1,5 +1,5 @@
-"""Facts that change: :meth:`supersede` closes a record and opens its successor, and
-:meth:`history` returns every version of a memory.
+"""Facts that change: :meth:`update` rewrites a record, :meth:`supersede` closes one and
+opens its successor, and :meth:`history` returns every version of a memory.
 
 A record is true from its ``created_at`` until its ``valid_to`` (None while it is).
 Superseding keeps the old version in the store, closed, so a search ``as_of`` a past
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
 
@@ -22,17 +22,50 @@ from memlane._memory.encoding import record
 from memlane._memory.sync import IndexSync
 from memlane._memory.writer import Writer
 from memlane.records import MemoryRecord, MemoryVersion
-from memlane.storage.sql import HistoryEntry, SQLStore
+from memlane.storage.base import Store
 
 __all__ = ["VersionsMixin"]
 
 
 class VersionsMixin:
-    """:class:`~memlane.Memory`'s supersession and history."""
+    """:class:`~memlane.Memory`'s changes to records, supersession and history."""
 
     _sync: IndexSync
-    _db: SQLStore
+    _db: Store
     _writer: Writer
+
+    if TYPE_CHECKING:
+
+        def get(self, id: str, *, include_embedding: bool = False) -> MemoryRecord: ...
+
+    def update(
+        self,
+        id: str,
+        *,
+        text: str | None = None,
+        importance: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        evergreen: bool | None = None,
+        type: str | None = None,
+        embedding: npt.ArrayLike | None = None,
+        by: str | None = None,
+    ) -> MemoryRecord:
+        """Changes fields of a record (metadata is replaced whole) and returns it.
+
+        A new text is embedded again (unless ``embedding`` is given). The version it
+        replaces stays in :meth:`history`, with ``by`` as who changed it.
+        """
+        current = self.get(id)
+        given = {
+            "text": text,
+            "importance": importance,
+            "metadata": metadata,
+            "evergreen": evergreen,
+            "type": type,
+        }
+        fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        fields["embedding"] = embedding
+        return self._writer.update(current, fields, None if by is None else coerce.text(by, "by"))
 
     def supersede(
         self,
@@ -85,16 +118,18 @@ class VersionsMixin:
             entries = db.history([chain[i]])
             versions, successor = _versions(entries, db.row_by_id(chain[i]), opened)
             out.extend(versions)
-            if successor is not None and successor[0] not in seen:
-                seen.add(successor[0])
-                chain.append(successor[0])
+            opened = ("add", None, None)
+            if successor is not None:
                 opened = ("supersede", successor[1], successor[2])
+                if successor[0] not in seen:  # else: the chain walked back holds it
+                    seen.add(successor[0])
+                    chain.append(successor[0])
             i += 1
         return out
 
 
 def _versions(
-    entries: list[HistoryEntry],
+    entries: list[tuple[Any, str, float, str | None, str | None]],
     current: Any,
     opened: tuple[str, float | None, str | None],
 ) -> tuple[list[MemoryVersion], tuple[str, float, str | None] | None]:

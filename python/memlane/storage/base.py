@@ -64,7 +64,30 @@ class Store(Protocol):
         """Rewrites whole rows that exist (same rowid)."""
         ...
 
-    def delete(self, conn: Any, rowids: Sequence[int], seq: int) -> None: ...
+    def delete(self, conn: Any, rowids: Sequence[int], seq: int, actor: str | None = None) -> None:
+        """Deletes rows, keeping each in the history (``actor``: who deleted them)."""
+        ...
+
+    def record_history(
+        self,
+        conn: Any,
+        rowids: Sequence[int],
+        event: str,
+        at: float,
+        actor: str | None = None,
+        next_id: str | None = None,
+    ) -> None:
+        """Keeps the current versions of ``rowids`` in the history, as replaced by ``event``."""
+        ...
+
+    def history(self, ids: Sequence[str]) -> list[tuple[Row, str, float, str | None, str | None]]:
+        """The history entries of ``ids`` (version, event, at, actor, next id), oldest first."""
+        ...
+
+    def superseded_by(self, record_id: str) -> str | None:
+        """The id of the record that ``record_id`` superseded, if any."""
+        ...
+
     def record_accesses(
         self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int
     ) -> None: ...
