@@ -52,7 +52,13 @@ from memlane.agent.loop import (
     TurnResult,
 )
 from memlane.agent.parsing import ParseError, extract_json
-from memlane.agent.profiles import CONTACTS, ContactProfile, Profiles, contact_profile
+from memlane.agent.profiles import (
+    CONTACTS,
+    ContactProfile,
+    Profiles,
+    contact_profile,
+    record_contact,
+)
 from memlane.agent.reflection import ReflectionReport, areflect, reflect
 from memlane.agent.scope import EventScope, ScopeMode, SessionScope
 from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
@@ -100,6 +106,7 @@ __all__ = [
     "default_token_counter",
     "extract_json",
     "openai_tools",
+    "record_contact",
     "reflect",
     "thread_context",
 ]

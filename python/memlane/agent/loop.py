@@ -36,7 +36,8 @@ reported and logged.
 A failing LLM (HTTP error, timeout, unparsable answer) never raises out of ``before``
 or ``after`` and loses nothing: the turn is stored first, the trigger stays due and
 runs again at the next turn, and the failure is in the report
-(:attr:`TurnReport.failures`). Triggers that need an LLM do nothing without one.
+(:attr:`TurnReport.failures`). Triggers that need an LLM do nothing without one (the
+daily log is then an extract of the day's messages; see :mod:`~memlane.agent.daily`).
 
 Time-based triggers read ``clock`` (default :func:`time.time`), and the entries
 ``after`` writes carry its time, so tests can move time without sleeping.
@@ -59,7 +60,7 @@ from memlane.agent.callers import Caller, _sync_caller, _thread_caller
 from memlane.agent.checks import _int
 from memlane.agent.consolidation import add_short_term, sync_memory
 from memlane.agent.context import Context, build_context
-from memlane.agent.daily import DailyLog, DailyLogger
+from memlane.agent.daily import DailyLog, _DailyLogger
 from memlane.agent.limits import Limits, evict, fit, split_text, store_message
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
@@ -271,7 +272,7 @@ class AgentMemory(_LoopHost):
         self.compaction = compaction or Compaction()
         self.daily = daily or DailyLog()
         self.profiles = profiles or Profiles()
-        self._daily = DailyLogger(self.daily)
+        self._daily = _DailyLogger(self.daily)
         self.limits = limits or Limits()
         self.table = table
         self.context_options = dict(context or {})
