@@ -4,8 +4,10 @@
 - Near: a cosine similarity at or above a threshold (0.95 by default) in the
   same table and scope, as elizaOS's ``createMemory(unique=true)`` checks.
 - Window (as OrcBot does): within ``dedup_window`` seconds (5 minutes by
-  default), the same ``metadata["message_id"]``, or the same
-  ``metadata["source"]`` and ``metadata["contact"]`` with the same text.
+  default), the same ``metadata["message_id"]``, ``metadata["sourceId"]`` or
+  ``metadata["eventId"]`` (each a key of its own: the same event delivered twice
+  is one memory even if its text differs), or the same ``metadata["source"]``
+  and ``metadata["contact"]`` with the same text. All in the same table and scope.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["DedupWindow", "content_hash", "normalise_text", "window_keys"]
+
+#: Metadata fields that name one delivery, and the window key kind of each
+#: ("message" keeps the key stores have written since the window began).
+_ID_KEYS = (("message_id", "message"), ("sourceId", "sourceId"), ("eventId", "eventId"))
 
 
 def normalise_text(text: str) -> str:
@@ -39,9 +45,10 @@ def content_hash(text: str) -> str:
 def window_keys(scope_key: Sequence[Any], metadata: Mapping[str, Any], digest: str) -> list[str]:
     """The keys (JSON strings) under which a record is remembered by :class:`DedupWindow`."""
     keys: list[str] = []
-    message_id = metadata.get("message_id")
-    if message_id is not None:
-        keys.append(json.dumps(["message", list(scope_key), str(message_id)]))
+    for field, kind in _ID_KEYS:
+        value = metadata.get(field)
+        if value is not None:
+            keys.append(json.dumps([kind, list(scope_key), str(value)]))
     source, contact = metadata.get("source"), metadata.get("contact")
     if source is not None and contact is not None:
         keys.append(json.dumps(["source", list(scope_key), str(source), str(contact), digest]))

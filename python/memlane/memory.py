@@ -37,7 +37,8 @@ class Memory(KnowledgeMixin, MemoryStore):
             (as elizaOS does); ``"skip"`` stores nothing and returns the
             existing record.
         dedup_window: seconds during which a repeated ``metadata["message_id"]``,
-            or the same ``source`` + ``contact`` + text, is skipped (0 turns it off).
+            ``metadata["sourceId"]`` or ``metadata["eventId"]`` (as OrcBot), or the
+            same ``source`` + ``contact`` + text, is skipped (0 turns it off).
         track_access: whether searches update ``access_count`` and
             ``last_accessed_at`` of what they return (a search may override it).
             The engine sees an access at once (decay restarts); the database

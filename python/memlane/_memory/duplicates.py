@@ -1,12 +1,13 @@
 """What an add stores and what it recognises as a duplicate.
 
 Three kinds, checked in this order for each item (caller holds the write lock):
-the dedup window (a repeated ``message_id``, or source + contact + text, within
-``dedup_window`` seconds), then for ``unique=True`` items an exact duplicate
-(same normalised text, table and scope) and a near-duplicate (cosine at least
-``threshold`` with a record of the same table and scope, stored or earlier in
-the batch). The stored near-duplicates of the whole batch come from one engine
-call, and the batch's own pairs from one matrix product per scope.
+the dedup window (a repeated ``message_id``, ``sourceId`` or ``eventId``, or
+source + contact + text, within ``dedup_window`` seconds), then for
+``unique=True`` items an exact duplicate (same normalised text, table and scope)
+and a near-duplicate (cosine at least ``threshold`` with a record of the same
+table and scope, stored or earlier in the batch). The stored near-duplicates of
+the whole batch come from one engine call, and the batch's own pairs from one
+matrix product per scope.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Everything here uses :class:`memlane.Memory`'s public API.
 - :mod:`~memlane.agent.reflection`: :func:`reflect`.
 - :mod:`~memlane.agent.loop`: :class:`AgentMemory` (``before``/``after`` around any agent
   loop), over :mod:`~memlane.agent.triggers` (reflection, consolidation, flush reminder,
-  compaction), :mod:`~memlane.agent.limits` (the length and count caps) and
+  compaction), :mod:`~memlane.agent.daily` (daily logs), :mod:`~memlane.agent.profiles`
+  (contact profiles), :mod:`~memlane.agent.limits` (the length and count caps) and
   :mod:`~memlane.agent.reports`; :mod:`~memlane.agent.adapters`: the OpenAI- and
   Anthropic-style loop adapters.
 - :mod:`~memlane.agent.mcp_server`: ``memlane mcp`` (needs ``memlane[mcp]``).
@@ -36,6 +37,7 @@ from memlane.agent.context import (
     default_token_counter,
     thread_context,
 )
+from memlane.agent.daily import DAILY, DailyLog
 from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
 from memlane.agent.loop import (
     AgentMemory,
@@ -50,11 +52,20 @@ from memlane.agent.loop import (
     TurnResult,
 )
 from memlane.agent.parsing import ParseError, extract_json
+from memlane.agent.profiles import (
+    CONTACTS,
+    ContactProfile,
+    Profiles,
+    contact_profile,
+    record_contact,
+)
 from memlane.agent.reflection import ReflectionReport, areflect, reflect
 from memlane.agent.scope import EventScope, ScopeMode, SessionScope
 from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
 
 __all__ = [
+    "CONTACTS",
+    "DAILY",
     "LLM",
     "MESSAGES",
     "SHORT_TERM",
@@ -64,7 +75,9 @@ __all__ = [
     "Compaction",
     "Consolidation",
     "ConsolidationReport",
+    "ContactProfile",
     "Context",
+    "DailyLog",
     "EventScope",
     "FlushReminder",
     "LLMError",
@@ -73,6 +86,7 @@ __all__ = [
     "OpenAIChat",
     "OpenAILoop",
     "ParseError",
+    "Profiles",
     "Reflection",
     "ReflectionReport",
     "ScopeMode",
@@ -88,9 +102,11 @@ __all__ = [
     "char_token_count",
     "complete_action",
     "consolidate",
+    "contact_profile",
     "default_token_counter",
     "extract_json",
     "openai_tools",
+    "record_contact",
     "reflect",
     "thread_context",
 ]

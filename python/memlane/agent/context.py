@@ -1,8 +1,9 @@
 """Context assembly: what a model should see before it answers a message.
 
-:func:`build_context` gathers the room's recent history, the relevant knowledge
-fragments and the relevant memories, trims each to its share of a token
-budget and returns them as sections plus one text block.
+:func:`build_context` gathers the speaker's contact profile, the room's latest
+daily logs, its recent history, the relevant knowledge fragments and the
+relevant memories, trims each to its share of a token budget and returns them
+as sections plus one text block.
 :func:`thread_context` builds OrcBot's thread view: the last messages from the
 same contact and the most relevant ones, merged in time order.
 
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memlane.agent.daily import daily_line, recent_logs
+from memlane.agent.profiles import contact_profile
 from memlane.agent.scope import EventScope
 from memlane.errors import InvalidArgumentError
 
@@ -47,8 +50,16 @@ __all__ = [
 #: The table messages live in.
 MESSAGES = "messages"
 #: Shares of the token budget per section.
-DEFAULT_BUDGET: dict[str, float] = {"history": 0.5, "knowledge": 0.3, "memories": 0.2}
+DEFAULT_BUDGET: dict[str, float] = {
+    "contact": 0.05,
+    "daily": 0.1,
+    "history": 0.4,
+    "knowledge": 0.25,
+    "memories": 0.2,
+}
 _TITLES = {
+    "contact": "Who you are talking to",
+    "daily": "Daily log",
     "history": "Recent conversation",
     "knowledge": "Relevant knowledge",
     "memories": "What you remember",
@@ -168,8 +179,9 @@ def _take(lines: Sequence[str], budget: int, count: TokenCounter) -> list[str]:
 class Context:
     """What :func:`build_context` returns.
 
-    ``sections`` maps ``history``, ``knowledge`` and ``memories`` to their lines
-    (history oldest first; knowledge and memories best first); ``tokens`` to the
+    ``sections`` maps ``contact``, ``daily``, ``history``, ``knowledge`` and
+    ``memories`` to their lines (daily logs and history oldest first; knowledge and
+    memories best first); ``tokens`` to the
     tokens each uses, ``budgets`` to what each was allowed. ``text`` is the
     block to put in a prompt; ``records`` the memories and fragments behind it.
     """
@@ -250,6 +262,8 @@ def build_context(
     table: str = "memories",
     count_tokens: TokenCounter | None = None,
     track_access: bool = True,
+    daily_limit: int = 3,
+    profile: bool = True,
 ) -> Context:
     """The context for answering ``message``: history, knowledge and memories within budget.
 
@@ -271,6 +285,9 @@ def build_context(
             minimum cosine similarity.
         agent_id: whose private knowledge is also read (default: the scope's).
         count_tokens: a token counter (default: see the module docs).
+        daily_limit: the room's newest daily logs shown (:mod:`~memlane.agent.daily`).
+        profile: show the speaker's contact profile (:mod:`~memlane.agent.profiles`;
+            an :class:`~memlane.agent.EventScope` only).
 
     Each section's header and lines fit in ``int(max_tokens * share)`` tokens;
     a line that would overflow is cut with "…" and the rest dropped.
@@ -283,8 +300,14 @@ def build_context(
         fields = history_scope = _kw(scope)
     agent = agent_id if agent_id is not None else fields.get("agent_id")
 
-    records: dict[str, list[MemoryRecord]] = {"history": [], "knowledge": [], "memories": []}
-    candidates: dict[str, list[str]] = {"history": [], "knowledge": [], "memories": []}
+    records: dict[str, list[MemoryRecord]] = {k: [] for k in DEFAULT_BUDGET}
+    candidates: dict[str, list[str]] = {k: [] for k in DEFAULT_BUDGET}
+    if budgets["contact"] > 0 and profile and isinstance(scope, EventScope):
+        known = contact_profile(mem, scope)
+        candidates["contact"] = [] if known is None else [known.describe()]
+    if budgets["daily"] > 0:
+        records["daily"] = recent_logs(mem, history_scope, daily_limit)
+        candidates["daily"] = [daily_line(r) for r in records["daily"]]
     if budgets["history"] > 0 and history_limit > 0:
         recent = mem.list(MESSAGES, limit=history_limit, **history_scope)  # newest first
         records["history"] = recent
@@ -313,9 +336,9 @@ def build_context(
         header = f"## {_TITLES[name]}"
         room = budgets[name] - cost(header)
         kept = _take(lines, room, cost) if lines and room > 0 else []
-        if name == "history":
+        if name in ("history", "daily"):
             kept.reverse()  # taken newest first, shown oldest first
-            records["history"] = records["history"][: len(kept)][::-1]
+            records[name] = records[name][: len(kept)][::-1]
         else:
             records[name] = records[name][: len(kept)]
         sections[name] = kept

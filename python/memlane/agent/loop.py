@@ -21,6 +21,11 @@ flush reminder     25 new entries since the last one, 30-minute cooldown: the  F
                    next ``before`` asks the model to save what matters
 step compaction    more than 10 steps: the first 2 and last 5 kept, the        Compaction
                    middle summarised (in ``before``)
+daily log          the first turn of a day: each of the last 7 days with       DailyLog
+                   messages and no log gets one (LLM summary, or an extract
+                   without one); the newest 3 go into the context
+contact profile    every turn: the speaker's aliases, platform ids, last seen  Profiles
+                   and message count (:mod:`~memlane.agent.profiles`)
 =================  ==========================================================  ============
 
 and the limits (:class:`Limits`): an entry longer than 1,500 characters is split into
@@ -31,7 +36,8 @@ reported and logged.
 A failing LLM (HTTP error, timeout, unparsable answer) never raises out of ``before``
 or ``after`` and loses nothing: the turn is stored first, the trigger stays due and
 runs again at the next turn, and the failure is in the report
-(:attr:`TurnReport.failures`). Triggers that need an LLM do nothing without one.
+(:attr:`TurnReport.failures`). Triggers that need an LLM do nothing without one (the
+daily log is then an extract of the day's messages; see :mod:`~memlane.agent.daily`).
 
 Time-based triggers read ``clock`` (default :func:`time.time`), and the entries
 ``after`` writes carry its time, so tests can move time without sleeping.
@@ -54,6 +60,7 @@ from memlane.agent.callers import Caller, _sync_caller, _thread_caller
 from memlane.agent.checks import _int
 from memlane.agent.consolidation import add_short_term, sync_memory
 from memlane.agent.context import Context, build_context
+from memlane.agent.daily import DailyLog, _DailyLogger
 from memlane.agent.limits import Limits, evict, fit, split_text, store_message
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
@@ -65,6 +72,7 @@ from memlane.agent.messages import (
     _reply_message,
     _with_block,
 )
+from memlane.agent.profiles import ContactProfile, Profiles, contact_profile, record_contact
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, TurnResult
 from memlane.agent.scope import EventScope, SessionScope
 from memlane.agent.tools import MemoryTools
@@ -92,10 +100,12 @@ __all__ = [
     "Compaction",
     "CompactionReport",
     "Consolidation",
+    "DailyLog",
     "FlushReminder",
     "InjectMode",
     "Limits",
     "OpenAILoop",
+    "Profiles",
     "Reflection",
     "TriggerFailure",
     "TurnReport",
@@ -126,6 +136,8 @@ _CONTEXT_OPTIONS = frozenset(inspect.signature(build_context).parameters) - {
     "message",
     "scope",
     "max_tokens",
+    "daily_limit",  # DailyLog.days
+    "profile",  # Profiles.in_context
 }
 
 
@@ -190,8 +202,8 @@ class AgentMemory(_LoopHost):
         inject: ``"first_only"`` (the block is built at a turn's first model
             call and kept) or ``"every_iteration"`` (rebuilt at every call, so it
             shows what the tools just stored).
-        reflection, consolidation, flush, compaction, limits: the triggers' and
-            limits' settings (the defaults when None).
+        reflection, consolidation, flush, compaction, daily, profiles, limits: the
+            triggers' and limits' settings (the defaults when None).
         table: where memories live.
         context: more keyword arguments for :func:`build_context`
             (``budget``, ``inject_limit``, ``min_score``, ...).
@@ -211,6 +223,8 @@ class AgentMemory(_LoopHost):
         consolidation: Consolidation | None = None,
         flush: FlushReminder | None = None,
         compaction: Compaction | None = None,
+        daily: DailyLog | None = None,
+        profiles: Profiles | None = None,
         limits: Limits | None = None,
         table: str = "memories",
         context: Mapping[str, Any] | None = None,
@@ -232,6 +246,8 @@ class AgentMemory(_LoopHost):
             (consolidation, Consolidation),
             (flush, FlushReminder),
             (compaction, Compaction),
+            (daily, DailyLog),
+            (profiles, Profiles),
             (limits, Limits),
         ):
             if value is not None and not isinstance(value, kind):
@@ -254,6 +270,9 @@ class AgentMemory(_LoopHost):
         self.consolidation = consolidation or Consolidation()
         self.flush = flush or FlushReminder()
         self.compaction = compaction or Compaction()
+        self.daily = daily or DailyLog()
+        self.profiles = profiles or Profiles()
+        self._daily = _DailyLogger(self.daily)
         self.limits = limits or Limits()
         self.table = table
         self.context_options = dict(context or {})
@@ -265,10 +284,21 @@ class AgentMemory(_LoopHost):
     # -- small public helpers ----------------------------------------------------------------
 
     def event(
-        self, source: str, contact_id: str | int, chat_id: str | int | None = None
+        self,
+        source: str,
+        contact_id: str | int,
+        chat_id: str | int | None = None,
+        *,
+        name: str | None = None,
     ) -> EventScope:
-        """The scope of a platform event (``scopes.resolve``)."""
-        return self.scopes.resolve(source, contact_id, chat_id)
+        """The scope of a platform event (``scopes.resolve``); ``name``: the sender's
+        display name, kept in their contact profile."""
+        return self.scopes.resolve(source, contact_id, chat_id, name=name)
+
+    def contact(self, event: EventScope) -> ContactProfile | None:
+        """The profile of the contact behind ``event`` (None if never seen)."""
+        self._check_event(event)
+        return contact_profile(self.memory, event)
 
     def memory_tools(
         self, event: EventScope, *, loop: asyncio.AbstractEventLoop | None = None
@@ -283,7 +313,15 @@ class AgentMemory(_LoopHost):
     def context(self, event: EventScope, message: str) -> Context:
         """The :func:`build_context` of ``message`` with this object's budget and options."""
         self._check_event(event)
-        return build_context(self.memory, message, event, self.max_tokens, **self.context_options)
+        return build_context(
+            self.memory,
+            message,
+            event,
+            self.max_tokens,
+            daily_limit=self.daily.days,
+            profile=self.profiles.in_context,
+            **self.context_options,
+        )
 
     # -- before -----------------------------------------------------------------------------
 
@@ -476,6 +514,8 @@ class AgentMemory(_LoopHost):
                 lambda: evict(mem, self.table, self.limits.max_memories, event, report),
             ),
             ("flush", lambda: run_flush(self.flush, self.tools, lock, room, report, now)),
+            ("daily", lambda: self._daily.run(mem, event, report, call, now)),
+            ("profile", lambda: self._profile(event, user, report, now)),
         )
         for name, trigger in triggers:
             try:
@@ -507,6 +547,11 @@ class AgentMemory(_LoopHost):
             if room is None:
                 room = self._rooms[key] = _Room()
             return room
+
+    def _profile(self, event: EventScope, user: str | None, report: TurnReport, now: float) -> None:
+        if self.profiles.enabled and user and user.strip():
+            with self._lock:  # read, change, write: one turn at a time
+                report.profile = record_contact(self.memory, self.scopes, event, now, self.profiles)
 
     def _count(self, event: EventScope, n: int) -> None:
         room = self._room(event)

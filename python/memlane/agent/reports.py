@@ -9,6 +9,7 @@ from memlane.agent.consolidation import ConsolidationReport
 from memlane.agent.reflection import ReflectionReport
 
 if TYPE_CHECKING:
+    from memlane.agent.profiles import ContactProfile
     from memlane.records import MemoryRecord
 
 __all__ = ["CompactionReport", "TriggerFailure", "TurnReport", "TurnResult"]
@@ -17,8 +18,10 @@ __all__ = ["CompactionReport", "TriggerFailure", "TurnReport", "TurnResult"]
 @dataclass(slots=True, frozen=True)
 class TriggerFailure:
     """A trigger that did not complete: ``trigger`` is ``reflection``, ``consolidation``,
-    ``compaction``, ``summarize``, ``eviction``, ``flush`` or ``context`` (``before`` could
-    not build the context block: the model got none that call); it runs again later."""
+    ``compaction``, ``summarize``, ``eviction``, ``flush``, ``daily`` (a daily log),
+    ``profile`` (the contact's profile; that turn is not counted in it) or ``context``
+    (``before`` could not build the context block: the model got none that call); it
+    runs again later."""
 
     trigger: str
     error: str
@@ -44,8 +47,9 @@ class TurnReport:
     ``reflection``, ``consolidation``: their reports when they ran;
     ``compactions``: those ``before`` did since the previous ``after`` of the room;
     ``flush_reminder``: the reminder scheduled for the next ``before``;
-    ``evicted``: memories removed by the cap; ``failures``: what failed (and will
-    run again).
+    ``evicted``: memories removed by the cap; ``daily_logs``: the daily logs
+    written; ``profile``: the speaker's contact profile as updated; ``failures``:
+    what failed (and will run again).
     """
 
     stored: list[MemoryRecord] = field(default_factory=list)
@@ -56,6 +60,8 @@ class TurnReport:
     compactions: list[CompactionReport] = field(default_factory=list)
     flush_reminder: str | None = None
     evicted: list[MemoryRecord] = field(default_factory=list)
+    daily_logs: list[MemoryRecord] = field(default_factory=list)
+    profile: ContactProfile | None = None
     failures: list[TriggerFailure] = field(default_factory=list)
 
     @property

@@ -46,7 +46,8 @@ class EventScope:
     ``fields`` are the scope keyword arguments for memory calls
     (``mem.add(text, **scope.fields)``); ``room_id`` scopes the message history;
     ``identity`` is the canonical person (after identity links) and ``contact``
-    the raw ``"<source>:<contact id>"``.
+    the raw ``"<source>:<contact id>"``; ``name`` is the display name the platform
+    gave the sender, when it gave one (kept as an alias in the contact's profile).
     """
 
     fields: dict[str, str]
@@ -55,6 +56,7 @@ class EventScope:
     source: str
     room_id: str | None = None
     mode: ScopeMode = "per-peer"
+    name: str | None = None
 
     @property
     def history(self) -> dict[str, str]:
@@ -107,10 +109,20 @@ class SessionScope:
         return self.identity_links.get(contact, contact)
 
     def resolve(
-        self, source: str, contact_id: str | int, chat_id: str | int | None = None
+        self,
+        source: str,
+        contact_id: str | int,
+        chat_id: str | int | None = None,
+        *,
+        name: str | None = None,
     ) -> EventScope:
-        """The scope of an event from ``contact_id`` on ``source`` (in chat ``chat_id``)."""
+        """The scope of an event from ``contact_id`` on ``source`` (in chat ``chat_id``);
+        ``name``: the sender's display name on the platform, if it gave one."""
         src = _part(source, "source").lower()
+        if name is not None:
+            if not isinstance(name, str) or not name.strip():
+                raise InvalidArgumentError(f"name must be a non-empty str, got {name!r}")
+            name = " ".join(name.split())
         contact = f"{src}:{_part(contact_id, 'contact_id')}"
         identity = self.identity_links.get(contact, contact)
         fields: dict[str, str] = {}
@@ -127,7 +139,7 @@ class SessionScope:
             fields["user_id"] = contact
             fields["session_id"] = f"channel-peer:{contact}"
         room = None if chat_id is None else f"{src}:{_part(chat_id, 'chat_id')}"
-        return EventScope(fields, identity, contact, src, room, self.mode)
+        return EventScope(fields, identity, contact, src, room, self.mode, name)
 
     def __call__(
         self, source: str, contact_id: str | int, chat_id: str | int | None = None

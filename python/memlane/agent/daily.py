@@ -1,0 +1,237 @@
+"""Daily logs (as OrcBot keeps them): each day's turns of a room become one dated record.
+
+When :meth:`~memlane.agent.AgentMemory.after` runs on a new day (by its clock, in
+:attr:`DailyLog.tz`), each earlier day of the last :attr:`DailyLog.lookback` days that
+has messages in the room's history and no log yet gets one: a record in the ``daily``
+table, in the room's history scope, with ``metadata["date"]`` (ISO ``YYYY-MM-DD``),
+``created_at`` at the start of that day, ``metadata["messages"]`` (the day's message
+count) and ``metadata["method"]``:
+
+``"llm"``
+    the LLM's summary of the day (topics, facts learned, decisions, what is
+    open), at most :attr:`DailyLog.max_chars` characters. A failing LLM (or a
+    longer answer) stores nothing, is reported in ``TurnReport.failures`` as
+    ``"daily"``, and the day is tried again at the next turn.
+``"extract"``
+    without an LLM: the day's messages themselves, one line each (cut at 200
+    characters with "…"), oldest first, until :attr:`DailyLog.max_chars`; the
+    log then says how many messages it leaves out. No summary is made up; the
+    messages stay in the history either way. ``extract=False``: no log without
+    an LLM.
+
+``build_context`` shows the newest :attr:`DailyLog.days` logs of the room (its
+``daily`` section).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from memlane.agent.callers import Caller
+from memlane.agent.checks import _int
+from memlane.agent.llm import ChatMessage, LLMError
+from memlane.agent.reports import TriggerFailure, TurnReport
+from memlane.agent.scope import EventScope
+from memlane.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+    from memlane.records import MemoryRecord
+
+__all__ = ["DAILY", "DailyLog", "daily_line", "recent_logs"]
+
+log = logging.getLogger("memlane.agent")
+
+#: The table daily logs live in.
+DAILY = "daily"
+#: The table the room's history lives in (``memlane.agent.context.MESSAGES``, which
+#: imports this module).
+_MESSAGES = "messages"
+_LINE = 200
+
+_SYSTEM = (
+    "You keep an AI agent's daily log. Summarise the day's conversation below in at most "
+    "{chars} characters: the topics, what was learned about the people, decisions made and "
+    "what remains open. Answer with the log only."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DailyLog:
+    """OrcBot's daily logs (see the module docs).
+
+    Attributes:
+        days: logs shown in the context block, newest first (3; 0: none).
+        lookback: days back a missing log is still written (7).
+        max_messages: a day's messages given to the LLM, its first ones (200).
+        max_chars: the longest log (1,500 characters; at least 300).
+        max_output_tokens: the LLM's answer budget (500).
+        extract: without an LLM, an extractive log of the day's messages (True);
+            False: no log without an LLM.
+        tz: where days begin and end (UTC).
+        enabled: False writes no logs (stored ones still go into the context).
+    """
+
+    days: int = 3
+    lookback: int = 7
+    max_messages: int = 200
+    max_chars: int = 1500
+    max_output_tokens: int = 500
+    extract: bool = True
+    tz: tzinfo = UTC
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        _int(self.days, "DailyLog.days", 0)
+        _int(self.lookback, "DailyLog.lookback", 1)
+        _int(self.max_messages, "DailyLog.max_messages", 1)
+        _int(self.max_chars, "DailyLog.max_chars", 300)
+        _int(self.max_output_tokens, "DailyLog.max_output_tokens", 1)
+        if not isinstance(self.tz, tzinfo):
+            raise InvalidArgumentError(f"DailyLog.tz must be a tzinfo, got {self.tz!r}")
+
+
+def recent_logs(mem: Memory, scope: Mapping[str, str], days: int) -> list[MemoryRecord]:
+    """The newest ``days`` daily logs in ``scope`` (a room's history scope), newest first."""
+    fields: dict[str, Any] = dict(scope)
+    return mem.list(DAILY, limit=days, **fields)
+
+
+def daily_line(rec: MemoryRecord) -> str:
+    """A log as one context line: ``[date] text``."""
+    return f"[{rec.metadata.get('date', '?')}] {' '.join(rec.text.split())}"
+
+
+def _start(day: date, tz: tzinfo) -> float:
+    return datetime(day.year, day.month, day.day, tzinfo=tz).timestamp()
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _lines(msgs: list[MemoryRecord], tz: tzinfo) -> list[str]:
+    return [
+        f"[{datetime.fromtimestamp(r.created_at, tz):%H:%M}] "
+        f"{r.metadata.get('role', 'user')}: {_cut(r.text, _LINE)}"
+        for r in msgs
+    ]
+
+
+def _extract(lines: list[str], total: int, max_chars: int) -> str:
+    """The lines that fit in ``max_chars`` with a note of how many messages are left out."""
+    reserve = len(f"\n(+{total} more messages)")
+    kept: list[str] = []
+    used = -1  # no newline before the first line
+    for i, line in enumerate(lines):
+        room = max_chars - (reserve if i + 1 < total else 0)
+        if used + 1 + len(line) > room:
+            break
+        kept.append(line)
+        used += 1 + len(line)
+    if total > len(kept):
+        kept.append(f"(+{total - len(kept)} more messages)")
+    return "\n".join(kept)
+
+
+class _DailyLogger:
+    """Writes a room's missing logs; remembers per room the day it last completed, so
+    the store is asked once a day per room (and again at each turn while a log fails)."""
+
+    def __init__(self, cfg: DailyLog) -> None:
+        self.cfg = cfg
+        self._done: dict[tuple[tuple[str, str], ...], date] = {}
+        self._busy: set[tuple[tuple[str, str], ...]] = set()
+        self._lock = threading.Lock()
+
+    def run(
+        self,
+        mem: Memory,
+        event: EventScope,
+        report: TurnReport,
+        call: Caller | None,
+        now: float,
+    ) -> None:
+        cfg = self.cfg
+        if not cfg.enabled or (call is None and not cfg.extract):
+            return
+        key = tuple(sorted(event.history.items()))
+        today = datetime.fromtimestamp(now, cfg.tz).date()
+        with self._lock:
+            if self._done.get(key) == today or key in self._busy:
+                return
+            self._busy.add(key)
+        try:
+            if self._write(mem, event, report, call, today):
+                with self._lock:
+                    self._done[key] = today
+        finally:
+            with self._lock:
+                self._busy.discard(key)
+
+    def _write(
+        self,
+        mem: Memory,
+        event: EventScope,
+        report: TurnReport,
+        call: Caller | None,
+        today: date,
+    ) -> bool:
+        """Logs each missing day; False when one failed (it is tried again next turn)."""
+        cfg = self.cfg
+        scope: dict[str, Any] = dict(event.history)
+        first = today - timedelta(days=cfg.lookback)
+        logged = {
+            r.metadata.get("date")
+            for r in mem.list(
+                DAILY, _start(first, cfg.tz), _start(today, cfg.tz), cfg.lookback, **scope
+            )
+        }
+        ok = True
+        for n in range(cfg.lookback):
+            day = first + timedelta(days=n)
+            if day.isoformat() in logged:
+                continue
+            start, end = _start(day, cfg.tz), _start(day + timedelta(days=1), cfg.tz)
+            total = mem.count(_MESSAGES, start=start, end=end, **scope)
+            if total == 0:
+                continue
+            msgs = mem.list(_MESSAGES, start, end, cfg.max_messages, "asc", **scope)
+            lines = _lines(msgs, cfg.tz)
+            if call is None:
+                text, method = _extract(lines, total, cfg.max_chars), "extract"
+            else:
+                try:
+                    text, method = self._summary(call, day, event, lines), "llm"
+                except Exception as e:  # nothing stored: the day stays due
+                    report.failures.append(TriggerFailure("daily", f"{type(e).__name__}: {e}"))
+                    ok = False
+                    continue
+            meta = {"date": day.isoformat(), "messages": total, "method": method}
+            report.daily_logs.append(
+                mem.add(
+                    text, table=DAILY, type="daily_log", metadata=meta, created_at=start, **scope
+                )
+            )
+        return ok
+
+    def _summary(self, call: Caller, day: date, event: EventScope, lines: list[str]) -> str:
+        where = f" in {event.room_id}" if event.room_id else ""
+        prompt: list[ChatMessage] = [
+            {"role": "system", "content": _SYSTEM.replace("{chars}", str(self.cfg.max_chars))},
+            {
+                "role": "user",
+                "content": f"The conversation of {day.isoformat()}{where}, oldest first:\n\n"
+                + "\n".join(lines),
+            },
+        ]
+        text = call(prompt, self.cfg.max_output_tokens).strip()
+        if not text or len(text) > self.cfg.max_chars:
+            raise LLMError(f"the log has {len(text)} characters (1 to {self.cfg.max_chars} wanted)")
+        return text

@@ -1,0 +1,135 @@
+"""OrcBot's dedup keys on both backends: a repeated ``metadata["sourceId"]`` or
+``metadata["eventId"]`` within the 5-minute window is one memory whatever its text, in
+``add`` and in an ``add_many`` batch; after the window, in another scope or table, or
+under the other key, it is a new one. The window's clock is the writer's ``time.time``,
+moved here by a fake instead of sleeping."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import memlane._memory.writer as writer
+from conftest import StoreFactory, WordHashEmbedder
+from memlane import Memory
+from memlane.dedup import window_keys
+
+
+class FakeTime:
+    """Stands in for the ``time`` module the writer reads ``time.time()`` from."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    fake = FakeTime()
+    monkeypatch.setattr(writer, "time", fake)
+    return fake
+
+
+@pytest.mark.parametrize("key", ["eventId", "sourceId"])
+def test_a_repeated_id_is_one_memory_within_the_window(
+    make_store: StoreFactory, clock: FakeTime, key: str
+) -> None:
+    with make_store("w", WordHashEmbedder()) as mem:
+        first = mem.add("Alice: see you at 6", user_id="alice", metadata={key: "evt-81"})
+        clock.now += 299
+        # The same delivery again, its text edited on the way: the same memory.
+        again = mem.add("Alice: see you at 6pm", user_id="alice", metadata={key: "evt-81"})
+        assert (again.id, again.duplicate, again.duplicate_of) == (first.id, "window", first.id)
+        assert again.text == first.text  # the stored record, unchanged
+        # An int id and its str spelling are one id.
+        numeric = mem.add("ping", user_id="alice", metadata={key: 7})
+        assert mem.add("pong", user_id="alice", metadata={key: "7"}).id == numeric.id
+        assert mem.count(user_id="alice") == 2
+        # Another id, another scope, another table, or the other key: new memories.
+        other_id = mem.add("Alice: see you at 6", user_id="alice", metadata={key: "evt-82"})
+        other_scope = mem.add("Bob: see you at 6", user_id="bob", metadata={key: "evt-81"})
+        other_table = mem.add(
+            "Alice: see you at 6", table="notes", user_id="alice", metadata={key: "evt-81"}
+        )
+        other_key = "sourceId" if key == "eventId" else "eventId"
+        crossed = mem.add("Alice: 6 it is", user_id="alice", metadata={other_key: "evt-81"})
+        made = [other_id, other_scope, other_table, crossed]
+        assert all(r.duplicate is None for r in made)
+        assert len({first.id, *(r.id for r in made)}) == 5
+        assert mem.count() == 6
+
+
+@pytest.mark.parametrize("key", ["eventId", "sourceId"])
+def test_after_the_window_the_same_id_is_a_new_memory(
+    make_store: StoreFactory, clock: FakeTime, key: str
+) -> None:
+    with make_store("w", WordHashEmbedder()) as mem:
+        first = mem.add("deploy finished", agent_id="ops", metadata={key: "job-1"})
+        clock.now += 301  # past dedup_window=300
+        later = mem.add("deploy finished", agent_id="ops", metadata={key: "job-1"})
+        assert later.duplicate is None and later.id != first.id
+        # The later one opens a window of its own.
+        clock.now += 60
+        third = mem.add("deploy finished (retry)", agent_id="ops", metadata={key: "job-1"})
+        assert (third.id, third.duplicate) == (later.id, "window")
+        assert mem.count(agent_id="ops") == 2
+
+
+def test_add_many_batch_and_against_the_store(make_store: StoreFactory, clock: FakeTime) -> None:
+    with make_store("w", WordHashEmbedder()) as mem:
+        recs = mem.add_many(
+            [
+                {"text": "order shipped", "user_id": "u", "metadata": {"eventId": "e1"}},
+                {"text": "order shipped!", "user_id": "u", "metadata": {"eventId": "e1"}},
+                {"text": "order shipped", "user_id": "v", "metadata": {"eventId": "e1"}},
+                {"text": "refund issued", "user_id": "u", "metadata": {"sourceId": "s1"}},
+                {"text": "refund issued.", "user_id": "u", "metadata": {"sourceId": "s1"}},
+            ]
+        )
+        assert [r.duplicate for r in recs] == [None, "window", None, None, "window"]
+        assert recs[1].id == recs[0].id and recs[4].id == recs[3].id
+        assert recs[2].id != recs[0].id  # another scope
+        assert mem.count() == 3
+        # A later batch meets the stored ones in the window.
+        clock.now += 120
+        more = mem.add_many(
+            [
+                {"text": "shipped (again)", "user_id": "u", "metadata": {"eventId": "e1"}},
+                {"text": "new event", "user_id": "u", "metadata": {"eventId": "e2"}},
+            ]
+        )
+        assert (more[0].id, more[0].duplicate) == (recs[0].id, "window")
+        assert more[1].duplicate is None
+        clock.now += 301
+        last = mem.add_many(
+            [{"text": "order shipped", "user_id": "u", "metadata": {"eventId": "e1"}}]
+        )
+        assert last[0].duplicate is None and mem.count() == 5
+
+
+def test_the_window_holds_across_a_reopen(make_store: StoreFactory) -> None:
+    emb = WordHashEmbedder()
+    with make_store("w", emb) as mem:
+        first = mem.add("hello", session_id="s", metadata={"eventId": "e9", "sourceId": "m9"})
+    with make_store("w", emb) as mem:
+        by_event = mem.add("hello?", session_id="s", metadata={"eventId": "e9"})
+        by_source = mem.add("hello!", session_id="s", metadata={"sourceId": "m9"})
+        assert by_event.id == by_source.id == first.id
+        assert mem.count() == 1
+
+
+def test_off_when_the_window_is_zero() -> None:
+    with Memory(None, WordHashEmbedder(), dedup_window=0) as mem:
+        a = mem.add("x", metadata={"eventId": "e"})
+        b = mem.add("x", metadata={"eventId": "e"})
+        assert a.id != b.id and mem.count() == 2
+
+
+def test_window_keys_name_each_id_kind_apart() -> None:
+    scope = ("memories", None, "u", None, None, None, None)
+    keys = window_keys(scope, {"message_id": "1", "sourceId": "1", "eventId": "1"}, "h")
+    assert len(set(keys)) == 3
+    assert window_keys(scope, {"eventId": None, "other": "1"}, "h") == []
