@@ -14,6 +14,8 @@ Everything here uses :class:`memlane.Memory`'s public API.
   compaction), :mod:`~memlane.agent.limits` (the length and count caps) and
   :mod:`~memlane.agent.reports`; :mod:`~memlane.agent.adapters`: the OpenAI- and
   Anthropic-style loop adapters.
+- :mod:`~memlane.agent.core_memory`: :class:`CoreMemory`, pinned blocks (as Letta's) that
+  ``AgentMemory(core_memory=...)`` always shows and the model edits with two tools.
 - :mod:`~memlane.agent.mcp_server`: ``memlane mcp`` (needs ``memlane[mcp]``).
 """
 
@@ -36,6 +38,7 @@ from memlane.agent.context import (
     default_token_counter,
     thread_context,
 )
+from memlane.agent.core_memory import CORE, Block, CoreMemory, CoreMemoryLimitError
 from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
 from memlane.agent.loop import (
     AgentMemory,
@@ -55,16 +58,20 @@ from memlane.agent.scope import EventScope, ScopeMode, SessionScope
 from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
 
 __all__ = [
+    "CORE",
     "LLM",
     "MESSAGES",
     "SHORT_TERM",
     "AgentMemory",
     "AnthropicLoop",
     "AsyncLLM",
+    "Block",
     "Compaction",
     "Consolidation",
     "ConsolidationReport",
     "Context",
+    "CoreMemory",
+    "CoreMemoryLimitError",
     "EventScope",
     "FlushReminder",
     "LLMError",
