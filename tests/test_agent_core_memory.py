@@ -76,6 +76,7 @@ def test_blocks_persist_across_reopen(make_store, word_embedder):
         # Defining again (as at every start) keeps the value; the limit is updated.
         assert core.define("human", limit=500).value == "Name: Alice.\nVegan."
         assert core.get("human").limit == 500
+        assert core.define("persona").description == "who you are"  # kept unless given
         assert mem.count(CORE) == 2
         core.set("human", "")
         assert core.get("human").value == ""

@@ -220,20 +220,25 @@ class CoreMemory:
         value: str = "",
         *,
         limit: int = DEFAULT_BLOCK_LIMIT,
-        description: str = "",
+        description: str | None = None,
     ) -> Block:
-        """Creates block ``label`` holding ``value``, or, if it exists, sets its limit and
-        description and keeps its value (so defining the blocks at every start is safe).
+        """Creates block ``label`` holding ``value``, or, if it exists, sets its limit (and
+        its description, when given) and keeps its value (so defining the blocks at every
+        start is safe).
 
         Raises :class:`CoreMemoryLimitError` if the value (new or kept) is over ``limit``.
         """
         self.check(label, limit)
         _text(value, "value")
-        _text(description, "description")
+        if description is not None:
+            _text(description, "description")
         rec = self._record(label)
-        current = value if rec is None else self._block(rec).value
+        block = None if rec is None else self._block(rec)
+        current = value if block is None else block.value
         if len(current) > limit:
             raise CoreMemoryLimitError(label, limit, len(current), len(current))
+        if description is None:
+            description = "" if block is None else block.description
         meta = {"label": label, "limit": limit, "description": description}
         if rec is None:
             rec = self.memory.add(
