@@ -23,15 +23,15 @@ step compaction    more than 10 steps: the first 2 and last 5 kept, the        C
                    middle summarised (in ``before``)
 =================  ==========================================================  ============
 
-With ``core_memory=`` on, pinned core memory blocks (as Letta's; see
-:mod:`~memlane.agent.core_memory`) of the event's scope head the memory block at
-every ``before``, counted against ``max_tokens``, and the model edits them with
-the ``core_memory_append`` / ``core_memory_replace`` tools.
-
 and the limits (:class:`Limits`): an entry longer than 1,500 characters is split into
 several entries (or summarised), never cut; past 10,000 memories in a scope, the least
 important, least used, oldest are evicted (evergreen ones never), each eviction
 reported and logged.
+
+With ``core_memory=`` on, pinned core memory blocks (as Letta's; see
+:mod:`~memlane.agent.core_memory`) of the event's scope head the memory block at
+every ``before``, counted against ``max_tokens``, and the model edits them with
+the ``core_memory_append`` / ``core_memory_replace`` tools.
 
 A failing LLM (HTTP error, timeout, unparsable answer) never raises out of ``before``
 or ``after`` and loses nothing: the turn is stored first, the trigger stays due and
