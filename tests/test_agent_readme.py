@@ -33,8 +33,9 @@ def run(snippet: str, server: ScriptedChatServer, scope: dict[str, Any]) -> dict
 
 def test_the_section_has_its_snippets():
     snippets = agent_snippets()
-    assert len(snippets) == 2
+    assert len(snippets) == 4
     assert "AgentMemory" in snippets[0] and "memory.openai(llm.chat)" in snippets[0]
+    assert "core_memory_append" in snippets[2] and "import_notes" in snippets[3]
 
 
 def test_three_line_version(tmp_path, monkeypatch, capsys):
@@ -98,3 +99,54 @@ def test_the_triggers_are_listed_with_their_defaults(heading):
     ]:
         (row,) = [line for line in section.splitlines() if line.startswith(f"| {name} |")]
         assert default in row
+
+
+def test_core_memory(word_embedder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mem = Memory(tmp_path / "store", word_embedder)
+    try:
+        scope = {"mem": mem}
+        exec(compile(agent_snippets()[2], "README.md (core memory)", "exec"), scope)
+        assert scope["appended"] == {"ok": True, "label": "human", "chars": 6, "limit": 2000}
+        refused = scope["too_long"]
+        assert refused["error"]["type"] == "limit_exceeded"
+        assert (refused["limit"], refused["size"], refused["over"]) == (500, 33, 34)
+        system = scope["messages"][0]["content"]
+        assert system.index("I am a patient cooking assistant.") < system.index("Vegan.")
+        assert scope["human"] == "Vegan."
+    finally:
+        mem.close()
+
+
+def test_long_term_notes(word_embedder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "orcbot-notes"
+    folder.mkdir()
+    (folder / "JOURNAL.md").write_text(
+        "# Journal\n\n## 2026-05-01\nAlice asked about a trip to Lisbon.\n\n"
+        "## 2026-05-02\nBooked the trip for Friday.\n",
+        encoding="utf-8",
+    )
+    (folder / "USER.md").write_text("## 2026-04-01\nAlice is vegan.\n", encoding="utf-8")
+    mem = Memory(tmp_path / "store", word_embedder)
+    try:
+        scope: dict[str, Any] = {"mem": mem}
+        exec(compile(agent_snippets()[3], "README.md (notes)", "exec"), scope)
+        assert scope["notes"] == [
+            "### JOURNAL.md",
+            "[2026-05-01] Alice asked about a trip to Lisbon.",
+            "[2026-05-02] Booked the trip for Friday.",
+            "### USER.md",
+            "[2026-04-01] Alice is vegan.",
+        ]
+        assert mem.count("notes") == 3
+        written = sorted(p.name for p in (tmp_path / "notes-out").iterdir())
+        assert written == ["JOURNAL.md", "LEARNING.md", "MEMORY.md", "USER.md", "WORLD.md"]
+        # The comment's figures are what the first import returns.
+        again = Memory(None, word_embedder)
+        try:
+            assert again.import_notes(folder, agent_id="helper") == {"JOURNAL.md": 2, "USER.md": 1}
+        finally:
+            again.close()
+    finally:
+        mem.close()

@@ -30,7 +30,17 @@ ASYNC_ONLY: dict[str, str] = {
     "open": "opens the Memory in a worker thread; the sync side is the constructor",
 }
 #: Memory methods that take the scope fields as keyword-only parameters.
-SCOPED = ("add", "replace", "delete_all", "prune", "count", "list", "search")
+SCOPED = (
+    "add",
+    "replace",
+    "delete_all",
+    "prune",
+    "count",
+    "list",
+    "search",
+    "export_notes",
+    "import_notes",
+)
 
 
 def _public(cls: type) -> set[str]:

@@ -6,6 +6,7 @@ from memlane._core import BM25Index, HnswIndex, __version__, analyze
 from memlane.agent import (
     LLM,
     AgentMemory,
+    CoreMemory,
     MemoryTools,
     OpenAIChat,
     SessionScope,
@@ -38,6 +39,7 @@ __all__ = [
     "AgentMemory",
     "AsyncMemory",
     "BM25Index",
+    "CoreMemory",
     "CorruptFileError",
     "DimensionMismatchError",
     "DocumentLoadError",

@@ -102,6 +102,9 @@ class AsyncMemory:
     get_fragments = _in_thread(Memory.get_fragments)
     remove_document = _in_thread(Memory.remove_document)
     clear_knowledge = _in_thread(Memory.clear_knowledge)
+    # OrcBot's long-term files.
+    export_notes = _in_thread(Memory.export_notes)
+    import_notes = _in_thread(Memory.import_notes)
     # Upkeep.
     snapshot = _in_thread(Memory.snapshot)
     wait_indexed = _in_thread(Memory.wait_indexed)

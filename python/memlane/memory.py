@@ -3,8 +3,9 @@
 :class:`Memory` is :class:`~memlane._memory.store.MemoryStore` (records, search,
 persistence) with the knowledge methods of
 :class:`~memlane.knowledge.api.KnowledgeMixin` (document ingestion and
-retrieval). Both layers sit below this module: knowledge builds on the store's
-public API, and neither imports :class:`Memory`.
+retrieval) and the notes methods of :class:`~memlane.notes.NotesMixin`
+(OrcBot's long-term files). These layers sit below this module: they build on
+the store's public API, and none imports :class:`Memory`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 from memlane._memory.querying import Mode
 from memlane._memory.store import DEFAULT_EMBEDDER, MemoryStore
 from memlane.knowledge.api import KnowledgeMixin
+from memlane.notes import NotesMixin
 
 __all__ = ["DEFAULT_EMBEDDER", "Memory", "Mode"]
 
 
-class Memory(KnowledgeMixin, MemoryStore):
+class Memory(KnowledgeMixin, NotesMixin, MemoryStore):
     """Persistent, searchable memory for agents.
 
     Args:

@@ -15,6 +15,8 @@ Everything here uses :class:`memlane.Memory`'s public API.
   (contact profiles), :mod:`~memlane.agent.limits` (the length and count caps) and
   :mod:`~memlane.agent.reports`; :mod:`~memlane.agent.adapters`: the OpenAI- and
   Anthropic-style loop adapters.
+- :mod:`~memlane.agent.core_memory`: :class:`CoreMemory`, pinned blocks (as Letta's) that
+  ``AgentMemory(core_memory=...)`` always shows and the model edits with two tools.
 - :mod:`~memlane.agent.mcp_server`: ``memlane mcp`` (needs ``memlane[mcp]``).
 """
 
@@ -37,6 +39,7 @@ from memlane.agent.context import (
     default_token_counter,
     thread_context,
 )
+from memlane.agent.core_memory import CORE, Block, CoreMemory, CoreMemoryLimitError
 from memlane.agent.daily import DAILY, DailyLog
 from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
 from memlane.agent.loop import (
@@ -65,6 +68,7 @@ from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
 
 __all__ = [
     "CONTACTS",
+    "CORE",
     "DAILY",
     "LLM",
     "MESSAGES",
@@ -72,11 +76,14 @@ __all__ = [
     "AgentMemory",
     "AnthropicLoop",
     "AsyncLLM",
+    "Block",
     "Compaction",
     "Consolidation",
     "ConsolidationReport",
     "ContactProfile",
     "Context",
+    "CoreMemory",
+    "CoreMemoryLimitError",
     "DailyLog",
     "EventScope",
     "FlushReminder",

@@ -1,9 +1,10 @@
 """Context assembly: what a model should see before it answers a message.
 
-:func:`build_context` gathers the speaker's contact profile, the room's latest
-daily logs, its recent history, the relevant knowledge fragments and the
-relevant memories, trims each to its share of a token budget and returns them
-as sections plus one text block.
+:func:`build_context` gathers the long-term notes (OrcBot's files, see
+:mod:`memlane.notes`), the speaker's contact profile, the room's latest daily
+logs, its recent history, the relevant knowledge fragments and the relevant
+memories, trims each to its share of a token budget and returns them as
+sections plus one text block.
 :func:`thread_context` builds OrcBot's thread view: the last messages from the
 same contact and the most relevant ones, merged in time order.
 
@@ -31,6 +32,7 @@ from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.profiles import contact_profile
 from memlane.agent.scope import EventScope
 from memlane.errors import InvalidArgumentError
+from memlane.notes import NOTE_LIMITS, notes_context
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -181,7 +183,8 @@ class Context:
 
     ``sections`` maps ``contact``, ``daily``, ``history``, ``knowledge`` and
     ``memories`` to their lines (daily logs and history oldest first; knowledge and
-    memories best first); ``tokens`` to the
+    memories best first), and ``notes`` to the long-term notes' lines when there are
+    any; ``tokens`` to the
     tokens each uses, ``budgets`` to what each was allowed. ``text`` is the
     block to put in a prompt; ``records`` the memories and fragments behind it.
     """
@@ -264,6 +267,7 @@ def build_context(
     track_access: bool = True,
     daily_limit: int = 3,
     profile: bool = True,
+    notes: Mapping[str, int] | None = NOTE_LIMITS,
 ) -> Context:
     """The context for answering ``message``: history, knowledge and memories within budget.
 
@@ -288,16 +292,26 @@ def build_context(
         daily_limit: the room's newest daily logs shown (:mod:`~memlane.agent.daily`).
         profile: show the speaker's contact profile (:mod:`~memlane.agent.profiles`;
             an :class:`~memlane.agent.EventScope` only).
+        notes: characters of each kind of long-term note shown first (OrcBot's
+            limits, see :mod:`memlane.notes`; None: no notes). Their tokens come off
+            ``max_tokens`` before the shares; the section is in ``sections["notes"]``
+            only when there are notes.
 
     Each section's header and lines fit in ``int(max_tokens * share)`` tokens;
     a line that would overflow is cut with "…" and the rest dropped.
     """
     count = _counter(count_tokens)
-    budgets = _budgets(max_tokens, DEFAULT_BUDGET if budget is None else budget)
+    shares = DEFAULT_BUDGET if budget is None else budget
+    budgets = _budgets(max_tokens, shares)
     if isinstance(scope, EventScope):
         fields, history_scope = _kw(scope.fields), _kw(scope.history)
     else:
         fields = history_scope = _kw(scope)
+    pinned, pinned_records = ("", []) if notes is None else notes_context(mem, fields, notes)
+    pinned = _fit(pinned, max_tokens - count("\n\n"), count) if pinned else ""
+    if pinned:  # the notes first, the sections share what is left
+        left = max_tokens - count(pinned + "\n\n")
+        budgets = _budgets(left, shares) if left > 0 else dict.fromkeys(budgets, 0)
     agent = agent_id if agent_id is not None else fields.get("agent_id")
 
     records: dict[str, list[MemoryRecord]] = {k: [] for k in DEFAULT_BUDGET}
@@ -332,6 +346,11 @@ def build_context(
     sections: dict[str, list[str]] = {}
     tokens: dict[str, int] = {}
     blocks: list[str] = []
+    if pinned:
+        sections["notes"] = pinned.splitlines()[1:]
+        tokens["notes"] = budgets["notes"] = count(pinned)
+        records["notes"] = pinned_records
+        blocks.append(pinned)
     for name, lines in candidates.items():
         header = f"## {_TITLES[name]}"
         room = budgets[name] - cost(header)

@@ -33,6 +33,11 @@ several entries (or summarised), never cut; past 10,000 memories in a scope, the
 important, least used, oldest are evicted (evergreen ones never), each eviction
 reported and logged.
 
+With ``core_memory=`` on, pinned core memory blocks (as Letta's; see
+:mod:`~memlane.agent.core_memory`) of the event's scope head the memory block at
+every ``before``, counted against ``max_tokens``, and the model edits them with
+the ``core_memory_append`` / ``core_memory_replace`` tools.
+
 A failing LLM (HTTP error, timeout, unparsable answer) never raises out of ``before``
 or ``after`` and loses nothing: the turn is stored first, the trigger stays due and
 runs again at the next turn, and the failure is in the report
@@ -59,7 +64,8 @@ from memlane.agent.adapters import ToolHandler as ToolHandler
 from memlane.agent.callers import Caller, _sync_caller, _thread_caller
 from memlane.agent.checks import _int
 from memlane.agent.consolidation import add_short_term, sync_memory
-from memlane.agent.context import Context, build_context
+from memlane.agent.context import Context, build_context, default_token_counter
+from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory
 from memlane.agent.daily import DailyLog, _DailyLogger
 from memlane.agent.limits import Limits, evict, fit, split_text, store_message
 from memlane.agent.llm import LLM, AsyncLLM
@@ -129,6 +135,10 @@ TOOL_INSTRUCTIONS = (
     "- `search_knowledge`: search the ingested documents.\n"
     "What you remember above was found for this message; recall finds more."
 )
+CORE_TOOL_INSTRUCTIONS = (
+    "- `core_memory_append` / `core_memory_replace`: edit your core memory blocks (shown "
+    "above with their size and limit) when something lasting about you or the user changes."
+)
 
 #: What ``context=`` may set: build_context's options but the ones AgentMemory passes.
 _CONTEXT_OPTIONS = frozenset(inspect.signature(build_context).parameters) - {
@@ -145,7 +155,7 @@ class _Tools(MemoryTools):
     """:class:`MemoryTools` whose ``remember`` keeps to the length cap and counts entries."""
 
     def __init__(self, owner: AgentMemory, event: EventScope, call: Caller | None) -> None:
-        super().__init__(owner.memory, event.fields, table=owner.table)
+        super().__init__(owner.memory, event.fields, table=owner.table, core=owner.core(event))
         self._owner = owner
         self._event = event
         self._call = call
@@ -207,6 +217,9 @@ class AgentMemory(_LoopHost):
         table: where memories live.
         context: more keyword arguments for :func:`build_context`
             (``budget``, ``inject_limit``, ``min_score``, ...).
+        core_memory: pinned core memory blocks per scope (event ``fields``): True for
+            ``persona`` and ``human`` of 2,000 characters each, or ``{label: limit}``;
+            always in the memory block, their tokens taken from ``max_tokens``.
         clock: unix seconds now (default :func:`time.time`).
     """
 
@@ -229,6 +242,7 @@ class AgentMemory(_LoopHost):
         table: str = "memories",
         context: Mapping[str, Any] | None = None,
         clock: Callable[[], float] | None = None,
+        core_memory: bool | Mapping[str, int] = False,
     ) -> None:
         if inject not in ("first_only", "every_iteration"):
             raise InvalidArgumentError(
@@ -260,6 +274,17 @@ class AgentMemory(_LoopHost):
             )
         if clock is not None and not callable(clock):
             raise InvalidArgumentError("clock must be a callable returning unix seconds")
+        if isinstance(core_memory, bool):
+            blocks = dict(DEFAULT_BLOCKS) if core_memory else {}
+        elif isinstance(core_memory, Mapping) and core_memory:
+            blocks = dict(core_memory)
+            for label, limit in blocks.items():
+                CoreMemory.check(label, limit)
+        else:
+            raise InvalidArgumentError(
+                "core_memory must be a bool or a non-empty {label: limit} dict, "
+                f"got {core_memory!r}"
+            )
         self.memory: Memory = sync_memory(memory)
         self.scopes = scopes or SessionScope()
         self.llm = llm
@@ -277,6 +302,8 @@ class AgentMemory(_LoopHost):
         self.table = table
         self.context_options = dict(context or {})
         self.clock: Callable[[], float] = clock or time.time
+        self.core_blocks = blocks
+        self._core_ready: set[tuple[tuple[str, str], ...]] = set()
         self._rooms: dict[tuple[tuple[str, str], ...], _Room] = {}
         self._lock = threading.RLock()
         self._token = uuid.uuid4().hex[:8]
@@ -310,18 +337,35 @@ class AgentMemory(_LoopHost):
         self._check_event(event)
         return _Tools(self, event, self._caller(loop))
 
-    def context(self, event: EventScope, message: str) -> Context:
-        """The :func:`build_context` of ``message`` with this object's budget and options."""
+    def context(self, event: EventScope, message: str, max_tokens: int | None = None) -> Context:
+        """The :func:`build_context` of ``message`` with this object's budget (or
+        ``max_tokens``) and options."""
         self._check_event(event)
+        budget = self.max_tokens if max_tokens is None else max_tokens
         return build_context(
             self.memory,
             message,
             event,
-            self.max_tokens,
+            budget,
             daily_limit=self.daily.days,
             profile=self.profiles.in_context,
             **self.context_options,
         )
+
+    def core(self, event: EventScope) -> CoreMemory | None:
+        """The core memory blocks of the event's scope (defined at first use), or None
+        without ``core_memory``."""
+        self._check_event(event)
+        if not self.core_blocks:
+            return None
+        core = CoreMemory(self.memory, event.fields)
+        key = tuple(sorted(core.scope.items()))
+        if key not in self._core_ready:
+            for label, limit in self.core_blocks.items():
+                core.define(label, limit=limit)
+            with self._lock:
+                self._core_ready.add(key)
+        return core
 
     # -- before -----------------------------------------------------------------------------
 
@@ -390,18 +434,25 @@ class AgentMemory(_LoopHost):
             return system, msgs
         query = user if user is not None else (room.user_text or "")
         parts: list[str] = []
-        if query.strip():
-            try:
-                parts.append(self.context(event, query).text)
-            except InvalidArgumentError:
-                raise
-            except MemlaneError as e:  # the store or the embedder failed: no context this call
-                failure = TriggerFailure("context", f"{type(e).__name__}: {e}")
-                log.warning("memlane: the context could not be built: %s", failure.error)
-                with self._lock:
-                    room.failures.append(failure)
+        try:
+            core = self.core(event)
+            pinned = "" if core is None else core.render()  # always shown, before the search
+            counter = self.context_options.get("count_tokens") or default_token_counter()
+            budget = self.max_tokens - (counter(pinned + "\n\n") if pinned else 0)
+            parts.append(pinned)
+            if query.strip() and budget > 0:
+                parts.append(self.context(event, query, budget).text)
+        except InvalidArgumentError:
+            raise
+        except MemlaneError as e:  # the store or the embedder failed: no context this call
+            failure = TriggerFailure("context", f"{type(e).__name__}: {e}")
+            log.warning("memlane: the context could not be built: %s", failure.error)
+            with self._lock:
+                room.failures.append(failure)
         if self.tools:
             parts.append(TOOL_INSTRUCTIONS)
+            if self.core_blocks:
+                parts.append(CORE_TOOL_INSTRUCTIONS)
             with self._lock:
                 reminder, room.flush_due = room.flush_due, None
             if reminder:

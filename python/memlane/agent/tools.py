@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from memlane.agent.core_memory import CORE_TOOL_SCHEMAS, CoreMemory, CoreMemoryLimitError
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
 
 if TYPE_CHECKING:
@@ -95,22 +96,28 @@ TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def openai_tools() -> list[dict[str, Any]]:
-    """The tools in OpenAI's chat-completions ``tools`` format."""
+def _schemas(core: bool) -> dict[str, tuple[str, dict[str, Any]]]:
+    return {**TOOL_SCHEMAS, **CORE_TOOL_SCHEMAS} if core else TOOL_SCHEMAS
+
+
+def openai_tools(core: bool = False) -> list[dict[str, Any]]:
+    """The tools in OpenAI's chat-completions ``tools`` format (``core``: with the core
+    memory tools, see :mod:`~memlane.agent.core_memory`)."""
     return [
         {
             "type": "function",
             "function": {"name": name, "description": desc, "parameters": json_copy(schema)},
         }
-        for name, (desc, schema) in TOOL_SCHEMAS.items()
+        for name, (desc, schema) in _schemas(core).items()
     ]
 
 
-def anthropic_tools() -> list[dict[str, Any]]:
-    """The tools in Anthropic's Messages API ``tools`` format."""
+def anthropic_tools(core: bool = False) -> list[dict[str, Any]]:
+    """The tools in Anthropic's Messages API ``tools`` format (``core`` as in
+    :func:`openai_tools`)."""
     return [
         {"name": name, "description": desc, "input_schema": json_copy(schema)}
-        for name, (desc, schema) in TOOL_SCHEMAS.items()
+        for name, (desc, schema) in _schemas(core).items()
     ]
 
 
@@ -234,6 +241,8 @@ class MemoryTools:
             (shared knowledge always); by default ``scope["agent_id"]``.
         unique: ``remember`` skips exact duplicates (and marks near ones).
         default_limit: ``recall`` and ``search_knowledge`` results when the model gives none.
+        core: core memory blocks the model edits with ``core_memory_append`` and
+            ``core_memory_replace`` (offered only when given).
     """
 
     def __init__(
@@ -245,7 +254,10 @@ class MemoryTools:
         agent_id: str | None = None,
         unique: bool = True,
         default_limit: int = 5,
+        core: CoreMemory | None = None,
     ) -> None:
+        if core is not None and not isinstance(core, CoreMemory):
+            raise InvalidArgumentError(f"core must be a CoreMemory, got {core!r}")
         self.memory = memory
         # Any: passed as **kwargs to calls whose other keywords have other types.
         self.scope: dict[str, Any] = dict(scope or {})
@@ -253,18 +265,19 @@ class MemoryTools:
         self.agent_id = agent_id if agent_id is not None else self.scope.get("agent_id")
         self.unique = unique
         self.default_limit = default_limit
+        self.core = core
 
     def openai(self) -> list[dict[str, Any]]:
         """The tool definitions in OpenAI's format."""
-        return openai_tools()
+        return openai_tools(self.core is not None)
 
     def anthropic(self) -> list[dict[str, Any]]:
         """The tool definitions in Anthropic's format."""
-        return anthropic_tools()
+        return anthropic_tools(self.core is not None)
 
     @property
     def names(self) -> list[str]:
-        return list(TOOL_SCHEMAS)
+        return list(_schemas(self.core is not None))
 
     def handle_tool_call(
         self, name: str, arguments: Mapping[str, Any] | str | None
@@ -273,10 +286,12 @@ class MemoryTools:
 
         Returns ``{"ok": True, ...}`` or ``{"ok": False, "error": {"type", "message"}}``
         with ``type`` one of ``unknown_tool``, ``invalid_arguments``, ``not_found``,
-        ``store_error``, ``internal_error``.
+        ``limit_exceeded`` (a core memory edit past a block's limit: the result also
+        has ``limit``, ``size`` and ``over``), ``store_error``, ``internal_error``.
         """
-        if name not in TOOL_SCHEMAS:
-            return _error("unknown_tool", f"unknown tool {name!r}; tools are {list(TOOL_SCHEMAS)}")
+        schemas = _schemas(self.core is not None)
+        if name not in schemas:
+            return _error("unknown_tool", f"unknown tool {name!r}; tools are {list(schemas)}")
         if arguments is None or arguments == "":
             arguments = {}
         if isinstance(arguments, str | bytes):
@@ -292,13 +307,20 @@ class MemoryTools:
                 f"arguments must be a JSON object, got {type(arguments).__name__}",
             )
         try:
-            args = validate_arguments(TOOL_SCHEMAS[name][1], arguments)
+            args = validate_arguments(schemas[name][1], arguments)
         except ToolArgumentError as e:
             return _error("invalid_arguments", str(e))
         try:
             result: dict[str, Any] = getattr(self, f"_{name}")(**args)
         except UnknownIdError as e:
             return _error("not_found", str(e))
+        except CoreMemoryLimitError as e:
+            return {
+                **_error("limit_exceeded", str(e)),
+                "limit": e.limit,
+                "size": e.size,
+                "over": e.over,
+            }
         except InvalidArgumentError as e:
             return _error("invalid_arguments", str(e))
         except MemlaneError as e:
@@ -370,6 +392,18 @@ class MemoryTools:
                 for h in hits
             ],
         }
+
+    def _core_memory_append(self, label: str, content: str) -> dict[str, Any]:
+        assert self.core is not None  # offered only with core memory
+        block = self.core.append(label, content)
+        return {"ok": True, "label": label, "chars": len(block.value), "limit": block.limit}
+
+    def _core_memory_replace(
+        self, label: str, old_content: str, new_content: str
+    ) -> dict[str, Any]:
+        assert self.core is not None
+        block = self.core.replace(label, old_content, new_content)
+        return {"ok": True, "label": label, "chars": len(block.value), "limit": block.limit}
 
     def __repr__(self) -> str:
         return f"MemoryTools(scope={self.scope!r}, table={self.table!r})"

@@ -1,0 +1,285 @@
+"""Pinned core memory (as Letta's blocks) on both backends: blocks persist and travel with
+JSONL, sit at the head of before()'s memory block within the token budget, are edited by the
+model through the OpenAI- and Anthropic-style loops, keep to their limits (a refused edit is
+reported to the model, never raised), and stay inside their scope."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from memlane import AgentMemory, InvalidArgumentError, UnknownIdError
+from memlane.agent import (
+    Compaction,
+    Consolidation,
+    CoreMemory,
+    CoreMemoryLimitError,
+    FlushReminder,
+    MemoryTools,
+    Reflection,
+    SessionScope,
+    char_token_count,
+)
+from memlane.agent.core_memory import CORE, DEFAULT_BLOCK_LIMIT
+
+OFF = {
+    "reflection": Reflection(enabled=False),
+    "consolidation": Consolidation(enabled=False),
+    "flush": FlushReminder(enabled=False),
+    "compaction": Compaction(enabled=False),
+}
+BLOCK = re.compile(r"<memlane-memory[^>]*>\n(.*?)\n</memlane-memory>", re.S)
+
+
+def agent(mem, agent_id: str = "helper", **options: Any) -> AgentMemory:
+    options.setdefault("core_memory", True)
+    scopes = SessionScope("per-peer", agent_id=agent_id)
+    return AgentMemory(mem, scopes, context={"min_score": None}, **{**OFF, **options})
+
+
+def system_of(messages: list[dict[str, Any]]) -> str:
+    (system,) = [m["content"] for m in messages if m["role"] == "system"]
+    return str(system)
+
+
+def openai_call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    function = {"name": name, "arguments": json.dumps(args)}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+
+
+def test_blocks_persist_across_reopen(make_store, word_embedder):
+    mem = make_store("core", word_embedder)
+    core = CoreMemory(mem, {"agent_id": "helper"})
+    core.define("persona", "I am a patient cooking assistant.", description="who you are")
+    core.define("human", limit=300)
+    core.append("human", "Name: Alice.")
+    core.append("human", "Vegan.")
+    core.replace("persona", "patient", "cheerful")
+    mem.close()
+
+    mem = make_store("core", word_embedder)
+    try:
+        core = CoreMemory(mem, {"agent_id": "helper"})
+        assert core.labels() == ["persona", "human"]
+        assert core.get("human").value == "Name: Alice.\nVegan."
+        assert core.get("human").limit == 300
+        persona = core.get("persona")
+        assert persona.value == "I am a cheerful cooking assistant."
+        assert (persona.limit, persona.description) == (DEFAULT_BLOCK_LIMIT, "who you are")
+        # Defining again (as at every start) keeps the value; the limit is updated.
+        assert core.define("human", limit=500).value == "Name: Alice.\nVegan."
+        assert core.get("human").limit == 500
+        assert core.define("persona").description == "who you are"  # kept unless given
+        assert mem.count(CORE) == 2
+        core.set("human", "")
+        assert core.get("human").value == ""
+        assert '<human chars="0/500">' in core.render()
+        core.delete("persona")
+        assert core.labels() == ["human"]
+    finally:
+        mem.close()
+
+
+def test_blocks_travel_with_jsonl(make_store, word_embedder, tmp_path):
+    mem = make_store("source", word_embedder)
+    try:
+        core = CoreMemory(mem, {"agent_id": "helper", "user_id": "alice"})
+        core.define("human", "Alice, vegan.", limit=100)
+        mem.export_jsonl(tmp_path / "out.jsonl")
+    finally:
+        mem.close()
+    fresh = make_store("copy", word_embedder)
+    try:
+        fresh.import_jsonl(tmp_path / "out.jsonl")
+        copy = CoreMemory(fresh, {"agent_id": "helper", "user_id": "alice"})
+        assert [(b.label, b.value, b.limit) for b in copy.blocks()] == [
+            ("human", "Alice, vegan.", 100)
+        ]
+        copy.append("human", "Likes jazz.")
+        assert copy.get("human").value == "Alice, vegan.\nLikes jazz."
+    finally:
+        fresh.close()
+
+
+def test_scopes_isolate(make_store, word_embedder):
+    mem = make_store("scopes", word_embedder)
+    try:
+        a, b = CoreMemory(mem, {"agent_id": "a"}), CoreMemory(mem, {"agent_id": "b"})
+        a_alice = CoreMemory(mem, {"agent_id": "a", "user_id": "alice"})
+        a.define("persona", "I am agent A.")
+        a_alice.define("persona", "I am agent A, talking to Alice.")
+        assert b.blocks() == []
+        with pytest.raises(UnknownIdError, match="no core memory block 'persona'"):
+            b.get("persona")
+        # A scope does not see the scopes below it, nor they it.
+        assert [x.value for x in a.blocks()] == ["I am agent A."]
+        assert [x.value for x in a_alice.blocks()] == ["I am agent A, talking to Alice."]
+
+        # Through AgentMemory: agent B's prompt never holds agent A's blocks.
+        am_a, am_b = agent(mem, "a"), agent(mem, "b")
+        ev_a, ev_b = am_a.event("telegram", 42), am_b.event("telegram", 42)
+        am_a.core(ev_a).append("human", "Alice is vegan.")  # type: ignore[union-attr]
+        hello = [{"role": "user", "content": "hello"}]
+        assert "Alice is vegan." in system_of(am_a.before(ev_a, hello))
+        prompt_b = system_of(am_b.before(ev_b, hello))
+        assert "<human" in prompt_b and "Alice is vegan." not in prompt_b
+    finally:
+        mem.close()
+
+
+def test_before_puts_blocks_first_within_the_budget(make_store, word_embedder):
+    mem = make_store("budget", word_embedder)
+    try:
+        options = {"tools": False, "max_tokens": 300}
+        context = {"min_score": None, "count_tokens": char_token_count}
+        plain = AgentMemory(mem, SessionScope(agent_id="h"), context=context, **{**OFF, **options})
+        pinned = AgentMemory(
+            mem, SessionScope(agent_id="h"), context=context, core_memory=True, **{**OFF, **options}
+        )
+        event = pinned.event("telegram", 42)
+        for i in range(40):
+            mem.add(f"Alice mentioned cooking fact number {i} about lentils", **event.fields)
+        pinned.core(event).set("human", "Alice cooks lentils every Sunday. " * 10)  # type: ignore[union-attr]
+        msgs = [{"role": "user", "content": "what about lentils and cooking?"}]
+
+        body = BLOCK.search(system_of(pinned.before(event, msgs))).group(1)  # type: ignore[union-attr]
+        assert body.startswith("## Core memory")
+        assert body.index("<persona") < body.index("<human") < body.index("## What you remember")
+        assert "Alice cooks lentils every Sunday." in body
+        assert char_token_count(body) <= 300
+        # Without core memory the retrieved memories get the whole budget, so more of them.
+        alone = BLOCK.search(system_of(plain.before(event, msgs))).group(1)  # type: ignore[union-attr]
+        assert "## Core memory" not in alone
+        assert alone.count("lentils") > body.count("cooking fact")
+    finally:
+        mem.close()
+
+
+def test_openai_loop_edits_blocks(make_store, word_embedder):
+    mem = make_store("openai", word_embedder)
+    prompts: list[str] = []
+
+    def chat(messages, tools=None):
+        prompts.append(system_of(messages))
+        names = {t["function"]["name"] for t in tools}
+        assert {"core_memory_append", "core_memory_replace", "remember"} <= names
+        last = messages[-1]
+        if last["role"] == "user" and "vegan" in last["content"]:
+            return openai_call("c1", "core_memory_append", {"label": "human", "content": "Vegan."})
+        if last["role"] == "user":
+            old, new = "Vegan.", "Vegetarian (eats eggs)."
+            args = {"label": "human", "old_content": old, "new_content": new}
+            return openai_call("c2", "core_memory_replace", args)
+        result = json.loads(last["content"])
+        assert result["ok"] and result["label"] == "human"
+        return {"role": "assistant", "content": f"Noted ({result['chars']} chars)."}
+
+    try:
+        am = agent(mem)
+        event = am.event("telegram", 42)
+        loop = am.openai(chat)
+        assert loop.run(event, [{"role": "user", "content": "I'm vegan"}]).reply == (
+            "Noted (6 chars)."
+        )
+        assert am.core(event).get("human").value == "Vegan."  # type: ignore[union-attr]
+        loop.run(event, [{"role": "user", "content": "I eat eggs now"}])
+        assert am.core(event).get("human").value == "Vegetarian (eats eggs)."  # type: ignore[union-attr]
+        # Each turn's prompt showed the block as it stood.
+        assert '<human chars="0/2000">' in prompts[0]
+        assert '<human chars="6/2000">\nVegan.\n</human>' in prompts[2]
+    finally:
+        mem.close()
+
+
+def test_anthropic_loop_edits_and_limit_errors(make_store, word_embedder):
+    mem = make_store("anthropic", word_embedder)
+    results: list[dict[str, Any]] = []
+
+    def create(system, messages, tools=None):
+        assert {"core_memory_append", "core_memory_replace"} <= {t["name"] for t in tools}
+        last = messages[-1]
+        if isinstance(last["content"], str):
+            calls = [
+                ("t1", "core_memory_append", {"label": "human", "content": "Likes jazz."}),
+                ("t2", "core_memory_append", {"label": "human", "content": "x" * 40}),
+                ("t3", "core_memory_append", {"label": "mood", "content": "happy"}),
+                (
+                    "t4",
+                    "core_memory_replace",
+                    {"label": "human", "old_content": "rock", "new_content": "pop"},
+                ),
+            ]
+            blocks = [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in calls]
+            return {"role": "assistant", "content": blocks}
+        results.extend(last["content"])
+        return {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}
+
+    try:
+        am = agent(mem, core_memory={"human": 30})
+        event = am.event("discord", 7)
+        result = am.anthropic(create).run(event, [{"role": "user", "content": "I like jazz"}])
+        assert result.reply == "Done."
+        by_id = {r["tool_use_id"]: (json.loads(r["content"]), r.get("is_error")) for r in results}
+        assert by_id["t1"] == ({"ok": True, "label": "human", "chars": 11, "limit": 30}, None)
+        over, is_error = by_id["t2"]
+        assert is_error is True and over["error"]["type"] == "limit_exceeded"
+        # 11 held, 11 + 1 + 40 = 52 would be 22 over the limit of 30.
+        assert (over["limit"], over["size"], over["over"]) == (30, 11, 22)
+        assert "limited to 30 characters" in over["error"]["message"]
+        assert "22 over" in over["error"]["message"]
+        unknown, _ = by_id["t3"]
+        assert unknown["error"]["type"] == "not_found" and "'human'" in unknown["error"]["message"]
+        missing, _ = by_id["t4"]
+        assert missing["error"]["type"] == "not_found"
+        assert "not in core memory block 'human'" in missing["error"]["message"]
+        assert am.core(event).get("human").value == "Likes jazz."  # type: ignore[union-attr]
+        assert am.core(event).labels() == ["human"]  # type: ignore[union-attr]
+    finally:
+        mem.close()
+
+
+def test_tools_and_bad_input(make_store, word_embedder):
+    mem = make_store("bad", word_embedder)
+    try:
+        core = CoreMemory(mem, {"agent_id": "helper"})
+        plain = MemoryTools(mem, {"agent_id": "helper"})
+        assert "core_memory_append" not in plain.names
+        assert plain.handle_tool_call("core_memory_append", {})["error"]["type"] == "unknown_tool"
+        tools = MemoryTools(mem, {"agent_id": "helper"}, core=core)
+        assert {"core_memory_append", "core_memory_replace"} <= set(tools.names)
+        core.define("human", limit=10)
+        bad = tools.handle_tool_call("core_memory_append", {"label": "human"})
+        assert bad["error"] == {
+            "type": "invalid_arguments",
+            "message": "missing required argument 'content'",
+        }
+
+        for label in ("", "1st", "has space", "x" * 65, 3):
+            with pytest.raises(InvalidArgumentError, match="label"):
+                core.define(label)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="limit must be an int >= 1"):
+            core.define("persona", limit=0)
+        with pytest.raises(CoreMemoryLimitError, match="limited to 5 characters"):
+            core.define("persona", "too long for five", limit=5)
+        with pytest.raises(CoreMemoryLimitError) as over:
+            core.set("human", "eleven char")
+        assert (over.value.limit, over.value.size, over.value.over) == (10, 0, 1)
+        assert core.labels() == ["human"] and core.get("human").value == ""
+        with pytest.raises(InvalidArgumentError, match="unknown scope field"):
+            CoreMemory(mem, {"team": "x"})
+        with pytest.raises(InvalidArgumentError, match="core_memory must be"):
+            AgentMemory(mem, core_memory="yes")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="label"):
+            AgentMemory(mem, core_memory={"bad label": 10})
+        with pytest.raises(InvalidArgumentError, match="limit"):
+            AgentMemory(mem, core_memory={"human": -1})
+        assert mem.count(CORE) == 1
+    finally:
+        mem.close()
