@@ -87,8 +87,10 @@ def test_applies_remember_update_forget(mem, server, llm):
     server.push(answer)
     report = reflect(mem, llm, TALK, scope=SCOPE)
     assert report.ok, report.error
-    assert [r.id for r in report.updated] == [a.id]
-    assert mem.get(a.id).text == "Alice lives in Lisbon"  # in place, same id
+    # Superseded: the new version is current, the old one closed and in the history.
+    (new,) = report.updated
+    assert new.text == "Alice lives in Lisbon" and not mem.get(a.id).current
+    assert [(v.record.text, v.by) for v in mem.history(new.id)][-1] == (new.text, "reflection")
     assert report.forgotten == [b.id] and b.id not in mem
     assert [r.text for r in report.added] == [
         "Alice moved to Lisbon last month",
@@ -98,7 +100,7 @@ def test_applies_remember_update_forget(mem, server, llm):
     reasons = " ".join(why for _, why in report.rejected)
     assert "not a listed memory" in reasons and "unknown op" in reasons
     assert c.id in mem and mem.get(c.id).text == "Bob lives in Berlin"
-    texts = sorted(r.text for r in mem.list(**SCOPE))
+    texts = sorted(r.text for r in mem.list(filters={"valid_to": None}, **SCOPE))
     assert texts == [
         "Alice lives in Berlin",
         "Alice lives in Lisbon",
@@ -124,9 +126,12 @@ def test_update_replaces_instead_of_duplicating(mem, server, llm):
     )
     n = mem.count(**SCOPE)
     report = reflect(mem, llm, ["user: I live in Porto now"], scope=SCOPE)
-    assert [r.id for r in report.updated] == [a.id]
-    assert mem.count(**SCOPE) == n
-    assert [h.record.id for h in mem.search("Porto", 1, **SCOPE)] == [a.id]
+    (new,) = report.updated
+    assert mem.get(a.id).valid_to is not None
+    # One current version: the count grows by the closed one, searches see the new one.
+    assert mem.count(**SCOPE) == n + 1
+    assert mem.count(filters={"valid_to": None}, **SCOPE) == n
+    assert [h.record.id for h in mem.search("Porto", 1, **SCOPE)] == [new.id]
 
 
 def test_two_operations_on_one_memory(mem, server, llm):
@@ -203,5 +208,5 @@ def test_areflect(mem, server):
             await llm.aclose()
 
     ok, failed = asyncio.run(go())
-    assert [r.id for r in ok.updated] == [a.id] and mem.get(a.id).text == "Alice lives in Rome"
+    assert [r.text for r in ok.updated] == ["Alice lives in Rome"] and not mem.get(a.id).current
     assert not failed.ok and "HTTP 500" in (failed.error or "")

@@ -94,6 +94,7 @@ from memlane.agent.triggers import (
     run_flush,
     run_reflection,
 )
+from memlane.agent.turn_tools import _Tools
 from memlane.errors import InvalidArgumentError, MemlaneError
 
 if TYPE_CHECKING:
@@ -149,47 +150,6 @@ _CONTEXT_OPTIONS = frozenset(inspect.signature(build_context).parameters) - {
     "daily_limit",  # DailyLog.days
     "profile",  # Profiles.in_context
 }
-
-
-class _Tools(MemoryTools):
-    """:class:`MemoryTools` whose ``remember`` keeps to the length cap and counts entries."""
-
-    def __init__(self, owner: AgentMemory, event: EventScope, call: Caller | None) -> None:
-        super().__init__(owner.memory, event.fields, table=owner.table, core=owner.core(event))
-        self._owner = owner
-        self._event = event
-        self._call = call
-
-    def _remember(
-        self,
-        content: str,
-        type: str = "semantic",
-        importance: float = 0.5,
-        evergreen: bool = False,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        failures: list[TriggerFailure] = []
-        pieces = fit(content, self._owner.limits, self._call, failures)
-        for f in failures:
-            log.warning("memlane: %s failed: %s", f.trigger, f.error)
-        if len(pieces) == 1:
-            out = super()._remember(pieces[0], type, importance, evergreen, metadata)
-            self._owner._count(self._event, 1 if out.get("stored") else 0)
-            return out
-        group = uuid.uuid4().hex
-        ids = []
-        for i, piece in enumerate(pieces, 1):
-            meta = {**(metadata or {}), "part": i, "parts": len(pieces), "split_group": group}
-            ids.append(super()._remember(piece, type, importance, evergreen, meta)["id"])
-        self._owner._count(self._event, len(ids))
-        return {
-            "ok": True,
-            "id": ids[0],
-            "ids": ids,
-            "stored": True,
-            "note": f"longer than {self._owner.limits.max_entry_chars} characters: "
-            f"stored as {len(ids)} parts",
-        }
 
 
 # -- AgentMemory ------------------------------------------------------------------------------

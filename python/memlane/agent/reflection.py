@@ -4,15 +4,17 @@ The relevant existing memories are shown to the model numbered 1, 2, 3, ...;
 the model refers to them by those numbers, never by id, so it cannot invent
 an id or touch a memory it was not shown. Its answer is parsed robustly (code
 fences, prose around the JSON), each operation is validated on its own, the
-valid ones are applied and the rest reported. An ``update`` rewrites the
-memory in place (same id), so a corrected fact replaces the old one instead
-of sitting beside it.
+valid ones are applied and the rest reported. An ``update`` supersedes the
+memory (:meth:`memlane.Memory.supersede`): the corrected fact replaces the old
+one in searches instead of sitting beside it, and the old one stays in the
+memory's history and in searches ``as_of`` a time before the change.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -207,7 +209,11 @@ def _apply(
                     report.rejected.append((op.content, f"duplicate of {rec.duplicate_of}"))
             elif op.op == "update":
                 assert op.index is not None and op.content is not None
-                report.updated.append(mem.update(shown[op.index].id, text=op.content))
+                old = shown[op.index]
+                # Superseded, not overwritten: the old fact stays in the history and
+                # answers searches as_of a time before the change.
+                at = max(time.time(), old.created_at)
+                report.updated.append(mem.supersede(old.id, op.content, at=at, by="reflection"))
             else:
                 assert op.index is not None
                 mem.delete(shown[op.index].id)

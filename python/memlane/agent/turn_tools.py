@@ -1,0 +1,62 @@
+"""The memory tools :class:`~memlane.agent.AgentMemory` hands a loop: ``remember`` keeps to
+the length cap (splitting or summarising a long entry) and counts towards the flush
+reminder."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from memlane.agent.callers import Caller
+from memlane.agent.limits import fit
+from memlane.agent.reports import TriggerFailure
+from memlane.agent.scope import EventScope
+from memlane.agent.tools import MemoryTools
+
+if TYPE_CHECKING:
+    from memlane.agent.loop import AgentMemory
+
+log = logging.getLogger("memlane.agent")
+
+
+class _Tools(MemoryTools):
+    """:class:`MemoryTools` whose ``remember`` keeps to the length cap and counts entries."""
+
+    def __init__(self, owner: AgentMemory, event: EventScope, call: Caller | None) -> None:
+        super().__init__(owner.memory, event.fields, table=owner.table, core=owner.core(event))
+        self._owner = owner
+        self._event = event
+        self._call = call
+
+    def _remember(
+        self,
+        content: str,
+        type: str = "semantic",
+        importance: float = 0.5,
+        evergreen: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        failures: list[TriggerFailure] = []
+        pieces = fit(content, self._owner.limits, self._call, failures)
+        for f in failures:
+            log.warning("memlane: %s failed: %s", f.trigger, f.error)
+        if len(pieces) == 1:
+            out = super()._remember(pieces[0], type, importance, evergreen, metadata)
+            self._owner._count(self._event, 1 if out.get("stored") else 0)
+            return out
+        group = uuid.uuid4().hex
+        ids = []
+        for i, piece in enumerate(pieces, 1):
+            meta = {**(metadata or {}), "part": i, "parts": len(pieces), "split_group": group}
+            ids.append(super()._remember(piece, type, importance, evergreen, meta)["id"])
+        self._owner._count(self._event, len(ids))
+        return {
+            "ok": True,
+            "id": ids[0],
+            "ids": ids,
+            "stored": True,
+            "note": f"longer than {self._owner.limits.max_entry_chars} characters: "
+            f"stored as {len(ids)} parts",
+        }
