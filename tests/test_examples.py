@@ -51,7 +51,9 @@ def test_examples_exist() -> None:
 
 
 @pytest.mark.parametrize(
-    "script", [s for s in SCRIPTS if s.stem != "agent_tools"], ids=lambda s: s.stem
+    "script",
+    [s for s in SCRIPTS if s.stem not in ("agent_tools", "agent_loop")],
+    ids=lambda s: s.stem,
 )
 def test_example_runs(script: Path, tmp_path: Path) -> None:
     run_example(script, tmp_path)
@@ -99,3 +101,31 @@ def test_agent_tools_example(tmp_path: Path) -> None:
     assert "  - Alice is allergic to peanuts (importance 0.5, semantic)" in res.stdout
     tool_message = server.requests[1]["messages"][-1]
     assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "call-remember"
+
+
+def reflecting_model(body: dict[str, Any]) -> str:
+    """A stand-in model for ``agent_loop.py``: chats briefly, and when asked to reflect
+    remembers where Alice lives, or changes it when she says she moved."""
+    if "long-term memory about a user" not in body["messages"][0]["content"]:
+        return "Happy to help."
+    prompt = body["messages"][-1]["content"]
+    listed = prompt.split("Conversation:")[0]
+    if "moved to Berlin" in prompt and "Paris" in listed:
+        number = next(
+            line.split(".")[0] for line in listed.splitlines() if "Paris" in line and "." in line
+        )
+        op = {"op": "update", "memory": int(number), "content": "Alice lives in Berlin"}
+        return json.dumps({"operations": [op]})
+    if "live in Paris" in prompt and "Alice lives in" not in listed:
+        op = {"op": "remember", "content": "Alice lives in Paris", "importance": 0.8}
+        return json.dumps({"operations": [op]})
+    return json.dumps({"operations": []})
+
+
+def test_agent_loop_example(tmp_path: Path) -> None:
+    with ScriptedChatServer([reflecting_model] * 40) as server:
+        res = run_example(EXAMPLES / "agent_loop.py", tmp_path, "--base-url", server.base_url)
+    assert "[session 1] remembered: Alice lives in Paris" in res.stdout
+    assert "[session 3] superseded by: Alice lives in Berlin" in res.stdout
+    assert "as of session 2: Alice lives in Paris" in res.stdout
+    assert "history: 'Alice lives in Paris' (add, ended by supersede (reflection))" in res.stdout

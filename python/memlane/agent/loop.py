@@ -502,7 +502,16 @@ class AgentMemory(_LoopHost):
             (
                 "reflection",
                 lambda: run_reflection(
-                    mem, self.reflection, self.table, self.limits, lock, event, room, report, call
+                    mem,
+                    self.reflection,
+                    self.table,
+                    self.limits,
+                    lock,
+                    event,
+                    room,
+                    report,
+                    call,
+                    self.clock(),
                 ),
             ),
             (

@@ -183,8 +183,10 @@ def _apply(
     shown: list[MemoryRecord],
     kw: dict[str, Any],
     table: str,
+    now: float | None,
 ) -> ReflectionReport:
     assert report.raw is not None
+    clock = time.time() if now is None else now
     try:
         ops, report.rejected = parse_operations(report.raw, len(shown))
     except ParseError as e:
@@ -201,6 +203,7 @@ def _apply(
                     importance=op.importance,
                     unique=True,
                     metadata={"source": "reflection"},
+                    created_at=clock,
                     **kw,
                 )
                 if rec.duplicate is None:
@@ -212,7 +215,7 @@ def _apply(
                 old = shown[op.index]
                 # Superseded, not overwritten: the old fact stays in the history and
                 # answers searches as_of a time before the change.
-                at = max(time.time(), old.created_at)
+                at = max(clock, old.created_at)
                 report.updated.append(mem.supersede(old.id, op.content, at=at, by="reflection"))
             else:
                 assert op.index is not None
@@ -233,12 +236,14 @@ def reflect(
     scope: Mapping[str, str] | None = None,
     table: str = "memories",
     k: int = 10,
+    now: float | None = None,
 ) -> ReflectionReport:
     """Lets the LLM update the memories of ``scope`` after ``conversation``.
 
     ``conversation`` is a list of lines or of ``{role, content}`` messages. The
     ``k`` memories most relevant to it are shown. Never raises for the LLM:
-    a failure is reported in ``error`` and nothing changes.
+    a failure is reported in ``error`` and nothing changes. ``now`` (default the
+    wall clock) dates what it stores and when an updated fact stopped being true.
     """
     kw: dict[str, Any] = dict(scope or {})
     shown, messages = _prepare(mem, _conversation(conversation), kw, table, k)
@@ -248,7 +253,7 @@ def reflect(
     except Exception as e:  # the LLM's failure must not raise into the agent
         report.error = f"{type(e).__name__}: {e}"
         return report
-    return _apply(mem, report, shown, kw, table)
+    return _apply(mem, report, shown, kw, table, now)
 
 
 async def areflect(
@@ -259,6 +264,7 @@ async def areflect(
     scope: Mapping[str, str] | None = None,
     table: str = "memories",
     k: int = 10,
+    now: float | None = None,
 ) -> ReflectionReport:
     """:func:`reflect` with an async LLM (``acomplete``); store calls run in a worker thread."""
     sync = sync_memory(mem)
@@ -271,4 +277,4 @@ async def areflect(
     except Exception as e:  # the LLM's failure must not raise into the agent
         report.error = f"{type(e).__name__}: {e}"
         return report
-    return await asyncio.to_thread(_apply, sync, report, shown, kw, table)
+    return await asyncio.to_thread(_apply, sync, report, shown, kw, table, now)

@@ -218,6 +218,7 @@ def run_reflection(
     room: _Room,
     report: TurnReport,
     call: Caller | None,
+    now: float,
 ) -> None:
     """Reflection over the room's last messages, once ``cfg.every`` turns have passed."""
     if not cfg.enabled or call is None or room.since_reflection < cfg.every:
@@ -231,6 +232,7 @@ def run_reflection(
         scope=event.fields,
         table=table,
         k=cfg.shown,
+        now=now,
     )
     report.reflection = result
     if result.error is not None:
