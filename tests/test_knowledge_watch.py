@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
-from memlane import AsyncMemory, IngestReport, Memory
+from memlane import AsyncMemory, IngestReport, Memory, OnnxEmbedder
 from memlane.errors import InvalidArgumentError, NotFoundError
+from test_readme import COMMAND_LINE, readme_commands
 
 TIMEOUT = 20.0
 REPO = Path(__file__).resolve().parents[1]
@@ -191,16 +192,20 @@ def _expect(lines: queue.Queue[str], wanted: str, seen: list[str]) -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
-def test_cli_watch_until_interrupted(tmp_path: Path) -> None:
-    kb = tmp_path / "kb"
+def test_cli_watch_until_interrupted(tmp_path: Path, onnx_embedder: OnnxEmbedder) -> None:
+    """The README's ``memlane ingest ... --watch`` as written, with the default model."""
+    (command,) = [c for c in readme_commands(COMMAND_LINE) if "--watch" in c.split()]
+    kb = tmp_path / "knowledge"
     kb.mkdir()
     (kb / "a.txt").write_text("Aardvarks dig burrows at night.")
-    store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
-    command = [sys.executable, "-m", "memlane", "ingest", str(kb), "--shared", "--watch"]
-    command += ["--store", str(store), "--embedder", "none", "--debounce", "0.1"]
     child = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "memlane", *command.split()[1:]],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     out: queue.Queue[str] = queue.Queue()
     err: queue.Queue[str] = queue.Queue()
@@ -209,7 +214,7 @@ def test_cli_watch_until_interrupted(tmp_path: Path) -> None:
     stdout: list[str] = []
     stderr: list[str] = []
     try:
-        _expect(err, f"memlane: watching {kb} (Ctrl-C to stop)", stderr)
+        _expect(err, "memlane: watching knowledge (Ctrl-C to stop)", stderr)
         assert stdout == [] and out.get(timeout=TIMEOUT).startswith("1 seen, 1 ingested")
         (kb / "b.txt").write_text("Bats hang upside down.")
         _expect(out, "ingested b.txt", stdout)
@@ -224,6 +229,8 @@ def test_cli_watch_until_interrupted(tmp_path: Path) -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
-    with Memory(store, None) as mem:
-        assert [d.metadata["source"] for d in mem.list_documents()] == ["a.txt"]
-        assert mem.list_documents()[0].text == "Aardvarks eat termites."
+    with Memory(tmp_path / "kb-store", onnx_embedder) as mem:
+        (doc,) = mem.list_documents()
+        assert (doc.metadata["source"], doc.text) == ("a.txt", "Aardvarks eat termites.")
+        hits = mem.search_knowledge("What do aardvarks feed on?")
+        assert [h.record.text for h in hits] == ["Aardvarks eat termites."]
