@@ -112,3 +112,9 @@ async def test_async_search_documents(word_embedder: WordHashEmbedder) -> None:
         await mem.ingest_text(OCEAN, source="inline:ocean", shared=True)
         hits = await mem.search_documents("tides moon", threshold=None)
         assert hits[0].record.text == OCEAN
+
+
+def test_a_misspelt_option_is_a_type_error(word_embedder: WordHashEmbedder) -> None:
+    mem = Memory(None, word_embedder)
+    with pytest.raises(TypeError, match="alpah"):
+        mem.search_documents("x", alpah=0.5)
