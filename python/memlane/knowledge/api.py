@@ -292,7 +292,14 @@ class KnowledgeMixin:
         options are :meth:`ingest`'s. Use it as ``with mem.watch(folder, ...):``
         or call ``stop()``, before closing the store.
         """
-        options = IngestOptions(chunker, metadata, False, True, follow_outside, limits=limits)
+        options = IngestOptions(
+            chunker,
+            metadata,
+            progress=False,
+            prune_missing=True,  # the first sync: files gone meanwhile take their documents
+            follow_outside=follow_outside,
+            limits=limits,
+        )
         scope = Scope.of(agent_id, shared)
         return watch(
             self._memory(),
