@@ -295,7 +295,13 @@ def knowledge(
 
         def searcher(mode: str) -> Any:
             def search(text: str, vector: np.ndarray) -> list[str]:
-                hits = mem.search_knowledge(text, k=400, mode=mode, query_embedding=vector)  # type: ignore[arg-type]
+                hits = mem.search_knowledge(
+                    text,
+                    k=400,
+                    mode=mode,  # type: ignore[arg-type]
+                    threshold=None,  # a ranking measure: no cut-off
+                    query_embedding=vector,
+                )
                 ranked: list[str] = []
                 for h in hits:
                     doc = Path(h.record.metadata["source"]).stem

@@ -125,8 +125,8 @@ def test_scope_fields_are_keyword_parameters(name: str) -> None:
 
 
 def test_only_search_knowledge_takes_arbitrary_keywords() -> None:
-    """No method swallows unknown keywords, except search_knowledge, which passes its
-    options to Memory.search (where a misspelt one is a TypeError)."""
+    """No method swallows unknown keywords, except search_knowledge and search_documents,
+    which pass their options to Memory.search (where a misspelt one is a TypeError)."""
     for cls in (Memory, AsyncMemory):
         takes_any = {
             name
@@ -136,7 +136,8 @@ def test_only_search_knowledge_takes_arbitrary_keywords() -> None:
                 for p in inspect.signature(getattr(cls, name)).parameters.values()
             )
         }
-        assert takes_any == ({"search_knowledge", "open"} & _public(cls)), cls
+        expected = {"search_knowledge", "search_documents", "open"} & _public(cls)
+        assert takes_any == expected, cls
 
 
 def test_a_misspelt_scope_keyword_is_a_type_error() -> None:

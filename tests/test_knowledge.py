@@ -126,7 +126,10 @@ def test_ingest_every_type(mem: Memory, tmp_path: Path) -> None:
     assert [f.metadata["headings"] for f in md] == [["Deploy"], ["Deploy", "Rollback"]]
     assert md[1].text.startswith("Deploy > Rollback\n\nUse `make rollback`")
     assert md[0].metadata["title"] == "Deploy guide"  # front matter reaches the fragments
-    assert mem.get(report.ingested["guides/deploy.md"]).text == "Deploy guide"
+    deploy = mem.get(report.ingested["guides/deploy.md"])
+    assert deploy.metadata["title"] == "Deploy guide"
+    assert deploy.text.startswith("# Deploy\n") and "make rollback" in deploy.text
+    assert mem.get(report.ingested["notes.txt"]).text == notes  # the whole extracted text
     docx = mem.get_fragments(report.ingested["handbook.docx"])
     assert any(f.metadata.get("headings") == ["Handbook", "Deploying"] for f in docx)
 

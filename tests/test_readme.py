@@ -10,8 +10,10 @@ evaluate to it.
 
 A block no test can run is marked in README.md by the line
 ``<!-- readme-test: skip: REASON -->`` right before it; none is today. The bash block's
-``memlane`` commands run through ``python -m memlane``; ``pip install`` and the test
-command are what CI itself runs.
+``memlane`` commands run through ``python -m memlane`` (those of the command line
+section in tests/test_cli_upkeep.py and tests/test_knowledge_watch.py, against the
+scripted chat server and until interrupted); ``pip install`` and the test command are
+what CI itself runs.
 """
 
 from __future__ import annotations
@@ -207,7 +209,19 @@ def knowledge(block: Block, request: pytest.FixtureRequest, tmp: Path) -> None:
     (tmp / "knowledge/eliza/specific.pdf").write_bytes(make_pdf(["Eliza's refund policy."]))
     mem = Memory(None, request.getfixturevalue("onnx_embedder"))
     try:
+        if "ingest" not in block.code:  # the later blocks: the folders are ingested already
+            mem.ingest("knowledge/shared", shared=True, progress=False)
+            mem.ingest("knowledge/eliza", agent_id="eliza", progress=False)
         scope = run_statements(block.code, {"mem": mem}, str(block))
+        if "search_documents" in block.code:
+            assert scope["docs"][0].record.metadata["source"] == "deploy.md"
+            assert scope["docs"][0].record.text.startswith("# Deploy\n\nDeploy with")
+            return
+        if "watch" in block.code:
+            assert not scope["watch"].running
+            (hit,) = mem.search_knowledge("refunds", mode="text")
+            assert hit.record.metadata["source"] == "faq.md"
+            return
         report = scope["report"]
         assert report.ok and len(report.unchanged) == 2  # ingest_config: both already in
         assert "deploy.md" in scope["hits"][0].record.metadata["source"]
@@ -256,15 +270,26 @@ def test_python_block_runs(
     RUNNERS[block.section](block, request, tmp_path)
 
 
-def test_bash_block_commands_run(tmp_path: Path) -> None:
-    commands = [
+#: The section whose bash block holds commands that need a model server, or run until
+#: interrupted: tests/test_cli_upkeep.py and tests/test_knowledge_watch.py run them.
+COMMAND_LINE = "Command line"
+
+
+def readme_commands(section: str) -> list[str]:
+    """The ``memlane`` commands of ``section``'s bash blocks, as written."""
+    return [
         command.strip()
         for block in readme_blocks()
-        if block.lang == "bash" and not block.skip
+        if block.lang == "bash" and not block.skip and block.section == section
         for line in block.code.splitlines()
         for command in line.split("&&")
         if command.strip().startswith("memlane ")
     ]
+
+
+def test_bash_block_commands_run(tmp_path: Path) -> None:
+    sections = {b.section for b in readme_blocks() if b.lang == "bash"} - {COMMAND_LINE}
+    commands = [command for section in sorted(sections) for command in readme_commands(section)]
     assert commands == ["memlane demo"]
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     for command in commands:

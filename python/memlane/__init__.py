@@ -30,7 +30,7 @@ from memlane.errors import (
     StoreLockedError,
     UnknownIdError,
 )
-from memlane.knowledge import DocumentLoadError, IngestReport
+from memlane.knowledge import DocumentLoadError, IngestReport, KnowledgeWatch
 from memlane.memory import Memory
 from memlane.records import MemoryRecord, MemoryVersion, SearchHit
 
@@ -50,6 +50,7 @@ __all__ = [
     "IngestReport",
     "InternalError",
     "InvalidArgumentError",
+    "KnowledgeWatch",
     "MemlaneError",
     "Memory",
     "MemoryRecord",

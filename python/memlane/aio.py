@@ -98,6 +98,9 @@ class AsyncMemory:
     ingest_text = _in_thread(Memory.ingest_text)
     # (mypy: a method with **options could take `self` by keyword; it never does.)
     search_knowledge = _in_thread(Memory.search_knowledge)  # type: ignore[arg-type]
+    search_documents = _in_thread(Memory.search_documents)  # type: ignore[arg-type]
+    # The watch runs in threads of its own; its stop() returns within a debounce.
+    watch = _in_thread(Memory.watch)
     list_documents = _in_thread(Memory.list_documents)
     get_fragments = _in_thread(Memory.get_fragments)
     remove_document = _in_thread(Memory.remove_document)

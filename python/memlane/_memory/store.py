@@ -314,6 +314,7 @@ class MemoryStore(VersionsMixin):
         world_id: str | None = None,
         session_id: str | None = None,
         namespace: str | None = None,
+        dry_run: bool = False,
     ) -> builtins.list[MemoryRecord]:
         """Deletes old memories that are not important, used or evergreen; returns them,
         oldest first. One filtered delete in one transaction.
@@ -324,12 +325,14 @@ class MemoryStore(VersionsMixin):
         keep_access_count_above``). Evergreen memories are never pruned. At least
         one criterion must be given. ``table=None`` prunes every table (knowledge
         fragments and messages included). ``now`` (unix seconds) is the clock
-        ages are measured on.
+        ages are measured on. ``dry_run=True`` returns what would go and deletes
+        nothing (``memlane prune --dry-run``).
         """
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
         criteria = (max_age_days, keep_importance_at_least, keep_access_count_above)
-        return self._writer.prune(build_filter(table, None, scope), *criteria, now=now)
+        where = build_filter(table, None, scope)
+        return self._writer.prune(where, *criteria, now=now, dry_run=dry_run)
 
     # -- reads ------------------------------------------------------------------------------
 

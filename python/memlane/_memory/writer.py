@@ -397,10 +397,14 @@ class Writer:
         keep_importance_at_least: object,
         keep_access_count_above: object,
         now: object,
+        dry_run: object = False,
     ) -> list[MemoryRecord]:
         """Deletes, in one transaction, the records ``where`` admits that are older than
         ``max_age_days`` and kept neither by importance, nor by use, nor by being
-        evergreen (see ``Memory.prune``); returns them, oldest first."""
+        evergreen (see ``Memory.prune``); returns them, oldest first. ``dry_run``:
+        only returns them."""
+        if not isinstance(dry_run, bool):
+            raise InvalidArgumentError(f"dry_run must be a bool, got {type(dry_run).__name__}")
         limits = {
             "max_age_days": max_age_days,
             "keep_importance_at_least": keep_importance_at_least,
@@ -428,6 +432,8 @@ class Writer:
             rowids = [int(x) for x in sync.engine.ids_where(flt, order="asc")]
             rows = self.db.rows_by_rowid(rowids)
             doomed = [record(rows[r], self.access.get(r)) for r in rowids if r in rows]
+            if dry_run:
+                return doomed
             if rowids:
                 self.delete_rowids(rowids, "prune")
             for rec in doomed:

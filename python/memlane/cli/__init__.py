@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "memlane.cli.demo",
     "memlane.cli.knowledge",
     "memlane.cli.store",
+    "memlane.cli.upkeep",
     "memlane.cli.agent",
 ]
 

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from memlane.cli._command import command, emit_json, open_store
+from memlane.knowledge.watch import DEBOUNCE
 
 __all__: list[str] = []
 
@@ -19,6 +20,30 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
         "--prune", action="store_true", help="remove documents under PATH whose file is gone"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="then keep the folder in sync as files appear, change and vanish, until "
+        "interrupted (Ctrl-C); implies --prune. With --json, one JSON report a line",
+    )
+    p.add_argument(
+        "--debounce",
+        type=seconds,
+        default=DEBOUNCE,
+        metavar="SECONDS",
+        help=f"--watch: quiet time after a burst of file events (default {DEBOUNCE})",
+    )
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 3600.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 3600], got {text}")
+    return value
 
 
 def report_json(report: Any) -> dict[str, Any]:
@@ -52,6 +77,10 @@ def ingest(args: argparse.Namespace) -> int:
 
     if not Path(args.path).exists():
         raise NotFoundError(f"no such file or folder: {args.path}")
+    if args.watch:
+        from memlane.cli.watching import watch
+
+        return watch(args)
     with open_store(args, create=True) as mem:
         report = mem.ingest(
             args.path,

@@ -1,14 +1,21 @@
 """Knowledge: documents ingested into searchable fragments, as elizaOS agents use them.
 
 The methods live on :class:`memlane.Memory` (``ingest``, ``ingest_config``,
-``ingest_text``, ``search_knowledge``, ``list_documents``, ``get_fragments``,
-``remove_document``, ``clear_knowledge``); see :mod:`memlane.knowledge.api`.
+``ingest_text``, ``watch``, ``search_knowledge``, ``search_documents``,
+``list_documents``, ``get_fragments``, ``remove_document``, ``clear_knowledge``);
+see :mod:`memlane.knowledge.api`.
 This package holds their parts: loaders, ids, the pipeline and its report.
 """
 
 from __future__ import annotations
 
-from memlane.knowledge.api import SEARCH_DEFAULTS, KnowledgeMixin
+from memlane.knowledge.api import (
+    DOCUMENT_THRESHOLD,
+    FRAGMENT_THRESHOLD,
+    SEARCH_DEFAULTS,
+    KnowledgeMixin,
+    Threshold,
+)
 from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS
 from memlane.knowledge.ids import document_id, fragment_id, normalise_path
 from memlane.knowledge.loaders import (
@@ -21,18 +28,23 @@ from memlane.knowledge.loaders import (
     register_loader,
 )
 from memlane.knowledge.report import IngestReport
+from memlane.knowledge.watch import KnowledgeWatch
 
 __all__ = [
     "DOCUMENTS",
+    "DOCUMENT_THRESHOLD",
     "FRAGMENTS",
+    "FRAGMENT_THRESHOLD",
     "LOADERS",
     "SEARCH_DEFAULTS",
     "DocumentLoadError",
     "IngestLimits",
     "IngestReport",
     "KnowledgeMixin",
+    "KnowledgeWatch",
     "LoadedDocument",
     "Loader",
+    "Threshold",
     "document_id",
     "fragment_id",
     "loader_for",

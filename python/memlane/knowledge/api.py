@@ -1,10 +1,12 @@
 """The knowledge methods of :class:`memlane.Memory` (``AsyncMemory`` runs them in a thread).
 
 :class:`KnowledgeMixin` gives ``Memory`` ``ingest``, ``ingest_config``,
-``ingest_text``, ``search_knowledge``, ``list_documents``, ``get_fragments``,
-``remove_document`` and ``clear_knowledge``; they use only ``Memory``'s public
-API. Knowledge lives in two tables: ``documents`` (a record per document, its
-text the title or path) and ``fragments`` (the chunks, ``{document_id}-chunk-{n}``),
+``ingest_text``, ``watch``, ``search_knowledge``, ``search_documents``,
+``list_documents``, ``get_fragments``, ``remove_document`` and
+``clear_knowledge``; they use only ``Memory``'s public API. Knowledge lives in
+two tables: ``documents`` (a record per document: its whole extracted text,
+``title`` metadata, and the normalised mean of its fragments' vectors) and
+``fragments`` (the chunks, ``{document_id}-chunk-{n}``),
 with metadata ``document_id``, ``position``, ``total``, ``start``, ``end``
 (offsets into the document's extracted text), ``source`` (path relative to the
 knowledge root), ``file_type``, ``shared`` and ``agent_id``, plus ``page`` and
@@ -21,7 +23,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -43,18 +45,36 @@ from memlane.knowledge.loaders import LOADERS, IngestLimits
 from memlane.knowledge.progress import ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
+from memlane.knowledge.watch import DEBOUNCE, KnowledgeWatch, watch
 
 if TYPE_CHECKING:
     from memlane._memory.store import MemoryStore as Memory
     from memlane.records import MemoryRecord, SearchHit
 
-__all__ = ["SEARCH_DEFAULTS", "KnowledgeMixin"]
+__all__ = [
+    "DOCUMENT_THRESHOLD",
+    "FRAGMENT_THRESHOLD",
+    "SEARCH_DEFAULTS",
+    "KnowledgeMixin",
+    "Threshold",
+]
 
 #: Fusion settings of :meth:`KnowledgeMixin.search_knowledge`: those of
 #: :meth:`memlane.Memory.search`, one default for the whole engine (weighted fusion of the
 #: cosine and BM25 over the query's ceiling, chosen on SciFact's 809 train queries:
 #: ``benches/tune_search.py``; the test figures are in the README).
 SEARCH_DEFAULTS: dict[str, Any] = {"fusion": "weighted", "alpha": DEFAULT_ALPHA}
+
+#: A knowledge search's cut-off: a number, ``None`` (none) or ``"default"``.
+Threshold = float | None | Literal["default"]
+
+#: Default cut-off of :meth:`KnowledgeMixin.search_knowledge` (hybrid and vector
+#: modes): a minimum cosine similarity. TBD.
+FRAGMENT_THRESHOLD = 0.0
+
+#: Default cut-off of :meth:`KnowledgeMixin.search_documents`: a minimum cosine
+#: similarity to a document's mean vector. TBD.
+DOCUMENT_THRESHOLD = 0.0
 
 
 def _visible_filter(agent_id: str | None) -> dict[str, Any]:
@@ -244,13 +264,60 @@ class KnowledgeMixin:
         report.seconds = time.perf_counter() - started
         return report
 
+    def watch(
+        self,
+        path: str | Path,
+        *,
+        agent_id: str | None = None,
+        shared: bool = False,
+        chunker: Chunker | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        follow_outside: bool = False,
+        limits: IngestLimits | None = None,
+        debounce: float = DEBOUNCE,
+        on_report: Callable[[IngestReport], object] | None = None,
+        on_error: Callable[[BaseException], object] | None = None,
+    ) -> KnowledgeWatch:
+        """Keeps the knowledge of the folder ``path`` in sync until the watch is stopped.
+
+        First an :meth:`ingest` of the folder that also removes the documents of
+        files gone since (its report is the watch's ``initial``); then, on the
+        operating system's file events (watchdog), each batch of changes once the
+        folder has been quiet for ``debounce`` seconds: a new or changed file is
+        ingested (only its own document is replaced), a deleted file or folder
+        takes its documents and fragments with it, and files :meth:`ingest` skips
+        (hidden, unsupported types) are ignored. Each batch's report goes to
+        ``on_report``, an error that stops a batch (a closed store, a full disk) to
+        ``on_error`` (by default a warning), and the watch goes on. The other
+        options are :meth:`ingest`'s. Use it as ``with mem.watch(folder, ...):``
+        or call ``stop()``, before closing the store.
+        """
+        options = IngestOptions(
+            chunker,
+            metadata,
+            progress=False,
+            prune_missing=True,  # the first sync: files gone meanwhile take their documents
+            follow_outside=follow_outside,
+            limits=limits,
+        )
+        scope = Scope.of(agent_id, shared)
+        return watch(
+            self._memory(),
+            path,
+            scope,
+            options,
+            debounce=debounce,
+            on_report=on_report,
+            on_error=on_error,
+        )
+
     def search_knowledge(
         self,
         query: str,
         *,
         agent_id: str | None = None,
         k: int = 5,
-        threshold: float | None = None,
+        threshold: Threshold = "default",
         mode: Literal["hybrid", "vector", "text"] = "hybrid",
         filters: Mapping[str, Any] | None = None,
         **options: Any,
@@ -260,21 +327,71 @@ class KnowledgeMixin:
         Without ``agent_id``, shared knowledge only. ``threshold`` is a minimum
         cosine similarity (elizaOS's ``match_threshold``); in text mode, a
         minimum relevance (BM25 over the query's ceiling, the score no fragment
-        reaches). Scores are the relevance
+        reaches). ``"default"`` is :data:`FRAGMENT_THRESHOLD` (measured for the
+        default model) in hybrid and vector modes and no cut-off in text mode (or in a
+        store without an embedder);
+        ``None`` is no cut-off. Scores are the relevance
         alone (knowledge neither decays nor weighs importance). ``filters``
         narrows by metadata (e.g. ``{"file_type": "pdf"}``); ``options`` go to
         :meth:`memlane.Memory.search` (``fusion``, ``rrf_k``, ``alpha``,
         ``candidates``, ``explain``, ...) over :data:`SEARCH_DEFAULTS`.
         """
+        return self._search(
+            FRAGMENTS, FRAGMENT_THRESHOLD, query, agent_id, k, threshold, mode, filters, options
+        )
+
+    def search_documents(
+        self,
+        query: str,
+        *,
+        agent_id: str | None = None,
+        k: int = 5,
+        threshold: Threshold = "default",
+        mode: Literal["hybrid", "vector", "text"] = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> builtins.list[SearchHit]:
+        """The ``k`` whole documents best matching ``query``, as :meth:`search_knowledge`.
+
+        A hit's record is the document's: its whole extracted text, BM25 over all
+        of it, and the normalised mean of its fragments' vectors (the model reads
+        256 tokens, so no single vector can stand for a longer document). Use it
+        to hand an agent whole documents, or to rank documents before reading
+        their fragments. ``"default"`` is :data:`DOCUMENT_THRESHOLD`.
+        """
+        return self._search(
+            DOCUMENTS, DOCUMENT_THRESHOLD, query, agent_id, k, threshold, mode, filters, options
+        )
+
+    def _search(
+        self,
+        table: str,
+        default: float,
+        query: str,
+        agent_id: str | None,
+        k: int,
+        threshold: Threshold,
+        mode: Literal["hybrid", "vector", "text"],
+        filters: Mapping[str, Any] | None,
+        options: Mapping[str, Any],
+    ) -> builtins.list[SearchHit]:
         visible = _visible_filter(agent_id)
         flt = visible if filters is None else {"$and": [visible, dict(filters)]}
         args: dict[str, Any] = {**SEARCH_DEFAULTS, "weights": {"relevance": 1.0}, **options}
+        if isinstance(threshold, str):
+            if threshold != "default":
+                raise InvalidArgumentError(
+                    f"threshold must be a number, None or 'default', got {threshold!r}"
+                )
+            # A cosine cut-off, so none where there is no cosine (text mode, text-only store).
+            vectors = mode != "text" and self._memory().embedder is not None
+            threshold = default if vectors else None
         if threshold is not None:
             if mode == "text":
                 args["threshold"] = threshold
             else:
                 args["min_similarity"] = threshold
-        return self._memory().search(query, k, mode=mode, table=FRAGMENTS, filters=flt, **args)
+        return self._memory().search(query, k, mode=mode, table=table, filters=flt, **args)
 
     def list_documents(
         self, agent_id: str | None = None, shared: bool | None = None

@@ -58,12 +58,14 @@ def knowledge_documents(
 
 
 def remove_documents(mem: Memory, ids: Sequence[str]) -> int:
-    """Deletes the documents' records, then their fragments; returns the fragments deleted."""
+    """Deletes the documents' records and their fragments in one transaction (a reader
+    never finds the fragments of a document that is gone); returns the fragments deleted."""
     if not ids:
         return 0
     flt = {"document_id": {"$in": list(ids)}}
-    mem.delete_all(DOCUMENTS, filters=flt)
-    return mem.delete_all(FRAGMENTS, filters=flt)
+    documents = mem.count(DOCUMENTS, filters=flt)
+    removed, _ = mem.replace([], [DOCUMENTS, FRAGMENTS], filters=flt)
+    return removed - documents
 
 
 def check_document_id(mem: Memory, doc_id: str) -> None:

@@ -24,6 +24,11 @@ is complete, and a run cut short is completed by the next one (until
 :class:`~memlane.Memory` offers a transaction around a delete and an add,
 readers can meanwhile see the document missing for that moment). Fragments
 whose text the old version already had reuse its vectors.
+
+The record's text is the document's whole extracted text (as elizaOS keeps it;
+bounded by :attr:`IngestLimits.max_unpacked_bytes`, like everything loaded), its
+``title`` metadata the file's title or path, and its vector the normalised mean
+of its fragments' (:func:`document_vector`), so whole documents can be ranked.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ __all__ = [
     "BATCH_SIZE",
     "IngestOptions",
     "Scope",
+    "document_vector",
     "embedding_cost",
     "ingest_path",
     "ingest_sources",
@@ -77,7 +83,7 @@ __all__ = [
 
 # Part of every fingerprint: bump it when loaders or record layout change, so
 # that the next ingestion rewrites every document.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # Texts per embed_batch call (a few model batches; the progress bar moves after each).
 _EMBED_BATCH = 128
 #: Fragments embedded and written together by default.
@@ -465,9 +471,10 @@ class _Pipeline:
             "bytes": job.size,
         }
         title = doc.metadata.get("title")
+        doc_meta["title"] = title if isinstance(title, str) and title.strip() else job.source.rel
         record: dict[str, Any] = {
             "id": job.id,
-            "text": title if isinstance(title, str) and title.strip() else job.source.rel,
+            "text": doc.text,
             "table": DOCUMENTS,
             "type": "document",
             "evergreen": True,
@@ -475,13 +482,27 @@ class _Pipeline:
             **owner,
         }
         if vectors is not None:
-            centroid = vectors.mean(axis=0)
-            norm = float(np.linalg.norm(centroid))
-            record["embedding"] = centroid / norm if norm > 0 else vectors[0]
+            record["embedding"] = document_vector(vectors)
         # The record goes last: add_many commits all at once, and readers that
         # find a record find its fragments.
         items.append(record)
         return items
+
+
+def document_vector(fragments: FloatArray) -> FloatArray:
+    """A document's vector: the mean of its fragments' unit vectors, made unit again.
+
+    The model reads 256 tokens, so embedding a whole document would stand for its
+    beginning only. The normalised mean is the direction with the highest summed
+    cosine to all the fragments (each weighs alike, whatever its length), and it
+    costs no model call: the fragments' vectors are at hand.
+    """
+    norms = np.linalg.norm(fragments, axis=1, keepdims=True)
+    unit = fragments / np.where(norms > 0, norms, 1.0)
+    centroid = unit.mean(axis=0)
+    norm = float(np.linalg.norm(centroid))
+    out: FloatArray = (centroid / norm if norm > 0 else unit[0]).astype(np.float32)
+    return out
 
 
 # -- entry points ---------------------------------------------------------------------------

@@ -1,0 +1,253 @@
+"""Keeping a knowledge folder in sync as its files appear, change and vanish.
+
+:func:`watch` first brings the store in line with the folder (an ingest that
+prunes what is gone), then follows the operating system's file events through
+watchdog's :class:`~watchdog.observers.Observer`. Events only say *which paths*
+to look at: they are gathered until the folder has been quiet for ``debounce``
+seconds (an editor's save, a ``git checkout`` or a copy is a burst of them), and
+then each path's state on disk decides what happens. A path that is a file is
+ingested (unchanged bytes are left alone; a changed file replaces only its own
+document), a folder is walked, and a path that no longer exists removes the
+documents at or below it with their fragments. Paths the ingest would skip
+(hidden names, unsupported types) are ignored, so editors' swap and backup
+files never reach the store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from memlane._memory import coerce
+from memlane.errors import InvalidArgumentError, NotFoundError
+from memlane.knowledge.documents import knowledge_documents, remove_documents
+from memlane.knowledge.ingest import IngestOptions, Scope, ingest_path, ingest_sources
+from memlane.knowledge.loaders import loader_for
+from memlane.knowledge.report import IngestReport
+from memlane.knowledge.walk import Source, relative_path, walk
+
+if TYPE_CHECKING:
+    from memlane._memory.store import MemoryStore as Memory
+
+__all__ = ["DEBOUNCE", "KnowledgeWatch", "watch"]
+
+#: Seconds of quiet after the last file event before the changes are ingested.
+DEBOUNCE = 0.5
+# The longest a stop() waits for the worker to notice it.
+_TICK = 0.1
+
+ReportCallback = Callable[[IngestReport], object]
+ErrorCallback = Callable[[BaseException], object]
+
+
+class _Events(FileSystemEventHandler):
+    """Collects the paths of watchdog's events (from its observer thread)."""
+
+    def __init__(self, changed: Callable[[str], None]) -> None:
+        self._changed = changed
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return  # reads change nothing
+        if event.is_directory and event.event_type == "modified":
+            return  # a folder's own times: the files inside have events of their own
+        for path in (event.src_path, getattr(event, "dest_path", "")):
+            if path:
+                self._changed(path if isinstance(path, str) else path.decode())
+
+
+class KnowledgeWatch:
+    """A running :func:`watch`; :meth:`stop` it, or use it as a context manager.
+
+    ``initial`` is the report of the first sync; every later batch of changes
+    goes to the ``on_report`` given to :meth:`memlane.Memory.watch`.
+    """
+
+    def __init__(
+        self,
+        mem: Memory,
+        folder: Path,
+        scope: Scope,
+        options: IngestOptions,
+        debounce: float,
+        on_report: ReportCallback | None,
+        on_error: ErrorCallback | None,
+    ) -> None:
+        self.folder = folder
+        self._mem = mem
+        self._scope = scope
+        self._options = options
+        self._debounce = debounce
+        self._on_report = on_report
+        self._on_error = on_error
+        self._root_key = str(folder.resolve())
+        self._lock = threading.Lock()
+        self._pending: set[str] = set()
+        self._last_event = 0.0
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self.initial = ingest_path(mem, folder, scope, options)
+        self._observer = Observer()
+        self._observer.schedule(_Events(self._changed), str(folder), recursive=True)
+        self._worker = threading.Thread(target=self._run, daemon=True, name="memlane-watch")
+        self._observer.start()
+        self._worker.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether the watch still follows the folder."""
+        return not self._stopped.is_set()
+
+    def stop(self) -> None:
+        """Stops following the folder; changes still waiting for quiet are applied first."""
+        if self._stopped.is_set():
+            return
+        self._observer.stop()
+        self._observer.join()
+        self._stopped.set()
+        self._wake.set()
+        self._worker.join()
+
+    def __enter__(self) -> KnowledgeWatch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"KnowledgeWatch({self.folder!s}, {state})"
+
+    # -- the observer's side ------------------------------------------------------------
+
+    def _changed(self, path: str) -> None:
+        with self._lock:
+            self._pending.add(path)
+            self._last_event = time.monotonic()
+        self._wake.set()
+
+    # -- the worker's side --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            while not self._stopped.is_set():  # until the burst is over
+                with self._lock:
+                    quiet = time.monotonic() - self._last_event
+                if quiet >= self._debounce:
+                    break
+                self._stopped.wait(min(self._debounce - quiet, _TICK))
+            with self._lock:
+                paths, self._pending = self._pending, set()
+                self._wake.clear()
+            if paths:
+                self._apply(paths)
+            if self._stopped.is_set():
+                return
+
+    def _apply(self, paths: set[str]) -> None:
+        try:
+            report = self.sync(paths)
+        except Exception as e:  # the watch goes on: a closed store or a full disk is said
+            if self._on_error is not None:
+                self._on_error(e)
+            else:
+                warnings.warn(f"memlane watch of {self.folder}: {e}", RuntimeWarning, stacklevel=1)
+            return
+        if self._on_report is not None and report.seen + len(report.pruned):
+            self._on_report(report)
+
+    def sync(self, paths: set[str]) -> IngestReport:
+        """Brings the documents at ``paths`` (below the folder) in line with the disk."""
+        started = time.perf_counter()
+        report = IngestReport()
+        sources: dict[str, Source] = {}
+        gone: set[str] = set()
+        for raw in sorted(paths):
+            path = Path(raw)
+            rel = relative_path(path, self.folder)
+            if rel == "." or rel.startswith("../") or _ignored(rel, path):
+                continue
+            if not path.exists():
+                gone.add(rel)
+                continue
+            skipped: dict[str, str] = {}
+            found = walk(
+                path, self.folder, follow_outside=self._options.follow_outside, skipped=skipped
+            )
+            sources.update((s.rel, s) for s in found)
+            if path.is_dir():  # a folder moved in: its hidden and unsupported files, as ingest says
+                report.skipped.update(skipped)
+        if gone:
+            self._remove(gone, set(sources), report)
+        if sources:
+            ingest_sources(
+                self._mem,
+                list(sources.values()),
+                self._scope,
+                self._options,
+                root_key=self._root_key,
+                report=report,
+                label=self.folder.name,
+            )
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _remove(self, gone: set[str], present: set[str], report: IngestReport) -> None:
+        """Removes the documents whose source is, or lies below, a path that is gone."""
+        doomed: dict[str, str] = {}
+        for record in knowledge_documents(
+            self._mem, {**self._scope.filter(), "root": self._root_key}
+        ):
+            source = str(record.metadata.get("source", ""))
+            if source in present:
+                continue
+            if any(source == g or source.startswith(g + "/") for g in gone):
+                doomed[source] = record.id
+        if doomed:
+            remove_documents(self._mem, list(doomed.values()))
+            report.pruned.update(doomed)
+
+
+def _ignored(rel: str, path: Path) -> bool:
+    """Whether the ingest would leave ``path`` out: a hidden name, or a file of a type
+    no loader reads (a path that is gone may have been either a file or a folder)."""
+    if any(part.startswith(".") for part in rel.split("/")):
+        return True
+    return path.is_file() and loader_for(path) is None
+
+
+def watch(
+    mem: Memory,
+    folder: str | Path,
+    scope: Scope,
+    options: IngestOptions,
+    *,
+    debounce: float = DEBOUNCE,
+    on_report: ReportCallback | None = None,
+    on_error: ErrorCallback | None = None,
+) -> KnowledgeWatch:
+    """Syncs ``folder`` once, then follows it until the returned watch is stopped."""
+    debounce = coerce.number(debounce, "debounce", 0.0, 3600.0)
+    for name, callback in (("on_report", on_report), ("on_error", on_error)):
+        if callback is not None and not callable(callback):
+            raise InvalidArgumentError(f"{name} must be callable, got {callback!r}")
+    target = Path(folder).absolute()  # event paths are taken relative to it
+    if not target.exists():
+        raise NotFoundError(f"no such folder: {target}")
+    if not target.is_dir():
+        raise InvalidArgumentError(f"watch needs a folder, got the file {target}")
+    return KnowledgeWatch(mem, target, scope, options, debounce, on_report, on_error)
