@@ -28,6 +28,7 @@ RECORD_KEYS = {
     "updated_at",
     "last_accessed_at",
     "access_count",
+    "valid_to",
     "content_hash",
 }
 EXPLAIN_KEYS = {

