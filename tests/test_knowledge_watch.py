@@ -125,6 +125,21 @@ def test_watch_private_knowledge_and_stop_twice(
     assert "stopped" in repr(watch)
 
 
+def test_a_burst_of_events_is_one_batch(word_embedder: WordHashEmbedder, tmp_path: Path) -> None:
+    """Files written in a burst are ingested together once the folder is quiet, not one
+    batch per event (it would take a second between writes to split them all)."""
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    mem = Memory(None, word_embedder)
+    reports: list[IngestReport] = []
+    with mem.watch(kb, shared=True, debounce=1.0, on_report=reports.append):
+        for i in range(20):
+            (kb / f"note{i}.txt").write_text(f"Note number {i} about quokkas.")
+        wait_for(lambda: len(sources(mem)) == 20, "the burst is ingested")
+    assert sum(len(r.ingested) for r in reports) == 20
+    assert len(reports) < 20
+
+
 def test_watch_checks_its_arguments_first(word_embedder: WordHashEmbedder, tmp_path: Path) -> None:
     mem = Memory(None, word_embedder)
     (tmp_path / "a.txt").write_text("Alpha.")

@@ -130,7 +130,12 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="search ingested knowledge: shared fragments and --agent's own",
     )
-    p.add_argument("--threshold", type=float, help="drop results scoring below this")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        help="drop results scoring below this (--knowledge: a minimum cosine, by default "
+        "search_knowledge's measured cut-off)",
+    )
     p.add_argument("--explain", action="store_true", help="show the signals behind each score")
     add_scope_arguments(p, "only this")
     add_filter_arguments(p)
@@ -162,7 +167,7 @@ def search(args: argparse.Namespace) -> int:
                 agent_id=scope.get("agent_id"),
                 k=args.k,
                 mode=args.mode,
-                threshold=args.threshold,
+                threshold="default" if args.threshold is None else args.threshold,
                 explain=args.explain or args.json,
                 filters=filters_of(args),
             )

@@ -67,8 +67,9 @@ class _Events(FileSystemEventHandler):
 class KnowledgeWatch:
     """A running :func:`watch`; :meth:`stop` it, or use it as a context manager.
 
-    ``initial`` is the report of the first sync; every later batch of changes
-    goes to the ``on_report`` given to :meth:`memlane.Memory.watch`.
+    ``folder`` is the folder followed (absolute), ``initial`` the report of the first
+    sync; every later batch of changes goes to the ``on_report`` given to
+    :meth:`memlane.Memory.watch`.
     """
 
     def __init__(
@@ -160,7 +161,7 @@ class KnowledgeWatch:
 
     def _apply(self, paths: set[str]) -> None:
         try:
-            report = self.sync(paths)
+            report = self._sync(paths)
         except Exception as e:  # the watch goes on: a closed store or a full disk is said
             if self._on_error is not None:
                 self._on_error(e)
@@ -170,7 +171,7 @@ class KnowledgeWatch:
         if self._on_report is not None and report.seen + len(report.pruned):
             self._on_report(report)
 
-    def sync(self, paths: set[str]) -> IngestReport:
+    def _sync(self, paths: set[str]) -> IngestReport:
         """Brings the documents at ``paths`` (below the folder) in line with the disk."""
         started = time.perf_counter()
         report = IngestReport()
