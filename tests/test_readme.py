@@ -157,6 +157,18 @@ def filters(block: Block, request: pytest.FixtureRequest, tmp: Path) -> None:
     mem.close()
 
 
+@runs("Facts that change")
+def facts(block: Block, request: pytest.FixtureRequest, tmp: Path) -> None:
+    # The README's store uses the default model; the literal comments check the answers.
+    scope = run_statements(block.code, {}, str(block))
+    with Memory(tmp / "facts-store") as mem:
+        assert len(mem) == 2 and mem.count(filters={"valid_to": None}) == 1
+        assert [v.record.id for v in mem.history(scope["old"].id)] == [
+            scope["old"].id,
+            scope["new"].id,
+        ]
+
+
 @runs("PostgreSQL: one store, many processes")
 def postgres(block: Block, request: pytest.FixtureRequest, tmp: Path) -> None:
     server = request.getfixturevalue("pg_server")
