@@ -131,15 +131,39 @@ def test_filters_read_valid_to(dated: Any) -> None:
 
 
 def test_jsonl_carries_supersession(dated: Any, make_store: Any, word_embedder: Any) -> None:
-    mem, _, old, _ = dated
+    mem, _, old, new = dated
     path = make_store.tmp_path / "facts.jsonl"
     mem.export_jsonl(path)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert {r["id"]: r["valid_to"] is not None for r in lines}[old]
+    assert {r["id"]: r["valid_to"] is not None for r in lines if "id" in r}[old]
+    mem.update(new, text="Alice lives in Berlin, Mitte", by="user")
+    mem.export_jsonl(path)
+    assert sum("history" in json.loads(x) for x in path.read_text().splitlines()) == 2
     copy = make_store("copy", word_embedder)
-    copy.import_jsonl(path)
+    assert copy.import_jsonl(path) == 3
     assert copy.get(old).valid_to == mem.get(old).valid_to
     assert "Alice lives in Paris" not in _texts(copy.search("where does Alice live", k=5))
+    # The history comes along: the same versions, events and authors.
+    assert copy.history(new) == mem.history(new)
+    # Skipped records keep the store's own history (nothing is added twice).
+    assert copy.import_jsonl(path, on_conflict="skip") == 0
+    assert copy.history(new) == mem.history(new)
+
+
+def test_a_bad_history_line_is_refused(make_store: Any, word_embedder: Any) -> None:
+    mem = make_store("bad", word_embedder)
+    path = make_store.tmp_path / "bad.jsonl"
+    good = {"id": "h1", "text": "x", "event": "update", "at": 1.0, "by": None, "next_id": None}
+    for bad, match in (
+        ({**good, "event": "rename"}, "event"),
+        ({**good, "at": "yesterday"}, "'at'"),
+        ({**good, "text": ""}, "text"),
+        ({**good, "by": 3}, "'by'"),
+    ):
+        path.write_text(json.dumps({"history": bad}) + "\n")
+        with pytest.raises(InvalidArgumentError, match=match):
+            mem.import_jsonl(path)
+    assert mem.history("h1") == []
 
 
 def test_many_superseded_records_still_leave_searches(make_store: Any, word_embedder: Any) -> None:

@@ -567,7 +567,8 @@ class MemoryStore(VersionsMixin):
     # -- export and import ------------------------------------------------------------------
 
     def export_jsonl(self, path: str | Path, *, embeddings: bool = True) -> int:
-        """Writes every record as one JSON object per line; returns how many."""
+        """Writes every record as one JSON object per line, then the history (one
+        ``{"history": ...}`` line per replaced version); returns how many records."""
         self._sync.check_open()
         return jsonl.export(self._db, self._access, Path(path), embeddings)
 
@@ -577,8 +578,9 @@ class MemoryStore(VersionsMixin):
         """Adds the records of an :meth:`export_jsonl` file with every field as exported.
 
         Records without an embedding are embedded (when the store has an
-        embedder). ``on_conflict="skip"`` skips ids already stored. Returns
-        how many were added. All or nothing per 1,000 records.
+        embedder). ``on_conflict="skip"`` skips ids already stored (and their
+        history). Returns how many records were added. All or nothing per 1,000
+        lines; the history goes in last, in one transaction.
         """
         self._sync.check_open()
         return jsonl.load(self._writer, Path(path), on_conflict)

@@ -84,6 +84,16 @@ class Store(Protocol):
         """The history entries of ``ids`` (version, event, at, actor, next id), oldest first."""
         ...
 
+    def iter_history(self) -> Iterator[tuple[Row, str, float, str | None, str | None]]:
+        """Every history entry, oldest first."""
+        ...
+
+    def insert_history(
+        self, conn: Any, entries: Sequence[tuple[Row, str, float, str | None, str | None]]
+    ) -> None:
+        """Adds history entries as given (an import's)."""
+        ...
+
     def superseded_by(self, record_id: str) -> str | None:
         """The id of the record that ``record_id`` superseded, if any."""
         ...

@@ -60,6 +60,10 @@ _RECORDS: Columns = tuple(zip(COLUMNS, TYPES, strict=True))
 _ALL = ", ".join(COLUMNS)
 _NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
 _HISTORY = ", ".join(HISTORY_COLUMNS)
+_HISTORY_TYPES: Columns = (
+    *((c, t) for c, t in zip(COLUMNS, TYPES, strict=True) if c in HISTORY_COLUMNS),
+    *(("event", "text"), ("at", "float8"), ("actor", "text"), ("next_id", "text")),
+)
 #: What a history entry holds: the replaced version as a Row, then its change.
 HistoryEntry = tuple[Row, str, float, str | None, str | None]
 
@@ -331,6 +335,32 @@ class SQLStore(abc.ABC):
         found = self._read(run) if ids else []
         found.sort(key=lambda e: e[0])
         return [e for _, e in found]
+
+    def iter_history(self, batch: int = 1024) -> Iterator[HistoryEntry]:
+        """Every history entry, oldest first."""
+        q = self._q(
+            f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM {self._p}history "
+            "WHERE n > ? ORDER BY n LIMIT ?"
+        )
+        width = len(COLUMNS)
+        last = 0
+
+        def page(conn: Any) -> list[tuple[Any, ...]]:
+            return list(conn.execute(q, (last, batch)))
+
+        while True:
+            rows = self._read(page)
+            if not rows:
+                return
+            for _, *r in rows:
+                yield (Row._make(r[:width]), *r[width:])
+            last = rows[-1][0]
+
+    def insert_history(self, conn: Any, entries: Sequence[HistoryEntry]) -> None:
+        """Adds history entries as given (an import's)."""
+        rows = [(*(getattr(row, c) for c in HISTORY_COLUMNS), *rest) for row, *rest in entries]
+        with self._refusals():
+            self._many(conn, f"{self._p}history", _HISTORY_TYPES, rows)
 
     def superseded_by(self, record_id: str) -> str | None:
         """The id of the record that ``record_id`` superseded, if any."""
