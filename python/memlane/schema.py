@@ -65,6 +65,9 @@ class Row(NamedTuple):
 
 
 COLUMNS: tuple[str, ...] = Row._fields
+# The write path stamps a batch's change number by replacing the last two fields.
+if COLUMNS[-2:] != ("seq", "content_seq"):  # pragma: no cover - a schema edit out of step
+    raise ImportError("Row must end with seq and content_seq")
 
 Dialect = Literal["sqlite", "postgres"]
 
