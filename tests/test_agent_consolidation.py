@@ -8,7 +8,7 @@ import json
 import pytest
 
 from chat_server import ScriptedChatServer
-from memlane import AsyncMemory, InvalidArgumentError, Memory
+from memlane import AsyncMemory, InvalidArgumentError
 from memlane.agent.consolidation import (
     SHORT_TERM,
     aconsolidate,
@@ -32,8 +32,9 @@ GOOD = {
 
 
 @pytest.fixture
-def mem(word_embedder):
-    m = Memory(None, word_embedder)
+def mem(make_store, word_embedder):
+    """The store, on both backends."""
+    m = make_store("agent", word_embedder)
     yield m
     m.close()
 

@@ -64,8 +64,9 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def mem(word_embedder):
-    m = Memory(None, word_embedder)
+def mem(make_store, word_embedder):
+    """The agent's store, on both backends."""
+    m = make_store("agent", word_embedder)
     yield m
     m.close()
 

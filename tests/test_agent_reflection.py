@@ -8,7 +8,6 @@ import json
 import pytest
 
 from chat_server import ScriptedChatServer
-from memlane import Memory
 from memlane.agent.llm import OpenAIChat
 from memlane.agent.parsing import ParseError
 from memlane.agent.reflection import areflect, parse_operations, reflect
@@ -22,8 +21,9 @@ TALK = [
 
 
 @pytest.fixture
-def mem(word_embedder):
-    m = Memory(None, word_embedder)
+def mem(make_store, word_embedder):
+    """The store, on both backends."""
+    m = make_store("agent", word_embedder)
     yield m
     m.close()
 
