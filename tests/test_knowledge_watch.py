@@ -5,7 +5,6 @@ expected state, failing after a bounded time; nothing sleeps a fixed time and as
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import shutil
 import signal
@@ -24,7 +23,6 @@ from memlane.errors import InvalidArgumentError, NotFoundError
 from test_readme import COMMAND_LINE, readme_commands
 
 TIMEOUT = 20.0
-REPO = Path(__file__).resolve().parents[1]
 
 
 def wait_for(condition: Callable[[], object], what: str) -> None:
@@ -213,19 +211,22 @@ def test_cli_watch_until_interrupted(tmp_path: Path, onnx_embedder: OnnxEmbedder
     kb = tmp_path / "knowledge"
     kb.mkdir()
     (kb / "a.txt").write_text("Aardvarks dig burrows at night.")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    # The installed memlane (the source tree has no native module in a plain install).
     child = subprocess.Popen(
         [sys.executable, "-m", "memlane", *command.split()[1:]],
         cwd=tmp_path,
-        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     out: queue.Queue[str] = queue.Queue()
     err: queue.Queue[str] = queue.Queue()
-    for stream, sink in ((child.stdout, out), (child.stderr, err)):
-        threading.Thread(target=_lines, args=(stream, sink), daemon=True).start()
+    readers = [
+        threading.Thread(target=_lines, args=(stream, sink), daemon=True)
+        for stream, sink in ((child.stdout, out), (child.stderr, err))
+    ]
+    for reader in readers:
+        reader.start()
     stdout: list[str] = []
     stderr: list[str] = []
     try:
@@ -244,6 +245,13 @@ def test_cli_watch_until_interrupted(tmp_path: Path, onnx_embedder: OnnxEmbedder
         if child.poll() is None:
             child.kill()
             child.wait()
+        # The readers end at end of stream; the pipes are closed here, not by a later
+        # test's garbage collection.
+        for reader in readers:
+            reader.join(timeout=TIMEOUT)
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
     with Memory(tmp_path / "kb-store", onnx_embedder) as mem:
         (doc,) = mem.list_documents()
         assert (doc.metadata["source"], doc.text) == ("a.txt", "Aardvarks eat termites.")
