@@ -267,6 +267,33 @@ def test_searches_keep_recall_while_parked_vectors_link_on_all_cores(
     assert recall(linked, want) >= 0.97
 
 
+def test_a_store_closed_mid_load_reopens_with_its_vectors_parked(
+    tmp_path: Path, bulk: dict[str, Any]
+) -> None:
+    # Closing stops the background pass between batches and snapshots what is still
+    # parked; the reopened store scans those vectors (their sketches rebuilt from the
+    # snapshot) as the closed one did, and links them later.
+    queries = bulk["queries"]
+    with store(tmp_path / "s") as m:
+        ids = load(m, bulk["texts"], bulk["vectors"], bulk["rows"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a snapshot that cannot be used warns, then rebuilds
+        m = store(tmp_path / "s")
+    with m:
+        assert m._sync.changes == 0  # loaded from the snapshot, nothing replayed
+        assert m._engine.pending() > 20_000
+        parked = vector_hits(m, queries)
+        assert m._engine.pending() > 0
+        m.wait_indexed()
+        linked = vector_hits(m, queries)
+    row_of = {id: i for i, id in enumerate(ids)}
+    want = [[ids[r] for r in top] for top in bulk["exact"]]
+    assert recall(parked, want) >= 0.98
+    assert recall(linked, want) >= 0.97
+    check_scores(parked, row_of, bulk["stored"], queries)
+    check_scores(linked, row_of, bulk["stored"], queries)
+
+
 def tiled(n: int, batch: int) -> tuple[list[str], list[F32]]:
     """``n`` memories over the corpus in batches: memory ``i`` is corpus row ``i mod
     len``, its vector perturbed (a seed per batch), so repeats are near, not equal."""
