@@ -75,6 +75,7 @@ def engine(dataset: Dataset) -> Engine:
         "metadata": [json.dumps({})] * n,
         "id": [f"m{i}" for i in range(n)],
         "access_count": [0] * n,
+        "valid_to": [None] * n,
     }
     e = Engine(dataset.base.shape[1], precision="f32")
     ids = np.arange(n, dtype=np.uint64)
