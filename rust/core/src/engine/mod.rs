@@ -31,6 +31,7 @@ use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
 use crate::hnsw::{Hnsw, Metric, Params, Precision, Staged};
 use crate::idmap::first_duplicate;
+use half::slice::HalfFloatSliceExt;
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use pending::{normalised, Pending};
 use records::Records;
@@ -67,7 +68,10 @@ pub struct Batch<'a> {
 pub struct Prepared {
     ids: Vec<u64>,
     docs: Option<Vec<DocTerms>>,
-    vectors: Option<Vec<f32>>,
+    /// Unit vectors in the form they are parked in (rounded to half floats
+    /// for the f16 precisions), with their sign sketches: made in `prepare`,
+    /// which runs without the engine's lock, so `apply` only copies them.
+    vectors: Option<(Vec<f32>, Vec<u64>)>,
     attrs: Vec<Attrs>,
 }
 
@@ -245,7 +249,20 @@ impl Engine {
                         got: v.len().checked_div(n).unwrap_or(v.len()),
                     });
                 }
-                Some(normalised(v, dim, "vector")?)
+                let mut unit = normalised(v, dim, "vector")?;
+                // Parked vectors are scored as the index will score them once
+                // linked (f16 ranks f16 and int8+f16 records), so a record's
+                // score does not move when the background pass links it.
+                let halve = self.hnsw.as_ref().is_some_and(|h| {
+                    matches!(h.params().precision, Precision::F16 | Precision::Int8F16)
+                });
+                if halve {
+                    let mut half = vec![half::f16::ZERO; unit.len()];
+                    half.convert_from_f32_slice(&unit);
+                    half.convert_to_f32_slice(&mut unit);
+                }
+                let sketches = Pending::sketches(&unit, dim);
+                Some((unit, sketches))
             }
         };
         Ok(Prepared {
@@ -270,7 +287,7 @@ impl Engine {
         for (id, a) in p.ids.iter().zip(&p.attrs) {
             self.records.insert(*id, a);
         }
-        if let (Some(vectors), Some(hnsw)) = (p.vectors, self.hnsw.as_mut()) {
+        if let (Some((vectors, sketches)), Some(hnsw)) = (p.vectors, self.hnsw.as_mut()) {
             let dim = hnsw.dim();
             let linked: Vec<u64> = p
                 .ids
@@ -281,19 +298,14 @@ impl Engine {
             if !linked.is_empty() {
                 hnsw.remove(&linked)?;
             }
-            // Parked vectors are scored as the index will score them once
-            // linked (f16 ranks f16 and int8+f16 records), so a record's score
-            // does not move when the background pass links it.
-            let halve = matches!(hnsw.params().precision, Precision::F16 | Precision::Int8F16);
-            let mut rounded = Vec::with_capacity(dim);
-            for (id, v) in p.ids.iter().zip(vectors.chunks_exact(dim)) {
-                if halve {
-                    rounded.clear();
-                    rounded.extend(v.iter().map(|&x| half::f16::from_f32(x).to_f32()));
-                    self.pending.put(*id, &rounded);
-                } else {
-                    self.pending.put(*id, v);
-                }
+            let words = dim.div_ceil(64);
+            for ((id, v), sketch) in p
+                .ids
+                .iter()
+                .zip(vectors.chunks_exact(dim))
+                .zip(sketches.chunks_exact(words))
+            {
+                self.pending.put_sketched(*id, v, sketch);
             }
         }
         Ok(())

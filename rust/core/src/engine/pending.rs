@@ -131,21 +131,39 @@ impl Pending {
         Some(&self.data[i * self.dim..(i + 1) * self.dim])
     }
 
+    /// The sign sketches of `rows` (row-major, `dim` floats each), as
+    /// [`put_sketched`](Self::put_sketched) takes them: computed apart, so a
+    /// caller can make them without holding the engine.
+    pub fn sketches(rows: &[f32], dim: usize) -> Vec<u64> {
+        let words = dim.div_ceil(64);
+        let mut out = Vec::with_capacity((rows.len() / dim.max(1)) * words);
+        for v in rows.chunks_exact(dim.max(1)) {
+            push_signs(v, words, &mut out);
+        }
+        out
+    }
+
     /// Parks a unit vector under `id`, replacing any parked one.
     pub fn put(&mut self, id: u64, v: &[f32]) {
+        let mut sketch = Vec::with_capacity(self.words);
+        push_signs(v, self.words, &mut sketch);
+        self.put_sketched(id, v, &sketch);
+    }
+
+    /// [`put`](Self::put) with the vector's sketch made already ([`Self::sketches`]).
+    pub fn put_sketched(&mut self, id: u64, v: &[f32], sketch: &[u64]) {
         let words = self.words;
+        debug_assert_eq!(sketch.len(), words);
         match self.pos.get(&id) {
             Some(&i) => {
                 self.data[i * self.dim..(i + 1) * self.dim].copy_from_slice(v);
-                let mut sketch = Vec::with_capacity(words);
-                push_signs(v, words, &mut sketch);
-                self.signs[i * words..(i + 1) * words].copy_from_slice(&sketch);
+                self.signs[i * words..(i + 1) * words].copy_from_slice(sketch);
             }
             None => {
                 self.pos.insert(id, self.ids.len());
                 self.ids.push(id);
                 self.data.extend_from_slice(v);
-                push_signs(v, words, &mut self.signs);
+                self.signs.extend_from_slice(sketch);
             }
         }
     }
