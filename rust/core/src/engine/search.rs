@@ -158,8 +158,9 @@ impl Engine {
 
         // The candidate set, shared by both retrievers. Superseded records
         // are few: they leave a selection, and without one each retriever
-        // returns `extra` more hits, of which the superseded are dropped, so
-        // the lists are those of a search among current records only.
+        // is asked for more hits, of which the superseded are dropped
+        // ([`Self::current_hits`]), so the lists are those of a search among
+        // current records only.
         let closed = if req.current_only {
             self.records.closed().len()
         } else {
@@ -175,13 +176,6 @@ impl Engine {
             }
         }
         let extra = if selection.is_none() { closed } else { 0 };
-        let is_closed = |id: u64| {
-            extra > 0
-                && self
-                    .records
-                    .slot(id)
-                    .is_some_and(|s| self.records.is_closed(s))
-        };
         let allowed_ids: Option<Vec<u64>> = selection
             .as_ref()
             .map(|s| s.slots.iter().map(|&slot| self.records.id(slot)).collect());
@@ -190,25 +184,27 @@ impl Engine {
         }
         let pool = req.candidates.max(req.k);
 
-        let mut text_hits = match text {
+        let text_hits = match text {
             Some(t) if req.mode != Mode::Vector => {
                 let filter = allowed_ids.as_deref().map(|ids| self.bm25.filter(ids));
-                self.bm25.search(t, pool + extra, filter.as_ref())
+                self.current_hits(
+                    pool,
+                    extra,
+                    |n| Ok(self.bm25.search(t, n, filter.as_ref())),
+                    |h| h.id,
+                )?
             }
             _ => Vec::new(),
         };
-        let mut vector_hits = match &query {
-            Some(q) if req.mode != Mode::Text => {
-                self.vector_candidates(q, pool + extra, allowed_ids.as_deref(), selection.as_ref())?
-            }
+        let vector_hits = match &query {
+            Some(q) if req.mode != Mode::Text => self.current_hits(
+                pool,
+                extra,
+                |n| self.vector_candidates(q, n, allowed_ids.as_deref(), selection.as_ref()),
+                |h| h.0,
+            )?,
             _ => Vec::new(),
         };
-        if extra > 0 {
-            text_hits.retain(|h| !is_closed(h.id));
-            text_hits.truncate(pool);
-            vector_hits.retain(|&(id, _)| !is_closed(id));
-            vector_hits.truncate(pool);
-        }
 
         let mut order: Vec<u64> = Vec::with_capacity(text_hits.len() + vector_hits.len());
         let mut cands: FxHashMap<u64, Cand> = FxHashMap::default();
@@ -328,6 +324,39 @@ impl Engine {
                 Vec::new()
             },
         })
+    }
+
+    /// A retriever's `pool` best hits among current records, `closed` of its
+    /// records being superseded: it is asked for `pool` hits plus as many as
+    /// could be superseded among them (at most `pool`), and again for `pool +
+    /// closed` only when too many of those were, so a few superseded records
+    /// cost a search little more than none.
+    fn current_hits<T>(
+        &self,
+        pool: usize,
+        closed: usize,
+        fetch: impl Fn(usize) -> Result<Vec<T>>,
+        id: impl Fn(&T) -> u64,
+    ) -> Result<Vec<T>> {
+        if closed == 0 {
+            return fetch(pool);
+        }
+        let mut want = pool + closed.min(pool);
+        loop {
+            let mut hits = fetch(want)?;
+            let full = hits.len() >= want;
+            hits.retain(|h| {
+                !self
+                    .records
+                    .slot(id(h))
+                    .is_some_and(|s| self.records.is_closed(s))
+            });
+            if hits.len() >= pool || !full || want >= pool + closed {
+                hits.truncate(pool);
+                return Ok(hits);
+            }
+            want = pool + closed;
+        }
     }
 
     /// The `pool` nearest vectors (graph and parked) among the allowed ones,
