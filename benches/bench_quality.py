@@ -30,6 +30,7 @@ import tempfile
 import time
 import warnings
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,29 @@ def load_qrels(split: str) -> Qrels:
         for qid, did, score in rows:
             qrels[qid][did] = int(score)
     return dict(qrels)
+
+
+@dataclass(frozen=True)
+class SciFact:
+    """SciFact as the quality benchmarks read it, and the default model behind the
+    vector cache of ``benches/.cache/``."""
+
+    docs: list[dict[str, str]]
+    queries: dict[str, str]
+    train: Qrels
+    test: Qrels
+    model: CachedModel
+
+
+def load_scifact() -> SciFact:
+    """The corpus, queries and both qrels splits (raises DataUnavailableError without
+    ``../shared``). Abstracts longer than the model's 256 tokens are embedded from
+    their start, as in the reference figures, so the truncation warning is off."""
+    warnings.simplefilter("ignore", TextTruncatedWarning)
+    docs = scifact_corpus()
+    embedder = OnnxEmbedder()
+    model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
+    return SciFact(docs, load_queries(), load_qrels("train"), load_qrels("test"), model)
 
 
 def ndcg_at(ranked: list[str], gains: dict[str, int], k: int = 10) -> float:
@@ -118,18 +142,12 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the dates")
     args = parser.parse_args()
-    # Abstracts longer than the model's 256 tokens are embedded from their start, as
-    # in the reference figures.
-    warnings.simplefilter("ignore", TextTruncatedWarning)
     try:
-        docs = scifact_corpus()
+        data = load_scifact()
     except DataUnavailableError as e:
         print(f"skipped: {e}")
         return
-    queries = load_queries()
-    test, train = load_qrels("test"), load_qrels("train")
-    embedder = OnnxEmbedder()
-    model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
+    docs, queries, train, test, model = data.docs, data.queries, data.train, data.test, data.model
 
     texts = [document_text(d) for d in docs]
     print(f"{len(docs)} documents, {len(test)} test and {len(train)} train queries")

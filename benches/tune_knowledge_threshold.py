@@ -28,7 +28,6 @@ import argparse
 import json
 import random
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,13 +37,10 @@ import numpy as np
 from bench_ingest import (
     CachedModel,
     DataUnavailableError,
-    VectorCache,
-    scifact_corpus,
     write_corpus,
 )
-from bench_quality import Qrels, embed_all, load_qrels, load_queries, ndcg_at
-from memlane import Memory, OnnxEmbedder
-from memlane.embeddings import TextTruncatedWarning
+from bench_quality import Qrels, embed_all, load_scifact, ndcg_at
+from memlane import Memory
 
 K = 5
 POOL = 50
@@ -202,16 +198,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=7, help="seed of the off-topic sample")
     args = parser.parse_args()
-    warnings.simplefilter("ignore", TextTruncatedWarning)
     try:
-        docs = scifact_corpus()
+        data = load_scifact()
     except DataUnavailableError as e:
         print(f"skipped: {e}")
         return
-    queries = load_queries()
-    train, test = load_qrels("train"), load_qrels("test")
-    embedder = OnnxEmbedder()
-    model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
+    docs, queries, train, test, model = data.docs, data.queries, data.train, data.test, data.model
     qids = sorted(set(train) | set(test))
     qvec = dict(zip(qids, embed_all(model, [queries[q] for q in qids], "queries"), strict=True))
     with tempfile.TemporaryDirectory(prefix="memlane-tune-threshold-") as tmp:

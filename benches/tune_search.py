@@ -24,17 +24,15 @@ from __future__ import annotations
 import argparse
 import math
 import time
-import warnings
 from collections import Counter
 from itertools import product
 from typing import Any
 
 import numpy as np
 
-from bench_ingest import CachedModel, VectorCache, document_text, scifact_corpus
-from bench_quality import embed_all, load_qrels, load_queries, ndcg_at
-from memlane import Memory, OnnxEmbedder, analyze
-from memlane.embeddings import TextTruncatedWarning
+from bench_ingest import document_text
+from bench_quality import embed_all, load_scifact, ndcg_at
+from memlane import Memory, analyze
 
 DAY = 86400.0
 POOL = 200
@@ -100,12 +98,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    warnings.simplefilter("ignore", TextTruncatedWarning)
-    docs = scifact_corpus()
-    queries = load_queries()
-    test, train = load_qrels("test"), load_qrels("train")
-    embedder = OnnxEmbedder()
-    model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
+    data = load_scifact()
+    docs, queries, train, test, model = data.docs, data.queries, data.train, data.test, data.model
     texts = [document_text(d) for d in docs]
     dvec = embed_all(model, texts, "documents")
     qids = sorted(set(test) | set(train))

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chat_server import ScriptedChatServer
 from memlane import Memory
+from memlane.agent import OpenAIChat
 from memlane.embeddings import OnnxEmbedder
 from pg_server import PgServer, find_pg_bin
 
@@ -119,3 +121,28 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     """The Memory contract runs on both backends: each test using this runs twice."""
     server = request.getfixturevalue("pg_server") if request.param == "postgres" else None
     return StoreFactory(request.param, tmp_path, server)
+
+
+# -- agent tests: a store on both backends and the scripted model ---------------------------
+
+
+@pytest.fixture
+def mem(make_store: StoreFactory, word_embedder: WordHashEmbedder) -> Iterator[Memory]:
+    """An agent's store, on both backends (a test file may define its own ``mem``)."""
+    m = make_store("agent", word_embedder)
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedChatServer]:
+    """The scripted chat-completions server (tests/chat_server.py) on loopback."""
+    with ScriptedChatServer() as s:
+        yield s
+
+
+@pytest.fixture
+def llm(server: ScriptedChatServer) -> Iterator[OpenAIChat]:
+    """A client of :func:`server` that never retries and gives up after 5 s."""
+    with OpenAIChat("scripted", base_url=server.base_url, max_retries=0, timeout=5) as c:
+        yield c

@@ -31,26 +31,6 @@ GOOD = {
 }
 
 
-@pytest.fixture
-def mem(make_store, word_embedder):
-    """The store, on both backends."""
-    m = make_store("agent", word_embedder)
-    yield m
-    m.close()
-
-
-@pytest.fixture
-def server():
-    with ScriptedChatServer() as s:
-        yield s
-
-
-@pytest.fixture
-def llm(server):
-    with OpenAIChat("scripted", base_url=server.base_url, max_retries=0) as c:
-        yield c
-
-
 def _entries(mem, n, action="a1", scope=SCOPE):
     return [
         add_short_term(mem, f"step {i}: looked at hotels in Lisbon", action, scope=scope)

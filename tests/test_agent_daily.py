@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from chat_server import ScriptedChatServer
 from conftest import StoreFactory
 from memlane import AgentMemory, InvalidArgumentError, Memory
 from memlane.agent import (
@@ -22,7 +21,6 @@ from memlane.agent import (
     Consolidation,
     DailyLog,
     FlushReminder,
-    OpenAIChat,
     Profiles,
     Reflection,
     SessionScope,
@@ -46,18 +44,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def server():
-    with ScriptedChatServer() as s:
-        yield s
-
-
-@pytest.fixture
-def llm(server):
-    with OpenAIChat("scripted", base_url=server.base_url, max_retries=0, timeout=5) as c:
-        yield c
 
 
 def agent(mem: Memory, llm: Any, clock: Clock, **settings: Any) -> AgentMemory:

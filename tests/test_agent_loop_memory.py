@@ -63,26 +63,6 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def mem(make_store, word_embedder):
-    """The agent's store, on both backends."""
-    m = make_store("agent", word_embedder)
-    yield m
-    m.close()
-
-
-@pytest.fixture
-def server():
-    with ScriptedChatServer() as s:
-        yield s
-
-
-@pytest.fixture
-def llm(server):
-    with OpenAIChat("scripted", base_url=server.base_url, max_retries=0, timeout=5) as c:
-        yield c
-
-
 def agent(mem, llm=None, clock=None, **settings: Any) -> AgentMemory:
     options = {**OFF, **settings}
     return AgentMemory(mem, SCOPES, llm, clock=clock, context={"min_score": None}, **options)

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from chat_server import ScriptedChatServer
 from memlane.agent.llm import OpenAIChat
 from memlane.agent.parsing import ParseError
 from memlane.agent.reflection import areflect, parse_operations, reflect
@@ -18,26 +17,6 @@ TALK = [
     {"role": "assistant", "content": "Nice! How is Lisbon?"},
     {"role": "user", "content": "Great. Also, forget that I like jazz, I don't anymore."},
 ]
-
-
-@pytest.fixture
-def mem(make_store, word_embedder):
-    """The store, on both backends."""
-    m = make_store("agent", word_embedder)
-    yield m
-    m.close()
-
-
-@pytest.fixture
-def server():
-    with ScriptedChatServer() as s:
-        yield s
-
-
-@pytest.fixture
-def llm(server):
-    with OpenAIChat("scripted", base_url=server.base_url, max_retries=0) as c:
-        yield c
 
 
 def _stored(mem):

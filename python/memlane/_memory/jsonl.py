@@ -15,8 +15,8 @@ from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record, validate
 from memlane._memory.writer import Writer
 from memlane.errors import InvalidArgumentError
-from memlane.schema import Row
 from memlane.storage import Store
+from memlane.storage.base import HistoryEntry
 
 _EVENTS = ("update", "supersede", "delete")
 
@@ -45,7 +45,7 @@ def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> i
         )
     added = 0
     skipped: set[str] = set()
-    history: list[tuple[Row, str, float, str | None, str | None]] = []
+    history: list[HistoryEntry] = []
     for lines in _read(path):
         batch = []
         for lineno, item in lines:
@@ -69,7 +69,7 @@ def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> i
     return added
 
 
-def _history(line: dict[str, Any], where: str) -> tuple[Row, str, float, str | None, str | None]:
+def _history(line: dict[str, Any], where: str) -> HistoryEntry:
     """A history entry of an export, checked as a record is (and its change)."""
     item = line["history"]
     if len(line) != 1 or not isinstance(item, dict):

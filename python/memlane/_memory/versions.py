@@ -22,7 +22,7 @@ from memlane._memory.encoding import record
 from memlane._memory.sync import IndexSync
 from memlane._memory.writer import Writer
 from memlane.records import MemoryRecord, MemoryVersion
-from memlane.storage.base import Store
+from memlane.storage.base import HistoryEntry, Store
 
 __all__ = ["VersionsMixin"]
 
@@ -129,7 +129,7 @@ class VersionsMixin:
 
 
 def _versions(
-    entries: list[tuple[Any, str, float, str | None, str | None]],
+    entries: list[HistoryEntry],
     current: Any,
     opened: tuple[str, float | None, str | None],
 ) -> tuple[list[MemoryVersion], tuple[str, float, str | None] | None]:

@@ -511,7 +511,7 @@ class AgentMemory(_LoopHost):
                     room,
                     report,
                     call,
-                    self.clock(),
+                    now,
                 ),
             ),
             (

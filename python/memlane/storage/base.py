@@ -23,7 +23,11 @@ from typing import Any, Protocol
 
 from memlane.schema import COLUMNS, Row
 
-__all__ = ["COLUMNS", "Row", "Store"]
+__all__ = ["COLUMNS", "HistoryEntry", "Row", "Store"]
+
+#: A history entry: the version a change replaced, the change (``update``, ``supersede``,
+#: ``delete``), when, by whom, and the record that superseded the version.
+HistoryEntry = tuple[Row, str, float, str | None, str | None]
 
 
 class Store(Protocol):
@@ -80,17 +84,15 @@ class Store(Protocol):
         """Keeps the current versions of ``rowids`` in the history, as replaced by ``event``."""
         ...
 
-    def history(self, ids: Sequence[str]) -> list[tuple[Row, str, float, str | None, str | None]]:
+    def history(self, ids: Sequence[str]) -> list[HistoryEntry]:
         """The history entries of ``ids`` (version, event, at, actor, next id), oldest first."""
         ...
 
-    def iter_history(self) -> Iterator[tuple[Row, str, float, str | None, str | None]]:
+    def iter_history(self) -> Iterator[HistoryEntry]:
         """Every history entry, oldest first."""
         ...
 
-    def insert_history(
-        self, conn: Any, entries: Sequence[tuple[Row, str, float, str | None, str | None]]
-    ) -> None:
+    def insert_history(self, conn: Any, entries: Sequence[HistoryEntry]) -> None:
         """Adds history entries as given (an import's)."""
         ...
 

@@ -79,6 +79,23 @@ _KINDS: tuple[tuple[type[psycopg.Error], ErrorKind], ...] = (
     (psycopg.errors.IndexCorrupted, "corrupt"),
 )
 
+
+def _tenant_policy(table: str) -> str:
+    """Row-level security on ``table``: a connection that sets memlane.tenant (see
+    ?tenant=) sees and writes only the rows whose scope field memlane.tenant_field
+    equals it; one that does not set it sees everything."""
+    cases = "\n".join(f"            WHEN '{f}' THEN {f}" for f in SCOPE_FIELDS)
+    return f"""
+    ALTER TABLE {{s}}.{table} ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY tenant ON {{s}}.{table} USING (
+        coalesce(current_setting('memlane.tenant', true), '') = ''
+        OR CASE current_setting('memlane.tenant_field', true)
+{cases}
+        END = current_setting('memlane.tenant', true)
+    );
+    """
+
+
 # Each entry migrates the schema from version i to i + 1; "{s}" is the schema.
 _MIGRATIONS = (
     """
@@ -101,24 +118,9 @@ _MIGRATIONS = (
     );
     CREATE INDEX tombstones_seq ON {s}.tombstones (seq);
     """,
-    # Row-level security: a connection that sets memlane.tenant (see ?tenant=) sees and
-    # writes only the records whose scope field memlane.tenant_field equals it; one
-    # that does not set it sees everything. It binds every role but the tables' owner
-    # and superusers, so workers confined to a tenant log in as a role of their own.
-    """
-    ALTER TABLE {s}.records ENABLE ROW LEVEL SECURITY;
-    CREATE POLICY tenant ON {s}.records USING (
-        coalesce(current_setting('memlane.tenant', true), '') = ''
-        OR CASE current_setting('memlane.tenant_field', true)
-            WHEN 'agent_id' THEN agent_id
-            WHEN 'user_id' THEN user_id
-            WHEN 'room_id' THEN room_id
-            WHEN 'world_id' THEN world_id
-            WHEN 'session_id' THEN session_id
-            WHEN 'namespace' THEN namespace
-        END = current_setting('memlane.tenant', true)
-    );
-    """,
+    # The policy binds every role but the tables' owner and superusers, so workers
+    # confined to a tenant log in as a role of their own.
+    _tenant_policy("records"),
     # Supersession and history. A store made by migration 1 of this release has
     # valid_to already; older ones gain it. History entries keep the scope columns,
     # so the tenant policy binds them as it binds the records.
@@ -129,19 +131,8 @@ _MIGRATIONS = (
     + """;
     CREATE INDEX history_id ON {s}.history (id);
     CREATE INDEX history_next ON {s}.history (next_id);
-    ALTER TABLE {s}.history ENABLE ROW LEVEL SECURITY;
-    CREATE POLICY tenant ON {s}.history USING (
-        coalesce(current_setting('memlane.tenant', true), '') = ''
-        OR CASE current_setting('memlane.tenant_field', true)
-            WHEN 'agent_id' THEN agent_id
-            WHEN 'user_id' THEN user_id
-            WHEN 'room_id' THEN room_id
-            WHEN 'world_id' THEN world_id
-            WHEN 'session_id' THEN session_id
-            WHEN 'namespace' THEN namespace
-        END = current_setting('memlane.tenant', true)
-    );
-    """,
+    """
+    + _tenant_policy("history"),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 

@@ -41,9 +41,10 @@ from memlane.errors import (
     UnknownIdError,
 )
 from memlane.schema import COLUMNS, HISTORY_COLUMNS, SQL_TYPES, Row
+from memlane.storage.base import HistoryEntry
 from memlane.storage.rowcache import RowCache
 
-__all__ = ["TYPES", "Columns", "ErrorKind", "HistoryEntry", "Rows", "SQLStore"]
+__all__ = ["TYPES", "Columns", "ErrorKind", "Rows", "SQLStore"]
 
 T = TypeVar("T")
 
@@ -64,8 +65,7 @@ _HISTORY_TYPES: Columns = (
     *((c, t) for c, t in zip(COLUMNS, TYPES, strict=True) if c in HISTORY_COLUMNS),
     *(("event", "text"), ("at", "float8"), ("actor", "text"), ("next_id", "text")),
 )
-#: What a history entry holds: the replaced version as a Row, then its change.
-HistoryEntry = tuple[Row, str, float, str | None, str | None]
+_HISTORY_SELECT = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM "
 
 
 class SQLStore(abc.ABC):
@@ -321,28 +321,21 @@ class SQLStore(abc.ABC):
 
     def history(self, ids: Sequence[str]) -> list[HistoryEntry]:
         """The history entries of ``ids``, oldest first."""
-        q = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM {self._p}history WHERE "
-        width = len(COLUMNS)
+        q = f"{_HISTORY_SELECT}{self._p}history WHERE "
 
-        def run(conn: Any) -> list[tuple[int, HistoryEntry]]:
-            out = []
+        def run(conn: Any) -> list[tuple[Any, ...]]:
+            out: list[tuple[Any, ...]] = []
             for where, params in self._any("id", ids, "text"):
-                for n, *r in conn.execute(self._q(q + where), params):
-                    row = Row._make(r[:width])
-                    out.append((n, (row, *r[width:])))
+                out.extend(conn.execute(self._q(q + where), params))
             return out
 
         found = self._read(run) if ids else []
-        found.sort(key=lambda e: e[0])
-        return [e for _, e in found]
+        found.sort(key=lambda r: r[0])
+        return [_history_entry(r) for r in found]
 
     def iter_history(self, batch: int = 1024) -> Iterator[HistoryEntry]:
         """Every history entry, oldest first."""
-        q = self._q(
-            f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM {self._p}history "
-            "WHERE n > ? ORDER BY n LIMIT ?"
-        )
-        width = len(COLUMNS)
+        q = self._q(f"{_HISTORY_SELECT}{self._p}history WHERE n > ? ORDER BY n LIMIT ?")
         last = 0
 
         def page(conn: Any) -> list[tuple[Any, ...]]:
@@ -352,8 +345,7 @@ class SQLStore(abc.ABC):
             rows = self._read(page)
             if not rows:
                 return
-            for _, *r in rows:
-                yield (Row._make(r[:width]), *r[width:])
+            yield from map(_history_entry, rows)
             last = rows[-1][0]
 
     def insert_history(self, conn: Any, entries: Sequence[HistoryEntry]) -> None:
@@ -568,3 +560,10 @@ class SQLStore(abc.ABC):
     def count(self) -> int:
         q = f"SELECT count(*) FROM {self._p}records"
         return int(self._read(lambda c: c.execute(q).fetchone()[0]))
+
+
+def _history_entry(r: Sequence[Any]) -> HistoryEntry:
+    """A history entry of a row of :data:`_HISTORY_SELECT` (``n`` first)."""
+    width = len(COLUMNS) + 1
+    event, at, actor, next_id = r[width:]
+    return Row._make(r[1:width]), event, at, actor, next_id

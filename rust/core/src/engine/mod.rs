@@ -476,6 +476,33 @@ mod shared_linking {
         }
     }
 
+    /// An engine holding `data` (rows of `dim`) as records 1..=n, every vector
+    /// parked.
+    fn parked(data: &[f32], dim: usize, precision: Precision) -> Engine {
+        let n = data.len() / dim;
+        let ids: Vec<u64> = (1..=n as u64).collect();
+        let a: Vec<Attrs> = ids.iter().map(|&i| attrs(i)).collect();
+        let mut e = Engine::new(EngineConfig {
+            dim: Some(dim),
+            hnsw: Params {
+                precision,
+                ..Params::default()
+            },
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let texts: Vec<String> = ids.iter().map(|i| format!("memory {i}")).collect();
+        e.upsert(Batch {
+            ids: &ids,
+            texts: Some(&texts),
+            vectors: Some(data),
+            attrs: &a,
+        })
+        .unwrap();
+        assert_eq!(e.pending(), n);
+        e
+    }
+
     #[test]
     fn searches_run_while_parked_vectors_link_and_always_find_them() {
         let (n, dim) = (3000, 24);
@@ -488,26 +515,7 @@ mod shared_linking {
                 (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
             })
             .collect();
-        let ids: Vec<u64> = (1..=n as u64).collect();
-        let a: Vec<Attrs> = ids.iter().map(|&i| attrs(i)).collect();
-        let mut e = Engine::new(EngineConfig {
-            dim: Some(dim),
-            hnsw: Params {
-                precision: Precision::Int8F16,
-                ..Params::default()
-            },
-            ..EngineConfig::default()
-        })
-        .unwrap();
-        let texts: Vec<String> = ids.iter().map(|i| format!("memory {i}")).collect();
-        e.upsert(Batch {
-            ids: &ids,
-            texts: Some(&texts),
-            vectors: Some(&data),
-            attrs: &a,
-        })
-        .unwrap();
-        assert_eq!(e.pending(), n);
+        let e = parked(&data, dim, Precision::Int8F16);
         let lock = RwLock::new(e);
         let query = |e: &Engine, row: usize| {
             let q = &data[row * dim..(row + 1) * dim];
@@ -612,27 +620,8 @@ mod shared_linking {
         let (n, dim, k) = (20_000, 64, 10);
         let data = clustered(n, dim, 1);
         let queries = clustered(100, dim, 2);
-        let ids: Vec<u64> = (1..=n as u64).collect();
-        let a: Vec<Attrs> = ids.iter().map(|&i| attrs(i)).collect();
         for (precision, floor) in [(Precision::F32, 0.98), (Precision::Int8F16, 0.97)] {
-            let mut e = Engine::new(EngineConfig {
-                dim: Some(dim),
-                hnsw: Params {
-                    precision,
-                    ..Params::default()
-                },
-                ..EngineConfig::default()
-            })
-            .unwrap();
-            let texts: Vec<String> = ids.iter().map(|i| format!("memory {i}")).collect();
-            e.upsert(Batch {
-                ids: &ids,
-                texts: Some(&texts),
-                vectors: Some(&data),
-                attrs: &a,
-            })
-            .unwrap();
-            assert_eq!(e.pending(), n);
+            let e = parked(&data, dim, precision);
             // The reference: the vectors as the engine keeps them (int8+f16
             // ranks on half floats, and parks them rounded the same way).
             let stored: Vec<f32> = if precision == Precision::Int8F16 {
