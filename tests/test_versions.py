@@ -196,3 +196,26 @@ def test_sqlite_store_of_schema_1_gains_valid_to(tmp_path: Any, word_embedder: A
     assert _texts(mem.search("fact")) == ["a new fact"]
     assert [v.record.text for v in mem.history(nxt.id)] == ["an old fact", "a new fact"]
     mem.close()
+
+
+def test_superseded_records_at_the_top_of_a_list_are_replaced_by_current_ones(
+    make_store: Any, word_embedder: Any
+) -> None:
+    # 100 superseded records match the query best: the first ask of each retriever
+    # (pool + at most pool more) finds none current enough, so it asks again.
+    mem = make_store("top", word_embedder)
+    old = mem.add_many([{"text": f"alpha beta gamma note {i}"} for i in range(100)])
+    mem.add_many([{"text": f"alpha note {i}"} for i in range(60)])
+    t = time.time()
+    for rec in old:
+        mem.supersede(rec.id, f"unrelated text {rec.id}", at=t)
+    for mode in ("text", "vector", "hybrid"):
+        hits = mem.search("alpha beta gamma", k=50, mode=mode, track_access=False)
+        assert len(hits) == 50 and all(h.record.current for h in hits), mode
+        # The same as a search that selects the current records first.
+        selected = mem.search(
+            "alpha beta gamma", k=50, mode=mode, filters={"valid_to": None}, track_access=False
+        )
+        assert [h.record.id for h in hits] == [h.record.id for h in selected], mode
+    texts = [h.record.text for h in mem.search("alpha beta gamma", k=50, mode="text")]
+    assert sum(t.startswith("alpha note") for t in texts) == 50
