@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import os
 import re
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,8 @@ class StoreFactory:
         self.tmp_path = tmp_path
         self.server = server
         self._schemas: dict[str, str] = {}
+        # Weak: a test may drop a store to see what its finalizer does.
+        self.opened: weakref.WeakSet[Memory] = weakref.WeakSet()
 
     def location(self, name: str) -> str | Path:
         if self.server is None:
@@ -113,14 +116,24 @@ class StoreFactory:
     def __call__(self, name: str, embedder: Any = None, **options: Any) -> Memory:
         if self.server is not None:
             options.setdefault("cache_dir", self.tmp_path / "cache" / name)
-        return Memory(self.location(name), embedder, **options)
+        mem = Memory(self.location(name), embedder, **options)
+        self.opened.add(mem)
+        return mem
+
+    def close_all(self) -> None:
+        """Closes the stores a test left open (their background threads would outlive
+        the test, and a PostgreSQL one would keep calling a stopped server)."""
+        for mem in list(self.opened):
+            mem.close()
 
 
 @pytest.fixture(params=["embedded", "postgres"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """The Memory contract runs on both backends: each test using this runs twice."""
     server = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    return StoreFactory(request.param, tmp_path, server)
+    factory = StoreFactory(request.param, tmp_path, server)
+    yield factory
+    factory.close_all()
 
 
 # -- agent tests: a store on both backends and the scripted model ---------------------------
