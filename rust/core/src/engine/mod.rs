@@ -406,7 +406,11 @@ impl Engine {
         // The buffers grow once for the whole parked set, not batch by batch
         // (a reallocation copies the graph under the write lock).
         hnsw.reserve(self.pending.len());
-        let staged = hnsw.stage(ids, data)?;
+        let drains = ids.len() == self.pending.len();
+        let mut staged = hnsw.stage(ids, data)?;
+        if !drains {
+            hnsw.defer_check(&mut staged);
+        }
         Ok(Some(LinkJob {
             staged,
             n: ids.len(),

@@ -202,6 +202,14 @@ impl Pending {
         }
         self.data.truncate(keep * self.dim);
         self.signs.truncate(keep * self.words);
+        // A bulk load parks hundreds of megabytes that linking then drains;
+        // without this the process would keep the high-water mark for good.
+        if self.ids.len() < self.ids.capacity() / 4 {
+            self.ids.shrink_to(self.ids.len() * 2);
+            self.data.shrink_to(self.data.len() * 2);
+            self.signs.shrink_to(self.signs.len() * 2);
+            self.pos.shrink_to(self.ids.len() * 2);
+        }
     }
 
     /// The `k` parked vectors most similar to the unit query `q` among those

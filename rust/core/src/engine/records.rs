@@ -505,6 +505,7 @@ impl Records {
     /// fails with an id that is live in two slots.
     pub(crate) fn rebuild_index(&mut self) -> std::result::Result<(), u64> {
         self.slots = IdMap::default();
+        self.slots.reserve(self.ids.len());
         self.postings = FxHashMap::default();
         self.by_key = FxHashMap::default();
         for slot in 0..self.ids.len() as u32 {

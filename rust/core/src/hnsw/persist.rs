@@ -15,6 +15,7 @@ pub(crate) const VERSION: u32 = 1;
 
 impl Hnsw {
     pub fn save(&self, path: &Path) -> Result<()> {
+        self.settle();
         let dim = self.dim();
         let slots = self.graph.slots();
         let mut w =
@@ -110,6 +111,7 @@ pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
     }
     h.vectors.reserve(slots);
     h.graph.reserve(slots);
+    h.slots.reserve(slots);
     for (slot, &level) in levels.iter().enumerate() {
         h.graph.push(level);
         h.vectors.push_zeroed();

@@ -325,6 +325,75 @@ fn cut_off_nodes_are_reconnected() {
     );
 }
 
+/// Cuts every level-0 link into `victim`, as heuristic pruning can.
+fn cut_off(h: &Hnsw, victim: u32) {
+    let mut links = Vec::new();
+    for s in 0..h.graph.slots() as u32 {
+        h.graph.read(s, 0, &mut links);
+        if links.contains(&victim) {
+            links.retain(|&x| x != victim);
+            h.graph.write(s, 0, &links);
+        }
+    }
+}
+
+fn links_into(h: &Hnsw, victim: u32) -> usize {
+    let mut links = Vec::new();
+    (0..h.graph.slots() as u32)
+        .filter(|&s| {
+            h.graph.read(s, 0, &mut links);
+            links.contains(&victim)
+        })
+        .count()
+}
+
+#[test]
+fn a_deferred_reachability_pass_runs_with_the_last_batch_or_before_a_save() {
+    let dim = 16;
+    let (mut h, _, _) = build(Metric::L2, 2000, dim);
+    let victim = if h.entry().unwrap().slot == 7 { 8 } else { 7 };
+    let more = clustered(400, dim, 20, 99);
+    let batch = |from: u64, rows: std::ops::Range<usize>| {
+        let ids: Vec<u64> = rows.clone().map(|i| from + i as u64).collect();
+        (ids, more[rows.start * dim..rows.end * dim].to_vec())
+    };
+
+    // A batch under an eighth of the graph, with more to come: no pass.
+    cut_off(&h, victim);
+    let (ids, data) = batch(10_000, 0..100);
+    let mut staged = h.stage(&ids, &data).unwrap();
+    h.defer_check(&mut staged);
+    assert!(!staged.check);
+    h.link_staged(&staged);
+    h.publish(staged);
+    assert_eq!(links_into(&h, victim), 0);
+    // Saving settles what was put off.
+    let dir = std::env::temp_dir().join(format!("memlane-deferred-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    h.save(&dir.join("hnsw.bin")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(links_into(&h, victim) >= 1);
+
+    // Batches put off until those linked since the last pass reach an eighth.
+    cut_off(&h, victim);
+    let (ids, data) = batch(20_000, 100..250);
+    let mut staged = h.stage(&ids, &data).unwrap();
+    h.defer_check(&mut staged);
+    assert!(!staged.check);
+    h.link_staged(&staged);
+    h.publish(staged);
+    let (ids, data) = batch(20_000, 250..400);
+    let mut staged = h.stage(&ids, &data).unwrap();
+    h.defer_check(&mut staged);
+    assert!(
+        staged.check,
+        "300 of 2,400 linked since the last pass: an eighth"
+    );
+    h.link_staged(&staged);
+    h.publish(staged);
+    assert!(links_into(&h, victim) >= 1);
+}
+
 #[test]
 fn search_where_keeps_only_accepted_live_ids_and_asks_only_about_reached_ones() {
     let (mut h, data, ids) = build(Metric::L2, 2000, 16);
