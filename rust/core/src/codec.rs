@@ -159,6 +159,19 @@ impl<'a> Reader<'a> {
             .collect())
     }
 
+    /// [`Reader::u32s`] into a buffer the caller reuses (a graph's million
+    /// link lists would otherwise cost a million allocations).
+    pub fn u32s_into(&mut self, out: &mut Vec<u32>) -> DecodeResult<()> {
+        let n = self.len(4)?;
+        out.clear();
+        out.extend(
+            self.take(n * 4)?
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+        Ok(())
+    }
+
     pub fn u64s(&mut self) -> DecodeResult<Vec<u64>> {
         let n = self.len(8)?;
         Ok(self

@@ -4,7 +4,7 @@
 //! mid-save leaves the previous file intact.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -71,11 +71,34 @@ pub fn save(path: &Path, kind: Kind, version: u32, payload: &[u8]) -> Result<()>
     })
 }
 
+/// A loaded file's payload, without its header: the file mapped into memory,
+/// so that a gigabyte-sized graph is read from the page cache where it lies
+/// instead of being copied into a buffer first. Snapshot files are never
+/// changed once written (a newer snapshot is a new directory), so the map
+/// stays valid while it is decoded.
+#[derive(Debug)]
+pub struct Payload(memmap2::Mmap);
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0[HEADER_LEN..]
+    }
+}
+
 /// Reads and verifies a snapshot; returns its format version and payload.
-pub fn load(path: &Path, kind: Kind, max_version: u32) -> Result<(u32, Vec<u8>)> {
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf).map_err(|e| Error::io(path, e))?;
+pub fn load(path: &Path, kind: Kind, max_version: u32) -> Result<(u32, Payload)> {
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let size = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    if size < HEADER_LEN as u64 {
+        return Err(corrupt(path, "not a memlane file (bad magic or too short)"));
+    }
+    // SAFETY: memlane never modifies a snapshot file (see `Payload`), and the
+    // store's lock keeps other memlane processes away; bytes another program
+    // changes are caught by the checksum or decode to an error (a file it
+    // truncated while mapped would fault, as any mapped reader would).
+    let buf = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io(path, e))?;
     if buf.len() < HEADER_LEN || &buf[..8] != MAGIC {
         return Err(corrupt(path, "not a memlane file (bad magic or too short)"));
     }
@@ -112,7 +135,7 @@ pub fn load(path: &Path, kind: Kind, max_version: u32) -> Result<(u32, Vec<u8>)>
             ),
         ));
     }
-    let payload = buf.split_off(HEADER_LEN);
+    let payload = Payload(buf);
     if crc32fast::hash(&payload) != crc {
         return Err(corrupt(path, "checksum mismatch"));
     }
@@ -136,7 +159,8 @@ mod tests {
         let d = tmpdir("rt");
         let p = d.join("x.bin");
         save(&p, K, 1, b"payload").unwrap();
-        assert_eq!(load(&p, K, 1).unwrap(), (1, b"payload".to_vec()));
+        let (version, payload) = load(&p, K, 1).unwrap();
+        assert_eq!((version, &payload[..]), (1, &b"payload"[..]));
         assert!(matches!(
             load(&p, Kind(*b"OTHR"), 1),
             Err(Error::Corrupt { .. })

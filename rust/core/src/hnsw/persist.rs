@@ -112,6 +112,7 @@ pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
     h.vectors.reserve(slots);
     h.graph.reserve(slots);
     h.slots.reserve(slots);
+    let mut links = Vec::new();
     for (slot, &level) in levels.iter().enumerate() {
         h.graph.push(level);
         h.vectors.push_zeroed();
@@ -121,7 +122,7 @@ pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
         }
         h.vectors.set_raw(slot as u32, record);
         for l in 0..=level as usize {
-            let links = r.u32s()?;
+            r.u32s_into(&mut links)?;
             // A link on level l leads to a node that has level l: searches
             // read the target's list on that level.
             let damaged = |&x: &u32| levels.get(x as usize).is_none_or(|&t| (t as usize) < l);
