@@ -11,6 +11,7 @@ pub mod fuzzing;
 pub mod hnsw;
 pub mod idmap;
 pub mod persist;
+pub(crate) mod prefetch;
 pub mod scoring;
 
 pub use error::{Error, Result};

@@ -27,6 +27,7 @@ use rayon::prelude::*;
 use super::analyzer::Tokens;
 use super::index::Bm25Index;
 use super::scoring::TermScorer;
+use crate::prefetch::prefetch;
 
 /// Pruning treats bounds as `(1 + SLACK)` times larger than computed, far
 /// more than the rounding error of summing `f32` contributions.
@@ -34,6 +35,9 @@ const SLACK: f32 = 1e-4;
 
 /// Documents scored together, term at a time, by the essential terms.
 const WINDOW: usize = 4096;
+
+/// How many postings ahead the scoring loop asks for a document's length.
+const PREFETCH_AHEAD: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Hit {
@@ -358,6 +362,11 @@ impl Bm25Index {
                     if d >= hi {
                         break;
                     }
+                    // A rare term's documents lie far apart: ask for the
+                    // length of one a few postings on, so misses overlap.
+                    if let Some(&ahead) = docs.get(p + PREFETCH_AHEAD) {
+                        prefetch(self.doc_lens.as_ptr().wrapping_add(ahead as usize));
+                    }
                     let off = (d - lo) as usize;
                     acc[off] += scorer.score(tfs[p], self.doc_lens[d as usize]);
                     seen[off / 64] |= 1 << (off % 64);
@@ -382,6 +391,11 @@ impl Bm25Index {
                     let Some(score) = c.complete(window_first, d, len, score, theta) else {
                         continue;
                     };
+                    // Most candidates fall short: decide on the score before
+                    // reading the id (a cache miss in a large index).
+                    if score < top.threshold() {
+                        continue;
+                    }
                     top.offer(Hit {
                         id: self.doc_ids[d as usize],
                         score,

@@ -687,20 +687,6 @@ mod x86 {
             _mm256_storeu_si256(d.as_mut_ptr().cast(), _mm512_cvtsepi32_epi16(q));
         }
     }
-
-    #[inline(always)]
-    pub fn prefetch(p: *const u8) {
-        // SAFETY: prefetch never faults, whatever the address.
-        unsafe { _mm_prefetch(p.cast::<i8>(), _MM_HINT_T0) };
-    }
-}
-
-#[inline(always)]
-pub fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    x86::prefetch(p);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::distance::prefetch;
+use crate::prefetch::prefetch;
 
 pub struct Graph {
     m: usize,

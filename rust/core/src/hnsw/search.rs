@@ -5,8 +5,9 @@ use std::cell::RefCell;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use super::distance::{prefetch, Query};
+use super::distance::Query;
 use super::Hnsw;
+use crate::prefetch::prefetch;
 
 /// A node and its distance to the query.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -270,7 +271,7 @@ impl Hnsw {
             self.graph.read(c.slot, level, &mut sc.links);
             for &n in &sc.links {
                 if let Some(v) = sc.visited.get(n as usize) {
-                    prefetch((v as *const u32).cast());
+                    prefetch(v as *const u32);
                 }
             }
             sc.fresh.clear();
