@@ -20,6 +20,10 @@ What it measures, with precomputed vectors (the default embedder's, cached by
   moment the writer's ``add`` returned. Once with a watcher opened from a snapshot
   (steady state), once with one opened cold, which links 100k vectors into its
   graph in the background meanwhile.
+- a follower catching up on a bulk load: one process opens the empty store and
+  searches without pause while another loads ``--n`` memories; the loader's rate,
+  the rate at which the follower held and had linked them all, and the follower's
+  search latency p50/p99 throughout.
 
 Without ``--url`` it starts a throwaway PostgreSQL cluster with durable settings
 (``fsync`` and ``synchronous_commit`` on, as a production server), from
@@ -94,6 +98,18 @@ def worker(role: str, cfg: dict[str, Any]) -> None:
             mem.add_many(items(texts, vectors, j, j + 1))
             print("ACK", time.monotonic(), flush=True)
             time.sleep(0.02)
+    elif role == "follow":
+        # Searches without pause while another process bulk-loads the store, until this
+        # process holds every memory and has linked every vector into its graph.
+        queries = cfg["queries"]
+        i = 0
+        while len(mem) < cfg["total"] or mem._sync.engine.pending():  # parked, not linked
+            q = queries[i % len(queries)]
+            t = time.perf_counter()
+            mem.search(texts[q], k=K, query_embedding=vectors[q])
+            print("LAT", time.perf_counter() - t, flush=True)
+            i += 1
+        print("CAUGHT", time.monotonic(), flush=True)
     elif role == "watch":
         base = len(mem)
         print("WATCHING", flush=True)
@@ -186,6 +202,34 @@ def search_latency(mem: Memory, queries: list[tuple[str, np.ndarray, str]]) -> d
     return out
 
 
+def follow_bulk_load(target: str, n: int, queries: np.ndarray) -> dict[str, Any]:
+    """A follower catching up on a bulk load: it opens the empty store, another process
+    loads ``n`` memories, the follower searches all along."""
+    follower = spawn("follow", target=target, total=n, queries=[int(i) for i in queries])
+    ready(follower)
+    loader = spawn("write", target=target, start=0, stop=n, total=n)
+    ready(loader)
+    started = time.monotonic()
+    go([follower, loader])
+    samples, caught = [], 0.0
+    assert follower.stdout is not None
+    for line in follower.stdout:
+        kind, value = line.split()
+        if kind == "LAT":
+            samples.append(float(value))
+        else:
+            caught = float(value)
+    returned = lines(loader, "DONE")[0]
+    follower.wait()
+    loader.wait()
+    return {
+        "loaded": n / (returned - started),
+        "caught_up": n / (caught - started),
+        "searches": len(samples),
+        "latency": percentiles(samples),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="a PostgreSQL server to use (a throwaway one otherwise)")
@@ -238,6 +282,9 @@ def main() -> None:
             res[f"{name}_search"] = search_latency(mem, queries)
             mem.close()
             print(name, res[f"{name}_load"], res[f"{name}_search"], file=sys.stderr)
+
+        res["follow"] = follow_bulk_load(pg("follow"), n, q_idx)
+        print("follow", res["follow"], file=sys.stderr)
 
         cache, cache2 = root / "cache", root / "cache2"
 
@@ -301,6 +348,16 @@ def main() -> None:
     print(
         f"| open, warm: snapshot cache + 1,000 changes (s) | {res['warm_open']:.2f} | "
         f"{res['emb_open']:.2f} |"
+    )
+    f = res["follow"]
+    print(
+        f"| bulk load of {n:,} by one process while another follows, memories/s "
+        f"(loader's add_many returned; follower caught up and linked) | "
+        f"{f['loaded']:,.0f}; {f['caught_up']:,.0f} | - |"
+    )
+    print(
+        f"| the follower's hybrid search p50 / p99 while catching up "
+        f"({f['searches']:,} searches, ms) | {f['latency'][0]:.2f} / {f['latency'][1]:.2f} | - |"
     )
     for label, what in (("steady", "watcher warm"), ("linking", "watcher linking its graph")):
         d50, d99 = res[f"delay_{label}"]
