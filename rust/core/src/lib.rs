@@ -1,6 +1,7 @@
 //! memlane's engine. Pure Rust: no Python anywhere in this crate's dependency
 //! graph, so `cargo test` and `cargo bench` need no interpreter.
 
+pub mod background;
 pub mod bm25;
 pub mod codec;
 pub mod engine;

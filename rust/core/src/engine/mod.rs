@@ -386,7 +386,7 @@ impl Engine {
             return Ok(engine.pending.len());
         };
         let engine = RwLockWriteGuard::downgrade_to_upgradable(engine);
-        engine.link_run(&job);
+        crate::background::run(|| engine.link_run(&job));
         let mut engine = RwLockUpgradableReadGuard::upgrade(engine);
         engine.link_finish(job);
         left(engine.pending.len());
