@@ -296,35 +296,6 @@ fn reduced_precision_keeps_recall_and_round_trips() {
     }
 }
 
-#[test]
-fn cut_off_nodes_are_reconnected() {
-    let (h, data, _) = build(Metric::L2, 500, 16);
-    // Cut every level-0 link into node 7, as heuristic pruning can.
-    let entry = h.entry().unwrap().slot;
-    let victim = if entry == 7 { 8 } else { 7 };
-    let mut links = Vec::new();
-    for s in 0..h.graph.slots() as u32 {
-        h.graph.read(s, 0, &mut links);
-        if links.contains(&victim) {
-            links.retain(|&x| x != victim);
-            h.graph.write(s, 0, &links);
-        }
-    }
-    h.reconnect(&Allowed::new(0, std::iter::empty()));
-    let inbound = (0..h.graph.slots() as u32)
-        .filter(|&s| {
-            h.graph.read(s, 0, &mut links);
-            links.contains(&victim)
-        })
-        .count();
-    assert!(inbound >= 1);
-    let q = &data[victim as usize * 16..(victim as usize + 1) * 16];
-    assert_eq!(
-        h.search(q, 1, Some(50), None).unwrap()[0].id,
-        u64::from(victim) * 3 + 1
-    );
-}
-
 /// Cuts every level-0 link into `victim`, as heuristic pruning can.
 fn cut_off(h: &Hnsw, victim: u32) {
     let mut links = Vec::new();
@@ -348,24 +319,43 @@ fn links_into(h: &Hnsw, victim: u32) -> usize {
 }
 
 #[test]
+fn cut_off_nodes_are_reconnected() {
+    let (h, data, _) = build(Metric::L2, 500, 16);
+    let entry = h.entry().unwrap().slot;
+    let victim = if entry == 7 { 8 } else { 7 };
+    cut_off(&h, victim);
+    h.reconnect(&Allowed::new(0, std::iter::empty()));
+    assert!(links_into(&h, victim) >= 1);
+    let q = &data[victim as usize * 16..(victim as usize + 1) * 16];
+    assert_eq!(
+        h.search(q, 1, Some(50), None).unwrap()[0].id,
+        u64::from(victim) * 3 + 1
+    );
+}
+
+#[test]
 fn a_deferred_reachability_pass_runs_with_the_last_batch_or_before_a_save() {
     let dim = 16;
     let (mut h, _, _) = build(Metric::L2, 2000, dim);
     let victim = if h.entry().unwrap().slot == 7 { 8 } else { 7 };
     let more = clustered(400, dim, 20, 99);
-    let batch = |from: u64, rows: std::ops::Range<usize>| {
-        let ids: Vec<u64> = rows.clone().map(|i| from + i as u64).collect();
-        (ids, more[rows.start * dim..rows.end * dim].to_vec())
+    // Adds rows of `more` as a batch that more batches follow; returns
+    // whether it ran the pass.
+    let add = |h: &mut Hnsw, rows: std::ops::Range<usize>| {
+        let ids: Vec<u64> = rows.clone().map(|i| 10_000 + i as u64).collect();
+        let mut staged = h
+            .stage(&ids, &more[rows.start * dim..rows.end * dim])
+            .unwrap();
+        h.defer_check(&mut staged);
+        let checked = staged.check;
+        h.link_staged(&staged);
+        h.publish(staged);
+        checked
     };
 
     // A batch under an eighth of the graph, with more to come: no pass.
     cut_off(&h, victim);
-    let (ids, data) = batch(10_000, 0..100);
-    let mut staged = h.stage(&ids, &data).unwrap();
-    h.defer_check(&mut staged);
-    assert!(!staged.check);
-    h.link_staged(&staged);
-    h.publish(staged);
+    assert!(!add(&mut h, 0..100));
     assert_eq!(links_into(&h, victim), 0);
     // Saving settles what was put off.
     let dir = std::env::temp_dir().join(format!("memlane-deferred-{}", std::process::id()));
@@ -374,23 +364,11 @@ fn a_deferred_reachability_pass_runs_with_the_last_batch_or_before_a_save() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(links_into(&h, victim) >= 1);
 
-    // Batches put off until those linked since the last pass reach an eighth.
+    // Batches put off until those linked since the last pass reach an eighth
+    // (300 of 2,400).
     cut_off(&h, victim);
-    let (ids, data) = batch(20_000, 100..250);
-    let mut staged = h.stage(&ids, &data).unwrap();
-    h.defer_check(&mut staged);
-    assert!(!staged.check);
-    h.link_staged(&staged);
-    h.publish(staged);
-    let (ids, data) = batch(20_000, 250..400);
-    let mut staged = h.stage(&ids, &data).unwrap();
-    h.defer_check(&mut staged);
-    assert!(
-        staged.check,
-        "300 of 2,400 linked since the last pass: an eighth"
-    );
-    h.link_staged(&staged);
-    h.publish(staged);
+    assert!(!add(&mut h, 100..250));
+    assert!(add(&mut h, 250..400));
     assert!(links_into(&h, victim) >= 1);
 }
 
