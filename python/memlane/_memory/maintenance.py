@@ -22,17 +22,12 @@ from memlane._memory.sync import CHECKPOINT_BYTES, IndexSync
 from memlane._memory.writer import Writer
 from memlane.storage import Store, StoreLock
 
-# Parked vectors are linked in batches of this size; searches run while a batch links,
-# writes wait for it (~0.05 s on 2 cores).
+# Parked vectors are linked in batches of this size. Searches run while a batch links
+# (only writes wait for it, ~0.1 s on 2 cores); each batch ends with a pass over the
+# whole graph, which smaller batches pay too often: at 100k, 256 took 10 s, 1024 7 s.
 INDEX_BATCH = 1024
-# Within this long of a write, batches are smaller, so that a stream of writes waits
-# less, unless this many vectors are parked. Linking during a load instead of after it
-# (benches/bench_scale.py, 100k in batches of 10,000, 2 cores): memories/s until linked
-# 8.1-8.6k when linking waited for quiet, 9.2-9.5k with 128 while busy, 9.3-10.4k with
-# 256, 9.7-10.6k with 512, 10.4k with 1,024; search p50 right after the load returned
-# 1.9-2.0 ms when linking waited, 1.5-1.8 ms otherwise.
+# Graph linking waits this long after a write, unless this many vectors are parked.
 _WRITE_QUIET = 0.2
-_BUSY_BATCH = 256
 _MAX_PARKED = 100_000
 
 
@@ -55,12 +50,14 @@ def run(sync: IndexSync, writer: Writer, access: AccessLog, snapshot: Callable[[
     if db.wal_bytes() > CHECKPOINT_BYTES:
         db.checkpoint()
     while not sync.closing and (pending := sync.engine.pending()):
-        # Linking runs at a lower priority than the writes (see the engine's
-        # background pool), but holds their engine lock while a batch links.
-        busy = sync.busy(_WRITE_QUIET) and pending < _MAX_PARKED
-        sync.engine.index_pending(_BUSY_BATCH if busy else INDEX_BATCH)
-        if db.wal_bytes() > CHECKPOINT_BYTES:
-            db.checkpoint()
+        # Linking yields to a stream of writes (it would take their cores and
+        # their engine lock); parked vectors are searched exactly meanwhile.
+        if sync.busy(_WRITE_QUIET) and pending < _MAX_PARKED:
+            time.sleep(_WRITE_QUIET / 4)
+            if db.wal_bytes() > CHECKPOINT_BYTES:
+                db.checkpoint()
+            continue
+        sync.engine.index_pending(INDEX_BATCH)
     if sync.closing:
         return
     db.checkpoint()

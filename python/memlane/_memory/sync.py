@@ -294,7 +294,7 @@ class IndexSync:
         """Applies what other processes committed since this one last looked."""
         if self.db.seq() <= self.seq:
             return
-        # Other processes' writes, like this one's, make graph linking take smaller batches.
+        # Other processes' writes, like this one's, make graph linking step aside.
         with self.writing(), self.lock:
             if self.closing:
                 return
