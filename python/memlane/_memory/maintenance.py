@@ -22,11 +22,13 @@ from memlane._memory.sync import CHECKPOINT_BYTES, IndexSync
 from memlane._memory.writer import Writer
 from memlane.storage import Store, StoreLock
 
-# Parked vectors are linked in batches of this size. Searches run while a batch links
-# (only writes wait for it, ~0.1 s on 2 cores); each batch ends with a pass over the
-# whole graph, which smaller batches pay too often: at 100k, 256 took 10 s, 1024 7 s.
+# Parked vectors are linked in batches of this size. Searches run while a batch links;
+# writes wait for it (~0.05 s on 2 cores).
 INDEX_BATCH = 1024
 # Graph linking waits this long after a write, unless this many vectors are parked.
+# Linking during a stream of writes instead (batches of 256) had a 100k embedded load
+# linked 15% sooner, but on PostgreSQL it halved a loader's rate while a follower
+# linked the same vectors (benches/bench_scale.py, benches/bench_postgres.py).
 _WRITE_QUIET = 0.2
 _MAX_PARKED = 100_000
 
