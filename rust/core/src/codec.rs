@@ -151,12 +151,9 @@ impl<'a> Reader<'a> {
     }
 
     pub fn u32s(&mut self) -> DecodeResult<Vec<u32>> {
-        let n = self.len(4)?;
-        Ok(self
-            .take(n * 4)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        let mut out = Vec::new();
+        self.u32s_into(&mut out)?;
+        Ok(out)
     }
 
     /// [`Reader::u32s`] into a buffer the caller reuses (a graph's million

@@ -144,6 +144,7 @@ impl Pending {
     }
 
     /// Parks a unit vector under `id`, replacing any parked one.
+    #[cfg(test)]
     pub fn put(&mut self, id: u64, v: &[f32]) {
         let mut sketch = Vec::with_capacity(self.words);
         push_signs(v, self.words, &mut sketch);
