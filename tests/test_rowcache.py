@@ -1,7 +1,8 @@
-"""The in-process record cache of a PostgreSQL store: never older than what it was told."""
+"""The in-process record cache of search hits: never older than what it was told."""
 
 from __future__ import annotations
 
+from conftest import StoreFactory, WordHashEmbedder
 from memlane.schema import COLUMNS, Row
 from memlane.storage.rowcache import RowCache
 
@@ -42,3 +43,29 @@ def test_least_recently_used_go_first() -> None:
     off = RowCache(0)
     off.put([row(1, 1)])
     assert len(off) == 0
+
+
+def test_a_refresh_updates_cached_rows_only() -> None:
+    cache = RowCache(10)
+    cache.put([row(1, 1, "old")])
+    cache.put([row(1, 2, "new"), row(2, 2)], add=False)
+    found, missing = cache.get([1, 2])
+    assert found[1].text == "new" and missing == [2]
+
+
+def test_hits_read_after_a_write_are_the_written_ones(
+    make_store: StoreFactory, word_embedder: WordHashEmbedder
+) -> None:
+    """Searching caches the hits' rows; every write after that shows in the next search."""
+    mem = make_store("cache", word_embedder)
+    a = mem.add("the red kite circles over the hill", importance=0.2).id
+    b = mem.add("a red kite is a bird of prey").id
+    assert {h.record.id for h in mem.search("red kite", k=5)} == {a, b}
+    mem.update(a, text="the red kite nests in tall trees", importance=0.9)
+    mem.delete(b)
+    hits = mem.search("red kite", k=5)
+    assert [(h.record.id, h.record.text, h.record.importance) for h in hits] == [
+        (a, "the red kite nests in tall trees", 0.9)
+    ]
+    mem.supersede(a, "the red kite left the hill")
+    assert [h.record.text for h in mem.search("red kite", k=5)] == ["the red kite left the hill"]

@@ -1,8 +1,11 @@
 """Records kept in process, so reading the hits of a search does not go to the database.
 
 A PostgreSQL store's search runs in the process's own indexes; the records it
-returns would cost a round trip each time. :class:`RowCache` keeps rows (without
-their vectors), least recently used out first. It is as fresh as the indexes: the
+returns would cost a round trip each time. A SQLite store reads them from a mapped
+file, but a search after other work (the query's embedding, the caller's own) finds
+those pages and SQLite's code out of the CPU caches: 10 hits cost 0.19 ms that way at
+100k records, 0.05 ms when warm. :class:`RowCache` keeps rows (without their vectors),
+least recently used out first. It is as fresh as the indexes: the
 change log that updates them refreshes it too.
 
 Staleness is ruled out by sequence numbers (every row carries the number of its
@@ -58,8 +61,9 @@ class RowCache:
                     found[r] = Row._make(row)
         return found, missing
 
-    def put(self, rows: Iterable[Row]) -> None:
-        """Keeps these rows read from the database (vectors are dropped)."""
+    def put(self, rows: Iterable[Row], add: bool = True) -> None:
+        """Keeps these rows read from the database (vectors are dropped); with
+        ``add=False`` only those already cached are refreshed."""
         if self.capacity <= 0:
             return
         with self._lock:
@@ -69,6 +73,8 @@ class RowCache:
                 if floor is not None and seq < floor[0]:
                     continue
                 cached = self._rows.get(rowid)
+                if cached is None and not add:
+                    continue
                 if cached is not None and cached[_SEQ] > seq:
                     continue
                 self._rows[rowid] = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])

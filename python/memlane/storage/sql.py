@@ -79,8 +79,11 @@ class SQLStore(abc.ABC):
     ENGINE: ClassVar[str]
     #: The exceptions of the driver.
     _ERRORS: ClassVar[tuple[type[Exception], ...]]
-    #: Rows kept in process for reading search hits (None: reads are cheap enough).
+    #: Rows kept in process for reading search hits.
     _cache: RowCache | None = None
+    #: Rows written or replayed enter the cache (else they only refresh cached ones):
+    #: worth it where a read is a round trip.
+    _CACHE_WRITES: ClassVar[bool] = True
     #: Put before a table's name ("" or a quoted schema and a dot).
     _p = ""
     #: ``DELETE ... RETURNING`` is available.
@@ -284,7 +287,7 @@ class SQLStore(abc.ABC):
         if self._cache is not None:
             # Safe before the commit: new rowids reach the indexes only after it, and a
             # rolled-back one is never asked for (rowids are not reused).
-            self._cache.put(rows)
+            self._cache.put(rows, add=self._CACHE_WRITES)
 
     def replace(self, conn: Any, rows: Sequence[Row]) -> None:
         sets = ", ".join(f"{c} = ?" for c in COLUMNS[1:])
@@ -452,7 +455,11 @@ class SQLStore(abc.ABC):
 
     # -- reads ---------------------------------------------------------------------------
 
-    def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
+    def rows_by_rowid(
+        self, rowids: Sequence[int], embedding: bool = False, fill: bool = True
+    ) -> dict[int, Row]:
+        """The rows of ``rowids`` that exist; ``fill=False`` keeps rows not cached yet out
+        of the cache."""
         if not rowids:
             return {}
         found: dict[int, Row] = {}
@@ -472,7 +479,7 @@ class SQLStore(abc.ABC):
 
         fetched = self._read(run)
         if self._cache is not None:
-            self._cache.put(fetched.values())
+            self._cache.put(fetched.values(), add=fill)
         found.update(fetched)
         return found
 
@@ -523,7 +530,7 @@ class SQLStore(abc.ABC):
         for start in range(0, len(rowids), batch):
             part = rowids[start : start + batch]
             # (This also refreshes the row cache: it stays as fresh as the indexes.)
-            rows = self.rows_by_rowid(part, embedding=True)
+            rows = self.rows_by_rowid(part, embedding=True, fill=self._CACHE_WRITES)
             yield [rows[r] for r in part if r in rows]
 
     def tombstones_since(self, seq: int) -> list[int]:

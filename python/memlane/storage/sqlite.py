@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from memlane.errors import StorageError
 from memlane.schema import history_table, records_table
+from memlane.storage.rowcache import RowCache
 from memlane.storage.sql import Columns, ErrorKind, Rows, SQLStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -70,6 +71,9 @@ CREATE INDEX IF NOT EXISTS history_next ON history (next_id);
 
 _MMAP_BYTES = 1 << 30
 _CACHE_KIB = 64 * 1024
+# Search hits kept in process (about 0.7 kB each): a repeated question's hits cost
+# 0.05 ms instead of 0.19 (100k records, after other work evicted the CPU caches).
+_ROW_CACHE = 10_000
 # SQLite's default limit on bound parameters is 32766; stay far below.
 _CHUNK = 500
 
@@ -104,6 +108,8 @@ class SQLiteStore(SQLStore):
     # (It needs SQLite 3.35.)
     _RETURNING = False
     _GREATEST = "max"
+    # Reads are local: only search hits are cached.
+    _CACHE_WRITES = False
     _TOMBSTONE_UPDATE = "seq = excluded.seq"
     # Tombstones go once a snapshot reflects them: only the newest snapshot is loaded.
     # ``forgotten`` remembers the newest tombstone that went: a snapshot older than it
@@ -157,6 +163,7 @@ class SQLiteStore(SQLStore):
                     # existed gets one now, and rebuilds its snapshot once).
                     self.set_meta(conn, "store_id", str(uuid.uuid4()))
             self.store_id = str(self.get_meta("store_id"))
+            self._cache = RowCache(_ROW_CACHE)
         except BaseException:
             self.close()
             raise
