@@ -25,11 +25,16 @@ from memlane.storage import Store, StoreLock
 # Parked vectors are linked in batches of this size. Searches run while a batch links;
 # writes wait for it (~0.05 s on 2 cores).
 INDEX_BATCH = 1024
-# Graph linking waits this long after a write, unless this many vectors are parked.
-# Linking during a stream of writes instead (batches of 256) had a 100k embedded load
-# linked 15% sooner, but on PostgreSQL it halved a loader's rate while a follower
-# linked the same vectors (benches/bench_scale.py, benches/bench_postgres.py).
+# With PostgreSQL, graph linking waits this long after a write, unless this many
+# vectors are parked: every process that follows the store links the same vectors, and
+# a loader that linked its own writes meanwhile fell from 16.2k to 8.4-9.3k memories/s
+# on 2 cores while a follower linked them too (benches/bench_postgres.py). An embedded
+# store has one process: it links during a stream of writes in smaller batches, so a
+# write waits less for one (benches/bench_scale.py, 100k in batches of 10,000: memories/s
+# until linked 8.1-8.6k when linking waited for quiet, 9.3-10.4k with 256 while busy,
+# 9.7-10.6k with 512; search p50 right after the load 1.9-2.0 ms, 1.5-1.8 ms).
 _WRITE_QUIET = 0.2
+_BUSY_BATCH = 512
 _MAX_PARKED = 100_000
 
 
@@ -52,14 +57,15 @@ def run(sync: IndexSync, writer: Writer, access: AccessLog, snapshot: Callable[[
     if db.wal_bytes() > CHECKPOINT_BYTES:
         db.checkpoint()
     while not sync.closing and (pending := sync.engine.pending()):
-        # Linking yields to a stream of writes (it would take their cores and
-        # their engine lock); parked vectors are searched exactly meanwhile.
-        if sync.busy(_WRITE_QUIET) and pending < _MAX_PARKED:
+        # Parked vectors are searched exactly meanwhile. The linking pool runs below
+        # the writers' priority, but a batch holds their engine lock while it links.
+        busy = sync.busy(_WRITE_QUIET) and pending < _MAX_PARKED
+        if busy and db.shared:
             time.sleep(_WRITE_QUIET / 4)
-            if db.wal_bytes() > CHECKPOINT_BYTES:
-                db.checkpoint()
-            continue
-        sync.engine.index_pending(INDEX_BATCH)
+        else:
+            sync.engine.index_pending(_BUSY_BATCH if busy else INDEX_BATCH)
+        if db.wal_bytes() > CHECKPOINT_BYTES:
+            db.checkpoint()
     if sync.closing:
         return
     db.checkpoint()
