@@ -45,6 +45,13 @@ const PARALLEL_MIN_BATCH: usize = 64;
 /// one reach this fraction (1 / n) of the graph.
 const DEFERRED_CHECK_SHARE: usize = 8;
 
+/// How many of the nodes a search pushed out of its `ef` results are
+/// re-ranked too, when it walks approximate distances: enough to re-rank
+/// `2 k` in all (none once ef reaches that).
+fn spill_for(k: usize, ef: usize) -> usize {
+    (2 * k).saturating_sub(ef)
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Params {
     /// Links per node on the upper levels; level 0 keeps up to `2 * m`.
@@ -98,7 +105,9 @@ pub(crate) struct Staged {
 pub struct Hnsw {
     metric: Metric,
     dist: Distance,
-    /// Ranks a search's final candidates on the f16 part of `Int8F16` records.
+    /// Ranks a search's final candidates on the second copy of the vectors
+    /// (the f16 part of `Int8F16` records, the floats of an `F32` index that
+    /// walks int8 copies).
     rank: Option<Distance>,
     m: usize,
     ef_construction: usize,
@@ -199,6 +208,16 @@ pub struct Neighbor {
 
 impl Hnsw {
     pub fn new(dim: usize, metric: Metric, params: Params) -> Result<Self> {
+        // f32 indexes walk the graph on int8 copies of the vectors, a
+        // quarter of the memory traffic, and rank the final candidates on the
+        // floats, so reported distances stay exact. Not under L2: its int8
+        // formula (|q|² + |x|² − 2 q·x) loses the distance to cancellation
+        // when vectors lie far from the origin.
+        Hnsw::with_walk(dim, metric, params, metric != Metric::L2)
+    }
+
+    /// [`Hnsw::new`], choosing whether an `F32` index walks int8 copies.
+    fn with_walk(dim: usize, metric: Metric, params: Params, int8_walk: bool) -> Result<Self> {
         if dim == 0 {
             return Err(Error::invalid("dim must be at least 1"));
         }
@@ -219,17 +238,17 @@ impl Hnsw {
         if params.ef == 0 {
             return Err(Error::invalid("ef must be at least 1"));
         }
+        let vectors = Vectors::with_walk(dim, params.precision, int8_walk);
         Ok(Hnsw {
             metric,
-            dist: Distance::new(metric, params.precision),
-            rank: (params.precision == Precision::Int8F16)
-                .then(|| Distance::new(metric, Precision::F16)),
+            dist: Distance::new(metric, vectors.walk_precision()),
+            rank: vectors.rank_precision().map(|p| Distance::new(metric, p)),
             m: params.m,
             ef_construction: params.ef_construction,
             ef: params.ef,
             seed: params.seed,
             rng: params.seed ^ 0x5DEE_CE66_D1CE_4E5B,
-            vectors: Vectors::new(dim, params.precision),
+            vectors,
             graph: Graph::new(params.m),
             labels: Vec::new(),
             removed: Vec::new(),
@@ -675,6 +694,30 @@ impl Hnsw {
         (allowed.len() as f64) <= graph_cost
     }
 
+    /// A graph search for the `k` nearest that `accept` admits: the `ef`
+    /// candidates it ends with, and under a ranking copy (see `rank`) a few
+    /// more (see `search::Scratch::spill`), all at their ranking distances.
+    fn search_ranked(
+        &self,
+        q: &Query,
+        k: usize,
+        ef: usize,
+        sc: &mut search::Scratch,
+        accept: impl Fn(u32) -> bool,
+    ) -> Vec<Cand> {
+        if self.rank.is_none() {
+            self.search_graph(q, ef, sc, accept);
+            return sc.results.drain().collect();
+        }
+        sc.spill_cap = spill_for(k, ef);
+        self.search_graph(q, ef, sc, accept);
+        sc.spill_cap = 0;
+        let mut found: Vec<Cand> = sc.results.drain().collect();
+        found.append(&mut sc.spill);
+        self.rerank(q, &mut found, &mut sc.links);
+        found
+    }
+
     fn search_one(
         &self,
         q: &[f32],
@@ -709,14 +752,9 @@ impl Hnsw {
             _ => with_scratch(|sc| {
                 let removed = &self.removed;
                 match allowed {
-                    Some(a) => self.search_graph(&q, ef, sc, |s| a.contains(s)),
-                    None => self.search_graph(&q, ef, sc, |s| !removed[s as usize]),
+                    Some(a) => self.search_ranked(&q, k, ef, sc, |s| a.contains(s)),
+                    None => self.search_ranked(&q, k, ef, sc, |s| !removed[s as usize]),
                 }
-                let mut found: Vec<Cand> = sc.results.drain().collect();
-                if self.rank.is_some() {
-                    self.rerank(&q, &mut found, &mut sc.links);
-                }
-                found
             }),
         };
         best.sort_unstable();
@@ -787,14 +825,9 @@ impl Hnsw {
         // A predicate that searches this index again would find this thread's
         // scratch space in use: it then gets a fresh one.
         let mut best = search::with_scratch_or_fresh(|sc| {
-            self.search_graph(&q, ef, sc, |s| {
+            self.search_ranked(&q, k, ef, sc, |s| {
                 !removed[s as usize] && accept(labels[s as usize])
-            });
-            let mut found: Vec<Cand> = sc.results.drain().collect();
-            if self.rank.is_some() {
-                self.rerank(&q, &mut found, &mut sc.links);
-            }
-            found
+            })
         });
         best.sort_unstable();
         best.truncate(k);

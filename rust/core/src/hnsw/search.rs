@@ -42,6 +42,15 @@ pub struct Scratch {
     pub results: BinaryHeap<Cand>,
     /// Unvisited neighbours of the node being expanded.
     fresh: Vec<u32>,
+    /// The last `spill_cap` nodes pushed out of `results` (a ring from
+    /// `spill_at`), kept for a search that ranks its final candidates on
+    /// another copy of the vectors: when ef is close to k, the walk's
+    /// approximate distances decide ties at the edge of the top k, and
+    /// re-ranking a few more candidates undoes their mistakes. The last ones
+    /// out are the nearest of those out, as `results`' bound only shrinks.
+    pub spill: Vec<Cand>,
+    pub spill_cap: usize,
+    spill_at: usize,
     pub links: Vec<u32>,
     pub fresh_links: Vec<u32>,
     /// A stored vector decoded to f32, when distances between two stored
@@ -59,6 +68,9 @@ impl Default for Scratch {
             candidates: BinaryHeap::new(),
             results: BinaryHeap::new(),
             fresh: Vec::new(),
+            spill: Vec::new(),
+            spill_cap: 0,
+            spill_at: 0,
             links: Vec::new(),
             cands: Vec::new(),
             selected: Vec::new(),
@@ -80,6 +92,8 @@ impl Scratch {
         }
         self.candidates.clear();
         self.results.clear();
+        self.spill.clear();
+        self.spill_at = 0;
     }
 
     /// Marks `slot` visited; true if it was not yet.
@@ -133,8 +147,8 @@ impl Hnsw {
         }
     }
 
-    /// The distance results are ranked by: the f16 part of an `Int8F16`
-    /// record, else the one searches walk by.
+    /// The distance results are ranked by: the second copy of the vectors
+    /// (see `Hnsw::rank`), else the one searches walk by.
     pub(super) fn rank_dist(&self, q: &Query, slot: u32) -> f32 {
         match &self.rank {
             Some(rank) => rank.eval(q, self.vectors.rank(slot)),
@@ -203,7 +217,7 @@ impl Hnsw {
         // Only the int8 formula reads the sums; linking decodes thousands of
         // vectors per insert, so skip them otherwise.
         if matches!(
-            self.vectors.precision(),
+            self.vectors.walk_precision(),
             super::Precision::Int8 | super::Precision::Int8F16
         ) {
             q.refresh();
@@ -247,7 +261,8 @@ impl Hnsw {
                 if accept(e.slot) {
                     sc.results.push(e);
                     if sc.results.len() > ef {
-                        sc.results.pop();
+                        let out = sc.results.pop();
+                        spill(&mut sc.spill, sc.spill_cap, &mut sc.spill_at, out);
                     }
                 }
             }
@@ -290,6 +305,7 @@ impl Hnsw {
                 }
             }
             let (fresh, candidates, results) = (&sc.fresh, &mut sc.candidates, &mut sc.results);
+            let (spilled, spill_cap, spill_at) = (&mut sc.spill, sc.spill_cap, &mut sc.spill_at);
             self.each_dist(q, fresh, |i, d| {
                 let bound = match results.peek() {
                     Some(w) if results.len() >= ef => w.d,
@@ -301,7 +317,7 @@ impl Hnsw {
                     if accept(fresh[i]) {
                         results.push(cand);
                         if results.len() > ef {
-                            results.pop();
+                            spill(spilled, spill_cap, spill_at, results.pop());
                         }
                     }
                 }
@@ -329,6 +345,22 @@ impl Hnsw {
             cur = self.greedy(q, cur, level, sc);
         }
         self.search_layer(q, &[cur], ef, 0, sc, accept);
+    }
+}
+
+/// Keeps `out` in the ring of the last `cap` nodes pushed out of the results.
+#[inline(always)]
+fn spill(ring: &mut Vec<Cand>, cap: usize, at: &mut usize, out: Option<Cand>) {
+    if cap == 0 {
+        return;
+    }
+    if let Some(c) = out {
+        if ring.len() < cap {
+            ring.push(c);
+        } else {
+            ring[*at] = c;
+            *at = if *at + 1 == cap { 0 } else { *at + 1 };
+        }
     }
 }
 

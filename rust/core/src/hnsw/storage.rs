@@ -13,6 +13,11 @@
 //!   as densely packed as `Int8`'s, and rank their final candidates on the
 //!   f16 copies, so results and distances are those of `F16`. Snapshots
 //!   write the two parts of a slot one after the other.
+//! - `F32` with an int8 walk copy (what `Hnsw` uses for the cosine and `ip`
+//!   metrics): the `Int8` record to walk the graph by, and the floats in the
+//!   second buffer, on which a search's final candidates are ranked, so the
+//!   distances it reports are exact. Snapshots hold only the floats, as they
+//!   always have; the int8 records are derived from them on load.
 //!
 //! Zero padding changes no dot product or L2 distance, so the kernels have no
 //! tail loops, and aligned records mean no load ever splits a cache line.
@@ -85,30 +90,44 @@ pub struct Vectors {
     dim: usize,
     padded: usize,
     precision: Precision,
+    /// `F32` only: `lines` hold int8 records derived from the floats, which
+    /// live in `rank`.
+    int8_walk: bool,
     lines_per_record: usize,
     lines: Vec<Line>,
-    /// `Int8F16` only: the f16 copy of each slot, `rank_lines` lines apiece.
+    /// `Int8F16`: the f16 copy of each slot; `F32` with `int8_walk`: the
+    /// floats. `rank_lines` lines apiece.
     rank_lines: usize,
     rank: Vec<Line>,
 }
 
 impl Vectors {
+    #[cfg(test)]
     pub fn new(dim: usize, precision: Precision) -> Self {
+        Vectors::with_walk(dim, precision, false)
+    }
+
+    /// `int8_walk` (honoured for `F32` only) adds the int8 records searches
+    /// walk by; the floats become the ranking copy.
+    pub fn with_walk(dim: usize, precision: Precision, int8_walk: bool) -> Self {
+        let int8_walk = int8_walk && precision == Precision::F32;
         let padded = dim.div_ceil(LANES) * LANES;
         let bytes = match precision {
+            Precision::F32 if int8_walk => padded + 12,
             Precision::F32 => padded * 4,
             Precision::F16 => padded * 2,
             Precision::Int8 | Precision::Int8F16 => padded + 12,
         };
-        let rank_bytes = if precision == Precision::Int8F16 {
-            padded * 2
-        } else {
-            0
+        let rank_bytes = match precision {
+            Precision::Int8F16 => padded * 2,
+            Precision::F32 if int8_walk => padded * 4,
+            _ => 0,
         };
         Vectors {
             dim,
             padded,
             precision,
+            int8_walk,
             lines_per_record: bytes.div_ceil(LINE),
             lines: Vec::new(),
             rank_lines: rank_bytes.div_ceil(LINE),
@@ -128,14 +147,37 @@ impl Vectors {
         self.precision
     }
 
+    /// The precision of the records searches walk by (`get`).
+    pub fn walk_precision(&self) -> Precision {
+        if self.int8_walk {
+            Precision::Int8
+        } else {
+            self.precision
+        }
+    }
+
+    /// The precision of the second copy results are ranked on (`rank`), if any.
+    pub fn rank_precision(&self) -> Option<Precision> {
+        match self.precision {
+            Precision::Int8F16 => Some(Precision::F16),
+            Precision::F32 if self.int8_walk => Some(Precision::F32),
+            _ => None,
+        }
+    }
+
     /// Bytes of the record searches read (`get`).
     pub fn record_bytes(&self) -> usize {
         self.lines_per_record * LINE
     }
 
-    /// Bytes of a slot in a snapshot: the record, then any f16 copy.
+    /// Bytes of a slot in a snapshot: the record, then any f16 copy; for an
+    /// int8 walk copy, the floats alone.
     pub fn saved_bytes(&self) -> usize {
-        (self.lines_per_record + self.rank_lines) * LINE
+        if self.int8_walk {
+            self.rank_lines * LINE
+        } else {
+            (self.lines_per_record + self.rank_lines) * LINE
+        }
     }
 
     pub fn slots(&self) -> usize {
@@ -200,7 +242,8 @@ impl Vectors {
         }
     }
 
-    /// The f16 copy of `slot` (`Int8F16`; empty otherwise).
+    /// The ranking copy of `slot` (`Int8F16`, or `F32` with an int8 walk
+    /// copy; empty otherwise).
     #[inline]
     pub fn rank(&self, slot: u32) -> &[u8] {
         let n = self.rank_lines * LINE;
@@ -218,15 +261,23 @@ impl Vectors {
 
     pub fn set(&mut self, slot: u32, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        let (n, padded, precision) = (self.record_bytes(), self.padded, self.precision);
+        let (n, padded, precision, int8_walk) = (
+            self.record_bytes(),
+            self.padded,
+            self.precision,
+            self.int8_walk,
+        );
         let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
         dst.fill(0);
         match precision {
-            Precision::F32 => {
-                for (d, x) in dst.chunks_exact_mut(4).zip(v) {
-                    d.copy_from_slice(&x.to_le_bytes());
-                }
+            Precision::F32 if int8_walk => {
+                write_int8(dst, v, padded);
+                let r = self.rank_lines * LINE;
+                let dst = &mut self.rank_bytes_mut()[slot as usize * r..][..r];
+                dst.fill(0);
+                write_f32(dst, v);
             }
+            Precision::F32 => write_f32(dst, v),
             Precision::F16 => write_f16(dst, v),
             Precision::Int8 => write_int8(dst, v, padded),
             Precision::Int8F16 => {
@@ -241,6 +292,18 @@ impl Vectors {
 
     /// Restores a slot from its snapshot bytes (`saved_bytes` long).
     pub fn set_raw(&mut self, slot: u32, saved: &[u8]) {
+        if self.int8_walk {
+            // Snapshot bytes may sit anywhere in the file: read, not cast.
+            let v: Vec<f32> = saved[..self.dim * 4]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            self.set(slot, &v);
+            // The floats as saved, bit for bit (padding included).
+            let r = self.rank_lines * LINE;
+            self.rank_bytes_mut()[slot as usize * r..][..r].copy_from_slice(saved);
+            return;
+        }
         let n = self.record_bytes();
         let (record, rank) = saved.split_at(n);
         self.bytes_mut()[slot as usize * n..][..n].copy_from_slice(record);
@@ -250,14 +313,17 @@ impl Vectors {
 
     /// The snapshot bytes of `slot`, appended to `out`.
     pub fn save_slot(&self, slot: u32, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.get(slot));
+        if !self.int8_walk {
+            out.extend_from_slice(self.get(slot));
+        }
         out.extend_from_slice(self.rank(slot));
     }
 
-    /// Decodes what searches compare (for `Int8F16`, its int8 record) into
-    /// `out`, so linking ranks neighbours as searches will find them.
+    /// Decodes what searches compare (for `Int8F16` and an int8 walk copy,
+    /// the int8 record) into `out`, so linking ranks neighbours as searches
+    /// will find them.
     pub fn decode_search(&self, slot: u32, out: &mut Vec<f32>) {
-        if self.precision == Precision::Int8F16 {
+        if self.precision == Precision::Int8F16 || self.int8_walk {
             out.clear();
             decode_int8(self.get(slot), self.dim, self.padded, out);
         } else {
@@ -269,6 +335,9 @@ impl Vectors {
         out.clear();
         let r = self.get(slot);
         match self.precision {
+            Precision::F32 if self.int8_walk => {
+                out.extend_from_slice(as_f32s(&self.rank(slot)[..self.padded * 4]));
+            }
             Precision::F32 => out.extend_from_slice(as_f32s(&r[..self.padded * 4])),
             Precision::F16 => read_f16(r, self.padded, out),
             Precision::Int8F16 => read_f16(self.rank(slot), self.padded, out),
@@ -295,6 +364,12 @@ fn decode_int8(r: &[u8], dim: usize, padded: usize, out: &mut Vec<f32>) {
     let (lo, step, _) = int8_params(r, padded);
     out.extend(r[..dim].iter().map(|&c| lo + step * f32::from(c)));
     out.resize(padded, 0.0);
+}
+
+fn write_f32(dst: &mut [u8], v: &[f32]) {
+    for (d, x) in dst.chunks_exact_mut(4).zip(v) {
+        d.copy_from_slice(&x.to_le_bytes());
+    }
 }
 
 fn write_f16(dst: &mut [u8], v: &[f32]) {

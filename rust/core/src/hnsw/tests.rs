@@ -510,3 +510,134 @@ fn distances_are_the_ones_search_reports() {
         assert_eq!(got.last(), Some(&None)); // 2 is not an id of the index
     }
 }
+
+/// `1 - a·b` or `|a - b|²` in f64, from the floats as stored.
+fn reference_distance(metric: Metric, a: &[f32], b: &[f32]) -> f64 {
+    match metric {
+        Metric::L2 => a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum(),
+        _ => {
+            1.0 - a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                .sum::<f64>()
+        }
+    }
+}
+
+fn unit(v: &[f32]) -> Vec<f32> {
+    let norm = v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
+}
+
+#[test]
+fn f32_indexes_walk_int8_copies_but_report_exact_distances() {
+    for metric in [Metric::Cosine, Metric::InnerProduct, Metric::L2] {
+        let (dim, n) = (40, 2000);
+        let (h, data, ids) = build(metric, n, dim);
+        assert_eq!(h.params().precision, Precision::F32);
+        assert_eq!(h.rank.is_some(), metric != Metric::L2, "{metric:?}");
+        // The stored floats are the ones given (normalised under cosine).
+        for row in [0, 17, n - 1] {
+            let want = &data[row * dim..(row + 1) * dim];
+            let got = h.vector(ids[row]).unwrap();
+            if metric == Metric::Cosine {
+                for (a, b) in got.iter().zip(unit(want)) {
+                    assert!((a - b).abs() <= 1e-6);
+                }
+            } else {
+                assert_eq!(got, want);
+            }
+        }
+        let queries = clustered(30, dim, 20, 5);
+        for q in queries.chunks_exact(dim) {
+            let qv = if metric == Metric::Cosine {
+                unit(q)
+            } else {
+                q.to_vec()
+            };
+            let found = h.search(q, 10, Some(40), None).unwrap();
+            assert_eq!(found.len(), 10);
+            for nb in &found {
+                // int8 distances are off by about 1e-3; the floats' by 1e-7.
+                let want = reference_distance(metric, &qv, &h.vector(nb.id).unwrap());
+                let tol = 1e-6 * want.abs().max(1.0);
+                assert!(
+                    (f64::from(nb.distance) - want).abs() <= tol,
+                    "{metric:?}: {} vs {want}",
+                    nb.distance
+                );
+            }
+            assert!(found.windows(2).all(|w| w[0].distance <= w[1].distance));
+        }
+    }
+}
+
+#[test]
+fn int8_walk_copies_keep_the_recall_of_walking_the_floats() {
+    let (dim, n) = (48, 4000);
+    let data = clustered(n, dim, 20, 7);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let queries = clustered(200, dim, 20, 11);
+    let mut recalls = Vec::new();
+    for walk in [false, true] {
+        let mut h = Hnsw::with_walk(dim, Metric::Cosine, Params::default(), walk).unwrap();
+        assert_eq!(h.rank.is_some(), walk);
+        h.add(&ids, &data).unwrap();
+        let mut total = 0.0;
+        for ef in [10, 16, 40] {
+            h.set_ef(ef).unwrap();
+            total += mean_recall(&h, &data, &ids, &queries, None);
+        }
+        recalls.push(total / 3.0);
+    }
+    let (floats, int8) = (recalls[0], recalls[1]);
+    assert!(
+        int8 >= floats - 0.01,
+        "walking int8: {int8}, the floats: {floats}"
+    );
+}
+
+/// A snapshot written before f32 indexes kept int8 walk copies (by commit
+/// 49b0d34, through the Python API: 120 vectors of 20 dims around 4 centres,
+/// cosine, m = 4, ef_construction = 20, ids 7, 14, ..., 840, then id 14
+/// removed). Its format is the current one: the copies are derived on load.
+#[test]
+fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same() {
+    let old: &[u8] = include_bytes!("testdata/f32_cosine_v1.bin");
+    let dir = std::env::temp_dir().join(format!("memlane-old-f32-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("old.bin");
+    std::fs::write(&path, old).unwrap();
+    let h = Hnsw::load(&path).unwrap();
+    assert_eq!(h.len(), 119);
+    assert_eq!((h.dim(), h.metric()), (20, Metric::Cosine));
+    assert_eq!(h.params().precision, Precision::F32);
+    assert!(
+        h.rank.is_some(),
+        "loaded f32 cosine indexes walk int8 copies"
+    );
+    assert!(!h.contains(14) && h.contains(7) && h.contains(840));
+    // Searches find the exact neighbours among the stored floats, at their
+    // exact distances.
+    let ids = h.ids();
+    let stored: Vec<Vec<f32>> = ids.iter().map(|&id| h.vector(id).unwrap()).collect();
+    for (qi, q) in stored.iter().enumerate().step_by(7) {
+        let mut want: Vec<(f64, u64)> = stored
+            .iter()
+            .zip(&ids)
+            .map(|(v, &id)| (reference_distance(Metric::Cosine, q, v), id))
+            .collect();
+        want.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let found = h.search(q, 5, Some(119), None).unwrap();
+        assert_eq!(found[0].id, ids[qi]);
+        for (nb, (d, _)) in found.iter().zip(&want) {
+            assert!((f64::from(nb.distance) - d).abs() <= 1e-6);
+        }
+    }
+    // Saved again, it is the same file: the format did not change.
+    let again = dir.join("again.bin");
+    h.save(&again).unwrap();
+    assert!(std::fs::read(&again).unwrap() == old);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
