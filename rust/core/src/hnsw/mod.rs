@@ -91,7 +91,9 @@ const NO_ENTRY: u64 = u64::MAX;
 pub(crate) struct Staged {
     /// (slot, reused, row of `data`)
     plan: Vec<(u32, bool, usize)>,
-    /// The batch's vectors, checked (and normalised under the cosine metric).
+    /// The batch's vectors, checked (and normalised under the cosine metric);
+    /// empty when the store keeps them as they are (`F32`), in which case
+    /// linking reads them back from there instead of holding a second copy.
     data: Vec<f32>,
     /// Slots that held another vector before (their links are stale).
     reused: Allowed,
@@ -144,14 +146,28 @@ pub const MAX_RAW_NORM: f64 = 4_611_686_018_427_387_904.0;
 /// scaled to unit length; otherwise the norm must be at most [`MAX_RAW_NORM`].
 /// Returns a copy.
 pub fn check_rows(data: &[f32], dim: usize, normalise: bool, what: &str) -> Result<Vec<f32>> {
+    let scales = row_scales(data, dim, normalise, what)?;
+    let mut out = data.to_vec();
+    if normalise {
+        for (v, &inv) in out.chunks_exact_mut(dim).zip(&scales) {
+            v.iter_mut().for_each(|x| *x *= inv);
+        }
+    }
+    Ok(out)
+}
+
+/// The checks of [`check_rows`], without the copy: the factor each row is
+/// to be multiplied by (the reciprocal of its norm when `normalise` is set,
+/// else 1), so a caller can scale the rows where it stores them.
+pub fn row_scales(data: &[f32], dim: usize, normalise: bool, what: &str) -> Result<Vec<f32>> {
     if dim == 0 || !data.len().is_multiple_of(dim) {
         return Err(Error::DimensionMismatch {
             expected: dim,
             got: data.len(),
         });
     }
-    let mut out = data.to_vec();
-    for (row, v) in out.chunks_exact_mut(dim).enumerate() {
+    let mut scales = Vec::with_capacity(data.len() / dim);
+    for (row, v) in data.chunks_exact(dim).enumerate() {
         if let Some(col) = v.iter().position(|x| !x.is_finite()) {
             return Err(Error::invalid(format!(
                 "{what} {row} has a non-finite value ({}) at position {col}",
@@ -169,6 +185,7 @@ pub fn check_rows(data: &[f32], dim: usize, normalise: bool, what: &str) -> Resu
                     "{what} {row} has norm {norm:e}, above {MAX_RAW_NORM:e}: its distances would overflow"
                 )));
             }
+            scales.push(1.0);
             continue;
         }
         if norm == 0.0 {
@@ -189,14 +206,14 @@ pub fn check_rows(data: &[f32], dim: usize, normalise: bool, what: &str) -> Resu
             )));
         }
         let inv = (1.0 / norm) as f32;
-        v.iter_mut().for_each(|x| *x *= inv);
-        if let Some(col) = v.iter().position(|x| !x.is_finite()) {
+        if let Some(col) = v.iter().position(|x| !(x * inv).is_finite()) {
             return Err(Error::invalid(format!(
                 "{what} {row} has a non-finite value at position {col} once scaled to unit length"
             )));
         }
+        scales.push(inv);
     }
-    Ok(out)
+    Ok(scales)
 }
 
 /// One search result.
@@ -407,7 +424,15 @@ impl Hnsw {
         if let Some(id) = first_duplicate(ids) {
             return Err(Error::invalid(format!("id {id} appears twice in one add")));
         }
-        let data = self.prepare(vectors, "vector")?;
+        // An f32 store holds the rows exactly as checked: they are scaled
+        // where they are stored, without a copy of the batch.
+        let in_place = self.vectors.precision() == Precision::F32;
+        let normalise = self.metric == Metric::Cosine;
+        let (data, scales) = if in_place {
+            (Vec::new(), row_scales(vectors, dim, normalise, "vector")?)
+        } else {
+            (self.prepare(vectors, "vector")?, Vec::new())
+        };
         if self.graph.slots() + ids.len() > u32::MAX as usize / 2 {
             return Err(Error::invalid("the index cannot hold that many vectors"));
         }
@@ -426,7 +451,8 @@ impl Hnsw {
         let mut plan: Vec<(u32, bool, usize)> = Vec::with_capacity(ids.len());
         let fresh = ids.iter().filter(|id| !self.slots.contains_key(id)).count();
         self.reserve(fresh);
-        for (row, (&id, v)) in ids.iter().zip(data.chunks_exact(dim)).enumerate() {
+        let mut scaled = Vec::with_capacity(if in_place { dim } else { 0 });
+        for (row, &id) in ids.iter().enumerate() {
             let (slot, reused) = if let Some(slot) = self.slots.remove(&id) {
                 (slot, true)
             } else {
@@ -441,6 +467,14 @@ impl Hnsw {
                         (slot, false)
                     }
                 }
+            };
+            let v = if in_place {
+                let inv = scales[row];
+                scaled.clear();
+                scaled.extend(vectors[row * dim..(row + 1) * dim].iter().map(|x| x * inv));
+                &scaled[..]
+            } else {
+                &data[row * dim..(row + 1) * dim]
             };
             self.vectors.set(slot, v);
             self.labels[slot as usize] = id;
@@ -505,7 +539,13 @@ impl Hnsw {
         let dim = self.dim();
         let padded = self.vectors.padded_dim();
         let link = |&(slot, _, row): &(u32, bool, usize)| {
-            let q = Query::padded(&data[row * dim..(row + 1) * dim], padded);
+            let q = if data.is_empty() {
+                let mut v = Vec::with_capacity(padded);
+                self.vectors.decode(slot, &mut v);
+                Query::new(v)
+            } else {
+                Query::padded(&data[row * dim..(row + 1) * dim], padded)
+            };
             with_scratch(|sc| self.link(slot, &q, sc));
         };
         let mut rest = &plan[..];

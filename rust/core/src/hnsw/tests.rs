@@ -641,3 +641,44 @@ fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same() {
     assert!(std::fs::read(&again).unwrap() == old);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn f32_batches_are_scaled_where_they_are_stored_without_a_copy() {
+    let dim = 24;
+    let data = clustered(300, dim, 6, 7);
+    let ids: Vec<u64> = (0..300).collect();
+    for (precision, metric) in [
+        (Precision::F32, Metric::Cosine),
+        (Precision::F32, Metric::L2),
+        (Precision::F16, Metric::Cosine),
+    ] {
+        let params = Params {
+            precision,
+            ..Params::default()
+        };
+        let mut h = Hnsw::new(dim, metric, params).unwrap();
+        let staged = h.stage(&ids, &data).unwrap();
+        assert_eq!(staged.data.is_empty(), precision == Precision::F32);
+        h.link_staged(&staged);
+        h.publish(staged);
+        if precision != Precision::F32 {
+            continue;
+        }
+        // The very floats a checked copy would have held.
+        let want = check_rows(&data, dim, metric == Metric::Cosine, "vector").unwrap();
+        for (row, &id) in ids.iter().enumerate() {
+            assert_eq!(h.vector(id).unwrap(), &want[row * dim..(row + 1) * dim]);
+        }
+        let queries = clustered(20, dim, 6, 9);
+        assert!(mean_recall(&h, &data, &ids, &queries, None) >= 0.95);
+    }
+    // Still all checked before anything is stored.
+    let mut h = Hnsw::new(dim, Metric::Cosine, Params::default()).unwrap();
+    let mut bad = data[..3 * dim].to_vec();
+    bad[2 * dim + 5] = f32::INFINITY;
+    assert!(matches!(
+        h.add(&[1, 2, 3], &bad),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!((h.len(), h.graph.slots()), (0, 0));
+}
