@@ -682,3 +682,34 @@ fn f32_batches_are_scaled_where_they_are_stored_without_a_copy() {
     ));
     assert_eq!((h.len(), h.graph.slots()), (0, 0));
 }
+
+/// Under ip, vectors are stored as given, up to norms of [`MAX_RAW_NORM`]:
+/// the int8 walk's formula must stay finite there, and results exact.
+#[test]
+fn f32_ip_walks_vectors_near_the_largest_norm() {
+    for dim in [32, 384] {
+        let raw = clustered(1000, dim, 10, 7);
+        let top = raw
+            .chunks_exact(dim)
+            .map(|v| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt())
+            .fold(0.0, f64::max);
+        let scale = (0.99 * MAX_RAW_NORM / top) as f32;
+        let data: Vec<f32> = raw.iter().map(|x| x * scale).collect();
+        let ids: Vec<u64> = (0..1000).collect();
+        let mut h = Hnsw::new(dim, Metric::InnerProduct, Params::default()).unwrap();
+        h.add(&ids, &data).unwrap();
+        let queries: Vec<f32> = clustered(20, dim, 10, 9)
+            .iter()
+            .map(|x| x * scale)
+            .collect();
+        let r = mean_recall(&h, &data, &ids, &queries, None);
+        assert!(r >= 0.95, "dim {dim}: recall {r}");
+        for q in queries.chunks_exact(dim) {
+            for nb in h.search(q, 10, None, None).unwrap() {
+                let want = reference_distance(Metric::InnerProduct, q, &h.vector(nb.id).unwrap());
+                assert!(nb.distance.is_finite());
+                assert!((f64::from(nb.distance) - want).abs() <= 1e-5 * want.abs());
+            }
+        }
+    }
+}
