@@ -169,21 +169,37 @@ impl Distance {
 
     #[inline(always)]
     pub fn eval(&self, q: &Query, x: &[u8]) -> f32 {
-        self.finish(q, x, (self.kernel)(q, x))
+        self.finish(q, (self.kernel)(q, x), || int8_params(x, q.v.len()))
     }
 
     /// Four distances; the same values as four calls of [`Distance::eval`].
     #[inline(always)]
     pub fn eval4(&self, q: &Query, x: [&[u8]; 4]) -> [f32; 4] {
         let raw = (self.kernel4)(q, x);
-        std::array::from_fn(|j| self.finish(q, x[j], raw[j]))
+        std::array::from_fn(|j| self.finish(q, raw[j], || int8_params(x[j], q.v.len())))
     }
 
+    /// [`Distance::eval`] on int8 codes whose `(lo, step, squared norm)` are
+    /// kept apart from them (an int8 walk copy).
     #[inline(always)]
-    fn finish(&self, q: &Query, x: &[u8], raw: f32) -> f32 {
+    pub fn eval_with(&self, q: &Query, x: &[u8], params: (f32, f32, f32)) -> f32 {
+        self.finish(q, (self.kernel)(q, x), || params)
+    }
+
+    /// [`Distance::eval4`] likewise.
+    #[inline(always)]
+    pub fn eval4_with(&self, q: &Query, x: [&[u8]; 4], params: [(f32, f32, f32); 4]) -> [f32; 4] {
+        let raw = (self.kernel4)(q, x);
+        std::array::from_fn(|j| self.finish(q, raw[j], || params[j]))
+    }
+
+    /// The distance from a kernel's raw sum; `params` gives an int8 record's
+    /// `(lo, step, squared norm)` and is called at int8 precisions only.
+    #[inline(always)]
+    fn finish(&self, q: &Query, raw: f32, params: impl FnOnce() -> (f32, f32, f32)) -> f32 {
         match (self.precision, self.metric) {
             (Precision::Int8 | Precision::Int8F16, metric) => {
-                let (lo, step, norm2) = int8_params(x, q.v.len());
+                let (lo, step, norm2) = params();
                 let dot = lo * q.sum + step * q.scale16 * raw;
                 match metric {
                     Metric::L2 => (q.norm2 + norm2 - 2.0 * dot).max(0.0),

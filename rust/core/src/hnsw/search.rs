@@ -133,7 +133,12 @@ const PREFETCH_LINES: usize = 2;
 impl Hnsw {
     #[inline]
     pub(super) fn dist_to(&self, q: &Query, slot: u32) -> f32 {
-        self.dist.eval(q, self.vectors.get(slot))
+        let x = self.vectors.get(slot);
+        if self.vectors.params_apart() {
+            self.dist.eval_with(q, x, self.vectors.walk_params(slot))
+        } else {
+            self.dist.eval(q, x)
+        }
     }
 
     /// Distances to the first four of `slots` at once (their loads overlap),
@@ -208,7 +213,13 @@ impl Hnsw {
 
     #[inline]
     pub(super) fn dists4(&self, q: &Query, slots: [u32; 4]) -> [f32; 4] {
-        self.dist.eval4(q, slots.map(|s| self.vectors.get(s)))
+        let x = slots.map(|s| self.vectors.get(s));
+        if self.vectors.params_apart() {
+            self.dist
+                .eval4_with(q, x, slots.map(|s| self.vectors.walk_params(s)))
+        } else {
+            self.dist.eval4(q, x)
+        }
     }
 
     /// Decodes the vector of `slot` into `q`.
@@ -302,6 +313,9 @@ impl Hnsw {
                 let p = self.vectors.ptr(n);
                 for line in 0..lines {
                     prefetch(p.wrapping_add(line * 64));
+                }
+                if self.vectors.params_apart() {
+                    self.vectors.prefetch_walk_params(n);
                 }
             }
             let (fresh, candidates, results) = (&sc.fresh, &mut sc.candidates, &mut sc.results);

@@ -14,10 +14,12 @@
 //!   f16 copies, so results and distances are those of `F16`. Snapshots
 //!   write the two parts of a slot one after the other.
 //! - `F32` with an int8 walk copy (what `Hnsw` uses for the cosine and `ip`
-//!   metrics): the `Int8` record to walk the graph by, and the floats in the
-//!   second buffer, on which a search's final candidates are ranked, so the
-//!   distances it reports are exact. Snapshots hold only the floats, as they
-//!   always have; the int8 records are derived from them on load.
+//!   metrics): int8 codes to walk the graph by, their `(lo, step, squared
+//!   norm)` in a table of their own (so 384 codes take six lines, not
+//!   seven), and the floats in the second buffer, on which a search's final
+//!   candidates are ranked, so the distances it reports are exact. Snapshots
+//!   hold only the floats, as they always have; the codes are derived from
+//!   them on load.
 //!
 //! Zero padding changes no dot product or L2 distance, so the kernels have no
 //! tail loops, and aligned records mean no load ever splits a cache line.
@@ -99,6 +101,8 @@ pub struct Vectors {
     /// floats. `rank_lines` lines apiece.
     rank_lines: usize,
     rank: Vec<Line>,
+    /// With `int8_walk`: each slot's `(lo, step, squared norm)`.
+    walk_params: Vec<(f32, f32, f32)>,
 }
 
 impl Vectors {
@@ -113,7 +117,9 @@ impl Vectors {
         let int8_walk = int8_walk && precision == Precision::F32;
         let padded = dim.div_ceil(LANES) * LANES;
         let bytes = match precision {
-            Precision::F32 if int8_walk => padded + 12,
+            // The codes alone: their parameters live in `walk_params`, so a
+            // record is a line shorter.
+            Precision::F32 if int8_walk => padded,
             Precision::F32 => padded * 4,
             Precision::F16 => padded * 2,
             Precision::Int8 | Precision::Int8F16 => padded + 12,
@@ -132,6 +138,7 @@ impl Vectors {
             lines: Vec::new(),
             rank_lines: rank_bytes.div_ceil(LINE),
             rank: Vec::new(),
+            walk_params: Vec::new(),
         }
     }
 
@@ -187,6 +194,9 @@ impl Vectors {
     pub fn reserve(&mut self, additional: usize) {
         self.lines.reserve(additional * self.lines_per_record);
         self.rank.reserve(additional * self.rank_lines);
+        if self.int8_walk {
+            self.walk_params.reserve(additional);
+        }
     }
 
     fn bytes(&self) -> &[u8] {
@@ -256,6 +266,9 @@ impl Vectors {
             .extend(std::iter::repeat_n(Line([0; LINE]), self.lines_per_record));
         self.rank
             .extend(std::iter::repeat_n(Line([0; LINE]), self.rank_lines));
+        if self.int8_walk {
+            self.walk_params.push((0.0, 0.0, 0.0));
+        }
         slot
     }
 
@@ -271,7 +284,8 @@ impl Vectors {
         dst.fill(0);
         match precision {
             Precision::F32 if int8_walk => {
-                write_int8(dst, v, padded);
+                let params = quantize_int8(dst, v);
+                self.walk_params[slot as usize] = params;
                 let r = self.rank_lines * LINE;
                 let dst = &mut self.rank_bytes_mut()[slot as usize * r..][..r];
                 dst.fill(0);
@@ -323,7 +337,16 @@ impl Vectors {
     /// the int8 record) into `out`, so linking ranks neighbours as searches
     /// will find them.
     pub fn decode_search(&self, slot: u32, out: &mut Vec<f32>) {
-        if self.precision == Precision::Int8F16 || self.int8_walk {
+        if self.int8_walk {
+            out.clear();
+            decode_codes(
+                self.get(slot),
+                self.walk_params(slot),
+                self.dim,
+                self.padded,
+                out,
+            );
+        } else if self.precision == Precision::Int8F16 {
             out.clear();
             decode_int8(self.get(slot), self.dim, self.padded, out);
         } else {
@@ -347,6 +370,28 @@ impl Vectors {
 
     pub fn memory_bytes(&self) -> usize {
         (self.lines.capacity() + self.rank.capacity()) * LINE
+            + self.walk_params.capacity() * std::mem::size_of::<(f32, f32, f32)>()
+    }
+
+    /// Whether the int8 parameters of the records `get` returns are kept
+    /// apart from them ([`Vectors::walk_params`]) rather than at their end.
+    #[inline(always)]
+    pub fn params_apart(&self) -> bool {
+        self.int8_walk
+    }
+
+    /// `(lo, step, squared norm)` of the int8 walk copy of `slot`.
+    #[inline(always)]
+    pub fn walk_params(&self, slot: u32) -> (f32, f32, f32) {
+        self.walk_params[slot as usize]
+    }
+
+    /// Starts loading what [`Vectors::walk_params`] reads of `slot`.
+    #[inline(always)]
+    pub fn prefetch_walk_params(&self, slot: u32) {
+        if let Some(p) = self.walk_params.get(slot as usize) {
+            crate::prefetch::prefetch(p as *const (f32, f32, f32));
+        }
     }
 }
 
@@ -361,8 +406,17 @@ fn as_f32s(bytes: &[u8]) -> &[f32] {
 
 /// `(lo, step, squared norm)` stored after the codes of an int8 record.
 fn decode_int8(r: &[u8], dim: usize, padded: usize, out: &mut Vec<f32>) {
-    let (lo, step, _) = int8_params(r, padded);
-    out.extend(r[..dim].iter().map(|&c| lo + step * f32::from(c)));
+    decode_codes(r, int8_params(r, padded), dim, padded, out);
+}
+
+fn decode_codes(
+    codes: &[u8],
+    (lo, step, _): (f32, f32, f32),
+    dim: usize,
+    padded: usize,
+    out: &mut Vec<f32>,
+) {
+    out.extend(codes[..dim].iter().map(|&c| lo + step * f32::from(c)));
     out.resize(padded, 0.0);
 }
 
@@ -387,6 +441,15 @@ fn read_f16(src: &[u8], padded: usize, out: &mut Vec<f32>) {
 }
 
 fn write_int8(dst: &mut [u8], v: &[f32], padded: usize) {
+    let (lo, step, norm2) = quantize_int8(dst, v);
+    for (i, p) in [lo, step, norm2].into_iter().enumerate() {
+        dst[padded + 4 * i..][..4].copy_from_slice(&p.to_le_bytes());
+    }
+}
+
+/// Writes the codes of `v` to the start of `dst`; returns `(lo, step,
+/// squared norm)`.
+fn quantize_int8(dst: &mut [u8], v: &[f32]) -> (f32, f32, f32) {
     let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
     let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let step = (hi - lo) / 255.0;
@@ -395,9 +458,7 @@ fn write_int8(dst: &mut [u8], v: &[f32], padded: usize) {
         *d = ((x - lo) * inv).round().clamp(0.0, 255.0) as u8;
     }
     let norm2: f32 = v.iter().map(|x| x * x).sum();
-    for (i, p) in [lo, step, norm2].into_iter().enumerate() {
-        dst[padded + 4 * i..][..4].copy_from_slice(&p.to_le_bytes());
-    }
+    (lo, step, norm2)
 }
 
 #[inline(always)]
@@ -410,6 +471,46 @@ pub fn int8_params(record: &[u8], padded: usize) -> (f32, f32, f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_int8_walk_copy_keeps_the_floats_and_its_parameters_apart() {
+        let v: Vec<f32> = (0..384)
+            .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        let mut s = Vectors::with_walk(384, Precision::F32, true);
+        assert_eq!(
+            (s.walk_precision(), s.rank_precision()),
+            (Precision::Int8, Some(Precision::F32))
+        );
+        // 384 codes fill six lines exactly; the floats take 24, and are saved alone.
+        assert_eq!(
+            (s.lines_per_record(), s.record_bytes(), s.saved_bytes()),
+            (6, 384, 1536)
+        );
+        assert!(s.params_apart());
+        s.push_zeroed();
+        let b = s.push_zeroed();
+        s.set(b, &v);
+        let mut out = Vec::new();
+        s.decode(b, &mut out);
+        assert_eq!(&out[..], &v[..]);
+        s.decode_search(b, &mut out);
+        for (x, y) in out.iter().zip(&v) {
+            assert!((x - y).abs() <= 1.0 / 255.0);
+        }
+        let (_, _, norm2) = s.walk_params(b);
+        assert!((norm2 - v.iter().map(|x| x * x).sum::<f32>()).abs() < 1e-3);
+        // A snapshot slot restores both copies.
+        let mut saved = Vec::new();
+        s.save_slot(b, &mut saved);
+        let mut t = Vectors::with_walk(384, Precision::F32, true);
+        let c = t.push_zeroed();
+        t.set_raw(c, &saved);
+        assert_eq!((t.get(c), t.rank(c)), (s.get(b), s.rank(b)));
+        assert_eq!(t.walk_params(c), s.walk_params(b));
+        // Other precisions ignore the flag.
+        assert!(!Vectors::with_walk(384, Precision::F16, true).params_apart());
+    }
 
     #[test]
     fn records_are_line_sized_and_decode() {
