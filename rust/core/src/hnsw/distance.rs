@@ -705,23 +705,26 @@ mod x86 {
     }
 }
 
+/// `1 - a·b` or `|a - b|²` in f64, from the floats as given: what the kernels are
+/// tested against.
+#[cfg(test)]
+pub(super) fn reference(metric: Metric, a: &[f32], b: &[f32]) -> f64 {
+    match metric {
+        Metric::L2 => a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum(),
+        _ => {
+            1.0 - a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                .sum::<f64>()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::storage::Vectors;
     use super::*;
-
-    fn reference(metric: Metric, a: &[f32], b: &[f32]) -> f64 {
-        match metric {
-            Metric::L2 => a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum(),
-            _ => {
-                1.0 - a
-                    .iter()
-                    .zip(b)
-                    .map(|(x, y)| f64::from(*x) * f64::from(*y))
-                    .sum::<f64>()
-            }
-        }
-    }
 
     #[test]
     fn kernels_match_reference_at_every_precision() {

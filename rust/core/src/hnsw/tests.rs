@@ -511,20 +511,6 @@ fn distances_are_the_ones_search_reports() {
     }
 }
 
-/// `1 - a·b` or `|a - b|²` in f64, from the floats as stored.
-fn reference_distance(metric: Metric, a: &[f32], b: &[f32]) -> f64 {
-    match metric {
-        Metric::L2 => a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum(),
-        _ => {
-            1.0 - a
-                .iter()
-                .zip(b)
-                .map(|(x, y)| f64::from(*x) * f64::from(*y))
-                .sum::<f64>()
-        }
-    }
-}
-
 fn unit(v: &[f32]) -> Vec<f32> {
     let norm = v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
@@ -560,7 +546,7 @@ fn f32_indexes_walk_int8_copies_but_report_exact_distances() {
             assert_eq!(found.len(), 10);
             for nb in &found {
                 // int8 distances are off by about 1e-3; the floats' by 1e-7.
-                let want = reference_distance(metric, &qv, &h.vector(nb.id).unwrap());
+                let want = super::distance::reference(metric, &qv, &h.vector(nb.id).unwrap());
                 let tol = 1e-6 * want.abs().max(1.0);
                 assert!(
                     (f64::from(nb.distance) - want).abs() <= tol,
@@ -626,7 +612,7 @@ fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same() {
         let mut want: Vec<(f64, u64)> = stored
             .iter()
             .zip(&ids)
-            .map(|(v, &id)| (reference_distance(Metric::Cosine, q, v), id))
+            .map(|(v, &id)| (super::distance::reference(Metric::Cosine, q, v), id))
             .collect();
         want.sort_by(|a, b| a.0.total_cmp(&b.0));
         let found = h.search(q, 5, Some(119), None).unwrap();
@@ -706,7 +692,8 @@ fn f32_ip_walks_vectors_near_the_largest_norm() {
         assert!(r >= 0.95, "dim {dim}: recall {r}");
         for q in queries.chunks_exact(dim) {
             for nb in h.search(q, 10, None, None).unwrap() {
-                let want = reference_distance(Metric::InnerProduct, q, &h.vector(nb.id).unwrap());
+                let want =
+                    super::distance::reference(Metric::InnerProduct, q, &h.vector(nb.id).unwrap());
                 assert!(nb.distance.is_finite());
                 assert!((f64::from(nb.distance) - want).abs() <= 1e-5 * want.abs());
             }
