@@ -161,7 +161,7 @@ class HnswIndex:
     l2 squared Euclidean. ``precision`` "f32" keeps the vectors as given and
     reports exact distances; under cosine and ip it also keeps an int8 copy of
     each vector that searches walk the graph by, ranking their final
-    candidates on the floats (1.3x the memory of the floats alone). "f16"
+    candidates on the floats (about 1.25x the memory of the floats alone). "f16"
     halves and "int8" quarters the memory of the floats, at the cost of
     approximate distances; "int8+f16" walks the graph on int8 codes and ranks
     the final candidates on f16 copies (0.8 of the floats' memory, distances

@@ -32,7 +32,8 @@ INDEX_BATCH = 1024
 # store has one process: it links during a stream of writes in smaller batches, so a
 # write waits less for one (benches/bench_scale.py, 100k in batches of 10,000: memories/s
 # until linked 8.1-8.6k when linking waited for quiet, 9.3-10.4k with 256 while busy,
-# 9.7-10.6k with 512; search p50 right after the load 1.9-2.0 ms, 1.5-1.8 ms).
+# 9.7-10.6k with 512, and 8.8-10.1k with 512 in three later runs; search p50 right after
+# the load 1.9-2.0 ms when linking waited, 1.5-2.1 ms otherwise).
 _WRITE_QUIET = 0.2
 _BUSY_BATCH = 512
 _MAX_PARKED = 100_000

@@ -81,8 +81,8 @@ class SQLStore(abc.ABC):
     _ERRORS: ClassVar[tuple[type[Exception], ...]]
     #: Rows kept in process for reading search hits.
     _cache: RowCache | None = None
-    #: Rows written or replayed enter the cache (else they only refresh cached ones):
-    #: worth it where a read is a round trip.
+    #: Rows written or replayed enter the cache (else new rows stay out and replayed
+    #: ones only refresh cached ones): worth it where a read is a round trip.
     _CACHE_WRITES: ClassVar[bool] = True
     #: Put before a table's name ("" or a quoted schema and a dot).
     _p = ""
@@ -284,10 +284,10 @@ class SQLStore(abc.ABC):
     def insert(self, conn: Any, rows: Sequence[Row]) -> None:
         with self._refusals():
             self._insert_rows(conn, rows)
-        if self._cache is not None:
+        if self._cache is not None and self._CACHE_WRITES:
             # Safe before the commit: new rowids reach the indexes only after it, and a
             # rolled-back one is never asked for (rowids are not reused).
-            self._cache.put(rows, add=self._CACHE_WRITES)
+            self._cache.put(rows)
 
     def replace(self, conn: Any, rows: Sequence[Row]) -> None:
         sets = ", ".join(f"{c} = ?" for c in COLUMNS[1:])

@@ -72,8 +72,9 @@ CREATE INDEX IF NOT EXISTS history_next ON history (next_id);
 # Record fetches read mapped pages. The kernel maps some 64 kB around each page a
 # search touches (fault-around), so a map of the whole file grew the resident set of a
 # 1M-record store (3.5 GB) by 0.3 MB per search, to 511 MB after 2,000 searches; past
-# the first 256 MB, pages are read into SQLite's cache instead. Search p50 did not
-# move: 1.22-1.25 ms at 1M with a 1 GB map or none, 0.66-0.82 ms at 10k and 100k.
+# the first 256 MB, pages are read into SQLite's cache instead. Search p50 did not move
+# beyond this machine's noise (A/B in one process): at 1M 1.18-2.09 ms with a 1 GB map,
+# 1.21-1.89 ms with 256 MB; 0.66-0.82 ms at 10k and 100k with either.
 _MMAP_BYTES = 256 << 20
 _CACHE_KIB = 64 * 1024
 # Search hits kept in process (about 0.7 kB each): a repeated question's hits cost
