@@ -364,13 +364,20 @@ def test_a_late_reader_converges_on_the_writers_results(pg_server: PgServer) -> 
                 # plateau of ties where a graph walk finds what its graph allows.
                 continue
             # Each process builds its own HNSW graph, in its own order: approximate
-            # search may swap near-ties or miss one neighbour, never more here. A
+            # search may swap near-ties or miss one neighbour, never more here (one
+            # CI run in about fifty, the true best: checked against brute force). A
             # miss moves the others' vector ranks by one, and so their fused
-            # scores by a little.
+            # scores by a little. What both found comes first in the same order.
             mine = dict(got[q, mode])
-            assert got[q, mode][0][0] == hits[0][0], (q, mode)
             common = [i for i, _ in hits if i in mine]
             assert len(common) >= 9, (q, mode)
+            first = max(common, key=lambda i: mine[i])
+            assert first == common[0] or mine[first] == pytest.approx(mine[common[0]], abs=1e-4), (
+                q,
+                mode,
+                got[q, mode][:3],
+                hits[:3],
+            )
             for i in common:
                 assert mine[i] == pytest.approx(dict(hits)[i], abs=0.01), (q, mode, i)
 
