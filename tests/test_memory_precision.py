@@ -1,4 +1,5 @@
-"""The in-memory index precision of a store: chosen at open, rebuilt when it changes."""
+"""The in-memory index of a store: its precision, chosen at open and rebuilt when it
+changes; its search beam, the caller's at every open; its graph knobs, checked first."""
 
 from __future__ import annotations
 
@@ -44,3 +45,41 @@ def test_unknown_precision_is_refused_before_anything_opens(tmp_path: Path) -> N
     with pytest.raises(InvalidArgumentError, match="hnsw_precision must be one of"):
         Memory(tmp_path / "s", WordHashEmbedder(), hnsw_precision="int4")
     assert not (tmp_path / "s").exists()
+
+
+def test_the_search_beam_given_at_open_applies_to_a_loaded_snapshot(tmp_path: Path) -> None:
+    # ef is a search-time setting: a store reopened from its snapshot searches with the
+    # beam asked for now, not the one it was saved with.
+    emb = WordHashEmbedder()
+    with Memory(tmp_path / "s", emb, hnsw_ef=16) as m:
+        m.add_many([{"text": f"note {i} about topic {i % 5}"} for i in range(300)])
+        m.wait_indexed()
+        m.snapshot()
+        assert m._engine.ef == 16
+    with Memory(tmp_path / "s", emb, hnsw_ef=200) as m:
+        assert m._engine.pending() == 0  # loaded, not rebuilt
+        assert m._engine.ef == 200
+
+
+@pytest.mark.parametrize(
+    ("knob", "value"),
+    [
+        ("hnsw_ef", 0),
+        ("hnsw_ef", -1),
+        ("hnsw_ef", 2**70),
+        ("hnsw_ef", True),
+        ("hnsw_ef_construction", 2**64),
+        ("hnsw_ef_construction", 1.5),
+        ("hnsw_m", 1),
+        ("hnsw_m", 201),
+        ("hnsw_m", "16"),
+    ],
+)
+def test_graph_knobs_are_checked_before_anything_opens(
+    tmp_path: Path, knob: str, value: object
+) -> None:
+    # Also without an embedder (no graph): a bad value is refused, never ignored.
+    for emb in (WordHashEmbedder(), None):
+        with pytest.raises(InvalidArgumentError, match=knob):
+            Memory(tmp_path / "s", emb, **{knob: value})  # type: ignore[arg-type]
+        assert not (tmp_path / "s").exists()

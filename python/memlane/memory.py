@@ -52,7 +52,10 @@ class Memory(KnowledgeMixin, NotesMixin, MemoryStore):
             half the store's size, so snapshots cost O(1) per change).
         cache_size: query and text embeddings kept in memory.
         language: the BM25 analyzer's language (stopwords and stemmer).
-        hnsw_m, hnsw_ef_construction, hnsw_ef: graph parameters.
+        hnsw_m, hnsw_ef_construction: how the graph is built (links per node, 2 to
+            200; candidates weighed per link); a store reopened from its snapshot
+            keeps the graph it has.
+        hnsw_ef: the search beam (at least 1), applied at every open.
         hnsw_precision: how the vector index holds vectors in memory (see
             :class:`~memlane.HnswIndex`). The default walks the graph on int8
             codes and ranks on f16 copies: about twice the speed of "f32" with

@@ -115,9 +115,9 @@ class MemoryStore(VersionsMixin):
         )
         dim = None if embedder is None else int(embedder.dimension)
         engine_args = {
-            "m": hnsw_m,
-            "ef_construction": hnsw_ef_construction,
-            "ef": hnsw_ef,
+            "m": coerce.count(hnsw_m, "hnsw_m", 2, 200),
+            "ef_construction": coerce.count(hnsw_ef_construction, "hnsw_ef_construction", 1),
+            "ef": coerce.count(hnsw_ef, "hnsw_ef", 1),
             "precision": hnsw_precision,
             "language": language,
         }

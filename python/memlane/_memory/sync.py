@@ -158,6 +158,10 @@ class IndexSync:
                     stacklevel=5,
                 )
                 engine, seq = None, 0
+        if engine is not None:
+            # The search beam is the caller's to choose at every open; the graph's
+            # build parameters are those it was built with.
+            engine.set_ef(self.engine_args["ef"])
         self.engine = engine or Engine(self.dim, **self.engine_args)
         # A large replay (a crash, or a lost snapshot) earns a snapshot soon.
         self.changes, self.seq = self._replay(seq)

@@ -561,6 +561,16 @@ impl PyEngine {
         self.peek(py, |e| e.precision().map(Precision::name))
     }
 
+    #[getter]
+    fn ef(&self, py: Python<'_>) -> PyResult<Option<usize>> {
+        self.peek(py, Engine::ef)
+    }
+
+    /// Sets the vector index's search beam width.
+    fn set_ef(&self, py: Python<'_>, ef: usize) -> PyResult<()> {
+        detach(py, || self.write(|e| e.set_ef(ef)))
+    }
+
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.peek(py, Engine::len)
     }

@@ -112,6 +112,20 @@ impl Engine {
         self.hnsw.as_ref().map(|h| h.params().precision)
     }
 
+    /// The vector index's search beam width (None without a vector space).
+    pub fn ef(&self) -> Option<usize> {
+        self.hnsw.as_ref().map(|h| h.params().ef)
+    }
+
+    /// Sets the search beam width: a search-time setting, so it may differ
+    /// from the one a snapshot was saved with.
+    pub fn set_ef(&mut self, ef: usize) -> Result<()> {
+        match self.hnsw.as_mut() {
+            Some(h) => h.set_ef(ef),
+            None => Ok(()),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.records.len()
     }
