@@ -537,15 +537,10 @@ def test_concurrent_first_opens_create_one_schema(pg_server: PgServer) -> None:
     assert len(ids) == 1
 
 
-def test_row_level_security_confines_a_tenant(pg_server: PgServer) -> None:
-    u = url(pg_server, "rls")
-    schema = PostgresTarget.parse(u).schema
-    emb = WordHashEmbedder()
-    with Memory(u, emb) as admin:
-        admin.add_many([{"text": f"alice note {i}", "user_id": "alice"} for i in range(5)])
-        bobs = admin.add_many([{"text": f"bob note {i}", "user_id": "bob"} for i in range(3)])
-    # Superusers bypass row-level security: the tenant connects as a role of its own,
-    # which may use the tables but not create schemas.
+def worker_url(pg_server: PgServer, schema: str) -> str:
+    """The URL of a role of the store's own, bound to no tenant yet. Superusers bypass
+    row-level security: a tenant connects as a role that may use the tables but not
+    create schemas."""
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {schema}_worker LOGIN PASSWORD 'worker-pw'")
         conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {schema}_worker")
@@ -553,10 +548,20 @@ def test_row_level_security_confines_a_tenant(pg_server: PgServer) -> None:
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} "
             f"TO {schema}_worker"
         )
-    worker = (
+    return (
         f"postgresql://{schema}_worker:worker-pw@127.0.0.1:{pg_server.port}/postgres"
-        f"?schema={schema}&tenant=user_id:alice"
+        f"?schema={schema}"
     )
+
+
+def test_row_level_security_confines_a_tenant(pg_server: PgServer) -> None:
+    u = url(pg_server, "rls")
+    schema = PostgresTarget.parse(u).schema
+    emb = WordHashEmbedder()
+    with Memory(u, emb) as admin:
+        admin.add_many([{"text": f"alice note {i}", "user_id": "alice"} for i in range(5)])
+        bobs = admin.add_many([{"text": f"bob note {i}", "user_id": "bob"} for i in range(3)])
+    worker = worker_url(pg_server, schema) + "&tenant=user_id:alice"
     with Memory(worker, emb, default_scope={"user_id": "alice"}) as mem:
         assert "tenant=user_id:alice" in mem.location and "worker-pw" not in repr(mem)
         assert len(mem) == 5 and mem.count() == 5
@@ -579,6 +584,79 @@ def test_row_level_security_confines_a_tenant(pg_server: PgServer) -> None:
     for bad in ("user_id", "colour:red", "user_id:"):
         with pytest.raises(InvalidArgumentError, match="tenant"):
             Memory(f"{u}&tenant={bad}", None)
+
+
+def test_a_tenants_ids_are_its_own(pg_server: PgServer, tmp_path: Path) -> None:
+    """An id another tenant holds can be added (refusing it would tell that it exists);
+    each tenant reads, changes and traces its records by the ids it gave."""
+    u = url(pg_server, "tenant_ids")
+    emb = WordHashEmbedder()
+    with Memory(u, emb) as admin:
+        admin.add("written for alice by an unbound connection", user_id="alice", id="old")
+    base = worker_url(pg_server, PostgresTarget.parse(u).schema)
+    alice = Memory(base + "&tenant=user_id:alice", emb, default_scope={"user_id": "alice"})
+    bob = Memory(base + "&tenant=user_id:bob", emb, default_scope={"user_id": "bob"})
+    # Unquoted, this tenant's "plan" would be stored as alice's "x/plan".
+    odd = Memory(base + "&tenant=user_id:alice/x", emb, default_scope={"user_id": "alice/x"})
+    try:
+        assert alice.add("alice's plan", id="plan").id == "plan"
+        assert bob.add("bob's plan", id="plan").id == "plan"
+        assert alice.add("alice's other plan", id="x/plan").id == "x/plan"
+        assert odd.add("odd's plan", id="plan").id == "plan"
+        with pytest.raises(InvalidArgumentError, match="already stored"):
+            alice.add("again", id="plan")
+        with pytest.raises(InvalidArgumentError, match="already stored"):
+            alice.add("again", id="old")
+        for mem, text in ((alice, "alice's plan"), (bob, "bob's plan"), (odd, "odd's plan")):
+            assert mem.get("plan").text == text
+            assert [h.record.id for h in mem.search(text, k=1)] == ["plan"]
+        alice.update("plan", text="alice's new plan")
+        new = alice.supersede("plan", "alice's newest plan")
+        versions = alice.history(new.id)
+        assert [v.record.id for v in versions] == ["plan", "plan", new.id]
+        assert versions[1].superseded_by == new.id
+        alice.delete(new.id)
+        assert alice.history("plan")[-1].ended == "delete"
+        assert new.id not in alice
+        assert bob.get("plan").text == "bob's plan" and len(bob.history("plan")) == 1
+        # A record an unbound connection wrote into the tenant's scope keeps its id.
+        alice.update("old", text="changed by alice")
+        assert alice.get("old").text == "changed by alice"
+        path = tmp_path / "alice.jsonl"
+        alice.export_jsonl(path)
+        exported = [json.loads(line) for line in path.read_text().splitlines()]
+        assert {e["id"] for e in exported if "id" in e} >= {"plan", "x/plan", "old"}
+    finally:
+        for mem in (alice, bob, odd):
+            mem.close()
+    with Memory(u, emb) as admin:
+        ids = {r.id for r in admin.list(limit=100)}
+        assert {"user_id:bob/plan", "user_id:alice/x/plan", "user_id:alice%2Fx/plan"} <= ids
+        assert admin.get("user_id:bob/plan").text == "bob's plan"
+
+
+def test_a_tenant_and_an_unbound_connection_keep_their_own_snapshots(
+    pg_server: PgServer, tmp_path: Path
+) -> None:
+    """Index snapshots in a shared cache_dir hold what their connection sees: a tenant
+    never loads the rows of others, an unbound connection never misses them."""
+    u = url(pg_server, "tenant_snap")
+    emb = WordHashEmbedder()
+    cache = tmp_path / "cache"
+    with Memory(u, emb, cache_dir=cache) as admin:
+        admin.add_many([{"text": f"alice note {i}", "user_id": "alice"} for i in range(4)])
+        admin.add_many([{"text": f"bob note {i}", "user_id": "bob"} for i in range(6)])
+        admin.snapshot()
+    tenant = worker_url(pg_server, PostgresTarget.parse(u).schema) + "&tenant=user_id:alice"
+    with Memory(tenant, emb, cache_dir=cache, default_scope={"user_id": "alice"}) as alice:
+        assert len(alice) == 4
+        assert {h.record.user_id for h in alice.search("note", k=20)} == {"alice"}
+        alice.add("alice note 4")
+        alice.snapshot()
+    with Memory(u, emb, cache_dir=cache) as admin:
+        assert len(admin) == 11
+        assert len(admin.search("bob note", k=20, filters={"user_id": "bob"})) == 6
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 2
 
 
 # -- connections and credentials ----------------------------------------------------------------

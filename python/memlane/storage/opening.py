@@ -52,9 +52,10 @@ def open_store(path: str | Path | None, cache_dir: str | Path | None = None) -> 
             if cache_dir is None:
                 return Opened(db, None, None, db.location)
             # One folder per store (its id, made at creation), so one cache_dir serves
-            # several databases or schemas; the lock keeps two processes from writing
-            # one snapshot at once.
-            folder = Path(cache_dir) / db.store_id
+            # several databases or schemas, and per tenant: a tenant's indexes hold only
+            # the rows it sees. The lock keeps two processes from writing one snapshot
+            # at once.
+            folder = Path(cache_dir) / db.snapshot_folder
             _folder(folder)
             return Opened(db, folder / "index", StoreLock(folder), db.location)
         except BaseException:

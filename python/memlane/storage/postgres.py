@@ -27,6 +27,7 @@ password never appears in a message, a log line or a repr.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import threading
 import time
@@ -201,6 +202,15 @@ class PostgresTarget:
             conninfo, schema, int(row_cache), tenant, redacted, tuple(s for s in secrets if s)
         )
 
+    @property
+    def id_prefix(self) -> str | None:
+        """What the tenant's ids are stored behind (``user_id:alice/``), or None. The
+        value is quoted, so no tenant's prefix begins another's."""
+        if self.tenant is None:
+            return None
+        field, who = self.tenant
+        return f"{field}:{urllib.parse.quote(who, safe='')}/"
+
     def scrub(self, text: str) -> str:
         """``text`` with the passwords (plain or URL-quoted) masked."""
         for secret in self.secrets:
@@ -250,6 +260,7 @@ class PostgresStore(SQLStore):
         self._listener: _Listener | None = None
         self._closed = False
         self._cache = RowCache(self.target.row_cache)
+        self._id_prefix = self.target.id_prefix
         self._migrate()
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.target.conninfo,
@@ -284,6 +295,13 @@ class PostgresStore(SQLStore):
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
+
+    @property
+    def snapshot_folder(self) -> str:
+        """The folder of a cache_dir that holds this connection's index snapshots."""
+        if self._id_prefix is None:
+            return self.store_id
+        return f"{self.store_id}-tenant-{hashlib.sha256(self._id_prefix.encode()).hexdigest()[:16]}"
 
     # -- connections -------------------------------------------------------------------
 
@@ -423,7 +441,7 @@ class PostgresStore(SQLStore):
 
     def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
         with conn.cursor(binary=True) as cur:
-            return list(map(Row._make, cur.execute(sql, params).fetchall()))
+            return self._given_rows(list(map(Row._make, cur.execute(sql, params).fetchall())))
 
     def _any(self, column: str, values: Sequence[Any], sql_type: str) -> Iterator[tuple[str, Any]]:
         for start in range(0, len(values), _CHUNK):

@@ -101,6 +101,9 @@ class SQLStore(abc.ABC):
     #: of a hash it holds (None: all of it).
     _HASH_EXPR: ClassVar[str] = "content_hash"
     _HASH_PREFIX: ClassVar[int | None] = None
+    #: Where a connection is confined to a tenant: what its ids are stored behind, so
+    #: that ids are the tenant's own (see :meth:`_stored_id`). None: stored as given.
+    _id_prefix: str | None = None
 
     # -- what a dialect supplies ---------------------------------------------------------
 
@@ -152,7 +155,7 @@ class SQLStore(abc.ABC):
 
     def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
         """The records rows ``sql`` selects."""
-        return list(map(Row._make, conn.execute(sql, params).fetchall()))
+        return self._given_rows(list(map(Row._make, conn.execute(sql, params).fetchall())))
 
     def _scrub(self, text: str) -> str:
         """``text`` without secrets (a password)."""
@@ -166,6 +169,35 @@ class SQLStore(abc.ABC):
 
     def follow(self, on_change: Callable[[], None]) -> None:
         return None
+
+    # -- a tenant's ids ------------------------------------------------------------------
+    # Ids are unique in the database, which row-level security does not hide: were a
+    # tenant's ids stored as given, adding an id another tenant holds would fail and
+    # so tell that it exists. A tenant's ids are stored behind its prefix instead; it
+    # reads them back as it gave them, and other tenants' ids never meet its own.
+
+    def _stored_id(self, record_id: str) -> str:
+        return record_id if self._id_prefix is None else self._id_prefix + record_id
+
+    def _given_id(self, stored: str) -> str:
+        p = self._id_prefix
+        return stored[len(p) :] if p is not None and stored.startswith(p) else stored
+
+    def _id_forms(self, ids: Sequence[str]) -> list[str]:
+        """What ``ids`` may be stored as: behind the tenant's prefix, or as given (a row
+        that a connection bound to no tenant wrote into the tenant's scope)."""
+        p = self._id_prefix
+        return list(ids) if p is None else [f for i in ids for f in (p + i, i)]
+
+    def _stored_rows(self, rows: Sequence[Row]) -> Sequence[Row]:
+        if self._id_prefix is None:
+            return rows
+        return [r._replace(id=self._stored_id(r.id)) for r in rows]
+
+    def _given_rows(self, rows: list[Row]) -> list[Row]:
+        if self._id_prefix is None:
+            return rows
+        return [r._replace(id=self._given_id(r.id)) for r in rows]
 
     # -- errors --------------------------------------------------------------------------
 
@@ -283,7 +315,7 @@ class SQLStore(abc.ABC):
 
     def insert(self, conn: Any, rows: Sequence[Row]) -> None:
         with self._refusals():
-            self._insert_rows(conn, rows)
+            self._insert_rows(conn, self._stored_rows(rows))
         if self._cache is not None and self._CACHE_WRITES:
             # Safe before the commit: new rowids reach the indexes only after it, and a
             # rolled-back one is never asked for (rowids are not reused).
@@ -292,9 +324,9 @@ class SQLStore(abc.ABC):
     def replace(self, conn: Any, rows: Sequence[Row]) -> None:
         sets = ", ".join(f"{c} = ?" for c in COLUMNS[1:])
         q = self._q(f"UPDATE {self._p}records SET {sets} WHERE rowid = ?")
-        for r in rows:
+        for r, stored in zip(rows, self._stored_rows(rows), strict=True):
             with self._refusals():
-                changed = conn.execute(q, (*r[1:], r[0])).rowcount
+                changed = conn.execute(q, (*stored[1:], stored[0])).rowcount
             if changed == 0:
                 by = " (deleted by another process)" if self.shared else ""
                 raise UnknownIdError(f"no memory with id {r[1]!r}{by}")
@@ -318,6 +350,8 @@ class SQLStore(abc.ABC):
             f"INSERT INTO {p}history ({_HISTORY}, event, at, actor, next_id) "
             f"SELECT {_HISTORY}, ?, ?, ?, ? FROM {p}records WHERE "
         )
+        if next_id is not None:
+            next_id = self._stored_id(next_id)
         for where, params in self._any("rowid", rowids, "int8"):
             with self._refusals():
                 conn.execute(self._q(head + where), (event, at, actor, next_id, *params))
@@ -328,13 +362,20 @@ class SQLStore(abc.ABC):
 
         def run(conn: Any) -> list[tuple[Any, ...]]:
             out: list[tuple[Any, ...]] = []
-            for where, params in self._any("id", ids, "text"):
+            for where, params in self._any("id", self._id_forms(ids), "text"):
                 out.extend(conn.execute(self._q(q + where), params))
             return out
 
         found = self._read(run) if ids else []
         found.sort(key=lambda r: r[0])
-        return [_history_entry(r) for r in found]
+        return [self._given_entry(r) for r in found]
+
+    def _given_entry(self, r: Sequence[Any]) -> HistoryEntry:
+        row, event, at, actor, next_id = _history_entry(r)
+        if self._id_prefix is None:
+            return row, event, at, actor, next_id
+        given = None if next_id is None else self._given_id(next_id)
+        return row._replace(id=self._given_id(row.id)), event, at, actor, given
 
     def iter_history(self, batch: int = 1024) -> Iterator[HistoryEntry]:
         """Every history entry, oldest first."""
@@ -348,23 +389,29 @@ class SQLStore(abc.ABC):
             rows = self._read(page)
             if not rows:
                 return
-            yield from map(_history_entry, rows)
+            yield from map(self._given_entry, rows)
             last = rows[-1][0]
 
     def insert_history(self, conn: Any, entries: Sequence[HistoryEntry]) -> None:
         """Adds history entries as given (an import's)."""
-        rows = [(*(getattr(row, c) for c in HISTORY_COLUMNS), *rest) for row, *rest in entries]
+        rows = []
+        for row, event, at, actor, next_id in entries:
+            stored = self._stored_rows([row])[0]
+            successor = None if next_id is None else self._stored_id(next_id)
+            columns = (getattr(stored, c) for c in HISTORY_COLUMNS)
+            rows.append((*columns, event, at, actor, successor))
         with self._refusals():
             self._many(conn, f"{self._p}history", _HISTORY_TYPES, rows)
 
     def superseded_by(self, record_id: str) -> str | None:
         """The id of the record that ``record_id`` superseded, if any."""
+        where, params = next(self._any("next_id", self._id_forms([record_id]), "text"))
         q = self._q(
-            f"SELECT id FROM {self._p}history WHERE next_id = ? AND event = 'supersede' "
+            f"SELECT id FROM {self._p}history WHERE {where} AND event = 'supersede' "
             "ORDER BY at LIMIT 1"
         )
-        rows = self._read(lambda c: list(c.execute(q, (record_id,))))
-        return str(rows[0][0]) if rows else None
+        rows = self._read(lambda c: list(c.execute(q, params)))
+        return self._given_id(str(rows[0][0])) if rows else None
 
     def delete(self, conn: Any, rowids: Sequence[int], seq: int, actor: str | None = None) -> None:
         p = self._p
@@ -440,7 +487,7 @@ class SQLStore(abc.ABC):
             conn,
             f"{self._p}recent",
             (("key", "text"), ("id", "text"), ("at", "float8")),
-            [(key, rid, at) for key, (rid, at) in latest.items()],
+            [(key, self._stored_id(rid), at) for key, (rid, at) in latest.items()],
             " ON CONFLICT (key) DO UPDATE SET id = excluded.id, at = excluded.at",
         )
         conn.execute(self._q(f"DELETE FROM {self._p}recent WHERE at < ?"), (forget_before,))
@@ -485,8 +532,11 @@ class SQLStore(abc.ABC):
 
     def row_by_id(self, record_id: str, embedding: bool = False) -> Row | None:
         cols = _ALL if embedding else _NO_EMBEDDING
-        q = self._q(f"SELECT {cols} FROM {self._p}records WHERE id = ?")
-        rows = self._read(lambda c: self._rows(c, q, (record_id,)))
+        where, params = next(self._any("id", self._id_forms([record_id]), "text"))
+        # The tenant's own form (the longer) before one another connection wrote.
+        order = "" if self._id_prefix is None else " ORDER BY length(id) DESC"
+        q = self._q(f"SELECT {cols} FROM {self._p}records WHERE {where}{order}")
+        rows = self._read(lambda c: self._rows(c, q, params))
         return rows[0] if rows else None
 
     def existing_ids(self, ids: Sequence[str]) -> set[str]:
@@ -494,8 +544,8 @@ class SQLStore(abc.ABC):
 
         def run(conn: Any) -> set[str]:
             out: set[str] = set()
-            for where, params in self._any("id", ids, "text"):
-                out.update(r[0] for r in conn.execute(self._q(q + where), params))
+            for where, params in self._any("id", self._id_forms(ids), "text"):
+                out.update(self._given_id(r[0]) for r in conn.execute(self._q(q + where), params))
             return out
 
         return self._read(run) if ids else set()
@@ -562,7 +612,9 @@ class SQLStore(abc.ABC):
 
     def recent(self, since: float) -> list[tuple[str, str, float]]:
         q = self._q(f"SELECT key, id, at FROM {self._p}recent WHERE at >= ? ORDER BY at")
-        return self._read(lambda c: [(r[0], r[1], r[2]) for r in c.execute(q, (since,))])
+        return self._read(
+            lambda c: [(r[0], self._given_id(r[1]), r[2]) for r in c.execute(q, (since,))]
+        )
 
     def count(self) -> int:
         q = f"SELECT count(*) FROM {self._p}records"
