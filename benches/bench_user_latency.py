@@ -10,11 +10,14 @@ at a time, p50 and p99:
 - search, new question: ``mem.search(text, k=10)`` for SciFact queries never seen
   before (so each is embedded), against chromadb ``collection.query(query_texts=[text],
   n_results=10)`` whose embedding function wraps the *same* memlane embedder;
-- search, repeated question: the same text again (memlane's embedding cache answers;
-  chromadb embeds again);
+- search, repeated question: the same text again (memlane's embedding cache answers,
+  and the engine reuses what the question retrieved, the store being unchanged, so
+  only the scoring runs; chromadb embeds and searches again);
 - search, given vector (engine only): ``mem.search(text, k=10, query_embedding=vec)``
   against ``collection.query(query_embeddings=[vec], n_results=10)``, and memlane's
-  again with ``track_access=False`` (what access tracking costs);
+  again with ``track_access=False`` (what access tracking costs); the text gets
+  trailing spaces, so the engine retrieves anew instead of reusing the question's
+  retrieval;
 - add one text: ``mem.add(text)`` (embedded, durable when it returns) against
   ``collection.add(ids=[...], documents=[text])``.
 
@@ -187,13 +190,20 @@ def run_size(
             note(key, timed(call))
         # After the first memlane search: its embedding cache holds the text now.
         note("memlane search repeated", timed(lambda t=text: mem.search(t, k=K)))
+        # The engine keeps what a query retrieved until the store changes, so the
+        # searches above leave this text's retrieval behind; trailing spaces (which
+        # the analyzer drops) make these texts new to it, so they retrieve anew.
         note(
             "memlane search vector",
-            timed(lambda t=text, v=vec: mem.search(t, k=K, query_embedding=v)),
+            timed(lambda t=text + " ", v=vec: mem.search(t, k=K, query_embedding=v)),
         )
         note(
             "memlane search vector untracked",
-            timed(lambda t=text, v=vec: mem.search(t, k=K, query_embedding=v, track_access=False)),
+            timed(
+                lambda t=text + "  ", v=vec: mem.search(
+                    t, k=K, query_embedding=v, track_access=False
+                )
+            ),
         )
         if col is not None:
             note(

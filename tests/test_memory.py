@@ -137,6 +137,34 @@ def test_query_embedding_skips_the_embedder(make_store: StoreFactory) -> None:
         assert emb.calls == calls + 2
 
 
+def test_a_repeated_question_sees_every_change(make_store: StoreFactory) -> None:
+    """The engine reuses a repeated question's retrieval while nothing changes; each
+    kind of change shows in the very next search, and the scores it returns are
+    computed afresh (access counts included)."""
+    with make_store("s", WordHashEmbedder()) as mem:
+        mem.add_many([{"text": f"garden note {i} about roses"} for i in range(30)])
+        q = "tulip bulbs in the garden"
+
+        def top() -> list[str]:
+            return [h.record.text for h in mem.search(q, k=3, candidates=3)]
+
+        assert "tulip" not in top()[0]
+        tulips = mem.add("tulip bulbs planted in the garden")
+        assert top()[0] == tulips.text
+        mem.update(tulips.id, text="daffodils in the garden")
+        assert tulips.text not in top()
+        moved = mem.supersede(tulips.id, "tulip bulbs in the garden, all of them")
+        assert top()[0] == moved.text
+        mem.delete(moved.id)
+        assert moved.text not in top()
+        mem.wait_indexed()
+        hits = mem.search(q, k=3, explain=True)
+        again = mem.search(q, k=3, explain=True)
+        assert [h.record.id for h in again] == [h.record.id for h in hits]
+        assert [h.record.access_count for h in again] == [h.record.access_count + 1 for h in hits]
+        assert [h.explain["cosine"] for h in again] == [h.explain["cosine"] for h in hits]
+
+
 def test_text_only_store_never_needs_an_embedder(make_store: StoreFactory) -> None:
     with make_store("t", embedder=None) as mem:
         mem.add("the quick brown fox", agent_id="a")

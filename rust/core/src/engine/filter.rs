@@ -118,7 +118,7 @@ pub enum Node {
 }
 
 /// A compiled filter.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Filter {
     root: Node,
 }
@@ -181,6 +181,23 @@ impl Filter {
 
     pub fn root(&self) -> &Node {
         &self.root
+    }
+
+    /// Whether the filter reads a column that searches change (the access
+    /// count and time): what it selects may differ between two searches of
+    /// an unchanged engine.
+    pub fn reads_access(&self) -> bool {
+        fn reads(n: &Node) -> bool {
+            match n {
+                Node::All => false,
+                Node::And(parts) | Node::Or(parts) => parts.iter().any(reads),
+                Node::Not(inner) => reads(inner),
+                Node::Eq(f, _) | Node::In(f, _) | Node::Range(f, _, _) | Node::Exists(f, _) => {
+                    matches!(f, Field::AccessCount | Field::LastAccessedAt)
+                }
+            }
+        }
+        reads(&self.root)
     }
 
     /// Whether the filter accepts every record.

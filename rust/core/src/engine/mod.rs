@@ -8,6 +8,8 @@
 //! - `nearest`: batch near-duplicate checks.
 //! - `search`: the query path; [`crate::fusion`] and [`crate::scoring`] hold
 //!   the formulas.
+//! - `retrievals`: what recent queries retrieved, reused until the engine
+//!   changes.
 //! - `snapshot`: saving and loading the whole engine as one directory.
 //!
 //! Concurrency: methods that change the engine take `&mut self`; searches
@@ -18,6 +20,7 @@ pub mod filter;
 mod nearest;
 pub mod pending;
 pub mod records;
+mod retrievals;
 mod search;
 pub(crate) mod snapshot;
 
@@ -35,6 +38,8 @@ use half::slice::HalfFloatSliceExt;
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use pending::{normalised, Pending};
 use records::Records;
+use retrievals::Retrievals;
+use search::Retrieved;
 
 #[derive(Clone, Debug, Default)]
 pub struct EngineConfig {
@@ -50,6 +55,8 @@ pub struct Engine {
     bm25: Bm25Index,
     hnsw: Option<Hnsw>,
     pending: Pending,
+    /// Emptied by every `&mut self` method.
+    retrievals: Retrievals<Retrieved>,
 }
 
 /// A batch of records to insert or replace.
@@ -100,6 +107,7 @@ impl Engine {
             bm25: Bm25Index::new(config.bm25, config.analyzer),
             pending: Pending::new(config.dim.unwrap_or(0)),
             hnsw,
+            retrievals: Retrievals::default(),
         })
     }
 
@@ -120,6 +128,7 @@ impl Engine {
     /// Sets the search beam width: a search-time setting, so it may differ
     /// from the one a snapshot was saved with.
     pub fn set_ef(&mut self, ef: usize) -> Result<()> {
+        self.retrievals.clear();
         match self.hnsw.as_mut() {
             Some(h) => h.set_ef(ef),
             None => Ok(()),
@@ -290,6 +299,7 @@ impl Engine {
     /// Applies a prepared batch. Vectors are parked for
     /// [`index_pending`](Self::index_pending).
     pub fn apply(&mut self, p: Prepared) -> Result<()> {
+        self.retrievals.clear();
         if p.docs.is_none() {
             if let Some(&id) = p.ids.iter().find(|&&id| !self.contains(id)) {
                 return Err(Error::UnknownId(id));
@@ -333,6 +343,7 @@ impl Engine {
     /// Removes `ids`. Unknown ids are an error (and nothing is removed)
     /// unless `missing_ok`, when they are skipped.
     pub fn remove(&mut self, ids: &[u64], missing_ok: bool) -> Result<usize> {
+        self.retrievals.clear();
         if let Some(id) = first_duplicate(ids) {
             return Err(Error::invalid(format!(
                 "id {id} appears twice in one remove"
@@ -410,6 +421,7 @@ impl Engine {
     /// Stores the last `max` parked vectors in the graph, unlinked and
     /// hidden from its searches (see [`Hnsw::stage`]).
     fn link_start(&mut self, max: usize) -> Result<Option<LinkJob>> {
+        self.retrievals.clear();
         let Some(hnsw) = self.hnsw.as_mut() else {
             return Ok(None);
         };
@@ -439,6 +451,7 @@ impl Engine {
 
     /// Publishes the linked batch and unparks it.
     fn link_finish(&mut self, job: LinkJob) {
+        self.retrievals.clear();
         if let Some(hnsw) = self.hnsw.as_mut() {
             hnsw.publish(job.staged);
             self.pending.truncate_tail(job.n);

@@ -6,9 +6,12 @@
 //! [0, 1]; `hybrid` fuses the two lists by [`Fusion`]. The final score is the
 //! relevance times [`Weights::boost`] (see [`scoring`]).
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
 use super::pending::normalised;
+use super::retrievals::{Key, MAX_CANDIDATES};
 use super::{Engine, Filter};
 use crate::error::{Error, Result};
 use crate::fusion::{self, Fusion};
@@ -84,12 +87,23 @@ pub struct Signals {
     pub score: f64,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Hits {
     pub ids: Vec<u64>,
     pub scores: Vec<f64>,
     /// One per hit when the request asked to explain, else empty.
     pub signals: Vec<Signals>,
+}
+
+/// What a query retrieved, before scoring (see [`super::retrievals`]).
+pub(super) struct Retrieved {
+    /// Candidates in the order first seen: the BM25 list, then the vector list.
+    order: Vec<u64>,
+    cands: FxHashMap<u64, Cand>,
+    text_found: bool,
+    vector_found: bool,
+    /// The query text's BM25 ceiling (0 without BM25 hits).
+    ceiling: f64,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -155,7 +169,50 @@ impl Engine {
         if req.mode == Mode::Text && text.is_none() {
             return Err(Error::invalid("text search needs a non-empty query text"));
         }
+        let weighted = matches!(req.fusion, Fusion::Weighted { .. }) && req.mode == Mode::Hybrid;
+        let fills = (
+            query.is_some() && (weighted || req.explain || req.min_similarity.is_some()),
+            text.is_some() && (weighted || req.explain),
+        );
+        let pool = req.candidates.max(req.k);
+        let key = (!req.filter.is_some_and(Filter::reads_access)).then(|| {
+            Key::new(
+                text,
+                req.vector,
+                req.mode,
+                req.filter,
+                pool,
+                req.current_only,
+                fills,
+            )
+        });
+        let retrieved = match key.as_ref().and_then(|k| self.retrievals.get(k)) {
+            Some(found) => found,
+            None => {
+                let Some(found) = self.retrieve(req, query.as_deref(), text, pool, fills)? else {
+                    return Ok(Hits::default());
+                };
+                let found = Arc::new(found);
+                if let Some(key) = key.filter(|_| found.order.len() <= MAX_CANDIDATES) {
+                    self.retrievals.put(key, Arc::clone(&found));
+                }
+                found
+            }
+        };
+        Ok(self.score(req, query.is_some(), &retrieved))
+    }
 
+    /// The candidates of both retrievers with their signals (`fills`: which
+    /// signals to complete for every candidate: cosine, BM25), or None when
+    /// the filter selects nothing.
+    fn retrieve(
+        &self,
+        req: &SearchRequest<'_>,
+        query: Option<&[f32]>,
+        text: Option<&str>,
+        pool: usize,
+        fills: (bool, bool),
+    ) -> Result<Option<Retrieved>> {
         // The candidate set, shared by both retrievers. Superseded records
         // are few: they leave a selection, and without one each retriever
         // is asked for more hits, of which the superseded are dropped
@@ -180,9 +237,8 @@ impl Engine {
             .as_ref()
             .map(|s| s.slots.iter().map(|&slot| self.records.id(slot)).collect());
         if allowed_ids.as_ref().is_some_and(Vec::is_empty) {
-            return Ok(Hits::default());
+            return Ok(None);
         }
-        let pool = req.candidates.max(req.k);
 
         let text_hits = match text {
             Some(t) if req.mode != Mode::Vector => {
@@ -196,7 +252,7 @@ impl Engine {
             }
             _ => Vec::new(),
         };
-        let vector_hits = match &query {
+        let vector_hits = match query {
             Some(q) if req.mode != Mode::Text => self.current_hits(
                 pool,
                 extra,
@@ -224,24 +280,29 @@ impl Engine {
             c.cosine = Some(cos);
             c.vector_rank = Some(rank as u32 + 1);
         }
-
-        let weighted = matches!(req.fusion, Fusion::Weighted { .. }) && req.mode == Mode::Hybrid;
-        if let Some(q) = &query {
-            if weighted || req.explain || req.min_similarity.is_some() {
-                self.fill_cosines(q, &order, &mut cands)?;
-            }
+        if let (Some(q), true) = (query, fills.0) {
+            self.fill_cosines(q, &order, &mut cands)?;
         }
-        if let Some(t) = text {
-            if weighted || req.explain {
-                self.fill_bm25(t, &order, &mut cands);
-            }
+        if let (Some(t), true) = (text, fills.1) {
+            self.fill_bm25(t, &order, &mut cands);
         }
-
         let ceiling = match text {
             Some(t) if !text_hits.is_empty() => self.bm25.ceiling(t),
             _ => 0.0,
         };
-        let lists = usize::from(!text_hits.is_empty()) + usize::from(!vector_hits.is_empty());
+        Ok(Some(Retrieved {
+            order,
+            cands,
+            text_found: !text_hits.is_empty(),
+            vector_found: !vector_hits.is_empty(),
+            ceiling,
+        }))
+    }
+
+    /// Scores what a query retrieved, cuts to `k` and records the access.
+    fn score(&self, req: &SearchRequest<'_>, has_query: bool, found: &Retrieved) -> Hits {
+        let ceiling = found.ceiling;
+        let lists = usize::from(found.text_found) + usize::from(found.vector_found);
         let relevance = |c: &Cand| -> f64 {
             let cos = || fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
             let bm = || fusion::bm25_relevance(c.bm25.map_or(0.0, f64::from), ceiling);
@@ -251,18 +312,16 @@ impl Engine {
                 (Mode::Hybrid, Fusion::Rrf { k }) => {
                     fusion::rrf(&[c.bm25_rank, c.vector_rank], k, lists)
                 }
-                (Mode::Hybrid, Fusion::Weighted { alpha }) => fusion::weighted(
-                    query.is_some().then(cos),
-                    (!text_hits.is_empty()).then(bm),
-                    alpha,
-                ),
+                (Mode::Hybrid, Fusion::Weighted { alpha }) => {
+                    fusion::weighted(has_query.then(cos), found.text_found.then(bm), alpha)
+                }
             }
         };
 
         let r = &self.records;
-        let mut pool: Vec<(u64, u32, &Cand)> = Vec::with_capacity(order.len());
-        for id in order {
-            let (Some(c), Some(slot)) = (cands.get(&id), r.slot(id)) else {
+        let mut pool: Vec<(u64, u32, &Cand)> = Vec::with_capacity(found.order.len());
+        for &id in &found.order {
+            let (Some(c), Some(slot)) = (found.cands.get(&id), r.slot(id)) else {
                 continue;
             };
             if let Some(min) = req.min_similarity {
@@ -315,7 +374,7 @@ impl Engine {
                 }
             }
         }
-        Ok(Hits {
+        Hits {
             ids: scored.iter().map(|(id, _)| *id).collect(),
             scores: scored.iter().map(|(_, s)| s.score).collect(),
             signals: if req.explain {
@@ -323,7 +382,7 @@ impl Engine {
             } else {
                 Vec::new()
             },
-        })
+        }
     }
 
     /// A retriever's `pool` best hits among current records, `closed` of its

@@ -173,6 +173,7 @@ impl Engine {
                 bm25,
                 hnsw,
                 pending,
+                retrievals: Default::default(),
             },
             seq,
         ))

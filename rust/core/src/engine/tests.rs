@@ -426,3 +426,93 @@ fn a_dotted_metadata_key_is_not_a_nested_path() {
         vec![1]
     );
 }
+
+/// A search asked again takes its retrieval from the cache and scores it
+/// afresh: after the first search recorded its accesses, the second one's
+/// scores are those of an engine that retrieves anew.
+#[test]
+fn a_repeated_search_reuses_its_retrieval_and_scores_afresh() {
+    let (cached, mut fresh) = (three(), three());
+    let q = [0.8, 0.6];
+    let mut r = request(Some("dark mode"), Some(&q), Mode::Hybrid);
+    r.touch = true;
+    r.rate = 0.01;
+    r.weights = Weights::resolve(Some(1.0), Some(0.5), Some(0.5)).unwrap();
+    let first = cached.search(&r).unwrap();
+    assert_eq!(first, fresh.search(&r).unwrap());
+    assert_eq!(cached.retrievals.len(), 1);
+    r.now += HOUR;
+    let again = cached.search(&r).unwrap();
+    fresh.set_ef(fresh.ef().unwrap()).unwrap(); // any change empties the cache
+    assert_eq!(fresh.retrievals.len(), 0);
+    assert_eq!(again, fresh.search(&r).unwrap());
+    assert_eq!(cached.retrievals.len(), 1);
+    // Asked otherwise (another pool, mode or text), it retrieves anew.
+    r.candidates = 7;
+    cached.search(&r).unwrap();
+    r.mode = Mode::Text;
+    cached.search(&r).unwrap();
+    assert_eq!(cached.retrievals.len(), 3);
+}
+
+#[test]
+fn every_change_to_the_engine_is_seen_by_a_repeated_search() {
+    let mut e = three();
+    let q = [1.0, 0.0];
+    // One candidate per list: a stale retrieval would hold none of the new hits.
+    let mut r = request(Some("dark mode"), Some(&q), Mode::Hybrid);
+    (r.k, r.candidates) = (1, 1);
+    assert_eq!(e.search(&r).unwrap().ids, [1]);
+    e.remove(&[1], false).unwrap();
+    assert_eq!(e.search(&r).unwrap().ids.len(), 1);
+    assert_ne!(e.search(&r).unwrap().ids, [1]);
+    let texts = vec!["dark mode everywhere".to_string()];
+    e.upsert(Batch {
+        ids: &[9],
+        texts: Some(&texts),
+        vectors: Some(&[1.0, 0.0]),
+        attrs: &[attrs("a", 0.5, 100.0 * HOUR, false)],
+    })
+    .unwrap();
+    let parked = e.search(&r).unwrap();
+    assert_eq!(parked.ids[0], 9);
+    e.index_pending(usize::MAX).unwrap();
+    let linked = e.search(&r).unwrap();
+    assert_eq!(linked.ids, parked.ids);
+    // Superseding (an upsert of attributes) leaves current searches.
+    let mut closed = attrs("a", 0.5, 100.0 * HOUR, false);
+    closed.valid_to = Some(1.0);
+    e.upsert(Batch {
+        ids: &[9],
+        texts: None,
+        vectors: None,
+        attrs: &[closed],
+    })
+    .unwrap();
+    r.current_only = true;
+    let current = e.search(&r).unwrap().ids;
+    assert_eq!(current.len(), 1);
+    assert_ne!(current, [9]);
+}
+
+/// Searches change the access columns without `&mut`: a filter on them is
+/// evaluated every time.
+#[test]
+fn a_filter_on_accesses_is_never_answered_from_the_cache() {
+    let e = three();
+    let f = Filter::parse(r#"{"access_count": {"$lt": 1}}"#, &e.records).unwrap();
+    assert!(f.reads_access());
+    assert!(!Filter::parse(r#"{"agent_id": "a"}"#, &e.records)
+        .unwrap()
+        .reads_access());
+    let q = [1.0, 0.0];
+    let mut r = request(Some("dark mode"), Some(&q), Mode::Hybrid);
+    r.filter = Some(&f);
+    r.k = 1;
+    r.touch = true;
+    let first = e.search(&r).unwrap().ids;
+    let second = e.search(&r).unwrap().ids;
+    assert_eq!(first.len(), 1);
+    assert_ne!(first, second, "the hit touched first has an access now");
+    assert_eq!(e.retrievals.len(), 0);
+}

@@ -1,0 +1,179 @@
+//! What recent queries retrieved, reused while the engine is unchanged.
+//!
+//! A search has two parts. Retrieval (the filter's selection, the BM25 and
+//! vector lists, the signals filled in for fusion) reads the indexes and
+//! depends only on the query and the engine's contents. Scoring reads the
+//! candidates' columns, access times included, which every search may
+//! change. A query asked again while the engine is unchanged takes its
+//! retrieval from here and runs only the scoring: it touches the columns of
+//! some hundred candidates instead of walking the graph and the postings,
+//! whose cache lines an embedding run in between has usually evicted.
+//!
+//! Every method that changes the engine (`&mut self`) empties the cache; so
+//! do filters that read access columns, which searches change through
+//! `&self` (they bypass it, see [`Filter::reads_access`]).
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rustc_hash::FxHasher;
+
+use super::search::Mode;
+use super::Filter;
+
+/// Queries remembered; a lookup compares hashes first, so a linear scan of
+/// this many costs well under a microsecond.
+const CAPACITY: usize = 64;
+
+/// Retrievals of more candidates than this are not kept (a caller asking
+/// for huge pools would fill memory for little gain).
+pub(super) const MAX_CANDIDATES: usize = 4096;
+
+/// Everything a retrieval depends on besides the engine's contents.
+#[derive(PartialEq)]
+pub(super) struct Key {
+    hash: u64,
+    text: Option<Box<str>>,
+    /// The query vector's bits, as given (before normalising).
+    vector: Option<Box<[u32]>>,
+    mode: Mode,
+    filter: Option<Filter>,
+    pool: usize,
+    current_only: bool,
+    /// Which lists' signals were completed for every candidate.
+    fills: (bool, bool),
+}
+
+impl Key {
+    pub(super) fn new(
+        text: Option<&str>,
+        vector: Option<&[f32]>,
+        mode: Mode,
+        filter: Option<&Filter>,
+        pool: usize,
+        current_only: bool,
+        fills: (bool, bool),
+    ) -> Self {
+        let vector: Option<Box<[u32]>> = vector.map(|v| v.iter().map(|x| x.to_bits()).collect());
+        let mut h = FxHasher::default();
+        (text, &vector, pool, current_only, fills).hash(&mut h);
+        Key {
+            hash: h.finish(),
+            text: text.map(Into::into),
+            vector,
+            mode,
+            filter: filter.cloned(),
+            pool,
+            current_only,
+            fills,
+        }
+    }
+}
+
+/// The most recently used retrievals, newest first.
+pub(super) struct Retrievals<T> {
+    entries: Mutex<VecDeque<(Key, Arc<T>)>>,
+}
+
+impl<T> Default for Retrievals<T> {
+    fn default() -> Self {
+        Retrievals {
+            entries: Mutex::new(VecDeque::with_capacity(CAPACITY)),
+        }
+    }
+}
+
+impl<T> Retrievals<T> {
+    pub(super) fn get(&self, key: &Key) -> Option<Arc<T>> {
+        let mut entries = self.entries.lock();
+        let at = entries
+            .iter()
+            .position(|(k, _)| k.hash == key.hash && k == key)?;
+        let entry = entries.remove(at)?;
+        let found = Arc::clone(&entry.1);
+        entries.push_front(entry);
+        Some(found)
+    }
+
+    pub(super) fn put(&self, key: Key, value: Arc<T>) {
+        let mut entries = self.entries.lock();
+        if let Some(at) = entries.iter().position(|(k, _)| k == &key) {
+            entries.remove(at);
+        }
+        if entries.len() == CAPACITY {
+            entries.pop_back();
+        }
+        entries.push_front((key, value));
+    }
+
+    /// Forgets everything: the engine changed.
+    pub(super) fn clear(&mut self) {
+        self.entries.get_mut().clear();
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(text: &str, v: f32) -> Key {
+        Key::new(
+            Some(text),
+            Some(&[v, 1.0]),
+            Mode::Hybrid,
+            None,
+            50,
+            true,
+            (true, true),
+        )
+    }
+
+    #[test]
+    fn finds_only_an_equal_key_and_forgets_the_least_recent() {
+        let mut r: Retrievals<u32> = Retrievals::default();
+        r.put(key("a", 0.0), Arc::new(1));
+        assert_eq!(r.get(&key("a", 0.0)).as_deref(), Some(&1));
+        assert!(
+            r.get(&key("a", -0.0)).is_none(),
+            "bits, not values, are compared"
+        );
+        assert!(r.get(&key("b", 0.0)).is_none());
+        let other_pool = Key::new(
+            Some("a"),
+            Some(&[0.0, 1.0]),
+            Mode::Hybrid,
+            None,
+            51,
+            true,
+            (true, true),
+        );
+        assert!(r.get(&other_pool).is_none());
+        let other_mode = Key::new(
+            Some("a"),
+            Some(&[0.0, 1.0]),
+            Mode::Text,
+            None,
+            50,
+            true,
+            (true, true),
+        );
+        assert!(r.get(&other_mode).is_none());
+        for i in 1..CAPACITY {
+            r.put(key(&i.to_string(), 0.0), Arc::new(i as u32));
+        }
+        // "a" was used last before the others went in: it is the oldest now.
+        r.put(key("new", 0.0), Arc::new(0));
+        assert_eq!(r.len(), CAPACITY);
+        assert!(r.get(&key("a", 0.0)).is_none());
+        assert_eq!(r.get(&key("1", 0.0)).as_deref(), Some(&1));
+        r.clear();
+        assert_eq!(r.len(), 0);
+    }
+}
