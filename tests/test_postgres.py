@@ -626,9 +626,31 @@ def test_a_tenants_ids_are_its_own(pg_server: PgServer, tmp_path: Path) -> None:
         alice.export_jsonl(path)
         exported = [json.loads(line) for line in path.read_text().splitlines()]
         assert {e["id"] for e in exported if "id" in e} >= {"plan", "x/plan", "old"}
+        # Knowledge: the same source in two tenants makes two documents.
+        for mem in (alice, bob):
+            mem.ingest_text("Roses need sun. Tulips need frost.", source="inline:g", shared=True)
+        docs = {m: m.list_documents() for m in (alice, bob)}
+        assert [len(d) for d in docs.values()] == [1, 1]
+        assert docs[alice][0].id == docs[bob][0].id
+        assert alice.get_fragments(docs[alice][0].id)
+        assert alice.search_knowledge("tulips")[0].record.user_id == "alice"
+        assert bob.remove_document(docs[bob][0].id) >= 1
+        assert alice.list_documents() == docs[alice]
     finally:
         for mem in (alice, bob, odd):
             mem.close()
+    carol = Memory(base + "&tenant=user_id:carol", emb, default_scope={"user_id": "carol"})
+    with carol:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        moved = tmp_path / "to-carol.jsonl"
+        for row in rows:
+            row.get("history", row)["user_id"] = "carol"
+        moved.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        assert carol.import_jsonl(moved) == len(alice_ids := {r["id"] for r in rows if "text" in r})
+        assert {r.id for r in carol.list(limit=100)} == alice_ids
+        assert carol.get("x/plan").text == "alice's other plan"
+        events = [(v.record.id, v.event, v.ended) for v in carol.history("plan")]
+        assert events[:2] == [("plan", "add", "update"), ("plan", "update", "supersede")]
     with Memory(u, emb) as admin:
         ids = {r.id for r in admin.list(limit=100)}
         assert {"user_id:bob/plan", "user_id:alice/x/plan", "user_id:alice%2Fx/plan"} <= ids
