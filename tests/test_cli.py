@@ -361,7 +361,7 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     for part in ("1. shared knowledge", "2. memories", "3. hybrid search", "4. scoped recall"):
         assert part in out
-    assert "5. knowledge search" in out and "6. why" in out and "latency" in out
+    assert "5. knowledge search" in out and "6. why" in out and "7. a repeated question" in out
     assert "[fragments]" in out and "agent=assistant user=bob" in out
     stats = run_json(capsys, "stats", "--store", str(keep))
     assert stats["tables"]["fragments"] > 0 and stats["tables"]["documents"] >= 3
