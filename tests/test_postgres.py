@@ -655,6 +655,8 @@ def test_a_tenants_ids_are_its_own(pg_server: PgServer, tmp_path: Path) -> None:
         ids = {r.id for r in admin.list(limit=100)}
         assert {"user_id:bob/plan", "user_id:alice/x/plan", "user_id:alice%2Fx/plan"} <= ids
         assert admin.get("user_id:bob/plan").text == "bob's plan"
+        # Changed by the tenant, a record keeps the id it was stored under.
+        assert admin.get("old").text == "changed by alice"
 
 
 def test_a_tenant_and_an_unbound_connection_keep_their_own_snapshots(

@@ -322,11 +322,13 @@ class SQLStore(abc.ABC):
             self._cache.put(rows)
 
     def replace(self, conn: Any, rows: Sequence[Row]) -> None:
-        sets = ", ".join(f"{c} = ?" for c in COLUMNS[1:])
+        """Rewrites rows in place: every field but the rowid and the id (a record keeps
+        its id, and its stored form: see :meth:`_stored_id`)."""
+        sets = ", ".join(f"{c} = ?" for c in COLUMNS[2:])
         q = self._q(f"UPDATE {self._p}records SET {sets} WHERE rowid = ?")
-        for r, stored in zip(rows, self._stored_rows(rows), strict=True):
+        for r in rows:
             with self._refusals():
-                changed = conn.execute(q, (*stored[1:], stored[0])).rowcount
+                changed = conn.execute(q, (*r[2:], r[0])).rowcount
             if changed == 0:
                 by = " (deleted by another process)" if self.shared else ""
                 raise UnknownIdError(f"no memory with id {r[1]!r}{by}")
