@@ -398,7 +398,7 @@ class SQLStore(abc.ABC):
         """Adds history entries as given (an import's)."""
         rows = []
         for row, event, at, actor, next_id in entries:
-            stored = self._stored_rows([row])[0]
+            stored = row._replace(id=self._stored_id(row.id))
             successor = None if next_id is None else self._stored_id(next_id)
             columns = (getattr(stored, c) for c in HISTORY_COLUMNS)
             rows.append((*columns, event, at, actor, successor))

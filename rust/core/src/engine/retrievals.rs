@@ -34,6 +34,7 @@ pub(super) const MAX_CANDIDATES: usize = 4096;
 /// Everything a retrieval depends on besides the engine's contents.
 #[derive(PartialEq)]
 pub(super) struct Key {
+    /// First, so the derived equality rejects most keys on it alone.
     hash: u64,
     text: Option<Box<str>>,
     /// The query vector's bits, as given (before normalising).
@@ -88,9 +89,8 @@ impl<T> Default for Retrievals<T> {
 impl<T> Retrievals<T> {
     pub(super) fn get(&self, key: &Key) -> Option<Arc<T>> {
         let mut entries = self.entries.lock();
-        let at = entries
-            .iter()
-            .position(|(k, _)| k.hash == key.hash && k == key)?;
+        // The derived equality compares the hashes first.
+        let at = entries.iter().position(|(k, _)| k == key)?;
         let entry = entries.remove(at)?;
         let found = Arc::clone(&entry.1);
         entries.push_front(entry);
@@ -124,12 +124,16 @@ mod tests {
     use super::*;
 
     fn key(text: &str, v: f32) -> Key {
+        key_of(text, v, Mode::Hybrid, 50)
+    }
+
+    fn key_of(text: &str, v: f32, mode: Mode, pool: usize) -> Key {
         Key::new(
             Some(text),
             Some(&[v, 1.0]),
-            Mode::Hybrid,
+            mode,
             None,
-            50,
+            pool,
             true,
             (true, true),
         )
@@ -145,26 +149,8 @@ mod tests {
             "bits, not values, are compared"
         );
         assert!(r.get(&key("b", 0.0)).is_none());
-        let other_pool = Key::new(
-            Some("a"),
-            Some(&[0.0, 1.0]),
-            Mode::Hybrid,
-            None,
-            51,
-            true,
-            (true, true),
-        );
-        assert!(r.get(&other_pool).is_none());
-        let other_mode = Key::new(
-            Some("a"),
-            Some(&[0.0, 1.0]),
-            Mode::Text,
-            None,
-            50,
-            true,
-            (true, true),
-        );
-        assert!(r.get(&other_mode).is_none());
+        assert!(r.get(&key_of("a", 0.0, Mode::Hybrid, 51)).is_none());
+        assert!(r.get(&key_of("a", 0.0, Mode::Text, 50)).is_none());
         for i in 1..CAPACITY {
             r.put(key(&i.to_string(), 0.0), Arc::new(i as u32));
         }
