@@ -39,9 +39,11 @@ CACHE = REPO / "benches" / ".cache"
 DIM = 384
 K = 10
 RELEVANCE_ONLY = {"relevance": 1.0}
-# The same f16 vectors against the same f32 query: only the order of the sums differs
-# between the parked scan, the graph's kernels and numpy (measured: under 5e-6).
-COSINE_TOL = 1e-5
+# The same f16 vectors against the same f32 query: the order of the sums differs
+# between the parked scan, the graph's kernels and numpy (under 5e-6), and the engine's
+# normalising and numpy's may round a component to neighbouring half floats, each such
+# step moving a cosine by some 6e-6 (measured: 1.2e-5 once in 200 queries).
+COSINE_TOL = 5e-5
 
 
 @cache
@@ -315,14 +317,16 @@ def test_a_store_of_200k_memories_round_trips_through_snapshot_and_reopen(
     texts, batches = tiled(n, batch)
     corpus_texts, corpus_vectors = corpus()
     rng = np.random.default_rng(7)
-    picks = rng.choice(len(corpus_texts), size=40, replace=False)
+    # 200 queries: the recall below is a share of them, and one query in a hundred
+    # or so may miss its neighbours altogether (see there), too few to judge by 40.
+    picks = rng.choice(len(corpus_texts), size=200, replace=False)
     queries = perturbed(corpus_vectors[picks], seed=8)
     query_texts = [corpus_texts[i] for i in picks]
     scoped = {"agent_id": "agent7"}
 
     def searches(m: Memory) -> list[Any]:
         out: list[Any] = [vector_hits(m, queries), vector_hits(m, queries, **scoped)]
-        for text, q in zip(query_texts, queries, strict=True):
+        for text, q in zip(query_texts[:40], queries[:40], strict=True):
             for scope in ({}, scoped):
                 hits = m.search(text, k=K, query_embedding=q, **scope)
                 out.append([(h.record.id, h.score) for h in hits])
@@ -348,6 +352,11 @@ def test_a_store_of_200k_memories_round_trips_through_snapshot_and_reopen(
     assert before_counts == [n, n, n // agents, n // agents, n // agents]
     # The graph built on all cores finds the exact nearest of 200k (the vectors as
     # stored, in half floats) nearly as well as at 30k (measured: 0.98-0.998 on WordNet).
+    # On the stand-in vectors (300 tight clusters, far apart) a search with the default
+    # beam (64) sometimes stays in the wrong cluster and finds none of the ten; hnswlib
+    # does the same with the same settings (measured over 400 queries, 2 runs each:
+    # 3-4 such queries, recall 0.989-0.992; hnswlib 3-5, 0.986-0.990). Of 40 queries,
+    # two such misses made 0.9475, under the bound in one CI run.
     stored = as_stored(np.concatenate(batches))
     want = [[ids[r] for r in top] for top in exact_top(stored, queries, K)]
     assert recall(before[0], want) >= 0.95

@@ -434,9 +434,7 @@ impl Engine {
         hnsw.reserve(self.pending.len());
         let drains = ids.len() == self.pending.len();
         let mut staged = hnsw.stage(ids, data)?;
-        if !drains {
-            hnsw.defer_check(&mut staged);
-        }
+        hnsw.plan_check(&mut staged, !drains);
         Ok(Some(LinkJob {
             staged,
             n: ids.len(),

@@ -15,7 +15,7 @@ mod search;
 mod storage;
 
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use rayon::prelude::*;
@@ -130,8 +130,11 @@ pub struct Hnsw {
     /// Packed `Entry` (slot << 8 | level), or NO_ENTRY.
     entry: AtomicU64,
     top_lock: Mutex<()>,
-    /// Nodes linked since the last reachability pass (see [`Hnsw::defer_check`]).
+    /// Nodes linked since the last reachability pass (see [`Hnsw::plan_check`]).
     unchecked: AtomicUsize,
+    /// Whether a batch put its pass off for the batches that follow it: the
+    /// last of them runs it, however small (see [`Hnsw::plan_check`]).
+    put_off: AtomicBool,
 }
 
 /// The largest norm a vector may have when it is stored as given (the `ip`
@@ -298,6 +301,7 @@ impl Hnsw {
             entry: AtomicU64::new(NO_ENTRY),
             top_lock: Mutex::new(()),
             unchecked: AtomicUsize::new(0),
+            put_off: AtomicBool::new(false),
         })
     }
 
@@ -522,24 +526,34 @@ impl Hnsw {
     /// Runs the reachability pass that batches put off, if any (before a
     /// save, so that a stored graph has every node reachable).
     pub(crate) fn settle(&self) {
+        self.put_off.store(false, Ordering::Release);
         if self.unchecked.swap(0, Ordering::AcqRel) > 0 {
             self.reconnect(&Allowed::new(self.graph.slots(), std::iter::empty()));
         }
     }
 
-    /// Lets a staged batch skip the reachability pass when more batches
-    /// follow and the nodes linked since the last pass are under an eighth
-    /// of the graph. The pass walks every node, so after each batch of a
-    /// long load it made linking quadratic (a 1M store linked 3.7k/s). The
-    /// nodes it would reconnect stay unreachable until the next pass, which
-    /// comes at the latest with the batch that empties the backlog. A batch
-    /// that reuses slots keeps its pass: unlinking needs it.
-    pub(crate) fn defer_check(&self, staged: &mut Staged) {
-        if staged.reused.is_empty()
+    /// Decides whether a staged batch of a backlog ends with the reachability
+    /// pass. One that more batches follow skips it when the nodes linked
+    /// since the last pass are under an eighth of the graph: the pass walks
+    /// every node, so after each batch of a long load it made linking
+    /// quadratic (a 1M store linked 3.7k/s). The batch that empties the
+    /// backlog runs the pass put off, whatever its size; without it, the
+    /// nodes the skipped passes would have reconnected stayed unreachable
+    /// until the next save whenever the last batch was a small one (a
+    /// cluster of a 200k store missed by every search, measured when other
+    /// work slowed linking). A batch that reuses slots keeps its pass:
+    /// unlinking needs it.
+    pub(crate) fn plan_check(&self, staged: &mut Staged, more_follow: bool) {
+        if !more_follow {
+            if self.put_off.load(Ordering::Acquire) {
+                staged.check = true;
+            }
+        } else if staged.reused.is_empty()
             && self.unchecked.load(Ordering::Relaxed) + staged.plan.len()
                 < self.graph.slots() / DEFERRED_CHECK_SHARE
         {
             staged.check = false;
+            self.put_off.store(true, Ordering::Release);
         }
     }
 
@@ -584,7 +598,7 @@ impl Hnsw {
             rest.iter().for_each(link);
         }
         // A full pass over the graph: only after batches large enough to pay
-        // for it many times over (see `defer_check`), or after unlinking,
+        // for it many times over (see `plan_check`), or after unlinking,
         // which made one anyway and is what strands nodes (their links in
         // came from reused slots).
         if *check {
@@ -594,6 +608,9 @@ impl Hnsw {
 
     /// The last step of [`Hnsw::add`]: the staged ids join the index.
     pub(crate) fn publish(&mut self, staged: Staged) {
+        if staged.check {
+            *self.put_off.get_mut() = false;
+        }
         let unchecked = self.unchecked.get_mut();
         *unchecked = if staged.check {
             0

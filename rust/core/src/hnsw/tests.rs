@@ -338,15 +338,15 @@ fn a_deferred_reachability_pass_runs_with_the_last_batch_or_before_a_save() {
     let dim = 16;
     let (mut h, _, _) = build(Metric::L2, 2000, dim);
     let victim = if h.entry().unwrap().slot == 7 { 8 } else { 7 };
-    let more = clustered(400, dim, 20, 99);
-    // Adds rows of `more` as a batch that more batches follow; returns
-    // whether it ran the pass.
-    let add = |h: &mut Hnsw, rows: std::ops::Range<usize>| {
+    let more = clustered(420, dim, 20, 99);
+    // Adds rows of `more` as one batch of a backlog (`last`: the batch that
+    // empties it); returns whether it ran the pass.
+    let add = |h: &mut Hnsw, rows: std::ops::Range<usize>, last: bool| {
         let ids: Vec<u64> = rows.clone().map(|i| 10_000 + i as u64).collect();
         let mut staged = h
             .stage(&ids, &more[rows.start * dim..rows.end * dim])
             .unwrap();
-        h.defer_check(&mut staged);
+        h.plan_check(&mut staged, !last);
         let checked = staged.check;
         h.link_staged(&staged);
         h.publish(staged);
@@ -355,7 +355,7 @@ fn a_deferred_reachability_pass_runs_with_the_last_batch_or_before_a_save() {
 
     // A batch under an eighth of the graph, with more to come: no pass.
     cut_off(&h, victim);
-    assert!(!add(&mut h, 0..100));
+    assert!(!add(&mut h, 0..100, false));
     assert_eq!(links_into(&h, victim), 0);
     // Saving settles what was put off.
     let dir = std::env::temp_dir().join(format!("memlane-deferred-{}", std::process::id()));
@@ -363,12 +363,22 @@ fn a_deferred_reachability_pass_runs_with_the_last_batch_or_before_a_save() {
     h.save(&dir.join("hnsw.bin")).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(links_into(&h, victim) >= 1);
+    // Nothing is left put off: a small last batch has no pass to run.
+    assert!(!add(&mut h, 100..105, true));
 
     // Batches put off until those linked since the last pass reach an eighth
     // (300 of 2,400).
     cut_off(&h, victim);
-    assert!(!add(&mut h, 100..250));
-    assert!(add(&mut h, 250..400));
+    assert!(!add(&mut h, 105..250, false));
+    assert!(add(&mut h, 250..400, false));
+    assert!(links_into(&h, victim) >= 1);
+
+    // The last batch of a backlog runs the pass its batches put off, however
+    // small (under the size that runs a pass of its own).
+    cut_off(&h, victim);
+    assert!(!add(&mut h, 400..415, false));
+    assert_eq!(links_into(&h, victim), 0);
+    assert!(add(&mut h, 415..420, true));
     assert!(links_into(&h, victim) >= 1);
 }
 
