@@ -503,7 +503,17 @@ def test_schema_is_versioned_and_idempotent(pg_server: PgServer) -> None:
     Memory(u, None).close()
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
         versions = conn.execute(f"SELECT version FROM {schema}.migrations ORDER BY 1").fetchall()
-        assert versions == [(1,), (2,), (3,)]
+        assert versions == [(1,), (2,), (3,), (4,)]
+        # A store of the previous release (schema 3) is brought up to date at open.
+        conn.execute(f"DROP POLICY tenant ON {schema}.recent")
+        conn.execute(f"ALTER TABLE {schema}.recent DISABLE ROW LEVEL SECURITY")
+        conn.execute(f"DELETE FROM {schema}.migrations WHERE version = 4")
+    Memory(u, None).close()
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT relrowsecurity FROM pg_class WHERE oid = %s::regclass", (f"{schema}.recent",)
+        ).fetchone()
+        assert row == (True,)
         conn.execute(f"INSERT INTO {schema}.migrations (version) VALUES (99)")
     with pytest.raises(StorageError, match="upgrade memlane"):
         Memory(u, None)
@@ -584,6 +594,36 @@ def test_row_level_security_confines_a_tenant(pg_server: PgServer) -> None:
     for bad in ("user_id", "colour:red", "user_id:"):
         with pytest.raises(InvalidArgumentError, match="tenant"):
             Memory(f"{u}&tenant={bad}", None)
+
+
+def test_a_tenant_sees_only_its_own_dedup_window_keys(pg_server: PgServer) -> None:
+    """The window's keys carry scope values, message ids and contacts: a tenant reads
+    those of its own records only, and its window still works, across a reopen."""
+    u = url(pg_server, "rls_recent")
+    schema = PostgresTarget.parse(u).schema
+    emb = WordHashEmbedder()
+    with Memory(u, emb) as admin:
+        for who in ("alice", "bob"):
+            admin.add(f"{who} says hi", user_id=who, metadata={"message_id": 1, "contact": who})
+            admin.add("hi", user_id=who, metadata={"source": "tg", "contact": f"{who}-phone"})
+    worker = worker_url(pg_server, schema)
+    with psycopg.connect(worker.split("?")[0]) as conn:
+        conn.execute("SELECT set_config('memlane.tenant_field', 'user_id', false)")
+        conn.execute("SELECT set_config('memlane.tenant', 'alice', false)")
+        keys = [r[0] for r in conn.execute(f"SELECT key FROM {schema}.recent")]
+    assert len(keys) == 2 and all("alice" in k and "bob" not in k for k in keys)
+    alice_url = worker + "&tenant=user_id:alice"
+    with Memory(alice_url, emb, default_scope={"user_id": "alice"}) as alice:
+        assert sorted(k for k, _, _ in alice._db.recent(0)) == sorted(keys)
+        first = alice.add("alice's own", metadata={"message_id": 2})
+        assert alice.add("again", metadata={"message_id": 2}).duplicate == "window"
+        # Bob's message 1 is not alice's: hers is found, his stays unseen.
+        hers = alice.add("x", metadata={"message_id": 1, "contact": "alice"})
+        assert hers.duplicate == "window" and alice.get(hers.id).user_id == "alice"
+    with Memory(alice_url, emb, default_scope={"user_id": "alice"}) as alice:
+        assert alice.add("once more", metadata={"message_id": 2}).id == first.id
+    with Memory(worker, emb) as unbound:
+        assert len(unbound._db.recent(0)) == 5
 
 
 def test_a_tenants_ids_are_its_own(pg_server: PgServer, tmp_path: Path) -> None:

@@ -134,6 +134,17 @@ _MIGRATIONS = (
     CREATE INDEX history_next ON {s}.history (next_id);
     """
     + _tenant_policy("history"),
+    # The dedup window's keys hold scope values, message ids and contacts: a tenant
+    # sees a key only while it sees the record the key names. (Tombstones hold a
+    # rowid and a sequence number, nothing of a record, and every follower replays
+    # them, so they stay visible.)
+    """
+    ALTER TABLE {s}.recent ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY tenant ON {s}.recent USING (
+        coalesce(current_setting('memlane.tenant', true), '') = ''
+        OR EXISTS (SELECT 1 FROM {s}.records r WHERE r.id = recent.id)
+    );
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
