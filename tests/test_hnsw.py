@@ -1404,6 +1404,24 @@ IndexMachine.TestCase.settings = settings(
 test_random_operations = IndexMachine.TestCase
 
 
+def test_stored_copies_do_not_trap_a_search() -> None:
+    """The sequence the state machine above found (its vectors, drawn from the seeds):
+    after ids are added again, 2 and 3 hold the same vector, and their links held only
+    each other, so a search that came down on them returned those two of 14, with ef
+    covering the whole index."""
+    machine = IndexMachine()
+    machine.start(metric="cosine")
+    steps = [([10, 11, 13], 0), ([0], 0), ([0, 9, 12], 0), (list(range(9)), 3864572)]
+    for ids, seed in [*steps, ([0], 0), ([0, 2], 2740)]:
+        machine.add(ids=ids, seed=seed)
+    assert np.array_equal(machine.model[2], machine.model[3])
+    queries = machine._vectors(3, 0) + 0.25
+    labels, _ = machine.index.search(queries, k=len(machine.model), ef=200)
+    for row in labels:
+        assert sorted(row.tolist()) == sorted(machine.model)
+    machine.search(seed=0, k=3, filtered=False)
+
+
 def test_len_contains_and_ids_agree() -> None:
     index = HnswIndex(dim=2, metric="l2")
     assert len(index) == 0

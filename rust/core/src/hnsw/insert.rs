@@ -39,7 +39,7 @@ impl Hnsw {
             sc.cands.sort_unstable();
             let mut selected = std::mem::take(&mut sc.selected);
             let cands = std::mem::take(&mut sc.cands);
-            self.select_neighbors(&cands, self.graph.m(), &mut selected, &mut sc.base);
+            self.select_neighbors(&cands, self.graph.m(), slot, &mut selected, &mut sc.base);
             sc.cands = cands;
             {
                 // Nodes linked in parallel may already have added themselves
@@ -60,7 +60,7 @@ impl Hnsw {
                 if merged.len() > max {
                     merged.sort_unstable();
                     let all = std::mem::take(&mut merged);
-                    self.select_neighbors(&all, max, &mut merged, &mut sc.base);
+                    self.select_neighbors(&all, max, slot, &mut merged, &mut sc.base);
                 }
                 sc.links.clear();
                 sc.links.extend(merged.iter().map(|c| c.slot));
@@ -79,20 +79,47 @@ impl Hnsw {
     }
 
     /// The heuristic of algorithm 4: walk candidates nearest first and keep one
-    /// only if it is nearer to the base than to every neighbour kept so far,
+    /// only if it is nearer to `node` than to every neighbour kept so far,
     /// which spreads the links in all directions.
-    fn select_neighbors(&self, sorted: &[Cand], m: usize, out: &mut Vec<Cand>, base: &mut Query) {
+    ///
+    /// Copies of `node` (the same text stored again: the same vector) are
+    /// kept up to half the list, and never prune: their distance to any
+    /// candidate is the node's own. Before, a copy kept first pruned every
+    /// other candidate, because the candidate's distance to the node came
+    /// from the search (the full vector against a code) and its distance to
+    /// the copy from two codes, and the second came out the smaller: copies
+    /// linked only to one another, and a search that came down on one found
+    /// nothing else. For the same reason a candidate's distance to the node
+    /// is taken again here the way its distances to the kept ones are.
+    fn select_neighbors(
+        &self,
+        sorted: &[Cand],
+        m: usize,
+        node: u32,
+        out: &mut Vec<Cand>,
+        base: &mut Query,
+    ) {
         out.clear();
+        let most_copies = (m / 2).max(1);
+        let mut copies = 0;
         for &c in sorted {
             if out.len() >= m {
                 break;
             }
-            if out.is_empty() {
+            if self.vectors.same(c.slot, node) {
+                if copies < most_copies {
+                    out.insert(copies, c);
+                    copies += 1;
+                }
+                continue;
+            }
+            if out.len() == copies {
                 out.push(c);
                 continue;
             }
             self.load_query(c.slot, base);
-            if self.all_at_least(base, out, c.d) {
+            let to_node = self.dist_to(base, node);
+            if self.all_at_least(base, &out[copies..], to_node) {
                 out.push(c);
             }
         }
@@ -132,6 +159,7 @@ impl Hnsw {
                 self.select_neighbors(
                     &cands,
                     self.graph.max_degree(level),
+                    node,
                     &mut kept,
                     &mut sc.base,
                 );
@@ -254,7 +282,13 @@ impl Hnsw {
                     self.graph.read(x, 0, &mut sc.links);
                     if sc.links.is_empty() {
                         let mut selected = Vec::new();
-                        self.select_neighbors(&found, self.graph.m(), &mut selected, &mut sc.base);
+                        self.select_neighbors(
+                            &found,
+                            self.graph.m(),
+                            x,
+                            &mut selected,
+                            &mut sc.base,
+                        );
                         sc.links.extend(selected.iter().map(|c| c.slot));
                         self.graph.write(x, 0, &sc.links);
                     }

@@ -224,6 +224,15 @@ impl Vectors {
         &self.bytes()[slot as usize * n..][..n]
     }
 
+    /// Whether two slots hold vectors no walk can tell apart: the same
+    /// encoded record (and the same parameters of an int8 walk copy), as the
+    /// same text embedded twice does.
+    #[inline]
+    pub fn same(&self, a: u32, b: u32) -> bool {
+        self.get(a) == self.get(b)
+            && (!self.int8_walk || self.walk_params[a as usize] == self.walk_params[b as usize])
+    }
+
     #[inline]
     pub fn ptr(&self, slot: u32) -> *const u8 {
         self.bytes()

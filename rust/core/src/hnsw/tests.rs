@@ -710,3 +710,80 @@ fn f32_ip_walks_vectors_near_the_largest_norm() {
         }
     }
 }
+
+/// How many nodes a walk along level-0 links from `slot` reaches.
+fn reach_from(h: &Hnsw, slot: u32) -> usize {
+    let mut seen = vec![false; h.graph.slots()];
+    let mut stack = vec![slot];
+    seen[slot as usize] = true;
+    let mut n = 0;
+    while let Some(s) = stack.pop() {
+        n += 1;
+        h.graph.for_each(s, 0, |x| {
+            if !seen[x as usize] {
+                seen[x as usize] = true;
+                stack.push(x);
+            }
+        });
+    }
+    n
+}
+
+#[test]
+fn exact_duplicates_keep_links_beyond_each_other() {
+    // Agents store the same text again and again ("ok", "thanks"), so the
+    // same vector: the heuristic compared quantized distances that tie in
+    // exact arithmetic, and a copy, being as near as the node itself, pruned
+    // every other candidate. The copies' lists then held only each other: a
+    // search that came down on one (ef 200, 14 nodes) found the copies and
+    // nothing else.
+    let dim = 16;
+    for precision in [Precision::F32, Precision::Int8F16] {
+        let data = clustered(2000, dim, 20, 3);
+        let copy = data[5 * dim..6 * dim].to_vec();
+        let params = Params {
+            precision,
+            ..Params::default()
+        };
+        let mut h = Hnsw::new(dim, Metric::Cosine, params).unwrap();
+        let ids: Vec<u64> = (0..2000).collect();
+        h.add(&ids, &data).unwrap();
+        // Copies come alone and in batches, and one id is stored again.
+        let mut all_data = data.clone();
+        let mut all_ids = ids.clone();
+        for (first, n) in [
+            (10_000u64, 1usize),
+            (10_001, 1),
+            (10_002, 8),
+            (10_010, 30),
+            (5, 1),
+        ] {
+            let batch: Vec<u64> = (first..first + n as u64).collect();
+            let vectors: Vec<f32> = copy.iter().copied().cycle().take(n * dim).collect();
+            h.add(&batch, &vectors).unwrap();
+            for &id in &batch {
+                if id != 5 {
+                    all_ids.push(id);
+                    all_data.extend_from_slice(&copy);
+                }
+            }
+        }
+        // Every copy leads to (nearly) the whole graph.
+        let live = h.len();
+        for id in [5, 10_000, 10_001, 10_005, 10_020] {
+            let slot = h.slots[&id];
+            assert!(
+                reach_from(&h, slot) * 100 >= live * 99,
+                "{precision:?}: id {id}"
+            );
+        }
+        // And a search near the copies finds them and the nearest others.
+        let want = exact(Metric::Cosine, &all_data, &all_ids, &copy, 60, |_| true);
+        let got = h.search(&copy, 60, Some(200), None).unwrap();
+        assert!(
+            recall(&got, &want) >= 0.95,
+            "{precision:?}: {}",
+            recall(&got, &want)
+        );
+    }
+}
