@@ -1422,6 +1422,46 @@ def test_stored_copies_do_not_trap_a_search() -> None:
     machine.search(seed=0, k=3, filtered=False)
 
 
+def _replayed(metric: str, steps: list[tuple[list[int], int]]) -> IndexMachine:
+    machine = IndexMachine()
+    machine.start(metric=metric)
+    for ids, seed in steps:
+        machine.add(ids=ids, seed=seed)
+    return machine
+
+
+def _found_by(machine: IndexMachine, seeds: range) -> set[int]:
+    found: set[int] = set()
+    for seed in seeds:
+        queries = machine._vectors(3, seed) + 0.25
+        labels, _ = machine.index.search(queries, k=len(machine.model), ef=200)
+        found |= {int(x) for x in labels.ravel() if x != MISSING}
+    return found
+
+
+def test_a_group_whose_links_stay_inside_it_does_not_hold_a_search() -> None:
+    """Found by the state machine under ``ip``: 5 of 16 nodes linked only among
+    themselves, every other node reachable from the entry point, and a search that came
+    down into the group returned those 5 with ef covering the whole index."""
+    first = [0, 1, 2, 3, 9, 4, 5, 6, 10, 13, 7, 8, 11, 12, 15]
+    steps = [(first, 1983), *[([0], 0)] * 7, ([0, 1, 2, 13, 14], 0), (list(range(9)), 0)]
+    machine = _replayed("ip", steps)
+    queries = machine._vectors(3, 0) + 0.25
+    labels, _ = machine.index.search(queries, k=len(machine.model), ef=200)
+    for row in labels:
+        assert sorted(row.tolist()) == sorted(machine.model)
+
+
+def test_a_node_added_alone_is_found_although_its_neighbours_prune_it() -> None:
+    """Found by the state machine under ``ip``: each neighbour of a node added alone
+    dropped the link back to it, and no search could reach it."""
+    first = [0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 6, 7, 8, 16, 17]
+    steps = [(first, 1983), *[([0], 0)] * 7, ([0, 1, 2, 3, 14, 15], 0)]
+    steps += [(list(range(8)), 0), ([9], 5500184)]
+    machine = _replayed("ip", steps)
+    assert _found_by(machine, range(20)) == set(machine.model)
+
+
 def test_len_contains_and_ids_agree() -> None:
     index = HnswIndex(dim=2, metric="l2")
     assert len(index) == 0

@@ -24,15 +24,22 @@ impl Hnsw {
         if entry.slot == slot {
             return;
         }
-        let mut cur = Cand {
+        let top = Cand {
             d: self.dist_to(q, entry.slot),
             slot: entry.slot,
         };
+        let mut cur = top;
         for l in (level + 1..=entry.level).rev() {
             cur = self.greedy(q, cur, l, sc);
         }
         let mut entries = vec![cur];
         for l in (0..=level.min(entry.level)).rev() {
+            // Level 0 also starts from the entry point, as searches do (see
+            // `search_graph`): a group whose links stay inside it does not
+            // keep the new node's candidates inside it too.
+            if l == 0 && !entries.iter().any(|c| c.slot == top.slot) {
+                entries.push(top);
+            }
             self.search_layer(q, &entries, self.ef_construction, l, sc, |s| s != slot);
             sc.cands.clear();
             sc.cands.extend(sc.results.drain());
@@ -66,8 +73,18 @@ impl Hnsw {
                 sc.links.extend(merged.iter().map(|c| c.slot));
                 self.graph.write(slot, l, &sc.links);
             }
+            let mut held = false;
             for c in &selected {
-                self.connect(c.slot, Cand { d: c.d, slot }, l, sc);
+                held |= self.connect(c.slot, Cand { d: c.d, slot }, l, sc);
+            }
+            // Every neighbour may prune the back link (under `ip`, a node is
+            // not always nearest to itself), which left a node added alone,
+            // with no pass over the graph after it, unreachable: a write no
+            // search returned. One link in is made here instead.
+            if l == 0 && !held && !selected.is_empty() {
+                let found = std::mem::take(&mut sc.cands);
+                self.take_in(slot, &found, &mut sc.base);
+                sc.cands = found;
             }
             sc.selected = selected;
             entries.clear();
@@ -139,8 +156,8 @@ impl Hnsw {
     }
 
     /// Adds the back link `node -> new` on `level`, pruning with the heuristic
-    /// when the list is full.
-    fn connect(&self, node: u32, new: Cand, level: usize, sc: &mut Scratch) {
+    /// when the list is full; returns whether the link stayed.
+    fn connect(&self, node: u32, new: Cand, level: usize, sc: &mut Scratch) -> bool {
         let _g = self.graph.lock(node);
         let mut links = std::mem::take(&mut sc.links);
         self.graph.read(node, level, &mut links);
@@ -168,7 +185,49 @@ impl Hnsw {
             }
             self.graph.write(node, level, &links);
         }
+        let held = links.contains(&new.slot);
         sc.links = links;
+        held
+    }
+
+    /// Gives `x` a link in on level 0 from the nearest of `found` (nearest
+    /// first) with room, or else from the nearest, in place of its farthest
+    /// link; returns whether a link was displaced (which can cut its target
+    /// off in turn).
+    fn take_in(&self, x: u32, found: &[Cand], base: &mut Query) -> bool {
+        let max = self.graph.max_degree(0);
+        let mut links = Vec::new();
+        for c in found.iter().filter(|c| c.slot != x) {
+            let _g = self.graph.lock(c.slot);
+            self.graph.read(c.slot, 0, &mut links);
+            if links.contains(&x) {
+                return false;
+            }
+            if links.len() < max {
+                links.push(x);
+                self.graph.write(c.slot, 0, &links);
+                return false;
+            }
+        }
+        let Some(n) = found.iter().find(|c| c.slot != x) else {
+            return false;
+        };
+        let _g = self.graph.lock(n.slot);
+        self.graph.read(n.slot, 0, &mut links);
+        self.load_query(n.slot, base);
+        let far = links
+            .iter()
+            .enumerate()
+            .map(|(i, &y)| (self.dist_to(base, y), i))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        match far {
+            Some((_, i)) => {
+                links[i] = x;
+                self.graph.write(n.slot, 0, &links);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Prepares reused slots for new vectors. Every link that points at one
@@ -292,34 +351,7 @@ impl Hnsw {
                         sc.links.extend(selected.iter().map(|c| c.slot));
                         self.graph.write(x, 0, &sc.links);
                     }
-                    let max = self.graph.max_degree(0);
-                    let mut links = Vec::new();
-                    let host = found.iter().find(|c| {
-                        self.graph.read(c.slot, 0, &mut links);
-                        links.len() < max
-                    });
-                    match (host, found.first()) {
-                        (Some(h), _) => {
-                            self.graph.read(h.slot, 0, &mut links);
-                            links.push(x);
-                            self.graph.write(h.slot, 0, &links);
-                        }
-                        (None, Some(n)) => {
-                            self.graph.read(n.slot, 0, &mut links);
-                            self.load_query(n.slot, &mut sc.base);
-                            let far = links
-                                .iter()
-                                .enumerate()
-                                .map(|(i, &y)| (self.dist_to(&sc.base, y), i))
-                                .max_by(|a, b| a.0.total_cmp(&b.0));
-                            if let Some((_, i)) = far {
-                                links[i] = x;
-                                self.graph.write(n.slot, 0, &links);
-                                displaced = true;
-                            }
-                        }
-                        (None, None) => {}
-                    }
+                    displaced |= self.take_in(x, &found, &mut sc.base);
                 });
                 // Everything x leads to is now reachable too.
                 reached[x as usize] = true;

@@ -44,6 +44,9 @@ const PARALLEL_MIN_BATCH: usize = 64;
 /// A reachability pass may be put off until the nodes linked since the last
 /// one reach this fraction (1 / n) of the graph.
 const DEFERRED_CHECK_SHARE: usize = 8;
+/// Up to this many nodes, every add ends with the reachability pass: it
+/// walks the whole graph, which is then cheaper than linking one node.
+const ALWAYS_CHECKED: usize = 1024;
 
 /// How many of the nodes a search pushed out of its `ef` results are
 /// re-ranked too, when it walks approximate distances: enough to re-rank
@@ -516,7 +519,7 @@ impl Hnsw {
         }
         Ok(Staged {
             staged: Allowed::new(slots, plan.iter().map(|p| p.0)),
-            check: plan.len() >= PARALLEL_MIN_BATCH || !reused.is_empty(),
+            check: self.check_due(plan.len()) || !reused.is_empty(),
             plan,
             data,
             reused,
@@ -530,6 +533,20 @@ impl Hnsw {
         if self.unchecked.swap(0, Ordering::AcqRel) > 0 {
             self.reconnect(&Allowed::new(self.graph.slots(), std::iter::empty()));
         }
+    }
+
+    /// Whether a batch of `n` nodes ends with the reachability pass by its
+    /// size: a large batch pays for it many times over; in a small graph it
+    /// costs less than linking; and once the nodes linked since the last pass
+    /// reach an eighth of the graph, it comes with whatever batch is next, so
+    /// its cost per node stays constant. A small add can prune a node's last
+    /// link in, under `ip` especially, and the node stays unreachable until
+    /// the next pass (a save runs one too).
+    fn check_due(&self, n: usize) -> bool {
+        let slots = self.graph.slots();
+        n >= PARALLEL_MIN_BATCH
+            || slots <= ALWAYS_CHECKED
+            || self.unchecked.load(Ordering::Relaxed) + n >= slots / DEFERRED_CHECK_SHARE
     }
 
     /// Decides whether a staged batch of a backlog ends with the reachability

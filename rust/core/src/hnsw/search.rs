@@ -339,7 +339,17 @@ impl Hnsw {
         }
     }
 
-    /// Descends from the entry point to level 0 and runs the level-0 search.
+    /// Descends from the entry point to level 0 and runs the level-0 search,
+    /// from where the descent ended and from the entry point itself.
+    ///
+    /// Every node is reachable from the entry point on level 0 (see
+    /// [`Hnsw::reconnect`]), but not always from where a descent ends: the
+    /// heuristic can leave a group whose links all stay inside it (measured:
+    /// 5 of 16 nodes under `ip`, whose nearest are not their own). Once the
+    /// search has taken in all of such a group and still has room, it goes
+    /// on from the entry point; when the beam is full, the entry point, far
+    /// from the query, ends the search as any candidate past the bound does,
+    /// at no cost (its distance was taken for the descent).
     pub(super) fn search_graph(
         &self,
         q: &Query,
@@ -351,14 +361,19 @@ impl Hnsw {
             sc.start(0);
             return;
         };
-        let mut cur = Cand {
+        let top = Cand {
             d: self.dist_to(q, entry.slot),
             slot: entry.slot,
         };
+        let mut cur = top;
         for level in (1..=entry.level).rev() {
             cur = self.greedy(q, cur, level, sc);
         }
-        self.search_layer(q, &[cur], ef, 0, sc, accept);
+        if cur.slot == top.slot {
+            self.search_layer(q, &[cur], ef, 0, sc, accept);
+        } else {
+            self.search_layer(q, &[cur, top], ef, 0, sc, accept);
+        }
     }
 }
 

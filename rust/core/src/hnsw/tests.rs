@@ -711,6 +711,45 @@ fn f32_ip_walks_vectors_near_the_largest_norm() {
     }
 }
 
+/// Which nodes a walk along level-0 links from `slot` reaches.
+fn reached_from(h: &Hnsw, slot: u32) -> Vec<bool> {
+    let mut seen = vec![false; h.graph.slots()];
+    let mut stack = vec![slot];
+    seen[slot as usize] = true;
+    while let Some(s) = stack.pop() {
+        h.graph.for_each(s, 0, |x| {
+            if !seen[x as usize] {
+                seen[x as usize] = true;
+                stack.push(x);
+            }
+        });
+    }
+    seen
+}
+
+#[test]
+fn a_node_added_alone_keeps_a_link_in_when_its_neighbours_prune_it() {
+    // Under `ip` a vector of small norm is far from everything, so each
+    // neighbour it links to drops the link back; in a graph too large for
+    // a pass after every add, it must still get a link in.
+    let dim = 16;
+    let n = 3000;
+    let data = clustered(n, dim, 20, 11);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let mut h = Hnsw::new(dim, Metric::InnerProduct, Params::default()).unwrap();
+    h.add(&ids, &data).unwrap();
+    for (i, id) in (n as u64..n as u64 + 20).enumerate() {
+        let small: Vec<f32> = data[i * dim..(i + 1) * dim]
+            .iter()
+            .map(|x| x * 1e-3)
+            .collect();
+        h.add(&[id], &small).unwrap();
+        let slot = h.slots[&id];
+        let entry = h.entry().unwrap().slot;
+        assert!(reached_from(&h, entry)[slot as usize], "id {id}");
+    }
+}
+
 /// How many nodes a walk along level-0 links from `slot` reaches.
 fn reach_from(h: &Hnsw, slot: u32) -> usize {
     let mut seen = vec![false; h.graph.slots()];
