@@ -374,7 +374,12 @@ def test_a_store_of_200k_memories_round_trips_through_snapshot_and_reopen(
         assert counts(m) == before_counts
         # The same graph and index: the same hits, the same scores, to the bit.
         assert searches(m) == before
-        # And it takes writes: a new memory is its own nearest neighbour.
-        v = perturbed(queries[:1], seed=9)[0]
-        new = m.add("a memory added after the reopen", embedding=v).id
-        assert m.search("", k=1, mode="vector", query_embedding=v)[0].record.id == new
+        # And it takes writes: a new memory is its own nearest neighbour. Each is
+        # searched for at once, parked or linked; on the stand-in clusters about one
+        # search in a hundred stays in the wrong cluster at the default beam (see
+        # above; measured: 2 of 291 new memories, 0 of 51 once linked), so 18 of 20.
+        found = 0
+        for i, v in enumerate(perturbed(queries[:20], seed=9)):
+            new = m.add(f"a memory added after the reopen {i}", embedding=v).id
+            found += m.search("", k=1, mode="vector", query_embedding=v)[0].record.id == new
+        assert found >= 18
