@@ -36,8 +36,9 @@ impl Hnsw {
         for l in (0..=level.min(entry.level)).rev() {
             // Level 0 also starts from the entry point, as searches do (see
             // `search_graph`): a group whose links stay inside it does not
-            // keep the new node's candidates inside it too.
-            if l == 0 && !entries.iter().any(|c| c.slot == top.slot) {
+            // keep the new node's candidates inside it too. (An entry given
+            // twice is seen once.)
+            if l == 0 {
                 entries.push(top);
             }
             self.search_layer(q, &entries, self.ef_construction, l, sc, |s| s != slot);
@@ -82,9 +83,7 @@ impl Hnsw {
             // with no pass over the graph after it, unreachable: a write no
             // search returned. One link in is made here instead.
             if l == 0 && !held && !selected.is_empty() {
-                let found = std::mem::take(&mut sc.cands);
-                self.take_in(slot, &found, &mut sc.base);
-                sc.cands = found;
+                self.take_in(slot, &sc.cands, &mut sc.base);
             }
             sc.selected = selected;
             entries.clear();

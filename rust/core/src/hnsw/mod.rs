@@ -543,10 +543,13 @@ impl Hnsw {
     /// link in, under `ip` especially, and the node stays unreachable until
     /// the next pass (a save runs one too).
     fn check_due(&self, n: usize) -> bool {
-        let slots = self.graph.slots();
-        n >= PARALLEL_MIN_BATCH
-            || slots <= ALWAYS_CHECKED
-            || self.unchecked.load(Ordering::Relaxed) + n >= slots / DEFERRED_CHECK_SHARE
+        n >= PARALLEL_MIN_BATCH || self.graph.slots() <= ALWAYS_CHECKED || self.share_new(n)
+    }
+
+    /// Whether `n` more nodes make those linked since the last pass an
+    /// eighth of the graph.
+    fn share_new(&self, n: usize) -> bool {
+        self.unchecked.load(Ordering::Relaxed) + n >= self.graph.slots() / DEFERRED_CHECK_SHARE
     }
 
     /// Decides whether a staged batch of a backlog ends with the reachability
@@ -565,10 +568,7 @@ impl Hnsw {
             if self.put_off.load(Ordering::Acquire) {
                 staged.check = true;
             }
-        } else if staged.reused.is_empty()
-            && self.unchecked.load(Ordering::Relaxed) + staged.plan.len()
-                < self.graph.slots() / DEFERRED_CHECK_SHARE
-        {
+        } else if staged.reused.is_empty() && !self.share_new(staged.plan.len()) {
             staged.check = false;
             self.put_off.store(true, Ordering::Release);
         }

@@ -369,11 +369,8 @@ impl Hnsw {
         for level in (1..=entry.level).rev() {
             cur = self.greedy(q, cur, level, sc);
         }
-        if cur.slot == top.slot {
-            self.search_layer(q, &[cur], ef, 0, sc, accept);
-        } else {
-            self.search_layer(q, &[cur, top], ef, 0, sc, accept);
-        }
+        // The same node twice (a descent that stayed at the entry) is seen once.
+        self.search_layer(q, &[cur, top], ef, 0, sc, accept);
     }
 }
 
