@@ -2,7 +2,7 @@
 //! stored record at any [`Precision`]. The best kernels for the running CPU
 //! are chosen once, when an index is created or loaded.
 
-use super::storage::{int8_params, Precision};
+use super::storage::Precision;
 use crate::error::{Error, Result};
 
 /// Floats per kernel step: one AVX-512 register.
@@ -167,20 +167,30 @@ impl Distance {
         }
     }
 
+    /// The distance to a record of floats (f32 or f16); int8 codes, whose
+    /// parameters are kept apart from them, go through [`Distance::eval_with`].
     #[inline(always)]
     pub fn eval(&self, q: &Query, x: &[u8]) -> f32 {
-        self.finish(q, (self.kernel)(q, x), || int8_params(x, q.v.len()))
+        debug_assert!(!matches!(
+            self.precision,
+            Precision::Int8 | Precision::Int8F16
+        ));
+        self.finish(q, (self.kernel)(q, x), || (0.0, 0.0, 0.0))
     }
 
     /// Four distances; the same values as four calls of [`Distance::eval`].
     #[inline(always)]
     pub fn eval4(&self, q: &Query, x: [&[u8]; 4]) -> [f32; 4] {
+        debug_assert!(!matches!(
+            self.precision,
+            Precision::Int8 | Precision::Int8F16
+        ));
         let raw = (self.kernel4)(q, x);
-        std::array::from_fn(|j| self.finish(q, raw[j], || int8_params(x[j], q.v.len())))
+        std::array::from_fn(|j| self.finish(q, raw[j], || (0.0, 0.0, 0.0)))
     }
 
-    /// [`Distance::eval`] on int8 codes whose `(lo, step, squared norm)` are
-    /// kept apart from them (an int8 walk copy).
+    /// The distance to int8 codes whose `(lo, step, squared norm)` are
+    /// `params`.
     #[inline(always)]
     pub fn eval_with(&self, q: &Query, x: &[u8], params: (f32, f32, f32)) -> f32 {
         self.finish(q, (self.kernel)(q, x), || params)
@@ -765,7 +775,18 @@ mod tests {
                     for k in &all {
                         let mut d = Distance::new(metric, precision);
                         (d.kernel, d.kernel4) = k.pick(metric, precision);
-                        let got = f64::from(d.eval(&q, store.get(slot)));
+                        let x = store.get(slot);
+                        let int8 = matches!(precision, Precision::Int8 | Precision::Int8F16);
+                        let params = if int8 {
+                            store.walk_params(slot)
+                        } else {
+                            (0.0, 0.0, 0.0)
+                        };
+                        let got = f64::from(if int8 {
+                            d.eval_with(&q, x, params)
+                        } else {
+                            d.eval(&q, x)
+                        });
                         assert!(
                             (got - want).abs() < tol,
                             "{precision:?} {metric:?} dim {dim}: {got} vs {want}"
@@ -774,8 +795,12 @@ mod tests {
                         // searches measure a record either way, and a distance
                         // must not depend on which (Hnsw::distances promises
                         // the floats search reported).
-                        let x = store.get(slot);
-                        for got4 in d.eval4(&q, [x, x, x, x]) {
+                        let four = if int8 {
+                            d.eval4_with(&q, [x; 4], [params; 4])
+                        } else {
+                            d.eval4(&q, [x; 4])
+                        };
+                        for got4 in four {
                             assert_eq!(
                                 f64::from(got4),
                                 got,

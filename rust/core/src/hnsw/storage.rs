@@ -6,17 +6,19 @@
 //! - `F16`: IEEE half floats, zero-padded likewise; half the memory traffic,
 //!   distances within about 1e-3 of exact.
 //! - `Int8`: one byte per component on a per-vector affine grid
-//!   (`x ≈ lo + step · code`), then `lo`, `step` and the exact squared norm;
-//!   a quarter of the memory traffic, distances within a few 1e-3.
+//!   (`x ≈ lo + step · code`); a quarter of the memory traffic, distances
+//!   within a few 1e-3. Each record's `lo`, `step` and exact squared norm
+//!   live in a table of their own, so 384 codes take six lines, not seven
+//!   (a seventh line fetched for 12 bytes cost every distance a cache miss).
+//!   Snapshots write them after the codes, in the record's old seven lines.
 //! - `Int8F16`: the `Int8` record, and the vector in half floats in a
 //!   second buffer. Searches walk the graph on the int8 records, which stay
 //!   as densely packed as `Int8`'s, and rank their final candidates on the
 //!   f16 copies, so results and distances are those of `F16`. Snapshots
 //!   write the two parts of a slot one after the other.
 //! - `F32` with an int8 walk copy (what `Hnsw` uses for the cosine and `ip`
-//!   metrics): int8 codes to walk the graph by, their `(lo, step, squared
-//!   norm)` in a table of their own (so 384 codes take six lines, not
-//!   seven), and the floats in the second buffer, on which a search's final
+//!   metrics): int8 codes to walk the graph by, their parameters in the
+//!   same table as `Int8`'s, and the floats in the second buffer, on which a search's final
 //!   candidates are ranked, so the distances it reports are exact. Snapshots
 //!   hold only the floats, as they always have; the codes are derived from
 //!   them on load.
@@ -95,13 +97,15 @@ pub struct Vectors {
     /// `F32` only: `lines` hold int8 records derived from the floats, which
     /// live in `rank`.
     int8_walk: bool,
+    /// Whether `lines` hold int8 codes, whose parameters are in `walk_params`.
+    params_apart: bool,
     lines_per_record: usize,
     lines: Vec<Line>,
     /// `Int8F16`: the f16 copy of each slot; `F32` with `int8_walk`: the
     /// floats. `rank_lines` lines apiece.
     rank_lines: usize,
     rank: Vec<Line>,
-    /// With `int8_walk`: each slot's `(lo, step, squared norm)`.
+    /// With `params_apart`: each slot's `(lo, step, squared norm)`.
     walk_params: Vec<(f32, f32, f32)>,
 }
 
@@ -116,13 +120,13 @@ impl Vectors {
     pub fn with_walk(dim: usize, precision: Precision, int8_walk: bool) -> Self {
         let int8_walk = int8_walk && precision == Precision::F32;
         let padded = dim.div_ceil(LANES) * LANES;
+        let params_apart = int8_walk || matches!(precision, Precision::Int8 | Precision::Int8F16);
         let bytes = match precision {
-            // The codes alone: their parameters live in `walk_params`, so a
-            // record is a line shorter.
+            // The codes alone: their parameters live in `walk_params`.
             Precision::F32 if int8_walk => padded,
             Precision::F32 => padded * 4,
             Precision::F16 => padded * 2,
-            Precision::Int8 | Precision::Int8F16 => padded + 12,
+            Precision::Int8 | Precision::Int8F16 => padded,
         };
         let rank_bytes = match precision {
             Precision::Int8F16 => padded * 2,
@@ -134,6 +138,7 @@ impl Vectors {
             padded,
             precision,
             int8_walk,
+            params_apart,
             lines_per_record: bytes.div_ceil(LINE),
             lines: Vec::new(),
             rank_lines: rank_bytes.div_ceil(LINE),
@@ -183,7 +188,16 @@ impl Vectors {
         if self.int8_walk {
             self.rank_lines * LINE
         } else {
-            (self.lines_per_record + self.rank_lines) * LINE
+            self.saved_record_bytes() + self.rank_lines * LINE
+        }
+    }
+
+    /// Bytes of a record in a snapshot: int8 codes are followed by their
+    /// parameters there (the format kept since they lived in the record).
+    fn saved_record_bytes(&self) -> usize {
+        match self.precision {
+            Precision::Int8 | Precision::Int8F16 => (self.padded + 12).div_ceil(LINE) * LINE,
+            _ => self.record_bytes(),
         }
     }
 
@@ -194,7 +208,7 @@ impl Vectors {
     pub fn reserve(&mut self, additional: usize) {
         self.lines.reserve(additional * self.lines_per_record);
         self.rank.reserve(additional * self.rank_lines);
-        if self.int8_walk {
+        if self.params_apart {
             self.walk_params.reserve(additional);
         }
     }
@@ -230,7 +244,7 @@ impl Vectors {
     #[inline]
     pub fn same(&self, a: u32, b: u32) -> bool {
         self.get(a) == self.get(b)
-            && (!self.int8_walk || self.walk_params[a as usize] == self.walk_params[b as usize])
+            && (!self.params_apart || self.walk_params[a as usize] == self.walk_params[b as usize])
     }
 
     #[inline]
@@ -275,7 +289,7 @@ impl Vectors {
             .extend(std::iter::repeat_n(Line([0; LINE]), self.lines_per_record));
         self.rank
             .extend(std::iter::repeat_n(Line([0; LINE]), self.rank_lines));
-        if self.int8_walk {
+        if self.params_apart {
             self.walk_params.push((0.0, 0.0, 0.0));
         }
         slot
@@ -283,32 +297,24 @@ impl Vectors {
 
     pub fn set(&mut self, slot: u32, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        let (n, padded, precision, int8_walk) = (
-            self.record_bytes(),
-            self.padded,
-            self.precision,
-            self.int8_walk,
-        );
+        let (n, precision, apart) = (self.record_bytes(), self.precision, self.params_apart);
         let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
         dst.fill(0);
-        match precision {
-            Precision::F32 if int8_walk => {
-                let params = quantize_int8(dst, v);
-                self.walk_params[slot as usize] = params;
-                let r = self.rank_lines * LINE;
-                let dst = &mut self.rank_bytes_mut()[slot as usize * r..][..r];
-                dst.fill(0);
-                write_f32(dst, v);
-            }
-            Precision::F32 => write_f32(dst, v),
-            Precision::F16 => write_f16(dst, v),
-            Precision::Int8 => write_int8(dst, v, padded),
-            Precision::Int8F16 => {
-                write_int8(dst, v, padded);
-                let r = self.rank_lines * LINE;
-                let dst = &mut self.rank_bytes_mut()[slot as usize * r..][..r];
-                dst.fill(0);
+        if apart {
+            self.walk_params[slot as usize] = quantize_int8(dst, v);
+        } else if precision == Precision::F16 {
+            write_f16(dst, v);
+        } else {
+            write_f32(dst, v);
+        }
+        let r = self.rank_lines * LINE;
+        if r > 0 {
+            let dst = &mut self.rank_bytes_mut()[slot as usize * r..][..r];
+            dst.fill(0);
+            if precision == Precision::Int8F16 {
                 write_f16(dst, v);
+            } else {
+                write_f32(dst, v);
             }
         }
     }
@@ -327,16 +333,36 @@ impl Vectors {
             self.rank_bytes_mut()[slot as usize * r..][..r].copy_from_slice(saved);
             return;
         }
-        let n = self.record_bytes();
-        let (record, rank) = saved.split_at(n);
-        self.bytes_mut()[slot as usize * n..][..n].copy_from_slice(record);
+        let (n, padded, apart) = (self.record_bytes(), self.padded, self.params_apart);
+        let (record, rank) = saved.split_at(self.saved_record_bytes());
+        let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
+        if apart {
+            // The codes, then their parameters (see `save_slot`).
+            dst.fill(0);
+            dst[..padded].copy_from_slice(&record[..padded]);
+            let p = &record[padded..padded + 12];
+            let f = |i: usize| f32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
+            self.walk_params[slot as usize] = (f(0), f(4), f(8));
+        } else {
+            dst.copy_from_slice(record);
+        }
         let r = self.rank_lines * LINE;
         self.rank_bytes_mut()[slot as usize * r..][..r].copy_from_slice(rank);
     }
 
     /// The snapshot bytes of `slot`, appended to `out`.
     pub fn save_slot(&self, slot: u32, out: &mut Vec<u8>) {
-        if !self.int8_walk {
+        if self.params_apart && !self.int8_walk {
+            // The layout int8 records had when their parameters followed the
+            // codes in memory: codes, `lo`, `step`, squared norm, zeros.
+            let start = out.len();
+            out.extend_from_slice(&self.get(slot)[..self.padded]);
+            let (lo, step, norm2) = self.walk_params(slot);
+            for p in [lo, step, norm2] {
+                out.extend_from_slice(&p.to_le_bytes());
+            }
+            out.resize(start + self.saved_record_bytes(), 0);
+        } else if !self.int8_walk {
             out.extend_from_slice(self.get(slot));
         }
         out.extend_from_slice(self.rank(slot));
@@ -346,21 +372,22 @@ impl Vectors {
     /// the int8 record) into `out`, so linking ranks neighbours as searches
     /// will find them.
     pub fn decode_search(&self, slot: u32, out: &mut Vec<f32>) {
-        if self.int8_walk {
-            out.clear();
-            decode_codes(
-                self.get(slot),
-                self.walk_params(slot),
-                self.dim,
-                self.padded,
-                out,
-            );
-        } else if self.precision == Precision::Int8F16 {
-            out.clear();
-            decode_int8(self.get(slot), self.dim, self.padded, out);
+        if self.params_apart {
+            self.decode_int8(slot, out);
         } else {
             self.decode(slot, out);
         }
+    }
+
+    fn decode_int8(&self, slot: u32, out: &mut Vec<f32>) {
+        out.clear();
+        let (lo, step, _) = self.walk_params(slot);
+        out.extend(
+            self.get(slot)[..self.dim]
+                .iter()
+                .map(|&c| lo + step * f32::from(c)),
+        );
+        out.resize(self.padded, 0.0);
     }
 
     pub fn decode(&self, slot: u32, out: &mut Vec<f32>) {
@@ -373,7 +400,7 @@ impl Vectors {
             Precision::F32 => out.extend_from_slice(as_f32s(&r[..self.padded * 4])),
             Precision::F16 => read_f16(r, self.padded, out),
             Precision::Int8F16 => read_f16(self.rank(slot), self.padded, out),
-            Precision::Int8 => decode_int8(r, self.dim, self.padded, out),
+            Precision::Int8 => self.decode_int8(slot, out),
         }
     }
 
@@ -382,14 +409,14 @@ impl Vectors {
             + self.walk_params.capacity() * std::mem::size_of::<(f32, f32, f32)>()
     }
 
-    /// Whether the int8 parameters of the records `get` returns are kept
-    /// apart from them ([`Vectors::walk_params`]) rather than at their end.
+    /// Whether the records `get` returns are int8 codes, whose parameters
+    /// are read with [`Vectors::walk_params`].
     #[inline(always)]
     pub fn params_apart(&self) -> bool {
-        self.int8_walk
+        self.params_apart
     }
 
-    /// `(lo, step, squared norm)` of the int8 walk copy of `slot`.
+    /// `(lo, step, squared norm)` of the int8 codes of `slot`.
     #[inline(always)]
     pub fn walk_params(&self, slot: u32) -> (f32, f32, f32) {
         self.walk_params[slot as usize]
@@ -413,22 +440,6 @@ fn as_f32s(bytes: &[u8]) -> &[f32] {
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
 }
 
-/// `(lo, step, squared norm)` stored after the codes of an int8 record.
-fn decode_int8(r: &[u8], dim: usize, padded: usize, out: &mut Vec<f32>) {
-    decode_codes(r, int8_params(r, padded), dim, padded, out);
-}
-
-fn decode_codes(
-    codes: &[u8],
-    (lo, step, _): (f32, f32, f32),
-    dim: usize,
-    padded: usize,
-    out: &mut Vec<f32>,
-) {
-    out.extend(codes[..dim].iter().map(|&c| lo + step * f32::from(c)));
-    out.resize(padded, 0.0);
-}
-
 fn write_f32(dst: &mut [u8], v: &[f32]) {
     for (d, x) in dst.chunks_exact_mut(4).zip(v) {
         d.copy_from_slice(&x.to_le_bytes());
@@ -449,13 +460,6 @@ fn read_f16(src: &[u8], padded: usize, out: &mut Vec<f32>) {
     );
 }
 
-fn write_int8(dst: &mut [u8], v: &[f32], padded: usize) {
-    let (lo, step, norm2) = quantize_int8(dst, v);
-    for (i, p) in [lo, step, norm2].into_iter().enumerate() {
-        dst[padded + 4 * i..][..4].copy_from_slice(&p.to_le_bytes());
-    }
-}
-
 /// Writes the codes of `v` to the start of `dst`; returns `(lo, step,
 /// squared norm)`.
 fn quantize_int8(dst: &mut [u8], v: &[f32]) -> (f32, f32, f32) {
@@ -468,13 +472,6 @@ fn quantize_int8(dst: &mut [u8], v: &[f32]) -> (f32, f32, f32) {
     }
     let norm2: f32 = v.iter().map(|x| x * x).sum();
     (lo, step, norm2)
-}
-
-#[inline(always)]
-pub fn int8_params(record: &[u8], padded: usize) -> (f32, f32, f32) {
-    let p = &record[padded..padded + 12];
-    let f = |i: usize| f32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
-    (f(0), f(4), f(8))
 }
 
 #[cfg(test)]
@@ -519,6 +516,34 @@ mod tests {
         assert_eq!(t.walk_params(c), s.walk_params(b));
         // Other precisions ignore the flag.
         assert!(!Vectors::with_walk(384, Precision::F16, true).params_apart());
+    }
+
+    #[test]
+    fn int8_codes_take_six_lines_and_save_their_parameters_after_them() {
+        let v: Vec<f32> = (0..384)
+            .map(|i| ((i * 13) % 97) as f32 / 48.0 - 1.0)
+            .collect();
+        let mut s = Vectors::new(384, Precision::Int8F16);
+        assert!(s.params_apart());
+        // Six lines of codes in memory; in a snapshot, the seven lines they
+        // had with their parameters, then the 12 lines of the f16 copy.
+        assert_eq!((s.lines_per_record(), s.saved_bytes()), (6, (7 + 12) * 64));
+        let a = s.push_zeroed();
+        s.set(a, &v);
+        let (lo, step, norm2) = s.walk_params(a);
+        let mut saved = Vec::new();
+        s.save_slot(a, &mut saved);
+        assert_eq!(&saved[..384], s.get(a));
+        let at = |i: usize| f32::from_le_bytes(saved[384 + i..][..4].try_into().unwrap());
+        assert_eq!((at(0), at(4), at(8)), (lo, step, norm2));
+        assert!(saved[396..448].iter().all(|&b| b == 0));
+        let mut t = Vectors::new(384, Precision::Int8F16);
+        let b = t.push_zeroed();
+        t.set_raw(b, &saved);
+        assert_eq!(
+            (t.get(b), t.rank(b), t.walk_params(b)),
+            (s.get(a), s.rank(a), s.walk_params(a))
+        );
     }
 
     #[test]

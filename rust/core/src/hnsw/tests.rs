@@ -594,6 +594,36 @@ fn int8_walk_copies_keep_the_recall_of_walking_the_floats() {
     );
 }
 
+/// A snapshot written while int8 records held their parameters after the
+/// codes (by commit 7791384, through the Python API: 120 vectors of 20 dims
+/// around 4 centres, cosine, int8+f16, m = 4, ef_construction = 20, ids 7,
+/// 14, ..., 840, then id 14 removed). The parameters now live apart in
+/// memory; the file format is unchanged, so it loads, and saves the same.
+#[test]
+fn an_int8_snapshot_from_before_parameters_moved_apart_loads_and_saves_the_same() {
+    let old: &[u8] = include_bytes!("testdata/int8f16_cosine_v1.bin");
+    let dir = std::env::temp_dir().join(format!("memlane-old-int8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("old.bin");
+    std::fs::write(&path, old).unwrap();
+    let h = Hnsw::load(&path).unwrap();
+    assert_eq!(h.len(), 119);
+    assert_eq!(h.params().precision, Precision::Int8F16);
+    assert!(!h.contains(14) && h.contains(7) && h.contains(840));
+    // Every stored vector is found first, at distance ~0: the codes and
+    // their parameters were read back in place.
+    for id in h.ids() {
+        let v = h.vector(id).unwrap();
+        let found = h.search(&v, 1, Some(64), None).unwrap();
+        assert_eq!(found[0].id, id);
+        assert!(found[0].distance.abs() < 1e-3);
+    }
+    let again = dir.join("again.bin");
+    h.save(&again).unwrap();
+    assert!(std::fs::read(&again).unwrap() == old);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A snapshot written before f32 indexes kept int8 walk copies (by commit
 /// 49b0d34, through the Python API: 120 vectors of 20 dims around 4 centres,
 /// cosine, m = 4, ef_construction = 20, ids 7, 14, ..., 840, then id 14
