@@ -2,7 +2,7 @@
 //! stored record at any [`Precision`]. The best kernels for the running CPU
 //! are chosen once, when an index is created or loaded.
 
-use super::storage::Precision;
+use super::storage::{Grid, Precision};
 use crate::error::{Error, Result};
 
 /// Floats per kernel step: one AVX-512 register.
@@ -65,6 +65,9 @@ pub struct Query {
     /// with integer multiply-adds instead of a float conversion per byte.
     q16: Vec<i16>,
     scale16: f32,
+    /// For a query made of another record's codes ([`Query::set_codes`]):
+    /// its `lo`, the part of each component the grid of `q16` leaves out.
+    offset: f32,
 }
 
 impl Query {
@@ -76,9 +79,33 @@ impl Query {
             norm2: 0.0,
             q16: Vec::new(),
             scale16: 0.0,
+            offset: 0.0,
         };
         q.refresh();
         q
+    }
+
+    /// The query a stored record's int8 `codes` (with their `grid`) make, for
+    /// the int8 kernels only: `v` is left empty. Linking measures thousands of
+    /// distances between stored records per insert; this takes the codes as
+    /// they are (`v[i] = lo + step · code[i]` over the first `dim`), where
+    /// decoding them to floats and putting those on a 16-bit grid took three
+    /// passes. The distances are those of the decoded vector, exactly (see
+    /// [`Distance::eval_with`] for the term `lo` adds), but for L2's constant
+    /// below.
+    pub fn set_codes(&mut self, codes: &[u8], grid: Grid, dim: usize) {
+        debug_assert!(codes.len().is_multiple_of(LANES) && codes[dim..].iter().all(|&c| c == 0));
+        self.v.clear();
+        self.q16.clear();
+        self.q16.extend(codes.iter().map(|&c| i16::from(c)));
+        let (lo, step) = (grid.lo, grid.step);
+        self.sum = dim as f32 * lo + step * grid.code_sum;
+        // The vector's exact squared norm, not the decoded one's: under L2
+        // it adds the same to every distance from this query, and linking
+        // only compares distances from one query with each other.
+        self.norm2 = grid.norm2;
+        self.scale16 = step;
+        self.offset = lo;
     }
 
     /// `v` zero-padded to `padded` floats.
@@ -96,6 +123,7 @@ impl Query {
         let (sum, norm2, top) = stats(&self.v);
         self.sum = sum;
         self.norm2 = norm2;
+        self.offset = 0.0;
         // The integer kernels accumulate up to len/16 pair sums of
         // 255 · |q16| per i32 lane; the grid is capped so that never overflows.
         let cap = (f64::from(i32::MAX) * 16.0 / (510.0 * self.v.len().max(1) as f64))
@@ -175,7 +203,7 @@ impl Distance {
             self.precision,
             Precision::Int8 | Precision::Int8F16
         ));
-        self.finish(q, (self.kernel)(q, x), || (0.0, 0.0, 0.0))
+        self.finish(q, (self.kernel)(q, x), Grid::default)
     }
 
     /// Four distances; the same values as four calls of [`Distance::eval`].
@@ -186,33 +214,38 @@ impl Distance {
             Precision::Int8 | Precision::Int8F16
         ));
         let raw = (self.kernel4)(q, x);
-        std::array::from_fn(|j| self.finish(q, raw[j], || (0.0, 0.0, 0.0)))
+        std::array::from_fn(|j| self.finish(q, raw[j], Grid::default))
     }
 
-    /// The distance to int8 codes whose `(lo, step, squared norm)` are
-    /// `params`.
+    /// The distance to int8 codes on `grid`.
+    ///
+    /// With `x[i] = lo + step · code[i]`, `q · x = lo · Σq + step · Σ q·code`,
+    /// and the kernel gives `Σ q16·code`, `q16` being `q` on its own grid.
+    /// A query made of codes ([`Query::set_codes`]) has `q = offset +
+    /// scale16 · q16` over the first `dim` components, so `Σ q·code` gains
+    /// `offset · Σ code`, the grid's `code_sum` (zero for other queries).
     #[inline(always)]
-    pub fn eval_with(&self, q: &Query, x: &[u8], params: (f32, f32, f32)) -> f32 {
-        self.finish(q, (self.kernel)(q, x), || params)
+    pub fn eval_with(&self, q: &Query, x: &[u8], grid: Grid) -> f32 {
+        self.finish(q, (self.kernel)(q, x), || grid)
     }
 
     /// [`Distance::eval4`] likewise.
     #[inline(always)]
-    pub fn eval4_with(&self, q: &Query, x: [&[u8]; 4], params: [(f32, f32, f32); 4]) -> [f32; 4] {
+    pub fn eval4_with(&self, q: &Query, x: [&[u8]; 4], grids: [Grid; 4]) -> [f32; 4] {
         let raw = (self.kernel4)(q, x);
-        std::array::from_fn(|j| self.finish(q, raw[j], || params[j]))
+        std::array::from_fn(|j| self.finish(q, raw[j], || grids[j]))
     }
 
-    /// The distance from a kernel's raw sum; `params` gives an int8 record's
-    /// `(lo, step, squared norm)` and is called at int8 precisions only.
+    /// The distance from a kernel's raw sum; `grid` gives an int8 record's
+    /// grid and is called at int8 precisions only.
     #[inline(always)]
-    fn finish(&self, q: &Query, raw: f32, params: impl FnOnce() -> (f32, f32, f32)) -> f32 {
+    fn finish(&self, q: &Query, raw: f32, grid: impl FnOnce() -> Grid) -> f32 {
         match (self.precision, self.metric) {
             (Precision::Int8 | Precision::Int8F16, metric) => {
-                let (lo, step, norm2) = params();
-                let dot = lo * q.sum + step * q.scale16 * raw;
+                let g = grid();
+                let dot = g.lo * q.sum + g.step * q.scale16 * raw + q.offset * g.step * g.code_sum;
                 match metric {
-                    Metric::L2 => (q.norm2 + norm2 - 2.0 * dot).max(0.0),
+                    Metric::L2 => (q.norm2 + g.norm2 - 2.0 * dot).max(0.0),
                     _ => 1.0 - dot,
                 }
             }
@@ -356,14 +389,14 @@ mod x86 {
     macro_rules! safe_kernel {
         ($name:ident, $name4:ident, $imp:ident, $imp4:ident, $width:expr, $q:ident) => {
             pub fn $name(q: &Query, x: &[u8]) -> f32 {
-                let n = q.v.len();
-                assert!(n % LANES == 0 && q.$q.len() == n && x.len() >= n * $width);
+                let n = q.$q.len();
+                assert!(n % LANES == 0 && x.len() >= n * $width);
                 unsafe { $imp(q.$q.as_ptr(), x.as_ptr(), n) }
             }
 
             pub fn $name4(q: &Query, x: [&[u8]; 4]) -> [f32; 4] {
-                let n = q.v.len();
-                assert!(n % LANES == 0 && q.$q.len() == n);
+                let n = q.$q.len();
+                assert!(n % LANES == 0);
                 assert!(x.iter().all(|x| x.len() >= n * $width));
                 unsafe { $imp4(q.$q.as_ptr(), x.map(<[u8]>::as_ptr), n) }
             }
@@ -780,7 +813,7 @@ mod tests {
                         let params = if int8 {
                             store.walk_params(slot)
                         } else {
-                            (0.0, 0.0, 0.0)
+                            Grid::default()
                         };
                         let got = f64::from(if int8 {
                             d.eval_with(&q, x, params)
@@ -808,6 +841,68 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_query_made_of_codes_measures_as_its_decoded_floats() {
+        // Linking measures from one stored record to others with the codes
+        // as they are; the distances must be those of the decoded vector
+        // (and the same at every kernel set, one at a time or four).
+        let mut state = 99u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.3
+        };
+        let all: Vec<Kernels> = [Some(portable::kernels()), avx512_kernels(), avx2_kernels()]
+            .into_iter()
+            .flatten()
+            .collect();
+        for dim in [1, 20, 100, 384] {
+            let mut store = Vectors::new(dim, Precision::Int8);
+            let (a, b) = (store.push_zeroed(), store.push_zeroed());
+            store.set(a, &(0..dim).map(|_| next()).collect::<Vec<_>>());
+            store.set(b, &(0..dim).map(|_| next()).collect::<Vec<_>>());
+            let padded = store.padded_dim();
+            let mut decoded = Vec::new();
+            store.decode(a, &mut decoded);
+            let floats = Query::new(decoded.clone());
+            let mut codes = Query::new(Vec::new());
+            codes.set_codes(&store.get(a)[..padded], store.walk_params(a), dim);
+            let want_dot: f64 = {
+                let mut xb = Vec::new();
+                store.decode(b, &mut xb);
+                decoded.iter().zip(&xb).map(|(x, y)| f64::from(x * y)).sum()
+            };
+            for metric in [Metric::Cosine, Metric::InnerProduct, Metric::L2] {
+                for k in &all {
+                    let mut d = Distance::new(metric, Precision::Int8);
+                    (d.kernel, d.kernel4) = k.pick(metric, Precision::Int8);
+                    let (x, g) = (store.get(b), store.walk_params(b));
+                    let got = d.eval_with(&codes, x, g);
+                    let old = d.eval_with(&floats, x, g);
+                    // The floats go through a 16-bit grid the codes skip;
+                    // under L2 a query of codes takes its vector's exact
+                    // norm, not the decoded one's (the same for every x).
+                    let old = if metric == Metric::L2 {
+                        old + store.walk_params(a).norm2 - floats.norm2
+                    } else {
+                        old
+                    };
+                    let tol = 1e-4 * (1.0 + old.abs());
+                    assert!(
+                        (got - old).abs() < tol,
+                        "{metric:?} dim {dim}: {got} vs {old}"
+                    );
+                    if metric != Metric::L2 {
+                        let err = (f64::from(1.0 - got) - want_dot).abs();
+                        assert!(err < 1e-5 * (1.0 + want_dot.abs()), "dot off by {err}");
+                    }
+                    assert_eq!(d.eval4_with(&codes, [x; 4], [g; 4]), [got; 4]);
                 }
             }
         }

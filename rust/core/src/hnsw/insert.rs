@@ -331,7 +331,6 @@ impl Hnsw {
                     continue;
                 }
                 self.load_query(x, &mut q);
-                q.refresh();
                 with_scratch(|sc| {
                     let r = &reached;
                     self.search_graph(&q, self.ef_construction, sc, |s| r[s as usize]);

@@ -222,16 +222,14 @@ impl Hnsw {
         }
     }
 
-    /// Decodes the vector of `slot` into `q`.
+    /// Makes `q` the vector of `slot` as searches compare it: its int8
+    /// codes as they are, else its decoded floats.
     pub(super) fn load_query(&self, slot: u32, q: &mut Query) {
-        self.vectors.decode_search(slot, &mut q.v);
-        // Only the int8 formula reads the sums; linking decodes thousands of
-        // vectors per insert, so skip them otherwise.
-        if matches!(
-            self.vectors.walk_precision(),
-            super::Precision::Int8 | super::Precision::Int8F16
-        ) {
-            q.refresh();
+        if self.vectors.params_apart() {
+            let codes = &self.vectors.get(slot)[..self.vectors.padded_dim()];
+            q.set_codes(codes, self.vectors.walk_params(slot), self.vectors.dim());
+        } else {
+            self.vectors.decode(slot, &mut q.v);
         }
     }
 

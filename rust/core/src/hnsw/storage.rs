@@ -86,6 +86,31 @@ impl Precision {
 
 const LINE: usize = 64;
 
+/// How a record's int8 codes map back to floats (`x ≈ lo + step · code`),
+/// with the vector's exact squared norm and the sum of its codes (which a
+/// distance from another record's codes needs, see [`Query::set_codes`]).
+///
+/// [`Query::set_codes`]: super::distance::Query::set_codes
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Grid {
+    pub lo: f32,
+    pub step: f32,
+    pub norm2: f32,
+    pub code_sum: f32,
+}
+
+impl Grid {
+    fn new(lo: f32, step: f32, norm2: f32, codes: &[u8]) -> Self {
+        let code_sum = codes.iter().map(|&c| u32::from(c)).sum::<u32>() as f32;
+        Grid {
+            lo,
+            step,
+            norm2,
+            code_sum,
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u8; LINE]);
@@ -105,8 +130,8 @@ pub struct Vectors {
     /// floats. `rank_lines` lines apiece.
     rank_lines: usize,
     rank: Vec<Line>,
-    /// With `params_apart`: each slot's `(lo, step, squared norm)`.
-    walk_params: Vec<(f32, f32, f32)>,
+    /// With `params_apart`: each slot's grid.
+    walk_params: Vec<Grid>,
 }
 
 impl Vectors {
@@ -290,7 +315,7 @@ impl Vectors {
         self.rank
             .extend(std::iter::repeat_n(Line([0; LINE]), self.rank_lines));
         if self.params_apart {
-            self.walk_params.push((0.0, 0.0, 0.0));
+            self.walk_params.push(Grid::default());
         }
         slot
     }
@@ -342,7 +367,7 @@ impl Vectors {
             dst[..padded].copy_from_slice(&record[..padded]);
             let p = &record[padded..padded + 12];
             let f = |i: usize| f32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
-            self.walk_params[slot as usize] = (f(0), f(4), f(8));
+            self.walk_params[slot as usize] = Grid::new(f(0), f(4), f(8), &record[..padded]);
         } else {
             dst.copy_from_slice(record);
         }
@@ -357,8 +382,8 @@ impl Vectors {
             // codes in memory: codes, `lo`, `step`, squared norm, zeros.
             let start = out.len();
             out.extend_from_slice(&self.get(slot)[..self.padded]);
-            let (lo, step, norm2) = self.walk_params(slot);
-            for p in [lo, step, norm2] {
+            let g = self.walk_params(slot);
+            for p in [g.lo, g.step, g.norm2] {
                 out.extend_from_slice(&p.to_le_bytes());
             }
             out.resize(start + self.saved_record_bytes(), 0);
@@ -368,20 +393,10 @@ impl Vectors {
         out.extend_from_slice(self.rank(slot));
     }
 
-    /// Decodes what searches compare (for `Int8F16` and an int8 walk copy,
-    /// the int8 record) into `out`, so linking ranks neighbours as searches
-    /// will find them.
-    pub fn decode_search(&self, slot: u32, out: &mut Vec<f32>) {
-        if self.params_apart {
-            self.decode_int8(slot, out);
-        } else {
-            self.decode(slot, out);
-        }
-    }
-
+    /// The floats int8 codes stand for (the first `dim`, then zeros).
     fn decode_int8(&self, slot: u32, out: &mut Vec<f32>) {
         out.clear();
-        let (lo, step, _) = self.walk_params(slot);
+        let Grid { lo, step, .. } = self.walk_params(slot);
         out.extend(
             self.get(slot)[..self.dim]
                 .iter()
@@ -406,7 +421,7 @@ impl Vectors {
 
     pub fn memory_bytes(&self) -> usize {
         (self.lines.capacity() + self.rank.capacity()) * LINE
-            + self.walk_params.capacity() * std::mem::size_of::<(f32, f32, f32)>()
+            + self.walk_params.capacity() * std::mem::size_of::<Grid>()
     }
 
     /// Whether the records `get` returns are int8 codes, whose parameters
@@ -416,9 +431,9 @@ impl Vectors {
         self.params_apart
     }
 
-    /// `(lo, step, squared norm)` of the int8 codes of `slot`.
+    /// The grid of the int8 codes of `slot`.
     #[inline(always)]
-    pub fn walk_params(&self, slot: u32) -> (f32, f32, f32) {
+    pub fn walk_params(&self, slot: u32) -> Grid {
         self.walk_params[slot as usize]
     }
 
@@ -426,7 +441,7 @@ impl Vectors {
     #[inline(always)]
     pub fn prefetch_walk_params(&self, slot: u32) {
         if let Some(p) = self.walk_params.get(slot as usize) {
-            crate::prefetch::prefetch(p as *const (f32, f32, f32));
+            crate::prefetch::prefetch(p as *const Grid);
         }
     }
 }
@@ -460,9 +475,8 @@ fn read_f16(src: &[u8], padded: usize, out: &mut Vec<f32>) {
     );
 }
 
-/// Writes the codes of `v` to the start of `dst`; returns `(lo, step,
-/// squared norm)`.
-fn quantize_int8(dst: &mut [u8], v: &[f32]) -> (f32, f32, f32) {
+/// Writes the codes of `v` to the start of `dst`; returns their grid.
+fn quantize_int8(dst: &mut [u8], v: &[f32]) -> Grid {
     let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
     let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let step = (hi - lo) / 255.0;
@@ -471,7 +485,7 @@ fn quantize_int8(dst: &mut [u8], v: &[f32]) -> (f32, f32, f32) {
         *d = ((x - lo) * inv).round().clamp(0.0, 255.0) as u8;
     }
     let norm2: f32 = v.iter().map(|x| x * x).sum();
-    (lo, step, norm2)
+    Grid::new(lo, step, norm2, &dst[..v.len()])
 }
 
 #[cfg(test)]
@@ -500,11 +514,11 @@ mod tests {
         let mut out = Vec::new();
         s.decode(b, &mut out);
         assert_eq!(&out[..], &v[..]);
-        s.decode_search(b, &mut out);
+        s.decode_int8(b, &mut out);
         for (x, y) in out.iter().zip(&v) {
             assert!((x - y).abs() <= 1.0 / 255.0);
         }
-        let (_, _, norm2) = s.walk_params(b);
+        let norm2 = s.walk_params(b).norm2;
         assert!((norm2 - v.iter().map(|x| x * x).sum::<f32>()).abs() < 1e-3);
         // A snapshot slot restores both copies.
         let mut saved = Vec::new();
@@ -530,7 +544,9 @@ mod tests {
         assert_eq!((s.lines_per_record(), s.saved_bytes()), (6, (7 + 12) * 64));
         let a = s.push_zeroed();
         s.set(a, &v);
-        let (lo, step, norm2) = s.walk_params(a);
+        let Grid {
+            lo, step, norm2, ..
+        } = s.walk_params(a);
         let mut saved = Vec::new();
         s.save_slot(a, &mut saved);
         assert_eq!(&saved[..384], s.get(a));
