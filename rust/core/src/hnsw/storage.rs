@@ -17,9 +17,9 @@
 //!   f16 copies, so results and distances are those of `F16`. Snapshots
 //!   write the two parts of a slot one after the other.
 //! - `F32` with an int8 walk copy (what `Hnsw` uses for the cosine and `ip`
-//!   metrics): int8 codes to walk the graph by, their parameters in the
-//!   same table as `Int8`'s, and the floats in the second buffer, on which a search's final
-//!   candidates are ranked, so the distances it reports are exact. Snapshots
+//!   metrics): int8 codes to walk the graph by, their parameters in a table
+//!   as `Int8`'s are, and the floats in the second buffer, on which a
+//!   search's final candidates are ranked, so the distances it reports are exact. Snapshots
 //!   hold only the floats, as they always have; the codes are derived from
 //!   them on load.
 //!
@@ -358,16 +358,19 @@ impl Vectors {
             self.rank_bytes_mut()[slot as usize * r..][..r].copy_from_slice(saved);
             return;
         }
-        let (n, padded, apart) = (self.record_bytes(), self.padded, self.params_apart);
+        let (n, dim, padded) = (self.record_bytes(), self.dim, self.padded);
+        let apart = self.params_apart;
         let (record, rank) = saved.split_at(self.saved_record_bytes());
         let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
         if apart {
-            // The codes, then their parameters (see `save_slot`).
+            // The codes, then their parameters (see `save_slot`); padding
+            // stays zero whatever the file holds there, as the kernels and
+            // the code sum assume.
             dst.fill(0);
-            dst[..padded].copy_from_slice(&record[..padded]);
+            dst[..dim].copy_from_slice(&record[..dim]);
             let p = &record[padded..padded + 12];
             let f = |i: usize| f32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
-            self.walk_params[slot as usize] = Grid::new(f(0), f(4), f(8), &record[..padded]);
+            self.walk_params[slot as usize] = Grid::new(f(0), f(4), f(8), &record[..dim]);
         } else {
             dst.copy_from_slice(record);
         }
