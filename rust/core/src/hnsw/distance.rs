@@ -769,20 +769,29 @@ mod tests {
     use super::super::storage::Vectors;
     use super::*;
 
-    #[test]
-    fn kernels_match_reference_at_every_precision() {
-        let mut state = 12345u64;
-        let mut next = || {
+    /// Seeded values in `[-shift, 1 - shift)`.
+    fn values(seed: u64, shift: f32) -> impl FnMut() -> f32 {
+        let mut state = seed;
+        move || {
             state = state
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        };
-        // Every kernel set this CPU can run, not only the one it would pick.
-        let all: Vec<Kernels> = [Some(portable::kernels()), avx512_kernels(), avx2_kernels()]
+            ((state >> 40) as f32 / (1u64 << 24) as f32) - shift
+        }
+    }
+
+    /// Every kernel set this CPU can run, not only the one it would pick.
+    fn every_kernel_set() -> Vec<Kernels> {
+        [Some(portable::kernels()), avx512_kernels(), avx2_kernels()]
             .into_iter()
             .flatten()
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn kernels_match_reference_at_every_precision() {
+        let mut next = values(12345, 0.5);
+        let all = every_kernel_set();
         for dim in [1, 15, 16, 33, 100, 384] {
             let a: Vec<f32> = (0..dim).map(|_| next()).collect();
             let b: Vec<f32> = (0..dim).map(|_| next()).collect();
@@ -851,17 +860,8 @@ mod tests {
         // Linking measures from one stored record to others with the codes
         // as they are; the distances must be those of the decoded vector
         // (and the same at every kernel set, one at a time or four).
-        let mut state = 99u64;
-        let mut next = || {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.3
-        };
-        let all: Vec<Kernels> = [Some(portable::kernels()), avx512_kernels(), avx2_kernels()]
-            .into_iter()
-            .flatten()
-            .collect();
+        let mut next = values(99, 0.3);
+        let all = every_kernel_set();
         for dim in [1, 20, 100, 384] {
             let mut store = Vectors::new(dim, Precision::Int8);
             let (a, b) = (store.push_zeroed(), store.push_zeroed());

@@ -122,15 +122,13 @@ pub struct Vectors {
     /// `F32` only: `lines` hold int8 records derived from the floats, which
     /// live in `rank`.
     int8_walk: bool,
-    /// Whether `lines` hold int8 codes, whose parameters are in `walk_params`.
-    params_apart: bool,
     lines_per_record: usize,
     lines: Vec<Line>,
     /// `Int8F16`: the f16 copy of each slot; `F32` with `int8_walk`: the
     /// floats. `rank_lines` lines apiece.
     rank_lines: usize,
     rank: Vec<Line>,
-    /// With `params_apart`: each slot's grid.
+    /// With int8 codes in `lines` (see `params_apart`): each slot's grid.
     walk_params: Vec<Grid>,
 }
 
@@ -145,7 +143,6 @@ impl Vectors {
     pub fn with_walk(dim: usize, precision: Precision, int8_walk: bool) -> Self {
         let int8_walk = int8_walk && precision == Precision::F32;
         let padded = dim.div_ceil(LANES) * LANES;
-        let params_apart = int8_walk || matches!(precision, Precision::Int8 | Precision::Int8F16);
         let bytes = match precision {
             // The codes alone: their parameters live in `walk_params`.
             Precision::F32 if int8_walk => padded,
@@ -163,7 +160,6 @@ impl Vectors {
             padded,
             precision,
             int8_walk,
-            params_apart,
             lines_per_record: bytes.div_ceil(LINE),
             lines: Vec::new(),
             rank_lines: rank_bytes.div_ceil(LINE),
@@ -233,7 +229,7 @@ impl Vectors {
     pub fn reserve(&mut self, additional: usize) {
         self.lines.reserve(additional * self.lines_per_record);
         self.rank.reserve(additional * self.rank_lines);
-        if self.params_apart {
+        if self.params_apart() {
             self.walk_params.reserve(additional);
         }
     }
@@ -269,7 +265,8 @@ impl Vectors {
     #[inline]
     pub fn same(&self, a: u32, b: u32) -> bool {
         self.get(a) == self.get(b)
-            && (!self.params_apart || self.walk_params[a as usize] == self.walk_params[b as usize])
+            && (!self.params_apart()
+                || self.walk_params[a as usize] == self.walk_params[b as usize])
     }
 
     #[inline]
@@ -314,7 +311,7 @@ impl Vectors {
             .extend(std::iter::repeat_n(Line([0; LINE]), self.lines_per_record));
         self.rank
             .extend(std::iter::repeat_n(Line([0; LINE]), self.rank_lines));
-        if self.params_apart {
+        if self.params_apart() {
             self.walk_params.push(Grid::default());
         }
         slot
@@ -322,7 +319,7 @@ impl Vectors {
 
     pub fn set(&mut self, slot: u32, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        let (n, precision, apart) = (self.record_bytes(), self.precision, self.params_apart);
+        let (n, precision, apart) = (self.record_bytes(), self.precision, self.params_apart());
         let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
         dst.fill(0);
         if apart {
@@ -359,7 +356,7 @@ impl Vectors {
             return;
         }
         let (n, dim, padded) = (self.record_bytes(), self.dim, self.padded);
-        let apart = self.params_apart;
+        let apart = self.params_apart();
         let (record, rank) = saved.split_at(self.saved_record_bytes());
         let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
         if apart {
@@ -380,18 +377,21 @@ impl Vectors {
 
     /// The snapshot bytes of `slot`, appended to `out`.
     pub fn save_slot(&self, slot: u32, out: &mut Vec<u8>) {
-        if self.params_apart && !self.int8_walk {
-            // The layout int8 records had when their parameters followed the
-            // codes in memory: codes, `lo`, `step`, squared norm, zeros.
-            let start = out.len();
-            out.extend_from_slice(&self.get(slot)[..self.padded]);
-            let g = self.walk_params(slot);
-            for p in [g.lo, g.step, g.norm2] {
-                out.extend_from_slice(&p.to_le_bytes());
+        // An int8 walk copy is derived from the floats on load: not saved.
+        if !self.int8_walk {
+            if self.params_apart() {
+                // The layout int8 records had when their parameters followed
+                // the codes in memory: codes, `lo`, `step`, squared norm, zeros.
+                let start = out.len();
+                out.extend_from_slice(&self.get(slot)[..self.padded]);
+                let g = self.walk_params(slot);
+                for p in [g.lo, g.step, g.norm2] {
+                    out.extend_from_slice(&p.to_le_bytes());
+                }
+                out.resize(start + self.saved_record_bytes(), 0);
+            } else {
+                out.extend_from_slice(self.get(slot));
             }
-            out.resize(start + self.saved_record_bytes(), 0);
-        } else if !self.int8_walk {
-            out.extend_from_slice(self.get(slot));
         }
         out.extend_from_slice(self.rank(slot));
     }
@@ -431,7 +431,7 @@ impl Vectors {
     /// are read with [`Vectors::walk_params`].
     #[inline(always)]
     pub fn params_apart(&self) -> bool {
-        self.params_apart
+        self.int8_walk || matches!(self.precision, Precision::Int8 | Precision::Int8F16)
     }
 
     /// The grid of the int8 codes of `slot`.

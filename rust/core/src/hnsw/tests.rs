@@ -601,23 +601,35 @@ fn int8_walk_copies_keep_the_recall_of_walking_the_floats() {
 /// memory; the file format is unchanged, so it loads, and saves the same.
 #[test]
 fn an_int8_snapshot_from_before_parameters_moved_apart_loads_and_saves_the_same() {
-    let old: &[u8] = include_bytes!("testdata/int8f16_cosine_v1.bin");
-    let dir = std::env::temp_dir().join(format!("memlane-old-int8-{}", std::process::id()));
+    with_old_snapshot(
+        "int8",
+        include_bytes!("testdata/int8f16_cosine_v1.bin"),
+        |h| {
+            assert_eq!(h.len(), 119);
+            assert_eq!(h.params().precision, Precision::Int8F16);
+            assert!(!h.contains(14) && h.contains(7) && h.contains(840));
+            // Every stored vector is found first, at distance ~0: the codes and
+            // their parameters were read back in place.
+            for id in h.ids() {
+                let v = h.vector(id).unwrap();
+                let found = h.search(&v, 1, Some(64), None).unwrap();
+                assert_eq!(found[0].id, id);
+                assert!(found[0].distance.abs() < 1e-3);
+            }
+        },
+    );
+}
+
+/// Loads the snapshot `old` from a file, runs `check` on the index, and
+/// asserts that saving it again writes the same bytes: the format is
+/// unchanged.
+fn with_old_snapshot(name: &str, old: &[u8], check: impl FnOnce(&Hnsw)) {
+    let dir = std::env::temp_dir().join(format!("memlane-old-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("old.bin");
     std::fs::write(&path, old).unwrap();
     let h = Hnsw::load(&path).unwrap();
-    assert_eq!(h.len(), 119);
-    assert_eq!(h.params().precision, Precision::Int8F16);
-    assert!(!h.contains(14) && h.contains(7) && h.contains(840));
-    // Every stored vector is found first, at distance ~0: the codes and
-    // their parameters were read back in place.
-    for id in h.ids() {
-        let v = h.vector(id).unwrap();
-        let found = h.search(&v, 1, Some(64), None).unwrap();
-        assert_eq!(found[0].id, id);
-        assert!(found[0].distance.abs() < 1e-3);
-    }
+    check(&h);
     let again = dir.join("again.bin");
     h.save(&again).unwrap();
     assert!(std::fs::read(&again).unwrap() == old);
@@ -630,42 +642,33 @@ fn an_int8_snapshot_from_before_parameters_moved_apart_loads_and_saves_the_same(
 /// removed). Its format is the current one: the copies are derived on load.
 #[test]
 fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same() {
-    let old: &[u8] = include_bytes!("testdata/f32_cosine_v1.bin");
-    let dir = std::env::temp_dir().join(format!("memlane-old-f32-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("old.bin");
-    std::fs::write(&path, old).unwrap();
-    let h = Hnsw::load(&path).unwrap();
-    assert_eq!(h.len(), 119);
-    assert_eq!((h.dim(), h.metric()), (20, Metric::Cosine));
-    assert_eq!(h.params().precision, Precision::F32);
-    assert!(
-        h.rank.is_some(),
-        "loaded f32 cosine indexes walk int8 copies"
-    );
-    assert!(!h.contains(14) && h.contains(7) && h.contains(840));
-    // Searches find the exact neighbours among the stored floats, at their
-    // exact distances.
-    let ids = h.ids();
-    let stored: Vec<Vec<f32>> = ids.iter().map(|&id| h.vector(id).unwrap()).collect();
-    for (qi, q) in stored.iter().enumerate().step_by(7) {
-        let mut want: Vec<(f64, u64)> = stored
-            .iter()
-            .zip(&ids)
-            .map(|(v, &id)| (super::distance::reference(Metric::Cosine, q, v), id))
-            .collect();
-        want.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let found = h.search(q, 5, Some(119), None).unwrap();
-        assert_eq!(found[0].id, ids[qi]);
-        for (nb, (d, _)) in found.iter().zip(&want) {
-            assert!((f64::from(nb.distance) - d).abs() <= 1e-6);
+    with_old_snapshot("f32", include_bytes!("testdata/f32_cosine_v1.bin"), |h| {
+        assert_eq!(h.len(), 119);
+        assert_eq!((h.dim(), h.metric()), (20, Metric::Cosine));
+        assert_eq!(h.params().precision, Precision::F32);
+        assert!(
+            h.rank.is_some(),
+            "loaded f32 cosine indexes walk int8 copies"
+        );
+        assert!(!h.contains(14) && h.contains(7) && h.contains(840));
+        // Searches find the exact neighbours among the stored floats, at their
+        // exact distances.
+        let ids = h.ids();
+        let stored: Vec<Vec<f32>> = ids.iter().map(|&id| h.vector(id).unwrap()).collect();
+        for (qi, q) in stored.iter().enumerate().step_by(7) {
+            let mut want: Vec<(f64, u64)> = stored
+                .iter()
+                .zip(&ids)
+                .map(|(v, &id)| (super::distance::reference(Metric::Cosine, q, v), id))
+                .collect();
+            want.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let found = h.search(q, 5, Some(119), None).unwrap();
+            assert_eq!(found[0].id, ids[qi]);
+            for (nb, (d, _)) in found.iter().zip(&want) {
+                assert!((f64::from(nb.distance) - d).abs() <= 1e-6);
+            }
         }
-    }
-    // Saved again, it is the same file: the format did not change.
-    let again = dir.join("again.bin");
-    h.save(&again).unwrap();
-    assert!(std::fs::read(&again).unwrap() == old);
-    std::fs::remove_dir_all(&dir).unwrap();
+    });
 }
 
 #[test]
