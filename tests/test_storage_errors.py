@@ -201,7 +201,9 @@ def test_a_damaged_database_is_corrupt(tmp_path: Path) -> None:
     _put(db, *[f"record {i} " * 40 for i in range(300)])
     db.close()
     data = path.read_bytes()
-    page = 16384  # the first page (the schema) stays; every other is overwritten
+    # The first page (the schema) stays; every other is overwritten. The header
+    # gives the page size (big-endian, at offset 16).
+    page = int.from_bytes(data[16:18], "big")
     path.write_bytes(data[:page] + b"\xa5" * (len(data) - page))
     opened: list[SQLiteStore] = []
     with pytest.raises(CorruptFileError, match="malformed") as e:
