@@ -20,7 +20,11 @@ at a time, p50 and p99:
   trailing spaces, so the engine retrieves anew instead of reusing the question's
   retrieval;
 - add one text: ``mem.add(text)`` (embedded, durable when it returns) against
-  ``collection.add(ids=[...], documents=[text])``.
+  ``collection.add(ids=[...], documents=[text])``;
+- search, new question, store reopened: the store closed and opened again (from its
+  snapshot), then more never-seen questions, embedder and search in turn. The process
+  that wrote the store keeps its rows (the row cache); a reopened one reads each hit
+  from SQLite the first time, which this shows.
 
 The embedder, memlane and chromadb calls on a text run back to back (their order
 rotating from text to text), so the shared two cores' noise falls on all alike. The
@@ -30,7 +34,7 @@ from 10k to 100k), repeated question <= 0.5 ms, add minus embedder <= 2 ms.
 memlane searches are its defaults (hybrid, access tracking on); both return 10 hits.
 
     python benches/bench_user_latency.py [--sizes 10000,100000] [--queries 200]
-        [--adds 100] [--no-chroma] [--json]
+        [--adds 100] [--reopened 100] [--no-chroma] [--json]
 """
 
 from __future__ import annotations
@@ -146,6 +150,7 @@ def run_size(
     vectors: np.ndarray,
     questions: list[str],
     additions: list[str],
+    reopened: list[str],
     warm: list[str],
     chroma: bool,
     progress: Callable[[str], None],
@@ -236,6 +241,22 @@ def run_size(
 
     have_chroma = col is not None
     mem.close()
+    if reopened:
+        progress(f"{n:,}: reopening memlane")
+        mem = Memory(root / f"memlane-{n}")
+        embedder = mem.embedder
+        assert embedder is not None
+        for text in warm:
+            mem.search(text + " ", k=K)
+        for i, text in enumerate(reopened):
+            progress(f"{n:,}: search after reopening {i + 1}/{len(reopened)}")
+            calls = [
+                ("embed (reopened)", lambda t=text: embedder.embed(t)),
+                ("memlane search reopened", lambda t=text: mem.search(t, k=K)),
+            ]
+            for key, call in calls[i % 2 :] + calls[: i % 2]:
+                note(key, timed(call))
+        mem.close()
 
     stats = {
         key: dict(zip(("p50", "p99"), percentiles(xs), strict=True)) for key, xs in samples.items()
@@ -254,6 +275,13 @@ def run_size(
         "memlane add - embed (p50s)": stats["memlane add"]["p50"] - stats["embed (adds)"]["p50"],
         "memlane add - embed (paired median)": paired("memlane add", "embed (adds)"),
     }
+    if reopened:
+        out["derived_ms"]["memlane search reopened - embed (p50s)"] = (
+            stats["memlane search reopened"]["p50"] - stats["embed (reopened)"]["p50"]
+        )
+        out["derived_ms"]["memlane search reopened - embed (paired median)"] = paired(
+            "memlane search reopened", "embed (reopened)"
+        )
     if have_chroma:
         out["derived_ms"].update(
             {
@@ -276,6 +304,8 @@ ROWS = [
     ("same, track_access=False", "memlane search vector untracked", ""),
     ("add one text", "memlane add", "chroma add"),
     ("embedder alone (add texts)", "embed (adds)", "embed (adds)"),
+    ("search, new question, store reopened", "memlane search reopened", ""),
+    ("embedder alone (those questions)", "embed (reopened)", ""),
 ]
 
 
@@ -289,6 +319,8 @@ def print_table(result: dict[str, Any]) -> None:
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for label, mine, theirs in ROWS:
+        if mine not in ms:
+            continue
         m = ms[mine]
         if not chroma or theirs not in ms or mine == theirs:
             print(f"| {label} | {m['p50']:.3f} | {m['p99']:.3f} | - | - | - |")
@@ -309,7 +341,10 @@ def print_table(result: dict[str, Any]) -> None:
     for label, key, goal in (
         ("search new - embedder", "search new - embed", "<= 0.6"),
         ("add - embedder", "add - embed", "<= 2"),
+        ("search new, reopened - embedder", "search reopened - embed", "<= 0.6"),
     ):
+        if f"memlane {key} (p50s)" not in d:
+            continue
         print(
             f"| {label} (goal {goal} ms) | {cell('memlane', key)} | | {cell('chroma', key)} | | |"
         )
@@ -322,6 +357,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000", help="store sizes, comma-separated")
     parser.add_argument("--queries", type=int, default=200, help="new questions per size")
     parser.add_argument("--adds", type=int, default=100, help="single adds per size")
+    parser.add_argument(
+        "--reopened", type=int, default=100, help="new questions per size after reopening"
+    )
     parser.add_argument("--no-chroma", action="store_true")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = parser.parse_args()
@@ -344,7 +382,8 @@ def main() -> None:
         raise SystemExit(f"sizes must stay below {len(texts) - 10}")
     rng = random.Random(0)
     rng.shuffle(questions)
-    need = len(sizes) * (args.queries + args.adds)
+    per_size = args.queries + args.adds + args.reopened
+    need = len(sizes) * per_size
     if need > len(questions):
         raise SystemExit(f"{need} SciFact texts needed, {len(questions)} available")
     # Warm-up texts: the last glosses, beyond any store size used here.
@@ -360,7 +399,7 @@ def main() -> None:
         for j, n in enumerate(sizes):
             # Fresh texts per size: each question is new to the embedding cache
             # and to both stores.
-            mine = questions[j * (args.queries + args.adds) : (j + 1) * (args.queries + args.adds)]
+            mine = questions[j * per_size : (j + 1) * per_size]
             gc.collect()  # the previous size's stores
             results.append(
                 run_size(
@@ -369,7 +408,8 @@ def main() -> None:
                     texts,
                     vectors,
                     mine[: args.queries],
-                    mine[args.queries :],
+                    mine[args.queries : args.queries + args.adds],
+                    mine[args.queries + args.adds :],
                     warm,
                     chroma,
                     progress,
@@ -380,7 +420,8 @@ def main() -> None:
     print(file=sys.stderr)
     python = sys.version.split()[0]
     print(
-        f"default embedder, {args.queries} new questions and {args.adds} adds per size, "
+        f"default embedder, {args.queries} new questions, {args.adds} adds and "
+        f"{args.reopened} questions after reopening per size, "
         f"Python {python}, {time.perf_counter() - started:.0f} s in all"
     )
     for result in results:

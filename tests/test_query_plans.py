@@ -109,6 +109,8 @@ class SQLiteBackend(Backend):
             return conn
 
         monkeypatch.setattr(SQLiteStore, "_connect", traced)
+        # No row cache: search hits are read from the database, so those reads are checked.
+        monkeypatch.setattr("memlane.storage.sqlite.DEFAULT_CAPACITY", 0)
 
     def open(self, embedder: Any) -> Memory:
         return Memory(self.root / "store", embedder)

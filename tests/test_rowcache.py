@@ -45,12 +45,12 @@ def test_least_recently_used_go_first() -> None:
     assert len(off) == 0
 
 
-def test_a_refresh_updates_cached_rows_only() -> None:
-    cache = RowCache(10)
-    cache.put([row(1, 1, "old")])
-    cache.put([row(1, 2, "new"), row(2, 2)], add=False)
-    found, missing = cache.get([1, 2])
-    assert found[1].text == "new" and missing == [2]
+def test_inserted_rows_are_kept_without_their_vectors() -> None:
+    cache = RowCache(2)
+    cache.put_new([row(1, 1, "a", b"\0" * 8), row(2, 2, "b"), row(3, 3, "c")])
+    found, missing = cache.get([1, 2, 3])
+    assert missing == [1] and [found[r].text for r in (2, 3)] == ["b", "c"]
+    assert found[2].embedding is None and found[2] == row(2, 2, "b")
 
 
 def test_hits_read_after_a_write_are_the_written_ones(

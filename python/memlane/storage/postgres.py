@@ -45,7 +45,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row, history_table, records_table
-from memlane.storage.rowcache import RowCache
+from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import TYPES, Columns, ErrorKind, Rows, SQLStore
 
 __all__ = ["POLL_SECONDS", "PostgresStore", "PostgresTarget"]
@@ -55,7 +55,7 @@ T = TypeVar("T")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 DEFAULT_SCHEMA = "memlane"
 #: Records kept in process for reading search hits (``?row_cache=N`` in the URL; 0: none).
-DEFAULT_ROW_CACHE = 200_000
+DEFAULT_ROW_CACHE = DEFAULT_CAPACITY
 #: Seconds to wait for a connection (also libpq's ``connect_timeout`` unless the URL sets it).
 CONNECT_TIMEOUT = 10.0
 _POOL_MAX = 8

@@ -81,9 +81,6 @@ class SQLStore(abc.ABC):
     _ERRORS: ClassVar[tuple[type[Exception], ...]]
     #: Rows kept in process for reading search hits.
     _cache: RowCache | None = None
-    #: Rows written or replayed enter the cache (else new rows stay out and replayed
-    #: ones only refresh cached ones): worth it where a read is a round trip.
-    _CACHE_WRITES: ClassVar[bool] = True
     #: Put before a table's name ("" or a quoted schema and a dot).
     _p = ""
     #: ``DELETE ... RETURNING`` is available.
@@ -316,10 +313,10 @@ class SQLStore(abc.ABC):
     def insert(self, conn: Any, rows: Sequence[Row]) -> None:
         with self._refusals():
             self._insert_rows(conn, self._stored_rows(rows))
-        if self._cache is not None and self._CACHE_WRITES:
+        if self._cache is not None:
             # Safe before the commit: new rowids reach the indexes only after it, and a
             # rolled-back one is never asked for (rowids are not reused).
-            self._cache.put(rows)
+            self._cache.put_new(rows)
 
     def replace(self, conn: Any, rows: Sequence[Row]) -> None:
         """Rewrites rows in place: every field but the rowid and the id (a record keeps
@@ -504,11 +501,8 @@ class SQLStore(abc.ABC):
 
     # -- reads ---------------------------------------------------------------------------
 
-    def rows_by_rowid(
-        self, rowids: Sequence[int], embedding: bool = False, fill: bool = True
-    ) -> dict[int, Row]:
-        """The rows of ``rowids`` that exist; ``fill=False`` keeps rows not cached yet out
-        of the cache."""
+    def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
+        """The rows of ``rowids`` that exist."""
         if not rowids:
             return {}
         found: dict[int, Row] = {}
@@ -528,7 +522,7 @@ class SQLStore(abc.ABC):
 
         fetched = self._read(run)
         if self._cache is not None:
-            self._cache.put(fetched.values(), add=fill)
+            self._cache.put(fetched.values())
         found.update(fetched)
         return found
 
@@ -582,7 +576,7 @@ class SQLStore(abc.ABC):
         for start in range(0, len(rowids), batch):
             part = rowids[start : start + batch]
             # (This also refreshes the row cache: it stays as fresh as the indexes.)
-            rows = self.rows_by_rowid(part, embedding=True, fill=self._CACHE_WRITES)
+            rows = self.rows_by_rowid(part, embedding=True)
             yield [rows[r] for r in part if r in rows]
 
     def tombstones_since(self, seq: int) -> list[int]:

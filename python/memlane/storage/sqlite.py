@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from memlane.errors import StorageError
 from memlane.schema import history_table, records_table
-from memlane.storage.rowcache import RowCache
+from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import Columns, ErrorKind, Rows, SQLStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -77,9 +77,6 @@ CREATE INDEX IF NOT EXISTS history_next ON history (next_id);
 # 1.21-1.89 ms with 256 MB; 0.66-0.82 ms at 10k and 100k with either.
 _MMAP_BYTES = 256 << 20
 _CACHE_KIB = 64 * 1024
-# Search hits kept in process (about 0.7 kB each): a repeated question's hits cost
-# 0.05 ms instead of 0.19 (100k records, after other work evicted the CPU caches).
-_ROW_CACHE = 10_000
 # SQLite's default limit on bound parameters is 32766; stay far below.
 _CHUNK = 500
 
@@ -114,8 +111,6 @@ class SQLiteStore(SQLStore):
     # (It needs SQLite 3.35.)
     _RETURNING = False
     _GREATEST = "max"
-    # Reads are local: only search hits are cached.
-    _CACHE_WRITES = False
     _TOMBSTONE_UPDATE = "seq = excluded.seq"
     # Tombstones go once a snapshot reflects them: only the newest snapshot is loaded.
     # ``forgotten`` remembers the newest tombstone that went: a snapshot older than it
@@ -170,7 +165,7 @@ class SQLiteStore(SQLStore):
                     # existed gets one now, and rebuilds its snapshot once).
                     self.set_meta(conn, "store_id", str(uuid.uuid4()))
             self.store_id = str(self.get_meta("store_id"))
-            self._cache = RowCache(_ROW_CACHE)
+            self._cache = RowCache(DEFAULT_CAPACITY)
         except BaseException:
             self.close()
             raise
