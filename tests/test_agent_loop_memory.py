@@ -20,6 +20,7 @@ from memlane.agent import (
     SHORT_TERM,
     Compaction,
     Consolidation,
+    DailyLog,
     FlushReminder,
     Limits,
     OpenAIChat,
@@ -29,7 +30,11 @@ from memlane.agent import (
 from memlane.agent.loop import TOOL_INSTRUCTIONS, split_text
 
 SCOPES = SessionScope("per-peer", {"telegram:42": "alice", "whatsapp:+1555": "alice"})
+# Every trigger off unless a test turns it on. The daily log too: these tests' clock
+# starts at the real time and moves minutes on, and a day that ends meanwhile would
+# add its log's model call (seen at 23:50 UTC).
 OFF = {
+    "daily": DailyLog(enabled=False),
     "reflection": Reflection(enabled=False),
     "consolidation": Consolidation(enabled=False),
     "flush": FlushReminder(enabled=False),
