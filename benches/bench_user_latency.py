@@ -77,6 +77,15 @@ def timed(call: Callable[[], Any]) -> float:
     return time.perf_counter() - t
 
 
+def in_turn(
+    calls: list[tuple[str, Callable[[], Any]]], i: int
+) -> list[tuple[str, Callable[[], Any]]]:
+    """``calls`` rotated by ``i``: the i-th text's calls start from a different one, so no
+    call always runs first (on the caches the previous text's calls left)."""
+    j = i % len(calls)
+    return calls[j:] + calls[:j]
+
+
 def chroma_embedding_function(embedder: Embedder) -> Any:
     """A chromadb embedding function running ``embedder`` (the store's own)."""
     from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
@@ -192,7 +201,7 @@ def run_size(
             calls.append(
                 ("chroma search new", lambda t=text: col.query(query_texts=[t], n_results=K))
             )
-        for key, call in calls[i % len(calls) :] + calls[: i % len(calls)]:
+        for key, call in in_turn(calls, i):
             note(key, timed(call))
         # After the first memlane search: its embedding cache holds the text now.
         note("memlane search repeated", timed(lambda t=text: mem.search(t, k=K)))
@@ -236,7 +245,7 @@ def run_size(
             calls.append(
                 ("chroma add", lambda t=text, j=i: col.add(ids=[f"new-{j}"], documents=[t]))
             )
-        for key, call in calls[i % len(calls) :] + calls[: i % len(calls)]:
+        for key, call in in_turn(calls, i):
             note(key, timed(call))
 
     have_chroma = col is not None
@@ -254,7 +263,7 @@ def run_size(
                 ("embed (reopened)", lambda t=text: embedder.embed(t)),
                 ("memlane search reopened", lambda t=text: mem.search(t, k=K)),
             ]
-            for key, call in calls[i % 2 :] + calls[: i % 2]:
+            for key, call in in_turn(calls, i):
                 note(key, timed(call))
         mem.close()
 

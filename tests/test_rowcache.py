@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
+import pytest
+
 from conftest import StoreFactory, WordHashEmbedder
+from memlane import Memory
 from memlane.schema import COLUMNS, Row
 from memlane.storage.rowcache import RowCache
+from memlane.storage.sqlite import SQLiteStore
 
 
 def row(rowid: int, seq: int, text: str = "t", embedding: bytes | None = None) -> Row:
@@ -45,9 +52,9 @@ def test_least_recently_used_go_first() -> None:
     assert len(off) == 0
 
 
-def test_inserted_rows_are_kept_without_their_vectors() -> None:
+def test_rows_are_kept_whole_without_their_vectors_up_to_the_capacity() -> None:
     cache = RowCache(2)
-    cache.put_new([row(1, 1, "a", b"\0" * 8), row(2, 2, "b"), row(3, 3, "c")])
+    cache.put([row(1, 1, "a", b"\0" * 8), row(2, 2, "b"), row(3, 3, "c")])
     found, missing = cache.get([1, 2, 3])
     assert missing == [1] and [found[r].text for r in (2, 3)] == ["b", "c"]
     assert found[2].embedding is None and found[2] == row(2, 2, "b")
@@ -69,3 +76,26 @@ def test_hits_read_after_a_write_are_the_written_ones(
     ]
     mem.supersede(a, "the red kite left the hill")
     assert [h.record.text for h in mem.search("red kite", k=5)] == ["the red kite left the hill"]
+
+
+def test_a_new_question_finds_the_rows_this_process_wrote_without_reading_sqlite(
+    tmp_path: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes fill the cache: the hits of a search never run before are not read from
+    the database (the model run before a search leaves SQLite's pages cold)."""
+    ran: list[str] = []
+    connect = SQLiteStore._connect
+
+    def traced(store: SQLiteStore) -> sqlite3.Connection:
+        conn = connect(store)
+        conn.set_trace_callback(ran.append)
+        return conn
+
+    monkeypatch.setattr(SQLiteStore, "_connect", traced)
+    with Memory(tmp_path / "store", word_embedder) as mem:
+        mem.add_many({"text": f"note {i} about the red kite"} for i in range(50))
+        mem.wait_indexed()
+        ran.clear()
+        hits = mem.search("red kite", k=10)
+        assert len(hits) == 10
+        assert not [q for q in ran if "FROM records" in q and q.startswith("SELECT")]

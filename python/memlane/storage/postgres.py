@@ -54,8 +54,6 @@ T = TypeVar("T")
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 DEFAULT_SCHEMA = "memlane"
-#: Records kept in process for reading search hits (``?row_cache=N`` in the URL; 0: none).
-DEFAULT_ROW_CACHE = DEFAULT_CAPACITY
 #: Seconds to wait for a connection (also libpq's ``connect_timeout`` unless the URL sets it).
 CONNECT_TIMEOUT = 10.0
 _POOL_MAX = 8
@@ -170,7 +168,8 @@ class PostgresTarget:
             raise InvalidArgumentError(f"not a valid PostgreSQL URL: {e}") from None
         secrets = [] if parts.password is None else [urllib.parse.unquote(parts.password)]
         schema = DEFAULT_SCHEMA
-        row_cache = str(DEFAULT_ROW_CACHE)
+        # Records kept in process for reading search hits (0: none).
+        row_cache = str(DEFAULT_CAPACITY)
         tenant: tuple[str, str] | None = None
         keep: list[tuple[str, str]] = []
         # schema, row_cache and tenant are memlane's; everything else is libpq's.

@@ -84,21 +84,14 @@ class RowCache:
                 cached = self._rows.get(rowid)
                 if cached is not None and cached[_SEQ] > seq:
                     continue
-                self._rows[rowid] = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
+                self._rows[rowid] = _without_vector(row)
                 self._rows.move_to_end(rowid)
-            while len(self._rows) > self.capacity:
-                self._rows.popitem(last=False)
+            self._trim()
 
-    def put_new(self, rows: Iterable[Row]) -> None:
-        """Keeps rows just inserted. Their rowids are new (never reused), so no cached
-        copy or floor can stand in the way: 0.74 µs a row against :meth:`put`'s 1.2,
-        which every row of a bulk load pays."""
-        if self.capacity <= 0:
-            return
-        with self._lock:
-            self._rows.update((r[0], (*r[:_EMBEDDING], None, *r[_EMBEDDING + 1 :])) for r in rows)
-            while len(self._rows) > self.capacity:
-                self._rows.popitem(last=False)
+    def _trim(self) -> None:
+        """Drops the least recently used rows past the capacity (lock held)."""
+        while len(self._rows) > self.capacity:
+            self._rows.popitem(last=False)
 
     def invalidate(self, rowids: Iterable[int], seq: int) -> None:
         """Drops rows a write (change ``seq``) touches; older reads of them are refused."""
@@ -117,3 +110,8 @@ class RowCache:
         with self._lock:
             for r in rowids:
                 self._rows.pop(r, None)
+
+
+def _without_vector(row: Row) -> tuple[Any, ...]:
+    """The row as kept: a plain tuple, its vector left out."""
+    return (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])

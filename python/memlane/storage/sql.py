@@ -316,7 +316,7 @@ class SQLStore(abc.ABC):
         if self._cache is not None:
             # Safe before the commit: new rowids reach the indexes only after it, and a
             # rolled-back one is never asked for (rowids are not reused).
-            self._cache.put_new(rows)
+            self._cache.put(rows)
 
     def replace(self, conn: Any, rows: Sequence[Row]) -> None:
         """Rewrites rows in place: every field but the rowid and the id (a record keeps
