@@ -40,7 +40,7 @@ pub const MAX_RESULTS: usize = 1 << 28;
 
 /// Batches smaller than this link on the calling thread: a message-sized add
 /// must not pay for waking the thread pool.
-const PARALLEL_MIN_BATCH: usize = 64;
+pub(crate) const PARALLEL_MIN_BATCH: usize = 64;
 /// A reachability pass may be put off until the nodes linked since the last
 /// one reach this fraction (1 / n) of the graph.
 const DEFERRED_CHECK_SHARE: usize = 8;
