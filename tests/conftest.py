@@ -7,8 +7,9 @@ import hashlib
 import itertools
 import os
 import re
+import sqlite3
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from chat_server import ScriptedChatServer
 from memlane import Memory
 from memlane.agent import OpenAIChat
 from memlane.embeddings import OnnxEmbedder
+from memlane.storage.sqlite import SQLiteStore
 from pg_server import PgServer, find_pg_bin
 
 
@@ -71,6 +73,18 @@ class WordHashEmbedder:
 @pytest.fixture
 def word_embedder() -> WordHashEmbedder:
     return WordHashEmbedder()
+
+
+def trace_sqlite(monkeypatch: pytest.MonkeyPatch, note: Callable[[str], None]) -> None:
+    """Every statement the SQLite stores opened from now on run goes to ``note``."""
+    connect = SQLiteStore._connect
+
+    def traced(store: SQLiteStore) -> sqlite3.Connection:
+        conn = connect(store)
+        conn.set_trace_callback(note)
+        return conn
+
+    monkeypatch.setattr(SQLiteStore, "_connect", traced)
 
 
 # -- backends -----------------------------------------------------------------------------

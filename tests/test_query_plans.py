@@ -33,9 +33,8 @@ from typing import Any
 
 import pytest
 
-from conftest import WordHashEmbedder
+from conftest import WordHashEmbedder, trace_sqlite
 from memlane import Memory
-from memlane.storage.sqlite import SQLiteStore
 
 N = 3000
 AGENTS = 10
@@ -101,14 +100,7 @@ class SQLiteBackend(Backend):
     def __init__(self, root: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
         self.root = root
         self._conn: sqlite3.Connection | None = None
-        connect = SQLiteStore._connect
-
-        def traced(store: SQLiteStore) -> sqlite3.Connection:
-            conn = connect(store)
-            conn.set_trace_callback(recorder.note)
-            return conn
-
-        monkeypatch.setattr(SQLiteStore, "_connect", traced)
+        trace_sqlite(monkeypatch, recorder.note)
         # No row cache: search hits are read from the database, so those reads are checked.
         monkeypatch.setattr("memlane.storage.sqlite.DEFAULT_CAPACITY", 0)
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 
-from conftest import StoreFactory, WordHashEmbedder
+from conftest import StoreFactory, WordHashEmbedder, trace_sqlite
 from memlane import Memory
 from memlane.schema import COLUMNS, Row
 from memlane.storage.rowcache import RowCache
-from memlane.storage.sqlite import SQLiteStore
 
 
 def row(rowid: int, seq: int, text: str = "t", embedding: bytes | None = None) -> Row:
@@ -84,14 +82,7 @@ def test_a_new_question_finds_the_rows_this_process_wrote_without_reading_sqlite
     """Writes fill the cache: the hits of a search never run before are not read from
     the database (the model run before a search leaves SQLite's pages cold)."""
     ran: list[str] = []
-    connect = SQLiteStore._connect
-
-    def traced(store: SQLiteStore) -> sqlite3.Connection:
-        conn = connect(store)
-        conn.set_trace_callback(ran.append)
-        return conn
-
-    monkeypatch.setattr(SQLiteStore, "_connect", traced)
+    trace_sqlite(monkeypatch, ran.append)
     with Memory(tmp_path / "store", word_embedder) as mem:
         mem.add_many({"text": f"note {i} about the red kite"} for i in range(50))
         mem.wait_indexed()

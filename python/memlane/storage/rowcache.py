@@ -84,14 +84,11 @@ class RowCache:
                 cached = self._rows.get(rowid)
                 if cached is not None and cached[_SEQ] > seq:
                     continue
-                self._rows[rowid] = _without_vector(row)
+                # Kept as a plain tuple, the vector left out.
+                self._rows[rowid] = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
                 self._rows.move_to_end(rowid)
-            self._trim()
-
-    def _trim(self) -> None:
-        """Drops the least recently used rows past the capacity (lock held)."""
-        while len(self._rows) > self.capacity:
-            self._rows.popitem(last=False)
+            while len(self._rows) > self.capacity:
+                self._rows.popitem(last=False)
 
     def invalidate(self, rowids: Iterable[int], seq: int) -> None:
         """Drops rows a write (change ``seq``) touches; older reads of them are refused."""
@@ -110,8 +107,3 @@ class RowCache:
         with self._lock:
             for r in rowids:
                 self._rows.pop(r, None)
-
-
-def _without_vector(row: Row) -> tuple[Any, ...]:
-    """The row as kept: a plain tuple, its vector left out."""
-    return (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
