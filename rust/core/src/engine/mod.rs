@@ -85,7 +85,7 @@ pub struct Prepared {
 /// A batch of parked vectors being linked (see [`Engine::index_pending_shared`]).
 struct LinkJob {
     staged: Staged,
-    /// How many parked vectors, from the tail, the batch holds.
+    /// How many parked vectors, the oldest, the batch holds.
     n: usize,
 }
 
@@ -427,14 +427,14 @@ impl Engine {
         Ok(engine.pending.len())
     }
 
-    /// Stores the last `max` parked vectors in the graph, unlinked and
+    /// Stores the `max` oldest parked vectors in the graph, unlinked and
     /// hidden from its searches (see [`Hnsw::stage`]).
     fn link_start(&mut self, max: usize) -> Result<Option<LinkJob>> {
         self.retrievals.clear();
         let Some(hnsw) = self.hnsw.as_mut() else {
             return Ok(None);
         };
-        let (ids, data) = self.pending.tail(max);
+        let (ids, data) = self.pending.head(max);
         if ids.is_empty() {
             return Ok(None);
         }
@@ -461,7 +461,7 @@ impl Engine {
         self.retrievals.clear();
         if let Some(hnsw) = self.hnsw.as_mut() {
             hnsw.publish(job.staged);
-            self.pending.truncate_tail(job.n);
+            self.pending.drop_head(job.n);
         }
     }
 

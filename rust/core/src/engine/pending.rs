@@ -29,14 +29,18 @@ const SKETCH_POOL_MIN: usize = 512;
 
 pub struct Pending {
     dim: usize,
+    /// The buffers' rows from `start` on are parked, oldest first; the rows
+    /// before it were linked (see [`Pending::drop_head`]).
     ids: Vec<u64>,
     /// Unit vectors, row-major.
     data: Vec<f32>,
+    /// Row of each parked id.
     pos: IdMap<usize>,
     /// Sign bits of each vector (bit `j % 64` of word `j / 64` is set when
     /// component `j` is positive), `words` per vector, row-major.
     signs: Vec<u64>,
     words: usize,
+    start: usize,
 }
 
 /// Dot product with eight accumulators, which the compiler vectorises.
@@ -85,6 +89,7 @@ impl Pending {
             pos: IdMap::default(),
             signs: Vec::new(),
             words: dim.div_ceil(64),
+            start: 0,
         }
     }
 
@@ -106,23 +111,26 @@ impl Pending {
             pos,
             signs,
             words,
+            start: 0,
         })
     }
 
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.ids.len() - self.start
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
+        self.len() == 0
     }
 
+    /// The parked ids, oldest first.
     pub fn ids(&self) -> &[u64] {
-        &self.ids
+        &self.ids[self.start..]
     }
 
+    /// The parked vectors, in the order of [`Pending::ids`].
     pub fn data(&self) -> &[f32] {
-        &self.data
+        &self.data[self.start * self.dim..]
     }
 
     pub fn contains(&self, id: u64) -> bool {
@@ -189,23 +197,52 @@ impl Pending {
         self.ids.pop();
         self.data.truncate(last * self.dim);
         self.signs.truncate(last * self.words);
+        if self.is_empty() {
+            self.compact();
+        }
         true
     }
 
-    /// The last `n` parked entries (ids and vectors), to be linked.
-    pub fn tail(&self, n: usize) -> (&[u64], &[f32]) {
-        let start = self.ids.len().saturating_sub(n);
-        (&self.ids[start..], &self.data[start * self.dim..])
+    /// The `n` oldest parked entries (ids and vectors), to be linked.
+    ///
+    /// Oldest first because what is added together is often alike (a
+    /// document's chunks, a conversation's turns), and a graph grown in that
+    /// order searches less per link: 100,000 WordNet gloss vectors in their
+    /// order, parked and then linked 512 at a time on 2 cores, took 6.1 s
+    /// newest batch first and 4.9-5.0 s oldest first (4.7 s in one batch).
+    pub fn head(&self, n: usize) -> (&[u64], &[f32]) {
+        let end = self.start + n.min(self.len());
+        (
+            &self.ids[self.start..end],
+            &self.data[self.start * self.dim..end * self.dim],
+        )
     }
 
-    /// Forgets the last `n` entries once they are linked.
-    pub fn truncate_tail(&mut self, n: usize) {
-        let keep = self.ids.len().saturating_sub(n);
-        for id in self.ids.drain(keep..) {
-            self.pos.remove(&id);
+    /// Forgets the `n` oldest entries once they are linked. Their rows are
+    /// dropped from the buffers once they are at least as many as the rows
+    /// still parked, so each row is moved at most once per row dropped.
+    pub fn drop_head(&mut self, n: usize) {
+        let end = self.start + n.min(self.len());
+        for id in &self.ids[self.start..end] {
+            self.pos.remove(id);
         }
-        self.data.truncate(keep * self.dim);
-        self.signs.truncate(keep * self.words);
+        self.start = end;
+        if self.start >= self.len() {
+            self.compact();
+        }
+    }
+
+    /// Drops the rows before `start` (linked) from the buffers.
+    fn compact(&mut self) {
+        let start = std::mem::take(&mut self.start);
+        if start > 0 {
+            self.ids.drain(..start);
+            self.data.drain(..start * self.dim);
+            self.signs.drain(..start * self.words);
+            for (i, id) in self.ids.iter().enumerate() {
+                self.pos.insert(*id, i);
+            }
+        }
         // A bulk load parks hundreds of megabytes that linking then drains;
         // without this the process would keep the high-water mark for good.
         if self.ids.len() < self.ids.capacity() / 4 {
@@ -221,12 +258,12 @@ impl Pending {
     /// The similarities are exact; when many vectors are parked, the
     /// candidates scored come from the sign sketches (see the module note).
     pub fn scan(&self, q: &[f32], k: usize, accept: impl Fn(u64) -> bool) -> Vec<(u64, f32)> {
-        let n = self.ids.len();
+        let n = self.len();
         let keep = k.saturating_mul(OVERSAMPLE).max(SKETCH_POOL_MIN);
         let mut out: Vec<(u64, f32)> = if n <= SKETCH_MIN.max(keep) || self.dim < SKETCH_MIN_DIM {
-            self.ids
+            self.ids()
                 .iter()
-                .zip(self.data.chunks_exact(self.dim))
+                .zip(self.data().chunks_exact(self.dim))
                 .filter(|(id, _)| accept(**id))
                 .map(|(&id, v)| (id, dot(q, v)))
                 .collect()
@@ -245,7 +282,7 @@ impl Pending {
         &self.data[i * self.dim..(i + 1) * self.dim]
     }
 
-    /// Positions of the `keep` admitted vectors whose sketches score best
+    /// Rows of the `keep` admitted vectors whose sketches score best
     /// against `q`. `accept` is asked only about vectors that would enter the
     /// running best, so a filter that admits most of them costs little.
     fn sketch_candidates(
@@ -255,10 +292,10 @@ impl Pending {
         accept: impl Fn(u64) -> bool,
     ) -> Vec<usize> {
         let planes = Planes::new(q, self.words);
-        let mut scores = vec![0f32; self.ids.len()];
-        planes.scores(&self.signs, &mut scores);
+        let mut scores = vec![0f32; self.len()];
+        planes.scores(&self.signs[self.start * self.words..], &mut scores);
         let mut best: BinaryHeap<Worst> = BinaryHeap::with_capacity(keep + 1);
-        for (i, &s) in scores.iter().enumerate() {
+        for (i, &s) in (self.start..).zip(&scores) {
             if best.len() >= keep && best.peek().is_some_and(|w| s <= w.0) {
                 continue;
             }
@@ -454,7 +491,7 @@ mod tests {
     }
 
     #[test]
-    fn put_remove_tail_and_scan() {
+    fn put_remove_head_and_scan() {
         let mut p = Pending::new(2);
         let v = normalised(&[1.0, 0.0, 0.0, 2.0, 1.0, 1.0], 2, "vector").unwrap();
         p.put(1, &v[0..2]);
@@ -468,10 +505,10 @@ mod tests {
         assert!(!p.remove(1));
         assert_eq!(p.get(3).map(|v| v[0] > 0.7), Some(true));
         assert_eq!(p.scan(&[1.0, 0.0], 5, |id| id != 3).len(), 1);
-        let (ids, data) = p.tail(1);
-        assert_eq!((ids.len(), data.len()), (1, 2));
-        p.truncate_tail(1);
-        assert_eq!(p.len(), 1);
+        let (ids, data) = p.head(1);
+        assert_eq!((ids, data.len()), (&[3][..], 2));
+        p.drop_head(1);
+        assert_eq!(p.ids(), &[2]);
         // A store without vectors saves an empty parked set, which loads.
         assert!(Pending::from_parts(0, Vec::new(), Vec::new()).is_some_and(|p| p.is_empty()));
         assert!(normalised(&[0.0, 0.0], 2, "vector").is_err());
@@ -616,17 +653,32 @@ mod tests {
         for (i, v) in data.chunks_exact(dim).enumerate() {
             p.put(i as u64, v);
         }
-        // Replace some, remove some, drop the tail.
+        // Replace some, remove some, drop the oldest.
         for i in (0..3000).step_by(7) {
             p.put(i, &data[((i as usize + 1) % 3000) * dim..][..dim]);
         }
         for i in (0..3000).step_by(5) {
             p.remove(i);
         }
-        p.truncate_tail(100);
-        let rebuilt = Pending::from_parts(dim, p.ids().to_vec(), p.data().to_vec()).unwrap();
-        assert_eq!(p.signs, rebuilt.signs);
         let q = &clustered(1, dim, 4)[..];
-        assert_eq!(p.scan(q, 20, |_| true), rebuilt.scan(q, 20, |_| true));
+        // Linked rows stay in the buffers until they outnumber the parked ones.
+        for (dropped, compacted) in [(100, false), (1200, true)] {
+            let oldest = p.ids()[..dropped].to_vec();
+            p.drop_head(dropped);
+            assert_eq!(p.start == 0, compacted);
+            assert!(oldest
+                .iter()
+                .all(|&id| !p.contains(id) && p.get(id).is_none()));
+            let rebuilt = Pending::from_parts(dim, p.ids().to_vec(), p.data().to_vec()).unwrap();
+            assert_eq!(p.signs[p.start * p.words..], rebuilt.signs[..]);
+            assert_eq!(p.scan(q, 20, |_| true), rebuilt.scan(q, 20, |_| true));
+            let id = p.ids()[7];
+            assert_eq!(p.get(id), rebuilt.get(id));
+        }
+        // Removing every parked entry leaves nothing behind.
+        for id in p.ids().to_vec() {
+            assert!(p.remove(id));
+        }
+        assert!(p.is_empty() && p.start == 0 && p.data.is_empty());
     }
 }
