@@ -205,11 +205,11 @@ impl Pending {
 
     /// The `n` oldest parked entries (ids and vectors), to be linked.
     ///
-    /// Oldest first because what is added together is often alike (a
-    /// document's chunks, a conversation's turns), and a graph grown in that
-    /// order searches less per link: 100,000 WordNet gloss vectors in their
-    /// order, parked and then linked 512 at a time on 2 cores, took 6.1 s
-    /// newest batch first and 4.9-5.0 s oldest first (4.7 s in one batch).
+    /// Oldest first, so the graph grows in the order the store did, as a
+    /// single add's link does. During a load of 100,000 WordNet gloss
+    /// vectors (`benches/bench_scale.py`, five interleaved pairs on 2 cores)
+    /// that linked 12,000-12,600 memories/s, newest batch first 10,500-12,600;
+    /// linking alone, after the load, was as fast either way.
     pub fn head(&self, n: usize) -> (&[u64], &[f32]) {
         let end = self.start + n.min(self.len());
         (
@@ -218,39 +218,42 @@ impl Pending {
         )
     }
 
-    /// Forgets the `n` oldest entries once they are linked. Their rows are
-    /// dropped from the buffers once they are at least as many as the rows
-    /// still parked, so each row is moved at most once per row dropped.
+    /// Forgets the `n` oldest entries once they are linked. Their rows stay
+    /// in the buffers until they are three times as many as the rows still
+    /// parked (see [`Pending::compact`]).
     pub fn drop_head(&mut self, n: usize) {
         let end = self.start + n.min(self.len());
         for id in &self.ids[self.start..end] {
             self.pos.remove(id);
         }
         self.start = end;
-        if self.start >= self.len() {
+        if self.start >= 3 * self.len() {
             self.compact();
         }
     }
 
-    /// Drops the rows before `start` (linked) from the buffers.
+    /// Moves the parked rows into buffers of twice their size, leaving the
+    /// linked ones behind. A bulk load parks hundreds of megabytes that
+    /// linking then drains, and the process must not keep the high-water
+    /// mark; each row is moved at most once per three dropped, and the move is
+    /// the same size as the old shrink to a quarter was.
     fn compact(&mut self) {
+        fn moved<T: Copy>(v: &mut Vec<T>, from: usize, room: usize) {
+            let mut out = Vec::with_capacity(room);
+            out.extend_from_slice(&v[from..]);
+            *v = out;
+        }
         let start = std::mem::take(&mut self.start);
+        let parked = self.ids.len() - start;
+        moved(&mut self.ids, start, 2 * parked);
+        moved(&mut self.data, start * self.dim, 2 * parked * self.dim);
+        moved(&mut self.signs, start * self.words, 2 * parked * self.words);
         if start > 0 {
-            self.ids.drain(..start);
-            self.data.drain(..start * self.dim);
-            self.signs.drain(..start * self.words);
             for (i, id) in self.ids.iter().enumerate() {
                 self.pos.insert(*id, i);
             }
         }
-        // A bulk load parks hundreds of megabytes that linking then drains;
-        // without this the process would keep the high-water mark for good.
-        if self.ids.len() < self.ids.capacity() / 4 {
-            self.ids.shrink_to(self.ids.len() * 2);
-            self.data.shrink_to(self.data.len() * 2);
-            self.signs.shrink_to(self.signs.len() * 2);
-            self.pos.shrink_to(self.ids.len() * 2);
-        }
+        self.pos.shrink_to(2 * parked);
     }
 
     /// The `k` parked vectors most similar to the unit query `q` among those
@@ -662,7 +665,7 @@ mod tests {
         }
         let q = &clustered(1, dim, 4)[..];
         // Linked rows stay in the buffers until they outnumber the parked ones.
-        for (dropped, compacted) in [(100, false), (1200, true)] {
+        for (dropped, compacted) in [(100, false), (1800, true)] {
             let oldest = p.ids()[..dropped].to_vec();
             p.drop_head(dropped);
             assert_eq!(p.start == 0, compacted);
