@@ -208,7 +208,7 @@ impl Pending {
     /// Oldest first, so the graph grows in the order the store did, as a
     /// single add's link does. During a load of 100,000 WordNet gloss
     /// vectors (`benches/bench_scale.py`, five interleaved pairs on 2 cores)
-    /// that linked 12,000-12,600 memories/s, newest batch first 10,500-12,600;
+    /// that linked 11,800-12,600 memories/s, newest batch first 10,500-12,600;
     /// linking alone, after the load, was as fast either way.
     pub fn head(&self, n: usize) -> (&[u64], &[f32]) {
         let end = self.start + n.min(self.len());
