@@ -500,6 +500,7 @@ mod tests {
         p.put(1, &v[0..2]);
         p.put(2, &v[2..4]);
         p.put(3, &v[4..6]);
+        assert_eq!(p.head(2).0, &[1, 2], "oldest first");
         assert_eq!(p.get(2), Some(&[0.0, 1.0][..]));
         let hits = p.scan(&[1.0, 0.0], 2, |_| true);
         assert_eq!(hits[0], (1, 1.0));
