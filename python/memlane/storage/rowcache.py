@@ -71,8 +71,8 @@ class RowCache:
         return found, missing
 
     def put(self, rows: Iterable[Row]) -> None:
-        """Keeps these rows read from the database (vectors are dropped) unless a newer
-        state of them is known."""
+        """Keeps these rows, read from the database or written to it (vectors are
+        dropped), unless a newer state of them is known."""
         if self.capacity <= 0:
             return
         with self._lock:

@@ -665,7 +665,7 @@ mod tests {
             p.remove(i);
         }
         let q = &clustered(1, dim, 4)[..];
-        // Linked rows stay in the buffers until they outnumber the parked ones.
+        // Linked rows stay in the buffers until they are three times the parked ones.
         for (dropped, compacted) in [(100, false), (1800, true)] {
             let oldest = p.ids()[..dropped].to_vec();
             p.drop_head(dropped);
