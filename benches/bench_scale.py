@@ -14,7 +14,12 @@ reports, beside the issue's goals:
 - hybrid ``search`` p50/p99 at k = 10 with a precomputed query vector, unscoped and
   scoped to one agent, in that fresh process after a warm-up of 20 queries;
 - the fresh process's RSS after the searches (and before opening the store), and the
-  store's size on disk: the whole directory and the newest snapshot.
+  store's size on disk: the whole directory and the newest snapshot;
+- recall@10 of a vector search (unscoped, the store's settings) against exact search
+  over every stored vector, right after linking.
+
+``--ef-construction`` and ``--ef`` build and search the graph with other settings than
+the store's defaults (``hnsw_ef_construction``, ``hnsw_ef``).
 
 Data: the WordNet gloss vectors (``benches/_data.py``, cached in ``benches/.cache/``),
 row ``i`` the gloss ``i mod 117,659`` (its text, its vector plus seeded Gaussian noise of
@@ -22,6 +27,7 @@ row ``i`` the gloss ``i mod 117,659`` (its text, its vector plus seeded Gaussian
 text and another perturbation of their vector.
 
     python benches/bench_scale.py [--n 1000000] [--queries 1000] [--dir PATH] [--keep]
+        [--ef-construction N] [--ef N]
 
 ``--n 100000`` takes about a minute on 2 cores and 350 MiB of disk; a million about
 12 minutes and 3.5 GB. Run with a release build (``maturin develop --release``).
@@ -37,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,24 +132,67 @@ def latencies(
     return samples
 
 
+def graph_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The graph settings given on the command line (the store's defaults otherwise)."""
+    given = {"hnsw_ef_construction": args.ef_construction, "hnsw_ef": args.ef}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def stored_batches(args: argparse.Namespace, vectors: F32) -> Iterator[tuple[int, F32]]:
+    """The vectors the load stores, batch by batch (the first row of each, the batch)."""
+    for first in range(0, args.n, args.batch):
+        rows = np.arange(first, min(first + args.batch, args.n)) % len(vectors)
+        yield first, perturbed(vectors, rows, args.noise, SEED + first)
+
+
+def recall_at_k(
+    mem: Any,
+    rows_of: dict[str, int],
+    args: argparse.Namespace,
+    vectors: F32,
+    queries: dict[str, Any],
+) -> float:
+    """Recall@10 of the store's vector search (its settings, unscoped) against exact
+    search over every stored vector, over the queries; ``rows_of`` maps record ids to
+    the rows the load stored them from."""
+    q = queries["vectors"][: args.queries]
+    best = np.full((len(q), K), -np.inf, dtype=np.float32)
+    best_rows = np.zeros((len(q), K), dtype=np.int64)
+    for first, batch in stored_batches(args, vectors):
+        sims = np.concatenate([best, q @ batch.T], axis=1)
+        batch_rows = np.broadcast_to(np.arange(first, first + len(batch)), (len(q), len(batch)))
+        rows = np.concatenate([best_rows, batch_rows], axis=1)
+        top = np.argpartition(-sims, K, axis=1)[:, :K]
+        best = np.take_along_axis(sims, top, axis=1)
+        best_rows = np.take_along_axis(rows, top, axis=1)
+    found = 0
+    for i, vector in enumerate(q):
+        text = queries["texts"][i]
+        hits = mem.search(text, k=K, mode="vector", query_embedding=vector)
+        got = {rows_of[h.record.id] for h in hits}
+        found += len(got & set(best_rows[i].tolist()))
+    return found / (K * len(q))
+
+
 def load(
     store: Path, args: argparse.Namespace, texts: list[str], vectors: F32, queries: dict[str, Any]
 ) -> dict[str, float]:
     from memlane import Memory
 
     out: dict[str, float] = {}
-    mem = Memory(store)
+    mem = Memory(store, **graph_params(args))
+    record_ids: list[str] = []
     started = time.perf_counter()
-    for first in range(0, args.n, args.batch):
-        ids = np.arange(first, min(first + args.batch, args.n))
+    for first, batch in stored_batches(args, vectors):
+        ids = np.arange(first, first + len(batch))
         rows = ids % len(texts)
-        batch = perturbed(vectors, rows, args.noise, SEED + first)
-        mem.add_many(
+        added = mem.add_many(
             [
                 {"text": texts[r], "agent_id": scope(int(i) % args.scopes), "embedding": v}
                 for i, r, v in zip(ids, rows, batch, strict=True)
             ]
         )
+        record_ids.extend(r.id for r in added)
         done = first + len(ids)
         if done % (args.batch * 10) == 0 or done == args.n:
             rate = done / (time.perf_counter() - started)
@@ -153,6 +203,8 @@ def load(
     mem.wait_indexed()
     out["linked_s"] = time.perf_counter() - started
     print(file=sys.stderr)
+    rows_of = {rid: row for row, rid in enumerate(record_ids)}
+    out["recall"] = recall_at_k(mem, rows_of, args, vectors, queries)
     mem.close()
     return out
 
@@ -215,6 +267,10 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=0.01, help="perturbation per component")
     parser.add_argument("--dir", type=Path, help="where to build the store (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the store afterwards")
+    parser.add_argument(
+        "--ef-construction", type=int, help="hnsw_ef_construction (default: the store's)"
+    )
+    parser.add_argument("--ef", type=int, help="hnsw_ef (default: the store's)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--queries-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -265,6 +321,11 @@ def main() -> None:
             "add_many, memories/s until linked",
             f"{linked_rate:,.0f}",
             goal(linked_rate, GOAL_LINKED_RATE, True, "{:,.0f}", "at 100k: "),
+        ),
+        (
+            f"vector search recall@{K} against exact search, unscoped",
+            f"{loaded['recall']:.4f}",
+            "",
         ),
         (
             f"hybrid p50 / p99 right after the load returned, before linking (ms, "
