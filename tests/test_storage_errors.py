@@ -215,6 +215,28 @@ def test_a_damaged_database_is_corrupt(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_value_of_another_type_or_broken_metadata_is_corrupt(tmp_path: Path) -> None:
+    # SQLite keeps whatever type a value was stored with, and a flipped bit in a row's
+    # header turns its text into a blob: such a row reached the caller as a record
+    # whose id was bytes. (Written here with SQL, as a damaged file would read.)
+    folder = tmp_path / "store"
+    with Memory(folder, None) as mem:
+        kept = mem.add("a fact that stays").id
+        hit = mem.add("a fact the damage reaches").id
+    db = sqlite3.connect(folder / "memory.db")
+    db.execute("UPDATE records SET metadata = '{\"a\": 1' WHERE id = ?", (hit,))
+    db.commit()
+    with Memory(folder, None) as mem:
+        assert mem.get(kept).text == "a fact that stays"
+        with pytest.raises(CorruptFileError, match="metadata is not a JSON object"):
+            mem.get(hit)
+    db.execute("UPDATE records SET metadata = '{}', id = CAST(id AS BLOB) WHERE id = ?", (hit,))
+    db.commit()
+    db.close()
+    with Memory(folder, None) as mem, pytest.raises(CorruptFileError, match="another type"):
+        mem.list()
+
+
 def test_a_full_disk_is_a_storage_error(tmp_path: Path) -> None:
     db = SQLiteStore(tmp_path / "memory.db")
     try:

@@ -107,6 +107,22 @@ _FIELDS = _columns()
 SQL_TYPES: tuple[str, ...] = tuple(sql[1] for _, sql, _, _ in _FIELDS)
 
 
+def sqlite_types_hold() -> str:
+    """An SQLite expression over a records row: 1 when every value has its column's type.
+
+    SQLite keeps whatever type a value was stored with, and a damaged file can give a
+    value another one (a flipped bit in a row's header turns text into a blob): without
+    this check such a row would reach the caller as a record whose id is bytes. ``typeof``
+    reads only the row's header, not a long value."""
+    checks = []
+    for name, sql, nullable, markers in _FIELDS:
+        if PRIMARY_KEY in markers:
+            continue  # the rowid: an integer by construction
+        kinds = [sql[0].lower()] + (["null"] if nullable else [])
+        checks.append(f"typeof({name}) IN ({', '.join(repr(k) for k in kinds)})")
+    return "(" + " AND ".join(checks) + ")"
+
+
 def records_table(dialect: Dialect, table: str = "records") -> str:
     """The ``CREATE TABLE`` statement of the records table in ``dialect``."""
     lines = []

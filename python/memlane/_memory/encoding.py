@@ -15,7 +15,7 @@ from memlane._core import Engine, PreparedBatch
 from memlane._memory import coerce
 from memlane._memory.coerce import FloatArray
 from memlane.dedup import content_hash
-from memlane.errors import InvalidArgumentError
+from memlane.errors import CorruptFileError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import ENGINE_COLUMNS, Row
 
@@ -233,6 +233,22 @@ def validate(
     )
 
 
+def _metadata(row: Row) -> dict[str, Any]:
+    """The row's metadata; a damaged file can hold text that is not a JSON object."""
+    if row.metadata == "{}":
+        return {}
+    try:
+        value = json.loads(row.metadata)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise CorruptFileError(
+            f"record {row.id!r}: its stored metadata is not a JSON object: "
+            "the database file is damaged"
+        )
+    return value
+
+
 def record(row: Row, pending: tuple[int, float] | None, embedding: bool = False) -> MemoryRecord:
     """The record of a stored row, with the accesses not yet flushed (``pending``)."""
     access_count, last = row.access_count, row.last_accessed_at
@@ -253,7 +269,7 @@ def record(row: Row, pending: tuple[int, float] | None, embedding: bool = False)
         importance=row.importance,
         evergreen=bool(row.evergreen),
         unique=bool(row.uniq),
-        metadata={} if row.metadata == "{}" else json.loads(row.metadata),
+        metadata=_metadata(row),
         created_at=row.created_at,
         updated_at=row.updated_at,
         last_accessed_at=last,

@@ -150,9 +150,27 @@ class SQLStore(abc.ABC):
         """``sql`` with ``?`` placeholders in the dialect's style."""
         return sql
 
+    #: What the records selects add as a last column: an expression that is 1 when every
+    #: value of the row has its column's type (SQLite's; empty where the database
+    #: enforces the types itself).
+    _TYPES_HOLD: ClassVar[str] = ""
+
+    def _columns(self, embedding: bool) -> str:
+        """The select list of a records row (its vector or NULL), then the type check."""
+        cols = _ALL if embedding else _NO_EMBEDDING
+        return f"{cols}, {self._TYPES_HOLD}" if self._TYPES_HOLD else cols
+
     def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
-        """The records rows ``sql`` selects."""
-        return self._given_rows(list(map(Row._make, conn.execute(sql, params).fetchall())))
+        """The records rows ``sql`` selects (with :meth:`_columns`)."""
+        fetched = conn.execute(sql, params).fetchall()
+        if self._TYPES_HOLD:
+            if not all(r[-1] for r in fetched):
+                raise CorruptFileError(
+                    f"reading records ({self.location}): a row holds a value of another "
+                    "type than its column's: the database file is damaged"
+                )
+            fetched = [r[:-1] for r in fetched]
+        return self._given_rows(list(map(Row._make, fetched)))
 
     def _scrub(self, text: str) -> str:
         """``text`` without secrets (a password)."""
@@ -511,7 +529,7 @@ class SQLStore(abc.ABC):
             if not missing:
                 return found
             rowids = missing
-        q = f"SELECT {_ALL if embedding else _NO_EMBEDDING} FROM {self._p}records WHERE "
+        q = f"SELECT {self._columns(embedding)} FROM {self._p}records WHERE "
 
         def run(conn: Any) -> dict[int, Row]:
             out: dict[int, Row] = {}
@@ -527,7 +545,7 @@ class SQLStore(abc.ABC):
         return found
 
     def row_by_id(self, record_id: str, embedding: bool = False) -> Row | None:
-        cols = _ALL if embedding else _NO_EMBEDDING
+        cols = self._columns(embedding)
         where, params = next(self._any("id", self._id_forms([record_id]), "text"))
         # The tenant's own form (the longer) before one another connection wrote.
         order = "" if self._id_prefix is None else " ORDER BY length(id) DESC"
@@ -551,7 +569,7 @@ class SQLStore(abc.ABC):
 
         The query constrains the indexed expression (``_HASH_EXPR``) and nothing else;
         the full hashes are compared here."""
-        cols = _ALL if embedding else _NO_EMBEDDING
+        cols = self._columns(embedding)
         q = f"SELECT {cols} FROM {self._p}records WHERE "
         wanted = set(hashes)
         keys = sorted({h[: self._HASH_PREFIX] for h in wanted})
@@ -592,7 +610,7 @@ class SQLStore(abc.ABC):
 
     def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
         """Every row in rowid order."""
-        cols = _ALL if embedding else _NO_EMBEDDING
+        cols = self._columns(embedding)
         q = self._q(f"SELECT {cols} FROM {self._p}records WHERE rowid > ? ORDER BY rowid LIMIT ?")
         last = 0
 

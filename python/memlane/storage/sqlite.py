@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memlane.errors import StorageError
-from memlane.schema import history_table, records_table
+from memlane.schema import history_table, records_table, sqlite_types_hold
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import Columns, ErrorKind, Rows, SQLStore
 
@@ -108,6 +108,7 @@ class SQLiteStore(SQLStore):
     shared = False
     ENGINE = "SQLite"
     _ERRORS = (sqlite3.Error,)
+    _TYPES_HOLD = sqlite_types_hold()
     # (It needs SQLite 3.35.)
     _RETURNING = False
     _GREATEST = "max"
