@@ -119,7 +119,8 @@ def sqlite_types_hold() -> str:
         if PRIMARY_KEY in markers:
             continue  # the rowid: an integer by construction
         kinds = [sql[0].lower()] + (["null"] if nullable else [])
-        checks.append(f"typeof({name}) IN ({', '.join(repr(k) for k in kinds)})")
+        quoted = ", ".join(f"'{k}'" for k in kinds)
+        checks.append(f"typeof({name}) IN ({quoted})")
     return "(" + " AND ".join(checks) + ")"
 
 
