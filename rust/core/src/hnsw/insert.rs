@@ -41,10 +41,7 @@ impl Hnsw {
             if l == 0 {
                 entries.push(top);
             }
-            self.search_layer(q, &entries, self.ef_construction, l, sc, |s| s != slot);
-            sc.cands.clear();
-            sc.cands.extend(sc.results.drain());
-            sc.cands.sort_unstable();
+            self.beam_search(q, &entries, self.ef_construction, l, slot, sc);
             let mut selected = std::mem::take(&mut sc.selected);
             let cands = std::mem::take(&mut sc.cands);
             self.select_neighbors(&cands, self.graph.m(), slot, &mut selected, &mut sc.base);

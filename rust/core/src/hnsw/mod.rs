@@ -11,6 +11,7 @@ mod filter;
 mod graph;
 mod insert;
 pub(crate) mod persist;
+mod pool;
 mod search;
 mod storage;
 

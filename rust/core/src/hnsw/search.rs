@@ -6,6 +6,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use super::distance::Query;
+use super::pool::Pool;
 use super::Hnsw;
 use crate::prefetch::prefetch;
 
@@ -58,6 +59,8 @@ pub struct Scratch {
     pub base: Query,
     pub cands: Vec<Cand>,
     pub selected: Vec<Cand>,
+    /// The beam of [`Hnsw::beam_search`].
+    pool: Pool,
 }
 
 impl Default for Scratch {
@@ -76,6 +79,7 @@ impl Default for Scratch {
             selected: Vec::new(),
             fresh_links: Vec::new(),
             base: Query::new(Vec::new()),
+            pool: Pool::default(),
         }
     }
 }
@@ -290,32 +294,7 @@ impl Hnsw {
                     self.graph.prefetch(next.slot);
                 }
             }
-            // The marks of all neighbours are requested before any is read,
-            // so their cache misses overlap instead of following one another.
-            self.graph.read(c.slot, level, &mut sc.links);
-            for &n in &sc.links {
-                if let Some(v) = sc.visited.get(n as usize) {
-                    prefetch(v as *const u32);
-                }
-            }
-            sc.fresh.clear();
-            let epoch = sc.epoch;
-            for &n in &sc.links {
-                let v = &mut sc.visited[n as usize];
-                if *v != epoch {
-                    *v = epoch;
-                    sc.fresh.push(n);
-                }
-            }
-            for &n in sc.fresh.iter() {
-                let p = self.vectors.ptr(n);
-                for line in 0..lines {
-                    prefetch(p.wrapping_add(line * 64));
-                }
-                if self.vectors.params_apart() {
-                    self.vectors.prefetch_walk_params(n);
-                }
-            }
+            self.fresh_neighbours(c.slot, level, lines, sc);
             let (fresh, candidates, results) = (&sc.fresh, &mut sc.candidates, &mut sc.results);
             let (spilled, spill_cap, spill_at) = (&mut sc.spill, sc.spill_cap, &mut sc.spill_at);
             self.each_dist(q, fresh, |i, d| {
@@ -335,6 +314,81 @@ impl Hnsw {
                 }
             });
         }
+    }
+
+    /// Leaves in `sc.fresh` the neighbours of `slot` on `level` not yet
+    /// visited (marking them), with the first `lines` of their vectors
+    /// requested.
+    #[inline]
+    fn fresh_neighbours(&self, slot: u32, level: usize, lines: usize, sc: &mut Scratch) {
+        // The marks of all neighbours are requested before any is read, so
+        // their cache misses overlap instead of following one another.
+        self.graph.read(slot, level, &mut sc.links);
+        for &n in &sc.links {
+            if let Some(v) = sc.visited.get(n as usize) {
+                prefetch(v as *const u32);
+            }
+        }
+        // Without a branch: whether a neighbour was seen is a coin toss to
+        // the predictor, so each one is written and the new ones counted
+        // (building 100k nodes on one thread: 9.2-9.5 s against 10.0-10.2).
+        let epoch = sc.epoch;
+        sc.fresh.clear();
+        sc.fresh.resize(sc.links.len(), 0);
+        let mut fresh = 0;
+        for &n in &sc.links {
+            let v = &mut sc.visited[n as usize];
+            let new = *v != epoch;
+            *v = epoch;
+            sc.fresh[fresh] = n;
+            fresh += usize::from(new);
+        }
+        sc.fresh.truncate(fresh);
+        for &n in sc.fresh.iter() {
+            let p = self.vectors.ptr(n);
+            for line in 0..lines {
+                prefetch(p.wrapping_add(line * 64));
+            }
+            if self.vectors.params_apart() {
+                self.vectors.prefetch_walk_params(n);
+            }
+        }
+    }
+
+    /// [`Hnsw::search_layer`] accepting every node but `exclude` (the node
+    /// being linked), with one sorted beam (see `pool`) for its two heaps;
+    /// leaves the `ef` nearest, nearest first, in `sc.cands`.
+    pub(super) fn beam_search(
+        &self,
+        q: &Query,
+        entries: &[Cand],
+        ef: usize,
+        level: usize,
+        exclude: u32,
+        sc: &mut Scratch,
+    ) {
+        sc.start(self.graph.slots());
+        sc.pool.reset(ef);
+        // Never measured through a link; as an entry (a descent that came
+        // down on it) it still routes the search, and is left out at the end.
+        sc.visit(exclude);
+        for &e in entries {
+            if e.slot == exclude || sc.visit(e.slot) {
+                sc.pool.insert(e.d, e.slot);
+            }
+        }
+        let lines = PREFETCH_LINES.min(self.vectors.lines_per_record());
+        while let Some(c) = sc.pool.next() {
+            if level == 0 {
+                if let Some(next) = sc.pool.peek() {
+                    self.graph.prefetch(next);
+                }
+            }
+            self.fresh_neighbours(c, level, lines, sc);
+            let (fresh, pool) = (&sc.fresh, &mut sc.pool);
+            self.each_dist(q, fresh, |i, d| pool.insert(d, fresh[i]));
+        }
+        sc.pool.drain_into(&mut sc.cands, exclude);
     }
 
     /// Descends from the entry point to level 0 and runs the level-0 search,
