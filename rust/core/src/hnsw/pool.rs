@@ -30,6 +30,11 @@ impl Pool {
         self.cursor = 0;
     }
 
+    /// Makes room for one more node (so the next insert always stays).
+    pub fn widen(&mut self) {
+        self.cap += 1;
+    }
+
     /// Keeps `slot` at distance `d` if it is among the `cap` nearest so far.
     #[inline]
     pub fn insert(&mut self, d: f32, slot: u32) {

@@ -369,12 +369,18 @@ impl Hnsw {
     ) {
         sc.start(self.graph.slots());
         sc.pool.reset(ef);
-        // Never measured through a link; as an entry (a descent that came
-        // down on it) it still routes the search, and is left out at the end.
-        sc.visit(exclude);
+        // `exclude` routes the search like any node (nodes linked in parallel
+        // may have linked to it already, and it sits where the query is) but
+        // is left out at the end, so it holds a place of its own.
+        let keep = |pool: &mut Pool, d: f32, s: u32| {
+            if s == exclude {
+                pool.widen();
+            }
+            pool.insert(d, s);
+        };
         for &e in entries {
-            if e.slot == exclude || sc.visit(e.slot) {
-                sc.pool.insert(e.d, e.slot);
+            if sc.visit(e.slot) {
+                keep(&mut sc.pool, e.d, e.slot);
             }
         }
         let lines = PREFETCH_LINES.min(self.vectors.lines_per_record());
@@ -386,7 +392,7 @@ impl Hnsw {
             }
             self.fresh_neighbours(c, level, lines, sc);
             let (fresh, pool) = (&sc.fresh, &mut sc.pool);
-            self.each_dist(q, fresh, |i, d| pool.insert(d, fresh[i]));
+            self.each_dist(q, fresh, |i, d| keep(pool, d, fresh[i]));
         }
         sc.pool.drain_into(&mut sc.cands, exclude);
     }
