@@ -383,3 +383,15 @@ def test_a_store_of_200k_memories_round_trips_through_snapshot_and_reopen(
             new = m.add(f"a memory added after the reopen {i}", embedding=v).id
             found += m.search("", k=1, mode="vector", query_embedding=v)[0].record.id == new
         assert found >= 18
+
+
+@pytest.mark.parametrize("budget", [-1.0, float("nan"), float("inf")])
+def test_a_linking_budget_that_is_no_duration_is_refused(tmp_path: Path, budget: float) -> None:
+    from memlane.errors import InvalidArgumentError
+
+    with Memory(tmp_path / "s", embedder=WordHashEmbedder()) as m:
+        m.add_many([{"text": f"note {i}"} for i in range(100)])
+        with pytest.raises(InvalidArgumentError, match="budget"):
+            m._engine.index_pending(10, budget)
+        m.wait_indexed()
+        assert m._engine.pending() == 0

@@ -285,8 +285,9 @@ class Engine:
         """Inserts or replaces the records of a prepared batch."""
     def remove(self, ids: npt.ArrayLike, missing_ok: bool = False) -> int:
         """Removes ids; returns how many were removed."""
-    def index_pending(self, max: int = 256) -> int:
-        """Links up to ``max`` parked vectors into the graph; returns how many remain."""
+    def index_pending(self, max: int = 256, budget: float = 0.0) -> int:
+        """Links up to ``max`` parked vectors into the graph, and with ``budget`` (seconds)
+        more batches of ``max`` until that time has passed; returns how many remain."""
     def pending(self) -> int:
         """Vectors waiting to be linked into the graph."""
     def search(

@@ -37,6 +37,10 @@ INDEX_BATCH = 1024
 _WRITE_QUIET = 0.2
 _BUSY_BATCH = 512
 _MAX_PARKED = 100_000
+# One call links batches for this long before coming back for the GIL, which a writer
+# running Python code hands over only every switch interval (5 ms), with a core idle
+# meanwhile. Closing waits for the call to end.
+LINK_BUDGET = 0.1
 
 
 class Maintained(Protocol):
@@ -64,7 +68,7 @@ def run(sync: IndexSync, writer: Writer, access: AccessLog, snapshot: Callable[[
         if busy and db.shared:
             time.sleep(_WRITE_QUIET / 4)
         else:
-            sync.engine.index_pending(_BUSY_BATCH if busy else INDEX_BATCH)
+            sync.engine.index_pending(_BUSY_BATCH if busy else INDEX_BATCH, LINK_BUDGET)
         if db.wal_bytes() > CHECKPOINT_BYTES:
             db.checkpoint()
     if sync.closing:

@@ -511,7 +511,7 @@ class MemoryStore(VersionsMixin):
         """Links every parked vector into the graph now (searches find them either way)."""
         self._sync.check_open()
         while self._sync.engine.pending():
-            self._sync.engine.index_pending(maintenance.INDEX_BATCH)
+            self._sync.engine.index_pending(maintenance.INDEX_BATCH, maintenance.LINK_BUDGET)
 
     def snapshot(self) -> None:
         """Writes an index snapshot now (also done periodically and at close)."""

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
@@ -297,15 +298,19 @@ impl PyEngine {
         detach(py, || self.write(|e| e.remove(&ids, missing_ok)))
     }
 
-    /// Links up to `max` parked vectors into the graph; returns how many remain.
-    #[pyo3(signature = (max = 256))]
-    fn index_pending(&self, py: Python<'_>, max: usize) -> PyResult<usize> {
+    /// Links up to `max` parked vectors into the graph, and with `budget`
+    /// (seconds) more batches of `max` until that time has passed; returns
+    /// how many remain.
+    #[pyo3(signature = (max = 256, budget = 0.0))]
+    fn index_pending(&self, py: Python<'_>, max: usize, budget: f64) -> PyResult<usize> {
+        let budget = Duration::try_from_secs_f64(budget)
+            .map_err(|_| invalid(py, format!("budget must be >= 0 seconds, got {budget}")))?;
         detach(py, || {
             if self.parked.load(Ordering::Acquire) == 0 {
                 return Ok(0);
             }
-            // Searches run while the batch links; see `index_pending_shared`.
-            Engine::index_pending_shared(&self.inner, max, |left| {
+            // Searches run while the batches link; see `index_pending_shared`.
+            Engine::index_pending_for(&self.inner, max, budget, |left| {
                 self.parked.store(left, Ordering::Release)
             })
         })

@@ -30,6 +30,8 @@ pub use search::{Hits, Mode, SearchRequest, Signals};
 /// The value a filter is given as (the PyO3 layer builds it from a dict).
 pub use serde_json::{Map as JsonMap, Number as JsonNumber, Value as JsonValue};
 
+use std::time::{Duration, Instant};
+
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
 use crate::hnsw::{Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
@@ -423,8 +425,32 @@ impl Engine {
         }
         let mut engine = RwLockUpgradableReadGuard::upgrade(engine);
         engine.link_finish(job);
-        left(engine.pending.len());
-        Ok(engine.pending.len())
+        let parked = engine.pending.len();
+        left(parked);
+        // Handed straight to a writer waiting meanwhile: a caller linking
+        // batch after batch would otherwise take the lock again first.
+        RwLockWriteGuard::unlock_fair(engine);
+        Ok(parked)
+    }
+
+    /// [`Engine::index_pending_shared`] batch after batch, until nothing is
+    /// parked or `budget` has passed (a batch is never cut short): a caller
+    /// that must take the GIL between two calls waits for it up to the
+    /// interpreter's switch interval (5 ms) while a writer runs Python code,
+    /// with a core idle meanwhile.
+    pub fn index_pending_for(
+        lock: &RwLock<Engine>,
+        max: usize,
+        budget: Duration,
+        mut left: impl FnMut(usize),
+    ) -> Result<usize> {
+        let started = Instant::now();
+        loop {
+            let parked = Self::index_pending_shared(lock, max, &mut left)?;
+            if parked == 0 || started.elapsed() >= budget {
+                return Ok(parked);
+            }
+        }
     }
 
     /// Stores the `max` oldest parked vectors in the graph, unlinked and
@@ -614,6 +640,25 @@ mod shared_linking {
         for row in (0..n).step_by(97) {
             assert_eq!(query(&e, row).ids[0], row as u64 + 1);
         }
+    }
+
+    #[test]
+    fn a_budget_links_batch_after_batch_and_none_links_one() {
+        let (n, dim) = (1000, 16);
+        let data = clustered(n, dim, 3);
+        let lock = RwLock::new(parked(&data, dim, Precision::Int8F16));
+        let mut counted = Vec::new();
+        let left =
+            Engine::index_pending_for(&lock, 100, Duration::ZERO, |l| counted.push(l)).unwrap();
+        assert_eq!((left, counted.as_slice()), (n - 100, [n - 100].as_slice()));
+        let left = Engine::index_pending_for(&lock, 100, Duration::from_secs(3600), |l| {
+            counted.push(l)
+        })
+        .unwrap();
+        assert_eq!(left, 0);
+        let expected: Vec<usize> = (0..n / 100).rev().map(|b| b * 100).collect();
+        assert_eq!(counted, expected);
+        assert_eq!(lock.read().hnsw.as_ref().unwrap().len(), n);
     }
 
     /// Unit vectors around 50 fixed centres (embeddings cluster; uniform data
