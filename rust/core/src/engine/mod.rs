@@ -651,10 +651,9 @@ mod shared_linking {
         let left =
             Engine::index_pending_for(&lock, 100, Duration::ZERO, |l| counted.push(l)).unwrap();
         assert_eq!((left, counted.as_slice()), (n - 100, [n - 100].as_slice()));
-        let left = Engine::index_pending_for(&lock, 100, Duration::from_secs(3600), |l| {
-            counted.push(l)
-        })
-        .unwrap();
+        let left =
+            Engine::index_pending_for(&lock, 100, Duration::from_secs(3600), |l| counted.push(l))
+                .unwrap();
         assert_eq!(left, 0);
         let expected: Vec<usize> = (0..n / 100).rev().map(|b| b * 100).collect();
         assert_eq!(counted, expected);
