@@ -23,10 +23,13 @@ pub struct Pool {
 }
 
 impl Pool {
-    pub fn reset(&mut self, cap: usize) {
+    /// Empties the beam for a search keeping `cap` nodes of a graph of
+    /// `nodes`: the beam never holds more than the graph has (plus the node
+    /// being linked), so a hostile `ef` from a snapshot reserves no more.
+    pub fn reset(&mut self, cap: usize, nodes: usize) {
         self.items.clear();
         self.cap = cap.max(1);
-        self.items.reserve(self.cap);
+        self.items.reserve(self.cap.min(nodes.saturating_add(1)));
         self.cursor = 0;
     }
 
@@ -172,7 +175,7 @@ mod tests {
             let mut pool_order = Vec::new();
             let mut seen = vec![false; n as usize];
             let mut pool = Pool::default();
-            pool.reset(ef);
+            pool.reset(ef, n as usize);
             seen[start as usize] = true;
             pool.insert(c0.d, start);
             while let Some(s) = pool.next() {
@@ -193,7 +196,7 @@ mod tests {
     #[test]
     fn drain_leaves_out_the_node_skipped_and_resets() {
         let mut pool = Pool::default();
-        pool.reset(3);
+        pool.reset(3, 1000);
         for (d, s) in [(3.0, 3), (1.0, 1), (4.0, 4), (2.0, 2)] {
             pool.insert(d, s);
         }

@@ -368,7 +368,7 @@ impl Hnsw {
         sc: &mut Scratch,
     ) {
         sc.start(self.graph.slots());
-        sc.pool.reset(ef);
+        sc.pool.reset(ef, self.graph.slots());
         // `exclude` routes the search like any node (nodes linked in parallel
         // may have linked to it already, and it sits where the query is) but
         // is left out at the end, so it holds a place of its own.
