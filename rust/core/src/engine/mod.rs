@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
-use crate::hnsw::{Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
+use crate::hnsw::{Grown, Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
 use crate::idmap::first_duplicate;
 use half::slice::HalfFloatSliceExt;
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
@@ -381,7 +381,7 @@ impl Engine {
     /// are still parked. [`Engine::index_pending_shared`] does the same with
     /// searches running meanwhile.
     pub fn index_pending(&mut self, max: usize) -> Result<usize> {
-        if let Some(job) = self.link_start(max)? {
+        if let Some(job) = self.link_start(max, None)? {
             self.link_run(&job);
             self.link_finish(job);
         }
@@ -407,8 +407,11 @@ impl Engine {
             left(engine.pending.len());
             return Ok(engine.pending.len());
         }
+        // Room for every parked vector, copied while searches go on; the
+        // write lock only swaps it in.
+        let grown = engine.hnsw.as_ref().map(|h| h.grown(engine.pending.len()));
         let mut engine = RwLockUpgradableReadGuard::upgrade(engine);
-        let Some(job) = engine.link_start(max)? else {
+        let Some(job) = engine.link_start(max, grown)? else {
             left(engine.pending.len());
             return Ok(engine.pending.len());
         };
@@ -455,7 +458,7 @@ impl Engine {
 
     /// Stores the `max` oldest parked vectors in the graph, unlinked and
     /// hidden from its searches (see [`Hnsw::stage`]).
-    fn link_start(&mut self, max: usize) -> Result<Option<LinkJob>> {
+    fn link_start(&mut self, max: usize, grown: Option<Grown>) -> Result<Option<LinkJob>> {
         self.retrievals.clear();
         let Some(hnsw) = self.hnsw.as_mut() else {
             return Ok(None);
@@ -464,8 +467,12 @@ impl Engine {
         if ids.is_empty() {
             return Ok(None);
         }
-        // The buffers grow once for the whole parked set, not batch by batch
-        // (a reallocation copies the graph under the write lock).
+        // The buffers grow once for the whole parked set, not batch by batch,
+        // from copies made before the write lock was taken (growing them here
+        // would copy the graph under it).
+        if let Some(grown) = grown {
+            hnsw.adopt(grown);
+        }
         hnsw.reserve(self.pending.len());
         let drains = ids.len() == self.pending.len();
         let mut staged = hnsw.stage(ids, data)?;

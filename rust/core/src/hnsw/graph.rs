@@ -56,6 +56,24 @@ impl Graph {
         self.levels[slot as usize] as usize
     }
 
+    /// A copy of the level-0 lists with room for `additional` more nodes, or
+    /// `None` if they have it (see `Vectors::grown`); no batch may be linking
+    /// (see `Hnsw::grown`).
+    pub fn grown_level0(&self, additional: usize) -> Option<Vec<AtomicU32>> {
+        let need = self.level0.len() + additional * (self.m0 + 1);
+        if need <= self.level0.capacity() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(need.max(self.level0.capacity().saturating_mul(2)));
+        out.extend(self.level0.iter().map(|w| AtomicU32::new(w.load(Relaxed))));
+        Some(out)
+    }
+
+    /// Takes the lists [`Graph::grown_level0`] copied (nothing changed since).
+    pub fn adopt_level0(&mut self, new: Option<Vec<AtomicU32>>) {
+        super::storage::swap_in(&mut self.level0, new);
+    }
+
     pub fn reserve(&mut self, additional: usize) {
         self.level0.reserve(additional * (self.m0 + 1));
         self.levels.reserve(additional);

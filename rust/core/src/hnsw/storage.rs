@@ -115,6 +115,41 @@ impl Grid {
 #[repr(C, align(64))]
 struct Line([u8; LINE]);
 
+/// Buffers of [`Vectors`] with more room (see [`Vectors::grown`]); `None`
+/// where the buffer has room already.
+pub struct GrownVectors {
+    lines: Option<Vec<Line>>,
+    rank: Option<Vec<Line>>,
+    walk_params: Option<Vec<Grid>>,
+}
+
+#[cfg(test)]
+impl GrownVectors {
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_none() && self.rank.is_none() && self.walk_params.is_none()
+    }
+}
+
+/// A copy of `v` with room for `additional` more items (at least twice its
+/// capacity, as `Vec::reserve` grows), or `None` if `v` has that room.
+pub(super) fn grown<T: Copy>(v: &Vec<T>, additional: usize) -> Option<Vec<T>> {
+    let need = v.len().checked_add(additional)?;
+    if need <= v.capacity() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(need.max(v.capacity().saturating_mul(2)));
+    out.extend_from_slice(v);
+    Some(out)
+}
+
+/// Puts `new`, a copy of `v` with more room, in place of `v`.
+pub(super) fn swap_in<T>(v: &mut Vec<T>, new: Option<Vec<T>>) {
+    if let Some(new) = new {
+        debug_assert_eq!(new.len(), v.len(), "a copy of another state");
+        *v = new;
+    }
+}
+
 pub struct Vectors {
     dim: usize,
     padded: usize,
@@ -232,6 +267,30 @@ impl Vectors {
         if self.params_apart() {
             self.walk_params.reserve(additional);
         }
+    }
+
+    /// Copies of the buffers that lack room for `additional` more records,
+    /// grown as [`Vectors::reserve`] would grow them; through `&self`, so a
+    /// caller can make them while searches run and swap them in
+    /// ([`Vectors::adopt`]) under its exclusive lock in no time.
+    pub fn grown(&self, additional: usize) -> GrownVectors {
+        GrownVectors {
+            lines: grown(&self.lines, additional * self.lines_per_record),
+            rank: grown(&self.rank, additional * self.rank_lines),
+            walk_params: if self.params_apart() {
+                grown(&self.walk_params, additional)
+            } else {
+                None
+            },
+        }
+    }
+
+    /// Takes the buffers [`Vectors::grown`] made; the caller makes sure
+    /// nothing was stored since (see `Hnsw::adopt`).
+    pub fn adopt(&mut self, g: GrownVectors) {
+        swap_in(&mut self.lines, g.lines);
+        swap_in(&mut self.rank, g.rank);
+        swap_in(&mut self.walk_params, g.walk_params);
     }
 
     fn bytes(&self) -> &[u8] {

@@ -859,3 +859,70 @@ fn exact_duplicates_keep_links_beyond_each_other() {
         );
     }
 }
+
+/// Batches below the parallel threshold link on one thread, so two indexes
+/// given the same adds are the same graph.
+#[test]
+fn buffers_grown_beside_the_index_give_the_same_index() {
+    let (n, dim, batch) = (1200, 24, 40);
+    let data = clustered(n, dim, 20, 11);
+    let queries = clustered(30, dim, 20, 12);
+    for precision in [Precision::F32, Precision::Int8F16] {
+        let params = Params {
+            precision,
+            ..Params::default()
+        };
+        let mut plain = Hnsw::new(dim, Metric::Cosine, params).unwrap();
+        let mut grown = Hnsw::new(dim, Metric::Cosine, params).unwrap();
+        let (mut copied, mut dropped) = (0, 0);
+        for (b, rows) in data.chunks(batch * dim).enumerate() {
+            let ids: Vec<u64> = (0..rows.len() / dim)
+                .map(|i| (b * batch + i) as u64)
+                .collect();
+            // Every fifth batch comes in two adds, and its copy is offered
+            // after the first: stale by then, so it must be dropped (taken, it
+            // would lose the first add's vector).
+            let split = if b % 5 == 4 { 1 } else { 0 };
+            let g = grown.grown(ids.len());
+            copied += usize::from(g.level0.is_some());
+            if split > 0 {
+                plain.add(&ids[..split], &rows[..split * dim]).unwrap();
+                grown.add(&ids[..split], &rows[..split * dim]).unwrap();
+                dropped += usize::from(g.level0.is_some());
+            }
+            grown.adopt(g);
+            plain.add(&ids[split..], &rows[split * dim..]).unwrap();
+            grown.add(&ids[split..], &rows[split * dim..]).unwrap();
+        }
+        assert!(
+            copied > 3 && dropped > 0,
+            "{copied} copied, {dropped} dropped"
+        );
+        let (la, da) = plain.search_batch(&queries, 10, None, None).unwrap();
+        let (lb, db) = grown.search_batch(&queries, 10, None, None).unwrap();
+        assert_eq!((la, da), (lb, db), "{precision:?}");
+    }
+}
+
+#[test]
+fn nothing_is_copied_while_a_batch_links_and_a_stale_copy_is_dropped() {
+    let (mut h, data, _) = build(Metric::Cosine, 300, 16);
+    let extra = clustered(50, 16, 20, 5);
+    let ids: Vec<u64> = (10_000..10_050).collect();
+    let staged = h.stage(&ids, &extra).unwrap();
+    let g = h.grown(100_000);
+    assert!(g.level0.is_none() && g.vectors.is_empty());
+    h.link_staged(&staged);
+    h.publish(staged);
+    let before = h.grown(100_000);
+    assert!(before.level0.is_some() && !before.vectors.is_empty());
+    h.add(&[20_000], &data[..16]).unwrap();
+    h.adopt(before); // stale: dropped
+    assert_eq!(h.len(), 351);
+    // The copy of the first vector added last is found beside it (the stale
+    // buffers would have lost its vector and links).
+    let hits = h.search(&data[..16], 2, None, None).unwrap();
+    let mut ids: Vec<u64> = hits.iter().map(|n| n.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 20_000]);
+}
