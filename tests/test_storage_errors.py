@@ -237,6 +237,49 @@ def test_a_value_of_another_type_or_broken_metadata_is_corrupt(tmp_path: Path) -
         mem.list()
 
 
+def test_a_row_the_database_cannot_find_by_rowid_is_corrupt(tmp_path: Path) -> None:
+    # A flipped bit in a table page's key hides a row from lookups by its rowid
+    # (benches/reliability.py's damaged-database trial, seed 200005): the index held it,
+    # and list() and search() left it out without a word. (Moved here with SQL.)
+    folder = tmp_path / "store"
+    with Memory(folder, None) as mem:
+        mem.add_many([{"text": f"a fact that stays {i}"} for i in range(20)])
+        hit = mem.add("a fact the damage reaches").id
+    db = sqlite3.connect(folder / "memory.db")
+    db.execute("UPDATE records SET rowid = rowid + 100000 WHERE id = ?", (hit,))
+    db.commit()
+    db.close()
+    with Memory(folder, None) as mem:
+        assert [h.record.text for h in mem.search("stays 3", k=1)] == ["a fact that stays 3"]
+        with pytest.raises(CorruptFileError, match="database cannot find it"):
+            mem.list()
+        with pytest.raises(CorruptFileError, match="database cannot find it"):
+            mem.search("the damage reaches", k=1)
+        with pytest.raises(CorruptFileError, match="database cannot find it"):
+            mem.prune(max_age_days=0, dry_run=True)
+
+
+def test_a_record_deleted_while_a_search_reads_its_row_is_left_out(tmp_path: Path) -> None:
+    # The row is gone from the database before the engine drops it: a search between the
+    # two finds its rowid without a row. That is a delete, not damage.
+    with Memory(tmp_path / "store", None) as mem:
+        doomed = mem.add("a fact about to go").id
+        row = mem._db.row_by_id(doomed)
+        assert row is not None
+        rowid = row.rowid
+        real = mem._db.rows_by_rowid
+
+        def deleted_meanwhile(rowids: list[int], embedding: bool = False) -> dict[int, Row]:
+            rows = real(rowids, embedding)
+            if rowid in rows:
+                mem.delete(doomed)  # this thread holds no lock: as another thread would
+                rows.pop(rowid)
+            return rows
+
+        mem._db.rows_by_rowid = deleted_meanwhile  # type: ignore[method-assign]
+        assert mem.search("a fact about to go", k=1) == []
+
+
 def test_a_full_disk_is_a_storage_error(tmp_path: Path) -> None:
     db = SQLiteStore(tmp_path / "memory.db")
     try:

@@ -203,7 +203,7 @@ class Searcher:
         rowids = ids.tolist()
         if touch and rowids and self.access.note(rowids, now):
             self.sync.wake.set()
-        rows = self.sync.db.rows_by_rowid(rowids, embedding=include_embedding)
+        rows = self.sync.rows(rowids, embedding=include_embedding)
         hits = []
         for j, rowid in enumerate(rowids):
             row = rows.get(rowid)

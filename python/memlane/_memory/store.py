@@ -398,7 +398,7 @@ class MemoryStore(VersionsMixin):
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
         flt = build_filter(table, type, scope, start, end, filters)
         ids = self._sync.engine.ids_where(flt, order=order, offset=offset, limit=limit).tolist()
-        rows = self._db.rows_by_rowid(ids, embedding=include_embedding)
+        rows = self._sync.rows(ids, embedding=include_embedding)
         get = self._access.get
         return [record(rows[i], get(i), include_embedding) for i in ids if i in rows]
 

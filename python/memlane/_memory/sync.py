@@ -27,6 +27,7 @@ from memlane._memory.coerce import FloatArray, usable_vectors
 from memlane._memory.encoding import blob, prepare, unblob
 from memlane.embeddings._base import Embedder
 from memlane.errors import (
+    CorruptFileError,
     EmbedderMismatchError,
     InvalidArgumentError,
     MemlaneError,
@@ -313,6 +314,27 @@ class IndexSync:
             self.changes += changes
         if self.engine.pending() or self.changes >= self.snapshot_due():
             self.wake.set()
+
+    def rows(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
+        """The rows of ``rowids`` that exist. On an embedded store a rowid the engine
+        holds and the database cannot find is a damaged file (a flipped bit in a table
+        page's key hides its row from lookups by rowid): :class:`CorruptFileError`, not a
+        record silently left out. Only this process deletes there, and it takes
+        :attr:`lock` from the commit until the engine has dropped the rows, so under it
+        the two agree. On PostgreSQL another process may have deleted the row."""
+        rows = self.db.rows_by_rowid(rowids, embedding=embedding)
+        if len(rows) < len(rowids) and not self.db.shared:
+            with self.lock:
+                held = [r for r in rowids if r not in rows and r in self.engine]
+                again = self.db.rows_by_rowid(held, embedding=embedding) if held else {}
+                lost = [r for r in held if r not in again]
+                if lost:
+                    raise CorruptFileError(
+                        f"record rowid {lost[0]} is in the index but the database cannot "
+                        "find it: the database file is damaged"
+                    )
+                rows.update(again)
+        return rows
 
     def committed(self, seq: int, changes: int) -> None:
         """Records a change of this process, applied to the engine (lock held), and links

@@ -431,7 +431,7 @@ class Writer:
         with sync.writing(), sync.lock:
             sync.check_open()
             rowids = [int(x) for x in sync.engine.ids_where(flt, order="asc")]
-            rows = self.db.rows_by_rowid(rowids)
+            rows = self.sync.rows(rowids)
             doomed = [record(rows[r], self.access.get(r)) for r in rowids if r in rows]
             if dry_run:
                 return doomed
