@@ -259,6 +259,25 @@ def test_a_row_the_database_cannot_find_by_rowid_is_corrupt(tmp_path: Path) -> N
             mem.prune(max_age_days=0, dry_run=True)
 
 
+def test_a_schema_that_is_not_utf8_is_corrupt(tmp_path: Path) -> None:
+    # SQLite's message about a garbled schema quotes it, and the module's decoding of
+    # that message raised a raw UnicodeDecodeError at open (the damaged-database trial,
+    # seed 300039). (Garbled here through writable_schema.)
+    folder = tmp_path / "store"
+    with Memory(folder, None) as mem:
+        mem.add("a fact")
+    db = sqlite3.connect(folder / "memory.db")
+    db.execute("PRAGMA writable_schema = ON")
+    db.execute(
+        "UPDATE sqlite_master SET sql = 'CREATE INDEX records_seq ON records (seq'"
+        " || CAST(X'E3E3' AS TEXT) || ')' WHERE name = 'records_seq'"
+    )
+    db.commit()
+    db.close()
+    with pytest.raises(CorruptFileError, match="damaged"):
+        Memory(folder, None)
+
+
 def test_a_record_deleted_while_a_search_reads_its_row_is_left_out(tmp_path: Path) -> None:
     # The row is gone from the database before the engine drops it: a search between the
     # two finds its rowid without a row. That is a delete, not damage.

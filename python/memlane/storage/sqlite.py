@@ -107,7 +107,10 @@ class SQLiteStore(SQLStore):
     #: One process at a time (the store lock): nothing to follow.
     shared = False
     ENGINE = "SQLite"
-    _ERRORS = (sqlite3.Error,)
+    # The module decodes SQLite's messages and text as UTF-8, and memlane stores only
+    # valid UTF-8: bytes that do not decode come from a damaged file (seen: the message
+    # of a schema a flipped bit garbled, raised by the first PRAGMA).
+    _ERRORS = (sqlite3.Error, UnicodeDecodeError)
     _TYPES_HOLD = sqlite_types_hold()
     # (It needs SQLite 3.35.)
     _RETURNING = False
@@ -267,6 +270,8 @@ class SQLiteStore(SQLStore):
             return fn(conn)
 
     def _kind(self, e: Exception) -> ErrorKind:
+        if isinstance(e, UnicodeDecodeError):
+            return "corrupt"
         code = getattr(e, "sqlite_errorcode", None)
         if code is None:
             return None
