@@ -290,6 +290,8 @@ def main() -> None:
     if args.worker is not None:
         worker(args.worker, args.queries_file, args.queries)
         return
+    if not 1 <= args.between <= args.queries:
+        parser.error("--between must be from 1 to --queries")
 
     try:
         texts = wordnet_texts()

@@ -449,7 +449,10 @@ impl Hnsw {
     /// the room [`Hnsw::reserve`] would make for `additional` more slots.
     /// Growing them in place copies them too, under the caller's exclusive
     /// lock: a 100k bulk load held searches for up to 56 ms that way. Nothing
-    /// is copied while a batch is staged (its links change meanwhile).
+    /// is copied while a batch is staged (its links change meanwhile). Links
+    /// also change through `&self` in [`Hnsw::settle`], which `edits` does not
+    /// see: the caller keeps it from running until [`Hnsw::adopt`] (the engine
+    /// holds its upgradable read across both, as a save does).
     pub(crate) fn grown(&self, additional: usize) -> Grown {
         let fresh = additional.saturating_sub(self.free.len());
         let idle = self.edits.is_multiple_of(2);
@@ -511,8 +514,9 @@ impl Hnsw {
             return Err(Error::invalid("the index cannot hold that many vectors"));
         }
 
-        self.edits += 1; // odd until `publish`
-                         // A hidden id added again is shown again, then updated like any present id.
+        // Odd until `publish`: see `edits`.
+        self.edits += 1;
+        // A hidden id added again is shown again, then updated like any present id.
         for id in ids {
             if let Some(slot) = self.held.remove(id) {
                 self.removed[slot as usize] = false;
