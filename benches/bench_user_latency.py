@@ -22,9 +22,10 @@ at a time, p50 and p99:
 - add one text: ``mem.add(text)`` (embedded, durable when it returns) against
   ``collection.add(ids=[...], documents=[text])``;
 - search, new question, store reopened: the store closed and opened again (from its
-  snapshot), then more never-seen questions, embedder and search in turn. The process
-  that wrote the store keeps its rows (the row cache); a reopened one reads each hit
-  from SQLite the first time, which this shows.
+  snapshot), then more never-seen questions, embedder and search in turn: half at once,
+  half once the store has read its records into its row cache (which it does in the
+  background after an open). The process that wrote the store keeps its rows there; a
+  reopened one reads a hit from SQLite until then, which the first half shows.
 
 The embedder, memlane and chromadb calls on a text run back to back (their order
 rotating from text to text), so the shared two cores' noise falls on all alike. The
@@ -34,7 +35,7 @@ from 10k to 100k), repeated question <= 0.5 ms, add minus embedder <= 2 ms.
 memlane searches are its defaults (hybrid, access tracking on); both return 10 hits.
 
     python benches/bench_user_latency.py [--sizes 10000,100000] [--queries 200]
-        [--adds 100] [--reopened 100] [--no-chroma] [--json]
+        [--adds 100] [--reopened 200] [--no-chroma] [--json]
 """
 
 from __future__ import annotations
@@ -116,6 +117,15 @@ def chroma_embedding_function(embedder: Embedder) -> Any:
             return "cosine"
 
     return Shared(embedder)
+
+
+def read_in(mem: Memory, n: int) -> None:
+    """Waits (at most a minute) until a reopened store has read its ``n`` records into
+    its row cache, which it does in the background after the open."""
+    deadline = time.monotonic() + 60
+    # The cache is internal: what this benchmark compares is the time before and after.
+    while len(mem._db._cache or ()) < n and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.05)
 
 
 def fill_memlane(path: Path, texts: list[str], vectors: np.ndarray) -> tuple[Memory, float]:
@@ -257,14 +267,19 @@ def run_size(
         assert embedder is not None
         for text in warm:
             mem.search(text + " ", k=K)
-        for i, text in enumerate(reopened):
-            progress(f"{n:,}: search after reopening {i + 1}/{len(reopened)}")
-            calls = [
-                ("embed (reopened)", lambda t=text: embedder.embed(t)),
-                ("memlane search reopened", lambda t=text: mem.search(t, k=K)),
-            ]
-            for key, call in in_turn(calls, i):
-                note(key, timed(call))
+        half = len(reopened) // 2
+        for phase, texts_of_phase in (("reopened", reopened[:half]), ("read in", reopened[half:])):
+            if phase == "read in":
+                progress(f"{n:,}: waiting for the rows to be read in")
+                read_in(mem, len(mem))
+            for i, text in enumerate(texts_of_phase):
+                progress(f"{n:,}: search {phase} {i + 1}/{len(texts_of_phase)}")
+                calls = [
+                    (f"embed ({phase})", lambda t=text: embedder.embed(t)),
+                    (f"memlane search {phase}", lambda t=text: mem.search(t, k=K)),
+                ]
+                for key, call in in_turn(calls, i):
+                    note(key, timed(call))
         mem.close()
 
     stats = {
@@ -284,13 +299,10 @@ def run_size(
         "memlane add - embed (p50s)": stats["memlane add"]["p50"] - stats["embed (adds)"]["p50"],
         "memlane add - embed (paired median)": paired("memlane add", "embed (adds)"),
     }
-    if reopened:
-        out["derived_ms"]["memlane search reopened - embed (p50s)"] = (
-            stats["memlane search reopened"]["p50"] - stats["embed (reopened)"]["p50"]
-        )
-        out["derived_ms"]["memlane search reopened - embed (paired median)"] = paired(
-            "memlane search reopened", "embed (reopened)"
-        )
+    for phase in ("reopened", "read in") if reopened else ():
+        search, embed = f"memlane search {phase}", f"embed ({phase})"
+        out["derived_ms"][f"{search} - embed (p50s)"] = stats[search]["p50"] - stats[embed]["p50"]
+        out["derived_ms"][f"{search} - embed (paired median)"] = paired(search, embed)
     if have_chroma:
         out["derived_ms"].update(
             {
@@ -313,8 +325,10 @@ ROWS = [
     ("same, track_access=False", "memlane search vector untracked", ""),
     ("add one text", "memlane add", "chroma add"),
     ("embedder alone (add texts)", "embed (adds)", "embed (adds)"),
-    ("search, new question, store reopened", "memlane search reopened", ""),
+    ("search, new question, store just reopened", "memlane search reopened", ""),
     ("embedder alone (those questions)", "embed (reopened)", ""),
+    ("search, new question, reopened store's rows read in", "memlane search read in", ""),
+    ("embedder alone (those questions) ", "embed (read in)", ""),
 ]
 
 
@@ -350,7 +364,8 @@ def print_table(result: dict[str, Any]) -> None:
     for label, key, goal in (
         ("search new - embedder", "search new - embed", "<= 0.6"),
         ("add - embedder", "add - embed", "<= 2"),
-        ("search new, reopened - embedder", "search reopened - embed", "<= 0.6"),
+        ("search new, just reopened - embedder", "search reopened - embed", "<= 0.6"),
+        ("search new, reopened and read in - embedder", "search read in - embed", "<= 0.6"),
     ):
         if f"memlane {key} (p50s)" not in d:
             continue
@@ -367,7 +382,10 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="new questions per size")
     parser.add_argument("--adds", type=int, default=100, help="single adds per size")
     parser.add_argument(
-        "--reopened", type=int, default=100, help="new questions per size after reopening"
+        "--reopened",
+        type=int,
+        default=200,
+        help="new questions per size after reopening (half at once, half once read in)",
     )
     parser.add_argument("--no-chroma", action="store_true")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -89,4 +90,68 @@ def test_a_new_question_finds_the_rows_this_process_wrote_without_reading_sqlite
         ran.clear()
         hits = mem.search("red kite", k=10)
         assert len(hits) == 10
+        assert not [q for q in ran if "FROM records" in q and q.startswith("SELECT")]
+
+
+def test_rows_read_ahead_fill_room_only_and_go_first() -> None:
+    """What an open reads ahead never replaces a kept row, never goes back behind a
+    write, never pushes a row out, and is the first to go when searches need room."""
+    cache = RowCache(3)
+    cache.put([row(1, 5, "kept")])
+    cache.invalidate([2], 8)
+    assert cache.room()
+    cache.offer([row(1, 3, "older"), row(2, 5, "before the write"), row(3, 1), row(4, 1)])
+    found, missing = cache.get([1, 2, 3, 4])
+    assert missing == [2] and found[1].text == "kept" and sorted(found) == [1, 3, 4]
+    assert not cache.room()
+    cache.offer([row(5, 1)])
+    assert cache.get([5]) == ({}, [5])
+    # The get above made 1, 3 and 4 recently used; a fresh cache shows the order.
+    fresh = RowCache(3)
+    fresh.put([row(1, 1)])
+    fresh.offer([row(3, 1), row(2, 1)])
+    fresh.put([row(9, 1)])
+    assert sorted(fresh.get([1, 2, 3, 9])[0]) == [1, 3, 9]
+
+
+def _warmed(mem: Memory, rows: int) -> None:
+    """Waits (at most 30 s) until the background reading-in holds ``rows`` rows."""
+    deadline = time.monotonic() + 30
+    while len(mem._db._cache or ()) < rows:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the row cache was not filled"
+        time.sleep(0.01)
+
+
+def test_a_reopened_store_reads_its_records_in_newest_first_up_to_the_capacity(
+    make_store: StoreFactory, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that opens a store reads its rows into the cache in the background (the
+    newest first, as far as the capacity goes); the writes after that show."""
+    with make_store("warm", word_embedder) as mem:
+        ids = [r.id for r in mem.add_many({"text": f"note {i} on kites"} for i in range(1500))]
+    monkeypatch.setattr("memlane.storage.sqlite.DEFAULT_CAPACITY", 1200)
+    monkeypatch.setattr("memlane.storage.postgres.DEFAULT_CAPACITY", 1200)
+    mem = make_store("warm", word_embedder)
+    _warmed(mem, 1200)
+    rowids = sorted(mem._db.all_rowids())  # type: ignore[attr-defined]
+    cache = mem._db._cache  # type: ignore[attr-defined]
+    assert sorted(cache.get(rowids)[0]) == rowids[-1200:]
+    mem.update(ids[-1], text="note 1499 on owls")
+    mem.delete(ids[-2])
+    assert [h.record.text for h in mem.search("owls", k=1)] == ["note 1499 on owls"]
+    assert ids[-2] not in {h.record.id for h in mem.search("note 1498 on kites", k=50)}
+    mem.close()
+
+
+def test_a_reopened_store_answers_new_questions_without_reading_sqlite(
+    tmp_path: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Memory(tmp_path / "store", word_embedder) as mem:
+        mem.add_many({"text": f"note {i} about the red kite"} for i in range(600))
+    ran: list[str] = []
+    trace_sqlite(monkeypatch, ran.append)
+    with Memory(tmp_path / "store", word_embedder) as mem:
+        _warmed(mem, 600)
+        ran.clear()
+        assert len(mem.search("red kite 17", k=10)) == 10
         assert not [q for q in ran if "FROM records" in q and q.startswith("SELECT")]

@@ -1,6 +1,7 @@
 """Background work of an open store, on one daemon thread per store: linking parked
 vectors into the graph, checkpointing the WAL, flushing access counts, writing
-snapshots; and the exit hook that closes stores still open.
+snapshots, reading records into the row cache after the open; and the exit hook
+that closes stores still open.
 
 The thread holds only a weak reference to its store, so a store nobody holds is
 collected (its finalizer releases the database and the lock).
@@ -90,8 +91,11 @@ def start(memory: Maintained, wake: threading.Event) -> threading.Thread:
 
 
 def _loop(ref: weakref.ref[Maintained], wake: threading.Event) -> None:
+    # Where reading rows into the row cache goes on (under this rowid); None once done.
+    # One batch a turn, between the upkeep that a wake-up asks for.
+    warm: int | None = _NEWEST
     while True:
-        wake.wait(timeout=1.0)
+        woken = wake.wait(timeout=1.0 if warm is None else 0.0)
         wake.clear()
         memory = ref()
         if memory is None or memory._sync.closing:
@@ -99,12 +103,23 @@ def _loop(ref: weakref.ref[Maintained], wake: threading.Event) -> None:
         try:
             if memory._vanished():
                 return
-            memory._maintenance()
+            if woken or warm is None:
+                memory._maintenance()
         except Exception as e:  # keep serving; the next wake-up retries
             if memory._vanished():
                 return
             failed(memory, "background maintenance", e)
+        if warm is not None:
+            try:
+                warm = memory._sync.db.warm_cache(warm)
+            except Exception as e:  # searches read their hits from the database instead
+                warm = None
+                failed(memory, "reading records into the row cache", e)
         del memory
+
+
+# Above every rowid (SQLite's and PostgreSQL's are signed 64-bit).
+_NEWEST = 2**63 - 1
 
 
 def failed(memory: Maintained, what: str, e: Exception) -> None:

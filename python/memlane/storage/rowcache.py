@@ -7,8 +7,9 @@ those pages and SQLite's code out of the CPU caches: 10 new hits of a 100k-recor
 cost 0.25-0.32 ms that way, against 0.03 ms from this cache (0.07 and 0.02 when warm).
 :class:`RowCache` keeps rows (without their vectors), least recently used out first.
 Every write puts its rows in, so in a process that wrote them a new question's hits
-are found here too. It is as fresh as the indexes: the change log that updates them
-refreshes it too.
+are found here too; a process that opens a store reads its rows in (newest first, in
+the background: :meth:`~memlane.storage.sql.SQLStore.warm_cache`) until the cache is
+full. It is as fresh as the indexes: the change log that updates them refreshes it too.
 
 Staleness is ruled out by sequence numbers (every row carries the number of its
 last change): a row replaces a cached one only if it is as new, and a write of
@@ -89,6 +90,25 @@ class RowCache:
                 self._rows.move_to_end(rowid)
             while len(self._rows) > self.capacity:
                 self._rows.popitem(last=False)
+
+    def room(self) -> bool:
+        """Whether the cache holds fewer rows than it may."""
+        return len(self._rows) < self.capacity
+
+    def offer(self, rows: Iterable[Row]) -> None:
+        """Keeps these rows, read ahead of any search (``SQLStore.warm_cache``),
+        where there is room, as the least recently used: a row already kept, or one a
+        write of this process changed since, stays as it is, and none is pushed out."""
+        with self._lock:
+            for row in rows:
+                if len(self._rows) >= self.capacity:
+                    return
+                rowid = row.rowid
+                floor = self._floors.get(rowid)
+                if rowid in self._rows or (floor is not None and row.seq < floor[0]):
+                    continue
+                self._rows[rowid] = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
+                self._rows.move_to_end(rowid, last=False)
 
     def invalidate(self, rowids: Iterable[int], seq: int) -> None:
         """Drops rows a write (change ``seq``) touches; older reads of them are refused."""

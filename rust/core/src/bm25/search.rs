@@ -294,11 +294,24 @@ impl Bm25Index {
         let terms = self.prepare(query);
         let by_tid = Self::by_tid(&terms);
         let mut contrib = vec![0f32; terms.len()];
-        ids.iter()
-            .map(|id| {
-                self.slots
-                    .get(id)
-                    .and_then(|&d| self.score_doc(&terms, &by_tid, &mut contrib, d))
+        // Each document's forward list sits behind two dependent reads (its
+        // start, then its terms): both are asked for for every document
+        // before any is scored, so the misses overlap.
+        let docnos: Vec<Option<u32>> = ids.iter().map(|id| self.slots.get(id).copied()).collect();
+        for &d in docnos.iter().flatten() {
+            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
+            prefetch(self.live.as_ptr().wrapping_add(d as usize));
+            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
+        }
+        for &d in docnos.iter().flatten() {
+            let start = self.fwd_start[d as usize];
+            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
+            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
+        }
+        docnos
+            .iter()
+            .map(|d| {
+                d.and_then(|d| self.score_doc(&terms, &by_tid, &mut contrib, d))
                     .unwrap_or(0.0)
             })
             .collect()

@@ -939,6 +939,10 @@ impl Hnsw {
             .iter()
             .filter_map(|id| self.slots.get(id).copied())
             .collect();
+        // The candidates are scattered: all are requested first, so the misses overlap.
+        for &s in &slots {
+            self.prefetch_rank(s);
+        }
         let mut dist = vec![0f32; slots.len()];
         self.each_rank_dist(&q, &slots, |i, d| dist[i] = d);
         let mut found = dist.into_iter();

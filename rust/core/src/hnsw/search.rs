@@ -130,8 +130,9 @@ pub fn with_scratch_or_fresh<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     })
 }
 
-/// How many leading cache lines of a neighbour's vector to prefetch before
-/// computing its distance; the hardware streams the rest.
+/// How many leading cache lines of a vector to prefetch before computing its
+/// distance while linking (whose caches are warm from the batch) and before
+/// ranking; the hardware streams the rest.
 const PREFETCH_LINES: usize = 2;
 
 impl Hnsw {
@@ -280,7 +281,11 @@ impl Hnsw {
                 }
             }
         }
-        let lines = PREFETCH_LINES.min(self.vectors.lines_per_record());
+        // A search reads every line of each vector it measures, mostly from
+        // memory (the embedder's run before it evicts the caches): asking for
+        // all of them at once beats the hardware's streaming (cold searches of
+        // 100k vectors: 0.123-0.127 ms against 0.144-0.149).
+        let lines = self.vectors.lines_per_record();
         while let Some(Reverse(c)) = sc.candidates.pop() {
             let bound = match sc.results.peek() {
                 Some(w) if sc.results.len() >= ef => w.d,
