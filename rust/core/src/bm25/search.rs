@@ -36,9 +36,6 @@ const SLACK: f32 = 1e-4;
 /// Documents scored together, term at a time, by the essential terms.
 const WINDOW: usize = 4096;
 
-/// How many postings ahead the scoring loop asks for a document's length.
-const PREFETCH_AHEAD: usize = 8;
-
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Hit {
     pub id: u64,
@@ -355,6 +352,8 @@ impl Bm25Index {
         let mut c = Cursors::new(self, terms);
         let n = terms.len();
         let mut acc = vec![0f32; WINDOW];
+        // The length of each document the window's essential terms touched.
+        let mut lens = vec![0u32; WINDOW];
         let mut seen = vec![0u64; WINDOW / 64];
         let mut top = TopK::new(k);
         let mut theta = f32::NEG_INFINITY;
@@ -368,20 +367,16 @@ impl Bm25Index {
             let hi = lo.saturating_add(WINDOW as u32);
             // Essential terms, highest bound first (the canonical order), term at a time.
             for i in (first..n).rev() {
-                let (docs, tfs) = c.lists[i];
+                let (docs, tfs, doc_lens) = c.lists[i];
                 let scorer = &terms[i].scorer;
                 let mut p = c.pos[i];
                 while let Some(&d) = docs.get(p) {
                     if d >= hi {
                         break;
                     }
-                    // A rare term's documents lie far apart: ask for the
-                    // length of one a few postings on, so misses overlap.
-                    if let Some(&ahead) = docs.get(p + PREFETCH_AHEAD) {
-                        prefetch(self.doc_lens.as_ptr().wrapping_add(ahead as usize));
-                    }
                     let off = (d - lo) as usize;
-                    acc[off] += scorer.score(tfs[p], self.doc_lens[d as usize]);
+                    acc[off] += scorer.score(tfs[p], doc_lens[p]);
+                    lens[off] = doc_lens[p];
                     seen[off / 64] |= 1 << (off % 64);
                     p += 1;
                 }
@@ -397,16 +392,16 @@ impl Bm25Index {
                     bits &= bits - 1;
                     let score = std::mem::take(&mut acc[off]);
                     let d = lo + off as u32;
-                    if !self.live[d as usize] || !filter.is_none_or(|f| f.contains(d)) {
+                    if !filter.is_none_or(|f| f.contains(d)) {
                         continue;
                     }
-                    let len = self.doc_lens[d as usize];
-                    let Some(score) = c.complete(window_first, d, len, score, theta) else {
+                    let Some(score) = c.complete(window_first, d, lens[off], score, theta) else {
                         continue;
                     };
                     // Most candidates fall short: decide on the score before
-                    // reading the id (a cache miss in a large index).
-                    if score < top.threshold() {
+                    // reading whether the document lives, and its id (each a
+                    // cache miss in a large index).
+                    if score < top.threshold() || !self.live[d as usize] {
                         continue;
                     }
                     top.offer(Hit {
@@ -431,7 +426,8 @@ impl Bm25Index {
 /// cumulative score bounds that decide which terms are essential.
 struct Cursors<'a> {
     terms: &'a [QueryTerm],
-    lists: Vec<(&'a [u32], &'a [u32])>,
+    /// Each term's postings: documents, term frequencies, document lengths.
+    lists: Vec<(&'a [u32], &'a [u32], &'a [u32])>,
     pos: Vec<usize>,
     /// `bound[i]`: the most that terms `0..=i` together can add, with slack.
     bound: Vec<f32>,
@@ -443,7 +439,7 @@ impl<'a> Cursors<'a> {
             .iter()
             .map(|t| {
                 let p = &index.postings[t.tid as usize];
-                (p.docs.as_slice(), p.tfs.as_slice())
+                (p.docs.as_slice(), p.tfs.as_slice(), p.lens.as_slice())
             })
             .collect();
         let mut sum = 0f32;
@@ -483,7 +479,7 @@ impl<'a> Cursors<'a> {
             if score * (1.0 + SLACK) + self.bound[i] < theta {
                 return None;
             }
-            let (docs, tfs) = self.lists[i];
+            let (docs, tfs, _) = self.lists[i];
             let p = advance(docs, self.pos[i], d);
             self.pos[i] = p;
             if docs.get(p) == Some(&d) {

@@ -174,6 +174,7 @@ pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Bm25Index> {
             df: docs.len() as u32,
             docs,
             tfs,
+            lens: Vec::new(),
             max_tf: 0,
             min_len: 0,
         });
@@ -187,12 +188,8 @@ pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Bm25Index> {
         .collect::<DecodeResult<_>>()?;
     for p in &mut postings {
         p.max_tf = p.tfs.iter().copied().max().unwrap_or(0);
-        p.min_len = p
-            .docs
-            .iter()
-            .map(|&d| doc_lens[d as usize])
-            .min()
-            .unwrap_or(0);
+        p.lens = p.docs.iter().map(|&d| doc_lens[d as usize]).collect();
+        p.min_len = p.lens.iter().copied().min().unwrap_or(0);
     }
 
     // Forward lists, filled in term order so each comes out sorted.
