@@ -218,6 +218,28 @@ def test_a_damaged_database_is_corrupt(tmp_path: Path) -> None:
 # The background reading-in of the reopened store may meet the damaged row first: it
 # warns and stops, and the call still raises.
 @pytest.mark.filterwarnings("ignore:memlane. reading records into the row cache:RuntimeWarning")
+def test_text_that_is_not_utf8_is_corrupt(tmp_path: Path) -> None:
+    # A flipped bit in a stored text can leave bytes that do not decode: the sqlite3
+    # module refused them with an OperationalError that carries no SQLite error code,
+    # which reached the caller as a StorageError (found by the damaged-database trial).
+    folder = tmp_path / "store"
+    with Memory(folder, None) as mem:
+        kept = mem.add("a fact that stays").id
+        hit = mem.add("a fact the damage reaches").id
+    db = sqlite3.connect(folder / "memory.db")
+    db.execute("UPDATE records SET text = CAST(X'61ff62' AS TEXT) WHERE id = ?", (hit,))
+    db.commit()
+    db.close()
+    with Memory(folder, None) as mem:
+        assert mem.get(kept).text == "a fact that stays"
+        for call in (lambda: mem.get(hit), mem.list, lambda: mem.search("damage", k=2)):
+            with pytest.raises(CorruptFileError, match="damaged"):
+                call()
+
+
+# The background reading-in of the reopened store may meet the damaged row first: it
+# warns and stops, and the call still raises.
+@pytest.mark.filterwarnings("ignore:memlane. reading records into the row cache:RuntimeWarning")
 def test_a_value_of_another_type_or_broken_metadata_is_corrupt(tmp_path: Path) -> None:
     # SQLite keeps whatever type a value was stored with, and a flipped bit in a row's
     # header turns its text into a blob: such a row reached the caller as a record

@@ -80,6 +80,9 @@ _CACHE_KIB = 64 * 1024
 # SQLite's default limit on bound parameters is 32766; stay far below.
 _CHUNK = 500
 
+# How the sqlite3 module words a text value it cannot decode (CPython's _sqlite/cursor.c).
+_UNDECODABLE = "Could not decode to UTF-8"
+
 # Result codes (https://sqlite.org/rescode.html): primary ones, then extended ones.
 _KINDS: dict[int, ErrorKind] = {
     11: "corrupt",  # SQLITE_CORRUPT: "database disk image is malformed"
@@ -273,6 +276,10 @@ class SQLiteStore(SQLStore):
         if isinstance(e, UnicodeDecodeError):
             return "corrupt"
         code = getattr(e, "sqlite_errorcode", None)
+        # Text stored as bytes that are not UTF-8 (a flipped bit in a row): the sqlite3
+        # module, not SQLite, refuses it while fetching, with no error code of SQLite's.
+        if code is None and str(e).startswith(_UNDECODABLE):
+            return "corrupt"
         if code is None:
             return None
         return _KINDS.get(code) or _KINDS.get(code & 0xFF)
