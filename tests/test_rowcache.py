@@ -15,7 +15,7 @@ from memlane.storage.rowcache import RowCache
 
 def row(rowid: int, seq: int, text: str = "t", embedding: bytes | None = None) -> Row:
     values = dict.fromkeys(COLUMNS)
-    values.update(rowid=rowid, text=text, seq=seq, embedding=embedding)
+    values.update(rowid=rowid, text=text, seq=seq, embedding=embedding, metadata="{}")
     return Row(**values)  # type: ignore[arg-type]
 
 
@@ -112,6 +112,19 @@ def test_rows_read_ahead_fill_room_only_and_go_first() -> None:
     fresh.offer([row(3, 1), row(2, 1)])
     fresh.put([row(9, 1)])
     assert sorted(fresh.get([1, 2, 3, 9])[0]) == [1, 3, 9]
+
+
+def test_reading_ahead_stops_at_its_share_of_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long texts (document fragments) stop the reading-in long before the row capacity;
+    rows that searches and writes put in are not counted."""
+    monkeypatch.setattr("memlane.storage.rowcache.OFFER_CHARS", 100)
+    cache = RowCache(1000)
+    cache.put([row(1, 1, "w" * 500)])
+    assert cache.room()
+    cache.offer([row(r, 1, "x" * 40) for r in range(2, 10)])
+    assert not cache.room() and len(cache) == 1 + 3  # 42 characters a row with its "{}"
+    cache.put([row(20, 1, "y")])
+    assert len(cache) == 5
 
 
 def _warmed(mem: Memory, rows: int) -> None:

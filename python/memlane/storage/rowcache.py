@@ -30,7 +30,7 @@ from memlane.schema import COLUMNS, Row
 _EMBEDDING = COLUMNS.index("embedding")
 _SEQ = COLUMNS.index("seq")
 
-__all__ = ["DEFAULT_CAPACITY", "RowCache"]
+__all__ = ["DEFAULT_CAPACITY", "OFFER_CHARS", "RowCache"]
 
 #: Rows kept by default (about 0.6 kB each in process: 57 MiB for 100k). With the
 #: vectors in the engine, a 100k-record store holds all its rows for about a sixth
@@ -38,6 +38,12 @@ __all__ = ["DEFAULT_CAPACITY", "RowCache"]
 #: ``benches/bench_user_latency.py``: search minus the embedder 0.50-0.64 ms at 100k
 #: against 0.79-0.93 ms with 10,000 rows kept).
 DEFAULT_CAPACITY = 200_000
+
+#: Text and metadata (characters) that reading ahead brings in at most: short memories
+#: fill the cache by rows long before (100k WordNet glosses hold 7.7 M), while 200,000
+#: document fragments of 1,500 characters would hold some 400 MB in every process that
+#: opens their store; reading ahead stops at about 100 MB of them.
+OFFER_CHARS = 64_000_000
 
 # A read in flight takes well under this; older floors protect nothing.
 _FLOOR_SECONDS = 60.0
@@ -53,6 +59,8 @@ class RowCache:
         self._rows: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._floors: dict[int, tuple[int, float]] = {}
         self._lock = threading.Lock()
+        # Characters of text and metadata that offer() has taken in.
+        self._offered = 0
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -92,8 +100,9 @@ class RowCache:
                 self._rows.popitem(last=False)
 
     def room(self) -> bool:
-        """Whether the cache holds fewer rows than it may."""
-        return len(self._rows) < self.capacity
+        """Whether rows read ahead may still come in: the cache holds fewer rows than it
+        may, and those read ahead hold less than :data:`OFFER_CHARS` of text."""
+        return len(self._rows) < self.capacity and self._offered < OFFER_CHARS
 
     def offer(self, rows: Iterable[Row]) -> None:
         """Keeps these rows, read ahead of any search (``SQLStore.warm_cache``),
@@ -101,7 +110,7 @@ class RowCache:
         write of this process changed since, stays as it is, and none is pushed out."""
         with self._lock:
             for row in rows:
-                if len(self._rows) >= self.capacity:
+                if not self.room():
                     return
                 rowid = row.rowid
                 floor = self._floors.get(rowid)
@@ -109,6 +118,7 @@ class RowCache:
                     continue
                 self._rows[rowid] = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
                 self._rows.move_to_end(rowid, last=False)
+                self._offered += len(row.text) + len(row.metadata)
 
     def invalidate(self, rowids: Iterable[int], seq: int) -> None:
         """Drops rows a write (change ``seq``) touches; older reads of them are refused."""
