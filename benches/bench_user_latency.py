@@ -299,8 +299,10 @@ def run_size(
         "memlane add - embed (p50s)": stats["memlane add"]["p50"] - stats["embed (adds)"]["p50"],
         "memlane add - embed (paired median)": paired("memlane add", "embed (adds)"),
     }
-    for phase in ("reopened", "read in") if reopened else ():
+    for phase in ("reopened", "read in"):
         search, embed = f"memlane search {phase}", f"embed ({phase})"
+        if search not in stats:
+            continue
         out["derived_ms"][f"{search} - embed (p50s)"] = stats[search]["p50"] - stats[embed]["p50"]
         out["derived_ms"][f"{search} - embed (paired median)"] = paired(search, embed)
     if have_chroma:
