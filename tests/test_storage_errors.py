@@ -215,21 +215,35 @@ def test_a_damaged_database_is_corrupt(tmp_path: Path) -> None:
         store.close()
 
 
-# The background reading-in of the reopened store may meet the damaged row first: it
+# The background reading-in of a reopened store may meet the damaged row first: it
 # warns and stops, and the call still raises.
-@pytest.mark.filterwarnings("ignore:memlane. reading records into the row cache:RuntimeWarning")
+_READING_IN_MAY_WARN = pytest.mark.filterwarnings(
+    "ignore:memlane. reading records into the row cache:RuntimeWarning"
+)
+
+
+def _two_facts(folder: Path) -> tuple[str, str]:
+    """A text-only store holding a fact that stays and one the damage will reach."""
+    with Memory(folder, None) as mem:
+        return mem.add("a fact that stays").id, mem.add("a fact the damage reaches").id
+
+
+def _damage(folder: Path, sql: str, record_id: str) -> None:
+    """Runs ``sql`` on the store's file (its ``?`` is ``record_id``), as damage would."""
+    db = sqlite3.connect(folder / "memory.db")
+    db.execute(sql, (record_id,))
+    db.commit()
+    db.close()
+
+
+@_READING_IN_MAY_WARN
 def test_text_that_is_not_utf8_is_corrupt(tmp_path: Path) -> None:
     # A flipped bit in a stored text can leave bytes that do not decode: the sqlite3
     # module refused them with an OperationalError that carries no SQLite error code,
     # which reached the caller as a StorageError (found by the damaged-database trial).
     folder = tmp_path / "store"
-    with Memory(folder, None) as mem:
-        kept = mem.add("a fact that stays").id
-        hit = mem.add("a fact the damage reaches").id
-    db = sqlite3.connect(folder / "memory.db")
-    db.execute("UPDATE records SET text = CAST(X'61ff62' AS TEXT) WHERE id = ?", (hit,))
-    db.commit()
-    db.close()
+    kept, hit = _two_facts(folder)
+    _damage(folder, "UPDATE records SET text = CAST(X'61ff62' AS TEXT) WHERE id = ?", hit)
     with Memory(folder, None) as mem:
         assert mem.get(kept).text == "a fact that stays"
         for call in (lambda: mem.get(hit), mem.list, lambda: mem.search("damage", k=2)):
@@ -237,27 +251,19 @@ def test_text_that_is_not_utf8_is_corrupt(tmp_path: Path) -> None:
                 call()
 
 
-# The background reading-in of the reopened store may meet the damaged row first: it
-# warns and stops, and the call still raises.
-@pytest.mark.filterwarnings("ignore:memlane. reading records into the row cache:RuntimeWarning")
+@_READING_IN_MAY_WARN
 def test_a_value_of_another_type_or_broken_metadata_is_corrupt(tmp_path: Path) -> None:
     # SQLite keeps whatever type a value was stored with, and a flipped bit in a row's
     # header turns its text into a blob: such a row reached the caller as a record
     # whose id was bytes. (Written here with SQL, as a damaged file would read.)
     folder = tmp_path / "store"
-    with Memory(folder, None) as mem:
-        kept = mem.add("a fact that stays").id
-        hit = mem.add("a fact the damage reaches").id
-    db = sqlite3.connect(folder / "memory.db")
-    db.execute("UPDATE records SET metadata = '{\"a\": 1' WHERE id = ?", (hit,))
-    db.commit()
+    kept, hit = _two_facts(folder)
+    _damage(folder, "UPDATE records SET metadata = '{\"a\": 1' WHERE id = ?", hit)
     with Memory(folder, None) as mem:
         assert mem.get(kept).text == "a fact that stays"
         with pytest.raises(CorruptFileError, match="metadata is not a JSON object"):
             mem.get(hit)
-    db.execute("UPDATE records SET metadata = '{}', id = CAST(id AS BLOB) WHERE id = ?", (hit,))
-    db.commit()
-    db.close()
+    _damage(folder, "UPDATE records SET metadata = '{}', id = CAST(id AS BLOB) WHERE id = ?", hit)
     with Memory(folder, None) as mem, pytest.raises(CorruptFileError, match="another type"):
         mem.list()
 
