@@ -237,17 +237,29 @@ def _damage(folder: Path, sql: str, record_id: str) -> None:
 
 
 @_READING_IN_MAY_WARN
-def test_text_that_is_not_utf8_is_corrupt(tmp_path: Path) -> None:
-    # A flipped bit in a stored text can leave bytes that do not decode: the sqlite3
-    # module refused them with an OperationalError that carries no SQLite error code,
-    # which reached the caller as a StorageError (found by the damaged-database trial).
+@pytest.mark.parametrize(
+    ("damaged_text", "message"),
+    [
+        # Bytes that do not decode: the sqlite3 module refused them with an
+        # OperationalError that carries no SQLite error code, which reached the caller
+        # as a StorageError.
+        ("CAST(X'61ff62' AS TEXT)", "the database file is damaged"),
+        # A character changed into another: a valid text, which list() returned while
+        # the index still answered for the text as written.
+        ("'a fact the damage reached'", "does not match its content hash"),
+    ],
+)
+def test_a_text_a_flipped_bit_changed_is_corrupt(
+    tmp_path: Path, damaged_text: str, message: str
+) -> None:
+    # Both found by benches/reliability.py's damaged-database trial.
     folder = tmp_path / "store"
     kept, hit = _two_facts(folder)
-    _damage(folder, "UPDATE records SET text = CAST(X'61ff62' AS TEXT) WHERE id = ?", hit)
+    _damage(folder, f"UPDATE records SET text = {damaged_text} WHERE id = ?", hit)
     with Memory(folder, None) as mem:
         assert mem.get(kept).text == "a fact that stays"
         for call in (lambda: mem.get(hit), mem.list, lambda: mem.search("damage", k=2)):
-            with pytest.raises(CorruptFileError, match="damaged"):
+            with pytest.raises(CorruptFileError, match=message):
                 call()
 
 
