@@ -60,13 +60,9 @@ impl Graph {
     /// `None` if they have it (see `Vectors::grown`); no batch may be linking
     /// (see `Hnsw::grown`).
     pub fn grown_level0(&self, additional: usize) -> Option<Vec<AtomicU32>> {
-        let need = self.level0.len() + additional * (self.m0 + 1);
-        if need <= self.level0.capacity() {
-            return None;
-        }
-        let mut out = Vec::with_capacity(need.max(self.level0.capacity().saturating_mul(2)));
-        out.extend(self.level0.iter().map(|w| AtomicU32::new(w.load(Relaxed))));
-        Some(out)
+        super::storage::grown_by(&self.level0, additional.saturating_mul(self.m0 + 1), |w| {
+            AtomicU32::new(w.load(Relaxed))
+        })
     }
 
     /// Takes the lists [`Graph::grown_level0`] copied (nothing changed since).

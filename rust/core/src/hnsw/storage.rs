@@ -130,16 +130,22 @@ impl GrownVectors {
     }
 }
 
-/// A copy of `v` with room for `additional` more items (at least twice its
-/// capacity, as `Vec::reserve` grows), or `None` if `v` has that room.
-pub(super) fn grown<T: Copy>(v: &Vec<T>, additional: usize) -> Option<Vec<T>> {
+/// A copy of `v`, item by item through `copy`, with room for `additional`
+/// more items (at least twice its capacity, as `Vec::reserve` grows), or
+/// `None` if `v` has that room.
+pub(super) fn grown_by<T>(v: &Vec<T>, additional: usize, copy: impl Fn(&T) -> T) -> Option<Vec<T>> {
     let need = v.len().checked_add(additional)?;
     if need <= v.capacity() {
         return None;
     }
     let mut out = Vec::with_capacity(need.max(v.capacity().saturating_mul(2)));
-    out.extend_from_slice(v);
+    out.extend(v.iter().map(copy));
     Some(out)
+}
+
+/// [`grown_by`] for plain values.
+fn grown<T: Copy>(v: &Vec<T>, additional: usize) -> Option<Vec<T>> {
+    grown_by(v, additional, |x| *x)
 }
 
 /// Puts `new`, a copy of `v` with more room, in place of `v`.
