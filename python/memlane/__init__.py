@@ -18,6 +18,7 @@ from memlane.agent import (
 from memlane.aio import AsyncMemory
 from memlane.embeddings import Embedder, OnnxEmbedder, OpenAIEmbedder
 from memlane.errors import (
+    ConflictError,
     CorruptFileError,
     DimensionMismatchError,
     EmbedderMismatchError,
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncMemory",
     "BM25Index",
     "CoreMemory",
+    "ConflictError",
     "CorruptFileError",
     "DimensionMismatchError",
     "DocumentLoadError",

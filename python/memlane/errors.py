@@ -7,6 +7,7 @@ caller would reach for, so ``except ValueError`` keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "ConflictError",
     "CorruptFileError",
     "DimensionMismatchError",
     "EmbedderMismatchError",
@@ -27,6 +28,12 @@ class MemlaneError(Exception):
 
 class InvalidArgumentError(MemlaneError, ValueError):
     """An argument has the wrong value, type, shape or length."""
+
+
+class ConflictError(MemlaneError, RuntimeError):
+    """A record changed between the moment a change read it and its commit: another
+    writer superseded, updated or deleted it first. Nothing of the losing change is
+    stored; read the record again and retry if it still applies."""
 
 
 class DimensionMismatchError(InvalidArgumentError):
