@@ -185,6 +185,37 @@ def test_after_stores_the_turn(make_store, word_embedder, clock, reply):
         mem.close()
 
 
+def test_a_repeated_short_reply_is_kept_and_a_redelivery_is_not(mem, clock):
+    """Turns the loop records in order are never skipped for their text alone ("yes"
+    twice within the dedup window); the same platform message id delivered again is."""
+    am = agent(mem, clock=clock, consolidation=Consolidation(record_turns=False, enabled=False))
+    alice = am.event("telegram", 42, 7)
+    for _ in range(2):
+        am.after(alice, [{"role": "user", "content": "yes"}], "ok")
+        clock.advance(10)
+    texts = [r.text for r in mem.list(MESSAGES, order="asc", **alice.history)]
+    assert texts == ["yes", "ok", "yes", "ok"]
+    # The platform's message id, given to after() or carried by the event.
+    first = am.after(alice, [{"role": "user", "content": "book it"}], "done", message_id=981)
+    again = am.after(alice, [{"role": "user", "content": "book it"}], "done", message_id="981")
+    assert again.stored[0].id == first.stored[0].id
+    assert again.stored[0].duplicate == "window"
+    delivered = am.event("telegram", 42, 7, message_id="m-5")
+    one = am.after(delivered, [{"role": "user", "content": "and a taxi"}], "sure")
+    two = am.after(delivered, [{"role": "user", "content": "and a taxi!"}], "sure")
+    assert two.stored[0].id == one.stored[0].id
+    # The reply to a message is never taken for the message, whatever its id.
+    assert one.stored[1].duplicate is None and one.stored[1].text == "sure"
+    user_texts = [
+        r.text
+        for r in mem.list(MESSAGES, order="asc", **alice.history)
+        if r.metadata["role"] == "user"
+    ]
+    assert user_texts == ["yes", "yes", "book it", "and a taxi"]
+    with pytest.raises(InvalidArgumentError, match="message_id"):
+        am.after(alice, [{"role": "user", "content": "x"}], "y", message_id=" ")
+
+
 def test_after_with_a_tool_call_only_reply_stores_the_user_message(mem):
     am = agent(mem, consolidation=Consolidation(record_turns=False, enabled=False))
     alice = am.event("telegram", 42, 7)

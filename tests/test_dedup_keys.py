@@ -1,11 +1,13 @@
-"""OrcBot's dedup keys on both backends: a repeated ``metadata["sourceId"]`` or
-``metadata["eventId"]`` within the 5-minute window is one memory whatever its text, in
+"""OrcBot's dedup keys on both backends: a repeated event id (``messageId``, ``eventId``,
+``statusMessageId``) within the 5-minute window is one memory whatever its text, in
 ``add`` and in an ``add_many`` batch; after the window, in another scope or table, or
-under the other key, it is a new one. The window's clock is the writer's ``time.time``,
-moved here by a fake instead of sleeping."""
+under the other key, it is a new one. ``sourceId`` names the contact: only the same
+source + contact + text is a repeat, and a contact's other messages are all kept. The
+window's clock is the writer's ``time.time``, moved here by a fake instead of sleeping."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -33,7 +35,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
     return fake
 
 
-@pytest.mark.parametrize("key", ["eventId", "sourceId"])
+@pytest.mark.parametrize("key", ["eventId", "messageId", "statusMessageId"])
 def test_a_repeated_id_is_one_memory_within_the_window(
     make_store: StoreFactory, clock: FakeTime, key: str
 ) -> None:
@@ -54,7 +56,7 @@ def test_a_repeated_id_is_one_memory_within_the_window(
         other_table = mem.add(
             "Alice: see you at 6", table="notes", user_id="alice", metadata={key: "evt-81"}
         )
-        other_key = "sourceId" if key == "eventId" else "eventId"
+        other_key = "statusMessageId" if key == "eventId" else "eventId"
         crossed = mem.add("Alice: 6 it is", user_id="alice", metadata={other_key: "evt-81"})
         made = [other_id, other_scope, other_table, crossed]
         assert all(r.duplicate is None for r in made)
@@ -62,7 +64,7 @@ def test_a_repeated_id_is_one_memory_within_the_window(
         assert mem.count() == 6
 
 
-@pytest.mark.parametrize("key", ["eventId", "sourceId"])
+@pytest.mark.parametrize("key", ["eventId", "messageId"])
 def test_after_the_window_the_same_id_is_a_new_memory(
     make_store: StoreFactory, clock: FakeTime, key: str
 ) -> None:
@@ -85,8 +87,8 @@ def test_add_many_batch_and_against_the_store(make_store: StoreFactory, clock: F
                 {"text": "order shipped", "user_id": "u", "metadata": {"eventId": "e1"}},
                 {"text": "order shipped!", "user_id": "u", "metadata": {"eventId": "e1"}},
                 {"text": "order shipped", "user_id": "v", "metadata": {"eventId": "e1"}},
-                {"text": "refund issued", "user_id": "u", "metadata": {"sourceId": "s1"}},
-                {"text": "refund issued.", "user_id": "u", "metadata": {"sourceId": "s1"}},
+                {"text": "refund issued", "user_id": "u", "metadata": {"messageId": "s1"}},
+                {"text": "refund issued.", "user_id": "u", "metadata": {"messageId": "s1"}},
             ]
         )
         assert [r.duplicate for r in recs] == [None, "window", None, None, "window"]
@@ -113,11 +115,11 @@ def test_add_many_batch_and_against_the_store(make_store: StoreFactory, clock: F
 def test_the_window_holds_across_a_reopen(make_store: StoreFactory) -> None:
     emb = WordHashEmbedder()
     with make_store("w", emb) as mem:
-        first = mem.add("hello", session_id="s", metadata={"eventId": "e9", "sourceId": "m9"})
+        first = mem.add("hello", session_id="s", metadata={"eventId": "e9", "messageId": "m9"})
     with make_store("w", emb) as mem:
         by_event = mem.add("hello?", session_id="s", metadata={"eventId": "e9"})
-        by_source = mem.add("hello!", session_id="s", metadata={"sourceId": "m9"})
-        assert by_event.id == by_source.id == first.id
+        by_message = mem.add("hello!", session_id="s", metadata={"messageId": "m9"})
+        assert by_event.id == by_message.id == first.id
         assert mem.count() == 1
 
 
@@ -130,6 +132,63 @@ def test_off_when_the_window_is_zero() -> None:
 
 def test_window_keys_name_each_id_kind_apart() -> None:
     scope = ("memories", None, "u", None, None, None, None)
-    keys = window_keys(scope, {"message_id": "1", "sourceId": "1", "eventId": "1"}, "h")
+    keys = window_keys(scope, {"messageId": "1", "statusMessageId": "1", "eventId": "1"}, "h")
     assert len(set(keys)) == 3
+    # The two spellings of a message id are one key; a contact alone is no key.
+    assert window_keys(scope, {"messageId": "1", "message_id": "1"}, "h") == window_keys(
+        scope, {"message_id": "1"}, "h"
+    )
+    assert window_keys(scope, {"sourceId": "1"}, "h") == []
     assert window_keys(scope, {"eventId": None, "other": "1"}, "h") == []
+
+
+def test_a_contacts_later_messages_are_all_kept(make_store: StoreFactory, clock: FakeTime) -> None:
+    """The issue's reproducer: ``sourceId`` is the contact, not the event."""
+    contact = {"source": "telegram", "sourceId": "123456789"}
+    with make_store("w", None) as mem:
+        first = mem.add("I need the report by Friday", metadata=contact)
+        second = mem.add("Also, please book a table for two", metadata=contact)
+        assert second.duplicate is None and second.id != first.id
+        assert mem.count() == 2
+        # The same text from the same contact within the window: one delivery.
+        clock.now += 60
+        again = mem.add("I need the report  by friday", metadata=contact)
+        assert (again.id, again.duplicate) == (first.id, "window")
+        # The same text from another contact, or another source: new messages.
+        other = mem.add("I need the report by Friday", metadata={**contact, "sourceId": "42"})
+        slack = mem.add("I need the report by Friday", metadata={**contact, "source": "slack"})
+        assert other.duplicate is None and slack.duplicate is None
+        batch = mem.add_many(
+            [
+                {"text": "one", "metadata": contact},
+                {"text": "two", "metadata": contact},
+                {"text": "one", "metadata": contact},
+            ]
+        )
+        assert [r.duplicate for r in batch] == [None, None, "window"]
+        assert mem.count() == 6
+        clock.now += 301
+        late = mem.add("I need the report by Friday", metadata=contact)
+        assert late.duplicate is None and mem.count() == 7
+
+
+def test_a_store_with_old_sourceid_keys_keeps_a_contacts_messages(
+    make_store: StoreFactory,
+) -> None:
+    """Earlier versions remembered ``sourceId`` as an event id; a reopened store derives
+    that record's keys again (source + contact + text) instead of matching the old key."""
+    contact = {"source": "telegram", "sourceId": "123456789"}
+    with make_store("w", None) as mem:
+        first = mem.add("I need the report by Friday", user_id="u", metadata=contact)
+        db = mem._db
+        scope = ["memories", None, "u", None, None, None, None]
+        legacy = json.dumps(["sourceId", scope, "123456789"])
+        with db.transaction() as conn:
+            conn.execute(db._q(f"DELETE FROM {db._p}recent"))
+            db.remember(conn, [(legacy, first.id, time.time())], time.time() - 300)
+    with make_store("w", None) as mem:
+        later = mem.add("Also, please book a table for two", user_id="u", metadata=contact)
+        assert later.duplicate is None
+        again = mem.add("I need the report by Friday", user_id="u", metadata=contact)
+        assert (again.id, again.duplicate) == (first.id, "window")
+        assert mem.count() == 2

@@ -3,11 +3,13 @@
 - Exact: the same :func:`content_hash` in the same table and scope.
 - Near: a cosine similarity at or above a threshold (0.95 by default) in the
   same table and scope, as elizaOS's ``createMemory(unique=true)`` checks.
-- Window (as OrcBot does): within ``dedup_window`` seconds (5 minutes by
-  default), the same ``metadata["message_id"]``, ``metadata["sourceId"]`` or
-  ``metadata["eventId"]`` (each a key of its own: the same event delivered twice
-  is one memory even if its text differs), or the same ``metadata["source"]``
-  and ``metadata["contact"]`` with the same text. All in the same table and scope.
+- Window (OrcBot's semantics): within ``dedup_window`` seconds (5 minutes by
+  default), the same event delivered again: the same ``metadata["messageId"]``
+  (or ``message_id``), ``metadata["eventId"]`` or ``metadata["statusMessageId"]``,
+  each a key of its own, so a redelivered event is one memory even if its text
+  differs; or the same ``metadata["source"]`` and contact (``metadata["sourceId"]``
+  or ``metadata["contact"]``) with the same text. A contact's other messages are
+  never skipped. All in the same table and scope.
 """
 
 from __future__ import annotations
@@ -21,11 +23,22 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["DedupWindow", "content_hash", "normalise_text", "window_keys"]
+__all__ = ["DedupWindow", "content_hash", "legacy_key", "normalise_text", "window_keys"]
 
-#: Metadata fields that name one delivery, and the window key kind of each
-#: ("message" keeps the key stores have written since the window began).
-_ID_KEYS = (("message_id", "message"), ("sourceId", "sourceId"), ("eventId", "eventId"))
+#: Metadata fields that name one delivery, and the window key kind of each. Both
+#: spellings of a message id share the kind "message", the key stores have written
+#: since the window began.
+_ID_KEYS = (
+    ("messageId", "message"),
+    ("message_id", "message"),
+    ("eventId", "eventId"),
+    ("statusMessageId", "statusMessageId"),
+)
+#: Metadata fields naming the contact a message came from (OrcBot's ``sourceId``).
+_CONTACT_KEYS = ("sourceId", "contact")
+#: A key kind earlier versions wrote for ``sourceId`` (taken then as an event id): a
+#: store's remembered keys of this kind are derived again at open (:func:`legacy_key`).
+_LEGACY_KIND = "sourceId"
 
 
 def normalise_text(text: str) -> str:
@@ -48,11 +61,25 @@ def window_keys(scope_key: Sequence[Any], metadata: Mapping[str, Any], digest: s
     for field, kind in _ID_KEYS:
         value = metadata.get(field)
         if value is not None:
-            keys.append(json.dumps([kind, list(scope_key), str(value)]))
-    source, contact = metadata.get("source"), metadata.get("contact")
-    if source is not None and contact is not None:
-        keys.append(json.dumps(["source", list(scope_key), str(source), str(contact), digest]))
+            key = json.dumps([kind, list(scope_key), str(value)])
+            if key not in keys:
+                keys.append(key)
+    source = metadata.get("source")
+    if source is not None:
+        for field in _CONTACT_KEYS:
+            contact = metadata.get(field)
+            if contact is not None:
+                key = json.dumps(["source", list(scope_key), str(source), str(contact), digest])
+                if key not in keys:
+                    keys.append(key)
     return keys
+
+
+def legacy_key(key: str) -> bool:
+    """Whether ``key`` is of the kind earlier versions wrote for ``sourceId``: such a key
+    must not be matched (it would skip a contact's every later message) but replaced by
+    the record's :func:`window_keys`."""
+    return key.startswith(f'["{_LEGACY_KIND}",')
 
 
 class DedupWindow:

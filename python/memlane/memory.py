@@ -38,9 +38,12 @@ class Memory(KnowledgeMixin, NotesMixin, MemoryStore):
         near_duplicate: ``"mark"`` stores a near-duplicate with ``unique=False``
             (as elizaOS does); ``"skip"`` stores nothing and returns the
             existing record.
-        dedup_window: seconds during which a repeated ``metadata["message_id"]``,
-            ``metadata["sourceId"]`` or ``metadata["eventId"]`` (as OrcBot), or the
-            same ``source`` + ``contact`` + text, is skipped (0 turns it off).
+        dedup_window: seconds during which the same event delivered again is
+            skipped, as OrcBot does (0 turns it off): a repeated
+            ``metadata["messageId"]`` (or ``message_id``), ``["eventId"]`` or
+            ``["statusMessageId"]``, or the same ``source`` and contact
+            (``sourceId`` or ``contact``) with the same text. A contact's other
+            messages are always stored.
         track_access: whether searches update ``access_count`` and
             ``last_accessed_at`` of what they return (a search may override it).
             The engine sees an access at once (decay restarts); the database

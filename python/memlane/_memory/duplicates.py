@@ -1,8 +1,8 @@
 """What an add stores and what it recognises as a duplicate.
 
 Three kinds, checked in this order for each item (caller holds the write lock):
-the dedup window (a repeated ``message_id``, ``sourceId`` or ``eventId``, or
-source + contact + text, within ``dedup_window`` seconds), then for
+the dedup window (a repeated ``messageId``, ``eventId`` or ``statusMessageId``,
+or source + contact + text, within ``dedup_window`` seconds), then for
 ``unique=True`` items an exact duplicate (same normalised text, table and scope)
 and a near-duplicate (cosine at least ``threshold`` with a record of the same
 table and scope, stored or earlier in the batch). The stored near-duplicates of
@@ -20,8 +20,8 @@ import numpy as np
 
 from memlane._core import Engine
 from memlane._memory.coerce import FloatArray
-from memlane._memory.encoding import NewRecord
-from memlane.dedup import DedupWindow, window_keys
+from memlane._memory.encoding import NewRecord, record
+from memlane.dedup import DedupWindow, legacy_key, window_keys
 from memlane.records import SCOPE_FIELDS
 from memlane.storage import Store
 
@@ -39,6 +39,27 @@ class Decision:
     store: list[int] = field(default_factory=list)
     dups: dict[int, tuple[str, Target]] = field(default_factory=dict)
     marks: dict[int, Target] = field(default_factory=dict)
+
+
+def load_window(window: DedupWindow, db: Store, now: float) -> None:
+    """Fills ``window`` with the keys the store remembers from its last ``window.seconds``.
+
+    A key of the kind earlier versions wrote for ``sourceId`` is replaced by its record's
+    keys as :func:`~memlane.dedup.window_keys` derives them now (the record's source +
+    contact + text), so an old store does not skip a contact's later messages."""
+    legacy: dict[str, float] = {}
+    for key, record_id, at in db.recent(now - window.seconds):
+        if legacy_key(key):
+            legacy[record_id] = max(at, legacy.get(record_id, at))
+        else:
+            window.remember([key], record_id, at)
+    for record_id, at in legacy.items():
+        row = db.row_by_id(record_id)
+        if row is None:
+            continue
+        rec = record(row, None)
+        scope = (rec.table, *(getattr(rec, f) for f in SCOPE_FIELDS))
+        window.remember(window_keys(scope, rec.metadata, row.content_hash), record_id, at)
 
 
 def scope_filter(table: str, scope: Sequence[str | None]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from memlane import _core
 from memlane._core import Engine
-from memlane._memory import coerce, jsonl, maintenance
+from memlane._memory import coerce, duplicates, jsonl, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
 from memlane._memory.querying import Mode, Searcher, build_filter, scope_of
@@ -146,8 +146,7 @@ class MemoryStore(VersionsMixin):
             self._searcher.weights = checked_weights
             self._searcher.recency_half_life = half_life
             if window.seconds > 0:
-                for key, record_id, at in self._db.recent(time.time() - window.seconds):
-                    window.remember([key], record_id, at)
+                duplicates.load_window(window, self._db, time.time())
         except BaseException:
             maintenance.release(self._lock, self._db, wake)
             raise

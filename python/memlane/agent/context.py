@@ -107,22 +107,38 @@ def add_message(
     role: str = "user",
     created_at: float | None = None,
     metadata: Mapping[str, Any] | None = None,
+    message_id: str | None = None,
+    in_order: bool = False,
 ) -> MemoryRecord:
     """Stores one message of a conversation in the ``messages`` table under the event's room.
 
-    A user's message carries ``metadata["contact"]``, so the same text from the
-    same contact again within the store's ``dedup_window`` is skipped (OrcBot's
-    guard against duplicate deliveries; the earlier record is returned). The
-    agent's replies (any other ``role``) carry ``metadata["to"]`` instead and
-    are never skipped that way.
+    The store's ``dedup_window`` (OrcBot's guard against duplicate deliveries) skips
+    a message delivered again, returning the earlier record: one with the same
+    ``message_id`` (for a user's message, ``scope.message_id`` when not given), kept as
+    ``metadata["messageId"]``; or, for a user's message without an id, the same
+    text from the same contact (``metadata["contact"]``). ``in_order=True`` is for
+    messages the caller records once each, in order, as the agent loop does: a
+    repeated short reply ("yes") is a new message then, so the contact is kept as
+    ``metadata["sender"]``, which no window compares. The agent's replies (any other
+    ``role``) carry ``metadata["to"]`` and are never skipped by their text.
     """
-    meta = {
+    mid = message_id
+    if mid is None and role == "user":
+        mid = scope.message_id
+    meta: dict[str, Any] = {
         **(metadata or {}),
         "role": role,
-        "contact" if role == "user" else "to": scope.contact,
         "identity": scope.identity,
         "source": scope.source,
     }
+    if role != "user":
+        meta["to"] = scope.contact
+    elif in_order or mid is not None:
+        meta["sender"] = scope.contact
+    else:
+        meta["contact"] = scope.contact
+    if mid is not None:
+        meta["messageId"] = str(mid)
     return mem.add(
         text,
         table=MESSAGES,

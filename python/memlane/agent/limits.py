@@ -152,24 +152,36 @@ def store_message(
     text: str,
     now: float,
     report: TurnReport,
+    message_id: str | None = None,
 ) -> list[MemoryRecord]:
-    """One message in the room's history, in pieces when it is longer than the cap."""
+    """One message the agent loop records in the room's history (in order, so never
+    skipped for its text alone; skipped as delivered again only by its
+    ``message_id``), in pieces when it is longer than the cap."""
     pieces = split_text(text, limits.max_entry_chars)
     if len(pieces) == 1:
-        return [add_message(memory, text, event, role=role, created_at=now)]
+        return [
+            add_message(
+                memory, text, event, role=role, created_at=now, message_id=message_id, in_order=True
+            )
+        ]
     report.splits.append((f"{role} message", len(pieces)))
     group = uuid.uuid4().hex
     meta = {"parts": len(pieces), "split_group": group}
     first = add_message(
-        memory, pieces[0], event, role=role, created_at=now, metadata={**meta, "part": 1}
+        memory,
+        pieces[0],
+        event,
+        role=role,
+        created_at=now,
+        metadata={**meta, "part": 1},
+        message_id=message_id,
+        in_order=True,
     )
     if first.duplicate == "window":  # the whole message delivered again: stored already
         return [first]
-    # The other pieces leave out "contact" (the dedup window's key), so a piece that
-    # repeats an earlier one is kept: add_message's metadata, with "sender" for it.
-    base = {k: v for k, v in first.metadata.items() if k != "contact"}
-    if role == "user":
-        base["sender"] = event.contact
+    # The other pieces leave out the message id (the dedup window's key), so a piece
+    # that repeats an earlier one is kept.
+    base = {k: v for k, v in first.metadata.items() if k != "messageId"}
     rest = memory.add_many(
         [
             {

@@ -277,10 +277,12 @@ class AgentMemory(_LoopHost):
         chat_id: str | int | None = None,
         *,
         name: str | None = None,
+        message_id: str | int | None = None,
     ) -> EventScope:
         """The scope of a platform event (``scopes.resolve``); ``name``: the sender's
-        display name, kept in their contact profile."""
-        return self.scopes.resolve(source, contact_id, chat_id, name=name)
+        display name, kept in their contact profile; ``message_id``: the platform's id
+        of the message, so that a message delivered twice is stored once."""
+        return self.scopes.resolve(source, contact_id, chat_id, name=name, message_id=message_id)
 
     def contact(self, event: EventScope) -> ContactProfile | None:
         """The profile of the contact behind ``event`` (None if never seen)."""
@@ -424,25 +426,39 @@ class AgentMemory(_LoopHost):
     # -- after ------------------------------------------------------------------------------
 
     def after(
-        self, event: EventScope, messages: Sequence[Mapping[str, Any]], reply: Any
+        self,
+        event: EventScope,
+        messages: Sequence[Mapping[str, Any]],
+        reply: Any,
+        *,
+        message_id: str | int | None = None,
     ) -> TurnReport:
         """Stores the turn (the last user message of ``messages`` and ``reply``) in the room's
         history, then runs the triggers; returns what happened.
+
+        Every turn is kept, a repeated short reply too; ``message_id`` (default: the
+        event's) is the platform's id of the user's message: a message delivered again
+        with the same id within the store's ``dedup_window`` is stored once.
 
         ``reply`` is the model's final answer: a str, an assistant message (OpenAI's
         or Anthropic's, with content blocks), a raw chat completion or an SDK object.
         Store errors while storing the turn raise; nothing a trigger or the LLM does
         raises.
         """
-        return self._after(event, messages, reply, self._caller())
+        return self._after(event, messages, reply, self._caller(), message_id)
 
     async def aafter(
-        self, event: EventScope, messages: Sequence[Mapping[str, Any]], reply: Any
+        self,
+        event: EventScope,
+        messages: Sequence[Mapping[str, Any]],
+        reply: Any,
+        *,
+        message_id: str | int | None = None,
     ) -> TurnReport:
         """The async form of :meth:`after` (store calls in a worker thread; an async LLM's
         calls run on the event loop)."""
         call = self._caller(asyncio.get_running_loop())
-        return await asyncio.to_thread(self._after, event, messages, reply, call)
+        return await asyncio.to_thread(self._after, event, messages, reply, call, message_id)
 
     def _after(
         self,
@@ -450,8 +466,18 @@ class AgentMemory(_LoopHost):
         messages: Sequence[Mapping[str, Any]],
         reply: Any,
         call: Caller | None,
+        message_id: str | int | None = None,
     ) -> TurnReport:
         self._check_event(event)
+        if message_id is not None and (
+            isinstance(message_id, bool)
+            or not isinstance(message_id, str | int)
+            or not str(message_id).strip()
+        ):
+            raise InvalidArgumentError(
+                f"message_id must be a non-empty str (or int), got {message_id!r}"
+            )
+        mid = event.message_id if message_id is None else str(message_id).strip()
         msgs = _check_messages(messages)
         answer = _block_text(_reply_message(reply).get("content")).strip()
         room = self._room(event)
@@ -468,7 +494,14 @@ class AgentMemory(_LoopHost):
         for role, text in (("user", user), ("assistant", answer)):
             if text and text.strip():
                 report.stored += store_message(
-                    self.memory, self.limits, event, role, text, now, report
+                    self.memory,
+                    self.limits,
+                    event,
+                    role,
+                    text,
+                    now,
+                    report,
+                    mid if role == "user" else None,
                 )
         if self.consolidation.record_turns and (user or answer):
             digest = "\n".join(

@@ -47,7 +47,9 @@ class EventScope:
     (``mem.add(text, **scope.fields)``); ``room_id`` scopes the message history;
     ``identity`` is the canonical person (after identity links) and ``contact``
     the raw ``"<source>:<contact id>"``; ``name`` is the display name the platform
-    gave the sender, when it gave one (kept as an alias in the contact's profile).
+    gave the sender, when it gave one (kept as an alias in the contact's profile);
+    ``message_id`` is the platform's id of the message the event delivers, when it
+    gave one: the message is stored once however often it is delivered.
     """
 
     fields: dict[str, str]
@@ -57,6 +59,7 @@ class EventScope:
     room_id: str | None = None
     mode: ScopeMode = "per-peer"
     name: str | None = None
+    message_id: str | None = None
 
     @property
     def history(self) -> dict[str, str]:
@@ -115,9 +118,11 @@ class SessionScope:
         chat_id: str | int | None = None,
         *,
         name: str | None = None,
+        message_id: str | int | None = None,
     ) -> EventScope:
         """The scope of an event from ``contact_id`` on ``source`` (in chat ``chat_id``);
-        ``name``: the sender's display name on the platform, if it gave one."""
+        ``name``: the sender's display name on the platform, if it gave one;
+        ``message_id``: the platform's id of the message, if it gave one."""
         src = _part(source, "source").lower()
         if name is not None:
             if not isinstance(name, str) or not name.strip():
@@ -139,7 +144,8 @@ class SessionScope:
             fields["user_id"] = contact
             fields["session_id"] = f"channel-peer:{contact}"
         room = None if chat_id is None else f"{src}:{_part(chat_id, 'chat_id')}"
-        return EventScope(fields, identity, contact, src, room, self.mode, name)
+        mid = None if message_id is None else _part(message_id, "message_id")
+        return EventScope(fields, identity, contact, src, room, self.mode, name, mid)
 
     def __call__(
         self, source: str, contact_id: str | int, chat_id: str | int | None = None
