@@ -114,7 +114,7 @@ class BFIndex(_Attributes):
             if callable(filter):
                 keep = np.fromiter((bool(filter(int(x))) for x in labels), dtype=bool, count=n)
             else:
-                keep = np.isin(labels, _allowed(filter))
+                keep = np.isin(labels, _allowed(filter, lambda: labels, n))
             stored, labels = stored[keep], labels[keep]
         if labels.shape[0] < k:
             raise RuntimeError(_TOO_FEW)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy.typing as npt
 
 _SPACES = ("l2", "ip", "cosine")
 _MISSING = np.uint64(2**64 - 1)
+_LAST = 2**64 - 1  # the first label out of range: u64::MAX is "no result"
 
 # hnswlib's messages, word for word: programs match on them.
 _NOT_FOUND = "Label not found"
@@ -90,20 +92,80 @@ def _query_k(k: int) -> int:
     return int(k)
 
 
-def _allowed(labels: Any) -> npt.NDArray[np.uint64]:
-    """An allowed-labels filter as a uint64 array (labels outside u64 cannot match)."""
+def _allowed(
+    labels: Any, held: Callable[[], npt.NDArray[np.uint64]], count: int
+) -> npt.NDArray[np.uint64]:
+    """An allowed-labels filter as a uint64 array (labels outside u64 cannot match).
+
+    ``held`` gives the labels the index holds and ``count`` how many there are. A filter
+    the caller has not materialised (a range, a set, any iterable) is never turned into
+    more than ``count`` labels: ``range(0, 10**12)`` on a small index costs what the
+    index holds, not 8 TB.
+    """
     if isinstance(labels, np.ndarray):
         array = labels.reshape(-1)
+    elif isinstance(labels, list | tuple):
+        # Already materialised by the caller: its size is theirs.
+        array = _in_u64(labels)
+    elif isinstance(labels, range):
+        return _range_allowed(labels, held, count)
+    elif isinstance(labels, AbstractSet) and len(labels) <= count:
+        array = _in_u64(labels)
+    elif isinstance(labels, AbstractSet):
+        array = np.fromiter((x for x in held().tolist() if x in labels), dtype=np.uint64)
     else:
-        array = np.fromiter(
-            (x for x in labels if 0 <= x < 2**64 - 1),
-            dtype=np.uint64,
-        )
+        return _iterable_allowed(labels, held, count)
     if array.dtype.kind == "i":
         array = array[array >= 0]
     elif array.size and array.dtype.kind != "u":
         raise TypeError(f"allowed labels must be integers, got dtype {array.dtype}")
     return array.astype(np.uint64, copy=False)
+
+
+def _in_u64(labels: Iterable[Any]) -> npt.NDArray[np.uint64]:
+    return np.fromiter((x for x in labels if 0 <= x < _LAST), dtype=np.uint64)
+
+
+def _range_allowed(
+    labels: range, held: Callable[[], npt.NDArray[np.uint64]], count: int
+) -> npt.NDArray[np.uint64]:
+    """The labels of ``labels`` that are valid and held, by arithmetic on the range."""
+    ascending = labels if labels.step > 0 else labels[::-1]
+    start, stop, step = ascending.start, ascending.stop, ascending.step
+    if start < 0:
+        start += -(start // step) * step  # the first element >= 0
+    window = range(start, min(stop, _LAST), step)
+    if len(window) <= count:
+        return np.fromiter(window, dtype=np.uint64, count=len(window))
+    # More labels than the index holds, so step < 2**64: keep the held labels on it.
+    ids = held()
+    ids = ids[(ids >= np.uint64(window.start)) & (ids < np.uint64(window.stop))]
+    if window.step > 1:
+        ids = ids[(ids - np.uint64(window.start)) % np.uint64(window.step) == 0]
+    return ids
+
+
+def _iterable_allowed(
+    labels: Iterable[Any], held: Callable[[], npt.NDArray[np.uint64]], count: int
+) -> npt.NDArray[np.uint64]:
+    """The held labels an iterable yields, keeping no more than the index holds.
+
+    The iteration stops once every held label has been seen, so an endless iterable
+    that covers them (``itertools.count()``) ends too.
+    """
+    if count == 0:
+        return np.zeros(0, dtype=np.uint64)
+    remaining = set(held().tolist())
+    found: list[int] = []
+    for label in labels:
+        if isinstance(label, bool) or not isinstance(label, int | np.integer):
+            raise TypeError(f"allowed labels must be integers, got {type(label).__name__}")
+        if int(label) in remaining:
+            remaining.discard(int(label))
+            found.append(int(label))
+            if not remaining:
+                break
+    return np.asarray(found, dtype=np.uint64)
 
 
 def _check_full(labels: npt.NDArray[np.uint64]) -> None:

@@ -14,8 +14,10 @@ returns unit vectors).
 What differs from hnswlib:
 
 - ``knn_query(filter=...)`` also takes the allowed labels themselves (a numpy array,
-  set, list, tuple, range or frozenset): the filter then runs inside the engine, with
-  no Python call per candidate. A callable is called on the labels the graph search
+  set, list, tuple, range, frozenset or any iterable of labels): the filter then runs
+  inside the engine, with no Python call per candidate. A range, a set or an iterable
+  costs no more than the labels the index holds (``range(0, 10**12)`` is intersected
+  with them arithmetically). A callable is called on the labels the graph search
   reaches, as hnswlib calls it.
 - Searches run on memlane's own thread pool: ``num_threads`` is kept and reported
   but does not size it.
@@ -287,7 +289,7 @@ class Index(_Attributes):
             return index.search(rows, k=k)
         if callable(filter):
             return index.search_where(rows, filter, k=k)
-        return index.search(rows, k=k, allowed=_allowed(filter))
+        return index.search(rows, k=k, allowed=_allowed(filter, index.ids, len(index)))
 
     def get_items(
         self, ids: npt.ArrayLike | None = None, return_type: str = "numpy"
