@@ -4,22 +4,26 @@ For each fault, ``--trials`` trials; each prints nothing until the end, then one
 table (the README's "Reliability" table comes from it):
 
 - **kill -9** of a process in the middle of ``add_many``, ``replace``, ``update``,
-  ``delete``, ``import_jsonl``, ``ingest_text``, ``snapshot`` and ``close`` (each in a
-  loop of its own, killed at a random instant), on SQLite and, with
-  ``MEMLANE_PG_BIN`` set, on PostgreSQL (where the server is also restarted under
-  a writer once per trial). The process prints each write it makes before the call
-  (``BEGIN``) and what the store must hold after it returned (``ACK``); the one
-  write in flight at the kill may or may not have happened.
+  ``delete``, ``supersede``, ``import_jsonl``, ``ingest_text``, ``snapshot`` and
+  ``close`` (each in a loop of its own, killed at a random instant), on SQLite and,
+  with ``MEMLANE_PG_BIN`` set, on PostgreSQL (where the server is also restarted
+  under a writer once per trial). The process prints each write it makes before the
+  call (``BEGIN``) and what the store must hold after it returned (``ACK``); the one
+  write in flight at the kill may or may not have happened, all or nothing.
 - **disk full**: SQLite on a small tmpfs (skipped, with the reason, where the
   machine cannot mount one), written until it is full.
 - **damaged files**: random bytes of a snapshot file or of ``memory.db`` flipped.
 
 After each fault the store is reopened and checked: every acknowledged write is
-there (a lost one counts), the index agrees with the database and finds a sample
-of records by their text (a disagreement is a wrong answer), and any exception
-that is not a ``MemlaneError`` counts as raw.
+there (a lost one counts), each fact superseded has exactly one current version, the
+index agrees with the database and finds a sample of records by their text, leaving
+superseded versions out of a search (a disagreement is a wrong answer, and a store
+with any is "reopened inconsistent"), and any exception that is not a
+``MemlaneError`` counts as raw. A trial with a loss or a wrong answer is named, with
+its seed, on stderr (``RELIABILITY_DEBUG=1`` adds the ids).
 
-    python benches/reliability.py [--trials 10] [--seed 0]
+    python benches/reliability.py [--trials 10] [--seed 0] [--ops delete,supersede]
+        [--faults kill,damaged,disk] [--backend all|sqlite|postgres]
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import warnings
 from collections import Counter
@@ -46,7 +52,18 @@ sys.path.insert(0, str(TESTS))
 from conftest import WordHashEmbedder  # noqa: E402
 from memlane import MemlaneError, Memory  # noqa: E402
 
-OPS = ("add_many", "replace", "update", "delete", "import", "ingest", "snapshot", "close")
+OPS = (
+    "add_many",
+    "replace",
+    "update",
+    "delete",
+    "supersede",
+    "import",
+    "ingest",
+    "snapshot",
+    "close",
+)
+FAULTS = ("kill", "damaged", "disk")
 
 CHILD = textwrap.dedent(
     """
@@ -69,6 +86,11 @@ CHILD = textwrap.dedent(
             [{"text": f"base {seed} {i}", "table": "base", "id": f"b{seed}-{i}"} for i in range(60)]
         )]
     dump = sys.argv[6]
+    if op == "supersede":
+        # Each fact keeps exactly one current version, whatever is superseded.
+        current = [r.id for r in mem.list(limit=10**6, table="base",
+                                          filters={"valid_to": None})]
+        say("ACK FACTS", 60)
     say("READY")
     n = 0
     while True:
@@ -100,6 +122,12 @@ CHILD = textwrap.dedent(
             say("BEGIN ABSENT", target)
             mem.delete(target)
             say("ACK ABSENT", target)
+        elif op == "supersede":
+            i = rng.randrange(len(current))
+            old, text = current[i], f"v{tag}"
+            say("BEGIN SUPERSEDE", old, text)
+            current[i] = mem.supersede(old, text).id
+            say("ACK SUPERSEDE", old, text, current[i])
         elif op == "import":
             ids = [f"i{tag}-{i}" for i in range(30)]
             with open(dump, "w") as f:
@@ -140,6 +168,11 @@ class Expected:
         self.texts: dict[str, str] = {}
         self.set: set[str] | None = None
         self.docs: dict[str, str] = {}
+        # supersede: versions that must be closed, versions that must be current, and
+        # how many facts the table "base" holds (each with exactly one current version).
+        self.closed: set[str] = set()
+        self.current: set[str] = set()
+        self.facts: int | None = None
         self.in_flight: list[str] | None = None
 
     def apply(self, line: list[str]) -> None:
@@ -165,6 +198,16 @@ class Expected:
             self.set = set(rest)
         elif kind == "DOC":
             self.docs[rest[0]] = rest[1]
+        elif kind == "SUPERSEDE":
+            self.supersede(*rest)
+        elif kind == "FACTS":
+            self.facts = int(rest[0])
+
+    def supersede(self, old: str, text: str, new: str) -> None:
+        self.closed.add(old)
+        self.current.discard(old)
+        self.current.add(new)
+        self.texts[new] = text
 
 
 def _location(backend: str, work: Path, server: Any, name: str) -> tuple[str, str]:
@@ -172,6 +215,11 @@ def _location(backend: str, work: Path, server: Any, name: str) -> tuple[str, st
     if backend == "sqlite":
         return str(work / name), ""
     return server.url(schema=name.replace("-", "_")), str(work / f"cache-{name}")
+
+
+def _debug(*parts: Any) -> None:
+    if os.environ.get("RELIABILITY_DEBUG"):
+        print(*parts, file=sys.stderr, flush=True)
 
 
 def _check(store: str, cache: str, exp: Expected) -> tuple[int, int]:
@@ -191,22 +239,21 @@ def _check(store: str, cache: str, exp: Expected) -> tuple[int, int]:
         missing = {i for i in exp.present - set(records) if i not in uncertain}
         back = {i for i in exp.absent & set(records) if i not in uncertain}
         lost += len(missing) + len(back)
-        if os.environ.get("RELIABILITY_DEBUG") and (missing or back):
-            in_db = [i for i in missing if i in mem]
-            print(
+        if missing or back:
+            _debug(
                 "lost:",
                 sorted(missing)[:5],
                 "back:",
                 sorted(back)[:5],
                 flight[:3],
                 "missing but in the database:",
-                in_db[:5],
-                flush=True,
+                [i for i in missing if i in mem][:5],
             )
         for rid, text in exp.texts.items():
             maybe = flight[2] if flight[:2] == ["TEXT", rid] else None
             if rid not in records or records[rid].text not in (text, maybe):
                 lost += 1
+                _debug("text lost:", rid, text, records[rid].text if rid in records else None)
         if exp.set is not None:
             got = {r for r, rec in records.items() if rec.table == "set"}
             maybe_set = set(flight[1:]) if flight[:1] == ["SET"] else None
@@ -224,6 +271,29 @@ def _check(store: str, cache: str, exp: Expected) -> tuple[int, int]:
             maybe = flight[2] if flight[:2] == ["DOC", source] else None
             if version_of(source) not in (version, maybe):
                 lost += 1
+        # supersede: an acknowledged one closed its record and its successor is current
+        # (unless the one in flight superseded it in turn).
+        reopened = [i for i in exp.closed if i not in records or records[i].current]
+        target = flight[1] if flight[:1] == ["SUPERSEDE"] else None
+        # (A missing successor already counted among the texts.)
+        ended = [i for i in exp.current - {target} if i in records and not records[i].current]
+        lost += len(reopened) + len(ended)
+        if reopened or ended:
+            _debug("superseded but current:", sorted(reopened)[:5], "ended:", sorted(ended)[:5])
+        successors: list[str] = []
+        if target is not None:
+            # All or nothing: the record closed if and only if its one successor exists.
+            successors = [r for r, rec in records.items() if rec.text == flight[2]]
+            done = target in records and not records[target].current
+            if len(successors) != (1 if done else 0):
+                wrong += 1
+                successors = []  # nothing to adopt
+                _debug("supersede half done:", target, "closed:", done, "successors:", successors)
+        if exp.facts is not None:
+            now = [r for r, rec in records.items() if rec.table == "base" and rec.current]
+            if len(now) != exp.facts:  # a fork (two current versions) or a fact gone
+                wrong += 1
+                _debug("current versions:", len(now), "facts:", exp.facts)
         # The write in flight happened or not: from now on, what the store holds.
         kind = flight[0] if flight else None
         if kind == "PRESENT":
@@ -238,15 +308,24 @@ def _check(store: str, cache: str, exp: Expected) -> tuple[int, int]:
             exp.set = {r for r, rec in records.items() if rec.table == "set"}
         elif kind == "DOC" and version_of(flight[1]) == flight[2]:
             exp.docs[flight[1]] = flight[2]
+        elif kind == "SUPERSEDE" and len(successors) == 1:
+            exp.supersede(flight[1], flight[2], successors[0])
         exp.in_flight = None
-        # The index agrees with the database and finds records by their text.
+        # The index agrees with the database and finds records by their text; a search
+        # leaves superseded versions out.
         if not len(mem) == mem.count() == len(records):
             wrong += 1
+            _debug("counts:", len(mem), mem.count(), len(records))
         sample = random.Random(len(records)).sample(sorted(records), min(20, len(records)))
         for rid in sample:
-            hits = mem.search(records[rid].text, k=50, mode="text")
-            if rid not in {h.record.id for h in hits}:
+            text = records[rid].text
+            every = {
+                h.record.id for h in mem.search(text, k=50, mode="text", include_superseded=True)
+            }
+            found = {h.record.id for h in mem.search(text, k=50, mode="text")}
+            if rid not in every or (rid in found) != records[rid].current:
                 wrong += 1
+                _debug("search:", rid, repr(text), rid in every, rid in found)
     return lost, wrong
 
 
@@ -266,15 +345,66 @@ def _wait_for_dead_sessions(server: Any, timeout: float = 60.0) -> None:
     raise RuntimeError("the killed writer's sessions did not end")
 
 
+class ChildOutput:
+    """Everything a child process writes, each stream read by one thread of its own
+    from start to end of file: READY is just the first line of stdout, and no line
+    waits in a buffer that a second reader of the same pipe would skip."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self.proc = proc
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+        self._changed = threading.Condition()
+        self._eof = False
+        self._threads = [
+            threading.Thread(target=self._read_stdout, args=(proc.stdout,), daemon=True),
+            threading.Thread(target=self.errors.extend, args=(proc.stderr,), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _read_stdout(self, stream: Any) -> None:
+        try:
+            for line in stream:  # the last line, cut by the kill, comes without its "\n"
+                with self._changed:
+                    self.lines.append(line)
+                    self._changed.notify_all()
+        finally:
+            with self._changed:
+                self._eof = True
+                self._changed.notify_all()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """True once a line is READY; False if stdout ended without one."""
+        with self._changed:
+            return self._changed.wait_for(lambda: "READY\n" in self.lines or self._eof, timeout)
+
+    def finish(self, timeout: float) -> tuple[list[str], str]:
+        """Waits for the process and both streams to end: (stdout lines, stderr)."""
+        self.proc.wait(timeout)
+        for t in self._threads:
+            t.join(timeout)
+            if t.is_alive():
+                raise RuntimeError("the child's output did not end")
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return self.lines, "".join(self.errors)
+
+
 def kill_trial(
     backend: str, op: str, seed: int, work: Path, server: Any, restart: bool
-) -> tuple[int, int, int]:
+) -> Counter[str]:
+    """Three rounds of: a writer looping over ``op``, killed at a random instant,
+    then the store reopened and checked. Counts lost, wrong, raw and ``inconsistent``
+    (rounds whose reopened store gave a wrong answer)."""
     store, cache = _location(backend, work, server, f"k-{op}-{seed}")
     script = work / "child.py"
     script.write_text(CHILD)
     exp = Expected()
     rng = random.Random(seed)
-    raw = lost = wrong = 0
+    got: Counter[str] = Counter()
     for round_ in range(3):
         # The child's connections are named, so the check can wait for the server to
         # finish them: a COMMIT it received before the kill still completes after it.
@@ -296,32 +426,46 @@ def kill_trial(
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "READY":
-            raise RuntimeError(proc.communicate()[1])
-        time.sleep(rng.uniform(0.2, 1.2))
-        if restart and round_ == 1:
-            server.restart()  # the writer meets a dead connection, then a new server
-            time.sleep(rng.uniform(0.1, 0.5))
-        os.kill(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
+        child = ChildOutput(proc)
+        try:
+            if not child.wait_ready(timeout=300):
+                proc.kill()
+                raise RuntimeError(child.finish(timeout=120)[1] or "the writer did not start")
+            time.sleep(rng.uniform(0.2, 1.2))
+            if restart and round_ == 1:
+                server.restart()  # the writer meets a dead connection, then a new server
+                time.sleep(rng.uniform(0.1, 0.5))
+            os.kill(proc.pid, signal.SIGKILL)
+            lines, err = child.finish(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         if proc.returncode != -signal.SIGKILL:
             # The writer stopped by itself: with a restarted server that is a
             # memlane error; anything else is raw.
-            raw += "memlane.errors" not in err
-        for line in out.splitlines(keepends=True):
+            got["raw"] += "memlane.errors" not in err
+        for line in lines:
             if line.endswith("\n"):  # a line cut by the kill was never acknowledged
                 exp.apply(line.split())
         if backend == "postgres":
             _wait_for_dead_sessions(server)
         try:
-            got = _check(store, cache, exp)
+            lost, wrong = _check(store, cache, exp)
         except MemlaneError:
-            got = (0, 1)
+            lost, wrong = 0, 1
         except Exception:
-            got, raw = (0, 1), raw + 1
-        lost, wrong = lost + got[0], wrong + got[1]
-    return lost, wrong, raw
+            lost, wrong = 0, 1
+            got["raw"] += 1
+        got.update(lost=lost, wrong=wrong, inconsistent=int(wrong > 0))
+        if lost or wrong:
+            print(
+                f"kill -9 during {op} ({backend}), seed {seed}, round {round_}:"
+                f" {lost} lost, {wrong} wrong",
+                file=sys.stderr,
+                flush=True,
+            )
+    return got
 
 
 def damaged_trial(kind: str, seed: int, work: Path) -> tuple[int, int, int]:
@@ -388,59 +532,98 @@ def disk_full_trial(seed: int, work: Path) -> tuple[int, int, int] | str:
         subprocess.run(["umount", str(mount)], capture_output=True)
 
 
+def _names(given: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        raise SystemExit(f"{what}: unknown {unknown or given!r}; choose from {','.join(allowed)}")
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--ops", default=",".join(OPS), help="the writes killed by kill -9")
+    parser.add_argument("--faults", default=",".join(FAULTS), help="kill, damaged, disk")
+    parser.add_argument(
+        "--backend",
+        choices=("all", "sqlite", "postgres"),
+        default="all",
+        help="for kill -9 (all: PostgreSQL too when MEMLANE_PG_BIN is set)",
+    )
     args = parser.parse_args()
+    ops = _names(args.ops, OPS, "--ops")
+    faults = _names(args.faults, FAULTS, "--faults")
     rows: dict[str, Counter[str]] = {}
+    times: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
     server = None
-    pg_bin = os.environ.get("MEMLANE_PG_BIN")
-    backends = ["sqlite"]
-    if pg_bin:
-        from pg_server import PgServer
+    backends = ["sqlite"] if args.backend in ("all", "sqlite") else []
+    if "kill" in faults and args.backend != "sqlite":
+        from pg_server import PgServer, find_pg_bin
 
-        server = PgServer(Path(pg_bin)).start()
-        backends.append("postgres")
+        pg_bin = os.environ.get("MEMLANE_PG_BIN")
+        found = Path(pg_bin) if pg_bin else find_pg_bin() if args.backend == "postgres" else None
+        if found is not None:
+            server = PgServer(found).start()
+            backends.append("postgres")
+        elif args.backend == "postgres":
+            raise SystemExit("no PostgreSQL server binaries: set MEMLANE_PG_BIN")
+
+    def record(name: str, started: float, got: Counter[str]) -> None:
+        times.setdefault(name, []).append(time.monotonic() - started)
+        rows.setdefault(name, Counter()).update(got, trials=1)
+
+    def outcome(lost: int, wrong: int, raw: int) -> Counter[str]:
+        return Counter(lost=lost, wrong=wrong, raw=raw, inconsistent=int(wrong > 0))
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         try:
             for t in range(args.trials):
                 seed = args.seed * 1000 + t
-                for backend in backends:
-                    for op in args.ops.split(","):
+                for backend in backends if "kill" in faults else []:
+                    for op in ops:
                         restart = backend == "postgres" and op == "add_many"
                         also = ", server restarted" if restart else ""
-                        name = f"kill -9 during {op} ({backend}{also})"
-                        lost, wrong, raw = kill_trial(backend, op, seed, work, server, restart)
-                        rows.setdefault(name, Counter()).update(
-                            trials=1, lost=lost, wrong=wrong, raw=raw
-                        )
-                for kind in ("snapshot", "database"):
-                    lost, wrong, raw = damaged_trial(kind, seed, work)
-                    rows.setdefault(f"damaged {kind} file", Counter()).update(
-                        trials=1, lost=lost, wrong=wrong, raw=raw
-                    )
-                full = disk_full_trial(seed, work)
-                if isinstance(full, str):
-                    notes["disk full (tmpfs)"] = full
-                else:
-                    rows.setdefault("disk full (tmpfs)", Counter()).update(
-                        trials=1, lost=full[0], wrong=full[1], raw=full[2]
-                    )
+                        started = time.monotonic()
+                        got = kill_trial(backend, op, seed, work, server, restart)
+                        record(f"kill -9 during {op} ({backend}{also})", started, got)
+                for kind in ("snapshot", "database") if "damaged" in faults else ():
+                    started = time.monotonic()
+                    got = outcome(*damaged_trial(kind, seed, work))
+                    record(f"damaged {kind} file", started, got)
+                if "disk" in faults:
+                    started = time.monotonic()
+                    full = disk_full_trial(seed, work)
+                    if isinstance(full, str):
+                        notes["disk full (tmpfs)"] = full
+                    else:
+                        record("disk full (tmpfs)", started, outcome(*full))
         finally:
             if server is not None:
                 server.stop()
             shutil.rmtree(work, ignore_errors=True)
-    head = ("fault", "trials", "acknowledged writes lost", "wrong answers after recovery")
-    print("| " + " | ".join((*head, "raw exceptions")) + " |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    head = (
+        "fault",
+        "trials",
+        "acknowledged writes lost",
+        "wrong answers after recovery",
+        "stores reopened inconsistent",
+        "raw exceptions",
+        "median s per trial",
+    )
+    print("| " + " | ".join(head) + " |")
+    print("| --- |" + " ---: |" * (len(head) - 1))
     for name, c in rows.items():
-        print(f"| {name} | {c['trials']} | {c['lost']} | {c['wrong']} | {c['raw']} |")
+        median = statistics.median(times[name])
+        print(
+            f"| {name} | {c['trials']} | {c['lost']} | {c['wrong']} | {c['inconsistent']}"
+            f" | {c['raw']} | {median:.1f} |"
+        )
     for name, why in notes.items():
-        print(f"| {name} | skipped: {why} | | | |")
+        print(f"| {name} | skipped: {why} |" + " |" * (len(head) - 2))
     bad = sum(c["lost"] + c["wrong"] + c["raw"] for c in rows.values())
     sys.exit(1 if bad else 0)
 
