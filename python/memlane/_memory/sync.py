@@ -45,6 +45,19 @@ CHECKPOINT_BYTES = 32 << 20
 # Beside a snapshot: the id of the database it belongs to.
 _GENERATION = "store_id"
 
+# Forks this process descends from: a store opened before one belongs to the parent
+# (its connections, locks and threads), and the child must open its own.
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forked)
+
 
 class IndexSync:
     """The engine of one store, and where it stands in the database's change log."""
@@ -72,6 +85,7 @@ class IndexSync:
         self.closing = False
         #: Why the store is unusable (its folder vanished), if it is.
         self.gone: str | None = None
+        self.forks = _forks
         self.changes = 0  # since the last snapshot
         self.snapshot_every = 10_000
         self.own: set[int] = set()
@@ -276,6 +290,11 @@ class IndexSync:
     def check_open(self) -> None:
         if self.closing:
             raise MemlaneError("this Memory is closed")
+        if self.forks != _forks:
+            raise MemlaneError(
+                "this Memory was opened before os.fork() and belongs to the parent "
+                "process: open the store again in the child (memlane.Memory(path))"
+            )
         if self.gone is not None:
             raise StorageError(self.gone)
 
