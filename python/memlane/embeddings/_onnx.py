@@ -103,6 +103,26 @@ def _package_file(package: str, relative: str, install: str) -> Path:
     )
 
 
+def _quiet_onnxruntime() -> None:
+    """Turns onnxruntime's telemetry off before a session exists.
+
+    Its Linux and macOS builds otherwise write a device id and queued events under
+    ``~/.cache/Microsoft/DeveloperTools/`` (and may upload them); an offline store
+    writes nothing outside its folder. ``ORT_DISABLE_TELEMETRY`` stops all of it when
+    set before onnxruntime is imported (a value the user set is kept);
+    ``disable_telemetry_events`` silences the events when the program imported
+    onnxruntime first.
+    """
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    try:
+        import onnxruntime
+    except ImportError:
+        return  # _load_session says how to install it
+    disable = getattr(onnxruntime, "disable_telemetry_events", None)
+    if disable is not None:  # in every onnxruntime since 1.6
+        disable()
+
+
 _digests: dict[tuple[str, int, int], str] = {}
 _digests_lock = threading.Lock()
 
@@ -298,6 +318,7 @@ class OnnxEmbedder:
                     "tokenizer.json, as the tokenizers library saves it)"
                 )
 
+        _quiet_onnxruntime()
         self._session = _load_session(model, self._threads)
         self._tokenizer, self._pad_id = _load_tokenizer(tokenizer, self._max_length)
         self._feeds = _model_inputs(self._session, model)
