@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from memlane._memory import coerce
+from memlane._memory import coerce, times
 from memlane.errors import InvalidArgumentError, NotFoundError, StorageError
 from memlane.records import SCOPE_FIELDS
 from memlane.scoping import exact_scope
@@ -170,7 +170,7 @@ def _directory(dir: str | Path, *, create: bool) -> Path:
 def _render(kind: str, records: list[MemoryRecord]) -> str:
     parts = [f"# {_TITLES[kind]}"]
     for rec in records:
-        stamp = datetime.fromtimestamp(rec.created_at, UTC).strftime(_STAMP)
+        stamp = times.stamp(rec.created_at, _STAMP)
         title = str(rec.metadata.get("title") or "")
         parts.append(f"## {stamp} · {title}" if title else f"## {stamp}")
         parts.append(rec.text)
@@ -332,7 +332,7 @@ def notes_context(
             continue
         lines: list[str] = []
         for rec in mem.list(NOTES, limit=50, type=kind, filters=flt):  # newest first
-            stamp = datetime.fromtimestamp(rec.created_at, UTC).strftime("%Y-%m-%d")
+            stamp = times.stamp(rec.created_at, "%Y-%m-%d")
             title = rec.metadata.get("title")
             line = f"[{stamp}] {title + ': ' if title else ''}{' '.join(rec.text.split())}"
             if len(line) + 1 > room:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memlane._memory import times
 from memlane.errors import DimensionMismatchError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS
 
@@ -82,11 +83,14 @@ def count(value: object, label: str, low: int = 0, high: int = MAX_COUNT) -> int
 
 
 def timestamp(value: object, label: str) -> float:
+    """Unix seconds from a number or a timezone-aware datetime, refused unless a datetime
+    can hold it (years 1 to 9999 in UTC): every stored time must be showable as a date."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidArgumentError(f"{label} must be timezone-aware (or unix seconds)")
-        return value.timestamp()
-    return number(value, label)
+        # Year 1 or 9999 in a zone ahead of or behind UTC can fall outside in UTC.
+        return times.check(value.timestamp(), label)
+    return times.check(number(value, label), label)
 
 
 def flag(value: object, label: str) -> bool:

@@ -4,17 +4,29 @@ per history entry (``{"history": {...the replaced version's fields, "event", "at
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
+import os
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
+import numpy as np
+
+from memlane._memory import coerce
 from memlane._memory.access import AccessLog
+from memlane._memory.coerce import FloatArray
 from memlane._memory.encoding import record, validate
 from memlane._memory.writer import Writer
-from memlane.errors import InvalidArgumentError
+from memlane.errors import (
+    CorruptFileError,
+    InvalidArgumentError,
+    MemlaneError,
+    NotFoundError,
+    StorageError,
+)
 from memlane.storage import Store
 from memlane.storage.base import HistoryEntry
 
@@ -25,17 +37,89 @@ _BATCH = 1000
 
 
 def export(db: Store, access: AccessLog, path: Path, embeddings: bool) -> int:
-    n = 0
-    with path.open("w", encoding="utf-8") as f:
-        for row in db.iter_rows(embedding=embeddings):
-            rec = record(row, access.get(row.rowid), embeddings)
-            f.write(json.dumps(rec.to_dict(embedding=embeddings), ensure_ascii=False) + "\n")
-            n += 1
-        for row, event, at, actor, next_id in db.iter_history():
-            entry = record(row, None).to_dict(embedding=False)
-            entry.update(event=event, at=at, by=actor, next_id=next_id)
-            f.write(json.dumps({"history": entry}, ensure_ascii=False) + "\n")
+    """Writes the export to a file of its own beside ``path``, flushed to disk, then
+    renamed over ``path``: a failed export (a full disk, a database error) leaves
+    ``path`` as it was and no file behind."""
+    target = _target(path)
+    fd, aside = _aside(target)
+    try:
+        try:
+            f = os.fdopen(fd, "w", encoding="utf-8")
+        except BaseException:
+            os.close(fd)
+            raise
+        with f:
+            n = _write(f, db, access, embeddings)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(aside, target)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+        if isinstance(e, OSError) and not isinstance(e, MemlaneError):
+            raise StorageError(f"cannot write {str(target)!r}: {e.strerror or e}") from None
+        raise
+    _sync_folder(target.parent)
     return n
+
+
+def _write(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> int:
+    n = 0
+    for row in db.iter_rows(embedding=embeddings):
+        rec = record(row, access.get(row.rowid), embeddings)
+        f.write(json.dumps(rec.to_dict(embedding=embeddings), ensure_ascii=False) + "\n")
+        n += 1
+    for row, event, at, actor, next_id in db.iter_history():
+        entry = record(row, None).to_dict(embedding=False)
+        entry.update(event=event, at=at, by=actor, next_id=next_id)
+        f.write(json.dumps({"history": entry}, ensure_ascii=False) + "\n")
+    return n
+
+
+def _target(path: Path) -> Path:
+    """The file an export replaces: ``path``, or the file it links to."""
+    if path.is_symlink():
+        path = path.resolve()
+    if path.is_dir():
+        raise InvalidArgumentError(f"{str(path)!r} is a directory; give a file name to export to")
+    folder = path.parent
+    if not folder.exists():
+        raise NotFoundError(f"no directory {str(folder)!r} to export into")
+    if not folder.is_dir():
+        raise InvalidArgumentError(f"{str(folder)!r} is not a directory")
+    return path
+
+
+def _aside(target: Path) -> tuple[int, Path]:
+    """A new file in the target's folder (so the rename stays on one file system), with
+    the permissions a plain ``open`` would give it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        aside = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(aside, flags, 0o666), aside
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise StorageError(
+                f"cannot write in {str(target.parent)!r}: {e.strerror or e}"
+            ) from None
+    raise StorageError(f"cannot create a temporary file in {str(target.parent)!r}")
+
+
+def _sync_folder(folder: Path) -> None:
+    """Makes the rename durable; a platform or file system without directory fsync
+    keeps the file, only its name may not survive a crash."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> int:
@@ -43,6 +127,8 @@ def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> i
         raise InvalidArgumentError(
             f"on_conflict must be one of {{'error', 'skip'}}, got {on_conflict!r}"
         )
+    # Every line is checked before the first is stored: a bad line anywhere stores nothing.
+    _check(writer, path, on_conflict)
     added = 0
     skipped: set[str] = set()
     history: list[HistoryEntry] = []
@@ -69,6 +155,59 @@ def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> i
     return added
 
 
+def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> None:
+    """Raises for the first line the import would refuse (naming it), storing nothing:
+    each record and history entry as :func:`load` stores it, its embedding, an id given
+    twice in the file, and (``on_conflict="error"``) an id already stored."""
+    now, dim = time.time(), writer.sync.dim
+    first_line: dict[str, int] = {}  # id -> the line that gives it
+    for lines in _read(path):
+        given: list[tuple[int, str]] = []
+        vectors: list[tuple[int, FloatArray]] = []
+        for lineno, item in lines:
+            where = f"{path}:{lineno}"
+            if "history" in item:
+                _history(item, where)
+                continue
+            try:
+                new = validate(item, now, writer.default_scope, dim, importing=True)
+            except InvalidArgumentError as e:
+                raise type(e)(f"{where}: {e}") from None
+            if new.embedding is not None:
+                vectors.append((lineno, new.embedding))
+            if new.id_given:
+                if new.id in first_line:
+                    raise InvalidArgumentError(
+                        f"{where}: id {new.id!r} is given twice in the file "
+                        f"(first at line {first_line[new.id]})"
+                    )
+                first_line[new.id] = lineno
+                given.append((lineno, new.id))
+        if vectors:
+            _check_vectors(path, vectors)
+        if on_conflict == "error" and given:
+            taken = writer.db.existing_ids([i for _, i in given])
+            for lineno, record_id in given:
+                if record_id in taken:
+                    raise InvalidArgumentError(
+                        f"{path}:{lineno}: id {record_id!r} is already stored "
+                        "(on_conflict='skip' skips stored ids)"
+                    )
+
+
+def _check_vectors(path: Path, vectors: list[tuple[int, FloatArray]]) -> None:
+    """The engine's checks of the embeddings, a batch at once; names the first bad line."""
+    stack = np.stack([v for _, v in vectors])
+    bad = np.flatnonzero(~coerce.usable_vectors(stack))
+    if bad.size:
+        i = int(bad[0])
+        try:
+            coerce.check_vectors(stack[i : i + 1], [vectors[i][0]], "embedding")
+        except InvalidArgumentError as e:
+            reason = str(e).split(": ", 1)[1]  # without the "record N" of one row
+            raise InvalidArgumentError(f"{path}:{vectors[i][0]}: {reason}") from None
+
+
 def _history(line: dict[str, Any], where: str) -> HistoryEntry:
     """A history entry of an export, checked as a record is (and its change)."""
     item = line["history"]
@@ -79,8 +218,12 @@ def _history(line: dict[str, Any], where: str) -> HistoryEntry:
     actor, next_id = fields.pop("by", None), fields.pop("next_id", None)
     if event not in _EVENTS:
         raise InvalidArgumentError(f"{where}: history event must be one of {_EVENTS}")
-    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
-        raise InvalidArgumentError(f"{where}: history 'at' must be a finite number")
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        raise InvalidArgumentError(f"{where}: history 'at' must be a number")
+    try:
+        when = coerce.timestamp(at, "history 'at'")
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{where}: {e}") from None
     for name, value in (("by", actor), ("next_id", next_id)):
         if value is not None and not isinstance(value, str):
             raise InvalidArgumentError(f"{where}: history {name!r} must be a str or null")
@@ -90,24 +233,62 @@ def _history(line: dict[str, Any], where: str) -> HistoryEntry:
         version = validate(fields, time.time(), {}, None, importing=True)
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"{where}: {e}") from None
-    return version.row(0, 0, None), event, float(at), actor, next_id
+    return version.row(0, 0, None), event, when, actor, next_id
 
 
 def _read(path: Path) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    """The file's objects with their line numbers, :data:`_BATCH` at a time; blank lines
+    are skipped."""
     batch: list[tuple[int, dict[str, Any]]] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    try:
+        f = path.open("rb")
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFoundError(f"no file {str(path)!r} to import") from None
+    except OSError as e:
+        if path.is_dir():  # IsADirectoryError, or PermissionError on Windows
+            raise InvalidArgumentError(f"{str(path)!r} is a directory, not a JSONL file") from None
+        raise StorageError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
+    with f:
+        lineno = 0
+        while True:
             try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InvalidArgumentError(f"{path}:{lineno}: not JSON: {e}") from None
-            if not isinstance(item, dict):
-                raise InvalidArgumentError(f"{path}:{lineno}: not a JSON object")
+                raw = f.readline()
+            except OSError as e:
+                raise StorageError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
+            if not raw:
+                break
+            lineno += 1
+            item = _parse(raw, lineno, f"{path}:{lineno}")
+            if item is None:
+                continue
             batch.append((lineno, item))
             if len(batch) == _BATCH:
                 yield batch
                 batch = []
     if batch:
         yield batch
+
+
+def _parse(raw: bytes, lineno: int, where: str) -> dict[str, Any] | None:
+    """One line's JSON object (None for a blank line); a line that is not one is
+    :class:`~memlane.errors.CorruptFileError`: the file is damaged or not an export."""
+    try:
+        # Only the first line may start with a byte order mark.
+        line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        raise CorruptFileError(
+            f"{where}: not UTF-8 text (byte {e.start + 1} of the line cannot be decoded)"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        item = json.loads(line)
+    except RecursionError:
+        raise CorruptFileError(f"{where}: its JSON is nested too deeply to read") from None
+    except json.JSONDecodeError as e:
+        raise CorruptFileError(f"{where}: not JSON: {e}") from None
+    except ValueError as e:  # an integer longer than sys.get_int_max_str_digits()
+        raise CorruptFileError(f"{where}: a number in it cannot be read: {e}") from None
+    if not isinstance(item, dict):
+        raise CorruptFileError(f"{where}: not a JSON object")
+    return item

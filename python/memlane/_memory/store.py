@@ -567,7 +567,12 @@ class MemoryStore(VersionsMixin):
 
     def export_jsonl(self, path: str | Path, *, embeddings: bool = True) -> int:
         """Writes every record as one JSON object per line, then the history (one
-        ``{"history": ...}`` line per replaced version); returns how many records."""
+        ``{"history": ...}`` line per replaced version); returns how many records.
+
+        The lines go to a new file beside ``path``, flushed to disk and then renamed
+        over ``path``, so a failed export (:class:`~memlane.errors.StorageError` for a
+        full disk) leaves ``path`` as it was and nothing else behind.
+        """
         self._sync.check_open()
         return jsonl.export(self._db, self._access, Path(path), embeddings)
 
@@ -578,8 +583,14 @@ class MemoryStore(VersionsMixin):
 
         Records without an embedding are embedded (when the store has an
         embedder). ``on_conflict="skip"`` skips ids already stored (and their
-        history). Returns how many records were added. All or nothing per 1,000
-        lines; the history goes in last, in one transaction.
+        history). Returns how many records were added.
+
+        Every line is checked before the first is stored, so a file with a bad line
+        stores nothing: :class:`~memlane.errors.CorruptFileError` for a line that is
+        not a JSON object in UTF-8, :class:`~memlane.errors.InvalidArgumentError` for
+        a record the store refuses, an id given twice or (``on_conflict="error"``)
+        already stored, each naming the line. The records then go in 1,000 lines
+        per transaction, and the history last, in one.
         """
         self._sync.check_open()
         return jsonl.load(self._writer, Path(path), on_conflict)

@@ -16,9 +16,9 @@ import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from memlane._memory import times
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
@@ -165,7 +165,7 @@ def parse_summary(text: str) -> dict[str, Any]:
 def _prompt(entries: Sequence[MemoryRecord]) -> list[ChatMessage]:
     lines = []
     for rec in entries:
-        stamp = datetime.fromtimestamp(rec.created_at, UTC).strftime("%Y-%m-%d %H:%M")
+        stamp = times.stamp(rec.created_at, "%Y-%m-%d %H:%M")
         lines.append(f"[{stamp}] {' '.join(rec.text.split())}")
     return [
         {"role": "system", "content": _SYSTEM},

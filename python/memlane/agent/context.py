@@ -25,9 +25,9 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memlane._memory import times
 from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.profiles import contact_profile
 from memlane.agent.scope import EventScope
@@ -154,7 +154,7 @@ def _kw(scope: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _line(rec: MemoryRecord, max_chars: int | None = None) -> str:
-    stamp = datetime.fromtimestamp(rec.created_at, UTC).strftime("%Y-%m-%d %H:%M")
+    stamp = times.stamp(rec.created_at, "%Y-%m-%d %H:%M")
     who = rec.metadata.get("role") or rec.metadata.get("identity") or "user"
     line = f"[{stamp}] {who}: {' '.join(rec.text.split())}"
     if max_chars is not None and len(line) > max_chars:

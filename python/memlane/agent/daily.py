@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from memlane._memory import times
 from memlane.agent.callers import Caller
 from memlane.agent.checks import _int
 from memlane.agent.llm import ChatMessage, LLMError
@@ -118,7 +119,7 @@ def _cut(text: str, limit: int) -> str:
 
 def _lines(msgs: list[MemoryRecord], tz: tzinfo) -> list[str]:
     return [
-        f"[{datetime.fromtimestamp(r.created_at, tz):%H:%M}] "
+        f"[{times.stamp(r.created_at, '%H:%M', tz)}] "
         f"{r.metadata.get('role', 'user')}: {_cut(r.text, _LINE)}"
         for r in msgs
     ]
@@ -162,7 +163,7 @@ class _DailyLogger:
         if not cfg.enabled or (call is None and not cfg.extract):
             return
         key = tuple(sorted(event.history.items()))
-        today = datetime.fromtimestamp(now, cfg.tz).date()
+        today = times.moment(now, cfg.tz).date()
         with self._lock:
             if self._done.get(key) == today or key in self._busy:
                 return

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane.agent.adapters import AnthropicLoop, OpenAILoop, _LoopHost
 from memlane.agent.adapters import ToolHandler as ToolHandler
 from memlane.agent.callers import Caller, _sync_caller, _thread_caller
-from memlane.agent.checks import _int
+from memlane.agent.checks import _int, _time
 from memlane.agent.consolidation import add_short_term, sync_memory
 from memlane.agent.context import Context, build_context, default_token_counter
 from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory
@@ -489,7 +489,7 @@ class AgentMemory(_LoopHost):
             TriggerFailure("compaction", c.error or "") for c in report.compactions if c.error
         ]
         user = _last_user_text(msgs) or room.user_text
-        now = float(self.clock())
+        now = _time(self.clock(), "clock()")
         # 1. The turn, before anything that can fail.
         for role, text in (("user", user), ("assistant", answer)):
             if text and text.strip():

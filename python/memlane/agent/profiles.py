@@ -17,9 +17,9 @@ links are ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memlane._memory import times
 from memlane.agent.checks import _int
 from memlane.agent.scope import EventScope, SessionScope
 
@@ -76,8 +76,8 @@ class ContactProfile:
     def describe(self) -> str:
         """One line for a prompt: names, platforms, how much and when."""
         day = "%Y-%m-%d"
-        first = datetime.fromtimestamp(self.first_seen, UTC).strftime(day)
-        last = datetime.fromtimestamp(self.last_seen, UTC).strftime(day + " %H:%M")
+        first = times.stamp(self.first_seen, day)
+        last = times.stamp(self.last_seen, day + " %H:%M")
         return (
             f"{_text(self.contact, self.aliases, self.platform_ids)}; "
             f"{self.message_count} message{'s' if self.message_count != 1 else ''} "

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from memlane._memory import times
 from memlane.cli._command import (
     add_filter_arguments,
     add_scope_arguments,
@@ -264,7 +265,7 @@ def list_(args: argparse.Namespace) -> int:
         emit_json({"total": total, "records": [record_json(r) for r in records]})
         return 0
     for r in records:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
+        when = times.stamp(r.created_at, "%Y-%m-%d %H:%M", tz=None)
         print(f"{r.id}  {when}  {_label(r)} {_flat(r.text)}")
     print(f"{len(records)} of {total} shown")
     if total == 0 and not records:

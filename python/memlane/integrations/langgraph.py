@@ -38,7 +38,7 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from langgraph.store.base import (
 )
 
 from memlane import Memory, MemoryRecord
+from memlane._memory import times
 from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.integrations._common import FunctionEmbedder, check_scope, own_memory
 
@@ -76,7 +77,7 @@ _OPS = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"}
 
 
 def _ts(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=UTC)
+    return times.moment(seconds)
 
 
 def _matches(value: Any, flt: Any) -> bool:
