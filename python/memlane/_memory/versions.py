@@ -53,9 +53,12 @@ class VersionsMixin:
         """Changes fields of a record (metadata is replaced whole) and returns it.
 
         A new text is embedded again (unless ``embedding`` is given). The version it
-        replaces stays in :meth:`history`, with ``by`` as who changed it.
+        replaces stays in :meth:`history`, with ``by`` as who changed it. Raises
+        :class:`~memlane.errors.ConflictError` (storing nothing) when another writer
+        superseded or deleted the record while this call ran.
         """
-        current = self.get(id)
+        self._sync.check_open()
+        record_id = coerce.text(id, "id")
         given = {
             "text": text,
             "importance": importance,
@@ -65,7 +68,7 @@ class VersionsMixin:
         }
         fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         fields["embedding"] = embedding
-        return self._writer.update(current, fields, None if by is None else coerce.text(by, "by"))
+        return self._writer.update(record_id, fields, None if by is None else coerce.text(by, "by"))
 
     def supersede(
         self,
@@ -85,9 +88,11 @@ class VersionsMixin:
         table, type, scope, importance, evergreen flag and metadata unless given;
         ``by`` names who made the change (kept in the history). Returns the new record.
 
-        Raises :class:`~memlane.errors.UnknownIdError` for an unknown id and
+        Raises :class:`~memlane.errors.UnknownIdError` for an unknown id,
         :class:`~memlane.errors.InvalidArgumentError` for a record superseded already
-        or an ``at`` before it became true.
+        or an ``at`` before it became true, and :class:`~memlane.errors.ConflictError`
+        when another writer superseded, changed or deleted it while this call ran
+        (then nothing is stored).
         """
         self._sync.check_open()
         old = coerce.text(id, "id")

@@ -19,7 +19,7 @@ from memlane._memory.encoding import NewRecord, blob, record, unblob, validate
 from memlane._memory.sync import IndexSync
 from memlane.dedup import DedupWindow, content_hash, window_keys
 from memlane.embeddings.cache import CachedEmbedder
-from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import Row
 
@@ -36,12 +36,12 @@ class Replacing:
     filter: dict[str, Any] | None
 
 
-@dataclass(frozen=True, slots=True)
-class Closing:
-    """The version a supersede closes (its row with ``valid_to`` set), and who closed it."""
-
-    row: Row
-    actor: str | None
+def _check_current(row: Row) -> None:
+    if row.valid_to is not None:
+        raise InvalidArgumentError(
+            f"{row.id!r} was superseded already (valid_to {row.valid_to}); "
+            "supersede the version that replaced it"
+        )
 
 
 class Writer:
@@ -115,10 +115,8 @@ class Writer:
 
         with sync.lock:
             sync.check_open()
-            gone: list[int] = []
-            if replacing is not None:
-                gone = [int(x) for x in sync.engine.ids_where(replacing.filter)]
-            self._check_ids(news, gone)
+            if replacing is None:
+                self._check_ids(news, [])
             if importing or replacing is not None:
                 decision = duplicates.Decision(store=list(range(len(news))))
             else:
@@ -138,15 +136,14 @@ class Writer:
                     if n.metadata:
                         keys = window_keys((n.table, *n.scope), n.metadata, n.content_hash)
                         recent.extend((k, n.id, now) for k in keys)
-            if decision.store:
-                self._insert([news[i] for i in decision.store], recent, gone)
-            elif gone:
-                self.delete_rowids(gone)
+            gone = 0
+            if decision.store or replacing is not None:
+                gone = self._insert([news[i] for i in decision.store], recent, replacing)
             for key, record_id, at in recent:
                 self.window.remember([key], record_id, at)
             results = self._results(news, decision)
         records = [results[i] for i in range(len(news))]
-        return records if replacing is None else (len(gone), records)
+        return records if replacing is None else (gone, records)
 
     def _check_ids(self, news: list[NewRecord], gone: list[int]) -> None:
         # Ids made here are random UUIDs; only the caller's can collide.
@@ -216,17 +213,17 @@ class Writer:
         self,
         news: list[NewRecord],
         recent: list[tuple[str, str, float]],
-        gone: Sequence[int],
-        closing: Closing | None = None,
-    ) -> None:
-        """Commits and indexes new records, deleting the rows ``gone`` and closing the
-        version ``closing`` supersedes in the same transaction (write lock held)."""
+        replacing: Replacing | None = None,
+    ) -> int:
+        """Commits and indexes new records (write lock held). With ``replacing``, the
+        records its filter admits are deleted in the same transaction, found there after
+        every other writer's commit is applied, so none added meanwhile survives; returns
+        how many were deleted."""
         sync, db = self.sync, self.db
-        closed = None if closing is None else sync.prepare([closing.row], texts=False, vectors=None)
-        base = db.reserve_rowids(len(news))
+        base = db.reserve_rowids(len(news)) if news else 0
         vectors = None
         blobs: list[bytes | None] = [None] * len(news)
-        if sync.dim is not None:
+        if sync.dim is not None and news:
             vectors = np.stack([n.embedding for n in news])  # type: ignore[misc]
             raw = vectors.astype("<f4", copy=False).tobytes()
             width = 4 * sync.dim
@@ -241,17 +238,17 @@ class Writer:
             future = self._pool.submit(sync.prepare, rows, texts=True, vectors=vectors)
         else:
             prepared = sync.prepare(rows, texts=True, vectors=vectors)
+        gone: list[int] = []
         with db.transaction() as conn:
             seq = db.next_seq(conn)
+            if replacing is not None:
+                # Writers commit one at a time (seq): what others committed is applied now.
+                sync.follow()
+                gone = [int(x) for x in sync.engine.ids_where(replacing.filter)]
+                self._check_ids(news, gone)
             if gone:  # first: a new record may take a deleted one's id
                 self.access.drop(gone)
-                db.delete(conn, list(gone), seq, "replace")
-            if closing is not None:
-                r = closing.row
-                db.record_history(
-                    conn, [r.rowid], "supersede", r.valid_to or 0.0, closing.actor, news[0].id
-                )
-                db.replace(conn, [r._replace(seq=seq)])
+                db.delete(conn, gone, seq, "replace")
             # Stamped with the change's number (seq and content_seq close every row).
             # seq and content_seq are the last fields; slicing is cheaper than _replace.
             db.insert(conn, [Row._make((*r[:-2], seq, seq)) for r in rows])
@@ -263,9 +260,8 @@ class Writer:
         if gone:
             sync.engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         sync.engine.apply(prepared)
-        if closed is not None:
-            sync.engine.apply(closed)
-        sync.committed(seq, len(news) + len(gone) + (closing is not None))
+        sync.committed(seq, len(news) + len(gone))
+        return len(gone)
 
     # -- changing and deleting ---------------------------------------------------------
 
@@ -274,76 +270,123 @@ class Writer:
     ) -> MemoryRecord:
         """Closes ``old_id`` at ``at`` and adds ``item`` (which inherits its table, type,
         scope, importance, evergreen and metadata unless given) valid from then, in one
-        transaction; returns the new record."""
+        transaction; returns the new record.
+
+        The version closed is the one the transaction reads, and the statement closing
+        it requires it to be current still: of two writers superseding (or updating and
+        superseding) one fact, the later raises :class:`ConflictError`."""
         sync, db = self.sync, self.db
         sync.check_open()
         now = time.time()
         when = now if at is None else coerce.timestamp(at, "at")
-        old = db.row_by_id(old_id)
-        if old is None:
+        seen = db.row_by_id(old_id)
+        if seen is None:
             raise UnknownIdError(f"no memory with id {old_id!r}")
-        inherited = record(old, None).to_dict(embedding=False)
-        base = {k: inherited[k] for k in _INHERITED}
-        n = validate({**base, **item, "created_at": when}, now, self.default_scope, sync.dim)
-        if when < old.created_at:
-            raise InvalidArgumentError(
-                f"at ({when}) is before {old_id!r} became true (its created_at, {old.created_at})"
-            )
+        _check_current(seen)
+        n = self._successor(seen, item, when, now)
         if n.embedding is not None:
             coerce.check_vectors(n.embedding[None, :], [0], "embedding")
         elif self.embedder is not None:
             n.embedding = self.embed_texts([n.text])[0]
+        vector = n.embedding
         with sync.writing(), sync.lock:
             sync.check_open()
-            row = db.row_by_id(old_id, embedding=True)
-            if row is None:
-                raise UnknownIdError(f"no memory with id {old_id!r}")
-            if row.valid_to is not None:
-                raise InvalidArgumentError(
-                    f"{old_id!r} was superseded already (valid_to {row.valid_to}); "
-                    "supersede the version that replaced it"
-                )
             self._check_ids([n], [])
-            self._insert([n], [], [], Closing(row._replace(valid_to=when, updated_at=now), actor))
-        return n.record()
-
-    def update(
-        self, current: MemoryRecord, fields: dict[str, Any], actor: str | None = None
-    ) -> MemoryRecord:
-        """Rewrites ``current`` with ``fields`` changed (a new text is embedded again),
-        keeping the version it replaces in the history."""
-        sync, db = self.sync, self.db
-        item = current.to_dict(embedding=False)
-        for key in ("duplicate", "duplicate_of"):
-            item.pop(key, None)
-        content_changed = "text" in fields and fields["text"] != current.text
-        item.update(fields)
-        item["updated_at"] = time.time()
-        n = validate(item, time.time(), self.default_scope, sync.dim, importing=True)
-        if n.embedding is not None:
-            coerce.check_vectors(n.embedding[None, :], [0], "embedding")
-        new_vector = n.embedding is not None
-        if content_changed and not new_vector and self.embedder is not None:
-            n.embedding = self.embed_texts([n.text])[0]
-            new_vector = True
-        with sync.writing(), sync.lock:
-            sync.check_open()
-            row = db.row_by_id(n.id, embedding=True)
-            if row is None:
-                raise UnknownIdError(f"no memory with id {current.id!r}")
-            if not new_vector:
-                n.embedding = unblob(row.embedding)
-            pending = self.access.get(row.rowid)
-            n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
-            full = n.row(row.rowid, 0, blob(n.embedding))
-            vectors = n.embedding[None, :] if new_vector and n.embedding is not None else None
-            changed = content_changed or new_vector
-            prepared = sync.prepare([full], texts=changed, vectors=vectors)
+            rowid = db.reserve_rowids(1)
             with db.transaction() as conn:
                 seq = db.next_seq(conn)
+                row = db.row_for_write(conn, old_id)
+                if row is None:
+                    raise ConflictError(
+                        f"memory {old_id!r} was deleted by another writer while this "
+                        "supersede ran; nothing was stored"
+                    )
+                if row.valid_to is not None:
+                    raise ConflictError(
+                        f"memory {old_id!r} was superseded by another writer while this "
+                        f"supersede ran (valid_to {row.valid_to}); nothing was stored"
+                    )
+                # Inherited fields as they are now (an update may have come between).
+                n = self._successor(row, {**item, "id": n.id}, when, now)
+                n.embedding = vector
+                new = n.row(rowid, 0, blob(vector))
+                closed = row._replace(valid_to=when, updated_at=now, seq=seq)
+                adding = sync.prepare(
+                    [new], texts=True, vectors=None if vector is None else vector[None, :]
+                )
+                closing = sync.prepare([closed], texts=False, vectors=None)
+                db.record_history(conn, [row.rowid], "supersede", when, actor, n.id)
+                db.replace(conn, [closed], expected=[(row.seq, True)])
+                db.insert(conn, [Row._make((*new[:-2], seq, seq))])
+                self.access.flush(db, conn, seq)
+            sync.engine.apply(adding)
+            sync.engine.apply(closing)
+            sync.committed(seq, 2)
+        return n.record()
+
+    def _successor(self, old: Row, item: Mapping[str, Any], when: float, now: float) -> NewRecord:
+        """The record superseding ``old``: ``item`` over what it inherits, valid from ``when``."""
+        inherited = record(old, None).to_dict(embedding=False)
+        base = {k: inherited[k] for k in _INHERITED}
+        n = validate({**base, **item, "created_at": when}, now, self.default_scope, self.sync.dim)
+        if when < old.created_at:
+            raise InvalidArgumentError(
+                f"at ({when}) is before {old.id!r} became true (its created_at, {old.created_at})"
+            )
+        return n
+
+    def update(
+        self, record_id: str, fields: dict[str, Any], actor: str | None = None
+    ) -> MemoryRecord:
+        """Rewrites record ``record_id`` with ``fields`` changed (a new text is embedded
+        again), keeping the version it replaces in the history.
+
+        The row rewritten is the one the transaction reads, and the statement requires
+        it unchanged since: an update never reopens a version superseded meanwhile
+        (:class:`ConflictError`), nor brings back a deleted one."""
+        sync, db = self.sync, self.db
+        sync.check_open()
+        seen = db.row_by_id(record_id)
+        if seen is None:
+            raise UnknownIdError(f"no memory with id {record_id!r}")
+        n = self._updated(seen, fields)
+        new_vector = n.embedding is not None
+        if new_vector:
+            coerce.check_vectors(n.embedding[None, :], [0], "embedding")  # type: ignore[index]
+        elif "text" in fields and fields["text"] != seen.text and self.embedder is not None:
+            n.embedding = self.embed_texts([n.text])[0]
+            new_vector = True
+        vector = n.embedding
+        with sync.writing(), sync.lock:
+            sync.check_open()
+            with db.transaction() as conn:
+                seq = db.next_seq(conn)
+                row = db.row_for_write(conn, record_id)
+                if row is None:
+                    raise ConflictError(
+                        f"memory {record_id!r} was deleted by another writer while this "
+                        "update ran; nothing was stored"
+                    )
+                if row.valid_to != seen.valid_to:
+                    raise ConflictError(
+                        f"memory {record_id!r} was superseded by another writer while this "
+                        "update ran; nothing was stored (update the version that replaced it)"
+                    )
+                n = self._updated(row, fields)
+                n.embedding = vector if new_vector else unblob(row.embedding)
+                pending = self.access.get(row.rowid)
+                n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
+                full = n.row(row.rowid, 0, blob(n.embedding))
+                changed = n.text != row.text or new_vector
+                vectors = vector[None, :] if new_vector and vector is not None else None
+                prepared = sync.prepare([full], texts=changed, vectors=vectors)
                 content_seq = seq if changed else row.content_seq
                 db.record_history(conn, [row.rowid], "update", time.time(), actor)
-                db.replace(conn, [full._replace(seq=seq, content_seq=content_seq)])
+                db.replace(
+                    conn,
+                    [full._replace(seq=seq, content_seq=content_seq)],
+                    expected=[(row.seq, row.valid_to is None)],
+                )
                 self.access.flush(db, conn, seq)
             sync.engine.apply(prepared)
             sync.committed(seq, 1)
@@ -353,9 +396,19 @@ class Writer:
             rec.last_accessed_at = max(rec.last_accessed_at, pending[1])
         return rec
 
+    def _updated(self, row: Row, fields: Mapping[str, Any]) -> NewRecord:
+        """``row``'s record with ``fields`` changed, checked."""
+        item = record(row, None).to_dict(embedding=False)
+        for key in ("duplicate", "duplicate_of"):
+            item.pop(key, None)
+        item.update(fields)
+        item["updated_at"] = time.time()
+        return validate(item, time.time(), self.default_scope, self.sync.dim, importing=True)
+
     def delete_ids(self, ids: Sequence[str]) -> dict[str, Row]:
         """Deletes the records of ``ids`` that exist, in one transaction (one change);
-        returns their rows by id."""
+        returns the rows it deleted, by id (another process may have deleted some
+        first: they are not reported as deleted here)."""
         sync = self.sync
         with sync.writing(), sync.lock:
             sync.check_open()
@@ -365,7 +418,8 @@ class Writer:
                 if row is not None:
                     found[record_id] = row
             if found:
-                self.delete_rowids([row.rowid for row in found.values()])
+                deleted = self.delete_rowids([row.rowid for row in found.values()])
+                found = {i: row for i, row in found.items() if row.rowid in deleted}
             for record_id in found:
                 self.window.forget(record_id)
         return found
@@ -377,19 +431,20 @@ class Writer:
             sync.check_open()
             rowids = [int(x) for x in sync.engine.ids_where(flt)]
             if rowids:
-                self.delete_rowids(rowids)
-        return len(rowids)
+                return len(self.delete_rowids(rowids))
+        return 0
 
-    def delete_rowids(self, rowids: list[int], actor: str | None = None) -> None:
-        """One transaction deleting ``rowids`` (write lock held)."""
+    def delete_rowids(self, rowids: list[int], actor: str | None = None) -> set[int]:
+        """One transaction deleting ``rowids`` (write lock held); returns those deleted."""
         sync, db = self.sync, self.db
         with db.transaction() as conn:
             seq = db.next_seq(conn)
             self.access.drop(rowids)
             self.access.flush(db, conn, seq)
-            db.delete(conn, rowids, seq, actor)
+            deleted = db.delete(conn, rowids, seq, actor)
         sync.engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)
         sync.committed(seq, len(rowids))
+        return deleted
 
     def prune(
         self,
@@ -416,7 +471,7 @@ class Writer:
         age, imp, acc = (None if v is None else coerce.number(v, k) for k, v in limits.items())
         if age is not None and age < 0:
             raise InvalidArgumentError(f"max_age_days must be >= 0, got {age}")
-        clock = time.time() if now is None else coerce.number(now, "now")
+        clock = time.time() if now is None else coerce.timestamp(now, "now")
         conds: list[dict[str, Any]] = [{"evergreen": False}]
         if where is not None:
             conds.append(where)

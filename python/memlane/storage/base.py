@@ -64,12 +64,22 @@ class Store(Protocol):
 
     # -- writes (inside a transaction)
     def insert(self, conn: Any, rows: Sequence[Row]) -> None: ...
-    def replace(self, conn: Any, rows: Sequence[Row]) -> None:
-        """Rewrites whole rows that exist (same rowid)."""
+    def replace(
+        self, conn: Any, rows: Sequence[Row], expected: Sequence[tuple[int, bool]] | None = None
+    ) -> None:
+        """Rewrites whole rows that exist (same rowid); with ``expected``, only rows that
+        still have that ``seq`` (and are current, where asked), else ConflictError."""
         ...
 
-    def delete(self, conn: Any, rowids: Sequence[int], seq: int, actor: str | None = None) -> None:
-        """Deletes rows, keeping each in the history (``actor``: who deleted them)."""
+    def row_for_write(self, conn: Any, record_id: str) -> Row | None:
+        """A record's row (with its vector) as the write transaction sees it, locked."""
+        ...
+
+    def delete(
+        self, conn: Any, rowids: Sequence[int], seq: int, actor: str | None = None
+    ) -> set[int]:
+        """Deletes rows, keeping each in the history (``actor``: who deleted them);
+        returns the rowids deleted."""
         ...
 
     def record_history(

@@ -239,6 +239,7 @@ class PostgresStore(SQLStore):
     ENGINE = "PostgreSQL"
     _ERRORS = (psycopg.Error,)
     _RETURNING = True
+    _FOR_UPDATE = " FOR UPDATE"
     _GREATEST = "greatest"
     _TOMBSTONE_UPDATE = "seq = excluded.seq, at = now()"
     # Other processes may not have seen a deletion yet: only old tombstones go, and

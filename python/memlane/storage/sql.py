@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from memlane.dedup import content_hash
 from memlane.errors import (
+    ConflictError,
     CorruptFileError,
     InvalidArgumentError,
     MemlaneError,
@@ -348,19 +349,48 @@ class SQLStore(abc.ABC):
             # rolled-back one is never asked for (rowids are not reused).
             self._cache.put(rows)
 
-    def replace(self, conn: Any, rows: Sequence[Row]) -> None:
+    def replace(
+        self, conn: Any, rows: Sequence[Row], expected: Sequence[tuple[int, bool]] | None = None
+    ) -> None:
         """Rewrites rows in place: every field but the rowid and the id (a record keeps
-        its id, and its stored form: see :meth:`_stored_id`)."""
+        its id, and its stored form: see :meth:`_stored_id`).
+
+        ``expected`` (one per row): the ``seq`` the row must still have and whether it
+        must still be current (``valid_to`` NULL), as conditions of the statement; a row
+        that no longer meets them raises :class:`ConflictError`, so a change never
+        rewrites a version another writer changed after it was read."""
         sets = ", ".join(f"{c} = ?" for c in COLUMNS[2:])
-        q = self._q(f"UPDATE {self._p}records SET {sets} WHERE rowid = ?")
-        for r in rows:
+        base = f"UPDATE {self._p}records SET {sets} WHERE rowid = ?"
+        for i, r in enumerate(rows):
+            q = base
+            params: tuple[Any, ...] = (*r[2:], r[0])
+            if expected is not None:
+                seq, current = expected[i]
+                q += " AND seq = ?" + (" AND valid_to IS NULL" if current else "")
+                params = (*params, seq)
             with self._refusals():
-                changed = conn.execute(q, (*r[2:], r[0])).rowcount
+                changed = conn.execute(self._q(q), params).rowcount
+            if changed == 0 and expected is not None:
+                raise ConflictError(
+                    f"memory {r[1]!r} was changed by another writer after this change read "
+                    "it; nothing was stored"
+                )
             if changed == 0:
                 by = " (deleted by another process)" if self.shared else ""
                 raise UnknownIdError(f"no memory with id {r[1]!r}{by}")
             if self._cache is not None:
                 self._cache.invalidate([r.rowid], r.seq)
+
+    def row_for_write(self, conn: Any, record_id: str) -> Row | None:
+        """The row of ``record_id`` (with its vector) as the write transaction ``conn``
+        sees it, locked until the commit where the database locks rows: the state every
+        change checks, inside its own transaction."""
+        cols = self._columns(True)
+        where, params = next(self._any("id", self._id_forms([record_id]), "text"))
+        order = "" if self._id_prefix is None else " ORDER BY length(id) DESC"
+        q = self._q(f"SELECT {cols} FROM {self._p}records WHERE {where}{order}{self._FOR_UPDATE}")
+        rows = self._rows(conn, q, params)
+        return rows[0] if rows else None
 
     def record_history(
         self,
@@ -442,23 +472,32 @@ class SQLStore(abc.ABC):
         rows = self._read(lambda c: list(c.execute(q, params)))
         return self._given_id(str(rows[0][0])) if rows else None
 
-    def delete(self, conn: Any, rowids: Sequence[int], seq: int, actor: str | None = None) -> None:
+    #: What locks a row a write transaction read (PostgreSQL's row locks; SQLite's one
+    #: writer holds the database).
+    _FOR_UPDATE: ClassVar[str] = ""
+
+    def delete(
+        self, conn: Any, rowids: Sequence[int], seq: int, actor: str | None = None
+    ) -> set[int]:
+        """Deletes ``rowids`` (those still there: another writer may have deleted some),
+        keeping each in the history; returns the rowids this statement deleted."""
         p = self._p
         rowids = list(dict.fromkeys(rowids))
         self.record_history(conn, rowids, "delete", time.time(), actor)
-        ids: list[str] = []
+        found: list[tuple[int, str]] = []
         for where, params in self._any("rowid", rowids, "int8"):
             if self._RETURNING:
-                q = self._q(f"DELETE FROM {p}records WHERE {where} RETURNING id")
-                ids += [r[0] for r in conn.execute(q, params)]
+                q = self._q(f"DELETE FROM {p}records WHERE {where} RETURNING rowid, id")
+                found += [(int(r[0]), r[1]) for r in conn.execute(q, params)]
             else:
-                ids += [
-                    r[0]
+                found += [
+                    (int(r[0]), r[1])
                     for r in conn.execute(
-                        self._q(f"SELECT id FROM {p}records WHERE {where}"), params
+                        self._q(f"SELECT rowid, id FROM {p}records WHERE {where}"), params
                     )
                 ]
                 conn.execute(self._q(f"DELETE FROM {p}records WHERE {where}"), params)
+        ids = [i for _, i in found]
         self._many(
             conn,
             f"{p}tombstones",
@@ -472,6 +511,7 @@ class SQLStore(abc.ABC):
             conn.execute(self._q(f"DELETE FROM {p}recent WHERE {where}"), params)
         if self._cache is not None:
             self._cache.invalidate(rowids, seq)
+        return {r for r, _ in found}
 
     def record_accesses(self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
         if self._cache is not None:
