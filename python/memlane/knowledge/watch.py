@@ -190,8 +190,11 @@ class KnowledgeWatch:
                 path, self.folder, follow_outside=self._options.follow_outside, skipped=skipped
             )
             sources.update((s.rel, s) for s in found)
-            if path.is_dir():  # a folder moved in: its hidden and unsupported files, as ingest says
-                report.skipped.update(skipped)
+            # What the walk leaves out is said, as ingest says it, and its document,
+            # if it had one, goes: a file replaced by a link to outside the root must
+            # not stay searchable with its old text.
+            report.skipped.update(skipped)
+            gone.update(left.rstrip("/") for left in skipped)
         if gone:
             self._remove(gone, set(sources), report)
         if sources:
@@ -208,7 +211,8 @@ class KnowledgeWatch:
         return report
 
     def _remove(self, gone: set[str], present: set[str], report: IngestReport) -> None:
-        """Removes the documents whose source is, or lies below, a path that is gone."""
+        """Removes the documents whose source is, or lies below, a path that is gone or
+        that the walk leaves out."""
         doomed: dict[str, str] = {}
         for record in knowledge_documents(
             self._mem, {**self._scope.filter(), "root": self._root_key}
