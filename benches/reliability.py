@@ -378,7 +378,8 @@ class ChildOutput:
     def wait_ready(self, timeout: float) -> bool:
         """True once a line is READY; False if stdout ended without one."""
         with self._changed:
-            return self._changed.wait_for(lambda: "READY\n" in self.lines or self._eof, timeout)
+            self._changed.wait_for(lambda: "READY\n" in self.lines or self._eof, timeout)
+            return "READY\n" in self.lines
 
     def finish(self, timeout: float) -> tuple[list[str], str]:
         """Waits for the process and both streams to end: (stdout lines, stderr)."""
@@ -444,7 +445,17 @@ def kill_trial(
         if proc.returncode != -signal.SIGKILL:
             # The writer stopped by itself: with a restarted server that is a
             # memlane error; anything else is raw.
-            got["raw"] += "memlane.errors" not in err
+            raw = "memlane.errors" not in err
+            got["raw"] += raw
+            if raw or not restart:
+                last = err.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+                print(
+                    f"kill -9 during {op} ({backend}), seed {seed}, round {round_}:"
+                    f" the writer stopped by itself: {last[0]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                _debug(err)
         for line in lines:
             if line.endswith("\n"):  # a line cut by the kill was never acknowledged
                 exp.apply(line.split())
