@@ -126,39 +126,41 @@ def complete_action(mem: Memory, action_id: str, *, scope: Mapping[str, str] | N
     return n
 
 
-def _str_list(value: object, key: str) -> list[str]:
+def _str_list(value: object, key: str, raw: object) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ParseError(f"{key!r} must be a list of strings")
+        raise ParseError(f"{key!r} must be a list of strings", raw=raw)
     return [v.strip() for v in value if v.strip()]
 
 
-def parse_summary(text: str) -> dict[str, Any]:
-    """The consolidation JSON from a model's answer, checked; raises :class:`ParseError`."""
+def parse_summary(text: object) -> dict[str, Any]:
+    """The consolidation JSON from a model's answer, checked; raises :class:`ParseError`
+    (with the answer as ``raw``)."""
     data = extract_json(text)
     summary = data.get("summary")
     if not isinstance(summary, str) or not summary.strip():
-        raise ParseError("'summary' must be a non-empty string")
+        raise ParseError("'summary' must be a non-empty string", raw=text)
     tone = data.get("tone") or ""
     if not isinstance(tone, str):
-        raise ParseError("'tone' must be a string")
+        raise ParseError("'tone' must be a string", raw=text)
     confidence = data.get("confidence", 0.5)
+    # An int is finite however long; math.isfinite and float() would overflow on a huge one.
     if (
         isinstance(confidence, bool)
         or not isinstance(confidence, int | float)
-        or not math.isfinite(confidence)
+        or (isinstance(confidence, float) and not math.isfinite(confidence))
     ):
-        raise ParseError("'confidence' must be a number")
+        raise ParseError("'confidence' must be a number", raw=text)
     return {
         "summary": summary.strip(),
-        "facts": _str_list(data.get("facts"), "facts"),
-        "pending": _str_list(data.get("pending"), "pending"),
+        "facts": _str_list(data.get("facts"), "facts", text),
+        "pending": _str_list(data.get("pending"), "pending", text),
         "tone": tone.strip(),
-        "preferences": _str_list(data.get("preferences"), "preferences"),
-        "confidence": min(max(float(confidence), 0.0), 1.0),
+        "preferences": _str_list(data.get("preferences"), "preferences", text),
+        "confidence": float(min(max(confidence, 0.0), 1.0)),
     }
 
 
@@ -191,10 +193,12 @@ def _store(
     table: str,
     pending: int,
     entries: list[MemoryRecord],
-    raw: str,
+    answer: object,
 ) -> ConsolidationReport:
+    # A report keeps the answer when it is text; otherwise the error names what came back.
+    raw = answer if isinstance(answer, str) else None
     try:
-        data = parse_summary(raw)
+        data = parse_summary(answer)
     except ParseError as e:
         return ConsolidationReport("failed", pending, error=f"ParseError: {e}", raw=raw)
     source_ids = [r.id for r in entries]

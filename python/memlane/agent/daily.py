@@ -36,6 +36,7 @@ from memlane._memory import times
 from memlane.agent.callers import Caller
 from memlane.agent.checks import _int
 from memlane.agent.llm import ChatMessage, LLMError
+from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.agent.scope import EventScope
 from memlane.errors import InvalidArgumentError
@@ -232,7 +233,10 @@ class _DailyLogger:
                 + "\n".join(lines),
             },
         ]
-        text = call(prompt, self.cfg.max_output_tokens).strip()
+        answer: object = call(prompt, self.cfg.max_output_tokens)
+        if not isinstance(answer, str):
+            raise ParseError(f"the model's answer is {type(answer).__name__}, not text", raw=answer)
+        text = answer.strip()
         if not text or len(text) > self.cfg.max_chars:
             raise LLMError(f"the log has {len(text)} characters (1 to {self.cfg.max_chars} wanted)")
         return text

@@ -1,48 +1,194 @@
-"""Robust JSON extraction from model output: code fences, leading and trailing prose."""
+"""Robust JSON extraction from model output: code fences, leading and trailing prose.
+
+A model's answer is untrusted text: it may be empty, huge, nested thousands of
+levels deep, or not text at all. :func:`extract_json` does work linear in its
+length: one pass finds every span that can hold a JSON value (bracket matching
+that follows strings and escapes, at most :data:`MAX_DEPTH` levels deep), and
+``json`` decodes only spans that open with the wanted bracket, skipping those
+a failed decode already proved invalid. Every failure is a :class:`ParseError`.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ParseError", "extract_json"]
+from memlane.errors import InvalidArgumentError, MemlaneError
+
+__all__ = ["MAX_DEPTH", "ParseError", "extract_json"]
+
+#: The deepest nesting of arrays and objects :func:`extract_json` accepts.
+MAX_DEPTH = 64
 
 _FENCE = re.compile(r"```[ \t]*(?:json[c5]?|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
+# The only characters that change the matcher's state; the text between them is skipped.
+_MARK = re.compile(r'[\[\]{}"\\\x00-\x1f]')
+_CLOSE = {"{": "}", "[": "]"}
+_DECODER = json.JSONDecoder()
+# Lanes live at once (see _Lane); more only arise from quotes and backslashes
+# placed to confuse the matcher, so the oldest is dropped to keep the pass linear.
+_MAX_LANES = 4
 
 
-class ParseError(ValueError):
-    """No JSON value of the expected kind in a model's output."""
+class ParseError(MemlaneError, ValueError):
+    """A model's answer that cannot be used: not text, or without the JSON value
+    (or the fields) asked for.
+
+    ``raw`` is the answer as the model returned it (whatever its type), so a
+    caller can log it or ask again.
+    """
+
+    def __init__(self, message: str, raw: object = None) -> None:
+        super().__init__(message)
+        self.raw = raw
 
 
-def _candidates(text: str) -> list[str]:
-    out = [m.group(1) for m in _FENCE.finditer(text)]
-    out.append(text)
-    return out
+class _Lane:
+    """Runs of the bracket matcher that agree on which characters are inside a string.
+
+    A run starts at each ``{`` or ``[`` and ends when its bracket closes (a
+    candidate span) or cannot close (a wrong closer, a raw control character in
+    a string, the end of the text, or more than MAX_DEPTH levels). Runs that
+    agree on strings share a stack. An opener that a lane sees inside one of
+    its strings starts a new lane, since a value may well start there when the
+    earlier quote was prose.
+    """
+
+    __slots__ = ("esc", "ident", "instr", "stack")
+
+    def __init__(self, ident: int, start: int, closer: str) -> None:
+        self.ident = ident
+        self.instr = False
+        self.esc = -2  # the position of a backslash that escapes the next character
+        self.stack: deque[tuple[int, str]] = deque([(start, closer)], maxlen=MAX_DEPTH)
 
 
-def extract_json(text: str, kind: type = dict) -> Any:
+class _Scan:
+    """One pass over ``text[lo:hi]``, yielding candidate spans in batches."""
+
+    def __init__(self) -> None:
+        self.too_deep = False
+        self._lanes = 0
+
+    def batches(self, text: str, lo: int, hi: int) -> Iterator[list[tuple[int, int, int]]]:
+        """Lists of spans ``(start, end, lane)`` (``end`` inclusive), each list once
+        no run that started before its spans is still open."""
+        lanes: list[_Lane] = []
+        spans: list[tuple[int, int, int]] = []
+        for m in _MARK.finditer(text, lo, hi):
+            i = m.start()
+            c = text[i]
+            taken = c not in _CLOSE
+            died = False
+            for lane in lanes:
+                if lane.instr:
+                    if lane.esc == i - 1:
+                        lane.esc = -2
+                        continue
+                    lane.esc = -2
+                    if c == '"':
+                        lane.instr = False
+                    elif c == "\\":
+                        lane.esc = i
+                    elif c < " ":  # json refuses raw control characters in strings
+                        lane.stack.clear()
+                        died = True
+                elif c == '"':
+                    lane.instr = True
+                elif c in "]}":
+                    start, closer = lane.stack.pop()
+                    if c == closer:
+                        spans.append((start, i, lane.ident))
+                    else:  # every open run of the lane holds the wrong bracket
+                        lane.stack.clear()
+                    died = died or not lane.stack
+                elif not taken and c in _CLOSE:
+                    # One lane suffices: a run's fate depends on its own stack only.
+                    if len(lane.stack) == MAX_DEPTH:
+                        self.too_deep = True
+                    lane.stack.append((i, _CLOSE[c]))
+                    taken = True
+            if died:
+                lanes = [lane for lane in lanes if lane.stack]
+            if not taken:
+                if len(lanes) == _MAX_LANES:
+                    del lanes[0]
+                self._lanes += 1
+                lanes.append(_Lane(self._lanes, i, _CLOSE[c]))
+            if not lanes and spans:
+                yield spans
+                spans = []
+        if spans:
+            yield spans
+
+
+def _first(text: str, spans: list[tuple[int, int, int]], opener: str) -> tuple[bool, Any]:
+    """The value of the first span (by start) that opens with ``opener`` and decodes."""
+    spans.sort()
+    # Per lane, the spans enclosing the current one with where their decode failed:
+    # a span that starts before that point and ends after it fails there too,
+    # because json read its opener as a value inside the failed one.
+    enclosing: dict[int, list[tuple[int, int | None]]] = {}
+    for start, end, lane in spans:
+        if text[start] != opener:
+            continue
+        outer = enclosing.setdefault(lane, [])
+        while outer and outer[-1][0] < start:
+            outer.pop()
+        failed = outer[-1][1] if outer else None
+        if failed is not None and start < failed <= end:
+            outer.append((end, failed))
+            continue
+        try:
+            # The span alone: json's error counts the lines before the failure, which
+            # over the whole text would make each failed span cost the text's length.
+            value, _ = _DECODER.raw_decode(text[start : end + 1])
+        except json.JSONDecodeError as e:
+            outer.append((end, start + e.pos))
+            continue
+        except (ValueError, RecursionError):  # e.g. an integer of too many digits
+            outer.append((end, None))
+            continue
+        return True, value
+    return False, None
+
+
+def extract_json(text: object, kind: type = dict) -> Any:
     """The first JSON object (``kind=dict``) or array (``kind=list``) in ``text``.
 
     Looks inside code fences first, then anywhere: each ``{`` (or ``[``) is
     tried as the start of a value and the text after that value is ignored,
-    so a reply like ``Sure! {"a": 1} Hope that helps.`` parses. Raises
-    :class:`ParseError` when none is found.
+    so a reply like ``Sure! {"a": 1} Hope that helps.`` parses. Values nested
+    deeper than :data:`MAX_DEPTH` are refused. Raises :class:`ParseError`
+    (with the answer as ``raw``) when none is found, or when ``text`` is not a
+    ``str``.
     """
-    if not isinstance(text, str):
-        raise ParseError(f"expected text, got {type(text).__name__}")
-    opener = "{" if kind is dict else "["
-    decoder = json.JSONDecoder()
-    for chunk in _candidates(text):
-        start = chunk.find(opener)
-        while start != -1:
-            try:
-                value, _ = decoder.raw_decode(chunk, start)
-            except ValueError:
-                pass
-            else:
-                if isinstance(value, kind):
-                    return value
-            start = chunk.find(opener, start + 1)
+    if kind is not dict and kind is not list:
+        raise InvalidArgumentError(f"kind must be dict or list, got {kind!r}")
     what = "object" if kind is dict else "array"
-    raise ParseError(f"no JSON {what} in the model's output: {text[:200]!r}")
+    if not isinstance(text, str):
+        raise ParseError(
+            f"the model's answer is {type(text).__name__}, not text: {_preview(text)}", raw=text
+        )
+    opener = "{" if kind is dict else "["
+    scan = _Scan()
+    chunks = [m.span(1) for m in _FENCE.finditer(text)]
+    chunks.append((0, len(text)))
+    for lo, hi in chunks:
+        for spans in scan.batches(text, lo, hi):
+            found, value = _first(text, spans, opener)
+            if found:
+                return value
+    why = f" (nesting deeper than {MAX_DEPTH} levels is refused)" if scan.too_deep else ""
+    raise ParseError(f"no JSON {what} in the model's output{why}: {_preview(text)}", raw=text)
+
+
+def _preview(value: object) -> str:
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except Exception:  # a hostile __repr__ must not replace the ParseError
+        text = f"<{type(value).__name__}>"
+    return repr(text[:200]) + (f" ({len(text)} characters)" if len(text) > 200 else "")

@@ -109,7 +109,12 @@ def _one(item: object, n: int) -> _Op:
         if kind not in MEMORY_TYPES:
             raise ValueError(f"'type' must be one of {list(MEMORY_TYPES)}")
         imp = item.get("importance", 0.5)
-        if isinstance(imp, bool) or not isinstance(imp, int | float) or not math.isfinite(imp):
+        # An int is finite however long; math.isfinite would overflow on a huge one.
+        if (
+            isinstance(imp, bool)
+            or not isinstance(imp, int | float)
+            or (isinstance(imp, float) and not math.isfinite(imp))
+        ):
             raise ValueError("'importance' must be a number")
         return _Op("remember", _content(item.get("content")), None, kind, min(max(imp, 0.0), 1.0))
     if op == "update":
@@ -119,11 +124,11 @@ def _one(item: object, n: int) -> _Op:
     raise ValueError(f"unknown op {op!r}; expected remember, update or forget")
 
 
-def parse_operations(text: str, n_shown: int) -> tuple[list[_Op], list[tuple[Any, str]]]:
+def parse_operations(text: object, n_shown: int) -> tuple[list[_Op], list[tuple[Any, str]]]:
     """Valid operations and rejected ones (with why) from a model's answer.
 
     Accepts ``{"operations": [...]}`` or a bare list. Raises :class:`ParseError`
-    when the answer holds neither.
+    (with the answer as ``raw``) when the answer holds neither or is not text.
     """
     try:
         data: Any = extract_json(text)
@@ -184,11 +189,15 @@ def _apply(
     kw: dict[str, Any],
     table: str,
     now: float | None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ReflectionReport:
-    assert report.raw is not None
+    extra = dict(metadata or {})
+    raw: object = report.raw
+    if not isinstance(raw, str):  # a report keeps text; the error names anything else
+        report.raw = None
     clock = time.time() if now is None else now
     try:
-        ops, report.rejected = parse_operations(report.raw, len(shown))
+        ops, report.rejected = parse_operations(raw, len(shown))
     except ParseError as e:
         report.error = f"ParseError: {e}"
         return report
@@ -202,7 +211,7 @@ def _apply(
                     type=op.type,
                     importance=op.importance,
                     unique=True,
-                    metadata={"source": "reflection"},
+                    metadata={"source": "reflection", **extra},
                     created_at=clock,
                     **kw,
                 )
@@ -216,7 +225,10 @@ def _apply(
                 # Superseded, not overwritten: the old fact stays in the history and
                 # answers searches as_of a time before the change.
                 at = max(clock, old.created_at)
-                report.updated.append(mem.supersede(old.id, op.content, at=at, by="reflection"))
+                meta = {**old.metadata, **extra} if extra else None
+                report.updated.append(
+                    mem.supersede(old.id, op.content, at=at, by="reflection", metadata=meta)
+                )
             else:
                 assert op.index is not None
                 mem.delete(shown[op.index].id)
@@ -237,6 +249,7 @@ def reflect(
     table: str = "memories",
     k: int = 10,
     now: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ReflectionReport:
     """Lets the LLM update the memories of ``scope`` after ``conversation``.
 
@@ -244,6 +257,8 @@ def reflect(
     ``k`` memories most relevant to it are shown. Never raises for the LLM:
     a failure is reported in ``error`` and nothing changes. ``now`` (default the
     wall clock) dates what it stores and when an updated fact stopped being true.
+    ``metadata`` is added to the metadata of every memory it stores (the agent's
+    upkeep names its job there).
     """
     kw: dict[str, Any] = dict(scope or {})
     shown, messages = _prepare(mem, _conversation(conversation), kw, table, k)
@@ -253,7 +268,7 @@ def reflect(
     except Exception as e:  # the LLM's failure must not raise into the agent
         report.error = f"{type(e).__name__}: {e}"
         return report
-    return _apply(mem, report, shown, kw, table, now)
+    return _apply(mem, report, shown, kw, table, now, metadata)
 
 
 async def areflect(
@@ -265,6 +280,7 @@ async def areflect(
     table: str = "memories",
     k: int = 10,
     now: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ReflectionReport:
     """:func:`reflect` with an async LLM (``acomplete``); store calls run in a worker thread."""
     sync = sync_memory(mem)
@@ -277,4 +293,4 @@ async def areflect(
     except Exception as e:  # the LLM's failure must not raise into the agent
         report.error = f"{type(e).__name__}: {e}"
         return report
-    return await asyncio.to_thread(_apply, sync, report, shown, kw, table, now)
+    return await asyncio.to_thread(_apply, sync, report, shown, kw, table, now, metadata)
