@@ -61,7 +61,8 @@ from memlane.knowledge.documents import (
     remove_documents,
 )
 from memlane.knowledge.ids import document_id, fragment_id
-from memlane.knowledge.loaders import IngestLimits, LoadedDocument, json_safe, unpacked_size
+from memlane.knowledge.limits import DocumentLimitError, IngestLimits, applied_limits
+from memlane.knowledge.loaders import LoadedDocument, json_safe, unpacked_size
 from memlane.knowledge.progress import ProgressBar, ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
@@ -253,12 +254,15 @@ class _Pipeline:
             reason = f"unpacks to {size} bytes, above max_unpacked_bytes={limit}"
             return _Done(source, doc_id, "limited", reason)
         try:
-            doc = source.loader(data, source.path or Path(source.rel))
+            with applied_limits(self.limits):  # the loaders' bounds on their work
+                doc = source.loader(data, source.path or Path(source.rel))
             if len(doc.text) > limit:
                 reason = f"{len(doc.text)} characters of text, above max_unpacked_bytes={limit}"
                 return _Done(source, doc_id, "limited", reason)
             chunker = self.chunker or (self._markdown if doc.markdown else self._text)
             chunks = [c for c in chunker.split(doc.text) if c.content.strip()]
+        except DocumentLimitError as e:
+            return _Done(source, doc_id, "limited", str(e))
         except Exception as e:  # any parser's error fails this file alone
             reason = str(e).strip() or type(e).__name__
             return _Done(source, doc_id, "failed", reason)
