@@ -23,7 +23,14 @@ import tempfile
 import time
 
 import memlane
-from memlane.agent import AgentMemory, Consolidation, DailyLog, OpenAIChat, Reflection
+from memlane.agent import (
+    AgentMemory,
+    Consolidation,
+    DailyLog,
+    OpenAIChat,
+    Reflection,
+    UpkeepResult,
+)
 
 DAY = 86400.0
 SESSIONS = [
@@ -33,6 +40,17 @@ SESSIONS = [
     ["I'm learning German now.", "It's hard but fun."],
     ["Where do I live these days?", "Thanks!"],
 ]
+
+
+def show_reflection(done: UpkeepResult, start: float) -> None:
+    """What a background reflection did (called on the upkeep worker), by the session of
+    the turn that asked for it."""
+    session = int((done.asked_at - start) // (7 * DAY)) + 1
+    reflection = done.report.reflection
+    for rec in reflection.added if reflection else []:
+        print(f"[session {session}] remembered: {rec.text}")
+    for rec in reflection.updated if reflection else []:
+        print(f"[session {session}] superseded by: {rec.text}")
 
 
 def main() -> None:
@@ -57,6 +75,7 @@ def main() -> None:
             consolidation=Consolidation(enabled=False),
             daily=DailyLog(enabled=False),
             clock=lambda: now[0],
+            on_upkeep=lambda done: show_reflection(done, start),
         )
         event = am.event("chat", "alice")
         for i, turns in enumerate(SESSIONS):
@@ -65,11 +84,10 @@ def main() -> None:
                 now[0] += 60
                 messages = am.before(event, [{"role": "user", "content": text}])
                 reply = llm.complete(messages)
-                report = am.after(event, messages, reply)
-                for rec in report.reflection.added if report.reflection else []:
-                    print(f"[session {i + 1}] remembered: {rec.text}")
-                for rec in report.reflection.updated if report.reflection else []:
-                    print(f"[session {i + 1}] superseded by: {rec.text}")
+                # Stores the turn and hands reflection to the background worker.
+                am.after(event, messages, reply)
+            # A session ends; its reflection finishes before the next one starts.
+            assert am.drain(timeout=120)
 
         # Session 5: the context the model saw holds the new fact, not the old one.
         context = am.context(event, "Where does Alice live?")
@@ -92,6 +110,7 @@ def main() -> None:
         )
         print("as of session 2:", then[0].record.text)
         assert "Paris" in then[0].record.text
+        am.close()
         mem.close()
     llm.close()
 

@@ -3,7 +3,7 @@
 ``AgentMemory`` puts the relevant memories, the room's history and the memory tools'
 instructions into the system prompt before each model call, stores each turn after it,
 and runs the triggers (reflection, consolidation, a flush reminder, step compaction)
-and the caps by itself.
+and the caps by itself, on a background worker, so no turn waits for the memory LLM.
 
 It runs offline: the agent's model and the memory LLM are small stand-ins below. With a
 real model, the three lines are::
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memlane import AgentMemory, Memory
-from memlane.agent import Consolidation, Reflection
+from memlane.agent import Consolidation, Reflection, UpkeepResult
 
 
 def agent_model(messages: list[dict[str, Any]], tools: Any = None) -> dict[str, Any]:
@@ -69,14 +69,29 @@ class MemoryLLM:
         return json.dumps({"operations": []})
 
 
+def show_upkeep(done: UpkeepResult) -> None:
+    """Called on the upkeep worker with what each background job did."""
+    report = done.report
+    if report.reflection is not None:
+        print(f"  [reflection] added {[r.text for r in report.reflection.added]}")
+    if report.consolidation is not None and report.consolidation.episodic:
+        n = len(report.consolidation.removed)
+        print(f"  [consolidation] {n} entries -> {report.consolidation.episodic.text!r}")
+    for failure in report.failures:
+        print(f"  [{failure.trigger}] failed: {failure.error}")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder, Memory(folder) as store:
         # 1. Wrap the store (triggers set low so that this short run shows them).
+        # Reflection and consolidation run on a background worker: a turn never waits
+        # for the memory LLM. What they did arrives here (and in a later turn's report).
         memory = AgentMemory(
             store,
             llm=MemoryLLM(),
             reflection=Reflection(every=3),
             consolidation=Consolidation(threshold=4, batch=4),
+            on_upkeep=show_upkeep,
         )
         # 2. Wrap the loop.
         loop = memory.openai(agent_model)
@@ -90,14 +105,10 @@ def main() -> None:
             # 3. Run a turn: before -> model (+ memory tools) -> after.
             result = loop.run(alice, [{"role": "user", "content": text}])
             print(f"user: {text}\nassistant: {result.reply}")
-            report = result.report
-            assert report.ok, report.failures
-            if report.reflection is not None:
-                added = [r.text for r in report.reflection.added]
-                print(f"  [reflection] added {added}")
-            if report.consolidation is not None and report.consolidation.episodic:
-                n = len(report.consolidation.removed)
-                print(f"  [consolidation] {n} entries -> {report.consolidation.episodic.text!r}")
+            assert result.report.ok, result.report.failures
+        # 4. Before reading what the upkeep wrote (or stopping): wait for it.
+        assert memory.drain(timeout=60)
+        memory.close()
 
         assert result.reply == "Sounds good!"
         stored = sorted(r.text for r in store.list("memories", **alice.fields))

@@ -30,6 +30,9 @@ OFF = {
     "consolidation": Consolidation(enabled=False),
     "flush": FlushReminder(enabled=False),
     "compaction": Compaction(enabled=False),
+    # What each trigger does, as the turn's own report shows it (tests/test_agent_upkeep.py
+    # runs them in the background).
+    "upkeep": "inline",
 }
 BLOCK = re.compile(r"<memlane-memory[^>]*>\n(.*?)\n</memlane-memory>", re.S)
 

@@ -39,6 +39,9 @@ OFF = {
     "consolidation": Consolidation(enabled=False),
     "flush": FlushReminder(enabled=False),
     "compaction": Compaction(enabled=False),
+    # What each trigger does, as the turn's own report shows it (tests/test_agent_upkeep.py
+    # runs them in the background).
+    "upkeep": "inline",
 }
 SUMMARY = {
     "summary": "Alice talked about her tea habits.",

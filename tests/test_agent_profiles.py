@@ -33,6 +33,9 @@ OFF = {
     "flush": FlushReminder(enabled=False),
     "compaction": Compaction(enabled=False),
     "daily": DailyLog(enabled=False),
+    # What each trigger does, as the turn's own report shows it (tests/test_agent_upkeep.py
+    # runs them in the background).
+    "upkeep": "inline",
 }
 START = datetime(2026, 11, 20, 9, 0, tzinfo=UTC).timestamp()
 

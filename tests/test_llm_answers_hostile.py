@@ -256,7 +256,10 @@ class Clock:
 def test_a_turn_reports_a_hostile_answer_and_stores_the_turn(store, answer):
     clock, llm = Clock(), Scripted(answer)
     settings_ = {**OFF, "reflection": Reflection(every=1), "daily": DailyLog()}
-    am = AgentMemory(store, SessionScope("per-peer"), llm, clock=clock, **settings_)
+    # Inline, so that the turn's own report shows its triggers' failures.
+    am = AgentMemory(
+        store, SessionScope("per-peer"), llm, clock=clock, upkeep="inline", **settings_
+    )
     alice = am.event("telegram", 42, 7)
     msgs = am.before(alice, [{"role": "user", "content": "I live in Lisbon"}])
     report = am.after(alice, msgs, "noted")

@@ -30,6 +30,7 @@ from memlane._core import Engine
 from memlane._memory import coerce, duplicates, jsonl, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
+from memlane._memory.jobs import JobBook
 from memlane._memory.querying import Mode, Searcher, build_filter, scope_of
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.versions import VersionsMixin
@@ -167,6 +168,18 @@ class MemoryStore(VersionsMixin):
     def embedder(self) -> Embedder | None:
         """The embedder this store was opened with (``None`` for a text-only store)."""
         return None if self._embedder is None else self._embedder.inner
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (every call but ``close`` then raises)."""
+        return self._sync.closing
+
+    @property
+    def jobs(self) -> JobBook:
+        """Durable jobs kept with the store: work accepted and not yet done (the agent
+        layer's background upkeep keeps its pending jobs here, so a process killed
+        mid-upkeep resumes them at the next open)."""
+        return JobBook(self._db, self._sync.check_open)
 
     @property
     def _engine(self) -> Engine:

@@ -10,7 +10,7 @@ Everything here uses :class:`memlane.Memory`'s public API.
 - :mod:`~memlane.agent.consolidation`: the short-term tier and :func:`consolidate`.
 - :mod:`~memlane.agent.reflection`: :func:`reflect`.
 - :mod:`~memlane.agent.loop`: :class:`AgentMemory` (``before``/``after`` around any agent
-  loop), over :mod:`~memlane.agent.triggers` (reflection, consolidation, flush reminder,
+  loop), over :mod:`~memlane.agent.upkeep.triggers` (reflection, consolidation, flush reminder,
   compaction), :mod:`~memlane.agent.daily` (daily logs), :mod:`~memlane.agent.profiles`
   (contact profiles), :mod:`~memlane.agent.limits` (the length and count caps) and
   :mod:`~memlane.agent.reports`; :mod:`~memlane.agent.adapters`: the OpenAI- and
@@ -53,6 +53,7 @@ from memlane.agent.loop import (
     Reflection,
     TurnReport,
     TurnResult,
+    UpkeepResult,
 )
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.agent.profiles import (
@@ -100,6 +101,7 @@ __all__ = [
     "SessionScope",
     "TurnReport",
     "TurnResult",
+    "UpkeepResult",
     "aconsolidate",
     "add_message",
     "add_short_term",

@@ -194,7 +194,9 @@ def _store(
     pending: int,
     entries: list[MemoryRecord],
     answer: object,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ConsolidationReport:
+    extra = dict(metadata or {})
     # A report keeps the answer when it is text; otherwise the error names what came back.
     raw = answer if isinstance(answer, str) else None
     try:
@@ -214,6 +216,7 @@ def _store(
                 "consolidated_from": source_ids,
                 "start": entries[0].created_at,
                 "end": entries[-1].created_at,
+                **extra,
             },
             **kw,
         }
@@ -225,7 +228,7 @@ def _store(
             "type": "semantic",
             "importance": 0.6,
             "unique": True,
-            "metadata": {"source": "consolidation", "confidence": data["confidence"]},
+            "metadata": {"source": "consolidation", "confidence": data["confidence"], **extra},
             **kw,
         }
         for fact in dict.fromkeys(data["facts"])
@@ -260,6 +263,7 @@ def consolidate(
     batch: int = 20,
     table: str = "memories",
     force: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ConsolidationReport:
     """Summarises the oldest ``batch`` short-term entries of ``scope`` once ``threshold`` exist.
 
@@ -267,6 +271,7 @@ def consolidate(
     counts (``"skipped"``). ``force=True`` consolidates whatever there is (at
     least one entry). Never raises for the LLM: its errors and unusable
     answers give a ``"failed"`` report and leave every entry in place.
+    ``metadata`` is added to what it stores (the agent's upkeep names its job).
     """
     kw = _kw(scope)
     pending, entries = _select(mem, kw, threshold, batch, force)
@@ -276,7 +281,7 @@ def consolidate(
         raw = llm.complete(_prompt(entries))
     except Exception as e:  # the LLM's failure must not lose or raise anything
         return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}")
-    return _store(mem, kw, table, pending, entries, raw)
+    return _store(mem, kw, table, pending, entries, raw, metadata)
 
 
 async def aconsolidate(
@@ -288,6 +293,7 @@ async def aconsolidate(
     batch: int = 20,
     table: str = "memories",
     force: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ConsolidationReport:
     """:func:`consolidate` with an async LLM (``acomplete``); store calls run in a worker thread."""
     sync = sync_memory(mem)
@@ -299,4 +305,4 @@ async def aconsolidate(
         raw = await llm.acomplete(_prompt(entries))
     except Exception as e:  # the LLM's failure must not lose or raise anything
         return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}")
-    return await asyncio.to_thread(_store, sync, kw, table, pending, entries, raw)
+    return await asyncio.to_thread(_store, sync, kw, table, pending, entries, raw, metadata)

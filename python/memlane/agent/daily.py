@@ -152,6 +152,15 @@ class _DailyLogger:
         self._busy: set[tuple[tuple[str, str], ...]] = set()
         self._lock = threading.Lock()
 
+    def due(self, history: Mapping[str, str], call: Caller | None, now: float) -> bool:
+        """Whether the room of ``history`` may have days to log (not done today)."""
+        cfg = self.cfg
+        if not cfg.enabled or (call is None and not cfg.extract):
+            return False
+        key = tuple(sorted(history.items()))
+        with self._lock:
+            return self._done.get(key) != times.moment(now, cfg.tz).date()
+
     def run(
         self,
         mem: Memory,

@@ -67,7 +67,7 @@ from memlane.agent.consolidation import add_short_term, sync_memory
 from memlane.agent.context import Context, build_context, default_token_counter
 from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory
 from memlane.agent.daily import DailyLog, _DailyLogger
-from memlane.agent.limits import Limits, evict, fit, split_text, store_message
+from memlane.agent.limits import Limits, fit, split_text, store_message
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
     _CLOSE,
@@ -79,22 +79,27 @@ from memlane.agent.messages import (
     _with_block,
 )
 from memlane.agent.profiles import ContactProfile, Profiles, contact_profile, record_contact
-from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, TurnResult
+from memlane.agent.reports import (
+    CompactionReport,
+    TriggerFailure,
+    TurnReport,
+    TurnResult,
+    UpkeepResult,
+)
 from memlane.agent.scope import EventScope, SessionScope
 from memlane.agent.tools import MemoryTools
-from memlane.agent.triggers import FLUSH_MESSAGE as FLUSH_MESSAGE
-from memlane.agent.triggers import (
+from memlane.agent.turn_tools import _Tools
+from memlane.agent.upkeep.jobs import Job
+from memlane.agent.upkeep.service import Upkeep, UpkeepMode
+from memlane.agent.upkeep.triggers import FLUSH_MESSAGE as FLUSH_MESSAGE
+from memlane.agent.upkeep.triggers import (
     Compaction,
     Consolidation,
     FlushReminder,
     Reflection,
     _Room,
     compact,
-    run_consolidation,
-    run_flush,
-    run_reflection,
 )
-from memlane.agent.turn_tools import _Tools
 from memlane.errors import InvalidArgumentError, MemlaneError
 
 if TYPE_CHECKING:
@@ -117,6 +122,7 @@ __all__ = [
     "TriggerFailure",
     "TurnReport",
     "TurnResult",
+    "UpkeepResult",
     "split_text",
 ]
 
@@ -181,6 +187,15 @@ class AgentMemory(_LoopHost):
             ``persona`` and ``human`` of 2,000 characters each, or ``{label: limit}``;
             always in the memory block, their tokens taken from ``max_tokens``.
         clock: unix seconds now (default :func:`time.time`).
+        upkeep: ``"background"`` (the default): reflection, consolidation, daily logs,
+            profile updates, eviction and step summaries run on a background worker,
+            so ``before`` and ``after`` never wait for an LLM; the jobs that would
+            store twice if done twice are kept in the store until done, and resumed
+            by the next AgentMemory on it after a crash. ``"inline"``: all of it runs
+            in ``after`` (and step compaction in ``before``), as the turn's report shows.
+        on_upkeep: called on the worker with each :class:`UpkeepResult` (what a job
+            did, its failures included); the results also reach the next turn's
+            :attr:`TurnReport.upkeep`.
     """
 
     def __init__(
@@ -203,6 +218,8 @@ class AgentMemory(_LoopHost):
         context: Mapping[str, Any] | None = None,
         clock: Callable[[], float] | None = None,
         core_memory: bool | Mapping[str, int] = False,
+        upkeep: UpkeepMode = "background",
+        on_upkeep: Callable[[UpkeepResult], None] | None = None,
     ) -> None:
         if inject not in ("first_only", "every_iteration"):
             raise InvalidArgumentError(
@@ -267,6 +284,7 @@ class AgentMemory(_LoopHost):
         self._rooms: dict[tuple[tuple[str, str], ...], _Room] = {}
         self._lock = threading.RLock()
         self._token = uuid.uuid4().hex[:8]
+        self._upkeep = Upkeep(self, upkeep, on_upkeep)
 
     # -- small public helpers ----------------------------------------------------------------
 
@@ -390,7 +408,10 @@ class AgentMemory(_LoopHost):
         if user is not None:
             with self._lock:
                 room.user_text = user
-        msgs = compact(self.compaction, room, self._lock, msgs, call)
+        ask = None
+        if self._upkeep.background and call is not None:
+            ask = self._upkeep.step_summary(room, call)
+        msgs = compact(self.compaction, room, self._lock, msgs, call, ask)
         turn = f"{self._token}:{room.turns}"
         if self.inject == "first_only" and _block_turn(system) == turn:
             return system, msgs
@@ -485,9 +506,11 @@ class AgentMemory(_LoopHost):
         with self._lock:
             report.compactions, room.compactions = room.compactions, []
             report.failures, room.failures = room.failures, []
+            report.upkeep, room.upkeep = room.upkeep, []
         report.failures += [
             TriggerFailure("compaction", c.error or "") for c in report.compactions if c.error
         ]
+        report.failures += [f for done in report.upkeep for f in done.report.failures]
         user = _last_user_text(msgs) or room.user_text
         now = _time(self.clock(), "clock()")
         # 1. The turn, before anything that can fail.
@@ -509,7 +532,9 @@ class AgentMemory(_LoopHost):
                 for who, t in (("user", user), ("assistant", answer))
                 if t
             )
-            pieces = fit(digest, self.limits, call, report.failures)
+            # No LLM on the turn's path in the background: an over-long entry is split.
+            summarise = None if self._upkeep.background else call
+            pieces = fit(digest, self.limits, summarise, report.failures)
             if len(pieces) > 1:
                 report.splits.append(("short-term entry", len(pieces)))
             action = f"conversation:{event.room_id or event.identity}"
@@ -529,55 +554,45 @@ class AgentMemory(_LoopHost):
             room.since_reflection += 1
             room.user_text = None
         self._count(event, len(report.stored) + len(report.short_term))
-        # 2. The triggers: each on its own, none raises.
-        mem, lock = self.memory, self._lock
-        triggers: tuple[tuple[str, Callable[[], None]], ...] = (
-            (
-                "reflection",
-                lambda: run_reflection(
-                    mem,
-                    self.reflection,
-                    self.table,
-                    self.limits,
-                    lock,
-                    event,
-                    room,
-                    report,
-                    call,
-                    now,
-                ),
-            ),
-            (
-                "consolidation",
-                lambda: run_consolidation(
-                    mem,
-                    self.consolidation,
-                    self.table,
-                    self.limits,
-                    lock,
-                    event,
-                    room,
-                    report,
-                    call,
-                    now,
-                ),
-            ),
-            (
-                "eviction",
-                lambda: evict(mem, self.table, self.limits.max_memories, event, report),
-            ),
-            ("flush", lambda: run_flush(self.flush, self.tools, lock, room, report, now)),
-            ("daily", lambda: self._daily.run(mem, event, report, call, now)),
-            ("profile", lambda: self._profile(event, user, report, now)),
-        )
-        for name, trigger in triggers:
-            try:
-                trigger()
-            except Exception as e:  # a store error in a trigger: it runs again next turn
-                report.failures.append(TriggerFailure(name, f"{type(e).__name__}: {e}"))
-        for f in report.failures:
-            log.warning("memlane: %s failed (it runs again later): %s", f.trigger, f.error)
+        # 2. The triggers: each on its own, none raises (on the worker, by default).
+        self._upkeep.after_turn(event, room, report, call, now, user)
+        if not self._upkeep.background:
+            for f in report.failures:
+                log.warning("memlane: %s failed (it runs again later): %s", f.trigger, f.error)
         return report
+
+    # -- upkeep -----------------------------------------------------------------------------
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Waits until the upkeep handed to the background worker so far is done (at most
+        ``timeout`` seconds); True when nothing is left pending."""
+        return self._upkeep.drain(timeout)
+
+    async def adrain(self, timeout: float | None = None) -> bool:
+        """The async form of :meth:`drain`."""
+        return await asyncio.to_thread(self._upkeep.drain, timeout)
+
+    def pending_upkeep(self) -> list[Job]:
+        """The upkeep jobs handed to the worker and not done yet, oldest first."""
+        return self._upkeep.worker.pending()
+
+    def close(self, timeout: float | None = 30.0) -> list[Job]:
+        """Waits up to ``timeout`` seconds for the pending upkeep, then stops the worker
+        (the job running finishes; the others are not started) and returns the jobs
+        left. Reflection and consolidation jobs left stay recorded in the store and run
+        when an AgentMemory is next used on it. The Memory stays open."""
+        left = self._upkeep.close(timeout)
+        if left:
+            log.warning(
+                "memlane: AgentMemory closed with %d upkeep job(s) not done: %s",
+                len(left),
+                ", ".join(sorted({j.kind for j in left})),
+            )
+        return left
+
+    async def aclose(self, timeout: float | None = 30.0) -> list[Job]:
+        """The async form of :meth:`close`."""
+        return await asyncio.to_thread(self.close, timeout)
 
     # -- internals --------------------------------------------------------------------------
 

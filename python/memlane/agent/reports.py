@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from memlane.agent.profiles import ContactProfile
     from memlane.records import MemoryRecord
 
-__all__ = ["CompactionReport", "TriggerFailure", "TurnReport", "TurnResult"]
+__all__ = ["CompactionReport", "TriggerFailure", "TurnReport", "TurnResult", "UpkeepResult"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -49,7 +49,12 @@ class TurnReport:
     ``flush_reminder``: the reminder scheduled for the next ``before``;
     ``evicted``: memories removed by the cap; ``daily_logs``: the daily logs
     written; ``profile``: the speaker's contact profile as updated; ``failures``:
-    what failed (and will run again).
+    what failed (and will run again); ``upkeep``: the background upkeep finished
+    since the room's previous turn (its failures are in ``failures`` too).
+
+    With background upkeep (the default), a turn's own report holds what the turn
+    stored and the flush reminder; what its upkeep does arrives in ``upkeep`` of a
+    later turn's report, and through ``AgentMemory``'s ``on_upkeep`` callback.
     """
 
     stored: list[MemoryRecord] = field(default_factory=list)
@@ -63,10 +68,22 @@ class TurnReport:
     daily_logs: list[MemoryRecord] = field(default_factory=list)
     profile: ContactProfile | None = None
     failures: list[TriggerFailure] = field(default_factory=list)
+    upkeep: list[UpkeepResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.failures
+
+
+@dataclass(slots=True)
+class UpkeepResult:
+    """One background upkeep job done: its ``kind`` (``reflection``, ``consolidation``,
+    ``daily``, ``profile``, ``eviction`` or ``compaction``), the time of the turn that
+    asked for it, and what it did (a :class:`TurnReport` holding only that)."""
+
+    kind: str
+    asked_at: float
+    report: TurnReport
 
 
 @dataclass(slots=True)

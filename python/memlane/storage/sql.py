@@ -333,6 +333,16 @@ class SQLStore(abc.ABC):
             (key, value),
         )
 
+    def meta_items(self, prefix: str) -> list[tuple[str, str]]:
+        """Every meta entry whose key starts with ``prefix`` (not empty), in key order."""
+        # A key range, not LIKE: no escaping, and the primary key's index answers it.
+        high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        q = self._q(f"SELECT key, value FROM {self._p}meta WHERE key >= ? AND key < ? ORDER BY key")
+        return self._read(lambda c: [(str(r[0]), str(r[1])) for r in c.execute(q, (prefix, high))])
+
+    def delete_meta(self, conn: Any, key: str) -> None:
+        conn.execute(self._q(f"DELETE FROM {self._p}meta WHERE key = ?"), (key,))
+
     def seq(self) -> int:
         return int(self.get_meta("seq") or 0)
 

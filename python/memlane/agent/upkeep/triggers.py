@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +20,9 @@ from memlane.agent.limits import Limits, _kw, cap_record
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.messages import _SUMMARY_TAG, _render_step, _steps
 from memlane.agent.reflection import reflect
-from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport
+from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.scope import EventScope
+from memlane.agent.upkeep.jobs import JOB_TAG
 from memlane.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -154,7 +157,42 @@ class _Room:
     user_text: str | None = None
     compactions: list[CompactionReport] = field(default_factory=list)
     failures: list[TriggerFailure] = field(default_factory=list)
+    #: Step summaries by the key of the steps they summarise (see :func:`step_keys`).
     summaries: dict[str, str] = field(default_factory=dict)
+    #: A step summary is being written in the background.
+    compacting: bool = False
+    #: Background upkeep done since the room's last ``after``.
+    upkeep: list[UpkeepResult] = field(default_factory=list)
+
+
+def step_keys(rendered: list[str]) -> list[str]:
+    """The key of each prefix of ``rendered`` steps (one hash fed step by step)."""
+    h = hashlib.sha256()
+    keys = []
+    for text in rendered:
+        h.update(text.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+        keys.append(h.hexdigest())
+    return keys
+
+
+def summarise_steps(
+    cfg: Compaction, text: str, steps: int, call: Caller
+) -> tuple[str | None, CompactionReport]:
+    """The LLM's summary of ``text`` (``steps`` steps), and the report of it."""
+    prompt: list[ChatMessage] = [
+        {"role": "system", "content": _COMPACT_SYSTEM},
+        {"role": "user", "content": f"Steps, oldest first:\n\n{text}"},
+    ]
+    try:
+        summary = call(prompt, cfg.max_output_tokens).strip()
+        if not summary:
+            raise LLMError("the model returned an empty summary")
+    except Exception as e:  # the loop goes on with every step kept
+        report = CompactionReport("failed", steps, steps, error=f"{type(e).__name__}: {e}")
+        log.warning("memlane: compaction failed: %s", report.error)
+        return None, report
+    return summary, CompactionReport("compacted", steps, steps, summary)
 
 
 def compact(
@@ -163,8 +201,15 @@ def compact(
     lock: threading.RLock,
     msgs: list[dict[str, Any]],
     call: Caller | None,
+    background: Callable[[str, str, int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """``msgs`` with the middle steps replaced by a summary, when there are too many."""
+    """``msgs`` with the middle steps replaced by a summary, when there are too many.
+
+    Inline (``background`` None), the summary of the whole middle is written now. With
+    ``background``, the longest run of middle steps already summarised is replaced and
+    the rest kept as they are; ``background(key, text, steps)`` is asked for the
+    summary of the whole middle, for a later call of the turn (one at a time per room).
+    """
     if not cfg.enabled or call is None:
         return msgs
     steps = _steps(msgs)
@@ -172,40 +217,58 @@ def compact(
         return msgs
     end = len(steps) - cfg.keep_last
     middle = steps[cfg.keep_first : end]
-    text = "\n\n".join(_render_step(s) for s in middle)
-    key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    summary = room.summaries.get(key)
-    if summary is None:
-        prompt: list[ChatMessage] = [
-            {"role": "system", "content": _COMPACT_SYSTEM},
-            {"role": "user", "content": f"Steps, oldest first:\n\n{text}"},
-        ]
-        try:
-            summary = call(prompt, cfg.max_output_tokens).strip()
-            if not summary:
-                raise LLMError("the model returned an empty summary")
-        except Exception as e:  # the loop goes on with every step kept
-            report = CompactionReport(
-                "failed", len(steps), len(steps), error=f"{type(e).__name__}: {e}"
-            )
-            log.warning("memlane: compaction failed: %s", report.error)
+    rendered = [_render_step(s) for s in middle]
+    keys = step_keys(rendered)
+    with lock:
+        done = next((n for n in range(len(keys), 0, -1) if keys[n - 1] in room.summaries), 0)
+        summary = room.summaries.get(keys[done - 1]) if done else None
+    if done < len(keys):
+        text = "\n\n".join(rendered)
+        if background is not None:
             with lock:
-                room.compactions.append(report)
-            return msgs
-        with lock:
-            room.summaries = {key: summary}  # the newest only
-            room.compactions.append(
-                CompactionReport(
-                    "compacted", len(steps), cfg.keep_first + 1 + cfg.keep_last, summary
-                )
-            )
+                asking, room.compacting = not room.compacting, True
+            if asking:
+                background(keys[-1], text, len(middle))
+        else:
+            summary, report = summarise_steps(cfg, text, len(steps), call)
+            if summary is None:
+                with lock:
+                    room.compactions.append(report)
+                return msgs
+            done = len(keys)
+            keep = cfg.keep_first + 1 + cfg.keep_last
+            with lock:
+                room.summaries = {keys[-1]: summary}  # the newest only
+                room.compactions.append(CompactionReport("compacted", len(steps), keep, summary))
+    if summary is None:
+        return msgs
     note = {
         "role": "user",
-        "content": f"{_SUMMARY_TAG} ({len(middle)} steps)\n{summary}",
+        "content": f"{_SUMMARY_TAG} ({done} steps)\n{summary}",
     }
     kept = [m for s in steps[: cfg.keep_first] for m in s]
+    rest = [m for s in middle[done:] for m in s]
     tail = [m for s in steps[end:] for m in s]
-    return [*kept, note, *tail]
+    return [*kept, note, *rest, *tail]
+
+
+def store_step_summary(
+    cfg: Compaction,
+    room: _Room,
+    lock: threading.RLock,
+    key: str,
+    text: str,
+    steps: int,
+    call: Caller,
+) -> CompactionReport:
+    """The background half of :func:`compact`: the summary, kept for the room's next call."""
+    summary, report = summarise_steps(cfg, text, steps, call)
+    with lock:
+        room.compacting = False
+        if summary is not None:
+            room.summaries = {key: summary}
+        room.compactions.append(report)
+    return report
 
 
 def run_reflection(
@@ -219,11 +282,15 @@ def run_reflection(
     report: TurnReport,
     call: Caller | None,
     now: float,
+    job: str | None = None,
 ) -> None:
-    """Reflection over the room's last messages, once ``cfg.every`` turns have passed."""
-    if not cfg.enabled or call is None or room.since_reflection < cfg.every:
+    """Reflection over the room's last messages up to the turn at ``now``, once
+    ``cfg.every`` turns have passed (``job``: the upkeep job running it, named in what
+    it stores; the job decided it was due)."""
+    if not cfg.enabled or call is None or (job is None and room.since_reflection < cfg.every):
         return
-    recent = memory.list(MESSAGES, limit=cfg.window, **_kw(event.history))[::-1]
+    history = _kw(event.history)
+    recent = memory.list(MESSAGES, end=_after(now), limit=cfg.window, **history)[::-1]
     window = [{"role": str(r.metadata.get("role", "user")), "content": r.text} for r in recent]
     result = reflect(
         memory,
@@ -233,17 +300,40 @@ def run_reflection(
         table=table,
         k=cfg.shown,
         now=now,
+        metadata=None if job is None else {JOB_TAG: job},
     )
     report.reflection = result
     if result.error is not None:
         report.failures.append(TriggerFailure("reflection", result.error))
+        if job is not None:  # due again at the room's next turn
+            with lock:
+                room.since_reflection = max(room.since_reflection, cfg.every)
         return
-    with lock:
-        room.since_reflection = 0
+    if job is None:
+        with lock:
+            room.since_reflection = 0
     for rec in [*result.added, *result.updated]:
         cap_record(memory, limits, rec, call, report)
     with lock:
         room.new_entries += len(result.added)
+
+
+def consolidation_due(
+    memory: Memory, cfg: Consolidation, event: EventScope, call: Caller | None, now: float
+) -> bool | None:
+    """Whether consolidation of the scope's short-term tier is due: None if not, else
+    whether it is forced (the oldest entry is old, the tier not full)."""
+    if not cfg.enabled or call is None:
+        return None
+    pending = memory.count(SHORT_TERM, **_kw(event.fields))
+    if pending == 0:
+        return None
+    if pending >= cfg.threshold:
+        return False
+    oldest = memory.list(SHORT_TERM, limit=1, order="asc", **_kw(event.fields))
+    if not oldest or now - oldest[0].created_at < cfg.max_age:
+        return None
+    return True
 
 
 def run_consolidation(
@@ -257,19 +347,13 @@ def run_consolidation(
     report: TurnReport,
     call: Caller | None,
     now: float,
+    job: str | None = None,
 ) -> None:
-    """Consolidation of the scope's short-term tier, when it is full or its oldest is old."""
-    if not cfg.enabled or call is None:
+    """Consolidation of the scope's short-term tier, when it is full or its oldest is old
+    (``job``: the upkeep job running it, named in what it stores)."""
+    force = consolidation_due(memory, cfg, event, call, now)
+    if force is None or call is None:
         return
-    pending = memory.count(SHORT_TERM, **_kw(event.fields))
-    if pending == 0:
-        return
-    force = False
-    if pending < cfg.threshold:
-        oldest = memory.list(SHORT_TERM, limit=1, order="asc", **_kw(event.fields))
-        if not oldest or now - oldest[0].created_at < cfg.max_age:
-            return
-        force = True
     result = consolidate(
         memory,
         _Budgeted(call, None),
@@ -278,6 +362,7 @@ def run_consolidation(
         batch=cfg.batch,
         table=table,
         force=force,
+        metadata=None if job is None else {JOB_TAG: job},
     )
     report.consolidation = result
     if result.status == "failed":
@@ -310,3 +395,8 @@ def run_flush(
         room.last_flush = now
         room.new_entries = 0
         report.flush_reminder = room.flush_due
+
+
+def _after(t: float) -> float:
+    """The first time after ``t`` (``list``'s ``end`` is exclusive)."""
+    return math.nextafter(t, math.inf)

@@ -1,0 +1,52 @@
+"""Durable jobs kept with a store: work that a caller accepted and has yet to do (the
+agent layer's background upkeep), written in the store's own transactions so that a
+process killed before the work ends finds it at the next open, on either backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from memlane._memory import coerce
+from memlane.errors import InvalidArgumentError
+from memlane.storage import Store
+
+__all__ = ["JobBook"]
+
+_PREFIX = "job:"
+
+
+class JobBook:
+    """Named jobs (a key and a text, e.g. JSON) in the store, as :attr:`Memory.jobs`."""
+
+    def __init__(self, db: Store, check_open: Callable[[], None]) -> None:
+        self._db = db
+        self._check_open = check_open
+
+    def put(self, key: str, value: str) -> None:
+        """Records job ``key`` (replacing one of that key), durably before it returns."""
+        self._check_open()
+        _check(key, "key")
+        _check(value, "value")
+        with self._db.transaction() as conn:
+            self._db.set_meta(conn, _PREFIX + key, value)
+
+    def drop(self, key: str) -> None:
+        """Forgets job ``key`` (done, or given up); no error if there is none."""
+        self._check_open()
+        _check(key, "key")
+        with self._db.transaction() as conn:
+            self._db.delete_meta(conn, _PREFIX + key)
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every job recorded and not dropped, as (key, value), in key order."""
+        self._check_open()
+        return [(k[len(_PREFIX) :], v) for k, v in self._db.meta_items(_PREFIX)]
+
+    def __repr__(self) -> str:
+        return "JobBook()"
+
+
+def _check(value: object, label: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"a job's {label} must be a non-empty str, got {value!r}")
+    coerce.clean(value, f"a job's {label}")
