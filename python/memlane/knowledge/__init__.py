@@ -20,6 +20,7 @@ from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS
 from memlane.knowledge.ids import document_id, fragment_id, normalise_path
 from memlane.knowledge.loaders import (
     LOADERS,
+    DocumentLimitError,
     DocumentLoadError,
     IngestLimits,
     LoadedDocument,
@@ -37,6 +38,7 @@ __all__ = [
     "FRAGMENT_THRESHOLD",
     "LOADERS",
     "SEARCH_DEFAULTS",
+    "DocumentLimitError",
     "DocumentLoadError",
     "IngestLimits",
     "IngestReport",

@@ -253,7 +253,7 @@ def _too_many_values(limit: int) -> DocumentLimitError:
 def _load_yaml(text: str, limit: int) -> Any:
     """``yaml.safe_load`` of ``text``, refused when its nodes, with every alias expanded,
     number more than ``limit``."""
-    import yaml  # type: ignore[import-untyped]  # python-frontmatter installs it
+    import yaml
 
     # libyaml's parser also refuses nesting deeper than 1,000 levels.
     loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
