@@ -107,3 +107,22 @@ def test_a_grandchild_is_refused_too(tmp_path: Path) -> None:
         report = in_child(fork_again)
         assert "MemlaneError" in report["returned"] and "os.fork()" in report["returned"]
         assert m.count() == 1
+
+
+def test_close_in_the_child_leaves_the_parents_store_alone(tmp_path: Path) -> None:
+    """Closing the parent's Memory in the child (a ``with`` block the fork ran inside)
+    neither writes the parent's files nor releases its store lock."""
+    path = tmp_path / "store"
+    with memlane.Memory(path, embedder=None) as m:
+        m.add("written by the parent")
+        files = {p.name: p.stat().st_mtime_ns for p in path.rglob("*") if p.is_file()}
+        report = in_child(lambda: m.close())
+        assert report == {"returned": "None"}
+        # The store lock is still held: a second open is refused, as before the fork.
+        with pytest.raises(memlane.StoreLockedError):
+            memlane.Memory(path, embedder=None)
+        after = {p.name: p.stat().st_mtime_ns for p in path.rglob("*") if p.is_file()}
+        assert {k: v for k, v in after.items() if k in files} == files
+        m.add("the parent again")
+    with memlane.Memory(path, embedder=None) as m:
+        assert m.count() == 2

@@ -549,6 +549,11 @@ class MemoryStore(VersionsMixin):
             if sync.closing:
                 return
             sync.closing = True
+        if sync.forked:
+            # The parent's store: its lock, files and connections stay the parent's (a
+            # release here would unlock the parent's store lock, shared across fork).
+            self._finalizer.detach()
+            return
         sync.wake.set()
         try:
             if self._thread is not threading.current_thread():

@@ -287,10 +287,15 @@ class IndexSync:
         )
         return True
 
+    @property
+    def forked(self) -> bool:
+        """Whether this process is a child forked after the store was opened."""
+        return self.forks != _forks
+
     def check_open(self) -> None:
         if self.closing:
             raise MemlaneError("this Memory is closed")
-        if self.forks != _forks:
+        if self.forked:
             raise MemlaneError(
                 "this Memory was opened before os.fork() and belongs to the parent "
                 "process: open the store again in the child (memlane.Memory(path))"
