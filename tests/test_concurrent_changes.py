@@ -319,8 +319,8 @@ class TwoWriters(RuleBasedStateMachine):
     @rule(via=st.integers(0, 1), data=st.data(), then=st.sampled_from(["update", "supersede"]))
     def change_through_a_stale_view(self, via: int, data: st.DataObject, then: str) -> None:
         """One Memory supersedes a fact; the other, before it heard of that, changes the
-        version it still takes for current: an update leaves it closed (or raises a
-        conflict), a supersede raises, and neither forks the fact."""
+        version it still takes for current: both raise (a superseded version is
+        history), and neither forks the fact."""
         picked = self._fact(data)
         if picked is None:
             return
@@ -330,15 +330,12 @@ class TwoWriters(RuleBasedStateMachine):
         new = self.mems[via].supersede(rid, f"fact {fact} version {next(self.words)}")
         self.current[fact] = new.id
         self.closed.append(rid)
-        if then == "update":
-            try:
-                changed = other.update(rid, text=f"fact {fact} version {next(self.words)}")
-            except ConflictError:
-                return
-            assert changed.valid_to is not None
-        else:
-            with pytest.raises((ConflictError, InvalidArgumentError)):
-                other.supersede(rid, "a fork")
+        change = "a fork"
+        with pytest.raises((ConflictError, InvalidArgumentError)):
+            if then == "update":
+                other.update(rid, text=change)
+            else:
+                other.supersede(rid, change)
 
     @rule(via=st.integers(0, 1), data=st.data())
     def supersede_a_closed_version(self, via: int, data: st.DataObject) -> None:
@@ -376,3 +373,16 @@ def test_two_memories_on_one_postgres_schema_follow_the_model(
         run().runTest()
     finally:
         TwoWriters.factory.close_all()
+
+
+def test_a_superseded_version_is_history_and_is_not_updated(make_store: StoreFactory) -> None:
+    mem = make_store("history", None)
+    paris = mem.add("Alice lives in Paris")
+    berlin = mem.supersede(paris.id, "Alice lives in Berlin")
+    with pytest.raises(InvalidArgumentError, match="superseded already"):
+        mem.update(paris.id, text="Alice lives in Paris, France")
+    assert mem.get(paris.id).text == "Alice lives in Paris"
+    assert [v.record.text for v in mem.history(berlin.id)] == [
+        "Alice lives in Paris",
+        "Alice lives in Berlin",
+    ]

@@ -53,9 +53,11 @@ class VersionsMixin:
         """Changes fields of a record (metadata is replaced whole) and returns it.
 
         A new text is embedded again (unless ``embedding`` is given). The version it
-        replaces stays in :meth:`history`, with ``by`` as who changed it. Raises
-        :class:`~memlane.errors.ConflictError` (storing nothing) when another writer
-        superseded or deleted the record while this call ran.
+        replaces stays in :meth:`history`, with ``by`` as who changed it. A superseded
+        version is history: updating it raises
+        :class:`~memlane.errors.InvalidArgumentError` (update the version that
+        replaced it); :class:`~memlane.errors.ConflictError` (storing nothing) when
+        another writer superseded or deleted the record while this call ran.
         """
         self._sync.check_open()
         record_id = coerce.text(id, "id")

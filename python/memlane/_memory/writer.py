@@ -36,11 +36,12 @@ class Replacing:
     filter: dict[str, Any] | None
 
 
-def _check_current(row: Row) -> None:
+def _check_current(row: Row, change: str = "supersede") -> None:
+    """A superseded version is history: it is neither changed nor superseded again."""
     if row.valid_to is not None:
         raise InvalidArgumentError(
             f"{row.id!r} was superseded already (valid_to {row.valid_to}); "
-            "supersede the version that replaced it"
+            f"{change} the version that replaced it"
         )
 
 
@@ -341,14 +342,16 @@ class Writer:
         """Rewrites record ``record_id`` with ``fields`` changed (a new text is embedded
         again), keeping the version it replaces in the history.
 
-        The row rewritten is the one the transaction reads, and the statement requires
-        it unchanged since: an update never reopens a version superseded meanwhile
+        A superseded version is history and is not changed (InvalidArgumentError). The
+        row rewritten is the one the transaction reads, and the statement requires it
+        unchanged since: an update never reopens a version superseded meanwhile
         (:class:`ConflictError`), nor brings back a deleted one."""
         sync, db = self.sync, self.db
         sync.check_open()
         seen = db.row_by_id(record_id)
         if seen is None:
             raise UnknownIdError(f"no memory with id {record_id!r}")
+        _check_current(seen, "update")
         n = self._updated(seen, fields)
         new_vector = n.embedding is not None
         if new_vector:
@@ -367,7 +370,7 @@ class Writer:
                         f"memory {record_id!r} was deleted by another writer while this "
                         "update ran; nothing was stored"
                     )
-                if row.valid_to != seen.valid_to:
+                if row.valid_to is not None:
                     raise ConflictError(
                         f"memory {record_id!r} was superseded by another writer while this "
                         "update ran; nothing was stored (update the version that replaced it)"
@@ -385,7 +388,7 @@ class Writer:
                 db.replace(
                     conn,
                     [full._replace(seq=seq, content_seq=content_seq)],
-                    expected=[(row.seq, row.valid_to is None)],
+                    expected=[(row.seq, True)],
                 )
                 self.access.flush(db, conn, seq)
             sync.engine.apply(prepared)
