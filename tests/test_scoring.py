@@ -64,15 +64,17 @@ def reference(
     alpha: float,
     weights: dict[str, float] | None,
     rate: float,
+    clock: float | None = None,
 ) -> dict[str, dict[str, float]]:
-    """The README's formula, written out independently of the engine."""
+    """The README's formula, written out independently of the engine (``clock``: the
+    search's time, where ages count to with an explicit decay)."""
     w = weights or {
         "relevance": DEFAULT_RELEVANCE_WEIGHT,
         "importance": DEFAULT_IMPORTANCE_WEIGHT,
         "recency": DEFAULT_RECENCY_WEIGHT,
     }
     w_rel, w_imp, w_rec = (w.get(k, 0.0) for k in ("relevance", "importance", "recency"))
-    newest = max(r["last_accessed_at"] for r in records)
+    newest = clock if clock is not None else max(r["last_accessed_at"] for r in records)
     any_bm25 = any(v > 0 for v in bm25.values())
     out = {}
     for r in records:
@@ -145,6 +147,7 @@ def test_scores_match_the_reference_formula(
             ]
         )
         # Every record is a candidate: the vector list holds them all.
+        before = time.time()
         hits = m.search(
             q,
             k=len(recs),
@@ -156,6 +159,7 @@ def test_scores_match_the_reference_formula(
             recency_half_life=half_life,
             explain=True,
         )
+        during = time.time() - before  # the search's clock lies in [before, before + during]
         if mode == "text":
             # Only documents with a query term are retrieved.
             assert {h.record.id for h in hits} <= {r.id for r in recs}
@@ -186,14 +190,18 @@ def test_scores_match_the_reference_formula(
             alpha=alpha,
             weights=weights,
             rate=rate,
+            clock=None if decay is None else before,
         )
+    slack = 0.0 if decay is None else during / HOUR
     for h in hits:
         e, want = h.explain, ref[h.record.id]
         assert e is not None
         if mode != "text":
             assert e["cosine"] == pytest.approx(cos[h.record.id], abs=1e-5)
-        for key in ("relevance", "recency", "age_hours", "boost", "score"):
-            assert e[key] == pytest.approx(want[key], rel=1e-5, abs=1e-5), key
+        assert want["age_hours"] - 1e-5 <= e["age_hours"] <= want["age_hours"] + slack + 1e-5
+        for key in ("relevance", "recency", "boost", "score"):
+            tol = 1e-5 + (rate * slack if key != "relevance" else 0.0)
+            assert e[key] == pytest.approx(want[key], rel=1e-5, abs=tol), key
         assert h.score == pytest.approx(e["score"], abs=1e-12)
         assert e["score"] <= e["relevance"] + 1e-9
     scores = [h.score for h in hits]
@@ -231,6 +239,25 @@ def test_ages_count_from_the_newest_candidate_not_the_clock(mem: Memory) -> None
     assert hits[b].explain["recency"] == pytest.approx(0.5 ** (720.0 / half), abs=1e-6)
 
 
+def test_an_explicit_decay_is_nous_clock_decay_with_evergreen_exempt(mem: Memory) -> None:
+    """Two identical memories 2,000 hours old, one evergreen: with ``decay=0.001`` the
+    evergreen one ranks first (ages counted to now; counted from the newest candidate,
+    both were 0 hours old and tied). Without a decay, the default still ties them."""
+    plain = _add(mem, "the spare key is under the blue flowerpot", 2000, agent_id="a")
+    pinned = _add(
+        mem, "the spare key is under the blue flowerpot", 2000, agent_id="b", evergreen=True
+    )
+    hits = mem.search("where is the spare key", k=2, decay=0.001, explain=True)
+    assert [h.record.id for h in hits] == [pinned, plain]
+    by = _by_id(hits)
+    assert by[plain].explain["age_hours"] == pytest.approx(2000.0, abs=1e-2)
+    assert by[plain].explain["recency"] == pytest.approx(math.exp(-2.0), abs=1e-4)
+    assert by[pinned].explain["recency"] == 1.0
+    assert hits[0].score > hits[1].score
+    tied = _by_id(mem.search("where is the spare key", k=2, explain=True))
+    assert tied[plain].score == pytest.approx(tied[pinned].score, abs=1e-9)
+
+
 def test_weights_decay_and_half_life_are_the_documented_knobs(mem: Memory) -> None:
     emb = WordHashEmbedder()
     a = _add(mem, "gamma delta", 48, importance=0.9)
@@ -242,9 +269,11 @@ def test_weights_decay_and_half_life_are_the_documented_knobs(mem: Memory) -> No
     by_half_life = _by_id(mem.search("gamma", recency_half_life=24, **common))
     by_decay = _by_id(mem.search("gamma", decay=0.01, **common))
     no_age = _by_id(mem.search("gamma", decay=0, **common))
-    # a is 42 hours older than b, the newest candidate.
+    # a is 42 hours older than b, the newest candidate; with an explicit decay, ages
+    # count to now, where a is 48 hours old.
     assert by_half_life[a].explain["recency"] == pytest.approx(0.5 ** (42 / 24), abs=1e-5)
-    assert by_decay[a].explain["recency"] == pytest.approx(math.exp(-0.42), abs=1e-5)
+    assert by_decay[a].explain["recency"] == pytest.approx(math.exp(-0.48), abs=1e-5)
+    assert by_decay[b].explain["age_hours"] == pytest.approx(6.0, abs=1e-3)
     assert no_age[a].explain["recency"] == 1.0
     rec = 0.5 ** (42 / 24)
     assert by_half_life[a].score == pytest.approx(1.0 * (0.5 + 0.3 * 0.9 + 0.2 * rec), abs=1e-5)
@@ -303,16 +332,19 @@ def test_recall_refreshes_recency(tmp_path: Path) -> None:
     with Memory(tmp_path / "s", WordHashEmbedder(), dedup_window=0) as mem:
         r = mem.add("theta iota", created_at=time.time() - 500 * HOUR)
         mem.add("theta kappa", created_at=time.time() - HOUR)
-        first = _by_id(mem.search("theta", decay=0.01, explain=True))[r.id]
+        first = _by_id(mem.search("theta", explain=True))[r.id]
         assert first.explain["age_hours"] == pytest.approx(499, abs=1e-2)
         assert first.record.access_count == 1
         # The search made both the newest: neither is older now.
-        second = _by_id(mem.search("theta", decay=0.01, explain=True))[r.id]
+        second = _by_id(mem.search("theta", explain=True))[r.id]
         assert second.explain["recency"] == pytest.approx(1.0, abs=1e-4)
-        assert mem.get(r.id).access_count == 2
+        # With a clock-based decay, a recall is an access a moment ago.
+        third = _by_id(mem.search("theta", decay=0.01, explain=True))[r.id]
+        assert third.explain["age_hours"] == pytest.approx(0.0, abs=1e-3)
+        assert mem.get(r.id).access_count == 3
         # Turned off per call: nothing recorded.
         mem.search("theta", track_access=False)
-        assert mem.get(r.id).access_count == 2
+        assert mem.get(r.id).access_count == 3
 
 
 def test_invalid_knobs_are_refused(mem: Memory) -> None:

@@ -50,7 +50,9 @@ class Memory(KnowledgeMixin, NotesMixin, MemoryStore):
             gets the counts in batches (with the next write, every 10 s, and at
             close), so a crash can lose the last seconds of counts, never a memory.
         decay, weights, recency_half_life: search defaults (see :meth:`search`);
-            ``decay=None`` (the default) takes the rate from ``recency_half_life``.
+            ``decay=None`` (the default) takes the rate from ``recency_half_life``
+            and counts ages to the newest candidate; a ``decay`` rate (per hour)
+            counts them to now, as Nous does, evergreen memories exempt.
         snapshot_every: changes between periodic index snapshots (at least
             half the store's size, so snapshots cost O(1) per change).
         cache_size: query and text embeddings kept in memory.

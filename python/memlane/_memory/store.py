@@ -470,8 +470,11 @@ class MemoryStore(VersionsMixin):
           lists; it says where a hit ranks, not how well it matches);
         - recency ``exp(-rate * age)`` (1 if evergreen), ``age`` the hours from
           the record's last access to the newest last access among the
-          candidates (not to the wall clock); ``rate`` is ``decay`` when given,
-          else ``ln 2 / recency_half_life`` (``decay=0`` turns age off);
+          candidates (not to the wall clock), with ``rate = ln 2 /
+          recency_half_life``; a ``decay`` given (here or to ``Memory``) is
+          Nous's clock-based decay: ``rate = decay`` and ``age`` counts to now,
+          so an evergreen memory ranks above an equally old one that is not
+          (``decay=0`` turns age off);
         - ``score = relevance * (w_relevance + w_importance * importance +
           w_recency * recency) / (w_relevance + w_importance + w_recency)``.
           Default weights 1, 0.1, 0.02: a hit keeps at least 0.89 of its

@@ -153,6 +153,7 @@ fn request<'a>(
         fusion: Fusion::default(),
         weights: Weights::default(),
         rate: 0.01,
+        age_from: crate::scoring::AgeFrom::Clock,
         now: 1.0e9,
         threshold: None,
         min_similarity: None,

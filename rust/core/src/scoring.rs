@@ -5,7 +5,8 @@
 //! score    = relevance · boost
 //! boost    = (w_rel + w_imp · importance + w_rec · recency) / (w_rel + w_imp + w_rec)
 //! recency  = exp(−λ · age), or 1 for an evergreen record
-//! age      = hours from the record's last access to the newest last access among the candidates
+//! age      = hours from the record's last access to the newest last access among the
+//!            candidates; with an explicit decay, to now (the wall clock, as Nous decays)
 //! λ        = decay, when given; else ln 2 / recency_half_life
 //! ```
 //!
@@ -17,7 +18,9 @@
 //! wall-clock decay `exp(−λ·h)` of the relevance drives every memory older
 //! than a few months to 0). Age is measured from the newest candidate, not
 //! from the wall clock, so a store left alone for a year ranks as it did the
-//! day it was last written, and "newer" means newer than the other answers.
+//! day it was last written, and "newer" means newer than the other answers. A caller
+//! who gives a decay rate asks for Nous's clock-based `exp(−λ·hours)`: then age counts
+//! to now, so two equally old memories differ when one is evergreen.
 
 use crate::error::{Error, Result};
 
@@ -102,6 +105,26 @@ pub fn rate(decay: Option<f64>, half_life: f64) -> Result<f64> {
             "recency_half_life must be a positive number of hours, got {half_life}"
         ))),
         None => Ok(std::f64::consts::LN_2 / half_life),
+    }
+}
+
+/// Where ages count to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgeFrom {
+    /// The newest last access among the candidates (the default).
+    NewestCandidate,
+    /// The request's `now` (an explicit decay rate).
+    Clock,
+}
+
+impl AgeFrom {
+    /// Clock-based ages for an explicit decay rate, relative ones otherwise.
+    pub fn for_decay(decay: Option<f64>) -> Self {
+        if decay.is_some() {
+            AgeFrom::Clock
+        } else {
+            AgeFrom::NewestCandidate
+        }
     }
 }
 

@@ -404,6 +404,7 @@ impl PyEngine {
                 fusion,
                 weights,
                 rate,
+                age_from: scoring::AgeFrom::for_decay(decay),
                 now,
                 threshold,
                 min_similarity,

@@ -600,6 +600,7 @@ mod shared_linking {
                 fusion: Fusion::default(),
                 weights: Weights::resolve(Some(1.0), None, None).unwrap(),
                 rate: 0.0,
+                age_from: crate::scoring::AgeFrom::NewestCandidate,
                 now: 0.0,
                 threshold: None,
                 min_similarity: None,

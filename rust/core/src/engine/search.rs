@@ -50,6 +50,9 @@ pub struct SearchRequest<'a> {
     pub weights: Weights,
     /// λ of the recency signal, per hour ([`scoring::rate`]).
     pub rate: f64,
+    /// Ages count from `now` (the clock) instead of from the newest candidate: what an
+    /// explicit decay rate asks for ([`scoring::AgeFrom`]).
+    pub age_from: scoring::AgeFrom,
     /// Unix seconds: the time of the access recorded by `touch`.
     pub now: f64,
     /// Minimum final score.
@@ -80,7 +83,8 @@ pub struct Signals {
     pub relevance: f64,
     pub importance: f64,
     pub recency: f64,
-    /// Hours from the last access to the newest candidate's.
+    /// Hours from the last access to the newest candidate's (to `now` with
+    /// [`scoring::AgeFrom::Clock`]).
     pub age_hours: f64,
     /// The factor applied to the relevance.
     pub boost: f64,
@@ -331,11 +335,13 @@ impl Engine {
             }
             pool.push((id, slot, c));
         }
-        // Ages count from the newest candidate, not from the wall clock.
-        let newest = pool
-            .iter()
-            .map(|&(_, slot, _)| r.accessed_at(slot))
-            .fold(f64::NEG_INFINITY, f64::max);
+        let newest = match req.age_from {
+            scoring::AgeFrom::Clock => req.now,
+            scoring::AgeFrom::NewestCandidate => pool
+                .iter()
+                .map(|&(_, slot, _)| r.accessed_at(slot))
+                .fold(f64::NEG_INFINITY, f64::max),
+        };
         let mut scored: Vec<(u64, Signals)> = Vec::with_capacity(pool.len());
         for (id, slot, c) in pool {
             let s = slot as usize;

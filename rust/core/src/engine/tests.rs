@@ -40,6 +40,7 @@ fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> 
         fusion: Fusion::default(),
         weights: Weights::resolve(Some(1.0), None, None).unwrap(),
         rate: 0.0,
+        age_from: crate::scoring::AgeFrom::NewestCandidate,
         now: 100.0 * HOUR,
         threshold: None,
         min_similarity: None,
@@ -167,6 +168,16 @@ fn recency_and_boost_by_hand() {
     // Hits come best first, and no score exceeds its relevance.
     assert!(hits.scores.windows(2).all(|w| w[0] >= w[1]));
     assert!(hits.signals.iter().all(|s| s.score <= s.relevance + 1e-12));
+    // An explicit rate counts ages to `now` (100 h after record 1's last access).
+    r.rate = 0.01;
+    r.age_from = crate::scoring::AgeFrom::Clock;
+    r.now = 200.0 * HOUR;
+    let hits = e.search(&r).unwrap();
+    let by_id = |id: u64| hits.signals[hits.ids.iter().position(|&x| x == id).unwrap()];
+    let s = by_id(1);
+    assert!(close(s.age_hours, 100.0) && close(s.recency, (-0.01f64 * 100.0).exp()));
+    assert!(close(by_id(2).age_hours, 110.0));
+    assert!(close(by_id(3).recency, 1.0)); // evergreen: exempt
 }
 
 #[test]
