@@ -34,8 +34,8 @@ stored, no upkeep failure, no job left at the end.
 
     python benches/bench_agent_upkeep.py [--turns 200] [--llm-latency 2,0.5] [--json]
 
-About 4 minutes on 2 cores at the defaults (the inline runs wait about 60 s and 15 s
-for the LLM).
+About 6 minutes on 2 busy cores at the defaults (each mode calls the LLM 29 times per
+latency: 20 reflections, 9 consolidations; the inline runs wait about 60 s and 15 s for it).
 """
 
 from __future__ import annotations
