@@ -1,12 +1,14 @@
 """Pinned core memory (as Letta's blocks) on both backends: blocks persist and travel with
 JSONL, sit at the head of before()'s memory block within the token budget, are edited by the
 model through the OpenAI- and Anthropic-style loops, keep to their limits (a refused edit is
-reported to the model, never raised), and stay inside their scope."""
+reported to the model, never raised), and stay inside their scope; a shared block is one block
+for every agent of a user, and edits made at once (by two agents, or two threads) all land."""
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from memlane.agent import (
     MemoryTools,
     Reflection,
     SessionScope,
+    Shared,
     char_token_count,
 )
 from memlane.agent.core_memory import CORE, DEFAULT_BLOCK_LIMIT
@@ -80,7 +83,10 @@ def test_blocks_persist_across_reopen(make_store, word_embedder):
         assert core.define("human", limit=500).value == "Name: Alice.\nVegan."
         assert core.get("human").limit == 500
         assert core.define("persona").description == "who you are"  # kept unless given
-        assert mem.count(CORE) == 2
+        # One current record per block; each edit superseded it, the old values kept.
+        assert mem.count(CORE, filters={"valid_to": None}) == 2
+        human = [v.record.text for v in mem.history(core.get("human").id)]
+        assert human[:3] == ["human: ", "human: Name: Alice.", "human: Name: Alice.\nVegan."]
         core.set("human", "")
         assert core.get("human").value == ""
         assert '<human chars="0/500">' in core.render()
@@ -283,6 +289,140 @@ def test_tools_and_bad_input(make_store, word_embedder):
             AgentMemory(mem, core_memory={"bad label": 10})
         with pytest.raises(InvalidArgumentError, match="limit"):
             AgentMemory(mem, core_memory={"human": -1})
-        assert mem.count(CORE) == 1
+        assert mem.count(CORE, filters={"valid_to": None}) == 1
+    finally:
+        mem.close()
+
+
+SHARED = {"persona": 300, "human": Shared(300, by=("user_id",))}
+
+
+def test_a_shared_block_is_one_block_for_every_agent_of_a_user(make_store, word_embedder):
+    mem = make_store("shared", word_embedder)
+    try:
+        am_a, am_b = agent(mem, "a", core_memory=SHARED), agent(mem, "b", core_memory=SHARED)
+        ev_a, ev_b = am_a.event("telegram", 42), am_b.event("telegram", 42)
+        tools_a, tools_b = am_a.memory_tools(ev_a), am_b.memory_tools(ev_b)
+        hello = [{"role": "user", "content": "hello"}]
+
+        appended = tools_a.handle_tool_call(
+            "core_memory_append", {"label": "human", "content": "Alice is vegan."}
+        )
+        assert appended == {"ok": True, "label": "human", "chars": 15, "limit": 300}
+        tools_a.handle_tool_call("core_memory_append", {"label": "persona", "content": "I am A."})
+        # Agent B's next prompt holds A's edit of the shared block, not A's persona.
+        prompt_b = system_of(am_b.before(ev_b, hello))
+        assert '<human chars="15/300" shared_by="user_id">\nAlice is vegan.\n</human>' in prompt_b
+        assert "I am A." not in prompt_b and '<persona chars="0/300">' in prompt_b
+        # B's edit is A's at once.
+        args = {"label": "human", "old_content": "vegan", "new_content": "vegetarian"}
+        assert tools_b.handle_tool_call("core_memory_replace", args)["ok"]
+        assert am_a.core(ev_a).get("human").value == "Alice is vegetarian."  # type: ignore[union-attr]
+        assert "Alice is vegetarian." in system_of(am_a.before(ev_a, hello))
+
+        # Another user has a block of their own; the block is the user's, whoever reads it.
+        ev_other = am_a.event("telegram", 43)
+        assert am_a.core(ev_other).get("human").value == ""  # type: ignore[union-attr]
+        user = CoreMemory(mem, {"user_id": ev_a.fields["user_id"]})
+        assert user.get("human").value == "Alice is vegetarian."
+        assert mem.count(CORE, filters={"valid_to": None, "label": "human"}) == 2
+        # The history says which agent made each edit.
+        edits = mem.history(user.get("human").id)
+        assert [(v.by, v.record.text) for v in edits[1:]] == [
+            ("a", "human: Alice is vegan."),
+            ("b", "human: Alice is vegetarian."),
+        ]
+
+        # A namespace is never crossed; a scope without the fields cannot share.
+        tenant = CoreMemory(
+            mem, {**ev_a.fields, "namespace": "acme"}, shared={"human": ("user_id",)}
+        )
+        assert tenant.define("human").value == ""
+        with pytest.raises(InvalidArgumentError, match="has no \\['user_id'\\]"):
+            CoreMemory(mem, {"agent_id": "a"}, shared={"human": ("user_id",)})
+        with pytest.raises(InvalidArgumentError, match="scope fields"):
+            Shared(100, by=("team",))
+        with pytest.raises(InvalidArgumentError, match="limit"):
+            Shared(0)
+        with pytest.raises(InvalidArgumentError, match="shared by \\['user_id'\\], not"):
+            tenant.define("human", limit=Shared(100, by=("user_id", "world_id")))
+    finally:
+        mem.close()
+
+
+def test_two_agents_appending_at_once_both_land(make_store, word_embedder, monkeypatch):
+    mem = make_store("race", word_embedder)
+    try:
+        fields = {"user_id": "alice", "session_id": "s"}
+        share = {"human": Shared(500)}
+        cores = [CoreMemory(mem, {"agent_id": a, **fields}, shared=share) for a in "ab"]
+        for core in cores:
+            core.define("human", limit=share["human"])
+        # Both agents read the block before either writes: the later must not undo the first.
+        barrier = threading.Barrier(2, timeout=60)
+        waited = threading.local()
+        calls: list[str] = []
+        for name in ("supersede", "update"):
+            method = getattr(mem, name)
+
+            def wait_first(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
+                calls.append(_method.__name__)
+                if not getattr(waited, "done", False):
+                    waited.done = True
+                    barrier.wait()
+                return _method(*args, **kwargs)
+
+            monkeypatch.setattr(mem, name, wait_first)
+        errors: list[BaseException] = []
+
+        def append(core: CoreMemory, text: str) -> None:
+            try:
+                core.append("human", text)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [
+            threading.Thread(target=append, args=(cores[0], "Vegan.")),
+            threading.Thread(target=append, args=(cores[1], "Likes jazz.")),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert calls == ["supersede"] * 3  # one lost the race and was applied again
+        value = cores[0].get("human").value
+        assert sorted(value.split("\n")) == ["Likes jazz.", "Vegan."]
+        assert cores[1].get("human").value == value
+    finally:
+        mem.close()
+
+
+def test_threads_of_one_agent_never_lose_an_append(make_store, word_embedder):
+    mem = make_store("threads", word_embedder)
+    try:
+        core = CoreMemory(mem, {"agent_id": "helper"})
+        core.define("human", limit=1000)
+        errors: list[BaseException] = []
+
+        def append(worker: int) -> None:
+            try:
+                for i in range(5):
+                    CoreMemory(mem, {"agent_id": "helper"}).append("human", f"fact {worker}.{i}")
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=append, args=(w,)) for w in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        lines = core.get("human").value.split("\n")
+        assert sorted(lines) == sorted(f"fact {w}.{i}" for w in range(3) for i in range(5))
+        # Each thread's own appends stay in its order.
+        for w in range(3):
+            mine = [line for line in lines if line.startswith(f"fact {w}.")]
+            assert mine == [f"fact {w}.{i}" for i in range(5)]
     finally:
         mem.close()

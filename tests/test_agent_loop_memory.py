@@ -761,6 +761,8 @@ def test_anthropic_loop(mem):
         "recall",
         "forget",
         "search_knowledge",
+        "notes_append",
+        "notes_replace",
     }
     assert [r.text for r in result.report.stored] == ["I like jazz", "Jazz it is."]
     assert mem.list("memories", **alice.fields)[0].text == "Alice likes jazz"

@@ -65,7 +65,14 @@ def test_mcp_over_stdio(tmp_path):
     tools, remembered, coffee, tea, knowledge, bad, forget_bob, unknown = anyio.run(
         _session_run, store, calls
     )
-    assert set(tools) == {"remember", "recall", "forget", "search_knowledge"}
+    assert set(tools) == {
+        "remember",
+        "recall",
+        "forget",
+        "search_knowledge",
+        "notes_append",
+        "notes_replace",
+    }
     assert tools["remember"]["required"] == ["content"]
     result, is_error, structured = remembered
     assert result["ok"] and not is_error and structured == result

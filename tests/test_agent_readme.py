@@ -113,7 +113,7 @@ def test_core_memory(word_embedder, tmp_path, monkeypatch):
         assert (refused["limit"], refused["size"], refused["over"]) == (500, 33, 34)
         system = scope["messages"][0]["content"]
         assert system.index("I am a patient cooking assistant.") < system.index("Vegan.")
-        assert scope["human"] == "Vegan."
+        assert scope["human"] == scope["seen"] == "Vegan."  # one block for both agents
     finally:
         mem.close()
 
@@ -139,7 +139,11 @@ def test_long_term_notes(word_embedder, tmp_path, monkeypatch):
             "### USER.md",
             "[2026-04-01] Alice is vegan.",
         ]
-        assert mem.count("notes") == 3
+        # The appended entry, and "Lisbon" rewritten in two entries (old wording kept).
+        assert mem.count("notes", filters={"valid_to": None}) == 4
+        journal = (tmp_path / "notes-out" / "JOURNAL.md").read_text(encoding="utf-8")
+        assert "a trip to Porto." in journal and "Booked the Porto flight." in journal
+        assert "Lisbon" not in journal
         written = sorted(p.name for p in (tmp_path / "notes-out").iterdir())
         assert written == ["JOURNAL.md", "LEARNING.md", "MEMORY.md", "USER.md", "WORLD.md"]
         # The comment's figures are what the first import returns.

@@ -22,20 +22,39 @@ exported like any record, and still read and written as files:
 :func:`notes_context` is the long-term notes section of
 :func:`~memlane.agent.build_context`, with OrcBot's context limits
 (:data:`NOTE_LIMITS`).
+
+:class:`Notebook` lets the model write them, as Letta's core memory tools do
+for blocks: :meth:`~Notebook.append` adds a dated entry to a file,
+:meth:`~Notebook.replace` rewrites text in its entries (an entry left empty is
+removed). A file keeps within its limit: its size is what its entries take in
+the context (``[date] text`` lines, as :func:`notes_context` shows them), so
+a file within its limit is shown whole; an edit that would take it past the
+limit is refused with :class:`NoteLimitError`, saying by how much. A rewrite
+supersedes the entry (the old wording stays in the store's history) and keeps
+its date; two writers rewriting one entry at once both land, the later on the
+earlier's text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from memlane._memory import coerce, times
-from memlane.errors import InvalidArgumentError, NotFoundError, StorageError
+from memlane.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    StorageError,
+    UnknownIdError,
+)
 from memlane.records import SCOPE_FIELDS
 from memlane.scoping import exact_scope
 
@@ -43,7 +62,16 @@ if TYPE_CHECKING:
     from memlane._memory.store import MemoryStore
     from memlane.records import MemoryRecord
 
-__all__ = ["NOTES", "NOTE_FILES", "NOTE_LIMITS", "NotesMixin", "notes_context"]
+__all__ = [
+    "NOTES",
+    "NOTE_FILES",
+    "NOTE_LIMITS",
+    "NoteEdit",
+    "NoteLimitError",
+    "Notebook",
+    "NotesMixin",
+    "notes_context",
+]
 
 #: The table notes live in.
 NOTES = "notes"
@@ -193,11 +221,28 @@ def _scope(*given: str | None) -> dict[str, str | None]:
     return dict(zip(SCOPE_FIELDS, given, strict=True))
 
 
+def _current(flt: dict[str, Any]) -> dict[str, Any]:
+    """``flt`` and "not superseded": an entry rewritten by :meth:`Notebook.replace` keeps
+    its old wording as a superseded version, which is not part of the file."""
+    return {"$and": [flt, {"valid_to": None}]}
+
+
 def _notes(
     mem: MemoryStore, kind: str, fields: dict[str, Any], only: dict[str, Any]
 ) -> list[MemoryRecord]:
-    total = mem.count(NOTES, type=kind, filters=only, **fields)
-    return _ordered(mem.list(NOTES, limit=max(total, 1), type=kind, filters=only, **fields))
+    flt = _current(only)
+    total = mem.count(NOTES, type=kind, filters=flt, **fields)
+    return _ordered(mem.list(NOTES, limit=max(total, 1), type=kind, filters=flt, **fields))
+
+
+def _line(created_at: float, title: str, text: str) -> str:
+    """An entry as the context shows it (and as a file's size counts it)."""
+    stamp = times.stamp(created_at, "%Y-%m-%d")
+    return f"[{stamp}] {title + ': ' if title else ''}{' '.join(text.split())}"
+
+
+def _record_line(rec: MemoryRecord) -> str:
+    return _line(rec.created_at, str(rec.metadata.get("title") or ""), rec.text)
 
 
 class NotesMixin:
@@ -301,6 +346,20 @@ class NotesMixin:
         return stored
 
 
+def _check_limits(limits: object) -> dict[str, int]:
+    if not isinstance(limits, Mapping):
+        raise InvalidArgumentError(f"limits must be a {{kind: characters}} dict, got {limits!r}")
+    unknown = set(limits) - set(NOTE_LIMITS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown note kind(s) {sorted(map(str, unknown))}; kinds are {list(NOTE_LIMITS)}"
+        )
+    for kind, limit in limits.items():
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidArgumentError(f"limits[{kind!r}] must be an int >= 0, got {limit!r}")
+    return dict(limits)
+
+
 def notes_context(
     mem: MemoryStore, scope: Mapping[str, Any], limits: Mapping[str, int] = NOTE_LIMITS
 ) -> tuple[str, list[MemoryRecord]]:
@@ -312,17 +371,10 @@ def notes_context(
     journal is in each of its conversations; a user's profile only in that user's),
     never another agent's or user's.
     """
-    unknown = set(limits) - set(NOTE_LIMITS)
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown note kind(s) {sorted(map(str, unknown))}; kinds are {list(NOTE_LIMITS)}"
-        )
-    for kind, limit in limits.items():
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidArgumentError(f"limits[{kind!r}] must be an int >= 0, got {limit!r}")
+    _check_limits(limits)
     fields, only = exact_scope(mem, scope)
     broader = [{"$or": [{f: v}, {f: None}]} for f, v in fields.items()]
-    flt = {"$and": [only, *broader]} if broader else only
+    flt = _current({"$and": [only, *broader]} if broader else only)
     if not any(limits.values()) or not mem.count(NOTES, filters=flt):
         return "", []
     blocks, shown = ["## Long-term notes"], []
@@ -332,9 +384,7 @@ def notes_context(
             continue
         lines: list[str] = []
         for rec in mem.list(NOTES, limit=50, type=kind, filters=flt):  # newest first
-            stamp = times.stamp(rec.created_at, "%Y-%m-%d")
-            title = rec.metadata.get("title")
-            line = f"[{stamp}] {title + ': ' if title else ''}{' '.join(rec.text.split())}"
+            line = _record_line(rec)
             if len(line) + 1 > room:
                 if room > 2:
                     lines.append("…" + line[len(line) - room + 2 :])
@@ -346,3 +396,279 @@ def notes_context(
         if lines:
             blocks.append("\n".join([f"### {name}", *reversed(lines)]))
     return ("\n".join(blocks) if len(blocks) > 1 else ""), shown
+
+
+# -- the model's edits ------------------------------------------------------------------------
+
+#: Tries of an edit whose record other writers keep changing under it.
+_ATTEMPTS = 32
+
+
+def _latest(mem: MemoryStore, rec: MemoryRecord) -> MemoryRecord | None:
+    """The current version of ``rec`` (following its supersessions), None if deleted.
+
+    Read from the database, not the index (which shows another process's writes only
+    once it has followed them). A history read while another writer supersedes the
+    record may end at a version that writer just closed: it is read again."""
+    for _ in range(_ATTEMPTS):
+        try:
+            now = mem.get(rec.id)
+        except UnknownIdError:
+            return None
+        if now.current:
+            return now
+        versions = mem.history(rec.id)
+        last = versions[-1] if versions else None
+        if last is None or last.ended == "delete":
+            return None
+        if last.ended is None:
+            try:
+                found = mem.get(last.record.id)
+            except UnknownIdError:
+                continue  # deleted meanwhile: the next read says so
+            if found.current:
+                return found
+    return None
+
+
+def _rewrite(
+    mem: MemoryStore,
+    rec: MemoryRecord,
+    change: Callable[[MemoryRecord], tuple[str, dict[str, Any] | None] | None],
+    *,
+    keep_date: bool = False,
+    by: str | None = None,
+    gone: str | None = None,
+    find: Callable[[], MemoryRecord | None] | None = None,
+) -> MemoryRecord:
+    """Supersedes ``rec`` with ``change(rec)`` (its new text and metadata, None: no change),
+    and when another writer changed the record first, applies ``change`` again to the
+    version that writer left: the store refuses to supersede a version that is no longer
+    current (:class:`~memlane.errors.ConflictError`), so no edit overwrites another.
+    ``keep_date``: the new version keeps the record's ``created_at``; ``find``: reads
+    the current version again after a conflict (default: following the history).
+    Raises :class:`~memlane.errors.UnknownIdError` (saying ``gone``) if the record was
+    deleted meanwhile."""
+    for _ in range(_ATTEMPTS):
+        new = change(rec)
+        if new is None:
+            return rec
+        text, metadata = new
+        try:
+            at = rec.created_at if keep_date else None
+            return mem.supersede(rec.id, text, at=at, by=by, metadata=metadata)
+        except ConflictError:
+            pass
+        except InvalidArgumentError:
+            now = _latest(mem, rec)
+            if now is not None and now.id == rec.id:
+                raise  # the edit itself is refused, not a race
+        except UnknownIdError:
+            pass
+        latest = find() if find is not None else _latest(mem, rec)
+        if latest is None:
+            raise UnknownIdError(
+                gone or f"{rec.id!r} was deleted by another writer during the edit"
+            )
+        rec = latest
+    raise ConflictError(
+        f"{rec.id!r} was changed by other writers {_ATTEMPTS} times during one edit; "
+        "nothing of this edit was stored"
+    )
+
+
+class NoteLimitError(InvalidArgumentError):
+    """An edit would take a notes file past its limit (see :class:`Notebook`)."""
+
+    def __init__(self, file: str, limit: int, size: int, new_size: int) -> None:
+        self.file, self.limit, self.size, self.new_size = file, limit, size, new_size
+        super().__init__(
+            f"{file} is limited to {limit} characters (as its entries show in the context, "
+            f"dates included): it holds {size}, and the edit would make it {new_size}, "
+            f"{self.over} over; shorten what you add, or shorten or remove older entries "
+            "(replacing their text with nothing removes them)"
+        )
+
+    @property
+    def over(self) -> int:
+        """Characters past the limit."""
+        return self.new_size - self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class NoteEdit:
+    """What an edit did: the ``file``, its ``size`` after the edit and its ``limit`` (in
+    characters), the ``ids`` of the entries written, and for a replace the occurrences
+    ``replaced`` and the entries ``removed`` (left empty)."""
+
+    file: str
+    size: int
+    limit: int
+    ids: tuple[str, ...] = ()
+    replaced: int = 0
+    removed: int = 0
+
+
+def _content(value: object, name: str, *, empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a str, got {type(value).__name__}")
+    coerce.clean(value, name)
+    if not empty and not value.strip():
+        raise InvalidArgumentError(f"{name} must not be empty")
+    if any(line.startswith("## ") for line in value.splitlines()):
+        raise InvalidArgumentError(
+            f"{name} has a line starting with '## ', which would start a new entry of the "
+            "file; write it without the heading"
+        )
+    return value
+
+
+def _words(text: str) -> re.Pattern[str]:
+    """Matches ``text`` with any whitespace between its words: the context shows an entry
+    with its whitespace collapsed, and the model quotes what it sees."""
+    return re.compile(r"\s+".join(map(re.escape, text.split())))
+
+
+class Notebook:
+    """OrcBot's long-term files of one scope (see :mod:`memlane.notes`), written entry by
+    entry, each file within its limit.
+
+    Args:
+        memory: the store.
+        scope: the scope the notes belong to, exactly (as
+            :meth:`~NotesMixin.import_notes` takes it); notes of broader scopes are
+            shown in the context but not edited here.
+        limits: characters per kind (:data:`NOTE_LIMITS`, as :func:`notes_context`);
+            a kind left out (or 0) cannot be written.
+        clock: unix seconds now, the date of an appended entry (default
+            :func:`time.time`).
+    """
+
+    def __init__(
+        self,
+        memory: MemoryStore,
+        scope: Mapping[str, Any] | None = None,
+        *,
+        limits: Mapping[str, int] = NOTE_LIMITS,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if clock is not None and not callable(clock):
+            raise InvalidArgumentError("clock must be a callable returning unix seconds")
+        self.memory = memory
+        self.scope, self._only = exact_scope(memory, scope or {})
+        self.limits = _check_limits(limits)
+        self.clock: Callable[[], float] = clock or time.time
+
+    @staticmethod
+    def file(file: object) -> tuple[str, str]:
+        """``(file name, kind)`` of a file given by its name (``"USER.md"``) or kind
+        (``"user"``); raises :class:`~memlane.errors.InvalidArgumentError` for another."""
+        for name, kind in NOTE_FILES.items():
+            if file in (name, kind):
+                return name, kind
+        raise InvalidArgumentError(
+            f"unknown notes file {str(file)[:80]!r}; files are {list(NOTE_FILES)}"
+        )
+
+    def entries(self, file: str) -> list[MemoryRecord]:
+        """The entries of ``file`` in this scope, in the file's order."""
+        return _notes(self.memory, self.file(file)[1], self.scope, self._only)
+
+    def size(self, file: str) -> int:
+        """Characters ``file``'s entries take in the context (what its limit bounds)."""
+        return _size(self.entries(file))
+
+    def limit(self, file: str) -> int:
+        """``file``'s limit in characters."""
+        return self.limits.get(self.file(file)[1], 0)
+
+    def append(self, file: str, content: str) -> NoteEdit:
+        """Adds ``content`` to ``file`` as a new entry dated now.
+
+        Raises :class:`NoteLimitError` if the file would go past its limit. Two appends
+        at once may each see the room the other takes: the file can then go over by
+        one entry, and the context shows its newest entries within the limit."""
+        name, kind = self.file(file)
+        text = _content(content, "content").strip()
+        now = coerce.timestamp(self.clock(), "clock()")
+        current = _notes(self.memory, kind, self.scope, self._only)
+        size, limit = _size(current), self.limits.get(kind, 0)
+        new_size = size + len(_line(now, "", text)) + 1
+        if new_size > limit:
+            raise NoteLimitError(name, limit, size, new_size)
+        position = max((int(r.metadata.get("position", 0)) for r in current), default=-1) + 1
+        rec = self.memory.add(
+            text,
+            table=NOTES,
+            type=kind,
+            metadata={"file": name, "title": "", "position": position},
+            created_at=now,
+            **self.scope,
+        )
+        return NoteEdit(name, new_size, limit, (rec.id,))
+
+    def replace(self, file: str, old_content: str, new_content: str) -> NoteEdit:
+        """Replaces every occurrence of ``old_content`` in ``file``'s entries with
+        ``new_content`` (as :meth:`~memlane.agent.CoreMemory.replace`); whitespace
+        matches any whitespace. An entry left empty is removed; the others keep their
+        date (the old wording stays in the store's history).
+
+        Raises :class:`~memlane.errors.UnknownIdError` if ``old_content`` is in no
+        entry, :class:`NoteLimitError` if the edit would take the file past its limit
+        (an edit that shrinks the file is always allowed)."""
+        name, kind = self.file(file)
+        old = _content(old_content, "old_content")
+        new = _content(new_content, "new_content", empty=True)
+        current = _notes(self.memory, kind, self.scope, self._only)
+        longest = max((len(" ".join(r.text.split())) for r in current), default=0)
+        pattern = _words(old) if len(" ".join(old.split())) <= longest else None
+        texts: dict[str, str] = {}
+        replaced = 0
+        for rec in current if pattern is not None else []:
+            assert pattern is not None
+            text, n = pattern.subn(lambda _: new, rec.text)
+            if n:
+                texts[rec.id], replaced = text.strip(), replaced + n
+        if pattern is None or not replaced:
+            raise UnknownIdError(
+                f"old_content {old[:80]!r} is not in {name}; it must match the text of an "
+                "entry exactly (without its [date] or title)"
+            )
+        size, limit = _size(current), self.limits.get(kind, 0)
+        new_size = sum(
+            len(_line(r.created_at, str(r.metadata.get("title") or ""), texts.get(r.id, r.text)))
+            + 1
+            for r in current
+            if texts.get(r.id, r.text)
+        )
+        if new_size > limit and new_size > size:
+            raise NoteLimitError(name, limit, size, new_size)
+        by = self.scope.get("agent_id")
+        ids: list[str] = []
+        removed = 0
+
+        def change(rec: MemoryRecord) -> tuple[str, dict[str, Any] | None] | None:
+            # Applied again to what a concurrent writer left: its change is kept.
+            text = pattern.sub(lambda _: new, rec.text).strip()
+            return None if not text or text == rec.text else (text, None)
+
+        for rec in current:
+            if rec.id not in texts:
+                continue
+            if not texts[rec.id]:
+                latest = _latest(self.memory, rec)
+                if latest is not None:
+                    with contextlib.suppress(UnknownIdError):  # another writer removed it first
+                        self.memory.delete(latest.id)
+                removed += 1
+                continue
+            with contextlib.suppress(UnknownIdError):  # another writer removed the entry
+                ids.append(_rewrite(self.memory, rec, change, keep_date=True, by=by).id)
+        return NoteEdit(name, self.size(name), limit, tuple(ids), replaced, removed)
+
+    def __repr__(self) -> str:
+        return f"Notebook(scope={self.scope!r})"
+
+
+def _size(records: list[MemoryRecord]) -> int:
+    return sum(len(_record_line(r)) + 1 for r in records)

@@ -39,7 +39,7 @@ from memlane.agent.context import (
     default_token_counter,
     thread_context,
 )
-from memlane.agent.core_memory import CORE, Block, CoreMemory, CoreMemoryLimitError
+from memlane.agent.core_memory import CORE, Block, CoreMemory, CoreMemoryLimitError, Shared
 from memlane.agent.daily import DAILY, DailyLog
 from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
 from memlane.agent.loop import (
@@ -99,6 +99,7 @@ __all__ = [
     "ReflectionReport",
     "ScopeMode",
     "SessionScope",
+    "Shared",
     "TurnReport",
     "TurnResult",
     "UpkeepResult",

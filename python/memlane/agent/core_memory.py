@@ -18,19 +18,41 @@ the ``core_memory_append`` and ``core_memory_replace`` tools.
 An edit that would take a block past its limit is refused with
 :class:`CoreMemoryLimitError`, which says the limit, the block's size and how
 far over the edit would go, so the model can shorten or replace content.
+
+A block can be shared by several agents, as Letta's shared blocks: declared
+``shared={"human": ("user_id",)}`` (or ``AgentMemory(core_memory={"human":
+Shared(2000, by=("user_id",))})``), block ``human`` is kept in the scope made of
+the ``user_id`` alone (and the ``namespace``, when the scope has one: tenants
+never share), so every agent of that user reads and edits one block, and sees
+another's edit at its next read. An edit supersedes the block's record (the
+old value stays in :meth:`~memlane.Memory.history`, with the editing agent as
+``by``); the store refuses to supersede a version that is no longer current,
+so when two agents edit at once the later edit is applied again to what the
+first left, and neither is lost.
+
+>>> human = Shared(2000, by=("user_id",))                                       # doctest: +SKIP
+>>> a = CoreMemory(mem, {"agent_id": "a", "user_id": "alice"}, shared={"human": human})
+>>> b = CoreMemory(mem, {"agent_id": "b", "user_id": "alice"}, shared={"human": human})
+>>> a.define("human", limit=human); a.append("human", "Vegan.")             # doctest: +SKIP
+>>> b.get("human").value                                                    # doctest: +SKIP
+'Vegan.'
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane.agent.checks import _int
-from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.notes import _ATTEMPTS, _latest, _rewrite
+from memlane.records import SCOPE_FIELDS
 from memlane.scoping import exact_scope
 
 if TYPE_CHECKING:
@@ -44,6 +66,7 @@ __all__ = [
     "Block",
     "CoreMemory",
     "CoreMemoryLimitError",
+    "Shared",
 ]
 
 #: The table blocks live in.
@@ -119,6 +142,43 @@ class Block:
     description: str = ""
     id: str = ""
     updated_at: float = 0.0
+    #: The scope fields a shared block is kept by (empty: the block is the scope's own).
+    shared: tuple[str, ...] = ()
+
+
+def _fields(by: object) -> tuple[str, ...]:
+    fields = (by,) if isinstance(by, str) else by
+    if (
+        not isinstance(fields, Sequence)
+        or not fields
+        or any(f not in SCOPE_FIELDS for f in fields)
+        or len(set(fields)) != len(fields)
+    ):
+        raise InvalidArgumentError(
+            f"a shared block is kept by one or more distinct scope fields of {list(SCOPE_FIELDS)}, "
+            f"got {by!r}"
+        )
+    return tuple(fields)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Shared:
+    """A core memory block's limit that also shares the block: kept in the scope made of
+    the ``by`` fields of each agent's scope (and its ``namespace``, when it has one), so
+    every agent whose scope has the same values sees and edits one block.
+
+    ``AgentMemory(core_memory={"persona": 2000, "human": Shared(2000, by=("user_id",))})``:
+    each agent its own ``persona``, one ``human`` per user for all agents. Agents sharing
+    a block should give it the same limit (each sets it when it defines the block).
+    """
+
+    limit: int
+    by: tuple[str, ...]
+
+    def __init__(self, limit: int = DEFAULT_BLOCK_LIMIT, *, by: Sequence[str] = ("user_id",)):
+        _int(limit, "limit", 1)
+        object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "by", _fields(by))
 
 
 def _label(label: object) -> str:
@@ -144,24 +204,64 @@ class CoreMemory:
         scope: the scope fields the blocks belong to (e.g. ``{"agent_id": "helper"}``,
             or an event's ``fields`` for an agent's blocks per user).
         table: where blocks live.
+        shared: ``{label: fields}`` (or ``{label: Shared(...)}``): the blocks kept not in
+            ``scope`` but in the part of it these fields (and its ``namespace``) make up,
+            so every CoreMemory whose scope has the same values sees and edits the same
+            block, e.g. ``{"human": ("user_id",)}`` for one ``human`` block per user.
     """
 
     def __init__(
-        self, memory: Memory, scope: Mapping[str, str] | None = None, *, table: str = CORE
+        self,
+        memory: Memory,
+        scope: Mapping[str, str] | None = None,
+        *,
+        table: str = CORE,
+        shared: Mapping[str, Sequence[str] | Shared] | None = None,
     ) -> None:
         self.memory = memory
         self.scope, self._only = exact_scope(memory, scope or {})
         self.table = table
+        self._shared: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self.shared: dict[str, tuple[str, ...]] = {}
+        if shared is not None and not isinstance(shared, Mapping):
+            raise InvalidArgumentError(f"shared must be a {{label: fields}} dict, got {shared!r}")
+        for label, by in (shared or {}).items():
+            self._share(_label(label), by.by if isinstance(by, Shared) else _fields(by))
+
+    def _share(self, label: str, by: tuple[str, ...]) -> None:
+        if self.shared.get(label, by) != by:
+            raise InvalidArgumentError(
+                f"core memory block {label!r} is shared by {list(self.shared[label])}, "
+                f"not {list(by)}"
+            )
+        missing = [f for f in by if self.scope.get(f) is None]
+        if missing:
+            raise InvalidArgumentError(
+                f"core memory block {label!r} is shared by {list(by)}, but the scope "
+                f"{self.scope} has no {missing}: it would be shared by everyone"
+            )
+        keyed = {f: self.scope[f] for f in by}
+        if self.scope.get("namespace") is not None:  # tenants never share
+            keyed.setdefault("namespace", self.scope["namespace"])
+        self._shared[label] = exact_scope(self.memory, keyed)
+        self.shared[label] = by
 
     @staticmethod
     def check(label: object, limit: object) -> None:
         """Raises :class:`~memlane.errors.InvalidArgumentError` unless ``label`` is a block
-        label (a letter or _, then up to 63 letters, digits or _) and ``limit`` an int >= 1."""
+        label (a letter or _, then up to 63 letters, digits or _) and ``limit`` an int >= 1
+        (or a :class:`Shared`)."""
         _label(label)
-        _int(limit, "limit", 1)
+        if not isinstance(limit, Shared):
+            _int(limit, "limit", 1)
+
+    def _where(self, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The scope block ``label`` lives in, and the filter matching it exactly."""
+        return self._shared.get(label, (self.scope, self._only))
 
     def _id(self, label: str) -> str:
-        key = json.dumps([self.table, sorted(self.scope.items()), label])
+        scope = self._where(label)[0]
+        key = json.dumps([self.table, sorted(scope.items()), label])
         return "core-" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
     def _block(self, rec: MemoryRecord) -> Block:
@@ -173,11 +273,22 @@ class CoreMemory:
             str(rec.metadata.get("description", "")),
             rec.id,
             rec.updated_at,
+            self.shared.get(label, ()),
         )
 
     def _record(self, label: str) -> MemoryRecord | None:
+        """The current version of block ``label`` (an edit supersedes the block)."""
+        scope, only = self._where(label)
+        flt = {"$and": [only, {"label": label}, {"valid_to": None}]}
+        for rec in self.memory.list(
+            self.table, limit=4, order="asc", type=_TYPE, filters=flt, **scope
+        ):
+            latest = _latest(self.memory, rec)
+            if latest is not None:
+                return latest
+        # The index may not show yet what another process just wrote: the database decides.
         rid = self._id(label)
-        return self.memory.get(rid) if rid in self.memory else None
+        return _latest(self.memory, self.memory.get(rid)) if rid in self.memory else None
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -191,10 +302,22 @@ class CoreMemory:
         return self._block(rec)
 
     def blocks(self) -> list[Block]:
-        """Every block of the scope, in the order they were defined."""
-        recs = self.memory.list(
-            self.table, limit=1000, order="asc", type=_TYPE, filters=self._only, **self.scope
-        )
+        """Every block of the scope (its shared ones included), in the order they were
+        defined."""
+        recs = [
+            r
+            for r in self.memory.list(
+                self.table,
+                limit=1000,
+                order="asc",
+                type=_TYPE,
+                filters={"$and": [self._only, {"valid_to": None}]},
+                **self.scope,
+            )
+            if r.metadata.get("label") not in self._shared
+        ]
+        recs += [r for label in self._shared if (r := self._record(label)) is not None]
+        recs.sort(key=lambda r: float(r.metadata.get("defined_at", r.created_at)))
         return [self._block(r) for r in recs]
 
     def labels(self) -> list[str]:
@@ -203,10 +326,12 @@ class CoreMemory:
 
     def render(self) -> str:
         """The blocks as the model sees them: each with its size and limit, so the model
-        knows how much room is left."""
+        knows how much room is left (and a shared one with what it is shared by)."""
         parts = ["## Core memory (always shown; edit with core_memory_append / _replace)"]
         for b in self.blocks():
             about = f' description="{b.description}"' if b.description else ""
+            if b.shared:
+                about += f' shared_by="{",".join(b.shared)}"'
             parts.append(
                 f'<{b.label} chars="{len(b.value)}/{b.limit}"{about}>\n{b.value}\n</{b.label}>'
             )
@@ -219,80 +344,141 @@ class CoreMemory:
         label: str,
         value: str = "",
         *,
-        limit: int = DEFAULT_BLOCK_LIMIT,
+        limit: int | Shared = DEFAULT_BLOCK_LIMIT,
         description: str | None = None,
     ) -> Block:
         """Creates block ``label`` holding ``value``, or, if it exists, sets its limit (and
         its description, when given) and keeps its value (so defining the blocks at every
-        start is safe).
+        start is safe). A :class:`Shared` limit also declares the block shared, as
+        ``shared=`` does.
 
         Raises :class:`CoreMemoryLimitError` if the value (new or kept) is over ``limit``.
         """
         self.check(label, limit)
+        if isinstance(limit, Shared):
+            self._share(label, limit.by)
+            limit = limit.limit
         _text(value, "value")
         if description is not None:
             _text(description, "description")
-        rec = self._record(label)
-        block = None if rec is None else self._block(rec)
-        current = value if block is None else block.value
-        if len(current) > limit:
-            raise CoreMemoryLimitError(label, limit, len(current), len(current))
-        if description is None:
-            description = "" if block is None else block.description
-        meta = {"label": label, "limit": limit, "description": description}
-        if rec is None:
-            rec = self.memory.add(
-                f"{label}: {value}",
-                table=self.table,
-                type=_TYPE,
-                metadata=meta,
-                evergreen=True,
-                id=self._id(label),
-                **self.scope,
-            )
-        elif rec.metadata != meta:
-            rec = self.memory.update(rec.id, metadata=meta)
-        return self._block(rec)
+        for _ in range(_ATTEMPTS):
+            rec = self._record(label)
+            if rec is not None:
+                break
+            if len(value) > limit:
+                raise CoreMemoryLimitError(label, limit, len(value), len(value))
+            rid = self._id(label)
+            scope = self._where(label)[0]
+            meta = {
+                "label": label,
+                "limit": limit,
+                "description": description or "",
+                "defined_at": time.time(),
+            }
+            try:
+                rec = self.memory.add(
+                    f"{label}: {value}",
+                    table=self.table,
+                    type=_TYPE,
+                    metadata=meta,
+                    evergreen=True,
+                    id=None if rid in self.memory else rid,
+                    **scope,
+                )
+            except MemlaneError:
+                if self._record(label) is None:
+                    raise
+                continue  # another agent defined it first: theirs is kept
+            return self._block(rec)
+        else:
+            raise ConflictError(f"core memory block {label!r} kept being defined and deleted")
+
+        def change(rec: MemoryRecord) -> tuple[str, dict[str, Any] | None] | None:
+            block = self._block(rec)
+            if len(block.value) > limit:
+                raise CoreMemoryLimitError(label, limit, len(block.value), len(block.value))
+            about = block.description if description is None else description
+            meta = {**rec.metadata, "limit": limit, "description": about}
+            return None if meta == rec.metadata else (rec.text, meta)
+
+        return self._block(self._rewrite(rec, change))
 
     def set(self, label: str, value: str) -> Block:
         """Replaces the value of block ``label`` (within its limit)."""
-        block = self.get(label)
-        return self._write(block, _text(value, "value"))
+        value = _text(value, "value")
+        return self._edit(label, lambda block: value)
 
     def append(self, label: str, content: str) -> Block:
         """Adds ``content`` to block ``label``, on a new line (within its limit)."""
-        block = self.get(label)
         content = _text(content, "content")
         if not content.strip():
             raise InvalidArgumentError("content must not be empty")
-        return self._write(block, f"{block.value}\n{content}" if block.value else content)
+        return self._edit(label, lambda b: f"{b.value}\n{content}" if b.value else content)
 
     def replace(self, label: str, old_content: str, new_content: str) -> Block:
         """Replaces every occurrence of ``old_content`` in block ``label`` with
         ``new_content`` (as Letta's ``core_memory_replace``); raises
         :class:`~memlane.errors.UnknownIdError` if ``old_content`` is not in it."""
-        block = self.get(label)
         old = _text(old_content, "old_content")
         new = _text(new_content, "new_content")
         if not old:
             raise InvalidArgumentError("old_content must not be empty")
-        if old not in block.value:
-            raise UnknownIdError(
-                f"old_content {old[:80]!r} is not in core memory block {label!r}; "
-                "it must match the block's text exactly"
-            )
-        return self._write(block, block.value.replace(old, new))
+
+        def replaced(block: Block) -> str:
+            if old not in block.value:
+                raise UnknownIdError(
+                    f"old_content {old[:80]!r} is not in core memory block {label!r}; "
+                    "it must match the block's text exactly"
+                )
+            return block.value.replace(old, new)
+
+        return self._edit(label, replaced)
 
     def delete(self, label: str) -> None:
-        """Removes block ``label``."""
-        self.memory.delete(self.get(label).id)
+        """Removes block ``label`` (with the versions its edits left)."""
+        self.get(label)
+        scope, only = self._where(label)
+        flt = {"$and": [only, {"label": label}]}
+        total = self.memory.count(self.table, type=_TYPE, filters=flt, **scope)
+        for rec in self.memory.list(
+            self.table, limit=max(total, 1), type=_TYPE, filters=flt, **scope
+        ):
+            with contextlib.suppress(UnknownIdError):  # another agent deleted it first
+                self.memory.delete(rec.id)
 
-    def _write(self, block: Block, value: str) -> Block:
-        if len(value) > block.limit:
-            raise CoreMemoryLimitError(block.label, block.limit, len(block.value), len(value))
-        if value == block.value:
-            return block
-        return self._block(self.memory.update(block.id, text=f"{block.label}: {value}"))
+    def _edit(self, label: str, value_of: Callable[[Block], str]) -> Block:
+        """Block ``label`` with ``value_of(block)`` as its value. The edit supersedes the
+        block's record; if another agent edited the block meanwhile, ``value_of`` is
+        applied again to what it left, so neither edit is lost."""
+        rec = self._record(_label(label))
+        if rec is None:
+            self.get(label)  # raises, naming the blocks there are
+
+        def change(rec: MemoryRecord) -> tuple[str, dict[str, Any] | None] | None:
+            block = self._block(rec)
+            value = value_of(block)
+            if len(value) > block.limit:
+                raise CoreMemoryLimitError(label, block.limit, len(block.value), len(value))
+            return None if value == block.value else (f"{label}: {value}", None)
+
+        assert rec is not None
+        return self._block(self._rewrite(rec, change))
+
+    def _rewrite(
+        self,
+        rec: MemoryRecord,
+        change: Callable[[MemoryRecord], tuple[str, dict[str, Any] | None] | None],
+    ) -> MemoryRecord:
+        label = str(rec.metadata.get("label"))
+        return _rewrite(
+            self.memory,
+            rec,
+            change,
+            by=self.scope.get("agent_id"),
+            gone=f"core memory block {label!r} was deleted during the edit",
+            find=lambda: self._record(label),
+        )
 
     def __repr__(self) -> str:
-        return f"CoreMemory(scope={self.scope!r}, table={self.table!r})"
+        shared = f", shared={self.shared!r}" if self.shared else ""
+        return f"CoreMemory(scope={self.scope!r}, table={self.table!r}{shared})"

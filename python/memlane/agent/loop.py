@@ -65,7 +65,7 @@ from memlane.agent.callers import Caller, _sync_caller, _thread_caller
 from memlane.agent.checks import _int, _time
 from memlane.agent.consolidation import add_short_term, sync_memory
 from memlane.agent.context import Context, build_context, default_token_counter
-from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory
+from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory, Shared
 from memlane.agent.daily import DailyLog, _DailyLogger
 from memlane.agent.limits import Limits, fit, split_text, store_message
 from memlane.agent.llm import LLM, AsyncLLM
@@ -184,8 +184,10 @@ class AgentMemory(_LoopHost):
         context: more keyword arguments for :func:`build_context`
             (``budget``, ``inject_limit``, ``min_score``, ...).
         core_memory: pinned core memory blocks per scope (event ``fields``): True for
-            ``persona`` and ``human`` of 2,000 characters each, or ``{label: limit}``;
-            always in the memory block, their tokens taken from ``max_tokens``.
+            ``persona`` and ``human`` of 2,000 characters each, or ``{label: limit}``
+            (a :class:`~memlane.agent.Shared` limit: one block for every
+            agent of the same user); always in the memory block, their tokens taken
+            from ``max_tokens``.
         clock: unix seconds now (default :func:`time.time`).
         upkeep: ``"background"`` (the default): reflection, consolidation, daily logs,
             profile updates, eviction and step summaries run on a background worker,
@@ -217,7 +219,7 @@ class AgentMemory(_LoopHost):
         table: str = "memories",
         context: Mapping[str, Any] | None = None,
         clock: Callable[[], float] | None = None,
-        core_memory: bool | Mapping[str, int] = False,
+        core_memory: bool | Mapping[str, int | Shared] = False,
         upkeep: UpkeepMode = "background",
         on_upkeep: Callable[[UpkeepResult], None] | None = None,
     ) -> None:
@@ -251,6 +253,7 @@ class AgentMemory(_LoopHost):
             )
         if clock is not None and not callable(clock):
             raise InvalidArgumentError("clock must be a callable returning unix seconds")
+        blocks: dict[str, int | Shared]
         if isinstance(core_memory, bool):
             blocks = dict(DEFAULT_BLOCKS) if core_memory else {}
         elif isinstance(core_memory, Mapping) and core_memory:
@@ -338,7 +341,8 @@ class AgentMemory(_LoopHost):
         self._check_event(event)
         if not self.core_blocks:
             return None
-        core = CoreMemory(self.memory, event.fields)
+        shared = {k: v for k, v in self.core_blocks.items() if isinstance(v, Shared)}
+        core = CoreMemory(self.memory, event.fields, shared=shared)
         key = tuple(sorted(core.scope.items()))
         if key not in self._core_ready:
             for label, limit in self.core_blocks.items():

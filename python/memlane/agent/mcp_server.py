@@ -2,9 +2,10 @@
 
 Uses the official MCP Python SDK (``pip install "memlane[mcp]"``). The tools
 are those of :class:`~memlane.agent.MemoryTools` (``remember``, ``recall``,
-``forget``, ``search_knowledge``) with the same JSON schemas; each result is
-the dispatcher's JSON, as text and as structured content, with ``isError``
-set when ``ok`` is false.
+``forget``, ``search_knowledge``, and ``notes_append`` / ``notes_replace`` for
+the long-term notes of the scope, see :class:`~memlane.notes.Notebook`) with
+the same JSON schemas; each result is the dispatcher's JSON, as text and as
+structured content, with ``isError`` set when ``ok`` is false.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memlane.agent.tools import TOOL_SCHEMAS, MemoryTools, json_copy
+from memlane.agent.tools import MemoryTools, json_copy
 from memlane.errors import MemlaneError
+from memlane.notes import Notebook
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -39,17 +41,23 @@ def _sdk() -> tuple[Any, Any, Any]:
 
 
 def build_server(
-    memory: Memory, scope: Mapping[str, str] | None = None, *, name: str = "memlane"
+    memory: Memory,
+    scope: Mapping[str, str] | None = None,
+    *,
+    name: str = "memlane",
+    notes: bool = True,
 ) -> Any:
-    """A low-level MCP ``Server`` whose tools run on ``memory`` in ``scope``."""
+    """A low-level MCP ``Server`` whose tools run on ``memory`` in ``scope``; ``notes``:
+    offer the long-term notes tools (writing the notes of exactly ``scope``)."""
     server_cls, types, anyio = _sdk()
-    tools = MemoryTools(memory, scope)
+    notebook = Notebook(memory, scope) if notes else None
+    tools = MemoryTools(memory, scope, notes=notebook)
 
     async def list_tools(ctx: Any, params: Any) -> Any:
         return types.ListToolsResult(
             tools=[
                 types.Tool(name=n, description=desc, input_schema=json_copy(schema))
-                for n, (desc, schema) in TOOL_SCHEMAS.items()
+                for n, (desc, schema) in tools.schemas().items()
             ]
         )
 

@@ -5,6 +5,12 @@
 >>> tools.handle_tool_call("recall", '{"query": "coffee"}')       # doctest: +SKIP
 {'ok': True, 'memories': [...]}
 
+With ``core=`` (a :class:`~memlane.agent.CoreMemory`) the model also edits its core
+memory blocks (``core_memory_append``, ``core_memory_replace``); with ``notes=`` (a
+:class:`~memlane.notes.Notebook`) it writes its long-term notes, OrcBot's
+``JOURNAL.md``, ``LEARNING.md``, ``USER.md``, ``WORLD.md`` and ``MEMORY.md``
+(``notes_append``, ``notes_replace``), each file within its limit.
+
 :meth:`MemoryTools.handle_tool_call` never raises into the agent loop: bad
 arguments, unknown tools and store errors come back as
 ``{"ok": False, "error": {"type": ..., "message": ...}}``, which the model can
@@ -20,12 +26,20 @@ from typing import TYPE_CHECKING, Any
 
 from memlane.agent.core_memory import CORE_TOOL_SCHEMAS, CoreMemory, CoreMemoryLimitError
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.notes import NOTE_FILES, Notebook, NoteEdit, NoteLimitError
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
     from memlane.records import MemoryRecord
 
-__all__ = ["MEMORY_TYPES", "TOOL_SCHEMAS", "MemoryTools", "anthropic_tools", "openai_tools"]
+__all__ = [
+    "MEMORY_TYPES",
+    "NOTES_TOOL_SCHEMAS",
+    "TOOL_SCHEMAS",
+    "MemoryTools",
+    "anthropic_tools",
+    "openai_tools",
+]
 
 #: The memory types the tools offer.
 MEMORY_TYPES = ("semantic", "episodic", "procedural")
@@ -96,28 +110,74 @@ TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _schemas(core: bool) -> dict[str, tuple[str, dict[str, Any]]]:
-    return {**TOOL_SCHEMAS, **CORE_TOOL_SCHEMAS} if core else TOOL_SCHEMAS
+_FILE = {
+    "type": "string",
+    "enum": list(NOTE_FILES),
+    "description": "JOURNAL.md: what you did; LEARNING.md: what you learned; USER.md: about "
+    "the user; WORLD.md: about the world around you; MEMORY.md: lasting facts.",
+}
+
+#: name -> (description, JSON schema of the arguments): the long-term notes tools.
+NOTES_TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
+    "notes_append": (
+        "Add a dated entry to one of your long-term notes files (shown to you under "
+        "'Long-term notes' in every conversation). Each file has a character limit.",
+        {
+            "type": "object",
+            "properties": {
+                "file": _FILE,
+                "content": {"type": "string", "minLength": 1, "description": "The entry."},
+            },
+            "required": ["file", "content"],
+            "additionalProperties": False,
+        },
+    ),
+    "notes_replace": (
+        "Rewrite text in one of your long-term notes files: every occurrence of old_content "
+        "becomes new_content (an empty new_content deletes it; an entry left empty is "
+        "removed). Use it to correct notes or to make room in a full file.",
+        {
+            "type": "object",
+            "properties": {
+                "file": _FILE,
+                "old_content": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Exact text of an entry, without its [date].",
+                },
+                "new_content": {"type": "string"},
+            },
+            "required": ["file", "old_content", "new_content"],
+            "additionalProperties": False,
+        },
+    ),
+}
 
 
-def openai_tools(core: bool = False) -> list[dict[str, Any]]:
+def _schemas(core: bool, notes: bool = False) -> dict[str, tuple[str, dict[str, Any]]]:
+    out = {**TOOL_SCHEMAS, **CORE_TOOL_SCHEMAS} if core else dict(TOOL_SCHEMAS)
+    return {**out, **NOTES_TOOL_SCHEMAS} if notes else out
+
+
+def openai_tools(core: bool = False, notes: bool = False) -> list[dict[str, Any]]:
     """The tools in OpenAI's chat-completions ``tools`` format (``core``: with the core
-    memory tools, see :mod:`~memlane.agent.core_memory`)."""
+    memory tools, see :mod:`~memlane.agent.core_memory`; ``notes``: with the long-term
+    notes tools, see :mod:`memlane.notes`)."""
     return [
         {
             "type": "function",
             "function": {"name": name, "description": desc, "parameters": json_copy(schema)},
         }
-        for name, (desc, schema) in _schemas(core).items()
+        for name, (desc, schema) in _schemas(core, notes).items()
     ]
 
 
-def anthropic_tools(core: bool = False) -> list[dict[str, Any]]:
-    """The tools in Anthropic's Messages API ``tools`` format (``core`` as in
-    :func:`openai_tools`)."""
+def anthropic_tools(core: bool = False, notes: bool = False) -> list[dict[str, Any]]:
+    """The tools in Anthropic's Messages API ``tools`` format (``core`` and ``notes`` as
+    in :func:`openai_tools`)."""
     return [
         {"name": name, "description": desc, "input_schema": json_copy(schema)}
-        for name, (desc, schema) in _schemas(core).items()
+        for name, (desc, schema) in _schemas(core, notes).items()
     ]
 
 
@@ -243,6 +303,8 @@ class MemoryTools:
         default_limit: ``recall`` and ``search_knowledge`` results when the model gives none.
         core: core memory blocks the model edits with ``core_memory_append`` and
             ``core_memory_replace`` (offered only when given).
+        notes: long-term notes the model writes with ``notes_append`` and
+            ``notes_replace`` (offered only when given).
     """
 
     def __init__(
@@ -255,9 +317,12 @@ class MemoryTools:
         unique: bool = True,
         default_limit: int = 5,
         core: CoreMemory | None = None,
+        notes: Notebook | None = None,
     ) -> None:
         if core is not None and not isinstance(core, CoreMemory):
             raise InvalidArgumentError(f"core must be a CoreMemory, got {core!r}")
+        if notes is not None and not isinstance(notes, Notebook):
+            raise InvalidArgumentError(f"notes must be a Notebook, got {notes!r}")
         self.memory = memory
         # Any: passed as **kwargs to calls whose other keywords have other types.
         self.scope: dict[str, Any] = dict(scope or {})
@@ -266,18 +331,23 @@ class MemoryTools:
         self.unique = unique
         self.default_limit = default_limit
         self.core = core
+        self.notes = notes
 
     def openai(self) -> list[dict[str, Any]]:
         """The tool definitions in OpenAI's format."""
-        return openai_tools(self.core is not None)
+        return openai_tools(self.core is not None, self.notes is not None)
 
     def anthropic(self) -> list[dict[str, Any]]:
         """The tool definitions in Anthropic's format."""
-        return anthropic_tools(self.core is not None)
+        return anthropic_tools(self.core is not None, self.notes is not None)
+
+    def schemas(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """name -> (description, JSON schema of the arguments) of the tools offered."""
+        return _schemas(self.core is not None, self.notes is not None)
 
     @property
     def names(self) -> list[str]:
-        return list(_schemas(self.core is not None))
+        return list(self.schemas())
 
     def handle_tool_call(
         self, name: str, arguments: Mapping[str, Any] | str | None
@@ -286,10 +356,11 @@ class MemoryTools:
 
         Returns ``{"ok": True, ...}`` or ``{"ok": False, "error": {"type", "message"}}``
         with ``type`` one of ``unknown_tool``, ``invalid_arguments``, ``not_found``,
-        ``limit_exceeded`` (a core memory edit past a block's limit: the result also
-        has ``limit``, ``size`` and ``over``), ``store_error``, ``internal_error``.
+        ``limit_exceeded`` (a core memory or notes edit past a block's or file's limit:
+        the result also has ``limit``, ``size`` and ``over``), ``store_error``,
+        ``internal_error``.
         """
-        schemas = _schemas(self.core is not None)
+        schemas = self.schemas()
         if name not in schemas:
             return _error("unknown_tool", f"unknown tool {name!r}; tools are {list(schemas)}")
         if arguments is None or arguments == "":
@@ -314,7 +385,7 @@ class MemoryTools:
             result: dict[str, Any] = getattr(self, f"_{name}")(**args)
         except UnknownIdError as e:
             return _error("not_found", str(e))
-        except CoreMemoryLimitError as e:
+        except (CoreMemoryLimitError, NoteLimitError) as e:
             return {
                 **_error("limit_exceeded", str(e)),
                 "limit": e.limit,
@@ -405,5 +476,18 @@ class MemoryTools:
         block = self.core.replace(label, old_content, new_content)
         return {"ok": True, "label": label, "chars": len(block.value), "limit": block.limit}
 
+    def _notes_append(self, file: str, content: str) -> dict[str, Any]:
+        assert self.notes is not None  # offered only with notes
+        return _note_result(self.notes.append(file, content))
+
+    def _notes_replace(self, file: str, old_content: str, new_content: str) -> dict[str, Any]:
+        assert self.notes is not None
+        edit = self.notes.replace(file, old_content, new_content)
+        return {**_note_result(edit), "replaced": edit.replaced, "removed": edit.removed}
+
     def __repr__(self) -> str:
         return f"MemoryTools(scope={self.scope!r}, table={self.table!r})"
+
+
+def _note_result(edit: NoteEdit) -> dict[str, Any]:
+    return {"ok": True, "file": edit.file, "chars": edit.size, "limit": edit.limit}

@@ -1,6 +1,9 @@
 """The memory tools :class:`~memlane.agent.AgentMemory` hands a loop: ``remember`` keeps to
 the length cap (splitting or summarising a long entry) and counts towards the flush
-reminder."""
+reminder; the core memory tools come with ``core_memory=``, and the long-term notes tools
+(``notes_append``, ``notes_replace``) whenever the context shows the notes (unless
+``context={"notes": None}``), writing the notes of the event's scope within the limits
+the context shows them with."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from memlane.agent.limits import fit
 from memlane.agent.reports import TriggerFailure
 from memlane.agent.scope import EventScope
 from memlane.agent.tools import MemoryTools
+from memlane.notes import NOTE_LIMITS, Notebook
 
 if TYPE_CHECKING:
     from memlane.agent.loop import AgentMemory
@@ -25,7 +29,13 @@ class _Tools(MemoryTools):
     """:class:`MemoryTools` whose ``remember`` keeps to the length cap and counts entries."""
 
     def __init__(self, owner: AgentMemory, event: EventScope, call: Caller | None) -> None:
-        super().__init__(owner.memory, event.fields, table=owner.table, core=owner.core(event))
+        limits = owner.context_options.get("notes", NOTE_LIMITS)
+        notes = None
+        if limits is not None:
+            notes = Notebook(owner.memory, event.fields, limits=limits, clock=owner.clock)
+        super().__init__(
+            owner.memory, event.fields, table=owner.table, core=owner.core(event), notes=notes
+        )
         self._owner = owner
         self._event = event
         self._call = call
