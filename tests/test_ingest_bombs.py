@@ -1,8 +1,9 @@
 """Ingest bombs (issue 33): small files whose parsing would cost far more than their size.
 
 A .docx cell spanning 2**31 - 1 columns, three million empty paragraphs under the
-unpacked-size cap, vertically merged cells that repeat a long text in every row, and
-YAML front matter of nested aliases (a "billion laughs"). Each is ingested in a child
+unpacked-size cap, vertically merged cells that repeat a long text in every row, YAML
+front matter of nested aliases (a "billion laughs"), and an HTML page of three million
+<p> tags (9 MB, which lxml's tree made 640 MiB; 100 MB made 6.5 GB). Each is ingested in a child
 process whose address space is capped at 1 GiB, so that code which expands them fails
 there (MemoryError) instead of taking the machine: the file must be loaded within
 bounds or reported as over the limit that stopped it, and the other files ingested.
@@ -26,7 +27,7 @@ from memlane import Memory
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge import IngestLimits
 from memlane.knowledge.limits import DocumentLimitError, applied_limits
-from memlane.knowledge.loaders import load_docx, load_markdown, unpacked_size
+from memlane.knowledge.loaders import load_docx, load_html, load_markdown, unpacked_size
 
 P = Path("bomb")
 CAP = 2**30  # the child's address space
@@ -98,8 +99,10 @@ def yaml_bomb(levels: int = 9) -> bytes:
     return ("\n".join([*lines, "---", "Body text."]) + "\n").encode()
 
 
+# The peak is read from /proc (VmHWM): the child's ru_maxrss would count the RSS this
+# process had when it forked the child.
 CHILD = """
-import json, resource, sys, time
+import json, re, sys, time
 from memlane import Memory
 mem = Memory(sys.argv[2], embedder=None)
 started = time.perf_counter()
@@ -109,7 +112,7 @@ texts = {str(d.metadata["source"]): d.text for d in mem.list_documents(shared=Tr
 print(json.dumps({
     "ingested": sorted(report.ingested), "failed": report.failed, "limited": report.limited,
     "texts": texts, "seconds": seconds,
-    "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "peak_rss": int(re.search(r"VmHWM:\\s*(\\d+) kB", open("/proc/self/status").read())[1]) * 1024,
 }))
 """
 
@@ -186,6 +189,30 @@ def test_a_cell_spanning_two_billion_columns_is_read_once(tmp_path: Path) -> Non
     assert isinstance(out["peak_rss"], int) and out["peak_rss"] < 512 * 2**20
 
 
+@linux_only
+def test_an_html_page_of_millions_of_elements_stops_at_max_elements(tmp_path: Path) -> None:
+    out = ingest_capped(tmp_path, "paragraphs.html", b"<p>" * 3_000_000)
+    assert out["ingested"] == ["fine.txt"]
+    reason = "more than 2000000 HTML elements, above max_elements=2000000"
+    assert out["limited"] == {"paragraphs.html": reason}
+    assert out["failed"] == out["limited"]
+    assert isinstance(out["peak_rss"], int) and out["peak_rss"] < 256 * 2**20
+
+
+@linux_only
+def test_the_text_between_a_million_html_elements_is_joined_in_linear_work(
+    tmp_path: Path,
+) -> None:
+    """A million spaces between two words, each space in its own element: a regular
+    expression that tried each of them as the start of a match took the square of their
+    number (a thousand seconds)."""
+    out = ingest_capped(tmp_path, "spaces.html", b"a" + b"<b> </b>" * 1_000_000 + b"z")
+    assert out["ingested"] == ["fine.txt", "spaces.html"] and out["failed"] == {}
+    texts = out["texts"]
+    assert isinstance(texts, dict) and texts["spaces.html"] == "a" + " " * 1_000_000 + "z"
+    assert isinstance(out["peak_rss"], int) and out["peak_rss"] < 256 * 2**20
+
+
 # -- the same bounds, small, in this process -----------------------------------------------
 
 
@@ -222,6 +249,49 @@ def test_a_loader_called_directly_keeps_to_the_limits_in_force() -> None:
     with applied_limits(few), pytest.raises(DocumentLimitError, match="max_elements=20000"):
         load_docx(data, P)
     assert load_docx(data, P).text == ""  # the defaults again
+
+
+def test_html_keeps_to_the_limits_in_force() -> None:
+    page = b"<ul>" + b"<li>item" * 500 + b"</ul>"  # 503 elements with <html> and <body>
+    assert load_html(page, P).text == "\n\n".join(["item"] * 500)  # within the defaults
+    few = IngestLimits(max_elements=502)
+    with applied_limits(few), pytest.raises(DocumentLimitError) as raised:
+        load_html(page, P)
+    assert str(raised.value) == "more than 502 HTML elements, above max_elements=502"
+    with applied_limits(IngestLimits(max_elements=503)):
+        assert load_html(page, P).text == "\n\n".join(["item"] * 500)
+    # The text kept, shown or the title's, counts as it is read.
+    for text in (b"<p>" + b"word " * 1_000, b"<title>" + b"x" * 1_001 + b"</title>"):
+        short = IngestLimits(max_unpacked_bytes=1_000)
+        with applied_limits(short), pytest.raises(DocumentLimitError, match="characters of text"):
+            load_html(text, P)
+
+
+def test_html_limit_in_an_ingest(mem: Memory) -> None:
+    page = "<h1>Tapirs</h1>" + "<p>Tapirs browse at night.</p>" * 100
+    report = mem.ingest_text(
+        page,
+        source="page.html",
+        file_type="html",
+        shared=True,
+        limits=IngestLimits(max_elements=50),
+    )
+    assert report.limited == {"page.html": "more than 50 HTML elements, above max_elements=50"}
+    assert report.failed == report.limited and len(mem) == 0
+    report = mem.ingest_text(page, source="page.html", file_type="html", shared=True)
+    assert report.ok and set(report.ingested) == {"page.html"}
+
+
+def test_html_read_in_pieces_reads_as_one_page() -> None:
+    """The parser is given the page a megabyte at a time and may split a text anywhere:
+    whitespace still collapses across the pieces, and a <pre> keeps its own."""
+    words = "a  \n b " * 300_000  # 2.1 million characters
+    doc = load_html(f"<title>T</title><p>{words}</p><pre>{words}</pre>".encode(), P)
+    assert doc.metadata == {"title": "T"}
+    assert doc.text == " ".join(["a b"] * 300_000) + "\n\n" + words.rstrip(" ")
+    # What follows </html> is shown, as a browser shows it.
+    after = b"<html><body><p>x</p></body></html>\n<p>after</p><script>no</script>"
+    assert load_html(after, P).text == "x\n\nafter"
 
 
 def test_merged_cells_repeat_their_text_within_max_unpacked_bytes() -> None:

@@ -52,11 +52,12 @@ class IngestLimits:
             it (a vertically merged ``.docx`` cell repeats its text in every row it
             spans). A small zip bomb thus stops before its XML is read.
         max_fragments: fragments one document may make.
-        max_elements: XML elements a ``.docx`` loader may visit, in all the parts it
-            reads (document, styles, properties). A cell spanning columns is visited
-            once, whatever span it declares. Two million is about what a document of
-            ``max_unpacked_bytes`` of ordinary markup holds; three million empty
-            paragraphs stop here, in seconds.
+        max_elements: elements a loader may visit: the XML elements of a ``.docx``, in
+            all the parts it reads (document, styles, properties; a cell spanning
+            columns is visited once, whatever span it declares), the tags of an HTML
+            page (with those its parser adds, as ``<html>`` and ``<body>``). Two million
+            is about what a document of ``max_unpacked_bytes`` of ordinary markup holds;
+            three million empty paragraphs, or ``<p>`` tags, stop here in seconds.
         max_front_matter_values: values (every mapping, list, key and scalar) a markdown
             file's front matter may hold once its YAML aliases are written out, counted
             before anything is built from them; the front matter becomes metadata of
