@@ -426,7 +426,7 @@ def test_export_import_round_trip(make_store: StoreFactory) -> None:
     assert set(line) == {
         *("id", "text", "table", "type", *SCOPE_FIELDS, "importance", "evergreen", "unique"),
         *("metadata", "created_at", "updated_at", "last_accessed_at", "access_count"),
-        *("valid_to", "content_hash", "embedding"),
+        *("valid_to", "expires_at", "recorded_at", "content_hash", "embedding"),
     }
     for name in ("with", "without"):
         with make_store(f"i-{name}", emb) as mem:

@@ -49,6 +49,8 @@ def _row(rowid: int, record_id: str, seq: int) -> Row:
         1.0,
         0,
         None,
+        None,
+        1.0,
         f"{rowid:064x}",
         None,
         seq,

@@ -27,6 +27,12 @@ class MemoryRecord:
     record was added with ``unique=True`` and no near-duplicate existed, as in
     elizaOS. ``embedding`` is filled only on request (``include_embedding=True``).
 
+    Two timelines (Graphiti's bi-temporal model): ``created_at`` until ``valid_to``
+    is when the fact held in the world (the caller may backdate it);
+    ``recorded_at`` is when the store learned it (set by the store). A record
+    with ``expires_at`` is returned by no read from then on, and maintenance
+    removes it (its last version stays in the history).
+
     ``duplicate`` and ``duplicate_of`` are set only on a record that
     :meth:`memlane.Memory.add` returns and are never stored: ``"exact"``,
     ``"near"`` or ``"window"`` when the add met a duplicate of that kind, and
@@ -52,6 +58,8 @@ class MemoryRecord:
     last_accessed_at: float = 0.0
     access_count: int = 0
     valid_to: float | None = None
+    expires_at: float | None = None
+    recorded_at: float = 0.0
     content_hash: str = ""
     embedding: npt.NDArray[np.float32] | None = field(default=None, repr=False, compare=False)
     duplicate: str | None = field(default=None, compare=False)

@@ -57,6 +57,10 @@ class Row(NamedTuple):
     access_count: int
     #: When the record stopped being true (superseded); None while it is.
     valid_to: float | None
+    #: When the record expires (no read returns it from then on); None: never.
+    expires_at: float | None
+    #: When the store learned the record (set by the store, never by a caller).
+    recorded_at: float
     content_hash: str
     embedding: bytes | None
     #: The change that last wrote the row, and the one that last changed its text or vector.

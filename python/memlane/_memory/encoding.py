@@ -33,6 +33,8 @@ ADD_KEYS = frozenset(
         "id",
         "created_at",
         "unique",
+        "expires_at",
+        "ttl",
     }
 )
 # What an import may carry besides the add() keys.
@@ -42,6 +44,7 @@ IMPORT_KEYS = ADD_KEYS | {
     "access_count",
     "content_hash",
     "valid_to",
+    "recorded_at",
 }
 
 
@@ -69,6 +72,8 @@ class NewRecord:
     dedup: bool = False
     id_given: bool = True
     valid_to: float | None = None
+    expires_at: float | None = None
+    recorded_at: float = 0.0
 
     def row(self, rowid: int, seq: int, blob: bytes | None) -> Row:
         agent, user, room, world, session, namespace = self.scope
@@ -93,6 +98,8 @@ class NewRecord:
             self.last_accessed_at,
             self.access_count,
             self.valid_to,
+            self.expires_at,
+            self.recorded_at,
             self.content_hash,
             blob,
             seq,
@@ -121,6 +128,8 @@ class NewRecord:
             last_accessed_at=self.last_accessed_at,
             access_count=self.access_count,
             valid_to=self.valid_to,
+            expires_at=self.expires_at,
+            recorded_at=self.recorded_at,
             content_hash=self.content_hash,
         )
 
@@ -190,6 +199,9 @@ def validate(
             raise InvalidArgumentError(
                 "valid_to is before created_at (when the record became true)"
             )
+    expires_at = _expiry(get("expires_at"), get("ttl"), now, importing)
+    recorded = get("recorded_at") if importing else None
+    recorded = now if recorded is None else coerce.timestamp(recorded, "recorded_at")
     importance = get("importance", 0.5)
     if type(importance) is not float or not 0.0 <= importance <= 1.0:
         importance = coerce.number(importance, "importance", 0.0, 1.0)
@@ -230,7 +242,27 @@ def validate(
         dedup=unique and not importing,
         id_given=record_id is not None,
         valid_to=valid_to,
+        expires_at=expires_at,
+        recorded_at=recorded,
     )
+
+
+def _expiry(expires_at: Any, ttl: Any, now: float, importing: bool) -> float | None:
+    """When a record expires: ``expires_at``, or ``ttl`` seconds from now (not both). A
+    record added already expired is refused; an import keeps what it was given."""
+    if ttl is not None:
+        if expires_at is not None:
+            raise InvalidArgumentError("give expires_at or ttl, not both")
+        seconds = coerce.number(ttl, "ttl")
+        if seconds <= 0:
+            raise InvalidArgumentError(f"ttl must be a number of seconds > 0, got {ttl!r}")
+        return coerce.timestamp(now + seconds, "ttl")
+    if expires_at is None:
+        return None
+    at = coerce.timestamp(expires_at, "expires_at")
+    if not importing and at <= now:
+        raise InvalidArgumentError(f"expires_at ({at}) is not in the future")
+    return at
 
 
 def _metadata(row: Row) -> dict[str, Any]:
@@ -275,6 +307,8 @@ def record(row: Row, pending: tuple[int, float] | None, embedding: bool = False)
         last_accessed_at=last,
         access_count=access_count,
         valid_to=row.valid_to,
+        expires_at=row.expires_at,
+        recorded_at=row.recorded_at,
         content_hash=row.content_hash,
         embedding=unblob(row.embedding) if embedding else None,
     )

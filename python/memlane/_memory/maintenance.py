@@ -75,6 +75,7 @@ def run(sync: IndexSync, writer: Writer, access: AccessLog, snapshot: Callable[[
     if sync.closing:
         return
     db.checkpoint()
+    writer.expire(time.time())
     if access.due(time.time()):
         writer.flush_access()
     if sync.index_dir is not None and sync.changes >= sync.snapshot_due():

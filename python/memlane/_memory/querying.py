@@ -77,22 +77,39 @@ def build_filter(
 
 
 def versions_filter(
-    flt: dict[str, Any] | None, as_of: Any, include_superseded: Any
+    flt: dict[str, Any] | None, as_of: Any, include_superseded: Any, known_at: Any = None
 ) -> tuple[dict[str, Any] | None, bool]:
     """A search's filter and whether it leaves superseded records out: by default it
     does (the engine drops them cheaply); ``as_of`` keeps the versions true at that
-    time and recorded by then; ``include_superseded`` keeps every version."""
+    time (valid time, as known now); ``known_at`` the versions the store held for
+    current at that time (recorded by then, and not yet closed then: a closed
+    version's ``updated_at`` is when it was closed); ``include_superseded`` keeps
+    every version."""
     every = coerce.flag(include_superseded, "include_superseded")
-    if as_of is None:
+    if as_of is None and known_at is None:
         return flt, not every
     if every:
-        raise InvalidArgumentError("give as_of or include_superseded, not both")
-    t = coerce.timestamp(as_of, "as_of")
-    conds: list[dict[str, Any]] = [
-        {"created_at": {"$lte": t}},
-        {"$or": [{"valid_to": None}, {"valid_to": {"$gt": t}}]},
-    ]
+        raise InvalidArgumentError("give as_of or known_at, or include_superseded, not both")
+    conds: list[dict[str, Any]] = []
+    if as_of is not None:
+        t = coerce.timestamp(as_of, "as_of")
+        conds += [
+            {"created_at": {"$lte": t}},
+            {"$or": [{"valid_to": None}, {"valid_to": {"$gt": t}}]},
+        ]
+    if known_at is not None:
+        t = coerce.timestamp(known_at, "known_at")
+        conds.append({"recorded_at": {"$lte": t}})
+        if as_of is None:
+            conds.append({"$or": [{"valid_to": None}, {"updated_at": {"$gt": t}}]})
     return {"$and": conds if flt is None else [flt, *conds]}, False
+
+
+def unexpired(flt: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    """``flt`` without the records expired at ``now`` (a record that never expires has
+    no ``expires_at``, which ``$lte`` never matches)."""
+    live = {"expires_at": {"$not": {"$lte": now}}}
+    return live if flt is None else {"$and": [flt, live]}
 
 
 class Searcher:
@@ -129,6 +146,7 @@ class Searcher:
         include_embedding: bool,
         as_of: Any = None,
         include_superseded: bool = False,
+        known_at: Any = None,
     ) -> list[SearchHit]:
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
@@ -174,8 +192,10 @@ class Searcher:
         )
         if candidates is not None:
             coerce.count(candidates, "candidates", 1)
-        flt, current_only = versions_filter(flt, as_of, include_superseded)
+        flt, current_only = versions_filter(flt, as_of, include_superseded, known_at)
         now = time.time()
+        if self.sync.expiring:
+            flt = unexpired(flt, now)
         ids, scores, signals = self.sync.engine.search(
             query,
             vector,

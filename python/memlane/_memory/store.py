@@ -31,7 +31,7 @@ from memlane._memory import coerce, duplicates, jsonl, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook
-from memlane._memory.querying import Mode, Searcher, build_filter, scope_of
+from memlane._memory.querying import Mode, Searcher, build_filter, scope_of, unexpired
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.versions import VersionsMixin
 from memlane._memory.writer import Replacing, Writer
@@ -214,6 +214,8 @@ class MemoryStore(VersionsMixin):
         id: str | None = None,
         created_at: float | datetime | None = None,
         unique: bool = False,
+        expires_at: float | datetime | None = None,
+        ttl: float | None = None,
     ) -> MemoryRecord:
         """Stores one memory and returns it (durable once this returns).
 
@@ -222,6 +224,12 @@ class MemoryStore(VersionsMixin):
         similar one (cosine >= ``dedup_threshold``) is handled per
         ``near_duplicate``. Independently, the ``dedup_window`` skips repeated
         messages (``duplicate="window"``).
+
+        ``created_at`` is when the fact became true (default now; it may be
+        backdated); the store sets ``recorded_at``, when it learned it.
+        ``expires_at`` (or ``ttl``, seconds from now) is when it expires: from then
+        on no read returns it, and maintenance removes it, keeping its last version
+        in the history.
         """
         item = {
             "text": text,
@@ -240,6 +248,8 @@ class MemoryStore(VersionsMixin):
             "id": id,
             "created_at": created_at,
             "unique": unique,
+            "expires_at": expires_at,
+            "ttl": ttl,
         }
         return self.add_many([item])[0]
 
@@ -283,7 +293,7 @@ class MemoryStore(VersionsMixin):
         """The record with this id; raises :class:`~memlane.errors.UnknownIdError` if none."""
         self._sync.check_open()
         row = self._db.row_by_id(coerce.text(id, "id"), embedding=include_embedding)
-        if row is None:
+        if row is None or (row.expires_at is not None and row.expires_at <= time.time()):
             raise UnknownIdError(f"no memory with id {id!r}")
         return record(row, self._access.get(row.rowid), include_embedding)
 
@@ -378,7 +388,7 @@ class MemoryStore(VersionsMixin):
         """Number of records in the table and scope (and time range and filters)."""
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = build_filter(table, type, scope, start, end, filters)
+        flt = self._live(build_filter(table, type, scope, start, end, filters))
         return int(self._sync.engine.count(flt))
 
     def list(
@@ -408,7 +418,7 @@ class MemoryStore(VersionsMixin):
         coerce.count(limit, "limit")
         coerce.count(offset, "offset")
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = build_filter(table, type, scope, start, end, filters)
+        flt = self._live(build_filter(table, type, scope, start, end, filters))
         ids = self._sync.engine.ids_where(flt, order=order, offset=offset, limit=limit).tolist()
         rows = self._sync.rows(ids, embedding=include_embedding)
         get = self._access.get
@@ -440,6 +450,7 @@ class MemoryStore(VersionsMixin):
         include_embedding: bool = False,
         as_of: float | datetime | None = None,
         include_superseded: bool = False,
+        known_at: float | datetime | None = None,
         agent_id: str | None = None,
         user_id: str | None = None,
         room_id: str | None = None,
@@ -450,8 +461,11 @@ class MemoryStore(VersionsMixin):
         """The ``k`` best memories for ``query``, best first, in one call into the engine.
 
         Superseded records (:meth:`supersede`) are left out: ``as_of`` searches the
-        records true at that time (created by then, not yet superseded), and
-        ``include_superseded=True`` every version.
+        records true at that time, as known now (created by then, not yet
+        superseded); ``known_at`` what the store knew at that time (recorded by
+        then, and not yet superseded then), so a fact backdated today is not
+        returned ``known_at`` yesterday; the two combine. ``include_superseded=True``
+        searches every version. Expired records (``expires_at``) are never returned.
 
         Modes: ``"hybrid"`` (BM25 and vectors fused), ``"vector"``, ``"text"``.
         A store without an embedder searches text. ``query_embedding`` skips
@@ -514,7 +528,12 @@ class MemoryStore(VersionsMixin):
             include_embedding=include_embedding,
             as_of=as_of,
             include_superseded=include_superseded,
+            known_at=known_at,
         )
+
+    def _live(self, flt: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``flt`` without expired records (as it is, in a store where none expires)."""
+        return unexpired(flt, time.time()) if self._sync.expiring else flt
 
     def _scope(self, *given: str | None) -> dict[str, str]:
         """A call's scope (the six scope fields in order) over :attr:`default_scope`."""

@@ -93,6 +93,9 @@ class IndexSync:
         self._in_flight = 0
         self._flight_lock = threading.Lock()
         self.last_write = 0.0
+        #: Whether a record of the store may expire: reads then leave expired ones out,
+        #: and maintenance removes them (a store without one pays for neither).
+        self.expiring = False
         self.engine, self.snap_seq, self.seq = Engine(dim, **engine_args), 0, 0
 
     # -- opening ------------------------------------------------------------------
@@ -178,6 +181,7 @@ class IndexSync:
             # build parameters are those it was built with.
             engine.set_ef(self.engine_args["ef"])
         self.engine = engine or Engine(self.dim, **self.engine_args)
+        self.expiring = self.db.expiring()
         # A large replay (a crash, or a lost snapshot) earns a snapshot soon.
         self.changes, self.seq = self._replay(seq)
         self.snap_seq = seq
@@ -231,6 +235,8 @@ class IndexSync:
         count = len(gone)
         for rows in self.db.rows_since(since):
             count += len(rows)
+            if not self.expiring and any(r.expires_at is not None for r in rows):
+                self.expiring = True
             new = [
                 (r.content_seq > since and r.content_seq not in skip) or r.rowid not in engine
                 for r in rows

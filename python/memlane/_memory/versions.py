@@ -49,8 +49,13 @@ class VersionsMixin:
         type: str | None = None,
         embedding: npt.ArrayLike | None = None,
         by: str | None = None,
+        expires_at: float | datetime | None = None,
+        ttl: float | None = None,
     ) -> MemoryRecord:
         """Changes fields of a record (metadata is replaced whole) and returns it.
+
+        ``expires_at`` (or ``ttl``, seconds from now) sets when it expires, as in
+        :meth:`add` (LangGraph's TTL refresh on write).
 
         A new text is embedded again (unless ``embedding`` is given). The version it
         replaces stays in :meth:`history`, with ``by`` as who changed it. A superseded
@@ -67,6 +72,8 @@ class VersionsMixin:
             "metadata": metadata,
             "evergreen": evergreen,
             "type": type,
+            "expires_at": expires_at,
+            "ttl": ttl,
         }
         fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         fields["embedding"] = embedding
@@ -83,11 +90,14 @@ class VersionsMixin:
         metadata: Mapping[str, Any] | None = None,
         type: str | None = None,
         embedding: npt.ArrayLike | None = None,
+        expires_at: float | datetime | None = None,
+        ttl: float | None = None,
     ) -> MemoryRecord:
         """Replaces the fact ``id`` with ``text`` without losing it: the old record is
         closed (its ``valid_to`` set to ``at``, default now) and a new one, valid from
         ``at``, is added in the same transaction. The new record keeps the old one's
-        table, type, scope, importance, evergreen flag and metadata unless given;
+        table, type, scope, importance, evergreen flag and metadata unless given
+        (not an expiry: ``expires_at`` or ``ttl`` sets the new record's);
         ``by`` names who made the change (kept in the history). Returns the new record.
 
         Raises :class:`~memlane.errors.UnknownIdError` for an unknown id,
@@ -99,7 +109,13 @@ class VersionsMixin:
         self._sync.check_open()
         old = coerce.text(id, "id")
         item: dict[str, Any] = {"text": text}
-        given = {"importance": importance, "metadata": metadata, "type": type}
+        given = {
+            "importance": importance,
+            "metadata": metadata,
+            "type": type,
+            "expires_at": expires_at,
+            "ttl": ttl,
+        }
         item.update({k: v for k, v in given.items() if v is not None})
         if embedding is not None:
             item["embedding"] = embedding

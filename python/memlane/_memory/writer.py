@@ -36,6 +36,11 @@ class Replacing:
     filter: dict[str, Any] | None
 
 
+def _expired(row: Row, now: float) -> bool:
+    """Whether ``row`` expired (reads treat it as gone before maintenance removes it)."""
+    return row.expires_at is not None and row.expires_at <= now
+
+
 def _check_current(row: Row, change: str = "supersede") -> None:
     """A superseded version is history: it is neither changed nor superseded again."""
     if row.valid_to is not None:
@@ -230,6 +235,8 @@ class Writer:
             width = 4 * sync.dim
             blobs = [raw[i * width : (i + 1) * width] for i in range(len(news))]
         rows = [n.row(base + j, 0, blobs[j]) for j, n in enumerate(news)]
+        if any(n.expires_at is not None for n in news):
+            sync.expiring = True
         # The engine checks and analyses the batch (without the GIL) while the database
         # writes it; the commit waits for that check, so a batch the engine would
         # refuse is rolled back and nothing changes.
@@ -281,7 +288,7 @@ class Writer:
         now = time.time()
         when = now if at is None else coerce.timestamp(at, "at")
         seen = db.row_by_id(old_id)
-        if seen is None:
+        if seen is None or _expired(seen, now):
             raise UnknownIdError(f"no memory with id {old_id!r}")
         _check_current(seen)
         n = self._successor(seen, item, when, now)
@@ -309,6 +316,8 @@ class Writer:
                     )
                 # Inherited fields as they are now (an update may have come between).
                 n = self._successor(row, {**item, "id": n.id}, when, now)
+                if n.expires_at is not None:
+                    sync.expiring = True
                 n.embedding = vector
                 new = n.row(rowid, 0, blob(vector))
                 closed = row._replace(valid_to=when, updated_at=now, seq=seq)
@@ -349,7 +358,7 @@ class Writer:
         sync, db = self.sync, self.db
         sync.check_open()
         seen = db.row_by_id(record_id)
-        if seen is None:
+        if seen is None or _expired(seen, time.time()):
             raise UnknownIdError(f"no memory with id {record_id!r}")
         _check_current(seen, "update")
         n = self._updated(seen, fields)
@@ -376,6 +385,8 @@ class Writer:
                         "update ran; nothing was stored (update the version that replaced it)"
                     )
                 n = self._updated(row, fields)
+                if n.expires_at is not None:
+                    sync.expiring = True
                 n.embedding = vector if new_vector else unblob(row.embedding)
                 pending = self.access.get(row.rowid)
                 n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
@@ -404,6 +415,8 @@ class Writer:
         item = record(row, None).to_dict(embedding=False)
         for key in ("duplicate", "duplicate_of"):
             item.pop(key, None)
+        if "ttl" in fields:  # a new expiry, from now
+            item.pop("expires_at")
         item.update(fields)
         item["updated_at"] = time.time()
         return validate(item, time.time(), self.default_scope, self.sync.dim, importing=True)
@@ -498,6 +511,21 @@ class Writer:
             for rec in doomed:
                 self.window.forget(rec.id)
         return doomed
+
+    def expire(self, now: float) -> int:
+        """Deletes the records expired at ``now`` (their last version stays in the
+        history, deleted by ``"expire"``); returns how many."""
+        sync = self.sync
+        if not sync.expiring:
+            return 0
+        total = 0
+        while rowids := self.db.expired(now):
+            with sync.writing(), sync.lock:
+                sync.check_open()
+                total += len(self.delete_rowids(rowids, "expire"))
+            if len(rowids) < 1000:
+                break
+        return total
 
     def flush_access(self) -> None:
         """Writes the gathered access counts in a transaction of their own."""

@@ -153,6 +153,13 @@ class Store(Protocol):
 
     def recent(self, since: float) -> list[tuple[str, str, float]]: ...
     def count(self) -> int: ...
+    def expiring(self) -> bool:
+        """Whether any record has an ``expires_at``."""
+        ...
+
+    def expired(self, now: float, limit: int = 1000) -> list[int]:
+        """Rowids of records expired at ``now``, soonest first."""
+        ...
 
     # -- upkeep
     def warm_cache(self, below: int, batch: int = 512) -> int | None:

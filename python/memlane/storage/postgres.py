@@ -143,6 +143,25 @@ _MIGRATIONS = (
         OR EXISTS (SELECT 1 FROM {s}.records r WHERE r.id = recent.id)
     );
     """,
+    # Expiry and the second timeline (when the store learned a version). A store made
+    # by migration 1 of this release has the columns already. Each version of an
+    # older store was learned when first written: its earliest version's updated_at.
+    """
+    ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS expires_at float8;
+    ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS expires_at float8;
+    ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS recorded_at float8;
+    ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS recorded_at float8;
+    UPDATE {s}.records r SET recorded_at = coalesce(
+        (SELECT min(h.updated_at) FROM {s}.history h WHERE h.id = r.id), r.updated_at)
+        WHERE recorded_at IS NULL;
+    UPDATE {s}.history h SET recorded_at = coalesce(
+        (SELECT min(o.updated_at) FROM {s}.history o WHERE o.id = h.id), h.updated_at)
+        WHERE recorded_at IS NULL;
+    ALTER TABLE {s}.records ALTER COLUMN recorded_at SET NOT NULL;
+    ALTER TABLE {s}.history ALTER COLUMN recorded_at SET NOT NULL;
+    CREATE INDEX IF NOT EXISTS records_expires ON {s}.records (expires_at)
+        WHERE expires_at IS NOT NULL;
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 

@@ -712,6 +712,18 @@ class SQLStore(abc.ABC):
             lambda c: [(r[0], self._given_id(r[1]), r[2]) for r in c.execute(q, (since,))]
         )
 
+    def expiring(self) -> bool:
+        """Whether any record has an ``expires_at`` (the partial index answers)."""
+        q = f"SELECT 1 FROM {self._p}records WHERE expires_at IS NOT NULL LIMIT 1"
+        return self._read(lambda c: c.execute(q).fetchone() is not None)
+
+    def expired(self, now: float, limit: int = 1000) -> list[int]:
+        """Rowids of up to ``limit`` records expired at ``now``, soonest first."""
+        q = self._q(
+            f"SELECT rowid FROM {self._p}records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?"
+        )
+        return self._read(lambda c: [int(r[0]) for r in c.execute(q, (now, limit))])
+
     def count(self) -> int:
         q = f"SELECT count(*) FROM {self._p}records"
         return int(self._read(lambda c: c.execute(q).fetchone()[0]))

@@ -40,7 +40,8 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 T = TypeVar("T")
 
 # 2: records.valid_to and the history table.
-SCHEMA_VERSION = 2
+# 3: expires_at and recorded_at, in the records and the history.
+SCHEMA_VERSION = 3
 
 
 _SCHEMA = (
@@ -97,6 +98,34 @@ _KINDS: dict[int, ErrorKind] = {
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start : start + _CHUNK]
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Brings an older store's tables to the schema's columns (a table created by this
+    open, the history of a version-1 store, has them already)."""
+    for table, columns in (
+        ("records", (("valid_to", "REAL"), ("expires_at", "REAL"), ("recorded_at", None))),
+        ("history", (("expires_at", "REAL"), ("recorded_at", None))),
+    ):
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        for name, kind in columns:
+            if name in have:
+                continue
+            # NOT NULL needs a default for the rows there; each gets its own just below.
+            conn.execute(
+                f"ALTER TABLE {table} ADD COLUMN {name} " + (kind or "REAL NOT NULL DEFAULT 0.0")
+            )
+            if name == "recorded_at":
+                conn.execute(_RECORDED.format(table=table))
+
+
+#: When a store that predates ``recorded_at`` learned each version: when it was first
+#: written (its earliest version's ``updated_at``: the history keeps the versions a
+#: change replaced), which is the add's time for a record never changed.
+_RECORDED = """
+UPDATE {table} SET recorded_at = coalesce(
+    (SELECT min(h.updated_at) FROM history h WHERE h.id = {table}.id), {table}.updated_at)
+"""
 
 
 class SQLiteStore(SQLStore):
@@ -163,10 +192,14 @@ class SQLiteStore(SQLStore):
                         f"{path} has schema version {version}; this memlane reads up to "
                         f"{SCHEMA_VERSION} (upgrade memlane)"
                     )
-                elif int(version) == 1:
-                    # The table was made before records could be superseded.
-                    conn.execute("ALTER TABLE records ADD COLUMN valid_to REAL")
+                elif int(version) < SCHEMA_VERSION:
+                    _migrate(conn)
                     self.set_meta(conn, "schema_version", str(SCHEMA_VERSION))
+                # Made after the columns exist (a new table, or the migration above).
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS records_expires ON records (expires_at) "
+                    "WHERE expires_at IS NOT NULL"
+                )
                 if self.get_meta("store_id", conn) is None:
                     # Which database a snapshot belongs to (a store made before ids
                     # existed gets one now, and rebuilds its snapshot once).

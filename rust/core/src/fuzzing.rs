@@ -260,6 +260,8 @@ fn small_engine() -> Engine {
             last_accessed_at: 1.0e9,
             access_count: i as u64,
             valid_to: (i == 1).then_some(1.0e9 + 5.0),
+            expires_at: (i == 2).then_some(1.0e9 + 9.0),
+            recorded_at: 1.0e9 + i as f64,
             metadata: flatten_metadata(m).expect("valid metadata"),
         })
         .collect();

@@ -93,7 +93,7 @@ fn check_len(what: &str, got: usize, n: usize) -> memlane_core::Result<()> {
 
 /// The record columns `Engine.prepare` takes, in this order (the names are
 /// those of `memlane.schema.Row`, which checks them at import).
-pub const COLUMNS: [&str; 17] = [
+pub const COLUMNS: [&str; 19] = [
     "tbl",
     "type",
     "agent_id",
@@ -111,6 +111,8 @@ pub const COLUMNS: [&str; 17] = [
     "id",
     "access_count",
     "valid_to",
+    "expires_at",
+    "recorded_at",
 ];
 
 /// `Engine.nearest`'s ids and similarities.
@@ -130,6 +132,8 @@ struct Columns {
     id: Vec<String>,
     access_count: Vec<u64>,
     valid_to: Vec<Option<f64>>,
+    expires_at: Vec<Option<f64>>,
+    recorded_at: Vec<f64>,
 }
 
 impl Columns {
@@ -180,6 +184,8 @@ impl Columns {
             id: col!("id", String),
             access_count: col!("access_count", u64),
             valid_to: col!("valid_to", Option<f64>),
+            expires_at: col!("expires_at", Option<f64>),
+            recorded_at: col!("recorded_at", f64),
         })
     }
 }
@@ -267,6 +273,8 @@ impl PyEngine {
                     last_accessed_at: cols.last_accessed_at[i],
                     access_count: cols.access_count[i],
                     valid_to: cols.valid_to[i],
+                    expires_at: cols.expires_at[i],
+                    recorded_at: cols.recorded_at[i],
                     metadata: meta,
                 });
             }

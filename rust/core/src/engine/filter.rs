@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 pub const MAX_DEPTH: usize = 32;
 
 /// The record fields a filter reads (every other name is a metadata key).
-pub const RECORD_FIELDS: [&str; 17] = [
+pub const RECORD_FIELDS: [&str; 19] = [
     "id",
     "table",
     "type",
@@ -60,6 +60,8 @@ pub const RECORD_FIELDS: [&str; 17] = [
     "updated_at",
     "last_accessed_at",
     "valid_to",
+    "expires_at",
+    "recorded_at",
     "metadata.<key>",
 ];
 
@@ -83,6 +85,10 @@ pub enum Field {
     LastAccessedAt,
     /// When a superseded record stopped being true; null while current.
     ValidTo,
+    /// When a record expires; null when it never does.
+    ExpiresAt,
+    /// When the store learned a record.
+    RecordedAt,
     /// A metadata key; `None` when no record ever had it.
     Meta(Option<u32>),
 }
@@ -300,6 +306,8 @@ impl Compiler<'_> {
             "updated_at" => Field::UpdatedAt,
             "last_accessed_at" => Field::LastAccessedAt,
             "valid_to" => Field::ValidTo,
+            "expires_at" => Field::ExpiresAt,
+            "recorded_at" => Field::RecordedAt,
             _ => {
                 if let Some(i) = SCOPE_FIELDS.iter().position(|f| *f == name) {
                     Field::Scope(i as u8)
@@ -347,7 +355,12 @@ impl Compiler<'_> {
                 matches!(q, Scalar::Num(_) | Scalar::Null),
                 "a number (or null for a current record)",
             ),
-            Field::Importance
+            Field::ExpiresAt => (
+                matches!(q, Scalar::Num(_) | Scalar::Null),
+                "a number (or null for a record that never expires)",
+            ),
+            Field::RecordedAt
+            | Field::Importance
             | Field::AccessCount
             | Field::CreatedAt
             | Field::UpdatedAt
@@ -517,6 +530,14 @@ fn any_value(
             }
             Value::Num(records.valid_to[s])
         }
+        Field::ExpiresAt => {
+            if !records.expires_at[s].is_finite() {
+                // Never expires: equal to null, yet not present.
+                return f(&Value::Null);
+            }
+            Value::Num(records.expires_at[s])
+        }
+        Field::RecordedAt => Value::Num(records.recorded_at[s]),
         Field::Meta(None) => return false,
         Field::Meta(Some(key)) => {
             let values = records.meta_values(slot, key);
@@ -606,7 +627,9 @@ fn posting_key(field: Field, q: &Scalar) -> Option<Option<PostingKey>> {
         | Field::CreatedAt
         | Field::UpdatedAt
         | Field::LastAccessedAt
-        | Field::ValidTo => return None,
+        | Field::ValidTo
+        | Field::ExpiresAt
+        | Field::RecordedAt => return None,
     })
 }
 
@@ -703,6 +726,8 @@ mod tests {
                     last_accessed_at: 2000.0 + i as f64,
                     access_count: i as u64 * 10,
                     valid_to: None,
+                    expires_at: (i == 1).then_some(5000.0),
+                    recorded_at: 3000.0 + i as f64,
                     metadata: flatten_metadata(meta).unwrap(),
                 },
             );
@@ -723,12 +748,28 @@ mod tests {
             last_accessed_at: 0.0,
             access_count: 0,
             valid_to: None,
+            expires_at: None,
+            recorded_at: 0.0,
             metadata: Vec::new(),
         }
     }
 
     fn sel(r: &Records, json: &str) -> Vec<u32> {
         Filter::parse(json, r).unwrap().select(r).slots
+    }
+
+    #[test]
+    fn expiry_and_recording_times() {
+        let r = store();
+        // A record that never expires has no expires_at: `$not $lte` keeps it.
+        assert_eq!(sel(&r, r#"{"expires_at": {"$lte": 6000}}"#), vec![1]);
+        assert_eq!(
+            sel(&r, r#"{"expires_at": {"$not": {"$lte": 6000}}}"#),
+            vec![0, 2, 3]
+        );
+        assert_eq!(sel(&r, r#"{"expires_at": null}"#), vec![0, 2, 3]);
+        assert_eq!(sel(&r, r#"{"recorded_at": {"$lte": 3001}}"#), vec![0, 1]);
+        assert!(Filter::parse(r#"{"recorded_at": null}"#, &r).is_err());
     }
 
     #[test]

@@ -543,6 +543,8 @@ mod shared_linking {
             last_accessed_at: 0.0,
             access_count: 0,
             valid_to: None,
+            expires_at: None,
+            recorded_at: 0.0,
             metadata: flatten_metadata("{}").unwrap(),
         }
     }

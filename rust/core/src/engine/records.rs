@@ -149,6 +149,10 @@ pub struct Attrs {
     /// When the record stopped being true (it was superseded); `None`: it
     /// still is. A record is valid from its `created_at` until then.
     pub valid_to: Option<f64>,
+    /// When the record expires (no read returns it from then on); `None`: never.
+    pub expires_at: Option<f64>,
+    /// When the store learned the record (its ingestion time, set by the store).
+    pub recorded_at: f64,
     /// Flattened metadata: (dotted key, value) pairs.
     pub metadata: Vec<(String, RawValue)>,
 }
@@ -166,6 +170,7 @@ impl Attrs {
             ("created_at", self.created_at),
             ("updated_at", self.updated_at),
             ("last_accessed_at", self.last_accessed_at),
+            ("recorded_at", self.recorded_at),
         ] {
             if !t.is_finite() {
                 return Err(Error::invalid(format!(
@@ -173,10 +178,12 @@ impl Attrs {
                 )));
             }
         }
-        if let Some(t) = self.valid_to.filter(|t| !t.is_finite()) {
-            return Err(Error::invalid(format!(
-                "record {row}: valid_to must be a finite number or None, got {t}"
-            )));
+        for (name, t) in [("valid_to", self.valid_to), ("expires_at", self.expires_at)] {
+            if let Some(t) = t.filter(|t| !t.is_finite()) {
+                return Err(Error::invalid(format!(
+                    "record {row}: {name} must be a finite number or None, got {t}"
+                )));
+            }
         }
         Ok(())
     }
@@ -277,6 +284,10 @@ pub struct Records {
     pub(crate) by_key: FxHashMap<u32, u32>,
     /// Per slot: when the record was superseded (infinity while current).
     pub(crate) valid_to: Vec<f64>,
+    /// Per slot: when the record expires (infinity: never).
+    pub(crate) expires_at: Vec<f64>,
+    /// Per slot: when the store learned the record.
+    pub(crate) recorded_at: Vec<f64>,
 }
 
 impl Records {
@@ -422,6 +433,8 @@ impl Records {
         self.accessed_at.push(AtomicU64::new(0));
         self.access_count.push(AtomicU64::new(0));
         self.valid_to.push(f64::INFINITY);
+        self.expires_at.push(f64::INFINITY);
+        self.recorded_at.push(0.0);
         self.meta.push(Vec::new());
         slot
     }
@@ -458,6 +471,8 @@ impl Records {
         self.set_accessed_at(slot, a.last_accessed_at);
         self.access_count[s].store(a.access_count, Ordering::Relaxed);
         self.valid_to[s] = a.valid_to.unwrap_or(f64::INFINITY);
+        self.expires_at[s] = a.expires_at.unwrap_or(f64::INFINITY);
+        self.recorded_at[s] = a.recorded_at;
         let mut meta: Vec<(u32, Value)> = a
             .metadata
             .iter()
@@ -545,6 +560,8 @@ mod tests {
             last_accessed_at: 1.0,
             access_count: 0,
             valid_to: None,
+            expires_at: None,
+            recorded_at: 0.0,
             metadata: flatten_metadata(meta).unwrap(),
         }
     }

@@ -6,13 +6,13 @@
 //! deleted after the rename. `seq` is the caller's change sequence number
 //! that the snapshot reflects, so the caller knows what to replay.
 //!
-//! `records.bin`, version 4: `seq: u64, dim: u64 (0 = none)`, the value and
+//! `records.bin`, version 5: `seq: u64, dim: u64 (0 = none)`, the value and
 //! key interners (`count: u64` then `str` each), `slots: u64`, then per
 //! column `ids: u64s, keys: u32s (interned public ids, u32::MAX = none),
 //! live: bytes, table: u32s, type: u32s, 6 × scope: u32s, importance: f32s,
 //! evergreen: bytes, access_count: u64s`, `created_at, updated_at,
-//! last_accessed_at, valid_to` (`slots` f64 each, infinity for a current
-//! record's `valid_to`), per slot its metadata (`count: u64`,
+//! last_accessed_at, valid_to, expires_at, recorded_at` (`slots` f64 each, infinity for
+//! a current record's `valid_to` and a record that never expires), per slot its metadata (`count: u64`,
 //! then `key: u32, tag: u8` and a payload by tag), `free: u32s`, and the
 //! parked vectors (`ids: u64s, data: f32s`). Postings are rebuilt on load.
 //! Older versions are refused, so the
@@ -34,7 +34,8 @@ use crate::persist::{self, corrupt, Kind};
 pub(crate) const KIND: Kind = Kind(*b"MREC");
 // 3: metadata keys with a literal dot are stored escaped (`a\\.b`).
 // 4: `valid_to` per slot.
-pub(crate) const VERSION: u32 = 4;
+// 5: `expires_at` and `recorded_at` per slot.
+pub(crate) const VERSION: u32 = 5;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 
@@ -212,8 +213,10 @@ impl Engine {
         for s in 0..n {
             w.f64(r.accessed_at(s as u32));
         }
-        for s in 0..n {
-            w.f64(r.valid_to[s]);
+        for col in [&r.valid_to, &r.expires_at, &r.recorded_at] {
+            for &t in &col[..n] {
+                w.f64(t);
+            }
         }
         for m in &r.meta {
             w.u64(m.len() as u64);
@@ -292,7 +295,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
     let importance = sized(r.f32s()?, n, "importance")?;
     let evergreen = bools(r, n, "evergreen")?;
     let access_count = sized(r.u64s()?, n, "access_count")?;
-    let mut times: [Vec<f64>; 4] = Default::default();
+    let mut times: [Vec<f64>; 6] = Default::default();
     for col in &mut times {
         for _ in 0..n {
             col.push(r.f64()?);
@@ -360,12 +363,14 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
     }
     let pending = Pending::from_parts(dim, pending_ids, pending_data)
         .ok_or_else(|| err("bad parked vectors"))?;
-    let [created_at, updated_at, accessed, valid_to] = times;
-    if valid_to
-        .iter()
-        .any(|t| t.is_nan() || *t == f64::NEG_INFINITY)
-    {
-        return Err(err("bad valid_to"));
+    let [created_at, updated_at, accessed, valid_to, expires_at, recorded_at] = times;
+    for (name, col) in [("valid_to", &valid_to), ("expires_at", &expires_at)] {
+        if col.iter().any(|t| t.is_nan() || *t == f64::NEG_INFINITY) {
+            return Err(err(format!("bad {name}")));
+        }
+    }
+    if recorded_at.iter().any(|t| !t.is_finite()) {
+        return Err(err("bad recorded_at"));
     }
     let mut records = Records {
         strings,
@@ -388,6 +393,8 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         access_count: access_count.into_iter().map(AtomicU64::new).collect(),
         meta,
         valid_to,
+        expires_at,
+        recorded_at,
         ..Records::default()
     };
     records
