@@ -257,3 +257,26 @@ def test_upkeep_must_be_known(make_store: StoreFactory) -> None:
     mem = make_store("bg", WordHashEmbedder())
     with pytest.raises(Exception, match="upkeep must be"):
         AgentMemory(mem, upkeep="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_waiting_consolidation_is_not_queued_again(make_store: StoreFactory) -> None:
+    """While a consolidation waits for the LLM, later turns that still find the tier full
+    do not record and queue more of them (each cost a commit in after())."""
+    mem = make_store("bg", WordHashEmbedder())
+    summary = json.dumps({"summary": "chat", "facts": [], "confidence": 0.5})
+    llm = GatedLLM(answer=summary)
+    am = agent(
+        mem,
+        llm,
+        reflection=Reflection(enabled=False),
+        consolidation=Consolidation(threshold=2, batch=2),
+    )
+    alice = am.event("telegram", 42, 7)
+    for i in range(6):
+        turn(am, alice, f"message {i}")
+    assert llm.entered.wait(30)
+    assert [j.kind for j in am.pending_upkeep()] == ["consolidation"]
+    assert len(mem.jobs.items()) == 1
+    llm.gate.set()
+    assert am.drain(timeout=60)
+    am.close()

@@ -81,6 +81,10 @@ class Upkeep:
                 )
             return
         self.resume(call)
+        # One job of a kind per scope waits at a time: while a consolidation waits for
+        # the LLM, later turns that find the tier still full do not queue more.
+        waiting = {(j.kind, _key(j.event.history)) for j in self.worker.pending()}
+        scope = _key(event.history)
         jobs: list[Job] = []
         with host._lock:
             due = host.reflection.enabled and call is not None
@@ -90,7 +94,9 @@ class Upkeep:
         if due:
             jobs.append(Job("reflection", event, now))
         try:
-            if consolidation_due(host.memory, host.consolidation, event, call, now) is not None:
+            if ("consolidation", scope) not in waiting and consolidation_due(
+                host.memory, host.consolidation, event, call, now
+            ) is not None:
                 jobs.append(Job("consolidation", event, now))
         except MemlaneError as e:
             report.failures.append(TriggerFailure("consolidation", f"{type(e).__name__}: {e}"))
@@ -99,12 +105,13 @@ class Upkeep:
             report,
             lambda: run_flush(host.flush, host.tools, host._lock, room, report, now),
         )
-        if host._daily.due(event.history, call, now):
+        if ("daily", scope) not in waiting and host._daily.due(event.history, call, now):
             jobs.append(Job("daily", event, now))
         if host.profiles.enabled and user and user.strip():
             jobs.append(Job("profile", event, now, user))
         try:  # the cap's check is an engine count: the eviction itself runs on the worker
-            if host.memory.count(host.table, **_kw(event.fields)) > host.limits.max_memories:
+            over = host.memory.count(host.table, **_kw(event.fields)) > host.limits.max_memories
+            if over and ("eviction", scope) not in waiting:
                 jobs.append(Job("eviction", event, now))
         except MemlaneError as e:
             report.failures.append(TriggerFailure("eviction", f"{type(e).__name__}: {e}"))
@@ -272,3 +279,8 @@ class Upkeep:
 
     def close(self, timeout: float | None) -> list[Job]:
         return self.worker.close(timeout)
+
+
+def _key(history: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """A room's key (its scope fields and room)."""
+    return tuple(sorted(history.items()))
