@@ -142,6 +142,11 @@ TOOL_INSTRUCTIONS = (
     "- `search_knowledge`: search the ingested documents.\n"
     "What you remember above was found for this message; recall finds more."
 )
+NOTES_TOOL_INSTRUCTIONS = (
+    "- `notes_append` / `notes_replace`: write your long-term notes (journal, learning, "
+    "user, world, memory; shown above) when you learn something worth keeping across "
+    "conversations."
+)
 CORE_TOOL_INSTRUCTIONS = (
     "- `core_memory_append` / `core_memory_replace`: edit your core memory blocks (shown "
     "above with their size and limit) when something lasting about you or the user changes."
@@ -438,6 +443,8 @@ class AgentMemory(_LoopHost):
                 room.failures.append(failure)
         if self.tools:
             parts.append(TOOL_INSTRUCTIONS)
+            if self.context_options.get("notes", True) is not None:
+                parts.append(NOTES_TOOL_INSTRUCTIONS)
             if self.core_blocks:
                 parts.append(CORE_TOOL_INSTRUCTIONS)
             with self._lock:
