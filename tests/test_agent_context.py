@@ -65,19 +65,19 @@ def test_budgets_never_exceeded(mem, counter, max_tokens):
     ctx = build_context(
         mem, "hiking mountain weather", ev, max_tokens, count_tokens=counter, min_score=None
     )
-    assert ctx.budgets == {
-        "contact": int(max_tokens * 0.05),
-        "daily": int(max_tokens * 0.1),
-        "history": int(max_tokens * 0.4),
-        "knowledge": int(max_tokens * 0.25),
-        "memories": int(max_tokens * 0.2),
-    }
+    # The shares of what the message leaves; no profile or daily log was stored, so
+    # theirs goes to the others.
+    left = max_tokens - ctx.reserved
+    assert ctx.reserved == count("hiking mountain weather")
+    assert ctx.budgets["contact"] == ctx.budgets["daily"] == 0
+    assert sum(ctx.budgets.values()) <= left
+    assert ctx.budgets["history"] >= int(left * 0.5)
     for name, lines in ctx.sections.items():
         block = "\n".join([f"## {name}", *lines]) if lines else ""
         assert ctx.tokens[name] <= ctx.budgets[name], (name, ctx.tokens)
         assert count(block) <= ctx.budgets[name] + 3  # title words differ from the header
-    assert count(ctx.text) <= max_tokens
-    assert ctx.total_tokens <= max_tokens
+    assert count(ctx.text) <= left
+    assert ctx.total_tokens <= left
     if max_tokens >= 200:  # no profile or daily log was stored
         assert all(ctx.sections[k] for k in ("history", "knowledge", "memories"))
         assert len(ctx.sections["memories"]) <= 5
@@ -172,9 +172,17 @@ def test_budgets_property(texts, max_tokens, shares, chars):
         ctx = build_context(
             mem, texts[0], ev, max_tokens, budget=budget, min_score=None, count_tokens=counter
         )
-    assert count(ctx.text) <= max_tokens
+    left = max(max_tokens - count(texts[0]), 0)
+    assert ctx.reserved == count(texts[0])
+    assert count(ctx.text) <= left
+    # Spare tokens move between the sections given a share, never past the shares' sum.
+    assert sum(ctx.budgets.values()) <= int(left * budget["history"]) + int(
+        left * budget["memories"]
+    )
     for name in ("history", "memories"):
-        assert ctx.tokens[name] <= int(max_tokens * budget[name])
+        assert ctx.tokens[name] <= ctx.budgets[name]
+        if budget[name] == 0:
+            assert ctx.tokens[name] == 0
 
 
 def test_repeated_messages(mem):
@@ -199,14 +207,103 @@ def test_min_score_is_a_similarity(onnx_embedder):
             mem.add(text, user_id="alice")
         scope = {"user_id": "alice"}
         food = build_context(mem, "Can I eat peanut butter?", scope, 500)
-        assert food.sections["memories"] == ["- Alice is allergic to peanuts"]
-        assert (
-            build_context(mem, "What is the capital of France?", scope, 500).records["memories"]
-            == []
-        )
+        assert food.sections["memories"][0] == "- Alice is allergic to peanuts"
+        assert "- The car needs new tyres before winter" not in food.sections["memories"]
+        for unrelated in ("What is the capital of France?", "hello"):
+            assert build_context(mem, unrelated, scope, 500).records["memories"] == []
         assert len(build_context(mem, "hello", scope, 500, min_score=None).records["memories"]) == 3
         with pytest.raises(InvalidArgumentError, match="min_score"):
             build_context(mem, "x", scope, 500, min_score=2)
+        with pytest.raises(InvalidArgumentError, match="min_score"):
+            build_context(mem, "x", scope, 500, min_score="high")
+    # The default floor was measured for the default model's cosines: another
+    # embedder gets none unless given one.
+    with Memory(None, WordHashEmbedder()) as other:
+        other.add("Alice is allergic to peanuts")
+        assert build_context(other, "the capital of France", {}, 500).sections["memories"]
+        assert not build_context(other, "the capital of France", {}, 500, min_score=0.9).sections[
+            "memories"
+        ]
     with Memory(None, None) as text_only:  # no similarity: no minimum
         text_only.add("Alice is allergic to peanuts")
         assert build_context(text_only, "peanuts", {}, 500).sections["memories"]
+
+
+def _history_and_knowledge(mem):
+    """A room with a long history and many relevant fragments, and no memory."""
+    ev = SCOPES.resolve("telegram", 1, chat_id=100)
+    for i in range(40):
+        add_message(
+            mem,
+            f"message {i}: we talked about mountain huts, trails and the weather " * 3,
+            ev,
+            created_at=1_700_000_000 + i,
+        )
+    for i in range(30):
+        mem.ingest_text(
+            f"Hut {i}: the mountain hut on trail {i} opens in June and sleeps {i + 4} guests.",
+            source=f"inline:hut-{i}",
+            shared=True,
+        )
+    return ev
+
+
+def test_an_empty_section_gives_its_share_to_the_others(mem):
+    ev = _history_and_knowledge(mem)
+    ctx = build_context(mem, "mountain hut June", ev, 1000)
+    assert ctx.sections["memories"] == [] and ctx.sections["daily"] == []
+    assert ctx.sections["history"] and ctx.sections["knowledge"]
+    # Before, the empty sections kept their 35 %: 650 tokens used at most.
+    assert ctx.total_tokens > 900
+    count = default_token_counter()
+    assert count(ctx.text) <= 1000 - ctx.reserved
+    assert sum(ctx.budgets.values()) <= 1000 - ctx.reserved
+    for name, used in ctx.tokens.items():
+        assert used <= ctx.budgets[name]
+    # Both full sections grew past their own share, in proportion to it.
+    assert ctx.budgets["history"] > 500 and ctx.budgets["knowledge"] > 300
+    # A section left out of the shares gets none of the spare tokens.
+    only = build_context(mem, "mountain hut June", ev, 1000, budget={"knowledge": 0.3})
+    assert only.sections["history"] == [] and 0 < only.tokens["knowledge"] <= 300
+
+
+def test_knowledge_fills_up_to_20_fragments_while_the_budget_lasts(mem):
+    ev = _history_and_knowledge(mem)
+    wide = build_context(mem, "mountain hut June guests", ev, 20_000)
+    assert len(wide.sections["knowledge"]) == 20
+    assert len(wide.records["knowledge"]) == 20
+    narrow = build_context(mem, "mountain hut June guests", ev, 600)
+    assert 0 < len(narrow.sections["knowledge"]) < 20
+    assert narrow.tokens["knowledge"] <= narrow.budgets["knowledge"]
+
+
+def test_the_budget_reserves_the_system_prompt_and_the_message(mem):
+    ev = _history_and_knowledge(mem)
+    count = default_token_counter()
+    message = "which mountain hut opens in June? " * 10
+    system = "You are a helpful hiking guide. Answer briefly. " * 30
+    ctx = build_context(mem, message, ev, 1000, system_prompt=system)
+    assert ctx.reserved == count(message) + count(system) > 300
+    assert count(ctx.text) <= 1000 - ctx.reserved
+    assert count(ctx.text) + count(system) + count(message) <= 1000
+    assert sum(ctx.budgets.values()) <= 1000 - ctx.reserved
+    # Without a system prompt the message alone is reserved.
+    plain = build_context(mem, message, ev, 1000)
+    assert plain.reserved == count(message)
+    assert ctx.total_tokens < plain.total_tokens <= 1000 - count(message)
+    # A prompt that takes the whole budget leaves no context, and no error.
+    full = build_context(mem, message, ev, 200, system_prompt=system)
+    assert full.text == "" and full.total_tokens == 0
+    with pytest.raises(InvalidArgumentError, match="system_prompt"):
+        build_context(mem, message, ev, 1000, system_prompt=3)
+    with pytest.raises(InvalidArgumentError, match="message"):
+        build_context(mem, None, ev, 1000)
+
+
+def test_what_should_i_cook_finds_the_vegan_fact(onnx_embedder):
+    with Memory(None, onnx_embedder) as mem:
+        event = SCOPES.resolve("telegram", 1, chat_id=100)
+        mem.add("Alice is vegan", **event.fields)
+        ctx = build_context(mem, "what should I cook?", event)
+        assert ctx.sections["memories"] == ["- Alice is vegan"]
+        assert "Alice is vegan" in ctx.text

@@ -497,10 +497,28 @@ class MemoryStore(VersionsMixin):
           weigh 0, so ``weights={"relevance": 1}`` is relevance alone.
 
         ``threshold`` drops hits whose score is below it (a relevance-scale
-        cut-off: with the default embedder, cosines under about 0.3 are
-        unrelated texts); in vector mode it is a cosine similarity instead
-        (elizaOS's ``match_threshold``). ``min_similarity`` drops hits below a
-        cosine similarity in any mode. ``candidates`` is how many hits each
+        cut-off); in vector mode it is a cosine similarity instead (elizaOS's
+        ``match_threshold``). ``min_similarity`` drops hits below a cosine
+        similarity in any mode.
+
+        What the numbers mean with the default model (all-MiniLM-L6-v2; 5th to
+        95th percentiles of top-5 hits, ``benches/tune_context_floor.py``): the
+        cosine of a hit that answers is 0.25-0.7 for a personal fact asked in
+        other words (median 0.4) and 0.4-0.8 for a claim's scientific abstract
+        (median 0.6). A text on another subject mostly stays under 0.15 (an
+        unrelated fact among a user's ten: median 0.12), but one on the same
+        topic that does not answer reaches 0.2-0.7 (median 0.35 among a user's
+        chat turns, 0.5 among abstracts): a cosine says how close a text is,
+        not whether it answers. It is the signal that means the same for every
+        query and store, so cut on it (``min_similarity``; ``build_context``
+        keeps memories from 0.14). The default score is about half the cosine
+        plus half the BM25 ratio (0.12-0.4 for such a fact, 0.3-0.7 for such an
+        abstract), but the whole cosine when no stored text shares a word with
+        the query: the same pair can score twice as high in one store as in
+        another, so a ``threshold`` on it drops more relevant hits for the same
+        unrelated ones cut.
+
+        ``candidates`` is how many hits each
         retriever contributes before fusion (``max(50, 4 * k)`` by default).
         ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
         ``cosine``, ``vector_rank``, ``relevance``, ``importance``,

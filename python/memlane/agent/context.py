@@ -3,8 +3,11 @@
 :func:`build_context` gathers the long-term notes (OrcBot's files, see
 :mod:`memlane.notes`), the speaker's contact profile, the room's latest daily
 logs, its recent history, the relevant knowledge fragments and the relevant
-memories, trims each to its share of a token budget and returns them as
-sections plus one text block.
+memories, fits them into a token budget and returns them as sections plus one
+text block. The budget is the whole prompt's: the system prompt and the message
+are reserved first, then each section gets its share of the rest (elizaOS's
+history 50 %, knowledge 30 %, the other 20 %), and a section that needs less than
+its share gives what it leaves to the others.
 :func:`thread_context` builds OrcBot's thread view: the last messages from the
 same contact and the most relevant ones, merged in time order.
 
@@ -25,13 +28,14 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from memlane._memory import times
 from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.profiles import contact_profile
 from memlane.agent.scope import EventScope
 from memlane.errors import InvalidArgumentError
+from memlane.knowledge.api import Threshold, _default_model
 from memlane.notes import NOTE_LIMITS, notes_context
 
 if TYPE_CHECKING:
@@ -40,7 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "KNOWLEDGE_LIMIT",
     "MESSAGES",
+    "MIN_SCORE",
     "Context",
     "add_message",
     "build_context",
@@ -51,14 +57,32 @@ __all__ = [
 
 #: The table messages live in.
 MESSAGES = "messages"
-#: Shares of the token budget per section.
+#: Shares of the token budget per section: elizaOS's history 50 %, knowledge 30 % and
+#: the rest 20 % (memories, daily logs, the speaker's profile). What a section does not
+#: use goes to the others (see :func:`build_context`).
 DEFAULT_BUDGET: dict[str, float] = {
-    "contact": 0.05,
-    "daily": 0.1,
-    "history": 0.4,
-    "knowledge": 0.25,
-    "memories": 0.2,
+    "contact": 0.03,
+    "daily": 0.05,
+    "history": 0.5,
+    "knowledge": 0.3,
+    "memories": 0.12,
 }
+#: The relevance floor of the memories ``build_context`` injects (``min_score="default"``,
+#: and so ``AgentMemory``'s auto-inject) with the default model: a minimum cosine
+#: similarity to the message, the one signal of a hit that means the same for every
+#: query and store (the fused score counts BM25 only when some stored text shares a
+#: word with the query). Chosen by ``benches/tune_context_floor.py``: the highest floor
+#: keeping 95 % of the relevant hits of the top 5 on the train splits is 0.34 on the
+#: dated conversation set stored turn by turn, 0.40 on SciFact and 0.23 on the same
+#: conversations' facts alone (about ten per user, the shape of an agent's
+#: ``memories``); 0.14 keeps "Alice is vegan" (0.146) for "what should I cook?",
+#: which no floor measured on those sets does. On the test splits 0.14 keeps every
+#: relevant hit the top 5 held without a floor on all three sets, where 0.23
+#: loses 9.4 % of the facts, and leaves 59-65 % of off-topic questions with no
+#: fact (0.23: 91 %), but only 1-7 % with no turn of a 750-turn history.
+MIN_SCORE = 0.14
+#: Knowledge fragments considered at most (elizaOS's): they fill their share in order.
+KNOWLEDGE_LIMIT = 20
 _TITLES = {
     "contact": "Who you are talking to",
     "daily": "Daily log",
@@ -201,8 +225,10 @@ class Context:
     ``memories`` to their lines (daily logs and history oldest first; knowledge and
     memories best first), and ``notes`` to the long-term notes' lines when there are
     any; ``tokens`` to the
-    tokens each uses, ``budgets`` to what each was allowed. ``text`` is the
-    block to put in a prompt; ``records`` the memories and fragments behind it.
+    tokens each uses, ``budgets`` to what each was allowed (its share, and what
+    sections that needed less gave it). ``text`` is the block to put in a prompt;
+    ``records`` the memories and fragments behind it; ``reserved`` the tokens of the
+    system prompt and the message, taken off ``max_tokens`` first.
     """
 
     sections: dict[str, list[str]]
@@ -210,13 +236,15 @@ class Context:
     tokens: dict[str, int]
     budgets: dict[str, int]
     records: dict[str, list[MemoryRecord]] = field(default_factory=dict)
+    reserved: int = 0
 
     @property
     def total_tokens(self) -> int:
         return sum(self.tokens.values())
 
 
-def _budgets(max_tokens: int, budget: Mapping[str, float]) -> dict[str, int]:
+def _shares(max_tokens: int, budget: Mapping[str, float]) -> dict[str, float]:
+    """The checked arguments: every section's share (0 for one left out)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
     unknown = set(budget) - set(DEFAULT_BUDGET)
@@ -230,7 +258,31 @@ def _budgets(max_tokens: int, budget: Mapping[str, float]) -> dict[str, int]:
             raise InvalidArgumentError(f"budget[{k!r}] must be a number in [0, 1], got {v!r}")
     if sum(shares.values()) > 1 + 1e-9:
         raise InvalidArgumentError(f"budget shares add up to more than 1: {shares}")
-    return {k: int(max_tokens * v) for k, v in shares.items()}
+    return shares
+
+
+def _share_out(
+    tokens: int, shares: Mapping[str, float], demand: Mapping[str, int]
+) -> dict[str, int]:
+    """Each section's tokens of ``tokens``: its share, where a section that needs less
+    than its share (``demand``: what all its lines would take) gives the rest to the
+    others in proportion to their shares, until every section has what it needs or
+    the shares' tokens are spent. A section with no share gets nothing."""
+    out = dict.fromkeys(shares, 0)
+    left = sum(int(tokens * v) for v in shares.values())  # what the shares hand out
+    open_ = {k for k, v in shares.items() if v > 0}
+    while open_:
+        weight = sum(shares[k] for k in open_)
+        offer = {k: int(left * shares[k] / weight) for k in open_}
+        met = {k for k in open_ if demand[k] <= offer[k]}
+        if not met:
+            out.update(offer)
+            break
+        for k in met:
+            out[k] = demand[k]
+            left -= demand[k]
+        open_ -= met
+    return out
 
 
 def _relevant_memories(
@@ -238,16 +290,24 @@ def _relevant_memories(
     message: str,
     k: int,
     table: str,
-    min_score: float | None,
+    min_score: float | Literal["default"] | None,
     track_access: bool,
     fields: dict[str, Any],
 ) -> list[SearchHit]:
-    if min_score is not None and (
+    if isinstance(min_score, str):
+        if min_score != "default":
+            raise InvalidArgumentError(
+                f"min_score must be a number in [-1, 1], None or 'default', got {min_score!r}"
+            )
+        min_score = MIN_SCORE if _default_model(mem) else None
+    elif min_score is not None and (
         isinstance(min_score, bool)
         or not isinstance(min_score, int | float)
         or not -1.0 <= min_score <= 1.0
     ):
-        raise InvalidArgumentError(f"min_score must be a number in [-1, 1], got {min_score!r}")
+        raise InvalidArgumentError(
+            f"min_score must be a number in [-1, 1], None or 'default', got {min_score!r}"
+        )
     try:
         return mem.search(
             message,
@@ -273,10 +333,10 @@ def build_context(
     budget: Mapping[str, float] | None = None,
     *,
     inject_limit: int = 5,
-    min_score: float | None = 0.3,
+    min_score: float | Literal["default"] | None = "default",
     history_limit: int = 20,
-    knowledge_limit: int = 5,
-    knowledge_threshold: float | None = None,
+    knowledge_limit: int = KNOWLEDGE_LIMIT,
+    knowledge_threshold: Threshold = "default",
     agent_id: str | None = None,
     table: str = "memories",
     count_tokens: TokenCounter | None = None,
@@ -284,6 +344,7 @@ def build_context(
     daily_limit: int = 3,
     profile: bool = True,
     notes: Mapping[str, int] | None = NOTE_LIMITS,
+    system_prompt: str | None = None,
 ) -> Context:
     """The context for answering ``message``: history, knowledge and memories within budget.
 
@@ -292,17 +353,26 @@ def build_context(
         message: the incoming message (the query for knowledge and memories).
         scope: an :class:`~memlane.agent.EventScope` (memories in its scope,
             history of its room) or plain scope fields (used for both).
-        max_tokens: the whole context's budget.
-        budget: shares of ``max_tokens`` per section (a section left out gets 0).
+        max_tokens: the whole prompt's budget: the tokens of ``message`` and of
+            ``system_prompt`` come off it first, the context gets the rest.
+        budget: shares of what is left per section (a section left out gets 0);
+            default :data:`DEFAULT_BUDGET`.
         inject_limit: memories injected at most.
         min_score: memories whose cosine similarity to the message is below this
-            are left out (elizaOS's ``match_threshold``; None: no minimum). The
-            fused search score is relative to the best hit, so it cannot say
-            "nothing is relevant"; the similarity can. A store without an
-            embedder has no similarity, and there no minimum applies.
+            are left out (elizaOS's ``match_threshold``; None: no minimum).
+            ``"default"`` is :data:`MIN_SCORE` with the default model (it was
+            measured for that model's cosines) and no minimum with another
+            embedder (pass a number measured for it). The fused search score
+            counts BM25 only when some stored text shares a word with the
+            message, so it means less across queries; the similarity does. A
+            store without an embedder has no similarity, and there no minimum
+            applies.
         history_limit: recent messages considered.
-        knowledge_limit, knowledge_threshold: fragments considered and their
-            minimum cosine similarity.
+        knowledge_limit, knowledge_threshold: fragments considered (elizaOS's 20;
+            they fill the section in order while its tokens last) and their minimum
+            cosine similarity (``"default"``: :meth:`~memlane.Memory.search_knowledge`'s
+            measured cut-off with the default model, none with another embedder;
+            None: none).
         agent_id: whose private knowledge is also read (default: the scope's).
         count_tokens: a token counter (default: see the module docs).
         daily_limit: the room's newest daily logs shown (:mod:`~memlane.agent.daily`).
@@ -310,45 +380,63 @@ def build_context(
             an :class:`~memlane.agent.EventScope` only).
         notes: characters of each kind of long-term note shown first (OrcBot's
             limits, see :mod:`memlane.notes`; None: no notes). Their tokens come off
-            ``max_tokens`` before the shares; the section is in ``sections["notes"]``
-            only when there are notes.
+            what the reserve leaves, before the shares; the section is in
+            ``sections["notes"]`` only when there are notes.
+        system_prompt: the system prompt the context goes into, when the caller
+            has it, so its tokens are reserved (``AgentMemory`` reserves pinned core
+            memory blocks itself).
 
-    Each section's header and lines fit in ``int(max_tokens * share)`` tokens;
-    a line that would overflow is cut with "…" and the rest dropped.
+    The sections share ``T``, what the reserve and the notes leave: each is offered
+    ``int(T * share)`` tokens for its header and lines; a section that needs less
+    (an empty one needs none) keeps what it needs, and the rest is offered again to
+    the sections that need more, in proportion to their shares, until each has
+    what it needs or the shares' tokens are spent. A section with no share gets
+    nothing, and the shares' sum is never exceeded. Within its tokens a section
+    takes its lines in order; a line that would overflow is cut with "…" and the
+    rest dropped. A reserve of ``max_tokens`` or more leaves an empty context.
     """
     count = _counter(count_tokens)
-    shares = DEFAULT_BUDGET if budget is None else budget
-    budgets = _budgets(max_tokens, shares)
+    shares = _shares(max_tokens, DEFAULT_BUDGET if budget is None else budget)
+    if not isinstance(message, str):
+        raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise InvalidArgumentError(
+            f"system_prompt must be a str or None, got {type(system_prompt).__name__}"
+        )
+    reserved = count(message) + (count(system_prompt) if system_prompt else 0)
+    left = max_tokens - reserved
     if isinstance(scope, EventScope):
         fields, history_scope = _kw(scope.fields), _kw(scope.history)
     else:
         fields = history_scope = _kw(scope)
     pinned, pinned_records = ("", []) if notes is None else notes_context(mem, fields, notes)
-    pinned = _fit(pinned, max_tokens - count("\n\n"), count) if pinned else ""
+    room = left - count("\n\n")
+    pinned = _fit(pinned, room, count) if pinned and room > 0 else ""
     if pinned:  # the notes first, the sections share what is left
-        left = max_tokens - count(pinned + "\n\n")
-        budgets = _budgets(left, shares) if left > 0 else dict.fromkeys(budgets, 0)
+        left -= count(pinned + "\n\n")
+    left = max(left, 0)
+    wanted = {k: left > 0 and v > 0 for k, v in shares.items()}
     agent = agent_id if agent_id is not None else fields.get("agent_id")
 
     records: dict[str, list[MemoryRecord]] = {k: [] for k in DEFAULT_BUDGET}
     candidates: dict[str, list[str]] = {k: [] for k in DEFAULT_BUDGET}
-    if budgets["contact"] > 0 and profile and isinstance(scope, EventScope):
+    if wanted["contact"] and profile and isinstance(scope, EventScope):
         known = contact_profile(mem, scope)
         candidates["contact"] = [] if known is None else [known.describe()]
-    if budgets["daily"] > 0:
+    if wanted["daily"]:
         records["daily"] = recent_logs(mem, history_scope, daily_limit)
         candidates["daily"] = [daily_line(r) for r in records["daily"]]
-    if budgets["history"] > 0 and history_limit > 0:
+    if wanted["history"] and history_limit > 0:
         recent = mem.list(MESSAGES, limit=history_limit, **history_scope)  # newest first
         records["history"] = recent
         candidates["history"] = [_line(r) for r in recent]
-    if budgets["knowledge"] > 0 and knowledge_limit > 0 and message.strip():
+    if wanted["knowledge"] and knowledge_limit > 0 and message.strip():
         hits = mem.search_knowledge(
             message, agent_id=agent, k=knowledge_limit, threshold=knowledge_threshold
         )
         records["knowledge"] = [h.record for h in hits]
         candidates["knowledge"] = [" ".join(h.record.text.split()) for h in hits]
-    if budgets["memories"] > 0 and inject_limit > 0 and message.strip():
+    if wanted["memories"] and inject_limit > 0 and message.strip():
         hits = _relevant_memories(
             mem, message, inject_limit, table, min_score, track_access, fields
         )
@@ -359,6 +447,11 @@ def build_context(
         # With its separator: the joined block then never counts more than its parts.
         return count(text + "\n\n")
 
+    demand = {
+        name: cost(f"## {_TITLES[name]}") + sum(cost(line) for line in lines) if lines else 0
+        for name, lines in candidates.items()
+    }
+    budgets = _share_out(left, shares, demand)
     sections: dict[str, list[str]] = {}
     tokens: dict[str, int] = {}
     blocks: list[str] = []
@@ -381,7 +474,7 @@ def build_context(
         if kept:
             blocks.append("\n".join([header, *kept]))
             tokens[name] = count(blocks[-1])
-    return Context(sections, "\n\n".join(blocks), tokens, budgets, records)
+    return Context(sections, "\n\n".join(blocks), tokens, budgets, records, reserved)
 
 
 def thread_context(
