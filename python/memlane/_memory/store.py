@@ -511,12 +511,13 @@ class MemoryStore(VersionsMixin):
         chat turns, 0.5 among abstracts): a cosine says how close a text is,
         not whether it answers. It is the signal that means the same for every
         query and store, so cut on it (``min_similarity``; ``build_context``
-        keeps memories from 0.14). The default score is about half the cosine
-        plus half the BM25 ratio (0.12-0.4 for such a fact, 0.3-0.7 for such an
-        abstract), but the whole cosine when no stored text shares a word with
-        the query: the same pair can score twice as high in one store as in
-        another, so a ``threshold`` on it drops more relevant hits for the same
-        unrelated ones cut.
+        keeps memories from 0.14). The default score weighs the cosine against
+        the BM25 ratio by what BM25 found for the query, and is the whole cosine
+        when no stored text shares a word with it: the same pair can score twice
+        as high in one store as in another (measured with the fixed weight 0.5:
+        0.12-0.4 for such a fact, 0.3-0.7 for such an abstract), so a
+        ``threshold`` on it drops more relevant hits for the same unrelated ones
+        cut.
 
         ``candidates`` is how many hits each
         retriever contributes before fusion (``max(50, 4 * k)`` by default).
