@@ -280,3 +280,26 @@ def test_a_waiting_consolidation_is_not_queued_again(make_store: StoreFactory) -
     llm.gate.set()
     assert am.drain(timeout=60)
     am.close()
+
+
+def test_a_turn_is_stored_in_one_transaction(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's message, the reply and the short-term entry: one add_many (one commit,
+    one embedding batch), so after() pays one durable commit, not three."""
+    mem = make_store("bg", WordHashEmbedder())
+    am = agent(mem, None, consolidation=Consolidation(enabled=False))
+    alice = am.event("telegram", 42, 7)
+    calls: list[int] = []
+    inner = mem._writer.add
+
+    def counting(items: Any, *args: Any, **kwargs: Any) -> Any:
+        items = list(items)
+        calls.append(len(items))
+        return inner(items, *args, **kwargs)
+
+    monkeypatch.setattr(mem._writer, "add", counting)
+    report = turn(am, alice, "I moved to Lisbon")
+    assert calls == [3]
+    assert [r.text for r in report.stored] == ["I moved to Lisbon", "ok"]
+    assert [r.table for r in report.short_term] == ["short_term"]

@@ -93,17 +93,30 @@ def add_short_term(
 ) -> MemoryRecord:
     """Stores a short-term entry belonging to action ``action_id`` (``created_at``: unix
     seconds, default now)."""
+    return mem.add(**short_term_item(text, action_id, scope, importance, metadata, created_at))
+
+
+def short_term_item(
+    text: str,
+    action_id: str,
+    scope: Mapping[str, str] | None = None,
+    importance: float = 0.5,
+    metadata: Mapping[str, Any] | None = None,
+    created_at: float | None = None,
+) -> dict[str, Any]:
+    """The :meth:`~memlane.Memory.add` arguments of :func:`add_short_term` (so a turn's
+    entries can be stored with its messages, in one transaction)."""
     if not isinstance(action_id, str) or not action_id.strip():
         raise InvalidArgumentError("action_id must be a non-empty str")
-    return mem.add(
-        text,
-        table=SHORT_TERM,
-        type="short_term",
-        importance=importance,
-        metadata={**(metadata or {}), "action_id": action_id},
-        created_at=created_at,
+    return {
+        "text": text,
+        "table": SHORT_TERM,
+        "type": "short_term",
+        "importance": importance,
+        "metadata": {**(metadata or {}), "action_id": action_id},
+        "created_at": created_at,
         **_kw(scope),
-    )
+    }
 
 
 def complete_action(mem: Memory, action_id: str, *, scope: Mapping[str, str] | None = None) -> int:

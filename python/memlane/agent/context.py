@@ -146,6 +146,22 @@ def add_message(
     ``metadata["sender"]``, which no window compares. The agent's replies (any other
     ``role``) carry ``metadata["to"]`` and are never skipped by their text.
     """
+    return mem.add(
+        **message_item(text, scope, role, created_at, metadata, message_id, in_order)
+    )
+
+
+def message_item(
+    text: str,
+    scope: EventScope,
+    role: str = "user",
+    created_at: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    message_id: str | None = None,
+    in_order: bool = False,
+) -> dict[str, Any]:
+    """The :meth:`~memlane.Memory.add` arguments of :func:`add_message` (so a turn's
+    messages can be stored in one ``add_many``, one transaction)."""
     mid = message_id
     if mid is None and role == "user":
         mid = scope.message_id
@@ -163,14 +179,14 @@ def add_message(
         meta["contact"] = scope.contact
     if mid is not None:
         meta["messageId"] = str(mid)
-    return mem.add(
-        text,
-        table=MESSAGES,
-        type="message",
-        metadata=meta,
-        created_at=created_at,
+    return {
+        "text": text,
+        "table": MESSAGES,
+        "type": "message",
+        "metadata": meta,
+        "created_at": created_at,
         **_kw(scope.history),
-    )
+    }
 
 
 def _kw(scope: Mapping[str, str]) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from memlane.agent.callers import Caller
 from memlane.agent.checks import _int
-from memlane.agent.context import MESSAGES, add_message
+from memlane.agent.consolidation import short_term_item
+from memlane.agent.context import MESSAGES, add_message, message_item
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.agent.scope import EventScope
@@ -142,6 +143,37 @@ def cap_record(
         ]
     )
     report.splits.append((f"{rec.type} memory {rec.id}", len(pieces)))
+
+
+def store_turn(
+    memory: Memory,
+    limits: Limits,
+    event: EventScope,
+    said: list[tuple[str, str, str | None]],
+    entries: list[str],
+    now: float,
+    report: TurnReport,
+) -> None:
+    """A turn's messages ((role, text, message id), in order) and its short-term
+    ``entries``, in one ``add_many`` (one transaction, one embedding batch) when every
+    message fits the length cap; a longer one is stored in pieces on its own."""
+    action = f"conversation:{event.room_id or event.identity}"
+    meta = {"room_id": event.room_id} if event.room_id else None
+    short = [
+        short_term_item(e, action, event.fields, metadata=meta, created_at=now) for e in entries
+    ]
+    if all(len(text) <= limits.max_entry_chars for _, text, _ in said):
+        items = [
+            message_item(text, event, role, now, message_id=mid, in_order=True)
+            for role, text, mid in said
+        ]
+        stored = memory.add_many([*items, *short])
+        report.stored += stored[: len(items)]
+        report.short_term += stored[len(items) :]
+        return
+    for role, text, mid in said:
+        report.stored += store_message(memory, limits, event, role, text, now, report, mid)
+    report.short_term += memory.add_many(short) if short else []
 
 
 def store_message(

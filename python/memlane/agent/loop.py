@@ -63,11 +63,11 @@ from memlane.agent.adapters import AnthropicLoop, OpenAILoop, _LoopHost
 from memlane.agent.adapters import ToolHandler as ToolHandler
 from memlane.agent.callers import Caller, _sync_caller, _thread_caller
 from memlane.agent.checks import _int, _time
-from memlane.agent.consolidation import add_short_term, sync_memory
+from memlane.agent.consolidation import sync_memory
 from memlane.agent.context import Context, build_context, default_token_counter
 from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory, Shared
 from memlane.agent.daily import DailyLog, _DailyLogger
-from memlane.agent.limits import Limits, fit, split_text, store_message
+from memlane.agent.limits import Limits, fit, split_text, store_turn
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
     _CLOSE,
@@ -524,19 +524,13 @@ class AgentMemory(_LoopHost):
         report.failures += [f for done in report.upkeep for f in done.report.failures]
         user = _last_user_text(msgs) or room.user_text
         now = _time(self.clock(), "clock()")
-        # 1. The turn, before anything that can fail.
-        for role, text in (("user", user), ("assistant", answer)):
-            if text and text.strip():
-                report.stored += store_message(
-                    self.memory,
-                    self.limits,
-                    event,
-                    role,
-                    text,
-                    now,
-                    report,
-                    mid if role == "user" else None,
-                )
+        # 1. The turn, before anything that can fail: one transaction, one embedding batch.
+        said = [
+            (role, text, mid if role == "user" else None)
+            for role, text in (("user", user), ("assistant", answer))
+            if text and text.strip()
+        ]
+        entries: list[str] = []
         if self.consolidation.record_turns and (user or answer):
             digest = "\n".join(
                 f"{who}: {' '.join(t.split())}"
@@ -545,21 +539,10 @@ class AgentMemory(_LoopHost):
             )
             # No LLM on the turn's path in the background: an over-long entry is split.
             summarise = None if self._upkeep.background else call
-            pieces = fit(digest, self.limits, summarise, report.failures)
-            if len(pieces) > 1:
-                report.splits.append(("short-term entry", len(pieces)))
-            action = f"conversation:{event.room_id or event.identity}"
-            for piece in pieces:
-                report.short_term.append(
-                    add_short_term(
-                        self.memory,
-                        piece,
-                        action,
-                        scope=event.fields,
-                        metadata={"room_id": event.room_id} if event.room_id else None,
-                        created_at=now,
-                    )
-                )
+            entries = fit(digest, self.limits, summarise, report.failures)
+            if len(entries) > 1:
+                report.splits.append(("short-term entry", len(entries)))
+        store_turn(self.memory, self.limits, event, said, entries, now, report)
         with self._lock:
             room.turns += 1
             room.since_reflection += 1
