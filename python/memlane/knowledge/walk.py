@@ -4,13 +4,17 @@ A walk visits a directory in name order and yields a :class:`Source` per file
 of a supported type. It leaves out, and reports with the reason: hidden files
 and folders (names starting with ``.``), unsupported types, symbolic links
 that lead outside the knowledge root (unless ``follow_outside``), broken links,
-link loops, and a second path to a file already found.
+link loops, a second path to a file already found, and paths that are not regular
+files (a FIFO, a socket, a device), which are never opened: opening a FIFO to read it
+waits for a writer, forever, and a device such as ``/dev/zero`` never ends.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +34,35 @@ class Source:
     data: bytes | None = None
 
     def read(self) -> bytes:
+        """The bytes of the text or the file; OSError if the file cannot be read, or is
+        no longer a regular file (replaced since the walk): it is not read then."""
         if self.data is not None:
             return self.data
         assert self.path is not None
-        return self.path.read_bytes()
+        if not stat.S_ISREG(mode := self.path.stat().st_mode):
+            raise OSError(errno.EINVAL, _not_regular(mode))
+        # Replaced between the two looks, a FIFO opened without O_NONBLOCK would wait for
+        # a writer; a regular file reads the same with it.
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, _not_regular(mode))
+            return f.read()
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _not_regular(mode: int) -> str:
+    """Why a path of ``mode`` (not a regular file) is left out: what it is."""
+    kind = next((name for test, name in _KINDS if test(mode)), "")
+    return f"not a regular file: {kind}" if kind else "not a regular file"
 
 
 def inside(path: Path, root: Path) -> bool:
@@ -106,7 +135,7 @@ def walk(
                 elif entry.is_file():
                     add_file(path, normalise_path(rel), link)
                 else:
-                    skipped[rel] = "not a regular file"
+                    skipped[rel] = _not_regular(entry.stat().st_mode)
             except OSError as e:
                 skipped[rel] = _describe(e)
 
@@ -115,11 +144,18 @@ def walk(
     if not follow_outside and not inside(real_target, real_root):
         skipped[rel_target] = "outside the knowledge root"
         return []
-    if target.is_dir():
+    try:
+        mode = target.stat().st_mode
+    except OSError as e:
+        skipped[rel_target] = _describe(e)
+        return []
+    if stat.S_ISDIR(mode):
         prefix = "" if rel_target == "." else rel_target + "/"
         visit(target, prefix, frozenset({real_target}), False)
-    else:
+    elif stat.S_ISREG(mode):
         add_file(target, rel_target, False)
+    else:
+        skipped[rel_target] = _not_regular(mode)
     sources: list[tuple[int, Source]] = []
     for paths in found.values():
         _, order, rel, path, loader = min(paths)
