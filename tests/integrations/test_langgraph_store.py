@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -317,45 +319,150 @@ def test_durable_store_reopens(tmp_path: Path) -> None:
         assert keys(again.search(("users",), query="dark mode")) == [(("users", "alice"), "theme")]
 
 
-def test_ttl_expires_refreshes_and_sweeps(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memlane.integrations.langgraph as adapter
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The wall clock (``time.time``) memlane's expiry reads, stopped at 2030-01-01 00:00 UTC
+    and moved by the test: ``clock[0] += seconds``."""
+    now = [1_893_456_000.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    return now
 
-    clock = [1_000_000.0]
-    monkeypatch.setattr(adapter, "_now", lambda: clock[0])
 
-    def exp(store: MemlaneStore, key: str) -> Any:
-        return store.memory.get(store._base_id(("s",), key)).metadata["lg"].get("exp")
+@pytest.fixture
+def ttl_store(make_store: Any, clock: list[float]) -> Iterator[MemlaneStore]:
+    """A store with a default TTL of an hour whose items index two fields (so an item
+    is two records), on each backend."""
+    emb = WordEmbeddings()
+    with make_store("lg-ttl", langchain_embedder(emb), hnsw_precision="f32") as mem:
+        yield MemlaneStore(mem, index=index(emb, ["text", "title"]), ttl={"default_ttl": 60})
 
-    with MemlaneStore(ttl={"default_ttl": 60}) as store:
-        store.put(("s",), "short", {"v": 1}, ttl=1)
-        store.put(("s",), "default", {"v": 2})
-        store.put(("s",), "forever", {"v": 3}, ttl=None)
-        assert exp(store, "short") == clock[0] + 60
-        assert exp(store, "default") == clock[0] + 3600
-        assert exp(store, "forever") is None
-        clock[0] += 30
-        assert store.get(("s",), "short", refresh_ttl=False) is not None
-        assert exp(store, "short") == 1_000_060.0
-        clock[0] += 31  # 61 s after the put: expired
-        assert store.get(("s",), "short") is None
-        assert [i.key for i in store.search(("s",))] == ["default", "forever"]
-        assert store.memory.count("langgraph") == 3  # expired, not yet swept
+
+def records(store: MemlaneStore, ns: tuple[str, ...], key: str) -> list[memlane.MemoryRecord]:
+    """The item's records (one per indexed field), as the memory holds them."""
+    base = store._base_id(ns, key)
+    found = store.memory.list("langgraph", filters={"metadata.lg.item": base}, limit=10)
+    assert found, key
+    return found
+
+
+def expiries(store: MemlaneStore, ns: tuple[str, ...], key: str) -> set[float | None]:
+    return {r.expires_at for r in records(store, ns, key)}
+
+
+def threads() -> set[threading.Thread]:
+    return set(threading.enumerate())
+
+
+def test_ttl_is_the_records_expires_at(ttl_store: MemlaneStore, clock: list[float]) -> None:
+    store, t0 = ttl_store, clock[0]
+    doc = {"text": "dark mode", "title": "theme"}
+    store.put(("s",), "short", doc, ttl=1)
+    store.put(("s",), "default", doc)
+    store.put(("s",), "forever", doc, ttl=None)
+    assert len(records(store, ("s",), "short")) == 2
+    assert expiries(store, ("s",), "short") == {t0 + 60}  # LangGraph's ttl is in minutes
+    assert expiries(store, ("s",), "default") == {t0 + 3600}
+    assert expiries(store, ("s",), "forever") == {None}
+    # The expiry is the memory's, not the adapter's own metadata.
+    assert all("exp" not in r.metadata["lg"] for r in records(store, ("s",), "short"))
+    # A put without a TTL ends the expiry.
+    store.put(("s",), "short", doc, ttl=None)
+    assert expiries(store, ("s",), "short") == {None}
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(memlane.InvalidArgumentError, match="ttl must be a number of minutes"):
+            store.put(("s",), "bad", doc, ttl=bad)
+    assert store.get(("s",), "bad") is None
+
+
+def test_an_expired_item_is_gone_without_a_sweeper(
+    ttl_store: MemlaneStore, clock: list[float]
+) -> None:
+    store = ttl_store
+    before = threads()
+    doc = {"text": "dark mode", "title": "theme"}
+    store.put(("s",), "short", doc, ttl=1)
+    store.put(("t",), "short", doc, ttl=1)
+    store.put(("s",), "forever", doc, ttl=None)
+    store.start_ttl_sweeper(0.01)
+    assert threads() == before  # the adapter runs no thread of its own
+    clock[0] += 30
+    assert store.get(("s",), "short", refresh_ttl=False) is not None
+    assert len(store.search(("s",), query="dark mode", refresh_ttl=False)) == 2
+    clock[0] += 30  # 60 s after the put: expired
+    assert store.get(("s",), "short") is None
+    assert [i.key for i in store.search(("s",))] == ["forever"]
+    assert [i.key for i in store.search((), query="dark mode")] == ["forever"]
+    assert store.list_namespaces() == [("s",)]
+    for ns in (("s",), ("t",)):
+        with pytest.raises(memlane.UnknownIdError):
+            store.memory.get(store._base_id(ns, "short"))
+    assert store.memory.count("langgraph") == 2  # the two records of "forever"
+    # Nothing was swept, by the store's maintenance or otherwise: sweep_ttl removes the
+    # two items now (four records), and then nothing.
+    assert store.sweep_ttl() == 2
+    assert store.sweep_ttl() == 0
+    assert store.stop_ttl_sweeper(timeout=5)
+    assert threads() == before
+
+
+def test_a_read_refreshes_the_records_expiry(ttl_store: MemlaneStore, clock: list[float]) -> None:
+    store, t0 = ttl_store, clock[0]
+    doc = {"text": "dark mode", "title": "theme"}
+    store.put(("s",), "k", doc)
+    store.put(("s",), "fixed", doc, ttl=None)
+    clock[0] += 100
+    store.get(("s",), "k", refresh_ttl=False)
+    store.search(("s",), refresh_ttl=False)
+    assert expiries(store, ("s",), "k") == {t0 + 3600}
+    store.get(("s",), "k")  # refresh_on_read defaults to True
+    assert expiries(store, ("s",), "k") == {t0 + 100 + 3600}
+    clock[0] += 100
+    store.search(("s",), query="dark mode")
+    assert expiries(store, ("s",), "k") == {t0 + 200 + 3600}
+    assert expiries(store, ("s",), "fixed") == {None}  # no TTL, nothing to refresh
+    item = store.get(("s",), "k", refresh_ttl=False)
+    assert item is not None and item.updated_at == item.created_at  # a refresh is no update
+    clock[0] += 3599
+    assert store.get(("s",), "k", refresh_ttl=False) is not None  # refreshed, so still here
+    clock[0] += 1
+    assert store.get(("s",), "k") is None
+
+
+def test_items_written_with_the_adapters_old_expiry(make_store: Any, clock: list[float]) -> None:
+    """Items an earlier adapter wrote kept their expiry in ``metadata.lg.exp`` (no
+    ``expires_at``): opening the store moves it to ``expires_at`` and deletes the items
+    already past it, and so does ``sweep_ttl`` for any that came later (an import)."""
+    emb = WordEmbeddings()
+    t0 = clock[0]
+    doc = {"text": "dark mode", "title": "theme"}
+    with make_store("lg-old", langchain_embedder(emb), hnsw_precision="f32") as mem:
+
+        def write_old(key: str, exp: float) -> None:
+            old = MemlaneStore(mem, index=index(emb, ["text", "title"]))
+            old.put(("s",), key, doc)
+            for rec in records(old, ("s",), key):
+                lg = {**rec.metadata["lg"], "ttl": 10.0, "exp": exp}
+                mem.update(rec.id, metadata={**rec.metadata, "lg": lg})
+
+        write_old("live", t0 + 600)
+        write_old("dead", t0 - 1)
+        store = MemlaneStore(mem, index=index(emb, ["text", "title"]), ttl={"default_ttl": 10})
+        assert expiries(store, ("s",), "live") == {t0 + 600}
+        assert all("exp" not in r.metadata["lg"] for r in records(store, ("s",), "live"))
+        assert store.get(("s",), "dead", refresh_ttl=False) is None
+        assert mem.count("langgraph") == 2  # the two records of "live": "dead" is gone
+        # The TTL it was written with (10 minutes) is what a read restarts.
+        assert store.get(("s",), "live") is not None
+        assert expiries(store, ("s",), "live") == {t0 + 600}  # 10 min from now
+        clock[0] += 1
+        store.search(("s",), query="dark mode")
+        assert expiries(store, ("s",), "live") == {t0 + 601}
+        write_old("late", t0 + 5)
+        clock[0] += 10  # "late" is past its old expiry
         assert store.sweep_ttl() == 1
-        assert store.memory.count("langgraph") == 2
-        # A read restarts the timer: get, and search (unless refresh_ttl=False).
-        store.get(("s",), "default")
-        assert exp(store, "default") == clock[0] + 3600
-        clock[0] += 100
-        store.search(("s",), refresh_ttl=False)
-        assert exp(store, "default") == clock[0] - 100 + 3600
-        store.search(("s",))
-        assert exp(store, "default") == clock[0] + 3600
-        clock[0] += 3601
-        assert store.list_namespaces() == [("s",)]  # "forever" is still there
-        assert [i.key for i in store.search(())] == ["forever"]
-        store.start_ttl_sweeper(60)
-        assert store.stop_ttl_sweeper(timeout=5)
-        assert store.sweep_ttl() == 1
+        assert [i.key for i in store.search(("s",))] == ["live"]
+        clock[0] += 600
+        assert store.search(("s",)) == []
 
 
 class State(TypedDict):

@@ -21,9 +21,10 @@ items (``InMemoryStore`` keeps listing one whose last item was deleted); range
 filters (``$gt`` ...) match numbers only (``InMemoryStore`` also converts numeric
 strings); items outlive the process when the ``Memory`` is durable; and TTLs are
 supported (``ttl={"default_ttl": minutes, "refresh_on_read": bool}``, or ``ttl=``
-on ``put``): expired items are never returned, a read that refreshes a TTL
-rewrites the item's expiry, and :meth:`MemlaneStore.sweep_ttl` (or
-:meth:`MemlaneStore.start_ttl_sweeper`) deletes them.
+on ``put``) through memlane's own expiry: an item's records get ``expires_at``, a
+read that refreshes the TTL moves it, and from then on no read of the store returns
+them and its maintenance removes them, with no sweeper thread of the adapter's
+(:meth:`MemlaneStore.sweep_ttl` removes them at once).
 
 Each item is one memlane record per indexed text (one record when nothing is
 indexed) in ``table`` (``"langgraph"``), with ``scope`` (memlane's scope fields)
@@ -35,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import threading
+import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -71,9 +72,13 @@ from memlane.integrations._common import FunctionEmbedder, check_scope, own_memo
 __all__ = ["MemlaneStore"]
 
 _PAGE = 256
-#: The clock TTLs are read against (tests move it).
-_now = time.time
 _OPS = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"}
+
+
+def _now() -> float:
+    """When an item is written (its ``updated_at``; tests move it). Expiry follows the
+    memory's own clock, ``time.time``."""
+    return time.time()
 
 
 def _ts(seconds: float) -> datetime:
@@ -157,7 +162,8 @@ class MemlaneStore(BaseStore):
             "provider:model", "fields": ["$"]}``. Without ``embed``, the memory's
             own embedder embeds (memlane's offline ONNX model for a new store).
             Without ``index``, search ignores ``query`` as ``InMemoryStore`` does.
-        ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}``.
+        ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}``: an item's TTL is
+            its records' ``expires_at`` (see :class:`memlane.MemoryRecord`).
         scope: memlane scope fields every item gets and every read is bound to.
         table: the memlane table items live in.
         path: where a new store lives (a directory or ``postgresql://`` URL).
@@ -210,14 +216,12 @@ class MemlaneStore(BaseStore):
             )
         if self.index_config is not None and self._dim is None:
             raise InvalidArgumentError("semantic search needs a memory with an embedder")
-        self._sweeper: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._adopt_old_expiries()
 
     # -- housekeeping -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops the TTL sweeper; closes the memory if this store made it."""
-        self.stop_ttl_sweeper()
+        """Closes the memory if this store made it."""
         if self._owned:
             self.memory.close()
 
@@ -228,51 +232,58 @@ class MemlaneStore(BaseStore):
         self.close()
 
     def sweep_ttl(self) -> int:
-        """Deletes the expired items' records now; returns how many records went."""
-        return self.memory.delete_all(
-            self.table, filters={"metadata.lg.exp": {"$lte": _now()}}, **self.scope
-        )
+        """Deletes the expired items now; returns how many items went.
+
+        Not needed for correctness: no read returns an expired item, and the memory's
+        background maintenance removes them. This frees their space at once.
+        """
+        gone = self._adopt_old_expiries()
+        return gone + self._delete_items({"expires_at": {"$lte": time.time()}})
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
-        """Sweeps expired items in a background thread every interval (default: the
-        ``ttl`` config's ``sweep_interval_minutes``, else 5 minutes)."""
-        if self._sweeper is not None:
-            return
-        conf = self.ttl_config or {}
-        minutes = sweep_interval_minutes or conf.get("sweep_interval_minutes") or 5
-        self._stop.clear()
-
-        def run() -> None:
-            while not self._stop.wait(float(minutes) * 60):
-                self.sweep_ttl()
-
-        self._sweeper = threading.Thread(target=run, daemon=True, name="memlane-ttl")
-        self._sweeper.start()
+        """Nothing to start: the memory's maintenance removes expired items. Kept for
+        LangGraph's store API."""
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stops the sweeper thread; whether it stopped within ``timeout``."""
-        if self._sweeper is None:
-            return True
-        self._stop.set()
-        self._sweeper.join(timeout)
-        stopped = not self._sweeper.is_alive()
-        if stopped:
-            self._sweeper = None
-        return stopped
+        """Nothing to stop (see :meth:`start_ttl_sweeper`); always True."""
+        return True
+
+    def _delete_items(self, cond: dict[str, Any]) -> int:
+        """Deletes the records ``cond`` admits, which hold whole items (the records of
+        an item share their expiry); returns how many items went."""
+        items = self.memory.delete_all(
+            self.table, filters={"$and": [cond, {"metadata.lg.part": 0}]}, **self.scope
+        )
+        self.memory.delete_all(self.table, filters=cond, **self.scope)
+        return items
+
+    def _adopt_old_expiries(self) -> int:
+        """Gives the items an earlier version of this adapter wrote with a TTL (their
+        expiry in ``metadata.lg.exp``, read by the adapter alone) the record's
+        ``expires_at`` instead, so the memory's reads and maintenance see it; deletes
+        those already past it, and returns how many."""
+        old = {"metadata.lg.exp": {"$exists": True}}
+        if not self.memory.count(self.table, filters=old, **self.scope):
+            return 0
+        gone = self._delete_items({"metadata.lg.exp": {"$lte": time.time()}})
+        # Each update takes its record out of the filter: read from the start each time.
+        while page := self.memory.list(self.table, limit=_PAGE, filters=old, **self.scope):
+            for rec in page:
+                lg = dict(rec.metadata["lg"])
+                exp = lg.pop("exp")
+                # A non-number (an edited file) was never treated as an expiry.
+                at = float(exp) if _number(exp) and math.isfinite(exp) else None
+                try:
+                    self.memory.update(rec.id, metadata={**rec.metadata, "lg": lg}, expires_at=at)
+                except UnknownIdError:  # deleted meanwhile
+                    continue
+        return gone
 
     # -- records ------------------------------------------------------------------------------
 
     def _base_id(self, namespace: tuple[str, ...], key: str) -> str:
         raw = json.dumps([self.table, sorted(self.scope.items()), list(namespace), key])
         return "lg-" + hashlib.sha256(raw.encode()).hexdigest()[:40]
-
-    def _live(self, now: float) -> dict[str, Any]:
-        return {
-            "$or": [
-                {"metadata.lg.exp": {"$exists": False}},
-                {"metadata.lg.exp": {"$gt": now}},
-            ]
-        }
 
     def _item(self, rec: MemoryRecord, score: float | None = None, search: bool = False) -> Item:
         lg = rec.metadata["lg"]
@@ -295,22 +306,23 @@ class MemlaneStore(BaseStore):
             texts.extend(t for t in get_text_at_path(op.value, tokens) if t.strip())
         return texts
 
-    def _refresh(self, records: Iterable[MemoryRecord], now: float) -> None:
-        """Restarts the TTL of these items (every record of each)."""
+    def _refresh(self, records: Iterable[MemoryRecord]) -> None:
+        """Restarts the TTL of these items: every record of each gets the same new
+        ``expires_at``."""
+        now = time.time()
+        done: set[str] = set()
         for rec in records:
             lg = rec.metadata["lg"]
-            if lg.get("ttl") is None:
+            if lg.get("ttl") is None or lg["item"] in done:
                 continue
+            done.add(lg["item"])
+            at = now + float(lg["ttl"]) * 60
             base = lg["item"]
-            ids = [base] + [f"{base}-{i}" for i in range(1, lg["n"])]
-            for record_id in ids:
+            for record_id in [base] + [f"{base}-{i}" for i in range(1, lg["n"])]:
                 try:
-                    current = self.memory.get(record_id)
-                except UnknownIdError:
+                    self.memory.update(record_id, expires_at=at)
+                except UnknownIdError:  # expired or deleted since it was read
                     continue
-                meta = dict(current.metadata)
-                meta["lg"] = {**meta["lg"], "exp": now + float(lg["ttl"]) * 60}
-                self.memory.update(record_id, metadata=meta)
 
     # -- batch --------------------------------------------------------------------------------
 
@@ -320,6 +332,9 @@ class MemlaneStore(BaseStore):
         for op in ops:
             validate_op_namespace(op)
             if isinstance(op, PutOp):
+                ttl = op.ttl
+                if ttl is not None and not (_number(ttl) and math.isfinite(ttl) and ttl > 0):
+                    raise InvalidArgumentError(f"ttl must be a number of minutes > 0, got {ttl!r}")
                 puts[(op.namespace, op.key)] = op
             elif not isinstance(op, GetOp | SearchOp | ListNamespacesOp):
                 raise InvalidArgumentError(f"unknown operation {type(op).__name__}")
@@ -358,39 +373,34 @@ class MemlaneStore(BaseStore):
         vectors: Sequence[Sequence[float]] | None,
         qvecs: dict[str, list[float]],
     ) -> list[Result]:
-        now = _now()
         results: list[Result] = []
         touched: list[MemoryRecord] = []
         for op in ops:
             if isinstance(op, GetOp):
-                rec = self._get(op.namespace, op.key, now)
+                rec = self._get(op.namespace, op.key)
                 results.append(None if rec is None else self._item(rec))
                 if rec is not None and op.refresh_ttl:
                     touched.append(rec)
             elif isinstance(op, SearchOp):
-                found = self._search(op, qvecs, now)
+                found = self._search(op, qvecs)
                 results.append([self._item(r, s, search=True) for r, s in found])
                 if op.refresh_ttl:
                     touched.extend(r for r, _ in found)
             elif isinstance(op, ListNamespacesOp):
-                results.append(self._list_namespaces(op, now))
+                results.append(self._list_namespaces(op))
             else:
                 results.append(None)
         if touched:
-            self._refresh(touched, now)
+            self._refresh(touched)
         if puts:
-            self._apply(puts, texts, vectors, now)
+            self._apply(puts, texts, vectors, _now())
         return results
 
-    def _get(self, namespace: tuple[str, ...], key: str, now: float) -> MemoryRecord | None:
+    def _get(self, namespace: tuple[str, ...], key: str) -> MemoryRecord | None:
         try:
-            rec = self.memory.get(self._base_id(namespace, key))
-        except UnknownIdError:
+            return self.memory.get(self._base_id(namespace, key))
+        except UnknownIdError:  # never written, deleted, or expired
             return None
-        exp = rec.metadata.get("lg", {}).get("exp")
-        if exp is not None and exp <= now:
-            return None
-        return rec
 
     def _apply(
         self,
@@ -431,9 +441,10 @@ class MemlaneStore(BaseStore):
                 "vec": bool(own),
                 "u": now,
             }
+            expiry: dict[str, float] = {}
             if op.ttl is not None:
-                lg["ttl"] = float(op.ttl)
-                lg["exp"] = now + float(op.ttl) * 60
+                lg["ttl"] = float(op.ttl)  # minutes, for a refresh
+                expiry["ttl"] = float(op.ttl) * 60  # memlane's is in seconds
             parts = own or [json.dumps(value, sort_keys=True, ensure_ascii=False)]
             for i, text in enumerate(parts):
                 item: dict[str, Any] = {
@@ -442,6 +453,7 @@ class MemlaneStore(BaseStore):
                     "table": self.table,
                     "metadata": {"lg": {**lg, "part": i}},
                     "created_at": created.get(base, now),
+                    **expiry,
                     **self.scope,
                 }
                 if vecs is not None:
@@ -458,9 +470,8 @@ class MemlaneStore(BaseStore):
 
     # -- search -------------------------------------------------------------------------------
 
-    def _where(self, op: SearchOp, now: float, **extra: Any) -> dict[str, Any]:
-        conds: list[dict[str, Any]] = [self._live(now)]
-        conds.extend({f"metadata.lg.{k}": v} for k, v in extra.items())
+    def _where(self, op: SearchOp, **extra: Any) -> dict[str, Any]:
+        conds: list[dict[str, Any]] = [{f"metadata.lg.{k}": v} for k, v in extra.items()]
         if op.namespace_prefix:
             conds.append({"metadata.lg.path": ".".join(op.namespace_prefix)})
         if op.filter:
@@ -482,21 +493,21 @@ class MemlaneStore(BaseStore):
             offset += _PAGE
 
     def _search(
-        self, op: SearchOp, qvecs: dict[str, list[float]], now: float
+        self, op: SearchOp, qvecs: dict[str, list[float]]
     ) -> list[tuple[MemoryRecord, float | None]]:
         if op.limit <= 0:
             return []
         semantic = bool(op.query) and self.index_config is not None
         if not semantic:
             out: list[tuple[MemoryRecord, float | None]] = []
-            for n, rec in enumerate(self._scan(self._where(op, now, part=0), op.filter)):
+            for n, rec in enumerate(self._scan(self._where(op, part=0), op.filter)):
                 if n >= op.offset + op.limit:
                     break
                 if n >= op.offset:
                     out.append((rec, None))
             return out
         assert op.query is not None
-        where = self._where(op, now, vec=True)
+        where = self._where(op, vec=True)
         need = op.offset + op.limit
         vector = qvecs.get(op.query)
         k = max(2 * need, 16)
@@ -536,7 +547,7 @@ class MemlaneStore(BaseStore):
         ]
         if len(kept) < op.limit:
             # As InMemoryStore: items with nothing indexed fill the rest, unscored.
-            scoreless = self._scan(self._where(op, now, vec=False), op.filter)
+            scoreless = self._scan(self._where(op, vec=False), op.filter)
             for rec in scoreless:
                 if len(kept) >= op.limit:
                     break
@@ -551,8 +562,8 @@ class MemlaneStore(BaseStore):
         except UnknownIdError:  # pragma: no cover - deleted meanwhile
             return None
 
-    def _list_namespaces(self, op: ListNamespacesOp, now: float) -> list[tuple[str, ...]]:
-        conds: list[dict[str, Any]] = [self._live(now), {"metadata.lg.part": 0}]
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        conds: list[dict[str, Any]] = [{"metadata.lg.part": 0}]
         for cond in op.match_conditions or ():
             if cond.match_type == "prefix" and cond.path and "*" not in cond.path:
                 conds.append({"metadata.lg.path": ".".join(cond.path)})
