@@ -147,7 +147,8 @@ def test_before_puts_blocks_first_within_the_budget(make_store, word_embedder):
     mem = make_store("budget", word_embedder)
     try:
         options = {"tools": False, "max_tokens": 300}
-        context = {"min_score": None, "count_tokens": char_token_count}
+        # Enough memories that the budget, not the count, decides how many are shown.
+        context = {"min_score": None, "count_tokens": char_token_count, "inject_limit": 40}
         plain = AgentMemory(mem, SessionScope(agent_id="h"), context=context, **{**OFF, **options})
         pinned = AgentMemory(
             mem, SessionScope(agent_id="h"), context=context, core_memory=True, **{**OFF, **options}
