@@ -3,7 +3,7 @@
 A .docx cell spanning 2**31 - 1 columns, three million empty paragraphs under the
 unpacked-size cap, vertically merged cells that repeat a long text in every row, YAML
 front matter of nested aliases (a "billion laughs"), and an HTML page of three million
-<p> tags (9 MB, which lxml's tree made 640 MiB; 100 MB made 6.5 GB). Each is ingested in a child
+<p> tags (9 MB, which lxml's tree made 645 MiB; 100 MB made 6.4 GiB). Each is ingested in a child
 process whose address space is capped at 1 GiB, so that code which expands them fails
 there (MemoryError) instead of taking the machine: the file must be loaded within
 bounds or reported as over the limit that stopped it, and the other files ingested.
