@@ -29,6 +29,8 @@ RECORD_KEYS = {
     "last_accessed_at",
     "access_count",
     "valid_to",
+    "expires_at",
+    "recorded_at",
     "content_hash",
 }
 EXPLAIN_KEYS = {

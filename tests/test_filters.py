@@ -167,6 +167,8 @@ def _engine_with(metas: list[dict[str, Any]]) -> Engine:
         "id": [f"r{i}" for i in range(n)],
         "access_count": [0] * n,
         "valid_to": [None] * n,
+        "expires_at": [None] * n,
+        "recorded_at": [0.0] * n,
     }
     e.apply(
         e.prepare(
