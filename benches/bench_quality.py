@@ -1,23 +1,40 @@
-"""Retrieval quality on BEIR SciFact through memlane's public API.
+"""Retrieval quality of ``Memory.search`` on three sets, every configuration beside its peers.
 
-What it measures: nDCG@10 and Recall@100 over SciFact's 300 test queries, with
-each abstract (title, blank line, text) stored as one record by ``Memory.add_many``
-and searched by ``Memory.search`` in modes text (BM25), vector (all-MiniLM-L6-v2
-int8, cosine) and hybrid (the two fused), scores being relevance alone. Fusion
-settings are chosen on the 809 *train* queries (never on the test ones), then
-reported on test. Then ``Memory.search`` exactly as a user calls it (default
-settings, text in) on the same abstracts stored undated and dated: ``created_at``
-spread uniformly over the past 730 days (seeded), so age and importance take part
-in the score. With ``--knowledge`` it also ingests the abstracts as ``.txt``
-files (default chunker) and ranks documents by their best fragment from
-``Memory.search_knowledge``.
+The sets (each with a train half to choose settings on and a test half to report on):
 
-Reference (bm25s and this same model, measured on SciFact test): BM25 0.686,
-dense 0.647, RRF of the two 0.715. Vectors are cached under ``benches/.cache/``
-(shared with ``bench_ingest.py``); the first run embeds the 5,183 abstracts
-(a few minutes on two cores).
+- **SciFact** (BEIR, from ``../shared/data/scifact``): 5,183 abstracts (title, blank
+  line, text), one record each; 809 train and 300 test queries with graded qrels.
+  ``scifact-dated`` is the same store with ``created_at`` spread over 730 days
+  (seeded), so age and importance take part in the default score.
+- **conversations** (``_conversations.py``, ours): dated multi-session chats, one
+  memory per turn scoped to its user (``room_id``), questions asked now about facts
+  stated months ago; train is seed 1 (10 users), test is seed 0 (20 users, 200
+  questions: the set ``bench_conversations.py`` reports).
+- **chitchat** (``_chitchat.py``): real chats between people from the Chit-Chat
+  Challenge (MIT, shipped in the PyPI package ``chitchat-dataset``); one store per
+  person, a partner's question is the query and the person's answer turn the
+  evidence; people split into train and test halves by a hash of their id.
 
-    python benches/bench_quality.py [--knowledge] [--no-tuning] [--dated-only]
+Configurations, each through ``Memory.search(text, k=10, query_embedding=...,
+room_id=...)`` with the query's vector precomputed by the same model: the defaults;
+BM25 alone (``mode="text"``); vectors alone (``mode="vector"``); the fusions tried
+(named in ``CONFIGS``). Peers computed outside memlane on the same texts: bm25s
+(Lucene BM25, k1=1.2, b=0.75, English stopwords and Snowball stemmer, as
+``bench_bm25.py``), the dense model alone (exact cosine in numpy), and RRF as elizaOS
+fuses its lists (``1 / (60 + rank)`` summed over the two top-100 lists, equal
+weights; here bm25s and the exact dense list).
+
+Reported: recall@5, recall@10 (share of the relevant records in the top k) and
+nDCG@10 (graded gains for SciFact, 1 for an evidence turn), mean over test queries.
+``--tune`` first collects every train query's candidate pool once (BM25 and cosine
+of each candidate, ``explain=True``) and replays the fusions in numpy over a grid,
+printing each set's best and the setting best on all three train sets at once.
+
+Vectors are cached under ``benches/.cache/`` (shared with ``bench_ingest.py``); the
+first run embeds every text (tens of minutes on two busy cores).
+
+    python benches/bench_quality.py [--sets scifact,conversations,chitchat] [--tune]
+        [--split test] [--knowledge] [--json FILE]
 """
 
 from __future__ import annotations
@@ -30,7 +47,8 @@ import tempfile
 import time
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +65,6 @@ from bench_ingest import (
 )
 from memlane import Memory, OnnxEmbedder
 from memlane.embeddings import TextTruncatedWarning
-from memlane.knowledge import SEARCH_DEFAULTS
 
 Qrels = dict[str, dict[str, int]]
 
@@ -129,169 +146,402 @@ def evaluate(
     return float(np.mean(ndcg)), float(np.mean(recall))
 
 
+# -- sets --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Doc:
+    id: str
+    text: str
+    room: str | None = None
+    at: float | None = None
+    session: str | None = None
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    text: str
+    gains: dict[str, int]
+    room: str | None = None
+
+
+@dataclass
+class QualitySet:
+    name: str
+    split: str
+    docs: list[Doc]
+    queries: list[Query]
+    episodic: bool = False  # conversation turns: stored as agent memories would be
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def scifact_set(split: str, dated: bool = False, seed: int = 7) -> QualitySet:
+    docs = scifact_corpus()
+    queries = load_queries()
+    qrels = load_qrels(split)
+    dates: list[float | None] = [None] * len(docs)
+    if dated:
+        now = time.time()
+        spread = np.random.default_rng(seed).uniform(0, 730 * 86400.0, size=len(docs))
+        dates = [float(now - s) for s in spread]
+    return QualitySet(
+        "scifact-dated" if dated else "scifact",
+        split,
+        [Doc(d["_id"], document_text(d), None, at) for d, at in zip(docs, dates, strict=True)],
+        [Query(q, queries[q], g) for q, g in sorted(qrels.items())],
+    )
+
+
+def conversations_set(split: str) -> QualitySet:
+    from _conversations import generate
+
+    seed, users = (1, 10) if split == "train" else (0, 20)
+    data = generate(seed=seed, users=users)
+    return QualitySet(
+        "conversations",
+        split,
+        [Doc(t.id, t.text, t.user, t.at.timestamp(), t.session) for t in data.turns],
+        [Query(q.id, q.text, dict.fromkeys(q.evidence, 1), q.user) for q in data.questions],
+        episodic=True,
+        meta={"seed": seed, "users": users},
+    )
+
+
+def chitchat_set(split: str) -> QualitySet:
+    from _chitchat import load
+
+    data = load(split)
+    return QualitySet(
+        "chitchat",
+        split,
+        [Doc(t.id, t.text, t.user, t.at, t.chat) for t in data.turns],
+        [Query(q.id, q.text, {q.evidence: 1}, q.user) for q in data.queries],
+        episodic=True,
+    )
+
+
+SETS: dict[str, Callable[[str], QualitySet]] = {
+    "scifact": scifact_set,
+    "scifact-dated": lambda split: scifact_set(split, dated=True),
+    "conversations": conversations_set,
+    "chitchat": chitchat_set,
+}
+
+
+# -- configurations ----------------------------------------------------------------------
+
+# (label, Memory.search options). The first three are the table's anchors.
+CONFIGS: list[tuple[str, dict[str, Any]]] = [
+    ("defaults", {}),
+    ("BM25 alone (text)", {"mode": "text"}),
+    ("vectors alone (vector)", {"mode": "vector"}),
+    ("RRF k=60", {"fusion": "rrf", "rrf_k": 60.0}),
+    ("weighted, alpha=0.5 given", {"fusion": "weighted", "alpha": 0.5}),
+]
+
+
+def metrics(ranked: list[str], gains: dict[str, int]) -> tuple[float, float, float]:
+    return recall_at(ranked, gains, 5), recall_at(ranked, gains, 10), ndcg_at(ranked, gains)
+
+
+class Bench:
+    """One set's store, vectors and peers."""
+
+    def __init__(self, qs: QualitySet, model: CachedModel) -> None:
+        self.qs = qs
+        self.model = model
+        texts = [d.text for d in qs.docs]
+        self.dvec = embed_all(model, texts, f"{qs.name} {qs.split} texts")
+        self.qvec = embed_all(model, [q.text for q in qs.queries], f"{qs.name} {qs.split} queries")
+        model.cache.save()
+        self.mem = Memory(None, model, track_access=False)
+        rows = []
+        for d, v in zip(qs.docs, self.dvec, strict=True):
+            row: dict[str, Any] = {"id": d.id, "text": d.text, "embedding": v}
+            if d.room is not None:
+                row["room_id"] = d.room
+            if d.at is not None:
+                row["created_at"] = d.at
+            if qs.episodic:
+                row.update(type="episodic", agent_id="assistant", session_id=d.session)
+            rows.append(row)
+        for start in range(0, len(rows), 2000):
+            self.mem.add_many(rows[start : start + 2000])
+        self.mem.wait_indexed()
+        self.rooms: dict[str | None, list[int]] = defaultdict(list)
+        for i, d in enumerate(qs.docs):
+            self.rooms[d.room].append(i)
+        self._peers: dict[str | None, Any] | None = None
+
+    def scope(self, q: Query) -> dict[str, Any]:
+        return {} if q.room is None else {"room_id": q.room}
+
+    def search(self, q: Query, vec: np.ndarray, k: int = 10, **options: Any) -> list[Any]:
+        return self.mem.search(
+            q.text, k, query_embedding=vec, track_access=False, **self.scope(q), **options
+        )
+
+    def run(self, options: dict[str, Any]) -> tuple[float, float, float]:
+        out = []
+        for q, v in zip(self.qs.queries, self.qvec, strict=True):
+            out.append(metrics([h.record.id for h in self.search(q, v, **options)], q.gains))
+        return tuple(float(x) for x in np.mean(out, axis=0))  # type: ignore[return-value]
+
+    # -- peers ---------------------------------------------------------------------------
+
+    def peers(self) -> dict[str, tuple[float, float, float]]:
+        import bm25s
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer("english")
+
+        def tok(texts: list[str]) -> Any:
+            return bm25s.tokenize(
+                texts, stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False
+            )
+
+        indexes: dict[str | None, Any] = {}
+        for room, idx in self.rooms.items():
+            r = bm25s.BM25(k1=1.2, b=0.75, method="lucene", backend="numpy")
+            r.index(tok([self.qs.docs[i].text for i in idx]), show_progress=False)
+            indexes[room] = r
+        out: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        for q, v in zip(self.qs.queries, self.qvec, strict=True):
+            idx = self.rooms[q.room]
+            ids = [self.qs.docs[i].id for i in idx]
+            qt = tok([q.text])
+            bm_ranked: list[str] = []
+            if qt[0]:
+                n = min(100, len(idx))
+                found, scores = indexes[q.room].retrieve(qt, k=n, show_progress=False)
+                bm_ranked = [ids[j] for j, s in zip(found[0], scores[0], strict=True) if s > 0]
+            cos = self.dvec[idx] @ (v / np.linalg.norm(v))
+            order = np.argsort(-cos, kind="stable")[:100]
+            dense_ranked = [ids[j] for j in order]
+            fused: dict[str, float] = defaultdict(float)
+            for ranked in (bm_ranked, dense_ranked):
+                for r, d in enumerate(ranked):
+                    fused[d] += 1.0 / (60 + r + 1)
+            rrf = sorted(fused, key=lambda d: -fused[d])
+            out["bm25s"].append(metrics(bm_ranked, q.gains))
+            out["dense model alone (exact cosine)"].append(metrics(dense_ranked, q.gains))
+            out["RRF k=60 as elizaOS (bm25s + dense)"].append(metrics(rrf, q.gains))
+        return {
+            k: tuple(float(x) for x in np.mean(v, axis=0))  # type: ignore[misc]
+            for k, v in out.items()
+        }
+
+    # -- candidate pools for tuning ------------------------------------------------------
+
+    def pools(self, depth: int) -> list[Pool]:
+        out = []
+        for q, v in zip(self.qs.queries, self.qvec, strict=True):
+            hits = self.search(
+                q,
+                v,
+                k=2 * depth,
+                candidates=depth,
+                explain=True,
+                weights={"relevance": 1.0},
+                fusion="weighted",
+            )
+            top = self.search(q, v, k=1, mode="text", explain=True, weights={"relevance": 1.0})
+            ceiling = 0.0
+            if top and top[0].explain["relevance"] > 0:
+                ceiling = top[0].explain["bm25"] / top[0].explain["relevance"]
+            out.append(Pool(q, hits, ceiling))
+        return out
+
+
+class Pool:
+    """One query's candidates (the union of both top lists), as numpy columns."""
+
+    def __init__(self, q: Query, hits: list[Any], ceiling: float) -> None:
+        def col(name: str, missing: float) -> np.ndarray:
+            return np.array(
+                [missing if h.explain[name] is None else h.explain[name] for h in hits], float
+            )
+
+        self.q = q
+        self.ids = [h.record.id for h in hits]
+        self.bm25 = col("bm25", 0.0)
+        self.cos = col("cosine", 0.0)
+        self.bm25_rank = col("bm25_rank", math.inf)
+        self.vector_rank = col("vector_rank", math.inf)
+        self.ceiling = ceiling
+
+
+def fused(p: Pool, method: str, alpha: float, depth: int) -> list[str]:
+    """The pool ranked by one fusion: replays the engine's formulas in numpy."""
+    keep = (p.bm25_rank <= depth) | (p.vector_rank <= depth)
+    if not keep.any():
+        return []
+    bm, cos = p.bm25[keep], np.clip(p.cos[keep], 0.0, 1.0)
+    has_bm = bool((bm > 0).any())
+
+    def minmax(x: np.ndarray) -> np.ndarray:
+        lo, hi = x.min(), x.max()
+        return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+
+    if method == "rrf":
+        br = np.where(p.bm25_rank[keep] <= depth, p.bm25_rank[keep], np.inf)
+        vr = np.where(p.vector_rank[keep] <= depth, p.vector_rank[keep], np.inf)
+        lists = int(np.isfinite(br).any()) + int(np.isfinite(vr).any())
+        s = (1 / (alpha + br) + 1 / (alpha + vr)) / max(lists, 1)
+    else:
+        if method == "ceiling":  # the weighted fusion before, a fixed alpha
+            b = bm / p.ceiling if p.ceiling > 0 else np.zeros_like(bm)
+            c = cos
+        elif method.startswith("trust"):  # the engine's weighted fusion ("trust1.5")
+            b = bm / p.ceiling if p.ceiling > 0 else np.zeros_like(bm)
+            c = cos
+            fade = (1 - alpha) * float(b.max()) ** float(method[5:] or 1.5)
+            alpha = alpha / (alpha + fade) if alpha + fade > 0 else 1.0
+        elif method == "max":
+            b = bm / bm.max() if has_bm else bm
+            c = cos
+        elif method == "tm2c2":  # theoretical minimum (0), observed maximum
+            b = bm / bm.max() if has_bm else bm
+            c = cos / cos.max() if cos.max() > 0 else cos
+        elif method == "minmax":
+            b, c = minmax(bm), minmax(cos)
+        elif method == "minmax-bm":  # BM25 min-max, cosine as is
+            b, c = minmax(bm), cos
+        elif method == "z":
+
+            def z(x: np.ndarray) -> np.ndarray:
+                sd = x.std()
+                return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+
+            b, c = z(bm), z(cos)
+        elif method == "dbsf":  # Qdrant's: (x - (mu - 3 sd)) / 6 sd
+
+            def d(x: np.ndarray) -> np.ndarray:
+                sd = x.std()
+                return np.clip((x - x.mean() + 3 * sd) / (6 * sd), 0, 1) if sd > 0 else x * 0
+
+            b, c = d(bm), d(cos)
+        else:
+            raise ValueError(method)
+        s = alpha * c + (1 - alpha) * b if has_bm else c
+    order = np.lexsort((np.arange(len(s)), -s))
+    ids = [i for i, k in zip(p.ids, keep, strict=True) if k]
+    return [ids[j] for j in order[:10]]
+
+
+GRID: list[tuple[str, float]] = [
+    ("ceiling", 0.0),  # BM25 alone
+    ("ceiling", 1.0),  # the vectors alone
+    *((f"trust{e}", a) for e in (1.0, 1.5, 2.0) for a in (0.3, 0.4, 0.5, 0.6)),
+    *(
+        (m, a)
+        for m in ("ceiling", "max", "tm2c2", "minmax", "minmax-bm", "z", "dbsf")
+        for a in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+    ),
+    *(("rrf", k) for k in (1.0, 5.0, 10.0, 20.0, 40.0, 60.0)),
+]
+
+
+def tune(benches: dict[str, Bench], depths: tuple[int, ...], top: int = 25) -> None:
+    """Every fusion in GRID at every depth, on every set's train pools."""
+    table: dict[tuple[str, float, int], dict[str, tuple[float, float, float]]] = defaultdict(dict)
+    for name, b in benches.items():
+        pools = b.pools(max(depths))
+        for method, alpha in GRID:
+            for depth in depths:
+                scores = [metrics(fused(p, method, alpha, depth), p.q.gains) for p in pools]
+                table[(method, alpha, depth)][name] = tuple(  # type: ignore[assignment]
+                    float(x) for x in np.mean(scores, axis=0)
+                )
+    names = list(benches)
+    anchors = {
+        ("ceiling", 0.0): "BM25 alone",
+        ("ceiling", 1.0): "vectors alone",
+        ("ceiling", 0.5): "the weighted fusion before (fixed alpha 0.5)",
+        ("trust1.5", 0.4): "the default",
+    }
+    print("\ntrain replay (relevance only), recall@5 / recall@10 / nDCG@10 per set;")
+    print(f"the best {top} by mean nDCG@10, then the anchors; margin: the worst difference")
+    print("to the better of BM25 alone and the vectors alone over every set and metric")
+    print(f"| fusion | param | depth | {' | '.join(names)} | mean nDCG@10 | margin |")
+    print("|---|---:|---:|" + "---|" * len(names) + "---:|---:|")
+    alone = {n: [table[("ceiling", a, max(depths))][n] for a in (0.0, 1.0)] for n in names}
+
+    def margin(per: dict[str, tuple[float, float, float]]) -> float:
+        return min(per[n][i] - max(alone[n][0][i], alone[n][1][i]) for n in names for i in range(3))
+
+    ranked = sorted(table.items(), key=lambda kv: -np.mean([v[2] for v in kv[1].values()]))
+    shown = ranked[:top] + [kv for kv in ranked if kv[0][:2] in anchors and kv[0][2] == depths[0]]
+    seen: dict[tuple[str, float], dict[str, tuple[float, float, float]]] = {}
+    for (method, alpha, depth), per in shown:
+        if seen.get((method, alpha)) == per:
+            continue  # the same at another depth
+        seen[(method, alpha)] = per
+        cells = " | ".join("{:.3f}/{:.3f}/{:.3f}".format(*per[n]) for n in names)
+        mean = np.mean([per[n][2] for n in names])
+        label = f"{method} ({anchors[(method, alpha)]})" if (method, alpha) in anchors else method
+        print(f"| {label} | {alpha:g} | {depth} | {cells} | {mean:.4f} | {margin(per):+.3f} |")
+
+
+def print_table(title: str, rows: list[tuple[str, tuple[float, float, float]]]) -> None:
+    print(f"\n{title}")
+    print("| configuration | recall@5 | recall@10 | nDCG@10 |")
+    print("|---|---:|---:|---:|")
+    for label, (r5, r10, n10) in rows:
+        print(f"| {label} | {r5:.3f} | {r10:.3f} | {n10:.3f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--knowledge", action="store_true", help="also via ingest + fragments")
-    parser.add_argument(
-        "--no-tuning", action="store_true", help="skip the sweep over fusion settings on train"
-    )
-    parser.add_argument(
-        "--dated-only",
-        action="store_true",
-        help="only the default-settings runs, undated and dated",
-    )
-    parser.add_argument("--seed", type=int, default=7, help="seed of the dates")
+    parser.add_argument("--sets", default="scifact,scifact-dated,conversations,chitchat")
+    parser.add_argument("--split", default="test", choices=("train", "test"))
+    parser.add_argument("--tune", action="store_true", help="replay fusions on train first")
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--knowledge", action="store_true", help="SciFact via ingest too")
+    parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    try:
-        data = load_scifact()
-    except DataUnavailableError as e:
-        print(f"skipped: {e}")
-        return
-    docs, queries, train, test, model = data.docs, data.queries, data.train, data.test, data.model
+    warnings.simplefilter("ignore", TextTruncatedWarning)
+    embedder = OnnxEmbedder()
+    model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
+    names = [n.strip() for n in args.sets.split(",") if n.strip()]
+    results: dict[str, dict[str, tuple[float, float, float]]] = {}
 
-    texts = [document_text(d) for d in docs]
-    print(f"{len(docs)} documents, {len(test)} test and {len(train)} train queries")
-    dvec = embed_all(model, texts, "documents")
-    qids = sorted(set(test) | set(train))
-    qmat = embed_all(model, [queries[q] for q in qids], "queries")
-    qvec = dict(zip(qids, qmat, strict=True))
+    def build(name: str, split: str) -> Bench | None:
+        try:
+            return Bench(SETS[name](split), model)
+        except (DataUnavailableError, ModuleNotFoundError) as e:
+            print(f"{name}: skipped ({e})")
+            return None
 
-    defaults(model, docs, texts, dvec, queries, test, qvec, args.seed)
-    if args.dated_only:
-        model.cache.save()
-        return
-
-    mem = Memory(None, model, track_access=False)
-    for start in range(0, len(docs), 1000):
-        mem.add_many(
-            {"id": d["_id"], "text": t, "embedding": v, "evergreen": True}
-            for d, t, v in zip(
-                docs[start : start + 1000],
-                texts[start : start + 1000],
-                dvec[start : start + 1000],
-                strict=True,
-            )
+    if args.tune:
+        train = {n: b for n in names if n != "scifact-dated" and (b := build(n, "train"))}
+        tune(train, (50, 200))
+        for b in train.values():
+            b.mem.close()
+    for name in names:
+        b = build(name, args.split)
+        if b is None:
+            continue
+        rows = [(label, b.run(options)) for label, options in CONFIGS]
+        if not args.no_peers and name != "scifact-dated":
+            rows += [(f"peer: {k}", v) for k, v in b.peers().items()]
+        qs = b.qs
+        print_table(
+            f"{name} ({qs.split}: {len(qs.docs):,} records, {len(qs.queries)} queries)", rows
         )
-    mem.wait_indexed()
-
-    def searcher(mode: str, **options: Any) -> Any:
-        def search(text: str, vector: np.ndarray) -> list[str]:
-            hits = mem.search(
-                text,
-                100,
-                mode=mode,  # type: ignore[arg-type]
-                query_embedding=vector,
-                weights={"relevance": 1.0},
-                track_access=False,
-                **options,
-            )
-            return [h.record.id for h in hits]
-
-        return search
-
-    configs: list[tuple[str, str, dict[str, Any]]] = [
-        ("text (BM25)", "text", {}),
-        ("vector (cosine)", "vector", {}),
-        ("hybrid, RRF k=60 (Memory.search default)", "hybrid", {}),
-    ]
-    sweep: list[tuple[str, str, dict[str, Any]]] = []
-    for candidates in (100, 200, 400):
-        for k in (10, 20, 40, 60, 100):
-            sweep.append(
-                (
-                    f"hybrid, RRF k={k}, {candidates} candidates",
-                    "hybrid",
-                    {"fusion": "rrf", "rrf_k": float(k), "candidates": candidates},
-                )
-            )
-        for alpha in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
-            sweep.append(
-                (
-                    f"hybrid, weighted alpha={alpha}, {candidates} candidates",
-                    "hybrid",
-                    {"fusion": "weighted", "alpha": alpha, "candidates": candidates},
-                )
-            )
-
-    print("\ntuning on train queries (nDCG@10):")
-    best: tuple[float, str, str, dict[str, Any]] | None = None
-    if args.no_tuning:
-        sweep = [("search_knowledge defaults", "hybrid", dict(SEARCH_DEFAULTS))]
-    for label, mode, options in sweep:
-        score, _ = evaluate(searcher(mode, **options), queries, train, qvec)
-        print(f"  {label}: {score:.4f}")
-        if best is None or score > best[0]:
-            best = (score, label, mode, options)
-    assert best is not None
-    print(f"best on train: {best[1]} ({best[0]:.4f})")
-
-    rows = [*configs, (f"{best[1]} (tuned on train)", best[2], best[3])]
-    rows.append((f"search_knowledge defaults {SEARCH_DEFAULTS}", "hybrid", dict(SEARCH_DEFAULTS)))
-    print("\nSciFact test, 300 queries, one record per abstract:")
-    print("| mode | nDCG@10 | Recall@100 |")
-    print("|---|---:|---:|")
-    for label, mode, options in rows:
-        ndcg, recall = evaluate(searcher(mode, **options), queries, test, qvec)
-        print(f"| {label} | {ndcg:.4f} | {recall:.4f} |", flush=True)
-    mem.close()
-
+        results[name] = dict(rows)
+        b.mem.close()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
     if args.knowledge:
-        knowledge(model, docs, queries, test, qvec)
-    model.cache.save()
-
-
-def defaults(
-    model: CachedModel,
-    docs: list[dict[str, str]],
-    texts: list[str],
-    dvec: np.ndarray,
-    queries: dict[str, str],
-    test: Qrels,
-    qvec: dict[str, np.ndarray],
-    seed: int,
-) -> None:
-    """``Memory.search`` with its default settings on an undated and a dated store.
-
-    The query text goes in as a user's would; its vector comes from the same model
-    (precomputed, so the run takes seconds). Access tracking stays on, as by default:
-    every search refreshes what it returns, as it would in use.
-    """
-    now = time.time()
-    dates = now - np.random.default_rng(seed).uniform(0, 730 * 86400.0, size=len(docs))
-    print("\nMemory.search as a user calls it (SciFact test, 300 queries):")
-    print("| store | settings | nDCG@10 | Recall@100 |")
-    print("|---|---|---:|---:|")
-    runs: list[tuple[str, str, dict[str, Any]]] = [
-        ("undated", "defaults", {}),
-        ("dated (730 days)", "defaults", {}),
-        ("dated (730 days)", "decay=0.001", {"decay": 0.001}),
-        ("dated (730 days)", "relevance only", {"weights": {"relevance": 1.0}}),
-        (
-            "dated (730 days)",
-            "relevance only, RRF k=60",
-            {"weights": {"relevance": 1.0}, "fusion": "rrf"},
-        ),
-    ]
-    for store, label, options in runs:
-        mem = Memory(None, model)
-        dated = store != "undated"
-        mem.add_many(
-            {
-                "id": d["_id"],
-                "text": t,
-                "embedding": v,
-                **({"created_at": float(c)} if dated else {}),
-            }
-            for d, t, v, c in zip(docs, texts, dvec, dates, strict=True)
+        data = load_scifact()
+        qids = sorted(data.test)
+        qmat = embed_all(data.model, [data.queries[q] for q in qids], "queries")
+        knowledge(
+            data.model, data.docs, data.queries, data.test, dict(zip(qids, qmat, strict=True))
         )
-        mem.wait_indexed()
-
-        def search(text: str, vector: np.ndarray, mem: Memory = mem, o: Any = options) -> list[str]:
-            return [h.record.id for h in mem.search(text, 100, query_embedding=vector, **o)]
-
-        ndcg, recall = evaluate(search, queries, test, qvec)
-        print(f"| {store} | {label} | {ndcg:.4f} | {recall:.4f} |", flush=True)
-        mem.close()
+    model.cache.save()
 
 
 def knowledge(
