@@ -26,9 +26,6 @@ from memlane._core import (
 )
 
 HOUR = 3600.0
-# How BM25's weight fades with its best match (rust/core/src/fusion.rs), restated here
-# so that the reference stays independent of the engine.
-BM25_TRUST_EXPONENT = 1.5
 YEAR = 365 * 24 * HOUR
 
 
@@ -57,13 +54,6 @@ def ceiling(texts: list[str], query: str) -> float:
     return sum(math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in analyze(query) if df[t] > 0)
 
 
-def query_alpha(alpha: float, best: float) -> float:
-    """The cosine's weight for a query whose best BM25 candidate scores ``best`` of the
-    ceiling: ``alpha`` at a full match, more as the match weakens (README, "Scoring")."""
-    bm25 = (1 - alpha) * min(max(best, 0.0), 1.0) ** BM25_TRUST_EXPONENT
-    return alpha / (alpha + bm25) if alpha + bm25 > 0 else 1.0
-
-
 def reference(
     records: list[dict[str, Any]],
     cos: dict[str, float],
@@ -86,7 +76,6 @@ def reference(
     w_rel, w_imp, w_rec = (w.get(k, 0.0) for k in ("relevance", "importance", "recency"))
     newest = clock if clock is not None else max(r["last_accessed_at"] for r in records)
     any_bm25 = any(v > 0 for v in bm25.values())
-    a = query_alpha(alpha, max(bm25.values(), default=0.0) / ceil if ceil > 0 else 0.0)
     out = {}
     for r in records:
         c = max(0.0, min(1.0, cos[r["id"]]))
@@ -96,7 +85,7 @@ def reference(
         elif mode == "text":
             rel = b
         else:
-            rel = a * c + (1 - a) * b if any_bm25 else c
+            rel = alpha * c + (1 - alpha) * b if any_bm25 else c
         age = max(0.0, newest - r["last_accessed_at"]) / HOUR
         rec = 1.0 if r["evergreen"] or rate == 0 else math.exp(-rate * age)
         boost = (w_rel + w_imp * r["importance"] + w_rec * rec) / (w_rel + w_imp + w_rec)
@@ -316,17 +305,13 @@ def test_hybrid_fusion_by_hand(mem: Memory) -> None:
     for text in texts:
         _add(mem, text, 0)
     ceil = ceiling(list(texts), "red apple")
-    # Weighted (the default): a * cosine + (1 - a) * bm25 / ceiling, where the cosine's
-    # weight a is alpha when the best BM25 candidate matches the whole query.
+    # Weighted (the default): alpha * cosine + (1 - alpha) * bm25 / ceiling.
     for alpha in (DEFAULT_ALPHA, 0.3):
         hits = mem.search("red apple", k=4, alpha=alpha, explain=True, weights={"relevance": 1})
         assert hits[0].record.text == "red apple pie"
-        best = max(h.explain["bm25"] for h in hits) / ceil
-        a = query_alpha(alpha, best)
-        assert alpha < a < 1
         for h in hits:
             e = h.explain
-            expected = a * max(e["cosine"], 0) + (1 - a) * e["bm25"] / ceil
+            expected = alpha * max(e["cosine"], 0) + (1 - alpha) * e["bm25"] / ceil
             assert e["relevance"] == pytest.approx(expected, abs=1e-6)
             assert h.score == pytest.approx(expected, abs=1e-6)
     # RRF on request: the rank-based relevance.
@@ -433,47 +418,3 @@ def test_vectors_are_unit_scale_for_the_reference() -> None:
     # The reference above compares cosines as dot products of unit vectors.
     v = WordHashEmbedder().embed("red apple")
     assert float(np.linalg.norm(v)) == pytest.approx(1.0, abs=1e-6)
-
-
-def _unit(*xs: float) -> np.ndarray:
-    v = np.zeros(8, dtype=np.float32)
-    v[: len(xs)] = xs
-    return v / np.linalg.norm(v)
-
-
-def test_a_common_word_match_does_not_outrank_the_closer_meaning() -> None:
-    """A long question whose best BM25 match shares one common word with it: the
-    cosine decides, so the turn that answers it (closer in meaning, no shared word)
-    ranks first. With a fixed cosine weight of 0.5 the one-word match ranked first."""
-    q = _unit(1.0, 0.0)
-    texts = {
-        "answer": ("eating dairy-free now", _unit(0.53, 0.848)),
-        "article": ("read an article about diet", _unit(0.45, 0.893)),
-    }
-    # The question's other words occur in the store, in turns far from it in meaning.
-    for i, word in enumerate(["kind", "follow", "days"] * 4):
-        texts[f"filler{i}"] = (f"a {word} remark number {i}", _unit(0.0, 0.0, 1.0, i / 12))
-    with Memory(None, WordHashEmbedder(8), track_access=False, dedup_window=0) as m:
-        ids = {k: m.add(t, embedding=v).id for k, (t, v) in texts.items()}
-        question = "what kind of diet do I follow these days"
-        hits = m.search(question, k=2, query_embedding=q, explain=True, weights={"relevance": 1})
-        assert [h.record.id for h in hits] == [ids["answer"], ids["article"]]
-        answer, article = (h.explain for h in hits)
-        ceil = ceiling([t for t, _ in texts.values()], question)
-        assert article["bm25_rank"] == 1 and article["bm25"] / ceil < 0.3
-        # A fixed weight of 0.5 ranks the article first.
-        fixed = [0.5 * e["cosine"] + 0.5 * e["bm25"] / ceil for e in (answer, article)]
-        assert fixed[1] > fixed[0]
-
-
-def test_a_full_bm25_match_keeps_its_weight() -> None:
-    """The best BM25 candidate matching every query term: BM25 weighs 1 - alpha, as much
-    as it ever does, and the document holding the rare terms outranks a closer vector."""
-    q = _unit(1.0, 0.0)
-    with Memory(None, WordHashEmbedder(8), track_access=False, dedup_window=0) as m:
-        exact = m.add("zebrafish retina regeneration", embedding=_unit(0.3, 0.954)).id
-        m.add("how eyes heal in fish", embedding=_unit(0.5, 0.866))
-        for i in range(20):
-            m.add(f"unrelated chatter number {i}", embedding=_unit(0.0, 0.0, 1.0, i / 20))
-        hits = m.search("zebrafish retina", k=2, query_embedding=q, explain=True)
-        assert hits[0].record.id == exact

@@ -4,7 +4,7 @@
 //!   at 1-based rank `r_i` in list `i` scores `Σ_i 1 / (k + r_i)`; dividing by
 //!   the best possible sum, `L / (k + 1)` for `L` non-empty lists, maps a
 //!   document ranked first everywhere to 1.
-//! - Weighted fusion (the default): `α_q · cosine⁺ + (1 − α_q) · bm25 / ceiling`,
+//! - Weighted fusion (the default): `α · cosine⁺ + (1 − α) · bm25 / ceiling`,
 //!   where `cosine⁺` is the cosine similarity clamped to [0, 1] and `ceiling`
 //!   is the BM25 score no document can reach for this query (the sum of its
 //!   terms' idf). Both signals are absolute: a document that matches the
@@ -13,37 +13,17 @@
 //!   fused relevance cuts irrelevant hits. (Dividing by the best candidate's
 //!   BM25 instead gives the best match 1 even when it shares one common word
 //!   with the query.)
-//!
-//!   The cosine's weight `α_q` depends on the query: `α` is its weight when
-//!   BM25's best candidate matches the whole query (`best = 1`), and BM25's
-//!   weight fades as that best match weakens:
-//!   `α_q = α / (α + (1 − α) · best^1.5)`, `best = max bm25 / ceiling` over
-//!   the BM25 list. Why: on short conversational turns BM25 over its ceiling
-//!   is compressed (dated conversation set, train: the best candidate reaches
-//!   0.17 of the ceiling, its 10th 0.11, a spread of 0.05 where the cosine's
-//!   top ten spread over 0.18), and there a BM25 list that matches one common
-//!   word of the question holds no evidence the vectors miss; on SciFact,
-//!   where the best BM25 match reaches 0.46 of the ceiling, BM25 is the
-//!   stronger retriever. A fixed `α` serves one of the two:
-//!   `benches/bench_quality.py`, `benches/README.md`.
+
 use crate::error::{Error, Result};
 
 /// The `k` of the original paper, and Nous's and Elasticsearch's default.
 pub const DEFAULT_RRF_K: f64 = 60.0;
-/// The weight of the cosine in weighted fusion when BM25's best candidate
-/// matches the whole query (see the module's doc). Chosen with
-/// [`BM25_TRUST_EXPONENT`] on the train halves of SciFact, the dated
-/// conversation set and the Chit-Chat set together (`benches/bench_quality.py
-/// --tune`): 0.4 and 1.5 give nDCG@10 0.723 / 0.610 / 0.321 there, where the
-/// fixed weight 0.5 gave 0.736 / 0.527 / 0.316 and the best fixed one (0.7)
-/// 0.728 / 0.606 / 0.326, losing recall@10 to the vectors alone on
-/// conversations.
-pub const DEFAULT_ALPHA: f64 = 0.4;
-/// The power of BM25's best match (over its ceiling) in its weight: 0 would
-/// be a fixed `alpha`; 1.5 lets a query whose best BM25 candidate reaches 0.2
-/// of the ceiling (a common word of the question) give BM25 a tenth of the
-/// weight it gets at a full match.
-pub const BM25_TRUST_EXPONENT: f64 = 1.5;
+/// The weight of the cosine in weighted fusion: the largest alpha within
+/// 0.005 nDCG@10 of the best on SciFact's train queries (0.4: 0.7397; 0.5:
+/// 0.7362), because memories are short conversational texts where the vector
+/// side carries more (dated conversation set, recall@10: 0.690 at 0.4, 0.750
+/// at 0.5); `benches/tune_search.py`, `benches/bench_conversations.py`.
+pub const DEFAULT_ALPHA: f64 = 0.5;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fusion {
@@ -107,19 +87,6 @@ pub fn bm25_relevance(score: f64, ceiling: f64) -> f64 {
     }
 }
 
-/// The cosine's weight for one query: `alpha` when BM25's best candidate
-/// matches the whole query (`best` = its BM25 over the ceiling, 1), rising
-/// towards 1 as that match weakens; 1 when `alpha` is 1 or BM25 matched
-/// nothing.
-pub fn query_alpha(alpha: f64, best: f64) -> f64 {
-    let bm25 = (1.0 - alpha) * best.clamp(0.0, 1.0).powf(BM25_TRUST_EXPONENT);
-    if alpha + bm25 > 0.0 {
-        alpha / (alpha + bm25)
-    } else {
-        1.0
-    }
-}
-
 /// Weighted fusion of the two normalised signals. A signal that no list
 /// produced at all (`None`: the query had no indexed term, or no vector)
 /// leaves the whole weight to the other.
@@ -173,22 +140,5 @@ mod tests {
         assert!(close(cosine_relevance(-0.2), 0.0));
         assert!(Fusion::weighted(1.5).is_err());
         assert!(Fusion::rrf(f64::NAN).is_err());
-    }
-
-    #[test]
-    fn query_alpha_by_hand() {
-        // A full BM25 match: alpha itself.
-        assert!(close(query_alpha(0.4, 1.0), 0.4));
-        // Half the ceiling: BM25's weight 0.6 · 0.5^1.5 against the cosine's 0.4.
-        let b = 0.6 * 0.5f64.powf(1.5);
-        assert!(close(query_alpha(0.4, 0.5), 0.4 / (0.4 + b)));
-        // No BM25 match, or alpha 1: the cosine alone; alpha 0: BM25 alone.
-        assert!(close(query_alpha(0.4, 0.0), 1.0));
-        assert!(close(query_alpha(1.0, 0.3), 1.0));
-        assert!(close(query_alpha(0.0, 0.3), 0.0));
-        assert!(close(query_alpha(0.0, 0.0), 1.0));
-        // The weaker the best BM25 match, the more the cosine weighs.
-        assert!(query_alpha(0.4, 0.2) > query_alpha(0.4, 0.5));
-        assert!(query_alpha(0.4, 0.2) > 0.85);
     }
 }

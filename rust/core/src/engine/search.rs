@@ -108,8 +108,6 @@ pub(super) struct Retrieved {
     vector_found: bool,
     /// The query text's BM25 ceiling (0 without BM25 hits).
     ceiling: f64,
-    /// The BM25 list's best score (0 without BM25 hits).
-    best_bm25: f64,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -302,20 +300,12 @@ impl Engine {
             text_found: !text_hits.is_empty(),
             vector_found: !vector_hits.is_empty(),
             ceiling,
-            best_bm25: text_hits.first().map_or(0.0, |h| f64::from(h.score)),
         }))
     }
 
     /// Scores what a query retrieved, cuts to `k` and records the access.
     fn score(&self, req: &SearchRequest<'_>, has_query: bool, found: &Retrieved) -> Hits {
         let ceiling = found.ceiling;
-        // Weighted fusion's cosine weight for this query (see [`fusion::query_alpha`]).
-        let alpha_q = match req.fusion {
-            Fusion::Weighted { alpha } => {
-                fusion::query_alpha(alpha, fusion::bm25_relevance(found.best_bm25, ceiling))
-            }
-            Fusion::Rrf { .. } => 0.0,
-        };
         let lists = usize::from(found.text_found) + usize::from(found.vector_found);
         let relevance = |c: &Cand| -> f64 {
             let cos = || fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
@@ -326,8 +316,8 @@ impl Engine {
                 (Mode::Hybrid, Fusion::Rrf { k }) => {
                     fusion::rrf(&[c.bm25_rank, c.vector_rank], k, lists)
                 }
-                (Mode::Hybrid, Fusion::Weighted { .. }) => {
-                    fusion::weighted(has_query.then(cos), found.text_found.then(bm), alpha_q)
+                (Mode::Hybrid, Fusion::Weighted { alpha }) => {
+                    fusion::weighted(has_query.then(cos), found.text_found.then(bm), alpha)
                 }
             }
         };
