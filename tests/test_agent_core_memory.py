@@ -427,3 +427,27 @@ def test_threads_of_one_agent_never_lose_an_append(make_store, word_embedder):
             assert mine == [f"fact {w}.{i}" for i in range(5)]
     finally:
         mem.close()
+
+
+def test_the_system_prompt_comes_off_the_budget(make_store, word_embedder):
+    """AgentMemory's max_tokens is the prompt's budget for what memory adds: a long
+    system prompt leaves the context block less room than a short one."""
+    mem = make_store("reserve", word_embedder)
+    try:
+        context = {"min_score": None, "count_tokens": char_token_count, "inject_limit": 40}
+        am = AgentMemory(
+            mem, SessionScope(agent_id="h"), context=context, tools=False, max_tokens=600, **OFF
+        )
+        event = am.event("telegram", 42)
+        for i in range(40):
+            mem.add(f"Alice mentioned cooking fact number {i} about lentils", **event.fields)
+        msgs = [{"role": "user", "content": "what about lentils and cooking?"}]
+
+        def shown(system: str) -> int:
+            out = am.before(event, [{"role": "system", "content": system}, *msgs])
+            return BLOCK.search(system_of(out)).group(1).count("cooking fact")  # type: ignore[union-attr]
+
+        short, long = shown("You are a bot."), shown("You are a careful bot. " * 15)
+        assert 0 < long < short
+    finally:
+        mem.close()

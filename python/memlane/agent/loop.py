@@ -177,7 +177,10 @@ class AgentMemory(_LoopHost):
         llm: the model for reflection, consolidation, compaction and summaries
             (an :class:`~memlane.agent.LLM` or :class:`~memlane.agent.AsyncLLM`);
             without one those triggers do nothing.
-        max_tokens: the context block's token budget (see :func:`build_context`).
+        max_tokens: the prompt's token budget for what memory adds (see
+            :func:`build_context`): the system prompt as given and the user's message
+            come off it first, pinned core memory blocks next, and the context block
+            gets the rest.
         tools: inject the memory tools' instructions (and let the adapters
             offer and run the tools).
         inject: ``"first_only"`` (the block is built at a turn's first model
@@ -325,9 +328,16 @@ class AgentMemory(_LoopHost):
         self._check_event(event)
         return _Tools(self, event, self._caller(loop))
 
-    def context(self, event: EventScope, message: str, max_tokens: int | None = None) -> Context:
+    def context(
+        self,
+        event: EventScope,
+        message: str,
+        max_tokens: int | None = None,
+        system_prompt: str | None = None,
+    ) -> Context:
         """The :func:`build_context` of ``message`` with this object's budget (or
-        ``max_tokens``) and options."""
+        ``max_tokens``) and options; the message and ``system_prompt`` come off the
+        budget first."""
         self._check_event(event)
         budget = self.max_tokens if max_tokens is None else max_tokens
         return build_context(
@@ -337,6 +347,7 @@ class AgentMemory(_LoopHost):
             budget,
             daily_limit=self.daily.days,
             profile=self.profiles.in_context,
+            system_prompt=system_prompt,
             **self.context_options,
         )
 
@@ -433,7 +444,10 @@ class AgentMemory(_LoopHost):
             budget = self.max_tokens - (counter(pinned + "\n\n") if pinned else 0)
             parts.append(pinned)
             if query.strip() and budget > 0:
-                parts.append(self.context(event, query, budget).text)
+                # The prompt as the caller wrote it (without a block of ours).
+                given = _with_block(system, None)
+                text = given if isinstance(given, str) else _block_text(given)
+                parts.append(self.context(event, query, budget, text or None).text)
         except InvalidArgumentError:
             raise
         except MemlaneError as e:  # the store or the embedder failed: no context this call
