@@ -147,9 +147,7 @@ def add_message(
     ``metadata["sender"]``, which no window compares. The agent's replies (any other
     ``role``) carry ``metadata["to"]`` and are never skipped by their text.
     """
-    return mem.add(
-        **message_item(text, scope, role, created_at, metadata, message_id, in_order)
-    )
+    return mem.add(**message_item(text, scope, role, created_at, metadata, message_id, in_order))
 
 
 def message_item(
