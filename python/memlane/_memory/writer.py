@@ -22,6 +22,7 @@ from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import Row
+from memlane.storage import Store
 
 # What a superseding record takes from the one it closes, unless given.
 _INHERITED = ("table", "type", *SCOPE_FIELDS, "importance", "evergreen", "metadata")
@@ -34,6 +35,24 @@ class Replacing:
     """What a ``replace`` deletes: its filter (None: every record)."""
 
     filter: dict[str, Any] | None
+
+
+def _current_for_write(db: Store, conn: Any, record_id: str, change: str) -> Row:
+    """The row ``change`` rewrites, read inside its transaction: another writer may have
+    deleted or superseded it since the change first read it (:class:`ConflictError`)."""
+    row = db.row_for_write(conn, record_id)
+    if row is None:
+        raise ConflictError(
+            f"memory {record_id!r} was deleted by another writer while this {change} ran; "
+            "nothing was stored"
+        )
+    if row.valid_to is not None:
+        raise ConflictError(
+            f"memory {record_id!r} was superseded by another writer while this {change} ran "
+            f"(valid_to {row.valid_to}); nothing was stored ({change} the version that "
+            "replaced it)"
+        )
+    return row
 
 
 def _expired(row: Row, now: float) -> bool:
@@ -303,17 +322,7 @@ class Writer:
             rowid = db.reserve_rowids(1)
             with db.transaction() as conn:
                 seq = db.next_seq(conn)
-                row = db.row_for_write(conn, old_id)
-                if row is None:
-                    raise ConflictError(
-                        f"memory {old_id!r} was deleted by another writer while this "
-                        "supersede ran; nothing was stored"
-                    )
-                if row.valid_to is not None:
-                    raise ConflictError(
-                        f"memory {old_id!r} was superseded by another writer while this "
-                        f"supersede ran (valid_to {row.valid_to}); nothing was stored"
-                    )
+                row = _current_for_write(db, conn, old_id, "supersede")
                 # Inherited fields as they are now (an update may have come between).
                 n = self._successor(row, {**item, "id": n.id}, when, now)
                 if n.expires_at is not None:
@@ -373,17 +382,7 @@ class Writer:
             sync.check_open()
             with db.transaction() as conn:
                 seq = db.next_seq(conn)
-                row = db.row_for_write(conn, record_id)
-                if row is None:
-                    raise ConflictError(
-                        f"memory {record_id!r} was deleted by another writer while this "
-                        "update ran; nothing was stored"
-                    )
-                if row.valid_to is not None:
-                    raise ConflictError(
-                        f"memory {record_id!r} was superseded by another writer while this "
-                        "update ran; nothing was stored (update the version that replaced it)"
-                    )
+                row = _current_for_write(db, conn, record_id, "update")
                 n = self._updated(row, fields)
                 if n.expires_at is not None:
                     sync.expiring = True

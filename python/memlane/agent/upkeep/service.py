@@ -228,34 +228,11 @@ class Upkeep:
     ) -> None:
         host = self.host
         mem, lock = host.memory, host._lock
+        rest = (host.table, host.limits, lock, event, room, report, call, now, job)
         if kind == "reflection":
-            run_reflection(
-                mem,
-                host.reflection,
-                host.table,
-                host.limits,
-                lock,
-                event,
-                room,
-                report,
-                call,
-                now,
-                job,
-            )
+            run_reflection(mem, host.reflection, *rest)
         elif kind == "consolidation":
-            run_consolidation(
-                mem,
-                host.consolidation,
-                host.table,
-                host.limits,
-                lock,
-                event,
-                room,
-                report,
-                call,
-                now,
-                job,
-            )
+            run_consolidation(mem, host.consolidation, *rest)
         elif kind == "eviction":
             evict(mem, host.table, host.limits.max_memories, event, report)
         elif kind == "flush":
