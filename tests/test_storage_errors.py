@@ -404,3 +404,24 @@ def test_an_error_holding_the_password_is_not_chained(pg_server: PgServer) -> No
         assert db._cause(plain) is plain
     finally:
         db.close()
+
+
+def test_a_snapshot_that_cannot_be_synced_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() writes the snapshot's owner file; a failing fsync there was a raw OSError."""
+    import memlane._memory.sync as sync_module
+
+    mem = Memory(tmp_path / "s", None)
+    mem.add("kept")
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(sync_module.os, "fsync", failing)
+    with pytest.raises(StorageError, match="owner file"):
+        mem.close()
+    monkeypatch.undo()
+    # The snapshot without its owner file is not taken as current: rebuilt, nothing lost.
+    with pytest.warns(RuntimeWarning, match="rebuilding"), Memory(tmp_path / "s", None) as again:
+        assert again.count() == 1

@@ -394,13 +394,19 @@ class IndexSync:
             return
         self.engine.save(self.index_dir, self.seq)
         owner = self.index_dir / _GENERATION
-        if not owner.is_file() or owner.read_text(encoding="ascii").strip() != self.db.store_id:
-            # Written once (the id never changes), atomically: a crash leaves none or all.
-            tmp = owner.with_suffix(".tmp")
-            with tmp.open("w", encoding="ascii") as f:
-                f.write(self.db.store_id)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, owner)
+        try:
+            if (
+                not owner.is_file()
+                or owner.read_text("ascii", "replace").strip() != self.db.store_id
+            ):
+                # Written once (the id never changes), atomically: a crash leaves none or all.
+                tmp = owner.with_suffix(".tmp")
+                with tmp.open("w", encoding="ascii") as f:
+                    f.write(self.db.store_id)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, owner)
+        except OSError as e:
+            raise StorageError(f"cannot write the snapshot's owner file {owner}: {e}") from e
         self.snap_seq = self.seq
         self.changes = 0
