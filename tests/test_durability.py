@@ -74,7 +74,11 @@ def _run_and_kill(store: str | Path, script: Path, seed: int, tests_dir: Path) -
     assert ready.strip() == "READY", proc.stderr.read() if proc.stderr else ""
     time.sleep(random.Random(seed).uniform(0.3, 1.5))
     os.kill(proc.pid, signal.SIGKILL)
-    out, err = proc.communicate(timeout=60)
+    # The rest through the reader that read READY: communicate() reads the raw pipe and
+    # drops what readline() had buffered, acknowledged writes among it.
+    out = proc.stdout.read()
+    err = proc.stderr.read() if proc.stderr else ""
+    proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, err
     # A line cut by the kill was never acknowledged.
     return [line.split() for line in out.splitlines(keepends=True) if line.endswith("\n")]

@@ -320,7 +320,9 @@ def test_kill_9_mid_batch_loses_nothing_acknowledged(
         assert proc.stdout.readline().strip() == "READY"
         time.sleep(random.Random(seed).uniform(0.5, 2.0))
         os.kill(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=60)
+        # Through the reader that read READY (communicate() would drop its buffer).
+        out = proc.stdout.read()
+        proc.communicate(timeout=60)
         acked = {
             i
             for line in out.splitlines(keepends=True)
