@@ -373,11 +373,8 @@ def build_context(
         budget: shares of what is left per section (a section left out gets 0);
             default :data:`DEFAULT_BUDGET`.
         inject_limit: memories injected at most, while their share of the budget
-            lasts (as knowledge fills up to 20 fragments). 20 by measurement: the
-            right turn in the text of the dated conversation set (2,000 tokens) went
-            0.63 / 0.75 / 0.81 with 5 / 12 / 20 on the train seed, and 0.665 -> 0.845
-            (5 -> 20) on the test seed, 0.665 -> 0.68 at 500 tokens, where the budget
-            binds (``benches/bench_context_recall.py``).
+            lasts (as knowledge fills up to 20 fragments); chosen by measurement on
+            the dated conversation set (``benches/README.md``, "Context").
         min_score: memories whose cosine similarity to the message is below this
             are left out (elizaOS's ``match_threshold``; None: no minimum).
             ``"default"`` is :data:`MIN_SCORE` with the default model (it was
