@@ -71,16 +71,9 @@ DEFAULT_BUDGET: dict[str, float] = {
 #: and so ``AgentMemory``'s auto-inject) with the default model: a minimum cosine
 #: similarity to the message, the one signal of a hit that means the same for every
 #: query and store (the fused score counts BM25 only when some stored text shares a
-#: word with the query). Chosen by ``benches/tune_context_floor.py``: the highest floor
-#: keeping 95 % of the relevant hits of the top 5 on the train splits is 0.31-0.34 on
-#: the dated conversation set stored turn by turn, 0.40-0.41 on SciFact and 0.20-0.23
-#: on the same conversations' facts alone (about ten per user, the shape of an agent's
-#: ``memories``), the ranges over a fixed and a query-weighted fusion; 0.14 keeps
-#: "Alice is vegan" (0.146) for "what should I cook?", which none of those does. On
-#: the test splits 0.14 keeps 99-100 % of the relevant hits the top 5 held without a
-#: floor on all three sets, where 0.20-0.23 loses 9 % of the facts, and leaves 59-65 %
-#: of off-topic questions with no fact (0.20-0.23: 85-92 %), but only 1-7 % with no
-#: turn of a 750-turn history.
+#: word with the query). Below the floors that keep 95 % of the relevant top-5 hits on
+#: the train splits (``benches/tune_context_floor.py``; figures in ``benches/README.md``)
+#: because "Alice is vegan" scores 0.146 for "what should I cook?" and must be kept.
 MIN_SCORE = 0.14
 #: Knowledge fragments considered at most (elizaOS's): they fill their share in order.
 KNOWLEDGE_LIMIT = 20
