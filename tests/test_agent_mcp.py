@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import memlane
 from memlane import Memory
 
 anyio = pytest.importorskip("anyio")
@@ -33,7 +34,8 @@ async def _session_run(store, calls):
     )
     out = []
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+        init = await session.initialize()
+        out.append(init.server_info)
         listed = await session.list_tools()
         out.append({t.name: t.input_schema for t in listed.tools})
         for name, args in calls:
@@ -62,9 +64,10 @@ def test_mcp_over_stdio(tmp_path):
         ("forget", {"id": bob.id}),
         ("explode", {}),
     ]
-    tools, remembered, coffee, tea, knowledge, bad, forget_bob, unknown = anyio.run(
+    info, tools, remembered, coffee, tea, knowledge, bad, forget_bob, unknown = anyio.run(
         _session_run, store, calls
     )
+    assert (info.name, info.version) == ("memlane", memlane.__version__)
     assert set(tools) == {
         "remember",
         "recall",

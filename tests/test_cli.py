@@ -225,13 +225,17 @@ def test_export_import_roundtrip(
     lines = Path(dump).read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(x)["id"] for x in lines)
     other = str(tmp_path / "other")
-    assert run_json(capsys, "import", dump, "--store", other, *TEXT)["imported"] == 3
+    # A missing store is refused without --create, as `add` does.
+    code, _, err = run(capsys, "import", dump, "--store", other, *TEXT)
+    assert code == 1 and "--create" in err and not Path(other).exists()
+    assert run_json(capsys, "import", dump, "--store", other, *TEXT, "--create")["imported"] == 3
     assert (
         run_json(capsys, "import", dump, "--store", other, *TEXT, "--skip-existing")["imported"]
         == 0
     )
     code, _, err = run(capsys, "import", dump, "--store", other, *TEXT)
     assert code == 1 and err.startswith("memlane: error:") and err.count("\n") == 1
+    assert "--skip-existing" in err and "on_conflict" not in err
     code, _, err = run(capsys, "import", str(tmp_path / "none.jsonl"), "--store", other, *TEXT)
     assert code == 1 and "no such file" in err
     before = run_json(capsys, "list", "--store", store, *TEXT)["records"]

@@ -10,6 +10,7 @@ __all__ = [
     "ConflictError",
     "CorruptFileError",
     "DimensionMismatchError",
+    "DuplicateIdError",
     "EmbedderMismatchError",
     "EmbedderUnavailableError",
     "InternalError",
@@ -34,6 +35,16 @@ class ConflictError(MemlaneError, RuntimeError):
     """A record changed between the moment a change read it and its commit: another
     writer superseded, updated or deleted it first. Nothing of the losing change is
     stored; read the record again and retry if it still applies."""
+
+
+class DuplicateIdError(InvalidArgumentError):
+    """An import met an id that is already stored. ``id`` is that id, ``where`` the
+    file and line that gave it."""
+
+    def __init__(self, message: str, *, id: str, where: str) -> None:
+        super().__init__(message)
+        self.id = id
+        self.where = where
 
 
 class DimensionMismatchError(InvalidArgumentError):

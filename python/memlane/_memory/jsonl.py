@@ -22,6 +22,7 @@ from memlane._memory.encoding import record, validate
 from memlane._memory.writer import Writer
 from memlane.errors import (
     CorruptFileError,
+    DuplicateIdError,
     InvalidArgumentError,
     MemlaneError,
     NotFoundError,
@@ -189,9 +190,11 @@ def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) ->
             taken = writer.db.existing_ids([i for _, i in given])
             for lineno, record_id in given:
                 if record_id in taken:
-                    raise InvalidArgumentError(
+                    raise DuplicateIdError(
                         f"{path}:{lineno}: id {record_id!r} is already stored "
-                        "(on_conflict='skip' skips stored ids)"
+                        "(on_conflict='skip' skips stored ids)",
+                        id=record_id,
+                        where=f"{path}:{lineno}",
                     )
 
 

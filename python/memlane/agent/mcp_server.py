@@ -49,6 +49,8 @@ def build_server(
 ) -> Any:
     """A low-level MCP ``Server`` whose tools run on ``memory`` in ``scope``; ``notes``:
     offer the long-term notes tools (writing the notes of exactly ``scope``)."""
+    from memlane import __version__
+
     server_cls, types, anyio = _sdk()
     notebook = Notebook(memory, scope) if notes else None
     tools = MemoryTools(memory, scope, notes=notebook)
@@ -70,7 +72,7 @@ def build_server(
             is_error=not result.get("ok", False),
         )
 
-    return server_cls(name, on_list_tools=list_tools, on_call_tool=call_tool)
+    return server_cls(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 def serve_stdio(memory: Memory, scope: Mapping[str, str] | None = None) -> None:

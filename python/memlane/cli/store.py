@@ -448,6 +448,12 @@ def _import_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--skip-existing", action="store_true", help="skip ids already stored (default: error)"
     )
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="create the store if it is missing (without it, a missing store is an error, "
+        "as for 'add')",
+    )
 
 
 @command(
@@ -458,12 +464,20 @@ def _import_arguments(p: argparse.ArgumentParser) -> None:
     json=True,
 )
 def import_(args: argparse.Namespace) -> int:
-    from memlane.errors import NotFoundError
+    from memlane.errors import DuplicateIdError, NotFoundError
 
     if not Path(args.file).is_file():
         raise NotFoundError(f"no such file: {args.file}")
-    with open_store(args, create=True) as mem:
-        n = mem.import_jsonl(args.file, on_conflict="skip" if args.skip_existing else "error")
+    with open_store(args, create=args.create) as mem:
+        try:
+            n = mem.import_jsonl(args.file, on_conflict="skip" if args.skip_existing else "error")
+        except DuplicateIdError as e:
+            # The library's message names its argument; the CLI's user has a flag instead.
+            raise DuplicateIdError(
+                f"{e.where}: id {e.id!r} is already stored (--skip-existing skips stored ids)",
+                id=e.id,
+                where=e.where,
+            ) from None
     if args.json:
         emit_json({"imported": n, "file": args.file})
     else:
