@@ -30,6 +30,7 @@ from memlane.agent import (
     UpkeepResult,
 )
 from memlane.agent.upkeep import Job
+from memlane.errors import InvalidArgumentError
 
 QUIET = {
     "consolidation": Consolidation(enabled=False),
@@ -303,3 +304,11 @@ def test_a_turn_is_stored_in_one_transaction(
     assert calls == [3]
     assert [r.text for r in report.stored] == ["I moved to Lisbon", "ok"]
     assert [r.table for r in report.short_term] == ["short_term"]
+
+
+def test_settings_refuse_a_count_no_database_holds() -> None:
+    # The agent's settings take counts through the same check as the store's arguments.
+    with pytest.raises(InvalidArgumentError, match=r"Consolidation\.batch must be at most"):
+        Consolidation(batch=2**63)
+    with pytest.raises(InvalidArgumentError, match=r"FlushReminder\.cooldown must be a number of"):
+        FlushReminder(cooldown=-1)

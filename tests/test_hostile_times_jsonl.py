@@ -27,8 +27,8 @@ from memlane import (
     Memory,
     NotFoundError,
     StorageError,
+    coerce,
 )
-from memlane._memory import coerce
 from memlane.agent import MESSAGES, SessionScope, build_context
 from memlane.agent.consolidation import SHORT_TERM, add_short_term, consolidate
 from memlane.agent.daily import _lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from memlane._memory.coerce import new_id
+from memlane.coerce import new_id
 
 
 def test_ids_are_version_4_uuids_and_distinct() -> None:

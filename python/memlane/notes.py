@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from memlane._memory import coerce, times
+from memlane import coerce, times
 from memlane.errors import (
     ConflictError,
     InvalidArgumentError,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memlane._memory import coerce
+from memlane import coerce
 from memlane.errors import InvalidArgumentError
 from memlane.records import SCOPE_FIELDS
 

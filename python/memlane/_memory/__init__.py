@@ -1,6 +1,5 @@
 """The engine room of :class:`memlane.Memory`, one concern per module.
 
-- :mod:`.coerce`: argument checks that name the bad argument.
 - :mod:`.encoding`: a record to add, validated (:class:`NewRecord`), and its
   conversions to a database row, to the engine's columns and to a
   :class:`~memlane.records.MemoryRecord`.

@@ -19,8 +19,8 @@ from typing import Any, Literal
 import numpy as np
 
 from memlane._core import Engine
-from memlane._memory.coerce import FloatArray
 from memlane._memory.encoding import NewRecord, record
+from memlane.coerce import FloatArray
 from memlane.dedup import DedupWindow, legacy_key, window_keys
 from memlane.records import SCOPE_FIELDS
 from memlane.storage import Store

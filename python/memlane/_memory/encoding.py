@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from memlane import coerce
 from memlane._core import Engine, PreparedBatch
-from memlane._memory import coerce
-from memlane._memory.coerce import FloatArray
+from memlane.coerce import FloatArray
 from memlane.dedup import content_hash
 from memlane.errors import CorruptFileError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord

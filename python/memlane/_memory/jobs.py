@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from memlane._memory import coerce
+from memlane import coerce
 from memlane.errors import InvalidArgumentError
 from memlane.storage import Store
 

@@ -15,11 +15,11 @@ from typing import Any, Literal, TextIO
 
 import numpy as np
 
-from memlane._memory import coerce
+from memlane import coerce
 from memlane._memory.access import AccessLog
-from memlane._memory.coerce import FloatArray
 from memlane._memory.encoding import record, validate
 from memlane._memory.writer import Writer
+from memlane.coerce import FloatArray
 from memlane.errors import (
     CorruptFileError,
     DuplicateIdError,

@@ -8,12 +8,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from memlane import _core
-from memlane._memory import coerce
+from memlane import _core, coerce
 from memlane._memory.access import AccessLog
-from memlane._memory.coerce import FloatArray
 from memlane._memory.encoding import record
 from memlane._memory.sync import IndexSync
+from memlane.coerce import FloatArray
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import InvalidArgumentError
 from memlane.records import SearchHit

@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 import numpy.typing as npt
 
-from memlane import _core
+from memlane import _core, coerce
 from memlane._core import Engine
-from memlane._memory import coerce, duplicates, jsonl, maintenance
+from memlane._memory import duplicates, jsonl, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook

@@ -23,8 +23,8 @@ import numpy as np
 
 from memlane._core import Engine
 from memlane._memory.access import AccessLog
-from memlane._memory.coerce import FloatArray, usable_vectors
 from memlane._memory.encoding import blob, prepare, unblob
+from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings._base import Embedder
 from memlane.errors import (
     CorruptFileError,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
 
-from memlane._memory import coerce
+from memlane import coerce
 from memlane._memory.encoding import record
 from memlane._memory.sync import IndexSync
 from memlane._memory.writer import Writer

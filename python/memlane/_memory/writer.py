@@ -12,11 +12,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from memlane._memory import coerce, duplicates
+from memlane import coerce
+from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
-from memlane._memory.coerce import FloatArray
 from memlane._memory.encoding import NewRecord, blob, record, unblob, validate
 from memlane._memory.sync import IndexSync
+from memlane.coerce import FloatArray
 from memlane.dedup import DedupWindow, content_hash, window_keys
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memlane.agent.checks import _int
+from memlane import coerce
 from memlane.agent.messages import _block_text, _check_messages, _reply_message
 from memlane.agent.reports import TurnResult
 from memlane.agent.scope import EventScope
@@ -54,7 +54,7 @@ class _Loop:
             raise InvalidArgumentError("the model call must be callable")
         if tool_handler is not None and not callable(tool_handler):
             raise InvalidArgumentError("tool_handler must be callable")
-        _int(max_steps, "max_steps", 1)
+        coerce.count(max_steps, "max_steps", 1)
         self.memory = memory
         self.model = model
         self.extra_tools = [dict(t) for t in tools]

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from memlane._memory import times
+from memlane import times
 from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.profiles import contact_profile
 from memlane.agent.scope import EventScope

@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memlane.agent.checks import _int
+from memlane import coerce
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.notes import _ATTEMPTS, _latest, _rewrite
 from memlane.records import SCOPE_FIELDS
@@ -176,7 +176,7 @@ class Shared:
     by: tuple[str, ...]
 
     def __init__(self, limit: int = DEFAULT_BLOCK_LIMIT, *, by: Sequence[str] = ("user_id",)):
-        _int(limit, "limit", 1)
+        coerce.count(limit, "limit", 1)
         object.__setattr__(self, "limit", limit)
         object.__setattr__(self, "by", _fields(by))
 
@@ -253,7 +253,7 @@ class CoreMemory:
         (or a :class:`Shared`)."""
         _label(label)
         if not isinstance(limit, Shared):
-            _int(limit, "limit", 1)
+            coerce.count(limit, "limit", 1)
 
     def _where(self, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """The scope block ``label`` lives in, and the filter matching it exactly."""

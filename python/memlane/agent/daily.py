@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from memlane._memory import times
+from memlane import coerce, times
 from memlane.agent.callers import Caller
-from memlane.agent.checks import _int
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
@@ -89,11 +88,11 @@ class DailyLog:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        _int(self.days, "DailyLog.days", 0)
-        _int(self.lookback, "DailyLog.lookback", 1)
-        _int(self.max_messages, "DailyLog.max_messages", 1)
-        _int(self.max_chars, "DailyLog.max_chars", 300)
-        _int(self.max_output_tokens, "DailyLog.max_output_tokens", 1)
+        coerce.count(self.days, "DailyLog.days", 0)
+        coerce.count(self.lookback, "DailyLog.lookback", 1)
+        coerce.count(self.max_messages, "DailyLog.max_messages", 1)
+        coerce.count(self.max_chars, "DailyLog.max_chars", 300)
+        coerce.count(self.max_output_tokens, "DailyLog.max_output_tokens", 1)
         if not isinstance(self.tz, tzinfo):
             raise InvalidArgumentError(f"DailyLog.tz must be a tzinfo, got {self.tz!r}")
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from memlane import coerce
 from memlane.agent.callers import Caller
-from memlane.agent.checks import _int
 from memlane.agent.consolidation import short_term_item
 from memlane.agent.context import MESSAGES, add_message, message_item
 from memlane.agent.llm import ChatMessage, LLMError
@@ -50,8 +50,8 @@ class Limits:
     max_memories: int = 10_000
 
     def __post_init__(self) -> None:
-        _int(self.max_entry_chars, "Limits.max_entry_chars", 20)
-        _int(self.max_memories, "Limits.max_memories", 1)
+        coerce.count(self.max_entry_chars, "Limits.max_entry_chars", 20)
+        coerce.count(self.max_memories, "Limits.max_memories", 1)
         if self.overflow not in ("split", "summarize"):
             raise InvalidArgumentError(
                 f"Limits.overflow must be 'split' or 'summarize', got {self.overflow!r}"
@@ -65,7 +65,7 @@ def split_text(text: str, max_chars: int) -> list[str]:
     Nothing is dropped but the whitespace at the cuts: joining the pieces with
     single spaces gives the text with its whitespace runs at the cuts collapsed.
     """
-    _int(max_chars, "max_chars", 1)
+    coerce.count(max_chars, "max_chars", 1)
     text = text.strip()
     pieces: list[str] = []
     while len(text) > max_chars:

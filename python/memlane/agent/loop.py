@@ -59,10 +59,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from memlane import coerce
 from memlane.agent.adapters import AnthropicLoop, OpenAILoop, _LoopHost
 from memlane.agent.adapters import ToolHandler as ToolHandler
 from memlane.agent.callers import Caller, _sync_caller, _thread_caller
-from memlane.agent.checks import _int, _time
 from memlane.agent.consolidation import sync_memory
 from memlane.agent.context import Context, build_context, default_token_counter
 from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory, Shared
@@ -241,7 +241,7 @@ class AgentMemory(_LoopHost):
             )
         if scopes is not None and not isinstance(scopes, SessionScope):
             raise InvalidArgumentError(f"scopes must be a SessionScope, got {scopes!r}")
-        _int(max_tokens, "max_tokens", 1)
+        coerce.count(max_tokens, "max_tokens", 1)
         for value, kind in (
             (reflection, Reflection),
             (consolidation, Consolidation),
@@ -537,7 +537,7 @@ class AgentMemory(_LoopHost):
         ]
         report.failures += [f for done in report.upkeep for f in done.report.failures]
         user = _last_user_text(msgs) or room.user_text
-        now = _time(self.clock(), "clock()")
+        now = coerce.timestamp(self.clock(), "clock()")
         # 1. The turn, before anything that can fail: one transaction, one embedding batch.
         said = [
             (role, text, mid if role == "user" else None)

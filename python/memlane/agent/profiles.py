@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memlane._memory import times
-from memlane.agent.checks import _int
+from memlane import coerce, times
 from memlane.agent.scope import EventScope, SessionScope
 
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ class Profiles:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        _int(self.max_aliases, "Profiles.max_aliases", 1)
+        coerce.count(self.max_aliases, "Profiles.max_aliases", 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from memlane._memory import times
+from memlane import times
 from memlane.cli._command import (
     add_filter_arguments,
     add_scope_arguments,

@@ -64,8 +64,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from memlane import Memory, MemoryRecord
-from memlane._memory import times
+from memlane import Memory, MemoryRecord, times
 from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.integrations._common import FunctionEmbedder, check_scope, own_memory
 

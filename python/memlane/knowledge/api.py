@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from memlane import coerce
 from memlane._core import DEFAULT_ALPHA
-from memlane._memory import coerce
 from memlane.chunking import Chunker
 from memlane.embeddings.lazy import DEFAULT_DIMENSION, DEFAULT_NAME
 from memlane.errors import InvalidArgumentError

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from memlane._memory import coerce
+from memlane import coerce
 from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
 from memlane.embeddings._base import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from memlane._memory import coerce
+from memlane import coerce
 from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge.documents import knowledge_documents, remove_documents
 from memlane.knowledge.ingest import IngestOptions, Scope, ingest_path, ingest_sources

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memlane import coerce
 from memlane.agent.callers import Caller, _Budgeted
-from memlane.agent.checks import _int, _seconds
 from memlane.agent.consolidation import SHORT_TERM, consolidate
 from memlane.agent.context import MESSAGES
 from memlane.agent.limits import Limits, _kw, cap_record
@@ -67,7 +67,7 @@ class Reflection:
 
     def __post_init__(self) -> None:
         for label in ("every", "window", "shown", "max_output_tokens"):
-            _int(getattr(self, label), f"Reflection.{label}", 1)
+            coerce.count(getattr(self, label), f"Reflection.{label}", 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +90,9 @@ class Consolidation:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        _int(self.threshold, "Consolidation.threshold", 1)
-        _int(self.batch, "Consolidation.batch", 1)
-        _seconds(self.max_age, "Consolidation.max_age")
+        coerce.count(self.threshold, "Consolidation.threshold", 1)
+        coerce.count(self.batch, "Consolidation.batch", 1)
+        coerce.seconds(self.max_age, "Consolidation.max_age")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +113,8 @@ class FlushReminder:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        _int(self.entries, "FlushReminder.entries", 1)
-        _seconds(self.cooldown, "FlushReminder.cooldown")
+        coerce.count(self.entries, "FlushReminder.entries", 1)
+        coerce.seconds(self.cooldown, "FlushReminder.cooldown")
         if not isinstance(self.message, str) or not self.message.strip():
             raise InvalidArgumentError("FlushReminder.message must be a non-empty str")
 
@@ -141,10 +141,10 @@ class Compaction:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        _int(self.keep_first, "Compaction.keep_first", 0)
-        _int(self.keep_last, "Compaction.keep_last", 0)
-        _int(self.max_output_tokens, "Compaction.max_output_tokens", 1)
-        _int(self.max_steps, "Compaction.max_steps", self.keep_first + self.keep_last + 1)
+        coerce.count(self.keep_first, "Compaction.keep_first", 0)
+        coerce.count(self.keep_last, "Compaction.keep_last", 0)
+        coerce.count(self.max_output_tokens, "Compaction.max_output_tokens", 1)
+        coerce.count(self.max_steps, "Compaction.max_steps", self.keep_first + self.keep_last + 1)
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memlane._memory import times
+from memlane import times
 from memlane.errors import DimensionMismatchError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS
 
@@ -79,6 +79,13 @@ def count(value: object, label: str, low: int = 0, high: int = MAX_COUNT) -> int
         raise InvalidArgumentError(f"{label} must be an int >= {low}, got {value!r}")
     if value > high:
         raise InvalidArgumentError(f"{label} must be at most {high}, got {value}")
+    return value
+
+
+def seconds(value: object, label: str) -> float:
+    """A number of seconds >= 0; infinity stands for "never"."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InvalidArgumentError(f"{label} must be a number of seconds >= 0, got {value!r}")
     return value
 
 
