@@ -1,30 +1,61 @@
-"""Exact scopes: the records of one scope and not of the scopes below it.
+"""Scopes: which records a call reads and writes.
 
-A search or list given ``agent_id="a"`` also sees records stored with
-``agent_id="a", user_id="u"``: a scope field left out is not a constraint. Core
-memory blocks and long-term notes belong to exactly one scope (an agent's
-persona is not a user's), so their reads and replacements add a filter that
-the other scope fields are unset.
+A call's scope is the store's ``default_scope`` with the scope fields the call gives
+over it (:func:`scope_of`). A search or list given ``agent_id="a"`` also sees records
+stored with ``agent_id="a", user_id="u"``: a scope field left out is not a constraint.
+Core memory blocks and long-term notes belong to exactly one scope (an agent's persona
+is not a user's), so their reads and replacements add a filter that the other scope
+fields are unset (:func:`exact_scope`).
+
+Session scoping (:class:`SessionScope`): a platform event (source, contact, chat)
+becomes the scope of every store call of an agent's turn, in one of three modes, as
+multi-platform agents (OrcBot, OpenClaw) key their sessions:
+
+``"main"``
+    one shared memory for everyone the agent talks to (a personal assistant
+    with a single owner);
+``"per-peer"``
+    one memory per person: ``identity_links`` map platform identities
+    (``"telegram:123"``, ``"whatsapp:+1555"``) to one canonical name, so the
+    same person on two platforms shares memory;
+``"per-channel-peer"``
+    one memory per platform identity: links are ignored, the same person on
+    two platforms has two memories.
+
+The room (``"<source>:<chat id>"``) is never part of the memory scope, so a
+person's memories follow them between chats; it scopes the message history.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from memlane import coerce
 from memlane.errors import InvalidArgumentError
 from memlane.records import SCOPE_FIELDS
 
-if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore
-
-__all__ = ["exact_scope"]
+__all__ = ["EventScope", "ScopeMode", "Scoped", "SessionScope", "exact_scope", "scope_of"]
 
 
-def exact_scope(
-    mem: MemoryStore, scope: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+class Scoped(Protocol):
+    """What :func:`exact_scope` reads of a store: its default scope."""
+
+    @property
+    def default_scope(self) -> Mapping[str, str]: ...
+
+
+def scope_of(default: Mapping[str, str], given: Mapping[str, str | None]) -> dict[str, str]:
+    """A call's scope: the store's default scope with the fields the call gives over it."""
+    out = dict(default)
+    for f, v in given.items():
+        if v is not None:
+            out[f] = coerce.text(v, f)
+    return out
+
+
+def exact_scope(mem: Scoped, scope: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The scope as stored (the store's ``default_scope`` under the fields given) and the
     filter that matches it exactly (every other scope field unset).
 
@@ -38,8 +69,135 @@ def exact_scope(
             f"unknown scope field(s) {sorted(map(str, unknown))}; scope fields are "
             f"{list(SCOPE_FIELDS)}"
         )
-    full: dict[str, Any] = dict(mem.default_scope)
-    for field, value in scope.items():
-        if value is not None:
-            full[field] = coerce.text(value, field)
+    full: dict[str, Any] = scope_of(mem.default_scope, scope)
     return full, {f: None for f in SCOPE_FIELDS if f not in full}
+
+
+ScopeMode = Literal["main", "per-peer", "per-channel-peer"]
+_MODES = ("main", "per-peer", "per-channel-peer")
+
+
+def _part(value: object, label: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgumentError(f"{label} must be a non-empty str (or int), got {value!r}")
+    return value.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class EventScope:
+    """What one platform event resolves to.
+
+    ``fields`` are the scope keyword arguments for memory calls
+    (``mem.add(text, **scope.fields)``); ``room_id`` scopes the message history;
+    ``identity`` is the canonical person (after identity links) and ``contact``
+    the raw ``"<source>:<contact id>"``; ``name`` is the display name the platform
+    gave the sender, when it gave one (kept as an alias in the contact's profile);
+    ``message_id`` is the platform's id of the message the event delivers, when it
+    gave one: the message is stored once however often it is delivered.
+    """
+
+    fields: dict[str, str]
+    identity: str
+    contact: str
+    source: str
+    room_id: str | None = None
+    mode: ScopeMode = "per-peer"
+    name: str | None = None
+    message_id: str | None = None
+
+    @property
+    def history(self) -> dict[str, str]:
+        """Scope fields of the room's message history (the memory scope plus the room)."""
+        out = dict(self.fields)
+        if self.room_id is not None:
+            out["room_id"] = self.room_id
+        return out
+
+
+class SessionScope:
+    """Maps platform events to memory scopes.
+
+    Args:
+        mode: ``"main"``, ``"per-peer"`` or ``"per-channel-peer"`` (see the module docs).
+        identity_links: ``{"<source>:<contact id>": "<canonical name>"}``.
+        agent_id: set on every scope, so agents sharing a store stay apart.
+        namespace: set on every scope when given.
+    """
+
+    def __init__(
+        self,
+        mode: ScopeMode = "per-peer",
+        identity_links: Mapping[str, str] | None = None,
+        *,
+        agent_id: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        if mode not in _MODES:
+            raise InvalidArgumentError(
+                f"mode must be one of {{'main', 'per-peer', 'per-channel-peer'}}, got {mode!r}"
+            )
+        links: dict[str, str] = {}
+        for key, name in (identity_links or {}).items():
+            k = _part(key, "identity_links key")
+            if ":" not in k:
+                raise InvalidArgumentError(
+                    f"identity_links keys are '<source>:<contact id>', got {key!r}"
+                )
+            source, _, contact = k.partition(":")
+            links[f"{source.lower()}:{contact}"] = _part(name, f"identity_links[{key!r}]")
+        self.mode: ScopeMode = mode
+        self.identity_links = links
+        self.agent_id = None if agent_id is None else _part(agent_id, "agent_id")
+        self.namespace = None if namespace is None else _part(namespace, "namespace")
+
+    def identity(self, source: str, contact_id: str | int) -> str:
+        """The canonical person behind a platform identity (the link, or ``"<source>:<id>"``)."""
+        contact = f"{_part(source, 'source').lower()}:{_part(contact_id, 'contact_id')}"
+        return self.identity_links.get(contact, contact)
+
+    def resolve(
+        self,
+        source: str,
+        contact_id: str | int,
+        chat_id: str | int | None = None,
+        *,
+        name: str | None = None,
+        message_id: str | int | None = None,
+    ) -> EventScope:
+        """The scope of an event from ``contact_id`` on ``source`` (in chat ``chat_id``);
+        ``name``: the sender's display name on the platform, if it gave one;
+        ``message_id``: the platform's id of the message, if it gave one."""
+        src = _part(source, "source").lower()
+        if name is not None:
+            if not isinstance(name, str) or not name.strip():
+                raise InvalidArgumentError(f"name must be a non-empty str, got {name!r}")
+            name = " ".join(name.split())
+        contact = f"{src}:{_part(contact_id, 'contact_id')}"
+        identity = self.identity_links.get(contact, contact)
+        fields: dict[str, str] = {}
+        if self.agent_id is not None:
+            fields["agent_id"] = self.agent_id
+        if self.namespace is not None:
+            fields["namespace"] = self.namespace
+        if self.mode == "main":
+            fields["session_id"] = "main"
+        elif self.mode == "per-peer":
+            fields["user_id"] = identity
+            fields["session_id"] = f"peer:{identity}"
+        else:
+            fields["user_id"] = contact
+            fields["session_id"] = f"channel-peer:{contact}"
+        room = None if chat_id is None else f"{src}:{_part(chat_id, 'chat_id')}"
+        mid = None if message_id is None else _part(message_id, "message_id")
+        return EventScope(fields, identity, contact, src, room, self.mode, name, mid)
+
+    def __call__(
+        self, source: str, contact_id: str | int, chat_id: str | int | None = None
+    ) -> dict[str, str]:
+        """The memory scope fields of an event (``resolve(...).fields``)."""
+        return self.resolve(source, contact_id, chat_id).fields
+
+    def __repr__(self) -> str:
+        return f"SessionScope(mode={self.mode!r}, identity_links={len(self.identity_links)})"

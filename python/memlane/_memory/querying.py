@@ -37,15 +37,6 @@ EXPLAIN = (
 CANDIDATES = 50
 
 
-def scope_of(default: Mapping[str, str], given: Mapping[str, str | None]) -> dict[str, str]:
-    """A call's scope: the store's default scope with the fields the call gives over it."""
-    out = dict(default)
-    for f, v in given.items():
-        if v is not None:
-            out[f] = coerce.text(v, f)
-    return out
-
-
 def build_filter(
     table: str | Sequence[str] | None,
     type: str | Sequence[str] | None,

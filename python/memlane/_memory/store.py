@@ -31,7 +31,7 @@ from memlane._memory import duplicates, jsonl, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook
-from memlane._memory.querying import Mode, Searcher, build_filter, scope_of, unexpired
+from memlane._memory.querying import Mode, Searcher, build_filter, unexpired
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.versions import VersionsMixin
 from memlane._memory.writer import Replacing, Writer
@@ -41,6 +41,7 @@ from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
+from memlane.scoping import scope_of
 from memlane.storage import open_store
 
 __all__ = ["DEFAULT_EMBEDDER", "MemoryStore"]

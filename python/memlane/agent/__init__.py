@@ -4,7 +4,7 @@ Everything here uses :class:`memlane.Memory`'s public API.
 
 - :mod:`~memlane.agent.tools`: ``remember``/``recall``/``forget``/``search_knowledge``
   schemas (OpenAI and Anthropic) and :class:`MemoryTools` with its dispatcher.
-- :mod:`~memlane.agent.scope`: :class:`SessionScope`, platform events to scopes.
+- :mod:`~memlane.scoping`: :class:`SessionScope`, platform events to scopes.
 - :mod:`~memlane.agent.context`: :func:`build_context`, :func:`thread_context`, messages.
 - :mod:`~memlane.agent.llm`: the :class:`LLM` protocol and :class:`OpenAIChat`.
 - :mod:`~memlane.agent.consolidation`: the short-term tier and :func:`consolidate`.
@@ -64,8 +64,8 @@ from memlane.agent.profiles import (
     record_contact,
 )
 from memlane.agent.reflection import ReflectionReport, areflect, reflect
-from memlane.agent.scope import EventScope, ScopeMode, SessionScope
 from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
+from memlane.scoping import EventScope, ScopeMode, SessionScope
 
 __all__ = [
     "CONTACTS",

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from memlane import coerce
 from memlane.agent.messages import _block_text, _check_messages, _reply_message
 from memlane.agent.reports import TurnResult
-from memlane.agent.scope import EventScope
 from memlane.agent.tools import MemoryTools
 from memlane.errors import InvalidArgumentError
+from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
     from memlane.agent.loop import AgentMemory

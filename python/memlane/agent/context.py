@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane import times
 from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.profiles import contact_profile
-from memlane.agent.scope import EventScope
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.api import Threshold, _default_model
 from memlane.notes import NOTE_LIMITS, notes_context
+from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory

@@ -37,8 +37,8 @@ from memlane.agent.callers import Caller
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.agent.scope import EventScope
 from memlane.errors import InvalidArgumentError
+from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory

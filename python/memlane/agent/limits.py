@@ -16,8 +16,8 @@ from memlane.agent.consolidation import short_term_item
 from memlane.agent.context import MESSAGES, add_message, message_item
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.agent.scope import EventScope
 from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory

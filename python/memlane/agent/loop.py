@@ -86,7 +86,6 @@ from memlane.agent.reports import (
     TurnResult,
     UpkeepResult,
 )
-from memlane.agent.scope import EventScope, SessionScope
 from memlane.agent.tools import MemoryTools
 from memlane.agent.turn_tools import _Tools
 from memlane.agent.upkeep.jobs import Job
@@ -101,6 +100,7 @@ from memlane.agent.upkeep.triggers import (
     compact,
 )
 from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.scoping import EventScope, SessionScope
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
-from memlane.agent.scope import EventScope, SessionScope
+from memlane.scoping import EventScope, SessionScope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory

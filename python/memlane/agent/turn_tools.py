@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from memlane.agent.callers import Caller
 from memlane.agent.limits import fit
 from memlane.agent.reports import TriggerFailure
-from memlane.agent.scope import EventScope
 from memlane.agent.tools import MemoryTools
 from memlane.notes import NOTE_LIMITS, Notebook
+from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
     from memlane.agent.loop import AgentMemory

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memlane.agent.scope import EventScope
+from memlane.scoping import EventScope
 
 __all__ = ["DURABLE", "JOB_TAG", "Job", "JobKind"]
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Literal
 from memlane.agent.callers import Caller
 from memlane.agent.limits import _kw, evict
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
-from memlane.agent.scope import EventScope
 from memlane.agent.upkeep.jobs import JOB_TAG, Job
 from memlane.agent.upkeep.triggers import (
     _Room,
@@ -31,6 +30,7 @@ from memlane.agent.upkeep.triggers import (
 )
 from memlane.agent.upkeep.worker import Worker
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
     from memlane.agent.loop import AgentMemory

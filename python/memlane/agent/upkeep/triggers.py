@@ -21,9 +21,9 @@ from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.messages import _SUMMARY_TAG, _render_step, _steps
 from memlane.agent.reflection import reflect
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
-from memlane.agent.scope import EventScope
 from memlane.agent.upkeep.jobs import JOB_TAG
 from memlane.errors import InvalidArgumentError
+from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
