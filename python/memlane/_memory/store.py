@@ -33,14 +33,14 @@ from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook
 from memlane._memory.querying import Mode, Searcher, build_filter, unexpired
 from memlane._memory.sync import PRECISIONS, IndexSync
-from memlane._memory.versions import VersionsMixin
+from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
 from memlane.dedup import DedupWindow
 from memlane.embeddings._base import Embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError, UnknownIdError
-from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
+from memlane.records import SCOPE_FIELDS, MemoryRecord, MemoryVersion, SearchHit
 from memlane.scoping import scope_of
 from memlane.storage import open_store
 
@@ -56,7 +56,7 @@ class _DefaultEmbedder:
 DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
 
 
-class MemoryStore(VersionsMixin):
+class MemoryStore:
     """Persistent, searchable memory for agents (see :class:`memlane.Memory`, which adds
     knowledge ingestion, for the arguments)."""
 
@@ -143,6 +143,7 @@ class MemoryStore(VersionsMixin):
             self._writer.dedup_threshold = dedup_threshold
             self._writer.near_duplicate = near_duplicate
             self._searcher = Searcher(self._sync, self._access, self._embedder)
+            self._versions = Versions(self._sync, self._writer)
             self._searcher.track_access = track
             self._searcher.decay = decay
             self._searcher.weights = checked_weights
@@ -356,6 +357,94 @@ class MemoryStore(VersionsMixin):
         criteria = (max_age_days, keep_importance_at_least, keep_access_count_above)
         where = build_filter(table, None, scope)
         return self._writer.prune(where, *criteria, now=now, dry_run=dry_run)
+
+    # -- facts that change (the work is done by versions.Versions) ----------------------------
+
+    def update(
+        self,
+        id: str,
+        *,
+        text: str | None = None,
+        importance: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        evergreen: bool | None = None,
+        type: str | None = None,
+        embedding: npt.ArrayLike | None = None,
+        by: str | None = None,
+        expires_at: float | datetime | None = None,
+        ttl: float | None = None,
+    ) -> MemoryRecord:
+        """Changes fields of a record (metadata is replaced whole) and returns it.
+
+        ``expires_at`` (or ``ttl``, seconds from now) sets when it expires, as in
+        :meth:`add` (LangGraph's TTL refresh on write).
+
+        A new text is embedded again (unless ``embedding`` is given). The version it
+        replaces stays in :meth:`history`, with ``by`` as who changed it. A superseded
+        version is history: updating it raises
+        :class:`~memlane.errors.InvalidArgumentError` (update the version that
+        replaced it); :class:`~memlane.errors.ConflictError` (storing nothing) when
+        another writer superseded or deleted the record while this call ran.
+        """
+        given = {
+            "text": text,
+            "importance": importance,
+            "metadata": metadata,
+            "evergreen": evergreen,
+            "type": type,
+            "expires_at": expires_at,
+            "ttl": ttl,
+        }
+        fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        fields["embedding"] = embedding
+        return self._versions.update(id, fields, by)
+
+    def supersede(
+        self,
+        id: str,
+        text: str,
+        *,
+        at: float | datetime | None = None,
+        by: str | None = None,
+        importance: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        type: str | None = None,
+        embedding: npt.ArrayLike | None = None,
+        expires_at: float | datetime | None = None,
+        ttl: float | None = None,
+    ) -> MemoryRecord:
+        """Replaces the fact ``id`` with ``text`` without losing it: the old record is
+        closed (its ``valid_to`` set to ``at``, default now) and a new one, valid from
+        ``at``, is added in the same transaction. The new record keeps the old one's
+        table, type, scope, importance, evergreen flag and metadata unless given
+        (not an expiry: ``expires_at`` or ``ttl`` sets the new record's);
+        ``by`` names who made the change (kept in the history). Returns the new record.
+
+        Raises :class:`~memlane.errors.UnknownIdError` for an unknown id,
+        :class:`~memlane.errors.InvalidArgumentError` for a record superseded already
+        or an ``at`` before it became true, and :class:`~memlane.errors.ConflictError`
+        when another writer superseded, changed or deleted it while this call ran
+        (then nothing is stored).
+        """
+        item: dict[str, Any] = {"text": text}
+        given = {
+            "importance": importance,
+            "metadata": metadata,
+            "type": type,
+            "expires_at": expires_at,
+            "ttl": ttl,
+        }
+        item.update({k: v for k, v in given.items() if v is not None})
+        if embedding is not None:
+            item["embedding"] = embedding
+        return self._versions.supersede(id, item, at, by)
+
+    def history(self, id: str) -> builtins.list[MemoryVersion]:
+        """Every version of memory ``id``, oldest first, following supersession both
+        ways: the records it superseded and those that superseded it are part of its
+        history. A deleted memory keeps its history (its last version ends with
+        ``"delete"``). Unknown ids have an empty history."""
+        return self._versions.history(id)
 
     # -- reads ------------------------------------------------------------------------------
 

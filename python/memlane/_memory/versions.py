@@ -1,5 +1,6 @@
-"""Facts that change: :meth:`update` rewrites a record, :meth:`supersede` closes one and
-opens its successor, and :meth:`history` returns every version of a memory.
+"""Facts that change: :class:`Versions` does the work of :meth:`memlane.Memory.update`
+(rewrites a record), :meth:`~memlane.Memory.supersede` (closes one and opens its
+successor) and :meth:`~memlane.Memory.history` (every version of a memory).
 
 A record is true from its ``created_at`` until its ``valid_to`` (None while it is).
 Superseding keeps the old version in the store, closed, so a search ``as_of`` a past
@@ -11,125 +12,49 @@ store went through.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-import numpy.typing as npt
+from typing import Any
 
 from memlane import coerce
 from memlane._memory.encoding import record
 from memlane._memory.sync import IndexSync
 from memlane._memory.writer import Writer
 from memlane.records import MemoryRecord, MemoryVersion
-from memlane.storage.base import HistoryEntry, Store
+from memlane.storage.base import HistoryEntry
 
-__all__ = ["VersionsMixin"]
+__all__ = ["Versions"]
 
 
-class VersionsMixin:
-    """:class:`~memlane.Memory`'s changes to records, supersession and history."""
+class Versions:
+    """A store's changes to records, supersession and history, over its writer and its
+    database (through ``sync``)."""
 
-    _sync: IndexSync
-    _db: Store
-    _writer: Writer
+    def __init__(self, sync: IndexSync, writer: Writer) -> None:
+        self._sync = sync
+        self._writer = writer
 
-    if TYPE_CHECKING:
-
-        def get(self, id: str, *, include_embedding: bool = False) -> MemoryRecord: ...
-
-    def update(
-        self,
-        id: str,
-        *,
-        text: str | None = None,
-        importance: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        evergreen: bool | None = None,
-        type: str | None = None,
-        embedding: npt.ArrayLike | None = None,
-        by: str | None = None,
-        expires_at: float | datetime | None = None,
-        ttl: float | None = None,
-    ) -> MemoryRecord:
-        """Changes fields of a record (metadata is replaced whole) and returns it.
-
-        ``expires_at`` (or ``ttl``, seconds from now) sets when it expires, as in
-        :meth:`add` (LangGraph's TTL refresh on write).
-
-        A new text is embedded again (unless ``embedding`` is given). The version it
-        replaces stays in :meth:`history`, with ``by`` as who changed it. A superseded
-        version is history: updating it raises
-        :class:`~memlane.errors.InvalidArgumentError` (update the version that
-        replaced it); :class:`~memlane.errors.ConflictError` (storing nothing) when
-        another writer superseded or deleted the record while this call ran.
-        """
+    def update(self, id: str, fields: dict[str, Any], by: str | None) -> MemoryRecord:
+        """Rewrites record ``id`` with ``fields`` (the keyword arguments of
+        :meth:`memlane.Memory.update` that were given, and ``embedding``)."""
         self._sync.check_open()
         record_id = coerce.text(id, "id")
-        given = {
-            "text": text,
-            "importance": importance,
-            "metadata": metadata,
-            "evergreen": evergreen,
-            "type": type,
-            "expires_at": expires_at,
-            "ttl": ttl,
-        }
-        fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-        fields["embedding"] = embedding
         return self._writer.update(record_id, fields, None if by is None else coerce.text(by, "by"))
 
     def supersede(
-        self,
-        id: str,
-        text: str,
-        *,
-        at: float | datetime | None = None,
-        by: str | None = None,
-        importance: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        type: str | None = None,
-        embedding: npt.ArrayLike | None = None,
-        expires_at: float | datetime | None = None,
-        ttl: float | None = None,
+        self, id: str, item: dict[str, Any], at: float | datetime | None, by: str | None
     ) -> MemoryRecord:
-        """Replaces the fact ``id`` with ``text`` without losing it: the old record is
-        closed (its ``valid_to`` set to ``at``, default now) and a new one, valid from
-        ``at``, is added in the same transaction. The new record keeps the old one's
-        table, type, scope, importance, evergreen flag and metadata unless given
-        (not an expiry: ``expires_at`` or ``ttl`` sets the new record's);
-        ``by`` names who made the change (kept in the history). Returns the new record.
-
-        Raises :class:`~memlane.errors.UnknownIdError` for an unknown id,
-        :class:`~memlane.errors.InvalidArgumentError` for a record superseded already
-        or an ``at`` before it became true, and :class:`~memlane.errors.ConflictError`
-        when another writer superseded, changed or deleted it while this call ran
-        (then nothing is stored).
-        """
+        """Closes record ``id`` at ``at`` and adds ``item`` (an :meth:`memlane.Memory.add`
+        item of the fields given) as its successor, in one transaction."""
         self._sync.check_open()
         old = coerce.text(id, "id")
-        item: dict[str, Any] = {"text": text}
-        given = {
-            "importance": importance,
-            "metadata": metadata,
-            "type": type,
-            "expires_at": expires_at,
-            "ttl": ttl,
-        }
-        item.update({k: v for k, v in given.items() if v is not None})
-        if embedding is not None:
-            item["embedding"] = embedding
         actor = None if by is None else coerce.text(by, "by")
         return self._writer.supersede(old, item, at, actor)
 
     def history(self, id: str) -> list[MemoryVersion]:
-        """Every version of memory ``id``, oldest first, following supersession both
-        ways: the records it superseded and those that superseded it are part of its
-        history. A deleted memory keeps its history (its last version ends with
-        ``"delete"``). Unknown ids have an empty history."""
+        """Every version of memory ``id``, oldest first, following supersession both ways."""
         self._sync.check_open()
         first = coerce.text(id, "id")
-        db = self._db
+        db = self._sync.db
         chain, seen = [first], {first}
         while (prev := db.superseded_by(chain[0])) is not None and prev not in seen:
             chain.insert(0, prev)
