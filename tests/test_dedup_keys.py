@@ -15,7 +15,7 @@ import pytest
 import memlane._memory.writer as writer
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
-from memlane.dedup import window_keys
+from memlane._memory.duplicates import window_keys
 
 
 class FakeTime:

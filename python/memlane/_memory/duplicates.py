@@ -8,11 +8,21 @@ and a near-duplicate (cosine at least ``threshold`` with a record of the same
 table and scope, stored or earlier in the batch). The stored near-duplicates of
 the whole batch come from one engine call, and the batch's own pairs from one
 matrix product per scope.
+
+The window's keys (OrcBot's semantics): the same ``metadata["messageId"]`` (or
+``message_id``), ``metadata["eventId"]`` or ``metadata["statusMessageId"]``, each a key
+of its own, so a redelivered event is one memory even if its text differs; or the same
+``metadata["source"]`` and contact (``metadata["sourceId"]`` or ``metadata["contact"]``)
+with the same text, so a contact's other messages are never skipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,7 +31,6 @@ import numpy as np
 from memlane._core import Engine
 from memlane._memory.encoding import NewRecord, record
 from memlane.coerce import FloatArray
-from memlane.dedup import DedupWindow, legacy_key, window_keys
 from memlane.records import SCOPE_FIELDS
 from memlane.storage import Store
 
@@ -29,6 +38,91 @@ from memlane.storage import Store
 Target = str | int
 # Rows of the batch's similarity matrix computed at once.
 _BLOCK = 1024
+
+#: Metadata fields that name one delivery, and the window key kind of each. Both
+#: spellings of a message id share the kind "message", the key stores have written
+#: since the window began.
+_ID_KEYS = (
+    ("messageId", "message"),
+    ("message_id", "message"),
+    ("eventId", "eventId"),
+    ("statusMessageId", "statusMessageId"),
+)
+#: Metadata fields naming the contact a message came from (OrcBot's ``sourceId``).
+_CONTACT_KEYS = ("sourceId", "contact")
+#: A key kind earlier versions wrote for ``sourceId`` (taken then as an event id): a
+#: store's remembered keys of this kind are derived again at open (:func:`legacy_key`).
+_LEGACY_KIND = "sourceId"
+
+
+def window_keys(scope_key: Sequence[Any], metadata: Mapping[str, Any], digest: str) -> list[str]:
+    """The keys (JSON strings) under which a record is remembered by :class:`DedupWindow`."""
+    keys: list[str] = []
+    for name, kind in _ID_KEYS:
+        value = metadata.get(name)
+        if value is not None:
+            key = json.dumps([kind, list(scope_key), str(value)])
+            if key not in keys:
+                keys.append(key)
+    source = metadata.get("source")
+    if source is not None:
+        for name in _CONTACT_KEYS:
+            contact = metadata.get(name)
+            if contact is not None:
+                key = json.dumps(["source", list(scope_key), str(source), str(contact), digest])
+                if key not in keys:
+                    keys.append(key)
+    return keys
+
+
+def legacy_key(key: str) -> bool:
+    """Whether ``key`` is of the kind earlier versions wrote for ``sourceId``: such a key
+    must not be matched (it would skip a contact's every later message) but replaced by
+    the record's :func:`window_keys`."""
+    return key.startswith(f'["{_LEGACY_KIND}",')
+
+
+class DedupWindow:
+    """Remembers recently added records under their :func:`window_keys` for ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._entries: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _expire(self, now: float) -> None:
+        while self._entries:
+            key, (_, at) = next(iter(self._entries.items()))
+            if now - at <= self.seconds:
+                break
+            del self._entries[key]
+
+    def find(self, keys: list[str], now: float | None = None) -> str | None:
+        """The id of a record remembered under any of ``keys`` within the window."""
+        if self.seconds <= 0 or not keys:
+            return None
+        now = time.time() if now is None else now
+        with self._lock:
+            self._expire(now)
+            for key in keys:
+                hit = self._entries.get(key)
+                if hit is not None:
+                    return hit[0]
+        return None
+
+    def remember(self, keys: list[str], record_id: str, at: float | None = None) -> None:
+        if self.seconds <= 0 or not keys:
+            return
+        at = time.time() if at is None else at
+        with self._lock:
+            for key in keys:
+                self._entries[key] = (record_id, at)
+                self._entries.move_to_end(key)
+
+    def forget(self, record_id: str) -> None:
+        with self._lock:
+            for key in [k for k, (rid, _) in self._entries.items() if rid == record_id]:
+                del self._entries[key]
 
 
 @dataclass(slots=True)
@@ -45,7 +139,7 @@ def load_window(window: DedupWindow, db: Store, now: float) -> None:
     """Fills ``window`` with the keys the store remembers from its last ``window.seconds``.
 
     A key of the kind earlier versions wrote for ``sourceId`` is replaced by its record's
-    keys as :func:`~memlane.dedup.window_keys` derives them now (the record's source +
+    keys as :func:`window_keys` derives them now (the record's source +
     contact + text), so an old store does not skip a contact's later messages."""
     legacy: dict[str, float] = {}
     for key, record_id, at in db.recent(now - window.seconds):

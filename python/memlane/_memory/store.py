@@ -29,13 +29,13 @@ from memlane import _core, coerce
 from memlane._core import Engine
 from memlane._memory import duplicates, jsonl, maintenance
 from memlane._memory.access import AccessLog
+from memlane._memory.duplicates import DedupWindow
 from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook
 from memlane._memory.querying import Mode, Searcher, build_filter, unexpired
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
-from memlane.dedup import DedupWindow
 from memlane.embeddings._base import Embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder

@@ -15,10 +15,11 @@ import numpy as np
 from memlane import coerce
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
+from memlane._memory.duplicates import DedupWindow, window_keys
 from memlane._memory.encoding import NewRecord, blob, record, unblob, validate
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
-from memlane.dedup import DedupWindow, content_hash, window_keys
+from memlane.dedup import content_hash
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
