@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memlane.knowledge.loaders import DocumentLoadError, decode_text, load_html, load_text
+from memlane.knowledge.loaded import decode_text
+from memlane.knowledge.loaders import DocumentLoadError, load_html, load_text
 
 P = Path("doc")
 

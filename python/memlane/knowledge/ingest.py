@@ -62,7 +62,7 @@ from memlane.knowledge.documents import (
 )
 from memlane.knowledge.ids import document_id, fragment_id
 from memlane.knowledge.limits import DocumentLimitError, IngestLimits, applied_limits
-from memlane.knowledge.loaders import LoadedDocument, json_safe, unpacked_size
+from memlane.knowledge.loaded import LoadedDocument, json_safe, unpacked_size
 from memlane.knowledge.progress import ProgressBar, ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk

@@ -1,0 +1,140 @@
+"""What every loader shares: the document it returns (:class:`LoadedDocument`), bytes
+to text (:func:`decode_text`), JSON-safe metadata values, and a zip's unpacked size."""
+
+from __future__ import annotations
+
+import codecs
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from pathlib import Path
+from typing import Any
+
+from memlane.knowledge.limits import DocumentLoadError
+
+__all__ = ["LoadedDocument", "Loader", "decode_text", "json_safe", "meta_text", "unpacked_size"]
+
+
+def unpacked_size(data: bytes) -> int:
+    """What a file unpacks to: for a zip (``.docx``), the sizes its members declare (and
+    Python's zipfile never reads past them); otherwise its own size."""
+    if data[:4] != b"PK\x03\x04":
+        return len(data)
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return max(len(data), sum(info.file_size for info in archive.infolist()))
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return len(data)  # the loader reports a damaged archive
+
+
+@dataclass(slots=True)
+class LoadedDocument:
+    """A document's text and what its file says about it.
+
+    ``metadata`` holds JSON values only (front matter, title, author).
+    ``pages`` (PDF) lists the offset in ``text`` where each page starts,
+    page 1 first. ``markdown`` says the text has markdown headings, so that
+    the markdown splitter is the default chunker.
+    """
+
+    text: str
+    file_type: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    pages: list[int] | None = None
+    markdown: bool = False
+
+    def page_at(self, offset: int) -> int | None:
+        """The page (from 1) holding the character at ``offset``, if the document has pages."""
+        if not self.pages:
+            return None
+        page = 1
+        for i, start in enumerate(self.pages):
+            if start > offset:
+                break
+            page = i + 1
+        return page
+
+
+Loader = Callable[[bytes, Path], LoadedDocument]
+
+_BOMS = (
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def decode_text(data: bytes) -> str:
+    """Bytes to text: by BOM, else UTF-8, else the encoding charset-normalizer finds;
+    NUL bytes (binary content) fail.
+
+    Windows-1252 wins whenever it reads the bytes as well as the detector's best guess
+    (Western text, where cp1250 and cp1257 often tie with it), and is the fallback with
+    Latin-1 when the detector finds nothing.
+    """
+    text: str | None = None
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                text = data.decode(encoding)
+            except UnicodeDecodeError as e:
+                raise DocumentLoadError(f"invalid {encoding} text: {e}") from None
+            break
+    if text is None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = _detect_decode(data)
+        else:
+            if "\x00" in text:  # UTF-16 without a BOM is often valid UTF-8, with NULs
+                text = _detect_decode(data)
+    if "\x00" in text:
+        raise DocumentLoadError("binary content (NUL bytes), not text")
+    return text
+
+
+def _detect_decode(data: bytes) -> str:
+    from charset_normalizer import from_bytes
+
+    matches = from_bytes(data)
+    best = matches.best()
+    if best is not None:
+        if any(
+            # could_be_from_charset: the encodings that read these bytes the same way
+            "cp1252" in m.could_be_from_charset
+            and m.chaos <= best.chaos
+            and m.coherence >= best.coherence
+            for m in matches
+        ):
+            return data.decode("cp1252")
+        return str(best)
+    try:
+        return data.decode("cp1252")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")  # decodes any bytes
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with dates as ISO strings and anything else unknown as ``str``."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [json_safe(v) for v in value]
+    return str(value)
+
+
+def meta_text(value: object) -> str | None:
+    """A metadata value (a title, an author) as stripped text; None if it is empty."""
+    text = str(value).strip() if value is not None else ""
+    return text or None
