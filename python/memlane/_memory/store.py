@@ -1,5 +1,6 @@
-"""The memory store's public API: :class:`MemoryStore`, over the collaborators of
-this package (see its ``__init__``). :class:`memlane.Memory` adds knowledge.
+"""The record API of :class:`memlane.Memory`: :class:`MemoryStore`, over the
+collaborators of this package (see its ``__init__``). :class:`memlane.Memory` opens
+the store and adds knowledge and notes.
 
 A store directory holds ``memory.db`` (SQLite, the source of truth), ``index/``
 (snapshots of the engine: BM25, HNSW and the records' attributes) and ``lock``.
@@ -15,9 +16,7 @@ database with a warning.
 from __future__ import annotations
 
 import builtins
-import threading
 import time
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -27,142 +26,44 @@ import numpy.typing as npt
 
 from memlane import _core, coerce
 from memlane._core import Engine
-from memlane._memory import duplicates, jsonl, maintenance
-from memlane._memory.access import AccessLog
-from memlane._memory.duplicates import DedupWindow
+from memlane._memory import jsonl, maintenance
 from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook
 from memlane._memory.querying import Mode, Searcher, build_filter, unexpired
-from memlane._memory.sync import PRECISIONS, IndexSync
+from memlane._memory.sync import IndexSync
 from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
 from memlane.embeddings._base import Embedder
-from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
-from memlane.embeddings.lazy import default_embedder
+from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord, MemoryVersion, SearchHit
 from memlane.scoping import scope_of
-from memlane.storage import open_store
 
-__all__ = ["DEFAULT_EMBEDDER", "MemoryStore"]
-
-
-class _DefaultEmbedder:
-    def __repr__(self) -> str:
-        return "DEFAULT_EMBEDDER"
-
-
-#: The ``embedder`` argument's default: :class:`memlane.OnnxEmbedder`, loaded on first use.
-DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
+__all__ = ["MemoryStore"]
 
 
 class MemoryStore:
-    """Persistent, searchable memory for agents (see :class:`memlane.Memory`, which adds
-    knowledge ingestion, for the arguments)."""
+    """The record API of an open store (records, versions, search, JSONL) over its
+    collaborators; :class:`memlane.Memory` opens the store and adds knowledge and notes.
+    Knowledge and notes build on this class, which knows nothing of them."""
 
     def __init__(
         self,
-        path: str | Path | None = None,
-        embedder: Embedder | None = DEFAULT_EMBEDDER,
-        *,
-        default_scope: Mapping[str, str] | None = None,
-        reembed: bool = False,
-        dedup_threshold: float = 0.95,
-        near_duplicate: Literal["mark", "skip"] = "mark",
-        dedup_window: float = 300.0,
-        track_access: bool = True,
-        decay: float | None = None,
-        weights: Mapping[str, float] | None = None,
-        recency_half_life: float = _core.DEFAULT_RECENCY_HALF_LIFE_HOURS,
-        snapshot_every: int = 10_000,
-        cache_size: int = 4096,
-        language: str = "english",
-        hnsw_m: int = 16,
-        hnsw_ef_construction: int = 100,
-        hnsw_ef: int = 64,
-        hnsw_precision: str = "int8+f16",
-        cache_dir: str | Path | None = None,
+        sync: IndexSync,
+        writer: Writer,
+        searcher: Searcher,
+        embedder: CachedEmbedder | None,
+        default_scope: dict[str, str],
     ) -> None:
-        self._open = False  # until fully open, so close() does nothing
-        scope = dict(default_scope or {})
-        coerce.scope_keys(scope)
-        for f, v in scope.items():
-            coerce.text(v, f"default_scope[{f!r}]")
-        self.default_scope: dict[str, str] = scope
-        dedup_threshold = coerce.number(dedup_threshold, "dedup_threshold", -1.0, 1.0)
-        if near_duplicate not in ("mark", "skip"):
-            raise InvalidArgumentError(
-                f"near_duplicate must be one of {{'mark', 'skip'}}, got {near_duplicate!r}"
-            )
-        track = coerce.flag(track_access, "track_access")
-        decay = None if decay is None else coerce.number(decay, "decay", 0.0)
-        checked_weights = coerce.weights(weights)
-        half_life = coerce.number(recency_half_life, "recency_half_life", 1e-9)
-        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
-            raise InvalidArgumentError("snapshot_every must be an int")
-        window = DedupWindow(coerce.number(dedup_window, "dedup_window", 0.0))
-        if embedder is DEFAULT_EMBEDDER:
-            embedder = default_embedder()
-        if embedder is not None and not isinstance(embedder, Embedder):
-            raise InvalidArgumentError(
-                f"embedder must follow the Embedder protocol (name, dimension, embed, "
-                f"embed_batch), got {type(embedder).__name__}"
-            )
-        if hnsw_precision not in PRECISIONS:
-            raise InvalidArgumentError(
-                f"hnsw_precision must be one of {PRECISIONS}, got {hnsw_precision!r}"
-            )
-        self._embedder: CachedEmbedder | None = (
-            None if embedder is None else CachedEmbedder(embedder, EmbeddingCache(cache_size))
-        )
-        dim = None if embedder is None else int(embedder.dimension)
-        engine_args = {
-            "m": coerce.count(hnsw_m, "hnsw_m", 2, 200),
-            "ef_construction": coerce.count(hnsw_ef_construction, "hnsw_ef_construction", 1),
-            "ef": coerce.count(hnsw_ef, "hnsw_ef", 1),
-            "precision": hnsw_precision,
-            "language": language,
-        }
-        opened = open_store(path, cache_dir)
-        self._db = opened.db
-        self._lock = opened.lock
-        #: How messages name the store: its directory, "in memory", or the URL without password.
-        self.location = opened.location
-        self.path = None if path is None or self._db.shared else Path(path)
-        self._background_error: Exception | None = None
-        self._access = AccessLog()
-        wake = threading.Event()
-        try:
-            self._sync = IndexSync(
-                self._db, opened.index_dir, self.location, dim, engine_args, self._access, wake
-            )
-            self._sync.snapshot_every = max(1, snapshot_every)
-            self._sync.pin(embedder, reembed, language)
-            self._sync.open()
-            self._writer = Writer(self._sync, self._access, window, self._embedder, scope)
-            self._writer.dedup_threshold = dedup_threshold
-            self._writer.near_duplicate = near_duplicate
-            self._searcher = Searcher(self._sync, self._access, self._embedder)
-            self._versions = Versions(self._sync, self._writer)
-            self._searcher.track_access = track
-            self._searcher.decay = decay
-            self._searcher.weights = checked_weights
-            self._searcher.recency_half_life = half_life
-            if window.seconds > 0:
-                duplicates.load_window(window, self._db, time.time())
-        except BaseException:
-            maintenance.release(self._lock, self._db, wake)
-            raise
-        self._open = True
-        self._finalizer = weakref.finalize(self, maintenance.release, self._lock, self._db, wake)
-        # At exit the exit hook closes the store after its thread stopped; the finalizer's
-        # own exit hook would run first and close the database under a running thread.
-        self._finalizer.atexit = False
-        self._thread = maintenance.start(self, wake)
-        if self._db.shared:
-            self._db.follow(maintenance.follower(self))
-        if self._sync.engine.pending():
-            wake.set()
+        self._sync = sync
+        self._db = sync.db
+        self._access = sync.access
+        self._writer = writer
+        self._searcher = searcher
+        self._versions = Versions(sync, writer)
+        self._embedder = embedder
+        #: Scope fields filled in wherever a call leaves them out.
+        self.default_scope = default_scope
 
     # -- settings read by callers --------------------------------------------------------
 
@@ -186,14 +87,6 @@ class MemoryStore:
     @property
     def _engine(self) -> Engine:
         return self._sync.engine
-
-    dedup_threshold = property(lambda self: self._writer.dedup_threshold)
-    near_duplicate = property(lambda self: self._writer.near_duplicate)
-    track_access = property(lambda self: self._searcher.track_access)
-    decay = property(lambda self: self._searcher.decay)
-    weights = property(lambda self: self._searcher.weights)
-    recency_half_life = property(lambda self: self._searcher.recency_half_life)
-    snapshot_every = property(lambda self: self._sync.snapshot_every)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -655,62 +548,6 @@ class MemoryStore:
         self._sync.check_open()
         while self._sync.engine.pending():
             self._sync.engine.index_pending(maintenance.INDEX_BATCH, maintenance.LINK_BUDGET)
-
-    def snapshot(self) -> None:
-        """Writes an index snapshot now (also done periodically and at close)."""
-        if self._sync.index_dir is None:
-            return
-        with self._sync.lock:
-            self._writer.flush_access()
-            self._sync.save()
-        self._db.gc_tombstones(self._sync.snap_seq)
-
-    def _maintenance(self) -> None:
-        maintenance.run(self._sync, self._writer, self._access, self.snapshot)
-
-    def _vanished(self) -> bool:
-        return self._sync.vanished(self.path)
-
-    def close(self) -> None:
-        """Flushes access counts, writes a snapshot, releases the store. Idempotent."""
-        if not getattr(self, "_open", False):
-            return
-        sync = self._sync
-        with sync.lock:
-            if sync.closing:
-                return
-            sync.closing = True
-        if sync.forked:
-            # The parent's store: its lock, files and connections stay the parent's (a
-            # release here would unlock the parent's store lock, shared across fork).
-            self._finalizer.detach()
-            return
-        sync.wake.set()
-        try:
-            if self._thread is not threading.current_thread():
-                self._thread.join()
-            self._writer.close()
-            if sync.gone is None:  # else nothing is left to flush into
-                self._writer.flush_access()
-                sync.save()
-                # A shared store without a snapshot cache still lets old tombstones go.
-                if sync.index_dir is not None or self._db.shared:
-                    self._db.gc_tombstones(sync.seq)
-        finally:
-            # Released whatever failed: the data is in the database, and the next
-            # open rebuilds a snapshot that could not be written.
-            self._finalizer()
-
-    def __enter__(self) -> MemoryStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._sync.closing else f"{len(self._sync.engine)} memories"
-        name = self._embedder.name if self._embedder is not None else None
-        return f"{type(self).__name__}({self.location!r}, embedder={name!r}, {state})"
 
     # -- export and import ------------------------------------------------------------------
 
