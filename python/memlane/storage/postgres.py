@@ -45,8 +45,9 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row, history_table, records_table
+from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
-from memlane.storage.sql import TYPES, Columns, ErrorKind, Rows, SQLStore
+from memlane.storage.sql import TYPES, SQLStore
 
 __all__ = ["POLL_SECONDS", "PostgresStore", "PostgresTarget"]
 

@@ -2,62 +2,30 @@
 
 Both backends keep the same tables (``meta``, ``records``, ``recent``,
 ``tombstones``) and run the same statements on them; a backend is a dialect of
-this class that supplies what really differs:
-
-- connections: :meth:`SQLStore._run_read` (a read connection, retried where
-  that is safe), :meth:`SQLStore._begin` and :meth:`SQLStore._end` (the write
-  transaction's connection);
-- binding: ``?`` in the statements here becomes the dialect's placeholder
-  (:meth:`SQLStore._q`); a list of values is bound by :meth:`SQLStore._any`
-  (``IN (?, ?, ...)`` or ``= ANY(?)``), a batch of rows by :meth:`SQLStore._many`
-  (inserts), :meth:`SQLStore._each` (one statement per row) and
-  :meth:`SQLStore._relation` (a batch to join against);
-- the change sequence and rowids (:meth:`SQLStore.next_seq`,
-  :meth:`SQLStore.reserve_rowids`), and how long tombstones are kept;
-- which driver exceptions mean what (:meth:`SQLStore._kind`).
-
-Every driver exception that leaves a store is a :class:`~memlane.errors.MemlaneError`
-chained to it: :class:`~memlane.errors.StorageError` naming what failed, the
-store and the driver's message; :class:`~memlane.errors.CorruptFileError` for a
-damaged database; :class:`~memlane.errors.InvalidArgumentError` for an id stored
-meanwhile or a value the database refuses; :class:`~memlane.errors.UnknownIdError`
-for a row rewritten after another process deleted it.
+this class that supplies what really differs (:mod:`memlane.storage.dialect`).
 """
 
 from __future__ import annotations
 
-import abc
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, ClassVar, Literal, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
 
 from memlane.dedup import content_hash
 from memlane.errors import (
     ConflictError,
     CorruptFileError,
-    InvalidArgumentError,
-    MemlaneError,
-    StorageError,
     UnknownIdError,
 )
 from memlane.schema import COLUMNS, HISTORY_COLUMNS, SQL_TYPES, Row
 from memlane.storage.base import HistoryEntry
+from memlane.storage.dialect import Columns, Dialect
 from memlane.storage.rowcache import RowCache
 
-__all__ = ["TYPES", "Columns", "ErrorKind", "Rows", "SQLStore"]
-
-T = TypeVar("T")
-
-#: What a driver exception means, as far as the store can tell.
-ErrorKind = Literal["unique", "refused", "value", "corrupt", "full"] | None
+__all__ = ["TYPES", "SQLStore"]
 
 #: The SQL type of each of COLUMNS (PostgreSQL's names; SQLite binds values as they are).
 TYPES = SQL_TYPES
-#: The columns of a batch of rows: (name, SQL type) pairs.
-Columns = Sequence[tuple[str, str]]
-Rows = Sequence[Sequence[Any]]
 _RECORDS: Columns = tuple(zip(COLUMNS, TYPES, strict=True))
 
 _ALL = ", ".join(COLUMNS)
@@ -70,21 +38,12 @@ _HISTORY_TYPES: Columns = (
 _HISTORY_SELECT = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM "
 
 
-class SQLStore(abc.ABC):
+class SQLStore(Dialect):
     """The :class:`~memlane.storage.base.Store` protocol over SQL; see the module docstring
     for what a dialect supplies."""
 
-    shared: bool
-    #: How messages name the store (never with a password).
-    location: str
-    #: "SQLite" or "PostgreSQL", for messages.
-    ENGINE: ClassVar[str]
-    #: The exceptions of the driver.
-    _ERRORS: ClassVar[tuple[type[Exception], ...]]
     #: Rows kept in process for reading search hits.
     _cache: RowCache | None = None
-    #: Put before a table's name ("" or a quoted schema and a dot).
-    _p = ""
     #: ``DELETE ... RETURNING`` is available.
     _RETURNING: ClassVar[bool]
     #: The function of the larger of two values.
@@ -100,57 +59,6 @@ class SQLStore(abc.ABC):
     #: of a hash it holds (None: all of it).
     _HASH_EXPR: ClassVar[str] = "content_hash"
     _HASH_PREFIX: ClassVar[int | None] = None
-    #: Where a connection is confined to a tenant: what its ids are stored behind, so
-    #: that ids are the tenant's own (see :meth:`_stored_id`). None: stored as given.
-    _id_prefix: str | None = None
-
-    # -- what a dialect supplies ---------------------------------------------------------
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    @abc.abstractmethod
-    def _run_read(self, fn: Callable[[Any], T]) -> T:
-        """``fn`` on a connection outside any transaction (driver errors propagate)."""
-
-    @abc.abstractmethod
-    def _begin(self) -> Any:
-        """A connection in a newly begun write transaction, for this thread alone until
-        :meth:`_end` (driver errors propagate)."""
-
-    @abc.abstractmethod
-    def _end(self, conn: Any) -> None:
-        """Gives back the connection of a finished transaction."""
-
-    @abc.abstractmethod
-    def _kind(self, e: Exception) -> ErrorKind: ...
-
-    @abc.abstractmethod
-    def _any(self, column: str, values: Sequence[Any], sql_type: str) -> Iterator[tuple[str, Any]]:
-        """Conditions that ``column`` is one of ``values`` (in chunks), with their parameters."""
-
-    @abc.abstractmethod
-    def _many(self, conn: Any, table: str, columns: Columns, rows: Rows, tail: str = "") -> None:
-        """Inserts ``rows`` into ``table`` (``tail``: an ``ON CONFLICT`` clause)."""
-
-    @abc.abstractmethod
-    def _each(self, conn: Any, sql: str, rows: Rows) -> None:
-        """Runs ``sql`` once per row of parameters."""
-
-    @abc.abstractmethod
-    def _relation(self, columns: Columns, rows: Rows) -> tuple[str, tuple[Any, ...]]:
-        """A ``FROM`` item ``j`` of these columns holding ``rows`` (no blobs), and its
-        parameters."""
-
-    @abc.abstractmethod
-    def next_seq(self, conn: Any) -> int: ...
-
-    @abc.abstractmethod
-    def reserve_rowids(self, count: int) -> int: ...
-
-    def _q(self, sql: str) -> str:
-        """``sql`` with ``?`` placeholders in the dialect's style."""
-        return sql
 
     #: What the records selects add as a last column: an expression that is 1 when every
     #: value of the row has its column's type (SQLite's; empty where the database
@@ -184,167 +92,6 @@ class SQLStore(abc.ABC):
                     "not match its content hash: the database file is damaged"
                 )
         return self._given_rows(rows)
-
-    def _scrub(self, text: str) -> str:
-        """``text`` without secrets (a password)."""
-        return text
-
-    def checkpoint(self) -> None:
-        return None
-
-    def wal_bytes(self) -> int:
-        return 0
-
-    def follow(self, on_change: Callable[[], None]) -> None:
-        return None
-
-    # -- a tenant's ids ------------------------------------------------------------------
-    # Ids are unique in the database, which row-level security does not hide: were a
-    # tenant's ids stored as given, adding an id another tenant holds would fail and
-    # so tell that it exists. A tenant's ids are stored behind its prefix instead; it
-    # reads them back as it gave them, and other tenants' ids never meet its own.
-
-    def _stored_id(self, record_id: str) -> str:
-        return record_id if self._id_prefix is None else self._id_prefix + record_id
-
-    def _given_id(self, stored: str) -> str:
-        p = self._id_prefix
-        return stored[len(p) :] if p is not None and stored.startswith(p) else stored
-
-    def _id_forms(self, ids: Sequence[str]) -> list[str]:
-        """What ``ids`` may be stored as: behind the tenant's prefix, or as given (a row
-        that a connection bound to no tenant wrote into the tenant's scope)."""
-        p = self._id_prefix
-        return list(ids) if p is None else [f for i in ids for f in (p + i, i)]
-
-    def _stored_rows(self, rows: Sequence[Row]) -> Sequence[Row]:
-        if self._id_prefix is None:
-            return rows
-        return [r._replace(id=self._stored_id(r.id)) for r in rows]
-
-    def _given_rows(self, rows: list[Row]) -> list[Row]:
-        if self._id_prefix is None:
-            return rows
-        return [r._replace(id=self._given_id(r.id)) for r in rows]
-
-    # -- errors --------------------------------------------------------------------------
-
-    def _error(self, what: str, e: BaseException) -> MemlaneError:
-        detail = self._scrub(str(e).strip()) or type(e).__name__
-        where = f"{what} ({self.location})"
-        kind = self._kind(e) if isinstance(e, Exception) else None
-        if kind == "corrupt":
-            return CorruptFileError(f"{where}: the database file is damaged ({detail})")
-        if kind == "full":
-            return StorageError(f"{where}: the disk is full ({detail})")
-        return StorageError(f"{where}: {detail}")
-
-    def _cause(self, e: BaseException) -> BaseException | None:
-        """What an error raised for ``e`` is chained to: ``e``, unless its message holds a
-        secret (a traceback would print it)."""
-        return e if self._scrub(str(e)) == str(e) else None
-
-    @contextmanager
-    def _failing(self, what: str) -> Iterator[None]:
-        """Raises a driver exception as the error of ``what``."""
-        try:
-            yield
-        except self._ERRORS as e:
-            raise self._error(what, e) from self._cause(e)
-
-    def _read(self, fn: Callable[[Any], T]) -> T:
-        try:
-            return self._run_read(fn)
-        except self._ERRORS as e:
-            raise self._error(f"{self.ENGINE} query failed", e) from self._cause(e)
-
-    def _refused(self, e: Exception) -> MemlaneError:
-        return self._error(f"{self.ENGINE} refused the write", e)
-
-    @contextmanager
-    def _refusals(self) -> Iterator[None]:
-        """Raises what a write's rows caused as the caller's error; leaves any other driver
-        exception to the transaction."""
-        try:
-            yield
-        except self._ERRORS as e:
-            kind = self._kind(e)
-            if kind == "unique":
-                meanwhile = " (another process wrote them meanwhile)" if self.shared else ""
-                raise InvalidArgumentError(
-                    f"id(s) already stored{meanwhile}; use update() to change a record"
-                ) from self._cause(e)
-            if kind == "refused":
-                raise self._refused(e) from self._cause(e)
-            if kind == "value":
-                raise InvalidArgumentError(
-                    f"{self.ENGINE} refused a value: {self._scrub(str(e).strip())}"
-                ) from self._cause(e)
-            raise
-
-    # -- transactions --------------------------------------------------------------------
-
-    #: Said of a failed commit.
-    _COMMIT_FAILED: ClassVar[str] = "commit failed, nothing was stored"
-
-    @contextmanager
-    def transaction(self) -> Iterator[Any]:
-        """One write transaction: committed (durably) on exit, rolled back on an exception."""
-        with self._failing("cannot start a transaction"):
-            conn = self._begin()
-        try:
-            try:
-                yield conn
-            except self._ERRORS as e:
-                self._rollback(conn)
-                raise self._error("write failed, nothing was stored", e) from self._cause(e)
-            except BaseException:
-                self._rollback(conn)
-                raise
-            try:
-                conn.execute("COMMIT")
-            except self._ERRORS as e:
-                self._rollback(conn)
-                raise self._error(self._COMMIT_FAILED, e) from self._cause(e)
-        finally:
-            self._end(conn)
-
-    def _rollback(self, conn: Any) -> None:
-        # A connection that broke has no transaction left to roll back.
-        with contextlib.suppress(*self._ERRORS):
-            conn.execute("ROLLBACK")
-
-    # -- meta and counters ---------------------------------------------------------------
-
-    def get_meta(self, key: str, conn: Any = None) -> str | None:
-        q = self._q(f"SELECT value FROM {self._p}meta WHERE key = ?")
-        if conn is None:
-            row = self._read(lambda c: c.execute(q, (key,)).fetchone())
-        else:
-            row = conn.execute(q, (key,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def set_meta(self, conn: Any, key: str, value: str) -> None:
-        conn.execute(
-            self._q(
-                f"INSERT INTO {self._p}meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-            ),
-            (key, value),
-        )
-
-    def meta_items(self, prefix: str) -> list[tuple[str, str]]:
-        """Every meta entry whose key starts with ``prefix`` (not empty), in key order."""
-        # A key range, not LIKE: no escaping, and the primary key's index answers it.
-        high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        q = self._q(f"SELECT key, value FROM {self._p}meta WHERE key >= ? AND key < ? ORDER BY key")
-        return self._read(lambda c: [(str(r[0]), str(r[1])) for r in c.execute(q, (prefix, high))])
-
-    def delete_meta(self, conn: Any, key: str) -> None:
-        conn.execute(self._q(f"DELETE FROM {self._p}meta WHERE key = ?"), (key,))
-
-    def seq(self) -> int:
-        return int(self.get_meta("seq") or 0)
 
     # -- writes --------------------------------------------------------------------------
 

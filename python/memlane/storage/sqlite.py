@@ -32,8 +32,9 @@ from typing import Any, TypeVar
 
 from memlane.errors import StorageError
 from memlane.schema import history_table, records_table, sqlite_types_hold
+from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
-from memlane.storage.sql import Columns, ErrorKind, Rows, SQLStore
+from memlane.storage.sql import SQLStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
