@@ -10,10 +10,11 @@ module.
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,12 +26,21 @@ from memlane._memory.querying import Mode, Searcher
 from memlane._memory.store import MemoryStore
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.writer import Writer
+from memlane.chunking import Chunker
 from memlane.embeddings._base import Embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError
-from memlane.knowledge.api import KnowledgeMixin
+from memlane.knowledge import api as knowledge
+from memlane.knowledge.api import Threshold
+from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS, knowledge_documents
+from memlane.knowledge.ingest import BATCH_SIZE, IngestOptions, Scope, ingest_path
+from memlane.knowledge.loaders import IngestLimits
+from memlane.knowledge.progress import ProgressOption
+from memlane.knowledge.report import IngestReport
+from memlane.knowledge.watch import DEBOUNCE, KnowledgeWatch, watch
 from memlane.notes import NotesMixin
+from memlane.records import MemoryRecord, SearchHit
 from memlane.storage import open_store
 
 __all__ = ["DEFAULT_EMBEDDER", "Memory", "Mode"]
@@ -45,7 +55,7 @@ class _DefaultEmbedder:
 DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
 
 
-class Memory(KnowledgeMixin, NotesMixin, MemoryStore):
+class Memory(NotesMixin, MemoryStore):
     """Persistent, searchable memory for agents.
 
     Args:
@@ -262,3 +272,234 @@ class Memory(KnowledgeMixin, NotesMixin, MemoryStore):
         state = "closed" if self._sync.closing else f"{len(self._sync.engine)} memories"
         name = self._embedder.name if self._embedder is not None else None
         return f"{type(self).__name__}({self.location!r}, embedder={name!r}, {state})"
+
+    # -- knowledge (the work is memlane.knowledge's) -----------------------------------------
+
+    def ingest(
+        self,
+        path: str | Path,
+        *,
+        agent_id: str | None = None,
+        shared: bool = False,
+        chunker: Chunker | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressOption = True,
+        prune_missing: bool = False,
+        root: str | Path | None = None,
+        follow_outside: bool = False,
+        batch_size: int = BATCH_SIZE,
+        limits: IngestLimits | None = None,
+    ) -> IngestReport:
+        """Ingests a file, or every supported file in a folder and its subfolders.
+
+        Args:
+            path: a file or a folder.
+            agent_id: the agent whose own knowledge this is (required unless ``shared``).
+            shared: knowledge every agent may read (its ids ignore ``agent_id``).
+            chunker: by default :class:`~memlane.chunking.MarkdownSplitter` for
+                markdown and Word files, :class:`~memlane.chunking.RecursiveCharacterSplitter`
+                for the rest (1000 characters, overlap 200).
+            metadata: added to every document and fragment (filterable).
+            progress: a bar on stderr when it is a terminal; ``"always"`` or ``False``.
+            prune_missing: remove this scope's documents under ``path`` whose file is gone.
+            root: the knowledge root that ids are relative to; by default ``path``
+                itself (a folder) or its folder (a file).
+            follow_outside: follow symbolic links (and a ``path`` with ``..``) that
+                lead outside ``root``; by default they are skipped and reported.
+            batch_size: fragments embedded and written together (one transaction);
+                larger groups sort better by length, so the model pads less.
+            limits: how large one document may be (bytes unpacked, fragments); by
+                default :class:`~memlane.knowledge.IngestLimits`'s. A document over a
+                limit is reported in ``failed`` and ``limited`` and nothing of it stored.
+
+        Unchanged files (same bytes, chunker and metadata) are not touched; a
+        changed one replaces its document. Hidden files, unsupported types and
+        links out of the root are skipped; unreadable files are reported as
+        failed and the rest ingested. Returns an :class:`IngestReport`.
+        """
+        return ingest_path(
+            self,
+            path,
+            Scope.of(agent_id, shared),
+            IngestOptions(
+                chunker, metadata, progress, prune_missing, follow_outside, batch_size, limits
+            ),
+            root=root,
+        )
+
+    def ingest_config(
+        self,
+        entries: Sequence[Mapping[str, Any] | str],
+        *,
+        agent_id: str | None = None,
+        root: str | Path | None = None,
+        chunker: Chunker | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressOption = True,
+        prune_missing: bool = False,
+        follow_outside: bool = False,
+        limits: IngestLimits | None = None,
+    ) -> IngestReport:
+        """Ingests an elizaOS-style knowledge list in one report.
+
+        Each entry is ``{"directory": ..., "shared": bool}``, ``{"path": ...,
+        "shared": bool}`` (optionally with its own ``"metadata"``), or a plain
+        string of knowledge text. Paths are relative to ``root`` (by default
+        the current folder) and may not lead outside it unless
+        ``follow_outside``; such an entry, or a missing one, is reported as
+        failed and the others are ingested.
+        """
+        options = IngestOptions(
+            chunker, metadata, progress, prune_missing, follow_outside, limits=limits
+        )
+        return knowledge.ingest_config(self, entries, agent_id, root, options)
+
+    def ingest_text(
+        self,
+        text: str,
+        *,
+        source: str,
+        agent_id: str | None = None,
+        shared: bool = False,
+        file_type: str = "txt",
+        chunker: Chunker | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limits: IngestLimits | None = None,
+    ) -> IngestReport:
+        """Ingests a text as a document named ``source`` (e.g. ``"inline:faq"``).
+
+        ``file_type`` picks the loader (``"txt"``, ``"md"``, ``"json"``, ...);
+        the same source again replaces the document, unless the text is unchanged.
+        ``limits`` as for :meth:`ingest`.
+        """
+        options = IngestOptions(chunker, metadata, progress=False, limits=limits)
+        return knowledge.ingest_text(self, text, source, agent_id, shared, file_type, options)
+
+    def watch(
+        self,
+        path: str | Path,
+        *,
+        agent_id: str | None = None,
+        shared: bool = False,
+        chunker: Chunker | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        follow_outside: bool = False,
+        limits: IngestLimits | None = None,
+        debounce: float = DEBOUNCE,
+        on_report: Callable[[IngestReport], object] | None = None,
+        on_error: Callable[[BaseException], object] | None = None,
+    ) -> KnowledgeWatch:
+        """Keeps the knowledge of the folder ``path`` in sync until the watch is stopped.
+
+        First an :meth:`ingest` of the folder that also removes the documents of
+        files gone since (its report is the watch's ``initial``); then, on the
+        operating system's file events (watchdog), each batch of changes once the
+        folder has been quiet for ``debounce`` seconds: a new or changed file is
+        ingested (only its own document is replaced), a deleted file or folder
+        takes its documents and fragments with it, and files :meth:`ingest` skips
+        (hidden, unsupported types) are ignored. Each batch's report goes to
+        ``on_report``, an error that stops a batch (a closed store, a full disk) to
+        ``on_error`` (by default a warning), and the watch goes on. The other
+        options are :meth:`ingest`'s. Use it as ``with mem.watch(folder, ...):``
+        or call ``stop()``, before closing the store.
+        """
+        options = IngestOptions(
+            chunker,
+            metadata,
+            progress=False,
+            prune_missing=True,  # the first sync: files gone meanwhile take their documents
+            follow_outside=follow_outside,
+            limits=limits,
+        )
+        scope = Scope.of(agent_id, shared)
+        return watch(
+            self,
+            path,
+            scope,
+            options,
+            debounce=debounce,
+            on_report=on_report,
+            on_error=on_error,
+        )
+
+    def search_knowledge(
+        self,
+        query: str,
+        *,
+        agent_id: str | None = None,
+        k: int = 5,
+        threshold: Threshold = "default",
+        mode: Literal["hybrid", "vector", "text"] = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> builtins.list[SearchHit]:
+        """The ``k`` fragments best matching ``query`` in shared knowledge and ``agent_id``'s own.
+
+        Without ``agent_id``, shared knowledge only. ``threshold`` is a minimum
+        cosine similarity (elizaOS's ``match_threshold``); in text mode, a
+        minimum relevance (BM25 over the query's ceiling, the score no fragment
+        reaches). ``"default"`` is :data:`~memlane.knowledge.FRAGMENT_THRESHOLD` in
+        hybrid and vector modes with the default model (it was measured for that
+        model's cosines), and no cut-off in text mode or with another embedder (pass a
+        number measured for it); ``None`` is no cut-off. Scores are the relevance
+        alone (knowledge neither decays nor weighs importance). ``filters``
+        narrows by metadata (e.g. ``{"file_type": "pdf"}``); ``options`` go to
+        :meth:`search` (``fusion``, ``rrf_k``, ``alpha``, ``candidates``,
+        ``explain``, ...) over :data:`~memlane.knowledge.api.SEARCH_DEFAULTS`.
+        """
+        return knowledge.search(
+            self, FRAGMENTS, query, agent_id, k, threshold, mode, filters, options
+        )
+
+    def search_documents(
+        self,
+        query: str,
+        *,
+        agent_id: str | None = None,
+        k: int = 5,
+        threshold: Threshold = "default",
+        mode: Literal["hybrid", "vector", "text"] = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> builtins.list[SearchHit]:
+        """The ``k`` whole documents best matching ``query``, as :meth:`search_knowledge`.
+
+        A hit's record is the document's: its whole extracted text, BM25 over all
+        of it, and the normalised mean of its fragments' vectors (the model reads
+        256 tokens, so no single vector can stand for a longer document). Use it
+        to hand an agent whole documents, or to rank documents before reading
+        their fragments. ``"default"`` is :data:`~memlane.knowledge.DOCUMENT_THRESHOLD`.
+        """
+        return knowledge.search(
+            self, DOCUMENTS, query, agent_id, k, threshold, mode, filters, options
+        )
+
+    def list_documents(
+        self, agent_id: str | None = None, shared: bool | None = None
+    ) -> builtins.list[MemoryRecord]:
+        """Document records, oldest first.
+
+        ``shared=True``: shared documents; ``shared=False``: private ones (of
+        ``agent_id`` if given); ``shared=None``: all, or what ``agent_id`` may
+        read (shared and its own).
+        """
+        return knowledge_documents(self, knowledge.documents_filter(agent_id, shared))
+
+    def get_fragments(
+        self, document_id: str, *, include_embedding: bool = False
+    ) -> builtins.list[MemoryRecord]:
+        """A document's fragments in order; raises ``UnknownIdError`` for an unknown document."""
+        return knowledge.fragments(self, document_id, include_embedding)
+
+    def remove_document(self, document_id: str) -> int:
+        """Deletes a document and its fragments; returns how many fragments went."""
+        return knowledge.remove(self, document_id)
+
+    def clear_knowledge(self, agent_id: str | None = None, *, shared: bool | None = False) -> int:
+        """Deletes knowledge; returns how many documents went.
+
+        ``shared=False`` (default): ``agent_id``'s own knowledge (required);
+        ``shared=True``: the shared knowledge; ``shared=None``: both (every
+        agent's when ``agent_id`` is None).
+        """
+        return knowledge.clear(self, agent_id, shared)

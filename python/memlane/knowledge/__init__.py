@@ -13,7 +13,6 @@ from memlane.knowledge.api import (
     DOCUMENT_THRESHOLD,
     FRAGMENT_THRESHOLD,
     SEARCH_DEFAULTS,
-    KnowledgeMixin,
     Threshold,
 )
 from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS
@@ -42,7 +41,6 @@ __all__ = [
     "DocumentLoadError",
     "IngestLimits",
     "IngestReport",
-    "KnowledgeMixin",
     "KnowledgeWatch",
     "LoadedDocument",
     "Loader",
