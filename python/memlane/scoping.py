@@ -36,7 +36,15 @@ from memlane import coerce
 from memlane.errors import InvalidArgumentError
 from memlane.records import SCOPE_FIELDS
 
-__all__ = ["EventScope", "ScopeMode", "Scoped", "SessionScope", "exact_scope", "scope_of"]
+__all__ = [
+    "EventScope",
+    "ScopeMode",
+    "Scoped",
+    "SessionScope",
+    "exact_scope",
+    "scope_kwargs",
+    "scope_of",
+]
 
 
 class Scoped(Protocol):
@@ -53,6 +61,12 @@ def scope_of(default: Mapping[str, str], given: Mapping[str, str | None]) -> dic
         if v is not None:
             out[f] = coerce.text(v, f)
     return out
+
+
+def scope_kwargs(scope: Mapping[str, str] | None) -> dict[str, Any]:
+    """A scope as the keyword arguments of a store call (typed Any: they go as ``**kwargs``
+    beside keywords of other types)."""
+    return dict(scope or {})
 
 
 def exact_scope(mem: Scoped, scope: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
-from memlane.agent.messages import _block_text, _check_messages, _reply_message
+from memlane.agent.messages import block_text, check_messages, reply_message
 from memlane.agent.reports import TurnResult
 from memlane.agent.tools import MemoryTools
 from memlane.errors import InvalidArgumentError
@@ -24,7 +24,7 @@ __all__ = ["AnthropicLoop", "OpenAILoop", "ToolHandler"]
 ToolHandler = Callable[[str, Any], Any]
 
 
-class _LoopHost:
+class LoopHost:
     """The base of :class:`~memlane.agent.AgentMemory` the adapters check their memory
     against: loop.py imports this module (its ``openai``/``anthropic`` build the
     adapters), so AgentMemory itself cannot be imported here at run time."""
@@ -48,7 +48,7 @@ class _Loop:
         tool_handler: ToolHandler | None = None,
         max_steps: int = 8,
     ) -> None:
-        if not isinstance(memory, _LoopHost):
+        if not isinstance(memory, LoopHost):
             raise InvalidArgumentError(f"memory must be an AgentMemory, got {memory!r}")
         if not callable(model):
             raise InvalidArgumentError("the model call must be callable")
@@ -102,11 +102,11 @@ class OpenAILoop(_Loop):
         am = self.memory
         tools = am.memory_tools(event) if am.tools else None
         kw = self._schemas(tools)
-        msgs = _check_messages(messages)
+        msgs = check_messages(messages)
         reply: dict[str, Any] = {"role": "assistant", "content": ""}
         for _ in range(self.max_steps):
             msgs = am.before(event, msgs)
-            reply = _reply_message(_maybe_await_sync(self.model(msgs, **kw)))
+            reply = reply_message(_maybe_await_sync(self.model(msgs, **kw)))
             msgs.append(reply)
             calls = reply.get("tool_calls") or []
             if not calls:
@@ -118,19 +118,19 @@ class OpenAILoop(_Loop):
                     {"role": "tool", "tool_call_id": call.get("id"), "content": json.dumps(result)}
                 )
         report = am.after(event, msgs, reply)
-        return TurnResult(_block_text(reply.get("content")), reply, msgs, report)
+        return TurnResult(block_text(reply.get("content")), reply, msgs, report)
 
     async def arun(self, event: EventScope, messages: Sequence[Mapping[str, Any]]) -> TurnResult:
         """The async form of :meth:`run`; ``chat`` may be async (e.g. :meth:`OpenAIChat.achat`)."""
         am = self.memory
         tools = am.memory_tools(event, loop=asyncio.get_running_loop()) if am.tools else None
         kw = self._schemas(tools)
-        msgs = _check_messages(messages)
+        msgs = check_messages(messages)
         reply: dict[str, Any] = {"role": "assistant", "content": ""}
         for _ in range(self.max_steps):
             msgs = await am.abefore(event, msgs)
             out = self.model(msgs, **kw)
-            reply = _reply_message(await out if inspect.isawaitable(out) else out)
+            reply = reply_message(await out if inspect.isawaitable(out) else out)
             msgs.append(reply)
             calls = reply.get("tool_calls") or []
             if not calls:
@@ -144,7 +144,7 @@ class OpenAILoop(_Loop):
                     {"role": "tool", "tool_call_id": call.get("id"), "content": json.dumps(result)}
                 )
         report = await am.aafter(event, msgs, reply)
-        return TurnResult(_block_text(reply.get("content")), reply, msgs, report)
+        return TurnResult(block_text(reply.get("content")), reply, msgs, report)
 
 
 def _anthropic_reply(raw: Any) -> dict[str, Any]:
@@ -196,7 +196,7 @@ class AnthropicLoop(_Loop):
         am = self.memory
         tools = am.memory_tools(event) if am.tools else None
         kw = self._schemas(tools)
-        msgs = _check_messages(messages)
+        msgs = check_messages(messages)
         reply: dict[str, Any] = {"role": "assistant", "content": []}
         for _ in range(self.max_steps):
             system, msgs = am.before_anthropic(event, system, msgs)
@@ -208,7 +208,7 @@ class AnthropicLoop(_Loop):
                 break
             msgs.append({"role": "user", "content": results})
         report = am.after(event, msgs, reply)
-        return TurnResult(_block_text(reply["content"]), reply, msgs, report)
+        return TurnResult(block_text(reply["content"]), reply, msgs, report)
 
     async def arun(
         self, event: EventScope, messages: Sequence[Mapping[str, Any]], system: Any = ""
@@ -217,7 +217,7 @@ class AnthropicLoop(_Loop):
         am = self.memory
         tools = am.memory_tools(event, loop=asyncio.get_running_loop()) if am.tools else None
         kw = self._schemas(tools)
-        msgs = _check_messages(messages)
+        msgs = check_messages(messages)
         reply: dict[str, Any] = {"role": "assistant", "content": []}
         for _ in range(self.max_steps):
             system, msgs = await am.abefore_anthropic(event, system, msgs)
@@ -229,4 +229,4 @@ class AnthropicLoop(_Loop):
                 break
             msgs.append({"role": "user", "content": results})
         report = await am.aafter(event, msgs, reply)
-        return TurnResult(_block_text(reply["content"]), reply, msgs, report)
+        return TurnResult(block_text(reply["content"]), reply, msgs, report)

@@ -19,7 +19,7 @@ def _content(message: Mapping[str, Any], where: str) -> str:
     return content
 
 
-def _sync_caller(llm: Any) -> Caller:
+def sync_caller(llm: Any) -> Caller:
     def call(messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
         if isinstance(llm, OpenAIChat) and max_tokens is not None:
             return _content(llm.chat(messages, max_tokens=max_tokens), llm.url)
@@ -30,9 +30,9 @@ def _sync_caller(llm: Any) -> Caller:
     return call
 
 
-def _thread_caller(llm: Any, loop: asyncio.AbstractEventLoop) -> Caller:
+def thread_caller(llm: Any, loop: asyncio.AbstractEventLoop) -> Caller:
     """Called from a worker thread: async LLM calls run on ``loop``."""
-    sync = _sync_caller(llm)
+    sync = sync_caller(llm)
 
     def call(messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
         coro: Awaitable[Any]
@@ -54,7 +54,7 @@ async def _awaited(aw: Awaitable[Any]) -> Any:
     return await aw
 
 
-class _Budgeted:
+class Budgeted:
     """An :class:`LLM` for :func:`reflect` and :func:`consolidate` over a caller."""
 
     def __init__(self, call: Caller, max_tokens: int | None) -> None:

@@ -22,6 +22,7 @@ from memlane import times
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.scoping import scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory
@@ -77,10 +78,6 @@ def sync_memory(mem: Memory | AsyncMemory) -> Memory:
     return mem.sync if isinstance(mem, AsyncMemory) else mem
 
 
-def _kw(scope: Mapping[str, str] | None) -> dict[str, Any]:
-    return dict(scope or {})
-
-
 def add_short_term(
     mem: Memory,
     text: str,
@@ -115,7 +112,7 @@ def short_term_item(
         "importance": importance,
         "metadata": {**(metadata or {}), "action_id": action_id},
         "created_at": created_at,
-        **_kw(scope),
+        **scope_kwargs(scope),
     }
 
 
@@ -126,7 +123,9 @@ def complete_action(mem: Memory, action_id: str, *, scope: Mapping[str, str] | N
     # One by one (an action holds few entries): delete() also frees the entries'
     # dedup-window keys, which delete_all() does not (a repeated message would then fail).
     n = 0
-    while batch := mem.list(SHORT_TERM, limit=500, filters={"action_id": action_id}, **_kw(scope)):
+    while batch := mem.list(
+        SHORT_TERM, limit=500, filters={"action_id": action_id}, **scope_kwargs(scope)
+    ):
         before = n
         for rec in batch:
             try:
@@ -286,7 +285,7 @@ def consolidate(
     answers give a ``"failed"`` report and leave every entry in place.
     ``metadata`` is added to what it stores (the agent's upkeep names its job).
     """
-    kw = _kw(scope)
+    kw = scope_kwargs(scope)
     pending, entries = _select(mem, kw, threshold, batch, force)
     if not entries:
         return ConsolidationReport("skipped", pending)
@@ -310,7 +309,7 @@ async def aconsolidate(
 ) -> ConsolidationReport:
     """:func:`consolidate` with an async LLM (``acomplete``); store calls run in a worker thread."""
     sync = sync_memory(mem)
-    kw = _kw(scope)
+    kw = scope_kwargs(scope)
     pending, entries = await asyncio.to_thread(_select, sync, kw, threshold, batch, force)
     if not entries:
         return ConsolidationReport("skipped", pending)

@@ -36,7 +36,7 @@ from memlane.agent.profiles import contact_profile
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.api import Threshold, _default_model
 from memlane.notes import NOTE_LIMITS, notes_context
-from memlane.scoping import EventScope
+from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -177,12 +177,8 @@ def message_item(
         "type": "message",
         "metadata": meta,
         "created_at": created_at,
-        **_kw(scope.history),
+        **scope_kwargs(scope.history),
     }
-
-
-def _kw(scope: Mapping[str, str]) -> dict[str, Any]:
-    return dict(scope)
 
 
 def _line(rec: MemoryRecord, max_chars: int | None = None) -> str:
@@ -416,9 +412,9 @@ def build_context(
     reserved = count(message) + (count(system_prompt) if system_prompt else 0)
     left = max_tokens - reserved
     if isinstance(scope, EventScope):
-        fields, history_scope = _kw(scope.fields), _kw(scope.history)
+        fields, history_scope = scope_kwargs(scope.fields), scope_kwargs(scope.history)
     else:
-        fields = history_scope = _kw(scope)
+        fields = history_scope = scope_kwargs(scope)
     pinned, pinned_records = ("", []) if notes is None else notes_context(mem, fields, notes)
     room = left - count("\n\n")
     pinned = _fit(pinned, room, count) if pinned and room > 0 else ""
@@ -506,7 +502,7 @@ def thread_context(
     if max_line < 2:
         raise InvalidArgumentError(f"max_line must be >= 2, got {max_line!r}")
     mine = {"identity": scope.identity}
-    fields = _kw(scope.fields)
+    fields = scope_kwargs(scope.fields)
     picked: dict[str, MemoryRecord] = {}
     if recent > 0:
         for rec in mem.list(MESSAGES, limit=recent, filters=mine, **fields):

@@ -141,7 +141,7 @@ def _extract(lines: list[str], total: int, max_chars: int) -> str:
     return "\n".join(kept)
 
 
-class _DailyLogger:
+class DailyLogger:
     """Writes a room's missing logs; remembers per room the day it last completed, so
     the store is asked once a day per room (and again at each turn while a log fails)."""
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from memlane import coerce
 from memlane.agent.callers import Caller
@@ -17,7 +16,7 @@ from memlane.agent.context import MESSAGES, add_message, message_item
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.errors import InvalidArgumentError, UnknownIdError
-from memlane.scoping import EventScope
+from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -83,10 +82,6 @@ def split_text(text: str, max_chars: int) -> list[str]:
     if text:
         pieces.append(text)
     return pieces
-
-
-def _kw(scope: Mapping[str, str]) -> dict[str, Any]:
-    return dict(scope)
 
 
 def fit(
@@ -222,7 +217,7 @@ def store_message(
                 "type": "message",
                 "metadata": {**base, "part": i},
                 "created_at": now,
-                **_kw(event.history),
+                **scope_kwargs(event.history),
             }
             for i, piece in enumerate(pieces[1:], 2)
         ]
@@ -232,7 +227,7 @@ def store_message(
 
 def evict(memory: Memory, table: str, cap: int, event: EventScope, report: TurnReport) -> None:
     """Past ``cap`` memories in the event's scope, the lowest-ranked non-evergreen ones go."""
-    total = memory.count(table, **_kw(event.fields))
+    total = memory.count(table, **scope_kwargs(event.fields))
     if total <= cap:
         return
     candidates: list[MemoryRecord] = []
@@ -244,7 +239,7 @@ def evict(memory: Memory, table: str, cap: int, event: EventScope, report: TurnR
             offset=len(candidates),
             order="asc",
             filters={"evergreen": False},
-            **_kw(event.fields),
+            **scope_kwargs(event.fields),
         )
         candidates += batch
         if len(batch) < page:

@@ -60,23 +60,23 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from memlane import coerce
-from memlane.agent.adapters import AnthropicLoop, OpenAILoop, _LoopHost
+from memlane.agent.adapters import AnthropicLoop, LoopHost, OpenAILoop
 from memlane.agent.adapters import ToolHandler as ToolHandler
-from memlane.agent.callers import Caller, _sync_caller, _thread_caller
+from memlane.agent.callers import Caller, sync_caller, thread_caller
 from memlane.agent.consolidation import sync_memory
 from memlane.agent.context import Context, build_context, default_token_counter
 from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory, Shared
-from memlane.agent.daily import DailyLog, _DailyLogger
+from memlane.agent.daily import DailyLog, DailyLogger
 from memlane.agent.limits import Limits, fit, split_text, store_turn
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
-    _CLOSE,
-    _block_text,
-    _block_turn,
-    _check_messages,
-    _last_user_text,
-    _reply_message,
-    _with_block,
+    BLOCK_CLOSE,
+    block_text,
+    block_turn,
+    check_messages,
+    last_user_text,
+    reply_message,
+    with_block,
 )
 from memlane.agent.profiles import ContactProfile, Profiles, contact_profile, record_contact
 from memlane.agent.reports import (
@@ -87,7 +87,7 @@ from memlane.agent.reports import (
     UpkeepResult,
 )
 from memlane.agent.tools import MemoryTools
-from memlane.agent.turn_tools import _Tools
+from memlane.agent.turn_tools import TurnTools
 from memlane.agent.upkeep.jobs import Job
 from memlane.agent.upkeep.service import Upkeep, UpkeepMode
 from memlane.agent.upkeep.triggers import FLUSH_MESSAGE as FLUSH_MESSAGE
@@ -96,7 +96,7 @@ from memlane.agent.upkeep.triggers import (
     Consolidation,
     FlushReminder,
     Reflection,
-    _Room,
+    Room,
     compact,
 )
 from memlane.errors import InvalidArgumentError, MemlaneError
@@ -166,7 +166,7 @@ _CONTEXT_OPTIONS = frozenset(inspect.signature(build_context).parameters) - {
 # -- AgentMemory ------------------------------------------------------------------------------
 
 
-class AgentMemory(_LoopHost):
+class AgentMemory(LoopHost):
     """Memory around an agent loop: :meth:`before` each model call, :meth:`after` each turn.
 
     Args:
@@ -285,14 +285,14 @@ class AgentMemory(_LoopHost):
         self.compaction = compaction or Compaction()
         self.daily = daily or DailyLog()
         self.profiles = profiles or Profiles()
-        self._daily = _DailyLogger(self.daily)
+        self._daily = DailyLogger(self.daily)
         self.limits = limits or Limits()
         self.table = table
         self.context_options = dict(context or {})
         self.clock: Callable[[], float] = clock or time.time
         self.core_blocks = blocks
         self._core_ready: set[tuple[tuple[str, str], ...]] = set()
-        self._rooms: dict[tuple[tuple[str, str], ...], _Room] = {}
+        self._rooms: dict[tuple[tuple[str, str], ...], Room] = {}
         self._lock = threading.RLock()
         self._token = uuid.uuid4().hex[:8]
         self._upkeep = Upkeep(self, upkeep, on_upkeep)
@@ -326,7 +326,7 @@ class AgentMemory(_LoopHost):
         ``loop``: the event loop an async-only LLM runs on, when the tools are called
         from a worker thread."""
         self._check_event(event)
-        return _Tools(self, event, self._caller(loop))
+        return TurnTools(self, event, self._caller(loop))
 
     def context(
         self,
@@ -403,7 +403,7 @@ class AgentMemory(_LoopHost):
     def _before_openai(
         self, event: EventScope, messages: Sequence[Mapping[str, Any]], call: Caller | None
     ) -> list[dict[str, Any]]:
-        msgs = _check_messages(messages)
+        msgs = check_messages(messages)
         at = next((i for i, m in enumerate(msgs) if m["role"] in ("system", "developer")), None)
         system = None if at is None else msgs[at].get("content")
         rest = msgs if at is None else msgs[:at] + msgs[at + 1 :]
@@ -422,9 +422,9 @@ class AgentMemory(_LoopHost):
         call: Caller | None,
     ) -> tuple[Any, list[dict[str, Any]]]:
         self._check_event(event)
-        msgs = _check_messages(messages)
+        msgs = check_messages(messages)
         room = self._room(event)
-        user = _last_user_text(msgs)
+        user = last_user_text(msgs)
         if user is not None:
             with self._lock:
                 room.user_text = user
@@ -433,7 +433,7 @@ class AgentMemory(_LoopHost):
             ask = self._upkeep.step_summary(room, call)
         msgs = compact(self.compaction, room, self._lock, msgs, call, ask)
         turn = f"{self._token}:{room.turns}"
-        if self.inject == "first_only" and _block_turn(system) == turn:
+        if self.inject == "first_only" and block_turn(system) == turn:
             return system, msgs
         query = user if user is not None else (room.user_text or "")
         parts: list[str] = []
@@ -445,8 +445,8 @@ class AgentMemory(_LoopHost):
             parts.append(pinned)
             if query.strip() and budget > 0:
                 # The prompt as the caller wrote it (without a block of ours).
-                given = _with_block(system, None)
-                text = given if isinstance(given, str) else _block_text(given)
+                given = with_block(system, None)
+                text = given if isinstance(given, str) else block_text(given)
                 parts.append(self.context(event, query, budget, text or None).text)
         except InvalidArgumentError:
             raise
@@ -466,8 +466,8 @@ class AgentMemory(_LoopHost):
             if reminder:
                 parts.append(reminder)
         body = "\n\n".join(p for p in parts if p)
-        block = f'<memlane-memory turn="{turn}">\n{body}\n{_CLOSE}'
-        return _with_block(system, block), msgs
+        block = f'<memlane-memory turn="{turn}">\n{body}\n{BLOCK_CLOSE}'
+        return with_block(system, block), msgs
 
     # -- after ------------------------------------------------------------------------------
 
@@ -524,8 +524,8 @@ class AgentMemory(_LoopHost):
                 f"message_id must be a non-empty str (or int), got {message_id!r}"
             )
         mid = event.message_id if message_id is None else str(message_id).strip()
-        msgs = _check_messages(messages)
-        answer = _block_text(_reply_message(reply).get("content")).strip()
+        msgs = check_messages(messages)
+        answer = block_text(reply_message(reply).get("content")).strip()
         room = self._room(event)
         report = TurnReport()
         with self._lock:
@@ -536,7 +536,7 @@ class AgentMemory(_LoopHost):
             TriggerFailure("compaction", c.error or "") for c in report.compactions if c.error
         ]
         report.failures += [f for done in report.upkeep for f in done.report.failures]
-        user = _last_user_text(msgs) or room.user_text
+        user = last_user_text(msgs) or room.user_text
         now = coerce.timestamp(self.clock(), "clock()")
         # 1. The turn, before anything that can fail: one transaction, one embedding batch.
         said = [
@@ -607,7 +607,7 @@ class AgentMemory(_LoopHost):
     def _caller(self, loop: asyncio.AbstractEventLoop | None = None) -> Caller | None:
         if self.llm is None:
             return None
-        return _sync_caller(self.llm) if loop is None else _thread_caller(self.llm, loop)
+        return sync_caller(self.llm) if loop is None else thread_caller(self.llm, loop)
 
     def _check_event(self, event: object) -> None:
         if not isinstance(event, EventScope):
@@ -616,12 +616,12 @@ class AgentMemory(_LoopHost):
                 f"got {type(event).__name__}"
             )
 
-    def _room(self, event: EventScope) -> _Room:
+    def _room(self, event: EventScope) -> Room:
         key = tuple(sorted(event.history.items()))
         with self._lock:
             room = self._rooms.get(key)
             if room is None:
-                room = self._rooms[key] = _Room()
+                room = self._rooms[key] = Room()
             return room
 
     def _profile(self, event: EventScope, user: str | None, report: TurnReport, now: float) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 from memlane.errors import InvalidArgumentError
 
 _OPEN = "<memlane-memory"
-_CLOSE = "</memlane-memory>"
+BLOCK_CLOSE = "</memlane-memory>"
 _BLOCK = re.compile(r"\n*<memlane-memory[^>]*>.*?</memlane-memory>", re.DOTALL)
 _TURN = re.compile(r'<memlane-memory turn="([^"]*)">')
-_SUMMARY_TAG = "[memlane: summary of earlier steps]"
+SUMMARY_TAG = "[memlane: summary of earlier steps]"
 
 
-def _block_text(content: Any) -> str:
+def block_text(content: Any) -> str:
     """The text of a message's content: a str, or the text parts of a list of blocks."""
     if content is None:
         return ""
@@ -49,18 +49,18 @@ def _is_user_text(message: Mapping[str, Any]) -> bool:
     content = message.get("content")
     if _has_tool_result(content):
         return False
-    text = _block_text(content)
-    return bool(text.strip()) and not text.startswith(_SUMMARY_TAG)
+    text = block_text(content)
+    return bool(text.strip()) and not text.startswith(SUMMARY_TAG)
 
 
-def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
+def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
     for m in reversed(messages):
         if _is_user_text(m):
-            return _block_text(m.get("content"))
+            return block_text(m.get("content"))
     return None
 
 
-def _reply_message(reply: Any) -> dict[str, Any]:
+def reply_message(reply: Any) -> dict[str, Any]:
     """An assistant message from a str, a message dict, a raw completion or an SDK object."""
     if isinstance(reply, str):
         return {"role": "assistant", "content": reply}
@@ -80,7 +80,7 @@ def _reply_message(reply: Any) -> dict[str, Any]:
     )
 
 
-def _check_messages(messages: object) -> list[dict[str, Any]]:
+def check_messages(messages: object) -> list[dict[str, Any]]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise InvalidArgumentError("messages must be a list of {role, content} dicts")
     out = []
@@ -91,7 +91,7 @@ def _check_messages(messages: object) -> list[dict[str, Any]]:
     return out
 
 
-def _steps(messages: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def group_steps(messages: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Messages grouped into steps: each with the tool results that answer it."""
     steps: list[list[dict[str, Any]]] = []
     for m in messages:
@@ -105,18 +105,18 @@ def _steps(messages: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return steps
 
 
-def _render_step(step: Sequence[Mapping[str, Any]], limit: int = 2000) -> str:
+def render_step(step: Sequence[Mapping[str, Any]], limit: int = 2000) -> str:
     lines = []
     for m in step:
         role = m.get("role", "?")
-        text = _block_text(m.get("content"))
+        text = block_text(m.get("content"))
         content = m.get("content")
         if isinstance(content, Sequence) and not isinstance(content, str):
             for b in content:
                 if isinstance(b, Mapping) and b.get("type") == "tool_use":
                     text += f"\ncalled {b.get('name')}({json.dumps(b.get('input'))})"
                 elif isinstance(b, Mapping) and b.get("type") == "tool_result":
-                    text += f"\nresult: {_block_text(b.get('content'))}"
+                    text += f"\nresult: {block_text(b.get('content'))}"
         for call in m.get("tool_calls") or ():
             if isinstance(call, Mapping):
                 fn = call.get("function") or {}
@@ -128,7 +128,7 @@ def _render_step(step: Sequence[Mapping[str, Any]], limit: int = 2000) -> str:
     return "\n".join(lines)
 
 
-def _with_block(system: Any, block: str | None) -> Any:
+def with_block(system: Any, block: str | None) -> Any:
     """The system prompt (a str or a list of text blocks) with our block replaced."""
     if isinstance(system, Sequence) and not isinstance(system, str):
         kept = [
@@ -141,6 +141,6 @@ def _with_block(system: Any, block: str | None) -> Any:
     return f"{base}\n\n{block}" if base else block
 
 
-def _block_turn(system: Any) -> str | None:
-    m = _TURN.search(_block_text(system) if not isinstance(system, str) else system)
+def block_turn(system: Any) -> str | None:
+    m = _TURN.search(block_text(system) if not isinstance(system, str) else system)
     return m.group(1) if m else None

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("memlane.agent")
 
 
-class _Tools(MemoryTools):
+class TurnTools(MemoryTools):
     """:class:`MemoryTools` whose ``remember`` keeps to the length cap and counts entries."""
 
     def __init__(self, owner: AgentMemory, event: EventScope, call: Caller | None) -> None:

@@ -17,11 +17,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from memlane.agent.callers import Caller
-from memlane.agent.limits import _kw, evict
+from memlane.agent.limits import evict
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import JOB_TAG, Job
 from memlane.agent.upkeep.triggers import (
-    _Room,
+    Room,
     consolidation_due,
     run_consolidation,
     run_flush,
@@ -30,7 +30,7 @@ from memlane.agent.upkeep.triggers import (
 )
 from memlane.agent.upkeep.worker import Worker
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
-from memlane.scoping import EventScope
+from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.agent.loop import AgentMemory
@@ -66,7 +66,7 @@ class Upkeep:
     def after_turn(
         self,
         event: EventScope,
-        room: _Room,
+        room: Room,
         report: TurnReport,
         call: Caller | None,
         now: float,
@@ -110,7 +110,10 @@ class Upkeep:
         if host.profiles.enabled and user and user.strip():
             jobs.append(Job("profile", event, now, user))
         try:  # the cap's check is an engine count: the eviction itself runs on the worker
-            over = host.memory.count(host.table, **_kw(event.fields)) > host.limits.max_memories
+            over = (
+                host.memory.count(host.table, **scope_kwargs(event.fields))
+                > host.limits.max_memories
+            )
             if over and ("eviction", scope) not in waiting:
                 jobs.append(Job("eviction", event, now))
         except MemlaneError as e:
@@ -125,7 +128,7 @@ class Upkeep:
                     continue
             self.worker.submit(job, call)
 
-    def step_summary(self, room: _Room, call: Caller) -> Callable[[str, str, int], None]:
+    def step_summary(self, room: Room, call: Caller) -> Callable[[str, str, int], None]:
         """What :func:`compact` asks for a step summary in the background."""
 
         def ask(key: str, text: str, steps: int) -> None:
@@ -199,7 +202,7 @@ class Upkeep:
         last step is done here and it is not run again)."""
         host = self.host
         tagged = host.memory.list(
-            host.table, limit=100, filters={JOB_TAG: job.id}, **_kw(job.event.fields)
+            host.table, limit=100, filters={JOB_TAG: job.id}, **scope_kwargs(job.event.fields)
         )
         if not tagged:
             return False
@@ -210,7 +213,7 @@ class Upkeep:
                         host.memory.delete(source)
         return True
 
-    def _undo(self, job: Job, room: _Room) -> None:
+    def _undo(self, job: Job, room: Room) -> None:
         if job.kind == "reflection":
             with self.host._lock:
                 room.since_reflection = max(room.since_reflection, self.host.reflection.every)
@@ -219,7 +222,7 @@ class Upkeep:
         self,
         kind: str,
         event: EventScope,
-        room: _Room,
+        room: Room,
         report: TurnReport,
         call: Caller | None,
         now: float,

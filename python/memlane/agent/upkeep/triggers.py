@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
-from memlane.agent.callers import Caller, _Budgeted
+from memlane.agent.callers import Budgeted, Caller
 from memlane.agent.consolidation import SHORT_TERM, consolidate
 from memlane.agent.context import MESSAGES
-from memlane.agent.limits import Limits, _kw, cap_record
+from memlane.agent.limits import Limits, cap_record
 from memlane.agent.llm import ChatMessage, LLMError
-from memlane.agent.messages import _SUMMARY_TAG, _render_step, _steps
+from memlane.agent.messages import SUMMARY_TAG, group_steps, render_step
 from memlane.agent.reflection import reflect
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import JOB_TAG
 from memlane.errors import InvalidArgumentError
-from memlane.scoping import EventScope
+from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -148,7 +148,7 @@ class Compaction:
 
 
 @dataclass(slots=True)
-class _Room:
+class Room:
     turns: int = 0
     since_reflection: int = 0
     new_entries: int = 0
@@ -197,7 +197,7 @@ def summarise_steps(
 
 def compact(
     cfg: Compaction,
-    room: _Room,
+    room: Room,
     lock: threading.RLock,
     msgs: list[dict[str, Any]],
     call: Caller | None,
@@ -212,12 +212,12 @@ def compact(
     """
     if not cfg.enabled or call is None:
         return msgs
-    steps = _steps(msgs)
+    steps = group_steps(msgs)
     if len(steps) <= cfg.max_steps:
         return msgs
     end = len(steps) - cfg.keep_last
     middle = steps[cfg.keep_first : end]
-    rendered = [_render_step(s) for s in middle]
+    rendered = [render_step(s) for s in middle]
     keys = step_keys(rendered)
     with lock:
         done = next((n for n in range(len(keys), 0, -1) if keys[n - 1] in room.summaries), 0)
@@ -244,7 +244,7 @@ def compact(
         return msgs
     note = {
         "role": "user",
-        "content": f"{_SUMMARY_TAG} ({done} steps)\n{summary}",
+        "content": f"{SUMMARY_TAG} ({done} steps)\n{summary}",
     }
     kept = [m for s in steps[: cfg.keep_first] for m in s]
     rest = [m for s in middle[done:] for m in s]
@@ -254,7 +254,7 @@ def compact(
 
 def store_step_summary(
     cfg: Compaction,
-    room: _Room,
+    room: Room,
     lock: threading.RLock,
     key: str,
     text: str,
@@ -278,7 +278,7 @@ def run_reflection(
     limits: Limits,
     lock: threading.RLock,
     event: EventScope,
-    room: _Room,
+    room: Room,
     report: TurnReport,
     call: Caller | None,
     now: float,
@@ -289,12 +289,12 @@ def run_reflection(
     it stores; the job decided it was due)."""
     if not cfg.enabled or call is None or (job is None and room.since_reflection < cfg.every):
         return
-    history = _kw(event.history)
+    history = scope_kwargs(event.history)
     recent = memory.list(MESSAGES, end=_after(now), limit=cfg.window, **history)[::-1]
     window = [{"role": str(r.metadata.get("role", "user")), "content": r.text} for r in recent]
     result = reflect(
         memory,
-        _Budgeted(call, cfg.max_output_tokens),
+        Budgeted(call, cfg.max_output_tokens),
         window,
         scope=event.fields,
         table=table,
@@ -325,12 +325,12 @@ def consolidation_due(
     whether it is forced (the oldest entry is old, the tier not full)."""
     if not cfg.enabled or call is None:
         return None
-    pending = memory.count(SHORT_TERM, **_kw(event.fields))
+    pending = memory.count(SHORT_TERM, **scope_kwargs(event.fields))
     if pending == 0:
         return None
     if pending >= cfg.threshold:
         return False
-    oldest = memory.list(SHORT_TERM, limit=1, order="asc", **_kw(event.fields))
+    oldest = memory.list(SHORT_TERM, limit=1, order="asc", **scope_kwargs(event.fields))
     if not oldest or now - oldest[0].created_at < cfg.max_age:
         return None
     return True
@@ -343,7 +343,7 @@ def run_consolidation(
     limits: Limits,
     lock: threading.RLock,
     event: EventScope,
-    room: _Room,
+    room: Room,
     report: TurnReport,
     call: Caller | None,
     now: float,
@@ -356,7 +356,7 @@ def run_consolidation(
         return
     result = consolidate(
         memory,
-        _Budgeted(call, None),
+        Budgeted(call, None),
         scope=event.fields,
         threshold=cfg.threshold,
         batch=cfg.batch,
@@ -379,7 +379,7 @@ def run_flush(
     cfg: FlushReminder,
     tools: bool,
     lock: threading.RLock,
-    room: _Room,
+    room: Room,
     report: TurnReport,
     now: float,
 ) -> None:
