@@ -10,9 +10,9 @@ mod distance;
 mod filter;
 mod graph;
 mod insert;
-pub(crate) mod persist;
 mod pool;
 mod search;
+pub(crate) mod snapshot;
 mod storage;
 
 use std::collections::BinaryHeap;
