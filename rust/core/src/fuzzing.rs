@@ -21,7 +21,7 @@ const MAX_DIM: usize = 1 << 14;
 
 /// An HNSW snapshot's payload (what follows the checksummed header).
 pub fn hnsw_snapshot(payload: &[u8]) -> bool {
-    let Ok(mut h) = hnsw::persist::decode(payload) else {
+    let Ok(mut h) = hnsw::snapshot::decode(payload) else {
         return false;
     };
     use_hnsw(&mut h);
@@ -107,8 +107,8 @@ pub fn engine_snapshot(data: &[u8]) -> bool {
         ),
         (
             "hnsw.bin",
-            hnsw::persist::KIND,
-            hnsw::persist::VERSION,
+            hnsw::snapshot::KIND,
+            hnsw::snapshot::VERSION,
             hnsw_payload,
         ),
     ];

@@ -507,11 +507,6 @@ impl Engine {
             }
         }
     }
-
-    /// Bytes held by the graph and its vectors (the bulk of the engine).
-    pub fn vector_memory_bytes(&self) -> usize {
-        self.hnsw.as_ref().map_or(0, Hnsw::memory_bytes) + self.pending.data().len() * 4
-    }
 }
 
 #[cfg(test)]

@@ -155,7 +155,7 @@ fn stats(v: &[f32]) -> (f32, f32, f32) {
     (sum.iter().sum(), norm2.iter().sum(), top)
 }
 
-/// `out[i] = round(v[i] · inv)`, where every |v[i] · inv| fits an i16.
+/// `out[i] = round(v[i] · inv)`, where every `|v[i] · inv|` fits an i16.
 fn quantize(v: &[f32], inv: f32, out: &mut [i16]) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") {

@@ -104,7 +104,7 @@ impl Hnsw {
     /// linked only to one another, and a search that came down on one found
     /// nothing else. For the same reason a candidate's distance to the node
     /// is taken again here the way its distances to the kept ones are.
-    fn select_neighbors(
+    pub(super) fn select_neighbors(
         &self,
         sorted: &[Cand],
         m: usize,
@@ -190,7 +190,7 @@ impl Hnsw {
     /// first) with room, or else from the nearest, in place of its farthest
     /// link; returns whether a link was displaced (which can cut its target
     /// off in turn).
-    fn take_in(&self, x: u32, found: &[Cand], base: &mut Query) -> bool {
+    pub(super) fn take_in(&self, x: u32, found: &[Cand], base: &mut Query) -> bool {
         let max = self.graph.max_degree(0);
         let mut links = Vec::new();
         for c in found.iter().filter(|c| c.slot != x) {
@@ -285,76 +285,6 @@ impl Hnsw {
         for &s in reused.slots() {
             for l in 0..=self.graph.level(s) {
                 self.graph.write(s, l, &[]);
-            }
-        }
-    }
-}
-
-impl Hnsw {
-    /// Makes every live node reachable from the entry point on level 0. The
-    /// neighbour heuristic may prune a node out of every list that pointed at
-    /// it, and unlinking reused slots removes the links they held, which can
-    /// cut nodes or whole groups off; hnswlib accepts that, but a memory that
-    /// no search can reach is a lost write. A breadth-first walk finds the
-    /// nodes cut off; each gets links out (from a search, if it has none) and
-    /// one link in from the nearest reachable node with room, or else from
-    /// the nearest one, replacing its farthest link. Replacing can cut off
-    /// another node, so the walk repeats, a few times at most. The `staged`
-    /// slots count as live (they are published once linked).
-    pub(super) fn reconnect(&self, staged: &Allowed) {
-        let Some(entry) = self.entry() else {
-            return;
-        };
-        let slots = self.graph.slots();
-        let mut q = Query::new(Vec::new());
-        for _round in 0..3 {
-            let mut reached = vec![false; slots];
-            let mut queue = vec![entry.slot];
-            reached[entry.slot as usize] = true;
-            let walk = |queue: &mut Vec<u32>, reached: &mut Vec<bool>| {
-                while let Some(s) = queue.pop() {
-                    self.graph.for_each(s, 0, |n| {
-                        if !reached[n as usize] {
-                            reached[n as usize] = true;
-                            queue.push(n);
-                        }
-                    });
-                }
-            };
-            walk(&mut queue, &mut reached);
-            let mut displaced = false;
-            for x in 0..slots as u32 {
-                if reached[x as usize] || (self.removed[x as usize] && !staged.contains(x)) {
-                    continue;
-                }
-                self.load_query(x, &mut q);
-                with_scratch(|sc| {
-                    let r = &reached;
-                    self.search_graph(&q, self.ef_construction, sc, |s| r[s as usize]);
-                    let mut found: Vec<Cand> = sc.results.drain().collect();
-                    found.sort_unstable();
-                    self.graph.read(x, 0, &mut sc.links);
-                    if sc.links.is_empty() {
-                        let mut selected = Vec::new();
-                        self.select_neighbors(
-                            &found,
-                            self.graph.m(),
-                            x,
-                            &mut selected,
-                            &mut sc.base,
-                        );
-                        sc.links.extend(selected.iter().map(|c| c.slot));
-                        self.graph.write(x, 0, &sc.links);
-                    }
-                    displaced |= self.take_in(x, &found, &mut sc.base);
-                });
-                // Everything x leads to is now reachable too.
-                reached[x as usize] = true;
-                queue.push(x);
-                walk(&mut queue, &mut reached);
-            }
-            if !displaced {
-                return;
             }
         }
     }
