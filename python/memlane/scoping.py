@@ -91,7 +91,8 @@ ScopeMode = Literal["main", "per-peer", "per-channel-peer"]
 _MODES = ("main", "per-peer", "per-channel-peer")
 
 
-def _part(value: object, label: str) -> str:
+def platform_id(value: object, label: str) -> str:
+    """A platform's id or name: a non-empty str (or an int), stripped."""
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value.strip():
@@ -154,21 +155,21 @@ class SessionScope:
             )
         links: dict[str, str] = {}
         for key, name in (identity_links or {}).items():
-            k = _part(key, "identity_links key")
+            k = platform_id(key, "identity_links key")
             if ":" not in k:
                 raise InvalidArgumentError(
                     f"identity_links keys are '<source>:<contact id>', got {key!r}"
                 )
             source, _, contact = k.partition(":")
-            links[f"{source.lower()}:{contact}"] = _part(name, f"identity_links[{key!r}]")
+            links[f"{source.lower()}:{contact}"] = platform_id(name, f"identity_links[{key!r}]")
         self.mode: ScopeMode = mode
         self.identity_links = links
-        self.agent_id = None if agent_id is None else _part(agent_id, "agent_id")
-        self.namespace = None if namespace is None else _part(namespace, "namespace")
+        self.agent_id = None if agent_id is None else platform_id(agent_id, "agent_id")
+        self.namespace = None if namespace is None else platform_id(namespace, "namespace")
 
     def identity(self, source: str, contact_id: str | int) -> str:
         """The canonical person behind a platform identity (the link, or ``"<source>:<id>"``)."""
-        contact = f"{_part(source, 'source').lower()}:{_part(contact_id, 'contact_id')}"
+        contact = f"{platform_id(source, 'source').lower()}:{platform_id(contact_id, 'contact_id')}"
         return self.identity_links.get(contact, contact)
 
     def resolve(
@@ -183,12 +184,12 @@ class SessionScope:
         """The scope of an event from ``contact_id`` on ``source`` (in chat ``chat_id``);
         ``name``: the sender's display name on the platform, if it gave one;
         ``message_id``: the platform's id of the message, if it gave one."""
-        src = _part(source, "source").lower()
+        src = platform_id(source, "source").lower()
         if name is not None:
             if not isinstance(name, str) or not name.strip():
                 raise InvalidArgumentError(f"name must be a non-empty str, got {name!r}")
             name = " ".join(name.split())
-        contact = f"{src}:{_part(contact_id, 'contact_id')}"
+        contact = f"{src}:{platform_id(contact_id, 'contact_id')}"
         identity = self.identity_links.get(contact, contact)
         fields: dict[str, str] = {}
         if self.agent_id is not None:
@@ -203,8 +204,8 @@ class SessionScope:
         else:
             fields["user_id"] = contact
             fields["session_id"] = f"channel-peer:{contact}"
-        room = None if chat_id is None else f"{src}:{_part(chat_id, 'chat_id')}"
-        mid = None if message_id is None else _part(message_id, "message_id")
+        room = None if chat_id is None else f"{src}:{platform_id(chat_id, 'chat_id')}"
+        mid = None if message_id is None else platform_id(message_id, "message_id")
         return EventScope(fields, identity, contact, src, room, self.mode, name, mid)
 
     def __call__(

@@ -25,6 +25,7 @@ Messages are records in the ``messages`` table (see :func:`add_message`) with
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -522,3 +523,25 @@ def thread_context(
         seen.add(key)
         lines.append(_line(rec, max_line))
     return lines
+
+
+#: What AgentMemory's ``context=`` may set: build_context's options but the ones it passes.
+_CONTEXT_OPTIONS = frozenset(inspect.signature(build_context).parameters) - {
+    "mem",
+    "message",
+    "scope",
+    "max_tokens",
+    "daily_limit",  # DailyLog.days
+    "profile",  # Profiles.in_context
+}
+
+
+def check_context_options(options: Mapping[str, Any]) -> None:
+    """Raises :class:`~memlane.errors.InvalidArgumentError` unless every key of ``options``
+    is a :func:`build_context` option that AgentMemory's ``context=`` may set."""
+    unknown = set(options) - _CONTEXT_OPTIONS
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown build_context option(s) {sorted(unknown)}; "
+            f"expected some of {sorted(_CONTEXT_OPTIONS)}"
+        )

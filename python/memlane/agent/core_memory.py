@@ -114,6 +114,21 @@ CORE_TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def block_limits(core_memory: object) -> dict[str, int | Shared]:
+    """The blocks AgentMemory's ``core_memory=`` asks for: True for
+    :data:`DEFAULT_BLOCKS`, False for none, or a non-empty ``{label: limit}`` dict."""
+    if isinstance(core_memory, bool):
+        return dict(DEFAULT_BLOCKS) if core_memory else {}
+    if isinstance(core_memory, Mapping) and core_memory:
+        blocks = dict(core_memory)
+        for label, limit in blocks.items():
+            CoreMemory.check(label, limit)
+        return blocks
+    raise InvalidArgumentError(
+        f"core_memory must be a bool or a non-empty {{label: limit}} dict, got {core_memory!r}"
+    )
+
+
 class CoreMemoryLimitError(InvalidArgumentError):
     """An edit would take a core memory block past its character limit."""
 

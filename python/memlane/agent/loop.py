@@ -51,7 +51,6 @@ Time-based triggers read ``clock`` (default :func:`time.time`), and the entries
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 import time
@@ -64,13 +63,21 @@ from memlane.agent.adapters import AnthropicLoop, LoopHost, OpenAILoop
 from memlane.agent.adapters import ToolHandler as ToolHandler
 from memlane.agent.callers import Caller, sync_caller, thread_caller
 from memlane.agent.consolidation import sync_memory
-from memlane.agent.context import Context, build_context, default_token_counter
-from memlane.agent.core_memory import DEFAULT_BLOCKS, CoreMemory, Shared
+from memlane.agent.context import (
+    Context,
+    build_context,
+    check_context_options,
+    default_token_counter,
+)
+from memlane.agent.core_memory import CoreMemory, Shared, block_limits
 from memlane.agent.daily import DailyLog, DailyLogger
 from memlane.agent.limits import Limits, fit, split_text, store_turn
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
     BLOCK_CLOSE,
+    CORE_TOOL_INSTRUCTIONS,
+    NOTES_TOOL_INSTRUCTIONS,
+    TOOL_INSTRUCTIONS,
     block_text,
     block_turn,
     check_messages,
@@ -100,7 +107,7 @@ from memlane.agent.upkeep.triggers import (
     compact,
 )
 from memlane.errors import InvalidArgumentError, MemlaneError
-from memlane.scoping import EventScope, SessionScope
+from memlane.scoping import EventScope, SessionScope, platform_id
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory
@@ -129,39 +136,6 @@ __all__ = [
 log = logging.getLogger("memlane.agent")
 
 InjectMode = Literal["first_only", "every_iteration"]
-
-TOOL_INSTRUCTIONS = (
-    "## Memory tools\n"
-    "You have a long-term memory that outlasts this conversation.\n"
-    "- `recall`: search it before answering anything about the user, their preferences "
-    "or earlier conversations.\n"
-    "- `remember`: store one durable fact, preference or event per call (importance 0 to 1; "
-    "evergreen for what must never fade, such as allergies).\n"
-    "- `forget`: delete a memory by the id recall or remember gave, when it is wrong or "
-    "the user asks.\n"
-    "- `search_knowledge`: search the ingested documents.\n"
-    "What you remember above was found for this message; recall finds more."
-)
-NOTES_TOOL_INSTRUCTIONS = (
-    "- `notes_append` / `notes_replace`: write your long-term notes (journal, learning, "
-    "user, world, memory; shown above) when you learn something worth keeping across "
-    "conversations."
-)
-CORE_TOOL_INSTRUCTIONS = (
-    "- `core_memory_append` / `core_memory_replace`: edit your core memory blocks (shown "
-    "above with their size and limit) when something lasting about you or the user changes."
-)
-
-#: What ``context=`` may set: build_context's options but the ones AgentMemory passes.
-_CONTEXT_OPTIONS = frozenset(inspect.signature(build_context).parameters) - {
-    "mem",
-    "message",
-    "scope",
-    "max_tokens",
-    "daily_limit",  # DailyLog.days
-    "profile",  # Profiles.in_context
-}
-
 
 # -- AgentMemory ------------------------------------------------------------------------------
 
@@ -253,26 +227,10 @@ class AgentMemory(LoopHost):
         ):
             if value is not None and not isinstance(value, kind):
                 raise InvalidArgumentError(f"expected a {kind.__name__}, got {value!r}")
-        unknown = set(context or {}) - _CONTEXT_OPTIONS
-        if unknown:
-            raise InvalidArgumentError(
-                f"unknown build_context option(s) {sorted(unknown)}; "
-                f"expected some of {sorted(_CONTEXT_OPTIONS)}"
-            )
+        check_context_options(context or {})
         if clock is not None and not callable(clock):
             raise InvalidArgumentError("clock must be a callable returning unix seconds")
-        blocks: dict[str, int | Shared]
-        if isinstance(core_memory, bool):
-            blocks = dict(DEFAULT_BLOCKS) if core_memory else {}
-        elif isinstance(core_memory, Mapping) and core_memory:
-            blocks = dict(core_memory)
-            for label, limit in blocks.items():
-                CoreMemory.check(label, limit)
-        else:
-            raise InvalidArgumentError(
-                "core_memory must be a bool or a non-empty {label: limit} dict, "
-                f"got {core_memory!r}"
-            )
+        blocks = block_limits(core_memory)
         self.memory: Memory = sync_memory(memory)
         self.scopes = scopes or SessionScope()
         self.llm = llm
@@ -515,15 +473,7 @@ class AgentMemory(LoopHost):
         message_id: str | int | None = None,
     ) -> TurnReport:
         self._check_event(event)
-        if message_id is not None and (
-            isinstance(message_id, bool)
-            or not isinstance(message_id, str | int)
-            or not str(message_id).strip()
-        ):
-            raise InvalidArgumentError(
-                f"message_id must be a non-empty str (or int), got {message_id!r}"
-            )
-        mid = event.message_id if message_id is None else str(message_id).strip()
+        mid = event.message_id if message_id is None else platform_id(message_id, "message_id")
         msgs = check_messages(messages)
         answer = block_text(reply_message(reply).get("content")).strip()
         room = self._room(event)

@@ -1,5 +1,6 @@
 """Chat messages as the agent loop reads and writes them: their text, the steps they
-form, the assistant reply in its several shapes, and the memory block in the system prompt."""
+form, the assistant reply in its several shapes, and the memory block in the system prompt
+(with the memory tools' instructions)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,30 @@ BLOCK_CLOSE = "</memlane-memory>"
 _BLOCK = re.compile(r"\n*<memlane-memory[^>]*>.*?</memlane-memory>", re.DOTALL)
 _TURN = re.compile(r'<memlane-memory turn="([^"]*)">')
 SUMMARY_TAG = "[memlane: summary of earlier steps]"
+
+
+#: The memory tools' usage instructions, in the memory block when tools are on.
+TOOL_INSTRUCTIONS = (
+    "## Memory tools\n"
+    "You have a long-term memory that outlasts this conversation.\n"
+    "- `recall`: search it before answering anything about the user, their preferences "
+    "or earlier conversations.\n"
+    "- `remember`: store one durable fact, preference or event per call (importance 0 to 1; "
+    "evergreen for what must never fade, such as allergies).\n"
+    "- `forget`: delete a memory by the id recall or remember gave, when it is wrong or "
+    "the user asks.\n"
+    "- `search_knowledge`: search the ingested documents.\n"
+    "What you remember above was found for this message; recall finds more."
+)
+NOTES_TOOL_INSTRUCTIONS = (
+    "- `notes_append` / `notes_replace`: write your long-term notes (journal, learning, "
+    "user, world, memory; shown above) when you learn something worth keeping across "
+    "conversations."
+)
+CORE_TOOL_INSTRUCTIONS = (
+    "- `core_memory_append` / `core_memory_replace`: edit your core memory blocks (shown "
+    "above with their size and limit) when something lasting about you or the user changes."
+)
 
 
 def block_text(content: Any) -> str:
