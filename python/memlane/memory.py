@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from memlane import _core, coerce
+from memlane import _core, coerce, notes_files
 from memlane._memory import duplicates, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow
@@ -39,8 +39,7 @@ from memlane.knowledge.loaders import IngestLimits
 from memlane.knowledge.progress import ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.watch import DEBOUNCE, KnowledgeWatch, watch
-from memlane.notes import NotesMixin
-from memlane.records import MemoryRecord, SearchHit
+from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
 from memlane.storage import open_store
 
 __all__ = ["DEFAULT_EMBEDDER", "Memory", "Mode"]
@@ -55,7 +54,7 @@ class _DefaultEmbedder:
 DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
 
 
-class Memory(NotesMixin, MemoryStore):
+class Memory(MemoryStore):
     """Persistent, searchable memory for agents.
 
     Args:
@@ -503,3 +502,51 @@ class Memory(NotesMixin, MemoryStore):
         agent's when ``agent_id`` is None).
         """
         return knowledge.clear(self, agent_id, shared)
+
+    # -- OrcBot's long-term files (the work is memlane.notes_files') --------------------------
+
+    def export_notes(
+        self,
+        dir: str | Path,
+        *,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+    ) -> dict[str, int]:
+        """Writes ``JOURNAL.md``, ``LEARNING.md``, ``USER.md``, ``WORLD.md`` and
+        ``MEMORY.md`` into ``dir`` (created if missing) from the notes of exactly this
+        scope; returns the entries written per file.
+
+        Each entry is a section headed by its date (and `` · title``), in the order
+        they were imported; a kind without notes is a file with its title only. Each
+        file is written aside, then renamed over the old one, so a reader never sees
+        half a file.
+        """
+        given = (agent_id, user_id, room_id, world_id, session_id, namespace)
+        return notes_files.export_notes(self, dir, dict(zip(SCOPE_FIELDS, given, strict=True)))
+
+    def import_notes(
+        self,
+        dir: str | Path,
+        *,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        room_id: str | None = None,
+        world_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+    ) -> dict[str, int]:
+        """Reads the notes files in ``dir`` into the notes of exactly this scope; returns
+        the entries stored per file read (0 where the file matched the stored notes).
+
+        ``dir`` may hold any of the five files and nothing else. A file replaces its
+        kind's notes when it differs from them; an entry whose heading has no date
+        keeps the date of the same stored entry, or gets now's. Raises
+        :class:`~memlane.errors.InvalidArgumentError` (a path that is not a directory,
+        a file that is not UTF-8 text, an unknown file) before anything is stored.
+        """
+        given = (agent_id, user_id, room_id, world_id, session_id, namespace)
+        return notes_files.import_notes(self, dir, dict(zip(SCOPE_FIELDS, given, strict=True)))

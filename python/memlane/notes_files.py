@@ -1,0 +1,268 @@
+"""OrcBot's long-term files as notes (see :mod:`memlane.notes`): the five files, their
+kinds and context limits, an entry's format in a file and in the context, and a scope's
+files written from its notes and read back into them (the work behind
+:meth:`memlane.Memory.export_notes` and :meth:`~memlane.Memory.import_notes`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memlane import coerce, times
+from memlane.errors import InvalidArgumentError, NotFoundError, StorageError
+from memlane.scoping import exact_scope
+
+if TYPE_CHECKING:
+    from memlane._memory.store import MemoryStore
+    from memlane.records import MemoryRecord
+
+__all__ = [
+    "NOTES",
+    "NOTE_FILES",
+    "NOTE_LIMITS",
+    "entry_line",
+    "export_notes",
+    "file_size",
+    "import_notes",
+    "kind_notes",
+    "record_line",
+    "unsuperseded",
+]
+
+#: The table notes live in.
+NOTES = "notes"
+#: File name -> the kind (record type) of its entries, in OrcBot's order.
+NOTE_FILES: dict[str, str] = {
+    "JOURNAL.md": "journal",
+    "LEARNING.md": "learning",
+    "USER.md": "user",
+    "WORLD.md": "world",
+    "MEMORY.md": "memory",
+}
+#: Characters of each kind's newest entries in the context, as OrcBot reads its files:
+#: MEMORY.md up to ``memoryExtendedContextLimit`` (2,000), JOURNAL.md and LEARNING.md up
+#: to ``journalContextLimit`` and ``learningContextLimit`` (1,500 each; WORLD.md shares
+#: the learning limit), USER.md up to ``userContextLimit`` (1,500 in its documented
+#: configuration). Like OrcBot, which takes the tail of each file, the newest entries
+#: are kept.
+NOTE_LIMITS: dict[str, int] = {
+    "journal": 1500,
+    "learning": 1500,
+    "user": 1500,
+    "world": 1500,
+    "memory": 2000,
+}
+_TITLES = {
+    "journal": "Journal",
+    "learning": "Learning",
+    "user": "User",
+    "world": "World",
+    "memory": "Memory",
+}
+_DATED = re.compile(
+    r"(\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)"
+    r"(?:\s*[·|\u2014\u2013-]\s*(.*))?"
+)
+_STAMP = "%Y-%m-%d %H:%M:%S"
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One section of a notes file: its date (None when the heading has none), title, text."""
+
+    date: float | None
+    title: str
+    text: str
+
+
+def _date(text: str) -> float | None:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _heading(line: str) -> tuple[float | None, str]:
+    heading = line[3:].strip()
+    m = _DATED.fullmatch(heading)
+    if m is not None and (when := _date(m.group(1))) is not None:
+        return when, (m.group(2) or "").strip()
+    return None, heading
+
+
+def _parse(text: str) -> list[_Entry]:
+    """The entries of a notes file: its ``## `` sections (the ``# `` title line skipped,
+    text before the first section an entry of its own, empty sections dropped)."""
+    lines = text.splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    entries: list[_Entry] = []
+    date: float | None = None
+    title = ""
+    body: list[str] = []
+
+    def close() -> None:
+        joined = "\n".join(body).strip()
+        if joined:
+            entries.append(_Entry(date, title, joined))
+
+    for line in lines:
+        if line.startswith("## "):
+            close()
+            (date, title), body = _heading(line), []
+        else:
+            body.append(line)
+    close()
+    return entries
+
+
+def _read(path: Path) -> list[_Entry]:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise StorageError(f"cannot read {path.name}: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InvalidArgumentError(
+            f"{path.name} is not UTF-8 text (byte {e.start} cannot be decoded)"
+        ) from None
+    entries = _parse(text)
+    for i, entry in enumerate(entries):
+        coerce.clean(entry.text, f"{path.name} entry {i + 1}")
+        coerce.clean(entry.title, f"{path.name} entry {i + 1}'s heading")
+    return entries
+
+
+def _directory(dir: str | Path, *, create: bool) -> Path:
+    if not isinstance(dir, str | os.PathLike):
+        raise InvalidArgumentError(f"dir must be a path, got {type(dir).__name__}")
+    path = Path(dir)
+    if path.exists() and not path.is_dir():
+        raise InvalidArgumentError(f"{str(path)!r} is not a directory")
+    if not path.exists():
+        if not create:
+            raise NotFoundError(f"no directory {str(path)!r}")
+        try:
+            path.mkdir(parents=True)
+        except OSError as e:
+            raise StorageError(f"cannot create {str(path)!r}: {e.strerror or e}") from None
+    return path
+
+
+def _render(kind: str, records: list[MemoryRecord]) -> str:
+    parts = [f"# {_TITLES[kind]}"]
+    for rec in records:
+        stamp = times.stamp(rec.created_at, _STAMP)
+        title = str(rec.metadata.get("title") or "")
+        parts.append(f"## {stamp} · {title}" if title else f"## {stamp}")
+        parts.append(rec.text)
+    return "\n\n".join(parts) + "\n"
+
+
+def _ordered(records: list[MemoryRecord]) -> list[MemoryRecord]:
+    return sorted(records, key=lambda r: (int(r.metadata.get("position", 0)), r.created_at))
+
+
+def _same(entry: _Entry, rec: MemoryRecord) -> bool:
+    return (
+        entry.text == rec.text
+        and entry.title == str(rec.metadata.get("title") or "")
+        and (entry.date is None or entry.date == rec.created_at)
+    )
+
+
+def unsuperseded(flt: dict[str, Any]) -> dict[str, Any]:
+    """``flt`` and "not superseded": an entry rewritten by
+    :meth:`memlane.notes.Notebook.replace` keeps its old wording as a superseded version,
+    which is not part of the file."""
+    return {"$and": [flt, {"valid_to": None}]}
+
+
+def kind_notes(
+    store: MemoryStore, kind: str, fields: dict[str, Any], only: dict[str, Any]
+) -> list[MemoryRecord]:
+    """The entries of one kind's file in a scope (``fields``, matched exactly by
+    ``only``), in the file's order."""
+    flt = unsuperseded(only)
+    total = store.count(NOTES, type=kind, filters=flt, **fields)
+    return _ordered(store.list(NOTES, limit=max(total, 1), type=kind, filters=flt, **fields))
+
+
+def entry_line(created_at: float, title: str, text: str) -> str:
+    """An entry as the context shows it (and as a file's size counts it)."""
+    stamp = times.stamp(created_at, "%Y-%m-%d")
+    return f"[{stamp}] {title + ': ' if title else ''}{' '.join(text.split())}"
+
+
+def record_line(rec: MemoryRecord) -> str:
+    """A stored entry as the context shows it."""
+    return entry_line(rec.created_at, str(rec.metadata.get("title") or ""), rec.text)
+
+
+def file_size(records: list[MemoryRecord]) -> int:
+    """Characters a file's entries take in the context (what its limit bounds)."""
+    return sum(len(record_line(r)) + 1 for r in records)
+
+
+def export_notes(
+    store: MemoryStore, dir: str | Path, scope: Mapping[str, str | None]
+) -> dict[str, int]:
+    """Writes the five files into ``dir`` (created if missing) from the notes of exactly
+    ``scope``; returns the entries written per file (see :meth:`memlane.Memory.export_notes`)."""
+    fields, only = exact_scope(store, scope)
+    path = _directory(dir, create=True)
+    notes = {name: kind_notes(store, kind, fields, only) for name, kind in NOTE_FILES.items()}
+    for name, records in notes.items():
+        target, aside = path / name, path / f".{name}.tmp"
+        try:
+            aside.write_text(_render(NOTE_FILES[name], records), encoding="utf-8")
+            os.replace(aside, target)
+        except OSError as e:
+            raise StorageError(f"cannot write {name}: {e.strerror or e}") from None
+    return {name: len(records) for name, records in notes.items()}
+
+
+def import_notes(
+    store: MemoryStore, dir: str | Path, scope: Mapping[str, str | None]
+) -> dict[str, int]:
+    """Reads the notes files in ``dir`` into the notes of exactly ``scope``; returns the
+    entries stored per file read (see :meth:`memlane.Memory.import_notes`)."""
+    fields, only = exact_scope(store, scope)
+    path = _directory(dir, create=False)
+    unknown = sorted(p.name for p in path.iterdir() if p.name not in NOTE_FILES or not p.is_file())
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown file(s) {unknown} in {str(path)!r}; notes files are {list(NOTE_FILES)}"
+        )
+    parsed = {n: _read(path / n) for n in NOTE_FILES if (path / n).exists()}
+    now = float(int(datetime.now(UTC).timestamp()))  # whole seconds, as exported
+    stored: dict[str, int] = {}
+    for name, entries in parsed.items():
+        kind = NOTE_FILES[name]
+        stored_now = kind_notes(store, kind, fields, only)
+        if len(stored_now) == len(entries) and all(map(_same, entries, stored_now)):
+            stored[name] = 0
+            continue
+        dates = {(r.text, str(r.metadata.get("title") or "")): r.created_at for r in stored_now}
+        items = [
+            {
+                "text": e.text,
+                "table": NOTES,
+                "type": kind,
+                "metadata": {"file": name, "title": e.title, "position": i},
+                "created_at": e.date if e.date is not None else dates.get((e.text, e.title), now),
+                **fields,
+            }
+            for i, e in enumerate(entries)
+        ]
+        store.replace(items, NOTES, type=kind, filters=only, **fields)
+        stored[name] = len(items)
+    return stored
