@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from memlane.errors import InvalidArgumentError, UnknownIdError
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore as Memory
+    from memlane._memory.store import MemoryStore
     from memlane.records import MemoryRecord
 
 __all__ = [
@@ -28,7 +28,7 @@ _LIST_PAGE = 1000
 
 
 def list_all(
-    mem: Memory,
+    mem: MemoryStore,
     table: str,
     filters: Mapping[str, Any] | None = None,
     *,
@@ -51,13 +51,13 @@ def list_all(
 
 
 def knowledge_documents(
-    mem: Memory, filters: Mapping[str, Any] | None = None
+    mem: MemoryStore, filters: Mapping[str, Any] | None = None
 ) -> list[MemoryRecord]:
     """Every document record matching ``filters``, oldest first."""
     return list_all(mem, DOCUMENTS, filters)
 
 
-def remove_documents(mem: Memory, ids: Sequence[str]) -> int:
+def remove_documents(mem: MemoryStore, ids: Sequence[str]) -> int:
     """Deletes the documents' records and their fragments in one transaction (a reader
     never finds the fragments of a document that is gone); returns the fragments deleted."""
     if not ids:
@@ -68,7 +68,7 @@ def remove_documents(mem: Memory, ids: Sequence[str]) -> int:
     return removed - documents
 
 
-def check_document_id(mem: Memory, doc_id: str) -> None:
+def check_document_id(mem: MemoryStore, doc_id: str) -> None:
     if not isinstance(doc_id, str) or not doc_id:
         raise InvalidArgumentError(f"document_id must be a non-empty str, got {doc_id!r}")
     if not mem.count(DOCUMENTS, filters={"document_id": doc_id}) and not mem.count(

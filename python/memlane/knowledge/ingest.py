@@ -68,8 +68,8 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore as Memory
     from memlane.embeddings._base import Embedder
+    from memlane._memory.store import MemoryStore
     from memlane.records import MemoryRecord
 
 __all__ = [
@@ -197,7 +197,7 @@ class IngestOptions:
 class _Pipeline:
     def __init__(
         self,
-        mem: Memory,
+        mem: MemoryStore,
         scope: Scope,
         options: IngestOptions,
         *,
@@ -513,7 +513,7 @@ def document_vector(fragments: FloatArray) -> FloatArray:
 
 
 def ingest_sources(
-    mem: Memory,
+    mem: MemoryStore,
     sources: list[Source],
     scope: Scope,
     options: IngestOptions,
@@ -541,7 +541,7 @@ def ingest_sources(
 
 
 def ingest_path(
-    mem: Memory,
+    mem: MemoryStore,
     path: str | Path,
     scope: Scope,
     options: IngestOptions,
@@ -567,7 +567,7 @@ def ingest_path(
 
 
 def prune(
-    mem: Memory,
+    mem: MemoryStore,
     scope: Scope,
     root_key: str,
     present: set[str],

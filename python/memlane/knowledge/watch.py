@@ -35,7 +35,7 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore as Memory
+    from memlane._memory.store import MemoryStore
 
 __all__ = ["DEBOUNCE", "KnowledgeWatch", "watch"]
 
@@ -74,7 +74,7 @@ class KnowledgeWatch:
 
     def __init__(
         self,
-        mem: Memory,
+        mem: MemoryStore,
         folder: Path,
         scope: Scope,
         options: IngestOptions,
@@ -236,7 +236,7 @@ def _ignored(rel: str, path: Path) -> bool:
 
 
 def watch(
-    mem: Memory,
+    mem: MemoryStore,
     folder: str | Path,
     scope: Scope,
     options: IngestOptions,
