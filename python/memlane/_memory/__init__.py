@@ -11,7 +11,9 @@
 - :mod:`.querying`: a search's arguments turned into one engine call, and its hits.
 - :mod:`.maintenance`: the background thread and the exit hook.
 - :mod:`.jsonl`: export and import.
-- :mod:`.store`: :class:`MemoryStore`, the public API over these.
+- :mod:`.versions`: update, supersede and history (:class:`Versions`).
+- :mod:`.store`: :class:`MemoryStore`, the record API over these (``memlane.Memory``
+  opens the store, wires them and inherits it).
 
 Nothing here imports :mod:`memlane.knowledge` or :mod:`memlane.agent`; they
 build on :class:`MemoryStore`.
