@@ -245,9 +245,9 @@ def test_token_splitter_defaults_and_real_text() -> None:
 def test_token_splitter_takes_a_tokenizer_or_path(tmp_path: object) -> None:
     from tokenizers import Tokenizer
 
-    from memlane.chunking import _default_tokenizer_path
+    from memlane.embeddings import default_tokenizer_path
 
-    path = _default_tokenizer_path()
+    path = default_tokenizer_path()
     tok = Tokenizer.from_file(str(path))
     tok.enable_truncation(8)
     s = TokenSplitter(tok, chunk_size=4, chunk_overlap=1)

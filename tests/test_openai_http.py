@@ -1,4 +1,4 @@
-"""The HTTP base of OpenAIEmbedder and OpenAIChat (memlane._openai_http) against a scripted
+"""The HTTP base of OpenAIEmbedder and OpenAIChat (memlane.openai_http) against a scripted
 loopback server: retry counts, the waits (backoff, Retry-After, the cap), giving up, the
 error type, timeouts and dropped connections, the async path, headers and closing."""
 
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-import memlane._openai_http as openai_http
+import memlane.openai_http as openai_http
 from memlane import EmbedderUnavailableError, InvalidArgumentError, MemlaneError, OpenAIEmbedder
-from memlane._openai_http import MAX_WAIT, OpenAIHTTPClient
 from memlane.agent.llm import LLMError, OpenAIChat
+from memlane.openai_http import MAX_WAIT, OpenAIHTTPClient
 
 OK = {"status": 200, "body": '{"ok": true}'}
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from memlane.embeddings._base import Embedder
+from memlane.embeddings import Embedder
 from memlane.memory import DEFAULT_EMBEDDER, Memory
 
 __all__ = ["AsyncMemory"]

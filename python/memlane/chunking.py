@@ -35,7 +35,6 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from memlane.errors import InvalidArgumentError
@@ -263,12 +262,6 @@ class RecursiveCharacterSplitter:
 # -- token splitter ----------------------------------------------------------------
 
 
-def _default_tokenizer_path() -> Path:
-    from memlane.embeddings._onnx import default_tokenizer_path
-
-    return default_tokenizer_path()
-
-
 class TokenSplitter:
     """Windows of ``chunk_size`` tokens; each starts ``chunk_size - chunk_overlap`` after the last.
 
@@ -294,7 +287,9 @@ class TokenSplitter:
         from tokenizers import Tokenizer
 
         if tokenizer is None:
-            tokenizer = _default_tokenizer_path()
+            from memlane.embeddings import default_tokenizer_path
+
+            tokenizer = default_tokenizer_path()
         if isinstance(tokenizer, str | PathLike):
             try:
                 tok = Tokenizer.from_file(str(tokenizer))

@@ -33,7 +33,7 @@ from memlane._memory.querying import Mode, Searcher, build_filter, unexpired
 from memlane._memory.sync import IndexSync
 from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
-from memlane.embeddings._base import Embedder
+from memlane.embeddings import Embedder
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord, MemoryVersion, SearchHit

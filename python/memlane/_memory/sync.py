@@ -25,7 +25,7 @@ from memlane._core import Engine
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import blob, prepare, unblob
 from memlane.coerce import FloatArray, usable_vectors
-from memlane.embeddings._base import Embedder
+from memlane.embeddings import Embedder
 from memlane.errors import (
     CorruptFileError,
     EmbedderMismatchError,

@@ -100,7 +100,7 @@ def default_token_counter() -> TokenCounter:
     try:
         from tokenizers import Tokenizer
 
-        from memlane.embeddings._onnx import default_tokenizer_path
+        from memlane.embeddings import default_tokenizer_path
 
         tokenizer = Tokenizer.from_file(str(default_tokenizer_path()))
         tokenizer.no_truncation()

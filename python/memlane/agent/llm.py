@@ -5,7 +5,7 @@ Consolidation and reflection take any object with ``complete(messages) -> str``
 OpenAI chat-completions protocol (OpenAI, vLLM, Ollama, LM Studio, llama.cpp
 server, ...) over httpx, sync and async: a request that fails on the network
 or with 408, 409, 429 or 5xx is retried ``max_retries`` times with
-exponential backoff (honouring ``Retry-After``; see :mod:`memlane._openai_http`);
+exponential backoff (honouring ``Retry-After``; see :mod:`memlane.openai_http`);
 anything else raises :class:`LLMError`.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from memlane._openai_http import OpenAIHTTPClient
 from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.openai_http import OpenAIHTTPClient
 
 __all__ = ["LLM", "AsyncLLM", "ChatMessage", "LLMError", "OpenAIChat"]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memlane.embeddings._base import FloatArray
+from memlane.coerce import FloatArray
 from memlane.errors import (
     EmbedderMismatchError,
     EmbedderUnavailableError,

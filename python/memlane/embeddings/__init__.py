@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from memlane.embeddings._base import Embedder, TextTruncatedWarning
-from memlane.embeddings._onnx import MODEL_SHA256, OnnxEmbedder
+from memlane.embeddings._onnx import MODEL_SHA256, OnnxEmbedder, default_tokenizer_path
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.http import OpenAIEmbedder
 
@@ -21,4 +21,5 @@ __all__ = [
     "OnnxEmbedder",
     "OpenAIEmbedder",
     "TextTruncatedWarning",
+    "default_tokenizer_path",
 ]

@@ -5,14 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-import numpy.typing as npt
-
+from memlane.coerce import FloatArray
 from memlane.errors import InvalidArgumentError
 
 __all__ = ["Embedder", "FloatArray", "TextTruncatedWarning", "check_text", "check_texts"]
-
-FloatArray = npt.NDArray[np.float32]
 
 
 @runtime_checkable

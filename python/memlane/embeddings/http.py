@@ -7,7 +7,7 @@ LM Studio, text-embeddings-inference, ...), sync and async, over httpx.
 
 Texts go in batches of ``batch_size``; a request that fails on the network or
 with 408, 409, 429 or 5xx is retried ``max_retries`` times with exponential
-backoff (honouring ``Retry-After``; see :mod:`memlane._openai_http`). Vectors
+backoff (honouring ``Retry-After``; see :mod:`memlane.openai_http`). Vectors
 come back L2-normalised, as the :class:`~memlane.embeddings.Embedder` protocol
 promises. httpx is imported when the first embedder is built, never by
 ``import memlane``.
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from memlane._openai_http import OpenAIHTTPClient
 from memlane.embeddings._base import FloatArray, check_text, check_texts
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
+from memlane.openai_http import OpenAIHTTPClient
 
 __all__ = ["OpenAIEmbedder"]
 

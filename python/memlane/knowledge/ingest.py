@@ -50,7 +50,7 @@ import numpy.typing as npt
 
 from memlane import coerce
 from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
-from memlane.embeddings._base import TextTruncatedWarning
+from memlane.embeddings import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
 from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError
 from memlane.knowledge.documents import (
@@ -68,8 +68,8 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
 
 if TYPE_CHECKING:
-    from memlane.embeddings._base import Embedder
     from memlane._memory.store import MemoryStore
+    from memlane.embeddings import Embedder
     from memlane.records import MemoryRecord
 
 __all__ = [
