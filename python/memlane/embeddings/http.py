@@ -121,11 +121,6 @@ class OpenAIEmbedder(OpenAIHTTPClient):
         ]
         return np.concatenate(parts)
 
-    async def aembed(self, text: str) -> FloatArray:
-        check_text(text)
-        out: FloatArray = (await self.aembed_batch([text]))[0]
-        return out
-
     async def aembed_batch(self, texts: Sequence[str]) -> FloatArray:
         items = check_texts(texts)
         if not items:
