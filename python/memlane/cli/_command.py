@@ -4,7 +4,7 @@ A command is one function registered with :func:`command`::
 
     @command("hello", "say hello to a store", arguments=lambda p: p.add_argument("name"))
     def hello(args: argparse.Namespace) -> int:
-        with open_store(args) as mem:
+        with open_memory(args) as mem:
             ...
         return 0
 
@@ -53,7 +53,7 @@ __all__ = [
     "filters_of",
     "key_value",
     "make_embedder",
-    "open_store",
+    "open_memory",
     "record_json",
     "scope_of",
     "unit_interval",
@@ -309,7 +309,7 @@ def _store_embedder(recorded: tuple[str, int] | None, choice: str | None) -> Emb
 
 
 @contextmanager
-def open_store(
+def open_memory(
     args: argparse.Namespace, *, create: bool = False, embeds: bool = True
 ) -> Iterator[Memory]:
     """Opens ``--store``; a missing store is an error unless ``create``.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from memlane.cli._command import add_scope_arguments, command, open_store, scope_of
+from memlane.cli._command import add_scope_arguments, command, open_memory, scope_of
 
 __all__: list[str] = []
 
@@ -23,6 +23,6 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
 def mcp(args: argparse.Namespace) -> int:
     from memlane.agent.mcp_server import serve_stdio
 
-    with open_store(args, create=args.create) as mem:
+    with open_memory(args, create=args.create) as mem:
         serve_stdio(mem, scope_of(args))
     return 0

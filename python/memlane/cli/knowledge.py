@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memlane.cli._command import command, emit_json, open_store
+from memlane.cli._command import command, emit_json, open_memory
 from memlane.knowledge.watch import DEBOUNCE
 
 __all__: list[str] = []
@@ -81,7 +81,7 @@ def ingest(args: argparse.Namespace) -> int:
         from memlane.cli.watching import watch
 
         return watch(args)
-    with open_store(args, create=True) as mem:
+    with open_memory(args, create=True) as mem:
         report = mem.ingest(
             args.path,
             agent_id=args.agent,

@@ -18,7 +18,7 @@ from memlane.cli._command import (
     emit_json,
     filters_of,
     key_value,
-    open_store,
+    open_memory,
     parse_metadata,
     record_json,
     scope_of,
@@ -97,7 +97,7 @@ def add(args: argparse.Namespace) -> int:
             texts.extend(line.rstrip("\n") for line in sys.stdin if line.strip())
         else:
             texts.append(text)
-    with open_store(args, create=args.create) as mem:
+    with open_memory(args, create=args.create) as mem:
         records = mem.add_many([{"text": text, **common} for text in texts])
     if args.json:
         emit_json(
@@ -154,7 +154,7 @@ def _hit_json(hit: SearchHit) -> dict[str, Any]:
     json=True,
 )
 def search(args: argparse.Namespace) -> int:
-    with open_store(args, embeds=args.mode != "text") as mem:
+    with open_memory(args, embeds=args.mode != "text") as mem:
         started = time.perf_counter()
         if args.knowledge:
             scope = scope_of(args)
@@ -250,7 +250,7 @@ def _list_arguments(p: argparse.ArgumentParser) -> None:
 @command("list", "list memories, newest first", arguments=_list_arguments, store=True, json=True)
 def list_(args: argparse.Namespace) -> int:
     filters = filters_of(args)
-    with open_store(args, embeds=False) as mem:
+    with open_memory(args, embeds=False) as mem:
         records = mem.list(
             args.table,
             limit=args.limit,
@@ -287,7 +287,7 @@ def _get_arguments(p: argparse.ArgumentParser) -> None:
 
 @command("get", "show memories by id, every field", arguments=_get_arguments, store=True, json=True)
 def get(args: argparse.Namespace) -> int:
-    with open_store(args, embeds=False) as mem:
+    with open_memory(args, embeds=False) as mem:
         records = [mem.get(record_id) for record_id in args.ids]
     if args.json:
         emit_json({"records": [record_json(r) for r in records]})
@@ -310,7 +310,7 @@ def _forget_arguments(p: argparse.ArgumentParser) -> None:
 def forget(args: argparse.Namespace) -> int:
     from memlane.errors import UnknownIdError
 
-    with open_store(args, embeds=False) as mem:
+    with open_memory(args, embeds=False) as mem:
         missing = [i for i in args.ids if i not in mem]
         if missing:
             raise UnknownIdError(f"no memory with id {', '.join(missing)} (nothing deleted)")
@@ -359,7 +359,7 @@ def _size(n: int) -> str:
 def stats(args: argparse.Namespace) -> int:
     tables: Counter[str] = Counter()
     scopes: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
-    with open_store(args, embeds=False) as mem:
+    with open_memory(args, embeds=False) as mem:
         embedder = mem.embedder
         total = len(mem)
         offset = 0
@@ -434,7 +434,7 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     json=True,
 )
 def export(args: argparse.Namespace) -> int:
-    with open_store(args, embeds=False) as mem:
+    with open_memory(args, embeds=False) as mem:
         n = mem.export_jsonl(args.file, embeddings=not args.no_embeddings)
     if args.json:
         emit_json({"exported": n, "file": args.file})
@@ -468,7 +468,7 @@ def import_(args: argparse.Namespace) -> int:
 
     if not Path(args.file).is_file():
         raise NotFoundError(f"no such file: {args.file}")
-    with open_store(args, create=args.create) as mem:
+    with open_memory(args, create=args.create) as mem:
         try:
             n = mem.import_jsonl(args.file, on_conflict="skip" if args.skip_existing else "error")
         except DuplicateIdError as e:

@@ -20,7 +20,7 @@ from memlane.cli._command import (
     at_least,
     command,
     emit_json,
-    open_store,
+    open_memory,
     record_json,
     scope_of,
     unit_interval,
@@ -79,7 +79,7 @@ def _prune_arguments(p: argparse.ArgumentParser) -> None:
     json=True,
 )
 def prune(args: argparse.Namespace) -> int:
-    with open_store(args, embeds=False) as mem:
+    with open_memory(args, embeds=False) as mem:
         records = mem.prune(
             max_age_days=args.max_age_days,
             keep_importance_at_least=args.keep_importance,
@@ -170,7 +170,7 @@ def _consolidate_arguments(p: argparse.ArgumentParser) -> None:
 def consolidate(args: argparse.Namespace) -> int:
     from memlane.agent.consolidation import consolidate as run
 
-    with _llm(args) as llm, open_store(args) as mem:
+    with _llm(args) as llm, open_memory(args) as mem:
         report = run(
             mem,
             llm,
@@ -245,7 +245,7 @@ def reflect(args: argparse.Namespace) -> int:
     from memlane.agent.reflection import reflect as run
 
     conversation = _conversation(args.conversation)
-    with _llm(args) as llm, open_store(args) as mem:
+    with _llm(args) as llm, open_memory(args) as mem:
         report = run(
             mem, llm, conversation, scope=scope_of(args) or None, table=args.table, k=args.k
         )

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from memlane.cli._command import open_store
+from memlane.cli._command import open_memory
 from memlane.cli.knowledge import report_json
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.report import IngestReport
@@ -51,7 +51,7 @@ def watch(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise InvalidArgumentError(f"--watch needs a folder, got the file {folder}")
     on_report, on_error = _printer(args.json)
-    with open_store(args, create=True) as mem:
+    with open_memory(args, create=True) as mem:
         handle = mem.watch(
             folder,
             agent_id=args.agent,
