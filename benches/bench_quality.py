@@ -14,6 +14,10 @@ The sets (each with a train half to choose settings on and a test half to report
   Challenge (MIT, shipped in the PyPI package ``chitchat-dataset``); one store per
   person, a partner's question is the query and the person's answer turn the
   evidence; people split into train and test halves by a hash of their id.
+- **chitchat-keyword** (``_chitchat.py``'s ``load_keyword``): the same stores asked
+  questions written from the evidence turn's rarest word and a topic word ("What did I
+  say about mermaid and guess?"), as LoCoMo's annotators reuse the evidence's words:
+  the set where BM25 is the stronger retriever.
 
 Configurations, each through ``Memory.search(text, k=10, query_embedding=...,
 room_id=...)`` with the query's vector precomputed by the same model: the defaults;
@@ -156,6 +160,7 @@ class Doc:
     room: str | None = None
     at: float | None = None
     session: str | None = None
+    speaker: str | None = None  # "user" (whose memory this is) or the other party
 
 
 @dataclass(frozen=True)
@@ -201,21 +206,21 @@ def conversations_set(split: str) -> QualitySet:
     return QualitySet(
         "conversations",
         split,
-        [Doc(t.id, t.text, t.user, t.at.timestamp(), t.session) for t in data.turns],
+        [Doc(t.id, t.text, t.user, t.at.timestamp(), t.session, t.role) for t in data.turns],
         [Query(q.id, q.text, dict.fromkeys(q.evidence, 1), q.user) for q in data.questions],
         episodic=True,
         meta={"seed": seed, "users": users},
     )
 
 
-def chitchat_set(split: str) -> QualitySet:
-    from _chitchat import load
+def chitchat_set(split: str, keyword: bool = False) -> QualitySet:
+    from _chitchat import load, load_keyword
 
-    data = load(split)
+    data = load_keyword(split) if keyword else load(split)
     return QualitySet(
-        "chitchat",
+        "chitchat-keyword" if keyword else "chitchat",
         split,
-        [Doc(t.id, t.text, t.user, t.at, t.chat) for t in data.turns],
+        [Doc(t.id, t.text, t.user, t.at, t.chat, t.role) for t in data.turns],
         [Query(q.id, q.text, {q.evidence: 1}, q.user) for q in data.queries],
         episodic=True,
     )
@@ -226,6 +231,7 @@ SETS: dict[str, Callable[[str], QualitySet]] = {
     "scifact-dated": lambda split: scifact_set(split, dated=True),
     "conversations": conversations_set,
     "chitchat": chitchat_set,
+    "chitchat-keyword": lambda split: chitchat_set(split, keyword=True),
 }
 
 
@@ -494,7 +500,9 @@ def print_table(title: str, rows: list[tuple[str, tuple[float, float, float]]]) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", default="scifact,scifact-dated,conversations,chitchat")
+    parser.add_argument(
+        "--sets", default="scifact,scifact-dated,conversations,chitchat,chitchat-keyword"
+    )
     parser.add_argument("--split", default="test", choices=("train", "test"))
     parser.add_argument("--tune", action="store_true", help="replay fusions on train first")
     parser.add_argument("--no-peers", action="store_true")
