@@ -14,7 +14,6 @@ from chat_server import ScriptedChatServer
 from memlane import Memory
 from memlane.agent.consolidation import SHORT_TERM, add_short_term
 from memlane.cli import main
-from test_readme import COMMAND_LINE, readme_commands
 
 DAY = 86400.0
 TEXT = ["--embedder", "none"]
@@ -251,36 +250,3 @@ def test_prune_dry_run_is_a_bool(store: Path) -> None:
         with pytest.raises(InvalidArgumentError, match="dry_run must be a bool"):
             mem.prune(max_age_days=0, dry_run=1)  # type: ignore[arg-type]
         assert len(mem.prune(max_age_days=0, dry_run=True)) == 4 and len(mem) == n
-
-
-def test_readme_commands(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The README's prune, consolidate and reflect commands as written, the model's address
-    replaced by the scripted server's."""
-    commands = [c for c in readme_commands(COMMAND_LINE) if c.split()[1] != "ingest"]
-    assert [c.split()[1] for c in commands] == ["prune", "consolidate", "reflect"]
-    monkeypatch.chdir(tmp_path)
-    old = time.time() - 100 * DAY
-    with Memory("kb-store", None) as mem:
-        mem.add("old small talk", importance=0.2, created_at=old, user_id="alice")
-        mem.add("Alice's birthday is in June", importance=0.9, created_at=old, user_id="alice")
-        for i in range(30):  # the default --threshold
-            add_short_term(mem, f"turn {i}: trip planning", "trip", scope={"user_id": "alice"})
-    Path("chat.json").write_text(json.dumps([{"role": "user", "content": "I moved to Lisbon."}]))
-    remember = {"op": "remember", "content": "Alice moved to Lisbon", "type": "semantic"}
-    script = [json.dumps(SUMMARY), json.dumps({"operations": [remember]})]
-    outputs = []
-    with ScriptedChatServer(script) as server:
-        for command in commands:
-            argv = command.replace("http://localhost:11434/v1", server.base_url).split()[1:]
-            code, out, err = run(capsys, *argv)
-            assert code == 0, (command, err)
-            outputs.append(out)
-    assert [r["model"] for r in server.requests] == ["llama3.2", "llama3.2"]
-    assert outputs[0].splitlines()[0] == "would prune 1 memory"
-    assert outputs[1].startswith("consolidated 20 entries into ")
-    assert outputs[2].startswith("remembered ")
-    kept = texts(Path("kb-store"))
-    assert {"old small talk", SUMMARY["summary"], "Alice moved to Lisbon"} <= kept
-    assert len(texts(Path("kb-store"), SHORT_TERM)) == 10

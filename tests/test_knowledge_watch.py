@@ -20,7 +20,6 @@ import pytest
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import AsyncMemory, IngestReport, Memory, OnnxEmbedder
 from memlane.errors import InvalidArgumentError, NotFoundError
-from test_readme import COMMAND_LINE, readme_commands
 
 TIMEOUT = 20.0
 
@@ -206,8 +205,9 @@ def _expect(lines: queue.Queue[str], wanted: str, seen: list[str]) -> None:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
 def test_cli_watch_until_interrupted(tmp_path: Path, onnx_embedder: OnnxEmbedder) -> None:
-    """The README's ``memlane ingest ... --watch`` as written, with the default model."""
-    (command,) = [c for c in readme_commands(COMMAND_LINE) if "--watch" in c.split()]
+    """``memlane ingest ... --watch`` as docs/cli.md writes it, with the default model."""
+    command = "memlane ingest knowledge --shared --store kb-store --watch"
+    assert command in (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
     kb = tmp_path / "knowledge"
     kb.mkdir()
     (kb / "a.txt").write_text("Aardvarks dig burrows at night.")
