@@ -216,6 +216,11 @@ class Memory(MemoryStore):
 
     # -- upkeep and closing ------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (every call but ``close`` then raises)."""
+        return self._sync.closing
+
     def snapshot(self) -> None:
         """Writes an index snapshot now (also done periodically and at close)."""
         if self._sync.index_dir is None:

@@ -73,11 +73,6 @@ class MemoryStore:
         return None if self._embedder is None else self._embedder.inner
 
     @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran (every call but ``close`` then raises)."""
-        return self._sync.closing
-
-    @property
     def jobs(self) -> JobBook:
         """Durable jobs kept with the store: work accepted and not yet done (the agent
         layer's background upkeep keeps its pending jobs here, so a process killed
