@@ -865,7 +865,10 @@ def test_cli_export_and_import_with_a_url(
     assert PASSWORD not in out and "***" in stats["store"]
     assert cli_main(["export", str(tmp_path / "y.jsonl"), "--store", u, *base]) == 0
     assert (
-        cli_main(["import", str(tmp_path / "y.jsonl"), "--store", str(tmp_path / "dst"), *base])
+        cli_main(
+            ["import", str(tmp_path / "y.jsonl"), "--store", str(tmp_path / "dst"), "--create"]
+            + base
+        )
         == 0
     )
     with Memory(tmp_path / "dst", None) as mem:
