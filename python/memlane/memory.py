@@ -1,7 +1,7 @@
 """The memory store: :class:`Memory`.
 
 :class:`Memory` opens a store and is its record API,
-:class:`~memlane._memory.store.MemoryStore` (records, versions, search, JSONL), plus
+:class:`~memlane.store.MemoryStore` (records, versions, search, JSONL), plus
 the knowledge methods (document ingestion and retrieval, done by
 :mod:`memlane.knowledge`) and the notes methods (OrcBot's long-term files, done by
 :mod:`memlane.notes`). Those layers build on the record API and none imports this
@@ -23,11 +23,10 @@ from memlane._memory import duplicates, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow
 from memlane._memory.querying import Mode, Searcher
-from memlane._memory.store import MemoryStore
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.writer import Writer
 from memlane.chunking import Chunker
-from memlane.embeddings._base import Embedder
+from memlane.embeddings import Embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError
@@ -41,6 +40,7 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.watch import DEBOUNCE, KnowledgeWatch, watch
 from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
 from memlane.storage import open_store
+from memlane.store import MemoryStore
 
 __all__ = ["DEFAULT_EMBEDDER", "Memory", "Mode"]
 

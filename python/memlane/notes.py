@@ -45,8 +45,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memlane import coerce
-from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError
+from memlane import coerce, edits
+from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.notes_files import (
     NOTE_FILES,
     NOTE_LIMITS,
@@ -60,8 +60,8 @@ from memlane.notes_files import (
 from memlane.scoping import exact_scope
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore
     from memlane.records import MemoryRecord
+    from memlane.store import MemoryStore
 
 __all__ = [
     "NOTES",
@@ -127,82 +127,6 @@ def notes_context(
 
 
 # -- the model's edits ------------------------------------------------------------------------
-
-#: Tries of an edit whose record other writers keep changing under it.
-_ATTEMPTS = 32
-
-
-def _latest(mem: MemoryStore, rec: MemoryRecord) -> MemoryRecord | None:
-    """The current version of ``rec`` (following its supersessions), None if deleted.
-
-    Read from the database, not the index (which shows another process's writes only
-    once it has followed them). A history read while another writer supersedes the
-    record may end at a version that writer just closed: it is read again."""
-    for _ in range(_ATTEMPTS):
-        try:
-            now = mem.get(rec.id)
-        except UnknownIdError:
-            return None
-        if now.current:
-            return now
-        versions = mem.history(rec.id)
-        last = versions[-1] if versions else None
-        if last is None or last.ended == "delete":
-            return None
-        if last.ended is None:
-            try:
-                found = mem.get(last.record.id)
-            except UnknownIdError:
-                continue  # deleted meanwhile: the next read says so
-            if found.current:
-                return found
-    return None
-
-
-def _rewrite(
-    mem: MemoryStore,
-    rec: MemoryRecord,
-    change: Callable[[MemoryRecord], tuple[str, dict[str, Any] | None] | None],
-    *,
-    keep_date: bool = False,
-    by: str | None = None,
-    gone: str | None = None,
-    find: Callable[[], MemoryRecord | None] | None = None,
-) -> MemoryRecord:
-    """Supersedes ``rec`` with ``change(rec)`` (its new text and metadata, None: no change),
-    and when another writer changed the record first, applies ``change`` again to the
-    version that writer left: the store refuses to supersede a version that is no longer
-    current (:class:`~memlane.errors.ConflictError`), so no edit overwrites another.
-    ``keep_date``: the new version keeps the record's ``created_at``; ``find``: reads
-    the current version again after a conflict (default: following the history).
-    Raises :class:`~memlane.errors.UnknownIdError` (saying ``gone``) if the record was
-    deleted meanwhile."""
-    for _ in range(_ATTEMPTS):
-        new = change(rec)
-        if new is None:
-            return rec
-        text, metadata = new
-        try:
-            at = rec.created_at if keep_date else None
-            return mem.supersede(rec.id, text, at=at, by=by, metadata=metadata)
-        except ConflictError:
-            pass
-        except InvalidArgumentError:
-            now = _latest(mem, rec)
-            if now is not None and now.id == rec.id:
-                raise  # the edit itself is refused, not a race
-        except UnknownIdError:
-            pass
-        latest = find() if find is not None else _latest(mem, rec)
-        if latest is None:
-            raise UnknownIdError(
-                gone or f"{rec.id!r} was deleted by another writer during the edit"
-            )
-        rec = latest
-    raise ConflictError(
-        f"{rec.id!r} was changed by other writers {_ATTEMPTS} times during one edit; "
-        "nothing of this edit was stored"
-    )
 
 
 class NoteLimitError(InvalidArgumentError):
@@ -388,14 +312,14 @@ class Notebook:
             if rec.id not in texts:
                 continue
             if not texts[rec.id]:
-                latest = _latest(self.memory, rec)
+                latest = edits.latest(self.memory, rec)
                 if latest is not None:
                     with contextlib.suppress(UnknownIdError):  # another writer removed it first
                         self.memory.delete(latest.id)
                 removed += 1
                 continue
             with contextlib.suppress(UnknownIdError):  # another writer removed the entry
-                ids.append(_rewrite(self.memory, rec, change, keep_date=True, by=by).id)
+                ids.append(edits.rewrite(self.memory, rec, change, keep_date=True, by=by).id)
         return NoteEdit(name, self.size(name), limit, tuple(ids), replaced, removed)
 
     def __repr__(self) -> str:

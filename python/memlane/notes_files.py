@@ -19,8 +19,8 @@ from memlane.errors import InvalidArgumentError, NotFoundError, StorageError
 from memlane.scoping import exact_scope
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore
     from memlane.records import MemoryRecord
+    from memlane.store import MemoryStore
 
 __all__ = [
     "NOTES",

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane import times
 from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.profiles import contact_profile
+from memlane.embeddings.lazy import is_default_model
 from memlane.errors import InvalidArgumentError
-from memlane.knowledge.api import Threshold, _default_model
+from memlane.knowledge.api import Threshold
 from memlane.notes import NOTE_LIMITS, notes_context
 from memlane.scoping import EventScope, scope_kwargs
 
@@ -304,7 +305,7 @@ def _relevant_memories(
             raise InvalidArgumentError(
                 f"min_score must be a number in [-1, 1], None or 'default', got {min_score!r}"
             )
-        min_score = MIN_SCORE if _default_model(mem) else None
+        min_score = MIN_SCORE if is_default_model(mem.embedder) else None
     elif min_score is not None and (
         isinstance(min_score, bool)
         or not isinstance(min_score, int | float)

@@ -49,9 +49,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memlane import coerce
+from memlane import coerce, edits
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
-from memlane.notes import _ATTEMPTS, _latest, _rewrite
 from memlane.records import SCOPE_FIELDS
 from memlane.scoping import exact_scope
 
@@ -298,12 +297,12 @@ class CoreMemory:
         for rec in self.memory.list(
             self.table, limit=4, order="asc", type=_TYPE, filters=flt, **scope
         ):
-            latest = _latest(self.memory, rec)
+            latest = edits.latest(self.memory, rec)
             if latest is not None:
                 return latest
         # The index may not show yet what another process just wrote: the database decides.
         rid = self._id(label)
-        return _latest(self.memory, self.memory.get(rid)) if rid in self.memory else None
+        return edits.latest(self.memory, self.memory.get(rid)) if rid in self.memory else None
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -376,7 +375,7 @@ class CoreMemory:
         _text(value, "value")
         if description is not None:
             _text(description, "description")
-        for _ in range(_ATTEMPTS):
+        for _ in range(edits.ATTEMPTS):
             rec = self._record(label)
             if rec is not None:
                 break
@@ -485,7 +484,7 @@ class CoreMemory:
         change: Callable[[MemoryRecord], tuple[str, dict[str, Any] | None] | None],
     ) -> MemoryRecord:
         label = str(rec.metadata.get("label"))
-        return _rewrite(
+        return edits.rewrite(
             self.memory,
             rec,
             change,

@@ -7,11 +7,27 @@ from collections.abc import Callable, Sequence
 
 from memlane.embeddings._base import Embedder, FloatArray
 
-__all__ = ["DEFAULT_DIMENSION", "DEFAULT_NAME", "LazyEmbedder", "default_embedder"]
+__all__ = [
+    "DEFAULT_DIMENSION",
+    "DEFAULT_NAME",
+    "LazyEmbedder",
+    "default_embedder",
+    "is_default_model",
+]
 
 #: Name and dimension of :class:`memlane.OnnxEmbedder`, known without loading it.
 DEFAULT_NAME = "onnx:all-MiniLM-L6-v2-int8"
 DEFAULT_DIMENSION = 384
+
+
+def is_default_model(embedder: Embedder | None) -> bool:
+    """Whether ``embedder`` is the default model, the one memlane's score cut-offs are
+    measured with (a cut-off means nothing for another model's cosines)."""
+    return (
+        embedder is not None
+        and embedder.name == DEFAULT_NAME
+        and int(embedder.dimension) == DEFAULT_DIMENSION
+    )
 
 
 class LazyEmbedder:

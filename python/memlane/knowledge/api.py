@@ -2,7 +2,7 @@
 ``ingest_config``, ``ingest_text``, ``watch``, ``search_knowledge``,
 ``search_documents``, ``list_documents``, ``get_fragments``, ``remove_document``,
 ``clear_knowledge``), as functions of the store's record API
-(:class:`~memlane._memory.store.MemoryStore`, which knows nothing of knowledge).
+(:class:`~memlane.store.MemoryStore`, which knows nothing of knowledge).
 Knowledge lives in two tables: ``documents`` (a record per document: its whole
 extracted text, ``title`` metadata, and the normalised mean of its fragments'
 vectors) and ``fragments`` (the chunks, ``{document_id}-chunk-{n}``), with metadata
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from memlane import coerce
 from memlane._core import DEFAULT_ALPHA
-from memlane.embeddings.lazy import DEFAULT_DIMENSION, DEFAULT_NAME
+from memlane.embeddings.lazy import is_default_model
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.documents import (
     DOCUMENTS,
@@ -45,8 +45,8 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore
     from memlane.records import MemoryRecord, SearchHit
+    from memlane.store import MemoryStore
 
 __all__ = [
     "DOCUMENT_THRESHOLD",
@@ -92,16 +92,6 @@ FRAGMENT_THRESHOLD = 0.36
 DOCUMENT_THRESHOLD = 0.29
 
 _DEFAULT_THRESHOLD = {FRAGMENTS: FRAGMENT_THRESHOLD, DOCUMENTS: DOCUMENT_THRESHOLD}
-
-
-def _default_model(store: MemoryStore) -> bool:
-    """Whether ``store`` embeds with the default model, the one the cut-offs are measured for."""
-    embedder = store.embedder
-    return (
-        embedder is not None
-        and embedder.name == DEFAULT_NAME
-        and int(embedder.dimension) == DEFAULT_DIMENSION
-    )
 
 
 def _visible_filter(agent_id: str | None) -> dict[str, Any]:
@@ -230,7 +220,11 @@ def search(
             )
         # Measured for the default model's cosines: none in text mode, and none with
         # another embedder, whose cosines are on a scale of their own.
-        threshold = _DEFAULT_THRESHOLD[table] if mode != "text" and _default_model(store) else None
+        threshold = (
+            _DEFAULT_THRESHOLD[table]
+            if mode != "text" and is_default_model(store.embedder)
+            else None
+        )
     if threshold is not None:
         if mode == "text":
             args["threshold"] = threshold

@@ -1,5 +1,5 @@
 """Knowledge records: the ``documents`` and ``fragments`` tables, read and removed
-through :class:`~memlane._memory.store.MemoryStore`'s public API."""
+through :class:`~memlane.store.MemoryStore`'s public API."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from memlane.errors import InvalidArgumentError, UnknownIdError
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore
     from memlane.records import MemoryRecord
+    from memlane.store import MemoryStore
 
 __all__ = [
     "DOCUMENTS",

@@ -68,9 +68,9 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore
     from memlane.embeddings import Embedder
     from memlane.records import MemoryRecord
+    from memlane.store import MemoryStore
 
 __all__ = [
     "BATCH_SIZE",

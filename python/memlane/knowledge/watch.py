@@ -35,7 +35,7 @@ from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
 
 if TYPE_CHECKING:
-    from memlane._memory.store import MemoryStore
+    from memlane.store import MemoryStore
 
 __all__ = ["DEBOUNCE", "KnowledgeWatch", "watch"]
 
