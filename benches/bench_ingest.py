@@ -34,8 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane import Memory, OnnxEmbedder
-from memlane.chunking import RecursiveCharacterSplitter
 from memlane.embeddings import Embedder
+from memlane.knowledge import RecursiveCharacterSplitter
 from memlane.knowledge.ingest import BATCH_SIZE
 from memlane.knowledge.loaders import load_text
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import memlane
-from memlane.demo import knowledge_dir
+from memlane.cli.demo import knowledge_dir
 
 
 def main(folder: Path) -> None:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memlane.chunking import (
+from memlane.errors import InvalidArgumentError
+from memlane.knowledge.chunking import (
     Chunk,
     Chunker,
     MarkdownSplitter,
@@ -17,7 +18,6 @@ from memlane.chunking import (
     TokenSplitter,
     grapheme_spans,
 )
-from memlane.errors import InvalidArgumentError
 
 # Pieces that exercise every separator, whitespace runs, combining marks, ZWJ
 # emoji, flags, CRLF, astral characters and right-to-left text.

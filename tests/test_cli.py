@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memlane.cli import COMMANDS, build_parser, main
-from memlane.demo import knowledge_dir
+from memlane.cli.demo import knowledge_dir
 from memlane.records import SCOPE_FIELDS
 
 RECORD_KEYS = {

@@ -14,10 +14,15 @@ from hypothesis import strategies as st
 
 from conftest import WordHashEmbedder
 from memlane import AsyncMemory, IngestReport, Memory, OnnxEmbedder, UnknownIdError
-from memlane.chunking import RecursiveCharacterSplitter, TokenSplitter
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
-from memlane.knowledge import document_id, fragment_id, normalise_path
+from memlane.knowledge import (
+    RecursiveCharacterSplitter,
+    TokenSplitter,
+    document_id,
+    fragment_id,
+    normalise_path,
+)
 from memlane.knowledge.ingest import embedding_cost
 from memlane.knowledge.progress import ProgressBar
 from test_loaders import encrypt_pdf, make_docx, make_pdf

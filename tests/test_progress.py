@@ -11,7 +11,7 @@ import pytest
 
 from conftest import WordHashEmbedder
 from memlane import Memory
-from memlane.chunking import RecursiveCharacterSplitter
+from memlane.knowledge import RecursiveCharacterSplitter
 from memlane.knowledge import ingest as ingest_module
 from memlane.knowledge.progress import ProgressBar
 

@@ -25,13 +25,13 @@ from memlane._memory.duplicates import DedupWindow
 from memlane._memory.querying import Mode, Searcher
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.writer import Writer
-from memlane.chunking import Chunker
 from memlane.embeddings import Embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge import api as knowledge
 from memlane.knowledge.api import Threshold
+from memlane.knowledge.chunking import Chunker
 from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS, knowledge_documents
 from memlane.knowledge.ingest import BATCH_SIZE, IngestOptions, Scope, ingest_path
 from memlane.knowledge.loaders import IngestLimits
@@ -300,8 +300,8 @@ class Memory(MemoryStore):
             path: a file or a folder.
             agent_id: the agent whose own knowledge this is (required unless ``shared``).
             shared: knowledge every agent may read (its ids ignore ``agent_id``).
-            chunker: by default :class:`~memlane.chunking.MarkdownSplitter` for
-                markdown and Word files, :class:`~memlane.chunking.RecursiveCharacterSplitter`
+            chunker: by default :class:`~memlane.knowledge.MarkdownSplitter` for
+                markdown and Word files, :class:`~memlane.knowledge.RecursiveCharacterSplitter`
                 for the rest (1000 characters, overlap 200).
             metadata: added to every document and fragment (filterable).
             progress: a bar on stderr when it is a terminal; ``"always"`` or ``False``.

@@ -11,6 +11,7 @@ import pytest
 from langchain_core.documents import Document
 
 import memlane
+from memlane.embeddings.lazy import LazyEmbedder
 from memlane.integrations.langchain import (
     MemlaneEmbeddings,
     MemlaneRetriever,
@@ -174,7 +175,9 @@ def test_scopes_are_partitions(tmp_path: Path) -> None:
 
 def test_default_embedder_and_durable_store(tmp_path: Path) -> None:
     embeddings = MemlaneEmbeddings()
-    assert embeddings.dimension == 384
+    # memlane's default embedder, as a store gets it: the model loads at the first embed.
+    assert isinstance(embeddings.embedder, LazyEmbedder) and not embeddings.embedder.loaded
+    assert embeddings.dimension == 384 and not embeddings.embedder.loaded
     vectors = embeddings.embed_documents(["dark mode", "light mode"])
     assert len(vectors) == 2 and len(vectors[0]) == 384
     assert embeddings.embed_documents([]) == []

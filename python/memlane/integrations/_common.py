@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,7 +15,6 @@ __all__ = [
     "SCOPES",
     "FunctionEmbedder",
     "check_scope",
-    "default_onnx",
     "in_scope",
     "own_memory",
     "unit_rows",
@@ -92,21 +90,6 @@ class FunctionEmbedder:
         if not texts:
             return np.zeros((0, self._dimension), dtype=np.float32)
         return unit_rows(self._docs(list(texts)))
-
-
-_default_lock = threading.Lock()
-_default: Any = None
-
-
-def default_onnx() -> Any:
-    """One :class:`memlane.OnnxEmbedder` per process, loaded at first use."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            from memlane.embeddings import OnnxEmbedder
-
-            _default = OnnxEmbedder()
-        return _default
 
 
 def own_memory(memory: Memory | None, factory: Callable[[], Memory]) -> tuple[Memory, bool]:

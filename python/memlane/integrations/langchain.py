@@ -40,11 +40,11 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from pydantic import ConfigDict, Field
 
 from memlane import Embedder, Memory, MemoryRecord
+from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError
 from memlane.integrations._common import (
     FunctionEmbedder,
     check_scope,
-    default_onnx,
     own_memory,
 )
 
@@ -64,7 +64,7 @@ class MemlaneEmbeddings(Embeddings):
 
     ``embedder`` is any :class:`memlane.Embedder`; by default the offline
     :class:`memlane.OnnxEmbedder` (all-MiniLM-L6-v2, 384-d unit vectors), loaded
-    once per process.
+    at its first use.
     """
 
     def __init__(self, embedder: Embedder | None = None) -> None:
@@ -72,7 +72,7 @@ class MemlaneEmbeddings(Embeddings):
             raise InvalidArgumentError(
                 f"embedder must follow memlane's Embedder protocol, got {type(embedder).__name__}"
             )
-        self.embedder: Embedder = default_onnx() if embedder is None else embedder
+        self.embedder: Embedder = default_embedder() if embedder is None else embedder
 
     @property
     def dimension(self) -> int:

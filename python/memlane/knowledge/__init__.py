@@ -4,7 +4,7 @@ The methods live on :class:`memlane.Memory` (``ingest``, ``ingest_config``,
 ``ingest_text``, ``watch``, ``search_knowledge``, ``search_documents``,
 ``list_documents``, ``get_fragments``, ``remove_document``, ``clear_knowledge``);
 see :mod:`memlane.knowledge.api`.
-This package holds their parts: loaders, ids, the pipeline and its report.
+This package holds their parts: loaders, chunkers, ids, the pipeline and its report.
 """
 
 from __future__ import annotations
@@ -14,6 +14,13 @@ from memlane.knowledge.api import (
     FRAGMENT_THRESHOLD,
     SEARCH_DEFAULTS,
     Threshold,
+)
+from memlane.knowledge.chunking import (
+    Chunk,
+    Chunker,
+    MarkdownSplitter,
+    RecursiveCharacterSplitter,
+    TokenSplitter,
 )
 from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS
 from memlane.knowledge.ids import document_id, fragment_id, normalise_path
@@ -37,6 +44,8 @@ __all__ = [
     "FRAGMENT_THRESHOLD",
     "LOADERS",
     "SEARCH_DEFAULTS",
+    "Chunk",
+    "Chunker",
     "DocumentLimitError",
     "DocumentLoadError",
     "IngestLimits",
@@ -44,7 +53,10 @@ __all__ = [
     "KnowledgeWatch",
     "LoadedDocument",
     "Loader",
+    "MarkdownSplitter",
+    "RecursiveCharacterSplitter",
     "Threshold",
+    "TokenSplitter",
     "document_id",
     "fragment_id",
     "loader_for",

@@ -49,10 +49,10 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane import coerce
-from memlane.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
 from memlane.embeddings import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
 from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError
+from memlane.knowledge.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
 from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
