@@ -15,7 +15,7 @@ import numpy as np
 from memlane._memory import coerce, duplicates
 from memlane._memory.access import AccessLog
 from memlane._memory.coerce import FloatArray
-from memlane._memory.encoding import NewRecord, blob, record, unblob, validate
+from memlane._memory.encoding import NewRecord, blob, prepare, record, unblob, validate
 from memlane._memory.sync import IndexSync
 from memlane.dedup import DedupWindow, content_hash, window_keys
 from memlane.embeddings.cache import CachedEmbedder
@@ -262,13 +262,16 @@ class Writer:
             # engine alike. The engine checks and analyses the batch (without the GIL)
             # while the database writes it; the commit waits for that check, so a batch
             # the engine would refuse is rolled back and nothing changes.
+            # New rowids have no accesses waiting to be flushed.
             rows = [n.row(base + j, seq, blobs[j]) for j, n in enumerate(news)]
             if len(news) >= _OVERLAP_MIN:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(1, thread_name_prefix="memlane-prepare")
-                future = self._pool.submit(sync.prepare, rows, texts=True, vectors=vectors)
+                future = self._pool.submit(
+                    prepare, sync.engine, rows, texts=True, vectors=vectors, pending={}
+                )
             else:
-                prepared = sync.prepare(rows, texts=True, vectors=vectors)
+                prepared = prepare(sync.engine, rows, texts=True, vectors=vectors, pending={})
             if replacing is not None:
                 # Writers commit one at a time (seq): what others committed is applied now.
                 sync.follow()
