@@ -253,8 +253,8 @@ class SearchRequest:
     """The options of ``Memory.search``, checked once, with the messages it raises.
 
     Left None, ``weights``, ``decay``, ``recency_half_life`` and ``track_access``
-    are the store's (``Engine.search``'s ``defaults``); ``candidates`` is
-    ``max(50, 4 * k)``."""
+    are the store's (``Engine.search``'s ``defaults``; without them: the engine's
+    defaults, and no access recorded); ``candidates`` is ``max(50, 4 * k)``."""
 
     def __new__(
         cls,

@@ -142,9 +142,9 @@ impl SearchOptions {
     }
 
     /// Whether the search records an access of its hits: as asked, else as
-    /// the store's `defaults` say.
+    /// the store's `defaults` say; neither saying, it does not.
     pub fn touch(&self, defaults: &SearchOptions) -> bool {
-        self.track_access.or(defaults.track_access).unwrap_or(true)
+        self.track_access.or(defaults.track_access).unwrap_or(false)
     }
 
     /// The engine's request for one query: these options over the store's
