@@ -20,7 +20,6 @@ Groups:
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,16 +34,29 @@ from memlane._core import (
     DEFAULT_IMPORTANCE_WEIGHT,
     DEFAULT_RECENCY_WEIGHT,
     DEFAULT_RELEVANCE_WEIGHT,
-    ENGINE_COLUMNS,
     Engine,
+    SearchRequest,
 )
+from memlane.schema import Row
 
 K = 10
 CANDIDATES = 50
 RRF_K = 60.0
 AGENTS = 100
 NOW = 1.8e9
-# explain=True's columns.
+# explain=True's signals, as the columns of a matrix (NaN where absent).
+EXPLAIN = (
+    "bm25",
+    "bm25_rank",
+    "cosine",
+    "vector_rank",
+    "relevance",
+    "importance",
+    "recency",
+    "age_hours",
+    "boost",
+    "score",
+)
 BM25, BM25_RANK, COSINE, VECTOR_RANK, RELEVANCE, IMPORTANCE, RECENCY, _, BOOST, SCORE = range(10)
 MISSING = 2**64 - 1
 
@@ -62,26 +74,14 @@ def engine(dataset: Dataset) -> Engine:
     n = len(dataset.base)
     rng = np.random.default_rng(3)
     created = NOW - rng.uniform(0, 365 * 86400, size=n)
-    columns: dict[str, list[Any]] = {
-        "tbl": ["memories"] * n,
-        "type": ["semantic"] * n,
-        "agent_id": [agent(i) for i in range(n)],
-        **{f: [None] * n for f in ("user_id", "room_id", "world_id", "session_id", "namespace")},
-        "importance": rng.uniform(0, 1, size=n).tolist(),
-        "evergreen": [False] * n,
-        "created_at": created.tolist(),
-        "updated_at": created.tolist(),
-        "last_accessed_at": created.tolist(),
-        "metadata": [json.dumps({})] * n,
-        "id": [f"m{i}" for i in range(n)],
-        "access_count": [0] * n,
-        "valid_to": [None] * n,
-        "expires_at": [None] * n,
-        "recorded_at": [0.0] * n,
-    }
+    importance = rng.uniform(0, 1, size=n).tolist()
+    rows = [
+        Row(i, f"m{i}", dataset.texts[i], "memories", "semantic", agent(i), None, None, None,
+            None, None, importance[i], 0, 0, "{}", t, t, t, 0, None, None, 0.0, "", None, 0, 0)
+        for i, t in enumerate(created.tolist())
+    ]  # fmt: skip
     e = Engine(dataset.base.shape[1], precision="f32")
-    ids = np.arange(n, dtype=np.uint64)
-    e.apply(e.prepare(ids, dataset.texts, dataset.base, [columns[c] for c in ENGINE_COLUMNS]))
+    e.apply(e.prepare(rows, True, dataset.base))
     while e.index_pending(4096):
         pass
     return e
@@ -109,11 +109,22 @@ class Pipeline:
         return [doc for doc, _ in best]
 
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "engine-weighted-boost": {},
-    "engine-weighted-relevance-only": {"w_relevance": 1.0, "w_importance": 0.0, "w_recency": 0.0},
+    "engine-weighted-relevance-only": {"weights": {"relevance": 1.0}},
     "engine-rrf-boost": {"fusion": "rrf", "rrf_k": RRF_K},
 }
+
+
+def search(
+    engine: Engine, request: SearchRequest, text: str, vector: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """ids, scores and the signals as a matrix (NaN where absent), or None."""
+    ids, scores, signals = engine.search(request, text, vector, now=NOW)
+    matrix = None
+    if signals is not None:
+        matrix = np.array([[np.nan if s[c] is None else s[c] for c in EXPLAIN] for s in signals])
+    return np.asarray(ids, dtype=np.uint64), np.asarray(scores), matrix
 
 
 def queries(dataset: Dataset) -> Iterator[tuple[str, np.ndarray]]:
@@ -168,24 +179,26 @@ def test_fusion_scoring(benchmark: Any, variant: str, engine: Engine, dataset: D
         overlap = []
         for text, vector in zip(dataset.query_texts, dataset.queries, strict=True):
             hits = pipeline.search(text, vector)
-            ids = engine.search(text, vector, k=K, candidates=CANDIDATES, fusion="rrf")[0]
+            rrf = SearchRequest(K, candidates=CANDIDATES, fusion="rrf")
+            ids = search(engine, rrf, text, vector)[0]
             assert len(hits) == K
             overlap.append(len(set(hits) & set(ids.tolist())) / K)
         assert np.mean(overlap) >= 0.8, np.mean(overlap)
         return
 
-    knobs = {"k": K, "candidates": CANDIDATES, "now": NOW, **VARIANTS[variant]}
-    benchmark(lambda: engine.search(*next(cycle), **knobs))
+    knobs = {"candidates": CANDIDATES, **VARIANTS[variant]}
+    request = SearchRequest(K, **knobs)
+    benchmark(lambda: engine.search(request, *next(cycle), now=NOW))
     kind = "rrf" if "rrf" in variant else "relevance-only" if "only" in variant else "weighted"
     for text, vector in zip(dataset.query_texts, dataset.queries, strict=True):
-        ids, scores, signals = engine.search(text, vector, explain=True, **knobs)
+        ids, scores, signals = search(engine, SearchRequest(K, explain=True, **knobs), text, vector)
         assert len(ids) == K and signals is not None
         np.testing.assert_allclose(signals[:, SCORE], scores, rtol=1e-12)
         # The cosines are the exact ones (f32 engine).
         found = ~np.isnan(signals[:, COSINE])
         exact = dataset.base[ids[found].astype(np.int64)] @ vector
         np.testing.assert_allclose(signals[found, COSINE], exact, atol=1e-4)
-        text_hits = len(engine.search(text, mode="text", k=1)[0]) > 0
+        text_hits = len(search(engine, SearchRequest(1, mode="text"), text)[0]) > 0
         check_signals(kind, signals, text_hits)
 
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from conftest import StoreFactory
 from memlane import InvalidArgumentError, Memory
-from memlane._core import ENGINE_COLUMNS, Engine
+from memlane._core import Engine
+from memlane.schema import Row
 
 KEYS = ["source", "n", "tags", "flag", "user.plan"]
 
@@ -152,32 +153,33 @@ filters = st.recursive(
 
 def _engine_with(metas: list[dict[str, Any]]) -> Engine:
     e = Engine(None)
-    n = len(metas)
-    columns = {
-        "tbl": ["t"] * n,
-        "type": ["semantic"] * n,
-        **{f: [None] * n for f in ("agent_id", "user_id", "room_id", "world_id", "session_id")},
-        "namespace": [None] * n,
-        "importance": [0.5] * n,
-        "evergreen": [False] * n,
-        "created_at": [0.0] * n,
-        "updated_at": [0.0] * n,
-        "last_accessed_at": [0.0] * n,
-        "metadata": [json.dumps(m) for m in metas],
-        "id": [f"r{i}" for i in range(n)],
-        "access_count": [0] * n,
-        "valid_to": [None] * n,
-        "expires_at": [None] * n,
-        "recorded_at": [0.0] * n,
-    }
-    e.apply(
-        e.prepare(
-            np.arange(1, n + 1, dtype=np.uint64),
-            ["x"] * n,
+    rows = [
+        Row(
+            i + 1,
+            f"r{i}",
+            "x",
+            "t",
+            "semantic",
+            *[None] * 6,
+            0.5,
+            0,
+            0,
+            json.dumps(m),
+            0.0,
+            0.0,
+            0.0,
+            0,
             None,
-            [columns[c] for c in ENGINE_COLUMNS],
+            None,
+            0.0,
+            "",
+            None,
+            0,
+            0,
         )
-    )
+        for i, m in enumerate(metas)
+    ]
+    e.apply(e.prepare(rows, True))
     return e
 
 

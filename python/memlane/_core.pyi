@@ -14,19 +14,21 @@ __all__ = [
     "DEFAULT_RECENCY_WEIGHT",
     "DEFAULT_RELEVANCE_WEIGHT",
     "DEFAULT_RRF_K",
-    "ENGINE_COLUMNS",
+    "ROW_FIELDS",
     "BM25Index",
     "BM25Okapi",
     "Engine",
     "HnswIndex",
     "PreparedBatch",
+    "SearchRequest",
     "__version__",
     "analyze",
 ]
 
 __version__: str
 
-ENGINE_COLUMNS: list[str]
+#: The fields of ``memlane.schema.Row`` as the build read them (``rust/py/build.rs``).
+ROW_FIELDS: list[str]
 DEFAULT_ALPHA: float
 DEFAULT_RRF_K: float
 DEFAULT_RELEVANCE_WEIGHT: float
@@ -247,6 +249,42 @@ class PreparedBatch:
     """A checked, analysed batch of records from :meth:`Engine.prepare`, applied once."""
 
 @final
+class SearchRequest:
+    """The options of ``Memory.search``, checked once, with the messages it raises.
+
+    Left None, ``weights``, ``decay``, ``recency_half_life`` and ``track_access``
+    are the store's (``Engine.search``'s ``defaults``; without them: the engine's
+    defaults, and no access recorded); ``candidates`` is ``max(50, 4 * k)``."""
+
+    def __new__(
+        cls,
+        k: int | None = None,
+        *,
+        mode: str | None = None,
+        threshold: float | None = None,
+        min_similarity: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        decay: float | None = None,
+        recency_half_life: float | None = None,
+        fusion: str | None = None,
+        rrf_k: float | None = None,
+        alpha: float | None = None,
+        candidates: int | None = None,
+        explain: bool | None = None,
+        track_access: bool | None = None,
+    ) -> SearchRequest: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def candidates(self) -> int: ...
+    @property
+    def explain(self) -> bool: ...
+    @property
+    def track_access(self) -> bool | None: ...
+
+@final
 class Engine:
     """The memory engine behind ``memlane.Memory``: record attributes, BM25 and HNSW.
 
@@ -270,16 +308,16 @@ class Engine:
     ) -> Engine: ...
     def prepare(
         self,
-        ids: npt.ArrayLike,
-        texts: Sequence[str] | None,
-        vectors: npt.ArrayLike | None,
-        columns: Sequence[Sequence[Any]],
+        rows: Iterable[tuple[Any, ...]],
+        texts: bool,
+        vectors: npt.ArrayLike | None = None,
     ) -> PreparedBatch:
         """Checks and analyses a batch without changing anything; ``apply`` inserts it.
 
-        ``columns`` holds one sequence per name of :data:`ENGINE_COLUMNS`, in that
-        order, one entry per id (``id`` is the record's public id, what ``id``
-        filters read).
+        ``rows`` are ``memlane.schema.Row`` tuples (the engine reads the fields named
+        in :data:`ROW_FIELDS` by position; ``rowid`` is the engine's id, ``id`` the
+        public one ``id`` filters read); ``texts``: index their texts too;
+        ``vectors``: one row per record.
         """
     def apply(self, batch: PreparedBatch) -> None:
         """Inserts or replaces the records of a prepared batch."""
@@ -292,29 +330,19 @@ class Engine:
         """Vectors waiting to be linked into the graph."""
     def search(
         self,
+        request: SearchRequest,
         text: str | None = None,
         vector: npt.ArrayLike | None = None,
-        *,
-        mode: str = "hybrid",
         filter: Mapping[str, Any] | None = None,
-        k: int = 10,
-        candidates: int = 50,
-        fusion: str = "weighted",
-        rrf_k: float = ...,
-        alpha: float = ...,
-        w_relevance: float | None = None,
-        w_importance: float | None = None,
-        w_recency: float | None = None,
-        decay: float | None = None,
-        recency_half_life: float = ...,
-        now: float = 0.0,
-        threshold: float | None = None,
-        min_similarity: float | None = None,
-        explain: bool = False,
-        touch: bool = False,
+        *,
+        now: float,
         current_only: bool = False,
-    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
-        """One query: ids, final scores and (with ``explain``) an (n, 10) array of signals."""
+        defaults: SearchRequest | None = None,
+    ) -> tuple[list[int], list[float], list[dict[str, float | int | None]] | None]:
+        """One query with ``request``'s options over the store's ``defaults`` (its
+        ``weights``, ``decay``, ``recency_half_life``, ``track_access``): ids, final
+        scores and, when the request asks to explain, one dict of signals per hit
+        (``SearchHit.explain``). ``now``: the time of the access recorded."""
     def nearest(
         self,
         vectors: npt.ArrayLike,

@@ -2,10 +2,12 @@
 
 Each field of :class:`Row` is a column of the ``records`` table, in order.
 Everything else is derived from it: :data:`COLUMNS`, the SQL types and the
-``CREATE TABLE`` of each dialect (:func:`records_table`), the engine's
-columns (:data:`ENGINE_COLUMNS`) and :class:`~memlane.records.MemoryRecord`'s
-conversion. A field's Python type gives its SQL type; ``X | None`` makes it
-nullable; ``Annotated`` adds a constraint.
+``CREATE TABLE`` of each dialect (:func:`records_table`), the fields the
+engine reads (its build reads this class: ``rust/py/build.rs``, and
+``Engine.prepare`` takes rows) and :class:`~memlane.records.MemoryRecord`'s
+fields (:data:`RECORD_COLUMNS` under :data:`PUBLIC_NAMES`). A field's Python
+type gives its SQL type; ``X | None`` makes it nullable; ``Annotated`` adds a
+constraint.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ import types
 import typing
 from typing import Annotated, Any, Literal, NamedTuple
 
-from memlane import _core
-
 __all__ = [
     "COLUMNS",
-    "ENGINE_COLUMNS",
+    "FLAGS",
     "HISTORY_COLUMNS",
+    "PUBLIC_NAMES",
+    "RECORD_COLUMNS",
     "SQL_TYPES",
     "Row",
     "history_table",
@@ -73,6 +75,13 @@ COLUMNS: tuple[str, ...] = Row._fields
 if COLUMNS[-2:] != ("seq", "content_seq"):  # pragma: no cover - a schema edit out of step
     raise ImportError("Row must end with seq and content_seq")
 
+#: The columns a :class:`~memlane.records.MemoryRecord` holds, in its field order: all
+#: but the store's bookkeeping (the rowid, the engine's key, and the change numbers).
+RECORD_COLUMNS: tuple[str, ...] = COLUMNS[1:-2]
+#: A column's name in :class:`~memlane.records.MemoryRecord` (and in filters and add()
+#: items) where it differs: ``table`` and ``unique`` are SQL keywords.
+PUBLIC_NAMES: dict[str, str] = {"tbl": "table", "uniq": "unique"}
+
 Dialect = Literal["sqlite", "postgres"]
 
 # SQL type per Python type (and per FLAG), per dialect.
@@ -106,6 +115,9 @@ def _columns() -> tuple[tuple[str, tuple[str, str], bool, tuple[str, ...]], ...]
 
 
 _FIELDS = _columns()
+
+#: The columns that hold a bool as 0 or 1.
+FLAGS: frozenset[str] = frozenset(name for name, _, _, markers in _FIELDS if FLAG in markers)
 
 #: PostgreSQL's type of each column (SQLite binds values as they are).
 SQL_TYPES: tuple[str, ...] = tuple(sql[1] for _, sql, _, _ in _FIELDS)
@@ -183,11 +195,3 @@ def history_table(dialect: Dialect, table: str = "history") -> str:
         lines.append(f"    {name} {kind}" + ("" if nullable else " NOT NULL"))
     exists = "IF NOT EXISTS " if sqlite else ""
     return f"CREATE TABLE {exists}{table} (\n" + ",\n".join(lines) + "\n)"
-
-
-#: What the engine keeps of a row besides its text and vector, in the order
-#: ``Engine.prepare`` takes the columns (declared where they are read, in
-#: ``rust/py/src/engine.rs``).
-ENGINE_COLUMNS: tuple[str, ...] = tuple(_core.ENGINE_COLUMNS)
-if not set(ENGINE_COLUMNS) <= set(COLUMNS):  # pragma: no cover - a build out of step
-    raise ImportError(f"the engine's columns {ENGINE_COLUMNS} are not all record fields")

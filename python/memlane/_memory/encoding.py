@@ -1,12 +1,17 @@
 """A record on its way in (:class:`NewRecord`, from :func:`validate`) and the
-conversions between the schema's :class:`~memlane.schema.Row`, the engine's
-columns and the :class:`~memlane.records.MemoryRecord` a caller sees."""
+conversions between the schema's :class:`~memlane.schema.Row`, the engine and
+the :class:`~memlane.records.MemoryRecord` a caller sees.
+
+The conversions are derived from the schema (:data:`~memlane.schema.RECORD_COLUMNS`
+under :data:`~memlane.schema.PUBLIC_NAMES`): a record's stored fields are a row's
+columns in the same order, with flags as bools, the metadata as a dict and the
+vector as an array."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -17,28 +22,15 @@ from memlane.coerce import FloatArray
 from memlane.dedup import content_hash
 from memlane.errors import CorruptFileError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
-from memlane.schema import ENGINE_COLUMNS, Row
+from memlane.schema import COLUMNS, FLAGS, PUBLIC_NAMES, RECORD_COLUMNS, Row
 
-#: What add() and add_many() items may hold.
-ADD_KEYS = frozenset(
-    {
-        "text",
-        "table",
-        "type",
-        *SCOPE_FIELDS,
-        "importance",
-        "evergreen",
-        "metadata",
-        "embedding",
-        "id",
-        "created_at",
-        "unique",
-        "expires_at",
-        "ttl",
-    }
-)
-# What an import may carry besides the add() keys.
-IMPORT_KEYS = ADD_KEYS | {
+#: A stored field's name in a record, column by column (:data:`RECORD_COLUMNS` order).
+STORED = tuple(PUBLIC_NAMES.get(c, c) for c in RECORD_COLUMNS)
+if tuple(f.name for f in fields(MemoryRecord))[: len(STORED)] != STORED:  # pragma: no cover
+    raise ImportError(f"MemoryRecord's fields must begin with {STORED}, the schema's columns")
+
+# What the store sets; an import may carry them, an add() may not.
+_STORE_SET = {
     "updated_at",
     "last_accessed_at",
     "access_count",
@@ -46,92 +38,105 @@ IMPORT_KEYS = ADD_KEYS | {
     "valid_to",
     "recorded_at",
 }
+#: What an import may carry: a record's stored fields and ``ttl``.
+IMPORT_KEYS = frozenset(STORED) | {"ttl"}
+#: What add() and add_many() items may hold.
+ADD_KEYS = IMPORT_KEYS - _STORE_SET
+
+
+def _derive(name: str, args: str, body: str) -> Callable[..., Any]:
+    """A function made from the schema once, at import (as ``dataclasses`` makes
+    ``__init__``), so that a conversion costs one call, not a loop over the fields."""
+    scope: dict[str, Any] = {"Row": Row, "MemoryRecord": MemoryRecord}
+    exec(f"def {name}({args}):\n    return {body}\n", scope)
+    fn: Callable[..., Any] = scope[name]
+    return fn
+
+
+def _to_row(column: str) -> str:
+    name = PUBLIC_NAMES.get(column, column)
+    if column in FLAGS:
+        return f"int(n.{name})"
+    return {"metadata": "n.metadata_json", "embedding": "blob"}.get(column, f"n.{name}")
+
+
+def _from_row(column: str) -> str:
+    at = COLUMNS.index(column)
+    if column in FLAGS:
+        return f"bool(r[{at}])"
+    return {"metadata": "metadata", "embedding": "embedding"}.get(column, f"r[{at}]")
+
+
+# NewRecord -> Row, NewRecord -> MemoryRecord, Row -> MemoryRecord.
+_new_row = _derive(
+    "row", "n, rowid, seq, blob", f"Row(rowid, {', '.join(map(_to_row, RECORD_COLUMNS))}, seq, seq)"
+)
+_new_record = _derive(
+    "record",
+    "n",
+    f"MemoryRecord({', '.join(f'n.{f}' for f in STORED if f != 'embedding')})",
+)
+_row_record = _derive(
+    "record", "r, metadata, embedding", f"MemoryRecord({', '.join(map(_from_row, RECORD_COLUMNS))})"
+)
 
 
 @dataclass(slots=True)
 class NewRecord:
-    """One record to add, validated."""
+    """One record to add, validated: a record's stored fields (in
+    :data:`STORED` order), the metadata's JSON text and how to add it."""
 
     id: str
     text: str
     table: str
     type: str
-    scope: tuple[str | None, ...]
+    agent_id: str | None
+    user_id: str | None
+    room_id: str | None
+    world_id: str | None
+    session_id: str | None
+    namespace: str | None
     importance: float
     evergreen: bool
+    unique: bool
     metadata: dict[str, Any]
-    metadata_json: str
-    embedding: FloatArray | None
     created_at: float
     updated_at: float
     last_accessed_at: float
     access_count: int
-    unique: bool
+    valid_to: float | None
+    expires_at: float | None
+    recorded_at: float
     content_hash: str
+    embedding: FloatArray | None
+    metadata_json: str
     # Check for duplicates before storing (add(unique=True)); imports never do.
     dedup: bool = False
     id_given: bool = True
-    valid_to: float | None = None
-    expires_at: float | None = None
-    recorded_at: float = 0.0
+
+    @property
+    def scope(self) -> tuple[str | None, ...]:
+        """The scope fields, in :data:`~memlane.records.SCOPE_FIELDS` order."""
+        return (
+            self.agent_id,
+            self.user_id,
+            self.room_id,
+            self.world_id,
+            self.session_id,
+            self.namespace,
+        )
 
     def row(self, rowid: int, seq: int, blob: bytes | None) -> Row:
-        agent, user, room, world, session, namespace = self.scope
-        return Row(
-            rowid,
-            self.id,
-            self.text,
-            self.table,
-            self.type,
-            agent,
-            user,
-            room,
-            world,
-            session,
-            namespace,
-            self.importance,
-            int(self.evergreen),
-            int(self.unique),
-            self.metadata_json,
-            self.created_at,
-            self.updated_at,
-            self.last_accessed_at,
-            self.access_count,
-            self.valid_to,
-            self.expires_at,
-            self.recorded_at,
-            self.content_hash,
-            blob,
-            seq,
-            seq,
-        )
+        row: Row = _new_row(self, rowid, seq, blob)
+        return row
 
     def record(self) -> MemoryRecord:
-        agent, user, room, world, session, namespace = self.scope
-        return MemoryRecord(
-            id=self.id,
-            text=self.text,
-            table=self.table,
-            type=self.type,
-            agent_id=agent,
-            user_id=user,
-            room_id=room,
-            world_id=world,
-            session_id=session,
-            namespace=namespace,
-            importance=self.importance,
-            evergreen=self.evergreen,
-            unique=self.unique,
-            metadata=self.metadata,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            last_accessed_at=self.last_accessed_at,
-            access_count=self.access_count,
-            valid_to=self.valid_to,
-            expires_at=self.expires_at,
-            recorded_at=self.recorded_at,
-            content_hash=self.content_hash,
-        )
+        rec: MemoryRecord = _new_record(self)
+        return rec
+
+
+if tuple(f.name for f in fields(NewRecord))[: len(STORED)] != STORED:  # pragma: no cover
+    raise ImportError(f"NewRecord's fields must begin with {STORED}, the schema's columns")
 
 
 class _Checked(set[str]):
@@ -181,6 +186,7 @@ def validate(
         else:
             scope.append(coerce.text(v, f))
             checked.add(v)
+    agent, user, room, world, session, namespace = scope
     meta = get("metadata")
     metadata, metadata_json = ({}, "{}") if not meta else coerce.metadata(meta)
     created = get("created_at")
@@ -227,7 +233,12 @@ def validate(
         text=text,
         table=table,
         type=kind,
-        scope=tuple(scope),
+        agent_id=agent,
+        user_id=user,
+        room_id=room,
+        world_id=world,
+        session_id=session,
+        namespace=namespace,
         importance=importance,
         evergreen=evergreen,
         metadata=metadata,
@@ -283,35 +294,13 @@ def _metadata(row: Row) -> dict[str, Any]:
 
 def record(row: Row, pending: tuple[int, float] | None, embedding: bool = False) -> MemoryRecord:
     """The record of a stored row, with the accesses not yet flushed (``pending``)."""
-    access_count, last = row.access_count, row.last_accessed_at
-    if pending is not None:
-        access_count += pending[0]
-        last = max(last, pending[1])
-    return MemoryRecord(
-        id=row.id,
-        text=row.text,
-        table=row.tbl,
-        type=row.type,
-        agent_id=row.agent_id,
-        user_id=row.user_id,
-        room_id=row.room_id,
-        world_id=row.world_id,
-        session_id=row.session_id,
-        namespace=row.namespace,
-        importance=row.importance,
-        evergreen=bool(row.evergreen),
-        unique=bool(row.uniq),
-        metadata=_metadata(row),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        last_accessed_at=last,
-        access_count=access_count,
-        valid_to=row.valid_to,
-        expires_at=row.expires_at,
-        recorded_at=row.recorded_at,
-        content_hash=row.content_hash,
-        embedding=unblob(row.embedding) if embedding else None,
+    rec: MemoryRecord = _row_record(
+        row, _metadata(row), unblob(row.embedding) if embedding else None
     )
+    if pending is not None:
+        rec.access_count += pending[0]
+        rec.last_accessed_at = max(rec.last_accessed_at, pending[1])
+    return rec
 
 
 def prepare(
@@ -322,20 +311,16 @@ def prepare(
     vectors: FloatArray | None,
     pending: Mapping[int, int],
 ) -> PreparedBatch:
-    """The engine's check and analysis of ``rows`` (without changing it), passed as one
-    batch of columns in :data:`~memlane.schema.ENGINE_COLUMNS` order. ``pending`` holds
-    access counts not yet flushed to the rows."""
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(Row._fields)
-    by_name = dict(zip(Row._fields, columns, strict=True))
+    """The engine's check and analysis of ``rows`` (without changing it), which it
+    reads as they are. ``pending`` holds access counts not yet flushed to the rows."""
     if pending:
-        counts = zip(by_name["rowid"], by_name["access_count"], strict=True)
-        by_name["access_count"] = tuple(n + pending.get(r, 0) for r, n in counts)
-    return engine.prepare(
-        np.fromiter(by_name["rowid"], dtype=np.uint64, count=len(rows)),
-        by_name["text"] if texts else None,
-        vectors,
-        [by_name[c] for c in ENGINE_COLUMNS],
-    )
+        rows = [
+            r
+            if (n := pending.get(r.rowid)) is None
+            else r._replace(access_count=r.access_count + n)
+            for r in rows
+        ]
+    return engine.prepare(rows, texts, vectors)
 
 
 def blob(v: FloatArray | None) -> bytes | None:

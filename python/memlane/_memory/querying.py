@@ -3,7 +3,6 @@ engine's answer turned into records."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -18,23 +17,6 @@ from memlane.errors import InvalidArgumentError
 from memlane.records import SearchHit
 
 Mode = Literal["hybrid", "vector", "text"]
-
-#: The signals ``explain=True`` gives, in the engine's column order.
-EXPLAIN = (
-    "bm25",
-    "bm25_rank",
-    "cosine",
-    "vector_rank",
-    "relevance",
-    "importance",
-    "recency",
-    "age_hours",
-    "boost",
-    "score",
-)
-# Hits each retriever contributes before fusion, at least (chosen on SciFact's
-# train queries: benches/tune_search.py).
-CANDIDATES = 50
 
 
 def build_filter(
@@ -103,50 +85,83 @@ def unexpired(flt: dict[str, Any] | None, now: float) -> dict[str, Any]:
 
 
 class Searcher:
-    """Runs searches with the store's defaults."""
+    """Runs searches with the store's defaults (``track_access``, ``decay``,
+    ``weights``, ``recency_half_life``: as the store was opened with, checked there),
+    which the engine reads as one :class:`~memlane._core.SearchRequest`."""
 
     def __init__(self, sync: IndexSync, access: AccessLog, embedder: CachedEmbedder | None) -> None:
         self.sync = sync
         self.access = access
         self.embedder = embedder
-        self.track_access = True
-        self.decay: float | None = None
-        self.weights: dict[str, float] | None = None
-        self.recency_half_life = _core.DEFAULT_RECENCY_HALF_LIFE_HOURS
+        self._track_access = True
+        self._decay: float | None = None
+        self._weights: dict[str, float] | None = None
+        self._recency_half_life = _core.DEFAULT_RECENCY_HALF_LIFE_HOURS
+        self.defaults = _core.SearchRequest()
+
+    def _defaults_changed(self) -> None:
+        self.defaults = _core.SearchRequest(
+            decay=self._decay,
+            weights=self._weights,
+            recency_half_life=self._recency_half_life,
+            track_access=self._track_access,
+        )
+
+    @property
+    def track_access(self) -> bool:
+        return self._track_access
+
+    @track_access.setter
+    def track_access(self, value: bool) -> None:
+        self._track_access = value
+        self._defaults_changed()
+
+    @property
+    def decay(self) -> float | None:
+        return self._decay
+
+    @decay.setter
+    def decay(self, value: float | None) -> None:
+        self._decay = value
+        self._defaults_changed()
+
+    @property
+    def weights(self) -> dict[str, float] | None:
+        return self._weights
+
+    @weights.setter
+    def weights(self, value: dict[str, float] | None) -> None:
+        self._weights = value
+        self._defaults_changed()
+
+    @property
+    def recency_half_life(self) -> float:
+        return self._recency_half_life
+
+    @recency_half_life.setter
+    def recency_half_life(self, value: float) -> None:
+        self._recency_half_life = value
+        self._defaults_changed()
 
     def search(
         self,
         query: str,
-        k: int,
+        request: _core.SearchRequest,
         flt: dict[str, Any] | None,
         *,
-        mode: Mode,
-        threshold: float | None,
-        min_similarity: float | None,
-        weights: Mapping[str, float] | None,
-        decay: float | None,
-        recency_half_life: float | None,
-        fusion: Literal["rrf", "weighted"],
-        rrf_k: float,
-        alpha: float,
-        candidates: int | None,
-        explain: bool,
         query_embedding: Any,
-        track_access: bool | None,
         include_embedding: bool,
         as_of: Any = None,
         include_superseded: bool = False,
         known_at: Any = None,
     ) -> list[SearchHit]:
+        """The hits of ``query`` with ``request``'s options (checked when it was made)
+        among the records ``flt`` admits at the versions asked for."""
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
         # Not stored, so a NUL may stay; a lone surrogate has no UTF-8 form for the engine.
         coerce.clean(query, "query", nul=True)
-        coerce.count(k, "k", 1)
-        if mode not in ("hybrid", "vector", "text"):
-            raise InvalidArgumentError(
-                f"mode must be one of {{'hybrid', 'vector', 'text'}}, got {mode!r}"
-            )
+        mode = request.mode
         dim = self.sync.dim
         vector: FloatArray | None = None
         if mode != "text" and dim is not None:
@@ -161,56 +176,22 @@ class Searcher:
                 vector = self.embedder.embed(query)
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
-        effective = mode if (vector is not None or mode == "text") else "text"
-        if effective == "text":
+        else:  # a text search (the engine's too, for a hybrid one without a vector)
             coerce.text(query, "query", nul=True)
-        if threshold is not None:
-            threshold = coerce.number(threshold, "threshold")
-        if min_similarity is not None:
-            min_similarity = coerce.number(min_similarity, "min_similarity", -1.0, 1.0)
-        if effective == "vector" and threshold is not None and min_similarity is None:
-            min_similarity, threshold = threshold, None
-        w = (coerce.weights(weights) if weights is not None else self.weights) or {}
-        lam = self.decay if decay is None else coerce.number(decay, "decay", 0.0)
-        half_life = (
-            self.recency_half_life
-            if recency_half_life is None
-            else coerce.number(recency_half_life, "recency_half_life", 1e-9)
-        )
-        touch = (
-            self.track_access if track_access is None else coerce.flag(track_access, "track_access")
-        )
-        if candidates is not None:
-            coerce.count(candidates, "candidates", 1)
         flt, current_only = versions_filter(flt, as_of, include_superseded, known_at)
         now = time.time()
         if self.sync.expiring:
             flt = unexpired(flt, now)
-        ids, scores, signals = self.sync.engine.search(
+        rowids, scores, signals = self.sync.engine.search(
+            request,
             query,
             vector,
-            mode=effective,
-            filter=flt,
-            k=k,
-            candidates=min(max(CANDIDATES, 4 * k), coerce.MAX_COUNT)
-            if candidates is None
-            else candidates,
-            fusion=fusion,
-            rrf_k=rrf_k,
-            alpha=alpha,
-            w_relevance=w.get("relevance"),
-            w_importance=w.get("importance"),
-            w_recency=w.get("recency"),
-            decay=lam,
-            recency_half_life=half_life,
+            flt,
             now=now,
-            threshold=threshold,
-            min_similarity=min_similarity,
-            explain=explain,
-            touch=touch,
             current_only=current_only,
+            defaults=self.defaults,
         )
-        rowids = ids.tolist()
+        touch = self._track_access if request.track_access is None else request.track_access
         if touch and rowids and self.access.note(rowids, now):
             self.sync.wake.set()
         rows = self.sync.rows(rowids, embedding=include_embedding)
@@ -220,15 +201,5 @@ class Searcher:
             if row is None:  # deleted meanwhile
                 continue
             rec = record(row, self.access.get(rowid), include_embedding)
-            info: dict[str, float | int | None] | None = None
-            if signals is not None:
-                info = {}
-                for name, value in zip(EXPLAIN, signals[j].tolist(), strict=True):
-                    if math.isnan(value):
-                        info[name] = None
-                    elif name.endswith("_rank"):
-                        info[name] = int(value)
-                    else:
-                        info[name] = float(value)
-            hits.append(SearchHit(rec, float(scores[j]), info))
+            hits.append(SearchHit(rec, scores[j], None if signals is None else signals[j]))
         return hits

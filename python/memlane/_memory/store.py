@@ -505,10 +505,9 @@ class MemoryStore:
         """
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        return self._searcher.search(
-            query,
+        flt = build_filter(table, type, scope, start, end, filters)
+        request = _core.SearchRequest(
             k,
-            build_filter(table, type, scope, start, end, filters),
             mode=mode,
             threshold=threshold,
             min_similarity=min_similarity,
@@ -520,8 +519,13 @@ class MemoryStore:
             alpha=alpha,
             candidates=candidates,
             explain=explain,
-            query_embedding=query_embedding,
             track_access=track_access,
+        )
+        return self._searcher.search(
+            query,
+            request,
+            flt,
+            query_embedding=query_embedding,
             include_embedding=include_embedding,
             as_of=as_of,
             include_superseded=include_superseded,

@@ -16,7 +16,7 @@ from memlane import coerce
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow, window_keys
-from memlane._memory.encoding import NewRecord, blob, record, unblob, validate
+from memlane._memory.encoding import NewRecord, blob, prepare, record, unblob, validate
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
 from memlane.dedup import content_hash
@@ -255,21 +255,25 @@ class Writer:
             raw = vectors.astype("<f4", copy=False).tobytes()
             width = 4 * sync.dim
             blobs = [raw[i * width : (i + 1) * width] for i in range(len(news))]
-        rows = [n.row(base + j, 0, blobs[j]) for j, n in enumerate(news)]
         if any(n.expires_at is not None for n in news):
             sync.expiring = True
-        # The engine checks and analyses the batch (without the GIL) while the database
-        # writes it; the commit waits for that check, so a batch the engine would
-        # refuse is rolled back and nothing changes.
-        if len(news) >= _OVERLAP_MIN:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="memlane-prepare")
-            future = self._pool.submit(sync.prepare, rows, texts=True, vectors=vectors)
-        else:
-            prepared = sync.prepare(rows, texts=True, vectors=vectors)
         gone: list[int] = []
         with db.transaction() as conn:
             seq = db.next_seq(conn)
+            # Built once, stamped with the change's number, for the database and the
+            # engine alike. The engine checks and analyses the batch (without the GIL)
+            # while the database writes it; the commit waits for that check, so a batch
+            # the engine would refuse is rolled back and nothing changes.
+            # New rowids have no accesses waiting to be flushed.
+            rows = [n.row(base + j, seq, blobs[j]) for j, n in enumerate(news)]
+            if len(news) >= _OVERLAP_MIN:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="memlane-prepare")
+                future = self._pool.submit(
+                    prepare, sync.engine, rows, texts=True, vectors=vectors, pending={}
+                )
+            else:
+                prepared = prepare(sync.engine, rows, texts=True, vectors=vectors, pending={})
             if replacing is not None:
                 # Writers commit one at a time (seq): what others committed is applied now.
                 sync.follow()
@@ -278,9 +282,7 @@ class Writer:
             if gone:  # first: a new record may take a deleted one's id
                 self.access.drop(gone)
                 db.delete(conn, gone, seq, "replace")
-            # Stamped with the change's number (seq and content_seq close every row).
-            # seq and content_seq are the last fields; slicing is cheaper than _replace.
-            db.insert(conn, [Row._make((*r[:-2], seq, seq)) for r in rows])
+            db.insert(conn, rows)
             if len(news) >= _OVERLAP_MIN:
                 prepared = future.result()
             if recent:

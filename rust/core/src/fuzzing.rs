@@ -242,9 +242,9 @@ fn small_engine() -> Engine {
         .iter()
         .enumerate()
         .map(|(i, m)| Attrs {
-            key: Some(format!("id-{i}")),
-            table: if i == 2 { "facts" } else { "memories" }.into(),
-            kind: "semantic".into(),
+            id: Some(format!("id-{i}")),
+            tbl: if i == 2 { "facts" } else { "memories" }.into(),
+            r#type: "semantic".into(),
             scope: [
                 Some(["a", "b", "c"][i].into()),
                 None,

@@ -8,24 +8,19 @@ use std::time::Duration;
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
-    flatten_metadata, Attrs, Batch, Engine, EngineConfig, Filter, Hits, JsonValue, Mode, Order,
-    Prepared, SearchRequest,
+    flatten_metadata, Attrs, Batch, Engine, EngineConfig, Filter, Hits, JsonValue, Order, Prepared,
+    SearchOptions, Signals,
 };
-use memlane_core::fusion::{self, Fusion};
 use memlane_core::hnsw::{Params, Precision};
-use memlane_core::scoring::{self, Weights};
 use memlane_core::Error;
-use numpy::{PyArray1, PyArray2};
+use numpy::PyArray1;
 use parking_lot::{Mutex, RwLock};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid, to_py};
-use crate::hnsw::matrix;
-
-/// Number of explain columns: bm25, bm25_rank, cosine, vector_rank,
-/// relevance, decay, importance, recency, score.
-const EXPLAIN_COLS: usize = 10;
+use crate::search::PySearchRequest;
 
 /// A checked, analysed batch of records from `Engine.prepare`.
 #[pyclass(module = "memlane._core", name = "PreparedBatch", frozen)]
@@ -82,112 +77,143 @@ fn compile(engine: &Engine, filter: Option<&JsonValue>) -> memlane_core::Result<
     filter.map(|f| engine.compile_filter(f)).transpose()
 }
 
-fn check_len(what: &str, got: usize, n: usize) -> memlane_core::Result<()> {
-    if got != n {
-        return Err(Error::invalid(format!(
-            "{what} has {got} entries, expected {n} (one per id)"
-        )));
+// `ROW_FIELDS`: the fields of `memlane.schema.Row`, in order (see build.rs).
+include!(concat!(env!("OUT_DIR"), "/row_fields.rs"));
+
+/// The position of `name` among `Row`'s fields; a name `Row` lacks fails the build.
+const fn field(name: &str) -> usize {
+    let mut i = 0;
+    while i < ROW_FIELDS.len() {
+        let (a, b) = (ROW_FIELDS[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i;
+            }
+        }
+        i += 1;
     }
-    Ok(())
+    panic!("memlane.schema.Row lacks a field the engine reads")
 }
 
-/// The record columns `Engine.prepare` takes, in this order (the names are
-/// those of `memlane.schema.Row`, which checks them at import).
-pub const COLUMNS: [&str; 19] = [
-    "tbl",
-    "type",
-    "agent_id",
-    "user_id",
-    "room_id",
-    "world_id",
-    "session_id",
-    "namespace",
-    "importance",
-    "evergreen",
-    "created_at",
-    "updated_at",
-    "last_accessed_at",
-    "metadata",
-    "id",
-    "access_count",
-    "valid_to",
-    "expires_at",
-    "recorded_at",
+const ROWID: usize = field("rowid");
+const ID: usize = field("id");
+const TEXT: usize = field("text");
+const TBL: usize = field("tbl");
+const TYPE: usize = field("type");
+const SCOPE: [usize; 6] = [
+    field("agent_id"),
+    field("user_id"),
+    field("room_id"),
+    field("world_id"),
+    field("session_id"),
+    field("namespace"),
 ];
+const IMPORTANCE: usize = field("importance");
+const EVERGREEN: usize = field("evergreen");
+const METADATA: usize = field("metadata");
+const CREATED_AT: usize = field("created_at");
+const UPDATED_AT: usize = field("updated_at");
+const LAST_ACCESSED_AT: usize = field("last_accessed_at");
+const ACCESS_COUNT: usize = field("access_count");
+const VALID_TO: usize = field("valid_to");
+const EXPIRES_AT: usize = field("expires_at");
+const RECORDED_AT: usize = field("recorded_at");
 
 /// `Engine.nearest`'s ids and similarities.
 type Nearest<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>);
 
-/// One batch of records' attributes, column by column.
-struct Columns {
-    tbl: Vec<String>,
-    kind: Vec<String>,
-    scopes: Vec<Vec<Option<String>>>,
-    importance: Vec<f32>,
-    evergreen: Vec<i64>,
-    created_at: Vec<f64>,
-    updated_at: Vec<f64>,
-    last_accessed_at: Vec<f64>,
-    metadata: Vec<String>,
-    id: Vec<String>,
-    access_count: Vec<u64>,
-    valid_to: Vec<Option<f64>>,
-    expires_at: Vec<Option<f64>>,
-    recorded_at: Vec<f64>,
+/// `Engine.search`'s answer: ids, final scores and, on request, each hit's signals.
+type Found<'py> = (Vec<u64>, Vec<f64>, Option<Vec<Bound<'py, PyDict>>>);
+
+/// One row (a `memlane.schema.Row`) as the engine's attributes, its id, its
+/// text (with `texts`) and its metadata's JSON text, flattened later without
+/// the GIL.
+fn row_attrs(
+    py: Python<'_>,
+    i: usize,
+    row: &Bound<'_, PyAny>,
+    texts: bool,
+) -> PyResult<(u64, Option<String>, Attrs, String)> {
+    let row = row.cast::<PyTuple>().map_err(|_| {
+        invalid(
+            py,
+            format!(
+                "record {i}: a row must be a memlane.schema.Row, got {}",
+                row.get_type()
+            ),
+        )
+    })?;
+    if row.len() != ROW_FIELDS.len() {
+        return Err(invalid(
+            py,
+            format!(
+                "record {i}: a row has {} fields ({}), got {}",
+                ROW_FIELDS.len(),
+                ROW_FIELDS.join(", "),
+                row.len()
+            ),
+        ));
+    }
+    macro_rules! get {
+        ($at:expr, $t:ty) => {
+            row.get_borrowed_item($at)?.extract::<$t>().map_err(|e| {
+                invalid(
+                    py,
+                    format!(
+                        "record {i}: field {:?} has a value of the wrong type: {e}",
+                        ROW_FIELDS[$at]
+                    ),
+                )
+            })?
+        };
+    }
+    let mut scope: [Option<String>; 6] = Default::default();
+    for (value, at) in scope.iter_mut().zip(SCOPE) {
+        *value = get!(at, Option<String>);
+    }
+    let attrs = Attrs {
+        id: Some(get!(ID, String)),
+        tbl: get!(TBL, String),
+        r#type: get!(TYPE, String),
+        scope,
+        importance: get!(IMPORTANCE, f32),
+        evergreen: get!(EVERGREEN, i64) != 0,
+        created_at: get!(CREATED_AT, f64),
+        updated_at: get!(UPDATED_AT, f64),
+        last_accessed_at: get!(LAST_ACCESSED_AT, f64),
+        access_count: get!(ACCESS_COUNT, u64),
+        valid_to: get!(VALID_TO, Option<f64>),
+        expires_at: get!(EXPIRES_AT, Option<f64>),
+        recorded_at: get!(RECORDED_AT, f64),
+        metadata: Vec::new(),
+    };
+    let text = if texts {
+        Some(get!(TEXT, String))
+    } else {
+        None
+    };
+    Ok((get!(ROWID, u64), text, attrs, get!(METADATA, String)))
 }
 
-impl Columns {
-    fn extract(py: Python<'_>, columns: &[Bound<'_, PyAny>], n: usize) -> PyResult<Self> {
-        if columns.len() != COLUMNS.len() {
-            return Err(invalid(
-                py,
-                format!(
-                    "columns must be {} sequences ({}), got {}",
-                    COLUMNS.len(),
-                    COLUMNS.join(", "),
-                    columns.len()
-                ),
-            ));
-        }
-        macro_rules! col {
-            ($name:expr, $t:ty) => {{
-                let name: &str = $name;
-                let at = COLUMNS.iter().position(|c| *c == name).unwrap_or(0);
-                let values = columns[at].extract::<Vec<$t>>().map_err(|e| {
-                    invalid(
-                        py,
-                        format!("column {name:?} has a value of the wrong type: {e}"),
-                    )
-                })?;
-                check_len(&format!("column {name:?}"), values.len(), n)
-                    .map_err(|e| to_py(py, e))?;
-                values
-            }};
-        }
-        Ok(Columns {
-            tbl: col!("tbl", String),
-            kind: col!("type", String),
-            scopes: vec![
-                col!("agent_id", Option<String>),
-                col!("user_id", Option<String>),
-                col!("room_id", Option<String>),
-                col!("world_id", Option<String>),
-                col!("session_id", Option<String>),
-                col!("namespace", Option<String>),
-            ],
-            importance: col!("importance", f32),
-            evergreen: col!("evergreen", i64),
-            created_at: col!("created_at", f64),
-            updated_at: col!("updated_at", f64),
-            last_accessed_at: col!("last_accessed_at", f64),
-            metadata: col!("metadata", String),
-            id: col!("id", String),
-            access_count: col!("access_count", u64),
-            valid_to: col!("valid_to", Option<f64>),
-            expires_at: col!("expires_at", Option<f64>),
-            recorded_at: col!("recorded_at", f64),
-        })
-    }
+/// A hit's signals as `SearchHit.explain` holds them: ranks as ints, None
+/// where the hit was not retrieved that way.
+fn explained<'py>(py: Python<'py>, s: &Signals) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("bm25", s.bm25.map(f64::from))?;
+    d.set_item("bm25_rank", s.bm25_rank)?;
+    d.set_item("cosine", s.cosine.map(f64::from))?;
+    d.set_item("vector_rank", s.vector_rank)?;
+    d.set_item("relevance", s.relevance)?;
+    d.set_item("importance", s.importance)?;
+    d.set_item("recency", s.recency)?;
+    d.set_item("age_hours", s.age_hours)?;
+    d.set_item("boost", s.boost)?;
+    d.set_item("score", s.score)?;
+    Ok(d)
 }
 
 #[pymethods]
@@ -239,48 +265,41 @@ impl PyEngine {
         Ok(PyEngine::wrap(engine))
     }
 
-    /// Checks and analyses a batch without changing the engine: `columns` holds
-    /// one sequence per name of [`COLUMNS`], in that order, one entry per id.
+    /// Checks and analyses a batch of rows (`memlane.schema.Row`s) without
+    /// changing the engine; `texts`: index their texts too; `vectors`: one
+    /// row per record.
+    #[pyo3(signature = (rows, texts, vectors = None))]
     fn prepare(
         &self,
         py: Python<'_>,
-        ids: &Bound<'_, PyAny>,
-        texts: Option<Vec<String>>,
+        rows: &Bound<'_, PyAny>,
+        texts: bool,
         vectors: Option<&Bound<'_, PyAny>>,
-        columns: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<PyPrepared> {
-        let ids = convert::ids(py, ids, "ids")?;
         let vectors = vectors
             .map(|v| Matrix::extract(py, v, "vectors"))
             .transpose()?;
         let data = vectors.as_ref().map(Matrix::as_slice);
-        let n = ids.len();
-        let cols = Columns::extract(py, &columns, n)?;
+        let n = rows.len().unwrap_or(0);
+        let mut ids = Vec::with_capacity(n);
+        let mut words = Vec::with_capacity(if texts { n } else { 0 });
+        let mut attrs = Vec::with_capacity(n);
+        let mut metadata = Vec::with_capacity(n);
+        for (i, row) in rows.try_iter()?.enumerate() {
+            let (id, text, a, meta) = row_attrs(py, i, &row?, texts)?;
+            ids.push(id);
+            words.extend(text);
+            attrs.push(a);
+            metadata.push(meta);
+        }
         let prepared = detach(py, || {
-            let mut attrs = Vec::with_capacity(n);
-            for i in 0..n {
-                let meta = flatten_metadata(&cols.metadata[i])
+            for (i, (a, meta)) in attrs.iter_mut().zip(&metadata).enumerate() {
+                a.metadata = flatten_metadata(meta)
                     .map_err(|e| Error::invalid(format!("record {i}: {e}")))?;
-                attrs.push(Attrs {
-                    key: Some(cols.id[i].clone()),
-                    table: cols.tbl[i].clone(),
-                    kind: cols.kind[i].clone(),
-                    scope: std::array::from_fn(|f| cols.scopes[f][i].clone()),
-                    importance: cols.importance[i],
-                    evergreen: cols.evergreen[i] != 0,
-                    created_at: cols.created_at[i],
-                    updated_at: cols.updated_at[i],
-                    last_accessed_at: cols.last_accessed_at[i],
-                    access_count: cols.access_count[i],
-                    valid_to: cols.valid_to[i],
-                    expires_at: cols.expires_at[i],
-                    recorded_at: cols.recorded_at[i],
-                    metadata: meta,
-                });
             }
             self.inner.read().prepare(Batch {
                 ids: &ids,
-                texts: texts.as_deref(),
+                texts: texts.then_some(words.as_slice()),
                 vectors: data,
                 attrs: &attrs,
             })
@@ -329,56 +348,27 @@ impl PyEngine {
         self.parked.load(Ordering::Acquire)
     }
 
-    /// One query: (ids, final scores, explain) with explain an (n, 10) float
-    /// array (bm25, bm25_rank, cosine, vector_rank, relevance, importance,
-    /// recency, age_hours, boost, score; NaN where a signal is absent) or None.
+    /// One query with `request`'s options over the store's `defaults`:
+    /// (ids, final scores, explain), explain a dict per hit (see
+    /// `SearchHit.explain`) when the request asks for it, else None.
+    /// `current_only` leaves superseded records out; `now` is the time of
+    /// the access recorded (unix seconds).
     #[pyo3(signature = (
-        text = None, vector = None, *, mode = "hybrid", filter = None, k = 10,
-        candidates = 50, fusion = "weighted", rrf_k = fusion::DEFAULT_RRF_K,
-        alpha = fusion::DEFAULT_ALPHA, w_relevance = None, w_importance = None,
-        w_recency = None, decay = None,
-        recency_half_life = scoring::DEFAULT_RECENCY_HALF_LIFE_HOURS, now = 0.0,
-        threshold = None, min_similarity = None, explain = false, touch = false,
-        current_only = false,
+        request, text = None, vector = None, filter = None, *, now, current_only = false,
+        defaults = None,
     ))]
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
         py: Python<'py>,
+        request: &PySearchRequest,
         text: Option<String>,
         vector: Option<&Bound<'py, PyAny>>,
-        mode: &str,
         filter: Option<&Bound<'py, PyAny>>,
-        k: i64,
-        candidates: i64,
-        fusion: &str,
-        rrf_k: f64,
-        alpha: f64,
-        w_relevance: Option<f64>,
-        w_importance: Option<f64>,
-        w_recency: Option<f64>,
-        decay: Option<f64>,
-        recency_half_life: f64,
         now: f64,
-        threshold: Option<f64>,
-        min_similarity: Option<f64>,
-        explain: bool,
-        touch: bool,
         current_only: bool,
-    ) -> PyResult<(
-        Bound<'py, PyArray1<u64>>,
-        Bound<'py, PyArray1<f64>>,
-        Option<Bound<'py, PyArray2<f64>>>,
-    )> {
-        if k <= 0 {
-            return Err(invalid(py, format!("k must be at least 1, got {k}")));
-        }
-        if candidates <= 0 {
-            return Err(invalid(
-                py,
-                format!("candidates must be at least 1, got {candidates}"),
-            ));
-        }
+        defaults: Option<&PySearchRequest>,
+    ) -> PyResult<Found<'py>> {
         let q = vector
             .map(|v| Matrix::extract(py, v, "query vector"))
             .transpose()?;
@@ -387,67 +377,32 @@ impl PyEngine {
         }
         let qv = q.as_ref().map(Matrix::as_slice);
         let filter = filter_arg(py, filter)?;
+        let store = SearchOptions::default();
+        let defaults = defaults.map_or(&store, |d| &d.options);
         let hits: Hits = detach(py, || {
-            let mode = Mode::parse(mode)?;
-            let fusion = match fusion {
-                "rrf" => Fusion::rrf(rrf_k)?,
-                "weighted" => Fusion::weighted(alpha)?,
-                other => {
-                    return Err(Error::invalid(format!(
-                        "fusion must be one of {{'rrf', 'weighted'}}, got {other:?}"
-                    )))
-                }
-            };
-            let weights = Weights::resolve(w_relevance, w_importance, w_recency)?;
-            let rate = scoring::rate(decay, recency_half_life)?;
             let engine = self.inner.read();
             let filter = compile(&engine, filter.as_ref())?;
-            engine.search(&SearchRequest {
-                text: text.as_deref(),
-                vector: qv,
-                mode,
-                filter: filter.as_ref(),
-                k: k as usize,
-                candidates: candidates as usize,
-                fusion,
-                weights,
-                rate,
-                age_from: scoring::AgeFrom::for_decay(decay),
+            let req = request.options.request(
+                defaults,
+                text.as_deref(),
+                qv,
+                filter.as_ref(),
                 now,
-                threshold,
-                min_similarity,
-                explain,
-                touch,
                 current_only,
-            })
+            )?;
+            engine.search(&req)
         })?;
-        let explained = if explain {
-            let opt32 = |v: Option<f32>| v.map_or(f64::NAN, f64::from);
-            let rank = |v: Option<u32>| v.map_or(f64::NAN, f64::from);
-            let mut data = Vec::with_capacity(hits.signals.len() * EXPLAIN_COLS);
-            for s in &hits.signals {
-                data.extend_from_slice(&[
-                    opt32(s.bm25),
-                    rank(s.bm25_rank),
-                    opt32(s.cosine),
-                    rank(s.vector_rank),
-                    s.relevance,
-                    s.importance,
-                    s.recency,
-                    s.age_hours,
-                    s.boost,
-                    s.score,
-                ]);
-            }
-            Some(matrix(py, hits.signals.len(), EXPLAIN_COLS, data)?)
+        let explained = if request.options.explain {
+            Some(
+                hits.signals
+                    .iter()
+                    .map(|s| explained(py, s))
+                    .collect::<PyResult<Vec<_>>>()?,
+            )
         } else {
             None
         };
-        Ok((
-            PyArray1::from_vec(py, hits.ids),
-            PyArray1::from_vec(py, hits.scores),
-            explained,
-        ))
+        Ok((hits.ids, hits.scores, explained))
     }
 
     /// Ids of the records `filter` (a dict) admits, by creation time.

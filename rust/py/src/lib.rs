@@ -7,6 +7,7 @@ mod engine;
 mod errors;
 mod hnsw;
 mod okapi;
+mod search;
 
 use memlane_core::{fusion, scoring};
 use pyo3::prelude::*;
@@ -30,13 +31,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_RECENCY_HALF_LIFE_HOURS",
         scoring::DEFAULT_RECENCY_HALF_LIFE_HOURS,
     )?;
-    // The record columns Engine.prepare takes, in order (memlane.schema checks them).
-    m.add("ENGINE_COLUMNS", engine::COLUMNS.to_vec())?;
+    // The record's fields as this build read them from memlane.schema.Row (build.rs).
+    m.add("ROW_FIELDS", engine::ROW_FIELDS.to_vec())?;
     m.add_class::<bm25::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;
     m.add_class::<okapi::PyOkapi>()?;
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<engine::PyPrepared>()?;
+    m.add_class::<search::PySearchRequest>()?;
     Ok(())
 }

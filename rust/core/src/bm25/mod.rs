@@ -23,4 +23,4 @@ pub use analyzer::{Analyzer, AnalyzerConfig, Stopwords, MAX_TOKEN_CHARS};
 pub use index::{Bm25Index, DocTerms, MISSING};
 pub use language::Language;
 pub use scoring::{Bm25Params, CorpusStats};
-pub use search::{Filter, Hit};
+pub use search::{Filter, Hit, Query};

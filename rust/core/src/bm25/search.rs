@@ -19,7 +19,6 @@
 //! would have entered. Ties are broken by id: hits are ordered by score,
 //! descending, then id, ascending.
 
-use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
@@ -28,6 +27,7 @@ use super::analyzer::Tokens;
 use super::index::Bm25Index;
 use super::scoring::TermScorer;
 use crate::prefetch::prefetch;
+use crate::worst::Worst;
 
 /// Pruning treats bounds as `(1 + SLACK)` times larger than computed, far
 /// more than the rounding error of summing `f32` contributions.
@@ -64,38 +64,36 @@ struct QueryTerm {
     ub: f32,
 }
 
+/// A query text analysed against the index ([`Bm25Index::query`]): its
+/// distinct indexed terms, with their multiplicity folded into the weight,
+/// sorted by score bound. Analysed once, it serves a search, its ceiling and
+/// the scores of other documents.
+pub struct Query {
+    terms: Vec<QueryTerm>,
+}
+
+impl Query {
+    /// No query term is indexed: no document can score.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// The score no document can reach: the sum of the terms' idf (Lucene's
+    /// BM25 approaches idf per term as the term frequency grows). Terms no
+    /// document holds count nothing, since no document can score on them. 0
+    /// when no query term is indexed.
+    pub fn ceiling(&self) -> f64 {
+        self.terms
+            .iter()
+            .map(|t| f64::from(t.scorer.ceiling()))
+            .sum()
+    }
+}
+
 /// Keeps the best `k` hits; its top is the worst of them.
 struct TopK {
     k: usize,
-    heap: BinaryHeap<Worst>,
-}
-
-/// Orders hits so that the greatest is the worst: lowest score, then highest id.
-#[derive(Clone, Copy)]
-struct Worst(Hit);
-
-impl PartialEq for Worst {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Worst {}
-
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Worst {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .0
-            .score
-            .total_cmp(&self.0.score)
-            .then(self.0.id.cmp(&other.0.id))
-    }
+    heap: BinaryHeap<Worst<u64>>,
 }
 
 impl TopK {
@@ -107,11 +105,12 @@ impl TopK {
     }
 
     fn offer(&mut self, hit: Hit) {
+        let hit = Worst(hit.score, hit.id);
         if self.heap.len() < self.k {
-            self.heap.push(Worst(hit));
+            self.heap.push(hit);
         } else if let Some(mut top) = self.heap.peek_mut() {
-            if Worst(hit) < *top {
-                *top = Worst(hit);
+            if hit < *top {
+                *top = hit;
             }
         }
     }
@@ -119,7 +118,7 @@ impl TopK {
     /// The score a document must reach to have a chance of entering.
     fn threshold(&self) -> f32 {
         match self.heap.peek() {
-            Some(w) if self.heap.len() >= self.k => w.0.score,
+            Some(w) if self.heap.len() >= self.k => w.0,
             _ => f32::NEG_INFINITY,
         }
     }
@@ -128,7 +127,7 @@ impl TopK {
         self.heap
             .into_sorted_vec()
             .into_iter()
-            .map(|w| w.0)
+            .map(|Worst(score, id)| Hit { id, score })
             .collect()
     }
 }
@@ -170,25 +169,24 @@ impl Bm25Index {
     /// id ascending); fewer when fewer documents match. A query with no
     /// indexed term gives no hits.
     pub fn search(&self, query: &str, k: usize, filter: Option<&Filter>) -> Vec<Hit> {
-        let terms = self.prepare(query);
+        self.search_query(&self.query(query), k, filter)
+    }
+
+    /// [`search`](Self::search) for a query analysed already.
+    pub fn search_query(&self, query: &Query, k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        let terms = &query.terms;
         if terms.is_empty() || k == 0 {
             return Vec::new();
         }
         match filter {
-            Some(f) if self.prefer_forward(&terms, f) => self.score_filtered(&terms, k, f),
-            _ => self.max_score(&terms, k, filter),
+            Some(f) if self.prefer_forward(terms, f) => self.score_filtered(terms, k, f),
+            _ => self.max_score(terms, k, filter),
         }
     }
 
-    /// The score no document can reach for `query`: the sum of its terms'
-    /// idf (Lucene's BM25 approaches idf per term as the term frequency
-    /// grows). Terms no document holds count nothing, since no document can
-    /// score on them. 0 when no query term is indexed.
+    /// The score no document can reach for `query` ([`Query::ceiling`]).
     pub fn ceiling(&self, query: &str) -> f64 {
-        self.prepare(query)
-            .iter()
-            .map(|t| f64::from(t.scorer.ceiling()))
-            .sum()
+        self.query(query).ceiling()
     }
 
     /// [`search`](Self::search) for many queries in parallel.
@@ -228,6 +226,13 @@ impl Bm25Index {
             }
         }
         top.into_sorted()
+    }
+
+    /// `text` analysed against this index: see [`Query`].
+    pub fn query(&self, text: &str) -> Query {
+        Query {
+            terms: self.prepare(text),
+        }
     }
 
     /// The query's distinct indexed terms, with their multiplicity folded into
@@ -287,9 +292,9 @@ impl Bm25Index {
     /// document no query term occurs in, or one the index does not hold.
     /// Reads each document's forward list, so it costs what the documents
     /// hold, not what the index holds.
-    pub fn scores_of(&self, query: &str, ids: &[u64]) -> Vec<f32> {
-        let terms = self.prepare(query);
-        let by_tid = Self::by_tid(&terms);
+    pub fn scores_of(&self, query: &Query, ids: &[u64]) -> Vec<f32> {
+        let terms = &query.terms;
+        let by_tid = Self::by_tid(terms);
         let mut contrib = vec![0f32; terms.len()];
         // Each document's forward list sits behind two dependent reads (its
         // start, then its terms): both are asked for for every document
@@ -308,7 +313,7 @@ impl Bm25Index {
         docnos
             .iter()
             .map(|d| {
-                d.and_then(|d| self.score_doc(&terms, &by_tid, &mut contrib, d))
+                d.and_then(|d| self.score_doc(terms, &by_tid, &mut contrib, d))
                     .unwrap_or(0.0)
             })
             .collect()
@@ -601,7 +606,7 @@ mod tests {
                 // nothing matches, and for removed or unknown ids).
                 let all = ix.search_exhaustive(&q, usize::MAX, None);
                 let asked: Vec<u64> = ids.iter().copied().chain([u64::MAX - 1]).collect();
-                for (id, score) in asked.iter().zip(ix.scores_of(&q, &asked)) {
+                for (id, score) in asked.iter().zip(ix.scores_of(&ix.query(&q), &asked)) {
                     let want = all.iter().find(|h| h.id == *id).map_or(0.0, |h| h.score);
                     assert_eq!(score, want, "q={q} id={id}");
                 }

@@ -715,9 +715,9 @@ mod tests {
             r.insert(
                 100 + i as u64,
                 &Attrs {
-                    key: Some(format!("rec-{i}")),
-                    table: table.into(),
-                    kind: if i % 2 == 0 { "semantic" } else { "episodic" }.into(),
+                    id: Some(format!("rec-{i}")),
+                    tbl: table.into(),
+                    r#type: if i % 2 == 0 { "semantic" } else { "episodic" }.into(),
                     scope: [agent.map(String::from), None, None, None, None, None],
                     importance: i as f32 / 4.0,
                     evergreen: i == 3,
@@ -737,9 +737,9 @@ mod tests {
 
     fn store_attrs() -> Attrs {
         Attrs {
-            key: None,
-            table: "t".into(),
-            kind: "k".into(),
+            id: None,
+            tbl: "t".into(),
+            r#type: "k".into(),
             scope: Default::default(),
             importance: 0.5,
             evergreen: false,
@@ -955,7 +955,7 @@ mod tests {
         r.insert(
             101,
             &Attrs {
-                key: Some("renamed".into()),
+                id: Some("renamed".into()),
                 ..store_attrs()
             },
         );

@@ -6,6 +6,7 @@
 //! - [`filter`]: the filter language and its evaluation to a slot set.
 //! - [`pending`]: vectors parked until a background caller links them.
 //! - `nearest`: batch near-duplicate checks.
+//! - [`options`]: a search's options, checked once.
 //! - `search`: the query path; [`crate::fusion`] and [`crate::scoring`] hold
 //!   the formulas.
 //! - `retrievals`: what recent queries retrieved, reused until the engine
@@ -18,6 +19,7 @@
 
 pub mod filter;
 mod nearest;
+pub mod options;
 pub mod pending;
 pub mod records;
 mod retrievals;
@@ -25,6 +27,7 @@ mod search;
 pub(crate) mod snapshot;
 
 pub use filter::{Filter, Selection, MAX_DEPTH as MAX_FILTER_DEPTH};
+pub use options::{Given, SearchOptions};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
 pub use search::{Hits, Mode, SearchRequest, Signals};
 /// The value a filter is given as (the PyO3 layer builds it from a dict).
@@ -520,9 +523,9 @@ mod shared_linking {
 
     fn attrs(i: u64) -> Attrs {
         Attrs {
-            key: None,
-            table: "memories".into(),
-            kind: "semantic".into(),
+            id: None,
+            tbl: "memories".into(),
+            r#type: "semantic".into(),
             scope: [
                 Some(format!("agent{}", i % 3)),
                 None,

@@ -13,11 +13,11 @@
 //! choice of candidates is approximate. On 100,000 perturbed WordNet gloss
 //! vectors the exact top 50 is found 99.96% of the time, the top 10 always.
 
-use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use crate::error::Result;
 use crate::idmap::IdMap;
+use crate::worst::Worst;
 
 /// Scans of at most this many parked vectors are exact throughout.
 const SKETCH_MIN: usize = 2048;
@@ -297,7 +297,7 @@ impl Pending {
         let planes = Planes::new(q, self.words);
         let mut scores = vec![0f32; self.len()];
         planes.scores(&self.signs[self.start * self.words..], &mut scores);
-        let mut best: BinaryHeap<Worst> = BinaryHeap::with_capacity(keep + 1);
+        let mut best: BinaryHeap<Worst<usize>> = BinaryHeap::with_capacity(keep + 1);
         for (i, &s) in (self.start..).zip(&scores) {
             if best.len() >= keep && best.peek().is_some_and(|w| s <= w.0) {
                 continue;
@@ -311,30 +311,6 @@ impl Pending {
             }
         }
         best.into_iter().map(|w| w.1).collect()
-    }
-}
-
-/// A sketch score and position, ordered so that a max-heap holds the worst
-/// score on top.
-struct Worst(f32, usize);
-
-impl PartialEq for Worst {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Worst {}
-
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Worst {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.0.total_cmp(&self.0).then(self.1.cmp(&other.1))
     }
 }
 

@@ -131,14 +131,16 @@ pub enum RawValue {
     Str(String),
 }
 
-/// The attributes of one record, as a caller gives them.
+/// The attributes of one record, as a caller gives them. The fields are
+/// named as `memlane.schema.Row`'s (the database's columns), whose values
+/// fill them (`rust/py/src/engine.rs`).
 #[derive(Clone, Debug)]
 pub struct Attrs {
     /// The record's public id (the database's `id` string), if the caller
     /// gives it; filters on `id` read it.
-    pub key: Option<String>,
-    pub table: String,
-    pub kind: String,
+    pub id: Option<String>,
+    pub tbl: String,
+    pub r#type: String,
     pub scope: [Option<String>; 6],
     pub importance: f32,
     pub evergreen: bool,
@@ -457,10 +459,10 @@ impl Records {
         };
         let s = slot as usize;
         self.ids[s] = id;
-        self.key[s] = a.key.as_deref().map_or(NONE, |k| self.strings.intern(k));
+        self.key[s] = a.id.as_deref().map_or(NONE, |k| self.strings.intern(k));
         self.live[s] = true;
-        self.table[s] = self.strings.intern(&a.table);
-        self.kind[s] = self.strings.intern(&a.kind);
+        self.table[s] = self.strings.intern(&a.tbl);
+        self.kind[s] = self.strings.intern(&a.r#type);
         for (f, v) in a.scope.iter().enumerate() {
             self.scope[f][s] = v.as_deref().map_or(NONE, |v| self.strings.intern(v));
         }
@@ -549,9 +551,9 @@ mod tests {
 
     fn attrs(table: &str, agent: Option<&str>, meta: &str) -> Attrs {
         Attrs {
-            key: None,
-            table: table.into(),
-            kind: "semantic".into(),
+            id: None,
+            tbl: table.into(),
+            r#type: "semantic".into(),
             scope: [agent.map(String::from), None, None, None, None, None],
             importance: 0.5,
             evergreen: false,

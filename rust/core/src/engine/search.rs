@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 use super::pending::normalised;
 use super::retrievals::{Key, MAX_CANDIDATES};
 use super::{Engine, Filter};
+use crate::bm25::Query;
 use crate::error::{Error, Result};
 use crate::fusion::{self, Fusion};
 use crate::hnsw::Allowed;
@@ -32,7 +33,8 @@ impl Mode {
             "vector" => Ok(Mode::Vector),
             "text" => Ok(Mode::Text),
             other => Err(Error::invalid(format!(
-                "mode must be one of {{'hybrid', 'vector', 'text'}}, got {other:?}"
+                "mode must be one of {{'hybrid', 'vector', 'text'}}, got {}",
+                super::options::py_str(other)
             ))),
         }
     }
@@ -118,34 +120,13 @@ struct Cand {
     vector_rank: Option<u32>,
 }
 
-impl SearchRequest<'_> {
-    fn check(&self) -> Result<()> {
-        if self.k == 0 {
-            return Err(Error::invalid("k must be at least 1"));
-        }
-        if !(self.rate.is_finite() && self.rate >= 0.0) {
-            return Err(Error::invalid(
-                "the recency rate must be a finite number >= 0",
-            ));
-        }
-        if !self.now.is_finite() {
+impl Engine {
+    /// One query. The request's knobs were checked where they were given
+    /// ([`super::SearchOptions::new`]); `now` is the caller's clock.
+    pub fn search(&self, req: &SearchRequest<'_>) -> Result<Hits> {
+        if !req.now.is_finite() {
             return Err(Error::invalid("now must be a finite time"));
         }
-        for (name, v) in [
-            ("threshold", self.threshold),
-            ("min_similarity", self.min_similarity),
-        ] {
-            if v.is_some_and(|v| !v.is_finite()) {
-                return Err(Error::invalid(format!("{name} must be a finite number")));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Engine {
-    pub fn search(&self, req: &SearchRequest<'_>) -> Result<Hits> {
-        req.check()?;
         let query = match (req.vector, self.dim()) {
             (Some(_), None) => {
                 return Err(Error::invalid(
@@ -244,13 +225,18 @@ impl Engine {
             return Ok(None);
         }
 
-        let text_hits = match text {
-            Some(t) if req.mode != Mode::Vector => {
+        // The query text is analysed once, for the BM25 list, its ceiling and
+        // the scores of the vector list's hits.
+        let analysed = text
+            .filter(|_| req.mode != Mode::Vector || fills.1)
+            .map(|t| self.bm25.query(t));
+        let text_hits = match &analysed {
+            Some(q) if req.mode != Mode::Vector => {
                 let filter = allowed_ids.as_deref().map(|ids| self.bm25.filter(ids));
                 self.current_hits(
                     pool,
                     extra,
-                    |n| Ok(self.bm25.search(t, n, filter.as_ref())),
+                    |n| Ok(self.bm25.search_query(q, n, filter.as_ref())),
                     |h| h.id,
                 )?
             }
@@ -287,11 +273,11 @@ impl Engine {
         if let (Some(q), true) = (query, fills.0) {
             self.fill_cosines(q, &order, &mut cands)?;
         }
-        if let (Some(t), true) = (text, fills.1) {
-            self.fill_bm25(t, &order, &mut cands);
+        if let (Some(q), true) = (&analysed, fills.1) {
+            self.fill_bm25(q, &order, &mut cands);
         }
-        let ceiling = match text {
-            Some(t) if !text_hits.is_empty() => self.bm25.ceiling(t),
+        let ceiling = match &analysed {
+            Some(q) if !text_hits.is_empty() => q.ceiling(),
             _ => 0.0,
         };
         Ok(Some(Retrieved {
@@ -509,7 +495,7 @@ impl Engine {
 
     /// Exact BM25 scores for candidates the BM25 list did not hold (0 when
     /// no query term occurs in them), read from their forward lists.
-    fn fill_bm25(&self, text: &str, order: &[u64], cands: &mut FxHashMap<u64, Cand>) {
+    fn fill_bm25(&self, query: &Query, order: &[u64], cands: &mut FxHashMap<u64, Cand>) {
         let missing: Vec<u64> = order
             .iter()
             .copied()
@@ -518,7 +504,7 @@ impl Engine {
         if missing.is_empty() {
             return;
         }
-        for (id, score) in missing.iter().zip(self.bm25.scores_of(text, &missing)) {
+        for (id, score) in missing.iter().zip(self.bm25.scores_of(query, &missing)) {
             if let Some(c) = cands.get_mut(id) {
                 c.bm25 = Some(score);
             }

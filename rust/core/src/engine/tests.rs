@@ -6,9 +6,9 @@ const HOUR: f64 = 3600.0;
 
 fn attrs(agent: &str, importance: f32, accessed: f64, evergreen: bool) -> Attrs {
     Attrs {
-        key: Some(format!("{agent}-{importance}")),
-        table: "memories".into(),
-        kind: "semantic".into(),
+        id: Some(format!("{agent}-{importance}")),
+        tbl: "memories".into(),
+        r#type: "semantic".into(),
         scope: [Some(agent.into()), None, None, None, None, None],
         importance,
         evergreen,

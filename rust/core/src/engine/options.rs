@@ -1,0 +1,433 @@
+//! A search's options, checked once: [`SearchOptions::new`] takes what the
+//! caller gave (`Memory.search`'s arguments, their types checked by the
+//! binding) and refuses a bad value with the message the caller sees; the
+//! engine turns the options, the store's defaults and one query into a
+//! [`SearchRequest`] ([`SearchOptions::request`]), which needs no check.
+//!
+//! Numbers in messages are written as Python writes them ([`py_float`]), so a
+//! message reads the same whichever side checked the value.
+
+use super::search::{Mode, SearchRequest};
+use super::Filter;
+use crate::error::{Error, Result};
+use crate::fusion::Fusion;
+use crate::scoring::{self, AgeFrom, Weights};
+
+/// Hits each retriever contributes before fusion when the caller does not say:
+/// `max(CANDIDATES, 4 k)` (chosen on SciFact's train queries: `benches/tune_search.py`).
+pub const CANDIDATES: usize = 50;
+
+/// The largest count a call takes: the largest signed 64-bit integer, which
+/// SQLite, PostgreSQL and the engine all hold.
+pub const MAX_COUNT: i64 = i64::MAX;
+
+/// The three weights' names, in the order of [`GivenWeights`].
+pub const WEIGHT_NAMES: [&str; 3] = ["relevance", "importance", "recency"];
+
+/// Weights as given (relevance, importance, recency; `None`: not given, so
+/// 0 once any is): each checked; whether they add up to something is decided
+/// with the store's defaults, at the search ([`Weights::resolve`]).
+pub type GivenWeights = [Option<f64>; 3];
+
+/// A search's arguments as the caller gave them, types checked, values not.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Given<'a> {
+    pub k: i64,
+    pub mode: &'a str,
+    pub candidates: Option<i64>,
+    pub fusion: &'a str,
+    pub rrf_k: f64,
+    pub alpha: f64,
+    pub weights: Option<GivenWeights>,
+    pub decay: Option<f64>,
+    pub recency_half_life: Option<f64>,
+    pub threshold: Option<f64>,
+    pub min_similarity: Option<f64>,
+    pub explain: bool,
+    pub track_access: Option<bool>,
+}
+
+/// Checked options of one search. `None` means "the store's default" for
+/// `weights`, `decay`, `recency_half_life` and `track_access` (see
+/// [`SearchOptions::request`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchOptions {
+    pub k: usize,
+    pub mode: Mode,
+    pub candidates: usize,
+    pub fusion: Fusion,
+    pub weights: Option<GivenWeights>,
+    pub decay: Option<f64>,
+    pub recency_half_life: Option<f64>,
+    pub threshold: Option<f64>,
+    pub min_similarity: Option<f64>,
+    pub explain: bool,
+    pub track_access: Option<bool>,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions {
+            k: 5,
+            mode: Mode::Hybrid,
+            candidates: CANDIDATES,
+            fusion: Fusion::default(),
+            weights: None,
+            decay: None,
+            recency_half_life: None,
+            threshold: None,
+            min_similarity: None,
+            explain: false,
+            track_access: None,
+        }
+    }
+}
+
+impl SearchOptions {
+    /// Checks every value, in the order the caller's messages have always
+    /// come in: `k`, `mode`, `threshold`, `min_similarity`, `weights`,
+    /// `decay`, `recency_half_life`, `candidates`, then the fusion.
+    pub fn new(given: &Given<'_>) -> Result<Self> {
+        let k = count("k", given.k, 1)?;
+        let mode = Mode::parse(given.mode)?;
+        let threshold = given
+            .threshold
+            .map(|t| number("threshold", t, None, None))
+            .transpose()?;
+        let min_similarity = given
+            .min_similarity
+            .map(|s| number("min_similarity", s, Some(-1.0), Some(1.0)))
+            .transpose()?;
+        if let Some(weights) = &given.weights {
+            for (name, w) in WEIGHT_NAMES.iter().zip(weights) {
+                if let Some(w) = *w {
+                    number(&format!("weights[{}]", py_str(name)), w, Some(0.0), None)?;
+                }
+            }
+        }
+        let decay = given
+            .decay
+            .map(|d| number("decay", d, Some(0.0), None))
+            .transpose()?;
+        let recency_half_life = given
+            .recency_half_life
+            .map(|h| number("recency_half_life", h, Some(1e-9), None))
+            .transpose()?;
+        let candidates = match given.candidates {
+            Some(c) => count("candidates", c, 1)?,
+            None => CANDIDATES.max(k.saturating_mul(4)).min(MAX_COUNT as usize),
+        };
+        let fusion = match given.fusion {
+            "rrf" => Fusion::rrf(given.rrf_k)?,
+            "weighted" => Fusion::weighted(given.alpha)?,
+            other => {
+                return Err(Error::invalid(format!(
+                    "fusion must be one of {{'rrf', 'weighted'}}, got {other:?}"
+                )))
+            }
+        };
+        Ok(SearchOptions {
+            k,
+            mode,
+            candidates,
+            fusion,
+            weights: given.weights,
+            decay,
+            recency_half_life,
+            threshold,
+            min_similarity,
+            explain: given.explain,
+            track_access: given.track_access,
+        })
+    }
+
+    /// Whether the search records an access of its hits: as asked, else as
+    /// the store's `defaults` say; neither saying, it does not.
+    pub fn touch(&self, defaults: &SearchOptions) -> bool {
+        self.track_access.or(defaults.track_access).unwrap_or(false)
+    }
+
+    /// The engine's request for one query: these options over the store's
+    /// `defaults` (weights, decay, half-life, access tracking). Without a
+    /// query vector a hybrid search is a text search, and a vector search's
+    /// `threshold` is a cosine similarity (elizaOS's `match_threshold`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn request<'a>(
+        &self,
+        defaults: &SearchOptions,
+        text: Option<&'a str>,
+        vector: Option<&'a [f32]>,
+        filter: Option<&'a Filter>,
+        now: f64,
+        current_only: bool,
+    ) -> Result<SearchRequest<'a>> {
+        let mode = match (self.mode, vector) {
+            (Mode::Hybrid, None) => Mode::Text,
+            (mode, _) => mode,
+        };
+        let (threshold, min_similarity) = match (mode, self.threshold, self.min_similarity) {
+            (Mode::Vector, Some(t), None) => (None, Some(t)),
+            (_, t, s) => (t, s),
+        };
+        let [relevance, importance, recency] =
+            self.weights.or(defaults.weights).unwrap_or_default();
+        let weights = Weights::resolve(relevance, importance, recency)?;
+        let decay = self.decay.or(defaults.decay);
+        let half_life = self
+            .recency_half_life
+            .or(defaults.recency_half_life)
+            .unwrap_or(scoring::DEFAULT_RECENCY_HALF_LIFE_HOURS);
+        Ok(SearchRequest {
+            text,
+            vector,
+            mode,
+            filter,
+            k: self.k,
+            candidates: self.candidates,
+            fusion: self.fusion,
+            weights,
+            rate: scoring::rate(decay, half_life)?,
+            age_from: AgeFrom::for_decay(decay),
+            now,
+            threshold,
+            min_similarity,
+            explain: self.explain,
+            touch: self.touch(defaults),
+            current_only,
+        })
+    }
+}
+
+/// A count of at least `low`.
+pub fn count(label: &str, value: i64, low: i64) -> Result<usize> {
+    if value < low {
+        return Err(Error::invalid(format!(
+            "{label} must be an int >= {low}, got {value}"
+        )));
+    }
+    usize::try_from(value).map_err(|_| {
+        Error::invalid(format!(
+            "{label} must be at most {}, got {value}",
+            usize::MAX
+        ))
+    })
+}
+
+/// A finite number within `[low, high]` (either end open when `None`).
+pub fn number(label: &str, x: f64, low: Option<f64>, high: Option<f64>) -> Result<f64> {
+    if !x.is_finite() {
+        return Err(Error::invalid(format!(
+            "{label} must be a finite number, got {}",
+            py_float(x)
+        )));
+    }
+    if low.is_some_and(|l| x < l) || high.is_some_and(|h| x > h) {
+        let end = |v: Option<f64>| v.map_or_else(|| "None".to_owned(), py_float);
+        return Err(Error::invalid(format!(
+            "{label} must be in [{}, {}], got {}",
+            end(low),
+            end(high),
+            py_float(x)
+        )));
+    }
+    Ok(x)
+}
+
+/// `x` as Python's `repr` writes it: the shortest digits that read back,
+/// in exponent form below 1e-4 and from 1e16 on, the exponent signed and of
+/// two digits at least (`1e-05`, `1.5e+16`), `nan` and `inf`.
+pub fn py_float(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".to_owned();
+    }
+    // Rust's Debug form has the same digits and the same switch to exponents.
+    let debug = format!("{x:?}");
+    match debug.split_once('e') {
+        None => debug,
+        Some((mantissa, exp)) => {
+            let (sign, digits) = match exp.strip_prefix('-') {
+                Some(d) => ('-', d),
+                None => ('+', exp),
+            };
+            format!("{mantissa}e{sign}{digits:0>2}")
+        }
+    }
+}
+
+/// `s` as Python's `repr` writes a str (printable text; the quote Python picks).
+pub fn py_str(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn given() -> Given<'static> {
+        Given {
+            k: 5,
+            mode: "hybrid",
+            candidates: None,
+            fusion: "weighted",
+            rrf_k: 60.0,
+            alpha: 0.5,
+            weights: None,
+            decay: None,
+            recency_half_life: None,
+            threshold: None,
+            min_similarity: None,
+            explain: false,
+            track_access: None,
+        }
+    }
+
+    fn refused(g: Given<'_>) -> String {
+        match SearchOptions::new(&g) {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn floats_read_as_python_writes_them() {
+        for (x, want) in [
+            (0.0, "0.0"),
+            (-1.0, "-1.0"),
+            (1.5, "1.5"),
+            (1e-9, "1e-09"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1.5e300, "1.5e+300"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+            (f64::NAN, "nan"),
+        ] {
+            assert_eq!(py_float(x), want);
+        }
+        assert_eq!(py_str("relevance"), "'relevance'");
+        assert_eq!(py_str("it's"), "\"it's\"");
+    }
+
+    #[test]
+    fn each_value_is_refused_with_its_message() {
+        assert_eq!(
+            refused(Given { k: 0, ..given() }),
+            "k must be an int >= 1, got 0"
+        );
+        assert_eq!(
+            refused(Given {
+                mode: "fast",
+                ..given()
+            }),
+            "mode must be one of {'hybrid', 'vector', 'text'}, got 'fast'"
+        );
+        assert_eq!(
+            refused(Given {
+                min_similarity: Some(1.5),
+                ..given()
+            }),
+            "min_similarity must be in [-1.0, 1.0], got 1.5"
+        );
+        assert_eq!(
+            refused(Given {
+                threshold: Some(f64::NAN),
+                ..given()
+            }),
+            "threshold must be a finite number, got nan"
+        );
+        assert_eq!(
+            refused(Given {
+                weights: Some([Some(-1.0), None, None]),
+                ..given()
+            }),
+            "weights['relevance'] must be in [0.0, None], got -1.0"
+        );
+        assert_eq!(
+            refused(Given {
+                recency_half_life: Some(0.0),
+                ..given()
+            }),
+            "recency_half_life must be in [1e-09, None], got 0.0"
+        );
+        assert_eq!(
+            refused(Given {
+                candidates: Some(0),
+                ..given()
+            }),
+            "candidates must be an int >= 1, got 0"
+        );
+        assert_eq!(
+            refused(Given {
+                fusion: "rrf",
+                rrf_k: -1.0,
+                ..given()
+            }),
+            "rrf_k must be a finite number >= 0, got -1"
+        );
+    }
+
+    #[test]
+    fn the_request_takes_the_store_defaults_and_the_query() {
+        let opts = SearchOptions::new(&Given {
+            k: 30,
+            threshold: Some(0.3),
+            mode: "vector",
+            ..given()
+        })
+        .unwrap();
+        assert_eq!(opts.candidates, 120);
+        let defaults = SearchOptions {
+            decay: Some(0.5),
+            track_access: Some(false),
+            weights: Some([Some(0.0), None, None]),
+            ..SearchOptions::default()
+        };
+        let v = [1.0f32, 0.0];
+        // The store's weights add up to nothing: refused at the search, as given.
+        assert!(opts
+            .request(&defaults, None, Some(&v), None, 0.0, true)
+            .is_err());
+        let defaults = SearchOptions {
+            weights: None,
+            ..defaults
+        };
+        let req = opts
+            .request(&defaults, None, Some(&v), None, 0.0, true)
+            .unwrap();
+        assert_eq!((req.threshold, req.min_similarity), (None, Some(0.3)));
+        assert_eq!(
+            (req.rate, req.age_from, req.touch),
+            (0.5, AgeFrom::Clock, false)
+        );
+        let text = SearchOptions::default()
+            .request(&defaults, Some("q"), None, None, 0.0, true)
+            .unwrap();
+        assert_eq!(text.mode, Mode::Text);
+    }
+}
