@@ -14,5 +14,6 @@ pub mod idmap;
 pub mod persist;
 pub(crate) mod prefetch;
 pub mod scoring;
+pub mod wordpiece;
 
 pub use error::{Error, Result};

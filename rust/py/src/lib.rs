@@ -7,6 +7,7 @@ mod engine;
 mod errors;
 mod hnsw;
 mod okapi;
+mod wordpiece;
 
 use memlane_core::{fusion, scoring};
 use pyo3::prelude::*;
@@ -38,5 +39,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<okapi::PyOkapi>()?;
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<engine::PyPrepared>()?;
+    m.add_class::<wordpiece::PyWordPiece>()?;
+    m.add_class::<wordpiece::PyEncoding>()?;
     Ok(())
 }
