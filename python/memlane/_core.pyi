@@ -21,6 +21,8 @@ __all__ = [
     "HnswIndex",
     "PreparedBatch",
     "SearchRequest",
+    "WordPiece",
+    "WordPieceEncoding",
     "__version__",
     "analyze",
 ]
@@ -394,3 +396,45 @@ class Engine:
         graph, built with the ``m`` and ``ef_construction`` it was built with)."""
     def __len__(self) -> int: ...
     def __contains__(self, key: object, /) -> bool: ...
+
+@final
+class WordPiece:
+    """BERT's WordPiece tokenizer read from a ``tokenizer.json`` of the ``tokenizers``
+    library (WordPiece model, BertNormalizer, BertPreTokenizer, a BERT template),
+    giving that library's ids and character offsets. Immutable and thread-safe.
+
+    The attention mask of an encoding is all ones, its token type ids all zeros.
+    """
+
+    @staticmethod
+    def from_file(path: str | PathLike[str], max_length: int | None = None) -> WordPiece:
+        """Reads ``path``; another configuration raises ``InvalidArgumentError`` saying
+        what it is. ``max_length`` cuts every encoding to that many tokens, special
+        tokens included (a limit below them cuts nothing, as in ``tokenizers``)."""
+    @property
+    def max_length(self) -> int | None: ...
+    @property
+    def pad_id(self) -> int:
+        """The file's padding id (0 when it sets none)."""
+    @property
+    def num_special_tokens(self) -> int:
+        """Special tokens the template puts around a text."""
+    def encode(self, text: str, add_special_tokens: bool = True) -> WordPieceEncoding: ...
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[WordPieceEncoding]:
+        """``encode`` of each text, in parallel, without the GIL."""
+
+@final
+class WordPieceEncoding:
+    """One text's tokens."""
+
+    @property
+    def ids(self) -> list[int]: ...
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        """Each token's characters in the text; ``(0, 0)`` for the template's special tokens."""
+    @property
+    def truncated(self) -> bool:
+        """Whether tokens beyond ``max_length`` were cut."""
+    def __len__(self) -> int: ...

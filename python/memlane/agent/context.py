@@ -12,9 +12,9 @@ its share gives what it leaves to the others.
 same contact and the most relevant ones, merged in time order.
 
 Tokens are counted with the default embedder's WordPiece tokenizer
-(all-MiniLM-L6-v2's ``tokenizer.json``) when it is installed; otherwise, or for
-an embedder without a tokenizer, with the documented fallback of one token per
-four characters (rounded up), which overestimates English text, so a budget is
+(all-MiniLM-L6-v2's ``tokenizer.json``, shipped with memlane); should its file
+be missing or damaged, with the documented fallback of one token per four
+characters (rounded up), which overestimates English text, so a budget is
 never exceeded by the fallback either. Pass ``count_tokens`` to use your
 model's own tokenizer.
 
@@ -35,7 +35,7 @@ from memlane import times
 from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.profiles import contact_profile
 from memlane.embeddings.lazy import is_default_model
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, MemlaneError
 from memlane.knowledge.api import Threshold
 from memlane.notes import NOTE_LIMITS, notes_context
 from memlane.scoping import EventScope, scope_kwargs
@@ -98,19 +98,16 @@ def char_token_count(text: str) -> int:
 @functools.cache
 def default_token_counter() -> TokenCounter:
     """Counts tokens with the default embedder's tokenizer, or :func:`char_token_count`."""
+    from memlane._core import WordPiece
+    from memlane.embeddings import default_tokenizer_path
+
     try:
-        from tokenizers import Tokenizer
-
-        from memlane.embeddings import default_tokenizer_path
-
-        tokenizer = Tokenizer.from_file(str(default_tokenizer_path()))
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-    except Exception:  # not installed or unreadable: the documented fallback
+        tokenizer = WordPiece.from_file(default_tokenizer_path())
+    except MemlaneError:  # missing or damaged: the documented fallback
         return char_token_count
 
     def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+        return len(tokenizer.encode(text, add_special_tokens=False))
 
     return count
 

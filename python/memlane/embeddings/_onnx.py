@@ -8,9 +8,10 @@ licence beside it). Both are checked against a pinned sha256 before they run.
 
 Any other local sentence-embedding model works too: an ``.onnx`` file whose
 inputs are among ``input_ids``, ``attention_mask`` and ``token_type_ids``, a
-``tokenizer.json`` for the ``tokenizers`` library, and the pooling that model
-was trained with (mean or CLS over its token states, or none when it already
-outputs one vector per text).
+``tokenizer.json`` as the ``tokenizers`` library saves it (memlane reads BERT's
+WordPiece ones itself; others need that library: ``pip install
+'memlane[tokenizers]'``), and the pooling that model was trained with (mean or
+CLS over its token states, or none when it already outputs one vector per text).
 
 A call tokenizes every text at once, sorts the texts by token count and runs
 the model on batches padded only to their own longest text, so short texts do
@@ -18,8 +19,8 @@ not pay for long ones. Each vector is pooled under the attention mask and
 L2-normalised.
 
 One text alone (``embed``, or ``embed_batch`` of one text, as ``Memory.search``
-embeds a question) takes a shorter path to the same session: ``encode`` rather
-than ``encode_batch``, no sort, no padding, constant mask and token-type rows.
+embeds a question) takes a shorter path to the same session: one ``encode``, no
+sort, no padding, constant mask and token-type rows.
 The session itself is set for both: see ``_onnx_model._load_session`` and
 ``benches/bench_query_embed.py``.
 """
@@ -45,10 +46,10 @@ from memlane.embeddings._onnx_model import (
     _TOKEN_OUTPUTS,
     _TOKEN_TYPES,
     _load_session,
-    _load_tokenizer,
     _model_inputs,
     _model_output,
 )
+from memlane.embeddings.tokenizer import load_tokenizer
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -251,7 +252,8 @@ class OnnxEmbedder:
 
     Raises:
         EmbedderUnavailableError: a package or file is missing, a sha256 differs,
-            onnxruntime or tokenizers cannot load a file, or the model's inputs
+            onnxruntime or the tokenizer cannot load a file (a tokenizer.json that is
+            not BERT's WordPiece needs ``tokenizers``), or the model's inputs
             or outputs are not those of a sentence-embedding model.
         InvalidArgumentError: an option is out of range.
     """
@@ -320,7 +322,10 @@ class OnnxEmbedder:
 
         _quiet_onnxruntime()
         self._session = _load_session(model, self._threads)
-        self._tokenizer, self._pad_id = _load_tokenizer(tokenizer, self._max_length)
+        # Cut at the model's limit, not the file's (the shipped one cuts at 128), and
+        # pad nothing: each batch is padded to its own longest text (see _run).
+        self._tokenizer = load_tokenizer(tokenizer, self._max_length, EmbedderUnavailableError)
+        self._pad_id = self._tokenizer.pad_id
         self._feeds = _model_inputs(self._session, model)
         self._output, rank, declared = _model_output(self._session, model, output)
         if pooling is None:
@@ -342,8 +347,7 @@ class OnnxEmbedder:
         self._zeros = np.zeros((1, self._max_length), dtype=np.int64)
         self._ones.flags.writeable = False
         self._zeros.flags.writeable = False
-        post = self._tokenizer.post_processor
-        self._special_tokens = 0 if post is None else int(post.num_special_tokens_to_add(False))
+        self._special_tokens = self._tokenizer.num_special_tokens
         if name is not None:
             self._name = name
         elif is_default and pooling == "mean" and normalize and self._output == _TOKEN_OUTPUTS[0]:
@@ -448,7 +452,7 @@ class OnnxEmbedder:
                 f"texts[{i}] has no tokens the model can read (only invisible or control "
                 f"characters): {texts[i]!r}"
             )
-        truncated = tuple(i for i, e in enumerate(encodings) if e.overflowing)
+        truncated = tuple(i for i, e in enumerate(encodings) if e.truncated)
 
         order = np.argsort(lengths, kind="stable")
         sorted_lengths = lengths[order].tolist()
@@ -471,7 +475,7 @@ class OnnxEmbedder:
         input_ids = np.array(ids, dtype=np.int64).reshape(1, width)
         mask = self._ones[:, :width]
         vectors = self._infer(input_ids, mask, self._zeros[:, :width])
-        return vectors, (0,) if encoding.overflowing else ()
+        return vectors, (0,) if encoding.truncated else ()
 
     def _run(self, ids: list[list[int]], lengths: npt.NDArray[np.intp]) -> FloatArray:
         """Vectors of one batch, padded to its own longest text."""

@@ -1,5 +1,5 @@
 """Opening an ONNX sentence-embedding model for :class:`memlane.embeddings.OnnxEmbedder`:
-its onnxruntime session, its tokenizer, and the inputs and output the model declares."""
+its onnxruntime session, and the inputs and output the model declares."""
 
 from __future__ import annotations
 
@@ -46,27 +46,6 @@ def _load_session(model: Path, threads: int) -> Any:
         )
     except Exception as e:  # onnxruntime's own exception types are not public
         raise EmbedderUnavailableError(f"onnxruntime cannot load {model}: {e}") from e
-
-
-def _load_tokenizer(path: Path, max_length: int) -> tuple[Any, int]:
-    """The tokenizer, cutting at ``max_length`` and padding nothing, and its padding id."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError as e:
-        raise EmbedderUnavailableError(
-            f"tokenizers is not installed ({e}); install it with: pip install tokenizers"
-        ) from e
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as e:  # tokenizers raises a bare Exception for a bad file
-        raise EmbedderUnavailableError(f"tokenizers cannot load {path}: {e}") from e
-    padding = tokenizer.padding
-    pad_id = int(padding["pad_id"]) if padding else 0
-    # The shipped tokenizer.json pads every text to 128 and cuts at 128: pad per
-    # batch instead (see OnnxEmbedder._run), and cut at the model's own limit.
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length)
-    return tokenizer, pad_id
 
 
 def _model_inputs(session: Any, model: Path) -> list[tuple[str, Any]]:

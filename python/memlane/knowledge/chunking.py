@@ -13,7 +13,7 @@ it is a single grapheme that long.
   at most ``chunk_size`` characters (1000) overlapping by up to
   ``chunk_overlap`` (200), as LangChain's splitter of that name does.
 - :class:`TokenSplitter`: windows of ``chunk_size`` tokens (512) of a
-  ``tokenizers`` tokenizer, by default the default embedder's, overlapping by
+  tokenizer, by default the default embedder's, overlapping by
   ``chunk_overlap`` tokens (20), as elizaOS splits knowledge. The default model
   reads only its first 256 tokens ([CLS] and [SEP] included): the vector of a
   512-token chunk stands for its first 254 tokens, while text search sees all
@@ -30,6 +30,7 @@ A chunker is anything with a ``split(text) -> list[Chunk]`` method (the
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -262,13 +263,22 @@ class RecursiveCharacterSplitter:
 # -- token splitter ----------------------------------------------------------------
 
 
+def _is_tokenizers_tokenizer(obj: object) -> bool:
+    """Whether ``obj`` is a ``tokenizers.Tokenizer`` (without importing tokenizers if
+    it is not: only its owner has it installed)."""
+    tokenizers = sys.modules.get("tokenizers")
+    return tokenizers is not None and isinstance(obj, tokenizers.Tokenizer)
+
+
 class TokenSplitter:
     """Windows of ``chunk_size`` tokens; each starts ``chunk_size - chunk_overlap`` after the last.
 
     Args:
-        tokenizer: a ``tokenizers.Tokenizer``, or the path of a
-            ``tokenizer.json``; by default the default embedder's (MiniLM's
-            WordPiece). A copy is used, without padding or truncation.
+        tokenizer: the path of a ``tokenizer.json``, or a ``tokenizers.Tokenizer``;
+            by default the default embedder's (MiniLM's WordPiece). memlane
+            reads BERT's WordPiece files itself; other files need the
+            ``tokenizers`` library (``pip install 'memlane[tokenizers]'``).
+            A copy is used, without padding or truncation.
         chunk_size: tokens per chunk, special tokens not counted (512).
         chunk_overlap: tokens shared by consecutive chunks (20).
 
@@ -284,27 +294,21 @@ class TokenSplitter:
         chunk_overlap: int = 20,
     ) -> None:
         self.chunk_size, self.chunk_overlap = _sizes(chunk_size, chunk_overlap)
-        from tokenizers import Tokenizer
+        from memlane.embeddings.tokenizer import HfTokenizer, load_tokenizer
 
         if tokenizer is None:
             from memlane.embeddings import default_tokenizer_path
 
             tokenizer = default_tokenizer_path()
         if isinstance(tokenizer, str | PathLike):
-            try:
-                tok = Tokenizer.from_file(str(tokenizer))
-            except Exception as e:  # tokenizers raises a bare Exception for a bad file
-                raise InvalidArgumentError(f"cannot load the tokenizer {tokenizer}: {e}") from e
-        elif isinstance(tokenizer, Tokenizer):
-            tok = Tokenizer.from_str(tokenizer.to_str())
+            self._tokenizer = load_tokenizer(tokenizer, None, InvalidArgumentError)
+        elif _is_tokenizers_tokenizer(tokenizer):
+            self._tokenizer = HfTokenizer(type(tokenizer).from_str(tokenizer.to_str()), None)
         else:
             raise InvalidArgumentError(
-                "tokenizer must be a tokenizers.Tokenizer or a path, got "
+                "tokenizer must be a path or a tokenizers.Tokenizer, got "
                 f"{type(tokenizer).__name__}"
             )
-        tok.no_padding()
-        tok.no_truncation()
-        self._tokenizer = tok
 
     def __repr__(self) -> str:
         return f"TokenSplitter(chunk_size={self.chunk_size}, chunk_overlap={self.chunk_overlap})"

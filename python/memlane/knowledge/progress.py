@@ -1,8 +1,7 @@
 """The ingest progress bar on stderr, drawn by tqdm.
 
 tqdm rather than rich: it is one small pure-Python package with no dependency of
-its own, and ``tokenizers`` already installs it (through ``huggingface-hub``), so
-it adds nothing to an install; rich would bring pygments and more for a single bar.
+its own; rich would bring pygments and more for a single bar.
 tqdm gives the rate, the ETA, terminal-width handling and redraw throttling that
 the hand-written bar lacked.
 

@@ -14,6 +14,7 @@ pub mod idmap;
 pub mod persist;
 pub(crate) mod prefetch;
 pub mod scoring;
+pub mod wordpiece;
 pub(crate) mod worst;
 
 pub use error::{Error, Result};

@@ -31,7 +31,7 @@ pub struct PyBm25Index {
 
 /// `texts` as owned strings: a sequence of `str` (a lone `str` is refused,
 /// since iterating it would index its characters).
-fn texts(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<String>> {
+pub(crate) fn texts(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<String>> {
     if obj.is_instance_of::<PyString>() {
         return Err(invalid(
             py,
@@ -52,7 +52,7 @@ fn texts(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<Str
 }
 
 /// One `str` argument (or item `index` of one) as an owned string.
-fn string(
+pub(crate) fn string(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
     what: &str,

@@ -8,6 +8,7 @@ mod errors;
 mod hnsw;
 mod okapi;
 mod search;
+mod wordpiece;
 
 use memlane_core::{fusion, scoring};
 use pyo3::prelude::*;
@@ -40,5 +41,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<engine::PyPrepared>()?;
     m.add_class::<search::PySearchRequest>()?;
+    m.add_class::<wordpiece::PyWordPiece>()?;
+    m.add_class::<wordpiece::PyEncoding>()?;
     Ok(())
 }
