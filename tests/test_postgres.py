@@ -866,8 +866,14 @@ def test_cli_export_and_import_with_a_url(
     assert cli_main(["export", str(tmp_path / "y.jsonl"), "--store", u, *base]) == 0
     assert (
         cli_main(
-            ["import", str(tmp_path / "y.jsonl"), "--store", str(tmp_path / "dst"), "--create"]
-            + base
+            [
+                "import",
+                str(tmp_path / "y.jsonl"),
+                "--store",
+                str(tmp_path / "dst"),
+                "--create",
+                *base,
+            ]
         )
         == 0
     )

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memlane._core import WordPiece
-from memlane.chunking import TokenSplitter
 from memlane.embeddings import OnnxEmbedder
 from memlane.embeddings._onnx import DEFAULT_MAX_LENGTH, TOKENIZER_FILE
 from memlane.embeddings.tokenizer import HfTokenizer
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError, NotFoundError
+from memlane.knowledge.chunking import TokenSplitter
 
 tokenizers = pytest.importorskip("tokenizers")
 
