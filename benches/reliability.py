@@ -1,7 +1,7 @@
 """Crash and fault loops: what survives a kill -9, a full disk and damaged files.
 
 For each fault, ``--trials`` trials; each prints nothing until the end, then one
-table (the README's "Reliability" table comes from it):
+table (docs/reliability.md's "Faults, measured" table comes from it):
 
 - **kill -9** of a process in the middle of ``add_many``, ``replace``, ``update``,
   ``delete``, ``supersede``, ``import_jsonl``, ``ingest_text``, ``snapshot`` and

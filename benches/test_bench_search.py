@@ -8,7 +8,7 @@ Groups:
   weighted fusion with the default boost, weighted relevance only, RRF with the boost;
   against the peer pipeline a user would write without the engine (``BM25Index`` and
   ``HnswIndex`` searched apart, fused by RRF in numpy). The formulas are checked from
-  ``explain=True``'s signals (README, "Ranking"), untimed.
+  ``explain=True``'s signals (docs/search.md, "How scores are computed"), untimed.
 - ``memory-search`` and ``memory-search-scoped``: ``Memory.search(text,
   query_embedding=...)`` (fusion, scoring, record fetch, access tracking), unscoped and
   scoped to one agent of 100, against chromadb's ``query`` (with ``where``) when chromadb
@@ -132,7 +132,7 @@ def queries(dataset: Dataset) -> Iterator[tuple[str, np.ndarray]]:
 
 
 def check_signals(kind: str, signals: np.ndarray, text_hits: bool) -> None:
-    """The README's formulas, from the signals explain=True gives for each hit."""
+    """The documented formulas, from the signals explain=True gives for each hit."""
     cos = np.clip(np.nan_to_num(signals[:, COSINE]), 0, 1)
     if kind == "rrf":
         # L counts the non-empty lists: the vector one, and the text one.

@@ -1,6 +1,6 @@
-"""Search scores: the documented formula (README, "Scoring") held to a Python reference,
-and the behaviour it promises: relevance first at any age, recency and importance
-reordering near-ties, evergreen memories that do not age."""
+"""Search scores: the documented formula (docs/search.md, "How scores are computed") held
+to a Python reference, and the behaviour it promises: relevance first at any age, recency
+and importance reordering near-ties, evergreen memories that do not age."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def reference(
     rate: float,
     clock: float | None = None,
 ) -> dict[str, dict[str, float]]:
-    """The README's formula, written out independently of the engine (``clock``: the
+    """The documented formula, written out independently of the engine (``clock``: the
     search's time, where ages count to with an explicit decay)."""
     w = weights or {
         "relevance": DEFAULT_RELEVANCE_WEIGHT,

@@ -24,17 +24,14 @@ from memlane._memory.writer import Writer
 from memlane.storage import Store, StoreLock
 
 # Parked vectors are linked in batches of this size. Searches run while a batch links;
-# writes wait for it (~0.05 s on 2 cores).
+# writes wait for it. Figures for this and the three below: benches/README.md, "Figures
+# behind the code".
 INDEX_BATCH = 1024
 # With PostgreSQL, graph linking waits this long after a write, unless this many
 # vectors are parked: every process that follows the store links the same vectors, and
-# a loader that linked its own writes meanwhile fell from 16.2k to 8.4-9.3k memories/s
-# on 2 cores while a follower linked them too (benches/bench_postgres.py). An embedded
-# store has one process: it links during a stream of writes in smaller batches, so a
-# write waits less for one (benches/bench_scale.py, 100k in batches of 10,000: memories/s
-# until linked 8.1-8.6k when linking waited for quiet, 9.3-10.4k with 256 while busy,
-# 9.7-10.6k with 512, and 8.8-10.1k with 512 in three later runs; search p50 right after
-# the load 1.9-2.0 ms when linking waited, 1.5-2.1 ms otherwise).
+# a loader that links its own writes meanwhile halves its rate. An embedded store has one
+# process: it links during a stream of writes in smaller batches, so a write waits less
+# for one.
 _WRITE_QUIET = 0.2
 _BUSY_BATCH = 512
 _MAX_PARKED = 100_000

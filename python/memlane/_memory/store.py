@@ -450,7 +450,7 @@ class MemoryStore:
         embedding the query.
 
         Every score is the relevance times a bounded boost, so relevance comes
-        first at any age (README, "Scoring"):
+        first at any age (docs/search.md, "How scores are computed"):
 
         - relevance in [0, 1], absolute rather than relative to the other hits:
           vector mode the cosine similarity clamped to [0, 1]; text mode

@@ -400,7 +400,8 @@ def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
         "--filter",
         type=json_object,
         metavar="JSON",
-        help='a filter in the README\'s grammar, e.g. \'{"source": {"$in": ["telegram"]}}\'',
+        help='a filter in memlane\'s grammar (docs/search.md, "Filters"), '
+        'e.g. \'{"source": {"$in": ["telegram"]}}\'',
     )
 
 

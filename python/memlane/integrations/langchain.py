@@ -476,7 +476,7 @@ class MemlaneRetriever(BaseRetriever):
     """Documents from memlane's hybrid search: BM25 and vectors fused in one engine call.
 
     Scores follow memlane's formula (relevance times a bounded boost from
-    importance and recency; README, "How scores are computed"); with
+    importance and recency; docs/search.md, "How scores are computed"); with
     ``score_key`` set, each document's metadata carries its score under that key.
     ``search_kwargs`` go to :meth:`memlane.Memory.search` (``alpha``, ``fusion``,
     ``threshold``, ``weights``, ...). ``invoke(query, k=...)`` overrides ``k``.

@@ -65,7 +65,7 @@ __all__ = [
 #: Fusion settings of :meth:`memlane.Memory.search_knowledge`: those of
 #: :meth:`memlane.Memory.search`, one default for the whole engine (weighted fusion of the
 #: cosine and BM25 over the query's ceiling, chosen on SciFact's 809 train queries:
-#: ``benches/tune_search.py``; the test figures are in the README).
+#: ``benches/tune_search.py``; the test figures are in ``docs/benchmarks.md``).
 SEARCH_DEFAULTS: dict[str, Any] = {"fusion": "weighted", "alpha": DEFAULT_ALPHA}
 
 #: A knowledge search's cut-off: a number, ``None`` (none) or ``"default"``.
@@ -76,19 +76,14 @@ Threshold = float | None | Literal["default"]
 #: model; with all-MiniLM-L6-v2 it would drop most relevant hits. Chosen by
 #: ``benches/tune_knowledge_threshold.py`` on SciFact's abstracts ingested as files: the
 #: highest cosine keeping at least 99% of the relevant fragments of the top 5 on the
-#: 809 *train* queries (99.4%). On the 300 *test* queries it keeps 98.3% of them (nDCG@5
-#: 0.719 -> 0.706) and leaves 67.8% of 500 off-topic questions (WordNet glosses) with
-#: no hit, where without a cut-off each gets five: an agent asked about what its
-#: knowledge does not hold gets nothing rather than the nearest text. A 95% target
-#: (0.45) would silence 91.6% of them but cost 7.4% of the relevant hits on test
-#: (nDCG@5 0.672): too much for a default.
+#: *train* queries, so that an agent asked about what its knowledge does not hold gets
+#: nothing rather than the nearest text (test figures in ``docs/knowledge.md``).
 FRAGMENT_THRESHOLD = 0.36
 
 #: Default cut-off of :meth:`memlane.Memory.search_documents`: a minimum cosine to a
-#: document's mean vector, chosen alike (train: 99.0% of the relevant documents of the
-#: top 5 kept; test: 99.6% kept, nDCG@5 0.722 -> 0.720; 40.6% of the off-topic
-#: questions get no document). A mean vector sits closer to the middle of its
-#: fragments than any one of them to a query, hence the lower figure.
+#: document's mean vector, chosen alike (test figures in ``docs/knowledge.md``). A mean
+#: vector sits closer to the middle of its fragments than any one of them to a query,
+#: hence the lower figure.
 DOCUMENT_THRESHOLD = 0.29
 
 _DEFAULT_THRESHOLD = {FRAGMENTS: FRAGMENT_THRESHOLD, DOCUMENTS: DOCUMENT_THRESHOLD}

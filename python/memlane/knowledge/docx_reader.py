@@ -21,15 +21,14 @@ __all__ = ["load_docx"]
 _HEADING_STYLE = re.compile(r"^heading\s*(\d)$", re.IGNORECASE)
 
 # A .docx is read from its XML as it streams out of the zip (lxml's iterparse), not
-# through python-docx's object model, for two reasons of cost. python-docx builds
-# the whole tree first (three million empty paragraphs, 60 KB on disk, took 90 s
-# and 730 MB to give nothing), and a table row's cells repeat a cell once per
-# column it spans (a span of 2**31 - 1 declared in 36 KB ran out of memory). Here
-# every element is visited once and dropped once read, so memory holds a few
-# elements and the text; the elements counted and the text extracted are bounded
-# by the IngestLimits in force. The text is python-docx's: the body's paragraphs
-# and tables (not those nested in a cell, nor those inside other wrappers),
-# paragraph text from its runs and hyperlinks' runs.
+# through python-docx's object model, for two reasons of cost: python-docx builds the
+# whole tree first, and a table row's cells repeat a cell once per column it spans, so a
+# file of a few kilobytes can take minutes or all the memory (figures in
+# benches/README.md, "Figures behind the code"). Here every element is visited once and
+# dropped once read, so memory holds a few elements and the text; the elements counted
+# and the text extracted are bounded by the IngestLimits in force. The text is
+# python-docx's: the body's paragraphs and tables (not those nested in a cell, nor those
+# inside other wrappers), paragraph text from its runs and hyperlinks' runs.
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _W_VAL = f"{_W}val"
 _W_P, _W_R, _W_HYPERLINK, _W_TBL, _W_TR, _W_TC = (

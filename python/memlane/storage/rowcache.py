@@ -34,9 +34,8 @@ __all__ = ["DEFAULT_CAPACITY", "OFFER_CHARS", "RowCache"]
 
 #: Rows kept by default (about 0.6 kB each in process: 57 MiB for 100k). With the
 #: vectors in the engine, a 100k-record store holds all its rows for about a sixth
-#: more memory, and a new question's search stays as fast as at 10k (measured on
-#: ``benches/bench_user_latency.py``: search minus the embedder 0.50-0.64 ms at 100k
-#: against 0.79-0.93 ms with 10,000 rows kept).
+#: more memory, and a new question's search stays as fast as at 10k (figures in
+#: benches/README.md, "Figures behind the code").
 DEFAULT_CAPACITY = 200_000
 
 #: Text and metadata (characters) that reading ahead brings in at most: short memories

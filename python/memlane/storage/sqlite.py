@@ -72,11 +72,10 @@ CREATE INDEX IF NOT EXISTS history_next ON history (next_id);
 )
 
 # Record fetches read mapped pages. The kernel maps some 64 kB around each page a
-# search touches (fault-around), so a map of the whole file grew the resident set of a
-# 1M-record store (3.5 GB) by 0.3 MB per search, to 511 MB after 2,000 searches; past
-# the first 256 MB, pages are read into SQLite's cache instead. Search p50 did not move
-# beyond this machine's noise (A/B in one process): at 1M 1.18-2.09 ms with a 1 GB map,
-# 1.21-1.89 ms with 256 MB; 0.66-0.82 ms at 10k and 100k with either.
+# search touches (fault-around), so a map of the whole file grows a large store's
+# resident set with every search; past the first 256 MB, pages are read into SQLite's
+# cache instead, at no measured cost to searches (figures in
+# benches/README.md, "Figures behind the code").
 _MMAP_BYTES = 256 << 20
 _CACHE_KIB = 64 * 1024
 # SQLite's default limit on bound parameters is 32766; stay far below.

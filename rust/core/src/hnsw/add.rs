@@ -76,14 +76,15 @@ impl Hnsw {
         self.graph.reserve(fresh);
     }
 
-    /// Copies of the large buffers (the vectors and the level-0 lists) with
-    /// the room [`Hnsw::reserve`] would make for `additional` more slots.
-    /// Growing them in place copies them too, under the caller's exclusive
-    /// lock: a 100k bulk load held searches for up to 56 ms that way. Nothing
-    /// is copied while a batch is staged (its links change meanwhile). Links
-    /// also change through `&self` in [`Hnsw::settle`], which `edits` does not
-    /// see: the caller keeps it from running until [`Hnsw::adopt`] (the engine
-    /// holds its upgradable read across both, as a save does).
+    /// Copies of the large buffers (the vectors and the level-0 lists) with the
+    /// room [`Hnsw::reserve`] would make for `additional` more slots. Growing
+    /// them in place copies them too, under the caller's exclusive lock, which
+    /// holds searches meanwhile (figures in `benches/README.md`, "Figures
+    /// behind the code"). Nothing is copied while a batch is staged (its links
+    /// change meanwhile). Links also change through `&self` in
+    /// [`Hnsw::settle`], which `edits` does not see: the caller keeps it from
+    /// running until [`Hnsw::adopt`] (the engine holds its upgradable read
+    /// across both, as a save does).
     pub(crate) fn grown(&self, additional: usize) -> Grown {
         let fresh = additional.saturating_sub(self.free.len());
         let idle = self.edits.is_multiple_of(2);

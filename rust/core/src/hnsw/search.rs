@@ -283,8 +283,8 @@ impl Hnsw {
         }
         // A search reads every line of each vector it measures, mostly from
         // memory (the embedder's run before it evicts the caches): asking for
-        // all of them at once beats the hardware's streaming (cold searches of
-        // 100k vectors: 0.123-0.127 ms against 0.144-0.149).
+        // all of them at once beats the hardware's streaming (figures in
+        // benches/README.md, "Figures behind the code").
         let lines = self.vectors.lines_per_record();
         while let Some(Reverse(c)) = sc.candidates.pop() {
             let bound = match sc.results.peek() {
@@ -336,7 +336,7 @@ impl Hnsw {
         }
         // Without a branch: whether a neighbour was seen is a coin toss to
         // the predictor, so each one is written and the new ones counted
-        // (building 100k nodes on one thread: 9.2-9.5 s against 10.0-10.2).
+        // (faster to build: benches/README.md, "Figures behind the code").
         let epoch = sc.epoch;
         sc.fresh.clear();
         sc.fresh.resize(sc.links.len(), 0);
