@@ -223,9 +223,10 @@ def usable_vectors(vectors: FloatArray) -> npt.NDArray[np.bool_]:
     return ok
 
 
-def check_vectors(vectors: FloatArray, rows: Sequence[int], label: str) -> None:
+def check_vectors(vectors: FloatArray, rows: Sequence[int] | None, label: str) -> None:
     """Finite, non-zero and scalable to unit length in float32 (the engine's rule in
-    ``check_rows``), all rows at once; names the first bad record."""
+    ``check_rows``), all rows at once; names the first bad record (its number in
+    ``rows``; with ``rows=None``, the one record of a single add, no number)."""
     finite, nonzero, scalable, norm = _vector_checks(vectors)
     bad = np.flatnonzero(~(finite & nonzero & scalable))
     if bad.size:
@@ -239,7 +240,8 @@ def check_vectors(vectors: FloatArray, rows: Sequence[int], label: str) -> None:
                 f"has norm {norm[i]:.3g}, outside the range of positive normal float32 "
                 "values, so it cannot be scaled to unit length"
             )
-        raise InvalidArgumentError(f"record {rows[i]}: {label} {what}")
+        where = "" if rows is None else f"record {rows[i]}: "
+        raise InvalidArgumentError(f"{where}{label} {what}")
 
 
 def vector(value: object, label: str, dim: int | None, check_values: bool = True) -> FloatArray:
@@ -261,5 +263,5 @@ def vector(value: object, label: str, dim: int | None, check_values: bool = True
             f"{label} has shape {v.shape}; this store's vectors have dimension {dim}"
         )
     if check_values:
-        check_vectors(v[None, :], [0], label)
+        check_vectors(v[None, :], None, label)
     return v

@@ -149,6 +149,12 @@ class Memory(MemoryStore):
         window = DedupWindow(coerce.number(dedup_window, "dedup_window", 0.0))
         if embedder is DEFAULT_EMBEDDER:
             embedder = default_embedder()
+        if isinstance(embedder, str):
+            raise InvalidArgumentError(
+                f"embedder must be an Embedder or None, got the string {embedder!r}: "
+                "pass embedder=None for a text-only store (the CLI's --embedder names "
+                "are not taken here)"
+            )
         if embedder is not None and not isinstance(embedder, Embedder):
             raise InvalidArgumentError(
                 f"embedder must follow the Embedder protocol (name, dimension, embed, "

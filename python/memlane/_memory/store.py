@@ -141,15 +141,20 @@ class MemoryStore:
             "expires_at": expires_at,
             "ttl": ttl,
         }
-        return self.add_many([item])[0]
+        records: list[MemoryRecord] = self._writer.add([item], single=True)
+        return records[0]
 
-    def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[MemoryRecord]:
+    def add_many(
+        self, items: Iterable[Mapping[str, Any]], *, progress: bool = False
+    ) -> list[MemoryRecord]:
         """Stores many memories in one transaction with one embedding batch.
 
         Each item takes the keyword arguments of :meth:`add` (``text`` required).
         All are validated first: one bad item raises and stores nothing.
+        ``progress=True`` shows a progress bar (tqdm, on stderr) while the texts are
+        embedded, the long part of a large load.
         """
-        records: list[MemoryRecord] = self._writer.add(items)
+        records: list[MemoryRecord] = self._writer.add(items, progress=progress)
         return records
 
     def replace(

@@ -101,14 +101,30 @@ class Writer:
         items: Iterable[Mapping[str, Any]],
         importing: bool = False,
         replacing: Replacing | None = None,
+        *,
+        single: bool = False,
+        progress: bool = False,
     ) -> Any:
         """``add_many``'s records; with ``replacing``, also deletes its matches in the same
-        transaction and returns (deleted, records)."""
-        with self.sync.writing():
-            return self._add(items, importing, replacing)
+        transaction and returns (deleted, records). ``single``: the one record of ``add``
+        (its errors name no position); ``progress``: a bar on stderr while it embeds."""
+        if progress is not True and progress is not False:
+            progress = coerce.flag(progress, "progress")
+        bars: list[Any] | None = [] if progress else None
+        try:
+            with self.sync.writing():
+                return self._add(items, importing, replacing, single, bars)
+        finally:
+            for bar in bars or ():
+                bar.close()
 
     def _add(
-        self, items: Iterable[Mapping[str, Any]], importing: bool, replacing: Replacing | None
+        self,
+        items: Iterable[Mapping[str, Any]],
+        importing: bool,
+        replacing: Replacing | None,
+        single: bool = False,
+        bars: list[Any] | None = None,
     ) -> Any:
         sync = self.sync
         sync.check_open()
@@ -120,6 +136,8 @@ class Writer:
             try:
                 news.append(validate(item, now, self.default_scope, sync.dim, importing))
             except InvalidArgumentError as e:
+                if single:
+                    raise
                 raise type(e)(f"record {i}: {e}") from None
         if replacing is not None and any(n.dedup for n in news):
             raise InvalidArgumentError("replace stores items as given: unique=True is refused")
@@ -127,18 +145,36 @@ class Writer:
             return []
         given = [i for i, n in enumerate(news) if n.embedding is not None]
         if given:
-            coerce.check_vectors(np.stack([news[i].embedding for i in given]), given, "embedding")  # type: ignore[misc]
+            coerce.check_vectors(
+                np.stack([news[i].embedding for i in given]),  # type: ignore[misc]
+                None if single else given,
+                "embedding",
+            )
         seen: set[str] = set()
         for n in news:
             if n.id in seen:
                 raise InvalidArgumentError(f"id {n.id!r} appears twice in one add_many")
             seen.add(n.id)
+        missing = []
         if self.embedder is not None:
             missing = [i for i, n in enumerate(news) if n.embedding is None]
-            if missing:
-                vectors = self.embed_texts([news[i].text for i in missing])
-                for i, v in zip(missing, vectors, strict=True):
-                    news[i].embedding = v
+        bar = None
+        if bars is not None:
+            bar = _progress_bar(len(news))
+            bars.append(bar)
+            bar.update(len(news) - len(missing))
+        # With a bar, the model runs in parts so that the bar moves (each part is still
+        # sorted by length and batched by the embedder).
+        step = PROGRESS_PART if bar is not None else max(1, len(missing))
+        for start in range(0, len(missing), step):
+            part = missing[start : start + step]
+            vectors = self.embed_texts([news[i].text for i in part])
+            for i, v in zip(part, vectors, strict=True):
+                news[i].embedding = v
+            if bar is not None:
+                bar.update(len(part))
+        if bar is not None:
+            bar.set_postfix_str("storing")
 
         with sync.lock:
             sync.check_open()
@@ -316,7 +352,7 @@ class Writer:
         _check_current(seen)
         n = self._successor(seen, item, when, now)
         if n.embedding is not None:
-            coerce.check_vectors(n.embedding[None, :], [0], "embedding")
+            coerce.check_vectors(n.embedding[None, :], None, "embedding")
         elif self.embedder is not None:
             n.embedding = self.embed_texts([n.text])[0]
         vector = n.embedding
@@ -377,7 +413,7 @@ class Writer:
         n = self._updated(seen, fields)
         new_vector = n.embedding is not None
         if new_vector:
-            coerce.check_vectors(n.embedding[None, :], [0], "embedding")  # type: ignore[index]
+            coerce.check_vectors(n.embedding[None, :], None, "embedding")  # type: ignore[index]
         elif "text" in fields and fields["text"] != seen.text and self.embedder is not None:
             n.embedding = self.embed_texts([n.text])[0]
             new_vector = True
@@ -540,3 +576,14 @@ class Writer:
                 seq = self.db.next_seq(conn)
                 self.access.flush(self.db, conn, seq)
             sync.committed(seq, 0)
+
+
+#: Texts embedded between two moves of ``add_many``'s progress bar.
+PROGRESS_PART = 512
+
+
+def _progress_bar(total: int) -> Any:
+    """``add_many(progress=True)``'s bar on stderr (tqdm: rate, ETA, terminal width)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="add_many", unit="records", dynamic_ncols=True)
