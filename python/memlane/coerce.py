@@ -7,7 +7,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -124,30 +124,47 @@ def metadata(value: object) -> tuple[dict[str, Any], str]:
         raise InvalidArgumentError(f"metadata must be JSON-serialisable: {e}") from None
     # NUL is escaped in JSON text (\u0000); a lone surrogate is kept as it is.
     clean(encoded, "metadata", nul=True)
-    # Round-trip: what is stored is what a later read returns.
-    stored: dict[str, Any] = json.loads(encoded)
-    _check_depth(stored)
-    return stored, encoded
+    # What a later read returns, built from the value (no parse of the text just written).
+    return _as_read(value, 0), encoded
 
 
-def _check_depth(value: Mapping[str, Any]) -> None:
-    """Refuses dicts and lists nested deeper than :data:`MAX_METADATA_DEPTH` below the
-    top level (lists too, which the engine does not descend into but the database
-    keeps); ``value`` is a JSON round trip, so it holds no cycle."""
-    stack: list[tuple[object, int]] = [(v, 0) for v in value.values()]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, Mapping):
-            children: Iterable[object] = v.values()
-        elif isinstance(v, list | tuple):
-            children = v
-        else:
-            continue
-        if depth >= MAX_METADATA_DEPTH:
+def _as_read(value: Any, depth: int) -> Any:
+    """``value`` as ``json.loads(json.dumps(value))`` gives it back, for a value that
+    ``json.dumps`` accepted: tuples become lists, subclasses their base type, dict keys
+    strings; refuses dicts and lists nested deeper than :data:`MAX_METADATA_DEPTH` below
+    the top level (lists too, which the engine does not descend into but the database
+    keeps)."""
+    if isinstance(value, dict):
+        if depth > MAX_METADATA_DEPTH:
             raise InvalidArgumentError(
                 f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep"
             )
-        stack.extend((c, depth + 1) for c in children)
+        return {_key(k): _as_read(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        if depth > MAX_METADATA_DEPTH:
+            raise InvalidArgumentError(
+                f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep"
+            )
+        return [_as_read(v, depth + 1) for v in value]
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    return float.__float__(value)
+
+
+def _key(key: Any) -> str:
+    """A dict key as JSON writes it (``json.dumps`` accepted it: str, int, float, bool or
+    None)."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is True or key is False or key is None:
+        return json.dumps(key)
+    if isinstance(key, int):
+        return int.__repr__(key)
+    return float.__repr__(key)
 
 
 def scope_keys(scope: Mapping[str, Any]) -> None:
