@@ -28,14 +28,9 @@ def _load_session(model: Path, threads: int) -> Any:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    # onnxruntime's default spinning stays: pool threads spin between a run's steps
-    # and for about 40 ms after it (some 45 ms of CPU per query). For one short text
-    # on 2 idle cores (benches/bench_query_embed.py) each alternative was slower:
-    # one thread 1.45-1.55x back to back (1.15-1.4x after 100 ms of quiet), no
-    # spinning 1.15-1.25x (1.25-1.5x), and "session.force_spinning_stop" as fast
-    # back to back but 1.4-1.9x after 50 ms or more of quiet; an arena or
-    # "session.dynamic_block_base" gained nothing beyond noise. On cores busy with
-    # other work the spinning costs instead: one thread is then about 1.6x faster.
+    # onnxruntime's default spinning stays: on idle cores it is the fastest for one
+    # short text (one thread, no spinning and "force_spinning_stop" measured slower;
+    # figures in benches/README.md, "Figures behind the code").
 
     # The arena keeps the largest run's memory for the life of the session (2.8 GB
     # after one batch of 256-token texts); memlane lives in other people's processes.

@@ -420,10 +420,10 @@ impl Engine {
         };
         let engine = RwLockWriteGuard::downgrade_to_upgradable(engine);
         // A batch too small to link in parallel (a single add's, linked while
-        // its writer waits) runs here: handing it to the background pool cost
+        // its writer waits) runs here: handing it to the background pool costs
         // the wake-up of a thread running below the writer's priority, beside
-        // the embedder's spinning threads (add minus the embedder, 100k store,
-        // six interleaved pairs: median 1.65 ms against 1.90).
+        // the embedder's spinning threads (benches/README.md, "Figures behind
+        // the code").
         if job.n < PARALLEL_MIN_BATCH {
             engine.link_run(&job);
         } else {
