@@ -330,14 +330,27 @@ impl Bm25Index {
         let by_tid = Self::by_tid(terms);
         let mut tfs = vec![0u32; terms.len()];
         let mut contrib = vec![0f32; terms.len()];
-        groups
+        // A turn's neighbours are rarely in cache: each one's reads are asked
+        // for before any group is scored, so the misses overlap (as in
+        // `scores_of`).
+        let docnos: Vec<[Option<u32>; 3]> = groups
+            .iter()
+            .map(|g| g.map(|id| self.slots.get(&id).copied()))
+            .collect();
+        for &d in docnos.iter().flatten().flatten() {
+            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
+            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
+        }
+        for &d in docnos.iter().flatten().flatten() {
+            let start = self.fwd_start[d as usize];
+            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
+            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
+        }
+        docnos
             .iter()
             .map(|group| {
                 let (mut len, mut parts) = (0u32, 0u32);
-                for id in group {
-                    let Some(&d) = self.slots.get(id) else {
-                        continue;
-                    };
+                for &d in group.iter().flatten() {
                     let (doc_terms, doc_tfs) = self.forward(d);
                     len = len.saturating_add(self.doc_lens[d as usize]);
                     parts += 1;

@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
+use crate::prefetch::prefetch;
 
 /// The scope fields, in the order of [`Attrs::scope`].
 pub const SCOPE_FIELDS: [&str; 6] = [
@@ -392,6 +393,19 @@ impl Records {
         }
         let some = |n: u32| (n != NONE).then_some(n);
         Some([some(self.prev[s]), some(self.next[s])])
+    }
+
+    /// Asks for what [`neighbours`](Self::neighbours) reads of `slot`.
+    pub fn prefetch_neighbours(&self, slot: u32) {
+        let s = slot as usize;
+        prefetch(self.scope[SESSION].as_ptr().wrapping_add(s));
+        prefetch(self.prev.as_ptr().wrapping_add(s));
+        prefetch(self.next.as_ptr().wrapping_add(s));
+    }
+
+    /// Asks for what [`id`](Self::id) reads of `slot`.
+    pub fn prefetch_id(&self, slot: u32) {
+        prefetch(self.ids.as_ptr().wrapping_add(slot as usize));
     }
 
     /// Puts `slot` (live, its columns set) in its session's order.

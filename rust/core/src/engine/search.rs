@@ -524,16 +524,26 @@ impl Engine {
     /// the query's terms, whatever the store holds).
     fn fill_context(&self, query: &Query, order: &[u64], cands: &mut FxHashMap<u64, Cand>) {
         let r = &self.records;
-        let mut turns: Vec<u64> = Vec::new();
-        let mut groups: Vec<[u64; 3]> = Vec::new();
-        for &id in order {
-            let Some([prev, next]) = r.slot(id).and_then(|slot| r.neighbours(slot)) else {
-                continue;
-            };
-            let id_of = |n: Option<u32>| n.map_or(crate::bm25::MISSING, |n| r.id(n));
-            turns.push(id);
-            groups.push([id_of(prev), id, id_of(next)]);
+        // Each step's reads are asked for before the next step needs them, so
+        // the misses of scattered slots overlap.
+        let slots: Vec<u32> = order.iter().filter_map(|&id| r.slot(id)).collect();
+        for &s in &slots {
+            r.prefetch_neighbours(s);
         }
+        let linked: Vec<(u32, [Option<u32>; 2])> = slots
+            .iter()
+            .filter_map(|&s| Some((s, r.neighbours(s)?)))
+            .collect();
+        for n in linked.iter().flat_map(|(_, n)| n).flatten() {
+            r.prefetch_id(*n);
+        }
+        let id_of = |n: Option<u32>| n.map_or(crate::bm25::MISSING, |n| r.id(n));
+        let turns: Vec<u64> = linked.iter().map(|&(s, _)| r.id(s)).collect();
+        let groups: Vec<[u64; 3]> = linked
+            .iter()
+            .zip(&turns)
+            .map(|(&(_, [prev, next]), &id)| [id_of(prev), id, id_of(next)])
+            .collect();
         if turns.is_empty() {
             return;
         }
