@@ -139,3 +139,34 @@ def test_the_neighbours_come_back_after_reopening(tmp_path: Path) -> None:
         assert [(h.record.id, h.explain) for h in _search(mem)] == before
     finally:
         mem.close()
+
+
+def test_a_turn_of_another_user_in_the_same_session_is_no_context() -> None:
+    """Scopes are boundaries: bob's question gives alice's answer no words, even where
+    the two share a session_id, so a search scoped to alice ranks as if bob's turn did
+    not exist."""
+    mem = Memory(None, WordHashEmbedder(dimension=2), track_access=False, dedup_window=0)
+    try:
+        t = T0
+        mem.add(
+            "Do you go hiking?", session_id="s1", user_id="bob", created_at=t, embedding=_vec(0.0)
+        )
+        answer = mem.add(
+            "Yes, every Sunday morning.",
+            session_id="s1",
+            user_id="alice",
+            created_at=t + 60,
+            embedding=_vec(0.80),
+        ).id
+        hits = mem.search(
+            "hiking",
+            k=5,
+            query_embedding=QUERY,
+            user_id="alice",
+            weights={"relevance": 1},
+            explain=True,
+        )
+        assert [h.record.id for h in hits] == [answer]
+        assert not hits[0].explain["bm25_context"]
+    finally:
+        mem.close()

@@ -301,10 +301,12 @@ pub struct Records {
     /// snapshot need not carry them ([`Records::rebuild_index`]).
     pub(crate) prev: Vec<u32>,
     pub(crate) next: Vec<u32>,
-    /// Per session (its interned `session_id`): its records' slots by
+    /// Per session, keyed by the whole scope (the interned values of every
+    /// scope field, `session_id` among them, so that a turn's context never
+    /// holds another agent's or user's record): its records' slots by
     /// [`order_key`], where an add finds its neighbours in `O(log n)`
     /// whatever order turns arrive in.
-    pub(crate) sessions: FxHashMap<u32, BTreeMap<(u64, u64), u32>>,
+    pub(crate) sessions: FxHashMap<[u32; 6], BTreeMap<(u64, u64), u32>>,
 }
 
 /// A record's place in its session: `created_at` (as bits that sort as the
@@ -408,6 +410,11 @@ impl Records {
         prefetch(self.ids.as_ptr().wrapping_add(slot as usize));
     }
 
+    /// The interned scope of `slot`, every field: a session's key.
+    fn scope_key(&self, s: usize) -> [u32; 6] {
+        std::array::from_fn(|f| self.scope[f][s])
+    }
+
     /// Puts `slot` (live, its columns set) in its session's order.
     fn link(&mut self, slot: u32) {
         let s = slot as usize;
@@ -416,7 +423,7 @@ impl Records {
             return;
         }
         let key = order_key(self.created_at[s], self.ids[s]);
-        let chain = self.sessions.entry(session).or_default();
+        let chain = self.sessions.entry(self.scope_key(s)).or_default();
         let prev = chain.range(..key).next_back().map_or(NONE, |(_, &p)| p);
         let next = chain
             .range((Excluded(key), Unbounded))
@@ -442,10 +449,11 @@ impl Records {
             return;
         }
         let key = order_key(self.created_at[s], self.ids[s]);
-        if let Some(chain) = self.sessions.get_mut(&session) {
+        let scope = self.scope_key(s);
+        if let Some(chain) = self.sessions.get_mut(&scope) {
             chain.remove(&key);
             if chain.is_empty() {
-                self.sessions.remove(&session);
+                self.sessions.remove(&scope);
             }
         }
         let (prev, next) = (self.prev[s], self.next[s]);
@@ -728,6 +736,21 @@ mod tests {
         a
     }
 
+    #[test]
+    fn a_session_shared_by_two_users_is_two_chains() {
+        let mut r = Records::default();
+        let mut alice = turn(Some("s"), 10.0);
+        alice.scope[1] = Some("alice".into());
+        let mut bob = turn(Some("s"), 20.0);
+        bob.scope[1] = Some("bob".into());
+        let mut alice_later = turn(Some("s"), 30.0);
+        alice_later.scope[1] = Some("alice".into());
+        r.insert(1, &alice);
+        r.insert(2, &bob);
+        r.insert(3, &alice_later);
+        assert_eq!(chains(&r), vec![vec![1, 3], vec![2]]);
+    }
+
     /// Each session's ids in order, walked through the links both ways.
     fn chains(r: &Records) -> Vec<Vec<u64>> {
         let mut out = Vec::new();
@@ -777,7 +800,8 @@ mod tests {
         r.insert(6, &turn(None, 0.0));
         assert_eq!(chains(&r), vec![vec![1], vec![2, 3]]);
         assert!(r.remove(1));
-        assert!(!r.sessions.contains_key(&r.strings.get("s").unwrap()));
+        let s = r.strings.get("s").unwrap();
+        assert!(!r.sessions.keys().any(|k| k[SESSION] == s));
 
         // The links are derived from the columns: a rebuild gives them again.
         let before = (r.prev.clone(), r.next.clone());
