@@ -36,6 +36,7 @@ RECORD_KEYS = {
 EXPLAIN_KEYS = {
     "bm25",
     "bm25_rank",
+    "bm25_context",
     "cosine",
     "vector_rank",
     "relevance",

@@ -119,6 +119,7 @@ def test_explain_gives_ints_for_ranks_and_none_for_absent_signals(mem: Memory) -
         assert set(h.explain) == {
             "bm25",
             "bm25_rank",
+            "bm25_context",
             "cosine",
             "vector_rank",
             "relevance",

@@ -9,6 +9,7 @@ import numpy.typing as npt
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "DEFAULT_CONTEXT_WEIGHT",
     "DEFAULT_IMPORTANCE_WEIGHT",
     "DEFAULT_RECENCY_HALF_LIFE_HOURS",
     "DEFAULT_RECENCY_WEIGHT",
@@ -33,6 +34,7 @@ __version__: str
 ROW_FIELDS: list[str]
 DEFAULT_ALPHA: float
 DEFAULT_RRF_K: float
+DEFAULT_CONTEXT_WEIGHT: float
 DEFAULT_RELEVANCE_WEIGHT: float
 DEFAULT_IMPORTANCE_WEIGHT: float
 DEFAULT_RECENCY_WEIGHT: float
@@ -274,6 +276,7 @@ class SearchRequest:
         candidates: int | None = None,
         explain: bool | None = None,
         track_access: bool | None = None,
+        context_weight: float | None = None,
     ) -> SearchRequest: ...
     @property
     def k(self) -> int: ...

@@ -102,9 +102,11 @@ class SearchHit:
     """A search result: the record, its final score and, on request, the signals behind it.
 
     ``explain`` holds ``bm25`` and ``bm25_rank``, ``cosine`` and ``vector_rank``
-    (None where the hit was not retrieved that way), ``relevance`` (fused, in
-    [0, 1]), ``importance``, ``recency``, ``age_hours`` (from the newest
-    candidate), ``boost`` (the factor applied to the relevance) and ``score``.
+    (None where the hit was not retrieved that way), ``bm25_context`` (the BM25
+    of a conversation turn joined with its neighbours; None without a session),
+    ``relevance`` (fused, in [0, 1]), ``importance``, ``recency``, ``age_hours``
+    (from the newest candidate), ``boost`` (the factor applied to the relevance) and
+    ``score``.
     """
 
     record: MemoryRecord

@@ -424,6 +424,7 @@ class MemoryStore:
         fusion: Literal["rrf", "weighted"] = "weighted",
         rrf_k: float = _core.DEFAULT_RRF_K,
         alpha: float = _core.DEFAULT_ALPHA,
+        context_weight: float = _core.DEFAULT_CONTEXT_WEIGHT,
         candidates: int | None = None,
         start: float | datetime | None = None,
         end: float | datetime | None = None,
@@ -484,6 +485,15 @@ class MemoryStore:
         ``match_threshold``). ``min_similarity`` drops hits below a cosine
         similarity in any mode.
 
+        A conversation turn (a record with a ``session_id``) is also scored as
+        part of its context: ``bm25`` above becomes ``(1 - context_weight) *
+        bm25 + context_weight * bm25_context``, where ``bm25_context`` is the
+        query's BM25 over the turn joined with the previous and the next turn
+        of its session (by ``created_at``), with the same idf and ceiling. So
+        an answer ("yes, every Sunday") shares the words of the question its
+        neighbour asked ("do you go hiking?"). Records without a
+        ``session_id`` score as they are; ``context_weight=0`` turns it off.
+
         What the numbers mean with the default model (all-MiniLM-L6-v2; 5th to
         95th percentiles of top-5 hits, ``benches/tune_context_floor.py``): the
         cosine of a hit that answers is 0.25-0.7 for a personal fact asked in
@@ -505,8 +515,9 @@ class MemoryStore:
         ``candidates`` is how many hits each
         retriever contributes before fusion (``max(50, 4 * k)`` by default).
         ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
-        ``cosine``, ``vector_rank``, ``relevance``, ``importance``,
-        ``recency``, ``age_hours``, ``boost`` and ``score``.
+        ``bm25_context`` (None for a record without a ``session_id``), ``cosine``,
+        ``vector_rank``, ``relevance``, ``importance``, ``recency``, ``age_hours``,
+        ``boost`` and ``score``.
         """
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
@@ -522,6 +533,7 @@ class MemoryStore:
             fusion=fusion,
             rrf_k=rrf_k,
             alpha=alpha,
+            context_weight=context_weight,
             candidates=candidates,
             explain=explain,
             track_access=track_access,

@@ -25,6 +25,10 @@ pub const DEFAULT_RRF_K: f64 = 60.0;
 /// at 0.5); `benches/tune_search.py`, `benches/bench_conversations.py`.
 pub const DEFAULT_ALPHA: f64 = 0.5;
 
+/// The share of a conversation turn's BM25 taken from its context (the turn
+/// with its previous and next turn of its session): see [`contextual`].
+pub const DEFAULT_CONTEXT_WEIGHT: f64 = 0.2;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fusion {
     Rrf { k: f64 },
@@ -71,6 +75,26 @@ pub fn rrf(ranks: &[Option<u32>], k: f64, lists: usize) -> f64 {
         .map(|&r| 1.0 / (k + f64::from(r)))
         .sum();
     sum * (k + 1.0) / lists as f64
+}
+
+/// The BM25 of a turn of a session: `(1 − w) · own + w · context`, where
+/// `context` is the query's BM25 over the turn joined with its neighbours, in
+/// the same units (same idf, same ceiling). An answer ("yes, every Sunday")
+/// shares few words with the question its neighbour asked ("do you go
+/// hiking?"); the context lends it some of them.
+pub fn contextual(own: f64, context: f64, weight: f64) -> f64 {
+    (1.0 - weight) * own + weight * context
+}
+
+/// The context weight a caller gives, checked: in [0, 1].
+pub fn context_weight(w: f64) -> Result<f64> {
+    if !(0.0..=1.0).contains(&w) {
+        return Err(Error::invalid(format!(
+            "context_weight must be in [0, 1], got {}",
+            crate::engine::options::py_float(w)
+        )));
+    }
+    Ok(w)
 }
 
 /// A cosine similarity as a relevance in [0, 1].

@@ -151,6 +151,7 @@ fn request<'a>(
         k: 5,
         candidates: 20,
         fusion: Fusion::default(),
+        context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
         weights: Weights::default(),
         rate: 0.01,
         age_from: crate::scoring::AgeFrom::Clock,

@@ -205,6 +205,7 @@ fn explained<'py>(py: Python<'py>, s: &Signals) -> PyResult<Bound<'py, PyDict>> 
     let d = PyDict::new(py);
     d.set_item("bm25", s.bm25.map(f64::from))?;
     d.set_item("bm25_rank", s.bm25_rank)?;
+    d.set_item("bm25_context", s.bm25_context.map(f64::from))?;
     d.set_item("cosine", s.cosine.map(f64::from))?;
     d.set_item("vector_rank", s.vector_rank)?;
     d.set_item("relevance", s.relevance)?;

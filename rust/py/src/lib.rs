@@ -19,6 +19,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The search defaults live in the core; Python reads them from here.
     m.add("DEFAULT_ALPHA", fusion::DEFAULT_ALPHA)?;
     m.add("DEFAULT_RRF_K", fusion::DEFAULT_RRF_K)?;
+    m.add("DEFAULT_CONTEXT_WEIGHT", fusion::DEFAULT_CONTEXT_WEIGHT)?;
     m.add(
         "DEFAULT_RELEVANCE_WEIGHT",
         scoring::DEFAULT_RELEVANCE_WEIGHT,

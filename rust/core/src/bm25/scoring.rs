@@ -97,6 +97,18 @@ impl TermScorer {
         self.weight * tf / (tf + (self.c0 + self.c1 * len as f32))
     }
 
+    /// [`score`](Self::score) of a text made of `parts` documents, `tf` the
+    /// term's count summed over them and `len` their lengths summed: its
+    /// length counts against `parts` times the average document length, as
+    /// an index of such texts would count it (its average length being
+    /// about `parts` times this one's).
+    #[inline(always)]
+    pub fn score_joined(&self, tf: u32, len: u32, parts: u32) -> f32 {
+        let tf = tf as f32;
+        let len = len as f32 / parts.max(1) as f32;
+        self.weight * tf / (tf + (self.c0 + self.c1 * len))
+    }
+
     /// The supremum of [`score`](Self::score) over every document: the
     /// term's idf (times its count in the query), approached as tf grows.
     pub fn ceiling(&self) -> f32 {
@@ -135,6 +147,22 @@ mod tests {
         // Twice in the query counts twice.
         let s2 = TermScorer::new(p, stats, 2, 2);
         assert!((s2.score(3, 7) - 2.0 * s.score(3, 7)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn joined_texts_count_length_per_part() {
+        let s = TermScorer::new(
+            Bm25Params::default(),
+            CorpusStats {
+                n: 10,
+                total_len: 50,
+            },
+            3,
+            1,
+        );
+        assert_eq!(s.score_joined(2, 7, 1), s.score(2, 7));
+        assert!((s.score_joined(3, 21, 3) - s.score(3, 7)).abs() < 1e-6);
+        assert!(s.score_joined(1, 12, 3) < s.ceiling());
     }
 
     #[test]

@@ -319,6 +319,60 @@ impl Bm25Index {
             .collect()
     }
 
+    /// The scores of `query` for joined texts: each group names up to three
+    /// documents ([`super::MISSING`] for none), scored as one text whose term
+    /// frequencies and length are the sums of theirs, its length counted per
+    /// document ([`TermScorer::score_joined`]); idf and ceiling are the
+    /// index's. 0 for a group where no query term occurs. Reads the
+    /// documents' forward lists, so it costs what the groups hold.
+    pub fn joined_scores_of(&self, query: &Query, groups: &[[u64; 3]]) -> Vec<f32> {
+        let terms = &query.terms;
+        let by_tid = Self::by_tid(terms);
+        let mut tfs = vec![0u32; terms.len()];
+        let mut contrib = vec![0f32; terms.len()];
+        // A turn's neighbours are rarely in cache: each one's reads are asked
+        // for before any group is scored, so the misses overlap (as in
+        // `scores_of`).
+        let docnos: Vec<[Option<u32>; 3]> = groups
+            .iter()
+            .map(|g| g.map(|id| self.slots.get(&id).copied()))
+            .collect();
+        for &d in docnos.iter().flatten().flatten() {
+            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
+            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
+        }
+        for &d in docnos.iter().flatten().flatten() {
+            let start = self.fwd_start[d as usize];
+            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
+            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
+        }
+        docnos
+            .iter()
+            .map(|group| {
+                let (mut len, mut parts) = (0u32, 0u32);
+                for &d in group.iter().flatten() {
+                    let (doc_terms, doc_tfs) = self.forward(d);
+                    len = len.saturating_add(self.doc_lens[d as usize]);
+                    parts += 1;
+                    let mut j = 0;
+                    for &i in &by_tid {
+                        j += doc_terms[j..].partition_point(|&t| t < terms[i].tid);
+                        if doc_terms.get(j) == Some(&terms[i].tid) {
+                            tfs[i] = tfs[i].saturating_add(doc_tfs[j]);
+                        }
+                    }
+                }
+                for (i, tf) in tfs.iter_mut().enumerate() {
+                    if *tf > 0 {
+                        contrib[i] = terms[i].scorer.score_joined(*tf, len, parts);
+                        *tf = 0;
+                    }
+                }
+                sum_and_clear(&mut contrib)
+            })
+            .collect()
+    }
+
     /// Query positions sorted by term id, to merge with forward lists.
     fn by_tid(terms: &[QueryTerm]) -> Vec<usize> {
         let mut by_tid: Vec<usize> = (0..terms.len()).collect();

@@ -598,6 +598,7 @@ mod shared_linking {
                 k: 3,
                 candidates: 20,
                 fusion: Fusion::default(),
+                context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
                 weights: Weights::resolve(Some(1.0), None, None).unwrap(),
                 rate: 0.0,
                 age_from: crate::scoring::AgeFrom::NewestCandidate,

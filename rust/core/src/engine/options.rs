@@ -38,6 +38,7 @@ pub struct Given<'a> {
     pub fusion: &'a str,
     pub rrf_k: f64,
     pub alpha: f64,
+    pub context_weight: f64,
     pub weights: Option<GivenWeights>,
     pub decay: Option<f64>,
     pub recency_half_life: Option<f64>,
@@ -56,6 +57,9 @@ pub struct SearchOptions {
     pub mode: Mode,
     pub candidates: usize,
     pub fusion: Fusion,
+    /// The share of BM25 a conversation turn takes from its context
+    /// ([`crate::fusion::contextual`]).
+    pub context_weight: f64,
     pub weights: Option<GivenWeights>,
     pub decay: Option<f64>,
     pub recency_half_life: Option<f64>,
@@ -72,6 +76,7 @@ impl Default for SearchOptions {
             mode: Mode::Hybrid,
             candidates: CANDIDATES,
             fusion: Fusion::default(),
+            context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
             weights: None,
             decay: None,
             recency_half_life: None,
@@ -86,7 +91,8 @@ impl Default for SearchOptions {
 impl SearchOptions {
     /// Checks every value, in the order the caller's messages have always
     /// come in: `k`, `mode`, `threshold`, `min_similarity`, `weights`,
-    /// `decay`, `recency_half_life`, `candidates`, then the fusion.
+    /// `decay`, `recency_half_life`, `candidates`, the fusion, then
+    /// `context_weight`.
     pub fn new(given: &Given<'_>) -> Result<Self> {
         let k = count("k", given.k, 1)?;
         let mode = Mode::parse(given.mode)?;
@@ -126,11 +132,13 @@ impl SearchOptions {
                 )))
             }
         };
+        let context_weight = crate::fusion::context_weight(given.context_weight)?;
         Ok(SearchOptions {
             k,
             mode,
             candidates,
             fusion,
+            context_weight,
             weights: given.weights,
             decay,
             recency_half_life,
@@ -185,6 +193,7 @@ impl SearchOptions {
             k: self.k,
             candidates: self.candidates,
             fusion: self.fusion,
+            context_weight: self.context_weight,
             weights,
             rate: scoring::rate(decay, half_life)?,
             age_from: AgeFrom::for_decay(decay),
@@ -295,6 +304,7 @@ mod tests {
             fusion: "weighted",
             rrf_k: 60.0,
             alpha: 0.5,
+            context_weight: 0.2,
             weights: None,
             decay: None,
             recency_half_life: None,
@@ -389,6 +399,20 @@ mod tests {
                 ..given()
             }),
             "rrf_k must be a finite number >= 0, got -1"
+        );
+        assert_eq!(
+            refused(Given {
+                context_weight: 1.5,
+                ..given()
+            }),
+            "context_weight must be in [0, 1], got 1.5"
+        );
+        assert_eq!(
+            refused(Given {
+                context_weight: f64::NAN,
+                ..given()
+            }),
+            "context_weight must be in [0, 1], got nan"
         );
     }
 

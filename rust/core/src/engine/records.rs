@@ -8,12 +8,15 @@
 //! is `a.b = 1`) and a list of scalars gives its key several values, which a
 //! filter matches if any of them does (as MongoDB does).
 
+use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
+use crate::prefetch::prefetch;
 
 /// The scope fields, in the order of [`Attrs::scope`].
 pub const SCOPE_FIELDS: [&str; 6] = [
@@ -27,6 +30,9 @@ pub const SCOPE_FIELDS: [&str; 6] = [
 
 /// An absent scope value.
 pub const NONE: u32 = u32::MAX;
+
+/// The place of `session_id` in [`SCOPE_FIELDS`].
+const SESSION: usize = 4;
 
 /// Metadata nested deeper than this is refused (a guard against hostile input).
 const MAX_DEPTH: usize = 16;
@@ -290,6 +296,30 @@ pub struct Records {
     pub(crate) expires_at: Vec<f64>,
     /// Per slot: when the store learned the record.
     pub(crate) recorded_at: Vec<f64>,
+    /// Per slot: the previous and the next record of its session by
+    /// (`created_at`, id), or [`NONE`]. Derived from the columns, so a
+    /// snapshot need not carry them ([`Records::rebuild_index`]).
+    pub(crate) prev: Vec<u32>,
+    pub(crate) next: Vec<u32>,
+    /// Per session, keyed by the whole scope (the interned values of every
+    /// scope field, `session_id` among them, so that a turn's context never
+    /// holds another agent's or user's record): its records' slots by
+    /// [`order_key`], where an add finds its neighbours in `O(log n)`
+    /// whatever order turns arrive in.
+    pub(crate) sessions: FxHashMap<[u32; 6], BTreeMap<(u64, u64), u32>>,
+}
+
+/// A record's place in its session: `created_at` (as bits that sort as the
+/// floats do), then the id, so turns stored in the same second keep the
+/// order they were stored in.
+fn order_key(created_at: f64, id: u64) -> (u64, u64) {
+    let bits = created_at.to_bits();
+    let ordered = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    };
+    (ordered, id)
 }
 
 impl Records {
@@ -354,6 +384,87 @@ impl Records {
             PostingKey::Id(k) => self.by_key.get(k).map_or(&[], std::slice::from_ref),
             _ => self.postings.get(key).map_or(&[], |v| v),
         }
+    }
+
+    /// The previous and the next record of `slot`'s session, if it has a
+    /// `session_id` (`None` where it is the first or the last).
+    pub fn neighbours(&self, slot: u32) -> Option<[Option<u32>; 2]> {
+        let s = slot as usize;
+        if self.scope[SESSION][s] == NONE {
+            return None;
+        }
+        let some = |n: u32| (n != NONE).then_some(n);
+        Some([some(self.prev[s]), some(self.next[s])])
+    }
+
+    /// Asks for what [`neighbours`](Self::neighbours) reads of `slot`.
+    pub fn prefetch_neighbours(&self, slot: u32) {
+        let s = slot as usize;
+        prefetch(self.scope[SESSION].as_ptr().wrapping_add(s));
+        prefetch(self.prev.as_ptr().wrapping_add(s));
+        prefetch(self.next.as_ptr().wrapping_add(s));
+    }
+
+    /// Asks for what [`id`](Self::id) reads of `slot`.
+    pub fn prefetch_id(&self, slot: u32) {
+        prefetch(self.ids.as_ptr().wrapping_add(slot as usize));
+    }
+
+    /// The interned scope of `slot`, every field: a session's key.
+    fn scope_key(&self, s: usize) -> [u32; 6] {
+        std::array::from_fn(|f| self.scope[f][s])
+    }
+
+    /// Puts `slot` (live, its columns set) in its session's order.
+    fn link(&mut self, slot: u32) {
+        let s = slot as usize;
+        let session = self.scope[SESSION][s];
+        if session == NONE {
+            return;
+        }
+        let key = order_key(self.created_at[s], self.ids[s]);
+        let chain = self.sessions.entry(self.scope_key(s)).or_default();
+        let prev = chain.range(..key).next_back().map_or(NONE, |(_, &p)| p);
+        let next = chain
+            .range((Excluded(key), Unbounded))
+            .next()
+            .map_or(NONE, |(_, &n)| n);
+        chain.insert(key, slot);
+        self.prev[s] = prev;
+        self.next[s] = next;
+        if prev != NONE {
+            self.next[prev as usize] = slot;
+        }
+        if next != NONE {
+            self.prev[next as usize] = slot;
+        }
+    }
+
+    /// Takes `slot` out of its session's order (before its columns change),
+    /// joining its neighbours.
+    fn unlink(&mut self, slot: u32) {
+        let s = slot as usize;
+        let session = self.scope[SESSION][s];
+        if session == NONE {
+            return;
+        }
+        let key = order_key(self.created_at[s], self.ids[s]);
+        let scope = self.scope_key(s);
+        if let Some(chain) = self.sessions.get_mut(&scope) {
+            chain.remove(&key);
+            if chain.is_empty() {
+                self.sessions.remove(&scope);
+            }
+        }
+        let (prev, next) = (self.prev[s], self.next[s]);
+        if prev != NONE {
+            self.next[prev as usize] = next;
+        }
+        if next != NONE {
+            self.prev[next as usize] = prev;
+        }
+        self.prev[s] = NONE;
+        self.next[s] = NONE;
     }
 
     /// The posting keys of a slot, as [`insert`](Self::insert) made them.
@@ -437,6 +548,8 @@ impl Records {
         self.valid_to.push(f64::INFINITY);
         self.expires_at.push(f64::INFINITY);
         self.recorded_at.push(0.0);
+        self.prev.push(NONE);
+        self.next.push(NONE);
         self.meta.push(Vec::new());
         slot
     }
@@ -446,6 +559,7 @@ impl Records {
         let slot = match self.slots.get(&id) {
             Some(&slot) => {
                 self.unpost(slot);
+                self.unlink(slot);
                 slot
             }
             None => {
@@ -492,6 +606,7 @@ impl Records {
         meta.sort_by_key(|&(k, _)| k);
         self.meta[s] = meta;
         self.post(slot);
+        self.link(slot);
         slot
     }
 
@@ -501,6 +616,7 @@ impl Records {
             return false;
         };
         self.unpost(slot);
+        self.unlink(slot);
         let s = slot as usize;
         self.live[s] = false;
         self.meta[s] = Vec::new();
@@ -518,19 +634,23 @@ impl Records {
         self.postings(&PostingKey::Closed)
     }
 
-    /// Rebuilds the id map and the postings from the columns (after a load);
-    /// fails with an id that is live in two slots.
+    /// Rebuilds the id map, the postings and the sessions' order from the
+    /// columns (after a load); fails with an id that is live in two slots.
     pub(crate) fn rebuild_index(&mut self) -> std::result::Result<(), u64> {
         self.slots = IdMap::default();
         self.slots.reserve(self.ids.len());
         self.postings = FxHashMap::default();
         self.by_key = FxHashMap::default();
+        self.sessions = FxHashMap::default();
+        self.prev = vec![NONE; self.ids.len()];
+        self.next = vec![NONE; self.ids.len()];
         for slot in 0..self.ids.len() as u32 {
             if self.live[slot as usize] {
                 if self.slots.insert(self.ids[slot as usize], slot).is_some() {
                     return Err(self.ids[slot as usize]);
                 }
                 self.post(slot);
+                self.link(slot);
             }
         }
         Ok(())
@@ -607,5 +727,85 @@ mod tests {
         assert_eq!(r.insert(12, &attrs("t", None, "{}")), 1);
         assert_eq!(r.len(), 2);
         assert_eq!(r.live_slots().collect::<Vec<_>>(), vec![0, 1]);
+    }
+
+    fn turn(session: Option<&str>, created_at: f64) -> Attrs {
+        let mut a = attrs("memories", None, "{}");
+        a.scope[SESSION] = session.map(String::from);
+        a.created_at = created_at;
+        a
+    }
+
+    #[test]
+    fn a_session_shared_by_two_users_is_two_chains() {
+        let mut r = Records::default();
+        let mut alice = turn(Some("s"), 10.0);
+        alice.scope[1] = Some("alice".into());
+        let mut bob = turn(Some("s"), 20.0);
+        bob.scope[1] = Some("bob".into());
+        let mut alice_later = turn(Some("s"), 30.0);
+        alice_later.scope[1] = Some("alice".into());
+        r.insert(1, &alice);
+        r.insert(2, &bob);
+        r.insert(3, &alice_later);
+        assert_eq!(chains(&r), vec![vec![1, 3], vec![2]]);
+    }
+
+    /// Each session's ids in order, walked through the links both ways.
+    fn chains(r: &Records) -> Vec<Vec<u64>> {
+        let mut out = Vec::new();
+        for slot in r.live_slots() {
+            let Some([None, _]) = r.neighbours(slot) else {
+                continue;
+            };
+            let mut ids = vec![r.id(slot)];
+            let mut at = slot;
+            while let Some([_, Some(next)]) = r.neighbours(at) {
+                assert_eq!(r.neighbours(next).unwrap()[0], Some(at));
+                ids.push(r.id(next));
+                at = next;
+            }
+            out.push(ids);
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn sessions_link_turns_in_time_order() {
+        let mut r = Records::default();
+        r.insert(1, &turn(Some("s"), 10.0));
+        r.insert(2, &turn(Some("s"), 30.0));
+        r.insert(3, &turn(Some("t"), 5.0));
+        r.insert(4, &turn(None, 20.0));
+        // Arrives late, belongs in the middle; a tie on time goes by id.
+        r.insert(5, &turn(Some("s"), 20.0));
+        r.insert(6, &turn(Some("s"), 20.0));
+        assert_eq!(chains(&r), vec![vec![1, 5, 6, 2], vec![3]]);
+        assert_eq!(r.neighbours(r.slot(4).unwrap()), None);
+        assert_eq!(r.neighbours(r.slot(3).unwrap()), Some([None, None]));
+
+        // A removed turn's neighbours are joined; its slot's next owner
+        // starts unlinked.
+        assert!(r.remove(5));
+        assert_eq!(chains(&r), vec![vec![1, 6, 2], vec![3]]);
+        r.insert(7, &turn(None, 1.0));
+        assert_eq!(r.neighbours(r.slot(7).unwrap()), None);
+
+        // A replacement moves the record: to another time, another session.
+        r.insert(1, &turn(Some("s"), 40.0));
+        assert_eq!(chains(&r), vec![vec![3], vec![6, 2, 1]]);
+        r.insert(2, &turn(Some("t"), 0.0));
+        assert_eq!(chains(&r), vec![vec![2, 3], vec![6, 1]]);
+        r.insert(6, &turn(None, 0.0));
+        assert_eq!(chains(&r), vec![vec![1], vec![2, 3]]);
+        assert!(r.remove(1));
+        let s = r.strings.get("s").unwrap();
+        assert!(!r.sessions.keys().any(|k| k[SESSION] == s));
+
+        // The links are derived from the columns: a rebuild gives them again.
+        let before = (r.prev.clone(), r.next.clone());
+        r.rebuild_index().unwrap();
+        assert_eq!((r.prev.clone(), r.next.clone()), before);
     }
 }

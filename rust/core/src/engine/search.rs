@@ -49,6 +49,9 @@ pub struct SearchRequest<'a> {
     /// How many hits each retriever contributes before fusion.
     pub candidates: usize,
     pub fusion: Fusion,
+    /// The share of BM25 that a turn of a session takes from its context
+    /// ([`fusion::contextual`]).
+    pub context_weight: f64,
     pub weights: Weights,
     /// λ of the recency signal, per hour ([`scoring::rate`]).
     pub rate: f64,
@@ -77,6 +80,9 @@ const MAX_OVERFETCH: usize = 2048;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Signals {
     pub bm25: Option<f32>,
+    /// BM25 of the hit's turn with its previous and next turn of its session,
+    /// if it has a `session_id` and the search computed it.
+    pub bm25_context: Option<f32>,
     /// 1-based rank in the BM25 list, if the hit was in it.
     pub bm25_rank: Option<u32>,
     pub cosine: Option<f32>,
@@ -115,6 +121,7 @@ pub(super) struct Retrieved {
 #[derive(Clone, Copy, Default)]
 struct Cand {
     bm25: Option<f32>,
+    bm25_context: Option<f32>,
     bm25_rank: Option<u32>,
     cosine: Option<f32>,
     vector_rank: Option<u32>,
@@ -155,9 +162,14 @@ impl Engine {
             return Err(Error::invalid("text search needs a non-empty query text"));
         }
         let weighted = matches!(req.fusion, Fusion::Weighted { .. }) && req.mode == Mode::Hybrid;
+        // The contextual BM25 is scored where BM25's scores count (weighted
+        // fusion, text alone) or are shown.
         let fills = (
             query.is_some() && (weighted || req.explain || req.min_similarity.is_some()),
             text.is_some() && (weighted || req.explain),
+            text.is_some()
+                && (req.explain
+                    || (req.context_weight > 0.0 && (weighted || req.mode == Mode::Text))),
         );
         let pool = req.candidates.max(req.k);
         let key = (!req.filter.is_some_and(Filter::reads_access)).then(|| {
@@ -188,15 +200,15 @@ impl Engine {
     }
 
     /// The candidates of both retrievers with their signals (`fills`: which
-    /// signals to complete for every candidate: cosine, BM25), or None when
-    /// the filter selects nothing.
+    /// signals to complete for every candidate: cosine, BM25, the contextual
+    /// BM25 of turns), or None when the filter selects nothing.
     fn retrieve(
         &self,
         req: &SearchRequest<'_>,
         query: Option<&[f32]>,
         text: Option<&str>,
         pool: usize,
-        fills: (bool, bool),
+        fills: (bool, bool, bool),
     ) -> Result<Option<Retrieved>> {
         // The candidate set, shared by both retrievers. Superseded records
         // are few: they leave a selection, and without one each retriever
@@ -228,7 +240,7 @@ impl Engine {
         // The query text is analysed once, for the BM25 list, its ceiling and
         // the scores of the vector list's hits.
         let analysed = text
-            .filter(|_| req.mode != Mode::Vector || fills.1)
+            .filter(|_| req.mode != Mode::Vector || fills.1 || fills.2)
             .map(|t| self.bm25.query(t));
         let text_hits = match &analysed {
             Some(q) if req.mode != Mode::Vector => {
@@ -276,6 +288,9 @@ impl Engine {
         if let (Some(q), true) = (&analysed, fills.1) {
             self.fill_bm25(q, &order, &mut cands);
         }
+        if let (Some(q), true) = (&analysed, fills.2) {
+            self.fill_context(q, &order, &mut cands);
+        }
         let ceiling = match &analysed {
             Some(q) if !text_hits.is_empty() => q.ceiling(),
             _ => 0.0,
@@ -295,7 +310,16 @@ impl Engine {
         let lists = usize::from(found.text_found) + usize::from(found.vector_found);
         let relevance = |c: &Cand| -> f64 {
             let cos = || fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
-            let bm = || fusion::bm25_relevance(c.bm25.map_or(0.0, f64::from), ceiling);
+            let bm = || {
+                let own = c.bm25.map_or(0.0, f64::from);
+                let score = match c.bm25_context {
+                    Some(context) => {
+                        fusion::contextual(own, f64::from(context), req.context_weight)
+                    }
+                    None => own,
+                };
+                fusion::bm25_relevance(score, ceiling)
+            };
             match (req.mode, req.fusion) {
                 (Mode::Text, _) => bm(),
                 (Mode::Vector, _) => cos(),
@@ -344,6 +368,7 @@ impl Engine {
                 id,
                 Signals {
                     bm25: c.bm25,
+                    bm25_context: c.bm25_context,
                     bm25_rank: c.bm25_rank,
                     cosine: c.cosine,
                     vector_rank: c.vector_rank,
@@ -491,6 +516,42 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// The contextual BM25 of the candidates that have a `session_id`: the
+    /// query's score over the turn joined with its previous and next turn
+    /// of the session, from the three forward lists (a few candidates times
+    /// the query's terms, whatever the store holds).
+    fn fill_context(&self, query: &Query, order: &[u64], cands: &mut FxHashMap<u64, Cand>) {
+        let r = &self.records;
+        // Each step's reads are asked for before the next step needs them, so
+        // the misses of scattered slots overlap.
+        let slots: Vec<u32> = order.iter().filter_map(|&id| r.slot(id)).collect();
+        for &s in &slots {
+            r.prefetch_neighbours(s);
+        }
+        let linked: Vec<(u32, [Option<u32>; 2])> = slots
+            .iter()
+            .filter_map(|&s| Some((s, r.neighbours(s)?)))
+            .collect();
+        for n in linked.iter().flat_map(|(_, n)| n).flatten() {
+            r.prefetch_id(*n);
+        }
+        let id_of = |n: Option<u32>| n.map_or(crate::bm25::MISSING, |n| r.id(n));
+        let turns: Vec<u64> = linked.iter().map(|&(s, _)| r.id(s)).collect();
+        let groups: Vec<[u64; 3]> = linked
+            .iter()
+            .zip(&turns)
+            .map(|(&(_, [prev, next]), &id)| [id_of(prev), id, id_of(next)])
+            .collect();
+        if turns.is_empty() {
+            return;
+        }
+        for (id, score) in turns.iter().zip(self.bm25.joined_scores_of(query, &groups)) {
+            if let Some(c) = cands.get_mut(id) {
+                c.bm25_context = Some(score);
+            }
+        }
     }
 
     /// Exact BM25 scores for candidates the BM25 list did not hold (0 when

@@ -40,6 +40,7 @@ fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> 
         k: 10,
         candidates: 50,
         fusion: Fusion::default(),
+        context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
         weights: Weights::resolve(Some(1.0), None, None).unwrap(),
         rate: 0.0,
         age_from: crate::scoring::AgeFrom::NewestCandidate,
@@ -528,4 +529,98 @@ fn a_filter_on_accesses_is_never_answered_from_the_cache() {
     assert_eq!(first.len(), 1);
     assert_ne!(first, second, "the hit touched first has an access now");
     assert_eq!(e.retrievals.len(), 0);
+}
+
+/// A session of three turns, the answer sharing no word with the question
+/// its neighbour asked, and a long record outside any session.
+fn conversation() -> Engine {
+    let mut e = engine(Some(2));
+    let texts: Vec<String> = [
+        "do you go hiking",
+        "yes, every sunday morning with my brother and our dogs",
+        "nice, me too",
+        "hiking boots trails maps tents stoves ropes compasses and packs",
+    ]
+    .map(String::from)
+    .into();
+    let vectors = [0.0, 1.0, 0.8, 0.6, 0.0, 1.0, 0.8, 0.6];
+    let mut a: Vec<Attrs> = (0..4)
+        .map(|i| attrs("a", 0.5, f64::from(i) * HOUR, false))
+        .collect();
+    for turn in &mut a[..3] {
+        turn.scope[4] = Some("s".into());
+    }
+    e.upsert(Batch {
+        ids: &[1, 2, 3, 4],
+        texts: Some(&texts),
+        vectors: Some(&vectors),
+        attrs: &a,
+    })
+    .unwrap();
+    e
+}
+
+fn signals_of(e: &Engine, weight: f64) -> (Vec<u64>, rustc_hash::FxHashMap<u64, Signals>) {
+    let q = [1.0, 0.0];
+    let mut r = request(Some("hiking"), Some(&q), Mode::Hybrid);
+    r.context_weight = weight;
+    let hits = e.search(&r).unwrap();
+    let by_id = hits.ids.iter().copied().zip(hits.signals).collect();
+    (hits.ids, by_id)
+}
+
+#[test]
+fn contextual_bm25_lends_a_turn_its_neighbours_words() {
+    let e = conversation();
+    let ceiling = e.bm25.ceiling("hiking");
+    let (ids, s) = signals_of(&e, 0.0);
+    // Alone, the answer has no BM25 and ranks below the long record.
+    assert_eq!(&ids[..2], &[4, 2]);
+    assert_eq!(s[&2].bm25, Some(0.0));
+    let context = f64::from(s[&2].bm25_context.unwrap());
+    assert!(context > 0.0);
+    assert_eq!(s[&4].bm25_context, None);
+
+    let (ids, s) = signals_of(&e, 1.0);
+    assert_eq!(&ids[..2], &[2, 4]);
+    assert!(close(s[&2].relevance, 0.5 * 0.8 + 0.5 * context / ceiling));
+    let own = f64::from(s[&4].bm25.unwrap());
+    assert!(close(s[&4].relevance, 0.5 * 0.8 + 0.5 * own / ceiling));
+    let (_, s) = signals_of(&e, 0.2);
+    assert!(close(
+        s[&2].relevance,
+        0.5 * 0.8 + 0.5 * 0.2 * context / ceiling
+    ));
+    // The question's own context holds its answer's length, not its words.
+    let question = &s[&1];
+    assert!(question.bm25_context.unwrap() > 0.0);
+    assert!(question.bm25_context.unwrap() < question.bm25.unwrap());
+}
+
+#[test]
+fn contextual_bm25_follows_removals_and_snapshots() {
+    let dir = std::env::temp_dir().join(format!("memlane-engine-ctx-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut e = conversation();
+    e.save(&dir, 1).unwrap();
+    let (l, _) = Engine::load(&dir).unwrap();
+    assert_eq!(signals_of(&l, 0.2), signals_of(&e, 0.2));
+    // The question gone, the answer's context holds no query word.
+    e.remove(&[1], false).unwrap();
+    let (_, s) = signals_of(&e, 0.2);
+    assert_eq!(s[&2].bm25_context, Some(0.0));
+    // A turn added before the answer is its new neighbour.
+    let texts = vec!["hiking again?".to_owned()];
+    let mut a = attrs("a", 0.5, 0.5 * HOUR, false);
+    a.scope[4] = Some("s".into());
+    e.upsert(Batch {
+        ids: &[5],
+        texts: Some(&texts),
+        vectors: Some(&[0.0, 1.0]),
+        attrs: &[a],
+    })
+    .unwrap();
+    let (_, s) = signals_of(&e, 0.2);
+    assert!(s[&2].bm25_context.unwrap() > 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
 }

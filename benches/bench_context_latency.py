@@ -1,0 +1,100 @@
+"""What contextual BM25 costs a search: hybrid ``Memory.search`` with a given vector on a
+store of 100,000 conversation turns, each in a session, ``context_weight`` 0 against the
+engine's default in one run.
+
+The turns are the real chats of ``bench_quality.py``'s conversation sets (conversations
+and chitchat, train and test: about 45,000 turns with their sessions and cached vectors),
+stored again until the store holds ``--size`` records, each copy in sessions of its own
+with its vectors jittered (so the graph holds no exact copies). The queries are those
+sets' test questions with their cached vectors; each is searched with both settings,
+which take turns going first, with trailing spaces that differ between the two so each
+search retrieves anew. Reported: the p50 of each setting and the per-query difference
+(its median among the queries where either setting went first, the two averaged), in
+milliseconds.
+
+Run with ``--baseline`` against another build (``PYTHONPATH`` pointing at its
+``python/`` folder) to time that build's default search on the same store.
+
+    python benches/bench_context_latency.py [--size 100000] [--queries 400] [--baseline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import numpy as np
+
+from bench_ingest import CachedModel, VectorCache
+from bench_quality import SETS
+from memlane import Memory, OnnxEmbedder, _core
+from memlane.embeddings import TextTruncatedWarning
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=400)
+    parser.add_argument("--baseline", action="store_true", help="time the default only")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore", TextTruncatedWarning)
+    embedder = OnnxEmbedder()
+    model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
+    turns: list[tuple[str, str, float, np.ndarray]] = []
+    queries: list[tuple[str, np.ndarray]] = []
+    for name in ("conversations", "chitchat"):
+        for split in ("train", "test"):
+            qs = SETS[name](split)
+            vecs = model.embed_batch([d.text for d in qs.docs])
+            for d, v in zip(qs.docs, vecs, strict=True):
+                turns.append((d.text, f"{name}-{split}-{d.session}", float(d.at or 0.0), v))
+            if split == "test":
+                qvecs = model.embed_batch([q.text for q in qs.queries])
+                queries += [(q.text, v) for q, v in zip(qs.queries, qvecs, strict=True)]
+    rng = np.random.default_rng(0)
+    mem = Memory(None, model, track_access=False, dedup_window=0)
+    rows = []
+    for i in range(args.size):
+        text, session, at, v = turns[i % len(turns)]
+        copy = i // len(turns)
+        if copy:
+            v = v + rng.normal(0, 0.02, v.shape).astype(np.float32)
+        rows.append(
+            {"text": text, "embedding": v, "session_id": f"{copy}-{session}", "created_at": at}
+        )
+    for start in range(0, len(rows), 5000):
+        mem.add_many(rows[start : start + 5000])
+    mem.wait_indexed()
+    picked = [queries[i] for i in rng.permutation(len(queries))[: args.queries]]
+    settings = [{}] if args.baseline else [{"context_weight": 0.0}, {}]
+    times: list[list[float]] = [[] for _ in settings]
+    for round_ in range(2):  # the first round warms the caches
+        for n, (text, v) in enumerate(picked):
+            for j in range(len(settings)):
+                at = (j + n) % len(settings)
+                pad = " " * (1 + at + round_ * len(settings))
+                t0 = time.perf_counter()
+                mem.search(text + pad, 10, query_embedding=v, **settings[at])
+                if round_:
+                    times[at].append(time.perf_counter() - t0)
+    mem.close()
+    size = f"{args.size:,} turns, {len(picked)} queries"
+    if args.baseline:
+        print(f"{size}: default search p50 {statistics.median(times[0]) * 1e3:.3f} ms")
+        return
+    p50 = [statistics.median(t) * 1e3 for t in times]
+    # The second search of a pair finds the first's cache lines: the difference's median
+    # is taken apart for each order, and the two averaged.
+    diffs = [b - a for a, b in zip(times[0], times[1], strict=True)]
+    diff = statistics.mean(statistics.median(diffs[first::2]) for first in (0, 1)) * 1e3
+    print(
+        f"{size}: context_weight=0 p50 {p50[0]:.3f} ms, "
+        f"context_weight={_core.DEFAULT_CONTEXT_WEIGHT} p50 {p50[1]:.3f} ms, "
+        f"per-query difference {diff:+.3f} ms (median of each order, averaged)"
+    )
+
+
+if __name__ == "__main__":
+    main()
