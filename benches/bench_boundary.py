@@ -59,10 +59,11 @@ def per_call(fn: Any, n: int) -> float:
     """Median CPU microseconds of ``fn(i)`` over ``n`` calls, timed in groups of 50."""
     times = []
     for start in range(0, n, 50):
+        calls = range(start, min(start + 50, n))
         t = time.process_time()
-        for i in range(start, start + 50):
+        for i in calls:
             fn(i)
-        times.append((time.process_time() - t) / 50 * 1e6)
+        times.append((time.process_time() - t) / len(calls) * 1e6)
     return statistics.median(times)
 
 

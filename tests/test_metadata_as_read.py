@@ -60,14 +60,7 @@ def round_trip(value):
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(st.text(), values, max_size=5))
 def test_as_read_equals_the_json_round_trip(value):
-    try:
-        expected = round_trip(value)
-    except (TypeError, ValueError):
-        return
-    if "\x00" in json.dumps(value) or any(
-        0xD800 <= ord(c) <= 0xDFFF for c in json.dumps(value, ensure_ascii=False)
-    ):
-        return  # refused or kept by coerce.clean, which the round trip does not model
+    expected = round_trip(value)
     stored, text = coerce.metadata(value)
     assert stored == expected
     assert json.dumps(stored, sort_keys=True) == json.dumps(expected, sort_keys=True)

@@ -188,11 +188,15 @@ class Memory(MemoryStore):
             writer = Writer(sync, access, window, cached, scope)
             writer.dedup_threshold = dedup_threshold
             writer.near_duplicate = near_duplicate
-            searcher = Searcher(sync, access, cached)
-            searcher.track_access = track
-            searcher.decay = decay
-            searcher.weights = checked_weights
-            searcher.recency_half_life = half_life
+            searcher = Searcher(
+                sync,
+                access,
+                cached,
+                track_access=track,
+                decay=decay,
+                weights=checked_weights,
+                recency_half_life=half_life,
+            )
             if window.seconds > 0:
                 duplicates.load_window(window, db, time.time())
         except BaseException:

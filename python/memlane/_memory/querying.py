@@ -89,59 +89,30 @@ class Searcher:
     ``weights``, ``recency_half_life``: as the store was opened with, checked there),
     which the engine reads as one :class:`~memlane._core.SearchRequest`."""
 
-    def __init__(self, sync: IndexSync, access: AccessLog, embedder: CachedEmbedder | None) -> None:
+    def __init__(
+        self,
+        sync: IndexSync,
+        access: AccessLog,
+        embedder: CachedEmbedder | None,
+        *,
+        track_access: bool,
+        decay: float | None,
+        weights: dict[str, float] | None,
+        recency_half_life: float,
+    ) -> None:
         self.sync = sync
         self.access = access
         self.embedder = embedder
-        self._track_access = True
-        self._decay: float | None = None
-        self._weights: dict[str, float] | None = None
-        self._recency_half_life = _core.DEFAULT_RECENCY_HALF_LIFE_HOURS
-        self.defaults = _core.SearchRequest()
-
-    def _defaults_changed(self) -> None:
+        self.track_access = track_access
+        self.decay = decay
+        self.weights = weights
+        self.recency_half_life = recency_half_life
         self.defaults = _core.SearchRequest(
-            decay=self._decay,
-            weights=self._weights,
-            recency_half_life=self._recency_half_life,
-            track_access=self._track_access,
+            decay=decay,
+            weights=weights,
+            recency_half_life=recency_half_life,
+            track_access=track_access,
         )
-
-    @property
-    def track_access(self) -> bool:
-        return self._track_access
-
-    @track_access.setter
-    def track_access(self, value: bool) -> None:
-        self._track_access = value
-        self._defaults_changed()
-
-    @property
-    def decay(self) -> float | None:
-        return self._decay
-
-    @decay.setter
-    def decay(self, value: float | None) -> None:
-        self._decay = value
-        self._defaults_changed()
-
-    @property
-    def weights(self) -> dict[str, float] | None:
-        return self._weights
-
-    @weights.setter
-    def weights(self, value: dict[str, float] | None) -> None:
-        self._weights = value
-        self._defaults_changed()
-
-    @property
-    def recency_half_life(self) -> float:
-        return self._recency_half_life
-
-    @recency_half_life.setter
-    def recency_half_life(self, value: float) -> None:
-        self._recency_half_life = value
-        self._defaults_changed()
 
     def search(
         self,
@@ -191,7 +162,7 @@ class Searcher:
             current_only=current_only,
             defaults=self.defaults,
         )
-        touch = self._track_access if request.track_access is None else request.track_access
+        touch = self.track_access if request.track_access is None else request.track_access
         if touch and rowids and self.access.note(rowids, now):
             self.sync.wake.set()
         rows = self.sync.rows(rowids, embedding=include_embedding)

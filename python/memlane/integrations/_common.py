@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from memlane import Memory
+from memlane.coerce import FloatArray
+from memlane.embeddings.lazy import LazyEmbedder, default_embedder
 from memlane.errors import InvalidArgumentError
+from memlane.records import SCOPE_FIELDS
 
 __all__ = [
     "SCOPES",
@@ -17,13 +20,19 @@ __all__ = [
     "check_scope",
     "in_scope",
     "own_memory",
+    "shared_default_embedder",
     "unit_rows",
 ]
 
 #: memlane's scope fields (see ``Memory.add``).
-SCOPES = ("agent_id", "user_id", "room_id", "world_id", "session_id", "namespace")
+SCOPES = SCOPE_FIELDS
 
-FloatArray = npt.NDArray[np.float32]
+
+@functools.cache
+def shared_default_embedder() -> LazyEmbedder:
+    """One default embedder for every adapter of the process that was given none, so
+    the model loads once (at its first use), not once per adapter object."""
+    return default_embedder()
 
 
 def check_scope(scope: Mapping[str, str] | None) -> dict[str, Any]:

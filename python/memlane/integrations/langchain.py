@@ -40,12 +40,12 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from pydantic import ConfigDict, Field
 
 from memlane import Embedder, Memory, MemoryRecord
-from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError
 from memlane.integrations._common import (
     FunctionEmbedder,
     check_scope,
     own_memory,
+    shared_default_embedder,
 )
 
 __all__ = [
@@ -72,7 +72,7 @@ class MemlaneEmbeddings(Embeddings):
             raise InvalidArgumentError(
                 f"embedder must follow memlane's Embedder protocol, got {type(embedder).__name__}"
             )
-        self.embedder: Embedder = default_embedder() if embedder is None else embedder
+        self.embedder: Embedder = shared_default_embedder() if embedder is None else embedder
 
     @property
     def dimension(self) -> int:

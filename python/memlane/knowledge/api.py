@@ -122,12 +122,12 @@ def ingest_config(
     real_base = base.resolve()
     report = IngestReport()
     started = time.perf_counter()
+    text_options = IngestOptions(
+        options.chunker, options.metadata, progress=False, limits=options.limits
+    )
     for i, entry in enumerate(entries):
         if isinstance(entry, str):
             digest = hashlib.sha256(entry.encode()).hexdigest()[:16]
-            text_options = IngestOptions(
-                options.chunker, options.metadata, progress=False, limits=options.limits
-            )
             source, shared = f"inline:{digest}", agent_id is None
             part = ingest_text(store, entry, source, agent_id, shared, "txt", text_options)
             report.merge(part)

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString};
 use pyo3::Borrowed;
 
-use crate::convert;
+use crate::convert::{self, type_name};
 use crate::errors::{detach, invalid, to_py};
 
 /// Score that pads rows of `search_batch` with fewer than `k` hits (their id is `MISSING`).
@@ -71,13 +71,6 @@ pub(crate) fn string(
     s.to_str()
         .map(str::to_owned)
         .map_err(|e| invalid(py, format!("{} is not valid Unicode: {e}", name())))
-}
-
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into())
 }
 
 /// The `stopwords` argument: True (the language's list), False or None (no

@@ -139,7 +139,7 @@ fn bad_filter(py: Python<'_>, at: &str, msg: impl std::fmt::Display) -> PyErr {
     }
 }
 
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
         .map_or_else(|_| "?".into(), |n| n.to_string())

@@ -1,7 +1,7 @@
 //! `memlane._core.SearchRequest`: `Memory.search`'s options, checked once
 //! (`memlane_core::engine::SearchOptions::new`) and carried as one frozen
 //! object to `Engine.search`. This file checks only Python types, with the
-//! messages of `memlane._memory.coerce`; the core checks the values.
+//! messages of `memlane.coerce`; the core checks the values.
 
 use memlane_core::engine::{Given, Mode, SearchOptions};
 use memlane_core::fusion;
@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
 
+use crate::convert::type_name;
 use crate::errors::{invalid, to_py};
 
 /// The checked options of one search (or, for a store, its defaults: see
@@ -34,12 +35,6 @@ fn numpy_types(py: Python<'_>) -> PyResult<&Bound<'_, PyTuple>> {
             Ok::<_, PyErr>(PyTuple::new(py, types)?.unbind())
         })
         .map(|t| t.bind(py))
-}
-
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
 }
 
 fn repr(obj: &Bound<'_, PyAny>) -> String {

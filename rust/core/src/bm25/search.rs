@@ -73,11 +73,6 @@ pub struct Query {
 }
 
 impl Query {
-    /// No query term is indexed: no document can score.
-    pub fn is_empty(&self) -> bool {
-        self.terms.is_empty()
-    }
-
     /// The score no document can reach: the sum of the terms' idf (Lucene's
     /// BM25 approaches idf per term as the term frequency grows). Terms no
     /// document holds count nothing, since no document can score on them. 0

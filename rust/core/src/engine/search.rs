@@ -524,31 +524,38 @@ impl Engine {
     /// the query's terms, whatever the store holds).
     fn fill_context(&self, query: &Query, order: &[u64], cands: &mut FxHashMap<u64, Cand>) {
         let r = &self.records;
+        if r.sessions.is_empty() {
+            return; // no record is a conversation turn
+        }
         // Each step's reads are asked for before the next step needs them, so
         // the misses of scattered slots overlap.
-        let slots: Vec<u32> = order.iter().filter_map(|&id| r.slot(id)).collect();
-        for &s in &slots {
+        let slots: Vec<(u64, u32)> = order
+            .iter()
+            .filter_map(|&id| Some((id, r.slot(id)?)))
+            .collect();
+        for &(_, s) in &slots {
             r.prefetch_neighbours(s);
         }
-        let linked: Vec<(u32, [Option<u32>; 2])> = slots
+        let linked: Vec<(u64, [Option<u32>; 2])> = slots
             .iter()
-            .filter_map(|&s| Some((s, r.neighbours(s)?)))
+            .filter_map(|&(id, s)| Some((id, r.neighbours(s)?)))
             .collect();
+        if linked.is_empty() {
+            return;
+        }
         for n in linked.iter().flat_map(|(_, n)| n).flatten() {
             r.prefetch_id(*n);
         }
         let id_of = |n: Option<u32>| n.map_or(crate::bm25::MISSING, |n| r.id(n));
-        let turns: Vec<u64> = linked.iter().map(|&(s, _)| r.id(s)).collect();
         let groups: Vec<[u64; 3]> = linked
             .iter()
-            .zip(&turns)
-            .map(|(&(_, [prev, next]), &id)| [id_of(prev), id, id_of(next)])
+            .map(|&(id, [prev, next])| [id_of(prev), id, id_of(next)])
             .collect();
-        if turns.is_empty() {
-            return;
-        }
-        for (id, score) in turns.iter().zip(self.bm25.joined_scores_of(query, &groups)) {
-            if let Some(c) = cands.get_mut(id) {
+        for (&(id, _), score) in linked
+            .iter()
+            .zip(self.bm25.joined_scores_of(query, &groups))
+        {
+            if let Some(c) = cands.get_mut(&id) {
                 c.bm25_context = Some(score);
             }
         }
