@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import memlane
@@ -151,6 +151,7 @@ def test_million_character_token_is_cut_quickly() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.text())
+@example("\x1f\U00011a51")  # a combining mark after a control character
 def test_any_text_is_analyzed(text: str) -> None:
     try:
         terms = analyze(text)

@@ -192,10 +192,11 @@ impl Analyzer {
         let mut run: Option<(usize, &str, usize)> = None;
         let mut lower = String::new();
         for (start, word) in text.unicode_word_indices() {
-            // A combining mark after a space joins the space to a word (UAX #29, WB4).
-            let trimmed = word.trim_start_matches(char::is_whitespace);
+            // A combining mark after a space or a control character joins it to a
+            // word (UAX #29, WB4); neither is part of a term.
+            let trimmed = word.trim_start_matches(is_separator);
             let start = start + (word.len() - trimmed.len());
-            let word = trimmed.trim_end_matches(char::is_whitespace);
+            let word = trimmed.trim_end_matches(is_separator);
             if word.is_empty() {
                 continue;
             }
@@ -287,6 +288,12 @@ impl Analyzer {
         }
         (!word.is_empty()).then_some(word)
     }
+}
+
+/// A character that separates terms however a combining mark attaches to it:
+/// white space, and control characters (U+001C..U+001F separate records).
+fn is_separator(c: char) -> bool {
+    c.is_whitespace() || c.is_control()
 }
 
 /// Splits a UAX #29 word at a full stop or colon between two letters:
@@ -455,6 +462,8 @@ mod tests {
         );
         // A space before a combining mark is not part of any term.
         assert!(a.analyze("a \u{345}b").iter().all(|t| !t.contains(' ')));
+        // Nor is a control character before one.
+        assert_eq!(a.analyze("\u{1f}\u{11a51}"), ["\u{11a51}"]);
         let greek = with(|c| c.language = Language::Greek);
         assert!(!greek.analyze("ΟΔΥΣΣΕΥΣ").is_empty());
     }
