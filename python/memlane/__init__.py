@@ -16,7 +16,13 @@ from memlane.agent import (
     thread_context,
 )
 from memlane.aio import AsyncMemory
-from memlane.embeddings import Embedder, OnnxEmbedder, OpenAIEmbedder
+from memlane.embeddings import (
+    E5SmallEmbedder,
+    Embedder,
+    OnnxEmbedder,
+    OpenAIEmbedder,
+    PotionEmbedder,
+)
 from memlane.errors import (
     ConflictError,
     CorruptFileError,
@@ -47,6 +53,7 @@ __all__ = [
     "DimensionMismatchError",
     "DocumentLoadError",
     "DuplicateIdError",
+    "E5SmallEmbedder",
     "Embedder",
     "EmbedderMismatchError",
     "EmbedderUnavailableError",
@@ -64,6 +71,7 @@ __all__ = [
     "OnnxEmbedder",
     "OpenAIChat",
     "OpenAIEmbedder",
+    "PotionEmbedder",
     "SearchHit",
     "SessionScope",
     "StorageError",

@@ -11,15 +11,19 @@ from __future__ import annotations
 from memlane.embeddings._base import Embedder, TextTruncatedWarning
 from memlane.embeddings._onnx import MODEL_SHA256, OnnxEmbedder, default_tokenizer_path
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
+from memlane.embeddings.e5 import E5SmallEmbedder
 from memlane.embeddings.http import OpenAIEmbedder
+from memlane.embeddings.potion import PotionEmbedder
 
 __all__ = [
     "MODEL_SHA256",
     "CachedEmbedder",
+    "E5SmallEmbedder",
     "Embedder",
     "EmbeddingCache",
     "OnnxEmbedder",
     "OpenAIEmbedder",
+    "PotionEmbedder",
     "TextTruncatedWarning",
     "default_tokenizer_path",
 ]
