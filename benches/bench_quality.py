@@ -244,7 +244,28 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("vectors alone (vector)", {"mode": "vector"}),
     ("RRF k=60", {"fusion": "rrf", "rrf_k": 60.0}),
     ("weighted, alpha=0.5 given", {"fusion": "weighted", "alpha": 0.5}),
+    ("contextual BM25 off (context_weight=0)", {"context_weight": 0.0}),
 ]
+
+#: The rows the headline compares: the defaults against each retriever alone.
+HEADLINE = ("defaults", "BM25 alone (text)", "vectors alone (vector)")
+
+
+def headline(results: dict[str, dict[str, tuple[float, float, float]]]) -> None:
+    """One line a set: recall@10 and nDCG@10 of the defaults and of each retriever alone,
+    and whether the defaults beat both at recall@5, recall@10 and nDCG@10."""
+    print("\nheadline (test): defaults / BM25 alone / vectors alone")
+    print("| set | recall@10 | nDCG@10 | beats both at every metric |")
+    print("|---|---|---|---|")
+    for name, rows in results.items():
+        if not all(h in rows for h in HEADLINE):
+            continue
+        d, b, v = (rows[h] for h in HEADLINE)
+        beats = all(d[i] > max(b[i], v[i]) for i in range(3))
+        print(
+            f"| {name} | {d[1]:.3f} / {b[1]:.3f} / {v[1]:.3f} "
+            f"| {d[2]:.3f} / {b[2]:.3f} / {v[2]:.3f} | {'yes' if beats else 'no'} |"
+        )
 
 
 def metrics(ranked: list[str], gains: dict[str, int]) -> tuple[float, float, float]:
@@ -540,6 +561,7 @@ def main() -> None:
         )
         results[name] = dict(rows)
         b.mem.close()
+    headline(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     if args.knowledge:
