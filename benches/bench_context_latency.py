@@ -1,6 +1,7 @@
-"""What contextual BM25 costs a search: hybrid ``Memory.search`` with a given vector on a
-store of 100,000 conversation turns, each in a session, ``context_weight`` 0 against the
-engine's default in one run.
+"""What a conversation option costs a search: hybrid ``Memory.search`` with a given vector
+on a store of 100,000 conversation turns, each in a session and with its speaker, the
+option (``--option``: ``context_weight``, contextual BM25, or ``speaker_weight``, the
+speaker field) at 0 against the engine's default in one run.
 
 The turns are the real chats of ``bench_quality.py``'s conversation sets (conversations
 and chitchat, train and test: about 45,000 turns with their sessions and cached vectors),
@@ -15,7 +16,8 @@ milliseconds.
 Run with ``--baseline`` against another build (``PYTHONPATH`` pointing at its
 ``python/`` folder) to time that build's default search on the same store.
 
-    python benches/bench_context_latency.py [--size 100000] [--queries 400] [--baseline]
+    python benches/bench_context_latency.py [--option speaker_weight] [--size 100000]
+        [--queries 400] [--baseline]
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from memlane.embeddings import TextTruncatedWarning
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--option", choices=("context_weight", "speaker_weight"), default="context_weight"
+    )
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--baseline", action="store_true", help="time the default only")
@@ -42,14 +47,15 @@ def main() -> None:
     warnings.simplefilter("ignore", TextTruncatedWarning)
     embedder = OnnxEmbedder()
     model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
-    turns: list[tuple[str, str, float, np.ndarray]] = []
+    turns: list[tuple[str, str, float, str | None, np.ndarray]] = []
     queries: list[tuple[str, np.ndarray]] = []
     for name in ("conversations", "chitchat"):
         for split in ("train", "test"):
             qs = SETS[name](split)
             vecs = model.embed_batch([d.text for d in qs.docs])
             for d, v in zip(qs.docs, vecs, strict=True):
-                turns.append((d.text, f"{name}-{split}-{d.session}", float(d.at or 0.0), v))
+                session = f"{name}-{split}-{d.session}"
+                turns.append((d.text, session, float(d.at or 0.0), d.speaker, v))
             if split == "test":
                 qvecs = model.embed_batch([q.text for q in qs.queries])
                 queries += [(q.text, v) for q, v in zip(qs.queries, qvecs, strict=True)]
@@ -57,18 +63,24 @@ def main() -> None:
     mem = Memory(None, model, track_access=False, dedup_window=0)
     rows = []
     for i in range(args.size):
-        text, session, at, v = turns[i % len(turns)]
+        text, session, at, speaker, v = turns[i % len(turns)]
         copy = i // len(turns)
         if copy:
             v = v + rng.normal(0, 0.02, v.shape).astype(np.float32)
         rows.append(
-            {"text": text, "embedding": v, "session_id": f"{copy}-{session}", "created_at": at}
+            {
+                "text": text,
+                "embedding": v,
+                "session_id": f"{copy}-{session}",
+                "created_at": at,
+                "speaker": speaker,
+            }
         )
     for start in range(0, len(rows), 5000):
         mem.add_many(rows[start : start + 5000])
     mem.wait_indexed()
     picked = [queries[i] for i in rng.permutation(len(queries))[: args.queries]]
-    settings = [{}] if args.baseline else [{"context_weight": 0.0}, {}]
+    settings = [{}] if args.baseline else [{args.option: 0.0}, {}]
     times: list[list[float]] = [[] for _ in settings]
     for round_ in range(2):  # the first round warms the caches
         for n, (text, v) in enumerate(picked):
@@ -90,8 +102,8 @@ def main() -> None:
     diffs = [b - a for a, b in zip(times[0], times[1], strict=True)]
     diff = statistics.mean(statistics.median(diffs[first::2]) for first in (0, 1)) * 1e3
     print(
-        f"{size}: context_weight=0 p50 {p50[0]:.3f} ms, "
-        f"context_weight={_core.DEFAULT_CONTEXT_WEIGHT} p50 {p50[1]:.3f} ms, "
+        f"{size}: {args.option}=0 p50 {p50[0]:.3f} ms, "
+        f"{args.option}={getattr(_core, f'DEFAULT_{args.option.upper()}')} p50 {p50[1]:.3f} ms, "
         f"per-query difference {diff:+.3f} ms (median of each order, averaged)"
     )
 

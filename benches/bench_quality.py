@@ -291,7 +291,12 @@ class Bench:
             if d.at is not None:
                 row["created_at"] = d.at
             if qs.episodic:
-                row.update(type="episodic", agent_id="assistant", session_id=d.session)
+                row.update(
+                    type="episodic",
+                    agent_id="assistant",
+                    session_id=d.session,
+                    speaker=d.speaker,
+                )
             rows.append(row)
         for start in range(0, len(rows), 2000):
             self.mem.add_many(rows[start : start + 2000])

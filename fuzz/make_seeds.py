@@ -70,7 +70,7 @@ def main() -> None:
                 ]
             )
             mem.wait_indexed()
-            mem.add("parked vector, not yet linked", table="facts")
+            mem.add("parked vector, not yet linked", table="facts", speaker="user")
             mem.snapshot()
         snap = max((root / "store" / "index").glob("snapshot-*"))
         parts = [payload(snap / "records.bin"), payload(snap / "bm25.bin")]

@@ -160,7 +160,7 @@ def _engine_with(metas: list[dict[str, Any]]) -> Engine:
             "x",
             "t",
             "semantic",
-            *[None] * 6,
+            *[None] * 7,  # the scope fields and the speaker
             0.5,
             0,
             0,

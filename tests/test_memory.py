@@ -415,7 +415,14 @@ def test_export_import_round_trip(make_store: StoreFactory) -> None:
     emb = WordHashEmbedder()
     with make_store("e", emb) as mem:
         mem.add("a pinned fact", evergreen=True, importance=0.9, metadata={"x": [1, "y"]})
-        mem.add("room message", table="messages", room_id="r", world_id="w", type="episodic")
+        mem.add(
+            "room message",
+            table="messages",
+            room_id="r",
+            world_id="w",
+            type="episodic",
+            speaker="u",
+        )
         mem.add("unique one", unique=True, session_id="s", namespace="n")
         mem.search("fact")
         mem.snapshot()
@@ -424,7 +431,8 @@ def test_export_import_round_trip(make_store: StoreFactory) -> None:
         assert mem.export_jsonl(make_store.tmp_path / "without.jsonl", embeddings=False) == 3
     line = json.loads((make_store.tmp_path / "with.jsonl").read_text().splitlines()[0])
     assert set(line) == {
-        *("id", "text", "table", "type", *SCOPE_FIELDS, "importance", "evergreen", "unique"),
+        *("id", "text", "table", "type", *SCOPE_FIELDS, "speaker", "importance", "evergreen"),
+        "unique",
         *("metadata", "created_at", "updated_at", "last_accessed_at", "access_count"),
         *("valid_to", "expires_at", "recorded_at", "content_hash", "embedding"),
     }

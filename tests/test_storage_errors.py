@@ -39,7 +39,7 @@ def _row(rowid: int, record_id: str, seq: int) -> Row:
         f"the text of {record_id}",
         "memories",
         "semantic",
-        *[None] * 6,
+        *[None] * 7,  # the scope fields and the speaker
         0.5,
         0,
         0,

@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_RECENCY_WEIGHT",
     "DEFAULT_RELEVANCE_WEIGHT",
     "DEFAULT_RRF_K",
+    "DEFAULT_SPEAKER_WEIGHT",
     "ROW_FIELDS",
     "BM25Index",
     "BM25Okapi",
@@ -35,6 +36,7 @@ ROW_FIELDS: list[str]
 DEFAULT_ALPHA: float
 DEFAULT_RRF_K: float
 DEFAULT_CONTEXT_WEIGHT: float
+DEFAULT_SPEAKER_WEIGHT: float
 DEFAULT_RELEVANCE_WEIGHT: float
 DEFAULT_IMPORTANCE_WEIGHT: float
 DEFAULT_RECENCY_WEIGHT: float
@@ -277,6 +279,7 @@ class SearchRequest:
         explain: bool | None = None,
         track_access: bool | None = None,
         context_weight: float | None = None,
+        speaker_weight: float | None = None,
     ) -> SearchRequest: ...
     @property
     def k(self) -> int: ...

@@ -33,6 +33,11 @@ class MemoryRecord:
     with ``expires_at`` is returned by no read from then on, and maintenance
     removes it (its last version stays in the history).
 
+    ``speaker`` is who said a conversation turn: ``"user"`` for the store's own
+    person, the agent's or the other party's name otherwise (None for a record
+    that is no turn). A search whose query names a speaker ("I", "my": the user;
+    or the speaker's name) lifts that speaker's turns (``speaker_weight``).
+
     ``duplicate`` and ``duplicate_of`` are set only on a record that
     :meth:`memlane.Memory.add` returns and are never stored: ``"exact"``,
     ``"near"`` or ``"window"`` when the add met a duplicate of that kind, and
@@ -49,6 +54,7 @@ class MemoryRecord:
     world_id: str | None = None
     session_id: str | None = None
     namespace: str | None = None
+    speaker: str | None = None
     importance: float = 0.5
     evergreen: bool = False
     unique: bool = False
@@ -104,6 +110,8 @@ class SearchHit:
     ``explain`` holds ``bm25`` and ``bm25_rank``, ``cosine`` and ``vector_rank``
     (None where the hit was not retrieved that way), ``bm25_context`` (the BM25
     of a conversation turn joined with its neighbours; None without a session),
+    ``bm25_speaker`` (whether the query names the hit's speaker; None in a store
+    without speakers),
     ``relevance`` (fused, in [0, 1]), ``importance``, ``recency``, ``age_hours``
     (from the newest candidate), ``boost`` (the factor applied to the relevance) and
     ``score``.

@@ -49,6 +49,9 @@ class Row(NamedTuple):
     world_id: str | None
     session_id: str | None
     namespace: str | None
+    #: Who said it, for a conversation turn: "user" for the store's own person, the
+    #: agent's or the other party's name otherwise; None for a record that is no turn.
+    speaker: str | None
     importance: float
     evergreen: Annotated[int, FLAG]
     uniq: Annotated[int, FLAG]

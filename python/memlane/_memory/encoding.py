@@ -96,6 +96,7 @@ class NewRecord:
     world_id: str | None
     session_id: str | None
     namespace: str | None
+    speaker: str | None
     importance: float
     evergreen: bool
     unique: bool
@@ -187,6 +188,10 @@ def validate(
             scope.append(coerce.text(v, f))
             checked.add(v)
     agent, user, room, world, session, namespace = scope
+    speaker = get("speaker")
+    if speaker is not None and (type(speaker) is not str or speaker not in checked):
+        speaker = coerce.text(speaker, "speaker")
+        checked.add(speaker)
     meta = get("metadata")
     metadata, metadata_json = ({}, "{}") if not meta else coerce.metadata(meta)
     created = get("created_at")
@@ -239,6 +244,7 @@ def validate(
         world_id=world,
         session_id=session,
         namespace=namespace,
+        speaker=speaker,
         importance=importance,
         evergreen=evergreen,
         metadata=metadata,

@@ -97,6 +97,7 @@ class MemoryStore:
         world_id: str | None = None,
         session_id: str | None = None,
         namespace: str | None = None,
+        speaker: str | None = None,
         importance: float = 0.5,
         evergreen: bool = False,
         metadata: Mapping[str, Any] | None = None,
@@ -131,6 +132,7 @@ class MemoryStore:
             "world_id": world_id,
             "session_id": session_id,
             "namespace": namespace,
+            "speaker": speaker,
             "importance": importance,
             "evergreen": evergreen,
             "metadata": metadata,
@@ -425,6 +427,7 @@ class MemoryStore:
         rrf_k: float = _core.DEFAULT_RRF_K,
         alpha: float = _core.DEFAULT_ALPHA,
         context_weight: float = _core.DEFAULT_CONTEXT_WEIGHT,
+        speaker_weight: float = _core.DEFAULT_SPEAKER_WEIGHT,
         candidates: int | None = None,
         start: float | datetime | None = None,
         end: float | datetime | None = None,
@@ -485,14 +488,12 @@ class MemoryStore:
         ``match_threshold``). ``min_similarity`` drops hits below a cosine
         similarity in any mode.
 
-        A conversation turn (a record with a ``session_id``) is also scored as
-        part of its context: ``bm25`` above becomes ``(1 - context_weight) *
-        bm25 + context_weight * bm25_context``, where ``bm25_context`` is the
-        query's BM25 over the turn joined with the previous and the next turn
-        of its session (by ``created_at``), with the same idf and ceiling. So
-        an answer ("yes, every Sunday") shares the words of the question its
-        neighbour asked ("do you go hiking?"). Records without a
-        ``session_id`` score as they are; ``context_weight=0`` turns it off.
+        A conversation turn (a record with a ``session_id``) also scores BM25 over
+        itself joined with its session's previous and next turn: ``bm25`` becomes
+        ``(1 - context_weight) * bm25 + context_weight * bm25_context`` (an answer finds
+        the words of the question before it). A query naming a turn's ``speaker`` ("I",
+        "my": ``"user"``; or the name) counts it as a query term worth ``speaker_weight``
+        of the BM25 ceiling (docs/search.md). Either weight at 0 turns its part off.
 
         What the numbers mean with the default model (all-MiniLM-L6-v2; 5th to
         95th percentiles of top-5 hits, ``benches/tune_context_floor.py``): the
@@ -515,9 +516,9 @@ class MemoryStore:
         ``candidates`` is how many hits each
         retriever contributes before fusion (``max(50, 4 * k)`` by default).
         ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
-        ``bm25_context`` (None for a record without a ``session_id``), ``cosine``,
-        ``vector_rank``, ``relevance``, ``importance``, ``recency``, ``age_hours``,
-        ``boost`` and ``score``.
+        ``bm25_context`` (None without a ``session_id``), ``bm25_speaker`` (whether the
+        query names the hit's speaker), ``cosine``, ``vector_rank``, ``relevance``,
+        ``importance``, ``recency``, ``age_hours``, ``boost`` and ``score``.
         """
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
@@ -534,6 +535,7 @@ class MemoryStore:
             rrf_k=rrf_k,
             alpha=alpha,
             context_weight=context_weight,
+            speaker_weight=speaker_weight,
             candidates=candidates,
             explain=explain,
             track_access=track_access,

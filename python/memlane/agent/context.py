@@ -137,7 +137,8 @@ def add_message(
     messages the caller records once each, in order, as the agent loop does: a
     repeated short reply ("yes") is a new message then, so the contact is kept as
     ``metadata["sender"]``, which no window compares. The agent's replies (any other
-    ``role``) carry ``metadata["to"]`` and are never skipped by their text.
+    ``role``) carry ``metadata["to"]`` and are never skipped by their text. The
+    record's ``speaker`` is the ``role`` (``"user"``, ``"assistant"``).
     """
     return mem.add(**message_item(text, scope, role, created_at, metadata, message_id, in_order))
 
@@ -176,6 +177,9 @@ def message_item(
         "type": "message",
         "metadata": meta,
         "created_at": created_at,
+        # As mem0 and the chat APIs name the parties: a search in the first person
+        # ("what did I say about ...") lifts the user's own messages.
+        "speaker": role,
         **scope_kwargs(scope.history),
     }
 

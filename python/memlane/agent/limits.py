@@ -217,6 +217,7 @@ def store_message(
                 "type": "message",
                 "metadata": {**base, "part": i},
                 "created_at": now,
+                "speaker": role,
                 **scope_kwargs(event.history),
             }
             for i, piece in enumerate(pieces[1:], 2)

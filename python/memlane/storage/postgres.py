@@ -163,6 +163,12 @@ _MIGRATIONS = (
     CREATE INDEX IF NOT EXISTS records_expires ON {s}.records (expires_at)
         WHERE expires_at IS NOT NULL;
     """,
+    # Who said a conversation turn. A store made by migration 1 of this release has
+    # the column already; older records are no turns (None).
+    """
+    ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS speaker text;
+    ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS speaker text;
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 

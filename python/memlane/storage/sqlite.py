@@ -42,7 +42,8 @@ T = TypeVar("T")
 
 # 2: records.valid_to and the history table.
 # 3: expires_at and recorded_at, in the records and the history.
-SCHEMA_VERSION = 3
+# 4: speaker, in the records and the history.
+SCHEMA_VERSION = 4
 
 
 _SCHEMA = (
@@ -103,10 +104,8 @@ def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
 def _migrate(conn: sqlite3.Connection) -> None:
     """Brings an older store's tables to the schema's columns (a table created by this
     open, the history of a version-1 store, has them already)."""
-    for table, columns in (
-        ("records", (("valid_to", "REAL"), ("expires_at", "REAL"), ("recorded_at", None))),
-        ("history", (("expires_at", "REAL"), ("recorded_at", None))),
-    ):
+    later = (("expires_at", "REAL"), ("recorded_at", None), ("speaker", "TEXT"))
+    for table, columns in (("records", (("valid_to", "REAL"), *later)), ("history", later)):
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         for name, kind in columns:
             if name in have:

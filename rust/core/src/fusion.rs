@@ -97,6 +97,33 @@ pub fn context_weight(w: f64) -> Result<f64> {
     Ok(w)
 }
 
+/// What a speaker the query names is worth, as a share of the BM25 ceiling:
+/// see [`speaker`].
+pub const DEFAULT_SPEAKER_WEIGHT: f64 = 0.5;
+
+/// The BM25 share (over the ceiling, in [0, 1]) of a candidate of a query
+/// that names a speaker (`named`: "I" the store's user, or a speaker's
+/// name), the speaker counted as one more query term worth `weight` of the
+/// ceiling, as a field of BM25F is: `(share + weight · matched) / (1 +
+/// weight)`, still in [0, 1]. A query that names no speaker keeps its share.
+pub fn speaker(share: f64, named: bool, matched: bool, weight: f64) -> f64 {
+    if !named {
+        return share;
+    }
+    (share + if matched { weight } else { 0.0 }) / (1.0 + weight)
+}
+
+/// The speaker weight a caller gives, checked: in [0, 1].
+pub fn speaker_weight(w: f64) -> Result<f64> {
+    if !(0.0..=1.0).contains(&w) {
+        return Err(Error::invalid(format!(
+            "speaker_weight must be in [0, 1], got {}",
+            crate::engine::options::py_float(w)
+        )));
+    }
+    Ok(w)
+}
+
 /// A cosine similarity as a relevance in [0, 1].
 pub fn cosine_relevance(cosine: f64) -> f64 {
     cosine.clamp(0.0, 1.0)

@@ -152,6 +152,7 @@ fn request<'a>(
         candidates: 20,
         fusion: Fusion::default(),
         context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
+        speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
         weights: Weights::default(),
         rate: 0.01,
         age_from: crate::scoring::AgeFrom::Clock,
@@ -263,6 +264,7 @@ fn small_engine() -> Engine {
             valid_to: (i == 1).then_some(1.0e9 + 5.0),
             expires_at: (i == 2).then_some(1.0e9 + 9.0),
             recorded_at: 1.0e9 + i as f64,
+            speaker: None,
             metadata: flatten_metadata(m).expect("valid metadata"),
         })
         .collect();

@@ -122,6 +122,7 @@ const ACCESS_COUNT: usize = field("access_count");
 const VALID_TO: usize = field("valid_to");
 const EXPIRES_AT: usize = field("expires_at");
 const RECORDED_AT: usize = field("recorded_at");
+const SPEAKER: usize = field("speaker");
 
 /// `Engine.nearest`'s ids and similarities.
 type Nearest<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>);
@@ -189,6 +190,7 @@ fn row_attrs(
         valid_to: get!(VALID_TO, Option<f64>),
         expires_at: get!(EXPIRES_AT, Option<f64>),
         recorded_at: get!(RECORDED_AT, f64),
+        speaker: get!(SPEAKER, Option<String>),
         metadata: Vec::new(),
     };
     let text = if texts {
@@ -206,6 +208,7 @@ fn explained<'py>(py: Python<'py>, s: &Signals) -> PyResult<Bound<'py, PyDict>> 
     d.set_item("bm25", s.bm25.map(f64::from))?;
     d.set_item("bm25_rank", s.bm25_rank)?;
     d.set_item("bm25_context", s.bm25_context.map(f64::from))?;
+    d.set_item("bm25_speaker", s.bm25_speaker)?;
     d.set_item("cosine", s.cosine.map(f64::from))?;
     d.set_item("vector_rank", s.vector_rank)?;
     d.set_item("relevance", s.relevance)?;

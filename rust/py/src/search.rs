@@ -182,6 +182,7 @@ impl PySearchRequest {
         k = None, *, mode = None, threshold = None, min_similarity = None, weights = None,
         decay = None, recency_half_life = None, fusion = None, rrf_k = None, alpha = None,
         candidates = None, explain = None, track_access = None, context_weight = None,
+        speaker_weight = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -200,6 +201,7 @@ impl PySearchRequest {
         explain: Option<&Bound<'_, PyAny>>,
         track_access: Option<&Bound<'_, PyAny>>,
         context_weight: Option<&Bound<'_, PyAny>>,
+        speaker_weight: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let k = k.map_or(Ok(5), |k| count(py, k, "k", 1))?;
         let mode = mode.map_or(Ok("hybrid"), |m| {
@@ -228,6 +230,8 @@ impl PySearchRequest {
             alpha: optional_number(py, alpha, "alpha")?.unwrap_or(fusion::DEFAULT_ALPHA),
             context_weight: optional_number(py, context_weight, "context_weight")?
                 .unwrap_or(fusion::DEFAULT_CONTEXT_WEIGHT),
+            speaker_weight: optional_number(py, speaker_weight, "speaker_weight")?
+                .unwrap_or(fusion::DEFAULT_SPEAKER_WEIGHT),
             explain: explain.map_or(Ok(false), |e| flag(py, e, "explain"))?,
             track_access: track_access
                 .filter(|t| !t.is_none())

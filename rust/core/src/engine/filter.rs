@@ -728,6 +728,7 @@ mod tests {
                     valid_to: None,
                     expires_at: (i == 1).then_some(5000.0),
                     recorded_at: 3000.0 + i as f64,
+                    speaker: None,
                     metadata: flatten_metadata(meta).unwrap(),
                 },
             );
@@ -750,6 +751,7 @@ mod tests {
             valid_to: None,
             expires_at: None,
             recorded_at: 0.0,
+            speaker: None,
             metadata: Vec::new(),
         }
     }

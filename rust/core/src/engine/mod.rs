@@ -25,6 +25,7 @@ pub mod records;
 mod retrievals;
 mod search;
 pub(crate) mod snapshot;
+mod speakers;
 
 pub use filter::{Filter, Selection, MAX_DEPTH as MAX_FILTER_DEPTH};
 pub use options::{Given, SearchOptions};
@@ -543,6 +544,7 @@ mod shared_linking {
             valid_to: None,
             expires_at: None,
             recorded_at: 0.0,
+            speaker: None,
             metadata: flatten_metadata("{}").unwrap(),
         }
     }
@@ -599,6 +601,7 @@ mod shared_linking {
                 candidates: 20,
                 fusion: Fusion::default(),
                 context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
+                speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
                 weights: Weights::resolve(Some(1.0), None, None).unwrap(),
                 rate: 0.0,
                 age_from: crate::scoring::AgeFrom::NewestCandidate,

@@ -39,6 +39,7 @@ pub struct Given<'a> {
     pub rrf_k: f64,
     pub alpha: f64,
     pub context_weight: f64,
+    pub speaker_weight: f64,
     pub weights: Option<GivenWeights>,
     pub decay: Option<f64>,
     pub recency_half_life: Option<f64>,
@@ -60,6 +61,9 @@ pub struct SearchOptions {
     /// The share of BM25 a conversation turn takes from its context
     /// ([`crate::fusion::contextual`]).
     pub context_weight: f64,
+    /// What a speaker the query names is worth to its turns
+    /// ([`crate::fusion::speaker`]).
+    pub speaker_weight: f64,
     pub weights: Option<GivenWeights>,
     pub decay: Option<f64>,
     pub recency_half_life: Option<f64>,
@@ -77,6 +81,7 @@ impl Default for SearchOptions {
             candidates: CANDIDATES,
             fusion: Fusion::default(),
             context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
+            speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
             weights: None,
             decay: None,
             recency_half_life: None,
@@ -92,7 +97,7 @@ impl SearchOptions {
     /// Checks every value, in the order the caller's messages have always
     /// come in: `k`, `mode`, `threshold`, `min_similarity`, `weights`,
     /// `decay`, `recency_half_life`, `candidates`, the fusion, then
-    /// `context_weight`.
+    /// `context_weight`, then `speaker_weight`.
     pub fn new(given: &Given<'_>) -> Result<Self> {
         let k = count("k", given.k, 1)?;
         let mode = Mode::parse(given.mode)?;
@@ -133,12 +138,14 @@ impl SearchOptions {
             }
         };
         let context_weight = crate::fusion::context_weight(given.context_weight)?;
+        let speaker_weight = crate::fusion::speaker_weight(given.speaker_weight)?;
         Ok(SearchOptions {
             k,
             mode,
             candidates,
             fusion,
             context_weight,
+            speaker_weight,
             weights: given.weights,
             decay,
             recency_half_life,
@@ -194,6 +201,7 @@ impl SearchOptions {
             candidates: self.candidates,
             fusion: self.fusion,
             context_weight: self.context_weight,
+            speaker_weight: self.speaker_weight,
             weights,
             rate: scoring::rate(decay, half_life)?,
             age_from: AgeFrom::for_decay(decay),
@@ -305,6 +313,7 @@ mod tests {
             rrf_k: 60.0,
             alpha: 0.5,
             context_weight: 0.2,
+            speaker_weight: 0.5,
             weights: None,
             decay: None,
             recency_half_life: None,
@@ -413,6 +422,20 @@ mod tests {
                 ..given()
             }),
             "context_weight must be in [0, 1], got nan"
+        );
+        assert_eq!(
+            refused(Given {
+                speaker_weight: -0.5,
+                ..given()
+            }),
+            "speaker_weight must be in [0, 1], got -0.5"
+        );
+        assert_eq!(
+            refused(Given {
+                speaker_weight: f64::INFINITY,
+                ..given()
+            }),
+            "speaker_weight must be in [0, 1], got inf"
         );
     }
 

@@ -161,6 +161,9 @@ pub struct Attrs {
     pub expires_at: Option<f64>,
     /// When the store learned the record (its ingestion time, set by the store).
     pub recorded_at: f64,
+    /// Who said it, for a conversation turn: `"user"` for the store's own
+    /// person, a name otherwise; `None` for a record that is not a turn.
+    pub speaker: Option<String>,
     /// Flattened metadata: (dotted key, value) pairs.
     pub metadata: Vec<(String, RawValue)>,
 }
@@ -296,6 +299,11 @@ pub struct Records {
     pub(crate) expires_at: Vec<f64>,
     /// Per slot: when the store learned the record.
     pub(crate) recorded_at: Vec<f64>,
+    /// Per slot: the interned speaker, or [`NONE`].
+    pub(crate) speaker: Vec<u32>,
+    /// Live records per interned speaker: the store's speakers (empty in a
+    /// store without conversation turns, so a search skips the speaker pass).
+    pub(crate) speakers: FxHashMap<u32, u32>,
     /// Per slot: the previous and the next record of its session by
     /// (`created_at`, id), or [`NONE`]. Derived from the columns, so a
     /// snapshot need not carry them ([`Records::rebuild_index`]).
@@ -548,6 +556,7 @@ impl Records {
         self.valid_to.push(f64::INFINITY);
         self.expires_at.push(f64::INFINITY);
         self.recorded_at.push(0.0);
+        self.speaker.push(NONE);
         self.prev.push(NONE);
         self.next.push(NONE);
         self.meta.push(Vec::new());
@@ -560,6 +569,7 @@ impl Records {
             Some(&slot) => {
                 self.unpost(slot);
                 self.unlink(slot);
+                self.uncount_speaker(slot);
                 slot
             }
             None => {
@@ -589,6 +599,10 @@ impl Records {
         self.valid_to[s] = a.valid_to.unwrap_or(f64::INFINITY);
         self.expires_at[s] = a.expires_at.unwrap_or(f64::INFINITY);
         self.recorded_at[s] = a.recorded_at;
+        self.speaker[s] = a
+            .speaker
+            .as_deref()
+            .map_or(NONE, |v| self.strings.intern(v));
         let mut meta: Vec<(u32, Value)> = a
             .metadata
             .iter()
@@ -607,7 +621,30 @@ impl Records {
         self.meta[s] = meta;
         self.post(slot);
         self.link(slot);
+        self.count_speaker(slot);
         slot
+    }
+
+    /// The interned speaker of `slot`, if it has one.
+    pub fn speaker(&self, slot: u32) -> Option<u32> {
+        let v = self.speaker[slot as usize];
+        (v != NONE).then_some(v)
+    }
+
+    fn count_speaker(&mut self, slot: u32) {
+        if let Some(v) = self.speaker(slot) {
+            *self.speakers.entry(v).or_default() += 1;
+        }
+    }
+
+    fn uncount_speaker(&mut self, slot: u32) {
+        let Some(v) = self.speaker(slot) else { return };
+        if let Some(n) = self.speakers.get_mut(&v) {
+            *n -= 1;
+            if *n == 0 {
+                self.speakers.remove(&v);
+            }
+        }
     }
 
     /// Removes `id`; returns whether it was there.
@@ -617,6 +654,7 @@ impl Records {
         };
         self.unpost(slot);
         self.unlink(slot);
+        self.uncount_speaker(slot);
         let s = slot as usize;
         self.live[s] = false;
         self.meta[s] = Vec::new();
@@ -642,6 +680,7 @@ impl Records {
         self.postings = FxHashMap::default();
         self.by_key = FxHashMap::default();
         self.sessions = FxHashMap::default();
+        self.speakers = FxHashMap::default();
         self.prev = vec![NONE; self.ids.len()];
         self.next = vec![NONE; self.ids.len()];
         for slot in 0..self.ids.len() as u32 {
@@ -651,6 +690,7 @@ impl Records {
                 }
                 self.post(slot);
                 self.link(slot);
+                self.count_speaker(slot);
             }
         }
         Ok(())
@@ -684,6 +724,7 @@ mod tests {
             valid_to: None,
             expires_at: None,
             recorded_at: 0.0,
+            speaker: None,
             metadata: flatten_metadata(meta).unwrap(),
         }
     }

@@ -43,9 +43,9 @@ pub(super) struct Key {
     filter: Option<Filter>,
     pool: usize,
     current_only: bool,
-    /// Which signals were completed for every candidate: cosine, BM25, and
-    /// the contextual BM25 of turns.
-    fills: (bool, bool, bool),
+    /// Which signals were completed for every candidate: cosine, BM25, the
+    /// contextual BM25 of turns, and whether the query names their speaker.
+    fills: (bool, bool, bool, bool),
 }
 
 impl Key {
@@ -56,7 +56,7 @@ impl Key {
         filter: Option<&Filter>,
         pool: usize,
         current_only: bool,
-        fills: (bool, bool, bool),
+        fills: (bool, bool, bool, bool),
     ) -> Self {
         let vector: Option<Box<[u32]>> = vector.map(|v| v.iter().map(|x| x.to_bits()).collect());
         let mut h = FxHasher::default();
@@ -136,7 +136,7 @@ mod tests {
             None,
             pool,
             true,
-            (true, true, true),
+            (true, true, true, true),
         )
     }
 

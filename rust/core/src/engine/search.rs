@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 
 use super::pending::normalised;
 use super::retrievals::{Key, MAX_CANDIDATES};
+use super::speakers::SpeakerQuery;
 use super::{Engine, Filter};
 use crate::bm25::Query;
 use crate::error::{Error, Result};
@@ -52,6 +53,9 @@ pub struct SearchRequest<'a> {
     /// The share of BM25 that a turn of a session takes from its context
     /// ([`fusion::contextual`]).
     pub context_weight: f64,
+    /// What a speaker the query names is worth to its turns, as a share of
+    /// the BM25 ceiling ([`fusion::speaker`]).
+    pub speaker_weight: f64,
     pub weights: Weights,
     /// λ of the recency signal, per hour ([`scoring::rate`]).
     pub rate: f64,
@@ -83,6 +87,9 @@ pub struct Signals {
     /// BM25 of the hit's turn with its previous and next turn of its session,
     /// if it has a `session_id` and the search computed it.
     pub bm25_context: Option<f32>,
+    /// Whether the query names the hit's speaker, if the store has speakers
+    /// and the search looked.
+    pub bm25_speaker: Option<bool>,
     /// 1-based rank in the BM25 list, if the hit was in it.
     pub bm25_rank: Option<u32>,
     pub cosine: Option<f32>,
@@ -116,12 +123,15 @@ pub(super) struct Retrieved {
     vector_found: bool,
     /// The query text's BM25 ceiling (0 without BM25 hits).
     ceiling: f64,
+    /// Whether the query names the speaker of a candidate.
+    named: bool,
 }
 
 #[derive(Clone, Copy, Default)]
 struct Cand {
     bm25: Option<f32>,
     bm25_context: Option<f32>,
+    bm25_speaker: Option<bool>,
     bm25_rank: Option<u32>,
     cosine: Option<f32>,
     vector_rank: Option<u32>,
@@ -162,14 +172,16 @@ impl Engine {
             return Err(Error::invalid("text search needs a non-empty query text"));
         }
         let weighted = matches!(req.fusion, Fusion::Weighted { .. }) && req.mode == Mode::Hybrid;
-        // The contextual BM25 is scored where BM25's scores count (weighted
-        // fusion, text alone) or are shown.
+        // The contextual BM25 and the speakers are scored where BM25's
+        // scores count (weighted fusion, text alone) or are shown.
+        let bm25_counts = weighted || req.mode == Mode::Text;
         let fills = (
             query.is_some() && (weighted || req.explain || req.min_similarity.is_some()),
             text.is_some() && (weighted || req.explain),
+            text.is_some() && (req.explain || (req.context_weight > 0.0 && bm25_counts)),
             text.is_some()
-                && (req.explain
-                    || (req.context_weight > 0.0 && (weighted || req.mode == Mode::Text))),
+                && !self.records.speakers.is_empty()
+                && (req.explain || (req.speaker_weight > 0.0 && bm25_counts)),
         );
         let pool = req.candidates.max(req.k);
         let key = (!req.filter.is_some_and(Filter::reads_access)).then(|| {
@@ -208,7 +220,7 @@ impl Engine {
         query: Option<&[f32]>,
         text: Option<&str>,
         pool: usize,
-        fills: (bool, bool, bool),
+        fills: (bool, bool, bool, bool),
     ) -> Result<Option<Retrieved>> {
         // The candidate set, shared by both retrievers. Superseded records
         // are few: they leave a selection, and without one each retriever
@@ -291,6 +303,10 @@ impl Engine {
         if let (Some(q), true) = (&analysed, fills.2) {
             self.fill_context(q, &order, &mut cands);
         }
+        let named = match text {
+            Some(t) if fills.3 => self.fill_speakers(t, &order, &mut cands),
+            _ => false,
+        };
         let ceiling = match &analysed {
             Some(q) if !text_hits.is_empty() => q.ceiling(),
             _ => 0.0,
@@ -301,6 +317,7 @@ impl Engine {
             text_found: !text_hits.is_empty(),
             vector_found: !vector_hits.is_empty(),
             ceiling,
+            named,
         }))
     }
 
@@ -318,7 +335,13 @@ impl Engine {
                     }
                     None => own,
                 };
-                fusion::bm25_relevance(score, ceiling)
+                let share = fusion::bm25_relevance(score, ceiling);
+                fusion::speaker(
+                    share,
+                    found.named,
+                    c.bm25_speaker == Some(true),
+                    req.speaker_weight,
+                )
             };
             match (req.mode, req.fusion) {
                 (Mode::Text, _) => bm(),
@@ -369,6 +392,7 @@ impl Engine {
                 Signals {
                     bm25: c.bm25,
                     bm25_context: c.bm25_context,
+                    bm25_speaker: c.bm25_speaker,
                     bm25_rank: c.bm25_rank,
                     cosine: c.cosine,
                     vector_rank: c.vector_rank,
@@ -559,6 +583,26 @@ impl Engine {
                 c.bm25_context = Some(score);
             }
         }
+    }
+
+    /// Which candidates' speaker the query names (a hash look-up and a
+    /// compare per candidate, each distinct speaker decided once); returns
+    /// whether it names any.
+    fn fill_speakers(&self, text: &str, order: &[u64], cands: &mut FxHashMap<u64, Cand>) -> bool {
+        let r = &self.records;
+        let mut query = SpeakerQuery::new(self.bm25.analyzer(), text);
+        let mut named = false;
+        for id in order {
+            let (Some(c), Some(slot)) = (cands.get_mut(id), r.slot(*id)) else {
+                continue;
+            };
+            let matched = r
+                .speaker(slot)
+                .is_some_and(|v| query.names(v, r.strings.resolve(v)));
+            c.bm25_speaker = Some(matched);
+            named |= matched;
+        }
+        named
     }
 
     /// Exact BM25 scores for candidates the BM25 list did not hold (0 when

@@ -6,10 +6,11 @@
 //! deleted after the rename. `seq` is the caller's change sequence number
 //! that the snapshot reflects, so the caller knows what to replay.
 //!
-//! `records.bin`, version 5: `seq: u64, dim: u64 (0 = none)`, the value and
+//! `records.bin`, version 6: `seq: u64, dim: u64 (0 = none)`, the value and
 //! key interners (`count: u64` then `str` each), `slots: u64`, then per
 //! column `ids: u64s, keys: u32s (interned public ids, u32::MAX = none),
-//! live: bytes, table: u32s, type: u32s, 6 × scope: u32s, importance: f32s,
+//! live: bytes, table: u32s, type: u32s, 6 × scope: u32s, speaker: u32s
+//! (interned, u32::MAX = none), importance: f32s,
 //! evergreen: bytes, access_count: u64s`, `created_at, updated_at,
 //! last_accessed_at, valid_to, expires_at, recorded_at` (`slots` f64 each, infinity for
 //! a current record's `valid_to` and a record that never expires), per slot its metadata (`count: u64`,
@@ -35,7 +36,8 @@ pub(crate) const KIND: Kind = Kind(*b"MREC");
 // 3: metadata keys with a literal dot are stored escaped (`a\\.b`).
 // 4: `valid_to` per slot.
 // 5: `expires_at` and `recorded_at` per slot.
-pub(crate) const VERSION: u32 = 5;
+// 6: `speaker` per slot.
+pub(crate) const VERSION: u32 = 6;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 
@@ -201,6 +203,7 @@ impl Engine {
         for col in &r.scope {
             w.u32s(col);
         }
+        w.u32s(&r.speaker);
         w.f32s(&r.importance);
         w.bytes(&r.evergreen.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
         w.u64s(&(0..n as u32).map(|s| r.access_count(s)).collect::<Vec<_>>());
@@ -292,6 +295,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
     for col in &mut scope {
         *col = sized(r.u32s()?, n, "scope")?;
     }
+    let speaker = sized(r.u32s()?, n, "speaker")?;
     let importance = sized(r.f32s()?, n, "importance")?;
     let evergreen = bools(r, n, "evergreen")?;
     let access_count = sized(r.u64s()?, n, "access_count")?;
@@ -346,8 +350,12 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         if !in_range(table[s]) || !in_range(kind[s]) || (key[s] != NONE && !in_range(key[s])) {
             return Err(err("table, type or id out of range"));
         }
-        if scope.iter().any(|c| c[s] != NONE && !in_range(c[s])) {
-            return Err(err("scope value out of range"));
+        if scope
+            .iter()
+            .chain([&speaker])
+            .any(|c| c[s] != NONE && !in_range(c[s]))
+        {
+            return Err(err("scope value or speaker out of range"));
         }
     }
     let mut free_seen = vec![false; n];
@@ -382,6 +390,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         table,
         kind,
         scope,
+        speaker,
         importance,
         evergreen,
         created_at,

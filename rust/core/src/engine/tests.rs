@@ -19,6 +19,7 @@ fn attrs(agent: &str, importance: f32, accessed: f64, evergreen: bool) -> Attrs 
         valid_to: None,
         expires_at: None,
         recorded_at: 0.0,
+        speaker: None,
         metadata: flatten_metadata(&format!(r#"{{"agent": "{agent}"}}"#)).unwrap(),
     }
 }
@@ -41,6 +42,7 @@ fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> 
         candidates: 50,
         fusion: Fusion::default(),
         context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
+        speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
         weights: Weights::resolve(Some(1.0), None, None).unwrap(),
         rate: 0.0,
         age_from: crate::scoring::AgeFrom::NewestCandidate,
@@ -622,5 +624,101 @@ fn contextual_bm25_follows_removals_and_snapshots() {
     .unwrap();
     let (_, s) = signals_of(&e, 0.2);
     assert!(s[&2].bm25_context.unwrap() > 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A chat of the user with Caroline, plus a record that is no turn; text only.
+fn chat() -> Engine {
+    let texts: Vec<String> = [
+        "the dog is called rex",
+        "our dog is called max, the dog barks at every dog",
+        "dog food on offer",
+    ]
+    .map(String::from)
+    .into();
+    let speakers = [Some("user"), Some("Caroline"), None];
+    let a: Vec<Attrs> = speakers
+        .iter()
+        .enumerate()
+        .map(|(i, who)| {
+            let mut a = attrs("a", 0.5, i as f64 * HOUR, false);
+            a.id = Some(format!("r{i}"));
+            a.speaker = who.map(String::from);
+            a
+        })
+        .collect();
+    let mut e = engine(None);
+    e.upsert(Batch {
+        ids: &[1, 2, 3],
+        texts: Some(&texts),
+        vectors: None,
+        attrs: &a,
+    })
+    .unwrap();
+    e
+}
+
+fn spoken(e: &Engine, text: &str, weight: f64) -> (Vec<u64>, rustc_hash::FxHashMap<u64, Signals>) {
+    let mut r = request(Some(text), None, Mode::Text);
+    r.speaker_weight = weight;
+    let hits = e.search(&r).unwrap();
+    let by_id = hits.ids.iter().copied().zip(hits.signals).collect();
+    (hits.ids, by_id)
+}
+
+#[test]
+fn a_named_speaker_lifts_their_turns() {
+    let e = chat();
+    let ceiling = e.bm25.ceiling("my dog");
+    // Without the field, Caroline's turn says "dog" most.
+    let (ids, _) = spoken(&e, "my dog", 0.0);
+    assert_eq!(ids[0], 2);
+    // "my" names the user: the speaker counts as one more query term.
+    let (ids, s) = spoken(&e, "my dog", 0.5);
+    assert_eq!(ids[0], 1);
+    assert_eq!(s[&1].bm25_speaker, Some(true));
+    assert_eq!(s[&2].bm25_speaker, Some(false));
+    assert_eq!(s[&3].bm25_speaker, Some(false));
+    let own = f64::from(s[&1].bm25.unwrap()) / ceiling;
+    assert!(close(s[&1].relevance, (own + 0.5) / 1.5));
+    let other = f64::from(s[&3].bm25.unwrap()) / ceiling;
+    assert!(close(s[&3].relevance, other / 1.5));
+    // A name names its speaker, whoever asks.
+    let (ids, s) = spoken(&e, "what did Caroline say about the dog", 0.5);
+    assert_eq!(ids[0], 2);
+    assert_eq!(s[&2].bm25_speaker, Some(true));
+    // A query naming no speaker keeps its BM25 shares.
+    let (_, s) = spoken(&e, "dog", 0.5);
+    let plain = f64::from(s[&1].bm25.unwrap()) / e.bm25.ceiling("dog");
+    assert!(close(s[&1].relevance, plain));
+}
+
+#[test]
+fn speakers_follow_removals_and_snapshots() {
+    let dir = std::env::temp_dir().join(format!("memlane-engine-spk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut e = chat();
+    e.save(&dir, 1).unwrap();
+    let (l, _) = Engine::load(&dir).unwrap();
+    assert_eq!(spoken(&l, "my dog", 0.5), spoken(&e, "my dog", 0.5));
+    assert_eq!(l.records.speakers.len(), 2);
+    // With no speaker left, a search does not look (None), as in a store of
+    // records that are no turns.
+    e.remove(&[1, 2], false).unwrap();
+    assert!(e.records.speakers.is_empty());
+    let (_, s) = spoken(&e, "my dog", 0.5);
+    assert_eq!(s[&3].bm25_speaker, None);
+    // A replacement that drops the speaker uncounts it.
+    let mut e = chat();
+    let mut a = attrs("a", 0.5, 0.0, false);
+    a.id = Some("r0".into());
+    e.upsert(Batch {
+        ids: &[1],
+        texts: Some(&["the dog is called rex".to_owned()]),
+        vectors: None,
+        attrs: &[a],
+    })
+    .unwrap();
+    assert_eq!(e.records.speakers.len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
