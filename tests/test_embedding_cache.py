@@ -111,3 +111,20 @@ def test_cached_embedder_embeds_each_text_once() -> None:
     out = emb.embed_batch(["b", "ccc"])
     assert [row[0] for row in out] == [1, 3] and inner.calls[-1] == ["ccc"]
     assert emb.embed("aa")[0] == 2 and len(inner.calls) == 2
+
+
+class Asymmetric(Counting):
+    """Embeds a question unlike a stored text, as e5's prefixes do."""
+
+    asymmetric = True
+
+    def embed(self, text: str) -> np.ndarray:
+        return -self.embed_batch([text])[0]
+
+
+def test_an_asymmetric_embedders_question_never_gets_a_stored_texts_vector() -> None:
+    emb = CachedEmbedder(Asymmetric(), maxsize=10)
+    assert emb.embed_batch(["aa"])[0][0] == 2
+    assert emb.embed("aa")[0] == -2
+    assert emb.embed("aa")[0] == -2 and len(emb.inner.calls) == 2  # the question cached
+    assert emb.embed_batch(["aa"])[0][0] == 2 and len(emb.inner.calls) == 2

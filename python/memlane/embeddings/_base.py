@@ -21,6 +21,11 @@ class Embedder(Protocol):
     ``"onnx:all-MiniLM-L6-v2-int8"``: a store records it and refuses vectors of
     another space, so keep it stable across versions and change it when the
     vectors change.
+
+    An embedder that embeds a question (``embed``) differently from a text to store
+    (``embed_batch``), as e5's ``"query: "`` and ``"passage: "`` do, also sets a class
+    attribute ``asymmetric = True``: the caches then never answer a question with the
+    vector the same words were stored with (or the other way round).
     """
 
     @property

@@ -27,6 +27,15 @@ def text_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
+def query_key(embedder: Embedder) -> str:
+    """The cache's name for ``embedder``'s question vectors (``embed``): its name, or
+    when it is ``asymmetric`` (a question embedded unlike a stored text) a name of
+    their own, so that the same words asked never get the vector they were stored with."""
+    if getattr(embedder, "asymmetric", False) is True:
+        return f"{embedder.name}\0query"
+    return embedder.name
+
+
 class EmbeddingCache:
     """A thread-safe LRU of vectors keyed by ``(embedder name, text_key(text))``.
 
@@ -90,11 +99,12 @@ class CachedEmbedder:
 
     def embed(self, text: str) -> FloatArray:
         check_text(text)
-        hit = self.cache.get(self.name, text)
+        key = query_key(self.inner)
+        hit = self.cache.get(key, text)
         if hit is not None:
             return hit.copy()
         v = np.asarray(self.inner.embed(text), dtype=np.float32)
-        self.cache.put(self.name, text, v)
+        self.cache.put(key, text, v)
         return v
 
     def embed_batch(self, texts: Sequence[str]) -> FloatArray:

@@ -76,6 +76,9 @@ class E5SmallEmbedder:
             does not load.
     """
 
+    #: A question and a stored text are embedded differently (their prefixes).
+    asymmetric = True
+
     def __init__(self) -> None:
         # OpenMP's threads otherwise spin while they wait for work: on cores that other
         # processes keep busy, a question then takes seconds now and then instead of tens
