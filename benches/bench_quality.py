@@ -245,6 +245,7 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("RRF k=60", {"fusion": "rrf", "rrf_k": 60.0}),
     ("weighted, alpha=0.5 given", {"fusion": "weighted", "alpha": 0.5}),
     ("contextual BM25 off (context_weight=0)", {"context_weight": 0.0}),
+    ("speaker field off (speaker_weight=0)", {"speaker_weight": 0.0}),
 ]
 
 #: The rows the headline compares: the defaults against each retriever alone.
