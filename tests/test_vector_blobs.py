@@ -65,12 +65,13 @@ def test_float32_blobs_of_an_older_store_still_read_and_rebuild(tmp_path: Path) 
             assert hit[0].record.id == rec.id
 
 
-@pytest.mark.parametrize("scale", [1e-30, 1.0, 1e30])
+@pytest.mark.parametrize("scale", [0.0, 1e-30, 1.0, 1e30])
 def test_half_floats_keep_any_vector_the_engine_accepts(scale: float) -> None:
     v = unit(3) * np.float32(scale)
     back = unblob(blob(v, half=True))
     assert back is not None
     np.testing.assert_allclose(back, v, rtol=0, atol=float(np.abs(v).max()) * 2**-11)
+    assert np.isfinite(back).all()
 
 
 @pytest.mark.parametrize("damaged", [b"\x02" + bytes(4 + 2 * DIM), bytes(2 * DIM + 6)])

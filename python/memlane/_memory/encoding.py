@@ -341,7 +341,9 @@ def blobs(vectors: FloatArray, half: bool) -> list[bytes]:
         # A packed record per row, written in one go: tag, scale, components.
         n, dim = v.shape
         out = np.empty(n, dtype=[("tag", "u1"), ("scale", "<f4"), ("v", "<f2", (dim,))])
+        # An all-zero vector (which no index takes) stays zeros rather than NaNs.
         scale = np.abs(v).max(axis=1)
+        scale[scale == 0] = 1
         out["tag"], out["scale"], out["v"] = _HALF, scale, v / scale[:, None]
         raw, width = out.tobytes(), out.itemsize
     else:
