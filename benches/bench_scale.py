@@ -32,7 +32,7 @@ text and another perturbation of their vector.
     python benches/bench_scale.py [--n 1000000] [--queries 1000] [--dir PATH] [--keep]
         [--ef-construction N] [--ef N]
 
-``--n 100000`` takes about a minute on 2 cores and 350 MiB of disk; a million about
+``--n 100000`` takes about a minute on 2 cores and 285 MiB of disk; a million about
 12 minutes and 3.5 GB. Run with a release build (``maturin develop --release``).
 """
 

@@ -193,7 +193,8 @@ def test_embeddings_in_the_database_rebuild_the_index(tmp_path: Path) -> None:
         assert hit[0].record.id == recs[42].id
         stored = mem.get(recs[42].id, include_embedding=True).embedding
         assert stored is not None
-        np.testing.assert_allclose(stored, v, rtol=1e-6)
+        # Kept in half floats over the largest component (the index holds no more).
+        np.testing.assert_allclose(stored, v, rtol=0, atol=float(np.abs(v).max()) * 2**-11)
 
 
 def test_exit_without_close_is_clean(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ vector as an array."""
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -329,12 +330,47 @@ def prepare(
     return engine.prepare(rows, texts, vectors)
 
 
-def blob(v: FloatArray | None) -> bytes | None:
-    return None if v is None else np.ascontiguousarray(v, dtype="<f4").tobytes()
+# A vector kept for an index that holds it in half floats at most (every precision but
+# f32) is stored that way too, at half the bytes, which are most of a row: a tag byte,
+# the largest magnitude as a float32, then the components divided by it as float16s
+# (so that no vector the engine accepts overflows or underflows them). That is
+# 2 * dim + 5 bytes, an odd length, which no float32 blob (4 * dim) has: a store keeps
+# the float32 blobs written before, or by an f32 index, and reads both.
+_HALF = 1
+_HALF_HEADER = struct.Struct("<Bf")
+
+
+def blobs(vectors: FloatArray, half: bool) -> list[bytes]:
+    """Rows of ``vectors`` (n x dim) as stored: float32, or scaled float16 when ``half``."""
+    v = np.ascontiguousarray(vectors, dtype="<f4")
+    if half:
+        # A packed record per row, written in one go: tag, scale, components.
+        n, dim = v.shape
+        out = np.empty(n, dtype=[("tag", "u1"), ("scale", "<f4"), ("v", "<f2", (dim,))])
+        # An all-zero vector (which no index takes) stays zeros rather than NaNs.
+        scale = np.abs(v).max(axis=1)
+        scale[scale == 0] = 1
+        out["tag"], out["scale"], out["v"] = _HALF, scale, v / scale[:, None]
+        raw, width = out.tobytes(), out.itemsize
+    else:
+        raw, width = v.tobytes(), 4 * v.shape[1]
+    return [raw[i * width : (i + 1) * width] for i in range(len(v))]
+
+
+def blob(v: FloatArray | None, half: bool) -> bytes | None:
+    """A vector as stored (see :func:`blobs`)."""
+    return None if v is None else blobs(v[None, :], half)[0]
 
 
 def unblob(b: bytes | None) -> FloatArray | None:
     if b is None:
         return None
-    v: FloatArray = np.frombuffer(b, dtype="<f4").astype(np.float32)
+    if len(b) % 4 == 0:
+        v: FloatArray = np.frombuffer(b, dtype="<f4").astype(np.float32)
+        return v
+    if len(b) % 2 == 0 or b[0] != _HALF:
+        raise CorruptFileError(f"a stored vector of {len(b)} bytes is damaged")
+    (scale,) = struct.unpack_from("<f", b, 1)
+    half = np.frombuffer(b, dtype="<f2", offset=_HALF_HEADER.size)
+    v = half.astype(np.float32) * np.float32(scale)
     return v

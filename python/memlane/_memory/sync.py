@@ -23,7 +23,7 @@ import numpy as np
 
 from memlane._core import Engine
 from memlane._memory.access import AccessLog
-from memlane._memory.encoding import blob, prepare, unblob
+from memlane._memory.encoding import blobs, prepare, unblob
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
 from memlane.errors import (
@@ -77,6 +77,9 @@ class IndexSync:
         self.location = location
         self.dim = dim
         self.engine_args = engine_args
+        #: Whether vectors are stored in half floats (see ``encoding.blobs``): unless the
+        #: index holds them in full, the database keeps no more than the index uses.
+        self.half = engine_args["precision"] != "f32"
         self.access = access
         self.wake = wake
         #: Held by every write: one writer at a time applies its commit to the engine.
@@ -144,7 +147,7 @@ class IndexSync:
                     vectors: list[bytes | None] = [None] * len(chunk)
                 else:
                     vs = embedder.embed_batch([r[1] for r in chunk])
-                    vectors = [blob(v) for v in vs]
+                    vectors = list(blobs(vs, self.half))
                 pairs = [(r[0], v) for v, r in zip(vectors, chunk, strict=True)]
                 db.set_embeddings(conn, pairs, seq)
             db.set_meta(conn, "embedder", name)

@@ -16,7 +16,15 @@ from memlane import coerce
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow, window_keys
-from memlane._memory.encoding import NewRecord, blob, prepare, record, unblob, validate
+from memlane._memory.encoding import (
+    NewRecord,
+    blob,
+    blobs,
+    prepare,
+    record,
+    unblob,
+    validate,
+)
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
 from memlane.dedup import content_hash
@@ -285,12 +293,10 @@ class Writer:
         sync, db = self.sync, self.db
         base = db.reserve_rowids(len(news)) if news else 0
         vectors = None
-        blobs: list[bytes | None] = [None] * len(news)
+        stored: list[bytes | None] = [None] * len(news)
         if sync.dim is not None and news:
             vectors = np.stack([n.embedding for n in news])  # type: ignore[misc]
-            raw = vectors.astype("<f4", copy=False).tobytes()
-            width = 4 * sync.dim
-            blobs = [raw[i * width : (i + 1) * width] for i in range(len(news))]
+            stored = list(blobs(vectors, sync.half))
         if any(n.expires_at is not None for n in news):
             sync.expiring = True
         gone: list[int] = []
@@ -301,7 +307,7 @@ class Writer:
             # while the database writes it; the commit waits for that check, so a batch
             # the engine would refuse is rolled back and nothing changes.
             # New rowids have no accesses waiting to be flushed.
-            rows = [n.row(base + j, seq, blobs[j]) for j, n in enumerate(news)]
+            rows = [n.row(base + j, seq, stored[j]) for j, n in enumerate(news)]
             if len(news) >= _OVERLAP_MIN:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(1, thread_name_prefix="memlane-prepare")
@@ -368,7 +374,7 @@ class Writer:
                 if n.expires_at is not None:
                     sync.expiring = True
                 n.embedding = vector
-                new = n.row(rowid, 0, blob(vector))
+                new = n.row(rowid, 0, blob(vector, sync.half))
                 closed = row._replace(valid_to=when, updated_at=now, seq=seq)
                 adding = sync.prepare(
                     [new], texts=True, vectors=None if vector is None else vector[None, :]
@@ -429,7 +435,7 @@ class Writer:
                 n.embedding = vector if new_vector else unblob(row.embedding)
                 pending = self.access.get(row.rowid)
                 n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
-                full = n.row(row.rowid, 0, blob(n.embedding))
+                full = n.row(row.rowid, 0, blob(n.embedding, sync.half))
                 changed = n.text != row.text or new_vector
                 vectors = vector[None, :] if new_vector and vector is not None else None
                 prepared = sync.prepare([full], texts=changed, vectors=vectors)

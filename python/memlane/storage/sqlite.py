@@ -10,8 +10,9 @@ what the database holds beyond it. Rowids are ``AUTOINCREMENT``: never
 reused, so a tombstone always means the same record. They are the engine's
 ids; the public ids are the ``id`` strings.
 
-Embeddings are stored as little-endian float32 blobs, so the indexes can
-always be rebuilt from the database alone.
+Embeddings are stored as little-endian blobs (scaled float16 unless the index holds
+float32: ``_memory/encoding.py``), so the indexes can always be rebuilt from the
+database alone.
 
 The statements are :class:`~memlane.storage.sql.SQLStore`'s; this module holds
 the connections (one writer, a reader per thread), the pragmas and checkpoints,

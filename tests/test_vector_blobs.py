@@ -1,0 +1,80 @@
+"""How a store keeps its vectors in the database: half floats over the largest component
+for an index that holds no more, float32 for an f32 index, and both read back."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import WordHashEmbedder
+from memlane import Memory
+from memlane._memory.encoding import blob, unblob
+from memlane.errors import CorruptFileError
+
+DIM = 16
+
+
+def blob_lengths(store: Path) -> set[int]:
+    with sqlite3.connect(store / "memory.db") as conn:
+        return {n for (n,) in conn.execute("SELECT length(embedding) FROM records")}
+
+
+def unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    out: np.ndarray = v / np.linalg.norm(v)
+    return out
+
+
+def test_the_default_store_keeps_half_floats(tmp_path: Path) -> None:
+    with Memory(tmp_path / "s", embedder=WordHashEmbedder(DIM)) as mem:
+        rec = mem.add("one", embedding=unit(1))
+        mem.add_many([{"text": f"t{i}", "embedding": unit(i + 2)} for i in range(3)])
+    # A tag byte, a float32 scale, a float16 per component.
+    assert blob_lengths(tmp_path / "s") == {2 * DIM + 5}
+    with Memory(tmp_path / "s", embedder=WordHashEmbedder(DIM)) as mem:
+        got = mem.get(rec.id, include_embedding=True).embedding
+    assert got is not None
+    np.testing.assert_allclose(got, unit(1), rtol=0, atol=2**-11)
+
+
+def test_an_f32_index_keeps_float32(tmp_path: Path) -> None:
+    with Memory(tmp_path / "s", embedder=WordHashEmbedder(DIM), hnsw_precision="f32") as mem:
+        rec = mem.add("one", embedding=unit(1))
+        got = mem.get(rec.id, include_embedding=True).embedding
+    assert blob_lengths(tmp_path / "s") == {4 * DIM}
+    np.testing.assert_array_equal(got, unit(1))
+
+
+def test_float32_blobs_of_an_older_store_still_read_and_rebuild(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    with Memory(store, embedder=WordHashEmbedder(DIM), hnsw_precision="f32") as mem:
+        old = mem.add("old", embedding=unit(1))
+    with pytest.warns(RuntimeWarning, match="precision"):
+        reopened = Memory(store, embedder=WordHashEmbedder(DIM))
+    with reopened as mem:
+        new = mem.add("new", embedding=unit(2))
+    assert blob_lengths(store) == {4 * DIM, 2 * DIM + 5}
+    shutil.rmtree(store / "index")
+    with pytest.warns(RuntimeWarning), Memory(store, embedder=WordHashEmbedder(DIM)) as mem:
+        for rec, seed in ((old, 1), (new, 2)):
+            hit = mem.search("", mode="vector", query_embedding=unit(seed), k=1)
+            assert hit[0].record.id == rec.id
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-30, 1.0, 1e30])
+def test_half_floats_keep_any_vector_the_engine_accepts(scale: float) -> None:
+    v = unit(3) * np.float32(scale)
+    back = unblob(blob(v, half=True))
+    assert back is not None
+    np.testing.assert_allclose(back, v, rtol=0, atol=float(np.abs(v).max()) * 2**-11)
+    assert np.isfinite(back).all()
+
+
+@pytest.mark.parametrize("damaged", [b"\x02" + bytes(4 + 2 * DIM), bytes(2 * DIM + 6)])
+def test_a_damaged_blob_is_a_corrupt_file(damaged: bytes) -> None:
+    with pytest.raises(CorruptFileError, match="stored vector"):
+        unblob(damaged)
