@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -77,4 +78,24 @@ def test_half_floats_keep_any_vector_the_engine_accepts(scale: float) -> None:
 @pytest.mark.parametrize("damaged", [b"\x02" + bytes(4 + 2 * DIM), bytes(2 * DIM + 6)])
 def test_a_damaged_blob_is_a_corrupt_file(damaged: bytes) -> None:
     with pytest.raises(CorruptFileError, match="stored vector"):
+        unblob(damaged)
+
+
+def test_a_unit_vector_decodes_to_its_own_half_float_rounding() -> None:
+    # What the index holds for it, so a store rebuilt from its database scores as the
+    # one that wrote it.
+    for seed in range(20):
+        v = unit(seed)
+        back = unblob(blob(v, half=True))
+        assert back is not None
+        normal = np.abs(v) >= 2**-14  # float16's normal range
+        np.testing.assert_array_equal(back[normal], v.astype(np.float16).astype(np.float32)[normal])
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), 0.0, -0.5, 3.0])
+def test_a_damaged_scale_is_a_corrupt_file(scale: float) -> None:
+    good = blob(unit(4), half=True)
+    assert good is not None
+    damaged = good[:1] + struct.pack("<f", scale) + good[5:]
+    with pytest.raises(CorruptFileError, match="scale"):
         unblob(damaged)

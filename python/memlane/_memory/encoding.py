@@ -10,6 +10,7 @@ vector as an array."""
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -332,8 +333,11 @@ def prepare(
 
 # A vector kept for an index that holds it in half floats at most (every precision but
 # f32) is stored that way too, at half the bytes, which are most of a row: a tag byte,
-# the largest magnitude as a float32, then the components divided by it as float16s
-# (so that no vector the engine accepts overflows or underflows them). That is
+# a scale as a float32 (the power of two at or above the largest magnitude), then the
+# components divided by it as float16s (so that no vector the engine accepts overflows
+# or underflows them; a power of two divides exactly, so a component decodes to its own
+# float16 rounding, the value the index holds, and a store rebuilt from its database
+# scores as the one that wrote it). That is
 # 2 * dim + 5 bytes, an odd length, which no float32 blob (4 * dim) has: a store keeps
 # the float32 blobs written before, or by an f32 index, and reads both.
 _HALF = 1
@@ -348,8 +352,9 @@ def blobs(vectors: FloatArray, half: bool) -> list[bytes]:
         n, dim = v.shape
         out = np.empty(n, dtype=[("tag", "u1"), ("scale", "<f4"), ("v", "<f2", (dim,))])
         # An all-zero vector (which no index takes) stays zeros rather than NaNs.
-        scale = np.abs(v).max(axis=1)
-        scale[scale == 0] = 1
+        top = np.abs(v).max(axis=1)
+        top[top == 0] = 1
+        scale = np.exp2(np.ceil(np.log2(top))).astype("<f4")
         out["tag"], out["scale"], out["v"] = _HALF, scale, v / scale[:, None]
         raw, width = out.tobytes(), out.itemsize
     else:
@@ -371,6 +376,8 @@ def unblob(b: bytes | None) -> FloatArray | None:
     if len(b) % 2 == 0 or b[0] != _HALF:
         raise CorruptFileError(f"a stored vector of {len(b)} bytes is damaged")
     (scale,) = struct.unpack_from("<f", b, 1)
+    if not (math.isfinite(scale) and scale > 0 and math.frexp(scale)[0] == 0.5):
+        raise CorruptFileError(f"a stored vector's scale ({scale!r}) is damaged")
     half = np.frombuffer(b, dtype="<f2", offset=_HALF_HEADER.size)
     v = half.astype(np.float32) * np.float32(scale)
     return v
