@@ -103,7 +103,8 @@ class Memory(MemoryStore):
             :class:`~memlane.HnswIndex`). The default walks the graph on int8
             codes and ranks on f16 copies: about twice the speed of "f32" with
             cosines within about 1e-3. The database keeps vectors in half floats
-            over their largest component (within 2^-11 of it), and in full for
+            (each component its own float16 rounding, scaled by a power of two so
+            that none overflows), and in full for
             "f32"; a snapshot of another precision is rebuilt at open.
         cache_dir: PostgreSQL only: a local folder for index snapshots, so an
             open loads the newest one and replays only the changes since it
