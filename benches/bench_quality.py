@@ -1,4 +1,4 @@
-"""Retrieval quality of ``Memory.search`` on three sets, every configuration beside its peers.
+"""Retrieval quality of ``Memory.search`` on its sets, every configuration beside its peers.
 
 The sets (each with a train half to choose settings on and a test half to report on):
 
