@@ -76,8 +76,14 @@ def engine(dataset: Dataset) -> Engine:
     created = NOW - rng.uniform(0, 365 * 86400, size=n)
     importance = rng.uniform(0, 1, size=n).tolist()
     rows = [
-        Row(i, f"m{i}", dataset.texts[i], "memories", "semantic", agent(i), None, None, None,
-            None, None, importance[i], 0, 0, "{}", t, t, t, 0, None, None, 0.0, "", None, 0, 0)
+        Row(
+            rowid=i, id=f"m{i}", text=dataset.texts[i], tbl="memories", type="semantic",
+            agent_id=agent(i), user_id=None, room_id=None, world_id=None, session_id=None,
+            namespace=None, speaker=None, importance=importance[i], evergreen=0, uniq=0,
+            metadata="{}", created_at=t, updated_at=t, last_accessed_at=t, access_count=0,
+            valid_to=None, expires_at=None, recorded_at=0.0, content_hash="", embedding=None,
+            seq=0, content_seq=0,
+        )
         for i, t in enumerate(created.tolist())
     ]  # fmt: skip
     e = Engine(dataset.base.shape[1], precision="f32")
