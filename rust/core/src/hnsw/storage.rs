@@ -598,7 +598,14 @@ fn codes_from_rank(
 ) -> Grid {
     buf.clear();
     if precision == Precision::Int8F16 {
-        read_f16(src, dim, buf);
+        use half::slice::HalfFloatSliceExt;
+        // SAFETY: every bit pattern is a valid f16, and ranking copies start
+        // on 64-byte boundaries, so `halves` is all of `src`.
+        let (head, halves, _) = unsafe { src.align_to::<half::f16>() };
+        assert!(head.is_empty(), "a ranking copy off its line");
+        buf.resize(dim, 0.0);
+        // A slice at once: the conversion runs on F16C where there is one.
+        halves[..dim].convert_to_f32_slice(buf);
     } else {
         // Read, not cast: the same code serves any alignment.
         buf.extend(
@@ -617,8 +624,11 @@ fn quantize_int8(dst: &mut [u8], v: &[f32]) -> Grid {
     let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let step = (hi - lo) / 255.0;
     let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
+    // Rounded half up by adding 0.5 and truncating, which compiles to a few
+    // vector instructions where `round` is a call per component (loading a
+    // snapshot makes 38 million codes at 100k vectors of 384).
     for (d, x) in dst.iter_mut().zip(v) {
-        *d = ((x - lo) * inv).round().clamp(0.0, 255.0) as u8;
+        *d = ((x - lo) * inv + 0.5).clamp(0.0, 255.0) as u8;
     }
     let norm2: f32 = v.iter().map(|x| x * x).sum();
     Grid::new(lo, step, norm2, &dst[..v.len()])
