@@ -19,13 +19,17 @@ use crate::{bm25, engine, hnsw, persist};
 /// Dimensions above this are not searched (the harness would allocate the query).
 const MAX_DIM: usize = 1 << 14;
 
-/// An HNSW snapshot's payload (what follows the checksummed header).
+/// An HNSW snapshot's payload (what follows the checksummed header), read
+/// as every format version the loader takes.
 pub fn hnsw_snapshot(payload: &[u8]) -> bool {
-    let Ok(mut h) = hnsw::snapshot::decode(payload) else {
-        return false;
-    };
-    use_hnsw(&mut h);
-    true
+    let mut accepted = false;
+    for version in 1..=hnsw::snapshot::VERSION {
+        if let Ok(mut h) = hnsw::snapshot::decode(payload, version) {
+            use_hnsw(&mut h);
+            accepted = true;
+        }
+    }
+    accepted
 }
 
 fn use_hnsw(h: &mut Hnsw) {

@@ -11,7 +11,9 @@ use crate::error::Result;
 use crate::persist::{self, corrupt, Kind};
 
 pub(crate) const KIND: Kind = Kind(*b"HNSW");
-pub(crate) const VERSION: u32 = 1;
+/// Version 2 leaves out the int8 codes of `int8+f16` indexes, which are made
+/// again from the f16 copies on load; version 1 files still load.
+pub(crate) const VERSION: u32 = 2;
 
 impl Hnsw {
     pub fn save(&self, path: &Path) -> Result<()> {
@@ -39,7 +41,7 @@ impl Hnsw {
         w.bytes(self.graph.levels());
         w.u32s(&self.free);
         let mut links = Vec::new();
-        let mut record = Vec::with_capacity(self.vectors.saved_bytes());
+        let mut record = Vec::with_capacity(self.vectors.saved_bytes(VERSION));
         for slot in 0..slots as u32 {
             record.clear();
             self.vectors.save_slot(slot, &mut record);
@@ -53,8 +55,8 @@ impl Hnsw {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let (_, payload) = persist::load(path, KIND, VERSION)?;
-        decode(&payload).map_err(|DecodeError(reason)| corrupt(path, reason))
+        let (version, payload) = persist::load(path, KIND, VERSION)?;
+        decode(&payload, version).map_err(|DecodeError(reason)| corrupt(path, reason))
     }
 }
 
@@ -62,7 +64,8 @@ fn bad<T>(msg: impl Into<String>) -> DecodeResult<T> {
     Err(DecodeError(msg.into()))
 }
 
-pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
+/// Decodes the payload of a snapshot of format `version` (1 or 2).
+pub(crate) fn decode(payload: &[u8], version: u32) -> DecodeResult<Hnsw> {
     let mut r = Reader::new(payload);
     let metric = match Metric::from_code(r.u8()?) {
         Some(m) => m,
@@ -117,7 +120,7 @@ pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
         h.graph.push(level);
         h.vectors.push_zeroed();
         let record = r.bytes()?;
-        if record.len() != h.vectors.saved_bytes() {
+        if record.len() != h.vectors.saved_bytes(version) {
             return bad(format!("vector {slot} is damaged"));
         }
         h.vectors.set_raw(slot as u32, record);
@@ -138,6 +141,7 @@ pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Hnsw> {
     if !r.is_empty() {
         return bad("trailing bytes");
     }
+    h.vectors.make_codes();
     // A removed slot outside the free list holds a hidden id.
     let mut freed = vec![false; slots];
     for &s in &h.free {

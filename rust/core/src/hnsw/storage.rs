@@ -14,8 +14,10 @@
 //! - `Int8F16`: the `Int8` record, and the vector in half floats in a
 //!   second buffer. Searches walk the graph on the int8 records, which stay
 //!   as densely packed as `Int8`'s, and rank their final candidates on the
-//!   f16 copies, so results and distances are those of `F16`. Snapshots
-//!   write the two parts of a slot one after the other.
+//!   f16 copies, so results and distances are those of `F16`. The codes are
+//!   made from the f16 copy, not from the input, so they are a function of
+//!   it: snapshots (from version 2) hold the f16 copy alone, and loading
+//!   makes the very same codes again.
 //! - `F32` with an int8 walk copy (what `Hnsw` uses for the cosine and `ip`
 //!   metrics): int8 codes to walk the graph by, their parameters in a table
 //!   as `Int8`'s are, and the floats in the second buffer, on which a
@@ -25,6 +27,8 @@
 //!
 //! Zero padding changes no dot product or L2 distance, so the kernels have no
 //! tail loops, and aligned records mean no load ever splits a cache line.
+
+use rayon::prelude::*;
 
 use super::distance::LANES;
 use crate::error::{Error, Result};
@@ -244,14 +248,28 @@ impl Vectors {
         self.lines_per_record * LINE
     }
 
-    /// Bytes of a slot in a snapshot: the record, then any f16 copy; for an
-    /// int8 walk copy, the floats alone.
-    pub fn saved_bytes(&self) -> usize {
-        if self.int8_walk {
-            self.rank_lines * LINE
+    /// Bytes of a slot in a snapshot of format `version` (see
+    /// `hnsw::snapshot`): the record, then any ranking copy; where int8 codes
+    /// are made from the ranking copy, that copy alone.
+    pub fn saved_bytes(&self, version: u32) -> usize {
+        let record = if self.record_saved(version) {
+            self.saved_record_bytes()
         } else {
-            self.saved_record_bytes() + self.rank_lines * LINE
-        }
+            0
+        };
+        record + self.rank_lines * LINE
+    }
+
+    /// Whether a snapshot of format `version` holds the record searches
+    /// walk by. Version 1 held the int8 codes of `Int8F16` (made from the
+    /// input then, so not from the f16 copy); loading makes them again.
+    fn record_saved(&self, version: u32) -> bool {
+        !self.codes_from_rank() || (self.precision == Precision::Int8F16 && version == 1)
+    }
+
+    /// Whether the int8 codes are made from the ranking copy.
+    fn codes_from_rank(&self) -> bool {
+        self.params_apart() && self.rank_lines > 0
     }
 
     /// Bytes of a record in a snapshot: int8 codes are followed by their
@@ -300,21 +318,11 @@ impl Vectors {
     }
 
     fn bytes(&self) -> &[u8] {
-        // SAFETY: Line is repr(C) over [u8; 64] with no padding, so the buffer
-        // is a valid run of lines.len() * 64 bytes.
-        unsafe {
-            std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.lines.len() * LINE)
-        }
+        line_bytes(&self.lines)
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`, with exclusive access.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.lines.as_mut_ptr().cast::<u8>(),
-                self.lines.len() * LINE,
-            )
-        }
+        line_bytes_mut(&mut self.lines)
     }
 
     /// The encoded record of `slot`.
@@ -346,20 +354,11 @@ impl Vectors {
     }
 
     fn rank_bytes(&self) -> &[u8] {
-        // SAFETY: as in `bytes`, on the f16 buffer.
-        unsafe {
-            std::slice::from_raw_parts(self.rank.as_ptr().cast::<u8>(), self.rank.len() * LINE)
-        }
+        line_bytes(&self.rank)
     }
 
     fn rank_bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes_mut`, on the f16 buffer.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.rank.as_mut_ptr().cast::<u8>(),
-                self.rank.len() * LINE,
-            )
-        }
+        line_bytes_mut(&mut self.rank)
     }
 
     /// The ranking copy of `slot` (`Int8F16`, or `F32` with an int8 walk
@@ -384,16 +383,8 @@ impl Vectors {
 
     pub fn set(&mut self, slot: u32, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        let (n, precision, apart) = (self.record_bytes(), self.precision, self.params_apart());
-        let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
-        dst.fill(0);
-        if apart {
-            self.walk_params[slot as usize] = quantize_int8(dst, v);
-        } else if precision == Precision::F16 {
-            write_f16(dst, v);
-        } else {
-            write_f32(dst, v);
-        }
+        let (n, precision) = (self.record_bytes(), self.precision);
+        // The ranking copy first: int8 codes are made from it.
         let r = self.rank_lines * LINE;
         if r > 0 {
             let dst = &mut self.rank_bytes_mut()[slot as usize * r..][..r];
@@ -404,25 +395,41 @@ impl Vectors {
                 write_f32(dst, v);
             }
         }
+        if self.codes_from_rank() {
+            let (dim, s) = (self.dim, slot as usize);
+            let dst = &mut line_bytes_mut(&mut self.lines)[s * n..][..n];
+            let src = &line_bytes(&self.rank)[s * r..][..r];
+            self.walk_params[s] = codes_from_rank(dst, src, precision, dim, &mut Vec::new());
+            return;
+        }
+        let apart = self.params_apart();
+        let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
+        dst.fill(0);
+        if apart {
+            self.walk_params[slot as usize] = quantize_int8(dst, v);
+        } else if precision == Precision::F16 {
+            write_f16(dst, v);
+        } else {
+            write_f32(dst, v);
+        }
     }
 
-    /// Restores a slot from its snapshot bytes (`saved_bytes` long).
+    /// Restores a slot from its snapshot bytes (`saved_bytes` long for the
+    /// file's version). Int8 codes made from the ranking copy are left for
+    /// [`Vectors::make_codes`], which makes every slot's at once.
     pub fn set_raw(&mut self, slot: u32, saved: &[u8]) {
-        if self.int8_walk {
-            // Snapshot bytes may sit anywhere in the file: read, not cast.
-            let v: Vec<f32> = saved[..self.dim * 4]
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            self.set(slot, &v);
-            // The floats as saved, bit for bit (padding included).
-            let r = self.rank_lines * LINE;
-            self.rank_bytes_mut()[slot as usize * r..][..r].copy_from_slice(saved);
+        let r = self.rank_lines * LINE;
+        // The ranking copy as saved, bit for bit (padding included).
+        let (record, rank) = saved.split_at(saved.len() - r);
+        self.rank_bytes_mut()[slot as usize * r..][..r].copy_from_slice(rank);
+        if self.codes_from_rank() {
+            // Version 1's codes of `Int8F16` (in `record`) were made from the
+            // input: kept, `same` would tell them from a new copy of the same
+            // vector.
             return;
         }
         let (n, dim, padded) = (self.record_bytes(), self.dim, self.padded);
         let apart = self.params_apart();
-        let (record, rank) = saved.split_at(self.saved_record_bytes());
         let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
         if apart {
             // The codes, then their parameters (see `save_slot`); padding
@@ -436,14 +443,35 @@ impl Vectors {
         } else {
             dst.copy_from_slice(record);
         }
-        let r = self.rank_lines * LINE;
-        self.rank_bytes_mut()[slot as usize * r..][..r].copy_from_slice(rank);
     }
 
-    /// The snapshot bytes of `slot`, appended to `out`.
+    /// Makes the int8 codes of every slot from its ranking copy, on all
+    /// cores (a snapshot's load, after [`Vectors::set_raw`]); nothing where
+    /// codes are not made so.
+    pub fn make_codes(&mut self) {
+        if !self.codes_from_rank() {
+            return;
+        }
+        let (n, r, precision, dim) = (
+            self.record_bytes(),
+            self.rank_lines * LINE,
+            self.precision,
+            self.dim,
+        );
+        line_bytes_mut(&mut self.lines)
+            .par_chunks_mut(n)
+            .zip(line_bytes(&self.rank).par_chunks(r))
+            .zip(self.walk_params.par_iter_mut())
+            .with_min_len(1024)
+            .for_each_init(Vec::new, |buf, ((dst, src), grid)| {
+                *grid = codes_from_rank(dst, src, precision, dim, buf);
+            });
+    }
+
+    /// The snapshot bytes of `slot` in the current format, appended to `out`.
     pub fn save_slot(&self, slot: u32, out: &mut Vec<u8>) {
-        // An int8 walk copy is derived from the floats on load: not saved.
-        if !self.int8_walk {
+        // Codes made from the ranking copy are made again on load: not saved.
+        if !self.codes_from_rank() {
             if self.params_apart() {
                 // The layout int8 records had when their parameters followed
                 // the codes in memory: codes, `lo`, `step`, squared norm, zeros.
@@ -514,6 +542,22 @@ impl Vectors {
     }
 }
 
+fn line_bytes(lines: &[Line]) -> &[u8] {
+    // SAFETY: Line is repr(C) over [u8; 64] with no padding, so the buffer is
+    // a valid run of lines.len() * 64 bytes.
+    unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<u8>(), std::mem::size_of_val(lines)) }
+}
+
+fn line_bytes_mut(lines: &mut [Line]) -> &mut [u8] {
+    // SAFETY: as in `line_bytes`, with exclusive access.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            lines.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(lines),
+        )
+    }
+}
+
 /// Views the bytes of an f32 record as floats, which they are: records start
 /// on 64-byte boundaries and hold native floats.
 fn as_f32s(bytes: &[u8]) -> &[f32] {
@@ -543,14 +587,48 @@ fn read_f16(src: &[u8], padded: usize, out: &mut Vec<f32>) {
     );
 }
 
+/// Writes to `dst` (a whole record) the int8 codes of the ranking copy `src`
+/// (f16 under `Int8F16`, else f32), read through `buf`; returns their grid.
+fn codes_from_rank(
+    dst: &mut [u8],
+    src: &[u8],
+    precision: Precision,
+    dim: usize,
+    buf: &mut Vec<f32>,
+) -> Grid {
+    buf.clear();
+    if precision == Precision::Int8F16 {
+        use half::slice::HalfFloatSliceExt;
+        // SAFETY: every bit pattern is a valid f16, and ranking copies start
+        // on 64-byte boundaries, so `halves` is all of `src`.
+        let (head, halves, _) = unsafe { src.align_to::<half::f16>() };
+        assert!(head.is_empty(), "a ranking copy off its line");
+        buf.resize(dim, 0.0);
+        // A slice at once: the conversion runs on F16C where there is one.
+        halves[..dim].convert_to_f32_slice(buf);
+    } else {
+        // Read, not cast: the same code serves any alignment.
+        buf.extend(
+            src.chunks_exact(4)
+                .take(dim)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+    }
+    dst.fill(0);
+    quantize_int8(dst, buf)
+}
+
 /// Writes the codes of `v` to the start of `dst`; returns their grid.
 fn quantize_int8(dst: &mut [u8], v: &[f32]) -> Grid {
     let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
     let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let step = (hi - lo) / 255.0;
     let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
+    // Rounded half up by adding 0.5 and truncating, which compiles to a few
+    // vector instructions where `round` is a call per component (loading a
+    // snapshot makes 38 million codes at 100k vectors of 384).
     for (d, x) in dst.iter_mut().zip(v) {
-        *d = ((x - lo) * inv).round().clamp(0.0, 255.0) as u8;
+        *d = ((x - lo) * inv + 0.5).clamp(0.0, 255.0) as u8;
     }
     let norm2: f32 = v.iter().map(|x| x * x).sum();
     Grid::new(lo, step, norm2, &dst[..v.len()])
@@ -559,6 +637,8 @@ fn quantize_int8(dst: &mut [u8], v: &[f32]) -> Grid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::hnsw::snapshot::VERSION;
 
     #[test]
     fn an_int8_walk_copy_keeps_the_floats_and_its_parameters_apart() {
@@ -572,9 +652,10 @@ mod tests {
         );
         // 384 codes fill six lines exactly; the floats take 24, and are saved alone.
         assert_eq!(
-            (s.lines_per_record(), s.record_bytes(), s.saved_bytes()),
+            (s.lines_per_record(), s.record_bytes(), s.saved_bytes(1)),
             (6, 384, 1536)
         );
+        assert_eq!(s.saved_bytes(VERSION), 1536);
         assert!(s.params_apart());
         s.push_zeroed();
         let b = s.push_zeroed();
@@ -594,6 +675,7 @@ mod tests {
         let mut t = Vectors::with_walk(384, Precision::F32, true);
         let c = t.push_zeroed();
         t.set_raw(c, &saved);
+        t.make_codes();
         assert_eq!((t.get(c), t.rank(c)), (s.get(b), s.rank(b)));
         assert_eq!(t.walk_params(c), s.walk_params(b));
         // Other precisions ignore the flag.
@@ -605,11 +687,11 @@ mod tests {
         let v: Vec<f32> = (0..384)
             .map(|i| ((i * 13) % 97) as f32 / 48.0 - 1.0)
             .collect();
-        let mut s = Vectors::new(384, Precision::Int8F16);
+        let mut s = Vectors::new(384, Precision::Int8);
         assert!(s.params_apart());
         // Six lines of codes in memory; in a snapshot, the seven lines they
-        // had with their parameters, then the 12 lines of the f16 copy.
-        assert_eq!((s.lines_per_record(), s.saved_bytes()), (6, (7 + 12) * 64));
+        // had with their parameters.
+        assert_eq!((s.lines_per_record(), s.saved_bytes(VERSION)), (6, 7 * 64));
         let a = s.push_zeroed();
         s.set(a, &v);
         let Grid {
@@ -621,13 +703,59 @@ mod tests {
         let at = |i: usize| f32::from_le_bytes(saved[384 + i..][..4].try_into().unwrap());
         assert_eq!((at(0), at(4), at(8)), (lo, step, norm2));
         assert!(saved[396..448].iter().all(|&b| b == 0));
+        let mut t = Vectors::new(384, Precision::Int8);
+        let b = t.push_zeroed();
+        t.set_raw(b, &saved);
+        assert_eq!((t.get(b), t.walk_params(b)), (s.get(a), s.walk_params(a)));
+    }
+
+    #[test]
+    fn int8_f16_codes_are_made_from_the_f16_copy_and_not_saved() {
+        let v: Vec<f32> = (0..384)
+            .map(|i| ((i * 13) % 97) as f32 / 48.0 - 1.0)
+            .collect();
+        let mut s = Vectors::new(384, Precision::Int8F16);
+        // Version 1 saved the codes and their parameters in seven lines
+        // before the 12 lines of the f16 copy; now the copy alone.
+        assert_eq!(
+            (
+                s.lines_per_record(),
+                s.saved_bytes(1),
+                s.saved_bytes(VERSION)
+            ),
+            (6, (7 + 12) * 64, 12 * 64)
+        );
+        let a = s.push_zeroed();
+        s.set(a, &v);
+        // The codes are those of the f16 copy, not of the input.
+        let mut halves = Vec::new();
+        read_f16(s.rank(a), 384, &mut halves);
+        let mut want = Vectors::new(384, Precision::Int8);
+        let w = want.push_zeroed();
+        want.set(w, &halves);
+        assert_eq!(
+            (s.get(a), s.walk_params(a)),
+            (want.get(w), want.walk_params(w))
+        );
+        let mut saved = Vec::new();
+        s.save_slot(a, &mut saved);
+        assert_eq!(&saved[..], s.rank(a));
         let mut t = Vectors::new(384, Precision::Int8F16);
         let b = t.push_zeroed();
         t.set_raw(b, &saved);
+        t.make_codes();
         assert_eq!(
             (t.get(b), t.rank(b), t.walk_params(b)),
             (s.get(a), s.rank(a), s.walk_params(a))
         );
+        // A version 1 slot: its codes are skipped and made again likewise.
+        let mut old = vec![0xA5; 7 * 64];
+        old.extend_from_slice(s.rank(a));
+        let mut u = Vectors::new(384, Precision::Int8F16);
+        let c = u.push_zeroed();
+        u.set_raw(c, &old);
+        u.make_codes();
+        assert_eq!((u.get(c), u.walk_params(c)), (s.get(a), s.walk_params(a)));
     }
 
     #[test]

@@ -1,3 +1,4 @@
+use super::snapshot::VERSION;
 use super::*;
 
 /// Clustered data: real embeddings are clustered, and uniform random data
@@ -594,36 +595,89 @@ fn int8_walk_copies_keep_the_recall_of_walking_the_floats() {
     );
 }
 
-/// A snapshot written while int8 records held their parameters after the
-/// codes (by commit 7791384, through the Python API: 120 vectors of 20 dims
-/// around 4 centres, cosine, int8+f16, m = 4, ef_construction = 20, ids 7,
-/// 14, ..., 840, then id 14 removed). The parameters now live apart in
-/// memory; the file format is unchanged, so it loads, and saves the same.
+/// A version 1 snapshot, written while int8 records held their parameters
+/// after the codes (by commit 7791384, through the Python API: 120 vectors
+/// of 20 dims around 4 centres, cosine, int8+f16, m = 4, ef_construction =
+/// 20, ids 7, 14, ..., 840, then id 14 removed). It loads, its codes made
+/// again from the f16 copies, and saves as version 2, without them.
 #[test]
-fn an_int8_snapshot_from_before_parameters_moved_apart_loads_and_saves_the_same() {
-    with_old_snapshot(
-        "int8",
-        include_bytes!("testdata/int8f16_cosine_v1.bin"),
-        |h| {
-            assert_eq!(h.len(), 119);
-            assert_eq!(h.params().precision, Precision::Int8F16);
-            assert!(!h.contains(14) && h.contains(7) && h.contains(840));
-            // Every stored vector is found first, at distance ~0: the codes and
-            // their parameters were read back in place.
-            for id in h.ids() {
-                let v = h.vector(id).unwrap();
-                let found = h.search(&v, 1, Some(64), None).unwrap();
-                assert_eq!(found[0].id, id);
-                assert!(found[0].distance.abs() < 1e-3);
-            }
-        },
-    );
+fn an_int8_f16_snapshot_of_version_1_loads_and_saves_without_codes() {
+    let old = include_bytes!("testdata/int8f16_cosine_v1.bin");
+    let (h, saved) = with_old_snapshot("int8", old, |h| {
+        assert_eq!(h.len(), 119);
+        assert_eq!(h.params().precision, Precision::Int8F16);
+        assert!(!h.contains(14) && h.contains(7) && h.contains(840));
+        // Every stored vector is found first, at distance ~0: the codes and
+        // their parameters were read back in place.
+        for id in h.ids() {
+            let v = h.vector(id).unwrap();
+            let found = h.search(&v, 1, Some(64), None).unwrap();
+            assert_eq!(found[0].id, id);
+            assert!(found[0].distance.abs() < 1e-3);
+        }
+    });
+    // Each of the 120 slots lost the line of its 20 codes and their grid.
+    assert_eq!(old.len() - 28 - saved.len(), 120 * 64);
+    let again = super::snapshot::decode(&saved, VERSION).unwrap();
+    assert_same_index(&h, &again);
 }
 
-/// Loads the snapshot `old` from a file, runs `check` on the index, and
-/// asserts that saving it again writes the same bytes: the format is
-/// unchanged.
-fn with_old_snapshot(name: &str, old: &[u8], check: impl FnOnce(&Hnsw)) {
+/// Asserts that two indexes hold the same graph, vectors and int8 codes.
+fn assert_same_index(a: &Hnsw, b: &Hnsw) {
+    assert_eq!((a.labels.clone(), a.ids()), (b.labels.clone(), b.ids()));
+    for slot in 0..a.labels.len() as u32 {
+        assert_eq!(a.vectors.get(slot), b.vectors.get(slot), "codes of {slot}");
+        assert_eq!(a.vectors.rank(slot), b.vectors.rank(slot));
+        if a.vectors.params_apart() {
+            assert_eq!(a.vectors.walk_params(slot), b.vectors.walk_params(slot));
+        }
+        for l in 0..=a.graph.level(slot) {
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            a.graph.read(slot, l, &mut x);
+            b.graph.read(slot, l, &mut y);
+            assert_eq!(x, y);
+        }
+    }
+}
+
+/// A version 2 snapshot of an `int8+f16` index holds the f16 copies but not
+/// the codes; the loaded index makes the very codes the saved one had, and
+/// answers every search the same.
+#[test]
+fn an_int8_f16_snapshot_makes_the_same_codes_again() {
+    let (dim, n) = (40, 3000);
+    let data = clustered(n, dim, 12, 5);
+    let ids: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
+    let params = Params {
+        precision: Precision::Int8F16,
+        ..Params::default()
+    };
+    let mut h = Hnsw::new(dim, Metric::Cosine, params).unwrap();
+    h.add(&ids, &data).unwrap();
+    h.remove(&ids[..50]).unwrap();
+    let dir = std::env::temp_dir().join(format!("memlane-v2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("h.bin");
+    h.save(&path).unwrap();
+    let file = std::fs::read(&path).unwrap();
+    assert_eq!(file[12..16], VERSION.to_le_bytes());
+    let loaded = Hnsw::load(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_same_index(&h, &loaded);
+    let queries = clustered(100, dim, 12, 9);
+    for q in queries.chunks_exact(dim) {
+        assert_eq!(
+            h.search(q, 10, None, None).unwrap(),
+            loaded.search(q, 10, None, None).unwrap()
+        );
+    }
+}
+
+/// Loads the version 1 snapshot `old` from a file, runs `check` on the
+/// index, and saves it again; returns the index and the payload saved, in
+/// the current version.
+fn with_old_snapshot(name: &str, old: &[u8], check: impl FnOnce(&Hnsw)) -> (Hnsw, Vec<u8>) {
+    assert_eq!(old[12..16], 1u32.to_le_bytes());
     let dir = std::env::temp_dir().join(format!("memlane-old-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("old.bin");
@@ -632,17 +686,20 @@ fn with_old_snapshot(name: &str, old: &[u8], check: impl FnOnce(&Hnsw)) {
     check(&h);
     let again = dir.join("again.bin");
     h.save(&again).unwrap();
-    assert!(std::fs::read(&again).unwrap() == old);
+    let saved = std::fs::read(&again).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(saved[12..16], VERSION.to_le_bytes());
+    (h, saved[28..].to_vec())
 }
 
 /// A snapshot written before f32 indexes kept int8 walk copies (by commit
 /// 49b0d34, through the Python API: 120 vectors of 20 dims around 4 centres,
 /// cosine, m = 4, ef_construction = 20, ids 7, 14, ..., 840, then id 14
-/// removed). Its format is the current one: the copies are derived on load.
+/// removed). Its payload is the current one: the copies are derived on load.
 #[test]
 fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same() {
-    with_old_snapshot("f32", include_bytes!("testdata/f32_cosine_v1.bin"), |h| {
+    let old = include_bytes!("testdata/f32_cosine_v1.bin");
+    let (_, saved) = with_old_snapshot("f32", old, |h| {
         assert_eq!(h.len(), 119);
         assert_eq!((h.dim(), h.metric()), (20, Metric::Cosine));
         assert_eq!(h.params().precision, Precision::F32);
@@ -669,6 +726,7 @@ fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same() {
             }
         }
     });
+    assert!(saved == old[28..]);
 }
 
 #[test]
