@@ -631,7 +631,11 @@ def test_flipped_byte_is_corrupt(saved: tuple[Path, bytes], where: float) -> Non
         HnswIndex.load(path)
 
 
-def _with_header(payload: bytes, kind: bytes = b"HNSW", version: int = 1) -> bytes:
+# The HNSW snapshot version memlane writes (2: int8+f16 codes made at load).
+VERSION = 2
+
+
+def _with_header(payload: bytes, kind: bytes = b"HNSW", version: int = VERSION) -> bytes:
     crc = zlib.crc32(payload)
     return (
         b"MEMLANE\x00"
