@@ -39,6 +39,12 @@ fn use_hnsw(h: &mut Hnsw) {
     }
     let q: Vec<f32> = (0..dim).map(|i| ((i + 1) as f32).sin()).collect();
     let _ = h.search(&q, 5, None, None);
+    // The vectors an engine's snapshot left out, given back as copies of the
+    // query (the first 64: searches refuse to run while others are missing).
+    let awaiting = h.awaiting();
+    let some = &awaiting[..awaiting.len().min(64)];
+    let _ = h.fill(some, &q.repeat(some.len()));
+    let _ = h.search(&q, 5, None, None);
     let ids = h.ids();
     for &id in ids.iter().take(3) {
         let _ = h.vector(id);
@@ -175,6 +181,11 @@ fn use_engine(e: &mut Engine) {
         .filter(|&d| d <= MAX_DIM)
         .map(|d| (0..d).map(|i| ((i + 1) as f32).cos()).collect());
     let _ = e.search(&request("quick brown fox", q.as_deref(), None));
+    if let Some(q) = &q {
+        let awaiting = e.awaiting();
+        let some = &awaiting[..awaiting.len().min(64)];
+        let _ = e.fill(some, &q.repeat(some.len()));
+    }
     for json in [
         r#"{"table": "memories"}"#,
         r#"{"agent_id": {"$in": ["a", "b"]}}"#,

@@ -505,6 +505,34 @@ impl PyEngine {
         Ok(v.map(|v| PyArray1::from_vec(py, v)))
     }
 
+    /// Gives back the vectors a loaded snapshot left out (the database holds
+    /// them): row `i` of `vectors` (n, dim) is the vector of `ids[i]`; ids
+    /// whose vector is not awaited are ignored.
+    fn fill(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let ids = convert::ids(py, ids, "ids")?;
+        let m = Matrix::extract(py, vectors, "vectors")?;
+        if m.rows() != ids.len() {
+            return Err(invalid(
+                py,
+                format!("got {} ids but {} vectors", ids.len(), m.rows()),
+            ));
+        }
+        let data = m.as_slice();
+        detach(py, || self.write(|e| e.fill(&ids, data)))
+    }
+
+    /// Ids whose vector the snapshot left out and no `fill` gave back:
+    /// vector searches raise while there are any.
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let ids = self.peek(py, Engine::awaiting)?;
+        Ok(PyArray1::from_vec(py, ids))
+    }
+
     /// Live ids in slot order.
     fn ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let ids = detach(py, || Ok(self.inner.read().ids()))?;

@@ -171,6 +171,24 @@ impl Engine {
         self.hnsw.as_ref().and_then(|h| h.vector(id).ok())
     }
 
+    /// Gives back the vectors the snapshot left out (its graph holds only
+    /// those of removed slots; the database holds the rest): row `i` of
+    /// `vectors` is the vector of `ids[i]`. Ids whose vector is not awaited
+    /// are ignored (see [`Hnsw::fill`]).
+    pub fn fill(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        self.retrievals.clear();
+        match self.hnsw.as_mut() {
+            Some(h) => h.fill(ids, vectors),
+            None => Ok(()),
+        }
+    }
+
+    /// Ids whose vector the snapshot left out and no [`Engine::fill`] gave
+    /// back, in slot order: vector searches fail while there are any.
+    pub fn awaiting(&self) -> Vec<u64> {
+        self.hnsw.as_ref().map_or_else(Vec::new, Hnsw::awaiting)
+    }
+
     /// The store's ids, in slot order.
     pub fn ids(&self) -> Vec<u64> {
         self.records

@@ -6,6 +6,11 @@
 //! deleted after the rename. `seq` is the caller's change sequence number
 //! that the snapshot reflects, so the caller knows what to replay.
 //!
+//! `hnsw.bin` holds the links of every slot but the vectors of removed slots
+//! only ([`Hnsw::save_routing`]): the caller's database holds the live ids'
+//! vectors, which it gives back after [`Engine::load`] through
+//! [`Engine::fill`], and [`Engine::awaiting`] says which are still missing.
+//!
 //! `records.bin`, version 6: `seq: u64, dim: u64 (0 = none)`, the value and
 //! key interners (`count: u64` then `str` each), `slots: u64`, then per
 //! column `ids: u64s, keys: u32s (interned public ids, u32::MAX = none),
@@ -83,7 +88,7 @@ impl Engine {
             fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
             self.bm25.save(&staging.join("bm25.bin"))?;
             if let Some(h) = &self.hnsw {
-                h.save(&staging.join("hnsw.bin"))?;
+                h.save_routing(&staging.join("hnsw.bin"))?;
             }
             persist::save(
                 &staging.join("records.bin"),

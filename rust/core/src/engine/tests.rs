@@ -323,11 +323,18 @@ fn snapshot_round_trip_and_damage() {
     e.remove(&[2], false).unwrap();
     e.save(&dir, 7).unwrap();
     e.save(&dir, 7).unwrap();
-    let (l, seq) = Engine::load(&dir).unwrap();
+    let (mut l, seq) = Engine::load(&dir).unwrap();
     assert_eq!(seq, 7);
     assert_eq!(l.len(), 2);
     assert_eq!(l.pending(), e.pending());
     let q = [1.0, 0.0];
+    // The graph's live vectors are the caller's to give back (its database
+    // holds them); the parked one is in the snapshot. Until then, no search.
+    let linked: Vec<u64> = [1, 3].into_iter().filter(|&id| !e.pending.contains(id)).collect();
+    assert_eq!(l.awaiting(), linked);
+    assert!(l.search(&request(None, Some(&q), Mode::Vector)).is_err());
+    l.fill(&[1, 2, 3], &[1.0, 0.0, 0.6, 0.8, 0.0, 1.0]).unwrap();
+    assert!(l.awaiting().is_empty());
     let a = e
         .search(&request(Some("mode"), Some(&q), Mode::Hybrid))
         .unwrap();

@@ -184,7 +184,7 @@ impl Hnsw {
     fn show_hidden(&mut self, ids: &[u64]) {
         for id in ids {
             if let Some(slot) = self.held.remove(id) {
-                self.removed[slot as usize] = false;
+                self.set_removed(slot, false);
                 self.slots.insert(*id, slot);
             }
         }
@@ -210,8 +210,9 @@ impl Hnsw {
                 &checked.data[row * dim..(row + 1) * dim]
             };
             self.vectors.set(slot, v);
+            self.vector_stored(slot);
             self.labels[slot as usize] = id;
-            self.removed[slot as usize] = true;
+            self.set_removed(slot, true);
             plan.push((slot, reused, row));
         }
         plan

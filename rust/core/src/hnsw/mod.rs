@@ -11,6 +11,7 @@ mod distance;
 mod filter;
 mod graph;
 mod insert;
+mod missing;
 mod pool;
 mod query;
 mod reachability;
@@ -98,6 +99,11 @@ pub struct Hnsw {
     /// Hidden ids (see [`Hnsw::hide`]) and their slots: removed from searches
     /// but neither freed nor unlinked, so they can be shown again as they were.
     held: IdMap<u32>,
+    /// Slots whose vector a snapshot left out, until [`Hnsw::fill`] (empty
+    /// when none is: see `missing.rs`).
+    missing: Vec<bool>,
+    /// Missing slots of live ids: searches refuse to run while there are any.
+    missing_live: usize,
     /// Packed `Entry` (slot << 8 | level), or NO_ENTRY.
     entry: AtomicU64,
     top_lock: Mutex<()>,
@@ -169,6 +175,8 @@ impl Hnsw {
             slots: IdMap::default(),
             free: Vec::new(),
             held: IdMap::default(),
+            missing: Vec::new(),
+            missing_live: 0,
             entry: AtomicU64::new(NO_ENTRY),
             top_lock: Mutex::new(()),
             unchecked: AtomicUsize::new(0),
@@ -228,6 +236,7 @@ impl Hnsw {
     /// precise as the index's precision).
     pub fn vector(&self, id: u64) -> Result<Vec<f32>> {
         let slot = *self.slots.get(&id).ok_or(Error::UnknownId(id))?;
+        self.check_filled()?;
         let mut v = Vec::new();
         self.vectors.decode(slot, &mut v);
         v.truncate(self.dim());

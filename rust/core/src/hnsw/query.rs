@@ -41,6 +41,7 @@ impl Hnsw {
                 got: q.len(),
             });
         }
+        self.check_filled()?;
         self.prepare(q, "query")
     }
 
@@ -234,6 +235,7 @@ impl Hnsw {
                 got: queries.len(),
             });
         }
+        self.check_filled()?;
         let qs = self.prepare(queries, "query")?;
         let nq = qs.len() / dim;
         let ef = ef.unwrap_or(self.ef).max(k);

@@ -20,7 +20,7 @@ impl Hnsw {
         }
         for id in ids {
             if let Some(slot) = self.slots.remove(id) {
-                self.removed[slot as usize] = true;
+                self.set_removed(slot, true);
                 self.free.push(slot);
             }
         }
@@ -42,7 +42,7 @@ impl Hnsw {
         }
         for id in ids {
             if let Some(slot) = self.slots.remove(id) {
-                self.removed[slot as usize] = true;
+                self.set_removed(slot, true);
                 self.held.insert(*id, slot);
             }
         }
@@ -55,7 +55,7 @@ impl Hnsw {
         self.check_hidden(ids, "unhide")?;
         for id in ids {
             if let Some(slot) = self.held.remove(id) {
-                self.removed[slot as usize] = false;
+                self.set_removed(slot, false);
                 self.slots.insert(*id, slot);
             }
         }

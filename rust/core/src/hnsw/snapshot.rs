@@ -2,6 +2,13 @@
 //! are written; loading checks every count, level and link against the rest
 //! of the file, so a damaged file that passes the checksum still cannot
 //! produce an index that reads out of bounds.
+//!
+//! Per slot, from version 3: a byte saying whether its vector follows (1)
+//! or was left out (0), the vector if so, then its links on each level.
+//! [`Hnsw::save`] writes every vector the index holds; an engine's snapshot
+//! ([`Hnsw::save_routing`]) only those of removed slots, whose rows are gone
+//! from the database but which still route searches: the live ones come
+//! back from the database through [`Hnsw::fill`] (see `missing.rs`).
 
 use std::path::Path;
 
@@ -12,11 +19,24 @@ use crate::persist::{self, corrupt, Kind};
 
 pub(crate) const KIND: Kind = Kind(*b"HNSW");
 /// Version 2 leaves out the int8 codes of `int8+f16` indexes, which are made
-/// again from the f16 copies on load; version 1 files still load.
-pub(crate) const VERSION: u32 = 2;
+/// again from the f16 copies on load; version 3 may leave out vectors (a
+/// flag per slot). Versions 1 and 2 still load.
+pub(crate) const VERSION: u32 = 3;
 
 impl Hnsw {
+    /// Writes the index, every vector it holds included.
     pub fn save(&self, path: &Path) -> Result<()> {
+        self.save_with(path, |_| true)
+    }
+
+    /// Writes the index with the vectors of removed slots only (an engine's
+    /// snapshot: its database holds the live ones, given back by
+    /// [`Hnsw::fill`] after [`Hnsw::load`]).
+    pub(crate) fn save_routing(&self, path: &Path) -> Result<()> {
+        self.save_with(path, |slot| self.removed[slot as usize])
+    }
+
+    fn save_with(&self, path: &Path, keep: impl Fn(u32) -> bool) -> Result<()> {
         self.settle();
         let dim = self.dim();
         let slots = self.graph.slots();
@@ -43,9 +63,15 @@ impl Hnsw {
         let mut links = Vec::new();
         let mut record = Vec::with_capacity(self.vectors.saved_bytes(VERSION));
         for slot in 0..slots as u32 {
-            record.clear();
-            self.vectors.save_slot(slot, &mut record);
-            w.bytes(&record);
+            // A vector still missing stays missing (it reads as zeros).
+            if keep(slot) && !self.is_missing(slot) {
+                w.u8(1);
+                record.clear();
+                self.vectors.save_slot(slot, &mut record);
+                w.bytes(&record);
+            } else {
+                w.u8(0);
+            }
             for l in 0..=self.graph.level(slot) {
                 self.graph.read(slot, l, &mut links);
                 w.u32s(&links);
@@ -64,7 +90,7 @@ fn bad<T>(msg: impl Into<String>) -> DecodeResult<T> {
     Err(DecodeError(msg.into()))
 }
 
-/// Decodes the payload of a snapshot of format `version` (1 or 2).
+/// Decodes the payload of a snapshot of format `version` (1 to 3).
 pub(crate) fn decode(payload: &[u8], version: u32) -> DecodeResult<Hnsw> {
     let mut r = Reader::new(payload);
     let metric = match Metric::from_code(r.u8()?) {
@@ -116,14 +142,27 @@ pub(crate) fn decode(payload: &[u8], version: u32) -> DecodeResult<Hnsw> {
     h.graph.reserve(slots);
     h.slots.reserve(slots);
     let mut links = Vec::new();
+    let mut missing = vec![false; slots];
     for (slot, &level) in levels.iter().enumerate() {
         h.graph.push(level);
         h.vectors.push_zeroed();
-        let record = r.bytes()?;
-        if record.len() != h.vectors.saved_bytes(version) {
-            return bad(format!("vector {slot} is damaged"));
+        let saved = match version {
+            1 | 2 => true,
+            _ => match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return bad(format!("the vector flag of slot {slot} is damaged")),
+            },
+        };
+        if saved {
+            let record = r.bytes()?;
+            if record.len() != h.vectors.saved_bytes(version) {
+                return bad(format!("vector {slot} is damaged"));
+            }
+            h.vectors.set_raw(slot as u32, record);
+        } else {
+            missing[slot] = true;
         }
-        h.vectors.set_raw(slot as u32, record);
         for l in 0..=level as usize {
             r.u32s_into(&mut links)?;
             // A link on level l leads to a node that has level l: searches
@@ -142,6 +181,7 @@ pub(crate) fn decode(payload: &[u8], version: u32) -> DecodeResult<Hnsw> {
         return bad("trailing bytes");
     }
     h.vectors.make_codes();
+    h.set_missing(missing);
     // A removed slot outside the free list holds a hidden id.
     let mut freed = vec![false; slots];
     for &s in &h.free {

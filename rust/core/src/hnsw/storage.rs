@@ -160,6 +160,46 @@ pub(super) fn swap_in<T>(v: &mut Vec<T>, new: Option<Vec<T>>) {
     }
 }
 
+/// How [`Vectors`] encodes a vector (see [`Form::encode`]), apart from its
+/// buffers, so slots can be written in parallel.
+#[derive(Clone, Copy)]
+struct Form {
+    precision: Precision,
+    dim: usize,
+    apart: bool,
+    from_rank: bool,
+}
+
+impl Form {
+    /// Writes `v` to a slot's `record` and its ranking copy `rank` (empty
+    /// where there is none); returns the grid of the record's int8 codes,
+    /// if it holds codes.
+    fn encode(self, record: &mut [u8], rank: &mut [u8], v: &[f32], buf: &mut Vec<f32>) -> Option<Grid> {
+        // The ranking copy first: int8 codes are made from it.
+        if !rank.is_empty() {
+            rank.fill(0);
+            if self.precision == Precision::Int8F16 {
+                write_f16(rank, v);
+            } else {
+                write_f32(rank, v);
+            }
+        }
+        if self.from_rank {
+            return Some(codes_from_rank(record, rank, self.precision, self.dim, buf));
+        }
+        record.fill(0);
+        if self.apart {
+            return Some(quantize_int8(record, v));
+        }
+        if self.precision == Precision::F16 {
+            write_f16(record, v);
+        } else {
+            write_f32(record, v);
+        }
+        None
+    }
+}
+
 pub struct Vectors {
     dim: usize,
     padded: usize,
@@ -383,34 +423,61 @@ impl Vectors {
 
     pub fn set(&mut self, slot: u32, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        let (n, precision) = (self.record_bytes(), self.precision);
-        // The ranking copy first: int8 codes are made from it.
-        let r = self.rank_lines * LINE;
-        if r > 0 {
-            let dst = &mut self.rank_bytes_mut()[slot as usize * r..][..r];
-            dst.fill(0);
-            if precision == Precision::Int8F16 {
-                write_f16(dst, v);
-            } else {
-                write_f32(dst, v);
+        let (n, r, s) = (self.record_bytes(), self.rank_lines * LINE, slot as usize);
+        let form = self.form();
+        let record = &mut line_bytes_mut(&mut self.lines)[s * n..][..n];
+        let rank = &mut line_bytes_mut(&mut self.rank)[s * r..][..r];
+        if let Some(grid) = form.encode(record, rank, v, &mut Vec::new()) {
+            self.walk_params[s] = grid;
+        }
+    }
+
+    /// [`Vectors::set`] for many slots at once, on all cores: `rows[slot]`
+    /// is the row of `data` (`dim` floats each) that slot gets, or
+    /// `u32::MAX` to leave it as it is.
+    pub fn set_many(&mut self, rows: &[u32], data: &[f32]) {
+        debug_assert_eq!(rows.len(), self.slots());
+        let (n, r, dim) = (self.record_bytes(), self.rank_lines * LINE, self.dim);
+        let form = self.form();
+        let Vectors {
+            lines,
+            rank,
+            walk_params,
+            ..
+        } = self;
+        // The buffers are split slot by slot (a slot's record, ranking copy
+        // and grid are apart), then only the slots that change are handed out.
+        let mut records = line_bytes_mut(lines).chunks_mut(n);
+        let mut ranks = (r > 0).then(|| line_bytes_mut(rank).chunks_mut(r));
+        let mut grids = walk_params.iter_mut();
+        let mut jobs = Vec::new();
+        for &row in rows {
+            let (Some(record), rank, grid) = (
+                records.next(),
+                ranks.as_mut().and_then(Iterator::next).unwrap_or_default(),
+                grids.next(),
+            ) else {
+                break;
+            };
+            if row != u32::MAX {
+                jobs.push((record, rank, grid, &data[row as usize * dim..][..dim]));
             }
         }
-        if self.codes_from_rank() {
-            let (dim, s) = (self.dim, slot as usize);
-            let dst = &mut line_bytes_mut(&mut self.lines)[s * n..][..n];
-            let src = &line_bytes(&self.rank)[s * r..][..r];
-            self.walk_params[s] = codes_from_rank(dst, src, precision, dim, &mut Vec::new());
-            return;
-        }
-        let apart = self.params_apart();
-        let dst = &mut self.bytes_mut()[slot as usize * n..][..n];
-        dst.fill(0);
-        if apart {
-            self.walk_params[slot as usize] = quantize_int8(dst, v);
-        } else if precision == Precision::F16 {
-            write_f16(dst, v);
-        } else {
-            write_f32(dst, v);
+        jobs.into_par_iter()
+            .with_min_len(256)
+            .for_each_init(Vec::new, |buf, (record, rank, grid, v)| {
+                if let (Some(new), Some(grid)) = (form.encode(record, rank, v, buf), grid) {
+                    *grid = new;
+                }
+            });
+    }
+
+    fn form(&self) -> Form {
+        Form {
+            precision: self.precision,
+            dim: self.dim,
+            apart: self.params_apart(),
+            from_rank: self.codes_from_rank(),
         }
     }
 

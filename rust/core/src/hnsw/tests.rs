@@ -616,8 +616,9 @@ fn an_int8_f16_snapshot_of_version_1_loads_and_saves_without_codes() {
             assert!(found[0].distance.abs() < 1e-3);
         }
     });
-    // Each of the 120 slots lost the line of its 20 codes and their grid.
-    assert_eq!(old.len() - 28 - saved.len(), 120 * 64);
+    // Each of the 120 slots lost the line of its 20 codes and their grid,
+    // and gained the byte that says its vector follows.
+    assert_eq!(old.len() - 28 - saved.len(), 120 * (64 - 1));
     let again = super::snapshot::decode(&saved, VERSION).unwrap();
     assert_same_index(&h, &again);
 }
@@ -695,11 +696,12 @@ fn with_old_snapshot(name: &str, old: &[u8], check: impl FnOnce(&Hnsw)) -> (Hnsw
 /// A snapshot written before f32 indexes kept int8 walk copies (by commit
 /// 49b0d34, through the Python API: 120 vectors of 20 dims around 4 centres,
 /// cosine, m = 4, ef_construction = 20, ids 7, 14, ..., 840, then id 14
-/// removed). Its payload is the current one: the copies are derived on load.
+/// removed). Its payload is the current one but for the flag before each
+/// vector: the copies are derived on load.
 #[test]
-fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same() {
+fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same_index() {
     let old = include_bytes!("testdata/f32_cosine_v1.bin");
-    let (_, saved) = with_old_snapshot("f32", old, |h| {
+    let (h, saved) = with_old_snapshot("f32", old, |h| {
         assert_eq!(h.len(), 119);
         assert_eq!((h.dim(), h.metric()), (20, Metric::Cosine));
         assert_eq!(h.params().precision, Precision::F32);
@@ -726,7 +728,9 @@ fn an_f32_snapshot_from_before_int8_walk_copies_loads_and_saves_the_same() {
             }
         }
     });
-    assert!(saved == old[28..]);
+    // The same bytes but for a flag before each of the 120 slots' vectors.
+    assert_eq!(saved.len(), old.len() - 28 + 120);
+    assert_same_index(&h, &super::snapshot::decode(&saved, VERSION).unwrap());
 }
 
 #[test]
@@ -983,4 +987,225 @@ fn nothing_is_copied_while_a_batch_links_and_a_stale_copy_is_dropped() {
     let mut ids: Vec<u64> = hits.iter().map(|n| n.id).collect();
     ids.sort_unstable();
     assert_eq!(ids, [1, 20_000]);
+}
+
+const PRECISIONS: [Precision; 4] = [
+    Precision::F32,
+    Precision::F16,
+    Precision::Int8,
+    Precision::Int8F16,
+];
+
+/// A temporary file path, unique to this process and `name`.
+fn temp_file(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("memlane-{name}-{}.bin", std::process::id()))
+}
+
+/// An index of `n` clustered vectors of `dim` (ids `2i + 1`), then its
+/// first `removed` ids removed; returns it with its data and ids.
+fn routed(precision: Precision, n: usize, dim: usize, removed: usize) -> (Hnsw, Vec<f32>, Vec<u64>) {
+    let data = clustered(n, dim, 6, 3);
+    let ids: Vec<u64> = (0..n as u64).map(|i| 2 * i + 1).collect();
+    let params = Params {
+        precision,
+        m: 6,
+        ef_construction: 40,
+        ..Params::default()
+    };
+    let mut h = Hnsw::new(dim, Metric::Cosine, params).unwrap();
+    h.add(&ids, &data).unwrap();
+    h.remove(&ids[..removed]).unwrap();
+    (h, data, ids)
+}
+
+/// An engine's snapshot (`save_routing`) holds the links and the vectors of
+/// removed slots, not the live ones; the loaded index refuses searches until
+/// `fill` gives those back (in chunks, ignoring what it does not await), and
+/// is then the index saved, codes included.
+#[test]
+fn a_routing_snapshot_filled_again_is_the_index_saved() {
+    let (n, dim, removed) = (400, 24, 30);
+    for precision in PRECISIONS {
+        let (h, data, ids) = routed(precision, n, dim, removed);
+        let (full, routing) = (temp_file("full"), temp_file("routing"));
+        h.save(&full).unwrap();
+        h.save_routing(&routing).unwrap();
+        let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len() as usize;
+        // Each live slot's vector and its length prefix are left out.
+        let record = h.vectors.saved_bytes(VERSION) + 8;
+        assert_eq!(size(&full) - size(&routing), (n - removed) * record);
+        let mut loaded = Hnsw::load(&routing).unwrap();
+        assert_same_index(&h, &Hnsw::load(&full).unwrap());
+        std::fs::remove_file(&full).unwrap();
+        std::fs::remove_file(&routing).unwrap();
+        assert_eq!(loaded.awaiting(), h.ids());
+        assert!(loaded.search(&data[..dim], 5, None, None).is_err());
+        assert!(loaded.vector(ids[removed]).is_err());
+        // The first half, with an unknown id and a removed one (whose vector
+        // is in the file): both ignored.
+        let half = n / 2;
+        let mut some: Vec<u64> = ids[..half].to_vec();
+        some.push(1_000_000);
+        let mut rows = data[..half * dim].to_vec();
+        rows.extend_from_slice(&data[..dim]);
+        loaded.fill(&some, &rows).unwrap();
+        assert_eq!(loaded.awaiting(), &ids[half..]);
+        // The rest, with a row given twice: refused, changing nothing.
+        let twice = [ids[half], ids[half]];
+        assert!(loaded.fill(&twice, &data[..2 * dim]).is_err());
+        assert!(loaded.fill(&ids[half..], &data[..dim]).is_err());
+        loaded.fill(&ids[half..], &data[half * dim..]).unwrap();
+        assert!(loaded.awaiting().is_empty() && loaded.missing.is_empty());
+        assert_same_index(&h, &loaded);
+        for q in clustered(30, dim, 6, 11).chunks_exact(dim) {
+            assert_eq!(
+                h.search(q, 10, None, None).unwrap(),
+                loaded.search(q, 10, None, None).unwrap(),
+                "{precision:?}"
+            );
+        }
+    }
+}
+
+/// A slot whose id is removed before its vector came back (a row deleted
+/// after the snapshot) reads as zeros, orthogonal to every query: searches
+/// route through it at distance 1, never NaN, never return it, and an add
+/// reuses it.
+#[test]
+fn a_slot_removed_while_its_vector_is_missing_routes_as_orthogonal_and_is_reused() {
+    let (n, dim) = (300, 16);
+    for precision in PRECISIONS {
+        let (h, data, ids) = routed(precision, n, dim, 0);
+        let path = temp_file("orthogonal");
+        h.save_routing(&path).unwrap();
+        let mut loaded = Hnsw::load(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let gone = [ids[5], ids[6]];
+        let gone_slots = gone.map(|id| loaded.slots[&id]);
+        loaded.remove(&gone).unwrap();
+        loaded.fill(&ids, &data).unwrap();
+        assert!(loaded.awaiting().is_empty());
+        let mut v = Vec::new();
+        for &slot in &gone_slots {
+            loaded.vectors.decode(slot, &mut v);
+            assert!(v.iter().all(|&x| x == 0.0));
+            let q = super::distance::Query::padded(&data[..dim], loaded.vectors.padded_dim());
+            loaded.each_rank_dist(&q, &[slot], |_, d| assert_eq!(d, 1.0));
+            let x = loaded.vectors.get(slot);
+            let walked = if loaded.vectors.params_apart() {
+                loaded.dist.eval_with(&q, x, loaded.vectors.walk_params(slot))
+            } else {
+                loaded.dist.eval(&q, x)
+            };
+            assert_eq!(walked, 1.0);
+        }
+        for q in clustered(40, dim, 6, 13).chunks_exact(dim) {
+            for nb in loaded.search(q, 20, Some(100), None).unwrap() {
+                assert!(!gone.contains(&nb.id) && nb.distance.is_finite());
+            }
+        }
+        // The next add takes a freed slot and stores its vector over the zeros.
+        let slots = loaded.graph.slots();
+        loaded.add(&[9_999], &data[..dim]).unwrap();
+        assert_eq!(loaded.graph.slots(), slots);
+        let found = loaded.search(&data[..dim], 2, None, None).unwrap();
+        assert!(found.iter().any(|nb| nb.id == 9_999));
+        // Saved again (all vectors), the zeros of the other slot come back as they are.
+        let again = temp_file("orthogonal-again");
+        loaded.save(&again).unwrap();
+        let back = Hnsw::load(&again).unwrap();
+        std::fs::remove_file(&again).unwrap();
+        assert_same_index(&loaded, &back);
+    }
+}
+
+/// What `Hnsw::save` wrote as version 2: each slot's vector without the flag
+/// that says it follows.
+fn encode_v2(h: &Hnsw) -> Vec<u8> {
+    use crate::codec::Writer;
+    let mut w = Writer::with_capacity(1 << 16);
+    w.u8(h.metric.code());
+    w.u8(h.vectors.precision().code());
+    for v in [h.dim(), h.m, h.ef_construction, h.ef] {
+        w.u64(v as u64);
+    }
+    w.u64(h.seed);
+    w.u64(h.rng);
+    w.u64(h.entry.load(Ordering::Acquire));
+    w.u64s(&h.labels);
+    w.bytes(&h.removed.iter().map(|&r| u8::from(r)).collect::<Vec<_>>());
+    w.bytes(h.graph.levels());
+    w.u32s(&h.free);
+    let (mut record, mut links) = (Vec::new(), Vec::new());
+    for slot in 0..h.graph.slots() as u32 {
+        record.clear();
+        h.vectors.save_slot(slot, &mut record);
+        w.bytes(&record);
+        for l in 0..=h.graph.level(slot) {
+            h.graph.read(slot, l, &mut links);
+            w.u32s(&links);
+        }
+    }
+    w.into_inner()
+}
+
+/// A version 2 file (every vector, no flags) still loads, awaiting nothing.
+#[test]
+fn a_version_2_snapshot_still_loads_whole() {
+    for precision in PRECISIONS {
+        let (h, data, _) = routed(precision, 200, 16, 20);
+        let path = temp_file("v2");
+        crate::persist::save(&path, super::snapshot::KIND, 2, &encode_v2(&h)).unwrap();
+        let loaded = Hnsw::load(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(loaded.awaiting().is_empty() && loaded.missing.is_empty());
+        assert_same_index(&h, &loaded);
+        assert_eq!(
+            h.search(&data[..16], 10, None, None).unwrap(),
+            loaded.search(&data[..16], 10, None, None).unwrap()
+        );
+    }
+}
+
+/// A version 3 payload damaged anywhere (a flag of 0, 1 or 2 at every byte,
+/// each byte cut off) decodes to an error or to an index that can be
+/// filled, searched, added to and removed from without reading out of
+/// bounds, as the fuzz target uses it.
+#[test]
+fn a_damaged_version_3_payload_never_reads_out_of_bounds() {
+    let (dim, n) = (8, 24);
+    let (h, data, ids) = routed(Precision::Int8F16, n, dim, 4);
+    let path = temp_file("damaged");
+    h.save_routing(&path).unwrap();
+    let payload = std::fs::read(&path).unwrap()[28..].to_vec();
+    std::fs::remove_file(&path).unwrap();
+    assert!(super::snapshot::decode(&payload, VERSION).is_ok());
+    let use_it = |mut h: Hnsw| {
+        let _ = h.fill(&ids, &data);
+        let _ = h.search(&data[..dim], 5, None, None);
+        let _ = h.add(&[1 << 40], &data[..dim]);
+        let _ = h.remove(&[ids[10]]);
+        let _ = h.search(&data[..dim], 5, None, None);
+    };
+    for at in 0..payload.len() {
+        for b in [0, 1, 2] {
+            let mut bad = payload.clone();
+            bad[at] = b;
+            if let Ok(h) = super::snapshot::decode(&bad, VERSION) {
+                use_it(h);
+            }
+        }
+        if let Ok(h) = super::snapshot::decode(&payload[..at], VERSION) {
+            use_it(h);
+        }
+    }
+    // A flag other than 0 or 1 is refused. Slot 0's follows the header
+    // (metric, precision, six u64s, the entry), the labels, the removed and
+    // level bytes and the free list, each list after its u64 length.
+    let first_flag = 2 + 7 * 8 + (8 + 8 * n) + 2 * (8 + n) + (8 + 4 * h.free.len());
+    assert_eq!(payload[first_flag], u8::from(h.removed[0]));
+    let mut bad = payload.clone();
+    bad[first_flag] = 2;
+    let err = super::snapshot::decode(&bad, VERSION).err().unwrap();
+    assert!(err.0.contains("vector flag"), "{}", err.0);
 }

@@ -1,0 +1,144 @@
+//! Slots whose vector a snapshot left out: an engine's snapshot holds only
+//! the vectors of removed slots, as its database holds the live ones (see
+//! `snapshot.rs`), and [`Hnsw::fill`] gives those back after the load.
+//!
+//! A missing vector reads as zeros (the slot was pushed zeroed, its int8
+//! codes and their grid too), which under the cosine and `ip` metrics is a
+//! vector orthogonal to every query, at distance 1: a slot whose id was
+//! removed before its vector came back (its row deleted after the snapshot
+//! was written) still routes searches, never as NaN, is never returned (it
+//! is removed), and an add that reuses it stores a vector over it. A live
+//! id without its vector would be returned at that wrong distance, so
+//! searches and [`Hnsw::vector`] refuse to run while one is left
+//! ([`Hnsw::check_filled`]): the caller fills every live id or rebuilds.
+
+use rayon::prelude::*;
+
+use super::Hnsw;
+use crate::error::{Error, Result};
+use crate::idmap::first_duplicate;
+
+impl Hnsw {
+    /// Whether `slot`'s vector is missing.
+    pub(super) fn is_missing(&self, slot: u32) -> bool {
+        self.missing.get(slot as usize).copied().unwrap_or(false)
+    }
+
+    /// Marks the slots of a loaded snapshot whose vector it left out.
+    pub(super) fn set_missing(&mut self, missing: Vec<bool>) {
+        self.missing_live = missing
+            .iter()
+            .zip(&self.removed)
+            .filter(|&(&m, &r)| m && !r)
+            .count();
+        self.missing = if missing.contains(&true) {
+            missing
+        } else {
+            Vec::new()
+        };
+    }
+
+    /// Notes that `slot` got a vector: called before its `removed` flag changes.
+    pub(super) fn vector_stored(&mut self, slot: u32) {
+        if let Some(m) = self.missing.get_mut(slot as usize) {
+            if std::mem::take(m) && !self.removed[slot as usize] {
+                self.missing_live -= 1;
+            }
+        }
+    }
+
+    /// Sets the `removed` flag of `slot`, keeping count of the live ids
+    /// whose vector is missing.
+    pub(super) fn set_removed(&mut self, slot: u32, removed: bool) {
+        let was = std::mem::replace(&mut self.removed[slot as usize], removed);
+        if was != removed && self.is_missing(slot) {
+            if removed {
+                self.missing_live -= 1;
+            } else {
+                self.missing_live += 1;
+            }
+        }
+    }
+
+    /// Gives back the vectors a snapshot left out: row `i` of `vectors`
+    /// (`ids.len()` rows of `dim`) is the vector of `ids[i]`. Ids that are
+    /// not live or whose slot holds its vector are ignored (rows added since
+    /// the snapshot may come this way too); the others' rows are checked
+    /// (and normalised under cosine) as an add's are, before anything
+    /// changes. The vectors are stored without relinking: the links are
+    /// those the snapshot kept for them.
+    pub fn fill(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let dim = self.dim();
+        if vectors.len() != ids.len() * dim {
+            return Err(Error::invalid(format!(
+                "got {} ids but {} values, expected {} ({} vectors of dim {dim})",
+                ids.len(),
+                vectors.len(),
+                ids.len() * dim,
+                ids.len()
+            )));
+        }
+        if let Some(id) = first_duplicate(ids) {
+            return Err(Error::invalid(format!("id {id} appears twice in one fill")));
+        }
+        if self.missing_live == 0 {
+            return Ok(());
+        }
+        let picked: Vec<(u32, usize)> = ids
+            .iter()
+            .enumerate()
+            .filter_map(|(row, id)| {
+                let slot = *self.slots.get(id)?;
+                self.is_missing(slot).then_some((slot, row))
+            })
+            .collect();
+        if picked.is_empty() {
+            return Ok(());
+        }
+        let mut rows = Vec::with_capacity(picked.len() * dim);
+        for &(_, row) in &picked {
+            rows.extend_from_slice(&vectors[row * dim..][..dim]);
+        }
+        let data = self.prepare(&rows, "vector")?;
+        let mut at = vec![u32::MAX; self.graph.slots()];
+        for (i, &(slot, _)) in picked.iter().enumerate() {
+            at[slot as usize] = i as u32;
+        }
+        // Stored vectors change: a buffer copied by `grown` before this no
+        // longer holds them (see `edits`; even, as no batch is staged).
+        self.edits += 2;
+        self.vectors.set_many(&at, &data);
+        for &(slot, _) in &picked {
+            self.vector_stored(slot);
+        }
+        if self.missing_live == 0 {
+            self.missing = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Live ids whose vector is missing, in slot order.
+    pub fn awaiting(&self) -> Vec<u64> {
+        if self.missing_live == 0 {
+            return Vec::new();
+        }
+        self.missing
+            .par_iter()
+            .enumerate()
+            .filter(|&(s, &m)| m && !self.removed[s])
+            .map(|(s, _)| self.labels[s])
+            .collect()
+    }
+
+    /// Refuses a search while a live id's vector is missing (see the module
+    /// docs).
+    pub(super) fn check_filled(&self) -> Result<()> {
+        if self.missing_live == 0 {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "{} vector(s) of this index were left out of its snapshot and not filled yet",
+            self.missing_live
+        )))
+    }
+}
