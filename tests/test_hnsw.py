@@ -631,8 +631,9 @@ def test_flipped_byte_is_corrupt(saved: tuple[Path, bytes], where: float) -> Non
         HnswIndex.load(path)
 
 
-# The HNSW snapshot version memlane writes (2: int8+f16 codes made at load).
-VERSION = 2
+# The HNSW snapshot version memlane writes (3: a flag per slot says whether its vector
+# follows; HnswIndex.save writes them all).
+VERSION = 3
 
 
 def _with_header(payload: bytes, kind: bytes = b"HNSW", version: int = VERSION) -> bytes:

@@ -384,6 +384,12 @@ class Engine:
     def touch(self, ids: npt.ArrayLike, now: float) -> None:
         """Records an access of ``ids`` at ``now``: last_accessed_at and access_count."""
     def vector(self, id: int) -> npt.NDArray[np.float32] | None: ...
+    def fill(self, ids: npt.ArrayLike, vectors: npt.ArrayLike) -> None:
+        """Gives back the vectors a loaded snapshot left out: row ``i`` of ``vectors``
+        is the vector of ``ids[i]``; ids whose vector is not awaited are ignored."""
+    def awaiting(self) -> npt.NDArray[np.uint64]:
+        """Ids whose vector the snapshot left out and no ``fill`` gave back: vector
+        searches raise while there are any."""
     def ids(self) -> npt.NDArray[np.uint64]: ...
     def save(self, root: str | PathLike[str], seq: int) -> None:
         """Writes a snapshot reflecting change ``seq`` into the directory ``root``."""

@@ -381,3 +381,37 @@ def unblob(b: bytes | None) -> FloatArray | None:
     half = np.frombuffer(b, dtype="<f2", offset=_HALF_HEADER.size)
     v = half.astype(np.float32) * np.float32(scale)
     return v
+
+
+def unblobs(stored: Sequence[Any], dim: int) -> FloatArray:
+    """Stored vectors of ``dim`` components (:func:`blobs`), decoded at once into an
+    ``(n, dim)`` matrix with :func:`unblob`'s checks: a blob of neither length, or with a
+    damaged tag or scale, is :class:`CorruptFileError`. Half-float and float32 blobs may
+    be mixed (a store keeps the float32 ones written before)."""
+    n = len(stored)
+    out = np.empty((n, dim), dtype=np.float32)
+    half_len, full_len = _HALF_HEADER.size + 2 * dim, 4 * dim
+    for b in stored:
+        if not isinstance(b, bytes) or len(b) not in (half_len, full_len):
+            size = f"{len(b)} bytes" if isinstance(b, bytes) else type(b).__name__
+            raise CorruptFileError(f"a stored vector ({size}, dimension {dim}) is damaged")
+    half = np.fromiter((len(b) == half_len for b in stored), dtype=bool, count=n)
+    if half.any():
+        packed = np.frombuffer(
+            b"".join(b for b, h in zip(stored, half, strict=True) if h),
+            dtype=[("tag", "u1"), ("scale", "<f4"), ("v", "<f2", (dim,))],
+        )
+        if (packed["tag"] != _HALF).any():
+            raise CorruptFileError(f"a stored vector of {half_len} bytes is damaged")
+        scale = packed["scale"]
+        with np.errstate(invalid="ignore"):
+            power = np.isfinite(scale) & (scale > 0) & (np.frexp(scale)[0] == 0.5)
+        if not power.all():
+            raise CorruptFileError(
+                f"a stored vector's scale ({float(scale[~power][0])!r}) is damaged"
+            )
+        out[half] = packed["v"].astype(np.float32) * scale[:, None]
+    if not half.all():
+        full = b"".join(b for b, h in zip(stored, half, strict=True) if not h)
+        out[~half] = np.frombuffer(full, dtype="<f4").reshape(-1, dim)
+    return out

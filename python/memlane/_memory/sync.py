@@ -23,7 +23,7 @@ import numpy as np
 
 from memlane._core import Engine
 from memlane._memory.access import AccessLog
-from memlane._memory.encoding import blobs, prepare, unblob
+from memlane._memory.encoding import blobs, prepare, unblob, unblobs
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
 from memlane.errors import (
@@ -44,6 +44,9 @@ _INLINE_INDEX = 64
 CHECKPOINT_BYTES = 32 << 20
 # Beside a snapshot: the id of the database it belongs to.
 _GENERATION = "store_id"
+# Rows whose vectors an open reads from the database at a time (see IndexSync._fill):
+# about 40 MB of blobs and 77 MB of floats at 384 dimensions.
+_FILL_CHUNK = 50_000
 
 # Forks this process descends from: a store opened before one belongs to the parent
 # (its connections, locks and threads), and the child must open its own.
@@ -172,22 +175,51 @@ class IndexSync:
             except MemlaneError as e:
                 reason = str(e)
             if reason is not None:
-                warnings.warn(
-                    f"memlane: the index snapshot of {self.location} cannot be used ({reason}); "
-                    "rebuilding it from the database",
-                    RuntimeWarning,
-                    stacklevel=5,
-                )
+                self._rebuilding(reason)
                 engine, seq = None, 0
         if engine is not None:
             # The search beam is the caller's to choose at every open; the graph's
             # build parameters are those it was built with.
             engine.set_ef(self.engine_args["ef"])
+            # Outside the try above: a damaged vector blob is a damaged database, not an
+            # unusable snapshot.
+            self._fill(engine)
         self.engine = engine or Engine(self.dim, **self.engine_args)
         self.expiring = self.db.expiring()
         # A large replay (a crash, or a lost snapshot) earns a snapshot soon.
         self.changes, self.seq = self._replay(seq)
+        if engine is not None and (missing := len(engine.awaiting())):
+            # Ids the snapshot holds whose vectors the database no longer has, nor
+            # did the replay remove or replace them: searches would raise.
+            self._rebuilding(f"the database holds no vector for {missing} of its records")
+            self.engine, seq = Engine(self.dim, **self.engine_args), 0
+            self.changes, self.seq = self._replay(seq)
         self.snap_seq = seq
+
+    def _rebuilding(self, reason: str) -> None:
+        warnings.warn(
+            f"memlane: the index snapshot of {self.location} cannot be used ({reason}); "
+            "rebuilding it from the database",
+            RuntimeWarning,
+            stacklevel=6,
+        )
+
+    def _fill(self, engine: Engine) -> None:
+        """Gives ``engine`` the vectors its snapshot left out (an engine snapshot holds
+        those of removed slots only: the database holds the others), reading the rows
+        with a vector a chunk at a time. Rows whose vector the index refused were never
+        in it; rows added since the snapshot are ignored by the engine (the replay adds
+        them). Live ids left without a vector make ``open`` rebuild: the engine refuses
+        to search while any is (``Engine.awaiting``)."""
+        if not self.dim or not len(engine.awaiting()):
+            return  # a snapshot that holds its vectors (format 2), or an empty graph
+        after = 0
+        while rows := self.db.vectors(after, _FILL_CHUNK):
+            after = rows[-1][0]
+            ids = np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows))
+            vectors = unblobs([r[1] for r in rows], self.dim)
+            ok = usable_vectors(vectors)
+            engine.fill(ids[ok], vectors[ok])
 
     def _unusable(self, engine: Engine, seq: int) -> str | None:
         if engine.dim != self.dim:

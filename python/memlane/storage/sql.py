@@ -417,6 +417,16 @@ class SQLStore(Dialect):
         q = f"SELECT rowid FROM {self._p}records"
         return self._read(lambda c: {r[0] for r in c.execute(q)})
 
+    def vectors(self, after: int, limit: int) -> list[tuple[int, bytes]]:
+        """``(rowid, embedding)`` of up to ``limit`` rows with a vector beyond rowid
+        ``after``, in rowid order (an engine snapshot leaves the vectors out: opening
+        reads them here, a chunk at a time)."""
+        q = self._q(
+            f"SELECT rowid, embedding FROM {self._p}records "
+            "WHERE rowid > ? AND embedding IS NOT NULL ORDER BY rowid LIMIT ?"
+        )
+        return self._read(lambda c: [(int(r[0]), r[1]) for r in c.execute(q, (after, limit))])
+
     def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
         """Every row in rowid order."""
         cols = self._columns(embedding)

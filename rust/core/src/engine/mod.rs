@@ -177,8 +177,27 @@ impl Engine {
     /// are ignored (see [`Hnsw::fill`]).
     pub fn fill(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
         self.retrievals.clear();
+        let Some(h) = self.hnsw.as_ref() else {
+            return Ok(());
+        };
+        let dim = h.dim();
+        if vectors.len() != ids.len() * dim {
+            return Err(Error::DimensionMismatch {
+                expected: dim,
+                got: vectors.len().checked_div(ids.len()).unwrap_or(vectors.len()),
+            });
+        }
+        let rows = h.awaited_rows(ids);
+        let awaited: Vec<u64> = rows.iter().map(|&r| ids[r]).collect();
+        let mut data = Vec::with_capacity(rows.len() * dim);
+        for &r in &rows {
+            data.extend_from_slice(&vectors[r * dim..][..dim]);
+        }
+        // The values a replay stores: parked as a batch parks them, then
+        // checked again as linking checks them (see `Hnsw::stage`).
+        let data = self.parked(&data, dim)?;
         match self.hnsw.as_mut() {
-            Some(h) => h.fill(ids, vectors),
+            Some(h) => h.fill(&awaited, &data),
             None => Ok(()),
         }
     }
@@ -296,18 +315,7 @@ impl Engine {
                         got: v.len().checked_div(n).unwrap_or(v.len()),
                     });
                 }
-                let mut unit = normalised(v, dim, "vector")?;
-                // Parked vectors are scored as the index will score them once
-                // linked (f16 ranks f16 and int8+f16 records), so a record's
-                // score does not move when the background pass links it.
-                let halve = self.hnsw.as_ref().is_some_and(|h| {
-                    matches!(h.params().precision, Precision::F16 | Precision::Int8F16)
-                });
-                if halve {
-                    let mut half = vec![half::f16::ZERO; unit.len()];
-                    half.convert_from_f32_slice(&unit);
-                    half.convert_to_f32_slice(&mut unit);
-                }
+                let unit = self.parked(v, dim)?;
                 let sketches = Pending::sketches(&unit, dim);
                 Some((unit, sketches))
             }
@@ -318,6 +326,23 @@ impl Engine {
             vectors,
             attrs: batch.attrs.to_vec(),
         })
+    }
+
+    /// `v` (rows of `dim`) as a batch parks them: at unit length, and
+    /// through f16 where the index ranks f16 records, so a parked record is
+    /// scored as the index will score it once linked and its score does not
+    /// move when the background pass links it.
+    fn parked(&self, v: &[f32], dim: usize) -> Result<Vec<f32>> {
+        let mut unit = normalised(v, dim, "vector")?;
+        let halve = self.hnsw.as_ref().is_some_and(|h| {
+            matches!(h.params().precision, Precision::F16 | Precision::Int8F16)
+        });
+        if halve {
+            let mut half = vec![half::f16::ZERO; unit.len()];
+            half.convert_from_f32_slice(&unit);
+            half.convert_to_f32_slice(&mut unit);
+        }
+        Ok(unit)
     }
 
     /// Applies a prepared batch. Vectors are parked for

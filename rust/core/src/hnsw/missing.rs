@@ -84,13 +84,10 @@ impl Hnsw {
         if self.missing_live == 0 {
             return Ok(());
         }
-        let picked: Vec<(u32, usize)> = ids
-            .iter()
-            .enumerate()
-            .filter_map(|(row, id)| {
-                let slot = *self.slots.get(id)?;
-                self.is_missing(slot).then_some((slot, row))
-            })
+        let picked: Vec<(u32, usize)> = self
+            .awaited_rows(ids)
+            .into_iter()
+            .map(|row| (self.slots[&ids[row]], row))
             .collect();
         if picked.is_empty() {
             return Ok(());
@@ -115,6 +112,18 @@ impl Hnsw {
             self.missing = Vec::new();
         }
         Ok(())
+    }
+
+    /// The positions in `ids` of the live ids whose vector is missing.
+    pub fn awaited_rows(&self, ids: &[u64]) -> Vec<usize> {
+        if self.missing_live == 0 {
+            return Vec::new();
+        }
+        ids.iter()
+            .enumerate()
+            .filter(|&(_, id)| self.slots.get(id).is_some_and(|&s| self.is_missing(s)))
+            .map(|(row, _)| row)
+            .collect()
     }
 
     /// Live ids whose vector is missing, in slot order.

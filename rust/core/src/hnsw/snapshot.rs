@@ -80,7 +80,23 @@ impl Hnsw {
         persist::save(path, KIND, VERSION, &w.into_inner())
     }
 
+    /// Loads what [`Hnsw::save`] wrote. A file whose live ids lack their
+    /// vectors (an engine's snapshot: its database holds them) is refused:
+    /// nothing could give them back.
     pub fn load(path: &Path) -> Result<Self> {
+        let h = Hnsw::load_routing(path)?;
+        match h.missing_live {
+            0 => Ok(h),
+            n => Err(corrupt(
+                path,
+                format!("{n} live vectors are left out (an engine's snapshot?)"),
+            )),
+        }
+    }
+
+    /// Loads what [`Hnsw::save_routing`] (or [`Hnsw::save`]) wrote; the
+    /// vectors left out await [`Hnsw::fill`].
+    pub(crate) fn load_routing(path: &Path) -> Result<Self> {
         let (version, payload) = persist::load(path, KIND, VERSION)?;
         decode(&payload, version).map_err(|DecodeError(reason)| corrupt(path, reason))
     }

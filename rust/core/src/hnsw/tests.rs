@@ -1034,7 +1034,8 @@ fn a_routing_snapshot_filled_again_is_the_index_saved() {
         // Each live slot's vector and its length prefix are left out.
         let record = h.vectors.saved_bytes(VERSION) + 8;
         assert_eq!(size(&full) - size(&routing), (n - removed) * record);
-        let mut loaded = Hnsw::load(&routing).unwrap();
+        let mut loaded = Hnsw::load_routing(&routing).unwrap();
+        assert!(matches!(Hnsw::load(&routing), Err(Error::Corrupt { .. })));
         assert_same_index(&h, &Hnsw::load(&full).unwrap());
         std::fs::remove_file(&full).unwrap();
         std::fs::remove_file(&routing).unwrap();
@@ -1078,7 +1079,7 @@ fn a_slot_removed_while_its_vector_is_missing_routes_as_orthogonal_and_is_reused
         let (h, data, ids) = routed(precision, n, dim, 0);
         let path = temp_file("orthogonal");
         h.save_routing(&path).unwrap();
-        let mut loaded = Hnsw::load(&path).unwrap();
+        let mut loaded = Hnsw::load_routing(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         let gone = [ids[5], ids[6]];
         let gone_slots = gone.map(|id| loaded.slots[&id]);

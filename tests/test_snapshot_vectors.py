@@ -1,0 +1,195 @@
+"""A store keeps each vector once at rest: in the database. The engine's snapshot holds
+the graph's links and the vectors of removed slots only; opening reads the live ones back
+from the database before it replays the changes since the snapshot."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import struct
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import WordHashEmbedder
+from memlane import CorruptFileError, Memory
+from memlane.records import SearchHit
+
+DIM = 64
+N = 300
+
+
+def unit_rows(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    out: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out
+
+
+@contextmanager
+def no_warnings() -> Iterator[None]:
+    """Fails on any warning: a snapshot that could not be used warns and rebuilds."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def store(path: Path, precision: str | None = None, **kwargs: object) -> Memory:
+    args = {} if precision is None else {"hnsw_precision": precision}
+    return Memory(path, WordHashEmbedder(DIM), **args, **kwargs)  # type: ignore[arg-type]
+
+
+def hits(mem: Memory, queries: np.ndarray, k: int = 10) -> list[list[tuple[str, float]]]:
+    def pairs(found: list[SearchHit]) -> list[tuple[str, float]]:
+        return [(h.record.id, h.score) for h in found]
+
+    return [
+        pairs(mem.search("", mode="vector", query_embedding=q, k=k, track_access=False))
+        for q in queries
+    ]
+
+
+def close_without_snapshot(mem: Memory) -> None:
+    """Closes ``mem`` as a killed process leaves it: no snapshot of its last changes."""
+    mem._sync.closing = True
+    mem._finalizer()
+
+
+def hnsw_bin(path: Path) -> Path:
+    (snap,) = (path / "index").glob("snapshot-*")
+    return snap / "hnsw.bin"
+
+
+@pytest.mark.parametrize("precision", [None, "f32"])
+def test_a_reopened_store_finds_the_same_hits_with_the_same_scores(
+    tmp_path: Path, precision: str | None
+) -> None:
+    path = tmp_path / "s"
+    vectors = unit_rows(N, 1)
+    queries = unit_rows(20, 2)
+    with store(path, precision) as mem:
+        mem.add_many([{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)])
+        mem.wait_indexed()
+        before = hits(mem, queries)
+    with no_warnings(), store(path, precision) as mem:
+        assert mem._sync.snap_seq > 0 and len(mem._sync.engine.awaiting()) == 0
+        assert hits(mem, queries) == before
+
+
+def test_the_snapshot_holds_the_links_not_the_live_vectors(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    dim = 384
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((N, dim)).astype(np.float32)
+    with Memory(path, WordHashEmbedder(dim)) as mem:
+        mem.add_many([{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)])
+        mem.wait_indexed()
+    # The f16 copies alone would take 768 bytes a vector; the links of a node, at most
+    # 32 of 4 bytes on level 0 (a few more on the levels above), are what is left.
+    size = hnsw_bin(path).stat().st_size
+    assert size < N * 200, size
+    with no_warnings(), Memory(path, WordHashEmbedder(dim)) as mem:
+        found = mem.search("", mode="vector", query_embedding=vectors[7], k=1)
+        assert found[0].record.text == "note 7"
+
+
+@pytest.mark.parametrize("precision", [None, "f32"])
+def test_changes_after_the_last_snapshot_reopen_right(
+    tmp_path: Path, precision: str | None
+) -> None:
+    path = tmp_path / "s"
+    vectors = unit_rows(N, 4)
+    with store(path, precision) as mem:
+        ids = [
+            r.id
+            for r in mem.add_many(
+                [{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)]
+            )
+        ]
+        mem.wait_indexed()
+    gone, changed = ids[:20], ids[20:40]
+    moved = unit_rows(len(changed), 5)
+    added = unit_rows(10, 6)
+    mem = store(path, precision, snapshot_every=10**6)
+    snap_seq = mem._sync.snap_seq
+    for record_id in gone:
+        mem.delete(record_id)
+    for record_id, v in zip(changed, moved, strict=True):
+        mem.update(record_id, embedding=v)
+    new_ids = [
+        r.id
+        for r in mem.add_many([{"text": f"new {i}", "embedding": v} for i, v in enumerate(added)])
+    ]
+    mem.wait_indexed()
+    close_without_snapshot(mem)
+    with no_warnings(), store(path, precision) as mem:
+        assert mem._sync.snap_seq == snap_seq  # the old snapshot, with the replay on top
+        assert len(mem) == N - len(gone) + len(added)
+        everything = {
+            h.record.id for h in mem.search("", mode="vector", query_embedding=vectors[0], k=N + 20)
+        }
+        assert everything.isdisjoint(gone)
+        for record_id, v in [*zip(changed, moved, strict=True), *zip(new_ids, added, strict=True)]:
+            top = mem.search("", mode="vector", query_embedding=v, k=1)[0]
+            assert top.record.id == record_id
+        for record_id, v in zip(ids[40:60], vectors[40:60], strict=True):
+            assert mem.search("", mode="vector", query_embedding=v, k=1)[0].record.id == record_id
+        # Later adds reuse the deleted records' slots.
+        later = unit_rows(30, 7)
+        later_ids = [
+            r.id
+            for r in mem.add_many(
+                [{"text": f"later {i}", "embedding": v} for i, v in enumerate(later)]
+            )
+        ]
+        mem.wait_indexed()
+        for record_id, v in zip(later_ids, later, strict=True):
+            assert mem.search("", mode="vector", query_embedding=v, k=1)[0].record.id == record_id
+        queries = unit_rows(10, 8)
+        reopened = hits(mem, queries)
+    # The same answers as an index rebuilt from the database.
+    shutil.rmtree(path / "index")
+    with pytest.warns(RuntimeWarning, match="missing"), store(path, precision) as mem:
+        assert [[i for i, _ in q] for q in hits(mem, queries)] == [
+            [i for i, _ in q] for q in reopened
+        ]
+
+
+def damage(path: Path, how: str) -> None:
+    with sqlite3.connect(path / "memory.db") as conn:
+        (rowid, blob) = conn.execute(
+            "SELECT rowid, embedding FROM records ORDER BY rowid LIMIT 1 OFFSET 5"
+        ).fetchone()
+        head = b"\x02" + blob[1:5] if how == "tag" else blob[:1] + struct.pack("<f", 3.0)
+        blob = head + blob[5:]
+        conn.execute("UPDATE records SET embedding = ? WHERE rowid = ?", (blob, rowid))
+
+
+@pytest.mark.parametrize("how", ["tag", "scale"])
+def test_a_damaged_vector_met_at_open_is_a_corrupt_file(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "s"
+    with store(path) as mem:
+        mem.add_many(
+            [{"text": f"note {i}", "embedding": v} for i, v in enumerate(unit_rows(50, 9))]
+        )
+        mem.wait_indexed()
+    damage(path, how)
+    with pytest.raises(CorruptFileError, match="stored vector"):
+        store(path)
+
+
+def test_a_live_record_without_its_vector_in_the_database_rebuilds(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with store(path) as mem:
+        recs = mem.add_many([{"text": f"note {i}"} for i in range(50)])
+        mem.wait_indexed()
+    # A vector gone from under the snapshot, no change logged: the snapshot cannot
+    # be completed, so it is not used.
+    with sqlite3.connect(path / "memory.db") as conn:
+        conn.execute("UPDATE records SET embedding = NULL WHERE id = ?", (recs[3].id,))
+    with pytest.warns(RuntimeWarning, match="holds no vector for 1"), store(path) as mem:
+        assert mem._sync.snap_seq == 0 and len(mem) == 50
+        assert mem.search("note 4", k=1)[0].record.text == "note 4"
