@@ -18,6 +18,7 @@ import pytest
 from conftest import WordHashEmbedder
 from memlane import CorruptFileError, Memory
 from memlane.records import SearchHit
+from pg_server import PgServer
 
 DIM = 64
 N = 300
@@ -193,3 +194,41 @@ def test_a_live_record_without_its_vector_in_the_database_rebuilds(tmp_path: Pat
     with pytest.warns(RuntimeWarning, match="holds no vector for 1"), store(path) as mem:
         assert mem._sync.snap_seq == 0 and len(mem) == 50
         assert mem.search("note 4", k=1)[0].record.text == "note 4"
+
+
+def test_a_postgres_cache_dir_snapshot_takes_its_vectors_from_the_database(
+    pg_server: PgServer, tmp_path: Path
+) -> None:
+    u = pg_server.url(schema="snapshot_vectors")
+    cache = tmp_path / "cache"
+    vectors = unit_rows(N, 10)
+    with store_at(u, cache) as mem:
+        ids = [
+            r.id
+            for r in mem.add_many(
+                [{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)]
+            )
+        ]
+        mem.wait_indexed()
+    (folder,) = (p for p in cache.iterdir() if p.is_dir())
+    # Another process changes the store while this one is away.
+    moved = unit_rows(1, 11)[0]
+    with Memory(u, WordHashEmbedder(DIM)) as other:
+        other.delete(ids[0])
+        other.update(ids[1], embedding=moved)
+        added = other.add("added elsewhere", embedding=unit_rows(1, 12)[0])
+    assert hnsw_bin(folder).stat().st_size < N * 2 * DIM
+    with no_warnings(), store_at(u, cache) as mem:
+        assert mem._sync.snap_seq > 0 and len(mem) == N
+        found = {h.record.id for h in hits_of(mem, vectors[0], N + 5)}
+        assert ids[0] not in found and added.id in found
+        assert hits_of(mem, moved, 1)[0].record.id == ids[1]
+        assert hits_of(mem, vectors[2], 1)[0].record.id == ids[2]
+
+
+def store_at(url: str, cache: Path) -> Memory:
+    return Memory(url, WordHashEmbedder(DIM), cache_dir=cache)
+
+
+def hits_of(mem: Memory, v: np.ndarray, k: int) -> list[SearchHit]:
+    return mem.search("", mode="vector", query_embedding=v, k=k, track_access=False)

@@ -184,7 +184,10 @@ impl Engine {
         if vectors.len() != ids.len() * dim {
             return Err(Error::DimensionMismatch {
                 expected: dim,
-                got: vectors.len().checked_div(ids.len()).unwrap_or(vectors.len()),
+                got: vectors
+                    .len()
+                    .checked_div(ids.len())
+                    .unwrap_or(vectors.len()),
             });
         }
         let rows = h.awaited_rows(ids);
@@ -334,9 +337,10 @@ impl Engine {
     /// move when the background pass links it.
     fn parked(&self, v: &[f32], dim: usize) -> Result<Vec<f32>> {
         let mut unit = normalised(v, dim, "vector")?;
-        let halve = self.hnsw.as_ref().is_some_and(|h| {
-            matches!(h.params().precision, Precision::F16 | Precision::Int8F16)
-        });
+        let halve = self
+            .hnsw
+            .as_ref()
+            .is_some_and(|h| matches!(h.params().precision, Precision::F16 | Precision::Int8F16));
         if halve {
             let mut half = vec![half::f16::ZERO; unit.len()];
             half.convert_from_f32_slice(&unit);

@@ -147,7 +147,8 @@ impl Engine {
         // The graph is most of a snapshot (at 1M memories, 1.3 of 1.4 GB):
         // it loads on its own thread while this one reads the rest.
         let (decoded, bm25, hnsw) = std::thread::scope(|scope| {
-            let graph = (dim > 0).then(|| scope.spawn(|| Hnsw::load_routing(&dir.join("hnsw.bin"))));
+            let graph =
+                (dim > 0).then(|| scope.spawn(|| Hnsw::load_routing(&dir.join("hnsw.bin"))));
             let decoded = decode(&mut r, dim).map_err(|DecodeError(m)| corrupt(&records_path, m));
             let bm25 = Bm25Index::load(&dir.join("bm25.bin"));
             let hnsw = graph.map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));

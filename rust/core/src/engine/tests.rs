@@ -330,7 +330,10 @@ fn snapshot_round_trip_and_damage() {
     let q = [1.0, 0.0];
     // The graph's live vectors are the caller's to give back (its database
     // holds them); the parked one is in the snapshot. Until then, no search.
-    let linked: Vec<u64> = [1, 3].into_iter().filter(|&id| !e.pending.contains(id)).collect();
+    let linked: Vec<u64> = [1, 3]
+        .into_iter()
+        .filter(|&id| !e.pending.contains(id))
+        .collect();
     assert_eq!(l.awaiting(), linked);
     assert!(l.search(&request(None, Some(&q), Mode::Vector)).is_err());
     l.fill(&[1, 2, 3], &[1.0, 0.0, 0.6, 0.8, 0.0, 1.0]).unwrap();

@@ -174,7 +174,13 @@ impl Form {
     /// Writes `v` to a slot's `record` and its ranking copy `rank` (empty
     /// where there is none); returns the grid of the record's int8 codes,
     /// if it holds codes.
-    fn encode(self, record: &mut [u8], rank: &mut [u8], v: &[f32], buf: &mut Vec<f32>) -> Option<Grid> {
+    fn encode(
+        self,
+        record: &mut [u8],
+        rank: &mut [u8],
+        v: &[f32],
+        buf: &mut Vec<f32>,
+    ) -> Option<Grid> {
         // The ranking copy first: int8 codes are made from it.
         if !rank.is_empty() {
             rank.fill(0);
@@ -463,13 +469,14 @@ impl Vectors {
                 jobs.push((record, rank, grid, &data[row as usize * dim..][..dim]));
             }
         }
-        jobs.into_par_iter()
-            .with_min_len(256)
-            .for_each_init(Vec::new, |buf, (record, rank, grid, v)| {
+        jobs.into_par_iter().with_min_len(256).for_each_init(
+            Vec::new,
+            |buf, (record, rank, grid, v)| {
                 if let (Some(new), Some(grid)) = (form.encode(record, rank, v, buf), grid) {
                     *grid = new;
                 }
-            });
+            },
+        );
     }
 
     fn form(&self) -> Form {

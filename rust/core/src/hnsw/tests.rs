@@ -1003,7 +1003,12 @@ fn temp_file(name: &str) -> std::path::PathBuf {
 
 /// An index of `n` clustered vectors of `dim` (ids `2i + 1`), then its
 /// first `removed` ids removed; returns it with its data and ids.
-fn routed(precision: Precision, n: usize, dim: usize, removed: usize) -> (Hnsw, Vec<f32>, Vec<u64>) {
+fn routed(
+    precision: Precision,
+    n: usize,
+    dim: usize,
+    removed: usize,
+) -> (Hnsw, Vec<f32>, Vec<u64>) {
     let data = clustered(n, dim, 6, 3);
     let ids: Vec<u64> = (0..n as u64).map(|i| 2 * i + 1).collect();
     let params = Params {
@@ -1094,7 +1099,9 @@ fn a_slot_removed_while_its_vector_is_missing_routes_as_orthogonal_and_is_reused
             loaded.each_rank_dist(&q, &[slot], |_, d| assert_eq!(d, 1.0));
             let x = loaded.vectors.get(slot);
             let walked = if loaded.vectors.params_apart() {
-                loaded.dist.eval_with(&q, x, loaded.vectors.walk_params(slot))
+                loaded
+                    .dist
+                    .eval_with(&q, x, loaded.vectors.walk_params(slot))
             } else {
                 loaded.dist.eval(&q, x)
             };
