@@ -386,7 +386,8 @@ class Engine:
     def vector(self, id: int) -> npt.NDArray[np.float32] | None: ...
     def fill(self, ids: npt.ArrayLike, vectors: npt.ArrayLike) -> None:
         """Gives back the vectors a loaded snapshot left out: row ``i`` of ``vectors``
-        is the vector of ``ids[i]``; ids whose vector is not awaited are ignored."""
+        is the vector of ``ids[i]``; ids whose vector is not awaited, and rows the index
+        would refuse (their ids stay awaiting), are ignored."""
     def awaiting(self) -> npt.NDArray[np.uint64]:
         """Ids whose vector the snapshot left out and no ``fill`` gave back: vector
         searches raise while there are any."""

@@ -410,7 +410,11 @@ def unblobs(stored: Sequence[Any], dim: int) -> FloatArray:
             raise CorruptFileError(
                 f"a stored vector's scale ({float(scale[~power][0])!r}) is damaged"
             )
-        out[half] = packed["v"].astype(np.float32) * scale[:, None]
+        if half.all():
+            # Straight into the result: no temporary the size of the chunk.
+            np.multiply(packed["v"], scale[:, None], out=out)
+        else:
+            out[half] = packed["v"].astype(np.float32) * scale[:, None]
     if not half.all():
         full = b"".join(b for b, h in zip(stored, half, strict=True) if not h)
         out[~half] = np.frombuffer(full, dtype="<f4").reshape(-1, dim)

@@ -207,19 +207,18 @@ class IndexSync:
     def _fill(self, engine: Engine) -> None:
         """Gives ``engine`` the vectors its snapshot left out (an engine snapshot holds
         those of removed slots only: the database holds the others), reading the rows
-        with a vector a chunk at a time. Rows whose vector the index refused were never
-        in it; rows added since the snapshot are ignored by the engine (the replay adds
-        them). Live ids left without a vector make ``open`` rebuild: the engine refuses
-        to search while any is (``Engine.awaiting``)."""
+        with a vector a chunk at a time. The engine ignores the rows it does not await:
+        rows added since the snapshot (the replay adds them), and rows whose vector it
+        would refuse (stored before vectors were checked, never in the index). Live ids
+        left without a vector make ``open`` rebuild: the engine refuses to search while
+        any is (``Engine.awaiting``)."""
         if not self.dim or not len(engine.awaiting()):
             return  # a snapshot that holds its vectors (format 2), or an empty graph
         after = 0
         while rows := self.db.vectors(after, _FILL_CHUNK):
             after = rows[-1][0]
             ids = np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows))
-            vectors = unblobs([r[1] for r in rows], self.dim)
-            ok = usable_vectors(vectors)
-            engine.fill(ids[ok], vectors[ok])
+            engine.fill(ids, unblobs([r[1] for r in rows], self.dim))
 
     def _unusable(self, engine: Engine, seq: int) -> str | None:
         if engine.dim != self.dim:

@@ -507,7 +507,8 @@ impl PyEngine {
 
     /// Gives back the vectors a loaded snapshot left out (the database holds
     /// them): row `i` of `vectors` (n, dim) is the vector of `ids[i]`; ids
-    /// whose vector is not awaited are ignored.
+    /// whose vector is not awaited, and rows the index would refuse (their
+    /// ids stay awaiting), are ignored.
     fn fill(
         &self,
         py: Python<'_>,

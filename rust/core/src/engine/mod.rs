@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
-use crate::hnsw::{Grown, Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
+use crate::hnsw::{row_scales, Grown, Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
 use crate::idmap::first_duplicate;
 use half::slice::HalfFloatSliceExt;
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
@@ -174,7 +174,8 @@ impl Engine {
     /// Gives back the vectors the snapshot left out (its graph holds only
     /// those of removed slots; the database holds the rest): row `i` of
     /// `vectors` is the vector of `ids[i]`. Ids whose vector is not awaited
-    /// are ignored (see [`Hnsw::fill`]).
+    /// are ignored (see [`Hnsw::fill`]), and so are rows the index would
+    /// refuse: their ids stay awaiting.
     pub fn fill(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
         self.retrievals.clear();
         let Some(h) = self.hnsw.as_ref() else {
@@ -190,17 +191,29 @@ impl Engine {
                     .unwrap_or(vectors.len()),
             });
         }
+        let halve = self.halves();
         let rows = h.awaited_rows(ids);
-        let awaited: Vec<u64> = rows.iter().map(|&r| ids[r]).collect();
-        let mut data = Vec::with_capacity(rows.len() * dim);
-        for &r in &rows {
-            data.extend_from_slice(&vectors[r * dim..][..dim]);
+        let (mut awaited, mut data) = (Vec::with_capacity(rows.len()), Vec::new());
+        data.reserve(rows.len() * dim);
+        let mut buf = Vec::new();
+        for r in rows {
+            let v = &vectors[r * dim..][..dim];
+            // A row the index would refuse (its vector changed under the
+            // snapshot) leaves its id awaiting: the caller rebuilds.
+            let Ok(scale) = row_scales(v, dim, true, "vector") else {
+                continue;
+            };
+            // The values a replay stores: parked as a batch parks them (see
+            // `parked`), then checked again as linking checks them.
+            let start = data.len();
+            data.extend(v.iter().map(|x| x * scale[0]));
+            if halve {
+                round_to_f16(&mut data[start..], &mut buf);
+            }
+            awaited.push(ids[r]);
         }
-        // The values a replay stores: parked as a batch parks them, then
-        // checked again as linking checks them (see `Hnsw::stage`).
-        let data = self.parked(&data, dim)?;
         match self.hnsw.as_mut() {
-            Some(h) => h.fill(&awaited, &data),
+            Some(h) => h.fill_rows(&awaited, data),
             None => Ok(()),
         }
     }
@@ -337,16 +350,17 @@ impl Engine {
     /// move when the background pass links it.
     fn parked(&self, v: &[f32], dim: usize) -> Result<Vec<f32>> {
         let mut unit = normalised(v, dim, "vector")?;
-        let halve = self
-            .hnsw
-            .as_ref()
-            .is_some_and(|h| matches!(h.params().precision, Precision::F16 | Precision::Int8F16));
-        if halve {
-            let mut half = vec![half::f16::ZERO; unit.len()];
-            half.convert_from_f32_slice(&unit);
-            half.convert_to_f32_slice(&mut unit);
+        if self.halves() {
+            round_to_f16(&mut unit, &mut Vec::new());
         }
         Ok(unit)
+    }
+
+    /// Whether the index ranks f16 records (see [`Engine::parked`]).
+    fn halves(&self) -> bool {
+        self.hnsw
+            .as_ref()
+            .is_some_and(|h| matches!(h.params().precision, Precision::F16 | Precision::Int8F16))
     }
 
     /// Applies a prepared batch. Vectors are parked for
@@ -558,6 +572,14 @@ impl Engine {
             }
         }
     }
+}
+
+/// Rounds `v` to f16 precision in place, through `buf`.
+fn round_to_f16(v: &mut [f32], buf: &mut Vec<half::f16>) {
+    buf.clear();
+    buf.resize(v.len(), half::f16::ZERO);
+    buf.convert_from_f32_slice(v);
+    buf.convert_to_f32_slice(v);
 }
 
 #[cfg(test)]

@@ -336,6 +336,9 @@ fn snapshot_round_trip_and_damage() {
         .collect();
     assert_eq!(l.awaiting(), linked);
     assert!(l.search(&request(None, Some(&q), Mode::Vector)).is_err());
+    // A row the index would refuse leaves its id awaiting.
+    l.fill(&[1], &[f32::NAN, 0.0]).unwrap();
+    assert_eq!(l.awaiting(), linked);
     l.fill(&[1, 2, 3], &[1.0, 0.0, 0.6, 0.8, 0.0, 1.0]).unwrap();
     assert!(l.awaiting().is_empty());
     let a = e

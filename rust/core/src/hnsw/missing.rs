@@ -14,7 +14,7 @@
 
 use rayon::prelude::*;
 
-use super::Hnsw;
+use super::{row_scales, Hnsw, Metric};
 use crate::error::{Error, Result};
 use crate::idmap::first_duplicate;
 
@@ -81,31 +81,48 @@ impl Hnsw {
         if let Some(id) = first_duplicate(ids) {
             return Err(Error::invalid(format!("id {id} appears twice in one fill")));
         }
-        if self.missing_live == 0 {
-            return Ok(());
+        let rows = self.awaited_rows(ids);
+        let mut data = Vec::with_capacity(rows.len() * dim);
+        for &row in &rows {
+            data.extend_from_slice(&vectors[row * dim..][..dim]);
         }
-        let picked: Vec<(u32, usize)> = self
-            .awaited_rows(ids)
-            .into_iter()
-            .map(|row| (self.slots[&ids[row]], row))
-            .collect();
+        let awaited: Vec<u64> = rows.iter().map(|&row| ids[row]).collect();
+        self.fill_rows(&awaited, data)
+    }
+
+    /// [`Hnsw::fill`] with the rows given as a buffer of their own, checked
+    /// and normalised in place (a fill at open takes every vector of the
+    /// store, and each copy of them costs as much as the rest).
+    pub(crate) fn fill_rows(&mut self, ids: &[u64], mut data: Vec<f32>) -> Result<()> {
+        let dim = self.dim();
+        debug_assert_eq!(data.len(), ids.len() * dim);
+        if let Some(id) = first_duplicate(ids) {
+            return Err(Error::invalid(format!("id {id} appears twice in one fill")));
+        }
+        // The check (and scaling) of a staged batch (see `Hnsw::check_batch`),
+        // so the values stored are those a replay stores.
+        let normalise = self.metric == Metric::Cosine;
+        let scales = row_scales(&data, dim, normalise, "vector")?;
+        if normalise {
+            for (v, &inv) in data.chunks_exact_mut(dim).zip(&scales) {
+                v.iter_mut().for_each(|x| *x *= inv);
+            }
+        }
+        let mut at = vec![u32::MAX; self.graph.slots()];
+        let mut picked = Vec::with_capacity(ids.len());
+        for row in self.awaited_rows(ids) {
+            let slot = self.slots[&ids[row]];
+            at[slot as usize] = row as u32;
+            picked.push(slot);
+        }
         if picked.is_empty() {
             return Ok(());
-        }
-        let mut rows = Vec::with_capacity(picked.len() * dim);
-        for &(_, row) in &picked {
-            rows.extend_from_slice(&vectors[row * dim..][..dim]);
-        }
-        let data = self.prepare(&rows, "vector")?;
-        let mut at = vec![u32::MAX; self.graph.slots()];
-        for (i, &(slot, _)) in picked.iter().enumerate() {
-            at[slot as usize] = i as u32;
         }
         // Stored vectors change: a buffer copied by `grown` before this no
         // longer holds them (see `edits`; even, as no batch is staged).
         self.edits += 2;
         self.vectors.set_many(&at, &data);
-        for &(slot, _) in &picked {
+        for slot in picked {
             self.vector_stored(slot);
         }
         if self.missing_live == 0 {

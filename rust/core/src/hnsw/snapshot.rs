@@ -196,7 +196,7 @@ pub(crate) fn decode(payload: &[u8], version: u32) -> DecodeResult<Hnsw> {
     if !r.is_empty() {
         return bad("trailing bytes");
     }
-    h.vectors.make_codes();
+    h.vectors.make_codes(&missing);
     h.set_missing(missing);
     // A removed slot outside the free list holds a hidden id.
     let mut freed = vec![false; slots];

@@ -521,8 +521,10 @@ impl Vectors {
 
     /// Makes the int8 codes of every slot from its ranking copy, on all
     /// cores (a snapshot's load, after [`Vectors::set_raw`]); nothing where
-    /// codes are not made so.
-    pub fn make_codes(&mut self) {
+    /// codes are not made so. Slots marked in `missing` (a snapshot left
+    /// their vector out; shorter than the slots: none past its end) keep the
+    /// zeros they were pushed with, which are the codes of a zero vector.
+    pub fn make_codes(&mut self, missing: &[bool]) {
         if !self.codes_from_rank() {
             return;
         }
@@ -536,9 +538,12 @@ impl Vectors {
             .par_chunks_mut(n)
             .zip(line_bytes(&self.rank).par_chunks(r))
             .zip(self.walk_params.par_iter_mut())
+            .enumerate()
             .with_min_len(1024)
-            .for_each_init(Vec::new, |buf, ((dst, src), grid)| {
-                *grid = codes_from_rank(dst, src, precision, dim, buf);
+            .for_each_init(Vec::new, |buf, (slot, ((dst, src), grid))| {
+                if !missing.get(slot).copied().unwrap_or(false) {
+                    *grid = codes_from_rank(dst, src, precision, dim, buf);
+                }
             });
     }
 
@@ -749,7 +754,7 @@ mod tests {
         let mut t = Vectors::with_walk(384, Precision::F32, true);
         let c = t.push_zeroed();
         t.set_raw(c, &saved);
-        t.make_codes();
+        t.make_codes(&[]);
         assert_eq!((t.get(c), t.rank(c)), (s.get(b), s.rank(b)));
         assert_eq!(t.walk_params(c), s.walk_params(b));
         // Other precisions ignore the flag.
@@ -817,7 +822,7 @@ mod tests {
         let mut t = Vectors::new(384, Precision::Int8F16);
         let b = t.push_zeroed();
         t.set_raw(b, &saved);
-        t.make_codes();
+        t.make_codes(&[]);
         assert_eq!(
             (t.get(b), t.rank(b), t.walk_params(b)),
             (s.get(a), s.rank(a), s.walk_params(a))
@@ -828,7 +833,7 @@ mod tests {
         let mut u = Vectors::new(384, Precision::Int8F16);
         let c = u.push_zeroed();
         u.set_raw(c, &old);
-        u.make_codes();
+        u.make_codes(&[]);
         assert_eq!((u.get(c), u.walk_params(c)), (s.get(a), s.walk_params(a)));
     }
 
