@@ -17,6 +17,7 @@ import pytest
 
 from conftest import WordHashEmbedder
 from memlane import CorruptFileError, Memory
+from memlane._memory import sync
 from memlane.records import SearchHit
 from pg_server import PgServer
 
@@ -77,6 +78,24 @@ def test_a_reopened_store_finds_the_same_hits_with_the_same_scores(
         before = hits(mem, queries)
     with no_warnings(), store(path, precision) as mem:
         assert mem._sync.snap_seq > 0 and len(mem._sync.engine.awaiting()) == 0
+        assert hits(mem, queries) == before
+
+
+def test_vectors_read_in_many_chunks_fill_the_same_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    queries = unit_rows(10, 13)
+    with store(path) as mem:
+        mem.add_many(
+            [{"text": f"note {i}", "embedding": v} for i, v in enumerate(unit_rows(N, 12))]
+        )
+        mem.wait_indexed()
+        before = hits(mem, queries)
+    # Chunks of 7 rows: one filled while the next is read, the last one short.
+    monkeypatch.setattr(sync, "_FILL_CHUNK", 7)
+    with no_warnings(), store(path) as mem:
+        assert mem._sync.snap_seq > 0
         assert hits(mem, queries) == before
 
 
