@@ -13,7 +13,7 @@ import pytest
 
 from conftest import WordHashEmbedder
 from memlane import Memory
-from memlane._memory.encoding import blob, unblob
+from memlane._memory.encoding import blob, unblob, unblobs
 from memlane.errors import CorruptFileError
 
 DIM = 16
@@ -99,3 +99,30 @@ def test_a_damaged_scale_is_a_corrupt_file(scale: float) -> None:
     damaged = good[:1] + struct.pack("<f", scale) + good[5:]
     with pytest.raises(CorruptFileError, match="scale"):
         unblob(damaged)
+
+
+def test_blobs_decode_at_once_as_one_by_one() -> None:
+    # Half-float and float32 blobs mixed, as a store that changed precision keeps them.
+    vs = [unit(s) * np.float32(10.0 ** (s - 3)) for s in range(6)]
+    stored = [blob(v, half=s % 2 == 0) for s, v in enumerate(vs)]
+    assert all(b is not None for b in stored)
+    got = unblobs(stored, DIM)
+    want = np.stack([unblob(b) for b in stored])  # type: ignore[misc]
+    np.testing.assert_array_equal(got, want)
+    assert unblobs([], DIM).shape == (0, DIM)
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        pytest.param(b"\x02" + bytes(4 + 2 * DIM), id="tag"),
+        pytest.param(b"\x01" + struct.pack("<f", 3.0) + bytes(2 * DIM), id="scale"),
+        pytest.param(bytes(2 * DIM + 6), id="length"),
+        pytest.param(bytes(4 * DIM + 4), id="another dimension"),
+        pytest.param("text", id="not bytes"),
+    ],
+)
+def test_a_damaged_blob_among_many_is_a_corrupt_file(damaged: object) -> None:
+    good = blob(unit(5), half=True)
+    with pytest.raises(CorruptFileError, match="stored vector"):
+        unblobs([good, damaged, good], DIM)
