@@ -396,7 +396,9 @@ class Engine:
         """Writes a snapshot reflecting change ``seq`` into the directory ``root``."""
     @staticmethod
     def load(root: str | PathLike[str]) -> tuple[Engine, int]:
-        """The newest snapshot under ``root`` and its change sequence number."""
+        """The newest snapshot under ``root`` and its change sequence number. The live
+        vectors of its graph are not in it (the database holds them): vector searches
+        raise until ``fill`` gave back every id of ``awaiting``."""
     @property
     def dim(self) -> int | None: ...
     @property

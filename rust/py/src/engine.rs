@@ -546,7 +546,8 @@ impl PyEngine {
         detach(py, || self.inner.upgradable_read().save(&root, seq))
     }
 
-    /// Loads the newest snapshot under `root`: (engine, seq).
+    /// Loads the newest snapshot under `root`: (engine, seq). The live
+    /// vectors of its graph await `fill` (see `awaiting`).
     #[staticmethod]
     fn load(py: Python<'_>, root: PathBuf) -> PyResult<(Self, u64)> {
         let (engine, seq) = detach(py, || Engine::load(&root))?;
