@@ -23,6 +23,7 @@ from memlane._memory.encoding import (
     prepare,
     record,
     unblob,
+    unblobs,
     validate,
 )
 from memlane._memory.sync import IndexSync
@@ -297,6 +298,10 @@ class Writer:
         if sync.dim is not None and news:
             vectors = np.stack([n.embedding for n in news])  # type: ignore[misc]
             stored = list(blobs(vectors, sync.half))
+            if sync.half:
+                # The engine indexes each vector as the database keeps it, so that an open
+                # reading it back (a snapshot's fill, a rebuild) stores the very same values.
+                vectors = unblobs(stored, sync.dim)
         if any(n.expires_at is not None for n in news):
             sync.expiring = True
         gone: list[int] = []
@@ -377,7 +382,9 @@ class Writer:
                 new = n.row(rowid, 0, blob(vector, sync.half))
                 closed = row._replace(valid_to=when, updated_at=now, seq=seq)
                 adding = sync.prepare(
-                    [new], texts=True, vectors=None if vector is None else vector[None, :]
+                    [new],
+                    texts=True,
+                    vectors=None if vector is None else unblob(new.embedding)[None, :],  # type: ignore[index]
                 )
                 closing = sync.prepare([closed], texts=False, vectors=None)
                 db.record_history(conn, [row.rowid], "supersede", when, actor, n.id)
@@ -437,7 +444,12 @@ class Writer:
                 n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
                 full = n.row(row.rowid, 0, blob(n.embedding, sync.half))
                 changed = n.text != row.text or new_vector
-                vectors = vector[None, :] if new_vector and vector is not None else None
+                # As stored (see _insert).
+                vectors = (
+                    unblob(full.embedding)[None, :]  # type: ignore[index]
+                    if new_vector and vector is not None
+                    else None
+                )
                 prepared = sync.prepare([full], texts=changed, vectors=vectors)
                 content_seq = seq if changed else row.content_seq
                 db.record_history(conn, [row.rowid], "update", time.time(), actor)
