@@ -383,6 +383,14 @@ def unblob(b: bytes | None) -> FloatArray | None:
     return v
 
 
+def as_indexed(b: bytes | None) -> FloatArray | None:
+    """The vector the engine indexes for the stored blob ``b``, as one row: the vector as
+    the database keeps it (decoded again, not the one given), so that an open reading it
+    back (a snapshot's fill, a rebuild) stores the very same values."""
+    v = unblob(b)
+    return None if v is None else v[None, :]
+
+
 def unblobs(stored: Sequence[Any], dim: int) -> FloatArray:
     """Stored vectors of ``dim`` components (:func:`blobs`), decoded at once into an
     ``(n, dim)`` matrix with :func:`unblob`'s checks: a blob of neither length, or with a

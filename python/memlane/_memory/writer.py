@@ -18,6 +18,7 @@ from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow, window_keys
 from memlane._memory.encoding import (
     NewRecord,
+    as_indexed,
     blob,
     blobs,
     prepare,
@@ -298,9 +299,7 @@ class Writer:
         if sync.dim is not None and news:
             vectors = np.stack([n.embedding for n in news])  # type: ignore[misc]
             stored = list(blobs(vectors, sync.half))
-            if sync.half:
-                # The engine indexes each vector as the database keeps it, so that an open
-                # reading it back (a snapshot's fill, a rebuild) stores the very same values.
+            if sync.half:  # indexed as stored: see encoding.as_indexed
                 vectors = unblobs(stored, sync.dim)
         if any(n.expires_at is not None for n in news):
             sync.expiring = True
@@ -381,11 +380,7 @@ class Writer:
                 n.embedding = vector
                 new = n.row(rowid, 0, blob(vector, sync.half))
                 closed = row._replace(valid_to=when, updated_at=now, seq=seq)
-                adding = sync.prepare(
-                    [new],
-                    texts=True,
-                    vectors=None if vector is None else unblob(new.embedding)[None, :],  # type: ignore[index]
-                )
+                adding = sync.prepare([new], texts=True, vectors=as_indexed(new.embedding))
                 closing = sync.prepare([closed], texts=False, vectors=None)
                 db.record_history(conn, [row.rowid], "supersede", when, actor, n.id)
                 db.replace(conn, [closed], expected=[(row.seq, True)])
@@ -444,12 +439,7 @@ class Writer:
                 n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
                 full = n.row(row.rowid, 0, blob(n.embedding, sync.half))
                 changed = n.text != row.text or new_vector
-                # As stored (see _insert).
-                vectors = (
-                    unblob(full.embedding)[None, :]  # type: ignore[index]
-                    if new_vector and vector is not None
-                    else None
-                )
+                vectors = as_indexed(full.embedding) if new_vector else None
                 prepared = sync.prepare([full], texts=changed, vectors=vectors)
                 content_seq = seq if changed else row.content_seq
                 db.record_history(conn, [row.rowid], "update", time.time(), actor)
