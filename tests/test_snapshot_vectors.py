@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import struct
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import WordHashEmbedder
 from memlane import CorruptFileError, Memory
+from memlane._core import Engine
 from memlane._memory import sync
 from memlane.records import SearchHit
 from pg_server import PgServer
@@ -81,8 +83,21 @@ def test_a_reopened_store_finds_the_same_hits_with_the_same_scores(
         assert hits(mem, queries) == before
 
 
+class _SlowLoad:
+    """``Engine`` whose ``load`` takes long enough for the open to read ahead."""
+
+    def __call__(self, *args: object, **kwargs: object) -> Engine:
+        return Engine(*args, **kwargs)
+
+    @staticmethod
+    def load(root: Path) -> tuple[Engine, int]:
+        time.sleep(0.3)
+        return Engine.load(root)
+
+
+@pytest.mark.parametrize("ahead", [0, 7, 20, N])
 def test_vectors_read_in_many_chunks_fill_the_same_index(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: int
 ) -> None:
     path = tmp_path / "s"
     queries = unit_rows(10, 13)
@@ -92,11 +107,24 @@ def test_vectors_read_in_many_chunks_fill_the_same_index(
         )
         mem.wait_indexed()
         before = hits(mem, queries)
-    # Chunks of 7 rows: one filled while the next is read, the last one short.
+    # Chunks of 7 rows: one filled while the next is read, the last one short; up to
+    # `ahead` rows (whole chunks) read while the snapshot loads, the rest after.
     monkeypatch.setattr(sync, "_FILL_CHUNK", 7)
+    monkeypatch.setattr(sync, "_READ_AHEAD", ahead)
+    monkeypatch.setattr(sync, "Engine", _SlowLoad())
+    read_ahead: list[int] = []
+    real = sync.IndexSync._read_ahead
+
+    def counted(self: sync.IndexSync, loading: object) -> list[list[tuple[int, bytes]]]:
+        chunks = real(self, loading)  # type: ignore[arg-type]
+        read_ahead.append(sum(map(len, chunks)))
+        return chunks
+
+    monkeypatch.setattr(sync.IndexSync, "_read_ahead", counted)
     with no_warnings(), store(path) as mem:
         assert mem._sync.snap_seq > 0
         assert hits(mem, queries) == before
+    assert read_ahead == [min(-(-ahead // 7) * 7, N)]
 
 
 def test_the_snapshot_holds_the_links_not_the_live_vectors(tmp_path: Path) -> None:

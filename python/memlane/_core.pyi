@@ -27,6 +27,7 @@ __all__ = [
     "WordPieceEncoding",
     "__version__",
     "analyze",
+    "unblobs",
 ]
 
 __version__: str
@@ -147,6 +148,12 @@ class BM25Okapi:
     def avgdl(self) -> float: ...
     @property
     def average_idf(self) -> float: ...
+
+def unblobs(stored: Sequence[bytes], dim: int) -> npt.NDArray[np.float32]:
+    """The stored vectors ``stored`` of ``dim`` components as an ``(n, dim)`` matrix:
+    float32 blobs, or half floats after a tag byte and a power-of-two scale (see
+    ``memlane._memory.encoding.blobs``). A blob of neither length, with another tag or
+    a damaged scale raises ``CorruptFileError``."""
 
 def analyze(
     text: str,
@@ -384,10 +391,11 @@ class Engine:
     def touch(self, ids: npt.ArrayLike, now: float) -> None:
         """Records an access of ``ids`` at ``now``: last_accessed_at and access_count."""
     def vector(self, id: int) -> npt.NDArray[np.float32] | None: ...
-    def fill(self, ids: npt.ArrayLike, vectors: npt.ArrayLike) -> None:
-        """Gives back the vectors a loaded snapshot left out: row ``i`` of ``vectors``
-        is the vector of ``ids[i]``; ids whose vector is not awaited, and rows the index
-        would refuse (their ids stay awaiting), are ignored."""
+    def fill(self, rows: Sequence[tuple[int, bytes]]) -> None:
+        """Gives back the vectors a loaded snapshot left out, as the database keeps them:
+        ``(id, blob)`` rows (see :func:`unblobs`). Ids whose vector is not awaited, and
+        rows the index would refuse (their ids stay awaiting), are ignored; a damaged blob
+        raises ``CorruptFileError``."""
     def awaiting(self) -> npt.NDArray[np.uint64]:
         """Ids whose vector the snapshot left out and no ``fill`` gave back: vector
         searches raise while there are any."""

@@ -10,7 +10,6 @@ vector as an array."""
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from memlane import coerce
-from memlane._core import Engine, PreparedBatch
+from memlane._core import Engine, PreparedBatch, unblobs
 from memlane.coerce import FloatArray
 from memlane.dedup import content_hash
 from memlane.errors import CorruptFileError, InvalidArgumentError
@@ -339,7 +338,8 @@ def prepare(
 # float16 rounding, the value the index holds, and a store rebuilt from its database
 # scores as the one that wrote it). That is
 # 2 * dim + 5 bytes, an odd length, which no float32 blob (4 * dim) has: a store keeps
-# the float32 blobs written before, or by an f32 index, and reads both.
+# the float32 blobs written before, or by an f32 index, and reads both. The engine's
+# ``unblobs`` decodes them, with the checks that name a damaged one.
 _HALF = 1
 _HALF_HEADER = struct.Struct("<Bf")
 
@@ -368,18 +368,11 @@ def blob(v: FloatArray | None, half: bool) -> bytes | None:
 
 
 def unblob(b: bytes | None) -> FloatArray | None:
+    """A stored vector (see :func:`blobs`) decoded, its dimension read from its length."""
     if b is None:
         return None
-    if len(b) % 4 == 0:
-        v: FloatArray = np.frombuffer(b, dtype="<f4").astype(np.float32)
-        return v
-    if len(b) % 2 == 0 or b[0] != _HALF:
-        raise CorruptFileError(f"a stored vector of {len(b)} bytes is damaged")
-    (scale,) = struct.unpack_from("<f", b, 1)
-    if not (math.isfinite(scale) and scale > 0 and math.frexp(scale)[0] == 0.5):
-        raise CorruptFileError(f"a stored vector's scale ({scale!r}) is damaged")
-    half = np.frombuffer(b, dtype="<f2", offset=_HALF_HEADER.size)
-    v = half.astype(np.float32) * np.float32(scale)
+    dim = len(b) // 4 if len(b) % 4 == 0 else (len(b) - _HALF_HEADER.size) // 2
+    v: FloatArray = unblobs([b], max(dim, 1))[0]
     return v
 
 
@@ -389,41 +382,3 @@ def as_indexed(b: bytes | None) -> FloatArray | None:
     back (a snapshot's fill, a rebuild) stores the very same values."""
     v = unblob(b)
     return None if v is None else v[None, :]
-
-
-def unblobs(stored: Sequence[Any], dim: int) -> FloatArray:
-    """Stored vectors of ``dim`` components (:func:`blobs`), decoded at once into an
-    ``(n, dim)`` matrix with :func:`unblob`'s checks: a blob of neither length, or with a
-    damaged tag or scale, is :class:`CorruptFileError`. Half-float and float32 blobs may
-    be mixed (a store keeps the float32 ones written before)."""
-    n = len(stored)
-    out = np.empty((n, dim), dtype=np.float32)
-    half_len, full_len = _HALF_HEADER.size + 2 * dim, 4 * dim
-    for b in stored:
-        if not isinstance(b, bytes) or len(b) not in (half_len, full_len):
-            size = f"{len(b)} bytes" if isinstance(b, bytes) else type(b).__name__
-            raise CorruptFileError(f"a stored vector ({size}, dimension {dim}) is damaged")
-    half = np.fromiter((len(b) == half_len for b in stored), dtype=bool, count=n)
-    if half.any():
-        packed = np.frombuffer(
-            b"".join(b for b, h in zip(stored, half, strict=True) if h),
-            dtype=[("tag", "u1"), ("scale", "<f4"), ("v", "<f2", (dim,))],
-        )
-        if (packed["tag"] != _HALF).any():
-            raise CorruptFileError(f"a stored vector of {half_len} bytes is damaged")
-        scale = packed["scale"]
-        with np.errstate(invalid="ignore"):
-            power = np.isfinite(scale) & (scale > 0) & (np.frexp(scale)[0] == 0.5)
-        if not power.all():
-            raise CorruptFileError(
-                f"a stored vector's scale ({float(scale[~power][0])!r}) is damaged"
-            )
-        if half.all():
-            # Straight into the result: no temporary the size of the chunk.
-            np.multiply(packed["v"], scale[:, None], out=out)
-        else:
-            out[half] = packed["v"].astype(np.float32) * scale[:, None]
-    if not half.all():
-        full = b"".join(b for b, h in zip(stored, half, strict=True) if not h)
-        out[~half] = np.frombuffer(full, dtype="<f4").reshape(-1, dim)
-    return out

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from memlane import coerce
+from memlane._core import unblobs
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow, window_keys
@@ -24,7 +25,6 @@ from memlane._memory.encoding import (
     prepare,
     record,
     unblob,
-    unblobs,
     validate,
 )
 from memlane._memory.sync import IndexSync
@@ -298,9 +298,10 @@ class Writer:
         stored: list[bytes | None] = [None] * len(news)
         if sync.dim is not None and news:
             vectors = np.stack([n.embedding for n in news])  # type: ignore[misc]
-            stored = list(blobs(vectors, sync.half))
+            half = blobs(vectors, sync.half)
+            stored = list(half)
             if sync.half:  # indexed as stored: see encoding.as_indexed
-                vectors = unblobs(stored, sync.dim)
+                vectors = unblobs(half, sync.dim)
         if any(n.expires_at is not None for n in news):
             sync.expiring = True
         gone: list[int] = []

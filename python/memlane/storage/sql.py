@@ -425,7 +425,10 @@ class SQLStore(Dialect):
             f"SELECT rowid, embedding FROM {self._p}records "
             "WHERE rowid > ? AND embedding IS NOT NULL ORDER BY rowid LIMIT ?"
         )
-        return self._read(lambda c: [(int(r[0]), r[1]) for r in c.execute(q, (after, limit))])
+        rows: list[tuple[int, bytes]] = self._read(
+            lambda c: c.execute(q, (after, limit)).fetchall()
+        )
+        return rows
 
     def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:
         """Every row in rowid order."""

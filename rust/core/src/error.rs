@@ -17,6 +17,10 @@ pub enum Error {
     #[error("corrupt file {path}: {reason}")]
     Corrupt { path: PathBuf, reason: String },
 
+    /// A vector blob of the database that cannot be what was stored.
+    #[error("{0}")]
+    DamagedVector(String),
+
     #[error("file not found: {0}")]
     NotFound(PathBuf),
 

@@ -2,6 +2,7 @@
 //! graph, so `cargo test` and `cargo bench` need no interpreter.
 
 pub mod background;
+pub mod blob;
 pub mod bm25;
 pub mod codec;
 pub mod engine;

@@ -18,6 +18,7 @@ use parking_lot::{Mutex, RwLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::blob::Stored;
 use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid, to_py};
 use crate::search::PySearchRequest;
@@ -505,26 +506,19 @@ impl PyEngine {
         Ok(v.map(|v| PyArray1::from_vec(py, v)))
     }
 
-    /// Gives back the vectors a loaded snapshot left out (the database holds
-    /// them): row `i` of `vectors` (n, dim) is the vector of `ids[i]`; ids
-    /// whose vector is not awaited, and rows the index would refuse (their
-    /// ids stay awaiting), are ignored.
-    fn fill(
-        &self,
-        py: Python<'_>,
-        ids: &Bound<'_, PyAny>,
-        vectors: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let ids = convert::ids(py, ids, "ids")?;
-        let m = Matrix::extract(py, vectors, "vectors")?;
-        if m.rows() != ids.len() {
-            return Err(invalid(
-                py,
-                format!("got {} ids but {} vectors", ids.len(), m.rows()),
-            ));
-        }
-        let data = m.as_slice();
-        detach(py, || self.write(|e| e.fill(&ids, data)))
+    /// Gives back the vectors a loaded snapshot left out, as the database
+    /// keeps them: `rows` holds `(id, blob)` pairs (see `unblobs`). Ids whose
+    /// vector is not awaited, and rows the index would refuse (their ids stay
+    /// awaiting), are ignored; a damaged blob raises `CorruptFileError`.
+    fn fill(&self, py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<()> {
+        let Some(dim) = self.peek(py, Engine::dim)? else {
+            return Ok(());
+        };
+        let stored = Stored::rows(py, rows, dim)?;
+        detach(py, || {
+            let vectors = stored.decode(dim)?;
+            self.write(|e| e.fill(&stored.ids, &vectors))
+        })
     }
 
     /// Ids whose vector the snapshot left out and no `fill` gave back:

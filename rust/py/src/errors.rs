@@ -23,7 +23,7 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
         Error::DimensionMismatch { .. } => "DimensionMismatchError",
         Error::InvalidArgument(_) => "InvalidArgumentError",
         Error::UnknownId(_) => "UnknownIdError",
-        Error::Corrupt { .. } => "CorruptFileError",
+        Error::Corrupt { .. } | Error::DamagedVector(_) => "CorruptFileError",
         Error::NotFound(_) => "NotFoundError",
         Error::Io { .. } => "StorageError",
     };

@@ -1,6 +1,7 @@
 //! The private native module `memlane._core`: type conversion, GIL release and
 //! error mapping around `memlane-core`. No engine logic lives here.
 
+mod blob;
 mod bm25;
 mod convert;
 mod engine;
@@ -38,6 +39,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ROW_FIELDS", engine::ROW_FIELDS.to_vec())?;
     m.add_class::<bm25::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(blob::unblobs, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;
     m.add_class::<okapi::PyOkapi>()?;
     m.add_class::<engine::PyEngine>()?;

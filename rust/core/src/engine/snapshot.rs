@@ -144,15 +144,14 @@ impl Engine {
             ));
         }
         let dim = usize::try_from(head.1).map_err(|_| corrupt(&records_path, "bad dim"))?;
-        // The graph is most of a snapshot (at 1M memories, 1.3 of 1.4 GB):
-        // it loads on its own thread while this one reads the rest.
+        // The graph, the text index and the records take similar times to
+        // load (at 1M memories, about a second each): each has a thread.
         let (decoded, bm25, hnsw) = std::thread::scope(|scope| {
             let graph =
                 (dim > 0).then(|| scope.spawn(|| Hnsw::load_routing(&dir.join("hnsw.bin"))));
+            let bm25 = scope.spawn(|| Bm25Index::load(&dir.join("bm25.bin")));
             let decoded = decode(&mut r, dim).map_err(|DecodeError(m)| corrupt(&records_path, m));
-            let bm25 = Bm25Index::load(&dir.join("bm25.bin"));
-            let hnsw = graph.map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            (decoded, bm25, hnsw)
+            (decoded, join(bm25), graph.map(join))
         });
         let (records, pending) = decoded?;
         let bm25 = bm25?;
@@ -416,4 +415,9 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         .rebuild_index()
         .map_err(|id| err(format!("id {id} is live twice")))?;
     Ok((records, pending))
+}
+
+/// A scoped thread's result; its panic goes on in the caller.
+fn join<T>(t: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }

@@ -108,21 +108,20 @@ impl Hnsw {
                 v.iter_mut().for_each(|x| *x *= inv);
             }
         }
-        let mut at = vec![u32::MAX; self.graph.slots()];
-        let mut picked = Vec::with_capacity(ids.len());
-        for row in self.awaited_rows(ids) {
-            let slot = self.slots[&ids[row]];
-            at[slot as usize] = row as u32;
-            picked.push(slot);
-        }
+        let mut picked: Vec<(u32, usize)> = self
+            .awaited_rows(ids)
+            .into_iter()
+            .map(|row| (self.slots[&ids[row]], row))
+            .collect();
         if picked.is_empty() {
             return Ok(());
         }
+        picked.sort_unstable();
         // Stored vectors change: a buffer copied by `grown` before this no
         // longer holds them (see `edits`; even, as no batch is staged).
         self.edits += 2;
-        self.vectors.set_many(&at, &data);
-        for slot in picked {
+        self.vectors.set_many(&picked, &data);
+        for (slot, _) in picked {
             self.vector_stored(slot);
         }
         if self.missing_live == 0 {

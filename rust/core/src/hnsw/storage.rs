@@ -438,11 +438,11 @@ impl Vectors {
         }
     }
 
-    /// [`Vectors::set`] for many slots at once, on all cores: `rows[slot]`
-    /// is the row of `data` (`dim` floats each) that slot gets, or
-    /// `u32::MAX` to leave it as it is.
-    pub fn set_many(&mut self, rows: &[u32], data: &[f32]) {
-        debug_assert_eq!(rows.len(), self.slots());
+    /// [`Vectors::set`] for many slots at once, on all cores: `rows` holds
+    /// `(slot, row)` pairs in increasing slot order, slot `slot` getting row
+    /// `row` of `data` (`dim` floats each).
+    pub fn set_many(&mut self, rows: &[(u32, usize)], data: &[f32]) {
+        debug_assert!(rows.windows(2).all(|w| w[0].0 < w[1].0));
         let (n, r, dim) = (self.record_bytes(), self.rank_lines * LINE, self.dim);
         let form = self.form();
         let Vectors {
@@ -452,22 +452,28 @@ impl Vectors {
             ..
         } = self;
         // The buffers are split slot by slot (a slot's record, ranking copy
-        // and grid are apart), then only the slots that change are handed out.
+        // and grid are apart), then only the slots that change are handed
+        // out: the iterators skip the others at once, so a call costs what
+        // its rows do, not what the index holds.
         let mut records = line_bytes_mut(lines).chunks_mut(n);
         let mut ranks = (r > 0).then(|| line_bytes_mut(rank).chunks_mut(r));
         let mut grids = walk_params.iter_mut();
-        let mut jobs = Vec::new();
-        for &row in rows {
+        let mut jobs = Vec::with_capacity(rows.len());
+        let mut next = 0;
+        for &(slot, row) in rows {
+            let skip = (slot - next) as usize;
+            next = slot + 1;
             let (Some(record), rank, grid) = (
-                records.next(),
-                ranks.as_mut().and_then(Iterator::next).unwrap_or_default(),
-                grids.next(),
+                records.nth(skip),
+                ranks
+                    .as_mut()
+                    .and_then(|it| it.nth(skip))
+                    .unwrap_or_default(),
+                grids.nth(skip),
             ) else {
                 break;
             };
-            if row != u32::MAX {
-                jobs.push((record, rank, grid, &data[row as usize * dim..][..dim]));
-            }
+            jobs.push((record, rank, grid, &data[row * dim..][..dim]));
         }
         jobs.into_par_iter().with_min_len(256).for_each_init(
             Vec::new,
