@@ -42,7 +42,9 @@ def no_warnings() -> Iterator[None]:
 
 
 def store(path: Path, precision: str | None = None, **kwargs: object) -> Memory:
+    """A store whose snapshots leave the live vectors out (``snapshot_vectors=False``)."""
     args = {} if precision is None else {"hnsw_precision": precision}
+    kwargs.setdefault("snapshot_vectors", False)
     return Memory(path, WordHashEmbedder(DIM), **args, **kwargs)  # type: ignore[arg-type]
 
 
@@ -132,16 +134,44 @@ def test_the_snapshot_holds_the_links_not_the_live_vectors(tmp_path: Path) -> No
     dim = 384
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((N, dim)).astype(np.float32)
-    with Memory(path, WordHashEmbedder(dim)) as mem:
+    with Memory(path, WordHashEmbedder(dim), snapshot_vectors=False) as mem:
         mem.add_many([{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)])
         mem.wait_indexed()
     # The f16 copies alone would take 768 bytes a vector; the links of a node, at most
     # 32 of 4 bytes on level 0 (a few more on the levels above), are what is left.
     size = hnsw_bin(path).stat().st_size
     assert size < N * 200, size
-    with no_warnings(), Memory(path, WordHashEmbedder(dim)) as mem:
+    with no_warnings(), Memory(path, WordHashEmbedder(dim), snapshot_vectors=False) as mem:
         found = mem.search("", mode="vector", query_embedding=vectors[7], k=1)
         assert found[0].record.text == "note 7"
+
+
+def test_by_default_the_snapshot_keeps_the_vectors_and_opens_without_reading_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    vectors = unit_rows(N, 4)
+    queries = unit_rows(10, 5)
+    with store(path) as mem:  # a snapshot without them, as an older store has
+        mem.add_many([{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)])
+        mem.wait_indexed()
+        before = hits(mem, queries)
+    without = hnsw_bin(path).stat().st_size
+    # Opened with the default, it is filled from the database; its next snapshot (at
+    # close, after a change) holds the vectors, and the open after reads none.
+    with no_warnings(), Memory(path, WordHashEmbedder(DIM)) as mem:
+        assert hits(mem, queries) == before
+        mem.add("one more", embedding=unit_rows(1, 6)[0])
+    assert hnsw_bin(path).stat().st_size > without + N * DIM * 2
+    read: list[int] = []
+    monkeypatch.setattr(
+        "memlane.storage.sql.SQLStore.vectors",
+        lambda self, after, limit: read.append(after) or [],
+    )
+    with no_warnings(), Memory(path, WordHashEmbedder(DIM)) as mem:
+        assert len(mem._sync.engine.awaiting()) == 0
+        assert hits(mem, queries)[0][0][0] == before[0][0][0]
+    assert read == []
 
 
 @pytest.mark.parametrize("precision", [None, "f32"])
@@ -260,7 +290,7 @@ def test_a_postgres_cache_dir_snapshot_takes_its_vectors_from_the_database(
     (folder,) = (p for p in cache.iterdir() if p.is_dir())
     # Another process changes the store while this one is away.
     moved = unit_rows(1, 11)[0]
-    with Memory(u, WordHashEmbedder(DIM)) as other:
+    with Memory(u, WordHashEmbedder(DIM), snapshot_vectors=False) as other:
         other.delete(ids[0])
         other.update(ids[1], embedding=moved)
         added = other.add("added elsewhere", embedding=unit_rows(1, 12)[0])
@@ -274,7 +304,7 @@ def test_a_postgres_cache_dir_snapshot_takes_its_vectors_from_the_database(
 
 
 def store_at(url: str, cache: Path) -> Memory:
-    return Memory(url, WordHashEmbedder(DIM), cache_dir=cache)
+    return Memory(url, WordHashEmbedder(DIM), cache_dir=cache, snapshot_vectors=False)
 
 
 def hits_of(mem: Memory, v: np.ndarray, k: int) -> list[SearchHit]:

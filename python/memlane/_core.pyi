@@ -400,13 +400,15 @@ class Engine:
         """Ids whose vector the snapshot left out and no ``fill`` gave back: vector
         searches raise while there are any."""
     def ids(self) -> npt.NDArray[np.uint64]: ...
-    def save(self, root: str | PathLike[str], seq: int) -> None:
-        """Writes a snapshot reflecting change ``seq`` into the directory ``root``."""
+    def save(self, root: str | PathLike[str], seq: int, vectors: bool = True) -> None:
+        """Writes a snapshot reflecting change ``seq`` into the directory ``root``;
+        without ``vectors`` its graph leaves out the live vectors (the database holds
+        them)."""
     @staticmethod
     def load(root: str | PathLike[str]) -> tuple[Engine, int]:
-        """The newest snapshot under ``root`` and its change sequence number. The live
-        vectors of its graph are not in it (the database holds them): vector searches
-        raise until ``fill`` gave back every id of ``awaiting``."""
+        """The newest snapshot under ``root`` and its change sequence number. If it was
+        saved without its vectors, vector searches raise until ``fill`` gave back every
+        id of ``awaiting``."""
     @property
     def dim(self) -> int | None: ...
     @property

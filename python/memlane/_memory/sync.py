@@ -98,6 +98,8 @@ class IndexSync:
         self.forks = _forks
         self.changes = 0  # since the last snapshot
         self.snapshot_every = 10_000
+        # Whether snapshots keep the live vectors (see Memory's snapshot_vectors).
+        self.snapshot_vectors = True
         self.own: set[int] = set()
         self._reembedded = False
         self._in_flight = 0
@@ -170,8 +172,8 @@ class IndexSync:
         if self.index_dir is not None:
             reason = None
             # The snapshot loads on a thread of its own (without the GIL) while this one
-            # reads the vectors it leaves out (see _fill); the engine then fills a chunk
-            # on that thread while the next is read and decoded here.
+            # reads the vectors it may leave out (see _read_ahead); the engine then
+            # fills a chunk on that thread while the next is read here (see _fill).
             with ThreadPoolExecutor(1, thread_name_prefix="memlane-open") as pool:
                 loading = pool.submit(Engine.load, self.index_dir)
                 ahead = self._read_ahead(loading)
@@ -217,9 +219,13 @@ class IndexSync:
 
     def _read_ahead(self, loading: Future[Any]) -> list[list[tuple[int, bytes]]]:
         """The first chunks of the rows with a vector (:meth:`Store.vectors`), read until
-        ``loading`` is done, at most ``_READ_AHEAD`` rows: they wait in memory."""
+        ``loading`` is done, at most ``_READ_AHEAD`` rows: they wait in memory. None when
+        snapshots are written with their vectors (an older one without them is still
+        filled, after it loads)."""
         chunks: list[list[tuple[int, bytes]]] = []
         after = held = 0
+        if self.snapshot_vectors:
+            return chunks  # the snapshot should hold them
         while self.dim and held < _READ_AHEAD and not loading.done():
             if not (rows := self.db.vectors(after, _FILL_CHUNK)):
                 break
@@ -457,7 +463,7 @@ class IndexSync:
         """Writes the engine's snapshot at the current sequence number (lock held)."""
         if self.index_dir is None:
             return
-        self.engine.save(self.index_dir, self.seq)
+        self.engine.save(self.index_dir, self.seq, self.snapshot_vectors)
         owner = self.index_dir / _GENERATION
         try:
             if (

@@ -534,14 +534,18 @@ impl PyEngine {
         Ok(PyArray1::from_vec(py, ids))
     }
 
-    /// Writes a snapshot reflecting change `seq` into directory `root`.
-    fn save(&self, py: Python<'_>, root: PathBuf, seq: u64) -> PyResult<()> {
+    /// Writes a snapshot reflecting change `seq` into directory `root`; with
+    /// `vectors`, its graph keeps the live vectors (see `load`).
+    #[pyo3(signature = (root, seq, vectors = true))]
+    fn save(&self, py: Python<'_>, root: PathBuf, seq: u64, vectors: bool) -> PyResult<()> {
         // An upgradable read: searches go on, but no batch is half linked.
-        detach(py, || self.inner.upgradable_read().save(&root, seq))
+        detach(py, || {
+            self.inner.upgradable_read().save(&root, seq, vectors)
+        })
     }
 
     /// Loads the newest snapshot under `root`: (engine, seq). The live
-    /// vectors of its graph await `fill` (see `awaiting`).
+    /// vectors of a graph saved without them await `fill` (see `awaiting`).
     #[staticmethod]
     fn load(py: Python<'_>, root: PathBuf) -> PyResult<(Self, u64)> {
         let (engine, seq) = detach(py, || Engine::load(&root))?;

@@ -72,8 +72,11 @@ fn sync_dir(dir: &Path) {
 
 impl Engine {
     /// Writes a snapshot reflecting change `seq` under `root`, then deletes
-    /// older ones. Saving the same `seq` twice is a no-op.
-    pub fn save(&self, root: &Path, seq: u64) -> Result<()> {
+    /// older ones. Saving the same `seq` twice is a no-op. With `vectors`
+    /// the graph keeps its live vectors too (a load needs nothing else);
+    /// without, only those of removed slots, and a load awaits
+    /// [`Engine::fill`] from the database.
+    pub fn save(&self, root: &Path, seq: u64, vectors: bool) -> Result<()> {
         fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         let name = format!("{PREFIX}{seq:020}");
         let target = root.join(&name);
@@ -87,8 +90,10 @@ impl Engine {
         let write = || -> Result<()> {
             fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
             self.bm25.save(&staging.join("bm25.bin"))?;
-            if let Some(h) = &self.hnsw {
-                h.save_routing(&staging.join("hnsw.bin"))?;
+            match &self.hnsw {
+                Some(h) if vectors => h.save(&staging.join("hnsw.bin"))?,
+                Some(h) => h.save_routing(&staging.join("hnsw.bin"))?,
+                None => {}
             }
             persist::save(
                 &staging.join("records.bin"),

@@ -321,8 +321,8 @@ fn snapshot_round_trip_and_damage() {
     let mut e = three();
     e.index_pending(2).unwrap();
     e.remove(&[2], false).unwrap();
-    e.save(&dir, 7).unwrap();
-    e.save(&dir, 7).unwrap();
+    e.save(&dir, 7, false).unwrap();
+    e.save(&dir, 7, false).unwrap();
     let (mut l, seq) = Engine::load(&dir).unwrap();
     assert_eq!(seq, 7);
     assert_eq!(l.len(), 2);
@@ -353,7 +353,7 @@ fn snapshot_round_trip_and_damage() {
     assert_eq!(l.count(Some(&f)), 1);
     // Public ids and access counts come back too.
     e.touch(&[3], 1.0);
-    e.save(&dir, 9).unwrap();
+    e.save(&dir, 9, false).unwrap();
     let (l, _) = Engine::load(&dir).unwrap();
     let f = l
         .parse_filter(r#"{"id": {"$in": ["b-0.1", "a-0.9"]}, "access_count": 1}"#)
@@ -363,7 +363,7 @@ fn snapshot_round_trip_and_damage() {
     assert_eq!(l.ids_where(Some(&f), Order::CreatedAsc, 0, 10), vec![1]);
 
     // A newer snapshot replaces the older.
-    e.save(&dir, 10).unwrap();
+    e.save(&dir, 10, false).unwrap();
     assert_eq!(Engine::load(&dir).unwrap().1, 10);
     assert!(!dir.join(format!("snapshot-{:020}", 9)).exists());
 
@@ -617,7 +617,7 @@ fn contextual_bm25_follows_removals_and_snapshots() {
     let dir = std::env::temp_dir().join(format!("memlane-engine-ctx-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut e = conversation();
-    e.save(&dir, 1).unwrap();
+    e.save(&dir, 1, false).unwrap();
     let (l, _) = Engine::load(&dir).unwrap();
     assert_eq!(signals_of(&l, 0.2), signals_of(&e, 0.2));
     // The question gone, the answer's context holds no query word.
@@ -711,7 +711,7 @@ fn speakers_follow_removals_and_snapshots() {
     let dir = std::env::temp_dir().join(format!("memlane-engine-spk-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut e = chat();
-    e.save(&dir, 1).unwrap();
+    e.save(&dir, 1, false).unwrap();
     let (l, _) = Engine::load(&dir).unwrap();
     assert_eq!(spoken(&l, "my dog", 0.5), spoken(&e, "my dog", 0.5));
     assert_eq!(l.records.speakers.len(), 2);
