@@ -48,6 +48,13 @@ def store(path: Path, precision: str | None = None, **kwargs: object) -> Memory:
     return Memory(path, WordHashEmbedder(DIM), **args, **kwargs)  # type: ignore[arg-type]
 
 
+def add_notes(mem: Memory, vectors: np.ndarray) -> list[str]:
+    """Stores a note per row of ``vectors`` and waits until they are linked: their ids."""
+    added = mem.add_many([{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)])
+    mem.wait_indexed()
+    return [r.id for r in added]
+
+
 def hits(mem: Memory, queries: np.ndarray, k: int = 10) -> list[list[tuple[str, float]]]:
     def pairs(found: list[SearchHit]) -> list[tuple[str, float]]:
         return [(h.record.id, h.score) for h in found]
@@ -181,13 +188,7 @@ def test_changes_after_the_last_snapshot_reopen_right(
     path = tmp_path / "s"
     vectors = unit_rows(N, 4)
     with store(path, precision) as mem:
-        ids = [
-            r.id
-            for r in mem.add_many(
-                [{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)]
-            )
-        ]
-        mem.wait_indexed()
+        ids = add_notes(mem, vectors)
     gone, changed = ids[:20], ids[20:40]
     moved = unit_rows(len(changed), 5)
     added = unit_rows(10, 6)
@@ -280,13 +281,7 @@ def test_a_postgres_cache_dir_snapshot_takes_its_vectors_from_the_database(
     cache = tmp_path / "cache"
     vectors = unit_rows(N, 10)
     with store_at(u, cache) as mem:
-        ids = [
-            r.id
-            for r in mem.add_many(
-                [{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)]
-            )
-        ]
-        mem.wait_indexed()
+        ids = add_notes(mem, vectors)
     (folder,) = (p for p in cache.iterdir() if p.is_dir())
     # Another process changes the store while this one is away.
     moved = unit_rows(1, 11)[0]

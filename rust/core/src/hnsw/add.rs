@@ -136,19 +136,26 @@ impl Hnsw {
         })
     }
 
+    /// `vectors` holds one row of `dim` values per id.
+    pub(super) fn check_shape(&self, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let dim = self.dim();
+        if vectors.len() == ids.len() * dim {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "got {} ids but {} values, expected {} ({} vectors of dim {dim})",
+            ids.len(),
+            vectors.len(),
+            ids.len() * dim,
+            ids.len()
+        )))
+    }
+
     /// Validates a batch before anything changes: its shape, its ids and
     /// every row's values.
     fn check_batch(&self, ids: &[u64], vectors: &[f32]) -> Result<Checked> {
         let dim = self.dim();
-        if vectors.len() != ids.len() * dim {
-            return Err(Error::invalid(format!(
-                "got {} ids but {} values, expected {} ({} vectors of dim {dim})",
-                ids.len(),
-                vectors.len(),
-                ids.len() * dim,
-                ids.len()
-            )));
-        }
+        self.check_shape(ids, vectors)?;
         if ids.contains(&MISSING) {
             return Err(Error::invalid(format!(
                 "id {MISSING} is reserved as the 'no result' label"

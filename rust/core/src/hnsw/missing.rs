@@ -69,15 +69,7 @@ impl Hnsw {
     /// those the snapshot kept for them.
     pub fn fill(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
         let dim = self.dim();
-        if vectors.len() != ids.len() * dim {
-            return Err(Error::invalid(format!(
-                "got {} ids but {} values, expected {} ({} vectors of dim {dim})",
-                ids.len(),
-                vectors.len(),
-                ids.len() * dim,
-                ids.len()
-            )));
-        }
+        self.check_shape(ids, vectors)?;
         if let Some(id) = first_duplicate(ids) {
             return Err(Error::invalid(format!("id {id} appears twice in one fill")));
         }
