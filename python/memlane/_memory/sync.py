@@ -219,9 +219,9 @@ class IndexSync:
 
     def _read_ahead(self, loading: Future[Any]) -> list[list[tuple[int, bytes]]]:
         """The first chunks of the rows with a vector (:meth:`Store.vectors`), read until
-        ``loading`` is done, at most ``_READ_AHEAD`` rows: they wait in memory. None when
-        snapshots are written with their vectors (an older one without them is still
-        filled, after it loads)."""
+        ``loading`` is done, at most ``_READ_AHEAD`` rows: they wait in memory. Nothing
+        when snapshots are written with their vectors (an older one without them is
+        still filled, after it loads)."""
         chunks: list[list[tuple[int, bytes]]] = []
         after = held = 0
         if self.snapshot_vectors:
@@ -244,7 +244,7 @@ class IndexSync:
         the index). Live ids left without a vector make ``open`` rebuild: the engine
         refuses to search while any is (``Engine.awaiting``)."""
         if not self.dim or not len(engine.awaiting()):
-            return  # a snapshot that holds its vectors (format 2), or an empty graph
+            return  # a snapshot that holds its vectors, or an empty graph
         after = ahead[-1][-1][0] if ahead else 0
         filling: Future[None] | None = None
         # The engine decodes and fills a chunk (mostly without the GIL) while the next
