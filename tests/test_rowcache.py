@@ -9,6 +9,7 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder, trace_sqlite
 from memlane import Memory
+from memlane._memory.sync import IndexSync
 from memlane.schema import COLUMNS, Row
 from memlane.storage.rowcache import RowCache
 
@@ -168,3 +169,25 @@ def test_a_reopened_store_answers_new_questions_without_reading_sqlite(
         ran.clear()
         assert len(mem.search("red kite 17", k=10)) == 10
         assert not [q for q in ran if "FROM records" in q and q.startswith("SELECT")]
+
+
+def test_reading_ahead_waits_while_searches_run(
+    tmp_path: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are read into the cache only in a pause between searches: beside a run of
+    searches the reading made each about twice as slow on two cores."""
+    with Memory(tmp_path / "store", word_embedder) as mem:
+        mem.add_many({"text": f"note {i} about the red kite"} for i in range(600))
+    monkeypatch.setattr("memlane._memory.maintenance.SEARCH_QUIET", 3600.0)
+    # A search as the store opens, so the reading never starts before the check below.
+    monkeypatch.setattr(IndexSync, "last_search", time.monotonic())
+    with Memory(tmp_path / "store", word_embedder) as mem:
+        time.sleep(0.3)
+        assert len(mem._db._cache or ()) == 0  # type: ignore[attr-defined]
+        before = time.monotonic()
+        assert len(mem.search("red kite 17", k=10)) == 10
+        assert mem._sync.last_search >= before
+        assert 0 < len(mem._db._cache or ()) <= 10  # type: ignore[attr-defined]
+        mem._sync.last_search = 0.0  # long ago: the reading goes on
+        mem._sync.wake.set()
+        _warmed(mem, 600)

@@ -39,6 +39,10 @@ _MAX_PARKED = 100_000
 # running Python code hands over only every switch interval (5 ms), with a core idle
 # meanwhile. Closing waits for the call to end.
 LINK_BUDGET = 0.1
+# Rows are read ahead into the row cache only after this long without a search: on two
+# cores a search beside the reading took about twice as long (benches/README.md, "Reading
+# ahead waits for a pause"), more than reading its ten hits from the database costs.
+SEARCH_QUIET = 0.05
 
 
 class Maintained(Protocol):
@@ -92,8 +96,9 @@ def _loop(ref: weakref.ref[Maintained], wake: threading.Event) -> None:
     # Where reading rows into the row cache goes on (under this rowid); None once done.
     # One batch a turn, between the upkeep that a wake-up asks for.
     warm: int | None = _NEWEST
+    pause = 0.0
     while True:
-        woken = wake.wait(timeout=1.0 if warm is None else 0.0)
+        woken = wake.wait(timeout=1.0 if warm is None else max(pause, 0.0))
         wake.clear()
         memory = ref()
         if memory is None or memory._sync.closing:
@@ -107,7 +112,8 @@ def _loop(ref: weakref.ref[Maintained], wake: threading.Event) -> None:
             if memory._vanished():
                 return
             failed(memory, "background maintenance", e)
-        if warm is not None:
+        pause = SEARCH_QUIET - (time.monotonic() - memory._sync.last_search)
+        if warm is not None and pause <= 0:
             try:
                 warm = memory._sync.db.warm_cache(warm)
             except Exception as e:  # searches read their hits from the database instead

@@ -128,6 +128,7 @@ class Searcher:
     ) -> list[SearchHit]:
         """The hits of ``query`` with ``request``'s options (checked when it was made)
         among the records ``flt`` admits at the versions asked for."""
+        self.sync.last_search = time.monotonic()
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
         # Not stored, so a NUL may stay; a lone surrogate has no UTF-8 form for the engine.

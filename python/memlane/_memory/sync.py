@@ -69,6 +69,10 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
 class IndexSync:
     """The engine of one store, and where it stands in the database's change log."""
 
+    #: When a search last started (monotonic seconds; none yet at open): reading rows
+    #: ahead into the row cache waits for a pause between searches.
+    last_search = 0.0
+
     def __init__(
         self,
         db: Store,
