@@ -97,8 +97,8 @@ class Memory(MemoryStore):
             200; candidates weighed per link); a store reopened from its snapshot
             keeps the graph it has.
         hnsw_ef: the search beam (at least 1), applied at every open. The default
-            gives vector searches a recall@10 of 0.99 over 100,000 WordNet glosses
-            (``benches/bench_disk.py``; 64 gave 0.97).
+            gives vector searches a recall@10 of 0.991-0.992 over 100,000 WordNet
+            glosses (``benches/bench_disk.py``; 128 gave 0.9898-0.9906, 64 0.97).
         hnsw_precision: how the vector index holds vectors in memory (see
             :class:`~memlane.HnswIndex`). The default walks the graph on int8
             codes and ranks on f16 copies: about twice the speed of "f32" with
@@ -135,7 +135,7 @@ class Memory(MemoryStore):
         language: str = "english",
         hnsw_m: int = 16,
         hnsw_ef_construction: int = 100,
-        hnsw_ef: int = 128,
+        hnsw_ef: int = 144,
         hnsw_precision: str = "int8+f16",
         cache_dir: str | Path | None = None,
         snapshot_vectors: bool = True,
