@@ -9,7 +9,8 @@ cost 0.25-0.32 ms that way, against 0.03 ms from this cache (0.07 and 0.02 when 
 Every write puts its rows in, so in a process that wrote them a new question's hits
 are found here too; a process that opens a store reads its rows in (newest first, in
 the background, in pauses between searches:
-:meth:`~memlane.storage.sql.SQLStore.warm_cache`) until the cache is full. It is as fresh as the indexes: the change log that updates them refreshes it too.
+:meth:`~memlane.storage.sql.SQLStore.warm_cache`) until the cache is full. It is as
+fresh as the indexes: the change log that updates them refreshes it too.
 
 Staleness is ruled out by sequence numbers (every row carries the number of its
 last change): a row replaces a cached one only if it is as new, and a write of
