@@ -20,21 +20,20 @@ with the same caches):
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
+from functools import partial
 
 import numpy as np
 
 from _data import DataUnavailableError, wordnet_texts, wordnet_vectors
+from _timing import percentiles
+from bench_disk import WARMUP, K, exact_top, measure
 from bench_user_latency import scifact_questions
 from memlane import Memory, OnnxEmbedder
 
-K = 10
 RECALL_QUERIES = 1_000
 MODES = ("hybrid", "vector", "text")
-# Timings of the first questions (caches still filling) are left out of the p50s.
-WARMUP = 20
 
 
 def build(texts: list[str], vectors: np.ndarray, ef_construction: int) -> tuple[Memory, float]:
@@ -55,12 +54,8 @@ def set_beam(mem: Memory, ef: int) -> None:
     mem._engine.set_ef(ef)
 
 
-def recall_at_k(mem: Memory, queries: np.ndarray, truth: np.ndarray) -> float:
-    found = 0
-    for q, best in zip(queries, truth, strict=True):
-        hits = mem.search("gloss", k=K, query_embedding=q, mode="vector")
-        found += len({int(h.record.id) for h in hits} & set(best.tolist()))
-    return found / (K * len(queries))
+def vector_rows(mem: Memory, q: np.ndarray) -> list[int]:
+    return [int(h.record.id) for h in mem.search("", k=K, query_embedding=q, mode="vector")]
 
 
 def main() -> None:
@@ -79,9 +74,7 @@ def main() -> None:
         sys.exit(str(exc))
     n = args.n
     base, held_out = vectors[:n], vectors[n : n + RECALL_QUERIES]
-    unit = base / np.linalg.norm(base, axis=1, keepdims=True)
-    asked = held_out / np.linalg.norm(held_out, axis=1, keepdims=True)
-    truth = np.argsort(-(asked @ unit.T), axis=1)[:, :K]
+    truth = exact_top(base, held_out)
     questions = scifact_questions()[: args.queries]
     embedder = OnnxEmbedder()
     question_vectors = [embedder.embed(q) for q in questions]
@@ -92,21 +85,23 @@ def main() -> None:
     for construction in constructions:
         mem, seconds = build(texts[:n], base, construction)
         recalls = {}
+        search = partial(vector_rows, mem)
         for ef in beams:
             set_beam(mem, ef)
-            recalls[ef] = recall_at_k(mem, held_out, truth)
+            recalls[ef] = measure(search, held_out, truth)["recall"]
         runs = [(ef, mode) for ef in beams for mode in MODES]
         times: dict[tuple[int, str], list[float]] = {run: [] for run in runs}
         for i, (text, vec) in enumerate(zip(questions, question_vectors, strict=True)):
-            turn = runs[i % len(runs) :] + runs[: i % len(runs)]
-            for ef, mode in turn:
+            numbered = list(enumerate(runs))
+            turn = numbered[i % len(runs) :] + numbered[: i % len(runs)]
+            for r, (ef, mode) in turn:
                 set_beam(mem, ef)
-                spaced = text + " " * (1 + runs.index((ef, mode)))
+                spaced = text + " " * (1 + r)
                 started = time.perf_counter()
                 mem.search(spaced, k=K, query_embedding=vec, mode=mode)
                 times[(ef, mode)].append(time.perf_counter() - started)
         for ef in beams:
-            p50s = [1000 * statistics.median(times[(ef, m)][WARMUP:]) for m in MODES]
+            p50s = [percentiles(times[(ef, m)][WARMUP:])[0] for m in MODES]
             cells = " | ".join(f"{p:.3f}" for p in p50s)
             print(f"| {construction} | {seconds:.1f} | {ef} | {recalls[ef]:.4f} | {cells} |")
         mem.close()
