@@ -30,6 +30,7 @@ from memlane.agent import (
     UpkeepResult,
 )
 from memlane.agent.upkeep import Job
+from memlane.agent.upkeep.jobs import owner_of
 from memlane.errors import InvalidArgumentError
 
 QUIET = {
@@ -159,8 +160,11 @@ def test_a_job_that_stored_its_work_is_not_done_again(make_store: StoreFactory) 
     assert am.drain(timeout=60)
     am.close()
     (fact,) = mem.list("memories", **alice.fields)
-    job = Job("reflection", alice, fact.created_at, id=fact.metadata["upkeep_job"])
-    mem.jobs.put(job.key, job.dumps())  # as if the drop had not happened
+    assert fact.metadata["upkeep_op"] == 0
+    owner = owner_of("memories", SessionScope("per-peer"))
+    plan = {"raw": FACT, "shown": []}
+    job = Job("reflection", alice, fact.created_at, id=fact.metadata["upkeep_job"], owner=owner)
+    mem.jobs.put(job.key, job.with_plan(plan).dumps())  # as if the drop had not happened
     again = GatedLLM()
     again.gate.set()
     am2 = agent(mem, again)

@@ -24,6 +24,7 @@ from memlane.embeddings import (
     PotionEmbedder,
 )
 from memlane.errors import (
+    ClosedError,
     ConflictError,
     CorruptFileError,
     DimensionMismatchError,
@@ -47,6 +48,7 @@ __all__ = [
     "AgentMemory",
     "AsyncMemory",
     "BM25Index",
+    "ClosedError",
     "ConflictError",
     "CoreMemory",
     "CorruptFileError",

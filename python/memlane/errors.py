@@ -7,6 +7,7 @@ caller would reach for, so ``except ValueError`` keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "ClosedError",
     "ConflictError",
     "CorruptFileError",
     "DimensionMismatchError",
@@ -29,6 +30,10 @@ class MemlaneError(Exception):
 
 class InvalidArgumentError(MemlaneError, ValueError):
     """An argument has the wrong value, type, shape or length."""
+
+
+class ClosedError(MemlaneError, RuntimeError):
+    """The object was closed (an ``AgentMemory`` after ``close()``): make a new one."""
 
 
 class ConflictError(MemlaneError, RuntimeError):

@@ -30,6 +30,16 @@ class JobBook:
         with self._db.transaction() as conn:
             self._db.set_meta(conn, _PREFIX + key, value)
 
+    def swap(self, key: str, old: str, new: str) -> bool:
+        """Replaces job ``key`` by ``new`` if it is ``old`` now (False: it changed or went
+        meanwhile), in one write: how a worker takes a job over."""
+        self._check_open()
+        _check(key, "key")
+        _check(old, "value")
+        _check(new, "value")
+        with self._db.transaction() as conn:
+            return self._db.swap_meta(conn, _PREFIX + key, old, new)
+
     def drop(self, key: str) -> None:
         """Forgets job ``key`` (done, or given up); no error if there is none."""
         self._check_open()

@@ -4,6 +4,8 @@ model's calls run on the event loop."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -63,3 +65,53 @@ class Budgeted:
 
     def complete(self, messages: Sequence[ChatMessage]) -> str:
         return self._call(messages, self._max_tokens)
+
+
+def timed(timeout: float | None) -> Callable[[Caller], Caller]:
+    """Wraps callers so that each model call has ``timeout`` seconds (None: no limit).
+
+    A sync model cannot be stopped: a call past its time goes on in a thread of its own
+    and the caller gets :class:`LLMError`. While that call has not returned, further
+    calls fail at once instead of starting another thread: a model that never answers
+    holds one thread, however many calls are asked of it. One wrapper serves one
+    agent's upkeep (the calls it makes share that state)."""
+    lock = threading.Lock()
+    stuck: list[tuple[threading.Thread, float]] = []
+
+    def wrap(call: Caller) -> Caller:
+        if timeout is None:
+            return call
+
+        def limited(messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
+            with lock:
+                if stuck and stuck[0][0].is_alive():
+                    ago = time.monotonic() - stuck[0][1]
+                    raise LLMError(
+                        f"the model has not answered a call made {ago:.0f} s ago "
+                        f"(upkeep_timeout={timeout:g}): no new call until it does"
+                    )
+                stuck.clear()
+            box: list[Any] = []
+
+            def run() -> None:
+                try:
+                    box.append((True, call(messages, max_tokens)))
+                except BaseException as e:  # handed to the caller's thread
+                    box.append((False, e))
+
+            thread = threading.Thread(target=run, name="memlane-llm-call", daemon=True)
+            started = time.monotonic()
+            thread.start()
+            thread.join(timeout)
+            if thread.is_alive():
+                with lock:
+                    stuck[:] = [(thread, started)]
+                raise LLMError(f"the model did not answer within {timeout:g} s (upkeep_timeout)")
+            ok, value = box[0]
+            if not ok:
+                raise value
+            return str(value)
+
+        return limited
+
+    return wrap

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -70,7 +69,7 @@ from memlane.agent.context import (
     default_token_counter,
 )
 from memlane.agent.core_memory import CoreMemory, Shared, block_limits
-from memlane.agent.daily import DailyLog, DailyLogger
+from memlane.agent.daily import DailyLog
 from memlane.agent.limits import Limits, fit, split_text, store_turn
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
@@ -85,7 +84,7 @@ from memlane.agent.messages import (
     reply_message,
     with_block,
 )
-from memlane.agent.profiles import ContactProfile, Profiles, contact_profile, record_contact
+from memlane.agent.profiles import ContactProfile, Profiles, contact_profile
 from memlane.agent.reports import (
     CompactionReport,
     TriggerFailure,
@@ -103,10 +102,9 @@ from memlane.agent.upkeep.triggers import (
     Consolidation,
     FlushReminder,
     Reflection,
-    Room,
     compact,
 )
-from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError
 from memlane.scoping import EventScope, SessionScope, platform_id
 
 if TYPE_CHECKING:
@@ -180,6 +178,12 @@ class AgentMemory(LoopHost):
         on_upkeep: called on the worker with each :class:`UpkeepResult` (what a job
             did, its failures included); the results also reach the next turn's
             :attr:`TurnReport.upkeep`.
+        upkeep_timeout: seconds a model call of the upkeep may take (None: no limit);
+            past it the job fails and is due again, and no new call starts while the
+            late one has not returned.
+        max_pending: upkeep jobs that may wait at once, on each of the two workers (one
+            for model calls, one for profiles and eviction); jobs of one kind and room
+            coalesce while they wait, so this bounds how many rooms wait at once.
     """
 
     def __init__(
@@ -204,6 +208,8 @@ class AgentMemory(LoopHost):
         core_memory: bool | Mapping[str, int | Shared] = False,
         upkeep: UpkeepMode = "background",
         on_upkeep: Callable[[UpkeepResult], None] | None = None,
+        upkeep_timeout: float | None = 120.0,
+        max_pending: int = 100,
     ) -> None:
         if inject not in ("first_only", "every_iteration"):
             raise InvalidArgumentError(
@@ -216,6 +222,9 @@ class AgentMemory(LoopHost):
         if scopes is not None and not isinstance(scopes, SessionScope):
             raise InvalidArgumentError(f"scopes must be a SessionScope, got {scopes!r}")
         coerce.count(max_tokens, "max_tokens", 1)
+        coerce.count(max_pending, "max_pending", 1)
+        if upkeep_timeout is not None and not coerce.seconds(upkeep_timeout, "upkeep_timeout"):
+            raise InvalidArgumentError("upkeep_timeout must be > 0 (or None: no limit)")
         for value, kind in (
             (reflection, Reflection),
             (consolidation, Consolidation),
@@ -243,17 +252,15 @@ class AgentMemory(LoopHost):
         self.compaction = compaction or Compaction()
         self.daily = daily or DailyLog()
         self.profiles = profiles or Profiles()
-        self._daily = DailyLogger(self.daily)
         self.limits = limits or Limits()
         self.table = table
         self.context_options = dict(context or {})
         self.clock: Callable[[], float] = clock or time.time
         self.core_blocks = blocks
         self._core_ready: set[tuple[tuple[str, str], ...]] = set()
-        self._rooms: dict[tuple[tuple[str, str], ...], Room] = {}
-        self._lock = threading.RLock()
         self._token = uuid.uuid4().hex[:8]
-        self._upkeep = Upkeep(self, upkeep, on_upkeep)
+        self._upkeep = Upkeep(self, upkeep, on_upkeep, upkeep_timeout, max_pending)
+        self._lock = self._upkeep.lock
 
     # -- small public helpers ----------------------------------------------------------------
 
@@ -379,9 +386,10 @@ class AgentMemory(LoopHost):
         messages: Sequence[Mapping[str, Any]],
         call: Caller | None,
     ) -> tuple[Any, list[dict[str, Any]]]:
+        self._check_open()
         self._check_event(event)
         msgs = check_messages(messages)
-        room = self._room(event)
+        room = self._upkeep.room(event)
         user = last_user_text(msgs)
         if user is not None:
             with self._lock:
@@ -472,11 +480,12 @@ class AgentMemory(LoopHost):
         call: Caller | None,
         message_id: str | int | None = None,
     ) -> TurnReport:
+        self._check_open()
         self._check_event(event)
         mid = event.message_id if message_id is None else platform_id(message_id, "message_id")
         msgs = check_messages(messages)
         answer = block_text(reply_message(reply).get("content")).strip()
-        room = self._room(event)
+        room = self._upkeep.room(event)
         report = TurnReport()
         with self._lock:
             report.compactions, room.compactions = room.compactions, []
@@ -532,7 +541,7 @@ class AgentMemory(LoopHost):
 
     def pending_upkeep(self) -> list[Job]:
         """The upkeep jobs handed to the worker and not done yet, oldest first."""
-        return self._upkeep.worker.pending()
+        return self._upkeep.pending()
 
     def close(self, timeout: float | None = 30.0) -> list[Job]:
         """Waits up to ``timeout`` seconds for the pending upkeep, then stops the worker
@@ -559,6 +568,10 @@ class AgentMemory(LoopHost):
             return None
         return sync_caller(self.llm) if loop is None else thread_caller(self.llm, loop)
 
+    def _check_open(self) -> None:
+        if self._upkeep.closed:
+            raise ClosedError("this AgentMemory is closed: make a new one (its Memory is open)")
+
     def _check_event(self, event: object) -> None:
         if not isinstance(event, EventScope):
             raise InvalidArgumentError(
@@ -566,21 +579,8 @@ class AgentMemory(LoopHost):
                 f"got {type(event).__name__}"
             )
 
-    def _room(self, event: EventScope) -> Room:
-        key = tuple(sorted(event.history.items()))
-        with self._lock:
-            room = self._rooms.get(key)
-            if room is None:
-                room = self._rooms[key] = Room()
-            return room
-
-    def _profile(self, event: EventScope, user: str | None, report: TurnReport, now: float) -> None:
-        if self.profiles.enabled and user and user.strip():
-            with self._lock:  # read, change, write: one turn at a time
-                report.profile = record_contact(self.memory, self.scopes, event, now, self.profiles)
-
     def _count(self, event: EventScope, n: int) -> None:
-        room = self._room(event)
+        room = self._upkeep.room(event)
         with self._lock:
             room.new_entries += n
 

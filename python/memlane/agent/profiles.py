@@ -16,6 +16,7 @@ links are ignored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -138,11 +139,14 @@ def record_contact(
     event: EventScope,
     now: float,
     settings: Profiles | None = None,
+    count: int = 1,
+    names: Sequence[str] = (),
 ) -> ContactProfile:
-    """Counts one message from the contact behind ``event`` at ``now``: creates their
-    profile or updates it in place (alias from ``event.name``, platform ids, last seen,
-    message count). Callers serialise calls for one contact (``AgentMemory`` holds its
-    lock); two processes updating one profile at once may lose one count."""
+    """Counts ``count`` messages from the contact behind ``event``, the last at ``now``:
+    creates their profile or updates it in place (aliases from ``names`` and
+    ``event.name``, platform ids, last seen, message count). Callers serialise calls for
+    one contact (``AgentMemory`` holds its lock); two processes updating one profile at
+    once may lose one count."""
     cfg = settings or Profiles()
     ids: dict[str, list[str]] = {}
     rec = _record(mem, event)
@@ -153,8 +157,9 @@ def record_contact(
         if cid not in ids.setdefault(src, []):
             ids[src].append(cid)
     aliases = list(meta.get("aliases", ()))
-    if event.name is not None and event.name.casefold() not in {a.casefold() for a in aliases}:
-        aliases.append(event.name)
+    for name in [*names, *([] if event.name is None else [event.name])]:
+        if name.casefold() not in {a.casefold() for a in aliases}:
+            aliases.append(name)
     aliases = aliases[-cfg.max_aliases :]
     platform_ids = {src: sorted(found) for src, found in sorted(ids.items())}
     meta.update(
@@ -163,7 +168,7 @@ def record_contact(
         platform_ids=platform_ids,
         first_seen=float(meta.get("first_seen", now)),
         last_seen=max(float(meta.get("last_seen", now)), now),
-        message_count=int(meta.get("message_count", 0)) + 1,
+        message_count=int(meta.get("message_count", 0)) + count,
     )
     text = _text(meta["contact"], tuple(aliases), {s: tuple(v) for s, v in platform_ids.items()})
     if rec is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,14 @@ if TYPE_CHECKING:
     from memlane.memory import Memory
     from memlane.records import MemoryRecord
 
-__all__ = ["ReflectionReport", "areflect", "parse_operations", "reflect"]
+__all__ = [
+    "ReflectionReport",
+    "Resume",
+    "areflect",
+    "parse_operations",
+    "reflect",
+    "reflect_planned",
+]
 
 _SYSTEM = (
     "You maintain an AI agent's long-term memory about a user. Given a conversation and the "
@@ -185,11 +192,12 @@ def _prepare(
 def _apply(
     mem: Memory,
     report: ReflectionReport,
-    shown: list[MemoryRecord],
+    shown: Sequence[MemoryRecord | None],
     kw: dict[str, Any],
     table: str,
     now: float | None,
     metadata: Mapping[str, Any] | None = None,
+    resume: Resume | None = None,
 ) -> ReflectionReport:
     extra = dict(metadata or {})
     raw: object = report.raw
@@ -201,7 +209,17 @@ def _apply(
     except ParseError as e:
         report.error = f"ParseError: {e}"
         return report
-    for op in ops:
+    if resume is not None and resume.save is not None:
+        try:  # the answer is kept before anything is stored: a crash resumes from it
+            resume.save({"raw": raw, "shown": list(report.shown)})
+        except MemlaneError as e:
+            report.error = f"{type(e).__name__}: {e}"
+            return report
+    for i, op in enumerate(ops):
+        if resume is not None and i in resume.done:
+            continue
+        tag = {**extra, resume.op_key: i} if resume is not None else extra
+        old = None if op.index is None else shown[op.index]
         try:
             if op.op == "remember":
                 assert op.content is not None
@@ -211,7 +229,7 @@ def _apply(
                     type=op.type,
                     importance=op.importance,
                     unique=True,
-                    metadata={"source": "reflection", **extra},
+                    metadata={"source": "reflection", **tag},
                     created_at=clock,
                     **kw,
                 )
@@ -219,25 +237,65 @@ def _apply(
                     report.added.append(rec)
                 else:
                     report.rejected.append((op.content, f"duplicate of {rec.duplicate_of}"))
+            elif old is None:  # shown, and deleted since (by this job before a crash, or not)
+                if op.op == "forget":
+                    assert op.index is not None
+                    report.forgotten.append(report.shown[op.index])
+                else:
+                    report.rejected.append((op.op, "the memory was deleted meanwhile"))
             elif op.op == "update":
-                assert op.index is not None and op.content is not None
-                old = shown[op.index]
+                assert op.content is not None
                 # Superseded, not overwritten: the old fact stays in the history and
                 # answers searches as_of a time before the change.
                 at = max(clock, old.created_at)
-                meta = {**old.metadata, **extra} if extra else None
+                meta = {**old.metadata, **tag} if tag else None
                 report.updated.append(
                     mem.supersede(old.id, op.content, at=at, by="reflection", metadata=meta)
                 )
             else:
-                assert op.index is not None
-                mem.delete(shown[op.index].id)
-                report.forgotten.append(shown[op.index].id)
+                mem.delete(old.id)
+                report.forgotten.append(old.id)
         except UnknownIdError:
             report.rejected.append((op.op, "the memory was deleted meanwhile"))
         except MemlaneError as e:
             report.rejected.append((op.op, f"{type(e).__name__}: {e}"))
     return report
+
+
+def _get(mem: Memory, record_id: str) -> MemoryRecord | None:
+    try:
+        return mem.get(record_id)
+    except UnknownIdError:
+        return None
+
+
+@dataclass(slots=True, frozen=True)
+class Resume:
+    """How a reflection run as a durable job keeps its place: ``save`` keeps the model's
+    answer (``{"raw", "shown"}``) before anything is stored; each memory stored names
+    its operation under ``op_key``; ``done`` are the operations stored already."""
+
+    op_key: str
+    save: Callable[[dict[str, Any]], None] | None = None
+    done: frozenset[int] = frozenset()
+
+
+def reflect_planned(
+    mem: Memory,
+    plan: Mapping[str, Any],
+    *,
+    scope: Mapping[str, str] | None = None,
+    table: str = "memories",
+    now: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    resume: Resume,
+) -> ReflectionReport:
+    """Applies a reflection's kept answer (``plan``: ``raw``, and the ids ``shown``) again,
+    skipping ``resume.done``: how a job found after a crash finishes without the model."""
+    ids = [str(i) for i in plan["shown"]]
+    shown = [_get(mem, i) for i in ids]
+    report = ReflectionReport(shown=ids, raw=str(plan["raw"]))
+    return _apply(mem, report, shown, dict(scope or {}), table, now, metadata, resume)
 
 
 def reflect(
@@ -250,6 +308,7 @@ def reflect(
     k: int = 10,
     now: float | None = None,
     metadata: Mapping[str, Any] | None = None,
+    resume: Resume | None = None,
 ) -> ReflectionReport:
     """Lets the LLM update the memories of ``scope`` after ``conversation``.
 
@@ -258,7 +317,7 @@ def reflect(
     a failure is reported in ``error`` and nothing changes. ``now`` (default the
     wall clock) dates what it stores and when an updated fact stopped being true.
     ``metadata`` is added to the metadata of every memory it stores (the agent's
-    upkeep names its job there).
+    upkeep names its job there); ``resume``: how a durable job keeps its place.
     """
     kw: dict[str, Any] = dict(scope or {})
     shown, messages = _prepare(mem, _conversation(conversation), kw, table, k)
@@ -268,7 +327,7 @@ def reflect(
     except Exception as e:  # the LLM's failure must not raise into the agent
         report.error = f"{type(e).__name__}: {e}"
         return report
-    return _apply(mem, report, shown, kw, table, now, metadata)
+    return _apply(mem, report, shown, kw, table, now, metadata, resume)
 
 
 async def areflect(

@@ -266,6 +266,15 @@ class Dialect(abc.ABC):
         q = self._q(f"SELECT key, value FROM {self._p}meta WHERE key >= ? AND key < ? ORDER BY key")
         return self._read(lambda c: [(str(r[0]), str(r[1])) for r in c.execute(q, (prefix, high))])
 
+    def swap_meta(self, conn: Any, key: str, old: str, new: str) -> bool:
+        """Sets ``key`` to ``new`` if it holds ``old`` now: one statement, so of two
+        writers that read ``old`` only one swaps (PostgreSQL re-reads the row it waited for)."""
+        cur = conn.execute(
+            self._q(f"UPDATE {self._p}meta SET value = ? WHERE key = ? AND value = ?"),
+            (new, key, old),
+        )
+        return bool(cur.rowcount == 1)
+
     def delete_meta(self, conn: Any, key: str) -> None:
         conn.execute(self._q(f"DELETE FROM {self._p}meta WHERE key = ?"), (key,))
 

@@ -1,31 +1,146 @@
 """Upkeep jobs: what a turn asked of the background worker, as it is kept in the store
 (:attr:`memlane.Memory.jobs`) until it is done.
 
-A job names its kind, the event it came from and the turn's time. Work that an LLM does
+A job names its kind, the event it came from, the turn's time, its **owner** (the
+agent's table and scope settings: only an ``AgentMemory`` with the same owner runs it)
+and its **holder** (the process and ``AgentMemory`` running it). Work that an LLM does
 and that would store something twice if done twice (reflection, consolidation) is
-recorded before the turn returns and dropped when done; what it stores carries the
-job's id (``metadata["upkeep_job"]``), so a job found again after a crash that already
-stored something is finished from what it stored instead of being done again. The other
-kinds (daily logs, which the store tells apart by date; profiles; eviction; step
-compaction, which only serves the turn in flight) are not recorded.
+recorded before the turn returns and dropped when done. A reflection records the
+model's answer in the job before it stores anything (its **plan**), and each memory it
+stores names the job and the operation (``metadata["upkeep_job"]``, ``["upkeep_op"]``),
+so a job found again after a crash finishes exactly the operations that are missing.
+Consolidation stores all it makes in one transaction, tagged with the job, so a job
+that finds its tag is finished by dropping its sources.
+
+A job record is data from whoever can write the store: :meth:`Job.loads` checks every
+field and raises :class:`JobRecordError` for anything that is not a job of this version;
+the event is kept as the platform gave it (source, contact, chat, name) and resolved
+again by the resuming agent's own :class:`~memlane.agent.SessionScope`, so a record
+cannot point a job at a scope the agent would not give that contact.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
-from memlane.scoping import EventScope
+from memlane.errors import InvalidArgumentError
+from memlane.scoping import EventScope, SessionScope
 
-__all__ = ["DURABLE", "JOB_TAG", "Job", "JobKind"]
+__all__ = [
+    "DURABLE",
+    "JOB_OP",
+    "JOB_TAG",
+    "Holder",
+    "Job",
+    "JobKind",
+    "JobRecordError",
+    "JobSkippedWarning",
+    "owner_of",
+]
 
 JobKind = Literal["reflection", "consolidation", "daily", "profile", "eviction", "compaction"]
 #: The kinds kept in the store until done.
 DURABLE: frozenset[str] = frozenset({"reflection", "consolidation"})
 #: The metadata key naming the job that stored a memory.
 JOB_TAG = "upkeep_job"
+#: The metadata key naming the operation of a reflection's plan that stored a memory.
+JOB_OP = "upkeep_op"
+_VERSION = 2
+_MAX_RECORD = 1 << 20  # a job record is a few KB; a larger one is not ours
+
+
+class JobRecordError(InvalidArgumentError):
+    """A record in :attr:`Memory.jobs` that is not an upkeep job of this version."""
+
+
+class JobSkippedWarning(UserWarning):
+    """An upkeep job record was skipped (not a job, or not this agent's to run); the
+    record stays in the store for inspection."""
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _started(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot; "" where unknown): a pid
+    reused by another process gives another value."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    # The name (field 2) may hold spaces and parentheses: fields after its last ")".
+    rest = stat[stat.rfind(")") + 2 :].split()
+    return rest[19] if len(rest) > 19 else ""
+
+
+_HOST = f"{socket.gethostname()}/{_boot_id()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The process (``host``, ``pid``, ``started``) and the ``AgentMemory`` (``token``)
+    that run a job; ``until``: the unix time after which a holder on another host is
+    taken for gone (on this host the process itself is looked up)."""
+
+    host: str
+    pid: int
+    started: str
+    token: str
+    until: float
+
+    @classmethod
+    def here(cls, token: str, until: float) -> Holder:
+        pid = os.getpid()
+        return cls(_HOST, pid, _started(pid), token, until)
+
+    def gone(self, live_tokens: frozenset[str], now: float) -> bool:
+        """Whether this holder's process (or, in this process, its ``AgentMemory``) is gone."""
+        if self.token in live_tokens:
+            return False
+        if self.host != _HOST:
+            return now > self.until
+        if self.pid == os.getpid():
+            return True  # this process, and the AgentMemory that held it is closed
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # another user's process: it exists
+            pass
+        return bool(self.started) and _started(self.pid) != self.started
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "pid": self.pid,
+            "started": self.started,
+            "token": self.token,
+            "until": self.until,
+        }
+
+
+def owner_of(table: str, scopes: SessionScope) -> str:
+    """An agent's owner key: its table and the settings that map events to scopes."""
+    spec = {
+        "table": table,
+        "mode": scopes.mode,
+        "agent_id": scopes.agent_id,
+        "namespace": scopes.namespace,
+        "links": sorted(scopes.identity_links.items()),
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +152,12 @@ class Job:
     now: float
     user: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    #: For step compaction: the steps' text and the summary's cache key.
+    #: Work that needs no record: a step compaction's text and key, a profile's count.
     payload: dict[str, Any] = field(default_factory=dict)
+    owner: str = ""
+    holder: Holder | None = None
+    #: A reflection's model answer and the ids of the memories it was shown.
+    plan: dict[str, Any] | None = None
 
     @property
     def durable(self) -> bool:
@@ -49,37 +168,153 @@ class Job:
         # The time first: jobs found again after a crash run in the order they were asked.
         return f"{self.now:020.6f}:{self.id}"
 
+    @property
+    def slot(self) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+        """Jobs of one slot coalesce while they wait (the newest covers the older); None
+        for a job that must run as it is (a step summary, a reflection with a plan)."""
+        if self.kind == "compaction" or self.plan is not None:
+            return None
+        return (self.kind, tuple(sorted(self.event.history.items())))
+
+    def held_by(self, holder: Holder) -> Job:
+        return replace(self, holder=holder)
+
+    def with_plan(self, plan: dict[str, Any]) -> Job:
+        return replace(self, plan=plan)
+
     def dumps(self) -> str:
         e = self.event
         return json.dumps(
             {
+                "v": _VERSION,
                 "kind": self.kind,
                 "now": self.now,
-                "user": self.user,
                 "id": self.id,
+                "owner": self.owner,
+                "holder": None if self.holder is None else self.holder.as_dict(),
                 "event": {
-                    "fields": e.fields,
-                    "identity": e.identity,
-                    "contact": e.contact,
                     "source": e.source,
+                    "contact": e.contact,
                     "room_id": e.room_id,
-                    "mode": e.mode,
                     "name": e.name,
+                    "fields": e.fields,
                 },
+                "plan": self.plan,
             }
         )
 
     @classmethod
-    def loads(cls, text: str) -> Job:
-        d = json.loads(text)
-        e = d["event"]
-        event = EventScope(
-            dict(e["fields"]),
-            e["identity"],
-            e["contact"],
-            e["source"],
-            e["room_id"],
-            e["mode"],
-            e["name"],
+    def loads(cls, text: object) -> Job:
+        """The job a record holds; :class:`JobRecordError` naming what is wrong otherwise.
+
+        The event is as recorded; :meth:`resolved` gives it as an agent's scopes see it.
+        """
+        if not isinstance(text, str) or len(text) > _MAX_RECORD:
+            raise JobRecordError("a job record must be a JSON text of at most 1 MiB")
+        try:
+            d = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise JobRecordError(f"a job record is not JSON: {e}") from None
+        if not isinstance(d, dict) or d.get("v") != _VERSION:
+            raise JobRecordError(f"not an upkeep job record of version {_VERSION}")
+        kind = d.get("kind")
+        if kind not in DURABLE:
+            raise JobRecordError(f"a recorded job's kind must be one of {sorted(DURABLE)}")
+        now = d.get("now")
+        if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+            raise JobRecordError("a recorded job's 'now' must be a finite number")
+        jid = _text(d.get("id"), "id", 64)
+        owner = _text(d.get("owner"), "owner", 64)
+        ev = d.get("event")
+        if not isinstance(ev, dict):
+            raise JobRecordError("a recorded job's 'event' must be an object")
+        source = _text(ev.get("source"), "event.source", 512)
+        contact = _text(ev.get("contact"), "event.contact", 1024)
+        room = ev.get("room_id")
+        if room is not None:
+            room = _text(room, "event.room_id", 1024)
+        name = ev.get("name")
+        if name is not None:
+            name = _text(name, "event.name", 1024)
+        fields = ev.get("fields")
+        if not isinstance(fields, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in fields.items()
+        ):
+            raise JobRecordError("a recorded job's 'event.fields' must map str to str")
+        event = EventScope(dict(fields), contact, contact, source, room, "per-peer", name)
+        return cls(
+            kind,
+            event,
+            float(now),
+            None,
+            jid,
+            owner=owner,
+            holder=_holder(d.get("holder")),
+            plan=_plan(d.get("plan")),
         )
-        return cls(d["kind"], event, float(d["now"]), d["user"], d["id"])
+
+    def resolved(self, scopes: SessionScope) -> EventScope:
+        """The recorded event as ``scopes`` resolves it (source, contact and chat as the
+        platform gave them); :class:`JobRecordError` when the record's scope is not that
+        one: a record cannot send a job to a scope the agent would not give the contact."""
+        e = self.event
+        src, _, contact_id = e.contact.partition(":")
+        chat = None
+        if e.room_id is not None:
+            room_src, _, chat = e.room_id.partition(":")
+            if room_src != src:
+                raise JobRecordError("a recorded job's room is not on its contact's platform")
+        if src != e.source or not contact_id:
+            raise JobRecordError("a recorded job's contact is not on its source")
+        try:
+            event = scopes.resolve(src, contact_id, chat, name=e.name)
+        except InvalidArgumentError as err:
+            raise JobRecordError(f"a recorded job's event does not resolve: {err}") from None
+        if event.fields != e.fields or event.room_id != e.room_id:
+            raise JobRecordError("a recorded job's scope is not the one its contact resolves to")
+        return event
+
+
+def _text(value: object, label: str, limit: int) -> str:
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise JobRecordError(f"a recorded job's {label!r} must be a non-empty str")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise JobRecordError(f"a recorded job's {label!r} is not valid text") from None
+    return value
+
+
+def _holder(value: object) -> Holder | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise JobRecordError("a recorded job's 'holder' must be an object")
+    pid, until = value.get("pid"), value.get("until")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 31:
+        raise JobRecordError("a recorded job's holder pid must be a positive int")
+    if isinstance(until, bool) or not isinstance(until, int | float) or not math.isfinite(until):
+        raise JobRecordError("a recorded job's holder 'until' must be a finite number")
+    started = value.get("started")
+    if not isinstance(started, str):
+        raise JobRecordError("a recorded job's holder 'started' must be a str")
+    return Holder(
+        _text(value.get("host"), "holder.host", 1024),
+        pid,
+        started,
+        _text(value.get("token"), "holder.token", 64),
+        float(until),
+    )
+
+
+def _plan(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise JobRecordError("a recorded job's 'plan' must be an object")
+    raw, shown = value.get("raw"), value.get("shown")
+    if not isinstance(raw, str):
+        raise JobRecordError("a recorded job's plan must hold the model's answer as text")
+    if not isinstance(shown, list) or not all(isinstance(i, str) and i for i in shown):
+        raise JobRecordError("a recorded job's plan must list the ids it was shown")
+    return {"raw": raw, "shown": list(shown)}

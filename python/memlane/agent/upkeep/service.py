@@ -1,25 +1,47 @@
 """What a turn leaves to do, and where it is done: at once in ``after`` (``"inline"``) or
-on the background worker (``"background"``, the default), so no turn waits for an LLM.
+on background workers (``"background"``, the default), so no turn waits for an LLM.
 
 ``after`` decides from cheap counters and engine reads which upkeep is due, records the
-durable jobs (:mod:`~memlane.agent.upkeep.jobs`) and hands them to the worker. The
-worker runs each with the trigger functions of :mod:`~memlane.agent.upkeep.triggers`,
-files what it did under the room (the next turn's :attr:`TurnReport.upkeep`), calls
-``on_upkeep`` and logs failures; a failure never reaches a turn as an exception.
+durable jobs (:mod:`~memlane.agent.upkeep.jobs`) and hands them over: work that calls
+the model (reflection, consolidation, daily logs, step summaries) to one worker, work
+that does not (contact profiles, eviction) to another, so a model that hangs never holds
+a profile back. Each model call has a time limit, and a call still hung holds off the
+next one: a model that never answers costs one thread, not one per turn. Jobs of a kind
+and room coalesce while they wait, and a bounded number wait at all: a turn whose job
+finds the queue full is told so in its report and the job is due again.
+
+Jobs found in the store are resumed only by an ``AgentMemory`` of the same owner (table
+and scope settings), only when the process that held them is gone, and only after
+taking them over in one conditional write (two processes never run one job).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
+import uuid
+import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
-from memlane.agent.callers import Caller
+from memlane.agent.callers import Caller, timed
+from memlane.agent.daily import DailyLogger
 from memlane.agent.limits import evict
+from memlane.agent.profiles import record_contact
+from memlane.agent.reflection import Resume
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
-from memlane.agent.upkeep.jobs import JOB_TAG, Job
+from memlane.agent.upkeep.jobs import (
+    JOB_OP,
+    JOB_TAG,
+    Holder,
+    Job,
+    JobRecordError,
+    JobSkippedWarning,
+    owner_of,
+)
 from memlane.agent.upkeep.triggers import (
     Room,
     consolidation_due,
@@ -28,7 +50,7 @@ from memlane.agent.upkeep.triggers import (
     run_reflection,
     store_step_summary,
 )
-from memlane.agent.upkeep.worker import Worker
+from memlane.agent.upkeep.worker import QueueFullError, Worker
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import EventScope, scope_kwargs
 
@@ -42,24 +64,83 @@ log = logging.getLogger("memlane.agent")
 UpkeepMode = Literal["background", "inline"]
 OnUpkeep = Callable[[UpkeepResult], None]
 
+#: Kinds whose work needs no model: they run on a worker of their own.
+_LOCAL = frozenset({"profile", "eviction"})
+#: How often a running agent looks for jobs that a process gone since left.
+_RESCAN = 60.0
+
+# The tokens of this process's AgentMemory objects whose workers may still run a job.
+_live: set[str] = set()
+_live_lock = threading.Lock()
+
+
+def _live_tokens() -> frozenset[str]:
+    with _live_lock:
+        return frozenset(_live)
+
 
 class Upkeep:
     """The upkeep of one :class:`~memlane.agent.AgentMemory`."""
 
-    def __init__(self, host: AgentMemory, mode: UpkeepMode, on_upkeep: OnUpkeep | None) -> None:
+    def __init__(
+        self,
+        host: AgentMemory,
+        mode: UpkeepMode,
+        on_upkeep: OnUpkeep | None,
+        timeout: float | None,
+        max_pending: int,
+    ) -> None:
         if mode not in ("background", "inline"):
             raise InvalidArgumentError(f"upkeep must be 'background' or 'inline', got {mode!r}")
         if on_upkeep is not None and not callable(on_upkeep):
             raise InvalidArgumentError("on_upkeep must be a callable taking an UpkeepResult")
         self.host = host
+        #: Guards the rooms' counters and the profile's read-change-write (the turn's
+        #: path takes it too).
+        self.lock = threading.RLock()
+        self._rooms: dict[tuple[tuple[str, str], ...], Room] = {}
+        self.daily = DailyLogger(host.daily)
         self.mode: UpkeepMode = mode
         self.on_upkeep = on_upkeep
-        self.worker = Worker(self._run)
-        self._resumed = False
+        self.timeout = timeout
+        self.owner = owner_of(host.table, host.scopes)
+        self.token = uuid.uuid4().hex
+        #: How long a holder on another host is taken for alive without news of it.
+        self.lease = 900.0 if timeout is None else max(900.0, 4 * timeout)
+        self._ended = 0
+        with _live_lock:
+            _live.add(self.token)
+        self.model = Worker(self._run, "memlane-upkeep", max_pending, self._worker_ended)
+        self.local = Worker(
+            self._run, "memlane-upkeep-local", max_pending, self._worker_ended, _merge_profiles
+        )
+        self._timed = timed(timeout)
+        self._scanned: float | None = None
+        self._skipped: set[str] = set()
 
     @property
     def background(self) -> bool:
         return self.mode == "background"
+
+    @property
+    def closed(self) -> bool:
+        return self.model.closed
+
+    def room(self, event: EventScope) -> Room:
+        """The per-room state of ``event``'s room (made at first use)."""
+        key = _key(event.history)
+        with self.lock:
+            room = self._rooms.get(key)
+            if room is None:
+                room = self._rooms[key] = Room()
+            return room
+
+    def caller(self, call: Caller | None) -> Caller | None:
+        """``call`` with this agent's time limit on each model call."""
+        return None if call is None else self._timed(call)
+
+    def pending(self) -> list[Job]:
+        return sorted(self.model.pending() + self.local.pending(), key=lambda j: j.now)
 
     # -- a turn's upkeep ------------------------------------------------------------------
 
@@ -72,8 +153,9 @@ class Upkeep:
         now: float,
         user: str | None,
     ) -> None:
-        """The triggers of a turn just stored: run now (inline) or handed to the worker."""
+        """The triggers of a turn just stored: run now (inline) or handed to the workers."""
         host = self.host
+        call = self.caller(call)
         if not self.background:
             for kind in ("reflection", "consolidation", "eviction", "flush", "daily", "profile"):
                 self._guarded(
@@ -81,77 +163,155 @@ class Upkeep:
                 )
             return
         self.resume(call)
-        # One job of a kind per scope waits at a time: while a consolidation waits for
-        # the LLM, later turns that find the tier still full do not queue more.
-        waiting = {(j.kind, _key(j.event.history)) for j in self.worker.pending()}
         scope = _key(event.history)
         jobs: list[Job] = []
-        with host._lock:
+        with self.lock:
             due = host.reflection.enabled and call is not None
             due = due and room.since_reflection >= host.reflection.every
             if due:
                 room.since_reflection = 0
         if due:
-            jobs.append(Job("reflection", event, now))
+            jobs.append(self._job("reflection", event, now))
+        # One consolidation, daily log or eviction of a room waits or runs at a time: while
+        # one waits for the model, later turns that find it still due do not record more.
+        waiting = {j.slot for j in self.pending()}
         try:
             if ("consolidation", scope) not in waiting and consolidation_due(
                 host.memory, host.consolidation, event, call, now
             ) is not None:
-                jobs.append(Job("consolidation", event, now))
+                jobs.append(self._job("consolidation", event, now))
         except MemlaneError as e:
             report.failures.append(TriggerFailure("consolidation", f"{type(e).__name__}: {e}"))
         self._guarded(
             "flush",
             report,
-            lambda: run_flush(host.flush, host.tools, host._lock, room, report, now),
+            lambda: run_flush(host.flush, host.tools, self.lock, room, report, now),
         )
-        if ("daily", scope) not in waiting and host._daily.due(event.history, call, now):
-            jobs.append(Job("daily", event, now))
+        if ("daily", scope) not in waiting and self.daily.due(event.history, call, now):
+            jobs.append(self._job("daily", event, now))
         if host.profiles.enabled and user and user.strip():
-            jobs.append(Job("profile", event, now, user))
+            names = [] if event.name is None else [event.name]
+            jobs.append(self._job("profile", event, now, user, {"count": 1, "names": names}))
         try:  # the cap's check is an engine count: the eviction itself runs on the worker
             over = (
                 host.memory.count(host.table, **scope_kwargs(event.fields))
                 > host.limits.max_memories
             )
             if over and ("eviction", scope) not in waiting:
-                jobs.append(Job("eviction", event, now))
+                jobs.append(self._job("eviction", event, now))
         except MemlaneError as e:
             report.failures.append(TriggerFailure("eviction", f"{type(e).__name__}: {e}"))
         for job in jobs:
-            if job.durable:
-                try:
-                    host.memory.jobs.put(job.key, job.dumps())
-                except MemlaneError as e:  # not recorded: it is due again next turn
-                    report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
-                    self._undo(job, room)
-                    continue
-            self.worker.submit(job, call)
+            self._submit(job, call, room, report)
+
+    def _job(
+        self,
+        kind: Literal["reflection", "consolidation", "daily", "profile", "eviction"],
+        event: EventScope,
+        now: float,
+        user: str | None = None,
+        payload: dict[str, object] | None = None,
+    ) -> Job:
+        holder = Holder.here(self.token, time.time() + self.lease)
+        return Job(
+            kind, event, now, user, payload=dict(payload or {}), owner=self.owner, holder=holder
+        )
+
+    def _submit(self, job: Job, call: Caller | None, room: Room, report: TurnReport) -> None:
+        if job.durable:
+            try:
+                self.host.memory.jobs.put(job.key, job.dumps())
+            except MemlaneError as e:  # not recorded: it is due again next turn
+                report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
+                self._undo(job, room)
+                return
+        worker = self.local if job.kind in _LOCAL else self.model
+        try:
+            skipped = worker.submit(job, call)
+        except QueueFullError as e:
+            report.failures.append(TriggerFailure(job.kind, f"upkeep queue full: {e}"))
+            self._forget(job)
+            self._undo(job, room)
+            return
+        if skipped is not None:
+            self._forget(skipped)
+
+    def _forget(self, job: Job) -> None:
+        """Drops the record of a durable job that will not run (coalesced or refused)."""
+        if job.durable:
+            try:
+                self.host.memory.jobs.drop(job.key)
+            except MemlaneError as e:
+                log.warning("memlane: upkeep job %s stays recorded: %s", job.id, e)
 
     def step_summary(self, room: Room, call: Caller) -> Callable[[str, str, int], None]:
         """What :func:`compact` asks for a step summary in the background."""
+        timed_call = self.caller(call)
 
         def ask(key: str, text: str, steps: int) -> None:
             job = Job("compaction", EventScope({}, "", "", ""), 0.0)
             job.payload.update(key=key, text=text, steps=steps, room=room)
-            self.worker.submit(job, call)
+            try:
+                self.model.submit(job, timed_call)
+            except QueueFullError:
+                with self.lock:
+                    room.compacting = False
 
         return ask
 
     def resume(self, call: Caller | None) -> None:
-        """Hands the jobs a killed process left in the store to the worker (once)."""
-        if self._resumed:
+        """Hands the worker the jobs of this owner whose holder is gone (a killed process,
+        a closed AgentMemory), taking each over first; at the first turn, then once a
+        minute."""
+        mono = time.monotonic()
+        if self._scanned is not None and mono - self._scanned < _RESCAN:
             return
-        self._resumed = True
+        self._scanned = mono
         try:
             left = self.host.memory.jobs.items()
         except MemlaneError as e:
             log.warning("memlane: pending upkeep could not be read: %s", e)
             return
-        for _, text in left:
-            job = Job.loads(text)
-            job.payload["resumed"] = True
-            self.worker.submit(job, call)
+        live = _live_tokens()
+        for key, text in left:
+            try:
+                job = Job.loads(text)
+                if job.owner != self.owner:
+                    continue  # another agent's
+                if job.holder is not None and not job.holder.gone(live, time.time()):
+                    continue  # its process is alive and runs it
+                event = job.resolved(self.host.scopes)
+                if key != job.key:
+                    raise JobRecordError("a recorded job's key does not match its content")
+            except JobRecordError as e:
+                self._skip(key, str(e))
+                continue
+            mine = Job(
+                job.kind,
+                event,
+                job.now,
+                id=job.id,
+                owner=self.owner,
+                holder=Holder.here(self.token, time.time() + self.lease),
+                plan=job.plan,
+                payload={"resumed": True},
+            )
+            try:
+                if not self.host.memory.jobs.swap(key, text, mine.dumps()):
+                    continue  # taken over meanwhile by another process
+            except MemlaneError as e:
+                log.warning("memlane: upkeep job %s could not be taken over: %s", job.id, e)
+                continue
+            room = self.room(event)
+            self._submit(mine, call, room, TurnReport())
+
+    def _skip(self, key: str, why: str) -> None:
+        if key in self._skipped:
+            return
+        self._skipped.add(key)
+        message = f"memlane: upkeep job record {key!r} skipped (kept in the store): {why}"
+        log.warning("%s", message)
+        warnings.warn(message, JobSkippedWarning, stacklevel=2)
 
     # -- the worker's side ----------------------------------------------------------------
 
@@ -162,7 +322,7 @@ class Upkeep:
             p = job.payload
             if call is not None:
                 rep = store_step_summary(
-                    host.compaction, p["room"], host._lock, p["key"], p["text"], p["steps"], call
+                    host.compaction, p["room"], self.lock, p["key"], p["text"], p["steps"], call
                 )
                 if rep.error:
                     log.warning("memlane: step compaction failed: %s", rep.error)
@@ -170,13 +330,11 @@ class Upkeep:
         if host.memory.closed:  # the store went first: durable jobs stay recorded in it
             log.debug("memlane: upkeep job %s (%s) not run: the Memory is closed", job.id, job.kind)
             return
-        room = host._room(job.event)
+        room = self.room(job.event)
         try:
-            if job.payload.get("resumed") and self._finished(job):
+            if job.payload.get("resumed") and job.kind == "consolidation" and self._finished(job):
                 return
-            run = partial(
-                self._do, job.kind, job.event, room, report, call, job.now, job.user, job.id
-            )
+            run = partial(self._do, job.kind, job.event, room, report, call, job.now, job.user, job)
             self._guarded(job.kind, report, run)
         finally:
             if job.durable:
@@ -187,7 +345,7 @@ class Upkeep:
         if job.kind == "reflection" and report.failures:
             self._undo(job, room)
         result = UpkeepResult(job.kind, job.now, report)
-        with host._lock:
+        with self.lock:
             room.upkeep.append(result)
         for f in report.failures:
             log.warning("memlane: %s failed (it runs again later): %s", f.trigger, f.error)
@@ -198,24 +356,43 @@ class Upkeep:
                 log.exception("memlane: on_upkeep raised")
 
     def _finished(self, job: Job) -> bool:
-        """Whether a job found again after a crash had stored its work already (then its
-        last step is done here and it is not run again)."""
-        host = self.host
-        tagged = host.memory.list(
-            host.table, limit=100, filters={JOB_TAG: job.id}, **scope_kwargs(job.event.fields)
+        """Whether a consolidation found again after a crash had stored its work already
+        (in one transaction): then its sources go, as they would have, and it is done."""
+        tagged = self.host.memory.list(
+            self.host.table,
+            limit=1000,
+            filters={JOB_TAG: job.id},
+            **scope_kwargs(job.event.fields),
         )
         if not tagged:
             return False
-        if job.kind == "consolidation":  # the entries it summarised go, as they would have
-            for rec in tagged:
-                for source in rec.metadata.get("consolidated_from") or []:
-                    with contextlib.suppress(UnknownIdError):
-                        host.memory.delete(source)
+        for rec in tagged:
+            for source in rec.metadata.get("consolidated_from") or []:
+                with contextlib.suppress(UnknownIdError):
+                    self.host.memory.delete(source)
         return True
+
+    def _resume_of(self, job: Job) -> Resume:
+        """How a reflection job keeps its place: its answer saved in its record before
+        anything is stored, and (found again) the operations it stored already."""
+        done: frozenset[int] = frozenset()
+        if job.payload.get("resumed"):
+            tagged = self.host.memory.list(
+                self.host.table,
+                limit=1000,
+                filters={JOB_TAG: job.id},
+                **scope_kwargs(job.event.fields),
+            )
+            done = frozenset(op for r in tagged if isinstance(op := r.metadata.get(JOB_OP), int))
+
+        def save(plan: dict[str, object]) -> None:
+            self.host.memory.jobs.put(job.key, job.with_plan(dict(plan)).dumps())
+
+        return Resume(JOB_OP, None if job.plan is not None else save, done)
 
     def _undo(self, job: Job, room: Room) -> None:
         if job.kind == "reflection":
-            with self.host._lock:
+            with self.lock:
                 room.since_reflection = max(room.since_reflection, self.host.reflection.every)
 
     def _do(
@@ -227,13 +404,16 @@ class Upkeep:
         call: Caller | None,
         now: float,
         user: str | None,
-        job: str | None = None,
+        job: Job | None = None,
     ) -> None:
         host = self.host
-        mem, lock = host.memory, host._lock
-        rest = (host.table, host.limits, lock, event, room, report, call, now, job)
+        mem, lock = host.memory, self.lock
+        jid = None if job is None else job.id
+        rest = (host.table, host.limits, lock, event, room, report, call, now, jid)
         if kind == "reflection":
-            run_reflection(mem, host.reflection, *rest)
+            resume = None if job is None else self._resume_of(job)
+            plan = None if job is None else job.plan
+            run_reflection(mem, host.reflection, *rest, resume=resume, plan=plan)
         elif kind == "consolidation":
             run_consolidation(mem, host.consolidation, *rest)
         elif kind == "eviction":
@@ -241,9 +421,17 @@ class Upkeep:
         elif kind == "flush":
             run_flush(host.flush, host.tools, lock, room, report, now)
         elif kind == "daily":
-            host._daily.run(mem, event, report, call, now)
+            self.daily.run(mem, event, report, call, now)
         elif kind == "profile":
-            host._profile(event, user, report, now)
+            count, names = 1, []
+            if job is not None:
+                count = int(job.payload.get("count", 1))
+                names = list(job.payload.get("names", []))
+            if host.profiles.enabled and user and user.strip():
+                with self.lock:  # read, change, write: one turn at a time
+                    report.profile = record_contact(
+                        mem, host.scopes, event, now, host.profiles, count, names
+                    )
 
     @staticmethod
     def _guarded(kind: str, report: TurnReport, fn: Callable[[], None]) -> None:
@@ -255,12 +443,39 @@ class Upkeep:
     # -- ending ---------------------------------------------------------------------------
 
     def drain(self, timeout: float | None) -> bool:
-        return self.worker.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            for worker in (self.model, self.local):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not worker.wait(left):
+                    return False
+            # a local job may follow a model job of the same turn, and back
+            if not self.model.busy() and not self.local.busy():
+                return True
 
     def close(self, timeout: float | None) -> list[Job]:
-        return self.worker.close(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = self.model.close(timeout)
+        rest = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return sorted(left + self.local.close(rest), key=lambda j: j.now)
+
+    def _worker_ended(self) -> None:
+        with _live_lock:
+            self._ended += 1
+            if self._ended == 2:  # neither worker runs a job of this agent any more
+                _live.discard(self.token)
 
 
 def _key(history: dict[str, str]) -> tuple[tuple[str, str], ...]:
     """A room's key (its scope fields and room)."""
     return tuple(sorted(history.items()))
+
+
+def _merge_profiles(newer: Job, older: Job) -> None:
+    """A waiting profile job ``older`` is replaced by ``newer``: its messages count too."""
+    if newer.kind != "profile":
+        return
+    p, q = newer.payload, older.payload
+    p["count"] = int(p.get("count", 1)) + int(q.get("count", 1))
+    names = [n for n in q.get("names", []) if n not in p.get("names", [])]
+    p["names"] = [*names, *p.get("names", [])]

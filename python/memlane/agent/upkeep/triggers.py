@@ -19,7 +19,7 @@ from memlane.agent.context import MESSAGES
 from memlane.agent.limits import Limits, cap_record
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.messages import SUMMARY_TAG, group_steps, render_step
-from memlane.agent.reflection import reflect
+from memlane.agent.reflection import Resume, reflect, reflect_planned
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import JOB_TAG
 from memlane.errors import InvalidArgumentError
@@ -283,25 +283,42 @@ def run_reflection(
     call: Caller | None,
     now: float,
     job: str | None = None,
+    *,
+    resume: Resume | None = None,
+    plan: dict[str, Any] | None = None,
 ) -> None:
     """Reflection over the room's last messages up to the turn at ``now``, once
     ``cfg.every`` turns have passed (``job``: the upkeep job running it, named in what
-    it stores; the job decided it was due)."""
-    if not cfg.enabled or call is None or (job is None and room.since_reflection < cfg.every):
+    it stores; the job decided it was due; ``resume``: how the job keeps its place;
+    ``plan``: the model's answer the job kept before a crash, applied without the model)."""
+    metadata = None if job is None else {JOB_TAG: job}
+    if plan is not None and resume is not None:  # the model answered before a crash
+        result = reflect_planned(
+            memory,
+            plan,
+            scope=event.fields,
+            table=table,
+            now=now,
+            metadata=metadata,
+            resume=resume,
+        )
+    elif not cfg.enabled or call is None or (job is None and room.since_reflection < cfg.every):
         return
-    history = scope_kwargs(event.history)
-    recent = memory.list(MESSAGES, end=_after(now), limit=cfg.window, **history)[::-1]
-    window = [{"role": str(r.metadata.get("role", "user")), "content": r.text} for r in recent]
-    result = reflect(
-        memory,
-        Budgeted(call, cfg.max_output_tokens),
-        window,
-        scope=event.fields,
-        table=table,
-        k=cfg.shown,
-        now=now,
-        metadata=None if job is None else {JOB_TAG: job},
-    )
+    else:
+        history = scope_kwargs(event.history)
+        recent = memory.list(MESSAGES, end=_after(now), limit=cfg.window, **history)[::-1]
+        window = [{"role": str(r.metadata.get("role", "user")), "content": r.text} for r in recent]
+        result = reflect(
+            memory,
+            Budgeted(call, cfg.max_output_tokens),
+            window,
+            scope=event.fields,
+            table=table,
+            k=cfg.shown,
+            now=now,
+            metadata=metadata,
+            resume=resume,
+        )
     report.reflection = result
     if result.error is not None:
         report.failures.append(TriggerFailure("reflection", result.error))

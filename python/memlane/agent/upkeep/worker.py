@@ -1,90 +1,150 @@
-"""The background worker: one thread that runs upkeep jobs in the order they came, so an
-agent's turn hands its LLM work over and returns (Letta's sleep-time agents, in process)."""
+"""The background worker: a thread that runs upkeep jobs in the order they came, so an
+agent's turn hands its LLM work over and returns (Letta's sleep-time agents, in process).
+
+Its queue is bounded twice: jobs of one slot (kind and room) coalesce while they wait,
+the newest taking the place of the older, and at most ``limit`` jobs wait at once."""
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
 from memlane.agent.callers import Caller
 from memlane.agent.upkeep.jobs import Job
 
-__all__ = ["Worker"]
+__all__ = ["QueueFullError", "Worker"]
 
 log = logging.getLogger("memlane.agent")
+
+
+class QueueFullError(Exception):
+    """The worker holds ``limit`` jobs already (the job was not queued)."""
+
+
+@dataclass(slots=True)
+class _Entry:
+    job: Job
+    call: Caller | None
 
 
 class Worker:
     """Runs ``run(job, call)`` for each job submitted (``call``: the LLM as the turn that
     asked had it), one at a time, on a daemon thread that starts with the first job.
-    ``run`` must not raise (an exception is logged)."""
+    ``run`` must not raise (an exception is logged). ``on_end`` is called once no job
+    of this worker runs any more after :meth:`close`; ``merge(newer, older)`` when
+    ``newer`` takes the place of the waiting ``older`` (under the worker's lock)."""
 
     def __init__(
-        self, run: Callable[[Job, Caller | None], None], name: str = "memlane-upkeep"
+        self,
+        run: Callable[[Job, Caller | None], None],
+        name: str,
+        limit: int,
+        on_end: Callable[[], None] | None = None,
+        merge: Callable[[Job, Job], None] | None = None,
     ) -> None:
         self._run = run
+        self._merge = merge
         self._name = name
-        self._queue: queue.SimpleQueue[tuple[Job, Caller | None] | None] = queue.SimpleQueue()
-        self._lock = threading.Condition()
-        self._waiting: list[Job] = []  # submitted, not finished (the running one first)
+        self._limit = limit
+        self._on_end = on_end
+        self._cv = threading.Condition()
+        self._queue: deque[_Entry] = deque()
+        self._slots: dict[Hashable, _Entry] = {}
+        self._running: Job | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def submit(self, job: Job, call: Caller | None) -> None:
-        with self._lock:
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def submit(self, job: Job, call: Caller | None) -> Job | None:
+        """Queues ``job``, or coalesces it with the job of its slot that waits: the newer
+        of the two waits, and the other is returned (it will not run; None if there was
+        none). Raises :class:`QueueFullError` when ``limit`` jobs wait already,
+        RuntimeError once closed (the caller checks first)."""
+        with self._cv:
             if self._closed:
                 raise RuntimeError("the upkeep worker is closed")
-            self._waiting.append(job)
+            slot = job.slot
+            entry = None if slot is None else self._slots.get(slot)
+            if entry is not None:
+                if entry.job.now > job.now:  # a job found again, older than the one waiting
+                    return job
+                old, entry.job, entry.call = entry.job, job, call
+                if self._merge is not None:
+                    self._merge(job, old)
+                return old
+            if len(self._queue) >= self._limit:
+                raise QueueFullError(f"{self._limit} upkeep jobs wait already")
+            entry = _Entry(job, call)
+            self._queue.append(entry)
+            if slot is not None:
+                self._slots[slot] = entry
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
-        self._queue.put((job, call))
+            self._cv.notify_all()
+        return None
 
     def pending(self) -> list[Job]:
-        """Jobs submitted and not finished, oldest first."""
-        with self._lock:
-            return list(self._waiting)
+        """Jobs submitted and not finished, oldest first (the running one first)."""
+        with self._cv:
+            head = [] if self._running is None else [self._running]
+            return head + [e.job for e in self._queue]
+
+    def busy(self) -> bool:
+        with self._cv:
+            return self._running is not None or bool(self._queue)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Waits until every job submitted so far has finished; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            while self._waiting:
+        with self._cv:
+            while self._running is not None or self._queue:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._lock.wait(left)
+                self._cv.wait(left)
         return True
 
     def close(self, timeout: float | None) -> list[Job]:
         """Waits up to ``timeout`` for the jobs, then stops: the job running goes on to its
         end, the others are not started. Returns the jobs left (not finished)."""
         self.wait(timeout)
-        with self._lock:
+        with self._cv:
             self._closed = True
-            left = list(self._waiting)
-        self._queue.put(None)
+            left = self.pending()
+            self._queue.clear()
+            self._slots.clear()
+            started = self._thread is not None
+            self._cv.notify_all()
+        if not started and self._on_end is not None:
+            self._on_end()
         return left
 
     def _loop(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            job, call = item
-            with self._lock:
-                if self._closed:  # closed before it started: it stays to do (durable ones)
-                    self._waiting.remove(job)
-                    self._lock.notify_all()
-                    continue
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:  # closed, nothing left to start
+                    break
+                entry = self._queue.popleft()
+                if entry.job.slot is not None:
+                    self._slots.pop(entry.job.slot, None)
+                self._running = entry.job
             try:
-                self._run(job, call)
+                self._run(entry.job, entry.call)
             except Exception:  # run() reports its own failures; this is a bug's last net
-                log.exception("memlane: upkeep job %s (%s) failed", job.id, job.kind)
+                log.exception("memlane: upkeep job %s (%s) failed", entry.job.id, entry.job.kind)
             finally:
-                with self._lock:
-                    self._waiting.remove(job)
-                    self._lock.notify_all()
+                with self._cv:
+                    self._running = None
+                    self._cv.notify_all()
+        if self._on_end is not None:
+            self._on_end()
