@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from memlane._core import Engine
+from memlane._core import Engine, unblobs
 from memlane._memory.access import AccessLog
-from memlane._memory.encoding import blobs, prepare, unblob
+from memlane._memory.encoding import blobs, prepare
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
 from memlane.errors import (
@@ -51,6 +51,8 @@ _GENERATION = "store_id"
 _FILL_CHUNK = 2_000
 # Rows an open reads ahead while its snapshot loads: about 220 MB at 384 dimensions.
 _READ_AHEAD = 250_000
+# Records a damaged database's error names (it counts all).
+_NAMED = 10
 
 # Forks this process descends from: a store opened before one belongs to the parent
 # (its connections, locks and threads), and the child must open its own.
@@ -191,6 +193,12 @@ class IndexSync:
                         reason = "it is missing"
                 except MemlaneError as e:
                     reason = str(e)
+                finally:
+                    # A failed load's future holds its error, whose traceback holds this
+                    # frame and the Memory opening the store: a reference cycle that
+                    # would keep a store nobody holds locked until the garbage collector
+                    # runs.
+                    del loading
                 if reason is not None:
                     self._rebuilding(reason)
                     engine, seq = None, 0
@@ -246,20 +254,31 @@ class IndexSync:
         the rows it does not await: rows added since the snapshot (the replay adds them),
         and rows whose vector it would refuse (stored before vectors were checked, never in
         the index). Live ids left without a vector make ``open`` rebuild: the engine
-        refuses to search while any is (``Engine.awaiting``)."""
+        refuses to search while any is (``Engine.awaiting``). A damaged blob is
+        :class:`CorruptFileError` naming every record that has one."""
         if not self.dim or not len(engine.awaiting()):
             return  # a snapshot that holds its vectors, or an empty graph
+        dim = self.dim
         after = ahead[-1][-1][0] if ahead else 0
-        filling: Future[None] | None = None
+        filling: tuple[Future[None], list[tuple[int, bytes]]] | None = None
+        damaged: list[int] = []
         # The engine decodes and fills a chunk (mostly without the GIL) while the next
-        # is read: at most two chunks in memory, besides those read ahead.
+        # is read: at most two chunks in memory, besides those read ahead. Past a
+        # damaged blob the rest is only checked, to name every damaged one.
         while rows := ahead.pop(0) if ahead else self.db.vectors(after, _FILL_CHUNK):
             after = max(after, rows[-1][0])
             if filling is not None:
-                filling.result()
-            filling = pool.submit(engine.fill, rows)
+                damaged += _filled(*filling, dim)
+                filling = None
+            if damaged:
+                damaged += _damaged(rows, dim)
+            else:
+                filling = (pool.submit(engine.fill, rows), rows)
         if filling is not None:
-            filling.result()
+            damaged += _filled(*filling, dim)
+        if damaged:
+            found = self.db.rows_by_rowid(damaged[:_NAMED])
+            raise self._damage_error(len(damaged), [found[r].id for r in damaged[:_NAMED]])
 
     def _unusable(self, engine: Engine, seq: int) -> str | None:
         if engine.dim != self.dim:
@@ -308,8 +327,13 @@ class IndexSync:
         if gone:
             engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         count = len(gone)
+        damaged: list[Row] = []
         for rows in self.db.rows_since(since):
             count += len(rows)
+            if damaged:
+                # Nothing more is applied: the rest is read to name every damaged blob.
+                damaged += [r for r in rows if self.dim and not _decodes(r.embedding, self.dim)]
+                continue
             if not self.expiring and any(r.expires_at is not None for r in rows):
                 self.expiring = True
             new = [
@@ -322,7 +346,12 @@ class IndexSync:
             with_vec = [r for r in full if self.dim and r.embedding is not None]
             without = [r for r in full if not (self.dim and r.embedding is not None)]
             if with_vec:
-                vectors = np.stack([unblob(r.embedding) for r in with_vec])  # type: ignore[misc]
+                assert self.dim
+                try:
+                    vectors = unblobs([r.embedding for r in with_vec], self.dim)  # type: ignore[misc]
+                except CorruptFileError:
+                    damaged = [r for r in with_vec if not _decodes(r.embedding, self.dim)]
+                    continue
                 ok = usable_vectors(vectors)
                 if not ok.all():
                     # Stored before vectors were checked for a unit length: found by
@@ -338,7 +367,18 @@ class IndexSync:
                 engine.apply(self.prepare(without, texts=True, vectors=None))
             if attrs:
                 engine.apply(self.prepare(attrs, texts=False, vectors=None))
+        if damaged:
+            raise self._damage_error(len(damaged), [r.id for r in damaged[:_NAMED]])
         return count, upto
+
+    def _damage_error(self, count: int, named: Sequence[str]) -> CorruptFileError:
+        """The error of ``count`` damaged vector blobs, the first of whose records are
+        ``named``."""
+        ids = ", ".join(repr(i) for i in named) + (" ..." if count > len(named) else "")
+        return CorruptFileError(
+            f"the database of {self.location} is damaged: {count} stored vector(s) cannot be "
+            f"read (records {ids}); restore it from a backup"
+        )
 
     def _refused_vectors(self, rows: Sequence[Row]) -> None:
         ids = ", ".join(repr(r.id) for r in rows[:3]) + (" ..." if len(rows) > 3 else "")
@@ -485,3 +525,34 @@ class IndexSync:
             raise StorageError(f"cannot write the snapshot's owner file {owner}: {e}") from e
         self.snap_seq = self.seq
         self.changes = 0
+
+
+def _decodes(blob: bytes | None, dim: int) -> bool:
+    """Whether the stored vector ``blob`` (or none) decodes to ``dim`` components."""
+    if blob is None:
+        return True
+    try:
+        unblobs([blob], dim)
+    except CorruptFileError:
+        return False
+    return True
+
+
+def _damaged(rows: Sequence[tuple[int, bytes]], dim: int) -> list[int]:
+    """The rowids of ``rows`` (``(rowid, blob)``) whose blob is damaged."""
+    try:
+        unblobs([b for _, b in rows], dim)
+    except CorruptFileError:
+        return [r for r, b in rows if not _decodes(b, dim)]
+    return []
+
+
+def _filled(filling: Future[None], rows: Sequence[tuple[int, bytes]], dim: int) -> list[int]:
+    """Waits for the engine's fill of ``rows``; the rowids of the damaged blobs it met."""
+    try:
+        filling.result()
+    except CorruptFileError:
+        if damaged := _damaged(rows, dim):
+            return damaged
+        raise
+    return []
