@@ -285,7 +285,7 @@ def test_two_writers_rewriting_one_entry_both_land(make_store, word_embedder, mo
     barrier = threading.Barrier(2, timeout=60)
     waited = threading.local()
     calls: list[str] = []
-    for name in ("supersede", "update"):
+    for name in ("replace", "supersede", "update"):
         method = getattr(mem, name)
 
         def wait_first(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
@@ -313,7 +313,7 @@ def test_two_writers_rewriting_one_entry_both_land(make_store, word_embedder, mo
     for t in threads:
         t.join()
     assert errors == []
-    assert calls == ["supersede"] * 3  # one lost the race and was applied again
+    assert calls == ["replace"] * 3  # one lost the race and was applied again
     (entry,) = Notebook(mem, scope).entries("WORLD.md")
     assert entry.text == "It shines in Lisbon and Faro."
     assert entry.created_at == MAY_1

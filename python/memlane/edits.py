@@ -2,8 +2,11 @@
 the version it finds current, and applied again to the version another writer left
 when that writer got there first, so no edit overwrites another.
 
-The model's edits of notes (:class:`memlane.notes.Notebook`) and of core memory blocks
-(:class:`memlane.agent.CoreMemory`) go through here.
+The model's edits of core memory blocks (:class:`memlane.agent.CoreMemory`) go through
+here: a block is one record, so the store's refusal to supersede a version no longer
+current makes the check of its limit part of the transaction that stores the edit. A
+notes file is many records, and its edits are made under its head instead
+(:func:`memlane.notes_files.write_entries`), tried up to :data:`ATTEMPTS` times as well.
 """
 
 from __future__ import annotations

@@ -31,14 +31,20 @@ removed). A file keeps within its limit: its size is what its entries take in
 the context (``[date] text`` lines, as :func:`notes_context` shows them), so
 a file within its limit is shown whole; an edit that would take it past the
 limit is refused with :class:`NoteLimitError`, saying by how much. A rewrite
-supersedes the entry (the old wording stays in the store's history) and keeps
-its date; two writers rewriting one entry at once both land, the later on the
+keeps the entry's id and date (the old wording stays in the store's history).
+
+The limit holds however many writers edit a file at once, on either backend: each
+edit reads the file's head (a record of its own, :data:`~memlane.notes_files.HEADS`)
+and then its entries, checks the limit against them, and stores its change in one
+transaction that replaces the head, only if the head is still the one it read
+(:func:`~memlane.notes_files.write_entries`). An edit that another writer got ahead of
+is made again over what that writer left: two appends at once both land if the file
+has room for both, and two writers rewriting one entry both land, the later on the
 earlier's text.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -46,16 +52,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, edits
-from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError
 from memlane.notes_files import (
     NOTE_FILES,
     NOTE_LIMITS,
     NOTES,
     entry_line,
     file_size,
+    head_token,
     kind_notes,
     record_line,
     unsuperseded,
+    write_entries,
 )
 from memlane.scoping import exact_scope
 
@@ -175,6 +183,17 @@ def _content(value: object, name: str, *, empty: bool = False) -> str:
     return value
 
 
+def _title(rec: MemoryRecord) -> str:
+    return str(rec.metadata.get("title") or "")
+
+
+def _busy(name: str) -> ConflictError:
+    return ConflictError(
+        f"{name} was changed by other writers {edits.ATTEMPTS} times during one edit; "
+        "nothing of this edit was stored"
+    )
+
+
 def _words(text: str) -> re.Pattern[str]:
     """Matches ``text`` with any whitespace between its words: the context shows an entry
     with its whitespace collapsed, and the model quotes what it sees."""
@@ -237,33 +256,38 @@ class Notebook:
     def append(self, file: str, content: str) -> NoteEdit:
         """Adds ``content`` to ``file`` as a new entry dated now.
 
-        Raises :class:`NoteLimitError` if the file would go past its limit. Two appends
-        at once may each see the room the other takes: the file can then go over by
-        one entry, and the context shows its newest entries within the limit."""
+        Raises :class:`NoteLimitError` if the file would go past its limit (checked in
+        the transaction that stores the entry, whoever else writes the file meanwhile)."""
         name, kind = self.file(file)
         text = _content(content, "content").strip()
         now = coerce.timestamp(self.clock(), "clock()")
-        current = kind_notes(self.memory, kind, self.scope, self._only)
-        size, limit = file_size(current), self.limits.get(kind, 0)
-        new_size = size + len(entry_line(now, "", text)) + 1
-        if new_size > limit:
-            raise NoteLimitError(name, limit, size, new_size)
-        position = max((int(r.metadata.get("position", 0)) for r in current), default=-1) + 1
-        rec = self.memory.add(
-            text,
-            table=NOTES,
-            type=kind,
-            metadata={"file": name, "title": "", "position": position},
-            created_at=now,
-            **self.scope,
-        )
-        return NoteEdit(name, new_size, limit, (rec.id,))
+        limit = self.limits.get(kind, 0)
+        for _ in range(edits.ATTEMPTS):
+            token = head_token(self.memory, kind, self.scope)
+            current = kind_notes(self.memory, kind, self.scope, self._only)
+            size = file_size(current)
+            new_size = size + len(entry_line(now, "", text)) + 1
+            if new_size > limit:
+                raise NoteLimitError(name, limit, size, new_size)
+            position = max((int(r.metadata.get("position", 0)) for r in current), default=-1) + 1
+            item = {
+                "text": text,
+                "table": NOTES,
+                "type": kind,
+                "metadata": {"file": name, "title": "", "position": position},
+                "created_at": now,
+                **self.scope,
+            }
+            stored = write_entries(self.memory, kind, self.scope, token, [item])
+            if stored is not None:
+                return NoteEdit(name, new_size, limit, (stored[0].id,))
+        raise _busy(name)
 
     def replace(self, file: str, old_content: str, new_content: str) -> NoteEdit:
         """Replaces every occurrence of ``old_content`` in ``file``'s entries with
         ``new_content`` (as :meth:`~memlane.agent.CoreMemory.replace`); whitespace
         matches any whitespace. An entry left empty is removed; the others keep their
-        date (the old wording stays in the store's history).
+        id and date (the old wording stays in the store's history).
 
         Raises :class:`~memlane.errors.UnknownIdError` if ``old_content`` is in no
         entry, :class:`NoteLimitError` if the edit would take the file past its limit
@@ -271,56 +295,53 @@ class Notebook:
         name, kind = self.file(file)
         old = _content(old_content, "old_content")
         new = _content(new_content, "new_content", empty=True)
-        current = kind_notes(self.memory, kind, self.scope, self._only)
-        longest = max((len(" ".join(r.text.split())) for r in current), default=0)
-        pattern = _words(old) if len(" ".join(old.split())) <= longest else None
-        texts: dict[str, str] = {}
-        replaced = 0
-        for rec in current if pattern is not None else []:
-            assert pattern is not None
-            text, n = pattern.subn(lambda _: new, rec.text)
-            if n:
-                texts[rec.id], replaced = text.strip(), replaced + n
-        if pattern is None or not replaced:
-            raise UnknownIdError(
-                f"old_content {old[:80]!r} is not in {name}; it must match the text of an "
-                "entry exactly (without its [date] or title)"
-            )
-        size, limit = file_size(current), self.limits.get(kind, 0)
-        new_size = sum(
-            len(
-                entry_line(
-                    r.created_at, str(r.metadata.get("title") or ""), texts.get(r.id, r.text)
+        limit = self.limits.get(kind, 0)
+        for _ in range(edits.ATTEMPTS):
+            token = head_token(self.memory, kind, self.scope)
+            current = kind_notes(self.memory, kind, self.scope, self._only)
+            longest = max((len(" ".join(r.text.split())) for r in current), default=0)
+            pattern = _words(old) if len(" ".join(old.split())) <= longest else None
+            texts: dict[str, str] = {}
+            replaced = 0
+            for rec in current if pattern is not None else []:
+                assert pattern is not None
+                text, n = pattern.subn(lambda _: new, rec.text)
+                if n:
+                    texts[rec.id], replaced = text.strip(), replaced + n
+            if pattern is None or not replaced:
+                raise UnknownIdError(
+                    f"old_content {old[:80]!r} is not in {name}; it must match the text of "
+                    "an entry exactly (without its [date] or title)"
                 )
+            size = file_size(current)
+            new_size = sum(
+                len(entry_line(r.created_at, _title(r), texts.get(r.id, r.text))) + 1
+                for r in current
+                if texts.get(r.id, r.text)
             )
-            + 1
-            for r in current
-            if texts.get(r.id, r.text)
-        )
-        if new_size > limit and new_size > size:
-            raise NoteLimitError(name, limit, size, new_size)
-        by = self.scope.get("agent_id")
-        ids: list[str] = []
-        removed = 0
-
-        def change(rec: MemoryRecord) -> tuple[str, dict[str, Any] | None] | None:
-            # Applied again to what a concurrent writer left: its change is kept.
-            text = pattern.sub(lambda _: new, rec.text).strip()
-            return None if not text or text == rec.text else (text, None)
-
-        for rec in current:
-            if rec.id not in texts:
-                continue
-            if not texts[rec.id]:
-                latest = edits.latest(self.memory, rec)
-                if latest is not None:
-                    with contextlib.suppress(UnknownIdError):  # another writer removed it first
-                        self.memory.delete(latest.id)
-                removed += 1
-                continue
-            with contextlib.suppress(UnknownIdError):  # another writer removed the entry
-                ids.append(edits.rewrite(self.memory, rec, change, keep_date=True, by=by).id)
-        return NoteEdit(name, self.size(name), limit, tuple(ids), replaced, removed)
+            if new_size > limit and new_size > size:
+                raise NoteLimitError(name, limit, size, new_size)
+            items = [
+                {
+                    "text": texts[r.id],
+                    "table": NOTES,
+                    "type": kind,
+                    "id": r.id,
+                    "metadata": r.metadata,
+                    "importance": r.importance,
+                    "evergreen": r.evergreen,
+                    "created_at": r.created_at,
+                    **self.scope,
+                }
+                for r in current
+                if texts.get(r.id)
+            ]
+            stored = write_entries(self.memory, kind, self.scope, token, items, list(texts))
+            if stored is not None:
+                removed = sum(1 for t in texts.values() if not t)
+                ids = tuple(r.id for r in stored)
+                return NoteEdit(name, new_size, limit, ids, replaced, removed)
+        raise _busy(name)
 
     def __repr__(self) -> str:
         return f"Notebook(scope={self.scope!r})"

@@ -6,16 +6,19 @@ files written from its notes and read back into them (the work behind
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
-from memlane.errors import InvalidArgumentError, NotFoundError, StorageError
+from memlane.errors import ConflictError, InvalidArgumentError, NotFoundError, StorageError
 from memlane.scoping import exact_scope
 
 if TYPE_CHECKING:
@@ -23,20 +26,27 @@ if TYPE_CHECKING:
     from memlane.store import MemoryStore
 
 __all__ = [
+    "HEADS",
     "NOTES",
     "NOTE_FILES",
     "NOTE_LIMITS",
     "entry_line",
     "export_notes",
     "file_size",
+    "head_token",
     "import_notes",
     "kind_notes",
     "record_line",
     "unsuperseded",
+    "write_entries",
 ]
 
 #: The table notes live in.
 NOTES = "notes"
+#: The table of the files' heads: one record per scope and file (its name as text) whose
+#: metadata ``token`` every change of the file's entries replaces, in the change's own
+#: transaction (see :func:`write_entries`).
+HEADS = "notes_heads"
 #: File name -> the kind (record type) of its entries, in OrcBot's order.
 NOTE_FILES: dict[str, str] = {
     "JOURNAL.md": "journal",
@@ -212,6 +222,72 @@ def file_size(records: list[MemoryRecord]) -> int:
     return sum(len(record_line(r)) + 1 for r in records)
 
 
+def _head_id(kind: str, fields: Mapping[str, Any]) -> str:
+    key = json.dumps([HEADS, sorted(fields.items()), kind])
+    return "notes-head-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _head(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The file's head with a new token, as an item of :meth:`~memlane.Memory.replace`."""
+    name = next(n for n, k in NOTE_FILES.items() if k == kind)
+    return {
+        "text": name,
+        "table": HEADS,
+        "type": kind,
+        "id": _head_id(kind, fields),
+        "metadata": {"file": name, "token": uuid.uuid4().hex},
+        "evergreen": True,
+        **fields,
+    }
+
+
+def head_token(store: MemoryStore, kind: str, fields: Mapping[str, Any]) -> str | None:
+    """The token of the head of one kind's file in a scope, None while it has none.
+
+    Read before the entries, from the index as they are: the head and the entries an edit
+    reads are then at least as new as each other's last change."""
+    found = store.list(HEADS, limit=1, filters={"id": _head_id(kind, fields)}, **fields)
+    return str(found[0].metadata.get("token")) if found else None
+
+
+def write_entries(
+    store: MemoryStore,
+    kind: str,
+    fields: dict[str, Any],
+    token: str | None,
+    items: Sequence[Mapping[str, Any]],
+    gone: Sequence[str] = (),
+) -> list[MemoryRecord] | None:
+    """Stores ``items`` (entries of one kind's file in the scope ``fields``) and deletes
+    the current entries of ids ``gone``, in one transaction that gives the file's head a
+    new token, only if the head still has ``token`` (None: the file has no head yet).
+    Returns the records stored, or None when another writer changed the file since
+    ``token`` was read (then nothing is stored).
+
+    The condition is checked inside the transaction, after every other writer's commit:
+    the head of ``token`` is deleted there if it is current, and the new head takes its id,
+    which the store refuses while another head holds it. An entry of ``gone`` that another
+    writer superseded is likewise not deleted, and the item that takes its id is refused."""
+    head = _head(kind, fields)
+    mine: list[dict[str, Any]] = [{"table": HEADS}, {"id": head["id"]}]
+    mine.append({"metadata.token": token if token is not None else ""})
+    flt: dict[str, Any] = {"$and": mine}
+    if gone:
+        entries = [{"table": NOTES}, {"id": {"$in": list(gone)}}, {"valid_to": None}]
+        flt = {"$or": [flt, {"$and": entries}]}
+    try:
+        _, stored = store.replace([*items, head], [NOTES, HEADS], filters=flt, **fields)
+    except (InvalidArgumentError, ConflictError):
+        current = unsuperseded({"id": {"$in": list(gone)}}) if gone else None
+        changed = head_token(store, kind, fields) != token or (
+            current is not None and store.count(NOTES, filters=current, **fields) < len(gone)
+        )
+        if changed:
+            return None
+        raise
+    return stored[:-1]
+
+
 def export_notes(
     store: MemoryStore, dir: str | Path, scope: Mapping[str, str | None]
 ) -> dict[str, int]:
@@ -263,6 +339,15 @@ def import_notes(
             }
             for i, e in enumerate(entries)
         ]
-        store.replace(items, NOTES, type=kind, filters=only, **fields)
+        # The files are the truth: the head changes whatever its token, so that an edit
+        # that read the notes before this import is made again over what it stored.
+        old = {"$and": [{"table": NOTES}, {"type": kind}, only]}
+        head = {"id": _head_id(kind, fields)}
+        store.replace(
+            [*items, _head(kind, fields)],
+            [NOTES, HEADS],
+            filters={"$or": [old, head]},
+            **fields,
+        )
         stored[name] = len(items)
     return stored
