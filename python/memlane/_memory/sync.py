@@ -138,15 +138,23 @@ class IndexSync:
             )
         if (pinned, pinned_dim) == (name, dim):
             return
-        if not reembed:
+        if not reembed or db.tenant:
 
             def describe(n: str, d: int) -> str:
                 return f"{n!r} (dimension {d})" if n else "no embedder (text only)"
 
+            # The pin speaks for every record, and a tenant's connection would re-embed
+            # only its own: the others' vectors would no longer match it.
+            fix = (
+                f"re-embed from a connection bound to no tenant (this one is confined to the "
+                f"tenant {db.tenant} and sees only its records), every process stopped"
+                if db.tenant
+                else "pass reembed=True to embed every record again with the new one"
+            )
             raise EmbedderMismatchError(
                 f"the store {self.location} was built with {describe(pinned, pinned_dim)} but is "
                 f"being opened with {describe(name, dim)}; open it with the same embedder, or "
-                "pass reembed=True to embed every record again with the new one"
+                f"{fix}"
             )
         self._reembed(embedder, name, dim)
 

@@ -35,6 +35,10 @@ class Store(Protocol):
     shared: bool
     #: Identifies the database, made when it was created: a snapshot records it.
     store_id: str
+    #: The tenant the connection is confined to (``FIELD:VALUE``, row-level security),
+    #: "" for none. A tenant sees only some of the records: store-wide state is not its
+    #: to change.
+    tenant: str
 
     def close(self) -> None: ...
 
@@ -45,13 +49,18 @@ class Store(Protocol):
     # -- meta and counters
     def get_meta(self, key: str, conn: Any = None) -> str | None: ...
     def set_meta(self, conn: Any, key: str, value: str) -> None: ...
-    def meta_items(self, prefix: str) -> list[tuple[str, str]]:
-        """Meta entries whose key starts with ``prefix``, in key order."""
+
+    # -- entries of the connection's tenant (another tenant's are neither seen nor touched)
+    def set_tenant_meta(self, conn: Any, key: str, value: str) -> None: ...
+    def tenant_meta_items(self, prefix: str) -> list[tuple[str, str]]:
+        """The tenant's entries whose key starts with ``prefix``, in key order."""
         ...
 
-    def swap_meta(self, conn: Any, key: str, old: str, new: str) -> bool: ...
+    def swap_tenant_meta(self, conn: Any, key: str, old: str, new: str) -> bool:
+        """Sets ``key`` to ``new`` if it holds ``old`` now; whether it did."""
+        ...
 
-    def delete_meta(self, conn: Any, key: str) -> None: ...
+    def delete_tenant_meta(self, conn: Any, key: str) -> None: ...
     def next_seq(self, conn: Any) -> int:
         """The sequence number of the transaction ``conn`` is in (called once per transaction)."""
         ...

@@ -1,5 +1,6 @@
 """What a dialect of :class:`~memlane.storage.sql.SQLStore` supplies, and what the store
-builds on it: driver errors mapped, write transactions, a tenant's ids, the meta table.
+builds on it: driver errors mapped, write transactions, a tenant's ids, the meta table
+and the tenant's own entries beside it.
 
 A backend supplies what really differs:
 
@@ -62,6 +63,9 @@ class Dialect(abc.ABC):
     #: Where a connection is confined to a tenant: what its ids are stored behind, so
     #: that ids are the tenant's own (see :meth:`_stored_id`). None: stored as given.
     _id_prefix: str | None = None
+    #: The tenant a connection is confined to (``FIELD:VALUE``), "" for none: the owner
+    #: of the ``tenant_meta`` entries it writes.
+    tenant = ""
 
     # -- what a dialect supplies ---------------------------------------------------------
 
@@ -259,24 +263,49 @@ class Dialect(abc.ABC):
             (key, value),
         )
 
-    def meta_items(self, prefix: str) -> list[tuple[str, str]]:
-        """Every meta entry whose key starts with ``prefix`` (not empty), in key order."""
-        # A key range, not LIKE: no escaping, and the primary key's index answers it.
-        high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        q = self._q(f"SELECT key, value FROM {self._p}meta WHERE key >= ? AND key < ? ORDER BY key")
-        return self._read(lambda c: [(str(r[0]), str(r[1])) for r in c.execute(q, (prefix, high))])
+    def seq(self) -> int:
+        return int(self.get_meta("seq") or 0)
 
-    def swap_meta(self, conn: Any, key: str, old: str, new: str) -> bool:
+    # -- entries of the connection's tenant ----------------------------------------------
+    # Kept apart from meta, whose store-wide state every connection reads: the database
+    # shows a tenant's connection only its own (row-level security), and every statement
+    # names the tenant, so a connection bound to none has entries of its own too.
+
+    def set_tenant_meta(self, conn: Any, key: str, value: str) -> None:
+        conn.execute(
+            self._q(
+                f"INSERT INTO {self._p}tenant_meta (tenant, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (tenant, key) DO UPDATE SET value = excluded.value"
+            ),
+            (self.tenant, key, value),
+        )
+
+    def tenant_meta_items(self, prefix: str) -> list[tuple[str, str]]:
+        """The tenant's entries whose key starts with ``prefix`` (not empty), in key order."""
+        # A key range, not LIKE: no escaping, and the primary key's index answers it (the
+        # key's collation compares code points, on both databases).
+        high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        q = self._q(
+            f"SELECT key, value FROM {self._p}tenant_meta "
+            "WHERE tenant = ? AND key >= ? AND key < ? ORDER BY key"
+        )
+        params = (self.tenant, prefix, high)
+        return self._read(lambda c: [(str(r[0]), str(r[1])) for r in c.execute(q, params)])
+
+    def swap_tenant_meta(self, conn: Any, key: str, old: str, new: str) -> bool:
         """Sets ``key`` to ``new`` if it holds ``old`` now: one statement, so of two
         writers that read ``old`` only one swaps (PostgreSQL re-reads the row it waited for)."""
         cur = conn.execute(
-            self._q(f"UPDATE {self._p}meta SET value = ? WHERE key = ? AND value = ?"),
-            (new, key, old),
+            self._q(
+                f"UPDATE {self._p}tenant_meta SET value = ? "
+                "WHERE tenant = ? AND key = ? AND value = ?"
+            ),
+            (new, self.tenant, key, old),
         )
         return bool(cur.rowcount == 1)
 
-    def delete_meta(self, conn: Any, key: str) -> None:
-        conn.execute(self._q(f"DELETE FROM {self._p}meta WHERE key = ?"), (key,))
-
-    def seq(self) -> int:
-        return int(self.get_meta("seq") or 0)
+    def delete_tenant_meta(self, conn: Any, key: str) -> None:
+        conn.execute(
+            self._q(f"DELETE FROM {self._p}tenant_meta WHERE tenant = ? AND key = ?"),
+            (self.tenant, key),
+        )

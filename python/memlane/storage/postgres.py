@@ -1,9 +1,10 @@
 """A PostgreSQL database shared by many processes: the source of truth of a fleet's store.
 
 Every table lives in one schema (``?schema=NAME`` in the URL, ``memlane`` by
-default), created and migrated by memlane: versioned scripts applied under an
-advisory lock, each recorded in ``migrations``, so concurrent first opens and
-reopens are safe.
+default), created and migrated by memlane: versioned scripts
+(:mod:`memlane.storage.pg_schema`) applied under an advisory lock, each recorded in
+``migrations``, so concurrent first opens and reopens are safe. A connection bound to a
+tenant (``?tenant=``) is refused unless row-level security binds its role.
 
 The change log is the same as the embedded store's (see
 :mod:`memlane.storage.base`; its statements are
@@ -42,10 +43,12 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from memlane import coerce
 from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 from memlane.records import SCOPE_FIELDS
-from memlane.schema import COLUMNS, Row, history_table, records_table
+from memlane.schema import COLUMNS, Row
 from memlane.storage.dialect import Columns, ErrorKind, Rows
+from memlane.storage.pg_schema import MIGRATIONS, SCHEMA_VERSION
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import TYPES, SQLStore
 
@@ -78,99 +81,9 @@ _KINDS: tuple[tuple[type[psycopg.Error], ErrorKind], ...] = (
     (psycopg.errors.DataCorrupted, "corrupt"),
     (psycopg.errors.IndexCorrupted, "corrupt"),
 )
-
-
-def _tenant_policy(table: str) -> str:
-    """Row-level security on ``table``: a connection that sets memlane.tenant (see
-    ?tenant=) sees and writes only the rows whose scope field memlane.tenant_field
-    equals it; one that does not set it sees everything."""
-    cases = "\n".join(f"            WHEN '{f}' THEN {f}" for f in SCOPE_FIELDS)
-    return f"""
-    ALTER TABLE {{s}}.{table} ENABLE ROW LEVEL SECURITY;
-    CREATE POLICY tenant ON {{s}}.{table} USING (
-        coalesce(current_setting('memlane.tenant', true), '') = ''
-        OR CASE current_setting('memlane.tenant_field', true)
-{cases}
-        END = current_setting('memlane.tenant', true)
-    );
-    """
-
-
-# Each entry migrates the schema from version i to i + 1; "{s}" is the schema.
-_MIGRATIONS = (
-    """
-    CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL);
-    INSERT INTO {s}.meta (key, value) VALUES
-        ('seq', '0'), ('next_rowid', '1'), ('forgotten', '0'),
-        ('store_id', gen_random_uuid()::text);
-    """
-    + records_table("postgres", "{s}.records")
-    + """;
-    CREATE INDEX records_seq ON {s}.records (seq);
-    CREATE INDEX records_hash ON {s}.records (content_hash);
-    CREATE TABLE {s}.recent (key text PRIMARY KEY, id text NOT NULL, at float8 NOT NULL);
-    CREATE INDEX recent_at ON {s}.recent (at);
-    CREATE INDEX recent_id ON {s}.recent (id);
-    CREATE TABLE {s}.tombstones (
-        rowid bigint PRIMARY KEY,
-        seq int8 NOT NULL,
-        at timestamptz NOT NULL DEFAULT now()
-    );
-    CREATE INDEX tombstones_seq ON {s}.tombstones (seq);
-    """,
-    # The policy binds every role but the tables' owner and superusers, so workers
-    # confined to a tenant log in as a role of their own.
-    _tenant_policy("records"),
-    # Supersession and history. A store made by migration 1 of this release has
-    # valid_to already; older ones gain it. History entries keep the scope columns,
-    # so the tenant policy binds them as it binds the records.
-    """
-    ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS valid_to float8;
-    """
-    + history_table("postgres", "{s}.history")
-    + """;
-    CREATE INDEX history_id ON {s}.history (id);
-    CREATE INDEX history_next ON {s}.history (next_id);
-    """
-    + _tenant_policy("history"),
-    # The dedup window's keys hold scope values, message ids and contacts: a tenant
-    # sees a key only while it sees the record the key names. (Tombstones hold a
-    # rowid and a sequence number, nothing of a record, and every follower replays
-    # them, so they stay visible.)
-    """
-    ALTER TABLE {s}.recent ENABLE ROW LEVEL SECURITY;
-    CREATE POLICY tenant ON {s}.recent USING (
-        coalesce(current_setting('memlane.tenant', true), '') = ''
-        OR EXISTS (SELECT 1 FROM {s}.records r WHERE r.id = recent.id)
-    );
-    """,
-    # Expiry and the second timeline (when the store learned a version). A store made
-    # by migration 1 of this release has the columns already. Each version of an
-    # older store was learned when first written: its earliest version's updated_at.
-    """
-    ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS expires_at float8;
-    ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS expires_at float8;
-    ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS recorded_at float8;
-    ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS recorded_at float8;
-    UPDATE {s}.records r SET recorded_at = coalesce(
-        (SELECT min(h.updated_at) FROM {s}.history h WHERE h.id = r.id), r.updated_at)
-        WHERE recorded_at IS NULL;
-    UPDATE {s}.history h SET recorded_at = coalesce(
-        (SELECT min(o.updated_at) FROM {s}.history o WHERE o.id = h.id), h.updated_at)
-        WHERE recorded_at IS NULL;
-    ALTER TABLE {s}.records ALTER COLUMN recorded_at SET NOT NULL;
-    ALTER TABLE {s}.history ALTER COLUMN recorded_at SET NOT NULL;
-    CREATE INDEX IF NOT EXISTS records_expires ON {s}.records (expires_at)
-        WHERE expires_at IS NOT NULL;
-    """,
-    # Who said a conversation turn. A store made by migration 1 of this release has
-    # the column already; older records are no turns (None).
-    """
-    ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS speaker text;
-    ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS speaker text;
-    """,
-)
-SCHEMA_VERSION = len(_MIGRATIONS)
+# A tenant's value is part of the keys of its ids and entries, which an index holds
+# (at most about 2.7 kB a key).
+_TENANT_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +123,11 @@ class PostgresTarget:
                     raise InvalidArgumentError(
                         f"tenant must be FIELD:VALUE with FIELD one of {list(SCOPE_FIELDS)}, "
                         f"got {value!r}"
+                    )
+                coerce.clean(who, "the tenant")
+                if len(who) > _TENANT_MAX:
+                    raise InvalidArgumentError(
+                        f"the tenant must be at most {_TENANT_MAX} characters, got {len(who)}"
                     )
                 tenant = (field, who)
             else:
@@ -298,6 +216,8 @@ class PostgresStore(SQLStore):
         self._closed = False
         self._cache = RowCache(self.target.row_cache)
         self._id_prefix = self.target.id_prefix
+        if self.target.tenant is not None:
+            self.tenant = ":".join(self.target.tenant)
         self._migrate()
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.target.conninfo,
@@ -382,20 +302,25 @@ class PostgresStore(SQLStore):
             # create, so a role that may not create schemas can open the store.
             with self._failing("cannot prepare the memlane schema"):
                 done = self._version(conn)
+                if self.target.tenant is not None:
+                    self._check_bound(conn, done)
                 if done < SCHEMA_VERSION:
                     with conn.transaction():
                         conn.execute(
                             "SELECT pg_advisory_xact_lock(hashtext(%s))",
                             (f"memlane:{self.target.schema}",),
                         )
-                        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                        # CREATE SCHEMA IF NOT EXISTS needs the right to create one even
+                        # where it exists: a schema made for the owner beforehand is used.
+                        if conn.execute("SELECT to_regnamespace(%s)", (s,)).fetchone() == (None,):
+                            conn.execute(f"CREATE SCHEMA {s}")
                         conn.execute(
                             f"CREATE TABLE IF NOT EXISTS {s}.migrations (version int PRIMARY KEY, "
                             "applied_at timestamptz NOT NULL DEFAULT now())"
                         )
                         done = self._version(conn)
                         for version in range(done + 1, SCHEMA_VERSION + 1):
-                            conn.execute(_MIGRATIONS[version - 1].format(s=s).encode())
+                            conn.execute(MIGRATIONS[version - 1].format(s=s).encode())
                             conn.execute(
                                 f"INSERT INTO {s}.migrations (version) VALUES (%s)", (version,)
                             )
@@ -406,6 +331,23 @@ class PostgresStore(SQLStore):
                 f"{self.location} has schema version {done}; this memlane reads up "
                 f"to {SCHEMA_VERSION} (upgrade memlane)"
             )
+
+    def _check_bound(self, conn: psycopg.Connection[Any], done: int) -> None:
+        """Refuses a tenant where row-level security does not bind the connection's role
+        (the tables' owner, a superuser, a role with BYPASSRLS): it would read, index and
+        cache every tenant's records, and see every tenant's entries. A store not made yet
+        would be made by, and so belong to, this role."""
+        q = "SELECT row_security_active(%s::regclass)"
+        if done and conn.execute(q, (f"{self._s}.records",)).fetchone() == (True,):
+            return
+        role = conn.execute("SELECT current_user").fetchone()[0]  # type: ignore[index]
+        why = "the store does not exist yet, and " if not done else ""
+        raise InvalidArgumentError(
+            f"?tenant={self.tenant} needs row-level security in force, but {why}it does not "
+            f"bind the role {role!r} ({self.location}): the tables' owner, superusers and "
+            "roles with BYPASSRLS see every tenant's records. Connect as a role of the "
+            "tenants' own (docs/postgres.md), or without ?tenant="
+        )
 
     def _refused(self, e: Exception) -> MemlaneError:
         if self.target.tenant is None:

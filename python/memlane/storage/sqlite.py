@@ -44,12 +44,17 @@ T = TypeVar("T")
 # 2: records.valid_to and the history table.
 # 3: expires_at and recorded_at, in the records and the history.
 # 4: speaker, in the records and the history.
-SCHEMA_VERSION = 4
+# 5: tenant_meta, where jobs are kept (PostgreSQL's tenants own theirs; here: no tenant).
+SCHEMA_VERSION = 5
 
 
 _SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- The entries a tenant owns (the jobs of Memory.jobs): "" here, where there are none.
+CREATE TABLE IF NOT EXISTS tenant_meta (
+    tenant TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (tenant, key)
+);
 """
     + records_table("sqlite")
     + """;
@@ -108,7 +113,8 @@ def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Brings an older store's tables to the schema's columns (a table created by this
-    open, the history of a version-1 store, has them already)."""
+    open, the history of a version-1 store, has them already), and its jobs to
+    ``tenant_meta``."""
     later = (("expires_at", "REAL"), ("recorded_at", None), ("speaker", "TEXT"))
     for table, columns in (("records", (("valid_to", "REAL"), *later)), ("history", later)):
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
@@ -121,6 +127,12 @@ def _migrate(conn: sqlite3.Connection) -> None:
             )
             if name == "recorded_at":
                 conn.execute(_RECORDED.format(table=table))
+    # Jobs were kept in meta before tenant_meta (made by this open) held them.
+    conn.execute(
+        "INSERT OR REPLACE INTO tenant_meta (tenant, key, value) "
+        "SELECT '', key, value FROM meta WHERE substr(key, 1, 4) = 'job:'"
+    )
+    conn.execute("DELETE FROM meta WHERE substr(key, 1, 4) = 'job:'")
 
 
 #: When a store that predates ``recorded_at`` learned each version: when it was first
