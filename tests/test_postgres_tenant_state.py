@@ -303,6 +303,18 @@ def test_a_tenants_reembed_cannot_change_the_pin(pg_server: PgServer) -> None:
         assert [h.record.text for h in bob.search("coffee", k=1, mode="vector")] == [
             "bob likes coffee"
         ]
+    # Nor does a tenant choose the embedder of a store that has none yet (its owner
+    # stopped between making the tables and the pin).
+    with d.sql() as conn:
+        pin = conn.execute(
+            f"DELETE FROM {d.schema}.meta WHERE key IN ('embedder', 'dimension', 'language') "
+            "RETURNING key, value"
+        ).fetchall()
+    with pytest.raises(EmbedderMismatchError, match="no embedder yet"):
+        Memory(d.tenant("alice"), other)
+    with d.sql() as conn:
+        assert conn.execute(f"SELECT 1 FROM {d.schema}.meta WHERE key = 'embedder'").rowcount == 0
+        conn.cursor().executemany(f"INSERT INTO {d.schema}.meta VALUES (%s, %s)", pin)
     # Bound to no tenant, re-embedding rewrites every row, and the pin with them.
     with Memory(d.worker, other, reembed=True) as unbound:
         assert len(unbound) == 2

@@ -125,6 +125,12 @@ class IndexSync:
         name = "" if embedder is None else embedder.name
         dim = 0 if embedder is None else int(embedder.dimension)
         pinned = db.get_meta("embedder")
+        if pinned is None and db.tenant:
+            raise EmbedderMismatchError(
+                f"the store {self.location} has no embedder yet, and a connection confined "
+                f"to the tenant {db.tenant} does not choose the whole store's: open it once "
+                "bound to no tenant first"
+            )
         if pinned is None:
             with db.transaction() as conn:
                 db.set_meta(conn, "embedder", name)
