@@ -30,6 +30,7 @@ import numpy as np
 
 from memlane._core import Engine
 from memlane._memory.encoding import NewRecord, record
+from memlane._memory.querying import unexpired, visible
 from memlane.coerce import FloatArray
 from memlane.records import SCOPE_FIELDS
 from memlane.storage import Store
@@ -156,12 +157,16 @@ def load_window(window: DedupWindow, db: Store, now: float) -> None:
         window.remember(window_keys(scope, rec.metadata, row.content_hash), record_id, at)
 
 
-def scope_filter(table: str, scope: Sequence[str | None]) -> dict[str, Any]:
-    """Exactly this table and scope: unset scope fields must be unset."""
+def scope_filter(
+    table: str, scope: Sequence[str | None], live: float | None = None
+) -> dict[str, Any]:
+    """Exactly this table and scope: unset scope fields must be unset; with ``live``,
+    only the records not expired then."""
     conds: list[dict[str, Any]] = [{"table": table}]
     for f, v in zip(SCOPE_FIELDS, scope, strict=True):
         conds.append({f: v} if v is not None else {f: {"$exists": False}})
-    return {"$and": conds}
+    flt = {"$and": conds}
+    return flt if live is None else unexpired(flt, live)
 
 
 def decide(
@@ -173,7 +178,10 @@ def decide(
     window: DedupWindow,
     threshold: float,
     near_duplicate: Literal["mark", "skip"],
+    expiring: bool,
 ) -> Decision:
+    """What to store of ``news`` at ``now``: a record expired by then is no duplicate
+    (``expiring``: whether any record of the store may have)."""
     out = Decision()
     wanted = [n.content_hash for n in news if n.dedup]
     if not wanted and not any(n.metadata for n in news):
@@ -182,19 +190,22 @@ def decide(
     exact: dict[tuple[Any, ...], Target] = {}
     if wanted:
         for row in db.rows_by_hash(wanted, embedding=False):
-            if row.valid_to is not None:  # superseded: no longer true, so no duplicate
+            if row.valid_to is not None or not visible(row, now):  # no longer true, or gone
                 continue
             key = (row.content_hash, row.tbl, *row[5:11])
             exact.setdefault(key, row.id)
-    stored_near, batch_near = _near_candidates(news, db, engine, threshold) if wanted else ({}, {})
+    live = now if expiring else None
+    stored_near, batch_near = (
+        _near_candidates(news, db, engine, threshold, live) if wanted else ({}, {})
+    )
     window_batch: dict[str, int] = {}
     kept: set[int] = set()
     for i, n in enumerate(news):
         skey = (n.table, *n.scope)
         wkeys = window_keys(skey, n.metadata, n.content_hash)
         seen = window.find(wkeys, now)
-        if seen is not None and not db.existing_ids([seen]):
-            # Deleted in bulk (delete_all, prune) after the window saw it.
+        if seen is not None and not visible(db.row_by_id(seen), now):
+            # Deleted in bulk (delete_all, prune) after the window saw it, or expired.
             window.forget(seen)
             seen = None
         found: Target | None = seen
@@ -229,11 +240,11 @@ def decide(
 
 
 def _near_candidates(
-    news: list[NewRecord], db: Store, engine: Engine, threshold: float
+    news: list[NewRecord], db: Store, engine: Engine, threshold: float, live: float | None
 ) -> tuple[dict[int, str], dict[int, list[int]]]:
     """For each ``unique`` item with a vector: the stored record at least ``threshold``
-    similar (by id), and the earlier items of the batch in its table and scope that
-    are (by index, in order)."""
+    similar (by id), not expired at ``live`` (if given), and the earlier items of the
+    batch in its table and scope that are (by index, in order)."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, n in enumerate(news):
         if n.embedding is not None:
@@ -247,7 +258,7 @@ def _near_candidates(
     ids, _ = engine.nearest(
         vectors,
         [group_of[i] for i in checked],
-        [scope_filter(key[0], key[1:]) for key in keys],
+        [scope_filter(key[0], key[1:], live) for key in keys],
         threshold,
     )
     hit = {i: int(r) for i, r in zip(checked, ids.tolist(), strict=True) if r != 2**64 - 1}

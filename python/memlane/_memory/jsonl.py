@@ -5,6 +5,7 @@ per history entry (``{"history": {...the replaced version's fields, "event", "at
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -65,12 +66,19 @@ def export(db: Store, access: AccessLog, path: Path, embeddings: bool) -> int:
 
 
 def _write(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> int:
-    n = 0
+    """The records not expired, then the history; a record that expired is history
+    already, its last version deleted by ``"expire"`` when it expired (as the sweep
+    that removes it will keep it)."""
+    n, now = 0, time.time()
+    expired: list[HistoryEntry] = []
     for row in db.iter_rows(embedding=embeddings):
+        if row.expires_at is not None and row.expires_at <= now:
+            expired.append((row, "delete", row.expires_at, "expire", None))
+            continue
         rec = record(row, access.get(row.rowid), embeddings)
         f.write(json.dumps(rec.to_dict(embedding=embeddings), ensure_ascii=False) + "\n")
         n += 1
-    for row, event, at, actor, next_id in db.iter_history():
+    for row, event, at, actor, next_id in itertools.chain(db.iter_history(), expired):
         entry = record(row, None).to_dict(embedding=False)
         entry.update(event=event, at=at, by=actor, next_id=next_id)
         f.write(json.dumps({"history": entry}, ensure_ascii=False) + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from memlane import _core, coerce
 from memlane._memory.access import AccessLog
@@ -15,6 +15,7 @@ from memlane.coerce import FloatArray
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import InvalidArgumentError
 from memlane.records import SearchHit
+from memlane.schema import Row
 
 Mode = Literal["hybrid", "vector", "text"]
 
@@ -75,6 +76,12 @@ def versions_filter(
         if as_of is None:
             conds.append({"$or": [{"valid_to": None}, {"updated_at": {"$gt": t}}]})
     return {"$and": conds if flt is None else [flt, *conds]}, False
+
+
+def visible(row: Row | None, now: float) -> TypeGuard[Row]:
+    """Whether reads return ``row`` at ``now``: there is one, and it has not expired
+    (from that instant every read leaves it out; maintenance removes it later)."""
+    return row is not None and (row.expires_at is None or row.expires_at > now)
 
 
 def unexpired(flt: dict[str, Any] | None, now: float) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from memlane._core import Engine
 from memlane._memory import jsonl, maintenance
 from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook
-from memlane._memory.querying import Mode, Searcher, build_filter, unexpired
+from memlane._memory.querying import Mode, Searcher, build_filter, unexpired, visible
 from memlane._memory.sync import IndexSync
 from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
@@ -190,7 +190,7 @@ class MemoryStore:
         """The record with this id; raises :class:`~memlane.errors.UnknownIdError` if none."""
         self._sync.check_open()
         row = self._db.row_by_id(coerce.text(id, "id"), embedding=include_embedding)
-        if row is None or (row.expires_at is not None and row.expires_at <= time.time()):
+        if not visible(row, time.time()):
             raise UnknownIdError(f"no memory with id {id!r}")
         return record(row, self._access.get(row.rowid), include_embedding)
 
@@ -344,7 +344,7 @@ class MemoryStore:
     # -- reads ------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._sync.engine)
+        return int(self._sync.engine.count(self._live(None)))
 
     def __contains__(self, id: object) -> bool:
         if not isinstance(id, str):
@@ -353,7 +353,7 @@ class MemoryStore:
             coerce.clean(id, "id")
         except InvalidArgumentError:
             return False  # no record can have an id the databases cannot store
-        return self._db.row_by_id(id) is not None
+        return visible(self._db.row_by_id(id), time.time())
 
     def count(
         self,

@@ -12,11 +12,13 @@ store went through.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
 from memlane import coerce
 from memlane._memory.encoding import record
+from memlane._memory.querying import visible
 from memlane._memory.sync import IndexSync
 from memlane._memory.writer import Writer
 from memlane.records import MemoryRecord, MemoryVersion
@@ -61,10 +63,10 @@ class Versions:
             seen.add(prev)
         out: list[MemoryVersion] = []
         opened: tuple[str, float | None, str | None] = ("add", None, None)
-        i = 0
+        i, now = 0, time.time()
         while i < len(chain):
             entries = db.history([chain[i]])
-            versions, successor = _versions(entries, db.row_by_id(chain[i]), opened)
+            versions, successor = _versions(entries, db.row_by_id(chain[i]), opened, now)
             out.extend(versions)
             opened = ("add", None, None)
             if successor is not None:
@@ -80,9 +82,11 @@ def _versions(
     entries: list[HistoryEntry],
     current: Any,
     opened: tuple[str, float | None, str | None],
+    now: float,
 ) -> tuple[list[MemoryVersion], tuple[str, float, str | None] | None]:
     """One id's versions from its history entries and current row, and the record that
-    superseded it (id, when, by whom)."""
+    superseded it (id, when, by whom). A current row expired at ``now`` ended then,
+    deleted by ``"expire"``, as the sweep that removes it keeps it."""
     out: list[MemoryVersion] = []
     made = opened
     # A supersede entry holds the open version; the closed one that follows it is the
@@ -99,6 +103,8 @@ def _versions(
         ending = None
         made = ("add", None, None) if event == "delete" else (event, at, actor)
     if current is not None:
+        if ending is None and not visible(current, now):
+            ending = ("delete", current.expires_at, "expire", None)
         out.append(_version(current, made, ending))
     return out, successor
 

@@ -27,6 +27,7 @@ from memlane._memory.encoding import (
     unblob,
     validate,
 )
+from memlane._memory.querying import visible
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
 from memlane.dedup import content_hash
@@ -65,11 +66,6 @@ def _current_for_write(db: Store, conn: Any, record_id: str, change: str) -> Row
             "replaced it)"
         )
     return row
-
-
-def _expired(row: Row, now: float) -> bool:
-    """Whether ``row`` expired (reads treat it as gone before maintenance removes it)."""
-    return row.expires_at is not None and row.expires_at <= now
 
 
 def _check_current(row: Row, change: str = "supersede") -> None:
@@ -193,14 +189,17 @@ class Writer:
             if importing or replacing is not None:
                 decision = duplicates.Decision(store=list(range(len(news))))
             else:
+                # The clock read now, not before the embedding: what expired
+                # meanwhile is no duplicate.
                 decision = duplicates.decide(
                     news,
-                    now,
+                    time.time(),
                     db=self.db,
                     engine=sync.engine,
                     window=self.window,
                     threshold=self.dedup_threshold,
                     near_duplicate=self.near_duplicate,
+                    expiring=sync.expiring,
                 )
             recent: list[tuple[str, str, float]] = []
             if self.window.seconds > 0 and not importing and replacing is None:
@@ -358,7 +357,7 @@ class Writer:
         now = time.time()
         when = now if at is None else coerce.timestamp(at, "at")
         seen = db.row_by_id(old_id)
-        if seen is None or _expired(seen, now):
+        if not visible(seen, now):
             raise UnknownIdError(f"no memory with id {old_id!r}")
         _check_current(seen)
         n = self._successor(seen, item, when, now)
@@ -416,7 +415,7 @@ class Writer:
         sync, db = self.sync, self.db
         sync.check_open()
         seen = db.row_by_id(record_id)
-        if seen is None or _expired(seen, time.time()):
+        if not visible(seen, time.time()):
             raise UnknownIdError(f"no memory with id {record_id!r}")
         _check_current(seen, "update")
         n = self._updated(seen, fields)

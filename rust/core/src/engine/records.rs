@@ -317,6 +317,31 @@ pub struct Records {
     pub(crate) sessions: FxHashMap<[u32; 6], BTreeMap<(u64, u64), u32>>,
 }
 
+/// The clock times for which an answer that read records' expiry holds:
+/// from the latest expiry it found passed (inclusive) until the soonest it
+/// found ahead (exclusive).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Held {
+    pub from: f64,
+    pub until: f64,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held {
+            from: f64::NEG_INFINITY,
+            until: f64::INFINITY,
+        }
+    }
+}
+
+impl Held {
+    /// Whether the answer holds at `now`.
+    pub fn at(&self, now: f64) -> bool {
+        self.from <= now && now < self.until
+    }
+}
+
 /// A record's place in its session: `created_at` (as bits that sort as the
 /// floats do), then the id, so turns stored in the same second keep the
 /// order they were stored in.
@@ -405,17 +430,43 @@ impl Records {
         Some([some(self.prev[s]), some(self.next[s])])
     }
 
+    /// `neighbour` (a neighbour of some turn, toward its session's start if
+    /// `back`) as a read at `now` sees it: past the turns expired by then,
+    /// which no read sees, removed yet or not (removing them joins their
+    /// neighbours). `held` narrows to the clock times this answer holds for.
+    pub fn live_neighbour(
+        &self,
+        mut neighbour: Option<u32>,
+        back: bool,
+        now: f64,
+        held: &mut Held,
+    ) -> Option<u32> {
+        let links = if back { &self.prev } else { &self.next };
+        while let Some(n) = neighbour {
+            let at = self.expires_at[n as usize];
+            if at > now {
+                held.until = held.until.min(at);
+                return Some(n);
+            }
+            held.from = held.from.max(at);
+            neighbour = Some(links[n as usize]).filter(|&l| l != NONE);
+        }
+        None
+    }
+
+    /// Asks for what [`live_neighbour`](Self::live_neighbour) reads first of
+    /// `slot`, and its id.
+    pub fn prefetch_expiry(&self, slot: u32) {
+        prefetch(self.expires_at.as_ptr().wrapping_add(slot as usize));
+        prefetch(self.ids.as_ptr().wrapping_add(slot as usize));
+    }
+
     /// Asks for what [`neighbours`](Self::neighbours) reads of `slot`.
     pub fn prefetch_neighbours(&self, slot: u32) {
         let s = slot as usize;
         prefetch(self.scope[SESSION].as_ptr().wrapping_add(s));
         prefetch(self.prev.as_ptr().wrapping_add(s));
         prefetch(self.next.as_ptr().wrapping_add(s));
-    }
-
-    /// Asks for what [`id`](Self::id) reads of `slot`.
-    pub fn prefetch_id(&self, slot: u32) {
-        prefetch(self.ids.as_ptr().wrapping_add(slot as usize));
     }
 
     /// The interned scope of `slot`, every field: a session's key.

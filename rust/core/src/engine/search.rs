@@ -11,6 +11,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use super::pending::normalised;
+use super::records::Held;
 use super::retrievals::{Key, MAX_CANDIDATES};
 use super::speakers::SpeakerQuery;
 use super::{Engine, Filter};
@@ -125,6 +126,9 @@ pub(super) struct Retrieved {
     ceiling: f64,
     /// Whether the query names the speaker of a candidate.
     named: bool,
+    /// The clock times for which the turns' neighbours it read hold (it is
+    /// retrieved again at another time).
+    held: Held,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -195,7 +199,8 @@ impl Engine {
                 fills,
             )
         });
-        let retrieved = match key.as_ref().and_then(|k| self.retrievals.get(k)) {
+        let cached = key.as_ref().and_then(|k| self.retrievals.get(k));
+        let retrieved = match cached.filter(|found| found.held.at(req.now)) {
             Some(found) => found,
             None => {
                 let Some(found) = self.retrieve(req, query.as_deref(), text, pool, fills)? else {
@@ -300,9 +305,10 @@ impl Engine {
         if let (Some(q), true) = (&analysed, fills.1) {
             self.fill_bm25(q, &order, &mut cands);
         }
-        if let (Some(q), true) = (&analysed, fills.2) {
-            self.fill_context(q, &order, &mut cands);
-        }
+        let held = match (&analysed, fills.2) {
+            (Some(q), true) => self.fill_context(q, &order, &mut cands, req.now),
+            _ => Held::default(),
+        };
         let named = match text {
             Some(t) if fills.3 => self.fill_speakers(t, &order, &mut cands),
             _ => false,
@@ -318,6 +324,7 @@ impl Engine {
             vector_found: !vector_hits.is_empty(),
             ceiling,
             named,
+            held,
         }))
     }
 
@@ -544,12 +551,20 @@ impl Engine {
 
     /// The contextual BM25 of the candidates that have a `session_id`: the
     /// query's score over the turn joined with its previous and next turn
-    /// of the session, from the three forward lists (a few candidates times
-    /// the query's terms, whatever the store holds).
-    fn fill_context(&self, query: &Query, order: &[u64], cands: &mut FxHashMap<u64, Cand>) {
+    /// of the session not expired at `now` (a few candidates times the
+    /// query's terms, whatever the store holds), from the three forward
+    /// lists. Returns the clock times for which these neighbours hold.
+    fn fill_context(
+        &self,
+        query: &Query,
+        order: &[u64],
+        cands: &mut FxHashMap<u64, Cand>,
+        now: f64,
+    ) -> Held {
         let r = &self.records;
+        let mut held = Held::default();
         if r.sessions.is_empty() {
-            return; // no record is a conversation turn
+            return held; // no record is a conversation turn
         }
         // Each step's reads are asked for before the next step needs them, so
         // the misses of scattered slots overlap.
@@ -565,15 +580,18 @@ impl Engine {
             .filter_map(|&(id, s)| Some((id, r.neighbours(s)?)))
             .collect();
         if linked.is_empty() {
-            return;
+            return held;
         }
         for n in linked.iter().flat_map(|(_, n)| n).flatten() {
-            r.prefetch_id(*n);
+            r.prefetch_expiry(*n);
         }
-        let id_of = |n: Option<u32>| n.map_or(crate::bm25::MISSING, |n| r.id(n));
+        let mut id_of = |n: Option<u32>, back: bool| {
+            r.live_neighbour(n, back, now, &mut held)
+                .map_or(crate::bm25::MISSING, |n| r.id(n))
+        };
         let groups: Vec<[u64; 3]> = linked
             .iter()
-            .map(|&(id, [prev, next])| [id_of(prev), id, id_of(next)])
+            .map(|&(id, [prev, next])| [id_of(prev, true), id, id_of(next, false)])
             .collect();
         for (&(id, _), score) in linked
             .iter()
@@ -583,6 +601,7 @@ impl Engine {
                 c.bm25_context = Some(score);
             }
         }
+        held
     }
 
     /// Which candidates' speaker the query names (a hash look-up and a

@@ -640,6 +640,49 @@ fn contextual_bm25_follows_removals_and_snapshots() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A turn expired at the search's `now` lends no words, removed yet or not:
+/// the turns beside it are neighbours, as its removal will make them. A
+/// retrieval kept from a search at another time is not reused across an
+/// expiry.
+#[test]
+fn contextual_bm25_passes_expired_turns() {
+    let mut e = conversation();
+    // The question expires at 150 h; a turn between it and the answer at 120 h.
+    let texts = vec!["do you go hiking".to_owned(), "wait".to_owned()];
+    let mut a = [
+        attrs("a", 0.5, 0.0, false),
+        attrs("a", 0.5, 0.5 * HOUR, false),
+    ];
+    for (turn, at) in a.iter_mut().zip([150.0, 120.0]) {
+        turn.scope[4] = Some("s".into());
+        turn.expires_at = Some(at * HOUR);
+    }
+    e.upsert(Batch {
+        ids: &[1, 5],
+        texts: Some(&texts),
+        vectors: Some(&[0.0, 1.0, 0.0, 1.0]),
+        attrs: &a,
+    })
+    .unwrap();
+    let q = [1.0, 0.0];
+    let context_at = |hours: f64| {
+        let mut r = request(Some("hiking"), Some(&q), Mode::Hybrid);
+        r.now = hours * HOUR;
+        let hits = e.search(&r).unwrap();
+        let at = hits.ids.iter().position(|&id| id == 2).unwrap();
+        hits.signals[at].bm25_context.unwrap()
+    };
+    // Before 120 h the answer follows "wait"; from then on the question,
+    // until it expires too.
+    assert_eq!(context_at(100.0), 0.0);
+    assert!(context_at(120.0) > 0.0);
+    assert!(context_at(149.0) > 0.0);
+    assert_eq!(context_at(150.0), 0.0);
+    assert_eq!(context_at(100.0), 0.0, "a clock set back");
+    assert!(context_at(130.0) > 0.0);
+    assert_eq!(e.retrievals.len(), 1);
+}
+
 /// A chat of the user with Caroline, plus a record that is no turn; text only.
 fn chat() -> Engine {
     let texts: Vec<String> = [
