@@ -14,11 +14,14 @@ from memlane.errors import StoreLockedError
 from memlane.storage import StoreLock
 
 
-def test_a_second_lock_names_the_holder(tmp_path: Path) -> None:
+def test_a_second_lock_in_the_holding_process_says_so(tmp_path: Path) -> None:
     lock = StoreLock(tmp_path)
     try:
-        with pytest.raises(StoreLockedError, match=rf"already open \(by process {os.getpid()}\)"):
+        with pytest.raises(StoreLockedError, match="by an earlier Memory in this process"):
             StoreLock(tmp_path)
+        # The same store under another name.
+        with pytest.raises(StoreLockedError, match="in this process"):
+            StoreLock(tmp_path / ".." / tmp_path.name)
     finally:
         lock.release()
     StoreLock(tmp_path).release()

@@ -189,7 +189,6 @@ class Memory(MemoryStore):
         #: How messages name the store: its directory, "in memory", or the URL without password.
         self.location = opened.location
         self.path = None if path is None or db.shared else Path(path)
-        self._background_error: Exception | None = None
         wake, access = threading.Event(), AccessLog()
         try:
             sync = IndexSync(db, opened.index_dir, self.location, dim, engine_args, access, wake)
@@ -215,14 +214,20 @@ class Memory(MemoryStore):
             maintenance.release(self._lock, db, wake)
             raise
         super().__init__(sync, writer, searcher, cached, scope)
-        self._open = True
-        self._finalizer = weakref.finalize(self, maintenance.release, self._lock, db, wake)
+        try:
+            self._thread = maintenance.start(self, wake)
+        except BaseException:
+            maintenance.release(self._lock, db, wake, sync)
+            raise
+        # Nothing else refers to this object (the thread holds its parts), so it is freed,
+        # and this releases the store, as soon as nobody holds it.
+        self._finalizer = weakref.finalize(
+            self, maintenance.release, self._lock, db, wake, sync, self._thread
+        )
         # At exit the exit hook closes the store after its thread stopped; the finalizer's
         # own exit hook would run first and close the database under a running thread.
         self._finalizer.atexit = False
-        self._thread = maintenance.start(self, wake)
-        if db.shared:
-            db.follow(maintenance.follower(self))
+        self._open = True
         if sync.engine.pending():
             wake.set()
 
@@ -245,18 +250,7 @@ class Memory(MemoryStore):
 
     def snapshot(self) -> None:
         """Writes an index snapshot now (also done periodically and at close)."""
-        if self._sync.index_dir is None:
-            return
-        with self._sync.lock:
-            self._writer.flush_access()
-            self._sync.save()
-        self._db.gc_tombstones(self._sync.snap_seq)
-
-    def _maintenance(self) -> None:
-        maintenance.run(self._sync, self._writer, self._access, self.snapshot)
-
-    def _vanished(self) -> bool:
-        return self._sync.vanished(self.path)
+        maintenance.snapshot(self._sync, self._writer)
 
     def close(self) -> None:
         """Flushes access counts, writes a snapshot, releases the store. Idempotent."""

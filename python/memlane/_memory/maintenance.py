@@ -3,8 +3,9 @@ vectors into the graph, checkpointing the WAL, flushing access counts, writing
 snapshots, reading records into the row cache after the open; and the exit hook
 that closes stores still open.
 
-The thread holds only a weak reference to its store, so a store nobody holds is
-collected (its finalizer releases the database and the lock).
+The thread holds the store's parts (:class:`Upkeep`), never the :class:`Memory`, so a
+store nobody holds is freed at once: its finalizer stops the thread, waits for the task
+it is in, and releases the database and the lock.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from memlane._memory.access import AccessLog
@@ -46,19 +48,49 @@ SEARCH_QUIET = 0.05
 
 
 class Maintained(Protocol):
-    """What the thread needs of its store."""
+    """What the thread needs of its store (its parts, taken when it starts), and the exit
+    hook."""
 
     location: str
+    path: Path | None
     _sync: IndexSync
-    _background_error: Exception | None
+    _writer: Writer
+    _access: AccessLog
     _finalizer: weakref.finalize[..., Any]
 
-    def _vanished(self) -> bool: ...
-    def _maintenance(self) -> None: ...
     def close(self) -> None: ...
 
 
-def run(sync: IndexSync, writer: Writer, access: AccessLog, snapshot: Callable[[], None]) -> None:
+class Upkeep:
+    """The parts of a store its background work needs: what the thread and a shared
+    store's follower hold instead of the :class:`Memory`."""
+
+    def __init__(self, memory: Maintained) -> None:
+        self.sync, self.writer, self.access = memory._sync, memory._writer, memory._access
+        self.path, self.location = memory.path, memory.location
+        #: The first failure of a background task (the only one warned of).
+        self.error: Exception | None = None
+
+    def failed(self, what: str, e: Exception) -> None:
+        """Warns once (the first failure) that a background task failed."""
+        if self.error is None:
+            warnings.warn(
+                f"memlane: {what} of {self.location} failed: {e!r}", RuntimeWarning, stacklevel=2
+            )
+        self.error = e
+
+
+def snapshot(sync: IndexSync, writer: Writer) -> None:
+    """Writes an index snapshot now (``Memory.snapshot``)."""
+    if sync.index_dir is None:
+        return
+    with sync.lock:
+        writer.flush_access()
+        sync.save()
+    sync.db.gc_tombstones(sync.snap_seq)
+
+
+def run(sync: IndexSync, writer: Writer, access: AccessLog) -> None:
     """One pass of upkeep."""
     db = sync.db
     if db.wal_bytes() > CHECKPOINT_BYTES:
@@ -80,19 +112,22 @@ def run(sync: IndexSync, writer: Writer, access: AccessLog, snapshot: Callable[[
     if access.due(time.time()):
         writer.flush_access()
     if sync.index_dir is not None and sync.changes >= sync.snapshot_due():
-        snapshot()
+        snapshot(sync, writer)
 
 
 def start(memory: Maintained, wake: threading.Event) -> threading.Thread:
-    thread = threading.Thread(
-        target=_loop, args=(weakref.ref(memory), wake), daemon=True, name="memlane"
-    )
+    """Starts the thread of ``memory`` (and a shared store's follower)."""
+    upkeep = Upkeep(memory)
+    thread = threading.Thread(target=_loop, args=(upkeep, wake), daemon=True, name="memlane")
     thread.start()
+    if upkeep.sync.db.shared:
+        upkeep.sync.db.follow(_follower(upkeep))
     _OPEN.add(memory)
     return thread
 
 
-def _loop(ref: weakref.ref[Maintained], wake: threading.Event) -> None:
+def _loop(upkeep: Upkeep, wake: threading.Event) -> None:
+    sync = upkeep.sync
     # Where reading rows into the row cache goes on (under this rowid); None once done.
     # One batch a turn, between the upkeep that a wake-up asks for.
     warm: int | None = _NEWEST
@@ -100,60 +135,63 @@ def _loop(ref: weakref.ref[Maintained], wake: threading.Event) -> None:
     while True:
         woken = wake.wait(timeout=1.0 if warm is None else max(pause, 0.0))
         wake.clear()
-        memory = ref()
-        if memory is None or memory._sync.closing:
+        if sync.closing:
             return
         try:
-            if memory._vanished():
+            if sync.vanished(upkeep.path):
                 return
             if woken or warm is None:
-                memory._maintenance()
+                run(sync, upkeep.writer, upkeep.access)
         except Exception as e:  # keep serving; the next wake-up retries
-            if memory._vanished():
+            if sync.closing or sync.vanished(upkeep.path):
                 return
-            failed(memory, "background maintenance", e)
-        pause = SEARCH_QUIET - (time.monotonic() - memory._sync.last_search)
-        if warm is not None and pause <= 0:
+            upkeep.failed("background maintenance", e)
+        pause = SEARCH_QUIET - (time.monotonic() - sync.last_search)
+        if warm is not None and pause <= 0 and not sync.closing:
             try:
-                warm = memory._sync.db.warm_cache(warm)
+                warm = sync.db.warm_cache(warm)
             except Exception as e:  # searches read their hits from the database instead
                 warm = None
-                failed(memory, "reading records into the row cache", e)
-        del memory
+                if not sync.closing:
+                    upkeep.failed("reading records into the row cache", e)
 
 
 # Above every rowid (SQLite's and PostgreSQL's are signed 64-bit).
 _NEWEST = 2**63 - 1
 
 
-def failed(memory: Maintained, what: str, e: Exception) -> None:
-    """Warns once (the first failure) that a background task of ``memory`` failed."""
-    if memory._background_error is None:
-        warnings.warn(
-            f"memlane: {what} of {memory.location} failed: {e!r}", RuntimeWarning, stacklevel=2
-        )
-    memory._background_error = e
-
-
-def follower(memory: Maintained) -> Callable[[], None]:
+def _follower(upkeep: Upkeep) -> Callable[[], None]:
     """What a shared store's thread calls when other processes may have written."""
-    ref = weakref.ref(memory)
+    sync = upkeep.sync
 
     def follow() -> None:
-        m = ref()
-        if m is None or m._sync.closing:
+        if sync.closing:
             return
         try:
-            m._sync.follow()
+            sync.follow()
         except Exception as e:  # keep following; the next call retries
-            failed(m, "following changes", e)
+            if not sync.closing:
+                upkeep.failed("following changes", e)
 
     return follow
 
 
-def release(lock: StoreLock | None, db: Store, wake: threading.Event) -> None:
-    """The finalizer of a store: stops its thread, closes the database, frees the lock."""
+def release(
+    lock: StoreLock | None,
+    db: Store,
+    wake: threading.Event,
+    sync: IndexSync | None = None,
+    thread: threading.Thread | None = None,
+) -> None:
+    """The finalizer of a store: stops its ``thread`` and waits for the task it is in
+    (its parts stay in use until then), closes the database, frees the lock."""
+    if sync is not None:
+        sync.closing = True
     wake.set()
+    # Not from the thread itself: the garbage collector may run a finalizer there (the
+    # thread then meets the closed database, and stops as the store is closing).
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
     db.close()
     if lock is not None:
         lock.release()
