@@ -76,14 +76,16 @@ def build_server(
 
 
 def serve_stdio(memory: Memory, scope: Mapping[str, str] | None = None) -> None:
-    """Serves the memory tools over stdin/stdout until the client disconnects."""
+    """Serves the memory tools over stdin/stdout until the client disconnects; every
+    request gets one reply, an error for a line that is no request
+    (:mod:`memlane.agent.mcp_stdio`)."""
     _, _, anyio = _sdk()
-    from mcp.server.stdio import stdio_server
+    from memlane.agent.mcp_stdio import stdio_transport
 
     server = build_server(memory, scope)
 
     async def run() -> None:
-        async with stdio_server() as (read, write):
+        async with stdio_transport() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
     anyio.run(run)
