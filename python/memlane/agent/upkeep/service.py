@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -102,11 +103,11 @@ class Upkeep:
         self.daily = DailyLogger(host.daily)
         self.mode: UpkeepMode = mode
         self.on_upkeep = on_upkeep
-        self.timeout = timeout
+        self.timeout = None if timeout is None or math.isinf(timeout) else timeout
         self.owner = owner_of(host.table, host.scopes)
         self.token = uuid.uuid4().hex
         #: How long a holder on another host is taken for alive without news of it.
-        self.lease = 900.0 if timeout is None else max(900.0, 4 * timeout)
+        self.lease = 900.0 if self.timeout is None else max(900.0, 4 * self.timeout)
         self._ended = 0
         with _live_lock:
             _live.add(self.token)
@@ -114,7 +115,7 @@ class Upkeep:
         self.local = Worker(
             self._run, "memlane-upkeep-local", max_pending, self._worker_ended, _merge_profiles
         )
-        self._timed = timed(timeout)
+        self._timed = timed(self.timeout)
         self._scanned: float | None = None
         self._skipped: set[str] = set()
 

@@ -117,15 +117,19 @@ class Worker:
         end, the others are not started. Returns the jobs left (not finished)."""
         self.wait(timeout)
         with self._cv:
-            self._closed = True
             left = self.pending()
             self._queue.clear()
             self._slots.clear()
-            started = self._thread is not None
+            if not self._closed:
+                self._closed = True
+                if self._running is None:
+                    self._ended()
             self._cv.notify_all()
-        if not started and self._on_end is not None:
-            self._on_end()
         return left
+
+    def _ended(self) -> None:
+        if self._on_end is not None:
+            self._on_end()
 
     def _loop(self) -> None:
         while True:
@@ -144,7 +148,8 @@ class Worker:
                 log.exception("memlane: upkeep job %s (%s) failed", entry.job.id, entry.job.kind)
             finally:
                 with self._cv:
+                    # Ended before anyone waiting on this job is told it finished.
+                    if self._closed:
+                        self._ended()
                     self._running = None
                     self._cv.notify_all()
-        if self._on_end is not None:
-            self._on_end()

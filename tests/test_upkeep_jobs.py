@@ -1,0 +1,457 @@
+"""Upkeep attacked: a reflection killed halfway finishes every fact once; a job is run only
+by an AgentMemory of its owner and only once its holder is gone; hostile job records are
+skipped and kept; a model that never answers leaves a bounded queue and current
+profiles; ``after`` on a closed AgentMemory stores nothing. On both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane import AgentMemory, ClosedError, Memory
+from memlane.agent import (
+    CONTACTS,
+    MESSAGES,
+    Compaction,
+    Consolidation,
+    DailyLog,
+    FlushReminder,
+    Profiles,
+    Reflection,
+    SessionScope,
+)
+from memlane.agent.upkeep import Job
+from memlane.agent.upkeep.jobs import JobRecordError, JobSkippedWarning, owner_of
+from memlane.errors import InvalidArgumentError
+
+QUIET: dict[str, Any] = {
+    "consolidation": Consolidation(enabled=False),
+    "flush": FlushReminder(enabled=False),
+    "compaction": Compaction(enabled=False),
+    "daily": DailyLog(enabled=False),
+    "profiles": Profiles(enabled=False),
+}
+FACTS = ["Alice keeps bees", "Alice plays the oboe", "Alice was born in Quito"]
+ANSWER = json.dumps({"operations": [{"op": "remember", "content": f} for f in FACTS]})
+
+
+class Model:
+    """Answers every call with ``answer``; keeps the prompts; waits for ``gate`` if set."""
+
+    def __init__(self, answer: str = ANSWER, gate: threading.Event | None = None) -> None:
+        self.answer = answer
+        self.gate = gate
+        self.entered = threading.Event()
+        self.prompts: list[str] = []
+
+    def complete(self, messages: Any) -> str:
+        self.prompts.append(json.dumps(messages))
+        self.entered.set()
+        if self.gate is not None and not self.gate.wait(60):
+            raise TimeoutError("the test never opened the gate")
+        return self.answer
+
+
+class Hung:
+    """A model that never answers (until the test releases it)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def complete(self, messages: Any) -> str:
+        self.calls += 1
+        self.release.wait(120)
+        return json.dumps({"operations": []})
+
+
+def agent(mem: Memory, llm: Any, table: str = "memories", **options: Any) -> AgentMemory:
+    settings = {**QUIET, "reflection": Reflection(every=2), **options}
+    scopes = SessionScope("per-peer")
+    return AgentMemory(mem, scopes, llm, table=table, context={"min_score": None}, **settings)
+
+
+def turn(am: AgentMemory, event: Any, text: str) -> Any:
+    msgs = am.before(event, [{"role": "user", "content": text}])
+    return am.after(event, msgs, "ok")
+
+
+def _line(child: subprocess.Popen[str], timeout: float = 120.0) -> str:
+    """The child's next line of output ("" if none comes within ``timeout`` seconds)."""
+    assert child.stdout is not None
+    ready, _, _ = select.select([child.stdout], [], [], timeout)
+    return child.stdout.readline().strip() if ready else ""
+
+
+# -- a reflection killed halfway ------------------------------------------------------------
+
+_CHILD = """
+import os, sys, time
+from memlane import AgentMemory, Memory
+from memlane.agent import (Compaction, Consolidation, DailyLog, FlushReminder, Profiles,
+                           Reflection, SessionScope)
+sys.path.insert(0, sys.argv[3])
+from conftest import WordHashEmbedder
+
+class Stalls(WordHashEmbedder):
+    def embed_batch(self, texts):
+        if any(sys.argv[4] in t for t in texts):
+            os.write(1, b"EMBEDDING\\n")
+            time.sleep(600)
+        return super().embed_batch(texts)
+
+    def embed(self, text):
+        return self.embed_batch([text])[0]
+
+class Answers:
+    def complete(self, messages):
+        return sys.argv[5]
+
+location, cache = sys.argv[1], sys.argv[2]
+options = {} if cache == "-" else {"cache_dir": cache}
+mem = Memory(location, Stalls(), **options)
+am = AgentMemory(mem, SessionScope("per-peer"), Answers(), reflection=Reflection(every=2),
+                 consolidation=Consolidation(enabled=False), flush=FlushReminder(enabled=False),
+                 compaction=Compaction(enabled=False), daily=DailyLog(enabled=False),
+                 profiles=Profiles(enabled=False), context={"min_score": None})
+alice = am.event("telegram", 42, 7)
+for text in ("I have news", "lots of news"):
+    msgs = am.before(alice, [{"role": "user", "content": text}])
+    am.after(alice, msgs, "ok")
+time.sleep(600)
+"""
+
+
+@pytest.mark.filterwarnings("ignore:memlane.*snapshot:RuntimeWarning")
+@pytest.mark.parametrize("stall_at", [1, 2])
+def test_a_reflection_killed_halfway_stores_every_fact_once(
+    make_store: StoreFactory, tmp_path: Path, stall_at: int
+) -> None:
+    """Killed while fact ``stall_at`` (0-based) is embedded, after the ones before it were
+    committed: the next AgentMemory stores the rest from the answer the job kept, without
+    asking the model again, and none twice."""
+    location = make_store.location("killed")
+    cache = "-" if make_store.server is None else str(tmp_path / "child-cache")
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            str(location),
+            cache,
+            str(Path(__file__).parent),
+            FACTS[stall_at],
+            ANSWER,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _line(child) == "EMBEDDING"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.communicate(timeout=60)
+    mem = make_store("killed", WordHashEmbedder())
+    alice = SessionScope("per-peer").resolve("telegram", 42, 7)
+    stored = [r.text for r in mem.list("memories", order="asc", **alice.fields)]
+    assert stored == FACTS[:stall_at]
+    (record,) = [json.loads(v) for _, v in mem.jobs.items()]
+    assert record["plan"]["raw"] == ANSWER
+    model = Model()
+    am = agent(mem, model)
+    turn(am, alice, "good morning")  # the 1st turn of a window: only the job found runs
+    assert am.drain(timeout=60)
+    assert model.prompts == []  # the answer kept in the job was used
+    assert mem.jobs.items() == []
+    texts = [r.text for r in mem.list("memories", **alice.fields)]
+    assert sorted(texts) == sorted(FACTS)
+    am.close()
+
+
+# -- owners -----------------------------------------------------------------------------------
+
+
+def test_another_agents_job_in_flight_is_not_resumed(make_store: StoreFactory) -> None:
+    """Agent A's reflection waits for its slow model; agent B (another table) on the same
+    store never sends A's conversation to its model, and A's facts are stored once."""
+    mem = make_store("two", WordHashEmbedder())
+    gate = threading.Event()
+    model_a = Model(gate=gate)
+    model_b = Model(json.dumps({"operations": []}))
+    a = agent(mem, model_a, table="memories_a")
+    b = agent(mem, model_b, table="memories_b")
+    alice = a.event("telegram", 42, 7)
+    turn(a, alice, "my secret code is 1234")
+    turn(a, alice, "remember it")
+    assert model_a.entered.wait(30)
+    bob = b.event("telegram", 99, 8)
+    turn(b, bob, "hello")
+    turn(b, bob, "how are you")
+    assert b.drain(timeout=60)
+    gate.set()
+    assert a.drain(timeout=60)
+    assert not any("1234" in p for p in model_b.prompts)
+    assert len(model_b.prompts) == 1  # its own reflection
+    assert sorted(r.text for r in mem.list("memories_a")) == sorted(FACTS)
+    assert mem.count("memories_b") == 0
+    assert mem.jobs.items() == []
+    a.close()
+    b.close()
+
+
+def test_a_closed_agents_job_is_resumed_by_its_owner_only(make_store: StoreFactory) -> None:
+    """A job a closed AgentMemory never started (its holder gone once its running job
+    ended): an agent of another table never runs it; one of the same table and scopes
+    does, once."""
+    mem = make_store("left", WordHashEmbedder())
+    hung = Hung()
+    first = agent(mem, hung)
+    alice = first.event("telegram", 42, 7)
+    bob = first.event("telegram", 99, 8)
+    for event, text in ((alice, "hi"), (alice, "there"), (bob, "my code is 1234"), (bob, "ok")):
+        turn(first, event, text)
+    left = first.close(timeout=0.05)
+    assert [j.kind for j in left] == ["reflection", "reflection"]
+    other = Model(json.dumps({"operations": []}))
+    stranger = agent(mem, other, table="elsewhere")
+    turn(stranger, alice, "hi")
+    assert stranger.drain(timeout=60)
+    assert other.prompts == [] and len(mem.jobs.items()) == 2
+    owner = Model()
+    again = agent(mem, owner)
+    turn(again, bob, "first try")  # the first agent still runs a job: its holder lives
+    assert again.drain(timeout=60)
+    assert owner.prompts == [] and len(mem.jobs.items()) == 2
+    hung.release.set()  # the running job ends (its record goes), and with it the holder
+    assert first.drain(timeout=60)
+    again._upkeep._scanned = None  # look again now rather than in a minute
+    turn(again, alice, "hello again")
+    assert again.drain(timeout=60)
+    assert len(owner.prompts) == 1 and "1234" in owner.prompts[0]
+    assert sorted(r.text for r in mem.list("memories", **bob.fields)) == sorted(FACTS)
+    assert mem.count("memories", **alice.fields) == 0
+    assert mem.jobs.items() == []
+    for am in (stranger, again):
+        am.close()
+
+
+_HOLDER = """
+import sys, time, threading
+from memlane import AgentMemory, Memory
+from memlane.agent import (Compaction, Consolidation, DailyLog, FlushReminder, Profiles,
+                           Reflection, SessionScope)
+sys.path.insert(0, sys.argv[3])
+from conftest import WordHashEmbedder
+
+class Slow:
+    def complete(self, messages):
+        print("REFLECTING", flush=True)
+        sys.stdin.readline()
+        return sys.argv[4]
+
+mem = Memory(sys.argv[1], WordHashEmbedder(), cache_dir=sys.argv[2])
+am = AgentMemory(mem, SessionScope("per-peer"), Slow(), reflection=Reflection(every=2),
+                 consolidation=Consolidation(enabled=False), flush=FlushReminder(enabled=False),
+                 compaction=Compaction(enabled=False), daily=DailyLog(enabled=False),
+                 profiles=Profiles(enabled=False), context={"min_score": None})
+alice = am.event("telegram", 42, 7)
+for text in ("my secret code is 1234", "remember it"):
+    msgs = am.before(alice, [{"role": "user", "content": text}])
+    am.after(alice, msgs, "ok")
+am.drain(120)
+am.close()
+mem.close()
+print("DONE", flush=True)
+"""
+
+
+def test_a_job_held_by_a_live_process_is_not_taken(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    """Two processes on one PostgreSQL store, the same agent: while the first waits for
+    its model, the second does not run its job; the job runs once."""
+    if make_store.server is None:
+        pytest.skip("one process at a time opens an embedded store (its lock)")
+    location = make_store.location("shared")
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _HOLDER,
+            str(location),
+            str(tmp_path / "c1"),
+            str(Path(__file__).parent),
+            ANSWER,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdin is not None
+        assert _line(child) == "REFLECTING"
+        mem = make_store("shared", WordHashEmbedder())
+        model = Model()
+        second = agent(mem, model)
+        alice = second.event("telegram", 42, 7)
+        turn(second, alice, "hello from elsewhere")
+        assert second.drain(timeout=60)
+        assert model.prompts == [] and len(mem.jobs.items()) == 1
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert _line(child) == "DONE"
+    finally:
+        child.kill()
+        child.communicate(timeout=60)
+    assert mem.jobs.items() == []
+    assert sorted(r.text for r in mem.list("memories", **alice.fields)) == sorted(FACTS)
+    second.close()
+
+
+# -- hostile records --------------------------------------------------------------------------
+
+
+def _record(mem: Memory, job: Job) -> None:
+    mem.jobs.put(job.key, job.dumps())
+
+
+def test_records_that_are_not_jobs_are_skipped_and_kept(make_store: StoreFactory) -> None:
+    mem = make_store("junk", WordHashEmbedder())
+    scopes = SessionScope("per-peer")
+    alice = scopes.resolve("telegram", 42, 7)
+    owner = owner_of("memories", scopes)
+    good = Job("reflection", alice, 1_000.0, owner=owner)
+    junk = {
+        "0000000000000000.000001:a": "{not json",
+        "0000000000000000.000002:b": json.dumps({"event": "x"}),
+        "0000000000000000.000003:c": json.dumps({"v": 2, "kind": "reflection"}),
+        "0000000000000000.000004:d": json.dumps(
+            {**json.loads(good.dumps()), "kind": "launch-missiles"}
+        ),
+        "0000000000000000.000005:e": "[" * 50_000 + "]" * 50_000,
+        "0000000000000000.000006:f": json.dumps({**json.loads(good.dumps()), "now": "soon"}),
+        "0000000000000000.000007:g": json.dumps({**json.loads(good.dumps()), "v": 1}),
+    }
+    for key, value in junk.items():
+        mem.jobs.put(key, value)
+    _record(mem, good)
+    model = Model()
+    am = agent(mem, model)
+    with pytest.warns(JobSkippedWarning) as caught:
+        turn(am, alice, "hello")
+    assert am.drain(timeout=60)
+    assert len({str(w.message) for w in caught}) == len(junk)
+    assert len(model.prompts) == 1  # the good job after them ran
+    assert dict(mem.jobs.items()) == junk  # kept for inspection
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        turn(am, alice, "again")  # reported once
+    am.close()
+
+
+def test_a_forged_job_cannot_reach_another_scope(make_store: StoreFactory) -> None:
+    """A record naming Alice's contact with Bob's scope fields (or a room on another
+    platform) is not run: the agent resolves the contact itself."""
+    mem = make_store("forged", WordHashEmbedder())
+    scopes = SessionScope("per-peer")
+    owner = owner_of("memories", scopes)
+    alice = scopes.resolve("telegram", 42, 7)
+    bob = scopes.resolve("telegram", 99, 8)
+    forged = Job("reflection", alice, 1_000.0, owner=owner)
+    record = json.loads(forged.dumps())
+    record["event"]["fields"] = bob.fields
+    mem.jobs.put(forged.key, json.dumps(record))
+    model = Model()
+    am = agent(mem, model)
+    with pytest.warns(JobSkippedWarning, match="scope"):
+        turn(am, bob, "hi")
+    assert am.drain(timeout=60)
+    assert model.prompts == []
+    assert mem.count("memories") == 0
+    am.close()
+    with pytest.raises(JobRecordError):
+        Job.loads(json.dumps(record)).resolved(SessionScope("per-peer", agent_id="other"))
+
+
+# -- a model that never answers -------------------------------------------------------------
+
+
+def test_a_hung_model_leaves_a_bounded_queue_and_current_profiles(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("hung", WordHashEmbedder())
+    hung = Hung()
+    am = agent(
+        mem,
+        hung,
+        reflection=Reflection(every=1),
+        consolidation=Consolidation(threshold=3, batch=2),
+        profiles=Profiles(),
+        upkeep_timeout=0.05,
+    )
+    alice = am.event("telegram", 42, 7, name="Alice")
+    most_pending = most_recorded = 0
+    for i in range(300):
+        turn(am, alice, f"message {i}")
+        most_pending = max(most_pending, len(am.pending_upkeep()))
+        if i % 50 == 0:
+            most_recorded = max(most_recorded, len(mem.jobs.items()))
+    # One job runs and one waits per kind and room, on each worker.
+    assert most_pending <= 5, most_pending
+    assert most_recorded <= 4, most_recorded
+    assert hung.calls == 1  # the hung call holds off the next ones
+    assert am.drain(timeout=60)
+    (profile,) = mem.list(CONTACTS, **alice.fields)
+    assert profile.metadata["message_count"] == 300
+    assert mem.count(MESSAGES, **alice.history) == 600
+    hung.release.set()
+    am.close(timeout=60)
+
+
+def test_the_queue_bound_is_said_in_the_report(make_store: StoreFactory) -> None:
+    mem = make_store("full", WordHashEmbedder())
+    hung = Hung()
+    am = agent(mem, hung, reflection=Reflection(every=1), max_pending=2)
+    reports = [turn(am, am.event("telegram", n, n), f"hello {n}") for n in range(6)]
+    full = [f for r in reports for f in r.failures if "queue full" in f.error]
+    assert full and all(f.trigger == "reflection" for f in full)
+    assert len(am.pending_upkeep()) <= 3  # the running one and max_pending waiting
+    assert len(mem.jobs.items()) <= 3  # refused jobs are not left recorded
+    hung.release.set()
+    am.close(timeout=60)
+
+
+# -- closed --------------------------------------------------------------------------------
+
+
+def test_after_on_a_closed_agent_stores_nothing(make_store: StoreFactory) -> None:
+    mem = make_store("closed", WordHashEmbedder())
+    am = agent(mem, Model())
+    alice = am.event("telegram", 42, 7)
+    turn(am, alice, "hello")
+    am.close()
+    before = mem.count(MESSAGES)
+    with pytest.raises(ClosedError, match="closed"):
+        am.after(alice, [{"role": "user", "content": "anyone?"}], "ok")
+    with pytest.raises(ClosedError):
+        am.before(alice, [{"role": "user", "content": "anyone?"}])
+    assert mem.count(MESSAGES) == before
+
+
+def test_upkeep_settings_are_checked(make_store: StoreFactory) -> None:
+    mem = make_store("settings", WordHashEmbedder())
+    for bad in ({"upkeep_timeout": 0}, {"upkeep_timeout": -1}, {"max_pending": 0}):
+        with pytest.raises(InvalidArgumentError):
+            agent(mem, Model(), **bad)
