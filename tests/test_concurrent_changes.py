@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,16 +34,41 @@ LOSING = (ConflictError, UnknownIdError, InvalidArgumentError)
 
 
 class SlowEmbedder(WordHashEmbedder):
-    """Takes ``delay`` seconds to embed a text starting with "slow:"."""
+    """Embeds a text starting with "slow:" only once ``go`` is set, having set
+    ``embedding``: another writer acts while a write waits for its embedding, whatever
+    the machine's speed or load."""
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.delay = delay
+        self.embedding, self.go = threading.Event(), threading.Event()
 
     def embed_batch(self, texts: list[str]) -> np.ndarray:
         if any(t.startswith("slow:") for t in texts):
-            time.sleep(self.delay)
+            self.embedding.set()
+            self.go.wait()
         return super().embed_batch(texts)
+
+
+def meanwhile(emb: SlowEmbedder, slow: Callable[[], object], other: Callable[[], Any]) -> Any:
+    """Runs ``slow`` on a thread and ``other`` while ``slow`` waits for its embedding;
+    returns what ``other`` returned and what ``slow`` raised."""
+    errors: list[BaseException] = []
+
+    def slowly() -> None:
+        try:
+            slow()
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=slowly)
+    t.start()
+    try:
+        assert emb.embedding.wait(60), "the write never asked for its embedding"
+        done = other()
+    finally:
+        emb.go.set()
+        t.join()
+    return done, errors
 
 
 def current_versions(mem: Memory, first: str) -> list[str]:
@@ -60,23 +84,16 @@ def current_versions(mem: Memory, first: str) -> list[str]:
 def test_update_racing_supersede_does_not_reopen_the_old_version(
     make_store: StoreFactory,
 ) -> None:
-    """The issue's reproducer: an update whose embedding takes 1 s, a supersede 0.3 s
-    into it. The update used to write back the version's stale ``valid_to=None``."""
-    mem = make_store("race", SlowEmbedder(1.0))
+    """The issue's reproducer: a supersede while an update waits for its embedding. The
+    update used to write back the version's stale ``valid_to=None``."""
+    emb = SlowEmbedder()
+    mem = make_store("race", emb)
     a = mem.add("Alice lives in Paris", user_id="alice")
-    errors: list[BaseException] = []
-
-    def updating() -> None:
-        try:
-            mem.update(a.id, text="slow: Alice lives in Paris, France")
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=updating)
-    t.start()
-    time.sleep(0.3)
-    berlin = mem.supersede(a.id, "Alice lives in Berlin")
-    t.join()
+    berlin, errors = meanwhile(
+        emb,
+        lambda: mem.update(a.id, text="slow: Alice lives in Paris, France"),
+        lambda: mem.supersede(a.id, "Alice lives in Berlin"),
+    )
     assert len(errors) == 1 and isinstance(errors[0], ConflictError), errors
     assert "superseded by another writer" in str(errors[0])
     assert current_versions(mem, a.id) == [berlin.id]
@@ -92,21 +109,14 @@ def test_update_racing_supersede_does_not_reopen_the_old_version(
 def test_an_update_after_a_delete_does_not_bring_the_record_back(
     make_store: StoreFactory,
 ) -> None:
-    mem = make_store("race", SlowEmbedder(1.0))
+    emb = SlowEmbedder()
+    mem = make_store("race", emb)
     a = mem.add("the door code is 1234")
-    errors: list[BaseException] = []
-
-    def updating() -> None:
-        try:
-            mem.update(a.id, text="slow: the door code is 4321")
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=updating)
-    t.start()
-    time.sleep(0.3)
-    mem.delete(a.id)
-    t.join()
+    _, errors = meanwhile(
+        emb,
+        lambda: mem.update(a.id, text="slow: the door code is 4321"),
+        lambda: mem.delete(a.id),
+    )
     assert len(errors) == 1 and isinstance(errors[0], ConflictError), errors
     assert mem.count() == 0
     assert mem.search("door code", 5) == []

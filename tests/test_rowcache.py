@@ -178,7 +178,8 @@ def test_reading_ahead_waits_while_searches_run(
     searches the reading made each about twice as slow on two cores."""
     with Memory(tmp_path / "store", word_embedder) as mem:
         mem.add_many({"text": f"note {i} about the red kite"} for i in range(600))
-    monkeypatch.setattr("memlane._memory.maintenance.SEARCH_QUIET", 3600.0)
+    quiet = 3600.0
+    monkeypatch.setattr("memlane._memory.maintenance.SEARCH_QUIET", quiet)
     # A search as the store opens, so the reading never starts before the check below.
     monkeypatch.setattr(IndexSync, "last_search", time.monotonic())
     with Memory(tmp_path / "store", word_embedder) as mem:
@@ -188,6 +189,23 @@ def test_reading_ahead_waits_while_searches_run(
         assert len(mem.search("red kite 17", k=10)) == 10
         assert mem._sync.last_search >= before
         assert 0 < len(mem._db._cache or ()) <= 10  # type: ignore[attr-defined]
-        mem._sync.last_search = 0.0  # long ago: the reading goes on
+        # Longer ago than the quiet asked, whenever the monotonic clock started (0 is
+        # not "long ago" on a host booted less than an hour ago).
+        mem._sync.last_search = time.monotonic() - 2 * quiet
         mem._sync.wake.set()
+        _warmed(mem, 600)
+
+
+def test_a_store_that_has_not_searched_or_written_is_quiet_whatever_the_clock_reads(
+    tmp_path: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "No search yet" and "no write yet" are no time on the monotonic clock, whose
+    origin is anywhere (the boot, on Linux): however long a pause the reading-ahead and
+    the graph's linking wait for, a store that has had neither does not wait."""
+    with Memory(tmp_path / "store", word_embedder) as mem:
+        mem.add_many({"text": f"note {i} about the red kite"} for i in range(600))
+    # Longer than this host, or any, has been up.
+    monkeypatch.setattr("memlane._memory.maintenance.SEARCH_QUIET", 1e9)
+    with Memory(tmp_path / "store", word_embedder) as mem:
+        assert not mem._sync.busy(1e9)
         _warmed(mem, 600)

@@ -10,6 +10,7 @@ when other processes may have written.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import threading
@@ -71,9 +72,10 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
 class IndexSync:
     """The engine of one store, and where it stands in the database's change log."""
 
-    #: When a search last started (monotonic seconds; none yet at open): reading rows
-    #: ahead into the row cache waits for a pause between searches.
-    last_search = 0.0
+    #: When a search last started (monotonic seconds; -inf: none yet): reading rows
+    #: ahead into the row cache waits for a pause between searches. The monotonic clock
+    #: starts anywhere (at boot on Linux), so no finite time stands for "never".
+    last_search = -math.inf
 
     def __init__(
         self,
@@ -110,7 +112,7 @@ class IndexSync:
         self._reembedded = False
         self._in_flight = 0
         self._flight_lock = threading.Lock()
-        self.last_write = 0.0
+        self.last_write = -math.inf  # none yet (see last_search)
         #: Whether a record of the store may expire: reads then leave expired ones out,
         #: and maintenance removes them (a store without one pays for neither).
         self.expiring = False
