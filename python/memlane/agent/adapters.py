@@ -7,29 +7,65 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 from memlane import coerce
 from memlane.agent.messages import block_text, check_messages, reply_message
-from memlane.agent.reports import TurnResult
+from memlane.agent.reports import TurnReport, TurnResult
 from memlane.agent.tools import MemoryTools
 from memlane.errors import InvalidArgumentError
 from memlane.scoping import EventScope
-
-if TYPE_CHECKING:
-    from memlane.agent.loop import AgentMemory
 
 __all__ = ["AnthropicLoop", "OpenAILoop", "ToolHandler"]
 
 ToolHandler = Callable[[str, Any], Any]
 
 
-class LoopHost:
-    """The base of :class:`~memlane.agent.AgentMemory` the adapters check their memory
-    against: loop.py imports this module (its ``openai``/``anthropic`` build the
-    adapters), so AgentMemory itself cannot be imported here at run time."""
+@runtime_checkable
+class Turns(Protocol):
+    """What the adapters call on an :class:`~memlane.agent.AgentMemory`: its turn's two
+    ends and its tools. Declared here so that this module needs nothing of loop.py,
+    which builds the adapters."""
 
-    __slots__ = ()
+    tools: bool
+
+    def memory_tools(
+        self, event: EventScope, *, loop: asyncio.AbstractEventLoop | None = None
+    ) -> MemoryTools: ...
+
+    def before(
+        self, event: EventScope, messages: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]: ...
+
+    async def abefore(
+        self, event: EventScope, messages: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]: ...
+
+    def before_anthropic(
+        self, event: EventScope, system: Any, messages: Sequence[Mapping[str, Any]]
+    ) -> tuple[Any, list[dict[str, Any]]]: ...
+
+    async def abefore_anthropic(
+        self, event: EventScope, system: Any, messages: Sequence[Mapping[str, Any]]
+    ) -> tuple[Any, list[dict[str, Any]]]: ...
+
+    def after(
+        self,
+        event: EventScope,
+        messages: Sequence[Mapping[str, Any]],
+        reply: Any,
+        *,
+        message_id: str | int | None = None,
+    ) -> TurnReport: ...
+
+    async def aafter(
+        self,
+        event: EventScope,
+        messages: Sequence[Mapping[str, Any]],
+        reply: Any,
+        *,
+        message_id: str | int | None = None,
+    ) -> TurnReport: ...
 
 
 def _maybe_await_sync(value: Any) -> Any:
@@ -41,14 +77,14 @@ def _maybe_await_sync(value: Any) -> Any:
 class _Loop:
     def __init__(
         self,
-        memory: AgentMemory,
+        memory: Turns,
         model: Callable[..., Any],
         *,
         tools: Sequence[Mapping[str, Any]] = (),
         tool_handler: ToolHandler | None = None,
         max_steps: int = 8,
     ) -> None:
-        if not isinstance(memory, LoopHost):
+        if not isinstance(memory, Turns):
             raise InvalidArgumentError(f"memory must be an AgentMemory, got {memory!r}")
         if not callable(model):
             raise InvalidArgumentError("the model call must be callable")

@@ -8,30 +8,12 @@
 are on, the memory tools' usage instructions, and puts them in the system prompt
 (``"first_only"``: once per turn; ``"every_iteration"``: rebuilt at every model call of
 the turn); it also compacts a long step history. ``after`` stores the turn in the room's
-history (and as a short-term entry) and runs the triggers:
-
-=================  ==========================================================  ============
-trigger            fires                                                       settings
-=================  ==========================================================  ============
-reflection         every 10 turns of a room: the last 20 messages, up to 50    Reflection
-                   stored memories shown, 500 output tokens
-consolidation      30 short-term entries in the scope, or the oldest is 10     Consolidation
-                   minutes old (the oldest 20 are summarised)
-flush reminder     25 new entries since the last one, 30-minute cooldown: the  FlushReminder
-                   next ``before`` asks the model to save what matters
-step compaction    more than 10 steps: the first 2 and last 5 kept, the        Compaction
-                   middle summarised (in ``before``)
-daily log          the first turn of a day: each of the last 7 days with       DailyLog
-                   messages and no log gets one (LLM summary, or an extract
-                   without one); the newest 3 go into the context
-contact profile    every turn: the speaker's aliases, platform ids, last seen  Profiles
-                   and message count (:mod:`~memlane.agent.profiles`)
-=================  ==========================================================  ============
-
-and the limits (:class:`Limits`): an entry longer than 1,500 characters is split into
-several entries (or summarised), never cut; past 10,000 memories in a scope, the least
-important, least used, oldest are evicted (evergreen ones never), each eviction
-reported and logged.
+history (and as a short-term entry) and runs the triggers (reflection, consolidation,
+the flush reminder, step compaction, daily logs, contact profiles: when each fires is
+in :mod:`~memlane.agent.upkeep.triggers`) and the limits (:class:`Limits`): an entry
+longer than 1,500 characters is split into several entries (or summarised), never cut;
+past 10,000 memories in a scope, the least important, least used, oldest are evicted
+(evergreen ones never), each eviction reported and logged.
 
 With ``core_memory=`` on, pinned core memory blocks (as Letta's; see
 :mod:`~memlane.agent.core_memory`) of the event's scope head the memory block at
@@ -58,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from memlane import coerce
-from memlane.agent.adapters import AnthropicLoop, LoopHost, OpenAILoop
+from memlane.agent.adapters import AnthropicLoop, OpenAILoop
 from memlane.agent.adapters import ToolHandler as ToolHandler
 from memlane.agent.callers import Caller, sync_caller, thread_caller
 from memlane.agent.consolidation import sync_memory
@@ -105,6 +87,7 @@ from memlane.agent.upkeep.triggers import (
     compact,
 )
 from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError
+from memlane.notes import NOTE_LIMITS, Notebook
 from memlane.scoping import EventScope, SessionScope, platform_id
 
 if TYPE_CHECKING:
@@ -138,7 +121,7 @@ InjectMode = Literal["first_only", "every_iteration"]
 # -- AgentMemory ------------------------------------------------------------------------------
 
 
-class AgentMemory(LoopHost):
+class AgentMemory:
     """Memory around an agent loop: :meth:`before` each model call, :meth:`after` each turn.
 
     Args:
@@ -291,7 +274,20 @@ class AgentMemory(LoopHost):
         ``loop``: the event loop an async-only LLM runs on, when the tools are called
         from a worker thread."""
         self._check_event(event)
-        return TurnTools(self, event, self._caller(loop))
+        limits = self.context_options.get("notes", NOTE_LIMITS)
+        notes = None
+        if limits is not None:
+            notes = Notebook(self.memory, event.fields, limits=limits, clock=self.clock)
+        return TurnTools(
+            self.memory,
+            event,
+            self._caller(loop),
+            table=self.table,
+            core=self.core(event),
+            notes=notes,
+            limits=self.limits,
+            count=self._count,
+        )
 
     def context(
         self,

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from memlane.agent.callers import Caller
-from memlane.agent.limits import fit
+from memlane.agent.core_memory import CoreMemory
+from memlane.agent.limits import Limits, fit
 from memlane.agent.reports import TriggerFailure
 from memlane.agent.tools import MemoryTools
-from memlane.notes import NOTE_LIMITS, Notebook
+from memlane.notes import Notebook
 from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
-    from memlane.agent.loop import AgentMemory
+    from memlane.memory import Memory
 
 log = logging.getLogger("memlane.agent")
 
@@ -28,15 +29,21 @@ log = logging.getLogger("memlane.agent")
 class TurnTools(MemoryTools):
     """:class:`MemoryTools` whose ``remember`` keeps to the length cap and counts entries."""
 
-    def __init__(self, owner: AgentMemory, event: EventScope, call: Caller | None) -> None:
-        limits = owner.context_options.get("notes", NOTE_LIMITS)
-        notes = None
-        if limits is not None:
-            notes = Notebook(owner.memory, event.fields, limits=limits, clock=owner.clock)
-        super().__init__(
-            owner.memory, event.fields, table=owner.table, core=owner.core(event), notes=notes
-        )
-        self._owner = owner
+    def __init__(
+        self,
+        memory: Memory,
+        event: EventScope,
+        call: Caller | None,
+        *,
+        table: str,
+        core: CoreMemory | None,
+        notes: Notebook | None,
+        limits: Limits,
+        count: Callable[[EventScope, int], None],
+    ) -> None:
+        super().__init__(memory, event.fields, table=table, core=core, notes=notes)
+        self._limits = limits
+        self._count = count
         self._event = event
         self._call = call
 
@@ -49,24 +56,24 @@ class TurnTools(MemoryTools):
         metadata: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         failures: list[TriggerFailure] = []
-        pieces = fit(content, self._owner.limits, self._call, failures)
+        pieces = fit(content, self._limits, self._call, failures)
         for f in failures:
             log.warning("memlane: %s failed: %s", f.trigger, f.error)
         if len(pieces) == 1:
             out = super()._remember(pieces[0], type, importance, evergreen, metadata)
-            self._owner._count(self._event, 1 if out.get("stored") else 0)
+            self._count(self._event, 1 if out.get("stored") else 0)
             return out
         group = uuid.uuid4().hex
         ids = []
         for i, piece in enumerate(pieces, 1):
             meta = {**(metadata or {}), "part": i, "parts": len(pieces), "split_group": group}
             ids.append(super()._remember(piece, type, importance, evergreen, meta)["id"])
-        self._owner._count(self._event, len(ids))
+        self._count(self._event, len(ids))
         return {
             "ok": True,
             "id": ids[0],
             "ids": ids,
             "stored": True,
-            "note": f"longer than {self._owner.limits.max_entry_chars} characters: "
+            "note": f"longer than {self._limits.max_entry_chars} characters: "
             f"stored as {len(ids)} parts",
         }

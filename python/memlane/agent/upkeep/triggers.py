@@ -1,6 +1,25 @@
 """The triggers :class:`~memlane.agent.AgentMemory` runs: their settings, the per-room
 state that says when they are due, and what each does when it fires (step compaction in
-``before``; reflection, consolidation and the flush reminder in ``after``)."""
+``before``; reflection, consolidation and the flush reminder in ``after``):
+
+=================  ==========================================================  ============
+trigger            fires                                                       settings
+=================  ==========================================================  ============
+reflection         every 10 turns of a room: the last 20 messages, up to 50    Reflection
+                   stored memories shown, 500 output tokens
+consolidation      30 short-term entries in the scope, or the oldest is 10     Consolidation
+                   minutes old (the oldest 20 are summarised)
+flush reminder     25 new entries since the last one, 30-minute cooldown: the  FlushReminder
+                   next ``before`` asks the model to save what matters
+step compaction    more than 10 steps: the first 2 and last 5 kept, the        Compaction
+                   middle summarised (in ``before``)
+daily log          the first turn of a day: each of the last 7 days with       DailyLog
+                   messages and no log gets one (LLM summary, or an extract
+                   without one); the newest 3 go into the context
+contact profile    every turn: the speaker's aliases, platform ids, last seen  Profiles
+                   and message count (:mod:`~memlane.agent.profiles`)
+=================  ==========================================================  ============
+"""
 
 from __future__ import annotations
 
