@@ -65,6 +65,7 @@ from memlane.agent.profiles import (
 )
 from memlane.agent.reflection import ReflectionReport, areflect, reflect
 from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
+from memlane.agent.upkeep.jobs import JobSkippedWarning
 from memlane.scoping import EventScope, ScopeMode, SessionScope
 
 __all__ = [
@@ -88,6 +89,7 @@ __all__ = [
     "DailyLog",
     "EventScope",
     "FlushReminder",
+    "JobSkippedWarning",
     "LLMError",
     "Limits",
     "MemoryTools",
