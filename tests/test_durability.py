@@ -72,11 +72,20 @@ def _run_and_kill(store: str | Path, script: Path, seed: int, tests_dir: Path) -
     assert proc.stdout is not None
     ready = proc.stdout.readline()
     assert ready.strip() == "READY", proc.stderr.read() if proc.stderr else ""
-    time.sleep(random.Random(seed).uniform(0.3, 1.5))
+    # Killed once it acknowledged as many writes as the seed says, wherever it then is
+    # (a write, a snapshot, the linking): a count, not a time, so that a loaded machine
+    # kills it as far in as an idle one.
+    lines: list[str] = []
+    acknowledged, kill_at = 0, random.Random(seed).randint(30, 120)
+    while acknowledged < kill_at:
+        if not (line := proc.stdout.readline()):
+            break  # it died: its exit code says how, below
+        lines.append(line)
+        acknowledged += line.split()[0] in ("ADD", "DEL", "UPD")
     os.kill(proc.pid, signal.SIGKILL)
     # The rest through the reader that read READY: communicate() reads the raw pipe and
     # drops what readline() had buffered, acknowledged writes among it.
-    out = proc.stdout.read()
+    out = "".join(lines) + proc.stdout.read()
     err = proc.stderr.read() if proc.stderr else ""
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, err

@@ -10,7 +10,6 @@ import asyncio
 import json
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -332,7 +331,8 @@ def test_second_open_fails_at_once(tmp_path: Path) -> None:
         )
         import subprocess
 
-        started = time.perf_counter()
+        # This process holds the store until the child is done: a lock that waited for
+        # it would hang the child until its timeout.
         out = subprocess.run(
             [sys.executable, "-c", code, str(tmp_path / "l")],
             capture_output=True,
@@ -340,7 +340,6 @@ def test_second_open_fails_at_once(tmp_path: Path) -> None:
             timeout=60,
         )
         assert out.stdout.startswith("locked"), out.stderr
-        assert time.perf_counter() - started < 30
     finally:
         mem.close()
     Memory(tmp_path / "l", WordHashEmbedder()).close()

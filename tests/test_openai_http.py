@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,14 +24,16 @@ OK = {"status": 200, "body": '{"ok": true}'}
 
 class ScriptServer:
     """Answers each POST with the next scripted reply: a dict of ``status`` (200),
-    ``headers`` ({}), ``body`` ("{}") and ``delay`` (seconds before answering), or
-    ``"drop"`` to close the connection unanswered. An empty script answers 200 ``{}``."""
+    ``headers`` ({}) and ``body`` ("{}"), ``"drop"`` to close the connection unanswered,
+    or ``"hang"`` to answer nothing until the server closes (the client times out,
+    however loaded the machine). An empty script answers 200 ``{}``."""
 
     def __init__(self) -> None:
         self.script: deque[dict[str, Any] | str] = deque()
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.bodies: list[Any] = []
+        self.closing = threading.Event()
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,12 +47,13 @@ class ScriptServer:
                     json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 )
                 reply = owner.script.popleft() if owner.script else {}
-                if reply == "drop":
+                if reply == "hang":
+                    owner.closing.wait()
+                if reply in ("drop", "hang"):
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
                 assert isinstance(reply, dict)
-                time.sleep(reply.get("delay", 0))
                 raw = reply.get("body", "{}").encode()
                 self.send_response(reply.get("status", 200))
                 for name, value in {
@@ -73,6 +75,7 @@ class ScriptServer:
         self.script.extend(replies)
 
     def close(self) -> None:
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -213,12 +216,13 @@ def test_a_body_that_is_not_json(server: ScriptServer) -> None:
 
 
 def test_network_failures_are_retried(server: ScriptServer, waits: list[float]) -> None:
-    server.push({"delay": 1.0}, "drop", OK)
-    assert Client(server.url, timeout=0.2, max_retries=2, backoff=0.0).post() == {"ok": True}
+    # The timeout is what a hung try waits; the answered ones take a fraction of it.
+    server.push("hang", "drop", OK)
+    assert Client(server.url, timeout=1.0, max_retries=2, backoff=0.0).post() == {"ok": True}
     assert len(server.bodies) == 3 and waits == [0.0, 0.0]
-    server.push({"delay": 1.0}, {"delay": 1.0})
+    server.push("hang", "hang")
     with pytest.raises(Client.Failed, match=r"after 2 attempt.*ReadTimeout"):
-        Client(server.url, timeout=0.2, max_retries=1).post()
+        Client(server.url, timeout=1.0, max_retries=1).post()
     closed = ScriptServer()
     closed.close()
     with pytest.raises(Client.Failed, match=r"after 2 attempt.*ConnectError"):

@@ -734,10 +734,8 @@ def test_unreachable_database_is_a_clear_error(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     closed = f"postgresql://memlane:{PASSWORD}@127.0.0.1:1/postgres?connect_timeout=2"
-    started = time.perf_counter()
     with pytest.raises(StorageError, match="cannot connect") as e:
         Memory(closed, None)
-    assert time.perf_counter() - started < 30
     wrong = pg_server.url().replace(PASSWORD, "not-" + PASSWORD)
     with pytest.raises(StorageError, match="password authentication failed") as e2:
         Memory(wrong, None)

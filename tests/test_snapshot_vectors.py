@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import struct
-import time
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +21,7 @@ from memlane import CorruptFileError, Memory
 from memlane._core import Engine
 from memlane._memory import sync
 from memlane.records import SearchHit
+from memlane.storage.sqlite import SQLiteStore
 from pg_server import PgServer
 
 DIM = 64
@@ -93,14 +94,26 @@ def test_a_reopened_store_finds_the_same_hits_with_the_same_scores(
 
 
 class _SlowLoad:
-    """``Engine`` whose ``load`` takes long enough for the open to read ahead."""
+    """``Engine`` whose ``load`` ends once the open has read ``rows`` rows ahead (or all
+    there are), however long that takes."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows, self.read = rows, 0
+        self.done = threading.Event()
+        if rows == 0:
+            self.done.set()
 
     def __call__(self, *args: object, **kwargs: object) -> Engine:
         return Engine(*args, **kwargs)
 
-    @staticmethod
-    def load(root: Path) -> tuple[Engine, int]:
-        time.sleep(0.3)
+    def vectors(self, rows: list[tuple[int, bytes]]) -> None:
+        """Counts the rows an open read."""
+        self.read += len(rows)
+        if not rows or self.read >= self.rows:
+            self.done.set()
+
+    def load(self, root: Path) -> tuple[Engine, int]:
+        assert self.done.wait(60), "the open did not read ahead"
         return Engine.load(root)
 
 
@@ -120,7 +133,16 @@ def test_vectors_read_in_many_chunks_fill_the_same_index(
     # `ahead` rows (whole chunks) read while the snapshot loads, the rest after.
     monkeypatch.setattr(sync, "_FILL_CHUNK", 7)
     monkeypatch.setattr(sync, "_READ_AHEAD", ahead)
-    monkeypatch.setattr(sync, "Engine", _SlowLoad())
+    slow = _SlowLoad(min(-(-ahead // 7) * 7, N))
+    monkeypatch.setattr(sync, "Engine", slow)
+    read = SQLiteStore.vectors
+
+    def vectors(self: SQLiteStore, after: int, limit: int) -> list[tuple[int, bytes]]:
+        rows = read(self, after, limit)
+        slow.vectors(rows)
+        return rows
+
+    monkeypatch.setattr(SQLiteStore, "vectors", vectors)
     read_ahead: list[int] = []
     real = sync.IndexSync._read_ahead
 
