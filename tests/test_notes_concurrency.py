@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
-from memlane import Memory, StoreLockedError
+from memlane import Memory, StoreLockedError, UnknownIdError
 from memlane.agent import CoreMemory, CoreMemoryLimitError
 from memlane.notes import Notebook, NoteLimitError
 from memlane.notes_files import NOTES, entry_line, head_token, write_entries
@@ -219,6 +219,33 @@ def test_concurrent_block_replaces_keep_the_limit(make_store: StoreFactory) -> N
     for r in results:
         if isinstance(r, BaseException):
             assert isinstance(r, CoreMemoryLimitError), repr(r)
+
+
+def test_a_block_deleted_while_an_edit_lands_is_gone(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append that lands after delete() read the block's versions, and before it
+    removed them, is removed with them: the block is gone, not left at the append."""
+    mem = make_store("block-delete", WordHashEmbedder())
+    core = CoreMemory(mem, SCOPE)
+    core.define("human", "Alice.", limit=LIMIT)
+    core.append("human", "Vegan.")
+    landed: list[Any] = []
+    for name in ("delete", "replace"):
+        method = getattr(mem, name)
+
+        def edit_first(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            if not landed:
+                landed.append(CoreMemory(mem, SCOPE).append("human", "Likes jazz."))
+            return _method(*args, **kwargs)
+
+        monkeypatch.setattr(mem, name, edit_first)
+    core.delete("human")
+    assert landed
+    with pytest.raises(UnknownIdError):
+        core.get("human")
+    assert core.blocks() == []
+    assert core.define("human", "Bob.", limit=LIMIT).value == "Bob."
 
 
 # -- processes --------------------------------------------------------------------------------

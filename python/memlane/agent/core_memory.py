@@ -40,7 +40,6 @@ first left, and neither is lost.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
@@ -449,16 +448,13 @@ class CoreMemory:
         return self._edit(label, replaced)
 
     def delete(self, label: str) -> None:
-        """Removes block ``label`` (with the versions its edits left)."""
+        """Removes block ``label`` (with the versions its edits left). The versions are
+        found in the transaction that deletes them, after every other writer's commit: an
+        edit either lands before and goes with them, or finds the block gone."""
         self.get(label)
         scope, only = self._where(label)
         flt = {"$and": [only, {"label": label}]}
-        total = self.memory.count(self.table, type=_TYPE, filters=flt, **scope)
-        for rec in self.memory.list(
-            self.table, limit=max(total, 1), type=_TYPE, filters=flt, **scope
-        ):
-            with contextlib.suppress(UnknownIdError):  # another agent deleted it first
-                self.memory.delete(rec.id)
+        self.memory.replace([], self.table, type=_TYPE, filters=flt, **scope)
 
     def _edit(self, label: str, value_of: Callable[[Block], str]) -> Block:
         """Block ``label`` with ``value_of(block)`` as its value. The edit supersedes the
