@@ -313,12 +313,13 @@ def test_reflection_failure_loses_nothing_and_retries(mem, server, clock, failur
     release = threading.Event()
 
     def hang(body):
-        release.wait(10)
+        release.wait()
         return ops()
 
     bad = {"http": (500, "boom"), "malformed": "I think {operations: maybe", "timeout": hang}
     server.push(bad[failure], ops({"op": "remember", "content": "Alice likes matcha"}))
-    with OpenAIChat("s", base_url=server.base_url, max_retries=0, timeout=0.5) as llm:
+    # The timeout is what the hung call waits; the answered ones take a fraction of it.
+    with OpenAIChat("s", base_url=server.base_url, max_retries=0, timeout=2.0) as llm:
         am = agent(mem, llm, clock, reflection=Reflection(every=1))
         alice = am.event("telegram", 42, 7)
         try:
