@@ -68,8 +68,12 @@ from memlane.embeddings.lazy import default_embedder
 EVERY = 10
 MODES = ("background", "inline")
 SYSTEM = "You are a helpful assistant. Keep answers short."
-#: How long the benchmark waits for the worker at the end of a run, in LLM latencies.
+#: How long the benchmark waits for the worker at the end of a run, in LLM latencies,
+#: and at least DRAIN_SECONDS: a bound for a hang, not a timing (a drain returns once the
+#: worker is done), which the short stub of the test run would put within a busy
+#: machine's reach.
 DRAIN_LATENCIES = 200
+DRAIN_SECONDS = 120.0
 
 
 # -- the stub LLM -----------------------------------------------------------------------------
@@ -168,7 +172,7 @@ class Agent:
         trigger = (index + 1) % EVERY == 0
         if trigger and self.mode == "background":
             t = time.perf_counter()  # a free worker at the trigger, as the goal says
-            if not self.am.drain(timeout=self.latency * DRAIN_LATENCIES):
+            if not self.am.drain(timeout=self.patience()):
                 raise RuntimeError(f"the upkeep worker did not finish: {self.am.pending_upkeep()}")
             self.waited_s.append(time.perf_counter() - t)
         busy = bool(self.am.pending_upkeep())
@@ -190,10 +194,14 @@ class Agent:
             self.inline_reflections.append(len(report.reflection.added))
         self.failures += [f"{f.trigger}: {f.error}" for f in report.failures]
 
+    def patience(self) -> float:
+        """How long to wait for the worker (see DRAIN_LATENCIES)."""
+        return max(self.latency * DRAIN_LATENCIES, DRAIN_SECONDS)
+
     def finish(self) -> dict[str, Any]:
         """Waits for the worker, checks what was stored, closes; returns the results."""
-        drained = self.am.drain(timeout=self.latency * DRAIN_LATENCIES)
-        left = self.am.close(timeout=self.latency * DRAIN_LATENCIES)
+        drained = self.am.drain(timeout=self.patience())
+        left = self.am.close(timeout=self.patience())
         stored = self.mem.count(MESSAGES, **self.event.history)
         facts = self.mem.count("memories", **self.event.fields)
         jobs_left = len(self.mem.jobs.items())
