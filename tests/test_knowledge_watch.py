@@ -21,7 +21,9 @@ from conftest import StoreFactory, WordHashEmbedder
 from memlane import AsyncMemory, IngestReport, Memory, OnnxEmbedder
 from memlane.errors import InvalidArgumentError, NotFoundError
 
-TIMEOUT = 20.0
+# A bound for a hang: every wait returns once its state is reached, so a busy machine
+# (the command below starts Python and loads the model) only waits longer.
+TIMEOUT = 120.0
 
 
 def wait_for(condition: Callable[[], object], what: str) -> None:
