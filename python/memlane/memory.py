@@ -22,6 +22,7 @@ from memlane import _core, coerce, notes_files
 from memlane._memory import duplicates, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow
+from memlane._memory.events import Events
 from memlane._memory.querying import Mode, Searcher
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.writer import Writer
@@ -247,6 +248,12 @@ class Memory(MemoryStore):
     def closed(self) -> bool:
         """True once :meth:`close` ran (every call but ``close`` then raises)."""
         return self._sync.closing
+
+    @property
+    def events(self) -> Events:
+        """This process's changes to the store as events: ``mem.events.subscribe(callback,
+        user_id="alice")``, or iterate over the subscription (:mod:`memlane.events`)."""
+        return self._writer.events
 
     def snapshot(self) -> None:
         """Writes an index snapshot now (also done periodically and at close)."""

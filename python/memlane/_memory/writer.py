@@ -27,6 +27,8 @@ from memlane._memory.encoding import (
     unblob,
     validate,
 )
+from memlane._memory.events import Events
+from memlane._memory.progress import PROGRESS_PART, progress_bar
 from memlane._memory.querying import visible
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
@@ -95,8 +97,10 @@ class Writer:
         self.dedup_threshold = 0.95
         self.near_duplicate: Literal["mark", "skip"] = "mark"
         self._pool: ThreadPoolExecutor | None = None
+        self.events = Events()
 
     def close(self) -> None:
+        self.events.close()
         if self._pool is not None:
             self._pool.shutdown()
 
@@ -166,7 +170,7 @@ class Writer:
             missing = [i for i, n in enumerate(news) if n.embedding is None]
         bar = None
         if bars is not None:
-            bar = _progress_bar(len(news))
+            bar = progress_bar(len(news))
             bars.append(bar)
             bar.update(len(news) - len(missing))
         # With a bar, the model runs in parts so that the bar moves (each part is still
@@ -325,6 +329,7 @@ class Writer:
                 sync.follow()
                 gone = [int(x) for x in sync.engine.ids_where(replacing.filter)]
                 self._check_ids(news, gone)
+            doomed = self.events.doomed(sync, gone)
             if gone:  # first: a new record may take a deleted one's id
                 self.access.drop(gone)
                 db.delete(conn, gone, seq, "replace")
@@ -338,6 +343,8 @@ class Writer:
             sync.engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         sync.engine.apply(prepared)
         sync.committed(seq, len(news) + len(gone))
+        self.events.deleted(doomed, set(gone), "replace")
+        self.events.added(rows)
         return len(gone)
 
     # -- changing and deleting ---------------------------------------------------------
@@ -389,6 +396,7 @@ class Writer:
             sync.engine.apply(adding)
             sync.engine.apply(closing)
             sync.committed(seq, 2)
+            self.events.superseded(closed, new)
         return n.record()
 
     def _successor(self, old: Row, item: Mapping[str, Any], when: float, now: float) -> NewRecord:
@@ -451,6 +459,7 @@ class Writer:
                 self.access.flush(db, conn, seq)
             sync.engine.apply(prepared)
             sync.committed(seq, 1)
+            self.events.updated(full)
         rec = n.record()
         if pending is not None:
             rec.access_count += pending[0]
@@ -500,6 +509,7 @@ class Writer:
     def delete_rowids(self, rowids: list[int], actor: str | None = None) -> set[int]:
         """One transaction deleting ``rowids`` (write lock held); returns those deleted."""
         sync, db = self.sync, self.db
+        doomed = self.events.doomed(sync, rowids)
         with db.transaction() as conn:
             seq = db.next_seq(conn)
             self.access.drop(rowids)
@@ -507,6 +517,7 @@ class Writer:
             deleted = db.delete(conn, rowids, seq, actor)
         sync.engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)
         sync.committed(seq, len(rowids))
+        self.events.deleted(doomed, deleted, actor)
         return deleted
 
     def prune(
@@ -585,13 +596,3 @@ class Writer:
                 self.access.flush(self.db, conn, seq)
             sync.committed(seq, 0)
 
-
-#: Texts embedded between two moves of ``add_many``'s progress bar.
-PROGRESS_PART = 512
-
-
-def _progress_bar(total: int) -> Any:
-    """``add_many(progress=True)``'s bar on stderr (tqdm: rate, ETA, terminal width)."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="add_many", unit="records", dynamic_ncols=True)
