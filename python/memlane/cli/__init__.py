@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "memlane.cli.store",
     "memlane.cli.upkeep",
     "memlane.cli.agent",
+    "memlane.cli.serve",
 ]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

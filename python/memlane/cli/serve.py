@@ -1,0 +1,135 @@
+"""``memlane serve``: the record API of a store over HTTP (memlane.server)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import sys
+from typing import Any
+
+from memlane.cli._command import (
+    CACHE_ENV,
+    EMBEDDER_HELP,
+    STORE_ENV,
+    at_least,
+    command,
+    embedder_choice,
+    open_memory,
+)
+from memlane.errors import InvalidArgumentError, MemlaneError
+
+__all__: list[str] = []
+
+class ServerUnavailableError(MemlaneError, ImportError):
+    """The server's packages (the ``server`` extra) are not installed."""
+
+
+#: The environment variable holding one more full-access API key.
+KEY_ENV = "MEMLANE_API_KEY"
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    default = os.environ.get(STORE_ENV)
+    p.add_argument(
+        "store",
+        metavar="STORE",
+        nargs="?" if default is not None else None,
+        default=default,
+        help=f"the store directory, or a postgresql:// URL (default: ${STORE_ENV})",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1; any other needs an API key)",
+    )
+    p.add_argument("--port", type=at_least(0), default=8765, help="default 8765; 0: any free")
+    p.add_argument(
+        "--api-key",
+        action="append",
+        metavar="KEY",
+        help=f"a key with full access (repeatable; also ${KEY_ENV})",
+    )
+    p.add_argument(
+        "--keys-file",
+        metavar="FILE",
+        help='a JSON list of keys, each {"key": ..., "scope": {"user_id": ...}, '
+        '"read_only": true} (docs/server.md)',
+    )
+    p.add_argument("--max-body", type=at_least(1), help="the largest JSON body, in bytes")
+    p.add_argument(
+        "--max-upload", type=at_least(1), help="the largest ingest or import upload, in bytes"
+    )
+    p.add_argument("--ingest-root", metavar="DIR", help="a folder /v1/ingest may read by path")
+    p.add_argument("--create", action="store_true", help="create the store if it is missing")
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=os.environ.get(CACHE_ENV),
+        help=f"PostgreSQL stores: a folder for index snapshots (default: ${CACHE_ENV})",
+    )
+    p.add_argument(
+        "--embedder", type=embedder_choice, metavar="EMBEDDER", default=None, help=EMBEDDER_HELP
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@command("serve", "serve a store's record API over HTTP (memlane[server])", arguments=_arguments)
+def serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from memlane.server import ApiKey, create_app, load_keys
+    except ImportError as e:
+        raise ServerUnavailableError(
+            f"memlane serve needs the server extra: pip install 'memlane[server]' ({e})"
+        ) from None
+    keys = [ApiKey(k, name="--api-key") for k in args.api_key or ()]
+    if os.environ.get(KEY_ENV):
+        keys.append(ApiKey(os.environ[KEY_ENV], name=f"${KEY_ENV}"))
+    if args.keys_file is not None:
+        keys += load_keys(args.keys_file)
+    if not keys and not _loopback(args.host):
+        raise InvalidArgumentError(
+            f"--host {args.host} is reachable from other machines: give an API key "
+            f"(--api-key, --keys-file or ${KEY_ENV}), or serve on 127.0.0.1"
+        )
+    options: dict[str, Any] = {"keys": keys, "ingest_root": args.ingest_root}
+    if args.max_body is not None:
+        options["max_body"] = args.max_body
+    if args.max_upload is not None:
+        options["max_upload"] = args.max_upload
+    with open_memory(args, create=args.create) as mem:
+        app = create_app(mem, **options)
+        config = uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            # A follower of /v1/events never ends its request: shutting down waits this
+            # long for it, then closes the store.
+            timeout_graceful_shutdown=2,
+        )
+        asyncio.run(_run(uvicorn.Server(config), mem.location))
+    return 0
+
+
+async def _run(server: Any, store: str) -> None:
+    """Serves until stopped (Ctrl-C, SIGTERM); says where once it listens."""
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        host, port = server.servers[0].sockets[0].getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"memlane: serving {store} on http://{shown}:{port}", file=sys.stderr, flush=True)
+    await task

@@ -1,0 +1,81 @@
+"""The ASGI app: the routes of records.py, transfer.py and stream.py over one open
+:class:`~memlane.Memory`, the body limit, the error handlers and ``/openapi.json``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route as StarletteRoute
+
+from memlane.errors import InvalidArgumentError
+from memlane.memory import Memory
+from memlane.server import records, stream, transfer
+from memlane.server.errors import handlers
+from memlane.server.keys import ApiKey
+from memlane.server.limits import BodyLimit
+from memlane.server.openapi import schema
+
+__all__ = ["DEFAULT_MAX_BODY", "DEFAULT_MAX_UPLOAD", "create_app"]
+
+#: The largest JSON body (bytes): a batch of adds with their vectors fits.
+DEFAULT_MAX_BODY = 16 << 20
+#: The largest upload to /v1/ingest or /v1/import (bytes).
+DEFAULT_MAX_UPLOAD = 256 << 20
+_UPLOADS = ("/v1/ingest", "/v1/import")
+
+ROUTES = [*records.ROUTES, *transfer.ROUTES, *stream.ROUTES]
+
+
+async def _health(request: Request) -> JSONResponse:
+    return JSONResponse({"ok": True})
+
+
+def create_app(
+    memory: Memory,
+    *,
+    keys: Sequence[ApiKey] = (),
+    max_body: int = DEFAULT_MAX_BODY,
+    max_upload: int = DEFAULT_MAX_UPLOAD,
+    ingest_root: str | Path | None = None,
+) -> Starlette:
+    """The server's app over an open ``memory`` (which the caller closes). ``keys``: the
+    API keys a request must give one of (none: every request may do everything; the
+    command refuses that on any address but loopback). ``ingest_root``: the folder
+    whose files ``/v1/ingest`` may read by path (none: no server-side path)."""
+    for label, value in (("max_body", max_body), ("max_upload", max_upload)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgumentError(f"{label} must be a positive int, got {value!r}")
+    root = None if ingest_root is None else Path(ingest_root).resolve()
+    if root is not None and not root.is_dir():
+        raise InvalidArgumentError(f"the ingest root {ingest_root} is not a folder")
+    document = schema(ROUTES)
+
+    async def openapi(request: Request) -> JSONResponse:
+        return JSONResponse(document)
+
+    routes: list[Any] = [
+        StarletteRoute(path, handler, methods=[method]) for method, path, handler, *_ in ROUTES
+    ]
+    routes += [
+        StarletteRoute("/openapi.json", openapi, methods=["GET"]),
+        StarletteRoute("/health", _health, methods=["GET"]),
+    ]
+
+    def limit(path: str) -> int:
+        return max_upload if path in _UPLOADS else max_body
+
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(BodyLimit, limit=limit)],
+        exception_handlers=handlers,
+    )
+    app.state.memory = memory
+    app.state.keys = tuple(keys)
+    app.state.ingest_root = root
+    return app

@@ -1,0 +1,86 @@
+"""Every failure as one JSON shape, ``{"error": {"type": ..., "message": ...}}``, with a
+status that says whose fault it is: 4xx for the request (memlane's errors by their class
+name), 5xx only for :class:`~memlane.errors.InternalError` and
+:class:`~memlane.errors.StorageError`, the server's own side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from memlane import errors
+
+__all__ = ["Refused", "error_body", "handlers", "status_of"]
+
+# First match wins: subclasses before their bases.
+_STATUS: tuple[tuple[type[errors.MemlaneError], int], ...] = (
+    (errors.UnknownIdError, 404),
+    (errors.NotFoundError, 404),
+    (errors.DuplicateIdError, 409),
+    (errors.ConflictError, 409),
+    (errors.StoreLockedError, 409),
+    (errors.ClosedError, 409),
+    (errors.EmbedderUnavailableError, 422),
+    (errors.EmbedderMismatchError, 422),
+    (errors.InternalError, 500),
+    (errors.StorageError, 503),
+)
+
+
+class Refused(Exception):
+    """A request the server refuses before memlane sees it: no key, a key without the
+    right, a body too large, a route that is not there."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def status_of(error: errors.MemlaneError) -> int:
+    for cls, status in _STATUS:
+        if isinstance(error, cls):
+            return status
+    return 400
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message}}
+
+
+async def _memlane(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.MemlaneError)
+    return JSONResponse(error_body(type(exc).__name__, str(exc)), status_of(exc))
+
+
+async def _refused(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Refused)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse(error_body(exc.kind, str(exc)), exc.status, headers=headers)
+
+
+_HTTP_KINDS = {404: "NotFound", 405: "MethodNotAllowed"}
+
+
+async def _http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    kind = _HTTP_KINDS.get(exc.status_code, "HTTPError")
+    return JSONResponse(error_body(kind, str(exc.detail)), exc.status_code)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    # A bug: said as memlane says one, without the traceback (the server logs it).
+    message = f"{type(exc).__name__}: {exc}"
+    return JSONResponse(error_body("InternalError", message), 500)
+
+
+#: The app's exception handlers.
+handlers: dict[Any, Any] = {
+    errors.MemlaneError: _memlane,
+    Refused: _refused,
+    HTTPException: _http,
+    Exception: _unexpected,
+}

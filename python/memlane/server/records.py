@@ -1,0 +1,247 @@
+"""The record API's routes: add, add many, search, get, list, count, history,
+supersede, update, delete, delete all, upkeep jobs and stats.
+
+Each route makes one memlane call, in a worker thread (memlane's calls block; the engine
+and the databases release the GIL), so a request that fails stores nothing: the call is
+one transaction, checked before it writes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.memory import Memory
+from memlane.records import SCOPE_FIELDS, MemoryRecord
+from memlane.server.calls import (
+    arguments,
+    hit_json,
+    query_arguments,
+    read_json,
+    record_json,
+    version_json,
+)
+from memlane.server.keys import Caller
+
+__all__ = ["ROUTES"]
+
+_PAGE = 1000
+
+
+def context(request: Request, *, writes: bool = False) -> tuple[Memory, Caller]:
+    """The store and what this request's key may do (401/403 otherwise)."""
+    state = request.app.state
+    caller = Caller.of(request.headers, state.keys)
+    if writes:
+        caller.writes()
+    return state.memory, caller
+
+
+def _visible(mem: Memory, caller: Caller, record_id: str) -> MemoryRecord:
+    """Record ``record_id``, if the caller's key may see it (else as if it were not)."""
+    found = mem.get(record_id)
+    if not caller.sees(found):
+        raise UnknownIdError(f"no memory with id {record_id!r}")
+    return found
+
+
+async def add(request: Request) -> JSONResponse:
+    """Add one memory (the arguments of Memory.add)."""
+    mem, caller = context(request, writes=True)
+    args = caller.bound(arguments(mem.add, await read_json(request)))
+    found = await run_in_threadpool(lambda: mem.add(**args))
+    return JSONResponse(_added(found), 201)
+
+
+def _added(r: MemoryRecord) -> dict[str, Any]:
+    return {**record_json(r), "duplicate": r.duplicate, "duplicate_of": r.duplicate_of}
+
+
+async def add_many(request: Request) -> JSONResponse:
+    """Add many memories in one transaction: {"items": [...]}, each the arguments of
+    Memory.add; one bad item stores none."""
+    mem, caller = context(request, writes=True)
+    body = await read_json(request)
+    items = arguments(mem.add_many, body, only={"items"})["items"]
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise InvalidArgumentError("items must be a list of objects")
+    bound = [caller.bound(arguments(mem.add, item)) for item in items]
+    found = await run_in_threadpool(mem.add_many, bound)
+    return JSONResponse({"records": [_added(r) for r in found]}, 201)
+
+
+async def search(request: Request) -> JSONResponse:
+    """Search: the arguments of Memory.search (query, k, mode, filters, explain, ...)."""
+    mem, caller = context(request)
+    args = caller.bound(arguments(mem.search, await read_json(request)))
+    hits = await run_in_threadpool(lambda: mem.search(**args))
+    return JSONResponse({"hits": [hit_json(h) for h in hits]})
+
+
+async def get(request: Request) -> JSONResponse:
+    """One memory by id (?include_embedding=true for its vector)."""
+    mem, caller = context(request)
+    record_id = request.path_params["id"]
+    args = query_arguments(request, mem.get)
+    found = await run_in_threadpool(lambda: mem.get(record_id, **args))
+    if not caller.sees(found):
+        raise UnknownIdError(f"no memory with id {record_id!r}")
+    return JSONResponse(record_json(found))
+
+
+async def list_(request: Request) -> JSONResponse:
+    """A page of memories by creation time, with the total and the next page's offset
+    (the query parameters of Memory.list; filters as JSON)."""
+    mem, caller = context(request)
+    args = caller.bound(query_arguments(request, mem.list))
+
+    def page() -> tuple[list[MemoryRecord], int]:
+        found = mem.list(**args)
+        counted = {k: v for k, v in args.items() if k not in ("limit", "offset", "order")}
+        counted.pop("include_embedding", None)
+        return found, mem.count(**counted)
+
+    found, total = await run_in_threadpool(page)
+    offset = args.get("offset", 0)
+    after = offset + len(found)
+    return JSONResponse(
+        {
+            "records": [record_json(r) for r in found],
+            "total": total,
+            "offset": offset,
+            "next_offset": after if after < total and found else None,
+        }
+    )
+
+
+async def count(request: Request) -> JSONResponse:
+    """How many memories (the query parameters of Memory.count)."""
+    mem, caller = context(request)
+    args = caller.bound(query_arguments(request, mem.count))
+    return JSONResponse({"count": await run_in_threadpool(lambda: mem.count(**args))})
+
+
+async def history(request: Request) -> JSONResponse:
+    """Every version of a memory, oldest first."""
+    mem, caller = context(request)
+    record_id = request.path_params["id"]
+    versions = await run_in_threadpool(mem.history, record_id)
+    if not versions or not caller.sees(versions[-1].record):
+        raise UnknownIdError(f"no memory with id {record_id!r}")
+    return JSONResponse({"versions": [version_json(v) for v in versions]})
+
+
+async def supersede(request: Request) -> JSONResponse:
+    """Replace a fact, keeping the old version (the arguments of Memory.supersede)."""
+    mem, caller = context(request, writes=True)
+    record_id = request.path_params["id"]
+    args = arguments(mem.supersede, {**await read_json(request), "id": record_id})
+
+    def run() -> MemoryRecord:
+        _visible(mem, caller, record_id)
+        return mem.supersede(**args)
+
+    return JSONResponse(record_json(await run_in_threadpool(run)), 201)
+
+
+async def update(request: Request) -> JSONResponse:
+    """Change fields of a memory (the arguments of Memory.update)."""
+    mem, caller = context(request, writes=True)
+    record_id = request.path_params["id"]
+    args = arguments(mem.update, {**await read_json(request), "id": record_id})
+
+    def run() -> MemoryRecord:
+        _visible(mem, caller, record_id)
+        return mem.update(**args)
+
+    return JSONResponse(record_json(await run_in_threadpool(run)))
+
+
+async def delete(request: Request) -> JSONResponse:
+    """Delete a memory (its history stays)."""
+    mem, caller = context(request, writes=True)
+    record_id = request.path_params["id"]
+
+    def run() -> None:
+        _visible(mem, caller, record_id)
+        mem.delete(record_id)
+
+    await run_in_threadpool(run)
+    return JSONResponse({"deleted": record_id})
+
+
+async def delete_all(request: Request) -> JSONResponse:
+    """Delete every memory of a table, scope and filters, in one transaction (the
+    arguments of Memory.delete_all; an empty body deletes every record)."""
+    mem, caller = context(request, writes=True)
+    args = caller.bound(arguments(mem.delete_all, await read_json(request)))
+    return JSONResponse({"deleted": await run_in_threadpool(lambda: mem.delete_all(**args))})
+
+
+async def jobs(request: Request) -> JSONResponse:
+    """The store's upkeep jobs: work accepted and not yet done (Memory.jobs)."""
+    mem, caller = context(request)
+    caller.unscoped("the upkeep jobs")
+    items = await run_in_threadpool(mem.jobs.items)
+    return JSONResponse({"jobs": [{"key": k, "value": v} for k, v in items]})
+
+
+async def stats(request: Request) -> JSONResponse:
+    """Counts by table and scope (the key's records only, for a scoped key) and the
+    embedder."""
+    mem, caller = context(request)
+    scope: dict[str, Any] = dict(caller.scope)
+
+    def gather() -> dict[str, Any]:
+        tables: Counter[str] = Counter()
+        scopes: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
+        offset = 0
+        while True:
+            page = mem.list(limit=_PAGE, offset=offset, order="asc", **scope)
+            for r in page:
+                tables[r.table] += 1
+                scopes[(r.table, tuple(r.scope.items()))] += 1
+            offset += len(page)
+            if len(page) < _PAGE:
+                break
+        embedder = mem.embedder
+        return {
+            "store": None if caller.scoped else mem.location,
+            "records": sum(tables.values()),
+            "tables": dict(sorted(tables.items())),
+            "scopes": [
+                {"table": t, **{f: dict(s).get(f) for f in SCOPE_FIELDS}, "count": n}
+                for (t, s), n in sorted(scopes.items(), key=lambda kv: (kv[0][0], -kv[1]))
+            ],
+            "embedder": None
+            if embedder is None
+            else {"name": embedder.name, "dimension": embedder.dimension},
+        }
+
+    return JSONResponse(await run_in_threadpool(gather))
+
+
+#: (method, path, handler, writes, the Memory method whose parameters it takes, and
+#: where: "body", "query" or None).
+Route = tuple[str, str, Callable[[Request], Any], bool, str | None, str | None]
+ROUTES: list[Route] = [
+    ("POST", "/v1/memories", add, True, "add", "body"),
+    ("GET", "/v1/memories", list_, False, "list", "query"),
+    ("POST", "/v1/memories/batch", add_many, True, "add_many", "body"),
+    ("POST", "/v1/search", search, False, "search", "body"),
+    ("GET", "/v1/count", count, False, "count", "query"),
+    ("POST", "/v1/delete-all", delete_all, True, "delete_all", "body"),
+    ("GET", "/v1/memories/{id}", get, False, "get", "query"),
+    ("PATCH", "/v1/memories/{id}", update, True, "update", "body"),
+    ("DELETE", "/v1/memories/{id}", delete, True, None, None),
+    ("GET", "/v1/memories/{id}/history", history, False, None, None),
+    ("POST", "/v1/memories/{id}/supersede", supersede, True, "supersede", "body"),
+    ("GET", "/v1/jobs", jobs, False, None, None),
+    ("GET", "/v1/stats", stats, False, None, None),
+]

@@ -1,0 +1,163 @@
+"""Routes that move files: ingest (an uploaded file, or a path under the operator's
+``--ingest-root``), and JSON Lines export and import, both streamed: an upload goes to a
+temporary file as it arrives (within the upload limit), an export is sent in chunks from
+the file :meth:`~memlane.Memory.export_jsonl` wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+from memlane.errors import InvalidArgumentError
+from memlane.knowledge.report import IngestReport
+from memlane.server.calls import arguments, read_json
+from memlane.server.errors import Refused
+from memlane.server.keys import Caller
+from memlane.server.records import Route, context
+
+__all__ = ["ROUTES"]
+
+_CHUNK = 1 << 16
+# An uploaded file's name: its loader is chosen by its extension, and it becomes the
+# document's id, so it is one plain name.
+_NAME = re.compile(r"[^/\\\x00]{1,255}")
+
+
+async def _save(request: Request, path: Path) -> int:
+    """The request's body into ``path``, as it arrives; returns its size."""
+    size = 0
+    async with await anyio.open_file(path, "wb") as f:
+        async for chunk in request.stream():
+            size += len(chunk)
+            await f.write(chunk)
+    return size
+
+
+def _report(report: IngestReport) -> dict[str, Any]:
+    return {
+        "seen": report.seen,
+        "ingested": report.ingested,
+        "unchanged": report.unchanged,
+        "replaced": report.replaced,
+        "failed": report.failed,
+        "skipped": report.skipped,
+        "pruned": report.pruned,
+        "limited": report.limited,
+        "fragments": report.fragments,
+    }
+
+
+_INGEST_OPTIONS = {"agent_id", "shared", "metadata"}
+
+
+def _ingest_scope(caller: Caller, options: dict[str, Any]) -> dict[str, Any]:
+    """Ingest's knowledge scope: a key scoped to an agent ingests as that agent; one
+    scoped otherwise may not ingest (knowledge has only the agent's scope)."""
+    if caller.scoped:
+        if set(caller.scope) != {"agent_id"}:
+            caller.unscoped("ingest (knowledge is scoped by agent_id alone)")
+        if options.get("shared"):
+            raise Refused(403, "Forbidden", "an agent's key may not ingest shared knowledge")
+        return caller.bound(options)
+    return options
+
+
+async def ingest(request: Request) -> JSONResponse:
+    """Ingest a document: the uploaded body (?name=FILE.md, and agent_id or shared=true)
+    or, with a JSON body {"path": ...}, a file or folder under the server's ingest root."""
+    mem, caller = context(request, writes=True)
+    if request.headers.get("content-type", "").startswith("application/json"):
+        body = await read_json(request)
+        path = body.pop("path", None)
+        options = _ingest_scope(caller, arguments(mem.ingest, body, only=_INGEST_OPTIONS))
+        return JSONResponse(_report(await run_in_threadpool(_ingest_path, request, path, options)))
+    given: dict[str, Any] = dict(request.query_params)
+    name = given.pop("name", None)
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name.startswith("."):
+        raise InvalidArgumentError("give the file's name: ?name=notes.md (one plain name)")
+    if "shared" in given:
+        if given["shared"] not in ("true", "false"):
+            raise InvalidArgumentError("shared: expected true or false")
+        given["shared"] = given["shared"] == "true"
+    options = _ingest_scope(caller, arguments(mem.ingest, given, only=_INGEST_OPTIONS))
+    with tempfile.TemporaryDirectory(prefix="memlane-upload-") as folder:
+        path = Path(folder) / name
+        await _save(request, path)
+        report = await run_in_threadpool(
+            lambda: mem.ingest(path, root=folder, progress=False, **options)
+        )
+    return JSONResponse(_report(report))
+
+
+def _ingest_path(request: Request, path: object, options: dict[str, Any]) -> IngestReport:
+    root: Path | None = request.app.state.ingest_root
+    if root is None:
+        raise Refused(403, "Forbidden", "this server ingests no server-side path (--ingest-root)")
+    if not isinstance(path, str) or not path:
+        raise InvalidArgumentError("path must be a path under the server's ingest root")
+    target = (root / path).resolve()
+    if not target.is_relative_to(root):
+        raise Refused(403, "Forbidden", f"{path!r} is outside the server's ingest root")
+    mem = request.app.state.memory
+    report: IngestReport = mem.ingest(target, root=root, progress=False, **options)
+    return report
+
+
+async def export(request: Request) -> StreamingResponse:
+    """Every record, then the history, as JSON Lines (?embeddings=false leaves the
+    vectors out)."""
+    mem, caller = context(request)
+    caller.unscoped("export")
+    flag = request.query_params.get("embeddings", "true")
+    if flag not in ("true", "false") or set(request.query_params) - {"embeddings"}:
+        raise InvalidArgumentError("export takes one parameter, embeddings=true or false")
+    fd, name = tempfile.mkstemp(prefix="memlane-export-", suffix=".jsonl")
+    os.close(fd)
+    path = Path(name)
+    try:
+        await run_in_threadpool(lambda: mem.export_jsonl(path, embeddings=flag == "true"))
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async with await anyio.open_file(path, "rb") as f:
+            while chunk := await f.read(_CHUNK):
+                yield chunk
+
+    return StreamingResponse(
+        chunks(),
+        media_type="application/x-ndjson",
+        background=BackgroundTask(path.unlink, missing_ok=True),
+    )
+
+
+async def import_(request: Request) -> JSONResponse:
+    """Add the records of an export (the body, JSON Lines; ?on_conflict=skip skips ids
+    already stored). Every line is checked first: a bad one stores nothing."""
+    mem, caller = context(request, writes=True)
+    caller.unscoped("import")
+    args = arguments(mem.import_jsonl, dict(request.query_params), only={"on_conflict"})
+    with tempfile.TemporaryDirectory(prefix="memlane-import-") as folder:
+        path = Path(folder) / "import.jsonl"
+        await _save(request, path)
+        n = await run_in_threadpool(lambda: mem.import_jsonl(path, **args))
+    return JSONResponse({"imported": n}, 201)
+
+
+ROUTES: list[Route] = [
+    ("POST", "/v1/ingest", ingest, True, None, None),
+    ("GET", "/v1/export", export, False, None, None),
+    ("POST", "/v1/import", import_, True, None, None),
+]
