@@ -89,10 +89,11 @@ async def read_json(request: Request) -> dict[str, Any]:
     return value
 
 
-def query_arguments(request: Request, method: Callable[..., Any]) -> dict[str, Any]:
-    """A GET's query string as ``method``'s arguments: each read by its parameter's
-    default (an int, a number, a flag), ``filters`` as a JSON object."""
-    allowed = parameters(method)
+def query_arguments(request: Request, method: Callable[..., Any], **path: Any) -> dict[str, Any]:
+    """A GET's query string (and the ``path``'s parameters) as ``method``'s arguments:
+    each read by its parameter's default (an int, a number, a flag), ``filters`` as a
+    JSON object."""
+    allowed = {k: v for k, v in parameters(method).items() if k not in path}
     out: dict[str, Any] = {}
     for name, value in request.query_params.multi_items():
         if name in out:
@@ -103,7 +104,7 @@ def query_arguments(request: Request, method: Callable[..., Any]) -> dict[str, A
                 f"unknown parameter {name!r}; this call takes {', '.join(allowed)}"
             )
         out[name] = _parse(name, value, p.default)
-    return arguments(method, out)
+    return arguments(method, {**out, **path})
 
 
 def _parse(name: str, text: str, default: Any) -> Any:

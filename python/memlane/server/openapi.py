@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
+import typing
+from collections import abc
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,30 +31,40 @@ _ERROR = {
         }
     },
 }
-_LITERAL = re.compile(r"Literal\[([^\]]*)\]")
 
 
-def _type(name: str, annotation: Any) -> dict[str, Any]:
+def _type(name: str, annotation: Any, where: dict[str, Any]) -> dict[str, Any]:
     """A JSON schema for a parameter, from its annotation (a string: the modules use
-    postponed annotations)."""
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    postponed annotations, resolved in the method's module)."""
+    text = annotation if isinstance(annotation, str) else repr(annotation)
     if name in TIME_FIELDS:
         return {"oneOf": [{"type": "number"}, {"type": "string", "format": "date-time"}]}
-    literal = _LITERAL.search(text)
-    if literal:
-        return {"enum": [v.strip().strip("'\"") for v in literal.group(1).split(",")]}
-    if "Mapping" in text or "dict" in text:
+    if "ArrayLike" in text:  # a vector
+        return {"type": "array", "items": {"type": "number"}}
+    try:
+        hint = eval(text, where) if isinstance(annotation, str) else annotation
+    except Exception:
+        return {"type": "string"}
+    return _schema(hint)
+
+
+def _schema(hint: Any) -> dict[str, Any]:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin in (types.UnionType, typing.Union):
+        parts = [_schema(a) for a in args if a is not type(None)]
+        return parts[0] if len(parts) == 1 else {"anyOf": parts}
+    if hint in _SIMPLE:
+        return {"type": _SIMPLE[hint]}
+    if origin is not None and issubclass(origin, abc.Mapping):
         return {"type": "object"}
-    if "ArrayLike" in text or "Sequence" in text or "Iterable" in text or "list" in text:
-        return (
-            {"type": "array"}
-            if "str" not in text
-            else {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
-        )
-    for word, kind in (("bool", "boolean"), ("float", "number"), ("int", "integer")):
-        if re.search(rf"\b{word}\b", text):
-            return {"type": kind}
+    if origin is not None and issubclass(origin, abc.Iterable):
+        return {"type": "array", "items": _schema(args[0]) if args else {}}
     return {"type": "string"}
+
+
+_SIMPLE = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
 def _fields(method_name: str) -> tuple[dict[str, Any], list[str]]:
@@ -59,7 +72,7 @@ def _fields(method_name: str) -> tuple[dict[str, Any], list[str]]:
     props: dict[str, Any] = {}
     required = []
     for name, p in parameters(method).items():
-        prop = _type(name, p.annotation)
+        prop = _type(name, p.annotation, method.__globals__)
         if p.default is not p.empty and isinstance(p.default, str | int | float | bool):
             prop["default"] = p.default
         props[name] = prop

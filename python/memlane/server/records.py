@@ -88,8 +88,8 @@ async def get(request: Request) -> JSONResponse:
     """One memory by id (?include_embedding=true for its vector)."""
     mem, caller = context(request)
     record_id = request.path_params["id"]
-    args = query_arguments(request, mem.get)
-    found = await run_in_threadpool(lambda: mem.get(record_id, **args))
+    args = query_arguments(request, mem.get, id=record_id)
+    found = await run_in_threadpool(lambda: mem.get(**args))
     if not caller.sees(found):
         raise UnknownIdError(f"no memory with id {record_id!r}")
     return JSONResponse(record_json(found))
