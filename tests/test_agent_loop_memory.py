@@ -290,7 +290,7 @@ def test_reflection_every_n_turns(make_store, word_embedder, server, llm, clock)
             ]
             return ops({"op": "remember", "content": "Alice prefers oolong tea"})
 
-        server.push(answer)
+        server.push(answer, json.dumps({"decisions": [{"fact": "F1", "decision": "add"}]}))
         for i in range(2):
             _, report = turn(am, alice, f"message {i}", f"reply {i}")
             assert report.reflection is None
@@ -299,11 +299,14 @@ def test_reflection_every_n_turns(make_store, word_embedder, server, llm, clock)
         assert report.ok, report.failures
         assert report.reflection is not None
         assert [r.text for r in report.reflection.added] == ["Alice prefers oolong tea"]
+        assert report.facts is not None and [d.decision for d in report.facts.decisions] == [
+            "add"
+        ]
         assert mem.search("oolong", 1, **alice.fields)[0].record.text == "Alice prefers oolong tea"
         for i in range(3, 5):
             _, report = turn(am, alice, f"message {i}", f"reply {i}")
             assert report.reflection is None  # counted again from 0
-        assert len(server.requests) == 1
+        assert len(server.requests) == 2  # the reflection, and the check of its fact
     finally:
         mem.close()
 
@@ -937,7 +940,10 @@ def test_trigger_outputs_keep_to_the_length_cap(make_store, word_embedder, serve
         alice = am.event("telegram", 42, 7)
         long = " ".join(f"Alice visited tea house number {i} in Kyoto." for i in range(15))
         assert len(long) > 600
-        server.push(ops({"op": "remember", "content": long, "importance": 0.7}))
+        server.push(
+            ops({"op": "remember", "content": long, "importance": 0.7}),
+            json.dumps({"decisions": []}),  # the check of the new fact: each part kept
+        )
         _, report = turn(am, alice, "I toured Kyoto", "Lovely")
         assert report.ok, report.failures
         (added,) = report.reflection.added

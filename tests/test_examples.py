@@ -128,4 +128,6 @@ def test_agent_loop_example(tmp_path: Path) -> None:
     assert "[session 1] remembered: Alice lives in Paris" in res.stdout
     assert "[session 3] superseded by: Alice lives in Berlin" in res.stdout
     assert "as of session 2: Alice lives in Paris" in res.stdout
-    assert "history: 'Alice lives in Paris' (add, ended by supersede (reflection))" in res.stdout
+    # The check of the new fact found nothing to compare with: kept, as its history says.
+    assert "history: 'Alice lives in Paris' (add, ended by update (fact-check))" in res.stdout
+    assert "history: 'Alice lives in Paris' (update, ended by supersede (reflection))" in res.stdout

@@ -47,15 +47,20 @@ ANSWER = json.dumps({"operations": [{"op": "remember", "content": f} for f in FA
 
 
 class Model:
-    """Answers every call with ``answer``; keeps the prompts; waits for ``gate`` if set."""
+    """Answers reflection with ``answer`` (and the check of new facts: keep them); keeps
+    the reflection prompts in ``prompts`` (all in ``seen``); waits for ``gate`` if set."""
 
     def __init__(self, answer: str = ANSWER, gate: threading.Event | None = None) -> None:
         self.answer = answer
         self.gate = gate
         self.entered = threading.Event()
         self.prompts: list[str] = []
+        self.seen: list[str] = []
 
     def complete(self, messages: Any) -> str:
+        self.seen.append(json.dumps(messages))
+        if "New facts:" in messages[-1]["content"]:
+            return json.dumps({"decisions": []})
         self.prompts.append(json.dumps(messages))
         self.entered.set()
         if self.gate is not None and not self.gate.wait(60):
@@ -202,7 +207,7 @@ def test_another_agents_job_in_flight_is_not_resumed(make_store: StoreFactory) -
     assert b.drain(timeout=60)
     gate.set()
     assert a.drain(timeout=60)
-    assert not any("1234" in p for p in model_b.prompts)
+    assert not any("1234" in p for p in model_b.seen)
     assert len(model_b.prompts) == 1  # its own reflection
     assert sorted(r.text for r in mem.list("memories_a")) == sorted(FACTS)
     assert mem.count("memories_b") == 0

@@ -115,3 +115,21 @@ def timed(timeout: float | None) -> Callable[[Caller], Caller]:
         return limited
 
     return wrap
+
+
+class Meter:
+    """A caller that counts its calls and their tokens in and out (with ``count``)."""
+
+    def __init__(self, call: Caller, count: Callable[[str], int]) -> None:
+        self._call = call
+        self._count = count
+        self.calls = 0
+        self.tokens_in = 0
+        self.tokens_out = 0
+
+    def __call__(self, messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
+        self.calls += 1
+        self.tokens_in += sum(self._count(str(m.get("content") or "")) for m in messages)
+        answer = self._call(messages, max_tokens)
+        self.tokens_out += self._count(answer) if isinstance(answer, str) else 0
+        return answer

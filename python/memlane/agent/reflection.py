@@ -13,6 +13,7 @@ memory's history and in searches ``as_of`` a time before the change.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from memlane.records import MemoryRecord
 
 __all__ = [
+    "Extraction",
     "ReflectionReport",
     "Resume",
     "areflect",
@@ -39,17 +41,24 @@ __all__ = [
     "reflect_planned",
 ]
 
-_SYSTEM = (
-    "You maintain an AI agent's long-term memory about a user. Given a conversation and the "
-    "numbered memories already stored, decide what to change. Answer with one JSON object and "
-    'nothing else: {"operations": [...]} where each operation is one of\n'
+_FORMAT = (
+    'Answer with one JSON object and nothing else: {"operations": [...]} where each '
+    "operation is one of\n"
     '{"op": "remember", "content": str, "type": "semantic"|"episodic"|"procedural", '
     '"importance": 0..1}\n'
     '{"op": "update", "memory": <number of a listed memory>, "content": str}\n'
     '{"op": "forget", "memory": <number of a listed memory>}\n'
-    "Use update when a listed memory is outdated or wrong, never remember a second copy. "
     "Refer to listed memories only by their number. Return an empty list if nothing changes."
 )
+_SYSTEM = (
+    "You maintain an AI agent's long-term memory about a user. Given a conversation and the "
+    "numbered memories already stored, decide what to change. Use update when a listed "
+    "memory is outdated or wrong, never remember a second copy.\n" + _FORMAT
+)
+
+
+#: The scope's newest memories shown beside those the conversation finds.
+_RECENT = 10
 
 
 @dataclass(slots=True)
@@ -78,6 +87,7 @@ class _Op:
     index: int | None = None
     type: str = "semantic"
     importance: float = 0.5
+    category: str | None = None
 
 
 def _content(value: object) -> str:
@@ -98,7 +108,7 @@ def _index(value: object, n: int) -> int:
     return value - 1
 
 
-def _one(item: object, n: int) -> _Op:
+def _one(item: object, n: int, categories: Sequence[str] = ()) -> _Op:
     if not isinstance(item, Mapping):
         raise ValueError("an operation must be an object")
     op = item.get("op", item.get("operation", item.get("action")))
@@ -123,7 +133,17 @@ def _one(item: object, n: int) -> _Op:
             or (isinstance(imp, float) and not math.isfinite(imp))
         ):
             raise ValueError("'importance' must be a number")
-        return _Op("remember", _content(item.get("content")), None, kind, min(max(imp, 0.0), 1.0))
+        category = item.get("category")
+        if categories and category not in categories:
+            raise ValueError(f"'category' must be one of {list(categories)}")
+        return _Op(
+            "remember",
+            _content(item.get("content")),
+            None,
+            kind,
+            min(max(imp, 0.0), 1.0),
+            category if categories else None,
+        )
     if op == "update":
         return _Op("update", _content(item.get("content")), _index(item.get("memory"), n))
     if op == "forget":
@@ -131,11 +151,14 @@ def _one(item: object, n: int) -> _Op:
     raise ValueError(f"unknown op {op!r}; expected remember, update or forget")
 
 
-def parse_operations(text: object, n_shown: int) -> tuple[list[_Op], list[tuple[Any, str]]]:
+def parse_operations(
+    text: object, n_shown: int, categories: Sequence[str] = ()
+) -> tuple[list[_Op], list[tuple[Any, str]]]:
     """Valid operations and rejected ones (with why) from a model's answer.
 
-    Accepts ``{"operations": [...]}`` or a bare list. Raises :class:`ParseError`
-    (with the answer as ``raw``) when the answer holds neither or is not text.
+    Accepts ``{"operations": [...]}`` or a bare list; with ``categories``, each
+    ``remember`` must name one of them. Raises :class:`ParseError` (with the answer as
+    ``raw``) when the answer holds neither or is not text.
     """
     try:
         data: Any = extract_json(text)
@@ -149,7 +172,7 @@ def parse_operations(text: object, n_shown: int) -> tuple[list[_Op], list[tuple[
     touched: set[int] = set()
     for item in items:
         try:
-            op = _one(item, n_shown)
+            op = _one(item, n_shown, categories)
             if op.index is not None:
                 if op.index in touched:
                     raise ValueError(f"memory {op.index + 1} is already changed by an operation")
@@ -171,16 +194,45 @@ def _conversation(messages: Sequence[str | Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(slots=True, frozen=True)
+class Extraction:
+    """What reflection asks the model for: ``prompt`` replaces the instructions of what
+    to remember (the answer's format is always added), ``categories`` the kinds of fact
+    it may remember (each ``remember`` names one, kept as ``metadata["category"]``)."""
+
+    prompt: str | None = None
+    categories: tuple[str, ...] = ()
+
+    def system(self) -> str:
+        head = _SYSTEM if self.prompt is None else f"{self.prompt.strip()}\n\n{_FORMAT}"
+        if not self.categories:
+            return head
+        listed = ", ".join(json.dumps(c) for c in self.categories)
+        return f'{head}\nEach remember also has "category": one of {listed}.'
+
+
 def _prepare(
-    mem: Memory, text: str, kw: dict[str, Any], table: str, k: int
+    mem: Memory,
+    text: str,
+    kw: dict[str, Any],
+    table: str,
+    k: int,
+    extraction: Extraction | None = None,
 ) -> tuple[list[MemoryRecord], list[ChatMessage]]:
     shown: list[MemoryRecord] = []
     if text.strip():
         query = text[-2000:]
         shown = [h.record for h in mem.search(query, k, table=table, track_access=False, **kw)]
+    # The scope's newest memories too (a fifth of the places, at most 10): a search finds
+    # nothing by meaning in a store without vectors, and a fact that changes often
+    # shares few words with its update.
+    seen = {r.id for r in shown}
+    newest = [r for r in mem.list(table, limit=_RECENT, **kw) if r.id not in seen]
+    newest = newest[: min(_RECENT, k // 5)]
+    shown = shown[: k - len(newest)] + newest
     listed = "\n".join(f"{i}. {' '.join(r.text.split())}" for i, r in enumerate(shown, 1))
     messages: list[ChatMessage] = [
-        {"role": "system", "content": _SYSTEM},
+        {"role": "system", "content": (extraction or Extraction()).system()},
         {
             "role": "user",
             "content": f"Stored memories:\n{listed or '(none)'}\n\nConversation:\n{text}",
@@ -198,6 +250,8 @@ def _apply(
     now: float | None,
     metadata: Mapping[str, Any] | None = None,
     resume: Resume | None = None,
+    marks: Mapping[str, Any] | None = None,
+    categories: Sequence[str] = (),
 ) -> ReflectionReport:
     extra = dict(metadata or {})
     raw: object = report.raw
@@ -205,7 +259,7 @@ def _apply(
         report.raw = None
     clock = time.time() if now is None else now
     try:
-        ops, report.rejected = parse_operations(raw, len(shown))
+        ops, report.rejected = parse_operations(raw, len(shown), categories)
     except ParseError as e:
         report.error = f"ParseError: {e}"
         return report
@@ -229,7 +283,12 @@ def _apply(
                     type=op.type,
                     importance=op.importance,
                     unique=True,
-                    metadata={"source": "reflection", **tag},
+                    metadata={
+                        "source": "reflection",
+                        **({} if op.category is None else {"category": op.category}),
+                        **tag,
+                        **(marks or {}),
+                    },
                     created_at=clock,
                     **kw,
                 )
@@ -289,13 +348,17 @@ def reflect_planned(
     now: float | None = None,
     metadata: Mapping[str, Any] | None = None,
     resume: Resume,
+    marks: Mapping[str, Any] | None = None,
+    extraction: Extraction | None = None,
 ) -> ReflectionReport:
     """Applies a reflection's kept answer (``plan``: ``raw``, and the ids ``shown``) again,
     skipping ``resume.done``: how a job found after a crash finishes without the model."""
     ids = [str(i) for i in plan["shown"]]
     shown = [_get(mem, i) for i in ids]
     report = ReflectionReport(shown=ids, raw=str(plan["raw"]))
-    return _apply(mem, report, shown, dict(scope or {}), table, now, metadata, resume)
+    cats = () if extraction is None else extraction.categories
+    kw = dict(scope or {})
+    return _apply(mem, report, shown, kw, table, now, metadata, resume, marks, cats)
 
 
 def reflect(
@@ -309,6 +372,8 @@ def reflect(
     now: float | None = None,
     metadata: Mapping[str, Any] | None = None,
     resume: Resume | None = None,
+    marks: Mapping[str, Any] | None = None,
+    extraction: Extraction | None = None,
 ) -> ReflectionReport:
     """Lets the LLM update the memories of ``scope`` after ``conversation``.
 
@@ -317,17 +382,20 @@ def reflect(
     a failure is reported in ``error`` and nothing changes. ``now`` (default the
     wall clock) dates what it stores and when an updated fact stopped being true.
     ``metadata`` is added to the metadata of every memory it stores (the agent's
-    upkeep names its job there); ``resume``: how a durable job keeps its place.
+    upkeep names its job there), ``marks`` to the metadata of what it remembers (the
+    check of new facts marks them); ``resume``: how a durable job keeps its place;
+    ``extraction``: the prompt and categories of what it remembers.
     """
     kw: dict[str, Any] = dict(scope or {})
-    shown, messages = _prepare(mem, _conversation(conversation), kw, table, k)
+    shown, messages = _prepare(mem, _conversation(conversation), kw, table, k, extraction)
     report = ReflectionReport(shown=[r.id for r in shown])
     try:
         report.raw = llm.complete(messages)
     except Exception as e:  # the LLM's failure must not raise into the agent
         report.error = f"{type(e).__name__}: {e}"
         return report
-    return _apply(mem, report, shown, kw, table, now, metadata, resume)
+    cats = () if extraction is None else extraction.categories
+    return _apply(mem, report, shown, kw, table, now, metadata, resume, marks, cats)
 
 
 async def areflect(
@@ -340,16 +408,20 @@ async def areflect(
     k: int = 10,
     now: float | None = None,
     metadata: Mapping[str, Any] | None = None,
+    extraction: Extraction | None = None,
 ) -> ReflectionReport:
     """:func:`reflect` with an async LLM (``acomplete``); store calls run in a worker thread."""
     sync = sync_memory(mem)
     kw: dict[str, Any] = dict(scope or {})
     text = _conversation(conversation)
-    shown, messages = await asyncio.to_thread(_prepare, sync, text, kw, table, k)
+    shown, messages = await asyncio.to_thread(_prepare, sync, text, kw, table, k, extraction)
     report = ReflectionReport(shown=[r.id for r in shown])
     try:
         report.raw = await llm.acomplete(messages)
     except Exception as e:  # the LLM's failure must not raise into the agent
         report.error = f"{type(e).__name__}: {e}"
         return report
-    return await asyncio.to_thread(_apply, sync, report, shown, kw, table, now, metadata)
+    cats = () if extraction is None else extraction.categories
+    return await asyncio.to_thread(
+        _apply, sync, report, shown, kw, table, now, metadata, None, None, cats
+    )

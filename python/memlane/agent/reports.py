@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from memlane.agent.consolidation import ConsolidationReport
+from memlane.agent.facts import FactReport
 from memlane.agent.reflection import ReflectionReport
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ class TurnReport:
 
     ``stored``: the turn's history records; ``short_term``: its short-term entries;
     ``splits``: ``(what, parts)`` for each entry split by the length cap;
-    ``reflection``, ``consolidation``: their reports when they ran;
+    ``reflection``, ``consolidation``, ``facts`` (the check of new facts): their
+    reports when they ran;
     ``compactions``: those ``before`` did since the previous ``after`` of the room;
     ``flush_reminder``: the reminder scheduled for the next ``before``;
     ``evicted``: memories removed by the cap; ``daily_logs``: the daily logs
@@ -62,6 +64,7 @@ class TurnReport:
     splits: list[tuple[str, int]] = field(default_factory=list)
     reflection: ReflectionReport | None = None
     consolidation: ConsolidationReport | None = None
+    facts: FactReport | None = None
     compactions: list[CompactionReport] = field(default_factory=list)
     flush_reminder: str | None = None
     evicted: list[MemoryRecord] = field(default_factory=list)
@@ -78,12 +81,18 @@ class TurnReport:
 @dataclass(slots=True)
 class UpkeepResult:
     """One background upkeep job done: its ``kind`` (``reflection``, ``consolidation``,
-    ``daily``, ``profile``, ``eviction`` or ``compaction``), the time of the turn that
-    asked for it, and what it did (a :class:`TurnReport` holding only that)."""
+    ``facts``, ``daily``, ``profile``, ``eviction`` or ``compaction``), the time of the
+    turn that asked for it, what it did (a :class:`TurnReport` holding only that) and
+    what it cost."""
 
     kind: str
     asked_at: float
     report: TurnReport
+    #: Model calls the job made, and their tokens in and out (counted with the default
+    #: model's tokenizer: an estimate of what the provider bills).
+    calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
 
 
 @dataclass(slots=True)

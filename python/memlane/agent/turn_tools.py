@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane.agent.callers import Caller
 from memlane.agent.core_memory import CoreMemory
+from memlane.agent.facts import pending
 from memlane.agent.limits import Limits, fit
 from memlane.agent.reports import TriggerFailure
 from memlane.agent.tools import MemoryTools
@@ -56,6 +57,8 @@ class TurnTools(MemoryTools):
         metadata: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         failures: list[TriggerFailure] = []
+        if self._call is not None:  # the upkeep's model checks it against what is known
+            metadata = pending(metadata)
         pieces = fit(content, self._limits, self._call, failures)
         for f in failures:
             log.warning("memlane: %s failed: %s", f.trigger, f.error)

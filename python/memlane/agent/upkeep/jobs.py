@@ -46,7 +46,9 @@ __all__ = [
     "owner_of",
 ]
 
-JobKind = Literal["reflection", "consolidation", "daily", "profile", "eviction", "compaction"]
+JobKind = Literal[
+    "reflection", "consolidation", "facts", "daily", "profile", "eviction", "compaction"
+]
 #: The kinds kept in the store until done.
 DURABLE: frozenset[str] = frozenset({"reflection", "consolidation"})
 #: The metadata key naming the job that stored a memory.

@@ -28,8 +28,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
-from memlane.agent.callers import Caller, timed
+from memlane.agent.callers import Budgeted, Caller, Meter, timed
+from memlane.agent.context import default_token_counter
 from memlane.agent.daily import DailyLogger
+from memlane.agent.facts import CHECK, check_facts, pending
 from memlane.agent.limits import evict
 from memlane.agent.profiles import record_contact
 from memlane.agent.reflection import Resume
@@ -67,6 +69,8 @@ OnUpkeep = Callable[[UpkeepResult], None]
 
 #: Kinds whose work needs no model: they run on a worker of their own.
 _LOCAL = frozenset({"profile", "eviction"})
+#: The order the triggers run in inline.
+_INLINE = ("reflection", "facts", "consolidation", "eviction", "flush", "daily", "profile")
 #: How often a running agent looks for jobs that a process gone since left.
 _RESCAN = 60.0
 
@@ -117,6 +121,7 @@ class Upkeep:
         )
         self._timed = timed(self.timeout)
         self._scanned: float | None = None
+        self._counter: Callable[[str], int] | None = None
         self._skipped: set[str] = set()
 
     @property
@@ -158,7 +163,16 @@ class Upkeep:
         host = self.host
         call = self.caller(call)
         if not self.background:
-            for kind in ("reflection", "consolidation", "eviction", "flush", "daily", "profile"):
+            kinds = (
+                "reflection",
+                "facts",
+                "consolidation",
+                "eviction",
+                "flush",
+                "daily",
+                "profile",
+            )
+            for kind in kinds:
                 self._guarded(
                     kind, report, partial(self._do, kind, event, room, report, call, now, user)
                 )
@@ -183,6 +197,17 @@ class Upkeep:
                 jobs.append(self._job("consolidation", event, now))
         except MemlaneError as e:
             report.failures.append(TriggerFailure("consolidation", f"{type(e).__name__}: {e}"))
+        try:  # facts the turn's tools remembered, or a check that failed, left pending
+            if (
+                call is not None
+                and ("facts", scope) not in waiting
+                and host.memory.count(
+                    host.table, filters={CHECK: "pending"}, **scope_kwargs(event.fields)
+                )
+            ):
+                jobs.append(self._job("facts", event, now))
+        except MemlaneError as e:
+            report.failures.append(TriggerFailure("facts", f"{type(e).__name__}: {e}"))
         self._guarded(
             "flush",
             report,
@@ -207,7 +232,7 @@ class Upkeep:
 
     def _job(
         self,
-        kind: Literal["reflection", "consolidation", "daily", "profile", "eviction"],
+        kind: Literal["reflection", "consolidation", "facts", "daily", "profile", "eviction"],
         event: EventScope,
         now: float,
         user: str | None = None,
@@ -332,6 +357,8 @@ class Upkeep:
             log.debug("memlane: upkeep job %s (%s) not run: the Memory is closed", job.id, job.kind)
             return
         room = self.room(job.event)
+        meter = None if call is None else Meter(call, self._tokens())
+        call = meter
         try:
             if job.payload.get("resumed") and job.kind == "consolidation" and self._finished(job):
                 return
@@ -346,6 +373,12 @@ class Upkeep:
         if job.kind == "reflection" and report.failures:
             self._undo(job, room)
         result = UpkeepResult(job.kind, job.now, report)
+        if meter is not None:
+            result.calls, result.tokens_in, result.tokens_out = (
+                meter.calls,
+                meter.tokens_in,
+                meter.tokens_out,
+            )
         with self.lock:
             room.upkeep.append(result)
         for f in report.failures:
@@ -414,7 +447,13 @@ class Upkeep:
         if kind == "reflection":
             resume = None if job is None else self._resume_of(job)
             plan = None if job is None else job.plan
-            run_reflection(mem, host.reflection, *rest, resume=resume, plan=plan)
+            marks = None if call is None else pending(None)
+            run_reflection(mem, host.reflection, *rest, resume=resume, plan=plan, marks=marks)
+            if call is not None:  # what it remembered is checked at once, by the same model
+                self._check(event, report, call)
+        elif kind == "facts":
+            if call is not None:
+                self._check(event, report, call)
         elif kind == "consolidation":
             run_consolidation(mem, host.consolidation, *rest)
         elif kind == "eviction":
@@ -433,6 +472,21 @@ class Upkeep:
                     report.profile = record_contact(
                         mem, host.scopes, event, now, host.profiles, count, names
                     )
+
+    def _check(self, event: EventScope, report: TurnReport, call: Caller) -> None:
+        """The check of the scope's pending facts (see :mod:`~memlane.agent.facts`)."""
+        host = self.host
+        result = check_facts(host.memory, Budgeted(call, None), host.table, event.fields)
+        if report.facts is not None:  # a turn's second check (inline): one report
+            result.decisions[:0] = report.facts.decisions
+        report.facts = result
+        if result.error is not None:
+            report.failures.append(TriggerFailure("facts", result.error))
+
+    def _tokens(self) -> Callable[[str], int]:
+        if self._counter is None:
+            self._counter = default_token_counter()
+        return self._counter
 
     @staticmethod
     def _guarded(kind: str, report: TurnReport, fn: Callable[[], None]) -> None:

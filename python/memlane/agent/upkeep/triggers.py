@@ -38,7 +38,7 @@ from memlane.agent.context import MESSAGES
 from memlane.agent.limits import Limits, cap_record
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.messages import SUMMARY_TAG, group_steps, render_step
-from memlane.agent.reflection import Resume, reflect, reflect_planned
+from memlane.agent.reflection import Extraction, Resume, reflect, reflect_planned
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import JOB_TAG
 from memlane.errors import InvalidArgumentError
@@ -76,6 +76,11 @@ class Reflection:
         max_output_tokens: the answer's budget, sent as ``max_tokens`` to an
             :class:`OpenAIChat` (500).
         enabled: False turns it off.
+        prompt: the instructions of what to remember, in place of memlane's (the answer's
+            format is always added).
+        categories: the kinds of fact it may remember (e.g. ``("preference",
+            "biography")``): each remembered fact names one, kept as
+            ``metadata["category"]``.
     """
 
     every: int = 10
@@ -83,10 +88,24 @@ class Reflection:
     shown: int = 50
     max_output_tokens: int = 500
     enabled: bool = True
+    prompt: str | None = None
+    categories: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for label in ("every", "window", "shown", "max_output_tokens"):
             coerce.count(getattr(self, label), f"Reflection.{label}", 1)
+        if self.prompt is not None and (
+            not isinstance(self.prompt, str) or not self.prompt.strip()
+        ):
+            raise InvalidArgumentError("Reflection.prompt must be a non-empty str or None")
+        cats = self.categories
+        if isinstance(cats, str) or not all(isinstance(c, str) and c.strip() for c in cats):
+            raise InvalidArgumentError("Reflection.categories must be a sequence of non-empty str")
+        object.__setattr__(self, "categories", tuple(c.strip() for c in cats))
+
+    @property
+    def extraction(self) -> Extraction:
+        return Extraction(self.prompt, self.categories)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +324,7 @@ def run_reflection(
     *,
     resume: Resume | None = None,
     plan: dict[str, Any] | None = None,
+    marks: dict[str, Any] | None = None,
 ) -> None:
     """Reflection over the room's last messages up to the turn at ``now``, once
     ``cfg.every`` turns have passed (``job``: the upkeep job running it, named in what
@@ -320,6 +340,8 @@ def run_reflection(
             now=now,
             metadata=metadata,
             resume=resume,
+            marks=marks,
+            extraction=cfg.extraction,
         )
     elif not cfg.enabled or call is None or (job is None and room.since_reflection < cfg.every):
         return
@@ -337,6 +359,8 @@ def run_reflection(
             now=now,
             metadata=metadata,
             resume=resume,
+            marks=marks,
+            extraction=cfg.extraction,
         )
     report.reflection = result
     if result.error is not None:

@@ -1,0 +1,248 @@
+"""One path for every fact the agent layer learns: checked against what it already knows.
+
+A fact written by the ``remember`` tool, by reflection or by consolidation is stored at
+once (durable before the turn returns), marked ``metadata["fact_check"] = "pending"``
+when an upkeep model will check it. The check (:func:`check_facts`, run by the upkeep in
+the background) finds the memories of the same scope the fact may repeat, refine or
+contradict (a hybrid search by its text plus the scope's most recent memories, so a
+store without vectors still shows candidates) and asks the model to decide, as mem0
+does for each new fact:
+
+``add``
+    the fact is new: it stays (marked ``"kept"``);
+``update``
+    it replaces a listed memory: that memory is superseded by the fact's text (its
+    ``valid_to`` set, so ``search(as_of=...)`` still answers the past) and the fact's
+    own record goes;
+``delete``
+    it makes a listed memory false without replacing it: that memory goes, the fact stays;
+``none``
+    it repeats what is known: the fact's record goes.
+
+Each decision and the model's reason are kept in the history of the records it touched
+(``by="fact-check"``; ``metadata["fact_decision"]`` and ``["fact_reason"]``). Without a
+model no fact is marked: the exact and near-duplicate rules of ``add(unique=True)`` are
+the whole check. A check that fails leaves its facts pending for the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memlane.agent.llm import LLM, ChatMessage
+from memlane.agent.parsing import ParseError, extract_json
+from memlane.errors import MemlaneError, UnknownIdError
+from memlane.scoping import scope_kwargs
+from memlane.times import stamp
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+    from memlane.records import MemoryRecord
+
+__all__ = ["CHECK", "FactDecision", "FactReport", "candidates", "check_facts", "pending"]
+
+log = logging.getLogger("memlane.agent")
+
+#: The metadata key of a fact's check: "pending" until decided, then "kept".
+CHECK = "fact_check"
+#: Who the history names for the check's changes.
+ACTOR = "fact-check"
+_DECISIONS = ("add", "update", "delete", "none")
+
+_SYSTEM = (
+    "You keep an AI agent's memory consistent. New facts were just learned. Compare each "
+    "with the numbered memories already stored and decide what to do with it. Answer with "
+    'one JSON object and nothing else: {"decisions": [{"fact": <letter of a new fact>, '
+    '"decision": "add"|"update"|"delete"|"none", "memory": <number of a stored memory, for '
+    'update and delete>, "reason": str}, ...]}, one decision per new fact.\n'
+    "add: the fact is new information. update: the fact is a newer or more precise "
+    "version of a stored memory (the same attribute of the same thing now has another "
+    "value), which it replaces. delete: the fact shows a stored memory is no longer true "
+    "and replaces nothing. none: the fact is already known."
+)
+#: New facts checked in one model call.
+_BATCH = 20
+
+
+@dataclass(slots=True, frozen=True)
+class FactDecision:
+    """What the check decided for the fact ``fact`` (its id): ``decision`` with
+    ``target`` (the listed memory updated or deleted) and the model's ``reason``."""
+
+    fact: str
+    decision: str
+    reason: str
+    target: str | None = None
+
+
+@dataclass(slots=True)
+class FactReport:
+    """What :func:`check_facts` did; ``error`` when the model failed (facts stay pending)."""
+
+    decisions: list[FactDecision] = field(default_factory=list)
+    error: str | None = None
+
+
+def pending(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``metadata`` with the fact marked for the check."""
+    return {**(metadata or {}), CHECK: "pending"}
+
+
+def candidates(
+    memory: Memory,
+    fact: MemoryRecord,
+    table: str,
+    scope: Mapping[str, str],
+    k: int = 10,
+    recent: int = 10,
+) -> list[MemoryRecord]:
+    """The memories of ``scope`` that ``fact`` may repeat, refine or contradict: the
+    best ``k`` of a hybrid search by its text, then the ``recent`` newest of the scope
+    (the search finds nothing by meaning in a store without vectors, and a changed
+    fact often shares few words with the one it changes). Facts still pending are left
+    out: they are checked themselves."""
+    kw = scope_kwargs(scope)
+    hits = [h.record for h in memory.search(fact.text, k, table=table, track_access=False, **kw)]
+    newest = memory.list(table, limit=recent + 1, **kw)
+    out: dict[str, MemoryRecord] = {}
+    for rec in [*hits, *newest]:
+        if rec.id != fact.id and rec.metadata.get(CHECK) != "pending":
+            out.setdefault(rec.id, rec)
+    return list(out.values())
+
+
+def _label(i: int) -> str:
+    return f"F{i + 1}"
+
+
+def _line(rec: MemoryRecord) -> str:
+    return f"[{stamp(rec.created_at, '%Y-%m-%d')}] {' '.join(rec.text.split())}"
+
+
+def _prompt(facts: Sequence[MemoryRecord], shown: Sequence[MemoryRecord]) -> list[ChatMessage]:
+    listed = "\n".join(f"{i}. {_line(r)}" for i, r in enumerate(shown, 1))
+    new = "\n".join(f"{_label(i)}. {_line(f)}" for i, f in enumerate(facts))
+    return [
+        {"role": "system", "content": _SYSTEM},
+        {"role": "user", "content": f"Stored memories:\n{listed}\n\nNew facts:\n{new}"},
+    ]
+
+
+def parse_decisions(
+    text: object, n_facts: int, n_shown: int
+) -> dict[int, tuple[str, int | None, str]]:
+    """Each fact's decision, the 0-based index of its memory and the reason, by the
+    fact's 0-based index, from a model's answer; items that are not valid are left out.
+    :class:`ParseError` when the answer holds no list of decisions."""
+    data: Any = extract_json(text)
+    items = data.get("decisions")
+    if not isinstance(items, list):
+        raise ParseError("'decisions' must be a list", raw=text)
+    out: dict[int, tuple[str, int | None, str]] = {}
+    labels = {_label(i).lower(): i for i in range(n_facts)}
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        label = str(item.get("fact", "")).strip().lower()
+        fact = labels.get(label if label.startswith("f") else f"f{label}")
+        decision = item.get("decision")
+        if fact is None or fact in out or not isinstance(decision, str):
+            continue
+        decision = decision.strip().lower()
+        if decision not in _DECISIONS:
+            continue
+        reason = item.get("reason")
+        reason = reason.strip() if isinstance(reason, str) and reason.strip() else "(none given)"
+        index = item.get("memory")
+        if decision in ("update", "delete"):
+            if isinstance(index, str) and index.strip().isdigit():
+                index = int(index.strip())
+            if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= n_shown:
+                continue
+            out[fact] = (decision, index - 1, reason)
+        else:
+            out[fact] = (decision, None, reason)
+    return out
+
+
+def _mark(memory: Memory, fact: MemoryRecord, decision: str, reason: str) -> None:
+    meta = {**fact.metadata, CHECK: "kept", "fact_decision": decision, "fact_reason": reason}
+    memory.update(fact.id, metadata=meta, by=ACTOR)
+
+
+def _apply(
+    memory: Memory,
+    fact: MemoryRecord,
+    decision: str,
+    target: MemoryRecord | None,
+    reason: str,
+) -> FactDecision:
+    if decision == "update" and target is not None:
+        meta = {
+            **target.metadata,
+            **{k: v for k, v in fact.metadata.items() if k != CHECK},
+            "fact_decision": "update",
+            "fact_reason": reason,
+        }
+        at = max(fact.created_at, target.created_at)
+        memory.supersede(target.id, fact.text, at=at, by=ACTOR, metadata=meta)
+        _mark(memory, fact, "update", f"merged into the memory it updates: {reason}")
+        memory.delete(fact.id)
+    elif decision == "delete" and target is not None:
+        with contextlib.suppress(UnknownIdError):
+            memory.delete(target.id)
+        _mark(memory, fact, "delete", f"made {target.id} false: {reason}")
+    elif decision == "none":
+        _mark(memory, fact, "none", reason)
+        memory.delete(fact.id)
+    else:
+        _mark(memory, fact, "add", reason)
+    return FactDecision(fact.id, decision, reason, None if target is None else target.id)
+
+
+def check_facts(
+    memory: Memory,
+    llm: LLM,
+    table: str,
+    scope: Mapping[str, str],
+    limit: int = _BATCH,
+) -> FactReport:
+    """Checks the pending facts of ``scope`` in ``table`` (the oldest ``limit``) in one
+    model call. Never raises for the model: a failure is reported in ``error`` and
+    leaves the facts pending; a fact the answer gives no valid decision for is kept."""
+    report = FactReport()
+    kw = scope_kwargs(scope)
+    facts = memory.list(table, limit=limit, order="asc", filters={CHECK: "pending"}, **kw)
+    try:
+        per_fact = [candidates(memory, f, table, scope) for f in facts]
+        shown = list({r.id: r for c in per_fact for r in c}.values())
+        if not shown:
+            reason = "no memory of the scope to compare with"
+            for fact in facts:
+                report.decisions.append(_apply(memory, fact, "add", None, reason))
+            return report
+        answer = llm.complete(_prompt(facts, shown))
+        decided = parse_decisions(answer, len(facts), len(shown))
+        touched: set[str] = set()
+        for i, fact in enumerate(facts):
+            decision, index, reason = decided.get(i, ("add", None, "no decision was given"))
+            target = None if index is None else shown[index]
+            if target is not None and target.id in touched:  # two facts, one memory
+                decision, target = "add", None
+            if target is not None:
+                touched.add(target.id)
+            try:
+                report.decisions.append(_apply(memory, fact, decision, target, reason))
+            except UnknownIdError:
+                continue  # the fact or its memory was deleted meanwhile
+    except ParseError as e:
+        report.error = f"ParseError: {e}"
+    except MemlaneError as e:
+        report.error = f"{type(e).__name__}: {e}"
+    except Exception as e:  # the model's failure must not raise into the agent
+        report.error = f"{type(e).__name__}: {e}"
+    return report
