@@ -116,3 +116,14 @@ def test_closing_the_store_ends_its_subscriptions(mem: Memory) -> None:
     threading.Thread(target=follow, daemon=True).start()
     mem.close()
     assert ended.wait(30) and sub.closed
+
+
+def test_replace_tells_its_deletes_and_its_adds(mem: Memory) -> None:
+    old = mem.add("Alice's old profile", user_id="alice")
+    with mem.events.subscribe(user_id="alice") as sub:
+        _, (new,) = mem.replace([{"text": "Alice's profile", "user_id": "alice"}], user_id="alice")
+        got = drain(sub)
+    assert [(e["type"], e["id"], e.get("by")) for e in got] == [
+        ("delete", old.id, "replace"),
+        ("add", new.id, None),
+    ]
