@@ -513,8 +513,8 @@ class MemoryStore:
         ``threshold`` on it drops more relevant hits for the same unrelated ones
         cut.
 
-        ``candidates`` is how many hits each
-        retriever contributes before fusion (``max(50, 4 * k)`` by default).
+        ``candidates`` is how many hits each retriever contributes before fusion
+        (``max(100, 4 * k)`` by default: the first hits are the same for any k <= 25).
         ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
         ``bm25_context`` (None without a ``session_id``), ``bm25_speaker`` (whether the
         query names the hit's speaker), ``cosine``, ``vector_rank``, ``relevance``,

@@ -14,8 +14,12 @@ use crate::fusion::Fusion;
 use crate::scoring::{self, AgeFrom, Weights};
 
 /// Hits each retriever contributes before fusion when the caller does not say:
-/// `max(CANDIDATES, 4 k)` (chosen on SciFact's train queries: `benches/tune_search.py`).
-pub const CANDIDATES: usize = 50;
+/// `max(CANDIDATES, 4 k)`. The speaker and session passes rescore these candidates, so
+/// the depth fixes the ranking: at 100 every `k` up to 25 rescores the same ones, and a
+/// search for 5 or 10 hits gets the first hits of a search for 20 (with 50, BM25 alone
+/// on LoCoMo's train half as a conversation store gave recall@10 0.617 at `k=10` and
+/// 0.625 from `k=20`'s first ten; at 100 both give 0.630: `benches/README.md`).
+pub const CANDIDATES: usize = 100;
 
 /// The largest count a call takes: the largest signed 64-bit integer, which
 /// SQLite, PostgreSQL and the engine all hold.
