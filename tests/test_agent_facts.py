@@ -1,0 +1,225 @@
+"""Facts that stay right: every fact the agent layer learns (the remember tool, reflection)
+is checked against what the scope already knows, off the turn, and the decision is kept
+in the history. A careful scripted model; both backends."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from typing import Any
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane import AgentMemory
+from memlane.agent import (
+    Compaction,
+    Consolidation,
+    DailyLog,
+    FlushReminder,
+    Profiles,
+    Reflection,
+    SessionScope,
+)
+from memlane.agent.facts import CHECK, parse_decisions
+
+QUIET: dict[str, Any] = {
+    "consolidation": Consolidation(enabled=False),
+    "flush": FlushReminder(enabled=False),
+    "compaction": Compaction(enabled=False),
+    "daily": DailyLog(enabled=False),
+    "profiles": Profiles(enabled=False),
+    "reflection": Reflection(enabled=False),
+}
+FACT = re.compile(r"Alice's (\w+) is (\w+)")
+
+
+class Careful:
+    """Decides as a careful model would: a new "Alice's X is V" updates the stored fact
+    about X when V differs, is dropped when it is the same, and is added otherwise."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.checks = 0
+        self.lock = threading.Lock()
+
+    def complete(self, messages: Any) -> str:
+        prompt = messages[-1]["content"]
+        if "New facts:" not in prompt:
+            return json.dumps({"operations": []})
+        with self.lock:
+            self.checks += 1
+        if self.fail:
+            raise ConnectionError("the model is down")
+        stored_part, _, new_part = prompt.partition("New facts:")
+        stored = {}
+        for line in stored_part.splitlines():
+            number, _, rest = line.partition(". ")
+            m = FACT.search(rest)
+            if number.isdigit() and m:
+                stored[m.group(1)] = (int(number), m.group(2))
+        decisions = []
+        for line in new_part.strip().splitlines():
+            label, _, rest = line.partition(". ")
+            m = FACT.search(rest)
+            if not m or m.group(1) not in stored:
+                decisions.append({"fact": label, "decision": "add", "reason": "new"})
+                continue
+            number, value = stored[m.group(1)]
+            if value == m.group(2):
+                decisions.append({"fact": label, "decision": "none", "reason": "known"})
+            else:
+                decisions.append(
+                    {"fact": label, "decision": "update", "memory": number, "reason": "moved"}
+                )
+        return json.dumps({"decisions": decisions})
+
+
+def agent(mem: Any, llm: Any, **options: Any) -> AgentMemory:
+    settings = {**QUIET, **options}
+    scopes = SessionScope("per-peer")
+    return AgentMemory(mem, scopes, llm, context={"min_score": None}, **settings)
+
+
+def remember_turn(am: AgentMemory, event: Any, text: str, fact: str | None) -> Any:
+    msgs = am.before(event, [{"role": "user", "content": text}])
+    if fact is not None:
+        out = am.memory_tools(event).handle_tool_call("remember", {"content": fact})
+        assert out["ok"], out
+    return am.after(event, msgs, "noted")
+
+
+def test_changed_facts_leave_only_the_current_version(make_store: StoreFactory) -> None:
+    """200 turns; 20 facts stated, then each changed once (and some repeated): the store
+    and the context hold the current version of each, as_of the old one."""
+    mem = make_store("facts", WordHashEmbedder())
+    model = Careful()
+    am = agent(mem, model)
+    alice = am.event("telegram", 42, 7)
+    attrs = [f"attr{i}" for i in range(20)]
+    for turn in range(200):
+        fact = None
+        if turn < 20:
+            fact = f"Alice's {attrs[turn]} is first{turn}"
+        elif 100 <= turn < 120:
+            fact = f"Alice's {attrs[turn - 100]} is second{turn - 100}"
+        elif 150 <= turn < 155:  # said again: nothing new
+            fact = f"Alice's {attrs[turn - 150]} is second{turn - 150}"
+        remember_turn(am, alice, f"chat {turn}", fact)
+        if turn == 60:
+            assert am.drain(timeout=60)
+            between = time.time()
+    assert am.drain(timeout=60)
+    listed = mem.list("memories", limit=100, **alice.fields)
+    current = sorted(r.text for r in listed if r.valid_to is None)
+    assert current == sorted(f"Alice's {a} is second{i}" for i, a in enumerate(attrs))
+    assert mem.count("memories", filters={CHECK: "pending"}) == 0
+    for i, a in enumerate(attrs):
+        ctx = am.context(alice, f"what is Alice's {a}?").text
+        assert f"second{i}" in ctx and f"first{i}" not in ctx
+        (old,) = mem.search(f"Alice's {a}", 1, as_of=between, **alice.fields)
+        assert old.record.text == f"Alice's {a} is first{i}"
+    (hit,) = mem.search("Alice's attr3 is second3", 1, **alice.fields)
+    steps = [
+        (v.event, v.by, v.record.metadata.get("fact_decision")) for v in mem.history(hit.record.id)
+    ]
+    assert steps[-1] == ("supersede", "fact-check", "update")
+    assert model.checks <= 45  # a check per new fact at most, none per chat turn
+    am.close()
+
+
+def test_without_a_model_the_rules_of_add_decide(make_store: StoreFactory) -> None:
+    mem = make_store("rules", WordHashEmbedder())
+    am = agent(mem, None)
+    alice = am.event("telegram", 42, 7)
+    for fact in ("Alice's city is Oslo", "Alice's city is Oslo", "Alice's city is Rome"):
+        remember_turn(am, alice, "chat", fact)
+    assert am.drain(timeout=60)
+    texts = sorted(r.text for r in mem.list("memories", **alice.fields))
+    assert texts == ["Alice's city is Oslo", "Alice's city is Rome"]  # exact repeat dropped
+    assert all(CHECK not in r.metadata for r in mem.list("memories", **alice.fields))
+    am.close()
+
+
+def test_a_failed_check_leaves_its_facts_pending_and_runs_again(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("retry", WordHashEmbedder())
+    model = Careful(fail=True)
+    am = agent(mem, model)
+    alice = am.event("telegram", 42, 7)
+    remember_turn(am, alice, "chat", "Alice's city is Oslo")
+    remember_turn(am, alice, "chat", "Alice's city is Rome")
+    assert am.drain(timeout=60)
+    report = remember_turn(am, alice, "chat", None)
+    assert any(f.trigger == "facts" for done in report.upkeep for f in done.report.failures)
+    assert mem.count("memories", filters={CHECK: "pending"}, **alice.fields) >= 1
+    model.fail = False
+    remember_turn(am, alice, "chat", None)
+    assert am.drain(timeout=60)
+    listed = mem.list("memories", **alice.fields)
+    assert [r.text for r in listed if r.valid_to is None] == ["Alice's city is Rome"]
+    am.close()
+
+
+def test_reflection_shows_memories_in_a_store_without_vectors(make_store: StoreFactory) -> None:
+    """Without an embedder a search by the conversation finds nothing by meaning; the
+    scope's newest memories are shown all the same."""
+    mem = make_store("novec")
+    mem.add("Alice's pet is a cat", user_id="telegram:42", session_id="peer:telegram:42")
+    prompts: list[str] = []
+
+    class Reflects:
+        def complete(self, messages: Any) -> str:
+            prompts.append(messages[-1]["content"])
+            return json.dumps({"operations": []})
+
+    am = agent(mem, Reflects(), reflection=Reflection(every=1))
+    alice = am.event("telegram", 42, 7)
+    remember_turn(am, alice, "we adopted a dog yesterday", None)
+    assert am.drain(timeout=60)
+    assert prompts and "Alice's pet is a cat" in prompts[0]
+    am.close()
+
+
+def test_reflection_prompt_and_categories(make_store: StoreFactory) -> None:
+    seen: list[str] = []
+
+    class Extracts:
+        def complete(self, messages: Any) -> str:
+            if "New facts:" in messages[-1]["content"]:
+                return json.dumps({"decisions": []})
+            seen.append(messages[0]["content"])
+            ops = [
+                {"op": "remember", "content": "Alice is vegan", "category": "diet"},
+                {"op": "remember", "content": "Alice likes jazz", "category": "weather"},
+            ]
+            return json.dumps({"operations": ops})
+
+    mem = make_store("extract", WordHashEmbedder())
+    cfg = Reflection(every=1, prompt="Remember only food and music.", categories=["diet", "music"])
+    am = agent(mem, Extracts(), reflection=cfg)
+    alice = am.event("telegram", 42, 7)
+    remember_turn(am, alice, "I am vegan and like jazz", None)
+    assert am.drain(timeout=60)
+    assert seen[0].startswith("Remember only food and music.")
+    assert '"diet", "music"' in seen[0]
+    (rec,) = mem.list("memories", **alice.fields)
+    assert rec.text == "Alice is vegan" and rec.metadata["category"] == "diet"
+    am.close()
+
+
+def test_decisions_are_parsed_strictly() -> None:
+    answer = json.dumps(
+        {
+            "decisions": [
+                {"fact": "F1", "decision": "update", "memory": 2, "reason": "moved"},
+                {"fact": "F2", "decision": "update", "memory": 9},
+                {"fact": "f3", "decision": "NONE"},
+                {"fact": "F9", "decision": "add"},
+                "junk",
+            ]
+        }
+    )
+    got = parse_decisions(answer, 3, 3)
+    assert got == {0: ("update", 1, "moved"), 2: ("none", None, "(none given)")}
