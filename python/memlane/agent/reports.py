@@ -94,6 +94,10 @@ class UpkeepResult:
     tokens_in: int = 0
     tokens_out: int = 0
 
+    def cost(self, per_million_in: float, per_million_out: float) -> float:
+        """The job's estimated cost at these prices (per million tokens in and out)."""
+        return (self.tokens_in * per_million_in + self.tokens_out * per_million_out) / 1e6
+
 
 @dataclass(slots=True)
 class TurnResult:
