@@ -1,11 +1,13 @@
-"""Automatic agent memory over five sessions: a fact changes, and memory keeps up.
+"""Automatic agent memory over five sessions: facts change, and memory keeps up.
 
 An ``AgentMemory`` wraps the store. Each turn, ``before`` puts the memory block
 in the system prompt and ``after`` stores the turn and runs the triggers. Here
 reflection runs after every second turn. When the user says they moved,
-reflection *supersedes* the old fact instead of overwriting it. Session 5's
-context then holds the new fact, ``history`` shows both versions, and a search
-``as_of`` a date in session 2 still answers with the old one.
+reflection *supersedes* the old fact instead of overwriting it. When the user's
+job changes, the ``remember`` tool stores the new fact and the background check
+of new facts finds the old one and supersedes it. Session 5's context then holds
+the new facts only, ``history`` shows both versions, and a search ``as_of`` a
+date in session 2 still answers with the old ones.
 
 The sessions are spread over simulated weeks (``clock``). The model is
 whatever OpenAI-compatible server ``--base-url`` names (llama.cpp's
@@ -37,9 +39,14 @@ SESSIONS = [
     ["Hi! I'm Alice and I live in Paris.", "I work as a translator."],
     ["Can you recommend a bakery near me?", "Thanks, I'll try it."],
     ["Big news: I moved to Berlin last week.", "The flat is near the river."],
-    ["I'm learning German now.", "It's hard but fun."],
+    ["I'm learning German now.", "I quit translating: I teach French at a school now."],
     ["Where do I live these days?", "Thanks!"],
 ]
+#: What the chat model saves with the ``remember`` tool, by the user's words.
+SAVED = {
+    "I work as a translator.": "Alice works as a translator",
+    "I quit translating: I teach French at a school now.": "Alice works as a French teacher",
+}
 
 
 def show_reflection(done: UpkeepResult, start: float) -> None:
@@ -51,6 +58,8 @@ def show_reflection(done: UpkeepResult, start: float) -> None:
         print(f"[session {session}] remembered: {rec.text}")
     for rec in reflection.updated if reflection else []:
         print(f"[session {session}] superseded by: {rec.text}")
+    for d in done.report.facts.decisions if done.report.facts else []:
+        print(f"[session {session}] fact-check: {d.decision} ({d.reason})")
 
 
 def main() -> None:
@@ -83,17 +92,22 @@ def main() -> None:
             for text in turns:
                 now[0] += 60
                 messages = am.before(event, [{"role": "user", "content": text}])
+                if text in SAVED:  # as a chat model calling the remember tool would
+                    tools = am.memory_tools(event)
+                    tools.handle_tool_call("remember", {"content": SAVED[text]})
                 reply = llm.complete(messages)
                 # Stores the turn and hands reflection to the background worker.
                 am.after(event, messages, reply)
             # A session ends; its reflection finishes before the next one starts.
             assert am.drain(timeout=120)
 
-        # Session 5: the context the model saw holds the new fact, not the old one.
-        context = am.context(event, "Where does Alice live?")
+        # Session 5: the context the model sees holds the new facts, not the old ones.
+        context = am.context(event, "Where does Alice live and what is her job?")
         print("context memories:", context.sections["memories"])
-        assert any("Berlin" in line for line in context.sections["memories"])
-        assert not any("Paris" in line for line in context.sections["memories"])
+        lines = context.sections["memories"]
+        assert any("Berlin" in line for line in lines)
+        assert any("French teacher" in line for line in lines)
+        assert not any("Paris" in line or "translator" in line for line in lines)
 
         # The history keeps both versions, with who changed what and when.
         current = mem.search("where does Alice live", k=1, **event.fields)

@@ -103,9 +103,34 @@ def test_agent_tools_example(tmp_path: Path) -> None:
     assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "call-remember"
 
 
+def _check(prompt: str) -> str:
+    """A careful model's check of new facts: a fact about where Alice lives or works
+    updates the stored one about the same, when it differs."""
+    stored, _, new = prompt.partition("New facts:")
+    decisions = []
+    for line in new.strip().splitlines():
+        label, _, fact = line.partition(". ")
+        decision: dict[str, Any] = {"fact": label, "decision": "add", "reason": "new"}
+        for attribute in ("Alice lives in", "Alice works as"):
+            old = [s for s in stored.splitlines() if attribute in s and attribute in fact]
+            if old and fact.split("] ")[-1] not in old[0]:
+                number = int(old[0].split(".")[0])
+                decision = {
+                    "fact": label,
+                    "decision": "update",
+                    "memory": number,
+                    "reason": f"{attribute.split()[-2]} changed",
+                }
+        decisions.append(decision)
+    return json.dumps({"decisions": decisions})
+
+
 def reflecting_model(body: dict[str, Any]) -> str:
-    """A stand-in model for ``agent_loop.py``: chats briefly, and when asked to reflect
-    remembers where Alice lives, or changes it when she says she moved."""
+    """A stand-in model for ``agent_loop.py``: chats briefly, when asked to reflect
+    remembers where Alice lives, or changes it when she says she moved, and checks new
+    facts as a careful model would."""
+    if "New facts:" in body["messages"][-1]["content"]:
+        return _check(body["messages"][-1]["content"])
     if "long-term memory about a user" not in body["messages"][0]["content"]:
         return "Happy to help."
     prompt = body["messages"][-1]["content"]
@@ -128,6 +153,7 @@ def test_agent_loop_example(tmp_path: Path) -> None:
     assert "[session 1] remembered: Alice lives in Paris" in res.stdout
     assert "[session 3] superseded by: Alice lives in Berlin" in res.stdout
     assert "as of session 2: Alice lives in Paris" in res.stdout
+    assert "[session 4] fact-check: update (works changed)" in res.stdout
     # The check of the new fact found nothing to compare with: kept, as its history says.
     assert "history: 'Alice lives in Paris' (add, ended by update (fact-check))" in res.stdout
     assert "history: 'Alice lives in Paris' (update, ended by supersede (reflection))" in res.stdout
