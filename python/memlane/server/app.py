@@ -10,7 +10,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route as StarletteRoute
 
 from memlane.errors import InvalidArgumentError
@@ -34,6 +34,26 @@ ROUTES = [*records.ROUTES, *transfer.ROUTES, *stream.ROUTES]
 
 async def _health(request: Request) -> JSONResponse:
     return JSONResponse({"ok": True})
+
+
+#: The inspector: one page, its script and style inline, nothing fetched from elsewhere.
+INSPECTOR = Path(__file__).with_name("static") / "inspector.html"
+
+
+async def _inspector(request: Request) -> HTMLResponse:
+    """The page asks the API for everything, with the key its user types in."""
+    return HTMLResponse(
+        INSPECTOR.read_text(encoding="utf-8"),
+        headers={"Content-Security-Policy": _POLICY, "Cache-Control": "no-store"},
+    )
+
+
+# The page may run its own inline script and style and talk to this server only.
+_POLICY = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 
 
 def create_app(
@@ -65,6 +85,7 @@ def create_app(
     routes += [
         StarletteRoute("/openapi.json", openapi, methods=["GET"]),
         StarletteRoute("/health", _health, methods=["GET"]),
+        StarletteRoute("/", _inspector, methods=["GET"]),
     ]
 
     def limit(path: str) -> int:
