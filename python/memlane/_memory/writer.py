@@ -595,4 +595,3 @@ class Writer:
                 seq = self.db.next_seq(conn)
                 self.access.flush(self.db, conn, seq)
             sync.committed(seq, 0)
-

@@ -22,6 +22,7 @@ from memlane.errors import InvalidArgumentError, MemlaneError
 
 __all__: list[str] = []
 
+
 class ServerUnavailableError(MemlaneError, ImportError):
     """The server's packages (the ``server`` extra) are not installed."""
 
