@@ -1,10 +1,14 @@
 """The inspector page in a real browser (headless Chromium): it loads from the server
 alone, lists the records, searches with the explain signals drawn, opens a history, and
-a fact superseded through the page is superseded in the store."""
+a fact superseded through the page is superseded in the store.
+
+``MEMLANE_SCREENSHOTS=docs/inspector python -m pytest tests/test_server_inspector.py``
+also saves a screenshot of each screen there (the ones docs/server.md shows)."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +17,13 @@ import pytest
 
 from browser import Browser
 from server_process import ServeProcess
+
+
+def shot(browser: Browser, name: str) -> None:
+    folder = os.environ.get("MEMLANE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        browser.screenshot(Path(folder) / f"{name}.png")
 
 
 @pytest.fixture
@@ -43,6 +54,7 @@ def test_browse_search_open_a_history_and_supersede_through_the_page(
             ".map(e => new URL(e.name).origin))]"
         )
         assert set(origins) <= {server.url}
+        shot(browser, "records")
 
         browser.run(
             "document.querySelector('#search-mode').value = 'text';"
@@ -54,6 +66,7 @@ def test_browse_search_open_a_history_and_supersede_through_the_page(
         assert first == porto["id"]
         width = browser.run("document.querySelector('#hits .hit .bar.bm25').style.width")
         assert width == "100%"  # the best BM25 of the hits fills its bar
+        shot(browser, "search")
 
         browser.run("document.querySelector('#hits .hit').click()")
         browser.wait("document.querySelectorAll('#history .version').length === 1")
@@ -67,6 +80,7 @@ def test_browse_search_open_a_history_and_supersede_through_the_page(
             ".map(d => d.textContent)"
         )
         assert texts == ["Alice lives in Porto", "Alice lives in Lisbon"]
+        shot(browser, "history")
 
         old = api.get(f"/v1/memories/{porto['id']}").json()
         assert old["valid_to"] is not None  # closed in the store
