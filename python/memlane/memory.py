@@ -325,7 +325,8 @@ class Memory(MemoryStore):
             shared: knowledge every agent may read (its ids ignore ``agent_id``).
             chunker: by default :class:`~memlane.knowledge.MarkdownSplitter` for
                 markdown and Word files, :class:`~memlane.knowledge.RecursiveCharacterSplitter`
-                for the rest (1000 characters, overlap 200).
+                for the rest, sized in the default model's tokens (254, overlap 40: what
+                the model reads; :func:`~memlane.knowledge.chunking.default_chunkers`).
             metadata: added to every document and fragment (filterable).
             progress: a bar on stderr when it is a terminal; ``"always"`` or ``False``.
             prune_missing: remove this scope's documents under ``path`` whose file is gone.
@@ -458,6 +459,7 @@ class Memory(MemoryStore):
         threshold: Threshold = "default",
         mode: Literal["hybrid", "vector", "text"] = "hybrid",
         filters: Mapping[str, Any] | None = None,
+        conversation_context: str | Sequence[str] | None = None,
         **options: Any,
     ) -> builtins.list[SearchHit]:
         """The ``k`` fragments best matching ``query`` in shared knowledge and ``agent_id``'s own.
@@ -473,7 +475,12 @@ class Memory(MemoryStore):
         narrows by metadata (e.g. ``{"file_type": "pdf"}``); ``options`` go to
         :meth:`search` (``fusion``, ``rrf_k``, ``alpha``, ``candidates``,
         ``explain``, ...) over :data:`~memlane.knowledge.api.SEARCH_DEFAULTS`.
+        ``conversation_context`` (the conversation's recent messages, a str or a
+        list of str) is searched with the query, before it (elizaOS's
+        ``conversationContext``), so that a follow-up ("and how do I undo it?")
+        finds the fragments of what the conversation is about.
         """
+        query = knowledge.with_context(query, conversation_context)
         return knowledge.search(
             self, FRAGMENTS, query, agent_id, k, threshold, mode, filters, options
         )

@@ -60,6 +60,7 @@ __all__ = [
     "ingest_text",
     "remove",
     "search",
+    "with_context",
 ]
 
 #: Fusion settings of :meth:`memlane.Memory.search_knowledge`: those of
@@ -226,6 +227,24 @@ def search(
         else:
             args["min_similarity"] = threshold
     return store.search(query, k, mode=mode, table=table, filters=flt, **args)
+
+
+def with_context(query: str, context: str | Sequence[str] | None) -> str:
+    """The text searched: the conversation's recent messages, then the query, one a line
+    (elizaOS's ``conversationContext``, put before the query it searches with)."""
+    if context is None:
+        return query
+    if isinstance(context, str):
+        lines: Sequence[str] = [context]
+    elif isinstance(context, list | tuple) and all(isinstance(m, str) for m in context):
+        lines = context
+    else:
+        raise InvalidArgumentError(
+            "conversation_context must be a str or a list of str (the recent messages)"
+        )
+    if not isinstance(query, str):
+        raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+    return "\n".join([*(m for m in lines if m.strip()), query])
 
 
 def fragments(

@@ -23,17 +23,21 @@ it is a single grapheme that long.
   a chunk's :attr:`~Chunk.prefix` holds its heading path (``"Guide > Deploy"``)
   and :attr:`~Chunk.content` is what to store and embed: prefix and text.
 
-A chunker is anything with a ``split(text) -> list[Chunk]`` method (the
-:class:`Chunker` protocol).
+Ingestion given no chunker uses :func:`default_chunkers`: the recursive and markdown
+splitters measuring in the default model's tokens, 254 (the 256 it reads, less [CLS]
+and [SEP], heading path included) overlapping by 40, so no fragment is longer than
+the model reads. A chunker is anything with a ``split(text) -> list[Chunk]`` method
+(the :class:`Chunker` protocol).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import unicodedata
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any, Protocol, runtime_checkable
@@ -41,12 +45,15 @@ from typing import Any, Protocol, runtime_checkable
 from memlane.errors import InvalidArgumentError
 
 __all__ = [
+    "CHUNK_OVERLAP",
+    "CHUNK_TOKENS",
     "DEFAULT_SEPARATORS",
     "Chunk",
     "Chunker",
     "MarkdownSplitter",
     "RecursiveCharacterSplitter",
     "TokenSplitter",
+    "default_chunkers",
     "grapheme_spans",
 ]
 
@@ -182,6 +189,10 @@ class _Emitter:
 class RecursiveCharacterSplitter:
     """Chunks of at most ``chunk_size`` characters overlapping by up to ``chunk_overlap``.
 
+    ``length`` measures a piece instead of its characters (LangChain's
+    ``length_function``): ``length=TokenSplitter().count_tokens`` sizes chunks in the
+    default model's tokens, so that no chunk is longer than the model reads.
+
     The text is cut after each occurrence of the first separator it contains
     (a separator ends the piece before it); a piece still longer than
     ``chunk_size`` is cut with the next separator, and past the last one into
@@ -196,8 +207,13 @@ class RecursiveCharacterSplitter:
         chunk_size: int = 1000,
         chunk_overlap: int = 200,
         separators: Sequence[str] = DEFAULT_SEPARATORS,
+        *,
+        length: Callable[[str], int] | None = None,
     ) -> None:
         self.chunk_size, self.chunk_overlap = _sizes(chunk_size, chunk_overlap)
+        if length is not None and not callable(length):
+            raise InvalidArgumentError(f"length must be callable, got {type(length).__name__}")
+        self.length = length
         if isinstance(separators, str):
             raise InvalidArgumentError("separators must be a list of str, got a single str")
         seps = tuple(separators)
@@ -208,11 +224,15 @@ class RecursiveCharacterSplitter:
     def __repr__(self) -> str:
         return (
             f"RecursiveCharacterSplitter(chunk_size={self.chunk_size}, "
-            f"chunk_overlap={self.chunk_overlap}, separators={list(self.separators)!r})"
+            f"chunk_overlap={self.chunk_overlap}, separators={list(self.separators)!r}"
+            f"{_length_repr(self.length)})"
         )
 
     def split(self, text: str) -> list[Chunk]:
         return [Chunk(text[s:e], s, e) for s, e in self.spans(text)]
+
+    def _len(self, text: str, start: int, end: int) -> int:
+        return end - start if self.length is None else self.length(text[start:end])
 
     def spans(self, text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
         """The chunks of ``text[start:end]`` as ``(start, end)`` offsets into ``text``."""
@@ -225,7 +245,7 @@ class RecursiveCharacterSplitter:
 
     def _pieces(self, text: str, start: int, end: int, level: int) -> Iterable[tuple[int, int]]:
         """Contiguous spans covering ``[start, end)``, each short enough if possible."""
-        if end - start <= self.chunk_size:
+        if self._len(text, start, end) <= self.chunk_size:
             yield (start, end)
             return
         for i in range(level, len(self.separators)):
@@ -246,18 +266,30 @@ class RecursiveCharacterSplitter:
 
     def _merge(self, text: str, pieces: Iterable[tuple[int, int]], out: _Emitter) -> None:
         size, overlap = self.chunk_size, self.chunk_overlap
-        window: deque[tuple[int, int]] = deque()
+        # (start, end, length) of the pieces of the chunk being packed. Pieces meet at
+        # separators, so their token counts add up to the chunk's (a word cut into
+        # graphemes counts at least its own tokens: a chunk never exceeds the size).
+        window: deque[tuple[int, int, int]] = deque()
+        total = 0
         for s, e in pieces:
-            n = e - s
-            total = window[-1][1] - window[0][0] if window else 0
+            n = self._len(text, s, e)
             if window and total + n > size:
                 out.emit(window[0][0], window[-1][1])
                 while window and (total > overlap or total + n > size):
-                    window.popleft()
-                    total = window[-1][1] - window[0][0] if window else 0
-            window.append((s, e))
+                    total -= window.popleft()[2]
+            window.append((s, e, n))
+            total += n
         if window:
             out.emit(window[0][0], window[-1][1])
+
+
+def _length_repr(length: Callable[[str], int] | None) -> str:
+    """``length`` in a splitter's repr (which keys ingestion's record of how a file was cut)."""
+    if length is None:
+        return ""
+    owner = getattr(length, "__self__", None)
+    name = repr(owner) if owner is not None else getattr(length, "__qualname__", repr(length))
+    return f", length={name}"
 
 
 # -- token splitter ----------------------------------------------------------------
@@ -397,8 +429,11 @@ class MarkdownSplitter:
         max_level: int = 6,
         separator: str = " > ",
         separators: Sequence[str] = DEFAULT_SEPARATORS,
+        length: Callable[[str], int] | None = None,
     ) -> None:
-        self._inner = RecursiveCharacterSplitter(chunk_size, chunk_overlap, separators)
+        self._inner = RecursiveCharacterSplitter(
+            chunk_size, chunk_overlap, separators, length=length
+        )
         self.chunk_size, self.chunk_overlap = chunk_size, chunk_overlap
         self.max_level = _size(max_level, "max_level", 1)
         if not isinstance(separator, str):
@@ -409,7 +444,7 @@ class MarkdownSplitter:
         return (
             f"MarkdownSplitter(chunk_size={self.chunk_size}, chunk_overlap={self.chunk_overlap}, "
             f"max_level={self.max_level}, separator={self.separator!r}, "
-            f"separators={list(self._inner.separators)!r})"
+            f"separators={list(self._inner.separators)!r}{_length_repr(self._inner.length)})"
         )
 
     def split(self, text: str) -> list[Chunk]:
@@ -433,6 +468,40 @@ class MarkdownSplitter:
             prefix = self.separator.join(h for h in headings if h)
             prefix = prefix + "\n\n" if prefix else ""
             meta = {"headings": headings} if headings else {}
-            for s, e in self._inner.spans(text, start, end):
+            for s, e in self._section(prefix).spans(text, start, end):
                 chunks.append(Chunk(text[s:e], s, e, meta, prefix))
         return chunks
+
+    def _section(self, prefix: str) -> RecursiveCharacterSplitter:
+        """The splitter of a section: the prefix is embedded with each chunk, so with a
+        ``length`` (a model's limit) it comes off the size, leaving room for the overlap."""
+        inner = self._inner
+        if inner.length is None or not prefix:
+            return inner
+        size = max(inner.chunk_size - inner.length(prefix), inner.chunk_overlap + 1)
+        if size == inner.chunk_size:
+            return inner
+        return RecursiveCharacterSplitter(
+            size, inner.chunk_overlap, inner.separators, length=inner.length
+        )
+
+
+# -- ingestion's defaults ---------------------------------------------------------
+
+#: The default chunkers' size, in the default model's tokens: the 256 it reads less
+#: [CLS] and [SEP], so every fragment's vector stands for all of it, heading path
+#: included (chosen on retrieval quality: ``benches/bench_chunking.py``).
+CHUNK_TOKENS = 254
+#: The default chunkers' overlap, in the same tokens.
+CHUNK_OVERLAP = 40
+
+
+@functools.cache
+def default_chunkers() -> tuple[RecursiveCharacterSplitter, MarkdownSplitter]:
+    """The chunkers of an ingestion given none: (plain text, markdown and Word), both
+    measuring in the default model's tokens (:data:`CHUNK_TOKENS`, :data:`CHUNK_OVERLAP`)."""
+    count = TokenSplitter(chunk_size=CHUNK_TOKENS).count_tokens
+    return (
+        RecursiveCharacterSplitter(CHUNK_TOKENS, CHUNK_OVERLAP, length=count),
+        MarkdownSplitter(CHUNK_TOKENS, CHUNK_OVERLAP, length=count),
+    )

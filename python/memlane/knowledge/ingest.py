@@ -52,7 +52,7 @@ from memlane import coerce
 from memlane.embeddings import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
 from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError
-from memlane.knowledge.chunking import Chunk, Chunker, MarkdownSplitter, RecursiveCharacterSplitter
+from memlane.knowledge.chunking import Chunk, Chunker, default_chunkers
 from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
@@ -137,7 +137,7 @@ def embedding_cost(embedder: Embedder | None) -> Callable[[list[str]], list[int]
 
 def _chunker_key(chunker: Chunker | None) -> str:
     if chunker is None:
-        return "default"
+        return "default:" + "|".join(map(repr, default_chunkers()))
     return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(chunker))
 
 
@@ -230,8 +230,7 @@ class _Pipeline:
         self.cost = embedding_cost(self.embedder)
         self.chunker_key = _chunker_key(chunker)
         self.existing: dict[str, MemoryRecord] = {}
-        self._text = RecursiveCharacterSplitter()
-        self._markdown = MarkdownSplitter()
+        self._text, self._markdown = default_chunkers()
 
     # -- producer ---------------------------------------------------------------------
 
