@@ -4,7 +4,7 @@ engine's answer turned into records."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeGuard
 
 from memlane import _core, coerce
@@ -18,6 +18,11 @@ from memlane.records import SearchHit
 from memlane.schema import Row
 
 Mode = Literal["hybrid", "vector", "text"]
+
+#: A reranker: the query and the search's best hits in, the hits it keeps out, best first.
+Rerank = Callable[[str, list[SearchHit]], Sequence[SearchHit]]
+#: A search with ``rerank`` hands the callable its best ``max(k, RERANK_DEPTH)`` hits.
+RERANK_DEPTH = 20
 
 
 def build_filter(
@@ -121,6 +126,20 @@ class Searcher:
             track_access=track_access,
         )
 
+    @staticmethod
+    def depth(k: object, rerank: object) -> object:
+        """How many hits the engine returns: ``k``, or for a reranker at least
+        :data:`RERANK_DEPTH` (then ``k`` is checked here, as the engine words it)."""
+        if rerank is None:
+            return k
+        if not callable(rerank):
+            raise InvalidArgumentError(
+                f"rerank must be a callable (query, hits) -> hits, got {type(rerank).__name__}"
+            )
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidArgumentError(f"k must be an int >= 1, got {k!r}")
+        return max(k, RERANK_DEPTH)
+
     def search(
         self,
         query: str,
@@ -132,9 +151,36 @@ class Searcher:
         as_of: Any = None,
         include_superseded: bool = False,
         known_at: Any = None,
+        rerank: Rerank | None = None,
+        k: int = 0,
     ) -> list[SearchHit]:
         """The hits of ``query`` with ``request``'s options (checked when it was made)
-        among the records ``flt`` admits at the versions asked for."""
+        among the records ``flt`` admits at the versions asked for; with ``rerank``,
+        the first ``k`` of its order of them."""
+        hits = self._search(
+            query,
+            request,
+            flt,
+            query_embedding=query_embedding,
+            include_embedding=include_embedding,
+            as_of=as_of,
+            include_superseded=include_superseded,
+            known_at=known_at,
+        )
+        return hits if rerank is None else reranked(query, hits, rerank, k)
+
+    def _search(
+        self,
+        query: str,
+        request: _core.SearchRequest,
+        flt: dict[str, Any] | None,
+        *,
+        query_embedding: Any,
+        include_embedding: bool,
+        as_of: Any,
+        include_superseded: bool,
+        known_at: Any,
+    ) -> list[SearchHit]:
         self.sync.last_search = time.monotonic()
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
@@ -182,3 +228,19 @@ class Searcher:
             rec = record(row, self.access.get(rowid), include_embedding)
             hits.append(SearchHit(rec, scores[j], None if signals is None else signals[j]))
         return hits
+
+
+def reranked(query: str, hits: list[SearchHit], rerank: Rerank, k: int) -> list[SearchHit]:
+    """The first ``k`` of what ``rerank`` made of ``hits``: hits it was given, each at
+    most once (anything else is refused: a reranker cannot invent or repeat a memory)."""
+    given = {id(h) for h in hits}
+    out: list[SearchHit] = []
+    seen: set[int] = set()
+    for h in rerank(query, list(hits)):
+        if id(h) not in given or id(h) in seen:
+            raise InvalidArgumentError(
+                f"rerank must return hits it was given, each at most once; got {h!r:.80}"
+            )
+        seen.add(id(h))
+        out.append(h)
+    return out[:k]

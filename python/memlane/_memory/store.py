@@ -29,7 +29,7 @@ from memlane._core import Engine
 from memlane._memory import jsonl, maintenance
 from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook
-from memlane._memory.querying import Mode, Searcher, build_filter, unexpired, visible
+from memlane._memory.querying import Mode, Rerank, Searcher, build_filter, unexpired, visible
 from memlane._memory.sync import IndexSync
 from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
@@ -444,6 +444,7 @@ class MemoryStore:
         world_id: str | None = None,
         session_id: str | None = None,
         namespace: str | None = None,
+        rerank: Rerank | None = None,
     ) -> builtins.list[SearchHit]:
         """The ``k`` best memories for ``query``, best first, in one call into the engine.
 
@@ -495,23 +496,17 @@ class MemoryStore:
         "my": ``"user"``; or the name) counts it as a query term worth ``speaker_weight``
         of the BM25 ceiling (docs/search.md). Either weight at 0 turns its part off.
 
-        What the numbers mean with the default model (all-MiniLM-L6-v2; 5th to
-        95th percentiles of top-5 hits, ``benches/tune_context_floor.py``): the
-        cosine of a hit that answers is 0.25-0.7 for a personal fact asked in
-        other words (median 0.4) and 0.4-0.8 for a claim's scientific abstract
-        (median 0.6). A text on another subject mostly stays under 0.15 (an
-        unrelated fact among a user's ten: median 0.12), but one on the same
-        topic that does not answer reaches 0.2-0.7 (median 0.35 among a user's
-        chat turns, 0.5 among abstracts): a cosine says how close a text is,
-        not whether it answers. It is the signal that means the same for every
-        query and store, so cut on it (``min_similarity``; ``build_context``
-        keeps memories from 0.14). The default score weighs the cosine against
-        the BM25 ratio by what BM25 found for the query, and is the whole cosine
-        when no stored text shares a word with it: the same pair can score twice
-        as high in one store as in another (measured with the fixed weight 0.5:
-        0.12-0.4 for such a fact, 0.3-0.7 for such an abstract), so a
-        ``threshold`` on it drops more relevant hits for the same unrelated ones
-        cut.
+        What the numbers mean with the default model (all-MiniLM-L6-v2, 5th to 95th
+        percentiles of top-5 hits, ``benches/tune_context_floor.py``): an answering hit's
+        cosine is 0.25-0.7 for a personal fact asked in other words and 0.4-0.8 for a
+        scientific abstract; a text on another subject mostly stays under 0.15, but one
+        on the same topic that does not answer reaches 0.2-0.7: a cosine says how close
+        a text is, not whether it answers. It means the same for every query and store,
+        so cut on it (``min_similarity``; ``build_context`` keeps memories from 0.14); a
+        ``threshold`` on the fused score moves with what BM25 found (docs/search.md).
+
+        ``rerank(query, hits)`` reorders the best ``max(k, 20)`` hits (it may drop some):
+        the first ``k`` it returns are the answer.
 
         ``candidates`` is how many hits each retriever contributes before fusion
         (``max(100, 4 * k)`` by default: the first hits are the same for any k <= 25).
@@ -524,7 +519,7 @@ class MemoryStore:
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
         flt = build_filter(table, type, scope, start, end, filters)
         request = _core.SearchRequest(
-            k,
+            Searcher.depth(k, rerank),  # type: ignore[arg-type]
             mode=mode,
             threshold=threshold,
             min_similarity=min_similarity,
@@ -549,6 +544,8 @@ class MemoryStore:
             as_of=as_of,
             include_superseded=include_superseded,
             known_at=known_at,
+            rerank=rerank,
+            k=k,
         )
 
     def _live(self, flt: dict[str, Any] | None) -> dict[str, Any] | None:
