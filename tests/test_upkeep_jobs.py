@@ -5,6 +5,7 @@ profiles; ``after`` on a closed AgentMemory stores nothing. On both backends."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -33,7 +34,7 @@ from memlane.agent import (
 )
 from memlane.agent.upkeep import Job
 from memlane.agent.upkeep.jobs import JobRecordError, JobSkippedWarning, owner_of
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, StoreLockedError
 
 QUIET: dict[str, Any] = {
     "consolidation": Consolidation(enabled=False),
@@ -460,3 +461,40 @@ def test_upkeep_settings_are_checked(make_store: StoreFactory) -> None:
     for bad in ({"upkeep_timeout": 0}, {"upkeep_timeout": -1}, {"max_pending": 0}):
         with pytest.raises(InvalidArgumentError):
             agent(mem, Model(), **bad)
+
+
+def test_a_dropped_agent_releases_its_store(tmp_path: Path) -> None:
+    """An AgentMemory and its Memory nobody holds release the store at once (the workers'
+    threads hold neither), and a durable job left is resumed by the next one."""
+    gc.disable()
+    try:
+        mem = Memory(tmp_path / "dropped", WordHashEmbedder())
+        gate = threading.Event()
+        model = Model(gate=gate)
+        am = agent(mem, model)
+        alice = am.event("telegram", 42, 7)
+        turn(am, alice, "hello")
+        turn(am, alice, "again")  # a reflection waits for the gate
+        assert model.entered.wait(30)
+        bob = am.event("telegram", 99, 8)
+        turn(am, bob, "hi")
+        turn(am, bob, "there")  # a second one waits behind it
+        del am, mem
+        gate.set()
+        for _ in range(600):  # the running job ends, then the store is free
+            try:
+                again = Memory(tmp_path / "dropped", WordHashEmbedder())
+                break
+            except StoreLockedError:
+                threading.Event().wait(0.05)
+        else:
+            raise AssertionError("the store stayed locked")
+    finally:
+        gc.enable()
+    assert len(again.jobs.items()) == 1  # bob's, never started
+    resumed = agent(again, Model())
+    turn(resumed, bob, "back")
+    assert resumed.drain(timeout=60)
+    assert again.jobs.items() == []
+    resumed.close()
+    again.close()

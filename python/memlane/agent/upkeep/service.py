@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Literal
@@ -54,7 +55,7 @@ from memlane.agent.upkeep.triggers import (
     store_step_summary,
 )
 from memlane.agent.upkeep.worker import QueueFullError, Worker
-from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
@@ -99,7 +100,10 @@ class Upkeep:
             raise InvalidArgumentError(f"upkeep must be 'background' or 'inline', got {mode!r}")
         if on_upkeep is not None and not callable(on_upkeep):
             raise InvalidArgumentError("on_upkeep must be a callable taking an UpkeepResult")
-        self.host = host
+        # Weak: the workers' threads hold this object, and through a strong reference
+        # they would keep the AgentMemory (and its Memory, and the store's lock) alive
+        # after its caller dropped it.
+        self._host = weakref.ref(host)
         #: Guards the rooms' counters and the profile's read-change-write (the turn's
         #: path takes it too).
         self.lock = threading.RLock()
@@ -112,17 +116,27 @@ class Upkeep:
         self.token = uuid.uuid4().hex
         #: How long a holder on another host is taken for alive without news of it.
         self.lease = 900.0 if self.timeout is None else max(900.0, 4 * self.timeout)
-        self._ended = 0
         with _live_lock:
             _live.add(self.token)
-        self.model = Worker(self._run, "memlane-upkeep", max_pending, self._worker_ended)
-        self.local = Worker(
-            self._run, "memlane-upkeep-local", max_pending, self._worker_ended, _merge_profiles
-        )
+        run: Callable[[], Callable[[Job, Caller | None], None] | None]
+        run = weakref.WeakMethod(self._run)
+        lease = _Lease(self.token)
+        self.model = Worker(run, "memlane-upkeep", max_pending, lease.ended)
+        self.local = Worker(run, "memlane-upkeep-local", max_pending, lease.ended, _merge_profiles)
+        # Dropped without close(): the workers stop (the job running ends first) and
+        # the durable jobs left stay recorded for the next AgentMemory.
+        weakref.finalize(host, _drop, self.model, self.local)
         self._timed = timed(self.timeout)
         self._scanned: float | None = None
         self._counter: Callable[[str], int] | None = None
         self._skipped: set[str] = set()
+
+    @property
+    def host(self) -> AgentMemory:
+        host = self._host()
+        if host is None:
+            raise ClosedError("the AgentMemory of this upkeep was dropped")
+        return host
 
     @property
     def background(self) -> bool:
@@ -342,7 +356,9 @@ class Upkeep:
     # -- the worker's side ----------------------------------------------------------------
 
     def _run(self, job: Job, call: Caller | None) -> None:
-        host = self.host
+        host = self._host()
+        if host is None:  # dropped: a durable job stays recorded for the next AgentMemory
+            return
         report = TurnReport()
         if job.kind == "compaction":
             p = job.payload
@@ -514,11 +530,24 @@ class Upkeep:
         rest = None if deadline is None else max(0.0, deadline - time.monotonic())
         return sorted(left + self.local.close(rest), key=lambda j: j.now)
 
-    def _worker_ended(self) -> None:
+
+class _Lease:
+    """An agent's token among the live ones while either of its workers may run a job."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self._ended = 0
+
+    def ended(self) -> None:
         with _live_lock:
             self._ended += 1
             if self._ended == 2:  # neither worker runs a job of this agent any more
                 _live.discard(self.token)
+
+
+def _drop(model: Worker, local: Worker) -> None:
+    model.close(0)
+    local.close(0)
 
 
 def _key(history: dict[str, str]) -> tuple[tuple[str, str], ...]:

@@ -34,13 +34,15 @@ class _Entry:
 class Worker:
     """Runs ``run(job, call)`` for each job submitted (``call``: the LLM as the turn that
     asked had it), one at a time, on a daemon thread that starts with the first job.
-    ``run`` must not raise (an exception is logged). ``on_end`` is called once no job
-    of this worker runs any more after :meth:`close`; ``merge(newer, older)`` when
-    ``newer`` takes the place of the waiting ``older`` (under the worker's lock)."""
+    ``run`` must not raise (an exception is logged). ``run`` is a weak reference: the
+    thread never keeps its owner alive (a job whose owner is gone is not run).
+    ``on_end`` is called once no job of this worker runs any more after :meth:`close`;
+    ``merge(newer, older)`` when ``newer`` takes the place of the waiting ``older``
+    (under the worker's lock)."""
 
     def __init__(
         self,
-        run: Callable[[Job, Caller | None], None],
+        run: Callable[[], Callable[[Job, Caller | None], None] | None],
         name: str,
         limit: int,
         on_end: Callable[[], None] | None = None,
@@ -143,7 +145,10 @@ class Worker:
                     self._slots.pop(entry.job.slot, None)
                 self._running = entry.job
             try:
-                self._run(entry.job, entry.call)
+                run = self._run()
+                if run is not None:
+                    run(entry.job, entry.call)
+                del run
             except Exception:  # run() reports its own failures; this is a bug's last net
                 log.exception("memlane: upkeep job %s (%s) failed", entry.job.id, entry.job.kind)
             finally:
