@@ -126,6 +126,7 @@ def add_message(
     metadata: Mapping[str, Any] | None = None,
     message_id: str | None = None,
     in_order: bool = False,
+    attachments: Sequence[Mapping[str, Any]] | None = None,
 ) -> MemoryRecord:
     """Stores one message of a conversation in the ``messages`` table under the event's room.
 
@@ -139,8 +140,33 @@ def add_message(
     ``metadata["sender"]``, which no window compares. The agent's replies (any other
     ``role``) carry ``metadata["to"]`` and are never skipped by their text. The
     record's ``speaker`` is the ``role`` (``"user"``, ``"assistant"``).
+
+    ``attachments`` (elizaOS's: dicts with an ``id``, and ``url``, ``title``,
+    ``contentType``, ...) are kept as given in ``metadata["attachments"]``; their ids
+    and content types also as ``attachmentIds`` and ``attachmentTypes``, lists of str
+    a filter reads (``{"attachmentTypes": "image"}``: the messages with an image).
     """
-    return mem.add(**message_item(text, scope, role, created_at, metadata, message_id, in_order))
+    item = message_item(text, scope, role, created_at, metadata, message_id, in_order)
+    if attachments is not None:
+        item["metadata"].update(attachment_fields(attachments))
+    return mem.add(**item)
+
+
+def attachment_fields(attachments: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A message's attachments as its metadata keeps them (see :func:`add_message`)."""
+    if isinstance(attachments, str | bytes | Mapping) or not isinstance(attachments, Sequence):
+        raise InvalidArgumentError("attachments must be a list of dicts")
+    for a in attachments:
+        if not isinstance(a, Mapping) or not isinstance(a.get("id"), str) or not a["id"]:
+            raise InvalidArgumentError("each attachment must be a dict with a non-empty str 'id'")
+        kind = a.get("contentType")
+        if kind is not None and not isinstance(kind, str):
+            raise InvalidArgumentError("an attachment's 'contentType' must be a str")
+    return {
+        "attachments": [dict(a) for a in attachments],
+        "attachmentIds": [a["id"] for a in attachments],
+        "attachmentTypes": sorted({a["contentType"] for a in attachments if a.get("contentType")}),
+    }
 
 
 def message_item(
