@@ -13,24 +13,11 @@ from typing import Any
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import AgentMemory
 from memlane.agent import (
-    Compaction,
-    Consolidation,
-    DailyLog,
-    FlushReminder,
-    Profiles,
     Reflection,
-    SessionScope,
 )
 from memlane.agent.facts import CHECK, parse_decisions
+from upkeep_scripts import agent as scripted_agent
 
-QUIET: dict[str, Any] = {
-    "consolidation": Consolidation(enabled=False),
-    "flush": FlushReminder(enabled=False),
-    "compaction": Compaction(enabled=False),
-    "daily": DailyLog(enabled=False),
-    "profiles": Profiles(enabled=False),
-    "reflection": Reflection(enabled=False),
-}
 FACT = re.compile(r"Alice's (\w+) is (\w+)")
 
 
@@ -76,9 +63,7 @@ class Careful:
 
 
 def agent(mem: Any, llm: Any, **options: Any) -> AgentMemory:
-    settings = {**QUIET, **options}
-    scopes = SessionScope("per-peer")
-    return AgentMemory(mem, scopes, llm, context={"min_score": None}, **settings)
+    return scripted_agent(mem, llm, **{"reflection": Reflection(enabled=False), **options})
 
 
 def remember_turn(am: AgentMemory, event: Any, text: str, fact: str | None) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -20,14 +19,11 @@ from typing import Any
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
-from memlane import AgentMemory, ClosedError, Memory
+from memlane import ClosedError, Memory
 from memlane.agent import (
     CONTACTS,
     MESSAGES,
-    Compaction,
     Consolidation,
-    DailyLog,
-    FlushReminder,
     Profiles,
     Reflection,
     SessionScope,
@@ -35,38 +31,10 @@ from memlane.agent import (
 from memlane.agent.upkeep import Job
 from memlane.agent.upkeep.jobs import JobRecordError, JobSkippedWarning, owner_of
 from memlane.errors import InvalidArgumentError, StoreLockedError
+from upkeep_scripts import KILLED_REFLECTION, Model, agent, said, turn
 
-QUIET: dict[str, Any] = {
-    "consolidation": Consolidation(enabled=False),
-    "flush": FlushReminder(enabled=False),
-    "compaction": Compaction(enabled=False),
-    "daily": DailyLog(enabled=False),
-    "profiles": Profiles(enabled=False),
-}
 FACTS = ["Alice keeps bees", "Alice plays the oboe", "Alice was born in Quito"]
 ANSWER = json.dumps({"operations": [{"op": "remember", "content": f} for f in FACTS]})
-
-
-class Model:
-    """Answers reflection with ``answer`` (and the check of new facts: keep them); keeps
-    the reflection prompts in ``prompts`` (all in ``seen``); waits for ``gate`` if set."""
-
-    def __init__(self, answer: str = ANSWER, gate: threading.Event | None = None) -> None:
-        self.answer = answer
-        self.gate = gate
-        self.entered = threading.Event()
-        self.prompts: list[str] = []
-        self.seen: list[str] = []
-
-    def complete(self, messages: Any) -> str:
-        self.seen.append(json.dumps(messages))
-        if "New facts:" in messages[-1]["content"]:
-            return json.dumps({"decisions": []})
-        self.prompts.append(json.dumps(messages))
-        self.entered.set()
-        if self.gate is not None and not self.gate.wait(60):
-            raise TimeoutError("the test never opened the gate")
-        return self.answer
 
 
 class Hung:
@@ -82,61 +50,7 @@ class Hung:
         return json.dumps({"operations": []})
 
 
-def agent(mem: Memory, llm: Any, table: str = "memories", **options: Any) -> AgentMemory:
-    settings = {**QUIET, "reflection": Reflection(every=2), **options}
-    scopes = SessionScope("per-peer")
-    return AgentMemory(mem, scopes, llm, table=table, context={"min_score": None}, **settings)
-
-
-def turn(am: AgentMemory, event: Any, text: str) -> Any:
-    msgs = am.before(event, [{"role": "user", "content": text}])
-    return am.after(event, msgs, "ok")
-
-
-def _line(child: subprocess.Popen[str], timeout: float = 120.0) -> str:
-    """The child's next line of output ("" if none comes within ``timeout`` seconds)."""
-    assert child.stdout is not None
-    ready, _, _ = select.select([child.stdout], [], [], timeout)
-    return child.stdout.readline().strip() if ready else ""
-
-
 # -- a reflection killed halfway ------------------------------------------------------------
-
-_CHILD = """
-import os, sys, time
-from memlane import AgentMemory, Memory
-from memlane.agent import (Compaction, Consolidation, DailyLog, FlushReminder, Profiles,
-                           Reflection, SessionScope)
-sys.path.insert(0, sys.argv[3])
-from conftest import WordHashEmbedder
-
-class Stalls(WordHashEmbedder):
-    def embed_batch(self, texts):
-        if any(sys.argv[4] in t for t in texts):
-            os.write(1, b"EMBEDDING\\n")
-            time.sleep(600)
-        return super().embed_batch(texts)
-
-    def embed(self, text):
-        return self.embed_batch([text])[0]
-
-class Answers:
-    def complete(self, messages):
-        return sys.argv[5]
-
-location, cache = sys.argv[1], sys.argv[2]
-options = {} if cache == "-" else {"cache_dir": cache}
-mem = Memory(location, Stalls(), **options)
-am = AgentMemory(mem, SessionScope("per-peer"), Answers(), reflection=Reflection(every=2),
-                 consolidation=Consolidation(enabled=False), flush=FlushReminder(enabled=False),
-                 compaction=Compaction(enabled=False), daily=DailyLog(enabled=False),
-                 profiles=Profiles(enabled=False), context={"min_score": None})
-alice = am.event("telegram", 42, 7)
-for text in ("I have news", "lots of news"):
-    msgs = am.before(alice, [{"role": "user", "content": text}])
-    am.after(alice, msgs, "ok")
-time.sleep(600)
-"""
 
 
 @pytest.mark.filterwarnings("ignore:memlane.*snapshot:RuntimeWarning")
@@ -153,7 +67,7 @@ def test_a_reflection_killed_halfway_stores_every_fact_once(
         [
             sys.executable,
             "-c",
-            _CHILD,
+            KILLED_REFLECTION,
             str(location),
             cache,
             str(Path(__file__).parent),
@@ -165,7 +79,7 @@ def test_a_reflection_killed_halfway_stores_every_fact_once(
         text=True,
     )
     try:
-        assert _line(child) == "EMBEDDING"
+        assert sorted(said(child, 2)) == ["EMBEDDING", "TURNS"]
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.communicate(timeout=60)
@@ -175,7 +89,7 @@ def test_a_reflection_killed_halfway_stores_every_fact_once(
     assert stored == FACTS[:stall_at]
     (record,) = [json.loads(v) for _, v in mem.jobs.items()]
     assert record["plan"]["raw"] == ANSWER
-    model = Model()
+    model = Model(ANSWER)
     am = agent(mem, model)
     turn(am, alice, "good morning")  # the 1st turn of a window: only the job found runs
     assert am.drain(timeout=60)
@@ -194,7 +108,7 @@ def test_another_agents_job_in_flight_is_not_resumed(make_store: StoreFactory) -
     store never sends A's conversation to its model, and A's facts are stored once."""
     mem = make_store("two", WordHashEmbedder())
     gate = threading.Event()
-    model_a = Model(gate=gate)
+    model_a = Model(ANSWER, gate=gate)
     model_b = Model(json.dumps({"operations": []}))
     a = agent(mem, model_a, table="memories_a")
     b = agent(mem, model_b, table="memories_b")
@@ -235,7 +149,7 @@ def test_a_closed_agents_job_is_resumed_by_its_owner_only(make_store: StoreFacto
     turn(stranger, alice, "hi")
     assert stranger.drain(timeout=60)
     assert other.prompts == [] and len(mem.jobs.items()) == 2
-    owner = Model()
+    owner = Model(ANSWER)
     again = agent(mem, owner)
     turn(again, bob, "first try")  # the first agent still runs a job: its holder lives
     assert again.drain(timeout=60)
@@ -263,6 +177,8 @@ from conftest import WordHashEmbedder
 
 class Slow:
     def complete(self, messages):
+        if "New facts:" in messages[-1]["content"]:
+            return '{"decisions": []}'
         print("REFLECTING", flush=True)
         sys.stdin.readline()
         return sys.argv[4]
@@ -307,9 +223,9 @@ def test_a_job_held_by_a_live_process_is_not_taken(
     )
     try:
         assert child.stdin is not None
-        assert _line(child) == "REFLECTING"
+        assert said(child, 1) == ["REFLECTING"]
         mem = make_store("shared", WordHashEmbedder())
-        model = Model()
+        model = Model(ANSWER)
         second = agent(mem, model)
         alice = second.event("telegram", 42, 7)
         turn(second, alice, "hello from elsewhere")
@@ -317,7 +233,7 @@ def test_a_job_held_by_a_live_process_is_not_taken(
         assert model.prompts == [] and len(mem.jobs.items()) == 1
         child.stdin.write("go\n")
         child.stdin.flush()
-        assert _line(child) == "DONE"
+        assert said(child, 1) == ["DONE"]
     finally:
         child.kill()
         child.communicate(timeout=60)
@@ -353,7 +269,7 @@ def test_records_that_are_not_jobs_are_skipped_and_kept(make_store: StoreFactory
     for key, value in junk.items():
         mem.jobs.put(key, value)
     _record(mem, good)
-    model = Model()
+    model = Model(ANSWER)
     am = agent(mem, model)
     with pytest.warns(JobSkippedWarning) as caught:
         turn(am, alice, "hello")
@@ -379,7 +295,7 @@ def test_a_forged_job_cannot_reach_another_scope(make_store: StoreFactory) -> No
     record = json.loads(forged.dumps())
     record["event"]["fields"] = bob.fields
     mem.jobs.put(forged.key, json.dumps(record))
-    model = Model()
+    model = Model(ANSWER)
     am = agent(mem, model)
     with pytest.warns(JobSkippedWarning, match="scope"):
         turn(am, bob, "hi")
@@ -444,7 +360,7 @@ def test_the_queue_bound_is_said_in_the_report(make_store: StoreFactory) -> None
 
 def test_after_on_a_closed_agent_stores_nothing(make_store: StoreFactory) -> None:
     mem = make_store("closed", WordHashEmbedder())
-    am = agent(mem, Model())
+    am = agent(mem, Model(ANSWER))
     alice = am.event("telegram", 42, 7)
     turn(am, alice, "hello")
     am.close()
@@ -460,7 +376,7 @@ def test_upkeep_settings_are_checked(make_store: StoreFactory) -> None:
     mem = make_store("settings", WordHashEmbedder())
     for bad in ({"upkeep_timeout": 0}, {"upkeep_timeout": -1}, {"max_pending": 0}):
         with pytest.raises(InvalidArgumentError):
-            agent(mem, Model(), **bad)
+            agent(mem, Model(ANSWER), **bad)
 
 
 def test_a_dropped_agent_releases_its_store(tmp_path: Path) -> None:
@@ -470,7 +386,7 @@ def test_a_dropped_agent_releases_its_store(tmp_path: Path) -> None:
     try:
         mem = Memory(tmp_path / "dropped", WordHashEmbedder())
         gate = threading.Event()
-        model = Model(gate=gate)
+        model = Model(ANSWER, gate=gate)
         am = agent(mem, model)
         alice = am.event("telegram", 42, 7)
         turn(am, alice, "hello")
@@ -492,7 +408,7 @@ def test_a_dropped_agent_releases_its_store(tmp_path: Path) -> None:
     finally:
         gc.enable()
     assert len(again.jobs.items()) == 1  # bob's, never started
-    resumed = agent(again, Model())
+    resumed = agent(again, Model(ANSWER))
     turn(resumed, bob, "back")
     assert resumed.drain(timeout=60)
     assert again.jobs.items() == []
