@@ -8,6 +8,7 @@ seconds or ISO 8601 strings with a time zone.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -37,9 +38,15 @@ NOT_OVER_HTTP = frozenset({"self", "progress", "chunker", "limits"})
 
 def parameters(method: Callable[..., Any]) -> dict[str, inspect.Parameter]:
     """The parameters a request may give to ``method``."""
+    return _parameters(getattr(method, "__func__", method))
+
+
+@functools.cache
+def _parameters(function: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    # Read once per function: a signature costs more than the engine's search.
     return {
         name: p
-        for name, p in inspect.signature(method).parameters.items()
+        for name, p in inspect.signature(function).parameters.items()
         if name not in NOT_OVER_HTTP and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     }
 
