@@ -69,6 +69,9 @@ def test_add_get_list_count_and_search(client: TestClient, mem: Memory) -> None:
     assert given[0]["record"]["id"] == alice["id"]
     stats = client.get("/v1/stats").json()
     assert stats["records"] == 6 and stats["tables"] == {"memories": 6}
+    assert (stats["disk_bytes"] is None) == (mem.path is None)
+    if mem.path is not None:
+        assert stats["disk_bytes"] >= (mem.path / "memory.db").stat().st_size > 0
 
 
 def test_history_supersede_update_delete_and_delete_all(client: TestClient, mem: Memory) -> None:

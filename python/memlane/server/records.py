@@ -8,8 +8,10 @@ one transaction, checked before it writes.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -193,8 +195,8 @@ async def jobs(request: Request) -> JSONResponse:
 
 
 async def stats(request: Request) -> JSONResponse:
-    """Counts by table and scope (the key's records only, for a scoped key) and the
-    embedder."""
+    """Counts by table and scope (the key's records only, for a scoped key), the
+    embedder, and the store's size on disk."""
     mem, caller = context(request)
     scope: dict[str, Any] = dict(caller.scope)
 
@@ -222,9 +224,20 @@ async def stats(request: Request) -> JSONResponse:
             "embedder": None
             if embedder is None
             else {"name": embedder.name, "dimension": embedder.dimension},
+            # The store's files (database and index snapshots); none for PostgreSQL.
+            "disk_bytes": None if caller.scoped or mem.path is None else _disk(mem.path),
         }
 
     return JSONResponse(await run_in_threadpool(gather))
+
+
+def _disk(folder: Path) -> int:
+    total = 0
+    for f in folder.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):  # a snapshot replaced meanwhile
+            if f.is_file():
+                total += f.stat().st_size
+    return total
 
 
 #: (method, path, handler, writes, the Memory method whose parameters it takes, and
