@@ -168,3 +168,28 @@ def test_entries_of_a_completed_action_can_come_again(mem):
     assert complete_action(mem, "a1", scope=SCOPE) == 1
     again = add_short_term(mem, "user said hello", "a2", scope=SCOPE, metadata=meta)
     assert again.duplicate is None and mem.count(SHORT_TERM) == 1
+
+
+def test_episodic_memory_says_why_and_what_kinds(mem, server, llm):
+    # OrcBot's metadata: the reason of a consolidation and the kinds of messages it summarised.
+    for i, kind in enumerate(["voice", None, "photo", "voice"]):
+        meta = {"messageType": kind} if kind else None
+        add_short_term(mem, f"entry {i}", "a1", scope=SCOPE, metadata=meta)
+    server.push(json.dumps(GOOD))
+    full = consolidate(mem, llm, scope=SCOPE, threshold=4, batch=4)
+    assert full.episodic is not None
+    assert full.episodic.metadata["reason"] == "threshold"
+    assert full.episodic.metadata["messageTypes"] == ["photo", "text", "voice"]
+    add_short_term(mem, "one more", "a1", scope=SCOPE)
+    server.push(json.dumps(GOOD))
+    forced = consolidate(mem, llm, scope=SCOPE, force=True)
+    assert forced.episodic is not None
+    assert forced.episodic.metadata["reason"] == "forced"
+    assert forced.episodic.metadata["messageTypes"] == ["text"]
+    # A caller's metadata names its own reason.
+    add_short_term(mem, "and another", "a1", scope=SCOPE)
+    server.push(json.dumps(GOOD))
+    named = consolidate(mem, llm, scope=SCOPE, force=True, metadata={"reason": "max_age"})
+    assert named.episodic is not None and named.episodic.metadata["reason"] == "max_age"
+    stored = mem.get(named.episodic.id).metadata
+    assert stored["reason"] == "max_age" and stored["messageTypes"] == ["text"]

@@ -24,7 +24,9 @@ from memlane.agent import (
     Profiles,
     Reflection,
     SessionScope,
+    build_context,
 )
+from memlane.agent.daily import append_daily, export_daily
 
 SCOPES = SessionScope("per-peer", {"telegram:42": "alice"})
 OFF = {
@@ -81,7 +83,12 @@ def test_a_day_is_logged_at_the_first_turn_of_the_next(
         assert report.ok
         [log] = report.daily_logs
         assert log.text == "Alice adopted a cat, Miso, who hates the vacuum."
-        assert log.metadata == {"date": "2026-11-20", "messages": 4, "method": "llm"}
+        assert log.metadata == {
+            "date": "2026-11-20",
+            "messages": 4,
+            "method": "llm",
+            "category": "daily log",
+        }
         assert log.created_at == datetime(2026, 11, 20, tzinfo=UTC).timestamp()
         assert log.scope["room_id"] == "telegram:7" and log.table == DAILY
         # The model saw that day's turns only, oldest first, with its budget.
@@ -172,7 +179,12 @@ def test_without_an_llm_the_log_is_an_extract_cut_to_its_limit(
         clock.now = START + DAY
         _, report = turn(am, alice, "next day")
         [log] = report.daily_logs
-        assert log.metadata == {"date": "2026-11-20", "messages": 12, "method": "extract"}
+        assert log.metadata == {
+            "date": "2026-11-20",
+            "messages": 12,
+            "method": "extract",
+            "category": "daily log",
+        }
         lines = log.text.split("\n")
         assert len(log.text) <= 400
         assert lines[0].startswith("[09:00] user: point 0: word word")
@@ -289,3 +301,42 @@ def test_bad_settings_are_refused(word_embedder) -> None:
         with pytest.raises(InvalidArgumentError, match="unknown build_context"):
             AgentMemory(mem, context={"daily_limit": 2})
         assert mem.count() == 0
+
+
+def test_entries_with_categories_and_the_days_as_markdown_files(
+    make_store: StoreFactory, word_embedder, tmp_path
+) -> None:
+    # OrcBot's appendToDaily(content, category) and its memory/YYYY-MM-DD.md files.
+    clock = Clock()
+    with make_store("d", word_embedder) as mem:
+        am = agent(mem, None, clock)
+        alice = am.event("telegram", 42, 7)
+        turn(am, alice, "book the train to Lisbon")
+        append_daily(mem, "Booked the 9:10 train.", alice, category="task", created_at=START + 60)
+        append_daily(mem, "Alice prefers window seats.", alice, created_at=START + 120)
+        clock.now = START + DAY
+        _, report = turn(am, alice, "thanks")
+        # The entries do not count as the day's log: it is written.
+        assert [r.type for r in report.daily_logs] == ["daily_log"]
+        append_daily(mem, "Sent the tickets.", alice, category="done", created_at=START + DAY + 5)
+        lines = build_context(mem, "anything new?", alice, 5000).sections["daily"]
+        assert lines[-1] == "[2026-11-21] (done) Sent the tickets."
+        assert "[2026-11-20] (task) Booked the 9:10 train." in lines
+        files = export_daily(mem, tmp_path / "data", alice)
+        assert [f.name for f in files] == ["2026-11-20.md", "2026-11-21.md"]
+        assert files[0].parent == tmp_path / "data" / "memory"
+        first = files[0].read_text(encoding="utf-8")
+        assert first.startswith(
+            "# Daily Memory Log - 2026-11-20\n\n## [2026-11-20T00:00:00+00:00] daily log\n\n"
+        )
+        assert "## [2026-11-20T09:01:00+00:00] task\n\nBooked the 9:10 train.\n\n---\n\n" in first
+        assert "## [2026-11-20T09:02:00+00:00]\n\nAlice prefers window seats.\n\n---\n\n" in first
+        assert files[1].read_text(encoding="utf-8").count("## [") == 1
+        # Another room's days are not in this room's files.
+        bob = am.event("telegram", 5, 9)
+        append_daily(mem, "Bob's note.", bob, created_at=START)
+        assert "Bob" not in export_daily(mem, tmp_path / "data", alice)[0].read_text()
+        with pytest.raises(InvalidArgumentError, match="category"):
+            append_daily(mem, "x", alice, category="")
+        with pytest.raises(InvalidArgumentError, match="EventScope"):
+            append_daily(mem, "x", {"room_id": "r"})  # type: ignore[arg-type]

@@ -114,3 +114,35 @@ def test_per_peer_partitions_as_orcbot_per_channel_peer_without_links() -> None:
     linked = {"telegram:1": "alice", "discord:1": "alice"}
     assert partition(SessionScope("per-peer", linked)) == [{0, 1, 3}, {2}]
     assert partition(SessionScope("per-channel-peer", linked)) == [{0, 1}, {2}, {3}]
+
+
+def test_newest_episodes_follow_the_relevant_memories(
+    make_store: StoreFactory, word_embedder: WordHashEmbedder
+) -> None:
+    # OrcBot puts the 5 newest episodic summaries in the prompt, whatever the message.
+    mem = make_store("orcbot", word_embedder)
+    ev = SCOPES.resolve("telegram", 1)
+    mem.add("Alice is vegan", **ev.fields)
+    for day in range(7):
+        mem.add(
+            f"Episode {day}: we talked about train tickets",
+            type="episodic",
+            created_at=1_700_000_000 + day * 86_400,
+            **ev.fields,
+        )
+    mem.add("Episode of someone else", type="episodic", user_id="telegram:2")
+    ctx = build_context(mem, "what does Alice eat?", ev, 20_000, min_score=None, inject_limit=1)
+    lines = ctx.sections["memories"]
+    assert lines[0] == "- Alice is vegan"
+    assert [line.split(") ")[1] for line in lines[1:]] == [
+        f"Episode {day}: we talked about train tickets" for day in (6, 5, 4, 3, 2)
+    ]
+    assert [r.type for r in ctx.records["memories"]] == ["semantic"] + ["episodic"] * 5
+    # An episode that is also a relevant hit is shown once.
+    ctx = build_context(mem, "Episode 6 train tickets", ev, 20_000, min_score=None, inject_limit=1)
+    assert sum("Episode 6" in line for line in ctx.sections["memories"]) == 1
+    assert len(ctx.sections["memories"]) == 5
+    none = build_context(mem, "what does Alice eat?", ev, 20_000, inject_limit=1, episodic_limit=0)
+    assert len(none.sections["memories"]) == 1
+    with pytest.raises(InvalidArgumentError, match="episodic_limit"):
+        build_context(mem, "x", ev, episodic_limit=-1)

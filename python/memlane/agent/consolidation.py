@@ -4,7 +4,10 @@ Short-term entries live in the ``short_term`` table with ``metadata.action_id``;
 :func:`complete_action` removes an action's entries. When a scope holds
 ``threshold`` short-term entries, :func:`consolidate` asks the LLM to summarise
 the oldest ``batch`` into one episodic memory (``summary``, with ``facts``,
-``pending``, ``tone``, ``preferences`` and ``confidence`` in its metadata) and
+``pending``, ``tone``, ``preferences`` and ``confidence`` in its metadata, and as
+OrcBot's, ``reason``: ``"threshold"`` when the scope held ``threshold`` entries,
+``"forced"`` otherwise, and ``messageTypes``: the kinds of the entries summarised,
+each entry's ``metadata["messageType"]``, ``"text"`` when it has none) and
 stores each fact as a semantic memory, all in one transaction. Only then are
 the source entries removed: an LLM error or an unparsable answer loses
 nothing and is reported.
@@ -199,6 +202,16 @@ def _select(
     return pending, mem.list(SHORT_TERM, limit=batch, order="asc", **kw)
 
 
+def _message_type(entry: MemoryRecord) -> str:
+    kind = entry.metadata.get("messageType")
+    return kind if isinstance(kind, str) and kind else "text"
+
+
+def _why(pending: int, threshold: int, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What is stored with a consolidation's memories: its reason, then the caller's."""
+    return {"reason": "threshold" if pending >= threshold else "forced", **(metadata or {})}
+
+
 def _store(
     mem: Memory,
     kw: dict[str, Any],
@@ -226,6 +239,7 @@ def _store(
             "metadata": {
                 **meta,
                 "consolidated_from": source_ids,
+                "messageTypes": sorted({_message_type(r) for r in entries}),
                 "start": entries[0].created_at,
                 "end": entries[-1].created_at,
                 **extra,
@@ -293,7 +307,7 @@ def consolidate(
         raw = llm.complete(_prompt(entries))
     except Exception as e:  # the LLM's failure must not lose or raise anything
         return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}")
-    return _store(mem, kw, table, pending, entries, raw, metadata)
+    return _store(mem, kw, table, pending, entries, raw, _why(pending, threshold, metadata))
 
 
 async def aconsolidate(
@@ -317,4 +331,5 @@ async def aconsolidate(
         raw = await llm.acomplete(_prompt(entries))
     except Exception as e:  # the LLM's failure must not lose or raise anything
         return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}")
-    return await asyncio.to_thread(_store, sync, kw, table, pending, entries, raw, metadata)
+    why = _why(pending, threshold, metadata)
+    return await asyncio.to_thread(_store, sync, kw, table, pending, entries, raw, why)

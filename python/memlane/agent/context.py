@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from memlane import times
+from memlane import coerce, times
 from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.profiles import contact_profile
 from memlane.embeddings.lazy import is_default_model
@@ -367,6 +367,7 @@ def build_context(
     *,
     inject_limit: int = 20,
     min_score: float | Literal["default"] | None = "default",
+    episodic_limit: int = 5,
     history_limit: int = 20,
     knowledge_limit: int = KNOWLEDGE_LIMIT,
     knowledge_threshold: Threshold = "default",
@@ -402,6 +403,9 @@ def build_context(
             message, so it means less across queries; the similarity does. A
             store without an embedder has no similarity, and there no minimum
             applies.
+        episodic_limit: the scope's newest episodic memories (consolidation's
+            summaries) shown after the relevant ones, newest first, while the
+            section's tokens last (OrcBot's 5; 0: none).
         history_limit: recent messages considered.
         knowledge_limit, knowledge_threshold: fragments considered (elizaOS's 20;
             they fill the section in order while its tokens last) and their minimum
@@ -438,6 +442,7 @@ def build_context(
         raise InvalidArgumentError(
             f"system_prompt must be a str or None, got {type(system_prompt).__name__}"
         )
+    coerce.count(episodic_limit, "episodic_limit")
     reserved = count(message) + (count(system_prompt) if system_prompt else 0)
     left = max_tokens - reserved
     if isinstance(scope, EventScope):
@@ -477,6 +482,15 @@ def build_context(
         )
         records["memories"] = [h.record for h in hits]
         candidates["memories"] = [f"- {' '.join(h.record.text.split())}" for h in hits]
+    if wanted["memories"] and episodic_limit > 0:
+        shown = {r.id for r in records["memories"]}
+        episodes = mem.list(table, limit=episodic_limit, type="episodic", **fields)
+        episodes = [r for r in episodes if r.id not in shown]
+        records["memories"] += episodes
+        candidates["memories"] += [
+            f"- ({times.stamp(r.created_at, '%Y-%m-%d')} episode) {' '.join(r.text.split())}"
+            for r in episodes
+        ]
 
     def cost(text: str) -> int:
         # With its separator: the joined block then never counts more than its parts.

@@ -19,17 +19,28 @@ count) and ``metadata["method"]``:
     messages stay in the history either way. ``extract=False``: no log without
     an LLM.
 
-``build_context`` shows the newest :attr:`DailyLog.days` logs of the room (its
-``daily`` section).
+An agent appends entries of its own to a day's log with :func:`append_daily` (OrcBot's
+``appendToDaily(content, category)``): records of type ``"daily_entry"`` in the same
+table, with ``metadata["date"]`` and ``metadata["category"]``; the day's summary
+(type ``"daily_log"``) has the category ``"daily log"``. :func:`export_daily` writes a
+room's days as OrcBot keeps them, ``memory/YYYY-MM-DD.md`` in its data folder (beside
+the files :meth:`~memlane.Memory.export_notes` writes), each entry under a
+``## [time] category`` heading.
+
+``build_context`` shows the newest :attr:`DailyLog.days` records of the room's daily
+table, logs and entries (its ``daily`` section).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
@@ -44,7 +55,7 @@ if TYPE_CHECKING:
     from memlane.memory import Memory
     from memlane.records import MemoryRecord
 
-__all__ = ["DAILY", "DailyLog", "daily_line", "recent_logs"]
+__all__ = ["DAILY", "DailyLog", "append_daily", "daily_line", "export_daily", "recent_logs"]
 
 log = logging.getLogger("memlane.agent")
 
@@ -54,6 +65,8 @@ DAILY = "daily"
 #: imports this module).
 _MESSAGES = "messages"
 _LINE = 200
+#: The category of a day's summary (the entries an agent appends name their own).
+LOG_CATEGORY = "daily log"
 
 _SYSTEM = (
     "You keep an AI agent's daily log. Summarise the day's conversation below in at most "
@@ -104,8 +117,71 @@ def recent_logs(mem: Memory, scope: Mapping[str, str], days: int) -> list[Memory
 
 
 def daily_line(rec: MemoryRecord) -> str:
-    """A log as one context line: ``[date] text``."""
-    return f"[{rec.metadata.get('date', '?')}] {' '.join(rec.text.split())}"
+    """A log or an entry as one context line: ``[date] (category) text``."""
+    category = rec.metadata.get("category")
+    kind = f" ({category})" if category and rec.type != "daily_log" else ""
+    return f"[{rec.metadata.get('date', '?')}]{kind} {' '.join(rec.text.split())}"
+
+
+def append_daily(
+    mem: Memory,
+    text: str,
+    scope: EventScope,
+    *,
+    category: str | None = None,
+    created_at: float | None = None,
+    tz: tzinfo = UTC,
+) -> MemoryRecord:
+    """Appends an entry to the day's log of the event's room (OrcBot's ``appendToDaily``):
+    ``category`` names what it is (``"task"``, ``"decision"``, ...; None: none), the day
+    is ``created_at``'s (default now) in ``tz``."""
+    if category is not None and (not isinstance(category, str) or not category.strip()):
+        raise InvalidArgumentError(f"category must be a non-empty str or None, got {category!r}")
+    when = time.time() if created_at is None else coerce.timestamp(created_at, "created_at")
+    meta = {"date": times.moment(when, tz).date().isoformat(), "category": category}
+    fields: dict[str, Any] = dict(_history(scope))
+    return mem.add(text, table=DAILY, type="daily_entry", metadata=meta, created_at=when, **fields)
+
+
+def export_daily(
+    mem: Memory, dir: str | Path, scope: EventScope, *, tz: tzinfo = UTC
+) -> list[Path]:
+    """Writes the room's daily logs and entries as OrcBot keeps them: one
+    ``memory/YYYY-MM-DD.md`` per day under ``dir`` (``# Daily Memory Log - date``, then
+    each record oldest first under ``## [ISO time] category``, ended by ``---``). A day's
+    file is replaced whole; returns the files written, oldest day first."""
+    folder = Path(dir) / "memory"
+    folder.mkdir(parents=True, exist_ok=True)
+    days: dict[str, list[str]] = {}
+    fields: dict[str, Any] = dict(_history(scope))
+    for rec in _all(mem, fields):
+        day = str(rec.metadata.get("date") or times.moment(rec.created_at, tz).date())
+        category = LOG_CATEGORY if rec.type == "daily_log" else rec.metadata.get("category")
+        stamp = times.moment(rec.created_at, tz).isoformat()
+        heading = f"## [{stamp}] {category}" if category else f"## [{stamp}]"
+        days.setdefault(day, []).append(f"{heading}\n\n{rec.text.strip()}\n\n---\n\n")
+    written = []
+    for day in sorted(days):
+        path = folder / f"{day}.md"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(f"# Daily Memory Log - {day}\n\n" + "".join(days[day]), encoding="utf-8")
+        os.replace(tmp, path)  # a reader sees the old file or the new one
+        written.append(path)
+    return written
+
+
+def _all(mem: Memory, fields: dict[str, Any]) -> list[MemoryRecord]:
+    """Every record of the room's daily table, oldest first."""
+    out: list[MemoryRecord] = []
+    while page := mem.list(DAILY, limit=500, offset=len(out), order="asc", **fields):
+        out += page
+    return out
+
+
+def _history(scope: EventScope) -> Mapping[str, str]:
+    if not isinstance(scope, EventScope):
+        raise InvalidArgumentError(f"scope must be an EventScope, got {type(scope).__name__}")
+    return scope.history
 
 
 def _start(day: date, tz: tzinfo) -> float:
@@ -200,7 +276,12 @@ class DailyLogger:
         logged = {
             r.metadata.get("date")
             for r in mem.list(
-                DAILY, _start(first, cfg.tz), _start(today, cfg.tz), cfg.lookback, **scope
+                DAILY,
+                _start(first, cfg.tz),
+                _start(today, cfg.tz),
+                cfg.lookback,
+                type="daily_log",
+                **scope,
             )
         }
         ok = True
@@ -223,7 +304,12 @@ class DailyLogger:
                     report.failures.append(TriggerFailure("daily", f"{type(e).__name__}: {e}"))
                     ok = False
                     continue
-            meta = {"date": day.isoformat(), "messages": total, "method": method}
+            meta = {
+                "date": day.isoformat(),
+                "messages": total,
+                "method": method,
+                "category": LOG_CATEGORY,
+            }
             report.daily_logs.append(
                 mem.add(
                     text, table=DAILY, type="daily_log", metadata=meta, created_at=start, **scope
