@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from memlane import Memory
 from memlane.cli import COMMANDS, build_parser, main
 from memlane.cli.demo import knowledge_dir
 from memlane.records import SCOPE_FIELDS
@@ -204,8 +205,9 @@ def test_list_and_forget(store: str, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_stats(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(capsys, "stats", "--store", store, *TEXT)
-    assert set(doc) == {"store", "records", "tables", "scopes", "embedder", "disk"}
+    assert set(doc) == {"store", "records", "tables", "scopes", "queued", "embedder", "disk"}
     assert doc["records"] == 3 and doc["tables"] == {"memories": 3}
+    assert doc["queued"] == 0
     assert doc["embedder"] is None
     counts = {(s["agent_id"], s["user_id"]): s["count"] for s in doc["scopes"]}
     assert counts == {("a1", "alice"): 1, ("a2", "bob"): 1, ("a1", None): 1}
@@ -215,6 +217,12 @@ def test_stats(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert disk["database_bytes"] > 0 and disk["index_bytes"] > 0
     code, out, _ = run(capsys, "stats", "--store", store, *TEXT)
     assert code == 0 and "agent=a1 user=alice" in out and "text only" in out
+    assert "queued    0 upkeep job(s)" in out
+    # Jobs accepted and not yet done (the agent's durable upkeep) are counted.
+    with Memory(store, None) as mem:
+        mem.jobs.put("reflect:room-1", "{}")
+        mem.jobs.put("consolidate:alice", "{}")
+    assert run_json(capsys, "stats", "--store", store, *TEXT)["queued"] == 2
 
 
 def test_export_import_roundtrip(

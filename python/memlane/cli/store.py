@@ -352,7 +352,7 @@ def _size(n: int) -> str:
 
 @command(
     "stats",
-    "counts per table and scope, disk use, embedder",
+    "counts per table and scope, queued upkeep jobs, disk use, embedder",
     store=True,
     json=True,
 )
@@ -372,6 +372,8 @@ def stats(args: argparse.Namespace) -> int:
             if len(page) < _LIST_PAGE:
                 break
         store = mem.location
+        # Upkeep accepted and not yet done (OrcBot's queued count): the durable jobs.
+        queued = len(mem.jobs.items())
         disk = None if mem.path is None else _disk(mem.path)
     scope_rows = [
         {"table": table, **{f: dict(scope).get(f) for f in SCOPE_FIELDS}, "count": n}
@@ -384,6 +386,7 @@ def stats(args: argparse.Namespace) -> int:
                 "records": total,
                 "tables": dict(sorted(tables.items())),
                 "scopes": scope_rows,
+                "queued": queued,
                 "embedder": None
                 if embedder is None
                 else {"name": embedder.name, "dimension": embedder.dimension},
@@ -397,6 +400,7 @@ def stats(args: argparse.Namespace) -> int:
     else:
         print(f"embedder  {embedder.name} ({embedder.dimension}-d)")
     print(f"records   {total}")
+    print(f"queued    {queued} upkeep job(s)")
     for table, n in sorted(tables.items()):
         print(f"  {table:<12} {n}")
     print("scopes")
