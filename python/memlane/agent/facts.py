@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,9 @@ _SYSTEM = (
 )
 #: New facts checked in one model call.
 _BATCH = 20
+#: Where a fact's sentences end, and how many of them are searched on their own.
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+_SENTENCES = 8
 
 
 @dataclass(slots=True, frozen=True)
@@ -97,16 +101,29 @@ def candidates(
     fact: MemoryRecord,
     table: str,
     scope: Mapping[str, str],
-    k: int = 10,
+    k: int = 20,
     recent: int = 10,
+    per_sentence: int = 5,
 ) -> list[MemoryRecord]:
     """The memories of ``scope`` that ``fact`` may repeat, refine or contradict: the
-    best ``k`` of a hybrid search by its text, then the ``recent`` newest of the scope
-    (the search finds nothing by meaning in a store without vectors, and a changed
-    fact often shares few words with the one it changes). Facts still pending are left
-    out: they are checked themselves."""
+    best ``k`` of a hybrid search by its text; for a fact of several sentences, the best
+    ``per_sentence`` of a search by each (what one sentence changes is lost among the
+    hits of the others' words); then the ``recent`` newest of the scope (the search
+    finds nothing by meaning in a store without vectors, and a changed fact often
+    shares few words with the one it changes). Facts still pending are left out: they
+    are checked themselves. ``benches/bench_fact_candidates.py`` measures how often
+    the older version of a changed fact is among them."""
     kw = scope_kwargs(scope)
-    hits = [h.record for h in memory.search(fact.text, k, table=table, track_access=False, **kw)]
+    sentences = [s for s in _SENTENCE_END.split(fact.text.strip()) if s.strip()]
+    queries = [(fact.text, k)]
+    if len(sentences) > 1:
+        queries += [(s, per_sentence) for s in sentences[:_SENTENCES]]
+    hits = [
+        h.record
+        for query, n in queries
+        # One more than asked: the fact itself, stored already, is among the hits.
+        for h in memory.search(query, n + 1, table=table, track_access=False, **kw)
+    ]
     newest = memory.list(table, limit=recent + 1, **kw)
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
