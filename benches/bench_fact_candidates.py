@@ -36,7 +36,7 @@ The sets:
     python benches/bench_fact_candidates.py [--sets locomo,dated] [--users 20]
         [--stores default,text] [--k 10] [--recent 10] [--misses] [--json]
 
-About 2 minutes on 2 cores (most of it embedding the dated set's 20 users).
+About 3 minutes on 2 busy cores (most of it embedding the dated set's 20 users).
 """
 
 from __future__ import annotations
