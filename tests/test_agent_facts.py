@@ -136,11 +136,12 @@ def test_a_failed_check_leaves_its_facts_pending_and_runs_again(
     remember_turn(am, alice, "chat", "Alice's city is Oslo")
     remember_turn(am, alice, "chat", "Alice's city is Rome")
     assert am.drain(timeout=60)
-    report = remember_turn(am, alice, "chat", None)
+    report = remember_turn(am, alice, "chat", None)  # checks again, and fails again
     assert any(f.trigger == "facts" for done in report.upkeep for f in done.report.failures)
+    assert am.drain(timeout=60)
     assert mem.count("memories", filters={CHECK: "pending"}, **alice.fields) >= 1
     model.fail = False
-    remember_turn(am, alice, "chat", None)
+    remember_turn(am, alice, "chat", None)  # no check waits: this turn asks for one
     assert am.drain(timeout=60)
     listed = mem.list("memories", **alice.fields)
     assert [r.text for r in listed if r.valid_to is None] == ["Alice's city is Rome"]

@@ -26,6 +26,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
@@ -258,7 +259,8 @@ class Upkeep:
         )
 
     def _submit(self, job: Job, call: Caller | None, room: Room, report: TurnReport) -> None:
-        if job.durable:
+        resumed = bool(job.payload.get("resumed"))
+        if job.durable and not resumed:  # a job taken over is recorded as it runs here
             try:
                 self.host.memory.jobs.put(job.key, job.dumps())
             except MemlaneError as e:  # not recorded: it is due again next turn
@@ -270,11 +272,20 @@ class Upkeep:
             skipped = worker.submit(job, call)
         except QueueFullError as e:
             report.failures.append(TriggerFailure(job.kind, f"upkeep queue full: {e}"))
-            self._forget(job)
+            if resumed:  # left to whoever looks next (this agent, in a minute)
+                self._record(replace(job, holder=None))
+            else:
+                self._forget(job)
             self._undo(job, room)
             return
         if skipped is not None:
             self._forget(skipped)
+
+    def _record(self, job: Job) -> None:
+        try:
+            self.host.memory.jobs.put(job.key, job.dumps())
+        except MemlaneError as e:
+            log.warning("memlane: upkeep job %s not recorded again: %s", job.id, e)
 
     def _forget(self, job: Job) -> None:
         """Drops the record of a durable job that will not run (coalesced or refused)."""
@@ -372,6 +383,9 @@ class Upkeep:
         if host.memory.closed:  # the store went first: durable jobs stay recorded in it
             log.debug("memlane: upkeep job %s (%s) not run: the Memory is closed", job.id, job.kind)
             return
+        if job.durable:  # the lease a holder on another host goes by, from now
+            job = replace(job, holder=Holder.here(self.token, time.time() + self.lease))
+            self._record(job)
         room = self.room(job.event)
         meter = None if call is None else Meter(call, self._tokens())
         call = meter
