@@ -110,9 +110,9 @@ def candidates(
     ``per_sentence`` of a search by each (what one sentence changes is lost among the
     hits of the others' words); then the ``recent`` newest of the scope (the search
     finds nothing by meaning in a store without vectors, and a changed fact often
-    shares few words with the one it changes). Facts still pending are left out: they
-    are checked themselves. ``benches/bench_fact_candidates.py`` measures how often
-    the older version of a changed fact is among them."""
+    shares few words with the one it changes). Facts still pending and not older than
+    ``fact`` are left out: they are checked after it. ``benches/bench_fact_candidates.py``
+    measures how often the older version of a changed fact is among them."""
     kw = scope_kwargs(scope)
     sentences = [s for s in _SENTENCE_END.split(fact.text.strip()) if s.strip()]
     queries = [(fact.text, k)]
@@ -127,7 +127,8 @@ def candidates(
     newest = memory.list(table, limit=recent + 1, **kw)
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
-        if rec.id != fact.id and rec.metadata.get(CHECK) != "pending":
+        newer = rec.created_at >= fact.created_at
+        if rec.id != fact.id and not (rec.metadata.get(CHECK) == "pending" and newer):
             out.setdefault(rec.id, rec)
     return list(out.values())
 
@@ -228,34 +229,28 @@ def check_facts(
     scope: Mapping[str, str],
     limit: int = _BATCH,
 ) -> FactReport:
-    """Checks the pending facts of ``scope`` in ``table`` (the oldest ``limit``) in one
-    model call. Never raises for the model: a failure is reported in ``error`` and
-    leaves the facts pending; a fact the answer gives no valid decision for is kept."""
+    """Checks the pending facts of ``scope`` in ``table`` (the oldest ``limit``), in as
+    few model calls as their order allows: facts go to one call until one of them may
+    change another of the call (an older pending fact among its candidates), which then
+    waits for the next call, made once the first call's decisions are stored. Never
+    raises for the model: a failure is reported in ``error`` and leaves the facts not yet
+    decided pending; a fact the answer gives no valid decision for is kept."""
     report = FactReport()
     kw = scope_kwargs(scope)
     facts = memory.list(table, limit=limit, order="asc", filters={CHECK: "pending"}, **kw)
     try:
-        per_fact = [candidates(memory, f, table, scope) for f in facts]
-        shown = list({r.id: r for c in per_fact for r in c}.values())
-        if not shown:
-            reason = "no memory of the scope to compare with"
+        while facts:
+            group: list[MemoryRecord] = []
+            shown: dict[str, MemoryRecord] = {}
             for fact in facts:
-                report.decisions.append(_apply(memory, fact, "add", None, reason))
-            return report
-        answer = llm.complete(_prompt(facts, shown))
-        decided = parse_decisions(answer, len(facts), len(shown))
-        touched: set[str] = set()
-        for i, fact in enumerate(facts):
-            decision, index, reason = decided.get(i, ("add", None, "no decision was given"))
-            target = None if index is None else shown[index]
-            if target is not None and target.id in touched:  # two facts, one memory
-                decision, target = "add", None
-            if target is not None:
-                touched.add(target.id)
-            try:
-                report.decisions.append(_apply(memory, fact, decision, target, reason))
-            except UnknownIdError:
-                continue  # the fact or its memory was deleted meanwhile
+                found = candidates(memory, fact, table, scope)
+                if any(c.id in {g.id for g in group} for c in found):
+                    break
+                group.append(fact)
+                for c in found:
+                    shown.setdefault(c.id, c)
+            _decide(memory, llm, group, list(shown.values()), report)
+            facts = facts[len(group) :]
     except ParseError as e:
         report.error = f"ParseError: {e}"
     except MemlaneError as e:
@@ -263,3 +258,32 @@ def check_facts(
     except Exception as e:  # the model's failure must not raise into the agent
         report.error = f"{type(e).__name__}: {e}"
     return report
+
+
+def _decide(
+    memory: Memory,
+    llm: LLM,
+    facts: Sequence[MemoryRecord],
+    shown: Sequence[MemoryRecord],
+    report: FactReport,
+) -> None:
+    """One model call's decisions for ``facts`` against ``shown``, applied."""
+    if not shown:
+        reason = "no memory of the scope to compare with"
+        for fact in facts:
+            report.decisions.append(_apply(memory, fact, "add", None, reason))
+        return
+    answer = llm.complete(_prompt(facts, shown))
+    decided = parse_decisions(answer, len(facts), len(shown))
+    touched: set[str] = set()
+    for i, fact in enumerate(facts):
+        decision, index, reason = decided.get(i, ("add", None, "no decision was given"))
+        target = None if index is None else shown[index]
+        if target is not None and target.id in touched:  # two facts, one memory
+            decision, target = "add", None
+        if target is not None:
+            touched.add(target.id)
+        try:
+            report.decisions.append(_apply(memory, fact, decision, target, reason))
+        except UnknownIdError:
+            continue  # the fact or its memory was deleted meanwhile
