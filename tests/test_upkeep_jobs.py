@@ -414,3 +414,38 @@ def test_a_dropped_agent_releases_its_store(tmp_path: Path) -> None:
     assert again.jobs.items() == []
     resumed.close()
     again.close()
+
+
+def test_a_forged_plan_or_tag_cannot_reach_another_scope(make_store: StoreFactory) -> None:
+    """A job record in Alice's scope whose kept answer names Bob's memory, and a tagged
+    record whose sources name Bob's short-term entry: Bob's memories stay as they were."""
+    mem = make_store("forged-plan", WordHashEmbedder())
+    scopes = SessionScope("per-peer")
+    owner = owner_of("memories", scopes)
+    alice = scopes.resolve("telegram", 42, 7)
+    bob = scopes.resolve("telegram", 99, 8)
+    secret = mem.add("Bob's code is 1234", table="memories", **bob.fields)
+    entry = mem.add("Bob said hi", table="short_term", **bob.fields)
+    forged = Job("reflection", alice, 1_000.0, owner=owner)
+    update = {"op": "update", "memory": 1, "content": "Bob's code is 0000"}
+    mem.jobs.put(
+        forged.key,
+        forged.with_plan(
+            {"raw": json.dumps({"operations": [update]}), "shown": [secret.id]}
+        ).dumps(),
+    )
+    tagged = Job("consolidation", alice, 1_001.0, owner=owner)
+    mem.jobs.put(tagged.key, tagged.dumps())
+    mem.add(
+        "a summary",
+        table="memories",
+        metadata={"upkeep_job": tagged.id, "consolidated_from": [entry.id]},
+        **alice.fields,
+    )
+    am = agent(mem, Model(ANSWER), consolidation=Consolidation())
+    turn(am, alice, "hello")
+    assert am.drain(timeout=60)
+    assert mem.get(secret.id).text == "Bob's code is 1234" and mem.get(secret.id).valid_to is None
+    assert mem.get(entry.id).text == "Bob said hi"
+    assert mem.jobs.items() == []
+    am.close()

@@ -24,7 +24,7 @@ from memlane.agent.consolidation import sync_memory
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.agent.tools import MEMORY_TYPES
-from memlane.errors import MemlaneError, UnknownIdError
+from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory
@@ -321,11 +321,18 @@ def _apply(
     return report
 
 
-def _get(mem: Memory, record_id: str) -> MemoryRecord | None:
-    try:
-        return mem.get(record_id)
-    except UnknownIdError:
-        return None
+def _get_in(mem: Memory) -> Callable[[str], MemoryRecord | None]:
+    def get(record_id: str) -> MemoryRecord | None:
+        try:
+            return mem.get(record_id)
+        except (UnknownIdError, InvalidArgumentError):
+            return None
+
+    return get
+
+
+def _within(rec: MemoryRecord, table: str, scope: Mapping[str, Any]) -> bool:
+    return rec.table == table and all(rec.scope.get(k) == v for k, v in scope.items())
 
 
 @dataclass(slots=True, frozen=True)
@@ -354,10 +361,12 @@ def reflect_planned(
     """Applies a reflection's kept answer (``plan``: ``raw``, and the ids ``shown``) again,
     skipping ``resume.done``: how a job found after a crash finishes without the model."""
     ids = [str(i) for i in plan["shown"]]
-    shown = [_get(mem, i) for i in ids]
+    kw = dict(scope or {})
+    # A kept answer is data from whoever could write the job: it reaches only the
+    # memories of its own table and scope.
+    shown = [r if r is not None and _within(r, table, kw) else None for r in map(_get_in(mem), ids)]
     report = ReflectionReport(shown=ids, raw=str(plan["raw"]))
     cats = () if extraction is None else extraction.categories
-    kw = dict(scope or {})
     return _apply(mem, report, shown, kw, table, now, metadata, resume, marks, cats)
 
 

@@ -31,6 +31,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from memlane.agent.callers import Budgeted, Caller, Meter, timed
+from memlane.agent.consolidation import SHORT_TERM
 from memlane.agent.context import default_token_counter
 from memlane.agent.daily import DailyLogger
 from memlane.agent.facts import CHECK, check_facts, pending
@@ -430,10 +431,17 @@ class Upkeep:
         )
         if not tagged:
             return False
+        fields = job.event.fields
         for rec in tagged:
             for source in rec.metadata.get("consolidated_from") or []:
-                with contextlib.suppress(UnknownIdError):
-                    self.host.memory.delete(source)
+                # A record is data from whoever could write the store: only short-term
+                # entries of the job's own scope go.
+                with contextlib.suppress(UnknownIdError, InvalidArgumentError):
+                    entry = self.host.memory.get(str(source))
+                    if entry.table == SHORT_TERM and all(
+                        entry.scope.get(k) == v for k, v in fields.items()
+                    ):
+                        self.host.memory.delete(entry.id)
         return True
 
     def _resume_of(self, job: Job) -> Resume:
