@@ -106,7 +106,7 @@ def test_numpy_numbers_and_bools_are_taken() -> None:
     r = SearchRequest(
         3, threshold=np.float32(0.25), decay=np.int64(0), explain=np.True_, track_access=np.False_
     )
-    assert (r.k, r.explain, r.track_access, r.candidates) == (3, True, False, 100)
+    assert (r.k, r.explain, r.track_access, r.candidates) == (3, True, False, 50)
     assert SearchRequest(k=40).candidates == 160
     assert SearchRequest().mode == "hybrid" and SearchRequest().track_access is None
 

@@ -267,7 +267,8 @@ class SearchRequest:
 
     Left None, ``weights``, ``decay``, ``recency_half_life`` and ``track_access``
     are the store's (``Engine.search``'s ``defaults``; without them: the engine's
-    defaults, and no access recorded); ``candidates`` is ``max(100, 4 * k)``."""
+    defaults, and no access recorded); ``candidates`` is ``max(50, 4 * k)``, and
+    ``max(100, 4 * k)`` in a store of conversation turns."""
 
     def __new__(
         cls,

@@ -508,8 +508,8 @@ class MemoryStore:
         ``rerank(query, hits)`` reorders the best ``max(k, 20)`` hits (it may drop some):
         the first ``k`` it returns are the answer.
 
-        ``candidates`` is how many hits each retriever contributes before fusion
-        (``max(100, 4 * k)`` by default: the first hits are the same for any k <= 25).
+        ``candidates``: hits each retriever contributes before fusion (``max(50, 4 * k)``,
+        in a store of turns ``max(100, 4 * k)``: the same first hits for any k <= 25).
         ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
         ``bm25_context`` (None without a ``session_id``), ``bm25_speaker`` (whether the
         query names the hit's speaker), ``cosine``, ``vector_rank``, ``relevance``,

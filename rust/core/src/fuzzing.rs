@@ -160,6 +160,7 @@ fn request<'a>(
         filter,
         k: 5,
         candidates: 20,
+        turn_candidates: 20,
         fusion: Fusion::default(),
         context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
         speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,

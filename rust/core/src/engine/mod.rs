@@ -668,6 +668,7 @@ mod shared_linking {
                 filter: None,
                 k: 3,
                 candidates: 20,
+                turn_candidates: 20,
                 fusion: Fusion::default(),
                 context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
                 speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,

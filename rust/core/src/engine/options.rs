@@ -14,12 +14,17 @@ use crate::fusion::Fusion;
 use crate::scoring::{self, AgeFrom, Weights};
 
 /// Hits each retriever contributes before fusion when the caller does not say:
-/// `max(CANDIDATES, 4 k)`. The speaker and session passes rescore these candidates, so
-/// the depth fixes the ranking: at 100 every `k` up to 25 rescores the same ones, and a
-/// search for 5 or 10 hits gets the first hits of a search for 20 (with 50, BM25 alone
-/// on LoCoMo's train half as a conversation store gave recall@10 0.617 at `k=10` and
-/// 0.625 from `k=20`'s first ten; at 100 both give 0.630: `benches/README.md`).
-pub const CANDIDATES: usize = 100;
+/// `max(CANDIDATES, 4 k)` (chosen on SciFact's train queries: `benches/tune_search.py`).
+pub const CANDIDATES: usize = 50;
+
+/// The same in a store of conversation turns (records with a session or a speaker):
+/// `max(TURN_CANDIDATES, 4 k)`. The speaker and session passes rescore the candidates,
+/// so there the depth decides the ranking: at 100 every `k` up to 25 rescores the same
+/// ones, and a search for 5 or 10 gets the first hits of a search for 20 (with 50, BM25
+/// alone on LoCoMo's train half stored as turns gave recall@10 0.617 at `k=10` and 0.625
+/// from `k=20`'s first ten; at 100 both give 0.630: `benches/README.md`). Elsewhere
+/// the two lists are fused as they are, and 50 ranks the first ten as 100 does.
+pub const TURN_CANDIDATES: usize = 100;
 
 /// The largest count a call takes: the largest signed 64-bit integer, which
 /// SQLite, PostgreSQL and the engine all hold.
@@ -61,6 +66,8 @@ pub struct SearchOptions {
     pub k: usize,
     pub mode: Mode,
     pub candidates: usize,
+    /// The depth in a store of conversation turns ([`TURN_CANDIDATES`]).
+    pub turn_candidates: usize,
     pub fusion: Fusion,
     /// The share of BM25 a conversation turn takes from its context
     /// ([`crate::fusion::contextual`]).
@@ -83,6 +90,7 @@ impl Default for SearchOptions {
             k: 5,
             mode: Mode::Hybrid,
             candidates: CANDIDATES,
+            turn_candidates: TURN_CANDIDATES,
             fusion: Fusion::default(),
             context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
             speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
@@ -128,9 +136,15 @@ impl SearchOptions {
             .recency_half_life
             .map(|h| number("recency_half_life", h, Some(1e-9), None))
             .transpose()?;
-        let candidates = match given.candidates {
-            Some(c) => count("candidates", c, 1)?,
-            None => CANDIDATES.max(k.saturating_mul(4)).min(MAX_COUNT as usize),
+        let (candidates, turn_candidates) = match given.candidates {
+            Some(c) => {
+                let c = count("candidates", c, 1)?;
+                (c, c)
+            }
+            None => {
+                let deep = k.saturating_mul(4).min(MAX_COUNT as usize);
+                (CANDIDATES.max(deep), TURN_CANDIDATES.max(deep))
+            }
         };
         let fusion = match given.fusion {
             "rrf" => Fusion::rrf(given.rrf_k)?,
@@ -147,6 +161,7 @@ impl SearchOptions {
             k,
             mode,
             candidates,
+            turn_candidates,
             fusion,
             context_weight,
             speaker_weight,
@@ -203,6 +218,7 @@ impl SearchOptions {
             filter,
             k: self.k,
             candidates: self.candidates,
+            turn_candidates: self.turn_candidates,
             fusion: self.fusion,
             context_weight: self.context_weight,
             speaker_weight: self.speaker_weight,
@@ -452,7 +468,15 @@ mod tests {
             ..given()
         })
         .unwrap();
-        assert_eq!(opts.candidates, 120);
+        assert_eq!((opts.candidates, opts.turn_candidates), (120, 120));
+        let small = SearchOptions::new(&Given { k: 10, ..given() }).unwrap();
+        assert_eq!((small.candidates, small.turn_candidates), (50, 100));
+        let fixed = SearchOptions::new(&Given {
+            candidates: Some(30),
+            ..given()
+        })
+        .unwrap();
+        assert_eq!((fixed.candidates, fixed.turn_candidates), (30, 30));
         let defaults = SearchOptions {
             decay: Some(0.5),
             track_access: Some(false),

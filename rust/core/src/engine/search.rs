@@ -50,6 +50,9 @@ pub struct SearchRequest<'a> {
     pub k: usize,
     /// How many hits each retriever contributes before fusion.
     pub candidates: usize,
+    /// The same in a store of conversation turns, whose speaker and session passes
+    /// rescore the candidates ([`super::options::TURN_CANDIDATES`]).
+    pub turn_candidates: usize,
     pub fusion: Fusion,
     /// The share of BM25 that a turn of a session takes from its context
     /// ([`fusion::contextual`]).
@@ -187,7 +190,14 @@ impl Engine {
                 && !self.records.speakers.is_empty()
                 && (req.explain || (req.speaker_weight > 0.0 && bm25_counts)),
         );
-        let pool = req.candidates.max(req.k);
+        let r = &self.records;
+        let turns = !r.sessions.is_empty() || !r.speakers.is_empty();
+        let pool = if turns {
+            req.turn_candidates
+        } else {
+            req.candidates
+        }
+        .max(req.k);
         let key = (!req.filter.is_some_and(Filter::reads_access)).then(|| {
             Key::new(
                 text,

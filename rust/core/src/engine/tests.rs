@@ -40,6 +40,7 @@ fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> 
         filter: None,
         k: 10,
         candidates: 50,
+        turn_candidates: 50,
         fusion: Fusion::default(),
         context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
         speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
