@@ -506,7 +506,8 @@ class MemoryStore:
         ``threshold`` on the fused score moves with what BM25 found (docs/search.md).
 
         ``rerank(query, hits)`` reorders the best ``max(k, 20)`` hits (it may drop some):
-        the first ``k`` it returns are the answer.
+        the first ``k`` it returns are the answer. An ONNX cross-encoder from a path you
+        give: ``rerank=memlane.embeddings.rerank.CrossEncoder("model.onnx")``.
 
         ``candidates``: hits each retriever contributes before fusion (``max(50, 4 * k)``,
         in a store of turns ``max(100, 4 * k)``: the same first hits for any k <= 25).
