@@ -8,9 +8,9 @@ search; then where one memlane request's time goes.
 ``--chroma`` is the ``chroma`` command (``pip install chromadb``, in a virtualenv of its
 own if you like: only its server is used, over HTTP). Both servers are asked by the same
 client code (httpx, in several processes, so that the client is not what is measured).
-The vectors are 384-d, in clusters as a text embedder's are, with queries near stored
-ones. Queries by text are not compared: chromadb's server does not embed, its clients
-do (with a model downloaded at first use).
+The vectors are 384-d, near a subspace of few dimensions as a text embedder's are,
+with queries near stored ones. Queries by text are not compared: chromadb's server does
+not embed, its clients do (with a model downloaded at first use).
 """
 
 from __future__ import annotations
@@ -49,16 +49,17 @@ class GivenVectors:
 
 
 def data(n: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unit vectors near a 24-dimensional subspace (a text embedder's vectors span few
+    directions), and queries near stored ones."""
     rng = np.random.default_rng(7)
-    centers = rng.standard_normal((max(1, n // 100), DIM)).astype(np.float32)
-    points = centers[rng.integers(0, len(centers), n)]
-    points += 0.6 * rng.standard_normal((n, DIM)).astype(np.float32)
+    basis = rng.standard_normal((24, DIM)).astype(np.float32)
+    latent = rng.standard_normal((n, 24)).astype(np.float32)
+    points = latent @ basis + 0.5 * rng.standard_normal((n, DIM)).astype(np.float32)
     points /= np.linalg.norm(points, axis=1, keepdims=True)
-    asked = points[rng.integers(0, n, queries)] + 0.3 * rng.standard_normal((queries, DIM)).astype(
-        np.float32
-    )
+    near = latent[rng.integers(0, n, queries)]
+    asked = (near + 0.3 * rng.standard_normal(near.shape).astype(np.float32)) @ basis
     asked /= np.linalg.norm(asked, axis=1, keepdims=True)
-    return points, asked
+    return points, asked.astype(np.float32)
 
 
 def exact(points: np.ndarray, asked: np.ndarray) -> list[set[int]]:
