@@ -57,7 +57,7 @@ _SYSTEM = (
 )
 
 
-#: The scope's newest memories shown beside those the conversation finds.
+#: The scope's newest memories that may fill the places a search leaves empty.
 _RECENT = 10
 
 
@@ -223,13 +223,15 @@ def _prepare(
     if text.strip():
         query = text[-2000:]
         shown = [h.record for h in mem.search(query, k, table=table, track_access=False, **kw)]
-    # The scope's newest memories too (a fifth of the places, at most 10): a search finds
-    # nothing by meaning in a store without vectors, and a fact that changes often
-    # shares few words with its update.
-    seen = {r.id for r in shown}
-    newest = [r for r in mem.list(table, limit=_RECENT, **kw) if r.id not in seen]
-    newest = newest[: min(_RECENT, k // 5)]
-    shown = shown[: k - len(newest)] + newest
+    # Places the search left empty go to the scope's newest memories: in a store without
+    # vectors a search finds nothing by meaning, and the model was shown none. (Taking
+    # places from the search instead showed the old version of a changed fact less
+    # often: benches/bench_fact_candidates.py.) What it remembers is checked against
+    # what the scope knows anyway (agent/facts.py).
+    if len(shown) < k:
+        seen = {r.id for r in shown}
+        newest = [r for r in mem.list(table, limit=_RECENT, **kw) if r.id not in seen]
+        shown += newest[: k - len(shown)]
     listed = "\n".join(f"{i}. {' '.join(r.text.split())}" for i, r in enumerate(shown, 1))
     messages: list[ChatMessage] = [
         {"role": "system", "content": (extraction or Extraction()).system()},
