@@ -299,9 +299,7 @@ def test_reflection_every_n_turns(make_store, word_embedder, server, llm, clock)
         assert report.ok, report.failures
         assert report.reflection is not None
         assert [r.text for r in report.reflection.added] == ["Alice prefers oolong tea"]
-        assert report.facts is not None and [d.decision for d in report.facts.decisions] == [
-            "add"
-        ]
+        assert report.facts is not None and [d.decision for d in report.facts.decisions] == ["add"]
         assert mem.search("oolong", 1, **alice.fields)[0].record.text == "Alice prefers oolong tea"
         for i in range(3, 5):
             _, report = turn(am, alice, f"message {i}", f"reply {i}")
