@@ -293,7 +293,7 @@ HEADLINE = ("defaults", "BM25 alone (text)", "vectors alone (vector)")
 def headline(results: dict[str, dict[str, Metrics]]) -> None:
     """One line a set: recall@10 and nDCG@10 of the defaults and of each retriever alone,
     and whether the defaults beat both at recall@5, recall@10 and nDCG@10."""
-    print("\nheadline (test): defaults / BM25 alone / vectors alone")
+    print("\nheadline (the split run; LoCoMo: its train half): defaults / BM25 / vectors")
     print("| set | recall@10 | nDCG@10 | beats both at every metric |")
     print("|---|---|---|---|")
     for name, rows in results.items():
