@@ -11,15 +11,22 @@ reports, on two corpora:
   ``search_knowledge(query, k=50, threshold=None)``; a document's rank is its first
   fragment's. recall@10 and nDCG@10 over documents.
 - The repository's own markdown (``docs/``, ``README.md``, ``ARCHITECTURE.md``,
-  ``benches/README.md``): fragments, and fragments longer than the model reads.
+  ``benches/README.md``): fragments, fragments longer than the model reads, and whether
+  a sentence's meaning is in a vector: ``--sentences`` sentences of 40 characters or more
+  (seeded sample) each asked in vector mode (``search_knowledge(sentence, k=5,
+  mode="vector", threshold=None)``); found when one of the five fragments holds it.
+  A sentence past what the model reads of its fragment is in no vector.
 
-    python benches/bench_chunking.py [--distractors 1500] [--seed 7]
+    python benches/bench_chunking.py [--distractors 1500] [--sentences 300] [--seed 7]
+        [--markdown-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -89,6 +96,38 @@ def unread(make: Callable[[bool], Any], count: Callable[[str], int]) -> tuple[in
     return total, over
 
 
+def sentences(count: int, seed: int) -> list[str]:
+    """A seeded sample of the markdown's prose sentences (40 characters or more)."""
+    found = []
+    for path in markdown_files():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith(("#", "|", "```", "    ")):
+                continue
+            found += [s.strip() for s in re.split(r"(?<=[.!?]) ", line) if len(s.strip()) >= 40]
+    found = sorted(set(found))
+    return random.Random(seed).sample(found, min(count, len(found)))
+
+
+def sentence_recall(make: Callable[[bool], Any], model: CachedModel, asked: list[str]) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "md"
+        folder.mkdir()
+        for i, path in enumerate(markdown_files()):
+            shutil.copy(path, folder / f"{i:02d}-{path.name}")
+        mem = Memory(Path(tmp) / "store", embedder=model)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", TextTruncatedWarning)
+                mem.ingest(folder, chunker=make(True), shared=True)
+            found = 0
+            for sentence in asked:
+                hits = mem.search_knowledge(sentence, k=5, mode="vector", threshold=None)
+                found += any(sentence in " ".join(h.record.text.split()) for h in hits)
+        finally:
+            mem.close()
+    return found / len(asked)
+
+
 def scifact(
     make: Callable[[bool], Any],
     model: CachedModel,
@@ -121,7 +160,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--distractors", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--sentences", type=int, default=300)
+    parser.add_argument("--markdown-only", action="store_true")
     args = parser.parse_args()
+    embedder = OnnxEmbedder()
+    model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
+    asked = sentences(args.sentences, args.seed)
+    if args.markdown_only:
+        print(f"{len(asked)} sentences of {len(markdown_files())} markdown files")
+        print("| chunker | sentences found (vector, top 5) |")
+        print("| --- | ---: |")
+        for name, make in chunkers().items():
+            print(f"| {name} | {sentence_recall(make, model, asked):.3f} |", flush=True)
+            model.cache.save()
+        return
     try:
         docs = scifact_corpus()
     except DataUnavailableError as e:
@@ -132,8 +184,6 @@ def main() -> None:
     others = [d for d in docs if d["_id"] not in judged]
     chosen = [d for d in docs if d["_id"] in judged]
     chosen += random.Random(args.seed).sample(others, min(args.distractors, len(others)))
-    embedder = OnnxEmbedder()
-    model = CachedModel(embedder, VectorCache(embedder.name, embedder.dimension))
     count = TokenSplitter().count_tokens
     print(
         f"SciFact: {len(chosen)} abstracts, {len(qrels)} test queries; markdown: "

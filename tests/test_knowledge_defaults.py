@@ -37,7 +37,7 @@ def test_default_chunks_of_ordinary_markdown_fit_the_model() -> None:
                 lengths.append(count(chunk.content) + 2)  # [CLS] and [SEP]
     assert len(lengths) > 300
     assert max(lengths) <= MODEL_LIMIT
-    assert CHUNK_TOKENS + 2 == MODEL_LIMIT
+    assert CHUNK_TOKENS + 2 <= MODEL_LIMIT
 
 
 def test_token_length_packs_pieces_up_to_the_size() -> None:

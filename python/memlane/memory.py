@@ -325,8 +325,8 @@ class Memory(MemoryStore):
             shared: knowledge every agent may read (its ids ignore ``agent_id``).
             chunker: by default :class:`~memlane.knowledge.MarkdownSplitter` for
                 markdown and Word files, :class:`~memlane.knowledge.RecursiveCharacterSplitter`
-                for the rest, sized in the default model's tokens (254, overlap 40: what
-                the model reads; :func:`~memlane.knowledge.chunking.default_chunkers`).
+                for the rest, sized in the default model's tokens (128, overlap 20: within
+                what it reads; :func:`~memlane.knowledge.chunking.default_chunkers`).
             metadata: added to every document and fragment (filterable).
             progress: a bar on stderr when it is a terminal; ``"always"`` or ``False``.
             prune_missing: remove this scope's documents under ``path`` whose file is gone.

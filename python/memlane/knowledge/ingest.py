@@ -533,7 +533,7 @@ def ingest_sources(
         message = (
             f"{cut} fragment(s) were longer than the embedding model reads: their vectors "
             "stand for their beginning (text search sees all of them); a smaller chunk_size, "
-            "or TokenSplitter(chunk_size=254) for the default model, avoids it"
+            "or the default chunkers (sized in the default model's tokens), avoid it"
         )
         warnings.warn(TextTruncatedWarning(message, count=cut), stacklevel=4)
     return report
