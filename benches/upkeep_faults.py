@@ -49,7 +49,7 @@ from memlane.agent import (  # noqa: E402
     Profiles,
     Reflection,
 )
-from upkeep_scripts import KILLED_REFLECTION, Model, agent, said, turn  # noqa: E402
+from upkeep_scripts import KILLED_REFLECTION, Hung, Model, agent, said, turn  # noqa: E402
 
 
 class Backend:
@@ -136,17 +136,6 @@ def two_agents_trial(backend: Backend, rng: random.Random) -> Counter[str]:
         )
     finally:
         mem.close()
-
-
-class Hung:
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.calls = 0
-
-    def complete(self, messages: Any) -> str:
-        self.calls += 1
-        self.release.wait(600)
-        return json.dumps({"operations": []})
 
 
 def hung_run(backend: Backend, turns: int) -> dict[str, Any]:

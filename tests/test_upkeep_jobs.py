@@ -14,7 +14,6 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,23 +30,10 @@ from memlane.agent import (
 from memlane.agent.upkeep import Job
 from memlane.agent.upkeep.jobs import JobRecordError, JobSkippedWarning, owner_of
 from memlane.errors import InvalidArgumentError, StoreLockedError
-from upkeep_scripts import KILLED_REFLECTION, Model, agent, said, turn
+from upkeep_scripts import KILLED_REFLECTION, Hung, Model, agent, said, turn
 
 FACTS = ["Alice keeps bees", "Alice plays the oboe", "Alice was born in Quito"]
 ANSWER = json.dumps({"operations": [{"op": "remember", "content": f} for f in FACTS]})
-
-
-class Hung:
-    """A model that never answers (until the test releases it)."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.calls = 0
-
-    def complete(self, messages: Any) -> str:
-        self.calls += 1
-        self.release.wait(120)
-        return json.dumps({"operations": []})
 
 
 # -- a reflection killed halfway ------------------------------------------------------------

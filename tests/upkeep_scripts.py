@@ -64,6 +64,19 @@ class Model:
         return self.answer
 
 
+class Hung:
+    """A model that never answers, until ``release`` is set (or 10 minutes pass)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def complete(self, messages: Any) -> str:
+        self.calls += 1
+        self.release.wait(600)
+        return json.dumps({"operations": []})
+
+
 def said(child: subprocess.Popen[str], count: int, timeout: float = 120.0) -> list[str]:
     """The child's next ``count`` lines of output (fewer if it says nothing for
     ``timeout`` seconds)."""
