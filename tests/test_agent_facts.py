@@ -209,3 +209,42 @@ def test_decisions_are_parsed_strictly() -> None:
     )
     got = parse_decisions(answer, 3, 3)
     assert got == {0: ("update", 1, "moved"), 2: ("none", None, "(none given)")}
+
+
+def test_a_check_cut_off_before_its_delete_leaves_no_duplicate(
+    make_store: StoreFactory, monkeypatch: Any
+) -> None:
+    """The check stores an update, then dies before deleting the fact (as a kill would):
+    the fact is still pending, and the next check drops it as a repeat."""
+    from memlane.agent.facts import check_facts
+
+    mem = make_store("cut", WordHashEmbedder())
+    scope = {"user_id": "alice"}
+    mem.add("Alice's city is Oslo", **scope)
+    fact = mem.add("Alice's city is Rome", metadata={CHECK: "pending"}, **scope)
+    delete = type(mem).delete
+
+    def dies(self: Any, id: str) -> None:
+        if id == fact.id:
+            raise RuntimeError("killed")
+        delete(self, id)
+
+    monkeypatch.setattr(type(mem), "delete", dies)
+    report = check_facts(mem, Careful(), "memories", scope)
+    assert report.error is not None and "killed" in report.error
+    monkeypatch.setattr(type(mem), "delete", delete)
+    assert mem.get(fact.id).metadata[CHECK] == "pending"
+    report = check_facts(mem, Careful(), "memories", scope)
+    assert [d.decision for d in report.decisions] == ["none"]
+    current = [r.text for r in mem.list("memories", **scope) if r.valid_to is None]
+    assert current == ["Alice's city is Rome"]
+
+
+def test_an_answer_applies_at_most_100_operations() -> None:
+    from memlane.agent.reflection import MAX_OPERATIONS, parse_operations
+
+    answer = json.dumps(
+        {"operations": [{"op": "remember", "content": f"f{i}"} for i in range(150)]}
+    )
+    kept, rejected = parse_operations(answer, 0)
+    assert len(kept) == MAX_OPERATIONS == 100 and len(rejected) == 50

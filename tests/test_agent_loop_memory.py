@@ -43,6 +43,8 @@ OFF = {
     # runs them in the background).
     "upkeep": "inline",
 }
+#: The check of the facts a consolidation drew: keep each.
+KEEP = json.dumps({"decisions": []})
 SUMMARY = {
     "summary": "Alice talked about her tea habits.",
     "facts": ["Alice drinks green tea"],
@@ -348,7 +350,7 @@ def test_consolidation_at_the_threshold(make_store, word_embedder, server, llm, 
     try:
         am = agent(mem, llm, clock, consolidation=Consolidation(threshold=3, batch=2))
         alice = am.event("telegram", 42, 7)
-        server.push(json.dumps(SUMMARY))
+        server.push(json.dumps(SUMMARY), KEEP)
         for i in range(2):
             _, report = turn(am, alice, f"tea talk {i}", "nice")
             assert report.consolidation is None
@@ -386,7 +388,7 @@ def test_consolidation_failure_keeps_entries_and_retries(mem, server, llm, clock
     am = agent(mem, llm, clock, consolidation=Consolidation(threshold=2))
     alice = am.event("telegram", 42, 7)
     bad = {"http": (503, "overloaded"), "malformed": '{"summary": 42}'}[failure]
-    server.push(bad, json.dumps(SUMMARY))
+    server.push(bad, json.dumps(SUMMARY), KEEP)
     turn(am, alice, "one", "a")
     _, report = turn(am, alice, "two", "b")
     (f,) = report.failures

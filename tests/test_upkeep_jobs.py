@@ -5,6 +5,7 @@ profiles; ``after`` on a closed AgentMemory stores nothing. On both backends."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -13,8 +14,10 @@ import subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
@@ -435,3 +438,43 @@ def test_a_forged_plan_or_tag_cannot_reach_another_scope(make_store: StoreFactor
     assert mem.get(entry.id).text == "Bob said hi"
     assert mem.jobs.items() == []
     am.close()
+
+
+def test_a_reflection_that_replaced_waiting_ones_shows_their_turns(
+    make_store: StoreFactory,
+) -> None:
+    """Jobs of a room coalesce while a slow model runs one: the job that took their place
+    shows every turn they would have shown (up to MAX_SPAN windows)."""
+    mem = make_store("span", WordHashEmbedder())
+    gate = threading.Event()
+    model = Model(json.dumps({"operations": []}), gate=gate)
+    am = agent(mem, model, reflection=Reflection(every=2, window=4))
+    alice = am.event("telegram", 42, 7)
+    for i in range(12):
+        turn(am, alice, f"secret{i}")
+        if i == 1:
+            assert model.entered.wait(30)
+    gate.set()
+    assert am.drain(timeout=60)
+    shown = {i for i in range(12) for p in model.prompts if f"secret{i}" in p}
+    assert shown == set(range(12)), sorted(set(range(12)) - shown)
+    assert len(model.prompts) == 2
+    am.close()
+
+
+def test_after_racing_close_raises_no_raw_error(make_store: StoreFactory) -> None:
+    class Slow(WordHashEmbedder):
+        def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+            if any("slow reply" in t for t in texts):
+                threading.Event().wait(0.5)
+            return super().embed_batch(texts)
+
+    mem = make_store("race", Slow())
+    am = agent(mem, Model(ANSWER), reflection=Reflection(every=1))
+    alice = am.event("telegram", 42, 7)
+    closer = threading.Timer(0.2, am.close)
+    closer.start()
+    with contextlib.suppress(ClosedError):  # closed before the turn began: nothing stored
+        am.after(alice, [{"role": "user", "content": "hello"}], "slow reply")
+    closer.join()
+    assert not am.pending_upkeep()

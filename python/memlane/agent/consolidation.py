@@ -220,6 +220,7 @@ def _store(
     entries: list[MemoryRecord],
     answer: object,
     metadata: Mapping[str, Any] | None = None,
+    marks: Mapping[str, Any] | None = None,
 ) -> ConsolidationReport:
     extra = dict(metadata or {})
     # A report keeps the answer when it is text; otherwise the error names what came back.
@@ -254,7 +255,12 @@ def _store(
             "type": "semantic",
             "importance": 0.6,
             "unique": True,
-            "metadata": {"source": "consolidation", "confidence": data["confidence"], **extra},
+            "metadata": {
+                "source": "consolidation",
+                "confidence": data["confidence"],
+                **extra,
+                **(marks or {}),
+            },
             **kw,
         }
         for fact in dict.fromkeys(data["facts"])
@@ -290,6 +296,7 @@ def consolidate(
     table: str = "memories",
     force: bool = False,
     metadata: Mapping[str, Any] | None = None,
+    marks: Mapping[str, Any] | None = None,
 ) -> ConsolidationReport:
     """Summarises the oldest ``batch`` short-term entries of ``scope`` once ``threshold`` exist.
 
@@ -297,7 +304,8 @@ def consolidate(
     counts (``"skipped"``). ``force=True`` consolidates whatever there is (at
     least one entry). Never raises for the LLM: its errors and unusable
     answers give a ``"failed"`` report and leave every entry in place.
-    ``metadata`` is added to what it stores (the agent's upkeep names its job).
+    ``metadata`` is added to what it stores (the agent's upkeep names its job),
+    ``marks`` to the facts only (the check of new facts marks them).
     """
     kw = scope_kwargs(scope)
     pending, entries = _select(mem, kw, threshold, batch, force)
@@ -307,7 +315,8 @@ def consolidate(
         raw = llm.complete(_prompt(entries))
     except Exception as e:  # the LLM's failure must not lose or raise anything
         return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}")
-    return _store(mem, kw, table, pending, entries, raw, _why(pending, threshold, metadata))
+    why = _why(pending, threshold, metadata)
+    return _store(mem, kw, table, pending, entries, raw, why, marks)
 
 
 async def aconsolidate(

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane.agent.llm import LLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
-from memlane.errors import MemlaneError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import scope_kwargs
 from memlane.times import stamp
 
@@ -128,7 +128,9 @@ def candidates(
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
         newer = rec.created_at >= fact.created_at
-        if rec.id != fact.id and not (rec.metadata.get(CHECK) == "pending" and newer):
+        if rec.id == fact.id or rec.valid_to is not None:  # itself, or history
+            continue
+        if not (rec.metadata.get(CHECK) == "pending" and newer):
             out.setdefault(rec.id, rec)
     return list(out.values())
 
@@ -187,8 +189,14 @@ def parse_decisions(
     return out
 
 
-def _mark(memory: Memory, fact: MemoryRecord, decision: str, reason: str) -> None:
-    meta = {**fact.metadata, CHECK: "kept", "fact_decision": decision, "fact_reason": reason}
+def _mark(
+    memory: Memory, fact: MemoryRecord, decision: str, reason: str, final: bool = True
+) -> None:
+    """Keeps the decision in the fact's history; ``final=False`` for a fact about to be
+    deleted: it stays pending, so a crash before the delete has it checked again (as a
+    repeat of what its decision stored) rather than kept beside it."""
+    state = "kept" if final else "pending"
+    meta = {**fact.metadata, CHECK: state, "fact_decision": decision, "fact_reason": reason}
     memory.update(fact.id, metadata=meta, by=ACTOR)
 
 
@@ -208,14 +216,14 @@ def _apply(
         }
         at = max(fact.created_at, target.created_at)
         memory.supersede(target.id, fact.text, at=at, by=ACTOR, metadata=meta)
-        _mark(memory, fact, "update", f"merged into the memory it updates: {reason}")
+        _mark(memory, fact, "update", f"merged into the memory it updates: {reason}", False)
         memory.delete(fact.id)
     elif decision == "delete" and target is not None:
         with contextlib.suppress(UnknownIdError):
             memory.delete(target.id)
         _mark(memory, fact, "delete", f"made {target.id} false: {reason}")
     elif decision == "none":
-        _mark(memory, fact, "none", reason)
+        _mark(memory, fact, "none", reason, False)
         memory.delete(fact.id)
     else:
         _mark(memory, fact, "add", reason)
@@ -285,5 +293,5 @@ def _decide(
             touched.add(target.id)
         try:
             report.decisions.append(_apply(memory, fact, decision, target, reason))
-        except UnknownIdError:
-            continue  # the fact or its memory was deleted meanwhile
+        except (UnknownIdError, ConflictError, InvalidArgumentError):
+            continue  # changed meanwhile (deleted, superseded): checked again next time

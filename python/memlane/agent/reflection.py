@@ -57,6 +57,8 @@ _SYSTEM = (
 )
 
 
+#: Operations applied from one answer at most.
+MAX_OPERATIONS = 100
 #: The scope's newest memories that may fill the places a search leaves empty.
 _RECENT = 10
 
@@ -170,6 +172,11 @@ def parse_operations(
     ops: list[_Op] = []
     rejected: list[tuple[Any, str]] = []
     touched: set[int] = set()
+    if len(items) > MAX_OPERATIONS:  # an answer (or a forged plan) cannot flood the store
+        rejected += [
+            (item, f"past the first {MAX_OPERATIONS} operations") for item in items[MAX_OPERATIONS:]
+        ]
+        items = items[:MAX_OPERATIONS]
     for item in items:
         try:
             op = _one(item, n_shown, categories)

@@ -38,6 +38,7 @@ __all__ = [
     "DURABLE",
     "JOB_OP",
     "JOB_TAG",
+    "MAX_SPAN",
     "Holder",
     "Job",
     "JobKind",
@@ -56,6 +57,9 @@ JOB_TAG = "upkeep_job"
 #: The metadata key naming the operation of a reflection's plan that stored a memory.
 JOB_OP = "upkeep_op"
 _VERSION = 2
+#: The most windows one reflection shows (a model stalled longer loses the oldest turns'
+#: reflection, and the worker says so).
+MAX_SPAN = 5
 _MAX_RECORD = 1 << 20  # a job record is a few KB; a larger one is not ours
 
 
@@ -160,6 +164,9 @@ class Job:
     holder: Holder | None = None
     #: A reflection's model answer and the ids of the memories it was shown.
     plan: dict[str, Any] | None = None
+    #: A reflection's windows: one, or more once it took the place of waiting ones (it
+    #: then shows what each of them would have shown).
+    span: int = 1
 
     @property
     def durable(self) -> bool:
@@ -202,6 +209,7 @@ class Job:
                     "fields": e.fields,
                 },
                 "plan": self.plan,
+                "span": self.span,
             }
         )
 
@@ -244,6 +252,9 @@ class Job:
         ):
             raise JobRecordError("a recorded job's 'event.fields' must map str to str")
         event = EventScope(dict(fields), contact, contact, source, room, "per-peer", name)
+        span = d.get("span", 1)
+        if isinstance(span, bool) or not isinstance(span, int) or not 1 <= span <= MAX_SPAN:
+            raise JobRecordError(f"a recorded job's 'span' must be an int from 1 to {MAX_SPAN}")
         return cls(
             kind,
             event,
@@ -253,6 +264,7 @@ class Job:
             owner=owner,
             holder=_holder(d.get("holder")),
             plan=_plan(d.get("plan")),
+            span=span,
         )
 
     def resolved(self, scopes: SessionScope) -> EventScope:

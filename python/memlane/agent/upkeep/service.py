@@ -42,6 +42,7 @@ from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import (
     JOB_OP,
     JOB_TAG,
+    MAX_SPAN,
     Holder,
     Job,
     JobRecordError,
@@ -56,7 +57,7 @@ from memlane.agent.upkeep.triggers import (
     run_reflection,
     store_step_summary,
 )
-from memlane.agent.upkeep.worker import QueueFullError, Worker
+from memlane.agent.upkeep.worker import QueueFullError, Worker, WorkerClosedError
 from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import EventScope, scope_kwargs
 
@@ -123,8 +124,8 @@ class Upkeep:
         run: Callable[[], Callable[[Job, Caller | None], None] | None]
         run = weakref.WeakMethod(self._run)
         lease = _Lease(self.token)
-        self.model = Worker(run, "memlane-upkeep", max_pending, lease.ended)
-        self.local = Worker(run, "memlane-upkeep-local", max_pending, lease.ended, _merge_profiles)
+        self.model = Worker(run, "memlane-upkeep", max_pending, lease.ended, _merge)
+        self.local = Worker(run, "memlane-upkeep-local", max_pending, lease.ended, _merge)
         # Dropped without close(): the workers stop (the job running ends first) and
         # the durable jobs left stay recorded for the next AgentMemory.
         weakref.finalize(host, _drop, self.model, self.local)
@@ -271,6 +272,9 @@ class Upkeep:
         worker = self.local if job.kind in _LOCAL else self.model
         try:
             skipped = worker.submit(job, call)
+        except WorkerClosedError:  # closed while the turn was stored: left for the next one
+            report.failures.append(TriggerFailure(job.kind, "the AgentMemory was closed"))
+            return
         except QueueFullError as e:
             report.failures.append(TriggerFailure(job.kind, f"upkeep queue full: {e}"))
             if resumed:  # left to whoever looks next (this agent, in a minute)
@@ -281,6 +285,8 @@ class Upkeep:
             return
         if skipped is not None:
             self._forget(skipped)
+            if skipped is not job and job.durable:  # it took over the windows it replaced
+                self._record(job)
 
     def _record(self, job: Job) -> None:
         try:
@@ -305,7 +311,7 @@ class Upkeep:
             job.payload.update(key=key, text=text, steps=steps, room=room)
             try:
                 self.model.submit(job, timed_call)
-            except QueueFullError:
+            except (QueueFullError, WorkerClosedError):
                 with self.lock:
                     room.compacting = False
 
@@ -486,14 +492,20 @@ class Upkeep:
             resume = None if job is None else self._resume_of(job)
             plan = None if job is None else job.plan
             marks = None if call is None else pending(None)
-            run_reflection(mem, host.reflection, *rest, resume=resume, plan=plan, marks=marks)
+            span = 1 if job is None else job.span
+            run_reflection(
+                mem, host.reflection, *rest, resume=resume, plan=plan, marks=marks, span=span
+            )
             if call is not None:  # what it remembered is checked at once, by the same model
                 self._check(event, report, call)
         elif kind == "facts":
             if call is not None:
                 self._check(event, report, call)
         elif kind == "consolidation":
-            run_consolidation(mem, host.consolidation, *rest)
+            marks = None if call is None else pending(None)
+            run_consolidation(mem, host.consolidation, *rest, marks=marks)
+            if call is not None:  # the facts it drew are checked at once, by the same model
+                self._check(event, report, call)
         elif kind == "eviction":
             evict(mem, host.table, host.limits.max_memories, event, report)
         elif kind == "flush":
@@ -577,11 +589,21 @@ def _key(history: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(history.items()))
 
 
-def _merge_profiles(newer: Job, older: Job) -> None:
-    """A waiting profile job ``older`` is replaced by ``newer``: its messages count too."""
-    if newer.kind != "profile":
-        return
+def _merge(newer: Job, older: Job) -> None:
+    """A waiting job ``older`` is replaced by ``newer`` of its slot: a profile job takes
+    over its messages' count, a reflection its windows (up to ``MAX_SPAN``)."""
     p, q = newer.payload, older.payload
-    p["count"] = int(p.get("count", 1)) + int(q.get("count", 1))
-    names = [n for n in q.get("names", []) if n not in p.get("names", [])]
-    p["names"] = [*names, *p.get("names", [])]
+    if newer.kind == "profile":
+        p["count"] = int(p.get("count", 1)) + int(q.get("count", 1))
+        names = [n for n in q.get("names", []) if n not in p.get("names", [])]
+        p["names"] = [*names, *p.get("names", [])]
+    elif newer.kind == "reflection":
+        span = newer.span + older.span
+        if span > MAX_SPAN:
+            log.warning(
+                "memlane: reflection fell %d windows behind its model: the oldest %d are "
+                "not reflected",
+                span,
+                span - MAX_SPAN,
+            )
+        object.__setattr__(newer, "span", min(span, MAX_SPAN))

@@ -325,6 +325,7 @@ def run_reflection(
     resume: Resume | None = None,
     plan: dict[str, Any] | None = None,
     marks: dict[str, Any] | None = None,
+    span: int = 1,
 ) -> None:
     """Reflection over the room's last messages up to the turn at ``now``, once
     ``cfg.every`` turns have passed (``job``: the upkeep job running it, named in what
@@ -347,7 +348,9 @@ def run_reflection(
         return
     else:
         history = scope_kwargs(event.history)
-        recent = memory.list(MESSAGES, end=_after(now), limit=cfg.window, **history)[::-1]
+        # A job that took the place of waiting ones shows what each would have shown.
+        limit = cfg.window * span
+        recent = memory.list(MESSAGES, end=_after(now), limit=limit, **history)[::-1]
         window = [{"role": str(r.metadata.get("role", "user")), "content": r.text} for r in recent]
         result = reflect(
             memory,
@@ -408,9 +411,11 @@ def run_consolidation(
     call: Caller | None,
     now: float,
     job: str | None = None,
+    marks: dict[str, Any] | None = None,
 ) -> None:
     """Consolidation of the scope's short-term tier, when it is full or its oldest is old
-    (``job``: the upkeep job running it, named in what it stores)."""
+    (``job``: the upkeep job running it, named in what it stores; ``marks``: added to the
+    facts it stores, for the check of new facts)."""
     force = consolidation_due(memory, cfg, event, call, now)
     if force is None or call is None:
         return
@@ -423,6 +428,7 @@ def run_consolidation(
         table=table,
         force=force,
         metadata=None if job is None else {JOB_TAG: job},
+        marks=marks,
     )
     report.consolidation = result
     if result.status == "failed":

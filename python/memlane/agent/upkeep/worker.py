@@ -16,13 +16,17 @@ from dataclasses import dataclass
 from memlane.agent.callers import Caller
 from memlane.agent.upkeep.jobs import Job
 
-__all__ = ["QueueFullError", "Worker"]
+__all__ = ["QueueFullError", "Worker", "WorkerClosedError"]
 
 log = logging.getLogger("memlane.agent")
 
 
 class QueueFullError(Exception):
     """The worker holds ``limit`` jobs already (the job was not queued)."""
+
+
+class WorkerClosedError(Exception):
+    """The worker was closed (the job was not queued)."""
 
 
 @dataclass(slots=True)
@@ -68,10 +72,10 @@ class Worker:
         """Queues ``job``, or coalesces it with the job of its slot that waits: the newer
         of the two waits, and the other is returned (it will not run; None if there was
         none). Raises :class:`QueueFullError` when ``limit`` jobs wait already,
-        RuntimeError once closed (the caller checks first)."""
+        :class:`WorkerClosedError` once closed."""
         with self._cv:
             if self._closed:
-                raise RuntimeError("the upkeep worker is closed")
+                raise WorkerClosedError("the upkeep worker is closed")
             slot = job.slot
             entry = None if slot is None else self._slots.get(slot)
             if entry is not None:
