@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import socket
+import threading
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +46,8 @@ __all__ = [
     "JobKind",
     "JobRecordError",
     "JobSkippedWarning",
+    "coalesce",
+    "live_tokens",
     "owner_of",
 ]
 
@@ -56,6 +60,8 @@ DURABLE: frozenset[str] = frozenset({"reflection", "consolidation"})
 JOB_TAG = "upkeep_job"
 #: The metadata key naming the operation of a reflection's plan that stored a memory.
 JOB_OP = "upkeep_op"
+log = logging.getLogger("memlane.agent")
+
 _VERSION = 2
 #: The most windows one reflection shows (a model stalled longer loses the oldest turns'
 #: reflection, and the worker says so).
@@ -135,6 +141,54 @@ class Holder:
             "token": self.token,
             "until": self.until,
         }
+
+
+# The tokens of this process's AgentMemory objects whose workers may still run a job.
+_live: set[str] = set()
+_live_lock = threading.Lock()
+
+
+def live_tokens() -> frozenset[str]:
+    """The tokens of this process's holders that may still run a job."""
+    with _live_lock:
+        return frozenset(_live)
+
+
+class Lease:
+    """An agent's token among the live ones from its start until neither of its two
+    workers may run a job any more (each calls :meth:`ended` once)."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self._ended = 0
+        with _live_lock:
+            _live.add(token)
+
+    def ended(self) -> None:
+        with _live_lock:
+            self._ended += 1
+            if self._ended == 2:
+                _live.discard(self.token)
+
+
+def coalesce(newer: Job, older: Job) -> None:
+    """A waiting job ``older`` is replaced by ``newer`` of its slot: a profile job takes
+    over its messages' count, a reflection its windows (up to ``MAX_SPAN``)."""
+    p, q = newer.payload, older.payload
+    if newer.kind == "profile":
+        p["count"] = int(p.get("count", 1)) + int(q.get("count", 1))
+        names = [n for n in q.get("names", []) if n not in p.get("names", [])]
+        p["names"] = [*names, *p.get("names", [])]
+    elif newer.kind == "reflection":
+        span = newer.span + older.span
+        if span > MAX_SPAN:
+            log.warning(
+                "memlane: reflection fell %d windows behind its model: the oldest %d are "
+                "not reflected",
+                span,
+                span - MAX_SPAN,
+            )
+        object.__setattr__(newer, "span", min(span, MAX_SPAN))
 
 
 def owner_of(table: str, scopes: SessionScope) -> str:

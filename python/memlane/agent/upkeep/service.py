@@ -42,11 +42,13 @@ from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import (
     JOB_OP,
     JOB_TAG,
-    MAX_SPAN,
     Holder,
     Job,
     JobRecordError,
     JobSkippedWarning,
+    Lease,
+    coalesce,
+    live_tokens,
     owner_of,
 )
 from memlane.agent.upkeep.triggers import (
@@ -77,15 +79,6 @@ _LOCAL = frozenset({"profile", "eviction"})
 _INLINE = ("reflection", "facts", "consolidation", "eviction", "flush", "daily", "profile")
 #: How often a running agent looks for jobs that a process gone since left.
 _RESCAN = 60.0
-
-# The tokens of this process's AgentMemory objects whose workers may still run a job.
-_live: set[str] = set()
-_live_lock = threading.Lock()
-
-
-def _live_tokens() -> frozenset[str]:
-    with _live_lock:
-        return frozenset(_live)
 
 
 class Upkeep:
@@ -119,13 +112,11 @@ class Upkeep:
         self.token = uuid.uuid4().hex
         #: How long a holder on another host is taken for alive without news of it.
         self.lease = 900.0 if self.timeout is None else max(900.0, 4 * self.timeout)
-        with _live_lock:
-            _live.add(self.token)
         run: Callable[[], Callable[[Job, Caller | None], None] | None]
         run = weakref.WeakMethod(self._run)
-        lease = _Lease(self.token)
-        self.model = Worker(run, "memlane-upkeep", max_pending, lease.ended, _merge)
-        self.local = Worker(run, "memlane-upkeep-local", max_pending, lease.ended, _merge)
+        lease = Lease(self.token)
+        self.model = Worker(run, "memlane-upkeep", max_pending, lease.ended, coalesce)
+        self.local = Worker(run, "memlane-upkeep-local", max_pending, lease.ended, coalesce)
         # Dropped without close(): the workers stop (the job running ends first) and
         # the durable jobs left stay recorded for the next AgentMemory.
         weakref.finalize(host, _drop, self.model, self.local)
@@ -330,7 +321,7 @@ class Upkeep:
         except MemlaneError as e:
             log.warning("memlane: pending upkeep could not be read: %s", e)
             return
-        live = _live_tokens()
+        live = live_tokens()
         for key, text in left:
             try:
                 job = Job.loads(text)
@@ -565,20 +556,6 @@ class Upkeep:
         return sorted(left + self.local.close(rest), key=lambda j: j.now)
 
 
-class _Lease:
-    """An agent's token among the live ones while either of its workers may run a job."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self._ended = 0
-
-    def ended(self) -> None:
-        with _live_lock:
-            self._ended += 1
-            if self._ended == 2:  # neither worker runs a job of this agent any more
-                _live.discard(self.token)
-
-
 def _drop(model: Worker, local: Worker) -> None:
     model.close(0)
     local.close(0)
@@ -587,23 +564,3 @@ def _drop(model: Worker, local: Worker) -> None:
 def _key(history: dict[str, str]) -> tuple[tuple[str, str], ...]:
     """A room's key (its scope fields and room)."""
     return tuple(sorted(history.items()))
-
-
-def _merge(newer: Job, older: Job) -> None:
-    """A waiting job ``older`` is replaced by ``newer`` of its slot: a profile job takes
-    over its messages' count, a reflection its windows (up to ``MAX_SPAN``)."""
-    p, q = newer.payload, older.payload
-    if newer.kind == "profile":
-        p["count"] = int(p.get("count", 1)) + int(q.get("count", 1))
-        names = [n for n in q.get("names", []) if n not in p.get("names", [])]
-        p["names"] = [*names, *p.get("names", [])]
-    elif newer.kind == "reflection":
-        span = newer.span + older.span
-        if span > MAX_SPAN:
-            log.warning(
-                "memlane: reflection fell %d windows behind its model: the oldest %d are "
-                "not reflected",
-                span,
-                span - MAX_SPAN,
-            )
-        object.__setattr__(newer, "span", min(span, MAX_SPAN))
