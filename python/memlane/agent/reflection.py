@@ -231,10 +231,10 @@ def _prepare(
         query = text[-2000:]
         shown = [h.record for h in mem.search(query, k, table=table, track_access=False, **kw)]
     # Places the search left empty go to the scope's newest memories: in a store without
-    # vectors a search finds nothing by meaning, and the model was shown none. (Taking
-    # places from the search instead showed the old version of a changed fact less
-    # often: benches/bench_fact_candidates.py.) What it remembers is checked against
-    # what the scope knows anyway (agent/facts.py).
+    # vectors a search finds nothing by meaning, and the model would be shown none. They
+    # take no place from the search, whose hits are the likelier to be what the
+    # conversation changes; what reflection remembers is checked against what the scope
+    # knows anyway (agent/facts.py).
     if len(shown) < k:
         seen = {r.id for r in shown}
         newest = [r for r in mem.list(table, limit=_RECENT, **kw) if r.id not in seen]
