@@ -6,8 +6,11 @@ to maturin."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -73,3 +76,33 @@ def test_with_cargo_the_hooks_are_maturins(tmp_path: Path) -> None:
     done = _call("memlane_build", "get_requires_for_build_wheel", "", tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist .ci/test built (``MEMLANE_SDIST``), else one built here (needs cargo)."""
+    if built := os.environ.get("MEMLANE_SDIST"):
+        return Path(built)
+    if shutil.which("cargo") is None:
+        pytest.skip("building an sdist needs cargo (.ci/test gives the one it built)")
+    out = tmp_path_factory.mktemp("sdist")
+    maturin = Path(sys.executable).parent / "maturin"
+    subprocess.run([str(maturin), "sdist", "--out", str(out)], cwd=REPO, check=True)
+    (found,) = out.glob("memlane-*.tar.gz")
+    return found
+
+
+def test_the_sdist_holds_the_guide_the_backend_names(sdist: Path) -> None:
+    sys.path.insert(0, str(REPO / "build_backend"))
+    try:
+        import memlane_build
+    finally:
+        sys.path.remove(str(REPO / "build_backend"))
+    named = set(re.findall(r"[\w/]+\.md", memlane_build.MISSING_CARGO))
+    assert named == {"docs/install.md"}
+    with tarfile.open(sdist) as archive:
+        (top,) = {name.split("/")[0] for name in archive.getnames()}
+        held = {name.removeprefix(top + "/") for name in archive.getnames()}
+    assert named <= held
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "(docs/install.md)" in readme and "README.md" in held

@@ -29,6 +29,10 @@ MAX_COUNT = 2**63 - 1
 #: How deep metadata may nest (dicts and lists alike), as the engine's
 #: ``flatten_metadata`` allows for dicts.
 MAX_METADATA_DEPTH = 16
+#: The metadata key under which the engine indexes a record's ``unique`` flag (the
+#: engine holds no column for it; its filters read metadata). Only the engine's copy of a
+#: unique record's metadata has it, never the stored one, so no caller's metadata may.
+UNIQUE_KEY = "memlane:unique"
 
 
 def clean(value: str, label: str, nul: bool = False) -> str:
@@ -114,6 +118,11 @@ def metadata(value: object) -> tuple[dict[str, Any], str]:
         raise InvalidArgumentError(f"metadata must be a dict, got {type(value).__name__}")
     if not all(isinstance(k, str) for k in value):
         raise InvalidArgumentError("metadata keys must be str")
+    if UNIQUE_KEY in value:
+        raise InvalidArgumentError(
+            f"metadata key {UNIQUE_KEY!r} is reserved: it indexes the record's unique flag "
+            "(read it as record.unique; filter on it with unique=True)"
+        )
     try:
         encoded = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except RecursionError:

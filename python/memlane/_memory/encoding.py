@@ -319,7 +319,9 @@ def prepare(
     pending: Mapping[int, int],
 ) -> PreparedBatch:
     """The engine's check and analysis of ``rows`` (without changing it), which it
-    reads as they are. ``pending`` holds access counts not yet flushed to the rows."""
+    reads as they are but for two things: ``pending`` holds access counts not yet
+    flushed to the rows, and a unique row's metadata gains :data:`~memlane.coerce.UNIQUE_KEY`
+    (the engine's filters read metadata, and it has no column for the flag)."""
     if pending:
         rows = [
             r
@@ -327,7 +329,15 @@ def prepare(
             else r._replace(access_count=r.access_count + n)
             for r in rows
         ]
+    if any(r.uniq for r in rows):
+        rows = [r._replace(metadata=unique_metadata(r.metadata)) if r.uniq else r for r in rows]
     return engine.prepare(rows, texts, vectors)
+
+
+def unique_metadata(text: str) -> str:
+    """A stored metadata object's JSON text with :data:`~memlane.coerce.UNIQUE_KEY` first."""
+    inner = text.strip()[1:-1].strip()
+    return f'{{"{coerce.UNIQUE_KEY}":true{"," + inner if inner else ""}}}'
 
 
 # A vector kept for an index that holds it in half floats at most (every precision but

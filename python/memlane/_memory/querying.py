@@ -32,8 +32,10 @@ def build_filter(
     start: Any = None,
     end: Any = None,
     filters: Mapping[str, Any] | None = None,
+    unique: bool | None = None,
 ) -> dict[str, Any] | None:
-    """One engine filter for a read's table, type, scope, time range and filters."""
+    """One engine filter for a read's table, type, scope, time range, filters and
+    ``unique`` flag (None: either)."""
     conds: list[dict[str, Any]] = []
     for field, value in (("table", table), ("type", type)):
         if isinstance(value, str):
@@ -46,6 +48,10 @@ def build_filter(
         conds.append({"created_at": {"$gte": coerce.timestamp(start, "start")}})
     if end is not None:
         conds.append({"created_at": {"$lt": coerce.timestamp(end, "end")}})
+    if unique is not None:
+        # The engine reads the flag from its copy of a unique record's metadata only.
+        key = f"metadata.{coerce.UNIQUE_KEY}"
+        conds.append({key: True} if coerce.flag(unique, "unique") else {key: {"$exists": False}})
     if filters is not None:
         # Validated by the engine, with everything else, in one pass.
         conds.append(filters)  # type: ignore[arg-type]

@@ -363,6 +363,7 @@ class MemoryStore:
         filters: Mapping[str, Any] | None = None,
         start: float | datetime | None = None,
         end: float | datetime | None = None,
+        unique: bool | None = None,
         agent_id: str | None = None,
         user_id: str | None = None,
         room_id: str | None = None,
@@ -370,10 +371,11 @@ class MemoryStore:
         session_id: str | None = None,
         namespace: str | None = None,
     ) -> int:
-        """Number of records in the table and scope (and time range and filters)."""
+        """Number of records in the table and scope (and time range, filters and
+        ``unique`` flag, as :meth:`list`)."""
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = self._live(build_filter(table, type, scope, start, end, filters))
+        flt = self._live(build_filter(table, type, scope, start, end, filters, unique))
         return int(self._sync.engine.count(flt))
 
     def list(
@@ -388,6 +390,7 @@ class MemoryStore:
         type: str | Sequence[str] | None = None,
         filters: Mapping[str, Any] | None = None,
         include_embedding: bool = False,
+        unique: bool | None = None,
         agent_id: str | None = None,
         user_id: str | None = None,
         room_id: str | None = None,
@@ -398,12 +401,15 @@ class MemoryStore:
         """Records by creation time (newest first by default), e.g. a room's history.
 
         ``start`` is inclusive, ``end`` exclusive (unix seconds or aware datetimes).
+        ``unique=True`` lists only the unique records (``record.unique``: added with
+        ``unique=True`` and no near-duplicate found), as elizaOS's ``getMemories({unique:
+        true})``; ``unique=False`` only the others; None (the default) both.
         """
         self._sync.check_open()
         coerce.count(limit, "limit")
         coerce.count(offset, "offset")
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = self._live(build_filter(table, type, scope, start, end, filters))
+        flt = self._live(build_filter(table, type, scope, start, end, filters, unique))
         ids = self._sync.engine.ids_where(flt, order=order, offset=offset, limit=limit).tolist()
         rows = self._sync.rows(ids, embedding=include_embedding)
         get = self._access.get
@@ -438,6 +444,7 @@ class MemoryStore:
         as_of: float | datetime | None = None,
         include_superseded: bool = False,
         known_at: float | datetime | None = None,
+        unique: bool | None = None,
         agent_id: str | None = None,
         user_id: str | None = None,
         room_id: str | None = None,
@@ -454,6 +461,8 @@ class MemoryStore:
         then, and not yet superseded then), so a fact backdated today is not
         returned ``known_at`` yesterday; the two combine. ``include_superseded=True``
         searches every version. Expired records (``expires_at``) are never returned.
+        ``unique`` keeps only the unique records (True) or the others (False), as in
+        :meth:`list`.
 
         Modes: ``"hybrid"`` (BM25 and vectors fused), ``"vector"``, ``"text"``.
         A store without an embedder searches text. ``query_embedding`` skips
@@ -518,7 +527,7 @@ class MemoryStore:
         """
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = build_filter(table, type, scope, start, end, filters)
+        flt = build_filter(table, type, scope, start, end, filters, unique)
         request = _core.SearchRequest(
             Searcher.depth(k, rerank),  # type: ignore[arg-type]
             mode=mode,

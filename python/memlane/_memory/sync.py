@@ -46,6 +46,12 @@ _INLINE_INDEX = 64
 CHECKPOINT_BYTES = 32 << 20
 # Beside a snapshot: the id of the database it belongs to.
 _GENERATION = "store_id"
+# Beside a snapshot: what it indexes beyond the rows as stored (the unique flag, as
+# metadata: encoding.prepare) and the change it was written at. A snapshot an older
+# memlane wrote lacks the flag of the records it indexed, and the change number ties the
+# note to the snapshot it was written with, which an older memlane may have replaced.
+_INDEXES = "indexes"
+_INDEXED = "unique"
 # Rows whose vectors an open reads from the database at a time (see IndexSync._fill):
 # about 1.5 MB of blobs. The engine fills 100,000 vectors in half the time in chunks
 # of 2,000 as of 20,000, whose buffers each cost their page faults anew.
@@ -317,6 +323,12 @@ class IndexSync:
             return "it does not say which database it belongs to (an older memlane wrote it)"
         if owner != self.db.store_id:
             return "it belongs to another database (a copy, or a recreated database)"
+        try:
+            indexes = (self.index_dir / _INDEXES).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            indexes = None
+        if indexes != f"{_INDEXED} {seq}":
+            return "it does not index the records' unique flag (an older memlane wrote it)"
         return None
 
     def prepare(self, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None) -> Any:
@@ -530,17 +542,26 @@ class IndexSync:
                 not owner.is_file()
                 or owner.read_text("ascii", "replace").strip() != self.db.store_id
             ):
-                # Written once (the id never changes), atomically: a crash leaves none or all.
-                tmp = owner.with_suffix(".tmp")
-                with tmp.open("w", encoding="ascii") as f:
-                    f.write(self.db.store_id)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, owner)
+                _write_atomically(owner, self.db.store_id)  # once: the id never changes
         except OSError as e:
             raise StorageError(f"cannot write the snapshot's owner file {owner}: {e}") from e
+        indexes = self.index_dir / _INDEXES
+        try:
+            _write_atomically(indexes, f"{_INDEXED} {self.seq}")
+        except OSError as e:
+            raise StorageError(f"cannot write the snapshot's file {indexes}: {e}") from e
         self.snap_seq = self.seq
         self.changes = 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path``: a crash leaves the old file or the new one whole."""
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="ascii") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _decodes(blob: bytes | None, dim: int) -> bool:
