@@ -173,6 +173,7 @@ fn request<'a>(
         explain: true,
         touch: true,
         current_only: false,
+        diversity: 0.0,
     }
 }
 

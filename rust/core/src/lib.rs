@@ -12,6 +12,7 @@ pub mod fusion;
 pub mod fuzzing;
 pub mod hnsw;
 pub mod idmap;
+pub mod mmr;
 pub mod persist;
 pub(crate) mod prefetch;
 pub mod scoring;

@@ -182,7 +182,7 @@ impl PySearchRequest {
         k = None, *, mode = None, threshold = None, min_similarity = None, weights = None,
         decay = None, recency_half_life = None, fusion = None, rrf_k = None, alpha = None,
         candidates = None, explain = None, track_access = None, context_weight = None,
-        speaker_weight = None,
+        speaker_weight = None, diversity = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -202,6 +202,7 @@ impl PySearchRequest {
         track_access: Option<&Bound<'_, PyAny>>,
         context_weight: Option<&Bound<'_, PyAny>>,
         speaker_weight: Option<&Bound<'_, PyAny>>,
+        diversity: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let k = k.map_or(Ok(5), |k| count(py, k, "k", 1))?;
         let mode = mode.map_or(Ok("hybrid"), |m| {
@@ -237,6 +238,7 @@ impl PySearchRequest {
                 .filter(|t| !t.is_none())
                 .map(|t| flag(py, t, "track_access"))
                 .transpose()?,
+            diversity: optional_number(py, diversity, "diversity")?.unwrap_or(0.0),
         };
         let options = SearchOptions::new(&given).map_err(|e| to_py(py, e))?;
         Ok(PySearchRequest { options })
@@ -259,6 +261,12 @@ impl PySearchRequest {
     #[getter]
     fn candidates(&self) -> usize {
         self.options.candidates
+    }
+
+    /// λ of maximal marginal relevance over the candidates (0: off).
+    #[getter]
+    fn diversity(&self) -> f64 {
+        self.options.diversity
     }
 
     #[getter]

@@ -412,6 +412,12 @@ impl Bm25Index {
         self.doc_lens = doc_lens;
     }
 
+    /// The distinct analysed terms of `id`'s text, as sorted term ids (None
+    /// for an id the index does not hold).
+    pub(crate) fn terms_of(&self, id: u64) -> Option<&[u32]> {
+        self.slots.get(&id).map(|&d| self.forward(d).0)
+    }
+
     /// The forward list of a document: (term ids, tfs), sorted by term id.
     pub(crate) fn forward(&self, docno: u32) -> (&[u32], &[u32]) {
         let d = docno as usize;

@@ -681,6 +681,7 @@ mod shared_linking {
                 explain: true,
                 touch: false,
                 current_only: false,
+                diversity: 0.0,
             };
             e.search(&req).unwrap()
         };

@@ -56,6 +56,8 @@ pub struct Given<'a> {
     pub min_similarity: Option<f64>,
     pub explain: bool,
     pub track_access: Option<bool>,
+    /// λ of maximal marginal relevance ([`crate::mmr`]; 0: off).
+    pub diversity: f64,
 }
 
 /// Checked options of one search. `None` means "the store's default" for
@@ -82,6 +84,8 @@ pub struct SearchOptions {
     pub min_similarity: Option<f64>,
     pub explain: bool,
     pub track_access: Option<bool>,
+    /// λ of maximal marginal relevance over the candidates ([`crate::mmr`]; 0: off).
+    pub diversity: f64,
 }
 
 impl Default for SearchOptions {
@@ -101,6 +105,7 @@ impl Default for SearchOptions {
             min_similarity: None,
             explain: false,
             track_access: None,
+            diversity: 0.0,
         }
     }
 }
@@ -109,7 +114,7 @@ impl SearchOptions {
     /// Checks every value, in the order the caller's messages have always
     /// come in: `k`, `mode`, `threshold`, `min_similarity`, `weights`,
     /// `decay`, `recency_half_life`, `candidates`, the fusion, then
-    /// `context_weight`, then `speaker_weight`.
+    /// `context_weight`, `speaker_weight`, then `diversity`.
     pub fn new(given: &Given<'_>) -> Result<Self> {
         let k = count("k", given.k, 1)?;
         let mode = Mode::parse(given.mode)?;
@@ -157,6 +162,7 @@ impl SearchOptions {
         };
         let context_weight = crate::fusion::context_weight(given.context_weight)?;
         let speaker_weight = crate::fusion::speaker_weight(given.speaker_weight)?;
+        let diversity = crate::mmr::diversity(given.diversity)?;
         Ok(SearchOptions {
             k,
             mode,
@@ -172,6 +178,7 @@ impl SearchOptions {
             min_similarity,
             explain: given.explain,
             track_access: given.track_access,
+            diversity,
         })
     }
 
@@ -231,6 +238,7 @@ impl SearchOptions {
             explain: self.explain,
             touch: self.touch(defaults),
             current_only,
+            diversity: self.diversity,
         })
     }
 }
@@ -341,6 +349,7 @@ mod tests {
             min_similarity: None,
             explain: false,
             track_access: None,
+            diversity: 0.0,
         }
     }
 
@@ -456,6 +465,20 @@ mod tests {
                 ..given()
             }),
             "speaker_weight must be in [0, 1], got inf"
+        );
+        assert_eq!(
+            refused(Given {
+                diversity: 1.5,
+                ..given()
+            }),
+            "diversity must be in [0, 1], got 1.5"
+        );
+        assert_eq!(
+            refused(Given {
+                diversity: f64::NAN,
+                ..given()
+            }),
+            "diversity must be in [0, 1], got nan"
         );
     }
 

@@ -19,6 +19,7 @@ use crate::bm25::Query;
 use crate::error::{Error, Result};
 use crate::fusion::{self, Fusion};
 use crate::hnsw::Allowed;
+use crate::mmr;
 use crate::scoring::{self, Weights};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +78,9 @@ pub struct SearchRequest<'a> {
     pub touch: bool,
     /// Leave out superseded records (those with a `valid_to`).
     pub current_only: bool,
+    /// λ of maximal marginal relevance over the scored candidates ([`mmr`]; 0: the
+    /// hits in score order).
+    pub diversity: f64,
 }
 
 /// Past this many superseded records, a search of current ones selects the
@@ -423,7 +427,17 @@ impl Engine {
             ));
         }
         scored.sort_unstable_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
-        scored.truncate(req.k);
+        if req.diversity > 0.0 && scored.len() > 1 {
+            let ids: Vec<u64> = scored.iter().map(|(id, _)| *id).collect();
+            let scores: Vec<f64> = scored.iter().map(|(_, s)| s.score).collect();
+            scored = self
+                .diverse(&ids, &scores, req.k, req.diversity)
+                .into_iter()
+                .map(|i| scored[i])
+                .collect();
+        } else {
+            scored.truncate(req.k);
+        }
 
         if req.touch {
             for (id, _) in &scored {
@@ -441,6 +455,24 @@ impl Engine {
                 Vec::new()
             },
         }
+    }
+
+    /// The positions of `k` of the candidates `ids` (scored `scores`, best
+    /// first) in MMR order ([`mmr::select`]): compared by the vectors the
+    /// engine holds, or by their analysed terms where one has none.
+    fn diverse(&self, ids: &[u64], scores: &[f64], k: usize, lambda: f64) -> Vec<usize> {
+        let vectors: Vec<Option<Vec<f32>>> = ids.iter().map(|&id| self.vector(id)).collect();
+        let items: Vec<mmr::Item<'_>> = ids
+            .iter()
+            .zip(&vectors)
+            .map(|(&id, v)| mmr::Item {
+                vector: v.as_deref(),
+                terms: self.bm25.terms_of(id),
+            })
+            .collect();
+        mmr::select(scores, k, lambda, |a, b| {
+            mmr::similarity(&items[a], &items[b])
+        })
     }
 
     /// A retriever's `pool` best hits among current records, `closed` of its

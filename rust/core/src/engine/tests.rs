@@ -53,6 +53,7 @@ fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> 
         explain: true,
         touch: false,
         current_only: false,
+        diversity: 0.0,
     }
 }
 
@@ -778,4 +779,64 @@ fn speakers_follow_removals_and_snapshots() {
     .unwrap();
     assert_eq!(e.records.speakers.len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two texts that say the same and one that says something else of the same
+/// person, with vectors in 3-d: the copies nearest the query, the distinct one
+/// a little further (and longer, so BM25 ranks it last too).
+fn repeated(dim: Option<usize>) -> Engine {
+    let texts: Vec<String> = [
+        "Ana lives in Porto near the river",
+        "Ana lives in Porto near the old river",
+        "Ana visited Porto last spring for a jazz concert with friends",
+    ]
+    .map(String::from)
+    .into();
+    let vectors = [0.9, 0.4359, 0.0, 0.88, 0.47, 0.0707, 0.8, 0.0, 0.6];
+    let a: Vec<Attrs> = (0..3)
+        .map(|i| {
+            let mut a = attrs("a", 0.5, 0.0, false);
+            a.id = Some(format!("r{i}"));
+            a
+        })
+        .collect();
+    let mut e = engine(dim);
+    e.upsert(Batch {
+        ids: &[1, 2, 3],
+        texts: Some(&texts),
+        vectors: dim.map(|_| &vectors[..]),
+        attrs: &a,
+    })
+    .unwrap();
+    e
+}
+
+#[test]
+fn diversity_puts_a_distinct_hit_above_a_near_copy() {
+    let e = repeated(Some(3));
+    let q = [1.0, 0.0, 0.0];
+    let mut r = request(Some("where does Ana live"), Some(&q), Mode::Vector);
+    r.k = 2;
+    let plain = e.search(&r).unwrap();
+    assert_eq!(plain.ids, vec![1, 2]);
+    r.diversity = 0.3;
+    let diverse = e.search(&r).unwrap();
+    assert_eq!(diverse.ids, vec![1, 3]);
+    // Each hit keeps its own score and signals; only the order is MMR's.
+    assert_eq!(diverse.scores[0], plain.scores[0]);
+    assert!(close(diverse.signals[1].cosine.unwrap().into(), 0.8));
+    assert_eq!(diverse.signals[1].score, diverse.scores[1]);
+    // k beyond the candidates: every hit, the copy last.
+    r.k = 10;
+    assert_eq!(e.search(&r).unwrap().ids, vec![1, 3, 2]);
+}
+
+#[test]
+fn without_vectors_diversity_compares_the_terms() {
+    let e = repeated(None);
+    let mut r = request(Some("Ana Porto"), None, Mode::Text);
+    r.k = 2;
+    assert_eq!(e.search(&r).unwrap().ids, vec![1, 2]);
+    r.diversity = 0.3;
+    assert_eq!(e.search(&r).unwrap().ids, vec![1, 3]);
 }
