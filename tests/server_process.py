@@ -13,11 +13,12 @@ SERVING = re.compile(r"serving .* on (http://\S+)")
 
 
 class ServeProcess:
-    """``memlane serve ARGS``; ``url`` once it listens. A context manager: stops it."""
+    """``memlane serve ARGS`` on ``port`` (0: any free); ``url`` once it listens. A context
+    manager: stops it."""
 
-    def __init__(self, *args: str | Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str | Path, env: dict[str, str] | None = None, port: int = 0) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memlane", "serve", *map(str, args), "--port", "0"],
+            [sys.executable, "-m", "memlane", "serve", *map(str, args), "--port", str(port)],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import os
+import signal
 import sys
 from typing import Any
 
@@ -109,7 +111,10 @@ def serve(args: argparse.Namespace) -> int:
         options["max_body"] = args.max_body
     if args.max_upload is not None:
         options["max_upload"] = args.max_upload
-    with open_memory(args, create=args.create) as mem:
+    # uvicorn stops gracefully on SIGTERM, then raises it again for the handler it found:
+    # the default one would end the process before the store is closed.
+    signal.signal(signal.SIGTERM, _terminated)
+    with contextlib.suppress(_Terminated), open_memory(args, create=args.create) as mem:
         app = create_app(mem, **options)
         config = uvicorn.Config(
             app,
@@ -122,6 +127,14 @@ def serve(args: argparse.Namespace) -> int:
         )
         asyncio.run(_run(uvicorn.Server(config), mem.location))
     return 0
+
+
+class _Terminated(BaseException):
+    """SIGTERM: ends ``serve`` through the store's close, as Ctrl-C does."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
 
 
 async def _run(server: Any, store: str) -> None:

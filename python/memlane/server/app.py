@@ -16,7 +16,7 @@ from starlette.routing import Route as StarletteRoute
 from memlane.errors import InvalidArgumentError
 from memlane.memory import Memory
 from memlane.server import records, stream, transfer
-from memlane.server.errors import handlers
+from memlane.server.errors import Unexpected, handlers
 from memlane.server.keys import ApiKey
 from memlane.server.limits import BodyLimit
 from memlane.server.openapi import schema
@@ -93,7 +93,7 @@ def create_app(
 
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(BodyLimit, limit=limit)],
+        middleware=[Middleware(Unexpected), Middleware(BodyLimit, limit=limit)],
         exception_handlers=handlers,
     )
     app.state.memory = memory

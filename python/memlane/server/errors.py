@@ -5,6 +5,7 @@ name), 5xx only for :class:`~memlane.errors.InternalError` and
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -13,7 +14,9 @@ from starlette.responses import JSONResponse
 
 from memlane import errors
 
-__all__ = ["Refused", "error_body", "handlers", "status_of"]
+__all__ = ["Refused", "Unexpected", "error_body", "handlers", "status_of"]
+
+log = logging.getLogger("memlane.server")
 
 # First match wins: subclasses before their bases.
 _STATUS: tuple[tuple[type[errors.MemlaneError], int], ...] = (
@@ -71,16 +74,36 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(kind, str(exc.detail)), exc.status_code)
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    # A bug: said as memlane says one, without the traceback (the server logs it).
-    message = f"{type(exc).__name__}: {exc}"
-    return JSONResponse(error_body("InternalError", message), 500)
-
-
 #: The app's exception handlers.
 handlers: dict[Any, Any] = {
     errors.MemlaneError: _memlane,
     Refused: _refused,
     HTTPException: _http,
-    Exception: _unexpected,
 }
+
+
+class Unexpected:
+    """ASGI middleware: an exception no handler took (a bug) is answered 500, said as
+    memlane says an ``InternalError`` without the traceback, which goes to the log.
+    Starlette's own last handler re-raises it after answering, and uvicorn then closes
+    the connection, failing whatever request the client sent next on it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        started = False
+
+        async def sending(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started or scope["type"] != "http":
+                raise  # an answer under way can only be cut short
+            log.exception("%s %s", scope["method"], scope["path"])
+            body = error_body("InternalError", f"{type(exc).__name__}: {exc}")
+            await JSONResponse(body, 500)(scope, receive, send)
