@@ -14,9 +14,10 @@ noise falls on all of them alike.
 
 - The stub LLM sleeps its latency at every call, then answers as a model would:
   reflection remembers the last two user lines of its window, consolidation returns a
-  summary with one fact, the daily log and step summaries get a sentence. Reflection
-  fires every 10th turn; consolidation (30 short-term entries) also calls it, so the
-  inline turns that wait for it are the triggering turns and a few more.
+  summary with one fact, the check of new facts keeps each, the daily log and step
+  summaries get a sentence. Reflection fires every 10th turn; consolidation (12
+  short-term entries) and the check of the facts they store also call it, so the inline
+  turns that wait for it are the triggering turns and a few more.
 - The embedder alone: the default embedder (its own instance, no cache) on the texts the
   store embeds in that turn, each alone by the path the store takes: ``before()`` embeds
   the user's text (its search; ``after()`` then finds it in the store's cache);
@@ -34,8 +35,10 @@ stored, no upkeep failure, no job left at the end.
 
     python benches/bench_agent_upkeep.py [--turns 200] [--llm-latency 2,0.5] [--json]
 
-About 6 minutes on 2 busy cores at the defaults (each mode calls the LLM 29 times per
-latency: 20 reflections, 9 consolidations; the inline runs wait about 60 s and 15 s for it).
+About 6 minutes on 2 busy cores at the defaults. Each mode calls the LLM 71 times per
+latency: 20 reflections, 16 consolidations (12 entries each) and 35 checks of the facts
+they stored (counted at 0.05 s); before consolidation took OrcBot's batches of 12 and facts
+were checked, 29 (the inline runs then waited about 60 s and 15 s for them).
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ class SleepyLLM:
             if "consolidate an AI agent's short-term memory" in system
             else "daily"
             if "daily log" in system
+            else "facts"
+            if "keep an AI agent's memory consistent" in system
             else "other"
         )
         with self._lock:
@@ -110,6 +115,8 @@ class SleepyLLM:
                 for s in said[-2:]
             ]
             return json.dumps({"operations": ops})
+        if kind == "facts":
+            return json.dumps({"decisions": []})  # every new fact kept
         if kind == "consolidation":
             entries = re.findall(r"^\[[^\]]+\] (.+)$", last, re.M)
             fact = entries[0] if entries else "The user talked about their week."

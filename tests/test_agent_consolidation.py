@@ -50,21 +50,21 @@ def test_complete_action_cleans_up(mem):
 
 
 def test_below_threshold_skips(mem, server, llm):
-    _entries(mem, 29)
+    _entries(mem, 11)
     report = consolidate(mem, llm, scope=SCOPE)
-    assert report.status == "skipped" and report.pending_entries == 29
+    assert report.status == "skipped" and report.pending_entries == 11
     assert server.requests == []
 
 
 def test_consolidates_the_oldest_batch(mem, server, llm):
-    entries = _entries(mem, 30)
+    entries = _entries(mem, 20)
     server.push("Here you go:\n```json\n" + json.dumps(GOOD) + "\n```\nAnything else?")
     report = consolidate(mem, llm, scope=SCOPE)
     assert report.status == "consolidated", report.error
-    assert report.removed == [e.id for e in entries[:20]]
-    assert mem.count(SHORT_TERM, **SCOPE) == 10 == report.pending_entries
+    assert report.removed == [e.id for e in entries[:12]]
+    assert mem.count(SHORT_TERM, **SCOPE) == 8 == report.pending_entries
     left = {r.id for r in mem.list(SHORT_TERM, limit=100, **SCOPE)}
-    assert left == {e.id for e in entries[20:]}
+    assert left == {e.id for e in entries[12:]}
     ep = report.episodic
     assert ep is not None and ep.type == "episodic" and ep.user_id == "alice"
     assert mem.get(ep.id).text == GOOD["summary"]
@@ -73,11 +73,11 @@ def test_consolidates_the_oldest_batch(mem, server, llm):
     assert ep.metadata["consolidated_from"] == report.removed
     facts = sorted(r.text for r in mem.list("memories", type="semantic", **SCOPE))
     assert facts == ["Alice is vegetarian", "Alice lives in Berlin"]  # duplicates dropped
-    # The prompt held the 20 oldest entries and asked for the JSON keys.
+    # The prompt held the 12 oldest entries and asked for the JSON keys.
     (req,) = server.requests
     prompt = req["messages"][-1]["content"]
-    assert prompt.count("looked at hotels") == 20 and "step 0:" in prompt
-    assert "step 20:" not in prompt
+    assert prompt.count("looked at hotels") == 12 and "step 0:" in prompt
+    assert "step 12:" not in prompt
     assert '"facts"' in req["messages"][0]["content"]
 
 

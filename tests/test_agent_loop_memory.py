@@ -369,7 +369,7 @@ def test_consolidation_at_the_threshold(make_store, word_embedder, server, llm, 
 
 
 def test_consolidation_of_a_stale_oldest_entry(mem, server, llm, clock):
-    am = agent(mem, llm, clock)  # threshold 30, max_age 600
+    am = agent(mem, llm, clock)  # threshold 12, max_age 600
     am.consolidation = Consolidation()
     alice = am.event("telegram", 42, 7)
     server.push(json.dumps(SUMMARY))

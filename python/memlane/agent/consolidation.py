@@ -11,6 +11,10 @@ each entry's ``metadata["messageType"]``, ``"text"`` when it has none) and
 stores each fact as a semantic memory, all in one transaction. Only then are
 the source entries removed: an LLM error or an unparsable answer loses
 nothing and is reported.
+
+The defaults are OrcBot's per-contact consolidation (its ``interactionBatchSize``): a
+scope (a contact's memory) is summarised 12 entries at a time once it holds 12, so an
+episode covers at most 12 turns and the context's 5 newest episodes the last 60.
 """
 
 from __future__ import annotations
@@ -291,8 +295,8 @@ def consolidate(
     llm: LLM,
     *,
     scope: Mapping[str, str] | None = None,
-    threshold: int = 30,
-    batch: int = 20,
+    threshold: int = 12,
+    batch: int = 12,
     table: str = "memories",
     force: bool = False,
     metadata: Mapping[str, Any] | None = None,
@@ -324,8 +328,8 @@ async def aconsolidate(
     llm: AsyncLLM,
     *,
     scope: Mapping[str, str] | None = None,
-    threshold: int = 30,
-    batch: int = 20,
+    threshold: int = 12,
+    batch: int = 12,
     table: str = "memories",
     force: bool = False,
     metadata: Mapping[str, Any] | None = None,

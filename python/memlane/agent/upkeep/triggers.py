@@ -7,8 +7,8 @@ trigger            fires                                                       s
 =================  ==========================================================  ============
 reflection         every 10 turns of a room: the last 20 messages, up to 50    Reflection
                    stored memories shown, 500 output tokens
-consolidation      30 short-term entries in the scope, or the oldest is 10     Consolidation
-                   minutes old (the oldest 20 are summarised)
+consolidation      12 short-term entries in the scope (a contact's), or the    Consolidation
+                   oldest is 10 minutes old (the oldest 12 are summarised)
 flush reminder     25 new entries since the last one, 30-minute cooldown: the  FlushReminder
                    next ``before`` asks the model to save what matters
 step compaction    more than 10 steps: the first 2 and last 5 kept, the        Compaction
@@ -110,19 +110,22 @@ class Reflection:
 
 @dataclass(frozen=True, slots=True)
 class Consolidation:
-    """Consolidation of the short-term tier (OrcBot's triggers).
+    """Consolidation of the short-term tier, as OrcBot consolidates each contact's
+    interactions: in batches of 12 (its ``interactionBatchSize``), within 10 minutes.
 
     Attributes:
-        threshold: short-term entries in the scope that trigger it (30).
-        batch: the oldest entries summarised at once (20).
+        threshold: short-term entries in the scope that trigger it (12).
+        batch: the oldest entries summarised at once (12).
         max_age: seconds after which the oldest entry triggers it however few
-            there are (600: 10 minutes).
+            there are (600: 10 minutes). OrcBot's heartbeat consolidates a contact
+            whose newest entry is 10 minutes old; the trigger runs at a turn of the
+            contact, whose entry is new, so the oldest is what can be old.
         record_turns: ``after`` stores each turn as a short-term entry (True).
         enabled: False turns the trigger off (turns are still recorded).
     """
 
-    threshold: int = 30
-    batch: int = 20
+    threshold: int = 12
+    batch: int = 12
     max_age: float = 600.0
     record_turns: bool = True
     enabled: bool = True
