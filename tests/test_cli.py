@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memlane import Memory
-from memlane.cli import COMMANDS, build_parser, main
+from memlane.cli import COMMANDS, build_parser, main, parse
 from memlane.cli.demo import knowledge_dir
 from memlane.records import SCOPE_FIELDS
 
@@ -256,7 +256,7 @@ def test_export_import_roundtrip(
 
 def test_ingest_and_knowledge_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "s")
-    doc = run_json(capsys, "ingest", str(knowledge_dir()), "--shared", "--store", store, *TEXT)
+    doc = run_json(capsys, "ingest", store, str(knowledge_dir()), "--shared", *TEXT, "--create")
     assert set(doc) == {
         "ok", "seen", "ingested", "unchanged", "replaced", "failed", "skipped", "pruned",
         "fragments", "truncated", "seconds",
@@ -281,7 +281,9 @@ def test_ingest_failures_exit_nonzero(tmp_path: Path, capsys: pytest.CaptureFixt
     (folder / "good.md").write_text("# Good\n\nA fine document.\n")
     (folder / "bad.pdf").write_bytes(b"not a pdf at all")
     store = str(tmp_path / "s")
-    code, out, _ = run(capsys, "ingest", str(folder), "--shared", "--store", store, *TEXT, "--json")
+    code, out, _ = run(
+        capsys, "ingest", store, str(folder), "--shared", *TEXT, "--json", "--create"
+    )
     doc = json.loads(out)
     assert (
         code == 1 and not doc["ok"] and "bad.pdf" in doc["failed"] and "good.md" in doc["ingested"]
@@ -355,7 +357,7 @@ def test_store_from_environment(
     store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MEMLANE_STORE", store)
-    assert build_parser().parse_args(["list"]).store == store
+    assert parse(["list"]).store == store
     code, out, _ = run(capsys, "list", *TEXT)
     assert code == 0 and "3 of 3 shown" in out
 
@@ -387,3 +389,125 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "ops-bot",
     }
     assert {s["user_id"] for s in stats["scopes"] if s["table"] == "memories"} == {"alice", "bob"}
+
+
+# -- naming a store, creating one, notes -------------------------------------------------------
+
+build_parser()  # registers every command
+STORE_COMMANDS = sorted(name for name, cmd in COMMANDS.items() if cmd.store)
+
+
+@pytest.mark.parametrize("name", STORE_COMMANDS)
+def test_every_store_command_takes_the_store_first(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, name, "--help")
+    assert code == 0
+    # Help lists the positionals in order: STORE first, then the command's own.
+    assert out.split("positional arguments:\n")[1].split()[0] == "STORE", out
+    assert "[--store STORE]" in out and "$MEMLANE_STORE" in out
+
+
+def test_the_store_as_argument_or_option(
+    store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MEMLANE_STORE", raising=False)
+    assert run_json(capsys, "stats", store, *TEXT)["records"] == 3
+    doc = run_json(capsys, "search", store, "green tea", *TEXT, "--k", "1")
+    assert (
+        doc["query"] == "green tea" and doc["hits"][0]["record"]["text"] == "Bob drinks green tea"
+    )
+    # --store in its place: every argument is the command's own.
+    args = parse(["add", "one", "two", "--store", store])
+    assert (args.store, args.text) == (store, ["one", "two"])
+    args = parse(["add", store, "one", "two"])
+    assert (args.store, args.text) == (store, ["one", "two"])
+    args = parse(["get", "--store=" + store, "id-1"])
+    assert (args.store, args.ids) == (store, ["id-1"])
+    # Named twice, or not at all: a usage error that says so.
+    code, out, err = run(capsys, "list", store, "--store", store)
+    assert code == 2 and out == "" and "the store is named twice" in err
+    code, _, err = run(capsys, "stats")
+    assert code == 2 and "the following arguments are required: STORE" in err
+    code, _, err = run(capsys, "search", store)
+    assert code == 2 and "the following arguments are required: QUERY" in err
+
+
+def test_the_store_from_the_environment_or_the_argument(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = str(tmp_path / "other")
+    assert main(["add", other, "only here", *TEXT, "--create"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("MEMLANE_STORE", store)
+    # With $MEMLANE_STORE, the arguments are the command's own...
+    args = parse(["add", "one", "two"])
+    assert (args.store, args.text) == (store, ["one", "two"])
+    assert parse(["search", "tea"]).store == store
+    # ...and a store given first is still read where the command's arguments are fixed.
+    assert run_json(capsys, "stats", other, *TEXT)["records"] == 1
+    doc = run_json(capsys, "search", other, "only", *TEXT, "--mode", "text")
+    assert [h["record"]["text"] for h in doc["hits"]] == ["only here"]
+    assert run_json(capsys, "stats", *TEXT)["records"] == 3
+
+
+def test_only_create_makes_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Deploy\n\nRun the blue-green script.\n")
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("")
+    missing = tmp_path / "missing"
+    own = {
+        "add": ["hello"],
+        "import": [str(dump)],
+        "ingest": [str(folder), "--shared", "--no-progress"],
+        "mcp": [],
+        "serve": ["--port", "0"],
+    }
+    assert {name for name, cmd in COMMANDS.items() if cmd.creates} == set(own)
+    for name, rest in own.items():
+        code, out, err = run(capsys, name, str(missing), *rest, *TEXT)
+        assert code == 1 and out == "", name
+        assert (
+            err
+            == f"memlane: error: no memlane store at {missing}; pass --create to make a new one\n"
+        )
+        assert not missing.exists(), name
+    code, out, err = run(capsys, "ingest", str(missing), *own["ingest"], *TEXT, "--create")
+    assert code == 0 and "1 ingested" in out
+    assert err == f"memlane: creating a new store at {missing}\n"
+    # The other commands take no --create.
+    for name in set(STORE_COMMANDS) - set(own):
+        assert "--create" not in run(capsys, name, "--help")[1], name
+    code, _, err = run(capsys, "stats", str(missing), "--create")
+    assert code == 2 and "unrecognized arguments: --create" in err
+
+
+def test_a_truncated_text_is_a_one_line_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "s")
+    long = "word " * 700  # more than the default model's 256 tokens
+    code, out, err = run(capsys, "add", store, long, "--create")
+    assert code == 0 and len(out.split()) == 1
+    assert err.splitlines() == [
+        f"memlane: creating a new store at {store}",
+        "note: 1 text(s) were longer than the embedding model reads (256 tokens): their "
+        "vectors stand for their beginning (text search sees all of them)",
+    ]
+    # --debug: the warning as Python gives it, with where it came from.
+    from memlane.embeddings import TextTruncatedWarning
+
+    with pytest.warns(TextTruncatedWarning, match="exceeded the model's limit of 256 tokens"):
+        assert main(["add", store, long + "again", "--debug"]) == 0
+
+
+def test_a_warning_is_a_one_line_note(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # A snapshot of another database: rebuilt with a warning.
+    (Path(store) / "index" / "store_id").write_text("00000000-0000-0000-0000-000000000000")
+    code, out, err = run(capsys, "stats", store, *TEXT)
+    assert code == 0 and "records   3" in out
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("note: the index snapshot of "), err
+    assert lines[0].endswith("rebuilding it from the database") and ".py:" not in err

@@ -208,11 +208,12 @@ def _expect(lines: queue.Queue[str], wanted: str, seen: list[str]) -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
 def test_cli_watch_until_interrupted(tmp_path: Path, onnx_embedder: OnnxEmbedder) -> None:
     """``memlane ingest ... --watch`` as docs/cli.md writes it, with the default model."""
-    command = "memlane ingest knowledge --shared --store kb-store --watch"
+    command = "memlane ingest kb-store knowledge --shared --watch"
     assert command in (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
     kb = tmp_path / "knowledge"
     kb.mkdir()
     (kb / "a.txt").write_text("Aardvarks dig burrows at night.")
+    Memory(tmp_path / "kb-store", onnx_embedder).close()  # made by the page's first block
     # The installed memlane (the source tree has no native module in a plain install).
     # Ctrl-C as in a terminal: a child inherits an ignored SIGINT (a job started in the
     # background of a non-interactive shell ignores it, as .ci/run may be), and then

@@ -2,14 +2,19 @@
 
 A command is one function registered with :func:`command`::
 
-    @command("hello", "say hello to a store", arguments=lambda p: p.add_argument("name"))
+    @command("hello", "say hello to a store", arguments=lambda p: p.add_argument("name"),
+             store=True)
     def hello(args: argparse.Namespace) -> int:
         with open_memory(args) as mem:
             ...
         return 0
 
-Commands are listed by ``memlane --help`` in the order their modules register
-them; a new module is added to ``COMMAND_MODULES`` in :mod:`memlane.cli`.
+A command that opens a store (``store=True``) takes it as its first argument,
+``memlane hello STORE NAME``, or from ``--store`` / ``$MEMLANE_STORE`` in its place
+(:func:`memlane.cli.parse` reads both ways); it creates a missing store only when it
+takes ``--create`` (``creates=True``) and is given it. Commands are listed by
+``memlane --help`` in the order their modules register them; a new module is added to
+``COMMAND_MODULES`` in :mod:`memlane.cli`.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ __all__ = [
     "RecordedEmbedder",
     "add_filter_arguments",
     "add_scope_arguments",
+    "add_store_argument",
+    "add_store_options",
     "at_least",
     "command",
     "embedder_choice",
@@ -62,7 +69,7 @@ __all__ = [
 Run = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], Any]
 
-#: The environment variable ``--store`` defaults to.
+#: The environment variable that names the store when neither STORE nor ``--store`` does.
 STORE_ENV = "MEMLANE_STORE"
 #: The environment variable ``--cache-dir`` defaults to.
 CACHE_ENV = "MEMLANE_CACHE_DIR"
@@ -88,6 +95,7 @@ class Command:
     arguments: Configure | None = None
     store: bool = False
     json: bool = False
+    creates: bool = False
 
 
 #: Registered commands by name, in registration order.
@@ -101,18 +109,22 @@ def command(
     arguments: Configure | None = None,
     store: bool = False,
     json: bool = False,
+    creates: bool = False,
 ) -> Callable[[Run], Run]:
     """Registers the decorated function as ``memlane NAME``.
 
-    ``arguments`` adds the command's own arguments to its parser; ``store``
-    adds ``--store DIR`` and the embedder option; ``json`` adds ``--json``.
-    The function returns the exit code.
+    ``arguments`` adds the command's own arguments to its parser; ``store`` adds
+    the STORE argument before them, and ``--store``, ``--cache-dir`` and
+    ``--embedder``; ``creates`` adds ``--create`` (a store command that may make
+    its store); ``json`` adds ``--json``. The function returns the exit code.
     """
 
     def register(run: Run) -> Run:
         if name in COMMANDS:
             raise ValueError(f"memlane command {name!r} is registered twice")
-        COMMANDS[name] = Command(name, help, run, arguments, store, json)
+        if creates and not store:
+            raise ValueError(f"memlane command {name!r} creates a store it does not open")
+        COMMANDS[name] = Command(name, help, run, arguments, store, json, creates)
         return run
 
     return register
@@ -334,10 +346,9 @@ def _store_embedder(recorded: tuple[str, int] | None, choice: str | None) -> Emb
 
 
 @contextmanager
-def open_memory(
-    args: argparse.Namespace, *, create: bool = False, embeds: bool = True
-) -> Iterator[Memory]:
-    """Opens ``--store``; a missing store is an error unless ``create``.
+def open_memory(args: argparse.Namespace, *, embeds: bool = True) -> Iterator[Memory]:
+    """Opens the store the command line names; a missing store is an error unless the
+    command was given ``--create``.
 
     A command that does not embed (``embeds=False``) opens the store with the
     embedder it was built with, whatever ``--embedder`` says.
@@ -348,8 +359,8 @@ def open_memory(
     # A PostgreSQL store's schema is created by its first open, like a new directory's.
     target: str | Path = args.store if is_postgres_url(args.store) else Path(args.store)
     if isinstance(target, Path) and not (target / "memory.db").is_file():
-        if not create:
-            # Commands with --create say so: a misspelt --store must not make a new store.
+        if not getattr(args, "create", False):
+            # Commands with --create say so: a misspelt STORE must not make a new store.
             hint = "; pass --create to make a new one" if hasattr(args, "create") else ""
             raise NotFoundError(f"no memlane store at {target}{hint}")
         print(f"memlane: creating a new store at {target}", file=sys.stderr)
@@ -387,15 +398,33 @@ def emit_json(value: object) -> None:
     sys.stdout.write("\n")
 
 
-def add_store_arguments(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get(STORE_ENV)
+def add_store_argument(parser: argparse.ArgumentParser) -> None:
+    """STORE, the first argument of a command that opens a store."""
+    parser.add_argument(
+        "store",
+        metavar="STORE",
+        help="the store: a directory, or a postgresql:// URL. Left out when --store or "
+        f"${STORE_ENV} names it",
+    )
+
+
+def add_store_options(parser: argparse.ArgumentParser, *, creates: bool) -> None:
+    """``--store`` (in place of STORE), ``--cache-dir``, ``--embedder``, and ``--create``
+    for a command that may make its store."""
     parser.add_argument(
         "--store",
-        metavar="DIR",
-        default=default,
-        required=default is None,
-        help=f"the store directory, or a postgresql:// URL (default: ${STORE_ENV})",
+        dest="store_option",
+        metavar="STORE",
+        default=None,
+        help=f"the store, in place of the STORE argument (default: ${STORE_ENV})",
     )
+    if creates:
+        parser.add_argument(
+            "--create",
+            action="store_true",
+            help="create the store if it is missing (without it, a missing store is an "
+            "error, so a misspelt STORE creates nothing)",
+        )
     parser.add_argument(
         "--cache-dir",
         metavar="DIR",

@@ -11,7 +11,6 @@ __all__: list[str] = []
 
 def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     add_scope_arguments(p, "every tool call's")
-    p.add_argument("--create", action="store_true", help="create the store if it is missing")
 
 
 @command(
@@ -19,10 +18,11 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     "serve remember/recall/forget/search_knowledge to an MCP client over stdio",
     arguments=_mcp_arguments,
     store=True,
+    creates=True,
 )
 def mcp(args: argparse.Namespace) -> int:
     from memlane.agent.mcp_server import serve_stdio
 
-    with open_memory(args, create=args.create) as mem:
+    with open_memory(args) as mem:
         serve_stdio(mem, scope_of(args))
     return 0

@@ -108,7 +108,7 @@ def run(k: int = 3, keep: str | None = None) -> None:
         finally:
             mem.close()
         if keep is not None:
-            print(f"\nthe store is in {path}; try: memlane search 'dark mode' --store {path}")
+            print(f"\nthe store is in {path}; try: memlane search {path} 'dark mode'")
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:

@@ -69,6 +69,7 @@ def report_json(report: Any) -> dict[str, Any]:
     arguments=_ingest_arguments,
     store=True,
     json=True,
+    creates=True,
 )
 def ingest(args: argparse.Namespace) -> int:
     from pathlib import Path
@@ -81,7 +82,7 @@ def ingest(args: argparse.Namespace) -> int:
         from memlane.cli.watching import watch
 
         return watch(args)
-    with open_memory(args, create=True) as mem:
+    with open_memory(args) as mem:
         report = mem.ingest(
             args.path,
             agent_id=args.agent,

@@ -11,15 +11,7 @@ import signal
 import sys
 from typing import Any
 
-from memlane.cli._command import (
-    CACHE_ENV,
-    EMBEDDER_HELP,
-    STORE_ENV,
-    at_least,
-    command,
-    embedder_choice,
-    open_memory,
-)
+from memlane.cli._command import at_least, command, open_memory
 from memlane.errors import InvalidArgumentError, MemlaneError
 
 __all__: list[str] = []
@@ -34,14 +26,6 @@ KEY_ENV = "MEMLANE_API_KEY"
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    default = os.environ.get(STORE_ENV)
-    p.add_argument(
-        "store",
-        metavar="STORE",
-        nargs="?" if default is not None else None,
-        default=default,
-        help=f"the store directory, or a postgresql:// URL (default: ${STORE_ENV})",
-    )
     p.add_argument(
         "--host",
         default="127.0.0.1",
@@ -65,16 +49,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--max-upload", type=at_least(1), help="the largest ingest or import upload, in bytes"
     )
     p.add_argument("--ingest-root", metavar="DIR", help="a folder /v1/ingest may read by path")
-    p.add_argument("--create", action="store_true", help="create the store if it is missing")
-    p.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        default=os.environ.get(CACHE_ENV),
-        help=f"PostgreSQL stores: a folder for index snapshots (default: ${CACHE_ENV})",
-    )
-    p.add_argument(
-        "--embedder", type=embedder_choice, metavar="EMBEDDER", default=None, help=EMBEDDER_HELP
-    )
 
 
 def _loopback(host: str) -> bool:
@@ -86,7 +60,13 @@ def _loopback(host: str) -> bool:
         return False
 
 
-@command("serve", "serve a store's record API over HTTP (memlane[server])", arguments=_arguments)
+@command(
+    "serve",
+    "serve a store's record API over HTTP (memlane[server])",
+    arguments=_arguments,
+    store=True,
+    creates=True,
+)
 def serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -114,7 +94,7 @@ def serve(args: argparse.Namespace) -> int:
     # uvicorn stops gracefully on SIGTERM, then raises it again for the handler it found:
     # the default one would end the process before the store is closed.
     signal.signal(signal.SIGTERM, _terminated)
-    with contextlib.suppress(_Terminated), open_memory(args, create=args.create) as mem:
+    with contextlib.suppress(_Terminated), open_memory(args) as mem:
         app = create_app(mem, **options)
         config = uvicorn.Config(
             app,

@@ -70,16 +70,17 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="metadata (VALUE may be JSON)",
     )
-    p.add_argument(
-        "--create",
-        action="store_true",
-        help="create the store if it is missing (without it, a missing store is an error, "
-        "so a misspelt --store creates nothing)",
-    )
     add_scope_arguments(p, "the memory's")
 
 
-@command("add", "add memories to a store", arguments=_add_arguments, store=True, json=True)
+@command(
+    "add",
+    "add memories to a store",
+    arguments=_add_arguments,
+    store=True,
+    json=True,
+    creates=True,
+)
 def add(args: argparse.Namespace) -> int:
     metadata = parse_metadata(args.meta)
     common: dict[str, Any] = {
@@ -97,7 +98,7 @@ def add(args: argparse.Namespace) -> int:
             texts.extend(line.rstrip("\n") for line in sys.stdin if line.strip())
         else:
             texts.append(text)
-    with open_memory(args, create=args.create) as mem:
+    with open_memory(args) as mem:
         records = mem.add_many([{"text": text, **common} for text in texts])
     if args.json:
         emit_json(
@@ -452,12 +453,6 @@ def _import_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--skip-existing", action="store_true", help="skip ids already stored (default: error)"
     )
-    p.add_argument(
-        "--create",
-        action="store_true",
-        help="create the store if it is missing (without it, a missing store is an error, "
-        "as for 'add')",
-    )
 
 
 @command(
@@ -466,13 +461,14 @@ def _import_arguments(p: argparse.ArgumentParser) -> None:
     arguments=_import_arguments,
     store=True,
     json=True,
+    creates=True,
 )
 def import_(args: argparse.Namespace) -> int:
     from memlane.errors import DuplicateIdError, NotFoundError
 
     if not Path(args.file).is_file():
         raise NotFoundError(f"no such file: {args.file}")
-    with open_memory(args, create=args.create) as mem:
+    with open_memory(args) as mem:
         try:
             n = mem.import_jsonl(args.file, on_conflict="skip" if args.skip_existing else "error")
         except DuplicateIdError as e:

@@ -51,7 +51,7 @@ def watch(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise InvalidArgumentError(f"--watch needs a folder, got the file {folder}")
     on_report, on_error = _printer(args.json)
-    with open_memory(args, create=True) as mem:
+    with open_memory(args) as mem:
         handle = mem.watch(
             folder,
             agent_id=args.agent,
