@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import AsyncMemory, Memory
+from memlane.agent.context import build_context
 from memlane.errors import InvalidArgumentError
 from memlane.server import create_app
 
@@ -67,6 +68,27 @@ def test_without_an_embedder_the_words_are_compared(make_store: StoreFactory) ->
     plain = _ids(mem, "Ana", 2, 0.0)
     assert DISTINCT not in plain
     assert _ids(mem, "Ana", 2, 0.3) == [plain[0], DISTINCT]
+
+
+def test_build_context_passes_diversity_to_its_search(make_store: StoreFactory) -> None:
+    mem = make_store("context", WordHashEmbedder())
+    mem.add_many([{"id": f"m{i}", "text": t, "room_id": "r"} for i, t in enumerate(TEXTS)])
+
+    def injected(diversity: float) -> list[str]:
+        ctx = build_context(
+            mem,
+            "tell me about Ana",
+            {"room_id": "r"},
+            inject_limit=2,
+            diversity=diversity,
+            track_access=False,
+        )
+        return [r.id for r in ctx.records["memories"]]
+
+    assert DISTINCT not in injected(0.0)
+    assert injected(0.3)[1] == DISTINCT
+    with pytest.raises(InvalidArgumentError, match="diversity"):
+        injected(2.0)
 
 
 @pytest.mark.parametrize(

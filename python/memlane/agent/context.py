@@ -326,6 +326,7 @@ def _relevant_memories(
     min_score: float | Literal["default"] | None,
     track_access: bool,
     fields: dict[str, Any],
+    diversity: float,
 ) -> list[SearchHit]:
     if isinstance(min_score, str):
         if min_score != "default":
@@ -348,6 +349,7 @@ def _relevant_memories(
             table=table,
             min_similarity=min_score,
             track_access=track_access,
+            diversity=diversity,
             **fields,
         )
     except InvalidArgumentError:
@@ -355,7 +357,9 @@ def _relevant_memories(
             raise
     # A text-only store (no query vector, so no similarity): no minimum. Any
     # other bad argument raises again here.
-    return mem.search(message, k, table=table, track_access=track_access, **fields)
+    return mem.search(
+        message, k, table=table, track_access=track_access, diversity=diversity, **fields
+    )
 
 
 def build_context(
@@ -367,6 +371,7 @@ def build_context(
     *,
     inject_limit: int = 20,
     min_score: float | Literal["default"] | None = "default",
+    diversity: float = 0.0,
     episodic_limit: int = 5,
     history_limit: int = 20,
     knowledge_limit: int = KNOWLEDGE_LIMIT,
@@ -403,6 +408,8 @@ def build_context(
             message, so it means less across queries; the similarity does. A
             store without an embedder has no similarity, and there no minimum
             applies.
+        diversity: the λ of the memories' search (``Memory.search``'s maximal marginal
+            relevance; 0: off), measured in ``benches/README.md``, "Context precision".
         episodic_limit: the scope's newest episodic memories (consolidation's
             summaries) shown after the relevant ones, newest first, while the
             section's tokens last (OrcBot's 5; 0: none).
@@ -478,7 +485,7 @@ def build_context(
         candidates["knowledge"] = [" ".join(h.record.text.split()) for h in hits]
     if wanted["memories"] and inject_limit > 0 and message.strip():
         hits = _relevant_memories(
-            mem, message, inject_limit, table, min_score, track_access, fields
+            mem, message, inject_limit, table, min_score, track_access, fields, diversity
         )
         records["memories"] = [h.record for h in hits]
         candidates["memories"] = [f"- {' '.join(h.record.text.split())}" for h in hits]
