@@ -49,9 +49,17 @@ class BM25Index:
 
     Scores are ``Σ idf(t) · tf / (tf + k1 · (1 - b + b · len / avgdl))`` with
     ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, over the terms of
-    :func:`analyze`; corpus statistics stay exact under adds and removes.
+    [`analyze`][memlane.analyze]; corpus statistics stay exact under adds and removes.
     Results are ordered by score descending, then id ascending, and equal
     exhaustive scoring. Thread-safe.
+
+    Args:
+        k1: term-frequency saturation.
+        b: document-length normalisation, 0 (none) to 1.
+        language: the analyzer's language (stopwords and Snowball stemmer), one of 18.
+        stopwords: True for the language's list, False for none, or a list of words.
+        stemming: whether terms are stemmed.
+        fold_accents: whether accents are removed ("café" matches "cafe").
     """
 
     def __new__(
@@ -87,13 +95,15 @@ class BM25Index:
     def save(self, path: str | PathLike[str]) -> None:
         """Writes a versioned, checksummed file, atomically replacing any file at ``path``."""
     @staticmethod
-    def load(path: str | PathLike[str]) -> BM25Index: ...
+    def load(path: str | PathLike[str]) -> BM25Index:
+        """The index a ``save`` wrote; ``CorruptFileError`` for a damaged file."""
     def ids(self) -> npt.NDArray[np.uint64]:
         """Stored ids, in insertion order."""
     def __contains__(self, key: object, /) -> bool: ...
     def __len__(self) -> int: ...
     @property
-    def vocabulary_size(self) -> int: ...
+    def vocabulary_size(self) -> int:
+        """Distinct terms in the stored texts."""
     @property
     def k1(self) -> float: ...
     @property
@@ -181,6 +191,15 @@ class HnswIndex:
     approximate distances; "int8+f16" walks the graph on int8 codes and ranks
     the final candidates on f16 copies (0.8 of the floats' memory, distances
     as precise as f16's).
+
+    Args:
+        dim: the vectors' length.
+        metric: ``"cosine"``, ``"ip"`` or ``"l2"``.
+        m: links per node (as hnswlib's ``M``).
+        ef_construction: candidates weighed per link as vectors are added.
+        ef: the default search beam (``ef`` of ``search``), settable later.
+        seed: the seed of the levels drawn for new vectors.
+        precision: ``"f32"``, ``"f16"``, ``"int8"`` or ``"int8+f16"``.
     """
 
     def __new__(
@@ -231,12 +250,17 @@ class HnswIndex:
         hnswlib calls its filter), with the GIL held, one query after another;
         an exception it raises propagates.
         """
-    def save(self, path: str | PathLike[str]) -> None: ...
+    def save(self, path: str | PathLike[str]) -> None:
+        """Writes a versioned, checksummed file, atomically replacing any file at ``path``."""
     @staticmethod
-    def load(path: str | PathLike[str]) -> HnswIndex: ...
-    def get_vector(self, id: int) -> npt.NDArray[np.float32]: ...
-    def ids(self) -> npt.NDArray[np.uint64]: ...
-    def memory_bytes(self) -> int: ...
+    def load(path: str | PathLike[str]) -> HnswIndex:
+        """The index a ``save`` wrote; ``CorruptFileError`` for a damaged file."""
+    def get_vector(self, id: int) -> npt.NDArray[np.float32]:
+        """The stored vector of ``id`` (unit length under the cosine metric)."""
+    def ids(self) -> npt.NDArray[np.uint64]:
+        """Live ids in storage order."""
+    def memory_bytes(self) -> int:
+        """Bytes held by vectors, links and id maps."""
     def __contains__(self, key: object, /) -> bool: ...
     def __len__(self) -> int: ...
     @property
@@ -253,7 +277,8 @@ class HnswIndex:
     def precision(self) -> str:
         """How vectors are stored: "f32" (exact), "f16", "int8" or "int8+f16"."""
     @property
-    def ef(self) -> int: ...
+    def ef(self) -> int:
+        """The search beam ``search`` uses when given no ``ef``; settable."""
     @ef.setter
     def ef(self, value: int) -> None: ...
 
@@ -397,7 +422,7 @@ class Engine:
     def vector(self, id: int) -> npt.NDArray[np.float32] | None: ...
     def fill(self, rows: Sequence[tuple[int, bytes]]) -> None:
         """Gives back the vectors a loaded snapshot left out, as the database keeps them:
-        ``(id, blob)`` rows (see :func:`unblobs`). Ids whose vector is not awaited, and
+        ``(id, blob)`` rows (see ``unblobs``). Ids whose vector is not awaited, and
         rows the index would refuse (their ids stay awaiting), are ignored; a damaged blob
         raises ``CorruptFileError``."""
     def awaiting(self) -> npt.NDArray[np.uint64]:

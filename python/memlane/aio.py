@@ -1,14 +1,15 @@
-""":class:`AsyncMemory`: the :class:`~memlane.Memory` API with ``async`` methods.
+"""``AsyncMemory``: the ``Memory`` API with ``async`` methods.
 
 Each call runs the synchronous method in a worker thread
-(:func:`asyncio.to_thread`). The engine releases the GIL for its work and
+(``asyncio.to_thread``). The engine releases the GIL for its work and
 SQLite and HTTP embedders release it while they wait, so concurrent calls
 really run in parallel and the event loop never blocks.
 
-Every method is made from its :class:`~memlane.Memory` twin by
-:func:`_in_thread`, so it has the twin's parameters and types by construction
-(declared once): editors and mypy check calls to either alike, and
-``tests/test_aio.py`` holds them to it.
+Every method is made from its ``Memory`` twin by ``_in_thread``, so it has the
+twin's parameters and types by construction (declared once): editors and mypy
+check calls to either alike, and ``tests/test_aio.py`` holds them to it. The
+API reference lists them as the async methods they are (its Griffe extension,
+``docs/reference/extension.py``, reads them from this class).
 """
 
 from __future__ import annotations
@@ -39,21 +40,28 @@ def _in_thread(
 
     call.__name__ = name
     call.__qualname__ = f"AsyncMemory.{name}"
-    call.__doc__ = f":meth:`Memory.{name} <memlane.Memory.{name}>` in a worker thread."
+    call.__doc__ = f"[`Memory.{name}`][memlane.Memory.{name}] in a worker thread."
     call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature reads it
     return call
 
 
 class AsyncMemory:
-    """``AsyncMemory(path, embedder, **options)`` opens a :class:`~memlane.Memory`.
+    """The [`Memory`][memlane.Memory] API with ``async`` methods, each running its
+    ``Memory`` twin in a worker thread.
 
     Use it as ``async with AsyncMemory(path) as mem: ...`` or call
-    :meth:`close`. ``await AsyncMemory.open(...)`` opens the store in a worker
-    thread (opening replays the database, which may take a while).
+    [`close`][memlane.AsyncMemory.close]. [`open`][memlane.AsyncMemory.open] opens the
+    store in a worker thread (opening replays the database, which may take a while).
+
+    Args:
+        path: as for [`Memory`][memlane.Memory].
+        embedder: as for [`Memory`][memlane.Memory].
+        memory: an open ``Memory`` to wrap instead of opening one.
+        **options: the other keyword arguments of [`Memory`][memlane.Memory].
     """
 
-    #: The :class:`~memlane.Memory` every call runs on.
     sync: Memory
+    """The [`Memory`][memlane.Memory] every call runs on."""
 
     def __init__(
         self,
@@ -72,6 +80,8 @@ class AsyncMemory:
         embedder: Embedder | None = DEFAULT_EMBEDDER,
         **options: Any,
     ) -> AsyncMemory:
+        """Opens the store in a worker thread: ``await AsyncMemory.open(path, ...)``
+        takes the arguments of [`Memory`][memlane.Memory]."""
         memory = await asyncio.to_thread(Memory, path, embedder, **options)
         return cls(memory=memory)
 

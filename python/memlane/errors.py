@@ -1,6 +1,6 @@
 """The exceptions memlane raises.
 
-Every class derives from :class:`MemlaneError` and also from the builtin a
+Every class derives from [`MemlaneError`][memlane.errors.MemlaneError] and also from the builtin a
 caller would reach for, so ``except ValueError`` keeps working.
 """
 

@@ -63,12 +63,13 @@ class Memory(MemoryStore):
             in memory (gone at close); a ``postgresql://`` (or ``postgres://``)
             URL opens a store in PostgreSQL shared by any number of processes
             (``?schema=NAME`` picks its schema, ``memlane`` by default).
-        embedder: an :class:`~memlane.embeddings.Embedder`; by default the
-            offline :class:`~memlane.OnnxEmbedder`, loaded at the first text to
+        embedder: an [`Embedder`][memlane.Embedder]; by default the offline
+            [`OnnxEmbedder`][memlane.OnnxEmbedder], loaded at the first text to
             embed. ``None`` makes a text-only store: searches use BM25 alone.
             A store pins its embedder's name and dimension; opening it with
-            another raises :class:`~memlane.errors.EmbedderMismatchError`
-            unless ``reembed=True``, which embeds every record again.
+            another raises [`EmbedderMismatchError`][memlane.errors.EmbedderMismatchError]
+            unless ``reembed=True``.
+        reembed: embeds every record again if ``embedder`` is not the one the store pinned.
         default_scope: scope fields filled in wherever a call leaves them out.
         dedup_threshold: cosine similarity at which ``add(unique=True)`` sees a
             near-duplicate.
@@ -86,35 +87,34 @@ class Memory(MemoryStore):
             The engine sees an access at once (decay restarts); the database
             gets the counts in batches (with the next write, every 10 s, and at
             close), so a crash can lose the last seconds of counts, never a memory.
-        decay, weights, recency_half_life: search defaults (see :meth:`search`);
-            ``decay=None`` (the default) takes the rate from ``recency_half_life``
-            and counts ages to the newest candidate; a ``decay`` rate (per hour)
-            counts them to now, as Nous does, evergreen memories exempt.
+        decay: the searches' default decay rate per hour, ages counted to now (Nous's;
+            evergreen memories exempt); ``None`` takes the rate from
+            ``recency_half_life``, ages counted to the newest candidate.
+        weights: the searches' default weights of ``"relevance"``, ``"importance"``
+            and ``"recency"``; ``None``: 1, 0.1 and 0.02.
+        recency_half_life: the searches' default hours in which recency halves.
         snapshot_every: changes between periodic index snapshots (at least
             half the store's size, so snapshots cost O(1) per change).
         cache_size: query and text embeddings kept in memory.
         language: the BM25 analyzer's language (stopwords and stemmer).
-        hnsw_m, hnsw_ef_construction: how the graph is built (links per node, 2 to
-            200; candidates weighed per link); a store reopened from its snapshot
-            keeps the graph it has.
-        hnsw_ef: the search beam (at least 1), applied at every open. The default
-            gives vector searches a recall@10 of 0.991-0.992 over 100,000 WordNet
-            glosses (``benches/bench_disk.py``; 128 gave 0.9898-0.9906, 64 0.97).
+        hnsw_m: links per node of the vector graph, 2 to 200; a store reopened from its
+            snapshot keeps the graph it has.
+        hnsw_ef_construction: candidates weighed per link as the graph is built.
+        hnsw_ef: the search beam (at least 1), applied at every open: a wider beam
+            finds more of the true nearest neighbours, and takes longer (the recall
+            of this default: ``benches/README.md``).
         hnsw_precision: how the vector index holds vectors in memory (see
-            :class:`~memlane.HnswIndex`). The default walks the graph on int8
-            codes and ranks on f16 copies: about twice the speed of "f32" with
-            cosines within about 1e-3. The database keeps vectors in half floats
-            (each component its own float16 rounding, scaled by a power of two so
-            that none overflows), and in full for
-            "f32"; a snapshot of another precision is rebuilt at open.
+            [`HnswIndex`][memlane.HnswIndex]). The default walks the graph on int8
+            codes and ranks on f16 copies: about twice the speed of ``"f32"``, cosines
+            within about 1e-3. The database keeps vectors in half floats, in full for
+            ``"f32"``; a snapshot of another precision is rebuilt at open.
         cache_dir: PostgreSQL only: a local folder for index snapshots, so an
             open loads the newest one and replays only the changes since it
             (without it, every open builds the indexes from the database).
         snapshot_vectors: whether the index snapshot keeps its own copy of the
             vectors. The default opens fastest; False keeps each vector once on
-            disk, in the database, which an open then reads back: at 100,000
-            memories the store takes 0.66x the disk and opens about 3.5x slower
-            (``benches/README.md``).
+            disk, in the database, which an open then reads back: less disk, slower
+            opens (``benches/README.md``).
     """
 
     def __init__(
@@ -246,13 +246,13 @@ class Memory(MemoryStore):
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran (every call but ``close`` then raises)."""
+        """True once [`close`][memlane.Memory.close] ran (every call but ``close`` then raises)."""
         return self._sync.closing
 
     @property
     def events(self) -> Events:
         """This process's changes to the store as events: ``mem.events.subscribe(callback,
-        user_id="alice")``, or iterate over the subscription (:mod:`memlane.events`)."""
+        user_id="alice")``, or iterate over the subscription (``memlane.events``)."""
         return self._writer.events
 
     def snapshot(self) -> None:
@@ -323,10 +323,10 @@ class Memory(MemoryStore):
             path: a file or a folder.
             agent_id: the agent whose own knowledge this is (required unless ``shared``).
             shared: knowledge every agent may read (its ids ignore ``agent_id``).
-            chunker: by default :class:`~memlane.knowledge.MarkdownSplitter` for
-                markdown and Word files, :class:`~memlane.knowledge.RecursiveCharacterSplitter`
-                for the rest, sized in the default model's tokens (128, overlap 20: within
-                what it reads; :func:`~memlane.knowledge.chunking.default_chunkers`).
+            chunker: by default a [`MarkdownSplitter`][memlane.knowledge.MarkdownSplitter]
+                for markdown and Word files, a
+                [`RecursiveCharacterSplitter`][memlane.knowledge.RecursiveCharacterSplitter]
+                for the rest, sized in the default model's tokens (128, overlap 20).
             metadata: added to every document and fragment (filterable).
             progress: a bar on stderr when it is a terminal; ``"always"`` or ``False``.
             prune_missing: remove this scope's documents under ``path`` whose file is gone.
@@ -337,13 +337,13 @@ class Memory(MemoryStore):
             batch_size: fragments embedded and written together (one transaction);
                 larger groups sort better by length, so the model pads less.
             limits: how large one document may be (bytes unpacked, fragments); by
-                default :class:`~memlane.knowledge.IngestLimits`'s. A document over a
+                default [`IngestLimits`][memlane.knowledge.IngestLimits]'s. A document over a
                 limit is reported in ``failed`` and ``limited`` and nothing of it stored.
 
         Unchanged files (same bytes, chunker and metadata) are not touched; a
         changed one replaces its document. Hidden files, unsupported types and
         links out of the root are skipped; unreadable files are reported as
-        failed and the rest ingested. Returns an :class:`IngestReport`.
+        failed and the rest ingested. Returns an [`IngestReport`][memlane.IngestReport].
         """
         return ingest_path(
             self,
@@ -398,7 +398,7 @@ class Memory(MemoryStore):
 
         ``file_type`` picks the loader (``"txt"``, ``"md"``, ``"json"``, ...);
         the same source again replaces the document, unless the text is unchanged.
-        ``limits`` as for :meth:`ingest`.
+        ``limits`` as for [`ingest`][memlane.Memory.ingest].
         """
         options = IngestOptions(chunker, metadata, progress=False, limits=limits)
         return knowledge.ingest_text(self, text, source, agent_id, shared, file_type, options)
@@ -419,16 +419,16 @@ class Memory(MemoryStore):
     ) -> KnowledgeWatch:
         """Keeps the knowledge of the folder ``path`` in sync until the watch is stopped.
 
-        First an :meth:`ingest` of the folder that also removes the documents of
+        First an [`ingest`][memlane.Memory.ingest] of the folder that also removes the documents of
         files gone since (its report is the watch's ``initial``); then, on the
         operating system's file events (watchdog), each batch of changes once the
         folder has been quiet for ``debounce`` seconds: a new or changed file is
         ingested (only its own document is replaced), a deleted file or folder
-        takes its documents and fragments with it, and files :meth:`ingest` skips
+        takes its documents and fragments with it, and files ``ingest`` skips
         (hidden, unsupported types) are ignored. Each batch's report goes to
         ``on_report``, an error that stops a batch (a closed store, a full disk) to
         ``on_error`` (by default a warning), and the watch goes on. The other
-        options are :meth:`ingest`'s. Use it as ``with mem.watch(folder, ...):``
+        options are ``ingest``'s. Use it as ``with mem.watch(folder, ...):``
         or call ``stop()``, before closing the store.
         """
         options = IngestOptions(
@@ -467,14 +467,14 @@ class Memory(MemoryStore):
         Without ``agent_id``, shared knowledge only. ``threshold`` is a minimum
         cosine similarity (elizaOS's ``match_threshold``); in text mode, a
         minimum relevance (BM25 over the query's ceiling, the score no fragment
-        reaches). ``"default"`` is :data:`~memlane.knowledge.FRAGMENT_THRESHOLD` in
+        reaches). ``"default"`` is ``memlane.knowledge.FRAGMENT_THRESHOLD`` in
         hybrid and vector modes with the default model (it was measured for that
         model's cosines), and no cut-off in text mode or with another embedder (pass a
         number measured for it); ``None`` is no cut-off. Scores are the relevance
         alone (knowledge neither decays nor weighs importance). ``filters``
         narrows by metadata (e.g. ``{"file_type": "pdf"}``); ``options`` go to
-        :meth:`search` (``fusion``, ``rrf_k``, ``alpha``, ``candidates``,
-        ``explain``, ...) over :data:`~memlane.knowledge.api.SEARCH_DEFAULTS`.
+        [`search`][memlane.Memory.search] (``fusion``, ``rrf_k``, ``alpha``,
+        ``candidates``, ``explain``, ...) over ``memlane.knowledge.SEARCH_DEFAULTS``.
         ``conversation_context`` (the conversation's recent messages, a str or a
         list of str) is searched with the query, before it (elizaOS's
         ``conversationContext``), so that a follow-up ("and how do I undo it?")
@@ -496,13 +496,14 @@ class Memory(MemoryStore):
         filters: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> builtins.list[SearchHit]:
-        """The ``k`` whole documents best matching ``query``, as :meth:`search_knowledge`.
+        """The ``k`` whole documents best matching ``query``, as
+        [`search_knowledge`][memlane.Memory.search_knowledge] finds fragments.
 
         A hit's record is the document's: its whole extracted text, BM25 over all
         of it, and the normalised mean of its fragments' vectors (the model reads
         256 tokens, so no single vector can stand for a longer document). Use it
         to hand an agent whole documents, or to rank documents before reading
-        their fragments. ``"default"`` is :data:`~memlane.knowledge.DOCUMENT_THRESHOLD`.
+        their fragments. ``"default"`` is ``memlane.knowledge.DOCUMENT_THRESHOLD``.
         """
         return knowledge.search(
             self, DOCUMENTS, query, agent_id, k, threshold, mode, filters, options
@@ -579,9 +580,9 @@ class Memory(MemoryStore):
 
         ``dir`` may hold any of the five files and nothing else. A file replaces its
         kind's notes when it differs from them; an entry whose heading has no date
-        keeps the date of the same stored entry, or gets now's. Raises
-        :class:`~memlane.errors.InvalidArgumentError` (a path that is not a directory,
-        a file that is not UTF-8 text, an unknown file) before anything is stored.
+        keeps the date of the same stored entry, or gets now's. A path that is not a
+        directory, a file that is not UTF-8 text or an unknown file raises
+        [`InvalidArgumentError`][memlane.errors.InvalidArgumentError] before anything is stored.
         """
         given = (agent_id, user_id, room_id, world_id, session_id, namespace)
         return notes_files.import_notes(self, dir, dict(zip(SCOPE_FIELDS, given, strict=True)))

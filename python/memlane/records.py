@@ -23,7 +23,7 @@ class MemoryRecord:
     """One memory.
 
     Times are unix seconds. ``content_hash`` is the sha256 of the normalised
-    text (see :func:`memlane.dedup.content_hash`). ``unique`` is True when the
+    text (see ``memlane.dedup.content_hash``). ``unique`` is True when the
     record was added with ``unique=True`` and no near-duplicate existed, as in
     elizaOS. ``embedding`` is filled only on request (``include_embedding=True``).
 
@@ -39,7 +39,7 @@ class MemoryRecord:
     or the speaker's name) lifts that speaker's turns (``speaker_weight``).
 
     ``duplicate`` and ``duplicate_of`` are set only on a record that
-    :meth:`memlane.Memory.add` returns and are never stored: ``"exact"``,
+    [`Memory.add`][memlane.Memory.add] returns and are never stored: ``"exact"``,
     ``"near"`` or ``"window"`` when the add met a duplicate of that kind, and
     the id of that duplicate.
     """
@@ -124,12 +124,12 @@ class SearchHit:
 
 @dataclass(slots=True, frozen=True)
 class MemoryVersion:
-    """One version of a memory, as :meth:`memlane.Memory.history` returns it.
+    """One version of a memory, as [`Memory.history`][memlane.Memory.history] returns it.
 
     ``record`` is the memory as this version held it (``record.valid_to`` is set on
     a superseded one). ``event`` is the change that made the version (``"add"``,
     ``"update"`` or ``"supersede"``: a new record opened by
-    :meth:`~memlane.Memory.supersede`), ``at`` when and ``by`` who made it (None
+    [`supersede`][memlane.Memory.supersede]), ``at`` when and ``by`` who made it (None
     when not said). ``ended`` is the change that ended it (``"update"``,
     ``"supersede"``, ``"delete"``; None for the current version), with ``ended_at``
     and ``ended_by``; ``superseded_by`` names the record that replaced a

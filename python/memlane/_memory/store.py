@@ -151,8 +151,8 @@ class MemoryStore:
     ) -> list[MemoryRecord]:
         """Stores many memories in one transaction with one embedding batch.
 
-        Each item takes the keyword arguments of :meth:`add` (``text`` required).
-        All are validated first: one bad item raises and stores nothing.
+        Each item takes the keyword arguments of [`add`][memlane.Memory.add] (``text``
+        required). All are validated first: one bad item raises and stores nothing.
         ``progress=True`` shows a progress bar (tqdm, on stderr) while the texts are
         embedded, the long part of a large load.
         """
@@ -173,9 +173,10 @@ class MemoryStore:
         session_id: str | None = None,
         namespace: str | None = None,
     ) -> tuple[int, list[MemoryRecord]]:
-        """Deletes the records :meth:`delete_all` would and stores ``items`` as
-        :meth:`add_many` does, in one transaction: a crash leaves the old records
-        or the new ones, never neither. Returns how many went and the new records.
+        """Deletes the records [`delete_all`][memlane.Memory.delete_all] would and stores
+        ``items`` as [`add_many`][memlane.Memory.add_many] does, in one transaction: a
+        crash leaves the old records or the new ones, never neither. Returns how many
+        went and the new records.
 
         The items are stored as given: ``unique`` (deduplication) is refused,
         since the records they would match are the ones being replaced.
@@ -187,7 +188,8 @@ class MemoryStore:
         return result
 
     def get(self, id: str, *, include_embedding: bool = False) -> MemoryRecord:
-        """The record with this id; raises :class:`~memlane.errors.UnknownIdError` if none."""
+        """The record with this id ([`UnknownIdError`][memlane.errors.UnknownIdError]
+        if none)."""
         self._sync.check_open()
         row = self._db.row_by_id(coerce.text(id, "id"), embedding=include_embedding)
         if not visible(row, time.time()):
@@ -195,7 +197,8 @@ class MemoryStore:
         return record(row, self._access.get(row.rowid), include_embedding)
 
     def delete(self, id: str) -> None:
-        """Deletes a record; raises :class:`~memlane.errors.UnknownIdError` if there is none."""
+        """Deletes a record ([`UnknownIdError`][memlane.errors.UnknownIdError] if there
+        is none)."""
         self._sync.check_open()
         if not self._writer.delete_ids([coerce.text(id, "id")]):
             raise UnknownIdError(f"no memory with id {id!r}")
@@ -272,14 +275,16 @@ class MemoryStore:
         """Changes fields of a record (metadata is replaced whole) and returns it.
 
         ``expires_at`` (or ``ttl``, seconds from now) sets when it expires, as in
-        :meth:`add` (LangGraph's TTL refresh on write).
+        [`add`][memlane.Memory.add] (LangGraph's TTL refresh on write).
 
         A new text is embedded again (unless ``embedding`` is given). The version it
-        replaces stays in :meth:`history`, with ``by`` as who changed it. A superseded
-        version is history: updating it raises
-        :class:`~memlane.errors.InvalidArgumentError` (update the version that
-        replaced it); :class:`~memlane.errors.ConflictError` (storing nothing) when
-        another writer superseded or deleted the record while this call ran.
+        replaces stays in [`history`][memlane.Memory.history], ``by`` as who changed it.
+
+        Raises:
+            InvalidArgumentError: for a superseded version, which is history (update
+                the version that replaced it).
+            ConflictError: when another writer superseded or deleted the record while
+                this call ran (nothing is stored).
         """
         given = {
             "text": text,
@@ -315,11 +320,12 @@ class MemoryStore:
         (not an expiry: ``expires_at`` or ``ttl`` sets the new record's);
         ``by`` names who made the change (kept in the history). Returns the new record.
 
-        Raises :class:`~memlane.errors.UnknownIdError` for an unknown id,
-        :class:`~memlane.errors.InvalidArgumentError` for a record superseded already
-        or an ``at`` before it became true, and :class:`~memlane.errors.ConflictError`
-        when another writer superseded, changed or deleted it while this call ran
-        (then nothing is stored).
+        Raises:
+            UnknownIdError: for an unknown id.
+            InvalidArgumentError: for a record superseded already or an ``at`` before it
+                became true.
+            ConflictError: when another writer superseded, changed or deleted it while
+                this call ran (then nothing is stored).
         """
         item: dict[str, Any] = {"text": text}
         given = {
@@ -372,7 +378,7 @@ class MemoryStore:
         namespace: str | None = None,
     ) -> int:
         """Number of records in the table and scope (and time range, filters and
-        ``unique`` flag, as :meth:`list`)."""
+        ``unique`` flag, as [`list`][memlane.Memory.list])."""
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
         flt = self._live(build_filter(table, type, scope, start, end, filters, unique))
@@ -456,75 +462,59 @@ class MemoryStore:
     ) -> builtins.list[SearchHit]:
         """The ``k`` best memories for ``query``, best first, in one call into the engine.
 
-        Superseded records (:meth:`supersede`) are left out: ``as_of`` searches the
-        records true at that time, as known now (created by then, not yet
-        superseded); ``known_at`` what the store knew at that time (recorded by
-        then, and not yet superseded then), so a fact backdated today is not
-        returned ``known_at`` yesterday; the two combine. ``include_superseded=True``
-        searches every version. Expired records (``expires_at``) are never returned.
-        ``unique`` keeps only the unique records (True) or the others (False), as in
-        :meth:`list`.
+        Superseded versions ([`supersede`][memlane.Memory.supersede]) and expired records
+        are left out. A score is a relevance in [0, 1] times a bounded boost for
+        importance and recency; what it means, how it is computed and how to choose a
+        cut-off: [Search and scores][search-and-scores].
 
-        Modes: ``"hybrid"`` (BM25 and vectors fused), ``"vector"``, ``"text"``.
-        A store without an embedder searches text. ``query_embedding`` skips
-        embedding the query.
+        Args:
+            query: the text to search for.
+            k: how many hits at most.
+            mode: ``"hybrid"`` (BM25 and vectors fused), ``"vector"`` or ``"text"``; a
+                store without an embedder searches text.
+            table: the table searched; every table when None.
+            type: the record type, or types, searched.
+            filters: conditions on the records' fields and metadata ([Filters][filters]).
+            threshold: drops hits whose score is below it; in vector mode, whose cosine
+                similarity is (elizaOS's ``match_threshold``).
+            min_similarity: drops hits whose cosine similarity is below it, in any
+                mode: the cut-off that means the same for every query and store.
+            weights: the score's weights of ``"relevance"``, ``"importance"`` and
+                ``"recency"`` (a key left out weighs 0); the store's when None.
+            decay: a recency decay rate per hour, ages counted to now (Nous's); the
+                store's when None.
+            recency_half_life: the hours in which recency halves, ages counted to the
+                newest candidate; the store's when None.
+            fusion: how hybrid mode combines its two lists: ``"weighted"`` (an absolute
+                relevance) or ``"rrf"`` (reciprocal rank fusion: where a hit ranks).
+            rrf_k: the constant of reciprocal rank fusion.
+            alpha: the cosine's weight in weighted fusion (BM25's is ``1 - alpha``).
+            context_weight: the share of a conversation turn's BM25 scored over the turn
+                joined with its session's previous and next turn (0 turns it off).
+            speaker_weight: what a query naming a turn's speaker ("I", "my" or a name)
+                adds, as a share of the BM25 ceiling (0 turns it off).
+            diversity: λ of MMR, in [0, 1], 0 off ([Search and scores][search-and-scores]).
+            candidates: hits each retriever contributes before fusion; by default
+                ``max(50, 4 * k)``, ``max(100, 4 * k)`` in a store of conversation turns.
+            start: the earliest creation time searched (included).
+            end: the creation time searched up to (not included).
+            explain: gives each hit its signals in ``hit.explain`` (``bm25``, ``cosine``, ...).
+            query_embedding: the query's vector, so that the query is not embedded.
+            track_access: whether the hits' access counts are updated (the store's when None).
+            include_embedding: whether the hits' records carry their vectors.
+            as_of: searches the records true at that time, as known now.
+            include_superseded: searches every version, superseded ones too.
+            known_at: searches what the store knew at that time; combines with ``as_of``.
+            unique: only the unique records (True) or only the others (False), as
+                [`list`][memlane.Memory.list].
+            rerank: a callable ``(query, hits) -> hits`` handed the best ``max(k, 20)``
+                hits; the first ``k`` it returns are the answer (an ONNX cross-encoder:
+                ``memlane.embeddings.rerank.CrossEncoder("model.onnx")``).
 
-        Every score is the relevance times a bounded boost, so relevance comes
-        first at any age (docs/search.md, "How scores are computed"):
+        The scope arguments (``agent_id`` to ``namespace``) narrow it, over ``default_scope``.
 
-        - relevance in [0, 1], absolute rather than relative to the other hits:
-          vector mode the cosine similarity clamped to [0, 1]; text mode
-          ``bm25 / ceiling``, where ``ceiling`` (the sum of the query terms'
-          idf) is the score no document can reach; hybrid with
-          ``fusion="weighted"`` (the default) ``alpha * cosine + (1 - alpha) *
-          bm25 / ceiling``, or with ``fusion="rrf"`` the rank-based
-          ``sum(1 / (rrf_k + rank)) * (rrf_k + 1) / lists`` (1 = first in both
-          lists; it says where a hit ranks, not how well it matches);
-        - recency ``exp(-rate * age)`` (1 if evergreen), ``age`` the hours from
-          the record's last access to the newest last access among the
-          candidates (not to the wall clock), with ``rate = ln 2 /
-          recency_half_life``; a ``decay`` given (here or to ``Memory``) is
-          Nous's clock-based decay: ``rate = decay`` and ``age`` counts to now,
-          so an evergreen memory ranks above an equally old one that is not
-          (``decay=0`` turns age off);
-        - ``score = relevance * (w_relevance + w_importance * importance +
-          w_recency * recency) / (w_relevance + w_importance + w_recency)``.
-          Default weights 1, 0.1, 0.02: a hit keeps at least 0.89 of its
-          relevance, so age and importance reorder near-ties but never lift an
-          irrelevant memory over a relevant one. Keys missing from ``weights``
-          weigh 0, so ``weights={"relevance": 1}`` is relevance alone.
-
-        ``threshold`` drops hits whose score is below it (a relevance-scale
-        cut-off); in vector mode it is a cosine similarity instead (elizaOS's
-        ``match_threshold``). ``min_similarity`` drops hits below a cosine
-        similarity in any mode.
-
-        A conversation turn (a record with a ``session_id``) also scores BM25 over
-        itself joined with its session's previous and next turn: ``bm25`` becomes
-        ``(1 - context_weight) * bm25 + context_weight * bm25_context`` (an answer finds
-        the words of the question before it). A query naming a turn's ``speaker`` ("I",
-        "my": ``"user"``; or the name) counts it as a query term worth ``speaker_weight``
-        of the BM25 ceiling (docs/search.md). Either weight at 0 turns its part off.
-
-        What the numbers mean with the default model (all-MiniLM-L6-v2, 5th to 95th
-        percentiles of top-5 hits, ``benches/tune_context_floor.py``): an answering hit's
-        cosine is 0.25-0.7 for a personal fact asked in other words and 0.4-0.8 for a
-        scientific abstract; a text on another subject mostly stays under 0.15, but one
-        on the same topic that does not answer reaches 0.2-0.7: a cosine says how close
-        a text is, not whether it answers. It means the same for every query and store,
-        so cut on it (``min_similarity``; ``build_context`` keeps memories from 0.14); a
-        ``threshold`` on the fused score moves with what BM25 found (docs/search.md).
-
-        ``rerank(query, hits)`` reorders the best ``max(k, 20)`` hits (it may drop some):
-        the first ``k`` it returns are the answer. An ONNX cross-encoder from a path you
-        give: ``rerank=memlane.embeddings.rerank.CrossEncoder("model.onnx")``.
-
-        ``candidates``: hits each retriever contributes before fusion (``max(50, 4 * k)``,
-        in a store of turns ``max(100, 4 * k)``: the same first hits for any k <= 25).
-        ``explain=True`` gives each hit its signals: ``bm25``, ``bm25_rank``,
-        ``bm25_context`` (None without a ``session_id``), ``bm25_speaker`` (whether the
-        query names the hit's speaker), ``cosine``, ``vector_rank``, ``relevance``,
-        ``importance``, ``recency``, ``age_hours``, ``boost`` and ``score``.
+        Returns:
+            The hits, best first ([`SearchHit`][memlane.SearchHit]: a record and its score).
         """
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
@@ -565,7 +555,7 @@ class MemoryStore:
         return unexpired(flt, time.time()) if self._sync.expiring else flt
 
     def _scope(self, *given: str | None) -> dict[str, str]:
-        """A call's scope (the six scope fields in order) over :attr:`default_scope`."""
+        """A call's scope (the six scope fields in order) over ``default_scope``."""
         return scope_of(self.default_scope, dict(zip(SCOPE_FIELDS, given, strict=True)))
 
     # -- upkeep -----------------------------------------------------------------------------
@@ -583,8 +573,8 @@ class MemoryStore:
         ``{"history": ...}`` line per replaced version); returns how many records.
 
         The lines go to a new file beside ``path``, flushed to disk and then renamed
-        over ``path``, so a failed export (:class:`~memlane.errors.StorageError` for a
-        full disk) leaves ``path`` as it was and nothing else behind.
+        over ``path``, so a failed export ([`StorageError`][memlane.errors.StorageError]
+        for a full disk) leaves ``path`` as it was and nothing else behind.
         """
         self._sync.check_open()
         return jsonl.export(self._db, self._access, Path(path), embeddings)
@@ -592,18 +582,19 @@ class MemoryStore:
     def import_jsonl(
         self, path: str | Path, *, on_conflict: Literal["error", "skip"] = "error"
     ) -> int:
-        """Adds the records of an :meth:`export_jsonl` file with every field as exported.
+        """Adds the records of an [`export_jsonl`][memlane.Memory.export_jsonl] file with
+        every field as exported.
 
         Records without an embedding are embedded (when the store has an
         embedder). ``on_conflict="skip"`` skips ids already stored (and their
         history). Returns how many records were added.
 
-        Every line is checked before the first is stored, so a file with a bad line
-        stores nothing: :class:`~memlane.errors.CorruptFileError` for a line that is
-        not a JSON object in UTF-8, :class:`~memlane.errors.InvalidArgumentError` for
-        a record the store refuses, an id given twice or (``on_conflict="error"``)
-        already stored, each naming the line. The records then go in 1,000 lines
-        per transaction, and the history last, in one.
+        Every line is checked before the first is stored, so a file with a bad line stores
+        nothing: [`CorruptFileError`][memlane.errors.CorruptFileError] for a line that is not
+        a JSON object in UTF-8, [`InvalidArgumentError`][memlane.errors.InvalidArgumentError]
+        for a record the store refuses, an id given twice or (``on_conflict="error"``) already
+        stored, each naming the line. The records then go in 1,000 lines per transaction, and
+        the history last, in one.
         """
         self._sync.check_open()
         return jsonl.load(self._writer, Path(path), on_conflict)

@@ -120,11 +120,13 @@ class _Loop:
 class OpenAILoop(_Loop):
     """An OpenAI-style chat-completions loop with memory around it.
 
-    ``chat(messages, tools=[...])`` is your model call (e.g. :meth:`OpenAIChat.chat`,
-    or a lambda over the OpenAI SDK); it returns the assistant message (a dict, a
-    raw completion or an SDK object). :meth:`run` does :meth:`AgentMemory.before`,
-    the call, the memory tools (and yours, through ``tool_handler(name, args)``)
-    until the model answers without tool calls, then :meth:`AgentMemory.after`.
+    ``chat(messages, tools=[...])`` is your model call (e.g.
+    [`OpenAIChat.chat`][memlane.OpenAIChat.chat], or a lambda over the OpenAI SDK); it
+    returns the assistant message (a dict, a raw completion or an SDK object).
+    [`run`][memlane.agent.OpenAILoop.run] does
+    [`AgentMemory.before`][memlane.AgentMemory.before], the call, the memory tools (and
+    yours, through ``tool_handler(name, args)``) until the model answers without tool
+    calls, then [`AgentMemory.after`][memlane.AgentMemory.after].
     ``tools`` are your own tool definitions, sent with the memory tools. A turn
     ends after ``max_steps`` model calls (8) at the latest, with the last reply.
     """
@@ -157,7 +159,8 @@ class OpenAILoop(_Loop):
         return TurnResult(block_text(reply.get("content")), reply, msgs, report)
 
     async def arun(self, event: EventScope, messages: Sequence[Mapping[str, Any]]) -> TurnResult:
-        """The async form of :meth:`run`; ``chat`` may be async (e.g. :meth:`OpenAIChat.achat`)."""
+        """The async form of [`run`][memlane.agent.OpenAILoop.run]; ``chat`` may be async
+        (e.g. [`OpenAIChat.achat`][memlane.OpenAIChat.achat])."""
         am = self.memory
         tools = am.memory_tools(event, loop=asyncio.get_running_loop()) if am.tools else None
         kw = self._schemas(tools)
@@ -249,7 +252,8 @@ class AnthropicLoop(_Loop):
     async def arun(
         self, event: EventScope, messages: Sequence[Mapping[str, Any]], system: Any = ""
     ) -> TurnResult:
-        """The async form of :meth:`run`; ``create`` may be async."""
+        """The async form of [`run`][memlane.agent.AnthropicLoop.run]; ``create`` may be
+        async."""
         am = self.memory
         tools = am.memory_tools(event, loop=asyncio.get_running_loop()) if am.tools else None
         kw = self._schemas(tools)

@@ -63,7 +63,7 @@ _SYSTEM = (
 
 @dataclass(slots=True)
 class ConsolidationReport:
-    """What :func:`consolidate` did.
+    """What [`consolidate`][memlane.consolidate] did.
 
     ``status`` is ``"skipped"`` (below the threshold), ``"consolidated"`` or
     ``"failed"`` (``error`` says why; nothing was removed).

@@ -252,7 +252,7 @@ def _take(lines: Sequence[str], budget: int, count: TokenCounter) -> list[str]:
 
 @dataclass(slots=True)
 class Context:
-    """What :func:`build_context` returns.
+    """What [`build_context`][memlane.build_context] returns.
 
     ``sections`` maps ``contact``, ``daily``, ``history``, ``knowledge`` and
     ``memories`` to their lines (daily logs and history oldest first; knowledge and
@@ -390,18 +390,18 @@ def build_context(
     Args:
         mem: the store.
         message: the incoming message (the query for knowledge and memories).
-        scope: an :class:`~memlane.agent.EventScope` (memories in its scope,
+        scope: an [`EventScope`][memlane.agent.EventScope] (memories in its scope,
             history of its room) or plain scope fields (used for both).
         max_tokens: the whole prompt's budget: the tokens of ``message`` and of
             ``system_prompt`` come off it first, the context gets the rest.
-        budget: shares of what is left per section (a section left out gets 0);
-            default :data:`DEFAULT_BUDGET`.
+        budget: shares of what is left per section (a section left out gets 0); None:
+            history 0.5, knowledge 0.3, memories 0.12, daily 0.05, contact 0.03.
         inject_limit: memories injected at most, while their share of the budget
             lasts (as knowledge fills up to 20 fragments); chosen by measurement on
             the dated conversation set (``benches/README.md``, "Context").
         min_score: memories whose cosine similarity to the message is below this
             are left out (elizaOS's ``match_threshold``; None: no minimum).
-            ``"default"`` is :data:`MIN_SCORE` with the default model (it was
+            ``"default"`` is 0.14 (``MIN_SCORE``) with the default model (it was
             measured for that model's cosines) and no minimum with another
             embedder (pass a number measured for it). The fused search score
             counts BM25 only when some stored text shares a word with the
@@ -414,18 +414,18 @@ def build_context(
             summaries) shown after the relevant ones, newest first, while the
             section's tokens last (OrcBot's 5; 0: none).
         history_limit: recent messages considered.
-        knowledge_limit, knowledge_threshold: fragments considered (elizaOS's 20;
-            they fill the section in order while its tokens last) and their minimum
-            cosine similarity (``"default"``: :meth:`~memlane.Memory.search_knowledge`'s
-            measured cut-off with the default model, none with another embedder;
-            None: none).
+        knowledge_limit: fragments considered (elizaOS's 20); they fill the section in
+            order while its tokens last.
+        knowledge_threshold: their minimum cosine similarity (``"default"``:
+            [`search_knowledge`][memlane.Memory.search_knowledge]'s measured cut-off
+            with the default model, none with another embedder; None: none).
         agent_id: whose private knowledge is also read (default: the scope's).
         count_tokens: a token counter (default: see the module docs).
-        daily_limit: the room's newest daily logs shown (:mod:`~memlane.agent.daily`).
-        profile: show the speaker's contact profile (:mod:`~memlane.agent.profiles`;
-            an :class:`~memlane.agent.EventScope` only).
+        daily_limit: the room's newest daily logs shown ([`DailyLog`][memlane.agent.DailyLog]).
+        profile: show the speaker's contact profile ([`Profiles`][memlane.agent.Profiles];
+            an [`EventScope`][memlane.agent.EventScope] only).
         notes: characters of each kind of long-term note shown first (OrcBot's
-            limits, see :mod:`memlane.notes`; None: no notes). Their tokens come off
+            limits, see ``memlane.notes``; None: no notes). Their tokens come off
             what the reserve leaves, before the shares; the section is in
             ``sections["notes"]`` only when there are notes.
         system_prompt: the system prompt the context goes into, when the caller

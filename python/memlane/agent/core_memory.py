@@ -261,9 +261,9 @@ class CoreMemory:
 
     @staticmethod
     def check(label: object, limit: object) -> None:
-        """Raises :class:`~memlane.errors.InvalidArgumentError` unless ``label`` is a block
-        label (a letter or _, then up to 63 letters, digits or _) and ``limit`` an int >= 1
-        (or a :class:`Shared`)."""
+        """Raises [`InvalidArgumentError`][memlane.errors.InvalidArgumentError] unless
+        ``label`` is a block label (a letter or _, then up to 63 letters, digits or _) and
+        ``limit`` an int >= 1 (or a [`Shared`][memlane.agent.Shared])."""
         _label(label)
         if not isinstance(limit, Shared):
             coerce.count(limit, "limit", 1)
@@ -306,7 +306,8 @@ class CoreMemory:
     # -- reading ------------------------------------------------------------------------------
 
     def get(self, label: str) -> Block:
-        """The block ``label``; raises :class:`~memlane.errors.UnknownIdError` if undefined."""
+        """The block ``label``; raises [`UnknownIdError`][memlane.errors.UnknownIdError]
+        if undefined."""
         rec = self._record(_label(label))
         if rec is None:
             raise UnknownIdError(
@@ -334,7 +335,7 @@ class CoreMemory:
         return [self._block(r) for r in recs]
 
     def labels(self) -> list[str]:
-        """The labels of :meth:`blocks`."""
+        """The labels of [`blocks`][memlane.CoreMemory.blocks]."""
         return [b.label for b in self.blocks()]
 
     def render(self) -> str:
@@ -362,10 +363,11 @@ class CoreMemory:
     ) -> Block:
         """Creates block ``label`` holding ``value``, or, if it exists, sets its limit (and
         its description, when given) and keeps its value (so defining the blocks at every
-        start is safe). A :class:`Shared` limit also declares the block shared, as
-        ``shared=`` does.
+        start is safe). A [`Shared`][memlane.agent.Shared] limit also declares the block
+        shared, as ``shared=`` does.
 
-        Raises :class:`CoreMemoryLimitError` if the value (new or kept) is over ``limit``.
+        Raises [`CoreMemoryLimitError`][memlane.agent.CoreMemoryLimitError] if the value
+        (new or kept) is over ``limit``.
         """
         self.check(label, limit)
         if isinstance(limit, Shared):
@@ -431,7 +433,7 @@ class CoreMemory:
     def replace(self, label: str, old_content: str, new_content: str) -> Block:
         """Replaces every occurrence of ``old_content`` in block ``label`` with
         ``new_content`` (as Letta's ``core_memory_replace``); raises
-        :class:`~memlane.errors.UnknownIdError` if ``old_content`` is not in it."""
+        [`UnknownIdError`][memlane.errors.UnknownIdError] if ``old_content`` is not in it."""
         old = _text(old_content, "old_content")
         new = _text(new_content, "new_content")
         if not old:

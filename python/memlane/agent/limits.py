@@ -38,7 +38,7 @@ class Limits:
             ``overflow="summarize"`` summarised by the LLM (split when there is no
             LLM or it fails). The room's history is always split, never summarised.
         overflow: ``"split"`` (default) or ``"summarize"``.
-        max_memories: memories (the ``table`` of :class:`AgentMemory`) kept per
+        max_memories: memories (the ``table`` of [`AgentMemory`][memlane.AgentMemory]) kept per
             scope (10,000). Past it, the non-evergreen ones with the lowest
             importance, then the fewest accesses, then the oldest last use are
             evicted; evergreen memories are never evicted.

@@ -37,7 +37,7 @@ class LLM(Protocol):
 
 @runtime_checkable
 class AsyncLLM(Protocol):
-    """The async form of :class:`LLM`."""
+    """The async form of [`LLM`][memlane.LLM]."""
 
     async def acomplete(self, messages: Sequence[ChatMessage]) -> str: ...
 
@@ -63,15 +63,17 @@ class OpenAIChat(OpenAIHTTPClient):
         model: the model name sent with each request.
         base_url: the API root; requests go to ``{base_url}/chat/completions``.
         api_key: a bearer token; defaults to ``$OPENAI_API_KEY`` (none if unset).
-        temperature, max_tokens: sent when not None.
+        temperature: the sampling temperature, sent when not None.
+        max_tokens: the reply's token limit, sent when not None.
         timeout: seconds per request (connect, read, write).
-        max_retries: retries of a failed request; backoff starts at ``backoff``
-            seconds and doubles.
+        max_retries: retries of a failed request.
+        backoff: seconds before the first retry, doubled at each (or the response's
+            ``Retry-After``).
         headers: more headers for each request.
         extra: more fields for the request body (e.g. ``{"response_format": ...}``).
 
-    :meth:`close` / :meth:`aclose` (or ``with`` / ``async with``) release the
-    connections.
+    [`close`][memlane.OpenAIChat.close] / [`aclose`][memlane.OpenAIChat.aclose] (or
+    ``with`` / ``async with``) release the connections.
     """
 
     _error = LLMError
@@ -120,11 +122,12 @@ class OpenAIChat(OpenAIHTTPClient):
         return body
 
     def complete(self, messages: Sequence[ChatMessage]) -> str:
-        """The model's reply to ``messages``; raises :class:`LLMError` when there is none."""
+        """The model's reply to ``messages``; raises [`LLMError`][memlane.agent.LLMError]
+        when there is none."""
         return self._text(self._post_json(_PATH, self._payload(messages, True, {})))
 
     async def acomplete(self, messages: Sequence[ChatMessage]) -> str:
-        """The async form of :meth:`complete`."""
+        """The async form of [`complete`][memlane.OpenAIChat.complete]."""
         return self._text(await self._apost_json(_PATH, self._payload(messages, True, {})))
 
     def chat(
@@ -149,7 +152,7 @@ class OpenAIChat(OpenAIHTTPClient):
         tools: Sequence[Mapping[str, Any]] | None = None,
         **options: Any,
     ) -> dict[str, Any]:
-        """The async form of :meth:`chat`."""
+        """The async form of [`chat`][memlane.OpenAIChat.chat]."""
         body = self._payload(messages, False, {"tools": tools, **options})
         return self._message(await self._apost_json(_PATH, body))
 

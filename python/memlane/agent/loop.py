@@ -122,45 +122,48 @@ InjectMode = Literal["first_only", "every_iteration"]
 
 
 class AgentMemory:
-    """Memory around an agent loop: :meth:`before` each model call, :meth:`after` each turn.
+    """Memory around an agent loop: ``before`` each model call, ``after`` each turn.
 
     Args:
-        memory: the store (a :class:`~memlane.Memory`, or an
-            :class:`~memlane.AsyncMemory` whose store is used).
+        memory: the store (a [`Memory`][memlane.Memory], or an
+            [`AsyncMemory`][memlane.AsyncMemory] whose store is used).
         scopes: maps platform events to scopes (default ``SessionScope()``:
-            per-peer); :meth:`event` resolves one.
-        llm: the model for reflection, consolidation, compaction and summaries
-            (an :class:`~memlane.agent.LLM` or :class:`~memlane.agent.AsyncLLM`);
+            per-peer); [`event`][memlane.AgentMemory.event] resolves one.
+        llm: the model for reflection, consolidation, compaction and summaries;
             without one those triggers do nothing.
         max_tokens: the prompt's token budget for what memory adds (see
-            :func:`build_context`): the system prompt as given and the user's message
-            come off it first, pinned core memory blocks next, and the context block
-            gets the rest.
+            [`build_context`][memlane.build_context]): the system prompt as given and
+            the user's message come off it first, pinned core memory blocks next, and
+            the context block gets the rest.
         tools: inject the memory tools' instructions (and let the adapters
             offer and run the tools).
         inject: ``"first_only"`` (the block is built at a turn's first model
             call and kept) or ``"every_iteration"`` (rebuilt at every call, so it
             shows what the tools just stored).
-        reflection, consolidation, flush, compaction, daily, profiles, limits: the
-            triggers' and limits' settings (the defaults when None).
+        reflection: when facts are drawn from the conversation (None: the defaults).
+        consolidation: when the short-term tier is consolidated.
+        flush: when the model is reminded to save what matters.
+        compaction: when a turn's step history is compacted.
+        daily: the daily logs.
+        profiles: the contact profiles.
+        limits: the limits on what is stored.
         table: where memories live.
-        context: more keyword arguments for :func:`build_context`
+        context: more keyword arguments for [`build_context`][memlane.build_context]
             (``budget``, ``inject_limit``, ``min_score``, ...).
         core_memory: pinned core memory blocks per scope (event ``fields``): True for
-            ``persona`` and ``human`` of 2,000 characters each, or ``{label: limit}``
-            (a :class:`~memlane.agent.Shared` limit: one block for every
-            agent of the same user); always in the memory block, their tokens taken
-            from ``max_tokens``.
-        clock: unix seconds now (default :func:`time.time`).
+            ``persona`` and ``human`` of 2,000 characters each, or ``{label: limit}`` (a
+            [`Shared`][memlane.agent.Shared] limit: one block for every agent of the same
+            user); always in the memory block, their tokens taken from ``max_tokens``.
+        clock: unix seconds now (default ``time.time``).
         upkeep: ``"background"`` (the default): reflection, consolidation, daily logs,
             profile updates, eviction and step summaries run on a background worker,
             so ``before`` and ``after`` never wait for an LLM; the jobs that would
             store twice if done twice are kept in the store until done, and resumed
             by the next AgentMemory on it after a crash. ``"inline"``: all of it runs
             in ``after`` (and step compaction in ``before``), as the turn's report shows.
-        on_upkeep: called on the worker with each :class:`UpkeepResult` (what a job
-            did, its failures included); the results also reach the next turn's
-            :attr:`TurnReport.upkeep`.
+        on_upkeep: called on the worker with each
+            [`UpkeepResult`][memlane.agent.UpkeepResult] (what a job did, its failures
+            included); the results also reach the next turn's ``TurnReport.upkeep``.
         upkeep_timeout: seconds a model call of the upkeep may take (None: no limit);
             past it the job fails and is due again, and no new call starts while the
             late one has not returned.
@@ -296,7 +299,7 @@ class AgentMemory:
         max_tokens: int | None = None,
         system_prompt: str | None = None,
     ) -> Context:
-        """The :func:`build_context` of ``message`` with this object's budget (or
+        """The [`build_context`][memlane.build_context] of ``message`` with this object's budget (or
         ``max_tokens``) and options; the message and ``system_prompt`` come off the
         budget first."""
         self._check_event(event)
@@ -343,21 +346,21 @@ class AgentMemory:
     async def abefore(
         self, event: EventScope, messages: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
-        """The async form of :meth:`before` (store calls in a worker thread)."""
+        """The async form of [`before`][memlane.AgentMemory.before]: store calls in a thread."""
         call = self._caller(asyncio.get_running_loop())
         return await asyncio.to_thread(self._before_openai, event, messages, call)
 
     def before_anthropic(
         self, event: EventScope, system: Any, messages: Sequence[Mapping[str, Any]]
     ) -> tuple[Any, list[dict[str, Any]]]:
-        """:meth:`before` for Anthropic's Messages API, where the system prompt (a str or a
-        list of text blocks) is separate: returns ``(system, messages)``."""
+        """[`before`][memlane.AgentMemory.before] for Anthropic's Messages API, where the
+        system prompt (a str or text blocks) is separate: returns ``(system, messages)``."""
         return self._before(event, system, messages, self._caller())
 
     async def abefore_anthropic(
         self, event: EventScope, system: Any, messages: Sequence[Mapping[str, Any]]
     ) -> tuple[Any, list[dict[str, Any]]]:
-        """The async form of :meth:`before_anthropic`."""
+        """The async form of [`before_anthropic`][memlane.AgentMemory.before_anthropic]."""
         call = self._caller(asyncio.get_running_loop())
         return await asyncio.to_thread(self._before, event, system, messages, call)
 
@@ -463,8 +466,8 @@ class AgentMemory:
         *,
         message_id: str | int | None = None,
     ) -> TurnReport:
-        """The async form of :meth:`after` (store calls in a worker thread; an async LLM's
-        calls run on the event loop)."""
+        """The async form of [`after`][memlane.AgentMemory.after] (store calls in a worker
+        thread; an async LLM's calls run on the event loop)."""
         call = self._caller(asyncio.get_running_loop())
         return await asyncio.to_thread(self._after, event, messages, reply, call, message_id)
 
@@ -532,7 +535,7 @@ class AgentMemory:
         return self._upkeep.drain(timeout)
 
     async def adrain(self, timeout: float | None = None) -> bool:
-        """The async form of :meth:`drain`."""
+        """The async form of [`drain`][memlane.AgentMemory.drain]."""
         return await asyncio.to_thread(self._upkeep.drain, timeout)
 
     def pending_upkeep(self) -> list[Job]:
@@ -554,7 +557,7 @@ class AgentMemory:
         return left
 
     async def aclose(self, timeout: float | None = 30.0) -> list[Job]:
-        """The async form of :meth:`close`."""
+        """The async form of [`close`][memlane.AgentMemory.close]."""
         return await asyncio.to_thread(self.close, timeout)
 
     # -- internals --------------------------------------------------------------------------
@@ -581,12 +584,13 @@ class AgentMemory:
             room.new_entries += n
 
     def openai(self, chat: Callable[..., Any], **options: Any) -> OpenAILoop:
-        """An :class:`OpenAILoop` around ``chat(messages, tools=...)`` (options: ``tools``,
-        ``tool_handler``, ``max_steps``)."""
+        """An [`OpenAILoop`][memlane.agent.OpenAILoop] around ``chat(messages, tools=...)``
+        (options: ``tools``, ``tool_handler``, ``max_steps``)."""
         return OpenAILoop(self, chat, **options)
 
     def anthropic(self, create: Callable[..., Any], **options: Any) -> AnthropicLoop:
-        """An :class:`AnthropicLoop` around ``create(system=, messages=, tools=)``."""
+        """An [`AnthropicLoop`][memlane.agent.AnthropicLoop] around
+        ``create(system=, messages=, tools=)``."""
         return AnthropicLoop(self, create, **options)
 
     def __repr__(self) -> str:

@@ -35,7 +35,7 @@ CONTACTS = "contacts"
 
 @dataclass(frozen=True, slots=True)
 class Profiles:
-    """Contact profiles kept by :meth:`~memlane.agent.AgentMemory.after`.
+    """Contact profiles kept by [`AgentMemory.after`][memlane.AgentMemory.after].
 
     Attributes:
         max_aliases: display names kept per contact (20); past it the oldest

@@ -65,7 +65,7 @@ _RECENT = 10
 
 @dataclass(slots=True)
 class ReflectionReport:
-    """What :func:`reflect` did: records added, updated and forgotten (ids), and
+    """What [`reflect`][memlane.reflect] did: records added, updated and forgotten (ids), and
     the operations rejected with the reason; ``error`` when the model failed or
     its answer had no operations list (then nothing changed)."""
 

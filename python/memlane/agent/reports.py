@@ -41,7 +41,7 @@ class CompactionReport:
 
 @dataclass(slots=True)
 class TurnReport:
-    """What :meth:`AgentMemory.after` did.
+    """What [`AgentMemory.after`][memlane.AgentMemory.after] did.
 
     ``stored``: the turn's history records; ``short_term``: its short-term entries;
     ``splits``: ``(what, parts)`` for each entry split by the length cap;
@@ -82,8 +82,8 @@ class TurnReport:
 class UpkeepResult:
     """One background upkeep job done: its ``kind`` (``reflection``, ``consolidation``,
     ``facts``, ``daily``, ``profile``, ``eviction`` or ``compaction``), the time of the
-    turn that asked for it, what it did (a :class:`TurnReport` holding only that) and
-    what it cost."""
+    turn that asked for it, what it did (a [`TurnReport`][memlane.agent.TurnReport]
+    holding only that) and what it cost."""
 
     kind: str
     asked_at: float
@@ -102,7 +102,8 @@ class UpkeepResult:
 @dataclass(slots=True)
 class TurnResult:
     """What an adapter's ``run`` returns: the reply's text, the final assistant message,
-    the conversation as sent (plus the reply) and the :class:`TurnReport`."""
+    the conversation as sent (plus the reply) and the
+    [`TurnReport`][memlane.agent.TurnReport]."""
 
     reply: str
     message: dict[str, Any]

@@ -1,7 +1,8 @@
 """hnswlib's Python API on memlane's Rust HNSW index.
 
 ``import memlane.compat.hnswlib as hnswlib`` and an hnswlib program runs unchanged:
-:class:`Index` and :class:`BFIndex` take the same arguments, return the same shapes and
+[`Index`][memlane.compat.hnswlib.Index] and [`BFIndex`][memlane.compat.hnswlib.BFIndex]
+take the same arguments, return the same shapes and
 dtypes (labels ``uint64``, distances ``float32``, ``(n, k)``) and raise the same
 exceptions with the same messages (``RuntimeError("Label not found")``, ``"The number
 of elements exceeds the specified limit"``, ``"Cannot return the results in a contiguous

@@ -24,10 +24,10 @@ them seen.
 
 Differences: a ``tokenizer`` runs in this process (rank_bm25 starts a multiprocessing
 pool); the parameters are read-only, and must be finite numbers
-(:class:`~memlane.InvalidArgumentError`); where rank_bm25 divides 0 by 0 for a document
-without the token (its length term is 0: an empty document with ``b = 1``, or
-``k1 = 0``), the token adds nothing here instead of NaN; a corpus with no token raises
-``ZeroDivisionError``, as rank_bm25's ``BM25Okapi`` does (its ``BM25L`` and
+([`InvalidArgumentError`][memlane.errors.InvalidArgumentError]); where rank_bm25 divides
+0 by 0 for a document without the token (its length term is 0: an empty document with
+``b = 1``, or ``k1 = 0``), the token adds nothing here instead of NaN; a corpus with no
+token raises ``ZeroDivisionError``, as rank_bm25's ``BM25Okapi`` does (its ``BM25L`` and
 ``BM25Plus`` build one whose every score is NaN).
 """
 

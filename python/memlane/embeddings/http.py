@@ -37,19 +37,20 @@ class OpenAIEmbedder(OpenAIHTTPClient):
         api_key: sent as a bearer token; defaults to ``$OPENAI_API_KEY`` (none
             for servers that need none).
         dimension: the vectors' length. Without it, the first use of
-            :attr:`dimension` embeds a probe text to learn it.
+            ``dimension`` embeds a probe text to learn it.
         dimensions: ask the server for shortened vectors (OpenAI's
             ``dimensions`` parameter); implies ``dimension``.
         name: the vector space's identifier; ``"openai:<model>"`` by default
             (with ``"@<dimensions>"`` when shortened).
         batch_size: texts per request.
-        max_retries: retries of a failed request; backoff starts at ``backoff``
-            seconds and doubles.
+        max_retries: retries of a failed request.
+        backoff: seconds before the first retry, doubled at each (or the response's
+            ``Retry-After``).
         timeout: seconds per request.
         headers: more headers for each request.
 
-    :meth:`close` / :meth:`aclose` (or ``with`` / ``async with``) release the
-    connections.
+    [`close`][memlane.OpenAIEmbedder.close] / [`aclose`][memlane.OpenAIEmbedder.aclose]
+    (or ``with`` / ``async with``) release the connections.
     """
 
     _error = EmbedderUnavailableError

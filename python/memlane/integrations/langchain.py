@@ -1,22 +1,25 @@
 """LangChain over memlane: a ``VectorStore``, a hybrid ``BaseRetriever`` and an ``Embeddings``.
 
-``pip install "memlane[langchain]"``::
+``pip install "memlane[langchain]"``, then:
 
-    from langchain_core.embeddings import DeterministicFakeEmbedding
-    from memlane.integrations.langchain import MemlaneVectorStore
+```python
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from memlane.integrations.langchain import MemlaneVectorStore
 
-    store = MemlaneVectorStore(embedding=DeterministicFakeEmbedding(size=64))
-    store.add_texts(["dark mode", "light mode"], metadatas=[{"n": 1}, {"n": 2}])
-    store.similarity_search("dark", k=1, filter={"n": {"$gte": 1}})
+store = MemlaneVectorStore(embedding=DeterministicFakeEmbedding(size=64))
+store.add_texts(["dark mode", "light mode"], metadatas=[{"n": 1}, {"n": 2}])
+store.similarity_search("dark", k=1, filter={"n": {"$gte": 1}})
+```
 
-- :class:`MemlaneVectorStore` stores each ``Document`` as one memlane record (its
-  ``page_content`` the text, its ``metadata`` the record's metadata, its ``id`` the
-  record's id). ``filter`` takes memlane's filter dict, on metadata keys. Adding an
-  id that exists replaces that document (LangChain's upsert).
-- :class:`MemlaneRetriever` serves memlane's hybrid search (BM25 and vectors fused
-  in one engine call), with its scoring.
-- :class:`MemlaneEmbeddings` exposes a memlane embedder (the offline
-  :class:`memlane.OnnxEmbedder` by default) as LangChain ``Embeddings``.
+- [`MemlaneVectorStore`][memlane.integrations.langchain.MemlaneVectorStore] stores each
+  ``Document`` as one memlane record (its ``page_content`` the text, its ``metadata`` the
+  record's metadata, its ``id`` the record's id). ``filter`` takes memlane's filter dict, on
+  metadata keys. Adding an id that exists replaces that document (LangChain's upsert).
+- [`MemlaneRetriever`][memlane.integrations.langchain.MemlaneRetriever] serves memlane's
+  hybrid search (BM25 and vectors fused in one engine call), with its scoring.
+- [`MemlaneEmbeddings`][memlane.integrations.langchain.MemlaneEmbeddings] exposes a memlane
+  embedder (the offline [`OnnxEmbedder`][memlane.OnnxEmbedder] by default) as LangChain
+  ``Embeddings``.
 
 Every class takes ``scope`` (memlane's scope fields, e.g. ``{"agent_id": "a",
 "user_id": "u"}``): it writes with that scope and never reads outside it.
@@ -62,8 +65,8 @@ Mode = Literal["hybrid", "vector", "text"]
 class MemlaneEmbeddings(Embeddings):
     """A memlane embedder as LangChain ``Embeddings``.
 
-    ``embedder`` is any :class:`memlane.Embedder`; by default the offline
-    :class:`memlane.OnnxEmbedder` (all-MiniLM-L6-v2, 384-d unit vectors), loaded
+    ``embedder`` is any [`Embedder`][memlane.Embedder]; by default the offline
+    [`OnnxEmbedder`][memlane.OnnxEmbedder] (all-MiniLM-L6-v2, 384-d unit vectors), loaded
     at its first use.
     """
 
@@ -135,23 +138,24 @@ def to_document(record: MemoryRecord) -> Document:
 
 
 class MemlaneVectorStore(VectorStore):
-    """A LangChain ``VectorStore`` over a :class:`memlane.Memory`.
+    """A LangChain ``VectorStore`` over a [`Memory`][memlane.Memory].
 
     Args:
         embedding: LangChain ``Embeddings`` for documents and queries (a new
             store measures its dimension with one ``embed_query`` call). Without
             it, the store embeds with its own embedder (memlane's offline ONNX
             model for a new store).
-        memory: the store to use; by default a new one at ``path`` (in memory
-            when ``path`` is None), closed by :meth:`close`. With ``embedding``,
-            its embedder's dimension must match.
+        memory: the store to use; by default a new one at ``path`` (in memory when ``path``
+            is None), closed by
+            [`close`][memlane.integrations.langchain.MemlaneVectorStore.close]. With
+            ``embedding``, its embedder's dimension must match.
         path: where a new store lives (a directory or ``postgresql://`` URL).
         scope: memlane scope fields every document gets and every read is bound to.
         table: the memlane table documents live in.
         search_mode: how ``similarity_search`` ranks: ``"vector"`` (cosine, the
             default, as other vector stores), ``"hybrid"`` (BM25 and vectors fused)
             or ``"text"`` (BM25). Scores are relevance in [0, 1], higher is better.
-        memory_kwargs: passed to :class:`memlane.Memory` when one is made.
+        memory_kwargs: passed to [`Memory`][memlane.Memory] when one is made.
     """
 
     def __init__(
@@ -270,7 +274,8 @@ class MemlaneVectorStore(VectorStore):
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
-        """:meth:`add_texts` with the embeddings' async API; the write runs in a thread."""
+        """[`add_texts`][memlane.integrations.langchain.MemlaneVectorStore.add_texts] with
+        the embeddings' async API; the write runs in a thread."""
         texts = list(texts)
         out = self._check_batch(texts, metadatas, ids)
         if not texts:
@@ -348,7 +353,7 @@ class MemlaneVectorStore(VectorStore):
     ) -> list[tuple[Document, float]]:
         """The ``k`` best documents with their scores (relevance in [0, 1], higher is better).
 
-        Extra keyword arguments go to :meth:`memlane.Memory.search` (``threshold``,
+        Extra keyword arguments go to [`Memory.search`][memlane.Memory.search] (``threshold``,
         ``weights``, ``alpha``, ...).
         """
         hits = self._search(query, None, k, self.search_mode, filter, **kwargs)
@@ -361,7 +366,8 @@ class MemlaneVectorStore(VectorStore):
         filter: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[tuple[Document, float]]:
-        """:meth:`similarity_search_with_score` with the embeddings' async API."""
+        """[`similarity_search_with_score`][memlane.integrations.langchain.MemlaneVectorStore.similarity_search_with_score]
+        with the embeddings' async API."""
         vector = None
         if self._embedding is not None and self.search_mode != "text":
             vector = await self._embedding.aembed_query(query)
@@ -461,7 +467,8 @@ class MemlaneVectorStore(VectorStore):
         return store
 
     def as_hybrid_retriever(self, k: int = 4, **kwargs: Any) -> MemlaneRetriever:
-        """A :class:`MemlaneRetriever` over this store's memory, scope and table."""
+        """A [`MemlaneRetriever`][memlane.integrations.langchain.MemlaneRetriever] over this
+        store's memory, scope and table."""
         return MemlaneRetriever(
             memory=self.memory,
             k=k,
@@ -478,7 +485,7 @@ class MemlaneRetriever(BaseRetriever):
     Scores follow memlane's formula (relevance times a bounded boost from
     importance and recency; docs/search.md, "How scores are computed"); with
     ``score_key`` set, each document's metadata carries its score under that key.
-    ``search_kwargs`` go to :meth:`memlane.Memory.search` (``alpha``, ``fusion``,
+    ``search_kwargs`` go to [`Memory.search`][memlane.Memory.search] (``alpha``, ``fusion``,
     ``threshold``, ``weights``, ...). ``invoke(query, k=...)`` overrides ``k``.
     """
 

@@ -1,13 +1,15 @@
 """LangGraph's long-term memory over memlane: a ``BaseStore``.
 
-``pip install "memlane[langgraph]"``::
+``pip install "memlane[langgraph]"``, then:
 
-    from memlane.integrations.langgraph import MemlaneStore
+```python
+from memlane.integrations.langgraph import MemlaneStore
 
-    store = MemlaneStore()                       # in memory; or MemlaneStore(memlane.Memory(path))
-    store.put(("users", "alice"), "prefs", {"theme": "dark"})
-    store.get(("users", "alice"), "prefs").value  # {'theme': 'dark'}
-    graph = builder.compile(store=store)         # a graph's long-term memory
+store = MemlaneStore()                       # in memory; or MemlaneStore(memlane.Memory(path))
+store.put(("users", "alice"), "prefs", {"theme": "dark"})
+store.get(("users", "alice"), "prefs").value  # {'theme': 'dark'}
+graph = builder.compile(store=store)         # a graph's long-term memory
+```
 
 It behaves as LangGraph's ``InMemoryStore`` on the same calls: hierarchical
 namespaces, ``put/get/delete/search/list_namespaces``, ``batch``/``abatch`` (reads
@@ -24,7 +26,8 @@ supported (``ttl={"default_ttl": minutes, "refresh_on_read": bool}``, or ``ttl=`
 on ``put``) through memlane's own expiry: an item's records get ``expires_at``, a
 read that refreshes the TTL moves it, and from then on no read of the store returns
 them and its maintenance removes them, with no sweeper thread of the adapter's
-(:meth:`MemlaneStore.sweep_ttl` removes them at once).
+([`MemlaneStore.sweep_ttl`][memlane.integrations.langgraph.MemlaneStore.sweep_ttl] removes
+them at once).
 
 Each item is one memlane record per indexed text (one record when nothing is
 indexed) in ``table`` (``"langgraph"``), with ``scope`` (memlane's scope fields)
@@ -152,17 +155,17 @@ def _namespace_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
 
 
 class MemlaneStore(BaseStore):
-    """A LangGraph ``BaseStore`` over a :class:`memlane.Memory`.
+    """A LangGraph ``BaseStore`` over a [`Memory`][memlane.Memory].
 
     Args:
         memory: the store to use; by default a new one (in memory unless ``path``
-            is given), closed by :meth:`close`.
+            is given), closed by [`close`][memlane.integrations.langgraph.MemlaneStore.close].
         index: semantic search: ``{"dims": int, "embed": Embeddings | function |
             "provider:model", "fields": ["$"]}``. Without ``embed``, the memory's
             own embedder embeds (memlane's offline ONNX model for a new store).
             Without ``index``, search ignores ``query`` as ``InMemoryStore`` does.
         ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}``: an item's TTL is
-            its records' ``expires_at`` (see :class:`memlane.MemoryRecord`).
+            its records' ``expires_at`` (see [`MemoryRecord`][memlane.MemoryRecord]).
         scope: memlane scope fields every item gets and every read is bound to.
         table: the memlane table items live in.
         path: where a new store lives (a directory or ``postgresql://`` URL).
@@ -244,7 +247,9 @@ class MemlaneStore(BaseStore):
         LangGraph's store API."""
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Nothing to stop (see :meth:`start_ttl_sweeper`); always True."""
+        """Nothing to stop (see
+        [`start_ttl_sweeper`][memlane.integrations.langgraph.MemlaneStore.start_ttl_sweeper]);
+        always True."""
         return True
 
     def _delete_items(self, cond: dict[str, Any]) -> int:

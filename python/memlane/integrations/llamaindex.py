@@ -1,14 +1,16 @@
 """LlamaIndex over memlane: a ``BasePydanticVectorStore``.
 
-``pip install "memlane[llamaindex]"``::
+``pip install "memlane[llamaindex]"``, then:
 
-    from llama_index.core.schema import TextNode
-    from llama_index.core.vector_stores import VectorStoreQuery, VectorStoreQueryMode
-    from memlane.integrations.llamaindex import MemlaneVectorStore
+```python
+from llama_index.core.schema import TextNode
+from llama_index.core.vector_stores import VectorStoreQuery, VectorStoreQueryMode
+from memlane.integrations.llamaindex import MemlaneVectorStore
 
-    store = MemlaneVectorStore()                 # in memory, memlane's offline embedder
-    store.add([TextNode(text="Alice prefers dark mode", metadata={"user": "alice"})])
-    store.query(VectorStoreQuery(query_str="theme", mode=VectorStoreQueryMode.HYBRID))
+store = MemlaneVectorStore()                 # in memory, memlane's offline embedder
+store.add([TextNode(text="Alice prefers dark mode", metadata={"user": "alice"})])
+store.query(VectorStoreQuery(query_str="theme", mode=VectorStoreQueryMode.HYBRID))
+```
 
 Query modes, each one call into memlane's engine: ``DEFAULT`` (vector
 similarity), ``TEXT_SEARCH`` and ``SPARSE`` (BM25), ``HYBRID`` (BM25 and vectors
@@ -119,18 +121,18 @@ def _node(rec: MemoryRecord) -> BaseNode:
 
 
 class MemlaneVectorStore(BasePydanticVectorStore):
-    """A LlamaIndex vector store over a :class:`memlane.Memory`.
+    """A LlamaIndex vector store over a [`Memory`][memlane.Memory].
 
     Args:
-        memory: the store to use; by default a new one (in memory unless ``path``
-            is given), closed by :meth:`close`.
+        memory: the store to use; by default a new one (in memory unless ``path`` is given),
+            closed by [`close`][memlane.integrations.llamaindex.MemlaneVectorStore.close].
         embed_model: a LlamaIndex embedding model for a new store's embedder
             (default: memlane's offline ONNX model). Node embeddings must have its
             dimension.
         scope: memlane scope fields every node gets and every read is bound to.
         table: the memlane table nodes live in.
         path: where a new store lives (a directory or ``postgresql://`` URL).
-        search_kwargs: passed to :meth:`memlane.Memory.search` on every query
+        search_kwargs: passed to [`Memory.search`][memlane.Memory.search] on every query
             (default: relevance alone, no access tracking, so similarities are
             the relevance of memlane's formula).
     """
@@ -177,7 +179,7 @@ class MemlaneVectorStore(BasePydanticVectorStore):
 
     @property
     def client(self) -> Memory:
-        """The :class:`memlane.Memory` underneath."""
+        """The [`Memory`][memlane.Memory] underneath."""
         return self._memory
 
     def close(self) -> None:

@@ -1,10 +1,16 @@
 """Knowledge: documents ingested into searchable fragments, as elizaOS agents use them.
 
-The methods live on :class:`memlane.Memory` (``ingest``, ``ingest_config``,
-``ingest_text``, ``watch``, ``search_knowledge``, ``search_documents``,
-``list_documents``, ``get_fragments``, ``remove_document``, ``clear_knowledge``);
-see :mod:`memlane.knowledge.api`.
-This package holds their parts: loaders, chunkers, ids, the pipeline and its report.
+The methods live on [`Memory`][memlane.Memory]
+([`ingest`][memlane.Memory.ingest], [`ingest_config`][memlane.Memory.ingest_config],
+[`ingest_text`][memlane.Memory.ingest_text], [`watch`][memlane.Memory.watch],
+[`search_knowledge`][memlane.Memory.search_knowledge],
+[`search_documents`][memlane.Memory.search_documents],
+[`list_documents`][memlane.Memory.list_documents],
+[`get_fragments`][memlane.Memory.get_fragments],
+[`remove_document`][memlane.Memory.remove_document],
+[`clear_knowledge`][memlane.Memory.clear_knowledge]; their work is done in
+``memlane.knowledge.api``). This package holds their parts: loaders, chunkers, ids,
+the pipeline and its report.
 """
 
 from __future__ import annotations

@@ -84,7 +84,8 @@ class Chunk:
 
 @runtime_checkable
 class Chunker(Protocol):
-    """Splits a text into :class:`Chunk` objects with exact offsets, in order."""
+    """Splits a text into [`Chunk`][memlane.knowledge.Chunk] objects with exact offsets,
+    in order."""
 
     def split(self, text: str) -> list[Chunk]: ...
 
@@ -412,7 +413,8 @@ def markdown_headings(text: str) -> list[tuple[int, str, int, int]]:
 
 
 class MarkdownSplitter:
-    """Splits at headings, then each section with a :class:`RecursiveCharacterSplitter`.
+    """Splits at headings, then each section with a
+    [`RecursiveCharacterSplitter`][memlane.knowledge.RecursiveCharacterSplitter].
 
     A section is the text between a heading's line and the next heading of
     level ``max_level`` or above; deeper headings stay inside their section.

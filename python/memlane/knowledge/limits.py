@@ -37,8 +37,8 @@ class DocumentLoadError(MemlaneError, ValueError):
 
 
 class DocumentLimitError(DocumentLoadError):
-    """A file would cost more to load than an :class:`IngestLimits` bound allows; the
-    message names the bound."""
+    """A file would cost more to load than an [`IngestLimits`][memlane.knowledge.IngestLimits]
+    bound allows; the message names the bound."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ __all__ = ["IngestReport"]
 
 @dataclass(slots=True)
 class IngestReport:
-    """The outcome of :meth:`memlane.Memory.ingest` and its siblings.
+    """The outcome of [`Memory.ingest`][memlane.Memory.ingest] and its siblings.
 
     Paths are relative to their knowledge root (POSIX separators).
 
@@ -23,7 +23,7 @@ class IngestReport:
         skipped: hidden files, unsupported types, empty files and paths that
             lead outside the root, path -> reason.
         pruned: documents removed because their file is gone, path -> id.
-        limited: documents refused by an :class:`~memlane.knowledge.IngestLimits` limit,
+        limited: documents refused by an [`IngestLimits`][memlane.knowledge.IngestLimits] limit,
             path -> which limit and by how much (also in ``failed``; nothing of them
             is stored, and an earlier version of the document stays as it was).
         fragments: fragments written.

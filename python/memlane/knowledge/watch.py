@@ -65,11 +65,11 @@ class _Events(FileSystemEventHandler):
 
 
 class KnowledgeWatch:
-    """A running :func:`watch`; :meth:`stop` it, or use it as a context manager.
+    """A running [`Memory.watch`][memlane.Memory.watch]; [`stop`][memlane.KnowledgeWatch.stop]
+    it, or use it as a context manager.
 
     ``folder`` is the folder followed (absolute), ``initial`` the report of the first
-    sync; every later batch of changes goes to the ``on_report`` given to
-    :meth:`memlane.Memory.watch`.
+    sync; every later batch of changes goes to its ``on_report``.
     """
 
     def __init__(

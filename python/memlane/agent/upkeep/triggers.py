@@ -74,7 +74,7 @@ class Reflection:
         window: the room's last messages shown to the model (20).
         shown: stored memories shown at most (50).
         max_output_tokens: the answer's budget, sent as ``max_tokens`` to an
-            :class:`OpenAIChat` (500).
+            [`OpenAIChat`][memlane.OpenAIChat] (500).
         enabled: False turns it off.
         prompt: the instructions of what to remember, in place of memlane's (the answer's
             format is always added).
