@@ -1,4 +1,4 @@
-"""``python -m memlane``: the command line (see :mod:`memlane.cli`)."""
+"""``python -m memlane``: the command line (see ``memlane.cli``)."""
 
 from memlane.cli import main
 

@@ -284,7 +284,7 @@ class HnswIndex:
 
 @final
 class PreparedBatch:
-    """A checked, analysed batch of records from :meth:`Engine.prepare`, applied once."""
+    """A checked, analysed batch of records from ``Engine.prepare``, applied once."""
 
 @final
 class SearchRequest:
@@ -359,7 +359,7 @@ class Engine:
         """Checks and analyses a batch without changing anything; ``apply`` inserts it.
 
         ``rows`` are ``memlane.schema.Row`` tuples (the engine reads the fields named
-        in :data:`ROW_FIELDS` by position; ``rowid`` is the engine's id, ``id`` the
+        in ``ROW_FIELDS`` by position; ``rowid`` is the engine's id, ``id`` the
         public one ``id`` filters read); ``texts``: index their texts too;
         ``vectors``: one row per record.
         """

@@ -1,5 +1,5 @@
 """Argument checks: each returns the value in its canonical type or raises
-:class:`~memlane.errors.InvalidArgumentError` naming the argument."""
+``InvalidArgumentError`` naming the argument."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def clean(value: str, label: str, nul: bool = False) -> str:
 
 
 def text(value: object, label: str, nul: bool = False) -> str:
-    """A non-empty str both databases can store (see :func:`clean`)."""
+    """A non-empty str both databases can store (see ``clean``)."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{label} must be a str, got {type(value).__name__}")
     if not value.strip():
@@ -140,7 +140,7 @@ def metadata(value: object) -> tuple[dict[str, Any], str]:
 def _as_read(value: Any, depth: int) -> Any:
     """``value`` as ``json.loads(json.dumps(value))`` gives it back, for a value that
     ``json.dumps`` accepted: tuples become lists, subclasses their base type, dict keys
-    strings; refuses dicts and lists nested deeper than :data:`MAX_METADATA_DEPTH` below
+    strings; refuses dicts and lists nested deeper than ``MAX_METADATA_DEPTH`` below
     the top level (lists too, which the engine does not descend into but the database
     keeps)."""
     if isinstance(value, dict):
@@ -243,7 +243,7 @@ def _vector_checks(
 
 
 def usable_vectors(vectors: FloatArray) -> npt.NDArray[np.bool_]:
-    """Which rows :func:`check_vectors` accepts."""
+    """Which rows ``check_vectors`` accepts."""
     finite, nonzero, scalable, _ = _vector_checks(vectors)
     ok: npt.NDArray[np.bool_] = finite & nonzero & scalable
     return ok

@@ -1,8 +1,8 @@
-"""What "the same content" means to :meth:`memlane.Memory.add`: the text compared
-(:func:`normalise_text`) and its hash (:func:`content_hash`), stored beside each record.
+"""What "the same content" means to ``memlane.Memory.add``: the text compared
+(``normalise_text``) and its hash (``content_hash``), stored beside each record.
 
 What an add takes for a duplicate, by this hash and otherwise, is decided in
-:mod:`memlane._memory.duplicates`.
+``memlane._memory.duplicates``.
 """
 
 from __future__ import annotations
@@ -23,5 +23,5 @@ def normalise_text(text: str) -> str:
 
 
 def content_hash(text: str) -> str:
-    """sha256 (hex) of :func:`normalise_text`."""
+    """sha256 (hex) of ``normalise_text``."""
     return hashlib.sha256(normalise_text(text).encode("utf-8")).hexdigest()

@@ -2,11 +2,11 @@
 the version it finds current, and applied again to the version another writer left
 when that writer got there first, so no edit overwrites another.
 
-The model's edits of core memory blocks (:class:`memlane.agent.CoreMemory`) go through
+The model's edits of core memory blocks (``memlane.agent.CoreMemory``) go through
 here: a block is one record, so the store's refusal to supersede a version no longer
 current makes the check of its limit part of the transaction that stores the edit. A
 notes file is many records, and its edits are made under its head instead
-(:func:`memlane.notes_files.write_entries`), tried up to :data:`ATTEMPTS` times as well.
+(``memlane.notes_files.write_entries``), tried up to ``ATTEMPTS`` times as well.
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def rewrite(
     """Supersedes ``rec`` with ``change(rec)`` (its new text and metadata, None: no change),
     and when another writer changed the record first, applies ``change`` again to the
     version that writer left: the store refuses to supersede a version that is no longer
-    current (:class:`~memlane.errors.ConflictError`), so no edit overwrites another.
+    current (``ConflictError``), so no edit overwrites another.
     ``keep_date``: the new version keeps the record's ``created_at``; ``find``: reads
     the current version again after a conflict (default: following the history).
-    Raises :class:`~memlane.errors.UnknownIdError` (saying ``gone``) if the record was
+    Raises ``UnknownIdError`` (saying ``gone``) if the record was
     deleted meanwhile."""
     for _ in range(ATTEMPTS):
         new = change(rec)

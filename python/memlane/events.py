@@ -1,5 +1,5 @@
 """Change events of an open store, by their public names: ``Memory.events`` is an
-:class:`Events`, whose ``subscribe`` gives a :class:`Subscription` of :data:`Event` dicts
+``Events``, whose ``subscribe`` gives a ``Subscription`` of ``Event`` dicts
 (adds, supersedes, updates, deletes and expiry sweeps of this process, in commit order).
 A write never waits for a subscriber: a full queue drops events and counts them, and the
 subscriber reads one ``{"type": "lost", "count": n}`` event in their place."""

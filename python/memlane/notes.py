@@ -8,10 +8,10 @@ and its curated long-term facts as five markdown files. Here each entry (a
 ``file``, ``title`` and ``position``; so notes are searched, scoped and
 exported like any record, and still read and written as files:
 
-- :meth:`memlane.Memory.export_notes` writes the five files, each entry a section
+- ``memlane.Memory.export_notes`` writes the five files, each entry a section
   headed by its date (``## 2026-05-01 09:30:00``, then `` · title`` when it
   has one), in the order the entries were imported.
-- :meth:`memlane.Memory.import_notes` reads them back. A heading that starts with
+- ``memlane.Memory.import_notes`` reads them back. A heading that starts with
   a date dates the entry; text before the first heading is an entry of its
   own. The files are the truth for their kind: a file that matches the stored
   notes changes nothing (importing twice stores nothing new), a changed file
@@ -19,25 +19,25 @@ exported like any record, and still read and written as files:
   not change keep their dates), a file that is absent leaves its kind alone.
   Every file is read and checked before anything is written.
 
-The files' format, and their export and import, are :mod:`memlane.notes_files`'.
-:func:`notes_context` is the long-term notes section of
-:func:`~memlane.agent.build_context`, with OrcBot's context limits
-(:data:`NOTE_LIMITS`).
+The files' format, and their export and import, are ``memlane.notes_files``'.
+``notes_context`` is the long-term notes section of
+``build_context``, with OrcBot's context limits
+(``NOTE_LIMITS``).
 
-:class:`Notebook` lets the model write them, as Letta's core memory tools do
-for blocks: :meth:`~Notebook.append` adds a dated entry to a file,
-:meth:`~Notebook.replace` rewrites text in its entries (an entry left empty is
+``Notebook`` lets the model write them, as Letta's core memory tools do
+for blocks: ``append`` adds a dated entry to a file,
+``replace`` rewrites text in its entries (an entry left empty is
 removed). A file keeps within its limit: its size is what its entries take in
-the context (``[date] text`` lines, as :func:`notes_context` shows them), so
+the context (``[date] text`` lines, as ``notes_context`` shows them), so
 a file within its limit is shown whole; an edit that would take it past the
-limit is refused with :class:`NoteLimitError`, saying by how much. A rewrite
+limit is refused with ``NoteLimitError``, saying by how much. A rewrite
 keeps the entry's id and date (the old wording stays in the store's history).
 
 The limit holds however many writers edit a file at once, on either backend: each
-edit reads the file's head (a record of its own, :data:`~memlane.notes_files.HEADS`)
+edit reads the file's head (a record of its own, ``HEADS``)
 and then its entries, checks the limit against them, and stores its change in one
 transaction that replaces the head, only if the head is still the one it read
-(:func:`~memlane.notes_files.write_entries`). An edit that another writer got ahead of
+(``write_entries``). An edit that another writer got ahead of
 is made again over what that writer left: two appends at once both land if the file
 has room for both, and two writers rewriting one entry both land, the later on the
 earlier's text.
@@ -138,7 +138,7 @@ def notes_context(
 
 
 class NoteLimitError(InvalidArgumentError):
-    """An edit would take a notes file past its limit (see :class:`Notebook`)."""
+    """An edit would take a notes file past its limit (see ``Notebook``)."""
 
     def __init__(self, file: str, limit: int, size: int, new_size: int) -> None:
         self.file, self.limit, self.size, self.new_size = file, limit, size, new_size
@@ -201,18 +201,18 @@ def _words(text: str) -> re.Pattern[str]:
 
 
 class Notebook:
-    """OrcBot's long-term files of one scope (see :mod:`memlane.notes`), written entry by
+    """OrcBot's long-term files of one scope (see ``memlane.notes``), written entry by
     entry, each file within its limit.
 
     Args:
         memory: the store.
         scope: the scope the notes belong to, exactly (as
-            :meth:`memlane.Memory.import_notes` takes it); notes of broader scopes are
+            ``memlane.Memory.import_notes`` takes it); notes of broader scopes are
             shown in the context but not edited here.
-        limits: characters per kind (:data:`NOTE_LIMITS`, as :func:`notes_context`);
+        limits: characters per kind (``NOTE_LIMITS``, as ``notes_context``);
             a kind left out (or 0) cannot be written.
         clock: unix seconds now, the date of an appended entry (default
-            :func:`time.time`).
+            ``time.time``).
     """
 
     def __init__(
@@ -233,7 +233,7 @@ class Notebook:
     @staticmethod
     def file(file: object) -> tuple[str, str]:
         """``(file name, kind)`` of a file given by its name (``"USER.md"``) or kind
-        (``"user"``); raises :class:`~memlane.errors.InvalidArgumentError` for another."""
+        (``"user"``); raises ``InvalidArgumentError`` for another."""
         for name, kind in NOTE_FILES.items():
             if file in (name, kind):
                 return name, kind
@@ -256,7 +256,7 @@ class Notebook:
     def append(self, file: str, content: str) -> NoteEdit:
         """Adds ``content`` to ``file`` as a new entry dated now.
 
-        Raises :class:`NoteLimitError` if the file would go past its limit (checked in
+        Raises ``NoteLimitError`` if the file would go past its limit (checked in
         the transaction that stores the entry, whoever else writes the file meanwhile)."""
         name, kind = self.file(file)
         text = _content(content, "content").strip()
@@ -285,12 +285,12 @@ class Notebook:
 
     def replace(self, file: str, old_content: str, new_content: str) -> NoteEdit:
         """Replaces every occurrence of ``old_content`` in ``file``'s entries with
-        ``new_content`` (as :meth:`~memlane.agent.CoreMemory.replace`); whitespace
+        ``new_content`` (as ``replace``); whitespace
         matches any whitespace. An entry left empty is removed; the others keep their
         id and date (the old wording stays in the store's history).
 
-        Raises :class:`~memlane.errors.UnknownIdError` if ``old_content`` is in no
-        entry, :class:`NoteLimitError` if the edit would take the file past its limit
+        Raises ``UnknownIdError`` if ``old_content`` is in no
+        entry, ``NoteLimitError`` if the edit would take the file past its limit
         (an edit that shrinks the file is always allowed)."""
         name, kind = self.file(file)
         old = _content(old_content, "old_content")

@@ -1,7 +1,7 @@
-"""OrcBot's long-term files as notes (see :mod:`memlane.notes`): the five files, their
+"""OrcBot's long-term files as notes (see ``memlane.notes``): the five files, their
 kinds and context limits, an entry's format in a file and in the context, and a scope's
 files written from its notes and read back into them (the work behind
-:meth:`memlane.Memory.export_notes` and :meth:`~memlane.Memory.import_notes`).
+``memlane.Memory.export_notes`` and ``import_notes``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ __all__ = [
 NOTES = "notes"
 #: The table of the files' heads: one record per scope and file (its name as text) whose
 #: metadata ``token`` every change of the file's entries replaces, in the change's own
-#: transaction (see :func:`write_entries`).
+#: transaction (see ``write_entries``).
 HEADS = "notes_heads"
 #: File name -> the kind (record type) of its entries, in OrcBot's order.
 NOTE_FILES: dict[str, str] = {
@@ -191,7 +191,7 @@ def _same(entry: _Entry, rec: MemoryRecord) -> bool:
 
 def unsuperseded(flt: dict[str, Any]) -> dict[str, Any]:
     """``flt`` and "not superseded": an entry rewritten by
-    :meth:`memlane.notes.Notebook.replace` keeps its old wording as a superseded version,
+    ``memlane.notes.Notebook.replace`` keeps its old wording as a superseded version,
     which is not part of the file."""
     return {"$and": [flt, {"valid_to": None}]}
 
@@ -228,7 +228,7 @@ def _head_id(kind: str, fields: Mapping[str, Any]) -> str:
 
 
 def _head(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The file's head with a new token, as an item of :meth:`~memlane.Memory.replace`."""
+    """The file's head with a new token, as an item of ``replace``."""
     name = next(n for n, k in NOTE_FILES.items() if k == kind)
     return {
         "text": name,
@@ -292,7 +292,7 @@ def export_notes(
     store: MemoryStore, dir: str | Path, scope: Mapping[str, str | None]
 ) -> dict[str, int]:
     """Writes the five files into ``dir`` (created if missing) from the notes of exactly
-    ``scope``; returns the entries written per file (see :meth:`memlane.Memory.export_notes`)."""
+    ``scope``; returns the entries written per file (see ``memlane.Memory.export_notes``)."""
     fields, only = exact_scope(store, scope)
     path = _directory(dir, create=True)
     notes = {name: kind_notes(store, kind, fields, only) for name, kind in NOTE_FILES.items()}
@@ -310,7 +310,7 @@ def import_notes(
     store: MemoryStore, dir: str | Path, scope: Mapping[str, str | None]
 ) -> dict[str, int]:
     """Reads the notes files in ``dir`` into the notes of exactly ``scope``; returns the
-    entries stored per file read (see :meth:`memlane.Memory.import_notes`)."""
+    entries stored per file read (see ``memlane.Memory.import_notes``)."""
     fields, only = exact_scope(store, scope)
     path = _directory(dir, create=False)
     unknown = sorted(p.name for p in path.iterdir() if p.name not in NOTE_FILES or not p.is_file())

@@ -1,11 +1,11 @@
-"""The HTTP side of memlane's OpenAI-compatible clients (:class:`~memlane.OpenAIEmbedder`,
-:class:`~memlane.OpenAIChat`): their base class, :class:`OpenAIHTTPClient`.
+"""The HTTP side of memlane's OpenAI-compatible clients (``OpenAIEmbedder``,
+``OpenAIChat``): their base class, ``OpenAIHTTPClient``.
 
 It holds the connection settings (``base_url``, a bearer ``api_key`` defaulting
 to ``$OPENAI_API_KEY``, extra ``headers``, ``timeout``), one httpx client for
 sync calls and one for async calls (each opened at its first request), JSON
-POSTs with retries, and closing (:meth:`~OpenAIHTTPClient.close`,
-:meth:`~OpenAIHTTPClient.aclose`, ``with`` and ``async with``).
+POSTs with retries, and closing (``close``,
+``aclose``, ``with`` and ``async with``).
 
 A POST that fails on the network (a connection error, a timeout, any other
 httpx error) or with HTTP 408, 409, 429 or 5xx (500, 502, 503, 504) is tried
@@ -17,7 +17,7 @@ model, the tries and the cause. httpx is imported when the first client object
 is built, never by ``import memlane``.
 
 The retry loop is memlane's own, not tenacity's: it is one decision
-(:meth:`~OpenAIHTTPClient._verdict`, shared by the sync and async paths) and two
+(``_verdict``, shared by the sync and async paths) and two
 eight-line loops. With tenacity the same needs a retry predicate over responses
 and exceptions, a wait callback that reads ``Retry-After`` from the last outcome,
 unwrapping its ``RetryError`` into ``_error`` and its own sync and async retryers:
@@ -55,7 +55,7 @@ class OpenAIHTTPClient:
     """Base of the clients of an OpenAI-compatible API (see the module's doc).
 
     Subclasses set ``_error`` to the exception they raise and call
-    :meth:`_post_json` / :meth:`_apost_json` with a path under ``base_url``.
+    ``_post_json`` / ``_apost_json`` with a path under ``base_url``.
     """
 
     _error: ClassVar[type[MemlaneError]] = MemlaneError
@@ -120,7 +120,7 @@ class OpenAIHTTPClient:
             attempt += 1
 
     async def _apost_json(self, path: str, body: Mapping[str, Any]) -> Any:
-        """The async form of :meth:`_post_json`."""
+        """The async form of ``_post_json``."""
         if self._aclient is None:
             self._aclient = self._httpx.AsyncClient(timeout=self.timeout, headers=self._headers)
         client = self._aclient

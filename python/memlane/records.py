@@ -1,4 +1,4 @@
-"""What :class:`memlane.Memory` stores and returns: :class:`MemoryRecord` and :class:`SearchHit`."""
+"""What ``memlane.Memory`` stores and returns: ``MemoryRecord`` and ``SearchHit``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The record schema, declared once: :class:`Row`.
+"""The record schema, declared once: ``Row``.
 
-Each field of :class:`Row` is a column of the ``records`` table, in order.
-Everything else is derived from it: :data:`COLUMNS`, the SQL types and the
-``CREATE TABLE`` of each dialect (:func:`records_table`), the fields the
+Each field of ``Row`` is a column of the ``records`` table, in order.
+Everything else is derived from it: ``COLUMNS``, the SQL types and the
+``CREATE TABLE`` of each dialect (``records_table``), the fields the
 engine reads (its build reads this class: ``rust/py/build.rs``, and
-``Engine.prepare`` takes rows) and :class:`~memlane.records.MemoryRecord`'s
-fields (:data:`RECORD_COLUMNS` under :data:`PUBLIC_NAMES`). A field's Python
+``Engine.prepare`` takes rows) and ``MemoryRecord``'s
+fields (``RECORD_COLUMNS`` under ``PUBLIC_NAMES``). A field's Python
 type gives its SQL type; ``X | None`` makes it nullable; ``Annotated`` adds a
 constraint.
 """
@@ -78,10 +78,10 @@ COLUMNS: tuple[str, ...] = Row._fields
 if COLUMNS[-2:] != ("seq", "content_seq"):  # pragma: no cover - a schema edit out of step
     raise ImportError("Row must end with seq and content_seq")
 
-#: The columns a :class:`~memlane.records.MemoryRecord` holds, in its field order: all
+#: The columns a ``MemoryRecord`` holds, in its field order: all
 #: but the store's bookkeeping (the rowid, the engine's key, and the change numbers).
 RECORD_COLUMNS: tuple[str, ...] = COLUMNS[1:-2]
-#: A column's name in :class:`~memlane.records.MemoryRecord` (and in filters and add()
+#: A column's name in ``MemoryRecord`` (and in filters and add()
 #: items) where it differs: ``table`` and ``unique`` are SQL keywords.
 PUBLIC_NAMES: dict[str, str] = {"tbl": "table", "uniq": "unique"}
 
@@ -183,7 +183,7 @@ def history_table(dialect: Dialect, table: str = "history") -> str:
     """The ``CREATE TABLE`` of the history: one entry per version a change replaced.
 
     The records table's columns (without constraints or the vector), so an entry is
-    read back as a :class:`Row`, then :data:`HISTORY_EXTRA`; ``n`` orders entries."""
+    read back as a ``Row``, then ``HISTORY_EXTRA``; ``n`` orders entries."""
     sqlite = dialect == "sqlite"
     lines = [
         "    n INTEGER PRIMARY KEY AUTOINCREMENT"

@@ -1,13 +1,13 @@
 """Scopes: which records a call reads and writes.
 
 A call's scope is the store's ``default_scope`` with the scope fields the call gives
-over it (:func:`scope_of`). A search or list given ``agent_id="a"`` also sees records
+over it (``scope_of``). A search or list given ``agent_id="a"`` also sees records
 stored with ``agent_id="a", user_id="u"``: a scope field left out is not a constraint.
 Core memory blocks and long-term notes belong to exactly one scope (an agent's persona
 is not a user's), so their reads and replacements add a filter that the other scope
-fields are unset (:func:`exact_scope`).
+fields are unset (``exact_scope``).
 
-Session scoping (:class:`SessionScope`): a platform event (source, contact, chat)
+Session scoping (``SessionScope``): a platform event (source, contact, chat)
 becomes the scope of every store call of an agent's turn, in one of three modes, as
 multi-platform agents (OrcBot, OpenClaw) key their sessions:
 
@@ -48,7 +48,7 @@ __all__ = [
 
 
 class Scoped(Protocol):
-    """What :func:`exact_scope` reads of a store: its default scope."""
+    """What ``exact_scope`` reads of a store: its default scope."""
 
     @property
     def default_scope(self) -> Mapping[str, str]: ...

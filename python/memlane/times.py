@@ -1,8 +1,8 @@
 """Times as memlane stores them (unix seconds, a float) and the datetimes they stand for.
 
-:func:`check` refuses a time a :class:`~datetime.datetime` cannot hold (before year 1
+``check`` refuses a time a ``datetime`` cannot hold (before year 1
 or after year 9999, in UTC), so every stored time can be shown as a date.
-:func:`moment` and :func:`stamp` turn a stored time into a datetime or text without
+``moment`` and ``stamp`` turn a stored time into a datetime or text without
 ever raising: a store written before the check existed may hold any float.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["END_TIME", "MIN_TIME", "check", "moment", "stamp"]
 
 #: 0001-01-01 00:00:00 UTC, the earliest time a datetime holds.
 MIN_TIME = -62135596800.0
-#: 10000-01-01 00:00:00 UTC: every time before it (and not before :data:`MIN_TIME`) is
+#: 10000-01-01 00:00:00 UTC: every time before it (and not before ``MIN_TIME``) is
 #: a datetime.
 END_TIME = 253402300800.0
 # The last float before END_TIME: its microseconds round to 9999-12-31 23:59:59.99997.
@@ -26,7 +26,7 @@ _LAST = math.nextafter(END_TIME, 0.0)
 
 def check(seconds: float, label: str) -> float:
     """``seconds`` if a datetime can hold it (years 1 to 9999, UTC), else
-    :class:`~memlane.errors.InvalidArgumentError` naming ``label``."""
+    ``InvalidArgumentError`` naming ``label``."""
     if not MIN_TIME <= seconds < END_TIME:  # NaN fails too
         raise InvalidArgumentError(
             f"{label} must be a time from the year 1 to 9999 (unix seconds from "
@@ -48,8 +48,8 @@ def moment(seconds: float, tz: tzinfo | None = UTC) -> datetime:
 
 
 def stamp(seconds: float, fmt: str = "%Y-%m-%d %H:%M", tz: tzinfo | None = UTC) -> str:
-    """``seconds`` formatted with ``fmt`` (a :meth:`~datetime.datetime.strftime` format)
-    in ``tz``, clamped as :func:`moment` does; never raises for the time."""
+    """``seconds`` formatted with ``fmt`` (a ``strftime`` format)
+    in ``tz``, clamped as ``moment`` does; never raises for the time."""
     when = moment(seconds, tz)
     # strftime writes years before 1000 with fewer digits on some platforms (glibc:
     # "1-01-01"), which no longer reads back as a date.

@@ -52,12 +52,12 @@ _ID_KEYS = (
 #: Metadata fields naming the contact a message came from (OrcBot's ``sourceId``).
 _CONTACT_KEYS = ("sourceId", "contact")
 #: A key kind earlier versions wrote for ``sourceId`` (taken then as an event id): a
-#: store's remembered keys of this kind are derived again at open (:func:`legacy_key`).
+#: store's remembered keys of this kind are derived again at open (``legacy_key``).
 _LEGACY_KIND = "sourceId"
 
 
 def window_keys(scope_key: Sequence[Any], metadata: Mapping[str, Any], digest: str) -> list[str]:
-    """The keys (JSON strings) under which a record is remembered by :class:`DedupWindow`."""
+    """The keys (JSON strings) under which a record is remembered by ``DedupWindow``."""
     keys: list[str] = []
     for name, kind in _ID_KEYS:
         value = metadata.get(name)
@@ -79,12 +79,12 @@ def window_keys(scope_key: Sequence[Any], metadata: Mapping[str, Any], digest: s
 def legacy_key(key: str) -> bool:
     """Whether ``key`` is of the kind earlier versions wrote for ``sourceId``: such a key
     must not be matched (it would skip a contact's every later message) but replaced by
-    the record's :func:`window_keys`."""
+    the record's ``window_keys``."""
     return key.startswith(f'["{_LEGACY_KIND}",')
 
 
 class DedupWindow:
-    """Remembers recently added records under their :func:`window_keys` for ``seconds``."""
+    """Remembers recently added records under their ``window_keys`` for ``seconds``."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -140,7 +140,7 @@ def load_window(window: DedupWindow, db: Store, now: float) -> None:
     """Fills ``window`` with the keys the store remembers from its last ``window.seconds``.
 
     A key of the kind earlier versions wrote for ``sourceId`` is replaced by its record's
-    keys as :func:`window_keys` derives them now (the record's source +
+    keys as ``window_keys`` derives them now (the record's source +
     contact + text), so an old store does not skip a contact's later messages."""
     legacy: dict[str, float] = {}
     for key, record_id, at in db.recent(now - window.seconds):

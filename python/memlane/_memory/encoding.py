@@ -1,9 +1,9 @@
-"""A record on its way in (:class:`NewRecord`, from :func:`validate`) and the
-conversions between the schema's :class:`~memlane.schema.Row`, the engine and
-the :class:`~memlane.records.MemoryRecord` a caller sees.
+"""A record on its way in (``NewRecord``, from ``validate``) and the
+conversions between the schema's ``Row``, the engine and
+the ``MemoryRecord`` a caller sees.
 
-The conversions are derived from the schema (:data:`~memlane.schema.RECORD_COLUMNS`
-under :data:`~memlane.schema.PUBLIC_NAMES`): a record's stored fields are a row's
+The conversions are derived from the schema (``RECORD_COLUMNS``
+under ``PUBLIC_NAMES``): a record's stored fields are a row's
 columns in the same order, with flags as bools, the metadata as a dict and the
 vector as an array."""
 
@@ -25,7 +25,7 @@ from memlane.errors import CorruptFileError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import COLUMNS, FLAGS, PUBLIC_NAMES, RECORD_COLUMNS, Row
 
-#: A stored field's name in a record, column by column (:data:`RECORD_COLUMNS` order).
+#: A stored field's name in a record, column by column (``RECORD_COLUMNS`` order).
 STORED = tuple(PUBLIC_NAMES.get(c, c) for c in RECORD_COLUMNS)
 if tuple(f.name for f in fields(MemoryRecord))[: len(STORED)] != STORED:  # pragma: no cover
     raise ImportError(f"MemoryRecord's fields must begin with {STORED}, the schema's columns")
@@ -85,7 +85,7 @@ _row_record = _derive(
 @dataclass(slots=True)
 class NewRecord:
     """One record to add, validated: a record's stored fields (in
-    :data:`STORED` order), the metadata's JSON text and how to add it."""
+    ``STORED`` order), the metadata's JSON text and how to add it."""
 
     id: str
     text: str
@@ -118,7 +118,7 @@ class NewRecord:
 
     @property
     def scope(self) -> tuple[str | None, ...]:
-        """The scope fields, in :data:`~memlane.records.SCOPE_FIELDS` order."""
+        """The scope fields, in ``SCOPE_FIELDS`` order."""
         return (
             self.agent_id,
             self.user_id,
@@ -142,7 +142,7 @@ if tuple(f.name for f in fields(NewRecord))[: len(STORED)] != STORED:  # pragma:
 
 
 class _Checked(set[str]):
-    """Short strings that passed :func:`coerce.text` (tables, types, scope values repeat
+    """Short strings that passed ``coerce.text`` (tables, types, scope values repeat
     from record to record), so a bulk add checks each once; bounded by clearing."""
 
     def add(self, value: str) -> None:
@@ -320,7 +320,7 @@ def prepare(
 ) -> PreparedBatch:
     """The engine's check and analysis of ``rows`` (without changing it), which it
     reads as they are but for two things: ``pending`` holds access counts not yet
-    flushed to the rows, and a unique row's metadata gains :data:`~memlane.coerce.UNIQUE_KEY`
+    flushed to the rows, and a unique row's metadata gains ``UNIQUE_KEY``
     (the engine's filters read metadata, and it has no column for the flag)."""
     if pending:
         rows = [
@@ -335,7 +335,7 @@ def prepare(
 
 
 def unique_metadata(text: str) -> str:
-    """A stored metadata object's JSON text with :data:`~memlane.coerce.UNIQUE_KEY` first."""
+    """A stored metadata object's JSON text with ``UNIQUE_KEY`` first."""
     inner = text.strip()[1:-1].strip()
     return f'{{"{coerce.UNIQUE_KEY}":true{"," + inner if inner else ""}}}'
 
@@ -373,12 +373,12 @@ def blobs(vectors: FloatArray, half: bool) -> list[bytes]:
 
 
 def blob(v: FloatArray | None, half: bool) -> bytes | None:
-    """A vector as stored (see :func:`blobs`)."""
+    """A vector as stored (see ``blobs``)."""
     return None if v is None else blobs(v[None, :], half)[0]
 
 
 def unblob(b: bytes | None) -> FloatArray | None:
-    """A stored vector (see :func:`blobs`) decoded, its dimension read from its length."""
+    """A stored vector (see ``blobs``) decoded, its dimension read from its length."""
     if b is None:
         return None
     dim = len(b) // 4 if len(b) % 4 == 0 else (len(b) - _HALF_HEADER.size) // 2

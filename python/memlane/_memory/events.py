@@ -1,6 +1,6 @@
 """Change events: what this process's writes did to a store, told to subscribers.
 
-The writer calls :class:`Events` after each commit (adds, supersedes, updates, deletes,
+The writer calls ``Events`` after each commit (adds, supersedes, updates, deletes,
 expiry sweeps). A write never waits for a subscriber: each has a bounded queue, and an
 event that finds it full is dropped and counted; the subscriber then reads one
 ``{"type": "lost", "count": n}`` event in its place before the next one that fits. With
@@ -42,7 +42,7 @@ DEFAULT_QUEUE = 1000
 
 class Subscription:
     """Events matching a scope, in commit order: iterate over it (each ``next`` waits
-    for one), or read with :meth:`get`; :meth:`close` ends it. With a callback, a
+    for one), or read with ``get``; ``close`` ends it. With a callback, a
     thread of its own calls it with each event instead."""
 
     def __init__(self, hub: Events, scope: dict[str, str], max_queue: int) -> None:
@@ -102,7 +102,7 @@ class Subscription:
             yield event
 
     def close(self) -> None:
-        """Stops the events; a reader waiting in :meth:`get` or a loop returns."""
+        """Stops the events; a reader waiting in ``get`` or a loop returns."""
         self._closed.set()
         self._hub.drop(self)
 

@@ -166,7 +166,7 @@ def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> i
 
 def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> None:
     """Raises for the first line the import would refuse (naming it), storing nothing:
-    each record and history entry as :func:`load` stores it, its embedding, an id given
+    each record and history entry as ``load`` stores it, its embedding, an id given
     twice in the file, and (``on_conflict="error"``) an id already stored."""
     now, dim = time.time(), writer.sync.dim
     first_line: dict[str, int] = {}  # id -> the line that gives it
@@ -248,7 +248,7 @@ def _history(line: dict[str, Any], where: str) -> HistoryEntry:
 
 
 def _read(path: Path) -> Iterator[list[tuple[int, dict[str, Any]]]]:
-    """The file's objects with their line numbers, :data:`_BATCH` at a time; blank lines
+    """The file's objects with their line numbers, ``_BATCH`` at a time; blank lines
     are skipped."""
     batch: list[tuple[int, dict[str, Any]]] = []
     try:
@@ -282,7 +282,7 @@ def _read(path: Path) -> Iterator[list[tuple[int, dict[str, Any]]]]:
 
 def _parse(raw: bytes, lineno: int, where: str) -> dict[str, Any] | None:
     """One line's JSON object (None for a blank line); a line that is not one is
-    :class:`~memlane.errors.CorruptFileError`: the file is damaged or not an export."""
+    ``CorruptFileError``: the file is damaged or not an export."""
     try:
         # Only the first line may start with a byte order mark.
         line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")

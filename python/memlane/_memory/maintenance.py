@@ -3,7 +3,7 @@ vectors into the graph, checkpointing the WAL, flushing access counts, writing
 snapshots, reading records into the row cache after the open; and the exit hook
 that closes stores still open.
 
-The thread holds the store's parts (:class:`Upkeep`), never the :class:`Memory`, so a
+The thread holds the store's parts (``Upkeep``), never the ``Memory``, so a
 store nobody holds is freed at once: its finalizer stops the thread, waits for the task
 it is in, and releases the database and the lock.
 """
@@ -63,7 +63,7 @@ class Maintained(Protocol):
 
 class Upkeep:
     """The parts of a store its background work needs: what the thread and a shared
-    store's follower hold instead of the :class:`Memory`."""
+    store's follower hold instead of the ``Memory``."""
 
     def __init__(self, memory: Maintained) -> None:
         self.sync, self.writer, self.access = memory._sync, memory._writer, memory._access

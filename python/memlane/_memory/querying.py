@@ -105,7 +105,7 @@ def unexpired(flt: dict[str, Any] | None, now: float) -> dict[str, Any]:
 class Searcher:
     """Runs searches with the store's defaults (``track_access``, ``decay``,
     ``weights``, ``recency_half_life``: as the store was opened with, checked there),
-    which the engine reads as one :class:`~memlane._core.SearchRequest`."""
+    which the engine reads as one ``SearchRequest``."""
 
     def __init__(
         self,
@@ -135,7 +135,7 @@ class Searcher:
     @staticmethod
     def depth(k: object, rerank: object) -> object:
         """How many hits the engine returns: ``k``, or for a reranker at least
-        :data:`RERANK_DEPTH` (then ``k`` is checked here, as the engine words it)."""
+        ``RERANK_DEPTH`` (then ``k`` is checked here, as the engine words it)."""
         if rerank is None:
             return k
         if not callable(rerank):

@@ -1,5 +1,5 @@
-"""The record API of :class:`memlane.Memory`: :class:`MemoryStore`, over the
-collaborators of this package (see its ``__init__``). :class:`memlane.Memory` opens
+"""The record API of ``memlane.Memory``: ``MemoryStore``, over the
+collaborators of this package (see its ``__init__``). ``memlane.Memory`` opens
 the store and adds knowledge and notes.
 
 A store directory holds ``memory.db`` (SQLite, the source of truth), ``index/``
@@ -44,7 +44,7 @@ __all__ = ["MemoryStore"]
 
 class MemoryStore:
     """The record API of an open store (records, versions, search, JSONL) over its
-    collaborators; :class:`memlane.Memory` opens the store and adds knowledge and notes.
+    collaborators; ``memlane.Memory`` opens the store and adds knowledge and notes.
     Knowledge and notes build on this class, which knows nothing of them."""
 
     def __init__(

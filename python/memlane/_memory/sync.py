@@ -1,9 +1,9 @@
 """The engine kept in step with the database: the change-log protocol's reader.
 
-Every change up to :attr:`IndexSync.seq` is in the engine, and so are this
-process's own later changes (:attr:`IndexSync.own`, when another process
+Every change up to ``IndexSync.seq`` is in the engine, and so are this
+process's own later changes (``IndexSync.own``, when another process
 committed in between). Opening loads the newest snapshot and replays the
-changes beyond it; a shared store's thread calls :meth:`IndexSync.follow`
+changes beyond it; a shared store's thread calls ``IndexSync.follow``
 when other processes may have written.
 """
 
@@ -252,7 +252,7 @@ class IndexSync:
         )
 
     def _read_ahead(self, loading: Future[Any]) -> list[list[tuple[int, bytes]]]:
-        """The first chunks of the rows with a vector (:meth:`Store.vectors`), read until
+        """The first chunks of the rows with a vector (``Store.vectors``), read until
         ``loading`` is done, at most ``_READ_AHEAD`` rows: they wait in memory. Nothing
         when snapshots are written with their vectors (an older one without them is
         still filled, after it loads)."""
@@ -277,7 +277,7 @@ class IndexSync:
         and rows whose vector it would refuse (stored before vectors were checked, never in
         the index). Live ids left without a vector make ``open`` rebuild: the engine
         refuses to search while any is (``Engine.awaiting``). A damaged blob is
-        :class:`CorruptFileError` naming every record that has one."""
+        ``CorruptFileError`` naming every record that has one."""
         if not self.dim or not len(engine.awaiting()):
             return  # a snapshot that holds its vectors, or an empty graph
         dim = self.dim
@@ -422,7 +422,7 @@ class IndexSync:
 
     def vanished(self, folder: Path | None) -> bool:
         """Whether the store's ``folder`` was deleted under it (then warns, once, and every
-        later call raises :class:`~memlane.errors.StorageError`)."""
+        later call raises ``StorageError``)."""
         if self.gone is not None:
             return True
         if folder is None or folder.is_dir():
@@ -491,9 +491,9 @@ class IndexSync:
     def rows(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
         """The rows of ``rowids`` that exist. On an embedded store a rowid the engine
         holds and the database cannot find is a damaged file (a flipped bit in a table
-        page's key hides its row from lookups by rowid): :class:`CorruptFileError`, not a
+        page's key hides its row from lookups by rowid): ``CorruptFileError``, not a
         record silently left out. Only this process deletes there, and it takes
-        :attr:`lock` from the commit until the engine has dropped the rows, so under it
+        ``lock`` from the commit until the engine has dropped the rows, so under it
         the two agree. On PostgreSQL another process may have deleted the row."""
         rows = self.db.rows_by_rowid(rowids, embedding=embedding)
         if len(rows) < len(rowids) and not self.db.shared:

@@ -1,6 +1,6 @@
-"""Facts that change: :class:`Versions` does the work of :meth:`memlane.Memory.update`
-(rewrites a record), :meth:`~memlane.Memory.supersede` (closes one and opens its
-successor) and :meth:`~memlane.Memory.history` (every version of a memory).
+"""Facts that change: ``Versions`` does the work of ``memlane.Memory.update``
+(rewrites a record), ``supersede`` (closes one and opens its
+successor) and ``history`` (every version of a memory).
 
 A record is true from its ``created_at`` until its ``valid_to`` (None while it is).
 Superseding keeps the old version in the store, closed, so a search ``as_of`` a past
@@ -37,7 +37,7 @@ class Versions:
 
     def update(self, id: str, fields: dict[str, Any], by: str | None) -> MemoryRecord:
         """Rewrites record ``id`` with ``fields`` (the keyword arguments of
-        :meth:`memlane.Memory.update` that were given, and ``embedding``)."""
+        ``memlane.Memory.update`` that were given, and ``embedding``)."""
         self._sync.check_open()
         record_id = coerce.text(id, "id")
         return self._writer.update(record_id, fields, None if by is None else coerce.text(by, "by"))
@@ -45,7 +45,7 @@ class Versions:
     def supersede(
         self, id: str, item: dict[str, Any], at: float | datetime | None, by: str | None
     ) -> MemoryRecord:
-        """Closes record ``id`` at ``at`` and adds ``item`` (an :meth:`memlane.Memory.add`
+        """Closes record ``id`` at ``at`` and adds ``item`` (an ``memlane.Memory.add``
         item of the fields given) as its successor, in one transaction."""
         self._sync.check_open()
         old = coerce.text(id, "id")

@@ -54,7 +54,7 @@ class Replacing:
 
 def _current_for_write(db: Store, conn: Any, record_id: str, change: str) -> Row:
     """The row ``change`` rewrites, read inside its transaction: another writer may have
-    deleted or superseded it since the change first read it (:class:`ConflictError`)."""
+    deleted or superseded it since the change first read it (``ConflictError``)."""
     row = db.row_for_write(conn, record_id)
     if row is None:
         raise ConflictError(
@@ -358,7 +358,7 @@ class Writer:
 
         The version closed is the one the transaction reads, and the statement closing
         it requires it to be current still: of two writers superseding (or updating and
-        superseding) one fact, the later raises :class:`ConflictError`."""
+        superseding) one fact, the later raises ``ConflictError``."""
         sync, db = self.sync, self.db
         sync.check_open()
         now = time.time()
@@ -419,7 +419,7 @@ class Writer:
         A superseded version is history and is not changed (InvalidArgumentError). The
         row rewritten is the one the transaction reads, and the statement requires it
         unchanged since: an update never reopens a version superseded meanwhile
-        (:class:`ConflictError`), nor brings back a deleted one."""
+        (``ConflictError``), nor brings back a deleted one."""
         sync, db = self.sync, self.db
         sync.check_open()
         seen = db.row_by_id(record_id)

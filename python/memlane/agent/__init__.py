@@ -1,23 +1,23 @@
 """The agent layer: memory tools, context assembly, session scoping, consolidation, reflection.
 
-Everything here uses :class:`memlane.Memory`'s public API.
+Everything here uses ``memlane.Memory``'s public API.
 
-- :mod:`~memlane.agent.tools`: ``remember``/``recall``/``forget``/``search_knowledge``
-  schemas (OpenAI and Anthropic) and :class:`MemoryTools` with its dispatcher.
-- :mod:`~memlane.scoping`: :class:`SessionScope`, platform events to scopes.
-- :mod:`~memlane.agent.context`: :func:`build_context`, :func:`thread_context`, messages.
-- :mod:`~memlane.agent.llm`: the :class:`LLM` protocol and :class:`OpenAIChat`.
-- :mod:`~memlane.agent.consolidation`: the short-term tier and :func:`consolidate`.
-- :mod:`~memlane.agent.reflection`: :func:`reflect`.
-- :mod:`~memlane.agent.loop`: :class:`AgentMemory` (``before``/``after`` around any agent
-  loop), over :mod:`~memlane.agent.upkeep.triggers` (reflection, consolidation, flush reminder,
-  compaction), :mod:`~memlane.agent.daily` (daily logs), :mod:`~memlane.agent.profiles`
-  (contact profiles), :mod:`~memlane.agent.limits` (the length and count caps) and
-  :mod:`~memlane.agent.reports`; :mod:`~memlane.agent.adapters`: the OpenAI- and
+- ``memlane.agent.tools``: ``remember``/``recall``/``forget``/``search_knowledge``
+  schemas (OpenAI and Anthropic) and ``MemoryTools`` with its dispatcher.
+- ``memlane.scoping``: ``SessionScope``, platform events to scopes.
+- ``memlane.agent.context``: ``build_context``, ``thread_context``, messages.
+- ``memlane.agent.llm``: the ``LLM`` protocol and ``OpenAIChat``.
+- ``memlane.agent.consolidation``: the short-term tier and ``consolidate``.
+- ``memlane.agent.reflection``: ``reflect``.
+- ``memlane.agent.loop``: ``AgentMemory`` (``before``/``after`` around any agent
+  loop), over ``memlane.agent.upkeep.triggers`` (reflection, consolidation, flush reminder,
+  compaction), ``memlane.agent.daily`` (daily logs), ``memlane.agent.profiles``
+  (contact profiles), ``memlane.agent.limits`` (the length and count caps) and
+  ``memlane.agent.reports``; ``memlane.agent.adapters``: the OpenAI- and
   Anthropic-style loop adapters.
-- :mod:`~memlane.agent.core_memory`: :class:`CoreMemory`, pinned blocks (as Letta's) that
+- ``memlane.agent.core_memory``: ``CoreMemory``, pinned blocks (as Letta's) that
   ``AgentMemory(core_memory=...)`` always shows and the model edits with two tools.
-- :mod:`~memlane.agent.mcp_server`: ``memlane mcp`` (needs ``memlane[mcp]``).
+- ``memlane.agent.mcp_server``: ``memlane mcp`` (needs ``memlane[mcp]``).
 """
 
 from __future__ import annotations

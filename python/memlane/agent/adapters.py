@@ -1,5 +1,5 @@
 """The OpenAI- and Anthropic-style loop adapters: a whole turn (the model calls, the tools,
-:meth:`~memlane.agent.AgentMemory.before` and ``after``) in one ``run``."""
+``before`` and ``after``) in one ``run``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ToolHandler = Callable[[str, Any], Any]
 
 @runtime_checkable
 class Turns(Protocol):
-    """What the adapters call on an :class:`~memlane.agent.AgentMemory`: its turn's two
+    """What the adapters call on an ``AgentMemory``: its turn's two
     ends and its tools. Declared here so that this module needs nothing of loop.py,
     which builds the adapters."""
 

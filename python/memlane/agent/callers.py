@@ -57,7 +57,7 @@ async def _awaited(aw: Awaitable[Any]) -> Any:
 
 
 class Budgeted:
-    """An :class:`LLM` for :func:`reflect` and :func:`consolidate` over a caller."""
+    """An ``LLM`` for ``reflect`` and ``consolidate`` over a caller."""
 
     def __init__(self, call: Caller, max_tokens: int | None) -> None:
         self._call = call
@@ -71,7 +71,7 @@ def timed(timeout: float | None) -> Callable[[Caller], Caller]:
     """Wraps callers so that each model call has ``timeout`` seconds (None: no limit).
 
     A sync model cannot be stopped: a call past its time goes on in a thread of its own
-    and the caller gets :class:`LLMError`. While that call has not returned, further
+    and the caller gets ``LLMError``. While that call has not returned, further
     calls fail at once instead of starting another thread: a model that never answers
     holds one thread, however many calls are asked of it. One wrapper serves one
     agent's upkeep (the calls it makes share that state)."""

@@ -1,8 +1,8 @@
 """Tiers: short-term memories scoped to an action, consolidated by an LLM into long-term ones.
 
 Short-term entries live in the ``short_term`` table with ``metadata.action_id``;
-:func:`complete_action` removes an action's entries. When a scope holds
-``threshold`` short-term entries, :func:`consolidate` asks the LLM to summarise
+``complete_action`` removes an action's entries. When a scope holds
+``threshold`` short-term entries, ``consolidate`` asks the LLM to summarise
 the oldest ``batch`` into one episodic memory (``summary``, with ``facts``,
 ``pending``, ``tone``, ``preferences`` and ``confidence`` in its metadata, and as
 OrcBot's, ``reason``: ``"threshold"`` when the scope held ``threshold`` entries,
@@ -79,7 +79,7 @@ class ConsolidationReport:
 
 
 def sync_memory(mem: Memory | AsyncMemory) -> Memory:
-    """The :class:`~memlane.Memory` behind an :class:`~memlane.AsyncMemory` (or itself)."""
+    """The ``Memory`` behind an ``AsyncMemory`` (or itself)."""
     from memlane.aio import AsyncMemory
 
     return mem.sync if isinstance(mem, AsyncMemory) else mem
@@ -108,7 +108,7 @@ def short_term_item(
     metadata: Mapping[str, Any] | None = None,
     created_at: float | None = None,
 ) -> dict[str, Any]:
-    """The :meth:`~memlane.Memory.add` arguments of :func:`add_short_term` (so a turn's
+    """The ``add`` arguments of ``add_short_term`` (so a turn's
     entries can be stored with its messages, in one transaction)."""
     if not isinstance(action_id, str) or not action_id.strip():
         raise InvalidArgumentError("action_id must be a non-empty str")
@@ -156,7 +156,7 @@ def _str_list(value: object, key: str, raw: object) -> list[str]:
 
 
 def parse_summary(text: object) -> dict[str, Any]:
-    """The consolidation JSON from a model's answer, checked; raises :class:`ParseError`
+    """The consolidation JSON from a model's answer, checked; raises ``ParseError``
     (with the answer as ``raw``)."""
     data = extract_json(text)
     summary = data.get("summary")
@@ -334,7 +334,7 @@ async def aconsolidate(
     force: bool = False,
     metadata: Mapping[str, Any] | None = None,
 ) -> ConsolidationReport:
-    """:func:`consolidate` with an async LLM (``acomplete``); store calls run in a worker thread."""
+    """``consolidate`` with an async LLM (``acomplete``); store calls run in a worker thread."""
     sync = sync_memory(mem)
     kw = scope_kwargs(scope)
     pending, entries = await asyncio.to_thread(_select, sync, kw, threshold, batch, force)

@@ -1,14 +1,14 @@
 """Context assembly: what a model should see before it answers a message.
 
-:func:`build_context` gathers the long-term notes (OrcBot's files, see
-:mod:`memlane.notes`), the speaker's contact profile, the room's latest daily
+``build_context`` gathers the long-term notes (OrcBot's files, see
+``memlane.notes``), the speaker's contact profile, the room's latest daily
 logs, its recent history, the relevant knowledge fragments and the relevant
 memories, fits them into a token budget and returns them as sections plus one
 text block. The budget is the whole prompt's: the system prompt and the message
 are reserved first, then each section gets its share of the rest (elizaOS's
 history 50 %, knowledge 30 %, the other 20 %), and a section that needs less than
 its share gives what it leaves to the others.
-:func:`thread_context` builds OrcBot's thread view: the last messages from the
+``thread_context`` builds OrcBot's thread view: the last messages from the
 same contact and the most relevant ones, merged in time order.
 
 Tokens are counted with the default embedder's WordPiece tokenizer
@@ -18,7 +18,7 @@ characters (rounded up), which overestimates English text, so a budget is
 never exceeded by the fallback either. Pass ``count_tokens`` to use your
 model's own tokenizer.
 
-Messages are records in the ``messages`` table (see :func:`add_message`) with
+Messages are records in the ``messages`` table (see ``add_message``) with
 ``metadata`` ``role``, ``contact`` and ``identity``.
 """
 
@@ -61,7 +61,7 @@ __all__ = [
 MESSAGES = "messages"
 #: Shares of the token budget per section: elizaOS's history 50 %, knowledge 30 % and
 #: the rest 20 % (memories, daily logs, the speaker's profile). What a section does not
-#: use goes to the others (see :func:`build_context`).
+#: use goes to the others (see ``build_context``).
 DEFAULT_BUDGET: dict[str, float] = {
     "contact": 0.03,
     "daily": 0.05,
@@ -97,7 +97,7 @@ def char_token_count(text: str) -> int:
 
 @functools.cache
 def default_token_counter() -> TokenCounter:
-    """Counts tokens with the default embedder's tokenizer, or :func:`char_token_count`."""
+    """Counts tokens with the default embedder's tokenizer, or ``char_token_count``."""
     from memlane._core import WordPiece
     from memlane.embeddings import default_tokenizer_path
 
@@ -153,7 +153,7 @@ def add_message(
 
 
 def attachment_fields(attachments: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A message's attachments as its metadata keeps them (see :func:`add_message`)."""
+    """A message's attachments as its metadata keeps them (see ``add_message``)."""
     if isinstance(attachments, str | bytes | Mapping) or not isinstance(attachments, Sequence):
         raise InvalidArgumentError("attachments must be a list of dicts")
     for a in attachments:
@@ -178,7 +178,7 @@ def message_item(
     message_id: str | None = None,
     in_order: bool = False,
 ) -> dict[str, Any]:
-    """The :meth:`~memlane.Memory.add` arguments of :func:`add_message` (so a turn's
+    """The ``add`` arguments of ``add_message`` (so a turn's
     messages can be stored in one ``add_many``, one transaction)."""
     mid = message_id
     if mid is None and role == "user":
@@ -586,8 +586,8 @@ _CONTEXT_OPTIONS = frozenset(inspect.signature(build_context).parameters) - {
 
 
 def check_context_options(options: Mapping[str, Any]) -> None:
-    """Raises :class:`~memlane.errors.InvalidArgumentError` unless every key of ``options``
-    is a :func:`build_context` option that AgentMemory's ``context=`` may set."""
+    """Raises ``InvalidArgumentError`` unless every key of ``options``
+    is a ``build_context`` option that AgentMemory's ``context=`` may set."""
     unknown = set(options) - _CONTEXT_OPTIONS
     if unknown:
         raise InvalidArgumentError(

@@ -11,12 +11,12 @@ blocks persist, follow JSONL export and import and live in PostgreSQL like
 any record. Its id is derived from its scope and label, so one scope has one
 block per label and another scope's blocks are never read: an agent's (or a
 user's) blocks are exactly those of its scope. Unlike retrieved memories,
-blocks are not searched for: :class:`~memlane.agent.AgentMemory` puts all of
+blocks are not searched for: ``AgentMemory`` puts all of
 them in every system prompt (``core_memory=``), and the model edits them with
 the ``core_memory_append`` and ``core_memory_replace`` tools.
 
 An edit that would take a block past its limit is refused with
-:class:`CoreMemoryLimitError`, which says the limit, the block's size and how
+``CoreMemoryLimitError``, which says the limit, the block's size and how
 far over the edit would go, so the model can shorten or replace content.
 
 A block can be shared by several agents, as Letta's shared blocks: declared
@@ -25,7 +25,7 @@ Shared(2000, by=("user_id",))})``), block ``human`` is kept in the scope made of
 the ``user_id`` alone (and the ``namespace``, when the scope has one: tenants
 never share), so every agent of that user reads and edits one block, and sees
 another's edit at its next read. An edit supersedes the block's record (the
-old value stays in :meth:`~memlane.Memory.history`, with the editing agent as
+old value stays in ``history``, with the editing agent as
 ``by``); the store refuses to supersede a version that is no longer current,
 so when two agents edit at once the later edit is applied again to what the
 first left, and neither is lost.
@@ -72,7 +72,7 @@ CORE = "core"
 #: Characters a block holds by default: Letta's original default. Blocks are in
 #: every prompt, so their size is paid at every model call: at about four
 #: characters a token, ``persona`` and ``human`` full to 2,000 characters each
-#: take half of :class:`~memlane.agent.AgentMemory`'s default 2,000-token budget,
+#: take half of ``AgentMemory``'s default 2,000-token budget,
 #: and leave the other half to history, knowledge and retrieved memories.
 DEFAULT_BLOCK_LIMIT = 2000
 #: The blocks ``AgentMemory(core_memory=True)`` defines (as Letta's agents).
@@ -114,7 +114,7 @@ CORE_TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def block_limits(core_memory: object) -> dict[str, int | Shared]:
     """The blocks AgentMemory's ``core_memory=`` asks for: True for
-    :data:`DEFAULT_BLOCKS`, False for none, or a non-empty ``{label: limit}`` dict."""
+    ``DEFAULT_BLOCKS``, False for none, or a non-empty ``{label: limit}`` dict."""
     if isinstance(core_memory, bool):
         return dict(DEFAULT_BLOCKS) if core_memory else {}
     if isinstance(core_memory, Mapping) and core_memory:

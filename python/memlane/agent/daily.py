@@ -1,7 +1,7 @@
 """Daily logs (as OrcBot keeps them): each day's turns of a room become one dated record.
 
-When :meth:`~memlane.agent.AgentMemory.after` runs on a new day (by its clock, in
-:attr:`DailyLog.tz`), each earlier day of the last :attr:`DailyLog.lookback` days that
+When ``after`` runs on a new day (by its clock, in
+``DailyLog.tz``), each earlier day of the last ``DailyLog.lookback`` days that
 has messages in the room's history and no log yet gets one: a record in the ``daily``
 table, in the room's history scope, with ``metadata["date"]`` (ISO ``YYYY-MM-DD``),
 ``created_at`` at the start of that day, ``metadata["messages"]`` (the day's message
@@ -9,25 +9,25 @@ count) and ``metadata["method"]``:
 
 ``"llm"``
     the LLM's summary of the day (topics, facts learned, decisions, what is
-    open), at most :attr:`DailyLog.max_chars` characters. A failing LLM (or a
+    open), at most ``DailyLog.max_chars`` characters. A failing LLM (or a
     longer answer) stores nothing, is reported in ``TurnReport.failures`` as
     ``"daily"``, and the day is tried again at the next turn.
 ``"extract"``
     without an LLM: the day's messages themselves, one line each (cut at 200
-    characters with "…"), oldest first, until :attr:`DailyLog.max_chars`; the
+    characters with "…"), oldest first, until ``DailyLog.max_chars``; the
     log then says how many messages it leaves out. No summary is made up; the
     messages stay in the history either way. ``extract=False``: no log without
     an LLM.
 
-An agent appends entries of its own to a day's log with :func:`append_daily` (OrcBot's
+An agent appends entries of its own to a day's log with ``append_daily`` (OrcBot's
 ``appendToDaily(content, category)``): records of type ``"daily_entry"`` in the same
 table, with ``metadata["date"]`` and ``metadata["category"]``; the day's summary
-(type ``"daily_log"``) has the category ``"daily log"``. :func:`export_daily` writes a
+(type ``"daily_log"``) has the category ``"daily log"``. ``export_daily`` writes a
 room's days as OrcBot keeps them, ``memory/YYYY-MM-DD.md`` in its data folder (beside
-the files :meth:`~memlane.Memory.export_notes` writes), each entry under a
+the files ``export_notes`` writes), each entry under a
 ``## [time] category`` heading.
 
-``build_context`` shows the newest :attr:`DailyLog.days` records of the room's daily
+``build_context`` shows the newest ``DailyLog.days`` records of the room's daily
 table, logs and entries (its ``daily`` section).
 """
 

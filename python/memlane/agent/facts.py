@@ -2,7 +2,7 @@
 
 A fact written by the ``remember`` tool, by reflection or by consolidation is stored at
 once (durable before the turn returns), marked ``metadata["fact_check"] = "pending"``
-when an upkeep model will check it. The check (:func:`check_facts`, run by the upkeep in
+when an upkeep model will check it. The check (``check_facts``, run by the upkeep in
 the background) finds the memories of the same scope the fact may repeat, refine or
 contradict (a hybrid search by its text plus the scope's most recent memories, so a
 store without vectors still shows candidates) and asks the model to decide, as mem0
@@ -85,7 +85,7 @@ class FactDecision:
 
 @dataclass(slots=True)
 class FactReport:
-    """What :func:`check_facts` did; ``error`` when the model failed (facts stay pending)."""
+    """What ``check_facts`` did; ``error`` when the model failed (facts stay pending)."""
 
     decisions: list[FactDecision] = field(default_factory=list)
     error: str | None = None
@@ -157,7 +157,7 @@ def parse_decisions(
 ) -> dict[int, tuple[str, int | None, str]]:
     """Each fact's decision, the 0-based index of its memory and the reason, by the
     fact's 0-based index, from a model's answer; items that are not valid are left out.
-    :class:`ParseError` when the answer holds no list of decisions."""
+    ``ParseError`` when the answer holds no list of decisions."""
     data: Any = extract_json(text)
     items = data.get("decisions")
     if not isinstance(items, list):

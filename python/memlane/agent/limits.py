@@ -1,4 +1,4 @@
-"""The limits on what :class:`~memlane.agent.AgentMemory` stores: the entry length cap
+"""The limits on what ``AgentMemory`` stores: the entry length cap
 (splitting, or summarising) and the per-scope memory cap (eviction)."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""The :class:`LLM` protocol and :class:`OpenAIChat`, a client for any chat-completions API.
+"""The ``LLM`` protocol and ``OpenAIChat``, a client for any chat-completions API.
 
 Consolidation and reflection take any object with ``complete(messages) -> str``
-(and, for their async variants, ``acomplete``). :class:`OpenAIChat` speaks the
+(and, for their async variants, ``acomplete``). ``OpenAIChat`` speaks the
 OpenAI chat-completions protocol (OpenAI, vLLM, Ollama, LM Studio, llama.cpp
 server, ...) over httpx, sync and async: a request that fails on the network
 or with 408, 409, 429 or 5xx is retried ``max_retries`` times with
-exponential backoff (honouring ``Retry-After``; see :mod:`memlane.openai_http`);
-anything else raises :class:`LLMError`.
+exponential backoff (honouring ``Retry-After``; see ``memlane.openai_http``);
+anything else raises ``LLMError``.
 """
 
 from __future__ import annotations

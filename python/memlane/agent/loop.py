@@ -1,32 +1,32 @@
-"""Automatic memory around any agent loop: :class:`AgentMemory` and its two calls.
+"""Automatic memory around any agent loop: ``AgentMemory`` and its two calls.
 
 >>> memory = AgentMemory(Memory("./agent-memory"), llm=OpenAIChat("m"))   # doctest: +SKIP
 >>> messages = memory.before(event, messages)     # context + tool instructions injected
 >>> report = memory.after(event, messages, reply)  # turn stored, triggers run
 
-``before`` builds the context block (:func:`~memlane.agent.build_context`) and, when tools
+``before`` builds the context block (``build_context``) and, when tools
 are on, the memory tools' usage instructions, and puts them in the system prompt
 (``"first_only"``: once per turn; ``"every_iteration"``: rebuilt at every model call of
 the turn); it also compacts a long step history. ``after`` stores the turn in the room's
 history (and as a short-term entry) and runs the triggers (reflection, consolidation,
 the flush reminder, step compaction, daily logs, contact profiles: when each fires is
-in :mod:`~memlane.agent.upkeep.triggers`) and the limits (:class:`Limits`): an entry
+in ``memlane.agent.upkeep.triggers``) and the limits (``Limits``): an entry
 longer than 1,500 characters is split into several entries (or summarised), never cut;
 past 10,000 memories in a scope, the least important, least used, oldest are evicted
 (evergreen ones never), each eviction reported and logged.
 
 With ``core_memory=`` on, pinned core memory blocks (as Letta's; see
-:mod:`~memlane.agent.core_memory`) of the event's scope head the memory block at
+``memlane.agent.core_memory``) of the event's scope head the memory block at
 every ``before``, counted against ``max_tokens``, and the model edits them with
 the ``core_memory_append`` / ``core_memory_replace`` tools.
 
 A failing LLM (HTTP error, timeout, unparsable answer) never raises out of ``before``
 or ``after`` and loses nothing: the turn is stored first, the trigger stays due and
 runs again at the next turn, and the failure is in the report
-(:attr:`TurnReport.failures`). Triggers that need an LLM do nothing without one (the
-daily log is then an extract of the day's messages; see :mod:`~memlane.agent.daily`).
+(``TurnReport.failures``). Triggers that need an LLM do nothing without one (the
+daily log is then an extract of the day's messages; see ``memlane.agent.daily``).
 
-Time-based triggers read ``clock`` (default :func:`time.time`), and the entries
+Time-based triggers read ``clock`` (default ``time.time``), and the entries
 ``after`` writes carry its time, so tests can move time without sleeping.
 """
 

@@ -1,9 +1,9 @@
 """An MCP server exposing the memory tools over stdio (``memlane mcp --store DIR``).
 
 Uses the official MCP Python SDK (``pip install "memlane[mcp]"``). The tools
-are those of :class:`~memlane.agent.MemoryTools` (``remember``, ``recall``,
+are those of ``MemoryTools`` (``remember``, ``recall``,
 ``forget``, ``search_knowledge``, and ``notes_append`` / ``notes_replace`` for
-the long-term notes of the scope, see :class:`~memlane.notes.Notebook`) with
+the long-term notes of the scope, see ``Notebook``) with
 the same JSON schemas; each result is the dispatcher's JSON, as text and as
 structured content, with ``isError`` set when ``ok`` is false.
 """
@@ -78,7 +78,7 @@ def build_server(
 def serve_stdio(memory: Memory, scope: Mapping[str, str] | None = None) -> None:
     """Serves the memory tools over stdin/stdout until the client disconnects; every
     request gets one reply, an error for a line that is no request
-    (:mod:`memlane.agent.mcp_stdio`)."""
+    (``memlane.agent.mcp_stdio``)."""
     _, _, anyio = _sdk()
     from memlane.agent.mcp_stdio import stdio_transport
 

@@ -8,7 +8,7 @@ a batch; and it reads bytes that are not UTF-8 as U+FFFD. Here such a line gets 
 JSON-RPC error it calls for, with the request's id when it has a valid one (else null):
 
 - ``-32700`` (parse error): not UTF-8, not JSON (``NaN`` included), a number of more
-  digits than Python reads, nesting deeper than :data:`MAX_DEPTH`;
+  digits than Python reads, nesting deeper than ``MAX_DEPTH``;
 - ``-32600`` (invalid request): not an object (a batch: MCP has none), no
   ``"jsonrpc": "2.0"``, a bad id or method, ``params`` that is not an object, neither a
   request, a notification nor a response;
@@ -210,7 +210,7 @@ def writable(item: Any) -> Any:
 @contextlib.asynccontextmanager
 async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
     """``(read_stream, write_stream)`` for the SDK's ``Server.run`` over stdin and stdout:
-    lines are read here (see :func:`check_line`), replies written by the SDK's stdio
+    lines are read here (see ``check_line``), replies written by the SDK's stdio
     transport."""
     import anyio
     import mcp_types as types

@@ -1,11 +1,11 @@
 """Robust JSON extraction from model output: code fences, leading and trailing prose.
 
 A model's answer is untrusted text: it may be empty, huge, nested thousands of
-levels deep, or not text at all. :func:`extract_json` does work linear in its
+levels deep, or not text at all. ``extract_json`` does work linear in its
 length: one pass finds every span that can hold a JSON value (bracket matching
-that follows strings and escapes, at most :data:`MAX_DEPTH` levels deep), and
+that follows strings and escapes, at most ``MAX_DEPTH`` levels deep), and
 ``json`` decodes only spans that open with the wanted bracket, skipping those
-a failed decode already proved invalid. Every failure is a :class:`ParseError`.
+a failed decode already proved invalid. Every failure is a ``ParseError``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from memlane.errors import InvalidArgumentError, MemlaneError
 
 __all__ = ["MAX_DEPTH", "ParseError", "extract_json"]
 
-#: The deepest nesting of arrays and objects :func:`extract_json` accepts.
+#: The deepest nesting of arrays and objects ``extract_json`` accepts.
 MAX_DEPTH = 64
 
 _FENCE = re.compile(r"```[ \t]*(?:json[c5]?|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
@@ -162,7 +162,7 @@ def extract_json(text: object, kind: type = dict) -> Any:
     Looks inside code fences first, then anywhere: each ``{`` (or ``[``) is
     tried as the start of a value and the text after that value is ignored,
     so a reply like ``Sure! {"a": 1} Hope that helps.`` parses. Values nested
-    deeper than :data:`MAX_DEPTH` are refused. Raises :class:`ParseError`
+    deeper than ``MAX_DEPTH`` are refused. Raises ``ParseError``
     (with the answer as ``raw``) when none is found, or when ``text`` is not a
     ``str``.
     """

@@ -2,14 +2,14 @@
 on which platforms, since when and how often.
 
 One record per canonical contact in the ``contacts`` table, in the contact's memory
-scope, updated in place (:meth:`~memlane.Memory.update`) by
-:meth:`~memlane.agent.AgentMemory.after` at each turn the contact speaks. The record's
+scope, updated in place (``update``) by
+``after`` at each turn the contact speaks. The record's
 text names the contact, its aliases and platform ids (so a search finds it by any of
 them); its ``metadata`` holds the profile's fields. The text changes (and is embedded
 again) only when a new alias or platform id appears, not at every message.
 
 "The contact" is the person the scope mode keys memory by: the canonical identity
-(after the :class:`~memlane.agent.SessionScope`'s identity links) in ``"main"`` and
+(after the ``SessionScope``'s identity links) in ``"main"`` and
 ``"per-peer"`` modes, the raw platform identity in ``"per-channel-peer"`` mode, where
 links are ignored.
 """
@@ -55,7 +55,7 @@ class Profiles:
 
 @dataclass(frozen=True, slots=True)
 class ContactProfile:
-    """One contact as :func:`contact_profile` reads it.
+    """One contact as ``contact_profile`` reads it.
 
     ``contact``: the canonical contact (see the module docs); ``aliases``: the
     display names seen, oldest first, without case-insensitive repeats;

@@ -5,7 +5,7 @@ the model refers to them by those numbers, never by id, so it cannot invent
 an id or touch a memory it was not shown. Its answer is parsed robustly (code
 fences, prose around the JSON), each operation is validated on its own, the
 valid ones are applied and the rest reported. An ``update`` supersedes the
-memory (:meth:`memlane.Memory.supersede`): the corrected fact replaces the old
+memory (``memlane.Memory.supersede``): the corrected fact replaces the old
 one in searches instead of sitting beside it, and the old one stays in the
 memory's history and in searches ``as_of`` a time before the change.
 """
@@ -159,7 +159,7 @@ def parse_operations(
     """Valid operations and rejected ones (with why) from a model's answer.
 
     Accepts ``{"operations": [...]}`` or a bare list; with ``categories``, each
-    ``remember`` must name one of them. Raises :class:`ParseError` (with the answer as
+    ``remember`` must name one of them. Raises ``ParseError`` (with the answer as
     ``raw``) when the answer holds neither or is not text.
     """
     try:
@@ -428,7 +428,7 @@ async def areflect(
     metadata: Mapping[str, Any] | None = None,
     extraction: Extraction | None = None,
 ) -> ReflectionReport:
-    """:func:`reflect` with an async LLM (``acomplete``); store calls run in a worker thread."""
+    """``reflect`` with an async LLM (``acomplete``); store calls run in a worker thread."""
     sync = sync_memory(mem)
     kw: dict[str, Any] = dict(scope or {})
     text = _conversation(conversation)

@@ -1,4 +1,4 @@
-"""What :class:`~memlane.agent.AgentMemory` and its loop adapters report back."""
+"""What ``AgentMemory`` and its loop adapters report back."""
 
 from __future__ import annotations
 

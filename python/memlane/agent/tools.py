@@ -5,13 +5,13 @@
 >>> tools.handle_tool_call("recall", '{"query": "coffee"}')       # doctest: +SKIP
 {'ok': True, 'memories': [...]}
 
-With ``core=`` (a :class:`~memlane.agent.CoreMemory`) the model also edits its core
+With ``core=`` (a ``CoreMemory``) the model also edits its core
 memory blocks (``core_memory_append``, ``core_memory_replace``); with ``notes=`` (a
-:class:`~memlane.notes.Notebook`) it writes its long-term notes, OrcBot's
+``Notebook``) it writes its long-term notes, OrcBot's
 ``JOURNAL.md``, ``LEARNING.md``, ``USER.md``, ``WORLD.md`` and ``MEMORY.md``
 (``notes_append``, ``notes_replace``), each file within its limit.
 
-:meth:`MemoryTools.handle_tool_call` never raises into the agent loop: bad
+``MemoryTools.handle_tool_call`` never raises into the agent loop: bad
 arguments, unknown tools and store errors come back as
 ``{"ok": False, "error": {"type": ..., "message": ...}}``, which the model can
 read and correct.
@@ -161,8 +161,8 @@ def _schemas(core: bool, notes: bool = False) -> dict[str, tuple[str, dict[str, 
 
 def openai_tools(core: bool = False, notes: bool = False) -> list[dict[str, Any]]:
     """The tools in OpenAI's chat-completions ``tools`` format (``core``: with the core
-    memory tools, see :mod:`~memlane.agent.core_memory`; ``notes``: with the long-term
-    notes tools, see :mod:`memlane.notes`)."""
+    memory tools, see ``memlane.agent.core_memory``; ``notes``: with the long-term
+    notes tools, see ``memlane.notes``)."""
     return [
         {
             "type": "function",
@@ -174,7 +174,7 @@ def openai_tools(core: bool = False, notes: bool = False) -> list[dict[str, Any]
 
 def anthropic_tools(core: bool = False, notes: bool = False) -> list[dict[str, Any]]:
     """The tools in Anthropic's Messages API ``tools`` format (``core`` and ``notes`` as
-    in :func:`openai_tools`)."""
+    in ``openai_tools``)."""
     return [
         {"name": name, "description": desc, "input_schema": json_copy(schema)}
         for name, (desc, schema) in _schemas(core, notes).items()

@@ -1,4 +1,4 @@
-"""The memory tools :class:`~memlane.agent.AgentMemory` hands a loop: ``remember`` keeps to
+"""The memory tools ``AgentMemory`` hands a loop: ``remember`` keeps to
 the length cap (splitting or summarising a long entry) and counts towards the flush
 reminder; the core memory tools come with ``core_memory=``, and the long-term notes tools
 (``notes_append``, ``notes_replace``) whenever the context shows the notes (unless

@@ -1,7 +1,7 @@
 """The ``memlane`` command line.
 
 Every command lives in a module of this package and registers itself with
-:func:`memlane.cli.command`; :func:`main` builds the parser from the registry.
+``memlane.cli.command``; ``main`` builds the parser from the registry.
 A command that opens a store takes it first (``memlane stats STORE``), or from
 ``--store`` or ``$MEMLANE_STORE`` in its place. Errors print one line
 (``memlane: error: ...``) on stderr and exit 1, usage errors exit 2; a warning
@@ -61,7 +61,7 @@ def build_parser(
 
     With ``store_argument=False``, the commands that open a store have no STORE
     argument: the reading of a command line that names its store with ``--store`` or
-    ``$MEMLANE_STORE`` (:func:`parse` tries both).
+    ``$MEMLANE_STORE`` (``parse`` tries both).
     """
     from memlane import __version__
 
@@ -107,7 +107,7 @@ class _Rejected(Exception):
 
 
 class _Trial(argparse.ArgumentParser):
-    """A parser that raises :class:`_Rejected` where argparse would print and exit."""
+    """A parser that raises ``_Rejected`` where argparse would print and exit."""
 
     def error(self, message: str) -> NoReturn:
         raise _Rejected(self, message)

@@ -1,6 +1,6 @@
 """The command registry and the helpers every command shares.
 
-A command is one function registered with :func:`command`::
+A command is one function registered with ``command``::
 
     @command("hello", "say hello to a store", arguments=lambda p: p.add_argument("name"),
              store=True)
@@ -11,10 +11,10 @@ A command is one function registered with :func:`command`::
 
 A command that opens a store (``store=True``) takes it as its first argument,
 ``memlane hello STORE NAME``, or from ``--store`` / ``$MEMLANE_STORE`` in its place
-(:func:`memlane.cli.parse` reads both ways); it creates a missing store only when it
+(``memlane.cli.parse`` reads both ways); it creates a missing store only when it
 takes ``--create`` (``creates=True``) and is given it. Commands are listed by
 ``memlane --help`` in the order their modules register them; a new module is added to
-``COMMAND_MODULES`` in :mod:`memlane.cli`.
+``COMMAND_MODULES`` in ``memlane.cli``.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ EMBEDDER_HELP = (
 
 
 def make_embedder(choice: str | None) -> Embedder | None:
-    """The embedder named by ``--embedder`` (see :data:`EMBEDDER_HELP`)."""
+    """The embedder named by ``--embedder`` (see ``EMBEDDER_HELP``)."""
     if choice == "none":
         return None
     if choice in _OPTIONAL:
@@ -471,5 +471,5 @@ def filters_of(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def parse_metadata(pairs: list[tuple[str, Any]] | None) -> dict[str, Any]:
-    """``--meta`` pairs (parsed by :func:`key_value`) as a dict."""
+    """``--meta`` pairs (parsed by ``key_value``) as a dict."""
     return dict(pairs or [])

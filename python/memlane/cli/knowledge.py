@@ -47,7 +47,7 @@ def seconds(text: str) -> float:
 
 
 def report_json(report: Any) -> dict[str, Any]:
-    """An :class:`~memlane.IngestReport` as ``--json`` prints it."""
+    """An ``IngestReport`` as ``--json`` prints it."""
     return {
         "ok": report.ok,
         "seen": report.seen,

@@ -1,8 +1,8 @@
 """``memlane prune``, ``memlane consolidate`` and ``memlane reflect``: a store's upkeep.
 
-``prune`` wraps :meth:`memlane.Memory.prune`; ``consolidate`` and ``reflect`` wrap
-:func:`memlane.agent.consolidate` and :func:`memlane.agent.reflect` with an LLM behind
-an OpenAI-compatible ``/chat/completions`` endpoint (:class:`memlane.OpenAIChat`), so a
+``prune`` wraps ``memlane.Memory.prune``; ``consolidate`` and ``reflect`` wrap
+``memlane.agent.consolidate`` and ``memlane.agent.reflect`` with an LLM behind
+an OpenAI-compatible ``/chat/completions`` endpoint (``memlane.OpenAIChat``), so a
 cron job or an operator can run them without writing Python.
 """
 

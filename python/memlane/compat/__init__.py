@@ -1,8 +1,8 @@
 """Drop-in replacements for libraries agents already use, on memlane's Rust engine.
 
-- :mod:`memlane.compat.hnswlib`: hnswlib's ``Index`` and ``BFIndex``
+- ``memlane.compat.hnswlib``: hnswlib's ``Index`` and ``BFIndex``
   (``import memlane.compat.hnswlib as hnswlib``).
-- :mod:`memlane.compat.rank_bm25`: rank_bm25's ``BM25Okapi``, ``BM25L`` and ``BM25Plus``,
+- ``memlane.compat.rank_bm25``: rank_bm25's ``BM25Okapi``, ``BM25L`` and ``BM25Plus``,
   same scores (``from memlane.compat.rank_bm25 import BM25Okapi, BM25L, BM25Plus``).
 
 Each module is imported on its own; this package imports neither.

@@ -1,4 +1,4 @@
-"""hnswlib's ``BFIndex`` (exact search), re-exported by :mod:`memlane.compat.hnswlib`."""
+"""hnswlib's ``BFIndex`` (exact search), re-exported by ``memlane.compat.hnswlib``."""
 
 from __future__ import annotations
 

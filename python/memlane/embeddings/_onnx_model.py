@@ -1,4 +1,4 @@
-"""Opening an ONNX sentence-embedding model for :class:`memlane.embeddings.OnnxEmbedder`:
+"""Opening an ONNX sentence-embedding model for ``memlane.embeddings.OnnxEmbedder``:
 its onnxruntime session, and the inputs and output the model declares."""
 
 from __future__ import annotations

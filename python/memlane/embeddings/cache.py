@@ -1,9 +1,9 @@
 """An embedding cache keyed by (embedder name, sha256 of the text).
 
-:class:`EmbeddingCache` is a bounded LRU that several embedders may share;
-:class:`CachedEmbedder` wraps any :class:`~memlane.embeddings.Embedder` so that
+``EmbeddingCache`` is a bounded LRU that several embedders may share;
+``CachedEmbedder`` wraps any ``Embedder`` so that
 identical texts are embedded once (a batch embeds only its misses, in one call).
-:class:`memlane.Memory` puts one in front of its embedder and, for texts
+``memlane.Memory`` puts one in front of its embedder and, for texts
 already stored, reuses the vectors in its database as well.
 """
 
@@ -39,7 +39,7 @@ def query_key(embedder: Embedder) -> str:
 class EmbeddingCache:
     """A thread-safe LRU of vectors keyed by ``(embedder name, text_key(text))``.
 
-    The LRU is cachetools' :class:`~cachetools.LRUCache`, which is not thread-safe by
+    The LRU is cachetools' ``LRUCache``, which is not thread-safe by
     itself: every access holds this cache's lock (a read moves the entry to the front).
     """
 
@@ -81,7 +81,7 @@ class EmbeddingCache:
 
 
 class CachedEmbedder:
-    """``embedder`` with an :class:`EmbeddingCache` in front; same name and dimension."""
+    """``embedder`` with an ``EmbeddingCache`` in front; same name and dimension."""
 
     def __init__(
         self, embedder: Embedder, cache: EmbeddingCache | None = None, maxsize: int = 4096

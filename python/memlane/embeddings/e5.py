@@ -8,11 +8,11 @@ any Python the wheel installs on.
 
 e5 was trained with a prefix on each side: ``"query: "`` before a question,
 ``"passage: "`` before a text to find. memlane embeds a search's question with
-:meth:`~E5SmallEmbedder.embed` and the texts it stores with
-:meth:`~E5SmallEmbedder.embed_batch` (as the framework adapters map
+``embed`` and the texts it stores with
+``embed_batch`` (as the framework adapters map
 ``embed_query`` / ``embed_documents``), so ``embed`` takes the query prefix and
-``embed_batch`` the passage one; :meth:`~E5SmallEmbedder.embed_queries` and
-:meth:`~E5SmallEmbedder.embed_passage` say which explicitly.
+``embed_batch`` the passage one; ``embed_queries`` and
+``embed_passage`` say which explicitly.
 
 ``benches/bench_embedders.py`` measures it beside the default model (figures in
 ``benches/README.md``).

@@ -7,8 +7,8 @@ LM Studio, text-embeddings-inference, ...), sync and async, over httpx.
 
 Texts go in batches of ``batch_size``; a request that fails on the network or
 with 408, 409, 429 or 5xx is retried ``max_retries`` times with exponential
-backoff (honouring ``Retry-After``; see :mod:`memlane.openai_http`). Vectors
-come back L2-normalised, as the :class:`~memlane.embeddings.Embedder` protocol
+backoff (honouring ``Retry-After``; see ``memlane.openai_http``). Vectors
+come back L2-normalised, as the ``Embedder`` protocol
 promises. httpx is imported when the first embedder is built, never by
 ``import memlane``.
 """

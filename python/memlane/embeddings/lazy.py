@@ -15,7 +15,7 @@ __all__ = [
     "is_default_model",
 ]
 
-#: Name and dimension of :class:`memlane.OnnxEmbedder`, known without loading it.
+#: Name and dimension of ``memlane.OnnxEmbedder``, known without loading it.
 DEFAULT_NAME = "onnx:all-MiniLM-L6-v2-int8"
 DEFAULT_DIMENSION = 384
 
@@ -84,7 +84,7 @@ class LazyEmbedder:
 
 
 def default_embedder() -> LazyEmbedder:
-    """The default :class:`~memlane.OnnxEmbedder`, loaded when first needed."""
+    """The default ``OnnxEmbedder``, loaded when first needed."""
 
     def build() -> Embedder:
         from memlane.embeddings._onnx import OnnxEmbedder

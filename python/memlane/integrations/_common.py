@@ -64,7 +64,7 @@ def unit_rows(vectors: Any) -> FloatArray:
 
 
 class FunctionEmbedder:
-    """A memlane :class:`~memlane.Embedder` over a framework's embedding functions.
+    """A memlane ``Embedder`` over a framework's embedding functions.
 
     ``embed_documents`` turns a list of texts into a list of vectors and
     ``embed_query`` one text into a vector; the dimension is measured on one

@@ -1,8 +1,8 @@
-"""The work behind the knowledge methods of :class:`memlane.Memory` (``ingest``,
+"""The work behind the knowledge methods of ``memlane.Memory`` (``ingest``,
 ``ingest_config``, ``ingest_text``, ``watch``, ``search_knowledge``,
 ``search_documents``, ``list_documents``, ``get_fragments``, ``remove_document``,
 ``clear_knowledge``), as functions of the store's record API
-(:class:`~memlane.store.MemoryStore`, which knows nothing of knowledge).
+(``MemoryStore``, which knows nothing of knowledge).
 Knowledge lives in two tables: ``documents`` (a record per document: its whole
 extracted text, ``title`` metadata, and the normalised mean of its fragments'
 vectors) and ``fragments`` (the chunks, ``{document_id}-chunk-{n}``), with metadata
@@ -63,8 +63,8 @@ __all__ = [
     "with_context",
 ]
 
-#: Fusion settings of :meth:`memlane.Memory.search_knowledge`: those of
-#: :meth:`memlane.Memory.search`, one default for the whole engine (weighted fusion of the
+#: Fusion settings of ``memlane.Memory.search_knowledge``: those of
+#: ``memlane.Memory.search``, one default for the whole engine (weighted fusion of the
 #: cosine and BM25 over the query's ceiling, chosen on SciFact's 809 train queries:
 #: ``benches/tune_search.py``; the test figures are in ``docs/benchmarks.md``).
 SEARCH_DEFAULTS: dict[str, Any] = {"fusion": "weighted", "alpha": DEFAULT_ALPHA}
@@ -72,7 +72,7 @@ SEARCH_DEFAULTS: dict[str, Any] = {"fusion": "weighted", "alpha": DEFAULT_ALPHA}
 #: A knowledge search's cut-off: a number, ``None`` (none) or ``"default"``.
 Threshold = float | None | Literal["default"]
 
-#: Default cut-off of :meth:`memlane.Memory.search_knowledge` (hybrid and vector
+#: Default cut-off of ``memlane.Memory.search_knowledge`` (hybrid and vector
 #: modes, default model): a minimum cosine similarity. elizaOS's 0.85 suits its own
 #: model; with all-MiniLM-L6-v2 it would drop most relevant hits. Chosen by
 #: ``benches/tune_knowledge_threshold.py`` on SciFact's abstracts ingested as files: the
@@ -81,7 +81,7 @@ Threshold = float | None | Literal["default"]
 #: nothing rather than the nearest text (test figures in ``docs/knowledge.md``).
 FRAGMENT_THRESHOLD = 0.36
 
-#: Default cut-off of :meth:`memlane.Memory.search_documents`: a minimum cosine to a
+#: Default cut-off of ``memlane.Memory.search_documents``: a minimum cosine to a
 #: document's mean vector, chosen alike (test figures in ``docs/knowledge.md``). A mean
 #: vector sits closer to the middle of its fragments than any one of them to a query,
 #: hence the lower figure.
@@ -116,7 +116,7 @@ def ingest_config(
     options: IngestOptions,
 ) -> IngestReport:
     """An elizaOS-style knowledge list ingested in one report (see
-    :meth:`memlane.Memory.ingest_config`); ``options`` apply to every entry."""
+    ``memlane.Memory.ingest_config``); ``options`` apply to every entry."""
     if isinstance(entries, str | Mapping):
         raise InvalidArgumentError("entries must be a list of dicts (or strings)")
     base = Path.cwd() if root is None else Path(root)
@@ -172,7 +172,7 @@ def ingest_text(
     file_type: str,
     options: IngestOptions,
 ) -> IngestReport:
-    """A text ingested as a document named ``source`` (see :meth:`memlane.Memory.ingest_text`)."""
+    """A text ingested as a document named ``source`` (see ``memlane.Memory.ingest_text``)."""
     if not isinstance(text, str):
         raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
     if not isinstance(source, str) or not source.strip():
@@ -204,8 +204,8 @@ def search(
     filters: Mapping[str, Any] | None,
     options: Mapping[str, Any],
 ) -> builtins.list[SearchHit]:
-    """A knowledge search of ``table``, :data:`~memlane.knowledge.documents.FRAGMENTS` or
-    :data:`~memlane.knowledge.documents.DOCUMENTS` (see :meth:`memlane.Memory.search_knowledge`)."""
+    """A knowledge search of ``table``, ``FRAGMENTS`` or
+    ``DOCUMENTS`` (see ``memlane.Memory.search_knowledge``)."""
     visible = _visible_filter(agent_id)
     flt = visible if filters is None else {"$and": [visible, dict(filters)]}
     args: dict[str, Any] = {**SEARCH_DEFAULTS, "weights": {"relevance": 1.0}, **options}
@@ -266,7 +266,7 @@ def remove(store: MemoryStore, document_id: str) -> int:
 
 
 def clear(store: MemoryStore, agent_id: str | None, shared: bool | None) -> int:
-    """Deletes knowledge (see :meth:`memlane.Memory.clear_knowledge`); returns how many
+    """Deletes knowledge (see ``memlane.Memory.clear_knowledge``); returns how many
     documents went."""
     if shared is False:
         flt: dict[str, Any] | None = Scope.of(agent_id, False).filter()

@@ -1,6 +1,6 @@
 """Splitting documents into chunks with exact offsets.
 
-Every chunker returns :class:`Chunk` objects whose ``text`` is an exact slice of
+Every chunker returns ``Chunk`` objects whose ``text`` is an exact slice of
 the input, ``text[chunk.start:chunk.end] == chunk.text``, in order, never empty
 nor whitespace-only. Consecutive chunks overlap by at most the configured
 overlap. Offsets count code points (Python ``str`` indices), and no splitter
@@ -8,26 +8,26 @@ cuts inside a grapheme (a base character with its combining marks, a ZWJ
 emoji sequence, a CRLF), so a chunk is longer than ``chunk_size`` only when
 it is a single grapheme that long.
 
-- :class:`RecursiveCharacterSplitter`: splits on paragraphs, then lines, then
+- ``RecursiveCharacterSplitter``: splits on paragraphs, then lines, then
   sentences, then words, then characters, and packs the pieces into chunks of
   at most ``chunk_size`` characters (1000) overlapping by up to
   ``chunk_overlap`` (200), as LangChain's splitter of that name does.
-- :class:`TokenSplitter`: windows of ``chunk_size`` tokens (512) of a
+- ``TokenSplitter``: windows of ``chunk_size`` tokens (512) of a
   tokenizer, by default the default embedder's, overlapping by
   ``chunk_overlap`` tokens (20), as elizaOS splits knowledge. The default model
   reads only its first 256 tokens ([CLS] and [SEP] included): the vector of a
   512-token chunk stands for its first 254 tokens, while text search sees all
   of it. ``TokenSplitter(chunk_size=254)`` makes the vector cover the chunk.
-- :class:`MarkdownSplitter`: splits at headings first (parsed by markdown-it,
+- ``MarkdownSplitter``: splits at headings first (parsed by markdown-it,
   so a ``#`` in a code block is no heading), then each section recursively;
-  a chunk's :attr:`~Chunk.prefix` holds its heading path (``"Guide > Deploy"``)
-  and :attr:`~Chunk.content` is what to store and embed: prefix and text.
+  a chunk's ``prefix`` holds its heading path (``"Guide > Deploy"``)
+  and ``content`` is what to store and embed: prefix and text.
 
-Ingestion given no chunker uses :func:`default_chunkers`: the recursive and markdown
+Ingestion given no chunker uses ``default_chunkers``: the recursive and markdown
 splitters measuring in the default model's tokens, 128 (heading path included)
 overlapping by 20, so no fragment is longer than the model reads (256 tokens, [CLS]
 and [SEP] included). A chunker is anything with a ``split(text) -> list[Chunk]`` method
-(the :class:`Chunker` protocol).
+(the ``Chunker`` protocol).
 """
 
 from __future__ import annotations
@@ -503,7 +503,7 @@ CHUNK_OVERLAP = 20
 @functools.cache
 def default_chunkers() -> tuple[RecursiveCharacterSplitter, MarkdownSplitter]:
     """The chunkers of an ingestion given none: (plain text, markdown and Word), both
-    measuring in the default model's tokens (:data:`CHUNK_TOKENS`, :data:`CHUNK_OVERLAP`)."""
+    measuring in the default model's tokens (``CHUNK_TOKENS``, ``CHUNK_OVERLAP``)."""
     count = TokenSplitter(chunk_size=CHUNK_TOKENS).count_tokens
     return (
         RecursiveCharacterSplitter(CHUNK_TOKENS, CHUNK_OVERLAP, length=count),

@@ -1,5 +1,5 @@
 """Knowledge records: the ``documents`` and ``fragments`` tables, read and removed
-through :class:`~memlane.store.MemoryStore`'s public API."""
+through ``MemoryStore``'s public API."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ ready: chunking runs while the model embeds (onnxruntime releases the GIL).
 The calling thread takes whole documents from the queue until it holds
 ``batch_size`` fragments (or the producer has had nothing for a moment),
 embeds their fragments in sub-batches sorted by length, then writes them with
-their document records in one :meth:`memlane.Memory.add_many` call: one
+their document records in one ``memlane.Memory.add_many`` call: one
 transaction, in which a document's record comes with all its fragments.
 
 Sorting is what keeps the model's padding low: a model batch is padded to its
@@ -21,14 +21,14 @@ given. The same fingerprint later means nothing to do. A changed file's old
 record and fragments are deleted just before its new ones are written; the
 record is deleted first and written last, so a document whose record exists
 is complete, and a run cut short is completed by the next one (until
-:class:`~memlane.Memory` offers a transaction around a delete and an add,
+``Memory`` offers a transaction around a delete and an add,
 readers can meanwhile see the document missing for that moment). Fragments
 whose text the old version already had reuse its vectors.
 
 The record's text is the document's whole extracted text (as elizaOS keeps it;
-bounded by :attr:`IngestLimits.max_unpacked_bytes`, like everything loaded), its
+bounded by ``IngestLimits.max_unpacked_bytes``, like everything loaded), its
 ``title`` metadata the file's title or path, and its vector the normalised mean
-of its fragments' (:func:`document_vector`), so whole documents can be ranked.
+of its fragments' (``document_vector``), so whole documents can be ranked.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ _END = object()
 @dataclass(frozen=True, slots=True)
 class IngestOptions:
     """How documents are ingested: the knowledge methods' options, passed on as one
-    (see :meth:`memlane.Memory.ingest` for each)."""
+    (see ``memlane.Memory.ingest`` for each)."""
 
     chunker: Chunker | None = None
     metadata: Mapping[str, Any] | None = None

@@ -6,12 +6,12 @@ hold three million paragraphs, and 300 bytes of YAML can name 387 million values
 through nested aliases. So besides the size a file unpacks to, the loaders count
 what they visit (XML elements, front matter values as aliases expand them) and
 the text they extract, and stop at the first bound passed, with
-:class:`DocumentLimitError` naming it; an ingestion reports that file as over a
+``DocumentLimitError`` naming it; an ingestion reports that file as over a
 limit and goes on with the others.
 
 The loaders keep the signature ``(bytes, Path)``; the limits in force reach them
-through :func:`current_limits`, set by the ingestion around each call
-(:func:`applied_limits`). A loader called directly works within the defaults.
+through ``current_limits``, set by the ingestion around each call
+(``applied_limits``). A loader called directly works within the defaults.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def current_limits() -> IngestLimits:
 
 @contextmanager
 def applied_limits(limits: IngestLimits) -> Iterator[None]:
-    """Runs the block (a loader's call) with ``limits`` as :func:`current_limits`."""
+    """Runs the block (a loader's call) with ``limits`` as ``current_limits``."""
     token = _CURRENT.set(limits)
     try:
         yield

@@ -1,5 +1,5 @@
-"""What every loader shares: the document it returns (:class:`LoadedDocument`), bytes
-to text (:func:`decode_text`), JSON-safe metadata values, and a zip's unpacked size."""
+"""What every loader shares: the document it returns (``LoadedDocument``), bytes
+to text (``decode_text``), JSON-safe metadata values, and a zip's unpacked size."""
 
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 """Document loaders: file bytes to text and metadata, one function per type.
 
 Each loader takes the file's bytes (read once, also for its hash) and its
-path, and returns a :class:`LoadedDocument`; a file it cannot read raises
-:class:`DocumentLoadError` (or the parsing library's own error), which an
+path, and returns a ``LoadedDocument``; a file it cannot read raises
+``DocumentLoadError`` (or the parsing library's own error), which an
 ingestion reports as failed for that file alone. Parsing is done by
 well-kept libraries: pypdf, python-frontmatter and PyYAML (front matter), lxml
 (HTML, and a ``.docx``'s XML as it streams out of the zip), charset-normalizer
 (the encoding of a text that is not UTF-8), and the standard library's ``csv``
-and ``json``. The loaders keep to the :func:`~memlane.knowledge.limits.current_limits`
+and ``json``. The loaders keep to the ``current_limits``
 (elements visited, text extracted, front matter values) and raise
-:class:`DocumentLimitError` past them (see :mod:`memlane.knowledge.limits`).
+``DocumentLimitError`` past them (see ``memlane.knowledge.limits``).
 
 =================  ===========================================================
 ``.txt .text``     the text (by BOM, UTF-8, else the encoding detected)
@@ -27,7 +27,7 @@ and ``json``. The loaders keep to the :func:`~memlane.knowledge.limits.current_l
 ``.csv .tsv``      a row per line, each value labelled with its column header
 =================  ===========================================================
 
-Add a type with :func:`register_loader`.
+Add a type with ``register_loader``.
 """
 
 from __future__ import annotations

@@ -27,11 +27,11 @@ _FORMAT = "{desc}: {percentage:5.1f}%|{bar}| [{elapsed}<{remaining}, {rate_fmt}{
 class ProgressBar:
     """``ingest:  42.0%|████▏    | [00:04<00:06, 2.95 files/s, 12/30 files, 210 fragments 51.2/s]``.
 
-    :meth:`update` counts finished files and embedded fragments. Between
-    :meth:`start_batch` and the files of that batch finishing, each embedded
+    ``update`` counts finished files and embedded fragments. Between
+    ``start_batch`` and the files of that batch finishing, each embedded
     fragment moves the bar by its share of the batch's files, so the bar, the
     rate and the ETA move while the model runs. Redraws at most every
-    ``interval`` seconds (and at :meth:`close`).
+    ``interval`` seconds (and at ``close``).
     """
 
     def __init__(

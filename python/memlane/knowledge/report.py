@@ -1,4 +1,4 @@
-""":class:`IngestReport`: what one ingestion did, file by file."""
+"""``IngestReport``: what one ingestion did, file by file."""
 
 from __future__ import annotations
 

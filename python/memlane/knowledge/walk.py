@@ -1,6 +1,6 @@
 """Finding the files of a knowledge folder, and the ones to leave out.
 
-A walk visits a directory in name order and yields a :class:`Source` per file
+A walk visits a directory in name order and yields a ``Source`` per file
 of a supported type. It leaves out, and reports with the reason: hidden files
 and folders (names starting with ``.``), unsupported types, symbolic links
 that lead outside the knowledge root (unless ``follow_outside``), broken links,

@@ -1,8 +1,8 @@
 """Keeping a knowledge folder in sync as its files appear, change and vanish.
 
-:func:`watch` first brings the store in line with the folder (an ingest that
+``watch`` first brings the store in line with the folder (an ingest that
 prunes what is gone), then follows the operating system's file events through
-watchdog's :class:`~watchdog.observers.Observer`. Events only say *which paths*
+watchdog's ``Observer``. Events only say *which paths*
 to look at: they are gathered until the folder has been quiet for ``debounce``
 seconds (an editor's save, a ``git checkout`` or a copy is a burst of them), and
 then each path's state on disk decides what happens. A path that is a file is

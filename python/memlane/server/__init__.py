@@ -6,8 +6,8 @@ add is request models (pydantic) that check a body before the handler runs. meml
 checks every argument itself (``coerce``, the engine's filter parser) and names the
 problem in a memlane error, so a second set of models would say the same thing twice and
 could drift from the first. The OpenAPI schema FastAPI derives from those models is
-derived here from the :class:`~memlane.Memory` methods each route calls
-(:mod:`memlane.server.openapi`), so it is generated from the code all the same.
+derived here from the ``Memory`` methods each route calls
+(``memlane.server.openapi``), so it is generated from the code all the same.
 
 Modules: ``app`` (the ASGI app), ``records`` (the record routes), ``transfer`` (ingest,
 export, import), ``stream`` (change events as Server-Sent Events), ``keys`` (API keys and

@@ -1,5 +1,5 @@
 """The ASGI app: the routes of records.py, transfer.py and stream.py over one open
-:class:`~memlane.Memory`, the body limit, the error handlers and ``/openapi.json``."""
+``Memory``, the body limit, the error handlers and ``/openapi.json``."""
 
 from __future__ import annotations
 

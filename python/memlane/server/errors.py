@@ -1,7 +1,7 @@
 """Every failure as one JSON shape, ``{"error": {"type": ..., "message": ...}}``, with a
 status that says whose fault it is: 4xx for the request (memlane's errors by their class
-name), 5xx only for :class:`~memlane.errors.InternalError` and
-:class:`~memlane.errors.StorageError`, the server's own side."""
+name), 5xx only for ``InternalError`` and
+``StorageError``, the server's own side."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Each event is ``event: <type>`` (add, supersede, update, delete, expire, or lost when
 this stream fell behind and events were dropped) and ``data: <JSON>``
-(:mod:`memlane.events`), filtered by the scope fields of the query string and by the
+(``memlane.events``), filtered by the scope fields of the query string and by the
 key's scope. A comment line every few seconds keeps proxies from closing a quiet
 stream. Only this process's writes are streamed: behind a load balancer, follow every
 server, or read the store.

@@ -1,7 +1,7 @@
 """Routes that move files: ingest (an uploaded file, or a path under the operator's
 ``--ingest-root``), and JSON Lines export and import, both streamed: an upload goes to a
 temporary file as it arrives (within the upload limit), an export is sent in chunks from
-the file :meth:`~memlane.Memory.export_jsonl` wrote.
+the file ``export_jsonl`` wrote.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Durable storage behind :class:`memlane.Memory`: the :class:`Store` protocol, its
+"""Durable storage behind ``memlane.Memory``: the ``Store`` protocol, its
 embedded (SQLite) and shared (PostgreSQL) backends, and the store lock."""
 
 from __future__ import annotations

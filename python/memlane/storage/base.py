@@ -1,17 +1,17 @@
-"""What :class:`memlane.Memory` needs from a database: the :class:`Store` protocol.
+"""What ``memlane.Memory`` needs from a database: the ``Store`` protocol.
 
-Two backends implement it: :class:`~memlane.storage.sqlite.SQLiteStore` (the
-embedded store, one process) and :class:`~memlane.storage.postgres.PostgresStore`
-(shared by many processes), both dialects of :class:`~memlane.storage.sql.SQLStore`,
-which holds the statements. Both keep the same rows (:data:`COLUMNS`) and the
-same change log (:mod:`memlane.schema` declares the rows): every write
+Two backends implement it: ``SQLiteStore`` (the
+embedded store, one process) and ``PostgresStore``
+(shared by many processes), both dialects of ``SQLStore``,
+which holds the statements. Both keep the same rows (``COLUMNS``) and the
+same change log (``memlane.schema`` declares the rows): every write
 transaction takes the next change sequence number and stamps the rows it
 writes with it (``seq``, and ``content_seq`` when the text or vector
 changed); a deletion leaves a tombstone with its number. Commit order equals
 sequence order, so a reader that has applied every change up to ``n`` needs
 only the rows and tombstones above ``n``.
 
-``conn`` arguments are the connection of an open :meth:`Store.transaction`;
+``conn`` arguments are the connection of an open ``Store.transaction``;
 reads without one see every committed write.
 """
 

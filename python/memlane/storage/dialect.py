@@ -1,26 +1,26 @@
-"""What a dialect of :class:`~memlane.storage.sql.SQLStore` supplies, and what the store
+"""What a dialect of ``SQLStore`` supplies, and what the store
 builds on it: driver errors mapped, write transactions, a tenant's ids, the meta table
 and the tenant's own entries beside it.
 
 A backend supplies what really differs:
 
-- connections: :meth:`Dialect._run_read` (a read connection, retried where
-  that is safe), :meth:`Dialect._begin` and :meth:`Dialect._end` (the write
+- connections: ``Dialect._run_read`` (a read connection, retried where
+  that is safe), ``Dialect._begin`` and ``Dialect._end`` (the write
   transaction's connection);
 - binding: ``?`` in the statements here becomes the dialect's placeholder
-  (:meth:`Dialect._q`); a list of values is bound by :meth:`Dialect._any`
-  (``IN (?, ?, ...)`` or ``= ANY(?)``), a batch of rows by :meth:`Dialect._many`
-  (inserts), :meth:`Dialect._each` (one statement per row) and
-  :meth:`Dialect._relation` (a batch to join against);
-- the change sequence and rowids (:meth:`Dialect.next_seq`,
-  :meth:`Dialect.reserve_rowids`), and how long tombstones are kept;
-- which driver exceptions mean what (:meth:`Dialect._kind`).
+  (``Dialect._q``); a list of values is bound by ``Dialect._any``
+  (``IN (?, ?, ...)`` or ``= ANY(?)``), a batch of rows by ``Dialect._many``
+  (inserts), ``Dialect._each`` (one statement per row) and
+  ``Dialect._relation`` (a batch to join against);
+- the change sequence and rowids (``Dialect.next_seq``,
+  ``Dialect.reserve_rowids``), and how long tombstones are kept;
+- which driver exceptions mean what (``Dialect._kind``).
 
-Every driver exception that leaves a store is a :class:`~memlane.errors.MemlaneError`
-chained to it: :class:`~memlane.errors.StorageError` naming what failed, the
-store and the driver's message; :class:`~memlane.errors.CorruptFileError` for a
-damaged database; :class:`~memlane.errors.InvalidArgumentError` for an id stored
-meanwhile or a value the database refuses; :class:`~memlane.errors.UnknownIdError`
+Every driver exception that leaves a store is a ``MemlaneError``
+chained to it: ``StorageError`` naming what failed, the
+store and the driver's message; ``CorruptFileError`` for a
+damaged database; ``InvalidArgumentError`` for an id stored
+meanwhile or a value the database refuses; ``UnknownIdError``
 for a row rewritten after another process deleted it.
 """
 
@@ -61,7 +61,7 @@ class Dialect(abc.ABC):
     #: Put before a table's name ("" or a quoted schema and a dot).
     _p = ""
     #: Where a connection is confined to a tenant: what its ids are stored behind, so
-    #: that ids are the tenant's own (see :meth:`_stored_id`). None: stored as given.
+    #: that ids are the tenant's own (see ``_stored_id``). None: stored as given.
     _id_prefix: str | None = None
     #: The tenant a connection is confined to (``FIELD:VALUE``), "" for none: the owner
     #: of the ``tenant_meta`` entries it writes.
@@ -79,7 +79,7 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def _begin(self) -> Any:
         """A connection in a newly begun write transaction, for this thread alone until
-        :meth:`_end` (driver errors propagate)."""
+        ``_end`` (driver errors propagate)."""
 
     @abc.abstractmethod
     def _end(self, conn: Any) -> None:

@@ -1,6 +1,6 @@
-"""One open :class:`memlane.Memory` per store: an exclusive lock on ``<store>/lock``.
+"""One open ``memlane.Memory`` per store: an exclusive lock on ``<store>/lock``.
 
-The lock is filelock's :class:`~filelock.FileLock`: ``flock`` on POSIX, ``msvcrt``
+The lock is filelock's ``FileLock``: ``flock`` on POSIX, ``msvcrt``
 byte locking on Windows. Both belong to the open file, so a second open fails at
 once whether it comes from another process or from this one, and the system
 releases the lock when its holder exits, even through ``kill -9``.
@@ -8,7 +8,7 @@ releases the lock when its holder exits, even through ``kill -9``.
 The holder writes its process id into the file, so that the error of a second
 open names it. Where the lock forbids reading the file (Windows locks its bytes),
 the error says the store is open without naming the process. A second open in the
-process that holds the lock says so: an earlier :class:`memlane.Memory` of this process
+process that holds the lock says so: an earlier ``memlane.Memory`` of this process
 is still open (a notebook cell run again meets this).
 """
 

@@ -1,4 +1,4 @@
-"""Picks the backend a :class:`memlane.Memory` argument names, and opens it."""
+"""Picks the backend a ``memlane.Memory`` argument names, and opens it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """The schema of a PostgreSQL store: versioned scripts, each migrating it from version i
-to i + 1 (:class:`~memlane.storage.postgres.PostgresStore` applies them under an advisory
+to i + 1 (``PostgresStore`` applies them under an advisory
 lock and records each in ``migrations``), and the row-level security that confines a
 connection bound to a tenant (``?tenant=``).
 
 ``meta`` holds the store-wide state every connection reads: the change and rowid
 counters, the store's id, the pinned embedder. What a tenant owns beside its records
-(the jobs of :attr:`memlane.Memory.jobs`) lives in ``tenant_meta``, under a policy.
+(the jobs of ``memlane.Memory.jobs``) lives in ``tenant_meta``, under a policy.
 """
 
 from __future__ import annotations

@@ -2,18 +2,18 @@
 
 Every table lives in one schema (``?schema=NAME`` in the URL, ``memlane`` by
 default), created and migrated by memlane: versioned scripts
-(:mod:`memlane.storage.pg_schema`) applied under an advisory lock, each recorded in
+(``memlane.storage.pg_schema``) applied under an advisory lock, each recorded in
 ``migrations``, so concurrent first opens and reopens are safe. A connection bound to a
 tenant (``?tenant=``) is refused unless row-level security binds its role.
 
 The change log is the same as the embedded store's (see
-:mod:`memlane.storage.base`; its statements are
-:class:`~memlane.storage.sql.SQLStore`'s), with one more guarantee needed across
+``memlane.storage.base``; its statements are
+``SQLStore``'s), with one more guarantee needed across
 processes: a write transaction takes its sequence number by updating the
 ``seq`` row of ``meta`` first, and that row lock is held until commit, so
 writers commit in sequence order. A reader that reads the counter and then the
 rows above its last number can never skip a change that commits late with a
-lower number. Each commit sends a ``NOTIFY``; :meth:`PostgresStore.follow`
+lower number. Each commit sends a ``NOTIFY``; ``PostgresStore.follow``
 listens, and polls as a fallback when notifications are lost.
 
 Rowids come from a counter row as contiguous blocks taken in autocommit (one
@@ -21,7 +21,7 @@ short statement), so they are unique across processes and never reused;
 a rolled-back write leaves a gap, nothing more.
 
 Connections come from a pool; connecting and reads retry transient failures;
-an unreachable database raises :class:`~memlane.errors.StorageError`. The
+an unreachable database raises ``StorageError``. The
 password never appears in a message, a log line or a repr.
 """
 
@@ -481,7 +481,7 @@ class PostgresStore(SQLStore):
 
 class _Listener:
     """A thread on a connection of its own: ``LISTEN``, and ``on_change`` at every
-    notification and at least every :data:`POLL_SECONDS`."""
+    notification and at least every ``POLL_SECONDS``."""
 
     def __init__(self, store: PostgresStore, on_change: Callable[[], None]) -> None:
         self._store = store

@@ -5,11 +5,11 @@ returns would cost a round trip each time. A SQLite store reads them from a mapp
 file, but a search after other work (the query's embedding, the caller's own) finds
 those pages and SQLite's code out of the CPU caches: 10 new hits of a 100k-record store
 cost 0.25-0.32 ms that way, against 0.03 ms from this cache (0.07 and 0.02 when warm).
-:class:`RowCache` keeps rows (without their vectors), least recently used out first.
+``RowCache`` keeps rows (without their vectors), least recently used out first.
 Every write puts its rows in, so in a process that wrote them a new question's hits
 are found here too; a process that opens a store reads its rows in (newest first, in
 the background, in pauses between searches:
-:meth:`~memlane.storage.sql.SQLStore.warm_cache`) until the cache is full. It is as
+``warm_cache``) until the cache is full. It is as
 fresh as the indexes: the change log that updates them refreshes it too.
 
 Staleness is ruled out by sequence numbers (every row carries the number of its
@@ -101,7 +101,7 @@ class RowCache:
 
     def room(self) -> bool:
         """Whether rows read ahead may still come in: the cache holds fewer rows than it
-        may, and those read ahead hold less than :data:`OFFER_CHARS` of text."""
+        may, and those read ahead hold less than ``OFFER_CHARS`` of text."""
         return len(self._rows) < self.capacity and self._offered < OFFER_CHARS
 
     def offer(self, rows: Iterable[Row]) -> None:

@@ -1,8 +1,8 @@
-"""The change log of :mod:`memlane.storage.base` written once in SQL: :class:`SQLStore`.
+"""The change log of ``memlane.storage.base`` written once in SQL: ``SQLStore``.
 
 Both backends keep the same tables (``meta``, ``records``, ``recent``,
 ``tombstones``) and run the same statements on them; a backend is a dialect of
-this class that supplies what really differs (:mod:`memlane.storage.dialect`).
+this class that supplies what really differs (``memlane.storage.dialect``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _HISTORY_SELECT = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM "
 
 
 class SQLStore(Dialect):
-    """The :class:`~memlane.storage.base.Store` protocol over SQL; see the module docstring
+    """The ``Store`` protocol over SQL; see the module docstring
     for what a dialect supplies."""
 
     #: Rows kept in process for reading search hits.
@@ -71,7 +71,7 @@ class SQLStore(Dialect):
         return f"{cols}, {self._TYPES_HOLD}" if self._TYPES_HOLD else cols
 
     def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
-        """The records rows ``sql`` selects (with :meth:`_columns`)."""
+        """The records rows ``sql`` selects (with ``_columns``)."""
         fetched = conn.execute(sql, params).fetchall()
         if not self._TYPES_HOLD:
             return self._given_rows(list(map(Row._make, fetched)))
@@ -110,11 +110,11 @@ class SQLStore(Dialect):
         self, conn: Any, rows: Sequence[Row], expected: Sequence[tuple[int, bool]] | None = None
     ) -> None:
         """Rewrites rows in place: every field but the rowid and the id (a record keeps
-        its id, and its stored form: see :meth:`_stored_id`).
+        its id, and its stored form: see ``_stored_id``).
 
         ``expected`` (one per row): the ``seq`` the row must still have and whether it
         must still be current (``valid_to`` NULL), as conditions of the statement; a row
-        that no longer meets them raises :class:`ConflictError`, so a change never
+        that no longer meets them raises ``ConflictError``, so a change never
         rewrites a version another writer changed after it was read."""
         sets = ", ".join(f"{c} = ?" for c in COLUMNS[2:])
         base = f"UPDATE {self._p}records SET {sets} WHERE rowid = ?"
@@ -448,7 +448,7 @@ class SQLStore(Dialect):
 
     def warm_cache(self, below: int, batch: int = 512) -> int | None:
         """Reads up to ``batch`` rows under rowid ``below``, newest first, into the row
-        cache where it has room (:meth:`RowCache.offer`); returns the rowid to go on
+        cache where it has room (``RowCache.offer``); returns the rowid to go on
         under, or None once the cache is full or every row was read.
 
         A process that opens a store finds its hits in neither the cache nor the CPU
@@ -490,7 +490,7 @@ class SQLStore(Dialect):
 
 
 def _history_entry(r: Sequence[Any]) -> HistoryEntry:
-    """A history entry of a row of :data:`_HISTORY_SELECT` (``n`` first)."""
+    """A history entry of a row of ``_HISTORY_SELECT`` (``n`` first)."""
     width = len(COLUMNS) + 1
     event, at, actor, next_id = r[width:]
     return Row._make(r[1:width]), event, at, actor, next_id

@@ -14,7 +14,7 @@ Embeddings are stored as little-endian blobs (scaled float16 unless the index ho
 float32: ``_memory/encoding.py``), so the indexes can always be rebuilt from the
 database alone.
 
-The statements are :class:`~memlane.storage.sql.SQLStore`'s; this module holds
+The statements are ``SQLStore``'s; this module holds
 the connections (one writer, a reader per thread), the pragmas and checkpoints,
 and what SQLite's errors mean.
 """

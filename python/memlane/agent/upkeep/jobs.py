@@ -1,5 +1,5 @@
 """Upkeep jobs: what a turn asked of the background worker, as it is kept in the store
-(:attr:`memlane.Memory.jobs`) until it is done.
+(``memlane.Memory.jobs``) until it is done.
 
 A job names its kind, the event it came from, the turn's time, its **owner** (the
 agent's table and scope settings: only an ``AgentMemory`` with the same owner runs it)
@@ -12,10 +12,10 @@ so a job found again after a crash finishes exactly the operations that are miss
 Consolidation stores all it makes in one transaction, tagged with the job, so a job
 that finds its tag is finished by dropping its sources.
 
-A job record is data from whoever can write the store: :meth:`Job.loads` checks every
-field and raises :class:`JobRecordError` for anything that is not a job of this version;
+A job record is data from whoever can write the store: ``Job.loads`` checks every
+field and raises ``JobRecordError`` for anything that is not a job of this version;
 the event is kept as the platform gave it (source, contact, chat, name) and resolved
-again by the resuming agent's own :class:`~memlane.agent.SessionScope`, so a record
+again by the resuming agent's own ``SessionScope``, so a record
 cannot point a job at a scope the agent would not give that contact.
 """
 
@@ -70,7 +70,7 @@ _MAX_RECORD = 1 << 20  # a job record is a few KB; a larger one is not ours
 
 
 class JobRecordError(InvalidArgumentError):
-    """A record in :attr:`Memory.jobs` that is not an upkeep job of this version."""
+    """A record in ``Memory.jobs`` that is not an upkeep job of this version."""
 
 
 class JobSkippedWarning(UserWarning):
@@ -156,7 +156,7 @@ def live_tokens() -> frozenset[str]:
 
 class Lease:
     """An agent's token among the live ones from its start until neither of its two
-    workers may run a job any more (each calls :meth:`ended` once)."""
+    workers may run a job any more (each calls ``ended`` once)."""
 
     def __init__(self, token: str) -> None:
         self.token = token
@@ -269,9 +269,9 @@ class Job:
 
     @classmethod
     def loads(cls, text: object) -> Job:
-        """The job a record holds; :class:`JobRecordError` naming what is wrong otherwise.
+        """The job a record holds; ``JobRecordError`` naming what is wrong otherwise.
 
-        The event is as recorded; :meth:`resolved` gives it as an agent's scopes see it.
+        The event is as recorded; ``resolved`` gives it as an agent's scopes see it.
         """
         if not isinstance(text, str) or len(text) > _MAX_RECORD:
             raise JobRecordError("a job record must be a JSON text of at most 1 MiB")
@@ -323,7 +323,7 @@ class Job:
 
     def resolved(self, scopes: SessionScope) -> EventScope:
         """The recorded event as ``scopes`` resolves it (source, contact and chat as the
-        platform gave them); :class:`JobRecordError` when the record's scope is not that
+        platform gave them); ``JobRecordError`` when the record's scope is not that
         one: a record cannot send a job to a scope the agent would not give the contact."""
         e = self.event
         src, _, contact_id = e.contact.partition(":")

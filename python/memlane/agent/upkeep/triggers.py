@@ -1,4 +1,4 @@
-"""The triggers :class:`~memlane.agent.AgentMemory` runs: their settings, the per-room
+"""The triggers ``AgentMemory`` runs: their settings, the per-room
 state that says when they are due, and what each does when it fires (step compaction in
 ``before``; reflection, consolidation and the flush reminder in ``after``):
 
@@ -17,7 +17,7 @@ daily log          the first turn of a day: each of the last 7 days with       D
                    messages and no log gets one (LLM summary, or an extract
                    without one); the newest 3 go into the context
 contact profile    every turn: the speaker's aliases, platform ids, last seen  Profiles
-                   and message count (:mod:`~memlane.agent.profiles`)
+                   and message count (``memlane.agent.profiles``)
 =================  ==========================================================  ============
 """
 
@@ -198,7 +198,7 @@ class Room:
     user_text: str | None = None
     compactions: list[CompactionReport] = field(default_factory=list)
     failures: list[TriggerFailure] = field(default_factory=list)
-    #: Step summaries by the key of the steps they summarise (see :func:`step_keys`).
+    #: Step summaries by the key of the steps they summarise (see ``step_keys``).
     summaries: dict[str, str] = field(default_factory=dict)
     #: A step summary is being written in the background.
     compacting: bool = False
@@ -302,7 +302,7 @@ def store_step_summary(
     steps: int,
     call: Caller,
 ) -> CompactionReport:
-    """The background half of :func:`compact`: the summary, kept for the room's next call."""
+    """The background half of ``compact``: the summary, kept for the room's next call."""
     summary, report = summarise_steps(cfg, text, steps, call)
     with lock:
         room.compacting = False

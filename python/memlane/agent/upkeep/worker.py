@@ -40,7 +40,7 @@ class Worker:
     asked had it), one at a time, on a daemon thread that starts with the first job.
     ``run`` must not raise (an exception is logged). ``run`` is a weak reference: the
     thread never keeps its owner alive (a job whose owner is gone is not run).
-    ``on_end`` is called once no job of this worker runs any more after :meth:`close`;
+    ``on_end`` is called once no job of this worker runs any more after ``close``;
     ``merge(newer, older)`` when ``newer`` takes the place of the waiting ``older``
     (under the worker's lock)."""
 
@@ -71,8 +71,8 @@ class Worker:
     def submit(self, job: Job, call: Caller | None) -> Job | None:
         """Queues ``job``, or coalesces it with the job of its slot that waits: the newer
         of the two waits, and the other is returned (it will not run; None if there was
-        none). Raises :class:`QueueFullError` when ``limit`` jobs wait already,
-        :class:`WorkerClosedError` once closed."""
+        none). Raises ``QueueFullError`` when ``limit`` jobs wait already,
+        ``WorkerClosedError`` once closed."""
         with self._cv:
             if self._closed:
                 raise WorkerClosedError("the upkeep worker is closed")
