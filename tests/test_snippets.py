@@ -411,7 +411,7 @@ def test_the_triggers_are_listed_with_their_defaults() -> None:
     section = text[text.index("## Automatic memory around") : text.index("## The parts")]
     for name, default in [
         ("reflection", "every 10 turns"),
-        ("consolidation", "30 short-term entries"),
+        ("consolidation", "12 short-term entries"),
         ("flush reminder", "25 new entries"),
         ("step compaction", "past 10 steps"),
         ("entry length", "1,500 characters"),
