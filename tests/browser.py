@@ -23,6 +23,7 @@ import pytest
 from websockets.sync.client import connect
 
 LISTENING = re.compile(r"DevTools listening on (ws://\S+)")
+WIDTH = 1280
 
 
 def find_chromium() -> str | None:
@@ -51,7 +52,7 @@ class Browser:
                 "--no-first-run",
                 "--remote-debugging-port=0",
                 f"--user-data-dir={self._profile.name}",
-                "--window-size=1280,900",
+                f"--window-size={WIDTH},900",
                 "about:blank",
             ],
             stdout=subprocess.DEVNULL,
@@ -109,8 +110,31 @@ class Browser:
                 raise AssertionError(f"never true: {condition}")
             time.sleep(0.05)
 
-    def screenshot(self, path: Path) -> None:
-        data = self.send("Page.captureScreenshot", format="png")["data"]
+    def screenshot(self, path: Path, selector: str | None = None) -> None:
+        """The page as it shows, or the element ``selector`` names, whole."""
+        params: dict[str, Any] = {"format": "png"}
+        if selector is not None:
+            # A window as tall as the page, so the element is laid out as it is captured
+            # (a capture beyond the window lays the page out anew, wider without the
+            # scroll bar, after the element was measured).
+            height = self.run("document.documentElement.scrollHeight")
+            self.send(
+                "Emulation.setDeviceMetricsOverride",
+                width=WIDTH,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            params["clip"] = self.run(
+                f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+                ".getBoundingClientRect(); return {x: r.left + scrollX, y: r.top + scrollY,"
+                " width: r.width, height: r.height, scale: 1}; })()"
+            )
+        try:
+            data = self.send("Page.captureScreenshot", **params)["data"]
+        finally:
+            if selector is not None:
+                self.send("Emulation.clearDeviceMetricsOverride")
         path.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:

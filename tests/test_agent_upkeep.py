@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import memlane._memory.jobs
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import AgentMemory, Memory
 from memlane.agent import (
@@ -32,6 +33,7 @@ from memlane.agent import (
 from memlane.agent.upkeep import Job
 from memlane.agent.upkeep.jobs import owner_of
 from memlane.errors import InvalidArgumentError
+from memlane.store import JobOutcome
 
 QUIET = {
     "consolidation": Consolidation(enabled=False),
@@ -125,6 +127,68 @@ def test_a_failing_llm_never_breaks_a_turn(make_store: StoreFactory) -> None:
     assert llm.calls == 2
     assert mem.count(MESSAGES, **alice.history) == 6 and mem.jobs.items() == []
     am.close()
+
+
+def test_each_jobs_outcome_is_kept_in_the_store(make_store: StoreFactory) -> None:
+    """What each job cost and what failed is in the store, where another process reads
+    it (memlane serve's inspector): the counts of its UpkeepResult."""
+    mem = make_store("bg", WordHashEmbedder())
+    llm = GatedLLM()
+    llm.gate.set()
+    done: list[UpkeepResult] = []
+    am = agent(mem, llm, on_upkeep=done.append)
+    alice = am.event("telegram", 42, 7)
+    turn(am, alice, "I moved to Lisbon")
+    turn(am, alice, "it is sunny")
+    assert am.drain(timeout=60)
+    llm.fail = True
+    turn(am, alice, "and warm")
+    turn(am, alice, "very warm")
+    assert am.drain(timeout=60)
+    am.close()
+
+    def key(kind: str, asked: float, calls: int, t_in: int, t_out: int, failed: Any) -> Any:
+        return (asked, kind, calls, t_in, t_out, tuple(failed))
+
+    kept = [
+        key(o.kind, o.asked_at, o.calls, o.tokens_in, o.tokens_out, o.failures)
+        for o in mem.jobs.outcomes()
+    ]
+    reported = [
+        key(
+            r.kind,
+            r.asked_at,
+            r.calls,
+            r.tokens_in,
+            r.tokens_out,
+            ((f.trigger, f.error) for f in r.report.failures),
+        )
+        for r in done
+    ]
+    assert sorted(kept) == sorted(reported)
+    reflections = [o for o in mem.jobs.outcomes() if o.kind == "reflection"]
+    assert len(reflections) == 2
+    assert reflections[0].calls == 1 and reflections[0].tokens_in > 0
+    assert not reflections[0].failed
+    assert [what for what, _ in reflections[1].failures] == ["reflection"]
+    assert "the model is down" in reflections[1].failures[0][1]
+    assert all(o.done_at >= o.asked_at for o in mem.jobs.outcomes())
+
+
+def test_the_store_keeps_the_newest_outcomes(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memlane._memory.jobs, "OUTCOMES_KEPT", 3)
+    mem = make_store("kept", WordHashEmbedder())
+    for i in range(5):
+        mem.jobs.record_outcome(JobOutcome("facts", float(i), float(i) + 0.5, calls=i))
+    assert [o.calls for o in mem.jobs.outcomes()] == [2, 3, 4]
+    assert mem.jobs.items() == []  # the jobs waiting are apart from the outcomes
+    with pytest.raises(InvalidArgumentError, match="tokens_in must be an int"):
+        JobOutcome("facts", 1.0, 2.0, tokens_in=-1)
+    assert JobOutcome("facts", 0, 1, tokens_in=2_000_000, tokens_out=500_000).cost(
+        0.15, 0.6
+    ) == pytest.approx(0.6)
 
 
 def test_close_says_what_was_left_and_keeps_it_recorded(make_store: StoreFactory) -> None:

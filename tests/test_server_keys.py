@@ -92,10 +92,16 @@ def test_a_scoped_key_never_reaches_another_scope(client: TestClient, mem: Memor
     assert client.post("/v1/delete-all", json={}, headers=as_(ALICE)).json() == {"deleted": 1}
     assert mem.get(bob.id).text == "Bob's bank PIN is 1234"
     assert mem.history(bob.id)[-1].ended is None
-    for method, path in [("GET", "/v1/export"), ("POST", "/v1/import"), ("GET", "/v1/jobs")]:
+    for method, path in [
+        ("GET", "/v1/export"),
+        ("POST", "/v1/import"),
+        ("GET", "/v1/jobs"),
+        ("GET", "/v1/upkeep"),
+    ]:
         assert kind(client.request(method, path, headers=as_(ALICE))) == (403, "Forbidden")
     stats = client.get("/v1/stats", headers=as_(ALICE)).json()
-    assert stats["records"] == 0 and stats["store"] is None
+    # The index's state is the whole store's: a scoped key sees none of it.
+    assert stats["records"] == 0 and stats["store"] is None and stats["index"] is None
 
 
 def test_a_read_only_key_reads_and_writes_nothing(client: TestClient, mem: Memory) -> None:

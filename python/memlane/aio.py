@@ -121,6 +121,7 @@ class AsyncMemory:
     # Upkeep.
     snapshot = _in_thread(Memory.snapshot)
     wait_indexed = _in_thread(Memory.wait_indexed)
+    stats = _in_thread(Memory.stats)
     close = _in_thread(Memory.close)
 
     def __len__(self) -> int:

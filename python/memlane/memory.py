@@ -1,10 +1,10 @@
-"""The memory store: ``Memory``.
+"""The memory store: :class:`Memory`.
 
-``Memory`` opens a store and is its record API,
-``MemoryStore`` (records, versions, search, JSONL), plus
+:class:`Memory` opens a store and is its record API,
+:class:`~memlane.store.MemoryStore` (records, versions, search, JSONL), plus
 the knowledge methods (document ingestion and retrieval, done by
-``memlane.knowledge``) and the notes methods (OrcBot's long-term files, done by
-``memlane.notes``). Those layers build on the record API and none imports this
+:mod:`memlane.knowledge`) and the notes methods (OrcBot's long-term files, done by
+:mod:`memlane.notes`). Those layers build on the record API and none imports this
 module.
 """
 
@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memlane import _core, coerce, notes_files
-from memlane._memory import duplicates, maintenance
+from memlane._memory import duplicates, health, maintenance
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow
 from memlane._memory.events import Events
+from memlane._memory.health import StoreStats
 from memlane._memory.querying import Mode, Searcher
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.writer import Writer
@@ -51,7 +52,7 @@ class _DefaultEmbedder:
         return "DEFAULT_EMBEDDER"
 
 
-#: The ``embedder`` argument's default: ``memlane.OnnxEmbedder``, loaded on first use.
+#: The ``embedder`` argument's default: :class:`memlane.OnnxEmbedder`, loaded on first use.
 DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
 
 
@@ -258,6 +259,12 @@ class Memory(MemoryStore):
     def snapshot(self) -> None:
         """Writes an index snapshot now (also done periodically and at close)."""
         maintenance.snapshot(self._sync, self._writer)
+
+    def stats(self) -> StoreStats:
+        """How the store stands: its index beside the database's change log (vectors not
+        yet linked, changes not yet followed), its snapshot and its size on disk."""
+        self._sync.check_open()
+        return health.stats(self._sync)
 
     def close(self) -> None:
         """Flushes access counts, writes a snapshot, releases the store. Idempotent."""

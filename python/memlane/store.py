@@ -1,13 +1,17 @@
-"""The record API of an open store, ``MemoryStore``, by its public name.
+"""The record API of an open store, :class:`MemoryStore`, by its public name.
 
-``memlane.Memory`` is a ``MemoryStore`` (records, versions, search, JSONL)
+:class:`memlane.Memory` is a :class:`MemoryStore` (records, versions, search, JSONL)
 that also has the knowledge and notes methods. The layers that build on the record API
-(``memlane.knowledge``, ``memlane.notes``) take a ``MemoryStore`` and name
+(:mod:`memlane.knowledge`, :mod:`memlane.notes`) take a :class:`MemoryStore` and name
 it from here: its implementation, in ``memlane._memory``, is private to the store.
+``StoreStats`` is what ``memlane.Memory.stats`` reports, ``JobOutcome`` what
+``MemoryStore.jobs`` keeps of work done.
 """
 
 from __future__ import annotations
 
+from memlane._memory.health import StoreStats
+from memlane._memory.jobs import OUTCOMES_KEPT, JobOutcome
 from memlane._memory.store import MemoryStore
 
-__all__ = ["MemoryStore"]
+__all__ = ["OUTCOMES_KEPT", "JobOutcome", "MemoryStore", "StoreStats"]

@@ -2,27 +2,40 @@
 agent layer's background upkeep), written in the store's own transactions so that a
 process killed before the work ends finds it at the next open, on either backend.
 
+The book also keeps what finished work cost and what failed (``JobOutcome``, the
+newest ``OUTCOMES_KEPT``), so that another process (``memlane serve``'s inspector)
+can show it.
+
 Jobs are the tenant's (``tenant_meta``): on a PostgreSQL connection bound to a tenant
 (``?tenant=``), the book holds that tenant's jobs alone, and no key or value written
 here reaches another tenant's; a connection bound to none has a book of its own."""
 
 from __future__ import annotations
 
+import json
+import math
+import uuid
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from memlane import coerce
 from memlane.errors import InvalidArgumentError
 from memlane.storage import Store
 
-__all__ = ["JobBook"]
+__all__ = ["OUTCOMES_KEPT", "JobBook", "JobOutcome"]
 
 _PREFIX = "job:"
+_OUTCOME = "done:"
+#: The outcomes a book keeps: the newest, older ones are dropped as new ones come.
+OUTCOMES_KEPT = 500
+_ERROR_KEPT = 2000
 #: The longest key (an index holds the tenant and the key: at most about 2.7 kB).
 MAX_KEY = 256
 
 
 class JobBook:
-    """Named jobs (a key and a text, e.g. JSON) in the store, as ``Memory.jobs``."""
+    """Named jobs (a key and a text, e.g. JSON) in the store, as :attr:`Memory.jobs`."""
 
     def __init__(self, db: Store, check_open: Callable[[], None]) -> None:
         self._db = db
@@ -58,8 +71,87 @@ class JobBook:
         self._check_open()
         return [(k[len(_PREFIX) :], v) for k, v in self._db.tenant_meta_items(_PREFIX)]
 
+    def record_outcome(self, outcome: JobOutcome) -> None:
+        """Records what a piece of finished work cost and what failed, durably before it
+        returns, and drops the oldest beyond ``OUTCOMES_KEPT``."""
+        self._check_open()
+        if not isinstance(outcome, JobOutcome):
+            raise InvalidArgumentError(f"outcome must be a JobOutcome, got {outcome!r}")
+        key = f"{_OUTCOME}{outcome.done_at:020.6f}:{uuid.uuid4().hex[:12]}"
+        kept = self._db.tenant_meta_items(_OUTCOME)
+        with self._db.transaction() as conn:
+            self._db.set_tenant_meta(conn, key, outcome.dumps())
+            for old, _ in kept[: max(0, len(kept) + 1 - OUTCOMES_KEPT)]:
+                self._db.delete_tenant_meta(conn, old)
+
+    def outcomes(self) -> list[JobOutcome]:
+        """The outcomes kept, oldest first (an entry that is not one is left out)."""
+        self._check_open()
+        found = (JobOutcome.loads(v) for _, v in self._db.tenant_meta_items(_OUTCOME))
+        return [o for o in found if o is not None]
+
     def __repr__(self) -> str:
         return "JobBook()"
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """A piece of upkeep done: its ``kind``, when it was asked and when it ended (unix
+    seconds), the model calls it made with their tokens in and out, and what failed,
+    as ``(what, error)`` pairs (none: it succeeded)."""
+
+    kind: str
+    asked_at: float
+    done_at: float
+    calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    failures: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not self.kind:
+            raise InvalidArgumentError(
+                f"an outcome's kind must be a non-empty str, got {self.kind!r}"
+            )
+        for label in ("asked_at", "done_at"):
+            value = getattr(self, label)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
+                raise InvalidArgumentError(f"an outcome's {label} must be a finite number")
+        for label in ("calls", "tokens_in", "tokens_out"):
+            coerce.count(getattr(self, label), label)
+        if not all(
+            isinstance(f, tuple) and len(f) == 2 and all(isinstance(x, str) for x in f)
+            for f in self.failures
+        ):
+            raise InvalidArgumentError("an outcome's failures must be (what, error) pairs of str")
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+    def cost(self, per_million_in: float, per_million_out: float) -> float:
+        """The estimated cost at these prices (per million tokens in and out)."""
+        return (self.tokens_in * per_million_in + self.tokens_out * per_million_out) / 1e6
+
+    def dumps(self) -> str:
+        d = asdict(self)
+        # An error's message may quote a model's whole answer: the start says what it was.
+        d["failures"] = [[what[:200], error[:_ERROR_KEPT]] for what, error in self.failures]
+        return json.dumps(d)
+
+    @classmethod
+    def loads(cls, text: str) -> JobOutcome | None:
+        """The outcome ``text`` holds (None: it holds none)."""
+        try:
+            d: Any = json.loads(text)
+            d["failures"] = tuple(tuple(f) for f in d["failures"])
+            return cls(**d)
+        except (ValueError, TypeError, KeyError, RecursionError, InvalidArgumentError):
+            return None
 
 
 def _check(value: object, label: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -96,13 +96,17 @@ async def read_json(request: Request) -> dict[str, Any]:
     return value
 
 
-def query_arguments(request: Request, method: Callable[..., Any], **path: Any) -> dict[str, Any]:
+def query_arguments(
+    request: Request, method: Callable[..., Any], *, own: Collection[str] = (), **path: Any
+) -> dict[str, Any]:
     """A GET's query string (and the ``path``'s parameters) as ``method``'s arguments:
     each read by its parameter's default (an int, a number, a flag), ``filters`` as a
-    JSON object."""
+    JSON object. ``own``: parameters the route reads itself, left out here."""
     allowed = {k: v for k, v in parameters(method).items() if k not in path}
     out: dict[str, Any] = {}
     for name, value in request.query_params.multi_items():
+        if name in own:
+            continue
         if name in out:
             raise InvalidArgumentError(f"{name} is given twice")
         p = allowed.get(name)

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 schema, built from the code: each route's summary is its handler's
 docstring, and its parameters (query string or JSON body) are those of the
-``Memory`` method it calls, read from that method's signature, so the
+:class:`~memlane.Memory` method it calls, read from that method's signature, so the
 schema cannot drift from what the server accepts."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from memlane import __version__
 from memlane.memory import Memory
 from memlane.records import SCOPE_FIELDS
 from memlane.server.calls import TIME_FIELDS, parameters
-from memlane.server.records import Route
+from memlane.server.records import OWN_QUERY, Route
 
 __all__ = ["schema"]
 
@@ -120,6 +120,10 @@ def _operation(route: Route) -> dict[str, Any]:
                 "required": bool(required),
                 "content": {"application/json": {"schema": body}},
             }
+    params += [
+        {"name": n, "in": "query", "required": False, "schema": s}
+        for n, s in OWN_QUERY.get(handler.__name__, {}).items()
+    ]
     if path == "/v1/events":
         params += [
             {"name": f, "in": "query", "required": False, "schema": {"type": "string"}}

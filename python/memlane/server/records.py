@@ -1,5 +1,5 @@
 """The record API's routes: add, add many, search, get, list, count, history,
-supersede, update, delete, delete all, upkeep jobs and stats.
+supersede, update, delete, delete all, upkeep jobs and outcomes, and stats.
 
 Each route makes one memlane call, in a worker thread (memlane's calls block; the engine
 and the databases release the GIL), so a request that fails stores nothing: the call is
@@ -9,8 +9,11 @@ one transaction, checked before it writes.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import json
+import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from memlane.server.calls import (
     version_json,
 )
 from memlane.server.keys import Caller
+from memlane.store import OUTCOMES_KEPT, JobOutcome
 
 __all__ = ["ROUTES"]
 
@@ -97,16 +101,34 @@ async def get(request: Request) -> JSONResponse:
     return JSONResponse(record_json(found))
 
 
+#: How a page of records may be sorted (?sort=): by a record's field, newest, most
+#: important or most used first (?order=asc for the other end).
+SORTS = ("created_at", "importance", "access_count", "last_accessed_at")
+#: Query parameters a route reads beside its Memory method's, by handler (the schema
+#: shows them too).
+OWN_QUERY: dict[str, dict[str, dict[str, Any]]] = {
+    "list_": {"sort": {"enum": list(SORTS), "default": "created_at"}},
+    "upkeep": {
+        "per_million_in": {"type": "number", "minimum": 0},
+        "per_million_out": {"type": "number", "minimum": 0},
+    },
+}
+
+
 async def list_(request: Request) -> JSONResponse:
-    """A page of memories by creation time, with the total and the next page's offset
-    (the query parameters of Memory.list; filters as JSON)."""
+    """A page of memories, by creation time or ?sort= importance, access_count or
+    last_accessed_at (ties newest first), with the total and the next page's offset (the
+    query parameters of Memory.list; filters as JSON)."""
     mem, caller = context(request)
-    args = caller.bound(query_arguments(request, mem.list))
+    args = caller.bound(query_arguments(request, mem.list, own=OWN_QUERY["list_"]))
+    sort = request.query_params.get("sort", "created_at")
+    if sort not in SORTS:
+        raise InvalidArgumentError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
 
     def page() -> tuple[list[MemoryRecord], int]:
-        found = mem.list(**args)
         counted = {k: v for k, v in args.items() if k not in ("limit", "offset", "order")}
         counted.pop("include_embedding", None)
+        found = mem.list(**args) if sort == "created_at" else _sorted(mem, sort, args)
         return found, mem.count(**counted)
 
     found, total = await run_in_threadpool(page)
@@ -120,6 +142,36 @@ async def list_(request: Request) -> JSONResponse:
             "next_offset": after if after < total and found else None,
         }
     )
+
+
+def _sorted(mem: Memory, sort: str, args: dict[str, Any]) -> list[MemoryRecord]:
+    """The page ``args`` asks for, sorted by ``sort``: the engine orders by creation time
+    alone, so this reads every record the request admits, keeping the best few."""
+    args = dict(args)
+    limit, offset = args.pop("limit", 50), args.pop("offset", 0)
+    pick = heapq.nsmallest if args.pop("order", "desc") == "asc" else heapq.nlargest
+    best = pick(
+        offset + limit,
+        _every(mem, **args),
+        key=lambda r: (getattr(r, sort), r.created_at, r.id),
+    )
+    return best[offset:]
+
+
+def _every(mem: Memory, **args: Any) -> Iterator[MemoryRecord]:
+    """Every record ``args`` (Memory.list's) admits, oldest first, a page at a time (once
+    each: a page read after a delete shifted the others repeats none)."""
+    seen: set[str] = set()
+    offset = 0
+    while True:
+        page = mem.list(limit=_PAGE, offset=offset, order="asc", **args)
+        for r in page:
+            if r.id not in seen:
+                seen.add(r.id)
+                yield r
+        offset += len(page)
+        if len(page) < _PAGE:
+            return
 
 
 async def count(request: Request) -> JSONResponse:
@@ -194,24 +246,113 @@ async def jobs(request: Request) -> JSONResponse:
     return JSONResponse({"jobs": [{"key": k, "value": v} for k, v in items]})
 
 
+async def upkeep(request: Request) -> JSONResponse:
+    """The store's upkeep: the jobs waiting (their kind, when they were asked, and who
+    holds them until when) and the newest outcomes of jobs done (model calls, tokens in
+    and out, failures) with their totals, by kind and in all; ?per_million_in= and
+    ?per_million_out= price the tokens (a cost per job and in all)."""
+    mem, caller = context(request)
+    caller.unscoped("the upkeep")
+    prices = _prices(request)
+
+    def gather() -> dict[str, Any]:
+        waiting = [_waiting(k, v) for k, v in mem.jobs.items()]
+        done = mem.jobs.outcomes()
+        kinds: dict[str, list[JobOutcome]] = {}
+        for o in done:
+            kinds.setdefault(o.kind, []).append(o)
+        return {
+            "waiting": waiting,
+            "done": [_outcome(o, prices) for o in reversed(done)],
+            "totals": _totals(done, prices),
+            "by_kind": {k: _totals(kinds[k], prices) for k in sorted(kinds)},
+            "kept": OUTCOMES_KEPT,
+        }
+
+    return JSONResponse(await run_in_threadpool(gather))
+
+
+def _prices(request: Request) -> tuple[float, float] | None:
+    given = dict(request.query_params)
+    unknown = sorted(set(given) - set(OWN_QUERY["upkeep"]))
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown parameter {', '.join(map(repr, unknown))}; this call takes "
+            f"{', '.join(OWN_QUERY['upkeep'])}"
+        )
+    if not given:
+        return None
+    prices = []
+    for name in OWN_QUERY["upkeep"]:
+        text = given.get(name, "0")
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise InvalidArgumentError(f"{name} must be a number >= 0, got {text!r}")
+        prices.append(value)
+    return prices[0], prices[1]
+
+
+def _waiting(key: str, value: str) -> dict[str, Any]:
+    """A job waiting, as far as its record tells (the agent layer writes it: a record
+    that is not one of its jobs shows its key alone)."""
+    try:
+        job = json.loads(value)
+    except (ValueError, RecursionError):
+        job = None
+    if not isinstance(job, dict):
+        job = {}
+    holder = job.get("holder")
+    if not isinstance(holder, dict):
+        holder = None
+    return {
+        "key": key,
+        "kind": job.get("kind"),
+        "asked_at": job.get("now"),
+        "holder": None
+        if holder is None
+        else {"host": holder.get("host"), "pid": holder.get("pid"), "until": holder.get("until")},
+    }
+
+
+def _outcome(o: JobOutcome, prices: tuple[float, float] | None) -> dict[str, Any]:
+    return {
+        "kind": o.kind,
+        "asked_at": o.asked_at,
+        "done_at": o.done_at,
+        "calls": o.calls,
+        "tokens_in": o.tokens_in,
+        "tokens_out": o.tokens_out,
+        "failures": [{"what": what, "error": error} for what, error in o.failures],
+        "cost": None if prices is None else o.cost(*prices),
+    }
+
+
+def _totals(done: list[JobOutcome], prices: tuple[float, float] | None) -> dict[str, Any]:
+    return {
+        "jobs": len(done),
+        "failed": sum(o.failed for o in done),
+        "calls": sum(o.calls for o in done),
+        "tokens_in": sum(o.tokens_in for o in done),
+        "tokens_out": sum(o.tokens_out for o in done),
+        "cost": None if prices is None else sum(o.cost(*prices) for o in done),
+    }
+
+
 async def stats(request: Request) -> JSONResponse:
     """Counts by table and scope (the key's records only, for a scoped key), the
-    embedder, and the store's size on disk."""
+    embedder, the store's size on disk and how its index stands (Memory.stats)."""
     mem, caller = context(request)
     scope: dict[str, Any] = dict(caller.scope)
 
     def gather() -> dict[str, Any]:
         tables: Counter[str] = Counter()
         scopes: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
-        offset = 0
-        while True:
-            page = mem.list(limit=_PAGE, offset=offset, order="asc", **scope)
-            for r in page:
-                tables[r.table] += 1
-                scopes[(r.table, tuple(r.scope.items()))] += 1
-            offset += len(page)
-            if len(page) < _PAGE:
-                break
+        for r in _every(mem, **scope):
+            tables[r.table] += 1
+            scopes[(r.table, tuple(r.scope.items()))] += 1
         embedder = mem.embedder
         return {
             "store": None if caller.scoped else mem.location,
@@ -226,6 +367,8 @@ async def stats(request: Request) -> JSONResponse:
             else {"name": embedder.name, "dimension": embedder.dimension},
             # The store's files (database and index snapshots); none for PostgreSQL.
             "disk_bytes": None if caller.scoped or mem.path is None else _disk(mem.path),
+            # The index's state is the whole store's: not for a key limited to a scope.
+            "index": None if caller.scoped else mem.stats().to_dict(),
         }
 
     return JSONResponse(await run_in_threadpool(gather))
@@ -256,5 +399,6 @@ ROUTES: list[Route] = [
     ("GET", "/v1/memories/{id}/history", history, False, None, None),
     ("POST", "/v1/memories/{id}/supersede", supersede, True, "supersede", "body"),
     ("GET", "/v1/jobs", jobs, False, None, None),
+    ("GET", "/v1/upkeep", upkeep, False, None, None),
     ("GET", "/v1/stats", stats, False, None, None),
 ]

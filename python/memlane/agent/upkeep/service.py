@@ -2,7 +2,7 @@
 on background workers (``"background"``, the default), so no turn waits for an LLM.
 
 ``after`` decides from cheap counters and engine reads which upkeep is due, records the
-durable jobs (``memlane.agent.upkeep.jobs``) and hands them over: work that calls
+durable jobs (:mod:`~memlane.agent.upkeep.jobs`) and hands them over: work that calls
 the model (reflection, consolidation, daily logs, step summaries) to one worker, work
 that does not (contact profiles, eviction) to another, so a model that hangs never holds
 a profile back. Each model call has a time limit, and a call still hung holds off the
@@ -62,9 +62,11 @@ from memlane.agent.upkeep.triggers import (
 from memlane.agent.upkeep.worker import QueueFullError, Worker, WorkerClosedError
 from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import EventScope, scope_kwargs
+from memlane.store import JobOutcome
 
 if TYPE_CHECKING:
     from memlane.agent.loop import AgentMemory
+    from memlane.memory import Memory
 
 __all__ = ["Upkeep", "UpkeepMode"]
 
@@ -82,7 +84,7 @@ _RESCAN = 60.0
 
 
 class Upkeep:
-    """The upkeep of one ``AgentMemory``."""
+    """The upkeep of one :class:`~memlane.agent.AgentMemory`."""
 
     def __init__(
         self,
@@ -294,7 +296,7 @@ class Upkeep:
                 log.warning("memlane: upkeep job %s stays recorded: %s", job.id, e)
 
     def step_summary(self, room: Room, call: Caller) -> Callable[[str, str, int], None]:
-        """What ``compact`` asks for a step summary in the background."""
+        """What :func:`compact` asks for a step summary in the background."""
         timed_call = self.caller(call)
 
         def ask(key: str, text: str, steps: int) -> None:
@@ -409,6 +411,7 @@ class Upkeep:
             )
         with self.lock:
             room.upkeep.append(result)
+        _record_outcome(host.memory, result)
         for f in report.failures:
             log.warning("memlane: %s failed (it runs again later): %s", f.trigger, f.error)
         if self.on_upkeep is not None:
@@ -515,7 +518,7 @@ class Upkeep:
                     )
 
     def _check(self, event: EventScope, report: TurnReport, call: Caller) -> None:
-        """The check of the scope's pending facts (see ``memlane.agent.facts``)."""
+        """The check of the scope's pending facts (see :mod:`~memlane.agent.facts`)."""
         host = self.host
         result = check_facts(host.memory, Budgeted(call, None), host.table, event.fields)
         if report.facts is not None:  # a turn's second check (inline): one report
@@ -554,6 +557,27 @@ class Upkeep:
         left = self.model.close(timeout)
         rest = None if deadline is None else max(0.0, deadline - time.monotonic())
         return sorted(left + self.local.close(rest), key=lambda j: j.now)
+
+
+def _record_outcome(memory: Memory, result: UpkeepResult) -> None:
+    """Keeps what a job cost and what failed in the store, where another process (the
+    server's inspector) reads it."""
+    if memory.closed:
+        return
+    failures = tuple((f.trigger, f.error) for f in result.report.failures)
+    outcome = JobOutcome(
+        result.kind,
+        result.asked_at,
+        time.time(),
+        result.calls,
+        result.tokens_in,
+        result.tokens_out,
+        failures,
+    )
+    try:
+        memory.jobs.record_outcome(outcome)
+    except MemlaneError as e:
+        log.warning("memlane: a %s job's outcome was not recorded: %s", result.kind, e)
 
 
 def _drop(model: Worker, local: Worker) -> None:
