@@ -56,7 +56,10 @@ def _show_values(func: griffe.Function, shown_as: dict[str, str]) -> None:
         if not isinstance(param.default, griffe.ExprName | griffe.ExprAttribute):
             continue
         if namespace is None:
-            namespace = vars(importlib.import_module(func.module.path))
+            try:
+                namespace = vars(importlib.import_module(func.module.path))
+            except ImportError:  # an optional dependency missing: shown as written
+                return
         first, *rest = str(param.default).split(".")
         if first not in namespace:  # a builtin (``dict``): shown as it is
             continue
@@ -82,8 +85,9 @@ def _literal(value: object) -> bool:
 
 
 def _constructors(obj: griffe.Object) -> None:
-    """Gives a class built by ``__new__`` alone (the extension's, declared in
-    ``_core.pyi``) an ``__init__`` with its parameters, which the class heading shows."""
+    """Gives a class built by ``__new__`` alone (one of the compiled ``memlane._core``,
+    declared in ``_core.pyi``) an ``__init__`` with its parameters, which the class
+    heading shows."""
     for member in obj.members.values():
         if member.is_alias or not isinstance(member, griffe.Module | griffe.Class):
             continue
