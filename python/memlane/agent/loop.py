@@ -74,7 +74,6 @@ from memlane.agent.reports import (
     TurnResult,
     UpkeepResult,
 )
-from memlane.agent.tools import MemoryTools
 from memlane.agent.turn_tools import TurnTools
 from memlane.agent.upkeep.jobs import Job
 from memlane.agent.upkeep.service import Upkeep, UpkeepMode
@@ -271,15 +270,14 @@ class AgentMemory:
 
     def memory_tools(
         self, event: EventScope, *, loop: asyncio.AbstractEventLoop | None = None
-    ) -> MemoryTools:
+    ) -> TurnTools:
         """The memory tools bound to the event's scope, for a loop of your own (their
         ``remember`` keeps to the length cap and counts towards the flush reminder).
         ``loop``: the event loop an async-only LLM runs on, when the tools are called
         from a worker thread."""
         self._check_event(event)
-        limits = self.context_options.get("notes", NOTE_LIMITS)
         notes = None
-        if limits is not None:
+        if (limits := self.context_options.get("notes", NOTE_LIMITS)) is not None:
             notes = Notebook(self.memory, event.fields, limits=limits, clock=self.clock)
         return TurnTools(
             self.memory,
@@ -290,6 +288,7 @@ class AgentMemory:
             notes=notes,
             limits=self.limits,
             count=self._count,
+            upkeep=self._upkeep,
         )
 
     def context(

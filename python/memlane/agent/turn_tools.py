@@ -3,7 +3,11 @@ the length cap (splitting or summarising a long entry) and counts towards the fl
 reminder; the core memory tools come with ``core_memory=``, and the long-term notes tools
 (``notes_append``, ``notes_replace``) whenever the context shows the notes (unless
 ``context={"notes": None}``), writing the notes of the event's scope within the limits
-the context shows them with."""
+the context shows them with.
+
+A fact ``remember`` stores is marked for the upkeep model's check, which the event's next
+turn runs; tools called outside any turn (an MCP server's, a notes import) run it at
+once with ``TurnTools.settle``, or after each fact with ``off_turn=True``."""
 
 from __future__ import annotations
 
@@ -12,23 +16,29 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from memlane import coerce
 from memlane.agent.callers import Caller
 from memlane.agent.core_memory import CoreMemory
 from memlane.agent.facts import pending
 from memlane.agent.limits import Limits, fit
-from memlane.agent.reports import TriggerFailure
+from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.agent.tools import MemoryTools
 from memlane.notes import Notebook
 from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
+    from memlane.agent.upkeep.service import Upkeep
     from memlane.memory import Memory
 
 log = logging.getLogger("memlane.agent")
 
 
 class TurnTools(MemoryTools):
-    """:class:`MemoryTools` whose ``remember`` keeps to the length cap and counts entries."""
+    """``MemoryTools`` whose ``remember`` keeps to the length cap and counts entries.
+
+    ``off_turn``: True when the tools are called outside any turn of the event (an MCP
+    server's): each ``remember`` is then followed by ``settle``.
+    """
 
     def __init__(
         self,
@@ -41,12 +51,30 @@ class TurnTools(MemoryTools):
         notes: Notebook | None,
         limits: Limits,
         count: Callable[[EventScope, int], None],
+        upkeep: Upkeep | None = None,
     ) -> None:
         super().__init__(memory, event.fields, table=table, core=core, notes=notes)
         self._limits = limits
         self._count = count
         self._event = event
         self._call = call
+        self._upkeep = upkeep
+        self.off_turn = False
+
+    def settle(self) -> list[TriggerFailure]:
+        """Runs the upkeep a turn of the event would, for what was stored outside any
+        turn: the facts ``remember`` marked are checked by the upkeep model, on its
+        worker (or at once, with ``upkeep="inline"``), as every fact the agent learns.
+        Returns what failed at once; without an upkeep model nothing is marked, and
+        ``add(unique=True)``'s rules were the whole check."""
+        report = TurnReport()
+        if self._upkeep is not None:
+            now = coerce.timestamp(self._upkeep.host.clock(), "clock()")
+            room = self._upkeep.room(self._event)
+            self._upkeep.after_turn(self._event, room, report, self._call, now, None)
+        for f in report.failures:
+            log.warning("memlane: %s failed (it runs again later): %s", f.trigger, f.error)
+        return report.failures
 
     def _remember(
         self,
@@ -65,6 +93,8 @@ class TurnTools(MemoryTools):
         if len(pieces) == 1:
             out = super()._remember(pieces[0], type, importance, evergreen, metadata)
             self._count(self._event, 1 if out.get("stored") else 0)
+            if self.off_turn:
+                self.settle()
             return out
         group = uuid.uuid4().hex
         ids = []
@@ -72,6 +102,8 @@ class TurnTools(MemoryTools):
             meta = {**(metadata or {}), "part": i, "parts": len(pieces), "split_group": group}
             ids.append(super()._remember(piece, type, importance, evergreen, meta)["id"])
         self._count(self._event, len(ids))
+        if self.off_turn:
+            self.settle()
         return {
             "ok": True,
             "id": ids[0],
