@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -372,6 +373,16 @@ def test_default_model_store(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert hits["hits"][0]["explain"]["cosine"] > 0.2
     emb = run_json(capsys, "stats", "--store", store)["embedder"]
     assert emb["dimension"] == 384 and emb["name"].startswith("onnx:")
+
+
+def test_the_documented_record_keys_are_a_records(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    listed = re.search(r"record is `\{(.*?)\}`", text, re.S)
+    assert listed is not None
+    record = run_json(capsys, "list", store, *TEXT, "--limit", "1")["records"][0]
+    assert re.findall(r'"(\w+)"', listed.group(1)) == list(record)
 
 
 def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
