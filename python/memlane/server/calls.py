@@ -15,13 +15,16 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
+import orjson
 from starlette.requests import Request
+from starlette.responses import Response
 
 from memlane.errors import InvalidArgumentError
 from memlane.records import MemoryRecord, MemoryVersion, SearchHit
 
 __all__ = [
     "TIME_FIELDS",
+    "Answer",
     "arguments",
     "hit_json",
     "query_arguments",
@@ -82,13 +85,16 @@ def arguments(
     return {k: _time(k, v) for k, v in given.items()}
 
 
-async def read_json(request: Request) -> dict[str, Any]:
-    """The request's body, a JSON object (an empty body: ``{}``)."""
+async def read_json(request: Request, *, exact: bool = True) -> dict[str, Any]:
+    """The request's body, a JSON object (an empty body: ``{}``). ``exact=False`` reads it
+    with orjson, several times faster for a body of numbers (a query vector), which takes
+    an integer past 64 bits as the nearest float: for a call that reads its numbers so
+    anyway (a search: the engine reads a filter's integers past 64 bits as floats)."""
     body = await request.body()
     if not body.strip():
         return {}
     try:
-        value = json.loads(body)
+        value = json.loads(body) if exact else orjson.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InvalidArgumentError(f"the body is not JSON: {e}") from None
     if not isinstance(value, dict):
@@ -136,6 +142,20 @@ def _parse(name: str, text: str, default: Any) -> Any:
         return text
     except ValueError as e:
         raise InvalidArgumentError(f"{name}: {e} (got {text!r})") from None
+
+
+class Answer(Response):
+    """A JSON response, written by orjson (a search's hits several times faster than by
+    json); what orjson cannot write (an integer past 64 bits) is written by json."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return orjson.dumps(content)
+        except orjson.JSONEncodeError:
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            return text.encode("utf-8")
 
 
 def record_json(record: MemoryRecord) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 supersede, update, delete, delete all, upkeep jobs and outcomes, and stats.
 
 Each route makes one memlane call, in a worker thread (memlane's calls block; the engine
-and the databases release the GIL), so a request that fails stores nothing: the call is
-one transaction, checked before it writes.
+and the databases release the GIL; a short search runs on the event loop, see
+``search``), so a request that fails stores nothing: the call is one transaction,
+checked before it writes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.memory import Memory
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.server.calls import (
+    Answer,
     arguments,
     hit_json,
     query_arguments,
@@ -82,12 +84,25 @@ async def add_many(request: Request) -> JSONResponse:
     return JSONResponse({"records": [_added(r) for r in found]}, 201)
 
 
-async def search(request: Request) -> JSONResponse:
+async def search(request: Request) -> Answer:
     """Search: the arguments of Memory.search (query, k, mode, filters, explain, ...)."""
     mem, caller = context(request)
-    args = caller.bound(arguments(mem.search, await read_json(request)))
-    hits = await run_in_threadpool(lambda: mem.search(**args))
-    return JSONResponse({"hits": [hit_json(h) for h in hits]})
+    args = caller.bound(arguments(mem.search, await read_json(request, exact=False)))
+    if _short(mem, args):
+        hits = mem.search(**args)
+    else:
+        hits = await run_in_threadpool(lambda: mem.search(**args))
+    return Answer({"hits": [hit_json(h) for h in hits]})
+
+
+def _short(mem: Memory, args: dict[str, Any]) -> bool:
+    """Whether a search runs on the event loop rather than in a worker thread: one that
+    runs no model (given a vector, or by text alone) over a store directory (its rows
+    read from a local file, not from PostgreSQL) takes well under a millisecond, less
+    than the hop to a thread and back costs on a busy machine (benches/bench_server.py)."""
+    return mem.path is not None and (
+        args.get("query_embedding") is not None or args.get("mode") == "text"
+    )
 
 
 async def get(request: Request) -> JSONResponse:

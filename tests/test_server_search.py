@@ -1,0 +1,95 @@
+"""memlane serve's search route, on both backends: answered as Memory.search answers,
+whether it runs on the event loop (given a vector, or by text alone, over a store
+directory) or in a worker thread (a model to run, or PostgreSQL); its body read by
+orjson, its answer written by orjson or, for what orjson cannot write, by json."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane import Memory
+from memlane.server import create_app
+
+TEXTS = ["Alice lives in Porto", "Bob plays chess on Sundays", "Carol keeps bees in Lyon"]
+
+
+@pytest.fixture
+def mem(make_store: StoreFactory, word_embedder: WordHashEmbedder) -> Iterator[Memory]:
+    m = make_store("searched", word_embedder)
+    m.add_many([{"text": t, "user_id": "u", "importance": 0.2 * i} for i, t in enumerate(TEXTS)])
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def client(mem: Memory) -> Iterator[TestClient]:
+    with TestClient(create_app(mem)) as c:
+        yield c
+
+
+def hits(client: TestClient, **body: Any) -> list[dict[str, Any]]:
+    r = client.post("/v1/search", json=body)
+    assert r.status_code == 200, r.text
+    found: list[dict[str, Any]] = r.json()["hits"]
+    return found
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        {"mode": "vector", "vector": True},
+        {"mode": "hybrid", "vector": True},
+        {"mode": "hybrid"},
+        {"mode": "text"},
+    ],
+    ids=["given-vector", "hybrid-given-vector", "hybrid-by-text", "text-alone"],
+)
+def test_a_search_answers_as_memory_search_does(
+    client: TestClient, mem: Memory, asked: dict[str, Any]
+) -> None:
+    options: dict[str, Any] = {"k": 3, "mode": asked["mode"], "explain": True}
+    options["filters"] = {"importance": {"$gte": 0.1}}
+    options["track_access"] = False
+    if asked.get("vector"):
+        assert mem.embedder is not None
+        options["query_embedding"] = mem.embedder.embed("where do bees live").tolist()
+    expected = mem.search("where does Carol keep bees", **options)
+    got = hits(client, query="where does Carol keep bees", **options)
+    assert [h["record"]["id"] for h in got] == [h.record.id for h in expected]
+    assert [h["score"] for h in got] == [h.score for h in expected]
+    assert [h["explain"] for h in got] == [h.explain for h in expected]
+    assert got[0]["record"]["text"] == "Carol keeps bees in Lyon"
+
+
+def test_a_refused_search_is_a_json_error(client: TestClient) -> None:
+    r = client.post("/v1/search", json={"query": "", "query_embedding": [0.5, 0.5], "k": 2})
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "DimensionMismatchError"
+    for body in (b'{"query": NaN}', b'{"query": "\\ud800"}', b"\xff", b'{"query": "x",'):
+        r = client.post("/v1/search", content=body)
+        assert (r.status_code, r.json()["error"]["type"]) == (400, "InvalidArgumentError")
+
+
+def test_a_hit_with_an_integer_past_64_bits_is_written_exactly(
+    client: TestClient, mem: Memory
+) -> None:
+    big = {"big": 2**70, "small": -(2**63) - 1, "pi": 3.14159}
+    added = mem.add("Dan collects old maps", metadata=big)
+    assert mem.embedder is not None
+    vector = mem.embedder.embed("Dan collects old maps").tolist()
+    found = hits(client, query="", query_embedding=vector, mode="vector", k=1)
+    assert found[0]["record"]["id"] == added.id
+    assert found[0]["record"]["metadata"] == big
+
+
+def test_an_add_keeps_an_integer_past_64_bits(client: TestClient, mem: Memory) -> None:
+    # A write's body is read by json, which keeps such an integer (orjson would round it).
+    big = {"big": 2**70, "small": -(2**63) - 1}
+    r = client.post("/v1/memories", json={"text": "Erin counts stars", "metadata": big})
+    assert r.status_code == 201, r.text
+    assert mem.get(r.json()["id"]).metadata == big
