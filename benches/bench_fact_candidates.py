@@ -33,8 +33,15 @@ The sets:
   its ``superseded`` turn is the old version, its evidence turn the new one. The user's
   turns are the memories; the assistant's are in the reflection window only.
 
+Why a change is missed: ``--misses`` prints each missed change's two texts, the terms they
+share and what the fact check showed instead; the table's last row is the share of
+changes whose two versions share a content word (a term in under 10 % of the speaker's
+memories so far). A change without one is found by meaning or by recency, never by
+words: in a store without an embedder, only by being among the newest.
+
     python benches/bench_fact_candidates.py [--sets locomo,dated] [--users 20]
-        [--stores default,text] [--k 10] [--recent 10] [--misses] [--json]
+        [--stores default,text] [--k 25] [--recent 5] [--per-sentence 5]
+        [--by-meaning 20] [--misses] [--json]
 
 About 3 minutes on 2 busy cores (most of it embedding the dated set's 20 users).
 """
@@ -46,7 +53,7 @@ import json
 import sys
 import tempfile
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +82,12 @@ LABELS = {
     "reflection": "reflection: _prepare now",
 }
 GOAL = 0.95
+#: The knobs of ``candidates()`` the command line can set.
+OPTIONS = ("k", "recent", "per_sentence", "by_meaning")
+#: A term in this share of a speaker's memories or more is no content word ("I", "hey",
+#: the name they greet): a change whose two versions share no other term cannot be found
+#: by words, only by meaning or by being among the newest.
+COMMON = 0.1
 
 
 @dataclass(frozen=True)
@@ -156,14 +169,20 @@ def measure(
     find: Callable[[memlane.Memory, memlane.MemoryRecord, dict[str, str]], list[Any]],
 ) -> list[dict[str, Any]]:
     """Plays ``stream`` into ``mem`` and, at each new version of a fact, whether its old
-    version is among what each measure shows."""
+    version is among what each measure shows; with the two texts, the terms they share
+    (``shared``: BM25's terms; ``content``: those in under ``COMMON`` of the memories
+    stored so far, so not "I" or the name the speaker greets) and, when the fact check
+    missed it, the texts it showed."""
     scope = {"user_id": stream.scope}
     changes: dict[str, list[Change]] = defaultdict(list)
     for c in stream.changes:
         changes[c.new].append(c)
+    texts = {m.id: m.text for m in stream.messages}
     waiting: list[dict[str, Any]] = []
     window: list[Message] = []
     out: list[dict[str, Any]] = []
+    seen: Counter[str] = Counter()  # in how many of the speaker's memories each term is
+    stored = 0
     for m in stream.messages:
         window = [*window[-(WINDOW - 1) :], m]
         meta = {"turn": m.id}
@@ -171,6 +190,8 @@ def measure(
             continue
         if m.id not in changes:
             waiting.append({"text": m.text, "table": TABLE, "created_at": m.at, "metadata": meta})
+            seen.update(set(memlane.analyze(m.text)))
+            stored += 1
             continue
         if waiting:
             mem.add_many([{**w, **scope} for w in waiting])
@@ -182,9 +203,11 @@ def measure(
         searched = _turns([h.record for h in hits])
         shown = _turns(_prepare(mem, text, dict(scope), TABLE, SHOWN)[0])
         fact = mem.add(m.text, table=TABLE, created_at=m.at, metadata=pending(meta), **scope)
-        found = _turns(find(mem, fact, scope))
+        listed = find(mem, fact, scope)
+        found = _turns(listed)
         mem.update(fact.id, metadata={**meta, CHECK: "kept"})
         for c in changes[m.id]:
+            shared = sorted(set(memlane.analyze(m.text)) & set(memlane.analyze(texts[c.old])))
             out.append(
                 {
                     "set": c.set,
@@ -196,8 +219,15 @@ def measure(
                     "reflection_search": c.old in searched,
                     "reflection": c.old in shown,
                     "shown": len(found),
+                    "new_text": m.text,
+                    "old_text": texts[c.old],
+                    "shared": shared,
+                    "content": [t for t in shared if seen[t] < COMMON * max(stored, 1)],
+                    "listed": [] if c.old in found else [r.text for r in listed],
                 }
             )
+        seen.update(set(memlane.analyze(m.text)))
+        stored += 1
     return out
 
 
@@ -212,11 +242,11 @@ def run(
     stores: Sequence[str] = STORES,
     users: int = 20,
     pairs: int | None = None,
-    k: int | None = None,
-    recent: int | None = None,
+    options: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Every measure for every changed fact of ``sets``, in each kind of store."""
-    options = {n: v for n, v in (("k", k), ("recent", recent)) if v is not None}
+    """Every measure for every changed fact of ``sets``, in each kind of store;
+    ``options``: ``candidates()``'s keyword arguments (its defaults otherwise)."""
+    options = dict(options or {})
 
     def find(mem: memlane.Memory, fact: memlane.MemoryRecord, scope: dict[str, str]) -> list[Any]:
         return candidates(mem, fact, TABLE, scope, **options)
@@ -251,6 +281,7 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, A
             "changes": len(g),
             **{m: sum(r[m] for r in g) / len(g) for m in MEASURES},
             "mean_candidates": sum(r["shown"] for r in g) / len(g),
+            "content": sum(bool(r["content"]) for r in g) / len(g),
         }
         for key, g in groups.items()
     }
@@ -272,10 +303,19 @@ def report(result: dict[str, Any], misses: bool = False) -> list[str]:
         f"{'fact check: memories shown (mean)':42}"
         + "".join(f"{table[key]['mean_candidates']:>16.1f}" for key in keys)
     )
+    print(
+        f"{'the two versions share a content word':42}"
+        + "".join(f"{table[key]['content']:>16.1%}" for key in keys)
+    )
     if misses:
         for r in result["rows"]:
             if not r["candidates"]:
                 print(f"missed ({r['set']}/{r['store']}): {r['old']} -> {r['new']} {r['note']}")
+                print(f"  new: {r['new_text']}")
+                print(f"  old: {r['old_text']}")
+                print(f"  terms shared: {r['shared']}, content words: {r['content']}")
+                for text in r["listed"]:
+                    print(f"  shown: {' '.join(text.split())[:100]}")
     return [
         f"{s}/{st}: candidates() shows the old version for {table[(s, st)]['candidates']:.1%}"
         for s, st in keys
@@ -289,8 +329,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--stores", default=",".join(STORES))
     ap.add_argument("--users", type=int, default=20, help="users of the dated set")
     ap.add_argument("--pairs", type=int, default=None, help="LoCoMo pairs (all by default)")
-    ap.add_argument("--k", type=int, default=None, help="candidates(k=) (its default)")
-    ap.add_argument("--recent", type=int, default=None, help="candidates(recent=)")
+    for option in OPTIONS:
+        flag = "--" + option.replace("_", "-")
+        ap.add_argument(flag, type=int, default=None, help=f"candidates({option}=)")
     ap.add_argument("--misses", action="store_true", help="list the changes not found")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
@@ -305,8 +346,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.stores.split(","),
         args.users,
         args.pairs,
-        args.k,
-        args.recent,
+        {o: v for o in OPTIONS if (v := getattr(args, o)) is not None},
     )
     problems = report(result, args.misses)
     for p in problems:

@@ -4,9 +4,9 @@ A fact written by the ``remember`` tool, by reflection or by consolidation is st
 once (durable before the turn returns), marked ``metadata["fact_check"] = "pending"``
 when an upkeep model will check it. The check (``check_facts``, run by the upkeep in
 the background) finds the memories of the same scope the fact may repeat, refine or
-contradict (a hybrid search by its text plus the scope's most recent memories, so a
-store without vectors still shows candidates) and asks the model to decide, as mem0
-does for each new fact:
+contradict (a hybrid search by its text, one by its meaning alone, and the scope's
+most recent memories, so a store without vectors still shows candidates) and asks the
+model to decide, as mem0 does for each new fact:
 
 ``add``
     the fact is new: it stays (marked ``"kept"``);
@@ -41,7 +41,7 @@ from memlane.scoping import scope_kwargs
 from memlane.times import stamp
 
 if TYPE_CHECKING:
-    from memlane.memory import Memory
+    from memlane.memory import Memory, Mode
     from memlane.records import MemoryRecord
 
 __all__ = ["CHECK", "FactDecision", "FactReport", "candidates", "check_facts", "pending"]
@@ -101,30 +101,37 @@ def candidates(
     fact: MemoryRecord,
     table: str,
     scope: Mapping[str, str],
-    k: int = 20,
-    recent: int = 10,
+    k: int = 25,
+    recent: int = 5,
     per_sentence: int = 5,
+    by_meaning: int = 20,
 ) -> list[MemoryRecord]:
     """The memories of ``scope`` that ``fact`` may repeat, refine or contradict: the
     best ``k`` of a hybrid search by its text; for a fact of several sentences, the best
     ``per_sentence`` of a search by each (what one sentence changes is lost among the
-    hits of the others' words); then the ``recent`` newest of the scope (the search
-    finds nothing by meaning in a store without vectors, and a changed fact often
-    shares few words with the one it changes). Facts still pending and not older than
-    ``fact`` are left out: they are checked after it. ``benches/bench_fact_candidates.py``
-    measures how often the older version of a changed fact is among them."""
+    hits of the others' words); in a store with vectors, the best ``by_meaning`` of a
+    search by meaning alone (the hybrid score halves a memory that says the same thing
+    in other words, so memories that merely share the fact's words rank above it);
+    then the ``recent`` newest of the scope (a store without vectors finds nothing by
+    meaning, and a changed fact often shares few words with the one it changes).
+    Facts still pending and not older than ``fact`` are left out: they are checked
+    after it. Each part is one index lookup, whatever the size of the store.
+    ``benches/bench_fact_candidates.py`` measures how often the older version of a
+    changed fact is among them, and chose the defaults."""
     kw = scope_kwargs(scope)
     sentences = [s for s in _SENTENCE_END.split(fact.text.strip()) if s.strip()]
-    queries = [(fact.text, k)]
+    queries: list[tuple[str, int, Mode]] = [(fact.text, k, "hybrid")]
     if len(sentences) > 1:
-        queries += [(s, per_sentence) for s in sentences[:_SENTENCES]]
+        queries += [(s, per_sentence, "hybrid") for s in sentences[:_SENTENCES]]
+    if memory.embedder is not None and by_meaning > 0:
+        queries.append((fact.text, by_meaning, "vector"))
     hits = [
         h.record
-        for query, n in queries
+        for query, n, mode in queries
         # One more than asked: the fact itself, stored already, is among the hits.
-        for h in memory.search(query, n + 1, table=table, track_access=False, **kw)
+        for h in memory.search(query, n + 1, mode=mode, table=table, track_access=False, **kw)
     ]
-    newest = memory.list(table, limit=recent + 1, **kw)
+    newest = memory.list(table, limit=recent + 1, **kw) if recent > 0 else []
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
         newer = rec.created_at >= fact.created_at
