@@ -1,4 +1,4 @@
-"""An MCP server exposing the memory tools over stdio (``memlane mcp --store DIR``).
+"""An MCP server exposing the memory tools over stdio (``memlane mcp STORE``).
 
 Uses the official MCP Python SDK (``pip install "memlane[mcp]"``). The tools
 are those of ``MemoryTools`` (``remember``, ``recall``,
