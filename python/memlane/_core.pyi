@@ -404,8 +404,11 @@ class Engine:
         order: str = "desc",
         offset: int = 0,
         limit: int = ...,
+        sort: str = "created_at",
     ) -> npt.NDArray[np.uint64]:
-        """Ids the filter admits, by creation time.
+        """Ids the filter admits, by creation time, or by the column ``sort`` names
+        (``importance``, ``access_count``, ``last_accessed_at``) and then by creation
+        time and id; ``order`` applies to all three, so ties go oldest or newest first.
 
         A filter is a dict in the MongoDB style over the record fields (``id``,
         ``table``, ``type``, the scope fields, ``importance``, ``evergreen``,
@@ -415,6 +418,12 @@ class Engine:
         operator or value.
         """
     def count(self, filter: Mapping[str, Any] | None = None) -> int: ...
+    def groups(
+        self, filter: Mapping[str, Any] | None = None
+    ) -> list[tuple[str, list[str | None], int]]:
+        """How many records the filter admits per table and scope: (table, the six
+        scope values in ``SCOPE_FIELDS`` order, count), by table, the largest count
+        first, then by the scope's values (absent first)."""
     def filter_stats(self, filter: Mapping[str, Any]) -> tuple[int, int]:
         """(matching records, records examined) for a filter."""
     def touch(self, ids: npt.ArrayLike, now: float) -> None:

@@ -100,6 +100,7 @@ class AsyncMemory:
     get = _in_thread(Memory.get)
     count = _in_thread(Memory.count)
     list = _in_thread(Memory.list)
+    scopes = _in_thread(Memory.scopes)
     search = _in_thread(Memory.search)
     export_jsonl = _in_thread(Memory.export_jsonl)
     # Knowledge.

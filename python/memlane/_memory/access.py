@@ -33,8 +33,9 @@ class AccessLog:
             if not self._pending:
                 self._since = now
             for r in rowids:
-                n, _ = self._pending.get(r, (0, now))
-                self._pending[r] = (n + 1, now)
+                # The latest access stays (searches in other threads may note theirs late).
+                n, at = self._pending.get(r, (0, now))
+                self._pending[r] = (n + 1, max(at, now))
             return len(self._pending) >= FLUSH_COUNT
 
     def due(self, now: float) -> bool:
@@ -46,11 +47,11 @@ class AccessLog:
         """(accesses, last access) of ``rowid`` not yet flushed."""
         return self._pending.get(rowid)
 
-    def counts(self, rowids: Iterable[int]) -> Mapping[int, int]:
-        """Accesses not yet flushed, of those rowids that have some."""
+    def of(self, rowids: Iterable[int]) -> Mapping[int, tuple[int, float]]:
+        """(accesses, last access) not yet flushed, of those rowids that have some."""
         with self._lock:
             p = self._pending
-            return {r: p[r][0] for r in rowids if r in p} if p else {}
+            return {r: p[r] for r in rowids if r in p} if p else {}
 
     def drop(self, rowids: Iterable[int]) -> None:
         """Forgets the accesses of deleted records."""

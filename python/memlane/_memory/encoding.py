@@ -316,17 +316,21 @@ def prepare(
     *,
     texts: bool,
     vectors: FloatArray | None,
-    pending: Mapping[int, int],
+    pending: Mapping[int, tuple[int, float]],
 ) -> PreparedBatch:
     """The engine's check and analysis of ``rows`` (without changing it), which it
-    reads as they are but for two things: ``pending`` holds access counts not yet
-    flushed to the rows, and a unique row's metadata gains ``UNIQUE_KEY``
-    (the engine's filters read metadata, and it has no column for the flag)."""
+    reads as they are but for two things: ``pending`` holds accesses (count, last
+    time) not yet flushed to the rows, which a record read from them shows too
+    (``record``), and a unique row's metadata gains ``UNIQUE_KEY`` (the engine's
+    filters read metadata, and it has no column for the flag)."""
     if pending:
         rows = [
             r
-            if (n := pending.get(r.rowid)) is None
-            else r._replace(access_count=r.access_count + n)
+            if (p := pending.get(r.rowid)) is None
+            else r._replace(
+                access_count=r.access_count + p[0],
+                last_accessed_at=max(r.last_accessed_at, p[1]),
+            )
             for r in rows
         ]
     if any(r.uniq for r in rows):

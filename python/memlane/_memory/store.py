@@ -29,20 +29,20 @@ from memlane._core import Engine
 from memlane._memory import jsonl, maintenance
 from memlane._memory.encoding import record
 from memlane._memory.jobs import JobBook
-from memlane._memory.querying import Mode, Rerank, Searcher, build_filter, unexpired, visible
+from memlane._memory.listing import Listing
+from memlane._memory.querying import Mode, Rerank, Searcher, build_filter, visible
 from memlane._memory.sync import IndexSync
 from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
 from memlane.embeddings import Embedder
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import InvalidArgumentError, UnknownIdError
-from memlane.records import SCOPE_FIELDS, MemoryRecord, MemoryVersion, SearchHit
-from memlane.scoping import scope_of
+from memlane.records import MemoryRecord, MemoryVersion, SearchHit
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(Listing):
     """The record API of an open store (records, versions, search, JSONL) over its
     collaborators; ``memlane.Memory`` opens the store and adds knowledge and notes.
     Knowledge and notes build on this class, which knows nothing of them."""
@@ -361,66 +361,6 @@ class MemoryStore:
             return False  # no record can have an id the databases cannot store
         return visible(self._db.row_by_id(id), time.time())
 
-    def count(
-        self,
-        table: str | None = None,
-        *,
-        type: str | Sequence[str] | None = None,
-        filters: Mapping[str, Any] | None = None,
-        start: float | datetime | None = None,
-        end: float | datetime | None = None,
-        unique: bool | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
-    ) -> int:
-        """Number of records in the table and scope (and time range, filters and
-        ``unique`` flag, as [`list`][memlane.Memory.list])."""
-        self._sync.check_open()
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = self._live(build_filter(table, type, scope, start, end, filters, unique))
-        return int(self._sync.engine.count(flt))
-
-    def list(
-        self,
-        table: str | None = None,
-        start: float | datetime | None = None,
-        end: float | datetime | None = None,
-        limit: int = 50,
-        order: Literal["asc", "desc"] = "desc",
-        *,
-        offset: int = 0,
-        type: str | Sequence[str] | None = None,
-        filters: Mapping[str, Any] | None = None,
-        include_embedding: bool = False,
-        unique: bool | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
-    ) -> builtins.list[MemoryRecord]:
-        """Records by creation time (newest first by default), e.g. a room's history.
-
-        ``start`` is inclusive, ``end`` exclusive (unix seconds or aware datetimes).
-        ``unique=True`` lists only the unique records (``record.unique``: added with
-        ``unique=True`` and no near-duplicate found), as elizaOS's ``getMemories({unique:
-        true})``; ``unique=False`` only the others; None (the default) both.
-        """
-        self._sync.check_open()
-        coerce.count(limit, "limit")
-        coerce.count(offset, "offset")
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = self._live(build_filter(table, type, scope, start, end, filters, unique))
-        ids = self._sync.engine.ids_where(flt, order=order, offset=offset, limit=limit).tolist()
-        rows = self._sync.rows(ids, embedding=include_embedding)
-        get = self._access.get
-        return [record(rows[i], get(i), include_embedding) for i in ids if i in rows]
-
     def search(
         self,
         query: str,
@@ -549,14 +489,6 @@ class MemoryStore:
             rerank=rerank,
             k=k,
         )
-
-    def _live(self, flt: dict[str, Any] | None) -> dict[str, Any] | None:
-        """``flt`` without expired records (as it is, in a store where none expires)."""
-        return unexpired(flt, time.time()) if self._sync.expiring else flt
-
-    def _scope(self, *given: str | None) -> dict[str, str]:
-        """A call's scope (the six scope fields in order) over ``default_scope``."""
-        return scope_of(self.default_scope, dict(zip(SCOPE_FIELDS, given, strict=True)))
 
     # -- upkeep -----------------------------------------------------------------------------
 

@@ -338,7 +338,7 @@ class IndexSync:
             rows,
             texts=texts,
             vectors=vectors,
-            pending=self.access.counts(r.rowid for r in rows),
+            pending=self.access.of(r.rowid for r in rows),
         )
 
     def _replay(self, since: int, skip: Set[int] = frozenset()) -> tuple[int, int]:

@@ -10,11 +10,9 @@ checked before it writes.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import json
 import math
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from starlette.responses import JSONResponse
 
 from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.memory import Memory
-from memlane.records import SCOPE_FIELDS, MemoryRecord
+from memlane.records import MemoryRecord
 from memlane.server.calls import (
     Answer,
     arguments,
@@ -38,8 +36,6 @@ from memlane.server.keys import Caller
 from memlane.store import OUTCOMES_KEPT, JobOutcome
 
 __all__ = ["ROUTES"]
-
-_PAGE = 1000
 
 
 def context(request: Request, *, writes: bool = False) -> tuple[Memory, Caller]:
@@ -116,13 +112,9 @@ async def get(request: Request) -> JSONResponse:
     return JSONResponse(record_json(found))
 
 
-#: How a page of records may be sorted (?sort=): by a record's field, newest, most
-#: important or most used first (?order=asc for the other end).
-SORTS = ("created_at", "importance", "access_count", "last_accessed_at")
 #: Query parameters a route reads beside its Memory method's, by handler (the schema
 #: shows them too).
 OWN_QUERY: dict[str, dict[str, dict[str, Any]]] = {
-    "list_": {"sort": {"enum": list(SORTS), "default": "created_at"}},
     "upkeep": {
         "per_million_in": {"type": "number", "minimum": 0},
         "per_million_out": {"type": "number", "minimum": 0},
@@ -135,16 +127,12 @@ async def list_(request: Request) -> JSONResponse:
     last_accessed_at (ties newest first), with the total and the next page's offset (the
     query parameters of Memory.list; filters as JSON)."""
     mem, caller = context(request)
-    args = caller.bound(query_arguments(request, mem.list, own=OWN_QUERY["list_"]))
-    sort = request.query_params.get("sort", "created_at")
-    if sort not in SORTS:
-        raise InvalidArgumentError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
+    args = caller.bound(query_arguments(request, mem.list))
+    paging = ("limit", "offset", "order", "sort", "include_embedding")
+    counted = {k: v for k, v in args.items() if k not in paging}
 
     def page() -> tuple[list[MemoryRecord], int]:
-        counted = {k: v for k, v in args.items() if k not in ("limit", "offset", "order")}
-        counted.pop("include_embedding", None)
-        found = mem.list(**args) if sort == "created_at" else _sorted(mem, sort, args)
-        return found, mem.count(**counted)
+        return mem.list(**args), mem.count(**counted)
 
     found, total = await run_in_threadpool(page)
     offset = args.get("offset", 0)
@@ -157,36 +145,6 @@ async def list_(request: Request) -> JSONResponse:
             "next_offset": after if after < total and found else None,
         }
     )
-
-
-def _sorted(mem: Memory, sort: str, args: dict[str, Any]) -> list[MemoryRecord]:
-    """The page ``args`` asks for, sorted by ``sort``: the engine orders by creation time
-    alone, so this reads every record the request admits, keeping the best few."""
-    args = dict(args)
-    limit, offset = args.pop("limit", 50), args.pop("offset", 0)
-    pick = heapq.nsmallest if args.pop("order", "desc") == "asc" else heapq.nlargest
-    best = pick(
-        offset + limit,
-        _every(mem, **args),
-        key=lambda r: (getattr(r, sort), r.created_at, r.id),
-    )
-    return best[offset:]
-
-
-def _every(mem: Memory, **args: Any) -> Iterator[MemoryRecord]:
-    """Every record ``args`` (Memory.list's) admits, oldest first, a page at a time (once
-    each: a page read after a delete shifted the others repeats none)."""
-    seen: set[str] = set()
-    offset = 0
-    while True:
-        page = mem.list(limit=_PAGE, offset=offset, order="asc", **args)
-        for r in page:
-            if r.id not in seen:
-                seen.add(r.id)
-                yield r
-        offset += len(page)
-        if len(page) < _PAGE:
-            return
 
 
 async def count(request: Request) -> JSONResponse:
@@ -363,20 +321,16 @@ async def stats(request: Request) -> JSONResponse:
     scope: dict[str, Any] = dict(caller.scope)
 
     def gather() -> dict[str, Any]:
-        tables: Counter[str] = Counter()
-        scopes: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
-        for r in _every(mem, **scope):
-            tables[r.table] += 1
-            scopes[(r.table, tuple(r.scope.items()))] += 1
+        scopes = mem.scopes(**scope)
+        tables: dict[str, int] = {}
+        for s in scopes:  # by table
+            tables[s.table] = tables.get(s.table, 0) + s.count
         embedder = mem.embedder
         return {
             "store": None if caller.scoped else mem.location,
             "records": sum(tables.values()),
-            "tables": dict(sorted(tables.items())),
-            "scopes": [
-                {"table": t, **{f: dict(s).get(f) for f in SCOPE_FIELDS}, "count": n}
-                for (t, s), n in sorted(scopes.items(), key=lambda kv: (kv[0][0], -kv[1]))
-            ],
+            "tables": tables,
+            "scopes": [s.to_dict() for s in scopes],
             "embedder": None
             if embedder is None
             else {"name": embedder.name, "dimension": embedder.dimension},

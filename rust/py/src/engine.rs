@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
-    flatten_metadata, Attrs, Batch, Engine, EngineConfig, Filter, Hits, JsonValue, Order, Prepared,
-    SearchOptions, Signals,
+    flatten_metadata, Attrs, Batch, Column, Engine, EngineConfig, Filter, Hits, JsonValue,
+    Prepared, SearchOptions, Signals, Sort,
 };
 use memlane_core::hnsw::{Params, Precision};
 use memlane_core::Error;
@@ -410,8 +410,9 @@ impl PyEngine {
         Ok((hits.ids, hits.scores, explained))
     }
 
-    /// Ids of the records `filter` (a dict) admits, by creation time.
-    #[pyo3(signature = (filter = None, *, order = "desc", offset = 0, limit = usize::MAX))]
+    /// Ids of the records `filter` (a dict) admits, by creation time or by the
+    /// column `sort` names (then by creation time and id).
+    #[pyo3(signature = (filter = None, *, order = "desc", offset = 0, limit = usize::MAX, sort = "created_at"))]
     fn ids_where<'py>(
         &self,
         py: Python<'py>,
@@ -419,10 +420,11 @@ impl PyEngine {
         order: &str,
         offset: usize,
         limit: usize,
+        sort: &str,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        let order = match order {
-            "asc" => Order::CreatedAsc,
-            "desc" => Order::CreatedDesc,
+        let descending = match order {
+            "asc" => false,
+            "desc" => true,
             other => {
                 return Err(invalid(
                     py,
@@ -430,13 +432,35 @@ impl PyEngine {
                 ))
             }
         };
+        let column = Column::parse(sort).map_err(|e| to_py(py, e))?;
+        let sort = Sort { column, descending };
         let filter = filter_arg(py, filter)?;
         let ids = detach(py, || {
             let engine = self.inner.read();
             let filter = compile(&engine, filter.as_ref())?;
-            Ok(engine.ids_where(filter.as_ref(), order, offset, limit))
+            Ok(engine.ids_sorted(filter.as_ref(), sort, offset, limit))
         })?;
         Ok(PyArray1::from_vec(py, ids))
+    }
+
+    /// How many records `filter` (a dict) admits per table and scope: a list of
+    /// (table, the six scope values, count), by table, the largest count first.
+    #[pyo3(signature = (filter = None))]
+    fn groups(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<(String, [Option<String>; 6], usize)>> {
+        let filter = filter_arg(py, filter)?;
+        let groups = detach(py, || {
+            let engine = self.inner.read();
+            let filter = compile(&engine, filter.as_ref())?;
+            Ok(engine.groups(filter.as_ref()))
+        })?;
+        Ok(groups
+            .into_iter()
+            .map(|g| (g.table, g.scope, g.count))
+            .collect())
     }
 
     /// Number of records `filter` (a dict) admits.

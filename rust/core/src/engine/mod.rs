@@ -6,6 +6,7 @@
 //! - [`filter`]: the filter language and its evaluation to a slot set.
 //! - [`pending`]: vectors parked until a background caller links them.
 //! - `nearest`: batch near-duplicate checks.
+//! - [`order`]: pages sorted by a column, counts by table and scope.
 //! - [`options`]: a search's options, checked once.
 //! - `search`: the query path; [`crate::fusion`] and [`crate::scoring`] hold
 //!   the formulas.
@@ -20,6 +21,7 @@
 pub mod filter;
 mod nearest;
 pub mod options;
+pub mod order;
 pub mod pending;
 pub mod records;
 mod retrievals;
@@ -29,6 +31,7 @@ mod speakers;
 
 pub use filter::{Filter, Selection, MAX_DEPTH as MAX_FILTER_DEPTH};
 pub use options::{Given, SearchOptions};
+pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
 pub use search::{Hits, Mode, SearchRequest, Signals};
 /// The value a filter is given as (the PyO3 layer builds it from a dict).
@@ -254,7 +257,8 @@ impl Engine {
     }
 
     /// Ids of the records `filter` admits, by creation time (ties by id),
-    /// skipping `offset` and returning at most `limit`.
+    /// skipping `offset` and returning at most `limit`
+    /// ([`ids_sorted`](Self::ids_sorted) by another column).
     pub fn ids_where(
         &self,
         filter: Option<&Filter>,
@@ -262,30 +266,7 @@ impl Engine {
         offset: usize,
         limit: usize,
     ) -> Vec<u64> {
-        let r = &self.records;
-        let mut slots: Vec<u32> = match filter {
-            Some(f) if !f.is_all() => f.select(r).slots,
-            _ => r.live_slots().collect(),
-        };
-        let key = |s: &u32| (r.created_at[*s as usize], r.id(*s));
-        let cmp = |a: &u32, b: &u32| {
-            let (ka, kb) = (key(a), key(b));
-            ka.0.total_cmp(&kb.0).then(ka.1.cmp(&kb.1))
-        };
-        let wanted = offset.saturating_add(limit).min(slots.len());
-        if wanted == 0 {
-            return Vec::new();
-        }
-        let cmp = |a: &u32, b: &u32| match order {
-            Order::CreatedAsc => cmp(a, b),
-            Order::CreatedDesc => cmp(b, a),
-        };
-        if wanted < slots.len() {
-            slots.select_nth_unstable_by(wanted - 1, cmp);
-            slots.truncate(wanted);
-        }
-        slots.sort_unstable_by(cmp);
-        slots.into_iter().skip(offset).map(|s| r.id(s)).collect()
+        self.ids_sorted(filter, Sort::from(order), offset, limit)
     }
 
     /// Checks a batch and does the costly work (text analysis, vector

@@ -397,9 +397,17 @@ impl Records {
         self.access_count[slot as usize].load(Ordering::Relaxed)
     }
 
-    /// Records one access of `slot` at `t`.
+    /// Records one access of `slot` at `t`. The latest access stays, as the
+    /// database keeps it (a record may carry a later one, and searches in
+    /// other threads record theirs in any order).
     pub fn record_access(&self, slot: u32, t: f64) {
-        self.set_accessed_at(slot, t);
+        let later = |bits: u64| (t > f64::from_bits(bits)).then_some(t.to_bits());
+        // An error is a later time already there: nothing to change.
+        let _ = self.accessed_at[slot as usize].fetch_update(
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+            later,
+        );
         self.access_count[slot as usize].fetch_add(1, Ordering::Relaxed);
     }
 
