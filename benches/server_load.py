@@ -5,13 +5,15 @@ is looked for.
 
     python benches/server_load.py [--setups embedded,postgres,postgres-two]
         [--seconds 300] [--clients 32] [--processes 4] [--embedder onnx]
-        [--vector-checks 2000] [--json FILE]
+        [--vector-checks 2000] [--control] [--json FILE]
 
 Setups: ``embedded`` (one server over a store directory), ``postgres`` (one server over a
 PostgreSQL store) and ``postgres-two`` (two servers over one PostgreSQL store, half the
 clients on each, only the first killed). The PostgreSQL cluster is a throwaway one
 (tests/pg_server.py, binaries from ``$MEMLANE_PG_BIN``), durable as a real one is
 (fsync on); each server keeps its index snapshots in a ``--cache-dir`` of its own.
+``--control`` runs the same load without the kills (its phases are the run's thirds), to
+tell what the kills cost from what the store's growth and the machine did.
 
 Each client is a thread with its own connection (``--processes`` client processes share
 them, so the client side is not one interpreter's GIL). A client adds a memory of its own
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import signal
 import socket
@@ -326,6 +329,7 @@ def _load(setup: str, servers: list[Serve], args: argparse.Namespace) -> dict[st
     url_of = {c: servers[c % len(servers)].url for c in range(args.clients)}
     shares = [list(range(args.clients))[p :: args.processes] for p in range(args.processes)]
     begin = time.monotonic() + 8  # the client processes start meanwhile
+    loads = [round(os.getloadavg()[0], 1)]
     deadline = begin + args.seconds
     jobs = [([(c, url_of[c]) for c in share], begin, deadline, mode) for share in shares]
     pool = multiprocessing.get_context("spawn").Pool(args.processes)
@@ -333,6 +337,9 @@ def _load(setup: str, servers: list[Serve], args: argparse.Namespace) -> dict[st
     down: list[tuple[float, float]] = []
     for third in (1, 2):
         time.sleep(max(0.0, begin + args.seconds * third / 3 - time.monotonic()))
+        if args.control:
+            down.append((time.monotonic(),) * 2)  # the same phases, no kill
+            continue
         at = killed.kill()
         down.append((at, killed.start()))
     events = [e for part in pending.get() for e in part]
@@ -351,11 +358,15 @@ def _load(setup: str, servers: list[Serve], args: argparse.Namespace) -> dict[st
         "clients": args.clients,
         "client_processes": args.processes,
         "seconds": args.seconds,
+        "killed": not args.control,
         "embedder": args.embedder,
         "search_mode": mode,
         "requests": len(events),
         "acknowledged_adds": len(acked),
         "adds_in_doubt": len(doubt),
+        # The machine's 1-minute load average when the clients began and when they ended:
+        # the rates below are the server's share of what the machine had to give.
+        "load_average": [loads[0], round(os.getloadavg()[0], 1)],
     }
     kills = []
     for lo, up in down:
@@ -426,6 +437,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--embedder", default="onnx", help="onnx (the default model) or none")
     parser.add_argument("--vector-checks", type=int, default=2000)
+    parser.add_argument(
+        "--control", action="store_true", help="the same run without the kills, to compare"
+    )
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args()
     results = []
