@@ -105,7 +105,9 @@ def serve(args: argparse.Namespace) -> int:
             # long for it, then closes the store.
             timeout_graceful_shutdown=2,
         )
-        asyncio.run(_run(uvicorn.Server(config), mem.location))
+        # The loop uvicorn.run would make: uvloop's when it is installed.
+        with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+            runner.run(_run(uvicorn.Server(config), mem.location))
     return 0
 
 

@@ -15,6 +15,7 @@
 //!   with the query.)
 
 use crate::error::{Error, Result};
+use crate::repr::py_float;
 
 /// The `k` of the original paper, and Nous's and Elasticsearch's default.
 pub const DEFAULT_RRF_K: f64 = 60.0;
@@ -91,7 +92,7 @@ pub fn context_weight(w: f64) -> Result<f64> {
     if !(0.0..=1.0).contains(&w) {
         return Err(Error::invalid(format!(
             "context_weight must be in [0, 1], got {}",
-            crate::engine::options::py_float(w)
+            py_float(w)
         )));
     }
     Ok(w)
@@ -118,7 +119,7 @@ pub fn speaker_weight(w: f64) -> Result<f64> {
     if !(0.0..=1.0).contains(&w) {
         return Err(Error::invalid(format!(
             "speaker_weight must be in [0, 1], got {}",
-            crate::engine::options::py_float(w)
+            py_float(w)
         )));
     }
     Ok(w)

@@ -12,13 +12,14 @@
 //! an unrelated text.
 
 use crate::error::{Error, Result};
+use crate::repr::py_float;
 
 /// The diversity a caller gives, checked: in [0, 1] (0: off).
 pub fn diversity(lambda: f64) -> Result<f64> {
     if !(0.0..=1.0).contains(&lambda) {
         return Err(Error::invalid(format!(
             "diversity must be in [0, 1], got {}",
-            crate::engine::options::py_float(lambda)
+            py_float(lambda)
         )));
     }
     Ok(lambda)
@@ -102,7 +103,7 @@ pub struct Item<'a> {
 /// one, else the overlap of their terms (0 when either has none).
 pub fn similarity(a: &Item<'_>, b: &Item<'_>) -> f64 {
     match (a.vector, b.vector, a.terms, b.terms) {
-        (Some(x), Some(y), _, _) => f64::from(crate::engine::pending::dot(x, y)),
+        (Some(x), Some(y), _, _) => f64::from(crate::dot::dot(x, y)),
         (_, _, Some(x), Some(y)) => jaccard(x, y),
         _ => 0.0,
     }

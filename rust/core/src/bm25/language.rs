@@ -116,7 +116,26 @@ impl Language {
 
     /// The built-in stopword list, lowercase, matched before stemming.
     pub fn stopwords(self) -> &'static [&'static str] {
-        stopwords::for_language(self)
+        match self {
+            Language::Arabic => stopwords::ARABIC,
+            Language::Danish => stopwords::DANISH,
+            Language::Dutch => stopwords::DUTCH,
+            Language::English => stopwords::ENGLISH,
+            Language::Finnish => stopwords::FINNISH,
+            Language::French => stopwords::FRENCH,
+            Language::German => stopwords::GERMAN,
+            Language::Greek => stopwords::GREEK,
+            Language::Hungarian => stopwords::HUNGARIAN,
+            Language::Italian => stopwords::ITALIAN,
+            Language::Norwegian => stopwords::NORWEGIAN,
+            Language::Portuguese => stopwords::PORTUGUESE,
+            Language::Romanian => stopwords::ROMANIAN,
+            Language::Russian => stopwords::RUSSIAN,
+            Language::Spanish => stopwords::SPANISH,
+            Language::Swedish => stopwords::SWEDISH,
+            Language::Tamil => stopwords::TAMIL,
+            Language::Turkish => stopwords::TURKISH,
+        }
     }
 }
 

@@ -1,40 +1,16 @@
 //! Built-in stopword lists: short lists of function words (articles,
 //! pronouns, prepositions, conjunctions, auxiliaries), lowercase and matched
 //! before stemming. English is Lucene's classic English stop set, the list
-//! bm25s uses by default, so rankings stay comparable with both.
+//! bm25s uses by default, so rankings stay comparable with both. Each
+//! language names its list ([`Language::stopwords`](super::Language::stopwords)).
 
-use super::language::Language;
-
-pub(crate) fn for_language(lang: Language) -> &'static [&'static str] {
-    match lang {
-        Language::Arabic => ARABIC,
-        Language::Danish => DANISH,
-        Language::Dutch => DUTCH,
-        Language::English => ENGLISH,
-        Language::Finnish => FINNISH,
-        Language::French => FRENCH,
-        Language::German => GERMAN,
-        Language::Greek => GREEK,
-        Language::Hungarian => HUNGARIAN,
-        Language::Italian => ITALIAN,
-        Language::Norwegian => NORWEGIAN,
-        Language::Portuguese => PORTUGUESE,
-        Language::Romanian => ROMANIAN,
-        Language::Russian => RUSSIAN,
-        Language::Spanish => SPANISH,
-        Language::Swedish => SWEDISH,
-        Language::Tamil => TAMIL,
-        Language::Turkish => TURKISH,
-    }
-}
-
-const ENGLISH: &[&str] = &[
+pub(super) const ENGLISH: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
     "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
     "they", "this", "to", "was", "will", "with",
 ];
 
-const ARABIC: &[&str] = &[
+pub(super) const ARABIC: &[&str] = &[
     "في",
     "من",
     "على",
@@ -91,7 +67,7 @@ const ARABIC: &[&str] = &[
     "غير",
 ];
 
-const DANISH: &[&str] = &[
+pub(super) const DANISH: &[&str] = &[
     "og", "i", "jeg", "det", "at", "en", "den", "til", "er", "som", "på", "de", "med", "han", "af",
     "for", "ikke", "der", "var", "mig", "sig", "men", "et", "har", "om", "vi", "min", "havde",
     "ham", "hun", "nu", "over", "da", "fra", "du", "ud", "sin", "dem", "os", "op", "man", "hans",
@@ -102,7 +78,7 @@ const DANISH: &[&str] = &[
     "bliver", "hendes", "været", "thi", "jer", "sådan",
 ];
 
-const DUTCH: &[&str] = &[
+pub(super) const DUTCH: &[&str] = &[
     "de", "en", "van", "ik", "te", "dat", "die", "in", "een", "hij", "het", "niet", "zijn", "is",
     "was", "op", "aan", "met", "als", "voor", "had", "er", "maar", "om", "hem", "dan", "zou", "of",
     "wat", "mijn", "men", "dit", "zo", "door", "over", "ze", "zich", "bij", "ook", "tot", "je",
@@ -114,7 +90,7 @@ const DUTCH: &[&str] = &[
     "andere",
 ];
 
-const FINNISH: &[&str] = &[
+pub(super) const FINNISH: &[&str] = &[
     "olla", "olen", "olet", "on", "olemme", "olette", "ovat", "ole", "oli", "olisi", "olisit",
     "olin", "olit", "olimme", "olitte", "olivat", "ollut", "olleet", "en", "et", "ei", "emme",
     "ette", "eivät", "minä", "sinä", "hän", "me", "te", "he", "tämä", "tuo", "se", "nämä", "nuo",
@@ -123,7 +99,7 @@ const FINNISH: &[&str] = &[
     "poikki", "yli", "kun", "nyt", "itse",
 ];
 
-const FRENCH: &[&str] = &[
+pub(super) const FRENCH: &[&str] = &[
     "au", "aux", "avec", "ce", "ces", "dans", "de", "des", "du", "elle", "en", "et", "eux", "il",
     "ils", "je", "la", "le", "les", "leur", "lui", "ma", "mais", "me", "même", "mes", "moi", "mon",
     "ne", "nos", "notre", "nous", "on", "ou", "par", "pas", "pour", "qu", "que", "qui", "sa", "se",
@@ -135,7 +111,7 @@ const FRENCH: &[&str] = &[
     "si", "où", "donc", "car", "ni", "comme", "aussi",
 ];
 
-const GERMAN: &[&str] = &[
+pub(super) const GERMAN: &[&str] = &[
     "aber", "alle", "allem", "allen", "aller", "alles", "als", "also", "am", "an", "ander",
     "andere", "anderen", "auch", "auf", "aus", "bei", "bin", "bis", "bist", "da", "damit", "dann",
     "das", "dass", "daß", "dein", "dem", "den", "denn", "der", "des", "dich", "die", "dies",
@@ -150,7 +126,7 @@ const GERMAN: &[&str] = &[
     "zu", "zum", "zur", "über",
 ];
 
-const GREEK: &[&str] = &[
+pub(super) const GREEK: &[&str] = &[
     "ο",
     "η",
     "το",
@@ -219,7 +195,7 @@ const GREEK: &[&str] = &[
     "όπως",
 ];
 
-const HUNGARIAN: &[&str] = &[
+pub(super) const HUNGARIAN: &[&str] = &[
     "a", "az", "egy", "és", "is", "hogy", "nem", "de", "meg", "van", "volt", "vagy", "ez", "azt",
     "ezt", "ami", "amely", "aki", "mint", "csak", "már", "még", "el", "ki", "be", "fel", "le",
     "sem", "itt", "ott", "én", "te", "ő", "mi", "ti", "ők", "nagyon", "sok", "minden", "lesz",
@@ -227,7 +203,7 @@ const HUNGARIAN: &[&str] = &[
     "neki", "ezek", "azok", "lehet", "voltak", "vannak", "illetve",
 ];
 
-const ITALIAN: &[&str] = &[
+pub(super) const ITALIAN: &[&str] = &[
     "ad", "al", "allo", "ai", "agli", "all", "alla", "alle", "con", "col", "da", "dal", "dallo",
     "dai", "dagli", "dall", "dalla", "dalle", "di", "del", "dello", "dei", "degli", "dell",
     "della", "delle", "in", "nel", "nello", "nei", "negli", "nell", "nella", "nelle", "su", "sul",
@@ -240,7 +216,7 @@ const ITALIAN: &[&str] = &[
     "aveva", "avere",
 ];
 
-const NORWEGIAN: &[&str] = &[
+pub(super) const NORWEGIAN: &[&str] = &[
     "og", "i", "jeg", "det", "at", "en", "et", "den", "til", "er", "som", "på", "de", "med", "han",
     "av", "ikke", "der", "så", "var", "meg", "seg", "men", "ett", "har", "om", "vi", "min", "mitt",
     "ha", "hadde", "hun", "nå", "over", "da", "ved", "fra", "du", "ut", "sin", "dem", "oss", "opp",
@@ -252,7 +228,7 @@ const NORWEGIAN: &[&str] = &[
     "fordi",
 ];
 
-const PORTUGUESE: &[&str] = &[
+pub(super) const PORTUGUESE: &[&str] = &[
     "de", "a", "o", "que", "e", "do", "da", "em", "um", "para", "com", "não", "uma", "os", "no",
     "se", "na", "por", "mais", "as", "dos", "como", "mas", "ao", "ele", "das", "à", "seu", "sua",
     "ou", "quando", "muito", "nos", "já", "eu", "também", "só", "pelo", "pela", "até", "isso",
@@ -264,7 +240,7 @@ const PORTUGUESE: &[&str] = &[
     "estão", "tem", "têm", "ter", "há",
 ];
 
-const ROMANIAN: &[&str] = &[
+pub(super) const ROMANIAN: &[&str] = &[
     "și", "şi", "în", "la", "de", "pe", "cu", "din", "un", "o", "a", "al", "ai", "ale", "care",
     "ce", "că", "să", "se", "nu", "mai", "este", "sunt", "era", "fost", "fi", "au", "am", "ar",
     "pentru", "prin", "după", "despre", "până", "sau", "dar", "iar", "ca", "cum", "unde", "când",
@@ -272,7 +248,7 @@ const ROMANIAN: &[&str] = &[
     "noi", "voi", "le", "li", "îi", "mă", "te", "ne", "vă", "unei", "unui",
 ];
 
-const RUSSIAN: &[&str] = &[
+pub(super) const RUSSIAN: &[&str] = &[
     "и",
     "в",
     "во",
@@ -391,7 +367,7 @@ const RUSSIAN: &[&str] = &[
     "между",
 ];
 
-const SPANISH: &[&str] = &[
+pub(super) const SPANISH: &[&str] = &[
     "de", "la", "que", "el", "en", "y", "a", "los", "del", "se", "las", "por", "un", "para", "con",
     "no", "una", "su", "al", "lo", "como", "más", "pero", "sus", "le", "ya", "o", "este", "sí",
     "porque", "esta", "entre", "cuando", "muy", "sin", "sobre", "también", "me", "hasta", "hay",
@@ -403,7 +379,7 @@ const SPANISH: &[&str] = &[
     "está", "están", "ha", "han", "he",
 ];
 
-const SWEDISH: &[&str] = &[
+pub(super) const SWEDISH: &[&str] = &[
     "och", "det", "att", "i", "en", "jag", "hon", "som", "han", "på", "den", "med", "var", "sig",
     "för", "så", "till", "är", "men", "ett", "om", "hade", "de", "av", "icke", "inte", "mig", "du",
     "henne", "då", "sin", "nu", "har", "hans", "honom", "skulle", "hennes", "där", "min", "man",
@@ -416,7 +392,7 @@ const SWEDISH: &[&str] = &[
     "vårt", "våra", "ert", "era",
 ];
 
-const TAMIL: &[&str] = &[
+pub(super) const TAMIL: &[&str] = &[
     "ஒரு",
     "மற்றும்",
     "இந்த",
@@ -449,7 +425,7 @@ const TAMIL: &[&str] = &[
     "பல",
 ];
 
-const TURKISH: &[&str] = &[
+pub(super) const TURKISH: &[&str] = &[
     "ve", "bir", "bu", "da", "de", "için", "ile", "mi", "mı", "mu", "mü", "ne", "o", "şu", "ki",
     "ama", "fakat", "veya", "ya", "gibi", "daha", "çok", "en", "her", "hem", "ise", "kadar",
     "sonra", "önce", "olan", "olarak", "ben", "sen", "biz", "siz", "onlar", "bunu", "onu", "şey",

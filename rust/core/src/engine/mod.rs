@@ -7,7 +7,8 @@
 //! - [`pending`]: vectors parked until a background caller links them.
 //! - `nearest`: batch near-duplicate checks.
 //! - [`order`]: pages sorted by a column, counts by table and scope.
-//! - [`options`]: a search's options, checked once.
+//! - [`options`]: a search's options, checked once; `mode`: which retrievers
+//!   it runs.
 //! - `search`: the query path; [`crate::fusion`] and [`crate::scoring`] hold
 //!   the formulas.
 //! - `retrievals`: what recent queries retrieved, reused until the engine
@@ -19,6 +20,7 @@
 //! an access is the one write a search makes, through an atomic column.
 
 pub mod filter;
+mod mode;
 mod nearest;
 pub mod options;
 pub mod order;
@@ -30,10 +32,11 @@ pub(crate) mod snapshot;
 mod speakers;
 
 pub use filter::{Filter, Selection, MAX_DEPTH as MAX_FILTER_DEPTH};
+pub use mode::Mode;
 pub use options::{Given, SearchOptions};
 pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
-pub use search::{Hits, Mode, SearchRequest, Signals};
+pub use search::{Hits, SearchRequest, Signals};
 /// The value a filter is given as (the PyO3 layer builds it from a dict).
 pub use serde_json::{Map as JsonMap, Number as JsonNumber, Value as JsonValue};
 
@@ -751,7 +754,7 @@ mod shared_linking {
         let mut all: Vec<(f32, u64)> = data
             .chunks_exact(dim)
             .enumerate()
-            .map(|(i, v)| (pending::dot(q, v), i as u64 + 1))
+            .map(|(i, v)| (crate::dot::dot(q, v), i as u64 + 1))
             .collect();
         all.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         all.into_iter().take(k).map(|(_, id)| id).collect()

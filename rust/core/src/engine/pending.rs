@@ -15,6 +15,7 @@
 
 use std::collections::BinaryHeap;
 
+use crate::dot::dot;
 use crate::error::Result;
 use crate::idmap::IdMap;
 use crate::worst::Worst;
@@ -41,24 +42,6 @@ pub struct Pending {
     signs: Vec<u64>,
     words: usize,
     start: usize,
-}
-
-/// Dot product with eight accumulators, which the compiler vectorises.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// Checks `rows` vectors of `dim` floats and returns them at unit length.
@@ -500,7 +483,6 @@ mod tests {
             normalised(&[1.0, 0.0, 1.0], 2, "vector"),
             Err(Error::DimensionMismatch { .. })
         ));
-        assert!((dot(&[1.0; 19], &[2.0; 19]) - 38.0).abs() < 1e-6);
     }
 
     fn xorshift(seed: u64) -> impl FnMut() -> f32 {

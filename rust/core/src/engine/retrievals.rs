@@ -20,7 +20,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rustc_hash::FxHasher;
 
-use super::search::Mode;
+use super::mode::Mode;
 use super::Filter;
 
 /// Queries remembered; a lookup compares hashes first, so a linear scan of

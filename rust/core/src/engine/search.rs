@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::mode::Mode;
 use super::pending::normalised;
 use super::records::Held;
 use super::retrievals::{Key, MAX_CANDIDATES};
@@ -21,27 +22,6 @@ use crate::fusion::{self, Fusion};
 use crate::hnsw::Allowed;
 use crate::mmr;
 use crate::scoring::{self, Weights};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Hybrid,
-    Vector,
-    Text,
-}
-
-impl Mode {
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "hybrid" => Ok(Mode::Hybrid),
-            "vector" => Ok(Mode::Vector),
-            "text" => Ok(Mode::Text),
-            other => Err(Error::invalid(format!(
-                "mode must be one of {{'hybrid', 'vector', 'text'}}, got {}",
-                super::options::py_str(other)
-            ))),
-        }
-    }
-}
 
 pub struct SearchRequest<'a> {
     pub text: Option<&'a str>,
@@ -577,7 +557,7 @@ impl Engine {
                 continue;
             };
             match self.pending.get(*id) {
-                Some(v) => c.cosine = Some(super::pending::dot(q, v)),
+                Some(v) => c.cosine = Some(crate::dot::dot(q, v)),
                 None => linked.push(*id),
             }
         }

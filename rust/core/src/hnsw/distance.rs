@@ -2,11 +2,8 @@
 //! stored record at any [`Precision`]. The best kernels for the running CPU
 //! are chosen once, when an index is created or loaded.
 
-use super::storage::{Grid, Precision};
+use super::storage::{Grid, Precision, LANES};
 use crate::error::{Error, Result};
-
-/// Floats per kernel step: one AVX-512 register.
-pub const LANES: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Metric {

@@ -5,9 +5,10 @@
 
 use rayon::prelude::*;
 
+use super::cand::Cand;
 use super::distance::Query;
 use super::filter::Allowed;
-use super::search::{with_scratch, Cand, Scratch};
+use super::search::{with_scratch, Scratch};
 use super::{Entry, Hnsw};
 
 impl Hnsw {

@@ -7,6 +7,7 @@
 //! `add`, the batch is linked by all cores at once with per-node locks.
 
 mod add;
+mod cand;
 mod distance;
 mod filter;
 mod graph;

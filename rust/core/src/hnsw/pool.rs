@@ -7,7 +7,7 @@
 //! short move of at most `ef` entries, which costs less than sifting two
 //! heaps whose order the branch predictor cannot guess.
 
-use super::search::Cand;
+use super::cand::Cand;
 
 /// Marks an expanded node in its slot's top bit (slots stay below 2^31; see
 /// `Hnsw::stage`).

@@ -7,9 +7,10 @@ use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
+use super::cand::Cand;
 use super::distance::Query;
 use super::filter::Allowed;
-use super::search::{self, with_scratch, Cand};
+use super::search::{self, with_scratch};
 use super::{Hnsw, Neighbor, MISSING};
 use crate::error::{Error, Result};
 

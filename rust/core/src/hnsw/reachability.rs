@@ -4,9 +4,10 @@
 use std::sync::atomic::Ordering;
 
 use super::add::{Staged, PARALLEL_MIN_BATCH};
+use super::cand::Cand;
 use super::distance::Query;
 use super::filter::Allowed;
-use super::search::{with_scratch, Cand};
+use super::search::with_scratch;
 use super::Hnsw;
 
 /// A reachability pass may be put off until the nodes linked since the last

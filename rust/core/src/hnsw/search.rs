@@ -2,34 +2,14 @@
 //! algorithm 2) with a reusable per-thread scratch space.
 
 use std::cell::RefCell;
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::cand::Cand;
 use super::distance::Query;
 use super::pool::Pool;
 use super::Hnsw;
 use crate::prefetch::prefetch;
-
-/// A node and its distance to the query.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Cand {
-    pub d: f32,
-    pub slot: u32,
-}
-
-impl Eq for Cand {}
-
-impl Ord for Cand {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.d.total_cmp(&other.d).then(self.slot.cmp(&other.slot))
-    }
-}
-
-impl PartialOrd for Cand {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
 
 /// Per-thread search state, reused across searches so a query allocates nothing.
 pub struct Scratch {

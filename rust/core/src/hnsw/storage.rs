@@ -30,8 +30,11 @@
 
 use rayon::prelude::*;
 
-use super::distance::LANES;
 use crate::error::{Error, Result};
+
+/// Floats per step of the distance kernels (one AVX-512 register); a record's
+/// floats are padded to a whole number of steps.
+pub const LANES: usize = 16;
 
 // Records are read in place by SIMD kernels and written to snapshots as they
 // are, which both assume little-endian floats.
