@@ -433,7 +433,9 @@ class MemoryStore(Listing):
                 joined with its session's previous and next turn (0 turns it off).
             speaker_weight: what a query naming a turn's speaker ("I", "my" or a name)
                 adds, as a share of the BM25 ceiling (0 turns it off).
-            diversity: λ of MMR, in [0, 1], 0 off ([Search and scores][search-and-scores]).
+            diversity: λ in [0, 1] of maximal marginal relevance (0, the default: off): a
+                hit much like one above it gives its place to one that says something else
+                ([Search and scores][search-and-scores]).
             candidates: hits each retriever contributes before fusion; by default
                 ``max(50, 4 * k)``, ``max(100, 4 * k)`` in a store of conversation turns.
             start: the earliest creation time searched (included).
