@@ -1,10 +1,10 @@
-"""The memory store: :class:`Memory`.
+"""The memory store: ``Memory``.
 
-:class:`Memory` opens a store and is its record API,
-:class:`~memlane.store.MemoryStore` (records, versions, search, JSONL), plus
+``Memory`` opens a store and is its record API,
+``MemoryStore`` (records, versions, search, JSONL), plus
 the knowledge methods (document ingestion and retrieval, done by
-:mod:`memlane.knowledge`) and the notes methods (OrcBot's long-term files, done by
-:mod:`memlane.notes`). Those layers build on the record API and none imports this
+``memlane.knowledge``) and the notes methods (OrcBot's long-term files, done by
+``memlane.notes``). Those layers build on the record API and none imports this
 module.
 """
 
@@ -52,7 +52,7 @@ class _DefaultEmbedder:
         return "DEFAULT_EMBEDDER"
 
 
-#: The ``embedder`` argument's default: :class:`memlane.OnnxEmbedder`, loaded on first use.
+#: The ``embedder`` argument's default: ``memlane.OnnxEmbedder``, loaded on first use.
 DEFAULT_EMBEDDER: Any = _DefaultEmbedder()
 
 

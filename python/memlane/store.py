@@ -1,8 +1,8 @@
-"""The record API of an open store, :class:`MemoryStore`, by its public name.
+"""The record API of an open store, ``MemoryStore``, by its public name.
 
-:class:`memlane.Memory` is a :class:`MemoryStore` (records, versions, search, JSONL)
+``memlane.Memory`` is a ``MemoryStore`` (records, versions, search, JSONL)
 that also has the knowledge and notes methods. The layers that build on the record API
-(:mod:`memlane.knowledge`, :mod:`memlane.notes`) take a :class:`MemoryStore` and name
+(``memlane.knowledge``, ``memlane.notes``) take a ``MemoryStore`` and name
 it from here: its implementation, in ``memlane._memory``, is private to the store.
 ``StoreStats`` is what ``memlane.Memory.stats`` reports, ``ScopeCount`` what
 ``MemoryStore.scopes`` counts, ``JobOutcome`` what ``MemoryStore.jobs`` keeps of work done.

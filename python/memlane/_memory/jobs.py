@@ -35,7 +35,7 @@ MAX_KEY = 256
 
 
 class JobBook:
-    """Named jobs (a key and a text, e.g. JSON) in the store, as :attr:`Memory.jobs`."""
+    """Named jobs (a key and a text, e.g. JSON) in the store, as ``Memory.jobs``."""
 
     def __init__(self, db: Store, check_open: Callable[[], None]) -> None:
         self._db = db

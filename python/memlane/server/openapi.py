@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 schema, built from the code: each route's summary is its handler's
 docstring, and its parameters (query string or JSON body) are those of the
-:class:`~memlane.Memory` method it calls, read from that method's signature, so the
+``Memory`` method it calls, read from that method's signature, so the
 schema cannot drift from what the server accepts."""
 
 from __future__ import annotations

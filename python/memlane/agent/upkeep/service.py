@@ -2,7 +2,7 @@
 on background workers (``"background"``, the default), so no turn waits for an LLM.
 
 ``after`` decides from cheap counters and engine reads which upkeep is due, records the
-durable jobs (:mod:`~memlane.agent.upkeep.jobs`) and hands them over: work that calls
+durable jobs (``memlane.agent.upkeep.jobs``) and hands them over: work that calls
 the model (reflection, consolidation, daily logs, step summaries) to one worker, work
 that does not (contact profiles, eviction) to another, so a model that hangs never holds
 a profile back. Each model call has a time limit, and a call still hung holds off the
@@ -84,7 +84,7 @@ _RESCAN = 60.0
 
 
 class Upkeep:
-    """The upkeep of one :class:`~memlane.agent.AgentMemory`."""
+    """The upkeep of one ``AgentMemory``."""
 
     def __init__(
         self,
@@ -296,7 +296,7 @@ class Upkeep:
                 log.warning("memlane: upkeep job %s stays recorded: %s", job.id, e)
 
     def step_summary(self, room: Room, call: Caller) -> Callable[[str, str, int], None]:
-        """What :func:`compact` asks for a step summary in the background."""
+        """What ``compact`` asks for a step summary in the background."""
         timed_call = self.caller(call)
 
         def ask(key: str, text: str, steps: int) -> None:
@@ -518,7 +518,7 @@ class Upkeep:
                     )
 
     def _check(self, event: EventScope, report: TurnReport, call: Caller) -> None:
-        """The check of the scope's pending facts (see :mod:`~memlane.agent.facts`)."""
+        """The check of the scope's pending facts (see ``memlane.agent.facts``)."""
         host = self.host
         result = check_facts(host.memory, Budgeted(call, None), host.table, event.fields)
         if report.facts is not None:  # a turn's second check (inline): one report
