@@ -113,9 +113,11 @@ def test_the_order_follows_updates_deletes_and_supersedes(mem: Memory) -> None:
     check_every_order(mem, user_id="bob")
 
 
-def test_scopes_count_each_table_and_scope(mem: Memory) -> None:
+def test_scopes_count_each_table_and_scope(mem: Memory, make_store: StoreFactory) -> None:
     fill(mem)
     mem.delete(mem.list(limit=1)[0].id)
+    moved = mem.list(limit=1, user_id="bob")[0]
+    mem.supersede(moved.id, "word6 moved")
 
     def counted(**args: Any) -> Counter[tuple[str | None, ...]]:
         every = mem.list(limit=10_000, **args)
@@ -133,6 +135,12 @@ def test_scopes_count_each_table_and_scope(mem: Memory) -> None:
     (notes,) = [s for s in mem.scopes(table="notes", user_id="alice") if s.room_id is None]
     assert notes == ScopeCount("notes", None, "alice", None, None, None, None, notes.count)
     assert notes.to_dict()["count"] == notes.count > 0
+    # Opened again (from the snapshot written at close): the same counts.
+    before = mem.scopes()
+    mem.close()
+    again = make_store("sorted")
+    assert again.scopes() == before
+    again.close()
 
 
 def test_a_bad_sort_is_refused_by_name(mem: Memory) -> None:

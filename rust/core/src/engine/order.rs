@@ -1,10 +1,12 @@
 //! Pages of the records a filter admits, sorted by a column, and the count
-//! of those records per table and scope: one pass over the admitted slots
-//! each, reading the columns the engine keeps current (access counts and
-//! times change with every search, so no order is kept ahead).
+//! of those records per table and scope.
 //!
-//! A page keeps the first `offset + limit` keys of the pass
-//! (`select_nth_unstable`, linear) and sorts only those.
+//! A page is one pass over the admitted slots, reading the columns the
+//! engine keeps current (access counts and times change with every search,
+//! under a read lock, so no order of them is kept ahead); it keeps the first
+//! `offset + limit` keys of the pass (`select_nth_unstable`, linear) and
+//! sorts only those. The counts of the whole store are kept as records come
+//! and go ([`Records::group`]); those of a filter take a pass.
 
 use rustc_hash::FxHashMap;
 
@@ -137,23 +139,21 @@ impl Engine {
     /// first).
     pub fn groups(&self, filter: Option<&Filter>) -> Vec<Group> {
         let r = &self.records;
-        let mut counts: FxHashMap<[u32; 7], usize> = FxHashMap::default();
-        for slot in self.admitted(filter) {
-            let s = slot as usize;
-            let mut key = [r.table[s]; 7];
-            for (f, col) in r.scope.iter().enumerate() {
-                key[f + 1] = col[s];
+        let group = |(key, &count): (&[u32; 7], &u32)| Group {
+            table: r.strings.resolve(key[0]).to_owned(),
+            scope: std::array::from_fn(|f| resolved(r, key[f + 1])),
+            count: count as usize,
+        };
+        let mut groups: Vec<Group> = match filter {
+            Some(f) if !f.is_all() => {
+                let mut counts: FxHashMap<[u32; 7], u32> = FxHashMap::default();
+                for slot in f.select(r).slots {
+                    *counts.entry(r.group(slot)).or_default() += 1;
+                }
+                counts.iter().map(group).collect()
             }
-            *counts.entry(key).or_default() += 1;
-        }
-        let mut groups: Vec<Group> = counts
-            .into_iter()
-            .map(|(key, count)| Group {
-                table: r.strings.resolve(key[0]).to_owned(),
-                scope: std::array::from_fn(|f| resolved(r, key[f + 1])),
-                count,
-            })
-            .collect();
+            _ => r.groups.iter().map(group).collect(),
+        };
         groups.sort_unstable_by(|a, b| {
             (&a.table, std::cmp::Reverse(a.count), &a.scope).cmp(&(
                 &b.table,
@@ -322,6 +322,20 @@ mod tests {
         let mut rng = Rng(12345);
         let mut e = filled(80, &mut rng);
         e.remove(&[6, 9], false).unwrap();
+        // Stored again elsewhere: out of one group, into another.
+        let moved: Vec<Attrs> = (0..5).map(|_| attrs(&mut rng)).collect();
+        let texts: Vec<String> = (0..5).map(|i| format!("moved {i}")).collect();
+        e.upsert(Batch {
+            ids: &[12, 15, 18, 21, 24],
+            texts: Some(&texts),
+            vectors: None,
+            attrs: &moved,
+        })
+        .unwrap();
+        // The totals a load rebuilds are those kept.
+        let kept = e.groups(None);
+        e.records.rebuild_index().unwrap();
+        assert_eq!(e.groups(None), kept);
         let r = &e.records;
         for json in [
             None,

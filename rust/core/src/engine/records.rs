@@ -304,6 +304,9 @@ pub struct Records {
     /// Live records per interned speaker: the store's speakers (empty in a
     /// store without conversation turns, so a search skips the speaker pass).
     pub(crate) speakers: FxHashMap<u32, u32>,
+    /// Live records per table and scope ([`Records::group`]), so that counts
+    /// by table and scope of the whole store read no record.
+    pub(crate) groups: FxHashMap<[u32; 7], u32>,
     /// Per slot: the previous and the next record of its session by
     /// (`created_at`, id), or [`NONE`]. Derived from the columns, so a
     /// snapshot need not carry them ([`Records::rebuild_index`]).
@@ -339,6 +342,16 @@ impl Held {
     /// Whether the answer holds at `now`.
     pub fn at(&self, now: f64) -> bool {
         self.from <= now && now < self.until
+    }
+}
+
+/// Lowers `key`'s total by one, dropping it at zero.
+fn decrement<K: std::hash::Hash + Eq>(totals: &mut FxHashMap<K, u32>, key: K) {
+    if let Some(n) = totals.get_mut(&key) {
+        *n -= 1;
+        if *n == 0 {
+            totals.remove(&key);
+        }
     }
 }
 
@@ -628,7 +641,7 @@ impl Records {
             Some(&slot) => {
                 self.unpost(slot);
                 self.unlink(slot);
-                self.uncount_speaker(slot);
+                self.untally(slot);
                 slot
             }
             None => {
@@ -680,7 +693,7 @@ impl Records {
         self.meta[s] = meta;
         self.post(slot);
         self.link(slot);
-        self.count_speaker(slot);
+        self.tally(slot);
         slot
     }
 
@@ -690,20 +703,34 @@ impl Records {
         (v != NONE).then_some(v)
     }
 
-    fn count_speaker(&mut self, slot: u32) {
+    /// The table and scope of `slot`: the interned table, then each scope
+    /// field's value (or [`NONE`]) in the order of [`SCOPE_FIELDS`].
+    pub fn group(&self, slot: u32) -> [u32; 7] {
+        let s = slot as usize;
+        let mut key = [self.table[s]; 7];
+        for (f, col) in self.scope.iter().enumerate() {
+            key[f + 1] = col[s];
+        }
+        key
+    }
+
+    /// Counts `slot` (live, its columns set) in its speaker's and its group's
+    /// totals.
+    fn tally(&mut self, slot: u32) {
         if let Some(v) = self.speaker(slot) {
             *self.speakers.entry(v).or_default() += 1;
         }
+        *self.groups.entry(self.group(slot)).or_default() += 1;
     }
 
-    fn uncount_speaker(&mut self, slot: u32) {
-        let Some(v) = self.speaker(slot) else { return };
-        if let Some(n) = self.speakers.get_mut(&v) {
-            *n -= 1;
-            if *n == 0 {
-                self.speakers.remove(&v);
-            }
+    /// Takes `slot` out of the totals [`tally`](Self::tally) put it in
+    /// (before its columns change).
+    fn untally(&mut self, slot: u32) {
+        if let Some(v) = self.speaker(slot) {
+            decrement(&mut self.speakers, v);
         }
+        let group = self.group(slot);
+        decrement(&mut self.groups, group);
     }
 
     /// Removes `id`; returns whether it was there.
@@ -713,7 +740,7 @@ impl Records {
         };
         self.unpost(slot);
         self.unlink(slot);
-        self.uncount_speaker(slot);
+        self.untally(slot);
         let s = slot as usize;
         self.live[s] = false;
         self.meta[s] = Vec::new();
@@ -740,6 +767,7 @@ impl Records {
         self.by_key = FxHashMap::default();
         self.sessions = FxHashMap::default();
         self.speakers = FxHashMap::default();
+        self.groups = FxHashMap::default();
         self.prev = vec![NONE; self.ids.len()];
         self.next = vec![NONE; self.ids.len()];
         for slot in 0..self.ids.len() as u32 {
@@ -749,7 +777,7 @@ impl Records {
                 }
                 self.post(slot);
                 self.link(slot);
-                self.count_speaker(slot);
+                self.tally(slot);
             }
         }
         Ok(())
