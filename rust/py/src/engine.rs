@@ -23,6 +23,9 @@ use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid, to_py};
 use crate::search::PySearchRequest;
 
+/// One table and scope of `Engine.groups`: (table, the six scope values, count).
+type GroupRow = (String, [Option<String>; 6], usize);
+
 /// A checked, analysed batch of records from `Engine.prepare`.
 #[pyclass(module = "memlane._core", name = "PreparedBatch", frozen)]
 pub struct PyPrepared {
@@ -446,11 +449,7 @@ impl PyEngine {
     /// How many records `filter` (a dict) admits per table and scope: a list of
     /// (table, the six scope values, count), by table, the largest count first.
     #[pyo3(signature = (filter = None))]
-    fn groups(
-        &self,
-        py: Python<'_>,
-        filter: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<(String, [Option<String>; 6], usize)>> {
+    fn groups(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<GroupRow>> {
         let filter = filter_arg(py, filter)?;
         let groups = detach(py, || {
             let engine = self.inner.read();
