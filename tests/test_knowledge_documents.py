@@ -3,6 +3,7 @@ default similarity cut-off of the knowledge searches."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,23 @@ def test_default_threshold_cuts_unrelated_fragments(onnx_embedder: OnnxEmbedder)
     assert all(h.explain["cosine"] >= DOCUMENT_THRESHOLD for h in docs)
     # Text mode has no cosine: the default cuts nothing there.
     assert mem.search_knowledge("password bank sea", mode="text")
+
+
+def test_the_default_cut_offs_are_the_measured_ones() -> None:
+    # benches/tune_knowledge_threshold.py measures them with the default chunkers; the docs
+    # give its figures, so the code's cut-offs must be the ones the docs measured.
+    text = (Path(__file__).resolve().parents[1] / "docs" / "knowledge.md").read_text("utf-8")
+    said = re.search(
+        r"cosine of (0\.\d+) for `search_knowledge` \(`FRAGMENT_THRESHOLD`\) and (0\.\d+) for",
+        text,
+    )
+    assert said is not None
+    assert (float(said[1]), float(said[2])) == (FRAGMENT_THRESHOLD, DOCUMENT_THRESHOLD)
+    for search, cut in (
+        ("search_knowledge", FRAGMENT_THRESHOLD),
+        ("search_documents", DOCUMENT_THRESHOLD),
+    ):
+        assert f"| `{search}` | **{cut:.2f}** (99% on train) |" in text
 
 
 def test_threshold_is_checked(word_embedder: WordHashEmbedder) -> None:
