@@ -38,7 +38,9 @@ Reported: recall@5, recall@10, recall@20 (share of the relevant records in the t
 and nDCG@10 (graded gains for SciFact, 1 for an evidence turn), mean over test queries.
 ``--tune`` first collects every train query's candidate pool once (BM25 and cosine
 of each candidate, ``explain=True``) and replays the fusions in numpy over a grid,
-printing each set's best and the setting best on all three train sets at once.
+printing each set's best and the setting best on all three train sets at once (without
+the speaker and session passes; ``tune_fusion.py`` replays the engine's whole score,
+the default adaptive fusion among its rules).
 
 Vectors are cached under ``benches/.cache/`` (shared with ``bench_ingest.py``); the
 first run embeds every text (tens of minutes on two busy cores).
@@ -281,7 +283,8 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("BM25 alone (text)", {"mode": "text"}),
     ("vectors alone (vector)", {"mode": "vector"}),
     ("RRF k=60", {"fusion": "rrf", "rrf_k": 60.0}),
-    ("weighted, alpha=0.5 given", {"fusion": "weighted", "alpha": 0.5}),
+    ("fixed alpha=0.5 (the default before)", {"fusion": "weighted", "alpha": 0.5}),
+    ("fixed alpha=0.3", {"fusion": "weighted", "alpha": 0.3}),
     ("contextual BM25 off (context_weight=0)", {"context_weight": 0.0}),
     ("speaker field off (speaker_weight=0)", {"speaker_weight": 0.0}),
 ]
@@ -562,8 +565,8 @@ def tune(benches: dict[str, Bench], depths: tuple[int, ...], top: int = 25) -> N
     anchors = {
         ("ceiling", 0.0): "BM25 alone",
         ("ceiling", 1.0): "vectors alone",
-        ("ceiling", 0.5): "the weighted fusion before (fixed alpha 0.5)",
-        ("trust1.5", 0.4): "the default",
+        ("ceiling", 0.5): "fixed alpha 0.5 (the default before the adaptive one)",
+        ("trust1.5", 0.4): "the query-weighted fusion once built",
     }
     print("\ntrain replay (relevance only), recall@5 / recall@10 / nDCG@10 per set;")
     print(f"the best {top} by mean nDCG@10, then the anchors; margin: the worst difference")

@@ -293,7 +293,8 @@ class SearchRequest:
     Left None, ``weights``, ``decay``, ``recency_half_life`` and ``track_access``
     are the store's (``Engine.search``'s ``defaults``; without them: the engine's
     defaults, and no access recorded); ``candidates`` is ``max(50, 4 * k)``, and
-    ``max(100, 4 * k)`` in a store of conversation turns."""
+    ``max(100, 4 * k)`` in a store of conversation turns; ``alpha`` None weighs the
+    cosine per query (adaptive fusion, the default)."""
 
     def __new__(
         cls,

@@ -377,7 +377,7 @@ class MemoryStore(Listing):
         recency_half_life: float | None = None,
         fusion: Literal["rrf", "weighted"] = "weighted",
         rrf_k: float = _core.DEFAULT_RRF_K,
-        alpha: float = _core.DEFAULT_ALPHA,
+        alpha: float | None = None,
         context_weight: float = _core.DEFAULT_CONTEXT_WEIGHT,
         speaker_weight: float = _core.DEFAULT_SPEAKER_WEIGHT,
         diversity: float = 0.0,
@@ -428,7 +428,8 @@ class MemoryStore(Listing):
             fusion: how hybrid mode combines its two lists: ``"weighted"`` (an absolute
                 relevance) or ``"rrf"`` (reciprocal rank fusion: where a hit ranks).
             rrf_k: the constant of reciprocal rank fusion.
-            alpha: the cosine's weight in weighted fusion (BM25's is ``1 - alpha``).
+            alpha: the cosine's weight in weighted fusion (BM25's is ``1 - alpha``);
+                None: chosen per query, more to the list whose best hits stand out.
             context_weight: the share of a conversation turn's BM25 scored over the turn
                 joined with its session's previous and next turn (0 turns it off).
             speaker_weight: what a query naming a turn's speaker ("I", "my" or a name)

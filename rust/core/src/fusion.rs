@@ -4,7 +4,7 @@
 //!   at 1-based rank `r_i` in list `i` scores `Σ_i 1 / (k + r_i)`; dividing by
 //!   the best possible sum, `L / (k + 1)` for `L` non-empty lists, maps a
 //!   document ranked first everywhere to 1.
-//! - Weighted fusion (the default): `α · cosine⁺ + (1 − α) · bm25 / ceiling`,
+//! - Weighted fusion: `α · cosine⁺ + (1 − α) · bm25 / ceiling`,
 //!   where `cosine⁺` is the cosine similarity clamped to [0, 1] and `ceiling`
 //!   is the BM25 score no document can reach for this query (the sum of its
 //!   terms' idf). Both signals are absolute: a document that matches the
@@ -13,18 +13,35 @@
 //!   fused relevance cuts irrelevant hits. (Dividing by the best candidate's
 //!   BM25 instead gives the best match 1 even when it shares one common word
 //!   with the query.)
+//! - Adaptive fusion (the default): the same sum, its `α` chosen per query
+//!   from the two lists themselves ([`adaptive_alpha`]): the list whose best
+//!   candidate stands further above its 30th weighs more.
 
 use crate::error::{Error, Result};
 use crate::repr::py_float;
 
 /// The `k` of the original paper, and Nous's and Elasticsearch's default.
 pub const DEFAULT_RRF_K: f64 = 60.0;
-/// The weight of the cosine in weighted fusion: the largest alpha within
-/// 0.005 nDCG@10 of the best on SciFact's train queries (0.4: 0.7397; 0.5:
-/// 0.7362), because memories are short conversational texts where the vector
-/// side carries more (dated conversation set, recall@10: 0.690 at 0.4, 0.750
-/// at 0.5); `benches/tune_search.py`, `benches/bench_conversations.py`.
+/// The weight of the cosine in weighted fusion with a fixed weight (what
+/// `search_knowledge` uses): the largest alpha within 0.005 nDCG@10 of the
+/// best on SciFact's train queries (0.4: 0.7397; 0.5: 0.7362), because
+/// memories are short conversational texts where the vector side carries more
+/// (dated conversation set, recall@10: 0.690 at 0.4, 0.750 at 0.5);
+/// `benches/tune_search.py`, `benches/bench_conversations.py`.
 pub const DEFAULT_ALPHA: f64 = 0.5;
+
+/// The cosine's weight in adaptive fusion runs from [`ADAPTIVE_LOW`] (the
+/// vector list flat, BM25's best standing out) to [`ADAPTIVE_HIGH`] (the
+/// other way round): see [`adaptive_alpha`]. Chosen on the train halves of
+/// `benches/bench_quality.py`'s sets by `benches/tune_fusion.py`: the range
+/// that loses no train set and gains on each of LoCoMo's shapes. Wider
+/// ranges gain more on LoCoMo and lose the real chats (0.1-0.6: Chit-Chat's
+/// test nDCG@10 0.405 -> 0.388; 0.35-0.55: 0.400).
+pub const ADAPTIVE_LOW: f64 = 0.4;
+/// See [`ADAPTIVE_LOW`].
+pub const ADAPTIVE_HIGH: f64 = 0.55;
+/// A list's spread is its best score minus the score at this rank.
+pub const SPREAD_RANK: usize = 30;
 
 /// The share of a conversation turn's BM25 taken from its context (the turn
 /// with its previous and next turn of its session): see [`contextual`].
@@ -32,15 +49,19 @@ pub const DEFAULT_CONTEXT_WEIGHT: f64 = 0.2;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fusion {
-    Rrf { k: f64 },
-    Weighted { alpha: f64 },
+    Rrf {
+        k: f64,
+    },
+    Weighted {
+        alpha: f64,
+    },
+    /// Weighted, with the weight [`adaptive_alpha`] gives each query.
+    Adaptive,
 }
 
 impl Default for Fusion {
     fn default() -> Self {
-        Fusion::Weighted {
-            alpha: DEFAULT_ALPHA,
-        }
+        Fusion::Adaptive
     }
 }
 
@@ -139,6 +160,34 @@ pub fn bm25_relevance(score: f64, ceiling: f64) -> f64 {
     }
 }
 
+/// How far the best of `scores` (one list's relevances) stands above the one
+/// at rank [`SPREAD_RANK`] (the last, in a shorter list): 0 for no scores.
+/// Reorders `scores`; one selection, linear in their number.
+pub fn spread(scores: &mut [f64]) -> f64 {
+    let Some(last) = scores.len().checked_sub(1) else {
+        return 0.0;
+    };
+    let best = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (_, nth, _) =
+        scores.select_nth_unstable_by(last.min(SPREAD_RANK - 1), |a, b| b.total_cmp(a));
+    best - *nth
+}
+
+/// The cosine's weight for one query, from the spread ([`spread`]) of the
+/// candidates' cosines and of their BM25 shares (over the ceiling, with the
+/// speaker and session passes): `LOW + (HIGH − LOW) · c / (c + b)`, halfway
+/// when both are flat. A list whose best hits stand out from the rest found
+/// something the query singles out; a flat list ranks by words or topics
+/// the candidates share. On short turns the vectors' spread is the larger
+/// when a question paraphrases its answer, BM25's when it reuses the
+/// answer's rare words (LoCoMo's questions, written reading the evidence).
+/// (`benches/README.md`).
+pub fn adaptive_alpha(cosine_spread: f64, bm25_spread: f64) -> f64 {
+    let (c, b) = (cosine_spread.max(0.0), bm25_spread.max(0.0));
+    let share = if c + b > 0.0 { c / (c + b) } else { 0.5 };
+    ADAPTIVE_LOW + (ADAPTIVE_HIGH - ADAPTIVE_LOW) * share
+}
+
 /// Weighted fusion of the two normalised signals. A signal that no list
 /// produced at all (`None`: the query had no indexed term, or no vector)
 /// leaves the whole weight to the other.
@@ -192,5 +241,32 @@ mod tests {
         assert!(close(cosine_relevance(-0.2), 0.0));
         assert!(Fusion::weighted(1.5).is_err());
         assert!(Fusion::rrf(f64::NAN).is_err());
+    }
+
+    #[test]
+    fn spread_is_the_best_above_the_one_at_its_rank() {
+        assert!(close(spread(&mut []), 0.0));
+        assert!(close(spread(&mut [0.4]), 0.0));
+        // Shorter than the rank: the best above the last.
+        assert!(close(spread(&mut [0.2, 0.9, 0.5]), 0.7));
+        // Longer: the 30th best, whatever the order given.
+        let mut scores: Vec<f64> = (0..40).map(|i| f64::from((i * 7) % 40) / 100.0).collect();
+        assert!(close(spread(&mut scores), 0.39 - 0.10));
+    }
+
+    #[test]
+    fn the_adaptive_weight_follows_the_list_that_stands_out() {
+        let mid = (ADAPTIVE_LOW + ADAPTIVE_HIGH) / 2.0;
+        assert!(close(adaptive_alpha(0.0, 0.0), mid));
+        assert!(close(adaptive_alpha(0.2, 0.2), mid));
+        assert!(close(adaptive_alpha(0.3, 0.0), ADAPTIVE_HIGH));
+        assert!(close(adaptive_alpha(0.0, 0.3), ADAPTIVE_LOW));
+        let a = adaptive_alpha(0.3, 0.1);
+        assert!(close(
+            a,
+            ADAPTIVE_LOW + (ADAPTIVE_HIGH - ADAPTIVE_LOW) * 0.75
+        ));
+        assert!(adaptive_alpha(0.1, 0.3) < mid && mid < a);
+        assert_eq!(Fusion::default(), Fusion::Adaptive);
     }
 }

@@ -228,7 +228,7 @@ impl PySearchRequest {
                 choice(py, f, "fusion", "{'rrf', 'weighted'}")
             })?,
             rrf_k: optional_number(py, rrf_k, "rrf_k")?.unwrap_or(fusion::DEFAULT_RRF_K),
-            alpha: optional_number(py, alpha, "alpha")?.unwrap_or(fusion::DEFAULT_ALPHA),
+            alpha: optional_number(py, alpha, "alpha")?,
             context_weight: optional_number(py, context_weight, "context_weight")?
                 .unwrap_or(fusion::DEFAULT_CONTEXT_WEIGHT),
             speaker_weight: optional_number(py, speaker_weight, "speaker_weight")?

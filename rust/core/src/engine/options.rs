@@ -45,7 +45,8 @@ pub struct Given<'a> {
     pub candidates: Option<i64>,
     pub fusion: &'a str,
     pub rrf_k: f64,
-    pub alpha: f64,
+    /// The cosine's weight in weighted fusion; None: chosen per query ([`Fusion::Adaptive`]).
+    pub alpha: Option<f64>,
     pub context_weight: f64,
     pub speaker_weight: f64,
     pub weights: Option<GivenWeights>,
@@ -152,7 +153,7 @@ impl SearchOptions {
         };
         let fusion = match given.fusion {
             "rrf" => Fusion::rrf(given.rrf_k)?,
-            "weighted" => Fusion::weighted(given.alpha)?,
+            "weighted" => given.alpha.map_or(Ok(Fusion::Adaptive), Fusion::weighted)?,
             other => {
                 return Err(Error::invalid(format!(
                     "fusion must be one of {{'rrf', 'weighted'}}, got {other:?}"
@@ -288,7 +289,7 @@ mod tests {
             candidates: None,
             fusion: "weighted",
             rrf_k: 60.0,
-            alpha: 0.5,
+            alpha: None,
             context_weight: 0.2,
             speaker_weight: 0.5,
             weights: None,
@@ -407,6 +408,25 @@ mod tests {
             }),
             "diversity must be in [0, 1], got nan"
         );
+        assert_eq!(
+            refused(Given {
+                alpha: Some(1.5),
+                ..given()
+            }),
+            "alpha must be in [0, 1], got 1.5"
+        );
+    }
+
+    #[test]
+    fn alpha_given_fixes_the_weight_and_none_adapts_it() {
+        let fusion = |alpha| {
+            SearchOptions::new(&Given { alpha, ..given() })
+                .unwrap()
+                .fusion
+        };
+        assert_eq!(fusion(None), Fusion::Adaptive);
+        assert_eq!(fusion(None), SearchOptions::default().fusion);
+        assert_eq!(fusion(Some(0.3)), Fusion::Weighted { alpha: 0.3 });
     }
 
     #[test]

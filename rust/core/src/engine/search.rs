@@ -162,7 +162,8 @@ impl Engine {
         if req.mode == Mode::Text && text.is_none() {
             return Err(Error::invalid("text search needs a non-empty query text"));
         }
-        let weighted = matches!(req.fusion, Fusion::Weighted { .. }) && req.mode == Mode::Hybrid;
+        let weighted = matches!(req.fusion, Fusion::Weighted { .. } | Fusion::Adaptive)
+            && req.mode == Mode::Hybrid;
         // The contextual BM25 and the speakers are scored where BM25's
         // scores count (weighted fusion, text alone) or are shown.
         let bm25_counts = weighted || req.mode == Mode::Text;
@@ -326,31 +327,42 @@ impl Engine {
     fn score(&self, req: &SearchRequest<'_>, has_query: bool, found: &Retrieved) -> Hits {
         let ceiling = found.ceiling;
         let lists = usize::from(found.text_found) + usize::from(found.vector_found);
-        let relevance = |c: &Cand| -> f64 {
-            let cos = || fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
-            let bm = || {
-                let own = c.bm25.map_or(0.0, f64::from);
-                let score = match c.bm25_context {
-                    Some(context) => {
-                        fusion::contextual(own, f64::from(context), req.context_weight)
-                    }
-                    None => own,
-                };
-                let share = fusion::bm25_relevance(score, ceiling);
-                fusion::speaker(
-                    share,
-                    found.named,
-                    c.bm25_speaker == Some(true),
-                    req.speaker_weight,
-                )
+        let cos_of = |c: &Cand| fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
+        let bm_of = |c: &Cand| {
+            let own = c.bm25.map_or(0.0, f64::from);
+            let score = match c.bm25_context {
+                Some(context) => fusion::contextual(own, f64::from(context), req.context_weight),
+                None => own,
             };
+            let share = fusion::bm25_relevance(score, ceiling);
+            fusion::speaker(
+                share,
+                found.named,
+                c.bm25_speaker == Some(true),
+                req.speaker_weight,
+            )
+        };
+        // Adaptive fusion's weight, from every candidate retrieved (those
+        // `min_similarity` drops below included: a cut does not reweigh the rest).
+        let alpha = match req.fusion {
+            Fusion::Weighted { alpha } => alpha,
+            Fusion::Adaptive if req.mode == Mode::Hybrid && has_query && found.text_found => {
+                let (mut cos, mut bm): (Vec<f64>, Vec<f64>) =
+                    found.cands.values().map(|c| (cos_of(c), bm_of(c))).unzip();
+                fusion::adaptive_alpha(fusion::spread(&mut cos), fusion::spread(&mut bm))
+            }
+            _ => fusion::DEFAULT_ALPHA, // one list at most: weighted() ignores it
+        };
+        let relevance = |c: &Cand| -> f64 {
+            let cos = || cos_of(c);
+            let bm = || bm_of(c);
             match (req.mode, req.fusion) {
                 (Mode::Text, _) => bm(),
                 (Mode::Vector, _) => cos(),
                 (Mode::Hybrid, Fusion::Rrf { k }) => {
                     fusion::rrf(&[c.bm25_rank, c.vector_rank], k, lists)
                 }
-                (Mode::Hybrid, Fusion::Weighted { alpha }) => {
+                (Mode::Hybrid, Fusion::Weighted { .. } | Fusion::Adaptive) => {
                     fusion::weighted(has_query.then(cos), found.text_found.then(bm), alpha)
                 }
             }

@@ -581,6 +581,8 @@ fn signals_of(e: &Engine, weight: f64) -> (Vec<u64>, rustc_hash::FxHashMap<u64, 
     let q = [1.0, 0.0];
     let mut r = request(Some("hiking"), Some(&q), Mode::Hybrid);
     r.context_weight = weight;
+    // The pass's arithmetic at a known weight (the default's is per query).
+    r.fusion = Fusion::weighted(0.5).unwrap();
     let hits = e.search(&r).unwrap();
     let by_id = hits.ids.iter().copied().zip(hits.signals).collect();
     (hits.ids, by_id)
