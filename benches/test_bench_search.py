@@ -30,7 +30,8 @@ import memlane
 from _bench_data import Dataset, exact_top
 from memlane import Memory
 from memlane._core import (
-    DEFAULT_ALPHA,
+    ADAPTIVE_HIGH,
+    ADAPTIVE_LOW,
     DEFAULT_IMPORTANCE_WEIGHT,
     DEFAULT_RECENCY_WEIGHT,
     DEFAULT_RELEVANCE_WEIGHT,
@@ -148,14 +149,15 @@ def check_signals(kind: str, signals: np.ndarray, text_hits: bool) -> None:
         np.testing.assert_allclose(signals[:, RELEVANCE], rrf, rtol=1e-9)
     else:
         bm25 = np.nan_to_num(signals[:, BM25])
-        scored = bm25 > 0
         if text_hits:
-            # alpha * max(cos, 0) + (1 - alpha) * bm25 / ceiling, one ceiling per query:
-            # what is left besides the cosine is proportional to the BM25 score.
-            rest = signals[:, RELEVANCE] - DEFAULT_ALPHA * cos
-            ratio = rest[scored] / bm25[scored]
-            np.testing.assert_allclose(ratio, ratio[0] if scored.any() else 0, rtol=1e-5)
-            np.testing.assert_allclose(rest[~scored], 0, atol=1e-9)
+            # alpha * max(cos, 0) + (1 - alpha) * bm25 / ceiling, one alpha (chosen per
+            # query, in [ADAPTIVE_LOW, ADAPTIVE_HIGH]) and one ceiling per query: the
+            # relevance is a linear function of the cosine and the BM25 score.
+            terms = np.stack([cos, bm25], axis=1)
+            (alpha, per_bm25), *_ = np.linalg.lstsq(terms, signals[:, RELEVANCE], rcond=None)
+            np.testing.assert_allclose(terms @ [alpha, per_bm25], signals[:, RELEVANCE], atol=1e-9)
+            assert ADAPTIVE_LOW - 1e-9 <= alpha <= ADAPTIVE_HIGH + 1e-9, alpha
+            assert per_bm25 >= 0
         else:
             # No text hit at all: the cosine alone.
             np.testing.assert_allclose(signals[:, RELEVANCE], cos, rtol=1e-6)

@@ -13,11 +13,12 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
+from memlane._core import ADAPTIVE_HIGH as HIGH
+from memlane._core import ADAPTIVE_LOW as LOW
 from memlane._core import DEFAULT_ALPHA
+from memlane._core import SPREAD_RANK as RANK
 
 DIM = WordHashEmbedder().dimension
-#: The formula's constants (rust/core/src/fusion.rs).
-LOW, HIGH, RANK = 0.4, 0.55, 30
 
 
 def vector(cosine: float, axis: int) -> np.ndarray:

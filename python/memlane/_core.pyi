@@ -8,6 +8,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ADAPTIVE_HIGH",
+    "ADAPTIVE_LOW",
     "DEFAULT_ALPHA",
     "DEFAULT_CONTEXT_WEIGHT",
     "DEFAULT_IMPORTANCE_WEIGHT",
@@ -17,6 +19,7 @@ __all__ = [
     "DEFAULT_RRF_K",
     "DEFAULT_SPEAKER_WEIGHT",
     "ROW_FIELDS",
+    "SPREAD_RANK",
     "BM25Index",
     "BM25Okapi",
     "Engine",
@@ -35,6 +38,11 @@ __version__: str
 #: The fields of ``memlane.schema.Row`` as the build read them (``rust/py/build.rs``).
 ROW_FIELDS: list[str]
 DEFAULT_ALPHA: float
+#: The range of the cosine's weight in the default (adaptive) fusion, and the rank
+#: each list's spread is measured to (``rust/core/src/fusion.rs``).
+ADAPTIVE_LOW: float
+ADAPTIVE_HIGH: float
+SPREAD_RANK: int
 DEFAULT_RRF_K: float
 DEFAULT_CONTEXT_WEIGHT: float
 DEFAULT_SPEAKER_WEIGHT: float

@@ -19,6 +19,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The search defaults live in the core; Python reads them from here.
     m.add("DEFAULT_ALPHA", fusion::DEFAULT_ALPHA)?;
+    m.add("ADAPTIVE_LOW", fusion::ADAPTIVE_LOW)?;
+    m.add("ADAPTIVE_HIGH", fusion::ADAPTIVE_HIGH)?;
+    m.add("SPREAD_RANK", fusion::SPREAD_RANK)?;
     m.add("DEFAULT_RRF_K", fusion::DEFAULT_RRF_K)?;
     m.add("DEFAULT_CONTEXT_WEIGHT", fusion::DEFAULT_CONTEXT_WEIGHT)?;
     m.add("DEFAULT_SPEAKER_WEIGHT", fusion::DEFAULT_SPEAKER_WEIGHT)?;
