@@ -47,7 +47,7 @@ pub const SPREAD_RANK: usize = 30;
 /// with its previous and next turn of its session): see [`contextual`].
 pub const DEFAULT_CONTEXT_WEIGHT: f64 = 0.2;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum Fusion {
     Rrf {
         k: f64,
@@ -56,13 +56,8 @@ pub enum Fusion {
         alpha: f64,
     },
     /// Weighted, with the weight [`adaptive_alpha`] gives each query.
+    #[default]
     Adaptive,
-}
-
-impl Default for Fusion {
-    fn default() -> Self {
-        Fusion::Adaptive
-    }
 }
 
 impl Fusion {
