@@ -144,6 +144,41 @@ fn modes_and_weighted_fusion() {
     }
 }
 
+/// The default fusion weighs each query by its two lists' spreads over every
+/// candidate: here three, so each spread is the best minus the last.
+#[test]
+fn adaptive_fusion_weighs_by_the_lists_spreads() {
+    let e = three();
+    let q = [0.0, 1.0];
+    let r = request(Some("dark"), Some(&q), Mode::Hybrid);
+    assert_eq!(r.fusion, Fusion::Adaptive);
+    let hits = e.search(&r).unwrap();
+    assert_eq!(hits.ids.len(), 3);
+    let ceiling = e.bm25.ceiling("dark");
+    let cos: Vec<f64> = hits
+        .signals
+        .iter()
+        .map(|s| f64::from(s.cosine.unwrap()).max(0.0))
+        .collect();
+    let bm: Vec<f64> = hits
+        .signals
+        .iter()
+        .map(|s| f64::from(s.bm25.unwrap()) / ceiling)
+        .collect();
+    let spread = |x: &[f64]| {
+        x.iter().copied().fold(f64::MIN, f64::max) - x.iter().copied().fold(f64::MAX, f64::min)
+    };
+    let alpha = crate::fusion::adaptive_alpha(spread(&cos), spread(&bm));
+    assert!(alpha > crate::fusion::ADAPTIVE_LOW && alpha < crate::fusion::ADAPTIVE_HIGH);
+    for ((s, c), b) in hits.signals.iter().zip(&cos).zip(&bm) {
+        assert!(close(s.relevance, alpha * c + (1.0 - alpha) * b));
+    }
+    // A fixed weight is used as given.
+    let mut fixed = r;
+    fixed.fusion = Fusion::weighted(alpha).unwrap();
+    assert_eq!(e.search(&fixed).unwrap().scores, hits.scores);
+}
+
 #[test]
 fn recency_and_boost_by_hand() {
     let e = three();
