@@ -318,9 +318,10 @@ def start(args: list[str], port: int, health: str) -> subprocess.Popen[bytes]:
 
 def breakdown(folder: Path, texts: list[str], vectors: np.ndarray) -> dict[str, float]:
     """One memlane search's parts in process, each the median of a few passes over the
-    queries: the engine call given a vector and given text (which embeds), the body read,
-    the answer written, and the whole ASGI app (Starlette, the route, the worker thread)."""
+    queries: the search given a vector and given text (which embeds), the body read, the
+    answer written, the whole ASGI app (Starlette and the route), and the model alone."""
     from memlane import Memory
+    from memlane.embeddings import OnnxEmbedder
     from memlane.server import create_app
     from memlane.server.calls import Answer, hit_json
 
@@ -355,6 +356,9 @@ def breakdown(folder: Path, texts: list[str], vectors: np.ndarray) -> dict[str, 
             lambda i, t, v: Answer({"hits": [hit_json(h) for h in hits]}).body
         )
         out["app_in_process_ms"] = _app_in_process(create_app(mem), bodies)
+    # The model alone on one question, with its default threads (one a core) and one.
+    for label, model in (("", OnnxEmbedder()), ("_one_thread", OnnxEmbedder(threads=1))):
+        out[f"model_one_text{label}_ms"] = per_query(lambda i, t, v, m=model: m.embed(t), 2)
     return out
 
 
