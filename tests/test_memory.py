@@ -120,6 +120,14 @@ def test_end_to_end_on_the_default_embedder(store: Memory) -> None:
     assert got.to_dict()["embedding"] is not None and "embedding" not in got.to_dict(
         embedding=False
     )
+    # Every stored field in declaration order, plain values, the metadata a copy.
+    stored = [f for f in got.__dataclass_fields__ if f not in ("duplicate", "duplicate_of")]
+    plain = got.to_dict()
+    assert list(plain) == stored
+    assert plain["embedding"] == [float(x) for x in got.embedding]
+    assert list(got.to_dict(embedding=False)) == [f for f in stored if f != "embedding"]
+    plain["metadata"]["added"] = 1
+    assert "added" not in got.metadata
 
 
 def test_query_embedding_skips_the_embedder(make_store: StoreFactory) -> None:
