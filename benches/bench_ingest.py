@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import sys
 import tempfile
@@ -104,7 +105,8 @@ class VectorCache:
         CACHE.mkdir(parents=True, exist_ok=True)
         keys = np.array(list(self.data), dtype="S16")
         vectors = np.stack(list(self.data.values())).astype(np.float32)
-        tmp = self.path.with_suffix(".tmp.npz")
+        # A name of this process's own: two benches saving at once must not write one file.
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp.npz")
         np.savez(tmp, keys=keys, vectors=vectors)
         tmp.replace(self.path)
         self.dirty = False
