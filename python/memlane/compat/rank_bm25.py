@@ -271,7 +271,10 @@ class _Delta(_BM25):
         self._tfs = tfs[order]
         df = np.bincount(terms, minlength=len(tokens))
         self._starts = np.concatenate(([0], np.cumsum(df)))
-        self._lengths = self._engine.doc_len().astype(np.int64)
+        lengths = self._engine.doc_len().astype(np.int64)
+        # ``1 - b + b·len/avgdl`` per document, as rank_bm25 writes it: fixed by the corpus
+        # and b, so computed once rather than on every query.
+        self._norm = 1 - self._b + self._b * lengths / self.avgdl
         n = self.corpus_size
         self._idf_values = [self._idf_of(n, int(freq)) for freq in df]
         self._idf: dict[Any, float] | None = None
@@ -311,10 +314,6 @@ class _Delta(_BM25):
         start, end = self._starts[term], self._starts[term + 1]
         return self._docs[start:end], self._tfs[start:end]
 
-    def _length_norm(self) -> npt.NDArray[np.floating[Any]]:
-        """``1 - b + b·len/avgdl`` per document, as rank_bm25 writes it."""
-        return 1 - self._b + self._b * self._lengths / self.avgdl
-
 
 class BM25L(_Delta):
     """BM25L over pre-tokenized documents, scoring as ``rank_bm25.BM25L``.
@@ -341,7 +340,7 @@ class BM25L(_Delta):
 
     def get_scores(self, query: Iterable[Hashable]) -> _Scores:
         score = np.zeros(self.corpus_size)
-        norm = self._length_norm()
+        norm = self._norm
         k1, delta = self._k1, self._delta
         for term in self._terms_of(query):
             docs, tf = self._postings(term)
@@ -376,7 +375,7 @@ class BM25Plus(_Delta):
 
     def get_scores(self, query: Iterable[Hashable]) -> _Scores:
         score = np.zeros(self.corpus_size)
-        norm = self._length_norm()
+        norm = self._norm
         k1, delta = self._k1, self._delta
         for term in self._terms_of(query):
             docs, tf = self._postings(term)
