@@ -21,6 +21,7 @@ from memlane.agent import (
     add_short_term,
     consolidate,
 )
+from upkeep_scripts import turn
 
 # Every trigger but consolidation off; consolidation at its defaults.
 SETTINGS: dict[str, Any] = {
@@ -35,11 +36,6 @@ SETTINGS: dict[str, Any] = {
 
 def summary(n: int) -> str:
     return json.dumps({"summary": f"Episode {n}: a chat about trains", "confidence": 0.5})
-
-
-def turn(am: AgentMemory, event: Any, text: str) -> Any:
-    msgs = am.before(event, [{"role": "user", "content": text}])
-    return am.after(event, msgs, "noted")
 
 
 def test_each_contact_is_consolidated_in_batches_of_12(
