@@ -78,11 +78,9 @@ class JobBook:
         if not isinstance(outcome, JobOutcome):
             raise InvalidArgumentError(f"outcome must be a JobOutcome, got {outcome!r}")
         key = f"{_OUTCOME}{outcome.done_at:020.6f}:{uuid.uuid4().hex[:12]}"
-        kept = self._db.tenant_meta_items(_OUTCOME)
         with self._db.transaction() as conn:
             self._db.set_tenant_meta(conn, key, outcome.dumps())
-            for old, _ in kept[: max(0, len(kept) + 1 - OUTCOMES_KEPT)]:
-                self._db.delete_tenant_meta(conn, old)
+            self._db.trim_tenant_meta(conn, _OUTCOME, OUTCOMES_KEPT)
 
     def outcomes(self) -> list[JobOutcome]:
         """The outcomes kept, oldest first (an entry that is not one is left out)."""

@@ -309,3 +309,17 @@ class Dialect(abc.ABC):
             self._q(f"DELETE FROM {self._p}tenant_meta WHERE tenant = ? AND key = ?"),
             (self.tenant, key),
         )
+
+    def trim_tenant_meta(self, conn: Any, prefix: str, keep: int) -> None:
+        """Deletes the tenant's entries under ``prefix`` (not empty) but the ``keep`` last
+        in key order: one statement in the caller's transaction, reading no value."""
+        high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        in_range = "tenant = ? AND key >= ? AND key < ?"
+        conn.execute(
+            self._q(
+                f"DELETE FROM {self._p}tenant_meta WHERE {in_range} AND key < ("
+                f"SELECT key FROM {self._p}tenant_meta WHERE {in_range} "
+                "ORDER BY key DESC LIMIT 1 OFFSET ?)"
+            ),
+            (self.tenant, prefix, high, self.tenant, prefix, high, keep - 1),
+        )
