@@ -71,7 +71,7 @@ def stats(sync: IndexSync) -> StoreStats:
         snapshot_at=snapshot_at,
         changes_since_snapshot=sync.changes,
         snapshot_due=sync.snapshot_due(),
-        tombstones=len(db.tombstones_since(0)),
+        tombstones=db.count_tombstones(),
         database_bytes=None if database is None else _size(database.parent, database.name),
         index_bytes=None if sync.index_dir is None else _size(sync.index_dir),
     )

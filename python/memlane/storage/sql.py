@@ -413,6 +413,10 @@ class SQLStore(Dialect):
             self._cache.forget(gone)
         return gone
 
+    def count_tombstones(self) -> int:
+        q = f"SELECT count(*) FROM {self._p}tombstones"
+        return int(self._read(lambda c: c.execute(q).fetchone()[0]))
+
     def all_rowids(self) -> set[int]:
         q = f"SELECT rowid FROM {self._p}records"
         return self._read(lambda c: {r[0] for r in c.execute(q)})
