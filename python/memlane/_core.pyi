@@ -12,6 +12,7 @@ __all__ = [
     "ADAPTIVE_LOW",
     "DEFAULT_ALPHA",
     "DEFAULT_CONTEXT_WEIGHT",
+    "DEFAULT_DATE_WEIGHT",
     "DEFAULT_IMPORTANCE_WEIGHT",
     "DEFAULT_RECENCY_HALF_LIFE_HOURS",
     "DEFAULT_RECENCY_WEIGHT",
@@ -46,6 +47,7 @@ SPREAD_RANK: int
 DEFAULT_RRF_K: float
 DEFAULT_CONTEXT_WEIGHT: float
 DEFAULT_SPEAKER_WEIGHT: float
+DEFAULT_DATE_WEIGHT: float
 DEFAULT_RELEVANCE_WEIGHT: float
 DEFAULT_IMPORTANCE_WEIGHT: float
 DEFAULT_RECENCY_WEIGHT: float
@@ -323,6 +325,7 @@ class SearchRequest:
         context_weight: float | None = None,
         speaker_weight: float | None = None,
         diversity: float | None = None,
+        date_weight: float | None = None,
     ) -> SearchRequest: ...
     @property
     def k(self) -> int: ...
@@ -391,11 +394,13 @@ class Engine:
         now: float,
         current_only: bool = False,
         defaults: SearchRequest | None = None,
+        dates: Sequence[tuple[float, float]] = (),
     ) -> tuple[list[int], list[float], list[dict[str, float | int | None]] | None]:
         """One query with ``request``'s options over the store's ``defaults`` (its
         ``weights``, ``decay``, ``recency_half_life``, ``track_access``): ids, final
         scores and, when the request asks to explain, one dict of signals per hit
-        (``SearchHit.explain``). ``now``: the time of the access recorded."""
+        (``SearchHit.explain``). ``now``: the time of the access recorded; ``dates``:
+        the intervals ``(start, end)`` of the dates the query's text names."""
     def nearest(
         self,
         vectors: npt.ArrayLike,

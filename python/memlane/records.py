@@ -111,7 +111,9 @@ class SearchHit:
     (None where the hit was not retrieved that way), ``bm25_context`` (the BM25
     of a conversation turn joined with its neighbours; None without a session),
     ``bm25_speaker`` (whether the query names the hit's speaker; None in a store
-    without speakers),
+    without speakers), ``date`` (whether the hit was created in or near a date the
+    query names; None when the date pass did not apply: the query names no date,
+    or no candidate was created near one),
     ``relevance`` (fused, in [0, 1]), ``importance``, ``recency``, ``age_hours``
     (from the newest candidate), ``boost`` (the factor applied to the relevance) and
     ``score``.

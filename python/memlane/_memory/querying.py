@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeGuard
 
 from memlane import _core, coerce
 from memlane._memory.access import AccessLog
+from memlane._memory.dates import named_intervals
 from memlane._memory.encoding import record
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
@@ -221,6 +222,7 @@ class Searcher:
             now=now,
             current_only=current_only,
             defaults=self.defaults,
+            dates=named_intervals(query),
         )
         touch = self.track_access if request.track_access is None else request.track_access
         if touch and rowids and self.access.note(rowids, now):

@@ -380,6 +380,7 @@ class MemoryStore(Listing):
         alpha: float | None = None,
         context_weight: float = _core.DEFAULT_CONTEXT_WEIGHT,
         speaker_weight: float = _core.DEFAULT_SPEAKER_WEIGHT,
+        date_weight: float = _core.DEFAULT_DATE_WEIGHT,
         diversity: float = 0.0,
         candidates: int | None = None,
         start: float | datetime | None = None,
@@ -434,6 +435,9 @@ class MemoryStore(Listing):
                 joined with its session's previous and next turn (0 turns it off).
             speaker_weight: what a query naming a turn's speaker ("I", "my" or a name)
                 adds, as a share of the BM25 ceiling (0 turns it off).
+            date_weight: what a date the query names ("on 7 May 2023", "in June 2023")
+                adds to the relevance of the memories created in or near it, as a share
+                of the relevance (0 turns it off; [Search and scores][search-and-scores]).
             diversity: λ in [0, 1] of maximal marginal relevance (0, the default: off): a
                 hit much like one above it gives its place to one that says something else
                 ([Search and scores][search-and-scores]).
@@ -475,6 +479,7 @@ class MemoryStore(Listing):
             alpha=alpha,
             context_weight=context_weight,
             speaker_weight=speaker_weight,
+            date_weight=date_weight,
             diversity=diversity,
             candidates=candidates,
             explain=explain,

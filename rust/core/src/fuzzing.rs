@@ -164,6 +164,8 @@ fn request<'a>(
         fusion: Fusion::default(),
         context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
         speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
+        date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
+        dates: &[],
         weights: Weights::default(),
         rate: 0.01,
         age_from: crate::scoring::AgeFrom::Clock,

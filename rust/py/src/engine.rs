@@ -213,6 +213,7 @@ fn explained<'py>(py: Python<'py>, s: &Signals) -> PyResult<Bound<'py, PyDict>> 
     d.set_item("bm25_rank", s.bm25_rank)?;
     d.set_item("bm25_context", s.bm25_context.map(f64::from))?;
     d.set_item("bm25_speaker", s.bm25_speaker)?;
+    d.set_item("date", s.date)?;
     d.set_item("cosine", s.cosine.map(f64::from))?;
     d.set_item("vector_rank", s.vector_rank)?;
     d.set_item("relevance", s.relevance)?;
@@ -360,10 +361,11 @@ impl PyEngine {
     /// (ids, final scores, explain), explain a dict per hit (see
     /// `SearchHit.explain`) when the request asks for it, else None.
     /// `current_only` leaves superseded records out; `now` is the time of
-    /// the access recorded (unix seconds).
+    /// the access recorded (unix seconds); `dates` the intervals `(start, end)`
+    /// of the dates the query's text names.
     #[pyo3(signature = (
         request, text = None, vector = None, filter = None, *, now, current_only = false,
-        defaults = None,
+        defaults = None, dates = Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
@@ -376,6 +378,7 @@ impl PyEngine {
         now: f64,
         current_only: bool,
         defaults: Option<&PySearchRequest>,
+        dates: Vec<(f64, f64)>,
     ) -> PyResult<Found<'py>> {
         let q = vector
             .map(|v| Matrix::extract(py, v, "query vector"))
@@ -394,6 +397,7 @@ impl PyEngine {
                 defaults,
                 text.as_deref(),
                 qv,
+                &dates,
                 filter.as_ref(),
                 now,
                 current_only,

@@ -182,7 +182,7 @@ impl PySearchRequest {
         k = None, *, mode = None, threshold = None, min_similarity = None, weights = None,
         decay = None, recency_half_life = None, fusion = None, rrf_k = None, alpha = None,
         candidates = None, explain = None, track_access = None, context_weight = None,
-        speaker_weight = None, diversity = None,
+        speaker_weight = None, diversity = None, date_weight = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -203,6 +203,7 @@ impl PySearchRequest {
         context_weight: Option<&Bound<'_, PyAny>>,
         speaker_weight: Option<&Bound<'_, PyAny>>,
         diversity: Option<&Bound<'_, PyAny>>,
+        date_weight: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let k = k.map_or(Ok(5), |k| count(py, k, "k", 1))?;
         let mode = mode.map_or(Ok("hybrid"), |m| {
@@ -233,6 +234,8 @@ impl PySearchRequest {
                 .unwrap_or(fusion::DEFAULT_CONTEXT_WEIGHT),
             speaker_weight: optional_number(py, speaker_weight, "speaker_weight")?
                 .unwrap_or(fusion::DEFAULT_SPEAKER_WEIGHT),
+            date_weight: optional_number(py, date_weight, "date_weight")?
+                .unwrap_or(fusion::DEFAULT_DATE_WEIGHT),
             explain: explain.map_or(Ok(false), |e| flag(py, e, "explain"))?,
             track_access: track_access
                 .filter(|t| !t.is_none())

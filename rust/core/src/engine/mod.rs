@@ -656,6 +656,8 @@ mod shared_linking {
                 fusion: Fusion::default(),
                 context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
                 speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
+                date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
+                dates: &[],
                 weights: Weights::resolve(Some(1.0), None, None).unwrap(),
                 rate: 0.0,
                 age_from: crate::scoring::AgeFrom::NewestCandidate,

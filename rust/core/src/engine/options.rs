@@ -49,6 +49,7 @@ pub struct Given<'a> {
     pub alpha: Option<f64>,
     pub context_weight: f64,
     pub speaker_weight: f64,
+    pub date_weight: f64,
     pub weights: Option<GivenWeights>,
     pub decay: Option<f64>,
     pub recency_half_life: Option<f64>,
@@ -77,6 +78,9 @@ pub struct SearchOptions {
     /// What a speaker the query names is worth to its turns
     /// ([`crate::fusion::speaker`]).
     pub speaker_weight: f64,
+    /// What a date the query names is worth to the candidates created near it
+    /// ([`crate::fusion::dated`]).
+    pub date_weight: f64,
     pub weights: Option<GivenWeights>,
     pub decay: Option<f64>,
     pub recency_half_life: Option<f64>,
@@ -98,6 +102,7 @@ impl Default for SearchOptions {
             fusion: Fusion::default(),
             context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
             speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
+            date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
             weights: None,
             decay: None,
             recency_half_life: None,
@@ -114,7 +119,7 @@ impl SearchOptions {
     /// Checks every value, in the order the caller's messages have always
     /// come in: `k`, `mode`, `threshold`, `min_similarity`, `weights`,
     /// `decay`, `recency_half_life`, `candidates`, the fusion, then
-    /// `context_weight`, `speaker_weight`, then `diversity`.
+    /// `context_weight`, `speaker_weight`, `date_weight`, then `diversity`.
     pub fn new(given: &Given<'_>) -> Result<Self> {
         let k = count("k", given.k, 1)?;
         let mode = Mode::parse(given.mode)?;
@@ -162,6 +167,7 @@ impl SearchOptions {
         };
         let context_weight = crate::fusion::context_weight(given.context_weight)?;
         let speaker_weight = crate::fusion::speaker_weight(given.speaker_weight)?;
+        let date_weight = crate::fusion::date_weight(given.date_weight)?;
         let diversity = crate::mmr::diversity(given.diversity)?;
         Ok(SearchOptions {
             k,
@@ -171,6 +177,7 @@ impl SearchOptions {
             fusion,
             context_weight,
             speaker_weight,
+            date_weight,
             weights: given.weights,
             decay,
             recency_half_life,
@@ -189,7 +196,8 @@ impl SearchOptions {
     }
 
     /// The engine's request for one query: these options over the store's
-    /// `defaults` (weights, decay, half-life, access tracking). Without a
+    /// `defaults` (weights, decay, half-life, access tracking), `dates` the
+    /// intervals the query's text names (checked here). Without a
     /// query vector a hybrid search is a text search, and a vector search's
     /// `threshold` is a cosine similarity (elizaOS's `match_threshold`).
     #[allow(clippy::too_many_arguments)]
@@ -198,10 +206,12 @@ impl SearchOptions {
         defaults: &SearchOptions,
         text: Option<&'a str>,
         vector: Option<&'a [f32]>,
+        dates: &'a [(f64, f64)],
         filter: Option<&'a Filter>,
         now: f64,
         current_only: bool,
     ) -> Result<SearchRequest<'a>> {
+        crate::fusion::named_dates(dates)?;
         let mode = match (self.mode, vector) {
             (Mode::Hybrid, None) => Mode::Text,
             (mode, _) => mode,
@@ -229,6 +239,8 @@ impl SearchOptions {
             fusion: self.fusion,
             context_weight: self.context_weight,
             speaker_weight: self.speaker_weight,
+            date_weight: self.date_weight,
+            dates,
             weights,
             rate: scoring::rate(decay, half_life)?,
             age_from: AgeFrom::for_decay(decay),
@@ -292,6 +304,7 @@ mod tests {
             alpha: None,
             context_weight: 0.2,
             speaker_weight: 0.5,
+            date_weight: 0.2,
             weights: None,
             decay: None,
             recency_half_life: None,
@@ -393,6 +406,13 @@ mod tests {
                 ..given()
             }),
             "speaker_weight must be in [0, 1], got inf"
+        );
+        assert_eq!(
+            refused(Given {
+                date_weight: 2.0,
+                ..given()
+            }),
+            "date_weight must be in [0, 1], got 2.0"
         );
         assert_eq!(
             refused(Given {

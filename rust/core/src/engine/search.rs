@@ -41,6 +41,12 @@ pub struct SearchRequest<'a> {
     /// What a speaker the query names is worth to its turns, as a share of
     /// the BM25 ceiling ([`fusion::speaker`]).
     pub speaker_weight: f64,
+    /// What a date the query names is worth to the candidates created near it
+    /// ([`fusion::dated`]).
+    pub date_weight: f64,
+    /// The intervals `[start, end)` (unix seconds) of the dates the query's
+    /// text names (the caller reads them: `memlane._memory.dates`).
+    pub dates: &'a [(f64, f64)],
     pub weights: Weights,
     /// λ of the recency signal, per hour ([`scoring::rate`]).
     pub rate: f64,
@@ -78,6 +84,9 @@ pub struct Signals {
     /// Whether the query names the hit's speaker, if the store has speakers
     /// and the search looked.
     pub bm25_speaker: Option<bool>,
+    /// Whether the hit was created in or near a date the query names, if the
+    /// search's date pass applied (some candidate was: [`fusion::dated`]).
+    pub date: Option<bool>,
     /// 1-based rank in the BM25 list, if the hit was in it.
     pub bm25_rank: Option<u32>,
     pub cosine: Option<f32>,
@@ -388,13 +397,24 @@ impl Engine {
                 .map(|&(_, slot, _)| r.accessed_at(slot))
                 .fold(f64::NEG_INFINITY, f64::max),
         };
+        // The date pass: a candidate's creation time against the dates the
+        // query names, a compare per candidate and date.
+        let near: Vec<bool> = if req.date_weight > 0.0 && !req.dates.is_empty() {
+            pool.iter()
+                .map(|&(_, slot, _)| fusion::near_date(r.created_at[slot as usize], req.dates))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let dated = near.contains(&true);
         let mut scored: Vec<(u64, Signals)> = Vec::with_capacity(pool.len());
-        for (id, slot, c) in pool {
+        for (j, (id, slot, c)) in pool.into_iter().enumerate() {
             let s = slot as usize;
             let age_hours = scoring::age_hours(newest, r.accessed_at(slot));
             let recency = scoring::recency(req.rate, age_hours, r.evergreen[s]);
             let importance = f64::from(r.importance[s]);
-            let relevance = relevance(c);
+            let date = dated.then(|| near[j]);
+            let relevance = fusion::dated(relevance(c), dated, date == Some(true), req.date_weight);
             let boost = req.weights.boost(importance, recency);
             let score = relevance * boost;
             if req.threshold.is_some_and(|t| score < t) {
@@ -406,6 +426,7 @@ impl Engine {
                     bm25: c.bm25,
                     bm25_context: c.bm25_context,
                     bm25_speaker: c.bm25_speaker,
+                    date,
                     bm25_rank: c.bm25_rank,
                     cosine: c.cosine,
                     vector_rank: c.vector_rank,

@@ -44,6 +44,8 @@ fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> 
         fusion: Fusion::default(),
         context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
         speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
+        date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
+        dates: &[],
         weights: Weights::resolve(Some(1.0), None, None).unwrap(),
         rate: 0.0,
         age_from: crate::scoring::AgeFrom::NewestCandidate,
