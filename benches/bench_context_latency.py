@@ -1,8 +1,11 @@
 """What a conversation option costs a search: hybrid ``Memory.search`` with a given vector
 on a store of 100,000 conversation turns, each in a session and with its speaker, the
 option (``--option``: ``context_weight``, contextual BM25, or ``speaker_weight``, the
-speaker field) at 0 against the engine's default in one run; ``--option alpha`` times the
-fixed weight 0.5 against the default adaptive fusion (its per-query weight).
+speaker field; ``date_weight``, the date pass) at 0 against the engine's default in one
+run; ``--option alpha`` times the fixed weight 0.5 against the default adaptive fusion
+(its per-query weight). ``--dated`` ends each question with the month and year of a
+stored turn ("... in March 2025"), so that the date pass applies (the sets' questions
+name no date).
 
 The turns are the real chats of ``bench_quality.py``'s conversation sets (conversations
 and chitchat, train and test: about 45,000 turns with their sessions and cached vectors),
@@ -18,7 +21,7 @@ Run with ``--baseline`` against another build (``PYTHONPATH`` pointing at its
 ``python/`` folder) to time that build's default search on the same store.
 
     python benches/bench_context_latency.py [--option speaker_weight] [--size 100000]
-        [--queries 400] [--baseline]
+        [--queries 400] [--baseline] [--dated]
 """
 
 from __future__ import annotations
@@ -39,8 +42,11 @@ from memlane.embeddings import TextTruncatedWarning
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--option", choices=("context_weight", "speaker_weight", "alpha"), default="context_weight"
+        "--option",
+        choices=("context_weight", "speaker_weight", "date_weight", "alpha"),
+        default="context_weight",
     )
+    parser.add_argument("--dated", action="store_true", help="questions that name a month")
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--baseline", action="store_true", help="time the default only")
@@ -81,6 +87,9 @@ def main() -> None:
         mem.add_many(rows[start : start + 5000])
     mem.wait_indexed()
     picked = [queries[i] for i in rng.permutation(len(queries))[: args.queries]]
+    if args.dated:
+        months = [time.strftime("%B %Y", time.gmtime(t[2])) for t in turns]
+        picked = [(f"{text} in {months[rng.integers(len(months))]}", v) for text, v in picked]
     # The setting timed against the default: the option off, or the fixed weight.
     given = _core.DEFAULT_ALPHA if args.option == "alpha" else 0.0
     settings = [{}] if args.baseline else [{args.option: given}, {}]

@@ -287,6 +287,7 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("fixed alpha=0.3", {"fusion": "weighted", "alpha": 0.3}),
     ("contextual BM25 off (context_weight=0)", {"context_weight": 0.0}),
     ("speaker field off (speaker_weight=0)", {"speaker_weight": 0.0}),
+    ("date pass off (date_weight=0: the default before)", {"date_weight": 0.0}),
 ]
 
 #: The rows the headline compares: the defaults against each retriever alone.

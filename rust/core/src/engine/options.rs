@@ -476,14 +476,14 @@ mod tests {
         let v = [1.0f32, 0.0];
         // The store's weights add up to nothing: refused at the search, as given.
         assert!(opts
-            .request(&defaults, None, Some(&v), None, 0.0, true)
+            .request(&defaults, None, Some(&v), &[], None, 0.0, true)
             .is_err());
         let defaults = SearchOptions {
             weights: None,
             ..defaults
         };
         let req = opts
-            .request(&defaults, None, Some(&v), None, 0.0, true)
+            .request(&defaults, None, Some(&v), &[], None, 0.0, true)
             .unwrap();
         assert_eq!((req.threshold, req.min_similarity), (None, Some(0.3)));
         assert_eq!(
@@ -491,8 +491,14 @@ mod tests {
             (0.5, AgeFrom::Clock, false)
         );
         let text = SearchOptions::default()
-            .request(&defaults, Some("q"), None, None, 0.0, true)
+            .request(&defaults, Some("q"), None, &[], None, 0.0, true)
             .unwrap();
         assert_eq!(text.mode, Mode::Text);
+        // The dates a query names are checked with the request.
+        let err = SearchOptions::default()
+            .request(&defaults, Some("q"), None, &[(2.0, 1.0)], None, 0.0, true)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("start < end"), "{err}");
     }
 }
