@@ -41,6 +41,7 @@ EXPLAIN_KEYS = {
     "bm25_rank",
     "bm25_context",
     "bm25_speaker",
+    "date",
     "cosine",
     "vector_rank",
     "relevance",
