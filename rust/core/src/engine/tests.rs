@@ -879,3 +879,48 @@ fn without_vectors_diversity_compares_the_terms() {
     r.diversity = 0.3;
     assert_eq!(e.search(&r).unwrap().ids, vec![1, 3]);
 }
+
+#[test]
+fn a_named_date_lifts_the_records_created_near_it() {
+    // The same words, created on day 100 and on day 200.
+    let texts: Vec<String> = vec!["pottery class".into(), "pottery class".into()];
+    let day = 24.0 * HOUR;
+    let a: Vec<Attrs> = [100.0 * day, 200.0 * day]
+        .iter()
+        .enumerate()
+        .map(|(i, &at)| {
+            let mut a = attrs("a", 0.5, at, false);
+            a.id = Some(format!("r{i}"));
+            a
+        })
+        .collect();
+    let mut e = engine(None);
+    e.upsert(Batch {
+        ids: &[1, 2],
+        texts: Some(&texts),
+        vectors: None,
+        attrs: &a,
+    })
+    .unwrap();
+    let mut r = request(Some("pottery class"), None, Mode::Text);
+    let plain = e.search(&r).unwrap();
+    assert_eq!(plain.ids, vec![1, 2]);
+    assert_eq!(plain.signals[0].date, None);
+    let dates = [(200.0 * day, 201.0 * day)];
+    r.dates = &dates;
+    let dated = e.search(&r).unwrap();
+    assert_eq!(dated.ids, vec![2, 1]);
+    assert_eq!(dated.signals[0].date, Some(true));
+    assert_eq!(dated.signals[1].date, Some(false));
+    let w = crate::fusion::DEFAULT_DATE_WEIGHT;
+    let base = plain.signals[0].relevance;
+    assert!(close(dated.signals[0].relevance, (base + w) / (1.0 + w)));
+    assert!(close(dated.signals[1].relevance, base / (1.0 + w)));
+    // A date no candidate was created near, or the pass off: the order as before.
+    let far = [(500.0 * day, 501.0 * day)];
+    r.dates = &far;
+    assert_eq!(e.search(&r).unwrap(), plain);
+    r.dates = &dates;
+    r.date_weight = 0.0;
+    assert_eq!(e.search(&r).unwrap(), plain);
+}
