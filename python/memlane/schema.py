@@ -170,12 +170,15 @@ def records_table(dialect: Dialect, table: str = "records") -> str:
 HISTORY_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c != "embedding")
 
 #: What a history entry adds: the change (``update``, ``supersede``, ``delete``), when
-#: and by whom it was made, and the record that superseded the version.
+#: and by whom it was made, the record that superseded the version, and the sequence
+#: number of the change that wrote the entry (which orders other processes' changes as
+#: events; none for an imported entry, which no change of this store made).
 HISTORY_EXTRA: tuple[tuple[str, tuple[str, str], bool], ...] = (
     ("event", ("TEXT", "text"), False),
     ("at", ("REAL", "float8"), False),
     ("actor", ("TEXT", "text"), True),
     ("next_id", ("TEXT", "text"), True),
+    ("change_seq", ("INTEGER", "int8"), True),
 )
 
 

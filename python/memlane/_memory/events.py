@@ -1,4 +1,4 @@
-"""Change events: what this process's writes did to a store, told to subscribers.
+"""Change events: what writes did to a store, told to subscribers.
 
 The writer calls ``Events`` after each commit (adds, supersedes, updates, deletes,
 expiry sweeps). A write never waits for a subscriber: each has a bounded queue, and an
@@ -6,8 +6,13 @@ event that finds it full is dropped and counted; the subscriber then reads one
 ``{"type": "lost", "count": n}`` event in its place before the next one that fits. With
 no subscriber an emit costs one truth test (no row is read or converted).
 
-Only this process's writes are told: on PostgreSQL another process's writes reach its
-own subscribers, not these.
+On PostgreSQL other processes write too, and their changes are told as well, in commit
+order with this process's own: while someone listens, ``Events`` remembers the change
+up to which everything was told, and reads what the others committed after it from the
+change log (``Store.changes_since``: the rows they wrote and the history entries they
+made, each with its change) when the store follows them (``IndexSync.follow``, at
+their notification) and before telling a change of this process that came after
+theirs. An embedded store has one process (its lock): there is nothing else to tell.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
 from memlane._memory.encoding import record
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, MemlaneError
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import Row
 
 if TYPE_CHECKING:
     from memlane._memory.sync import IndexSync
+    from memlane.storage import Store
+    from memlane.storage.base import Changes
 
 __all__ = ["Event", "Events", "Subscription"]
 
@@ -79,6 +86,12 @@ class Subscription:
                 self._unreported += 1
                 self.lost += 1
 
+    def missed(self, count: int) -> None:
+        """Counts ``count`` events that could not be read: a ``lost`` event tells them."""
+        with self._lock:
+            self._unreported += count
+            self.lost += count
+
     def get(self, timeout: float | None = None) -> Event | None:
         """The next event; ``None`` once closed, or when ``timeout`` seconds passed."""
         try:
@@ -117,11 +130,16 @@ class Subscription:
 
 
 class Events:
-    """A store's subscribers, and what the writer tells them."""
+    """A store's subscribers, and what the writer tells them (and, on a store other
+    processes write, what the change log says they did)."""
 
-    def __init__(self) -> None:
+    def __init__(self, db: Store) -> None:
         self._subscribers: tuple[Subscription, ...] = ()
         self._lock = threading.Lock()
+        self._db = db
+        #: While someone listens to a shared store: every change up to this one was told
+        #: (or came before the first subscriber). None otherwise.
+        self._told: int | None = None
 
     def __bool__(self) -> bool:
         return bool(self._subscribers)
@@ -149,6 +167,8 @@ class Events:
         checked = {f: coerce.text(v, f) for f, v in scope.items() if v is not None}
         sub = Subscription(self, checked, max_queue)
         with self._lock:
+            if self._told is None and self._db.shared:
+                self._told = self._db.seq()
             self._subscribers = (*self._subscribers, sub)
         if callback is not None:
             threading.Thread(
@@ -159,6 +179,8 @@ class Events:
     def drop(self, sub: Subscription) -> None:
         with self._lock:
             self._subscribers = tuple(s for s in self._subscribers if s is not sub)
+            if not self._subscribers:
+                self._told = None
 
     def close(self) -> None:
         """Ends every subscription (the store closes)."""
@@ -179,6 +201,50 @@ class Events:
                         "record": rec.to_dict(embedding=False),
                     }
                 sub.offer(event)
+
+    # -- other processes' changes ------------------------------------------------------------
+
+    def committed(self, seq: int) -> None:
+        """Change ``seq`` of this process committed (write lock held, before its events):
+        what other processes committed before it is told first."""
+        if self._told is None:
+            return
+        with self._lock:
+            told = self._told
+            if told is None or seq <= told:
+                return
+            if seq > told + 1:
+                try:
+                    self._tell_others(told, seq - 1)
+                except MemlaneError as e:
+                    # The write is stored: it does not fail for its events. Subscribers
+                    # learn that some were not told.
+                    log.warning("memlane: cannot read other processes' changes: %s", e)
+                    for sub in self._subscribers:
+                        sub.missed(seq - 1 - told)
+            self._told = seq
+
+    def follow(self) -> None:
+        """Tells what other processes committed since the last change told (write lock
+        held: every change of this process is told already). A failure leaves them to
+        the next call."""
+        if self._told is None:
+            return
+        with self._lock:
+            if self._told is not None:
+                try:
+                    self._tell_others(self._told, None)
+                except MemlaneError as e:
+                    log.warning("memlane: cannot read other processes' changes: %s", e)
+
+    def _tell_others(self, told: int, upto: int | None) -> None:
+        """Tells the changes after ``told`` up to ``upto`` (None: the newest), all of other
+        processes, and moves ``_told`` to the last."""
+        changes = self._db.changes_since(told)
+        last = changes[0] if upto is None else min(upto, changes[0])
+        for kind, row, extra in _others(told, last, changes):
+            self._tell(kind, row, **extra)
+        self._told = last
 
     # -- told by the writer, after each commit --------------------------------------------
 
@@ -203,6 +269,52 @@ class Events:
         for rowid, row in rows.items() if self._subscribers else ():
             if rowid in deleted:
                 self._tell(kind, row, **({"by": by} if by and kind == "delete" else {}))
+
+
+def _others(told: int, upto: int, changes: Changes) -> list[tuple[str, Row, dict[str, Any]]]:
+    """The events of the changes after ``told`` up to ``upto`` in commit order, each as
+    its writer told it (kind, row, extra fields), from what the changes after ``told``
+    wrote (``changes``: later ones too, whose history entries keep the versions that
+    the changes told wrote).
+
+    A record's versions since ``told`` are its history entries, in the order they were
+    made, then its row. A record whose first version's text was written after ``told``
+    was added then (an update of an older one keeps its former version in the history,
+    whose text is older); a history entry tells an update (the next version is what it
+    wrote), a supersede (of the record added by the same change under the id it names)
+    or a delete (of the version it keeps)."""
+    _, made, rows = changes
+    versions: dict[int, list[Row]] = {}
+    for _, (row, *_) in made:
+        versions.setdefault(row.rowid, []).append(row)
+    for row in rows:
+        versions.setdefault(row.rowid, []).append(row)
+    added: dict[tuple[int, str | None], Row] = {
+        (vs[0].content_seq, vs[0].id): vs[0]
+        for vs in versions.values()
+        if told < vs[0].content_seq <= upto
+    }
+    # (change, then the order within it: history entries as made, adds after by rowid).
+    told_as: list[tuple[tuple[int, int, int], str, Row, dict[str, Any]]] = []
+    seen: dict[int, int] = {}
+    for n, (change, (row, event, _at, actor, next_id)) in enumerate(made):
+        k = seen[row.rowid] = seen.get(row.rowid, -1) + 1
+        if not told < change <= upto:
+            continue
+        order = (change, 0, n)
+        if event == "delete":
+            kind = "expire" if actor == "expire" else "delete"
+            told_as.append((order, kind, row, {"by": actor} if actor and kind == "delete" else {}))
+        elif event == "update" and k + 1 < len(versions[row.rowid]):
+            told_as.append((order, "update", versions[row.rowid][k + 1], {}))
+        elif event == "supersede" and (new := added.pop((change, next_id), None)) is not None:
+            told_as.append((order, "supersede", new, {"supersedes": row.id}))
+        # Else the version it wrote is not this connection's to see (a tenant's: the
+        # change moved the record out of its scope).
+    for (change, _), row in added.items():
+        told_as.append(((change, 1, row.rowid), "add", row, {}))
+    told_as.sort(key=lambda e: e[0])
+    return [(kind, row, extra) for _, kind, row, extra in told_as]
 
 
 def _deliver(sub: Subscription, callback: Callable[[Event], object]) -> None:

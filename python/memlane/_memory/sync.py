@@ -26,6 +26,7 @@ import numpy as np
 from memlane._core import Engine, unblobs
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import blobs, prepare
+from memlane._memory.events import Events
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
 from memlane.errors import (
@@ -123,6 +124,8 @@ class IndexSync:
         #: and maintenance removes them (a store without one pays for neither).
         self.expiring = False
         self.engine, self.snap_seq, self.seq = Engine(dim, **engine_args), 0, 0
+        #: The store's change events (the writer tells its own; following tells others').
+        self.events = Events(db)
 
     # -- opening ------------------------------------------------------------------
 
@@ -485,6 +488,7 @@ class IndexSync:
             # Own commits happen under the write lock, so all of them are <= upto.
             self.seq, self.own = upto, set()
             self.changes += changes
+            self.events.follow()
         if self.engine.pending() or self.changes >= self.snapshot_due():
             self.wake.set()
 
@@ -517,6 +521,7 @@ class IndexSync:
             self.seq = seq
         else:
             self.own.add(seq)
+        self.events.committed(seq)
         self.changes += changes
         pending = self.engine.pending()
         if 0 < pending <= _INLINE_INDEX:

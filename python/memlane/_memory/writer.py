@@ -27,7 +27,6 @@ from memlane._memory.encoding import (
     unblob,
     validate,
 )
-from memlane._memory.events import Events
 from memlane._memory.progress import PROGRESS_PART, progress_bar
 from memlane._memory.querying import visible
 from memlane._memory.sync import IndexSync
@@ -97,7 +96,7 @@ class Writer:
         self.dedup_threshold = 0.95
         self.near_duplicate: Literal["mark", "skip"] = "mark"
         self._pool: ThreadPoolExecutor | None = None
-        self.events = Events()
+        self.events = sync.events
 
     def close(self) -> None:
         self.events.close()
@@ -389,7 +388,7 @@ class Writer:
                 closed = row._replace(valid_to=when, updated_at=now, seq=seq)
                 adding = sync.prepare([new], texts=True, vectors=as_indexed(new.embedding))
                 closing = sync.prepare([closed], texts=False, vectors=None)
-                db.record_history(conn, [row.rowid], "supersede", when, actor, n.id)
+                db.record_history(conn, [row.rowid], "supersede", when, actor, n.id, seq=seq)
                 db.replace(conn, [closed], expected=[(row.seq, True)])
                 db.insert(conn, [Row._make((*new[:-2], seq, seq))])
                 self.access.flush(db, conn, seq)
@@ -450,7 +449,7 @@ class Writer:
                 vectors = as_indexed(full.embedding) if new_vector else None
                 prepared = sync.prepare([full], texts=changed, vectors=vectors)
                 content_seq = seq if changed else row.content_seq
-                db.record_history(conn, [row.rowid], "update", time.time(), actor)
+                db.record_history(conn, [row.rowid], "update", time.time(), actor, seq=seq)
                 db.replace(
                     conn,
                     [full._replace(seq=seq, content_seq=content_seq)],

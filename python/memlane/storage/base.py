@@ -23,11 +23,14 @@ from typing import Any, Protocol
 
 from memlane.schema import COLUMNS, Row
 
-__all__ = ["COLUMNS", "HistoryEntry", "Row", "Store"]
+__all__ = ["COLUMNS", "Changes", "HistoryEntry", "Row", "Store"]
 
 #: A history entry: the version a change replaced, the change (``update``, ``supersede``,
 #: ``delete``), when, by whom, and the record that superseded the version.
 HistoryEntry = tuple[Row, str, float, str | None, str | None]
+#: What the changes after a sequence number wrote (``Store.changes_since``): the newest
+#: change, the history entries they made with the change of each, and their rows.
+Changes = tuple[int, list[tuple[int, HistoryEntry]], list[Row]]
 
 
 class Store(Protocol):
@@ -110,8 +113,17 @@ class Store(Protocol):
         at: float,
         actor: str | None = None,
         next_id: str | None = None,
+        *,
+        seq: int,
     ) -> None:
-        """Keeps the current versions of ``rowids`` in the history, as replaced by ``event``."""
+        """Keeps the current versions of ``rowids`` in the history, as replaced by ``event``
+        in change ``seq``."""
+        ...
+
+    def changes_since(self, seq: int) -> Changes:
+        """What the changes after ``seq`` wrote, as one state of the database shows them:
+        the newest change, the history entries they made (each with its change, in the
+        order they were made) and the rows they wrote last (without vectors)."""
         ...
 
     def history(self, ids: Sequence[str]) -> list[HistoryEntry]:

@@ -142,5 +142,13 @@ MIGRATIONS = (
         END LOOP;
     END $$;
     """,
+    # The change that wrote a history entry, which orders other processes' changes as
+    # events (a follower reads the entries of the changes it has not told). A history
+    # made by this release has the column already; older entries have none.
+    """
+    ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS change_seq int8;
+    CREATE INDEX IF NOT EXISTS history_change ON {s}.history (change_seq)
+        WHERE change_seq IS NOT NULL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -184,6 +184,8 @@ class PostgresStore(SQLStore):
     _ERRORS = (psycopg.Error,)
     _RETURNING = True
     _FOR_UPDATE = " FOR UPDATE"
+    # Other processes commit between the statements of a read; this one sees one state.
+    _SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     _GREATEST = "greatest"
     _TOMBSTONE_UPDATE = "seq = excluded.seq, at = now()"
     # Other processes may not have seen a deletion yet: only old tombstones go, and

@@ -18,7 +18,7 @@ from memlane.errors import (
     UnknownIdError,
 )
 from memlane.schema import COLUMNS, HISTORY_COLUMNS, SQL_TYPES, Row
-from memlane.storage.base import HistoryEntry
+from memlane.storage.base import Changes, HistoryEntry
 from memlane.storage.dialect import Columns, Dialect
 from memlane.storage.rowcache import RowCache
 
@@ -36,6 +36,7 @@ _HISTORY_TYPES: Columns = (
     *(("event", "text"), ("at", "float8"), ("actor", "text"), ("next_id", "text")),
 )
 _HISTORY_SELECT = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM "
+_CHANGES_SELECT = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id, change_seq FROM "
 
 
 class SQLStore(Dialect):
@@ -157,20 +158,22 @@ class SQLStore(Dialect):
         at: float,
         actor: str | None = None,
         next_id: str | None = None,
+        *,
+        seq: int,
     ) -> None:
         """Keeps the current versions of ``rowids`` in the history, as replaced by
-        ``event`` (``update``, ``supersede``, ``delete``) at ``at``: one statement that
-        copies the rows, so no version passes through Python."""
+        ``event`` (``update``, ``supersede``, ``delete``) at ``at`` in change ``seq``: one
+        statement that copies the rows, so no version passes through Python."""
         p = self._p
         head = (
-            f"INSERT INTO {p}history ({_HISTORY}, event, at, actor, next_id) "
-            f"SELECT {_HISTORY}, ?, ?, ?, ? FROM {p}records WHERE "
+            f"INSERT INTO {p}history ({_HISTORY}, event, at, actor, next_id, change_seq) "
+            f"SELECT {_HISTORY}, ?, ?, ?, ?, ? FROM {p}records WHERE "
         )
         if next_id is not None:
             next_id = self._stored_id(next_id)
         for where, params in self._any("rowid", rowids, "int8"):
             with self._refusals():
-                conn.execute(self._q(head + where), (event, at, actor, next_id, *params))
+                conn.execute(self._q(head + where), (event, at, actor, next_id, seq, *params))
 
     def history(self, ids: Sequence[str]) -> list[HistoryEntry]:
         """The history entries of ``ids``, oldest first."""
@@ -240,7 +243,7 @@ class SQLStore(Dialect):
         keeping each in the history; returns the rowids this statement deleted."""
         p = self._p
         rowids = list(dict.fromkeys(rowids))
-        self.record_history(conn, rowids, "delete", time.time(), actor)
+        self.record_history(conn, rowids, "delete", time.time(), actor, seq=seq)
         found: list[tuple[int, str]] = []
         for where, params in self._any("rowid", rowids, "int8"):
             if self._RETURNING:
@@ -405,6 +408,36 @@ class SQLStore(Dialect):
             # (This also refreshes the row cache: it stays as fresh as the indexes.)
             rows = self.rows_by_rowid(part, embedding=True)
             yield [rows[r] for r in part if r in rows]
+
+    #: Begins a read transaction that sees one state of the database throughout.
+    _SNAPSHOT: ClassVar[str] = "BEGIN"
+
+    def changes_since(self, seq: int) -> Changes:
+        """What the changes after ``seq`` wrote, as one state of the database shows them:
+        the newest change, the history entries those changes made (each with its change,
+        in the order they were made) and the rows they wrote last (without vectors)."""
+        p = self._p
+        newest = self._q(f"SELECT value FROM {p}meta WHERE key = 'seq'")
+        # Both are answered by an index on the change number (history_change, records_seq).
+        entries = self._q(f"{_CHANGES_SELECT}{p}history WHERE change_seq > ? ORDER BY n")
+        rows = self._q(f"SELECT {self._columns(False)} FROM {p}records WHERE seq > ?")
+
+        def run(conn: Any) -> Changes:
+            conn.execute(self._SNAPSHOT)
+            try:
+                upto = int(conn.execute(newest).fetchone()[0])
+                made = [
+                    (int(r[-1]), self._given_entry(r[:-1]))
+                    for r in conn.execute(entries, (seq,)).fetchall()
+                ]
+                written = self._rows(conn, rows, (seq,))
+            except BaseException:
+                self._rollback(conn)
+                raise
+            conn.execute("COMMIT")
+            return upto, made, written
+
+        return self._read(run)
 
     def tombstones_since(self, seq: int) -> list[int]:
         q = self._q(f"SELECT rowid FROM {self._p}tombstones WHERE seq > ?")

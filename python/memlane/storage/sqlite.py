@@ -45,7 +45,8 @@ T = TypeVar("T")
 # 3: expires_at and recorded_at, in the records and the history.
 # 4: speaker, in the records and the history.
 # 5: tenant_meta, where jobs are kept (PostgreSQL's tenants own theirs; here: no tenant).
-SCHEMA_VERSION = 5
+# 6: history.change_seq, the change that wrote an entry.
+SCHEMA_VERSION = 6
 
 
 _SCHEMA = (
@@ -116,7 +117,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
     open, the history of a version-1 store, has them already), and its jobs to
     ``tenant_meta``."""
     later = (("expires_at", "REAL"), ("recorded_at", None), ("speaker", "TEXT"))
-    for table, columns in (("records", (("valid_to", "REAL"), *later)), ("history", later)):
+    history = (*later, ("change_seq", "INTEGER"))
+    for table, columns in (("records", (("valid_to", "REAL"), *later)), ("history", history)):
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         for name, kind in columns:
             if name in have:
@@ -215,6 +217,10 @@ class SQLiteStore(SQLStore):
                 conn.execute(
                     "CREATE INDEX IF NOT EXISTS records_expires ON records (expires_at) "
                     "WHERE expires_at IS NOT NULL"
+                )
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS history_change ON history (change_seq) "
+                    "WHERE change_seq IS NOT NULL"
                 )
                 if self.get_meta("store_id", conn) is None:
                     # Which database a snapshot belongs to (a store made before ids
