@@ -147,8 +147,7 @@ MIGRATIONS = (
     # made by this release has the column already; older entries have none.
     """
     ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS change_seq int8;
-    CREATE INDEX IF NOT EXISTS history_change ON {s}.history (change_seq)
-        WHERE change_seq IS NOT NULL;
+    CREATE INDEX IF NOT EXISTS history_change ON {s}.history (change_seq);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -418,8 +418,9 @@ class SQLStore(Dialect):
         in the order they were made) and the rows they wrote last (without vectors)."""
         p = self._p
         newest = self._q(f"SELECT value FROM {p}meta WHERE key = 'seq'")
-        # Both are answered by an index on the change number (history_change, records_seq).
-        entries = self._q(f"{_CHANGES_SELECT}{p}history WHERE change_seq > ? ORDER BY n")
+        # Both are answered by an index on the change number (history_change, records_seq);
+        # sorted here, as SQLite would rather walk the whole history in its order.
+        entries = self._q(f"{_CHANGES_SELECT}{p}history WHERE change_seq > ?")
         rows = self._q(f"SELECT {self._columns(False)} FROM {p}records WHERE seq > ?")
 
         def run(conn: Any) -> Changes:
@@ -428,7 +429,7 @@ class SQLStore(Dialect):
                 upto = int(conn.execute(newest).fetchone()[0])
                 made = [
                     (int(r[-1]), self._given_entry(r[:-1]))
-                    for r in conn.execute(entries, (seq,)).fetchall()
+                    for r in sorted(conn.execute(entries, (seq,)).fetchall(), key=lambda r: r[0])
                 ]
                 written = self._rows(conn, rows, (seq,))
             except BaseException:

@@ -219,8 +219,7 @@ class SQLiteStore(SQLStore):
                     "WHERE expires_at IS NOT NULL"
                 )
                 conn.execute(
-                    "CREATE INDEX IF NOT EXISTS history_change ON history (change_seq) "
-                    "WHERE change_seq IS NOT NULL"
+                    "CREATE INDEX IF NOT EXISTS history_change ON history (change_seq)"
                 )
                 if self.get_meta("store_id", conn) is None:
                     # Which database a snapshot belongs to (a store made before ids
