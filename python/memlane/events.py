@@ -1,6 +1,7 @@
 """Change events of an open store, by their public names: ``Memory.events`` is an
 ``Events``, whose ``subscribe`` gives a ``Subscription`` of ``Event`` dicts
-(adds, supersedes, updates, deletes and expiry sweeps of this process, in commit order).
+(adds, supersedes, updates, deletes and expiry sweeps, in commit order: this process's,
+and on PostgreSQL every other process's too).
 A write never waits for a subscriber: a full queue drops events and counts them, and the
 subscriber reads one ``{"type": "lost", "count": n}`` event in their place."""
 

@@ -252,8 +252,9 @@ class Memory(MemoryStore):
 
     @property
     def events(self) -> Events:
-        """This process's changes to the store as events: ``mem.events.subscribe(callback,
-        user_id="alice")``, or iterate over the subscription (``memlane.events``)."""
+        """The store's changes as events (on PostgreSQL, other processes' too):
+        ``mem.events.subscribe(callback, user_id="alice")``, or iterate over the
+        subscription (``memlane.events``)."""
         return self._writer.events
 
     def snapshot(self) -> None:

@@ -4,8 +4,8 @@ Each event is ``event: <type>`` (add, supersede, update, delete, expire, or lost
 this stream fell behind and events were dropped) and ``data: <JSON>``
 (``memlane.events``), filtered by the scope fields of the query string and by the
 key's scope. A comment line every few seconds keeps proxies from closing a quiet
-stream. Only this process's writes are streamed: behind a load balancer, follow every
-server, or read the store.
+stream. On a PostgreSQL store other processes' writes are streamed too, in commit order
+(``Memory.events`` tells them).
 """
 
 from __future__ import annotations
