@@ -64,7 +64,7 @@ import memlane
 from _conversations import generate
 from memlane.agent.facts import CHECK, candidates, pending
 from memlane.agent.reflection import _conversation, _prepare
-from memlane.embeddings import TextTruncatedWarning
+from memlane.embeddings import CachedEmbedder, OnnxEmbedder, TextTruncatedWarning
 
 TABLE = "memories"
 #: Reflection's defaults: the memories shown and the messages of the window.
@@ -73,7 +73,8 @@ WINDOW = 20
 #: The query reflection's search takes from the end of the window.
 QUERY_CHARS = 2000
 CHANGES = Path(__file__).resolve().parent / "data" / "locomo_changes.json"
-SETS = ("locomo", "dated")
+FACT_CHANGES = Path(__file__).resolve().parent / "data" / "locomo_fact_changes.json"
+SETS = ("locomo-facts", "locomo", "dated")
 STORES = ("default", "text")
 MEASURES = ("candidates", "reflection_search", "reflection")
 LABELS = {
@@ -83,7 +84,7 @@ LABELS = {
 }
 GOAL = 0.95
 #: The knobs of ``candidates()`` the command line can set.
-OPTIONS = ("k", "recent", "per_sentence", "by_meaning")
+OPTIONS = ("k", "recent", "per_sentence", "by_meaning", "window")
 #: A term in this share of a speaker's memories or more is no content word ("I", "hey",
 #: the name they greet): a change whose two versions share no other term cannot be found
 #: by words, only by meaning or by being among the newest.
@@ -137,6 +138,43 @@ def locomo_streams(pairs: int | None = None) -> list[Stream]:
         cid = p["conversation"]
         change = Change(
             "locomo", "/".join(key), f"{cid}/{p['old']}", f"{cid}/{p['new']}", p["attribute"]
+        )
+        streams[key].changes.append(change)
+    return list(streams.values())
+
+
+def observations(conversation: dict[str, Any], speaker: str) -> list[Message]:
+    """The speaker's LoCoMo observations in the order they were learnt, each dated by its
+    session plus the position of the first turn it cites, in seconds; ids ``S13#0``
+    (session 13's first observation of the speaker)."""
+    c = conversation["conversation"]
+    out: list[tuple[float, int, Message]] = []
+    for key, by_speaker in conversation["observation"].items():
+        n = int(key.split("_")[1])
+        at = _locomo.parse_date(c[f"session_{n}_date_time"])
+        for i, (text, cited) in enumerate(by_speaker.get(speaker, [])):
+            first = cited[0] if isinstance(cited, list) else cited
+            position = int(str(first).rsplit(":", 1)[-1]) if ":" in str(first) else 0
+            ref = f"{conversation['sample_id']}/S{n}#{i}"
+            out.append((at + position, i, Message(ref, True, text, at + position)))
+    return [m for _, _, m in sorted(out, key=lambda o: (o[0], o[1]))]
+
+
+def locomo_fact_streams(pairs: int | None = None) -> list[Stream]:
+    """A stream per LoCoMo speaker of ``locomo_fact_changes.json``: the facts the
+    conversation taught about them (LoCoMo's observations), with the changes among them."""
+    listed = json.loads(FACT_CHANGES.read_text(encoding="utf-8"))["pairs"][:pairs]
+    data = {c["sample_id"]: c for c in json.loads(_locomo.FILE.read_text(encoding="utf-8"))}
+    streams: dict[tuple[str, str], Stream] = {}
+    for p in listed:
+        key = (p["conversation"], p["speaker"])
+        # A scope of its own: the turns of the same speaker (set "locomo") share the store.
+        scope = "/".join(key) + "/facts"
+        if key not in streams:
+            streams[key] = Stream(scope, observations(data[key[0]], key[1]))
+        cid = p["conversation"]
+        change = Change(
+            "locomo-facts", scope, f"{cid}/{p['old']}", f"{cid}/{p['new']}", p["attribute"]
         )
         streams[key].changes.append(change)
     return list(streams.values())
@@ -248,16 +286,20 @@ def run(
     ``options``: ``candidates()``'s keyword arguments (its defaults otherwise)."""
     options = dict(options or {})
 
+    meaning = CachedEmbedder(OnnxEmbedder())
+
     def find(mem: memlane.Memory, fact: memlane.MemoryRecord, scope: dict[str, str]) -> list[Any]:
-        return candidates(mem, fact, TABLE, scope, **options)
+        return candidates(mem, fact, TABLE, scope, meaning=meaning, **options)
 
     streams: dict[str, list[Stream]] = {}
     skipped: dict[str, str] = {}
     for name in sets:
-        if name == "locomo" and not _locomo.available():
+        if name.startswith("locomo") and not _locomo.available():
             skipped[name] = f"{_locomo.FILE} is missing"
         elif name == "locomo":
             streams[name] = locomo_streams(pairs)
+        elif name == "locomo-facts":
+            streams[name] = locomo_fact_streams(pairs)
         else:
             streams[name] = dated_streams(users)
     rows: list[dict[str, Any]] = []

@@ -100,3 +100,28 @@ def test_a_sentence_of_a_fact_finds_what_it_changes(tmp_path: Path) -> None:
         found = [r.text for r in candidates(mem, fact, "memories", scope)]
     assert "Lost my job at the bank yesterday." in found
     assert fact.text not in found
+
+
+@pytest.mark.skipif(not _locomo.available(), reason=f"{_locomo.FILE} is missing")
+def test_the_locomo_fact_pairs_name_observations_of_their_turns() -> None:
+    """Each pair of ``locomo_fact_changes.json`` names two observations of its speaker, of
+    the sessions of its turns, the old one learnt first."""
+    pairs = json.loads(bench.FACT_CHANGES.read_text(encoding="utf-8"))["pairs"]
+    assert len(pairs) >= 25
+    data = {c["sample_id"]: c for c in json.loads(_locomo.FILE.read_text(encoding="utf-8"))}
+    for p in pairs:
+        learnt = bench.observations(data[p["conversation"]], p["speaker"])
+        order = [m.id for m in learnt]
+        old, new = (f"{p['conversation']}/{p[side]}" for side in ("old", "new"))
+        assert order.index(old) < order.index(new)
+        for ref, turn in zip((p["old"], p["new"]), p["turns"], strict=True):
+            assert ref.split("#")[0] == "S" + turn.split(":")[0][1:]  # the turn's session
+
+
+@pytest.mark.skipif(not _locomo.available(), reason=f"{_locomo.FILE} is missing")
+def test_the_locomo_fact_changes_are_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    result = bench.main(["--sets", "locomo-facts", "--pairs", "6", "--stores", "text"])
+    rows = result["rows"]
+    assert len(rows) == 6 and {r["set"] for r in rows} == {"locomo-facts"}
+    assert all(r["scope"].endswith("/facts") for r in rows)  # apart from the turns' scopes
+    assert "locomo-facts/text" in capsys.readouterr().out

@@ -5,8 +5,9 @@ once (durable before the turn returns), marked ``metadata["fact_check"] = "pendi
 when an upkeep model will check it. The check (``check_facts``, run by the upkeep in
 the background) finds the memories of the same scope the fact may repeat, refine or
 contradict (a hybrid search by its text, one by its meaning alone, and the scope's
-most recent memories, so a store without vectors still shows candidates) and asks the
-model to decide, as mem0 does for each new fact:
+most recent memories; in a store without vectors, the scope's newest memories ranked by
+the default model's meaning, embedded at check time) and asks the model to decide, as
+mem0 does for each new fact:
 
 ``add``
     the fact is new: it stays (marked ``"kept"``);
@@ -28,14 +29,19 @@ the whole check. A check that fails leaves its facts pending for the next one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from memlane.agent.llm import LLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
+from memlane.embeddings import CachedEmbedder, Embedder
+from memlane.embeddings.lazy import default_embedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import scope_kwargs
 from memlane.times import stamp
@@ -68,6 +74,9 @@ _SYSTEM = (
 #: New facts checked in one model call.
 _BATCH = 20
 #: Where a fact's sentences end, and how many of them are searched on their own.
+#: Vectors of memories the fact check embedded in a store without vectors: 10 scopes' windows.
+_MEANING_CACHE = 3000
+_WARNED: set[str] = set()
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 _SENTENCES = 8
 
@@ -105,6 +114,8 @@ def candidates(
     recent: int = 5,
     per_sentence: int = 5,
     by_meaning: int = 20,
+    meaning: Embedder | None = None,
+    window: int = 300,
 ) -> list[MemoryRecord]:
     """The memories of ``scope`` that ``fact`` may repeat, refine or contradict: the
     best ``k`` of a hybrid search by its text; for a fact of several sentences, the best
@@ -112,10 +123,13 @@ def candidates(
     hits of the others' words); in a store with vectors, the best ``by_meaning`` of a
     search by meaning alone (the hybrid score halves a memory that says the same thing
     in other words, so memories that merely share the fact's words rank above it);
-    then the ``recent`` newest of the scope (a store without vectors finds nothing by
-    meaning, and a changed fact often shares few words with the one it changes).
-    Facts still pending and not older than ``fact`` are left out: they are checked
-    after it. Each part is one index lookup, whatever the size of the store.
+    then the ``recent`` newest of the scope. A store without vectors finds nothing by
+    meaning, and a changed fact often shares no word with the one it changes ("we're
+    on Elm Avenue now" after "we live on Bridge Street"): there, given ``meaning`` (an
+    embedder), the best ``by_meaning`` of the scope's ``window`` newest memories by its
+    vectors, embedded now. Facts still pending and not older than ``fact`` are left
+    out: they are checked after it. Each part is one index lookup (or one embedding
+    batch of at most ``window`` texts), whatever the size of the store.
     ``benches/bench_fact_candidates.py`` measures how often the older version of a
     changed fact is among them, and chose the defaults."""
     kw = scope_kwargs(scope)
@@ -132,6 +146,8 @@ def candidates(
         for h in memory.search(query, n + 1, mode=mode, table=table, track_access=False, **kw)
     ]
     newest = memory.list(table, limit=recent + 1, **kw) if recent > 0 else []
+    if memory.embedder is None and meaning is not None and by_meaning > 0 and window > 0:
+        newest += _nearest(meaning, fact, memory.list(table, limit=window + 1, **kw), by_meaning)
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
         newer = rec.created_at >= fact.created_at
@@ -140,6 +156,36 @@ def candidates(
         if not (rec.metadata.get(CHECK) == "pending" and newer):
             out.setdefault(rec.id, rec)
     return list(out.values())
+
+
+@functools.cache
+def _default_meaning() -> Embedder:
+    """The default model, loaded at its first use and shared by every check of the
+    process; its cache keeps a scope's memories from being embedded at every check."""
+    return CachedEmbedder(default_embedder(), maxsize=_MEANING_CACHE)
+
+
+def _nearest(
+    meaning: Embedder, fact: MemoryRecord, recent: Sequence[MemoryRecord], n: int
+) -> list[MemoryRecord]:
+    """The ``n`` of ``recent`` nearest ``fact`` by ``meaning``'s vectors (none when the
+    embedder fails: the other candidates still go to the model)."""
+    others = [r for r in recent if r.id != fact.id]
+    if not others:
+        return []
+    try:
+        vectors = np.asarray(meaning.embed_batch([fact.text, *(r.text for r in others)]))
+    except Exception as e:  # a model that cannot load must not hold every fact pending
+        _warn_once(f"memlane: the fact check ranks by words and recency alone: {e}")
+        return []
+    scores = vectors[1:] @ vectors[0]
+    return [others[int(i)] for i in np.argsort(-scores, kind="stable")[:n]]
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("%s", message)
 
 
 def _label(i: int) -> str:
@@ -243,14 +289,21 @@ def check_facts(
     table: str,
     scope: Mapping[str, str],
     limit: int = _BATCH,
+    meaning: Embedder | None = None,
 ) -> FactReport:
     """Checks the pending facts of ``scope`` in ``table`` (the oldest ``limit``), in as
     few model calls as their order allows: facts go to one call until one of them may
     change another of the call (an older pending fact among its candidates), which then
     waits for the next call, made once the first call's decisions are stored. Never
     raises for the model: a failure is reported in ``error`` and leaves the facts not yet
-    decided pending; a fact the answer gives no valid decision for is kept."""
+    decided pending; a fact the answer gives no valid decision for is kept.
+
+    ``meaning``: the embedder ``candidates`` ranks a store's newest memories with when the
+    store has no vectors; the default model unless given (a model that fails to load is
+    logged once and the check goes on by words and recency)."""
     report = FactReport()
+    if memory.embedder is None and meaning is None:
+        meaning = _default_meaning()
     kw = scope_kwargs(scope)
     facts = memory.list(table, limit=limit, order="asc", filters={CHECK: "pending"}, **kw)
     try:
@@ -258,7 +311,7 @@ def check_facts(
             group: list[MemoryRecord] = []
             shown: dict[str, MemoryRecord] = {}
             for fact in facts:
-                found = candidates(memory, fact, table, scope)
+                found = candidates(memory, fact, table, scope, meaning=meaning)
                 if any(c.id in {g.id for g in group} for c in found):
                     break
                 group.append(fact)
