@@ -40,7 +40,7 @@ import numpy as np
 
 from _timing import percentiles
 from memlane import Memory
-from memlane.dedup import content_hash
+from memlane.content_hash import content_hash
 from memlane.storage import sql as sql_store
 from memlane.storage import sqlite as sqlite_store
 from memlane.storage.sqlite import SQLiteStore

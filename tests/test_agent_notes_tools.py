@@ -25,7 +25,7 @@ from memlane.agent import (
     SessionScope,
     build_context,
 )
-from memlane.agent.tools import NOTES_TOOL_SCHEMAS, anthropic_tools, openai_tools
+from memlane.agent.memory_tools import NOTES_TOOL_SCHEMAS, anthropic_tools, openai_tools
 from memlane.notes import NOTE_FILES, NOTES, Notebook, NoteLimitError
 
 OFF = {

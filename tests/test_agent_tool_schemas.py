@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from memlane.agent.tools import TOOL_SCHEMAS, ToolArgumentError, validate_arguments
+from memlane.agent.memory_tools import TOOL_SCHEMAS, ToolArgumentError, validate_arguments
 
 
 @pytest.mark.parametrize("name", sorted(TOOL_SCHEMAS))

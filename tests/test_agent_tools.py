@@ -8,7 +8,7 @@ import pytest
 
 from memlane import Memory
 from memlane.agent import MemoryTools, SessionScope, anthropic_tools, openai_tools
-from memlane.agent.tools import TOOL_SCHEMAS
+from memlane.agent.memory_tools import TOOL_SCHEMAS
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import memlane._memory.jobs
+import memlane._memory.job_book
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import AgentMemory, Memory
 from memlane.agent import (
@@ -178,7 +178,7 @@ def test_each_jobs_outcome_is_kept_in_the_store(make_store: StoreFactory) -> Non
 def test_the_store_keeps_the_newest_outcomes(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memlane._memory.jobs, "OUTCOMES_KEPT", 3)
+    monkeypatch.setattr(memlane._memory.job_book, "OUTCOMES_KEPT", 3)
     mem = make_store("kept", WordHashEmbedder())
     for i in range(5):
         mem.jobs.record_outcome(JobOutcome("facts", float(i), float(i) + 0.5, calls=i))

@@ -7,7 +7,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memlane.dedup import content_hash, normalise_text
+from memlane.content_hash import content_hash, normalise_text
 
 
 def reference(text: str) -> str:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import HnswIndex, Memory
-from memlane.agent.tools import MemoryTools
+from memlane.agent.memory_tools import MemoryTools
 from memlane.errors import InvalidArgumentError, MemlaneError
 
 DIM = 32

@@ -26,7 +26,7 @@ from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge import IngestLimits
-from memlane.knowledge.limits import DocumentLimitError, applied_limits
+from memlane.knowledge.document_limits import DocumentLimitError, applied_limits
 from memlane.knowledge.loaders import load_docx, load_html, load_markdown, unpacked_size
 
 P = Path("bomb")

@@ -113,14 +113,14 @@ def test_no_module_imports_a_private_name_of_another_package() -> None:
         ("memlane.memory", "from memlane._memory.store import MemoryStore", False),
         ("memlane._memory.writer", "from memlane._memory.sync import IndexSync", False),
         ("memlane.knowledge.api", "from memlane._memory.store import MemoryStore", True),
-        ("memlane.agent.tools", "from memlane.notes import _latest", True),
-        ("memlane.agent.tools", "from memlane.agent.loop import _helper", False),
+        ("memlane.agent.memory_tools", "from memlane.notes import _latest", True),
+        ("memlane.agent.memory_tools", "from memlane.agent.loop import _helper", False),
         ("memlane.memory", "from memlane.embeddings import _base", True),
         ("memlane.memory", "import memlane.embeddings._base", True),
         ("memlane.knowledge.api", "from memlane import _memory", True),
         ("memlane.cli.agent", "from memlane.cli._command import open_memory", False),
-        ("memlane.agent.tools", "from memlane._core import Engine, __version__", False),
-        ("memlane.agent.tools", "from memlane.agent import __all__", False),
+        ("memlane.agent.memory_tools", "from memlane._core import Engine, __version__", False),
+        ("memlane.agent.memory_tools", "from memlane.agent import __all__", False),
     ],
 )
 def test_the_check_tells_apart(module: str, source: str, flagged: bool, tmp_path: Path) -> None:

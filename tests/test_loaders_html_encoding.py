@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memlane.knowledge.loaded import decode_text
+from memlane.knowledge.loaded_document import decode_text
 from memlane.knowledge.loaders import DocumentLoadError, load_html, load_text
 
 P = Path("doc")

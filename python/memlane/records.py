@@ -23,7 +23,7 @@ class MemoryRecord:
     """One memory.
 
     Times are unix seconds. ``content_hash`` is the sha256 of the normalised
-    text (see ``memlane.dedup.content_hash``). ``unique`` is True when the
+    text (see ``memlane.content_hash.content_hash``). ``unique`` is True when the
     record was added with ``unique=True`` and no near-duplicate existed, as in
     elizaOS. ``embedding`` is filled only on request (``include_embedding=True``).
 

@@ -11,7 +11,7 @@ it from here: its implementation, in ``memlane._memory``, is private to the stor
 from __future__ import annotations
 
 from memlane._memory.health import StoreStats
-from memlane._memory.jobs import OUTCOMES_KEPT, JobOutcome
+from memlane._memory.job_book import OUTCOMES_KEPT, JobOutcome
 from memlane._memory.listing import ScopeCount
 from memlane._memory.store import MemoryStore
 

@@ -20,7 +20,7 @@ import numpy as np
 from memlane import coerce
 from memlane._core import Engine, PreparedBatch, unblobs
 from memlane.coerce import FloatArray
-from memlane.dedup import content_hash
+from memlane.content_hash import content_hash
 from memlane.errors import CorruptFileError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import COLUMNS, FLAGS, PUBLIC_NAMES, RECORD_COLUMNS, Row

@@ -28,7 +28,7 @@ from memlane import _core, coerce
 from memlane._core import Engine
 from memlane._memory import jsonl, maintenance
 from memlane._memory.encoding import record
-from memlane._memory.jobs import JobBook
+from memlane._memory.job_book import JobBook
 from memlane._memory.listing import Listing
 from memlane._memory.querying import Mode, Rerank, Searcher, build_filter, visible
 from memlane._memory.sync import IndexSync

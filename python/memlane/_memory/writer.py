@@ -31,7 +31,7 @@ from memlane._memory.progress import PROGRESS_PART, progress_bar
 from memlane._memory.querying import visible
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
-from memlane.dedup import content_hash
+from memlane.content_hash import content_hash
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord

@@ -2,7 +2,7 @@
 
 Everything here uses ``memlane.Memory``'s public API.
 
-- ``memlane.agent.tools``: ``remember``/``recall``/``forget``/``search_knowledge``
+- ``memlane.agent.memory_tools``: ``remember``/``recall``/``forget``/``search_knowledge``
   schemas (OpenAI and Anthropic) and ``MemoryTools`` with its dispatcher.
 - ``memlane.scoping``: ``SessionScope``, platform events to scopes.
 - ``memlane.agent.context``: ``build_context``, ``thread_context``, messages.
@@ -12,7 +12,7 @@ Everything here uses ``memlane.Memory``'s public API.
 - ``memlane.agent.loop``: ``AgentMemory`` (``before``/``after`` around any agent
   loop), over ``memlane.agent.upkeep.triggers`` (reflection, consolidation, flush reminder,
   compaction), ``memlane.agent.daily`` (daily logs), ``memlane.agent.profiles``
-  (contact profiles), ``memlane.agent.limits`` (the length and count caps) and
+  (contact profiles), ``memlane.agent.caps`` (the length and count caps) and
   ``memlane.agent.reports``; ``memlane.agent.adapters``: the OpenAI- and
   Anthropic-style loop adapters.
 - ``memlane.agent.core_memory``: ``CoreMemory``, pinned blocks (as Letta's) that
@@ -55,6 +55,7 @@ from memlane.agent.loop import (
     TurnResult,
     UpkeepResult,
 )
+from memlane.agent.memory_tools import MemoryTools, anthropic_tools, openai_tools
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.agent.profiles import (
     CONTACTS,
@@ -64,7 +65,6 @@ from memlane.agent.profiles import (
     record_contact,
 )
 from memlane.agent.reflection import ReflectionReport, areflect, reflect
-from memlane.agent.tools import MemoryTools, anthropic_tools, openai_tools
 from memlane.agent.upkeep.jobs import JobSkippedWarning
 from memlane.scoping import EventScope, ScopeMode, SessionScope
 

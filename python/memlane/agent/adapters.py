@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from memlane import coerce
+from memlane.agent.memory_tools import MemoryTools
 from memlane.agent.messages import block_text, check_messages, reply_message
 from memlane.agent.reports import TurnReport, TurnResult
-from memlane.agent.tools import MemoryTools
 from memlane.errors import InvalidArgumentError
 from memlane.scoping import EventScope
 

@@ -43,6 +43,7 @@ from memlane import coerce
 from memlane.agent.adapters import AnthropicLoop, OpenAILoop
 from memlane.agent.adapters import ToolHandler as ToolHandler
 from memlane.agent.callers import Caller, sync_caller, thread_caller
+from memlane.agent.caps import Limits, fit, split_text, store_turn
 from memlane.agent.consolidation import sync_memory
 from memlane.agent.context import (
     Context,
@@ -52,7 +53,6 @@ from memlane.agent.context import (
 )
 from memlane.agent.core_memory import CoreMemory, Shared, block_limits
 from memlane.agent.daily import DailyLog
-from memlane.agent.limits import Limits, fit, split_text, store_turn
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
     BLOCK_CLOSE,

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memlane.agent.tools import MemoryTools, json_copy
+from memlane.agent.memory_tools import MemoryTools, json_copy
 from memlane.errors import InvalidArgumentError, MemlaneError
 from memlane.notes import Notebook
 from memlane.scoping import EventScope

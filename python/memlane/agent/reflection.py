@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from memlane.agent.consolidation import sync_memory
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
+from memlane.agent.memory_tools import MEMORY_TYPES
 from memlane.agent.parsing import ParseError, extract_json
-from memlane.agent.tools import MEMORY_TYPES
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
 
 if TYPE_CHECKING:

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
 from memlane.agent.callers import Caller
+from memlane.agent.caps import Limits, fit
 from memlane.agent.core_memory import CoreMemory
 from memlane.agent.facts import pending
-from memlane.agent.limits import Limits, fit
+from memlane.agent.memory_tools import MemoryTools
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.agent.tools import MemoryTools
 from memlane.notes import Notebook
 from memlane.scoping import EventScope
 

@@ -38,7 +38,7 @@ __all__ = ["COMMANDS", "COMMAND_MODULES", "Command", "build_parser", "command", 
 COMMAND_MODULES = [
     "memlane.cli.demo",
     "memlane.cli.knowledge",
-    "memlane.cli.store",
+    "memlane.cli.records",
     "memlane.cli.upkeep",
     "memlane.cli.agent",
     "memlane.cli.serve",

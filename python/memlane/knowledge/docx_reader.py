@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memlane.knowledge.limits import (
+from memlane.knowledge.document_limits import (
     DocumentLimitError,
     DocumentLoadError,
     IngestLimits,
     current_limits,
 )
-from memlane.knowledge.loaded import LoadedDocument, meta_text
+from memlane.knowledge.loaded_document import LoadedDocument, meta_text
 
 __all__ = ["load_docx"]
 

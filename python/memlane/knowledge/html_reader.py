@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from memlane.knowledge.limits import (
+from memlane.knowledge.document_limits import (
     DocumentLimitError,
     IngestLimits,
     current_limits,
 )
-from memlane.knowledge.loaded import LoadedDocument, decode_text, meta_text
+from memlane.knowledge.loaded_document import LoadedDocument, decode_text, meta_text
 
 __all__ = ["load_html"]
 

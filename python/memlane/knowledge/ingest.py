@@ -53,6 +53,7 @@ from memlane.embeddings import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
 from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError
 from memlane.knowledge.chunking import Chunk, Chunker, default_chunkers
+from memlane.knowledge.document_limits import DocumentLimitError, IngestLimits, applied_limits
 from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
@@ -61,8 +62,7 @@ from memlane.knowledge.documents import (
     remove_documents,
 )
 from memlane.knowledge.ids import document_id, fragment_id
-from memlane.knowledge.limits import DocumentLimitError, IngestLimits, applied_limits
-from memlane.knowledge.loaded import LoadedDocument, json_safe, unpacked_size
+from memlane.knowledge.loaded_document import LoadedDocument, json_safe, unpacked_size
 from memlane.knowledge.progress import ProgressBar, ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk

@@ -9,7 +9,7 @@ well-kept libraries: pypdf, python-frontmatter and PyYAML (front matter), lxml
 (the encoding of a text that is not UTF-8), and the standard library's ``csv``
 and ``json``. The loaders keep to the ``current_limits``
 (elements visited, text extracted, front matter values) and raise
-``DocumentLimitError`` past them (see ``memlane.knowledge.limits``).
+``DocumentLimitError`` past them (see ``memlane.knowledge.document_limits``).
 
 =================  ===========================================================
 ``.txt .text``     the text (by BOM, UTF-8, else the encoding detected)
@@ -42,15 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from memlane.errors import InvalidArgumentError
-from memlane.knowledge.docx_reader import load_docx
-from memlane.knowledge.html_reader import load_html
-from memlane.knowledge.limits import (
+from memlane.knowledge.document_limits import (
     DocumentLimitError,
     DocumentLoadError,
     IngestLimits,
     current_limits,
 )
-from memlane.knowledge.loaded import (
+from memlane.knowledge.docx_reader import load_docx
+from memlane.knowledge.html_reader import load_html
+from memlane.knowledge.loaded_document import (
     LoadedDocument,
     Loader,
     decode_text,

@@ -16,9 +16,9 @@ from starlette.routing import Route as StarletteRoute
 from memlane.errors import InvalidArgumentError
 from memlane.memory import Memory
 from memlane.server import records, stream, transfer
+from memlane.server.body_limit import BodyLimit
 from memlane.server.errors import Unexpected, handlers
 from memlane.server.keys import ApiKey
-from memlane.server.limits import BodyLimit
 from memlane.server.openapi import schema
 
 __all__ = ["DEFAULT_MAX_BODY", "DEFAULT_MAX_UPLOAD", "create_app"]

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
-from memlane.dedup import content_hash
+from memlane.content_hash import content_hash
 from memlane.errors import (
     ConflictError,
     CorruptFileError,

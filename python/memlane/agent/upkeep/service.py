@@ -31,11 +31,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from memlane.agent.callers import Budgeted, Caller, Meter, timed
+from memlane.agent.caps import evict
 from memlane.agent.consolidation import SHORT_TERM
 from memlane.agent.context import default_token_counter
 from memlane.agent.daily import DailyLogger
 from memlane.agent.facts import CHECK, check_facts, pending
-from memlane.agent.limits import evict
 from memlane.agent.profiles import record_contact
 from memlane.agent.reflection import Resume
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult

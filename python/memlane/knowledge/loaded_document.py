@@ -11,7 +11,7 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
-from memlane.knowledge.limits import DocumentLoadError
+from memlane.knowledge.document_limits import DocumentLoadError
 
 __all__ = ["LoadedDocument", "Loader", "decode_text", "json_safe", "meta_text", "unpacked_size"]
 
