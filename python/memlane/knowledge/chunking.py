@@ -492,9 +492,8 @@ class MarkdownSplitter:
 
 #: The default chunkers' size, in the default model's tokens, heading path included:
 #: within the 256 it reads, so every fragment's vector stands for all of it. Of the
-#: chunkers that fit, the best on retrieval (``benches/bench_chunking.py``: SciFact
-#: recall@10 0.910 against 0.901 at 254 tokens, 0.906 for 1,000 characters that cut 7 %
-#: of fragments; sentences of the docs found by meaning 0.707 against 0.633).
+#: chunkers that fit, the best on retrieval (``benches/bench_chunking.py``, figures in
+#: benches/README.md).
 CHUNK_TOKENS = 128
 #: The default chunkers' overlap, in the same tokens.
 CHUNK_OVERLAP = 20

@@ -3,8 +3,8 @@
 A PostgreSQL store's search runs in the process's own indexes; the records it
 returns would cost a round trip each time. A SQLite store reads them from a mapped
 file, but a search after other work (the query's embedding, the caller's own) finds
-those pages and SQLite's code out of the CPU caches: 10 new hits of a 100k-record store
-cost 0.25-0.32 ms that way, against 0.03 ms from this cache (0.07 and 0.02 when warm).
+those pages and SQLite's code out of the CPU caches, so reading the hits there costs
+several times what this cache does (benches/README.md has the figures).
 ``RowCache`` keeps rows (without their vectors), least recently used out first.
 Every write puts its rows in, so in a process that wrote them a new question's hits
 are found here too; a process that opens a store reads its rows in (newest first, in

@@ -490,9 +490,9 @@ class SQLStore(Dialect):
         under, or None once the cache is full or every row was read.
 
         A process that opens a store finds its hits in neither the cache nor the CPU
-        caches: read from the database after the embedder's run, 10 hits of a 100k-record
-        store cost 0.17 ms more than from the cache. Batches keep each read short, so
-        the calls of other threads never wait long for the GIL."""
+        caches, and reading them from the database after the embedder's run costs several
+        times what the cache does (benches/README.md, "A store opened again"). Batches keep
+        each read short, so the calls of other threads never wait long for the GIL."""
         cache = self._cache
         if cache is None or not cache.room():
             return None
