@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -14,10 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from conftest import StoreFactory
 from memlane import Memory
+from memlane.storage import SCHEMA_VERSION
+from memlane.storage.postgres import PostgresTarget
 from pg_server import PgServer
 from server_process import ServeProcess
 from test_server_process import follow
@@ -242,3 +246,55 @@ def test_the_server_streams_what_another_process_adds(pg_server: PgServer, tmp_p
             child.close()
         kind, event = events.get(timeout=WAIT)
         assert (kind, event["id"], event["record"]["text"]) == ("add", added, "Alice is 30")
+
+
+def _change_seqs(rows: list[tuple[Any, ...]]) -> list[Any]:
+    return [r[0] for r in rows]
+
+
+def test_a_sqlite_history_before_change_numbers_gains_them(tmp_path: Path) -> None:
+    path = tmp_path / "old"
+    with Memory(path, None) as mem:
+        a = mem.add("an old note")
+        mem.update(a.id, importance=0.2)
+    db = sqlite3.connect(path / "memory.db")
+    db.execute("DROP INDEX history_change")
+    db.execute("ALTER TABLE history DROP COLUMN change_seq")
+    db.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with Memory(path, None) as mem:
+        mem.update(a.id, importance=0.3)
+        seq = mem._db.seq()
+    db = sqlite3.connect(path / "memory.db")
+    made = db.execute("SELECT change_seq FROM history ORDER BY n").fetchall()
+    plan = db.execute("EXPLAIN QUERY PLAN SELECT n FROM history WHERE change_seq > 0").fetchall()
+    version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    db.close()
+    assert _change_seqs(made) == [None, seq]
+    assert "history_change" in str(plan)
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_a_postgres_history_before_change_numbers_gains_them(
+    pg_server: PgServer, tmp_path: Path
+) -> None:
+    url = pg_server.url(schema="nochange")
+    schema = PostgresTarget.parse(url).schema
+    with Memory(url, None, cache_dir=tmp_path / "c1") as mem:
+        a = mem.add("an old note")
+        mem.update(a.id, importance=0.2)
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {schema}.history DROP COLUMN change_seq")  # and its index
+        conn.execute(f"DELETE FROM {schema}.migrations WHERE version >= 8")
+    with Memory(url, None, cache_dir=tmp_path / "c2") as mem:
+        mem.update(a.id, importance=0.3)
+        seq = mem._db.seq()
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        made = conn.execute(f"SELECT change_seq FROM {schema}.history ORDER BY n").fetchall()
+        index = conn.execute(
+            "SELECT 1 FROM pg_indexes WHERE schemaname = %s AND indexname = 'history_change'",
+            (schema,),
+        ).fetchall()
+    assert _change_seqs(made) == [None, seq]
+    assert index == [(1,)]

@@ -509,7 +509,7 @@ def test_schema_is_versioned_and_idempotent(pg_server: PgServer) -> None:
     Memory(u, None).close()
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
         versions = conn.execute(f"SELECT version FROM {schema}.migrations ORDER BY 1").fetchall()
-        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]
+        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]
         # A store of the previous release (schema 3) is brought up to date at open.
         conn.execute(f"DROP POLICY tenant ON {schema}.recent")
         conn.execute(f"ALTER TABLE {schema}.recent DISABLE ROW LEVEL SECURITY")

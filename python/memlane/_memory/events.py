@@ -218,7 +218,7 @@ class Events:
                     self._tell_others(told, seq - 1)
                 except MemlaneError as e:
                     # The write is stored: it does not fail for its events. Subscribers
-                    # learn that some were not told.
+                    # learn that some were not told (one for each change of the others).
                     log.warning("memlane: cannot read other processes' changes: %s", e)
                     for sub in self._subscribers:
                         sub.missed(seq - 1 - told)
