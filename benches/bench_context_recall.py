@@ -28,7 +28,8 @@ from typing import Any
 from _conversations import generate
 from bench_conversations import fill
 from memlane import Memory
-from memlane.agent.context import MESSAGES, build_context
+from memlane.agent.context import build_context
+from memlane.agent.history import MESSAGES
 
 HISTORY = 20
 

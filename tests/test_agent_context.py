@@ -9,14 +9,8 @@ from hypothesis import strategies as st
 from conftest import WordHashEmbedder
 from memlane import InvalidArgumentError, Memory
 from memlane.agent import SessionScope
-from memlane.agent.context import (
-    MESSAGES,
-    add_message,
-    build_context,
-    char_token_count,
-    default_token_counter,
-    thread_context,
-)
+from memlane.agent.context import build_context, char_token_count, default_token_counter
+from memlane.agent.history import MESSAGES, add_message, thread_context
 
 SCOPES = SessionScope("per-peer", {"telegram:1": "alice", "whatsapp:+1": "alice"})
 

@@ -17,7 +17,7 @@ from memlane import Memory
 from memlane._core import DEFAULT_SPEAKER_WEIGHT
 from memlane.agent import SessionScope
 from memlane.agent.caps import Limits, store_message
-from memlane.agent.context import MESSAGES, add_message
+from memlane.agent.history import MESSAGES, add_message
 from memlane.agent.reports import TurnReport
 from memlane.errors import InvalidArgumentError
 from memlane.storage import SCHEMA_VERSION

@@ -31,16 +31,14 @@ from memlane.agent.consolidation import (
     consolidate,
 )
 from memlane.agent.context import (
-    MESSAGES,
     Context,
-    add_message,
     build_context,
     char_token_count,
     default_token_counter,
-    thread_context,
 )
 from memlane.agent.core_memory import CORE, Block, CoreMemory, CoreMemoryLimitError, Shared
 from memlane.agent.daily import DAILY, DailyLog
+from memlane.agent.history import MESSAGES, add_message, thread_context
 from memlane.agent.llm import LLM, AsyncLLM, LLMError, OpenAIChat
 from memlane.agent.loop import (
     AgentMemory,

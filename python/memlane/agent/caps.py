@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from memlane import coerce
 from memlane.agent.callers import Caller
 from memlane.agent.consolidation import short_term_item
-from memlane.agent.context import MESSAGES, add_message, message_item
+from memlane.agent.history import MESSAGES, add_message, message_item
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.errors import InvalidArgumentError, UnknownIdError

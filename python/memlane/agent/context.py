@@ -8,8 +8,7 @@ text block. The budget is the whole prompt's: the system prompt and the message
 are reserved first, then each section gets its share of the rest (elizaOS's
 history 50 %, knowledge 30 %, the other 20 %), and a section that needs less than
 its share gives what it leaves to the others.
-``thread_context`` builds OrcBot's thread view: the last messages from the
-same contact and the most relevant ones, merged in time order.
+The room's messages it reads are kept by ``memlane.agent.history``.
 
 Tokens are counted with the default embedder's WordPiece tokenizer
 (all-MiniLM-L6-v2's ``tokenizer.json``, shipped with memlane); should its file
@@ -17,9 +16,6 @@ be missing or damaged, with the documented fallback of one token per four
 characters (rounded up), which overestimates English text, so a budget is
 never exceeded by the fallback either. Pass ``count_tokens`` to use your
 model's own tokenizer.
-
-Messages are records in the ``messages`` table (see ``add_message``) with
-``metadata`` ``role``, ``contact`` and ``identity``.
 """
 
 from __future__ import annotations
@@ -33,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from memlane import coerce, times
 from memlane.agent.daily import daily_line, recent_logs
+from memlane.agent.history import MESSAGES, message_line
 from memlane.agent.profiles import contact_profile
 from memlane.embeddings.lazy import is_default_model
 from memlane.errors import InvalidArgumentError, MemlaneError
@@ -47,18 +44,13 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_BUDGET",
     "KNOWLEDGE_LIMIT",
-    "MESSAGES",
     "MIN_SCORE",
     "Context",
-    "add_message",
     "build_context",
     "char_token_count",
     "default_token_counter",
-    "thread_context",
 ]
 
-#: The table messages live in.
-MESSAGES = "messages"
 #: Shares of the token budget per section: elizaOS's history 50 %, knowledge 30 % and
 #: the rest 20 % (memories, daily logs, the speaker's profile). What a section does not
 #: use goes to the others (see ``build_context``).
@@ -114,109 +106,6 @@ def default_token_counter() -> TokenCounter:
 
 def _counter(count_tokens: TokenCounter | None) -> TokenCounter:
     return default_token_counter() if count_tokens is None else count_tokens
-
-
-def add_message(
-    mem: Memory,
-    text: str,
-    scope: EventScope,
-    *,
-    role: str = "user",
-    created_at: float | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    message_id: str | None = None,
-    in_order: bool = False,
-    attachments: Sequence[Mapping[str, Any]] | None = None,
-) -> MemoryRecord:
-    """Stores one message of a conversation in the ``messages`` table under the event's room.
-
-    The store's ``dedup_window`` (OrcBot's guard against duplicate deliveries) skips
-    a message delivered again, returning the earlier record: one with the same
-    ``message_id`` (for a user's message, ``scope.message_id`` when not given), kept as
-    ``metadata["messageId"]``; or, for a user's message without an id, the same
-    text from the same contact (``metadata["contact"]``). ``in_order=True`` is for
-    messages the caller records once each, in order, as the agent loop does: a
-    repeated short reply ("yes") is a new message then, so the contact is kept as
-    ``metadata["sender"]``, which no window compares. The agent's replies (any other
-    ``role``) carry ``metadata["to"]`` and are never skipped by their text. The
-    record's ``speaker`` is the ``role`` (``"user"``, ``"assistant"``).
-
-    ``attachments`` (elizaOS's: dicts with an ``id``, and ``url``, ``title``,
-    ``contentType``, ...) are kept as given in ``metadata["attachments"]``; their ids
-    and content types also as ``attachmentIds`` and ``attachmentTypes``, lists of str
-    a filter reads (``{"attachmentTypes": "image"}``: the messages with an image).
-    """
-    item = message_item(text, scope, role, created_at, metadata, message_id, in_order)
-    if attachments is not None:
-        item["metadata"].update(attachment_fields(attachments))
-    return mem.add(**item)
-
-
-def attachment_fields(attachments: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A message's attachments as its metadata keeps them (see ``add_message``)."""
-    if isinstance(attachments, str | bytes | Mapping) or not isinstance(attachments, Sequence):
-        raise InvalidArgumentError("attachments must be a list of dicts")
-    for a in attachments:
-        if not isinstance(a, Mapping) or not isinstance(a.get("id"), str) or not a["id"]:
-            raise InvalidArgumentError("each attachment must be a dict with a non-empty str 'id'")
-        kind = a.get("contentType")
-        if kind is not None and not isinstance(kind, str):
-            raise InvalidArgumentError("an attachment's 'contentType' must be a str")
-    return {
-        "attachments": [dict(a) for a in attachments],
-        "attachmentIds": [a["id"] for a in attachments],
-        "attachmentTypes": sorted({a["contentType"] for a in attachments if a.get("contentType")}),
-    }
-
-
-def message_item(
-    text: str,
-    scope: EventScope,
-    role: str = "user",
-    created_at: float | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    message_id: str | None = None,
-    in_order: bool = False,
-) -> dict[str, Any]:
-    """The ``add`` arguments of ``add_message`` (so a turn's
-    messages can be stored in one ``add_many``, one transaction)."""
-    mid = message_id
-    if mid is None and role == "user":
-        mid = scope.message_id
-    meta: dict[str, Any] = {
-        **(metadata or {}),
-        "role": role,
-        "identity": scope.identity,
-        "source": scope.source,
-    }
-    if role != "user":
-        meta["to"] = scope.contact
-    elif in_order or mid is not None:
-        meta["sender"] = scope.contact
-    else:
-        meta["contact"] = scope.contact
-    if mid is not None:
-        meta["messageId"] = str(mid)
-    return {
-        "text": text,
-        "table": MESSAGES,
-        "type": "message",
-        "metadata": meta,
-        "created_at": created_at,
-        # As mem0 and the chat APIs name the parties: a search in the first person
-        # ("what did I say about ...") lifts the user's own messages.
-        "speaker": role,
-        **scope_kwargs(scope.history),
-    }
-
-
-def _line(rec: MemoryRecord, max_chars: int | None = None) -> str:
-    stamp = times.stamp(rec.created_at, "%Y-%m-%d %H:%M")
-    who = rec.metadata.get("role") or rec.metadata.get("identity") or "user"
-    line = f"[{stamp}] {who}: {' '.join(rec.text.split())}"
-    if max_chars is not None and len(line) > max_chars:
-        line = line[: max_chars - 1] + "…"
-    return line
 
 
 def _fit(text: str, budget: int, count: TokenCounter) -> str:
@@ -476,7 +365,7 @@ def build_context(
     if wanted["history"] and history_limit > 0:
         recent = mem.list(MESSAGES, limit=history_limit, **history_scope)  # newest first
         records["history"] = recent
-        candidates["history"] = [_line(r) for r in recent]
+        candidates["history"] = [message_line(r) for r in recent]
     if wanted["knowledge"] and knowledge_limit > 0 and message.strip():
         hits = mem.search_knowledge(
             message, agent_id=agent, k=knowledge_limit, threshold=knowledge_threshold
@@ -531,47 +420,6 @@ def build_context(
             blocks.append("\n".join([header, *kept]))
             tokens[name] = count(blocks[-1])
     return Context(sections, "\n\n".join(blocks), tokens, budgets, records, reserved)
-
-
-def thread_context(
-    mem: Memory,
-    message: str,
-    scope: EventScope,
-    *,
-    recent: int = 8,
-    relevant: int = 8,
-    max_line: int = 420,
-) -> list[str]:
-    """OrcBot's thread context: the contact's last ``recent`` messages and the ``relevant``
-    most relevant, merged in time order, without duplicates, each line cut at ``max_line``
-    characters.
-
-    "The same contact" is the canonical identity, so in per-peer mode a
-    person's messages on every linked platform count.
-    """
-    if max_line < 2:
-        raise InvalidArgumentError(f"max_line must be >= 2, got {max_line!r}")
-    mine = {"identity": scope.identity}
-    fields = scope_kwargs(scope.fields)
-    picked: dict[str, MemoryRecord] = {}
-    if recent > 0:
-        for rec in mem.list(MESSAGES, limit=recent, filters=mine, **fields):
-            picked[rec.id] = rec
-    if relevant > 0 and message.strip():
-        for hit in mem.search(
-            message, relevant, table=MESSAGES, filters=mine, track_access=False, **fields
-        ):
-            picked.setdefault(hit.record.id, hit.record)
-    ordered = sorted(picked.values(), key=lambda r: (r.created_at, r.id))
-    lines: list[str] = []
-    seen: set[str] = set()
-    for rec in ordered:
-        key = " ".join(rec.text.split()).lower()
-        if key in seen:  # the same text sent twice reads once
-            continue
-        seen.add(key)
-        lines.append(_line(rec, max_line))
-    return lines
 
 
 #: What AgentMemory's ``context=`` may set: build_context's options but the ones it passes.

@@ -61,7 +61,7 @@ log = logging.getLogger("memlane.agent")
 
 #: The table daily logs live in.
 DAILY = "daily"
-#: The table the room's history lives in (``memlane.agent.context.MESSAGES``, which
+#: The table the room's history lives in (``memlane.agent.history.MESSAGES``, which
 #: imports this module).
 _MESSAGES = "messages"
 _LINE = 200

@@ -35,7 +35,7 @@ from memlane import coerce
 from memlane.agent.callers import Budgeted, Caller
 from memlane.agent.caps import Limits, cap_record
 from memlane.agent.consolidation import SHORT_TERM, consolidate
-from memlane.agent.context import MESSAGES
+from memlane.agent.history import MESSAGES
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.messages import SUMMARY_TAG, group_steps, render_step
 from memlane.agent.reflection import Extraction, Resume, reflect, reflect_planned
