@@ -37,8 +37,8 @@ import numpy.typing as npt
 from memlane import Memory, OnnxEmbedder
 from memlane.embeddings import Embedder
 from memlane.knowledge import RecursiveCharacterSplitter
-from memlane.knowledge.ingest import BATCH_SIZE
 from memlane.knowledge.loaders import load_text
+from memlane.knowledge.pipeline import BATCH_SIZE
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"

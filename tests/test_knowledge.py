@@ -23,7 +23,7 @@ from memlane.knowledge import (
     fragment_id,
     normalise_path,
 )
-from memlane.knowledge.ingest import embedding_cost
+from memlane.knowledge.pipeline import embedding_cost
 from memlane.knowledge.progress import ProgressBar
 from test_loaders import encrypt_pdf, make_docx, make_pdf
 

@@ -35,8 +35,9 @@ from memlane.knowledge import api as knowledge
 from memlane.knowledge.api import Threshold
 from memlane.knowledge.chunking import Chunker
 from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS, knowledge_documents
-from memlane.knowledge.ingest import BATCH_SIZE, IngestOptions, Scope, ingest_path
+from memlane.knowledge.ingest import ingest_path
 from memlane.knowledge.loaders import IngestLimits
+from memlane.knowledge.pipeline import BATCH_SIZE, IngestOptions, Scope
 from memlane.knowledge.progress import ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.watch import DEBOUNCE, KnowledgeWatch, watch

@@ -39,8 +39,9 @@ from memlane.knowledge.documents import (
     remove_documents,
 )
 from memlane.knowledge.ids import normalise_path
-from memlane.knowledge.ingest import IngestOptions, Scope, ingest_path, ingest_sources
+from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import LOADERS
+from memlane.knowledge.pipeline import IngestOptions, Scope
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
 

@@ -29,8 +29,9 @@ from watchdog.observers import Observer
 from memlane import coerce
 from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge.documents import knowledge_documents, remove_documents
-from memlane.knowledge.ingest import IngestOptions, Scope, ingest_path, ingest_sources
+from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import loader_for
+from memlane.knowledge.pipeline import IngestOptions, Scope
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
 
