@@ -52,6 +52,9 @@ DEFAULT_RELEVANCE_WEIGHT: float
 DEFAULT_IMPORTANCE_WEIGHT: float
 DEFAULT_RECENCY_WEIGHT: float
 DEFAULT_RECENCY_HALF_LIFE_HOURS: float
+#: The metadata key under which the engine's copy of a unique record's metadata holds
+#: its ``unique`` flag (the stored metadata never has it).
+UNIQUE_KEY: str
 
 @final
 class BM25Index:
@@ -298,13 +301,21 @@ class PreparedBatch:
 
 @final
 class SearchRequest:
-    """The options of ``Memory.search``, checked once, with the messages it raises.
+    """The options of ``Memory.search`` and the records it admits, checked once, with the
+    messages it raises.
 
     Left None, ``weights``, ``decay``, ``recency_half_life`` and ``track_access``
     are the store's (``Engine.search``'s ``defaults``; without them: the engine's
     defaults, and no access recorded); ``candidates`` is ``max(50, 4 * k)``, and
     ``max(100, 4 * k)`` in a store of conversation turns; ``alpha`` None weighs the
-    cosine per query (adaptive fusion, the default)."""
+    cosine per query (adaptive fusion, the default).
+
+    The records admitted: ``table`` and ``type`` (a str or several), ``scope`` (a dict
+    of scope fields, each checked by the caller), creation times ``[start, end)``,
+    ``unique``, the caller's ``filters`` (``Engine.ids_where``'s grammar), and the
+    versions: current ones unless ``as_of`` (true then, as known now), ``known_at``
+    (held for current then) or ``include_superseded`` (every one); times are unix
+    seconds, checked by the caller."""
 
     def __new__(
         cls,
@@ -326,6 +337,16 @@ class SearchRequest:
         speaker_weight: float | None = None,
         diversity: float | None = None,
         date_weight: float | None = None,
+        table: str | Iterable[str] | None = None,
+        type: str | Iterable[str] | None = None,
+        scope: Mapping[str, str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        unique: bool | None = None,
+        filters: Mapping[str, Any] | None = None,
+        as_of: float | None = None,
+        known_at: float | None = None,
+        include_superseded: bool | None = None,
     ) -> SearchRequest: ...
     @property
     def k(self) -> int: ...
@@ -389,18 +410,19 @@ class Engine:
         request: SearchRequest,
         text: str | None = None,
         vector: npt.ArrayLike | None = None,
-        filter: Mapping[str, Any] | None = None,
         *,
         now: float,
-        current_only: bool = False,
+        expiring: bool = False,
         defaults: SearchRequest | None = None,
         dates: Sequence[tuple[float, float]] = (),
     ) -> tuple[list[int], list[float], list[dict[str, float | int | None]] | None]:
         """One query with ``request``'s options over the store's ``defaults`` (its
-        ``weights``, ``decay``, ``recency_half_life``, ``track_access``): ids, final
-        scores and, when the request asks to explain, one dict of signals per hit
-        (``SearchHit.explain``). ``now``: the time of the access recorded; ``dates``:
-        the intervals ``(start, end)`` of the dates the query's text names."""
+        ``weights``, ``decay``, ``recency_half_life``, ``track_access``), among the
+        records the request admits: ids, final scores and, when the request asks to
+        explain, one dict of signals per hit (``SearchHit.explain``). ``now``: the time
+        of the access recorded, and with ``expiring`` the time the records expired by
+        are left out; ``dates``: the intervals ``(start, end)`` of the dates the query's
+        text names."""
     def nearest(
         self,
         vectors: npt.ArrayLike,
@@ -419,8 +441,15 @@ class Engine:
         offset: int = 0,
         limit: int = ...,
         sort: str = "created_at",
+        table: str | Iterable[str] | None = None,
+        type: str | Iterable[str] | None = None,
+        scope: Mapping[str, str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        unique: bool | None = None,
+        expire_at: float | None = None,
     ) -> npt.NDArray[np.uint64]:
-        """Ids the filter admits, by creation time, or by the column ``sort`` names
+        """Ids admitted (see ``count``), by creation time, or by the column ``sort`` names
         (``importance``, ``access_count``, ``last_accessed_at``) and then by creation
         time and id; ``order`` applies to all three, so ties go oldest or newest first.
 
@@ -431,11 +460,34 @@ class Engine:
         validates it and raises ``InvalidArgumentError`` naming a bad field,
         operator or value.
         """
-    def count(self, filter: Mapping[str, Any] | None = None) -> int: ...
+    def count(
+        self,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        table: str | Iterable[str] | None = None,
+        type: str | Iterable[str] | None = None,
+        scope: Mapping[str, str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        unique: bool | None = None,
+        expire_at: float | None = None,
+    ) -> int:
+        """How many records are admitted, superseded ones too: those the filter admits of
+        the tables, types, scope, creation times ``[start, end)`` and ``unique`` flag
+        given, less those expired at ``expire_at``."""
     def groups(
-        self, filter: Mapping[str, Any] | None = None
+        self,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        table: str | Iterable[str] | None = None,
+        type: str | Iterable[str] | None = None,
+        scope: Mapping[str, str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        unique: bool | None = None,
+        expire_at: float | None = None,
     ) -> list[tuple[str, list[str | None], int]]:
-        """How many records the filter admits per table and scope: (table, the six
+        """How many records are admitted (see ``count``) per table and scope: (table, the six
         scope values in ``SCOPE_FIELDS`` order, count), by table, the largest count
         first, then by the scope's values (absent first)."""
     def filter_stats(self, filter: Mapping[str, Any]) -> tuple[int, int]:

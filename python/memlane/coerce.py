@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memlane import times
+from memlane import _core, times
 from memlane.errors import DimensionMismatchError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS
 
@@ -30,9 +30,9 @@ MAX_COUNT = 2**63 - 1
 #: ``flatten_metadata`` allows for dicts.
 MAX_METADATA_DEPTH = 16
 #: The metadata key under which the engine indexes a record's ``unique`` flag (the
-#: engine holds no column for it; its filters read metadata). Only the engine's copy of a
-#: unique record's metadata has it, never the stored one, so no caller's metadata may.
-UNIQUE_KEY = "memlane:unique"
+#: engine holds no column for it; its conditions read metadata). Only the engine's copy of
+#: a unique record's metadata has it, never the stored one, so no caller's metadata may.
+UNIQUE_KEY: str = _core.UNIQUE_KEY
 
 
 def clean(value: str, label: str, nul: bool = False) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 from memlane import coerce
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
-from memlane._memory.querying import build_filter, unexpired
+from memlane._memory.querying import moment
 from memlane._memory.sync import IndexSync
 from memlane.errors import InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
@@ -76,8 +76,8 @@ class Listing:
         ``unique`` flag, as [`list`][memlane.Memory.list])."""
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = self._live(build_filter(table, type, scope, start, end, filters, unique))
-        return int(self._sync.engine.count(flt))
+        admits = self._admits(table, type, scope, start, end, filters, unique)
+        return int(self._sync.engine.count(**admits))
 
     def list(
         self,
@@ -118,9 +118,11 @@ class Listing:
         if not isinstance(sort, str) or sort not in SORTS:
             raise InvalidArgumentError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = self._live(build_filter(table, type, scope, start, end, filters, unique))
+        admits = self._admits(table, type, scope, start, end, filters, unique)
         engine = self._sync.engine
-        ids = engine.ids_where(flt, order=order, offset=offset, limit=limit, sort=sort).tolist()
+        ids = engine.ids_where(
+            order=order, offset=offset, limit=limit, sort=sort, **admits
+        ).tolist()
         rows = self._sync.rows(ids, embedding=include_embedding)
         get = self._access.get
         return [record(rows[i], get(i), include_embedding) for i in ids if i in rows]
@@ -146,16 +148,39 @@ class Listing:
         largest first, then by the scope's values (not set first)."""
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = self._live(build_filter(table, type, scope, start, end, filters, unique))
+        admits = self._admits(table, type, scope, start, end, filters, unique)
         counts = []
-        for name, values, n in self._sync.engine.groups(flt):
+        for name, values, n in self._sync.engine.groups(**admits):
             agent, user, room, world, session, namespace_ = values
             counts.append(ScopeCount(name, agent, user, room, world, session, namespace_, n))
         return counts
 
-    def _live(self, flt: dict[str, Any] | None) -> dict[str, Any] | None:
-        """``flt`` without expired records (as it is, in a store where none expires)."""
-        return unexpired(flt, time.time()) if self._sync.expiring else flt
+    def _admits(
+        self,
+        table: str | Sequence[str] | None,
+        type: str | Sequence[str] | None,
+        scope: dict[str, str],
+        start: float | datetime | None,
+        end: float | datetime | None,
+        filters: Mapping[str, Any] | None,
+        unique: bool | None,
+    ) -> dict[str, Any]:
+        """The engine's arguments naming the records a listing admits, the expired ones
+        left out (the engine builds the conditions and checks them)."""
+        return {
+            "filter": filters,
+            "table": table,
+            "type": type,
+            "scope": scope,
+            "start": moment(start, "start"),
+            "end": moment(end, "end"),
+            "unique": unique,
+            "expire_at": self._expire_at(),
+        }
+
+    def _expire_at(self) -> float | None:
+        """The time the records expired by are left out at (None: none expires)."""
+        return time.time() if self._sync.expiring else None
 
     def _scope(self, *given: str | None) -> dict[str, str]:
         """A call's scope (the six scope fields in order) over ``default_scope``."""

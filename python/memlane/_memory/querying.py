@@ -1,5 +1,5 @@
-"""A read's arguments turned into one engine filter and one engine call, and the
-engine's answer turned into records."""
+"""A search's one engine call, the records it admits given as they are (the engine builds
+the conditions: ``_core.SearchRequest``), and the engine's answer turned into records."""
 
 from __future__ import annotations
 
@@ -30,13 +30,11 @@ def build_filter(
     table: str | Sequence[str] | None,
     type: str | Sequence[str] | None,
     scope: Mapping[str, str],
-    start: Any = None,
-    end: Any = None,
     filters: Mapping[str, Any] | None = None,
-    unique: bool | None = None,
 ) -> dict[str, Any] | None:
-    """One engine filter for a read's table, type, scope, time range, filters and
-    ``unique`` flag (None: either)."""
+    """One engine filter for a write's table, type, scope and filters (``delete_all``,
+    ``replace``, ``prune``; a read hands them to the engine as they are:
+    ``_core.SearchRequest``, ``Engine.count``)."""
     conds: list[dict[str, Any]] = []
     for field, value in (("table", table), ("type", type)):
         if isinstance(value, str):
@@ -45,14 +43,6 @@ def build_filter(
             values = [coerce.text(v, field) for v in value]
             conds.append({field: {"$in": values}})
     conds.extend({f: v} for f, v in scope.items())
-    if start is not None:
-        conds.append({"created_at": {"$gte": coerce.timestamp(start, "start")}})
-    if end is not None:
-        conds.append({"created_at": {"$lt": coerce.timestamp(end, "end")}})
-    if unique is not None:
-        # The engine reads the flag from its copy of a unique record's metadata only.
-        key = f"metadata.{coerce.UNIQUE_KEY}"
-        conds.append({key: True} if coerce.flag(unique, "unique") else {key: {"$exists": False}})
     if filters is not None:
         # Validated by the engine, with everything else, in one pass.
         conds.append(filters)  # type: ignore[arg-type]
@@ -61,33 +51,9 @@ def build_filter(
     return conds[0] if len(conds) == 1 else {"$and": conds}
 
 
-def versions_filter(
-    flt: dict[str, Any] | None, as_of: Any, include_superseded: Any, known_at: Any = None
-) -> tuple[dict[str, Any] | None, bool]:
-    """A search's filter and whether it leaves superseded records out: by default it
-    does (the engine drops them cheaply); ``as_of`` keeps the versions true at that
-    time (valid time, as known now); ``known_at`` the versions the store held for
-    current at that time (recorded by then, and not yet closed then: a closed
-    version's ``updated_at`` is when it was closed); ``include_superseded`` keeps
-    every version."""
-    every = coerce.flag(include_superseded, "include_superseded")
-    if as_of is None and known_at is None:
-        return flt, not every
-    if every:
-        raise InvalidArgumentError("give as_of or known_at, or include_superseded, not both")
-    conds: list[dict[str, Any]] = []
-    if as_of is not None:
-        t = coerce.timestamp(as_of, "as_of")
-        conds += [
-            {"created_at": {"$lte": t}},
-            {"$or": [{"valid_to": None}, {"valid_to": {"$gt": t}}]},
-        ]
-    if known_at is not None:
-        t = coerce.timestamp(known_at, "known_at")
-        conds.append({"recorded_at": {"$lte": t}})
-        if as_of is None:
-            conds.append({"$or": [{"valid_to": None}, {"updated_at": {"$gt": t}}]})
-    return {"$and": conds if flt is None else [flt, *conds]}, False
+def moment(value: Any, label: str) -> float | None:
+    """A read's time argument as unix seconds (None: not given)."""
+    return None if value is None else coerce.timestamp(value, label)
 
 
 def visible(row: Row | None, now: float) -> TypeGuard[Row]:
@@ -151,28 +117,17 @@ class Searcher:
         self,
         query: str,
         request: _core.SearchRequest,
-        flt: dict[str, Any] | None,
         *,
         query_embedding: Any,
         include_embedding: bool,
-        as_of: Any = None,
-        include_superseded: bool = False,
-        known_at: Any = None,
         rerank: Rerank | None = None,
         k: int = 0,
     ) -> list[SearchHit]:
         """The hits of ``query`` with ``request``'s options (checked when it was made)
-        among the records ``flt`` admits at the versions asked for; with ``rerank``,
-        the first ``k`` of its order of them."""
+        among the records it admits; with ``rerank``, the first ``k`` of its order of
+        them."""
         hits = self._search(
-            query,
-            request,
-            flt,
-            query_embedding=query_embedding,
-            include_embedding=include_embedding,
-            as_of=as_of,
-            include_superseded=include_superseded,
-            known_at=known_at,
+            query, request, query_embedding=query_embedding, include_embedding=include_embedding
         )
         return hits if rerank is None else reranked(query, hits, rerank, k)
 
@@ -180,19 +135,13 @@ class Searcher:
         self,
         query: str,
         request: _core.SearchRequest,
-        flt: dict[str, Any] | None,
         *,
         query_embedding: Any,
         include_embedding: bool,
-        as_of: Any,
-        include_superseded: bool,
-        known_at: Any,
     ) -> list[SearchHit]:
         self.sync.last_search = time.monotonic()
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
-        # Not stored, so a NUL may stay; a lone surrogate has no UTF-8 form for the engine.
-        coerce.clean(query, "query", nul=True)
         mode = request.mode
         dim = self.sync.dim
         vector: FloatArray | None = None
@@ -201,26 +150,24 @@ class Searcher:
                 # The engine checks the values (finite, not all zero) in the same call.
                 vector = coerce.vector(query_embedding, "query_embedding", dim, False)
             else:
-                coerce.text(query, "query", nul=True)
+                # Checked before the model sees it; otherwise the engine checks the text
+                # (a lone surrogate, which has no UTF-8 form; empty where words are needed).
+                if not query.strip():
+                    raise InvalidArgumentError("query must not be empty")
+                coerce.clean(query, "query", nul=True)
                 assert self.embedder is not None
                 # The caching embedder answers from its cache, else runs the model: never
                 # a database lookup, so a search costs the same at any store size.
                 vector = self.embedder.embed(query)
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
-        else:  # a text search (the engine's too, for a hybrid one without a vector)
-            coerce.text(query, "query", nul=True)
-        flt, current_only = versions_filter(flt, as_of, include_superseded, known_at)
         now = time.time()
-        if self.sync.expiring:
-            flt = unexpired(flt, now)
         rowids, scores, signals = self.sync.engine.search(
             request,
             query,
             vector,
-            flt,
             now=now,
-            current_only=current_only,
+            expiring=self.sync.expiring,
             defaults=self.defaults,
             dates=named_intervals(query),
         )

@@ -30,7 +30,7 @@ from memlane._memory import jsonl, maintenance
 from memlane._memory.encoding import record
 from memlane._memory.job_book import JobBook
 from memlane._memory.listing import Listing
-from memlane._memory.querying import Mode, Rerank, Searcher, build_filter, visible
+from memlane._memory.querying import Mode, Rerank, Searcher, build_filter, moment, visible
 from memlane._memory.sync import IndexSync
 from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
@@ -350,7 +350,7 @@ class MemoryStore(Listing):
     # -- reads ------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return int(self._sync.engine.count(self._live(None)))
+        return int(self._sync.engine.count(expire_at=self._expire_at()))
 
     def __contains__(self, id: object) -> bool:
         if not isinstance(id, str):
@@ -465,7 +465,6 @@ class MemoryStore(Listing):
         """
         self._sync.check_open()
         scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = build_filter(table, type, scope, start, end, filters, unique)
         request = _core.SearchRequest(
             Searcher.depth(k, rerank),  # type: ignore[arg-type]
             mode=mode,
@@ -484,16 +483,22 @@ class MemoryStore(Listing):
             candidates=candidates,
             explain=explain,
             track_access=track_access,
+            table=table,
+            type=type,
+            scope=scope,
+            start=moment(start, "start"),
+            end=moment(end, "end"),
+            unique=unique,
+            filters=filters,
+            as_of=moment(as_of, "as_of"),
+            known_at=moment(known_at, "known_at"),
+            include_superseded=include_superseded,
         )
         return self._searcher.search(
             query,
             request,
-            flt,
             query_embedding=query_embedding,
             include_embedding=include_embedding,
-            as_of=as_of,
-            include_superseded=include_superseded,
-            known_at=known_at,
             rerank=rerank,
             k=k,
         )

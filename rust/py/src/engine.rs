@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
-    flatten_metadata, Attrs, Batch, Column, Engine, EngineConfig, Filter, Hits, JsonValue,
-    Prepared, SearchOptions, Signals, Sort,
+    flatten_metadata, Attrs, Batch, Column, Conditions, Engine, EngineConfig, Hits, Prepared,
+    SearchOptions, Signals, Sort, Versions,
 };
 use memlane_core::hnsw::{Params, Precision};
 use memlane_core::Error;
@@ -19,9 +19,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::blob::Stored;
+use crate::conditions::Args;
 use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid, to_py};
-use crate::search::PySearchRequest;
+use crate::search::{self, PySearchRequest};
 
 /// One table and scope of `Engine.groups`: (table, the six scope values, count).
 type GroupRow = (String, [Option<String>; 6], usize);
@@ -69,16 +70,26 @@ impl PyEngine {
     }
 }
 
-/// A filter dict as the JSON value the engine compiles (checked there, once).
-fn filter_arg(py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<Option<JsonValue>> {
-    filter
-        .filter(|f| !f.is_none())
-        .map(|f| convert::filter(py, f))
-        .transpose()
-}
-
-fn compile(engine: &Engine, filter: Option<&JsonValue>) -> memlane_core::Result<Option<Filter>> {
-    filter.map(|f| engine.compile_filter(f)).transpose()
+/// The conditions of a listing (every version: `count`, `ids_where`, `groups`).
+fn admits(
+    py: Python<'_>,
+    filter: Option<&Bound<'_, PyAny>>,
+    table: Option<&Bound<'_, PyAny>>,
+    r#type: Option<&Bound<'_, PyAny>>,
+    scope: Option<&Bound<'_, PyAny>>,
+    (start, end): (Option<f64>, Option<f64>),
+    unique: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Conditions> {
+    let args = Args {
+        table,
+        r#type,
+        scope,
+        start,
+        end,
+        unique: search::optional_flag(py, unique, "unique")?,
+        filter,
+    };
+    args.conditions(py, Versions::Every)
 }
 
 // `ROW_FIELDS`: the fields of `memlane.schema.Row`, in order (see build.rs).
@@ -357,29 +368,29 @@ impl PyEngine {
         self.parked.load(Ordering::Acquire)
     }
 
-    /// One query with `request`'s options over the store's `defaults`:
-    /// (ids, final scores, explain), explain a dict per hit (see
-    /// `SearchHit.explain`) when the request asks for it, else None.
-    /// `current_only` leaves superseded records out; `now` is the time of
-    /// the access recorded (unix seconds); `dates` the intervals `(start, end)`
-    /// of the dates the query's text names.
+    /// One query with `request`'s options over the store's `defaults`, among
+    /// the records it admits: (ids, final scores, explain), explain a dict per
+    /// hit (see `SearchHit.explain`) when the request asks for it, else None.
+    /// `now` is the time of the access recorded (unix seconds), and with
+    /// `expiring` the time the records expired by are left out; `dates` the
+    /// intervals `(start, end)` of the dates the query's text names.
     #[pyo3(signature = (
-        request, text = None, vector = None, filter = None, *, now, current_only = false,
-        defaults = None, dates = Vec::new(),
+        request, text = None, vector = None, *, now, expiring = false, defaults = None,
+        dates = Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
         py: Python<'py>,
         request: &PySearchRequest,
-        text: Option<String>,
+        text: Option<&Bound<'py, PyAny>>,
         vector: Option<&Bound<'py, PyAny>>,
-        filter: Option<&Bound<'py, PyAny>>,
         now: f64,
-        current_only: bool,
+        expiring: bool,
         defaults: Option<&PySearchRequest>,
         dates: Vec<(f64, f64)>,
     ) -> PyResult<Found<'py>> {
+        let text = text.map(|t| search::query(py, t)).transpose()?;
         let q = vector
             .map(|v| Matrix::extract(py, v, "query vector"))
             .transpose()?;
@@ -387,21 +398,13 @@ impl PyEngine {
             return Err(invalid(py, "the query vector must be a single vector"));
         }
         let qv = q.as_ref().map(Matrix::as_slice);
-        let filter = filter_arg(py, filter)?;
         let store = SearchOptions::default();
         let defaults = defaults.map_or(&store, |d| &d.options);
+        let options = &request.options;
         let hits: Hits = detach(py, || {
             let engine = self.inner.read();
-            let filter = compile(&engine, filter.as_ref())?;
-            let req = request.options.request(
-                defaults,
-                text.as_deref(),
-                qv,
-                &dates,
-                filter.as_ref(),
-                now,
-                current_only,
-            )?;
+            let admitted = engine.build_conditions(&options.admits, expiring.then_some(now))?;
+            let req = options.request(defaults, text, qv, &dates, &admitted, now)?;
             engine.search(&req)
         })?;
         let explained = if request.options.explain {
@@ -417,9 +420,14 @@ impl PyEngine {
         Ok((hits.ids, hits.scores, explained))
     }
 
-    /// Ids of the records `filter` (a dict) admits, by creation time or by the
+    /// Ids of the records admitted (see `count`), by creation time or by the
     /// column `sort` names (then by creation time and id).
-    #[pyo3(signature = (filter = None, *, order = "desc", offset = 0, limit = usize::MAX, sort = "created_at"))]
+    #[pyo3(signature = (
+        filter = None, *, order = "desc", offset = 0, limit = usize::MAX, sort = "created_at",
+        table = None, r#type = None, scope = None, start = None, end = None, unique = None,
+        expire_at = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn ids_where<'py>(
         &self,
         py: Python<'py>,
@@ -428,6 +436,13 @@ impl PyEngine {
         offset: usize,
         limit: usize,
         sort: &str,
+        table: Option<&Bound<'py, PyAny>>,
+        r#type: Option<&Bound<'py, PyAny>>,
+        scope: Option<&Bound<'py, PyAny>>,
+        start: Option<f64>,
+        end: Option<f64>,
+        unique: Option<&Bound<'py, PyAny>>,
+        expire_at: Option<f64>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let descending = match order {
             "asc" => false,
@@ -441,24 +456,39 @@ impl PyEngine {
         };
         let column = Column::parse(sort).map_err(|e| to_py(py, e))?;
         let sort = Sort { column, descending };
-        let filter = filter_arg(py, filter)?;
+        let admits = admits(py, filter, table, r#type, scope, (start, end), unique)?;
         let ids = detach(py, || {
             let engine = self.inner.read();
-            let filter = compile(&engine, filter.as_ref())?;
-            Ok(engine.ids_sorted(filter.as_ref(), sort, offset, limit))
+            let admitted = engine.build_conditions(&admits, expire_at)?;
+            Ok(engine.ids_sorted(admitted.filter.as_ref(), sort, offset, limit))
         })?;
         Ok(PyArray1::from_vec(py, ids))
     }
 
-    /// How many records `filter` (a dict) admits per table and scope: a list of
-    /// (table, the six scope values, count), by table, the largest count first.
-    #[pyo3(signature = (filter = None))]
-    fn groups(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<GroupRow>> {
-        let filter = filter_arg(py, filter)?;
+    /// How many records are admitted (see `count`) per table and scope: a list
+    /// of (table, the six scope values, count), by table, the largest count first.
+    #[pyo3(signature = (
+        filter = None, *, table = None, r#type = None, scope = None, start = None, end = None,
+        unique = None, expire_at = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn groups(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        table: Option<&Bound<'_, PyAny>>,
+        r#type: Option<&Bound<'_, PyAny>>,
+        scope: Option<&Bound<'_, PyAny>>,
+        start: Option<f64>,
+        end: Option<f64>,
+        unique: Option<&Bound<'_, PyAny>>,
+        expire_at: Option<f64>,
+    ) -> PyResult<Vec<GroupRow>> {
+        let admits = admits(py, filter, table, r#type, scope, (start, end), unique)?;
         let groups = detach(py, || {
             let engine = self.inner.read();
-            let filter = compile(&engine, filter.as_ref())?;
-            Ok(engine.groups(filter.as_ref()))
+            let admitted = engine.build_conditions(&admits, expire_at)?;
+            Ok(engine.groups(admitted.filter.as_ref()))
         })?;
         Ok(groups
             .into_iter()
@@ -466,14 +496,32 @@ impl PyEngine {
             .collect())
     }
 
-    /// Number of records `filter` (a dict) admits.
-    #[pyo3(signature = (filter = None))]
-    fn count(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let filter = filter_arg(py, filter)?;
+    /// Number of records admitted, superseded ones too: those `filter` (a
+    /// dict) admits of the tables, types, scope (a dict of scope fields),
+    /// creation times `[start, end)` and `unique` flag given, less those
+    /// expired at `expire_at`.
+    #[pyo3(signature = (
+        filter = None, *, table = None, r#type = None, scope = None, start = None, end = None,
+        unique = None, expire_at = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn count(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        table: Option<&Bound<'_, PyAny>>,
+        r#type: Option<&Bound<'_, PyAny>>,
+        scope: Option<&Bound<'_, PyAny>>,
+        start: Option<f64>,
+        end: Option<f64>,
+        unique: Option<&Bound<'_, PyAny>>,
+        expire_at: Option<f64>,
+    ) -> PyResult<usize> {
+        let admits = admits(py, filter, table, r#type, scope, (start, end), unique)?;
         detach(py, || {
             let engine = self.inner.read();
-            let filter = compile(&engine, filter.as_ref())?;
-            Ok(engine.count(filter.as_ref()))
+            let admitted = engine.build_conditions(&admits, expire_at)?;
+            Ok(engine.count(admitted.filter.as_ref()))
         })
     }
 

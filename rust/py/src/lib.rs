@@ -3,6 +3,7 @@
 
 mod blob;
 mod bm25;
+mod conditions;
 mod convert;
 mod engine;
 mod errors;
@@ -41,6 +42,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     // The record's fields as this build read them from memlane.schema.Row (build.rs).
     m.add("ROW_FIELDS", engine::ROW_FIELDS.to_vec())?;
+    // The metadata key of the unique flag, which the engine's conditions read.
+    m.add("UNIQUE_KEY", memlane_core::engine::UNIQUE_KEY)?;
     m.add_class::<bm25::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_function(wrap_pyfunction!(blob::unblobs, m)?)?;

@@ -1,4 +1,5 @@
-//! `memlane._core.SearchRequest`: `Memory.search`'s options, checked once
+//! `memlane._core.SearchRequest`: `Memory.search`'s options and the records
+//! it admits (`memlane_core::engine::Conditions`), checked once
 //! (`memlane_core::engine::SearchOptions::new`) and carried as one frozen
 //! object to `Engine.search`. This file checks only Python types, with the
 //! messages of `memlane.coerce`; the core checks the values.
@@ -10,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
 
+use crate::conditions::{self, Args};
 use crate::convert::type_name;
 use crate::errors::{invalid, to_py};
 
@@ -65,7 +67,7 @@ fn number(py: Python<'_>, obj: &Bound<'_, PyAny>, label: &str) -> PyResult<f64> 
     })
 }
 
-fn optional_number(
+pub(crate) fn optional_number(
     py: Python<'_>,
     obj: Option<&Bound<'_, PyAny>>,
     label: &str,
@@ -98,7 +100,7 @@ fn count(py: Python<'_>, obj: &Bound<'_, PyAny>, label: &str, low: i64) -> PyRes
 }
 
 /// `coerce.flag`: a bool or a numpy bool.
-fn flag(py: Python<'_>, obj: &Bound<'_, PyAny>, label: &str) -> PyResult<bool> {
+pub(crate) fn flag(py: Python<'_>, obj: &Bound<'_, PyAny>, label: &str) -> PyResult<bool> {
     if let Ok(b) = obj.cast::<PyBool>() {
         return Ok(b.is_true());
     }
@@ -109,6 +111,37 @@ fn flag(py: Python<'_>, obj: &Bound<'_, PyAny>, label: &str) -> PyResult<bool> {
         py,
         format!("{label} must be a bool, got {}", type_name(obj)),
     ))
+}
+
+pub(crate) fn optional_flag(
+    py: Python<'_>,
+    obj: Option<&Bound<'_, PyAny>>,
+    label: &str,
+) -> PyResult<Option<bool>> {
+    obj.filter(|o| !o.is_none())
+        .map(|o| flag(py, o, label))
+        .transpose()
+}
+
+/// A search's query text: a str with UTF-8 form (a lone surrogate has none;
+/// `coerce.clean` words the refusal). Whether it may be empty is the core's
+/// to say (a search given a vector needs no words).
+pub(crate) fn query<'a>(py: Python<'_>, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+    let Ok(s) = obj.cast::<PyString>() else {
+        return Err(invalid(
+            py,
+            format!("query must be a str, got {}", type_name(obj)),
+        ));
+    };
+    s.to_str().map_err(|_| {
+        let refused = py
+            .import("memlane.coerce")
+            .and_then(|c| c.getattr("clean"))
+            .and_then(|clean| clean.call1((s, "query", true)));
+        refused
+            .err()
+            .unwrap_or_else(|| invalid(py, "query is not valid Unicode"))
+    })
 }
 
 /// A weights dict: known keys, numbers for values (the core checks them).
@@ -182,7 +215,9 @@ impl PySearchRequest {
         k = None, *, mode = None, threshold = None, min_similarity = None, weights = None,
         decay = None, recency_half_life = None, fusion = None, rrf_k = None, alpha = None,
         candidates = None, explain = None, track_access = None, context_weight = None,
-        speaker_weight = None, diversity = None, date_weight = None,
+        speaker_weight = None, diversity = None, date_weight = None, table = None, r#type = None,
+        scope = None, start = None, end = None, unique = None, filters = None, as_of = None,
+        known_at = None, include_superseded = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -204,7 +239,33 @@ impl PySearchRequest {
         speaker_weight: Option<&Bound<'_, PyAny>>,
         diversity: Option<&Bound<'_, PyAny>>,
         date_weight: Option<&Bound<'_, PyAny>>,
+        table: Option<&Bound<'_, PyAny>>,
+        r#type: Option<&Bound<'_, PyAny>>,
+        scope: Option<&Bound<'_, PyAny>>,
+        start: Option<&Bound<'_, PyAny>>,
+        end: Option<&Bound<'_, PyAny>>,
+        unique: Option<&Bound<'_, PyAny>>,
+        filters: Option<&Bound<'_, PyAny>>,
+        as_of: Option<&Bound<'_, PyAny>>,
+        known_at: Option<&Bound<'_, PyAny>>,
+        include_superseded: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let admitted = Args {
+            table,
+            r#type,
+            scope,
+            start: optional_number(py, start, "start")?,
+            end: optional_number(py, end, "end")?,
+            unique: optional_flag(py, unique, "unique")?,
+            filter: filters,
+        };
+        let versions = conditions::versions(
+            py,
+            optional_number(py, as_of, "as_of")?,
+            optional_number(py, known_at, "known_at")?,
+            optional_flag(py, include_superseded, "include_superseded")?.unwrap_or(false),
+        )?;
+        let admits = admitted.conditions(py, versions)?;
         let k = k.map_or(Ok(5), |k| count(py, k, "k", 1))?;
         let mode = mode.map_or(Ok("hybrid"), |m| {
             choice(py, m, "mode", "{'hybrid', 'vector', 'text'}")
@@ -243,7 +304,10 @@ impl PySearchRequest {
                 .transpose()?,
             diversity: optional_number(py, diversity, "diversity")?.unwrap_or(0.0),
         };
-        let options = SearchOptions::new(&given).map_err(|e| to_py(py, e))?;
+        let options = SearchOptions {
+            admits,
+            ..SearchOptions::new(&given).map_err(|e| to_py(py, e))?
+        };
         Ok(PySearchRequest { options })
     }
 

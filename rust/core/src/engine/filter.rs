@@ -179,6 +179,15 @@ impl Filter {
         Filter { root: Node::All }
     }
 
+    /// A filter of conditions built from typed fields ([`super::conditions`]).
+    pub(super) fn from_root(root: Node) -> Filter {
+        Filter { root }
+    }
+
+    pub(super) fn into_root(self) -> Node {
+        self.root
+    }
+
     pub fn and(parts: Vec<Filter>) -> Filter {
         Filter {
             root: Node::And(parts.into_iter().map(|f| f.root).collect()),

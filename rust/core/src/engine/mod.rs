@@ -19,6 +19,7 @@
 //! take `&self` and may run in parallel under a readers-writer lock. Recording
 //! an access is the one write a search makes, through an atomic column.
 
+pub mod conditions;
 pub mod filter;
 mod mode;
 mod nearest;
@@ -31,6 +32,7 @@ mod search;
 pub(crate) mod snapshot;
 mod speakers;
 
+pub use conditions::{Admitted, Conditions, Versions, UNIQUE_KEY};
 pub use filter::{Filter, Selection, MAX_DEPTH as MAX_FILTER_DEPTH};
 pub use mode::Mode;
 pub use options::{Given, SearchOptions};
@@ -245,6 +247,15 @@ impl Engine {
     /// Validates and compiles a filter given as a JSON value.
     pub fn compile_filter(&self, value: &JsonValue) -> Result<Filter> {
         Filter::from_json(value, &self.records)
+    }
+
+    /// What `conditions` admit, the records expired at `expire_at` left out.
+    pub fn build_conditions(
+        &self,
+        conditions: &Conditions,
+        expire_at: Option<f64>,
+    ) -> Result<Admitted> {
+        conditions.build(&self.records, expire_at)
     }
 
     pub fn select(&self, filter: &Filter) -> Selection {

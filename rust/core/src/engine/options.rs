@@ -4,9 +4,9 @@
 //! engine turns the options, the store's defaults and one query into a
 //! [`SearchRequest`] ([`SearchOptions::request`]), which needs no check.
 
+use super::conditions::{Admitted, Conditions};
 use super::mode::Mode;
 use super::search::SearchRequest;
-use super::Filter;
 use crate::error::{Error, Result};
 use crate::fusion::Fusion;
 use crate::repr::{py_float, py_str};
@@ -90,6 +90,8 @@ pub struct SearchOptions {
     pub track_access: Option<bool>,
     /// λ of maximal marginal relevance over the candidates ([`crate::mmr`]; 0: off).
     pub diversity: f64,
+    /// Which records the search admits.
+    pub admits: Conditions,
 }
 
 impl Default for SearchOptions {
@@ -111,6 +113,7 @@ impl Default for SearchOptions {
             explain: false,
             track_access: None,
             diversity: 0.0,
+            admits: Conditions::default(),
         }
     }
 }
@@ -186,6 +189,7 @@ impl SearchOptions {
             explain: given.explain,
             track_access: given.track_access,
             diversity,
+            admits: Conditions::default(),
         })
     }
 
@@ -197,19 +201,18 @@ impl SearchOptions {
 
     /// The engine's request for one query: these options over the store's
     /// `defaults` (weights, decay, half-life, access tracking), `dates` the
-    /// intervals the query's text names (checked here). Without a
+    /// intervals the query's text names (checked here), among the records
+    /// `admitted` (what [`Self::admits`] built: `Engine::build_conditions`). Without a
     /// query vector a hybrid search is a text search, and a vector search's
     /// `threshold` is a cosine similarity (elizaOS's `match_threshold`).
-    #[allow(clippy::too_many_arguments)]
     pub fn request<'a>(
         &self,
         defaults: &SearchOptions,
         text: Option<&'a str>,
         vector: Option<&'a [f32]>,
         dates: &'a [(f64, f64)],
-        filter: Option<&'a Filter>,
+        admitted: &'a Admitted,
         now: f64,
-        current_only: bool,
     ) -> Result<SearchRequest<'a>> {
         crate::fusion::named_dates(dates)?;
         let mode = match (self.mode, vector) {
@@ -232,7 +235,7 @@ impl SearchOptions {
             text,
             vector,
             mode,
-            filter,
+            filter: admitted.filter.as_ref(),
             k: self.k,
             candidates: self.candidates,
             turn_candidates: self.turn_candidates,
@@ -249,7 +252,7 @@ impl SearchOptions {
             min_similarity,
             explain: self.explain,
             touch: self.touch(defaults),
-            current_only,
+            current_only: admitted.current_only,
             diversity: self.diversity,
         })
     }
@@ -474,16 +477,20 @@ mod tests {
             ..SearchOptions::default()
         };
         let v = [1.0f32, 0.0];
+        let all = Admitted {
+            filter: None,
+            current_only: true,
+        };
         // The store's weights add up to nothing: refused at the search, as given.
         assert!(opts
-            .request(&defaults, None, Some(&v), &[], None, 0.0, true)
+            .request(&defaults, None, Some(&v), &[], &all, 0.0)
             .is_err());
         let defaults = SearchOptions {
             weights: None,
             ..defaults
         };
         let req = opts
-            .request(&defaults, None, Some(&v), &[], None, 0.0, true)
+            .request(&defaults, None, Some(&v), &[], &all, 0.0)
             .unwrap();
         assert_eq!((req.threshold, req.min_similarity), (None, Some(0.3)));
         assert_eq!(
@@ -491,12 +498,12 @@ mod tests {
             (0.5, AgeFrom::Clock, false)
         );
         let text = SearchOptions::default()
-            .request(&defaults, Some("q"), None, &[], None, 0.0, true)
+            .request(&defaults, Some("q"), None, &[], &all, 0.0)
             .unwrap();
         assert_eq!(text.mode, Mode::Text);
         // The dates a query names are checked with the request.
         let err = SearchOptions::default()
-            .request(&defaults, Some("q"), None, &[(2.0, 1.0)], None, 0.0, true)
+            .request(&defaults, Some("q"), None, &[(2.0, 1.0)], &all, 0.0)
             .err()
             .unwrap();
         assert!(err.to_string().contains("start < end"), "{err}");

@@ -169,7 +169,7 @@ impl Engine {
         }
         let text = req.text.filter(|t| !t.trim().is_empty());
         if req.mode == Mode::Text && text.is_none() {
-            return Err(Error::invalid("text search needs a non-empty query text"));
+            return Err(Error::invalid("query must not be empty"));
         }
         let weighted = matches!(req.fusion, Fusion::Weighted { .. } | Fusion::Adaptive)
             && req.mode == Mode::Hybrid;
