@@ -261,7 +261,7 @@ def test_ingest_and_knowledge_search(tmp_path: Path, capsys: pytest.CaptureFixtu
     doc = run_json(capsys, "ingest", store, str(knowledge_dir()), "--shared", *TEXT, "--create")
     assert set(doc) == {
         "ok", "seen", "ingested", "unchanged", "replaced", "failed", "skipped", "pruned",
-        "fragments", "truncated", "seconds",
+        "limited", "fragments", "truncated", "seconds",
     }  # fmt: skip
     assert doc["ok"] and doc["seen"] == len(doc["ingested"]) >= 2 and doc["fragments"] > 0
     again = run_json(capsys, "ingest", str(knowledge_dir()), "--shared", "--store", store, *TEXT)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from memlane.cli._command import command, emit_json, open_memory
 from memlane.knowledge.watch import DEBOUNCE
@@ -46,23 +45,6 @@ def seconds(text: str) -> float:
     return value
 
 
-def report_json(report: Any) -> dict[str, Any]:
-    """An ``IngestReport`` as ``--json`` prints it."""
-    return {
-        "ok": report.ok,
-        "seen": report.seen,
-        "ingested": report.ingested,
-        "unchanged": report.unchanged,
-        "replaced": report.replaced,
-        "failed": report.failed,
-        "skipped": report.skipped,
-        "pruned": report.pruned,
-        "fragments": report.fragments,
-        "truncated": report.truncated,
-        "seconds": report.seconds,
-    }
-
-
 @command(
     "ingest",
     "ingest a file or folder of documents as knowledge (progress bar and report)",
@@ -91,7 +73,7 @@ def ingest(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
     if args.json:
-        emit_json(report_json(report))
+        emit_json(report.to_dict())
     else:
         print(report)
     return 0 if report.ok else 1

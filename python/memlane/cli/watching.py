@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memlane.cli._command import open_memory
-from memlane.cli.knowledge import report_json
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.report import IngestReport
 
@@ -31,7 +30,7 @@ def _printer(
 ) -> tuple[Callable[[IngestReport], None], Callable[[BaseException], None]]:
     def on_report(report: IngestReport) -> None:
         if as_json:
-            print(json.dumps(report_json(report), ensure_ascii=False), flush=True)
+            print(json.dumps(report.to_dict(), ensure_ascii=False), flush=True)
         else:
             for line in changes(report):
                 print(line, flush=True)
@@ -62,7 +61,7 @@ def watch(args: argparse.Namespace) -> int:
         )
         try:
             if args.json:
-                print(json.dumps(report_json(handle.initial), ensure_ascii=False), flush=True)
+                print(json.dumps(handle.initial.to_dict(), ensure_ascii=False), flush=True)
             else:
                 print(handle.initial, flush=True)
             print(f"memlane: watching {folder} (Ctrl-C to stop)", file=sys.stderr, flush=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 __all__ = ["IngestReport"]
 
@@ -70,6 +71,11 @@ class IngestReport:
         self.fragments += other.fragments
         self.truncated += other.truncated
         self.seconds += other.seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values (what ``memlane ingest --json`` prints and the
+        server answers): ``ok`` and every field."""
+        return {"ok": self.ok, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
     def summary(self) -> str:
         """One line: the counts."""

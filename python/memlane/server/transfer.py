@@ -44,20 +44,6 @@ async def _save(request: Request, path: Path) -> int:
     return size
 
 
-def _report(report: IngestReport) -> dict[str, Any]:
-    return {
-        "seen": report.seen,
-        "ingested": report.ingested,
-        "unchanged": report.unchanged,
-        "replaced": report.replaced,
-        "failed": report.failed,
-        "skipped": report.skipped,
-        "pruned": report.pruned,
-        "limited": report.limited,
-        "fragments": report.fragments,
-    }
-
-
 _INGEST_OPTIONS = {"agent_id", "shared", "metadata"}
 
 
@@ -81,7 +67,9 @@ async def ingest(request: Request) -> JSONResponse:
         body = await read_json(request)
         path = body.pop("path", None)
         options = _ingest_scope(caller, arguments(mem.ingest, body, only=_INGEST_OPTIONS))
-        return JSONResponse(_report(await run_in_threadpool(_ingest_path, request, path, options)))
+        return JSONResponse(
+            (await run_in_threadpool(_ingest_path, request, path, options)).to_dict()
+        )
     given: dict[str, Any] = dict(request.query_params)
     name = given.pop("name", None)
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name.startswith("."):
@@ -97,7 +85,7 @@ async def ingest(request: Request) -> JSONResponse:
         report = await run_in_threadpool(
             lambda: mem.ingest(path, root=folder, progress=False, **options)
         )
-    return JSONResponse(_report(report))
+    return JSONResponse(report.to_dict())
 
 
 def _ingest_path(request: Request, path: object, options: dict[str, Any]) -> IngestReport:
