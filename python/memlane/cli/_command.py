@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlane.coerce import FloatArray
+from memlane.embeddings.identity import Identified
 from memlane.errors import (
     EmbedderMismatchError,
     EmbedderUnavailableError,
@@ -272,7 +273,7 @@ def make_embedder(choice: str | None) -> Embedder | None:
     return OnnxEmbedder(path)
 
 
-class RecordedEmbedder:
+class RecordedEmbedder(Identified):
     """Stands for the embedder a store was built with, for commands that do not embed.
 
     It has the store's recorded name and dimension, so the store opens; asked to
@@ -280,16 +281,7 @@ class RecordedEmbedder:
     """
 
     def __init__(self, name: str, dimension: int) -> None:
-        self._name = name
-        self._dimension = dimension
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
+        super().__init__(name, dimension)
 
     def _refuse(self) -> EmbedderUnavailableError:
         return EmbedderUnavailableError(

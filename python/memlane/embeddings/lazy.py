@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from memlane.embeddings._base import Embedder, FloatArray
+from memlane.embeddings.identity import Identified
 
 __all__ = [
     "DEFAULT_DIMENSION",
@@ -30,7 +31,7 @@ def is_default_model(embedder: Embedder | None) -> bool:
     )
 
 
-class LazyEmbedder:
+class LazyEmbedder(Identified):
     """Stands for the embedder ``factory`` builds, building it at the first embed call.
 
     ``name`` and ``dimension`` must be those of the built embedder; a mismatch
@@ -38,19 +39,10 @@ class LazyEmbedder:
     """
 
     def __init__(self, factory: Callable[[], Embedder], name: str, dimension: int) -> None:
+        super().__init__(name, dimension)
         self._factory = factory
-        self._name = name
-        self._dimension = dimension
         self._inner: Embedder | None = None
         self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
 
     @property
     def loaded(self) -> bool:

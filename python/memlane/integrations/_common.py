@@ -10,6 +10,7 @@ import numpy as np
 
 from memlane import Memory
 from memlane.coerce import FloatArray
+from memlane.embeddings.identity import Identified
 from memlane.embeddings.lazy import LazyEmbedder, default_embedder
 from memlane.errors import InvalidArgumentError
 from memlane.records import SCOPE_FIELDS
@@ -63,7 +64,7 @@ def unit_rows(vectors: Any) -> FloatArray:
     return out
 
 
-class FunctionEmbedder:
+class FunctionEmbedder(Identified):
     """A memlane ``Embedder`` over a framework's embedding functions.
 
     ``embed_documents`` turns a list of texts into a list of vectors and
@@ -80,16 +81,9 @@ class FunctionEmbedder:
     ) -> None:
         self._docs = embed_documents
         self._query = embed_query
-        self._name = name
-        self._dimension = len(embed_query("dimension probe")) if dimension is None else dimension
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
+        super().__init__(
+            name, len(embed_query("dimension probe")) if dimension is None else dimension
+        )
 
     def embed(self, text: str) -> FloatArray:
         row: FloatArray = unit_rows(self._query(text))[0]
