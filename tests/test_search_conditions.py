@@ -98,11 +98,12 @@ def test_versions_as_typed_fields(
             if r.created_at <= at and (r.valid_to is None or r.valid_to > at)
         }
         assert got == true_then
-    # What the store knew before the revisions: the originals, as current then.
-    before = min(
-        r.recorded_at for r in every.values() if r.valid_to is None and "revised" in r.text
-    )
-    known = {h.record.id for h in mem.search("apples", 60, known_at=before - 1e-3)}
+    # What the store knew between the last add and the first revision: the originals,
+    # each current then (a closed version's updated_at is when it was closed).
+    originals = [r for r in every.values() if "revised" not in r.text]
+    closed = min(r.updated_at for r in originals if r.valid_to is not None)
+    between = (max(r.recorded_at for r in originals) + closed) / 2
+    known = {h.record.id for h in mem.search("apples", 60, known_at=between)}
     assert known == {i for i, r in every.items() if "revised" not in r.text}
 
 
