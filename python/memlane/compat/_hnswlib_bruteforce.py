@@ -170,12 +170,7 @@ class BFIndex(_Attributes):
         path = path_to_index
         raw = _read_bytes(path)
         if raw.startswith(_MAGIC):
-            meta, blobs = _parse(raw, path, "BFIndex")
-            if meta["space"] != self._space or int(meta["dim"]) != self._dim:
-                raise RuntimeError(
-                    f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
-                    f"this BFIndex is {self._space!r} of dim {self._dim}"
-                )
+            meta, blobs = _parse(raw, path, "BFIndex", self._space, self._dim)
             if len(blobs) != 2:
                 raise RuntimeError("the index file is truncated")
             n = int(meta["count"])

@@ -42,9 +42,10 @@ def _read_bytes(path: str | os.PathLike[str]) -> bytes:
 
 
 def _parse(
-    raw: bytes, path: str | os.PathLike[str], kind: str
+    raw: bytes, path: str | os.PathLike[str], kind: str, space: str, dim: int
 ) -> tuple[dict[str, Any], list[bytes]]:
-    """A file written by ``save_index``: its metadata and blobs."""
+    """A file written by ``save_index`` for an index of ``kind``, ``space`` and ``dim``:
+    its metadata and blobs."""
     parts: list[bytes] = []
     at = len(_MAGIC)
     while at < len(raw):
@@ -63,6 +64,11 @@ def _parse(
         raise RuntimeError(
             f"{os.fspath(path)!r} holds a {meta.get('kind')} (format {meta.get('format')}), "
             f"not a {kind} of format {_FORMAT}"
+        )
+    if meta["space"] != space or int(meta["dim"]) != dim:
+        raise RuntimeError(
+            f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
+            f"this {kind} is {space!r} of dim {dim}"
         )
     return meta, parts[1:]
 

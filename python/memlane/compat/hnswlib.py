@@ -452,12 +452,7 @@ class Index(_Attributes):
         path = path_to_index
         raw = _read_bytes(path)
         if raw.startswith(_MAGIC):
-            meta, blobs = _parse(raw, path, "Index")
-            if meta["space"] != self._space or int(meta["dim"]) != self._dim:
-                raise RuntimeError(
-                    f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
-                    f"this Index is {self._space!r} of dim {self._dim}"
-                )
+            meta, blobs = _parse(raw, path, "Index", self._space, self._dim)
             self._restore(meta, blobs)
             saved_max = int(meta["max_elements"])
         else:
