@@ -1,5 +1,5 @@
-"""The record's one shape across the boundary and a search's one request: the engine's
-build reads its fields from ``schema.Row``; ``Memory.search``'s options are checked once,
+"""The record's one shape across the boundary and a search's one request: the engine
+finds the fields it reads by name in ``schema.Row``'s; ``Memory.search``'s options are checked once,
 by ``_core.SearchRequest``, with the messages callers have always seen; explain comes back
 as typed values."""
 
@@ -10,14 +10,14 @@ import inspect
 import math
 from collections.abc import Iterator
 from dataclasses import fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
 
 from conftest import WordHashEmbedder
 from memlane import InvalidArgumentError, Memory, schema
-from memlane._core import ROW_FIELDS, SearchRequest
+from memlane._core import Engine, SearchRequest
 from memlane.records import MemoryRecord
 
 
@@ -30,8 +30,28 @@ def mem() -> Iterator[Memory]:
     m.close()
 
 
-def test_the_engine_reads_the_fields_of_row() -> None:
-    assert list(schema.COLUMNS) == ROW_FIELDS
+def test_the_engine_reads_the_fields_of_row_by_name() -> None:
+    values = dict(zip(schema.COLUMNS, (1, "a", "the apple", "memories", "semantic"), strict=False))
+    values |= {f: None for f in schema.COLUMNS if f.endswith("_id")}
+    values |= {"namespace": None, "speaker": None, "metadata": "{}", "embedding": None}
+    values |= {"importance": 0.5, "evergreen": 0, "uniq": 0, "created_at": 5.0}
+    values |= {"updated_at": 5.0, "last_accessed_at": 5.0, "access_count": 0, "valid_to": None}
+    values |= {"expires_at": None, "recorded_at": 5.0, "content_hash": "", "seq": 1}
+    values["content_seq"] = 1
+    engine = Engine(None)
+    # Fields in another order read the same: the engine finds them by name.
+    backwards = NamedTuple("Backwards", [(f, Any) for f in reversed(schema.COLUMNS)])  # type: ignore[misc]
+    engine.apply(engine.prepare([backwards(**values)], True))
+    admitted = {"id": "a", "table": "memories", "importance": 0.5, "created_at": 5.0}
+    assert engine.ids_where(admitted).tolist() == [1]
+    lacking = NamedTuple("Lacking", [(f, Any) for f in schema.COLUMNS if f != "speaker"])  # type: ignore[misc]
+    del values["speaker"]
+    with pytest.raises(InvalidArgumentError, match="record 0: a row must have the field 'speaker'"):
+        engine.prepare([lacking(**values)], True)
+    with pytest.raises(
+        InvalidArgumentError, match=r"record 0: a row must be a memlane\.schema\.Row"
+    ):
+        engine.prepare([tuple(values.values())], True)
     public = [schema.PUBLIC_NAMES.get(c, c) for c in schema.RECORD_COLUMNS]
     assert [f.name for f in fields(MemoryRecord)][: len(public)] == public
 

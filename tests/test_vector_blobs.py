@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import WordHashEmbedder
+from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
+from memlane._core import blobs
 from memlane._memory.encoding import blob, unblob, unblobs
-from memlane.errors import CorruptFileError
+from memlane.errors import CorruptFileError, InvalidArgumentError
 
 DIM = 16
 
@@ -126,3 +127,53 @@ def test_a_damaged_blob_among_many_is_a_corrupt_file(damaged: object) -> None:
     good = blob(unit(5), half=True)
     with pytest.raises(CorruptFileError, match="stored vector"):
         unblobs([good, damaged, good], DIM)
+
+
+def numpy_blobs(vectors: np.ndarray, half: bool) -> list[bytes]:
+    """The blobs stores wrote before the engine wrote them (numpy's float16 casts)."""
+    v = np.ascontiguousarray(vectors, dtype="<f4")
+    if not half:
+        return [row.tobytes() for row in v]
+    n, dim = v.shape
+    out = np.empty(n, dtype=[("tag", "u1"), ("scale", "<f4"), ("v", "<f2", (dim,))])
+    top = np.abs(v).max(axis=1)
+    top[top == 0] = 1
+    scale = np.exp2(np.ceil(np.log2(top))).astype("<f4")
+    out["tag"], out["scale"], out["v"] = 1, scale, v / scale[:, None]
+    return [r.tobytes() for r in out]
+
+
+def test_the_engine_writes_the_bytes_numpy_wrote() -> None:
+    # Unit vectors, and vectors of other magnitudes, tops at a power of two among them.
+    rng = np.random.default_rng(7)
+    vs = rng.normal(size=(400, DIM)).astype(np.float32)
+    vs[:100] /= np.linalg.norm(vs[:100], axis=1, keepdims=True)
+    vs[100:] *= np.float32(10.0) ** rng.integers(-30, 30, size=(300, 1)).astype(np.float32)
+    vs[390:, 0] = np.float32(2.0) ** np.arange(-5, 5, dtype=np.float32)
+    vs[390:, 1:] = 0.0
+    vs[389] = 0.0
+    for half in (True, False):
+        new, old = blobs(vs, half), numpy_blobs(vs, half)
+        assert new == old
+        np.testing.assert_array_equal(unblobs(new, DIM), unblobs(old, DIM))
+    assert blobs(vs[0], True) == numpy_blobs(vs[:1], True)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("half", [True, False])
+def test_a_non_finite_vector_is_not_encoded(bad: float, half: bool) -> None:
+    v = np.stack([unit(1), unit(2)])
+    v[1, 3] = bad
+    with pytest.raises(InvalidArgumentError, match="vector 1 has a non-finite value"):
+        blobs(v, half)
+
+
+def test_a_store_keeps_the_bytes_numpy_wrote(make_store: StoreFactory) -> None:
+    mem = make_store("s", WordHashEmbedder(DIM))
+    vs = np.stack([unit(s) * np.float32(3.0**s) for s in range(5)])
+    recs = mem.add_many([{"text": f"t{i}", "embedding": v} for i, v in enumerate(vs)])
+    one = mem.add("one more", embedding=unit(9))
+    rows = [mem._db.row_by_id(r.id, embedding=True) for r in [*recs, one]]
+    assert [r.embedding for r in rows if r is not None] == numpy_blobs(
+        np.vstack([vs, unit(9)]), half=True
+    )

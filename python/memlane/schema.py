@@ -3,7 +3,7 @@
 Each field of ``Row`` is a column of the ``records`` table, in order.
 Everything else is derived from it: ``COLUMNS``, the SQL types and the
 ``CREATE TABLE`` of each dialect (``records_table``), the fields the
-engine reads (its build reads this class: ``rust/py/build.rs``, and
+engine reads (by name, from ``Row._fields``: ``rust/py/src/rows.rs``; and
 ``Engine.prepare`` takes rows) and ``MemoryRecord``'s
 fields (``RECORD_COLUMNS`` under ``PUBLIC_NAMES``). A field's Python
 type gives its SQL type; ``X | None`` makes it nullable; ``Annotated`` adds a

@@ -9,8 +9,8 @@ vector as an array."""
 
 from __future__ import annotations
 
+import builtins
 import json
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from memlane import coerce
-from memlane._core import Engine, PreparedBatch, unblobs
+from memlane import content_hash as hashing
+from memlane._core import Engine, PreparedBatch, blobs, unblobs
 from memlane.coerce import FloatArray
-from memlane.content_hash import content_hash
 from memlane.errors import CorruptFileError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import COLUMNS, FLAGS, PUBLIC_NAMES, RECORD_COLUMNS, Row
@@ -161,77 +161,106 @@ def validate(
     dim: int | None,
     importing: bool = False,
 ) -> NewRecord:
-    """Checks one add() item completely; vector values are checked per batch by the caller."""
-    # Runs once per record of a bulk add: the common cases take fast paths
-    # (exact types), anything else goes through the general checks.
+    """Checks one add_many() item (or an imported record) completely; see ``new_record``."""
     if not isinstance(item, Mapping):
         raise InvalidArgumentError(f"a record must be a dict, got {type(item).__name__}")
     allowed = IMPORT_KEYS if importing else ADD_KEYS
     if not allowed.issuperset(item):
         raise InvalidArgumentError(f"unknown key(s) {sorted(set(item) - allowed)}")
-    get = item.get
-    text = get("text")
-    if type(text) is not str or not text.strip():
+    return new_record(now, default_scope, dim, importing, **item)
+
+
+def new_record(
+    now: float,
+    default_scope: Mapping[str, str],
+    dim: int | None,
+    importing: bool = False,
+    *,
+    text: Any = None,
+    table: Any = "memories",
+    type: Any = "semantic",
+    agent_id: Any = None,
+    user_id: Any = None,
+    room_id: Any = None,
+    world_id: Any = None,
+    session_id: Any = None,
+    namespace: Any = None,
+    speaker: Any = None,
+    importance: Any = 0.5,
+    evergreen: Any = False,
+    unique: Any = False,
+    metadata: Any = None,
+    created_at: Any = None,
+    updated_at: Any = None,
+    last_accessed_at: Any = None,
+    access_count: Any = 0,
+    valid_to: Any = None,
+    expires_at: Any = None,
+    recorded_at: Any = None,
+    content_hash: Any = None,  # the store computes it; an import may carry it
+    embedding: Any = None,
+    id: Any = None,
+    ttl: Any = None,
+) -> NewRecord:
+    """Checks one record's fields (``add``'s keyword arguments, or ``ADD_KEYS``;
+    with ``importing``, ``IMPORT_KEYS``) completely; vector values are checked per
+    batch by the caller."""
+    # Runs once per record of a bulk add: the common cases take fast paths
+    # (exact types), anything else goes through the general checks.
+    if builtins.type(text) is not str or not text.strip():
         if text is None:
             raise InvalidArgumentError("a record needs a 'text'")
         if not isinstance(text, str):
-            raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
+            raise InvalidArgumentError(f"text must be a str, got {builtins.type(text).__name__}")
         raise InvalidArgumentError("text is empty or whitespace-only")
     coerce.clean(text, "text")
     scope: list[str | None] = []
-    for f in SCOPE_FIELDS:
-        v = get(f)
+    given = (agent_id, user_id, room_id, world_id, session_id, namespace)
+    for f, v in zip(SCOPE_FIELDS, given, strict=True):
         if v is None:
             scope.append(default_scope.get(f))
-        elif type(v) is str and v in checked:
+        elif builtins.type(v) is str and v in checked:
             scope.append(v)
         else:
             scope.append(coerce.text(v, f))
             checked.add(v)
     agent, user, room, world, session, namespace = scope
-    speaker = get("speaker")
-    if speaker is not None and (type(speaker) is not str or speaker not in checked):
+    if speaker is not None and (builtins.type(speaker) is not str or speaker not in checked):
         speaker = coerce.text(speaker, "speaker")
         checked.add(speaker)
-    meta = get("metadata")
-    metadata, metadata_json = ({}, "{}") if not meta else coerce.metadata(meta)
-    created = get("created_at")
-    created = now if created is None else coerce.timestamp(created, "created_at")
-    updated = get("updated_at")
-    updated = now if updated is None else coerce.timestamp(updated, "updated_at")
-    last = get("last_accessed_at")
-    last = created if last is None else coerce.timestamp(last, "last_accessed_at")
-    access_count = get("access_count", 0)
-    if type(access_count) is not int or access_count < 0:
+    metadata, metadata_json = ({}, "{}") if not metadata else coerce.metadata(metadata)
+    created = now if created_at is None else coerce.timestamp(created_at, "created_at")
+    updated = now if updated_at is None else coerce.timestamp(updated_at, "updated_at")
+    last = (
+        created
+        if last_accessed_at is None
+        else coerce.timestamp(last_accessed_at, "last_accessed_at")
+    )
+    if builtins.type(access_count) is not int or access_count < 0:
         raise InvalidArgumentError("access_count must be an int >= 0")
-    valid_to = get("valid_to")
     if valid_to is not None:
         valid_to = coerce.timestamp(valid_to, "valid_to")
         if valid_to < created:
             raise InvalidArgumentError(
                 "valid_to is before created_at (when the record became true)"
             )
-    expires_at = _expiry(get("expires_at"), get("ttl"), now, importing)
-    recorded = get("recorded_at") if importing else None
+    expires_at = _expiry(expires_at, ttl, now, importing)
+    recorded = recorded_at if importing else None
     recorded = now if recorded is None else coerce.timestamp(recorded, "recorded_at")
-    importance = get("importance", 0.5)
-    if type(importance) is not float or not 0.0 <= importance <= 1.0:
+    if builtins.type(importance) is not float or not 0.0 <= importance <= 1.0:
         importance = coerce.number(importance, "importance", 0.0, 1.0)
-    table = get("table", "memories")
-    if type(table) is not str or table not in checked:
+    if builtins.type(table) is not str or table not in checked:
         checked.add(coerce.text(table, "table"))
-    kind = get("type", "semantic")
-    if type(kind) is not str or kind not in checked:
+    kind = type
+    if builtins.type(kind) is not str or kind not in checked:
         checked.add(coerce.text(kind, "type"))
-    emb = get("embedding")
+    emb = embedding
     if emb is not None:
-        ok = type(emb) is np.ndarray and emb.dtype == np.float32 and emb.shape == (dim,)
+        ok = builtins.type(emb) is np.ndarray and emb.dtype == np.float32 and emb.shape == (dim,)
         emb = emb if ok else coerce.vector(emb, "embedding", dim, False)
-    record_id = get("id")
-    unique = get("unique", False)
+    record_id = id
     if unique is not False and unique is not True:
         unique = coerce.flag(unique, "unique")
-    evergreen = get("evergreen", False)
     if evergreen is not False and evergreen is not True:
         evergreen = coerce.flag(evergreen, "evergreen")
     return NewRecord(
@@ -256,7 +285,7 @@ def validate(
         last_accessed_at=last,
         access_count=access_count,
         unique=unique and importing,
-        content_hash=content_hash(text),
+        content_hash=hashing.content_hash(text),
         dedup=unique and not importing,
         id_given=record_id is not None,
         valid_to=valid_to,
@@ -345,47 +374,23 @@ def unique_metadata(text: str) -> str:
 
 
 # A vector kept for an index that holds it in half floats at most (every precision but
-# f32) is stored that way too, at half the bytes, which are most of a row: a tag byte,
-# a scale as a float32 (the power of two at or above the largest magnitude), then the
-# components divided by it as float16s (so that no vector the engine accepts overflows
-# or underflows them; a power of two divides exactly, so a component decodes to its own
-# float16 rounding, the value the index holds, and a store rebuilt from its database
-# scores as the one that wrote it). That is
-# 2 * dim + 5 bytes, an odd length, which no float32 blob (4 * dim) has: a store keeps
-# the float32 blobs written before, or by an f32 index, and reads both. The engine's
-# ``unblobs`` decodes them, with the checks that name a damaged one.
-_HALF = 1
-_HALF_HEADER = struct.Struct("<Bf")
-
-
-def blobs(vectors: FloatArray, half: bool) -> list[bytes]:
-    """Rows of ``vectors`` (n x dim) as stored: float32, or scaled float16 when ``half``."""
-    v = np.ascontiguousarray(vectors, dtype="<f4")
-    if half:
-        # A packed record per row, written in one go: tag, scale, components.
-        n, dim = v.shape
-        out = np.empty(n, dtype=[("tag", "u1"), ("scale", "<f4"), ("v", "<f2", (dim,))])
-        # An all-zero vector (which no index takes) stays zeros rather than NaNs.
-        top = np.abs(v).max(axis=1)
-        top[top == 0] = 1
-        scale = np.exp2(np.ceil(np.log2(top))).astype("<f4")
-        out["tag"], out["scale"], out["v"] = _HALF, scale, v / scale[:, None]
-        raw, width = out.tobytes(), out.itemsize
-    else:
-        raw, width = v.tobytes(), 4 * v.shape[1]
-    return [raw[i * width : (i + 1) * width] for i in range(len(v))]
+# f32) is stored that way too, at half the bytes, which are most of a row: scaled half
+# floats, 2 * dim + 5 bytes. A store keeps the float32 blobs written before, or by an f32
+# index, and reads both. The format is the engine's (``rust/core/src/blob.rs``), which
+# writes (``blobs``) and reads (``unblobs``) it, with the checks that name a damaged one.
+_HALF_HEADER = 5
 
 
 def blob(v: FloatArray | None, half: bool) -> bytes | None:
     """A vector as stored (see ``blobs``)."""
-    return None if v is None else blobs(v[None, :], half)[0]
+    return None if v is None else blobs(v, half)[0]
 
 
 def unblob(b: bytes | None) -> FloatArray | None:
     """A stored vector (see ``blobs``) decoded, its dimension read from its length."""
     if b is None:
         return None
-    dim = len(b) // 4 if len(b) % 4 == 0 else (len(b) - _HALF_HEADER.size) // 2
+    dim = len(b) // 4 if len(b) % 4 == 0 else (len(b) - _HALF_HEADER) // 2
     v: FloatArray = unblobs([b], max(dim, 1))[0]
     return v
 

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from memlane import _core, coerce
 from memlane._core import Engine
 from memlane._memory import jsonl, maintenance
-from memlane._memory.encoding import record
+from memlane._memory.encoding import new_record, record
 from memlane._memory.job_book import JobBook
 from memlane._memory.listing import Listing
 from memlane._memory.querying import Mode, Rerank, Searcher, build_filter, moment, visible
@@ -122,29 +122,32 @@ class MemoryStore(Listing):
         on no read returns it, and maintenance removes it, keeping its last version
         in the history.
         """
-        item = {
-            "text": text,
-            "table": table,
-            "type": type,
-            "agent_id": agent_id,
-            "user_id": user_id,
-            "room_id": room_id,
-            "world_id": world_id,
-            "session_id": session_id,
-            "namespace": namespace,
-            "speaker": speaker,
-            "importance": importance,
-            "evergreen": evergreen,
-            "metadata": metadata,
-            "embedding": embedding,
-            "id": id,
-            "created_at": created_at,
-            "unique": unique,
-            "expires_at": expires_at,
-            "ttl": ttl,
-        }
-        records: list[MemoryRecord] = self._writer.add([item], single=True)
-        return records[0]
+        self._sync.check_open()
+        new = new_record(
+            time.time(),
+            self._writer.default_scope,
+            self._sync.dim,
+            text=text,
+            table=table,
+            type=type,
+            agent_id=agent_id,
+            user_id=user_id,
+            room_id=room_id,
+            world_id=world_id,
+            session_id=session_id,
+            namespace=namespace,
+            speaker=speaker,
+            importance=importance,
+            evergreen=evergreen,
+            metadata=metadata,
+            embedding=embedding,
+            id=id,
+            created_at=created_at,
+            unique=unique,
+            expires_at=expires_at,
+            ttl=ttl,
+        )
+        return self._writer.add_record(new)
 
     def add_many(
         self, items: Iterable[Mapping[str, Any]], *, progress: bool = False

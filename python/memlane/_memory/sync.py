@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from memlane._core import Engine, unblobs
+from memlane._core import Engine, blobs, unblobs
 from memlane._memory.access import AccessLog
-from memlane._memory.encoding import blobs, prepare
+from memlane._memory.encoding import prepare
 from memlane._memory.events import Events
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder

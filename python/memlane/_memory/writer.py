@@ -13,15 +13,15 @@ from typing import Any, Literal
 import numpy as np
 
 from memlane import coerce
-from memlane._core import unblobs
+from memlane._core import blobs, unblobs
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow, window_keys
+from memlane._memory.embedding import embed_texts
 from memlane._memory.encoding import (
     NewRecord,
     as_indexed,
     blob,
-    blobs,
     prepare,
     record,
     unblob,
@@ -31,7 +31,6 @@ from memlane._memory.progress import PROGRESS_PART, progress_bar
 from memlane._memory.querying import visible
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
-from memlane.content_hash import content_hash
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
@@ -111,43 +110,54 @@ class Writer:
         importing: bool = False,
         replacing: Replacing | None = None,
         *,
-        single: bool = False,
         progress: bool = False,
     ) -> Any:
         """``add_many``'s records; with ``replacing``, also deletes its matches in the same
-        transaction and returns (deleted, records). ``single``: the one record of ``add``
-        (its errors name no position); ``progress``: a bar on stderr while it embeds."""
+        transaction and returns (deleted, records). ``progress``: a bar on stderr while it
+        embeds."""
         if progress is not True and progress is not False:
             progress = coerce.flag(progress, "progress")
         bars: list[Any] | None = [] if progress else None
         try:
             with self.sync.writing():
-                return self._add(items, importing, replacing, single, bars)
+                self.sync.check_open()
+                news = self._validate(items, importing)
+                return self._add(news, importing, replacing, bars=bars)
         finally:
             for bar in bars or ():
                 bar.close()
 
+    def add_record(self, new: NewRecord) -> MemoryRecord:
+        """``add``'s one record, built by ``encoding.new_record`` from its arguments."""
+        with self.sync.writing():
+            self.sync.check_open()
+            records: list[MemoryRecord] = self._add([new], False, None, single=True)
+            return records[0]
+
+    def _validate(self, items: Iterable[Mapping[str, Any]], importing: bool) -> list[NewRecord]:
+        if isinstance(items, Mapping | str):
+            raise InvalidArgumentError("add_many takes a list of dicts")
+        now, dim = time.time(), self.sync.dim
+        news = []
+        for i, item in enumerate(items):
+            try:
+                news.append(validate(item, now, self.default_scope, dim, importing))
+            except InvalidArgumentError as e:
+                raise type(e)(f"record {i}: {e}") from None
+        return news
+
     def _add(
         self,
-        items: Iterable[Mapping[str, Any]],
+        news: list[NewRecord],
         importing: bool,
         replacing: Replacing | None,
         single: bool = False,
         bars: list[Any] | None = None,
     ) -> Any:
+        """Stores validated records; ``single``: the one record of ``add`` (its errors
+        name no position)."""
         sync = self.sync
-        sync.check_open()
-        if isinstance(items, Mapping | str):
-            raise InvalidArgumentError("add_many takes a list of dicts")
         now = time.time()
-        news = []
-        for i, item in enumerate(items):
-            try:
-                news.append(validate(item, now, self.default_scope, sync.dim, importing))
-            except InvalidArgumentError as e:
-                if single:
-                    raise
-                raise type(e)(f"record {i}: {e}") from None
         if replacing is not None and any(n.dedup for n in news):
             raise InvalidArgumentError("replace stores items as given: unique=True is refused")
         if not news and replacing is None:
@@ -177,7 +187,7 @@ class Writer:
         step = PROGRESS_PART if bar is not None else max(1, len(missing))
         for start in range(0, len(missing), step):
             part = missing[start : start + step]
-            vectors = self.embed_texts([news[i].text for i in part])
+            vectors = self._embed_texts([news[i].text for i in part])
             for i, v in zip(part, vectors, strict=True):
                 news[i].embedding = v
             if bar is not None:
@@ -255,34 +265,9 @@ class Writer:
             results[i] = rec
         return results
 
-    def embed_texts(self, texts: list[str]) -> FloatArray:
-        """Vectors of ``texts``: from the cache, from stored records with the same text, or
-        embedded (one batch)."""
-        embedder, dim = self.embedder, self.sync.dim
-        assert embedder is not None and dim is not None
-        out = np.empty((len(texts), dim), dtype=np.float32)
-        todo: list[int] = []
-        cache = embedder.cache
-        for i, t in enumerate(texts):
-            hit = cache.get(embedder.name, t)
-            if hit is None:
-                todo.append(i)
-            else:
-                out[i] = hit
-        if todo:
-            stored: dict[str, FloatArray] = {}
-            for row in self.db.rows_by_hash([content_hash(texts[i]) for i in todo], True):
-                v = unblob(row.embedding)
-                if v is not None and v.shape[0] == dim:
-                    stored[row.text] = v
-            rest = [i for i in todo if texts[i] not in stored]
-            for i in todo:
-                if texts[i] in stored:
-                    out[i] = stored[texts[i]]
-                    cache.put(embedder.name, texts[i], out[i])
-            if rest:
-                out[rest] = embedder.embed_batch([texts[i] for i in rest])
-        return out
+    def _embed_texts(self, texts: list[str]) -> FloatArray:
+        assert self.embedder is not None
+        return embed_texts(self.embedder, self.db, self.sync.dim, texts)
 
     def _insert(
         self,
@@ -370,7 +355,7 @@ class Writer:
         if n.embedding is not None:
             coerce.check_vectors(n.embedding[None, :], None, "embedding")
         elif self.embedder is not None:
-            n.embedding = self.embed_texts([n.text])[0]
+            n.embedding = self._embed_texts([n.text])[0]
         vector = n.embedding
         with sync.writing(), sync.lock:
             sync.check_open()
@@ -430,7 +415,7 @@ class Writer:
         if new_vector:
             coerce.check_vectors(n.embedding[None, :], None, "embedding")  # type: ignore[index]
         elif "text" in fields and fields["text"] != seen.text and self.embedder is not None:
-            n.embedding = self.embed_texts([n.text])[0]
+            n.embedding = self._embed_texts([n.text])[0]
             new_vector = True
         vector = n.embedding
         with sync.writing(), sync.lock:

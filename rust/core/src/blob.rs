@@ -1,7 +1,15 @@
-//! Vectors as the database keeps them (the Python package's `encoding.blobs`
-//! writes them): `dim` little-endian float32s, or a tag byte, a power-of-two
-//! float32 scale and `dim` half floats. Opening a store decodes every one of
-//! them, so the decode lives here rather than in numpy's half-float casts.
+//! Vectors as the database keeps them, written and read here only (the Python
+//! package calls `encode` and `decode` through `memlane._core`): `dim`
+//! little-endian float32s, or a tag byte, a power-of-two float32 scale and `dim`
+//! half floats. A half-float blob is `2 * dim + 5` bytes, an odd length, which no
+//! float32 blob (`4 * dim`) has, so a store reads both.
+//!
+//! The scale is the power of two at or above the row's largest magnitude, and the
+//! components are divided by it before they are rounded to half floats: no vector
+//! the engine accepts overflows or underflows them, and since a power of two
+//! divides exactly, a component decodes to its own half-float rounding, the value
+//! the index holds, so a store rebuilt from its database scores as the one that
+//! wrote it.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -59,6 +67,77 @@ pub fn decode<'a>(stored: impl ExactSizeIterator<Item = &'a [u8]>, dim: usize) -
     Ok(out)
 }
 
+/// The bytes of one stored vector of `dim` components.
+pub fn stored_len(dim: usize, half: bool) -> usize {
+    if half {
+        HALF_HEADER + 2 * dim
+    } else {
+        4 * dim
+    }
+}
+
+/// Encodes `values`, rows of `dim` components, as the database keeps them, one
+/// blob after another (`stored_len(dim, half)` bytes each): float32s, or with
+/// `half` scaled half floats (an all-zero row, which no index takes, gets the
+/// scale 1). A row with a non-finite value, or too large for a float32 scale,
+/// is refused.
+pub fn encode(values: &[f32], dim: usize, half: bool) -> Result<Vec<u8>> {
+    if dim == 0 || !values.len().is_multiple_of(dim) {
+        return Err(Error::invalid(format!(
+            "{} values are no rows of dimension {dim}",
+            values.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(values.len() / dim * stored_len(dim, half));
+    let mut scaled = vec![0f32; dim];
+    let mut halves = vec![f16::ZERO; dim];
+    for (i, row) in values.chunks_exact(dim).enumerate() {
+        if let Some(x) = row.iter().find(|x| !x.is_finite()) {
+            return Err(Error::invalid(format!(
+                "vector {i} has a non-finite value ({x}) and cannot be stored"
+            )));
+        }
+        if !half {
+            out.extend(row.iter().flat_map(|x| x.to_le_bytes()));
+            continue;
+        }
+        let top = row.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let scale = power_at_or_above(top);
+        if !scale.is_finite() {
+            return Err(Error::invalid(format!(
+                "vector {i} has a value ({top}) too large to store"
+            )));
+        }
+        for (s, &x) in scaled.iter_mut().zip(row) {
+            *s = x / scale;
+        }
+        halves.convert_from_f32_slice(&scaled);
+        out.push(HALF_TAG);
+        out.extend_from_slice(&scale.to_le_bytes());
+        out.extend(halves.iter().flat_map(|h| h.to_le_bytes()));
+    }
+    Ok(out)
+}
+
+/// The least power of two at or above `x` (finite, >= 0); 1 for 0; infinity
+/// beyond the largest float32 power of two.
+fn power_at_or_above(x: f32) -> f32 {
+    if x == 0.0 {
+        return 1.0;
+    }
+    let bits = x.to_bits();
+    let (exponent, mantissa) = (bits >> 23, bits & 0x7f_ffff);
+    if exponent == 0 {
+        // Subnormal: its value is the mantissa's, in units of the least one.
+        return f32::from_bits(mantissa.next_power_of_two());
+    }
+    if mantissa == 0 {
+        x
+    } else {
+        f32::from_bits((exponent + 1) << 23)
+    }
+}
+
 fn damaged(msg: String) -> Error {
     Error::DamagedVector(msg)
 }
@@ -111,6 +190,63 @@ mod tests {
         for bad in [tag.as_slice(), scale.as_slice(), short] {
             let err = decode([good.as_slice(), bad].into_iter(), 3).unwrap_err();
             assert!(matches!(err, Error::DamagedVector(_)), "{err}");
+        }
+    }
+
+    #[test]
+    fn encodes_what_decode_reads() {
+        let rows = [
+            0.3f32,
+            -1.5,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            2.0f32.powi(-140),
+            1e-3,
+            0.25,
+        ];
+        let full = encode(&rows, 3, false).unwrap();
+        assert_eq!(full.len(), 3 * stored_len(3, false));
+        let back = decode(full.chunks(stored_len(3, false)), 3).unwrap();
+        assert_eq!(back, rows);
+        let half = encode(&rows, 3, true).unwrap();
+        assert_eq!(half.len(), 3 * stored_len(3, true));
+        assert_eq!(&half[..5], &[HALF_TAG, 0, 0, 0, 0x40]); // scale 2.0
+        assert_eq!(&half[11..16], &[HALF_TAG, 0, 0, 0x80, 0x3f]); // an all-zero row: 1.0
+        let back = decode(half.chunks(stored_len(3, true)), 3).unwrap();
+        for (b, r) in back.iter().zip(rows) {
+            assert!((b - r).abs() <= 1e-3, "{b} {r}");
+        }
+        assert_eq!(half[5..11], half_blob(2.0, &rows[..3])[5..]);
+    }
+
+    #[test]
+    fn refuses_what_cannot_be_stored() {
+        for bad in [f32::NAN, f32::INFINITY] {
+            assert!(encode(&[0.5, bad], 2, true).is_err());
+            assert!(encode(&[0.5, bad], 2, false).is_err());
+        }
+        assert!(encode(&[f32::MAX, 0.0], 2, true).is_err());
+        assert!(encode(&[0.5, 0.5, 0.5], 2, true).is_err());
+    }
+
+    #[test]
+    fn least_powers_of_two_above() {
+        let cases = [
+            (0.0f32, 1.0f32),
+            (1.0, 1.0),
+            (1.000_000_1, 2.0),
+            (0.75, 1.0),
+            (0.5, 0.5),
+            (300.0, 512.0),
+            (2.0f32.powi(-140), 2.0f32.powi(-140)),
+            (3.0 * 2.0f32.powi(-140), 2.0f32.powi(-138)),
+            (f32::MIN_POSITIVE * 0.75, f32::MIN_POSITIVE),
+            (f32::MAX, f32::INFINITY),
+        ];
+        for (x, want) in cases {
+            assert_eq!(power_at_or_above(x), want, "{x}");
         }
     }
 

@@ -1,11 +1,13 @@
 //! Vector blobs as the database keeps them (see `memlane_core::blob`):
-//! copied out of their Python objects under the GIL, decoded without it.
+//! copied out of their Python objects under the GIL, decoded without it, and
+//! encoded without it from a float32 matrix.
 
 use memlane_core::{blob, Error};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+use crate::convert::Matrix;
 use crate::errors::{detach, to_py};
 
 /// Blobs (with the ids of their rows, when given as rows) in one buffer.
@@ -79,4 +81,25 @@ pub fn unblobs<'py>(
     let stored = Stored::blobs(py, stored, dim)?;
     let data = detach(py, || stored.decode(dim))?;
     PyArray1::from_vec(py, data).reshape([stored.len(), dim])
+}
+
+/// The rows of `vectors` (an `(n, dim)` float32 matrix, or one vector) as the
+/// database keeps them: float32, or scaled half floats when `half`; a row with
+/// a non-finite value raises `InvalidArgumentError`.
+#[pyfunction]
+pub fn blobs<'py>(
+    py: Python<'py>,
+    vectors: &Bound<'py, PyAny>,
+    half: bool,
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let m = Matrix::extract(py, vectors, "vectors")?;
+    let (data, dim) = (m.as_slice(), m.cols());
+    if dim == 0 {
+        return Ok(Vec::new());
+    }
+    let joined = detach(py, || blob::encode(data, dim, half))?;
+    Ok(joined
+        .chunks_exact(blob::stored_len(dim, half))
+        .map(|b| PyBytes::new(py, b))
+        .collect())
 }

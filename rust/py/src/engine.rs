@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
-    flatten_metadata, Attrs, Batch, Column, Conditions, Engine, EngineConfig, Hits, Prepared,
+    flatten_metadata, Batch, Column, Conditions, Engine, EngineConfig, Hits, Prepared,
     SearchOptions, Signals, Sort, Versions,
 };
 use memlane_core::hnsw::{Params, Precision};
@@ -16,12 +16,13 @@ use memlane_core::Error;
 use numpy::PyArray1;
 use parking_lot::{Mutex, RwLock};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::PyDict;
 
 use crate::blob::Stored;
 use crate::conditions::Args;
 use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid, to_py};
+use crate::rows;
 use crate::search::{self, PySearchRequest};
 
 /// One table and scope of `Engine.groups`: (table, the six scope values, count).
@@ -92,129 +93,11 @@ fn admits(
     args.conditions(py, Versions::Every)
 }
 
-// `ROW_FIELDS`: the fields of `memlane.schema.Row`, in order (see build.rs).
-include!(concat!(env!("OUT_DIR"), "/row_fields.rs"));
-
-/// The position of `name` among `Row`'s fields; a name `Row` lacks fails the build.
-const fn field(name: &str) -> usize {
-    let mut i = 0;
-    while i < ROW_FIELDS.len() {
-        let (a, b) = (ROW_FIELDS[i].as_bytes(), name.as_bytes());
-        if a.len() == b.len() {
-            let mut j = 0;
-            while j < a.len() && a[j] == b[j] {
-                j += 1;
-            }
-            if j == a.len() {
-                return i;
-            }
-        }
-        i += 1;
-    }
-    panic!("memlane.schema.Row lacks a field the engine reads")
-}
-
-const ROWID: usize = field("rowid");
-const ID: usize = field("id");
-const TEXT: usize = field("text");
-const TBL: usize = field("tbl");
-const TYPE: usize = field("type");
-const SCOPE: [usize; 6] = [
-    field("agent_id"),
-    field("user_id"),
-    field("room_id"),
-    field("world_id"),
-    field("session_id"),
-    field("namespace"),
-];
-const IMPORTANCE: usize = field("importance");
-const EVERGREEN: usize = field("evergreen");
-const METADATA: usize = field("metadata");
-const CREATED_AT: usize = field("created_at");
-const UPDATED_AT: usize = field("updated_at");
-const LAST_ACCESSED_AT: usize = field("last_accessed_at");
-const ACCESS_COUNT: usize = field("access_count");
-const VALID_TO: usize = field("valid_to");
-const EXPIRES_AT: usize = field("expires_at");
-const RECORDED_AT: usize = field("recorded_at");
-const SPEAKER: usize = field("speaker");
-
 /// `Engine.nearest`'s ids and similarities.
 type Nearest<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>);
 
 /// `Engine.search`'s answer: ids, final scores and, on request, each hit's signals.
 type Found<'py> = (Vec<u64>, Vec<f64>, Option<Vec<Bound<'py, PyDict>>>);
-
-/// One row (a `memlane.schema.Row`) as the engine's attributes, its id, its
-/// text (with `texts`) and its metadata's JSON text, flattened later without
-/// the GIL.
-fn row_attrs(
-    py: Python<'_>,
-    i: usize,
-    row: &Bound<'_, PyAny>,
-    texts: bool,
-) -> PyResult<(u64, Option<String>, Attrs, String)> {
-    let row = row.cast::<PyTuple>().map_err(|_| {
-        invalid(
-            py,
-            format!(
-                "record {i}: a row must be a memlane.schema.Row, got {}",
-                row.get_type()
-            ),
-        )
-    })?;
-    if row.len() != ROW_FIELDS.len() {
-        return Err(invalid(
-            py,
-            format!(
-                "record {i}: a row has {} fields ({}), got {}",
-                ROW_FIELDS.len(),
-                ROW_FIELDS.join(", "),
-                row.len()
-            ),
-        ));
-    }
-    macro_rules! get {
-        ($at:expr, $t:ty) => {
-            row.get_borrowed_item($at)?.extract::<$t>().map_err(|e| {
-                invalid(
-                    py,
-                    format!(
-                        "record {i}: field {:?} has a value of the wrong type: {e}",
-                        ROW_FIELDS[$at]
-                    ),
-                )
-            })?
-        };
-    }
-    let mut scope: [Option<String>; 6] = Default::default();
-    for (value, at) in scope.iter_mut().zip(SCOPE) {
-        *value = get!(at, Option<String>);
-    }
-    let attrs = Attrs {
-        id: Some(get!(ID, String)),
-        tbl: get!(TBL, String),
-        r#type: get!(TYPE, String),
-        scope,
-        importance: get!(IMPORTANCE, f32),
-        evergreen: get!(EVERGREEN, i64) != 0,
-        created_at: get!(CREATED_AT, f64),
-        updated_at: get!(UPDATED_AT, f64),
-        last_accessed_at: get!(LAST_ACCESSED_AT, f64),
-        access_count: get!(ACCESS_COUNT, u64),
-        valid_to: get!(VALID_TO, Option<f64>),
-        expires_at: get!(EXPIRES_AT, Option<f64>),
-        recorded_at: get!(RECORDED_AT, f64),
-        speaker: get!(SPEAKER, Option<String>),
-        metadata: Vec::new(),
-    };
-    let text = if texts {
-        Some(get!(TEXT, String))
-    } else {
-        None
-    };
-    Ok((get!(ROWID, u64), text, attrs, get!(METADATA, String)))
-}
 
 /// A hit's signals as `SearchHit.explain` holds them: ranks as ints, None
 /// where the hit was not retrieved that way.
@@ -305,8 +188,9 @@ impl PyEngine {
         let mut words = Vec::with_capacity(if texts { n } else { 0 });
         let mut attrs = Vec::with_capacity(n);
         let mut metadata = Vec::with_capacity(n);
+        let mut reader = rows::Reader::default();
         for (i, row) in rows.try_iter()?.enumerate() {
-            let (id, text, a, meta) = row_attrs(py, i, &row?, texts)?;
+            let (id, text, a, meta) = reader.attrs(py, i, &row?, texts)?;
             ids.push(id);
             words.extend(text);
             attrs.push(a);

@@ -9,6 +9,7 @@ mod engine;
 mod errors;
 mod hnsw;
 mod okapi;
+mod rows;
 mod search;
 mod wordpiece;
 
@@ -40,12 +41,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_RECENCY_HALF_LIFE_HOURS",
         scoring::DEFAULT_RECENCY_HALF_LIFE_HOURS,
     )?;
-    // The record's fields as this build read them from memlane.schema.Row (build.rs).
-    m.add("ROW_FIELDS", engine::ROW_FIELDS.to_vec())?;
     // The metadata key of the unique flag, which the engine's conditions read.
     m.add("UNIQUE_KEY", memlane_core::engine::UNIQUE_KEY)?;
     m.add_class::<bm25::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(blob::blobs, m)?)?;
     m.add_function(wrap_pyfunction!(blob::unblobs, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;
     m.add_class::<okapi::PyOkapi>()?;
