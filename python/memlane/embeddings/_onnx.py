@@ -20,7 +20,10 @@ L2-normalised.
 
 One text alone (``embed``, or ``embed_batch`` of one text, as ``Memory.search``
 embeds a question) takes a shorter path to the same session: one ``encode``, no
-sort, no padding, constant mask and token-type rows.
+sort, no padding, constant mask and token-type rows. Single texts that several threads
+ask for while a run is in flight (a server's concurrent searches) wait for it and are
+then embedded together in one run, as a batch (``_combine``): each gets the vector it
+would get alone, and the runs never compete for the cores.
 The session itself is set for both: see ``_onnx_model._load_session`` and
 ``benches/bench_query_embed.py``.
 """
@@ -40,14 +43,17 @@ from typing import TYPE_CHECKING, Literal, overload
 import numpy as np
 
 from memlane.embeddings._base import FloatArray, TextTruncatedWarning, check_text, check_texts
+from memlane.embeddings._combine import Combiner, in_lanes
 from memlane.embeddings._onnx_model import (
     _INPUT_IDS,
     _MASK,
     _TOKEN_OUTPUTS,
     _TOKEN_TYPES,
     _load_session,
+    _mean_pool_normalised,
     _model_inputs,
     _model_output,
+    _normalised,
 )
 from memlane.embeddings.tokenizer import load_tokenizer
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
@@ -238,17 +244,20 @@ class OnnxEmbedder:
             and reported by a [`TextTruncatedWarning`][memlane.embeddings.TextTruncatedWarning].
             At most 512 for the default model (BERT's position limit).
         batch_size: texts per model run at most; long texts go in smaller runs
-            (4096 padded tokens at most) to bound memory.
-        threads: onnxruntime intra-op threads; by default one per available core.
-            On a machine whose cores are busy with other work, ``threads=1``
-            embeds a single short text faster (and with less CPU) than the default.
+            (4096 padded tokens at most between the runs in flight) to bound memory.
+        threads: model runs at once, each on one onnxruntime thread; by default one
+            per available core. A call's batches are spread over them, and single
+            texts that several threads ask for at once share them. One thread a run
+            holds up on a machine whose cores are busy with other work, where runs
+            split over several threads wait for the slowest (benches/README.md).
 
     The model and tokenizer are loaded here, not on first use: a missing package
     or a damaged file fails where the embedder is configured, and the first
     ``embed`` pays no hidden start-up cost (about 0.2 s). One instance may be
     shared by any number of threads: nothing changes after construction (the
-    rows kept for single texts are read-only), and onnxruntime sessions and
-    tokenizers allow concurrent calls.
+    rows kept for single texts are read-only), onnxruntime sessions and
+    tokenizers allow concurrent calls, and the single texts of several threads
+    are embedded in one model run.
 
     Raises:
         EmbedderUnavailableError: a package or file is missing, a sha256 differs,
@@ -321,7 +330,7 @@ class OnnxEmbedder:
                 )
 
         _quiet_onnxruntime()
-        self._session = _load_session(model, self._threads)
+        self._session = _load_session(model, 1)
         # Cut at the model's limit, not the file's (the shipped one cuts at 128), and
         # pad nothing: each batch is padded to its own longest text (see _run).
         self._tokenizer = load_tokenizer(tokenizer, self._max_length, EmbedderUnavailableError)
@@ -348,6 +357,9 @@ class OnnxEmbedder:
         self._ones.flags.writeable = False
         self._zeros.flags.writeable = False
         self._special_tokens = self._tokenizer.num_special_tokens
+        self._combined: Combiner[list[int], FloatArray] = Combiner(
+            self._run_singles, lanes=self._threads
+        )
         if name is not None:
             self._name = name
         elif is_default and pooling == "mean" and normalize and self._output == _TOKEN_OUTPUTS[0]:
@@ -455,28 +467,49 @@ class OnnxEmbedder:
             )
         truncated = tuple(i for i, e in enumerate(encodings) if e.truncated)
 
-        order = np.argsort(lengths, kind="stable")
-        sorted_lengths = lengths[order].tolist()
-        for batch in _batches(sorted_lengths, self._batch_size, _BATCH_TOKENS):
-            rows = order[batch]
-            out[rows] = self._run([encodings[i].ids for i in rows], lengths[rows])
+        self._sorted_runs([e.ids for e in encodings], lengths, out)
         return out, truncated
 
+    def _sorted_runs(
+        self, ids: list[list[int]], lengths: npt.NDArray[np.intp], out: FloatArray
+    ) -> None:
+        """Writes the vectors of ``ids`` into ``out``: the texts sorted by token count,
+        run in batches padded to their own longest."""
+        order = np.argsort(lengths, kind="stable")
+        lanes = self._threads
+        # Enough batches for every lane, within the token budget shared by the lanes.
+        size = min(self._batch_size, -(-len(ids) // lanes))
+        batches = list(_batches(lengths[order].tolist(), size, _BATCH_TOKENS // lanes))
+
+        def run(batch: slice) -> None:
+            rows = order[batch]
+            out[rows] = self._run([ids[i] for i in rows], lengths[rows])
+
+        in_lanes(run, batches, lanes)
+
     def _embed_one(self, text: str) -> tuple[FloatArray, tuple[int, ...]]:
-        """One text's vector, shape ``(1, dimension)``: the feeds of a batch of one (which
-        has no padding), without the batch path's sorting and slicing."""
+        """One text's vector, shape ``(1, dimension)``, from the model run it shares with
+        the single texts other threads ask for meanwhile (``_combine``)."""
         encoding = self._tokenizer.encode(text)
-        ids = encoding.ids
-        width = len(ids)
-        if width <= self._special_tokens:
+        if len(encoding.ids) <= self._special_tokens:
             raise InvalidArgumentError(
                 f"texts[0] has no tokens the model can read (only invisible or control "
                 f"characters): {text!r}"
             )
-        input_ids = np.array(ids, dtype=np.int64).reshape(1, width)
-        mask = self._ones[:, :width]
-        vectors = self._infer(input_ids, mask, self._zeros[:, :width])
-        return vectors, (0,) if encoding.truncated else ()
+        vector = self._combined(encoding.ids)
+        return vector[None, :], (0,) if encoding.truncated else ()
+
+    def _run_singles(self, queued: list[list[int]]) -> FloatArray:
+        """The vectors of the single texts that arrived together. One alone is fed as a
+        batch of one (no padding) without the batch path's sorting and slicing."""
+        if len(queued) == 1:
+            width = len(queued[0])
+            input_ids = np.array(queued[0], dtype=np.int64).reshape(1, width)
+            return self._infer(input_ids, self._ones[:, :width], self._zeros[:, :width])
+        out = np.empty((len(queued), self._dimension), dtype=np.float32)
+        lengths = np.fromiter(map(len, queued), dtype=np.intp, count=len(queued))
+        self._sorted_runs(queued, lengths, out)
+        return out
 
     def _run(self, ids: list[list[int]], lengths: npt.NDArray[np.intp]) -> FloatArray:
         """Vectors of one batch, padded to its own longest text."""
@@ -538,22 +571,6 @@ def _batches(sorted_lengths: list[int], batch_size: int, batch_tokens: int) -> I
             stop += 1
         yield slice(start, stop)
         start = stop
-
-
-def _mean_pool_normalised(
-    hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]
-) -> FloatArray:
-    """Mean of the token states under the mask, scaled to unit length (float32 throughout)."""
-    weights = mask.astype(np.float32)
-    pooled = np.einsum("bsd,bs->bd", hidden, weights) / weights.sum(axis=1, keepdims=True)
-    return _normalised(pooled)
-
-
-def _normalised(vectors: npt.NDArray[np.float32]) -> FloatArray:
-    """Each row scaled to unit length (a zero row stays zero)."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    result: FloatArray = vectors / np.maximum(norms, np.finfo(np.float32).tiny)
-    return result
 
 
 def _warn_truncated(truncated: tuple[int, ...], total: int, max_length: int) -> None:

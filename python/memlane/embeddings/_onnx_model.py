@@ -1,5 +1,6 @@
 """Opening an ONNX sentence-embedding model for ``memlane.embeddings.OnnxEmbedder``:
-its onnxruntime session, and the inputs and output the model declares."""
+its onnxruntime session, the inputs and output the model declares, and the pooling of
+its token states."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from memlane.coerce import FloatArray
 from memlane.errors import EmbedderUnavailableError
 
 _INPUT_IDS, _MASK, _TOKEN_TYPES = "input_ids", "attention_mask", "token_type_ids"
@@ -28,9 +31,10 @@ def _load_session(model: Path, threads: int) -> Any:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    # onnxruntime's default spinning stays: on idle cores it is the fastest for one
-    # short text (one thread, no spinning and "force_spinning_stop" measured slower;
-    # figures in benches/README.md, "Figures behind the code").
+    # onnxruntime's default spinning stays: with several threads a run, on idle cores it
+    # is the fastest for one short text (no spinning and "force_spinning_stop" measured
+    # slower; figures in benches/README.md, "Figures behind the code"). OnnxEmbedder
+    # asks for one thread a run, which has no pool to spin.
 
     # The arena keeps the largest run's memory for the life of the session (2.8 GB
     # after one batch of 256-token texts); memlane lives in other people's processes.
@@ -82,3 +86,19 @@ def _model_output(session: Any, model: Path, wanted: str | None) -> tuple[str, i
         )
     last = shape[-1]
     return chosen, len(shape), last if isinstance(last, int) and last > 0 else None
+
+
+def _mean_pool_normalised(
+    hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]
+) -> FloatArray:
+    """Mean of the token states under the mask, scaled to unit length (float32 throughout)."""
+    weights = mask.astype(np.float32)
+    pooled = np.einsum("bsd,bs->bd", hidden, weights) / weights.sum(axis=1, keepdims=True)
+    return _normalised(pooled)
+
+
+def _normalised(vectors: npt.NDArray[np.float32]) -> FloatArray:
+    """Each row scaled to unit length (a zero row stays zero)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    result: FloatArray = vectors / np.maximum(norms, np.finfo(np.float32).tiny)
+    return result
