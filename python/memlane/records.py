@@ -88,7 +88,7 @@ class MemoryRecord:
 
     def to_dict(self, *, embedding: bool = True) -> dict[str, Any]:
         """Every stored field as plain Python values (the embedding as a list, or None)."""
-        out: dict[str, Any] = {name: getattr(self, name) for name in _STORED}
+        out: dict[str, Any] = {name: getattr(self, name) for name in STORED}
         out["metadata"] = dict(self.metadata)
         if embedding:
             vector = self.embedding
@@ -98,9 +98,10 @@ class MemoryRecord:
         return out
 
 
-#: The fields ``to_dict`` writes, in declaration order: read once, not per record
-#: (``dataclasses.fields`` was most of the time a server's answer took to write).
-_STORED = tuple(f.name for f in fields(MemoryRecord) if f.name not in _TRANSIENT)
+#: The stored fields, which ``to_dict`` writes, in declaration order: read once, not
+#: per record (``dataclasses.fields`` was most of the time a server's answer took to
+#: write). Each is the ``schema.Row`` column of the same name (or ``PUBLIC_NAMES``).
+STORED = tuple(f.name for f in fields(MemoryRecord) if f.name not in _TRANSIENT)
 
 
 @dataclass(slots=True, frozen=True)

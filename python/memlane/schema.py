@@ -4,16 +4,17 @@ Each field of ``Row`` is a column of the ``records`` table, in order.
 Everything else is derived from it: ``COLUMNS``, the SQL types and the
 ``CREATE TABLE`` of each dialect (``records_table``), the fields the
 engine reads (by name, from ``Row._fields``: ``rust/py/src/rows.rs``; and
-``Engine.prepare`` takes rows) and ``MemoryRecord``'s
-fields (``RECORD_COLUMNS`` under ``PUBLIC_NAMES``). A field's Python
+``Engine.prepare`` takes rows) and which columns are ``MemoryRecord``'s
+fields, under which names (``RECORD_COLUMNS``, ``PUBLIC_NAMES``). A field's Python
 type gives its SQL type; ``X | None`` makes it nullable; ``Annotated`` adds a
-constraint.
+constraint, marks the store's own columns or gives the public name.
 """
 
 from __future__ import annotations
 
 import types
 import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NamedTuple
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "PUBLIC_NAMES",
     "RECORD_COLUMNS",
     "SQL_TYPES",
+    "Public",
     "Row",
     "history_table",
     "records_table",
@@ -33,15 +35,25 @@ PRIMARY_KEY = "primary key"
 UNIQUE = "unique"
 #: A bool stored as a small integer (0 or 1).
 FLAG = "flag"
+#: The store's bookkeeping, not a field of ``MemoryRecord``.
+STORE_ONLY = "store only"
+
+
+@dataclass(frozen=True, slots=True)
+class Public:
+    """A column's name in ``MemoryRecord`` (and in filters and add() items) where it
+    differs from the column's: ``table`` and ``unique`` are SQL keywords."""
+
+    name: str
 
 
 class Row(NamedTuple):
     """One stored record, as the database holds it (the ``records`` table's columns)."""
 
-    rowid: Annotated[int, PRIMARY_KEY]
+    rowid: Annotated[int, PRIMARY_KEY, STORE_ONLY]
     id: Annotated[str, UNIQUE]
     text: str
-    tbl: str
+    tbl: Annotated[str, Public("table")]
     type: str
     agent_id: str | None
     user_id: str | None
@@ -54,7 +66,7 @@ class Row(NamedTuple):
     speaker: str | None
     importance: float
     evergreen: Annotated[int, FLAG]
-    uniq: Annotated[int, FLAG]
+    uniq: Annotated[int, FLAG, Public("unique")]
     metadata: str
     created_at: float
     updated_at: float
@@ -69,21 +81,14 @@ class Row(NamedTuple):
     content_hash: str
     embedding: bytes | None
     #: The change that last wrote the row, and the one that last changed its text or vector.
-    seq: int
-    content_seq: int
+    seq: Annotated[int, STORE_ONLY]
+    content_seq: Annotated[int, STORE_ONLY]
 
 
 COLUMNS: tuple[str, ...] = Row._fields
 # The write path stamps a batch's change number by replacing the last two fields.
 if COLUMNS[-2:] != ("seq", "content_seq"):  # pragma: no cover - a schema edit out of step
     raise ImportError("Row must end with seq and content_seq")
-
-#: The columns a ``MemoryRecord`` holds, in its field order: all
-#: but the store's bookkeeping (the rowid, the engine's key, and the change numbers).
-RECORD_COLUMNS: tuple[str, ...] = COLUMNS[1:-2]
-#: A column's name in ``MemoryRecord`` (and in filters and add()
-#: items) where it differs: ``table`` and ``unique`` are SQL keywords.
-PUBLIC_NAMES: dict[str, str] = {"tbl": "table", "uniq": "unique"}
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -97,13 +102,13 @@ _TYPES: dict[Any, tuple[str, str]] = {
 }
 
 
-def _columns() -> tuple[tuple[str, tuple[str, str], bool, tuple[str, ...]], ...]:
+def _columns() -> tuple[tuple[str, tuple[str, str], bool, tuple[Any, ...]], ...]:
     """(name, (sqlite type, postgres type), nullable, markers) per field."""
     hints = typing.get_type_hints(Row, include_extras=True)
     out = []
     for name in COLUMNS:
         hint = hints[name]
-        markers: tuple[str, ...] = ()
+        markers: tuple[Any, ...] = ()
         if typing.get_origin(hint) is Annotated:
             hint, *extra = typing.get_args(hint)
             markers = tuple(extra)
@@ -121,6 +126,16 @@ _FIELDS = _columns()
 
 #: The columns that hold a bool as 0 or 1.
 FLAGS: frozenset[str] = frozenset(name for name, _, _, markers in _FIELDS if FLAG in markers)
+
+#: The columns a ``MemoryRecord`` holds: all but the store's bookkeeping (the rowid,
+#: the engine's key, and the change numbers). A record's field is found by name.
+RECORD_COLUMNS: tuple[str, ...] = tuple(
+    name for name, _, _, markers in _FIELDS if STORE_ONLY not in markers
+)
+#: A column's name in ``MemoryRecord`` where it differs (its ``Public`` marker).
+PUBLIC_NAMES: dict[str, str] = {
+    name: m.name for name, _, _, markers in _FIELDS for m in markers if isinstance(m, Public)
+}
 
 #: PostgreSQL's type of each column (SQLite binds values as they are).
 SQL_TYPES: tuple[str, ...] = tuple(sql[1] for _, sql, _, _ in _FIELDS)

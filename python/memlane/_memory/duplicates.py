@@ -201,7 +201,7 @@ def decide(
     window_batch: dict[str, int] = {}
     kept: set[int] = set()
     for i, n in enumerate(news):
-        skey = (n.table, *n.scope)
+        skey = n.scope_key
         wkeys = window_keys(skey, n.metadata, n.content_hash)
         seen = window.find(wkeys, now)
         if seen is not None and not visible(db.row_by_id(seen), now):
@@ -248,7 +248,7 @@ def _near_candidates(
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, n in enumerate(news):
         if n.embedding is not None:
-            groups.setdefault((n.table, *n.scope), []).append(i)
+            groups.setdefault(n.scope_key, []).append(i)
     checked = [i for i, n in enumerate(news) if n.dedup and n.embedding is not None]
     if not checked:
         return {}, {}

@@ -2,17 +2,18 @@
 conversions between the schema's ``Row``, the engine and
 the ``MemoryRecord`` a caller sees.
 
-The conversions are derived from the schema (``RECORD_COLUMNS``
-under ``PUBLIC_NAMES``): a record's stored fields are a row's
-columns in the same order, with flags as bools, the metadata as a dict and the
-vector as an array."""
+``NewRecord`` is a ``MemoryRecord`` (its fields inherited) with what adding it needs
+besides. The conversions are derived at import from the two declarations, matched by
+name: a record's stored field is the ``Row`` column of that name, or the one whose
+``PUBLIC_NAMES`` it is (``columns_of``); in a record, flags are bools, the metadata a
+dict and the vector an array."""
 
 from __future__ import annotations
 
 import builtins
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,13 +23,24 @@ from memlane import content_hash as hashing
 from memlane._core import Engine, PreparedBatch, blobs, unblobs
 from memlane.coerce import FloatArray
 from memlane.errors import CorruptFileError, InvalidArgumentError
-from memlane.records import SCOPE_FIELDS, MemoryRecord
+from memlane.records import SCOPE_FIELDS, STORED, MemoryRecord
 from memlane.schema import COLUMNS, FLAGS, PUBLIC_NAMES, RECORD_COLUMNS, Row
 
-#: A stored field's name in a record, column by column (``RECORD_COLUMNS`` order).
-STORED = tuple(PUBLIC_NAMES.get(c, c) for c in RECORD_COLUMNS)
-if tuple(f.name for f in fields(MemoryRecord))[: len(STORED)] != STORED:  # pragma: no cover
-    raise ImportError(f"MemoryRecord's fields must begin with {STORED}, the schema's columns")
+
+def columns_of(fields: Sequence[str]) -> tuple[str, ...]:
+    """The ``Row`` column of each of a record's stored ``fields``, which must match
+    ``RECORD_COLUMNS`` one to one (else ImportError, naming what has no match): the one
+    place where the two declarations meet."""
+    column_of = {public: column for column, public in PUBLIC_NAMES.items()}
+    columns = tuple(column_of.get(f, f) for f in fields)
+    unmatched = [f for f, c in zip(fields, columns, strict=True) if c not in RECORD_COLUMNS]
+    unmatched += [f"column {c}" for c in RECORD_COLUMNS if c not in columns]
+    if unmatched:
+        raise ImportError(
+            f"MemoryRecord's stored fields and Row's columns must match, by name: {unmatched}"
+        )
+    return columns
+
 
 # What the store sets; an import may carry them, an add() may not.
 _STORE_SET = {
@@ -55,6 +67,8 @@ def _derive(name: str, args: str, body: str) -> Callable[..., Any]:
 
 
 def _to_row(column: str) -> str:
+    if column not in RECORD_COLUMNS:  # the store's: the new row's key and its change
+        return {"rowid": "rowid", "seq": "seq", "content_seq": "seq"}[column]
     name = PUBLIC_NAMES.get(column, column)
     if column in FLAGS:
         return f"int(n.{name})"
@@ -68,58 +82,37 @@ def _from_row(column: str) -> str:
     return {"metadata": "metadata", "embedding": "embedding"}.get(column, f"r[{at}]")
 
 
-# NewRecord -> Row, NewRecord -> MemoryRecord, Row -> MemoryRecord.
-_new_row = _derive(
-    "row", "n, rowid, seq, blob", f"Row(rowid, {', '.join(map(_to_row, RECORD_COLUMNS))}, seq, seq)"
-)
+# NewRecord -> Row, NewRecord -> MemoryRecord (the vector is not handed back), Row ->
+# MemoryRecord: positional calls, in each target's own order.
+_new_row = _derive("row", "n, rowid, seq, blob", f"Row({', '.join(map(_to_row, COLUMNS))})")
 _new_record = _derive(
     "record",
     "n",
-    f"MemoryRecord({', '.join(f'n.{f}' for f in STORED if f != 'embedding')})",
+    f"MemoryRecord({', '.join('None' if f == 'embedding' else f'n.{f}' for f in STORED)})",
 )
 _row_record = _derive(
-    "record", "r, metadata, embedding", f"MemoryRecord({', '.join(map(_from_row, RECORD_COLUMNS))})"
+    "record",
+    "r, metadata, embedding",
+    f"MemoryRecord({', '.join(map(_from_row, columns_of(STORED)))})",
 )
 
 
 @dataclass(slots=True)
-class NewRecord:
-    """One record to add, validated: a record's stored fields (in
-    ``STORED`` order), the metadata's JSON text and how to add it."""
+class NewRecord(MemoryRecord):
+    """One record to add, validated: a ``MemoryRecord``'s fields, the metadata's JSON
+    text and how to add it."""
 
-    id: str
-    text: str
-    table: str
-    type: str
-    agent_id: str | None
-    user_id: str | None
-    room_id: str | None
-    world_id: str | None
-    session_id: str | None
-    namespace: str | None
-    speaker: str | None
-    importance: float
-    evergreen: bool
-    unique: bool
-    metadata: dict[str, Any]
-    created_at: float
-    updated_at: float
-    last_accessed_at: float
-    access_count: int
-    valid_to: float | None
-    expires_at: float | None
-    recorded_at: float
-    content_hash: str
-    embedding: FloatArray | None
-    metadata_json: str
+    metadata_json: str = "{}"
     # Check for duplicates before storing (add(unique=True)); imports never do.
     dedup: bool = False
     id_given: bool = True
 
     @property
-    def scope(self) -> tuple[str | None, ...]:
-        """The scope fields, in ``SCOPE_FIELDS`` order."""
+    def scope_key(self) -> tuple[str | None, ...]:
+        """The table and the scope fields (in ``SCOPE_FIELDS`` order): where a
+        duplicate is looked for."""
         return (
+            self.table,
             self.agent_id,
             self.user_id,
             self.room_id,
@@ -133,12 +126,9 @@ class NewRecord:
         return row
 
     def record(self) -> MemoryRecord:
+        """The ``MemoryRecord`` a caller is given (without the vector)."""
         rec: MemoryRecord = _new_record(self)
         return rec
-
-
-if tuple(f.name for f in fields(NewRecord))[: len(STORED)] != STORED:  # pragma: no cover
-    raise ImportError(f"NewRecord's fields must begin with {STORED}, the schema's columns")
 
 
 class _Checked(set[str]):

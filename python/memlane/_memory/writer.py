@@ -219,7 +219,7 @@ class Writer:
                 for i in decision.store:
                     n = news[i]
                     if n.metadata:
-                        keys = window_keys((n.table, *n.scope), n.metadata, n.content_hash)
+                        keys = window_keys(n.scope_key, n.metadata, n.content_hash)
                         recent.extend((k, n.id, now) for k in keys)
             gone = 0
             if decision.store or replacing is not None:
