@@ -31,15 +31,14 @@ def columns_of(fields: Sequence[str]) -> tuple[str, ...]:
     """The ``Row`` column of each of a record's stored ``fields``, which must match
     ``RECORD_COLUMNS`` one to one (else ImportError, naming what has no match): the one
     place where the two declarations meet."""
-    column_of = {public: column for column, public in PUBLIC_NAMES.items()}
-    columns = tuple(column_of.get(f, f) for f in fields)
-    unmatched = [f for f, c in zip(fields, columns, strict=True) if c not in RECORD_COLUMNS]
-    unmatched += [f"column {c}" for c in RECORD_COLUMNS if c not in columns]
+    column_of = {PUBLIC_NAMES.get(c, c): c for c in RECORD_COLUMNS}
+    unmatched = [f for f in fields if f not in column_of]
+    unmatched += [f"column {c}" for f, c in column_of.items() if f not in fields]
     if unmatched:
         raise ImportError(
             f"MemoryRecord's stored fields and Row's columns must match, by name: {unmatched}"
         )
-    return columns
+    return tuple(column_of[f] for f in fields)
 
 
 # What the store sets; an import may carry them, an add() may not.
