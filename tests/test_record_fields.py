@@ -64,7 +64,7 @@ def test_the_row_declares_public_names_and_the_stores_own_columns() -> None:
     assert PUBLIC_NAMES == {"tbl": "table", "uniq": "unique"}
     own = [c for c in Row._fields if STORE_ONLY in typing.get_args(hints[c])]
     assert own == ["rowid", "seq", "content_seq"]
-    assert RECORD_COLUMNS == tuple(c for c in Row._fields if c not in own)
+    assert tuple(c for c in Row._fields if c not in own) == RECORD_COLUMNS
 
 
 def test_fields_meet_columns_by_name_and_a_mismatch_is_named() -> None:
