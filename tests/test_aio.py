@@ -18,6 +18,7 @@ import memlane.records
 from conftest import WordHashEmbedder
 from memlane import AsyncMemory, Memory
 from memlane.records import SCOPE_FIELDS
+from memlane.scoping import ScopeFields
 
 #: Memory methods without an async twin, and why. No public method is sync-only.
 SYNC_ONLY: dict[str, str] = {
@@ -116,23 +117,28 @@ def test_async_twin_passes_every_argument_on(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SCOPED)
-def test_scope_fields_are_keyword_parameters(name: str) -> None:
+def test_scope_fields_are_one_typed_keyword_group(name: str) -> None:
+    """The scope keywords are declared once (``ScopeFields``) and taken as
+    ``**scope: Unpack[ScopeFields]``, which mypy and an IDE read as the six keywords."""
+    assert tuple(ScopeFields.__annotations__) == SCOPE_FIELDS
     for cls in (Memory, AsyncMemory):
         params = inspect.signature(getattr(cls, name)).parameters
-        for f in SCOPE_FIELDS:
-            assert params[f].kind is inspect.Parameter.KEYWORD_ONLY, (cls, name, f)
-            assert params[f].default is None
+        scope = params["scope"]
+        assert scope.kind is inspect.Parameter.VAR_KEYWORD, (cls, name)
+        assert scope.annotation == "Unpack[ScopeFields]", (cls, name)
+        assert not set(SCOPE_FIELDS) & set(params), (cls, name)
 
 
 def test_only_search_knowledge_takes_arbitrary_keywords() -> None:
-    """No method swallows unknown keywords, except search_knowledge and search_documents,
-    which pass their options to Memory.search (where a misspelt one is a TypeError)."""
+    """No method swallows unknown keywords (``**scope`` takes the scope keywords
+    alone), except search_knowledge and search_documents, which pass their options to
+    Memory.search (where a misspelt one is a TypeError)."""
     for cls in (Memory, AsyncMemory):
         takes_any = {
             name
             for name in _public(cls)
             if any(
-                p.kind is p.VAR_KEYWORD
+                p.kind is p.VAR_KEYWORD and p.annotation != "Unpack[ScopeFields]"
                 for p in inspect.signature(getattr(cls, name)).parameters.values()
             )
         }

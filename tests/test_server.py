@@ -188,10 +188,13 @@ def test_jobs_and_the_openapi_schema(client: TestClient, mem: Memory) -> None:
     assert doc["openapi"].startswith("3.")
     search = doc["paths"]["/v1/search"]["post"]
     props = search["requestBody"]["content"]["application/json"]["schema"]["properties"]
-    # Every option of Memory.search, read from its signature.
+    # Every option of Memory.search, read from its signature (``**scope``: its keywords).
     import inspect
 
-    wanted = set(inspect.signature(Memory.search).parameters) - {"self"}
+    from memlane.records import SCOPE_FIELDS
+
+    wanted = set(inspect.signature(Memory.search).parameters) - {"self", "scope"}
+    wanted |= set(SCOPE_FIELDS)
     assert set(props) == wanted
     assert props["mode"]["enum"] == ["hybrid", "vector", "text"]
     assert props["explain"] == {"type": "boolean", "default": False}

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from memlane import _core, coerce, notes_files
 from memlane._memory import duplicates, health, maintenance
@@ -37,11 +37,12 @@ from memlane.knowledge.chunking import Chunker
 from memlane.knowledge.documents import DOCUMENTS, FRAGMENTS, knowledge_documents
 from memlane.knowledge.ingest import ingest_path
 from memlane.knowledge.loaders import IngestLimits
-from memlane.knowledge.pipeline import BATCH_SIZE, IngestOptions, Scope
+from memlane.knowledge.pipeline import BATCH_SIZE, IngestOptions, Owner
 from memlane.knowledge.progress import ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.watch import DEBOUNCE, KnowledgeWatch, watch
-from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
+from memlane.records import MemoryRecord, SearchHit
+from memlane.scoping import Scope, ScopeFields
 from memlane.storage import open_store
 from memlane.store import MemoryStore
 
@@ -357,7 +358,7 @@ class Memory(MemoryStore):
         return ingest_path(
             self,
             path,
-            Scope.of(agent_id, shared),
+            Owner.of(agent_id, shared),
             IngestOptions(
                 chunker, metadata, progress, prune_missing, follow_outside, batch_size, limits
             ),
@@ -448,7 +449,7 @@ class Memory(MemoryStore):
             follow_outside=follow_outside,
             limits=limits,
         )
-        scope = Scope.of(agent_id, shared)
+        scope = Owner.of(agent_id, shared)
         return watch(
             self,
             path,
@@ -553,13 +554,7 @@ class Memory(MemoryStore):
     def export_notes(
         self,
         dir: str | Path,
-        *,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> dict[str, int]:
         """Writes ``JOURNAL.md``, ``LEARNING.md``, ``USER.md``, ``WORLD.md`` and
         ``MEMORY.md`` into ``dir`` (created if missing) from the notes of exactly this
@@ -570,19 +565,12 @@ class Memory(MemoryStore):
         file is written aside, then renamed over the old one, so a reader never sees
         half a file.
         """
-        given = (agent_id, user_id, room_id, world_id, session_id, namespace)
-        return notes_files.export_notes(self, dir, dict(zip(SCOPE_FIELDS, given, strict=True)))
+        return notes_files.export_notes(self, dir, Scope.of({}, scope).fields)
 
     def import_notes(
         self,
         dir: str | Path,
-        *,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> dict[str, int]:
         """Reads the notes files in ``dir`` into the notes of exactly this scope; returns
         the entries stored per file read (0 where the file matched the stored notes).
@@ -593,5 +581,4 @@ class Memory(MemoryStore):
         directory, a file that is not UTF-8 text or an unknown file raises
         [`InvalidArgumentError`][memlane.errors.InvalidArgumentError] before anything is stored.
         """
-        given = (agent_id, user_id, room_id, world_id, session_id, namespace)
-        return notes_files.import_notes(self, dir, dict(zip(SCOPE_FIELDS, given, strict=True)))
+        return notes_files.import_notes(self, dir, Scope.of({}, scope).fields)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 from memlane import coerce
 from memlane.errors import InvalidArgumentError
@@ -38,6 +38,8 @@ from memlane.records import SCOPE_FIELDS
 
 __all__ = [
     "EventScope",
+    "Scope",
+    "ScopeFields",
     "ScopeMode",
     "Scoped",
     "SessionScope",
@@ -47,6 +49,55 @@ __all__ = [
 ]
 
 
+class ScopeFields(TypedDict, total=False):
+    """The scope keywords of every record call (``add``, ``search``, ``list``, ``count``,
+    ``scopes``, ``delete_all``, ``prune``), each optional: declared here once, and taken
+    as ``**scope: Unpack[ScopeFields]``, so that an IDE and mypy still know them."""
+
+    agent_id: str | None
+    user_id: str | None
+    room_id: str | None
+    world_id: str | None
+    session_id: str | None
+    namespace: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A call's scope as one value: the store's ``default_scope`` with the fields the call
+    gave over it (``Scope.of``), each a non-empty str or unset."""
+
+    agent_id: str | None = None
+    user_id: str | None = None
+    room_id: str | None = None
+    world_id: str | None = None
+    session_id: str | None = None
+    namespace: str | None = None
+
+    @classmethod
+    def of(cls, default: Mapping[str, str], given: Mapping[str, object]) -> Scope:
+        """The scope of a call given ``given`` (its scope keywords) over ``default``. A
+        value that is no str is an ``InvalidArgumentError``; an unknown keyword a
+        ``TypeError``, as Python's own for a misspelt keyword argument."""
+        unknown = set(given) - _FIELDS
+        if unknown:
+            raise TypeError(
+                f"unexpected keyword argument(s) {', '.join(sorted(map(repr, unknown)))}; "
+                f"the scope keywords are {', '.join(SCOPE_FIELDS)}"
+            )
+        return cls(**scope_of(default, given))
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """The fields that are set, in the engine's order."""
+        return {f: v for f in SCOPE_FIELDS if (v := getattr(self, f)) is not None}
+
+
+_FIELDS = frozenset(SCOPE_FIELDS)
+if tuple(ScopeFields.__annotations__) != SCOPE_FIELDS:  # pragma: no cover - an edit out of step
+    raise ImportError("ScopeFields must list SCOPE_FIELDS in their order")
+
+
 class Scoped(Protocol):
     """What ``exact_scope`` reads of a store: its default scope."""
 
@@ -54,7 +105,7 @@ class Scoped(Protocol):
     def default_scope(self) -> Mapping[str, str]: ...
 
 
-def scope_of(default: Mapping[str, str], given: Mapping[str, str | None]) -> dict[str, str]:
+def scope_of(default: Mapping[str, str], given: Mapping[str, object]) -> dict[str, str]:
     """A call's scope: the store's default scope with the fields the call gives over it."""
     out = dict(default)
     for f, v in given.items():

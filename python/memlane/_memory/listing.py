@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Unpack, get_args
 
 from memlane import coerce
 from memlane._memory.access import AccessLog
@@ -19,8 +19,8 @@ from memlane._memory.encoding import record
 from memlane._memory.querying import moment
 from memlane._memory.sync import IndexSync
 from memlane.errors import InvalidArgumentError
-from memlane.records import SCOPE_FIELDS, MemoryRecord
-from memlane.scoping import scope_of
+from memlane.records import MemoryRecord
+from memlane.scoping import Scope, ScopeFields
 
 __all__ = ["SORTS", "Listing", "ScopeCount", "Sort"]
 
@@ -65,18 +65,13 @@ class Listing:
         start: float | datetime | None = None,
         end: float | datetime | None = None,
         unique: bool | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> int:
         """Number of records in the table and scope (and time range, filters and
         ``unique`` flag, as [`list`][memlane.Memory.list])."""
         self._sync.check_open()
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        admits = self._admits(table, type, scope, start, end, filters, unique)
+        fields = self._scope(scope)
+        admits = self._admits(table, type, fields, start, end, filters, unique)
         return int(self._sync.engine.count(**admits))
 
     def list(
@@ -93,12 +88,7 @@ class Listing:
         filters: Mapping[str, Any] | None = None,
         include_embedding: bool = False,
         unique: bool | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> builtins.list[MemoryRecord]:
         """Records by creation time (newest first by default), e.g. a room's history.
 
@@ -117,8 +107,8 @@ class Listing:
         coerce.count(offset, "offset")
         if not isinstance(sort, str) or sort not in SORTS:
             raise InvalidArgumentError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        admits = self._admits(table, type, scope, start, end, filters, unique)
+        fields = self._scope(scope)
+        admits = self._admits(table, type, fields, start, end, filters, unique)
         engine = self._sync.engine
         ids = engine.ids_where(
             order=order, offset=offset, limit=limit, sort=sort, **admits
@@ -136,19 +126,14 @@ class Listing:
         start: float | datetime | None = None,
         end: float | datetime | None = None,
         unique: bool | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> builtins.list[ScopeCount]:
         """How many records each table and scope holds, of those
         [`count`][memlane.Memory.count] counts with the same arguments: by table, the
         largest first, then by the scope's values (not set first)."""
         self._sync.check_open()
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        admits = self._admits(table, type, scope, start, end, filters, unique)
+        fields = self._scope(scope)
+        admits = self._admits(table, type, fields, start, end, filters, unique)
         counts = []
         for name, values, n in self._sync.engine.groups(**admits):
             agent, user, room, world, session, namespace_ = values
@@ -182,6 +167,6 @@ class Listing:
         """The time the records expired by are left out at (None: none expires)."""
         return time.time() if self._sync.expiring else None
 
-    def _scope(self, *given: str | None) -> dict[str, str]:
-        """A call's scope (the six scope fields in order) over ``default_scope``."""
-        return scope_of(self.default_scope, dict(zip(SCOPE_FIELDS, given, strict=True)))
+    def _scope(self, given: ScopeFields) -> dict[str, str]:
+        """A call's scope over ``default_scope``, its fields (see ``Scope.of``)."""
+        return Scope.of(self.default_scope, given).fields

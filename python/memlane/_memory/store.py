@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import numpy.typing as npt
 
@@ -38,6 +38,7 @@ from memlane.embeddings import Embedder
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.records import MemoryRecord, MemoryVersion, SearchHit
+from memlane.scoping import ScopeFields, scope_kwargs
 
 __all__ = ["MemoryStore"]
 
@@ -91,12 +92,6 @@ class MemoryStore(Listing):
         *,
         table: str = "memories",
         type: str = "semantic",
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
         speaker: str | None = None,
         importance: float = 0.5,
         evergreen: bool = False,
@@ -107,6 +102,7 @@ class MemoryStore(Listing):
         unique: bool = False,
         expires_at: float | datetime | None = None,
         ttl: float | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> MemoryRecord:
         """Stores one memory and returns it (durable once this returns).
 
@@ -130,12 +126,7 @@ class MemoryStore(Listing):
             text=text,
             table=table,
             type=type,
-            agent_id=agent_id,
-            user_id=user_id,
-            room_id=room_id,
-            world_id=world_id,
-            session_id=session_id,
-            namespace=namespace,
+            **scope_kwargs(self._scope(scope)),
             speaker=speaker,
             importance=importance,
             evergreen=evergreen,
@@ -169,12 +160,7 @@ class MemoryStore(Listing):
         *,
         type: str | Sequence[str] | None = None,
         filters: Mapping[str, Any] | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> tuple[int, list[MemoryRecord]]:
         """Deletes the records [`delete_all`][memlane.Memory.delete_all] would and stores
         ``items`` as [`add_many`][memlane.Memory.add_many] does, in one transaction: a
@@ -185,8 +171,8 @@ class MemoryStore(Listing):
         since the records they would match are the ones being replaced.
         """
         self._sync.check_open()
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        flt = build_filter(table, type, scope, filters=filters)
+        fields = self._scope(scope)
+        flt = build_filter(table, type, fields, filters=filters)
         result: tuple[int, list[MemoryRecord]] = self._writer.add(items, replacing=Replacing(flt))
         return result
 
@@ -212,18 +198,13 @@ class MemoryStore(Listing):
         *,
         type: str | Sequence[str] | None = None,
         filters: Mapping[str, Any] | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> int:
         """Deletes every record of the table and scope (and filters) in one transaction;
         returns how many."""
         self._sync.check_open()
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
-        return self._writer.delete_where(build_filter(table, type, scope, filters=filters))
+        fields = self._scope(scope)
+        return self._writer.delete_where(build_filter(table, type, fields, filters=filters))
 
     def prune(
         self,
@@ -233,13 +214,8 @@ class MemoryStore(Listing):
         keep_access_count_above: int | None = None,
         table: str | None = "memories",
         now: float | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
         dry_run: bool = False,
+        **scope: Unpack[ScopeFields],
     ) -> builtins.list[MemoryRecord]:
         """Deletes old memories that are not important, used or evergreen; returns them,
         oldest first. One filtered delete in one transaction.
@@ -254,9 +230,9 @@ class MemoryStore(Listing):
         nothing (``memlane prune --dry-run``).
         """
         self._sync.check_open()
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
+        fields = self._scope(scope)
         criteria = (max_age_days, keep_importance_at_least, keep_access_count_above)
-        where = build_filter(table, None, scope)
+        where = build_filter(table, None, fields)
         return self._writer.prune(where, *criteria, now=now, dry_run=dry_run)
 
     # -- facts that change (the work is done by versions.Versions) ----------------------------
@@ -396,13 +372,8 @@ class MemoryStore(Listing):
         include_superseded: bool = False,
         known_at: float | datetime | None = None,
         unique: bool | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        room_id: str | None = None,
-        world_id: str | None = None,
-        session_id: str | None = None,
-        namespace: str | None = None,
         rerank: Rerank | None = None,
+        **scope: Unpack[ScopeFields],
     ) -> builtins.list[SearchHit]:
         """The ``k`` best memories for ``query``, best first, in one call into the engine.
 
@@ -467,7 +438,7 @@ class MemoryStore(Listing):
             The hits, best first ([`SearchHit`][memlane.SearchHit]: a record and its score).
         """
         self._sync.check_open()
-        scope = self._scope(agent_id, user_id, room_id, world_id, session_id, namespace)
+        fields = self._scope(scope)
         request = _core.SearchRequest(
             Searcher.depth(k, rerank),  # type: ignore[arg-type]
             mode=mode,
@@ -488,7 +459,7 @@ class MemoryStore(Listing):
             track_access=track_access,
             table=table,
             type=type,
-            scope=scope,
+            scope=fields,
             start=moment(start, "start"),
             end=moment(end, "end"),
             unique=unique,

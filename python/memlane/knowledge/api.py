@@ -41,7 +41,7 @@ from memlane.knowledge.documents import (
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import LOADERS
-from memlane.knowledge.pipeline import IngestOptions, Scope
+from memlane.knowledge.pipeline import IngestOptions, Owner
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
 
@@ -106,7 +106,7 @@ def documents_filter(agent_id: str | None, shared: bool | None) -> dict[str, Any
     if shared is True:
         return {"shared": True}
     if shared is False:
-        return {"shared": False} if agent_id is None else Scope.of(agent_id, False).filter()
+        return {"shared": False} if agent_id is None else Owner.of(agent_id, False).filter()
     return None if agent_id is None else _visible_filter(agent_id)
 
 
@@ -145,7 +145,7 @@ def ingest_config(
                 f"optionally 'shared' and 'metadata'; got {dict(entry)!r}"
             )
         shared = entry.get("shared", False)
-        scope = Scope.of(agent_id, shared)
+        scope = Owner.of(agent_id, shared)
         target = base / where
         label = normalise_path(where)
         if not options.follow_outside and not inside(target.resolve(), real_base):
@@ -189,7 +189,7 @@ def ingest_text(
     started = time.perf_counter()
     report = IngestReport()
     item = Source(normalise_path(source), loader, data=text.encode("utf-8"))
-    scope = Scope.of(agent_id, shared)
+    scope = Owner.of(agent_id, shared)
     ingest_sources(store, [item], scope, options, root_key=None, report=report)
     report.seconds = time.perf_counter() - started
     return report
@@ -271,7 +271,7 @@ def clear(store: MemoryStore, agent_id: str | None, shared: bool | None) -> int:
     """Deletes knowledge (see ``memlane.Memory.clear_knowledge``); returns how many
     documents went."""
     if shared is False:
-        flt: dict[str, Any] | None = Scope.of(agent_id, False).filter()
+        flt: dict[str, Any] | None = Owner.of(agent_id, False).filter()
     else:
         flt = documents_filter(agent_id, shared)
     removed = store.delete_all(DOCUMENTS, filters=flt)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge.documents import knowledge_documents, remove_documents
-from memlane.knowledge.pipeline import IngestOptions, Pipeline, Scope
+from memlane.knowledge.pipeline import IngestOptions, Owner, Pipeline
 from memlane.knowledge.progress import ProgressBar
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
@@ -28,7 +28,7 @@ __all__ = ["ingest_path", "ingest_sources", "prune"]
 def ingest_sources(
     mem: MemoryStore,
     sources: list[Source],
-    scope: Scope,
+    scope: Owner,
     options: IngestOptions,
     *,
     root_key: str | None,
@@ -56,7 +56,7 @@ def ingest_sources(
 def ingest_path(
     mem: MemoryStore,
     path: str | Path,
-    scope: Scope,
+    scope: Owner,
     options: IngestOptions,
     *,
     root: str | Path | None = None,
@@ -81,7 +81,7 @@ def ingest_path(
 
 def prune(
     mem: MemoryStore,
-    scope: Scope,
+    scope: Owner,
     root_key: str,
     present: set[str],
     target: Path,

@@ -74,8 +74,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_SIZE",
     "IngestOptions",
+    "Owner",
     "Pipeline",
-    "Scope",
     "document_vector",
     "embedding_cost",
 ]
@@ -94,14 +94,14 @@ FloatArray = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, slots=True)
-class Scope:
+class Owner:
     """Whose knowledge: shared (every agent's) or one agent's own."""
 
     agent_id: str | None
     shared: bool
 
     @classmethod
-    def of(cls, agent_id: object, shared: object) -> Scope:
+    def of(cls, agent_id: object, shared: object) -> Owner:
         if not isinstance(shared, bool):
             raise InvalidArgumentError(f"shared must be a bool, got {type(shared).__name__}")
         if agent_id is not None and (not isinstance(agent_id, str) or not agent_id.strip()):
@@ -196,7 +196,7 @@ class Pipeline:
     def __init__(
         self,
         mem: MemoryStore,
-        scope: Scope,
+        scope: Owner,
         options: IngestOptions,
         *,
         root_key: str | None,

@@ -31,7 +31,7 @@ from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge.documents import knowledge_documents, remove_documents
 from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import loader_for
-from memlane.knowledge.pipeline import IngestOptions, Scope
+from memlane.knowledge.pipeline import IngestOptions, Owner
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, relative_path, walk
 
@@ -77,7 +77,7 @@ class KnowledgeWatch:
         self,
         mem: MemoryStore,
         folder: Path,
-        scope: Scope,
+        scope: Owner,
         options: IngestOptions,
         debounce: float,
         on_report: ReportCallback | None,
@@ -239,7 +239,7 @@ def _ignored(rel: str, path: Path) -> bool:
 def watch(
     mem: MemoryStore,
     folder: str | Path,
-    scope: Scope,
+    scope: Owner,
     options: IngestOptions,
     *,
     debounce: float = DEBOUNCE,

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from memlane.errors import InvalidArgumentError
-from memlane.records import MemoryRecord, MemoryVersion, SearchHit
+from memlane.records import SCOPE_FIELDS, MemoryRecord, MemoryVersion, SearchHit
 
 __all__ = [
     "TIME_FIELDS",
@@ -47,11 +47,19 @@ def parameters(method: Callable[..., Any]) -> dict[str, inspect.Parameter]:
 @functools.cache
 def _parameters(function: Callable[..., Any]) -> dict[str, inspect.Parameter]:
     # Read once per function: a signature costs more than the engine's search.
-    return {
+    given = inspect.signature(function).parameters
+    out = {
         name: p
-        for name, p in inspect.signature(function).parameters.items()
+        for name, p in given.items()
         if name not in NOT_OVER_HTTP and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     }
+    if "scope" in given and given["scope"].kind is inspect.Parameter.VAR_KEYWORD:
+        # ``**scope: Unpack[ScopeFields]``: the scope keywords, each a str or unset.
+        for field in SCOPE_FIELDS:
+            out[field] = inspect.Parameter(
+                field, inspect.Parameter.KEYWORD_ONLY, default=None, annotation="str | None"
+            )
+    return out
 
 
 def _time(name: str, value: Any) -> Any:

@@ -218,9 +218,7 @@ class SQLiteStore(SQLStore):
                     "CREATE INDEX IF NOT EXISTS records_expires ON records (expires_at) "
                     "WHERE expires_at IS NOT NULL"
                 )
-                conn.execute(
-                    "CREATE INDEX IF NOT EXISTS history_change ON history (change_seq)"
-                )
+                conn.execute("CREATE INDEX IF NOT EXISTS history_change ON history (change_seq)")
                 if self.get_meta("store_id", conn) is None:
                     # Which database a snapshot belongs to (a store made before ids
                     # existed gets one now, and rebuilds its snapshot once).
