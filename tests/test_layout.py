@@ -95,7 +95,7 @@ MODULES = _modules()
 
 
 def test_the_module_list_is_read() -> None:
-    assert "memlane.memory" in MODULES and "memlane._memory.store" in MODULES
+    assert "memlane.memory" in MODULES and "memlane._memory.memory_store" in MODULES
 
 
 def test_no_module_imports_a_private_name_of_another_package() -> None:
@@ -110,9 +110,9 @@ def test_no_module_imports_a_private_name_of_another_package() -> None:
 @pytest.mark.parametrize(
     ("module", "source", "flagged"),
     [
-        ("memlane.memory", "from memlane._memory.store import MemoryStore", False),
+        ("memlane.memory", "from memlane._memory.memory_store import MemoryStore", False),
         ("memlane._memory.writer", "from memlane._memory.sync import IndexSync", False),
-        ("memlane.knowledge.api", "from memlane._memory.store import MemoryStore", True),
+        ("memlane.knowledge.api", "from memlane._memory.memory_store import MemoryStore", True),
         ("memlane.agent.memory_tools", "from memlane.notes import _latest", True),
         ("memlane.agent.memory_tools", "from memlane.agent.loop import _helper", False),
         ("memlane.memory", "from memlane.embeddings import _base", True),

@@ -13,6 +13,6 @@ from __future__ import annotations
 from memlane._memory.health import StoreStats
 from memlane._memory.job_book import OUTCOMES_KEPT, JobOutcome
 from memlane._memory.listing import ScopeCount
-from memlane._memory.store import MemoryStore
+from memlane._memory.memory_store import MemoryStore
 
 __all__ = ["OUTCOMES_KEPT", "JobOutcome", "MemoryStore", "ScopeCount", "StoreStats"]
