@@ -19,7 +19,6 @@ __all__ = [
     "DEFAULT_RELEVANCE_WEIGHT",
     "DEFAULT_RRF_K",
     "DEFAULT_SPEAKER_WEIGHT",
-    "ROW_FIELDS",
     "SPREAD_RANK",
     "UNIQUE_KEY",
     "BM25Index",
@@ -32,13 +31,12 @@ __all__ = [
     "WordPieceEncoding",
     "__version__",
     "analyze",
+    "blobs",
     "unblobs",
 ]
 
 __version__: str
 
-#: The fields of ``memlane.schema.Row`` as the build read them (``rust/py/build.rs``).
-ROW_FIELDS: list[str]
 DEFAULT_ALPHA: float
 #: The range of the cosine's weight in the default (adaptive) fusion, and the rank
 #: each list's spread is measured to (``rust/core/src/fusion.rs``).
@@ -173,11 +171,17 @@ class BM25Okapi:
     @property
     def average_idf(self) -> float: ...
 
+def blobs(vectors: npt.ArrayLike, half: bool) -> list[bytes]:
+    """The rows of ``vectors`` (``(n, dim)``, or one vector) as the database keeps them:
+    little-endian float32s, or with ``half`` a tag byte, a float32 scale (the power of
+    two at or above the row's largest magnitude) and the components divided by it as
+    half floats (``rust/core/src/blob.rs``). A row with a non-finite value raises
+    ``InvalidArgumentError``."""
+
 def unblobs(stored: Sequence[bytes], dim: int) -> npt.NDArray[np.float32]:
     """The stored vectors ``stored`` of ``dim`` components as an ``(n, dim)`` matrix:
-    float32 blobs, or half floats after a tag byte and a power-of-two scale (see
-    ``memlane._memory.encoding.blobs``). A blob of neither length, with another tag or
-    a damaged scale raises ``CorruptFileError``."""
+    float32 blobs, or scaled half floats (see ``blobs``). A blob of neither length, with
+    another tag or a damaged scale raises ``CorruptFileError``."""
 
 def analyze(
     text: str,
@@ -392,8 +396,9 @@ class Engine:
     ) -> PreparedBatch:
         """Checks and analyses a batch without changing anything; ``apply`` inserts it.
 
-        ``rows`` are ``memlane.schema.Row`` tuples (the engine reads the fields named
-        in ``ROW_FIELDS`` by position; ``rowid`` is the engine's id, ``id`` the
+        ``rows`` are ``memlane.schema.Row`` tuples (the engine finds the fields it
+        reads by name in the row type's ``_fields``, once per type, then reads rows
+        by position; ``rowid`` is the engine's id, ``id`` the
         public one ``id`` filters read); ``texts``: index their texts too;
         ``vectors``: one row per record.
         """
