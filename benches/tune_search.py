@@ -14,7 +14,7 @@ replays the documented formula in numpy over a grid of settings:
 
 Each setting's nDCG@10 is computed on train; the best few are then reported on
 test, beside relevance alone. The formula replayed here is the one in
-``rust/core/src/scoring.rs``; ``tests/test_scoring.py`` holds the engine to it.
+``rust/core/src/scoring.rs``; ``tests/memory/test_scoring.py`` holds the engine to it.
 
     python benches/tune_search.py [--seed 7]
 """

@@ -23,6 +23,10 @@ from memlane.embeddings import OnnxEmbedder
 from memlane.storage.sqlite import SQLiteStore
 from pg_server import PgServer, find_pg_bin
 
+#: The tests folder (helper modules, typecheck/), and the repository above it.
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
 
 @pytest.fixture(scope="session")
 def onnx_embedder() -> OnnxEmbedder:

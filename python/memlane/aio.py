@@ -7,7 +7,7 @@ really run in parallel and the event loop never blocks.
 
 Every method is made from its ``Memory`` twin by ``_in_thread``, so it has the
 twin's parameters and types by construction (declared once): editors and mypy
-check calls to either alike, and ``tests/test_aio.py`` holds them to it. The
+check calls to either alike, and ``tests/memory/test_aio.py`` holds them to it. The
 API reference lists them as the async methods they are (its Griffe extension,
 ``docs/reference/extension.py``, reads them from this class).
 """

@@ -1,6 +1,6 @@
 """Calls mypy --strict must reject: misspelt keywords on Memory and AsyncMemory.
 
-``tests/test_aio.py`` runs mypy on this file (never imported or collected) and
+``tests/memory/test_aio.py`` runs mypy on this file (never imported or collected) and
 expects exactly one ``call-arg`` error on each line marked ``# expect: call-arg``
 and none elsewhere, so the correct calls show the signatures are not ``**kwargs``
 catch-alls that would accept anything.
