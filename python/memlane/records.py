@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SCOPE_FIELDS", "MemoryRecord", "SearchHit"]
+__all__ = ["SCOPE_FIELDS", "MemoryRecord", "ScopeFields", "SearchHit"]
+
+
+class ScopeFields(TypedDict, total=False):
+    """The scope keywords of every record call (``add``, ``search``, ``list``, ``count``,
+    ``scopes``, ``delete_all``, ``prune``), each optional: declared here once, and taken
+    as ``**scope: Unpack[ScopeFields]``, so that an IDE and mypy still know them."""
+
+    agent_id: str | None
+    user_id: str | None
+    room_id: str | None
+    world_id: str | None
+    session_id: str | None
+    namespace: str | None
+
 
 #: The scope fields, in the engine's order. A search or list given one never
 #: sees records of another value.
-SCOPE_FIELDS = ("agent_id", "user_id", "room_id", "world_id", "session_id", "namespace")
+SCOPE_FIELDS: tuple[str, ...] = tuple(ScopeFields.__annotations__)
 
 # Set on the record add() returns; not stored.
 _TRANSIENT = ("duplicate", "duplicate_of")

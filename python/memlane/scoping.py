@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol
 
 from memlane import coerce
 from memlane.errors import InvalidArgumentError
-from memlane.records import SCOPE_FIELDS
+from memlane.records import SCOPE_FIELDS, ScopeFields
 
 __all__ = [
     "EventScope",
@@ -47,19 +47,6 @@ __all__ = [
     "scope_kwargs",
     "scope_of",
 ]
-
-
-class ScopeFields(TypedDict, total=False):
-    """The scope keywords of every record call (``add``, ``search``, ``list``, ``count``,
-    ``scopes``, ``delete_all``, ``prune``), each optional: declared here once, and taken
-    as ``**scope: Unpack[ScopeFields]``, so that an IDE and mypy still know them."""
-
-    agent_id: str | None
-    user_id: str | None
-    room_id: str | None
-    world_id: str | None
-    session_id: str | None
-    namespace: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +81,6 @@ class Scope:
 
 
 _FIELDS = frozenset(SCOPE_FIELDS)
-if tuple(ScopeFields.__annotations__) != SCOPE_FIELDS:  # pragma: no cover - an edit out of step
-    raise ImportError("ScopeFields must list SCOPE_FIELDS in their order")
 
 
 class Scoped(Protocol):
