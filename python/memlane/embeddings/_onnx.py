@@ -80,9 +80,9 @@ DEFAULT_MAX_LENGTH = 256
 #: BERT's position embeddings stop here.
 _POSITION_LIMIT = 512
 
-#: Padded tokens per model run at most: the run's memory grows with rows x width^2
-#: (attention), so long texts go in fewer rows; 64 texts of 256 tokens peak at about
-#: 1.7 GB, 16 at about 0.6 GB. Short texts never reach it (64 x 64 = 4096).
+#: Padded tokens at most between the model runs in flight: a run's memory grows with
+#: rows x width^2 (attention), so long texts go in fewer rows; 64 texts of 256 tokens
+#: peak at about 1.7 GB, 16 at about 0.6 GB. Short texts never reach it (64 x 64 = 4096).
 _BATCH_TOKENS = 4096
 
 #: How token states become one vector: ``"mean"`` under the attention mask, ``"cls"``
@@ -467,16 +467,15 @@ class OnnxEmbedder:
             )
         truncated = tuple(i for i, e in enumerate(encodings) if e.truncated)
 
-        self._sorted_runs([e.ids for e in encodings], lengths, out)
+        self._sorted_runs([e.ids for e in encodings], lengths, out, self._threads)
         return out, truncated
 
     def _sorted_runs(
-        self, ids: list[list[int]], lengths: npt.NDArray[np.intp], out: FloatArray
+        self, ids: list[list[int]], lengths: npt.NDArray[np.intp], out: FloatArray, lanes: int
     ) -> None:
         """Writes the vectors of ``ids`` into ``out``: the texts sorted by token count,
-        run in batches padded to their own longest."""
+        run in batches padded to their own longest, ``lanes`` runs at once."""
         order = np.argsort(lengths, kind="stable")
-        lanes = self._threads
         # Enough batches for every lane, within the token budget shared by the lanes.
         size = min(self._batch_size, -(-len(ids) // lanes))
         batches = list(_batches(lengths[order].tolist(), size, _BATCH_TOKENS // lanes))
@@ -508,7 +507,7 @@ class OnnxEmbedder:
             return self._infer(input_ids, self._ones[:, :width], self._zeros[:, :width])
         out = np.empty((len(queued), self._dimension), dtype=np.float32)
         lengths = np.fromiter(map(len, queued), dtype=np.intp, count=len(queued))
-        self._sorted_runs(queued, lengths, out)
+        self._sorted_runs(queued, lengths, out, 1)  # in this lane alone
         return out
 
     def _run(self, ids: list[list[int]], lengths: npt.NDArray[np.intp]) -> FloatArray:
