@@ -2,9 +2,10 @@
 
 Up to ``lanes`` runs are in flight at a time (one a core, each on one thread). A thread
 that calls while a lane is free runs its own text at once. Texts that arrive while
-every lane is busy wait, and when a run ends the first of them runs them all together:
-a server's concurrent searches share each run's fixed cost, and no more runs are in
-flight than there are cores to run them.
+every lane is busy wait, and when a run ends the first of them runs up to ``most`` of
+them together (more, padded to the longest, cost more than alone): a server's
+concurrent searches share each run's fixed cost, and no more runs are in flight than
+there are cores to run them.
 
 Who runs a batch is one of its own callers (the first that waited), so no thread is
 kept for it and an embedder nobody holds leaves nothing running.
