@@ -17,7 +17,6 @@ taking them over in one conditional write (two processes never run one job).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import threading
@@ -30,18 +29,12 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
-from memlane.agent.callers import Budgeted, Caller, Meter, timed
-from memlane.agent.caps import evict
-from memlane.agent.consolidation import SHORT_TERM
+from memlane.agent.callers import Caller, Meter, timed
 from memlane.agent.context import default_token_counter
 from memlane.agent.daily import DailyLogger
-from memlane.agent.facts import CHECK, check_facts, pending
-from memlane.agent.profiles import record_contact
-from memlane.agent.reflection import Resume
+from memlane.agent.facts import CHECK
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import (
-    JOB_OP,
-    JOB_TAG,
     Holder,
     Job,
     JobRecordError,
@@ -54,13 +47,12 @@ from memlane.agent.upkeep.jobs import (
 from memlane.agent.upkeep.triggers import (
     Room,
     consolidation_due,
-    run_consolidation,
     run_flush,
-    run_reflection,
     store_step_summary,
 )
+from memlane.agent.upkeep.work import do, finished
 from memlane.agent.upkeep.worker import QueueFullError, Worker, WorkerClosedError
-from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError
 from memlane.scoping import EventScope, scope_kwargs
 from memlane.store import JobOutcome
 
@@ -184,7 +176,21 @@ class Upkeep:
             )
             for kind in kinds:
                 self._guarded(
-                    kind, report, partial(self._do, kind, event, room, report, call, now, user)
+                    kind,
+                    report,
+                    partial(
+                        do,
+                        self.host,
+                        self.lock,
+                        self.daily,
+                        kind,
+                        event,
+                        room,
+                        report,
+                        call,
+                        now,
+                        user,
+                    ),
                 )
             return
         self.resume(call)
@@ -390,9 +396,26 @@ class Upkeep:
         meter = None if call is None else Meter(call, self._tokens())
         call = meter
         try:
-            if job.payload.get("resumed") and job.kind == "consolidation" and self._finished(job):
+            if (
+                job.payload.get("resumed")
+                and job.kind == "consolidation"
+                and finished(self.host, job)
+            ):
                 return
-            run = partial(self._do, job.kind, job.event, room, report, call, job.now, job.user, job)
+            run = partial(
+                do,
+                host,
+                self.lock,
+                self.daily,
+                job.kind,
+                job.event,
+                room,
+                report,
+                call,
+                job.now,
+                job.user,
+                job,
+            )
             self._guarded(job.kind, report, run)
         finally:
             if job.durable:
@@ -420,112 +443,10 @@ class Upkeep:
             except Exception:
                 log.exception("memlane: on_upkeep raised")
 
-    def _finished(self, job: Job) -> bool:
-        """Whether a consolidation found again after a crash had stored its work already
-        (in one transaction): then its sources go, as they would have, and it is done."""
-        tagged = self.host.memory.list(
-            self.host.table,
-            limit=1000,
-            filters={JOB_TAG: job.id},
-            **scope_kwargs(job.event.fields),
-        )
-        if not tagged:
-            return False
-        fields = job.event.fields
-        for rec in tagged:
-            for source in rec.metadata.get("consolidated_from") or []:
-                # A record is data from whoever could write the store: only short-term
-                # entries of the job's own scope go.
-                with contextlib.suppress(UnknownIdError, InvalidArgumentError):
-                    entry = self.host.memory.get(str(source))
-                    if entry.table == SHORT_TERM and all(
-                        entry.scope.get(k) == v for k, v in fields.items()
-                    ):
-                        self.host.memory.delete(entry.id)
-        return True
-
-    def _resume_of(self, job: Job) -> Resume:
-        """How a reflection job keeps its place: its answer saved in its record before
-        anything is stored, and (found again) the operations it stored already."""
-        done: frozenset[int] = frozenset()
-        if job.payload.get("resumed"):
-            tagged = self.host.memory.list(
-                self.host.table,
-                limit=1000,
-                filters={JOB_TAG: job.id},
-                **scope_kwargs(job.event.fields),
-            )
-            done = frozenset(op for r in tagged if isinstance(op := r.metadata.get(JOB_OP), int))
-
-        def save(plan: dict[str, object]) -> None:
-            self.host.memory.jobs.put(job.key, job.with_plan(dict(plan)).dumps())
-
-        return Resume(JOB_OP, None if job.plan is not None else save, done)
-
     def _undo(self, job: Job, room: Room) -> None:
         if job.kind == "reflection":
             with self.lock:
                 room.since_reflection = max(room.since_reflection, self.host.reflection.every)
-
-    def _do(
-        self,
-        kind: str,
-        event: EventScope,
-        room: Room,
-        report: TurnReport,
-        call: Caller | None,
-        now: float,
-        user: str | None,
-        job: Job | None = None,
-    ) -> None:
-        host = self.host
-        mem, lock = host.memory, self.lock
-        jid = None if job is None else job.id
-        rest = (host.table, host.limits, lock, event, room, report, call, now, jid)
-        if kind == "reflection":
-            resume = None if job is None else self._resume_of(job)
-            plan = None if job is None else job.plan
-            marks = None if call is None else pending(None)
-            span = 1 if job is None else job.span
-            run_reflection(
-                mem, host.reflection, *rest, resume=resume, plan=plan, marks=marks, span=span
-            )
-            if call is not None:  # what it remembered is checked at once, by the same model
-                self._check(event, report, call)
-        elif kind == "facts":
-            if call is not None:
-                self._check(event, report, call)
-        elif kind == "consolidation":
-            marks = None if call is None else pending(None)
-            run_consolidation(mem, host.consolidation, *rest, marks=marks)
-            if call is not None:  # the facts it drew are checked at once, by the same model
-                self._check(event, report, call)
-        elif kind == "eviction":
-            evict(mem, host.table, host.limits.max_memories, event, report)
-        elif kind == "flush":
-            run_flush(host.flush, host.tools, lock, room, report, now)
-        elif kind == "daily":
-            self.daily.run(mem, event, report, call, now)
-        elif kind == "profile":
-            count, names = 1, []
-            if job is not None:
-                count = int(job.payload.get("count", 1))
-                names = list(job.payload.get("names", []))
-            if host.profiles.enabled and user and user.strip():
-                with self.lock:  # read, change, write: one turn at a time
-                    report.profile = record_contact(
-                        mem, host.scopes, event, now, host.profiles, count, names
-                    )
-
-    def _check(self, event: EventScope, report: TurnReport, call: Caller) -> None:
-        """The check of the scope's pending facts (see ``memlane.agent.facts``)."""
-        host = self.host
-        result = check_facts(host.memory, Budgeted(call, None), host.table, event.fields)
-        if report.facts is not None:  # a turn's second check (inline): one report
-            result.decisions[:0] = report.facts.decisions
-        report.facts = result
-        if result.error is not None:
-            report.failures.append(TriggerFailure("facts", result.error))
 
     def _tokens(self) -> Callable[[str], int]:
         if self._counter is None:
