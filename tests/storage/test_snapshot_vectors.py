@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from conftest import WordHashEmbedder
 from memlane import CorruptFileError, Memory
 from memlane._core import Engine
-from memlane._memory import sync
+from memlane._memory import sync, vector_fill
 from memlane.records import SearchHit
 from memlane.storage.sqlite import SQLiteStore
 from pg_server import PgServer
@@ -131,8 +132,8 @@ def test_vectors_read_in_many_chunks_fill_the_same_index(
         before = hits(mem, queries)
     # Chunks of 7 rows: one filled while the next is read, the last one short; up to
     # `ahead` rows (whole chunks) read while the snapshot loads, the rest after.
-    monkeypatch.setattr(sync, "_FILL_CHUNK", 7)
-    monkeypatch.setattr(sync, "_READ_AHEAD", ahead)
+    monkeypatch.setattr(vector_fill, "_FILL_CHUNK", 7)
+    monkeypatch.setattr(vector_fill, "_READ_AHEAD", ahead)
     slow = _SlowLoad(min(-(-ahead // 7) * 7, N))
     monkeypatch.setattr(sync, "Engine", slow)
     read = SQLiteStore.vectors
@@ -144,14 +145,14 @@ def test_vectors_read_in_many_chunks_fill_the_same_index(
 
     monkeypatch.setattr(SQLiteStore, "vectors", vectors)
     read_ahead: list[int] = []
-    real = sync.IndexSync._read_ahead
+    real = vector_fill.read_ahead
 
-    def counted(self: sync.IndexSync, loading: object) -> list[list[tuple[int, bytes]]]:
-        chunks = real(self, loading)  # type: ignore[arg-type]
+    def counted(*args: Any) -> list[list[tuple[int, bytes]]]:
+        chunks = real(*args)
         read_ahead.append(sum(map(len, chunks)))
         return chunks
 
-    monkeypatch.setattr(sync.IndexSync, "_read_ahead", counted)
+    monkeypatch.setattr(sync, "read_ahead", counted)
     with no_warnings(), store(path) as mem:
         assert mem._sync.snap_seq > 0
         assert hits(mem, queries) == before

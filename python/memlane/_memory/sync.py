@@ -17,7 +17,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence, Set
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from memlane._core import Engine, blobs, unblobs
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import prepare
 from memlane._memory.events import Events
+from memlane._memory.vector_fill import NAMED, damage_error, decodes, fill, read_ahead
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
 from memlane.errors import (
@@ -53,14 +54,6 @@ _GENERATION = "store_id"
 # note to the snapshot it was written with, which an older memlane may have replaced.
 _INDEXES = "indexes"
 _INDEXED = "unique"
-# Rows whose vectors an open reads from the database at a time (see IndexSync._fill):
-# about 1.5 MB of blobs. The engine fills 100,000 vectors in half the time in chunks
-# of 2,000 as of 20,000, whose buffers each cost their page faults anew.
-_FILL_CHUNK = 2_000
-# Rows an open reads ahead while its snapshot loads: about 220 MB at 384 dimensions.
-_READ_AHEAD = 250_000
-# Records a damaged database's error names (it counts all).
-_NAMED = 10
 
 # Forks this process descends from: a store opened before one belongs to the parent
 # (its connections, locks and threads), and the child must open its own.
@@ -203,11 +196,11 @@ class IndexSync:
         if self.index_dir is not None:
             reason = None
             # The snapshot loads on a thread of its own (without the GIL) while this one
-            # reads the vectors it may leave out (see _read_ahead); the engine then
+            # reads the vectors it may leave out (see vector_fill.read_ahead); the engine then
             # fills a chunk on that thread while the next is read here (see _fill).
             with ThreadPoolExecutor(1, thread_name_prefix="memlane-open") as pool:
                 loading = pool.submit(Engine.load, self.index_dir)
-                ahead = self._read_ahead(loading)
+                ahead = read_ahead(self.db, self.dim, self.snapshot_vectors, loading)
                 try:
                     engine, seq = loading.result()
                     reason = self._unusable(engine, seq)
@@ -233,7 +226,7 @@ class IndexSync:
                     engine.set_ef(self.engine_args["ef"])
                     # Outside the try above: a damaged vector blob is a damaged database,
                     # not an unusable snapshot.
-                    self._fill(engine, ahead, pool)
+                    fill(self.db, self.dim, self.location, engine, ahead, pool)
         self.engine = engine or Engine(self.dim, **self.engine_args)
         self.expiring = self.db.expiring()
         # A large replay (a crash, or a lost snapshot) earns a snapshot soon.
@@ -253,57 +246,6 @@ class IndexSync:
             RuntimeWarning,
             stacklevel=6,
         )
-
-    def _read_ahead(self, loading: Future[Any]) -> list[list[tuple[int, bytes]]]:
-        """The first chunks of the rows with a vector (``Store.vectors``), read until
-        ``loading`` is done, at most ``_READ_AHEAD`` rows: they wait in memory. Nothing
-        when snapshots are written with their vectors (an older one without them is
-        still filled, after it loads)."""
-        chunks: list[list[tuple[int, bytes]]] = []
-        after = held = 0
-        if self.snapshot_vectors:
-            return chunks  # the snapshot should hold them
-        while self.dim and held < _READ_AHEAD and not loading.done():
-            if not (rows := self.db.vectors(after, _FILL_CHUNK)):
-                break
-            chunks.append(rows)
-            after, held = rows[-1][0], held + len(rows)
-        return chunks
-
-    def _fill(
-        self, engine: Engine, ahead: list[list[tuple[int, bytes]]], pool: ThreadPoolExecutor
-    ) -> None:
-        """Gives ``engine`` the vectors its snapshot left out (an engine snapshot holds
-        those of removed slots only: the database holds the others), from the chunks read
-        ahead, then reading the rows with a vector a chunk at a time. The engine ignores
-        the rows it does not await: rows added since the snapshot (the replay adds them),
-        and rows whose vector it would refuse (stored before vectors were checked, never in
-        the index). Live ids left without a vector make ``open`` rebuild: the engine
-        refuses to search while any is (``Engine.awaiting``). A damaged blob is
-        ``CorruptFileError`` naming every record that has one."""
-        if not self.dim or not len(engine.awaiting()):
-            return  # a snapshot that holds its vectors, or an empty graph
-        dim = self.dim
-        after = ahead[-1][-1][0] if ahead else 0
-        filling: tuple[Future[None], list[tuple[int, bytes]]] | None = None
-        damaged: list[int] = []
-        # The engine decodes and fills a chunk (mostly without the GIL) while the next
-        # is read: at most two chunks in memory, besides those read ahead. Past a
-        # damaged blob the rest is only checked, to name every damaged one.
-        while rows := ahead.pop(0) if ahead else self.db.vectors(after, _FILL_CHUNK):
-            after = max(after, rows[-1][0])
-            if filling is not None:
-                damaged += _filled(*filling, dim)
-                filling = None
-            if damaged:
-                damaged += _damaged(rows, dim)
-            else:
-                filling = (pool.submit(engine.fill, rows), rows)
-        if filling is not None:
-            damaged += _filled(*filling, dim)
-        if damaged:
-            found = self.db.rows_by_rowid(damaged[:_NAMED])
-            raise self._damage_error(len(damaged), [found[r].id for r in damaged[:_NAMED]])
 
     def _unusable(self, engine: Engine, seq: int) -> str | None:
         if engine.dim != self.dim:
@@ -363,7 +305,7 @@ class IndexSync:
             count += len(rows)
             if damaged:
                 # Nothing more is applied: the rest is read to name every damaged blob.
-                damaged += [r for r in rows if self.dim and not _decodes(r.embedding, self.dim)]
+                damaged += [r for r in rows if self.dim and not decodes(r.embedding, self.dim)]
                 continue
             if not self.expiring and any(r.expires_at is not None for r in rows):
                 self.expiring = True
@@ -381,7 +323,7 @@ class IndexSync:
                 try:
                     vectors = unblobs([r.embedding for r in with_vec], self.dim)  # type: ignore[misc]
                 except CorruptFileError:
-                    damaged = [r for r in with_vec if not _decodes(r.embedding, self.dim)]
+                    damaged = [r for r in with_vec if not decodes(r.embedding, self.dim)]
                     continue
                 ok = usable_vectors(vectors)
                 if not ok.all():
@@ -399,17 +341,8 @@ class IndexSync:
             if attrs:
                 engine.apply(self.prepare(attrs, texts=False, vectors=None))
         if damaged:
-            raise self._damage_error(len(damaged), [r.id for r in damaged[:_NAMED]])
+            raise damage_error(self.location, len(damaged), [r.id for r in damaged[:NAMED]])
         return count, upto
-
-    def _damage_error(self, count: int, named: Sequence[str]) -> CorruptFileError:
-        """The error of ``count`` damaged vector blobs, the first of whose records are
-        ``named``."""
-        ids = ", ".join(repr(i) for i in named) + (" ..." if count > len(named) else "")
-        return CorruptFileError(
-            f"the database of {self.location} is damaged: {count} stored vector(s) cannot be "
-            f"read (records {ids}); restore it from a backup"
-        )
 
     def _refused_vectors(self, rows: Sequence[Row]) -> None:
         ids = ", ".join(repr(r.id) for r in rows[:3]) + (" ..." if len(rows) > 3 else "")
@@ -567,34 +500,3 @@ def _write_atomically(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _decodes(blob: bytes | None, dim: int) -> bool:
-    """Whether the stored vector ``blob`` (or none) decodes to ``dim`` components."""
-    if blob is None:
-        return True
-    try:
-        unblobs([blob], dim)
-    except CorruptFileError:
-        return False
-    return True
-
-
-def _damaged(rows: Sequence[tuple[int, bytes]], dim: int) -> list[int]:
-    """The rowids of ``rows`` (``(rowid, blob)``) whose blob is damaged."""
-    try:
-        unblobs([b for _, b in rows], dim)
-    except CorruptFileError:
-        return [r for r, b in rows if not _decodes(b, dim)]
-    return []
-
-
-def _filled(filling: Future[None], rows: Sequence[tuple[int, bytes]], dim: int) -> list[int]:
-    """Waits for the engine's fill of ``rows``; the rowids of the damaged blobs it met."""
-    try:
-        filling.result()
-    except CorruptFileError:
-        if damaged := _damaged(rows, dim):
-            return damaged
-        raise
-    return []
