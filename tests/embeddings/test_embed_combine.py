@@ -46,11 +46,10 @@ def wait_until(check: Callable[[], bool], what: str) -> None:
 
 class GatedSession:
     """The embedder's real onnxruntime session, counting the texts of each run; the
-    first ``held`` runs wait for ``gate``, so the other threads' texts queue behind them."""
+    first run waits for ``gate``, so the other threads' texts queue behind it."""
 
-    def __init__(self, session: Any, held: int = 1) -> None:
+    def __init__(self, session: Any) -> None:
         self.session = session
-        self.held = held
         self.gate = threading.Event()
         self.runs: list[int] = []
         self.threads: set[int] = set()
@@ -60,7 +59,7 @@ class GatedSession:
         with self.lock:
             self.runs.append(len(feeds["input_ids"]))
             self.threads.add(threading.get_ident())
-            first = len(self.runs) <= self.held
+            first = len(self.runs) == 1
         if first:
             assert self.gate.wait(60)
         return self.session.run(outputs, feeds)
@@ -241,29 +240,3 @@ def test_a_batch_call_spreads_its_runs_over_the_lanes(monkeypatch: pytest.Monkey
     np.testing.assert_allclose(embedder.embed_batch(texts), expected, rtol=0, atol=1e-5)
     assert len(session.runs) >= 2 and sum(session.runs) == len(texts)
     assert len(session.threads) == 2
-
-
-def test_each_lane_runs_the_texts_it_takes_in_one_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    embedder = OnnxEmbedder(threads=2)
-    session = GatedSession(embedder._session, held=2)
-    monkeypatch.setattr(embedder, "_session", session)
-    expected = [OnnxEmbedder(threads=1).embed(text) for text in TEXTS[:8]]
-    got: list[Any] = [None] * 8
-
-    def call(i: int) -> None:
-        got[i] = embedder.embed(TEXTS[i])
-
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
-    for t in threads[:2]:
-        t.start()
-    wait_until(lambda: len(session.runs) == 2, "both lanes' runs")
-    for t in threads[2:]:
-        t.start()
-    wait_until(lambda: queued(embedder) == 6, "the others to queue")
-    session.gate.set()
-    for t in threads:
-        t.join()
-    # The lane that ends first takes the six, in one run on its own thread.
-    assert session.runs == [1, 1, 6]
-    for vector, want in zip(got, expected, strict=True):
-        np.testing.assert_allclose(vector, want, rtol=0, atol=1e-5)

@@ -507,7 +507,9 @@ class OnnxEmbedder:
             return self._infer(input_ids, self._ones[:, :width], self._zeros[:, :width])
         out = np.empty((len(queued), self._dimension), dtype=np.float32)
         lengths = np.fromiter(map(len, queued), dtype=np.intp, count=len(queued))
-        self._sorted_runs(queued, lengths, out, 1)  # in this lane alone
+        # Spread over the lanes as a batch call is: smaller runs, all cores (measured
+        # faster than one run a lane at 32 threads at once: benches/README.md).
+        self._sorted_runs(queued, lengths, out, self._threads)
         return out
 
     def _run(self, ids: list[list[int]], lengths: npt.NDArray[np.intp]) -> FloatArray:
