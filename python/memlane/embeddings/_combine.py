@@ -1,11 +1,11 @@
 """One model run for the texts that several threads ask to embed at once.
 
-Up to ``lanes`` runs are in flight at a time (one a core, each on one thread). A thread
-that calls while a lane is free runs its own text at once. Texts that arrive while
-every lane is busy wait, and when a run ends the first of them runs up to ``most`` of
-them together (more, padded to the longest, cost more than alone): a server's
-concurrent searches share each run's fixed cost, and no more runs are in flight than
-there are cores to run them.
+Up to ``lanes`` batches are in flight at a time. A thread that calls while a lane is
+free runs its own text at once. Texts that arrive while every lane is busy wait, and
+when a batch ends the first of them runs up to ``most`` of them together (more, padded
+to the longest, cost more than alone): a server's concurrent searches share the runs'
+fixed cost instead of each running the model at once on the same cores. (OnnxEmbedder
+spreads a batch over its lanes as it does a batch call's texts: ``in_lanes``.)
 
 Who runs a batch is one of its own callers (the first that waited), so no thread is
 kept for it and an embedder nobody holds leaves nothing running.
