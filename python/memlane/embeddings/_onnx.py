@@ -21,8 +21,8 @@ L2-normalised.
 One text alone (``embed``, or ``embed_batch`` of one text, as ``Memory.search``
 embeds a question) takes a shorter path to the same session: one ``encode``, no
 sort, no padding, constant mask and token-type rows. Single texts that several threads
-ask for while a run is in flight (a server's concurrent searches) wait for it and are
-then embedded together in one run, as a batch (``_combine``): each gets the vector it
+ask for while every lane has a run (a server's concurrent searches) wait, and are
+then embedded together as a batch (``_combine``): each gets the vector it
 would get alone, and a server's concurrent searches no longer each run the model at
 once on the same cores. Every run is on one onnxruntime thread; up to ``threads`` go at
 once (a batch call's batches are spread over them).
