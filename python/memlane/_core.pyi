@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_SPEAKER_WEIGHT",
     "SPREAD_RANK",
     "UNIQUE_KEY",
+    "Admits",
     "BM25Index",
     "BM25Okapi",
     "Engine",
@@ -367,6 +368,28 @@ class SearchRequest:
     def track_access(self) -> bool | None: ...
 
 @final
+class Admits:
+    """The records a listing or a write admits, every version of them, checked and built
+    once: ``filter`` a dict in the MongoDB style over the record fields (``id``,
+    ``table``, ``type``, the scope fields, ``importance``, ``evergreen``,
+    ``access_count``, ``created_at``, ``updated_at``, ``last_accessed_at``) and metadata
+    keys (any other name, or ``metadata.<key>``), and the tables, types, scope, creation
+    times ``[start, end)`` and ``unique`` flag given. A bad field, operator or value is
+    an ``InvalidArgumentError`` naming it."""
+
+    def __new__(
+        cls,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        table: str | Iterable[str] | None = None,
+        type: str | Iterable[str] | None = None,
+        scope: Mapping[str, str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        unique: bool | None = None,
+    ) -> Admits: ...
+
+@final
 class Engine:
     """The memory engine behind ``memlane.Memory``: record attributes, BM25 and HNSW.
 
@@ -441,57 +464,23 @@ class Engine:
         (NaN where none)."""
     def ids_where(
         self,
-        filter: Mapping[str, Any] | None = None,
+        admits: Admits | None = None,
         *,
         order: str = "desc",
         offset: int = 0,
         limit: int = ...,
         sort: str = "created_at",
-        table: str | Iterable[str] | None = None,
-        type: str | Iterable[str] | None = None,
-        scope: Mapping[str, str] | None = None,
-        start: float | None = None,
-        end: float | None = None,
-        unique: bool | None = None,
         expire_at: float | None = None,
     ) -> npt.NDArray[np.uint64]:
-        """Ids admitted (see ``count``), by creation time, or by the column ``sort`` names
+        """Ids of the records ``admits`` admits (every version; None: all), less those
+        expired at ``expire_at``, by creation time, or by the column ``sort`` names
         (``importance``, ``access_count``, ``last_accessed_at``) and then by creation
-        time and id; ``order`` applies to all three, so ties go oldest or newest first.
-
-        A filter is a dict in the MongoDB style over the record fields (``id``,
-        ``table``, ``type``, the scope fields, ``importance``, ``evergreen``,
-        ``access_count``, ``created_at``, ``updated_at``, ``last_accessed_at``)
-        and metadata keys (any other name, or ``metadata.<key>``); the engine
-        validates it and raises ``InvalidArgumentError`` naming a bad field,
-        operator or value.
-        """
-    def count(
-        self,
-        filter: Mapping[str, Any] | None = None,
-        *,
-        table: str | Iterable[str] | None = None,
-        type: str | Iterable[str] | None = None,
-        scope: Mapping[str, str] | None = None,
-        start: float | None = None,
-        end: float | None = None,
-        unique: bool | None = None,
-        expire_at: float | None = None,
-    ) -> int:
-        """How many records are admitted, superseded ones too: those the filter admits of
-        the tables, types, scope, creation times ``[start, end)`` and ``unique`` flag
-        given, less those expired at ``expire_at``."""
+        time and id; ``order`` applies to all three, so ties go oldest or newest first."""
+    def count(self, admits: Admits | None = None, *, expire_at: float | None = None) -> int:
+        """How many records ``admits`` admits, superseded ones too (None: all), less those
+        expired at ``expire_at``."""
     def groups(
-        self,
-        filter: Mapping[str, Any] | None = None,
-        *,
-        table: str | Iterable[str] | None = None,
-        type: str | Iterable[str] | None = None,
-        scope: Mapping[str, str] | None = None,
-        start: float | None = None,
-        end: float | None = None,
-        unique: bool | None = None,
-        expire_at: float | None = None,
+        self, admits: Admits | None = None, *, expire_at: float | None = None
     ) -> list[tuple[str, list[str | None], int]]:
         """How many records are admitted (see ``count``) per table and scope: (table, the six
         scope values in ``SCOPE_FIELDS`` order, count), by table, the largest count

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import StoreFactory
 from memlane import InvalidArgumentError, Memory
-from memlane._core import Engine
+from memlane._core import Admits, Engine
 from memlane.schema import Row
 
 KEYS = ["source", "n", "tags", "flag", "user.plan"]
@@ -187,7 +187,7 @@ def _engine_with(metas: list[dict[str, Any]]) -> Engine:
 @given(metas=st.lists(metadata, min_size=1, max_size=12), flt=filters)
 def test_engine_matches_the_reference(metas: list[dict[str, Any]], flt: dict[str, Any]) -> None:
     e = _engine_with(metas)
-    got = sorted(int(i) for i in e.ids_where(flt))
+    got = sorted(int(i) for i in e.ids_where(Admits(flt)))
     want = [i + 1 for i, m in enumerate(metas) if reference(flt, m)]
     assert got == want, (flt, metas)
 
@@ -369,27 +369,27 @@ def test_nesting_is_bounded() -> None:
     for _ in range(40):
         flt = {"$not": flt}
     with pytest.raises(InvalidArgumentError, match="levels deep"):
-        e.count(flt)
+        e.count(Admits(flt))
     loop: dict[str, Any] = {}
     loop["$and"] = [loop]
     with pytest.raises(InvalidArgumentError, match="deep"):
-        e.count(loop)
+        e.count(Admits(loop))
     deep: Any = 1
     for _ in range(200):
         deep = [deep]
     with pytest.raises(InvalidArgumentError, match="dicts and lists deep"):
-        e.count({"a": {"$in": deep}})
+        e.count(Admits({"a": {"$in": deep}}))
 
 
 def test_python_values_convert_without_surprises() -> None:
     e = _engine_with([{"n": 1, "b": True, "s": "x", "big": 2**70}, {"n": 1.5, "b": 1}])
-    assert e.count({"b": True}) == 1  # booleans are not numbers
-    assert e.count({"b": 1}) == 1
-    assert e.count({"n": {"$in": (1, 1.5)}}) == 2  # tuples and sets are lists
-    assert e.count({"n": {"$in": {1}}}) == 1
-    assert e.count({"n": np.float64(1.5)}) == 1
-    assert e.count({"big": 2**70}) == 1
-    assert e.count({"s": {"$gte": "x"}}) == 1
+    assert e.count(Admits({"b": True})) == 1  # booleans are not numbers
+    assert e.count(Admits({"b": 1})) == 1
+    assert e.count(Admits({"n": {"$in": (1, 1.5)}})) == 2  # tuples and sets are lists
+    assert e.count(Admits({"n": {"$in": {1}}})) == 1
+    assert e.count(Admits({"n": np.float64(1.5)})) == 1
+    assert e.count(Admits({"big": 2**70})) == 1
+    assert e.count(Admits({"s": {"$gte": "x"}})) == 1
 
 
 def test_one_percent_of_100k_examines_one_percent() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import InvalidArgumentError, Memory
-from memlane._core import SearchRequest
+from memlane._core import Admits, SearchRequest
 
 T0 = 1_700_000_000.0
 
@@ -147,5 +147,5 @@ def test_the_request_carries_its_conditions() -> None:
         engine = mem._sync.engine
         request = SearchRequest(5, mode="text", table="u", scope={"agent_id": "a"})
         ids, _, _ = engine.search(request, "pears", now=T0)
-        assert ids == engine.ids_where(table="u", scope={"agent_id": "a"}).tolist()
-        assert len(ids) == 1 and engine.count(scope={"agent_id": "a"}) == 2
+        assert ids == engine.ids_where(Admits(table="u", scope={"agent_id": "a"})).tolist()
+        assert len(ids) == 1 and engine.count(Admits(scope={"agent_id": "a"})) == 2

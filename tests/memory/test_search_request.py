@@ -17,7 +17,7 @@ import pytest
 
 from conftest import WordHashEmbedder
 from memlane import InvalidArgumentError, Memory, schema
-from memlane._core import Engine, SearchRequest
+from memlane._core import Admits, Engine, SearchRequest
 from memlane.records import MemoryRecord
 
 
@@ -43,7 +43,7 @@ def test_the_engine_reads_the_fields_of_row_by_name() -> None:
     backwards = NamedTuple("Backwards", [(f, Any) for f in reversed(schema.COLUMNS)])  # type: ignore[misc]
     engine.apply(engine.prepare([backwards(**values)], True))
     admitted = {"id": "a", "table": "memories", "importance": 0.5, "created_at": 5.0}
-    assert engine.ids_where(admitted).tolist() == [1]
+    assert engine.ids_where(Admits(admitted)).tolist() == [1]
     lacking = NamedTuple("Lacking", [(f, Any) for f in schema.COLUMNS if f != "speaker"])  # type: ignore[misc]
     del values["speaker"]
     with pytest.raises(InvalidArgumentError, match="record 0: a row must have the field 'speaker'"):

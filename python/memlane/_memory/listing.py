@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal, Unpack, get_args
 
 from memlane import coerce
+from memlane._core import Admits
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
 from memlane._memory.querying import moment
@@ -72,7 +73,7 @@ class Listing:
         self._sync.check_open()
         fields = self._scope(scope)
         admits = self._admits(table, type, fields, start, end, filters, unique)
-        return int(self._sync.engine.count(**admits))
+        return int(self._sync.engine.count(admits, expire_at=self._expire_at()))
 
     def list(
         self,
@@ -111,7 +112,7 @@ class Listing:
         admits = self._admits(table, type, fields, start, end, filters, unique)
         engine = self._sync.engine
         ids = engine.ids_where(
-            order=order, offset=offset, limit=limit, sort=sort, **admits
+            admits, order=order, offset=offset, limit=limit, sort=sort, expire_at=self._expire_at()
         ).tolist()
         rows = self._sync.rows(ids, embedding=include_embedding)
         get = self._access.get
@@ -135,7 +136,7 @@ class Listing:
         fields = self._scope(scope)
         admits = self._admits(table, type, fields, start, end, filters, unique)
         counts = []
-        for name, values, n in self._sync.engine.groups(**admits):
+        for name, values, n in self._sync.engine.groups(admits, expire_at=self._expire_at()):
             agent, user, room, world, session, namespace_ = values
             counts.append(ScopeCount(name, agent, user, room, world, session, namespace_, n))
         return counts
@@ -149,19 +150,18 @@ class Listing:
         end: float | datetime | None,
         filters: Mapping[str, Any] | None,
         unique: bool | None,
-    ) -> dict[str, Any]:
-        """The engine's arguments naming the records a listing admits, the expired ones
-        left out (the engine builds the conditions and checks them)."""
-        return {
-            "filter": filters,
-            "table": table,
-            "type": type,
-            "scope": scope,
-            "start": moment(start, "start"),
-            "end": moment(end, "end"),
-            "unique": unique,
-            "expire_at": self._expire_at(),
-        }
+    ) -> Admits:
+        """The records a listing admits, checked and built once by the engine (every
+        version; the expired ones are left out at the call's clock)."""
+        return Admits(
+            filters,
+            table=table,
+            type=type,
+            scope=scope,
+            start=moment(start, "start"),
+            end=moment(end, "end"),
+            unique=unique,
+        )
 
     def _expire_at(self) -> float | None:
         """The time the records expired by are left out at (None: none expires)."""

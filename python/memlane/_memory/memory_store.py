@@ -30,7 +30,7 @@ from memlane._memory import jsonl, maintenance
 from memlane._memory.encoding import new_record, record
 from memlane._memory.job_book import JobBook
 from memlane._memory.listing import Listing
-from memlane._memory.querying import Mode, Rerank, Searcher, build_filter, moment, visible
+from memlane._memory.querying import Mode, Rerank, Searcher, moment, visible
 from memlane._memory.sync import IndexSync
 from memlane._memory.versions import Versions
 from memlane._memory.writer import Replacing, Writer
@@ -172,8 +172,10 @@ class MemoryStore(Listing):
         """
         self._sync.check_open()
         fields = self._scope(scope)
-        flt = build_filter(table, type, fields, filters=filters)
-        result: tuple[int, list[MemoryRecord]] = self._writer.add(items, replacing=Replacing(flt))
+        admits = _core.Admits(filters, table=table, type=type, scope=fields)
+        result: tuple[int, list[MemoryRecord]] = self._writer.add(
+            items, replacing=Replacing(admits)
+        )
         return result
 
     def get(self, id: str, *, include_embedding: bool = False) -> MemoryRecord:
@@ -204,7 +206,9 @@ class MemoryStore(Listing):
         returns how many."""
         self._sync.check_open()
         fields = self._scope(scope)
-        return self._writer.delete_where(build_filter(table, type, fields, filters=filters))
+        return self._writer.delete_where(
+            _core.Admits(filters, table=table, type=type, scope=fields)
+        )
 
     def prune(
         self,
@@ -232,8 +236,7 @@ class MemoryStore(Listing):
         self._sync.check_open()
         fields = self._scope(scope)
         criteria = (max_age_days, keep_importance_at_least, keep_access_count_above)
-        where = build_filter(table, None, fields)
-        return self._writer.prune(where, *criteria, now=now, dry_run=dry_run)
+        return self._writer.prune(table, fields, *criteria, now=now, dry_run=dry_run)
 
     # -- facts that change (the work is done by versions.Versions) ----------------------------
 

@@ -4,7 +4,7 @@ the conditions: ``_core.SearchRequest``), and the engine's answer turned into re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeGuard
 
 from memlane import _core, coerce
@@ -24,31 +24,6 @@ Mode = Literal["hybrid", "vector", "text"]
 Rerank = Callable[[str, list[SearchHit]], Sequence[SearchHit]]
 #: A search with ``rerank`` hands the callable its best ``max(k, RERANK_DEPTH)`` hits.
 RERANK_DEPTH = 20
-
-
-def build_filter(
-    table: str | Sequence[str] | None,
-    type: str | Sequence[str] | None,
-    scope: Mapping[str, str],
-    filters: Mapping[str, Any] | None = None,
-) -> dict[str, Any] | None:
-    """One engine filter for a write's table, type, scope and filters (``delete_all``,
-    ``replace``, ``prune``; a read hands them to the engine as they are:
-    ``_core.SearchRequest``, ``Engine.count``)."""
-    conds: list[dict[str, Any]] = []
-    for field, value in (("table", table), ("type", type)):
-        if isinstance(value, str):
-            conds.append({field: coerce.text(value, field)})
-        elif value is not None:
-            values = [coerce.text(v, field) for v in value]
-            conds.append({field: {"$in": values}})
-    conds.extend({f: v} for f, v in scope.items())
-    if filters is not None:
-        # Validated by the engine, with everything else, in one pass.
-        conds.append(filters)  # type: ignore[arg-type]
-    if not conds:
-        return None
-    return conds[0] if len(conds) == 1 else {"$and": conds}
 
 
 def moment(value: Any, label: str) -> float | None:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from memlane import coerce
-from memlane._core import blobs, unblobs
+from memlane._core import Admits, blobs, unblobs
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow, window_keys
@@ -45,9 +45,9 @@ _OVERLAP_MIN = 256
 
 @dataclass(frozen=True, slots=True)
 class Replacing:
-    """What a ``replace`` deletes: its filter (None: every record)."""
+    """What a ``replace`` deletes: the records it admits."""
 
-    filter: dict[str, Any] | None
+    admits: Admits
 
 
 def _current_for_write(db: Store, conn: Any, record_id: str, change: str) -> Row:
@@ -311,7 +311,7 @@ class Writer:
             if replacing is not None:
                 # Writers commit one at a time (seq): what others committed is applied now.
                 sync.follow()
-                gone = [int(x) for x in sync.engine.ids_where(replacing.filter)]
+                gone = [int(x) for x in sync.engine.ids_where(replacing.admits)]
                 self._check_ids(news, gone)
             doomed = self.events.doomed(sync, gone)
             if gone:  # first: a new record may take a deleted one's id
@@ -480,12 +480,12 @@ class Writer:
                 self.window.forget(record_id)
         return found
 
-    def delete_where(self, flt: dict[str, Any] | None) -> int:
-        """Deletes every record ``flt`` admits, in one transaction; returns how many."""
+    def delete_where(self, admits: Admits) -> int:
+        """Deletes every record ``admits`` admits, in one transaction; returns how many."""
         sync = self.sync
         with sync.writing(), sync.lock:
             sync.check_open()
-            rowids = [int(x) for x in sync.engine.ids_where(flt)]
+            rowids = [int(x) for x in sync.engine.ids_where(admits)]
             if rowids:
                 return len(self.delete_rowids(rowids))
         return 0
@@ -506,14 +506,15 @@ class Writer:
 
     def prune(
         self,
-        where: dict[str, Any] | None,
+        table: str | None,
+        scope: dict[str, str],
         max_age_days: object,
         keep_importance_at_least: object,
         keep_access_count_above: object,
         now: object,
         dry_run: object = False,
     ) -> list[MemoryRecord]:
-        """Deletes, in one transaction, the records ``where`` admits that are older than
+        """Deletes, in one transaction, the records of ``table`` and ``scope`` older than
         ``max_age_days`` and kept neither by importance, nor by use, nor by being
         evergreen (see ``Memory.prune``); returns them, oldest first. ``dry_run``:
         only returns them."""
@@ -531,19 +532,17 @@ class Writer:
             raise InvalidArgumentError(f"max_age_days must be >= 0, got {age}")
         clock = time.time() if now is None else coerce.timestamp(now, "now")
         conds: list[dict[str, Any]] = [{"evergreen": False}]
-        if where is not None:
-            conds.append(where)
         if age is not None:
             conds.append({"created_at": {"$lt": clock - age * 86400.0}})
         if imp is not None:
             conds.append({"importance": {"$lt": imp}})
         if acc is not None:
             conds.append({"access_count": {"$lte": acc}})
-        flt = {"$and": conds}
+        admits = Admits({"$and": conds}, table=table, scope=scope)
         sync = self.sync
         with sync.writing(), sync.lock:
             sync.check_open()
-            rowids = [int(x) for x in sync.engine.ids_where(flt, order="asc")]
+            rowids = [int(x) for x in sync.engine.ids_where(admits, order="asc")]
             rows = self.sync.rows(rowids)
             doomed = [record(rows[r], self.access.get(r)) for r in rowids if r in rows]
             if dry_run:

@@ -135,6 +135,63 @@ impl Args<'_, '_> {
     }
 }
 
+/// The records a listing or a write admits, every version of them: checked
+/// and built once, then handed to `Engine.count`, `ids_where` and `groups`
+/// as one value (`memlane._core.Admits`).
+#[pyclass(module = "memlane._core", name = "Admits", frozen)]
+pub struct PyAdmits {
+    pub inner: Conditions,
+}
+
+impl PyAdmits {
+    /// The conditions of `admits`, or every version of every record.
+    pub fn of(admits: Option<&PyAdmits>) -> Conditions {
+        admits.map_or_else(
+            || Conditions {
+                versions: Versions::Every,
+                ..Conditions::default()
+            },
+            |a| a.inner.clone(),
+        )
+    }
+}
+
+#[pymethods]
+impl PyAdmits {
+    /// `filter` a dict of the filter grammar; the tables, types, scope (a
+    /// dict of scope fields), creation times `[start, end)` and `unique` flag
+    /// given; every version of the records.
+    #[new]
+    #[pyo3(signature = (
+        filter = None, *, table = None, r#type = None, scope = None, start = None, end = None,
+        unique = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        table: Option<&Bound<'_, PyAny>>,
+        r#type: Option<&Bound<'_, PyAny>>,
+        scope: Option<&Bound<'_, PyAny>>,
+        start: Option<f64>,
+        end: Option<f64>,
+        unique: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let args = Args {
+            table,
+            r#type,
+            scope,
+            start,
+            end,
+            unique: crate::search::optional_flag(py, unique, "unique")?,
+            filter,
+        };
+        Ok(PyAdmits {
+            inner: args.conditions(py, Versions::Every)?,
+        })
+    }
+}
+
 /// The versions a search's `as_of`, `known_at` and `include_superseded` ask for.
 pub fn versions(
     py: Python<'_>,

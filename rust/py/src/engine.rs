@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
-    flatten_metadata, Batch, Column, Conditions, Engine, EngineConfig, Hits, Prepared,
-    SearchOptions, Signals, Sort, Versions,
+    flatten_metadata, Batch, Column, Engine, EngineConfig, Hits, Prepared, SearchOptions, Signals,
+    Sort,
 };
 use memlane_core::hnsw::{Params, Precision};
 use memlane_core::Error;
@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::blob::Stored;
-use crate::conditions::Args;
+use crate::conditions::PyAdmits;
 use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid, to_py};
 use crate::rows;
@@ -69,28 +69,6 @@ impl PyEngine {
         self.parked.store(engine.pending(), Ordering::Release);
         out
     }
-}
-
-/// The conditions of a listing (every version: `count`, `ids_where`, `groups`).
-fn admits(
-    py: Python<'_>,
-    filter: Option<&Bound<'_, PyAny>>,
-    table: Option<&Bound<'_, PyAny>>,
-    r#type: Option<&Bound<'_, PyAny>>,
-    scope: Option<&Bound<'_, PyAny>>,
-    (start, end): (Option<f64>, Option<f64>),
-    unique: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Conditions> {
-    let args = Args {
-        table,
-        r#type,
-        scope,
-        start,
-        end,
-        unique: search::optional_flag(py, unique, "unique")?,
-        filter,
-    };
-    args.conditions(py, Versions::Every)
 }
 
 /// `Engine.nearest`'s ids and similarities.
@@ -304,28 +282,22 @@ impl PyEngine {
         Ok((hits.ids, hits.scores, explained))
     }
 
-    /// Ids of the records admitted (see `count`), by creation time or by the
-    /// column `sort` names (then by creation time and id).
+    /// Ids of the records `admits` admits (every version; none: all), less those
+    /// expired at `expire_at`, by creation time or by the column `sort` names
+    /// (then by creation time and id).
     #[pyo3(signature = (
-        filter = None, *, order = "desc", offset = 0, limit = usize::MAX, sort = "created_at",
-        table = None, r#type = None, scope = None, start = None, end = None, unique = None,
+        admits = None, *, order = "desc", offset = 0, limit = usize::MAX, sort = "created_at",
         expire_at = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn ids_where<'py>(
         &self,
         py: Python<'py>,
-        filter: Option<&Bound<'py, PyAny>>,
+        admits: Option<&PyAdmits>,
         order: &str,
         offset: usize,
         limit: usize,
         sort: &str,
-        table: Option<&Bound<'py, PyAny>>,
-        r#type: Option<&Bound<'py, PyAny>>,
-        scope: Option<&Bound<'py, PyAny>>,
-        start: Option<f64>,
-        end: Option<f64>,
-        unique: Option<&Bound<'py, PyAny>>,
         expire_at: Option<f64>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let descending = match order {
@@ -340,7 +312,7 @@ impl PyEngine {
         };
         let column = Column::parse(sort).map_err(|e| to_py(py, e))?;
         let sort = Sort { column, descending };
-        let admits = admits(py, filter, table, r#type, scope, (start, end), unique)?;
+        let admits = PyAdmits::of(admits);
         let ids = detach(py, || {
             let engine = self.inner.read();
             let admitted = engine.build_conditions(&admits, expire_at)?;
@@ -349,26 +321,17 @@ impl PyEngine {
         Ok(PyArray1::from_vec(py, ids))
     }
 
-    /// How many records are admitted (see `count`) per table and scope: a list
-    /// of (table, the six scope values, count), by table, the largest count first.
-    #[pyo3(signature = (
-        filter = None, *, table = None, r#type = None, scope = None, start = None, end = None,
-        unique = None, expire_at = None,
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    /// How many records `admits` admits (see `count`) per table and scope: a
+    /// list of (table, the six scope values, count), by table, the largest
+    /// count first.
+    #[pyo3(signature = (admits = None, *, expire_at = None))]
     fn groups(
         &self,
         py: Python<'_>,
-        filter: Option<&Bound<'_, PyAny>>,
-        table: Option<&Bound<'_, PyAny>>,
-        r#type: Option<&Bound<'_, PyAny>>,
-        scope: Option<&Bound<'_, PyAny>>,
-        start: Option<f64>,
-        end: Option<f64>,
-        unique: Option<&Bound<'_, PyAny>>,
+        admits: Option<&PyAdmits>,
         expire_at: Option<f64>,
     ) -> PyResult<Vec<GroupRow>> {
-        let admits = admits(py, filter, table, r#type, scope, (start, end), unique)?;
+        let admits = PyAdmits::of(admits);
         let groups = detach(py, || {
             let engine = self.inner.read();
             let admitted = engine.build_conditions(&admits, expire_at)?;
@@ -380,28 +343,16 @@ impl PyEngine {
             .collect())
     }
 
-    /// Number of records admitted, superseded ones too: those `filter` (a
-    /// dict) admits of the tables, types, scope (a dict of scope fields),
-    /// creation times `[start, end)` and `unique` flag given, less those
-    /// expired at `expire_at`.
-    #[pyo3(signature = (
-        filter = None, *, table = None, r#type = None, scope = None, start = None, end = None,
-        unique = None, expire_at = None,
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    /// Number of records `admits` admits, superseded ones too (none: all), less
+    /// those expired at `expire_at`.
+    #[pyo3(signature = (admits = None, *, expire_at = None))]
     fn count(
         &self,
         py: Python<'_>,
-        filter: Option<&Bound<'_, PyAny>>,
-        table: Option<&Bound<'_, PyAny>>,
-        r#type: Option<&Bound<'_, PyAny>>,
-        scope: Option<&Bound<'_, PyAny>>,
-        start: Option<f64>,
-        end: Option<f64>,
-        unique: Option<&Bound<'_, PyAny>>,
+        admits: Option<&PyAdmits>,
         expire_at: Option<f64>,
     ) -> PyResult<usize> {
-        let admits = admits(py, filter, table, r#type, scope, (start, end), unique)?;
+        let admits = PyAdmits::of(admits);
         detach(py, || {
             let engine = self.inner.read();
             let admitted = engine.build_conditions(&admits, expire_at)?;

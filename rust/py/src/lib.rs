@@ -50,6 +50,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<hnsw::PyHnswIndex>()?;
     m.add_class::<okapi::PyOkapi>()?;
     m.add_class::<engine::PyEngine>()?;
+    m.add_class::<conditions::PyAdmits>()?;
     m.add_class::<engine::PyPrepared>()?;
     m.add_class::<search::PySearchRequest>()?;
     m.add_class::<wordpiece::PyWordPiece>()?;
