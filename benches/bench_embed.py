@@ -25,7 +25,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from _data import DataUnavailableError, wordnet_texts
-from memlane.embeddings import OnnxEmbedder, _onnx
+from memlane.embeddings import OnnxEmbedder, _model_files, _onnx
 
 Vectors = npt.NDArray[np.float32]
 
@@ -75,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
 
     embedder = OnnxEmbedder()
-    tokenizer_file = _onnx.default_tokenizer_path()
+    tokenizer_file = _model_files.default_tokenizer_path()
     # One session for all three: a second one's idle threads would spin against the first.
     session = embedder._session
     shipped = Tokenizer.from_file(str(tokenizer_file))  # pads to 128, cuts at 128

@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from _data import SHARED_DATA, DataUnavailableError, wordnet_texts
 from _timing import percentiles
-from memlane.embeddings import OnnxEmbedder, _onnx
+from memlane.embeddings import OnnxEmbedder, _model_files, _onnx
 from memlane.embeddings._base import check_text
 
 Vectors = npt.NDArray[np.float32]
@@ -81,7 +81,9 @@ def session(threads: int, **config: str) -> Any:
     """A session made with the old ``_onnx._load_session`` options, plus ``config`` entries."""
     import onnxruntime as ort
 
-    model = _onnx._package_file(_onnx.MODEL_PACKAGE, _onnx.MODEL_FILE, _onnx.MODEL_INSTALL)
+    model = _model_files._package_file(
+        _model_files.MODEL_PACKAGE, _model_files.MODEL_FILE, _model_files.MODEL_INSTALL
+    )
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads

@@ -143,17 +143,19 @@ class ChromaClientEmbedder:
     def __init__(self) -> None:
         import onnxruntime as ort
 
-        from memlane.embeddings import _onnx
+        from memlane.embeddings import _model_files
         from memlane.embeddings.tokenizer import load_tokenizer
 
-        model = _onnx._package_file(_onnx.MODEL_PACKAGE, _onnx.MODEL_FILE, _onnx.MODEL_INSTALL)
+        model = _model_files._package_file(
+            _model_files.MODEL_PACKAGE, _model_files.MODEL_FILE, _model_files.MODEL_INSTALL
+        )
         options = ort.SessionOptions()
         options.log_severity_level = 3
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(
             str(model), sess_options=options, providers=["CPUExecutionProvider"]
         )
-        self.tokenizer = load_tokenizer(_onnx.TOKENIZER_FILE, 256, RuntimeError)
+        self.tokenizer = load_tokenizer(_model_files.TOKENIZER_FILE, 256, RuntimeError)
 
     def embed(self, text: str) -> np.ndarray:
         ids = np.array([self.tokenizer.encode(text).ids], dtype=np.int64)

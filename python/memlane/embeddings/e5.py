@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from memlane.embeddings._base import FloatArray, check_text, check_texts
-from memlane.embeddings._onnx import _package_file, _verify
+from memlane.embeddings._model_files import _package_file, _verify
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
 __all__ = ["E5SmallEmbedder"]

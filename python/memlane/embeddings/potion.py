@@ -30,7 +30,7 @@ import numpy as np
 
 from memlane._core import WordPiece
 from memlane.embeddings._base import FloatArray, check_text, check_texts
-from memlane.embeddings._onnx import _package_file, _verify
+from memlane.embeddings._model_files import _package_file, _verify
 from memlane.errors import EmbedderUnavailableError, MemlaneError
 
 __all__ = ["PotionEmbedder"]
