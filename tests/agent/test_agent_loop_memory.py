@@ -27,7 +27,8 @@ from memlane.agent import (
     Reflection,
     SessionScope,
 )
-from memlane.agent.loop import TOOL_INSTRUCTIONS, split_text
+from memlane.agent.loop import split_text
+from memlane.agent.messages import TOOL_INSTRUCTIONS
 
 SCOPES = SessionScope("per-peer", {"telegram:42": "alice", "whatsapp:+1555": "alice"})
 # Every trigger off unless a test turns it on. The daily log too: these tests' clock

@@ -49,22 +49,16 @@ from memlane.agent.context import (
     Context,
     build_context,
     check_context_options,
-    default_token_counter,
 )
 from memlane.agent.core_memory import CoreMemory, Shared, block_limits
 from memlane.agent.daily import DailyLog
+from memlane.agent.injection import inject, inject_openai
 from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
-    BLOCK_CLOSE,
-    CORE_TOOL_INSTRUCTIONS,
-    NOTES_TOOL_INSTRUCTIONS,
-    TOOL_INSTRUCTIONS,
     block_text,
-    block_turn,
     check_messages,
     last_user_text,
     reply_message,
-    with_block,
 )
 from memlane.agent.profiles import ContactProfile, Profiles, contact_profile
 from memlane.agent.reports import (
@@ -83,9 +77,8 @@ from memlane.agent.upkeep.triggers import (
     Consolidation,
     FlushReminder,
     Reflection,
-    compact,
 )
-from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError
+from memlane.errors import ClosedError, InvalidArgumentError
 from memlane.notes import NOTE_LIMITS, Notebook
 from memlane.scoping import EventScope, SessionScope, platform_id
 
@@ -340,98 +333,28 @@ class AgentMemory:
 
         Returns a new list; ``messages`` is left as it was.
         """
-        return self._before_openai(event, messages, self._caller())
+        return inject_openai(self, event, messages, self._caller())
 
     async def abefore(
         self, event: EventScope, messages: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         """The async form of [`before`][memlane.AgentMemory.before]: store calls in a thread."""
         call = self._caller(asyncio.get_running_loop())
-        return await asyncio.to_thread(self._before_openai, event, messages, call)
+        return await asyncio.to_thread(inject_openai, self, event, messages, call)
 
     def before_anthropic(
         self, event: EventScope, system: Any, messages: Sequence[Mapping[str, Any]]
     ) -> tuple[Any, list[dict[str, Any]]]:
         """[`before`][memlane.AgentMemory.before] for Anthropic's Messages API, where the
         system prompt (a str or text blocks) is separate: returns ``(system, messages)``."""
-        return self._before(event, system, messages, self._caller())
+        return inject(self, event, system, messages, self._caller())
 
     async def abefore_anthropic(
         self, event: EventScope, system: Any, messages: Sequence[Mapping[str, Any]]
     ) -> tuple[Any, list[dict[str, Any]]]:
         """The async form of [`before_anthropic`][memlane.AgentMemory.before_anthropic]."""
         call = self._caller(asyncio.get_running_loop())
-        return await asyncio.to_thread(self._before, event, system, messages, call)
-
-    def _before_openai(
-        self, event: EventScope, messages: Sequence[Mapping[str, Any]], call: Caller | None
-    ) -> list[dict[str, Any]]:
-        msgs = check_messages(messages)
-        at = next((i for i, m in enumerate(msgs) if m["role"] in ("system", "developer")), None)
-        system = None if at is None else msgs[at].get("content")
-        rest = msgs if at is None else msgs[:at] + msgs[at + 1 :]
-        system, rest = self._before(event, system, rest, call)
-        head = {"role": "system" if at is None else msgs[at]["role"], "content": system}
-        if at is not None:
-            head = {**msgs[at], "content": system}
-        index = 0 if at is None else at
-        return [*rest[:index], head, *rest[index:]]
-
-    def _before(
-        self,
-        event: EventScope,
-        system: Any,
-        messages: Sequence[Mapping[str, Any]],
-        call: Caller | None,
-    ) -> tuple[Any, list[dict[str, Any]]]:
-        self._check_open()
-        self._check_event(event)
-        msgs = check_messages(messages)
-        room = self._upkeep.room(event)
-        user = last_user_text(msgs)
-        if user is not None:
-            with self._lock:
-                room.user_text = user
-        ask = None
-        if self._upkeep.background and call is not None:
-            ask = self._upkeep.step_summary(room, call)
-        msgs = compact(self.compaction, room, self._lock, msgs, call, ask)
-        turn = f"{self._token}:{room.turns}"
-        if self.inject == "first_only" and block_turn(system) == turn:
-            return system, msgs
-        query = user if user is not None else (room.user_text or "")
-        parts: list[str] = []
-        try:
-            core = self.core(event)
-            pinned = "" if core is None else core.render()  # always shown, before the search
-            counter = self.context_options.get("count_tokens") or default_token_counter()
-            budget = self.max_tokens - (counter(pinned + "\n\n") if pinned else 0)
-            parts.append(pinned)
-            if query.strip() and budget > 0:
-                # The prompt as the caller wrote it (without a block of ours).
-                given = with_block(system, None)
-                text = given if isinstance(given, str) else block_text(given)
-                parts.append(self.context(event, query, budget, text or None).text)
-        except InvalidArgumentError:
-            raise
-        except MemlaneError as e:  # the store or the embedder failed: no context this call
-            failure = TriggerFailure("context", f"{type(e).__name__}: {e}")
-            log.warning("memlane: the context could not be built: %s", failure.error)
-            with self._lock:
-                room.failures.append(failure)
-        if self.tools:
-            parts.append(TOOL_INSTRUCTIONS)
-            if self.context_options.get("notes", True) is not None:
-                parts.append(NOTES_TOOL_INSTRUCTIONS)
-            if self.core_blocks:
-                parts.append(CORE_TOOL_INSTRUCTIONS)
-            with self._lock:
-                reminder, room.flush_due = room.flush_due, None
-            if reminder:
-                parts.append(reminder)
-        body = "\n\n".join(p for p in parts if p)
-        block = f'<memlane-memory turn="{turn}">\n{body}\n{BLOCK_CLOSE}'
-        return with_block(system, block), msgs
+        return await asyncio.to_thread(inject, self, event, system, messages, call)
 
     # -- after ------------------------------------------------------------------------------
 
