@@ -18,6 +18,8 @@ pub mod persist;
 pub(crate) mod prefetch;
 pub(crate) mod repr;
 pub mod scoring;
+#[cfg(test)]
+pub(crate) mod testdata;
 pub mod wordpiece;
 pub(crate) mod worst;
 

@@ -746,23 +746,7 @@ mod tests {
     }
 
     fn store_attrs() -> Attrs {
-        Attrs {
-            id: None,
-            tbl: "t".into(),
-            r#type: "k".into(),
-            scope: Default::default(),
-            importance: 0.5,
-            evergreen: false,
-            created_at: 0.0,
-            updated_at: 0.0,
-            last_accessed_at: 0.0,
-            access_count: 0,
-            valid_to: None,
-            expires_at: None,
-            recorded_at: 0.0,
-            speaker: None,
-            metadata: Vec::new(),
-        }
+        Attrs::blank("t", "k")
     }
 
     fn sel(r: &Records, json: &str) -> Vec<u32> {

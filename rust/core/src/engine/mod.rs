@@ -588,9 +588,6 @@ mod shared_linking {
 
     fn attrs(i: u64) -> Attrs {
         Attrs {
-            id: None,
-            tbl: "memories".into(),
-            r#type: "semantic".into(),
             scope: [
                 Some(format!("agent{}", i % 3)),
                 None,
@@ -599,17 +596,7 @@ mod shared_linking {
                 None,
                 None,
             ],
-            importance: 0.5,
-            evergreen: false,
-            created_at: 0.0,
-            updated_at: 0.0,
-            last_accessed_at: 0.0,
-            access_count: 0,
-            valid_to: None,
-            expires_at: None,
-            recorded_at: 0.0,
-            speaker: None,
-            metadata: flatten_metadata("{}").unwrap(),
+            ..Attrs::blank("memories", "semantic")
         }
     }
 
@@ -743,22 +730,7 @@ mod shared_linking {
     /// Unit vectors around 50 fixed centres (embeddings cluster; uniform data
     /// flatters a graph); `seed` draws the points, so queries are like the data.
     fn clustered(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-        let rng = |seed: u64| {
-            let mut s = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
-            move || {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            }
-        };
-        let mut centre = rng(42);
-        let centres: Vec<f32> = (0..50 * dim).map(|_| centre() * 4.0).collect();
-        let mut rnd = rng(seed);
-        let mut out = Vec::with_capacity(n * dim);
-        for i in 0..n {
-            out.extend(centres[(i % 50) * dim..][..dim].iter().map(|x| x + rnd()));
-        }
+        let out = crate::testdata::clustered(n, dim, 50, seed);
         normalised(&out, dim, "vector").unwrap()
     }
 

@@ -168,6 +168,32 @@ pub struct Attrs {
     pub metadata: Vec<(String, RawValue)>,
 }
 
+#[cfg(test)]
+impl Attrs {
+    /// A record of `tbl` and `type`, every other field at its plainest
+    /// (importance 0.5, times 0, no id, scope, speaker or metadata): what a
+    /// unit test sets the fields it is about on.
+    pub(crate) fn blank(tbl: &str, r#type: &str) -> Attrs {
+        Attrs {
+            id: None,
+            tbl: tbl.into(),
+            r#type: r#type.into(),
+            scope: Default::default(),
+            importance: 0.5,
+            evergreen: false,
+            created_at: 0.0,
+            updated_at: 0.0,
+            last_accessed_at: 0.0,
+            access_count: 0,
+            valid_to: None,
+            expires_at: None,
+            recorded_at: 0.0,
+            speaker: None,
+            metadata: Vec::new(),
+        }
+    }
+}
+
 impl Attrs {
     /// Checks the numbers; called on a whole batch before anything changes.
     pub fn validate(&self, row: usize) -> Result<()> {
@@ -798,21 +824,12 @@ mod tests {
 
     fn attrs(table: &str, agent: Option<&str>, meta: &str) -> Attrs {
         Attrs {
-            id: None,
-            tbl: table.into(),
-            r#type: "semantic".into(),
             scope: [agent.map(String::from), None, None, None, None, None],
-            importance: 0.5,
-            evergreen: false,
             created_at: 1.0,
             updated_at: 1.0,
             last_accessed_at: 1.0,
-            access_count: 0,
-            valid_to: None,
-            expires_at: None,
-            recorded_at: 0.0,
-            speaker: None,
             metadata: flatten_metadata(meta).unwrap(),
+            ..Attrs::blank(table, "semantic")
         }
     }
 

@@ -7,20 +7,14 @@ const HOUR: f64 = 3600.0;
 fn attrs(agent: &str, importance: f32, accessed: f64, evergreen: bool) -> Attrs {
     Attrs {
         id: Some(format!("{agent}-{importance}")),
-        tbl: "memories".into(),
-        r#type: "semantic".into(),
         scope: [Some(agent.into()), None, None, None, None, None],
         importance,
         evergreen,
         created_at: accessed,
         updated_at: accessed,
         last_accessed_at: accessed,
-        access_count: 0,
-        valid_to: None,
-        expires_at: None,
-        recorded_at: 0.0,
-        speaker: None,
         metadata: flatten_metadata(&format!(r#"{{"agent": "{agent}"}}"#)).unwrap(),
+        ..Attrs::blank("memories", "semantic")
     }
 }
 

@@ -1,30 +1,6 @@
 use super::snapshot::VERSION;
 use super::*;
-
-/// Clustered data: real embeddings are clustered, and uniform random data
-/// flatters graph indexes less than it should.
-/// The cluster centres are fixed; `seed` draws the points around them, so
-/// queries come from the same distribution as the data.
-fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
-    let rng = |seed: u64| {
-        let mut s = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        }
-    };
-    let mut centre = rng(42);
-    let centers: Vec<f32> = (0..clusters * dim).map(|_| centre() * 4.0).collect();
-    let mut rnd = rng(seed);
-    let mut out = Vec::with_capacity(n * dim);
-    for i in 0..n {
-        let c = &centers[(i % clusters) * dim..][..dim];
-        out.extend(c.iter().map(|x| x + rnd()));
-    }
-    out
-}
+use crate::testdata::clustered;
 
 fn exact(
     metric: Metric,
