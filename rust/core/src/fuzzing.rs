@@ -11,9 +11,7 @@ use std::sync::OnceLock;
 
 use crate::bm25::{Analyzer, AnalyzerConfig, Language, Stopwords};
 use crate::engine::{flatten_metadata, Attrs, Engine, EngineConfig, Mode, SearchRequest};
-use crate::fusion::Fusion;
 use crate::hnsw::Hnsw;
-use crate::scoring::Weights;
 use crate::{bm25, engine, hnsw, persist};
 
 /// Dimensions above this are not searched (the harness would allocate the query).
@@ -149,33 +147,21 @@ fn request<'a>(
     vector: Option<&'a [f32]>,
     filter: Option<&'a engine::Filter>,
 ) -> SearchRequest<'a> {
+    let mode = if vector.is_some() {
+        Mode::Hybrid
+    } else {
+        Mode::Text
+    };
     SearchRequest {
-        text: Some(text),
-        vector,
-        mode: if vector.is_some() {
-            Mode::Hybrid
-        } else {
-            Mode::Text
-        },
         filter,
-        k: 5,
         candidates: 20,
         turn_candidates: 20,
-        fusion: Fusion::default(),
-        context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
-        speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
-        date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
-        dates: &[],
-        weights: Weights::default(),
         rate: 0.01,
         age_from: crate::scoring::AgeFrom::Clock,
         now: 1.0e9,
-        threshold: None,
-        min_similarity: None,
         explain: true,
         touch: true,
-        current_only: false,
-        diversity: 0.0,
+        ..SearchRequest::new(Some(text), vector, mode, 5)
     }
 }
 

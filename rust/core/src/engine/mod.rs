@@ -583,7 +583,6 @@ mod tests;
 #[cfg(test)]
 mod shared_linking {
     use super::*;
-    use crate::fusion::Fusion;
     use crate::scoring::Weights;
 
     fn attrs(i: u64) -> Attrs {
@@ -644,28 +643,11 @@ mod shared_linking {
         let query = |e: &Engine, row: usize| {
             let q = &data[row * dim..(row + 1) * dim];
             let req = SearchRequest {
-                text: None,
-                vector: Some(q),
-                mode: Mode::Vector,
-                filter: None,
-                k: 3,
                 candidates: 20,
                 turn_candidates: 20,
-                fusion: Fusion::default(),
-                context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
-                speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
-                date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
-                dates: &[],
                 weights: Weights::resolve(Some(1.0), None, None).unwrap(),
-                rate: 0.0,
-                age_from: crate::scoring::AgeFrom::NewestCandidate,
-                now: 0.0,
-                threshold: None,
-                min_similarity: None,
                 explain: true,
-                touch: false,
-                current_only: false,
-                diversity: 0.0,
+                ..SearchRequest::new(None, Some(q), Mode::Vector, 3)
             };
             e.search(&req).unwrap()
         };

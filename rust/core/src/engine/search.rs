@@ -69,6 +69,41 @@ pub struct SearchRequest<'a> {
     pub diversity: f64,
 }
 
+impl<'a> SearchRequest<'a> {
+    /// A request for the `k` best of `mode` by `text` and `vector`, every other
+    /// option at its plainest: no filter, 50 candidates a retriever, the
+    /// default fusion and pass weights, the default score weights with no
+    /// decay, ages from the newest candidate, no cut-off, no explain, no
+    /// access recorded, superseded records kept, no diversity. Callers set
+    /// what they are about on it (`SearchRequest { k: 3, ..new(...) }`).
+    pub fn new(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode, k: usize) -> Self {
+        SearchRequest {
+            text,
+            vector,
+            mode,
+            filter: None,
+            k,
+            candidates: 50,
+            turn_candidates: 50,
+            fusion: crate::fusion::Fusion::default(),
+            context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
+            speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
+            date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
+            dates: &[],
+            weights: Weights::default(),
+            rate: 0.0,
+            age_from: scoring::AgeFrom::NewestCandidate,
+            now: 0.0,
+            threshold: None,
+            min_similarity: None,
+            explain: false,
+            touch: false,
+            current_only: false,
+            diversity: 0.0,
+        }
+    }
+}
+
 /// Past this many superseded records, a search of current ones selects the
 /// current slots (a scan) instead of asking each retriever for that many
 /// more hits and dropping the superseded ones.

@@ -28,28 +28,10 @@ fn engine(dim: Option<usize>) -> Engine {
 
 fn request<'a>(text: Option<&'a str>, vector: Option<&'a [f32]>, mode: Mode) -> SearchRequest<'a> {
     SearchRequest {
-        text,
-        vector,
-        mode,
-        filter: None,
-        k: 10,
-        candidates: 50,
-        turn_candidates: 50,
-        fusion: Fusion::default(),
-        context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
-        speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
-        date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
-        dates: &[],
         weights: Weights::resolve(Some(1.0), None, None).unwrap(),
-        rate: 0.0,
-        age_from: crate::scoring::AgeFrom::NewestCandidate,
         now: 100.0 * HOUR,
-        threshold: None,
-        min_similarity: None,
         explain: true,
-        touch: false,
-        current_only: false,
-        diversity: 0.0,
+        ..SearchRequest::new(text, vector, mode, 10)
     }
 }
 
