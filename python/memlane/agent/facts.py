@@ -73,10 +73,11 @@ _SYSTEM = (
 )
 #: New facts checked in one model call.
 _BATCH = 20
-#: Where a fact's sentences end, and how many of them are searched on their own.
 #: Vectors of memories the fact check embedded in a store without vectors: 10 scopes' windows.
 _MEANING_CACHE = 3000
+#: The messages ``_warn_once`` has logged in this process.
 _WARNED: set[str] = set()
+#: Where a fact's sentences end, and how many of them are searched on their own.
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 _SENTENCES = 8
 
