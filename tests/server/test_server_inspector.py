@@ -248,10 +248,21 @@ def test_the_store_and_the_upkeep_screen(browser: Browser, tmp_path: Path) -> No
             f"{totals['tokens_out']:,}",
             "—",  # no prices given yet
         ]
+        # The answer to the first price alone comes back last: the page shows the latest.
+        browser.run(
+            "{ const real = window.fetch; let held = false; window.fetch = (url, options) => {"
+            " const u = String(url); if (!held && u.includes('per_million_in')"
+            " && !u.includes('per_million_out')) { held = true; return new Promise((r) =>"
+            " setTimeout(r, 500)).then(() => real(url, options)).then((answer) => {"
+            " setTimeout(() => { window.lateAnswered = true; }, 300); return answer; }); }"
+            " return real(url, options); }; }"
+        )
         pick(browser, "#price-in", "3")
         pick(browser, "#price-out", "15")
         cost = json.dumps(f"{totals['cost']:.4f}")
         browser.wait(f"{row}?.[6]?.textContent === {cost}")
+        browser.wait("window.lateAnswered === true")
+        assert browser.run(f"{row}?.[6]?.textContent") == json.loads(cost)
         assert totals["cost"] > 0
         failures = browser.run("document.querySelector('#failures').textContent")
         assert "ConnectionError: the model is down" in failures
