@@ -9,7 +9,6 @@ from memlane._memory.encoding import unblob
 from memlane.coerce import FloatArray
 from memlane.content_hash import content_hash
 from memlane.embeddings.cache import CachedEmbedder
-from memlane.errors import InvalidArgumentError
 from memlane.storage import Store
 
 
@@ -46,18 +45,9 @@ def embed_texts(
 
 def _embed(embedder: CachedEmbedder, rest: list[int], texts: list[str], out: FloatArray) -> None:
     """Embeds the texts at ``rest``, each distinct one once, into ``out`` and the cache.
-    The model itself is called, not ``CachedEmbedder.embed_batch``: the cache was asked
-    already, and that would ask it again and check the texts again."""
+    ``CachedEmbedder.fill`` calls the model itself, not ``embed_batch``: the cache was
+    asked already, and that would ask it again and check the texts again."""
     at: dict[str, list[int]] = {}
     for i in rest:
         at.setdefault(texts[i], []).append(i)
-    unique = list(at)
-    vectors = np.asarray(embedder.inner.embed_batch(unique), dtype=np.float32)
-    if vectors.shape != (len(unique), embedder.dimension):
-        raise InvalidArgumentError(
-            f"{embedder.name} returned shape {vectors.shape} for {len(unique)} texts, "
-            f"expected {(len(unique), embedder.dimension)}"
-        )
-    for text, v in zip(unique, vectors, strict=True):
-        embedder.cache.put(embedder.name, text, v)
-        out[at[text]] = v
+    embedder.fill(at, out)

@@ -118,17 +118,23 @@ class CachedEmbedder:
             else:
                 out[i] = hit
         if missing:
-            unique = list(missing)
-            vectors = np.asarray(self.inner.embed_batch(unique), dtype=np.float32)
-            if vectors.shape != (len(unique), self.dimension):
-                raise InvalidArgumentError(
-                    f"{self.name} returned shape {vectors.shape} for {len(unique)} texts, "
-                    f"expected {(len(unique), self.dimension)}"
-                )
-            for text, v in zip(unique, vectors, strict=True):
-                self.cache.put(self.name, text, v)
-                out[missing[text]] = v
+            self.fill(missing, out)
         return out
+
+    def fill(self, missing: dict[str, list[int]], out: FloatArray) -> None:
+        """Embeds each text of ``missing`` once with the model itself (the cache was
+        asked already), caches its vector and writes it into ``out`` at the text's rows;
+        a model answer of the wrong shape is an ``InvalidArgumentError``."""
+        unique = list(missing)
+        vectors = np.asarray(self.inner.embed_batch(unique), dtype=np.float32)
+        if vectors.shape != (len(unique), self.dimension):
+            raise InvalidArgumentError(
+                f"{self.name} returned shape {vectors.shape} for {len(unique)} texts, "
+                f"expected {(len(unique), self.dimension)}"
+            )
+        for text, v in zip(unique, vectors, strict=True):
+            self.cache.put(self.name, text, v)
+            out[missing[text]] = v
 
     def __repr__(self) -> str:
         return f"CachedEmbedder({self.inner!r}, cached={len(self.cache)})"
