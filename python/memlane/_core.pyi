@@ -495,6 +495,11 @@ class Engine:
         ``(id, blob)`` rows (see ``unblobs``). Ids whose vector is not awaited, and
         rows the index would refuse (their ids stay awaiting), are ignored; a damaged blob
         raises ``CorruptFileError``."""
+    def fill_log(self, path: str | PathLike[str], end: int) -> None:
+        """Gives back the vectors a loaded snapshot left out from an embedded store's
+        vector file (``memlane.storage.vector_log``), read up to byte ``end``: the newest
+        entry of each awaited id. An entry whose checksum fails, or a file shorter than
+        ``end``, raises ``CorruptFileError``."""
     def awaiting(self) -> npt.NDArray[np.uint64]:
         """Ids whose vector the snapshot left out and no ``fill`` gave back: vector
         searches raise while there are any."""

@@ -115,9 +115,10 @@ class Memory(MemoryStore):
             open loads the newest one and replays only the changes since it
             (without it, every open builds the indexes from the database).
         snapshot_vectors: whether the index snapshot keeps its own copy of the
-            vectors. The default opens fastest; False keeps each vector once on
-            disk, in the database, which an open then reads back: less disk, slower
-            opens (``benches/README.md``).
+            vectors. By default it does not where the store's vectors are on this
+            disk (a store directory keeps each vector once, in its ``vectors.log``,
+            which an open reads in one pass), and does for PostgreSQL, whose vectors
+            an open would otherwise read back from the server.
     """
 
     def __init__(
@@ -142,7 +143,7 @@ class Memory(MemoryStore):
         hnsw_ef: int = 144,
         hnsw_precision: str = "int8+f16",
         cache_dir: str | Path | None = None,
-        snapshot_vectors: bool = True,
+        snapshot_vectors: bool | None = None,
     ) -> None:
         self._open = False  # until fully open, so close() does nothing
         scope = dict(default_scope or {})
@@ -155,7 +156,9 @@ class Memory(MemoryStore):
                 f"near_duplicate must be one of {{'mark', 'skip'}}, got {near_duplicate!r}"
             )
         track = coerce.flag(track_access, "track_access")
-        keep_vectors = coerce.flag(snapshot_vectors, "snapshot_vectors")
+        keep_vectors = (
+            None if snapshot_vectors is None else coerce.flag(snapshot_vectors, "snapshot_vectors")
+        )
         decay = None if decay is None else coerce.number(decay, "decay", 0.0)
         checked_weights = coerce.weights(weights)
         half_life = coerce.number(recency_half_life, "recency_half_life", 1e-9)
@@ -197,7 +200,7 @@ class Memory(MemoryStore):
         try:
             sync = IndexSync(db, opened.index_dir, self.location, dim, engine_args, access, wake)
             sync.snapshot_every = max(1, snapshot_every)
-            sync.snapshot_vectors = keep_vectors
+            sync.snapshot_vectors = db.vector_file is None if keep_vectors is None else keep_vectors
             sync.pin(embedder, reembed, language)
             sync.open()
             writer = Writer(sync, access, window, cached, scope)

@@ -34,8 +34,8 @@ def read_ahead(
     still filled, after it loads)."""
     chunks: list[list[tuple[int, bytes]]] = []
     after = held = 0
-    if snapshot_vectors:
-        return chunks  # the snapshot should hold them
+    if snapshot_vectors or db.vector_file is not None:
+        return chunks  # the snapshot should hold them, or the vector file does
     while dim and held < _READ_AHEAD and not loading.done():
         if not (rows := db.vectors(after, _FILL_CHUNK)):
             break
@@ -62,6 +62,10 @@ def fill(
     ``CorruptFileError`` naming every record that has one."""
     if not dim or not len(engine.awaiting()):
         return  # a snapshot that holds its vectors, or an empty graph
+    if (path := db.vector_file) is not None:
+        # One pass over the file; ids still awaited after it have no vector there.
+        engine.fill_log(path, db.vector_file_end())
+        return
     after = ahead[-1][-1][0] if ahead else 0
     filling: tuple[Future[None], list[tuple[int, bytes]]] | None = None
     damaged: list[int] = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, Protocol
 
 from memlane.schema import COLUMNS, Row
@@ -42,6 +43,16 @@ class Store(Protocol):
     #: "" for none. A tenant sees only some of the records: store-wide state is not its
     #: to change.
     tenant: str
+
+    @property
+    def vector_file(self) -> Path | None:
+        """The file beside the database that holds the records' vectors, which an open
+        reads in one pass (``Engine.fill_log``); None where the rows hold them."""
+        ...
+
+    def vector_file_end(self) -> int:
+        """How far the vector file holds committed entries."""
+        ...
 
     def close(self) -> None: ...
 

@@ -226,18 +226,38 @@ class Dialect(abc.ABC):
             try:
                 yield conn
             except self._ERRORS as e:
-                self._rollback(conn)
+                self._abort(conn)
                 raise self._error("write failed, nothing was stored", e) from self._cause(e)
             except BaseException:
-                self._rollback(conn)
+                self._abort(conn)
                 raise
             try:
+                self._before_commit(conn)
                 conn.execute("COMMIT")
             except self._ERRORS as e:
-                self._rollback(conn)
+                self._abort(conn)
                 raise self._error(self._COMMIT_FAILED, e) from self._cause(e)
+            except BaseException:
+                self._abort(conn)
+                raise
+            self._committed()
         finally:
             self._end(conn)
+
+    def _before_commit(self, conn: Any) -> None:
+        """What must be durable before a transaction commits (the files beside an
+        embedded database: ``SQLiteStore``)."""
+
+    def _committed(self) -> None:
+        """After a commit."""
+
+    def _rolled_back(self) -> None:
+        """After a rollback."""
+
+    def _abort(self, conn: Any) -> None:
+        """Rolls back the write transaction."""
+        self._rollback(conn)
+        self._rolled_back()
 
     def _rollback(self, conn: Any) -> None:
         # A connection that broke has no transaction left to roll back.

@@ -8,6 +8,7 @@ this class that supplies what really differs (``memlane.storage.dialect``).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -21,6 +22,7 @@ from memlane.schema import COLUMNS, HISTORY_COLUMNS, SQL_TYPES, Row
 from memlane.storage.base import Changes, HistoryEntry
 from memlane.storage.dialect import Columns, Dialect
 from memlane.storage.rowcache import RowCache
+from memlane.storage.vector_log import VectorLog, is_marker
 
 __all__ = ["TYPES", "SQLStore"]
 
@@ -75,7 +77,7 @@ class SQLStore(Dialect):
         """The records rows ``sql`` selects (with ``_columns``)."""
         fetched = conn.execute(sql, params).fetchall()
         if not self._TYPES_HOLD:
-            return self._given_rows(list(map(Row._make, fetched)))
+            return self._given_rows(self._vectors_in(list(map(Row._make, fetched))))
         if not all(r[-1] for r in fetched):
             raise CorruptFileError(
                 f"reading records ({self.location}): a row holds a value of another "
@@ -92,7 +94,58 @@ class SQLStore(Dialect):
                     f"reading records ({self.location}): the text of record {r.id!r} does "
                     "not match its content hash: the database file is damaged"
                 )
-        return self._given_rows(rows)
+        return self._given_rows(self._vectors_in(rows))
+
+    # -- the vector file (an embedded store's: storage/vector_log.py) ---------------------
+
+    #: Where the rows' vectors are, when not in the rows (None: in the rows).
+    _log: VectorLog | None = None
+
+    @property
+    def vector_file(self) -> Path | None:
+        return None if self._log is None else self._log.path
+
+    def vector_file_end(self) -> int:
+        return 0 if self._log is None else self._log.end
+
+    def _vectors_in(self, rows: list[Row]) -> list[Row]:
+        """``rows`` with the blob each marker names."""
+        if (log := self._log) is None:
+            return rows
+        return [
+            r._replace(embedding=log.read(r.rowid, r.embedding)) if is_marker(r.embedding) else r
+            for r in rows
+        ]
+
+    def _vectors_out(self, rows: Sequence[Row]) -> Sequence[Row]:
+        """``rows`` as the database keeps them: each blob appended to the vector file
+        (within the transaction) and a marker in its place."""
+        if (log := self._log) is None:
+            return rows
+        blobs = [
+            (i, r.rowid, r.embedding)
+            for i, r in enumerate(rows)
+            if r.embedding and not is_marker(r.embedding)
+        ]
+        if not blobs:
+            return rows
+        markers = log.stage([(rowid, b) for _, rowid, b in blobs])
+        out = list(rows)
+        for (i, _, _), m in zip(blobs, markers, strict=True):
+            out[i] = out[i]._replace(embedding=m)
+        return out
+
+    def _before_commit(self, conn: Any) -> None:
+        if (log := self._log) is not None and log.staged:
+            self.set_meta(conn, "vector_log_end", str(log.sync()))
+
+    def _committed(self) -> None:
+        if self._log is not None:
+            self._log.committed()
+
+    def _rolled_back(self) -> None:
+        if self._log is not None:
+            self._log.rolled_back()
 
     # -- writes --------------------------------------------------------------------------
 
@@ -101,7 +154,7 @@ class SQLStore(Dialect):
 
     def insert(self, conn: Any, rows: Sequence[Row]) -> None:
         with self._refusals():
-            self._insert_rows(conn, self._stored_rows(rows))
+            self._insert_rows(conn, self._stored_rows(self._vectors_out(rows)))
         if self._cache is not None:
             # Safe before the commit: new rowids reach the indexes only after it, and a
             # rolled-back one is never asked for (rowids are not reused).
@@ -119,7 +172,7 @@ class SQLStore(Dialect):
         rewrites a version another writer changed after it was read."""
         sets = ", ".join(f"{c} = ?" for c in COLUMNS[2:])
         base = f"UPDATE {self._p}records SET {sets} WHERE rowid = ?"
-        for i, r in enumerate(rows):
+        for i, r in enumerate(self._vectors_out(self._unchanged_vectors(conn, rows))):
             q = base
             params: tuple[Any, ...] = (*r[2:], r[0])
             if expected is not None:
@@ -292,9 +345,27 @@ class SQLStore(Dialect):
             (seq, *params),
         )
 
+    def _unchanged_vectors(self, conn: Any, rows: Sequence[Row]) -> Sequence[Row]:
+        """``rows`` whose blob is the one their row's marker names, with that marker
+        (a change of other fields appends no vector)."""
+        if (log := self._log) is None or not rows:
+            return rows
+        q = f"SELECT embedding FROM {self._p}records WHERE rowid = ?"
+        out = []
+        for r in rows:
+            stored = conn.execute(q, (r.rowid,)).fetchone()
+            m = None if stored is None else stored[0]
+            same = r.embedding and is_marker(m) and log.read(r.rowid, m) == r.embedding
+            out.append(r._replace(embedding=m) if same else r)
+        return out
+
     def set_embeddings(self, conn: Any, rows: Sequence[tuple[int, bytes | None]], seq: int) -> None:
         if self._cache is not None:
             self._cache.invalidate([r for r, _ in rows], seq)
+        if (log := self._log) is not None:
+            given = [(r, b) for r, b in rows if b]
+            markers = dict(zip((r for r, _ in given), log.stage(given), strict=True))
+            rows = [(r, markers.get(r, b)) for r, b in rows]
         self._each(
             conn,
             self._q(
@@ -466,6 +537,8 @@ class SQLStore(Dialect):
         rows: list[tuple[int, bytes]] = self._read(
             lambda c: c.execute(q, (after, limit)).fetchall()
         )
+        if (log := self._log) is not None:
+            return [(r, log.read(r, b) if is_marker(b) else b) for r, b in rows]
         return rows
 
     def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:

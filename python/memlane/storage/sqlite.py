@@ -11,8 +11,9 @@ reused, so a tombstone always means the same record. They are the engine's
 ids; the public ids are the ``id`` strings.
 
 Embeddings are stored as little-endian blobs (scaled float16 unless the index holds
-float32: ``_memory/encoding.py``), so the indexes can always be rebuilt from the
-database alone.
+float32: ``rust/core/src/blob.rs``) in ``vectors.log`` beside the database, each row
+holding a marker that names its entry (``vector_log.py``); an in-memory database keeps
+them in its rows. The indexes can always be rebuilt from the two.
 
 The statements are ``SQLStore``'s; this module holds
 the connections (one writer, a reader per thread), the pragmas and checkpoints,
@@ -36,8 +37,14 @@ from memlane.schema import history_table, records_table, sqlite_types_hold
 from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import SQLStore
+from memlane.storage.vector_log import MARKER_TAG, VectorLog
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "VECTOR_FILE", "SQLiteStore"]
+
+#: The vector file's name, beside the database.
+VECTOR_FILE = "vectors.log"
+# Rows an older store's move to the vector file takes per transaction.
+_MOVE_CHUNK = 5_000
 
 T = TypeVar("T")
 
@@ -46,7 +53,9 @@ T = TypeVar("T")
 # 4: speaker, in the records and the history.
 # 5: tenant_meta, where jobs are kept (PostgreSQL's tenants own theirs; here: no tenant).
 # 6: history.change_seq, the change that wrote an entry.
-SCHEMA_VERSION = 6
+# 7: the vectors in vectors.log beside the database, a marker in each row
+#    (storage/vector_log.py; an older store's are moved there at its first open).
+SCHEMA_VERSION = 7
 
 
 _SCHEMA = (
@@ -225,9 +234,44 @@ class SQLiteStore(SQLStore):
                     self.set_meta(conn, "store_id", str(uuid.uuid4()))
             self.store_id = str(self.get_meta("store_id"))
             self._cache = RowCache(DEFAULT_CAPACITY)
+            if path is not None:
+                end = self.get_meta("vector_log_end")
+                self._log = VectorLog(
+                    path.parent / VECTOR_FILE, self.store_id, None if end is None else int(end)
+                )
+                if self.get_meta("vector_log") != "all":
+                    self._move_vectors()
         except BaseException:
             self.close()
             raise
+
+    def _move_vectors(self) -> None:
+        """Moves the blobs an older store kept in its rows into the vector file, a chunk
+        per transaction (a killed move goes on at the next open), then gives the
+        database's freed pages back to the disk."""
+        log = self._log
+        assert log is not None
+        q = (
+            "SELECT rowid, embedding FROM records WHERE rowid > ? AND embedding IS NOT NULL "
+            f"AND NOT (length(embedding) = 9 AND substr(embedding, 1, 1) = X'0{MARKER_TAG}') "
+            "ORDER BY rowid LIMIT ?"
+        )
+        after, moved = 0, False
+        while True:
+            with self.transaction() as conn:
+                rows = [(int(r), bytes(b)) for r, b in conn.execute(q, (after, _MOVE_CHUNK))]
+                if not rows:
+                    self.set_meta(conn, "vector_log", "all")
+                    break
+                markers = log.stage(rows)
+                conn.executemany(
+                    "UPDATE records SET embedding = ? WHERE rowid = ?",
+                    [(m, r) for m, (r, _) in zip(markers, rows, strict=True)],
+                )
+                after, moved = rows[-1][0], True
+        if moved:
+            with self._lock, self._failing("cannot compact the database"):
+                self._writer.execute("VACUUM")
 
     def _connect(self) -> sqlite3.Connection:
         target = ":memory:" if self.path is None else str(self.path)
@@ -283,6 +327,8 @@ class SQLiteStore(SQLStore):
                 with contextlib.suppress(sqlite3.Error):
                     self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._writer.close()
+            if self._log is not None:
+                self._log.close()
 
     # -- connections -----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ pub(crate) mod repr;
 pub mod scoring;
 #[cfg(test)]
 pub(crate) mod testdata;
+pub mod vector_log;
 pub mod wordpiece;
 pub(crate) mod worst;
 

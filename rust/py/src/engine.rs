@@ -431,6 +431,12 @@ impl PyEngine {
         })
     }
 
+    /// Fills the vectors the snapshot left out from an embedded store's vector
+    /// file, read up to byte `end` (what the database records).
+    fn fill_log(&self, py: Python<'_>, path: PathBuf, end: u64) -> PyResult<()> {
+        detach(py, || self.write(|e| e.fill_log(&path, end)))
+    }
+
     /// Ids whose vector the snapshot left out and no `fill` gave back:
     /// vector searches raise while there are any.
     fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {

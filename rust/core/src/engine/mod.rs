@@ -40,10 +40,18 @@ pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
 pub use search::{Hits, SearchRequest, Signals};
 /// The value a filter is given as (the PyO3 layer builds it from a dict).
+/// Vectors `fill_log` decodes at a time (a chunk's f32 copy: 30 MB at 384-d).
+const FILL_LOG_CHUNK: usize = 20_000;
+
 pub use serde_json::{Map as JsonMap, Number as JsonNumber, Value as JsonValue};
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashSet;
+
+use crate::blob;
+use crate::vector_log;
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
 use crate::hnsw::{row_scales, Grown, Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
@@ -224,6 +232,31 @@ impl Engine {
             Some(h) => h.fill_rows(&awaited, data),
             None => Ok(()),
         }
+    }
+
+    /// Gives back the vectors the snapshot left out from an embedded store's
+    /// vector file at `path`, read up to `end` ([`crate::vector_log`]): the
+    /// newest entry of each awaited id, every entry's checksum checked.
+    pub fn fill_log(&mut self, path: &Path, end: u64) -> Result<()> {
+        let Some(h) = self.hnsw.as_ref() else {
+            return Ok(());
+        };
+        let dim = h.dim();
+        let wanted: FxHashSet<u64> = h.awaiting().into_iter().collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let map = vector_log::map(path)?;
+        let end = usize::try_from(end).unwrap_or(usize::MAX);
+        let found = vector_log::newest(path, &map, end, &wanted)?;
+        let mut ids: Vec<u64> = found.keys().copied().collect();
+        ids.sort_unstable();
+        // A chunk's decoded f32 copy at a time, not the whole store's.
+        for chunk in ids.chunks(FILL_LOG_CHUNK) {
+            let vectors = blob::decode(chunk.iter().map(|id| found[id]), dim)?;
+            self.fill(chunk, &vectors)?;
+        }
+        Ok(())
     }
 
     /// Ids whose vector the snapshot left out and no [`Engine::fill`] gave

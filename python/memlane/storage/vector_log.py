@@ -1,0 +1,175 @@
+"""The vectors of an embedded store, kept once: an append-only file beside the database.
+
+A records row holds a marker (a tag byte and the offset of its entry) where it would
+hold its vector's blob; the engine's snapshot holds the graph without the live vectors,
+and an open fills them from here in one pass (``Engine.fill_log``). Each vector is then
+on disk once, and an open reads it by offset instead of out of a million rows.
+
+Layout: a 32-byte header (``MAGIC``, the format's version, the database's ``store_id``),
+then entries, each a 16-byte head (rowid, blob length, CRC-32 of rowid, length and blob)
+and the blob as ``_core.blobs`` writes it. A write transaction appends its entries past
+the end the database records (``meta.vector_log_end``), syncs the file, then writes the
+new end in the same transaction before it commits: an entry the database names is on
+disk, and whatever lies past the recorded end (a transaction that rolled back, or a
+process killed before its commit) is never read and is overwritten by the next write.
+Entries are never rewritten in place: a new vector for a row is a new entry, and a
+rollback leaves the row's committed one as it was. A file shorter than the recorded end,
+of another store, or with an entry whose checksum fails is a damaged file
+(``CorruptFileError``), never taken as current.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import uuid
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from memlane.errors import CorruptFileError, StorageError
+
+__all__ = ["HEADER", "MAGIC", "MARKER_TAG", "VectorLog", "is_marker"]
+
+MAGIC = b"MLVECLOG"
+_VERSION = 1
+_HEADER = struct.Struct("<8sI4x16s")
+HEADER = _HEADER.size
+_ENTRY = struct.Struct("<QII")
+#: The first byte of a row's marker; no blob starts with it (``rust/core/src/blob.rs``:
+#: a float32 blob has 4 * dim bytes and no tag, a half-float one starts with 1).
+MARKER_TAG = 2
+_MARKER = struct.Struct("<BQ")
+
+
+def is_marker(value: bytes | None) -> bool:
+    """Whether a stored ``embedding`` value names an entry of the log."""
+    return value is not None and len(value) == _MARKER.size and value[0] == MARKER_TAG
+
+
+def _crc(rowid: int, blob: bytes) -> int:
+    return zlib.crc32(blob, zlib.crc32(struct.pack("<QI", rowid, len(blob))))
+
+
+class VectorLog:
+    """The vector file of one store: appends staged by the one writer inside its
+    transaction, reads by marker from any thread (``os.pread``)."""
+
+    def __init__(self, path: Path, store_id: str, end: int | None) -> None:
+        """Opens ``path``, written up to ``end`` (what the database records; None: the
+        database names no entry yet, and a file there is left over and started anew)."""
+        self.path = path
+        self._store = uuid.UUID(store_id).bytes
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StorageError(f"cannot open the vector file {path}: {e.strerror}") from None
+        try:
+            size = os.fstat(self._fd).st_size
+            if end is None or size < HEADER:
+                if end is not None and end > HEADER:
+                    raise self._damaged(f"it is missing or empty where the database has {end} bytes")
+                self._write_header()
+                end = HEADER
+            else:
+                magic, version, store = _HEADER.unpack(os.pread(self._fd, HEADER, 0))
+                if magic != MAGIC or version != _VERSION:
+                    raise self._damaged("its header is not a memlane vector file's")
+                if store != self._store:
+                    raise self._damaged("it belongs to another store")
+                if size < end:
+                    raise self._damaged(
+                        f"it holds {size} bytes where the database has written {end}: "
+                        "an older copy, or cut short"
+                    )
+                if size > end:
+                    # A write that never committed: nothing names it.
+                    os.ftruncate(self._fd, end)
+        except OSError as e:
+            os.close(self._fd)
+            raise StorageError(f"cannot read the vector file {path}: {e.strerror}") from None
+        except BaseException:
+            os.close(self._fd)
+            raise
+        #: The end the database records; entries are staged from ``_staged`` on.
+        self.end = end
+        self._staged = end
+
+    def _damaged(self, why: str) -> CorruptFileError:
+        return CorruptFileError(
+            f"the vector file {self.path} is damaged ({why}); restore the store from a backup"
+        )
+
+    def _write_header(self) -> None:
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, _HEADER.pack(MAGIC, _VERSION, self._store), 0)
+        os.fsync(self._fd)
+        # The file's name must survive a power cut as well as its bytes.
+        folder = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+    @property
+    def staged(self) -> bool:
+        return self._staged != self.end
+
+    def stage(self, entries: Sequence[tuple[int, bytes]]) -> list[bytes]:
+        """Appends ``(rowid, blob)`` entries past the recorded end (unsynced until
+        ``sync``); the markers the rows store instead of their blobs."""
+        if not entries:
+            return []
+        parts: list[bytes] = []
+        markers: list[bytes] = []
+        at = self._staged
+        for rowid, blob in entries:
+            parts.append(_ENTRY.pack(rowid, len(blob), _crc(rowid, blob)))
+            parts.append(blob)
+            markers.append(_MARKER.pack(MARKER_TAG, at))
+            at += _ENTRY.size + len(blob)
+        try:
+            written = os.pwrite(self._fd, b"".join(parts), self._staged)
+        except OSError as e:
+            raise StorageError(
+                f"cannot write the vector file {self.path}: {e.strerror}; nothing was stored"
+            ) from None
+        if written != at - self._staged:
+            raise StorageError(f"cannot write the vector file {self.path}: a short write")
+        self._staged = at
+        return markers
+
+    def sync(self) -> int:
+        """Makes the staged entries durable; the end the transaction then records."""
+        try:
+            os.fdatasync(self._fd)
+        except OSError as e:
+            raise StorageError(
+                f"cannot sync the vector file {self.path}: {e.strerror}; nothing was stored"
+            ) from None
+        return self._staged
+
+    def committed(self) -> None:
+        self.end = self._staged
+
+    def rolled_back(self) -> None:
+        self._staged = self.end
+
+    def read(self, rowid: int, marker: bytes) -> bytes:
+        """The blob of row ``rowid`` that ``marker`` names."""
+        _, at = _MARKER.unpack(marker)
+        # A row committed a moment ago may name an entry past ``end``: the writer moves
+        # ``end`` just after its commit.
+        if not HEADER <= at <= max(self.end, self._staged) - _ENTRY.size:
+            raise self._damaged(f"record {rowid} names byte {at}, past its end")
+        head = os.pread(self._fd, _ENTRY.size, at)
+        got, length, crc = _ENTRY.unpack(head)
+        blob = os.pread(self._fd, length, at + _ENTRY.size) if got == rowid else b""
+        if got != rowid or len(blob) != length or _crc(rowid, blob) != crc:
+            raise self._damaged(f"the entry of record {rowid} at byte {at} does not check")
+        return blob
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

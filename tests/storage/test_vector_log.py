@@ -1,0 +1,212 @@
+"""An embedded store keeps each vector once: in ``vectors.log`` beside its database,
+each row holding a marker that names its entry, and snapshots without the live vectors.
+An open fills them from the file in one pass; an older store's vectors move there at
+its first open; a damaged, short, foreign or missing file is refused, never taken as
+current; bytes a write left past the recorded end are never read."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import WordHashEmbedder
+from memlane import CorruptFileError, Memory, StorageError
+from memlane.storage.vector_log import HEADER, VectorLog, is_marker
+
+DIM = 32
+N = 600
+
+
+def unit_rows(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    out: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out
+
+
+def store(path: Path, **kwargs: object) -> Memory:
+    return Memory(path, WordHashEmbedder(DIM), **kwargs)  # type: ignore[arg-type]
+
+
+def filled(path: Path) -> tuple[list[str], np.ndarray]:
+    vectors = unit_rows(N, 1)
+    with store(path) as mem:
+        added = mem.add_many([{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)])
+        mem.wait_indexed()
+        stored = np.stack([mem.get(r.id, include_embedding=True).embedding for r in added])
+    return [r.id for r in added], stored
+
+
+def nearest(mem: Memory, queries: np.ndarray) -> list[str]:
+    return [
+        mem.search("", mode="vector", query_embedding=q, k=1)[0].record.id for q in queries
+    ]
+
+
+def embeddings(path: Path) -> list[bytes | None]:
+    with sqlite3.connect(path / "memory.db") as conn:
+        return [r[0] for r in conn.execute("SELECT embedding FROM records ORDER BY rowid")]
+
+
+def test_each_vector_is_kept_once_and_an_open_reads_it_back(tmp_path: Path) -> None:
+    ids, stored = filled(tmp_path / "s")
+    assert all(is_marker(e) for e in embeddings(tmp_path / "s"))
+    log = (tmp_path / "s" / "vectors.log").stat().st_size
+    # Each entry: a 16-byte head and the half-float blob (5 + 2 * DIM bytes).
+    assert log == HEADER + N * (16 + 5 + 2 * DIM)
+    graphs = list((tmp_path / "s" / "index").rglob("hnsw.bin"))
+    assert len(graphs) == 1
+    without = graphs[0].stat().st_size
+    with store(tmp_path / "s", snapshot_vectors=True) as mem:
+        mem.add("one more note", embedding=unit_rows(1, 3)[0])
+        mem.snapshot()
+    graphs = sorted((tmp_path / "s" / "index").rglob("hnsw.bin"))
+    # The snapshot leaves out the half-float copy of every vector.
+    assert graphs[-1].stat().st_size - without >= N * 2 * DIM
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a snapshot it could not use warns and rebuilds
+        mem = store(tmp_path / "s")
+    with mem:
+        assert nearest(mem, stored[:50]) == ids[:50]
+        again = mem.get(ids[7], include_embedding=True).embedding
+        assert np.array_equal(again, stored[7])
+
+
+def test_a_snapshot_with_vectors_still_opens_and_keeps_them(tmp_path: Path) -> None:
+    ids, stored = filled(tmp_path / "s")
+    with store(tmp_path / "s", snapshot_vectors=True) as mem:
+        mem.add("one more note", embedding=unit_rows(1, 3)[0])
+        mem.snapshot()
+        assert nearest(mem, stored[:20]) == ids[:20]
+    with store(tmp_path / "s") as mem:
+        assert nearest(mem, stored[:20]) == ids[:20]
+
+
+def test_a_new_vector_is_a_new_entry_and_a_change_of_other_fields_none(tmp_path: Path) -> None:
+    ids, stored = filled(tmp_path / "s")
+    path = tmp_path / "s" / "vectors.log"
+    with store(tmp_path / "s") as mem:
+        size = path.stat().st_size
+        mem.update(ids[0], metadata={"k": 1})
+        assert path.stat().st_size == size
+        mem.update(ids[0], text="another note entirely", embedding=stored[1])
+        assert path.stat().st_size > size
+    with store(tmp_path / "s") as mem:
+        got = mem.get(ids[0], include_embedding=True)
+        assert got.text == "another note entirely" and got.metadata == {"k": 1}
+        assert np.array_equal(got.embedding, stored[1])
+        hits = mem.search("", mode="vector", query_embedding=stored[1], k=2)
+        assert {h.record.id for h in hits} == {ids[0], ids[1]}
+
+
+def test_an_older_store_moves_its_vectors_at_its_first_open(tmp_path: Path) -> None:
+    ids, stored = filled(tmp_path / "s")
+    with store(tmp_path / "s") as mem:
+        blobs = {i: mem._db.row_by_id(i, embedding=True).embedding for i in ids}  # type: ignore[attr-defined]
+    # The store as schema 6 wrote it: the blobs in the rows, no vector file.
+    with sqlite3.connect(tmp_path / "s" / "memory.db") as conn:
+        conn.executemany("UPDATE records SET embedding = ? WHERE id = ?", [(b, i) for i, b in blobs.items()])
+        conn.execute("DELETE FROM meta WHERE key IN ('vector_log', 'vector_log_end')")
+        conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    (tmp_path / "s" / "vectors.log").unlink()
+    shutil.rmtree(tmp_path / "s" / "index")
+    with pytest.warns(RuntimeWarning, match="rebuilding"), store(tmp_path / "s") as mem:
+        assert nearest(mem, stored[:30]) == ids[:30]
+    assert all(is_marker(e) for e in embeddings(tmp_path / "s"))
+    with sqlite3.connect(tmp_path / "s" / "memory.db") as conn:
+        # The pages the blobs held went back to the disk.
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    with store(tmp_path / "s") as mem:
+        assert nearest(mem, stored[-30:]) == ids[-30:]
+        assert np.array_equal(mem.get(ids[3], include_embedding=True).embedding, stored[3])
+
+
+def flip(path: Path, at: int) -> None:
+    with path.open("r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x10]))
+
+
+@pytest.mark.parametrize("snapshot", [True, False], ids=["from the snapshot", "rebuilt"])
+def test_a_damaged_entry_is_refused(tmp_path: Path, snapshot: bool) -> None:
+    filled(tmp_path / "s")
+    log = tmp_path / "s" / "vectors.log"
+    flip(log, log.stat().st_size - 3)
+    if not snapshot:
+        shutil.rmtree(tmp_path / "s" / "index")
+    with (
+        warnings.catch_warnings(),
+        pytest.raises(CorruptFileError, match="vector file .* is damaged"),
+    ):
+        warnings.simplefilter("ignore")
+        store(tmp_path / "s")
+
+
+@pytest.mark.parametrize(
+    "harm",
+    ["cut short", "missing", "another store's", "an older copy"],
+)
+def test_a_file_that_is_not_the_current_one_is_refused(tmp_path: Path, harm: str) -> None:
+    filled(tmp_path / "s")
+    log = tmp_path / "s" / "vectors.log"
+    if harm == "cut short":
+        os.truncate(log, log.stat().st_size - 1)
+    elif harm == "missing":
+        log.unlink()
+    elif harm == "another store's":
+        filled(tmp_path / "t")
+        shutil.copy(tmp_path / "t" / "vectors.log", log)
+    else:
+        old = log.read_bytes()
+        with store(tmp_path / "s") as mem:
+            mem.add("one more note", embedding=unit_rows(1, 9)[0])
+        log.write_bytes(old)
+    with pytest.raises(CorruptFileError, match="vector file"):
+        store(tmp_path / "s")
+
+
+def test_bytes_past_the_recorded_end_are_never_read(tmp_path: Path) -> None:
+    """What a write killed before its commit left: cut at the next open."""
+    ids, stored = filled(tmp_path / "s")
+    log = tmp_path / "s" / "vectors.log"
+    size = log.stat().st_size
+    with log.open("ab") as f:
+        f.write(os.urandom(1000))
+    with store(tmp_path / "s") as mem:
+        assert log.stat().st_size == size
+        assert nearest(mem, stored[:10]) == ids[:10]
+        mem.add("after the garbage", embedding=unit_rows(1, 5)[0])
+    with store(tmp_path / "s") as mem:
+        assert mem.search("", mode="vector", query_embedding=unit_rows(1, 5)[0], k=1)[0].record.text == "after the garbage"
+
+
+def test_a_write_whose_file_cannot_sync_stores_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, stored = filled(tmp_path / "s")
+    new = unit_rows(2, 7)
+
+    def broken(self: VectorLog) -> int:
+        raise StorageError(f"cannot sync the vector file {self.path}: No space left on device")
+
+    with store(tmp_path / "s") as mem:
+        with monkeypatch.context() as m:
+            m.setattr(VectorLog, "sync", broken)
+            with pytest.raises(StorageError, match="cannot sync"):
+                mem.add("lost", embedding=new[0])
+            with pytest.raises(StorageError, match="cannot sync"):
+                mem.update(ids[0], text="changed", embedding=new[0])
+        assert len(mem) == N
+        kept = mem.add("kept", embedding=new[1])
+    with store(tmp_path / "s") as mem:
+        assert len(mem) == N + 1
+        assert mem.get(ids[0]).text == "note 0"
+        assert np.array_equal(mem.get(ids[0], include_embedding=True).embedding, stored[0])
+        assert mem.search("", mode="vector", query_embedding=new[1], k=1)[0].record.id == kept.id
