@@ -7,7 +7,8 @@ agent id), each with its defaults: memlane's ``Memory.add_many`` in batches of 1
 then ``wait_indexed``; chromadb's persistent client (cosine HNSW); LanceDB's table
 (no vector index: its default, an exact scan). Then, for each:
 
-- bytes at rest: the whole directory once the store is closed, and its largest files;
+- bytes right after the build (the store still open) and at rest (the whole directory
+  once the store is closed), and its largest files;
 - build: seconds until the store is written and (memlane) every vector linked;
 - vector search at k = 10 with a precomputed query vector: p50 over ``--queries``
   glosses that are not in the store (rows ``n`` on), after a warm-up of 20, and
@@ -106,7 +107,13 @@ def memlane_store(root: Path, texts: list[str], base: F32) -> dict[str, Any]:
             ids.extend(r.id for r in added)
         mem.wait_indexed()
         built = time.perf_counter() - started
-    return {"path": store, "build_s": built, "rows": {rid: row for row, rid in enumerate(ids)}}
+        after_build = tree_bytes(store)
+    return {
+        "path": store,
+        "build_s": built,
+        "build_bytes": after_build,
+        "rows": {rid: row for row, rid in enumerate(ids)},
+    }
 
 
 def memlane_search(built: dict[str, Any], ef: int | None) -> tuple[Any, Callable[[F32], list[int]]]:
@@ -148,9 +155,10 @@ def chroma_store(root: Path, texts: list[str], base: F32) -> dict[str, Any]:
             metadatas=[{"agent_id": f"agent{i % AGENTS}"} for i in ids],
         )
     built = time.perf_counter() - started
+    after_build = tree_bytes(path)
     del col, client
     gc.collect()
-    return {"path": path, "build_s": built}
+    return {"path": path, "build_s": built, "build_bytes": after_build}
 
 
 def chroma_search(built: dict[str, Any]) -> tuple[Any, dict[str, Callable[[F32], list[int]]]]:
@@ -198,9 +206,10 @@ def lance_store(root: Path, texts: list[str], base: F32) -> dict[str, Any]:
         else:
             table.add(batch)
     built = time.perf_counter() - started
+    after_build = tree_bytes(path)
     del table, db
     gc.collect()
-    return {"path": path, "build_s": built}
+    return {"path": path, "build_s": built, "build_bytes": after_build}
 
 
 def lance_search(built: dict[str, Any]) -> tuple[Any, dict[str, Callable[[F32], list[int]]]]:
@@ -247,7 +256,7 @@ def main() -> None:
         "chromadb": (chroma_store, chroma_search),
         "lancedb": (lance_store, lance_search),
     }
-    table: list[tuple[str, str, float, float, float, float, float, str]] = []
+    table: list[tuple[str, str, float, float, float, float, float, float, str]] = []
     try:
         for name in args.only:
             store, open_search = systems[name]
@@ -260,7 +269,16 @@ def main() -> None:
                 got = measure(search, queries, truth)
                 time.sleep(SETTLE)
                 settled = measure(search, queries, truth)["p50_ms"]
-                row = (name, how, disk, built["build_s"], got["p50_ms"], settled, got["recall"])
+                row = (
+                    name,
+                    how,
+                    built["build_bytes"],
+                    disk,
+                    built["build_s"],
+                    got["p50_ms"],
+                    settled,
+                    got["recall"],
+                )
                 table.append((*row, files))
                 files = ""
             if name == "memlane":
@@ -274,7 +292,15 @@ def main() -> None:
                     time.sleep(SETTLE)
                     settled = measure(search, queries, truth)["p50_ms"]
                     mem.close()
-                    row = (name, f"ef {ef}", disk, built["build_s"], got["p50_ms"], settled)
+                    row = (
+                        name,
+                        f"ef {ef}",
+                        built["build_bytes"],
+                        disk,
+                        built["build_s"],
+                        got["p50_ms"],
+                        settled,
+                    )
                     table.append((*row, got["recall"], ""))
     finally:
         if not args.keep:
@@ -285,14 +311,14 @@ def main() -> None:
         f"{args.queries:,} queries not in the store, {os.cpu_count()} cores, Python {python}"
     )
     print(
-        "| system | search | at rest (MiB) | build (s) | vector p50 at open (ms) "
-        "| settled (ms) | recall@10 | largest files (MiB) |"
+        "| system | search | after the build (MiB) | at rest (MiB) | build (s) "
+        "| vector p50 at open (ms) | settled (ms) | recall@10 | largest files (MiB) |"
     )
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
-    for name, how, disk, build, p50, settled, recall, files in table:
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for name, how, after, disk, build, p50, settled, recall, files in table:
         print(
-            f"| {name} | {how} | {disk / MIB:,.1f} | {build:,.1f} | {p50:.3f} | {settled:.3f} | "
-            f"{recall:.4f} | {files or '-'} |"
+            f"| {name} | {how} | {after / MIB:,.1f} | {disk / MIB:,.1f} | {build:,.1f} "
+            f"| {p50:.3f} | {settled:.3f} | {recall:.4f} | {files or '-'} |"
         )
 
 

@@ -12,17 +12,22 @@ reports, beside the issue's goals:
   ``--between`` hybrid searches made after each ``add_many`` returned, while linking
   goes on (p50/p99 over the whole load). Also hybrid search p50 right after the last
   ``add_many`` returned, while vectors wait to be linked (``--during`` queries);
-- open, in a fresh process: from the snapshot ``close`` wrote, and cold (the ``index/``
-  directory removed, so the engine is rebuilt from the database), then until linked;
+- open, in a fresh process: from the snapshot ``close`` wrote; after a writer added
+  1,000 memories past that snapshot and was killed (SIGKILL, no ``close``); and cold (the
+  ``index/`` directory removed, so the engine is rebuilt from the database), then until
+  linked; the first search after the open beside the settled p50;
 - hybrid ``search`` p50/p99 at k = 10 with a precomputed query vector, unscoped and
   scoped to one agent, in that fresh process after a warm-up of 20 queries;
 - the fresh process's RSS after the searches (and before opening the store), and the
-  store's size on disk: the whole directory and the newest snapshot;
+  store's size on disk: the whole directory right after the load (still open) and after
+  ``close``, and the newest snapshot;
 - recall@10 of a vector search (unscoped, the store's settings) against exact search
   over every stored vector, right after linking.
 
 ``--ef-construction`` and ``--ef`` build and search the graph with other settings than
-the store's defaults (``hnsw_ef_construction``, ``hnsw_ef``).
+the store's defaults (``hnsw_ef_construction``, ``hnsw_ef``). ``--curve 10000 100000
+1000000`` measures each size in turn and adds a table of each measure at each size beside
+the last (its growth); ``--plot FILE.svg`` draws it (``docs/img/scale.svg``).
 
 Data: the WordNet gloss vectors (``benches/_data.py``, cached in ``benches/.cache/``),
 row ``i`` the gloss ``i mod 117,659`` (its text, its vector plus seeded Gaussian noise of
@@ -30,7 +35,7 @@ row ``i`` the gloss ``i mod 117,659`` (its text, its vector plus seeded Gaussian
 text and another perturbation of their vector.
 
     python benches/bench_scale.py [--n 1000000] [--queries 1000] [--dir PATH] [--keep]
-        [--ef-construction N] [--ef N]
+        [--ef-construction N] [--ef N] [--curve N [N ...]] [--plot FILE.svg]
 
 ``--n 100000`` takes about a minute on 2 cores and 285 MiB of disk; a million about
 12 minutes and 3.5 GB. Run with a release build (``maturin develop --release``).
@@ -39,14 +44,17 @@ text and another perturbation of their vector.
 from __future__ import annotations
 
 import argparse
+import html
 import json
+import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +76,11 @@ GOAL_DURING_P50_MS = 2.0
 GOAL_OPEN_S = 3.0
 GOAL_P50_MS = 1.0
 GOAL_RSS_BYTES = 2.5e9
+# Issue 52's: recall at the default beam, and the store's size on disk at 1M.
+GOAL_RECALL = 0.99
+GOAL_DISK_BYTES = 2e9
+# Memories a writer adds past the snapshot before it is killed (the open after kill -9).
+KILLED_ADDS = 1_000
 
 
 def scope(i: int) -> str:
@@ -215,6 +228,7 @@ def load(
     print(file=sys.stderr)
     rows_of = {rid: row for row, rid in enumerate(record_ids)}
     out["recall"] = recall_at_k(mem, rows_of, args, vectors, queries)
+    out["built_bytes"] = tree_bytes(store)
     mem.close()
     return out
 
@@ -228,6 +242,30 @@ def reopen(store: Path, queries_path: Path, count: int) -> dict[str, float]:
         sys.exit(f"reopening failed:\n{done.stderr}")
     report: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return report
+
+
+def killed(store: Path, queries_path: Path) -> None:
+    """In a fresh process: open the store, add ``KILLED_ADDS`` memories, and die by
+    SIGKILL before ``close`` (see ``writer_killed``), leaving changes past its snapshot."""
+    cmd = [sys.executable, __file__, "--killed", str(store), "--queries-file", str(queries_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != -signal.SIGKILL:
+        sys.exit(f"the killed writer ended otherwise ({done.returncode}):\n{done.stderr}")
+
+
+def writer_killed(store: Path, queries_path: Path) -> None:
+    from memlane import Memory
+
+    with np.load(queries_path) as data:
+        vectors = data["vectors"]
+    mem = Memory(store)
+    mem.add_many(
+        [
+            {"text": f"written before a kill {i}", "embedding": vectors[i % len(vectors)]}
+            for i in range(KILLED_ADDS)
+        ]
+    )
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def worker(store: Path, queries_path: Path, count: int) -> None:
@@ -244,6 +282,9 @@ def worker(store: Path, queries_path: Path, count: int) -> None:
     started = time.perf_counter()
     mem = Memory(store)
     out["open_s"] = time.perf_counter() - started
+    first = time.perf_counter()
+    mem.search(queries["texts"][0], k=K, query_embedding=queries["vectors"][0])
+    out["first_ms"] = (time.perf_counter() - first) * 1000
     mem.wait_indexed()
     out["linked_s"] = time.perf_counter() - started
     for scoped in (False, True):
@@ -284,21 +325,47 @@ def main() -> None:
         "--ef-construction", type=int, help="hnsw_ef_construction (default: the store's)"
     )
     parser.add_argument("--ef", type=int, help="hnsw_ef (default: the store's)")
+    parser.add_argument(
+        "--curve",
+        type=int,
+        nargs="+",
+        help="sizes to measure one after another (e.g. 10000 "
+        "100000 1000000): a table of each measure's growth",
+    )
+    parser.add_argument("--plot", type=Path, help="with --curve: write the curve as an SVG here")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--killed", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--queries-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         worker(args.worker, args.queries_file, args.queries)
         return
+    if args.killed is not None:
+        writer_killed(args.killed, args.queries_file)
+        return
     if not 1 <= args.between <= args.queries:
         parser.error("--between must be from 1 to --queries")
-
     try:
         texts = wordnet_texts()
         vectors = wordnet_vectors()
     except DataUnavailableError as e:
         print(f"skipped: {e}")
         return
+    sizes = args.curve or [args.n]
+    results = []
+    for n in sizes:
+        args.n = n
+        results.append(measure(args, texts, vectors))
+        report(args, results[-1])
+    if args.curve:
+        curve_table(results)
+        if args.plot is not None:
+            args.plot.write_text(curve_svg(results))
+            print(f"plot: {args.plot}", file=sys.stderr)
+
+
+def measure(args: argparse.Namespace, texts: list[str], vectors: F32) -> dict[str, Any]:
+    """Builds a store of ``args.n`` memories and measures it (see the module docstring)."""
     root = args.dir or Path(tempfile.mkdtemp(prefix="memlane-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     store = root / "store"
@@ -319,15 +386,35 @@ def main() -> None:
         snapshot = snapshot_bytes(store)
         print("reopening from the snapshot", file=sys.stderr)
         warm = reopen(store, queries_path, args.queries)
+        print(f"killing a writer after {KILLED_ADDS:,} adds, then reopening", file=sys.stderr)
+        killed(store, queries_path)
+        after_kill = reopen(store, queries_path, min(args.queries, 200))
         shutil.rmtree(store / "index")
         print("reopening cold (index/ removed)", file=sys.stderr)
         cold = reopen(store, queries_path, min(args.queries, 200))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    assert warm["records"] == cold["records"] == args.n, (warm["records"], cold["records"])
+    assert warm["records"] == args.n, warm["records"]
+    assert after_kill["records"] == cold["records"] == args.n + KILLED_ADDS, cold["records"]
+    return {
+        "n": args.n,
+        "scopes": args.scopes,
+        "queries": args.queries,
+        "loaded": loaded,
+        "disk": disk,
+        "snapshot": snapshot,
+        "warm": warm,
+        "after_kill": after_kill,
+        "cold": cold,
+        "between": args.between,
+        "during": args.during,
+        "batch": args.batch,
+    }
 
-    n = args.n
+
+def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
+    n, loaded, warm, cold, after_kill = r["n"], r["loaded"], r["warm"], r["cold"], r["after_kill"]
     linked_rate = n / loaded["linked_s"]
     mib = 2**20
     rows = [
@@ -340,24 +427,34 @@ def main() -> None:
         (
             f"vector search recall@{K} against exact search, unscoped",
             f"{loaded['recall']:.4f}",
-            "",
+            goal(loaded["recall"], GOAL_RECALL, True, "{:.2f}"),
         ),
         (
-            f"hybrid p50 / p99 after each add_many during the load (ms, {args.between} "
-            f"queries after each of {-(-n // args.batch):,})",
+            f"hybrid p50 / p99 after each add_many during the load (ms, {r['between']} "
+            f"queries after each of {-(-n // r['batch']):,})",
             f"{loaded['between_p50']:.2f} / {loaded['between_p99']:.2f}",
-            goal(loaded["between_p50"], GOAL_DURING_P50_MS, False, "{:.0f} ms", "p50 at 100k "),
+            goal(loaded["between_p50"], GOAL_DURING_P50_MS, False, "{:.0f} ms", "p50 "),
         ),
         (
             f"hybrid p50 / p99 right after the load returned, before linking (ms, "
-            f"{args.during} queries)",
+            f"{r['during']} queries)",
             f"{loaded['during_p50']:.2f} / {loaded['during_p99']:.2f}",
             goal(loaded["during_p50"], GOAL_DURING_P50_MS, False, "{:.0f} ms", "p50 "),
         ),
         (
-            "open from the snapshot (s)",
+            "open from the snapshot close wrote (s)",
             f"{warm['open_s']:.2f}",
             goal(warm["open_s"], GOAL_OPEN_S, False, "{:.0f} s"),
+        ),
+        (
+            f"open after a writer was killed (kill -9) {KILLED_ADDS:,} adds past the snapshot (s)",
+            f"{after_kill['open_s']:.2f}",
+            goal(after_kill["open_s"], GOAL_OPEN_S, False, "{:.0f} s"),
+        ),
+        (
+            "first search after the open / settled p50, unscoped (ms)",
+            f"{warm['first_ms']:.2f} / {warm['unscoped_p50']:.3f}",
+            "",
         ),
         ("open cold, index/ removed (s)", f"{cold['open_s']:.2f}", ""),
         ("open cold, until linked (s)", f"{cold['linked_s']:.2f}", ""),
@@ -367,7 +464,7 @@ def main() -> None:
             goal(warm["unscoped_p50"], GOAL_P50_MS, False, "{:.0f} ms", "p50 "),
         ),
         (
-            f"hybrid search p50 / p99, one agent of {args.scopes:,} (ms)",
+            f"hybrid search p50 / p99, one agent of {r['scopes']:,} (ms)",
             f"{warm['scoped_p50']:.3f} / {warm['scoped_p99']:.3f}",
             goal(warm["scoped_p50"], GOAL_P50_MS, False, "{:.0f} ms", "p50 "),
         ),
@@ -384,18 +481,104 @@ def main() -> None:
             goal(warm["rss"] / 1e9, GOAL_RSS_BYTES / 1e9, False, "{:.1f} GB"),
         ),
         ("RSS after a cold open and searches (MiB)", f"{cold['rss'] / mib:,.0f}", ""),
-        ("store on disk (MiB)", f"{disk / mib:,.0f}", ""),
-        ("snapshot (MiB)", f"{snapshot / mib:,.0f}", ""),
+        ("store on disk right after the load (MiB)", f"{loaded['built_bytes'] / mib:,.0f}", ""),
+        (
+            "store on disk after close (MiB)",
+            f"{r['disk'] / mib:,.0f}",
+            goal(r["disk"] / 1e9, GOAL_DISK_BYTES / 1e9, False, "{:.0f} GB"),
+        ),
+        ("snapshot (MiB)", f"{r['snapshot'] / mib:,.0f}", ""),
     ]
     python = sys.version.split()[0]
     print(
-        f"\n{n:,} memories (WordNet glosses, perturbed vectors), {args.scopes:,} agents, "
-        f"k = {K}, {args.queries:,} queries, {os.cpu_count()} cores, Python {python}"
+        f"\n{n:,} memories (WordNet glosses, perturbed vectors), {r['scopes']:,} agents, "
+        f"k = {K}, {r['queries']:,} queries, {os.cpu_count()} cores, Python {python}"
     )
-    print("| measure | memlane | goal (issue 17, at 1M unless said) |")
+    print("| measure | memlane | goal (at 1M unless said) |")
     print("| --- | ---: | --- |")
     for label, value, target in rows:
         print(f"| {label} | {value} | {target or '-'} |")
+
+
+#: The curve's measures: (label, unit, value of a result).
+CURVE: list[tuple[str, str, Callable[[dict[str, Any]], float]]] = [
+    ("hybrid p50, unscoped", "ms", lambda r: r["warm"]["unscoped_p50"]),
+    ("hybrid p50, one agent", "ms", lambda r: r["warm"]["scoped_p50"]),
+    ("hybrid p99, unscoped", "ms", lambda r: r["warm"]["unscoped_p99"]),
+    ("open from the snapshot", "s", lambda r: r["warm"]["open_s"]),
+    ("open after kill -9", "s", lambda r: r["after_kill"]["open_s"]),
+    ("open cold, until linked", "s", lambda r: r["cold"]["linked_s"]),
+    ("disk after close", "MiB", lambda r: r["disk"] / 2**20),
+    ("RSS after open and searches", "MiB", lambda r: r["warm"]["rss"] / 2**20),
+]
+
+
+def curve_table(results: list[dict[str, Any]]) -> None:
+    """Each measure at each size, beside the last size's (the growth factor)."""
+    print("\n| measure | " + " | ".join(f"{r['n']:,}" for r in results) + " |")
+    print("| --- |" + " ---: |" * len(results))
+    for label, unit, value in CURVE:
+        cells = []
+        for i, r in enumerate(results):
+            v = value(r)
+            grown = "" if i == 0 else f" ({v / value(results[i - 1]):.1f}x)"
+            cells.append(f"{v:,.3g}{grown}")
+        print(f"| {label} ({unit}) | " + " | ".join(cells) + " |")
+
+
+def curve_svg(results: list[dict[str, Any]]) -> str:
+    """The curve as an SVG of three panels (milliseconds, seconds, MiB), log-log: a
+    measure that grows with the store's size rises to the right."""
+    units = ["ms", "s", "MiB"]
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c"]
+    w, h, pad = 300, 220, 46
+    ns = [r["n"] for r in results]
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w * 3}" height="{h + 70}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="{w * 3}" height="{h + 70}" fill="white"/>',
+    ]
+    for p, unit in enumerate(units):
+        series = [(label, value) for label, u, value in CURVE if u == unit]
+        ys = [value(r) for _, value in series for r in results]
+        lo, hi = math.log10(max(min(ys), 1e-3)) - 0.1, math.log10(max(ys)) + 0.1
+        x0, y0 = p * w + pad, h - 10
+
+        def x(n: float, x0: float = x0) -> float:
+            span = math.log10(ns[-1] / ns[0]) or 1.0
+            return x0 + (w - pad - 14) * math.log10(n / ns[0]) / span
+
+        def y(v: float, lo: float = lo, hi: float = hi, y0: float = y0) -> float:
+            return y0 - (h - 30) * (math.log10(max(v, 1e-3)) - lo) / ((hi - lo) or 1.0)
+
+        parts.append(
+            f'<line x1="{x0}" y1="{y0}" x2="{x0 + w - pad - 14}" y2="{y0}" stroke="#333"/>'
+            f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="20" stroke="#333"/>'
+            f'<text x="{x0}" y="14" font-weight="bold">{unit} (log scale)</text>'
+        )
+        for n in ns:
+            parts.append(f'<text x="{x(n):.1f}" y="{y0 + 14}" text-anchor="middle">{n:,}</text>')
+        for tick in range(math.ceil(lo), math.floor(hi) + 1):
+            parts.append(
+                f'<text x="{x0 - 4}" y="{y(10.0**tick) + 4:.1f}" text-anchor="end">'
+                f"{10.0**tick:g}</text>"
+            )
+        for k, (label, value) in enumerate(series):
+            c = colours[k % len(colours)]
+            pts = " ".join(f"{x(r['n']):.1f},{y(value(r)):.1f}" for r in results)
+            parts.append(f'<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="2"/>')
+            for r in results:
+                parts.append(
+                    f'<circle cx="{x(r["n"]):.1f}" cy="{y(value(r)):.1f}" r="3" fill="{c}"/>'
+                )
+            parts.append(
+                f'<text x="{x0}" y="{h + 26 + 13 * k}" fill="{c}">{html.escape(label)}</text>'
+            )
+    parts.append(
+        f'<text x="{pad}" y="{h + 66}" fill="#555">memories in the store (log scale); '
+        "benches/bench_scale.py --curve</text></svg>"
+    )
+    return "\n".join(parts) + "\n"
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ table (docs/reliability.md's "Faults, measured" table comes from it):
   write in flight at the kill may or may not have happened, all or nothing.
 - **disk full**: SQLite on a small tmpfs (skipped, with the reason, where the
   machine cannot mount one), written until it is full.
-- **damaged files**: random bytes of a snapshot file or of ``memory.db`` flipped.
+- **damaged files**: random bytes of a snapshot file, of ``memory.db`` or of the vector
+  file beside it (``vectors.log``) flipped.
 
 After each fault the store is reopened and checked: every acknowledged write is
 there (a lost one counts), each fact superseded has exactly one current version, the
@@ -480,14 +481,16 @@ def kill_trial(
 
 
 def damaged_trial(kind: str, seed: int, work: Path) -> tuple[int, int, int]:
-    """Flips bytes of a snapshot file (must be rebuilt) or of memory.db (must open
-    consistent or raise a MemlaneError)."""
+    """Flips bytes of a snapshot file (must be rebuilt), or of memory.db or the vector
+    file beside it (must open consistent or raise a MemlaneError)."""
     rng = random.Random(seed)
     store = work / f"d-{kind}-{seed}"
     with Memory(store, WordHashEmbedder()) as mem:
         ids = {r.id for r in mem.add_many([{"text": f"fact {seed} {i}"} for i in range(300)])}
     if kind == "snapshot":
         files = sorted(p for p in (store / "index").rglob("*.bin"))
+    elif kind == "vector":
+        files = [store / "vectors.log"]
     else:
         files = [store / "memory.db"]
     target = rng.choice(files)
@@ -601,7 +604,7 @@ def main() -> None:
                         started = time.monotonic()
                         got = kill_trial(backend, op, seed, work, server, restart)
                         record(f"kill -9 during {op} ({backend}{also})", started, got)
-                for kind in ("snapshot", "database") if "damaged" in faults else ():
+                for kind in ("snapshot", "database", "vector") if "damaged" in faults else ():
                     started = time.monotonic()
                     got = outcome(*damaged_trial(kind, seed, work))
                     record(f"damaged {kind} file", started, got)

@@ -1,11 +1,13 @@
-"""A store keeps each vector once at rest: in the database. The engine's snapshot holds
-the graph's links and the vectors of removed slots only; opening reads the live ones back
-from the database before it replays the changes since the snapshot."""
+"""A snapshot without the live vectors (``snapshot_vectors=False``, an embedded store's
+default) holds the graph's links and the vectors of removed slots only; opening fills the
+live ones before it replays the changes since the snapshot: an embedded store's from its
+vector file (tests/storage/test_vector_log.py tests that file), a PostgreSQL store's
+from the database's rows, read ahead while the snapshot loads and filled a chunk at a
+time. PostgreSQL's snapshots keep the vectors by default."""
 
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import struct
 import threading
 import warnings
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
 from conftest import WordHashEmbedder
@@ -22,7 +25,7 @@ from memlane import CorruptFileError, Memory
 from memlane._core import Engine
 from memlane._memory import sync, vector_fill
 from memlane.records import SearchHit
-from memlane.storage.sqlite import SQLiteStore
+from memlane.storage.postgres import PostgresStore
 from pg_server import PgServer
 
 DIM = 64
@@ -120,11 +123,11 @@ class _SlowLoad:
 
 @pytest.mark.parametrize("ahead", [0, 7, 20, N])
 def test_vectors_read_in_many_chunks_fill_the_same_index(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: int
+    pg_server: PgServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: int
 ) -> None:
-    path = tmp_path / "s"
+    u, cache = pg_server.url(schema=f"chunks_{ahead}"), tmp_path / "cache"
     queries = unit_rows(10, 13)
-    with store(path) as mem:
+    with store_at(u, cache) as mem:
         mem.add_many(
             [{"text": f"note {i}", "embedding": v} for i, v in enumerate(unit_rows(N, 12))]
         )
@@ -136,14 +139,14 @@ def test_vectors_read_in_many_chunks_fill_the_same_index(
     monkeypatch.setattr(vector_fill, "_READ_AHEAD", ahead)
     slow = _SlowLoad(min(-(-ahead // 7) * 7, N))
     monkeypatch.setattr(sync, "Engine", slow)
-    read = SQLiteStore.vectors
+    read = PostgresStore.vectors
 
-    def vectors(self: SQLiteStore, after: int, limit: int) -> list[tuple[int, bytes]]:
+    def vectors(self: PostgresStore, after: int, limit: int) -> list[tuple[int, bytes]]:
         rows = read(self, after, limit)
         slow.vectors(rows)
         return rows
 
-    monkeypatch.setattr(SQLiteStore, "vectors", vectors)
+    monkeypatch.setattr(PostgresStore, "vectors", vectors)
     read_ahead: list[int] = []
     real = vector_fill.read_ahead
 
@@ -153,7 +156,7 @@ def test_vectors_read_in_many_chunks_fill_the_same_index(
         return chunks
 
     monkeypatch.setattr(sync, "read_ahead", counted)
-    with no_warnings(), store(path) as mem:
+    with no_warnings(), store_at(u, cache) as mem:
         assert mem._sync.snap_seq > 0
         assert hits(mem, queries) == before
     assert read_ahead == [min(-(-ahead // 7) * 7, N)]
@@ -176,29 +179,30 @@ def test_the_snapshot_holds_the_links_not_the_live_vectors(tmp_path: Path) -> No
         assert found[0].record.text == "note 7"
 
 
-def test_by_default_the_snapshot_keeps_the_vectors_and_opens_without_reading_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_by_default_a_postgres_snapshot_keeps_the_vectors_and_opens_without_reading_them(
+    pg_server: PgServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "s"
+    u, cache = pg_server.url(schema="default_keeps"), tmp_path / "cache"
     vectors = unit_rows(N, 4)
     queries = unit_rows(10, 5)
-    with store(path) as mem:  # a snapshot without them, as an older store has
+    with store_at(u, cache) as mem:  # a snapshot without them
         mem.add_many([{"text": f"note {i}", "embedding": v} for i, v in enumerate(vectors)])
         mem.wait_indexed()
         before = hits(mem, queries)
-    without = hnsw_bin(path).stat().st_size
+    (folder,) = (p for p in cache.iterdir() if p.is_dir())
+    without = hnsw_bin(folder).stat().st_size
     # Opened with the default, it is filled from the database; its next snapshot (at
     # close, after a change) holds the vectors, and the open after reads none.
-    with no_warnings(), Memory(path, WordHashEmbedder(DIM)) as mem:
+    with no_warnings(), Memory(u, WordHashEmbedder(DIM), cache_dir=cache) as mem:
         assert hits(mem, queries) == before
         mem.add("one more", embedding=unit_rows(1, 6)[0])
-    assert hnsw_bin(path).stat().st_size > without + N * DIM * 2
+    assert hnsw_bin(folder).stat().st_size > without + N * DIM * 2
     read: list[int] = []
     monkeypatch.setattr(
         "memlane.storage.sql.SQLStore.vectors",
         lambda self, after, limit: read.append(after) or [],
     )
-    with no_warnings(), Memory(path, WordHashEmbedder(DIM)) as mem:
+    with no_warnings(), Memory(u, WordHashEmbedder(DIM), cache_dir=cache) as mem:
         assert len(mem._sync.engine.awaiting()) == 0
         assert hits(mem, queries)[0][0][0] == before[0][0][0]
     assert read == []
@@ -260,39 +264,49 @@ def test_changes_after_the_last_snapshot_reopen_right(
         ]
 
 
-def damage(path: Path, how: str) -> None:
-    with sqlite3.connect(path / "memory.db") as conn:
-        (rowid, blob) = conn.execute(
-            "SELECT rowid, embedding FROM records ORDER BY rowid LIMIT 1 OFFSET 5"
+def damage(url: str, schema: str, how: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT rowid, embedding FROM {schema}.records ORDER BY rowid LIMIT 1 OFFSET 5"
         ).fetchone()
+        assert row is not None
+        rowid, blob = row
         head = b"\x02" + blob[1:5] if how == "tag" else blob[:1] + struct.pack("<f", 3.0)
         blob = head + blob[5:]
-        conn.execute("UPDATE records SET embedding = ? WHERE rowid = ?", (blob, rowid))
+        conn.execute(
+            f"UPDATE {schema}.records SET embedding = %s WHERE rowid = %s", (blob, rowid)
+        )
 
 
 @pytest.mark.parametrize("how", ["tag", "scale"])
-def test_a_damaged_vector_met_at_open_is_a_corrupt_file(tmp_path: Path, how: str) -> None:
-    path = tmp_path / "s"
-    with store(path) as mem:
+def test_a_damaged_vector_met_at_open_is_a_corrupt_file(
+    pg_server: PgServer, tmp_path: Path, how: str
+) -> None:
+    u, cache = pg_server.url(schema=f"damaged_{how}"), tmp_path / "cache"
+    with store_at(u, cache) as mem:
         mem.add_many(
             [{"text": f"note {i}", "embedding": v} for i, v in enumerate(unit_rows(50, 9))]
         )
         mem.wait_indexed()
-    damage(path, how)
+    damage(pg_server.url(), f"damaged_{how}", how)
     with pytest.raises(CorruptFileError, match="stored vector"):
-        store(path)
+        store_at(u, cache)
 
 
-def test_a_live_record_without_its_vector_in_the_database_rebuilds(tmp_path: Path) -> None:
-    path = tmp_path / "s"
-    with store(path) as mem:
+def test_a_live_record_without_its_vector_in_the_database_rebuilds(
+    pg_server: PgServer, tmp_path: Path
+) -> None:
+    u, cache = pg_server.url(schema="vector_gone"), tmp_path / "cache"
+    with store_at(u, cache) as mem:
         recs = mem.add_many([{"text": f"note {i}"} for i in range(50)])
         mem.wait_indexed()
     # A vector gone from under the snapshot, no change logged: the snapshot cannot
     # be completed, so it is not used.
-    with sqlite3.connect(path / "memory.db") as conn:
-        conn.execute("UPDATE records SET embedding = NULL WHERE id = ?", (recs[3].id,))
-    with pytest.warns(RuntimeWarning, match="holds no vector for 1"), store(path) as mem:
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute(
+            "UPDATE vector_gone.records SET embedding = NULL WHERE id = %s", (recs[3].id,)
+        )
+    with pytest.warns(RuntimeWarning, match="holds no vector for 1"), store_at(u, cache) as mem:
         assert mem._sync.snap_seq == 0 and len(mem) == 50
         assert mem.search("note 4", k=1)[0].record.text == "note 4"
 

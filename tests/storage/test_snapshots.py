@@ -55,8 +55,9 @@ def test_a_snapshot_of_another_database_is_rebuilt(tmp_path: Path) -> None:
     store, other = tmp_path / "store", tmp_path / "other"
     _fill(store, 30)
     _fill(other, 5)
-    # memory.db recreated (or replaced) beside the old index/.
-    for name in ("memory.db", "memory.db-wal", "memory.db-shm"):
+    # The database (memory.db and its vector file) recreated or replaced beside the
+    # old index/.
+    for name in ("memory.db", "memory.db-wal", "memory.db-shm", "vectors.log"):
         (store / name).unlink(missing_ok=True)
         if (other / name).exists():
             shutil.copy(other / name, store / name)

@@ -1,5 +1,6 @@
-"""How a store keeps its vectors in the database: half floats over the largest component
-for an index that holds no more, float32 for an f32 index, and both read back."""
+"""How a store keeps its vectors (in vectors.log beside the database: each row names its
+entry): half floats over the largest component for an index that holds no more, float32
+for an f32 index, and both read back."""
 
 from __future__ import annotations
 
@@ -21,8 +22,12 @@ DIM = 16
 
 
 def blob_lengths(store: Path) -> set[int]:
+    """The lengths of the blobs the rows' markers name (tag, offset) in vectors.log,
+    whose entries start with rowid and length."""
     with sqlite3.connect(store / "memory.db") as conn:
-        return {n for (n,) in conn.execute("SELECT length(embedding) FROM records")}
+        markers = [m for (m,) in conn.execute("SELECT embedding FROM records")]
+    data = (store / "vectors.log").read_bytes()
+    return {struct.unpack_from("<I", data, struct.unpack("<BQ", m)[1] + 8)[0] for m in markers}
 
 
 def unit(seed: int) -> np.ndarray:

@@ -43,9 +43,7 @@ def filled(path: Path) -> tuple[list[str], np.ndarray]:
 
 
 def nearest(mem: Memory, queries: np.ndarray) -> list[str]:
-    return [
-        mem.search("", mode="vector", query_embedding=q, k=1)[0].record.id for q in queries
-    ]
+    return [mem.search("", mode="vector", query_embedding=q, k=1)[0].record.id for q in queries]
 
 
 def embeddings(path: Path) -> list[bytes | None]:
@@ -110,7 +108,9 @@ def test_an_older_store_moves_its_vectors_at_its_first_open(tmp_path: Path) -> N
         blobs = {i: mem._db.row_by_id(i, embedding=True).embedding for i in ids}  # type: ignore[attr-defined]
     # The store as schema 6 wrote it: the blobs in the rows, no vector file.
     with sqlite3.connect(tmp_path / "s" / "memory.db") as conn:
-        conn.executemany("UPDATE records SET embedding = ? WHERE id = ?", [(b, i) for i, b in blobs.items()])
+        conn.executemany(
+            "UPDATE records SET embedding = ? WHERE id = ?", [(b, i) for i, b in blobs.items()]
+        )
         conn.execute("DELETE FROM meta WHERE key IN ('vector_log', 'vector_log_end')")
         conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     (tmp_path / "s" / "vectors.log").unlink()
@@ -143,7 +143,7 @@ def test_a_damaged_entry_is_refused(tmp_path: Path, snapshot: bool) -> None:
         shutil.rmtree(tmp_path / "s" / "index")
     with (
         warnings.catch_warnings(),
-        pytest.raises(CorruptFileError, match="vector file .* is damaged"),
+        pytest.raises(CorruptFileError, match=r"vector file .* is damaged"),
     ):
         warnings.simplefilter("ignore")
         store(tmp_path / "s")
@@ -184,7 +184,10 @@ def test_bytes_past_the_recorded_end_are_never_read(tmp_path: Path) -> None:
         assert nearest(mem, stored[:10]) == ids[:10]
         mem.add("after the garbage", embedding=unit_rows(1, 5)[0])
     with store(tmp_path / "s") as mem:
-        assert mem.search("", mode="vector", query_embedding=unit_rows(1, 5)[0], k=1)[0].record.text == "after the garbage"
+        assert (
+            mem.search("", mode="vector", query_embedding=unit_rows(1, 5)[0], k=1)[0].record.text
+            == "after the garbage"
+        )
 
 
 def test_a_write_whose_file_cannot_sync_stores_nothing(

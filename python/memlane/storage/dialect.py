@@ -244,13 +244,16 @@ class Dialect(abc.ABC):
         finally:
             self._end(conn)
 
+    @abc.abstractmethod
     def _before_commit(self, conn: Any) -> None:
         """What must be durable before a transaction commits (the files beside an
         embedded database: ``SQLiteStore``)."""
 
+    @abc.abstractmethod
     def _committed(self) -> None:
         """After a commit."""
 
+    @abc.abstractmethod
     def _rolled_back(self) -> None:
         """After a rollback."""
 

@@ -8,8 +8,8 @@ this class that supplies what really differs (``memlane.storage.dialect``).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from memlane.content_hash import content_hash
@@ -110,30 +110,11 @@ class SQLStore(Dialect):
 
     def _vectors_in(self, rows: list[Row]) -> list[Row]:
         """``rows`` with the blob each marker names."""
-        if (log := self._log) is None:
-            return rows
-        return [
-            r._replace(embedding=log.read(r.rowid, r.embedding)) if is_marker(r.embedding) else r
-            for r in rows
-        ]
+        return rows if self._log is None else self._log.rows_in(rows)
 
     def _vectors_out(self, rows: Sequence[Row]) -> Sequence[Row]:
-        """``rows`` as the database keeps them: each blob appended to the vector file
-        (within the transaction) and a marker in its place."""
-        if (log := self._log) is None:
-            return rows
-        blobs = [
-            (i, r.rowid, r.embedding)
-            for i, r in enumerate(rows)
-            if r.embedding and not is_marker(r.embedding)
-        ]
-        if not blobs:
-            return rows
-        markers = log.stage([(rowid, b) for _, rowid, b in blobs])
-        out = list(rows)
-        for (i, _, _), m in zip(blobs, markers, strict=True):
-            out[i] = out[i]._replace(embedding=m)
-        return out
+        """``rows`` as the database keeps them (see ``VectorLog.rows_out``)."""
+        return rows if self._log is None else self._log.rows_out(rows)
 
     def _before_commit(self, conn: Any) -> None:
         if (log := self._log) is not None and log.staged:

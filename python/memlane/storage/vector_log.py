@@ -26,8 +26,10 @@ import uuid
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeGuard
 
 from memlane.errors import CorruptFileError, StorageError
+from memlane.schema import Row
 
 __all__ = ["HEADER", "MAGIC", "MARKER_TAG", "VectorLog", "is_marker"]
 
@@ -42,7 +44,7 @@ MARKER_TAG = 2
 _MARKER = struct.Struct("<BQ")
 
 
-def is_marker(value: bytes | None) -> bool:
+def is_marker(value: bytes | None) -> TypeGuard[bytes]:
     """Whether a stored ``embedding`` value names an entry of the log."""
     return value is not None and len(value) == _MARKER.size and value[0] == MARKER_TAG
 
@@ -68,7 +70,9 @@ class VectorLog:
             size = os.fstat(self._fd).st_size
             if end is None or size < HEADER:
                 if end is not None and end > HEADER:
-                    raise self._damaged(f"it is missing or empty where the database has {end} bytes")
+                    raise self._damaged(
+                        f"it is missing or empty where the database has {end} bytes"
+                    )
                 self._write_header()
                 end = HEADER
             else:
@@ -162,12 +166,40 @@ class VectorLog:
         # ``end`` just after its commit.
         if not HEADER <= at <= max(self.end, self._staged) - _ENTRY.size:
             raise self._damaged(f"record {rowid} names byte {at}, past its end")
-        head = os.pread(self._fd, _ENTRY.size, at)
-        got, length, crc = _ENTRY.unpack(head)
-        blob = os.pread(self._fd, length, at + _ENTRY.size) if got == rowid else b""
+        try:
+            head = os.pread(self._fd, _ENTRY.size, at)
+            got, length, crc = _ENTRY.unpack(head)
+            blob = os.pread(self._fd, length, at + _ENTRY.size) if got == rowid else b""
+        except OSError as e:
+            raise StorageError(f"cannot read the vector file {self.path}: {e.strerror}") from None
+        except struct.error:
+            raise self._damaged(f"the entry of record {rowid} at byte {at} is cut short") from None
         if got != rowid or len(blob) != length or _crc(rowid, blob) != crc:
             raise self._damaged(f"the entry of record {rowid} at byte {at} does not check")
         return blob
+
+    def rows_in(self, rows: list[Row]) -> list[Row]:
+        """``rows`` with the blob each marker names."""
+        return [
+            r._replace(embedding=self.read(r.rowid, r.embedding)) if is_marker(r.embedding) else r
+            for r in rows
+        ]
+
+    def rows_out(self, rows: Sequence[Row]) -> Sequence[Row]:
+        """``rows`` as the database keeps them: each blob staged here (within the write
+        transaction) and a marker in its place; a row that holds a marker keeps it."""
+        blobs = [
+            (i, r.rowid, r.embedding)
+            for i, r in enumerate(rows)
+            if r.embedding and not is_marker(r.embedding)
+        ]
+        if not blobs:
+            return rows
+        markers = self.stage([(rowid, b) for _, rowid, b in blobs])
+        out = list(rows)
+        for (i, _, _), m in zip(blobs, markers, strict=True):
+            out[i] = out[i]._replace(embedding=m)
+        return out
 
     def close(self) -> None:
         if self._fd >= 0:
