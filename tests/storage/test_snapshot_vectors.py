@@ -273,9 +273,7 @@ def damage(url: str, schema: str, how: str) -> None:
         rowid, blob = row
         head = b"\x02" + blob[1:5] if how == "tag" else blob[:1] + struct.pack("<f", 3.0)
         blob = head + blob[5:]
-        conn.execute(
-            f"UPDATE {schema}.records SET embedding = %s WHERE rowid = %s", (blob, rowid)
-        )
+        conn.execute(f"UPDATE {schema}.records SET embedding = %s WHERE rowid = %s", (blob, rowid))
 
 
 @pytest.mark.parametrize("how", ["tag", "scale"])
@@ -303,9 +301,7 @@ def test_a_live_record_without_its_vector_in_the_database_rebuilds(
     # A vector gone from under the snapshot, no change logged: the snapshot cannot
     # be completed, so it is not used.
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
-        conn.execute(
-            "UPDATE vector_gone.records SET embedding = NULL WHERE id = %s", (recs[3].id,)
-        )
+        conn.execute("UPDATE vector_gone.records SET embedding = NULL WHERE id = %s", (recs[3].id,))
     with pytest.warns(RuntimeWarning, match="holds no vector for 1"), store_at(u, cache) as mem:
         assert mem._sync.snap_seq == 0 and len(mem) == 50
         assert mem.search("note 4", k=1)[0].record.text == "note 4"
