@@ -546,22 +546,24 @@ def curve_svg(results: list[dict[str, Any]]) -> str:
 
         def x(n: float, x0: float = x0) -> float:
             span = math.log10(ns[-1] / ns[0]) or 1.0
-            return x0 + (w - pad - 14) * math.log10(n / ns[0]) / span
+            return x0 + (w - pad - 40) * math.log10(n / ns[0]) / span
 
         def y(v: float, lo: float = lo, hi: float = hi, y0: float = y0) -> float:
             return y0 - (h - 30) * (math.log10(max(v, 1e-3)) - lo) / ((hi - lo) or 1.0)
 
         parts.append(
-            f'<line x1="{x0}" y1="{y0}" x2="{x0 + w - pad - 14}" y2="{y0}" stroke="#333"/>'
+            f'<line x1="{x0}" y1="{y0}" x2="{x0 + w - pad - 40}" y2="{y0}" stroke="#333"/>'
             f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="20" stroke="#333"/>'
             f'<text x="{x0}" y="14" font-weight="bold">{unit} (log scale)</text>'
         )
         for n in ns:
             parts.append(f'<text x="{x(n):.1f}" y="{y0 + 14}" text-anchor="middle">{n:,}</text>')
-        for tick in range(math.ceil(lo), math.floor(hi) + 1):
+        ticks = [m * 10.0**e for e in range(math.floor(lo), math.ceil(hi) + 1) for m in (1, 2, 5)]
+        for tick in (t for t in ticks if lo <= math.log10(t) <= hi):
             parts.append(
-                f'<text x="{x0 - 4}" y="{y(10.0**tick) + 4:.1f}" text-anchor="end">'
-                f"{10.0**tick:g}</text>"
+                f'<text x="{x0 - 4}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>'
+                f'<line x1="{x0}" y1="{y(tick):.1f}" x2="{x0 + w - pad - 40}" y2="{y(tick):.1f}" '
+                'stroke="#ddd"/>'
             )
         for k, (label, value) in enumerate(series):
             c = colours[k % len(colours)]

@@ -1,7 +1,8 @@
-"""Vectors an open reads back from the database: a snapshot written without its vectors
-(``snapshot_vectors=False``) leaves them there, and the engine is filled from the rows
-with a vector, a chunk at a time, beside the snapshot's load; a blob that does not decode
-is a damaged file, named record by record."""
+"""Vectors an open reads back: a snapshot written without its vectors (an embedded
+store's default, ``snapshot_vectors=False`` on PostgreSQL) leaves them out. An embedded
+store's come from its vector file in one pass (``Engine.fill_log``); a PostgreSQL store's
+from the rows with a vector, a chunk at a time, beside the snapshot's load, where a blob
+that does not decode is a damaged database, named record by record."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 
@@ -26,16 +26,16 @@ pub fn map(path: &Path) -> Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io(path, e))
 }
 
-/// The newest blob of each rowid of `wanted` among the entries of
-/// `bytes[..end]`. Every entry up to `end` is checked, not only the wanted
-/// ones: an entry whose checksum fails, or that runs past `end`, is
-/// [`Error::DamagedVector`].
+/// The newest blob of each rowid of `wanted` that has one among the entries
+/// of `bytes[..end]`, in rowid order. Every entry up to `end` is checked, not
+/// only the wanted ones: an entry whose checksum fails, or that runs past
+/// `end`, is [`Error::DamagedVector`].
 pub fn newest<'a>(
     path: &Path,
     bytes: &'a [u8],
     end: usize,
-    wanted: &FxHashSet<u64>,
-) -> Result<FxHashMap<u64, &'a [u8]>> {
+    wanted: &[u64],
+) -> Result<Vec<(u64, &'a [u8])>> {
     let damaged = |at: usize, why: &str| {
         Error::DamagedVector(format!(
             "the vector file {} is damaged ({why} at byte {at}); restore the store from a backup",
@@ -48,8 +48,9 @@ pub fn newest<'a>(
     if end < HEADER || &bytes[..MAGIC.len()] != MAGIC {
         return Err(damaged(0, "no vector file header"));
     }
-    let mut found = FxHashMap::default();
-    found.reserve(wanted.len());
+    // The heads in one walk (each gives the next's offset), then the
+    // checksums on every core.
+    let mut entries = Vec::with_capacity(end / 256);
     let mut at = HEADER;
     while at < end {
         let Some(head) = bytes.get(at..at + ENTRY).filter(|_| at + ENTRY <= end) else {
@@ -58,26 +59,47 @@ pub fn newest<'a>(
         let rowid = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
         let len = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
-        let start = at + ENTRY;
-        let Some(blob) = start
-            .checked_add(len)
-            .filter(|&stop| stop <= end)
-            .map(|stop| &bytes[start..stop])
-        else {
+        let stop = at + ENTRY + len;
+        if stop > end {
             return Err(damaged(at, "an entry runs past the end"));
-        };
-        let mut h = crc32fast::Hasher::new();
-        h.update(&head[..12]);
-        h.update(blob);
-        if h.finalize() != crc {
-            return Err(damaged(at, "an entry whose checksum fails"));
         }
-        if wanted.contains(&rowid) {
-            // Later entries of a rowid replace earlier ones: the file is in commit order.
-            found.insert(rowid, blob);
-        }
-        at = start + len;
+        entries.push((at, rowid, crc));
+        at = stop;
     }
+    let blob = |at: usize| {
+        let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes"));
+        &bytes[at + ENTRY..at + ENTRY + len as usize]
+    };
+    let fails = entries.par_iter().position_first(|&(at, _, crc)| {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&bytes[at..at + 12]);
+        h.update(blob(at));
+        h.finalize() != crc
+    });
+    if let Some(i) = fails {
+        return Err(damaged(entries[i].0, "an entry whose checksum fails"));
+    }
+    // Rowids are dense from 1 (never reused): the newest entry of each wanted
+    // one is found through a table indexed by rowid, not a hash.
+    let top = wanted.iter().copied().max().unwrap_or(0);
+    let top = usize::try_from(top).map_err(|_| Error::invalid("a rowid past memory"))?;
+    let mut newest = vec![u32::MAX; top + 1];
+    let mut want = vec![false; top + 1];
+    for &id in wanted {
+        want[id as usize] = true;
+    }
+    for (i, &(_, rowid, _)) in entries.iter().enumerate() {
+        // Later entries of a rowid replace earlier ones: the file is in commit order.
+        if let Some(slot) = usize::try_from(rowid).ok().filter(|&r| r <= top && want[r]) {
+            newest[slot] = u32::try_from(i).expect("fewer than 2^32 entries");
+        }
+    }
+    let found = newest
+        .iter()
+        .enumerate()
+        .filter(|(_, &i)| i != u32::MAX)
+        .map(|(rowid, &i)| (rowid as u64, blob(entries[i as usize].0)))
+        .collect();
     Ok(found)
 }
 
@@ -109,10 +131,8 @@ mod tests {
     #[test]
     fn the_newest_entry_of_each_wanted_rowid() {
         let bytes = file(&[(1, b"aaaa"), (2, b"bbbb"), (1, b"cccc")]);
-        let wanted: FxHashSet<u64> = [1, 3].into_iter().collect();
-        let found = newest(Path::new("v"), &bytes, bytes.len(), &wanted).unwrap();
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[&1], b"cccc");
+        let found = newest(Path::new("v"), &bytes, bytes.len(), &[3, 1]).unwrap();
+        assert_eq!(found, vec![(1, &b"cccc"[..])]);
     }
 
     #[test]
@@ -120,8 +140,8 @@ mod tests {
         let mut bytes = file(&[(1, b"aaaa")]);
         let end = bytes.len();
         bytes.extend_from_slice(b"garbage of a write that never committed");
-        let wanted: FxHashSet<u64> = [1].into_iter().collect();
-        assert_eq!(newest(Path::new("v"), &bytes, end, &wanted).unwrap()[&1], b"aaaa");
+        let found = newest(Path::new("v"), &bytes, end, &[1]).unwrap();
+        assert_eq!(found, vec![(1, &b"aaaa"[..])]);
     }
 
     #[test]
@@ -129,20 +149,19 @@ mod tests {
         let mut bytes = file(&[(1, b"aaaa"), (2, b"bbbb")]);
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
-        let wanted: FxHashSet<u64> = [1].into_iter().collect();
-        let err = newest(Path::new("v"), &bytes, bytes.len(), &wanted).unwrap_err();
+        let err = newest(Path::new("v"), &bytes, bytes.len(), &[1]).unwrap_err();
         assert!(matches!(err, Error::DamagedVector(_)), "{err}");
     }
 
     #[test]
     fn a_short_file_or_a_cut_entry_is_refused() {
         let bytes = file(&[(1, b"aaaa")]);
-        let none = FxHashSet::default();
-        assert!(newest(Path::new("v"), &bytes, bytes.len() + 1, &none).is_err());
-        assert!(newest(Path::new("v"), &bytes, bytes.len() - 1, &none).is_err());
-        assert!(newest(Path::new("v"), &bytes[..HEADER], HEADER, &none).unwrap().is_empty());
+        let none = &[];
+        assert!(newest(Path::new("v"), &bytes, bytes.len() + 1, none).is_err());
+        assert!(newest(Path::new("v"), &bytes, bytes.len() - 1, none).is_err());
+        assert!(newest(Path::new("v"), &bytes[..HEADER], HEADER, none).unwrap().is_empty());
         let mut foreign = bytes.clone();
         foreign[0] = b'X';
-        assert!(newest(Path::new("v"), &foreign, foreign.len(), &none).is_err());
+        assert!(newest(Path::new("v"), &foreign, foreign.len(), none).is_err());
     }
 }

@@ -40,15 +40,17 @@ pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
 pub use search::{Hits, SearchRequest, Signals};
 /// The value a filter is given as (the PyO3 layer builds it from a dict).
-/// Vectors `fill_log` decodes at a time (a chunk's f32 copy: 30 MB at 384-d).
-const FILL_LOG_CHUNK: usize = 20_000;
+/// Vectors `fill_log` decodes per task, and per wave of tasks (a wave's f32
+/// copy: 50 MB at 384-d).
+const FILL_LOG_CHUNK: usize = 2_048;
+const FILL_LOG_WAVE: usize = 16 * FILL_LOG_CHUNK;
 
 pub use serde_json::{Map as JsonMap, Number as JsonNumber, Value as JsonValue};
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rustc_hash::FxHashSet;
+use rayon::prelude::*;
 
 use crate::blob;
 use crate::vector_log;
@@ -208,26 +210,7 @@ impl Engine {
             });
         }
         let halve = self.halves();
-        let rows = h.awaited_rows(ids);
-        let (mut awaited, mut data) = (Vec::with_capacity(rows.len()), Vec::new());
-        data.reserve(rows.len() * dim);
-        let mut buf = Vec::new();
-        for r in rows {
-            let v = &vectors[r * dim..][..dim];
-            // A row the index would refuse (its vector changed under the
-            // snapshot) leaves its id awaiting: the caller rebuilds.
-            let Ok(scale) = row_scales(v, dim, true, "vector") else {
-                continue;
-            };
-            // The values a replay stores: parked as a batch parks them (see
-            // `parked`), then checked again as linking checks them.
-            let start = data.len();
-            data.extend(v.iter().map(|x| x * scale[0]));
-            if halve {
-                round_to_f16(&mut data[start..], &mut buf);
-            }
-            awaited.push(ids[r]);
-        }
+        let (awaited, data) = fill_values(ids, vectors, h.awaited_rows(ids), dim, halve);
         match self.hnsw.as_mut() {
             Some(h) => h.fill_rows(&awaited, data),
             None => Ok(()),
@@ -242,19 +225,40 @@ impl Engine {
             return Ok(());
         };
         let dim = h.dim();
-        let wanted: FxHashSet<u64> = h.awaiting().into_iter().collect();
+        let wanted = h.awaiting();
         if wanted.is_empty() {
             return Ok(());
         }
         let map = vector_log::map(path)?;
         let end = usize::try_from(end).unwrap_or(usize::MAX);
         let found = vector_log::newest(path, &map, end, &wanted)?;
-        let mut ids: Vec<u64> = found.keys().copied().collect();
-        ids.sort_unstable();
-        // A chunk's decoded f32 copy at a time, not the whole store's.
-        for chunk in ids.chunks(FILL_LOG_CHUNK) {
-            let vectors = blob::decode(chunk.iter().map(|id| found[id]), dim)?;
-            self.fill(chunk, &vectors)?;
+        self.retrievals.clear();
+        let halve = self.halves();
+        // A wave's chunks decoded, scaled and normalised on every core, then
+        // stored (their int8 codes made on every core too): a wave's f32 copy
+        // at a time, in chunks small enough that their buffers are not page
+        // faults anew. The newest entries' rowids do not repeat.
+        for wave in found.chunks(FILL_LOG_WAVE) {
+            let Some(h) = self.hnsw.as_ref() else {
+                return Ok(());
+            };
+            let parts: Vec<Result<(Vec<(u32, usize)>, Vec<f32>)>> = wave
+                .par_chunks(FILL_LOG_CHUNK)
+                .map(|chunk| {
+                    let ids: Vec<u64> = chunk.iter().map(|&(id, _)| id).collect();
+                    let vectors = blob::decode(chunk.iter().map(|&(_, b)| b), dim)?;
+                    let (awaited, mut data) =
+                        fill_values(&ids, &vectors, 0..chunk.len(), dim, halve);
+                    let picked = h.prepare_fill(&awaited, &mut data)?;
+                    Ok((picked, data))
+                })
+                .collect();
+            for part in parts {
+                let (picked, data) = part?;
+                if let Some(h) = self.hnsw.as_mut() {
+                    h.fill_prepared(&picked, &data);
+                }
+            }
         }
         Ok(())
     }
@@ -603,6 +607,35 @@ impl Engine {
 }
 
 /// Rounds `v` to f16 precision in place, through `buf`.
+/// The values [`Engine::fill`] stores of `vectors` (row `i` the vector of
+/// `ids[i]`), of the given `rows`, with their ids: each as a batch parks it
+/// (scaled; rounded to half floats where the index holds them), a row the index
+/// would refuse (its vector changed under the snapshot) left out, so its id
+/// stays awaiting and the caller rebuilds.
+fn fill_values(
+    ids: &[u64],
+    vectors: &[f32],
+    rows: impl IntoIterator<Item = usize>,
+    dim: usize,
+    halve: bool,
+) -> (Vec<u64>, Vec<f32>) {
+    let (mut awaited, mut data) = (Vec::with_capacity(ids.len()), Vec::with_capacity(vectors.len()));
+    let mut buf = Vec::new();
+    for r in rows {
+        let v = &vectors[r * dim..][..dim];
+        let Ok(scale) = row_scales(v, dim, true, "vector") else {
+            continue;
+        };
+        let start = data.len();
+        data.extend(v.iter().map(|x| x * scale[0]));
+        if halve {
+            round_to_f16(&mut data[start..], &mut buf);
+        }
+        awaited.push(ids[r]);
+    }
+    (awaited, data)
+}
+
 fn round_to_f16(v: &mut [f32], buf: &mut Vec<half::f16>) {
     buf.clear();
     buf.resize(v.len(), half::f16::ZERO);

@@ -86,15 +86,25 @@ impl Hnsw {
     /// and normalised in place (a fill at open takes every vector of the
     /// store, and each copy of them costs as much as the rest).
     pub(crate) fn fill_rows(&mut self, ids: &[u64], mut data: Vec<f32>) -> Result<()> {
-        let dim = self.dim();
-        debug_assert_eq!(data.len(), ids.len() * dim);
         if let Some(id) = first_duplicate(ids) {
             return Err(Error::invalid(format!("id {id} appears twice in one fill")));
         }
+        let picked = self.prepare_fill(ids, &mut data)?;
+        self.fill_prepared(&picked, &data);
+        Ok(())
+    }
+
+    /// The first half of [`Hnsw::fill_rows`], which reads the index only (a
+    /// fill at open runs it on every core): checks and normalises `data` in
+    /// place, and returns the `(slot, row)` of each awaited id, in slot order.
+    /// `ids` must not repeat.
+    pub(crate) fn prepare_fill(&self, ids: &[u64], data: &mut [f32]) -> Result<Vec<(u32, usize)>> {
+        let dim = self.dim();
+        debug_assert_eq!(data.len(), ids.len() * dim);
         // The check (and scaling) of a staged batch (see `Hnsw::check_batch`),
         // so the values stored are those a replay stores.
         let normalise = self.metric == Metric::Cosine;
-        let scales = row_scales(&data, dim, normalise, "vector")?;
+        let scales = row_scales(data, dim, normalise, "vector")?;
         if normalise {
             for (v, &inv) in data.chunks_exact_mut(dim).zip(&scales) {
                 v.iter_mut().for_each(|x| *x *= inv);
@@ -105,21 +115,26 @@ impl Hnsw {
             .into_iter()
             .map(|row| (self.slots[&ids[row]], row))
             .collect();
-        if picked.is_empty() {
-            return Ok(());
-        }
         picked.sort_unstable();
+        Ok(picked)
+    }
+
+    /// The second half of [`Hnsw::fill_rows`]: stores the rows of `data` that
+    /// [`Hnsw::prepare_fill`] picked.
+    pub(crate) fn fill_prepared(&mut self, picked: &[(u32, usize)], data: &[f32]) {
+        if picked.is_empty() {
+            return;
+        }
         // Stored vectors change: a buffer copied by `grown` before this no
         // longer holds them (see `edits`; even, as no batch is staged).
         self.edits += 2;
-        self.vectors.set_many(&picked, &data);
-        for (slot, _) in picked {
+        self.vectors.set_many(picked, data);
+        for &(slot, _) in picked {
             self.vector_stored(slot);
         }
         if self.missing_live == 0 {
             self.missing = Vec::new();
         }
-        Ok(())
     }
 
     /// The positions in `ids` of the live ids whose vector is missing.

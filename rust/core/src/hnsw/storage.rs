@@ -662,6 +662,15 @@ fn write_f32(dst: &mut [u8], v: &[f32]) {
 }
 
 fn write_f16(dst: &mut [u8], v: &[f32]) {
+    use half::slice::HalfFloatSliceExt;
+    // SAFETY: any f16 bit pattern is valid; the slice is only written.
+    let (head, halves, _) = unsafe { dst.align_to_mut::<half::f16>() };
+    if cfg!(target_endian = "little") && head.is_empty() && halves.len() >= v.len() {
+        // A slice at once: the conversion runs on F16C where there is one,
+        // rounding as `f16::from_f32` does (to nearest, ties to even).
+        halves[..v.len()].convert_from_f32_slice(v);
+        return;
+    }
     for (d, x) in dst.chunks_exact_mut(2).zip(v) {
         d.copy_from_slice(&half::f16::from_f32(*x).to_bits().to_le_bytes());
     }
