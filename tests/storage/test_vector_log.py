@@ -102,19 +102,23 @@ def test_a_new_vector_is_a_new_entry_and_a_change_of_other_fields_none(tmp_path:
         assert {h.record.id for h in hits} == {ids[0], ids[1]}
 
 
-def test_an_older_store_moves_its_vectors_at_its_first_open(tmp_path: Path) -> None:
-    ids, stored = filled(tmp_path / "s")
-    with store(tmp_path / "s") as mem:
+def make_older(path: Path, ids: list[str]) -> None:
+    """The store as schema 6 wrote it: the blobs in the rows, no vector file, no index."""
+    with store(path) as mem:
         blobs = {i: mem._db.row_by_id(i, embedding=True).embedding for i in ids}  # type: ignore[attr-defined]
-    # The store as schema 6 wrote it: the blobs in the rows, no vector file.
-    with sqlite3.connect(tmp_path / "s" / "memory.db") as conn:
+    with sqlite3.connect(path / "memory.db") as conn:
         conn.executemany(
             "UPDATE records SET embedding = ? WHERE id = ?", [(b, i) for i, b in blobs.items()]
         )
         conn.execute("DELETE FROM meta WHERE key IN ('vector_log', 'vector_log_end')")
         conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
-    (tmp_path / "s" / "vectors.log").unlink()
-    shutil.rmtree(tmp_path / "s" / "index")
+    (path / "vectors.log").unlink()
+    shutil.rmtree(path / "index")
+
+
+def test_an_older_store_moves_its_vectors_at_its_first_open(tmp_path: Path) -> None:
+    ids, stored = filled(tmp_path / "s")
+    make_older(tmp_path / "s", ids)
     with pytest.warns(RuntimeWarning, match="rebuilding"), store(tmp_path / "s") as mem:
         assert nearest(mem, stored[:30]) == ids[:30]
     assert all(is_marker(e) for e in embeddings(tmp_path / "s"))
@@ -124,6 +128,33 @@ def test_an_older_store_moves_its_vectors_at_its_first_open(tmp_path: Path) -> N
     with store(tmp_path / "s") as mem:
         assert nearest(mem, stored[-30:]) == ids[-30:]
         assert np.array_equal(mem.get(ids[3], include_embedding=True).embedding, stored[3])
+
+
+def test_a_move_that_failed_halfway_goes_on_at_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk per transaction: the chunks moved stay moved, the rest move next time."""
+    ids, stored = filled(tmp_path / "s")
+    make_older(tmp_path / "s", ids)
+    monkeypatch.setattr("memlane.storage.sqlite._MOVE_CHUNK", 100)
+    synced = VectorLog.sync
+    calls = []
+
+    def fails_third(self: VectorLog) -> int:
+        calls.append(1)
+        if len(calls) == 3:
+            raise StorageError(f"cannot sync the vector file {self.path}: I/O error")
+        return synced(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(VectorLog, "sync", fails_third)
+        with pytest.raises(StorageError, match="cannot sync"):
+            store(tmp_path / "s")
+    moved = embeddings(tmp_path / "s")
+    assert sum(map(is_marker, moved)) == 200 and len(moved) == N
+    with pytest.warns(RuntimeWarning, match="rebuilding"), store(tmp_path / "s") as mem:
+        assert nearest(mem, stored[::20]) == ids[::20]
+    assert all(is_marker(e) for e in embeddings(tmp_path / "s"))
 
 
 def flip(path: Path, at: int) -> None:
