@@ -159,7 +159,9 @@ mod tests {
         let none = &[];
         assert!(newest(Path::new("v"), &bytes, bytes.len() + 1, none).is_err());
         assert!(newest(Path::new("v"), &bytes, bytes.len() - 1, none).is_err());
-        assert!(newest(Path::new("v"), &bytes[..HEADER], HEADER, none).unwrap().is_empty());
+        assert!(newest(Path::new("v"), &bytes[..HEADER], HEADER, none)
+            .unwrap()
+            .is_empty());
         let mut foreign = bytes.clone();
         foreign[0] = b'X';
         assert!(newest(Path::new("v"), &foreign, foreign.len(), none).is_err());

@@ -40,6 +40,10 @@ pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
 pub use search::{Hits, SearchRequest, Signals};
 /// The value a filter is given as (the PyO3 layer builds it from a dict).
+/// A fill's chunk made ready on any core: the `(slot, row)` of each awaited
+/// id (see `Hnsw::prepare_fill`) and the rows' values.
+type FillChunk = (Vec<(u32, usize)>, Vec<f32>);
+
 /// Vectors `fill_log` decodes per task, and per wave of tasks (a wave's f32
 /// copy: 50 MB at 384-d).
 const FILL_LOG_CHUNK: usize = 2_048;
@@ -53,11 +57,11 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::blob;
-use crate::vector_log;
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
 use crate::hnsw::{row_scales, Grown, Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
 use crate::idmap::first_duplicate;
+use crate::vector_log;
 use half::slice::HalfFloatSliceExt;
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use pending::{normalised, Pending};
@@ -242,7 +246,7 @@ impl Engine {
             let Some(h) = self.hnsw.as_ref() else {
                 return Ok(());
             };
-            let parts: Vec<Result<(Vec<(u32, usize)>, Vec<f32>)>> = wave
+            let parts: Vec<Result<FillChunk>> = wave
                 .par_chunks(FILL_LOG_CHUNK)
                 .map(|chunk| {
                     let ids: Vec<u64> = chunk.iter().map(|&(id, _)| id).collect();
@@ -619,7 +623,10 @@ fn fill_values(
     dim: usize,
     halve: bool,
 ) -> (Vec<u64>, Vec<f32>) {
-    let (mut awaited, mut data) = (Vec::with_capacity(ids.len()), Vec::with_capacity(vectors.len()));
+    let (mut awaited, mut data) = (
+        Vec::with_capacity(ids.len()),
+        Vec::with_capacity(vectors.len()),
+    );
     let mut buf = Vec::new();
     for r in rows {
         let v = &vectors[r * dim..][..dim];
