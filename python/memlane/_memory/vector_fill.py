@@ -54,8 +54,9 @@ def fill(
     pool: ThreadPoolExecutor,
 ) -> None:
     """Gives ``engine`` the vectors its snapshot left out (an engine snapshot holds
-    those of removed slots only: the database holds the others), from the chunks read
-    ahead, then reading the rows with a vector a chunk at a time. The engine ignores
+    those of removed slots only): an embedded store's from its vector file, in one pass;
+    a PostgreSQL store's from the chunks read ahead, then reading the rows with a vector
+    a chunk at a time. The engine ignores
     the rows it does not await: rows added since the snapshot (the replay adds them),
     and rows whose vector it would refuse (stored before vectors were checked, never in
     the index). Live ids left without a vector make ``open`` rebuild: the engine
