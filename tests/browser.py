@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -58,6 +59,8 @@ class Browser:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            # Its own process group, so that close ends its helpers too.
+            start_new_session=True,
         )
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
@@ -145,4 +148,15 @@ class Browser:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._profile.cleanup()
+        # Chromium's helper processes may outlive it for a moment, still writing into
+        # the profile (seen on a busy machine: "Directory not empty" removing it).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for attempt in range(50):
+            try:
+                self._profile.cleanup()
+                return
+            except OSError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)

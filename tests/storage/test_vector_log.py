@@ -140,7 +140,7 @@ def test_a_move_that_failed_halfway_goes_on_at_the_next_open(
     synced = VectorLog.sync
     calls = []
 
-    def fails_third(self: VectorLog) -> int:
+    def fails_third(self: VectorLog) -> tuple[int, tuple[int, int] | None]:
         calls.append(1)
         if len(calls) == 3:
             raise StorageError(f"cannot sync the vector file {self.path}: I/O error")
@@ -203,15 +203,79 @@ def test_a_file_that_is_not_the_current_one_is_refused(tmp_path: Path, harm: str
         store(tmp_path / "s")
 
 
+def test_another_copy_of_the_stores_file_is_refused(tmp_path: Path) -> None:
+    """Two copies of one store (one id) written apart: each file is its copy's."""
+    filled(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    for name, seed in (("a", 3), ("b", 4)):
+        with store(tmp_path / name) as mem:
+            mem.add_many(
+                [{"text": f"{name} {i}", "embedding": v} for i, v in enumerate(unit_rows(5, seed))]
+            )
+    shutil.copy(tmp_path / "b" / "vectors.log", tmp_path / "a" / "vectors.log")
+    with pytest.raises(CorruptFileError, match="another copy"):
+        store(tmp_path / "a")
+
+
+def test_an_older_copy_that_a_failed_write_left_longer_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file copied while it held a write that never committed, put back after the
+    place that write took was written again: as long as the database says, but not its."""
+    filled(tmp_path / "s")
+    log = tmp_path / "s" / "vectors.log"
+
+    def broken(self: VectorLog) -> tuple[int, tuple[int, int] | None]:
+        raise StorageError(f"cannot sync the vector file {self.path}: I/O error")
+
+    with store(tmp_path / "s") as mem:
+        with monkeypatch.context() as m:
+            m.setattr(VectorLog, "sync", broken)
+            with pytest.raises(StorageError):
+                mem.add("never committed", embedding=unit_rows(1, 5)[0])
+        stale = log.read_bytes()
+        mem.add("committed in its place", embedding=unit_rows(1, 6)[0])
+    log.write_bytes(stale)
+    with pytest.raises(CorruptFileError, match="another copy"):
+        store(tmp_path / "s")
+
+
+def test_opening_an_older_database_leaves_the_newer_vectors(tmp_path: Path) -> None:
+    """The wrong memory.db opened by mistake (an older backup) does not cut the file:
+    with the right one back, every vector is there."""
+    filled(tmp_path / "s")
+    older = tmp_path / "older"
+    older.mkdir()
+    shutil.copy(tmp_path / "s" / "memory.db", older / "memory.db")
+    new = unit_rows(20, 8)
+    with store(tmp_path / "s") as mem:
+        added = [
+            r.id
+            for r in mem.add_many([{"text": f"new {i}", "embedding": v} for i, v in enumerate(new)])
+        ]
+    shutil.copy(tmp_path / "s" / "memory.db", tmp_path / "newer.db")
+    for name in ("memory.db", "memory.db-wal", "memory.db-shm"):
+        (tmp_path / "s" / name).unlink(missing_ok=True)
+    shutil.copy(older / "memory.db", tmp_path / "s" / "memory.db")
+    shutil.rmtree(tmp_path / "s" / "index")
+    with pytest.warns(RuntimeWarning), store(tmp_path / "s") as mem:
+        assert len(mem) == N
+    for name in ("memory.db", "memory.db-wal", "memory.db-shm"):
+        (tmp_path / "s" / name).unlink(missing_ok=True)
+    shutil.copy(tmp_path / "newer.db", tmp_path / "s" / "memory.db")
+    shutil.rmtree(tmp_path / "s" / "index")
+    with pytest.warns(RuntimeWarning), store(tmp_path / "s") as mem:
+        assert len(mem) == N + len(new)
+        assert nearest(mem, new) == added
+
+
 def test_bytes_past_the_recorded_end_are_never_read(tmp_path: Path) -> None:
-    """What a write killed before its commit left: cut at the next open."""
+    """What a write killed before its commit left: read by nothing, written over next."""
     ids, stored = filled(tmp_path / "s")
     log = tmp_path / "s" / "vectors.log"
-    size = log.stat().st_size
     with log.open("ab") as f:
         f.write(os.urandom(1000))
     with store(tmp_path / "s") as mem:
-        assert log.stat().st_size == size
         assert nearest(mem, stored[:10]) == ids[:10]
         mem.add("after the garbage", embedding=unit_rows(1, 5)[0])
     with store(tmp_path / "s") as mem:
@@ -227,7 +291,7 @@ def test_a_write_whose_file_cannot_sync_stores_nothing(
     ids, stored = filled(tmp_path / "s")
     new = unit_rows(2, 7)
 
-    def broken(self: VectorLog) -> int:
+    def broken(self: VectorLog) -> tuple[int, tuple[int, int] | None]:
         raise StorageError(f"cannot sync the vector file {self.path}: No space left on device")
 
     with store(tmp_path / "s") as mem:

@@ -118,7 +118,10 @@ class SQLStore(Dialect):
 
     def _before_commit(self, conn: Any) -> None:
         if (log := self._log) is not None and log.staged:
-            self.set_meta(conn, "vector_log_end", str(log.sync()))
+            end, last = log.sync()
+            self.set_meta(conn, "vector_log_end", str(end))
+            if last is not None:
+                self.set_meta(conn, "vector_log_last", f"{last[0]}:{last[1]}")
 
     def _committed(self) -> None:
         if self._log is not None:

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memlane.errors import StorageError
+from memlane.errors import CorruptFileError, StorageError
 from memlane.schema import history_table, records_table, sqlite_types_hold
 from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
@@ -155,6 +155,18 @@ UPDATE {table} SET recorded_at = coalesce(
 """
 
 
+def _meta_ints(value: str, path: Path, count: int) -> list[int]:
+    """The ``count`` whole numbers of a meta value memlane wrote (``meta.vector_log_end``,
+    or ``vector_log_last``: "OFFSET:CRC")."""
+    parts = value.split(":")
+    if len(parts) != count or not all(p.isascii() and p.isdigit() for p in parts):
+        raise CorruptFileError(
+            f"reading the vector file's end ({path}): {value!r} is not what memlane wrote: "
+            "the database file is damaged"
+        )
+    return [int(p) for p in parts]
+
+
 class SQLiteStore(SQLStore):
     """The database of one store; ``path=None`` keeps it in memory.
 
@@ -235,9 +247,13 @@ class SQLiteStore(SQLStore):
             self.store_id = str(self.get_meta("store_id"))
             self._cache = RowCache(DEFAULT_CAPACITY)
             if path is not None:
-                end = self.get_meta("vector_log_end")
+                end, last = self.get_meta("vector_log_end"), self.get_meta("vector_log_last")
+                at, crc = (None, None) if last is None else _meta_ints(last, path, 2)
                 self._log = VectorLog(
-                    path.parent / VECTOR_FILE, self.store_id, None if end is None else int(end)
+                    path.parent / VECTOR_FILE,
+                    self.store_id,
+                    None if end is None else _meta_ints(end, path, 1)[0],
+                    None if at is None or crc is None else (at, crc),
                 )
                 if self.get_meta("vector_log") != "all":
                     self._move_vectors()

@@ -12,9 +12,11 @@ the end the database records (``meta.vector_log_end``), syncs the file, then wri
 new end in the same transaction before it commits: an entry the database names is on
 disk, and whatever lies past the recorded end (a transaction that rolled back, or a
 process killed before its commit) is never read and is overwritten by the next write.
+The database also records the last entry's offset and checksum, which an open checks.
 Entries are never rewritten in place: a new vector for a row is a new entry, and a
 rollback leaves the row's committed one as it was. A file shorter than the recorded end,
-of another store, or with an entry whose checksum fails is a damaged file
+of another store, whose last entry is not the one recorded (another copy of the store,
+or an older one), or with an entry whose checksum fails is a damaged file
 (``CorruptFileError``), never taken as current.
 """
 
@@ -57,9 +59,12 @@ class VectorLog:
     """The vector file of one store: appends staged by the one writer inside its
     transaction, reads by marker from any thread (``os.pread``)."""
 
-    def __init__(self, path: Path, store_id: str, end: int | None) -> None:
-        """Opens ``path``, written up to ``end`` (what the database records; None: the
-        database names no entry yet, and a file there is left over and started anew)."""
+    def __init__(
+        self, path: Path, store_id: str, end: int | None, last: tuple[int, int] | None
+    ) -> None:
+        """Opens ``path``, written up to ``end``, its last entry at offset ``last[0]``
+        with checksum ``last[1]`` (what the database records; ``end`` None: it names no
+        entry yet)."""
         self.path = path
         self._store = uuid.UUID(store_id).bytes
         try:
@@ -68,36 +73,52 @@ class VectorLog:
             raise StorageError(f"cannot open the vector file {path}: {e.strerror}") from None
         try:
             size = os.fstat(self._fd).st_size
-            if end is None or size < HEADER:
-                if end is not None and end > HEADER:
-                    raise self._damaged(
-                        f"it is missing or empty where the database has {end} bytes"
-                    )
+            if size < HEADER and (end or HEADER) > HEADER:
+                raise self._damaged(f"it is missing or empty where the database has {end} bytes")
+            if size < HEADER:
                 self._write_header()
-                end = HEADER
             else:
-                magic, version, store = _HEADER.unpack(os.pread(self._fd, HEADER, 0))
-                if magic != MAGIC or version != _VERSION:
-                    raise self._damaged("its header is not a memlane vector file's")
-                if store != self._store:
-                    raise self._damaged("it belongs to another store")
-                if size < end:
-                    raise self._damaged(
-                        f"it holds {size} bytes where the database has written {end}: "
-                        "an older copy, or cut short"
-                    )
-                if size > end:
-                    # A write that never committed: nothing names it.
-                    os.ftruncate(self._fd, end)
+                self._check(size, end or HEADER, last)
         except OSError as e:
             os.close(self._fd)
             raise StorageError(f"cannot read the vector file {path}: {e.strerror}") from None
         except BaseException:
             os.close(self._fd)
             raise
-        #: The end the database records; entries are staged from ``_staged`` on.
-        self.end = end
-        self._staged = end
+        #: The end the database records, and its last entry (offset, checksum); entries
+        #: are staged from ``_staged`` on. Bytes past the end (a write that never
+        #: committed) are left to the next write: the file may be the newer one of a
+        #: database opened by mistake in an older copy.
+        self.end = end or HEADER
+        self.last = last
+        self._staged = self.end
+        self._staged_last = last
+
+    def _check(self, size: int, end: int, last: tuple[int, int] | None) -> None:
+        """Refuses a file that is not the one the database wrote up to ``end``."""
+        magic, version, store = _HEADER.unpack(os.pread(self._fd, HEADER, 0))
+        if magic != MAGIC or version != _VERSION:
+            raise self._damaged("its header is not a memlane vector file's")
+        if store != self._store:
+            raise self._damaged("it belongs to another store")
+        if size < end:
+            raise self._damaged(
+                f"it holds {size} bytes where the database has written {end}: "
+                "an older copy, or cut short"
+            )
+        if last is not None:
+            # Copies of one store share its id: the last entry the database recorded
+            # tells the copy it wrote from another one, or from an older one that a
+            # killed write left longer.
+            at, crc = last
+            head = os.pread(self._fd, _ENTRY.size, at) if HEADER <= at < end else b""
+            if len(head) != _ENTRY.size or (
+                at + _ENTRY.size + _ENTRY.unpack(head)[1] != end or _ENTRY.unpack(head)[2] != crc
+            ):
+                raise self._damaged(
+                    "its last entry is not the one the database recorded: another copy of "
+                    "the store's file, or an older one"
+                )
 
     def _damaged(self, why: str) -> CorruptFileError:
         return CorruptFileError(
@@ -127,10 +148,13 @@ class VectorLog:
         parts: list[bytes] = []
         markers: list[bytes] = []
         at = self._staged
+        last = self._staged_last
         for rowid, blob in entries:
-            parts.append(_ENTRY.pack(rowid, len(blob), _crc(rowid, blob)))
+            crc = _crc(rowid, blob)
+            parts.append(_ENTRY.pack(rowid, len(blob), crc))
             parts.append(blob)
             markers.append(_MARKER.pack(MARKER_TAG, at))
+            last = (at, crc)
             at += _ENTRY.size + len(blob)
         try:
             written = os.pwrite(self._fd, b"".join(parts), self._staged)
@@ -140,24 +164,25 @@ class VectorLog:
             ) from None
         if written != at - self._staged:
             raise StorageError(f"cannot write the vector file {self.path}: a short write")
-        self._staged = at
+        self._staged, self._staged_last = at, last
         return markers
 
-    def sync(self) -> int:
-        """Makes the staged entries durable; the end the transaction then records."""
+    def sync(self) -> tuple[int, tuple[int, int] | None]:
+        """Makes the staged entries durable; the end and the last entry (offset,
+        checksum) the transaction then records."""
         try:
             os.fdatasync(self._fd)
         except OSError as e:
             raise StorageError(
                 f"cannot sync the vector file {self.path}: {e.strerror}; nothing was stored"
             ) from None
-        return self._staged
+        return self._staged, self._staged_last
 
     def committed(self) -> None:
-        self.end = self._staged
+        self.end, self.last = self._staged, self._staged_last
 
     def rolled_back(self) -> None:
-        self._staged = self.end
+        self._staged, self._staged_last = self.end, self.last
 
     def read(self, rowid: int, marker: bytes) -> bytes:
         """The blob of row ``rowid`` that ``marker`` names."""

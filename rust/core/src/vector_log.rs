@@ -79,8 +79,9 @@ pub fn newest<'a>(
     if let Some(i) = fails {
         return Err(damaged(entries[i].0, "an entry whose checksum fails"));
     }
-    // Rowids are dense from 1 (never reused): the newest entry of each wanted
-    // one is found through a table indexed by rowid, not a hash.
+    // Rowids are dense from 1 (a rowid a rolled-back write took is taken
+    // again, but that write's entry lies past `end`): the newest entry of each
+    // wanted one is found through a table indexed by rowid, not a hash.
     let top = wanted.iter().copied().max().unwrap_or(0);
     let top = usize::try_from(top).map_err(|_| Error::invalid("a rowid past memory"))?;
     let mut newest = vec![u32::MAX; top + 1];
