@@ -71,6 +71,9 @@ def test_watch_follows_files(
             (kb / "guides" / "b.md").write_text("# Giraffes\n\nGiraffes browse acacia trees.")
             wait_for(lambda: found(mem, "giraffes") == {"guides/b.md"}, "the new content")
             assert found(mem, "zebras") == set()
+            # The report reaches on_report after the change it tells of is committed (and
+            # searchable): a busy machine runs a search in between.
+            wait_for(lambda: any(r.replaced for r in reports), "the change's report")
             changed = [r for r in reports if r.replaced]
             assert [r.replaced.keys() for r in changed] == [{"guides/b.md"}]
             assert not any(r.ingested for r in reports)

@@ -152,7 +152,8 @@ def _loop(upkeep: Upkeep, wake: threading.Event) -> None:
                 warm = sync.db.warm_cache(warm)
             except Exception as e:  # searches read their hits from the database instead
                 warm = None
-                if not sync.closing:
+                # A folder deleted meanwhile is told once, as gone (the read failed for it).
+                if not sync.closing and not sync.vanished(upkeep.path):
                     upkeep.failed("reading records into the row cache", e)
 
 
