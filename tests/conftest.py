@@ -28,6 +28,13 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
 
+def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    """``n`` random unit vectors of ``dim`` components (seeded)."""
+    v = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    out: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out
+
+
 @pytest.fixture(scope="session")
 def onnx_embedder() -> OnnxEmbedder:
     """The real default model, loaded once for the whole run."""

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from conftest import WordHashEmbedder
+from conftest import unit_rows as shared_unit_rows
 from memlane import CorruptFileError, Memory
 from memlane._core import Engine
 from memlane._memory import sync, vector_fill
@@ -33,9 +34,7 @@ N = 300
 
 
 def unit_rows(n: int, seed: int) -> np.ndarray:
-    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
-    out: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
-    return out
+    return shared_unit_rows(n, DIM, seed)
 
 
 @contextmanager

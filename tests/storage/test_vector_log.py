@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import WordHashEmbedder
+from conftest import unit_rows as shared_unit_rows
 from memlane import CorruptFileError, Memory, StorageError
 from memlane.storage.vector_log import HEADER, VectorLog, is_marker
 
@@ -24,9 +25,7 @@ N = 600
 
 
 def unit_rows(n: int, seed: int) -> np.ndarray:
-    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
-    out: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
-    return out
+    return shared_unit_rows(n, DIM, seed)
 
 
 def store(path: Path, **kwargs: object) -> Memory:

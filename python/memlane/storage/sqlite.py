@@ -37,7 +37,7 @@ from memlane.schema import history_table, records_table, sqlite_types_hold
 from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import SQLStore
-from memlane.storage.vector_log import MARKER_TAG, VectorLog
+from memlane.storage.vector_log import MARKER_BYTES, MARKER_TAG, VectorLog
 
 __all__ = ["SCHEMA_VERSION", "VECTOR_FILE", "SQLiteStore"]
 
@@ -248,12 +248,12 @@ class SQLiteStore(SQLStore):
             self._cache = RowCache(DEFAULT_CAPACITY)
             if path is not None:
                 end, last = self.get_meta("vector_log_end"), self.get_meta("vector_log_last")
-                at, crc = (None, None) if last is None else _meta_ints(last, path, 2)
+                at_crc = None if last is None else _meta_ints(last, path, 2)
                 self._log = VectorLog(
                     path.parent / VECTOR_FILE,
                     self.store_id,
                     None if end is None else _meta_ints(end, path, 1)[0],
-                    None if at is None or crc is None else (at, crc),
+                    None if at_crc is None else (at_crc[0], at_crc[1]),
                 )
                 if self.get_meta("vector_log") != "all":
                     self._move_vectors()
@@ -269,7 +269,8 @@ class SQLiteStore(SQLStore):
         assert log is not None
         q = (
             "SELECT rowid, embedding FROM records WHERE rowid > ? AND embedding IS NOT NULL "
-            f"AND NOT (length(embedding) = 9 AND substr(embedding, 1, 1) = X'0{MARKER_TAG}') "
+            f"AND NOT (length(embedding) = {MARKER_BYTES} "
+            f"AND substr(embedding, 1, 1) = X'{MARKER_TAG:02x}') "
             "ORDER BY rowid LIMIT ?"
         )
         after, moved = 0, False

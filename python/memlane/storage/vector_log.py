@@ -33,7 +33,7 @@ from typing import TypeGuard
 from memlane.errors import CorruptFileError, StorageError
 from memlane.schema import Row
 
-__all__ = ["HEADER", "MAGIC", "MARKER_TAG", "VectorLog", "is_marker"]
+__all__ = ["HEADER", "MAGIC", "MARKER_BYTES", "MARKER_TAG", "VectorLog", "is_marker"]
 
 MAGIC = b"MLVECLOG"
 _VERSION = 1
@@ -44,11 +44,13 @@ _ENTRY = struct.Struct("<QII")
 #: a float32 blob has 4 * dim bytes and no tag, a half-float one starts with 1).
 MARKER_TAG = 2
 _MARKER = struct.Struct("<BQ")
+#: A marker's length in bytes.
+MARKER_BYTES = _MARKER.size
 
 
 def is_marker(value: bytes | None) -> TypeGuard[bytes]:
     """Whether a stored ``embedding`` value names an entry of the log."""
-    return value is not None and len(value) == _MARKER.size and value[0] == MARKER_TAG
+    return value is not None and len(value) == MARKER_BYTES and value[0] == MARKER_TAG
 
 
 def _crc(rowid: int, blob: bytes) -> int:
@@ -112,9 +114,8 @@ class VectorLog:
             # killed write left longer.
             at, crc = last
             head = os.pread(self._fd, _ENTRY.size, at) if HEADER <= at < end else b""
-            if len(head) != _ENTRY.size or (
-                at + _ENTRY.size + _ENTRY.unpack(head)[1] != end or _ENTRY.unpack(head)[2] != crc
-            ):
+            entry = _ENTRY.unpack(head) if len(head) == _ENTRY.size else None
+            if entry is None or at + _ENTRY.size + entry[1] != end or entry[2] != crc:
                 raise self._damaged(
                     "its last entry is not the one the database recorded: another copy of "
                     "the store's file, or an older one"

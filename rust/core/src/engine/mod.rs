@@ -40,15 +40,6 @@ pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
 pub use search::{Hits, SearchRequest, Signals};
 /// The value a filter is given as (the PyO3 layer builds it from a dict).
-/// A fill's chunk made ready on any core: the `(slot, row)` of each awaited
-/// id (see `Hnsw::prepare_fill`) and the rows' values.
-type FillChunk = (Vec<(u32, usize)>, Vec<f32>);
-
-/// Vectors `fill_log` decodes per task, and per wave of tasks (a wave's f32
-/// copy: 50 MB at 384-d).
-const FILL_LOG_CHUNK: usize = 2_048;
-const FILL_LOG_WAVE: usize = 16 * FILL_LOG_CHUNK;
-
 pub use serde_json::{Map as JsonMap, Number as JsonNumber, Value as JsonValue};
 
 use std::path::Path;
@@ -68,6 +59,15 @@ use pending::{normalised, Pending};
 use records::Records;
 use retrievals::Retrievals;
 use search::Retrieved;
+
+/// A fill's chunk made ready on any core: the `(slot, row)` of each awaited
+/// id (see `Hnsw::prepare_fill`) and the rows' values.
+type FillChunk = (Vec<(u32, usize)>, Vec<f32>);
+
+/// Vectors `fill_log` decodes per task, and per wave of tasks (a wave's f32
+/// copy: 50 MB at 384-d).
+const FILL_LOG_CHUNK: usize = 2_048;
+const FILL_LOG_WAVE: usize = 16 * FILL_LOG_CHUNK;
 
 #[derive(Clone, Debug, Default)]
 pub struct EngineConfig {
@@ -610,7 +610,6 @@ impl Engine {
     }
 }
 
-/// Rounds `v` to f16 precision in place, through `buf`.
 /// The values [`Engine::fill`] stores of `vectors` (row `i` the vector of
 /// `ids[i]`), of the given `rows`, with their ids: each as a batch parks it
 /// (scaled; rounded to half floats where the index holds them), a row the index
@@ -643,6 +642,7 @@ fn fill_values(
     (awaited, data)
 }
 
+/// Rounds `v` to f16 precision in place, through `buf`.
 fn round_to_f16(v: &mut [f32], buf: &mut Vec<half::f16>) {
     buf.clear();
     buf.resize(v.len(), half::f16::ZERO);
