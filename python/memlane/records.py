@@ -114,7 +114,8 @@ class MemoryRecord:
 
 #: The stored fields, which ``to_dict`` writes, in declaration order: read once, not
 #: per record (``dataclasses.fields`` was most of the time a server's answer took to
-#: write). Each is the ``schema.Row`` column of the same name (or ``PUBLIC_NAMES``).
+#: write). Each is a column of the ``records`` table, from which ``memlane.schema``
+#: derives the table and its ``Row``.
 STORED = tuple(f.name for f in fields(MemoryRecord) if f.name not in _TRANSIENT)
 
 

@@ -1,144 +1,125 @@
-"""The record schema, declared once: ``Row``.
+"""How a record is stored, derived from its one declaration, ``MemoryRecord``.
 
-Each field of ``Row`` is a column of the ``records`` table, in order.
-Everything else is derived from it: ``COLUMNS``, the SQL types and the
-``CREATE TABLE`` of each dialect (``records_table``), the fields the
-engine reads (by name, from ``Row._fields``: ``rust/py/src/rows.rs``; and
-``Engine.prepare`` takes rows) and which columns are ``MemoryRecord``'s
-fields, under which names (``RECORD_COLUMNS``, ``PUBLIC_NAMES``). A field's Python
-type gives its SQL type; ``X | None`` makes it nullable; ``Annotated`` adds a
-constraint, marks the store's own columns or gives the public name.
+A record's stored fields (``records.STORED``) are the columns of the ``records``
+table, in their order, between the store's own columns: the row's key first (the
+engine's id of the record) and the change numbers last. A field's type gives its
+column's: a bool is a flag (0 or 1), the metadata dict is JSON text, the vector is a
+blob, ``X | None`` is nullable. Two fields take another column name, because SQL
+took theirs (``COLUMN_NAMES``). From these rules come ``COLUMNS``, the SQL types and
+the ``CREATE TABLE`` of each dialect, and ``Row``: the typed tuple a store reads and
+writes, which the engine reads by field name (``rust/py/src/rows.rs``).
+
+``Row`` is a generated source file, ``memlane/row.py`` (``row_source``), because
+mypy and IDEs read class bodies, not what runs at import; ``write_row`` rewrites it,
+and a test fails when it is not current.
 """
 
 from __future__ import annotations
 
 import types
 import typing
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NamedTuple
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from memlane.records import STORED, MemoryRecord
+from memlane.row import Row
 
 __all__ = [
     "COLUMNS",
+    "COLUMN_NAMES",
     "FLAGS",
     "HISTORY_COLUMNS",
     "PUBLIC_NAMES",
     "RECORD_COLUMNS",
     "SQL_TYPES",
-    "Public",
     "Row",
     "history_table",
     "records_table",
+    "row_source",
+    "write_row",
 ]
 
-#: The table's key: a u64 the engine uses as the record's id.
-PRIMARY_KEY = "primary key"
-UNIQUE = "unique"
-#: A bool stored as a small integer (0 or 1).
-FLAG = "flag"
-#: The store's bookkeeping, not a field of ``MemoryRecord``.
-STORE_ONLY = "store only"
-
-
-@dataclass(frozen=True, slots=True)
-class Public:
-    """A column's name in ``MemoryRecord`` (and in filters and add() items) where it
-    differs from the column's: ``table`` and ``unique`` are SQL keywords."""
-
-    name: str
-
-
-class Row(NamedTuple):
-    """One stored record, as the database holds it (the ``records`` table's columns)."""
-
-    rowid: Annotated[int, PRIMARY_KEY, STORE_ONLY]
-    id: Annotated[str, UNIQUE]
-    text: str
-    tbl: Annotated[str, Public("table")]
-    type: str
-    agent_id: str | None
-    user_id: str | None
-    room_id: str | None
-    world_id: str | None
-    session_id: str | None
-    namespace: str | None
-    #: Who said it, for a conversation turn: "user" for the store's own person, the
-    #: agent's or the other party's name otherwise; None for a record that is no turn.
-    speaker: str | None
-    importance: float
-    evergreen: Annotated[int, FLAG]
-    uniq: Annotated[int, FLAG, Public("unique")]
-    metadata: str
-    created_at: float
-    updated_at: float
-    last_accessed_at: float
-    access_count: int
-    #: When the record stopped being true (superseded); None while it is.
-    valid_to: float | None
-    #: When the record expires (no read returns it from then on); None: never.
-    expires_at: float | None
-    #: When the store learned the record (set by the store, never by a caller).
-    recorded_at: float
-    content_hash: str
-    embedding: bytes | None
-    #: The change that last wrote the row, and the one that last changed its text or vector.
-    seq: Annotated[int, STORE_ONLY]
-    content_seq: Annotated[int, STORE_ONLY]
-
-
-COLUMNS: tuple[str, ...] = Row._fields
-# The write path stamps a batch's change number by replacing the last two fields.
-if COLUMNS[-2:] != ("seq", "content_seq"):  # pragma: no cover - a schema edit out of step
-    raise ImportError("Row must end with seq and content_seq")
+#: A field's column where SQL took the field's name.
+COLUMN_NAMES: dict[str, str] = {"table": "tbl", "unique": "uniq"}
+#: Fields no two rows share.
+_UNIQUE = frozenset({"id"})
+#: The store's own columns: the row's key, a u64 the engine uses as the record's id,
+#: then the change that last wrote the row and the one that last changed its text or
+#: vector (the write path stamps a batch's change number by replacing the last two).
+KEY = "rowid"
+CHANGES = ("seq", "content_seq")
 
 Dialect = Literal["sqlite", "postgres"]
 
-# SQL type per Python type (and per FLAG), per dialect.
-_TYPES: dict[Any, tuple[str, str]] = {
-    int: ("INTEGER", "int8"),
-    float: ("REAL", "float8"),
-    str: ("TEXT", "text"),
-    bytes: ("BLOB", "bytea"),
-    FLAG: ("INTEGER", "int2"),
+
+class Column(NamedTuple):
+    name: str
+    #: The column's Python type in ``Row``, as source text.
+    python: str
+    sqlite: str
+    postgres: str
+    nullable: bool = False
+    flag: bool = False
+
+
+# A field's Python type -> (Row's type, SQLite's, PostgreSQL's).
+_KINDS: dict[Any, tuple[str, str, str]] = {
+    str: ("str", "TEXT", "text"),
+    float: ("float", "REAL", "float8"),
+    int: ("int", "INTEGER", "int8"),
+    bool: ("int", "INTEGER", "int2"),  # a flag: 0 or 1
+    dict: ("str", "TEXT", "text"),  # the metadata as JSON text
+    np.ndarray: ("bytes", "BLOB", "bytea"),  # the vector's blob
 }
 
 
-def _columns() -> tuple[tuple[str, tuple[str, str], bool, tuple[Any, ...]], ...]:
-    """(name, (sqlite type, postgres type), nullable, markers) per field."""
-    hints = typing.get_type_hints(Row, include_extras=True)
-    out = []
-    for name in COLUMNS:
-        hint = hints[name]
-        markers: tuple[Any, ...] = ()
-        if typing.get_origin(hint) is Annotated:
-            hint, *extra = typing.get_args(hint)
-            markers = tuple(extra)
-        nullable = False
-        if isinstance(hint, types.UnionType):
-            args = [a for a in typing.get_args(hint) if a is not type(None)]
-            (hint,) = args
-            nullable = True
-        sql = _TYPES[FLAG if FLAG in markers else hint]
-        out.append((name, sql, nullable, markers))
-    return tuple(out)
+def _column(name: str, hint: Any) -> Column:
+    nullable = isinstance(hint, types.UnionType)
+    if nullable:
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    python, sqlite, postgres = _KINDS[typing.get_origin(hint) or hint]
+    if nullable:
+        python += " | None"
+    return Column(name, python, sqlite, postgres, nullable, hint is bool)
 
 
-_FIELDS = _columns()
+def _columns() -> tuple[Column, ...]:
+    hints = typing.get_type_hints(MemoryRecord)
+    stored = [_column(COLUMN_NAMES.get(f, f), hints[f]) for f in STORED]
+    own = [_column(c, int) for c in (KEY, *CHANGES)]
+    return (own[0], *stored, *own[1:])
 
+
+_COLUMNS = _columns()
+COLUMNS: tuple[str, ...] = tuple(c.name for c in _COLUMNS)
 #: The columns that hold a bool as 0 or 1.
-FLAGS: frozenset[str] = frozenset(name for name, _, _, markers in _FIELDS if FLAG in markers)
-
-#: The columns a ``MemoryRecord`` holds: all but the store's bookkeeping (the rowid,
-#: the engine's key, and the change numbers). A record's field is found by name.
-RECORD_COLUMNS: tuple[str, ...] = tuple(
-    name for name, _, _, markers in _FIELDS if STORE_ONLY not in markers
-)
-#: A column's name in ``MemoryRecord`` where it differs (its ``Public`` marker).
-PUBLIC_NAMES: dict[str, str] = {
-    name: m.name for name, _, _, markers in _FIELDS for m in markers if isinstance(m, Public)
-}
-
+FLAGS: frozenset[str] = frozenset(c.name for c in _COLUMNS if c.flag)
+#: The column of each of a record's stored fields, in ``STORED``'s order.
+RECORD_COLUMNS: tuple[str, ...] = tuple(COLUMN_NAMES.get(f, f) for f in STORED)
+#: A column's name in ``MemoryRecord`` (and in filters and add() items) where it differs.
+PUBLIC_NAMES: dict[str, str] = {c: f for f, c in COLUMN_NAMES.items()}
 #: PostgreSQL's type of each column (SQLite binds values as they are).
-SQL_TYPES: tuple[str, ...] = tuple(sql[1] for _, sql, _, _ in _FIELDS)
+SQL_TYPES: tuple[str, ...] = tuple(c.postgres for c in _COLUMNS)
+
+
+def row_source() -> str:
+    """The text of ``memlane/row.py``: ``Row``, declared from the columns."""
+    fields = "\n".join(f"    {c.name}: {c.python}" for c in _COLUMNS)
+    return (
+        '"""``Row``: one row of the ``records`` table.\n\n'
+        "Generated from ``MemoryRecord`` by ``memlane.schema.row_source``: do not edit;\n"
+        "``memlane.schema.write_row()`` rewrites it.\n"
+        '"""\n\n'
+        "from __future__ import annotations\n\n"
+        "from typing import NamedTuple\n\n\n"
+        "class Row(NamedTuple):\n"
+        '    """One stored record as the database holds it: ``MemoryRecord``\'s stored\n'
+        "    fields (a flag as 0 or 1, the metadata as JSON text, the vector as a blob)\n"
+        '    between the store\'s own columns, the row\'s key and its change numbers."""\n\n'
+        f"{fields}\n"
+    )
 
 
 def sqlite_types_hold() -> str:
@@ -149,35 +130,27 @@ def sqlite_types_hold() -> str:
     this check such a row would reach the caller as a record whose id is bytes. ``typeof``
     reads only the row's header, not a long value."""
     checks = []
-    for name, sql, nullable, markers in _FIELDS:
-        if PRIMARY_KEY in markers:
-            continue  # the rowid: an integer by construction
-        kinds = [sql[0].lower()] + (["null"] if nullable else [])
+    for c in _COLUMNS[1:]:  # not the rowid: an integer by construction
+        kinds = [c.sqlite.lower()] + (["null"] if c.nullable else [])
         quoted = ", ".join(f"'{k}'" for k in kinds)
-        checks.append(f"typeof({name}) IN ({quoted})")
+        checks.append(f"typeof({c.name}) IN ({quoted})")
     return "(" + " AND ".join(checks) + ")"
 
 
 def records_table(dialect: Dialect, table: str = "records") -> str:
     """The ``CREATE TABLE`` statement of the records table in ``dialect``."""
-    lines = []
-    for name, sql, nullable, markers in _FIELDS:
-        kind = sql[0] if dialect == "sqlite" else sql[1]
-        parts = [name, kind]
-        if PRIMARY_KEY in markers:
-            # SQLite: AUTOINCREMENT, so a rowid is never handed out twice.
-            parts = [
-                name,
-                "INTEGER PRIMARY KEY AUTOINCREMENT"
-                if dialect == "sqlite"
-                else "bigint PRIMARY KEY",
-            ]
-        elif not nullable:
+    sqlite = dialect == "sqlite"
+    # SQLite: AUTOINCREMENT, so a rowid is never handed out twice.
+    key = "INTEGER PRIMARY KEY AUTOINCREMENT" if sqlite else "bigint PRIMARY KEY"
+    lines = [f"    {KEY} {key}"]
+    for c in _COLUMNS[1:]:
+        parts = [c.name, c.sqlite if sqlite else c.postgres]
+        if not c.nullable:
             parts.append("NOT NULL")
-        if UNIQUE in markers:
+        if PUBLIC_NAMES.get(c.name, c.name) in _UNIQUE:
             parts.append("UNIQUE")
         lines.append("    " + " ".join(parts))
-    exists = "IF NOT EXISTS " if dialect == "sqlite" else ""
+    exists = "IF NOT EXISTS " if sqlite else ""
     return f"CREATE TABLE {exists}{table} (\n" + ",\n".join(lines) + "\n)"
 
 
@@ -188,12 +161,12 @@ HISTORY_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c != "embedding")
 #: and by whom it was made, the record that superseded the version, and the sequence
 #: number of the change that wrote the entry (which orders other processes' changes as
 #: events; none for an imported entry, which no change of this store made).
-HISTORY_EXTRA: tuple[tuple[str, tuple[str, str], bool], ...] = (
-    ("event", ("TEXT", "text"), False),
-    ("at", ("REAL", "float8"), False),
-    ("actor", ("TEXT", "text"), True),
-    ("next_id", ("TEXT", "text"), True),
-    ("change_seq", ("INTEGER", "int8"), True),
+HISTORY_EXTRA: tuple[Column, ...] = (
+    Column("event", "str", "TEXT", "text"),
+    Column("at", "float", "REAL", "float8"),
+    Column("actor", "str | None", "TEXT", "text", nullable=True),
+    Column("next_id", "str | None", "TEXT", "text", nullable=True),
+    Column("change_seq", "int | None", "INTEGER", "int8", nullable=True),
 )
 
 
@@ -208,11 +181,14 @@ def history_table(dialect: Dialect, table: str = "history") -> str:
         if sqlite
         else "    n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
     ]
-    fields = [(name, sql, nullable) for name, sql, nullable, _ in _FIELDS]
-    for name, sql, nullable in [*fields, *HISTORY_EXTRA]:
-        if name == "embedding":
-            continue
-        kind = sql[0] if sqlite else sql[1]
-        lines.append(f"    {name} {kind}" + ("" if nullable else " NOT NULL"))
+    for c in (*_COLUMNS, *HISTORY_EXTRA):
+        if c.name != "embedding":
+            kind = c.sqlite if sqlite else c.postgres
+            lines.append(f"    {c.name} {kind}" + ("" if c.nullable else " NOT NULL"))
     exists = "IF NOT EXISTS " if sqlite else ""
     return f"CREATE TABLE {exists}{table} (\n" + ",\n".join(lines) + "\n)"
+
+
+def write_row() -> None:
+    """Rewrites ``row.py`` after a change of ``MemoryRecord``'s stored fields."""
+    Path(__file__).with_name("row.py").write_text(row_source())

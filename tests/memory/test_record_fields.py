@@ -1,8 +1,8 @@
-"""Each field of a record is declared once: ``NewRecord`` inherits ``MemoryRecord``'s,
-``schema.Row`` declares its public names and the store's own columns, and the two
-declarations are matched by name in one place (``encoding.columns_of``); the public
-``MemoryRecord`` (fields, order, repr, ``to_dict``, equality, JSONL lines) is as it was,
-and every write hands back a ``MemoryRecord`` itself."""
+"""Each field of a record is declared once, in ``MemoryRecord``: ``NewRecord`` inherits
+its fields, and ``schema`` derives the table's columns and ``Row`` from them (``row.py``,
+generated and checked here to be current); the public ``MemoryRecord`` (fields, order,
+repr, ``to_dict``, equality, JSONL lines) is as it was, and every write hands back a
+``MemoryRecord`` itself."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
-from memlane import Memory, MemoryRecord
-from memlane._memory.encoding import NewRecord, columns_of, new_record, record
+from memlane import Memory, MemoryRecord, schema
+from memlane._memory.encoding import NewRecord, new_record, record
 from memlane.records import STORED
-from memlane.schema import PUBLIC_NAMES, RECORD_COLUMNS, STORE_ONLY, Public, Row
+from memlane.schema import PUBLIC_NAMES, RECORD_COLUMNS, Row
 
 PUBLIC_FIELDS = [
     "id",
@@ -57,28 +56,26 @@ def test_a_new_record_declares_only_what_a_stored_one_lacks() -> None:
     assert [f.name for f in fields(NewRecord)][: len(PUBLIC_FIELDS)] == PUBLIC_FIELDS
 
 
-def test_the_row_declares_public_names_and_the_stores_own_columns() -> None:
-    hints = typing.get_type_hints(Row, include_extras=True)
-    assert Public("table") in typing.get_args(hints["tbl"])
-    assert Public("unique") in typing.get_args(hints["uniq"])
+def test_the_generated_row_is_current() -> None:
+    path = Path(schema.__file__).with_name("row.py")
+    rewrite = "memlane.schema.write_row() rewrites it"
+    assert path.read_text() == schema.row_source(), rewrite
+    assert Row._fields == schema.COLUMNS
+
+
+def test_the_row_is_the_records_fields_between_the_stores_own_columns() -> None:
+    assert Row._fields[0] == "rowid" and Row._fields[-2:] == ("seq", "content_seq")
+    assert Row._fields[1:-2] == RECORD_COLUMNS
+    assert tuple({"table": "tbl", "unique": "uniq"}.get(f, f) for f in STORED) == RECORD_COLUMNS
     assert PUBLIC_NAMES == {"tbl": "table", "uniq": "unique"}
-    own = [c for c in Row._fields if STORE_ONLY in typing.get_args(hints[c])]
-    assert own == ["rowid", "seq", "content_seq"]
-    assert tuple(c for c in Row._fields if c not in own) == RECORD_COLUMNS
-
-
-def test_fields_meet_columns_by_name_and_a_mismatch_is_named() -> None:
-    columns = columns_of(STORED)
-    assert sorted(columns) == sorted(RECORD_COLUMNS)
-    assert columns[STORED.index("table")] == "tbl" and columns[STORED.index("unique")] == "uniq"
-    # The order is each declaration's own: a field is found by its name.
-    assert columns_of(STORED[::-1]) == columns[::-1]
-    with pytest.raises(ImportError, match=r"\['mood'\]"):
-        columns_of((*STORED, "mood"))
-    with pytest.raises(ImportError, match=r"\['column speaker'\]"):
-        columns_of(tuple(f for f in STORED if f != "speaker"))
-    with pytest.raises(ImportError, match=r"\['tbl', 'column tbl'\]"):
-        columns_of(tuple("tbl" if f == "table" else f for f in STORED))
+    hints = typing.get_type_hints(Row)
+    # A field's type gives its column's: a flag, JSON text, a blob, nullable or not.
+    assert (hints["evergreen"], hints["uniq"], hints["metadata"]) == (int, int, str)
+    assert hints["embedding"] == bytes | None and hints["valid_to"] == float | None
+    assert {"evergreen", "uniq"} == schema.FLAGS
+    create = schema.records_table("postgres")
+    assert "    id text NOT NULL UNIQUE," in create and "    speaker text," in create
+    assert "    evergreen int2 NOT NULL," in create and "    embedding bytea," in create
 
 
 def test_memory_record_is_as_it_was() -> None:
@@ -142,7 +139,7 @@ def test_every_field_goes_to_its_column_and_back() -> None:
     row = new.row(11, 12, b"blob")
     assert (row.rowid, row.seq, row.content_seq, row.embedding) == (11, 12, 12, b"blob")
     assert (row.tbl, row.uniq, row.evergreen, row.metadata) == ("tbl-value", 1, 1, '{"m":1}')
-    for field, column in zip(STORED, columns_of(STORED), strict=True):
+    for field, column in zip(STORED, RECORD_COLUMNS, strict=True):
         if field not in ("table", "unique", "evergreen", "metadata", "embedding"):
             assert getattr(row, column) == getattr(new, field), field
     back = record(row._replace(embedding=None), None)

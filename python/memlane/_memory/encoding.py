@@ -3,10 +3,9 @@ conversions between the schema's ``Row``, the engine and
 the ``MemoryRecord`` a caller sees.
 
 ``NewRecord`` is a ``MemoryRecord`` (its fields inherited) with what adding it needs
-besides. The conversions are derived at import from the two declarations, matched by
-name: a record's stored field is the ``Row`` column of that name, or the one whose
-``PUBLIC_NAMES`` it is (``columns_of``); in a record, flags are bools, the metadata a
-dict and the vector an array."""
+besides. The conversions are derived at import from the one declaration: a record's
+stored field is the ``Row`` column of ``RECORD_COLUMNS`` at its place; in a record,
+flags are bools, the metadata a dict and the vector an array."""
 
 from __future__ import annotations
 
@@ -25,21 +24,6 @@ from memlane.coerce import FloatArray
 from memlane.errors import CorruptFileError, InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, STORED, MemoryRecord
 from memlane.schema import COLUMNS, FLAGS, PUBLIC_NAMES, RECORD_COLUMNS, Row
-
-
-def columns_of(fields: Sequence[str]) -> tuple[str, ...]:
-    """The ``Row`` column of each of a record's stored ``fields``, which must match
-    ``RECORD_COLUMNS`` one to one (else ImportError, naming what has no match): the one
-    place where the two declarations meet."""
-    column_of = {PUBLIC_NAMES.get(c, c): c for c in RECORD_COLUMNS}
-    unmatched = [f for f in fields if f not in column_of]
-    unmatched += [f"column {c}" for f, c in column_of.items() if f not in fields]
-    if unmatched:
-        raise ImportError(
-            f"MemoryRecord's stored fields and Row's columns must match, by name: {unmatched}"
-        )
-    return tuple(column_of[f] for f in fields)
-
 
 # What the store sets; an import may carry them, an add() may not.
 _STORE_SET = {
@@ -92,7 +76,7 @@ _new_record = _derive(
 _row_record = _derive(
     "record",
     "r, metadata, embedding",
-    f"MemoryRecord({', '.join(map(_from_row, columns_of(STORED)))})",
+    f"MemoryRecord({', '.join(map(_from_row, RECORD_COLUMNS))})",
 )
 
 
