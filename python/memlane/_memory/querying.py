@@ -133,7 +133,7 @@ class Searcher:
                 assert self.embedder is not None
                 # The caching embedder answers from its cache, else runs the model: never
                 # a database lookup, so a search costs the same at any store size.
-                vector = self.embedder.embed(query)
+                vector = self.embedder.embed_checked(query)
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
         now = time.time()

@@ -98,7 +98,10 @@ class CachedEmbedder:
         return self.inner.dimension
 
     def embed(self, text: str) -> FloatArray:
-        check_text(text)
+        return self.embed_checked(check_text(text))
+
+    def embed_checked(self, text: str) -> FloatArray:
+        """``embed`` of a text its caller has checked (a search checks its query once)."""
         key = query_key(self.inner)
         hit = self.cache.get(key, text)
         if hit is not None:
