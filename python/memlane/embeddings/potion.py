@@ -31,6 +31,7 @@ import numpy as np
 from memlane._core import WordPiece
 from memlane.embeddings._base import FloatArray, check_text, check_texts
 from memlane.embeddings._model_files import _package_file, _verify
+from memlane.embeddings.identity import Identified
 from memlane.errors import EmbedderUnavailableError, MemlaneError
 
 __all__ = ["PotionEmbedder"]
@@ -64,7 +65,7 @@ def _embedding_matrix(path: Path) -> FloatArray:
     return matrix
 
 
-class PotionEmbedder:
+class PotionEmbedder(Identified):
     """potion-base-8M (model2vec static embeddings), 256-dimensional unit vectors.
 
     Queries and stored texts are embedded alike. One instance may be shared by threads
@@ -77,6 +78,7 @@ class PotionEmbedder:
     """
 
     def __init__(self) -> None:
+        super().__init__(NAME, DIMENSION)
         model = _package_file(PACKAGE, f"{FOLDER}/model.safetensors", INSTALL)
         tokenizer = _package_file(PACKAGE, f"{FOLDER}/tokenizer.json", INSTALL)
         remedy = f"reinstall it with: {INSTALL}"
@@ -92,14 +94,6 @@ class PotionEmbedder:
         except MemlaneError as e:
             raise EmbedderUnavailableError(f"cannot read the tokenizer {tokenizer}: {e}") from e
         self._unk = self._tokenizer.encode("[UNK]", add_special_tokens=False).ids[0]
-
-    @property
-    def name(self) -> str:
-        return NAME
-
-    @property
-    def dimension(self) -> int:
-        return DIMENSION
 
     def embed(self, text: str) -> FloatArray:
         check_text(text)
