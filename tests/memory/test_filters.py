@@ -377,8 +377,25 @@ def test_nesting_is_bounded() -> None:
     deep: Any = 1
     for _ in range(200):
         deep = [deep]
-    with pytest.raises(InvalidArgumentError, match="dicts and lists deep"):
+    # The parse reads no deeper than the grammar goes: the first nested list is refused.
+    with pytest.raises(InvalidArgumentError, match=r"\$in takes .* got a list"):
         e.count(Admits({"a": {"$in": deep}}))
+
+
+def test_a_filter_changed_while_it_is_read_is_read_as_it_was() -> None:
+    # A list subclass's __iter__ runs while the filter is read and empties the dict around
+    # it: the dict is read from a copy of its items (reading it in place panicked).
+    e = _engine_with([{"a": 1, "b": 1}, {"a": 2}])
+    outer: dict[str, Any] = {}
+
+    class Emptying(list[int]):
+        def __iter__(self) -> Any:
+            outer.clear()
+            outer.update({f"k{i}": i for i in range(20)})
+            return iter([1, 2])
+
+    outer.update({"a": {"$in": Emptying()}, "b": 1})
+    assert e.count(Admits(outer)) == 1
 
 
 def test_python_values_convert_without_surprises() -> None:

@@ -3,16 +3,20 @@
 //! numpy can convert safely is converted once, and the rest is rejected with
 //! a message that names the argument.
 
-use memlane_core::engine::{JsonMap, JsonNumber, JsonValue as Json, MAX_FILTER_DEPTH};
+use memlane_core::engine::filter_syntax::{Read, Shape, Source, Unread};
+use memlane_core::engine::ParsedFilter;
 use numpy::{
     PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::iter::BoundListIterator;
 use pyo3::types::{
-    PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PyMapping, PySet, PyString, PyTuple,
+    PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyIterator, PyList, PyMapping, PySet, PyString,
+    PyTuple,
 };
 
-use crate::errors::invalid;
+use crate::errors::{invalid, to_py};
 
 fn numpy(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
     py.import("numpy")
@@ -126,17 +130,12 @@ impl<'py> Matrix<'py> {
     }
 }
 
-/// Containers (dicts and lists) nested deeper than this in a filter are
-/// refused while converting, before the engine's own depth check on filter
-/// objects: a guard against a self-referencing or hostile structure.
-const MAX_FILTER_NESTING: usize = 4 * MAX_FILTER_DEPTH;
+fn refused<T>(msg: String) -> Read<T, Unreadable> {
+    Err(Unread::Refused(msg))
+}
 
-fn bad_filter(py: Python<'_>, at: &str, msg: impl std::fmt::Display) -> PyErr {
-    if at.is_empty() {
-        invalid(py, format!("invalid filter: {msg}"))
-    } else {
-        invalid(py, format!("invalid filter: at {at}: {msg}"))
-    }
+fn raised(e: PyErr) -> Unread<Unreadable> {
+    Unread::Failed(Unreadable::Raised(e))
 }
 
 pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -145,110 +144,126 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .map_or_else(|_| "?".into(), |n| n.to_string())
 }
 
-/// A filter (a dict of str keys holding dicts, lists, tuples, sets, str,
-/// int, float, bool and None) as the JSON value the engine validates. Only
-/// the Python-side types are checked here: booleans stay booleans (never
-/// numbers), NaN and infinities are refused, and nesting is bounded.
-pub fn filter(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Json> {
-    filter_value(py, obj, "", 0)
+/// A filter (a dict of str keys holding dicts, lists, tuples, sets, str, int,
+/// float, bool and None), parsed and checked by the core as it reads the
+/// objects.
+pub fn filter(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<ParsedFilter> {
+    ParsedFilter::read(FilterValue(obj.clone())).map_err(|e| match e {
+        Unreadable::Invalid(e) => to_py(py, e),
+        Unreadable::Raised(e) => e,
+    })
 }
 
-fn filter_value(py: Python<'_>, obj: &Bound<'_, PyAny>, at: &str, depth: usize) -> PyResult<Json> {
-    if obj.is_none() {
-        return Ok(Json::Null);
+/// Why a filter could not be read: the core refused it, or Python raised.
+enum Unreadable {
+    Invalid(memlane_core::Error),
+    Raised(PyErr),
+}
+
+impl From<memlane_core::Error> for Unreadable {
+    fn from(e: memlane_core::Error) -> Self {
+        Unreadable::Invalid(e)
     }
-    if let Ok(b) = obj.cast::<PyBool>() {
-        return Ok(Json::Bool(b.is_true()));
-    }
-    if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Json::String(filter_str(py, s, at)?));
-    }
-    if obj.cast::<PyInt>().is_ok() {
-        if let Ok(i) = obj.extract::<i64>() {
-            return Ok(Json::Number(i.into()));
+}
+
+/// A value of a filter, as the core's parse reads it. Only Python's types
+/// are told apart here: booleans stay booleans (never numbers), an int a
+/// float cannot hold, a str with no UTF-8 form and any other type are
+/// refused; the core checks the rest.
+struct FilterValue<'py>(Bound<'py, PyAny>);
+
+impl<'py> Source for FilterValue<'py> {
+    type Error = Unreadable;
+    type Text = PyBackedStr;
+    type Items = Items<'py>;
+    type Entries = Entries<'py>;
+
+    fn shape(self) -> Read<Shape<Self>, Unreadable> {
+        let obj = self.0;
+        if obj.is_none() {
+            return Ok(Shape::Null);
         }
-        if let Ok(u) = obj.extract::<u64>() {
-            return Ok(Json::Number(u.into()));
+        if let Ok(s) = obj.cast::<PyString>() {
+            return text(s).map(Shape::Str);
         }
-        let x: f64 = obj
-            .extract()
-            .map_err(|_| bad_filter(py, at, "an integer too large for a float"))?;
-        return number(py, x, at);
-    }
-    if obj.cast::<PyFloat>().is_ok() {
-        return number(py, obj.extract::<f64>()?, at);
-    }
-    if depth >= MAX_FILTER_NESTING {
-        return Err(bad_filter(
-            py,
-            at,
-            format!("nested more than {MAX_FILTER_NESTING} dicts and lists deep"),
-        ));
-    }
-    let items = |iter: Bound<'_, pyo3::types::PyIterator>| -> PyResult<Json> {
-        let mut out = Vec::new();
-        for item in iter {
-            out.push(filter_value(py, &item?, at, depth + 1)?);
+        // Before int, which bool subclasses.
+        if let Ok(b) = obj.cast::<PyBool>() {
+            return Ok(Shape::Bool(b.is_true()));
         }
-        Ok(Json::Array(out))
-    };
-    if obj.cast::<PyList>().is_ok()
-        || obj.cast::<PyTuple>().is_ok()
-        || obj.cast::<PySet>().is_ok()
-        || obj.cast::<PyFrozenSet>().is_ok()
-    {
-        return items(obj.try_iter()?);
-    }
-    if obj.cast::<PyDict>().is_ok() || obj.cast::<PyMapping>().is_ok() {
-        let mapping = obj.cast::<PyMapping>()?;
-        let mut out = JsonMap::new();
-        for pair in mapping.items()?.iter() {
-            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
-            let Ok(key) = k.cast::<PyString>() else {
-                return Err(bad_filter(
-                    py,
-                    at,
-                    format!("keys must be str, got {} {}", type_name(&k), k.repr()?),
-                ));
+        if let Ok(f) = obj.cast::<PyFloat>() {
+            return Ok(Shape::Num(f.value()));
+        }
+        if obj.cast::<PyInt>().is_ok() {
+            return match obj.extract::<f64>() {
+                Ok(x) => Ok(Shape::Num(x)),
+                Err(_) => refused("an integer too large for a float".into()),
             };
-            let key = filter_str(py, key, at)?;
-            let here = if at.is_empty() {
-                format!("{key:?}")
-            } else {
-                format!("{at} {key}")
-            };
-            let value = filter_value(py, &v, &here, depth + 1)?;
-            out.insert(key, value);
         }
-        return Ok(Json::Object(out));
-    }
-    Err(bad_filter(
-        py,
-        at,
-        format!(
+        if obj.cast::<PyList>().is_ok()
+            || obj.cast::<PyTuple>().is_ok()
+            || obj.cast::<PySet>().is_ok()
+            || obj.cast::<PyFrozenSet>().is_ok()
+        {
+            return Ok(Shape::List(Items(obj.try_iter().map_err(raised)?)));
+        }
+        // Read through a copy of the items, never the dict in place: a value's own code
+        // (a list subclass's __iter__) may change the dict while it is read.
+        if let Ok(d) = obj.cast_exact::<PyDict>() {
+            return Ok(Shape::Object(Entries(d.items().into_iter())));
+        }
+        if let Ok(m) = obj.cast::<PyMapping>() {
+            let items = m.items().map_err(raised)?;
+            return Ok(Shape::Object(Entries(items.into_iter())));
+        }
+        refused(format!(
             "a filter holds str, int, float, bool, None, lists and dicts, got {}",
-            type_name(obj)
-        ),
-    ))
+            type_name(&obj)
+        ))
+    }
+}
+
+/// The items of a list, tuple or set of a filter.
+struct Items<'py>(Bound<'py, PyIterator>);
+
+impl<'py> Iterator for Items<'py> {
+    type Item = Read<FilterValue<'py>, Unreadable>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0
+            .next()
+            .map(|item| item.map(FilterValue).map_err(raised))
+    }
+}
+
+/// The (key, value) pairs of a dict or another mapping of a filter.
+struct Entries<'py>(BoundListIterator<'py>);
+
+impl<'py> Iterator for Entries<'py> {
+    type Item = Read<(PyBackedStr, FilterValue<'py>), Unreadable>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (key, value): (Bound<'py, PyAny>, Bound<'py, PyAny>) = match self.0.next()?.extract() {
+            Ok(pair) => pair,
+            Err(e) => return Some(Err(raised(e))),
+        };
+        let key = match key.cast::<PyString>() {
+            Ok(k) => text(k),
+            Err(_) => match key.repr() {
+                Ok(r) => refused(format!("keys must be str, got {} {r}", type_name(&key))),
+                Err(e) => Err(raised(e)),
+            },
+        };
+        Some(key.map(|k| (k, FilterValue(value))))
+    }
 }
 
 /// A str of a filter as UTF-8: a lone surrogate has no UTF-8 form, so it is
 /// refused as bad input rather than raised as Python's `UnicodeEncodeError`.
-fn filter_str(py: Python<'_>, s: &Bound<'_, PyString>, at: &str) -> PyResult<String> {
-    s.to_str().map(str::to_owned).map_err(|_| {
-        bad_filter(
-            py,
-            at,
-            format!(
-                "{} holds a lone surrogate, which is not valid Unicode",
-                s.repr().map_or_else(|_| "a str".into(), |r| r.to_string())
-            ),
-        )
+fn text(s: &Bound<'_, PyString>) -> Read<PyBackedStr, Unreadable> {
+    PyBackedStr::try_from(s.clone()).or_else(|_| {
+        refused(format!(
+            "{} holds a lone surrogate, which is not valid Unicode",
+            s.repr().map_or_else(|_| "a str".into(), |r| r.to_string())
+        ))
     })
-}
-
-fn number(py: Python<'_>, x: f64, at: &str) -> PyResult<Json> {
-    JsonNumber::from_f64(x)
-        .map(Json::Number)
-        .ok_or_else(|| bad_filter(py, at, format!("{x} is not a finite number")))
 }

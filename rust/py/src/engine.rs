@@ -265,7 +265,7 @@ impl PyEngine {
         let options = &request.options;
         let hits: Hits = detach(py, || {
             let engine = self.inner.read();
-            let admitted = engine.build_conditions(&options.admits, expiring.then_some(now))?;
+            let admitted = engine.build_conditions(&options.admits, expiring.then_some(now));
             let req = options.request(defaults, text, qv, &dates, &admitted, now)?;
             engine.search(&req)
         })?;
@@ -315,7 +315,7 @@ impl PyEngine {
         let admits = PyAdmits::of(admits);
         let ids = detach(py, || {
             let engine = self.inner.read();
-            let admitted = engine.build_conditions(&admits, expire_at)?;
+            let admitted = engine.build_conditions(&admits, expire_at);
             Ok(engine.ids_sorted(admitted.filter.as_ref(), sort, offset, limit))
         })?;
         Ok(PyArray1::from_vec(py, ids))
@@ -334,7 +334,7 @@ impl PyEngine {
         let admits = PyAdmits::of(admits);
         let groups = detach(py, || {
             let engine = self.inner.read();
-            let admitted = engine.build_conditions(&admits, expire_at)?;
+            let admitted = engine.build_conditions(&admits, expire_at);
             Ok(engine.groups(admitted.filter.as_ref()))
         })?;
         Ok(groups
@@ -355,7 +355,7 @@ impl PyEngine {
         let admits = PyAdmits::of(admits);
         detach(py, || {
             let engine = self.inner.read();
-            let admitted = engine.build_conditions(&admits, expire_at)?;
+            let admitted = engine.build_conditions(&admits, expire_at);
             Ok(engine.count(admitted.filter.as_ref()))
         })
     }
@@ -379,10 +379,7 @@ impl PyEngine {
         let data = q.as_slice();
         let found = detach(py, || {
             let engine = self.inner.read();
-            let compiled = filters
-                .iter()
-                .map(|f| engine.compile_filter(f))
-                .collect::<memlane_core::Result<Vec<_>>>()?;
+            let compiled: Vec<_> = filters.iter().map(|f| engine.bind_filter(f)).collect();
             engine.nearest(data, &groups, &compiled, min_similarity)
         })?;
         let ids = found.iter().map(|h| h.map_or(u64::MAX, |h| h.0)).collect();
@@ -396,7 +393,7 @@ impl PyEngine {
         let filter = convert::filter(py, filter)?;
         detach(py, || {
             let engine = self.inner.read();
-            let s = engine.select(&engine.compile_filter(&filter)?);
+            let s = engine.select(&engine.bind_filter(&filter));
             Ok((s.slots.len(), s.examined))
         })
     }

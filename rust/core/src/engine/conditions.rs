@@ -5,9 +5,8 @@
 //! them, with expiry at the caller's clock, into one [`Filter`] against the
 //! records, so no expression is written only to be parsed again.
 
-use serde_json::Value as Json;
-
-use super::filter::{Cmp, Field, Filter, Node, Scalar};
+use super::filter::{Field, Filter, Node, Scalar};
+use super::filter_syntax::{Cmp, Parsed};
 use super::records::Records;
 use crate::error::{Error, Result};
 
@@ -65,8 +64,8 @@ pub struct Conditions {
     /// Only the unique records (true), only the others (false).
     pub unique: Option<bool>,
     pub versions: Versions,
-    /// The caller's own filter (the grammar of [`super::filter`]).
-    pub filter: Option<Json>,
+    /// The caller's own filter, parsed (the grammar of [`super::filter_syntax`]).
+    pub filter: Option<Parsed>,
 }
 
 /// What [`Conditions::build`] made: the filter (`None`: every record) and
@@ -97,11 +96,10 @@ fn null_or_after(field: Field, t: f64) -> Node {
 }
 
 impl Conditions {
-    /// The conditions against `records`, the caller's filter checked here (a
-    /// mistake in it is an error naming it); with `expire_at`, the records
+    /// The conditions against `records`; with `expire_at`, the records
     /// expired then are left out (a record that never expires has no
     /// `expires_at`, which `$lte` never matches).
-    pub fn build(&self, records: &Records, expire_at: Option<f64>) -> Result<Admitted> {
+    pub fn build(&self, records: &Records, expire_at: Option<f64>) -> Admitted {
         let mut parts = Vec::new();
         if let Some(tables) = &self.tables {
             parts.push(one_of(Field::Table, tables, records));
@@ -129,7 +127,7 @@ impl Conditions {
             });
         }
         if let Some(filter) = &self.filter {
-            parts.push(Filter::from_json(filter, records)?.into_root());
+            parts.push(Filter::bind(filter, records).into_root());
         }
         if let Versions::At { as_of, known_at } = self.versions {
             if let Some(t) = as_of {
@@ -155,10 +153,10 @@ impl Conditions {
             1 => parts.pop().map(Filter::from_root),
             _ => Some(Filter::from_root(Node::And(parts))),
         };
-        Ok(Admitted {
+        Admitted {
             filter,
             current_only: self.versions == Versions::Current,
-        })
+        }
     }
 }
 
@@ -204,7 +202,7 @@ mod tests {
 
     fn admitted(c: &Conditions, expire_at: Option<f64>) -> (Vec<u32>, bool) {
         let r = records();
-        let a = c.build(&r, expire_at).unwrap();
+        let a = c.build(&r, expire_at);
         let slots = a
             .filter
             .map_or_else(|| r.live_slots().collect(), |f| f.select(&r).slots);
@@ -217,7 +215,7 @@ mod tests {
             versions: Versions::Every,
             ..Conditions::default()
         };
-        assert_eq!(every.build(&records(), None).unwrap().filter, None);
+        assert_eq!(every.build(&records(), None).filter, None);
         let with = |c: Conditions| admitted(&c, None).0;
         let tables = |t: &[&str]| Some(t.iter().map(|s| s.to_string()).collect());
         assert_eq!(
@@ -262,7 +260,7 @@ mod tests {
         assert_eq!(
             with(Conditions {
                 unique: Some(false),
-                filter: Some(serde_json::json!({"n": {"$gte": 2}})),
+                filter: Some(Parsed::read(&serde_json::json!({"n": {"$gte": 2}})).unwrap()),
                 ..every.clone()
             }),
             vec![2, 4]
@@ -302,16 +300,23 @@ mod tests {
     }
 
     #[test]
-    fn the_callers_filter_is_checked() {
+    fn the_callers_filter_is_bound_when_built() {
+        // Parsed once; the key and the string it names are looked up at each build.
         let c = Conditions {
-            tables: Some(vec!["t0".into()]),
-            filter: Some(serde_json::json!({"text": "a"})),
+            versions: Versions::Every,
+            filter: Some(Parsed::read(&serde_json::json!({"later": "yes"})).unwrap()),
             ..Conditions::default()
         };
-        let err = c.build(&records(), None).unwrap_err().to_string();
-        assert!(
-            err.contains("invalid filter: unknown field \"text\""),
-            "{err}"
+        let mut r = records();
+        let admits = |r: &Records| c.build(r, None).filter.unwrap().select(r).slots;
+        assert!(admits(&r).is_empty());
+        r.insert(
+            9,
+            &Attrs {
+                metadata: flatten_metadata(r#"{"later": "yes"}"#).unwrap(),
+                ..Attrs::blank("t0", "k0")
+            },
         );
+        assert_eq!(admits(&r), vec![5]);
     }
 }

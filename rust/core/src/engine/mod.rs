@@ -3,7 +3,10 @@
 //! query is one call: filter, retrieve from both indexes, fuse, score.
 //!
 //! - [`records`]: attributes in slot-indexed columns with inverted postings.
-//! - [`filter`]: the filter language and its evaluation to a slot set.
+//! - [`filter_syntax`]: the filter language, parsed and checked from any
+//!   [`filter_syntax::Source`] without the records.
+//! - [`filter`]: a parsed filter bound to the records, and its evaluation to a
+//!   slot set.
 //! - [`pending`]: vectors parked until a background caller links them.
 //! - `nearest`: batch near-duplicate checks.
 //! - [`order`]: pages sorted by a column, counts by table and scope.
@@ -21,6 +24,7 @@
 
 pub mod conditions;
 pub mod filter;
+pub mod filter_syntax;
 mod mode;
 mod nearest;
 pub mod options;
@@ -33,14 +37,13 @@ pub(crate) mod snapshot;
 mod speakers;
 
 pub use conditions::{Admitted, Conditions, Versions, UNIQUE_KEY};
-pub use filter::{Filter, Selection, MAX_DEPTH as MAX_FILTER_DEPTH};
+pub use filter::{Filter, Selection};
+pub use filter_syntax::Parsed as ParsedFilter;
 pub use mode::Mode;
 pub use options::{Given, SearchOptions};
 pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
 pub use search::{Hits, SearchRequest, Signals};
-/// The value a filter is given as (the PyO3 layer builds it from a dict).
-pub use serde_json::{Map as JsonMap, Number as JsonNumber, Value as JsonValue};
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -285,17 +288,13 @@ impl Engine {
         Filter::parse(json, &self.records)
     }
 
-    /// Validates and compiles a filter given as a JSON value.
-    pub fn compile_filter(&self, value: &JsonValue) -> Result<Filter> {
-        Filter::from_json(value, &self.records)
+    /// `parsed` bound to the records, ready to evaluate.
+    pub fn bind_filter(&self, parsed: &ParsedFilter) -> Filter {
+        Filter::bind(parsed, &self.records)
     }
 
     /// What `conditions` admit, the records expired at `expire_at` left out.
-    pub fn build_conditions(
-        &self,
-        conditions: &Conditions,
-        expire_at: Option<f64>,
-    ) -> Result<Admitted> {
+    pub fn build_conditions(&self, conditions: &Conditions, expire_at: Option<f64>) -> Admitted {
         conditions.build(&self.records, expire_at)
     }
 
