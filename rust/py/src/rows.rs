@@ -1,5 +1,5 @@
 //! Records as `Engine.prepare` takes them: rows of `memlane.schema.Row`, the
-//! one declaration of the record's fields. The engine finds the fields it reads
+//! table's columns, derived from `MemoryRecord`'s fields. The engine finds the fields it reads
 //! by name in the row type's `_fields`, once per type, and then reads each row
 //! by position; a row type that lacks one is refused with the field's name.
 
