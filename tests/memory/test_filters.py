@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -396,6 +397,57 @@ def test_a_filter_changed_while_it_is_read_is_read_as_it_was() -> None:
 
     outer.update({"a": {"$in": Emptying()}, "b": 1})
     assert e.count(Admits(outer)) == 1
+
+
+def test_an_int_subclass_is_read_as_its_value() -> None:
+    # Its own __float__ is never asked (it may raise, or say another number).
+    class Odd(int):
+        def __float__(self) -> float:
+            raise RuntimeError("not asked")
+
+    class Other(int):
+        def __float__(self) -> float:
+            return 2.0
+
+    e = _engine_with([{"a": 1}, {"a": 2}, {"a": 2**70}])
+    assert e.count(Admits({"a": Odd(1)})) == 1
+    assert e.count(Admits({"a": {"$in": [Other(1), Other(2**70)]}})) == 2
+    with pytest.raises(InvalidArgumentError, match="an integer too large for a float"):
+        Admits({"a": 10**400})
+
+
+def test_a_key_that_is_no_operator_is_named_wherever_it_stands() -> None:
+    unknown = r'unknown operator "b" on "a"'
+    for flt in ({"a": {"$eq": 1, "b": 2}}, {"a": {"b": 2, "$eq": 1}}):
+        with pytest.raises(InvalidArgumentError, match=unknown):
+            Admits(flt)
+    with pytest.raises(InvalidArgumentError, match="must hold operators"):
+        Admits({"a": {"b": 2}})
+
+
+def test_a_mapping_that_gives_no_pairs_is_refused_by_name() -> None:
+    class Items(Mapping[str, Any]):
+        def __init__(self, items: Any) -> None:
+            self._items = items
+
+        def __getitem__(self, key: str) -> Any:
+            raise KeyError(key)
+
+        def __len__(self) -> int:
+            return 1
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(["a"])
+
+        def items(self) -> Any:
+            return self._items
+
+    for items in ([["a", 1]], ["ab"], [("a", 1, 2)], [1]):
+        with pytest.raises(InvalidArgumentError, match=r"must give \(key, value\) pairs"):
+            Admits(Items(items))
+    with pytest.raises(InvalidArgumentError, match="Items cannot be read"):
+        Admits(Items(5))
+    assert _engine_with([{"a": 1}]).count(Admits(Items([("a", 1)]))) == 1
 
 
 def test_python_values_convert_without_surprises() -> None:

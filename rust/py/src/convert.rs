@@ -8,6 +8,7 @@ use memlane_core::engine::ParsedFilter;
 use numpy::{
     PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
 };
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::iter::BoundListIterator;
@@ -194,10 +195,7 @@ impl<'py> Source for FilterValue<'py> {
             return Ok(Shape::Num(f.value()));
         }
         if obj.cast::<PyInt>().is_ok() {
-            return match obj.extract::<f64>() {
-                Ok(x) => Ok(Shape::Num(x)),
-                Err(_) => refused("an integer too large for a float".into()),
-            };
+            return int_value(&obj).map(Shape::Num);
         }
         if obj.cast::<PyList>().is_ok()
             || obj.cast::<PyTuple>().is_ok()
@@ -212,7 +210,15 @@ impl<'py> Source for FilterValue<'py> {
             return Ok(Shape::Object(Entries(d.items().into_iter())));
         }
         if let Ok(m) = obj.cast::<PyMapping>() {
-            let items = m.items().map_err(raised)?;
+            // A TypeError here is the mapping's shape (items() gave no iterable),
+            // told as such; anything else its own code raised passes through.
+            let items = m.items().map_err(|e| {
+                if e.is_instance_of::<PyTypeError>(obj.py()) {
+                    Unread::Refused(format!("{} cannot be read: {e}", type_name(&obj)))
+                } else {
+                    raised(e)
+                }
+            })?;
             return Ok(Shape::Object(Entries(items.into_iter())));
         }
         refused(format!(
@@ -242,9 +248,12 @@ impl<'py> Iterator for Entries<'py> {
     type Item = Read<(PyBackedStr, FilterValue<'py>), Unreadable>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (key, value): (Bound<'py, PyAny>, Bound<'py, PyAny>) = match self.0.next()?.extract() {
-            Ok(pair) => pair,
-            Err(e) => return Some(Err(raised(e))),
+        let item = self.0.next()?;
+        let Ok((key, value)) = item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>() else {
+            return Some(refused(format!(
+                "a mapping's items() must give (key, value) pairs, got {}",
+                type_name(&item)
+            )));
         };
         let key = match key.cast::<PyString>() {
             Ok(k) => text(k),
@@ -254,6 +263,25 @@ impl<'py> Iterator for Entries<'py> {
             },
         };
         Some(key.map(|k| (k, FilterValue(value))))
+    }
+}
+
+/// An int's value as a float, read as an int (a subclass's own `__float__`
+/// is not asked); one beyond a float's range is refused.
+fn int_value(obj: &Bound<'_, PyAny>) -> Read<f64, Unreadable> {
+    if let Ok(i) = obj.extract::<i64>() {
+        return Ok(i as f64);
+    }
+    if let Ok(u) = obj.extract::<u64>() {
+        return Ok(u as f64);
+    }
+    let py = obj.py();
+    match py.get_type::<PyInt>().call_method1("__float__", (obj,)) {
+        Ok(x) => x.extract::<f64>().map_err(raised),
+        Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
+            refused("an integer too large for a float".into())
+        }
+        Err(e) => Err(raised(e)),
     }
 }
 

@@ -462,6 +462,12 @@ fn scalar<S: Source>(
     })
 }
 
+fn unknown_operator(op: &str, name: &str) -> Error {
+    bad(format!(
+        "unknown operator {op:?} on {name:?} (expected one of {FIELD_OPERATORS})"
+    ))
+}
+
 fn not_operators(name: &str) -> Error {
     bad(format!(
         "{name:?}: an object value must hold operators ($eq, $in, ...); \
@@ -503,8 +509,15 @@ fn operators<S: Source>(
         return Err(bad(format!("nested more than {MAX_DEPTH} levels deep")).into());
     }
     let mut parts = Vec::new();
+    // A key that is no operator is told once the object is read: as an
+    // unknown operator beside operators, as a nested object without them.
+    let mut plain: Option<String> = None;
     for entry in ops {
         let (op, arg) = entry.map_err(|u| unread(u, Some(at)))?;
+        if !negated && !op.starts_with('$') {
+            plain.get_or_insert_with(|| op.to_string());
+            continue;
+        }
         let here = At {
             up: Some(at),
             key: &op,
@@ -572,14 +585,16 @@ fn operators<S: Source>(
                     .into())
                 }
             },
-            other if !negated && !other.starts_with('$') => return Err(not_operators(name).into()),
-            other => {
-                return Err(bad(format!(
-                    "unknown operator {other:?} on {name:?} (expected one of {FIELD_OPERATORS})"
-                ))
-                .into())
-            }
+            other => return Err(unknown_operator(other, name).into()),
         });
+    }
+    if let Some(other) = plain {
+        return Err(if parts.is_empty() {
+            not_operators(name)
+        } else {
+            unknown_operator(&other, name)
+        }
+        .into());
     }
     match parts.len() {
         0 if negated => Err(bad(format!("{name:?}: empty operator object")).into()),
