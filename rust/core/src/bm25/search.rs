@@ -36,6 +36,11 @@ const SLACK: f32 = 1e-4;
 /// Documents scored together, term at a time, by the essential terms.
 const WINDOW: usize = 4096;
 
+/// How many allowed documents ahead a filtered search asks for the reads
+/// of the one it will score: enough misses in flight to overlap, few
+/// enough lines to stay in the cache until their turn.
+const AHEAD: usize = 16;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Hit {
     pub id: u64,
@@ -272,7 +277,31 @@ impl Bm25Index {
         let by_tid = Self::by_tid(terms);
         let mut contrib = vec![0f32; terms.len()];
         let mut top = TopK::new(k);
-        for &d in &filter.docnos {
+        // The allowed documents lie scattered through the index (one agent's
+        // among every agent's), each forward list behind two dependent reads:
+        // while one document is scored, the start of the one AHEAD further on
+        // is read (asked for AHEAD documents before) and the one 2 x AHEAD on
+        // is asked for, so the misses overlap.
+        let docs = &filter.docnos;
+        let first = |d: u32| {
+            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
+            prefetch(self.live.as_ptr().wrapping_add(d as usize));
+            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
+        };
+        let second = |d: u32| {
+            let start = self.fwd_start[d as usize];
+            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
+            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
+        };
+        docs.iter().take(2 * AHEAD).for_each(|&d| first(d));
+        docs.iter().take(AHEAD).for_each(|&d| second(d));
+        for (i, &d) in docs.iter().enumerate() {
+            if let Some(&far) = docs.get(i + 2 * AHEAD) {
+                first(far);
+            }
+            if let Some(&near) = docs.get(i + AHEAD) {
+                second(near);
+            }
             if let Some(score) = self.score_doc(terms, &by_tid, &mut contrib, d) {
                 top.offer(Hit {
                     id: self.doc_ids[d as usize],
@@ -283,6 +312,23 @@ impl Bm25Index {
         top.into_sorted()
     }
 
+    /// Asks for what scoring `docnos` through their forward lists reads. Each
+    /// list sits behind two dependent reads (its start, then its terms): every
+    /// first read is asked for before any second one, so that the misses of
+    /// scattered documents overlap instead of following one another.
+    fn prefetch_forward(&self, docnos: impl Iterator<Item = u32> + Clone) {
+        for d in docnos.clone() {
+            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
+            prefetch(self.live.as_ptr().wrapping_add(d as usize));
+            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
+        }
+        for d in docnos {
+            let start = self.fwd_start[d as usize];
+            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
+            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
+        }
+    }
+
     /// The scores of `query` for the documents `ids`, in order: 0 for a
     /// document no query term occurs in, or one the index does not hold.
     /// Reads each document's forward list, so it costs what the documents
@@ -291,20 +337,8 @@ impl Bm25Index {
         let terms = &query.terms;
         let by_tid = Self::by_tid(terms);
         let mut contrib = vec![0f32; terms.len()];
-        // Each document's forward list sits behind two dependent reads (its
-        // start, then its terms): both are asked for for every document
-        // before any is scored, so the misses overlap.
         let docnos: Vec<Option<u32>> = ids.iter().map(|id| self.slots.get(id).copied()).collect();
-        for &d in docnos.iter().flatten() {
-            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
-            prefetch(self.live.as_ptr().wrapping_add(d as usize));
-            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
-        }
-        for &d in docnos.iter().flatten() {
-            let start = self.fwd_start[d as usize];
-            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
-            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
-        }
+        self.prefetch_forward(docnos.iter().flatten().copied());
         docnos
             .iter()
             .map(|d| {
@@ -325,22 +359,12 @@ impl Bm25Index {
         let by_tid = Self::by_tid(terms);
         let mut tfs = vec![0u32; terms.len()];
         let mut contrib = vec![0f32; terms.len()];
-        // A turn's neighbours are rarely in cache: each one's reads are asked
-        // for before any group is scored, so the misses overlap (as in
-        // `scores_of`).
+        // A turn's neighbours are rarely in cache.
         let docnos: Vec<[Option<u32>; 3]> = groups
             .iter()
             .map(|g| g.map(|id| self.slots.get(&id).copied()))
             .collect();
-        for &d in docnos.iter().flatten().flatten() {
-            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
-            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
-        }
-        for &d in docnos.iter().flatten().flatten() {
-            let start = self.fwd_start[d as usize];
-            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
-            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
-        }
+        self.prefetch_forward(docnos.iter().flatten().flatten().copied());
         docnos
             .iter()
             .map(|group| {
