@@ -55,6 +55,8 @@ Dialect = Literal["sqlite", "postgres"]
 
 
 class Column(NamedTuple):
+    """A column of the records or the history table, as both dialects declare it."""
+
     name: str
     #: The column's Python type in ``Row``, as source text.
     python: str

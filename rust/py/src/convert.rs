@@ -272,9 +272,7 @@ fn int_value(obj: &Bound<'_, PyAny>) -> Read<f64, Unreadable> {
     if let Ok(i) = obj.extract::<i64>() {
         return Ok(i as f64);
     }
-    if let Ok(u) = obj.extract::<u64>() {
-        return Ok(u as f64);
-    }
+    // int's own conversion, rounded to nearest as Python's float(n) is.
     let py = obj.py();
     match py.get_type::<PyInt>().call_method1("__float__", (obj,)) {
         Ok(x) => x.extract::<f64>().map_err(raised),

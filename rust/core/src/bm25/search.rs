@@ -283,24 +283,16 @@ impl Bm25Index {
         // is read (asked for AHEAD documents before) and the one 2 x AHEAD on
         // is asked for, so the misses overlap.
         let docs = &filter.docnos;
-        let first = |d: u32| {
-            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
-            prefetch(self.live.as_ptr().wrapping_add(d as usize));
-            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
-        };
-        let second = |d: u32| {
-            let start = self.fwd_start[d as usize];
-            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
-            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
-        };
-        docs.iter().take(2 * AHEAD).for_each(|&d| first(d));
-        docs.iter().take(AHEAD).for_each(|&d| second(d));
+        docs.iter()
+            .take(2 * AHEAD)
+            .for_each(|&d| self.prefetch_head(d));
+        docs.iter().take(AHEAD).for_each(|&d| self.prefetch_list(d));
         for (i, &d) in docs.iter().enumerate() {
             if let Some(&far) = docs.get(i + 2 * AHEAD) {
-                first(far);
+                self.prefetch_head(far);
             }
             if let Some(&near) = docs.get(i + AHEAD) {
-                second(near);
+                self.prefetch_list(near);
             }
             if let Some(score) = self.score_doc(terms, &by_tid, &mut contrib, d) {
                 top.offer(Hit {
@@ -317,16 +309,24 @@ impl Bm25Index {
     /// first read is asked for before any second one, so that the misses of
     /// scattered documents overlap instead of following one another.
     fn prefetch_forward(&self, docnos: impl Iterator<Item = u32> + Clone) {
-        for d in docnos.clone() {
-            prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
-            prefetch(self.live.as_ptr().wrapping_add(d as usize));
-            prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
-        }
-        for d in docnos {
-            let start = self.fwd_start[d as usize];
-            prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
-            prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
-        }
+        docnos.clone().for_each(|d| self.prefetch_head(d));
+        docnos.for_each(|d| self.prefetch_list(d));
+    }
+
+    /// Asks for document `d`'s first reads: where its forward list starts,
+    /// whether it is live, its length.
+    fn prefetch_head(&self, d: u32) {
+        prefetch(self.fwd_start.as_ptr().wrapping_add(d as usize));
+        prefetch(self.live.as_ptr().wrapping_add(d as usize));
+        prefetch(self.doc_lens.as_ptr().wrapping_add(d as usize));
+    }
+
+    /// Asks for document `d`'s forward list (its terms and their counts);
+    /// reads its start, so best after [`Self::prefetch_head`] has arrived.
+    fn prefetch_list(&self, d: u32) {
+        let start = self.fwd_start[d as usize];
+        prefetch(self.fwd_terms.as_ptr().wrapping_add(start));
+        prefetch(self.fwd_tfs.as_ptr().wrapping_add(start));
     }
 
     /// The scores of `query` for the documents `ids`, in order: 0 for a
