@@ -15,8 +15,11 @@ memlane gets the text and embeds it with the store's embedder, while chromadb's 
 does not embed (its client does, with all-MiniLM-L6-v2 by default): its client here
 embeds each text as chromadb's client does, but with the int8 model memlane's server
 uses and without padding it to 256 tokens (``ChromaClientEmbedder``), and its latency
-counts that. memlane searches in ``mode="vector"``, as chromadb does, with ``track_access``
-off (a search then writes nothing).
+counts that. Given text as shipped (``text-shipped``), chromadb's client embeds with its
+default embedding function itself, padding and all, on the int8 model
+(``ChromaShippedEmbedder``; it needs ``chromadb`` importable here). memlane searches in
+``mode="vector"``, as chromadb does, with ``track_access`` off (a search then writes
+nothing).
 
 ``--chroma`` is the ``chroma`` command (``pip install chromadb``, in a virtualenv of its
 own if you like: only its server is used, over HTTP). Both servers are asked by the same
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import multiprocessing
 import shutil
@@ -53,7 +57,7 @@ from _data import wordnet_texts, wordnet_vectors
 K = 10
 PER_PROCESS = 4  # clients a client process runs, one thread each
 CHROMA_DB = "/api/v2/tenants/default_tenant/databases/default_database"
-CASES = ("vector", "text")
+CASES = ("vector", "text", "text-shipped")
 
 
 def data(n: int) -> tuple[list[str], np.ndarray, list[str], np.ndarray]:
@@ -166,18 +170,65 @@ class ChromaClientEmbedder:
         return vector / np.linalg.norm(vector)
 
 
-class Asker:
-    """How one system is asked a query: its path, its body, and the ids of its answer."""
+def chroma_model_folder(folder: Path) -> None:
+    """The folder chromadb's default embedding function reads its model from, made here
+    instead of downloaded: memlane's int8 model as ``model.onnx``, the same
+    ``tokenizer.json``, a ``vocab.txt`` from it, and empty files for the three JSON files
+    chromadb checks for but does not read."""
+    from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
 
-    def __init__(self, system: str, case: str, path: str) -> None:
+    from memlane.embeddings import _model_files
+
+    model = _model_files._package_file(
+        _model_files.MODEL_PACKAGE, _model_files.MODEL_FILE, _model_files.MODEL_INSTALL
+    )
+    files = folder / ONNXMiniLM_L6_V2.EXTRACTED_FOLDER_NAME
+    files.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model, files / "model.onnx")
+    shutil.copyfile(_model_files.TOKENIZER_FILE, files / "tokenizer.json")
+    vocab = json.loads(_model_files.TOKENIZER_FILE.read_text())["model"]["vocab"]
+    (files / "vocab.txt").write_text("".join(f"{t}\n" for t in sorted(vocab, key=vocab.get)))
+    for name in ("config.json", "special_tokens_map.json", "tokenizer_config.json"):
+        (files / name).write_text("{}")
+
+
+class ChromaShippedEmbedder:
+    """chromadb's default embedding function itself (``ONNXMiniLM_L6_V2``, its code
+    unchanged: its tokenizer padding every text to 256 tokens, its session, its pooling),
+    what a chromadb user's ``collection.query(query_texts=...)`` runs, reading its model
+    from ``chroma_model_folder``. The one departure is in chromadb's favour: the int8
+    model, where chromadb downloads the fp32 one."""
+
+    def __init__(self, folder: Path) -> None:
+        from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
+
+        class Shipped(ONNXMiniLM_L6_V2):
+            DOWNLOAD_PATH = folder
+
+        self.function = Shipped()
+
+    def embed(self, text: str) -> np.ndarray:
+        return np.asarray(self.function([text])[0])
+
+
+class Asker:
+    """How one system is asked a query: its path, its body, and the ids of its answer.
+    Given text, chromadb's client embeds the question: as its default embedding function
+    does but without the padding (``text``), or with that function itself
+    (``text-shipped``); memlane's server gets the text in both cases."""
+
+    def __init__(self, system: str, case: str, path: str, models: str = "") -> None:
         self.system, self.case, self.path = system, case, path
         self.embedder: Any = None
         if system == "chroma" and case == "text":
             self.embedder = ChromaClientEmbedder()
+        elif system == "chroma" and case == "text-shipped":
+            self.embedder = ChromaShippedEmbedder(Path(models))
 
     def body(self, text: str, vector: np.ndarray) -> bytes:
         if self.system == "memlane":
-            asked: dict[str, Any] = {"query": text} if self.case == "text" else {"query": ""}
+            given_text = self.case != "vector"
+            asked: dict[str, Any] = {"query": text} if given_text else {"query": ""}
             if self.case == "vector":
                 asked["query_embedding"] = np.asarray(vector)  # orjson writes no memmap
             asked.update(mode="vector", k=K, track_access=False)
@@ -207,7 +258,7 @@ class Asker:
 def _client_process(job: dict[str, Any], barrier: Any, out: Any) -> None:
     """``job["threads"]`` clients, each asking queries ``first + i, first + i + stride, ...``
     for ``job["seconds"]`` once every process is ready."""
-    asker = Asker(job["system"], job["case"], job["path"])
+    asker = Asker(job["system"], job["case"], job["path"], job["models"])
     texts, vectors = job["texts"], np.load(job["vectors"], mmap_mode="r")
     stop = [0.0]
     latencies: list[list[float]] = [[] for _ in range(job["threads"])]
@@ -520,11 +571,18 @@ def run(
         }
         asked = np.load(vectors_file, mmap_mode="r")
         first = 0  # each run asks queries no earlier run asked, while there are some
-        for case in args.cases.split(","):
+        cases = args.cases.split(",")
+        if "text-shipped" in cases:
+            if importlib.util.find_spec("chromadb") is None:
+                print("given text-shipped: skipped (chromadb is not importable here)")
+                cases.remove("text-shipped")
+            else:
+                chroma_model_folder(work / "chroma-model")
+        for case in cases:
             runs: dict[str, dict[int, list[dict[str, float]]]] = {"memlane": {}, "chroma": {}}
             entry: dict[str, Any] = {}
             for system in runs:
-                asker = Asker(system, case, paths[system])
+                asker = Asker(system, case, paths[system], str(work / "chroma-model"))
                 n = len(truth)
                 entry[f"{system} recall@10"] = recall(
                     asker, ports[system], q_texts[:n], asked[:n], truth
@@ -536,6 +594,7 @@ def run(
                             "system": system, "case": case, "path": paths[system],
                             "port": ports[system], "texts": q_texts,
                             "vectors": str(vectors_file), "seconds": args.seconds,
+                            "models": str(work / "chroma-model"),
                         }  # fmt: skip
                         got = load(base, clients, first)
                         first += int(got["requests"]) + clients
