@@ -215,6 +215,7 @@ class Memory(MemoryStore):
                 weights=checked_weights,
                 recency_half_life=half_life,
             )
+            searcher.warm()
             if window.seconds > 0:
                 duplicates.load_window(window, db, time.time())
         except BaseException:

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeGuard
 
+import numpy as np
+
 from memlane import _core, coerce
 from memlane._memory.access import AccessLog
 from memlane._memory.dates import named_intervals
@@ -24,6 +26,8 @@ Mode = Literal["hybrid", "vector", "text"]
 Rerank = Callable[[str, list[SearchHit]], Sequence[SearchHit]]
 #: A search with ``rerank`` hands the callable its best ``max(k, RERANK_DEPTH)`` hits.
 RERANK_DEPTH = 20
+#: Vector searches an open runs before it returns (``Searcher.warm``).
+WARM_SEARCHES = 4
 
 
 def moment(value: Any, label: str) -> float | None:
@@ -73,6 +77,25 @@ class Searcher:
             recency_half_life=recency_half_life,
             track_access=track_access,
         )
+
+    def warm(self) -> None:
+        """Runs ``WARM_SEARCHES`` vector searches in fixed directions, which record no
+        access and whose hits are dropped. A process's first searches pay for what no later
+        one does (the engine's search space on the thread, the graph's entry layers out
+        of every cache, the row reads' statements not yet prepared); at a million records
+        the caller's first search took several times a settled one (benches/README.md, "The
+        first search after an open"). Stores with vectors still to link skip it: a search
+        scans those, which after a rebuild is every vector."""
+        dim = self.sync.dim
+        if dim is None or not len(self.sync.engine) or self.sync.engine.pending():
+            return
+        directions = np.random.default_rng(0).standard_normal((WARM_SEARCHES, dim))
+        request = _core.SearchRequest(mode="vector", track_access=False)
+        # No caller searched: the reading-ahead into the row cache need not wait.
+        last = self.sync.last_search
+        for vector in directions:
+            self._search("", request, query_embedding=vector, include_embedding=False)
+        self.sync.last_search = last
 
     @staticmethod
     def depth(k: object, rerank: object) -> object:

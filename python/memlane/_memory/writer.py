@@ -227,6 +227,8 @@ class Writer:
             for key, record_id, at in recent:
                 self.window.remember([key], record_id, at)
             results = self._results(news, decision)
+        if not single:
+            sync.keep_up(len(decision.store))
         records = [results[i] for i in range(len(news))]
         return records if replacing is None else (gone, records)
 

@@ -1,0 +1,66 @@
+"""An open searches a few times before it returns (``Searcher.warm``), so the caller's
+first search is not the one that pays for a cold process; those searches record no
+access and change nothing in the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import WordHashEmbedder
+from memlane import Memory
+from memlane._memory.querying import WARM_SEARCHES, Searcher
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    search = Searcher._search
+
+    def counted(self: Searcher, query: str, request: Any, **options: Any) -> Any:
+        calls.append(request.mode)
+        return search(self, query, request, **options)
+
+    monkeypatch.setattr(Searcher, "_search", counted)
+    return calls
+
+
+def test_an_open_warms_the_search_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    with Memory(store, WordHashEmbedder()) as mem:
+        mem.add_many([{"text": f"note {i} about rivers"} for i in range(40)])
+        seq = mem._sync.db.seq()
+        before = {r.id: r.last_accessed_at for r in mem.list()}
+    calls = _counting(monkeypatch)
+    with Memory(store, WordHashEmbedder()) as mem:  # access is tracked by default
+        assert calls == ["vector"] * WARM_SEARCHES
+        assert mem._sync.db.seq() == seq
+        records = mem.list()
+        assert {r.id: r.last_accessed_at for r in records} == before
+        assert all(r.access_count == 0 for r in records)
+        assert len(mem.search("rivers", k=5)) == 5
+    with Memory(store, WordHashEmbedder()) as mem:
+        # The one search the caller made is the only access recorded.
+        assert sum(r.access_count for r in mem.list()) == 5
+
+
+def test_an_empty_store_or_one_still_linking_is_not_searched_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _counting(monkeypatch)
+    with Memory(tmp_path / "empty", WordHashEmbedder()):
+        assert calls == []
+    with Memory(None, WordHashEmbedder()):
+        assert calls == []
+    store = tmp_path / "store"
+    with Memory(store, WordHashEmbedder()) as mem:
+        mem.add_many([{"text": f"note {i}"} for i in range(30)])
+    (store / "index").rename(tmp_path / "gone")  # the next open rebuilds: vectors to link
+    with pytest.warns(RuntimeWarning, match="it is missing"):
+        mem = Memory(store, WordHashEmbedder())
+    with mem:
+        assert calls == []
+        assert len(mem.search("note", k=3)) == 3
