@@ -1,7 +1,8 @@
 """A bulk write to an embedded store that finds more than ``MAX_PARKED`` vectors parked
-links as many as it added before it returns (``IndexSync.keep_up``): a load parks no more
-than that, so a search never scans more; a write after a rebuild links its own vectors
-only, and never waits for the whole backlog."""
+first links as many as it adds (``IndexSync.keep_up``): a load in batches leaves no more
+than that plus a batch parked, so a search never scans more; a write after a rebuild
+links as many as its own, and never waits for the whole backlog; an interrupt while it
+links leaves the write unmade."""
 
 from __future__ import annotations
 
@@ -25,16 +26,38 @@ def _rows(n: int, start: int = 0) -> list[dict[str, str]]:
 
 
 @pytest.mark.usefixtures("no_background")
-def test_a_bulk_load_leaves_at_most_max_parked(tmp_path: Path) -> None:
+def test_a_bulk_load_leaves_at_most_max_parked_and_a_batch(tmp_path: Path) -> None:
     with Memory(tmp_path / "store", WordHashEmbedder()) as mem:
         mem.add_many(_rows(80))
         assert mem._sync.engine.pending() == 80  # under the bound: parked, as before
-        mem.add_many(_rows(300, 80))
-        assert mem._sync.engine.pending() == 100
-        for start in range(380, 1000, 124):
+        mem.add_many(_rows(124, 80))
+        assert mem._sync.engine.pending() == 204  # it found 80: still under the bound
+        for start in range(204, 1000, 124):
             mem.add_many(_rows(124, start))
-            assert mem._sync.engine.pending() == 100
+            assert mem._sync.engine.pending() == 100 + 124
         assert len(mem.search("river", k=1000, mode="vector")) == 1000
+
+
+@pytest.mark.usefixtures("no_background")
+def test_an_interrupted_link_leaves_the_write_unmade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Memory(tmp_path / "store", WordHashEmbedder()) as mem:
+        mem.add_many(_rows(300))
+        engine = mem._sync.engine
+
+        class Interrupted:
+            def __getattr__(self, name: str) -> object:
+                return getattr(engine, name)
+
+            def index_pending(self, *args: object) -> int:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(mem._sync, "engine", Interrupted())
+        with pytest.raises(KeyboardInterrupt):
+            mem.add_many(_rows(50, 300))
+        monkeypatch.setattr(mem._sync, "engine", engine)
+        assert len(mem) == mem.count() == 300
 
 
 @pytest.mark.usefixtures("no_background")

@@ -4,14 +4,15 @@ access and change nothing in the store."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import WordHashEmbedder
-from memlane import Memory
-from memlane._memory.querying import WARM_SEARCHES, Searcher
+from memlane import CorruptFileError, Memory
+from memlane._memory.querying import WARM_SEARCHES, WARM_TEXT, Searcher
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -19,7 +20,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     search = Searcher._search
 
     def counted(self: Searcher, query: str, request: Any, **options: Any) -> Any:
-        calls.append(request.mode)
+        calls.append(query)
         return search(self, query, request, **options)
 
     monkeypatch.setattr(Searcher, "_search", counted)
@@ -36,7 +37,7 @@ def test_an_open_warms_the_search_and_changes_nothing(
         before = {r.id: r.last_accessed_at for r in mem.list()}
     calls = _counting(monkeypatch)
     with Memory(store, WordHashEmbedder()) as mem:  # access is tracked by default
-        assert calls == ["vector"] * WARM_SEARCHES
+        assert calls == [WARM_TEXT] * WARM_SEARCHES
         assert mem._sync.db.seq() == seq
         records = mem.list()
         assert {r.id: r.last_accessed_at for r in records} == before
@@ -64,3 +65,20 @@ def test_an_empty_store_or_one_still_linking_is_not_searched_at_open(
     with mem:
         assert calls == []
         assert len(mem.search("note", k=3)) == 3
+
+
+def test_a_damaged_row_the_warm_up_meets_is_left_to_the_reads_of_it(tmp_path: Path) -> None:
+    """Every warm-up search hits the one damaged record of a small store; the open still
+    succeeds and the sound records are read, while a read of the damaged one raises."""
+    store = tmp_path / "store"
+    with Memory(store, WordHashEmbedder()) as mem:
+        kept = [r.id for r in mem.add_many([{"text": f"a fact that stays {i}"} for i in range(5)])]
+        damaged = mem.add("a fact the damage reaches").id
+    db = sqlite3.connect(store / "memory.db")
+    db.execute("UPDATE records SET text = 'a fact the damage reached' WHERE id = ?", (damaged,))
+    db.commit()
+    db.close()
+    with Memory(store, WordHashEmbedder()) as mem:
+        assert [mem.get(i).text for i in kept] == [f"a fact that stays {i}" for i in range(5)]
+        with pytest.raises(CorruptFileError, match="content hash"):
+            mem.get(damaged)

@@ -16,7 +16,7 @@ from memlane._memory.encoding import record
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
 from memlane.embeddings.cache import CachedEmbedder
-from memlane.errors import InvalidArgumentError
+from memlane.errors import CorruptFileError, InvalidArgumentError, StorageError
 from memlane.records import SearchHit
 from memlane.schema import Row
 
@@ -28,6 +28,7 @@ Rerank = Callable[[str, list[SearchHit]], Sequence[SearchHit]]
 RERANK_DEPTH = 20
 #: Vector searches an open runs before it returns (``Searcher.warm``).
 WARM_SEARCHES = 4
+WARM_TEXT = "memory"
 
 
 def moment(value: Any, label: str) -> float | None:
@@ -79,22 +80,27 @@ class Searcher:
         )
 
     def warm(self) -> None:
-        """Runs ``WARM_SEARCHES`` vector searches in fixed directions, which record no
-        access and whose hits are dropped. A process's first searches pay for what no later
-        one does (the engine's search space on the thread, the graph's entry layers out
-        of every cache, the row reads' statements not yet prepared); at a million records
-        the caller's first search took several times a settled one (benches/README.md, "The
-        first search after an open"). Stores with vectors still to link skip it: a search
-        scans those, which after a rebuild is every vector."""
+        """Runs ``WARM_SEARCHES`` hybrid searches of one word in fixed directions, which
+        record no access and whose hits are dropped. A process's first searches pay for
+        what no later one does (the search space of each thread that walks the graph, the
+        graph's entry layers out of every cache, the row reads' statements not yet
+        prepared); at a million records the caller's first search took several times a
+        settled one (benches/README.md, "The first search after an open"). Stores with
+        vectors still to link skip it: a search scans those, which after a rebuild is
+        every vector. A damaged row it meets is left to the searches that read it, as
+        before: the store stays open for the records that are sound."""
         dim = self.sync.dim
         if dim is None or not len(self.sync.engine) or self.sync.engine.pending():
             return
         directions = np.random.default_rng(0).standard_normal((WARM_SEARCHES, dim))
-        request = _core.SearchRequest(mode="vector", track_access=False)
+        request = _core.SearchRequest(track_access=False)
         # No caller searched: the reading-ahead into the row cache need not wait.
         last = self.sync.last_search
-        for vector in directions:
-            self._search("", request, query_embedding=vector, include_embedding=False)
+        try:
+            for vector in directions:
+                self._search(WARM_TEXT, request, query_embedding=vector, include_embedding=False)
+        except (CorruptFileError, StorageError):
+            pass
         self.sync.last_search = last
 
     @staticmethod

@@ -44,8 +44,8 @@ from memlane.storage import Store
 PRECISIONS = ("f32", "f16", "int8", "int8+f16")
 # Batches up to this size are linked into the graph by the writer itself.
 _INLINE_INDEX = 64
-#: Parked vectors past which a bulk write to an embedded store links as many as it added
-#: before it returns (``IndexSync.keep_up``), since every search scans what is parked
+#: Parked vectors past which a bulk write to an embedded store first links as many as it
+#: adds (``IndexSync.keep_up``), since every search scans what is parked
 #: (benches/README.md, "Searches while a bulk load runs").
 MAX_PARKED = 8192
 _KEEP_UP_BATCH = 1024
@@ -469,23 +469,23 @@ class IndexSync:
         if self.db.wal_bytes() > CHECKPOINT_BYTES:
             self.wake.set()
 
-    def keep_up(self, added: int) -> None:
-        """Links parked vectors on the caller's thread, up to the ``added`` vectors its
-        write parked, while more than ``MAX_PARKED`` are parked: a bulk load then parks no
-        more than that beyond what it found, and a write after a rebuild (everything
+    def keep_up(self, adding: int) -> None:
+        """Links parked vectors on the caller's thread, up to the ``adding`` vectors its
+        write is about to park, while more than ``MAX_PARKED`` are parked: a bulk load then
+        leaves at most that plus its last write's, and a write after a rebuild (everything
         parked) links no more than its own. Not on a shared store, whose followers link
         every write again in their own processes: there a loader that linked its own
         writes slowed without bringing the followers' searches back sooner
         (benches/README.md, "Loading and linking, in the limits' terms")."""
         if self.db.shared:
             return
-        while added > 0 and not self.closing:
+        while adding > 0 and not self.closing:
             over = self.engine.pending() - MAX_PARKED
             if over <= 0:
                 return
-            batch = min(added, over, _KEEP_UP_BATCH)
+            batch = min(adding, over, _KEEP_UP_BATCH)
             self.engine.index_pending(batch)
-            added -= batch
+            adding -= batch
 
     def snapshot_due(self) -> int:
         """Changes after which a snapshot is written: at least half the store, so

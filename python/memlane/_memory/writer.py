@@ -194,6 +194,9 @@ class Writer:
                 bar.update(len(part))
         if bar is not None:
             bar.set_postfix_str("storing")
+        if not single:
+            # Before the commit: an interrupt while it links leaves the write unmade.
+            sync.keep_up(len(news))
 
         with sync.lock:
             sync.check_open()
@@ -227,8 +230,6 @@ class Writer:
             for key, record_id, at in recent:
                 self.window.remember([key], record_id, at)
             results = self._results(news, decision)
-        if not single:
-            sync.keep_up(len(decision.store))
         records = [results[i] for i in range(len(news))]
         return records if replacing is None else (gone, records)
 

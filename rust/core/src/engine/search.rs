@@ -108,6 +108,13 @@ impl<'a> SearchRequest<'a> {
 /// current slots (a scan) instead of asking each retriever for that many
 /// more hits and dropping the superseded ones.
 const MAX_OVERFETCH: usize = 2048;
+/// Records a hybrid search must look through (all, or the filter's
+/// selection) from which its two retrievers run at once, the vector one on a
+/// pool thread: below it, handing the walk over costs more than running the
+/// two side by side saves (benches/README.md, "Both retrievers at once").
+/// The unit tests' stores are small, so there every hybrid search runs them
+/// at once (the Python tests' searches run them one after the other).
+const PARALLEL_MIN: usize = if cfg!(test) { 1 } else { 250_000 };
 
 /// Every signal behind one hit's score.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -298,7 +305,7 @@ impl Engine {
         let analysed = text
             .filter(|_| req.mode != Mode::Vector || fills.1 || fills.2)
             .map(|t| self.bm25.query(t));
-        let text_hits = match &analysed {
+        let text_part = || match &analysed {
             Some(q) if req.mode != Mode::Vector => {
                 let filter = allowed_ids.as_deref().map(|ids| self.bm25.filter(ids));
                 self.current_hits(
@@ -306,19 +313,37 @@ impl Engine {
                     extra,
                     |n| Ok(self.bm25.search_query(q, n, filter.as_ref())),
                     |h| h.id,
-                )?
+                )
             }
-            _ => Vec::new(),
+            _ => Ok(Vec::new()),
         };
-        let vector_hits = match query {
+        let vector_part = || match query {
             Some(q) if req.mode != Mode::Text => self.current_hits(
                 pool,
                 extra,
                 |n| self.vector_candidates(q, n, allowed_ids.as_deref(), selection.as_ref()),
                 |h| h.0,
-            )?,
-            _ => Vec::new(),
+            ),
+            _ => Ok(Vec::new()),
         };
+        let both = analysed.is_some() && query.is_some() && req.mode == Mode::Hybrid;
+        let searched = allowed_ids.as_ref().map_or(self.len(), Vec::len);
+        let (text_hits, vector_hits) = if both && searched >= PARALLEL_MIN {
+            // The postings scored on a pool thread while this one walks the
+            // graph, with the search space this thread's earlier walks made.
+            let mut text_hits = None;
+            let vector_hits = rayon::in_place_scope(|s| {
+                s.spawn(|_| text_hits = Some(text_part()));
+                vector_part()
+            });
+            (
+                text_hits.expect("the scope waits for what it spawned"),
+                vector_hits,
+            )
+        } else {
+            (text_part(), vector_part())
+        };
+        let (text_hits, vector_hits) = (text_hits?, vector_hits?);
 
         let mut order: Vec<u64> = Vec::with_capacity(text_hits.len() + vector_hits.len());
         let mut cands: FxHashMap<u64, Cand> = FxHashMap::default();
