@@ -1,6 +1,6 @@
 """A bulk write to an embedded store that finds more than ``MAX_PARKED`` vectors parked
 first links as many as it adds (``IndexSync.keep_up``): a load in batches leaves no more
-than that, or its batch when larger, parked, so a search never scans more; a write after a rebuild
+than that plus a batch parked, so a search never scans more; a write after a rebuild
 links as many as its own, and never waits for the whole backlog; an interrupt while it
 links leaves the write unmade."""
 
@@ -18,7 +18,7 @@ from memlane import Memory
 def no_background(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parked vectors stay parked unless a write links them."""
     monkeypatch.setattr("memlane._memory.maintenance.run", lambda *args: None)
-    monkeypatch.setattr("memlane._memory.sync.MAX_PARKED", 200)
+    monkeypatch.setattr("memlane._memory.sync.MAX_PARKED", 100)
 
 
 def _rows(n: int, start: int = 0) -> list[dict[str, str]]:
@@ -26,19 +26,16 @@ def _rows(n: int, start: int = 0) -> list[dict[str, str]]:
 
 
 @pytest.mark.usefixtures("no_background")
-def test_a_bulk_load_leaves_at_most_max_parked_or_its_batch(tmp_path: Path) -> None:
+def test_a_bulk_load_leaves_at_most_max_parked_and_a_batch(tmp_path: Path) -> None:
     with Memory(tmp_path / "store", WordHashEmbedder()) as mem:
-        # (A write that leaves at most 64 parked links them at once, as before.)
-        mem.add_many(_rows(120))
-        assert mem._sync.engine.pending() == 120  # under the bound: parked, as before
-        mem.add_many(_rows(70, 120))
-        assert mem._sync.engine.pending() == 190  # still under it
-        mem.add_many(_rows(40, 190))
-        assert mem._sync.engine.pending() == 200  # 30 linked first, to leave 200
-        for start in range(230, 1500, 248):  # more than the bound: only its own left
-            mem.add_many(_rows(248, start))
-            assert mem._sync.engine.pending() == 248
-        assert len(mem.search("river", k=2000, mode="vector")) == 1718
+        mem.add_many(_rows(80))
+        assert mem._sync.engine.pending() == 80  # under the bound: parked, as before
+        mem.add_many(_rows(124, 80))
+        assert mem._sync.engine.pending() == 204  # it found 80: still under the bound
+        for start in range(204, 1000, 124):
+            mem.add_many(_rows(124, start))
+            assert mem._sync.engine.pending() == 100 + 124
+        assert len(mem.search("river", k=1000, mode="vector")) == 1000
 
 
 @pytest.mark.usefixtures("no_background")

@@ -471,18 +471,16 @@ class IndexSync:
 
     def keep_up(self, adding: int) -> None:
         """Links parked vectors on the caller's thread, up to the ``adding`` vectors its
-        write is about to park, until the write will leave at most ``MAX_PARKED`` parked
-        (or its own, when it adds more): a load in batches then leaves at most that, and a
-        write after a rebuild (everything parked) links no more than its own. Not on a
-        shared store, whose followers link every write again in their own processes:
-        there a loader that linked its own writes slowed without bringing the followers'
-        searches back sooner (benches/README.md, "Loading and linking, in the limits'
-        terms")."""
+        write is about to park, while more than ``MAX_PARKED`` are parked: a bulk load then
+        leaves at most that plus its last write's, and a write after a rebuild (everything
+        parked) links no more than its own. Not on a shared store, whose followers link
+        every write again in their own processes: there a loader that linked its own
+        writes slowed without bringing the followers' searches back sooner
+        (benches/README.md, "Loading and linking, in the limits' terms")."""
         if self.db.shared:
             return
-        left = max(0, MAX_PARKED - adding)
         while adding > 0 and not self.closing:
-            over = self.engine.pending() - left
+            over = self.engine.pending() - MAX_PARKED
             if over <= 0:
                 return
             batch = min(adding, over, _KEEP_UP_BATCH)
