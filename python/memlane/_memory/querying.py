@@ -26,7 +26,7 @@ Mode = Literal["hybrid", "vector", "text"]
 Rerank = Callable[[str, list[SearchHit]], Sequence[SearchHit]]
 #: A search with ``rerank`` hands the callable its best ``max(k, RERANK_DEPTH)`` hits.
 RERANK_DEPTH = 20
-#: Vector searches an open runs before it returns (``Searcher.warm``).
+#: Hybrid searches of ``WARM_TEXT`` an open runs before it returns (``Searcher.warm``).
 WARM_SEARCHES = 4
 WARM_TEXT = "memory"
 

@@ -109,8 +109,8 @@ impl<'a> SearchRequest<'a> {
 /// more hits and dropping the superseded ones.
 const MAX_OVERFETCH: usize = 2048;
 /// Records a hybrid search must look through (all, or the filter's
-/// selection) from which its two retrievers run at once, the vector one on a
-/// pool thread: below it, handing the walk over costs more than running the
+/// selection) from which its two retrievers run at once, BM25 on a pool
+/// thread: below it, handing the postings over costs more than running the
 /// two side by side saves (benches/README.md, "Both retrievers at once").
 /// The unit tests' stores are small, so there every hybrid search runs them
 /// at once (the Python tests' searches run them one after the other).
