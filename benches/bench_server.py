@@ -134,6 +134,15 @@ class Connection:
                 return out
 
 
+def memlane_model() -> Path:
+    """The default embedder's ONNX file (memlane's int8 all-MiniLM-L6-v2)."""
+    from memlane.embeddings import _model_files
+
+    return _model_files._package_file(
+        _model_files.MODEL_PACKAGE, _model_files.MODEL_FILE, _model_files.MODEL_INSTALL
+    )
+
+
 class ChromaClientEmbedder:
     """What chromadb's client does to embed a question (its default embedding function,
     ``ONNXMiniLM_L6_V2._forward``), on memlane's int8 model: a session with chromadb's
@@ -150,9 +159,7 @@ class ChromaClientEmbedder:
         from memlane.embeddings import _model_files
         from memlane.embeddings.tokenizer import load_tokenizer
 
-        model = _model_files._package_file(
-            _model_files.MODEL_PACKAGE, _model_files.MODEL_FILE, _model_files.MODEL_INSTALL
-        )
+        model = memlane_model()
         options = ort.SessionOptions()
         options.log_severity_level = 3
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -177,16 +184,14 @@ def chroma_model_folder(folder: Path) -> None:
     chromadb checks for but does not read."""
     from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
 
-    from memlane.embeddings import _model_files
+    from memlane.embeddings import default_tokenizer_path
 
-    model = _model_files._package_file(
-        _model_files.MODEL_PACKAGE, _model_files.MODEL_FILE, _model_files.MODEL_INSTALL
-    )
     files = folder / ONNXMiniLM_L6_V2.EXTRACTED_FOLDER_NAME
     files.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(model, files / "model.onnx")
-    shutil.copyfile(_model_files.TOKENIZER_FILE, files / "tokenizer.json")
-    vocab = json.loads(_model_files.TOKENIZER_FILE.read_text())["model"]["vocab"]
+    shutil.copyfile(memlane_model(), files / "model.onnx")
+    tokenizer = default_tokenizer_path()
+    shutil.copyfile(tokenizer, files / "tokenizer.json")
+    vocab = json.loads(tokenizer.read_text())["model"]["vocab"]
     (files / "vocab.txt").write_text("".join(f"{t}\n" for t in sorted(vocab, key=vocab.get)))
     for name in ("config.json", "special_tokens_map.json", "tokenizer_config.json"):
         (files / name).write_text("{}")
