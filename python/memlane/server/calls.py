@@ -11,25 +11,29 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive, Scope, Send
 
 from memlane.errors import InvalidArgumentError
 from memlane.records import SCOPE_FIELDS, MemoryRecord, MemoryVersion, SearchHit
 
 __all__ = [
     "TIME_FIELDS",
-    "Answer",
+    "AsgiRoute",
     "arguments",
     "hit_json",
+    "json_bytes",
+    "json_object",
     "query_arguments",
+    "read_body",
     "read_json",
     "record_json",
+    "send_json",
     "version_json",
 ]
 
@@ -62,6 +66,11 @@ def _parameters(function: Callable[..., Any]) -> dict[str, inspect.Parameter]:
     return out
 
 
+@functools.cache
+def _required(function: Callable[..., Any]) -> tuple[str, ...]:
+    return tuple(n for n, p in _parameters(function).items() if p.default is p.empty)
+
+
 def _time(name: str, value: Any) -> Any:
     if name not in TIME_FIELDS or not isinstance(value, str):
         return value
@@ -78,27 +87,45 @@ def arguments(
     method: Callable[..., Any], given: Mapping[str, Any], *, only: set[str] | None = None
 ) -> dict[str, Any]:
     """``given`` checked against ``method``'s parameters (``only``: a subset of them)."""
-    allowed = parameters(method)
+    function = getattr(method, "__func__", method)
+    allowed, required = _parameters(function), _required(function)
     if only is not None:
         allowed = {k: v for k, v in allowed.items() if k in only}
-    unknown = sorted(set(given) - set(allowed))
+        required = tuple(n for n in required if n in only)
+    unknown = sorted(k for k in given if k not in allowed)
     if unknown:
         raise InvalidArgumentError(
             f"unknown argument {', '.join(map(repr, unknown))}; this call takes "
             f"{', '.join(allowed)}"
         )
-    missing = [n for n, p in allowed.items() if p.default is p.empty and n not in given]
+    missing = [n for n in required if n not in given]
     if missing:
         raise InvalidArgumentError(f"missing argument {', '.join(map(repr, missing))}")
     return {k: _time(k, v) for k, v in given.items()}
 
 
 async def read_json(request: Request, *, exact: bool = True) -> dict[str, Any]:
-    """The request's body, a JSON object (an empty body: ``{}``). ``exact=False`` reads it
-    with orjson, several times faster for a body of numbers (a query vector), which takes
-    an integer past 64 bits as the nearest float: for a call that reads its numbers so
+    """The request's body, a JSON object (see ``json_object``)."""
+    return json_object(await request.body(), exact=exact)
+
+
+async def read_body(receive: Receive) -> bytes:
+    """A raw ASGI route's whole body, as ``Request.body`` reads it."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def json_object(body: bytes, *, exact: bool = True) -> dict[str, Any]:
+    """``body``, a JSON object (an empty body: ``{}``). ``exact=False`` reads it with
+    orjson, several times faster for a body of numbers (a query vector), which takes an
+    integer past 64 bits as the nearest float: for a call that reads its numbers so
     anyway (a search: the engine reads a filter's integers past 64 bits as floats)."""
-    body = await request.body()
     if not body.strip():
         return {}
     try:
@@ -152,18 +179,35 @@ def _parse(name: str, text: str, default: Any) -> Any:
         raise InvalidArgumentError(f"{name}: {e} (got {text!r})") from None
 
 
-class Answer(Response):
-    """A JSON response, written by orjson (a search's hits several times faster than by
-    json); what orjson cannot write (an integer past 64 bits) is written by json."""
+def json_bytes(content: Any) -> bytes:
+    """``content`` as JSON, written by orjson (a search's hits several times faster than
+    by json); what orjson cannot write (an integer past 64 bits) is written by json."""
+    try:
+        return orjson.dumps(content)
+    except orjson.JSONEncodeError:
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8")
 
-    media_type = "application/json"
 
-    def render(self, content: Any) -> bytes:
-        try:
-            return orjson.dumps(content)
-        except orjson.JSONEncodeError:
-            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-            return text.encode("utf-8")
+async def send_json(send: Send, content: Any, status: int = 200) -> None:
+    """A raw ASGI route's answer, with the headers Starlette's ``JSONResponse`` sends."""
+    body = json_bytes(content)
+    headers = [(b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class AsgiRoute:
+    """A route answered as an ASGI app, without Starlette's request and response objects
+    around it (for the call made most: they took a quarter of a search's time in the
+    server, benches/README.md). Its errors reach the app's handlers as a route's do."""
+
+    def __init__(self, handler: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.handler = handler
+        functools.update_wrapper(self, handler)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.handler(scope, receive, send)
 
 
 def record_json(record: MemoryRecord) -> dict[str, Any]:

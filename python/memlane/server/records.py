@@ -17,19 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from memlane.errors import InvalidArgumentError, UnknownIdError
 from memlane.memory import Memory
 from memlane.records import MemoryRecord
 from memlane.server.calls import (
-    Answer,
+    AsgiRoute,
     arguments,
     hit_json,
+    json_object,
     query_arguments,
+    read_body,
     read_json,
     record_json,
+    send_json,
     version_json,
 )
 from memlane.server.keys import Caller
@@ -80,15 +85,19 @@ async def add_many(request: Request) -> JSONResponse:
     return JSONResponse({"records": [_added(r) for r in found]}, 201)
 
 
-async def search(request: Request) -> Answer:
+@AsgiRoute
+async def search(scope: Scope, receive: Receive, send: Send) -> None:
     """Search: the arguments of Memory.search (query, k, mode, filters, explain, ...)."""
-    mem, caller = context(request)
-    args = caller.bound(arguments(mem.search, await read_json(request, exact=False)))
+    state = scope["app"].state
+    mem: Memory = state.memory
+    caller = Caller.of(Headers(scope=scope), state.keys)
+    given = json_object(await read_body(receive), exact=False)
+    args = caller.bound(arguments(mem.search, given))
     if _short(mem, args):
         hits = mem.search(**args)
     else:
         hits = await run_in_threadpool(lambda: mem.search(**args))
-    return Answer({"hits": [hit_json(h) for h in hits]})
+    await send_json(send, {"hits": [hit_json(h) for h in hits]})
 
 
 def _short(mem: Memory, args: dict[str, Any]) -> bool:
@@ -352,9 +361,9 @@ def _disk(folder: Path) -> int:
     return total
 
 
-#: (method, path, handler, writes, the Memory method whose parameters it takes, and
-#: where: "body", "query" or None).
-Route = tuple[str, str, Callable[[Request], Any], bool, str | None, str | None]
+#: (method, path, handler (of a Starlette request, or an ``AsgiRoute``), writes, the
+#: Memory method whose parameters it takes, and where: "body", "query" or None).
+Route = tuple[str, str, Callable[..., Any], bool, str | None, str | None]
 ROUTES: list[Route] = [
     ("POST", "/v1/memories", add, True, "add", "body"),
     ("GET", "/v1/memories", list_, False, "list", "query"),
