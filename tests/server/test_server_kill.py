@@ -172,20 +172,36 @@ def test_sigterm_closes_the_store(store: str, tmp_path: Path) -> None:
     assert '"access_count": 1' in out.stdout
 
 
+_SEARCH = b'{"query": "x", "mode": "text"}'
+
+
+@pytest.mark.parametrize(
+    ("call", "request_"),
+    [
+        ("count", b"GET /v1/count HTTP/1.1\r\nHost: t\r\n\r\n"),
+        # A search is answered before the router (server/app.py): the same 500 there.
+        (
+            "search",
+            b"POST /v1/search HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(_SEARCH), _SEARCH),
+        ),
+    ],
+)
 def test_a_bug_answered_500_leaves_the_connection_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, request_: bytes
 ) -> None:
     """A request that meets a bug (an exception that is no memlane error) is answered
     500 InternalError, and the connection serves the next request. Starlette's last
     handler re-raised it after answering, and uvicorn then closed the connection: under
     load, the client's next request on it failed, an add among them left in doubt."""
     with Memory(tmp_path / "s", None) as mem:
+        real = getattr(mem, call)
 
-        @functools.wraps(mem.count)
-        def broken(**kwargs: Any) -> int:
+        @functools.wraps(real)
+        def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("a bug")
 
-        monkeypatch.setattr(mem, "count", broken)
+        monkeypatch.setattr(mem, call, broken)
         server = uvicorn.Server(
             uvicorn.Config(create_app(mem), host="127.0.0.1", port=0, log_level="critical")
         )
@@ -200,8 +216,7 @@ def test_a_bug_answered_500_leaves_the_connection_open(
                 # Both requests in one write, on one connection: the second is answered
                 # only if the first one's failure left the connection open.
                 s.sendall(
-                    b"GET /v1/count HTTP/1.1\r\nHost: t\r\n\r\n"
-                    b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+                    request_ + b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
                 )
                 said = b""
                 while chunk := s.recv(65536):

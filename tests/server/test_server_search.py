@@ -93,3 +93,28 @@ def test_an_add_keeps_an_integer_past_64_bits(client: TestClient, mem: Memory) -
     r = client.post("/v1/memories", json={"text": "Erin counts stars", "metadata": big})
     assert r.status_code == 201, r.text
     assert mem.get(r.json()["id"]).metadata == big
+
+
+def test_a_search_answered_before_the_router_keeps_its_checks(mem: Memory) -> None:
+    """A search skips Starlette's router and middleware (server/app.py), not what they
+    check: the body limit (declared, or counted as it arrives), the path's other methods,
+    the error handlers; and nothing it refuses reaches the store."""
+    with TestClient(create_app(mem, max_body=64)) as client:
+        big = b'{"query": "' + b"x" * 100 + b'"}'
+        refused = client.post("/v1/search", content=big)
+        assert (refused.status_code, refused.json()["error"]["type"]) == (413, "PayloadTooLarge")
+
+        def chunked() -> Iterator[bytes]:
+            yield big[:50]
+            yield big[50:]
+
+        assert client.post("/v1/search", content=chunked()).status_code == 413
+        wrong = client.get("/v1/search")
+        assert (wrong.status_code, wrong.json()["error"]["type"]) == (405, "MethodNotAllowed")
+        for body in (b"[1, 2]", b'{"query": "x", "kk": 1}', b'{"k": 2}'):
+            r = client.post("/v1/search", content=body)
+            assert (r.status_code, r.json()["error"]["type"]) == (400, "InvalidArgumentError")
+        r = client.post("/v1/search", json={"query": "Porto", "mode": "text", "k": 1})
+        assert r.headers["content-type"] == "application/json"
+        assert r.json()["hits"][0]["record"]["text"] == "Alice lives in Porto"
+    assert sum(r.access_count for r in mem.list()) == 1  # the one search that ran

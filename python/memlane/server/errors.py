@@ -11,10 +11,11 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import Message, Receive, Scope, Send
 
 from memlane import errors
 
-__all__ = ["Refused", "Unexpected", "error_body", "handlers", "status_of"]
+__all__ = ["Handled", "Refused", "Unexpected", "error_body", "handlers", "status_of"]
 
 log = logging.getLogger("memlane.server")
 
@@ -91,10 +92,10 @@ class Unexpected:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
-        async def sending(message: dict[str, Any]) -> None:
+        async def sending(message: Message) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send(message)
@@ -107,3 +108,22 @@ class Unexpected:
             log.exception("%s %s", scope["method"], scope["path"])
             body = error_body("InternalError", f"{type(exc).__name__}: {exc}")
             await JSONResponse(body, 500)(scope, receive, send)
+
+
+class Handled:
+    """ASGI middleware: ``handlers`` around an app that raises them, as Starlette's
+    exception middleware does, without the request object it makes for every call (for
+    the routes ``App`` answers before its router)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:
+            handler = next((handlers[c] for c in type(exc).__mro__ if c in handlers), None)
+            if handler is None:
+                raise
+            response = await handler(Request(scope, receive), exc)
+            await response(scope, receive, send)
