@@ -243,7 +243,9 @@ class Asker:
             asked = {
                 "query_embeddings": [np.asarray(vector)],
                 "n_results": K,
-                "include": ["distances"],
+                # chromadb's default: each hit's text and metadata, as memlane's hits
+                # carry their record.
+                "include": ["documents", "metadatas", "distances"],
             }
         return orjson.dumps(asked, option=orjson.OPT_SERIALIZE_NUMPY)
 
@@ -359,8 +361,9 @@ def build_memlane(folder: Path, texts: list[str], points: np.ndarray) -> float:
     return time.perf_counter() - began
 
 
-def build_chroma(port: int, points: np.ndarray) -> tuple[str, float]:
-    """The collection's query path (made and filled unless it is there already)."""
+def build_chroma(port: int, texts: list[str], points: np.ndarray) -> tuple[str, float]:
+    """The collection's query path (made and filled unless it is there already): each
+    vector with its text as the document, as memlane stores each with its text."""
     began, conn = time.perf_counter(), Connection(port)
     status, answer = conn.call("GET", f"{CHROMA_DB}/collections/bench")
     if status == 200:
@@ -371,7 +374,11 @@ def build_chroma(port: int, points: np.ndarray) -> tuple[str, float]:
     collection = f"{CHROMA_DB}/collections/{orjson.loads(answer)['id']}"
     for s in range(0, len(points), 1000):
         part = points[s : s + 1000]
-        body = {"ids": [str(s + i) for i in range(len(part))], "embeddings": part}
+        body = {
+            "ids": [str(s + i) for i in range(len(part))],
+            "embeddings": part,
+            "documents": texts[s : s + len(part)],
+        }
         status, answer = conn.call(
             "POST", f"{collection}/add", orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
         )
@@ -417,7 +424,7 @@ def breakdown(folder: Path, texts: list[str], vectors: np.ndarray) -> dict[str, 
     from memlane import Memory
     from memlane.embeddings import OnnxEmbedder
     from memlane.server import create_app
-    from memlane.server.calls import Answer, hit_json
+    from memlane.server.calls import hit_json, json_bytes
 
     asked = [(t, v.tolist()) for t, v in zip(texts[:200], vectors[:200], strict=True)]
     bodies = [Asker("memlane", "vector", "").body(t, np.asarray(v)) for t, v in asked]
@@ -447,7 +454,7 @@ def breakdown(folder: Path, texts: list[str], vectors: np.ndarray) -> dict[str, 
         hits = mem.search("", K, query_embedding=asked[0][1], **opts)
         out["body_read_ms"] = per_query(lambda i, t, v: orjson.loads(bodies[i]))
         out["answer_ms"] = per_query(
-            lambda i, t, v: Answer({"hits": [hit_json(h) for h in hits]}).body
+            lambda i, t, v: json_bytes({"hits": [hit_json(h) for h in hits]})
         )
         out["app_in_process_ms"] = _app_in_process(create_app(mem), bodies)
         out["engine_text_8_threads_ms"] = _in_threads(
@@ -552,7 +559,7 @@ def run(
     vectors_file: Path,
     truth: list[set[int]],
 ) -> dict[str, Any]:
-    marker = work / f"built-{args.n}"  # both stores were built whole
+    marker = work / f"built-{args.n}-texts"  # both stores were built whole, texts in both
     built = {"memlane": 0.0, "chroma": 0.0}
     if not marker.exists():
         shutil.rmtree(work / "memlane", ignore_errors=True)
@@ -567,7 +574,7 @@ def run(
     ]
     paths = {"memlane": "/v1/search"}
     try:
-        paths["chroma"], built["chroma"] = build_chroma(ports["chroma"], points)
+        paths["chroma"], built["chroma"] = build_chroma(ports["chroma"], texts, points)
         marker.touch()
         results: dict[str, Any] = {"n": args.n, "built_s": built}
         results["round trip of a GET doing nothing, ms"] = {

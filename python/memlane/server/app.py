@@ -108,9 +108,9 @@ def create_app(
 class App(Starlette):
     """Starlette, but a request to a fixed path whose route is an ``AsgiRoute`` (a
     search) goes straight to it through the same checks (the body limit, the error
-    handlers, a 500 for a bug) instead of through Starlette's middleware stack and router,
-    which took about a tenth of a search's time in the server (benches/README.md). Its
-    route stays in the router too, which answers its path's other methods (405)."""
+    handlers, a 500 for a bug) instead of through Starlette's middleware stack and router
+    (more searches a second: benches/README.md). Its route stays in the router
+    too, which answers its path's other methods (405)."""
 
     def __init__(self, limit: Callable[[str], int], **options: Any) -> None:
         super().__init__(**options)
