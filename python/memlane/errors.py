@@ -33,7 +33,8 @@ class InvalidArgumentError(MemlaneError, ValueError):
 
 
 class ClosedError(MemlaneError, RuntimeError):
-    """The object was closed (an ``AgentMemory`` after ``close()``): make a new one."""
+    """The object was closed (a ``Memory`` or an ``AgentMemory`` after ``close()``):
+    make a new one."""
 
 
 class ConflictError(MemlaneError, RuntimeError):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memlane import MemlaneError, Memory
+from memlane import ClosedError, MemlaneError, Memory
 
 
 def _fill(mem: Memory) -> None:
@@ -31,8 +31,10 @@ def test_close_joins_the_thread_and_warns_nothing(tmp_path: Path, word_embedder)
         mem._sync.wake.set()  # a late wake-up finds nothing to do
         mem.close()  # idempotent
     assert [str(w.message) for w in caught] == []
-    with pytest.raises(MemlaneError, match="closed"):
+    with pytest.raises(ClosedError, match="closed"):
         mem.add("after close")
+    with pytest.raises(ClosedError, match="closed"):
+        mem.search("after close")
 
 
 def test_garbage_collected_store_stops_its_thread(tmp_path: Path, word_embedder) -> None:

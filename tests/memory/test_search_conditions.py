@@ -125,6 +125,9 @@ def test_versions_as_typed_fields(
         (lambda m: m.search("q\ud800", mode="text"), "query contains a lone surrogate"),
         (lambda m: m.count(table=5), "table must be a str or a list of str, got int"),
         (lambda m: m.list(type=3.5), "type must be a str or a list of str, got float"),
+        # A mapping is no list of names (its keys alone would be read): a JSON object.
+        (lambda m: m.search("x", type={"semantic": 1}), "type must be a str or a list of str"),
+        (lambda m: m.count(table={"t": 1}), "table must be a str or a list of str, got dict"),
         (lambda m: m.scopes(unique="no"), "unique must be a bool, got str"),
     ],
 )

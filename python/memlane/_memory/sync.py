@@ -31,6 +31,7 @@ from memlane._memory.vector_fill import NAMED, damage_error, decodes, fill, read
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
 from memlane.errors import (
+    ClosedError,
     CorruptFileError,
     EmbedderMismatchError,
     InvalidArgumentError,
@@ -384,7 +385,7 @@ class IndexSync:
 
     def check_open(self) -> None:
         if self.closing:
-            raise MemlaneError("this Memory is closed")
+            raise ClosedError("this Memory is closed")
         if self.forked:
             raise MemlaneError(
                 "this Memory was opened before os.fork() and belongs to the parent "

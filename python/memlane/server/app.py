@@ -121,7 +121,8 @@ class App(Starlette):
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        # Under a root path (a mount, a proxy's prefix) the router strips it first.
+        if scope["type"] == "http" and not scope.get("root_path"):
             direct = self.direct.get((scope["method"], scope["path"]))
             if direct is not None:
                 scope["app"] = self

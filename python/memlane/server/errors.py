@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
@@ -102,6 +102,8 @@ class Unexpected:
 
         try:
             await self.app(scope, receive, sending)
+        except ClientDisconnect:
+            return  # gone before its body arrived: no one to answer, nothing stored
         except Exception as exc:
             if started or scope["type"] != "http":
                 raise  # an answer under way can only be cut short

@@ -7,7 +7,7 @@
 
 use memlane_core::engine::{Conditions, Versions, SCOPE_FIELDS};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyMapping, PyString};
 
 use crate::convert::{self, type_name};
 use crate::errors::{invalid, to_py};
@@ -47,7 +47,8 @@ fn text(py: Python<'_>, obj: &Bound<'_, PyAny>, label: &str) -> PyResult<String>
     }
 }
 
-/// A str, or an iterable of them (any of which a record's field may equal).
+/// A str, or an iterable of them (any of which a record's field may equal);
+/// not a mapping, whose keys alone would be read (a JSON object over HTTP).
 fn texts(
     py: Python<'_>,
     obj: Option<&Bound<'_, PyAny>>,
@@ -59,7 +60,11 @@ fn texts(
     if obj.cast::<PyString>().is_ok() {
         return Ok(Some(vec![text(py, obj, label)?]));
     }
-    let Ok(items) = obj.try_iter() else {
+    let items = match obj.cast::<PyMapping>() {
+        Ok(_) => None,
+        Err(_) => obj.try_iter().ok(),
+    };
+    let Some(items) = items else {
         return Err(invalid(
             py,
             format!(
