@@ -122,10 +122,12 @@ def test_a_search_answered_before_the_router_keeps_its_checks(mem: Memory) -> No
     assert sum(r.access_count for r in mem.list()) == 1  # the one search that ran
 
 
-def _asgi(app: Any, path: str, root_path: str, body: bytes) -> list[dict[str, Any]]:
-    """One POST through ``app`` as a server would call it, and what the app sent."""
+def _asgi(app: Any, path: str, body: bytes | None, root_path: str = "") -> list[dict[str, Any]]:
+    """One POST through ``app`` as a server would call it, and what the app sent;
+    ``body`` None: the client is gone before its body arrives."""
     sent: list[dict[str, Any]] = []
-    messages = iter([{"type": "http.request", "body": body, "more_body": False}])
+    given = [] if body is None else [{"type": "http.request", "body": body, "more_body": False}]
+    messages = iter(given)
 
     async def receive() -> dict[str, Any]:
         return next(messages, {"type": "http.disconnect"})
@@ -133,10 +135,11 @@ def _asgi(app: Any, path: str, root_path: str, body: bytes) -> list[dict[str, An
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
+    headers = [] if body is None else [(b"content-length", b"%d" % len(body))]
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
         "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": root_path,
-        "query_string": b"", "headers": [(b"content-length", b"%d" % len(body))],
+        "query_string": b"", "headers": headers,
         "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
     }  # fmt: skip
     asyncio.run(app(scope, receive, send))
@@ -146,36 +149,18 @@ def _asgi(app: Any, path: str, root_path: str, body: bytes) -> list[dict[str, An
 def test_under_a_root_path_the_router_reads_the_path(mem: Memory) -> None:
     """Mounted under a prefix, a search is where the router puts it, not at the bare path."""
     app, body = create_app(mem), b'{"query": "Porto", "mode": "text"}'
-    assert _asgi(app, "/api/v1/search", "/api", body)[0]["status"] == 200
-    assert _asgi(app, "/v1/search", "/v1", body)[0]["status"] == 404
+    assert _asgi(app, "/api/v1/search", body, root_path="/api")[0]["status"] == 200
+    assert _asgi(app, "/v1/search", body, root_path="/v1")[0]["status"] == 404
 
 
 def test_a_client_gone_before_its_body_is_not_a_bug(
     mem: Memory, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Nothing to answer and nothing logged as a bug (which a 500 would be)."""
-
-    async def run() -> list[dict[str, Any]]:
-        sent: list[dict[str, Any]] = []
-
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        for path in ("/v1/search", "/v1/memories"):
-            scope = {
-                "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-                "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-                "root_path": "", "query_string": b"", "headers": [],
-                "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
-            }  # fmt: skip
-            await create_app(mem)(scope, receive, send)
-        return sent
-
+    app = create_app(mem)
     with caplog.at_level(logging.ERROR, logger="memlane.server"):
-        assert asyncio.run(run()) == []
+        assert _asgi(app, "/v1/search", None) == []
+        assert _asgi(app, "/v1/memories", None) == []
     assert caplog.records == []
     assert len(mem) == len(TEXTS)
 

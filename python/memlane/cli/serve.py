@@ -102,7 +102,7 @@ def serve(args: argparse.Namespace) -> int:
             port=args.port,
             log_level="warning",
             # No access log: uvicorn formats each request's line even where the level
-            # drops it (3 to 5% of a search's time in the server, benches/README.md).
+            # drops it (benches/README.md, "Figures behind the code").
             access_log=False,
             server_header=False,
             # A follower of /v1/events never ends its request: shutting down waits this

@@ -199,9 +199,8 @@ async def send_json(send: Send, content: Any, status: int = 200) -> None:
 
 class AsgiRoute:
     """A route answered as an ASGI app, without Starlette's request and response objects
-    around it: for the call made most, a search, whose server takes them for a share of
-    its time worth saving (benches/README.md). Its errors reach the app's handlers as a
-    route's do."""
+    around it: for the call made most, a search (benches/README.md, "Figures behind the
+    code"). Its errors reach the app's handlers as a route's do."""
 
     def __init__(self, handler: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.handler = handler

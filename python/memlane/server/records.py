@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
@@ -43,7 +42,7 @@ from memlane.store import OUTCOMES_KEPT, JobOutcome
 __all__ = ["ROUTES"]
 
 
-def context(request: Request, *, writes: bool = False) -> tuple[Memory, Caller]:
+def context(request: HTTPConnection, *, writes: bool = False) -> tuple[Memory, Caller]:
     """The store and what this request's key may do (401/403 otherwise)."""
     state = request.app.state
     caller = Caller.of(request.headers, state.keys)
@@ -88,9 +87,7 @@ async def add_many(request: Request) -> JSONResponse:
 @AsgiRoute
 async def search(scope: Scope, receive: Receive, send: Send) -> None:
     """Search: the arguments of Memory.search (query, k, mode, filters, explain, ...)."""
-    state = scope["app"].state
-    mem: Memory = state.memory
-    caller = Caller.of(Headers(scope=scope), state.keys)
+    mem, caller = context(HTTPConnection(scope))
     given = json_object(await read_body(receive), exact=False)
     args = caller.bound(arguments(mem.search, given))
     if _short(mem, args):
