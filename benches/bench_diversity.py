@@ -38,8 +38,8 @@ def alike(b: Bench) -> list[float]:
     """The 10th, 50th and 90th percentiles of the cosines between the first hits of
     each query (defaults), over all pairs."""
     pairs: list[np.ndarray] = []
-    for q, v in zip(b.qs.queries, b.qvec, strict=True):
-        hits = b.search(q, v, include_embedding=True)
+    for q in b.qs.queries:
+        hits = b.search(q, include_embedding=True)
         if len(hits) < 2:
             continue
         m = np.array([h.record.embedding for h in hits], dtype=np.float64)
@@ -52,11 +52,11 @@ def cost(b: Bench, lam: float = 0.3, rounds: int = 3) -> tuple[float, float]:
     """Median milliseconds of a search without and with diversity ``lam``."""
     took: dict[float, list[float]] = {0.0: [], lam: []}
     for r in range(rounds):
-        for i, (q, v) in enumerate(zip(b.qs.queries, b.qvec, strict=True)):
-            b.search(q, v)
+        for i, q in enumerate(b.qs.queries):
+            b.search(q)
             for x in (0.0, lam) if (i + r) % 2 else (lam, 0.0):
                 started = time.perf_counter()
-                b.search(q, v, diversity=x)
+                b.search(q, diversity=x)
                 took[x].append(time.perf_counter() - started)
     return statistics.median(took[0.0]) * 1e3, statistics.median(took[lam]) * 1e3
 

@@ -82,10 +82,10 @@ def quality(
         started = time.perf_counter()
         qvec = embed_all(questions, [q.text for q in qs.queries], f"{name} questions")
         questions.cache.save()
-        # Bench embeds the questions with the texts' model too: those come from the
-        # same cache as the texts; the search uses qvec, embedded as a search does.
+        # The store would embed the questions with the texts' model: the search is
+        # given qvec instead, embedded as the query model does.
         b = Bench(qs, docs)
-        b.qvec = qvec
+        b.given = qvec
         out[name] = {label: b.run(options) for label, options in CONFIGS}
         b.mem.close()
         cells = ", ".join("{}: {:.3f}/{:.3f}/{:.3f}".format(k, *v) for k, v in out[name].items())

@@ -25,8 +25,8 @@ The sets (each with a train half to choose settings on and a test half to report
   Train only (``--split test`` runs the same half: its held-out half is measured outside
   the repository); recall is also given by question category.
 
-Configurations, each through ``Memory.search(text, k=10, query_embedding=...,
-room_id=...)`` with the query's vector precomputed by the same model: the defaults;
+Configurations, each through ``Memory.search(text, k=10, room_id=...)`` as a user
+calls it, the store embedding the question (through the vector cache): the defaults;
 BM25 alone (``mode="text"``); vectors alone (``mode="vector"``); the fusions tried
 (named in ``CONFIGS``). Peers computed outside memlane on the same texts: bm25s
 (Lucene BM25, k1=1.2, b=0.75, English stopwords and Snowball stemmer, as
@@ -75,7 +75,7 @@ from bench_ingest import (
     scifact_corpus,
     write_corpus,
 )
-from memlane import Memory, OnnxEmbedder
+from memlane import Memory, OnnxEmbedder, _core
 from memlane.embeddings import TextTruncatedWarning
 
 Qrels = dict[str, dict[str, int]]
@@ -362,15 +362,24 @@ class Bench:
             self.rooms[d.room].append(i)
         # Each configuration's metrics per query, for the breakdown by category.
         self.per_query: dict[str, list[Metrics]] = {}
+        # The questions' vectors to search with instead of the store's own embedding of
+        # each question (bench_embedders.py's query models); None: as a user searches.
+        self.given: np.ndarray | None = None
 
     def scope(self, q: Query) -> dict[str, Any]:
         return {} if q.room is None else {"room_id": q.room}
 
-    def search(self, q: Query, vec: np.ndarray, k: int | None = None, **options: Any) -> list[Any]:
+    def query_vector(self, q: Query) -> np.ndarray:
+        """The vector a default search of ``q`` embeds: the question without the names of
+        the store's speakers it holds (``Engine.vector_text``), through the cache."""
+        text = self.mem._engine.vector_text(_core.SearchRequest(), q.text) or q.text
+        return self.model.embed(text)
+
+    def search(self, q: Query, k: int | None = None, **options: Any) -> list[Any]:
+        """``q`` as a user searches it: the store embeds the text (through the cache)."""
         return self.mem.search(
             q.text,
             self.qs.k if k is None else k,
-            query_embedding=vec,
             track_access=False,
             **self.scope(q),
             **options,
@@ -378,8 +387,9 @@ class Bench:
 
     def run(self, options: dict[str, Any], label: str = "") -> Metrics:
         out = []
-        for q, v in zip(self.qs.queries, self.qvec, strict=True):
-            out.append(metrics([h.record.id for h in self.search(q, v, **options)], q.gains))
+        for i, q in enumerate(self.qs.queries):
+            given = {} if self.given is None else {"query_embedding": self.given[i]}
+            out.append(metrics([h.record.id for h in self.search(q, **given, **options)], q.gains))
         self.per_query[label] = out
         return mean(out)
 
@@ -446,17 +456,17 @@ class Bench:
 
     def pools(self, depth: int) -> list[Pool]:
         out = []
-        for q, v in zip(self.qs.queries, self.qvec, strict=True):
+        for q in self.qs.queries:
             hits = self.search(
                 q,
-                v,
+                query_embedding=self.query_vector(q),
                 k=2 * depth,
                 candidates=depth,
                 explain=True,
                 weights={"relevance": 1.0},
                 fusion="weighted",
             )
-            top = self.search(q, v, k=1, mode="text", explain=True, weights={"relevance": 1.0})
+            top = self.search(q, k=1, mode="text", explain=True, weights={"relevance": 1.0})
             ceiling = 0.0
             if top and top[0].explain["relevance"] > 0:
                 ceiling = top[0].explain["bm25"] / top[0].explain["relevance"]

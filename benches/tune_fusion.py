@@ -92,13 +92,15 @@ def collect(b: Bench) -> list[Pool]:
     turns = any(d.session or d.speaker for d in b.qs.docs)
     depth = 100 if turns else 50  # the engine's default depth (options.rs)
     pools = []
-    for q, v in zip(b.qs.queries, b.qvec, strict=True):
+    for q in b.qs.queries:
+        # The vector the default search embeds, also where the speaker pass is off here.
+        v = b.query_vector(q)
         cands: dict[str, dict[str, Any]] = {}
         ceiling, ranked = 0.0, False
         for alpha in (0.0, 1.0):
             hits = b.search(
-                q, v, k=depth, candidates=depth, alpha=alpha, explain=True,
-                context_weight=0.0, speaker_weight=0.0,
+                q, k=depth, candidates=depth, alpha=alpha, explain=True,
+                context_weight=0.0, speaker_weight=0.0, query_embedding=v,
             )  # fmt: skip
             for h in hits:
                 e, c = h.explain, cands.setdefault(h.record.id, {"record": h.record})
@@ -119,7 +121,7 @@ def collect(b: Bench) -> list[Pool]:
         boost = (1 + IMPORTANCE_WEIGHT * importance + RECENCY_WEIGHT * recency) / (
             1 + IMPORTANCE_WEIGHT + RECENCY_WEIGHT
         )
-        engine = [h.record.id for h in b.search(q, v, alpha=0.5)]
+        engine = [h.record.id for h in b.search(q, alpha=0.5)]
         pools.append(
             Pool(
                 q, ids, col("bm25", 0.0), col("bm25_context", math.nan),

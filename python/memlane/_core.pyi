@@ -434,6 +434,10 @@ class Engine:
         more batches of ``max`` until that time has passed; returns how many remain."""
     def pending(self) -> int:
         """Vectors waiting to be linked into the graph."""
+    def vector_text(self, request: SearchRequest, text: str) -> str | None:
+        """The text to embed for the query ``text`` searched with ``request``: without
+        the names of the store's speakers it holds (written with a capital), where the
+        request's speaker pass weighs them; None: ``text`` as it is."""
     def search(
         self,
         request: SearchRequest,

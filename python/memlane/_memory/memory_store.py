@@ -411,7 +411,10 @@ class MemoryStore(Listing):
             context_weight: the share of a conversation turn's BM25 scored over the turn
                 joined with its session's previous and next turn (0 turns it off).
             speaker_weight: what a query naming a turn's speaker ("I", "my" or a name)
-                adds, as a share of the BM25 ceiling (0 turns it off).
+                adds, as a share of the BM25 ceiling (0 turns it off). While it counts, the
+                names of the store's speakers the query holds are left out of the text
+                embedded; a message (``table="messages"``) stored without a speaker and
+                written as a transcript line, ``"Caroline: ..."``, is weighed as her turn.
             date_weight: what a date the query names ("on 7 May 2023", "in June 2023")
                 adds to the relevance of the memories created in or near it, as a share
                 of the relevance (0 turns it off; [Search and scores][search-and-scores]).

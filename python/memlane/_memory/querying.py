@@ -160,9 +160,12 @@ class Searcher:
                     raise InvalidArgumentError("query must not be empty")
                 coerce.clean(query, "query", nul=True)
                 assert self.embedder is not None
+                # A speaker's name the query holds is left to the speaker pass: in the
+                # vector it pulls toward every turn that mentions the name.
+                embedded = self.sync.engine.vector_text(request, query) or query
                 # The caching embedder answers from its cache, else runs the model: never
                 # a database lookup, so a search costs the same at any store size.
-                vector = self.embedder.embed_checked(query)
+                vector = self.embedder.embed_checked(embedded)
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
         now = time.time()

@@ -230,6 +230,21 @@ impl PyEngine {
         self.parked.load(Ordering::Acquire)
     }
 
+    /// The text to embed for the query `text` searched with `request`: without
+    /// the names of the store's speakers it holds, where the request's speaker
+    /// pass weighs them; None: `text` as it is.
+    fn vector_text(
+        &self,
+        py: Python<'_>,
+        request: &PySearchRequest,
+        text: String,
+    ) -> PyResult<Option<String>> {
+        if !request.options.weighs_speakers() {
+            return Ok(None);
+        }
+        detach(py, || Ok(self.inner.read().vector_text(&text)))
+    }
+
     /// One query with `request`'s options over the store's `defaults`, among
     /// the records it admits: (ids, final scores, explain), explain a dict per
     /// hit (see `SearchHit.explain`) when the request asks for it, else None.

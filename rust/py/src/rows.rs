@@ -161,7 +161,7 @@ impl<'py> Reader<'py> {
         for (value, at) in scope.iter_mut().zip(l.scope) {
             *value = get!(at, Option<String>);
         }
-        let attrs = Attrs {
+        let mut attrs = Attrs {
             id: Some(get!(l.id, String)),
             tbl: get!(l.tbl, String),
             r#type: get!(l.r#type, String),
@@ -178,11 +178,19 @@ impl<'py> Reader<'py> {
             speaker: get!(l.speaker, Option<String>),
             metadata: Vec::new(),
         };
-        let text = if texts {
+        let text = if texts || attrs.speaker_in_text() {
             Some(get!(l.text, String))
         } else {
             None
         };
-        Ok((get!(l.rowid, u64), text, attrs, get!(l.metadata, String)))
+        if let Some(text) = &text {
+            attrs.read_speaker(text);
+        }
+        Ok((
+            get!(l.rowid, u64),
+            text.filter(|_| texts),
+            attrs,
+            get!(l.metadata, String),
+        ))
     }
 }

@@ -310,6 +310,21 @@ impl Engine {
         }
     }
 
+    /// The text to embed for a query that names speakers of the store (their
+    /// names written with a capital, as in "What did Caroline paint?"): the
+    /// query without those names, which the speaker pass weighs instead
+    /// (measured on LoCoMo: `benches/README.md`). None when it names none.
+    /// Every live speaker of the store counts, as every record counts in
+    /// BM25's statistics.
+    pub fn vector_text(&self, text: &str) -> Option<String> {
+        let r = &self.records;
+        r.names.without_names(
+            text,
+            |id| r.speakers.contains_key(&id),
+            |id| r.strings.resolve(id),
+        )
+    }
+
     /// Ids of the records `filter` admits, by creation time (ties by id),
     /// skipping `offset` and returning at most `limit`
     /// ([`ids_sorted`](Self::ids_sorted) by another column).

@@ -199,6 +199,16 @@ impl SearchOptions {
         self.track_access.or(defaults.track_access).unwrap_or(false)
     }
 
+    /// Whether the speaker pass scores this search's turns: a hybrid search
+    /// whose fusion weighs BM25's scores, with a speaker weight. Only then is
+    /// a speaker's name kept from the query's vector
+    /// ([`super::Engine::vector_text`]), where the pass gives it its due.
+    pub fn weighs_speakers(&self) -> bool {
+        self.mode == Mode::Hybrid
+            && matches!(self.fusion, Fusion::Weighted { .. } | Fusion::Adaptive)
+            && self.speaker_weight > 0.0
+    }
+
     /// The engine's request for one query: these options over the store's
     /// `defaults` (weights, decay, half-life, access tracking), `dates` the
     /// intervals the query's text names (checked here), among the records

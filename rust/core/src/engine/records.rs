@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustc_hash::FxHashMap;
 
+use super::speakers::{transcript_speaker, NameWords, MESSAGES};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::prefetch::prefetch;
@@ -166,6 +167,23 @@ pub struct Attrs {
     pub speaker: Option<String>,
     /// Flattened metadata: (dotted key, value) pairs.
     pub metadata: Vec<(String, RawValue)>,
+}
+
+impl Attrs {
+    /// Whether the record's speaker is read from its text: a message given
+    /// without one ([`transcript_speaker`]).
+    pub fn speaker_in_text(&self) -> bool {
+        self.speaker.is_none() && self.tbl == MESSAGES
+    }
+
+    /// Takes the speaker a message's `text` names as a transcript line, where
+    /// [`Self::speaker_in_text`]; the engine weighs it as a given one (the
+    /// record keeps none: the caller's database is not changed).
+    pub fn read_speaker(&mut self, text: &str) {
+        if self.speaker_in_text() {
+            self.speaker = transcript_speaker(text).map(str::to_owned);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -330,6 +348,10 @@ pub struct Records {
     /// Live records per interned speaker: the store's speakers (empty in a
     /// store without conversation turns, so a search skips the speaker pass).
     pub(crate) speakers: FxHashMap<u32, u32>,
+    /// The words of the speakers' names, found from a query's words
+    /// ([`NameWords::without_names`]); a speaker stays in it once its
+    /// turns are gone, so a search checks it in `speakers`.
+    pub(crate) names: NameWords,
     /// Live records per table and scope ([`Records::group`]), so that counts
     /// by table and scope of the whole store read no record.
     pub(crate) groups: FxHashMap<[u32; 7], u32>,
@@ -744,7 +766,11 @@ impl Records {
     /// totals.
     fn tally(&mut self, slot: u32) {
         if let Some(v) = self.speaker(slot) {
-            *self.speakers.entry(v).or_default() += 1;
+            let n = self.speakers.entry(v).or_default();
+            *n += 1;
+            if *n == 1 {
+                self.names.add(v, self.strings.resolve(v));
+            }
         }
         *self.groups.entry(self.group(slot)).or_default() += 1;
     }
@@ -793,6 +819,7 @@ impl Records {
         self.by_key = FxHashMap::default();
         self.sessions = FxHashMap::default();
         self.speakers = FxHashMap::default();
+        self.names = NameWords::default();
         self.groups = FxHashMap::default();
         self.prev = vec![NONE; self.ids.len()];
         self.next = vec![NONE; self.ids.len()];

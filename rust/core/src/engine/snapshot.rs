@@ -11,7 +11,7 @@
 //! vectors, which it gives back after [`Engine::load`] through
 //! [`Engine::fill`], and [`Engine::awaiting`] says which are still missing.
 //!
-//! `records.bin`, version 6: `seq: u64, dim: u64 (0 = none)`, the value and
+//! `records.bin`, version 7: `seq: u64, dim: u64 (0 = none)`, the value and
 //! key interners (`count: u64` then `str` each), `slots: u64`, then per
 //! column `ids: u64s, keys: u32s (interned public ids, u32::MAX = none),
 //! live: bytes, table: u32s, type: u32s, 6 × scope: u32s, speaker: u32s
@@ -42,7 +42,9 @@ pub(crate) const KIND: Kind = Kind(*b"MREC");
 // 4: `valid_to` per slot.
 // 5: `expires_at` and `recorded_at` per slot.
 // 6: `speaker` per slot.
-pub(crate) const VERSION: u32 = 6;
+// 7: a message's speaker read from its transcript line (`Attrs::read_speaker`),
+//    which an older snapshot's messages lack, so it is rebuilt.
+pub(crate) const VERSION: u32 = 7;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 

@@ -7,6 +7,11 @@
 //! analyzer sees them (lowercased, stemmed), so "Caroline's" names
 //! "Caroline"; a name of several words is named when the query holds each of
 //! them. The first-person words are English, as the analyzer's default is.
+//!
+//! The same names are kept from the query's vector ([`NameWords::without_names`]): a
+//! turn's vector is of its text alone, so a name in the question pulls its
+//! vector toward every turn that mentions the name rather than toward what
+//! was said; the speaker pass already gives the name its due.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use unicode_segmentation::UnicodeSegmentation;
@@ -62,6 +67,135 @@ impl<'a> SpeakerQuery<'a> {
     }
 }
 
+/// The table of conversation messages (elizaOS's name, and the agent's
+/// history's).
+pub const MESSAGES: &str = "messages";
+
+/// Longest name a transcript line may start with, in bytes.
+const MAX_NAME: usize = 64;
+
+/// The speaker of a message written as a transcript line, "Caroline: I
+/// painted a sunrise": a name of one to three words, each with a capital
+/// first and otherwise letters (or `'`, `-`, `.`), before a colon, a space
+/// and something said. None for any other text ("see: below", "Note that:
+/// ...", "12:30 works").
+pub fn transcript_speaker(text: &str) -> Option<&str> {
+    let (name, said) = text.split_once(':')?;
+    if name.len() > MAX_NAME
+        || !said.starts_with(char::is_whitespace)
+        || !said.chars().any(char::is_alphanumeric)
+    {
+        return None;
+    }
+    let words: Vec<&str> = name.split(' ').collect();
+    let named = words.len() <= 3
+        && words.iter().all(|w| {
+            let mut chars = w.chars();
+            chars.next().is_some_and(char::is_uppercase)
+                && chars.all(|c| c.is_alphabetic() || matches!(c, '\'' | '-' | '.'))
+        });
+    named.then_some(name)
+}
+
+/// The words of the speakers' names written as names are (a capital first):
+/// each word, lowercased, to the speakers whose names hold it, so that a
+/// query finds the names it holds from its own words, at any count of
+/// speakers. Role names ("user", "assistant") are lowercase and left out:
+/// "the system's settings" is not about a speaker called "system".
+#[derive(Default)]
+pub(crate) struct NameWords {
+    by_word: FxHashMap<Box<str>, Vec<u32>>,
+    indexed: FxHashSet<u32>,
+}
+
+impl NameWords {
+    /// Indexes speaker `id` named `name`, once.
+    pub(crate) fn add(&mut self, id: u32, name: &str) {
+        let Some(words) = name_words(name) else {
+            return;
+        };
+        if !self.indexed.insert(id) {
+            return;
+        }
+        for word in words {
+            let ids = self.by_word.entry(word.into_boxed_str()).or_default();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+}
+
+/// A name's words, lowercased, if it is written as a name.
+fn name_words(name: &str) -> Option<Vec<String>> {
+    if !name.chars().next().is_some_and(char::is_uppercase) {
+        return None;
+    }
+    let words: Vec<String> = name.unicode_words().map(str::to_lowercase).collect();
+    (!words.is_empty()).then_some(words)
+}
+
+/// A word of the query as a name's word: lowercased, without a possessive
+/// ("Caroline's", "Caroline’s", "James'"); None unless written with a capital.
+fn as_name_word(word: &str) -> Option<String> {
+    if !word.chars().next().is_some_and(char::is_uppercase) {
+        return None;
+    }
+    let bare = ["'s", "\u{2019}s", "'", "\u{2019}"]
+        .iter()
+        .find_map(|p| word.strip_suffix(p))
+        .filter(|b| !b.is_empty())
+        .unwrap_or(word);
+    Some(bare.to_lowercase())
+}
+
+impl NameWords {
+    /// `text` for the embedder without the names of the speakers it holds
+    /// (each of a name's words written with a capital, as in "What did
+    /// Caroline paint?"), or None when it holds none or nothing would be
+    /// left. `live` says whether a speaker still has turns, `name` gives its
+    /// name.
+    pub(crate) fn without_names<'a>(
+        &self,
+        text: &str,
+        live: impl Fn(u32) -> bool,
+        name: impl Fn(u32) -> &'a str,
+    ) -> Option<String> {
+        if self.by_word.is_empty() {
+            return None;
+        }
+        let segments: Vec<(&str, Option<String>)> = text
+            .split_word_bounds()
+            .map(|s| (s, as_name_word(s)))
+            .collect();
+        let words: FxHashSet<&str> = segments.iter().filter_map(|(_, w)| w.as_deref()).collect();
+        let mut named: FxHashSet<String> = FxHashSet::default();
+        for word in &words {
+            for &id in self.by_word.get(*word).into_iter().flatten() {
+                if !live(id) {
+                    continue; // none of its turns is left
+                }
+                let Some(parts) = name_words(name(id)) else {
+                    continue;
+                };
+                if parts.iter().all(|p| words.contains(p.as_str())) {
+                    named.extend(parts);
+                }
+            }
+        }
+        if named.is_empty() {
+            return None;
+        }
+        let kept: String = segments
+            .iter()
+            .filter(|(_, w)| !w.as_ref().is_some_and(|w| named.contains(w)))
+            .map(|(s, _)| *s)
+            .collect();
+        let kept = kept.split_whitespace().collect::<Vec<_>>().join(" ");
+        kept.chars().any(char::is_alphanumeric).then_some(kept)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +237,53 @@ mod tests {
         // The user by name too, and no speaker named by stopwords alone.
         assert!(names("what does the user like", "user"));
         assert!(!names("what did the assistant say", "the"));
+    }
+
+    #[test]
+    fn a_transcript_line_names_its_speaker() {
+        for (text, name) in [
+            ("Caroline: I painted a sunrise", "Caroline"),
+            ("Mary Ann: hi there", "Mary Ann"),
+            ("Dr. O'Brien-Smith: yes", "Dr. O'Brien-Smith"),
+            ("Zoë:\tnice", "Zoë"),
+            ("User: what's the weather?", "User"),
+        ] {
+            assert_eq!(transcript_speaker(text), Some(name), "{text}");
+        }
+        for text in [
+            "Caroline:I painted",
+            "Caroline: ...",
+            "Caroline:",
+            "caroline: hi",
+            "Note that: x",
+            "The Lake Gallery Cafe: opens at ten",
+            "12:30 works",
+            "Caroline said: hi",
+            ": hi",
+            "Room 12: free",
+            "no colon at all",
+        ] {
+            assert_eq!(transcript_speaker(text), None, "{text}");
+        }
+        let long = format!("{}: hi", "A".repeat(MAX_NAME + 1));
+        assert_eq!(transcript_speaker(&long), None);
+    }
+
+    #[test]
+    fn a_query_word_as_a_name_word() {
+        assert_eq!(as_name_word("Caroline's").as_deref(), Some("caroline"));
+        assert_eq!(
+            as_name_word("Caroline\u{2019}s").as_deref(),
+            Some("caroline")
+        );
+        assert_eq!(as_name_word("James'").as_deref(), Some("james"));
+        assert_eq!(as_name_word("caroline"), None);
+        assert_eq!(as_name_word("'s"), None);
+        assert_eq!(
+            name_words("Mary Ann"),
+            Some(vec!["mary".into(), "ann".into()])
+        );
+        assert_eq!(name_words("assistant"), None);
     }
 
     #[test]

@@ -796,6 +796,64 @@ fn speakers_follow_removals_and_snapshots() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn the_vector_text_leaves_out_the_named_speakers() {
+    let mut e = chat();
+    // Caroline is a speaker; "user" is a role, whose name is never left out.
+    assert_eq!(
+        e.vector_text("What did Caroline's dog do?").as_deref(),
+        Some("What did dog do?")
+    );
+    assert_eq!(e.vector_text("what did caroline say"), None);
+    assert_eq!(e.vector_text("What did the User say"), None);
+    assert_eq!(e.vector_text("Caroline?"), None);
+    assert_eq!(e.vector_text("What did Melanie say"), None);
+    // Once her turns are gone, her name is a word like any other.
+    e.remove(&[2], false).unwrap();
+    assert_eq!(e.vector_text("What did Caroline say?"), None);
+}
+
+#[test]
+fn a_message_as_a_transcript_line_has_its_speaker_read() {
+    let texts: Vec<String> = ["Caroline: the dog is called rex", "Melanie: lovely"]
+        .map(String::from)
+        .into();
+    let a: Vec<Attrs> = (0..2)
+        .map(|i| {
+            let mut a = attrs("a", 0.5, 0.0, false);
+            a.tbl = "messages".into();
+            a.id = Some(format!("m{i}"));
+            a.read_speaker(&texts[i]);
+            a
+        })
+        .collect();
+    assert_eq!(a[0].speaker.as_deref(), Some("Caroline"));
+    let mut e = engine(None);
+    e.upsert(Batch {
+        ids: &[1, 2],
+        texts: Some(&texts),
+        vectors: None,
+        attrs: &a,
+    })
+    .unwrap();
+    let (_, s) = spoken(&e, "what did Caroline say about the dog", 0.5);
+    assert_eq!(s[&1].bm25_speaker, Some(true));
+    assert_eq!(
+        e.vector_text("What did Caroline and Melanie say?")
+            .as_deref(),
+        Some("What did and say?")
+    );
+    // A given speaker, or a record that is no message, keeps what it has.
+    let mut given = attrs("a", 0.5, 0.0, false);
+    given.tbl = "messages".into();
+    given.speaker = Some("user".into());
+    given.read_speaker("Caroline: hello");
+    assert_eq!(given.speaker.as_deref(), Some("user"));
+    let mut other = attrs("a", 0.5, 0.0, false);
+    other.read_speaker("Caroline: hello");
+    assert_eq!(other.speaker, None);
+}
+
 /// Two texts that say the same and one that says something else of the same
 /// person, with vectors in 3-d: the copies nearest the query, the distinct one
 /// a little further (and longer, so BM25 ranks it last too).
