@@ -47,6 +47,7 @@ CHAT = [
     ("That sounds lovely! I went hiking with my kids.", "Melanie"),
     ("Mary Ann came along to the gallery.", "Mary Ann"),
     ("How can I help you today?", "assistant"),
+    ("I brought the lemon cake.", "Will"),
 ]
 
 
@@ -80,12 +81,15 @@ def test_the_vector_of_a_question_leaves_out_the_speakers_it_names() -> None:
         ("When did Caroline paint?", {"mode": "vector"}),
         ("When did Caroline paint?", {"speaker_weight": 0.0}),
         ("When did Caroline paint?", {"fusion": "rrf"}),
+        ("When did Caroline paint?", {"alpha": 0.7}),
         # not written as a name, not a speaker, half a name, a role, nothing else left
         ("when did caroline paint?", {}),
         ("When did Rome get painted?", {}),
         ("Did Mary like the gallery?", {}),
         ("What did the Assistant say?", {}),
         ("Caroline?", {}),
+        # a name the speaker pass cannot match (a stopword): it would count nowhere
+        ("What cake did Will bring?", {}),
     ],
 )
 def test_the_question_is_embedded_whole_otherwise(query: str, options: dict[str, Any]) -> None:
@@ -102,6 +106,17 @@ def test_a_speaker_whose_turns_are_gone_is_not_left_out() -> None:
         assert _embedded(mem, embedder, "What did Caroline paint?") == "What did paint?"
         mem.delete(ids[0])
         assert _embedded(mem, embedder, "What did Caroline paint?") == "What did Caroline paint?"
+
+
+def test_a_speaker_whose_turns_were_superseded_is_not_left_out() -> None:
+    embedder = Recording()
+    with Memory(None, embedder, dedup_window=0) as mem:
+        (painted,) = _turns(mem, CHAT[:1])
+        mem.supersede(painted, "The sunrise painting was sold.")
+        assert _embedded(mem, embedder, "What did Caroline paint?") == "What did Caroline paint?"
+        assert _embedded(mem, embedder, "When did Caroline paint?", alpha=0.5) == (
+            "When did Caroline paint?"
+        )
 
 
 def test_a_given_query_vector_is_used_as_given() -> None:

@@ -35,6 +35,7 @@ mod retrievals;
 mod search;
 pub(crate) mod snapshot;
 mod speakers;
+use speakers::SpeakerQuery;
 
 pub use conditions::{Admitted, Conditions, Versions, UNIQUE_KEY};
 pub use filter::{Filter, Selection};
@@ -314,15 +315,15 @@ impl Engine {
     /// names written with a capital, as in "What did Caroline paint?"): the
     /// query without those names, which the speaker pass weighs instead
     /// (measured on LoCoMo: `benches/README.md`). None when it names none.
-    /// Every live speaker of the store counts, as every record counts in
-    /// BM25's statistics.
+    /// Every speaker with current turns counts, in any scope, as every
+    /// record counts in BM25's statistics.
     pub fn vector_text(&self, text: &str) -> Option<String> {
         let r = &self.records;
-        r.names.without_names(
-            text,
-            |id| r.speakers.contains_key(&id),
-            |id| r.strings.resolve(id),
-        )
+        // Only names the speaker pass matches: a name the analyzer drops (a
+        // speaker called "Will" or "A") would count nowhere.
+        let mut pass = SpeakerQuery::new(self.bm25.analyzer(), text);
+        r.names
+            .without_names(text, |id| pass.names(id, r.strings.resolve(id)))
     }
 
     /// Ids of the records `filter` admits, by creation time (ties by id),

@@ -199,14 +199,19 @@ impl SearchOptions {
         self.track_access.or(defaults.track_access).unwrap_or(false)
     }
 
-    /// Whether the speaker pass scores this search's turns: a hybrid search
-    /// whose fusion weighs BM25's scores, with a speaker weight. Only then is
-    /// a speaker's name kept from the query's vector
-    /// ([`super::Engine::vector_text`]), where the pass gives it its due.
+    /// Whether the speaker pass weighs this search's turns at least as the
+    /// cosine does: a hybrid search with a speaker weight whose fusion gives
+    /// BM25 (and the pass with it) at least half the relevance, as the
+    /// adaptive fusion about does. Only then is a speaker's name kept from
+    /// the query's vector ([`super::Engine::vector_text`]): where the cosine
+    /// decides, the name must stay in it.
     pub fn weighs_speakers(&self) -> bool {
-        self.mode == Mode::Hybrid
-            && matches!(self.fusion, Fusion::Weighted { .. } | Fusion::Adaptive)
-            && self.speaker_weight > 0.0
+        let bm25_half = match self.fusion {
+            Fusion::Adaptive => true,
+            Fusion::Weighted { alpha } => alpha <= 0.5,
+            Fusion::Rrf { .. } => false,
+        };
+        self.mode == Mode::Hybrid && bm25_half && self.speaker_weight > 0.0
     }
 
     /// The engine's request for one query: these options over the store's
@@ -460,6 +465,32 @@ mod tests {
         assert_eq!(fusion(None), Fusion::Adaptive);
         assert_eq!(fusion(None), SearchOptions::default().fusion);
         assert_eq!(fusion(Some(0.3)), Fusion::Weighted { alpha: 0.3 });
+    }
+
+    #[test]
+    fn speakers_are_weighed_where_bm25_has_half_the_relevance() {
+        let weighs = |g: Given<'static>| SearchOptions::new(&g).unwrap().weighs_speakers();
+        assert!(weighs(given()));
+        assert!(weighs(Given {
+            alpha: Some(0.5),
+            ..given()
+        }));
+        assert!(!weighs(Given {
+            alpha: Some(0.7),
+            ..given()
+        }));
+        assert!(!weighs(Given {
+            fusion: "rrf",
+            ..given()
+        }));
+        assert!(!weighs(Given {
+            mode: "vector",
+            ..given()
+        }));
+        assert!(!weighs(Given {
+            speaker_weight: 0.0,
+            ..given()
+        }));
     }
 
     #[test]

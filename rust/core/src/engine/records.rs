@@ -348,9 +348,8 @@ pub struct Records {
     /// Live records per interned speaker: the store's speakers (empty in a
     /// store without conversation turns, so a search skips the speaker pass).
     pub(crate) speakers: FxHashMap<u32, u32>,
-    /// The words of the speakers' names, found from a query's words
-    /// ([`NameWords::without_names`]); a speaker stays in it once its
-    /// turns are gone, so a search checks it in `speakers`.
+    /// The names of the speakers with current turns, found from a query's
+    /// words ([`NameWords::without_names`]).
     pub(crate) names: NameWords,
     /// Live records per table and scope ([`Records::group`]), so that counts
     /// by table and scope of the whole store read no record.
@@ -766,9 +765,8 @@ impl Records {
     /// totals.
     fn tally(&mut self, slot: u32) {
         if let Some(v) = self.speaker(slot) {
-            let n = self.speakers.entry(v).or_default();
-            *n += 1;
-            if *n == 1 {
+            *self.speakers.entry(v).or_default() += 1;
+            if !self.is_closed(slot) {
                 self.names.add(v, self.strings.resolve(v));
             }
         }
@@ -780,6 +778,9 @@ impl Records {
     fn untally(&mut self, slot: u32) {
         if let Some(v) = self.speaker(slot) {
             decrement(&mut self.speakers, v);
+            if !self.is_closed(slot) {
+                self.names.remove(v, self.strings.resolve(v));
+            }
         }
         let group = self.group(slot);
         decrement(&mut self.groups, group);

@@ -97,32 +97,129 @@ pub fn transcript_speaker(text: &str) -> Option<&str> {
     named.then_some(name)
 }
 
-/// The words of the speakers' names written as names are (a capital first):
-/// each word, lowercased, to the speakers whose names hold it, so that a
-/// query finds the names it holds from its own words, at any count of
+/// Most words of a name left out of a question's vector: a person's name
+/// ("Caroline", "Mary Ann", "Dr. O'Brien") has a few; a longer one is kept.
+const MAX_NAME_WORDS: usize = 3;
+
+/// Most distinct words of a question tried as a name's words: beyond them, a
+/// question of thousands of capitalised words would try millions of
+/// combinations.
+const MAX_QUESTION_NAMES: usize = 64;
+
+/// The names of the speakers with current turns, as written names are (a
+/// capital first), by their words: a name's words, lowercased, sorted and
+/// joined by a space, to the speakers so named, so that a question finds
+/// the names it holds from its own words' combinations, at any count of
 /// speakers. Role names ("user", "assistant") are lowercase and left out:
 /// "the system's settings" is not about a speaker called "system".
 #[derive(Default)]
 pub(crate) struct NameWords {
-    by_word: FxHashMap<Box<str>, Vec<u32>>,
-    indexed: FxHashSet<u32>,
+    by_key: FxHashMap<Box<str>, Vec<u32>>,
+    /// Each word of those names, with the count of names that hold it.
+    words: FxHashMap<Box<str>, u32>,
+    /// Current turns per speaker (superseded versions are not searched, so
+    /// their speakers do not count).
+    turns: FxHashMap<u32, u32>,
 }
 
 impl NameWords {
-    /// Indexes speaker `id` named `name`, once.
+    /// Counts a current turn of speaker `id`, named `name`.
     pub(crate) fn add(&mut self, id: u32, name: &str) {
-        let Some(words) = name_words(name) else {
+        let n = self.turns.entry(id).or_default();
+        *n += 1;
+        if *n > 1 {
+            return;
+        }
+        let Some((key, words)) = name_key(name) else {
             return;
         };
-        if !self.indexed.insert(id) {
+        self.by_key.entry(key).or_default().push(id);
+        for word in words {
+            *self.words.entry(word.into_boxed_str()).or_default() += 1;
+        }
+    }
+
+    /// Uncounts a current turn of speaker `id`, named `name`.
+    pub(crate) fn remove(&mut self, id: u32, name: &str) {
+        let Some(n) = self.turns.get_mut(&id) else {
+            return;
+        };
+        *n -= 1;
+        if *n > 0 {
             return;
         }
-        for word in words {
-            let ids = self.by_word.entry(word.into_boxed_str()).or_default();
-            if !ids.contains(&id) {
-                ids.push(id);
+        self.turns.remove(&id);
+        let Some((key, words)) = name_key(name) else {
+            return;
+        };
+        if let Some(ids) = self.by_key.get_mut(&*key) {
+            ids.retain(|&other| other != id);
+            if ids.is_empty() {
+                self.by_key.remove(&*key);
             }
         }
+        for word in words {
+            if let Some(c) = self.words.get_mut(word.as_str()) {
+                *c -= 1;
+                if *c == 0 {
+                    self.words.remove(word.as_str());
+                }
+            }
+        }
+    }
+
+    /// `text` for the embedder without the names of the speakers it holds
+    /// (each of a name's words written with a capital, as in "What did
+    /// Caroline paint?") that `named` says the speaker pass matches, or None
+    /// when it holds none or nothing would be left.
+    pub(crate) fn without_names(
+        &self,
+        text: &str,
+        mut named: impl FnMut(u32) -> bool,
+    ) -> Option<String> {
+        if self.by_key.is_empty() {
+            return None;
+        }
+        let segments: Vec<(&str, Option<String>)> = text
+            .split_word_bounds()
+            .map(|s| (s, as_name_word(s)))
+            .collect();
+        let mut words: Vec<&str> = Vec::new();
+        for w in segments.iter().filter_map(|(_, w)| w.as_deref()) {
+            if self.words.contains_key(w) && !words.contains(&w) {
+                words.push(w);
+                if words.len() == MAX_QUESTION_NAMES {
+                    break;
+                }
+            }
+        }
+        let mut out: FxHashSet<String> = FxHashSet::default();
+        let mut try_name = |combo: &mut Vec<&str>| {
+            combo.sort_unstable();
+            let ids = self.by_key.get(combo.join(" ").as_str());
+            if ids.into_iter().flatten().any(|&id| named(id)) {
+                out.extend(combo.iter().map(|w| (*w).to_owned()));
+            }
+        };
+        for (i, a) in words.iter().enumerate() {
+            try_name(&mut vec![a]);
+            for (j, b) in words.iter().enumerate().skip(i + 1) {
+                try_name(&mut vec![a, b]);
+                for c in &words[j + 1..] {
+                    try_name(&mut vec![a, b, c]);
+                }
+            }
+        }
+        if out.is_empty() {
+            return None;
+        }
+        let kept: String = segments
+            .iter()
+            .filter(|(_, w)| !w.as_deref().is_some_and(|w| out.contains(w)))
+            .map(|(s, _)| *s)
+            .collect();
+        let kept = kept.split_whitespace().collect::<Vec<_>>().join(" ");
+        kept.chars().any(char::is_alphanumeric).then_some(kept)
     }
 }
 
@@ -133,6 +230,15 @@ fn name_words(name: &str) -> Option<Vec<String>> {
     }
     let words: Vec<String> = name.unicode_words().map(str::to_lowercase).collect();
     (!words.is_empty()).then_some(words)
+}
+
+/// A name's key in [`NameWords`] and its distinct words, if it is written
+/// as a name of at most [`MAX_NAME_WORDS`] words.
+fn name_key(name: &str) -> Option<(Box<str>, Vec<String>)> {
+    let mut words = name_words(name)?;
+    words.sort_unstable();
+    words.dedup();
+    (words.len() <= MAX_NAME_WORDS).then(|| (words.join(" ").into_boxed_str(), words))
 }
 
 /// A word of the query as a name's word: lowercased, without a possessive
@@ -147,53 +253,6 @@ fn as_name_word(word: &str) -> Option<String> {
         .filter(|b| !b.is_empty())
         .unwrap_or(word);
     Some(bare.to_lowercase())
-}
-
-impl NameWords {
-    /// `text` for the embedder without the names of the speakers it holds
-    /// (each of a name's words written with a capital, as in "What did
-    /// Caroline paint?"), or None when it holds none or nothing would be
-    /// left. `live` says whether a speaker still has turns, `name` gives its
-    /// name.
-    pub(crate) fn without_names<'a>(
-        &self,
-        text: &str,
-        live: impl Fn(u32) -> bool,
-        name: impl Fn(u32) -> &'a str,
-    ) -> Option<String> {
-        if self.by_word.is_empty() {
-            return None;
-        }
-        let segments: Vec<(&str, Option<String>)> = text
-            .split_word_bounds()
-            .map(|s| (s, as_name_word(s)))
-            .collect();
-        let words: FxHashSet<&str> = segments.iter().filter_map(|(_, w)| w.as_deref()).collect();
-        let mut named: FxHashSet<String> = FxHashSet::default();
-        for word in &words {
-            for &id in self.by_word.get(*word).into_iter().flatten() {
-                if !live(id) {
-                    continue; // none of its turns is left
-                }
-                let Some(parts) = name_words(name(id)) else {
-                    continue;
-                };
-                if parts.iter().all(|p| words.contains(p.as_str())) {
-                    named.extend(parts);
-                }
-            }
-        }
-        if named.is_empty() {
-            return None;
-        }
-        let kept: String = segments
-            .iter()
-            .filter(|(_, w)| !w.as_ref().is_some_and(|w| named.contains(w)))
-            .map(|(s, _)| *s)
-            .collect();
-        let kept = kept.split_whitespace().collect::<Vec<_>>().join(" ");
-        kept.chars().any(char::is_alphanumeric).then_some(kept)
-    }
 }
 
 #[cfg(test)]

@@ -813,6 +813,53 @@ fn the_vector_text_leaves_out_the_named_speakers() {
     assert_eq!(e.vector_text("What did Caroline say?"), None);
 }
 
+/// One text-only turn of each speaker, the first `closed` of them superseded.
+fn spoken_by(speakers: &[&str], closed: usize) -> Engine {
+    let texts: Vec<String> = speakers.iter().map(|s| format!("{s} said so")).collect();
+    let a: Vec<Attrs> = speakers
+        .iter()
+        .enumerate()
+        .map(|(i, who)| {
+            let mut a = attrs("a", 0.5, 0.0, false);
+            a.id = Some(format!("t{i}"));
+            a.speaker = Some((*who).to_owned());
+            a.valid_to = (i < closed).then_some(1.0);
+            a
+        })
+        .collect();
+    let ids: Vec<u64> = (1..=speakers.len() as u64).collect();
+    let mut e = engine(None);
+    e.upsert(Batch {
+        ids: &ids,
+        texts: Some(&texts),
+        vectors: None,
+        attrs: &a,
+    })
+    .unwrap();
+    e
+}
+
+#[test]
+fn only_names_the_speaker_pass_weighs_are_left_out() {
+    // "Will" and "A" are stopwords: the pass cannot match them, so they stay.
+    let e = spoken_by(&["Will", "A", "Ana Maria Silva Costa", "Mary Ann"], 0);
+    assert_eq!(e.vector_text("What cake did Will bring?"), None);
+    assert_eq!(e.vector_text("A dog barked"), None);
+    // A name of more than three words stays; one of two goes, in any order.
+    assert_eq!(e.vector_text("What did Ana Maria Silva Costa say?"), None);
+    assert_eq!(
+        e.vector_text("Did Ann Mary come?").as_deref(),
+        Some("Did come?")
+    );
+    // A superseded turn's speaker is not searched, so not left out.
+    let e = spoken_by(&["Caroline", "Melanie"], 1);
+    assert_eq!(e.vector_text("What did Caroline say?"), None);
+    assert_eq!(
+        e.vector_text("What did Melanie say?").as_deref(),
+        Some("What did say?")
+    );
+}
+
 #[test]
 fn a_message_as_a_transcript_line_has_its_speaker_read() {
     let texts: Vec<String> = ["Caroline: the dog is called rex", "Melanie: lovely"]
