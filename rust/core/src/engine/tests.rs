@@ -796,6 +796,20 @@ fn speakers_follow_removals_and_snapshots() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A text-only engine of `texts`, ids 1, 2, ... with `attrs`.
+fn text_only(texts: &[String], attrs: &[Attrs]) -> Engine {
+    let ids: Vec<u64> = (1..=texts.len() as u64).collect();
+    let mut e = engine(None);
+    e.upsert(Batch {
+        ids: &ids,
+        texts: Some(texts),
+        vectors: None,
+        attrs,
+    })
+    .unwrap();
+    e
+}
+
 #[test]
 fn the_vector_text_leaves_out_the_named_speakers() {
     let mut e = chat();
@@ -827,16 +841,7 @@ fn spoken_by(speakers: &[&str], closed: usize) -> Engine {
             a
         })
         .collect();
-    let ids: Vec<u64> = (1..=speakers.len() as u64).collect();
-    let mut e = engine(None);
-    e.upsert(Batch {
-        ids: &ids,
-        texts: Some(&texts),
-        vectors: None,
-        attrs: &a,
-    })
-    .unwrap();
-    e
+    text_only(&texts, &a)
 }
 
 #[test]
@@ -875,14 +880,7 @@ fn a_message_as_a_transcript_line_has_its_speaker_read() {
         })
         .collect();
     assert_eq!(a[0].speaker.as_deref(), Some("Caroline"));
-    let mut e = engine(None);
-    e.upsert(Batch {
-        ids: &[1, 2],
-        texts: Some(&texts),
-        vectors: None,
-        attrs: &a,
-    })
-    .unwrap();
+    let e = text_only(&texts, &a);
     let (_, s) = spoken(&e, "what did Caroline say about the dog", 0.5);
     assert_eq!(s[&1].bm25_speaker, Some(true));
     assert_eq!(
@@ -975,14 +973,7 @@ fn a_named_date_lifts_the_records_created_near_it() {
             a
         })
         .collect();
-    let mut e = engine(None);
-    e.upsert(Batch {
-        ids: &[1, 2],
-        texts: Some(&texts),
-        vectors: None,
-        attrs: &a,
-    })
-    .unwrap();
+    let e = text_only(&texts, &a);
     let mut r = request(Some("pottery class"), None, Mode::Text);
     let plain = e.search(&r).unwrap();
     assert_eq!(plain.ids, vec![1, 2]);
