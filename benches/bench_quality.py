@@ -285,7 +285,7 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("RRF k=60", {"fusion": "rrf", "rrf_k": 60.0}),
     ("fixed alpha=0.5 (the default before)", {"fusion": "weighted", "alpha": 0.5}),
     ("fixed alpha=0.3", {"fusion": "weighted", "alpha": 0.3}),
-    ("contextual BM25 off (context_weight=0)", {"context_weight": 0.0}),
+    ("context off: BM25 and cosine (context_weight=0)", {"context_weight": 0.0}),
     ("speaker field off (speaker_weight=0)", {"speaker_weight": 0.0}),
     ("date pass off (date_weight=0: the default before)", {"date_weight": 0.0}),
 ]

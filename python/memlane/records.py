@@ -126,6 +126,8 @@ class SearchHit:
     ``explain`` holds ``bm25`` and ``bm25_rank``, ``cosine`` and ``vector_rank``
     (None where the hit was not retrieved that way), ``bm25_context`` (the BM25
     of a conversation turn joined with its neighbours; None without a session),
+    ``cosine_context`` (the better cosine of its previous and next turn; None
+    without a session or a query vector),
     ``bm25_speaker`` (whether the query names the hit's speaker; None in a store
     without speakers), ``date`` (whether the hit was created in or near a date the
     query names; None when the date pass did not apply: the query names no date,

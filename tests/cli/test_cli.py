@@ -44,6 +44,7 @@ EXPLAIN_KEYS = {
     "bm25_speaker",
     "date",
     "cosine",
+    "cosine_context",
     "vector_rank",
     "relevance",
     "importance",

@@ -170,3 +170,24 @@ def test_a_turn_of_another_user_in_the_same_session_is_no_context() -> None:
         assert not hits[0].explain["bm25_context"]
     finally:
         mem.close()
+
+
+def test_a_turn_takes_its_cosine_from_a_nearer_neighbour() -> None:
+    """The question turn is far from the query's vector and its answer near: the
+    question's cosine takes ``context_weight`` of the gap from its answer's, the answer
+    keeps its own, and a turn of no session has none."""
+    mem, ids = _store(None)
+    with mem:
+        none = mem.add("Hiking trails.", embedding=_vec(0.1)).id
+        by_id = {h.record.id: h.explain for h in _search(mem, alpha=0.5)}
+        question, answer = by_id[ids["question"]], by_id[ids["answer"]]
+        assert question["cosine"] == pytest.approx(0.0, abs=1e-6)
+        assert question["cosine_context"] == pytest.approx(0.8, abs=1e-3)
+        assert answer["cosine_context"] == pytest.approx(0.0, abs=1e-6)
+        assert by_id[none]["cosine_context"] is None
+        off = {h.record.id: h.explain for h in _search(mem, alpha=0.5, context_weight=0.0)}
+        lent = 0.5 * DEFAULT_CONTEXT_WEIGHT * 0.8
+        assert question["relevance"] - off[ids["question"]]["relevance"] > lent - 0.02
+        # Vector search alone is not lent anything.
+        vec = mem.search("hiking", k=5, query_embedding=QUERY, mode="vector", explain=True)
+        assert {h.record.id: h.score for h in vec}[ids["question"]] == pytest.approx(0.0, abs=1e-6)

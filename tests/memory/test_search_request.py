@@ -143,6 +143,7 @@ def test_explain_gives_ints_for_ranks_and_none_for_absent_signals(mem: Memory) -
             "bm25_speaker",
             "date",
             "cosine",
+            "cosine_context",
             "vector_rank",
             "relevance",
             "importance",

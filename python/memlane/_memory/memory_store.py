@@ -409,7 +409,8 @@ class MemoryStore(Listing):
             alpha: the cosine's weight in weighted fusion (BM25's is ``1 - alpha``);
                 None: chosen per query, more to the list whose best hits stand out.
             context_weight: the share of a conversation turn's BM25 scored over the turn
-                joined with its session's previous and next turn (0 turns it off).
+                joined with its session's previous and next turn, and in weighted fusion
+                of its cosine taken from the better of theirs (0 turns it off).
             speaker_weight: what a query naming a turn's speaker ("I", "my" or a name)
                 adds, as a share of the BM25 ceiling (0 turns it off). While it counts, the
                 names of the store's speakers the query holds are left out of the text

@@ -321,9 +321,11 @@ impl Engine {
         let r = &self.records;
         // Only names the speaker pass matches: a name the analyzer drops (a
         // speaker called "Will" or "A") would count nowhere.
-        let mut pass = SpeakerQuery::new(self.bm25.analyzer(), text);
-        r.names
-            .without_names(text, |id| pass.names(id, r.strings.resolve(id)))
+        let mut pass: Option<SpeakerQuery<'_>> = None;
+        r.names.without_names(text, |id| {
+            pass.get_or_insert_with(|| SpeakerQuery::new(self.bm25.analyzer(), text))
+                .names(id, r.strings.resolve(id))
+        })
     }
 
     /// Ids of the records `filter` admits, by creation time (ties by id),

@@ -132,6 +132,9 @@ pub struct Signals {
     /// 1-based rank in the BM25 list, if the hit was in it.
     pub bm25_rank: Option<u32>,
     pub cosine: Option<f32>,
+    /// The best cosine of the hit's previous and next turn of its session,
+    /// if it has a `session_id` and the search computed it.
+    pub cosine_context: Option<f32>,
     pub vector_rank: Option<u32>,
     /// Fused relevance in [0, 1].
     pub relevance: f64,
@@ -176,6 +179,7 @@ struct Cand {
     bm25_speaker: Option<bool>,
     bm25_rank: Option<u32>,
     cosine: Option<f32>,
+    cosine_context: Option<f32>,
     vector_rank: Option<u32>,
 }
 
@@ -370,7 +374,7 @@ impl Engine {
             self.fill_bm25(q, &order, &mut cands);
         }
         let held = match (&analysed, fills.2) {
-            (Some(q), true) => self.fill_context(q, &order, &mut cands, req.now),
+            (Some(q), true) => self.fill_context(q, query, &order, &mut cands, req.now)?,
             _ => Held::default(),
         };
         let named = match text {
@@ -397,6 +401,17 @@ impl Engine {
         let ceiling = found.ceiling;
         let lists = usize::from(found.text_found) + usize::from(found.vector_found);
         let cos_of = |c: &Cand| fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
+        // Weighted fusion's cosine: a turn's takes `context_weight` from its
+        // neighbours' where theirs is higher (the answer to a question often
+        // says little of it: "Yes, last May!"), as its BM25 takes from theirs.
+        let fused_cos_of = |c: &Cand| match c.cosine_context {
+            Some(context) => {
+                let own = c.cosine.map_or(0.0, f64::from);
+                let lent = fusion::contextual(own, own.max(f64::from(context)), req.context_weight);
+                fusion::cosine_relevance(lent)
+            }
+            None => cos_of(c),
+        };
         let bm_of = |c: &Cand| {
             let own = c.bm25.map_or(0.0, f64::from);
             let score = match c.bm25_context {
@@ -416,8 +431,11 @@ impl Engine {
         let alpha = match req.fusion {
             Fusion::Weighted { alpha } => alpha,
             Fusion::Adaptive if req.mode == Mode::Hybrid && has_query && found.text_found => {
-                let (mut cos, mut bm): (Vec<f64>, Vec<f64>) =
-                    found.cands.values().map(|c| (cos_of(c), bm_of(c))).unzip();
+                let (mut cos, mut bm): (Vec<f64>, Vec<f64>) = found
+                    .cands
+                    .values()
+                    .map(|c| (fused_cos_of(c), bm_of(c)))
+                    .unzip();
                 fusion::adaptive_alpha(fusion::spread(&mut cos), fusion::spread(&mut bm))
             }
             _ => fusion::DEFAULT_ALPHA, // one list at most: weighted() ignores it
@@ -431,9 +449,11 @@ impl Engine {
                 (Mode::Hybrid, Fusion::Rrf { k }) => {
                     fusion::rrf(&[c.bm25_rank, c.vector_rank], k, lists)
                 }
-                (Mode::Hybrid, Fusion::Weighted { .. } | Fusion::Adaptive) => {
-                    fusion::weighted(has_query.then(cos), found.text_found.then(bm), alpha)
-                }
+                (Mode::Hybrid, Fusion::Weighted { .. } | Fusion::Adaptive) => fusion::weighted(
+                    has_query.then(|| fused_cos_of(c)),
+                    found.text_found.then(bm),
+                    alpha,
+                ),
             }
         };
 
@@ -489,6 +509,7 @@ impl Engine {
                     date,
                     bm25_rank: c.bm25_rank,
                     cosine: c.cosine,
+                    cosine_context: c.cosine_context,
                     vector_rank: c.vector_rank,
                     relevance,
                     importance,
@@ -644,42 +665,61 @@ impl Engine {
         order: &[u64],
         cands: &mut FxHashMap<u64, Cand>,
     ) -> Result<()> {
+        let missing: Vec<u64> = order
+            .iter()
+            .copied()
+            .filter(|id| cands.get(id).is_some_and(|c| c.cosine.is_none()))
+            .collect();
+        for (id, cos) in self.cosines_of(q, &missing)? {
+            if let Some(c) = cands.get_mut(&id) {
+                c.cosine = Some(cos);
+            }
+        }
+        Ok(())
+    }
+
+    /// The cosines of `ids` that have a vector, computed as the retrievers
+    /// compute them: exactly for parked vectors, with the graph's ranking
+    /// kernel for linked ones.
+    fn cosines_of(&self, q: &[f32], ids: &[u64]) -> Result<FxHashMap<u64, f32>> {
+        let mut out = FxHashMap::default();
         let mut linked = Vec::new();
-        for id in order {
-            let Some(c) = cands.get_mut(id).filter(|c| c.cosine.is_none()) else {
-                continue;
-            };
-            match self.pending.get(*id) {
-                Some(v) => c.cosine = Some(crate::dot::dot(q, v)),
-                None => linked.push(*id),
+        for &id in ids {
+            match self.pending.get(id) {
+                Some(v) => {
+                    out.insert(id, crate::dot::dot(q, v));
+                }
+                None => linked.push(id),
             }
         }
         if let (Some(hnsw), false) = (self.hnsw.as_ref(), linked.is_empty()) {
             for (id, d) in linked.iter().zip(hnsw.distances(q, &linked)?) {
-                if let (Some(c), Some(d)) = (cands.get_mut(id), d) {
-                    c.cosine = Some((1.0 - d).clamp(-1.0, 1.0));
+                if let Some(d) = d {
+                    out.insert(*id, (1.0 - d).clamp(-1.0, 1.0));
                 }
             }
         }
-        Ok(())
+        Ok(out)
     }
 
     /// The contextual BM25 of the candidates that have a `session_id`: the
     /// query's score over the turn joined with its previous and next turn
     /// of the session not expired at `now` (a few candidates times the
     /// query's terms, whatever the store holds), from the three forward
-    /// lists. Returns the clock times for which these neighbours hold.
+    /// lists; with a query `vector`, the better of those two turns' cosines
+    /// too. Returns the clock times for which these neighbours hold.
     fn fill_context(
         &self,
         query: &Query,
+        vector: Option<&[f32]>,
         order: &[u64],
         cands: &mut FxHashMap<u64, Cand>,
         now: f64,
-    ) -> Held {
+    ) -> Result<Held> {
         let r = &self.records;
         let mut held = Held::default();
         if r.sessions.is_empty() {
-            return held; // no record is a conversation turn
+            return Ok(held); // no record is a conversation turn
         }
         // Each step's reads are asked for before the next step needs them, so
         // the misses of scattered slots overlap.
@@ -695,7 +735,7 @@ impl Engine {
             .filter_map(|&(id, s)| Some((id, r.neighbours(s)?)))
             .collect();
         if linked.is_empty() {
-            return held;
+            return Ok(held);
         }
         for n in linked.iter().flat_map(|(_, n)| n).flatten() {
             r.prefetch_expiry(*n);
@@ -716,7 +756,35 @@ impl Engine {
                 c.bm25_context = Some(score);
             }
         }
-        held
+        if let Some(q) = vector {
+            // Neighbours that are candidates have their cosine already.
+            let mut cosines: FxHashMap<u64, f32> = FxHashMap::default();
+            let mut missing: Vec<u64> = Vec::new();
+            for n in groups.iter().flat_map(|g| [g[0], g[2]]) {
+                if n == crate::bm25::MISSING || cosines.contains_key(&n) {
+                    continue;
+                }
+                match cands.get(&n).and_then(|c| c.cosine) {
+                    Some(cos) => {
+                        cosines.insert(n, cos);
+                    }
+                    None => missing.push(n),
+                }
+            }
+            missing.sort_unstable();
+            missing.dedup();
+            cosines.extend(self.cosines_of(q, &missing)?);
+            for (&(id, _), g) in linked.iter().zip(&groups) {
+                let best = [g[0], g[2]]
+                    .iter()
+                    .filter_map(|n| cosines.get(n).copied())
+                    .reduce(f32::max);
+                if let Some(c) = cands.get_mut(&id) {
+                    c.cosine_context = best;
+                }
+            }
+        }
+        Ok(held)
     }
 
     /// Which candidates' speaker the query names (a hash look-up and a

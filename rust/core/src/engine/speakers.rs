@@ -186,7 +186,7 @@ impl NameWords {
             .collect();
         let mut words: Vec<&str> = Vec::new();
         for w in segments.iter().filter_map(|(_, w)| w.as_deref()) {
-            if self.words.contains_key(w) && !words.contains(&w) {
+            if w.len() <= MAX_NAME && self.words.contains_key(w) && !words.contains(&w) {
                 words.push(w);
                 if words.len() == MAX_QUESTION_NAMES {
                     break;
@@ -196,8 +196,13 @@ impl NameWords {
         let mut out: FxHashSet<String> = FxHashSet::default();
         let mut try_name = |combo: &mut Vec<&str>| {
             combo.sort_unstable();
-            let ids = self.by_key.get(combo.join(" ").as_str());
-            if ids.into_iter().flatten().any(|&id| named(id)) {
+            // The speakers of one key share their words as the analyzer
+            // reads them, so the pass decides for all of them at once.
+            let first = self
+                .by_key
+                .get(combo.join(" ").as_str())
+                .and_then(|ids| ids.first());
+            if first.is_some_and(|&id| named(id)) {
                 out.extend(combo.iter().map(|w| (*w).to_owned()));
             }
         };
@@ -233,8 +238,11 @@ fn name_words(name: &str) -> Option<Vec<String>> {
 }
 
 /// A name's key in [`NameWords`] and its distinct words, if it is written
-/// as a name of at most [`MAX_NAME_WORDS`] words.
+/// as a name of at most [`MAX_NAME_WORDS`] words and [`MAX_NAME`] bytes.
 fn name_key(name: &str) -> Option<(Box<str>, Vec<String>)> {
+    if name.len() > MAX_NAME {
+        return None;
+    }
     let mut words = name_words(name)?;
     words.sort_unstable();
     words.dedup();

@@ -614,7 +614,8 @@ fn contextual_bm25_lends_a_turn_its_neighbours_words() {
     assert_eq!(s[&4].bm25_context, None);
 
     let (ids, s) = signals_of(&e, 1.0);
-    assert_eq!(&ids[..2], &[2, 4]);
+    let at = |id| ids.iter().position(|&x| x == id).unwrap();
+    assert!(at(2) < at(4));
     assert!(close(s[&2].relevance, 0.5 * 0.8 + 0.5 * context / ceiling));
     let own = f64::from(s[&4].bm25.unwrap());
     assert!(close(s[&4].relevance, 0.5 * 0.8 + 0.5 * own / ceiling));
@@ -627,6 +628,35 @@ fn contextual_bm25_lends_a_turn_its_neighbours_words() {
     let question = &s[&1];
     assert!(question.bm25_context.unwrap() > 0.0);
     assert!(question.bm25_context.unwrap() < question.bm25.unwrap());
+}
+
+#[test]
+fn a_turn_takes_its_cosine_from_its_neighbours_where_theirs_is_higher() {
+    let e = conversation();
+    // The question's vector is far from the query's; its answer's is near.
+    let (_, s) = signals_of(&e, 0.0);
+    assert_eq!(s[&1].cosine, Some(0.0));
+    assert_eq!(s[&1].cosine_context, Some(0.8));
+    // The answer's neighbours are farther: it keeps its own.
+    assert_eq!(s[&2].cosine_context, Some(0.0));
+    assert_eq!(s[&4].cosine_context, None);
+    let bm = |s: &Signals, w: f64| {
+        let own = f64::from(s.bm25.unwrap());
+        (1.0 - w) * own + w * f64::from(s.bm25_context.unwrap())
+    };
+    let ceiling = e.bm25.ceiling("hiking");
+    for w in [0.2, 1.0] {
+        let (_, s) = signals_of(&e, w);
+        let q = &s[&1];
+        assert!(close(
+            q.relevance,
+            0.5 * (w * 0.8) + 0.5 * bm(q, w) / ceiling
+        ));
+        assert!(close(
+            s[&2].relevance,
+            0.5 * 0.8 + 0.5 * bm(&s[&2], w) / ceiling
+        ));
+    }
 }
 
 #[test]
