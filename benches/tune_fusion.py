@@ -3,11 +3,12 @@
 For each query of a set (``bench_quality.py``'s sets), ``Memory.search`` is asked twice
 with ``explain=True``, at alpha 0 and at alpha 1 with the default depth, which returns
 the BM25 list and the vector list whole, each candidate with every signal the engine
-fuses (BM25, its contextual BM25, whether the query names its speaker, cosine, ranks),
+fuses (BM25, its contextual BM25, whether the query names its speaker, cosine, its
+neighbours' best cosine, ranks),
 the query's BM25 ceiling, and each record's importance and last access. The engine's
 score is then replayed in numpy (the BM25 share with the session and speaker passes, the
-fusion, the boost), checked against the engine's own ranking of the same query, and
-every rule of the grid ranks the same candidates:
+cosine with its neighbours', the fusion, the boost), checked against the engine's own
+ranking of the same query, and every rule of the grid ranks the same candidates:
 
 - ``fixed``: a fixed alpha (0.5 the default before);
 - ``adaptive``: the default (``low`` 0.4, ``high`` 0.55, ``rank`` 30), ``alpha = low +
@@ -66,6 +67,7 @@ class Pool:
     context: np.ndarray  # NaN where the turn has no session
     speaker: np.ndarray  # bool
     cos: np.ndarray
+    cos_context: np.ndarray  # NaN where the turn has no session
     created: np.ndarray
     boost: np.ndarray
     ceiling: float
@@ -85,7 +87,9 @@ class Pool:
         return s
 
     def cosine(self) -> np.ndarray:
-        return np.clip(self.cos, 0, 1)
+        """The cosine, with a nearer neighbour's lending it the context's share."""
+        gap = np.nan_to_num(np.maximum(self.cos_context - self.cos, 0))
+        return np.clip(self.cos + CONTEXT_WEIGHT * gap, 0, 1)
 
 
 def collect(b: Bench) -> list[Pool]:
@@ -126,14 +130,15 @@ def collect(b: Bench) -> list[Pool]:
             Pool(
                 q, ids, col("bm25", 0.0), col("bm25_context", math.nan),
                 col("bm25_speaker", 0.0) > 0, col("cosine", 0.0),
-                np.array([r.created_at for r in recs]), boost, ceiling, ranked, engine,
+                col("cosine_context", math.nan), np.array([r.created_at for r in recs]),
+                boost, ceiling, ranked, engine,
             )
         )  # fmt: skip
     return pools
 
 
 def pools_of(name: str, split: str, model: CachedModel, fresh: bool) -> list[Pool]:
-    path = CACHE / f"pools-{name}-{split}.pkl"
+    path = CACHE / f"pools-v2-{name}-{split}.pkl"
     if path.exists() and not fresh:
         with path.open("rb") as f:
             return pickle.load(f)  # type: ignore[no-any-return]

@@ -71,7 +71,8 @@ impl<'a> SpeakerQuery<'a> {
 /// history's).
 pub const MESSAGES: &str = "messages";
 
-/// Longest name a transcript line may start with, in bytes.
+/// Longest name, in bytes, read from a transcript line or left out of a
+/// question's vector (and so longest word of one).
 const MAX_NAME: usize = 64;
 
 /// The speaker of a message written as a transcript line, "Caroline: I
