@@ -128,8 +128,9 @@ impl<'a> Reader<'a> {
         Ok(f64::from_le_bytes(self.array()?))
     }
 
-    /// A length prefix for items of `width` bytes, checked against what is left.
-    fn len(&mut self, width: usize) -> DecodeResult<usize> {
+    /// A length prefix for items of at least `width` bytes, checked against
+    /// what is left.
+    pub fn len(&mut self, width: usize) -> DecodeResult<usize> {
         let n = self.u64()?;
         let n = usize::try_from(n).map_err(|_| DecodeError(format!("length {n} too large")))?;
         if n.checked_mul(width).is_none_or(|b| b > self.buf.len()) {

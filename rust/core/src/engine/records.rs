@@ -9,10 +9,12 @@
 //! filter matches if any of them does (as MongoDB does).
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustc_hash::FxHashMap;
+use hashbrown::hash_table::{self, HashTable};
+use rustc_hash::{FxHashMap, FxHasher};
 
 use super::speakers::{transcript_speaker, NameWords, MESSAGES};
 use crate::error::{Error, Result};
@@ -90,43 +92,89 @@ pub enum PostingKey {
     Id(u32),
 }
 
+/// Strings numbered in the order they were first met. A store interns every
+/// record's public id, so at a million records this holds a million strings:
+/// their bytes lie end to end in one buffer, and the table holds only their
+/// numbers (a string and a map key apiece took three times the memory, and
+/// two allocations per string made loading a snapshot slower).
 #[derive(Default, Clone, Debug)]
 pub struct Interner {
-    map: FxHashMap<Box<str>, u32>,
-    strings: Vec<Box<str>>,
+    /// Every string's bytes, one after another.
+    text: String,
+    /// Where each string ends in `text`; it starts where the one before ends.
+    ends: Vec<usize>,
+    /// Numbers into `ends`, found by their string's hash.
+    table: HashTable<u32>,
 }
 
 impl Interner {
     pub fn get(&self, s: &str) -> Option<u32> {
-        self.map.get(s).copied()
+        self.table
+            .find(hash_str(s), |&id| self.resolve(id) == s)
+            .copied()
     }
 
     pub fn intern(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.map.get(s) {
-            return id;
+        let hash = hash_str(s);
+        let Interner { text, ends, table } = self;
+        let entry = table.entry(
+            hash,
+            |&id| string(text, ends, id) == s,
+            |&id| hash_str(string(text, ends, id)),
+        );
+        match entry {
+            hash_table::Entry::Occupied(e) => *e.get(),
+            hash_table::Entry::Vacant(e) => {
+                let id = u32::try_from(ends.len()).expect("fewer than 2^32 strings");
+                text.push_str(s);
+                ends.push(text.len());
+                e.insert(id);
+                id
+            }
         }
-        let id = self.strings.len() as u32;
-        self.strings.push(Box::from(s));
-        self.map.insert(Box::from(s), id);
-        id
     }
 
     pub fn resolve(&self, id: u32) -> &str {
-        self.strings.get(id as usize).map_or("", |s| s)
+        string(&self.text, &self.ends, id)
     }
 
-    pub fn strings(&self) -> &[Box<str>] {
-        &self.strings
+    /// How many strings there are.
+    pub fn count(&self) -> usize {
+        self.ends.len()
     }
 
-    pub fn from_strings(strings: Vec<Box<str>>) -> Self {
-        let map = strings
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.clone(), i as u32))
-            .collect();
-        Interner { map, strings }
+    /// The strings in the order of their numbers.
+    pub fn strings(&self) -> impl ExactSizeIterator<Item = &str> {
+        (0..self.ends.len() as u32).map(|id| self.resolve(id))
     }
+
+    /// Interns `strings`, numbered in their order; None if one occurs twice.
+    pub fn from_strings<'a>(strings: impl ExactSizeIterator<Item = &'a str>) -> Option<Self> {
+        let mut out = Interner::default();
+        out.ends.reserve(strings.len());
+        out.table.reserve(strings.len(), |_| 0);
+        for (i, s) in strings.enumerate() {
+            if out.intern(s) as usize != i {
+                return None;
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The string numbered `id` (empty past the last).
+fn string<'a>(text: &'a str, ends: &[usize], id: u32) -> &'a str {
+    let id = id as usize;
+    match ends.get(id) {
+        Some(&end) => &text[if id == 0 { 0 } else { ends[id - 1] }..end],
+        None => "",
+    }
+}
+
+fn hash_str(s: &str) -> u64 {
+    let mut h = FxHasher::default();
+    s.hash(&mut h);
+    h.finish()
 }
 
 /// A metadata scalar before interning.
@@ -980,5 +1028,37 @@ mod tests {
         let before = (r.prev.clone(), r.next.clone());
         r.rebuild_index().unwrap();
         assert_eq!((r.prev.clone(), r.next.clone()), before);
+    }
+
+    #[test]
+    fn interned_strings_keep_their_numbers() {
+        let mut i = Interner::default();
+        let words = ["", "a", "ab", "b", "é𝄞", "a"];
+        let ids: Vec<u32> = words.iter().map(|w| i.intern(w)).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 4, 1]);
+        assert_eq!(i.count(), 5);
+        for (w, id) in words.iter().zip(&ids) {
+            assert_eq!(i.resolve(*id), *w);
+            assert_eq!(i.get(w), Some(*id));
+        }
+        assert_eq!(i.get("c"), None);
+        assert_eq!(i.resolve(99), "");
+        let again = Interner::from_strings(i.strings()).unwrap();
+        assert!(again.strings().eq(i.strings()));
+        assert_eq!(again.get("b"), Some(3));
+        // A list naming one string twice is no interner's.
+        assert!(Interner::from_strings(["x", "y", "x"].into_iter()).is_none());
+    }
+
+    #[test]
+    fn many_interned_strings_are_found() {
+        let mut i = Interner::default();
+        for n in 0..50_000u32 {
+            assert_eq!(i.intern(&format!("id-{n}")), n);
+        }
+        for n in (0..50_000u32).step_by(7) {
+            assert_eq!(i.get(&format!("id-{n}")), Some(n));
+            assert_eq!(i.resolve(n), format!("id-{n}"));
+        }
     }
 }

@@ -201,7 +201,7 @@ impl Engine {
         w.u64(seq);
         w.u64(self.dim().unwrap_or(0) as u64);
         for interner in [&r.strings, &r.keys] {
-            w.u64(interner.strings().len() as u64);
+            w.u64(interner.count() as u64);
             for s in interner.strings() {
                 w.str(s);
             }
@@ -266,13 +266,13 @@ fn err(msg: impl Into<String>) -> DecodeError {
 }
 
 fn interner(r: &mut Reader<'_>) -> DecodeResult<Interner> {
-    let n = r.u64()?;
-    let mut strings = Vec::new();
+    // Each string takes its 8-byte length at least.
+    let n = r.len(8)?;
+    let mut strings = Vec::with_capacity(n);
     for _ in 0..n {
-        strings.push(Box::from(r.str()?));
+        strings.push(r.str()?);
     }
-    let interner = Interner::from_strings(strings);
-    Ok(interner)
+    Interner::from_strings(strings.into_iter()).ok_or_else(|| err("a string interned twice"))
 }
 
 fn bools(r: &mut Reader<'_>, n: usize, what: &str) -> DecodeResult<Vec<bool>> {
@@ -317,8 +317,8 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
             col.push(r.f64()?);
         }
     }
-    let n_strings = strings.strings().len() as u32;
-    let n_keys = keys.strings().len() as u32;
+    let n_strings = strings.count() as u32;
+    let n_keys = keys.count() as u32;
     let mut meta = Vec::with_capacity(n);
     for _ in 0..n {
         let count = r.u64()?;
