@@ -90,8 +90,8 @@ def trace_sqlite(monkeypatch: pytest.MonkeyPatch, note: Callable[[str], None]) -
     """Every statement the SQLite stores opened from now on run goes to ``note``."""
     connect = SQLiteStore._connect
 
-    def traced(store: SQLiteStore) -> sqlite3.Connection:
-        conn = connect(store)
+    def traced(store: SQLiteStore, *args: int) -> sqlite3.Connection:
+        conn = connect(store, *args)
         conn.set_trace_callback(note)
         return conn
 

@@ -90,11 +90,16 @@ CREATE INDEX IF NOT EXISTS history_next ON history (next_id);
 
 # Record fetches read mapped pages. The kernel maps some 64 kB around each page a
 # search touches (fault-around), so a map of the whole file grows a large store's
-# resident set with every search; past the first 256 MB, pages are read into SQLite's
-# cache instead, at no measured cost to searches (figures in
-# benches/README.md, "Figures behind the code").
-_MMAP_BYTES = 256 << 20
+# resident set with every search; past the first 128 MB (all of a 100k store's
+# database), pages are read into SQLite's cache instead, at no measured cost to
+# searches (figures in benches/README.md, "Figures behind the code").
+_MMAP_BYTES = 128 << 20
+# The writer's cache: inserts land at random places of the id and hash indexes.
 _CACHE_KIB = 64 * 1024
+# A reader's (one per thread that reads): a search's rows are random pages that a
+# cache seldom holds again, while the trees' inner pages, which it does, fit in a few
+# MB at a million records.
+_READ_CACHE_KIB = 8 * 1024
 # A row is some 200 bytes, its vector in vectors.log: 16 KiB pages waste no more of the
 # file than 4 KiB ones, and hold a text of several kilobytes without overflow pages.
 # Only a new database takes it; an older one keeps its pages.
@@ -212,7 +217,7 @@ class SQLiteStore(SQLStore):
         self._readers: list[sqlite3.Connection] = []
         self._closed = False
         self._checkpointer: sqlite3.Connection | None = None
-        self._writer = self._connect()
+        self._writer = self._connect(_CACHE_KIB)
         try:
             # executescript commits any open transaction, so the (idempotent)
             # schema goes first, on its own. Pages stay at SQLite's 4 KiB: 16 KiB
@@ -290,7 +295,7 @@ class SQLiteStore(SQLStore):
             with self._lock, self._failing("cannot compact the database"):
                 self._writer.execute("VACUUM")
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, cache_kib: int = _READ_CACHE_KIB) -> sqlite3.Connection:
         target = ":memory:" if self.path is None else str(self.path)
         with self._failing("cannot open the database"):
             conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
@@ -306,9 +311,8 @@ class SQLiteStore(SQLStore):
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
                 # Record fetches after a search hit random pages (see _MMAP_BYTES).
                 conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
-                # Inserts land at random places of the id and hash indexes; keep
-                # them in cache as the store grows (the default is 2 MB).
-                conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+                # The default is 2 MB (see _CACHE_KIB and _READ_CACHE_KIB).
+                conn.execute(f"PRAGMA cache_size = -{cache_kib}")
         return conn
 
     def checkpoint(self) -> None:

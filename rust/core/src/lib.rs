@@ -9,6 +9,7 @@ pub(crate) mod dot;
 pub mod engine;
 pub mod error;
 pub mod fusion;
+pub(crate) mod heap;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hnsw;

@@ -11,6 +11,7 @@
 //! Adding one document therefore costs a few hash look-ups and appends, and
 //! removing one costs its number of distinct terms, amortised.
 
+use crate::idmap::SlotMap;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -127,7 +128,7 @@ pub struct Bm25Index {
     pub(crate) fwd_terms: Vec<u32>,
     pub(crate) fwd_tfs: Vec<u32>,
     /// Live external id to `docno`.
-    pub(crate) slots: FxHashMap<u64, u32>,
+    pub(crate) slots: SlotMap,
     pub(crate) total_len: u64,
 }
 
@@ -152,7 +153,7 @@ impl Bm25Index {
             fwd_start: vec![0],
             fwd_terms: Vec::new(),
             fwd_tfs: Vec::new(),
-            slots: FxHashMap::default(),
+            slots: SlotMap::default(),
             total_len: 0,
         }
     }
@@ -465,7 +466,7 @@ mod tests {
     fn assert_consistent(ix: &Bm25Index) {
         let mut df: FxHashMap<&str, u32> = FxHashMap::default();
         let mut total = 0u64;
-        for (&id, &d) in &ix.slots {
+        for (id, d) in ix.slots.iter() {
             assert!(ix.live[d as usize]);
             assert_eq!(ix.doc_ids[d as usize], id);
             let (terms, tfs) = ix.forward(d);

@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use crate::idmap::SlotMap;
 use rustc_hash::FxHashMap;
 
 use crate::codec::{DecodeError, DecodeResult, Reader, Writer};
@@ -133,7 +134,8 @@ pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Bm25Index> {
             "{n_docs} documents is more than an index holds"
         )));
     }
-    let mut slots = FxHashMap::with_capacity_and_hasher(n_docs, Default::default());
+    let mut slots = SlotMap::default();
+    slots.reserve(n_docs);
     for (d, &id) in doc_ids.iter().enumerate() {
         if slots.insert(id, d as u32).is_some() {
             return Err(bad(format!("id {id} is stored twice")));

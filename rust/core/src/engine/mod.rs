@@ -268,6 +268,8 @@ impl Engine {
                 }
             }
         }
+        // The waves' buffers, freed, would otherwise stay resident.
+        crate::heap::give_back();
         Ok(())
     }
 

@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 
 use super::speakers::{transcript_speaker, NameWords, MESSAGES};
 use crate::error::{Error, Result};
-use crate::idmap::IdMap;
+use crate::idmap::SlotMap;
 use crate::prefetch::prefetch;
 
 /// The scope fields, in the order of [`Attrs::scope`].
@@ -366,7 +366,7 @@ pub struct Records {
     /// Per slot: the interned public id, or [`NONE`].
     pub(crate) key: Vec<u32>,
     pub(crate) live: Vec<bool>,
-    pub(crate) slots: IdMap<u32>,
+    pub(crate) slots: SlotMap,
     pub(crate) free: Vec<u32>,
     pub(crate) table: Vec<u32>,
     pub(crate) kind: Vec<u32>,
@@ -862,7 +862,7 @@ impl Records {
     /// Rebuilds the id map, the postings and the sessions' order from the
     /// columns (after a load); fails with an id that is live in two slots.
     pub(crate) fn rebuild_index(&mut self) -> std::result::Result<(), u64> {
-        self.slots = IdMap::default();
+        self.slots = SlotMap::default();
         self.slots.reserve(self.ids.len());
         self.postings = FxHashMap::default();
         self.by_key = FxHashMap::default();

@@ -34,7 +34,7 @@ pub use rows::{check_rows, row_scales, MAX_RAW_NORM};
 pub use storage::Precision;
 
 use crate::error::{Error, Result};
-use crate::idmap::IdMap;
+use crate::idmap::{IdMap, SlotMap};
 use distance::Distance;
 use graph::Graph;
 use storage::Vectors;
@@ -94,7 +94,7 @@ pub struct Hnsw {
     /// Slot to id; a removed slot keeps its stale id until reused.
     labels: Vec<u64>,
     removed: Vec<bool>,
-    slots: IdMap<u32>,
+    slots: SlotMap,
     /// Removed slots, reused by later adds.
     free: Vec<u32>,
     /// Hidden ids (see [`Hnsw::hide`]) and their slots: removed from searches
@@ -173,7 +173,7 @@ impl Hnsw {
             graph: Graph::new(params.m),
             labels: Vec::new(),
             removed: Vec::new(),
-            slots: IdMap::default(),
+            slots: SlotMap::default(),
             free: Vec::new(),
             held: IdMap::default(),
             missing: Vec::new(),
@@ -250,7 +250,7 @@ impl Hnsw {
             + self.graph.memory_bytes()
             + self.labels.capacity() * 8
             + self.removed.capacity()
-            + self.slots.capacity() * 16
+            + self.slots.memory_bytes()
             + self.free.capacity() * 4
             + self.held.capacity() * 16
     }
