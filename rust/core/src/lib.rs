@@ -9,9 +9,9 @@ pub(crate) mod dot;
 pub mod engine;
 pub mod error;
 pub mod fusion;
-pub(crate) mod heap;
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod heap;
 pub mod hnsw;
 pub mod idmap;
 pub mod mmr;
