@@ -82,12 +82,16 @@ impl SlotMap {
             let limit = (self.len + 1)
                 .saturating_mul(DENSE_PER_ID)
                 .saturating_add(DENSE_SLACK);
-            if i >= limit {
+            // The vector at least doubles when it grows, so the hash map's ids
+            // are looked over for ones it now covers a logarithmic number of
+            // times, whatever order the ids come in.
+            let to = (self.dense.len() * 2).max(i.saturating_add(1));
+            if to > limit {
                 let old = self.sparse.insert(id, slot);
                 self.len += usize::from(old.is_none());
                 return old;
             }
-            self.grow((self.dense.len() * 2).clamp(i + 1, limit));
+            self.grow(to);
         }
         let old = std::mem::replace(&mut self.dense[i], slot);
         self.len += usize::from(old == NO_SLOT);
@@ -177,10 +181,11 @@ mod tests {
         for step in 0..60_000u32 {
             let r = next();
             let id = match r % 10 {
-                0 => r >> 4,              // scattered, mostly huge
-                1 => u64::MAX - (r % 3),  // the very top
-                2 => (r >> 8) % 200_000,  // ahead of the dense part
-                _ => u64::from(step) / 2, // counted up, as rowids are
+                0 => r >> 4,                        // scattered, mostly huge
+                1 => u64::MAX - (r % 3),            // the very top
+                2 => (r >> 8) % 200_000,            // ahead of the dense part
+                3 => (4 * map.len() + 1023) as u64, // just under the vector's bound
+                _ => u64::from(step) / 2,           // counted up, as rowids are
             };
             if next() % 4 == 0 {
                 assert_eq!(map.remove(&id), want.remove(&id));
