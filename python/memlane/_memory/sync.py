@@ -47,8 +47,8 @@ PRECISIONS = ("f32", "f16", "int8", "int8+f16")
 _INLINE_INDEX = 64
 #: Parked vectors past which a bulk write to an embedded store first links as many as it
 #: adds (``IndexSync.keep_up``), since every search scans what is parked
-#: (benches/README.md, "Searches while a bulk load runs").
-MAX_PARKED = 8192
+#: (benches/README.md, "Searches while a bulk load runs" and "The bound on parked vectors").
+MAX_PARKED = 4096
 _KEEP_UP_BATCH = 1024
 # The WAL is checkpointed (off the write path) past this size.
 CHECKPOINT_BYTES = 32 << 20
