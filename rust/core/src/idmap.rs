@@ -115,7 +115,9 @@ impl SlotMap {
         self.dense.reserve(additional);
     }
 
-    /// Every id and its slot, in no particular order.
+    /// Every id and its slot, in no particular order (for tests' checks: the
+    /// engine looks ids up, never walks them).
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
         let dense = self.dense.iter().enumerate();
         dense
