@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import WordHashEmbedder
 from memlane import Memory, StorageError
+from memlane._memory import maintenance
 
 
 def _fill(path: Path, n: int) -> list[str]:
@@ -130,3 +132,38 @@ def test_a_stored_vector_the_engine_refuses_leaves_its_record_found_by_text(
         mem.add("still writable")
         mem.update("bad", text="healed now")
         assert mem.search("healed now", k=1, mode="vector")[0].record.id == "bad"
+
+
+def test_a_due_snapshot_waits_for_a_pause_between_searches_or_its_longest_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the next open needs a snapshot, and writing one reads the whole index (over a
+    second at a million memories), which slowed the searches beside it several times: a
+    due snapshot waits for a pause between searches, or at most ``SNAPSHOT_WAIT``."""
+    quiet = 3600.0
+    monkeypatch.setattr("memlane._memory.maintenance.SEARCH_QUIET", quiet)
+    with Memory(tmp_path / "store", WordHashEmbedder(), snapshot_every=10) as mem:
+        sync = mem._sync
+
+        def upkeep() -> None:
+            maintenance.run(sync, mem._writer, mem._access)
+
+        mem.add_many([{"text": f"note {i}"} for i in range(5)])
+        upkeep()
+        written = sync.snap_seq
+        assert len(mem.search("note", k=3)) == 3  # within the hour the quiet asks for
+        mem.add_many([{"text": f"more {i}"} for i in range(20)])
+        assert sync.changes >= sync.snapshot_due()
+        upkeep()
+        assert sync.snap_seq == written and sync.snapshot_wanted is not None
+        sync.snapshot_wanted -= maintenance.SNAPSHOT_WAIT  # as if waiting that long
+        upkeep()
+        assert sync.snap_seq == sync.seq > written and sync.snapshot_wanted is None
+
+        mem.add_many([{"text": f"again {i}"} for i in range(50)])
+        assert sync.changes >= sync.snapshot_due()
+        written = sync.snap_seq
+        # The last search longer ago than the quiet, whenever the monotonic clock began.
+        sync.last_search = time.monotonic() - 2 * quiet
+        upkeep()
+        assert sync.snap_seq == sync.seq > written

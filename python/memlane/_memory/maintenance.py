@@ -45,6 +45,15 @@ LINK_BUDGET = 0.1
 # cores a search beside the reading took about twice as long (benches/README.md, "Reading
 # ahead waits for a pause"), more than reading its ten hits from the database costs.
 SEARCH_QUIET = 0.05
+# Rows read ahead per batch, and the pause between batches. A batch holds the GIL for all
+# but the database's own steps, which give it up too briefly for a waiting thread to take
+# it: a search arriving meanwhile waited for the whole batch or for the switch interval
+# (5 ms). 64 rows hold it about 0.4 ms, and the pause, a blocking wait, hands it over
+# (benches/README.md, "The first search after an open").
+WARM_BATCH = 64
+WARM_PAUSE = 0.0002
+# The longest a due snapshot waits for a pause between searches (see ``run``).
+SNAPSHOT_WAIT = 10.0
 
 
 class Maintained(Protocol):
@@ -112,7 +121,21 @@ def run(sync: IndexSync, writer: Writer, access: AccessLog) -> None:
     if access.due(time.time()):
         writer.flush_access()
     if sync.index_dir is not None and sync.changes >= sync.snapshot_due():
-        snapshot(sync, writer)
+        # Only the next open needs the snapshot (the database holds every change), so it
+        # waits for a pause between searches, as the reading ahead does, or at most
+        # SNAPSHOT_WAIT: at a million memories it reads the whole index for over a
+        # second, and searches beside it took several times as long.
+        now = time.monotonic()
+        if sync.snapshot_wanted is None:
+            sync.snapshot_wanted = now
+        if now - sync.last_search >= SEARCH_QUIET or overdue(sync):
+            snapshot(sync, writer)
+
+
+def overdue(sync: IndexSync) -> bool:
+    """Whether a due snapshot has waited ``SNAPSHOT_WAIT`` for a pause between searches."""
+    wanted = sync.snapshot_wanted
+    return wanted is not None and time.monotonic() - wanted >= SNAPSHOT_WAIT
 
 
 def start(memory: Maintained, wake: threading.Event) -> threading.Thread:
@@ -133,14 +156,14 @@ def _loop(upkeep: Upkeep, wake: threading.Event) -> None:
     warm: int | None = _NEWEST
     pause = 0.0
     while True:
-        woken = wake.wait(timeout=1.0 if warm is None else max(pause, 0.0))
+        woken = wake.wait(timeout=1.0 if warm is None else max(pause, WARM_PAUSE))
         wake.clear()
         if sync.closing:
             return
         try:
             if sync.vanished(upkeep.path):
                 return
-            if woken or warm is None:
+            if woken or warm is None or overdue(sync):
                 run(sync, upkeep.writer, upkeep.access)
         except Exception as e:  # keep serving; the next wake-up retries
             if sync.closing or sync.vanished(upkeep.path):
@@ -149,7 +172,7 @@ def _loop(upkeep: Upkeep, wake: threading.Event) -> None:
         pause = SEARCH_QUIET - (time.monotonic() - sync.last_search)
         if warm is not None and pause <= 0 and not sync.closing:
             try:
-                warm = sync.db.warm_cache(warm)
+                warm = sync.db.warm_cache(warm, WARM_BATCH)
             except Exception as e:  # searches read their hits from the database instead
                 warm = None
                 # A folder deleted meanwhile is told once, as gone (the read failed for it).

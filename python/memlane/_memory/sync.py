@@ -111,6 +111,8 @@ class IndexSync:
         self.gone: str | None = None
         self.forks = _forks
         self.changes = 0  # since the last snapshot
+        #: Since when a snapshot has been due (monotonic seconds), None when none is.
+        self.snapshot_wanted: float | None = None
         self.snapshot_every = 10_000
         # Whether snapshots keep the live vectors (see Memory's snapshot_vectors).
         self.snapshot_vectors = True
@@ -514,6 +516,7 @@ class IndexSync:
             raise StorageError(f"cannot write the snapshot's file {indexes}: {e}") from e
         self.snap_seq = self.seq
         self.changes = 0
+        self.snapshot_wanted = None
 
 
 def _write_atomically(path: Path, text: str) -> None:
