@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ def in_child(work: Callable[[], Any]) -> dict[str, Any]:
     pid = os.fork()
     if pid == 0:  # the child: report through the pipe, never return into pytest
         code = 0
+        # A child that hangs is ended, and the parent sees how, instead of waiting forever.
+        signal.alarm(60)
         try:
             os.close(read)
             try:
@@ -95,6 +98,22 @@ def test_a_store_opened_in_the_child_works(tmp_path: Path) -> None:
     assert report == {"returned": repr(["written by the child", "written by the parent"])}
     with memlane.Memory(path, embedder=None) as m:
         assert m.count() == 2
+
+
+def test_a_child_forked_after_the_parents_parallel_work_does_its_own(tmp_path: Path) -> None:
+    """The engine's thread pools are its process's: rayon's global pool, once a bulk load
+    had used it, left a forked child (multiprocessing's default start on Linux) waiting
+    forever for workers that exist only in the parent."""
+    from conftest import WordHashEmbedder
+
+    def load(path: Path) -> int:
+        with memlane.Memory(path, WordHashEmbedder()) as m:
+            m.add_many([{"text": f"note {i} about kites"} for i in range(3000)])
+            m.wait_indexed()
+            return len(m.search("note 7 about kites", k=5))
+
+    assert load(tmp_path / "parent") == 5
+    assert in_child(lambda: load(tmp_path / "child")) == {"returned": "5"}
 
 
 def test_a_grandchild_is_refused_too(tmp_path: Path) -> None:

@@ -3,26 +3,20 @@
 //! than the process's other threads: a search or a write that arrives while
 //! a batch links gets a core at once instead of a share of one.
 
-use std::sync::OnceLock;
+use rayon::ThreadPoolBuilder;
 
-use rayon::{ThreadPool, ThreadPoolBuilder};
+use crate::pool::PerProcess;
 
-fn pool() -> Option<&'static ThreadPool> {
-    static POOL: OnceLock<Option<ThreadPool>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        ThreadPoolBuilder::new()
-            .thread_name(|i| format!("memlane-link-{i}"))
-            .start_handler(|_| lower_priority())
-            .build()
-            .ok()
-    })
-    .as_ref()
-}
+static POOL: PerProcess = PerProcess::new(|| {
+    ThreadPoolBuilder::new()
+        .thread_name(|i| format!("memlane-link-{i}"))
+        .start_handler(|_| lower_priority())
+});
 
 /// Runs `f` on the pool (its parallel iterators too), or here if the pool
 /// could not be started.
 pub fn run<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    match pool() {
+    match POOL.get() {
         Some(p) => p.install(f),
         None => f(),
     }

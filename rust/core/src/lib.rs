@@ -16,6 +16,7 @@ pub mod hnsw;
 pub mod idmap;
 pub mod mmr;
 pub mod persist;
+pub(crate) mod pool;
 pub(crate) mod prefetch;
 pub(crate) mod repr;
 pub mod scoring;

@@ -70,11 +70,13 @@ pub fn newest<'a>(
         let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes"));
         &bytes[at + ENTRY..at + ENTRY + len as usize]
     };
-    let fails = entries.par_iter().position_first(|&(at, _, crc)| {
-        let mut h = crc32fast::Hasher::new();
-        h.update(&bytes[at..at + 12]);
-        h.update(blob(at));
-        h.finalize() != crc
+    let fails = crate::pool::install(|| {
+        entries.par_iter().position_first(|&(at, _, crc)| {
+            let mut h = crc32fast::Hasher::new();
+            h.update(&bytes[at..at + 12]);
+            h.update(blob(at));
+            h.finalize() != crc
+        })
     });
     if let Some(i) = fails {
         return Err(damaged(entries[i].0, "an entry whose checksum fails"));

@@ -239,13 +239,15 @@ impl Bm25Index {
                 .map(|t| DocTerms::new(analyzer, t.as_ref(), None))
                 .collect()
         } else {
-            texts
-                .par_iter()
-                .with_min_len(PARALLEL_BATCH / 2)
-                .map_init(TermCache::default, |cache, t| {
-                    DocTerms::new(analyzer, t.as_ref(), Some(cache))
-                })
-                .collect()
+            crate::pool::install(|| {
+                texts
+                    .par_iter()
+                    .with_min_len(PARALLEL_BATCH / 2)
+                    .map_init(TermCache::default, |cache, t| {
+                        DocTerms::new(analyzer, t.as_ref(), Some(cache))
+                    })
+                    .collect()
+            })
         }
     }
 

@@ -196,10 +196,12 @@ impl Bm25Index {
         k: usize,
         filter: Option<&Filter>,
     ) -> Vec<Vec<Hit>> {
-        queries
-            .par_iter()
-            .map(|q| self.search(q.as_ref(), k, filter))
-            .collect()
+        crate::pool::install(|| {
+            queries
+                .par_iter()
+                .map(|q| self.search(q.as_ref(), k, filter))
+                .collect()
+        })
     }
 
     /// Scores every matching document; the reference that [`search`](Self::search) equals.

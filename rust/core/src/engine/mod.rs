@@ -250,17 +250,18 @@ impl Engine {
             let Some(h) = self.hnsw.as_ref() else {
                 return Ok(());
             };
-            let parts: Vec<Result<FillChunk>> = wave
-                .par_chunks(FILL_LOG_CHUNK)
-                .map(|chunk| {
-                    let ids: Vec<u64> = chunk.iter().map(|&(id, _)| id).collect();
-                    let vectors = blob::decode(chunk.iter().map(|&(_, b)| b), dim)?;
-                    let (awaited, mut data) =
-                        fill_values(&ids, &vectors, 0..chunk.len(), dim, halve);
-                    let picked = h.prepare_fill(&awaited, &mut data)?;
-                    Ok((picked, data))
-                })
-                .collect();
+            let parts: Vec<Result<FillChunk>> = crate::pool::install(|| {
+                wave.par_chunks(FILL_LOG_CHUNK)
+                    .map(|chunk| {
+                        let ids: Vec<u64> = chunk.iter().map(|&(id, _)| id).collect();
+                        let vectors = blob::decode(chunk.iter().map(|&(_, b)| b), dim)?;
+                        let (awaited, mut data) =
+                            fill_values(&ids, &vectors, 0..chunk.len(), dim, halve);
+                        let picked = h.prepare_fill(&awaited, &mut data)?;
+                        Ok((picked, data))
+                    })
+                    .collect()
+            });
             for part in parts {
                 let (picked, data) = part?;
                 if let Some(h) = self.hnsw.as_mut() {

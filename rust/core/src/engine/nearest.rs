@@ -69,26 +69,28 @@ impl Engine {
                 (sel, ids.is_some_and(|ids| ids.is_empty()), allowed)
             })
             .collect();
-        unit.par_chunks(dim)
-            .zip(groups.par_iter())
-            .map(|(q, &g)| {
-                let (sel, empty, allowed) = &selections[g as usize];
-                if *empty {
-                    return Ok(None);
-                }
-                let hits = self.nearest_vectors(q, POOL, allowed.as_ref(), sel.as_ref())?;
-                // A superseded record is no duplicate: what it said is no longer true.
-                Ok(hits
-                    .iter()
-                    .copied()
-                    .find(|&(id, _)| {
-                        !self
-                            .records
-                            .slot(id)
-                            .is_some_and(|s| self.records.is_closed(s))
-                    })
-                    .filter(|&(_, cos)| cos >= min_similarity))
-            })
-            .collect()
+        crate::pool::install(|| {
+            unit.par_chunks(dim)
+                .zip(groups.par_iter())
+                .map(|(q, &g)| {
+                    let (sel, empty, allowed) = &selections[g as usize];
+                    if *empty {
+                        return Ok(None);
+                    }
+                    let hits = self.nearest_vectors(q, POOL, allowed.as_ref(), sel.as_ref())?;
+                    // A superseded record is no duplicate: what it said is no longer true.
+                    Ok(hits
+                        .iter()
+                        .copied()
+                        .find(|&(id, _)| {
+                            !self
+                                .records
+                                .slot(id)
+                                .is_some_and(|s| self.records.is_closed(s))
+                        })
+                        .filter(|&(_, cos)| cos >= min_similarity))
+                })
+                .collect()
+        })
     }
 }

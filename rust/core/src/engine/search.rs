@@ -332,20 +332,20 @@ impl Engine {
         };
         let both = analysed.is_some() && query.is_some() && req.mode == Mode::Hybrid;
         let searched = allowed_ids.as_ref().map_or(self.len(), Vec::len);
-        let (text_hits, vector_hits) = if both && searched >= PARALLEL_MIN {
-            // The postings scored on a pool thread while this one walks the
-            // graph, with the search space this thread's earlier walks made.
-            let mut text_hits = None;
-            let vector_hits = rayon::in_place_scope(|s| {
+        // The postings scored on a pool thread while this one walks the graph,
+        // with the search space this thread's earlier walks made.
+        let mut text_hits = None;
+        let vector_hits = if both && searched >= PARALLEL_MIN {
+            crate::pool::in_place_scope(|s| {
                 s.spawn(|_| text_hits = Some(text_part()));
                 vector_part()
-            });
-            (
-                text_hits.expect("the scope waits for what it spawned"),
-                vector_hits,
-            )
+            })
         } else {
-            (text_part(), vector_part())
+            None
+        };
+        let (text_hits, vector_hits) = match vector_hits {
+            Some(v) => (text_hits.expect("the scope waits for what it spawned"), v),
+            None => (text_part(), vector_part()),
         };
         let (text_hits, vector_hits) = (text_hits?, vector_hits?);
 

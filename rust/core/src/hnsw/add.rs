@@ -278,7 +278,7 @@ impl Hnsw {
             }
         }
         if rest.len() >= PARALLEL_MIN_BATCH {
-            rest.par_iter().for_each(link);
+            crate::pool::install(|| rest.par_iter().for_each(link));
         } else {
             rest.iter().for_each(link);
         }

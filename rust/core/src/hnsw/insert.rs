@@ -282,7 +282,7 @@ impl Hnsw {
                 }
             })
         };
-        (0..slots).into_par_iter().for_each(repair);
+        crate::pool::install(|| (0..slots).into_par_iter().for_each(repair));
         for &s in reused.slots() {
             for l in 0..=self.graph.level(s) {
                 self.graph.write(s, l, &[]);

@@ -154,12 +154,14 @@ impl Hnsw {
         if self.missing_live == 0 {
             return Vec::new();
         }
-        self.missing
-            .par_iter()
-            .enumerate()
-            .filter(|&(s, &m)| m && !self.removed[s])
-            .map(|(s, _)| self.labels[s])
-            .collect()
+        crate::pool::install(|| {
+            self.missing
+                .par_iter()
+                .enumerate()
+                .filter(|&(s, &m)| m && !self.removed[s])
+                .map(|(s, _)| self.labels[s])
+                .collect()
+        })
     }
 
     /// Refuses a search while a live id's vector is missing (see the module

@@ -253,7 +253,8 @@ impl Hnsw {
             .zip(labels.chunks_exact_mut(k))
             .zip(dists.chunks_exact_mut(k));
         if nq > 1 {
-            rows.collect::<Vec<_>>().into_par_iter().for_each(run);
+            let rows = rows.collect::<Vec<_>>();
+            crate::pool::install(|| rows.into_par_iter().for_each(run));
         } else {
             rows.for_each(run);
         }

@@ -478,14 +478,16 @@ impl Vectors {
             };
             jobs.push((record, rank, grid, &data[row * dim..][..dim]));
         }
-        jobs.into_par_iter().with_min_len(256).for_each_init(
-            Vec::new,
-            |buf, (record, rank, grid, v)| {
-                if let (Some(new), Some(grid)) = (form.encode(record, rank, v, buf), grid) {
-                    *grid = new;
-                }
-            },
-        );
+        crate::pool::install(|| {
+            jobs.into_par_iter().with_min_len(256).for_each_init(
+                Vec::new,
+                |buf, (record, rank, grid, v)| {
+                    if let (Some(new), Some(grid)) = (form.encode(record, rank, v, buf), grid) {
+                        *grid = new;
+                    }
+                },
+            );
+        });
     }
 
     fn form(&self) -> Form {
@@ -543,17 +545,20 @@ impl Vectors {
             self.precision,
             self.dim,
         );
-        line_bytes_mut(&mut self.lines)
-            .par_chunks_mut(n)
-            .zip(line_bytes(&self.rank).par_chunks(r))
-            .zip(self.walk_params.par_iter_mut())
-            .enumerate()
-            .with_min_len(1024)
-            .for_each_init(Vec::new, |buf, (slot, ((dst, src), grid))| {
-                if !missing.get(slot).copied().unwrap_or(false) {
-                    *grid = codes_from_rank(dst, src, precision, dim, buf);
-                }
-            });
+        let (lines, rank, params) = (&mut self.lines, &self.rank, &mut self.walk_params);
+        crate::pool::install(|| {
+            line_bytes_mut(lines)
+                .par_chunks_mut(n)
+                .zip(line_bytes(rank).par_chunks(r))
+                .zip(params.par_iter_mut())
+                .enumerate()
+                .with_min_len(1024)
+                .for_each_init(Vec::new, |buf, (slot, ((dst, src), grid))| {
+                    if !missing.get(slot).copied().unwrap_or(false) {
+                        *grid = codes_from_rank(dst, src, precision, dim, buf);
+                    }
+                });
+        });
     }
 
     /// The snapshot bytes of `slot` in the current format, appended to `out`.

@@ -189,10 +189,12 @@ impl WordPiece {
         texts: &[S],
         add_special_tokens: bool,
     ) -> Vec<Encoding> {
-        texts
-            .par_iter()
-            .map(|t| self.encode(t.as_ref(), add_special_tokens))
-            .collect()
+        crate::pool::install(|| {
+            texts
+                .par_iter()
+                .map(|t| self.encode(t.as_ref(), add_special_tokens))
+                .collect()
+        })
     }
 
     /// Calls `f` on the added tokens found in `text` (leftmost first, the longest

@@ -1,0 +1,136 @@
+//! The engine's thread pools, one of each per process.
+//!
+//! rayon's global pool cannot be used after `fork`: the child inherits the
+//! pool's state but none of its threads, so its first parallel call waits
+//! forever for workers that do not exist. Python forks for `multiprocessing`
+//! (the default start method on Linux), for prefork servers and for data
+//! loaders, and a child that opens a store of its own must work. So every
+//! parallel call runs in a pool of this module, and a forked child builds its
+//! own pools at its first parallel call. The parent's pools are leaked in the
+//! child, never dropped: their threads do not exist there.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use rayon::{Scope, ThreadPool, ThreadPoolBuilder};
+
+/// How many forks this process descends from, counted in the child.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(unix)]
+fn watch_forks() {
+    extern "C" fn forked() {
+        // Only an atomic add: a child of a multithreaded process may call
+        // async-signal-safe functions alone until it execs.
+        FORKS.fetch_add(1, Ordering::Relaxed);
+    }
+    static WATCHING: std::sync::Once = std::sync::Once::new();
+    WATCHING.call_once(|| {
+        // SAFETY: registers a handler that touches only an atomic. Should the
+        // registration fail (out of memory), forks go unnoticed, as they did
+        // before this module.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(forked));
+        }
+    });
+}
+
+#[cfg(not(unix))]
+fn watch_forks() {}
+
+/// A pool built at its first use in each process (or None, run inline, if
+/// its threads cannot be started).
+pub(crate) struct PerProcess {
+    build: fn() -> ThreadPoolBuilder,
+    built: Mutex<Option<(u64, Option<&'static ThreadPool>)>>,
+}
+
+impl PerProcess {
+    pub(crate) const fn new(build: fn() -> ThreadPoolBuilder) -> Self {
+        PerProcess {
+            build,
+            built: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn get(&self) -> Option<&'static ThreadPool> {
+        watch_forks();
+        let forks = FORKS.load(Ordering::Relaxed);
+        let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
+        match *built {
+            Some((at, pool)) if at == forks => pool,
+            _ => {
+                let pool = (self.build)()
+                    .build()
+                    .ok()
+                    .map(|p| &*Box::leak(Box::new(p)));
+                *built = Some((forks, pool));
+                pool
+            }
+        }
+    }
+}
+
+static FOREGROUND: PerProcess =
+    PerProcess::new(|| ThreadPoolBuilder::new().thread_name(|i| format!("memlane-{i}")));
+
+/// Runs `f` where its parallel iterators use this process's pool: here when
+/// this thread is already one of a pool's (the background pool's linking
+/// stays there), else on the foreground pool, inline if it cannot start.
+pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    match FOREGROUND.get() {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
+}
+
+/// `op` on this thread with a scope whose spawned work runs on the
+/// foreground pool; None if that pool cannot start (the caller then works
+/// alone).
+pub fn in_place_scope<'scope, R>(op: impl FnOnce(&Scope<'scope>) -> R) -> Option<R> {
+    FOREGROUND.get().map(|pool| pool.in_place_scope(op))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use rayon::prelude::*;
+
+    /// A child forked after the parent's pools ran builds pools of its own;
+    /// with rayon's global pool it waited forever.
+    #[test]
+    fn a_forked_child_runs_parallel_work() {
+        let sum = |n: u64| super::install(|| (0..n).into_par_iter().sum::<u64>());
+        assert_eq!(sum(1000), 499_500);
+        // SAFETY: the child calls only what the test needs and leaves by
+        // _exit, never returning into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let mut spawned = 0;
+            let scoped = super::in_place_scope(|s| s.spawn(|_| spawned = sum(10)));
+            let ok = sum(1000) == 499_500 && scoped.is_some() && spawned == 45;
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        let mut waited = 0;
+        // A child that hangs fails the test instead of hanging it.
+        for _ in 0..200 {
+            // SAFETY: polls the child this test forked.
+            waited = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if waited != 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        if waited == 0 {
+            // SAFETY: ends the hung child before failing.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the forked child's parallel work never ran");
+        }
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
+}
