@@ -9,8 +9,7 @@
 //! own pools at its first parallel call. The parent's pools are leaked in the
 //! child, never dropped: their threads do not exist there.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use rayon::{Scope, ThreadPool, ThreadPoolBuilder};
 
@@ -40,32 +39,64 @@ fn watch_forks() {}
 
 /// A pool built at its first use in each process (or None, run inline, if
 /// its threads cannot be started).
+///
+/// Without a lock: a fork while another thread held one would leave it held
+/// in the child, whose first parallel call would wait for it forever.
 pub(crate) struct PerProcess {
     build: fn() -> ThreadPoolBuilder,
-    built: Mutex<Option<(u64, Option<&'static ThreadPool>)>>,
+    built: AtomicPtr<Built>,
+}
+
+/// A pool and the fork count of the process it was built in; leaked, so a
+/// reader never meets a freed one.
+struct Built {
+    forks: u64,
+    pool: Option<&'static ThreadPool>,
 }
 
 impl PerProcess {
     pub(crate) const fn new(build: fn() -> ThreadPoolBuilder) -> Self {
         PerProcess {
             build,
-            built: Mutex::new(None),
+            built: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
     pub(crate) fn get(&self) -> Option<&'static ThreadPool> {
         watch_forks();
-        let forks = FORKS.load(Ordering::Relaxed);
-        let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
-        match *built {
-            Some((at, pool)) if at == forks => pool,
-            _ => {
-                let pool = (self.build)()
-                    .build()
-                    .ok()
-                    .map(|p| &*Box::leak(Box::new(p)));
-                *built = Some((forks, pool));
-                pool
+        let forks = FORKS.load(Ordering::Acquire);
+        let seen = self.built.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is a leaked `Built`, never freed.
+        if let Some(built) = unsafe { seen.as_ref() } {
+            if built.forks == forks {
+                return built.pool;
+            }
+        }
+        let pool = (self.build)().build().ok();
+        let fresh = Box::into_raw(Box::new(Built {
+            forks,
+            pool: pool.map(|p| &*Box::leak(Box::new(p))),
+        }));
+        match self
+            .built
+            .compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire)
+        {
+            // SAFETY: `fresh` was just leaked above.
+            Ok(_) => unsafe { (*fresh).pool },
+            Err(other) => {
+                // Another thread published one first; no reader saw this one.
+                // SAFETY: `fresh` and its pool were leaked from Boxes above and
+                // never shared: taking them back frees them (the pool's
+                // threads end).
+                let unused = unsafe { Box::from_raw(fresh) };
+                if let Some(p) = unused.pool {
+                    drop(unsafe { Box::from_raw(std::ptr::from_ref(p).cast_mut()) });
+                }
+                // SAFETY: a non-null pointer is a leaked `Built`.
+                match unsafe { other.as_ref() } {
+                    Some(b) if b.forks == forks => b.pool,
+                    _ => self.get(),
+                }
             }
         }
     }
