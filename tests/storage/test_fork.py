@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import memlane
+from conftest import WordHashEmbedder
 from memlane.errors import MemlaneError
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
@@ -104,7 +105,6 @@ def test_a_child_forked_after_the_parents_parallel_work_does_its_own(tmp_path: P
     """The engine's thread pools are its process's: rayon's global pool, once a bulk load
     had used it, left a forked child (multiprocessing's default start on Linux) waiting
     forever for workers that exist only in the parent."""
-    from conftest import WordHashEmbedder
 
     def load(path: Path) -> int:
         with memlane.Memory(path, WordHashEmbedder()) as m:

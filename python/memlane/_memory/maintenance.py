@@ -49,7 +49,7 @@ SEARCH_QUIET = 0.05
 # but the database's own steps, which give it up too briefly for a waiting thread to take
 # it: a search arriving meanwhile waited for the whole batch or for the switch interval
 # (5 ms). 64 rows hold it about 0.4 ms, and the pause, a blocking wait, hands it over
-# (benches/README.md, "The first search after an open").
+# (benches/README.md, "Background work that waits for searches").
 WARM_BATCH = 64
 WARM_PAUSE = 0.0002
 # The longest a due snapshot waits for a pause between searches (see ``run``).
