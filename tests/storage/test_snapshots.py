@@ -167,3 +167,33 @@ def test_a_due_snapshot_waits_for_a_pause_between_searches_or_its_longest_wait(
         sync.last_search = time.monotonic() - 2 * quiet
         upkeep()
         assert sync.snap_seq == sync.seq > written
+
+
+def test_a_failed_snapshot_waits_as_long_again_while_searches_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot that fails (a full disk) is not retried at every wake-up while searches
+    run: each attempt flushed the searches' access counts, whose commit woke the thread
+    again, some 300 attempts a second, each reading the whole index."""
+    monkeypatch.setattr("memlane._memory.maintenance.SEARCH_QUIET", 3600.0)
+    with Memory(tmp_path / "store", WordHashEmbedder(), snapshot_every=10) as mem:
+        sync = mem._sync
+        mem.add_many([{"text": f"note {i}"} for i in range(5)])
+        assert len(mem.search("note", k=3)) == 3  # first: no snapshot is written meanwhile
+        mem.add_many([{"text": f"more {i}"} for i in range(30)])
+        assert sync.changes >= sync.snapshot_due()
+        attempts: list[int] = []
+
+        def full() -> None:
+            attempts.append(sync.seq)
+            raise StorageError("cannot write the snapshot: the disk is full")
+
+        monkeypatch.setattr(sync, "save", full)
+        sync.snapshot_wanted = time.monotonic() - maintenance.SNAPSHOT_WAIT
+        with pytest.raises(StorageError, match="disk is full"):
+            maintenance.run(sync, mem._writer, mem._access)
+        assert len(mem.search("note 3", k=3)) == 3
+        maintenance.run(sync, mem._writer, mem._access)  # searched just now: it waits
+        assert len(attempts) == 1
+        assert not maintenance.overdue(sync) and sync.snapshot_wanted is not None
+        monkeypatch.undo()  # the disk has room again; close() writes the snapshot

@@ -129,6 +129,9 @@ def run(sync: IndexSync, writer: Writer, access: AccessLog) -> None:
         if sync.snapshot_wanted is None:
             sync.snapshot_wanted = now
         if now - sync.last_search >= SEARCH_QUIET or overdue(sync):
+            # A failed attempt (a full disk) then waits as long again while searches run:
+            # its flush of their access counts wakes this thread, which retried at once.
+            sync.snapshot_wanted = now
             snapshot(sync, writer)
 
 
