@@ -269,6 +269,7 @@ impl SearchOptions {
             touch: self.touch(defaults),
             current_only: admitted.current_only,
             diversity: self.diversity,
+            ahead: None,
         })
     }
 }

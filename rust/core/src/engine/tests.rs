@@ -1026,3 +1026,167 @@ fn a_named_date_lifts_the_records_created_near_it() {
     r.date_weight = 0.0;
     assert_eq!(e.search(&r).unwrap(), plain);
 }
+
+/// The three records' ids with other words: no BM25 hit for "dark mode".
+fn three_other_words() -> Engine {
+    let mut e = engine(Some(2));
+    let texts: Vec<String> = ["apple pie", "banana bread", "cherry tart"]
+        .map(String::from)
+        .into();
+    let a = [
+        attrs("a", 0.5, 100.0 * HOUR, false),
+        attrs("a", 0.9, 90.0 * HOUR, false),
+        attrs("b", 0.1, 0.0, true),
+    ];
+    e.upsert(Batch {
+        ids: &[1, 2, 3],
+        texts: Some(&texts),
+        vectors: Some(&[1.0, 0.0, 0.6, 0.8, 0.0, 1.0]),
+        attrs: &a,
+    })
+    .unwrap();
+    e
+}
+
+#[test]
+fn a_bm25_list_retrieved_ahead_serves_the_search_it_was_retrieved_for() {
+    let e = three();
+    let q = [0.8, 0.6];
+    let r = request(Some("dark mode"), Some(&q), Mode::Hybrid);
+    let plain = e.search(&r).unwrap();
+    // What the caller retrieves ahead: the same request before its vector.
+    let ahead = e
+        .text_ahead(&request(Some("dark mode"), None, Mode::Text))
+        .unwrap();
+    let served = three().search(&SearchRequest {
+        ahead: Some(&ahead),
+        ..request(Some("dark mode"), Some(&q), Mode::Hybrid)
+    });
+    assert_eq!(served.unwrap(), plain);
+    // It is taken as it is: an engine at the same count of changes holding
+    // other words shows the list retrieved from the first.
+    let own = three_other_words().search(&r).unwrap();
+    assert!(own.signals.iter().all(|s| s.bm25_rank.is_none()));
+    let taken = three_other_words()
+        .search(&SearchRequest {
+            ahead: Some(&ahead),
+            ..request(Some("dark mode"), Some(&q), Mode::Hybrid)
+        })
+        .unwrap();
+    assert!(taken.signals.iter().any(|s| s.bm25_rank == Some(1)));
+}
+
+#[test]
+fn a_bm25_list_retrieved_ahead_is_not_used_once_it_no_longer_holds() {
+    let q = [0.8, 0.6];
+    let mut e = three();
+    let ahead = e
+        .text_ahead(&request(Some("dark mode"), None, Mode::Text))
+        .unwrap();
+    let with = |e: &Engine, r: SearchRequest<'_>| {
+        let plain = e.search(&r).unwrap();
+        let served = e
+            .search(&SearchRequest {
+                ahead: Some(&ahead),
+                ..r
+            })
+            .unwrap();
+        (plain, served)
+    };
+    // Another text, pool, filter or set of records than it was retrieved for.
+    let (plain, served) = with(&e, request(Some("dark chocolate"), Some(&q), Mode::Hybrid));
+    assert_eq!(served, plain);
+    let (plain, served) = with(
+        &e,
+        SearchRequest {
+            candidates: 1,
+            ..request(Some("dark mode"), Some(&q), Mode::Hybrid)
+        },
+    );
+    assert_eq!(served, plain);
+    let f = Filter::parse(r#"{"agent_id": "b"}"#, &e.records).unwrap();
+    let (plain, served) = with(
+        &e,
+        SearchRequest {
+            filter: Some(&f),
+            ..request(Some("dark mode"), Some(&q), Mode::Hybrid)
+        },
+    );
+    assert_eq!(served.ids, [3]);
+    assert_eq!(served, plain);
+    // A change to the engine after it was retrieved.
+    e.remove(&[1], false).unwrap();
+    let (plain, served) = with(&e, request(Some("dark mode"), Some(&q), Mode::Hybrid));
+    assert!(!served.ids.contains(&1));
+    assert_eq!(served, plain);
+}
+
+#[test]
+fn nothing_is_retrieved_ahead_where_a_search_would_not_use_it() {
+    let e = three();
+    assert!(e.text_ahead(&request(None, None, Mode::Text)).is_none());
+    assert!(e
+        .text_ahead(&request(Some("  "), None, Mode::Text))
+        .is_none());
+    let q = [1.0, 0.0];
+    assert!(e
+        .text_ahead(&request(Some("dark"), Some(&q), Mode::Vector))
+        .is_none());
+    let accesses = Filter::parse(r#"{"access_count": {"$lt": 1}}"#, &e.records).unwrap();
+    let none = Filter::parse(r#"{"agent_id": "nobody"}"#, &e.records).unwrap();
+    for f in [&accesses, &none] {
+        let r = SearchRequest {
+            filter: Some(f),
+            ..request(Some("dark"), None, Mode::Text)
+        };
+        assert!(e.text_ahead(&r).is_none());
+    }
+}
+
+/// On a pool thread: the list is handed over once; a retrieval the engine's
+/// writer held up gives nothing, and never waits for the lock.
+#[test]
+fn a_list_retrieved_ahead_on_a_pool_thread_is_handed_over_once() {
+    use std::sync::Arc;
+    let engine = Arc::new(parking_lot::RwLock::new(three()));
+    let query = || AheadQuery {
+        options: SearchOptions {
+            k: 10,
+            ..SearchOptions::default()
+        },
+        defaults: SearchOptions::default(),
+        text: "dark mode".into(),
+        dates: Vec::new(),
+        now: 100.0 * HOUR,
+        expiring: false,
+    };
+    let ahead = Ahead::start(Arc::clone(&engine), query()).unwrap();
+    // A search that comes before the pool thread starts retrieves the list
+    // itself; this one waits for it.
+    while !ahead.done() {
+        std::thread::yield_now();
+    }
+    let found = ahead.take().expect("nothing held the engine");
+    let q = [0.8, 0.6];
+    let e = engine.read();
+    let served = e
+        .search(&SearchRequest {
+            ahead: Some(&found),
+            ..request(Some("dark mode"), Some(&q), Mode::Hybrid)
+        })
+        .unwrap();
+    assert_eq!(
+        served,
+        e.search(&request(Some("dark mode"), Some(&q), Mode::Hybrid))
+            .unwrap()
+    );
+    assert!(ahead.take().is_none(), "handed over once");
+    drop(e);
+    let held = engine.write();
+    let ahead = Ahead::start(Arc::clone(&engine), query()).unwrap();
+    while !ahead.done() {
+        std::thread::yield_now();
+    }
+    assert!(ahead.take().is_none());
+    drop(held);
+}
