@@ -13,7 +13,6 @@ pub mod fusion;
 pub mod fuzzing;
 pub(crate) mod heap;
 pub mod hnsw;
-pub(crate) mod huge;
 pub mod idmap;
 pub mod mmr;
 pub mod persist;

@@ -72,7 +72,6 @@ impl Graph {
 
     pub fn reserve(&mut self, additional: usize) {
         self.level0.reserve(additional * (self.m0 + 1));
-        crate::huge::advise(&self.level0);
         self.levels.reserve(additional);
         self.upper.reserve(additional);
         self.locks.reserve(additional);

@@ -146,7 +146,6 @@ pub(super) fn grown_by<T>(v: &Vec<T>, additional: usize, copy: impl Fn(&T) -> T)
         return None;
     }
     let mut out = Vec::with_capacity(need.max(v.capacity().saturating_mul(2)));
-    crate::huge::advise(&out);
     out.extend(v.iter().map(copy));
     Some(out)
 }
@@ -338,8 +337,6 @@ impl Vectors {
     pub fn reserve(&mut self, additional: usize) {
         self.lines.reserve(additional * self.lines_per_record);
         self.rank.reserve(additional * self.rank_lines);
-        crate::huge::advise(&self.lines);
-        crate::huge::advise(&self.rank);
         if self.params_apart() {
             self.walk_params.reserve(additional);
         }
