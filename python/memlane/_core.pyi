@@ -28,7 +28,6 @@ __all__ = [
     "HnswIndex",
     "PreparedBatch",
     "SearchRequest",
-    "TextAhead",
     "WordPiece",
     "WordPieceEncoding",
     "__version__",
@@ -307,11 +306,6 @@ class PreparedBatch:
     """A checked, analysed batch of records from ``Engine.prepare``, applied once."""
 
 @final
-class TextAhead:
-    """A query's BM25 list being retrieved on a pool thread (``Engine.search_ahead``),
-    for ``Engine.search``'s ``ahead``."""
-
-@final
 class SearchRequest:
     """The options of ``Memory.search`` and the records it admits, checked once, with the
     messages it raises.
@@ -444,20 +438,6 @@ class Engine:
         """The text to embed for the query ``text`` searched with ``request``: without
         the names of the store's speakers it holds (written with a capital), where the
         request's speaker pass weighs them; None: ``text`` as it is."""
-    def search_ahead(
-        self,
-        request: SearchRequest,
-        text: str,
-        *,
-        now: float,
-        expiring: bool = False,
-        defaults: SearchRequest | None = None,
-        dates: Sequence[tuple[float, float]] = ...,
-    ) -> TextAhead | None:
-        """Starts retrieving the BM25 list of a hybrid search of ``text`` with
-        ``request`` on a pool thread, for ``search``'s ``ahead``: the caller embeds the
-        query meanwhile. The other arguments are those the search will be given. None
-        where there is nothing to retrieve ahead (another mode)."""
     def search(
         self,
         request: SearchRequest,
@@ -468,7 +448,6 @@ class Engine:
         expiring: bool = False,
         defaults: SearchRequest | None = None,
         dates: Sequence[tuple[float, float]] = ...,
-        ahead: TextAhead | None = None,
     ) -> tuple[list[int], list[float], list[dict[str, float | int | None]] | None]:
         """One query with ``request``'s options over the store's ``defaults`` (its
         ``weights``, ``decay``, ``recency_half_life``, ``track_access``), among the
@@ -476,8 +455,7 @@ class Engine:
         explain, one dict of signals per hit (``SearchHit.explain``). ``now``: the time
         of the access recorded, and with ``expiring`` the time the records expired by
         are left out; ``dates``: the intervals ``(start, end)`` of the dates the query's
-        text names; ``ahead``: its BM25 list from ``search_ahead`` with the same
-        arguments, used if the engine has not changed since."""
+        text names."""
     def nearest(
         self,
         vectors: npt.ArrayLike,

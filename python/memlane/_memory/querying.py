@@ -148,10 +148,7 @@ class Searcher:
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
         mode = request.mode
         dim = self.sync.dim
-        now = time.time()
-        dates = named_intervals(query)
         vector: FloatArray | None = None
-        ahead: _core.TextAhead | None = None
         if mode != "text" and dim is not None:
             if query_embedding is not None:
                 # The engine checks the values (finite, not all zero) in the same call.
@@ -168,22 +165,10 @@ class Searcher:
                 embedded = self.sync.engine.vector_text(request, query) or query
                 # The caching embedder answers from its cache, else runs the model: never
                 # a database lookup, so a search costs the same at any store size.
-                vector = self.embedder.cached(embedded)
-                if vector is None:
-                    # The model runs for milliseconds: a pool thread retrieves the BM25
-                    # list meanwhile (benches/README.md, "The BM25 list while the model
-                    # runs").
-                    ahead = self.sync.engine.search_ahead(
-                        request,
-                        query,
-                        now=now,
-                        expiring=self.sync.expiring,
-                        defaults=self.defaults,
-                        dates=dates,
-                    )
-                    vector = self.embedder.embed_new(embedded)
+                vector = self.embedder.embed_checked(embedded)
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
+        now = time.time()
         rowids, scores, signals = self.sync.engine.search(
             request,
             query,
@@ -191,8 +176,7 @@ class Searcher:
             now=now,
             expiring=self.sync.expiring,
             defaults=self.defaults,
-            dates=dates,
-            ahead=ahead,
+            dates=named_intervals(query),
         )
         touch = self.track_access if request.track_access is None else request.track_access
         if touch and rowids and self.access.note(rowids, now):

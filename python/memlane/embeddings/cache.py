@@ -100,21 +100,15 @@ class CachedEmbedder:
     def embed(self, text: str) -> FloatArray:
         return self.embed_checked(check_text(text))
 
-    def cached(self, text: str) -> FloatArray | None:
-        """The vector of ``text`` if the cache holds it (a copy), else None."""
-        hit = self.cache.get(query_key(self.inner), text)
-        return None if hit is None else hit.copy()
-
-    def embed_new(self, text: str) -> FloatArray:
-        """The model's vector of a checked ``text`` the cache did not hold, now cached."""
-        v = np.asarray(self.inner.embed(text), dtype=np.float32)
-        self.cache.put(query_key(self.inner), text, v)
-        return v
-
     def embed_checked(self, text: str) -> FloatArray:
         """``embed`` of a text its caller has checked (a search checks its query once)."""
-        hit = self.cached(text)
-        return hit if hit is not None else self.embed_new(text)
+        key = query_key(self.inner)
+        hit = self.cache.get(key, text)
+        if hit is not None:
+            return hit.copy()
+        v = np.asarray(self.inner.embed(text), dtype=np.float32)
+        self.cache.put(key, text, v)
+        return v
 
     def embed_batch(self, texts: Sequence[str]) -> FloatArray:
         items = check_texts(texts)

@@ -125,18 +125,6 @@ pub fn in_place_scope<'scope, R>(op: impl FnOnce(&Scope<'scope>) -> R) -> Option
     FOREGROUND.get().map(|pool| pool.in_place_scope(op))
 }
 
-/// Runs `f` on a foreground pool thread, after the work queued before it;
-/// false (and `f` dropped unrun) if that pool cannot start.
-pub fn spawn(f: impl FnOnce() + Send + 'static) -> bool {
-    match FOREGROUND.get() {
-        Some(pool) => {
-            pool.spawn(f);
-            true
-        }
-        None => false,
-    }
-}
-
 #[cfg(all(test, unix))]
 mod tests {
     use rayon::prelude::*;

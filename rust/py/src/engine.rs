@@ -4,13 +4,12 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
-    flatten_metadata, Ahead, AheadQuery, Batch, Column, Engine, EngineConfig, Hits, Mode, Prepared,
-    SearchOptions, SearchRequest, Signals, Sort,
+    flatten_metadata, Batch, Column, Engine, EngineConfig, Hits, Prepared, SearchOptions, Signals,
+    Sort,
 };
 use memlane_core::hnsw::{Params, Precision};
 use memlane_core::Error;
@@ -24,7 +23,7 @@ use crate::conditions::PyAdmits;
 use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid, to_py};
 use crate::rows;
-use crate::search::{self, PySearchRequest, PyTextAhead};
+use crate::search::{self, PySearchRequest};
 
 /// One table and scope of `Engine.groups`: (table, the six scope values, count).
 type GroupRow = (String, [Option<String>; 6], usize);
@@ -39,8 +38,7 @@ pub struct PyPrepared {
 /// HNSW graph under one lock. Thread-safe: searches run in parallel.
 #[pyclass(module = "memlane._core", name = "Engine", frozen)]
 pub struct PyEngine {
-    /// Shared with the pool threads that retrieve a query's BM25 list ahead.
-    inner: Arc<RwLock<Engine>>,
+    inner: RwLock<Engine>,
     /// `Engine::pending`, readable without waiting for a writer's lock.
     parked: AtomicUsize,
 }
@@ -49,7 +47,7 @@ impl PyEngine {
     fn wrap(engine: Engine) -> Self {
         let parked = AtomicUsize::new(engine.pending());
         PyEngine {
-            inner: Arc::new(RwLock::new(engine)),
+            inner: RwLock::new(engine),
             parked,
         }
     }
@@ -248,48 +246,15 @@ impl PyEngine {
         detach(py, || Ok(self.inner.read().vector_text(&text)))
     }
 
-    /// Starts retrieving the BM25 list of a hybrid search of `text` with
-    /// `request` on a pool thread, for `search`'s `ahead`: the caller embeds
-    /// the query meanwhile. The other arguments are those the search will be
-    /// given. None where there is nothing to retrieve ahead (another mode).
-    #[pyo3(signature = (
-        request, text, *, now, expiring = false, defaults = None, dates = Vec::new(),
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn search_ahead(
-        &self,
-        py: Python<'_>,
-        request: &PySearchRequest,
-        text: &Bound<'_, PyAny>,
-        now: f64,
-        expiring: bool,
-        defaults: Option<&PySearchRequest>,
-        dates: Vec<(f64, f64)>,
-    ) -> PyResult<Option<PyTextAhead>> {
-        if request.options.mode != Mode::Hybrid {
-            return Ok(None);
-        }
-        let query = AheadQuery {
-            options: request.options.clone(),
-            defaults: defaults.map(|d| d.options.clone()).unwrap_or_default(),
-            text: search::query(py, text)?.to_owned(),
-            dates,
-            now,
-            expiring,
-        };
-        Ok(Ahead::start(Arc::clone(&self.inner), query).map(|inner| PyTextAhead { inner }))
-    }
-
     /// One query with `request`'s options over the store's `defaults`, among
     /// the records it admits: (ids, final scores, explain), explain a dict per
     /// hit (see `SearchHit.explain`) when the request asks for it, else None.
     /// `now` is the time of the access recorded (unix seconds), and with
     /// `expiring` the time the records expired by are left out; `dates` the
-    /// intervals `(start, end)` of the dates the query's text names; `ahead`
-    /// its BM25 list from `search_ahead` with the same arguments.
+    /// intervals `(start, end)` of the dates the query's text names.
     #[pyo3(signature = (
         request, text = None, vector = None, *, now, expiring = false, defaults = None,
-        dates = Vec::new(), ahead = None,
+        dates = Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
@@ -302,7 +267,6 @@ impl PyEngine {
         expiring: bool,
         defaults: Option<&PySearchRequest>,
         dates: Vec<(f64, f64)>,
-        ahead: Option<&PyTextAhead>,
     ) -> PyResult<Found<'py>> {
         let text = text.map(|t| search::query(py, t)).transpose()?;
         let q = vector
@@ -316,14 +280,9 @@ impl PyEngine {
         let defaults = defaults.map_or(&store, |d| &d.options);
         let options = &request.options;
         let hits: Hits = detach(py, || {
-            // Before the lock: the pool thread may be waiting for it.
-            let ahead = ahead.and_then(|a| a.inner.take());
             let engine = self.inner.read();
             let admitted = engine.build_conditions(&options.admits, expiring.then_some(now));
-            let req = SearchRequest {
-                ahead: ahead.as_ref(),
-                ..options.request(defaults, text, qv, &dates, &admitted, now)?
-            };
+            let req = options.request(defaults, text, qv, &dates, &admitted, now)?;
             engine.search(&req)
         })?;
         let explained = if request.options.explain {

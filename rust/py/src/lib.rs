@@ -53,7 +53,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<conditions::PyAdmits>()?;
     m.add_class::<engine::PyPrepared>()?;
     m.add_class::<search::PySearchRequest>()?;
-    m.add_class::<search::PyTextAhead>()?;
     m.add_class::<wordpiece::PyWordPiece>()?;
     m.add_class::<wordpiece::PyEncoding>()?;
     Ok(())

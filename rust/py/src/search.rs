@@ -4,7 +4,7 @@
 //! object to `Engine.search`. This file checks only Python types, with the
 //! messages of `memlane.coerce`; the core checks the values.
 
-use memlane_core::engine::{Ahead, Given, Mode, SearchOptions};
+use memlane_core::engine::{Given, Mode, SearchOptions};
 use memlane_core::fusion;
 use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
@@ -20,13 +20,6 @@ use crate::errors::{invalid, to_py};
 #[pyclass(module = "memlane._core", name = "SearchRequest", frozen)]
 pub struct PySearchRequest {
     pub options: SearchOptions,
-}
-
-/// A query's BM25 list being retrieved on a pool thread (`Engine.search_ahead`),
-/// for `Engine.search`'s `ahead`.
-#[pyclass(module = "memlane._core", name = "TextAhead", frozen)]
-pub struct PyTextAhead {
-    pub inner: Ahead,
 }
 
 /// numpy's scalar types `coerce` takes: (`integer`, `floating`) as numbers,

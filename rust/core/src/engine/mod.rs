@@ -16,15 +16,12 @@
 //!   the formulas.
 //! - `retrievals`: what recent queries retrieved, reused until the engine
 //!   changes.
-//! - `ahead`: a query's BM25 list retrieved on a pool thread while the
-//!   caller makes its vector.
 //! - `snapshot`: saving and loading the whole engine as one directory.
 //!
 //! Concurrency: methods that change the engine take `&mut self`; searches
 //! take `&self` and may run in parallel under a readers-writer lock. Recording
 //! an access is the one write a search makes, through an atomic column.
 
-mod ahead;
 pub mod conditions;
 pub mod filter;
 pub mod filter_syntax;
@@ -40,7 +37,6 @@ pub(crate) mod snapshot;
 mod speakers;
 use speakers::SpeakerQuery;
 
-pub use ahead::{Ahead, AheadQuery};
 pub use conditions::{Admitted, Conditions, Versions, UNIQUE_KEY};
 pub use filter::{Filter, Selection};
 pub use filter_syntax::Parsed as ParsedFilter;
@@ -48,7 +44,7 @@ pub use mode::Mode;
 pub use options::{Given, SearchOptions};
 pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
-pub use search::{Hits, SearchRequest, Signals, TextAhead};
+pub use search::{Hits, SearchRequest, Signals};
 
 use std::path::Path;
 use std::time::{Duration, Instant};

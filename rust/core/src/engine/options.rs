@@ -269,7 +269,6 @@ impl SearchOptions {
             touch: self.touch(defaults),
             current_only: admitted.current_only,
             diversity: self.diversity,
-            ahead: None,
         })
     }
 }

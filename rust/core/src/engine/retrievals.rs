@@ -77,16 +77,12 @@ impl Key {
 /// The most recently used retrievals, newest first.
 pub(super) struct Retrievals<T> {
     entries: Mutex<VecDeque<(Key, Arc<T>)>>,
-    /// How many times the engine changed: what was read from it at one count
-    /// holds while the count is the same (a BM25 list retrieved ahead).
-    generation: u64,
 }
 
 impl<T> Default for Retrievals<T> {
     fn default() -> Self {
         Retrievals {
             entries: Mutex::new(VecDeque::with_capacity(CAPACITY)),
-            generation: 0,
         }
     }
 }
@@ -116,11 +112,6 @@ impl<T> Retrievals<T> {
     /// Forgets everything: the engine changed.
     pub(super) fn clear(&mut self) {
         self.entries.get_mut().clear();
-        self.generation += 1;
-    }
-
-    pub(super) fn generation(&self) -> u64 {
-        self.generation
     }
 
     #[cfg(test)]
@@ -169,9 +160,7 @@ mod tests {
         assert_eq!(r.len(), CAPACITY);
         assert!(r.get(&key("a", 0.0)).is_none());
         assert_eq!(r.get(&key("1", 0.0)).as_deref(), Some(&1));
-        let generation = r.generation();
         r.clear();
         assert_eq!(r.len(), 0);
-        assert_eq!(r.generation(), generation + 1);
     }
 }

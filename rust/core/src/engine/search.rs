@@ -67,9 +67,6 @@ pub struct SearchRequest<'a> {
     /// λ of maximal marginal relevance over the scored candidates ([`mmr`]; 0: the
     /// hits in score order).
     pub diversity: f64,
-    /// The query's BM25 list, retrieved while its vector was being made
-    /// ([`Engine::text_ahead`]); used if it still holds, else retrieved again.
-    pub ahead: Option<&'a TextAhead>,
 }
 
 impl<'a> SearchRequest<'a> {
@@ -103,33 +100,8 @@ impl<'a> SearchRequest<'a> {
             touch: false,
             current_only: false,
             diversity: 0.0,
-            ahead: None,
         }
     }
-}
-
-/// A query's BM25 list retrieved ahead of its vector. A caller that embeds the
-/// query before searching retrieves it meanwhile on another thread: the
-/// model's run takes milliseconds, the postings' walk a fraction of one that
-/// the search then saves (benches/README.md, "The BM25 list while the model
-/// runs"). It holds for the request it was retrieved for, while the engine is
-/// unchanged.
-pub struct TextAhead {
-    generation: u64,
-    text: Box<str>,
-    filter: Option<Filter>,
-    pool: usize,
-    current_only: bool,
-    hits: Vec<crate::bm25::Hit>,
-}
-
-/// The records a query's retrievers look through: the filter's selection
-/// (None: every record) and its ids, and how many superseded records each
-/// retriever must see past when there is no selection.
-struct Candidates {
-    selection: Option<super::Selection>,
-    allowed_ids: Option<Vec<u64>>,
-    extra: usize,
 }
 
 /// Past this many superseded records, a search of current ones selects the
@@ -258,7 +230,14 @@ impl Engine {
                 && !self.records.speakers.is_empty()
                 && (req.explain || (req.speaker_weight > 0.0 && bm25_counts)),
         );
-        let pool = self.pool(req);
+        let r = &self.records;
+        let turns = !r.sessions.is_empty() || !r.speakers.is_empty();
+        let pool = if turns {
+            req.turn_candidates
+        } else {
+            req.candidates
+        }
+        .max(req.k);
         let key = (!req.filter.is_some_and(Filter::reads_access)).then(|| {
             Key::new(
                 text,
@@ -298,31 +277,47 @@ impl Engine {
         pool: usize,
         fills: (bool, bool, bool, bool),
     ) -> Result<Option<Retrieved>> {
-        let Some(Candidates {
-            selection,
-            allowed_ids,
-            extra,
-        }) = self.candidates(req)
-        else {
-            return Ok(None);
+        // The candidate set, shared by both retrievers. Superseded records
+        // are few: they leave a selection, and without one each retriever
+        // is asked for more hits, of which the superseded are dropped
+        // ([`Self::current_hits`]), so the lists are those of a search among
+        // current records only.
+        let closed = if req.current_only {
+            self.records.closed().len()
+        } else {
+            0
         };
-        let ahead = req.ahead.filter(|a| {
-            a.generation == self.retrievals.generation()
-                && text == Some(&*a.text)
-                && a.filter.as_ref() == req.filter
-                && a.pool == pool
-                && a.current_only == req.current_only
-        });
+        let mut selection = req.filter.filter(|f| !f.is_all()).map(|f| self.select(f));
+        if closed > MAX_OVERFETCH && selection.is_none() {
+            selection = Some(self.select(&Filter::all()));
+        }
+        if closed > 0 {
+            if let Some(sel) = selection.as_mut() {
+                sel.slots.retain(|&s| !self.records.is_closed(s));
+            }
+        }
+        let extra = if selection.is_none() { closed } else { 0 };
+        let allowed_ids: Option<Vec<u64>> = selection
+            .as_ref()
+            .map(|s| s.slots.iter().map(|&slot| self.records.id(slot)).collect());
+        if allowed_ids.as_ref().is_some_and(Vec::is_empty) {
+            return Ok(None);
+        }
 
         // The query text is analysed once, for the BM25 list, its ceiling and
         // the scores of the vector list's hits.
         let analysed = text
             .filter(|_| req.mode != Mode::Vector || fills.1 || fills.2)
             .map(|t| self.bm25.query(t));
-        let text_part = || match (&analysed, ahead) {
-            (Some(_), Some(a)) if req.mode != Mode::Vector => Ok(a.hits.clone()),
-            (Some(q), _) if req.mode != Mode::Vector => {
-                self.text_hits(q, pool, allowed_ids.as_deref(), extra)
+        let text_part = || match &analysed {
+            Some(q) if req.mode != Mode::Vector => {
+                let filter = allowed_ids.as_deref().map(|ids| self.bm25.filter(ids));
+                self.current_hits(
+                    pool,
+                    extra,
+                    |n| Ok(self.bm25.search_query(q, n, filter.as_ref())),
+                    |h| h.id,
+                )
             }
             _ => Ok(Vec::new()),
         };
@@ -340,7 +335,7 @@ impl Engine {
         // The postings scored on a pool thread while this one walks the graph,
         // with the search space this thread's earlier walks made.
         let mut text_hits = None;
-        let vector_hits = if both && ahead.is_none() && searched >= PARALLEL_MIN {
+        let vector_hits = if both && searched >= PARALLEL_MIN {
             crate::pool::in_place_scope(|s| {
                 s.spawn(|_| text_hits = Some(text_part()));
                 vector_part()
@@ -572,100 +567,6 @@ impl Engine {
         mmr::select(scores, k, lambda, |a, b| {
             mmr::similarity(&items[a], &items[b])
         })
-    }
-
-    /// The BM25 list of `req`'s text, retrieved ahead of its vector (see
-    /// [`TextAhead`]; the request is the one the search will make, given no
-    /// vector yet). None where a search would not use one: no words, a vector
-    /// search, a filter on access columns (which searches change), or a
-    /// filter that selects nothing.
-    pub fn text_ahead(&self, req: &SearchRequest<'_>) -> Option<TextAhead> {
-        let text = req.text.filter(|t| !t.trim().is_empty())?;
-        if req.mode == Mode::Vector || req.filter.is_some_and(Filter::reads_access) {
-            return None;
-        }
-        let pool = self.pool(req);
-        let c = self.candidates(req)?;
-        let hits = self
-            .text_hits(
-                &self.bm25.query(text),
-                pool,
-                c.allowed_ids.as_deref(),
-                c.extra,
-            )
-            .ok()?;
-        Some(TextAhead {
-            generation: self.retrievals.generation(),
-            text: text.into(),
-            filter: req.filter.cloned(),
-            pool,
-            current_only: req.current_only,
-            hits,
-        })
-    }
-
-    /// How many hits each retriever brings: deeper in a store of turns, whose
-    /// speaker and session passes rescore them; never fewer than `k`.
-    fn pool(&self, req: &SearchRequest<'_>) -> usize {
-        let r = &self.records;
-        let turns = !r.sessions.is_empty() || !r.speakers.is_empty();
-        if turns {
-            req.turn_candidates
-        } else {
-            req.candidates
-        }
-        .max(req.k)
-    }
-
-    /// The records `req`'s retrievers look through, or None when its filter
-    /// selects none. Superseded records are few: they leave a selection, and
-    /// without one each retriever is asked for more hits, of which the
-    /// superseded are dropped ([`Self::current_hits`]), so the lists are those
-    /// of a search among current records only.
-    fn candidates(&self, req: &SearchRequest<'_>) -> Option<Candidates> {
-        let closed = if req.current_only {
-            self.records.closed().len()
-        } else {
-            0
-        };
-        let mut selection = req.filter.filter(|f| !f.is_all()).map(|f| self.select(f));
-        if closed > MAX_OVERFETCH && selection.is_none() {
-            selection = Some(self.select(&Filter::all()));
-        }
-        if closed > 0 {
-            if let Some(sel) = selection.as_mut() {
-                sel.slots.retain(|&s| !self.records.is_closed(s));
-            }
-        }
-        let extra = if selection.is_none() { closed } else { 0 };
-        let allowed_ids: Option<Vec<u64>> = selection
-            .as_ref()
-            .map(|s| s.slots.iter().map(|&slot| self.records.id(slot)).collect());
-        if allowed_ids.as_ref().is_some_and(Vec::is_empty) {
-            return None;
-        }
-        Some(Candidates {
-            selection,
-            allowed_ids,
-            extra,
-        })
-    }
-
-    /// The BM25 list of the analysed query `q` among `allowed_ids` (None: all).
-    fn text_hits(
-        &self,
-        q: &Query,
-        pool: usize,
-        allowed_ids: Option<&[u64]>,
-        extra: usize,
-    ) -> Result<Vec<crate::bm25::Hit>> {
-        let filter = allowed_ids.map(|ids| self.bm25.filter(ids));
-        self.current_hits(
-            pool,
-            extra,
-            |n| Ok(self.bm25.search_query(q, n, filter.as_ref())),
-            |h| h.id,
-        )
     }
 
     /// A retriever's `pool` best hits among current records, `closed` of its
