@@ -18,9 +18,10 @@ reports, beside the issue's goals:
   linked; the first search after the open beside the settled p50;
 - hybrid ``search`` p50/p99 at k = 10 with a precomputed query vector, unscoped and
   scoped to one agent, in that fresh process after a warm-up of 20 queries;
-- the fresh process's RSS after the searches (and before opening the store), and the
-  store's size on disk: the whole directory right after the load (still open) and after
-  ``close``, and the newest snapshot;
+- the fresh process's RSS after the searches (and before opening the store), and once
+  its row cache is read in (in the background, in the searches' pauses: what the process
+  then holds for good), and the store's size on disk: the whole directory right after
+  the load (still open) and after ``close``, and the newest snapshot;
 - recall@10 of a vector search (unscoped, the store's settings) against exact search
   over every stored vector, right after linking.
 
@@ -269,6 +270,18 @@ def writer_killed(store: Path, queries_path: Path) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def rows_read_in(mem: Any, limit: float = 120.0) -> None:
+    """Waits (at most ``limit`` seconds) until the store has read rows ahead into its
+    row cache as far as it does (full, or every row)."""
+    deadline = time.monotonic() + limit
+    # The cache is internal: what it holds is the measure's point.
+    cache = mem._db._cache
+    while cache is not None and cache.room() and len(cache) < len(mem):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+
+
 def worker(store: Path, queries_path: Path, count: int) -> None:
     """Open the store, time searches, print one JSON line."""
     from memlane import Memory
@@ -294,6 +307,9 @@ def worker(store: Path, queries_path: Path, count: int) -> None:
         out[f"{name}_p50"], out[f"{name}_p99"] = percentiles(latencies(mem, queries, scoped, count))
     out["rss"] = rss_bytes()
     out["rss_file"] = rss_bytes("RssFile")
+    rows_read_in(mem)
+    out["rss_read_in"] = rss_bytes()
+    out["rss_read_in_file"] = rss_bytes("RssFile")
     out["records"] = len(mem)
     mem.close()
     print(json.dumps(out))
@@ -479,7 +495,12 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
             "before opening)",
             f"{warm['rss'] / mib:,.0f} ({warm['rss_file'] / mib:,.0f}; "
             f"{warm['rss_before'] / mib:,.0f})",
-            goal(warm["rss"] / mib, GOAL_RSS_BYTES / mib, False, "{:,.0f} MiB"),
+            "",
+        ),
+        (
+            "RSS once the row cache is read in (MiB; of it mapped database pages)",
+            f"{warm['rss_read_in'] / mib:,.0f} ({warm['rss_read_in_file'] / mib:,.0f})",
+            goal(warm["rss_read_in"] / mib, GOAL_RSS_BYTES / mib, False, "{:,.0f} MiB"),
         ),
         ("RSS after a cold open and searches (MiB)", f"{cold['rss'] / mib:,.0f}", ""),
         ("store on disk right after the load (MiB)", f"{loaded['built_bytes'] / mib:,.0f}", ""),
@@ -510,7 +531,7 @@ CURVE: list[tuple[str, str, Callable[[dict[str, Any]], float]]] = [
     ("open after kill -9", "s", lambda r: r["after_kill"]["open_s"]),
     ("open cold, until linked", "s", lambda r: r["cold"]["linked_s"]),
     ("disk after close", "MiB", lambda r: r["disk"] / 2**20),
-    ("RSS after open and searches", "MiB", lambda r: r["warm"]["rss"] / 2**20),
+    ("RSS once the row cache is read in", "MiB", lambda r: r["warm"]["rss_read_in"] / 2**20),
 ]
 
 

@@ -60,6 +60,38 @@ def test_rows_are_kept_whole_without_their_vectors_up_to_the_capacity() -> None:
     assert found[2].embedding is None and found[2] == row(2, 2, "b")
 
 
+def test_a_kept_row_reads_back_equal_with_its_repeated_values_held_once() -> None:
+    """Each row read from the database brings its own copy of its table, type and scope;
+    the cache holds one of each, and times equal to the creation time as that one."""
+
+    def stored(rowid: int, created: float, updated: float) -> Row:
+        base = row(rowid, rowid, f"text {rowid}")
+        # New objects, as each row read from the database brings.
+        return base._replace(
+            tbl="".join(["memo", "ries"]),
+            type="".join(["sem", "antic"]),
+            agent_id="".join(["agent-", "7"]),
+            speaker="".join(["Car", "oline"]),
+            metadata="".join(["{", "}"]),
+            created_at=created,
+            updated_at=updated,
+            last_accessed_at=float(str(created)),
+            recorded_at=float(str(created)),
+        )
+
+    given = [stored(1, 100.5, 100.5), stored(2, 200.5, 250.5)]
+    cache = RowCache(10)
+    cache.put(given[:1])
+    cache.offer(given[1:])
+    found, missing = cache.get([1, 2])
+    assert missing == [] and [found[1], found[2]] == given
+    one, two = found[1], found[2]
+    for field in ("tbl", "type", "agent_id", "speaker", "metadata"):
+        assert getattr(one, field) is getattr(two, field), field
+    assert one.updated_at is one.created_at and one.recorded_at is one.created_at
+    assert two.last_accessed_at is two.created_at and two.updated_at == 250.5
+
+
 def test_hits_read_after_a_write_are_the_written_ones(
     make_store: StoreFactory, word_embedder: WordHashEmbedder
 ) -> None:

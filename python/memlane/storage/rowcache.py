@@ -20,6 +20,7 @@ the write cannot put back what the write replaced.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -30,14 +31,36 @@ from memlane.schema import COLUMNS, Row
 
 _EMBEDDING = COLUMNS.index("embedding")
 _SEQ = COLUMNS.index("seq")
+_METADATA = COLUMNS.index("metadata")
+#: Columns whose values repeat from row to row (a table, a type, a scope, a speaker).
+_SHARED = tuple(
+    COLUMNS.index(c)
+    for c in (
+        "tbl",
+        "type",
+        "agent_id",
+        "user_id",
+        "room_id",
+        "world_id",
+        "session_id",
+        "namespace",
+        "speaker",
+    )
+)
+_NO_METADATA = "{}"
+_CREATED = COLUMNS.index("created_at")
+#: Times that equal the creation time in a record never changed or read since.
+_TIMES = tuple(COLUMNS.index(c) for c in ("updated_at", "last_accessed_at", "recorded_at"))
 
 __all__ = ["DEFAULT_CAPACITY", "OFFER_CHARS", "RowCache"]
 
-#: Rows kept by default (about 0.6 kB each in process: 57 MiB for 100k). With the
-#: vectors in the engine, a 100k-record store holds all its rows for about a sixth
-#: more memory, and a new question's search stays as fast as at 10k (figures in
-#: benches/README.md, "Figures behind the code").
-DEFAULT_CAPACITY = 200_000
+#: Rows kept by default. With the vectors in the engine, a 100k-record store holds all
+#: its rows for about a sixth more memory, and a new question's search stays as fast as
+#: at 10k (figures in benches/README.md, "Figures behind the code"); 150,000 leaves
+#: such a store room to grow. A full cache of WordNet memories takes 0.9 kB a row
+#: (137 MiB), which at a million memories keeps the process under 2 GiB
+#: (benches/README.md, "A million memories' RSS with the row cache full").
+DEFAULT_CAPACITY = 150_000
 
 #: Text and metadata (characters) that reading ahead brings in at most: short memories
 #: fill the cache by rows long before (100k WordNet glosses hold 7.7 M), while 200,000
@@ -48,6 +71,26 @@ OFFER_CHARS = 64_000_000
 # A read in flight takes well under this; older floors protect nothing.
 _FLOOR_SECONDS = 60.0
 _FLOOR_PRUNE = 10_000
+
+
+def _kept(row: Row) -> tuple[Any, ...]:
+    """``row`` as the cache keeps it: a plain tuple without the vector, each value that
+    repeats from row to row held once (every row read from the database brings its own
+    copy of its table's name, its type, its scope), and so each time equal to the
+    creation time."""
+    values = list(row)
+    values[_EMBEDDING] = None
+    for i in _SHARED:
+        v = values[i]
+        if type(v) is str:
+            values[i] = sys.intern(v)
+    if values[_METADATA] == _NO_METADATA:
+        values[_METADATA] = _NO_METADATA
+    created = values[_CREATED]
+    for i in _TIMES:
+        if values[i] == created:
+            values[i] = created
+    return tuple(values)
 
 
 class RowCache:
@@ -93,8 +136,7 @@ class RowCache:
                 cached = self._rows.get(rowid)
                 if cached is not None and cached[_SEQ] > seq:
                     continue
-                # Kept as a plain tuple, the vector left out.
-                self._rows[rowid] = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
+                self._rows[rowid] = _kept(row)
                 self._rows.move_to_end(rowid)
             while len(self._rows) > self.capacity:
                 self._rows.popitem(last=False)
@@ -116,7 +158,7 @@ class RowCache:
                 floor = self._floors.get(rowid)
                 if rowid in self._rows or (floor is not None and row.seq < floor[0]):
                     continue
-                self._rows[rowid] = (*row[:_EMBEDDING], None, *row[_EMBEDDING + 1 :])
+                self._rows[rowid] = _kept(row)
                 self._rows.move_to_end(rowid, last=False)
                 self._offered += len(row.text) + len(row.metadata)
 
