@@ -27,26 +27,14 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row
 
 _EMBEDDING = COLUMNS.index("embedding")
 _SEQ = COLUMNS.index("seq")
 _METADATA = COLUMNS.index("metadata")
 #: Columns whose values repeat from row to row (a table, a type, a scope, a speaker).
-_SHARED = tuple(
-    COLUMNS.index(c)
-    for c in (
-        "tbl",
-        "type",
-        "agent_id",
-        "user_id",
-        "room_id",
-        "world_id",
-        "session_id",
-        "namespace",
-        "speaker",
-    )
-)
+_SHARED = tuple(COLUMNS.index(c) for c in ("tbl", "type", *SCOPE_FIELDS, "speaker"))
 _NO_METADATA = "{}"
 _CREATED = COLUMNS.index("created_at")
 #: Times that equal the creation time in a record never changed or read since.
