@@ -51,8 +51,8 @@ __all__ = ["DEFAULT_CAPACITY", "OFFER_CHARS", "RowCache"]
 DEFAULT_CAPACITY = 150_000
 
 #: Text and metadata (characters) that reading ahead brings in at most: short memories
-#: fill the cache by rows long before (100k WordNet glosses hold 7.7 M), while 200,000
-#: document fragments of 1,500 characters would hold some 400 MB in every process that
+#: fill the cache by rows long before (100k WordNet glosses hold 7.7 M), while 150,000
+#: document fragments of 1,500 characters would hold some 300 MB in every process that
 #: opens their store; reading ahead stops at about 100 MB of them.
 OFFER_CHARS = 64_000_000
 
