@@ -46,7 +46,7 @@ __all__ = ["DEFAULT_CAPACITY", "OFFER_CHARS", "RowCache"]
 #: its rows for about a sixth more memory, and a new question's search stays as fast as
 #: at 10k (figures in benches/README.md, "Figures behind the code"); 150,000 leaves
 #: such a store room to grow. A full cache of WordNet memories takes 0.9 kB a row
-#: (137 MiB), which at a million memories keeps the process under 2 GiB
+#: (126 MiB), which at a million memories keeps the process under 2 GiB
 #: (benches/README.md, "A million memories' RSS with the row cache full").
 DEFAULT_CAPACITY = 150_000
 
@@ -64,8 +64,8 @@ _FLOOR_PRUNE = 10_000
 def _kept(row: Row) -> tuple[Any, ...]:
     """``row`` as the cache keeps it: a plain tuple without the vector, each value that
     repeats from row to row held once (every row read from the database brings its own
-    copy of its table's name, its type, its scope), and so each time equal to the
-    creation time."""
+    copy of its table's name, its type, its scope), and each time equal to the creation
+    time held as that one object."""
     values = list(row)
     values[_EMBEDDING] = None
     for i in _SHARED:
