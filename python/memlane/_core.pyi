@@ -33,6 +33,7 @@ __all__ = [
     "__version__",
     "analyze",
     "blobs",
+    "log_blobs",
     "unblobs",
 ]
 
@@ -183,6 +184,13 @@ def unblobs(stored: Sequence[bytes], dim: int) -> npt.NDArray[np.float32]:
     """The stored vectors ``stored`` of ``dim`` components as an ``(n, dim)`` matrix:
     float32 blobs, or scaled half floats (see ``blobs``). A blob of neither length, with
     another tag or a damaged scale raises ``CorruptFileError``."""
+
+def log_blobs(
+    path: str | PathLike[str], end: int, rowids: Sequence[int], markers: Sequence[bytes]
+) -> list[bytes]:
+    """The blobs the markers ``markers`` name in an embedded store's vector file ``path``,
+    read up to byte ``end``, one for each record of ``rowids``: each entry must be its
+    record's and check, else ``CorruptFileError`` names the first that is not."""
 
 def analyze(
     text: str,

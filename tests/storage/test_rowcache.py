@@ -249,3 +249,26 @@ def test_a_store_that_has_not_searched_or_written_is_quiet_whatever_the_clock_re
     with Memory(tmp_path / "store", word_embedder) as mem:
         assert not mem._sync.busy(1e9)
         _warmed(mem, 600)
+
+
+def test_a_replay_longer_than_the_cache_keeps_its_last_rows_and_no_older_state(
+    make_store: StoreFactory, word_embedder: WordHashEmbedder
+) -> None:
+    """Rows a replay reads before the last the cache can hold are not kept (they would
+    be pushed out), but neither may an older state of them stay in the cache."""
+    mem = make_store("replayed", word_embedder)
+    mem.add_many({"text": f"note {i} on kites"} for i in range(300))
+    db = mem._db  # type: ignore[attr-defined]
+    cache = db._cache
+    rowids = sorted(db.all_rowids())
+    stale = db.rows_by_rowid([rowids[0]])[rowids[0]]
+    cache.capacity = 100
+    cache.forget(rowids)
+    # An older state of the first row, as a slow read might have left it.
+    cache.put([stale._replace(text="an older text", seq=stale.seq - 1)])
+    replayed = [r.rowid for rows in db.rows_since(0, batch=64) for r in rows]
+    assert replayed == rowids
+    found, missing = cache.get(rowids)
+    assert sorted(found) == rowids[-100:] and rowids[0] in missing
+    assert db.rows_by_rowid([rowids[0]])[rowids[0]].text == "note 0 on kites"
+    mem.close()

@@ -10,6 +10,7 @@ when other processes may have written.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import shutil
@@ -50,6 +51,8 @@ _INLINE_INDEX = 64
 #: (benches/README.md, "Searches while a bulk load runs" and "The bound on parked vectors").
 MAX_PARKED = 4096
 _KEEP_UP_BATCH = 1024
+# Rows a replay applies before it pauses the garbage collector (see _collector_paused).
+_PAUSE_COLLECTOR_ROWS = 50_000
 # The WAL is checkpointed (off the write path) past this size.
 CHECKPOINT_BYTES = 32 << 20
 # Beside a snapshot: the id of the database it belongs to.
@@ -73,6 +76,33 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(after_in_child=_forked)
+
+
+_collector_lock = threading.Lock()
+_collector_pausers = 0
+_collector_was_on = False
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Automatic garbage collection paused, for the whole process, until the last replay
+    that paused it ends. A replay's rows hold no cycles, but each is an object the
+    collector tracks: a million of them, alive for a batch, set off full collections
+    that took a tenth of a cold open and freed nothing (benches/README.md, "A cold
+    open"). Other threads' cycles wait for the collection after it."""
+    global _collector_pausers, _collector_was_on
+    with _collector_lock:
+        if _collector_pausers == 0:
+            _collector_was_on = gc.isenabled()
+            gc.disable()
+        _collector_pausers += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pausers -= 1
+            if _collector_pausers == 0 and _collector_was_on:
+                gc.enable()
 
 
 class IndexSync:
@@ -309,48 +339,59 @@ class IndexSync:
             engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         count = len(gone)
         damaged: list[Row] = []
-        for rows in self.db.rows_since(since):
-            count += len(rows)
-            if damaged:
-                # Nothing more is applied: the rest is read to name every damaged blob.
-                damaged += [r for r in rows if self.dim and not decodes(r.embedding, self.dim)]
-                continue
-            if not self.expiring and any(r.expires_at is not None for r in rows):
-                self.expiring = True
-            new = [
-                (r.content_seq > since and r.content_seq not in skip) or r.rowid not in engine
-                for r in rows
-            ]
-            # Text or vector changed: index it all again; else the attributes only.
-            attrs = [r for r, n in zip(rows, new, strict=True) if not n]
-            full = [r for r, n in zip(rows, new, strict=True) if n]
-            with_vec = [r for r in full if self.dim and r.embedding is not None]
-            without = [r for r in full if not (self.dim and r.embedding is not None)]
-            if with_vec:
-                assert self.dim
-                try:
-                    vectors = unblobs([r.embedding for r in with_vec], self.dim)  # type: ignore[misc]
-                except CorruptFileError:
-                    damaged = [r for r in with_vec if not decodes(r.embedding, self.dim)]
-                    continue
-                ok = usable_vectors(vectors)
-                if not ok.all():
-                    # Stored before vectors were checked for a unit length: found by
-                    # their text, not by a vector the engine cannot hold.
-                    bad = [r for r, good in zip(with_vec, ok, strict=True) if not good]
-                    self._refused_vectors(bad)
-                    without += bad
-                    with_vec = [r for r, good in zip(with_vec, ok, strict=True) if good]
-                    vectors = vectors[ok]
-                if with_vec:
-                    engine.apply(self.prepare(with_vec, texts=True, vectors=vectors))
-            if without:
-                engine.apply(self.prepare(without, texts=True, vectors=None))
-            if attrs:
-                engine.apply(self.prepare(attrs, texts=False, vectors=None))
+        with contextlib.ExitStack() as stack:
+            paused = False
+            for rows in self.db.rows_since(since):
+                count += len(rows)
+                if count >= _PAUSE_COLLECTOR_ROWS and not paused:
+                    stack.enter_context(_collector_paused())
+                    paused = True
+                self._apply_rows(rows, since, skip, damaged)
         if damaged:
             raise damage_error(self.location, len(damaged), [r.id for r in damaged[:NAMED]])
         return count, upto
+
+    def _apply_rows(self, rows: list[Row], since: int, skip: Set[int], damaged: list[Row]) -> None:
+        """Applies one batch of ``_replay`` (see there); past a damaged blob, only adds the
+        batch's damaged rows to ``damaged``."""
+        if damaged:
+            # Nothing more is applied: the rest is read to name every damaged blob.
+            damaged += [r for r in rows if self.dim and not decodes(r.embedding, self.dim)]
+            return
+        engine = self.engine
+        if not self.expiring and any(r.expires_at is not None for r in rows):
+            self.expiring = True
+        new = [
+            (r.content_seq > since and r.content_seq not in skip) or r.rowid not in engine
+            for r in rows
+        ]
+        # Text or vector changed: index it all again; else the attributes only.
+        attrs = [r for r, n in zip(rows, new, strict=True) if not n]
+        full = [r for r, n in zip(rows, new, strict=True) if n]
+        with_vec = [r for r in full if self.dim and r.embedding is not None]
+        without = [r for r in full if not (self.dim and r.embedding is not None)]
+        if with_vec:
+            assert self.dim
+            try:
+                vectors = unblobs([r.embedding for r in with_vec], self.dim)  # type: ignore[misc]
+            except CorruptFileError:
+                damaged += [r for r in with_vec if not decodes(r.embedding, self.dim)]
+                return
+            ok = usable_vectors(vectors)
+            if not ok.all():
+                # Stored before vectors were checked for a unit length: found by
+                # their text, not by a vector the engine cannot hold.
+                bad = [r for r, good in zip(with_vec, ok, strict=True) if not good]
+                self._refused_vectors(bad)
+                without += bad
+                with_vec = [r for r, good in zip(with_vec, ok, strict=True) if good]
+                vectors = vectors[ok]
+            if with_vec:
+                engine.apply(self.prepare(with_vec, texts=True, vectors=vectors))
+        if without:
+            engine.apply(self.prepare(without, texts=True, vectors=None))
+        if attrs:
+            engine.apply(self.prepare(attrs, texts=False, vectors=None))
 
     def _refused_vectors(self, rows: Sequence[Row]) -> None:
         ids = ", ".join(repr(r.id) for r in rows[:3]) + (" ..." if len(rows) > 3 else "")

@@ -339,7 +339,7 @@ class SQLStore(Dialect):
         for r in rows:
             stored = conn.execute(q, (r.rowid,)).fetchone()
             m = None if stored is None else stored[0]
-            same = r.embedding and is_marker(m) and log.read(r.rowid, m) == r.embedding
+            same = r.embedding and is_marker(m) and log.blobs([(r.rowid, m)]) == [r.embedding]
             out.append(r._replace(embedding=m) if same else r)
         return out
 
@@ -388,6 +388,11 @@ class SQLStore(Dialect):
 
     def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
         """The rows of ``rowids`` that exist."""
+        return self._rows_by_rowid(rowids, embedding, keep=True)
+
+    def _rows_by_rowid(self, rowids: Sequence[int], embedding: bool, keep: bool) -> dict[int, Row]:
+        """``rows_by_rowid``; rows read from the database are kept in the row cache, or
+        with ``keep=False`` dropped from it (it must not hold an older state of them)."""
         if not rowids:
             return {}
         found: dict[int, Row] = {}
@@ -407,7 +412,10 @@ class SQLStore(Dialect):
 
         fetched = self._read(run)
         if self._cache is not None:
-            self._cache.put(fetched.values())
+            if keep:
+                self._cache.put(fetched.values())
+            else:
+                self._cache.forget(fetched)
         found.update(fetched)
         return found
 
@@ -458,10 +466,13 @@ class SQLStore(Dialect):
         # The seq index answers this without touching the rows.
         q = self._q(f"SELECT rowid FROM {self._p}records WHERE seq > ?")
         rowids = sorted(self._read(lambda c: [r[0] for r in c.execute(q, (seq,))]))
+        # This also refreshes the row cache: it stays as fresh as the indexes. Only the
+        # last rows it can hold are kept; those before would be pushed out by them, and
+        # keeping a million rows to drop most was a tenth of a cold open.
+        kept_from = len(rowids) - (self._cache.capacity if self._cache is not None else 0)
         for start in range(0, len(rowids), batch):
             part = rowids[start : start + batch]
-            # (This also refreshes the row cache: it stays as fresh as the indexes.)
-            rows = self.rows_by_rowid(part, embedding=True)
+            rows = self._rows_by_rowid(part, True, keep=start + len(part) > kept_from)
             yield [rows[r] for r in part if r in rows]
 
     #: Begins a read transaction that sees one state of the database throughout.
@@ -522,7 +533,8 @@ class SQLStore(Dialect):
             lambda c: c.execute(q, (after, limit)).fetchall()
         )
         if (log := self._log) is not None:
-            return [(r, log.read(r, b) if is_marker(b) else b) for r, b in rows]
+            found = iter(log.blobs([(r, b) for r, b in rows if is_marker(b)]))
+            return [(r, next(found) if is_marker(b) else b) for r, b in rows]
         return rows
 
     def iter_rows(self, embedding: bool, batch: int = 1024) -> Iterator[Row]:

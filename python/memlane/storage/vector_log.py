@@ -30,8 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeGuard
 
+from memlane._core import log_blobs
 from memlane.errors import CorruptFileError, StorageError
-from memlane.schema import Row
+from memlane.schema import COLUMNS, Row
 
 __all__ = ["HEADER", "MAGIC", "MARKER_BYTES", "MARKER_TAG", "VectorLog", "is_marker"]
 
@@ -46,6 +47,7 @@ MARKER_TAG = 2
 _MARKER = struct.Struct("<BQ")
 #: A marker's length in bytes.
 MARKER_BYTES = _MARKER.size
+_EMBEDDING = COLUMNS.index("embedding")
 
 
 def is_marker(value: bytes | None) -> TypeGuard[bytes]:
@@ -185,31 +187,36 @@ class VectorLog:
     def rolled_back(self) -> None:
         self._staged, self._staged_last = self.end, self.last
 
-    def read(self, rowid: int, marker: bytes) -> bytes:
-        """The blob of row ``rowid`` that ``marker`` names."""
-        _, at = _MARKER.unpack(marker)
-        # A row committed a moment ago may name an entry past ``end``: the writer moves
-        # ``end`` just after its commit.
-        if not HEADER <= at <= max(self.end, self._staged) - _ENTRY.size:
-            raise self._damaged(f"record {rowid} names byte {at}, past its end")
+    def blobs(self, named: Sequence[tuple[int, bytes]]) -> list[bytes]:
+        """The blob each ``(rowid, marker)`` of ``named`` names, each entry checked: it is
+        that row's, its checksum holds, and it lies within the file's end (a row committed
+        a moment ago may name an entry past ``end``: the writer moves ``end`` just after
+        its commit, so the staged end counts too). Read together in the core, mapped: a
+        replay reads a million."""
+        if not named:
+            return []
         try:
-            head = os.pread(self._fd, _ENTRY.size, at)
-            got, length, crc = _ENTRY.unpack(head)
-            blob = os.pread(self._fd, length, at + _ENTRY.size) if got == rowid else b""
+            return log_blobs(
+                self.path,
+                max(self.end, self._staged),
+                [rowid for rowid, _ in named],
+                [marker for _, marker in named],
+            )
         except OSError as e:
             raise StorageError(f"cannot read the vector file {self.path}: {e.strerror}") from None
-        except struct.error:
-            raise self._damaged(f"the entry of record {rowid} at byte {at} is cut short") from None
-        if got != rowid or len(blob) != length or _crc(rowid, blob) != crc:
-            raise self._damaged(f"the entry of record {rowid} at byte {at} does not check")
-        return blob
 
     def rows_in(self, rows: list[Row]) -> list[Row]:
         """``rows`` with the blob each marker names."""
-        return [
-            r._replace(embedding=self.read(r.rowid, r.embedding)) if is_marker(r.embedding) else r
-            for r in rows
-        ]
+        named = [i for i, r in enumerate(rows) if is_marker(r.embedding)]
+        if not named:
+            return rows
+        found = self.blobs([(rows[i].rowid, rows[i].embedding) for i in named])  # type: ignore[misc]
+        out = list(rows)
+        for i, blob in zip(named, found, strict=True):
+            r = out[i]
+            # Slices joined: a third of ``_replace``'s time, a million times at a replay.
+            out[i] = Row._make((*r[:_EMBEDDING], blob, *r[_EMBEDDING + 1 :]))
+        return out
 
     def rows_out(self, rows: Sequence[Row]) -> Sequence[Row]:
         """``rows`` as the database keeps them: each blob staged here (within the write

@@ -17,6 +17,11 @@ pub const HEADER: usize = 32;
 /// The magic bytes the header starts with.
 pub const MAGIC: &[u8; 8] = b"MLVECLOG";
 const ENTRY: usize = 16;
+/// The first byte of the marker a record holds where it would hold its blob
+/// (no blob starts with it: see `crate::blob`), then the entry's offset.
+pub const MARKER_TAG: u8 = 2;
+/// A marker's length: the tag and a little-endian u64.
+pub const MARKER_BYTES: usize = 9;
 
 /// The file at `path`, mapped: its bytes stay on disk until read.
 pub fn map(path: &Path) -> Result<memmap2::Mmap> {
@@ -106,6 +111,52 @@ pub fn newest<'a>(
     Ok(found)
 }
 
+/// The blob of each entry `wanted` names, `(rowid, offset)` each (the offset
+/// a record's marker holds), in `wanted`'s order. Each entry must lie within
+/// `bytes[..end]`, be its rowid's, and check; else [`Error::DamagedVector`],
+/// naming the first that does not. Unlike [`newest`], no other entry is read:
+/// this is a read of rows, not an open.
+pub fn entries<'a>(
+    path: &Path,
+    bytes: &'a [u8],
+    end: usize,
+    wanted: &[(u64, u64)],
+) -> Result<Vec<&'a [u8]>> {
+    let end = end.min(bytes.len());
+    let damaged = |rowid: u64, why: String| {
+        Error::DamagedVector(format!(
+            "the vector file {} is damaged (record {rowid} {why}); restore the store from a backup",
+            path.display()
+        ))
+    };
+    wanted
+        .iter()
+        .map(|&(rowid, at)| {
+            let start = usize::try_from(at)
+                .ok()
+                .filter(|&a| a >= HEADER && a <= end.saturating_sub(ENTRY))
+                .ok_or_else(|| damaged(rowid, format!("names byte {at}, past its end")))?;
+            let head = &bytes[start..start + ENTRY];
+            let got = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+            let len = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as usize;
+            let crc = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
+            let blob = bytes[..end]
+                .get(start + ENTRY..start + ENTRY + len)
+                .ok_or_else(|| damaged(rowid, format!("has its entry at byte {at} cut short")))?;
+            let mut h = crc32fast::Hasher::new();
+            h.update(&head[..12]);
+            h.update(blob);
+            if got != rowid || h.finalize() != crc {
+                return Err(damaged(
+                    rowid,
+                    format!("has an entry at byte {at} that does not check"),
+                ));
+            }
+            Ok(blob)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +219,34 @@ mod tests {
         let mut foreign = bytes.clone();
         foreign[0] = b'X';
         assert!(newest(Path::new("v"), &foreign, foreign.len(), none).is_err());
+    }
+    #[test]
+    fn entries_are_read_by_offset_and_checked() {
+        let bytes = file(&[(1, b"aaaa"), (2, b"bbbb")]);
+        let second = (HEADER + ENTRY + 4) as u64;
+        let end = bytes.len();
+        let v = Path::new("v");
+        let got = entries(v, &bytes, end, &[(2, second), (1, HEADER as u64)]).unwrap();
+        assert_eq!(got, vec![&b"bbbb"[..], &b"aaaa"[..]]);
+        // Another record's entry, an offset past the end or inside the header, an
+        // entry cut by the end, a flipped bit: each refused, naming the record.
+        for (wanted, at_end, flip) in [
+            ((1, second), end, false),
+            ((2, end as u64), end, false),
+            ((2, u64::MAX), end, false),
+            ((1, 3), end, false),
+            ((2, second), end - 1, false),
+            ((2, second), end, true),
+        ] {
+            let mut b = bytes.clone();
+            if flip {
+                b[end - 1] ^= 1;
+            }
+            let err = entries(v, &b, at_end, &[wanted]).unwrap_err();
+            let Error::DamagedVector(msg) = err else {
+                panic!("{err}")
+            };
+            assert!(msg.contains(&format!("record {}", wanted.0)), "{msg}");
+        }
     }
 }

@@ -47,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_function(wrap_pyfunction!(blob::blobs, m)?)?;
     m.add_function(wrap_pyfunction!(blob::unblobs, m)?)?;
+    m.add_function(wrap_pyfunction!(blob::log_blobs, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;
     m.add_class::<okapi::PyOkapi>()?;
     m.add_class::<engine::PyEngine>()?;

@@ -1,0 +1,92 @@
+"""A large replay pauses the garbage collector for the process, and gives it back."""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import WordHashEmbedder
+from memlane import Memory
+from memlane._memory import sync
+from memlane.coerce import _vector_checks, usable_vectors
+
+
+@pytest.fixture
+def rebuilt(tmp_path: Path, word_embedder: WordHashEmbedder) -> Iterator[Path]:
+    """A store of 300 memories whose snapshot is gone: the next open replays them all."""
+    with Memory(tmp_path / "s", embedder=word_embedder) as mem:
+        mem.add_many({"text": f"note {i} on kites"} for i in range(300))
+    shutil.rmtree(tmp_path / "s" / "index")
+    yield tmp_path / "s"
+
+
+def test_a_large_replay_pauses_the_collector_and_turns_it_back_on(
+    rebuilt: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+    apply = sync.IndexSync._apply_rows
+
+    def watched(self: sync.IndexSync, *args: object) -> None:
+        seen.append(gc.isenabled())
+        apply(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sync, "_PAUSE_COLLECTOR_ROWS", 100)
+    monkeypatch.setattr(sync.IndexSync, "_apply_rows", watched)
+    assert gc.isenabled()
+    with Memory(rebuilt, embedder=word_embedder) as mem:
+        assert gc.isenabled()
+        assert len(mem) == 300 and mem.search("note 7 on kites", k=1)[0].record.text == (
+            "note 7 on kites"
+        )
+    # Batches of 4,096 rows: the one batch was counted before it was applied.
+    assert seen == [False]
+
+
+def test_a_collector_the_caller_turned_off_stays_off(
+    rebuilt: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sync, "_PAUSE_COLLECTOR_ROWS", 100)
+    gc.disable()
+    try:
+        Memory(rebuilt, embedder=word_embedder).close()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_small_replay_leaves_the_collector_alone(
+    rebuilt: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+    apply = sync.IndexSync._apply_rows
+
+    def watched(self: sync.IndexSync, *args: object) -> None:
+        seen.append(gc.isenabled())
+        apply(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sync.IndexSync, "_apply_rows", watched)
+    Memory(rebuilt, embedder=word_embedder).close()
+    assert seen == [True]
+
+
+def test_the_quick_check_of_stored_vectors_agrees_with_the_full_one() -> None:
+    rng = np.random.default_rng(7)
+    v = rng.standard_normal((500, 16)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    v[:40] *= np.float32(10.0) ** rng.integers(-45, 39, 40)[:, None].astype(np.float32)
+    v[40, 3] = np.nan
+    v[41, 0] = np.inf
+    v[42] = 0
+    v[43] = 1e-45
+    v[44] = 3e38
+    v[45] = 1e-20
+    v[46] = 1e18
+    finite, nonzero, scalable, _ = _vector_checks(v)
+    full = finite & nonzero & scalable
+    assert not full[40:45].any() and full[45:47].all()
+    assert (usable_vectors(v) == full).all()
