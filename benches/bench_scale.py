@@ -408,7 +408,7 @@ def measure(args: argparse.Namespace, texts: list[str], vectors: F32) -> dict[st
         after_kill = reopen(store, queries_path, min(args.queries, 200))
         shutil.rmtree(store / "index")
         print("reopening cold (index/ removed)", file=sys.stderr)
-        cold = reopen(store, queries_path, min(args.queries, 200))
+        cold = reopen(store, queries_path, args.queries)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

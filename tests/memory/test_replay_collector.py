@@ -25,9 +25,8 @@ def rebuilt(tmp_path: Path, word_embedder: WordHashEmbedder) -> Iterator[Path]:
     yield tmp_path / "s"
 
 
-def test_a_large_replay_pauses_the_collector_and_turns_it_back_on(
-    rebuilt: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _watch_collector(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether automatic collection was on as each batch of a replay was applied."""
     seen: list[bool] = []
     apply = sync.IndexSync._apply_rows
 
@@ -35,8 +34,15 @@ def test_a_large_replay_pauses_the_collector_and_turns_it_back_on(
         seen.append(gc.isenabled())
         apply(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sync, "_PAUSE_COLLECTOR_ROWS", 100)
     monkeypatch.setattr(sync.IndexSync, "_apply_rows", watched)
+    return seen
+
+
+def test_a_large_replay_pauses_the_collector_and_turns_it_back_on(
+    rebuilt: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sync, "_PAUSE_COLLECTOR_ROWS", 100)
+    seen = _watch_collector(monkeypatch)
     assert gc.isenabled()
     with Memory(rebuilt, embedder=word_embedder) as mem:
         assert gc.isenabled()
@@ -62,14 +68,7 @@ def test_a_collector_the_caller_turned_off_stays_off(
 def test_a_small_replay_leaves_the_collector_alone(
     rebuilt: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[bool] = []
-    apply = sync.IndexSync._apply_rows
-
-    def watched(self: sync.IndexSync, *args: object) -> None:
-        seen.append(gc.isenabled())
-        apply(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sync.IndexSync, "_apply_rows", watched)
+    seen = _watch_collector(monkeypatch)
     Memory(rebuilt, embedder=word_embedder).close()
     assert seen == [True]
 

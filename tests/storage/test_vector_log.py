@@ -307,3 +307,19 @@ def test_a_write_whose_file_cannot_sync_stores_nothing(
         assert mem.get(ids[0]).text == "note 0"
         assert np.array_equal(mem.get(ids[0], include_embedding=True).embedding, stored[0])
         assert mem.search("", mode="vector", query_embedding=new[1], k=1)[0].record.id == kept.id
+
+
+def test_a_read_while_open_checks_the_entry_it_finds(tmp_path: Path) -> None:
+    """A row read with its vector takes the entry its marker names only if the entry is
+    that row's and checks; a file gone under an open store is a StorageError."""
+    ids, stored = filled(tmp_path / "s")
+    log = tmp_path / "s" / "vectors.log"
+    with store(tmp_path / "s") as mem:
+        assert np.array_equal(mem.get(ids[5], include_embedding=True).embedding, stored[5])
+        flip(log, log.stat().st_size - 3)
+        with pytest.raises(CorruptFileError, match=r"vector file .* is damaged \(record"):
+            mem.get(ids[-1], include_embedding=True)
+        assert np.array_equal(mem.get(ids[5], include_embedding=True).embedding, stored[5])
+        log.unlink()
+        with pytest.raises(StorageError, match=r"vector file .* is gone"):
+            mem.get(ids[5], include_embedding=True)

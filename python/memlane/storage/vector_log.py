@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from memlane._core import log_blobs
-from memlane.errors import CorruptFileError, StorageError
+from memlane.errors import CorruptFileError, NotFoundError, StorageError
 from memlane.schema import COLUMNS, Row
 
 __all__ = ["HEADER", "MAGIC", "MARKER_BYTES", "MARKER_TAG", "VectorLog", "is_marker"]
@@ -61,7 +61,7 @@ def _crc(rowid: int, blob: bytes) -> int:
 
 class VectorLog:
     """The vector file of one store: appends staged by the one writer inside its
-    transaction, reads by marker from any thread (``os.pread``)."""
+    transaction, reads by marker from any thread (``blobs``: the file mapped, in the core)."""
 
     def __init__(
         self, path: Path, store_id: str, end: int | None, last: tuple[int, int] | None
@@ -202,8 +202,8 @@ class VectorLog:
                 [rowid for rowid, _ in named],
                 [marker for _, marker in named],
             )
-        except OSError as e:
-            raise StorageError(f"cannot read the vector file {self.path}: {e.strerror}") from None
+        except NotFoundError:
+            raise StorageError(f"cannot read the vector file {self.path}: it is gone") from None
 
     def rows_in(self, rows: list[Row]) -> list[Row]:
         """``rows`` with the blob each marker names."""
