@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,3 +90,22 @@ def test_the_quick_check_of_stored_vectors_agrees_with_the_full_one() -> None:
     full = finite & nonzero & scalable
     assert not full[40:45].any() and full[45:47].all()
     assert (usable_vectors(v) == full).all()
+
+
+def test_a_child_forked_during_a_replay_collects_again(
+    rebuilt: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sync, "_PAUSE_COLLECTOR_ROWS", 100)
+    seen: list[int] = []
+    apply = sync.IndexSync._apply_rows
+
+    def forking(self: sync.IndexSync, *args: object) -> None:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if gc.isenabled() else 1)
+        seen.append(os.waitpid(pid, 0)[1])
+        apply(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sync.IndexSync, "_apply_rows", forking)
+    Memory(rebuilt, embedder=word_embedder).close()
+    assert seen == [0] and gc.isenabled()

@@ -105,6 +105,19 @@ def _collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
+def _collector_after_fork() -> None:
+    """A child forked during a replay runs none: its collector is as it was before."""
+    global _collector_lock, _collector_pausers
+    _collector_lock = threading.Lock()
+    if _collector_pausers:
+        _collector_pausers = 0
+        if _collector_was_on:
+            gc.enable()
+
+
+os.register_at_fork(after_in_child=_collector_after_fork)
+
+
 class IndexSync:
     """The engine of one store, and where it stands in the database's change log."""
 
