@@ -251,7 +251,7 @@ def usable_vectors(vectors: FloatArray) -> npt.NDArray[np.bool_]:
     # wrote, near unit length) are settled by it, at a tenth of the float64 checks'
     # cost; the others take those.
     with np.errstate(over="ignore", invalid="ignore"):
-        sq = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32)
+        sq = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32, casting="same_kind")
     ok: npt.NDArray[np.bool_] = (sq >= _SURE[0]) & (sq <= _SURE[1])
     if not ok.all():
         unsure = np.flatnonzero(~ok)
