@@ -386,13 +386,11 @@ class SQLStore(Dialect):
 
     # -- reads ---------------------------------------------------------------------------
 
-    def rows_by_rowid(self, rowids: Sequence[int], embedding: bool = False) -> dict[int, Row]:
-        """The rows of ``rowids`` that exist."""
-        return self._rows_by_rowid(rowids, embedding, keep=True)
-
-    def _rows_by_rowid(self, rowids: Sequence[int], embedding: bool, keep: bool) -> dict[int, Row]:
-        """``rows_by_rowid``; rows read from the database are kept in the row cache, or
-        with ``keep=False`` dropped from it (it must not hold an older state of them)."""
+    def rows_by_rowid(
+        self, rowids: Sequence[int], embedding: bool = False, *, keep: bool = True
+    ) -> dict[int, Row]:
+        """The rows of ``rowids`` that exist. Rows read from the database are kept in the
+        row cache, or with ``keep=False`` dropped from it (not left in an older state)."""
         if not rowids:
             return {}
         found: dict[int, Row] = {}
@@ -466,13 +464,12 @@ class SQLStore(Dialect):
         # The seq index answers this without touching the rows.
         q = self._q(f"SELECT rowid FROM {self._p}records WHERE seq > ?")
         rowids = sorted(self._read(lambda c: [r[0] for r in c.execute(q, (seq,))]))
-        # This also refreshes the row cache: it stays as fresh as the indexes. Only the
-        # last rows it can hold are kept; those before would be pushed out by them, and
-        # keeping a million rows to drop most was a tenth of a cold open.
+        # This refreshes the row cache too (as fresh as the indexes), keeping only the last
+        # rows it holds: keeping a million to drop most was a tenth of a cold open.
         kept_from = len(rowids) - (self._cache.capacity if self._cache is not None else 0)
         for start in range(0, len(rowids), batch):
             part = rowids[start : start + batch]
-            rows = self._rows_by_rowid(part, True, keep=start + len(part) > kept_from)
+            rows = self.rows_by_rowid(part, True, keep=start + len(part) > kept_from)
             yield [rows[r] for r in part if r in rows]
 
     #: Begins a read transaction that sees one state of the database throughout.
