@@ -89,7 +89,7 @@ def _collector_paused() -> Iterator[None]:
     that paused it ends. A replay's rows hold no cycles, but each is an object the
     collector tracks: a million of them, alive for a batch, set off full collections
     that took a tenth of a cold open and freed nothing (benches/README.md, "A cold
-    open"). Other threads' cycles wait for the collection after it."""
+    open in two thirds of the time"). Other threads' cycles wait for the collection after it."""
     global _collector_pausers, _collector_was_on
     with _collector_lock:
         if _collector_pausers == 0:
@@ -115,7 +115,8 @@ def _collector_after_fork() -> None:
             gc.enable()
 
 
-os.register_at_fork(after_in_child=_collector_after_fork)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_collector_after_fork)
 
 
 class IndexSync:
