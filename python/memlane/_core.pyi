@@ -19,6 +19,10 @@ __all__ = [
     "DEFAULT_RELEVANCE_WEIGHT",
     "DEFAULT_RRF_K",
     "DEFAULT_SPEAKER_WEIGHT",
+    "LOG_ENTRY",
+    "LOG_HEADER",
+    "MARKER_BYTES",
+    "MARKER_TAG",
     "SPREAD_RANK",
     "UNIQUE_KEY",
     "Admits",
@@ -34,6 +38,10 @@ __all__ = [
     "analyze",
     "blobs",
     "log_blobs",
+    "log_entries",
+    "log_entry_head",
+    "log_header",
+    "log_header_store",
     "unblobs",
 ]
 
@@ -56,6 +64,13 @@ DEFAULT_RECENCY_HALF_LIFE_HOURS: float
 #: The metadata key under which the engine's copy of a unique record's metadata holds
 #: its ``unique`` flag (the stored metadata never has it).
 UNIQUE_KEY: str
+#: The vector file's format (``rust/core/src/vector_log.rs``): the bytes of its header
+#: and of an entry's head, and the tag byte and length of the marker a record holds in
+#: place of its vector (no blob starts with the tag).
+LOG_HEADER: int
+LOG_ENTRY: int
+MARKER_TAG: int
+MARKER_BYTES: int
 
 @final
 class BM25Index:
@@ -191,6 +206,23 @@ def log_blobs(
     """The blobs the markers ``markers`` name in an embedded store's vector file ``path``,
     read up to byte ``end``, one for each record of ``rowids``: each entry must be its
     record's and check, else ``CorruptFileError`` names the first that is not."""
+
+def log_header(store: bytes) -> bytes:
+    """The header of the vector file of the store whose 16-byte id is ``store``."""
+
+def log_header_store(head: bytes) -> bytes | None:
+    """The store id a vector file's first bytes ``head`` name; None if they are not a
+    vector file's header of this version."""
+
+def log_entry_head(head: bytes) -> tuple[int, int, int] | None:
+    """``(rowid, blob length, checksum)`` of the entry head ``head`` starts with; None if
+    it is too short for one."""
+
+def log_entries(
+    at: int, rowids: Sequence[int], blobs: Sequence[bytes]
+) -> tuple[bytes, list[bytes], tuple[int, int] | None]:
+    """The entries of ``rowids`` holding ``blobs`` to be written at byte ``at``: their
+    bytes, each record's marker, and the last entry's ``(offset, checksum)``."""
 
 def analyze(
     text: str,

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import struct
+import uuid
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +20,8 @@ import pytest
 
 from conftest import WordHashEmbedder
 from conftest import unit_rows as shared_unit_rows
-from memlane import CorruptFileError, Memory, StorageError
+from memlane import CorruptFileError, InvalidArgumentError, Memory, StorageError
+from memlane._core import log_entries, log_entry_head, log_header_store
 from memlane.storage.vector_log import HEADER, VectorLog, is_marker
 
 DIM = 32
@@ -323,3 +327,34 @@ def test_a_read_while_open_checks_the_entry_it_finds(tmp_path: Path) -> None:
         log.unlink()
         with pytest.raises(StorageError, match=r"vector file .* is gone"):
             mem.get(ids[5], include_embedding=True)
+
+
+def test_the_file_is_written_in_the_format_stores_already_hold(tmp_path: Path) -> None:
+    """The format is declared in the core alone; what it writes is, byte for byte, what
+    stores written before hold (a header and entries as ``struct`` and ``zlib`` encode
+    them), so they open and go on growing."""
+    ids, stored = filled(tmp_path / "s")
+    raw = (tmp_path / "s" / "vectors.log").read_bytes()
+    with sqlite3.connect(tmp_path / "s" / "memory.db") as conn:
+        (store_id,) = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+    assert raw[:HEADER] == struct.pack("<8sI4x16s", b"MLVECLOG", 1, uuid.UUID(store_id).bytes)
+    at, rowid = HEADER, 0
+    markers = embeddings(tmp_path / "s")
+    while at < len(raw):
+        rowid += 1
+        got, n, crc = struct.unpack_from("<QII", raw, at)
+        blob = raw[at + 16 : at + 16 + n]
+        assert (got, crc) == (rowid, zlib.crc32(blob, zlib.crc32(struct.pack("<QI", got, n))))
+        assert markers[rowid - 1] == struct.pack("<BQ", 2, at)
+        at += 16 + n
+    assert rowid == N
+    with store(tmp_path / "s") as mem:
+        again = np.stack([mem.get(i, include_embedding=True).embedding for i in ids])
+        np.testing.assert_array_equal(again, stored)
+
+
+def test_entries_of_mismatched_lengths_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="as many rowids as blobs"):
+        log_entries(HEADER, [1, 2], [b"a"])
+    assert log_entry_head(b"\0" * 15) is None
+    assert log_header_store(b"MLVECLOG") is None

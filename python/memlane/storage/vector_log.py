@@ -5,58 +5,54 @@ hold its vector's blob; the engine's snapshot holds the graph without the live v
 and an open fills them from here in one pass (``Engine.fill_log``). Each vector is then
 on disk once, and an open reads it by offset instead of out of a million rows.
 
-Layout: a 32-byte header (``MAGIC``, the format's version, the database's ``store_id``),
-then entries, each a 16-byte head (rowid, blob length, CRC-32 of rowid, length and blob)
-and the blob as ``_core.blobs`` writes it. A write transaction appends its entries past
-the end the database records (``meta.vector_log_end``), syncs the file, then writes the
-new end in the same transaction before it commits: an entry the database names is on
-disk, and whatever lies past the recorded end (a transaction that rolled back, or a
-process killed before its commit) is never read and is overwritten by the next write.
-The database also records the last entry's offset and checksum, which an open checks.
-Entries are never rewritten in place: a new vector for a row is a new entry, and a
-rollback leaves the row's committed one as it was. A file shorter than the recorded end,
-of another store, whose last entry is not the one recorded (another copy of the store,
-or an older one), or with an entry whose checksum fails is a damaged file
+Layout (declared once, in ``rust/core/src/vector_log.rs``; encoded and read through
+``_core``): a 32-byte header (the format's magic and version, the database's
+``store_id``), then entries, each a 16-byte head (rowid, blob length, CRC-32 of rowid,
+length and blob) and the blob as ``_core.blobs`` writes it. A write transaction appends
+its entries past the end the database records (``meta.vector_log_end``), syncs the file,
+then writes the new end in the same transaction before it commits: an entry the database
+names is on disk, and whatever lies past the recorded end (a transaction that rolled
+back, or a process killed before its commit) is never read and is overwritten by the
+next write. The database also records the last entry's offset and checksum, which an
+open checks. Entries are never rewritten in place: a new vector for a row is a new
+entry, and a rollback leaves the row's committed one as it was. A file shorter than the
+recorded end, of another store, whose last entry is not the one recorded (another copy
+of the store, or an older one), or with an entry whose checksum fails is a damaged file
 (``CorruptFileError``), never taken as current.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 import uuid
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeGuard
 
-from memlane._core import log_blobs
+from memlane._core import (
+    LOG_ENTRY,
+    LOG_HEADER,
+    MARKER_BYTES,
+    MARKER_TAG,
+    log_blobs,
+    log_entries,
+    log_entry_head,
+    log_header,
+    log_header_store,
+)
 from memlane.errors import CorruptFileError, NotFoundError, StorageError
 from memlane.schema import COLUMNS, Row
 
-__all__ = ["HEADER", "MAGIC", "MARKER_BYTES", "MARKER_TAG", "VectorLog", "is_marker"]
+__all__ = ["HEADER", "MARKER_BYTES", "MARKER_TAG", "VectorLog", "is_marker"]
 
-MAGIC = b"MLVECLOG"
-_VERSION = 1
-_HEADER = struct.Struct("<8sI4x16s")
-HEADER = _HEADER.size
-_ENTRY = struct.Struct("<QII")
-#: The first byte of a row's marker; no blob starts with it (``rust/core/src/blob.rs``:
-#: a float32 blob has 4 * dim bytes and no tag, a half-float one starts with 1).
-MARKER_TAG = 2
-_MARKER = struct.Struct("<BQ")
-#: A marker's length in bytes.
-MARKER_BYTES = _MARKER.size
+#: Bytes before the first entry.
+HEADER = LOG_HEADER
 _EMBEDDING = COLUMNS.index("embedding")
 
 
 def is_marker(value: bytes | None) -> TypeGuard[bytes]:
     """Whether a stored ``embedding`` value names an entry of the log."""
     return value is not None and len(value) == MARKER_BYTES and value[0] == MARKER_TAG
-
-
-def _crc(rowid: int, blob: bytes) -> int:
-    return zlib.crc32(blob, zlib.crc32(struct.pack("<QI", rowid, len(blob))))
 
 
 class VectorLog:
@@ -100,8 +96,8 @@ class VectorLog:
 
     def _check(self, size: int, end: int, last: tuple[int, int] | None) -> None:
         """Refuses a file that is not the one the database wrote up to ``end``."""
-        magic, version, store = _HEADER.unpack(os.pread(self._fd, HEADER, 0))
-        if magic != MAGIC or version != _VERSION:
+        store = log_header_store(os.pread(self._fd, HEADER, 0))
+        if store is None:
             raise self._damaged("its header is not a memlane vector file's")
         if store != self._store:
             raise self._damaged("it belongs to another store")
@@ -115,9 +111,9 @@ class VectorLog:
             # tells the copy it wrote from another one, or from an older one that a
             # killed write left longer.
             at, crc = last
-            head = os.pread(self._fd, _ENTRY.size, at) if HEADER <= at < end else b""
-            entry = _ENTRY.unpack(head) if len(head) == _ENTRY.size else None
-            if entry is None or at + _ENTRY.size + entry[1] != end or entry[2] != crc:
+            head = os.pread(self._fd, LOG_ENTRY, at) if HEADER <= at < end else b""
+            entry = log_entry_head(head)
+            if entry is None or at + LOG_ENTRY + entry[1] != end or entry[2] != crc:
                 raise self._damaged(
                     "its last entry is not the one the database recorded: another copy of "
                     "the store's file, or an older one"
@@ -130,7 +126,7 @@ class VectorLog:
 
     def _write_header(self) -> None:
         os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, _HEADER.pack(MAGIC, _VERSION, self._store), 0)
+        os.pwrite(self._fd, log_header(self._store), 0)
         os.fsync(self._fd)
         # The file's name must survive a power cut as well as its bytes.
         folder = os.open(self.path.parent, os.O_RDONLY)
@@ -148,19 +144,12 @@ class VectorLog:
         ``sync``); the markers the rows store instead of their blobs."""
         if not entries:
             return []
-        parts: list[bytes] = []
-        markers: list[bytes] = []
-        at = self._staged
-        last = self._staged_last
-        for rowid, blob in entries:
-            crc = _crc(rowid, blob)
-            parts.append(_ENTRY.pack(rowid, len(blob), crc))
-            parts.append(blob)
-            markers.append(_MARKER.pack(MARKER_TAG, at))
-            last = (at, crc)
-            at += _ENTRY.size + len(blob)
+        data, markers, last = log_entries(
+            self._staged, [rowid for rowid, _ in entries], [blob for _, blob in entries]
+        )
+        at = self._staged + len(data)
         try:
-            written = os.pwrite(self._fd, b"".join(parts), self._staged)
+            written = os.pwrite(self._fd, data, self._staged)
         except OSError as e:
             raise StorageError(
                 f"cannot write the vector file {self.path}: {e.strerror}; nothing was stored"

@@ -1,9 +1,11 @@
-//! The vector file of an embedded store, read back at open: a 32-byte header, then
-//! entries of a 16-byte head (rowid, blob length, CRC-32 of the three) and a blob
-//! (`crate::blob`'s format). `python/memlane/storage/vector_log.py` writes it
-//! and says why it is append-only; this reads the entries up to the end the
-//! database records, each checksum checked, so a damaged file is never taken
-//! for vectors.
+//! The vector file of an embedded store: a 32-byte header (`MAGIC`, the
+//! format's `VERSION`, four zero bytes, the store's 16-byte id), then entries
+//! of a 16-byte head (rowid, blob length, CRC-32 of the three) and a blob
+//! (`crate::blob`'s format). The format is declared here alone: the writer in
+//! `python/memlane/storage/vector_log.py` (which says why the file is
+//! append-only) encodes through [`header`], [`append`] and [`marker`], and an
+//! open reads the entries up to the end the database records, each checksum
+//! checked, so a damaged file is never taken for vectors.
 
 use std::fs::File;
 use std::path::Path;
@@ -16,12 +18,86 @@ use crate::error::{Error, Result};
 pub const HEADER: usize = 32;
 /// The magic bytes the header starts with.
 pub const MAGIC: &[u8; 8] = b"MLVECLOG";
-const ENTRY: usize = 16;
+/// The format's version, after `MAGIC` in the header.
+pub const VERSION: u32 = 1;
+/// Bytes of an entry's head.
+pub const ENTRY: usize = 16;
 /// The first byte of the marker a record holds where it would hold its blob
 /// (no blob starts with it: see `crate::blob`), then the entry's offset.
 pub const MARKER_TAG: u8 = 2;
 /// A marker's length: the tag and a little-endian u64.
 pub const MARKER_BYTES: usize = 9;
+
+/// The header of the vector file of the store whose id is `store`.
+pub fn header(store: &[u8; 16]) -> [u8; HEADER] {
+    let mut out = [0u8; HEADER];
+    out[..8].copy_from_slice(MAGIC);
+    out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    out[16..].copy_from_slice(store);
+    out
+}
+
+/// The store id `bytes` (a file's first bytes) name, or None if they are not
+/// the header of a vector file of this version.
+pub fn header_store(bytes: &[u8]) -> Option<[u8; 16]> {
+    let h = bytes.get(..HEADER)?;
+    let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+    (&h[..8] == MAGIC && version == VERSION && h[12..16] == [0; 4])
+        .then(|| h[16..].try_into().expect("16 bytes"))
+}
+
+/// An entry's head: its rowid, its blob's length and its checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub rowid: u64,
+    pub len: u32,
+    pub crc: u32,
+}
+
+/// The head `bytes` start with, or None if they are too short for one.
+pub fn head(bytes: &[u8]) -> Option<Head> {
+    let h = bytes.get(..ENTRY)?;
+    Some(Head {
+        rowid: u64::from_le_bytes(h[..8].try_into().expect("8 bytes")),
+        len: u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")),
+        crc: u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")),
+    })
+}
+
+/// The checksum of the entry of `rowid` holding `blob`.
+fn checksum(rowid_and_len: &[u8], blob: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(rowid_and_len);
+    h.update(blob);
+    h.finalize()
+}
+
+/// Appends the entry of `rowid` holding `blob` to `out`; its checksum.
+pub fn append(out: &mut Vec<u8>, rowid: u64, blob: &[u8]) -> Result<u32> {
+    let len =
+        u32::try_from(blob.len()).map_err(|_| Error::invalid("a vector blob of 4 GiB or more"))?;
+    let start = out.len();
+    out.extend_from_slice(&rowid.to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    let crc = checksum(&out[start..], blob);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(blob);
+    Ok(crc)
+}
+
+/// The marker a record holds for its entry at byte `at`.
+pub fn marker(at: u64) -> [u8; MARKER_BYTES] {
+    let mut out = [MARKER_TAG; MARKER_BYTES];
+    out[1..].copy_from_slice(&at.to_le_bytes());
+    out
+}
+
+/// The offset of the entry `value` (a record's stored vector) names, or None
+/// if it is not a marker.
+pub fn marker_offset(value: &[u8]) -> Option<u64> {
+    (value.len() == MARKER_BYTES && value[0] == MARKER_TAG)
+        .then(|| u64::from_le_bytes(value[1..].try_into().expect("8 bytes")))
+}
 
 /// The file at `path`, mapped: its bytes stay on disk until read.
 pub fn map(path: &Path) -> Result<memmap2::Mmap> {
@@ -50,7 +126,7 @@ pub fn newest<'a>(
     if end > bytes.len() {
         return Err(damaged(bytes.len(), "the file ends"));
     }
-    if end < HEADER || &bytes[..MAGIC.len()] != MAGIC {
+    if end < HEADER || header_store(bytes).is_none() {
         return Err(damaged(0, "no vector file header"));
     }
     // The heads in one walk (each gives the next's offset), then the
@@ -58,17 +134,14 @@ pub fn newest<'a>(
     let mut entries = Vec::with_capacity(end / 256);
     let mut at = HEADER;
     while at < end {
-        let Some(head) = bytes.get(at..at + ENTRY).filter(|_| at + ENTRY <= end) else {
+        let Some(h) = head(&bytes[at..end]) else {
             return Err(damaged(at, "an entry cut short"));
         };
-        let rowid = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
-        let len = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
-        let stop = at + ENTRY + len;
+        let stop = at + ENTRY + h.len as usize;
         if stop > end {
             return Err(damaged(at, "an entry runs past the end"));
         }
-        entries.push((at, rowid, crc));
+        entries.push((at, h.rowid, h.crc));
         at = stop;
     }
     let blob = |at: usize| {
@@ -76,12 +149,9 @@ pub fn newest<'a>(
         &bytes[at + ENTRY..at + ENTRY + len as usize]
     };
     let fails = crate::pool::install(|| {
-        entries.par_iter().position_first(|&(at, _, crc)| {
-            let mut h = crc32fast::Hasher::new();
-            h.update(&bytes[at..at + 12]);
-            h.update(blob(at));
-            h.finalize() != crc
-        })
+        entries
+            .par_iter()
+            .position_first(|&(at, _, crc)| checksum(&bytes[at..at + 12], blob(at)) != crc)
     });
     if let Some(i) = fails {
         return Err(damaged(entries[i].0, "an entry whose checksum fails"));
@@ -136,17 +206,11 @@ pub fn entries<'a>(
                 .ok()
                 .filter(|&a| a >= HEADER && a <= end.saturating_sub(ENTRY))
                 .ok_or_else(|| damaged(rowid, format!("names byte {at}, past its end")))?;
-            let head = &bytes[start..start + ENTRY];
-            let got = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
-            let len = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as usize;
-            let crc = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
+            let h = head(&bytes[start..]).expect("within the end");
             let blob = bytes[..end]
-                .get(start + ENTRY..start + ENTRY + len)
+                .get(start + ENTRY..start + ENTRY + h.len as usize)
                 .ok_or_else(|| damaged(rowid, format!("has its entry at byte {at} cut short")))?;
-            let mut h = crc32fast::Hasher::new();
-            h.update(&head[..12]);
-            h.update(blob);
-            if got != rowid || h.finalize() != crc {
+            if h.rowid != rowid || checksum(&bytes[start..start + 12], blob) != h.crc {
                 return Err(damaged(
                     rowid,
                     format!("has an entry at byte {at} that does not check"),
@@ -161,25 +225,52 @@ pub fn entries<'a>(
 mod tests {
     use super::*;
 
-    fn entry(rowid: u64, blob: &[u8]) -> Vec<u8> {
-        let mut head = Vec::new();
-        head.extend_from_slice(&rowid.to_le_bytes());
-        head.extend_from_slice(&(blob.len() as u32).to_le_bytes());
-        let mut h = crc32fast::Hasher::new();
-        h.update(&head);
-        h.update(blob);
-        head.extend_from_slice(&h.finalize().to_le_bytes());
-        head.extend_from_slice(blob);
-        head
-    }
-
     fn file(entries: &[(u64, &[u8])]) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
-        out.resize(HEADER, 0);
+        let mut out = header(&[7; 16]).to_vec();
         for (r, b) in entries {
-            out.extend(entry(*r, b));
+            append(&mut out, *r, b).unwrap();
         }
         out
+    }
+
+    /// The bytes of stores written before the format moved here: a header
+    /// and an entry as `struct` and `zlib` wrote them, byte for byte.
+    #[test]
+    fn the_format_is_the_one_stores_hold() {
+        let store: [u8; 16] = *b"0123456789abcdef";
+        let mut want = b"MLVECLOG\x01\0\0\0\0\0\0\0".to_vec();
+        want.extend_from_slice(&store);
+        assert_eq!(header(&store).to_vec(), want);
+        assert_eq!(header_store(&want), Some(store));
+        for (at, bad) in [(0, b'X'), (8, 2), (12, 1)] {
+            let mut other = want.clone();
+            other[at] = bad;
+            assert_eq!(header_store(&other), None);
+        }
+        assert_eq!(header_store(&want[..HEADER - 1]), None);
+        let mut entry = Vec::new();
+        // zlib.crc32 of rowid 5 and length 3 (little-endian) and b"abc".
+        let crc = append(&mut entry, 5, b"abc").unwrap();
+        assert_eq!(crc, 0x1fd9_3f21);
+        let mut head_bytes = 5u64.to_le_bytes().to_vec();
+        head_bytes.extend_from_slice(&3u32.to_le_bytes());
+        head_bytes.extend_from_slice(&crc.to_le_bytes());
+        head_bytes.extend_from_slice(b"abc");
+        assert_eq!(entry, head_bytes);
+        assert_eq!(
+            head(&entry),
+            Some(Head {
+                rowid: 5,
+                len: 3,
+                crc
+            })
+        );
+        assert_eq!(head(&entry[..ENTRY - 1]), None);
+        let m = marker(0x0102_0304_0506_0708);
+        assert_eq!(m.to_vec(), [2, 8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(marker_offset(&m), Some(0x0102_0304_0506_0708));
+        assert_eq!(marker_offset(&m[..8]), None);
+        assert_eq!(marker_offset(&[1; MARKER_BYTES]), None);
     }
 
     #[test]

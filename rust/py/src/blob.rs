@@ -2,9 +2,6 @@
 //! copied out of their Python objects under the GIL, decoded without it, and
 //! encoded without it from a float32 matrix.
 
-use std::path::PathBuf;
-
-use memlane_core::vector_log::{self, MARKER_BYTES, MARKER_TAG};
 use memlane_core::{blob, Error};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
@@ -104,52 +101,5 @@ pub fn blobs<'py>(
     Ok(joined
         .chunks_exact(blob::stored_len(dim, half))
         .map(|b| PyBytes::new(py, b))
-        .collect())
-}
-
-/// The blobs the markers `markers` name in an embedded store's vector file at
-/// `path`, read up to byte `end`, one for each of the records `rowids`: each
-/// entry checked (its record, its checksum), or `CorruptFileError` naming the
-/// first that is not (see `memlane_core::vector_log::entries`).
-#[pyfunction]
-pub fn log_blobs<'py>(
-    py: Python<'py>,
-    path: PathBuf,
-    end: u64,
-    rowids: Vec<u64>,
-    markers: Vec<Bound<'py, PyBytes>>,
-) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    if rowids.len() != markers.len() {
-        return Err(to_py(
-            py,
-            Error::invalid("log_blobs: as many rowids as markers"),
-        ));
-    }
-    let mut wanted = Vec::with_capacity(rowids.len());
-    for (&rowid, m) in rowids.iter().zip(&markers) {
-        let m = m.as_bytes();
-        let at = (m.len() == MARKER_BYTES && m[0] == MARKER_TAG)
-            .then(|| u64::from_le_bytes(m[1..].try_into().expect("8 bytes")))
-            .ok_or_else(|| to_py(py, Error::invalid(format!("record {rowid}: not a marker"))))?;
-        wanted.push((rowid, at));
-    }
-    let (joined, ends) = detach(py, || {
-        let map = vector_log::map(&path)?;
-        let end = usize::try_from(end).unwrap_or(usize::MAX);
-        let found = vector_log::entries(&path, &map, end, &wanted)?;
-        let mut joined = Vec::with_capacity(found.iter().map(|b| b.len()).sum());
-        let ends = found
-            .iter()
-            .map(|b| {
-                joined.extend_from_slice(b);
-                joined.len()
-            })
-            .collect::<Vec<_>>();
-        Ok((joined, ends))
-    })?;
-    let starts = std::iter::once(0).chain(ends.iter().copied());
-    Ok(starts
-        .zip(&ends)
-        .map(|(s, &e)| PyBytes::new(py, &joined[s..e]))
         .collect())
 }

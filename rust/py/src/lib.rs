@@ -11,6 +11,7 @@ mod hnsw;
 mod okapi;
 mod rows;
 mod search;
+mod vector_log;
 mod wordpiece;
 
 use memlane_core::{fusion, scoring};
@@ -47,7 +48,15 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_function(wrap_pyfunction!(blob::blobs, m)?)?;
     m.add_function(wrap_pyfunction!(blob::unblobs, m)?)?;
-    m.add_function(wrap_pyfunction!(blob::log_blobs, m)?)?;
+    m.add("LOG_HEADER", memlane_core::vector_log::HEADER)?;
+    m.add("LOG_ENTRY", memlane_core::vector_log::ENTRY)?;
+    m.add("MARKER_TAG", memlane_core::vector_log::MARKER_TAG)?;
+    m.add("MARKER_BYTES", memlane_core::vector_log::MARKER_BYTES)?;
+    m.add_function(wrap_pyfunction!(vector_log::log_header, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_log::log_header_store, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_log::log_entry_head, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_log::log_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_log::log_blobs, m)?)?;
     m.add_class::<hnsw::PyHnswIndex>()?;
     m.add_class::<okapi::PyOkapi>()?;
     m.add_class::<engine::PyEngine>()?;

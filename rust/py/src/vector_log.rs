@@ -1,0 +1,115 @@
+//! The vector file's format (`memlane_core::vector_log`) for its writer in
+//! `memlane.storage.vector_log`: headers, entries and markers encoded and
+//! read here, so the format is declared once.
+
+use std::path::PathBuf;
+
+use memlane_core::{vector_log, Error};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::errors::{detach, to_py};
+
+/// The header of the vector file of the store whose id is `store` (16 bytes).
+#[pyfunction]
+pub fn log_header<'py>(py: Python<'py>, store: [u8; 16]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &vector_log::header(&store))
+}
+
+/// The store id a file's first bytes `head` name, or None if they are not a
+/// vector file's header of this version.
+#[pyfunction]
+pub fn log_header_store<'py>(py: Python<'py>, head: &[u8]) -> Option<Bound<'py, PyBytes>> {
+    vector_log::header_store(head).map(|s| PyBytes::new(py, &s))
+}
+
+/// `(rowid, blob length, checksum)` of the entry head `head` starts with, or
+/// None if it is too short for one.
+#[pyfunction]
+pub fn log_entry_head(head: &[u8]) -> Option<(u64, u32, u32)> {
+    vector_log::head(head).map(|h| (h.rowid, h.len, h.crc))
+}
+
+/// What [`log_entries`] returns: the entries' bytes, each record's marker,
+/// and the last entry's (offset, checksum).
+type Staged<'py> = (
+    Bound<'py, PyBytes>,
+    Vec<Bound<'py, PyBytes>>,
+    Option<(u64, u32)>,
+);
+
+/// The entries of `rowids` holding `blobs`, to be written at byte `at`: their
+/// bytes, each record's marker, and the last entry's (offset, checksum).
+#[pyfunction]
+pub fn log_entries<'py>(
+    py: Python<'py>,
+    at: u64,
+    rowids: Vec<u64>,
+    blobs: Vec<Bound<'py, PyBytes>>,
+) -> PyResult<Staged<'py>> {
+    if rowids.len() != blobs.len() {
+        return Err(to_py(
+            py,
+            Error::invalid("log_entries: as many rowids as blobs"),
+        ));
+    }
+    let size = blobs
+        .iter()
+        .map(|b| vector_log::ENTRY + b.as_bytes().len())
+        .sum();
+    let mut out = Vec::with_capacity(size);
+    let mut markers = Vec::with_capacity(blobs.len());
+    let mut last = None;
+    for (&rowid, blob) in rowids.iter().zip(&blobs) {
+        let start = at + out.len() as u64;
+        let crc = vector_log::append(&mut out, rowid, blob.as_bytes()).map_err(|e| to_py(py, e))?;
+        markers.push(PyBytes::new(py, &vector_log::marker(start)));
+        last = Some((start, crc));
+    }
+    Ok((PyBytes::new(py, &out), markers, last))
+}
+
+/// The blobs the markers `markers` name in an embedded store's vector file at
+/// `path`, read up to byte `end`, one for each of the records `rowids`: each
+/// entry checked (its record, its checksum), or `CorruptFileError` naming the
+/// first that is not (see `memlane_core::vector_log::entries`).
+#[pyfunction]
+pub fn log_blobs<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    end: u64,
+    rowids: Vec<u64>,
+    markers: Vec<Bound<'py, PyBytes>>,
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    if rowids.len() != markers.len() {
+        return Err(to_py(
+            py,
+            Error::invalid("log_blobs: as many rowids as markers"),
+        ));
+    }
+    let mut wanted = Vec::with_capacity(rowids.len());
+    for (&rowid, m) in rowids.iter().zip(&markers) {
+        let at = vector_log::marker_offset(m.as_bytes())
+            .ok_or_else(|| to_py(py, Error::invalid(format!("record {rowid}: not a marker"))))?;
+        wanted.push((rowid, at));
+    }
+    let (joined, ends) = detach(py, || {
+        let map = vector_log::map(&path)?;
+        let end = usize::try_from(end).unwrap_or(usize::MAX);
+        let found = vector_log::entries(&path, &map, end, &wanted)?;
+        let mut joined = Vec::with_capacity(found.iter().map(|b| b.len()).sum());
+        let ends = found
+            .iter()
+            .map(|b| {
+                joined.extend_from_slice(b);
+                joined.len()
+            })
+            .collect::<Vec<_>>();
+        Ok((joined, ends))
+    })?;
+    let starts = std::iter::once(0).chain(ends.iter().copied());
+    Ok(starts
+        .zip(&ends)
+        .map(|(s, &e)| PyBytes::new(py, &joined[s..e]))
+        .collect())
+}
