@@ -82,13 +82,14 @@ def test_a_snapshot_that_did_not_index_the_flag_is_rebuilt(
     # What an older memlane left: a snapshot without the note that it indexes the flag.
     (note,) = tmp_path.rglob("indexes")
     note.unlink()
-    with pytest.warns(RuntimeWarning, match="unique flag"):
+    with pytest.warns(RuntimeWarning, match="does not say it indexes the records' unique flag"):
         again = make_store("older", word_embedder)
     with again:
         _check(again, ids)
     # A note left by a snapshot an older memlane has since replaced names another change.
+    # So does one a process left when it stopped between writing a snapshot and its note.
     note.write_text("unique 1", encoding="ascii")
-    with pytest.warns(RuntimeWarning, match="unique flag"):
+    with pytest.warns(RuntimeWarning, match="unique flag is another snapshot's"):
         again = make_store("older", word_embedder)
     with again:
         _check(again, ids)

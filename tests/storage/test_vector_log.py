@@ -21,7 +21,7 @@ import pytest
 from conftest import WordHashEmbedder
 from conftest import unit_rows as shared_unit_rows
 from memlane import CorruptFileError, InvalidArgumentError, Memory, StorageError
-from memlane._core import log_entries, log_entry_head, log_header_store
+from memlane._core import log_entries, log_entry_head, log_header, log_header_store
 from memlane.storage.vector_log import HEADER, VectorLog, is_marker
 
 DIM = 32
@@ -353,8 +353,17 @@ def test_the_file_is_written_in_the_format_stores_already_hold(tmp_path: Path) -
         np.testing.assert_array_equal(again, stored)
 
 
-def test_entries_of_mismatched_lengths_are_refused() -> None:
+def test_entries_that_cannot_be_written_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="as many rowids as blobs"):
         log_entries(HEADER, [1, 2], [b"a"])
+    # Offsets that would wrap past 2**64 into the header are refused, not written.
+    with pytest.raises(InvalidArgumentError, match="offsets past 2"):
+        log_entries(2**64 - 20, [1, 2], [b"abc", b"def"])
+    assert log_entries(2**64 - 39, [1, 2], [b"abc", b"def"])[2] == (
+        2**64 - 20,
+        zlib.crc32(b"def", zlib.crc32(struct.pack("<QI", 2, 3))),
+    )
+    with pytest.raises(InvalidArgumentError, match="16 bytes"):
+        log_header(b"x" * 15)
     assert log_entry_head(b"\0" * 15) is None
     assert log_header_store(b"MLVECLOG") is None

@@ -317,15 +317,26 @@ class IndexSync:
         except (OSError, UnicodeDecodeError):
             owner = None
         if owner is None:
-            return "it does not say which database it belongs to (an older memlane wrote it)"
+            return (
+                "it does not say which database it belongs to (an older memlane wrote it, "
+                "or a process stopped before writing that note)"
+            )
         if owner != self.db.store_id:
             return "it belongs to another database (a copy, or a recreated database)"
         try:
             indexes = (self.index_dir / _INDEXES).read_text(encoding="ascii").strip()
         except (OSError, UnicodeDecodeError):
             indexes = None
+        if indexes is None:
+            return (
+                "it does not say it indexes the records' unique flag (an older memlane wrote "
+                "it, or a process stopped before writing that note)"
+            )
         if indexes != f"{_INDEXED} {seq}":
-            return "it does not index the records' unique flag (an older memlane wrote it)"
+            return (
+                "its note that it indexes the records' unique flag is another snapshot's (a "
+                "process stopped between writing the two, or an older memlane replaced it)"
+            )
         return None
 
     def prepare(self, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None) -> Any:

@@ -12,8 +12,11 @@ use crate::errors::{detach, to_py};
 
 /// The header of the vector file of the store whose id is `store` (16 bytes).
 #[pyfunction]
-pub fn log_header<'py>(py: Python<'py>, store: [u8; 16]) -> Bound<'py, PyBytes> {
-    PyBytes::new(py, &vector_log::header(&store))
+pub fn log_header<'py>(py: Python<'py>, store: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let store: &[u8; 16] = store
+        .try_into()
+        .map_err(|_| to_py(py, Error::invalid("a store id is 16 bytes")))?;
+    Ok(PyBytes::new(py, &vector_log::header(store)))
 }
 
 /// The store id a file's first bytes `head` name, or None if they are not a
@@ -53,10 +56,14 @@ pub fn log_entries<'py>(
             Error::invalid("log_entries: as many rowids as blobs"),
         ));
     }
-    let size = blobs
+    let size: usize = blobs
         .iter()
         .map(|b| vector_log::ENTRY + b.as_bytes().len())
         .sum();
+    // Where the entries end fits in a u64, so no offset below wraps into the header.
+    if at.checked_add(size as u64).is_none() {
+        return Err(to_py(py, Error::invalid("log_entries: offsets past 2^64")));
+    }
     let mut out = Vec::with_capacity(size);
     let mut markers = Vec::with_capacity(blobs.len());
     let mut last = None;
