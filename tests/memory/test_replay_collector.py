@@ -1,10 +1,13 @@
-"""A large replay pauses the garbage collector for the process, and gives it back."""
+"""A large replay pauses the garbage collector for the process, and gives it back: by
+threshold, so that what the caller does to the collector meanwhile stands, and so that a
+child forked at any step of it collects again."""
 
 from __future__ import annotations
 
 import gc
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import pytest
 
 from conftest import WordHashEmbedder
 from memlane import Memory
-from memlane._memory import sync
+from memlane._memory import collector, sync
 from memlane.coerce import _vector_checks, usable_vectors
 
 
@@ -26,13 +29,17 @@ def rebuilt(tmp_path: Path, word_embedder: WordHashEmbedder) -> Iterator[Path]:
     yield tmp_path / "s"
 
 
+def _collecting() -> bool:
+    return gc.isenabled() and gc.get_threshold()[0] > 0
+
+
 def _watch_collector(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether automatic collection was on as each batch of a replay was applied."""
     seen: list[bool] = []
     apply = sync.IndexSync._apply_rows
 
     def watched(self: sync.IndexSync, *args: object) -> None:
-        seen.append(gc.isenabled())
+        seen.append(_collecting())
         apply(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sync.IndexSync, "_apply_rows", watched)
@@ -44,9 +51,10 @@ def test_a_large_replay_pauses_the_collector_and_turns_it_back_on(
 ) -> None:
     monkeypatch.setattr(sync, "_PAUSE_COLLECTOR_ROWS", 100)
     seen = _watch_collector(monkeypatch)
+    before = gc.get_threshold()
     assert gc.isenabled()
     with Memory(rebuilt, embedder=word_embedder) as mem:
-        assert gc.isenabled()
+        assert gc.isenabled() and gc.get_threshold() == before
         assert len(mem) == 300 and mem.search("note 7 on kites", k=1)[0].record.text == (
             "note 7 on kites"
         )
@@ -102,10 +110,70 @@ def test_a_child_forked_during_a_replay_collects_again(
     def forking(self: sync.IndexSync, *args: object) -> None:
         pid = os.fork()
         if pid == 0:
-            os._exit(0 if gc.isenabled() else 1)
+            os._exit(0 if _collecting() else 1)
         seen.append(os.waitpid(pid, 0)[1])
         apply(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sync.IndexSync, "_apply_rows", forking)
     Memory(rebuilt, embedder=word_embedder).close()
     assert seen == [0] and gc.isenabled()
+
+
+def test_what_the_caller_does_to_the_collector_during_a_replay_stands(
+    rebuilt: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread's replay is paused mid-way while this one turns the collector off,
+    then sets its own thresholds: both stand once the replay ends."""
+    monkeypatch.setattr(sync, "_PAUSE_COLLECTOR_ROWS", 100)
+    inside, go_on = threading.Event(), threading.Event()
+    apply = sync.IndexSync._apply_rows
+
+    def held(self: sync.IndexSync, *args: object) -> None:
+        inside.set()
+        assert go_on.wait(30)
+        apply(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sync.IndexSync, "_apply_rows", held)
+    before = gc.get_threshold()
+    opened = threading.Thread(target=lambda: Memory(rebuilt, embedder=word_embedder).close())
+    opened.start()
+    try:
+        assert inside.wait(30) and not _collecting()
+        gc.disable()
+        go_on.set()
+        opened.join(30)
+        assert not opened.is_alive()
+        assert not gc.isenabled() and gc.get_threshold() == before
+        # Thresholds the caller sets during a pause are not undone by its end either.
+        with collector.paused():
+            gc.set_threshold(500, before[1], before[2])
+        assert gc.get_threshold() == (500, before[1], before[2])
+    finally:
+        go_on.set()
+        gc.set_threshold(*before)
+        gc.enable()
+
+
+@pytest.mark.parametrize(
+    ("pausers", "pause_set"),
+    [
+        (0, False),  # thresholds saved, the pause's not yet set; or given back, not forgotten
+        (0, True),  # the pause's set, not yet counted; or the count back to 0, not given back
+        (1, True),  # mid-pause
+    ],
+)
+def test_a_child_forked_at_any_step_of_a_pause_collects_again(
+    pausers: int, pause_set: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's handler, run on each state a fork can leave a pause in."""
+    before = gc.get_threshold()
+    monkeypatch.setattr(collector, "_pausers", pausers)
+    monkeypatch.setattr(collector, "_saved", before)
+    try:
+        if pause_set:
+            gc.set_threshold(0, *before[1:])
+        collector.after_fork()
+        assert gc.get_threshold() == before
+        assert collector._saved is None and collector._pausers == 0
+    finally:
+        gc.set_threshold(*before)

@@ -10,7 +10,6 @@ when other processes may have written.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import os
 import shutil
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from memlane._core import Engine, blobs, unblobs
+from memlane._memory import collector
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import prepare
 from memlane._memory.events import Events
@@ -51,7 +51,7 @@ _INLINE_INDEX = 64
 #: (benches/README.md, "Searches while a bulk load runs" and "The bound on parked vectors").
 MAX_PARKED = 4096
 _KEEP_UP_BATCH = 1024
-# Rows a replay applies before it pauses the garbage collector (see _collector_paused).
+# Rows a replay applies before it pauses the garbage collector (see collector.paused).
 _PAUSE_COLLECTOR_ROWS = 50_000
 # The WAL is checkpointed (off the write path) past this size.
 CHECKPOINT_BYTES = 32 << 20
@@ -76,47 +76,6 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(after_in_child=_forked)
-
-
-_collector_lock = threading.Lock()
-_collector_pausers = 0
-_collector_was_on = False
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Automatic garbage collection paused, for the whole process, until the last replay
-    that paused it ends. A replay's rows hold no cycles, but each is an object the
-    collector tracks: a million of them, alive for a batch, set off full collections
-    that took a tenth of a cold open and freed nothing (benches/README.md, "A cold
-    open in two thirds of the time"). Other threads' cycles wait for the collection after it."""
-    global _collector_pausers, _collector_was_on
-    with _collector_lock:
-        if _collector_pausers == 0:
-            _collector_was_on = gc.isenabled()
-            gc.disable()
-        _collector_pausers += 1
-    try:
-        yield
-    finally:
-        with _collector_lock:
-            _collector_pausers -= 1
-            if _collector_pausers == 0 and _collector_was_on:
-                gc.enable()
-
-
-def _collector_after_fork() -> None:
-    """A child forked during a replay runs none: its collector is as it was before."""
-    global _collector_lock, _collector_pausers
-    _collector_lock = threading.Lock()
-    if _collector_pausers:
-        _collector_pausers = 0
-        if _collector_was_on:
-            gc.enable()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_collector_after_fork)
 
 
 class IndexSync:
@@ -369,7 +328,7 @@ class IndexSync:
             for rows in self.db.rows_since(since):
                 count += len(rows)
                 if count >= _PAUSE_COLLECTOR_ROWS and not paused:
-                    stack.enter_context(_collector_paused())
+                    stack.enter_context(collector.paused())
                     paused = True
                 self._apply_rows(rows, since, skip, damaged)
         if damaged:
