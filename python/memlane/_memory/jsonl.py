@@ -75,7 +75,7 @@ def _write(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> int:
         if row.expires_at is not None and row.expires_at <= now:
             expired.append((row, "delete", row.expires_at, "expire", None))
             continue
-        rec = record(row, access.get(row.rowid), embeddings)
+        rec = record(row, access.get(row), embeddings)
         f.write(json.dumps(rec.to_dict(embedding=embeddings), ensure_ascii=False) + "\n")
         n += 1
     for row, event, at, actor, next_id in itertools.chain(db.iter_history(), expired):

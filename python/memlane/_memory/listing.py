@@ -116,7 +116,7 @@ class Listing:
         ).tolist()
         rows = self._sync.rows(ids, embedding=include_embedding)
         get = self._access.get
-        return [record(rows[i], get(i), include_embedding) for i in ids if i in rows]
+        return [record(rows[i], get(rows[i]), include_embedding) for i in ids if i in rows]
 
     def scopes(
         self,

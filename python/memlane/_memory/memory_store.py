@@ -185,7 +185,7 @@ class MemoryStore(Listing):
         row = self._db.row_by_id(coerce.text(id, "id"), embedding=include_embedding)
         if not visible(row, time.time()):
             raise UnknownIdError(f"no memory with id {id!r}")
-        return record(row, self._access.get(row.rowid), include_embedding)
+        return record(row, self._access.get(row), include_embedding)
 
     def delete(self, id: str) -> None:
         """Deletes a record ([`UnknownIdError`][memlane.errors.UnknownIdError] if there

@@ -187,7 +187,7 @@ class Searcher:
             row = rows.get(rowid)
             if row is None:  # deleted meanwhile
                 continue
-            rec = record(row, self.access.get(rowid), include_embedding)
+            rec = record(row, self.access.get(row), include_embedding)
             hits.append(SearchHit(rec, scores[j], None if signals is None else signals[j]))
         return hits
 

@@ -305,7 +305,7 @@ class IndexSync:
             rows,
             texts=texts,
             vectors=vectors,
-            pending=self.access.of(r.rowid for r in rows),
+            pending=self.access.of(rows),
         )
 
     def _replay(self, since: int, skip: Set[int] = frozenset()) -> tuple[int, int]:

@@ -263,7 +263,7 @@ class Writer:
                 row = self.db.row_by_id(target)
                 if row is None:  # pragma: no cover - rows vanish only under the write lock
                     raise MemlaneError(f"duplicate {target!r} vanished")
-                rec = record(row, self.access.get(row.rowid))
+                rec = record(row, self.access.get(row))
             rec.duplicate, rec.duplicate_of = kind, rec.id
             results[i] = rec
         return results
@@ -430,19 +430,17 @@ class Writer:
                 if n.expires_at is not None:
                     sync.expiring = True
                 n.embedding = vector if new_vector else unblob(row.embedding)
-                pending = self.access.get(row.rowid)
+                pending = self.access.get(row)
                 n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
-                full = n.row(row.rowid, 0, blob(n.embedding, sync.half))
                 changed = n.text != row.text or new_vector
-                vectors = as_indexed(full.embedding) if new_vector else None
-                prepared = sync.prepare([full], texts=changed, vectors=vectors)
                 content_seq = seq if changed else row.content_seq
+                full = n.row(row.rowid, seq, blob(n.embedding, sync.half))
+                full = full._replace(content_seq=content_seq)
+                vectors = as_indexed(full.embedding) if new_vector else None
+                # Its change's seq: the accesses a flush before it wrote are in its counts.
+                prepared = sync.prepare([full], texts=changed, vectors=vectors)
                 db.record_history(conn, [row.rowid], "update", time.time(), actor, seq=seq)
-                db.replace(
-                    conn,
-                    [full._replace(seq=seq, content_seq=content_seq)],
-                    expected=[(row.seq, True)],
-                )
+                db.replace(conn, [full], expected=[(row.seq, True)])
                 self.access.flush(db, conn, seq)
             sync.engine.apply(prepared)
             sync.committed(seq, 1)
@@ -547,7 +545,7 @@ class Writer:
             sync.check_open()
             rowids = [int(x) for x in sync.engine.ids_where(admits, order="asc")]
             rows = self.sync.rows(rowids)
-            doomed = [record(rows[r], self.access.get(r)) for r in rowids if r in rows]
+            doomed = [record(rows[r], self.access.get(rows[r])) for r in rowids if r in rows]
             if dry_run:
                 return doomed
             if rowids:
