@@ -10,6 +10,8 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
+from memlane._memory.access import AccessLog
+from memlane.schema import COLUMNS, Row
 
 
 def _counts(mem: Memory) -> tuple[int, int, int]:
@@ -84,3 +86,47 @@ def test_counts_of_a_write_that_rolled_back_are_saved_by_the_next(
     mem.close()
     with make_store("rolled-back", word_embedder) as again:
         assert _counts(again) == (4, 4, 4)
+
+
+class _Recording:
+    """A store that keeps what each flush asks it to write."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[int, dict[int, tuple[int, float]]]] = []
+
+    def record_accesses(self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
+        self.written.append((seq, dict(accesses)))
+
+
+def _row(rowid: int, seq: int) -> Row:
+    """A row of ``rowid`` as read after change ``seq``; the counts are the log's to add."""
+    values: dict[str, Any] = dict.fromkeys(COLUMNS)
+    values.update(rowid=rowid, seq=seq)
+    return Row(**values)
+
+
+def test_a_row_read_before_several_flushes_counts_each_of_them() -> None:
+    log, db = AccessLog(), _Recording()
+    log.note([1, 1, 1, 2], 100.0)
+    log.flush(db, None, 5)  # type: ignore[arg-type]: a recording store
+    log.note([1, 1], 101.0)
+    log.flush(db, None, 6)  # type: ignore[arg-type]: a recording store
+    log.note([1], 102.0)
+    # Read before change 5 committed: counts none of the flushes; between them: 6's.
+    assert log.get(_row(1, 4)) == (6, 102.0)
+    assert log.get(_row(1, 5)) == (3, 102.0)
+    assert log.get(_row(1, 6)) == (1, 102.0)
+    assert log.get(_row(2, 4)) == (1, 100.0) and log.get(_row(2, 5)) is None
+    assert log.of([_row(1, 5), _row(2, 6), _row(3, 1)]) == {1: (3, 102.0)}
+    log.drop([1])
+    assert log.get(_row(1, 4)) is None
+
+
+def test_a_flush_that_takes_a_rolled_back_change_writes_its_counts_again() -> None:
+    log, db = AccessLog(), _Recording()
+    log.note([1, 1], 100.0)
+    log.flush(db, None, 7)  # type: ignore[arg-type]: a recording store
+    log.note([1], 101.0)
+    log.flush(db, None, 7)  # type: ignore[arg-type]: the next write took change 7 again
+    assert db.written == [(7, {1: (2, 100.0)}), (7, {1: (3, 101.0)})]
+    assert log.get(_row(1, 6)) == (3, 101.0) and log.get(_row(1, 7)) is None

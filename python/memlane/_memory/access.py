@@ -10,6 +10,7 @@ here too until its change commits, so a count read never goes back.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,9 @@ from memlane.storage import Store
 FLUSH_SECONDS = 10.0
 #: Pending records past which the background thread flushes at once.
 FLUSH_COUNT = 50_000
+#: How long what a flush wrote stays here: a row read before its change committed
+#: (counted as it was read) is used within a call, far inside it.
+KEEP_FLUSHED_SECONDS = 5.0
 
 
 def _merged(a: tuple[int, float] | None, b: tuple[int, float] | None) -> tuple[int, float] | None:
@@ -31,11 +35,11 @@ class AccessLog:
     def __init__(self) -> None:
         self._pending: dict[int, tuple[int, float]] = {}
         self._since = 0.0
-        # What the last flush wrote and its change: a row read before that change
-        # committed (its seq below it) counts none of them yet. Writes take turns, so
-        # the next flush finds it committed, or rolled back when it takes the same change.
-        self._flushed: dict[int, tuple[int, float]] = {}
-        self._flushed_seq = 0
+        # What recent flushes wrote, each with its change and when: a row read before a
+        # flush's change committed (its seq below it) counts none of that flush's
+        # accesses, as a flush sets the seq of the rows it counts. Writes take turns, so
+        # a flush finds the last one committed, or rolled back if it takes the same change.
+        self._flushed: list[tuple[int, float, dict[int, tuple[int, float]]]] = []
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
@@ -57,41 +61,44 @@ class AccessLog:
             now - self._since >= FLUSH_SECONDS or len(self._pending) >= FLUSH_COUNT
         )
 
+    def _uncounted(self, row: Row) -> tuple[int, float] | None:
+        out = self._pending.get(row.rowid)
+        for seq, _, accesses in self._flushed:
+            if row.seq < seq:
+                out = _merged(accesses.get(row.rowid), out)
+        return out
+
     def get(self, row: Row) -> tuple[int, float] | None:
         """(accesses, last access) that ``row``, as it was read, does not count."""
         with self._lock:
-            pending = self._pending.get(row.rowid)
-            if row.seq >= self._flushed_seq or not self._flushed:
-                return pending
-            return _merged(self._flushed.get(row.rowid), pending)
+            return self._uncounted(row)
 
     def of(self, rows: Iterable[Row]) -> Mapping[int, tuple[int, float]]:
         """``get`` of each row, for the rows that have some."""
         with self._lock:
             if not self._pending and not self._flushed:
                 return {}
-            out = {}
-            for row in rows:
-                flushed = self._flushed.get(row.rowid) if row.seq < self._flushed_seq else None
-                if (got := _merged(flushed, self._pending.get(row.rowid))) is not None:
-                    out[row.rowid] = got
-            return out
+            found = ((row.rowid, self._uncounted(row)) for row in rows)
+            return {r: a for r, a in found if a is not None}
 
     def drop(self, rowids: Iterable[int]) -> None:
         """Forgets the accesses of deleted records."""
         with self._lock:
             for r in rowids:
                 self._pending.pop(r, None)
-                self._flushed.pop(r, None)
+                for _, _, accesses in self._flushed:
+                    accesses.pop(r, None)
 
     def flush(self, db: Store, conn: Any, seq: int) -> None:
         """Writes the gathered counts inside the caller's transaction (change ``seq``),
         with those of the last flush again if its transaction rolled back."""
+        now = time.monotonic()
         with self._lock:
             accesses, self._pending = self._pending, {}
-            if seq == self._flushed_seq:  # the change the last flush took, never committed
-                for r, a in self._flushed.items():
+            if self._flushed and self._flushed[-1][0] == seq:  # its change never committed
+                for r, a in self._flushed.pop()[2].items():
                     accesses[r] = _merged(a, accesses.get(r))  # type: ignore[assignment]
-            self._flushed, self._flushed_seq = accesses, seq
+            kept = [f for f in self._flushed if now - f[1] < KEEP_FLUSHED_SECONDS]
+            self._flushed = [*kept, (seq, now, accesses)] if accesses else kept
         if accesses:
             db.record_accesses(conn, accesses, seq)
