@@ -26,13 +26,19 @@ def _searched(mem: Memory, times: int) -> None:
         assert mem.search("zebra quokka", k=1, mode="text")[0].record.id == "X"
 
 
+def _store(make_store: StoreFactory, name: str, embedder: WordHashEmbedder, times: int) -> Memory:
+    """A store of X and Y, X found ``times`` times."""
+    mem = make_store(name, embedder)
+    mem.add("target zebra quokka", id="X")
+    mem.add("other record", id="Y")
+    _searched(mem, times)
+    return mem
+
+
 def test_counts_being_saved_are_counted_until_the_write_commits(
     make_store: StoreFactory, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mem = make_store("counts", word_embedder)
-    mem.add("target zebra quokka", id="X")
-    mem.add("other record", id="Y")
-    _searched(mem, 5)
+    mem = _store(make_store, "counts", word_embedder, 5)
     assert _counts(mem) == (5, 5, 5)
     saved, go_on = threading.Event(), threading.Event()
     record_accesses = mem._db.record_accesses
@@ -65,10 +71,7 @@ def test_counts_being_saved_are_counted_until_the_write_commits(
 def test_counts_of_a_write_that_rolled_back_are_saved_by_the_next(
     make_store: StoreFactory, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mem = make_store("rolled-back", word_embedder)
-    mem.add("target zebra quokka", id="X")
-    mem.add("other record", id="Y")
-    _searched(mem, 3)
+    mem = _store(make_store, "rolled-back", word_embedder, 3)
     record_accesses = mem._db.record_accesses
 
     def failing(conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
