@@ -30,8 +30,9 @@ at a time, p50 and p99:
 The embedder, memlane and chromadb calls on a text run back to back (their order
 rotating from text to text), so the shared two cores' noise falls on all alike. The
 derived figures are differences of p50s, with the median of the per-text
-differences beside them; the goals are search minus embedder <= 0.6 ms (and flat
-from 10k to 100k), repeated question <= 0.5 ms, add minus embedder <= 2 ms.
+differences beside them; the goals are search minus embedder <= 0.5 ms at 100k (issue
+52; 0.6 and flat from 10k to 100k before it, which a reopened store's rows still have),
+repeated question <= 0.5 ms, add minus embedder <= 2 ms.
 memlane searches are its defaults (hybrid, access tracking on); both return 10 hits.
 
     python benches/bench_user_latency.py [--sizes 10000,100000] [--queries 200]
@@ -364,7 +365,7 @@ def print_table(result: dict[str, Any]) -> None:
         return "-" if p50s is None else f"{p50s:.3f} ({pairs:.3f})"
 
     for label, key, goal in (
-        ("search new - embedder", "search new - embed", "<= 0.6"),
+        ("search new - embedder", "search new - embed", "<= 0.5"),
         ("add - embedder", "add - embed", "<= 2"),
         ("search new, just reopened - embedder", "search reopened - embed", "<= 0.6"),
         ("search new, reopened and read in - embedder", "search read in - embed", "<= 0.6"),

@@ -433,7 +433,9 @@ class Admits:
 class Engine:
     """The memory engine behind ``memlane.Memory``: record attributes, BM25 and HNSW.
 
-    Ids are uint64 (the store's rowids). Thread-safe: searches run in parallel.
+    Ids are uint64 (the store's rowids). Thread-safe: searches run in parallel. BM25's
+    ``k1`` and ``b`` left None are the engine's, 1.2 and 0.5: memories are short texts,
+    where Lucene's b 0.75 (``BM25Index``'s) over-penalises the longer ones.
     """
 
     def __new__(
@@ -445,8 +447,8 @@ class Engine:
         ef: int = 64,
         seed: int = 0,
         precision: str = "f32",
-        k1: float = 1.2,
-        b: float = 0.75,
+        k1: float | None = None,
+        b: float | None = None,
         language: str = "english",
         stopwords: bool = True,
         stemming: bool = True,
@@ -553,10 +555,16 @@ class Engine:
         without ``vectors`` its graph leaves out the live vectors (the database holds
         them)."""
     @staticmethod
-    def load(root: str | PathLike[str]) -> tuple[Engine, int]:
+    def load(
+        root: str | PathLike[str], *, k1: float | None = None, b: float | None = None
+    ) -> tuple[Engine, int]:
         """The newest snapshot under ``root`` and its change sequence number. If it was
         saved without its vectors, vector searches raise until ``fill`` gave back every
-        id of ``awaiting``."""
+        id of ``awaiting``. BM25's ``k1`` and ``b`` are these (None: the engine's, as at
+        construction), not the snapshot's: they weigh its statistics at query time."""
+    @property
+    def bm25_params(self) -> tuple[float, float]:
+        """BM25's ``(k1, b)``."""
     @property
     def dim(self) -> int | None: ...
     @property

@@ -37,7 +37,7 @@ FILLERS = 34
 def rare_word_store(mem: Memory) -> None:
     """BM25 stands out: one turn holds the query's rare word; the vectors are flat, an
     unrelated turn a little above the rest."""
-    rare = "we finally booked the zanzibar ferry " + " ".join(f"detail{i}" for i in range(4))
+    rare = "we finally booked the zanzibar ferry " + " ".join(f"detail{i}" for i in range(6))
     rows = [
         {"id": "answer", "text": rare, "embedding": vector(0.10, 2)},
         {"id": "nearest", "text": "a warm island holiday", "embedding": vector(0.40, 3)},

@@ -22,7 +22,7 @@ TEXTS = [
     "Ana lives in Porto",
     "Ana lives in Porto now",
     "Ana still lives in Porto",
-    "Ana works as a nurse in a hospital near her home",
+    "Ana works as a nurse in a big hospital near her home by the river",
 ]
 DISTINCT = "m3"
 

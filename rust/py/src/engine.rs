@@ -98,12 +98,18 @@ fn explained<'py>(py: Python<'py>, s: &Signals) -> PyResult<Bound<'py, PyDict>> 
     Ok(d)
 }
 
+/// BM25's parameters, the engine's (`Bm25Params::MEMORIES`) where not given.
+fn bm25_params(k1: Option<f64>, b: Option<f64>) -> memlane_core::Result<Bm25Params> {
+    let ours = Bm25Params::MEMORIES;
+    Bm25Params::new(k1.unwrap_or(ours.k1), b.unwrap_or(ours.b))
+}
+
 #[pymethods]
 impl PyEngine {
     #[new]
     #[pyo3(signature = (
         dim = None, *, m = 16, ef_construction = 100, ef = 64, seed = 0, precision = "f32",
-        k1 = 1.2, b = 0.75, language = "english", stopwords = true, stemming = true,
+        k1 = None, b = None, language = "english", stopwords = true, stemming = true,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -114,8 +120,8 @@ impl PyEngine {
         ef: usize,
         seed: u64,
         precision: &str,
-        k1: f64,
-        b: f64,
+        k1: Option<f64>,
+        b: Option<f64>,
         language: &str,
         stopwords: bool,
         stemming: bool,
@@ -130,7 +136,7 @@ impl PyEngine {
                     seed,
                     precision: Precision::parse(precision)?,
                 },
-                bm25: Bm25Params::new(k1, b)?,
+                bm25: bm25_params(k1, b)?,
                 analyzer: AnalyzerConfig {
                     language: Language::parse(language)?,
                     stopwords: if stopwords {
@@ -475,10 +481,28 @@ impl PyEngine {
 
     /// Loads the newest snapshot under `root`: (engine, seq). The live
     /// vectors of a graph saved without them await `fill` (see `awaiting`).
+    /// BM25's `k1` and `b` are the caller's, as at `new`, not the snapshot's.
     #[staticmethod]
-    fn load(py: Python<'_>, root: PathBuf) -> PyResult<(Self, u64)> {
-        let (engine, seq) = detach(py, || Engine::load(&root))?;
+    #[pyo3(signature = (root, *, k1 = None, b = None))]
+    fn load(
+        py: Python<'_>,
+        root: PathBuf,
+        k1: Option<f64>,
+        b: Option<f64>,
+    ) -> PyResult<(Self, u64)> {
+        let params = bm25_params(k1, b).map_err(|e| to_py(py, e))?;
+        let (mut engine, seq) = detach(py, || Engine::load(&root))?;
+        engine.set_bm25_params(params);
         Ok((PyEngine::wrap(engine), seq))
+    }
+
+    /// BM25's `(k1, b)`.
+    #[getter]
+    fn bm25_params(&self, py: Python<'_>) -> PyResult<(f64, f64)> {
+        self.peek(py, |e| {
+            let p = e.bm25_params();
+            (p.k1, p.b)
+        })
     }
 
     #[getter]

@@ -162,6 +162,12 @@ impl Bm25Index {
         self.params
     }
 
+    /// Scores are weighed at query time from the statistics (the bounds that
+    /// prune too), so new parameters take effect at the next search.
+    pub fn set_params(&mut self, params: Bm25Params) {
+        self.params = params;
+    }
+
     pub fn analyzer(&self) -> &Analyzer {
         &self.analyzer
     }

@@ -21,6 +21,7 @@ pub struct Bm25Params {
     pub b: f64,
 }
 
+/// Lucene's (and bm25s'): what a [`crate::bm25::Bm25Index`] built alone uses.
 impl Default for Bm25Params {
     fn default() -> Self {
         Bm25Params { k1: 1.2, b: 0.75 }
@@ -28,6 +29,14 @@ impl Default for Bm25Params {
 }
 
 impl Bm25Params {
+    /// The engine's: memories are short texts (a turn, a fact), where Lucene's
+    /// length normalisation pushes a turn that says more about the question
+    /// below a shorter one that names it in passing. `b` 0.5 was chosen on the
+    /// train halves of every retrieval set (`benches/README.md`, "BM25's length
+    /// normalisation in a memory store"); lower wins the conversations more but
+    /// loses long abstracts (SciFact).
+    pub const MEMORIES: Bm25Params = Bm25Params { k1: 1.2, b: 0.5 };
+
     pub fn new(k1: f64, b: f64) -> Result<Self> {
         if !(k1.is_finite() && k1 >= 0.0) {
             return Err(Error::invalid(format!(

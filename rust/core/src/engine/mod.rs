@@ -73,13 +73,24 @@ type FillChunk = (Vec<(u32, usize)>, Vec<f32>);
 const FILL_LOG_CHUNK: usize = 2_048;
 const FILL_LOG_WAVE: usize = 16 * FILL_LOG_CHUNK;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// Vector dimension; `None` for a text-only store.
     pub dim: Option<usize>,
     pub hnsw: Params,
     pub bm25: Bm25Params,
     pub analyzer: AnalyzerConfig,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            dim: None,
+            hnsw: Params::default(),
+            bm25: Bm25Params::MEMORIES,
+            analyzer: AnalyzerConfig::default(),
+        }
+    }
 }
 
 pub struct Engine {
@@ -165,6 +176,17 @@ impl Engine {
             Some(h) => h.set_ef(ef),
             None => Ok(()),
         }
+    }
+
+    pub fn bm25_params(&self) -> Bm25Params {
+        self.bm25.params()
+    }
+
+    /// Sets BM25's `k1` and `b`: they weigh the statistics at query time, so,
+    /// like the beam, they may differ from those a snapshot was saved with.
+    pub fn set_bm25_params(&mut self, params: Bm25Params) {
+        self.retrievals.clear();
+        self.bm25.set_params(params);
     }
 
     pub fn len(&self) -> usize {

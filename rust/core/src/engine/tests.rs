@@ -1026,3 +1026,47 @@ fn a_named_date_lifts_the_records_created_near_it() {
     r.date_weight = 0.0;
     assert_eq!(e.search(&r).unwrap(), plain);
 }
+
+/// BM25's parameters weigh the statistics at query time: a snapshot saved
+/// with Lucene's scores as one built with the engine's once they are set,
+/// and a repeated search does not answer from the retrieval made before.
+#[test]
+fn bm25_parameters_set_after_a_load_score_as_if_built_with_them() {
+    let dir = std::env::temp_dir().join(format!("memlane-engine-bm25-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let texts: Vec<String> = [
+        "I love hiking",
+        "we went hiking in the hills near the lake last sunday with my sister and her dog",
+        "the lake was cold",
+    ]
+    .map(String::from)
+    .into();
+    let a: Vec<Attrs> = (0..3)
+        .map(|i| attrs("a", 0.5, f64::from(i), false))
+        .collect();
+    let ours = text_only(&texts, &a);
+    assert_eq!(ours.bm25_params(), Bm25Params::MEMORIES);
+    let mut lucene = Engine::new(EngineConfig {
+        bm25: Bm25Params::default(),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    lucene
+        .upsert(Batch {
+            ids: &[1, 2, 3],
+            texts: Some(&texts),
+            vectors: None,
+            attrs: &a,
+        })
+        .unwrap();
+    let r = request(Some("hiking lake"), None, Mode::Text);
+    let before = lucene.search(&r).unwrap();
+    assert_ne!(before.scores, ours.search(&r).unwrap().scores);
+    lucene.save(&dir, 1, false).unwrap();
+    let (mut loaded, _) = Engine::load(&dir).unwrap();
+    assert_eq!(loaded.bm25_params(), Bm25Params::default());
+    assert_eq!(loaded.search(&r).unwrap(), before);
+    loaded.set_bm25_params(Bm25Params::MEMORIES);
+    assert_eq!(loaded.search(&r).unwrap(), ours.search(&r).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}
