@@ -474,6 +474,9 @@ class Engine:
     def index_pending(self, max: int = 256, budget: float = 0.0) -> int:
         """Links up to ``max`` parked vectors into the graph, and with ``budget`` (seconds)
         more batches of ``max`` until that time has passed; returns how many remain."""
+    def settle_pages(self, budget: int) -> int:
+        """Asks the kernel to back at most ``budget`` more bytes of the buffers a search
+        reads with huge pages; returns how many bytes are left to ask for."""
     def pending(self) -> int:
         """Vectors waiting to be linked into the graph."""
     def vector_text(self, request: SearchRequest, text: str) -> str | None:

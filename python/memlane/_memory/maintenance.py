@@ -54,6 +54,13 @@ WARM_BATCH = 64
 WARM_PAUSE = 0.0002
 # The longest a due snapshot waits for a pause between searches (see ``run``).
 SNAPSHOT_WAIT = 10.0
+# Bytes of the engine's buffers moved onto huge pages per step, in the pauses between
+# searches once the rows are read ahead (``Engine.settle_pages``): one 2 MiB page, a few
+# milliseconds, during which a search reading that page waits. Settled, a search right
+# after an embedding took about a tenth less at 100k (benches/README.md, "Huge pages").
+SETTLE_STEP = 2 << 20
+# How often upkeep runs while nothing wakes the thread.
+UPKEEP_EVERY = 1.0
 
 
 class Maintained(Protocol):
@@ -157,23 +164,33 @@ def _loop(upkeep: Upkeep, wake: threading.Event) -> None:
     # Where reading rows into the row cache goes on (under this rowid); None once done.
     # One batch a turn, between the upkeep that a wake-up asks for.
     warm: int | None = _NEWEST
+    # Whether the engine's buffers may have pages to settle: after the reading ahead,
+    # and again after each upkeep (linking grows them). One step a turn, as a batch.
+    settle = True
     pause = 0.0
+    ran = time.monotonic()
     while True:
-        woken = wake.wait(timeout=1.0 if warm is None else max(pause, WARM_PAUSE))
+        stepping = warm is not None or settle
+        woken = wake.wait(timeout=max(pause, WARM_PAUSE) if stepping else UPKEEP_EVERY)
         wake.clear()
         if sync.closing:
             return
         try:
             if sync.vanished(upkeep.path):
                 return
-            if woken or warm is None or overdue(sync):
+            due = warm is None and time.monotonic() - ran >= UPKEEP_EVERY
+            if woken or due or overdue(sync):
+                ran = time.monotonic()
+                settle = True
                 run(sync, upkeep.writer, upkeep.access)
         except Exception as e:  # keep serving; the next wake-up retries
             if sync.closing or sync.vanished(upkeep.path):
                 return
             upkeep.failed("background maintenance", e)
         pause = SEARCH_QUIET - (time.monotonic() - sync.last_search)
-        if warm is not None and pause <= 0 and not sync.closing:
+        if pause > 0 or sync.closing:
+            continue
+        if warm is not None:
             try:
                 warm = sync.db.warm_cache(warm, WARM_BATCH)
             except Exception as e:  # searches read their hits from the database instead
@@ -181,6 +198,12 @@ def _loop(upkeep: Upkeep, wake: threading.Event) -> None:
                 # A folder deleted meanwhile is told once, as gone (the read failed for it).
                 if not sync.closing and not sync.vanished(upkeep.path):
                     upkeep.failed("reading records into the row cache", e)
+        elif settle:
+            try:
+                settle = sync.engine.settle_pages(SETTLE_STEP) > 0
+            except Exception as e:  # searches are as fast as before, on small pages
+                settle = False
+                upkeep.failed("settling the index on huge pages", e)
 
 
 # Above every rowid (SQLite's and PostgreSQL's are signed 64-bit).

@@ -15,6 +15,7 @@ pub(crate) mod heap;
 pub mod hnsw;
 pub mod idmap;
 pub mod mmr;
+pub mod pages;
 pub mod persist;
 pub(crate) mod pool;
 pub(crate) mod prefetch;

@@ -12,6 +12,7 @@ use memlane_core::engine::{
     Sort,
 };
 use memlane_core::hnsw::{Params, Precision};
+use memlane_core::pages::Settler;
 use memlane_core::Error;
 use numpy::PyArray1;
 use parking_lot::{Mutex, RwLock};
@@ -41,6 +42,8 @@ pub struct PyEngine {
     inner: RwLock<Engine>,
     /// `Engine::pending`, readable without waiting for a writer's lock.
     parked: AtomicUsize,
+    /// How far the engine's buffers are on huge pages (`settle_pages`).
+    pages: Mutex<Settler>,
 }
 
 impl PyEngine {
@@ -49,6 +52,7 @@ impl PyEngine {
         PyEngine {
             inner: RwLock::new(engine),
             parked,
+            pages: Mutex::new(Settler::default()),
         }
     }
 
@@ -229,6 +233,17 @@ impl PyEngine {
             Engine::index_pending_for(&self.inner, max, budget, |left| {
                 self.parked.store(left, Ordering::Release)
             })
+        })
+    }
+
+    /// Asks the kernel to back at most `budget` more bytes of the buffers a
+    /// search reads with huge pages (see `memlane_core::pages`); returns how
+    /// many bytes are left to ask for. Searches run meanwhile; a writer
+    /// waits for the step.
+    fn settle_pages(&self, py: Python<'_>, budget: usize) -> PyResult<usize> {
+        detach(py, || {
+            let engine = self.inner.read();
+            Ok(self.pages.lock().step(&engine.regions(), budget))
         })
     }
 

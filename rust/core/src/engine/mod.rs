@@ -56,6 +56,7 @@ use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
 use crate::hnsw::{row_scales, Grown, Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
 use crate::idmap::first_duplicate;
+use crate::pages::Region;
 use crate::vector_log;
 use half::slice::HalfFloatSliceExt;
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
@@ -199,6 +200,17 @@ impl Engine {
 
     pub fn contains(&self, id: u64) -> bool {
         self.records.contains(id)
+    }
+
+    /// The buffers a search reads, in the same order every time, for
+    /// [`crate::pages::Settler::step`].
+    pub fn regions(&self) -> Vec<Region> {
+        let mut out = Vec::new();
+        self.records.regions(&mut out);
+        if let Some(hnsw) = &self.hnsw {
+            hnsw.regions(&mut out);
+        }
+        out
     }
 
     /// Vectors waiting to be linked into the graph.

@@ -19,6 +19,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 use super::speakers::{transcript_speaker, NameWords, MESSAGES};
 use crate::error::{Error, Result};
 use crate::idmap::SlotMap;
+use crate::pages::Region;
 use crate::prefetch::prefetch;
 
 /// The scope fields, in the order of [`Attrs::scope`].
@@ -464,6 +465,28 @@ fn order_key(created_at: f64, id: u64) -> (u64, u64) {
 }
 
 impl Records {
+    /// The per-slot columns a search reads (see [`crate::pages`]).
+    pub(crate) fn regions(&self, out: &mut Vec<Region>) {
+        out.extend([
+            Region::of(&self.ids),
+            Region::of(&self.key),
+            Region::of(&self.live),
+            Region::of(&self.table),
+            Region::of(&self.kind),
+            Region::of(&self.importance),
+            Region::of(&self.evergreen),
+            Region::of(&self.created_at),
+            Region::of(&self.updated_at),
+            Region::of(&self.accessed_at),
+            Region::of(&self.access_count),
+            Region::of(&self.valid_to),
+            Region::of(&self.expires_at),
+            Region::of(&self.recorded_at),
+            Region::of(&self.speaker),
+        ]);
+        out.extend(self.scope.iter().map(|column| Region::of(column)));
+    }
+
     pub fn len(&self) -> usize {
         self.slots.len()
     }

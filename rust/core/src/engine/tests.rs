@@ -1070,3 +1070,57 @@ fn bm25_parameters_set_after_a_load_score_as_if_built_with_them() {
     assert_eq!(loaded.search(&r).unwrap(), ours.search(&r).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn pages_settled_under_the_buffers_change_no_search() {
+    use crate::pages::{Settler, HUGE_PAGE};
+    let (n, dim) = (6_000, 384);
+    let mut e = engine(Some(dim));
+    let add = |e: &mut Engine, from: usize, n: usize| {
+        let ids: Vec<u64> = (from as u64..(from + n) as u64).collect();
+        let texts: Vec<String> = ids
+            .iter()
+            .map(|i| format!("note {} of {}", i % 97, i % 13))
+            .collect();
+        let a: Vec<Attrs> = ids
+            .iter()
+            .map(|&i| attrs(&format!("agent{}", i % 3), 0.5, i as f64, false))
+            .collect();
+        let vectors = crate::testdata::clustered(n, dim, 20, from as u64);
+        e.upsert(Batch {
+            ids: &ids,
+            texts: Some(&texts),
+            vectors: Some(&vectors),
+            attrs: &a,
+        })
+        .unwrap();
+        while e.index_pending(4096).unwrap() > 0 {}
+    };
+    add(&mut e, 0, n);
+    // The walk's codes alone span whole huge pages.
+    assert!(e
+        .regions()
+        .iter()
+        .any(|r| r.len >= n * dim && r.len >= 2 * HUGE_PAGE));
+    let queries = crate::testdata::clustered(8, dim, 20, 99);
+    let run = |e: &Engine| -> Vec<(Vec<u64>, Vec<f64>)> {
+        queries
+            .chunks(dim)
+            .map(|q| {
+                let hits = e
+                    .search(&request(Some("note 5 of 7"), Some(q), Mode::Hybrid))
+                    .unwrap();
+                (hits.ids, hits.scores)
+            })
+            .collect()
+    };
+    let before = run(&e);
+    let mut settler = Settler::default();
+    assert!(settler.step(&e.regions(), 0) >= 2 * HUGE_PAGE);
+    assert_eq!(settler.step(&e.regions(), usize::MAX), 0);
+    assert_eq!(run(&e), before);
+    // Growing moves buffers to new allocations, whose pages are left to settle.
+    add(&mut e, n, 2 * n);
+    assert!(settler.step(&e.regions(), 0) >= 2 * HUGE_PAGE);
+    assert_eq!(settler.step(&e.regions(), usize::MAX), 0);
+}

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::pages::Region;
 use crate::prefetch::prefetch;
 
 pub struct Graph {
@@ -149,6 +150,11 @@ impl Graph {
     /// Node levels, for persistence.
     pub fn levels(&self) -> &[u8] {
         &self.levels
+    }
+
+    /// The buffers a search reads (see [`crate::pages`]).
+    pub fn regions(&self, out: &mut Vec<Region>) {
+        out.extend([Region::of(&self.level0), Region::of(&self.levels)]);
     }
 
     pub fn memory_bytes(&self) -> usize {

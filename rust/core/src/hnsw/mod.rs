@@ -35,6 +35,7 @@ pub use storage::Precision;
 
 use crate::error::{Error, Result};
 use crate::idmap::{IdMap, SlotMap};
+use crate::pages::Region;
 use distance::Distance;
 use graph::Graph;
 use storage::Vectors;
@@ -242,6 +243,13 @@ impl Hnsw {
         self.vectors.decode(slot, &mut v);
         v.truncate(self.dim());
         Ok(v)
+    }
+
+    /// The buffers a search reads (see [`crate::pages`]).
+    pub fn regions(&self, out: &mut Vec<Region>) {
+        self.vectors.regions(out);
+        self.graph.regions(out);
+        out.extend([Region::of(&self.labels), Region::of(&self.removed)]);
     }
 
     /// Bytes held by vectors, links and id maps.

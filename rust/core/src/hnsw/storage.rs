@@ -31,6 +31,7 @@
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::pages::Region;
 
 /// Floats per step of the distance kernels (one AVX-512 register); a record's
 /// floats are padded to a whole number of steps.
@@ -606,6 +607,15 @@ impl Vectors {
             Precision::Int8F16 => read_f16(self.rank(slot), self.padded, out),
             Precision::Int8 => self.decode_int8(slot, out),
         }
+    }
+
+    /// The buffers a search reads (see [`crate::pages`]).
+    pub fn regions(&self, out: &mut Vec<Region>) {
+        out.extend([
+            Region::of(&self.lines),
+            Region::of(&self.rank),
+            Region::of(&self.walk_params),
+        ]);
     }
 
     pub fn memory_bytes(&self) -> usize {
