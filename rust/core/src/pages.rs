@@ -81,14 +81,29 @@ impl Settler {
 #[cfg(target_os = "linux")]
 const MADV_COLLAPSE: libc::c_int = 25;
 
-/// Asks for `len` bytes from `addr` (whole huge pages) to be backed by huge
-/// pages; whether the kernel could is not needed by anyone.
+/// Asks for the whole huge pages in `len` bytes from `addr` to be backed by
+/// huge pages, each only if every small page of it is in memory: a page never
+/// written (a column of zeros the allocator got zeroed from the kernel) costs
+/// nothing until then, and collapsing it would add its 2 MiB to the process.
+/// Whether the kernel could is not needed by anyone.
 fn collapse(addr: usize, len: usize) {
     #[cfg(target_os = "linux")]
-    // SAFETY: the range lies in a live allocation the caller holds (a buffer
-    // of an engine under its lock); the advice changes no byte of it.
-    unsafe {
-        libc::madvise(addr as *mut libc::c_void, len, MADV_COLLAPSE);
+    {
+        let small = 4096;
+        let mut resident = vec![0u8; HUGE_PAGE / small];
+        for page in (addr..addr + len).step_by(HUGE_PAGE) {
+            let page = page as *mut libc::c_void;
+            // SAFETY: the range lies in a live allocation the caller holds (a
+            // buffer of an engine under its lock), `resident` has a byte for
+            // each of its small pages, and the advice changes no byte of it.
+            unsafe {
+                if libc::mincore(page, HUGE_PAGE, resident.as_mut_ptr()) == 0
+                    && resident.iter().all(|&r| r & 1 == 1)
+                {
+                    libc::madvise(page, HUGE_PAGE, MADV_COLLAPSE);
+                }
+            }
+        }
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (addr, len);
@@ -98,35 +113,32 @@ fn collapse(addr: usize, len: usize) {
 mod tests {
     use super::*;
 
+    /// Bytes of `bytes`' whole small pages that are on huge pages, where the
+    /// kernel says (`/proc/self/smaps` counts them per mapping, so the pages
+    /// are first given a mapping of their own: a flag no neighbour shares).
     fn huge_pages_backing(bytes: &[u8]) -> Option<usize> {
-        let start = bytes.as_ptr() as usize;
-        let end = start + bytes.len();
-        let maps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let mut inside = false;
-        let mut total = 0;
-        for line in maps.lines() {
-            if let Some((range, _)) = line.split_once(' ') {
-                if let Some((a, b)) = range.split_once('-') {
-                    if let (Ok(a), Ok(b)) =
-                        (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                    {
-                        inside = a < end && start < b;
-                        continue;
-                    }
-                }
-            }
-            if inside {
-                if let Some(kb) = line.strip_prefix("AnonHugePages:") {
-                    total += kb
-                        .trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<usize>()
-                        .ok()?;
-                }
-            }
+        let small = 4096;
+        let start = (bytes.as_ptr() as usize).next_multiple_of(small);
+        let end = (bytes.as_ptr() as usize + bytes.len()) & !(small - 1);
+        // SAFETY: the range lies in `bytes`; the flag only keeps a forked
+        // child from inheriting it.
+        if unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTFORK) }
+            != 0
+        {
+            return None;
         }
-        Some(total << 10)
+        let maps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let header = format!("{start:x}-{end:x} ");
+        let mut lines = maps.lines().skip_while(|l| !l.starts_with(&header)).skip(1);
+        let kb = lines.find_map(|l| l.strip_prefix("AnonHugePages:"))?;
+        Some(
+            kb.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<usize>()
+                .ok()?
+                << 10,
+        )
     }
 
     #[test]
@@ -151,6 +163,24 @@ mod tests {
         if let Some(backed) = huge_pages_backing(&buf) {
             assert!(backed == 0 || backed >= 8 * HUGE_PAGE, "{backed}");
         }
+    }
+
+    #[test]
+    fn pages_partly_never_written_are_left_unbacked() {
+        // Zeroed by the kernel, and only each 2 MiB page's first small page
+        // written: the others are not in memory.
+        let mut zeros: Vec<u8> = vec![0; 9 * HUGE_PAGE];
+        let first = (zeros.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - zeros.as_ptr() as usize;
+        let written = (first..zeros.len()).step_by(HUGE_PAGE).count();
+        for page in (first..zeros.len()).step_by(HUGE_PAGE) {
+            zeros[page] = 1;
+        }
+        let mut settler = Settler::default();
+        assert_eq!(settler.step(&[Region::of(&zeros)], usize::MAX), 0);
+        if let Some(backed) = huge_pages_backing(&zeros) {
+            assert_eq!(backed, 0);
+        }
+        assert_eq!(zeros.iter().map(|&b| b as usize).sum::<usize>(), written);
     }
 
     #[test]
