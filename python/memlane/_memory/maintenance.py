@@ -56,8 +56,10 @@ WARM_PAUSE = 0.0002
 SNAPSHOT_WAIT = 10.0
 # Bytes of the engine's buffers moved onto huge pages per step, in the pauses between
 # searches once the rows are read ahead (``Engine.settle_pages``): one 2 MiB page, a few
-# milliseconds, during which a search reading that page waits. Settled, a search right
-# after an embedding took about a tenth less at 100k (benches/README.md, "Huge pages").
+# milliseconds, during which a search reading that page waits. Settled, the engine call
+# right after a model run took 0.02-0.09 ms less at 100k, and a search scoped to one
+# agent at a million 0.03-0.15 ms less (benches/README.md, "Huge pages under the
+# engine's buffers").
 SETTLE_STEP = 2 << 20
 # How often upkeep runs while nothing wakes the thread.
 UPKEEP_EVERY = 1.0
