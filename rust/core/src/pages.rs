@@ -167,20 +167,38 @@ mod tests {
 
     #[test]
     fn pages_partly_never_written_are_left_unbacked() {
-        // Zeroed by the kernel, and only each 2 MiB page's first small page
+        // A mapping of its own (the allocator may hand out memory another test
+        // wrote and freed), and only each 2 MiB page's first small page
         // written: the others are not in memory.
-        let mut zeros: Vec<u8> = vec![0; 9 * HUGE_PAGE];
-        let first = (zeros.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - zeros.as_ptr() as usize;
-        let written = (first..zeros.len()).step_by(HUGE_PAGE).count();
-        for page in (first..zeros.len()).step_by(HUGE_PAGE) {
-            zeros[page] = 1;
+        let len = 9 * HUGE_PAGE;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        // SAFETY: the mapping is `len` bytes, readable and writable, and only
+        // this test holds it.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(addr.cast::<u8>(), len) };
+        let first = (addr as usize).next_multiple_of(HUGE_PAGE) - addr as usize;
+        let written = (first..len).step_by(HUGE_PAGE).count();
+        for page in (first..len).step_by(HUGE_PAGE) {
+            bytes[page] = 1;
         }
         let mut settler = Settler::default();
-        assert_eq!(settler.step(&[Region::of(&zeros)], usize::MAX), 0);
-        if let Some(backed) = huge_pages_backing(&zeros) {
+        assert_eq!(settler.step(&[Region::of(bytes)], usize::MAX), 0);
+        if let Some(backed) = huge_pages_backing(bytes) {
             assert_eq!(backed, 0);
         }
-        assert_eq!(zeros.iter().map(|&b| b as usize).sum::<usize>(), written);
+        assert_eq!(bytes.iter().map(|&b| b as usize).sum::<usize>(), written);
+        // SAFETY: the mapping made above, no longer borrowed.
+        assert_eq!(unsafe { libc::munmap(addr, len) }, 0);
     }
 
     #[test]
