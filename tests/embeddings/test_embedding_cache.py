@@ -1,4 +1,4 @@
-"""EmbeddingCache (an LRU on cachetools under a lock) and CachedEmbedder."""
+"""EmbeddingCache (an LRU on an OrderedDict under a lock) and CachedEmbedder."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from memlane.embeddings import CachedEmbedder, EmbeddingCache
+from memlane.embeddings.cache import text_key
 from memlane.errors import InvalidArgumentError
 
 
@@ -128,3 +129,38 @@ def test_an_asymmetric_embedders_question_never_gets_a_stored_texts_vector() -> 
     assert emb.embed("aa")[0] == -2
     assert emb.embed("aa")[0] == -2 and len(emb.inner.calls) == 2  # the question cached
     assert emb.embed_batch(["aa"])[0][0] == 2 and len(emb.inner.calls) == 2
+
+
+def test_a_short_text_is_its_own_key_and_a_long_one_a_digest() -> None:
+    short, long = "a question", "word " * 200
+    assert text_key(short) == short
+    key = text_key(long)
+    assert isinstance(key, bytes) and len(key) == 32
+    assert text_key(long + "x") != key  # the whole text counts, past the first 512
+    cache = EmbeddingCache(maxsize=4)
+    cache.put("m", short, vec(1))
+    cache.put("m", long, vec(2))
+    got_short, got_long = cache.get("m", short), cache.get("m", long)
+    assert got_short is not None and got_short[0] == 1
+    assert got_long is not None and got_long[0] == 2
+    assert cache.get("m", long + "x") is None
+
+
+def test_a_lone_surrogate_is_the_embedders_to_refuse_at_any_length() -> None:
+    seen: list[str] = []
+
+    class Refusing:
+        name, dimension = "refusing", 4
+
+        def embed(self, text: str) -> np.ndarray:
+            seen.append(text)
+            raise InvalidArgumentError("text is not valid Unicode")
+
+        def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+            raise AssertionError("not called")
+
+    cached = CachedEmbedder(Refusing())
+    for text in ("a \ud800 b", "a \ud800 b " * 100):
+        with pytest.raises(InvalidArgumentError):
+            cached.embed(text)
+    assert len(seen) == 2 and len(cached.cache) == 0

@@ -1,4 +1,4 @@
-"""An embedding cache keyed by (embedder name, sha256 of the text).
+"""An embedding cache keyed by (embedder name, the text or a digest of a long one).
 
 ``EmbeddingCache`` is a bounded LRU that several embedders may share;
 ``CachedEmbedder`` wraps any ``Embedder`` so that
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
-from cachetools import LRUCache
 
 from memlane.embeddings._base import Embedder, FloatArray, check_text, check_texts
 from memlane.errors import InvalidArgumentError
@@ -22,9 +22,22 @@ from memlane.errors import InvalidArgumentError
 __all__ = ["CachedEmbedder", "EmbeddingCache", "text_key"]
 
 
-def text_key(text: str) -> bytes:
-    """sha256 of the exact text (the cache key besides the embedder's name)."""
-    return hashlib.sha256(text.encode("utf-8")).digest()
+#: Texts up to this many characters are their own key; a longer one is keyed by its
+#: digest, so that the cache's bound on entries bounds the texts it keeps alive as well.
+KEY_CHARS = 512
+
+
+def text_key(text: str) -> str | bytes:
+    """The cache key of the exact text besides the embedder's name: the text itself up
+    to ``KEY_CHARS`` characters, else its 32-byte BLAKE2b digest (a str never equals
+    bytes). A search's question is looked up before the model runs and kept after it,
+    when every cache is cold: a str keeps its hash, so it is hashed once, and a digest
+    costs three to six times that hash there (benches/README.md, "The Python around a
+    search")."""
+    if len(text) <= KEY_CHARS:
+        return text
+    # surrogatepass: a lone surrogate is the embedder's to refuse, as in a short text.
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).digest()
 
 
 def query_key(embedder: Embedder) -> str:
@@ -36,19 +49,22 @@ def query_key(embedder: Embedder) -> str:
     return embedder.name
 
 
+#: A cache entry's key: the embedder's name and ``text_key`` of the text.
+Key = tuple[str, str | bytes]
+
+
 class EmbeddingCache:
     """A thread-safe LRU of vectors keyed by ``(embedder name, text_key(text))``.
 
-    The LRU is cachetools' ``LRUCache``, which is not thread-safe by
-    itself: every access holds this cache's lock (a read moves the entry to the front).
+    The LRU is an ``OrderedDict`` (its reordering and eviction are C) under this
+    cache's lock.
     """
 
     def __init__(self, maxsize: int = 4096) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
             raise InvalidArgumentError(f"maxsize must be an int >= 0, got {maxsize!r}")
         self.maxsize = maxsize
-        # maxsize 0 stores nothing (put returns first); LRUCache needs maxsize >= 1 to hold one.
-        self._data: LRUCache[tuple[str, bytes], FloatArray] = LRUCache(max(maxsize, 1))
+        self._data: OrderedDict[Key, FloatArray] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -57,23 +73,32 @@ class EmbeddingCache:
         return len(self._data)
 
     def get(self, name: str, text: str) -> FloatArray | None:
-        key = (name, text_key(text))
+        return self.get_key((name, text_key(text)))
+
+    def put(self, name: str, text: str, vector: FloatArray) -> None:
+        self.put_key((name, text_key(text)), vector)
+
+    def get_key(self, key: Key) -> FloatArray | None:
+        """``get`` by a key already computed (a miss is then ``put_key`` by it)."""
         with self._lock:
-            v = self._data.get(key)  # a hit becomes the most recently used
+            v = self._data.get(key)
             if v is None:
                 self.misses += 1
                 return None
+            self._data.move_to_end(key)  # a hit becomes the most recently used
             self.hits += 1
             return v
 
-    def put(self, name: str, text: str, vector: FloatArray) -> None:
+    def put_key(self, key: Key, vector: FloatArray) -> None:
         if self.maxsize == 0:
             return
         v = np.array(vector, dtype=np.float32, copy=True)
         v.setflags(write=False)
-        key = (name, text_key(text))
         with self._lock:
-            self._data[key] = v  # the least recently used goes when full
+            self._data[key] = v
+            self._data.move_to_end(key)
+            if len(self._data) > self.maxsize:
+                self._data.popitem(last=False)  # the least recently used
 
     def clear(self) -> None:
         with self._lock:
@@ -102,12 +127,12 @@ class CachedEmbedder:
 
     def embed_checked(self, text: str) -> FloatArray:
         """``embed`` of a text its caller has checked (a search checks its query once)."""
-        key = query_key(self.inner)
-        hit = self.cache.get(key, text)
+        key = (query_key(self.inner), text_key(text))
+        hit = self.cache.get_key(key)
         if hit is not None:
             return hit.copy()
         v = np.asarray(self.inner.embed(text), dtype=np.float32)
-        self.cache.put(key, text, v)
+        self.cache.put_key(key, v)
         return v
 
     def embed_batch(self, texts: Sequence[str]) -> FloatArray:

@@ -30,6 +30,7 @@ from typing import Any
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row
 
+_new = tuple.__new__
 _EMBEDDING = COLUMNS.index("embedding")
 _SEQ = COLUMNS.index("seq")
 _METADATA = COLUMNS.index("metadata")
@@ -100,14 +101,17 @@ class RowCache:
         """The cached rows among ``rowids``, and the rowids to read from the database."""
         found: dict[int, Row] = {}
         missing: list[int] = []
+        rows = self._rows
         with self._lock:
             for r in rowids:
-                row = self._rows.get(r)
+                row = rows.get(r)
                 if row is None:
                     missing.append(r)
                 else:
-                    self._rows.move_to_end(r)
-                    found[r] = Row._make(row)
+                    rows.move_to_end(r)
+                    # A Row of the kept tuple, which has its fields (``_kept``), without
+                    # ``Row._make``'s Python-level check of the length.
+                    found[r] = _new(Row, row)
         return found, missing
 
     def put(self, rows: Iterable[Row]) -> None:
