@@ -164,3 +164,19 @@ def test_a_lone_surrogate_is_the_embedders_to_refuse_at_any_length() -> None:
         with pytest.raises(InvalidArgumentError):
             cached.embed(text)
     assert len(seen) == 2 and len(cached.cache) == 0
+
+
+def test_a_str_subclass_cannot_take_another_texts_entry() -> None:
+    class Liar(str):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        def __hash__(self) -> int:
+            return hash("the real question")
+
+    cache = EmbeddingCache()
+    cache.put("m", Liar("poison"), vec(9))
+    assert cache.get("m", "the real question") is None
+    cache.put("m", "the real question", vec(1))
+    got = cache.get("m", "the real question")
+    assert got is not None and got[0] == 1

@@ -34,6 +34,9 @@ def text_key(text: str) -> str | bytes:
     when every cache is cold: a str keeps its hash, so it is hashed once, and a digest
     costs three to six times that hash there (benches/README.md, "The Python around a
     search")."""
+    if type(text) is not str:
+        # A subclass could compare equal to another text and take its entry.
+        text = str.__str__(text)
     if len(text) <= KEY_CHARS:
         return text
     # surrogatepass: a lone surrogate is the embedder's to refuse, as in a short text.
