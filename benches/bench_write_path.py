@@ -50,9 +50,9 @@ DIM = 384
 WORDS = ["garden", "river", "market", "letter", "window", "engine", "silver", "orange", "paper"]
 
 
-def _old_rows_by_hash(self: SQLiteStore, hashes: Sequence[str], embedding: bool) -> list[Any]:
-    """``SQLiteStore.rows_by_hash`` before the fix, verbatim."""
-    cols = sql_store._ALL if embedding else sql_store._NO_EMBEDDING
+def _old_rows_by_hash(self: SQLiteStore, hashes: Sequence[str]) -> list[Any]:
+    """``SQLiteStore.rows_by_hash`` before the fix (as it read rows without vectors)."""
+    cols = sql_store._NO_EMBEDDING
     out: list[Any] = []
     with self.reader() as c:
         for chunk in sqlite_store._chunks(sorted(set(hashes))):
@@ -113,7 +113,7 @@ def _plan(mem: Memory, fn: Callable[..., Any]) -> str:
     with db.reader() as conn:
         conn.set_trace_callback(statements.append)
         try:
-            fn(db, [content_hash("no such text")], False)
+            fn(db, [content_hash("no such text")])
         finally:
             conn.set_trace_callback(None)
         rows = conn.execute("EXPLAIN QUERY PLAN " + statements[-1]).fetchall()

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane import _core, times
-from memlane.errors import DimensionMismatchError, InvalidArgumentError
+from memlane.errors import DimensionMismatchError, InvalidArgumentError, shown
 from memlane.records import SCOPE_FIELDS
 
 FloatArray = npt.NDArray[np.float32]
@@ -80,7 +80,7 @@ def number(value: object, label: str, low: float | None = None, high: float | No
 
 def count(value: object, label: str, low: int = 0, high: int = MAX_COUNT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidArgumentError(f"{label} must be an int >= {low}, got {value!r}")
+        raise InvalidArgumentError(f"{label} must be an int >= {low}, got {shown(value)}")
     if value > high:
         raise InvalidArgumentError(f"{label} must be at most {high}, got {value}")
     return value
@@ -89,7 +89,7 @@ def count(value: object, label: str, low: int = 0, high: int = MAX_COUNT) -> int
 def seconds(value: object, label: str) -> float:
     """A number of seconds >= 0; infinity stands for "never"."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidArgumentError(f"{label} must be a number of seconds >= 0, got {value!r}")
+        raise InvalidArgumentError(f"{label} must be a number of seconds >= 0, got {shown(value)}")
     return value
 
 

@@ -6,6 +6,8 @@ caller would reach for, so ``except ValueError`` keeps working.
 
 from __future__ import annotations
 
+import reprlib
+
 __all__ = [
     "ClosedError",
     "ConflictError",
@@ -91,3 +93,15 @@ class StoreLockedError(MemlaneError, BlockingIOError):
 
 class EmbedderMismatchError(MemlaneError, ValueError):
     """A store was opened with an embedder other than the one its vectors come from."""
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel = 3
+_SHOWN.maxstring = _SHOWN.maxother = 120
+
+
+def shown(value: object) -> str:
+    """``value``'s repr as an error message names it, cut short: a refused argument can
+    be a dict nested thousands deep (whose own repr raises ``RecursionError``) or a
+    string of megabytes."""
+    return _SHOWN.repr(value)

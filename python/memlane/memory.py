@@ -30,7 +30,7 @@ from memlane._memory.writer import Writer
 from memlane.embeddings import Embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.knowledge import api as knowledge
 from memlane.knowledge.api import Threshold
 from memlane.knowledge.chunking import Chunker
@@ -153,7 +153,7 @@ class Memory(MemoryStore):
         dedup_threshold = coerce.number(dedup_threshold, "dedup_threshold", -1.0, 1.0)
         if near_duplicate not in ("mark", "skip"):
             raise InvalidArgumentError(
-                f"near_duplicate must be one of {{'mark', 'skip'}}, got {near_duplicate!r}"
+                f"near_duplicate must be one of {{'mark', 'skip'}}, got {shown(near_duplicate)}"
             )
         track = coerce.flag(track_access, "track_access")
         keep_vectors = (
@@ -180,7 +180,7 @@ class Memory(MemoryStore):
             )
         if hnsw_precision not in PRECISIONS:
             raise InvalidArgumentError(
-                f"hnsw_precision must be one of {PRECISIONS}, got {hnsw_precision!r}"
+                f"hnsw_precision must be one of {PRECISIONS}, got {shown(hnsw_precision)}"
             )
         cached = None if embedder is None else CachedEmbedder(embedder, EmbeddingCache(cache_size))
         dim = None if embedder is None else int(embedder.dimension)

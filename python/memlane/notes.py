@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, edits
-from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError, shown
 from memlane.notes_files import (
     NOTE_FILES,
     NOTE_LIMITS,
@@ -84,7 +84,9 @@ __all__ = [
 
 def _check_limits(limits: object) -> dict[str, int]:
     if not isinstance(limits, Mapping):
-        raise InvalidArgumentError(f"limits must be a {{kind: characters}} dict, got {limits!r}")
+        raise InvalidArgumentError(
+            f"limits must be a {{kind: characters}} dict, got {shown(limits)}"
+        )
     unknown = set(limits) - set(NOTE_LIMITS)
     if unknown:
         raise InvalidArgumentError(
@@ -92,7 +94,7 @@ def _check_limits(limits: object) -> dict[str, int]:
         )
     for kind, limit in limits.items():
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidArgumentError(f"limits[{kind!r}] must be an int >= 0, got {limit!r}")
+            raise InvalidArgumentError(f"limits[{kind!r}] must be an int >= 0, got {shown(limit)}")
     return dict(limits)
 
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.errors import InvalidArgumentError, MemlaneError, shown
 
 if TYPE_CHECKING:
     import httpx
@@ -74,10 +74,10 @@ class OpenAIHTTPClient:
         if not isinstance(model, str) or not model:
             raise InvalidArgumentError("model must be a non-empty str")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise InvalidArgumentError(f"max_retries must be an int >= 0, got {max_retries!r}")
+            raise InvalidArgumentError(f"max_retries must be an int >= 0, got {shown(max_retries)}")
         for label, x in (("backoff", backoff), ("timeout", timeout)):
             if not (isinstance(x, int | float) and math.isfinite(x) and x >= 0):
-                raise InvalidArgumentError(f"{label} must be a number >= 0, got {x!r}")
+                raise InvalidArgumentError(f"{label} must be a number >= 0, got {shown(x)}")
         try:
             import httpx
         except ImportError as e:  # pragma: no cover - httpx is a dependency

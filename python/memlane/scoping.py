@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from memlane import coerce
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.records import SCOPE_FIELDS, ScopeFields
 
 __all__ = [
@@ -112,7 +112,7 @@ def exact_scope(mem: Scoped, scope: Mapping[str, Any]) -> tuple[dict[str, Any], 
     The scope's values are str; it is typed Any because it is passed as ``**kwargs``
     to calls whose other keywords have other types."""
     if not isinstance(scope, Mapping):
-        raise InvalidArgumentError(f"scope must be a dict of scope fields, got {scope!r}")
+        raise InvalidArgumentError(f"scope must be a dict of scope fields, got {shown(scope)}")
     unknown = set(scope) - set(SCOPE_FIELDS)
     if unknown:
         raise InvalidArgumentError(
@@ -132,7 +132,7 @@ def platform_id(value: object, label: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value.strip():
-        raise InvalidArgumentError(f"{label} must be a non-empty str (or int), got {value!r}")
+        raise InvalidArgumentError(f"{label} must be a non-empty str (or int), got {shown(value)}")
     return value.strip()
 
 
@@ -187,14 +187,14 @@ class SessionScope:
     ) -> None:
         if mode not in _MODES:
             raise InvalidArgumentError(
-                f"mode must be one of {{'main', 'per-peer', 'per-channel-peer'}}, got {mode!r}"
+                f"mode must be one of {{'main', 'per-peer', 'per-channel-peer'}}, got {shown(mode)}"
             )
         links: dict[str, str] = {}
         for key, name in (identity_links or {}).items():
             k = platform_id(key, "identity_links key")
             if ":" not in k:
                 raise InvalidArgumentError(
-                    f"identity_links keys are '<source>:<contact id>', got {key!r}"
+                    f"identity_links keys are '<source>:<contact id>', got {shown(key)}"
                 )
             source, _, contact = k.partition(":")
             links[f"{source.lower()}:{contact}"] = platform_id(name, f"identity_links[{key!r}]")
@@ -223,7 +223,7 @@ class SessionScope:
         src = platform_id(source, "source").lower()
         if name is not None:
             if not isinstance(name, str) or not name.strip():
-                raise InvalidArgumentError(f"name must be a non-empty str, got {name!r}")
+                raise InvalidArgumentError(f"name must be a non-empty str, got {shown(name)}")
             name = " ".join(name.split())
         contact = f"{src}:{platform_id(contact_id, 'contact_id')}"
         identity = self.identity_links.get(contact, contact)

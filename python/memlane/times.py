@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, tzinfo
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 
 __all__ = ["END_TIME", "MIN_TIME", "check", "moment", "stamp"]
 
@@ -30,7 +30,7 @@ def check(seconds: float, label: str) -> float:
     if not MIN_TIME <= seconds < END_TIME:  # NaN fails too
         raise InvalidArgumentError(
             f"{label} must be a time from the year 1 to 9999 (unix seconds from "
-            f"{MIN_TIME:.0f} to below {END_TIME:.0f}), got {seconds!r}"
+            f"{MIN_TIME:.0f} to below {END_TIME:.0f}), got {shown(seconds)}"
         )
     return seconds
 

@@ -338,6 +338,10 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         ["list", "--where", "novalue"],
         ["list", "--filter", "{not json"],
         ["list", "--filter", "[1, 2]"],
+        # JSON deeper than Python's parser recurses: a usage error, not a traceback.
+        ["list", "--where", "k=" + "[" * 3000 + "]" * 3000],
+        ["list", "--filter", '{"k": ' + "[" * 3000 + "]" * 3000 + "}"],
+        ["add", "x", "--meta", "k=" + "[" * 3000 + "]" * 3000],
         ["search", "x", "--embedder", "openai:"],
         ["search", "x", "--embedder", "openai:m@ftp://host"],
         ["search", "x", "--embedder", "no/such/model.onnx"],

@@ -240,6 +240,10 @@ def test_reflect_plain_text_and_failure(capsys: pytest.CaptureFixture[str], tmp_
     empty.write_text("\n")
     code, _, err = run(capsys, "reflect", str(empty), "--store", str(path), *TEXT, "--model", "m")
     assert code == 1 and "the conversation is empty" in err
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = run(capsys, "reflect", str(deep), "--store", str(path), *TEXT, "--model", "m")
+    assert code == 1 and err == f"memlane: error: {deep}: its JSON is nested too deeply\n"
 
 
 def test_prune_dry_run_is_a_bool(store: Path) -> None:

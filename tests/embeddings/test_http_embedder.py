@@ -160,7 +160,7 @@ def test_memory_on_the_http_embedder_with_a_cache(server: FakeOpenAI, tmp_path: 
         mem.add_many([{"text": "red apples"}, {"text": "green pears"}, {"text": "red apples"}])
         assert len(server.requests) == 1
         assert sum(len(r["input"]) for r in server.requests) == 2  # a repeated text once
-        mem.add("green pears")  # already stored: its vector is reused
+        mem.add("green pears")  # embedded before: its vector is cached
         assert len(server.requests) == 1
         assert mem.search("red apples", mode="vector", k=1)[0].record.text == "red apples"
         mem.search("red apples", mode="vector", k=1)

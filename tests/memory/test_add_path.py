@@ -70,9 +70,10 @@ def test_add_many_asks_the_cache_once_per_text_and_the_model_once_per_distinct_t
     texts = ["one", "two", "one", "stored before"]
     records = mem.add_many([{"text": t} for t in texts])
     assert (cache.hits - hits, cache.misses - misses) == (0, 4)
-    # The stored record's vector is reused; the model sees each other text once.
-    assert embedder.batches[-1] == ["one", "two"]
-    assert checks == [1, 2]
+    # A stored record's vector is no source (it may be one a caller gave): the model
+    # sees each distinct text once, the stored one too.
+    assert embedder.batches[-1] == ["one", "two", "stored before"]
+    assert checks == [1, 3]
     got = [mem.get(r.id, include_embedding=True).embedding for r in records]
     np.testing.assert_array_equal(got[0], got[2])
     assert (cache.hits, cache.misses) == (hits, misses + 4)
@@ -143,3 +144,34 @@ def test_add_refuses_what_add_many_refuses(
         mem.add_many([{"text": "a text", **fields}])
     assert str(many.value) == f"record 0: {single.value}"
     assert len(mem) == 0
+
+
+def test_a_vector_one_scope_gave_is_not_the_models_for_another_scope(
+    make_store: StoreFactory,
+) -> None:
+    # A stored record with the same text is no source of the model's vector: a vector
+    # agent A gave would otherwise become agent B's memory's and, through the cache,
+    # the query vector of every search of that text.
+    embedder = Checked()
+    text = "the quarterly report is due on friday"
+    model = embedder.embed(text)
+    given = np.zeros_like(model)
+    given[-1] = 1.0
+    assert float(given @ model) < 0.5
+    mem = make_store("s", embedder)
+    mem.add(text, agent_id="A", embedding=given)
+    mem.update(mem.add("another text", agent_id="A").id, text=text, embedding=given)
+    mem.close()
+    mem = make_store("s", embedder)  # a new process's cache: empty
+    b = mem.add(text, agent_id="B")
+    stored = mem.get(b.id, include_embedding=True).embedding
+    np.testing.assert_allclose(stored, model, atol=2e-3)
+    hit = mem.search(text, agent_id="B", mode="vector", k=1, explain=True)[0]
+    assert hit.record.id == b.id and hit.explain["cosine"] > 0.99
+    # The given vector never reaches the cache: a search of the text in a third scope
+    # is the model's.
+    c = mem.add("friday is when the quarterly report is due", agent_id="C")
+    got = mem.search(text, agent_id="C", mode="vector", k=1, explain=True)[0]
+    want = float(embedder.embed(c.text) @ model)
+    assert got.record.id == c.id and got.explain["cosine"] == pytest.approx(want, abs=2e-3)
+    assert embedder.batches.count([text]) >= 1

@@ -198,8 +198,38 @@ CASES: list[tuple[str, str, bool, bool, Call]] = [
         lambda m, v: m.search_knowledge("x", agent_id=v),
     ),
     ("search_knowledge k", "int", False, False, lambda m, v: m.search_knowledge("x", k=v)),
+    (
+        "search_knowledge filters",
+        "meta",
+        False,
+        False,
+        lambda m, v: m.search_knowledge("x", filters=v),
+    ),
+    ("search_documents mode", "text", False, False, lambda m, v: m.search_documents("x", mode=v)),
+    (
+        "search_documents filters",
+        "meta",
+        False,
+        False,
+        lambda m, v: m.search_documents("x", filters=v),
+    ),
+    ("get_fragments", "text", False, False, lambda m, v: m.get_fragments(v)),
+    ("search mode", "text", False, False, lambda m, v: m.search("x", mode=v)),
+    ("search fusion", "text", False, False, lambda m, v: m.search("x", fusion=v)),
+    ("list order", "text", False, False, lambda m, v: m.list(order=v)),
+    ("add_many items", "meta", True, False, lambda m, v: m.add_many(v)),
+    ("replace items", "meta", True, False, lambda m, v: m.replace(v, "other")),
 ]
-VALUES = {"text": hostile_text, "int": hostile_int, "meta": hostile_metadata}
+#: A value of another type than the argument takes: a number, a container, bytes, or
+#: a dict or list nested deeper than Python's repr recurses (an error message that
+#: shows it must not raise ``RecursionError``).
+WRONG_TYPES: list[Any] = [5, 2.5, None, True, b"bytes", ["x"], ("x",), {"k": "v"}, object()]
+WRONG_TYPES += [_nested(3_000, kind) for kind in ("dict", "list")]
+wrong_type = st.sampled_from(WRONG_TYPES)
+VALUES = {
+    kind: st.one_of(values, wrong_type)
+    for kind, values in {"text": hostile_text, "int": hostile_int, "meta": hostile_metadata}.items()
+}
 
 case_and_value = st.sampled_from(CASES).flatmap(
     lambda case: st.tuples(st.just(case), VALUES[case[1]])
@@ -372,3 +402,10 @@ def test_membership_of_an_id_no_database_can_store_is_false(seeded: Memory) -> N
     assert "seed" in seeded
     for bad in ("\ud800", "a\x00b", "", 7):
         assert bad not in seeded
+
+
+def test_every_entry_point_refuses_a_value_of_the_wrong_type(seeded: Memory) -> None:
+    # Each case with each wrong type once, beside the sample the test above draws.
+    for case in CASES:
+        for value in WRONG_TYPES:
+            _check(seeded, case, value)

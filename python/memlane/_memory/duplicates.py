@@ -189,7 +189,7 @@ def decide(
         return out
     exact: dict[tuple[Any, ...], Target] = {}
     if wanted:
-        for row in db.rows_by_hash(wanted, embedding=False):
+        for row in db.rows_by_hash(wanted):
             if row.valid_to is not None or not visible(row, now):  # no longer true, or gone
                 continue
             key = (row.content_hash, row.tbl, *row[5:11])

@@ -21,7 +21,7 @@ from memlane import coerce
 from memlane import content_hash as hashing
 from memlane._core import Engine, PreparedBatch, blobs, unblobs
 from memlane.coerce import FloatArray
-from memlane.errors import CorruptFileError, InvalidArgumentError
+from memlane.errors import CorruptFileError, InvalidArgumentError, shown
 from memlane.records import SCOPE_FIELDS, STORED, MemoryRecord
 from memlane.schema import COLUMNS, FLAGS, PUBLIC_NAMES, RECORD_COLUMNS, Row
 
@@ -275,7 +275,7 @@ def _expiry(expires_at: Any, ttl: Any, now: float, importing: bool) -> float | N
             raise InvalidArgumentError("give expires_at or ttl, not both")
         seconds = coerce.number(ttl, "ttl")
         if seconds <= 0:
-            raise InvalidArgumentError(f"ttl must be a number of seconds > 0, got {ttl!r}")
+            raise InvalidArgumentError(f"ttl must be a number of seconds > 0, got {shown(ttl)}")
         return coerce.timestamp(now + seconds, "ttl")
     if expires_at is None:
         return None

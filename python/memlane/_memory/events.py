@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
 from memlane._memory.encoding import record
-from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.errors import InvalidArgumentError, MemlaneError, shown
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import Row
 
@@ -161,9 +161,9 @@ class Events:
                 f"not {', '.join(unknown)}"
             )
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
-            raise InvalidArgumentError(f"max_queue must be an int >= 1, got {max_queue!r}")
+            raise InvalidArgumentError(f"max_queue must be an int >= 1, got {shown(max_queue)}")
         if callback is not None and not callable(callback):
-            raise InvalidArgumentError(f"callback must be callable, got {callback!r}")
+            raise InvalidArgumentError(f"callback must be callable, got {shown(callback)}")
         checked = {f: coerce.text(v, f) for f, v in scope.items() if v is not None}
         sub = Subscription(self, checked, max_queue)
         with self._lock:

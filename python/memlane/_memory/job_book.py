@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from memlane import coerce
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.storage import Store
 
 __all__ = ["OUTCOMES_KEPT", "JobBook", "JobOutcome"]
@@ -76,7 +76,7 @@ class JobBook:
         returns, and drops the oldest beyond ``OUTCOMES_KEPT``."""
         self._check_open()
         if not isinstance(outcome, JobOutcome):
-            raise InvalidArgumentError(f"outcome must be a JobOutcome, got {outcome!r}")
+            raise InvalidArgumentError(f"outcome must be a JobOutcome, got {shown(outcome)}")
         key = f"{_OUTCOME}{outcome.done_at:020.6f}:{uuid.uuid4().hex[:12]}"
         with self._db.transaction() as conn:
             self._db.set_tenant_meta(conn, key, outcome.dumps())
@@ -109,7 +109,7 @@ class JobOutcome:
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
             raise InvalidArgumentError(
-                f"an outcome's kind must be a non-empty str, got {self.kind!r}"
+                f"an outcome's kind must be a non-empty str, got {shown(self.kind)}"
             )
         for label in ("asked_at", "done_at"):
             value = getattr(self, label)
@@ -154,7 +154,7 @@ class JobOutcome:
 
 def _check(value: object, label: str) -> None:
     if not isinstance(value, str) or not value:
-        raise InvalidArgumentError(f"a job's {label} must be a non-empty str, got {value!r}")
+        raise InvalidArgumentError(f"a job's {label} must be a non-empty str, got {shown(value)}")
     coerce.clean(value, f"a job's {label}")
 
 

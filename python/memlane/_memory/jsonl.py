@@ -28,6 +28,7 @@ from memlane.errors import (
     MemlaneError,
     NotFoundError,
     StorageError,
+    shown,
 )
 from memlane.storage import Store
 from memlane.storage.base import HistoryEntry
@@ -134,7 +135,7 @@ def _sync_folder(folder: Path) -> None:
 def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> int:
     if on_conflict not in ("error", "skip"):
         raise InvalidArgumentError(
-            f"on_conflict must be one of {{'error', 'skip'}}, got {on_conflict!r}"
+            f"on_conflict must be one of {{'error', 'skip'}}, got {shown(on_conflict)}"
         )
     # Every line is checked before the first is stored: a bad line anywhere stores nothing.
     _check(writer, path, on_conflict)

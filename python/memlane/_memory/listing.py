@@ -19,7 +19,7 @@ from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
 from memlane._memory.querying import moment
 from memlane._memory.sync import IndexSync
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.records import MemoryRecord
 from memlane.scoping import Scope, ScopeFields
 
@@ -107,7 +107,9 @@ class Listing:
         coerce.count(limit, "limit")
         coerce.count(offset, "offset")
         if not isinstance(sort, str) or sort not in SORTS:
-            raise InvalidArgumentError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
+            raise InvalidArgumentError(f"sort must be one of {', '.join(SORTS)}, got {shown(sort)}")
+        if not isinstance(order, str) or order not in ("asc", "desc"):
+            raise InvalidArgumentError(f"order must be 'asc' or 'desc', got {shown(order)}")
         fields = self._scope(scope)
         admits = self._admits(table, type, fields, start, end, filters, unique)
         engine = self._sync.engine

@@ -16,7 +16,7 @@ from memlane._memory.encoding import record
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
 from memlane.embeddings.cache import CachedEmbedder
-from memlane.errors import CorruptFileError, InvalidArgumentError, StorageError
+from memlane.errors import CorruptFileError, InvalidArgumentError, StorageError, shown
 from memlane.records import SearchHit
 from memlane.schema import Row
 
@@ -114,7 +114,7 @@ class Searcher:
                 f"rerank must be a callable (query, hits) -> hits, got {type(rerank).__name__}"
             )
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidArgumentError(f"k must be an int >= 1, got {k!r}")
+            raise InvalidArgumentError(f"k must be an int >= 1, got {shown(k)}")
         return max(k, RERANK_DEPTH)
 
     def search(

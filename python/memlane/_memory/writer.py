@@ -135,8 +135,10 @@ class Writer:
             return records[0]
 
     def _validate(self, items: Iterable[Mapping[str, Any]], importing: bool) -> list[NewRecord]:
-        if isinstance(items, Mapping | str):
-            raise InvalidArgumentError("add_many takes a list of dicts")
+        if isinstance(items, Mapping | str | bytes) or not isinstance(items, Iterable):
+            raise InvalidArgumentError(
+                f"add_many takes a list of dicts, got {type(items).__name__}"
+            )
         now, dim = time.time(), self.sync.dim
         news = []
         for i, item in enumerate(items):
@@ -270,7 +272,7 @@ class Writer:
 
     def _embed_texts(self, texts: list[str]) -> FloatArray:
         assert self.embedder is not None
-        return embed_texts(self.embedder, self.db, self.sync.dim, texts)
+        return embed_texts(self.embedder, self.sync.dim, texts)
 
     def _insert(
         self,

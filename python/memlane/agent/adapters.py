@@ -13,7 +13,7 @@ from memlane import coerce
 from memlane.agent.memory_tools import MemoryTools
 from memlane.agent.messages import block_text, check_messages, reply_message
 from memlane.agent.reports import TurnReport, TurnResult
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.scoping import EventScope
 
 __all__ = ["AnthropicLoop", "OpenAILoop", "ToolHandler"]
@@ -85,7 +85,7 @@ class _Loop:
         max_steps: int = 8,
     ) -> None:
         if not isinstance(memory, Turns):
-            raise InvalidArgumentError(f"memory must be an AgentMemory, got {memory!r}")
+            raise InvalidArgumentError(f"memory must be an AgentMemory, got {shown(memory)}")
         if not callable(model):
             raise InvalidArgumentError("the model call must be callable")
         if tool_handler is not None and not callable(tool_handler):

@@ -15,7 +15,7 @@ from memlane.agent.consolidation import short_term_item
 from memlane.agent.history import MESSAGES, add_message, message_item
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class Limits:
         coerce.count(self.max_memories, "Limits.max_memories", 1)
         if self.overflow not in ("split", "summarize"):
             raise InvalidArgumentError(
-                f"Limits.overflow must be 'split' or 'summarize', got {self.overflow!r}"
+                f"Limits.overflow must be 'split' or 'summarize', got {shown(self.overflow)}"
             )
 
 

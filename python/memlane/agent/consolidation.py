@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane import times
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
-from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.scoping import scope_kwargs
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def _select(
 ) -> tuple[int, list[MemoryRecord]]:
     for label, v in (("threshold", threshold), ("batch", batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InvalidArgumentError(f"{label} must be an int >= 1, got {v!r}")
+            raise InvalidArgumentError(f"{label} must be an int >= 1, got {shown(v)}")
     pending = mem.count(SHORT_TERM, **kw)
     if pending == 0 or (pending < threshold and not force):
         return pending, []

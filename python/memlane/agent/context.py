@@ -32,7 +32,7 @@ from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.history import MESSAGES, message_line
 from memlane.agent.profiles import contact_profile
 from memlane.embeddings.lazy import is_default_model
-from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.errors import InvalidArgumentError, MemlaneError, shown
 from memlane.knowledge.api import Threshold
 from memlane.notes import NOTE_LIMITS, notes_context
 from memlane.scoping import EventScope, scope_kwargs
@@ -168,7 +168,7 @@ class Context:
 def _shares(max_tokens: int, budget: Mapping[str, float]) -> dict[str, float]:
     """The checked arguments: every section's share (0 for one left out)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+        raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {shown(max_tokens)}")
     unknown = set(budget) - set(DEFAULT_BUDGET)
     if unknown:
         raise InvalidArgumentError(
@@ -177,7 +177,7 @@ def _shares(max_tokens: int, budget: Mapping[str, float]) -> dict[str, float]:
     shares = {k: budget.get(k, 0.0) for k in DEFAULT_BUDGET}
     for k, v in shares.items():
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
-            raise InvalidArgumentError(f"budget[{k!r}] must be a number in [0, 1], got {v!r}")
+            raise InvalidArgumentError(f"budget[{k!r}] must be a number in [0, 1], got {shown(v)}")
     if sum(shares.values()) > 1 + 1e-9:
         raise InvalidArgumentError(f"budget shares add up to more than 1: {shares}")
     return shares
@@ -220,7 +220,7 @@ def _relevant_memories(
     if isinstance(min_score, str):
         if min_score != "default":
             raise InvalidArgumentError(
-                f"min_score must be a number in [-1, 1], None or 'default', got {min_score!r}"
+                f"min_score must be a number in [-1, 1], None or 'default', got {shown(min_score)}"
             )
         min_score = MIN_SCORE if is_default_model(mem.embedder) else None
     elif min_score is not None and (
@@ -229,7 +229,7 @@ def _relevant_memories(
         or not -1.0 <= min_score <= 1.0
     ):
         raise InvalidArgumentError(
-            f"min_score must be a number in [-1, 1], None or 'default', got {min_score!r}"
+            f"min_score must be a number in [-1, 1], None or 'default', got {shown(min_score)}"
         )
     try:
         return mem.search(

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, edits
-from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.records import SCOPE_FIELDS
 from memlane.scoping import exact_scope
 
@@ -123,7 +123,7 @@ def block_limits(core_memory: object) -> dict[str, int | Shared]:
             CoreMemory.check(label, limit)
         return blocks
     raise InvalidArgumentError(
-        f"core_memory must be a bool or a non-empty {{label: limit}} dict, got {core_memory!r}"
+        f"core_memory must be a bool or a non-empty {{label: limit}} dict, got {shown(core_memory)}"
     )
 
 
@@ -169,7 +169,7 @@ def _fields(by: object) -> tuple[str, ...]:
     ):
         raise InvalidArgumentError(
             f"a shared block is kept by one or more distinct scope fields of {list(SCOPE_FIELDS)}, "
-            f"got {by!r}"
+            f"got {shown(by)}"
         )
     return tuple(fields)
 
@@ -198,7 +198,7 @@ def _label(label: object) -> str:
     if not isinstance(label, str) or _LABEL.fullmatch(label) is None:
         raise InvalidArgumentError(
             "a core memory label is a letter or _ then letters, digits or _ "
-            f"(at most 64), got {label!r}"
+            f"(at most 64), got {shown(label)}"
         )
     return label
 
@@ -237,7 +237,9 @@ class CoreMemory:
         self._shared: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.shared: dict[str, tuple[str, ...]] = {}
         if shared is not None and not isinstance(shared, Mapping):
-            raise InvalidArgumentError(f"shared must be a {{label: fields}} dict, got {shared!r}")
+            raise InvalidArgumentError(
+                f"shared must be a {{label: fields}} dict, got {shown(shared)}"
+            )
         for label, by in (shared or {}).items():
             self._share(_label(label), by.by if isinstance(by, Shared) else _fields(by))
 

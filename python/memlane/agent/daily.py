@@ -48,7 +48,7 @@ from memlane.agent.callers import Caller
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.scoping import EventScope
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class DailyLog:
         coerce.count(self.max_chars, "DailyLog.max_chars", 300)
         coerce.count(self.max_output_tokens, "DailyLog.max_output_tokens", 1)
         if not isinstance(self.tz, tzinfo):
-            raise InvalidArgumentError(f"DailyLog.tz must be a tzinfo, got {self.tz!r}")
+            raise InvalidArgumentError(f"DailyLog.tz must be a tzinfo, got {shown(self.tz)}")
 
 
 def recent_logs(mem: Memory, scope: Mapping[str, str], days: int) -> list[MemoryRecord]:
@@ -136,7 +136,9 @@ def append_daily(
     ``category`` names what it is (``"task"``, ``"decision"``, ...; None: none), the day
     is ``created_at``'s (default now) in ``tz``."""
     if category is not None and (not isinstance(category, str) or not category.strip()):
-        raise InvalidArgumentError(f"category must be a non-empty str or None, got {category!r}")
+        raise InvalidArgumentError(
+            f"category must be a non-empty str or None, got {shown(category)}"
+        )
     when = time.time() if created_at is None else coerce.timestamp(created_at, "created_at")
     meta = {"date": times.moment(when, tz).date().isoformat(), "category": category}
     fields: dict[str, Any] = dict(_history(scope))

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memlane import times
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def thread_context(
     person's messages on every linked platform count.
     """
     if max_line < 2:
-        raise InvalidArgumentError(f"max_line must be >= 2, got {max_line!r}")
+        raise InvalidArgumentError(f"max_line must be >= 2, got {shown(max_line)}")
     mine = {"identity": scope.identity}
     fields = scope_kwargs(scope.fields)
     picked: dict[str, MemoryRecord] = {}

@@ -78,7 +78,7 @@ from memlane.agent.upkeep.triggers import (
     FlushReminder,
     Reflection,
 )
-from memlane.errors import ClosedError, InvalidArgumentError
+from memlane.errors import ClosedError, InvalidArgumentError, shown
 from memlane.notes import NOTE_LIMITS, Notebook
 from memlane.scoping import EventScope, SessionScope, platform_id
 
@@ -191,14 +191,14 @@ class AgentMemory:
     ) -> None:
         if inject not in ("first_only", "every_iteration"):
             raise InvalidArgumentError(
-                f"inject must be 'first_only' or 'every_iteration', got {inject!r}"
+                f"inject must be 'first_only' or 'every_iteration', got {shown(inject)}"
             )
         if llm is not None and not isinstance(llm, LLM | AsyncLLM):
             raise InvalidArgumentError(
                 f"llm must have complete() or acomplete(), got {type(llm).__name__}"
             )
         if scopes is not None and not isinstance(scopes, SessionScope):
-            raise InvalidArgumentError(f"scopes must be a SessionScope, got {scopes!r}")
+            raise InvalidArgumentError(f"scopes must be a SessionScope, got {shown(scopes)}")
         coerce.count(max_tokens, "max_tokens", 1)
         coerce.count(max_pending, "max_pending", 1)
         if upkeep_timeout is not None and not coerce.seconds(upkeep_timeout, "upkeep_timeout"):
@@ -213,7 +213,7 @@ class AgentMemory:
             (limits, Limits),
         ):
             if value is not None and not isinstance(value, kind):
-                raise InvalidArgumentError(f"expected a {kind.__name__}, got {value!r}")
+                raise InvalidArgumentError(f"expected a {kind.__name__}, got {shown(value)}")
         check_context_options(context or {})
         if clock is not None and not callable(clock):
             raise InvalidArgumentError("clock must be a callable returning unix seconds")

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memlane.agent.core_memory import CORE_TOOL_SCHEMAS, CoreMemory, CoreMemoryLimitError
-from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.notes import NOTE_FILES, Notebook, NoteEdit, NoteLimitError
 
 if TYPE_CHECKING:
@@ -320,9 +320,9 @@ class MemoryTools:
         notes: Notebook | None = None,
     ) -> None:
         if core is not None and not isinstance(core, CoreMemory):
-            raise InvalidArgumentError(f"core must be a CoreMemory, got {core!r}")
+            raise InvalidArgumentError(f"core must be a CoreMemory, got {shown(core)}")
         if notes is not None and not isinstance(notes, Notebook):
-            raise InvalidArgumentError(f"notes must be a Notebook, got {notes!r}")
+            raise InvalidArgumentError(f"notes must be a Notebook, got {shown(notes)}")
         self.memory = memory
         # Any: passed as **kwargs to calls whose other keywords have other types.
         self.scope: dict[str, Any] = dict(scope or {})

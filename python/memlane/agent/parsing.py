@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.errors import InvalidArgumentError, MemlaneError, shown
 
 __all__ = ["MAX_DEPTH", "ParseError", "extract_json"]
 
@@ -167,7 +167,7 @@ def extract_json(text: object, kind: type = dict) -> Any:
     ``str``.
     """
     if kind is not dict and kind is not list:
-        raise InvalidArgumentError(f"kind must be dict or list, got {kind!r}")
+        raise InvalidArgumentError(f"kind must be dict or list, got {shown(kind)}")
     what = "object" if kind is dict else "array"
     if not isinstance(text, str):
         raise ParseError(

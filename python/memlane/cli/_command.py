@@ -36,6 +36,7 @@ from memlane.errors import (
     EmbedderUnavailableError,
     InvalidArgumentError,
     NotFoundError,
+    shown,
 )
 from memlane.records import SCOPE_FIELDS
 
@@ -153,7 +154,7 @@ def at_least(low: int) -> Callable[[str], int]:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer, got {shown(text)}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
         return value
@@ -167,7 +168,7 @@ def unit_interval(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
     return value
@@ -177,11 +178,15 @@ def key_value(text: str) -> tuple[str, Any]:
     """An argparse type: ``KEY=VALUE``; a value that parses as JSON is taken as JSON."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {shown(text)}")
     try:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+    except RecursionError:
+        raise argparse.ArgumentTypeError(
+            f"the value of {shown(key)} is nested too deeply"
+        ) from None
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -189,9 +194,11 @@ def json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {shown(text)}") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError("the JSON is nested too deeply") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {shown(text)}")
     return value
 
 
@@ -218,7 +225,7 @@ def embedder_choice(text: str) -> str:
         model, _, url = text.removeprefix("openai:").partition("@")
         if not model:
             raise argparse.ArgumentTypeError(
-                f"expected openai:MODEL or openai:MODEL@URL, got {text!r}"
+                f"expected openai:MODEL or openai:MODEL@URL, got {shown(text)}"
             )
         if url and not url.startswith(("http://", "https://")):
             raise argparse.ArgumentTypeError(f"the URL after @ must start with http(s)://: {url!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from memlane.cli._command import command, emit_json, open_memory
+from memlane.errors import shown
 from memlane.knowledge.watch import DEBOUNCE
 
 __all__: list[str] = []
@@ -39,7 +40,7 @@ def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
     if not 0.0 <= value <= 3600.0:
         raise argparse.ArgumentTypeError(f"must be in [0, 3600], got {text}")
     return value

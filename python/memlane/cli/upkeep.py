@@ -25,7 +25,7 @@ from memlane.cli._command import (
     scope_of,
     unit_interval,
 )
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 
 __all__: list[str] = []
 
@@ -134,7 +134,9 @@ def _llm(args: argparse.Namespace) -> Any:
     from memlane.agent.llm import OpenAIChat
 
     if not args.base_url.startswith(("http://", "https://")):
-        raise InvalidArgumentError(f"--base-url must start with http(s)://, got {args.base_url!r}")
+        raise InvalidArgumentError(
+            f"--base-url must start with http(s)://, got {shown(args.base_url)}"
+        )
     key = os.environ.get(args.api_key_env)
     if key is None and args.api_key_env != API_KEY_ENV:
         raise InvalidArgumentError(f"--api-key-env {args.api_key_env}: that variable is not set")
@@ -225,6 +227,8 @@ def _conversation(where: str) -> list[Any]:
             messages = json.loads(text)
         except json.JSONDecodeError as e:
             raise InvalidArgumentError(f"{where}: not a JSON list of messages ({e})") from None
+        except RecursionError:
+            raise InvalidArgumentError(f"{where}: its JSON is nested too deeply") from None
         if not all(isinstance(m, dict | str) for m in messages):
             raise InvalidArgumentError(f"{where}: each message must be an object or a string")
         return list(messages)

@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane._core import BM25Okapi as _Okapi
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 
 __all__ = ["BM25L", "BM25Okapi", "BM25Plus"]
 
@@ -55,7 +55,7 @@ def _number(name: str, value: object) -> float:
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{name} must be a number, got {value!r}") from None
+        raise InvalidArgumentError(f"{name} must be a number, got {shown(value)}") from None
     if not math.isfinite(number):
         raise InvalidArgumentError(f"{name} must be finite, got {number}")
     return number

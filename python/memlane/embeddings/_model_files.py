@@ -10,7 +10,7 @@ import os
 import threading
 from pathlib import Path
 
-from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
+from memlane.errors import EmbedderUnavailableError, InvalidArgumentError, shown
 
 __all__ = [
     "MODEL_FILE",
@@ -102,7 +102,7 @@ def _check_sha256(value: object) -> str | None:
         or len(value) != 64
         or any(c not in "0123456789abcdef" for c in value.lower())
     ):
-        raise InvalidArgumentError(f"sha256 must be 64 hexadecimal digits, got {value!r}")
+        raise InvalidArgumentError(f"sha256 must be 64 hexadecimal digits, got {shown(value)}")
     return value.lower()
 
 

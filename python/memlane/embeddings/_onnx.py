@@ -67,7 +67,7 @@ from memlane.embeddings._onnx_model import (
     _normalised,
 )
 from memlane.embeddings.tokenizer import load_tokenizer
-from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
+from memlane.errors import EmbedderUnavailableError, InvalidArgumentError, shown
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -201,9 +201,9 @@ class OnnxEmbedder:
         threads: int | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
-            raise InvalidArgumentError(f"name must be a non-empty str, got {name!r}")
+            raise InvalidArgumentError(f"name must be a non-empty str, got {shown(name)}")
         if pooling is not None and pooling not in _POOLINGS:
-            raise InvalidArgumentError(f"pooling must be one of {_POOLINGS}, got {pooling!r}")
+            raise InvalidArgumentError(f"pooling must be one of {_POOLINGS}, got {shown(pooling)}")
         if output is not None and not isinstance(output, str):
             raise InvalidArgumentError(f"output must be a str, got {type(output).__name__}")
         if dimension is not None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memlane.embeddings._base import Embedder, FloatArray, check_text, check_texts
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 
 __all__ = ["CachedEmbedder", "EmbeddingCache", "text_key"]
 
@@ -65,7 +65,7 @@ class EmbeddingCache:
 
     def __init__(self, maxsize: int = 4096) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
-            raise InvalidArgumentError(f"maxsize must be an int >= 0, got {maxsize!r}")
+            raise InvalidArgumentError(f"maxsize must be an int >= 0, got {shown(maxsize)}")
         self.maxsize = maxsize
         self._data: OrderedDict[Key, FloatArray] = OrderedDict()
         self._lock = threading.Lock()

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from memlane.embeddings._base import FloatArray, check_text, check_texts
-from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
+from memlane.errors import EmbedderUnavailableError, InvalidArgumentError, shown
 from memlane.openai_http import OpenAIHTTPClient
 
 __all__ = ["OpenAIEmbedder"]
@@ -87,7 +87,7 @@ class OpenAIEmbedder(OpenAIHTTPClient):
             if value is None and label.startswith("dimension"):
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{label} must be an int >= 1, got {value!r}")
+                raise InvalidArgumentError(f"{label} must be an int >= 1, got {shown(value)}")
         if dimension is not None and dimensions is not None and dimension != dimensions:
             raise InvalidArgumentError(f"dimension {dimension} != dimensions {dimensions}")
         self.batch_size = batch_size

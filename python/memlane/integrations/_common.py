@@ -12,7 +12,7 @@ from memlane import Memory
 from memlane.coerce import FloatArray
 from memlane.embeddings.identity import Identified
 from memlane.embeddings.lazy import LazyEmbedder, default_embedder
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.records import SCOPE_FIELDS
 
 __all__ = [
@@ -43,7 +43,9 @@ def check_scope(scope: Mapping[str, str] | None) -> dict[str, Any]:
         if key not in SCOPES:
             raise InvalidArgumentError(f"scope key {key!r} is not one of {SCOPES}")
         if not isinstance(value, str) or not value:
-            raise InvalidArgumentError(f"scope[{key!r}] must be a non-empty str, got {value!r}")
+            raise InvalidArgumentError(
+                f"scope[{key!r}] must be a non-empty str, got {shown(value)}"
+            )
     return out
 
 

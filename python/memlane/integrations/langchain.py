@@ -43,7 +43,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from pydantic import ConfigDict, Field
 
 from memlane import Embedder, Memory, MemoryRecord
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.integrations._common import (
     FunctionEmbedder,
     check_scope,
@@ -119,7 +119,7 @@ def metadata_filter(flt: Mapping[str, Any] | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     for key, value in flt.items():
         if not isinstance(key, str):
-            raise InvalidArgumentError(f"filter keys must be str, got {key!r}")
+            raise InvalidArgumentError(f"filter keys must be str, got {shown(key)}")
         if key in ("$and", "$or"):
             if not isinstance(value, list | tuple):
                 raise InvalidArgumentError(f"{key} takes a list of filters")
@@ -171,7 +171,7 @@ class MemlaneVectorStore(VectorStore):
     ) -> None:
         if search_mode not in ("hybrid", "vector", "text"):
             raise InvalidArgumentError(
-                f"search_mode must be 'hybrid', 'vector' or 'text', got {search_mode!r}"
+                f"search_mode must be 'hybrid', 'vector' or 'text', got {shown(search_mode)}"
             )
         self.scope: dict[str, Any] = check_scope(scope)
         self.table = table

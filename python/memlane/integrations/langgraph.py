@@ -68,7 +68,7 @@ from langgraph.store.base import (
 )
 
 from memlane import Memory, MemoryRecord, times
-from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.integrations._common import FunctionEmbedder, check_scope, own_memory
 
 __all__ = ["MemlaneStore"]
@@ -338,7 +338,9 @@ class MemlaneStore(BaseStore):
             if isinstance(op, PutOp):
                 ttl = op.ttl
                 if ttl is not None and not (_number(ttl) and math.isfinite(ttl) and ttl > 0):
-                    raise InvalidArgumentError(f"ttl must be a number of minutes > 0, got {ttl!r}")
+                    raise InvalidArgumentError(
+                        f"ttl must be a number of minutes > 0, got {shown(ttl)}"
+                    )
                 puts[(op.namespace, op.key)] = op
             elif not isinstance(op, GetOp | SearchOp | ListNamespacesOp):
                 raise InvalidArgumentError(f"unknown operation {type(op).__name__}")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane import coerce
 from memlane._core import DEFAULT_ALPHA
 from memlane.embeddings.lazy import is_default_model
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
@@ -96,7 +96,7 @@ def _visible_filter(agent_id: str | None) -> dict[str, Any]:
     if agent_id is None:
         return {"shared": True}
     if not isinstance(agent_id, str) or not agent_id.strip():
-        raise InvalidArgumentError(f"agent_id must be a non-empty str, got {agent_id!r}")
+        raise InvalidArgumentError(f"agent_id must be a non-empty str, got {shown(agent_id)}")
     return {"$or": [{"shared": True}, {"shared": False, "agent_id": agent_id}]}
 
 
@@ -142,7 +142,7 @@ def ingest_config(
         if unknown or not isinstance(where, str) or ("directory" in entry) == ("path" in entry):
             raise InvalidArgumentError(
                 f"entries[{i}] must have exactly one of 'directory' or 'path' (a str), and "
-                f"optionally 'shared' and 'metadata'; got {dict(entry)!r}"
+                f"optionally 'shared' and 'metadata'; got {shown(dict(entry))}"
             )
         shared = entry.get("shared", False)
         scope = Owner.of(agent_id, shared)
@@ -184,7 +184,7 @@ def ingest_text(
     loader = LOADERS.get("." + str(file_type).lower().lstrip("."))
     if loader is None:
         raise InvalidArgumentError(
-            f"file_type must be one of {sorted(s[1:] for s in LOADERS)}, got {file_type!r}"
+            f"file_type must be one of {sorted(s[1:] for s in LOADERS)}, got {shown(file_type)}"
         )
     started = time.perf_counter()
     report = IngestReport()
@@ -209,12 +209,14 @@ def search(
     """A knowledge search of ``table``, ``FRAGMENTS`` or
     ``DOCUMENTS`` (see ``memlane.Memory.search_knowledge``)."""
     visible = _visible_filter(agent_id)
+    if filters is not None and not isinstance(filters, Mapping):
+        raise InvalidArgumentError(f"filters must be a dict, got {type(filters).__name__}")
     flt = visible if filters is None else {"$and": [visible, dict(filters)]}
     args: dict[str, Any] = {**SEARCH_DEFAULTS, "weights": {"relevance": 1.0}, **options}
     if isinstance(threshold, str):
         if threshold != "default":
             raise InvalidArgumentError(
-                f"threshold must be a number, None or 'default', got {threshold!r}"
+                f"threshold must be a number, None or 'default', got {shown(threshold)}"
             )
         # Measured for the default model's cosines: none in text mode, and none with
         # another embedder, whose cosines are on a scale of their own.

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.errors import InvalidArgumentError, MemlaneError, shown
 
 __all__ = [
     "DocumentLimitError",
@@ -78,7 +78,7 @@ class IngestLimits:
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {shown(value)}")
 
 
 _DEFAULT = IngestLimits()

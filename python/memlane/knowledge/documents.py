@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 
 if TYPE_CHECKING:
     from memlane.records import MemoryRecord
@@ -70,7 +70,7 @@ def remove_documents(mem: MemoryStore, ids: Sequence[str]) -> int:
 
 def check_document_id(mem: MemoryStore, doc_id: str) -> None:
     if not isinstance(doc_id, str) or not doc_id:
-        raise InvalidArgumentError(f"document_id must be a non-empty str, got {doc_id!r}")
+        raise InvalidArgumentError(f"document_id must be a non-empty str, got {shown(doc_id)}")
     if not mem.count(DOCUMENTS, filters={"document_id": doc_id}) and not mem.count(
         FRAGMENTS, filters={"document_id": doc_id}
     ):

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.knowledge.document_limits import (
     DocumentLimitError,
     DocumentLoadError,
@@ -315,7 +315,7 @@ LOADERS: dict[str, Loader] = {
 def register_loader(suffix: str, loader: Loader) -> None:
     """Makes ``loader`` read files ending in ``suffix`` (e.g. ``".rst"``), replacing any other."""
     if not isinstance(suffix, str) or not re.fullmatch(r"\.[^./\\]+", suffix):
-        raise InvalidArgumentError(f"suffix must look like '.ext', got {suffix!r}")
+        raise InvalidArgumentError(f"suffix must look like '.ext', got {shown(suffix)}")
     if not callable(loader):
         raise InvalidArgumentError("loader must be callable (bytes, Path) -> LoadedDocument")
     LOADERS[suffix.lower()] = loader

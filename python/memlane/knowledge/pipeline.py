@@ -50,7 +50,7 @@ import numpy.typing as npt
 from memlane import coerce
 from memlane.embeddings import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
-from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.errors import InvalidArgumentError, MemlaneError, shown
 from memlane.knowledge.chunking import Chunk, Chunker, default_chunkers
 from memlane.knowledge.document_limits import DocumentLimitError, IngestLimits, applied_limits
 from memlane.knowledge.documents import (
@@ -105,7 +105,7 @@ class Owner:
         if not isinstance(shared, bool):
             raise InvalidArgumentError(f"shared must be a bool, got {type(shared).__name__}")
         if agent_id is not None and (not isinstance(agent_id, str) or not agent_id.strip()):
-            raise InvalidArgumentError(f"agent_id must be a non-empty str, got {agent_id!r}")
+            raise InvalidArgumentError(f"agent_id must be a non-empty str, got {shown(agent_id)}")
         if not shared and agent_id is None:
             raise InvalidArgumentError(
                 "private knowledge (shared=False) needs an agent_id; pass shared=True for "
@@ -205,7 +205,7 @@ class Pipeline:
     ) -> None:
         chunker, limits, batch_size = options.chunker, options.limits, options.batch_size
         if limits is not None and not isinstance(limits, IngestLimits):
-            raise InvalidArgumentError(f"limits must be an IngestLimits, got {limits!r}")
+            raise InvalidArgumentError(f"limits must be an IngestLimits, got {shown(limits)}")
         self.limits = limits or IngestLimits()
         metadata = _metadata(options.metadata)
         if chunker is not None and not isinstance(chunker, Chunker):
@@ -214,7 +214,7 @@ class Pipeline:
                 f"{type(chunker).__name__}"
             )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {shown(batch_size)}")
         self.mem = mem
         self.scope = scope
         self.chunker = chunker

@@ -27,7 +27,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from memlane import coerce
-from memlane.errors import InvalidArgumentError, NotFoundError
+from memlane.errors import InvalidArgumentError, NotFoundError, shown
 from memlane.knowledge.documents import knowledge_documents, remove_documents
 from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import loader_for
@@ -250,7 +250,7 @@ def watch(
     debounce = coerce.number(debounce, "debounce", 0.0, 3600.0)
     for name, callback in (("on_report", on_report), ("on_error", on_error)):
         if callback is not None and not callable(callback):
-            raise InvalidArgumentError(f"{name} must be callable, got {callback!r}")
+            raise InvalidArgumentError(f"{name} must be callable, got {shown(callback)}")
     target = Path(folder).absolute()  # event paths are taken relative to it
     if not target.exists():
         raise NotFoundError(f"no such folder: {target}")

@@ -14,7 +14,7 @@ from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route as StarletteRoute
 from starlette.types import Receive, Scope, Send
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.memory import Memory
 from memlane.server import records, stream, transfer
 from memlane.server.body_limit import BodyLimit
@@ -72,7 +72,7 @@ def create_app(
     whose files ``/v1/ingest`` may read by path (none: no server-side path)."""
     for label, value in (("max_body", max_body), ("max_upload", max_upload)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidArgumentError(f"{label} must be a positive int, got {value!r}")
+            raise InvalidArgumentError(f"{label} must be a positive int, got {shown(value)}")
     root = None if ingest_root is None else Path(ingest_root).resolve()
     if root is not None and not root.is_dir():
         raise InvalidArgumentError(f"the ingest root {ingest_root} is not a folder")

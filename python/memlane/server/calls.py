@@ -19,7 +19,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.records import SCOPE_FIELDS, MemoryRecord, MemoryVersion, SearchHit
 
 __all__ = [
@@ -176,7 +176,7 @@ def _parse(name: str, text: str, default: Any) -> Any:
                 return text  # ISO 8601, read by arguments()
         return text
     except ValueError as e:
-        raise InvalidArgumentError(f"{name}: {e} (got {text!r})") from None
+        raise InvalidArgumentError(f"{name}: {e} (got {shown(text)})") from None
 
 
 def json_bytes(content: Any) -> bytes:

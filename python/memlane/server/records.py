@@ -21,7 +21,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from memlane.errors import InvalidArgumentError, UnknownIdError
+from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.memory import Memory
 from memlane.records import MemoryRecord
 from memlane.server.calls import (
@@ -269,7 +269,7 @@ def _prices(request: Request) -> tuple[float, float] | None:
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and value >= 0):
-            raise InvalidArgumentError(f"{name} must be a number >= 0, got {text!r}")
+            raise InvalidArgumentError(f"{name} must be a number >= 0, got {shown(text)}")
         prices.append(value)
     return prices[0], prices[1]
 

@@ -44,7 +44,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from memlane import coerce
-from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
+from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, shown
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row
 from memlane.storage.dialect import Columns, ErrorKind, Rows
@@ -122,7 +122,7 @@ class PostgresTarget:
                 if not sep or field not in SCOPE_FIELDS or not who:
                     raise InvalidArgumentError(
                         f"tenant must be FIELD:VALUE with FIELD one of {list(SCOPE_FIELDS)}, "
-                        f"got {value!r}"
+                        f"got {shown(value)}"
                     )
                 coerce.clean(who, "the tenant")
                 if len(who) > _TENANT_MAX:
@@ -137,20 +137,20 @@ class PostgresTarget:
         if not _SCHEMA_NAME.fullmatch(schema):
             raise InvalidArgumentError(
                 f"schema must be a lowercase identifier of at most 48 characters "
-                f"([a-z_][a-z0-9_]*), got {schema!r}"
+                f"([a-z_][a-z0-9_]*), got {shown(schema)}"
             )
         if not row_cache.isdigit():
-            raise InvalidArgumentError(f"row_cache must be an int >= 0, got {row_cache!r}")
+            raise InvalidArgumentError(f"row_cache must be an int >= 0, got {shown(row_cache)}")
         # Rebuilt by hand: urlunsplit would turn "postgresql:///db" into "postgresql:/db".
         base = f"{parts.scheme}://{parts.netloc}{parts.path}"
         conninfo = base + ("?" + urllib.parse.urlencode(keep) if keep else "")
         netloc = parts.netloc.rpartition("@")[2]
         if parts.username is not None:
             netloc = f"{parts.username}{':***' if parts.password is not None else ''}@{netloc}"
-        shown = [(k, "***" if k == "password" else v) for k, v in keep]
+        public = [(k, "***" if k == "password" else v) for k, v in keep]
         if tenant is not None:
-            shown.append(("tenant", ":".join(tenant)))
-        query = urllib.parse.urlencode([*shown, ("schema", schema)], safe="*/:")
+            public.append(("tenant", ":".join(tenant)))
+        query = urllib.parse.urlencode([*public, ("schema", schema)], safe="*/:")
         redacted = f"postgresql://{netloc}{parts.path}?{query}"
         return cls(
             conninfo, schema, int(row_cache), tenant, redacted, tuple(s for s in secrets if s)

@@ -437,12 +437,12 @@ class SQLStore(Dialect):
 
         return self._read(run) if ids else set()
 
-    def rows_by_hash(self, hashes: Sequence[str], embedding: bool) -> list[Row]:
-        """The rows whose ``content_hash`` is one of ``hashes``, in rowid order.
+    def rows_by_hash(self, hashes: Sequence[str]) -> list[Row]:
+        """The rows (without vectors) whose ``content_hash`` is one of ``hashes``, by rowid.
 
         The query constrains the indexed expression (``_HASH_EXPR``) and nothing else;
         the full hashes are compared here."""
-        cols = self._columns(embedding)
+        cols = self._columns(False)
         q = f"SELECT {cols} FROM {self._p}records WHERE "
         wanted = set(hashes)
         keys = sorted({h[: self._HASH_PREFIX] for h in wanted})

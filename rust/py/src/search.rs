@@ -198,10 +198,11 @@ fn choice<'a>(
     label: &str,
     choices: &str,
 ) -> PyResult<&'a str> {
-    match obj.cast::<PyString>() {
-        // Borrowed: the string lives as long as `obj`.
-        Ok(s) => s.to_str(),
-        Err(_) => Err(invalid(
+    // Borrowed: the string lives as long as `obj`. A str that is no UTF-8 (a lone
+    // surrogate) is no choice either.
+    match obj.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) {
+        Some(s) => Ok(s),
+        None => Err(invalid(
             py,
             format!("{label} must be one of {choices}, got {}", repr(obj)),
         )),

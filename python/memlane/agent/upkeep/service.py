@@ -52,7 +52,7 @@ from memlane.agent.upkeep.triggers import (
 )
 from memlane.agent.upkeep.work import do, finished
 from memlane.agent.upkeep.worker import QueueFullError, Worker, WorkerClosedError
-from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError
+from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError, shown
 from memlane.scoping import EventScope, scope_kwargs
 from memlane.store import JobOutcome
 
@@ -87,7 +87,9 @@ class Upkeep:
         max_pending: int,
     ) -> None:
         if mode not in ("background", "inline"):
-            raise InvalidArgumentError(f"upkeep must be 'background' or 'inline', got {mode!r}")
+            raise InvalidArgumentError(
+                f"upkeep must be 'background' or 'inline', got {shown(mode)}"
+            )
         if on_upkeep is not None and not callable(on_upkeep):
             raise InvalidArgumentError("on_upkeep must be a callable taking an UpkeepResult")
         # Weak: the workers' threads hold this object, and through a strong reference
