@@ -29,42 +29,55 @@ pub fn decode<'a>(stored: impl ExactSizeIterator<Item = &'a [u8]>, dim: usize) -
     if dim == 0 {
         return Err(Error::invalid("vectors need at least one dimension"));
     }
-    let (half_len, full_len) = (HALF_HEADER + 2 * dim, 4 * dim);
     let mut out = vec![0f32; stored.len() * dim];
-    // Half floats widen a row at a time (SIMD where the CPU has it), from an
-    // aligned copy: a blob's values follow its 5-byte header.
-    let mut halves = vec![f16::ZERO; dim];
     for (b, row) in stored.zip(out.chunks_exact_mut(dim)) {
-        if b.len() == full_len {
-            for (x, c) in row.iter_mut().zip(b.chunks_exact(4)) {
-                *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        } else if b.len() == half_len {
-            if b[0] != HALF_TAG {
-                return Err(damaged(format!(
-                    "a stored vector of {half_len} bytes is damaged"
-                )));
-            }
-            let scale = f32::from_le_bytes([b[1], b[2], b[3], b[4]]);
-            if !power_of_two(scale) {
-                return Err(damaged(format!(
-                    "a stored vector's scale ({}) is damaged",
-                    f64::from(scale)
-                )));
-            }
-            for (h, c) in halves.iter_mut().zip(b[HALF_HEADER..].chunks_exact(2)) {
-                *h = f16::from_le_bytes([c[0], c[1]]);
-            }
-            halves.convert_to_f32_slice(row);
-            row.iter_mut().for_each(|x| *x *= scale);
-        } else {
-            return Err(damaged(format!(
-                "a stored vector ({} bytes, dimension {dim}) is damaged",
-                b.len()
-            )));
-        }
+        decode_row(b, row)?;
     }
     Ok(out)
+}
+
+/// [`decode`] of one stored vector into `row` (its `dim` components).
+pub fn decode_row(b: &[u8], row: &mut [f32]) -> Result<()> {
+    let dim = row.len();
+    let (half_len, full_len) = (HALF_HEADER + 2 * dim, 4 * dim);
+    if b.len() == full_len {
+        for (x, c) in row.iter_mut().zip(b.chunks_exact(4)) {
+            *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+    } else if b.len() == half_len {
+        if b[0] != HALF_TAG {
+            return Err(damaged(format!(
+                "a stored vector of {half_len} bytes is damaged"
+            )));
+        }
+        let scale = f32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+        if !power_of_two(scale) {
+            return Err(damaged(format!(
+                "a stored vector's scale ({}) is damaged",
+                f64::from(scale)
+            )));
+        }
+        // Half floats widen a block at a time (SIMD where the CPU has it),
+        // from an aligned copy: a blob's values follow its 5-byte header.
+        let mut halves = [f16::ZERO; 64];
+        for (out, bytes) in row
+            .chunks_mut(halves.len())
+            .zip(b[HALF_HEADER..].chunks(2 * halves.len()))
+        {
+            let block = &mut halves[..out.len()];
+            for (h, c) in block.iter_mut().zip(bytes.chunks_exact(2)) {
+                *h = f16::from_le_bytes([c[0], c[1]]);
+            }
+            block.convert_to_f32_slice(out);
+        }
+        row.iter_mut().for_each(|x| *x *= scale);
+    } else {
+        return Err(damaged(format!(
+            "a stored vector ({} bytes, dimension {dim}) is damaged",
+            b.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The bytes of one stored vector of `dim` components.

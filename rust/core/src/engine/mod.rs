@@ -49,12 +49,10 @@ pub use search::{Hits, SearchRequest, Signals};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rayon::prelude::*;
-
 use crate::blob;
 use crate::bm25::{AnalyzerConfig, Bm25Index, Bm25Params, DocTerms};
 use crate::error::{Error, Result};
-use crate::hnsw::{row_scales, Grown, Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
+use crate::hnsw::{row_scale, Grown, Hnsw, Metric, Params, Precision, Staged, PARALLEL_MIN_BATCH};
 use crate::idmap::first_duplicate;
 use crate::pages::Region;
 use crate::vector_log;
@@ -65,14 +63,8 @@ use records::Records;
 use retrievals::Retrievals;
 use search::Retrieved;
 
-/// A fill's chunk made ready on any core: the `(slot, row)` of each awaited
-/// id (see `Hnsw::prepare_fill`) and the rows' values.
-type FillChunk = (Vec<(u32, usize)>, Vec<f32>);
-
-/// Vectors `fill_log` decodes per task, and per wave of tasks (a wave's f32
-/// copy: 50 MB at 384-d).
-const FILL_LOG_CHUNK: usize = 2_048;
-const FILL_LOG_WAVE: usize = 16 * FILL_LOG_CHUNK;
+/// Vectors `fill_log` stores per wave (the slots it hands out at once).
+const FILL_LOG_WAVE: usize = 32_768;
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -261,12 +253,13 @@ impl Engine {
 
     /// Gives back the vectors the snapshot left out from an embedded store's
     /// vector file at `path`, read up to `end` ([`crate::vector_log`]): the
-    /// newest entry of each awaited id, every entry's checksum checked.
+    /// newest entry of each awaited id, every entry's checksum checked. On
+    /// an error (a damaged entry) the engine may hold some of them already:
+    /// the open that calls this fails and gives it up.
     pub fn fill_log(&mut self, path: &Path, end: u64) -> Result<()> {
         let Some(h) = self.hnsw.as_ref() else {
             return Ok(());
         };
-        let dim = h.dim();
         let wanted = h.awaiting();
         if wanted.is_empty() {
             return Ok(());
@@ -276,34 +269,25 @@ impl Engine {
         let found = vector_log::newest(path, &map, end, &wanted)?;
         self.retrievals.clear();
         let halve = self.halves();
-        // A wave's chunks decoded, scaled and normalised on every core, then
-        // stored (their int8 codes made on every core too): a wave's f32 copy
-        // at a time, in chunks small enough that their buffers are not page
-        // faults anew. The newest entries' rowids do not repeat.
+        let Some(h) = self.hnsw.as_mut() else {
+            return Ok(());
+        };
+        // Each vector decoded, checked, scaled, rounded and normalised where
+        // it is stored, on every core, as `fill_values` and a staged batch
+        // would make it: no copy of the store's vectors in f32, whose pages
+        // cost more than the arithmetic. In waves, so the slots handed out
+        // at once stay few. The newest entries' rowids do not repeat.
         for wave in found.chunks(FILL_LOG_WAVE) {
-            let Some(h) = self.hnsw.as_ref() else {
-                return Ok(());
-            };
-            let parts: Vec<Result<FillChunk>> = crate::pool::install(|| {
-                wave.par_chunks(FILL_LOG_CHUNK)
-                    .map(|chunk| {
-                        let ids: Vec<u64> = chunk.iter().map(|&(id, _)| id).collect();
-                        let vectors = blob::decode(chunk.iter().map(|&(_, b)| b), dim)?;
-                        let (awaited, mut data) =
-                            fill_values(&ids, &vectors, 0..chunk.len(), dim, halve);
-                        let picked = h.prepare_fill(&awaited, &mut data)?;
-                        Ok((picked, data))
-                    })
-                    .collect()
-            });
-            for part in parts {
-                let (picked, data) = part?;
-                if let Some(h) = self.hnsw.as_mut() {
-                    h.fill_prepared(&picked, &data);
-                }
-            }
+            h.fill_with(
+                wave.len(),
+                |i| wave[i].0,
+                |i, v| {
+                    blob::decode_row(wave[i].1, v)?;
+                    Ok(parked_value(v, halve))
+                },
+            )?;
         }
-        // The waves' buffers, freed, would otherwise stay resident.
+        // The file's table of entries, freed, would otherwise stay resident.
         crate::heap::give_back();
         Ok(())
     }
@@ -441,7 +425,7 @@ impl Engine {
     fn parked(&self, v: &[f32], dim: usize) -> Result<Vec<f32>> {
         let mut unit = normalised(v, dim, "vector")?;
         if self.halves() {
-            round_to_f16(&mut unit, &mut Vec::new());
+            round_to_f16(&mut unit);
         }
         Ok(unit)
     }
@@ -680,28 +664,40 @@ fn fill_values(
         Vec::with_capacity(ids.len()),
         Vec::with_capacity(vectors.len()),
     );
-    let mut buf = Vec::new();
     for r in rows {
-        let v = &vectors[r * dim..][..dim];
-        let Ok(scale) = row_scales(v, dim, true, "vector") else {
-            continue;
-        };
         let start = data.len();
-        data.extend(v.iter().map(|x| x * scale[0]));
-        if halve {
-            round_to_f16(&mut data[start..], &mut buf);
+        data.extend_from_slice(&vectors[r * dim..][..dim]);
+        if parked_value(&mut data[start..], halve) {
+            awaited.push(ids[r]);
+        } else {
+            data.truncate(start);
         }
-        awaited.push(ids[r]);
     }
     (awaited, data)
 }
 
-/// Rounds `v` to f16 precision in place, through `buf`.
-fn round_to_f16(v: &mut [f32], buf: &mut Vec<half::f16>) {
-    buf.clear();
-    buf.resize(v.len(), half::f16::ZERO);
-    buf.convert_from_f32_slice(v);
-    buf.convert_to_f32_slice(v);
+/// Makes `v` the vector a batch parks (see [`Engine::parked`]): at unit
+/// length, through f16 when `halve`; false, `v` unchanged, if it is one the
+/// index refuses.
+fn parked_value(v: &mut [f32], halve: bool) -> bool {
+    let Ok(scale) = row_scale(v, 0, true, "vector") else {
+        return false;
+    };
+    v.iter_mut().for_each(|x| *x *= scale);
+    if halve {
+        round_to_f16(v);
+    }
+    true
+}
+
+/// Rounds `v` to f16 precision in place, a block at a time.
+fn round_to_f16(v: &mut [f32]) {
+    let mut buf = [half::f16::ZERO; 64];
+    for block in v.chunks_mut(buf.len()) {
+        let halves = &mut buf[..block.len()];
+        halves.convert_from_f32_slice(block);
+        halves.convert_to_f32_slice(block);
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 
 use rayon::prelude::*;
 
-use super::{row_scales, Hnsw, Metric};
+use super::{row_scale, row_scales, Hnsw, Metric};
 use crate::error::{Error, Result};
 use crate::idmap::first_duplicate;
 
@@ -83,54 +83,92 @@ impl Hnsw {
     }
 
     /// [`Hnsw::fill`] with the rows given as a buffer of their own, checked
-    /// and normalised in place (a fill at open takes every vector of the
-    /// store, and each copy of them costs as much as the rest).
+    /// and normalised in place.
     pub(crate) fn fill_rows(&mut self, ids: &[u64], mut data: Vec<f32>) -> Result<()> {
         if let Some(id) = first_duplicate(ids) {
             return Err(Error::invalid(format!("id {id} appears twice in one fill")));
         }
-        let picked = self.prepare_fill(ids, &mut data)?;
-        self.fill_prepared(&picked, &data);
-        Ok(())
-    }
-
-    /// The first half of [`Hnsw::fill_rows`], which reads the index only (a
-    /// fill at open runs it on every core): checks and normalises `data` in
-    /// place, and returns the `(slot, row)` of each awaited id, in slot order.
-    /// `ids` must not repeat.
-    pub(crate) fn prepare_fill(&self, ids: &[u64], data: &mut [f32]) -> Result<Vec<(u32, usize)>> {
         let dim = self.dim();
         debug_assert_eq!(data.len(), ids.len() * dim);
         // The check (and scaling) of a staged batch (see `Hnsw::check_batch`),
         // so the values stored are those a replay stores.
         let normalise = self.metric == Metric::Cosine;
-        let scales = row_scales(data, dim, normalise, "vector")?;
+        let scales = row_scales(&data, dim, normalise, "vector")?;
         if normalise {
             for (v, &inv) in data.chunks_exact_mut(dim).zip(&scales) {
                 v.iter_mut().for_each(|x| *x *= inv);
             }
         }
-        let mut picked: Vec<(u32, usize)> = self
-            .awaited_rows(ids)
-            .into_iter()
-            .map(|row| (self.slots[&ids[row]], row))
-            .collect();
-        picked.sort_unstable();
-        Ok(picked)
-    }
-
-    /// The second half of [`Hnsw::fill_rows`]: stores the rows of `data` that
-    /// [`Hnsw::prepare_fill`] picked.
-    pub(crate) fn fill_prepared(&mut self, picked: &[(u32, usize)], data: &[f32]) {
+        let picked = self.picked(ids.len(), |row| ids[row]);
         if picked.is_empty() {
-            return;
+            return Ok(());
         }
         // Stored vectors change: a buffer copied by `grown` before this no
         // longer holds them (see `edits`; even, as no batch is staged).
         self.edits += 2;
-        self.vectors.set_many(picked, data);
-        for &(slot, _) in picked {
-            self.vector_stored(slot);
+        self.vectors.set_many(&picked, &data);
+        self.stored(&picked, None);
+        Ok(())
+    }
+
+    /// Gives back the vectors of the awaited ones of `count` ids (`id(i)`, no
+    /// id twice), each made where it is stored, on all cores:
+    /// `values(i, v)` writes the vector of the `i`th into `v` and says
+    /// whether it is one the index takes; declined ones stay awaited. Each
+    /// is then checked and normalised under cosine as a staged batch's are,
+    /// and stored. Nothing is copied whole: a fill at open takes every
+    /// vector of the store. On an error some of the slots may hold their
+    /// vector already, unmarked: the caller is to give the index up.
+    pub(crate) fn fill_with(
+        &mut self,
+        count: usize,
+        id: impl Fn(usize) -> u64,
+        values: impl Fn(usize, &mut [f32]) -> Result<bool> + Sync,
+    ) -> Result<()> {
+        let picked = self.picked(count, id);
+        if picked.is_empty() {
+            return Ok(());
+        }
+        let normalise = self.metric == Metric::Cosine;
+        // As in `fill_rows`.
+        self.edits += 2;
+        let stored = self.vectors.set_many_with(&picked, |row, v| {
+            if !values(row, v)? {
+                return Ok(false);
+            }
+            let inv = row_scale(v, row, normalise, "vector")?;
+            if normalise {
+                v.iter_mut().for_each(|x| *x *= inv);
+            }
+            Ok(true)
+        })?;
+        self.stored(&picked, Some(&stored));
+        Ok(())
+    }
+
+    /// The `(slot, i)` of each of `count` ids (`id(i)`) whose vector is
+    /// awaited, in slot order.
+    fn picked(&self, count: usize, id: impl Fn(usize) -> u64) -> Vec<(u32, usize)> {
+        if self.missing_live == 0 {
+            return Vec::new();
+        }
+        let mut picked: Vec<(u32, usize)> = (0..count)
+            .filter_map(|i| {
+                let slot = *self.slots.get(&id(i))?;
+                self.is_missing(slot).then_some((slot, i))
+            })
+            .collect();
+        picked.sort_unstable();
+        picked
+    }
+
+    /// Marks the slots of `picked` as holding their vector (those `stored`
+    /// says were, when given).
+    fn stored(&mut self, picked: &[(u32, usize)], stored: Option<&[bool]>) {
+        for (i, &(slot, _)) in picked.iter().enumerate() {
+            if stored.is_none_or(|s| s[i]) {
+                self.vector_stored(slot);
+            }
         }
         if self.missing_live == 0 {
             self.missing = Vec::new();

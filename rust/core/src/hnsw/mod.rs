@@ -30,7 +30,7 @@ pub(crate) use add::{Grown, Staged, PARALLEL_MIN_BATCH};
 pub use distance::Metric;
 pub use filter::Allowed;
 pub use query::{MAX_K, MAX_RESULTS};
-pub use rows::{check_rows, row_scales, MAX_RAW_NORM};
+pub use rows::{check_rows, row_scale, row_scales, MAX_RAW_NORM};
 pub use storage::Precision;
 
 use crate::error::{Error, Result};

@@ -53,57 +53,59 @@ pub fn row_scales(data: &[f32], dim: usize, normalise: bool, what: &str) -> Resu
             got: data.len(),
         });
     }
-    let mut scales = Vec::with_capacity(data.len() / dim);
-    for (row, v) in data.chunks_exact(dim).enumerate() {
-        let norm = norm_f64(v);
-        if normalise && norm.is_finite() {
-            // The common case, in one pass: a finite norm means finite values,
-            // and a value scaled by a normal 1/norm is at most about 1.
-            let norm32 = norm as f32;
-            if norm32.is_normal() && (1.0 / norm32).is_normal() {
-                scales.push((1.0 / norm) as f32);
-                continue;
-            }
-        }
-        if let Some(col) = v.iter().position(|x| !x.is_finite()) {
-            return Err(Error::invalid(format!(
-                "{what} {row} has a non-finite value ({}) at position {col}",
-                v[col]
-            )));
-        }
-        if !normalise {
-            if norm > MAX_RAW_NORM {
-                return Err(Error::invalid(format!(
-                    "{what} {row} has norm {norm:e}, above {MAX_RAW_NORM:e}: its distances would overflow"
-                )));
-            }
-            scales.push(1.0);
-            continue;
-        }
-        if norm == 0.0 {
-            return Err(Error::invalid(format!(
-                "{what} {row} is all zeros, which has no direction under the cosine metric"
-            )));
-        }
-        // The norm as the f32 kernels see it: zero or subnormal when the values
-        // are tiny (1e-45 everywhere), infinite when they are huge (1e38).
+    data.chunks_exact(dim)
+        .enumerate()
+        .map(|(row, v)| row_scale(v, row, normalise, what))
+        .collect()
+}
+
+/// [`row_scales`] of one row, `row` naming it in an error.
+pub fn row_scale(v: &[f32], row: usize, normalise: bool, what: &str) -> Result<f32> {
+    let norm = norm_f64(v);
+    if normalise && norm.is_finite() {
+        // The common case, in one pass: a finite norm means finite values,
+        // and a value scaled by a normal 1/norm is at most about 1.
         let norm32 = norm as f32;
-        let inv = 1.0 / norm32;
-        if !norm32.is_normal() || !inv.is_normal() {
-            return Err(Error::invalid(format!(
-                "{what} {row} has norm {norm:e}, outside the range of positive normal f32 \
-                 ({:e} to {:e}), so it cannot be scaled to unit length",
-                f32::MIN_POSITIVE,
-                f32::MAX
-            )));
+        if norm32.is_normal() && (1.0 / norm32).is_normal() {
+            return Ok((1.0 / norm) as f32);
         }
-        let inv = (1.0 / norm) as f32;
-        if let Some(col) = v.iter().position(|x| !(x * inv).is_finite()) {
-            return Err(Error::invalid(format!(
-                "{what} {row} has a non-finite value at position {col} once scaled to unit length"
-            )));
-        }
-        scales.push(inv);
     }
-    Ok(scales)
+    if let Some(col) = v.iter().position(|x| !x.is_finite()) {
+        return Err(Error::invalid(format!(
+            "{what} {row} has a non-finite value ({}) at position {col}",
+            v[col]
+        )));
+    }
+    if !normalise {
+        if norm > MAX_RAW_NORM {
+            return Err(Error::invalid(format!(
+                "{what} {row} has norm {norm:e}, above {MAX_RAW_NORM:e}: its distances would overflow"
+            )));
+        }
+        return Ok(1.0);
+    }
+    if norm == 0.0 {
+        return Err(Error::invalid(format!(
+            "{what} {row} is all zeros, which has no direction under the cosine metric"
+        )));
+    }
+    // The norm as the f32 kernels see it: zero or subnormal when the values
+    // are tiny (1e-45 everywhere), infinite when they are huge (1e38).
+    let norm32 = norm as f32;
+    let inv = 1.0 / norm32;
+    if !norm32.is_normal() || !inv.is_normal() {
+        return Err(Error::invalid(format!(
+            "{what} {row} has norm {norm:e}, outside the range of positive normal f32 \
+             ({:e} to {:e}), so it cannot be scaled to unit length",
+            f32::MIN_POSITIVE,
+            f32::MAX
+        )));
+    }
+    let inv = (1.0 / norm) as f32;
+    if let Some(col) = v.iter().position(|x| !(x * inv).is_finite()) {
+        return Err(Error::invalid(format!(
+            "{what} {row} has a non-finite value at position {col} once scaled to unit length"
+        )));
+    }
+    Ok(inv)
 }

@@ -446,6 +446,24 @@ impl Vectors {
     /// `(slot, row)` pairs in increasing slot order, slot `slot` getting row
     /// `row` of `data` (`dim` floats each).
     pub fn set_many(&mut self, rows: &[(u32, usize)], data: &[f32]) {
+        let dim = self.dim;
+        let stored = self.set_many_with(rows, |row, v| {
+            v.copy_from_slice(&data[row * dim..][..dim]);
+            Ok(true)
+        });
+        debug_assert!(stored.is_ok());
+    }
+
+    /// [`Vectors::set_many`] with each row's values made where they are
+    /// stored: `values(row, v)` writes row `row` into `v` (`dim` floats, one
+    /// buffer per thread) and says whether to store it; a slot it declines
+    /// is left as it was. Returns, for each of `rows`, whether it was
+    /// stored; on an error some slots may hold their new values already.
+    pub fn set_many_with(
+        &mut self,
+        rows: &[(u32, usize)],
+        values: impl Fn(usize, &mut [f32]) -> Result<bool> + Sync,
+    ) -> Result<Vec<bool>> {
         debug_assert!(rows.windows(2).all(|w| w[0].0 < w[1].0));
         let (n, r, dim) = (self.record_bytes(), self.rank_lines * LINE, self.dim);
         let form = self.form();
@@ -477,18 +495,25 @@ impl Vectors {
             ) else {
                 break;
             };
-            jobs.push((record, rank, grid, &data[row * dim..][..dim]));
+            jobs.push((record, rank, grid, row));
         }
         crate::pool::install(|| {
-            jobs.into_par_iter().with_min_len(256).for_each_init(
-                Vec::new,
-                |buf, (record, rank, grid, v)| {
-                    if let (Some(new), Some(grid)) = (form.encode(record, rank, v, buf), grid) {
-                        *grid = new;
-                    }
-                },
-            );
-        });
+            jobs.into_par_iter()
+                .with_min_len(256)
+                .map_init(
+                    || (vec![0f32; dim], Vec::new()),
+                    |(v, buf), (record, rank, grid, row)| {
+                        if !values(row, v)? {
+                            return Ok(false);
+                        }
+                        if let (Some(new), Some(grid)) = (form.encode(record, rank, v, buf), grid) {
+                            *grid = new;
+                        }
+                        Ok(true)
+                    },
+                )
+                .collect()
+        })
     }
 
     fn form(&self) -> Form {
