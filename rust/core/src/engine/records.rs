@@ -668,11 +668,13 @@ impl Records {
     /// The posting keys of a slot, as [`insert`](Self::insert) made them.
     fn keys_of(&self, slot: u32) -> Vec<PostingKey> {
         let s = slot as usize;
-        let mut keys = vec![
+        // Sized once: growing it was a `realloc` for every record an open posts.
+        let mut keys = Vec::with_capacity(4 + self.scope.len() + self.meta[s].len());
+        keys.extend([
             PostingKey::Table(self.table[s]),
             PostingKey::Type(self.kind[s]),
             PostingKey::Evergreen(self.evergreen[s]),
-        ];
+        ]);
         if self.valid_to[s].is_finite() {
             keys.push(PostingKey::Closed);
         }
