@@ -126,6 +126,25 @@ def test_known_at_sees_a_version_as_current_until_it_was_superseded(
         mem.search(q, 3, known_at=between, include_superseded=True)
 
 
+def test_an_update_of_the_text_is_known_from_the_update_on(make_store: StoreFactory) -> None:
+    mem = make_store("two", WordHashEmbedder())
+    paris = mem.add("Alice lives in Paris", user_id="alice")
+    time.sleep(0.05)
+    between = time.time()
+    time.sleep(0.05)
+    tagged = mem.update(paris.id, metadata={"source": "chat"})
+    assert tagged.recorded_at == paris.recorded_at  # the same text: known as before
+    berlin = mem.update(paris.id, text="Alice lives in Berlin")
+    assert berlin.recorded_at > between and mem.get(paris.id).recorded_at == berlin.recorded_at
+    # Before the update the store did not know the new text: it is not found then.
+    for q in ("Alice lives in Berlin", "Alice lives in Paris"):
+        assert mem.search(q, 3, known_at=between, user_id="alice") == []
+    assert [h.record.text for h in mem.search("Alice Berlin", 3, user_id="alice")] == [
+        "Alice lives in Berlin"
+    ]
+    assert [v.record.text for v in mem.history(paris.id)][0] == "Alice lives in Paris"
+
+
 def test_a_sqlite_store_of_schema_2_gains_the_columns(tmp_path: Path) -> None:
     path = tmp_path / "old"
     with Memory(path, None) as mem:

@@ -104,6 +104,25 @@ def test_a_scoped_key_never_reaches_another_scope(client: TestClient, mem: Memor
     assert stats["records"] == 0 and stats["store"] is None and stats["index"] is None
 
 
+def test_a_history_shows_a_scoped_key_only_its_own_versions(
+    client: TestClient, mem: Memory
+) -> None:
+    # An id another scope's deleted memory had, taken again: the history of the id
+    # holds that memory's versions too.
+    bob = mem.add("Bob's bank PIN is 4321", id="plan", user_id="bob")
+    mem.update(bob.id, text="Bob's bank PIN is 8765")
+    mem.delete(bob.id)
+    made = client.post(
+        "/v1/memories", json={"text": "Alice's plan", "id": "plan"}, headers=as_(ALICE)
+    )
+    assert made.status_code == 201
+    assert len(mem.history("plan")) == 3
+    got = client.get("/v1/memories/plan/history", headers=as_(ALICE)).json()["versions"]
+    assert [(v["record"]["user_id"], v["record"]["text"]) for v in got] == [
+        ("alice", "Alice's plan")
+    ]
+
+
 def test_a_read_only_key_reads_and_writes_nothing(client: TestClient, mem: Memory) -> None:
     kept = mem.add("Carol is a pilot")
     assert client.post("/v1/search", json={"query": "pilot"}, headers=as_(READER)).json()["hits"]

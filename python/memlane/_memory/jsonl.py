@@ -171,18 +171,22 @@ def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) ->
     twice in the file, and (``on_conflict="error"``) an id already stored."""
     now, dim = time.time(), writer.sync.dim
     first_line: dict[str, int] = {}  # id -> the line that gives it
+    # A store confined to a tenant (row-level security) refuses another's rows only as
+    # they are written, a batch after others were committed: checked here first.
+    field, _, who = writer.db.tenant.partition(":")
     for lines in _read(path):
         given: list[tuple[int, str]] = []
         vectors: list[tuple[int, FloatArray]] = []
         for lineno, item in lines:
             where = f"{path}:{lineno}"
             if "history" in item:
-                _history(item, where)
+                _confined(_history(item, where)[0], field, who, where)
                 continue
             try:
                 new = validate(item, now, writer.default_scope, dim, importing=True)
             except InvalidArgumentError as e:
                 raise type(e)(f"{where}: {e}") from None
+            _confined(new, field, who, where)
             if new.embedding is not None:
                 vectors.append((lineno, new.embedding))
             if new.id_given:
@@ -205,6 +209,16 @@ def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) ->
                         id=record_id,
                         where=f"{path}:{lineno}",
                     )
+
+
+def _confined(record: Any, field: str, who: str, where: str) -> None:
+    """Refuses a record or history entry of a tenant other than ``field``=``who`` (none
+    when ``field`` is empty: a store bound to no tenant)."""
+    if field and getattr(record, field) != who:
+        raise InvalidArgumentError(
+            f"{where}: this store is confined to the tenant {field}={who!r} (row-level "
+            f"security) and the line's {field} is {shown(getattr(record, field))}"
+        )
 
 
 def _check_vectors(path: Path, vectors: list[tuple[int, FloatArray]]) -> None:

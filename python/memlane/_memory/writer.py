@@ -435,6 +435,10 @@ class Writer:
                 pending = self.access.get(row)
                 n.access_count, n.last_accessed_at = row.access_count, row.last_accessed_at
                 changed = n.text != row.text or new_vector
+                if changed:
+                    # What the store knows changed now (searches ``known_at`` before
+                    # this do not see the new text; the old one is in the history).
+                    n.recorded_at = time.time()
                 content_seq = seq if changed else row.content_seq
                 full = n.row(row.rowid, seq, blob(n.embedding, sync.half))
                 full = full._replace(content_seq=content_seq)

@@ -164,8 +164,10 @@ async def history(request: Request) -> JSONResponse:
     """Every version of a memory, oldest first."""
     mem, caller = context(request)
     record_id = request.path_params["id"]
-    versions = await run_in_threadpool(mem.history, record_id)
-    if not versions or not caller.sees(versions[-1].record):
+    # Each version checked: an id a deleted memory of another scope had, taken again,
+    # has that memory's versions in its history too.
+    versions = [v for v in await run_in_threadpool(mem.history, record_id) if caller.sees(v.record)]
+    if not versions:
         raise UnknownIdError(f"no memory with id {record_id!r}")
     return JSONResponse({"versions": [version_json(v) for v in versions]})
 

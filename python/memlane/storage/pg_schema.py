@@ -149,5 +149,10 @@ MIGRATIONS = (
     ALTER TABLE {s}.history ADD COLUMN IF NOT EXISTS change_seq int8;
     CREATE INDEX IF NOT EXISTS history_change ON {s}.history (change_seq);
     """,
+    # Dedup-window keys an earlier release left behind by deleting their records first:
+    # a tenant could neither see nor replace them, so the same key was refused forever.
+    """
+    DELETE FROM {s}.recent k WHERE NOT EXISTS (SELECT 1 FROM {s}.records r WHERE r.id = k.id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -281,20 +281,20 @@ class SQLStore(Dialect):
         p = self._p
         rowids = list(dict.fromkeys(rowids))
         self.record_history(conn, rowids, "delete", time.time(), actor, seq=seq)
-        found: list[tuple[int, str]] = []
+        found: set[int] = set()
         for where, params in self._any("rowid", rowids, "int8"):
+            # The dedup-window keys of these records go first (through recent_id), while
+            # the records are there: a tenant sees a key only while it sees its record,
+            # so a key left behind would be one it could neither delete nor write again.
+            keys = f"DELETE FROM {p}recent WHERE id IN (SELECT id FROM {p}records WHERE {where})"
+            conn.execute(self._q(keys), params)
             if self._RETURNING:
-                q = self._q(f"DELETE FROM {p}records WHERE {where} RETURNING rowid, id")
-                found += [(int(r[0]), r[1]) for r in conn.execute(q, params)]
+                q = self._q(f"DELETE FROM {p}records WHERE {where} RETURNING rowid")
+                found.update(int(r[0]) for r in conn.execute(q, params))
             else:
-                found += [
-                    (int(r[0]), r[1])
-                    for r in conn.execute(
-                        self._q(f"SELECT rowid, id FROM {p}records WHERE {where}"), params
-                    )
-                ]
+                q = self._q(f"SELECT rowid FROM {p}records WHERE {where}")
+                found.update(int(r[0]) for r in conn.execute(q, params))
                 conn.execute(self._q(f"DELETE FROM {p}records WHERE {where}"), params)
-        ids = [i for _, i in found]
         self._many(
             conn,
             f"{p}tombstones",
@@ -302,13 +302,9 @@ class SQLStore(Dialect):
             [(r, seq) for r in rowids],
             f" ON CONFLICT (rowid) DO UPDATE SET {self._TOMBSTONE_UPDATE}",
         )
-        # The dedup-window keys of exactly these records go (through recent_id), not
-        # every key whose record is missing: that walked the whole window each time.
-        for where, params in self._any("id", ids, "text"):
-            conn.execute(self._q(f"DELETE FROM {p}recent WHERE {where}"), params)
         if self._cache is not None:
             self._cache.invalidate(rowids, seq)
-        return {r for r, _ in found}
+        return found
 
     def record_accesses(self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
         if self._cache is not None:
