@@ -14,8 +14,9 @@ from conftest import StoreFactory, WordHashEmbedder
 from memlane import AgentMemory
 from memlane.agent import (
     Reflection,
+    facts,
 )
-from memlane.agent.facts import CHECK, parse_decisions
+from memlane.agent.facts import CHECK, FactReport, parse_decisions
 from upkeep_scripts import agent as scripted_agent
 
 FACT = re.compile(r"Alice's (\w+) is (\w+)")
@@ -248,3 +249,42 @@ def test_an_answer_applies_at_most_100_operations() -> None:
     )
     kept, rejected = parse_operations(answer, 0)
     assert len(kept) == MAX_OPERATIONS == 100 and len(rejected) == 50
+
+
+class UpdatesTheFirst:
+    """A model that says every new fact updates memory 1."""
+
+    def complete(self, messages: Any) -> str:
+        new = messages[-1]["content"].partition("New facts:")[2].strip().splitlines()
+        labels = [line.partition(". ")[0] for line in new]
+        return json.dumps(
+            {"decisions": [{"fact": f, "decision": "update", "memory": 1} for f in labels]}
+        )
+
+
+def test_a_second_fact_for_a_memory_another_replaced_waits_for_the_next_call(
+    make_store: StoreFactory,
+) -> None:
+    # Two facts of one call that both replace "Alice lives in Oslo" (facts that are not
+    # each other's candidates share a call): the first supersedes it; kept beside it, the
+    # second would be current too. It waits, pending, for a call that shows it the first.
+    mem = make_store("two", WordHashEmbedder())
+    scope = {"user_id": "alice"}
+    oslo = mem.add("Alice lives in Oslo", **scope)
+    rome, paris = (
+        mem.add(f"Alice lives in {city}", metadata={CHECK: "pending"}, **scope)
+        for city in ("Rome", "Paris")
+    )
+    report = FactReport()
+    later = facts._decide(mem, UpdatesTheFirst(), [rome, paris], [oslo], report)
+    assert [f.id for f in later] == [paris.id]
+    assert [(d.fact, d.decision) for d in report.decisions] == [(rome.id, "update")]
+    assert mem.get(paris.id).metadata[CHECK] == "pending"
+    current = [r.text for r in mem.list("memories", **scope) if r.valid_to is None]
+    assert sorted(current) == ["Alice lives in Paris", "Alice lives in Rome"]
+    (now,) = [r for r in mem.list("memories", **scope) if r.text.endswith("Rome")]
+    facts._decide(mem, UpdatesTheFirst(), later, [now], report)
+    current = [r.text for r in mem.list("memories", **scope) if r.valid_to is None]
+    assert current == ["Alice lives in Paris"]
+    texts = [v.record.text for v in mem.history(oslo.id)]
+    assert texts == ["Alice lives in Oslo", "Alice lives in Rome", "Alice lives in Paris"]

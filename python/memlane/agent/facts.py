@@ -318,8 +318,8 @@ def check_facts(
                 group.append(fact)
                 for c in found:
                     shown.setdefault(c.id, c)
-            _decide(memory, llm, group, list(shown.values()), report)
-            facts = facts[len(group) :]
+            later = _decide(memory, llm, group, list(shown.values()), report)
+            facts = later + facts[len(group) :]
     except ParseError as e:
         report.error = f"ParseError: {e}"
     except MemlaneError as e:
@@ -335,24 +335,31 @@ def _decide(
     facts: Sequence[MemoryRecord],
     shown: Sequence[MemoryRecord],
     report: FactReport,
-) -> None:
-    """One model call's decisions for ``facts`` against ``shown``, applied."""
+) -> list[MemoryRecord]:
+    """One model call's decisions for ``facts`` against ``shown``, applied; returns the
+    facts left for the next call."""
     if not shown:
         reason = "no memory of the scope to compare with"
         for fact in facts:
             report.decisions.append(_apply(memory, fact, "add", None, reason))
-        return
+        return []
     answer = llm.complete(_prompt(facts, shown))
     decided = parse_decisions(answer, len(facts), len(shown))
     touched: set[str] = set()
+    later: list[MemoryRecord] = []
     for i, fact in enumerate(facts):
         decision, index, reason = decided.get(i, ("add", None, "no decision was given"))
         target = None if index is None else shown[index]
-        if target is not None and target.id in touched:  # two facts, one memory
-            decision, target = "add", None
+        if target is not None and target.id in touched:
+            # Two facts, one memory: the first replaced it, so the second is checked
+            # again against what the first left (kept beside it, two facts that both
+            # replace "Alice lives in Oslo" would both be current).
+            later.append(fact)
+            continue
         if target is not None:
             touched.add(target.id)
         try:
             report.decisions.append(_apply(memory, fact, decision, target, reason))
         except (UnknownIdError, ConflictError, InvalidArgumentError):
             continue  # changed meanwhile (deleted, superseded): checked again next time
+    return later
