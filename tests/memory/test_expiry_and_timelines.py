@@ -142,7 +142,7 @@ def test_an_update_of_the_text_is_known_from_the_update_on(make_store: StoreFact
     assert [h.record.text for h in mem.search("Alice Berlin", 3, user_id="alice")] == [
         "Alice lives in Berlin"
     ]
-    assert [v.record.text for v in mem.history(paris.id)][0] == "Alice lives in Paris"
+    assert mem.history(paris.id)[0].record.text == "Alice lives in Paris"
 
 
 def test_a_sqlite_store_of_schema_2_gains_the_columns(tmp_path: Path) -> None:
