@@ -276,6 +276,14 @@ def test_invalid_namespaces_and_filters(stores: tuple[Any, MemlaneStore]) -> Non
     ours.put(("a",), "k", {"n": 1})
     with pytest.raises(ValueError, match="operator"):
         ours.search(("a",), filter={"n": {"$regex": "x"}})
+    # A value that is no JSON is a memlane error naming the key, and stores nothing.
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    for value in ({"t": {1, 2}}, {"t": b"x"}, {("a",): 1}, {"t": object()}, {"t": deep}):
+        with pytest.raises(memlane.InvalidArgumentError, match="the value of 'bad' must be JSON"):
+            ours.put(("a",), "bad", value)
+    assert ours.get(("a",), "bad") is None
 
 
 def test_scopes_are_partitions(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +17,7 @@ from test_loaders import encrypt_pdf, make_docx, make_pdf
 from conftest import WordHashEmbedder
 from memlane import AsyncMemory, IngestReport, Memory, OnnxEmbedder, UnknownIdError
 from memlane.embeddings import TextTruncatedWarning
-from memlane.errors import InvalidArgumentError, NotFoundError
+from memlane.errors import InvalidArgumentError, NotFoundError, StorageError
 from memlane.knowledge import (
     RecursiveCharacterSplitter,
     TokenSplitter,
@@ -469,6 +470,34 @@ def test_remove_and_clear(mem: Memory, tmp_path: Path) -> None:
     scoped_store(mem, scoped_store_again)
     assert mem.clear_knowledge(shared=None) == 3
     assert mem.count("fragments") == 0
+
+
+def test_clear_deletes_documents_and_fragments_in_one_transaction(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A delete that fails on the fragments (as a process killed there would stop)
+    # leaves the documents too: never a fragment of a document that is gone.
+    mem.ingest_text("The deploy key rotates every Monday.", source="inline:a", agent_id="a")
+    fragments = {
+        r.rowid
+        for r in mem._db.rows_by_rowid(list(mem._sync.engine.ids_where(None))).values()
+        if r.tbl == "fragments"
+    }
+    real = type(mem._db).delete
+
+    def failing(self: Any, conn: Any, rowids: Any, *args: Any, **kwargs: Any) -> Any:
+        if fragments & set(rowids):
+            raise StorageError("the disk failed")
+        return real(self, conn, rowids, *args, **kwargs)
+
+    monkeypatch.setattr(type(mem._db), "delete", failing)
+    with pytest.raises(StorageError):
+        mem.clear_knowledge("a")
+    monkeypatch.undo()
+    assert len(mem.list_documents(agent_id="a")) == 1
+    assert mem.search_knowledge("deploy key", agent_id="a", mode="text", threshold=None)
+    assert mem.clear_knowledge("a") == 1
+    assert mem.count("documents") == mem.count("fragments") == 0
 
 
 def test_other_memories_are_untouched(mem: Memory, tmp_path: Path) -> None:

@@ -451,7 +451,7 @@ class MemlaneStore(BaseStore):
             if op.ttl is not None:
                 lg["ttl"] = float(op.ttl)  # minutes, for a refresh
                 expiry["ttl"] = float(op.ttl) * 60  # memlane's is in seconds
-            parts = own or [json.dumps(value, sort_keys=True, ensure_ascii=False)]
+            parts = own or [_json_text(value, op.key)]
             for i, text in enumerate(parts):
                 item: dict[str, Any] = {
                     "text": text,
@@ -579,3 +579,14 @@ class MemlaneStore(BaseStore):
             if all(_namespace_matches(c, ns) for c in op.match_conditions or ()):
                 seen.add(ns if op.max_depth is None else ns[: op.max_depth])
         return sorted(seen)[op.offset : op.offset + op.limit]
+
+
+def _json_text(value: Any, key: str) -> str:
+    """An item's value as the text a search reads when no field of it is indexed."""
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        reason = "it is nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise InvalidArgumentError(
+            f"the value of {shown(key)} must be JSON (a dict of JSON values): {reason}"
+        ) from None

@@ -276,6 +276,9 @@ def clear(store: MemoryStore, agent_id: str | None, shared: bool | None) -> int:
         flt: dict[str, Any] | None = Owner.of(agent_id, False).filter()
     else:
         flt = documents_filter(agent_id, shared)
-    removed = store.delete_all(DOCUMENTS, filters=flt)
-    store.delete_all(FRAGMENTS, filters=flt)
-    return removed
+    # Documents and fragments in one transaction, as remove_documents does: a reader
+    # (or a process killed between two deletes) never finds the fragments of a document
+    # that is gone.
+    documents = store.count(DOCUMENTS, filters=flt)
+    removed, _ = store.replace([], [DOCUMENTS, FRAGMENTS], filters=flt)
+    return min(documents, removed)
