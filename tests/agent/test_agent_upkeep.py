@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -380,3 +381,49 @@ def test_settings_refuse_a_count_no_database_holds() -> None:
         Consolidation(batch=2**63)
     with pytest.raises(InvalidArgumentError, match=r"FlushReminder\.cooldown must be a number of"):
         FlushReminder(cooldown=-1)
+
+
+class FailsFirstReflection:
+    """Fails its first reflection with prose; then remembers each message it is shown."""
+
+    def __init__(self) -> None:
+        self.failures_left = 1
+
+    def complete(self, messages: Any) -> str:
+        last = messages[-1]["content"]
+        if "New facts:" in last:  # the fact check: keep each
+            n = len(re.findall(r"^F\d+\.", last, re.M))
+            return json.dumps(
+                {"decisions": [{"fact": f"F{i + 1}", "decision": "add"} for i in range(n)]}
+            )
+        if self.failures_left:
+            self.failures_left -= 1
+            return "Sorry, I cannot help with that."
+        said = sorted(set(re.findall(r"msg(\d+)", last)), key=int)
+        return json.dumps(
+            {"operations": [{"op": "remember", "content": f"reflected msg{n}"} for n in said]}
+        )
+
+
+def test_a_failed_reflection_is_retried_with_its_own_messages(make_store: StoreFactory) -> None:
+    # Every 3 turns over the last 6 messages: the retry at turn 4 shows the failed
+    # window's messages too, so the first turn is reflected (it fell out of turn 4's own).
+    mem = make_store("retry", WordHashEmbedder())
+    am = AgentMemory(
+        mem,
+        SessionScope(agent_id="a"),
+        FailsFirstReflection(),
+        reflection=Reflection(every=3, window=6),
+        consolidation=Consolidation(enabled=False),
+        flush=FlushReminder(enabled=False),
+        compaction=Compaction(enabled=False),
+        daily=DailyLog(enabled=False),
+        profiles=Profiles(enabled=False),
+    )
+    event = am.event("telegram", 7, chat_id=1)
+    for i in range(1, 5):
+        am.after(event, am.before(event, [{"role": "user", "content": f"user says msg{i}"}]), "ok")
+        assert am.drain(timeout=60)
+    reflected = {r.text for r in mem.list("memories", limit=100)}
+    assert {f"reflected msg{i}" for i in range(1, 5)} <= reflected
+    am.close()

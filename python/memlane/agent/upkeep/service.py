@@ -35,6 +35,7 @@ from memlane.agent.daily import DailyLogger
 from memlane.agent.facts import CHECK
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import (
+    MAX_SPAN,
     Holder,
     Job,
     JobRecordError,
@@ -201,10 +202,13 @@ class Upkeep:
         with self.lock:
             due = host.reflection.enabled and call is not None
             due = due and room.since_reflection >= host.reflection.every
+            behind = 0
             if due:
                 room.since_reflection = 0
+                behind, room.reflection_behind = room.reflection_behind, 0
         if due:
-            jobs.append(self._job("reflection", event, now))
+            reflection = self._job("reflection", event, now)
+            jobs.append(replace(reflection, span=min(MAX_SPAN, 1 + behind)))
         # One consolidation, daily log or eviction of a room waits or runs at a time: while
         # one waits for the model, later turns that find it still due do not record more.
         waiting = {j.slot for j in self.pending()}
@@ -447,8 +451,10 @@ class Upkeep:
 
     def _undo(self, job: Job, room: Room) -> None:
         if job.kind == "reflection":
+            # Due again at the room's next turn, whose job shows this one's windows too.
             with self.lock:
                 room.since_reflection = max(room.since_reflection, self.host.reflection.every)
+                room.reflection_behind = min(MAX_SPAN - 1, room.reflection_behind + job.span)
 
     def _tokens(self) -> Callable[[str], int]:
         if self._counter is None:

@@ -192,6 +192,9 @@ class Compaction:
 class Room:
     turns: int = 0
     since_reflection: int = 0
+    #: Windows failed reflections left unreflected: the room's next reflection shows
+    #: them too (up to ``MAX_SPAN`` windows in all).
+    reflection_behind: int = 0
     new_entries: int = 0
     last_flush: float | None = None
     flush_due: str | None = None
