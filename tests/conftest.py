@@ -28,6 +28,11 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
 
+#: Where the in-process server tests send requests: a server without API keys answers
+#: only requests made to a loopback address (memlane.server.local).
+LOCAL = "http://127.0.0.1"
+
+
 def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
     """``n`` random unit vectors of ``dim`` components (seeded)."""
     v = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)

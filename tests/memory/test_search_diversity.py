@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from conftest import StoreFactory, WordHashEmbedder
+from conftest import LOCAL, StoreFactory, WordHashEmbedder
 from memlane import AsyncMemory, Memory
 from memlane.agent.context import build_context
 from memlane.errors import InvalidArgumentError
@@ -127,7 +127,7 @@ def test_the_search_route_forwards_diversity(tmp_path: Path) -> None:
     _fill(mem)
     (tmp_path / "docs").mkdir()
     app = create_app(mem, max_body=4096, max_upload=1 << 20, ingest_root=tmp_path / "docs")
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         body = {"query": "tell me about Ana", "k": 2, "diversity": 0.3}
         hits = client.post("/v1/search", json=body).json()["hits"]
         assert hits[1]["record"]["id"] == DISTINCT

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from conftest import StoreFactory, WordHashEmbedder
+from conftest import LOCAL, StoreFactory, WordHashEmbedder
 from memlane import Memory
 from memlane.server import create_app
 
@@ -29,7 +29,7 @@ def mem(make_store: StoreFactory, word_embedder: WordHashEmbedder) -> Iterator[M
 def client(mem: Memory, tmp_path: Path) -> Iterator[TestClient]:
     (tmp_path / "docs").mkdir()
     app = create_app(mem, max_body=4096, max_upload=1 << 20, ingest_root=tmp_path / "docs")
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOCAL) as c:
         yield c
 
 

@@ -178,11 +178,11 @@ _SEARCH = b'{"query": "x", "mode": "text"}'
 @pytest.mark.parametrize(
     ("call", "request_"),
     [
-        ("count", b"GET /v1/count HTTP/1.1\r\nHost: t\r\n\r\n"),
+        ("count", b"GET /v1/count HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
         # A search is answered before the router (server/app.py): the same 500 there.
         (
             "search",
-            b"POST /v1/search HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s"
+            b"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s"
             % (len(_SEARCH), _SEARCH),
         ),
     ],
@@ -216,7 +216,8 @@ def test_a_bug_answered_500_leaves_the_connection_open(
                 # Both requests in one write, on one connection: the second is answered
                 # only if the first one's failure left the connection open.
                 s.sendall(
-                    request_ + b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+                    request_
+                    + b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
                 )
                 said = b""
                 while chunk := s.recv(65536):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from conftest import StoreFactory, WordHashEmbedder
+from conftest import LOCAL, StoreFactory, WordHashEmbedder
 from memlane import Memory
 from memlane.server import create_app
 
@@ -30,7 +30,7 @@ def mem(make_store: StoreFactory, word_embedder: WordHashEmbedder) -> Iterator[M
 
 @pytest.fixture
 def client(mem: Memory) -> Iterator[TestClient]:
-    with TestClient(create_app(mem)) as c:
+    with TestClient(create_app(mem), base_url=LOCAL) as c:
         yield c
 
 
@@ -101,7 +101,7 @@ def test_a_search_answered_before_the_router_keeps_its_checks(mem: Memory) -> No
     """A search skips Starlette's router and middleware (server/app.py), not what they
     check: the body limit (declared, or counted as it arrives), the path's other methods,
     the error handlers; and nothing it refuses reaches the store."""
-    with TestClient(create_app(mem, max_body=64)) as client:
+    with TestClient(create_app(mem, max_body=64), base_url=LOCAL) as client:
         big = b'{"query": "' + b"x" * 100 + b'"}'
         refused = client.post("/v1/search", content=big)
         assert (refused.status_code, refused.json()["error"]["type"]) == (413, "PayloadTooLarge")
@@ -166,7 +166,7 @@ def test_a_client_gone_before_its_body_is_not_a_bug(
 
 
 def test_a_closed_store_is_409_closed(mem: Memory) -> None:
-    with TestClient(create_app(mem)) as client:
+    with TestClient(create_app(mem), base_url=LOCAL) as client:
         mem.close()
         for r in (client.post("/v1/search", json={"query": "Porto"}), client.get("/v1/count")):
             assert (r.status_code, r.json()["error"]["type"]) == (409, "ClosedError")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from conftest import StoreFactory, WordHashEmbedder
+from conftest import LOCAL, StoreFactory, WordHashEmbedder
 from memlane import Memory
 from memlane.server import create_app
 from memlane.store import OUTCOMES_KEPT, JobOutcome
@@ -41,7 +41,7 @@ def mem(make_store: StoreFactory, word_embedder: WordHashEmbedder) -> Iterator[M
 
 @pytest.fixture
 def client(mem: Memory) -> Iterator[TestClient]:
-    with TestClient(create_app(mem)) as c:
+    with TestClient(create_app(mem), base_url=LOCAL) as c:
         yield c
 
 

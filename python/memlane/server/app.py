@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
@@ -19,8 +20,9 @@ from memlane.memory import Memory
 from memlane.server import records, stream, transfer
 from memlane.server.body_limit import BodyLimit
 from memlane.server.calls import AsgiRoute
-from memlane.server.errors import Handled, Unexpected, handlers
+from memlane.server.errors import Handled, Unexpected, error_body, handlers
 from memlane.server.keys import ApiKey
+from memlane.server.local import refusal
 from memlane.server.openapi import schema
 
 __all__ = ["DEFAULT_MAX_BODY", "DEFAULT_MAX_UPLOAD", "create_app"]
@@ -67,7 +69,8 @@ def create_app(
     ingest_root: str | Path | None = None,
 ) -> App:
     """The server's app over an open ``memory`` (which the caller closes). ``keys``: the
-    API keys a request must give one of (none: every request may do everything; the
+    API keys a request must give one of (none: every request made to a loopback
+    address by no web page of another origin may do everything, see ``local.py``; the
     command refuses that on any address but loopback). ``ingest_root``: the folder
     whose files ``/v1/ingest`` may read by path (none: no server-side path)."""
     for label, value in (("max_body", max_body), ("max_upload", max_upload)):
@@ -121,8 +124,14 @@ class App(Starlette):
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self.state.keys:
+            why = refusal(Headers(scope=scope))
+            if why is not None:
+                await JSONResponse(error_body("Forbidden", why), 403)(scope, receive, send)
+                return
         # Under a root path (a mount, a proxy's prefix) the router strips it first.
         if scope["type"] == "http" and not scope.get("root_path"):
+            records.raw_id(scope)
             direct = self.direct.get((scope["method"], scope["path"]))
             if direct is not None:
                 scope["app"] = self

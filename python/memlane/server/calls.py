@@ -130,7 +130,9 @@ def json_object(body: bytes, *, exact: bool = True) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(body) if exact else orjson.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except RecursionError:
+        raise InvalidArgumentError("the body is not JSON: nested too deep") from None
+    except ValueError as e:  # not JSON, not UTF-8, or an integer of over 4,300 digits
         raise InvalidArgumentError(f"the body is not JSON: {e}") from None
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"the body must be a JSON object, not {type(value).__name__}")
@@ -177,6 +179,8 @@ def _parse(name: str, text: str, default: Any) -> Any:
         return text
     except ValueError as e:
         raise InvalidArgumentError(f"{name}: {e} (got {shown(text)})") from None
+    except RecursionError:
+        raise InvalidArgumentError(f"{name}: nested too deep (got {shown(text)})") from None
 
 
 def json_bytes(content: Any) -> bytes:

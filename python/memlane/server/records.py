@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
@@ -36,6 +37,7 @@ from memlane.server.calls import (
     send_json,
     version_json,
 )
+from memlane.server.errors import Refused
 from memlane.server.keys import Caller
 from memlane.store import OUTCOMES_KEPT, JobOutcome
 
@@ -49,6 +51,39 @@ def context(request: HTTPConnection, *, writes: bool = False) -> tuple[Memory, C
     if writes:
         caller.writes()
     return state.memory, caller
+
+
+#: Where a record's routes start; the id is the path's next segment.
+ITEM = "/v1/memories/"
+#: The scope's key for an id whose segment holds an encoded slash (see ``raw_id``).
+_RAW_ID = "memlane.id"
+
+
+def raw_id(scope: Scope) -> None:
+    """Routes a request for a record whose id holds a "/" by the path as sent. The router
+    matches the decoded path, where ``/v1/memories/a%2Fb`` became ``/v1/memories/a/b``
+    (no route) and ``/v1/memories/x%2Fhistory`` the history of ``x``. For a segment
+    with an encoded slash, the path is routed with a stand-in for it and the id kept
+    beside it, for ``path_id``."""
+    raw = scope.get("raw_path")
+    if not isinstance(raw, bytes) or not raw.startswith(ITEM.encode()):
+        return
+    segment, slash, tail = raw[len(ITEM) :].partition(b"/")
+    if b"%2f" not in segment.lower():
+        return
+    try:
+        record_id = unquote_to_bytes(segment.decode("ascii")).decode("utf-8")
+        rest = unquote(tail.decode("ascii"), errors="strict")
+    except UnicodeError:
+        return  # the router answers what it makes of it, as for any other path
+    scope[_RAW_ID] = record_id
+    scope["path"] = ITEM + "-" + ("/" + rest if slash else "")
+
+
+def path_id(request: HTTPConnection) -> str:
+    """The id a record's route names."""
+    given = request.scope.get(_RAW_ID)
+    return given if isinstance(given, str) else str(request.path_params["id"])
 
 
 def _visible(mem: Memory, caller: Caller, record_id: str) -> MemoryRecord:
@@ -90,6 +125,13 @@ async def search(scope: Scope, receive: Receive, send: Send) -> None:
     mem, caller = context(HTTPConnection(scope))
     given = json_object(await read_body(receive), exact=False)
     args = caller.bound(arguments(mem.search, given))
+    if caller.read_only:
+        # Recording the access is a write: the counts and times it changes rank every
+        # key's searches (recency, access_count), and a key that may only read must not
+        # move them.
+        if args.get("track_access"):
+            raise Refused(403, "Forbidden", "this API key is read-only: track_access=true writes")
+        args["track_access"] = False
     if _short(mem, args):
         hits = mem.search(**args)
     else:
@@ -110,7 +152,7 @@ def _short(mem: Memory, args: dict[str, Any]) -> bool:
 async def get(request: Request) -> JSONResponse:
     """One memory by id (?include_embedding=true for its vector)."""
     mem, caller = context(request)
-    record_id = request.path_params["id"]
+    record_id = path_id(request)
     args = query_arguments(request, mem.get, id=record_id)
     found = await run_in_threadpool(lambda: mem.get(**args))
     if not caller.sees(found):
@@ -163,7 +205,7 @@ async def count(request: Request) -> JSONResponse:
 async def history(request: Request) -> JSONResponse:
     """Every version of a memory, oldest first."""
     mem, caller = context(request)
-    record_id = request.path_params["id"]
+    record_id = path_id(request)
     # Each version checked: an id a deleted memory of another scope had, taken again,
     # has that memory's versions in its history too.
     versions = [v for v in await run_in_threadpool(mem.history, record_id) if caller.sees(v.record)]
@@ -175,7 +217,7 @@ async def history(request: Request) -> JSONResponse:
 async def supersede(request: Request) -> JSONResponse:
     """Replace a fact, keeping the old version (the arguments of Memory.supersede)."""
     mem, caller = context(request, writes=True)
-    record_id = request.path_params["id"]
+    record_id = path_id(request)
     args = arguments(mem.supersede, {**await read_json(request), "id": record_id})
 
     def run() -> MemoryRecord:
@@ -188,7 +230,7 @@ async def supersede(request: Request) -> JSONResponse:
 async def update(request: Request) -> JSONResponse:
     """Change fields of a memory (the arguments of Memory.update)."""
     mem, caller = context(request, writes=True)
-    record_id = request.path_params["id"]
+    record_id = path_id(request)
     args = arguments(mem.update, {**await read_json(request), "id": record_id})
 
     def run() -> MemoryRecord:
@@ -201,7 +243,7 @@ async def update(request: Request) -> JSONResponse:
 async def delete(request: Request) -> JSONResponse:
     """Delete a memory (its history stays)."""
     mem, caller = context(request, writes=True)
-    record_id = request.path_params["id"]
+    record_id = path_id(request)
 
     def run() -> None:
         _visible(mem, caller, record_id)

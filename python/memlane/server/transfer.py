@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 from memlane.knowledge.report import IngestReport
 from memlane.server.calls import arguments, read_json
 from memlane.server.errors import Refused
@@ -32,6 +32,17 @@ _CHUNK = 1 << 16
 # An uploaded file's name: its loader is chosen by its extension, and it becomes the
 # document's id, so it is one plain name.
 _NAME = re.compile(r"[^/\\\x00]{1,255}")
+
+
+def _plain_name(name: object) -> bool:
+    """Whether ``name`` can be an uploaded file's name: one plain name, not hidden, that
+    the file system takes (255 bytes at most, as UTF-8)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name.startswith("."):
+        return False
+    try:
+        return len(name.encode("utf-8")) <= 255
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
 
 
 async def _save(request: Request, path: Path) -> int:
@@ -72,8 +83,10 @@ async def ingest(request: Request) -> JSONResponse:
         )
     given: dict[str, Any] = dict(request.query_params)
     name = given.pop("name", None)
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or name.startswith("."):
-        raise InvalidArgumentError("give the file's name: ?name=notes.md (one plain name)")
+    if not _plain_name(name):
+        raise InvalidArgumentError(
+            "give the file's name: ?name=notes.md (one plain name of at most 255 bytes)"
+        )
     if "shared" in given:
         if given["shared"] not in ("true", "false"):
             raise InvalidArgumentError("shared: expected true or false")
@@ -92,9 +105,14 @@ def _ingest_path(request: Request, path: object, options: dict[str, Any]) -> Ing
     root: Path | None = request.app.state.ingest_root
     if root is None:
         raise Refused(403, "Forbidden", "this server ingests no server-side path (--ingest-root)")
-    if not isinstance(path, str) or not path:
+    if not isinstance(path, str) or not path or "\x00" in path:
         raise InvalidArgumentError("path must be a path under the server's ingest root")
-    target = (root / path).resolve()
+    try:
+        path.encode("utf-8")
+        target = (root / path).resolve()
+    except (UnicodeEncodeError, OSError, ValueError):
+        # The message names the path given, never the root's place on the server.
+        raise InvalidArgumentError(f"path {shown(path)} is no file this server can read") from None
     if not target.is_relative_to(root):
         raise Refused(403, "Forbidden", f"{path!r} is outside the server's ingest root")
     mem = request.app.state.memory
