@@ -389,7 +389,9 @@ class Memory(MemoryStore):
         string of knowledge text. Paths are relative to ``root`` (by default
         the current folder) and may not lead outside it unless
         ``follow_outside``; such an entry, or a missing one, is reported as
-        failed and the others are ingested.
+        failed and the others are ingested. An entry of the wrong shape (an
+        unknown key, metadata that is no mapping or that no record may hold) is
+        an ``InvalidArgumentError`` naming it, raised before any is ingested.
         """
         options = IngestOptions(
             chunker, metadata, progress, prune_missing, follow_outside, limits=limits

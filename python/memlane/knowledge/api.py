@@ -23,7 +23,7 @@ import builtins
 import dataclasses
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,7 +41,7 @@ from memlane.knowledge.documents import (
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import LOADERS
-from memlane.knowledge.pipeline import IngestOptions, Owner
+from memlane.knowledge.pipeline import IngestOptions, Owner, checked_metadata
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
 
@@ -110,6 +110,46 @@ def documents_filter(agent_id: str | None, shared: bool | None) -> dict[str, Any
     return None if agent_id is None else _visible_filter(agent_id)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Entry:
+    """One checked entry of an ``ingest_config`` list: a text, or a file or folder."""
+
+    text: str | None = None
+    where: str = ""
+    folder: bool = False
+    scope: Owner | None = None
+    metadata: Mapping[str, Any] | None = None
+
+
+def _config_entry(i: int, entry: object, agent_id: str | None, options: IngestOptions) -> _Entry:
+    """Entry ``i`` checked as its ingestion would check it (``InvalidArgumentError``
+    naming it), before any entry is ingested."""
+    if isinstance(entry, str):
+        coerce.clean(entry, f"entries[{i}]", nul=True)  # as ingest_text checks a text
+        Owner.of(agent_id, agent_id is None)
+        return _Entry(text=entry)
+    if not isinstance(entry, Mapping):
+        raise InvalidArgumentError(f"entries[{i}] must be a dict or a str")
+    unknown = set(entry) - {"directory", "path", "shared", "metadata"}
+    where = entry.get("directory", entry.get("path"))
+    if unknown or not isinstance(where, str) or ("directory" in entry) == ("path" in entry):
+        raise InvalidArgumentError(
+            f"entries[{i}] must have exactly one of 'directory' or 'path' (a str), and "
+            f"optionally 'shared' and 'metadata'; got {shown(dict(entry))}"
+        )
+    try:
+        normalise_path(where)
+        scope = Owner.of(agent_id, entry.get("shared", False))
+        own = entry.get("metadata")
+        if own is not None and not isinstance(own, Mapping):
+            raise InvalidArgumentError(f"metadata must be a dict, got {type(own).__name__}")
+        extra = {**(options.metadata or {}), **(own or {})}
+        checked_metadata(extra)  # what the pipeline checks, for every document
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"entries[{i}]: {e}") from None
+    return _Entry(where=where, folder="directory" in entry, scope=scope, metadata=extra or None)
+
+
 def ingest_config(
     store: MemoryStore,
     entries: Sequence[Mapping[str, Any] | str],
@@ -118,9 +158,12 @@ def ingest_config(
     options: IngestOptions,
 ) -> IngestReport:
     """An elizaOS-style knowledge list ingested in one report (see
-    ``memlane.Memory.ingest_config``); ``options`` apply to every entry."""
-    if isinstance(entries, str | Mapping):
+    ``memlane.Memory.ingest_config``); ``options`` apply to every entry. Every entry
+    is checked before the first is ingested."""
+    if isinstance(entries, str | Mapping) or not isinstance(entries, Iterable):
         raise InvalidArgumentError("entries must be a list of dicts (or strings)")
+    checked_metadata(options.metadata)
+    checked = [_config_entry(i, entry, agent_id, options) for i, entry in enumerate(entries)]
     base = Path.cwd() if root is None else Path(root)
     real_base = base.resolve()
     report = IngestReport()
@@ -128,39 +171,27 @@ def ingest_config(
     text_options = IngestOptions(
         options.chunker, options.metadata, progress=False, limits=options.limits
     )
-    for i, entry in enumerate(entries):
-        if isinstance(entry, str):
-            digest = hashlib.sha256(entry.encode()).hexdigest()[:16]
+    for entry in checked:
+        if entry.text is not None:
+            digest = hashlib.sha256(entry.text.encode()).hexdigest()[:16]
             source, shared = f"inline:{digest}", agent_id is None
-            part = ingest_text(store, entry, source, agent_id, shared, "txt", text_options)
+            part = ingest_text(store, entry.text, source, agent_id, shared, "txt", text_options)
             report.merge(part)
             continue
-        if not isinstance(entry, Mapping):
-            raise InvalidArgumentError(f"entries[{i}] must be a dict or a str")
-        unknown = set(entry) - {"directory", "path", "shared", "metadata"}
-        where = entry.get("directory", entry.get("path"))
-        if unknown or not isinstance(where, str) or ("directory" in entry) == ("path" in entry):
-            raise InvalidArgumentError(
-                f"entries[{i}] must have exactly one of 'directory' or 'path' (a str), and "
-                f"optionally 'shared' and 'metadata'; got {shown(dict(entry))}"
-            )
-        shared = entry.get("shared", False)
-        scope = Owner.of(agent_id, shared)
-        target = base / where
-        label = normalise_path(where)
+        assert entry.scope is not None
+        target = base / entry.where
+        label = normalise_path(entry.where)
         if not options.follow_outside and not inside(target.resolve(), real_base):
             report.failed[label] = "outside the knowledge root"
             continue
         if not target.exists():
             report.failed[label] = "no such file or folder"
             continue
-        if ("directory" in entry) != target.is_dir():
-            kind = "a folder" if "directory" in entry else "a file"
-            report.failed[label] = f"not {kind}"
+        if entry.folder != target.is_dir():
+            report.failed[label] = f"not {'a folder' if entry.folder else 'a file'}"
             continue
-        extra = {**(options.metadata or {}), **(entry.get("metadata") or {})}
-        entry_options = dataclasses.replace(options, metadata=extra or None)
-        report.merge(ingest_path(store, target, scope, entry_options))
+        entry_options = dataclasses.replace(options, metadata=entry.metadata)
+        report.merge(ingest_path(store, target, entry.scope, entry_options))
     report.seconds = time.perf_counter() - started
     return report
 

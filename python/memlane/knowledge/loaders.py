@@ -202,6 +202,7 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
         parts: list[str] = []
         pages: list[int] = []
         offset = 0
+        limit = current_limits().max_unpacked_bytes
         for page in reader.pages:
             if parts:
                 offset += 2  # the "\n\n" between pages
@@ -209,6 +210,12 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
             page_text = (page.extract_text() or "").strip()
             parts.append(page_text)
             offset += len(page_text)
+            # Pages may share one content stream: a small file can hold far more text.
+            if offset > limit:
+                raise DocumentLimitError(
+                    f"more than {limit} characters of text (stopped at page {len(pages)}), "
+                    f"above max_unpacked_bytes={limit}"
+                )
         meta: dict[str, Any] = {"page_count": len(pages)}
         info = reader.metadata
         if info is not None:

@@ -7,7 +7,10 @@ The calling thread takes whole documents from the queue until it holds
 ``batch_size`` fragments (or the producer has had nothing for a moment),
 embeds their fragments in sub-batches sorted by length, then writes them with
 their document records in one ``memlane.Memory.add_many`` call: one
-transaction, in which a document's record comes with all its fragments.
+transaction, in which a document's record comes with all its fragments. The
+producer builds each document's records and checks their text and metadata as
+an add would, so a file that no record may hold fails alone, not its batch; an
+unexpected error of the producer is raised again in the calling thread.
 
 Sorting is what keeps the model's padding low: a model batch is padded to its
 longest text. For the default model the producer counts each fragment's
@@ -40,7 +43,7 @@ import re
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +79,7 @@ __all__ = [
     "IngestOptions",
     "Owner",
     "Pipeline",
+    "checked_metadata",
     "document_vector",
     "embedding_cost",
 ]
@@ -106,6 +110,8 @@ class Owner:
             raise InvalidArgumentError(f"shared must be a bool, got {type(shared).__name__}")
         if agent_id is not None and (not isinstance(agent_id, str) or not agent_id.strip()):
             raise InvalidArgumentError(f"agent_id must be a non-empty str, got {shown(agent_id)}")
+        if agent_id is not None:  # every record stores it: refused here, not mid-ingest
+            coerce.clean(agent_id, "agent_id")
         if not shared and agent_id is None:
             raise InvalidArgumentError(
                 "private knowledge (shared=False) needs an agent_id; pass shared=True for "
@@ -139,7 +145,9 @@ def _chunker_key(chunker: Chunker | None) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(chunker))
 
 
-def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
+def checked_metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The metadata given for every document, as stored; ``InvalidArgumentError`` if an
+    add would refuse it."""
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
@@ -162,6 +170,9 @@ class _Job:
     chunks: list[Chunk]
     costs: list[int]  # sort keys of the chunks' contents (see embedding_cost)
     old: MemoryRecord | None
+    # Its records (fragments, then the document), checked as an add checks them; the
+    # write gives them their vectors.
+    items: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -175,7 +186,28 @@ class _Done:
     old: MemoryRecord | None = None
 
 
+@dataclass(slots=True)
+class _Crash:
+    """The producer's unexpected error, raised again in the calling thread."""
+
+    error: BaseException
+
+
 _END = object()
+
+
+def _unstorable(items: list[dict[str, Any]]) -> str | None:
+    """Why an add would refuse one of a document's records (the checks ``add`` makes
+    of a record's text and metadata, the parts a file decides), or None."""
+    # The document's record first: its text is the whole text, so a position in it
+    # is a position in the document.
+    for item in (items[-1], *items[:-1]):
+        try:
+            coerce.text(item["text"], "text")
+            coerce.metadata(item["metadata"])
+        except InvalidArgumentError as e:
+            return f"cannot be stored: {e}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +239,7 @@ class Pipeline:
         if limits is not None and not isinstance(limits, IngestLimits):
             raise InvalidArgumentError(f"limits must be an IngestLimits, got {shown(limits)}")
         self.limits = limits or IngestLimits()
-        metadata = _metadata(options.metadata)
+        metadata = checked_metadata(options.metadata)
         if chunker is not None and not isinstance(chunker, Chunker):
             raise InvalidArgumentError(
                 "chunker must have a split(text) -> list[Chunk] method, got "
@@ -229,11 +261,20 @@ class Pipeline:
         self.chunker_key = _chunker_key(chunker)
         self.existing: dict[str, MemoryRecord] = {}
         self._text, self._markdown = default_chunkers()
+        self._ids: dict[str, Source] = {}  # the producer's documents so far, by id
 
     # -- producer ---------------------------------------------------------------------
 
     def prepare(self, source: Source) -> _Job | _Done:
-        doc_id = document_id(source.rel, agent_id=self.scope.agent_id, shared=self.scope.shared)
+        try:
+            doc_id = document_id(source.rel, agent_id=self.scope.agent_id, shared=self.scope.shared)
+        except UnicodeEncodeError:  # a name of bytes that are not UTF-8 (a lone surrogate)
+            raw = source.rel.encode("utf-8", "surrogateescape")
+            return _Done(source, "", "failed", f"the file name is not valid UTF-8: {raw!r}")
+        if (first := self._ids.setdefault(doc_id, source)) is not source:
+            # Two files whose names are one once normalised (NFC and NFD): one document.
+            reason = f"another file has the same name once normalised (NFC): {first.rel!r}"
+            return _Done(source, doc_id, "failed", reason)
         old = self.existing.get(doc_id)
         try:
             data = source.read()
@@ -269,7 +310,11 @@ class Pipeline:
         if not chunks:
             return _Done(source, doc_id, "empty", "no text", old)
         costs = self.cost([c.content for c in chunks])
-        return _Job(source, doc_id, digest, fingerprint, len(data), doc, chunks, costs, old)
+        job = _Job(source, doc_id, digest, fingerprint, len(data), doc, chunks, costs, old)
+        job.items = self.records(job)
+        if (refused := _unstorable(job.items)) is not None:  # this file fails, not the batch
+            return _Done(source, doc_id, "failed", refused)
+        return job
 
     def produce(
         self, sources: Iterable[Source], out: queue.Queue[Any], stop: threading.Event
@@ -287,6 +332,8 @@ class Pipeline:
                 if stop.is_set():
                     return
                 put(self.prepare(source))
+        except BaseException as e:  # raised again by run(), in the caller
+            put(_Crash(e))
         finally:
             put(_END)
 
@@ -295,12 +342,14 @@ class Pipeline:
     def run(self, sources: list[Source]) -> None:
         self.report.seen += len(sources)
         self.existing = {r.id: r for r in knowledge_documents(self.mem, self.scope.filter())}
+        self._ids = {}
         q: queue.Queue[Any] = queue.Queue(maxsize=1024)
         stop = threading.Event()
         producer = threading.Thread(
             target=self.produce, args=(sources, q, stop), daemon=True, name="memlane-ingest"
         )
         producer.start()
+        crash: _Crash | None = None
         try:
             pending: list[_Job] = []
             count = 0
@@ -316,7 +365,9 @@ class Pipeline:
                     continue
                 if item is _END:
                     break
-                if isinstance(item, _Job):
+                if isinstance(item, _Crash):
+                    crash = item
+                elif isinstance(item, _Job):
                     pending.append(item)
                     count += len(item.chunks)
                 else:
@@ -326,6 +377,8 @@ class Pipeline:
         finally:
             stop.set()
             producer.join()
+        if crash is not None:  # the files prepared before it are written
+            raise crash.error
 
     def settle(self, done: _Done) -> None:
         rel = done.source.rel
@@ -413,7 +466,11 @@ class Pipeline:
             return
         items: list[dict[str, Any]] = []
         for job, v in embedded:
-            items.extend(self.records(job, v))
+            if v is not None:
+                for item, vector in zip(job.items[:-1], v, strict=True):
+                    item["embedding"] = vector
+                job.items[-1]["embedding"] = document_vector(v)
+            items.extend(job.items)
         # Old versions (and fragments a run cut short left behind) go in the
         # transaction that stores the new ones: a crash leaves one or the other.
         ids = [job.id for job, _ in embedded]
@@ -424,7 +481,8 @@ class Pipeline:
             self.report.fragments += len(job.chunks)
         self.progress.update(files=len(embedded))
 
-    def records(self, job: _Job, vectors: FloatArray | None) -> list[dict[str, Any]]:
+    def records(self, job: _Job) -> list[dict[str, Any]]:
+        """The job's records, without their vectors."""
         doc, scope = job.doc, self.scope
         base = {**self.metadata, **json_safe(doc.metadata)}
         common = {
@@ -459,8 +517,6 @@ class Pipeline:
                 "metadata": meta,
                 **owner,
             }
-            if vectors is not None:
-                item["embedding"] = vectors[position]
             items.append(item)
         doc_meta = {
             **base,
@@ -482,8 +538,6 @@ class Pipeline:
             "metadata": doc_meta,
             **owner,
         }
-        if vectors is not None:
-            record["embedding"] = document_vector(vectors)
         # The record goes last: add_many commits all at once, and readers that
         # find a record find its fragments.
         items.append(record)
