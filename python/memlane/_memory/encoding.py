@@ -209,8 +209,10 @@ def new_record(
         if last_accessed_at is None
         else coerce.timestamp(last_accessed_at, "last_accessed_at")
     )
-    if builtins.type(access_count) is not int or access_count < 0:
-        raise InvalidArgumentError("access_count must be an int >= 0")
+    if builtins.type(access_count) is not int or not 0 <= access_count <= coerce.MAX_COUNT:
+        # The 64-bit column's range: a larger count passed this check, then failed while
+        # its batch was written, after earlier batches of an import were committed.
+        access_count = coerce.count(access_count, "access_count")
     if valid_to is not None:
         valid_to = coerce.timestamp(valid_to, "valid_to")
         if valid_to < created:
@@ -307,7 +309,8 @@ def record(row: Row, pending: tuple[int, float] | None, embedding: bool = False)
         row, _metadata(row), unblob(row.embedding) if embedding else None
     )
     if pending is not None:
-        rec.access_count += pending[0]
+        # Saturated, as the flush stores it (``SQLStore.record_accesses``).
+        rec.access_count = min(rec.access_count + pending[0], coerce.MAX_COUNT)
         rec.last_accessed_at = max(rec.last_accessed_at, pending[1])
     return rec
 
@@ -330,7 +333,7 @@ def prepare(
             r
             if (p := pending.get(r.rowid)) is None
             else r._replace(
-                access_count=r.access_count + p[0],
+                access_count=min(r.access_count + p[0], coerce.MAX_COUNT),
                 last_accessed_at=max(r.last_accessed_at, p[1]),
             )
             for r in rows

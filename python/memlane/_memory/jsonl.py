@@ -30,10 +30,17 @@ from memlane.errors import (
     StorageError,
     shown,
 )
+from memlane.schema import RECORD_COLUMNS
 from memlane.storage import Store
 from memlane.storage.base import HistoryEntry
+from memlane.storage.dialect import Dialect
 
 _EVENTS = ("update", "supersede", "delete")
+# The fields a history line carries (not the vector), and those an import sets to the
+# time it runs when a line leaves them out (such an entry matches a stored one whatever
+# they hold there).
+_CARRIED = tuple(c for c in RECORD_COLUMNS if c != "embedding")
+_TIMED = frozenset({"created_at", "updated_at", "last_accessed_at", "recorded_at"})
 
 # Records per transaction of an import.
 _BATCH = 1000
@@ -51,7 +58,10 @@ def export(db: Store, access: AccessLog, path: Path, embeddings: bool) -> int:
         except BaseException:
             os.close(fd)
             raise
-        with f:
+        # One state of the database throughout: the records and history as one commit
+        # left them (read a page at a time, a record rewritten meanwhile came twice).
+        hold = db.one_state() if isinstance(db, Dialect) else contextlib.nullcontext()
+        with f, hold:
             n = _write(f, db, access, embeddings)
             f.flush()
             os.fsync(f.fileno())
@@ -140,29 +150,69 @@ def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> i
     # Every line is checked before the first is stored: a bad line anywhere stores nothing.
     _check(writer, path, on_conflict)
     added = 0
-    skipped: set[str] = set()
-    history: list[HistoryEntry] = []
+    history: list[tuple[HistoryEntry, tuple[int, ...]]] = []
     for lines in _read(path):
         batch = []
         for lineno, item in lines:
             if "history" in item:
-                history.append(_history(item, f"{path}:{lineno}"))
+                entry, given = _history(item, f"{path}:{lineno}"), item["history"]
+                history.append((entry, _compared(given)))
             else:
                 batch.append(item)
         if on_conflict == "skip":
             taken = writer.db.existing_ids([str(b.get("id")) for b in batch])
-            skipped |= taken
             batch = [b for b in batch if str(b.get("id")) not in taken]
         for b in batch:
             b.pop("content_hash", None)  # recomputed from the text
         if batch:
             added += len(writer.add(batch, importing=True))
-    # The history of a skipped record is the store's own already.
-    entries = [e for e in history if e[0].id not in skipped]
+    entries = _new_history(writer.db, history)
     if entries:
         with writer.db.transaction() as conn:
             writer.db.insert_history(conn, entries)
     return added
+
+
+def _new_history(
+    db: Store, history: list[tuple[HistoryEntry, tuple[int, ...]]]
+) -> list[HistoryEntry]:
+    """The entries of ``history`` (each with the places ``_compared`` names) the store
+    does not hold yet, compared with the stored history of their ids (read ``_BATCH``
+    ids at a time): importing a file again (``on_conflict="skip"``) adds none, and the
+    retry of an import killed before its history (written last) was committed adds it,
+    for the records the first one stored too. A stored entry stands for one line."""
+    lines: dict[str, list[int]] = {}  # id -> its entries' places in ``history``
+    for i, (entry, _) in enumerate(history):
+        lines.setdefault(entry[0].id, []).append(i)
+    ids, held = list(lines), set[int]()
+    for start in range(0, len(ids), _BATCH):
+        stored: dict[str, list[tuple[Any, ...]]] = {}
+        for found in db.history(ids[start : start + _BATCH]):
+            stored.setdefault(found[0].id, []).append(_fields(found))
+        for record_id, kept in stored.items():
+            for i in lines.get(record_id, ()):
+                entry, compared = history[i]
+                want = [_fields(entry)[c] for c in compared]
+                match = next((k for k in kept if [k[c] for c in compared] == want), None)
+                if match is not None:
+                    kept.remove(match)
+                    held.add(i)
+    return [entry for i, (entry, _) in enumerate(history) if i not in held]
+
+
+def _fields(entry: HistoryEntry) -> tuple[Any, ...]:
+    """A history entry's fields of ``_CARRIED``, then its change: compared as values (a
+    stored REAL equals an int read)."""
+    row, event, at, actor, next_id = entry
+    return (*(getattr(row, c) for c in _CARRIED), event, at, actor, next_id)
+
+
+def _compared(given: dict[str, Any]) -> tuple[int, ...]:
+    """The places of ``_fields`` compared for a history line holding ``given`` (its
+    fields, checked by ``_history``): all but the times it leaves to the import."""
+    absent = _TIMED.difference(given)
+    kept = [i for i, c in enumerate(_CARRIED) if c not in absent]
+    return (*kept, *range(len(_CARRIED), len(_CARRIED) + 4))
 
 
 def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> None:

@@ -512,8 +512,10 @@ class MemoryStore(Listing):
         every field as exported.
 
         Records without an embedding are embedded (when the store has an
-        embedder). ``on_conflict="skip"`` skips ids already stored (and their
-        history). Returns how many records were added.
+        embedder). ``on_conflict="skip"`` skips ids already stored. Of the history, only
+        the entries the store does not hold yet are added, so importing a file again, or
+        retrying an import stopped before its history was written, neither repeats nor
+        loses one. Returns how many records were added.
 
         Every line is checked before the first is stored, so a file with a bad line stores
         nothing: [`CorruptFileError`][memlane.errors.CorruptFileError] for a line that is not

@@ -5,8 +5,8 @@ and the tenant's own entries beside it.
 A backend supplies what really differs:
 
 - connections: ``Dialect._run_read`` (a read connection, retried where
-  that is safe), ``Dialect._begin`` and ``Dialect._end`` (the write
-  transaction's connection);
+  that is safe), ``Dialect._reader`` (one held for a block: ``Dialect.one_state``),
+  ``Dialect._begin`` and ``Dialect._end`` (the write transaction's connection);
 - binding: ``?`` in the statements here becomes the dialect's placeholder
   (``Dialect._q``); a list of values is bound by ``Dialect._any``
   (``IN (?, ?, ...)`` or ``= ANY(?)``), a batch of rows by ``Dialect._many``
@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, Literal, TypeVar
 
 from memlane.errors import CorruptFileError, InvalidArgumentError, MemlaneError, StorageError
@@ -38,6 +39,10 @@ from memlane.schema import Row
 __all__ = ["Columns", "Dialect", "ErrorKind", "Rows"]
 
 T = TypeVar("T")
+
+#: The connection of the read transaction each thread holds in ``Dialect.one_state``,
+#: by the store's id (each thread's own dict).
+_HELD = threading.local()
 
 #: What a driver exception means, as far as the store can tell.
 ErrorKind = Literal["unique", "refused", "value", "corrupt", "full"] | None
@@ -75,6 +80,10 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def _run_read(self, fn: Callable[[Any], T]) -> T:
         """``fn`` on a connection outside any transaction (driver errors propagate)."""
+
+    @abc.abstractmethod
+    def _reader(self) -> AbstractContextManager[Any]:
+        """A read connection outside any transaction, this thread's until the block ends."""
 
     @abc.abstractmethod
     def _begin(self) -> Any:
@@ -183,10 +192,33 @@ class Dialect(abc.ABC):
             raise self._error(what, e) from self._cause(e)
 
     def _read(self, fn: Callable[[Any], T]) -> T:
+        conn = getattr(_HELD, "conns", {}).get(id(self))
         try:
-            return self._run_read(fn)
+            return self._run_read(fn) if conn is None else fn(conn)
         except self._ERRORS as e:
             raise self._error(f"{self.ENGINE} query failed", e) from self._cause(e)
+
+    #: Begins a read transaction that sees one state of the database throughout.
+    _SNAPSHOT: ClassVar[str] = "BEGIN"
+
+    @contextmanager
+    def one_state(self) -> Iterator[None]:
+        """The reads of this thread in the block (``_read``) see one state of the
+        database: one read transaction on one connection (``_SNAPSHOT``), which does not
+        hold writers back (SQLite's WAL; PostgreSQL's REPEATABLE READ, READ ONLY). An
+        export reads its pages in it, so a record rewritten meanwhile is met once."""
+        held: dict[int, Any] = _HELD.__dict__.setdefault("conns", {})
+        if id(self) in held:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            with self._failing(f"{self.ENGINE} query failed"):
+                conn = stack.enter_context(self._reader())
+                conn.execute(self._SNAPSHOT)
+            stack.callback(self._rollback, conn)  # a read: nothing to commit
+            held[id(self)] = conn
+            stack.callback(held.pop, id(self))
+            yield
 
     def _refused(self, e: Exception) -> MemlaneError:
         return self._error(f"{self.ENGINE} refused the write", e)

@@ -36,6 +36,7 @@ import urllib.parse
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -374,6 +375,14 @@ class PostgresStore(SQLStore):
             ) from e
         except PoolClosed as e:
             raise StorageError("the store is closed") from e
+
+    @contextmanager
+    def _reader(self) -> Iterator[psycopg.Connection[Any]]:
+        conn = self._getconn()
+        try:
+            yield conn
+        finally:
+            self._pool.putconn(conn)
 
     def _run_read(self, fn: Callable[[Any], T]) -> T:
         """Runs ``fn`` on a pooled connection outside any transaction (a read, or a

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from memlane.coerce import MAX_COUNT
 from memlane.content_hash import content_hash
 from memlane.errors import (
     ConflictError,
@@ -314,11 +315,13 @@ class SQLStore(Dialect):
             [(rowid, n, at) for rowid, (n, at) in accesses.items()],
         )
         # One statement: SQLite runs it without taking the GIL back row by row, so
-        # a flush does not stall searches in other threads.
-        p = self._p
+        # a flush does not stall searches in other threads. A count saturates at the
+        # column's largest (past it SQLite stored a REAL, PostgreSQL refused every flush).
+        p, top = self._p, MAX_COUNT
         conn.execute(
             self._q(
-                f"UPDATE {p}records SET access_count = access_count + j.n, "
+                f"UPDATE {p}records SET access_count = CASE WHEN j.n > {top} - access_count "
+                f"THEN {top} ELSE access_count + j.n END, "
                 f"last_accessed_at = {self._GREATEST}(last_accessed_at, j.at), seq = ? "
                 f"FROM {j} WHERE {p}records.rowid = j.id_"
             ),
@@ -467,9 +470,6 @@ class SQLStore(Dialect):
             part = rowids[start : start + batch]
             rows = self.rows_by_rowid(part, True, keep=start + len(part) > kept_from)
             yield [rows[r] for r in part if r in rows]
-
-    #: Begins a read transaction that sees one state of the database throughout.
-    _SNAPSHOT: ClassVar[str] = "BEGIN"
 
     def changes_since(self, seq: int) -> Changes:
         """What the changes after ``seq`` wrote, as one state of the database shows them:

@@ -28,7 +28,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -387,6 +387,9 @@ class SQLiteStore(SQLStore):
                 self._readers.append(conn)
             self._local.conn = conn
         yield conn
+
+    def _reader(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self.reader()
 
     def _run_read(self, fn: Callable[[Any], T]) -> T:
         with self.reader() as conn:
