@@ -10,6 +10,8 @@ counters, the store's id, the pinned embedder. What a tenant owns beside its rec
 
 from __future__ import annotations
 
+from typing import Any
+
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import history_table, records_table
 
@@ -156,3 +158,25 @@ MIGRATIONS = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# Which database a connection reached, beyond the store id in ``meta``, which a copy
+# (CREATE DATABASE ... TEMPLATE) or a restored dump keeps: the database's and the records
+# table's object ids, new for each, and the cluster's system identifier (a restore into
+# another cluster), where the role may read it.
+_IDENTITY = (
+    "SELECT (SELECT oid FROM pg_database WHERE datname = current_database()), "
+    "to_regclass(%s)::oid, has_function_privilege('pg_control_system()', 'EXECUTE')"
+)
+
+
+def database_identity(conn: Any, records: str) -> str | None:
+    """Which database ``conn`` reached (see ``_IDENTITY``); ``records`` names the table
+    (None before the migrations made it)."""
+    found = conn.execute(_IDENTITY, (records,)).fetchone()
+    if found[1] is None:
+        return None
+    system = None
+    if found[2]:
+        system = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0]
+    return f"{system}.{found[0]}.{found[1]}"

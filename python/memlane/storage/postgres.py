@@ -49,7 +49,7 @@ from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, sho
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row
 from memlane.storage.dialect import Columns, ErrorKind, Rows
-from memlane.storage.pg_schema import MIGRATIONS, SCHEMA_VERSION
+from memlane.storage.pg_schema import MIGRATIONS, SCHEMA_VERSION, database_identity
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import TYPES, SQLStore
 
@@ -217,6 +217,8 @@ class PostgresStore(SQLStore):
             self._connect_kwargs["connect_timeout"] = int(CONNECT_TIMEOUT)
         self._listener: _Listener | None = None
         self._closed = False
+        self._identity: str | None = None
+        self._replaced = False
         self._cache = RowCache(self.target.row_cache)
         self._id_prefix = self.target.id_prefix
         if self.target.tenant is not None:
@@ -242,11 +244,15 @@ class PostgresStore(SQLStore):
                 f"(no connection within {CONNECT_TIMEOUT:.0f} s)"
             ) from None
         try:
-            self.store_id = str(self.get_meta("store_id"))
+            # The snapshot cache's folder and owner: a copy of the database, or one
+            # restored from a dump, has the same id in meta but is not the same database.
+            assert self._identity is not None  # the pool's first connection noted it
+            digest = hashlib.sha256(self._identity.encode()).hexdigest()[:16]
+            self.store_id = f"{self.get_meta('store_id')}-{digest}"
             # COPY is the fast way in, but PostgreSQL refuses it where row-level security
             # applies (any role but the owner): such roles insert from arrays instead.
             q = "SELECT row_security_active(%s::regclass)"
-            self._copy = not self._read(
+            self._copy: bool = not self._read(
                 lambda c: c.execute(q, (f"{self._p}records",)).fetchone()[0]
             )
         except BaseException:
@@ -269,7 +275,8 @@ class PostgresStore(SQLStore):
         return self.target.scrub(text)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        """Confines a new connection to the tenant, if any (row-level security)."""
+        """Confines a new connection to the tenant, if any (row-level security), and
+        checks that it reached the database the store opened (``_identify``)."""
         if self.target.tenant is not None:
             field, who = self.target.tenant
             conn.execute(
@@ -277,6 +284,35 @@ class PostgresStore(SQLStore):
                 "set_config('memlane.tenant', %s, false)",
                 (field, who),
             )
+        self._identify(conn)
+
+    def _identify(self, conn: psycopg.Connection[Any]) -> None:
+        """Notes the database of the store's first connection; a later connection to
+        another (the database dropped and created again, or restored, under the same
+        name while the store was open) marks the store replaced: what it holds, its
+        engine, row cache and change number, is another database's, so every later
+        call raises (``_current``) instead of answering from it."""
+        identity = database_identity(conn, f"{self._p}records")
+        if identity is None:  # the migration's own connection, before it made the table
+            return
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            self._replaced = True
+
+    def _current(self) -> None:
+        if self._replaced:
+            raise StorageError(
+                f"the PostgreSQL database {self.location} was replaced while this store was "
+                "open (dropped and created again, or restored from a dump): open the store "
+                "again"
+            )
+
+    def rows_by_rowid(
+        self, rowids: Sequence[int], embedding: bool = False, *, keep: bool = True
+    ) -> dict[int, Row]:
+        self._current()  # the row cache holds the replaced database's rows
+        return super().rows_by_rowid(rowids, embedding, keep=keep)
 
     def _connect(self) -> psycopg.Connection[Any]:
         """A connection of its own (not pooled), retried while the server is unreachable."""
@@ -366,8 +402,9 @@ class PostgresStore(SQLStore):
         return next((kind for cls, kind in _KINDS if isinstance(e, cls)), None)
 
     def _getconn(self) -> psycopg.Connection[Any]:
+        self._current()
         try:
-            return self._pool.getconn()
+            conn = self._pool.getconn()
         except PoolTimeout as e:
             raise StorageError(
                 f"cannot reach the PostgreSQL database {self.location} "
@@ -375,6 +412,10 @@ class PostgresStore(SQLStore):
             ) from e
         except PoolClosed as e:
             raise StorageError("the store is closed") from e
+        if self._replaced:  # found out by this very connection
+            self._pool.putconn(conn)
+            self._current()
+        return conn
 
     @contextmanager
     def _reader(self) -> Iterator[psycopg.Connection[Any]]:
@@ -511,6 +552,7 @@ class _Listener:
             try:
                 if conn is None:
                     conn = psycopg.connect(store.target.conninfo, **store._connect_kwargs)
+                    store._identify(conn)  # a database replaced meanwhile is found here
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store._channel)))
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._wake_channel)))
                     failures = 0
