@@ -6,6 +6,7 @@ files written from its notes and read back into them (the work behind
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -80,6 +81,12 @@ _DATED = re.compile(
     r"(?:\s*[·|\u2014\u2013-]\s*(.*))?"
 )
 _STAMP = "%Y-%m-%d %H:%M:%S"
+#: A file ``export_notes`` writes aside before renaming it over one of the five (and one
+#: that a killed export left behind): ``.JOURNAL.md.<random hex>.tmp``, or
+#: ``.JOURNAL.md.tmp`` as earlier versions named it. ``import_notes`` skips them.
+_ASIDE = re.compile(
+    r"\.(?:" + "|".join(re.escape(n) for n in NOTE_FILES) + r")(?:\.[0-9a-f]+)?\.tmp"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,12 +188,32 @@ def _ordered(records: list[MemoryRecord]) -> list[MemoryRecord]:
     return sorted(records, key=lambda r: (int(r.metadata.get("position", 0)), r.created_at))
 
 
+def _same_date(date: float, created_at: float) -> bool:
+    """Whether a heading's ``date`` is ``created_at`` as far as the file can tell: the
+    export writes whole seconds, so a date of whole seconds matches every time within
+    that second (stamped as the export stamps it); a finer date matches exactly."""
+    if date == created_at:
+        return True
+    return date.is_integer() and times.stamp(date, _STAMP) == times.stamp(created_at, _STAMP)
+
+
 def _same(entry: _Entry, rec: MemoryRecord) -> bool:
     return (
         entry.text == rec.text
         and entry.title == str(rec.metadata.get("title") or "")
-        and (entry.date is None or entry.date == rec.created_at)
+        and (entry.date is None or _same_date(entry.date, rec.created_at))
     )
+
+
+def _when(entry: _Entry, stored: list[MemoryRecord], now: float) -> float:
+    """The date an imported entry is stored with: its heading's, unless a stored entry of
+    the same text and title has a date the heading matches (then that one, unrounded);
+    without a date in its heading, such an entry's date, or ``now``."""
+    for rec in stored:
+        same = rec.text == entry.text and str(rec.metadata.get("title") or "") == entry.title
+        if same and (entry.date is None or _same_date(entry.date, rec.created_at)):
+            return rec.created_at
+    return entry.date if entry.date is not None else now
 
 
 def unsuperseded(flt: dict[str, Any]) -> dict[str, Any]:
@@ -288,6 +315,33 @@ def write_entries(
     return stored[:-1]
 
 
+def _write_file(folder: Path, name: str, text: str) -> None:
+    """Writes ``text`` as ``folder / name``: into a new file beside it (of a name no file
+    had, created without following a link, so nothing outside ``folder`` is written),
+    synced to disk, then renamed over the old one. The new file is removed on failure."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        aside = folder / f".{name}.{uuid.uuid4().hex[:16]}.tmp"
+        try:
+            fd = os.open(aside, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free name for {name} written aside in {str(folder)!r}")
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(aside, folder / name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+        raise
+
+
 def export_notes(
     store: MemoryStore, dir: str | Path, scope: Mapping[str, str | None]
 ) -> dict[str, int]:
@@ -297,10 +351,8 @@ def export_notes(
     path = _directory(dir, create=True)
     notes = {name: kind_notes(store, kind, fields, only) for name, kind in NOTE_FILES.items()}
     for name, records in notes.items():
-        target, aside = path / name, path / f".{name}.tmp"
         try:
-            aside.write_text(_render(NOTE_FILES[name], records), encoding="utf-8")
-            os.replace(aside, target)
+            _write_file(path, name, _render(NOTE_FILES[name], records))
         except OSError as e:
             raise StorageError(f"cannot write {name}: {e.strerror or e}") from None
     return {name: len(records) for name, records in notes.items()}
@@ -313,7 +365,11 @@ def import_notes(
     entries stored per file read (see ``memlane.Memory.import_notes``)."""
     fields, only = exact_scope(store, scope)
     path = _directory(dir, create=False)
-    unknown = sorted(p.name for p in path.iterdir() if p.name not in NOTE_FILES or not p.is_file())
+    unknown = sorted(
+        p.name
+        for p in path.iterdir()
+        if (p.name not in NOTE_FILES or not p.is_file()) and not _ASIDE.fullmatch(p.name)
+    )
     if unknown:
         raise InvalidArgumentError(
             f"unknown file(s) {unknown} in {str(path)!r}; notes files are {list(NOTE_FILES)}"
@@ -327,14 +383,13 @@ def import_notes(
         if len(stored_now) == len(entries) and all(map(_same, entries, stored_now)):
             stored[name] = 0
             continue
-        dates = {(r.text, str(r.metadata.get("title") or "")): r.created_at for r in stored_now}
         items = [
             {
                 "text": e.text,
                 "table": NOTES,
                 "type": kind,
                 "metadata": {"file": name, "title": e.title, "position": i},
-                "created_at": e.date if e.date is not None else dates.get((e.text, e.title), now),
+                "created_at": _when(e, stored_now, now),
                 **fields,
             }
             for i, e in enumerate(entries)

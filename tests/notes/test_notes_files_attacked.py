@@ -1,0 +1,170 @@
+"""The notes folder under attack, on both backends: an export killed between writing a
+file aside and renaming it leaves that file behind, and later imports skip it (without
+reading it); an export that fails removes what it wrote aside; an unchanged export of
+entries dated to the fraction of a second imports as unchanged, while real edits are
+still seen; a link planted where an export used to write aside is never written through."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memlane import InvalidArgumentError, StorageError
+from memlane.notes import NOTE_FILES, NOTES, Notebook
+
+SCOPE = {"agent_id": "a"}
+
+
+def entries(mem: Any) -> list[tuple[str, str, str, float]]:
+    """Every current note of the scope: id, kind, text, date."""
+    recs = mem.list(NOTES, limit=1000, filters={"valid_to": None}, **SCOPE)
+    return sorted((r.id, r.type, r.text, r.created_at) for r in recs)
+
+
+def asides(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name not in NOTE_FILES)
+
+
+def failing_replace(monkeypatch: pytest.MonkeyPatch, folder: Path, *, cleanup: bool) -> None:
+    """Makes renames into ``folder`` fail; without ``cleanup``, the export's removal of
+    the file it wrote aside is lost too, as when a kill -9 stops it before the rename."""
+    real_replace, real_unlink = os.replace, os.unlink
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst).parent == folder:
+            raise OSError(5, "Input/output error")
+        real_replace(src, dst, *args, **kwargs)
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path).parent == folder:
+            return
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    if not cleanup:
+        monkeypatch.setattr(os, "unlink", unlink)
+
+
+def test_import_skips_what_a_killed_export_left_aside(
+    make_store, word_embedder, tmp_path, monkeypatch
+):
+    mem = make_store("killed", word_embedder)
+    out = tmp_path / "out"
+    try:
+        book = Notebook(mem, SCOPE)
+        book.append("JOURNAL.md", "First entry.")
+        mem.export_notes(out, **SCOPE)
+        book.append("JOURNAL.md", "Second entry.")
+        with monkeypatch.context() as patch:
+            failing_replace(patch, out, cleanup=False)
+            with pytest.raises(StorageError, match=r"cannot write JOURNAL\.md"):
+                mem.export_notes(out, **SCOPE)
+        left = asides(out)
+        assert len(left) == 1 and re.fullmatch(r"\.JOURNAL\.md\..+\.tmp", left[0]), left
+        # As an earlier version named it, and not read: its bytes are not UTF-8.
+        (out / ".MEMORY.md.tmp").write_bytes(b"## 2026-01-01\nCaf\xe9\n")
+
+        stored = mem.import_notes(out, **SCOPE)
+        assert stored == {name: 0 for name in NOTE_FILES} | {"JOURNAL.md": 1}
+        assert [e[2] for e in entries(mem)] == ["First entry."]
+        assert len(asides(out)) == 2  # left where they are
+
+        # Any other file is still refused.
+        (out / ".JOURNAL.md.tmp.bak").write_text("x", encoding="utf-8")
+        with pytest.raises(
+            InvalidArgumentError, match=r"unknown file\(s\) \['.JOURNAL.md.tmp.bak'\]"
+        ):
+            mem.import_notes(out, **SCOPE)
+    finally:
+        mem.close()
+
+
+def test_a_failed_export_removes_what_it_wrote_aside(
+    make_store, word_embedder, tmp_path, monkeypatch
+):
+    mem = make_store("failed", word_embedder)
+    out = tmp_path / "out"
+    try:
+        Notebook(mem, SCOPE).append("USER.md", "Alice is vegan.")
+        mem.export_notes(out, **SCOPE)
+        before = {name: (out / name).read_bytes() for name in NOTE_FILES}
+        with monkeypatch.context() as patch:
+            failing_replace(patch, out, cleanup=True)
+            with pytest.raises(StorageError, match=r"cannot write JOURNAL\.md"):
+                mem.export_notes(out, **SCOPE)
+        assert asides(out) == []
+        assert {name: (out / name).read_bytes() for name in NOTE_FILES} == before
+    finally:
+        mem.close()
+
+
+def test_reimporting_an_unchanged_export_stores_nothing(make_store, word_embedder, tmp_path):
+    mem = make_store("unchanged", word_embedder)
+    out = tmp_path / "out"
+    try:
+        book = Notebook(mem, SCOPE)
+        book.append("JOURNAL.md", "Booked the Lisbon flight.")
+        book.append("JOURNAL.md", "Packed for Lisbon.")
+        book.append("USER.md", "Alice is vegan.")
+        before = entries(mem)
+        mem.export_notes(out, **SCOPE)
+
+        assert set(mem.import_notes(out, **SCOPE).values()) == {0}
+        assert entries(mem) == before  # the same ids and the same (unrounded) dates
+
+        # A changed entry replaces its file's notes; its untouched entries keep their dates.
+        journal = (out / "JOURNAL.md").read_text(encoding="utf-8")
+        (out / "JOURNAL.md").write_text(journal.replace("Packed", "Unpacked"), encoding="utf-8")
+        assert mem.import_notes(out, **SCOPE)["JOURNAL.md"] == 2
+        after = {e[2]: e[3] for e in entries(mem)}
+        dates = {e[2]: e[3] for e in before}
+        assert after["Booked the Lisbon flight."] == dates["Booked the Lisbon flight."]
+        assert after["Alice is vegan."] == dates["Alice is vegan."]
+        assert after["Unpacked for Lisbon."] == float(int(dates["Packed for Lisbon."]))
+        assert set(mem.import_notes(out, **SCOPE).values()) == {0}
+
+        # A date moved by a second is a change, and the file's date is stored.
+        user = (out / "USER.md").read_text(encoding="utf-8")
+        heading = re.search(r"^## (\S+ \d\d:\d\d:)(\d\d)$", user, re.MULTILINE)
+        assert heading is not None
+        moved = f"{heading.group(1)}{(int(heading.group(2)) + 1) % 60:02d}"
+        (out / "USER.md").write_text(user.replace(heading.group(0), f"## {moved}"), "utf-8")
+        assert mem.import_notes(out, **SCOPE)["USER.md"] == 1
+        (vegan,) = [e for e in entries(mem) if e[2] == "Alice is vegan."]
+        assert vegan[3] != next(e[3] for e in before if e[2] == "Alice is vegan.")
+        assert vegan[3].is_integer()
+    finally:
+        mem.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links need privileges")
+def test_export_never_writes_through_a_planted_link(make_store, word_embedder, tmp_path):
+    mem = make_store("planted", word_embedder)
+    out, victim, absent = tmp_path / "out", tmp_path / "victim.cfg", tmp_path / "absent.cfg"
+    out.mkdir()
+    victim.write_text("important config\n", encoding="utf-8")
+    (out / ".MEMORY.md.tmp").symlink_to(victim)
+    (out / ".USER.md.tmp").symlink_to(absent)
+    try:
+        Notebook(mem, SCOPE).append("MEMORY.md", "Text the model chose.")
+        Notebook(mem, SCOPE).append("USER.md", "Alice is vegan.")
+        mem.export_notes(out, **SCOPE)
+        assert victim.read_text(encoding="utf-8") == "important config\n"
+        assert not absent.exists()
+        for name in NOTE_FILES:
+            assert (out / name).is_file() and not (out / name).is_symlink(), name
+        assert "Text the model chose." in (out / "MEMORY.md").read_text(encoding="utf-8")
+        assert asides(out) == [".MEMORY.md.tmp", ".USER.md.tmp"]
+        # The files get the mode any new file gets (not a private temporary file's).
+        plain = tmp_path / "plain"
+        plain.write_text("x", encoding="utf-8")
+        assert (out / "MEMORY.md").stat().st_mode == plain.stat().st_mode
+        # The links are a leftover's names: an import skips them.
+        assert mem.import_notes(out, **SCOPE)["MEMORY.md"] == 0
+    finally:
+        mem.close()
