@@ -22,7 +22,9 @@ store.similarity_search("dark", k=1, filter={"n": {"$gte": 1}})
   ``Embeddings``.
 
 Every class takes ``scope`` (memlane's scope fields, e.g. ``{"agent_id": "a",
-"user_id": "u"}``): it writes with that scope and never reads outside it.
+"user_id": "u"}``): it writes with that scope and never reads outside it. A search may
+name a scope field (``user_id=...``) to narrow itself; one the store is bound to only with
+its bound value (another is an ``InvalidArgumentError``).
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from pydantic import ConfigDict, Field
 
-from memlane import Embedder, Memory, MemoryRecord
+from memlane import Embedder, Memory, MemoryRecord, coerce
 from memlane.errors import InvalidArgumentError, shown
+from memlane.integrations._checks import bound_options, id_list, metadata_list, text_list
 from memlane.integrations._common import (
     FunctionEmbedder,
     check_scope,
@@ -60,6 +63,8 @@ __all__ = [
 ]
 
 Mode = Literal["hybrid", "vector", "text"]
+#: ``Memory.search`` keywords the adapters set from their own arguments.
+_SET_HERE = ("mode", "filters", "query_embedding", "include_embedding")
 
 
 class MemlaneEmbeddings(Embeddings):
@@ -214,22 +219,23 @@ class MemlaneVectorStore(VectorStore):
     # -- writes -------------------------------------------------------------------------------
 
     def _check_batch(
-        self, texts: list[str], metadatas: list[dict[Any, Any]] | None, ids: list[str] | None
-    ) -> list[str]:
-        """The ids the texts get (a new one where none is given), after checking lengths."""
-        if metadatas is not None and len(metadatas) != len(texts):
+        self, texts: object, metadatas: object, ids: object
+    ) -> tuple[list[str], list[Mapping[str, Any]] | None, list[str]]:
+        """The texts, metadatas and ids (a new one where none is given) of an add, after
+        checking each as memlane's add does: before anything is embedded or written."""
+        checked = text_list(texts, "texts")
+        metas = metadata_list(metadatas, len(checked), "metadatas")
+        given = [None] * len(checked) if ids is None else id_list(ids, "ids", none_ok=True)
+        if len(given) != len(checked):
             raise InvalidArgumentError(
-                f"{len(metadatas)} metadatas for {len(texts)} texts; give one per text"
+                f"{len(given)} ids for {len(checked)} texts; give one per text"
             )
-        if ids is not None and len(ids) != len(texts):
-            raise InvalidArgumentError(f"{len(ids)} ids for {len(texts)} texts; give one per text")
-        given: list[Any] = list(ids) if ids is not None else [None] * len(texts)
-        return [str(uuid.uuid4()) if i is None else str(i) for i in given]
+        return checked, metas, [str(uuid.uuid4()) if i is None else i for i in given]
 
     def _write(
         self,
         texts: list[str],
-        metadatas: list[dict[Any, Any]] | None,
+        metadatas: list[Mapping[str, Any]] | None,
         out: list[str],
         vectors: Sequence[Sequence[float]] | None,
     ) -> list[str]:
@@ -258,13 +264,15 @@ class MemlaneVectorStore(VectorStore):
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
-        """Adds texts (an id that exists is replaced; a None id gets a new one); returns ids."""
-        texts = list(texts)
-        out = self._check_batch(texts, metadatas, ids)
-        if not texts:
+        """Adds texts (an id that exists is replaced; a None id gets a new one); returns ids.
+
+        ``texts``, ``metadatas`` and ``ids`` are lists (one of each per text); what memlane
+        would refuse is refused before anything is embedded or written."""
+        checked, metas, out = self._check_batch(texts, metadatas, ids)
+        if not checked:
             return []
-        vectors = None if self._embedding is None else self._embedding.embed_documents(texts)
-        return self._write(texts, metadatas, out, vectors)
+        vectors = None if self._embedding is None else self._embedding.embed_documents(checked)
+        return self._write(checked, metas, out, vectors)
 
     async def aadd_texts(
         self,
@@ -276,21 +284,21 @@ class MemlaneVectorStore(VectorStore):
     ) -> list[str]:
         """[`add_texts`][memlane.integrations.langchain.MemlaneVectorStore.add_texts] with
         the embeddings' async API; the write runs in a thread."""
-        texts = list(texts)
-        out = self._check_batch(texts, metadatas, ids)
-        if not texts:
+        checked, metas, out = self._check_batch(texts, metadatas, ids)
+        if not checked:
             return []
         vectors = None
         if self._embedding is not None:
-            vectors = await self._embedding.aembed_documents(texts)
-        return await asyncio.to_thread(self._write, texts, metadatas, out, vectors)
+            vectors = await self._embedding.aembed_documents(checked)
+        return await asyncio.to_thread(self._write, checked, metas, out, vectors)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Deletes these documents (missing ids are ignored); with no ids, every one in scope."""
+        """Deletes these documents (``ids`` a list of str; missing ids are ignored); with no
+        ids, every one in scope."""
         if ids is None:
             self.memory.delete_all(self.table, **self.scope)
             return True
-        ids = [str(i) for i in ids]
+        ids = id_list(ids, "ids")
         if ids:
             self.memory.delete_all(self.table, filters={"id": {"$in": ids}}, **self.scope)
         return True
@@ -298,8 +306,9 @@ class MemlaneVectorStore(VectorStore):
     # -- reads --------------------------------------------------------------------------------
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        """The documents of these ids that exist in scope, in the order asked."""
-        wanted = list(dict.fromkeys(str(i) for i in ids))
+        """The documents of these ids (a list of str) that exist in scope, in the order
+        asked."""
+        wanted = list(dict.fromkeys(id_list(ids, "ids")))
         if not wanted:
             return []
         records = self.memory.list(
@@ -324,23 +333,24 @@ class MemlaneVectorStore(VectorStore):
         k: int,
         mode: Mode,
         filter: Mapping[str, Any] | None,
+        kwargs: Mapping[str, Any],
         include_embedding: bool = False,
-        **kwargs: Any,
     ) -> list[tuple[MemoryRecord, float]]:
-        if mode != "text" and vector is None and self._embedding is not None:
-            vector = self._embedding.embed_query(query)
+        # The caller's keywords come as one dict: any name, even one of this method's
+        # parameters, is checked by bound_options and Memory.search.
         options: dict[str, Any] = {"weights": {"relevance": 1.0}, "track_access": False}
         options.update(kwargs)
+        options = bound_options(options, {**self.scope, "table": self.table}, _SET_HERE)
+        if mode != "text" and vector is None and self._embedding is not None:
+            vector = self._embedding.embed_query(query)
         hits = self.memory.search(
             query,
             k,
             mode=mode,
-            table=self.table,
             filters=metadata_filter(filter),
             query_embedding=None if mode == "text" else vector,
             include_embedding=include_embedding,
             **options,
-            **self.scope,
         )
         return [(h.record, h.score) for h in hits]
 
@@ -356,7 +366,7 @@ class MemlaneVectorStore(VectorStore):
         Extra keyword arguments go to [`Memory.search`][memlane.Memory.search] (``threshold``,
         ``weights``, ``alpha``, ...).
         """
-        hits = self._search(query, None, k, self.search_mode, filter, **kwargs)
+        hits = self._search(query, None, k, self.search_mode, filter, kwargs)
         return [(to_document(r), s) for r, s in hits]
 
     async def asimilarity_search_with_score(
@@ -372,7 +382,7 @@ class MemlaneVectorStore(VectorStore):
         if self._embedding is not None and self.search_mode != "text":
             vector = await self._embedding.aembed_query(query)
         hits = await asyncio.to_thread(
-            self._search, query, vector, k, self.search_mode, filter, **kwargs
+            self._search, query, vector, k, self.search_mode, filter, kwargs
         )
         return [(to_document(r), s) for r, s in hits]
 
@@ -402,7 +412,7 @@ class MemlaneVectorStore(VectorStore):
         filter: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[tuple[Document, float]]:
-        hits = self._search("", embedding, k, "vector", filter, **kwargs)
+        hits = self._search("", embedding, k, "vector", filter, kwargs)
         return [(to_document(r), s) for r, s in hits]
 
     def similarity_search_by_vector(
@@ -424,9 +434,13 @@ class MemlaneVectorStore(VectorStore):
         filter: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        """``k`` documents among the ``fetch_k`` nearest, chosen for relevance and diversity."""
+        """``k`` documents among the ``fetch_k`` nearest, chosen for relevance and diversity
+        (``lambda_mult`` in [0, 1]: 1 for relevance alone, 0 for diversity alone)."""
+        k = coerce.count(k, "k", 1)
+        fetch_k = coerce.count(fetch_k, "fetch_k", 1)
+        lambda_mult = coerce.number(lambda_mult, "lambda_mult", 0.0, 1.0)
         hits = self._search(
-            "", embedding, max(fetch_k, k), "vector", filter, include_embedding=True, **kwargs
+            "", embedding, max(fetch_k, k), "vector", filter, kwargs, include_embedding=True
         )
         if not hits:
             return []
@@ -463,7 +477,11 @@ class MemlaneVectorStore(VectorStore):
     ) -> MemlaneVectorStore:
         """A new store (keyword arguments as the constructor's) holding these texts."""
         store = cls(embedding=embedding, **kwargs)
-        store.add_texts(texts, metadatas, ids=list(ids) if ids is not None else None)
+        try:
+            store.add_texts(texts, metadatas, ids=ids)
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def as_hybrid_retriever(self, k: int = 4, **kwargs: Any) -> MemlaneRetriever:
@@ -509,7 +527,8 @@ class MemlaneRetriever(BaseRetriever):
     ) -> list[Document]:
         k = kwargs.pop("k", self.k)
         flt = kwargs.pop("filter", self.filter)
-        options = {**self.search_kwargs, **kwargs}
+        bound = self.scope if self.table is None else {**self.scope, "table": self.table}
+        options = bound_options({**self.search_kwargs, **kwargs}, bound, _SET_HERE[:3])
         vector = None
         if self.embedding is not None and self.mode != "text":
             vector = self.embedding.embed_query(query)
@@ -517,11 +536,9 @@ class MemlaneRetriever(BaseRetriever):
             query,
             k,
             mode=self.mode,
-            table=self.table,
             filters=metadata_filter(flt),
             query_embedding=vector,
             **options,
-            **self.scope,
         )
         docs = []
         for hit in hits:

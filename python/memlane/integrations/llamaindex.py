@@ -22,12 +22,14 @@ NOT). Nodes without an embedding are embedded by the memory's own embedder;
 a query without ``query_embedding`` is embedded by it too.
 
 ``scope`` (memlane's scope fields) binds the store: nodes are written with it
-and no query, get or delete reaches outside it.
+and no query, get or delete reaches outside it: a query's keyword arguments may name a
+scope field it is bound to only with the bound value. Node ids are given as lists of str.
+A query's ``similarity_top_k`` of None is LlamaIndex's default for the field, 1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +50,9 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from pydantic import Field, PrivateAttr
 
-from memlane import Memory, MemoryRecord
-from memlane.errors import InvalidArgumentError
+from memlane import Memory, MemoryRecord, coerce
+from memlane.errors import InvalidArgumentError, shown
+from memlane.integrations._checks import bound_options, id_list
 from memlane.integrations._common import FunctionEmbedder, check_scope, own_memory
 
 __all__ = ["MemlaneVectorStore", "to_memlane_filter"]
@@ -70,6 +73,8 @@ _RANGE = {
     FilterOperator.IN: "$in",
     FilterOperator.NIN: "$nin",
 }
+#: ``Memory.search`` keywords a query sets from the ``VectorStoreQuery``.
+_SET_HERE = ("mode", "filters", "query_embedding", "include_embedding")
 
 
 def _one(f: MetadataFilter) -> dict[str, Any]:
@@ -96,7 +101,11 @@ def _one(f: MetadataFilter) -> dict[str, Any]:
 
 def to_memlane_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
     """LlamaIndex ``MetadataFilters`` as memlane's filter dict (on node metadata)."""
-    if filters is None or not filters.filters:
+    if filters is None:
+        return None
+    if not isinstance(filters, MetadataFilters):
+        raise InvalidArgumentError(f"filters must be MetadataFilters, got {shown(filters)}")
+    if not filters.filters:
         return None
     parts: list[dict[str, Any]] = []
     for f in filters.filters:
@@ -112,6 +121,15 @@ def to_memlane_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
     if condition == FilterCondition.NOT:
         return {"$not": {"$and": parts}}
     return {"$and": parts}
+
+
+def _top_k(value: object, field: str) -> int | None:
+    """A query's count field: an int (below 1: no hits), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"query.{field} must be an int, got {shown(value)}")
+    return value
 
 
 def _node(rec: MemoryRecord) -> BaseNode:
@@ -197,6 +215,15 @@ class MemlaneVectorStore(BasePydanticVectorStore):
 
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
         """Stores nodes (a node id that exists is replaced); returns their ids."""
+        # A node is iterable too (a pydantic model yields its fields): refused as one.
+        if isinstance(nodes, str | bytes | Mapping | BaseNode) or not isinstance(nodes, Iterable):
+            raise InvalidArgumentError(f"nodes must be a list of nodes, got {shown(nodes)}")
+        nodes = list(nodes)
+        for j, node in enumerate(nodes):
+            if not isinstance(node, BaseNode):
+                raise InvalidArgumentError(
+                    f"nodes[{j}] must be a LlamaIndex node (BaseNode), got {shown(node)}"
+                )
         items = []
         for node in nodes:
             text = node.get_content(metadata_mode=MetadataMode.NONE)
@@ -220,6 +247,7 @@ class MemlaneVectorStore(BasePydanticVectorStore):
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Deletes every node of this source document."""
+        coerce.text(ref_doc_id, "ref_doc_id")
         self._memory.delete_all(
             self.table, filters={"metadata.ref_doc_id": ref_doc_id}, **self.scope
         )
@@ -229,7 +257,7 @@ class MemlaneVectorStore(BasePydanticVectorStore):
     ) -> dict[str, Any] | None:
         conds: list[dict[str, Any]] = []
         if node_ids is not None:
-            conds.append({"id": {"$in": [str(i) for i in node_ids]}})
+            conds.append({"id": {"$in": node_ids}})
         flt = to_memlane_filter(filters)
         if flt is not None:
             conds.append(flt)
@@ -241,9 +269,11 @@ class MemlaneVectorStore(BasePydanticVectorStore):
         filters: MetadataFilters | None = None,
         **delete_kwargs: Any,
     ) -> None:
-        """Deletes the nodes with these ids and matching these filters."""
-        if node_ids is not None and not node_ids:
-            return
+        """Deletes the nodes with these ids (a list of str) and matching these filters."""
+        if node_ids is not None:
+            node_ids = id_list(node_ids, "node_ids")
+            if not node_ids:
+                return
         where = self._where(node_ids, filters)
         self._memory.delete_all(self.table, filters=where, **self.scope)
 
@@ -256,9 +286,12 @@ class MemlaneVectorStore(BasePydanticVectorStore):
     def get_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
     ) -> list[BaseNode]:
-        """The nodes with these ids (in the order asked) and matching these filters."""
-        if node_ids is not None and not node_ids:
-            return []
+        """The nodes with these ids (a list of str; in the order asked) and matching these
+        filters."""
+        if node_ids is not None:
+            node_ids = id_list(node_ids, "node_ids")
+            if not node_ids:
+                return []
         where = self._where(node_ids, filters)
         total = self._memory.count(self.table, filters=where, **self.scope)
         if not total:
@@ -273,28 +306,46 @@ class MemlaneVectorStore(BasePydanticVectorStore):
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """One search in memlane's engine; see the module's docstring for the modes."""
-        mode = VectorStoreQueryMode(query.mode)
+        if not isinstance(query, VectorStoreQuery):
+            raise InvalidArgumentError(f"query must be a VectorStoreQuery, got {shown(query)}")
+        supported = sorted(m.value for m in _MODES)
+        try:
+            mode = VectorStoreQueryMode(query.mode)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"query mode {shown(query.mode)} is not a VectorStoreQueryMode; use one of "
+                f"{supported}"
+            ) from None
         if mode not in _MODES:
             raise InvalidArgumentError(
-                f"query mode {mode.value!r} is not supported; use one of "
-                f"{sorted(m.value for m in _MODES)}"
+                f"query mode {mode.value!r} is not supported; use one of {supported}"
             )
         engine_mode = _MODES[mode]
-        k = query.similarity_top_k
-        if mode == VectorStoreQueryMode.HYBRID and query.hybrid_top_k:
-            k = query.hybrid_top_k
-        elif engine_mode == "text" and query.sparse_top_k:
-            k = query.sparse_top_k
-        if k < 1:
-            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        # None: LlamaIndex's default for the field.
+        given = _top_k(query.similarity_top_k, "similarity_top_k")
+        k = 1 if given is None else given
+        hybrid_k = _top_k(query.hybrid_top_k, "hybrid_top_k")
+        sparse_k = _top_k(query.sparse_top_k, "sparse_top_k")
+        if mode == VectorStoreQueryMode.HYBRID and hybrid_k:
+            k = hybrid_k
+        elif engine_mode == "text" and sparse_k:
+            k = sparse_k
+        if query.mmr_threshold is not None:
+            coerce.number(query.mmr_threshold, "query.mmr_threshold", 0.0, 1.0)
         conds: list[dict[str, Any]] = []
         # An empty node_ids (what LlamaIndex's retriever sends) restricts nothing.
-        where = self._where(query.node_ids or None, query.filters)
+        node_ids = None if query.node_ids is None else id_list(query.node_ids, "query.node_ids")
+        where = self._where(node_ids or None, query.filters)
         if where is not None:
             conds.append(where)
-        if query.doc_ids:
-            conds.append({"metadata.ref_doc_id": {"$in": list(query.doc_ids)}})
-        options = {**self.search_kwargs, **kwargs}
+        if query.doc_ids is not None:
+            doc_ids = id_list(query.doc_ids, "query.doc_ids")
+            if doc_ids:
+                conds.append({"metadata.ref_doc_id": {"$in": doc_ids}})
+        bound = {**self.scope, "table": self.table}
+        options = bound_options({**self.search_kwargs, **kwargs}, bound, _SET_HERE)
+        if k < 1:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         if mode == VectorStoreQueryMode.HYBRID and query.alpha is not None:
             options["alpha"] = query.alpha
         text = query.query_str or ""
@@ -308,12 +359,10 @@ class MemlaneVectorStore(BasePydanticVectorStore):
             text,
             4 * k if mmr else k,
             mode=engine_mode,  # type: ignore[arg-type]
-            table=self.table,
             filters={"$and": conds} if conds else None,
             query_embedding=vector,
             include_embedding=mmr,
             **options,
-            **self.scope,
         )
         pairs = [(h.record, h.score) for h in hits]
         if mmr and pairs:
