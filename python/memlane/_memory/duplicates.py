@@ -18,10 +18,11 @@ with the same text, so a contact's other messages are never skipped.
 
 from __future__ import annotations
 
+import heapq
 import json
+import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -84,19 +85,33 @@ def legacy_key(key: str) -> bool:
 
 
 class DedupWindow:
-    """Remembers recently added records under their ``window_keys`` for ``seconds``."""
+    """Remembers recently added records under their ``window_keys`` for ``seconds``.
+
+    A key matches while its own age (``now - at``) is in ``[0, seconds]``, whatever the
+    order keys were remembered in: a writer reads ``at`` before it embeds, so keys do not
+    arrive in time order, and expiry goes by time (a heap), not by insertion. A wall clock
+    stepped back (NTP) leaves keys stamped ahead of it: their age is unknown, so they are
+    dropped at the next look (a repeated message is stored again rather than lost)."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self._entries: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._entries: dict[str, tuple[str, float]] = {}
+        self._times: list[tuple[float, str]] = []  # a heap of (at, key); stale pairs skipped
+        self._latest = -math.inf
         self._lock = threading.Lock()
 
     def _expire(self, now: float) -> None:
-        while self._entries:
-            key, (_, at) = next(iter(self._entries.items()))
-            if now - at <= self.seconds:
-                break
-            del self._entries[key]
+        if self._latest > now:  # the clock stepped back: what it stamped ahead goes
+            self._entries = {k: v for k, v in self._entries.items() if v[1] <= now}
+            self._times = [(at, k) for k, (_, at) in self._entries.items()]
+            heapq.heapify(self._times)
+            self._latest = max((at for at, _ in self._times), default=-math.inf)
+        cutoff = now - self.seconds
+        while self._times and self._times[0][0] < cutoff:
+            at, key = heapq.heappop(self._times)
+            entry = self._entries.get(key)
+            if entry is not None and entry[1] == at:
+                del self._entries[key]
 
     def find(self, keys: list[str], now: float | None = None) -> str | None:
         """The id of a record remembered under any of ``keys`` within the window."""
@@ -107,7 +122,7 @@ class DedupWindow:
             self._expire(now)
             for key in keys:
                 hit = self._entries.get(key)
-                if hit is not None:
+                if hit is not None and 0 <= now - hit[1] <= self.seconds:
                     return hit[0]
         return None
 
@@ -118,7 +133,8 @@ class DedupWindow:
         with self._lock:
             for key in keys:
                 self._entries[key] = (record_id, at)
-                self._entries.move_to_end(key)
+                heapq.heappush(self._times, (at, key))
+            self._latest = max(self._latest, at)
 
     def forget(self, record_id: str) -> None:
         with self._lock:

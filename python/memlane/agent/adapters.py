@@ -74,6 +74,26 @@ def _maybe_await_sync(value: Any) -> Any:
     return value
 
 
+def _openai_calls(reply: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The reply's tool calls, each checked: a malformed one is refused as ``reply_message``
+    refuses a malformed reply (``InvalidArgumentError``, naming what is wrong)."""
+    calls = reply.get("tool_calls")
+    if calls is None:
+        return []
+    if isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Sequence):
+        raise InvalidArgumentError(
+            f"the model's reply: tool_calls must be a list, got {type(calls).__name__}"
+        )
+    for i, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise InvalidArgumentError(
+                f"the model's reply: tool_calls[{i}] must be a dict whose 'function' is a "
+                f"dict with a str 'name', got {shown(call)}"
+            )
+    return list(calls)
+
+
 class _Loop:
     def __init__(
         self,
@@ -129,6 +149,9 @@ class OpenAILoop(_Loop):
     calls, then [`AgentMemory.after`][memlane.AgentMemory.after].
     ``tools`` are your own tool definitions, sent with the memory tools. A turn
     ends after ``max_steps`` model calls (8) at the latest, with the last reply.
+    A reply of no such shape, or whose ``tool_calls`` is not a list of calls each with
+    a ``function`` dict naming its tool (a str ``name``), raises ``InvalidArgumentError``
+    naming what is wrong; the turn is then not stored (``after`` is not called).
     """
 
     def _schemas(self, tools: MemoryTools | None) -> dict[str, Any]:
@@ -146,7 +169,7 @@ class OpenAILoop(_Loop):
             msgs = am.before(event, msgs)
             reply = reply_message(_maybe_await_sync(self.model(msgs, **kw)))
             msgs.append(reply)
-            calls = reply.get("tool_calls") or []
+            calls = _openai_calls(reply)
             if not calls:
                 break
             for call in calls:
@@ -171,7 +194,7 @@ class OpenAILoop(_Loop):
             out = self.model(msgs, **kw)
             reply = reply_message(await out if inspect.isawaitable(out) else out)
             msgs.append(reply)
-            calls = reply.get("tool_calls") or []
+            calls = _openai_calls(reply)
             if not calls:
                 break
             for call in calls:
@@ -196,7 +219,26 @@ def _anthropic_reply(raw: Any) -> dict[str, Any]:
     content = raw["content"]
     if isinstance(content, str):
         content = [{"type": "text", "text": content}]
-    return {"role": "assistant", "content": [dict(b) for b in content]}
+    if isinstance(content, bytes | Mapping) or not isinstance(content, Sequence):
+        raise InvalidArgumentError(
+            "the model's reply: content must be a str or a list of content blocks, "
+            f"got {type(content).__name__}"
+        )
+    blocks = []
+    for i, b in enumerate(content):
+        if not isinstance(b, Mapping) and callable(getattr(b, "model_dump", None)):
+            b = b.model_dump()
+        if not isinstance(b, Mapping) or not isinstance(b.get("type"), str):
+            raise InvalidArgumentError(
+                f"the model's reply: content[{i}] must be a content block (a dict with a "
+                f"str 'type'), got {shown(b)}"
+            )
+        if b["type"] == "tool_use" and not isinstance(b.get("name"), str):
+            raise InvalidArgumentError(
+                f"the model's reply: content[{i}] is a tool_use block without a str 'name'"
+            )
+        blocks.append(dict(b))
+    return {"role": "assistant", "content": blocks}
 
 
 class AnthropicLoop(_Loop):
@@ -205,7 +247,10 @@ class AnthropicLoop(_Loop):
     ``create(system=..., messages=[...], tools=[...])`` is your model call (e.g. a
     lambda over ``client.messages.create``); it returns the assistant message (a
     dict with content blocks, or an SDK object). The memory block goes into
-    ``system``; ``tool_use`` blocks are answered with ``tool_result`` blocks.
+    ``system``; ``tool_use`` blocks are answered with ``tool_result`` blocks. A reply
+    whose ``content`` is not a str or a list of content blocks (dicts with a str
+    ``type``; a ``tool_use`` one with a str ``name``) raises ``InvalidArgumentError``
+    naming what is wrong; the turn is then not stored (``after`` is not called).
     """
 
     def _schemas(self, tools: MemoryTools | None) -> dict[str, Any]:

@@ -38,10 +38,11 @@ class Limits:
             ``overflow="summarize"`` summarised by the LLM (split when there is no
             LLM or it fails). The room's history is always split, never summarised.
         overflow: ``"split"`` (default) or ``"summarize"``.
-        max_memories: memories (the ``table`` of [`AgentMemory`][memlane.AgentMemory]) kept per
-            scope (10,000). Past it, the non-evergreen ones with the lowest
+        max_memories: current memories (the ``table`` of [`AgentMemory`][memlane.AgentMemory])
+            kept per scope (10,000). Past it, the non-evergreen ones with the lowest
             importance, then the fewest accesses, then the oldest last use are
-            evicted; evergreen memories are never evicted.
+            evicted; evergreen memories are never evicted, and superseded versions
+            (a memory's history) neither count nor are evicted.
     """
 
     max_entry_chars: int = 1500
@@ -148,27 +149,42 @@ def store_turn(
     entries: list[str],
     now: float,
     report: TurnReport,
-) -> None:
+) -> bool:
     """A turn's messages ((role, text, message id), in order) and its short-term
     ``entries``, in one ``add_many`` (one transaction, one embedding batch) when every
-    message fits the length cap; a longer one is stored in pieces on its own."""
+    message fits the length cap; a longer one is stored in pieces on its own.
+
+    Returns whether the turn was delivered again: a message of it with an id the store's
+    dedup window had seen (stored once, ``duplicate="window"``). Such a turn adds no
+    short-term entry, so a message with an id is stored before its entries, in a
+    transaction of its own: the window's answer, given under the store's write lock,
+    decides them even when two deliveries race."""
     action = f"conversation:{event.room_id or event.identity}"
     meta = {"room_id": event.room_id} if event.room_id else None
     short = [
         short_term_item(e, action, event.fields, metadata=meta, created_at=now) for e in entries
     ]
+    keyed = any(mid is not None for _, _, mid in said)
+    messages: list[MemoryRecord] = []
     if all(len(text) <= limits.max_entry_chars for _, text, _ in said):
         items = [
             message_item(text, event, role, now, message_id=mid, in_order=True)
             for role, text, mid in said
         ]
-        stored = memory.add_many([*items, *short])
+        stored = memory.add_many(items if keyed else [*items, *short])
         report.stored += stored[: len(items)]
-        report.short_term += stored[len(items) :]
-        return
-    for role, text, mid in said:
-        report.stored += store_message(memory, limits, event, role, text, now, report, mid)
+        if not keyed:
+            report.short_term += stored[len(items) :]
+            return False
+        messages = stored
+    else:
+        for role, text, mid in said:
+            messages += store_message(memory, limits, event, role, text, now, report, mid)
+        report.stored += messages
+    if any(r.duplicate == "window" for r in messages):
+        return True
     report.short_term += memory.add_many(short) if short else []
+    return False
 
 
 def store_message(
@@ -226,9 +242,15 @@ def store_message(
     return [first, *rest]
 
 
+#: The records eviction counts and chooses from: the current ones. A superseded version
+#: is the history of a memory, not a memory of its own (docs/facts.md).
+CURRENT = {"valid_to": None}
+
+
 def evict(memory: Memory, table: str, cap: int, event: EventScope, report: TurnReport) -> None:
-    """Past ``cap`` memories in the event's scope, the lowest-ranked non-evergreen ones go."""
-    total = memory.count(table, **scope_kwargs(event.fields))
+    """Past ``cap`` current memories in the event's scope, the lowest-ranked non-evergreen
+    current ones go (superseded versions neither count nor are chosen)."""
+    total = memory.count(table, filters=CURRENT, **scope_kwargs(event.fields))
     if total <= cap:
         return
     candidates: list[MemoryRecord] = []
@@ -239,7 +261,7 @@ def evict(memory: Memory, table: str, cap: int, event: EventScope, report: TurnR
             limit=page,
             offset=len(candidates),
             order="asc",
-            filters={"evergreen": False},
+            filters={"$and": [CURRENT, {"evergreen": False}]},
             **scope_kwargs(event.fields),
         )
         candidates += batch

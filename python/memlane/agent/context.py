@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane import coerce, times
 from memlane.agent.daily import daily_line, recent_logs
 from memlane.agent.history import MESSAGES, message_line
+from memlane.agent.messages import neutral
 from memlane.agent.profiles import contact_profile
 from memlane.embeddings.lazy import is_default_model
 from memlane.errors import InvalidArgumentError, MemlaneError, shown
@@ -329,6 +330,9 @@ def build_context(
     nothing, and the shares' sum is never exceeded. Within its tokens a section
     takes its lines in order; a line that would overflow is cut with "…" and the
     rest dropped. A reserve of ``max_tokens`` or more leaves an empty context.
+    Stored text never reads as the tags of ``AgentMemory``'s memory block: the ``<``
+    of ``<memlane-memory`` or ``</memlane-memory`` (any case) in a line is shown as
+    ``&lt;``. Of the episodic memories, only current ones are shown (not superseded).
     """
     count = _counter(count_tokens)
     shares = _shares(max_tokens, DEFAULT_BUDGET if budget is None else budget)
@@ -347,7 +351,7 @@ def build_context(
         fields = history_scope = scope_kwargs(scope)
     pinned, pinned_records = ("", []) if notes is None else notes_context(mem, fields, notes)
     room = left - count("\n\n")
-    pinned = _fit(pinned, room, count) if pinned and room > 0 else ""
+    pinned = _fit(neutral(pinned), room, count) if pinned and room > 0 else ""
     if pinned:  # the notes first, the sections share what is left
         left -= count(pinned + "\n\n")
     left = max(left, 0)
@@ -380,13 +384,19 @@ def build_context(
         candidates["memories"] = [f"- {' '.join(h.record.text.split())}" for h in hits]
     if wanted["memories"] and episodic_limit > 0:
         shown = {r.id for r in records["memories"]}
-        episodes = mem.list(table, limit=episodic_limit, type="episodic", **fields)
+        # Current ones only: a superseded episode is no longer true (docs/facts.md).
+        episodes = mem.list(
+            table, limit=episodic_limit, type="episodic", filters={"valid_to": None}, **fields
+        )
         episodes = [r for r in episodes if r.id not in shown]
         records["memories"] += episodes
         candidates["memories"] += [
             f"- ({times.stamp(r.created_at, '%Y-%m-%d')} episode) {' '.join(r.text.split())}"
             for r in episodes
         ]
+
+    # No line can end or open the memory block a prompt puts the context in.
+    candidates = {name: [neutral(line) for line in lines] for name, lines in candidates.items()}
 
     def cost(text: str) -> int:
         # With its separator: the joined block then never counts more than its parts.

@@ -20,6 +20,7 @@ from memlane.agent.messages import (
     block_turn,
     check_messages,
     last_user_text,
+    neutral,
     with_block,
 )
 from memlane.agent.reports import TriggerFailure
@@ -85,7 +86,7 @@ def inject(
     parts: list[str] = []
     try:
         core = agent.core(event)
-        pinned = "" if core is None else core.render()  # always shown, before the search
+        pinned = "" if core is None else neutral(core.render())  # always shown, first
         counter = agent.context_options.get("count_tokens") or default_token_counter()
         budget = agent.max_tokens - (counter(pinned + "\n\n") if pinned else 0)
         parts.append(pinned)
@@ -111,6 +112,7 @@ def inject(
             reminder, room.flush_due = room.flush_due, None
         if reminder:
             parts.append(reminder)
-    body = "\n\n".join(p for p in parts if p)
+    # Stored text (core blocks, messages, memories, notes) never holds the block's tags.
+    body = neutral("\n\n".join(p for p in parts if p))
     block = f'<memlane-memory turn="{turn}">\n{body}\n{BLOCK_CLOSE}'
     return with_block(system, block), msgs

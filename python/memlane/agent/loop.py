@@ -371,7 +371,8 @@ class AgentMemory:
 
         Every turn is kept, a repeated short reply too; ``message_id`` (default: the
         event's) is the platform's id of the user's message: a message delivered again
-        with the same id within the store's ``dedup_window`` is stored once.
+        with the same id within the store's ``dedup_window`` is stored once, and is no
+        new turn (no short-term entry, not counted towards the triggers or the profile).
 
         ``reply`` is the model's final answer: a str, an assistant message (OpenAI's
         or Anthropic's, with content blocks), a raw chat completion or an SDK object.
@@ -418,7 +419,8 @@ class AgentMemory:
         report.failures += [f for done in report.upkeep for f in done.report.failures]
         user = last_user_text(msgs) or room.user_text
         now = coerce.timestamp(self.clock(), "clock()")
-        # 1. The turn, before anything that can fail: one transaction, one embedding batch.
+        # 1. The turn, before anything that can fail: one transaction, one embedding batch
+        # (a message with an id first, so a redelivery adds no entry: see store_turn).
         said = [
             (role, text, mid if role == "user" else None)
             for role, text in (("user", user), ("assistant", answer))
@@ -432,18 +434,22 @@ class AgentMemory:
                 if t
             )
             # No LLM on the turn's path in the background: an over-long entry is split.
-            summarise = None if self._upkeep.background else call
+            # Inline, the summary is an upkeep call, within upkeep_timeout (split if not).
+            summarise = None if self._upkeep.background else self._upkeep.caller(call)
             entries = fit(digest, self.limits, summarise, report.failures)
             if len(entries) > 1:
                 report.splits.append(("short-term entry", len(entries)))
-        store_turn(self.memory, self.limits, event, said, entries, now, report)
+        again = store_turn(self.memory, self.limits, event, said, entries, now, report)
         with self._lock:
-            room.turns += 1
-            room.since_reflection += 1
+            if not again:  # a message delivered again is no new turn
+                room.turns += 1
+                room.since_reflection += 1
             room.user_text = None
-        self._count(event, len(report.stored) + len(report.short_term))
-        # 2. The triggers: each on its own, none raises (on the worker, by default).
-        self._upkeep.after_turn(event, room, report, call, now, user)
+        new = [r for r in (*report.stored, *report.short_term) if r.duplicate is None]
+        self._count(event, len(new))
+        # 2. The triggers: each on its own, none raises (on the worker, by default); a
+        # message delivered again is not counted in its sender's profile again.
+        self._upkeep.after_turn(event, room, report, call, now, None if again else user)
         if not self._upkeep.background:
             for f in report.failures:
                 log.warning("memlane: %s failed (it runs again later): %s", f.trigger, f.error)

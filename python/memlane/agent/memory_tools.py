@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from memlane.agent.core_memory import CORE_TOOL_SCHEMAS, CoreMemory, CoreMemoryLimitError
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.notes import NOTE_FILES, Notebook, NoteEdit, NoteLimitError
+from memlane.scoping import scope_of
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -294,8 +295,8 @@ class MemoryTools:
 
     Args:
         memory: the store.
-        scope: scope fields every call uses (e.g. ``SessionScope.resolve(...).fields``);
-            ``forget`` refuses ids outside it.
+        scope: scope fields every call uses (e.g. ``SessionScope.resolve(...).fields``),
+            over the store's ``default_scope``; ``forget`` refuses ids outside the two.
         table: where ``remember`` writes and ``recall`` searches.
         agent_id: whose private knowledge ``search_knowledge`` also reads
             (shared knowledge always); by default ``scope["agent_id"]``.
@@ -441,8 +442,10 @@ class MemoryTools:
 
     def _forget(self, id: str) -> dict[str, Any]:
         rec = self.memory.get(id)
-        if rec.table != self.table or any(rec.scope.get(f) != v for f, v in self.scope.items()):
-            # Another user's or table's record: as if it did not exist.
+        # The scope as recall searches it: the store's default_scope under the tools'.
+        scope = scope_of(self.memory.default_scope, self.scope)
+        if rec.table != self.table or any(rec.scope.get(f) != v for f, v in scope.items()):
+            # Another agent's, user's or table's record: as if it did not exist.
             raise UnknownIdError(f"no memory with id {id!r}")
         self.memory.delete(id)
         return {"ok": True, "id": id, "forgotten": rec.text}

@@ -13,8 +13,13 @@ from memlane.errors import InvalidArgumentError
 
 _OPEN = "<memlane-memory"
 BLOCK_CLOSE = "</memlane-memory>"
-_BLOCK = re.compile(r"\n*<memlane-memory[^>]*>.*?</memlane-memory>", re.DOTALL)
+# The block as ``inject`` writes it, from its opening tag to the last closing tag: the
+# text inside is ``neutral``, so it holds no tag of its own, and a prompt a memlane
+# without ``neutral`` left with a stored tag inside its block loses the whole block.
+_BLOCK = re.compile(r'\n*<memlane-memory turn="[^"<>]*">.*</memlane-memory>', re.DOTALL)
 _TURN = re.compile(r'<memlane-memory turn="([^"]*)">')
+# A "<" that opens a tag of the block, in any case and spacing a reader may take for one.
+_TAG = re.compile(r"<(?=\s*/?\s*memlane-memory)", re.IGNORECASE)
 SUMMARY_TAG = "[memlane: summary of earlier steps]"
 
 
@@ -151,6 +156,14 @@ def render_step(step: Sequence[Mapping[str, Any]], limit: int = 2000) -> str:
             text = text[: limit - 1] + "…"
         lines.append(f"{role}: {text}")
     return "\n".join(lines)
+
+
+def neutral(text: str) -> str:
+    """``text`` as the memory block shows it: the ``<`` of anything that reads as the
+    block's opening or closing tag (``<memlane-memory``, ``</memlane-memory>``, in any
+    case) written as ``&lt;``, so stored text (a message quoting the tag) can neither end
+    the block early nor start one. Idempotent; ``&lt;`` reads back as ``<``."""
+    return _TAG.sub("&lt;", text)
 
 
 def with_block(system: Any, block: str | None) -> Any:

@@ -25,6 +25,7 @@ from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.memory_tools import MEMORY_TYPES
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.scoping import scope_of
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory
@@ -237,7 +238,9 @@ def _prepare(
     # knows anyway (agent/facts.py).
     if len(shown) < k:
         seen = {r.id for r in shown}
-        newest = [r for r in mem.list(table, limit=_RECENT, **kw) if r.id not in seen]
+        # Current records only, as the search: a superseded fact is no longer true.
+        current = mem.list(table, limit=_RECENT, filters={"valid_to": None}, **kw)
+        newest = [r for r in current if r.id not in seen]
         shown += newest[: k - len(shown)]
     listed = "\n".join(f"{i}. {' '.join(r.text.split())}" for i, r in enumerate(shown, 1))
     messages: list[ChatMessage] = [
@@ -340,8 +343,11 @@ def _get_in(mem: Memory) -> Callable[[str], MemoryRecord | None]:
     return get
 
 
-def _within(rec: MemoryRecord, table: str, scope: Mapping[str, Any]) -> bool:
-    return rec.table == table and all(rec.scope.get(k) == v for k, v in scope.items())
+def _within(mem: Memory, rec: MemoryRecord, table: str, scope: Mapping[str, Any]) -> bool:
+    """Whether ``rec`` is of ``table`` and of the scope a search given ``scope`` sees
+    (the store's ``default_scope`` under it)."""
+    fields = scope_of(mem.default_scope, scope)
+    return rec.table == table and all(rec.scope.get(k) == v for k, v in fields.items())
 
 
 @dataclass(slots=True, frozen=True)
@@ -373,7 +379,8 @@ def reflect_planned(
     kw = dict(scope or {})
     # A kept answer is data from whoever could write the job: it reaches only the
     # memories of its own table and scope.
-    shown = [r if r is not None and _within(r, table, kw) else None for r in map(_get_in(mem), ids)]
+    got = map(_get_in(mem), ids)
+    shown = [r if r is not None and _within(mem, r, table, kw) else None for r in got]
     report = ReflectionReport(shown=ids, raw=str(plan["raw"]))
     cats = () if extraction is None else extraction.categories
     return _apply(mem, report, shown, kw, table, now, metadata, resume, marks, cats)

@@ -87,7 +87,10 @@ class TurnTools(MemoryTools):
         failures: list[TriggerFailure] = []
         if self._call is not None:  # the upkeep's model checks it against what is known
             metadata = pending(metadata)
-        pieces = fit(content, self._limits, self._call, failures)
+        # A summary is an upkeep call on the turn's path: within upkeep_timeout (one that
+        # runs past it is split instead, and its late answer thrown away).
+        summarise = self._call if self._upkeep is None else self._upkeep.caller(self._call)
+        pieces = fit(content, self._limits, summarise, failures)
         for f in failures:
             log.warning("memlane: %s failed: %s", f.trigger, f.error)
         if len(pieces) == 1:

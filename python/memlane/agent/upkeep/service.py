@@ -30,6 +30,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from memlane.agent.callers import Caller, Meter, timed
+from memlane.agent.caps import CURRENT
 from memlane.agent.context import default_token_counter
 from memlane.agent.daily import DailyLogger
 from memlane.agent.facts import CHECK
@@ -241,8 +242,10 @@ class Upkeep:
             names = [] if event.name is None else [event.name]
             jobs.append(self._job("profile", event, now, user, {"count": 1, "names": names}))
         try:  # the cap's check is an engine count: the eviction itself runs on the worker
+            # Current records only, as the eviction counts them: superseded versions
+            # would queue an eviction every turn that then has nothing to do.
             over = (
-                host.memory.count(host.table, **scope_kwargs(event.fields))
+                host.memory.count(host.table, filters=CURRENT, **scope_kwargs(event.fields))
                 > host.limits.max_memories
             )
             if over and ("eviction", scope) not in waiting:

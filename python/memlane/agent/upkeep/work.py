@@ -20,7 +20,7 @@ from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.agent.upkeep.jobs import JOB_OP, JOB_TAG, Job
 from memlane.agent.upkeep.triggers import Room, run_consolidation, run_flush, run_reflection
 from memlane.errors import InvalidArgumentError, UnknownIdError
-from memlane.scoping import EventScope, scope_kwargs
+from memlane.scoping import EventScope, scope_kwargs, scope_of
 
 if TYPE_CHECKING:
     from memlane.agent.loop import AgentMemory
@@ -101,7 +101,8 @@ def finished(host: AgentMemory, job: Job) -> bool:
     )
     if not tagged:
         return False
-    fields = job.event.fields
+    # The job's scope as its listing saw it: the store's default_scope under its own.
+    fields = scope_of(host.memory.default_scope, job.event.fields)
     for rec in tagged:
         for source in rec.metadata.get("consolidated_from") or []:
             # A record is data from whoever could write the store: only short-term
