@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from memlane import coerce
+from memlane import coerce, times
 from memlane._core import Admits, blobs, unblobs
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
@@ -540,7 +540,10 @@ class Writer:
         clock = time.time() if now is None else coerce.timestamp(now, "now")
         conds: list[dict[str, Any]] = [{"evergreen": False}]
         if age is not None:
-            conds.append({"created_at": {"$lt": clock - age * 86400.0}})
+            # An age past every time a record may hold ("older than forever", or one whose
+            # seconds overflow to infinity) prunes nothing: no created_at is below MIN_TIME.
+            cutoff = max(clock - age * 86400.0, times.MIN_TIME)
+            conds.append({"created_at": {"$lt": cutoff}})
         if imp is not None:
             conds.append({"importance": {"$lt": imp}})
         if acc is not None:

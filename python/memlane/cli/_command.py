@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,6 +61,7 @@ __all__ = [
     "embedder_choice",
     "emit_json",
     "filters_of",
+    "json_text",
     "key_value",
     "make_embedder",
     "open_memory",
@@ -147,8 +149,8 @@ def scope_of(args: argparse.Namespace) -> dict[str, Any]:
 # -- argument types (a bad value is a usage error: exit 2) ---------------------------------
 
 
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an int >= ``low``."""
+def at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an int >= ``low`` (and <= ``high`` when given)."""
 
     def parse(text: str) -> int:
         try:
@@ -157,9 +159,11 @@ def at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected an integer, got {shown(text)}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {value}")
         return value
 
-    parse.__name__ = f"int >= {low}"
+    parse.__name__ = f"int >= {low}" if high is None else f"int in [{low}, {high}]"
     return parse
 
 
@@ -391,9 +395,27 @@ def record_json(record: MemoryRecord) -> dict[str, Any]:
     return record.to_dict(embedding=False)
 
 
+# A lone surrogate: what Python makes of a byte of a name that is not UTF-8
+# (surrogateescape), which no UTF-8 document may hold.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(value: object, indent: int | None = None) -> str:
+    """``value`` as JSON text that encodes to valid UTF-8.
+
+    Text stays as it is (not escaped to ASCII), except lone surrogates: a file or store
+    name that is not UTF-8 reaches Python with them, and written to stdout they would
+    become the raw bytes again. They are written as JSON escapes (``\\udcff``), which
+    a reader decodes back to the same string (``os.fsencode`` gives the name's bytes).
+    """
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    # json.dumps leaves them raw only inside strings, where an escape means the same.
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def emit_json(value: object) -> None:
-    """Prints one JSON document on stdout."""
-    json.dump(value, sys.stdout, ensure_ascii=False, indent=2)
+    """Prints one JSON document on stdout (valid UTF-8 whatever names it holds)."""
+    sys.stdout.write(json_text(value, indent=2))
     sys.stdout.write("\n")
 
 

@@ -73,6 +73,30 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_scope_arguments(p, "the memory's")
 
 
+def _stdin_lines() -> list[str]:
+    """The lines of standard input that are not blank. A line that does not decode is
+    an ``InvalidArgumentError`` naming it, as a TEXT that is not UTF-8 is an error."""
+    stream = sys.stdin
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # a text stream with no bytes under it
+        return [line.rstrip("\n") for line in stream if line.strip()]
+    encoding, errors = stream.encoding or "utf-8", stream.errors or "strict"
+    lines: list[str] = []
+    # The lines a text stream reads (universal newlines), decoded one at a time so that
+    # an error can say which.
+    for number, raw in enumerate(buffer.read().splitlines(), 1):
+        try:
+            line = raw.decode(encoding, errors)
+        except UnicodeDecodeError as e:
+            raise InvalidArgumentError(
+                f"line {number} of standard input is not valid {encoding}: "
+                f"{raw[e.start : e.end]!r} at byte {e.start + 1} ({e.reason})"
+            ) from None
+        if line.strip():
+            lines.append(line)
+    return lines
+
+
 @command(
     "add",
     "add memories to a store",
@@ -95,7 +119,7 @@ def add(args: argparse.Namespace) -> int:
     texts: list[str] = []
     for text in args.text:
         if text == "-":
-            texts.extend(line.rstrip("\n") for line in sys.stdin if line.strip())
+            texts.extend(_stdin_lines())
         else:
             texts.append(text)
     with open_memory(args) as mem:

@@ -31,7 +31,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="the address to listen on (default 127.0.0.1; any other needs an API key)",
     )
-    p.add_argument("--port", type=at_least(0), default=8765, help="default 8765; 0: any free")
+    p.add_argument(
+        "--port",
+        type=at_least(0, 65535),
+        default=8765,
+        help="0 to 65535 (default 8765; 0: any free)",
+    )
     p.add_argument(
         "--api-key",
         action="append",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -41,10 +42,22 @@ def _flat(text: str, width: int = 100) -> str:
 # -- prune ------------------------------------------------------------------------------------
 
 
+def _days(text: str) -> float:
+    """An argparse type: a finite number of days >= 0 (any larger than every stored
+    time's age prunes nothing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
 def _prune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-age-days",
-        type=float,
+        type=_days,
         metavar="DAYS",
         help="prune memories created more than DAYS ago (any age if not given)",
     )

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from memlane.cli._command import open_memory
+from memlane.cli._command import json_text, open_memory
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.report import IngestReport
 
@@ -30,7 +29,7 @@ def _printer(
 ) -> tuple[Callable[[IngestReport], None], Callable[[BaseException], None]]:
     def on_report(report: IngestReport) -> None:
         if as_json:
-            print(json.dumps(report.to_dict(), ensure_ascii=False), flush=True)
+            print(json_text(report.to_dict()), flush=True)
         else:
             for line in changes(report):
                 print(line, flush=True)
@@ -61,7 +60,7 @@ def watch(args: argparse.Namespace) -> int:
         )
         try:
             if args.json:
-                print(json.dumps(handle.initial.to_dict(), ensure_ascii=False), flush=True)
+                print(json_text(handle.initial.to_dict()), flush=True)
             else:
                 print(handle.initial, flush=True)
             print(f"memlane: watching {folder} (Ctrl-C to stop)", file=sys.stderr, flush=True)

@@ -22,12 +22,16 @@ from memlane.compat._hnswlib_common import (
     _rows,
 )
 from memlane.compat._hnswlib_files import (
+    _DAMAGE,
     _FORMAT,
     _MAGIC,
     _array_bytes,
+    _corrupted,
+    _Damaged,
     _HnswlibFile,
     _parse,
     _read_bytes,
+    _why,
     _write,
 )
 
@@ -52,9 +56,11 @@ class BFIndex(_Attributes):
     def init_index(self, max_elements: int) -> None:
         if int(max_elements) < 0:
             raise TypeError(f"max_elements must be non-negative, got {max_elements}")
+        # Allocated before anything changes: a capacity too large leaves the index as it was.
+        data = np.zeros((int(max_elements), self._dim), dtype=np.float32)
+        labels = np.zeros(int(max_elements), dtype=np.uint64)
         self._max_elements = int(max_elements)
-        self._data = np.zeros((self._max_elements, self._dim), dtype=np.float32)
-        self._labels = np.zeros(self._max_elements, dtype=np.uint64)
+        self._data, self._labels = data, labels
         self._rows = {}
         self._next_label = 0
         self._inited = True
@@ -168,24 +174,31 @@ class BFIndex(_Attributes):
     def load_index(self, path_to_index: str | os.PathLike[str], max_elements: int = 0) -> None:
         """Reads a file of ``save_index``, or one written by hnswlib's ``BFIndex``."""
         path = path_to_index
+        wanted = int(max_elements)
         raw = _read_bytes(path)
-        if raw.startswith(_MAGIC):
-            meta, blobs = _parse(raw, path, "BFIndex", self._space, self._dim)
-            if len(blobs) != 2:
-                raise RuntimeError("the index file is truncated")
-            n = int(meta["count"])
-            labels = np.frombuffer(blobs[0], dtype=np.uint64)
-            data = np.frombuffer(blobs[1], dtype=np.float32).reshape(n, self._dim)
-            saved_max = int(meta["max_elements"])
-        else:
-            saved = _HnswlibFile(raw, self._dim, path, brute=True)
-            n, labels, data, saved_max = (
-                saved.count,
-                saved.labels,
-                saved.vectors,
-                saved.max_elements,
-            )
-        capacity = int(max_elements) if int(max_elements) >= n else int(saved_max)
+        try:
+            if raw.startswith(_MAGIC):
+                meta, blobs = _parse(raw, path, "BFIndex", self._space, self._dim)
+                if len(blobs) != 2:
+                    raise _Damaged("is truncated")
+                n = int(meta["count"])
+                labels = np.frombuffer(blobs[0], dtype=np.uint64)
+                data = np.frombuffer(blobs[1], dtype=np.float32).reshape(n, self._dim)
+                saved_max = int(meta["max_elements"])
+                if labels.shape != (n,):
+                    raise _Damaged("is inconsistent: its counts disagree")
+            else:
+                saved = _HnswlibFile(raw, self._dim, path, brute=True)
+                n, labels, data, saved_max = (
+                    saved.count,
+                    saved.labels,
+                    saved.vectors,
+                    saved.max_elements,
+                )
+        except _DAMAGE as e:
+            raise _corrupted(path, _why(e)) from None
+        # Nothing has changed until here.
+        capacity = wanted if wanted >= n else int(saved_max)
         self.init_index(max(capacity, n))
         self._data[:n] = data
         self._labels[:n] = labels

@@ -15,6 +15,11 @@ import numpy.typing as npt
 
 _MAGIC = b"memlane.compat.hnswlib\n"
 _FORMAT = 1
+# hnswlib's message for a file it cannot read, which a damaged file's error starts with.
+_CORRUPTED = "Index seems to be corrupted or unsupported"
+# What parsing a damaged file's header, arrays or graph may raise (CorruptFileError and
+# InvalidArgumentError are ValueErrors): turned into ``_corrupted`` by the loaders.
+_DAMAGE = (KeyError, TypeError, ValueError, OverflowError, RecursionError)
 
 
 def _write(path: str | os.PathLike[str], meta: dict[str, Any], blobs: list[bytes]) -> None:
@@ -34,6 +39,25 @@ def _write(path: str | os.PathLike[str], meta: dict[str, Any], blobs: list[bytes
         raise
 
 
+def _corrupted(path: str | os.PathLike[str], why: str) -> RuntimeError:
+    """hnswlib's error for a file it cannot read, naming the caller's file and why."""
+    return RuntimeError(f"{_CORRUPTED}: {os.fspath(path)!r} {why}")
+
+
+class _Damaged(ValueError):
+    """A part of a saved file that does not fit the rest; its message says how."""
+
+
+def _why(error: BaseException) -> str:
+    """What ``_corrupted`` says of one of ``_DAMAGE`` (never the text of an error that
+    names a temporary file: the callers turn ``CorruptFileError`` into words of theirs)."""
+    if isinstance(error, _Damaged):
+        return str(error)
+    if isinstance(error, KeyError):
+        return f"has a damaged header (no {error.args[0]!r})" if error.args else "is damaged"
+    return f"is damaged ({type(error).__name__}: {error})"
+
+
 def _read_bytes(path: str | os.PathLike[str]) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -50,22 +74,32 @@ def _parse(
     at = len(_MAGIC)
     while at < len(raw):
         if at + 8 > len(raw):
-            raise RuntimeError(f"{os.fspath(path)!r} is truncated")
+            raise _corrupted(path, "is truncated")
         (n,) = struct.unpack_from("<Q", raw, at)
         at += 8
         if at + n > len(raw):
-            raise RuntimeError(f"{os.fspath(path)!r} is truncated")
+            raise _corrupted(path, "is truncated")
         parts.append(raw[at : at + n])
         at += n
     if not parts:
-        raise RuntimeError(f"{os.fspath(path)!r} is truncated")
-    meta: dict[str, Any] = json.loads(parts[0])
+        raise _corrupted(path, "is truncated")
+    try:
+        meta = json.loads(parts[0])
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
+        meta = None
+    if not isinstance(meta, dict):
+        raise _corrupted(path, "has a damaged header")
     if meta.get("kind") != kind or meta.get("format") != _FORMAT:
-        raise RuntimeError(
-            f"{os.fspath(path)!r} holds a {meta.get('kind')} (format {meta.get('format')}), "
-            f"not a {kind} of format {_FORMAT}"
+        raise _corrupted(
+            path,
+            f"holds a {meta.get('kind')} (format {meta.get('format')}), "
+            f"not a {kind} of format {_FORMAT}",
         )
-    if meta["space"] != space or int(meta["dim"]) != dim:
+    try:
+        same = meta["space"] == space and int(meta["dim"]) == dim
+    except _DAMAGE:
+        raise _corrupted(path, "has a damaged header") from None
+    if not same:
         raise RuntimeError(
             f"the file holds a {meta['space']!r} index of dim {meta['dim']}, "
             f"this {kind} is {space!r} of dim {dim}"
@@ -85,9 +119,10 @@ class _HnswlibFile:
     """The vectors, labels and deleted marks of an index file written by hnswlib."""
 
     def __init__(self, raw: bytes, dim: int, path: str | os.PathLike[str], brute: bool) -> None:
-        bad = RuntimeError(
-            f"{os.fspath(path)!r} is neither a memlane.compat.hnswlib file nor an hnswlib "
-            f"{'BFIndex' if brute else 'Index'} file of dim {dim}"
+        bad = _corrupted(
+            path,
+            f"is neither a memlane.compat.hnswlib file nor an hnswlib "
+            f"{'BFIndex' if brute else 'Index'} file of dim {dim}",
         )
         head = _BF_HEAD if brute else _HNSW_HEAD
         if len(raw) < head.size:

@@ -58,10 +58,33 @@ from memlane.compat._hnswlib_common import (
     _query_k,
     _rows,
 )
-from memlane.compat._hnswlib_files import _FORMAT, _MAGIC, _HnswlibFile, _parse, _read_bytes, _write
-from memlane.errors import InvalidArgumentError
+from memlane.compat._hnswlib_files import (
+    _CORRUPTED,
+    _DAMAGE,
+    _FORMAT,
+    _MAGIC,
+    _corrupted,
+    _Damaged,
+    _HnswlibFile,
+    _parse,
+    _read_bytes,
+    _why,
+    _write,
+)
+from memlane.errors import CorruptFileError, InvalidArgumentError
 
 __all__ = ["BFIndex", "Index"]
+
+
+#: hnswlib's largest ef (a size_t); the engine's is 2**63 - 1, and a longer candidate
+#: list than that could never fill, so an ef past it searches the same.
+_EF_MAX = 2**64 - 1
+_ENGINE_EF_MAX = 2**63 - 1
+
+
+def _engine_ef(ef: int) -> int:
+    """An ``ef`` or ``ef_construction`` as the engine takes it: 1 to 2**63 - 1."""
+    return min(max(ef, 1), _ENGINE_EF_MAX)
 
 
 class Index(_Attributes):
@@ -122,15 +145,21 @@ class Index(_Attributes):
         self._allow_replace_deleted = bool(allow_replace_deleted)
         self._index = self._new_engine()
 
-    def _new_engine(self) -> HnswIndex:
+    def _new_engine(
+        self, m: int | None = None, ef_construction: int | None = None, seed: int | None = None
+    ) -> HnswIndex:
+        """An empty engine with this index's settings, or those given."""
+        m = self._m if m is None else m
+        ef_construction = self._ef_construction if ef_construction is None else ef_construction
+        seed = self._seed if seed is None else seed
         return HnswIndex(
             self._dim,
             # cosine is inner product over vectors normalised here, as in hnswlib.
             metric="l2" if self._space == "l2" else "ip",
-            m=min(max(self._m, 2), 200),
-            ef_construction=max(self._ef_construction, 1),
-            ef=max(self._ef, 1),
-            seed=self._seed % 2**64,
+            m=min(max(m, 2), 200),
+            ef_construction=_engine_ef(ef_construction),
+            ef=_engine_ef(self._ef),
+            seed=seed % 2**64,
         )
 
     def _engine(self) -> HnswIndex:
@@ -362,9 +391,11 @@ class Index(_Attributes):
         value = int(value)
         if value < 0:
             raise TypeError(f"ef must be non-negative, got {value}")
-        self._ef = value
+        if value > _EF_MAX:
+            raise TypeError(f"ef must be at most 2**64 - 1 (a size_t, as in hnswlib), got {value}")
+        self._ef = value  # reported as given, as hnswlib does
         if self._index is not None:
-            self._index.ef = max(value, 1)
+            self._index.ef = _engine_ef(value)
 
     @property
     def M(self) -> int:  # hnswlib's name
@@ -413,9 +444,12 @@ class Index(_Attributes):
             index.save(path)
             return [path.read_bytes()]
 
-    def _restore(self, meta: dict[str, Any], blobs: list[bytes]) -> None:
+    def _restored(self, meta: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        """The engine and the fields a saved index gives back, as the attributes to set:
+        nothing is changed here, so a damaged file leaves this index as it was. Damage
+        raises one of ``_DAMAGE`` (``CorruptFileError`` for the graph)."""
         if len(blobs) != 1:
-            raise RuntimeError("the index file is truncated")
+            raise _Damaged("is truncated")
         with tempfile.TemporaryDirectory(prefix="memlane-hnswlib-") as tmp:
             path = Path(tmp) / "index"
             path.write_bytes(blobs[0])
@@ -423,14 +457,21 @@ class Index(_Attributes):
         hidden = {int(x) for x in index.hidden()}
         order = [int(x) for x in meta["deleted"]]
         if set(order) != hidden:
-            raise RuntimeError("the index file is inconsistent: its deleted labels disagree")
-        self._index = index
-        self._deleted = dict.fromkeys(order)
-        self._count = int(meta["count"])
-        self._next_label = int(meta["next_label"])
-        self._m = int(meta["M"])
-        self._ef_construction = int(meta["ef_construction"])
-        self._seed = int(meta["seed"])
+            raise _Damaged("is inconsistent: its deleted labels disagree")
+        return {
+            "_index": index,
+            "_deleted": dict.fromkeys(order),
+            "_count": int(meta["count"]),
+            "_next_label": int(meta["next_label"]),
+            "_m": int(meta["M"]),
+            "_ef_construction": int(meta["ef_construction"]),
+            "_seed": int(meta["seed"]),
+            "_max_elements": int(meta["max_elements"]),
+        }
+
+    def _take(self, fields: dict[str, Any]) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
 
     def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
         """Writes the index (marked deleted labels included) to one file, atomically."""
@@ -450,33 +491,46 @@ class Index(_Attributes):
         hnswlib.
         """
         path = path_to_index
+        wanted = int(max_elements)
         raw = _read_bytes(path)
-        if raw.startswith(_MAGIC):
-            meta, blobs = _parse(raw, path, "Index", self._space, self._dim)
-            self._restore(meta, blobs)
-            saved_max = int(meta["max_elements"])
-        else:
-            saved_max = self._load_hnswlib(raw, path)
-        self._max_elements = int(max_elements) if int(max_elements) >= self._count else saved_max
+        try:
+            if raw.startswith(_MAGIC):
+                meta, blobs = _parse(raw, path, "Index", self._space, self._dim)
+                fields = self._restored(meta, blobs)
+            else:
+                fields = self._from_hnswlib(raw, path)
+        except CorruptFileError:  # its message names the temporary file
+            raise _corrupted(path, "has a damaged graph") from None
+        except _DAMAGE as e:
+            raise _corrupted(path, _why(e)) from None
+        # Nothing has changed until here: the file read whole, its parts checked.
+        saved_max = fields.pop("_max_elements")
+        self._take(fields)
+        self._max_elements = wanted if wanted >= self._count else saved_max
         self._allow_replace_deleted = bool(allow_replace_deleted)
         self.ef = 10
         self._next_label = self._count
 
-    def _load_hnswlib(self, raw: bytes, path: str | os.PathLike[str]) -> int:
-        """Rebuilds the graph from the vectors of a file hnswlib wrote; its capacity."""
+    def _from_hnswlib(self, raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The graph rebuilt from the vectors of a file hnswlib wrote, and the fields it
+        gives back (as ``_restored``: nothing is changed here)."""
         saved = _HnswlibFile(raw, self._dim, path, brute=False)
-        self._m, self._ef_construction, self._seed = saved.m, saved.ef_construction, 100
-        index = self._new_engine()
+        index = self._new_engine(saved.m, saved.ef_construction, seed=100)
         if saved.count:
             # Under 'cosine' hnswlib stored the vectors normalised, as they stay here.
             index.add(saved.labels, saved.vectors)
         hidden = saved.labels[saved.deleted]
         if hidden.size:
             index.hide(hidden)
-        self._index = index
-        self._deleted = dict.fromkeys(int(x) for x in hidden)
-        self._count = saved.count
-        return int(saved.max_elements)
+        return {
+            "_index": index,
+            "_deleted": dict.fromkeys(int(x) for x in hidden),
+            "_count": saved.count,
+            "_m": saved.m,
+            "_ef_construction": saved.ef_construction,
+            "_seed": 100,
+            "_max_elements": int(saved.max_elements),
+        }
 
     def index_file_size(self) -> int:
         """Bytes ``save_index`` would write."""
@@ -502,7 +556,12 @@ class Index(_Attributes):
         self._ef_construction = int(meta["ef_construction"])
         self._seed = int(meta["seed"])
         if state["inited"]:
-            self._restore(meta, state["blobs"])
+            try:
+                self._take(self._restored(meta, state["blobs"]))
+            except CorruptFileError:  # its message names the temporary file
+                raise RuntimeError(f"{_CORRUPTED}: the pickled graph is damaged") from None
+            except _Damaged as e:
+                raise RuntimeError(f"{_CORRUPTED}: the pickled index {e}") from None
         self._max_elements = int(meta["max_elements"])
         self._allow_replace_deleted = bool(meta["allow_replace_deleted"])
         self._num_threads = int(meta["num_threads"])

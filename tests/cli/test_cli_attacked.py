@@ -1,0 +1,198 @@
+"""The command line against hostile input: out-of-range ports, names that are not UTF-8
+in ``--json`` documents, ages past every time, standard input that does not decode."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memlane import Memory
+from memlane.cli import main, parse
+from memlane.cli.watching import _printer
+from memlane.knowledge.report import IngestReport
+
+TEXT = ["--embedder", "none"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def utf8_json(out: str) -> Any:
+    """The document as a reader of stdout's bytes gets it: UTF-8 (strict), then JSON."""
+    return json.loads(out.encode("utf-8").decode("utf-8"))
+
+
+@pytest.fixture
+def store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    path = str(tmp_path / "store")
+    assert main(["add", path, "an old memory", "--create", *TEXT]) == 0
+    capsys.readouterr()
+    return path
+
+
+def _non_utf8_names_allowed(tmp_path: Path) -> None:
+    try:
+        (tmp_path / "probe\udcff").write_bytes(b"")
+    except (OSError, UnicodeError):
+        pytest.skip("this file system refuses names that are not UTF-8")
+
+
+# -- serve --port ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("port", ["65536", "99999", "-1", str(2**64)])
+def test_serve_port_out_of_range_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], port: str
+) -> None:
+    code, out, err = run(capsys, "serve", str(tmp_path / "s"), "--port", port)
+    assert code == 2 and out == ""
+    assert "argument --port:" in err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("port", [0, 8765, 65535])
+def test_serve_port_in_range_parses(tmp_path: Path, port: int) -> None:
+    assert parse(["serve", str(tmp_path / "s"), "--port", str(port)]).port == port
+
+
+# -- --json with names that are not UTF-8 ---------------------------------------------------
+
+
+def test_json_export_import_name_files_that_are_not_utf8(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _non_utf8_names_allowed(tmp_path)
+    file = str(tmp_path / "out\udcff.jsonl")  # the byte 0xff, as Python reads argv
+    code, out, err = run(capsys, "export", store, file, "--json")
+    assert code == 0, err
+    doc = utf8_json(out)
+    assert doc["exported"] == 1 and doc["file"] == file
+    assert os.fsencode(doc["file"]).endswith(b"out\xff.jsonl")
+    code, out, err = run(capsys, "import", store, file, "--skip-existing", "--json")
+    assert code == 0, err
+    assert utf8_json(out)["file"] == file
+
+
+def test_json_errors_name_stores_that_are_not_utf8(tmp_path: Path) -> None:
+    missing = os.fsencode(tmp_path / "no\udcffstore")
+    res = subprocess.run(
+        [sys.executable, "-m", "memlane", "stats", missing, "--json"], capture_output=True
+    )
+    assert res.returncode == 1
+    message = json.loads(res.stdout.decode("utf-8"))["error"]["message"]
+    assert os.fsencode(message).endswith(missing)
+    assert len(res.stderr.splitlines()) == 1
+
+
+def test_json_ingest_reports_failed_names_that_are_not_utf8(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _non_utf8_names_allowed(tmp_path)
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "n\udcffote.md").write_bytes(b"# T\n\nbody\n")
+    (kb / "ok.md").write_bytes(b"# T\n\nfine\n")
+    code, out, _ = run(capsys, "ingest", store, str(kb), "--shared", "--no-progress", "--json")
+    doc = utf8_json(out)
+    assert code == 1 and doc["ok"] is False
+    assert list(doc["failed"]) == ["n\udcffote.md"] and list(doc["ingested"]) == ["ok.md"]
+
+
+def test_json_watch_lines_are_utf8(capsys: pytest.CaptureFixture[str]) -> None:
+    on_report, _ = _printer(True)
+    on_report(IngestReport(seen=1, failed={"n\udcffote.md": "not valid UTF-8"}))
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert utf8_json(out)["failed"] == {"n\udcffote.md": "not valid UTF-8"}
+
+
+def test_json_stats_of_a_store_named_in_bytes_through_a_process(store: str, tmp_path: Path) -> None:
+    _non_utf8_names_allowed(tmp_path)
+    named = tmp_path / "st\udcff"
+    os.rename(store, named)
+    res = subprocess.run(
+        [sys.executable, "-m", "memlane", "stats", os.fsencode(named), "--json"],
+        capture_output=True,
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout.decode("utf-8"))
+    assert os.fsencode(doc["store"]) == os.fsencode(named) and doc["records"] == 1
+
+
+def test_json_keeps_other_text_as_it_is(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "add", store, "café ☕ 𝄞", "--json")
+    assert code == 0
+    assert "café ☕ 𝄞" in out  # not escaped to ASCII
+    assert utf8_json(out)["records"][0]["text"] == "café ☕ 𝄞"
+
+
+# -- prune with an age past every time ------------------------------------------------------
+
+
+@pytest.mark.parametrize("age", [1e300, 1e304, 1e308, 1.7976931348623157e308])
+def test_prune_older_than_forever_prunes_nothing(age: float) -> None:
+    with Memory(None, embedder=None) as mem:
+        mem.add("an old memory")
+        assert mem.prune(max_age_days=age, dry_run=True) == []
+        assert mem.prune(max_age_days=age) == [] and mem.count() == 1
+        # An age that still reaches back prunes as before.
+        later = mem.list()[0].created_at + 2 * 86400
+        assert len(mem.prune(max_age_days=1, now=later, dry_run=True)) == 1
+
+
+def test_prune_cli_huge_age(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "prune", store, "--max-age-days", "1e308", "--json")
+    assert code == 0, err
+    assert utf8_json(out)["count"] == 0
+
+
+@pytest.mark.parametrize("age", ["inf", "nan", "-1", "soon"])
+def test_prune_cli_refuses_an_age_that_is_no_number_of_days(
+    store: str, capsys: pytest.CaptureFixture[str], age: str
+) -> None:
+    code, _, err = run(capsys, "prune", store, f"--max-age-days={age}", "--dry-run")
+    assert code == 2
+    assert "argument --max-age-days:" in err.splitlines()[-1]
+
+
+# -- add - with standard input that does not decode ----------------------------------------
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict")
+    monkeypatch.setattr(sys, "stdin", stream)
+
+
+def test_add_stdin_not_utf8_is_a_one_line_error(
+    store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stdin(monkeypatch, b"fine\n\na\xffb\n")
+    code, out, err = run(capsys, "add", store, "-")
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        "memlane: error: line 3 of standard input is not valid utf-8: b'\\xff' at byte 2 "
+        "(invalid start byte)"
+    ]
+    _stdin(monkeypatch, b"a\xffb\n")
+    code, out, _ = run(capsys, "add", store, "-", "--json")
+    assert code == 1 and utf8_json(out)["error"]["type"] == "InvalidArgumentError"
+    code, out, _ = run(capsys, "stats", store, "--json")
+    assert utf8_json(out)["records"] == 1  # nothing was added
+
+
+def test_add_stdin_lines_as_a_text_stream_reads_them(
+    store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stdin(monkeypatch, "one\r\n\n  \ntwo ☕\rthree\n".encode())
+    code, out, err = run(capsys, "add", store, "-", "--json")
+    assert code == 0, err
+    assert [r["text"] for r in utf8_json(out)["records"]] == ["one", "two ☕", "three"]
