@@ -307,7 +307,8 @@ class HnswIndex:
 
         The predicate is called on the ids the graph search reaches (as
         hnswlib calls its filter), with the GIL held, one query after another;
-        an exception it raises propagates.
+        an exception it raises propagates. It may read this index (``len``,
+        ``in``, ``search``) but not change it (``InvalidArgumentError``).
         """
     def save(self, path: str | PathLike[str]) -> None:
         """Writes a versioned, checksummed file, atomically replacing any file at ``path``."""

@@ -7,6 +7,7 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+use crate::args;
 use crate::convert::Matrix;
 use crate::errors::{detach, to_py};
 
@@ -65,6 +66,18 @@ impl Stored {
             .zip(&self.ends)
             .map(|(s, &e)| &self.joined[s..e])
             .collect();
+        // The buffer holds `dim` floats a blob: a `dim` no blob can be of
+        // (the caller's, say 2**40) is refused before it is allocated.
+        let lengths = [
+            dim.checked_mul(4),
+            dim.checked_mul(2).and_then(|n| n.checked_add(5)),
+        ];
+        if let Some(b) = blobs.iter().find(|b| !lengths.contains(&Some(b.len()))) {
+            return Err(Error::DamagedVector(format!(
+                "a stored vector ({} bytes, dimension {dim}) is damaged",
+                b.len()
+            )));
+        }
         blob::decode(blobs.iter().copied(), dim)
     }
 }
@@ -76,7 +89,7 @@ impl Stored {
 pub fn unblobs<'py>(
     py: Python<'py>,
     stored: &Bound<'py, PyAny>,
-    dim: usize,
+    #[pyo3(from_py_with = args::dim)] dim: usize,
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
     let stored = Stored::blobs(py, stored, dim)?;
     let data = detach(py, || stored.decode(dim))?;

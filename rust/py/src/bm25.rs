@@ -7,13 +7,14 @@ use memlane_core::bm25::{
     AnalyzerConfig, Bm25Index, Bm25Params, Hit, Language, Stopwords, MISSING,
 };
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
-use parking_lot::RwLock;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString};
 use pyo3::Borrowed;
 
+use crate::args;
 use crate::convert::{self, type_name};
 use crate::errors::{detach, invalid, to_py};
+use crate::lock::Shared;
 
 /// Score that pads rows of `search_batch` with fewer than `k` hits (their id is `MISSING`).
 const PAD_SCORE: f32 = f32::NEG_INFINITY;
@@ -26,7 +27,8 @@ const MAX_BATCH_CELLS: usize = 1 << 28;
 /// adds and removes take turns.
 #[pyclass(module = "memlane._core", name = "BM25Index", frozen)]
 pub struct PyBm25Index {
-    inner: RwLock<Bm25Index>,
+    /// Taken as `lock` says: never waited for with the GIL held.
+    inner: Shared<Bm25Index>,
 }
 
 /// `texts` as owned strings: a sequence of `str` (a lone `str` is refused,
@@ -124,13 +126,6 @@ fn config(
     })
 }
 
-fn positive_k(py: Python<'_>, k: i64) -> PyResult<usize> {
-    if k <= 0 {
-        return Err(invalid(py, format!("k must be at least 1, got {k}")));
-    }
-    usize::try_from(k).map_err(|_| invalid(py, format!("k is too large: {k}")))
-}
-
 /// Splits hits into (ids, scores).
 fn columns(hits: Vec<Hit>) -> (Vec<u64>, Vec<f32>) {
     hits.into_iter().map(|h| (h.id, h.score)).unzip()
@@ -155,7 +150,7 @@ impl PyBm25Index {
         let params = Bm25Params::new(k1, b).map_err(|e| to_py(py, e))?;
         let config = config(py, language, stopwords, stemming, fold_accents)?;
         Ok(PyBm25Index {
-            inner: RwLock::new(Bm25Index::new(params, config)),
+            inner: Shared::new(Bm25Index::new(params, config)),
         })
     }
 
@@ -173,14 +168,14 @@ impl PyBm25Index {
             Bm25Index::check_batch(&ids, texts.len())?;
             // Analysis needs only the analyzer, so searches go on meanwhile.
             let docs = self.inner.read().analyze_batch(&texts);
-            self.inner.write().insert_analyzed(&ids, docs)
+            self.inner.write()?.insert_analyzed(&ids, docs)
         })
     }
 
     /// Removes `ids`; raises UnknownIdError (removing nothing) if one is absent.
     fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids = convert::ids(py, ids, "ids")?;
-        detach(py, || self.inner.write().remove(&ids))
+        detach(py, || self.inner.write()?.remove(&ids))
     }
 
     /// The best `k` documents for `query`, best first (score descending,
@@ -192,10 +187,9 @@ impl PyBm25Index {
         &self,
         py: Python<'py>,
         query: &Bound<'py, PyAny>,
-        k: i64,
+        #[pyo3(from_py_with = args::k)] k: usize,
         allowed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>)> {
-        let k = positive_k(py, k)?;
         let query = string(py, query, "query", None)?;
         let allowed = allowed
             .map(|a| convert::ids(py, a, "allowed"))
@@ -218,10 +212,9 @@ impl PyBm25Index {
         &self,
         py: Python<'py>,
         queries: &Bound<'py, PyAny>,
-        k: i64,
+        #[pyo3(from_py_with = args::k)] k: usize,
         allowed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
-        let k = positive_k(py, k)?;
         let queries = texts(py, queries, "queries")?;
         let nq = queries.len();
         if nq
@@ -270,7 +263,7 @@ impl PyBm25Index {
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let index = detach(py, || Bm25Index::load(&path))?;
         Ok(PyBm25Index {
-            inner: RwLock::new(index),
+            inner: Shared::new(index),
         })
     }
 
@@ -280,41 +273,44 @@ impl PyBm25Index {
         Ok(PyArray1::from_vec(py, ids))
     }
 
-    fn __contains__(&self, id: &Bound<'_, PyAny>) -> bool {
+    fn __contains__(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> bool {
         id.extract::<u64>()
-            .is_ok_and(|id| self.inner.read().contains(id))
+            .is_ok_and(|id| self.inner.peek(py, |b| b.contains(id)))
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.read().len()
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.inner.peek(py, Bm25Index::len)
     }
 
     /// Number of distinct terms in the stored documents.
     #[getter]
-    fn vocabulary_size(&self) -> usize {
-        self.inner.read().vocabulary_size()
+    fn vocabulary_size(&self, py: Python<'_>) -> usize {
+        self.inner.peek(py, |b| b.vocabulary_size())
     }
 
     #[getter]
-    fn k1(&self) -> f64 {
-        self.inner.read().params().k1
+    fn k1(&self, py: Python<'_>) -> f64 {
+        self.inner.peek(py, |b| b.params().k1)
     }
 
     #[getter]
-    fn b(&self) -> f64 {
-        self.inner.read().params().b
+    fn b(&self, py: Python<'_>) -> f64 {
+        self.inner.peek(py, |b| b.params().b)
     }
 
     #[getter]
-    fn language(&self) -> &'static str {
-        self.inner.read().analyzer().config().language.name()
+    fn language(&self, py: Python<'_>) -> &'static str {
+        self.inner
+            .peek(py, |b| b.analyzer().config().language.name())
     }
 
     /// True (the language's list), False, or the caller's list of words.
     #[getter]
     fn stopwords<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let index = self.inner.read();
-        Ok(match &index.analyzer().config().stopwords {
+        let stopwords = self
+            .inner
+            .peek(py, |b| b.analyzer().config().stopwords.clone());
+        Ok(match &stopwords {
             Stopwords::None => PyBool::new(py, false).to_owned().into_any(),
             Stopwords::Language => PyBool::new(py, true).to_owned().into_any(),
             Stopwords::Custom(words) => words.clone().into_pyobject(py)?.into_any(),
@@ -322,27 +318,28 @@ impl PyBm25Index {
     }
 
     #[getter]
-    fn stemming(&self) -> bool {
-        self.inner.read().analyzer().config().stemming
+    fn stemming(&self, py: Python<'_>) -> bool {
+        self.inner.peek(py, |b| b.analyzer().config().stemming)
     }
 
     #[getter]
-    fn fold_accents(&self) -> bool {
-        self.inner.read().analyzer().config().fold_accents
+    fn fold_accents(&self, py: Python<'_>) -> bool {
+        self.inner.peek(py, |b| b.analyzer().config().fold_accents)
     }
 
-    fn __repr__(&self) -> String {
-        let index = self.inner.read();
-        let p = index.params();
-        let c = index.analyzer().config();
-        format!(
-            "BM25Index(k1={}, b={}, language={:?}, stemming={}, len={})",
-            p.k1,
-            p.b,
-            c.language.name(),
-            if c.stemming { "True" } else { "False" },
-            index.len()
-        )
+    fn __repr__(&self, py: Python<'_>) -> String {
+        self.inner.peek(py, |index| {
+            let p = index.params();
+            let c = index.analyzer().config();
+            format!(
+                "BM25Index(k1={}, b={}, language={:?}, stemming={}, len={})",
+                p.k1,
+                p.b,
+                c.language.name(),
+                if c.stemming { "True" } else { "False" },
+                index.len()
+            )
+        })
     }
 }
 

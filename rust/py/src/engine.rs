@@ -15,14 +15,16 @@ use memlane_core::hnsw::{Params, Precision};
 use memlane_core::pages::Settler;
 use memlane_core::Error;
 use numpy::PyArray1;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::args;
 use crate::blob::Stored;
 use crate::conditions::PyAdmits;
 use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid, to_py};
+use crate::lock::Shared;
 use crate::rows;
 use crate::search::{self, PySearchRequest};
 
@@ -39,7 +41,8 @@ pub struct PyPrepared {
 /// HNSW graph under one lock. Thread-safe: searches run in parallel.
 #[pyclass(module = "memlane._core", name = "Engine", frozen)]
 pub struct PyEngine {
-    inner: RwLock<Engine>,
+    /// Taken as `lock` says: never waited for with the GIL held.
+    inner: Shared<Engine>,
     /// `Engine::pending`, readable without waiting for a writer's lock.
     parked: AtomicUsize,
     /// How far the engine's buffers are on huge pages (`settle_pages`).
@@ -50,7 +53,7 @@ impl PyEngine {
     fn wrap(engine: Engine) -> Self {
         let parked = AtomicUsize::new(engine.pending());
         PyEngine {
-            inner: RwLock::new(engine),
+            inner: Shared::new(engine),
             parked,
             pages: Mutex::new(Settler::default()),
         }
@@ -68,7 +71,7 @@ impl PyEngine {
         &self,
         f: impl FnOnce(&mut Engine) -> memlane_core::Result<T>,
     ) -> memlane_core::Result<T> {
-        let mut engine = self.inner.write();
+        let mut engine = self.inner.write()?;
         let out = f(&mut engine);
         self.parked.store(engine.pending(), Ordering::Release);
         out
@@ -118,11 +121,11 @@ impl PyEngine {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        dim: Option<usize>,
-        m: usize,
-        ef_construction: usize,
-        ef: usize,
-        seed: u64,
+        #[pyo3(from_py_with = args::opt_dim)] dim: Option<usize>,
+        #[pyo3(from_py_with = args::m)] m: usize,
+        #[pyo3(from_py_with = args::ef_construction)] ef_construction: usize,
+        #[pyo3(from_py_with = args::ef)] ef: usize,
+        #[pyo3(from_py_with = args::seed)] seed: u64,
         precision: &str,
         k1: Option<f64>,
         b: Option<f64>,
@@ -222,7 +225,12 @@ impl PyEngine {
     /// (seconds) more batches of `max` until that time has passed; returns
     /// how many remain.
     #[pyo3(signature = (max = 256, budget = 0.0))]
-    fn index_pending(&self, py: Python<'_>, max: usize, budget: f64) -> PyResult<usize> {
+    fn index_pending(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::max)] max: usize,
+        budget: f64,
+    ) -> PyResult<usize> {
         let budget = Duration::try_from_secs_f64(budget)
             .map_err(|_| invalid(py, format!("budget must be >= 0 seconds, got {budget}")))?;
         detach(py, || {
@@ -230,7 +238,7 @@ impl PyEngine {
                 return Ok(0);
             }
             // Searches run while the batches link; see `index_pending_shared`.
-            Engine::index_pending_for(&self.inner, max, budget, |left| {
+            Engine::index_pending_for(self.inner.raw(), max, budget, |left| {
                 self.parked.store(left, Ordering::Release)
             })
         })
@@ -240,7 +248,11 @@ impl PyEngine {
     /// search reads with huge pages (see `memlane_core::pages`); returns how
     /// many bytes are left to ask for. Searches run meanwhile; a writer
     /// waits for the step.
-    fn settle_pages(&self, py: Python<'_>, budget: usize) -> PyResult<usize> {
+    fn settle_pages(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::budget)] budget: usize,
+    ) -> PyResult<usize> {
         detach(py, || {
             let engine = self.inner.read();
             Ok(self.pages.lock().step(&engine.regions(), budget))
@@ -332,8 +344,8 @@ impl PyEngine {
         py: Python<'py>,
         admits: Option<&PyAdmits>,
         order: &str,
-        offset: usize,
-        limit: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
+        #[pyo3(from_py_with = args::limit)] limit: usize,
         sort: &str,
         expire_at: Option<f64>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
@@ -445,7 +457,11 @@ impl PyEngine {
     }
 
     /// The unit vector of `id`, or None if it has none.
-    fn vector<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+    fn vector<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::id)] id: u64,
+    ) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
         let v = self.peek(py, |e| e.vector(id))?;
         Ok(v.map(|v| PyArray1::from_vec(py, v)))
     }
@@ -467,7 +483,12 @@ impl PyEngine {
 
     /// Fills the vectors the snapshot left out from an embedded store's vector
     /// file, read up to byte `end` (what the database records).
-    fn fill_log(&self, py: Python<'_>, path: PathBuf, end: u64) -> PyResult<()> {
+    fn fill_log(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        #[pyo3(from_py_with = args::end)] end: u64,
+    ) -> PyResult<()> {
         detach(py, || self.write(|e| e.fill_log(&path, end)))
     }
 
@@ -487,7 +508,13 @@ impl PyEngine {
     /// Writes a snapshot reflecting change `seq` into directory `root`; with
     /// `vectors`, its graph keeps the live vectors (see `load`).
     #[pyo3(signature = (root, seq, vectors = true))]
-    fn save(&self, py: Python<'_>, root: PathBuf, seq: u64, vectors: bool) -> PyResult<()> {
+    fn save(
+        &self,
+        py: Python<'_>,
+        root: PathBuf,
+        #[pyo3(from_py_with = args::seq)] seq: u64,
+        vectors: bool,
+    ) -> PyResult<()> {
         // An upgradable read: searches go on, but no batch is half linked.
         detach(py, || {
             self.inner.upgradable_read().save(&root, seq, vectors)
@@ -536,7 +563,7 @@ impl PyEngine {
     }
 
     /// Sets the vector index's search beam width.
-    fn set_ef(&self, py: Python<'_>, ef: usize) -> PyResult<()> {
+    fn set_ef(&self, py: Python<'_>, #[pyo3(from_py_with = args::ef)] ef: usize) -> PyResult<()> {
         detach(py, || self.write(|e| e.set_ef(ef)))
     }
 

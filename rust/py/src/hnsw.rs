@@ -1,28 +1,25 @@
 //! `memlane.HnswIndex`: the Python face of `memlane_core::hnsw::Hnsw`.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 
 use memlane_core::hnsw::{Hnsw, Metric, Params, Precision, MISSING};
 use memlane_core::Error;
 use numpy::ndarray::Array2;
 use numpy::{Element, IntoPyArray, PyArray1, PyArray2};
-use parking_lot::RwLock;
 use pyo3::prelude::*;
 
+use crate::args;
 use crate::convert::{self, Matrix};
 use crate::errors::{detach, invalid};
+use crate::lock::Shared;
 
 /// An HNSW vector index over u64 ids. Thread-safe: searches run in parallel
 /// from any number of threads while adds and removes take turns.
 #[pyclass(module = "memlane._core", name = "HnswIndex", frozen)]
 pub struct PyHnswIndex {
-    inner: RwLock<Hnsw>,
-}
-
-/// A size argument: negative values are an argument error, not an overflow.
-fn count(py: Python<'_>, value: i64, name: &str) -> PyResult<usize> {
-    usize::try_from(value)
-        .map_err(|_| invalid(py, format!("{name} must not be negative, got {value}")))
+    /// Taken as `lock` says: never waited for with the GIL held.
+    inner: Shared<Hnsw>,
 }
 
 /// Moves a row-major buffer into a 2-d numpy array without copying it.
@@ -43,21 +40,15 @@ impl PyHnswIndex {
     #[pyo3(signature = (dim, metric = "cosine", m = 16, ef_construction = 200, ef = 64, seed = 0, precision = "f32"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        dim: i64,
+        #[pyo3(from_py_with = args::dim)] dim: usize,
         metric: &str,
-        m: i64,
-        ef_construction: i64,
-        ef: i64,
-        seed: u64,
+        #[pyo3(from_py_with = args::m)] m: usize,
+        #[pyo3(from_py_with = args::ef_construction)] ef_construction: usize,
+        #[pyo3(from_py_with = args::ef)] ef: usize,
+        #[pyo3(from_py_with = args::seed)] seed: u64,
         precision: &str,
         py: Python<'_>,
     ) -> PyResult<Self> {
-        let dim = count(py, dim, "dim")?;
-        let (m, ef_construction) = (
-            count(py, m, "m")?,
-            count(py, ef_construction, "ef_construction")?,
-        );
-        let ef = count(py, ef, "ef")?;
         let metric = Metric::parse(metric).map_err(|e| crate::errors::to_py(py, e))?;
         let precision = Precision::parse(precision).map_err(|e| crate::errors::to_py(py, e))?;
         let params = Params {
@@ -69,7 +60,7 @@ impl PyHnswIndex {
         };
         let index = Hnsw::new(dim, metric, params).map_err(|e| crate::errors::to_py(py, e))?;
         Ok(PyHnswIndex {
-            inner: RwLock::new(index),
+            inner: Shared::new(index),
         })
     }
 
@@ -83,7 +74,7 @@ impl PyHnswIndex {
     ) -> PyResult<()> {
         let ids = convert::ids(py, ids, "ids")?;
         let m = Matrix::extract(py, vectors, "vectors")?;
-        let dim = self.inner.read().dim();
+        let dim = self.inner.peek(py, Hnsw::dim);
         if m.cols() != dim && m.rows() > 0 {
             return Err(crate::errors::to_py(
                 py,
@@ -100,13 +91,13 @@ impl PyHnswIndex {
             ));
         }
         let data = m.as_slice();
-        detach(py, || self.inner.write().add(&ids, data))
+        detach(py, || self.inner.write()?.add(&ids, data))
     }
 
     /// Removes `ids`; raises UnknownIdError (removing nothing) if one is absent.
     fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids = convert::ids(py, ids, "ids")?;
-        detach(py, || self.inner.write().remove(&ids))
+        detach(py, || self.inner.write()?.remove(&ids))
     }
 
     /// Hides `ids` from searches, keeping their vectors, links and slots
@@ -114,20 +105,20 @@ impl PyHnswIndex {
     /// Raises UnknownIdError, hiding nothing, if one is not live.
     fn hide(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids = convert::ids(py, ids, "ids")?;
-        detach(py, || self.inner.write().hide(&ids))
+        detach(py, || self.inner.write()?.hide(&ids))
     }
 
     /// Shows hidden `ids` again; raises UnknownIdError if one is not hidden.
     fn unhide(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids = convert::ids(py, ids, "ids")?;
-        detach(py, || self.inner.write().unhide(&ids))
+        detach(py, || self.inner.write()?.unhide(&ids))
     }
 
     /// Forgets hidden `ids`, freeing their slots for later adds; raises
     /// UnknownIdError if one is not hidden.
     fn release(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids = convert::ids(py, ids, "ids")?;
-        detach(py, || self.inner.write().release(&ids))
+        detach(py, || self.inner.write()?.release(&ids))
     }
 
     /// Hidden ids, in slot order.
@@ -145,21 +136,10 @@ impl PyHnswIndex {
         &self,
         py: Python<'py>,
         queries: &Bound<'py, PyAny>,
-        k: i64,
-        ef: Option<i64>,
+        #[pyo3(from_py_with = args::k)] k: usize,
+        #[pyo3(from_py_with = args::opt_ef)] ef: Option<usize>,
         allowed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
-        if k <= 0 {
-            return Err(invalid(py, format!("k must be at least 1, got {k}")));
-        }
-        let ef = match ef {
-            Some(e) if e <= 0 => {
-                return Err(invalid(py, format!("ef must be at least 1, got {e}")))
-            }
-            Some(e) => Some(e as usize),
-            None => None,
-        };
-        let k = k as usize;
         let q = Matrix::extract(py, queries, "queries")?;
         let allowed = allowed
             .map(|a| convert::ids(py, a, "allowed"))
@@ -191,63 +171,65 @@ impl PyHnswIndex {
         py: Python<'py>,
         queries: &Bound<'py, PyAny>,
         predicate: &Bound<'py, PyAny>,
-        k: i64,
-        ef: Option<i64>,
+        #[pyo3(from_py_with = args::k)] k: usize,
+        #[pyo3(from_py_with = args::opt_ef)] ef: Option<usize>,
     ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
-        if k <= 0 {
-            return Err(invalid(py, format!("k must be at least 1, got {k}")));
-        }
         if !predicate.is_callable() {
             return Err(invalid(py, "predicate must be callable"));
         }
-        let ef = match ef {
-            Some(e) if e <= 0 => {
-                return Err(invalid(py, format!("ef must be at least 1, got {e}")))
-            }
-            Some(e) => Some(e as usize),
-            None => None,
-        };
-        let k = k as usize;
         let q = Matrix::extract(py, queries, "queries")?;
         let (nq, cols) = (q.rows(), q.cols());
-        let index = self.inner.read();
-        if cols != index.dim() && nq > 0 {
-            return Err(crate::errors::to_py(
-                py,
-                Error::DimensionMismatch {
-                    expected: index.dim(),
-                    got: cols,
-                },
-            ));
-        }
-        let mut labels = vec![MISSING; nq * k];
-        let mut dists = vec![f32::INFINITY; nq * k];
-        let failure: std::cell::RefCell<Option<PyErr>> = std::cell::RefCell::new(None);
-        let accept = |id: u64| -> bool {
-            if failure.borrow().is_some() {
-                return false;
-            }
-            match predicate.call1((id,)).and_then(|r| r.is_truthy()) {
-                Ok(keep) => keep,
-                Err(e) => {
-                    *failure.borrow_mut() = Some(e);
-                    false
+        let data = q.as_slice();
+        let predicate = predicate.clone().unbind();
+        // The read lock is taken without the GIL, and the GIL taken back under
+        // it for each query's search, whose predicate needs it (see `lock`).
+        let (labels, dists, failure) = detach(py, || {
+            self.inner.read_calling_back(|index| {
+                if cols != index.dim() && nq > 0 {
+                    return Err(Error::DimensionMismatch {
+                        expected: index.dim(),
+                        got: cols,
+                    });
                 }
-            }
-        };
-        for (row, q) in q.as_slice().chunks_exact(cols.max(1)).enumerate() {
-            let found = index
-                .search_where(q, k, ef, accept)
-                .map_err(|e| crate::errors::to_py(py, e))?;
-            if let Some(e) = failure.borrow_mut().take() {
-                return Err(e);
-            }
-            for (i, n) in found.into_iter().enumerate() {
-                labels[row * k + i] = n.id;
-                dists[row * k + i] = n.distance;
-            }
+                // The padded result, checked as `search` checks it, before
+                // anything is allocated for it.
+                Hnsw::check_k(k, nq)?;
+                let mut labels = vec![MISSING; nq * k];
+                let mut dists = vec![f32::INFINITY; nq * k];
+                for (row, q) in data.chunks_exact(cols.max(1)).enumerate() {
+                    let (found, failure) = Python::attach(|py| {
+                        let predicate = predicate.bind(py);
+                        let failure: RefCell<Option<PyErr>> = RefCell::new(None);
+                        let accept = |id: u64| -> bool {
+                            if failure.borrow().is_some() {
+                                return false;
+                            }
+                            match predicate.call1((id,)).and_then(|r| r.is_truthy()) {
+                                Ok(keep) => keep,
+                                Err(e) => {
+                                    *failure.borrow_mut() = Some(e);
+                                    false
+                                }
+                            }
+                        };
+                        let found = index.search_where(q, k, ef, accept);
+                        (found, failure.into_inner())
+                    });
+                    let found = found?;
+                    if failure.is_some() {
+                        return Ok((labels, dists, failure));
+                    }
+                    for (i, n) in found.into_iter().enumerate() {
+                        labels[row * k + i] = n.id;
+                        dists[row * k + i] = n.distance;
+                    }
+                }
+                Ok((labels, dists, None))
+            })
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
         }
-        drop(index);
         Ok((matrix(py, nq, k, labels)?, matrix(py, nq, k, dists)?))
     }
 
@@ -259,7 +241,7 @@ impl PyHnswIndex {
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let index = detach(py, || Hnsw::load(&path))?;
         Ok(PyHnswIndex {
-            inner: RwLock::new(index),
+            inner: Shared::new(index),
         })
     }
 
@@ -297,71 +279,66 @@ impl PyHnswIndex {
     }
 
     /// Bytes held by vectors, links and id maps.
-    fn memory_bytes(&self) -> usize {
-        self.inner.read().memory_bytes()
+    fn memory_bytes(&self, py: Python<'_>) -> usize {
+        self.inner.peek(py, Hnsw::memory_bytes)
     }
 
-    fn __contains__(&self, id: &Bound<'_, PyAny>) -> bool {
+    fn __contains__(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> bool {
         id.extract::<u64>()
-            .is_ok_and(|id| id != MISSING && self.inner.read().contains(id))
+            .is_ok_and(|id| id != MISSING && self.inner.peek(py, |h| h.contains(id)))
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.read().len()
-    }
-
-    #[getter]
-    fn dim(&self) -> usize {
-        self.inner.read().dim()
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.inner.peek(py, Hnsw::len)
     }
 
     #[getter]
-    fn metric(&self) -> &'static str {
-        self.inner.read().metric().name()
+    fn dim(&self, py: Python<'_>) -> usize {
+        self.inner.peek(py, |h| h.dim())
     }
 
     #[getter]
-    fn m(&self) -> usize {
-        self.inner.read().params().m
+    fn metric(&self, py: Python<'_>) -> &'static str {
+        self.inner.peek(py, |h| h.metric().name())
     }
 
     #[getter]
-    fn ef_construction(&self) -> usize {
-        self.inner.read().params().ef_construction
+    fn m(&self, py: Python<'_>) -> usize {
+        self.inner.peek(py, |h| h.params().m)
+    }
+
+    #[getter]
+    fn ef_construction(&self, py: Python<'_>) -> usize {
+        self.inner.peek(py, |h| h.params().ef_construction)
     }
 
     /// How vectors are stored: "f32" (exact), "f16", "int8" or "int8+f16".
     #[getter]
-    fn precision(&self) -> &'static str {
-        self.inner.read().params().precision.name()
+    fn precision(&self, py: Python<'_>) -> &'static str {
+        self.inner.peek(py, |h| h.params().precision.name())
     }
 
     #[getter]
-    fn seed(&self) -> u64 {
-        self.inner.read().params().seed
+    fn seed(&self, py: Python<'_>) -> u64 {
+        self.inner.peek(py, |h| h.params().seed)
     }
 
     /// Candidate-list size used when `search` is given no `ef`.
     #[getter]
-    fn get_ef(&self) -> usize {
-        self.inner.read().params().ef
+    fn get_ef(&self, py: Python<'_>) -> usize {
+        self.inner.peek(py, |h| h.params().ef)
     }
 
     #[setter]
-    fn set_ef(&self, py: Python<'_>, ef: i64) -> PyResult<()> {
-        if ef <= 0 {
-            return Err(invalid(py, format!("ef must be at least 1, got {ef}")));
-        }
-        self.inner
-            .write()
-            .set_ef(ef as usize)
-            .map_err(|e| crate::errors::to_py(py, e))
+    fn set_ef(&self, py: Python<'_>, ef: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ef = args::ef(ef)?;
+        detach(py, || self.inner.write()?.set_ef(ef))
     }
 
-    fn __repr__(&self) -> String {
-        let h = self.inner.read();
-        let p = h.params();
-        format!(
+    fn __repr__(&self, py: Python<'_>) -> String {
+        self.inner.peek(py, |h| {
+            let p = h.params();
+            format!(
             "HnswIndex(dim={}, metric={:?}, precision={:?}, m={}, ef_construction={}, ef={}, len={})",
             h.dim(),
             h.metric().name(),
@@ -371,5 +348,6 @@ impl PyHnswIndex {
             p.ef,
             h.len()
         )
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! The private native module `memlane._core`: type conversion, GIL release and
 //! error mapping around `memlane-core`. No engine logic lives here.
 
+mod args;
 mod blob;
 mod bm25;
 mod conditions;
@@ -8,6 +9,7 @@ mod convert;
 mod engine;
 mod errors;
 mod hnsw;
+mod lock;
 mod okapi;
 mod rows;
 mod search;

@@ -3,7 +3,7 @@
 
 use memlane_core::bm25::okapi::{Okapi, OkapiBuilder};
 use numpy::{IntoPyArray, PyArray1};
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
@@ -90,21 +90,25 @@ impl PyOkapi {
         &self,
         py: Python<'py>,
         query: &Bound<'py, PyAny>,
-        doc_ids: Vec<i64>,
+        doc_ids: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let query = query_tokens(query)?;
-        let n = self.inner.len() as i64;
+        let n = self.inner.len();
         let docs = doc_ids
             .iter()
-            .map(|&d| {
-                if (0..n).contains(&d) {
-                    Ok(d as usize)
-                } else {
-                    Err(invalid(
+            .map(|d| {
+                // An int of any size: one out of range is refused, not overflowed.
+                let fits = match d.extract::<i128>() {
+                    Ok(v) => usize::try_from(v).ok().filter(|&v| v < n),
+                    Err(e) if e.is_instance_of::<PyOverflowError>(py) => None,
+                    Err(e) => return Err(e),
+                };
+                fits.ok_or_else(|| {
+                    invalid(
                         py,
                         format!("document {d} is out of range for a corpus of {n}"),
-                    ))
-                }
+                    )
+                })
             })
             .collect::<PyResult<Vec<usize>>>()?;
         let scores = detach(py, || self.inner.scores_of(&query, &docs))?;

@@ -8,6 +8,7 @@ use memlane_core::{vector_log, Error};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::args;
 use crate::errors::{detach, to_py};
 
 /// The header of the vector file of the store whose id is `store` (16 bytes).
@@ -46,7 +47,7 @@ type Staged<'py> = (
 #[pyfunction]
 pub fn log_entries<'py>(
     py: Python<'py>,
-    at: u64,
+    #[pyo3(from_py_with = args::at)] at: u64,
     rowids: Vec<u64>,
     blobs: Vec<Bound<'py, PyBytes>>,
 ) -> PyResult<Staged<'py>> {
@@ -84,7 +85,7 @@ pub fn log_entries<'py>(
 pub fn log_blobs<'py>(
     py: Python<'py>,
     path: PathBuf,
-    end: u64,
+    #[pyo3(from_py_with = args::end)] end: u64,
     rowids: Vec<u64>,
     markers: Vec<Bound<'py, PyBytes>>,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use memlane_core::wordpiece::{Encoding, WordPiece};
 use pyo3::prelude::*;
 
+use crate::args;
 use crate::bm25::{string, texts};
 use crate::errors::{detach, invalid};
 
@@ -28,7 +29,7 @@ impl PyWordPiece {
     fn from_file(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
-        max_length: Option<i64>,
+        #[pyo3(from_py_with = args::opt_max_length)] max_length: Option<usize>,
     ) -> PyResult<Self> {
         let path: PathBuf = path.extract().map_err(|_| {
             invalid(
@@ -36,12 +37,6 @@ impl PyWordPiece {
                 "path must be a str or os.PathLike, got another type".to_owned(),
             )
         })?;
-        let max_length = max_length
-            .map(|m| {
-                usize::try_from(m)
-                    .map_err(|_| invalid(py, format!("max_length must not be negative, got {m}")))
-            })
-            .transpose()?;
         let inner = detach(py, || WordPiece::from_file(&path))?.with_max_length(max_length);
         Ok(Self { inner })
     }

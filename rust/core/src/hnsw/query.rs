@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::cand::Cand;
 use super::distance::Query;
 use super::filter::Allowed;
-use super::search::{self, with_scratch};
+use super::search;
 use super::{Hnsw, Neighbor, MISSING};
 use crate::error::{Error, Result};
 
@@ -46,7 +46,11 @@ impl Hnsw {
         self.prepare(q, "query")
     }
 
-    fn check_k(k: usize, queries: usize) -> Result<()> {
+    /// Refuses a `k` of 0, or one whose padded result for `queries` queries
+    /// (`queries * k` labels and distances) is too large: what every search
+    /// checks before it allocates its result, and a caller that allocates
+    /// one itself checks first.
+    pub fn check_k(k: usize, queries: usize) -> Result<()> {
         if k == 0 {
             return Err(Error::invalid("k must be at least 1"));
         }
@@ -123,7 +127,9 @@ impl Hnsw {
                 });
                 heap.into_vec()
             }
-            _ => with_scratch(|sc| {
+            // A search from inside a `search_where` predicate finds this
+            // thread's scratch space in use, and takes a fresh one.
+            _ => search::with_scratch_or_fresh(|sc| {
                 let removed = &self.removed;
                 match allowed {
                     Some(a) => self.search_ranked(&q, k, ef, sc, |s| a.contains(s)),
