@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from conftest import LOCAL, StoreFactory, WordHashEmbedder
@@ -156,6 +158,20 @@ def test_a_record_whose_id_holds_a_slash_is_reached_by_its_routes(
     new = r.json()["id"]
     assert sorted(rec.id for rec in mem.list()) == sorted(["x", "a/b", new])
     assert any(v.superseded_by == new for v in mem.history("a/b"))
+
+
+def test_a_slashed_id_is_reached_under_a_mount_and_an_encoded_prefix(mem: Memory) -> None:
+    mem.add("the x", id="x")
+    mem.add("not x's history", id="x/history")
+    outer = Starlette(routes=[Mount("/memlane", app=create_app(mem))])
+    with TestClient(outer, base_url=LOCAL) as c:
+        for path in ("/memlane/v1/memories/x%2Fhistory", "/mem%6Cane/v1/m%65mories/x%2Fhistory"):
+            assert c.get(path).json()["text"] == "not x's history", path
+        r = c.post("/memlane/v1/memories/x%2Fsupersede", json={"text": "x again"})
+        assert r.status_code == 405  # no record route answers a POST to a record's path
+        assert mem.history("x")[-1].ended is None  # x itself untouched
+    with TestClient(create_app(mem), base_url=LOCAL) as c:
+        assert c.get("/v1/m%65mories/x%2Fhistory").json()["text"] == "not x's history"
 
 
 def test_a_read_only_keys_searches_record_no_access(mem: Memory) -> None:

@@ -17,6 +17,7 @@ import pytest
 from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.errors import StorageError
+from memlane.storage.pg_schema import same_database
 from pg_server import PgServer
 
 
@@ -112,3 +113,12 @@ def test_a_store_open_while_its_database_is_replaced_refuses_to_answer(
     with _open(pg_server, "live", tmp_path / "cache") as again:
         assert _texts(again) == ["alpha apples orchard"]
         assert not _found(again, "bananas")
+
+
+def test_a_system_identifier_the_role_may_not_read_is_unknown_not_another() -> None:
+    # The right to read it may be granted or revoked while a store is open.
+    assert same_database((None, 5, 7), (123, 5, 7))
+    assert same_database((123, 5, 7), (123, 5, 7))
+    assert not same_database((123, 5, 7), (124, 5, 7))
+    assert not same_database((None, 5, 7), (None, 6, 7))
+    assert not same_database((123, 5, 7), (None, 5, 8))

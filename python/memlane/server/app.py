@@ -129,9 +129,10 @@ class App(Starlette):
             if why is not None:
                 await JSONResponse(error_body("Forbidden", why), 403)(scope, receive, send)
                 return
+        if scope["type"] == "http":
+            records.raw_id(scope)
         # Under a root path (a mount, a proxy's prefix) the router strips it first.
         if scope["type"] == "http" and not scope.get("root_path"):
-            records.raw_id(scope)
             direct = self.direct.get((scope["method"], scope["path"]))
             if direct is not None:
                 scope["app"] = self

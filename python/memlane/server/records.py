@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, unquote_to_bytes
+from urllib.parse import unquote_to_bytes
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
@@ -62,22 +62,27 @@ _RAW_ID = "memlane.id"
 def raw_id(scope: Scope) -> None:
     """Routes a request for a record whose id holds a "/" by the path as sent. The router
     matches the decoded path, where ``/v1/memories/a%2Fb`` became ``/v1/memories/a/b``
-    (no route) and ``/v1/memories/x%2Fhistory`` the history of ``x``. For a segment
-    with an encoded slash, the path is routed with a stand-in for it and the id kept
-    beside it, for ``path_id``."""
+    (no route) and ``/v1/memories/x%2Fhistory`` the history of ``x``. The path as sent
+    is split at its slashes and each segment decoded alone, below the root path a
+    mount or a proxy's prefix gave (whatever of it the client encoded); for a record's
+    route whose id segment held an encoded slash, the path is routed with a stand-in for
+    it and the id kept beside it, for ``path_id``."""
     raw = scope.get("raw_path")
-    if not isinstance(raw, bytes) or not raw.startswith(ITEM.encode()):
+    if not isinstance(raw, bytes) or b"%2f" not in raw.lower():
         return
-    segment, slash, tail = raw[len(ITEM) :].partition(b"/")
-    if b"%2f" not in segment.lower():
-        return
+    root = scope.get("root_path", "") or ""
     try:
-        record_id = unquote_to_bytes(segment.decode("ascii")).decode("utf-8")
-        rest = unquote(tail.decode("ascii"), errors="strict")
+        segments = [unquote_to_bytes(s).decode("utf-8") for s in raw.decode("ascii").split("/")]
     except UnicodeError:
         return  # the router answers what it makes of it, as for any other path
-    scope[_RAW_ID] = record_id
-    scope["path"] = ITEM + "-" + ("/" + rest if slash else "")
+    # The path as sent starts with the root path, or not at all where a proxy took
+    # its prefix away before the server and named it in root_path.
+    prefix = next((n for n in (1 + root.count("/"), 1) if "/".join(segments[:n]) in (root, "")), 0)
+    below = segments[prefix:]  # the route's, below the root path
+    if len(below) < 3 or below[:2] != ["v1", "memories"] or "/" not in below[2]:
+        return
+    scope[_RAW_ID] = below[2]
+    scope["path"] = root + ITEM + "-" + "".join("/" + rest for rest in below[3:])
 
 
 def path_id(request: HTTPConnection) -> str:

@@ -170,13 +170,21 @@ _IDENTITY = (
 )
 
 
-def database_identity(conn: Any, records: str) -> str | None:
-    """Which database ``conn`` reached (see ``_IDENTITY``); ``records`` names the table
-    (None before the migrations made it)."""
+def database_identity(conn: Any, records: str) -> tuple[int | None, int, int] | None:
+    """Which database ``conn`` reached (see ``_IDENTITY``): the cluster's system identifier
+    (None where the role may not read it), the database's and the records table's object
+    ids; ``records`` names the table (None before the migrations made it)."""
     found = conn.execute(_IDENTITY, (records,)).fetchone()
     if found[1] is None:
         return None
     system = None
     if found[2]:
         system = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0]
-    return f"{system}.{found[0]}.{found[1]}"
+    return system, int(found[0]), int(found[1])
+
+
+def same_database(a: tuple[int | None, int, int], b: tuple[int | None, int, int]) -> bool:
+    """Whether two identities name one database. A system identifier is compared only
+    when both are known: the right to read it may be granted or revoked meanwhile."""
+    known = a[0] is not None and b[0] is not None
+    return a[1:] == b[1:] and (not known or a[0] == b[0])

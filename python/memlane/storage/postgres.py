@@ -49,7 +49,12 @@ from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, sho
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row
 from memlane.storage.dialect import Columns, ErrorKind, Rows
-from memlane.storage.pg_schema import MIGRATIONS, SCHEMA_VERSION, database_identity
+from memlane.storage.pg_schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    database_identity,
+    same_database,
+)
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import TYPES, SQLStore
 
@@ -217,7 +222,7 @@ class PostgresStore(SQLStore):
             self._connect_kwargs["connect_timeout"] = int(CONNECT_TIMEOUT)
         self._listener: _Listener | None = None
         self._closed = False
-        self._identity: str | None = None
+        self._identity: tuple[int | None, int, int] | None = None
         self._replaced = False
         self._cache = RowCache(self.target.row_cache)
         self._id_prefix = self.target.id_prefix
@@ -247,7 +252,7 @@ class PostgresStore(SQLStore):
             # The snapshot cache's folder and owner: a copy of the database, or one
             # restored from a dump, has the same id in meta but is not the same database.
             assert self._identity is not None  # the pool's first connection noted it
-            digest = hashlib.sha256(self._identity.encode()).hexdigest()[:16]
+            digest = hashlib.sha256(repr(self._identity).encode()).hexdigest()[:16]
             self.store_id = f"{self.get_meta('store_id')}-{digest}"
             # COPY is the fast way in, but PostgreSQL refuses it where row-level security
             # applies (any role but the owner): such roles insert from arrays instead.
@@ -297,7 +302,7 @@ class PostgresStore(SQLStore):
             return
         if self._identity is None:
             self._identity = identity
-        elif identity != self._identity:
+        elif not same_database(identity, self._identity):
             self._replaced = True
 
     def _current(self) -> None:
