@@ -321,15 +321,9 @@ def _write_file(folder: Path, name: str, text: str) -> None:
     synced to disk, then renamed over the old one. The new file is removed on failure."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        aside = folder / f".{name}.{uuid.uuid4().hex[:16]}.tmp"
-        try:
-            fd = os.open(aside, flags, 0o666)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"no free name for {name} written aside in {str(folder)!r}")
+    # A random name: a file planted to be written through cannot be named in advance.
+    aside = folder / f".{name}.{uuid.uuid4().hex[:16]}.tmp"
+    fd = os.open(aside, flags, 0o666)
     try:
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
