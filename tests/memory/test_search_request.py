@@ -91,6 +91,7 @@ def test_the_schema_does_not_import_the_native_module() -> None:
         ({"recency_half_life": 0}, "recency_half_life must be in [1e-09, None], got 0.0"),
         ({"candidates": 0}, "candidates must be an int >= 1, got 0"),
         ({"candidates": 2.0}, "candidates must be an int >= 1, got 2.0"),
+        ({"candidates": 2**30}, f"candidates must be at most {2**24}, got {2**30}"),
         ({"fusion": "max"}, "fusion must be one of {'rrf', 'weighted'}, got \"max\""),
         ({"fusion": "rrf", "rrf_k": -1.0}, "rrf_k must be a finite number >= 0, got -1"),
         ({"alpha": 2.0}, "alpha must be in [0, 1], got 2"),
@@ -120,6 +121,14 @@ def test_options_the_engine_took_as_given_are_checked_too(
     with pytest.raises(InvalidArgumentError) as e:
         mem.search("apples", **kwargs)
     assert str(e.value) == message
+
+
+def test_a_k_under_the_limit_is_searched_whatever_its_depth(mem: Memory) -> None:
+    # Its default depth, four times k, passed the limit a search may return, and the
+    # refusal named a k of four times the one given.
+    assert len(mem.search("apples", k=5_000_000)) == len(mem.search("apples", k=100))
+    with pytest.raises(InvalidArgumentError, match=f"^k = {2**24 + 1} is too large"):
+        mem.search("apples", k=2**24 + 1)
 
 
 def test_numpy_numbers_and_bools_are_taken() -> None:

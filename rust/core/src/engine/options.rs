@@ -9,6 +9,7 @@ use super::mode::Mode;
 use super::search::SearchRequest;
 use crate::error::{Error, Result};
 use crate::fusion::Fusion;
+use crate::hnsw::MAX_K;
 use crate::repr::{py_float, py_str};
 use crate::scoring::{self, AgeFrom, Weights};
 
@@ -24,10 +25,6 @@ pub const CANDIDATES: usize = 50;
 /// from `k=20`'s first ten; at 100 both give 0.630: `benches/README.md`). Elsewhere
 /// the two lists are fused as they are, and 50 ranks the first ten as 100 does.
 pub const TURN_CANDIDATES: usize = 100;
-
-/// The largest count a call takes: the largest signed 64-bit integer, which
-/// SQLite, PostgreSQL and the engine all hold.
-pub const MAX_COUNT: i64 = i64::MAX;
 
 /// The three weights' names, in the order of [`GivenWeights`].
 pub const WEIGHT_NAMES: [&str; 3] = ["relevance", "importance", "recency"];
@@ -152,10 +149,17 @@ impl SearchOptions {
         let (candidates, turn_candidates) = match given.candidates {
             Some(c) => {
                 let c = count("candidates", c, 1)?;
+                if c > MAX_K {
+                    return Err(Error::invalid(format!(
+                        "candidates must be at most {MAX_K}, got {c}"
+                    )));
+                }
                 (c, c)
             }
+            // At most what a search may return: a k the search allows never fails
+            // on the depth chosen for it.
             None => {
-                let deep = k.saturating_mul(4).min(MAX_COUNT as usize);
+                let deep = k.saturating_mul(4).min(MAX_K);
                 (CANDIDATES.max(deep), TURN_CANDIDATES.max(deep))
             }
         };
@@ -391,6 +395,13 @@ mod tests {
         );
         assert_eq!(
             refused(Given {
+                candidates: Some(1 << 30),
+                ..given()
+            }),
+            format!("candidates must be at most {MAX_K}, got {}", 1 << 30)
+        );
+        assert_eq!(
+            refused(Given {
                 fusion: "rrf",
                 rrf_k: -1.0,
                 ..given()
@@ -505,6 +516,14 @@ mod tests {
         assert_eq!((opts.candidates, opts.turn_candidates), (120, 120));
         let small = SearchOptions::new(&Given { k: 10, ..given() }).unwrap();
         assert_eq!((small.candidates, small.turn_candidates), (50, 100));
+        // A k the search allows is searched whole: its depth stops at what a
+        // search may return.
+        let deep = SearchOptions::new(&Given {
+            k: MAX_K as i64 / 2,
+            ..given()
+        })
+        .unwrap();
+        assert_eq!((deep.candidates, deep.turn_candidates), (MAX_K, MAX_K));
         let fixed = SearchOptions::new(&Given {
             candidates: Some(30),
             ..given()
