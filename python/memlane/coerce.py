@@ -292,9 +292,13 @@ def vector(value: object, label: str, dim: int | None, check_values: bool = True
         v: FloatArray = value
     else:
         try:
-            v = np.asarray(value, dtype=np.float32)
+            # A float past float32's range becomes inf, which the value checks name.
+            with np.errstate(over="ignore", invalid="ignore"):
+                v = np.asarray(value, dtype=np.float32)
         except (TypeError, ValueError) as e:
             raise InvalidArgumentError(f"{label} must be an array of numbers: {e}") from None
+        except OverflowError:  # a Python int past float range (numpy makes floats inf)
+            raise InvalidArgumentError(f"{label} holds a number too large for a float") from None
     if v.shape != (dim,):
         raise DimensionMismatchError(
             f"{label} has shape {v.shape}; this store's vectors have dimension {dim}"

@@ -3,8 +3,9 @@ the conditions: ``_core.SearchRequest``), and the engine's answer turned into re
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, TypeGuard
 
 import numpy as np
@@ -78,6 +79,11 @@ class Searcher:
             recency_half_life=recency_half_life,
             track_access=track_access,
         )
+        # The same, recording no access: a reranked search's engine call (the reranker,
+        # not the engine, chooses the hits the caller gets).
+        self.untracked = _core.SearchRequest(
+            decay=decay, weights=weights, recency_half_life=recency_half_life, track_access=False
+        )
 
     def warm(self) -> None:
         """Runs ``WARM_SEARCHES`` hybrid searches of one word in fixed directions, which
@@ -109,9 +115,9 @@ class Searcher:
         ``RERANK_DEPTH`` (then ``k`` is checked here, as the engine words it)."""
         if rerank is None:
             return k
-        if not callable(rerank):
+        if not callable(rerank) or not _takes_two(rerank):
             raise InvalidArgumentError(
-                f"rerank must be a callable (query, hits) -> hits, got {type(rerank).__name__}"
+                f"rerank must be a callable (query, hits) -> hits, got {shown(rerank)}"
             )
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InvalidArgumentError(f"k must be an int >= 1, got {shown(k)}")
@@ -129,11 +135,48 @@ class Searcher:
     ) -> list[SearchHit]:
         """The hits of ``query`` with ``request``'s options (checked when it was made)
         among the records it admits; with ``rerank``, the first ``k`` of its order of
-        them."""
-        hits = self._search(
-            query, request, query_embedding=query_embedding, include_embedding=include_embedding
+        them, the only ones whose access is recorded (none when it raises)."""
+        if rerank is None:
+            found = self._search(
+                query, request, query_embedding=query_embedding, include_embedding=include_embedding
+            )
+            return [hit for hit, _ in found]
+        found = self._search(
+            query,
+            request,
+            query_embedding=query_embedding,
+            include_embedding=include_embedding,
+            touch=False,
         )
-        return hits if rerank is None else reranked(query, hits, rerank, k)
+        rows = {id(hit): row for hit, row in found}
+        best = reranked(query, [hit for hit, _ in found], rerank, k)
+        touch = self.track_access if request.track_access is None else request.track_access
+        if not touch or not best:
+            return best
+        return self._touched(best, [rows[id(hit)] for hit in best], request, include_embedding)
+
+    def _touched(
+        self,
+        hits: list[SearchHit],
+        rows: list[Row],
+        request: _core.SearchRequest,
+        include_embedding: bool,
+    ) -> list[SearchHit]:
+        """``hits`` (read from ``rows``) with an access of each recorded now."""
+        rowids = [row.rowid for row in rows]
+        now = time.time()
+        # A request that asks for the access itself (track_access=True) had the engine
+        # record it for every hit it returned, which cannot be taken back; the counts
+        # gathered here, which the database keeps, are still the caller's hits' alone.
+        if request.track_access is None:
+            self.sync.engine.touch(np.asarray(rowids, dtype=np.uint64), now)
+        if self.access.note(rowids, now):
+            self.sync.wake.set()
+        # Read again: each record shows the access just recorded, as an unranked hit does.
+        return [
+            SearchHit(record(row, self.access.get(row), include_embedding), hit.score, hit.explain)
+            for hit, row in zip(hits, rows, strict=True)
+        ]
 
     def _search(
         self,
@@ -142,7 +185,10 @@ class Searcher:
         *,
         query_embedding: Any,
         include_embedding: bool,
-    ) -> list[SearchHit]:
+        touch: bool = True,
+    ) -> list[tuple[SearchHit, Row]]:
+        """The hits with the rows they were read from; ``touch=False``: no access
+        recorded but the one a request asking for it has the engine record."""
         self.sync.last_search = time.monotonic()
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
@@ -175,10 +221,11 @@ class Searcher:
             vector,
             now=now,
             expiring=self.sync.expiring,
-            defaults=self.defaults,
+            defaults=self.defaults if touch else self.untracked,
             dates=named_intervals(query),
         )
-        touch = self.track_access if request.track_access is None else request.track_access
+        if touch:
+            touch = self.track_access if request.track_access is None else request.track_access
         if touch and rowids and self.access.note(rowids, now):
             self.sync.wake.set()
         rows = self.sync.rows(rowids, embedding=include_embedding)
@@ -188,20 +235,48 @@ class Searcher:
             if row is None:  # deleted meanwhile
                 continue
             rec = record(row, self.access.get(row), include_embedding)
-            hits.append(SearchHit(rec, scores[j], None if signals is None else signals[j]))
+            hits.append((SearchHit(rec, scores[j], None if signals is None else signals[j]), row))
         return hits
+
+
+def _takes_two(rerank: Callable[..., object]) -> bool:
+    """Whether ``rerank`` can be called with a query and hits: checked before the search,
+    as a call that fails to bind raises the same TypeError as one raised inside."""
+    try:
+        signature = inspect.signature(rerank)
+    except (TypeError, ValueError):  # a builtin without one: its call will tell
+        return True
+    try:
+        signature.bind("", [])
+    except TypeError:
+        return False
+    return True
 
 
 def reranked(query: str, hits: list[SearchHit], rerank: Rerank, k: int) -> list[SearchHit]:
     """The first ``k`` of what ``rerank`` made of ``hits``: hits it was given, each at
     most once (anything else is refused: a reranker cannot invent or repeat a memory)."""
     given = {id(h) for h in hits}
+    answer: object = rerank(query, list(hits))
+    if inspect.isawaitable(answer):
+        if inspect.iscoroutine(answer):
+            answer.close()  # never awaited: closed, so Python does not warn of it
+        # The search runs in the caller's thread (AsyncMemory's worker thread), which
+        # has no event loop to await it on, and the loop it came from may be another's.
+        raise InvalidArgumentError(
+            f"rerank returned an awaitable ({shown(answer)}): async rerankers are not "
+            "supported; pass a function that returns the hits"
+        )
+    if not isinstance(answer, Iterable):
+        raise InvalidArgumentError(
+            f"rerank must return the hits it was given (a list), got {shown(answer)}"
+        )
     out: list[SearchHit] = []
     seen: set[int] = set()
-    for h in rerank(query, list(hits)):
+    for h in answer:
         if id(h) not in given or id(h) in seen:
             raise InvalidArgumentError(
-                f"rerank must return hits it was given, each at most once; got {h!r:.80}"
+                f"rerank must return hits it was given, each at most once; got {shown(h)}"
             )
         seen.add(id(h))
         out.append(h)

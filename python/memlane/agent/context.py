@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -106,7 +107,39 @@ def default_token_counter() -> TokenCounter:
 
 
 def _counter(count_tokens: TokenCounter | None) -> TokenCounter:
-    return default_token_counter() if count_tokens is None else count_tokens
+    """The counter to use: a caller's is checked at each call, since every budget is
+    worked out from its answers."""
+    if count_tokens is None:
+        return default_token_counter()
+    if not callable(count_tokens):
+        raise InvalidArgumentError(
+            f"count_tokens must be a callable (text) -> int, got {type(count_tokens).__name__}"
+        )
+
+    def count(text: str) -> int:
+        n = count_tokens(text)
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise InvalidArgumentError(
+                f"count_tokens must return an int >= 0, got {shown(n)} for a text of "
+                f"{len(text)} characters"
+            )
+        return int(n)
+
+    return count
+
+
+def _scopes(scope: object) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The memories' scope and the history's: an ``EventScope``'s, or the fields given
+    (``{}``: the store's ``default_scope``). Anything else is refused: ``None`` read
+    as no fields would read every scope's memories."""
+    if isinstance(scope, EventScope):
+        return scope_kwargs(scope.fields), scope_kwargs(scope.history)
+    if not isinstance(scope, Mapping):
+        raise InvalidArgumentError(
+            f"scope must be an EventScope or a dict of scope fields, got {shown(scope)}"
+        )
+    fields = scope_kwargs(scope)
+    return fields, fields
 
 
 def _fit(text: str, budget: int, count: TokenCounter) -> str:
@@ -281,14 +314,15 @@ def build_context(
         mem: the store.
         message: the incoming message (the query for knowledge and memories).
         scope: an [`EventScope`][memlane.agent.EventScope] (memories in its scope,
-            history of its room) or plain scope fields (used for both).
+            history of its room) or a dict of scope fields (used for both; ``{}``: the
+            store's ``default_scope``). Anything else, None too, is refused.
         max_tokens: the whole prompt's budget: the tokens of ``message`` and of
             ``system_prompt`` come off it first, the context gets the rest.
         budget: shares of what is left per section (a section left out gets 0); None:
             history 0.5, knowledge 0.3, memories 0.12, daily 0.05, contact 0.03.
         inject_limit: memories injected at most, while their share of the budget
             lasts (as knowledge fills up to 20 fragments); chosen by measurement on
-            the dated conversation set (``benches/README.md``, "Context").
+            the dated conversation set (``benches/README.md``, "Context"); 0: none.
         min_score: memories whose cosine similarity to the message is below this
             are left out (elizaOS's ``match_threshold``; None: no minimum).
             ``"default"`` is 0.14 (``MIN_SCORE``) with the default model (it was
@@ -303,14 +337,15 @@ def build_context(
         episodic_limit: the scope's newest episodic memories (consolidation's
             summaries) shown after the relevant ones, newest first, while the
             section's tokens last (OrcBot's 5; 0: none).
-        history_limit: recent messages considered.
-        knowledge_limit: fragments considered (elizaOS's 20); they fill the section in
-            order while its tokens last.
+        history_limit: recent messages considered (0: none).
+        knowledge_limit: fragments considered (elizaOS's 20; 0: none); they fill the
+            section in order while its tokens last.
         knowledge_threshold: their minimum cosine similarity (``"default"``:
             [`search_knowledge`][memlane.Memory.search_knowledge]'s measured cut-off
             with the default model, none with another embedder; None: none).
         agent_id: whose private knowledge is also read (default: the scope's).
-        count_tokens: a token counter (default: see the module docs).
+        count_tokens: a token counter, ``(text) -> int >= 0`` (default: see the
+            module docs); any other answer is an ``InvalidArgumentError``.
         daily_limit: the room's newest daily logs shown ([`DailyLog`][memlane.agent.DailyLog]).
         profile: show the speaker's contact profile ([`Profiles`][memlane.agent.Profiles];
             an [`EventScope`][memlane.agent.EventScope] only).
@@ -342,13 +377,17 @@ def build_context(
         raise InvalidArgumentError(
             f"system_prompt must be a str or None, got {type(system_prompt).__name__}"
         )
-    coerce.count(episodic_limit, "episodic_limit")
+    for limit, label in (
+        (inject_limit, "inject_limit"),
+        (episodic_limit, "episodic_limit"),
+        (history_limit, "history_limit"),
+        (knowledge_limit, "knowledge_limit"),
+        (daily_limit, "daily_limit"),
+    ):
+        coerce.count(limit, label)
+    fields, history_scope = _scopes(scope)
     reserved = count(message) + (count(system_prompt) if system_prompt else 0)
     left = max_tokens - reserved
-    if isinstance(scope, EventScope):
-        fields, history_scope = scope_kwargs(scope.fields), scope_kwargs(scope.history)
-    else:
-        fields = history_scope = scope_kwargs(scope)
     pinned, pinned_records = ("", []) if notes is None else notes_context(mem, fields, notes)
     room = left - count("\n\n")
     pinned = _fit(neutral(pinned), room, count) if pinned and room > 0 else ""

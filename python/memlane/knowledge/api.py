@@ -90,6 +90,8 @@ FRAGMENT_THRESHOLD = 0.37
 DOCUMENT_THRESHOLD = 0.31
 
 _DEFAULT_THRESHOLD = {FRAGMENTS: FRAGMENT_THRESHOLD, DOCUMENTS: DOCUMENT_THRESHOLD}
+#: What a knowledge search passes ``MemoryStore.search`` itself: never an option.
+_RESERVED = frozenset({"query", "k", "mode", "table", "filters"})
 
 
 def _visible_filter(agent_id: str | None) -> dict[str, Any]:
@@ -239,6 +241,12 @@ def search(
 ) -> builtins.list[SearchHit]:
     """A knowledge search of ``table``, ``FRAGMENTS`` or
     ``DOCUMENTS`` (see ``memlane.Memory.search_knowledge``)."""
+    reserved = sorted(_RESERVED & set(options))
+    if reserved:
+        raise InvalidArgumentError(
+            f"{', '.join(reserved)} cannot be a knowledge search's option: it searches "
+            f"the {table!r} table, with its own arguments for the rest"
+        )
     visible = _visible_filter(agent_id)
     if filters is not None and not isinstance(filters, Mapping):
         raise InvalidArgumentError(f"filters must be a dict, got {type(filters).__name__}")
