@@ -172,6 +172,24 @@ def test_before_puts_blocks_first_within_the_budget(make_store, word_embedder):
         mem.close()
 
 
+@pytest.mark.parametrize("answer", [None, "12", 2.5, -1])
+def test_a_token_counter_answering_no_count_is_refused_by_name(
+    make_store, word_embedder, answer: object
+) -> None:
+    # The core blocks' budget was worked out from the counter's raw answer: a raw
+    # TypeError, or a negative budget.
+    mem = make_store("counter", word_embedder)
+    try:
+        context = {"count_tokens": lambda text: answer}
+        am = AgentMemory(mem, SessionScope(agent_id="h"), context=context, core_memory=True, **OFF)
+        event = am.event("telegram", 42)
+        am.core(event).set("human", "Alice cooks lentils.")  # type: ignore[union-attr]
+        with pytest.raises(InvalidArgumentError, match="count_tokens must return an int >= 0"):
+            am.before(event, [{"role": "user", "content": "lentils?"}])
+    finally:
+        mem.close()
+
+
 def test_openai_loop_edits_blocks(make_store, word_embedder):
     mem = make_store("openai", word_embedder)
     prompts: list[str] = []

@@ -106,7 +106,7 @@ def default_token_counter() -> TokenCounter:
     return count
 
 
-def _counter(count_tokens: TokenCounter | None) -> TokenCounter:
+def token_counter(count_tokens: TokenCounter | None) -> TokenCounter:
     """The counter to use: a caller's is checked at each call, since every budget is
     worked out from its answers."""
     if count_tokens is None:
@@ -369,7 +369,7 @@ def build_context(
     of ``<memlane-memory`` or ``</memlane-memory`` (any case) in a line is shown as
     ``&lt;``. Of the episodic memories, only current ones are shown (not superseded).
     """
-    count = _counter(count_tokens)
+    count = token_counter(count_tokens)
     shares = _shares(max_tokens, DEFAULT_BUDGET if budget is None else budget)
     if not isinstance(message, str):
         raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memlane.agent.callers import Caller
-from memlane.agent.context import default_token_counter
+from memlane.agent.context import token_counter
 from memlane.agent.messages import (
     BLOCK_CLOSE,
     CORE_TOOL_INSTRUCTIONS,
@@ -87,7 +87,7 @@ def inject(
     try:
         core = agent.core(event)
         pinned = "" if core is None else neutral(core.render())  # always shown, first
-        counter = agent.context_options.get("count_tokens") or default_token_counter()
+        counter = token_counter(agent.context_options.get("count_tokens"))
         budget = agent.max_tokens - (counter(pinned + "\n\n") if pinned else 0)
         parts.append(pinned)
         if query.strip() and budget > 0:
