@@ -20,6 +20,14 @@ mem0 does for each new fact:
 ``none``
     it repeats what is known: the fact's record goes.
 
+The newest statement wins. Pending facts are checked oldest first (by ``created_at``,
+then in the order they were stored, so facts learnt together are compared with each
+other too); a fact waits while an older pending fact is among its candidates, and the
+model is shown stored memories only, never a pending fact. An ``update`` or ``delete``
+of a memory newer than the fact (``created_at``, then ``recorded_at``) is refused: the
+memory stays and the fact settles as ``none``. Two checks of one scope at once (two
+workers, two processes) thus cannot make an older value current over a newer one.
+
 Each decision and the model's reason are kept in the history of the records it touched
 (``by="fact-check"``; ``metadata["fact_decision"]`` and ``["fact_reason"]``). Without a
 model no fact is marked: the exact and near-duplicate rules of ``add(unique=True)`` are
@@ -42,7 +50,7 @@ from memlane.agent.llm import LLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.embeddings import CachedEmbedder, Embedder
 from memlane.embeddings.lazy import default_embedder
-from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError
 from memlane.scoping import scope_kwargs
 from memlane.times import stamp
 
@@ -80,6 +88,12 @@ _WARNED: set[str] = set()
 #: Where a fact's sentences end, and how many of them are searched on their own.
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 _SENTENCES = 8
+#: The metadata key naming the entry a part was split from (``caps.py``, ``turn_tools.py``).
+_SPLIT = "split_group"
+#: The reason of a fact kept because the scope holds nothing to compare it with.
+_NOTHING_SHOWN = "no memory of the scope to compare with"
+#: A lone surrogate, which a JSON answer may hold ("\ud800") and no store can.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(slots=True, frozen=True)
@@ -128,11 +142,30 @@ def candidates(
     meaning, and a changed fact often shares no word with the one it changes ("we're
     on Elm Avenue now" after "we live on Bridge Street"): there, given ``meaning`` (an
     embedder), the best ``by_meaning`` of the scope's ``window`` newest memories by its
-    vectors, embedded now. Facts still pending and not older than ``fact`` are left
-    out: they are checked after it. Each part is one index lookup (or one embedding
-    batch of at most ``window`` texts), whatever the size of the store.
-    ``benches/bench_fact_candidates.py`` measures how often the older version of a
-    changed fact is among them, and chose the defaults."""
+    vectors, embedded now. Facts still pending are left out: they are not stored
+    memories yet (``check_facts`` checks an older one first, and one another check may
+    be settling right now must not become what a fact updates). Each part is one index
+    lookup (or one embedding batch of at most ``window`` texts), whatever the size of
+    the store. ``benches/bench_fact_candidates.py`` measures how often the older version
+    of a changed fact is among them, and chose the defaults."""
+    found = _found(memory, fact, table, scope, k, recent, per_sentence, by_meaning, meaning, window)
+    return [r for r in found if not _pending(r)]
+
+
+def _found(
+    memory: Memory,
+    fact: MemoryRecord,
+    table: str,
+    scope: Mapping[str, str],
+    k: int = 25,
+    recent: int = 5,
+    per_sentence: int = 5,
+    by_meaning: int = 20,
+    meaning: Embedder | None = None,
+    window: int = 300,
+) -> list[MemoryRecord]:
+    """What ``candidates`` finds (its arguments), pending facts included: the current
+    records of the scope other than ``fact``, each once."""
     kw = scope_kwargs(scope)
     sentences = [s for s in _SENTENCE_END.split(fact.text.strip()) if s.strip()]
     queries: list[tuple[str, int, Mode]] = [(fact.text, k, "hybrid")]
@@ -151,12 +184,20 @@ def candidates(
         newest += _nearest(meaning, fact, memory.list(table, limit=window + 1, **kw), by_meaning)
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
-        newer = rec.created_at >= fact.created_at
-        if rec.id == fact.id or rec.valid_to is not None:  # itself, or history
-            continue
-        if not (rec.metadata.get(CHECK) == "pending" and newer):
+        if rec.id != fact.id and rec.valid_to is None:  # not itself, nor history
             out.setdefault(rec.id, rec)
     return list(out.values())
+
+
+def _pending(rec: MemoryRecord) -> bool:
+    return rec.metadata.get(CHECK) == "pending"
+
+
+def _newer(a: MemoryRecord, b: MemoryRecord) -> bool:
+    """Whether ``a`` was stated after ``b``: it became true later, or at the same time and
+    the store learnt it later (a version a supersede made is recorded then, after the fact
+    whose text it holds was)."""
+    return (a.created_at, a.recorded_at) > (b.created_at, b.recorded_at)
 
 
 @functools.cache
@@ -230,11 +271,18 @@ def parse_decisions(
         if decision not in _DECISIONS:
             continue
         reason = item.get("reason")
-        reason = reason.strip() if isinstance(reason, str) and reason.strip() else "(none given)"
+        # A lone surrogate (JSON's "\ud800") has no UTF-8 form: the store would refuse
+        # the metadata that keeps the reason.
+        reason = _SURROGATE.sub("\ufffd", reason.strip()) if isinstance(reason, str) else ""
+        reason = reason or "(none given)"
         index = item.get("memory")
         if decision in ("update", "delete"):
-            if isinstance(index, str) and index.strip().isdigit():
-                index = int(index.strip())
+            if isinstance(index, str):
+                digits = index.strip()
+                # ASCII digits: str.isdigit() admits "²" and "①", which int() refuses, and
+                # int() refuses more than 4300 digits (no listed number has ten).
+                ok = digits.isascii() and digits.isdecimal() and len(digits) < 10
+                index = int(digits) if ok else None
             if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= n_shown:
                 continue
             out[fact] = (decision, index - 1, reason)
@@ -261,21 +309,32 @@ def _apply(
     target: MemoryRecord | None,
     reason: str,
 ) -> FactDecision:
+    """Stores ``decision``. Each step that changes another record comes after the fact is
+    marked, pending still: a fact another check settled meanwhile (deleted, superseded)
+    fails there, before anything else is changed, and a fact whose check dies halfway is
+    checked again."""
+    if target is not None and decision in ("update", "delete") and _newer(target, fact):
+        # The newest statement wins: an older fact (one another check settled already,
+        # or stated before the memory) neither replaces nor deletes a newer memory.
+        why = f"the model said {decision} {target.id}, which is newer and stays: {reason}"
+        _mark(memory, fact, "none", why, False)
+        memory.delete(fact.id)
+        return FactDecision(fact.id, "none", why)
     if decision == "update" and target is not None:
-        meta = {
-            **target.metadata,
-            **{k: v for k, v in fact.metadata.items() if k != CHECK},
-            "fact_decision": "update",
-            "fact_reason": reason,
-        }
-        at = max(fact.created_at, target.created_at)
-        memory.supersede(target.id, fact.text, at=at, by=ACTOR, metadata=meta)
         _mark(memory, fact, "update", f"merged into the memory it updates: {reason}", False)
+        # The successor holds a decided fact: neither the target's mark (kept, or pending
+        # from a check that settled it meanwhile) nor the fact's is its own.
+        meta = {k: v for k, v in {**target.metadata, **fact.metadata}.items() if k != CHECK}
+        meta |= {"fact_decision": "update", "fact_reason": reason}
+        # Not before the target became true: a fact older than it was refused above.
+        memory.supersede(target.id, fact.text, at=fact.created_at, by=ACTOR, metadata=meta)
         memory.delete(fact.id)
     elif decision == "delete" and target is not None:
+        why = f"made {target.id} false: {reason}"
+        _mark(memory, fact, "delete", why, False)
         with contextlib.suppress(UnknownIdError):
             memory.delete(target.id)
-        _mark(memory, fact, "delete", f"made {target.id} false: {reason}")
+        _mark(memory, fact, "delete", why)
     elif decision == "none":
         _mark(memory, fact, "none", reason, False)
         memory.delete(fact.id)
@@ -292,12 +351,15 @@ def check_facts(
     limit: int = _BATCH,
     meaning: Embedder | None = None,
 ) -> FactReport:
-    """Checks the pending facts of ``scope`` in ``table`` (the oldest ``limit``), in as
-    few model calls as their order allows: facts go to one call until one of them may
-    change another of the call (an older pending fact among its candidates), which then
-    waits for the next call, made once the first call's decisions are stored. Never
-    raises for the model: a failure is reported in ``error`` and leaves the facts not yet
-    decided pending; a fact the answer gives no valid decision for is kept.
+    """Checks the pending facts of ``scope`` in ``table`` (the oldest ``limit`` current
+    ones), in as few model calls as their order allows: facts go to one call until one
+    of them may change another of the call (an older pending fact among what
+    ``candidates`` finds), which then waits for the next call, made once the first
+    call's decisions are stored. A fact near an older pending fact that is not of this
+    check (stored since it began, or left by a change of another check) waits for the
+    next check. Never raises: a failure of the model or of the store is reported in
+    ``error`` and leaves the facts not yet decided pending; a fact the answer gives no
+    valid decision for is kept.
 
     ``meaning``: the embedder ``candidates`` ranks a store's newest memories with when the
     store has no vectors; the default model unless given (a model that fails to load is
@@ -306,25 +368,38 @@ def check_facts(
     if memory.embedder is None and meaning is None:
         meaning = _default_meaning()
     kw = scope_kwargs(scope)
-    facts = memory.list(table, limit=limit, order="asc", filters={CHECK: "pending"}, **kw)
+    checked = {CHECK: "pending", "valid_to": None}  # a superseded version is history
+    facts = memory.list(table, limit=limit, order="asc", filters=checked, **kw)
+    # The store's order: created_at, then the order of storing (facts learnt together).
+    rank = {f.id: i for i, f in enumerate(facts)}
+
+    def waits_for(rec: MemoryRecord, fact: MemoryRecord) -> bool:
+        """Whether ``fact`` is checked after ``rec``, an older pending fact; the parts of
+        an entry split for its length (``caps.py``) are one statement, checked together."""
+        group = fact.metadata.get(_SPLIT)
+        if not _pending(rec) or (group is not None and rec.metadata.get(_SPLIT) == group):
+            return False
+        return (rec.created_at, rank.get(rec.id, len(rank))) < (fact.created_at, rank[fact.id])
+
     try:
         while facts:
             group: list[MemoryRecord] = []
             shown: dict[str, MemoryRecord] = {}
-            for fact in facts:
-                found = candidates(memory, fact, table, scope, meaning=meaning)
-                if any(c.id in {g.id for g in group} for c in found):
+            rest: list[MemoryRecord] = []
+            for i, fact in enumerate(facts):
+                found = _found(memory, fact, table, scope, meaning=meaning)
+                waits = {r.id for r in found if waits_for(r, fact)}
+                if waits & {g.id for g in group}:
+                    rest = facts[i:]
                     break
+                if waits:
+                    continue
                 group.append(fact)
                 for c in found:
-                    shown.setdefault(c.id, c)
-            later = _decide(memory, llm, group, list(shown.values()), report)
-            facts = later + facts[len(group) :]
-    except ParseError as e:
-        report.error = f"ParseError: {e}"
-    except MemlaneError as e:
-        report.error = f"{type(e).__name__}: {e}"
-    except Exception as e:  # the model's failure must not raise into the agent
+                    if not _pending(c):
+                        shown.setdefault(c.id, c)
+            facts = _decide(memory, llm, group, list(shown.values()), report) + rest
+    except Exception as e:  # neither the model's failure nor the store's raises into the agent
         report.error = f"{type(e).__name__}: {e}"
     return report
 
@@ -338,17 +413,14 @@ def _decide(
 ) -> list[MemoryRecord]:
     """One model call's decisions for ``facts`` against ``shown``, applied; returns the
     facts left for the next call."""
-    if not shown:
-        reason = "no memory of the scope to compare with"
-        for fact in facts:
-            report.decisions.append(_apply(memory, fact, "add", None, reason))
-        return []
-    answer = llm.complete(_prompt(facts, shown))
-    decided = parse_decisions(answer, len(facts), len(shown))
+    decided: dict[int, tuple[str, int | None, str]] = {}
+    if shown:
+        decided = parse_decisions(llm.complete(_prompt(facts, shown)), len(facts), len(shown))
     touched: set[str] = set()
     later: list[MemoryRecord] = []
     for i, fact in enumerate(facts):
-        decision, index, reason = decided.get(i, ("add", None, "no decision was given"))
+        given = ("add", None, "no decision was given" if shown else _NOTHING_SHOWN)
+        decision, index, reason = decided.get(i, given)
         target = None if index is None else shown[index]
         if target is not None and target.id in touched:
             # Two facts, one memory: the first replaced it, so the second is checked
@@ -360,6 +432,24 @@ def _decide(
             touched.add(target.id)
         try:
             report.decisions.append(_apply(memory, fact, decision, target, reason))
-        except (UnknownIdError, ConflictError, InvalidArgumentError):
+        except (UnknownIdError, ConflictError):
             continue  # changed meanwhile (deleted, superseded): checked again next time
+        except InvalidArgumentError:
+            if not _closed(memory, [fact] if target is None else [fact, target]):
+                raise
     return later
+
+
+def _closed(memory: Memory, records: Sequence[MemoryRecord]) -> bool:
+    """Whether one of ``records`` was deleted or superseded since it was read. The store
+    refuses to change a superseded version with ``InvalidArgumentError`` when it sees it
+    so before its transaction (``ConflictError`` when inside it), as it refuses a bad
+    value; a version once closed stays closed, so reading it after the refusal tells
+    the two apart."""
+    for rec in records:
+        try:
+            if memory.get(rec.id).valid_to is not None:
+                return True
+        except UnknownIdError:
+            return True
+    return False
