@@ -95,6 +95,7 @@ class AsyncMemory:
     delete = _in_thread(Memory.delete)
     delete_all = _in_thread(Memory.delete_all)
     prune = _in_thread(Memory.prune)
+    evict = _in_thread(Memory.evict)
     import_jsonl = _in_thread(Memory.import_jsonl)
     # Reads.
     get = _in_thread(Memory.get)

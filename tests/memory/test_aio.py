@@ -36,6 +36,7 @@ SCOPED = (
     "replace",
     "delete_all",
     "prune",
+    "evict",
     "count",
     "list",
     "search",

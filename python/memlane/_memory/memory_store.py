@@ -141,7 +141,11 @@ class MemoryStore(Listing):
         return self._writer.add_record(new)
 
     def add_many(
-        self, items: Iterable[Mapping[str, Any]], *, progress: bool = False
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        progress: bool = False,
+        consume: Sequence[str] = (),
     ) -> list[MemoryRecord]:
         """Stores many memories in one transaction with one embedding batch.
 
@@ -149,8 +153,19 @@ class MemoryStore(Listing):
         required). All are validated first: one bad item raises and stores nothing.
         ``progress=True`` shows a progress bar (tqdm, on stderr) while the texts are
         embedded, the long part of a large load.
+
+        ``consume`` lists ids of records the items take the place of (the entries a
+        summary sums up): they are deleted in the same transaction, and each must still
+        be stored and current when it commits, so of two writers turning the same
+        records into new ones, one stores and the other stores nothing.
+
+        Raises:
+            ConflictError: when a record of ``consume`` is no longer stored (another
+                writer deleted it, or it never was) or was superseded; nothing is stored.
+            InvalidArgumentError: for a bad item, ``consume`` not a list of ids, or an
+                item found a duplicate of a record it consumes; nothing is stored.
         """
-        records: list[MemoryRecord] = self._writer.add(items, progress=progress)
+        records: list[MemoryRecord] = self._writer.add(items, progress=progress, consume=consume)
         return records
 
     def replace(
@@ -203,7 +218,12 @@ class MemoryStore(Listing):
         **scope: Unpack[ScopeFields],
     ) -> int:
         """Deletes every record of the table and scope (and filters) in one transaction;
-        returns how many."""
+        returns how many.
+
+        The records are selected inside that transaction, once every other writer's
+        commit is applied: a record another process changed meanwhile goes only if it
+        still matches.
+        """
         self._sync.check_open()
         fields = self._scope(scope)
         return self._writer.delete_where(
@@ -222,7 +242,9 @@ class MemoryStore(Listing):
         **scope: Unpack[ScopeFields],
     ) -> builtins.list[MemoryRecord]:
         """Deletes old memories that are not important, used or evergreen; returns them,
-        oldest first. One filtered delete in one transaction.
+        oldest first. One filtered delete in one transaction, which selects them as
+        [`delete_all`][memlane.Memory.delete_all] does (a memory made evergreen meanwhile
+        by another process stays).
 
         A memory is pruned when it was created more than ``max_age_days`` ago
         (any age if None), and it is not kept by importance (``importance >=
@@ -237,6 +259,31 @@ class MemoryStore(Listing):
         fields = self._scope(scope)
         criteria = (max_age_days, keep_importance_at_least, keep_access_count_above)
         return self._writer.prune(table, fields, *criteria, now=now, dry_run=dry_run)
+
+    def evict(
+        self,
+        cap: int,
+        table: str | None = "memories",
+        *,
+        filters: Mapping[str, Any] | None = None,
+        **scope: Unpack[ScopeFields],
+    ) -> builtins.list[MemoryRecord]:
+        """Keeps at most ``cap`` current records in the table and scope (and ``filters``):
+        past it, deletes the lowest-ranked current ones that are not evergreen, and
+        returns them, the lowest first.
+
+        The rank: the least important first, then the fewest accesses, then the
+        longest unused (the later of creation and last access), then by id. Evergreen
+        records are never evicted, so they may keep the count above ``cap``;
+        superseded versions (a fact's history) neither count nor are evicted.
+        ``table=None`` counts every table together.
+
+        Counting, choosing and deleting are one transaction, after every other writer's
+        commit is applied: a record pinned evergreen meanwhile stays, and two evictions
+        of one scope at once leave ``cap`` records, not fewer.
+        """
+        self._sync.check_open()
+        return self._writer.evict(cap, table, self._scope(scope), filters)
 
     # -- facts that change (the work is done by versions.Versions) ----------------------------
 

@@ -5,17 +5,18 @@ transaction, then apply the change to the engine (which can no longer fail).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from memlane import coerce, times
+from memlane import coerce
 from memlane._core import Admits, blobs, unblobs
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
+from memlane._memory.deleting import Deleting
 from memlane._memory.duplicates import DedupWindow, window_keys
 from memlane._memory.embedding import embed_texts
 from memlane._memory.encoding import (
@@ -77,7 +78,54 @@ def _check_current(row: Row, change: str = "supersede") -> None:
         )
 
 
-class Writer:
+def _consumed(consume: object) -> tuple[str, ...]:
+    """``add_many``'s ``consume``, checked before anything is embedded or stored: ids,
+    each once."""
+    if isinstance(consume, str | bytes | Mapping) or not isinstance(consume, Iterable):
+        raise InvalidArgumentError(
+            f"consume takes a list of record ids, got {type(consume).__name__}"
+        )
+    return tuple(dict.fromkeys(coerce.text(i, f"consume[{k}]") for k, i in enumerate(consume)))
+
+
+def _consumed_row(db: Store, conn: Any, record_id: str, now: float) -> Row:
+    """The row of ``record_id``, which ``add_many`` deletes, read inside its transaction:
+    it must be stored and current then, or the items are not stored (``ConflictError``)."""
+    row = db.row_for_write(conn, record_id)
+    if not visible(row, now):
+        raise ConflictError(
+            f"memory {record_id!r}, which this add_many consumes, is not stored (another "
+            "writer deleted it, or it never was); nothing was stored"
+        )
+    if row.valid_to is not None:
+        raise ConflictError(
+            f"memory {record_id!r}, which this add_many consumes, was superseded (valid_to "
+            f"{row.valid_to}); nothing was stored"
+        )
+    return row
+
+
+def _check_not_consumed(
+    news: list[NewRecord], decision: duplicates.Decision, consumed: tuple[str, ...]
+) -> None:
+    """Refuses an item found a duplicate of a record the same ``add_many`` deletes: it
+    would be left unstored, or stored naming a record gone at once."""
+    if not consumed:
+        return
+    gone = set(consumed)
+    named = [(i, t) for i, (_, t) in decision.dups.items()] + list(decision.marks.items())
+    for i, target in sorted(named):
+        if isinstance(target, str) and target in gone:
+            raise InvalidArgumentError(
+                f"record {i} ({news[i].text[:40]!r}) is a duplicate of {target!r}, which "
+                "consume deletes; nothing was stored (store it without unique=True or "
+                "dedup-window keys)"
+            )
+
+
+class Writer(Deleting):
+    """Adds, changes and (through ``Deleting``) deletes records."""
+
     def __init__(
         self,
         sync: IndexSync,
@@ -111,18 +159,21 @@ class Writer:
         replacing: Replacing | None = None,
         *,
         progress: bool = False,
+        consume: object = (),
     ) -> Any:
         """``add_many``'s records; with ``replacing``, also deletes its matches in the same
         transaction and returns (deleted, records). ``progress``: a bar on stderr while it
-        embeds."""
+        embeds. ``consume``: ids of records deleted in the same transaction, each of which
+        must be stored and current then (``ConflictError``)."""
         if progress is not True and progress is not False:
             progress = coerce.flag(progress, "progress")
+        consumed = _consumed(consume)
         bars: list[Any] | None = [] if progress else None
         try:
             with self.sync.writing():
                 self.sync.check_open()
                 news = self._validate(items, importing)
-                return self._add(news, importing, replacing, bars=bars)
+                return self._add(news, importing, replacing, bars=bars, consumed=consumed)
         finally:
             for bar in bars or ():
                 bar.close()
@@ -155,14 +206,15 @@ class Writer:
         replacing: Replacing | None,
         single: bool = False,
         bars: list[Any] | None = None,
+        consumed: tuple[str, ...] = (),
     ) -> Any:
         """Stores validated records; ``single``: the one record of ``add`` (its errors
-        name no position)."""
+        name no position); ``consumed``: ids deleted in the same transaction."""
         sync = self.sync
         now = time.time()
         if replacing is not None and any(n.dedup for n in news):
             raise InvalidArgumentError("replace stores items as given: unique=True is refused")
-        if not news and replacing is None:
+        if not news and replacing is None and not consumed:
             return []
         given = [i for i, n in enumerate(news) if n.embedding is not None]
         if given:
@@ -202,7 +254,7 @@ class Writer:
 
         with sync.lock:
             sync.check_open()
-            if replacing is None:
+            if replacing is None and not consumed:  # else in the transaction
                 self._check_ids(news, [])
             if importing or replacing is not None:
                 decision = duplicates.Decision(store=list(range(len(news))))
@@ -219,6 +271,7 @@ class Writer:
                     near_duplicate=self.near_duplicate,
                     expiring=sync.expiring,
                 )
+                _check_not_consumed(news, decision, consumed)
             recent: list[tuple[str, str, float]] = []
             if self.window.seconds > 0 and not importing and replacing is None:
                 for i in decision.store:
@@ -227,8 +280,9 @@ class Writer:
                         keys = window_keys(n.scope_key, n.metadata, n.content_hash)
                         recent.extend((k, n.id, now) for k in keys)
             gone = 0
-            if decision.store or replacing is not None:
-                gone = self._insert([news[i] for i in decision.store], recent, replacing)
+            if decision.store or replacing is not None or consumed:
+                stored = [news[i] for i in decision.store]
+                gone = self._insert(stored, recent, replacing, consumed)
             for key, record_id, at in recent:
                 self.window.remember([key], record_id, at)
             results = self._results(news, decision)
@@ -279,11 +333,13 @@ class Writer:
         news: list[NewRecord],
         recent: list[tuple[str, str, float]],
         replacing: Replacing | None = None,
+        consumed: tuple[str, ...] = (),
     ) -> int:
         """Commits and indexes new records (write lock held). With ``replacing``, the
         records its filter admits are deleted in the same transaction, found there after
-        every other writer's commit is applied, so none added meanwhile survives; returns
-        how many were deleted."""
+        every other writer's commit is applied, so none added meanwhile survives; with
+        ``consumed``, the records of those ids, each stored and current then or nothing
+        is stored (``ConflictError``). Returns how many were deleted."""
         sync, db = self.sync, self.db
         base = db.reserve_rowids(len(news)) if news else 0
         vectors = None
@@ -313,15 +369,20 @@ class Writer:
                 )
             else:
                 prepared = prepare(sync.engine, rows, texts=True, vectors=vectors, pending={})
-            if replacing is not None:
+            if replacing is not None or consumed:
                 # Writers commit one at a time (seq): what others committed is applied now.
                 sync.follow()
-                gone = [int(x) for x in sync.engine.ids_where(replacing.admits)]
+                if replacing is not None:
+                    gone = [int(x) for x in sync.engine.ids_where(replacing.admits)]
+                now = time.time()
+                gone += [_consumed_row(db, conn, i, now).rowid for i in consumed]
+                gone = list(dict.fromkeys(gone))
                 self._check_ids(news, gone)
             doomed = self.events.doomed(sync, gone)
+            actor = "replace" if replacing is not None else "add_many"
             if gone:  # first: a new record may take a deleted one's id
                 self.access.drop(gone)
-                db.delete(conn, gone, seq, "replace")
+                db.delete(conn, gone, seq, actor)
             db.insert(conn, rows)
             if len(news) >= _OVERLAP_MIN:
                 prepared = future.result()
@@ -332,7 +393,9 @@ class Writer:
             sync.engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         sync.engine.apply(prepared)
         sync.committed(seq, len(news) + len(gone))
-        self.events.deleted(doomed, set(gone), "replace")
+        for record_id in consumed:
+            self.window.forget(record_id)
+        self.events.deleted(doomed, set(gone), actor)
         self.events.added(rows)
         return len(gone)
 
@@ -368,6 +431,9 @@ class Writer:
             rowid = db.reserve_rowids(1)
             with db.transaction() as conn:
                 seq = db.next_seq(conn)
+                # The engine rewrites the row: it must hold it, though another process
+                # added it (writers commit one at a time, so all before are applied).
+                sync.follow()
                 row = _current_for_write(db, conn, old_id, "supersede")
                 # Inherited fields as they are now (an update may have come between).
                 n = self._successor(row, {**item, "id": n.id}, when, now)
@@ -427,6 +493,7 @@ class Writer:
             sync.check_open()
             with db.transaction() as conn:
                 seq = db.next_seq(conn)
+                sync.follow()  # as supersede: the engine must hold the row it rewrites
                 row = _current_for_write(db, conn, record_id, "update")
                 n = self._updated(row, fields)
                 if n.expires_at is not None:
@@ -467,116 +534,6 @@ class Writer:
         item.update(fields)
         item["updated_at"] = time.time()
         return validate(item, time.time(), self.default_scope, self.sync.dim, importing=True)
-
-    def delete_ids(self, ids: Sequence[str]) -> dict[str, Row]:
-        """Deletes the records of ``ids`` that exist, in one transaction (one change);
-        returns the rows it deleted, by id (another process may have deleted some
-        first: they are not reported as deleted here)."""
-        sync = self.sync
-        with sync.writing(), sync.lock:
-            sync.check_open()
-            found: dict[str, Row] = {}
-            for record_id in dict.fromkeys(ids):
-                row = self.db.row_by_id(record_id)
-                if row is not None:
-                    found[record_id] = row
-            if found:
-                deleted = self.delete_rowids([row.rowid for row in found.values()])
-                found = {i: row for i, row in found.items() if row.rowid in deleted}
-            for record_id in found:
-                self.window.forget(record_id)
-        return found
-
-    def delete_where(self, admits: Admits) -> int:
-        """Deletes every record ``admits`` admits, in one transaction; returns how many."""
-        sync = self.sync
-        with sync.writing(), sync.lock:
-            sync.check_open()
-            rowids = [int(x) for x in sync.engine.ids_where(admits)]
-            if rowids:
-                return len(self.delete_rowids(rowids))
-        return 0
-
-    def delete_rowids(self, rowids: list[int], actor: str | None = None) -> set[int]:
-        """One transaction deleting ``rowids`` (write lock held); returns those deleted."""
-        sync, db = self.sync, self.db
-        doomed = self.events.doomed(sync, rowids)
-        with db.transaction() as conn:
-            seq = db.next_seq(conn)
-            self.access.drop(rowids)
-            self.access.flush(db, conn, seq)
-            deleted = db.delete(conn, rowids, seq, actor)
-        sync.engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)
-        sync.committed(seq, len(rowids))
-        self.events.deleted(doomed, deleted, actor)
-        return deleted
-
-    def prune(
-        self,
-        table: str | None,
-        scope: dict[str, str],
-        max_age_days: object,
-        keep_importance_at_least: object,
-        keep_access_count_above: object,
-        now: object,
-        dry_run: object = False,
-    ) -> list[MemoryRecord]:
-        """Deletes, in one transaction, the records of ``table`` and ``scope`` older than
-        ``max_age_days`` and kept neither by importance, nor by use, nor by being
-        evergreen (see ``Memory.prune``); returns them, oldest first. ``dry_run``:
-        only returns them."""
-        if not isinstance(dry_run, bool):
-            raise InvalidArgumentError(f"dry_run must be a bool, got {type(dry_run).__name__}")
-        limits = {
-            "max_age_days": max_age_days,
-            "keep_importance_at_least": keep_importance_at_least,
-            "keep_access_count_above": keep_access_count_above,
-        }
-        if all(v is None for v in limits.values()):
-            raise InvalidArgumentError(f"give at least one of {', '.join(limits)}")
-        age, imp, acc = (None if v is None else coerce.number(v, k) for k, v in limits.items())
-        if age is not None and age < 0:
-            raise InvalidArgumentError(f"max_age_days must be >= 0, got {age}")
-        clock = time.time() if now is None else coerce.timestamp(now, "now")
-        conds: list[dict[str, Any]] = [{"evergreen": False}]
-        if age is not None:
-            # An age past every time a record may hold ("older than forever", or one whose
-            # seconds overflow to infinity) prunes nothing: no created_at is below MIN_TIME.
-            cutoff = max(clock - age * 86400.0, times.MIN_TIME)
-            conds.append({"created_at": {"$lt": cutoff}})
-        if imp is not None:
-            conds.append({"importance": {"$lt": imp}})
-        if acc is not None:
-            conds.append({"access_count": {"$lte": acc}})
-        admits = Admits({"$and": conds}, table=table, scope=scope)
-        sync = self.sync
-        with sync.writing(), sync.lock:
-            sync.check_open()
-            rowids = [int(x) for x in sync.engine.ids_where(admits, order="asc")]
-            rows = self.sync.rows(rowids)
-            doomed = [record(rows[r], self.access.get(rows[r])) for r in rowids if r in rows]
-            if dry_run:
-                return doomed
-            if rowids:
-                self.delete_rowids(rowids, "prune")
-            for rec in doomed:
-                self.window.forget(rec.id)
-        return doomed
-
-    def expire(self, now: float) -> int:
-        """Deletes the records expired at ``now`` (their last version stays in the
-        history, deleted by ``"expire"``); returns how many."""
-        sync = self.sync
-        if not sync.expiring:
-            return 0
-        total = 0
-        while rowids := self.db.expired(now):
-            with sync.writing(), sync.lock:
-                sync.check_open()
-                total += len(self.delete_rowids(rowids, "expire"))
-            if len(rowids) < 1000:
-                break
-        return total
 
     def flush_access(self) -> None:
         """Writes the gathered access counts in a transaction of their own."""

@@ -15,7 +15,7 @@ from memlane.agent.consolidation import short_term_item
 from memlane.agent.history import MESSAGES, add_message, message_item
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.errors import InvalidArgumentError, UnknownIdError, shown
+from memlane.errors import InvalidArgumentError, shown
 from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
@@ -249,40 +249,10 @@ CURRENT = {"valid_to": None}
 
 def evict(memory: Memory, table: str, cap: int, event: EventScope, report: TurnReport) -> None:
     """Past ``cap`` current memories in the event's scope, the lowest-ranked non-evergreen
-    current ones go (superseded versions neither count nor are chosen)."""
-    total = memory.count(table, filters=CURRENT, **scope_kwargs(event.fields))
-    if total <= cap:
-        return
-    candidates: list[MemoryRecord] = []
-    page = 1000
-    while True:
-        batch = memory.list(
-            table,
-            limit=page,
-            offset=len(candidates),
-            order="asc",
-            filters={"$and": [CURRENT, {"evergreen": False}]},
-            **scope_kwargs(event.fields),
-        )
-        candidates += batch
-        if len(batch) < page:
-            break
-    if len(candidates) < total - cap:
-        log.warning(
-            "memlane: %d evergreen memories in scope %s exceed the cap of %d; "
-            "evergreen memories are never evicted",
-            total - len(candidates),
-            event.fields,
-            cap,
-        )
-    candidates.sort(
-        key=lambda r: (r.importance, r.access_count, max(r.created_at, r.last_accessed_at))
-    )
-    for rec in candidates[: total - cap]:
-        try:
-            memory.delete(rec.id)
-        except UnknownIdError:  # deleted meanwhile
-            continue
+    current ones go (superseded versions neither count nor are chosen), counted, chosen
+    and deleted in one transaction (``Memory.evict``)."""
+    scope = scope_kwargs(event.fields)
+    for rec in memory.evict(cap, table, **scope):
         report.evicted.append(rec)
         log.info(
             "memlane: evicted memory %s (importance %.2f, %d accesses) past the cap of %d: %r",
@@ -291,4 +261,13 @@ def evict(memory: Memory, table: str, cap: int, event: EventScope, report: TurnR
             rec.access_count,
             cap,
             rec.text[:80],
+        )
+    pinned = memory.count(table, filters={"$and": [CURRENT, {"evergreen": True}]}, **scope)
+    if pinned > cap:
+        log.warning(
+            "memlane: %d evergreen memories in scope %s exceed the cap of %d; "
+            "evergreen memories are never evicted",
+            pinned,
+            event.fields,
+            cap,
         )

@@ -8,9 +8,10 @@ the oldest ``batch`` into one episodic memory (``summary``, with ``facts``,
 OrcBot's, ``reason``: ``"threshold"`` when the scope held ``threshold`` entries,
 ``"forced"`` otherwise, and ``messageTypes``: the kinds of the entries summarised,
 each entry's ``metadata["messageType"]``, ``"text"`` when it has none) and
-stores each fact as a semantic memory, all in one transaction. Only then are
-the source entries removed: an LLM error or an unparsable answer loses
-nothing and is reported.
+stores each fact as a semantic memory, and removes the source entries, all in one
+transaction (``add_many(..., consume=)``): an LLM error or an unparsable answer loses
+nothing and is reported, and of two consolidations of the same entries at once (two
+agents of one owner) one stores and the other stores nothing.
 
 The defaults are OrcBot's per-contact consolidation (its ``interactionBatchSize``): a
 scope (a contact's memory) is summarised 12 entries at a time once it holds 12, so an
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane import times
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
-from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError, shown
+from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.scoping import scope_kwargs
 
 if TYPE_CHECKING:
@@ -65,8 +66,10 @@ _SYSTEM = (
 class ConsolidationReport:
     """What [`consolidate`][memlane.consolidate] did.
 
-    ``status`` is ``"skipped"`` (below the threshold), ``"consolidated"`` or
-    ``"failed"`` (``error`` says why; nothing was removed).
+    ``status`` is ``"skipped"`` (below the threshold; or, ``error`` saying so, its
+    entries were consolidated or removed by another writer while the model answered:
+    nothing was stored), ``"consolidated"`` or ``"failed"`` (``error`` says why; nothing
+    was removed).
     """
 
     status: Literal["skipped", "consolidated", "failed"]
@@ -270,22 +273,19 @@ def _store(
         for fact in dict.fromkeys(data["facts"])
     ]
     try:
-        stored = mem.add_many(items)  # one transaction: all or nothing
+        # One transaction: the summary and facts stored, their sources gone, or nothing.
+        stored = mem.add_many(items, consume=source_ids)
+    except ConflictError as e:  # another consolidation (or complete_action) came first
+        why = f"its entries were consolidated or removed meanwhile: {e}"
+        return ConsolidationReport("skipped", pending, error=why, raw=raw)
     except MemlaneError as e:
         return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}", raw=raw)
-    removed = []
-    for rid in source_ids:
-        try:
-            mem.delete(rid)
-        except UnknownIdError:  # completed meanwhile
-            continue
-        removed.append(rid)
     return ConsolidationReport(
         "consolidated",
-        pending - len(removed),
+        pending - len(source_ids),
         episodic=stored[0],
         semantic=[r for r in stored[1:] if r.duplicate is None],
-        removed=removed,
+        removed=source_ids,
         raw=raw,
     )
 

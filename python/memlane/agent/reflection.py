@@ -7,7 +7,10 @@ fences, prose around the JSON), each operation is validated on its own, the
 valid ones are applied and the rest reported. An ``update`` supersedes the
 memory (``memlane.Memory.supersede``): the corrected fact replaces the old
 one in searches instead of sitting beside it, and the old one stays in the
-memory's history and in searches ``as_of`` a time before the change.
+memory's history and in searches ``as_of`` a time before the change. A ``forget``
+deletes the memory only if it is still the version shown (its ``updated_at``, checked
+inside the delete's transaction): a fact rewritten while the model answered was never
+judged by it, and stays.
 """
 
 from __future__ import annotations
@@ -264,7 +267,11 @@ def _apply(
     resume: Resume | None = None,
     marks: Mapping[str, Any] | None = None,
     categories: Sequence[str] = (),
+    versions: Sequence[float | None] | None = None,
 ) -> ReflectionReport:
+    """Applies the model's answer (``report.raw``) to the memories ``shown`` it numbers;
+    ``versions``: the ``updated_at`` of each as shown (None: unknown), when ``shown``
+    holds them as they are now rather than as shown (a kept answer applied again)."""
     extra = dict(metadata or {})
     raw: object = report.raw
     if not isinstance(raw, str):  # a report keeps text; the error names anything else
@@ -275,9 +282,11 @@ def _apply(
     except ParseError as e:
         report.error = f"ParseError: {e}"
         return report
+    if versions is None:  # the versions shown are the records themselves
+        versions = [None if r is None else r.updated_at for r in shown]
     if resume is not None and resume.save is not None:
         try:  # the answer is kept before anything is stored: a crash resumes from it
-            resume.save({"raw": raw, "shown": list(report.shown)})
+            resume.save({"raw": raw, "shown": list(report.shown), "versions": list(versions)})
         except MemlaneError as e:
             report.error = f"{type(e).__name__}: {e}"
             return report
@@ -324,13 +333,37 @@ def _apply(
                     mem.supersede(old.id, op.content, at=at, by="reflection", metadata=meta)
                 )
             else:
-                mem.delete(old.id)
-                report.forgotten.append(old.id)
+                assert op.index is not None
+                why = _forget(mem, old, versions[op.index], kw, table)
+                if why is None:
+                    report.forgotten.append(old.id)
+                else:
+                    report.rejected.append((op.op, why))
         except UnknownIdError:
             report.rejected.append((op.op, "the memory was deleted meanwhile"))
         except MemlaneError as e:
             report.rejected.append((op.op, f"{type(e).__name__}: {e}"))
     return report
+
+
+def _forget(
+    mem: Memory,
+    rec: MemoryRecord,
+    version: float | None,
+    kw: Mapping[str, Any],
+    table: str,
+) -> str | None:
+    """Deletes ``rec`` if it is still current and the version the model was shown
+    (``version``: its ``updated_at`` then), checked inside the delete's transaction;
+    None when it did, else why not."""
+    if version is None:
+        return "the version of the memory shown is not known: not forgotten"
+    same = [{"id": rec.id}, {"updated_at": version}, {"valid_to": None}]
+    if mem.delete_all(table, filters={"$and": same}, **kw):
+        return None
+    if rec.id not in mem:
+        return "the memory was deleted meanwhile"
+    return "the memory changed meanwhile (the model judged a version it no longer has)"
 
 
 def _get_in(mem: Memory) -> Callable[[str], MemoryRecord | None]:
@@ -373,9 +406,12 @@ def reflect_planned(
     marks: Mapping[str, Any] | None = None,
     extraction: Extraction | None = None,
 ) -> ReflectionReport:
-    """Applies a reflection's kept answer (``plan``: ``raw``, and the ids ``shown``) again,
-    skipping ``resume.done``: how a job found after a crash finishes without the model."""
+    """Applies a reflection's kept answer (``plan``: ``raw``, the ids ``shown`` and the
+    ``versions`` shown, each one's ``updated_at``) again, skipping ``resume.done``: how a
+    job found after a crash finishes without the model. A ``forget`` of a memory changed
+    since it was shown, or whose version the plan does not hold, is not applied."""
     ids = [str(i) for i in plan["shown"]]
+    versions = _versions(plan.get("versions"), len(ids))
     kw = dict(scope or {})
     # A kept answer is data from whoever could write the job: it reaches only the
     # memories of its own table and scope.
@@ -383,7 +419,15 @@ def reflect_planned(
     shown = [r if r is not None and _within(mem, r, table, kw) else None for r in got]
     report = ReflectionReport(shown=ids, raw=str(plan["raw"]))
     cats = () if extraction is None else extraction.categories
-    return _apply(mem, report, shown, kw, table, now, metadata, resume, marks, cats)
+    return _apply(mem, report, shown, kw, table, now, metadata, resume, marks, cats, versions)
+
+
+def _versions(value: object, n: int) -> list[float | None]:
+    """A plan's versions shown, one per memory (None where a kept record, data from
+    whoever could write it, holds none that a record could have)."""
+    if not isinstance(value, list) or len(value) != n:
+        return [None] * n
+    return [v if isinstance(v, float) and math.isfinite(v) else None for v in value]
 
 
 def reflect(
