@@ -82,7 +82,7 @@ def count(value: object, label: str, low: int = 0, high: int = MAX_COUNT) -> int
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InvalidArgumentError(f"{label} must be an int >= {low}, got {shown(value)}")
     if value > high:
-        raise InvalidArgumentError(f"{label} must be at most {high}, got {value}")
+        raise InvalidArgumentError(f"{label} must be at most {high}, got {shown(value)}")
     return value
 
 

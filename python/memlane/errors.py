@@ -98,10 +98,15 @@ class EmbedderMismatchError(MemlaneError, ValueError):
 _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel = 3
 _SHOWN.maxstring = _SHOWN.maxother = 120
+#: Past 4,300 decimal digits (Python's limit on writing an int out) an int is named by
+#: its size; this many bits stay below that.
+_WRITTEN_BITS = 14_000
 
 
 def shown(value: object) -> str:
     """``value``'s repr as an error message names it, cut short: a refused argument can
     be a dict nested thousands deep (whose own repr raises ``RecursionError``) or a
-    string of megabytes."""
+    string of megabytes, or an int too long for Python to write in decimal."""
+    if isinstance(value, int) and value.bit_length() > _WRITTEN_BITS:
+        return f"{'a negative' if value < 0 else 'an'} int of {value.bit_length()} bits"
     return _SHOWN.repr(value)

@@ -127,13 +127,36 @@ ScopeMode = Literal["main", "per-peer", "per-channel-peer"]
 _MODES = ("main", "per-peer", "per-channel-peer")
 
 
+#: Int ids are refused past 128 bits (platform ids are 64-bit, a UUID as an int is
+#: 128): Python will not write an int of thousands of digits as a str, and no platform
+#: has such ids. A longer id can be given as a str.
+_INT_ID_BITS = 128
+
+
 def platform_id(value: object, label: str) -> str:
-    """A platform's id or name: a non-empty str (or an int), stripped."""
+    """A platform's id or name: a non-empty str (or an int of at most 128 bits), stripped."""
     if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
+        if value.bit_length() > _INT_ID_BITS:
+            raise InvalidArgumentError(
+                f"{label} is an int of {value.bit_length()} bits; int ids must fit in "
+                f"{_INT_ID_BITS} bits (give a longer id as a str)"
+            )
+        value = str(int(value))
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgumentError(f"{label} must be a non-empty str (or int), got {shown(value)}")
     return value.strip()
+
+
+def source_id(value: object) -> str:
+    """A platform's name as identities spell it: lowercased, and without ":", which
+    separates it from the contact id in ``"<source>:<contact id>"``. Contact ids may hold
+    ":" (Matrix's ``@alice:example.org``), so with a ":" in the source ``("a:b", "c")``
+    and ``("a", "b:c")`` would be one identity: two contacts sharing one memory that
+    nobody linked."""
+    src = platform_id(value, "source").lower()
+    if ":" in src:
+        raise InvalidArgumentError(f"source must not contain ':', got {shown(value)}")
+    return src
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +195,11 @@ class SessionScope:
 
     Args:
         mode: ``"main"``, ``"per-peer"`` or ``"per-channel-peer"`` (see the module docs).
-        identity_links: ``{"<source>:<contact id>": "<canonical name>"}``.
+        identity_links: ``{"<source>:<contact id>": "<canonical name>"}``. The source is
+            matched without case, the contact id exactly; a key with an empty part or
+            blanks around the ``":"``, or two keys for one contact naming different
+            people, is refused (such a link would never apply, or merge the contact
+            into the wrong person).
         agent_id: set on every scope, so agents sharing a store stay apart.
         namespace: set on every scope when given.
     """
@@ -189,23 +216,14 @@ class SessionScope:
             raise InvalidArgumentError(
                 f"mode must be one of {{'main', 'per-peer', 'per-channel-peer'}}, got {shown(mode)}"
             )
-        links: dict[str, str] = {}
-        for key, name in (identity_links or {}).items():
-            k = platform_id(key, "identity_links key")
-            if ":" not in k:
-                raise InvalidArgumentError(
-                    f"identity_links keys are '<source>:<contact id>', got {shown(key)}"
-                )
-            source, _, contact = k.partition(":")
-            links[f"{source.lower()}:{contact}"] = platform_id(name, f"identity_links[{key!r}]")
         self.mode: ScopeMode = mode
-        self.identity_links = links
+        self.identity_links = _links(identity_links)
         self.agent_id = None if agent_id is None else platform_id(agent_id, "agent_id")
         self.namespace = None if namespace is None else platform_id(namespace, "namespace")
 
     def identity(self, source: str, contact_id: str | int) -> str:
         """The canonical person behind a platform identity (the link, or ``"<source>:<id>"``)."""
-        contact = f"{platform_id(source, 'source').lower()}:{platform_id(contact_id, 'contact_id')}"
+        contact = f"{source_id(source)}:{platform_id(contact_id, 'contact_id')}"
         return self.identity_links.get(contact, contact)
 
     def resolve(
@@ -218,9 +236,11 @@ class SessionScope:
         message_id: str | int | None = None,
     ) -> EventScope:
         """The scope of an event from ``contact_id`` on ``source`` (in chat ``chat_id``);
-        ``name``: the sender's display name on the platform, if it gave one;
-        ``message_id``: the platform's id of the message, if it gave one."""
-        src = platform_id(source, "source").lower()
+        ``source`` has no ``":"`` (it separates the source from the contact id, which
+        may hold one); ids are str or ints of at most 128 bits; ``name``: the sender's
+        display name on the platform, if it gave one; ``message_id``: the platform's id of
+        the message, if it gave one."""
+        src = source_id(source)
         if name is not None:
             if not isinstance(name, str) or not name.strip():
                 raise InvalidArgumentError(f"name must be a non-empty str, got {shown(name)}")
@@ -252,3 +272,42 @@ class SessionScope:
 
     def __repr__(self) -> str:
         return f"SessionScope(mode={self.mode!r}, identity_links={len(self.identity_links)})"
+
+
+def _links(identity_links: object) -> dict[str, str]:
+    """``identity_links`` as ``SessionScope`` keeps them: each key as ``resolve`` spells
+    the contact (the source lowercased), so that every link given is one applied."""
+    if identity_links is None:
+        return {}
+    if not isinstance(identity_links, Mapping):
+        raise InvalidArgumentError(
+            "identity_links must be a dict of '<source>:<contact id>' -> canonical name, "
+            f"got {type(identity_links).__name__}"
+        )
+    links: dict[str, str] = {}
+    for key, name in identity_links.items():
+        k = platform_id(key, "identity_links key")
+        source, colon, contact = k.partition(":")
+        if not colon or not source or not contact:
+            raise InvalidArgumentError(
+                f"identity_links keys are '<source>:<contact id>', neither part empty, "
+                f"got {shown(key)}"
+            )
+        # resolve strips the source and the contact id, so a part with blanks around it
+        # would name no contact ever seen: the link would be silently never applied.
+        if source != source.strip() or contact != contact.strip():
+            raise InvalidArgumentError(
+                f"identity_links key {shown(key)} has blanks around the ':'; "
+                "write it as '<source>:<contact id>'"
+            )
+        contact = f"{source.lower()}:{contact}"
+        person = platform_id(name, f"identity_links[{shown(key)}]")
+        earlier = links.setdefault(contact, person)
+        # Two spellings of one contact ("Telegram:1", "telegram:1"): keeping either
+        # would merge the contact into the wrong person.
+        if earlier != person:
+            raise InvalidArgumentError(
+                f"identity_links name two people for {contact!r}: {earlier!r} and "
+                f"{person!r} (keys that differ only in the source's case are one contact)"
+            )
+    return links

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memlane import times
-from memlane.errors import InvalidArgumentError, shown
-from memlane.scoping import EventScope, scope_kwargs
+from memlane import coerce, times
+from memlane.errors import InvalidArgumentError
+from memlane.scoping import EventScope, platform_id, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -95,7 +95,12 @@ def message_item(
 ) -> dict[str, Any]:
     """The ``add`` arguments of ``add_message`` (so a turn's
     messages can be stored in one ``add_many``, one transaction)."""
-    mid = message_id
+    _check_scope(scope)
+    role = coerce.text(role, "role")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
+    in_order = coerce.flag(in_order, "in_order")
+    mid = None if message_id is None else platform_id(message_id, "message_id")
     if mid is None and role == "user":
         mid = scope.message_id
     meta: dict[str, Any] = {
@@ -111,7 +116,7 @@ def message_item(
     else:
         meta["contact"] = scope.contact
     if mid is not None:
-        meta["messageId"] = str(mid)
+        meta["messageId"] = mid
     return {
         "text": text,
         "table": MESSAGES,
@@ -152,8 +157,12 @@ def thread_context(
     "The same contact" is the canonical identity, so in per-peer mode a
     person's messages on every linked platform count.
     """
-    if max_line < 2:
-        raise InvalidArgumentError(f"max_line must be >= 2, got {shown(max_line)}")
+    _check_scope(scope)
+    if not isinstance(message, str):
+        raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")
+    recent = coerce.count(recent, "recent")
+    relevant = coerce.count(relevant, "relevant")
+    max_line = coerce.count(max_line, "max_line", low=2)
     mine = {"identity": scope.identity}
     fields = scope_kwargs(scope.fields)
     picked: dict[str, MemoryRecord] = {}
@@ -175,3 +184,11 @@ def thread_context(
         seen.add(key)
         lines.append(message_line(rec, max_line))
     return lines
+
+
+def _check_scope(scope: object) -> None:
+    # A dict of scope fields lacks what a message needs: the contact, identity and room.
+    if not isinstance(scope, EventScope):
+        raise InvalidArgumentError(
+            f"scope must be an EventScope (SessionScope.resolve(...)), got {type(scope).__name__}"
+        )

@@ -220,7 +220,7 @@ _FIRST = {"additionalProperties": 0, "required": 1, "type": 2}
 def _message(error: Any, schema: Mapping[str, Any], args: Mapping[str, Any]) -> str:
     keyword, value, instance = error.validator, error.validator_value, error.instance
     if keyword == "additionalProperties":
-        unknown = sorted(set(args) - set(schema["properties"]))
+        unknown = sorted(set(args) - set(schema["properties"]))  # all str: checked first
         return f"unknown argument(s) {unknown}; expected {sorted(schema['properties'])}"
     if keyword == "required":
         missing = [k for k in value if k not in args]
@@ -241,6 +241,11 @@ def _message(error: Any, schema: Mapping[str, Any], args: Mapping[str, Any]) -> 
 
 def validate_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
     """Checks ``args`` against a tool's JSON schema; returns them without nulls."""
+    # JSON's names are str; a dict given directly can have others, which no schema
+    # names and which do not sort among str in the error message.
+    odd = [k for k in args if not isinstance(k, str)]
+    if odd:
+        raise ToolArgumentError(f"argument names must be str, got {type(odd[0]).__name__}")
     given = {k: v for k, v in args.items() if v is not None}
     errors = sorted(
         _validator(schema).iter_errors(given),
@@ -362,9 +367,11 @@ class MemoryTools:
         ``internal_error``.
         """
         schemas = self.schemas()
+        if not isinstance(name, str):
+            return _error("unknown_tool", f"the tool name must be a str, got {type(name).__name__}")
         if name not in schemas:
-            return _error("unknown_tool", f"unknown tool {name!r}; tools are {list(schemas)}")
-        if arguments is None or arguments == "":
+            return _error("unknown_tool", f"unknown tool {shown(name)}; tools are {list(schemas)}")
+        if arguments is None or (isinstance(arguments, str) and not arguments):
             arguments = {}
         if isinstance(arguments, str | bytes):
             try:
@@ -380,10 +387,9 @@ class MemoryTools:
             )
         try:
             args = validate_arguments(schemas[name][1], arguments)
+            result: dict[str, Any] = getattr(self, f"_{name}")(**args)
         except ToolArgumentError as e:
             return _error("invalid_arguments", str(e))
-        try:
-            result: dict[str, Any] = getattr(self, f"_{name}")(**args)
         except UnknownIdError as e:
             return _error("not_found", str(e))
         except (CoreMemoryLimitError, NoteLimitError) as e:
