@@ -10,7 +10,10 @@ A block is a record in the ``core`` table (type ``core_block``, text
 blocks persist, follow JSONL export and import and live in PostgreSQL like
 any record. Its id is derived from its scope and label, so one scope has one
 block per label and another scope's blocks are never read: an agent's (or a
-user's) blocks are exactly those of its scope. Unlike retrieved memories,
+user's) blocks are exactly those of its scope. That id can be computed by anyone:
+a record held under it that is not a core block of the scope with that label
+(another scope's, added there first) is never taken for the block, which is then
+defined under a fresh id and found by its scope and label. Unlike retrieved memories,
 blocks are not searched for: ``AgentMemory`` puts all of
 them in every system prompt (``core_memory=``), and the model edits them with
 the ``core_memory_append`` and ``core_memory_replace`` tools.
@@ -291,6 +294,21 @@ class CoreMemory:
             self.shared.get(label, ()),
         )
 
+    def _mine(self, rec: MemoryRecord | None, label: str) -> MemoryRecord | None:
+        """``rec`` if it is block ``label`` of this scope, else None. A block's id can be
+        computed by anyone, so a record of another scope may be held under it, and a
+        version that superseded a block is what its writer made it: only a core block of
+        this table, label and exact scope is this scope's."""
+        if (
+            rec is None
+            or rec.table != self.table
+            or rec.type != _TYPE
+            or rec.metadata.get("label") != label
+            or rec.scope != self._where(label)[0]
+        ):
+            return None
+        return rec
+
     def _record(self, label: str) -> MemoryRecord | None:
         """The current version of block ``label`` (an edit supersedes the block)."""
         scope, only = self._where(label)
@@ -298,12 +316,16 @@ class CoreMemory:
         for rec in self.memory.list(
             self.table, limit=4, order="asc", type=_TYPE, filters=flt, **scope
         ):
-            latest = edits.latest(self.memory, rec)
+            latest = self._mine(edits.latest(self.memory, rec), label)
             if latest is not None:
                 return latest
         # The index may not show yet what another process just wrote: the database decides.
-        rid = self._id(label)
-        return edits.latest(self.memory, self.memory.get(rid)) if rid in self.memory else None
+        # A block defined under a fresh id (its own was taken) is found by the listing only.
+        try:
+            found = self._mine(self.memory.get(self._id(label)), label)
+        except UnknownIdError:
+            return None
+        return None if found is None else self._mine(edits.latest(self.memory, found), label)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -378,6 +400,7 @@ class CoreMemory:
         _text(value, "value")
         if description is not None:
             _text(description, "description")
+        taken = False  # whether a record that is not this block holds its id
         for _ in range(edits.ATTEMPTS):
             rec = self._record(label)
             if rec is not None:
@@ -399,13 +422,17 @@ class CoreMemory:
                     type=_TYPE,
                     metadata=meta,
                     evergreen=True,
-                    id=None if rid in self.memory else rid,
+                    id=None if taken else rid,
                     **scope,
                 )
             except MemlaneError:
                 if self._record(label) is None:
-                    raise
-                continue  # another agent defined it first: theirs is kept
+                    if taken or rid not in self.memory:
+                        raise
+                    # Another scope's record, or a version left by a delete: the block
+                    # takes a fresh id, and is found by its scope and label.
+                    taken = True
+                continue  # else another agent defined it first: theirs is kept
             return self._block(rec)
         else:
             raise ConflictError(f"core memory block {label!r} kept being defined and deleted")

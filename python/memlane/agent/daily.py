@@ -3,7 +3,12 @@
 When ``after`` runs on a new day (by its clock, in
 ``DailyLog.tz``), each earlier day of the last ``DailyLog.lookback`` days that
 has messages in the room's history and no log yet gets one: a record in the ``daily``
-table, in the room's history scope, with ``metadata["date"]`` (ISO ``YYYY-MM-DD``),
+table, in the room's history scope, under an id derived from that scope and the date, so
+a day has one log however many writers (agents, processes) take the room's first turn
+of the next day at once: the store refuses the second, which takes the day as logged.
+(The id can be computed by anyone: held by a record that is not that log, another
+scope's, it is not taken for the log, which is then stored under a fresh id.) The log
+has ``metadata["date"]`` (ISO ``YYYY-MM-DD``),
 ``created_at`` at the start of that day, ``metadata["messages"]`` (the day's message
 count) and ``metadata["method"]``:
 
@@ -33,6 +38,8 @@ table, logs and entries (its ``daily`` section).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -48,8 +55,8 @@ from memlane.agent.callers import Caller
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.errors import InvalidArgumentError, shown
-from memlane.scoping import EventScope
+from memlane.errors import InvalidArgumentError, UnknownIdError, shown
+from memlane.scoping import EventScope, exact_scope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -67,6 +74,11 @@ _MESSAGES = "messages"
 _LINE = 200
 #: The category of a day's summary (the entries an agent appends name their own).
 LOG_CATEGORY = "daily log"
+#: The longest ``DailyLog.lookback``: ten years, longer than any pause after which a
+#: room's missing logs are still wanted, while each day back costs a count of the room's
+#: messages at the first turn of a day. Unbounded, a lookback reaches before year 1,
+#: where no ``date`` exists, and every turn's log would fail.
+MAX_LOOKBACK = 3650
 
 _SYSTEM = (
     "You keep an AI agent's daily log. Summarise the day's conversation below in at most "
@@ -81,7 +93,7 @@ class DailyLog:
 
     Attributes:
         days: logs shown in the context block, newest first (3; 0: none).
-        lookback: days back a missing log is still written (7).
+        lookback: days back a missing log is still written (7; at most 3,650).
         max_messages: a day's messages given to the LLM, its first ones (200).
         max_chars: the longest log (1,500 characters; at least 300).
         max_output_tokens: the LLM's answer budget (500).
@@ -102,12 +114,19 @@ class DailyLog:
 
     def __post_init__(self) -> None:
         coerce.count(self.days, "DailyLog.days", 0)
-        coerce.count(self.lookback, "DailyLog.lookback", 1)
+        coerce.count(self.lookback, "DailyLog.lookback", 1, MAX_LOOKBACK)
         coerce.count(self.max_messages, "DailyLog.max_messages", 1)
         coerce.count(self.max_chars, "DailyLog.max_chars", 300)
         coerce.count(self.max_output_tokens, "DailyLog.max_output_tokens", 1)
-        if not isinstance(self.tz, tzinfo):
-            raise InvalidArgumentError(f"DailyLog.tz must be a tzinfo, got {shown(self.tz)}")
+        _zone(self.tz, "DailyLog.tz")
+
+
+def _zone(tz: object, label: str) -> tzinfo:
+    if not isinstance(tz, tzinfo):
+        raise InvalidArgumentError(
+            f"{label} must be a tzinfo (e.g. datetime.UTC or zoneinfo.ZoneInfo), got {shown(tz)}"
+        )
+    return tz
 
 
 def recent_logs(mem: Memory, scope: Mapping[str, str], days: int) -> list[MemoryRecord]:
@@ -140,7 +159,7 @@ def append_daily(
             f"category must be a non-empty str or None, got {shown(category)}"
         )
     when = time.time() if created_at is None else coerce.timestamp(created_at, "created_at")
-    meta = {"date": times.moment(when, tz).date().isoformat(), "category": category}
+    meta = {"date": times.moment(when, _zone(tz, "tz")).date().isoformat(), "category": category}
     fields: dict[str, Any] = dict(_history(scope))
     return mem.add(text, table=DAILY, type="daily_entry", metadata=meta, created_at=when, **fields)
 
@@ -152,10 +171,13 @@ def export_daily(
     ``memory/YYYY-MM-DD.md`` per day under ``dir`` (``# Daily Memory Log - date``, then
     each record oldest first under ``## [ISO time] category``, ended by ``---``). A day's
     file is replaced whole; returns the files written, oldest day first."""
+    if not isinstance(dir, str | os.PathLike):
+        raise InvalidArgumentError(f"dir must be a str or a path, got {shown(dir)}")
+    _zone(tz, "tz")
+    fields: dict[str, Any] = dict(_history(scope))
     folder = Path(dir) / "memory"
     folder.mkdir(parents=True, exist_ok=True)
     days: dict[str, list[str]] = {}
-    fields: dict[str, Any] = dict(_history(scope))
     for rec in _all(mem, fields):
         day = str(rec.metadata.get("date") or times.moment(rec.created_at, tz).date())
         category = LOG_CATEGORY if rec.type == "daily_log" else rec.metadata.get("category")
@@ -184,6 +206,40 @@ def _history(scope: EventScope) -> Mapping[str, str]:
     if not isinstance(scope, EventScope):
         raise InvalidArgumentError(f"scope must be an EventScope, got {type(scope).__name__}")
     return scope.history
+
+
+def _log_id(scope: Mapping[str, str], day: str) -> str:
+    key = json.dumps([DAILY, sorted(scope.items()), day])
+    return "daily-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _add_log(
+    mem: Memory, text: str, meta: dict[str, Any], start: float, scope: dict[str, Any]
+) -> MemoryRecord | None:
+    """Stores the log of day ``meta["date"]`` under its id (``scope``: the room's history
+    scope as stored); None when another writer logged the day first."""
+    rid = _log_id(scope, meta["date"])
+    log: dict[str, Any] = {
+        "table": DAILY,
+        "type": "daily_log",
+        "metadata": meta,
+        "created_at": start,
+    }
+    try:
+        return mem.add(text, **log, id=rid, **scope)
+    except InvalidArgumentError as refused:
+        try:
+            held = mem.get(rid)
+        except UnknownIdError:
+            raise refused from None  # refused for something else
+    if (
+        held.table == DAILY
+        and held.type == "daily_log"
+        and held.scope == scope
+        and held.metadata.get("date") == meta["date"]
+    ):
+        return None
+    return mem.add(text, **log, **scope)  # another scope's record holds the id
 
 
 def _start(day: date, tz: tzinfo) -> float:
@@ -312,11 +368,9 @@ class DailyLogger:
                 "method": method,
                 "category": LOG_CATEGORY,
             }
-            report.daily_logs.append(
-                mem.add(
-                    text, table=DAILY, type="daily_log", metadata=meta, created_at=start, **scope
-                )
-            )
+            rec = _add_log(mem, text, meta, start, exact_scope(mem, scope)[0])
+            if rec is not None:
+                report.daily_logs.append(rec)
         return ok
 
     def _summary(self, call: Caller, day: date, event: EventScope, lines: list[str]) -> str:

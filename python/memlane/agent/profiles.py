@@ -1,12 +1,21 @@
 """Contact profiles (as OrcBot keeps them): who the agent talks to, under which names and
 on which platforms, since when and how often.
 
-One record per canonical contact in the ``contacts`` table, in the contact's memory
-scope, updated in place (``update``) by
-``after`` at each turn the contact speaks. The record's
+One record per canonical contact in the ``contacts`` table, in exactly the contact's
+memory scope (an agent's profiles are not another agent's, nor another namespace's),
+rewritten in place (same id) by ``after`` at each turn the contact speaks. The record's
 text names the contact, its aliases and platform ids (so a search finds it by any of
 them); its ``metadata`` holds the profile's fields. The text changes (and is embedded
 again) only when a new alias or platform id appears, not at every message.
+
+Several writers (two agents, two processes on one PostgreSQL schema) may count the same
+contact at once, and none loses another's count, alias or platform id: the profile's
+id is derived from its scope and contact, so of two first messages one creates it and
+the other is refused and merges into it; and a merge replaces the profile only while
+it is the version the merge read (its ``metadata["version"]``, checked in the
+transaction that stores it), else it is merged again into the version another writer
+left. The id can be computed by anyone: a record held under it that is not this scope's
+profile of this contact is never read as the profile, which then takes a fresh id.
 
 "The contact" is the person the scope mode keys memory by: the canonical identity
 (after the ``SessionScope``'s identity links) in ``"main"`` and
@@ -16,12 +25,16 @@ links are ignored.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memlane import coerce, times
-from memlane.scoping import EventScope, SessionScope
+from memlane import coerce, edits, times
+from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError, shown
+from memlane.scoping import EventScope, SessionScope, exact_scope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -31,6 +44,11 @@ __all__ = ["CONTACTS", "ContactProfile", "Profiles", "contact_profile", "record_
 
 #: The table contact profiles live in.
 CONTACTS = "contacts"
+_TYPE = "profile"
+#: The metadata key of a profile version's token, new at every write: a merge is stored
+#: only while the profile holds the token it read. A token, not a counter, so a profile
+#: deleted and made again never matches what a slow writer read of the old one.
+_VERSION = "version"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +116,56 @@ def _text(contact: str, aliases: tuple[str, ...], ids: dict[str, tuple[str, ...]
     return out
 
 
-def _record(mem: Memory, event: EventScope) -> MemoryRecord | None:
-    scope: dict[str, Any] = dict(event.fields)
-    found = mem.list(CONTACTS, limit=1, order="asc", filters={"contact": _key(event)}, **scope)
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """Where a contact's profile lives: its exact scope, the filter matching that scope
+    only (every other scope field unset), the contact, and the id derived from them."""
+
+    scope: dict[str, Any]
+    only: dict[str, Any]
+    contact: str
+    id: str
+
+
+def _place(mem: Memory, event: EventScope) -> _Place:
+    if not isinstance(event, EventScope):
+        raise InvalidArgumentError(f"event must be an EventScope, got {shown(event)}")
+    scope, only = exact_scope(mem, event.fields)
+    contact = _key(event)
+    key = json.dumps([CONTACTS, sorted(scope.items()), contact])
+    return _Place(scope, only, contact, "contact-" + hashlib.sha256(key.encode()).hexdigest()[:32])
+
+
+def _mine(rec: MemoryRecord, place: _Place) -> bool:
+    return (
+        rec.table == CONTACTS
+        and rec.type == _TYPE
+        and rec.current
+        and rec.scope == place.scope
+        and rec.metadata.get("contact") == place.contact
+    )
+
+
+def _record(mem: Memory, place: _Place, embedding: bool = False) -> MemoryRecord | None:
+    """The profile: read by its id from the database (the index may not show yet what
+    another process wrote); else (kept before ids were derived, or under a fresh id
+    because a record of another scope held its own) found in its exact scope."""
+    try:
+        rec = mem.get(place.id, include_embedding=embedding)
+        if _mine(rec, place):
+            return rec
+    except UnknownIdError:
+        pass
+    flt = {"$and": [place.only, {"contact": place.contact}, {"valid_to": None}]}
+    found = mem.list(
+        CONTACTS,
+        limit=1,
+        order="asc",
+        type=_TYPE,
+        filters=flt,
+        include_embedding=embedding,
+        **place.scope,
+    )
     return found[0] if found else None
 
 
@@ -120,7 +185,7 @@ def _profile(rec: MemoryRecord) -> ContactProfile:
 def contact_profile(mem: Memory, event: EventScope) -> ContactProfile | None:
     """The profile of the contact behind ``event`` (any of their linked platform
     identities resolves to the same one), or None if they were never seen."""
-    rec = _record(mem, event)
+    rec = _record(mem, _place(mem, event))
     return None if rec is None else _profile(rec)
 
 
@@ -143,37 +208,132 @@ def record_contact(
     names: Sequence[str] = (),
 ) -> ContactProfile:
     """Counts ``count`` messages from the contact behind ``event``, the last at ``now``:
-    creates their profile or updates it in place (aliases from ``names`` and
-    ``event.name``, platform ids, last seen, message count). Callers serialise calls for
-    one contact (``AgentMemory`` holds its lock); two processes updating one profile at
-    once may lose one count."""
+    creates their profile or rewrites it in place (aliases from ``names`` and
+    ``event.name``, platform ids, last seen, message count). Safe beside other writers
+    of the same profile (see the module docs): each call's count, aliases and platform
+    ids are kept, whoever writes at the same time.
+
+    Raises:
+        ConflictError: when other writers changed the profile ``edits.ATTEMPTS`` times
+            while this call merged (nothing of this call is stored).
+    """
     cfg = settings or Profiles()
-    ids: dict[str, list[str]] = {}
-    rec = _record(mem, event)
-    meta: dict[str, Any] = {} if rec is None else dict(rec.metadata)
-    for src, found in meta.get("platform_ids", {}).items():
-        ids[src] = list(found)
-    for src, cid in _linked(scopes, event):
+    coerce.count(count, "count", 1)
+    when = coerce.timestamp(now, "now")
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise InvalidArgumentError(f"names must be a list of str, got {shown(names)}")
+    seen = [coerce.text(n, f"names[{i}]") for i, n in enumerate(names)]
+    if event.name is not None:
+        seen.append(event.name)
+    place = _place(mem, event)
+    linked = _linked(scopes, event)
+    taken = False  # whether a record that is not this profile holds its id
+    for _ in range(edits.ATTEMPTS):
+        rec = _record(mem, place, embedding=True)
+        meta = _merged({} if rec is None else rec.metadata, place.contact, linked, seen, cfg)
+        meta.update(
+            first_seen=float(meta.get("first_seen", when)),
+            last_seen=max(float(meta.get("last_seen", when)), when),
+            message_count=int(meta.get("message_count", 0)) + count,
+        )
+        meta[_VERSION] = uuid.uuid4().hex
+        ids = {s: tuple(v) for s, v in meta["platform_ids"].items()}
+        text = _text(place.contact, tuple(meta["aliases"]), ids)
+        if rec is None:
+            try:
+                return _profile(
+                    mem.add(
+                        text,
+                        table=CONTACTS,
+                        type=_TYPE,
+                        metadata=meta,
+                        created_at=when,
+                        id=None if taken else place.id,
+                        **place.scope,
+                    )
+                )
+            except InvalidArgumentError:
+                if taken or place.id not in mem:
+                    raise
+                # Another writer made it first (merged into next), or another scope's
+                # record holds the id (then the profile takes a fresh one).
+                taken = _record(mem, place) is None
+                continue
+        stored = _replace(mem, place, rec, text, meta)
+        if stored is not None:
+            return _profile(stored)
+    raise ConflictError(
+        f"the profile of {place.contact!r} was changed by other writers {edits.ATTEMPTS} "
+        "times during one update; nothing of this update was stored"
+    )
+
+
+def _merged(
+    old: dict[str, Any],
+    contact: str,
+    linked: list[tuple[str, str]],
+    names: list[str],
+    cfg: Profiles,
+) -> dict[str, Any]:
+    """``old`` (a profile's metadata) with the contact's linked platform ids and the
+    names seen (the newest ``cfg.max_aliases``)."""
+    meta = dict(old)
+    ids: dict[str, list[str]] = {
+        src: list(found) for src, found in meta.get("platform_ids", {}).items()
+    }
+    for src, cid in linked:
         if cid not in ids.setdefault(src, []):
             ids[src].append(cid)
     aliases = list(meta.get("aliases", ()))
-    for name in [*names, *([] if event.name is None else [event.name])]:
+    for name in names:
         if name.casefold() not in {a.casefold() for a in aliases}:
             aliases.append(name)
-    aliases = aliases[-cfg.max_aliases :]
-    platform_ids = {src: sorted(found) for src, found in sorted(ids.items())}
     meta.update(
-        contact=_key(event),
-        aliases=aliases,
-        platform_ids=platform_ids,
-        first_seen=float(meta.get("first_seen", now)),
-        last_seen=max(float(meta.get("last_seen", now)), now),
-        message_count=int(meta.get("message_count", 0)) + count,
+        contact=contact,
+        aliases=aliases[-cfg.max_aliases :],
+        platform_ids={src: sorted(found) for src, found in sorted(ids.items())},
     )
-    text = _text(meta["contact"], tuple(aliases), {s: tuple(v) for s, v in platform_ids.items()})
-    if rec is None:
-        scope: dict[str, Any] = dict(event.fields)
-        rec = mem.add(text, table=CONTACTS, type="profile", metadata=meta, created_at=now, **scope)
-    else:
-        rec = mem.update(rec.id, text=None if text == rec.text else text, metadata=meta)
-    return _profile(rec)
+    return meta
+
+
+def _replace(
+    mem: Memory, place: _Place, rec: MemoryRecord, text: str, meta: dict[str, Any]
+) -> MemoryRecord | None:
+    """Stores ``text`` and ``meta`` as the profile ``rec`` (same id) if it is still the
+    version read, checked in the transaction that stores them; None when another writer
+    got there first (the caller merges again)."""
+    read = rec.metadata.get(_VERSION)
+    # A profile kept before versions were recorded has none.
+    version = {_VERSION: {"$exists": False}} if read is None else {_VERSION: read}
+    item: dict[str, Any] = {
+        "text": text,
+        "id": rec.id,
+        "table": CONTACTS,
+        "type": _TYPE,
+        "metadata": meta,
+        "created_at": rec.created_at,
+        "importance": rec.importance,
+        "evergreen": rec.evergreen,
+        **place.scope,
+    }
+    if text == rec.text and rec.embedding is not None:
+        item["embedding"] = rec.embedding  # the same text: no need to embed it again
+    flt = {"$and": [place.only, {"id": rec.id}, version]}
+    try:
+        gone, stored = mem.replace([item], CONTACTS, type=_TYPE, filters=flt, **place.scope)
+    except InvalidArgumentError:
+        # The filter left the profile in place (another version), whose id the new one
+        # then cannot take; unless the item itself was refused.
+        now = _record(mem, place)
+        if now is not None and now.id == rec.id and now.metadata.get(_VERSION) == read:
+            raise
+        return None
+    if gone:
+        return stored[0]
+    # Deleted since it was read: the replace stored it again, from what was deleted.
+    # Unless another writer merged into that meanwhile, it goes, and the next pass
+    # makes the profile anew.
+    mine = {"$and": [place.only, {"id": rec.id}, {_VERSION: meta[_VERSION]}]}
+    if mem.delete_all(CONTACTS, type=_TYPE, filters=mine, **place.scope):
+        return None
+    return stored[0]

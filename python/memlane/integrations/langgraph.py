@@ -31,7 +31,9 @@ them at once).
 
 Each item is one memlane record per indexed text (one record when nothing is
 indexed) in ``table`` (``"langgraph"``), with ``scope`` (memlane's scope fields)
-bound: a store never reads another scope's items.
+bound: a store never reads another scope's items. The records' ids are derived from
+the item, so anyone can compute them: a record of another scope (or table) held under
+one is never read as the item, and the item's records then take a fresh id.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import hashlib
 import json
 import math
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -54,7 +57,6 @@ from langgraph.store.base import (
     IndexConfig,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -69,12 +71,13 @@ from langgraph.store.base import (
 
 from memlane import Memory, MemoryRecord, times
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
-from memlane.integrations._common import FunctionEmbedder, check_scope, own_memory
+from memlane.integrations._common import FunctionEmbedder, check_scope, in_scope, own_memory
+from memlane.integrations._langgraph_filters import matches, namespace_matches, number, pushdown
+from memlane.scoping import scope_of
 
 __all__ = ["MemlaneStore"]
 
 _PAGE = 256
-_OPS = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"}
 
 
 def _now() -> float:
@@ -85,73 +88,6 @@ def _now() -> float:
 
 def _ts(seconds: float) -> datetime:
     return times.moment(seconds)
-
-
-def _matches(value: Any, flt: Any) -> bool:
-    """LangGraph's filter semantics (JSONB-like) on one value."""
-    if isinstance(flt, dict):
-        if any(isinstance(k, str) and k.startswith("$") for k in flt):
-            return all(_operator(value, op, arg) for op, arg in flt.items())
-        return isinstance(value, dict) and all(_matches(value.get(k), v) for k, v in flt.items())
-    if isinstance(flt, list | tuple):
-        return (
-            isinstance(value, list | tuple)
-            and len(value) == len(flt)
-            and all(_matches(a, b) for a, b in zip(value, flt, strict=True))
-        )
-    return bool(value == flt)
-
-
-def _operator(value: Any, op: str, arg: Any) -> bool:
-    if op == "$eq":
-        return bool(value == arg)
-    if op == "$ne":
-        return bool(value != arg)
-    if op not in _OPS:
-        raise InvalidArgumentError(f"unsupported filter operator {op!r}; use one of {sorted(_OPS)}")
-    try:
-        a, b = float(value), float(arg)
-    except (TypeError, ValueError):
-        return False
-    return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _pushdown(flt: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
-    """memlane conditions that every item ``flt`` matches also matches (a superset).
-
-    Items are checked against ``flt`` itself afterwards, so what memlane's grammar
-    reads differently (lists, None, ``$ne`` on lists, booleans) is left out here.
-    """
-    conds: list[dict[str, Any]] = []
-    for key, arg in flt.items():
-        if not isinstance(key, str) or "." in key or key.startswith("$") or not key:
-            continue
-        field = f"{path}.{key}"
-        if isinstance(arg, str) or _number(arg):
-            conds.append({field: arg})
-        elif isinstance(arg, dict) and any(isinstance(k, str) and k.startswith("$") for k in arg):
-            for op, x in arg.items():
-                if op == "$eq" and (isinstance(x, str) or _number(x)):
-                    conds.append({field: x})
-                elif op in ("$gt", "$gte", "$lt", "$lte") and _number(x):
-                    conds.append({field: {op: x}})
-        elif isinstance(arg, dict):
-            conds.extend(_pushdown(arg, field))
-    return conds
-
-
-def _namespace_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
-    path = tuple(cond.path)
-    if len(ns) < len(path):
-        return False
-    part = ns[: len(path)] if cond.match_type == "prefix" else ns[len(ns) - len(path) :]
-    if cond.match_type not in ("prefix", "suffix"):
-        raise InvalidArgumentError(f"unsupported match type {cond.match_type!r}")
-    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
 
 
 class MemlaneStore(BaseStore):
@@ -276,7 +212,7 @@ class MemlaneStore(BaseStore):
                 lg = dict(rec.metadata["lg"])
                 exp = lg.pop("exp")
                 # A non-number (an edited file) was never treated as an expiry.
-                at = float(exp) if _number(exp) and math.isfinite(exp) else None
+                at = float(exp) if number(exp) and math.isfinite(exp) else None
                 try:
                     self.memory.update(rec.id, metadata={**rec.metadata, "lg": lg}, expires_at=at)
                 except UnknownIdError:  # deleted meanwhile
@@ -286,8 +222,34 @@ class MemlaneStore(BaseStore):
     # -- records ------------------------------------------------------------------------------
 
     def _base_id(self, namespace: tuple[str, ...], key: str) -> str:
+        """The item's identity (``lg.item``), and the id of its first record unless a
+        record the store does not own held that id when the item was put."""
         raw = json.dumps([self.table, sorted(self.scope.items()), list(namespace), key])
         return "lg-" + hashlib.sha256(raw.encode()).hexdigest()[:40]
+
+    def _owns(self, rec: MemoryRecord, items: set[str]) -> bool:
+        """Whether ``rec`` is a record of this store's items ``items`` (its table, its
+        scope as its reads bind it, the adapter's metadata)."""
+        lg = rec.metadata.get("lg")
+        return (
+            in_scope(rec, scope_of(self.memory.default_scope, self.scope), self.table)
+            and isinstance(lg, dict)
+            and lg.get("item") in items
+        )
+
+    def _first(self, item: str) -> MemoryRecord | None:
+        """The first record of ``item``: by its id, read from the database; else (an id
+        anyone can compute may be held by another scope's record, and the item then has a
+        fresh one) found by the item in the store's scope."""
+        try:
+            rec = self.memory.get(item)
+            if self._owns(rec, {item}) and rec.metadata["lg"].get("part") == 0:
+                return rec
+        except UnknownIdError:  # never written, deleted, expired, or under a fresh id
+            pass
+        cond = {"$and": [{"metadata.lg.item": item}, {"metadata.lg.part": 0}]}
+        found = self.memory.list(self.table, limit=1, filters=cond, **self.scope)
+        return found[0] if found else None
 
     def _item(self, rec: MemoryRecord, score: float | None = None, search: bool = False) -> Item:
         lg = rec.metadata["lg"]
@@ -321,8 +283,7 @@ class MemlaneStore(BaseStore):
                 continue
             done.add(lg["item"])
             at = now + float(lg["ttl"]) * 60
-            base = lg["item"]
-            for record_id in [base] + [f"{base}-{i}" for i in range(1, lg["n"])]:
+            for record_id in _ids(rec.id, lg["n"]):  # records are read by their first
                 try:
                     self.memory.update(record_id, expires_at=at)
                 except UnknownIdError:  # expired or deleted since it was read
@@ -337,7 +298,7 @@ class MemlaneStore(BaseStore):
             validate_op_namespace(op)
             if isinstance(op, PutOp):
                 ttl = op.ttl
-                if ttl is not None and not (_number(ttl) and math.isfinite(ttl) and ttl > 0):
+                if ttl is not None and not (number(ttl) and math.isfinite(ttl) and ttl > 0):
                     raise InvalidArgumentError(
                         f"ttl must be a number of minutes > 0, got {shown(ttl)}"
                     )
@@ -403,10 +364,7 @@ class MemlaneStore(BaseStore):
         return results
 
     def _get(self, namespace: tuple[str, ...], key: str) -> MemoryRecord | None:
-        try:
-            return self.memory.get(self._base_id(namespace, key))
-        except UnknownIdError:  # never written, deleted, or expired
-            return None
+        return self._first(self._base_id(namespace, key))
 
     def _apply(
         self,
@@ -416,18 +374,18 @@ class MemlaneStore(BaseStore):
         now: float,
     ) -> None:
         bases = {k: self._base_id(*k) for k in puts}
-        old = self.memory.list(
-            self.table,
-            limit=len(bases),
-            filters={"id": {"$in": list(bases.values())}},
-            **self.scope,
-        )
-        created = {r.id: r.created_at for r in old}
+        first = {
+            "$and": [{"metadata.lg.item": {"$in": list(bases.values())}}, {"metadata.lg.part": 0}]
+        }
+        old = self.memory.list(self.table, limit=len(bases), filters=first, **self.scope)
+        # Each item's records keep the ids they have (the replace passes them on).
+        ids = {r.metadata["lg"]["item"]: r.id for r in old}
+        created = {r.metadata["lg"]["item"]: r.created_at for r in old}
         placeholder = None
         if self._dim is not None:
             placeholder = np.zeros(self._dim, dtype=np.float32)
             placeholder[0] = 1.0
-        items: list[dict[str, Any]] = []
+        items: dict[str, list[dict[str, Any]]] = {}
         at = 0
         for k, op in puts.items():
             own = self._texts(op)
@@ -452,10 +410,10 @@ class MemlaneStore(BaseStore):
                 lg["ttl"] = float(op.ttl)  # minutes, for a refresh
                 expiry["ttl"] = float(op.ttl) * 60  # memlane's is in seconds
             parts = own or [_json_text(value, op.key)]
+            items[base] = []
             for i, text in enumerate(parts):
                 item: dict[str, Any] = {
                     "text": text,
-                    "id": base if i == 0 else f"{base}-{i}",
                     "table": self.table,
                     "metadata": {"lg": {**lg, "part": i}},
                     "created_at": created.get(base, now),
@@ -466,13 +424,42 @@ class MemlaneStore(BaseStore):
                     item["embedding"] = vecs[i]
                 elif not own and placeholder is not None:
                     item["embedding"] = placeholder  # never searched: "vec" is False
-                items.append(item)
-        self.memory.replace(
-            items,
-            self.table,
-            filters={"metadata.lg.item": {"$in": list(bases.values())}},
-            **self.scope,
-        )
+                items[base].append(item)
+        try:
+            self._replace(items, ids, list(bases.values()))
+        except InvalidArgumentError:
+            # Ids anyone can compute: another scope's record may hold one, which the
+            # replace keeps. Those items take fresh ids (found by their item, `_first`).
+            mine = set(bases.values())
+            taken = [
+                base
+                for base, parts in items.items()
+                if any(self._held(rid, mine) for rid in _ids(ids.get(base, base), len(parts)))
+            ]
+            if not taken:
+                raise
+            ids.update({base: f"lg-{uuid.uuid4().hex}" for base in taken})
+            self._replace(items, ids, list(bases.values()))
+
+    def _replace(
+        self, items: dict[str, list[dict[str, Any]]], ids: dict[str, str], bases: list[str]
+    ) -> None:
+        """Stores ``items`` (each item's records, under ``ids[item]`` or the item) in place
+        of every record of the items ``bases``, in one transaction."""
+        records = [
+            {**item, "id": rid}
+            for base, parts in items.items()
+            for item, rid in zip(parts, _ids(ids.get(base, base), len(parts)), strict=True)
+        ]
+        cond = {"metadata.lg.item": {"$in": bases}}
+        self.memory.replace(records, self.table, filters=cond, **self.scope)
+
+    def _held(self, record_id: str, mine: set[str]) -> bool:
+        """Whether a record the replace of items ``mine`` keeps holds ``record_id``."""
+        try:
+            return not self._owns(self.memory.get(record_id), mine)
+        except UnknownIdError:
+            return False
 
     # -- search -------------------------------------------------------------------------------
 
@@ -481,7 +468,7 @@ class MemlaneStore(BaseStore):
         if op.namespace_prefix:
             conds.append({"metadata.lg.path": ".".join(op.namespace_prefix)})
         if op.filter:
-            conds.extend(_pushdown(op.filter, "metadata.lg.value"))
+            conds.extend(pushdown(op.filter, "metadata.lg.value"))
         return {"$and": conds}
 
     def _scan(self, where: dict[str, Any], flt: Mapping[str, Any] | None) -> Iterator[MemoryRecord]:
@@ -492,7 +479,7 @@ class MemlaneStore(BaseStore):
                 self.table, limit=_PAGE, offset=offset, order="asc", filters=where, **self.scope
             )
             for rec in page:
-                if not flt or _matches(rec.metadata["lg"]["value"], dict(flt)):
+                if not flt or matches(rec.metadata["lg"]["value"], dict(flt)):
                     yield rec
             if len(page) < _PAGE:
                 return
@@ -533,7 +520,7 @@ class MemlaneStore(BaseStore):
             best: dict[str, tuple[MemoryRecord, float]] = {}
             for hit in hits:
                 lg = hit.record.metadata["lg"]
-                if op.filter and not _matches(lg["value"], op.filter):
+                if op.filter and not matches(lg["value"], op.filter):
                     continue
                 info = hit.explain or {}
                 cosine = info.get("cosine")
@@ -563,10 +550,7 @@ class MemlaneStore(BaseStore):
     def _primary(self, rec: MemoryRecord) -> MemoryRecord | None:
         if rec.metadata["lg"]["part"] == 0:
             return rec
-        try:
-            return self.memory.get(rec.metadata["lg"]["item"])
-        except UnknownIdError:  # pragma: no cover - deleted meanwhile
-            return None
+        return self._first(rec.metadata["lg"]["item"])  # None: deleted meanwhile
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conds: list[dict[str, Any]] = [{"metadata.lg.part": 0}]
@@ -576,9 +560,14 @@ class MemlaneStore(BaseStore):
         seen: set[tuple[str, ...]] = set()
         for rec in self._scan({"$and": conds}, None):
             ns = tuple(rec.metadata["lg"]["ns"])
-            if all(_namespace_matches(c, ns) for c in op.match_conditions or ()):
+            if all(namespace_matches(c, ns) for c in op.match_conditions or ()):
                 seen.add(ns if op.max_depth is None else ns[: op.max_depth])
         return sorted(seen)[op.offset : op.offset + op.limit]
+
+
+def _ids(first: str, n: int) -> list[str]:
+    """The ids of an item's ``n`` records: the first one's, then it with the part number."""
+    return [first] + [f"{first}-{i}" for i in range(1, n)]
 
 
 def _json_text(value: Any, key: str) -> str:
