@@ -74,10 +74,10 @@ def do(
             count = int(job.payload.get("count", 1))
             names = list(job.payload.get("names", []))
         if host.profiles.enabled and user and user.strip():
-            with lock:  # read, change, write: one turn at a time
-                report.profile = record_contact(
-                    mem, host.scopes, event, now, host.profiles, count, names
-                )
+            # Safe beside any other writer of the profile: no lock the turn waits on.
+            report.profile = record_contact(
+                mem, host.scopes, event, now, host.profiles, count, names
+            )
 
 
 def check(host: AgentMemory, event: EventScope, report: TurnReport, call: Caller) -> None:
