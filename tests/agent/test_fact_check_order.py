@@ -375,3 +375,31 @@ def test_a_memory_superseded_while_the_model_answers_is_no_failure(
     second = check_facts(mem, model, "memories", SCOPE)
     assert second.error is None and [d.decision for d in second.decisions] == ["update"]
     assert current(mem) == ["Alice lives in Oslo"] and settled(mem)
+
+
+@pytest.mark.parametrize("change", ["update", "supersede"])
+def test_a_delete_leaves_a_memory_rewritten_while_the_model_answers(
+    make_store: StoreFactory, change: str
+) -> None:
+    """The model says the fact makes the memory false; meanwhile another writer rewrote
+    the memory. What the model judged is not what is stored now: it stays, and the fact
+    waits, pending, for the next check (the delete removed the rewritten memory, or the
+    closed version, before)."""
+    mem = make_store("rewritten", WordHashEmbedder())
+    old = mem.add("Alice has a cat", created_at=1000.0, **SCOPE)
+    fact = mem.add("Alice never had a cat", metadata=pending(None), created_at=3000.0, **SCOPE)
+
+    class Meanwhile(Answers):
+        def complete(self, messages: Sequence[ChatMessage]) -> str:
+            if change == "update":
+                mem.update(old.id, text="Alice has a cat and a dog")
+            else:
+                mem.supersede(old.id, "Alice has a dog", at=2000.0, by="user")
+            return super().complete(messages)
+
+    decision = {"fact": "F1", "decision": "delete", "memory": 1, "reason": "false"}
+    report = check_facts(mem, Meanwhile(json.dumps({"decisions": [decision]})), "memories", SCOPE)
+    assert report.error is None and report.decisions == []
+    kept = ["Alice has a cat and a dog"] if change == "update" else ["Alice has a dog"]
+    assert current(mem) == sorted([*kept, fact.text])
+    assert old.id in mem and mem.get(fact.id).metadata[CHECK] == "pending"

@@ -36,7 +36,6 @@ the whole check. A check that fails leaves its facts pending for the next one.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import re
@@ -332,8 +331,12 @@ def _apply(
     elif decision == "delete" and target is not None:
         why = f"made {target.id} false: {reason}"
         _mark(memory, fact, "delete", why, False)
-        with contextlib.suppress(UnknownIdError):
-            memory.delete(target.id)
+        # Only the version the model was shown: one rewritten or superseded meanwhile
+        # is not what the fact made false (one deleted meanwhile is gone either way).
+        shown_version = [{"id": target.id}, {"updated_at": target.updated_at}]
+        only = {"$and": [*shown_version, {"valid_to": None}]}
+        if not memory.delete_all(target.table, filters=only) and target.id in memory:
+            raise ConflictError(f"memory {target.id!r} changed while the model decided")
         _mark(memory, fact, "delete", why)
     elif decision == "none":
         _mark(memory, fact, "none", reason, False)
