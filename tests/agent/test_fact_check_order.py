@@ -20,9 +20,10 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
-from memlane.agent import facts
+from memlane.agent import Reflection, facts
 from memlane.agent.facts import CHECK, candidates, check_facts, parse_decisions, pending
 from memlane.agent.llm import ChatMessage
+from upkeep_scripts import Model, agent, turn
 
 SCOPE = {"user_id": "alice"}
 LIVES = re.compile(r"Alice lives in (\w+)")
@@ -403,3 +404,21 @@ def test_a_delete_leaves_a_memory_rewritten_while_the_model_answers(
     kept = ["Alice has a cat and a dog"] if change == "update" else ["Alice has a dog"]
     assert current(mem) == sorted([*kept, fact.text])
     assert old.id in mem and mem.get(fact.id).metadata[CHECK] == "pending"
+
+
+def test_a_superseded_pending_version_queues_no_check(make_store: StoreFactory) -> None:
+    """A version superseded while still pending is history: the turn that sees it queues
+    no fact check (one ran at every turn, with nothing to check)."""
+    mem = make_store("queued", WordHashEmbedder())
+    kinds: list[str] = []
+    am = agent(
+        mem, Model("{}"), reflection=Reflection(every=100), on_upkeep=lambda r: kinds.append(r.kind)
+    )
+    alice = am.event("telegram", 42, 7)
+    old = mem.add("Alice lives in Paris", metadata=pending(None), **alice.fields)
+    mem.supersede(old.id, "Alice lives in Rome", by="user", metadata={})
+    for text in ("hello", "and again"):
+        turn(am, alice, text)
+    assert am.drain(timeout=60)
+    assert "facts" not in kinds
+    am.close()

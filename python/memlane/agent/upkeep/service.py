@@ -224,8 +224,12 @@ class Upkeep:
             if (
                 call is not None
                 and ("facts", scope) not in waiting
+                # Current versions only: a superseded one is history, never checked, and
+                # counting it queued an empty job at every turn.
                 and host.memory.count(
-                    host.table, filters={CHECK: "pending"}, **scope_kwargs(event.fields)
+                    host.table,
+                    filters={CHECK: "pending", "valid_to": None},
+                    **scope_kwargs(event.fields),
                 )
             ):
                 jobs.append(self._job("facts", event, now))
