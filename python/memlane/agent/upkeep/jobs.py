@@ -97,14 +97,27 @@ def _started(pid: int) -> str:
     return rest[19] if len(rest) > 19 else ""
 
 
-_HOST = f"{socket.gethostname()}/{_boot_id()}"
+def _pid_namespace() -> str:
+    """This process's PID namespace ("pid:[inode]"; "" where there is none to read)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+# Containers with host networking share the host name and boot, not their pids: a pid is
+# looked up only by a process of the same namespace. A record written before the
+# namespace was part of it names another host, whose lease decides.
+_HOST = f"{socket.gethostname()}/{_boot_id()}/{_pid_namespace()}"
 
 
 @dataclass(frozen=True, slots=True)
 class Holder:
     """The process (``host``, ``pid``, ``started``) and the ``AgentMemory`` (``token``)
     that run a job; ``until``: the unix time after which a holder on another host is
-    taken for gone (on this host the process itself is looked up)."""
+    taken for gone (on this host the process itself is looked up). ``host`` names the
+    host name, its boot and the PID namespace: a process in another container of the
+    same host is on another host here."""
 
     host: str
     pid: int
@@ -121,9 +134,9 @@ class Holder:
         """Whether this holder's process (or, in this process, its ``AgentMemory``) is gone."""
         if self.token in live_tokens:
             return False
-        if self.host != _HOST:
+        if self.host != _HOST:  # its pid means nothing here
             return now > self.until
-        if self.pid == os.getpid():
+        if self.pid == os.getpid() and self.started == _started(self.pid):
             return True  # this process, and the AgentMemory that held it is closed
         try:
             os.kill(self.pid, 0)
@@ -225,6 +238,11 @@ class Job:
     @property
     def durable(self) -> bool:
         return self.kind in DURABLE
+
+    @property
+    def resumed(self) -> bool:
+        """Found again in the store and taken over: it may have done part of its work."""
+        return bool(self.payload.get("resumed"))
 
     @property
     def key(self) -> str:
@@ -385,4 +403,5 @@ def _plan(value: object) -> dict[str, Any] | None:
         raise JobRecordError("a recorded job's plan must hold the model's answer as text")
     if not isinstance(shown, list) or not all(isinstance(i, str) and i for i in shown):
         raise JobRecordError("a recorded job's plan must list the ids it was shown")
-    return {"raw": raw, "shown": list(shown)}
+    # The versions shown are read, and checked, by reflection itself (``_versions``).
+    return {"raw": raw, "shown": list(shown), "versions": value.get("versions")}

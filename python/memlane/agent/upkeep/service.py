@@ -273,7 +273,7 @@ class Upkeep:
         )
 
     def _submit(self, job: Job, call: Caller | None, room: Room, report: TurnReport) -> None:
-        resumed = bool(job.payload.get("resumed"))
+        resumed = job.resumed
         if job.durable and not resumed:  # a job taken over is recorded as it runs here
             try:
                 self.host.memory.jobs.put(job.key, job.dumps())
@@ -295,7 +295,7 @@ class Upkeep:
                 self._forget(job)
             self._undo(job, room)
             return
-        if skipped is not None:
+        if skipped is not None:  # never a resumed job: those run, done in part or not
             self._forget(skipped)
             if skipped is not job and job.durable:  # it took over the windows it replaced
                 self._record(job)
@@ -409,11 +409,7 @@ class Upkeep:
         meter = None if call is None else Meter(call, self._tokens())
         call = meter
         try:
-            if (
-                job.payload.get("resumed")
-                and job.kind == "consolidation"
-                and finished(self.host, job)
-            ):
+            if job.resumed and job.kind == "consolidation" and finished(self.host, job):
                 return
             run = partial(
                 do,

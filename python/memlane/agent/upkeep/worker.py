@@ -2,7 +2,8 @@
 agent's turn hands its LLM work over and returns (Letta's sleep-time agents, in process).
 
 Its queue is bounded twice: jobs of one slot (kind and room) coalesce while they wait,
-the newest taking the place of the older, and at most ``limit`` jobs wait at once."""
+the newest taking the place of the older, and at most ``limit`` jobs wait at once. A job
+found again after a crash never coalesces: it may have done part of its work."""
 
 from __future__ import annotations
 
@@ -71,31 +72,42 @@ class Worker:
     def submit(self, job: Job, call: Caller | None) -> Job | None:
         """Queues ``job``, or coalesces it with the job of its slot that waits: the newer
         of the two waits, and the other is returned (it will not run; None if there was
-        none). Raises ``QueueFullError`` when ``limit`` jobs wait already,
-        ``WorkerClosedError`` once closed."""
+        none). A resumed job is never returned: it runs ahead of the job of its slot
+        that waits, so that one sees what it did. Raises ``QueueFullError`` when
+        ``limit`` jobs wait already, ``WorkerClosedError`` once closed."""
         with self._cv:
             if self._closed:
                 raise WorkerClosedError("the upkeep worker is closed")
             slot = job.slot
-            entry = None if slot is None else self._slots.get(slot)
-            if entry is not None:
-                if entry.job.now > job.now:  # a job found again, older than the one waiting
+            waiting = None if slot is None else self._slots.get(slot)
+            if waiting is not None and not job.resumed:
+                if waiting.job.now > job.now:  # asked before the one waiting: it covers it
+                    if self._merge is not None:
+                        self._merge(waiting.job, job)
                     return job
-                old, entry.job, entry.call = entry.job, job, call
+                old, waiting.job, waiting.call = waiting.job, job, call
                 if self._merge is not None:
                     self._merge(job, old)
                 return old
             if len(self._queue) >= self._limit:
                 raise QueueFullError(f"{self._limit} upkeep jobs wait already")
             entry = _Entry(job, call)
-            self._queue.append(entry)
-            if slot is not None:
-                self._slots[slot] = entry
+            if job.resumed:  # in no slot: a job of its slot asked later must not replace it
+                at = len(self._queue) if waiting is None else self._index(waiting)
+                self._queue.insert(at, entry)
+            else:
+                self._queue.append(entry)
+                if slot is not None:
+                    self._slots[slot] = entry
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
             self._cv.notify_all()
         return None
+
+    def _index(self, entry: _Entry) -> int:
+        # By identity: two entries may hold equal jobs.
+        return next(i for i, e in enumerate(self._queue) if e is entry)
 
     def pending(self) -> list[Job]:
         """Jobs submitted and not finished, oldest first (the running one first)."""
@@ -145,8 +157,9 @@ class Worker:
                 if not self._queue:  # closed, nothing left to start
                     break
                 entry = self._queue.popleft()
-                if entry.job.slot is not None:
-                    self._slots.pop(entry.job.slot, None)
+                slot = entry.job.slot
+                if slot is not None and self._slots.get(slot) is entry:  # not a resumed job's
+                    del self._slots[slot]
                 self._running = entry.job
             try:
                 run = self._run()
