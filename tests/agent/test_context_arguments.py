@@ -32,6 +32,14 @@ def test_a_scope_that_is_not_one_is_refused(stocked: Memory, scope: object) -> N
     assert _accessed(stocked) == 0
 
 
+def test_a_scope_field_given_as_none_is_refused(stocked: Memory) -> None:
+    # {"agent_id": request.agent_id} for a request without one narrowed nothing, and so
+    # put bob's memories in alice's context.
+    with pytest.raises(InvalidArgumentError, match=r"scope field\(s\) \['agent_id'\] are None"):
+        build_context(stocked, "tea?", {"agent_id": None}, min_score=None)
+    assert _accessed(stocked) == 0
+
+
 def test_scopes_that_are_read(stocked: Memory) -> None:
     alice = build_context(stocked, "tea?", {"agent_id": "alice"}, min_score=None)
     assert {r.agent_id for r in alice.records["memories"]} == {"alice"}

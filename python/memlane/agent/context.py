@@ -130,13 +130,21 @@ def token_counter(count_tokens: TokenCounter | None) -> TokenCounter:
 
 def _scopes(scope: object) -> tuple[dict[str, Any], dict[str, Any]]:
     """The memories' scope and the history's: an ``EventScope``'s, or the fields given
-    (``{}``: the store's ``default_scope``). Anything else is refused: ``None`` read
-    as no fields would read every scope's memories."""
+    (``{}``: the store's ``default_scope``). Anything else is refused, and so is a
+    field given as None: either, read as no fields, would read every scope's memories."""
     if isinstance(scope, EventScope):
         return scope_kwargs(scope.fields), scope_kwargs(scope.history)
     if not isinstance(scope, Mapping):
         raise InvalidArgumentError(
             f"scope must be an EventScope or a dict of scope fields, got {shown(scope)}"
+        )
+    # A field given as None would narrow nothing: {"user_id": request.user_id} for a
+    # request without a user would read every user's memories.
+    unset = sorted(str(f) for f, v in scope.items() if v is None)
+    if unset:
+        raise InvalidArgumentError(
+            f"scope field(s) {unset} are None: give each a value, or leave it out "
+            "({} is the store's default_scope)"
         )
     fields = scope_kwargs(scope)
     return fields, fields
