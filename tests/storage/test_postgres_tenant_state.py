@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,9 +38,11 @@ from memlane.agent.upkeep.jobs import owner_of
 from memlane.errors import (
     EmbedderMismatchError,
     InvalidArgumentError,
+    StorageError,
     UnknownIdError,
 )
 from memlane.notes import Notebook
+from memlane.storage.pg_schema import SCHEMA_VERSION
 from pg_server import PgServer
 
 _n = itertools.count()
@@ -353,6 +356,58 @@ def test_a_connection_no_policy_binds_cannot_take_a_tenant(
 
 
 # -- stores of an older release -------------------------------------------------------------
+
+
+def _roll_back_last_migration(conn: psycopg.Connection[Any], d: Deployment) -> None:
+    """The store as the release before the last migration left it, as far as the
+    migrations' record tells (every migration can be told apart by it alone)."""
+    conn.execute(f"DELETE FROM {d.schema}.migrations WHERE version = {SCHEMA_VERSION}")
+
+
+def test_a_tenant_never_migrates_and_the_owner_does(pg_server: PgServer) -> None:
+    """A tenant's connection sees the rows its policy lets it see: a data migration run by
+    it would miss the other tenants' and still be recorded as done. It is refused, and the
+    owner's next open migrates."""
+    d = deploy(pg_server, "upgrade")
+    with d.sql() as conn:
+        conn.execute(f"GRANT CREATE ON SCHEMA {d.schema} TO {d.schema}_worker")
+        _roll_back_last_migration(conn, d)
+    with pytest.raises(StorageError, match="open it once without \\?tenant="):
+        tenant(d, "alice")
+    with d.sql() as conn:
+        done = conn.execute(f"SELECT max(version) FROM {d.schema}.migrations").fetchone()
+        assert done == (SCHEMA_VERSION - 1,)
+    Memory(d.owner, WordHashEmbedder()).close()
+    with tenant(d, "alice") as alice:
+        alice.add("after the upgrade")
+
+
+def test_a_tenant_opening_while_the_owner_migrates_waits_and_opens(pg_server: PgServer) -> None:
+    """A tenant's role has no right to create in the schema (docs/postgres.md): it waits for
+    the owner's migration, then finds the schema current, and opens."""
+    d = deploy(pg_server, "migrating")
+    with d.sql() as conn:
+        _roll_back_last_migration(conn, d)
+    opened: list[object] = []
+    with d.sql() as owner, owner.transaction():
+        owner.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memlane:{d.schema}",))
+        waiting = threading.Thread(target=lambda: opened.append(_open_or_error(d)))
+        waiting.start()
+        with d.sql() as watcher:  # until the tenant's open waits on the lock
+            asked = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            while watcher.execute(asked).fetchone() == (0,) and waiting.is_alive():
+                time.sleep(0.01)
+        owner.execute(f"INSERT INTO {d.schema}.migrations (version) VALUES ({SCHEMA_VERSION})")
+    waiting.join(60)
+    assert opened == ["opened"]
+
+
+def _open_or_error(d: Deployment) -> object:
+    try:
+        tenant(d, "alice").close()
+    except Exception as e:  # the test names what it got
+        return e
+    return "opened"
 
 
 def test_an_older_stores_jobs_move_to_connections_bound_to_no_tenant(pg_server: PgServer) -> None:

@@ -1,7 +1,7 @@
 """The schema of a PostgreSQL store: versioned scripts, each migrating it from version i
-to i + 1 (``PostgresStore`` applies them under an advisory
-lock and records each in ``migrations``), and the row-level security that confines a
-connection bound to a tenant (``?tenant=``).
+to i + 1 (``migrate`` applies them under an advisory lock and records each in
+``migrations``), and the row-level security that confines a connection bound to a
+tenant (``?tenant=``).
 
 ``meta`` holds the store-wide state every connection reads: the change and rowid
 counters, the store's id, the pinned embedder. What a tenant owns beside its records
@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from memlane.errors import StorageError
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import history_table, records_table
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "version"]
 
 
 def _tenant_policy(table: str) -> str:
@@ -158,6 +159,52 @@ MIGRATIONS = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def version(conn: Any, s: str) -> int:
+    """The version the schema ``s`` (quoted) is at; 0 before its first migration."""
+    if conn.execute("SELECT to_regclass(%s)", (f"{s}.migrations",)).fetchone() == (None,):
+        return 0
+    row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.migrations").fetchone()
+    return int(row[0])
+
+
+def migrate(conn: Any, s: str, name: str, tenant: bool, location: str) -> int:
+    """Brings the schema ``s`` (quoted; ``name`` unquoted) to ``SCHEMA_VERSION`` in one
+    transaction, under an advisory lock, so of several processes opening it one migrates
+    and the others wait and find it done; returns the version it was at. ``conn`` is an
+    autocommit connection of its own, which the caller closes (a failed migration's lock
+    goes with it).
+
+    The lock is the session's, taken before the transaction begins: a transaction that
+    waited for it inside would read the catalog as it was before the wait, and miss what
+    the holder made. Nothing is made that exists already, since CREATE ... IF NOT EXISTS
+    needs the right to create even then: a schema made for the owner beforehand is used,
+    and a role with only the grants of docs/postgres.md opens a store another migrates.
+    A connection bound to a tenant never migrates: it sees the rows its policy lets it
+    see, so a data migration run by it would miss the others' and still be done."""
+    key = (f"memlane:{name}",)
+    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", key)
+    with conn.transaction():
+        done = version(conn, s)
+        if done < SCHEMA_VERSION and tenant:
+            raise StorageError(
+                f"{location} has schema version {done} (this memlane uses {SCHEMA_VERSION}): "
+                "open it once without ?tenant=, as the tables' owner, to migrate it"
+            )
+        if done < SCHEMA_VERSION:
+            if conn.execute("SELECT to_regnamespace(%s)", (s,)).fetchone() == (None,):
+                conn.execute(f"CREATE SCHEMA {s}")
+            if not done:
+                conn.execute(
+                    f"CREATE TABLE {s}.migrations (version int PRIMARY KEY, "
+                    "applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+            for v in range(done + 1, SCHEMA_VERSION + 1):
+                conn.execute(MIGRATIONS[v - 1].format(s=s).encode())
+                conn.execute(f"INSERT INTO {s}.migrations (version) VALUES (%s)", (v,))
+    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", key)
+    return done
 
 
 # Which database a connection reached, beyond the store id in ``meta``, which a copy

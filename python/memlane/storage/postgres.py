@@ -4,7 +4,8 @@ Every table lives in one schema (``?schema=NAME`` in the URL, ``memlane`` by
 default), created and migrated by memlane: versioned scripts
 (``memlane.storage.pg_schema``) applied under an advisory lock, each recorded in
 ``migrations``, so concurrent first opens and reopens are safe. A connection bound to a
-tenant (``?tenant=``) is refused unless row-level security binds its role.
+tenant (``?tenant=``) is refused unless row-level security binds its role, and never
+migrates: the owner does.
 
 The change log is the same as the embedded store's (see
 ``memlane.storage.base``; its statements are
@@ -48,13 +49,9 @@ from memlane import coerce
 from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, shown
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row
+from memlane.storage import pg_schema
 from memlane.storage.dialect import Columns, ErrorKind, Rows
-from memlane.storage.pg_schema import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    database_identity,
-    same_database,
-)
+from memlane.storage.pg_schema import SCHEMA_VERSION, database_identity, same_database
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import TYPES, SQLStore
 
@@ -332,42 +329,19 @@ class PostgresStore(SQLStore):
             time.sleep(0.1 * 2**attempt)
         raise AssertionError  # pragma: no cover
 
-    def _version(self, conn: psycopg.Connection[Any]) -> int:
-        if conn.execute("SELECT to_regclass(%s)", (f"{self._s}.migrations",)).fetchone() == (None,):
-            return 0
-        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {self._s}.migrations")
-        return int(row.fetchone()[0])  # type: ignore[index]
-
     def _migrate(self) -> None:
-        s = self._s
         conn = self._connect()
         try:
             # Every open but the first finds the schema current: nothing to lock or
             # create, so a role that may not create schemas can open the store.
             with self._failing("cannot prepare the memlane schema"):
-                done = self._version(conn)
+                done = pg_schema.version(conn, self._s)
                 if self.target.tenant is not None:
                     self._check_bound(conn, done)
                 if done < SCHEMA_VERSION:
-                    with conn.transaction():
-                        conn.execute(
-                            "SELECT pg_advisory_xact_lock(hashtext(%s))",
-                            (f"memlane:{self.target.schema}",),
-                        )
-                        # CREATE SCHEMA IF NOT EXISTS needs the right to create one even
-                        # where it exists: a schema made for the owner beforehand is used.
-                        if conn.execute("SELECT to_regnamespace(%s)", (s,)).fetchone() == (None,):
-                            conn.execute(f"CREATE SCHEMA {s}")
-                        conn.execute(
-                            f"CREATE TABLE IF NOT EXISTS {s}.migrations (version int PRIMARY KEY, "
-                            "applied_at timestamptz NOT NULL DEFAULT now())"
-                        )
-                        done = self._version(conn)
-                        for version in range(done + 1, SCHEMA_VERSION + 1):
-                            conn.execute(MIGRATIONS[version - 1].format(s=s).encode())
-                            conn.execute(
-                                f"INSERT INTO {s}.migrations (version) VALUES (%s)", (version,)
-                            )
+                    tenant = self.target.tenant is not None
+                    pg_schema.migrate(conn, self._s, self.target.schema, tenant, self.location)
+                    done = pg_schema.version(conn, self._s)
         finally:
             conn.close()
         if done > SCHEMA_VERSION:
