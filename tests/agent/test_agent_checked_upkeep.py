@@ -18,7 +18,6 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
-from memlane._memory.sync import IndexSync
 from memlane.agent import SessionScope
 from memlane.agent.caps import evict
 from memlane.agent.consolidation import SHORT_TERM, add_short_term, consolidate
@@ -75,6 +74,24 @@ def test_a_consolidation_of_entries_consolidated_meanwhile_stores_nothing(
     (episode,) = _episodes(mem)
     assert episode.metadata["consolidated_from"] == ids[:3]
     assert [r.id for r in mem.list(SHORT_TERM, **SCOPE)] == ids[3:]
+
+
+def test_a_consolidation_of_an_entry_rewritten_meanwhile_stores_nothing(
+    make_store: StoreFactory,
+) -> None:
+    """An entry rewritten while the model summarised it (the summary never saw its new
+    text) is not deleted: nothing is stored, every entry stays, the new text too."""
+    mem = make_store("rewritten", WordHashEmbedder())
+    ids = _entries(mem, 3)
+    model = Model(SUMMARY, meanwhile=lambda: mem.update(ids[0], text="turn 0: wasps, not bees"))
+    report = consolidate(mem, model, scope=SCOPE, threshold=3, batch=3)
+    assert report.status == "skipped" and report.removed == [] and _episodes(mem) == []
+    assert "rewritten since it was read" in (report.error or "")
+    assert mem.get(ids[0]).text == "turn 0: wasps, not bees"
+    assert sorted(r.id for r in mem.list(SHORT_TERM, **SCOPE)) == sorted(ids)
+    # Read again, the entries consolidate.
+    report = consolidate(mem, Model(SUMMARY), scope=SCOPE, threshold=3, batch=3)
+    assert report.status == "consolidated" and sorted(report.removed) == sorted(ids)
 
 
 def test_a_consolidation_removes_its_entries_with_its_summary(make_store: StoreFactory) -> None:
@@ -193,22 +210,23 @@ def _facts(mem: Memory, fields: dict[str, str]) -> list[str]:
 def test_eviction_spares_a_memory_pinned_while_it_ran(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The lowest memory is pinned evergreen once the eviction read the records' rows."""
+    """The lowest memory is pinned evergreen once the eviction counted the records, before
+    its transaction began."""
     mem = make_store("pin", WordHashEmbedder())
     event = SessionScope("per-peer").resolve("telegram", 42, 7)
     ids = _facts(mem, event.fields)
-    rows = IndexSync.rows
+    db = mem._sync.db
+    transaction = db.transaction
     caller = threading.current_thread()
     done: list[int] = []
 
-    def pin_once(self: IndexSync, *args: Any, **kwargs: Any) -> Any:
-        out = rows(self, *args, **kwargs)
+    def pin_once() -> Any:
         if not done and threading.current_thread() is caller:
             done.append(1)
             mem.update(ids[0], evergreen=True)
-        return out
+        return transaction()
 
-    monkeypatch.setattr(IndexSync, "rows", pin_once)
+    monkeypatch.setattr(db, "transaction", pin_once)
     report = TurnReport()
     evict(mem, "memories", 10, event, report)
     assert done and mem.get(ids[0]).evergreen is True

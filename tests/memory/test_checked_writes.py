@@ -22,7 +22,6 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import ConflictError, InvalidArgumentError, Memory
-from memlane._memory.sync import IndexSync
 
 _names = itertools.count()
 SCOPE = {"user_id": "alice"}
@@ -92,10 +91,10 @@ def test_consume_of_a_record_gone_or_superseded_stores_nothing(make_store: Store
 @pytest.mark.parametrize(
     ("consume", "message"),
     [
-        ("abc", "consume takes a list of record ids, got str"),
-        (b"abc", "consume takes a list of record ids, got bytes"),
-        ({"a": 1}, "consume takes a list of record ids, got dict"),
-        (7, "consume takes a list of record ids, got int"),
+        ("abc", "consume takes a list of record ids or records, got str"),
+        (b"abc", "consume takes a list of record ids or records, got bytes"),
+        ({"a": 1}, "consume takes a list of record ids or records, got dict"),
+        (7, "consume takes a list of record ids or records, got int"),
         (["a", 7], r"consume\[1\] must be a str, got int"),
         (["a", " "], r"consume\[1\] must not be empty"),
         (["a\x00b"], r"consume\[0\] contains a NUL character"),
@@ -364,22 +363,22 @@ def test_evict_refuses_a_bad_cap(make_store: StoreFactory, cap: Any) -> None:
 def test_evict_spares_a_memory_pinned_while_it_ran(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pinned right after the eviction read the records' rows (on their first read):
-    it is not evicted; the next lowest goes instead."""
+    """Pinned after the eviction counted the records, before its transaction began: it is
+    not evicted; the next lowest goes instead."""
     mem = make_store("evict-pin", WordHashEmbedder())
     recs = [mem.add(f"fact {i}", importance=0.1 * (i + 1), **SCOPE) for i in range(4)]
-    rows = IndexSync.rows
+    db = mem._sync.db
+    transaction = db.transaction
     done: list[int] = []
     caller = threading.current_thread()
 
-    def pin_once(self: IndexSync, *args: Any, **kwargs: Any) -> Any:
-        out = rows(self, *args, **kwargs)
-        if not done and threading.current_thread() is caller:  # not maintenance's reads
+    def pin_once() -> Any:
+        if not done and threading.current_thread() is caller:  # not maintenance's writes
             done.append(1)
             mem.update(recs[0].id, evergreen=True)
-        return out
+        return transaction()
 
-    monkeypatch.setattr(IndexSync, "rows", pin_once)
+    monkeypatch.setattr(db, "transaction", pin_once)
     evicted = mem.evict(3, **SCOPE)
     assert done and [r.id for r in evicted] == [recs[1].id]
     assert mem.get(recs[0].id).evergreen is True

@@ -10,6 +10,7 @@ what it deletes: a record is judged as it is when it goes, on both backends.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,12 +30,14 @@ from memlane.schema import Row
 from memlane.storage import Store
 
 
-def _rank(chosen: tuple[int, MemoryRecord]) -> tuple[float, int, float, str]:
-    """The order eviction takes records in: the least important, then the least used,
-    then the longest unused (created or last read), then by id, so that two evictions
-    of one scope choose alike."""
-    rec = chosen[1]
-    return (rec.importance, rec.access_count, max(rec.created_at, rec.last_accessed_at), rec.id)
+def _rank(rowid: int, rec: MemoryRecord) -> tuple[float, int, float, float, int]:
+    """The order eviction takes records in: the least important (in single precision, as
+    the engine holds it), then the least used, then the longest unused (created or last
+    read), then the oldest, then the first stored, so that two evictions of one scope
+    choose alike. The last two are the engine's own tie-break (``ids_where``), which
+    ``Deleting._lowest`` ranks by."""
+    unused = max(rec.created_at, rec.last_accessed_at)
+    return (float(np.float32(rec.importance)), rec.access_count, unused, rec.created_at, rowid)
 
 
 class Deleting:
@@ -50,64 +53,54 @@ class Deleting:
         """Deletes the records of ``ids`` that exist, in one transaction (one change);
         returns the rows it deleted, by id (another process may have deleted some
         first: they are not reported as deleted here)."""
-        sync = self.sync
-        with sync.writing(), sync.lock:
-            sync.check_open()
-            found: dict[str, Row] = {}
-            for record_id in dict.fromkeys(ids):
-                row = self.db.row_by_id(record_id)
-                if row is not None:
-                    found[record_id] = row
-            if found:
-                deleted = self.delete_rowids([row.rowid for row in found.values()])
-                found = {i: row for i, row in found.items() if row.rowid in deleted}
-            for record_id in found:
-                self.window.forget(record_id)
+        db, wanted = self.db, list(dict.fromkeys(ids))
+        found: dict[str, Row] = {}
+
+        def choose(conn: Any) -> list[int]:
+            # Resolved in the transaction: another process may have replaced a record
+            # under the same id meanwhile (add_many consuming it), and its row goes.
+            found.update(db.rows_for_write(conn, wanted, embedding=False))
+            return [row.rowid for row in found.values()]
+
+        with self.sync.writing(), self.sync.lock:
+            self.sync.check_open()
+            deleted = self._delete_chosen(lambda: bool(db.existing_ids(wanted)), choose, None)
+            found = {i: row for i, row in found.items() if row.rowid in deleted}
+            self.window.forget(found)
         return found
 
     def delete_where(self, admits: Admits) -> int:
         """Deletes every record ``admits`` admits, in one transaction; returns how many."""
-        sync = self.sync
+        engine = self.sync.engine
 
-        def choose() -> list[int]:
-            return [int(x) for x in sync.engine.ids_where(admits)]
+        def choose(conn: Any) -> list[int]:
+            return [int(x) for x in engine.ids_where(admits)]
 
-        with sync.writing(), sync.lock:
-            sync.check_open()
-            return len(self._delete_chosen(choose, None))
+        with self.sync.writing(), self.sync.lock:
+            self.sync.check_open()
+            return len(self._delete_chosen(lambda: engine.count(admits) > 0, choose, None))
 
-    def delete_rowids(self, rowids: list[int], actor: str | None = None) -> set[int]:
-        """One transaction deleting ``rowids`` (write lock held); returns those deleted:
-        the rows of ids a caller named, whatever their state."""
-        sync, db = self.sync, self.db
-        doomed = self.events.doomed(sync, rowids)
-        with db.transaction() as conn:
-            seq = db.next_seq(conn)
-            self.access.drop(rowids)
-            self.access.flush(db, conn, seq)
-            deleted = db.delete(conn, rowids, seq, actor)
-        sync.engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)
-        sync.committed(seq, len(rowids))
-        self.events.deleted(doomed, deleted, actor)
-        return deleted
-
-    def _delete_chosen(self, choose: Callable[[], list[int]], actor: str | None) -> set[int]:
+    def _delete_chosen(
+        self, present: Callable[[], bool], choose: Callable[[Any], list[int]], actor: str | None
+    ) -> set[int]:
         """Deletes the rowids ``choose`` selects (write lock held), selected inside the
-        delete's transaction once every other writer's commit is applied; returns those
-        deleted.
+        delete's transaction (``conn``) once every other writer's commit is applied;
+        returns those deleted.
 
-        ``choose`` runs once before the transaction too: when it selects nothing then,
-        nothing is written (the delete took effect at that instant), which spares a
-        change, and its fsync, to every call that finds nothing to delete."""
+        ``present`` looks first, before the transaction, whether there may be anything
+        to delete: when not, nothing is written (the delete took effect at that
+        instant), which spares a change, and its fsync, to every call that finds
+        nothing. It is cheap (a count, an indexed look): the selection itself, which may
+        read rows, is made once, in the transaction."""
         sync, db = self.sync, self.db
         sync.follow()
-        if not choose():
+        if not present():
             return set()
         with db.transaction() as conn:
             seq = db.next_seq(conn)
             # Writers commit one at a time (seq): what others committed is applied now.
             sync.follow()
-            rowids = choose()
+            rowids = choose(conn)
             doomed = self.events.doomed(sync, rowids)
             self.access.drop(rowids)
             self.access.flush(db, conn, seq)
@@ -158,7 +151,7 @@ class Deleting:
         sync = self.sync
         doomed: list[MemoryRecord] = []
 
-        def choose() -> list[int]:
+        def choose(conn: Any = None) -> list[int]:
             rowids = [int(x) for x in sync.engine.ids_where(admits, order="asc")]
             rows = sync.rows(rowids)
             doomed[:] = [record(rows[r], self.access.get(rows[r])) for r in rowids if r in rows]
@@ -170,9 +163,8 @@ class Deleting:
                 sync.follow()
                 choose()
                 return doomed
-            self._delete_chosen(choose, "prune")
-            for rec in doomed:
-                self.window.forget(rec.id)
+            self._delete_chosen(lambda: sync.engine.count(admits) > 0, choose, "prune")
+            self.window.forget(rec.id for rec in doomed)
         return doomed
 
     def evict(
@@ -190,29 +182,116 @@ class Deleting:
         if filters is not None:
             conds.append(filters)
         counted = Admits({"$and": conds}, table=table, scope=scope)
-        candidates = Admits({"$and": [*conds, {"evergreen": False}]}, table=table, scope=scope)
-        sync = self.sync
+        conds.append({"evergreen": False})
+        candidates = Admits({"$and": conds}, table=table, scope=scope)
+        engine = self.sync.engine
         chosen: list[tuple[int, MemoryRecord]] = []
 
-        def choose() -> list[int]:
-            expire_at = time.time() if sync.expiring else None  # an expired record is gone
-            over = int(sync.engine.count(counted, expire_at=expire_at)) - limit
+        def over(expire_at: float | None) -> int:
+            return int(engine.count(counted, expire_at=expire_at)) - limit
+
+        def present() -> bool:  # counts alone: the ranking is made in the transaction
+            expire_at = self._expire_at()
+            return over(expire_at) > 0 and engine.count(candidates, expire_at=expire_at) > 0
+
+        def choose(conn: Any) -> list[int]:
+            expire_at = self._expire_at()
             chosen.clear()
-            if over <= 0:
-                return []
-            rowids = [int(x) for x in sync.engine.ids_where(candidates, expire_at=expire_at)]
-            rows = sync.rows(rowids)
-            ranked = ((r, record(rows[r], self.access.get(rows[r]))) for r in rowids if r in rows)
-            chosen.extend(sorted(ranked, key=_rank)[:over])
+            excess = over(expire_at)
+            if excess > 0:
+                rows = self._lowest(conds, table, scope, excess, expire_at)
+                ranked = ((r, record(row, self.access.get(row))) for r, row in rows.items())
+                chosen.extend(sorted(ranked, key=lambda c: _rank(*c)))
             return [r for r, _ in chosen]
 
-        with sync.writing(), sync.lock:
-            sync.check_open()
-            deleted = self._delete_chosen(choose, "evict")
+        with self.sync.writing(), self.sync.lock:
+            self.sync.check_open()
+            deleted = self._delete_chosen(present, choose, "evict")
             evicted = [rec for rowid, rec in chosen if rowid in deleted]
-            for rec in evicted:
-                self.window.forget(rec.id)
+            self.window.forget(rec.id for rec in evicted)
         return evicted
+
+    def _expire_at(self) -> float | None:
+        """The time the records expired by are gone at (None: none expires)."""
+        return time.time() if self.sync.expiring else None
+
+    def _lowest(
+        self,
+        conds: list[Mapping[str, Any]],
+        table: str | None,
+        scope: dict[str, str],
+        k: int,
+        expire_at: float | None,
+    ) -> dict[int, Row]:
+        """The rows of the ``k`` records ranked lowest (``_rank``) of those ``conds``
+        admits in ``table`` and ``scope``, by rowid.
+
+        The engine ranks them a column at a time (``ids_where``'s orders, each one pass
+        over its columns): the records below the ``k``-th lowest's importance all go,
+        the rest come from those of its importance, and so on with the accesses and the
+        time unused; rows are read for those chosen and one per column, never for every
+        record admitted (a scope of thousands over its cap by one)."""
+        engine, sync = self.sync.engine, self.sync
+        read: dict[int, Row] = {}
+
+        def ids(more: list[Mapping[str, Any]], sort: str, limit: int | None = None) -> list[int]:
+            admits = Admits({"$and": [*conds, *more]}, table=table, scope=scope)
+            page = {} if limit is None else {"limit": limit}
+            found = engine.ids_where(admits, order="asc", sort=sort, expire_at=expire_at, **page)
+            return [int(x) for x in found]
+
+        def fetch(rowids: list[int]) -> None:
+            missing = [r for r in rowids if r not in read]
+            if missing:
+                read.update(sync.rows(missing))
+
+        def rec(rowid: int) -> MemoryRecord:
+            fetch([rowid])
+            return record(read[rowid], self.access.get(read[rowid]))
+
+        def pick() -> list[int]:
+            chosen: list[int] = []
+            tier: list[Mapping[str, Any]] = []
+            need = k
+            for field in ("importance", "access_count"):
+                first = ids(tier, field, need)
+                if len(first) < need:  # fewer left than wanted: all go
+                    return chosen + first
+                bound = getattr(rec(first[-1]), field)
+                below = ids([*tier, {field: {"$lt": bound}}], field)
+                chosen += below
+                need -= len(below)
+                tier.append({field: bound})
+            first = ids(tier, "last_accessed_at", need)
+            fetch(first)
+            if len(first) < need:
+                return chosen + first
+            # The need-th lowest time unused is at most the latest of these: the records
+            # unused since before it all go, then those of that time in the engine's order.
+            at = max(max(r.created_at, r.last_accessed_at) for r in map(rec, first))
+            earlier = [*tier, {"created_at": {"$lt": at}}, {"last_accessed_at": {"$lt": at}}]
+            before = ids(earlier, "created_at")
+            if len(before) < need:
+                then = [{"created_at": at, "last_accessed_at": {"$lte": at}}]
+                then.append({"last_accessed_at": at, "created_at": {"$lte": at}})
+                return (
+                    chosen + before + ids([*tier, {"$or": then}], "created_at", need - len(before))
+                )
+            # Only records last read before they were created (imported so) come before
+            # these out of the engine's order: ranked here from their rows.
+            fetch(before)
+            return chosen + heapq.nsmallest(need, before, key=lambda r: _rank(r, rec(r)))
+
+        chosen = list(dict.fromkeys(pick()))[:k]
+        if len(chosen) < k:
+            # A search in another thread recorded an access between two of the engine's
+            # passes, moving a record out of the tier it was looked for in: the rest are
+            # taken by importance alone (rare, and the cap still holds).
+            taken = set(chosen)
+            more = [r for r in ids([], "importance", k + len(chosen)) if r not in taken]
+            chosen += more[: k - len(chosen)]
+        fetch(chosen)
+        return {r: read[r] for r in chosen if r in read}
 
     def expire(self, now: float) -> int:
         """Deletes the records expired at ``now`` (their last version stays in the
@@ -223,7 +302,7 @@ class Deleting:
         total = 0
         batch: list[int] = []
 
-        def choose() -> list[int]:
+        def choose(conn: Any = None) -> list[int]:
             # Read in the transaction: an expiry another process moved on meanwhile (a
             # TTL refreshed by a write) keeps its record.
             batch[:] = self.db.expired(now)
@@ -232,6 +311,6 @@ class Deleting:
         while True:
             with sync.writing(), sync.lock:
                 sync.check_open()
-                total += len(self._delete_chosen(choose, "expire"))
+                total += len(self._delete_chosen(lambda: bool(choose()), choose, "expire"))
             if len(batch) < 1000:
                 return total

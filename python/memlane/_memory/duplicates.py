@@ -23,7 +23,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -96,6 +96,9 @@ class DedupWindow:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._entries: dict[str, tuple[str, float]] = {}
+        # Each record's keys, so that forgetting records costs their keys alone (a
+        # consolidation forgets its every entry under the write lock).
+        self._keys: dict[str, set[str]] = {}
         self._times: list[tuple[float, str]] = []  # a heap of (at, key); stale pairs skipped
         self._latest = -math.inf
         self._lock = threading.Lock()
@@ -103,6 +106,9 @@ class DedupWindow:
     def _expire(self, now: float) -> None:
         if self._latest > now:  # the clock stepped back: what it stamped ahead goes
             self._entries = {k: v for k, v in self._entries.items() if v[1] <= now}
+            self._keys = {}
+            for k, (rid, _) in self._entries.items():
+                self._keys.setdefault(rid, set()).add(k)
             self._times = [(at, k) for k, (_, at) in self._entries.items()]
             heapq.heapify(self._times)
             self._latest = max((at for at, _ in self._times), default=-math.inf)
@@ -112,6 +118,14 @@ class DedupWindow:
             entry = self._entries.get(key)
             if entry is not None and entry[1] == at:
                 del self._entries[key]
+                self._unlink(entry[0], key)
+
+    def _unlink(self, record_id: str, key: str) -> None:
+        keys = self._keys.get(record_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._keys[record_id]
 
     def find(self, keys: list[str], now: float | None = None) -> str | None:
         """The id of a record remembered under any of ``keys`` within the window."""
@@ -132,14 +146,20 @@ class DedupWindow:
         at = time.time() if at is None else at
         with self._lock:
             for key in keys:
+                old = self._entries.get(key)
+                if old is not None and old[0] != record_id:
+                    self._unlink(old[0], key)
                 self._entries[key] = (record_id, at)
+                self._keys.setdefault(record_id, set()).add(key)
                 heapq.heappush(self._times, (at, key))
             self._latest = max(self._latest, at)
 
-    def forget(self, record_id: str) -> None:
+    def forget(self, record_ids: Iterable[str]) -> None:
+        """Drops the keys of ``record_ids`` (deleted records), each record's keys alone."""
         with self._lock:
-            for key in [k for k, (rid, _) in self._entries.items() if rid == record_id]:
-                del self._entries[key]
+            for record_id in record_ids:
+                for key in self._keys.pop(record_id, ()):
+                    del self._entries[key]
 
 
 @dataclass(slots=True)
@@ -222,7 +242,7 @@ def decide(
         seen = window.find(wkeys, now)
         if seen is not None and not visible(db.row_by_id(seen), now):
             # Deleted in bulk (delete_all, prune) after the window saw it, or expired.
-            window.forget(seen)
+            window.forget([seen])
             seen = None
         found: Target | None = seen
         if found is None:

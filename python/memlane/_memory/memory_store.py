@@ -145,7 +145,7 @@ class MemoryStore(Listing):
         items: Iterable[Mapping[str, Any]],
         *,
         progress: bool = False,
-        consume: Sequence[str] = (),
+        consume: Sequence[str | MemoryRecord] = (),
     ) -> list[MemoryRecord]:
         """Stores many memories in one transaction with one embedding batch.
 
@@ -154,16 +154,22 @@ class MemoryStore(Listing):
         ``progress=True`` shows a progress bar (tqdm, on stderr) while the texts are
         embedded, the long part of a large load.
 
-        ``consume`` lists ids of records the items take the place of (the entries a
-        summary sums up): they are deleted in the same transaction, and each must still
-        be stored and current when it commits, so of two writers turning the same
-        records into new ones, one stores and the other stores nothing.
+        ``consume`` lists the records the items take the place of (the entries a
+        summary sums up), by id or as the records read (``list``, ``get``): they are
+        deleted in the same transaction, and each must still be stored and current when
+        it commits, so of two writers turning the same records into new ones, one stores
+        and the other stores nothing. A record given must also still be the version
+        read (its ``updated_at``): one rewritten meanwhile (``update``), whose new text
+        the items never saw, is not deleted. A record not stored at all is refused
+        before the items are embedded.
 
         Raises:
             ConflictError: when a record of ``consume`` is no longer stored (another
-                writer deleted it, or it never was) or was superseded; nothing is stored.
-            InvalidArgumentError: for a bad item, ``consume`` not a list of ids, or an
-                item found a duplicate of a record it consumes; nothing is stored.
+                writer deleted it, or it never was), was superseded, or (given as a
+                record) was rewritten since it was read; nothing is stored.
+            InvalidArgumentError: for a bad item, ``consume`` not a list of ids and
+                records, or an item found a duplicate of a record it consumes; nothing
+                is stored.
         """
         records: list[MemoryRecord] = self._writer.add(items, progress=progress, consume=consume)
         return records
@@ -273,7 +279,8 @@ class MemoryStore(Listing):
         returns them, the lowest first.
 
         The rank: the least important first, then the fewest accesses, then the
-        longest unused (the later of creation and last access), then by id. Evergreen
+        longest unused (the later of creation and last access), then the oldest, then
+        the first stored. Evergreen
         records are never evicted, so they may keep the count above ``cap``;
         superseded versions (a fact's history) neither count nor are evicted.
         ``table=None`` counts every table together.

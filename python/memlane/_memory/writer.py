@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
@@ -40,6 +41,8 @@ from memlane.storage import Store
 
 # What a superseding record takes from the one it closes, unless given.
 _INHERITED = ("table", "type", *SCOPE_FIELDS, "importance", "evergreen", "metadata")
+# No record consumed.
+_NONE: Mapping[str, float | None] = MappingProxyType({})
 # Batches at least this large are analysed by the engine while the database writes them.
 _OVERLAP_MIN = 256
 
@@ -54,7 +57,7 @@ class Replacing:
 def _current_for_write(db: Store, conn: Any, record_id: str, change: str) -> Row:
     """The row ``change`` rewrites, read inside its transaction: another writer may have
     deleted or superseded it since the change first read it (``ConflictError``)."""
-    row = db.row_for_write(conn, record_id)
+    row = db.rows_for_write(conn, [record_id]).get(record_id)
     if row is None:
         raise ConflictError(
             f"memory {record_id!r} was deleted by another writer while this {change} ran; "
@@ -78,35 +81,63 @@ def _check_current(row: Row, change: str = "supersede") -> None:
         )
 
 
-def _consumed(consume: object) -> tuple[str, ...]:
-    """``add_many``'s ``consume``, checked before anything is embedded or stored: ids,
-    each once."""
+def _consumed(consume: object) -> dict[str, float | None]:
+    """``add_many``'s ``consume``, checked before anything is embedded or stored: each
+    record's id, with the version it must still be (a record given: its ``updated_at``,
+    which every rewrite changes and an access count's flush does not), or None (an id
+    given: any current version)."""
     if isinstance(consume, str | bytes | Mapping) or not isinstance(consume, Iterable):
         raise InvalidArgumentError(
-            f"consume takes a list of record ids, got {type(consume).__name__}"
+            f"consume takes a list of record ids or records, got {type(consume).__name__}"
         )
-    return tuple(dict.fromkeys(coerce.text(i, f"consume[{k}]") for k, i in enumerate(consume)))
+    out: dict[str, float | None] = {}
+    for k, item in enumerate(consume):
+        version: float | None = None
+        if isinstance(item, MemoryRecord):
+            record_id = coerce.text(item.id, f"consume[{k}].id")
+            version = coerce.timestamp(item.updated_at, f"consume[{k}].updated_at")
+        else:
+            record_id = coerce.text(item, f"consume[{k}]")
+        seen = out.setdefault(record_id, version)
+        if version is not None and seen != version:
+            if seen is not None:
+                raise InvalidArgumentError(
+                    f"consume names two versions of {record_id!r} (updated_at {seen} and "
+                    f"{version}); nothing was stored"
+                )
+            out[record_id] = version
+    return out
 
 
-def _consumed_row(db: Store, conn: Any, record_id: str, now: float) -> Row:
-    """The row of ``record_id``, which ``add_many`` deletes, read inside its transaction:
-    it must be stored and current then, or the items are not stored (``ConflictError``)."""
-    row = db.row_for_write(conn, record_id)
-    if not visible(row, now):
-        raise ConflictError(
-            f"memory {record_id!r}, which this add_many consumes, is not stored (another "
-            "writer deleted it, or it never was); nothing was stored"
-        )
-    if row.valid_to is not None:
-        raise ConflictError(
-            f"memory {record_id!r}, which this add_many consumes, was superseded (valid_to "
-            f"{row.valid_to}); nothing was stored"
-        )
-    return row
+def _consumed_rows(
+    db: Store, conn: Any, consumed: Mapping[str, float | None], now: float
+) -> list[int]:
+    """The rowids of the records ``add_many`` deletes, read in one go inside its
+    transaction: each must be stored, current and (where given) the version given then,
+    or the items are not stored (``ConflictError``)."""
+    rows = db.rows_for_write(conn, list(consumed), embedding=False)
+    for record_id, version in consumed.items():
+        row = rows.get(record_id)
+        if not visible(row, now):
+            raise ConflictError(
+                f"memory {record_id!r}, which this add_many consumes, is not stored (another "
+                "writer deleted it, or it never was); nothing was stored"
+            )
+        if row.valid_to is not None:
+            raise ConflictError(
+                f"memory {record_id!r}, which this add_many consumes, was superseded "
+                f"(valid_to {row.valid_to}); nothing was stored"
+            )
+        if version is not None and row.updated_at != version:
+            raise ConflictError(
+                f"memory {record_id!r}, which this add_many consumes, was rewritten since it "
+                f"was read (updated_at {row.updated_at}, not {version}); nothing was stored"
+            )
+    return [rows[i].rowid for i in consumed]
 
 
 def _check_not_consumed(
-    news: list[NewRecord], decision: duplicates.Decision, consumed: tuple[str, ...]
+    news: list[NewRecord], decision: duplicates.Decision, consumed: Mapping[str, float | None]
 ) -> None:
     """Refuses an item found a duplicate of a record the same ``add_many`` deletes: it
     would be left unstored, or stored naming a record gone at once."""
@@ -163,8 +194,9 @@ class Writer(Deleting):
     ) -> Any:
         """``add_many``'s records; with ``replacing``, also deletes its matches in the same
         transaction and returns (deleted, records). ``progress``: a bar on stderr while it
-        embeds. ``consume``: ids of records deleted in the same transaction, each of which
-        must be stored and current then (``ConflictError``)."""
+        embeds. ``consume``: ids or records of records deleted in the same transaction,
+        each of which must be stored and current then, and a record given still that
+        version (``ConflictError``)."""
         if progress is not True and progress is not False:
             progress = coerce.flag(progress, "progress")
         consumed = _consumed(consume)
@@ -173,10 +205,24 @@ class Writer(Deleting):
             with self.sync.writing():
                 self.sync.check_open()
                 news = self._validate(items, importing)
+                self._check_consumed_stored(consumed)
                 return self._add(news, importing, replacing, bars=bars, consumed=consumed)
         finally:
             for bar in bars or ():
                 bar.close()
+
+    def _check_consumed_stored(self, consumed: Mapping[str, float | None]) -> None:
+        """Refuses, before anything is embedded, a consume of a record not stored now:
+        one query, and its state is checked again, authoritatively, in the transaction."""
+        if not consumed:
+            return
+        stored = self.db.existing_ids(list(consumed))
+        gone = [i for i in consumed if i not in stored]
+        if gone:
+            raise ConflictError(
+                f"memory {gone[0]!r}, which this add_many consumes, is not stored (another "
+                "writer deleted it, or it never was); nothing was stored"
+            )
 
     def add_record(self, new: NewRecord) -> MemoryRecord:
         """``add``'s one record, built by ``encoding.new_record`` from its arguments."""
@@ -206,10 +252,11 @@ class Writer(Deleting):
         replacing: Replacing | None,
         single: bool = False,
         bars: list[Any] | None = None,
-        consumed: tuple[str, ...] = (),
+        consumed: Mapping[str, float | None] = _NONE,
     ) -> Any:
         """Stores validated records; ``single``: the one record of ``add`` (its errors
-        name no position); ``consumed``: ids deleted in the same transaction."""
+        name no position); ``consumed``: records deleted in the same transaction (see
+        ``_consumed``)."""
         sync = self.sync
         now = time.time()
         if replacing is not None and any(n.dedup for n in news):
@@ -333,12 +380,13 @@ class Writer(Deleting):
         news: list[NewRecord],
         recent: list[tuple[str, str, float]],
         replacing: Replacing | None = None,
-        consumed: tuple[str, ...] = (),
+        consumed: Mapping[str, float | None] = _NONE,
     ) -> int:
         """Commits and indexes new records (write lock held). With ``replacing``, the
         records its filter admits are deleted in the same transaction, found there after
         every other writer's commit is applied, so none added meanwhile survives; with
-        ``consumed``, the records of those ids, each stored and current then or nothing
+        ``consumed``, the records of those ids, each stored, current and the version given
+        then or nothing
         is stored (``ConflictError``). Returns how many were deleted."""
         sync, db = self.sync, self.db
         base = db.reserve_rowids(len(news)) if news else 0
@@ -375,7 +423,7 @@ class Writer(Deleting):
                 if replacing is not None:
                     gone = [int(x) for x in sync.engine.ids_where(replacing.admits)]
                 now = time.time()
-                gone += [_consumed_row(db, conn, i, now).rowid for i in consumed]
+                gone += _consumed_rows(db, conn, consumed, now) if consumed else []
                 gone = list(dict.fromkeys(gone))
                 self._check_ids(news, gone)
             doomed = self.events.doomed(sync, gone)
@@ -393,8 +441,7 @@ class Writer(Deleting):
             sync.engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
         sync.engine.apply(prepared)
         sync.committed(seq, len(news) + len(gone))
-        for record_id in consumed:
-            self.window.forget(record_id)
+        self.window.forget(consumed)
         self.events.deleted(doomed, set(gone), actor)
         self.events.added(rows)
         return len(gone)

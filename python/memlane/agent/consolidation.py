@@ -10,8 +10,9 @@ OrcBot's, ``reason``: ``"threshold"`` when the scope held ``threshold`` entries,
 each entry's ``metadata["messageType"]``, ``"text"`` when it has none) and
 stores each fact as a semantic memory, and removes the source entries, all in one
 transaction (``add_many(..., consume=)``): an LLM error or an unparsable answer loses
-nothing and is reported, and of two consolidations of the same entries at once (two
-agents of one owner) one stores and the other stores nothing.
+nothing and is reported, of two consolidations of the same entries at once (two
+agents of one owner) one stores and the other stores nothing, and an entry rewritten
+while the model answered (its new text unsummarised) makes it store nothing.
 
 The defaults are OrcBot's per-contact consolidation (its ``interactionBatchSize``): a
 scope (a contact's memory) is summarised 12 entries at a time once it holds 12, so an
@@ -67,8 +68,8 @@ class ConsolidationReport:
     """What [`consolidate`][memlane.consolidate] did.
 
     ``status`` is ``"skipped"`` (below the threshold; or, ``error`` saying so, its
-    entries were consolidated or removed by another writer while the model answered:
-    nothing was stored), ``"consolidated"`` or ``"failed"`` (``error`` says why; nothing
+    entries were consolidated, rewritten or removed by another writer while the model
+    answered: nothing was stored), ``"consolidated"`` or ``"failed"`` (``error`` says why; nothing
     was removed).
     """
 
@@ -274,9 +275,10 @@ def _store(
     ]
     try:
         # One transaction: the summary and facts stored, their sources gone, or nothing.
-        stored = mem.add_many(items, consume=source_ids)
+        # The entries as shown to the model: one rewritten since is not summarised.
+        stored = mem.add_many(items, consume=entries)
     except ConflictError as e:  # another consolidation (or complete_action) came first
-        why = f"its entries were consolidated or removed meanwhile: {e}"
+        why = f"its entries were consolidated or removed meanwhile, or rewritten: {e}"
         return ConsolidationReport("skipped", pending, error=why, raw=raw)
     except MemlaneError as e:
         return ConsolidationReport("failed", pending, error=f"{type(e).__name__}: {e}", raw=raw)

@@ -105,8 +105,11 @@ class Store(Protocol):
         still have that ``seq`` (and are current, where asked), else ConflictError."""
         ...
 
-    def row_for_write(self, conn: Any, record_id: str) -> Row | None:
-        """A record's row (with its vector) as the write transaction sees it, locked."""
+    def rows_for_write(
+        self, conn: Any, ids: Sequence[str], embedding: bool = True
+    ) -> dict[str, Row]:
+        """The rows of ``ids`` that exist, by id, as the write transaction sees them,
+        locked."""
         ...
 
     def delete(

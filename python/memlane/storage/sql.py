@@ -177,16 +177,20 @@ class SQLStore(Dialect):
             if self._cache is not None:
                 self._cache.invalidate([r.rowid], r.seq)
 
-    def row_for_write(self, conn: Any, record_id: str) -> Row | None:
-        """The row of ``record_id`` (with its vector) as the write transaction ``conn``
-        sees it, locked until the commit where the database locks rows: the state every
-        change checks, inside its own transaction."""
-        cols = self._columns(True)
-        where, params = next(self._any("id", self._id_forms([record_id]), "text"))
+    def rows_for_write(
+        self, conn: Any, ids: Sequence[str], embedding: bool = True
+    ) -> dict[str, Row]:
+        """The rows of ``ids`` that exist, by id, as the write transaction ``conn`` sees
+        them, locked until the commit where the database locks rows: the state every
+        change checks, inside its own transaction. The tenant's own form of an id (the
+        longer) is taken before one another connection wrote."""
+        q = f"SELECT {self._columns(embedding)} FROM {self._p}records WHERE "
         order = "" if self._id_prefix is None else " ORDER BY length(id) DESC"
-        q = self._q(f"SELECT {cols} FROM {self._p}records WHERE {where}{order}{self._FOR_UPDATE}")
-        rows = self._rows(conn, q, params)
-        return rows[0] if rows else None
+        found: dict[str, Row] = {}
+        for where, params in self._any("id", self._id_forms(ids), "text"):
+            for row in self._rows(conn, self._q(q + where + order + self._FOR_UPDATE), params):
+                found.setdefault(row.id, row)
+        return found
 
     def record_history(
         self,
