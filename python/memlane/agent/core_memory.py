@@ -13,7 +13,9 @@ block per label and another scope's blocks are never read: an agent's (or a
 user's) blocks are exactly those of its scope. That id can be computed by anyone:
 a record held under it that is not a core block of the scope with that label
 (another scope's, added there first) is never taken for the block, which is then
-defined under a fresh id and found by its scope and label. Unlike retrieved memories,
+defined under the next of its spare ids (``<id>-1`` to ``<id>-8``, in order, so that
+agents defining it at once still make one block; ``derived_ids``) and found by its
+scope and label. Unlike retrieved memories,
 blocks are not searched for: ``AgentMemory`` puts all of
 them in every system prompt (``core_memory=``), and the model edits them with
 the ``core_memory_append`` and ``core_memory_replace`` tools.
@@ -52,7 +54,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, edits
-from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError, shown
+from memlane.agent.derived_ids import add_derived, find_derived
+from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.records import SCOPE_FIELDS
 from memlane.scoping import exact_scope
 
@@ -320,12 +323,13 @@ class CoreMemory:
             if latest is not None:
                 return latest
         # The index may not show yet what another process just wrote: the database decides.
-        # A block defined under a fresh id (its own was taken) is found by the listing only.
-        try:
-            found = self._mine(self.memory.get(self._id(label)), label)
-        except UnknownIdError:
+        return find_derived(self.memory, self._id(label), lambda rec: self._latest(rec, label))
+
+    def _latest(self, rec: MemoryRecord, label: str) -> MemoryRecord | None:
+        """The current version of ``rec`` if ``rec`` is a version of block ``label``."""
+        if self._mine(rec, label) is None:
             return None
-        return None if found is None else self._mine(edits.latest(self.memory, found), label)
+        return self._mine(edits.latest(self.memory, rec), label)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -391,7 +395,9 @@ class CoreMemory:
         shared, as ``shared=`` does.
 
         Raises [`CoreMemoryLimitError`][memlane.agent.CoreMemoryLimitError] if the value
-        (new or kept) is over ``limit``.
+        (new or kept) is over ``limit``, and
+        [`InvalidArgumentError`][memlane.errors.InvalidArgumentError] if a new block's ids
+        are all held by records that are not it (see the module docs).
         """
         self.check(label, limit)
         if isinstance(limit, Shared):
@@ -400,14 +406,10 @@ class CoreMemory:
         _text(value, "value")
         if description is not None:
             _text(description, "description")
-        taken = False  # whether a record that is not this block holds its id
-        for _ in range(edits.ATTEMPTS):
-            rec = self._record(label)
-            if rec is not None:
-                break
+        rec = self._record(label)
+        if rec is None:
             if len(value) > limit:
                 raise CoreMemoryLimitError(label, limit, len(value), len(value))
-            rid = self._id(label)
             scope = self._where(label)[0]
             meta = {
                 "label": label,
@@ -415,27 +417,21 @@ class CoreMemory:
                 "description": description or "",
                 "defined_at": time.time(),
             }
-            try:
-                rec = self.memory.add(
-                    f"{label}: {value}",
-                    table=self.table,
-                    type=_TYPE,
-                    metadata=meta,
-                    evergreen=True,
-                    id=None if taken else rid,
-                    **scope,
-                )
-            except MemlaneError:
-                if self._record(label) is None:
-                    if taken or rid not in self.memory:
-                        raise
-                    # Another scope's record, or a version left by a delete: the block
-                    # takes a fresh id, and is found by its scope and label.
-                    taken = True
-                continue  # else another agent defined it first: theirs is kept
-            return self._block(rec)
-        else:
-            raise ConflictError(f"core memory block {label!r} kept being defined and deleted")
+
+            def add(rid: str) -> MemoryRecord:
+                block: dict[str, Any] = {"table": self.table, "type": _TYPE, "evergreen": True}
+                return self.memory.add(f"{label}: {value}", metadata=meta, **block, id=rid, **scope)
+
+            rec, new = add_derived(
+                self.memory,
+                self._id(label),
+                add,
+                lambda found: self._latest(found, label),
+                f"core memory block {label!r}",
+            )
+            if new:
+                return self._block(rec)
+            # else another agent defined it first: theirs is kept, with this limit
 
         def change(rec: MemoryRecord) -> tuple[str, dict[str, Any] | None] | None:
             block = self._block(rec)

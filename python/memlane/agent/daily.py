@@ -7,7 +7,12 @@ table, in the room's history scope, under an id derived from that scope and the 
 a day has one log however many writers (agents, processes) take the room's first turn
 of the next day at once: the store refuses the second, which takes the day as logged.
 (The id can be computed by anyone: held by a record that is not that log, another
-scope's, it is not taken for the log, which is then stored under a fresh id.) The log
+scope's, it is not taken for the log, which is then stored under the next of its spare
+ids, ``derived_ids.derived_ids``, tried in order so that it is still stored once. With
+all of them held, the day's log is refused, reported in ``TurnReport.failures``, and
+tried again the next day.) A room's logs, entries and messages are exactly those of its
+history scope: not those of a narrower scope (another namespace's), nor another agent's
+in the same room when this one has no ``agent_id``. The log
 has ``metadata["date"]`` (ISO ``YYYY-MM-DD``),
 ``created_at`` at the start of that day, ``metadata["messages"]`` (the day's message
 count) and ``metadata["method"]``:
@@ -52,10 +57,11 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
 from memlane.agent.callers import Caller
+from memlane.agent.derived_ids import add_derived
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.errors import InvalidArgumentError, UnknownIdError, shown
+from memlane.errors import InvalidArgumentError, shown
 from memlane.scoping import EventScope, exact_scope
 
 if TYPE_CHECKING:
@@ -130,9 +136,10 @@ def _zone(tz: object, label: str) -> tzinfo:
 
 
 def recent_logs(mem: Memory, scope: Mapping[str, str], days: int) -> list[MemoryRecord]:
-    """The newest ``days`` daily logs in ``scope`` (a room's history scope), newest first."""
-    fields: dict[str, Any] = dict(scope)
-    return mem.list(DAILY, limit=days, **fields)
+    """The newest ``days`` daily logs and entries of exactly ``scope`` (a room's history
+    scope), newest first."""
+    fields, only = exact_scope(mem, scope)
+    return mem.list(DAILY, limit=days, filters=only, **fields)
 
 
 def daily_line(rec: MemoryRecord) -> str:
@@ -174,11 +181,11 @@ def export_daily(
     if not isinstance(dir, str | os.PathLike):
         raise InvalidArgumentError(f"dir must be a str or a path, got {shown(dir)}")
     _zone(tz, "tz")
-    fields: dict[str, Any] = dict(_history(scope))
+    fields, only = exact_scope(mem, _history(scope))
     folder = Path(dir) / "memory"
     folder.mkdir(parents=True, exist_ok=True)
     days: dict[str, list[str]] = {}
-    for rec in _all(mem, fields):
+    for rec in _all(mem, fields, only):
         day = str(rec.metadata.get("date") or times.moment(rec.created_at, tz).date())
         category = LOG_CATEGORY if rec.type == "daily_log" else rec.metadata.get("category")
         stamp = times.moment(rec.created_at, tz).isoformat()
@@ -194,10 +201,15 @@ def export_daily(
     return written
 
 
-def _all(mem: Memory, fields: dict[str, Any]) -> list[MemoryRecord]:
-    """Every record of the room's daily table, oldest first."""
+def _all(
+    mem: Memory, fields: dict[str, Any], filters: dict[str, Any], type: str | None = None
+) -> list[MemoryRecord]:
+    """Every record of the room's daily table (``fields``: its scope as stored) that
+    ``filters`` admit, oldest first."""
     out: list[MemoryRecord] = []
-    while page := mem.list(DAILY, limit=500, offset=len(out), order="asc", **fields):
+    while page := mem.list(
+        DAILY, limit=500, offset=len(out), order="asc", type=type, filters=filters, **fields
+    ):
         out += page
     return out
 
@@ -218,28 +230,20 @@ def _add_log(
 ) -> MemoryRecord | None:
     """Stores the log of day ``meta["date"]`` under its id (``scope``: the room's history
     scope as stored); None when another writer logged the day first."""
-    rid = _log_id(scope, meta["date"])
-    log: dict[str, Any] = {
-        "table": DAILY,
-        "type": "daily_log",
-        "metadata": meta,
-        "created_at": start,
-    }
-    try:
-        return mem.add(text, **log, id=rid, **scope)
-    except InvalidArgumentError as refused:
-        try:
-            held = mem.get(rid)
-        except UnknownIdError:
-            raise refused from None  # refused for something else
-    if (
-        held.table == DAILY
-        and held.type == "daily_log"
-        and held.scope == scope
-        and held.metadata.get("date") == meta["date"]
-    ):
-        return None
-    return mem.add(text, **log, **scope)  # another scope's record holds the id
+    log: dict[str, Any] = {"table": DAILY, "type": "daily_log", "metadata": meta}
+
+    def mine(held: MemoryRecord) -> MemoryRecord | None:
+        same = held.table == DAILY and held.type == "daily_log" and held.scope == scope
+        return held if same and held.metadata.get("date") == meta["date"] else None
+
+    rec, new = add_derived(
+        mem,
+        _log_id(scope, meta["date"]),
+        lambda rid: mem.add(text, **log, created_at=start, id=rid, **scope),
+        mine,
+        f"the daily log of {meta['date']}",
+    )
+    return rec if new else None
 
 
 def _start(day: date, tz: tzinfo) -> float:
@@ -329,29 +333,22 @@ class DailyLogger:
     ) -> bool:
         """Logs each missing day; False when one failed (it is tried again next turn)."""
         cfg = self.cfg
-        scope: dict[str, Any] = dict(event.history)
+        scope, only = exact_scope(mem, event.history)
         first = today - timedelta(days=cfg.lookback)
-        logged = {
-            r.metadata.get("date")
-            for r in mem.list(
-                DAILY,
-                _start(first, cfg.tz),
-                _start(today, cfg.tz),
-                cfg.lookback,
-                type="daily_log",
-                **scope,
-            )
-        }
+        days = [first + timedelta(days=n) for n in range(cfg.lookback)]
+        # The days asked for themselves, not a number of logs: a store written before log
+        # ids were derived may hold a day's log twice, which would crowd out another day.
+        wanted = {"$and": [only, {"date": {"$in": [day.isoformat() for day in days]}}]}
+        logged = {r.metadata.get("date") for r in _all(mem, scope, wanted, "daily_log")}
         ok = True
-        for n in range(cfg.lookback):
-            day = first + timedelta(days=n)
+        for day in days:
             if day.isoformat() in logged:
                 continue
             start, end = _start(day, cfg.tz), _start(day + timedelta(days=1), cfg.tz)
-            total = mem.count(_MESSAGES, start=start, end=end, **scope)
+            total = mem.count(_MESSAGES, start=start, end=end, filters=only, **scope)
             if total == 0:
                 continue
-            msgs = mem.list(_MESSAGES, start, end, cfg.max_messages, "asc", **scope)
+            msgs = mem.list(_MESSAGES, start, end, cfg.max_messages, "asc", filters=only, **scope)
             lines = _lines(msgs, cfg.tz)
             if call is None:
                 text, method = _extract(lines, total, cfg.max_chars), "extract"
@@ -368,7 +365,13 @@ class DailyLogger:
                 "method": method,
                 "category": LOG_CATEGORY,
             }
-            rec = _add_log(mem, text, meta, start, exact_scope(mem, scope)[0])
+            try:
+                rec = _add_log(mem, text, meta, start, scope)
+            except InvalidArgumentError as e:
+                # Not tried again at every turn (each would summarise the day again) while
+                # records that are not the log hold its ids: the next day's run tries it.
+                report.failures.append(TriggerFailure("daily", str(e)))
+                continue
             if rec is not None:
                 report.daily_logs.append(rec)
         return ok

@@ -15,7 +15,9 @@ the other is refused and merges into it; and a merge replaces the profile only w
 it is the version the merge read (its ``metadata["version"]``, checked in the
 transaction that stores it), else it is merged again into the version another writer
 left. The id can be computed by anyone: a record held under it that is not this scope's
-profile of this contact is never read as the profile, which then takes a fresh id.
+profile of this contact is never read as the profile, which then takes the next of its
+spare ids (``derived_ids.derived_ids``: tried in order, so writers creating it at once
+still make one profile).
 
 "The contact" is the person the scope mode keys memory by: the canonical identity
 (after the ``SessionScope``'s identity links) in ``"main"`` and
@@ -33,7 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, edits, times
-from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError, shown
+from memlane.agent.derived_ids import add_derived, find_derived
+from memlane.errors import ConflictError, InvalidArgumentError, shown
 from memlane.scoping import EventScope, SessionScope, exact_scope
 
 if TYPE_CHECKING:
@@ -136,26 +139,26 @@ def _place(mem: Memory, event: EventScope) -> _Place:
     return _Place(scope, only, contact, "contact-" + hashlib.sha256(key.encode()).hexdigest()[:32])
 
 
-def _mine(rec: MemoryRecord, place: _Place) -> bool:
-    return (
+def _mine(rec: MemoryRecord, place: _Place) -> MemoryRecord | None:
+    """``rec`` if it is this scope's profile of this contact."""
+    if (
         rec.table == CONTACTS
         and rec.type == _TYPE
         and rec.current
         and rec.scope == place.scope
         and rec.metadata.get("contact") == place.contact
-    )
+    ):
+        return rec
+    return None
 
 
 def _record(mem: Memory, place: _Place, embedding: bool = False) -> MemoryRecord | None:
-    """The profile: read by its id from the database (the index may not show yet what
-    another process wrote); else (kept before ids were derived, or under a fresh id
+    """The profile: read by its ids from the database (the index may not show yet what
+    another process wrote); else (kept before ids were derived, or under a random id
     because a record of another scope held its own) found in its exact scope."""
-    try:
-        rec = mem.get(place.id, include_embedding=embedding)
-        if _mine(rec, place):
-            return rec
-    except UnknownIdError:
-        pass
+    rec = find_derived(mem, place.id, lambda held: _mine(held, place), embedding)
+    if rec is not None:
+        return rec
     flt = {"$and": [place.only, {"contact": place.contact}, {"valid_to": None}]}
     found = mem.list(
         CONTACTS,
@@ -216,6 +219,8 @@ def record_contact(
     Raises:
         ConflictError: when other writers changed the profile ``edits.ATTEMPTS`` times
             while this call merged (nothing of this call is stored).
+        InvalidArgumentError: when a new profile's ids are all held by records that are
+            not it (see the module docs; nothing is stored).
     """
     cfg = settings or Profiles()
     coerce.count(count, "count", 1)
@@ -227,7 +232,6 @@ def record_contact(
         seen.append(event.name)
     place = _place(mem, event)
     linked = _linked(scopes, event)
-    taken = False  # whether a record that is not this profile holds its id
     for _ in range(edits.ATTEMPTS):
         rec = _record(mem, place, embedding=True)
         meta = _merged({} if rec is None else rec.metadata, place.contact, linked, seen, cfg)
@@ -240,31 +244,31 @@ def record_contact(
         ids = {s: tuple(v) for s, v in meta["platform_ids"].items()}
         text = _text(place.contact, tuple(meta["aliases"]), ids)
         if rec is None:
-            try:
-                return _profile(
-                    mem.add(
-                        text,
-                        table=CONTACTS,
-                        type=_TYPE,
-                        metadata=meta,
-                        created_at=when,
-                        id=None if taken else place.id,
-                        **place.scope,
-                    )
-                )
-            except InvalidArgumentError:
-                if taken or place.id not in mem:
-                    raise
-                # Another writer made it first (merged into next), or another scope's
-                # record holds the id (then the profile takes a fresh one).
-                taken = _record(mem, place) is None
-                continue
+            made, new = _create(mem, place, text, meta, when)
+            if new:
+                return _profile(made)
+            continue  # another writer made it first: this count is merged into theirs
         stored = _replace(mem, place, rec, text, meta)
         if stored is not None:
             return _profile(stored)
     raise ConflictError(
         f"the profile of {place.contact!r} was changed by other writers {edits.ATTEMPTS} "
         "times during one update; nothing of this update was stored"
+    )
+
+
+def _create(
+    mem: Memory, place: _Place, text: str, meta: dict[str, Any], when: float
+) -> tuple[MemoryRecord, bool]:
+    """Makes the profile: ``(it, True)``; or ``(theirs, False)`` when another writer made
+    it first."""
+    profile: dict[str, Any] = {"table": CONTACTS, "type": _TYPE, "metadata": meta}
+    return add_derived(
+        mem,
+        place.id,
+        lambda rid: mem.add(text, **profile, created_at=when, id=rid, **place.scope),
+        lambda held: _mine(held, place),
+        f"the profile of {place.contact!r}",
     )
 
 
