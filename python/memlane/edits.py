@@ -66,7 +66,8 @@ def rewrite(
     """Supersedes ``rec`` with ``change(rec)`` (its new text and metadata, None: no change),
     and when another writer changed the record first, applies ``change`` again to the
     version that writer left: the store refuses to supersede a version that is no longer
-    current (``ConflictError``), so no edit overwrites another.
+    current, or that was rewritten in place since it was read (``ConflictError``), so no
+    edit overwrites another.
     ``keep_date``: the new version keeps the record's ``created_at``; ``find``: reads
     the current version again after a conflict (default: following the history).
     Raises ``UnknownIdError`` (saying ``gone``) if the record was
@@ -78,7 +79,9 @@ def rewrite(
         text, metadata = new
         try:
             at = rec.created_at if keep_date else None
-            return mem.supersede(rec.id, text, at=at, by=by, metadata=metadata)
+            # The record read, not its id: one rewritten in place since is refused
+            # (ConflictError), and the change is made again on what it holds now.
+            return mem.supersede(rec, text, at=at, by=by, metadata=metadata)
         except ConflictError:
             pass
         except InvalidArgumentError:

@@ -287,6 +287,26 @@ def test_reflection_does_not_forget_a_memory_rewritten_while_the_model_answered(
 _WHY = "(the model judged a version it no longer has)"
 
 
+def test_reflection_does_not_update_a_memory_rewritten_while_the_model_answered(
+    make_store: StoreFactory,
+) -> None:
+    """The update superseded whatever version was current: the user's correction made
+    while the model answered went to the history, replaced by what the model wrote from
+    the old text."""
+    mem = make_store("updated", WordHashEmbedder())
+    rec = mem.add("Alice works at Initech", **SCOPE)
+    answer = json.dumps({"operations": [{"op": "update", "memory": 1, "content": "Globex"}]})
+    fix = "Alice works at Initech, in Lisbon"
+    model = Model(answer, lambda: mem.update(rec.id, text=fix))
+    report = reflect(mem, model, ["user: I moved to Globex"], scope=SCOPE)
+    assert report.updated == []
+    assert report.rejected == [("update", "the memory changed meanwhile " + _WHY)]
+    assert mem.get(rec.id).text == fix and mem.get(rec.id).valid_to is None
+    # Unchanged, it is updated.
+    report = reflect(mem, Model(answer), ["user: I moved to Globex"], scope=SCOPE)
+    assert [r.text for r in report.updated] == ["Globex"]
+
+
 def test_reflection_does_not_forget_a_memory_superseded_or_deleted_meanwhile(
     make_store: StoreFactory,
 ) -> None:

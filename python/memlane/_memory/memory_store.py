@@ -296,7 +296,7 @@ class MemoryStore(Listing):
 
     def update(
         self,
-        id: str,
+        id: str | MemoryRecord,
         *,
         text: str | None = None,
         importance: float | None = None,
@@ -316,11 +316,19 @@ class MemoryStore(Listing):
         A new text is embedded again (unless ``embedding`` is given). The version it
         replaces stays in [`history`][memlane.Memory.history], ``by`` as who changed it.
 
+        ``id`` is the record's id, or the record as read (``get``, ``list``, a search
+        hit's ``record``): then it must still be the version read (its ``updated_at``)
+        when the update commits, checked inside its transaction, so a change computed
+        from a text another writer has rewritten since is refused instead of
+        overwriting the rewrite.
+
         Raises:
+            UnknownIdError: for an unknown id.
             InvalidArgumentError: for a superseded version, which is history (update
                 the version that replaced it).
             ConflictError: when another writer superseded or deleted the record while
-                this call ran (nothing is stored).
+                this call ran, or (given as a record) rewrote or superseded it since it
+                was read; nothing is stored.
         """
         given = {
             "text": text,
@@ -337,7 +345,7 @@ class MemoryStore(Listing):
 
     def supersede(
         self,
-        id: str,
+        id: str | MemoryRecord,
         text: str,
         *,
         at: float | datetime | None = None,
@@ -356,12 +364,19 @@ class MemoryStore(Listing):
         (not an expiry: ``expires_at`` or ``ttl`` sets the new record's);
         ``by`` names who made the change (kept in the history). Returns the new record.
 
+        ``id`` is the record's id, or the record as read (``get``, ``list``, a search
+        hit's ``record``): then it must still be the version read (its ``updated_at``)
+        when the supersede commits, checked inside its transaction, so a fact judged
+        against a text another writer has rewritten since (``update``) does not send
+        the rewrite to the history.
+
         Raises:
             UnknownIdError: for an unknown id.
             InvalidArgumentError: for a record superseded already or an ``at`` before it
                 became true.
             ConflictError: when another writer superseded, changed or deleted it while
-                this call ran (then nothing is stored).
+                this call ran, or (given as a record) rewrote or superseded it since it
+                was read (then nothing is stored).
         """
         item: dict[str, Any] = {"text": text}
         given = {

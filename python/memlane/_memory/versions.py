@@ -35,22 +35,31 @@ class Versions:
         self._sync = sync
         self._writer = writer
 
-    def update(self, id: str, fields: dict[str, Any], by: str | None) -> MemoryRecord:
-        """Rewrites record ``id`` with ``fields`` (the keyword arguments of
-        ``memlane.Memory.update`` that were given, and ``embedding``)."""
+    def update(
+        self, id: str | MemoryRecord, fields: dict[str, Any], by: str | None
+    ) -> MemoryRecord:
+        """Rewrites record ``id`` (an id, or the record read: then only while it is still
+        that version) with ``fields`` (the keyword arguments of ``memlane.Memory.update``
+        that were given, and ``embedding``)."""
         self._sync.check_open()
-        record_id = coerce.text(id, "id")
-        return self._writer.update(record_id, fields, None if by is None else coerce.text(by, "by"))
+        record_id, version = _target(id)
+        actor = None if by is None else coerce.text(by, "by")
+        return self._writer.update(record_id, fields, actor, version)
 
     def supersede(
-        self, id: str, item: dict[str, Any], at: float | datetime | None, by: str | None
+        self,
+        id: str | MemoryRecord,
+        item: dict[str, Any],
+        at: float | datetime | None,
+        by: str | None,
     ) -> MemoryRecord:
-        """Closes record ``id`` at ``at`` and adds ``item`` (an ``memlane.Memory.add``
-        item of the fields given) as its successor, in one transaction."""
+        """Closes record ``id`` (an id, or the record read: then only while it is still
+        that version) at ``at`` and adds ``item`` (an ``memlane.Memory.add`` item of the
+        fields given) as its successor, in one transaction."""
         self._sync.check_open()
-        old = coerce.text(id, "id")
+        old, version = _target(id)
         actor = None if by is None else coerce.text(by, "by")
-        return self._writer.supersede(old, item, at, actor)
+        return self._writer.supersede(old, item, at, actor, version)
 
     def history(self, id: str) -> list[MemoryVersion]:
         """Every version of memory ``id``, oldest first, following supersession both ways."""
@@ -76,6 +85,16 @@ class Versions:
                     chain.append(successor[0])
             i += 1
         return out
+
+
+def _target(given: object) -> tuple[str, float | None]:
+    """The record ``update`` or ``supersede`` changes: its id, and the version it must
+    still be (a record given: its ``updated_at``, which every rewrite changes and an
+    access count's flush does not), or None (an id given: the current version, whatever
+    it is), as ``add_many(consume=)`` reads its records."""
+    if isinstance(given, MemoryRecord):
+        return coerce.text(given.id, "id.id"), coerce.timestamp(given.updated_at, "id.updated_at")
+    return coerce.text(given, "id"), None
 
 
 def _versions(

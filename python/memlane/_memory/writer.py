@@ -32,12 +32,19 @@ from memlane._memory.encoding import (
 from memlane._memory.progress import PROGRESS_PART, progress_bar
 from memlane._memory.querying import visible
 from memlane._memory.sync import IndexSync
+from memlane._memory.write_checks import (
+    check_current,
+    check_not_consumed,
+    check_version,
+    consume_targets,
+    consumed_rows,
+    current_for_write,
+)
 from memlane.coerce import FloatArray
 from memlane.embeddings.cache import CachedEmbedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import Row
-from memlane.storage import Store
 
 # What a superseding record takes from the one it closes, unless given.
 _INHERITED = ("table", "type", *SCOPE_FIELDS, "importance", "evergreen", "metadata")
@@ -52,106 +59,6 @@ class Replacing:
     """What a ``replace`` deletes: the records it admits."""
 
     admits: Admits
-
-
-def _current_for_write(db: Store, conn: Any, record_id: str, change: str) -> Row:
-    """The row ``change`` rewrites, read inside its transaction: another writer may have
-    deleted or superseded it since the change first read it (``ConflictError``)."""
-    row = db.rows_for_write(conn, [record_id]).get(record_id)
-    if row is None:
-        raise ConflictError(
-            f"memory {record_id!r} was deleted by another writer while this {change} ran; "
-            "nothing was stored"
-        )
-    if row.valid_to is not None:
-        raise ConflictError(
-            f"memory {record_id!r} was superseded by another writer while this {change} ran "
-            f"(valid_to {row.valid_to}); nothing was stored ({change} the version that "
-            "replaced it)"
-        )
-    return row
-
-
-def _check_current(row: Row, change: str = "supersede") -> None:
-    """A superseded version is history: it is neither changed nor superseded again."""
-    if row.valid_to is not None:
-        raise InvalidArgumentError(
-            f"{row.id!r} was superseded already (valid_to {row.valid_to}); "
-            f"{change} the version that replaced it"
-        )
-
-
-def _consumed(consume: object) -> dict[str, float | None]:
-    """``add_many``'s ``consume``, checked before anything is embedded or stored: each
-    record's id, with the version it must still be (a record given: its ``updated_at``,
-    which every rewrite changes and an access count's flush does not), or None (an id
-    given: any current version)."""
-    if isinstance(consume, str | bytes | Mapping) or not isinstance(consume, Iterable):
-        raise InvalidArgumentError(
-            f"consume takes a list of record ids or records, got {type(consume).__name__}"
-        )
-    out: dict[str, float | None] = {}
-    for k, item in enumerate(consume):
-        version: float | None = None
-        if isinstance(item, MemoryRecord):
-            record_id = coerce.text(item.id, f"consume[{k}].id")
-            version = coerce.timestamp(item.updated_at, f"consume[{k}].updated_at")
-        else:
-            record_id = coerce.text(item, f"consume[{k}]")
-        seen = out.setdefault(record_id, version)
-        if version is not None and seen != version:
-            if seen is not None:
-                raise InvalidArgumentError(
-                    f"consume names two versions of {record_id!r} (updated_at {seen} and "
-                    f"{version}); nothing was stored"
-                )
-            out[record_id] = version
-    return out
-
-
-def _consumed_rows(
-    db: Store, conn: Any, consumed: Mapping[str, float | None], now: float
-) -> list[int]:
-    """The rowids of the records ``add_many`` deletes, read in one go inside its
-    transaction: each must be stored, current and (where given) the version given then,
-    or the items are not stored (``ConflictError``)."""
-    rows = db.rows_for_write(conn, list(consumed), embedding=False)
-    for record_id, version in consumed.items():
-        row = rows.get(record_id)
-        if not visible(row, now):
-            raise ConflictError(
-                f"memory {record_id!r}, which this add_many consumes, is not stored (another "
-                "writer deleted it, or it never was); nothing was stored"
-            )
-        if row.valid_to is not None:
-            raise ConflictError(
-                f"memory {record_id!r}, which this add_many consumes, was superseded "
-                f"(valid_to {row.valid_to}); nothing was stored"
-            )
-        if version is not None and row.updated_at != version:
-            raise ConflictError(
-                f"memory {record_id!r}, which this add_many consumes, was rewritten since it "
-                f"was read (updated_at {row.updated_at}, not {version}); nothing was stored"
-            )
-    return [rows[i].rowid for i in consumed]
-
-
-def _check_not_consumed(
-    news: list[NewRecord], decision: duplicates.Decision, consumed: Mapping[str, float | None]
-) -> None:
-    """Refuses an item found a duplicate of a record the same ``add_many`` deletes: it
-    would be left unstored, or stored naming a record gone at once."""
-    if not consumed:
-        return
-    gone = set(consumed)
-    named = [(i, t) for i, (_, t) in decision.dups.items()] + list(decision.marks.items())
-    for i, target in sorted(named):
-        if isinstance(target, str) and target in gone:
-            raise InvalidArgumentError(
-                f"record {i} ({news[i].text[:40]!r}) is a duplicate of {target!r}, which "
-                "consume deletes; nothing was stored (store it without unique=True or "
-                "dedup-window keys)"
-            )
 
 
 class Writer(Deleting):
@@ -199,7 +106,7 @@ class Writer(Deleting):
         version (``ConflictError``)."""
         if progress is not True and progress is not False:
             progress = coerce.flag(progress, "progress")
-        consumed = _consumed(consume)
+        consumed = consume_targets(consume)
         bars: list[Any] | None = [] if progress else None
         try:
             with self.sync.writing():
@@ -256,7 +163,7 @@ class Writer(Deleting):
     ) -> Any:
         """Stores validated records; ``single``: the one record of ``add`` (its errors
         name no position); ``consumed``: records deleted in the same transaction (see
-        ``_consumed``)."""
+        ``consumed``)."""
         sync = self.sync
         now = time.time()
         if replacing is not None and any(n.dedup for n in news):
@@ -318,7 +225,7 @@ class Writer(Deleting):
                     near_duplicate=self.near_duplicate,
                     expiring=sync.expiring,
                 )
-                _check_not_consumed(news, decision, consumed)
+                check_not_consumed(news, decision, consumed)
             recent: list[tuple[str, str, float]] = []
             if self.window.seconds > 0 and not importing and replacing is None:
                 for i in decision.store:
@@ -423,7 +330,7 @@ class Writer(Deleting):
                 if replacing is not None:
                     gone = [int(x) for x in sync.engine.ids_where(replacing.admits)]
                 now = time.time()
-                gone += _consumed_rows(db, conn, consumed, now) if consumed else []
+                gone += consumed_rows(db, conn, consumed, now) if consumed else []
                 gone = list(dict.fromkeys(gone))
                 self._check_ids(news, gone)
             doomed = self.events.doomed(sync, gone)
@@ -449,7 +356,12 @@ class Writer(Deleting):
     # -- changing and deleting ---------------------------------------------------------
 
     def supersede(
-        self, old_id: str, item: dict[str, Any], at: object, actor: str | None
+        self,
+        old_id: str,
+        item: dict[str, Any],
+        at: object,
+        actor: str | None,
+        version: float | None = None,
     ) -> MemoryRecord:
         """Closes ``old_id`` at ``at`` and adds ``item`` (which inherits its table, type,
         scope, importance, evergreen and metadata unless given) valid from then, in one
@@ -457,7 +369,10 @@ class Writer(Deleting):
 
         The version closed is the one the transaction reads, and the statement closing
         it requires it to be current still: of two writers superseding (or updating and
-        superseding) one fact, the later raises ``ConflictError``."""
+        superseding) one fact, the later raises ``ConflictError``. With ``version`` (the
+        ``updated_at`` of the record the caller read), that read must also still be the
+        version stored then: one rewritten since (``update``) is not closed
+        (``ConflictError``)."""
         sync, db = self.sync, self.db
         sync.check_open()
         now = time.time()
@@ -465,7 +380,8 @@ class Writer(Deleting):
         seen = db.row_by_id(old_id)
         if not visible(seen, now):
             raise UnknownIdError(f"no memory with id {old_id!r}")
-        _check_current(seen)
+        check_version(seen, version, "supersede")  # before the embedding; again in the transaction
+        check_current(seen)
         n = self._successor(seen, item, when, now)
         if n.embedding is not None:
             coerce.check_vectors(n.embedding[None, :], None, "embedding")
@@ -481,7 +397,7 @@ class Writer(Deleting):
                 # The engine rewrites the row: it must hold it, though another process
                 # added it (writers commit one at a time, so all before are applied).
                 sync.follow()
-                row = _current_for_write(db, conn, old_id, "supersede")
+                row = current_for_write(db, conn, old_id, "supersede", version)
                 # Inherited fields as they are now (an update may have come between).
                 n = self._successor(row, {**item, "id": n.id}, when, now)
                 if n.expires_at is not None:
@@ -513,7 +429,11 @@ class Writer(Deleting):
         return n
 
     def update(
-        self, record_id: str, fields: dict[str, Any], actor: str | None = None
+        self,
+        record_id: str,
+        fields: dict[str, Any],
+        actor: str | None = None,
+        version: float | None = None,
     ) -> MemoryRecord:
         """Rewrites record ``record_id`` with ``fields`` changed (a new text is embedded
         again), keeping the version it replaces in the history.
@@ -521,13 +441,16 @@ class Writer(Deleting):
         A superseded version is history and is not changed (InvalidArgumentError). The
         row rewritten is the one the transaction reads, and the statement requires it
         unchanged since: an update never reopens a version superseded meanwhile
-        (``ConflictError``), nor brings back a deleted one."""
+        (``ConflictError``), nor brings back a deleted one. With ``version`` (the
+        ``updated_at`` of the record the caller read), that read must also still be the
+        version stored then: one rewritten since is not overwritten (``ConflictError``)."""
         sync, db = self.sync, self.db
         sync.check_open()
         seen = db.row_by_id(record_id)
         if not visible(seen, time.time()):
             raise UnknownIdError(f"no memory with id {record_id!r}")
-        _check_current(seen, "update")
+        check_version(seen, version, "update")  # before the embedding; again in the transaction
+        check_current(seen, "update")
         n = self._updated(seen, fields)
         new_vector = n.embedding is not None
         if new_vector:
@@ -541,7 +464,7 @@ class Writer(Deleting):
             with db.transaction() as conn:
                 seq = db.next_seq(conn)
                 sync.follow()  # as supersede: the engine must hold the row it rewrites
-                row = _current_for_write(db, conn, record_id, "update")
+                row = current_for_write(db, conn, record_id, "update", version)
                 n = self._updated(row, fields)
                 if n.expires_at is not None:
                     sync.expiring = True

@@ -20,6 +20,10 @@ mem0 does for each new fact:
 ``none``
     it repeats what is known: the fact's record goes.
 
+An ``update`` or ``delete`` changes only the version of the memory the model was shown:
+one rewritten (``update``) or superseded by another writer while the model answered is
+left as it is, and the fact stays pending for the next check, which shows the new text.
+
 The newest statement wins. Pending facts are checked oldest first (by ``created_at``,
 then in the order they were stored, so facts learnt together are compared with each
 other too); a fact waits while an older pending fact is among its candidates, and the
@@ -326,7 +330,9 @@ def _apply(
         meta = {k: v for k, v in {**target.metadata, **fact.metadata}.items() if k != CHECK}
         meta |= {"fact_decision": "update", "fact_reason": reason}
         # Not before the target became true: a fact older than it was refused above.
-        memory.supersede(target.id, fact.text, at=fact.created_at, by=ACTOR, metadata=meta)
+        # Only the version the model was shown (the record, not its id): one rewritten
+        # or superseded meanwhile is refused (ConflictError) and the fact waits, pending.
+        memory.supersede(target, fact.text, at=fact.created_at, by=ACTOR, metadata=meta)
         memory.delete(fact.id)
     elif decision == "delete" and target is not None:
         why = f"made {target.id} false: {reason}"

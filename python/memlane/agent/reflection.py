@@ -27,7 +27,7 @@ from memlane.agent.consolidation import sync_memory
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.memory_tools import MEMORY_TYPES
 from memlane.agent.parsing import ParseError, extract_json
-from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import scope_of
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ _SYSTEM = (
 MAX_OPERATIONS = 100
 #: The scope's newest memories that may fill the places a search leaves empty.
 _RECENT = 10
+#: Why an operation on a memory rewritten since the model was shown it is not applied.
+_CHANGED = "the memory changed meanwhile (the model judged a version it no longer has)"
 
 
 @dataclass(slots=True)
@@ -329,8 +331,15 @@ def _apply(
                 # answers searches as_of a time before the change.
                 at = max(clock, old.created_at)
                 meta = {**old.metadata, **tag} if tag else None
+                assert op.index is not None
+                if versions[op.index] not in (None, old.updated_at):
+                    report.rejected.append((op.op, _CHANGED))
+                    continue
+                # Given as the record read, the version shown (where it is known): one
+                # rewritten since is refused inside the supersede's transaction.
+                target = old.id if versions[op.index] is None else old
                 report.updated.append(
-                    mem.supersede(old.id, op.content, at=at, by="reflection", metadata=meta)
+                    mem.supersede(target, op.content, at=at, by="reflection", metadata=meta)
                 )
             else:
                 assert op.index is not None
@@ -341,6 +350,8 @@ def _apply(
                     report.rejected.append((op.op, why))
         except UnknownIdError:
             report.rejected.append((op.op, "the memory was deleted meanwhile"))
+        except ConflictError:
+            report.rejected.append((op.op, _CHANGED))
         except MemlaneError as e:
             report.rejected.append((op.op, f"{type(e).__name__}: {e}"))
     return report
@@ -363,7 +374,7 @@ def _forget(
         return None
     if rec.id not in mem:
         return "the memory was deleted meanwhile"
-    return "the memory changed meanwhile (the model judged a version it no longer has)"
+    return _CHANGED
 
 
 def _get_in(mem: Memory) -> Callable[[str], MemoryRecord | None]:

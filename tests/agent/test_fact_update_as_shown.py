@@ -1,0 +1,80 @@
+"""The fact check's ``update`` supersedes only the version of the memory the model was
+shown: a memory rewritten in place (``update``, the user's correction) while the model
+answered stays current, and the fact waits, pending, for the next check, which shows the
+rewrite. Before, the older fact superseded the rewrite, which went to the history unseen.
+Both backends; the rewrite is made from inside the scripted model's answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane import Memory
+from memlane.agent.facts import CHECK, check_facts, pending
+from memlane.agent.llm import ChatMessage
+
+SCOPE = {"user_id": "alice"}
+CORRECTION = "Alice works at Initech since yesterday (her correction)"
+UPDATE = json.dumps(
+    {"decisions": [{"fact": "F1", "decision": "update", "memory": 1, "reason": "job changed"}]}
+)
+
+
+def current(mem: Memory) -> list[str]:
+    return sorted(r.text for r in mem.list("memories", filters={"valid_to": None}, **SCOPE))
+
+
+class Rewrites:
+    """A model that answers ``update`` of the first listed memory; at its first answer
+    another writer rewrites ``target`` meanwhile (when given). It records the prompts."""
+
+    def __init__(self, mem: Memory, target: str | None) -> None:
+        self.mem, self.target = mem, target
+        self.prompts: list[str] = []
+
+    def complete(self, messages: Sequence[ChatMessage]) -> str:
+        self.prompts.append(messages[-1]["content"])
+        if self.target is not None:
+            self.mem.update(self.target, text=CORRECTION, by="user")
+            self.target = None
+        return UPDATE
+
+
+def test_a_memory_rewritten_while_the_model_answers_stays_current(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("rewritten", WordHashEmbedder())
+    old = mem.add("Alice works at Acme as an engineer", created_at=1000.0, **SCOPE)
+    fact = mem.add("Alice works at Globex", metadata=pending(None), created_at=3000.0, **SCOPE)
+    model = Rewrites(mem, old.id)
+
+    report = check_facts(mem, model, "memories", SCOPE)
+    assert report.error is None and report.decisions == []
+    # The rewrite the model never saw is current, not history; the fact waits.
+    assert current(mem) == sorted([CORRECTION, fact.text])
+    assert mem.get(old.id).valid_to is None and mem.get(old.id).text == CORRECTION
+    assert [v.event for v in mem.history(old.id)] == ["add", "update"]
+    assert mem.get(fact.id).metadata[CHECK] == "pending"
+
+    # The next check shows the rewrite, and the model's update of it is applied.
+    second = check_facts(mem, model, "memories", SCOPE)
+    assert CORRECTION in model.prompts[-1]
+    assert second.error is None and [d.decision for d in second.decisions] == ["update"]
+    assert current(mem) == [fact.text]
+    assert fact.id not in mem
+    assert [v.record.text for v in mem.history(old.id)] == [
+        "Alice works at Acme as an engineer",
+        CORRECTION,
+        fact.text,
+    ]
+
+
+def test_an_update_of_the_version_shown_is_applied(make_store: StoreFactory) -> None:
+    mem = make_store("shown", WordHashEmbedder())
+    old = mem.add("Alice works at Acme as an engineer", created_at=1000.0, **SCOPE)
+    fact = mem.add("Alice works at Globex", metadata=pending(None), created_at=3000.0, **SCOPE)
+    report = check_facts(mem, Rewrites(mem, None), "memories", SCOPE)
+    assert report.error is None and [d.decision for d in report.decisions] == ["update"]
+    assert report.decisions[0].target == old.id
+    assert current(mem) == [fact.text] and mem.get(old.id).valid_to == 3000.0
