@@ -345,7 +345,8 @@ class Memory(MemoryStore):
             progress: a bar on stderr when it is a terminal; ``"always"`` or ``False``.
             prune_missing: remove this scope's documents under ``path`` whose file is gone.
             root: the knowledge root that ids are relative to; by default ``path``
-                itself (a folder) or its folder (a file).
+                itself (a folder) or its folder (a file), but a file some document of
+                this owner was made from keeps that document's root (so it replaces it).
             follow_outside: follow symbolic links (and a ``path`` with ``..``) that
                 lead outside ``root``; by default they are skipped and reported.
             batch_size: fragments embedded and written together (one transaction);

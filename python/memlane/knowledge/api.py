@@ -305,7 +305,7 @@ def fragments(
 def remove(store: MemoryStore, document_id: str) -> int:
     """Deletes a document and its fragments; returns how many fragments went."""
     check_document_id(store, document_id)
-    return remove_documents(store, [document_id])
+    return remove_documents(store, [document_id], None)
 
 
 def clear(store: MemoryStore, agent_id: str | None, shared: bool | None) -> int:

@@ -18,6 +18,7 @@ __all__ = [
     "check_document_id",
     "knowledge_documents",
     "list_all",
+    "of_documents",
     "remove_documents",
 ]
 
@@ -57,12 +58,27 @@ def knowledge_documents(
     return list_all(mem, DOCUMENTS, filters)
 
 
-def remove_documents(mem: MemoryStore, ids: Sequence[str]) -> int:
-    """Deletes the documents' records and their fragments in one transaction (a reader
-    never finds the fragments of a document that is gone); returns the fragments deleted."""
+def of_documents(ids: Sequence[str], owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The filter of the records of documents ``ids`` that ``owner`` (an owner's filter,
+    ``pipeline.Owner.filter``) holds, or of any owner's when None.
+
+    A delete on behalf of an owner takes this owner's filter: a document id is a hash of
+    the owner and the path joined by ``|``, which an agent id or a path may hold too, so
+    another owner's document may have the same id (``ids.py``). Its records then stay,
+    and the new ones, whose ids are taken, are refused by the write that finds them.
+    """
+    by_id = {"document_id": {"$in": list(ids)}}
+    return by_id if owner is None else {"$and": [dict(owner), by_id]}
+
+
+def remove_documents(mem: MemoryStore, ids: Sequence[str], owner: Mapping[str, Any] | None) -> int:
+    """Deletes the documents' records and their fragments, of ``owner`` (see
+    ``of_documents``; None for a caller that named the documents itself), in one
+    transaction (a reader never finds the fragments of a document that is gone);
+    returns the fragments deleted."""
     if not ids:
         return 0
-    flt = {"document_id": {"$in": list(ids)}}
+    flt = of_documents(ids, owner)
     documents = mem.count(DOCUMENTS, filters=flt)
     removed, _ = mem.replace([], [DOCUMENTS, FRAGMENTS], filters=flt)
     return removed - documents

@@ -6,6 +6,11 @@ belongs to every agent), the shared flag and the document's path relative to
 its knowledge root, normalised (POSIX separators, no ``.`` parts, Unicode NFC).
 The same file under the same root always gets the same id, on any machine.
 A fragment's id is ``f"{document_id}-chunk-{position}"``.
+
+The key is ambiguous where an agent id or a path holds ``|``, so two owners may get
+one id. It stays as it is, since every stored document has its id from it: an ingest
+deletes only its own owner's records (``documents.of_documents``), and the write that
+finds an id taken by another owner's record stores nothing.
 """
 
 from __future__ import annotations

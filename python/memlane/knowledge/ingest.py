@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge.documents import knowledge_documents, remove_documents
+from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.pipeline import IngestOptions, Owner, Pipeline
 from memlane.knowledge.progress import ProgressBar
 from memlane.knowledge.report import IngestReport
@@ -65,7 +67,12 @@ def ingest_path(
     target = Path(path)
     if not target.exists():
         raise NotFoundError(f"no such file or folder: {target}")
-    base = Path(root) if root is not None else (target if target.is_dir() else target.parent)
+    if root is not None:
+        base = Path(root)
+    elif target.is_dir():
+        base = target
+    else:
+        base, target = _known_file(mem, target, scope) or (target.parent, target)
     if not base.is_dir():
         raise InvalidArgumentError(f"root must be a folder: {base}")
     report = IngestReport()
@@ -77,6 +84,30 @@ def ingest_path(
         prune(mem, scope, root_key, {s.rel for s in sources}, target, base, report)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _known_file(mem: MemoryStore, file: Path, scope: Owner) -> tuple[Path, Path] | None:
+    """The root and path of the scope's oldest document made from ``file`` (the same
+    real file), if any: ingested alone without a root, a file of a folder ingested
+    before is ingested again under that folder, by the path it was found at, so its id
+    is its document's, which it replaces rather than being a second document beside it.
+
+    The document's path is below its root, so it ends as ``file`` ends, by the path
+    given or by the real one.
+    """
+    real = file.resolve()
+    tails: set[str] = set()
+    for path in (Path(os.path.abspath(file)), real):
+        parts = path.parts[1:]  # without the anchor: a relative path has none
+        tails.update(normalise_path("/".join(parts[i:])) for i in range(len(parts)))
+    # A name of bytes that are not UTF-8 (lone surrogates) is no stored source, and no
+    # filter's value.
+    stored = sorted(t for t in tails if not any("\ud800" <= c <= "\udfff" for c in t))
+    for record in knowledge_documents(mem, {**scope.filter(), "source": {"$in": stored}}):
+        root, source = record.metadata.get("root"), str(record.metadata.get("source"))
+        if isinstance(root, str) and (found := Path(root) / source).resolve() == real:
+            return Path(root), found
+    return None
 
 
 def prune(
@@ -97,5 +128,5 @@ def prune(
         if rel.startswith(prefix) and rel not in present:
             gone[rel] = record.id
     if gone:
-        remove_documents(mem, list(gone.values()))
+        remove_documents(mem, list(gone.values()), scope.filter())
         report.pruned.update(gone)

@@ -53,7 +53,7 @@ import numpy.typing as npt
 from memlane import coerce
 from memlane.embeddings import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
-from memlane.errors import InvalidArgumentError, MemlaneError, shown
+from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.knowledge.chunking import Chunk, Chunker, default_chunkers
 from memlane.knowledge.document_limits import DocumentLimitError, IngestLimits, applied_limits
 from memlane.knowledge.documents import (
@@ -61,6 +61,7 @@ from memlane.knowledge.documents import (
     FRAGMENTS,
     knowledge_documents,
     list_all,
+    of_documents,
     remove_documents,
 )
 from memlane.knowledge.ids import document_id, fragment_id
@@ -124,6 +125,15 @@ class Owner:
         if self.shared:
             return {"shared": True}
         return {"shared": False, "agent_id": self.agent_id}
+
+    def holds(self, record: MemoryRecord) -> bool:
+        """Whether ``record`` is a document of this owner's."""
+        meta = record.metadata
+        return (
+            record.table == DOCUMENTS
+            and meta.get("shared") is self.shared
+            and meta.get("agent_id") == self.agent_id
+        )
 
 
 def embedding_cost(embedder: Embedder | None) -> Callable[[list[str]], list[int]]:
@@ -391,7 +401,7 @@ class Pipeline:
         else:
             self.report.skipped[rel] = done.reason
             if done.old is not None:  # the file was emptied: its old fragments must go
-                remove_documents(self.mem, [done.id])
+                remove_documents(self.mem, [done.id], self.scope.filter())
                 self.report.pruned[rel] = done.id
         self.progress.update(files=1)
 
@@ -431,7 +441,7 @@ class Pipeline:
         records = list_all(
             self.mem,
             FRAGMENTS,
-            {"document_id": {"$in": [j.id for j in old]}},
+            of_documents([j.id for j in old], self.scope.filter()),
             include_embedding=True,
         )
         return {r.text: r.embedding for r in records if r.embedding is not None}
@@ -472,14 +482,35 @@ class Pipeline:
                 job.items[-1]["embedding"] = document_vector(v)
             items.extend(job.items)
         # Old versions (and fragments a run cut short left behind) go in the
-        # transaction that stores the new ones: a crash leaves one or the other.
+        # transaction that stores the new ones: a crash leaves one or the other. Only this
+        # owner's: an id another owner's document has too (see of_documents) is found
+        # taken by that transaction, which then stores nothing.
         ids = [job.id for job, _ in embedded]
-        self.mem.replace(items, [DOCUMENTS, FRAGMENTS], filters={"document_id": {"$in": ids}})
+        flt = of_documents(ids, self.scope.filter())
+        try:
+            self.mem.replace(items, [DOCUMENTS, FRAGMENTS], filters=flt)
+        except InvalidArgumentError as e:
+            if taken := [job for job, _ in embedded if self.taken(job.id)]:
+                files = ", ".join(f"{job.source.rel!r} (id {job.id})" for job in taken)
+                raise InvalidArgumentError(
+                    f"cannot ingest {files}: the document id is held by a record that is "
+                    "not this owner's document (another agent's, shared or private, or a "
+                    "record of another table); nothing of this batch was stored"
+                ) from e
+            raise
         for job, _ in embedded:
             target = self.report.replaced if job.old is not None else self.report.ingested
             target[job.source.rel] = job.id
             self.report.fragments += len(job.chunks)
         self.progress.update(files=len(embedded))
+
+    def taken(self, doc_id: str) -> bool:
+        """Whether a record other than this owner's document holds ``doc_id`` (said
+        after a write the transaction refused, to name why)."""
+        try:
+            return not self.scope.holds(self.mem.get(doc_id))
+        except UnknownIdError:
+            return False
 
     def records(self, job: _Job) -> list[dict[str, Any]]:
         """The job's records, without their vectors."""

@@ -80,13 +80,19 @@ def _describe(e: OSError) -> str:
 
 
 def walk(
-    target: Path, root: Path, *, follow_outside: bool, skipped: dict[str, str]
+    target: Path,
+    root: Path,
+    *,
+    follow_outside: bool,
+    skipped: dict[str, str],
+    same: dict[str, str] | None = None,
 ) -> list[Source]:
     """The supported files at ``target`` (a file or a folder) below ``root``.
 
     Paths are relative to ``root``; what is left out goes into ``skipped`` as
-    relative path -> reason. ``target`` itself is taken as given (a hidden
-    file named explicitly is ingested) but must lie inside ``root`` unless
+    relative path -> reason, and a second path to a file found also into ``same``, if
+    given, as that path -> the file's path. ``target`` itself is taken as given (a
+    hidden file named explicitly is ingested) but must lie inside ``root`` unless
     ``follow_outside``.
     """
     real_root = root.resolve()
@@ -163,4 +169,6 @@ def walk(
         for _, _, other, _, _ in paths:
             if other != rel:
                 skipped[other] = f"same file as {rel}"
+                if same is not None:
+                    same[other] = rel
     return [source for _, source in sorted(sources, key=lambda s: s[0])]

@@ -7,10 +7,12 @@ to look at: they are gathered until the folder has been quiet for ``debounce``
 seconds (an editor's save, a ``git checkout`` or a copy is a burst of them), and
 then each path's state on disk decides what happens. A path that is a file is
 ingested (unchanged bytes are left alone; a changed file replaces only its own
-document), a folder is walked, and a path that no longer exists removes the
-documents at or below it with their fragments. Paths the ingest would skip
-(hidden names, unsupported types) are ignored, so editors' swap and backup
-files never reach the store.
+document), a folder's files too, and a path that no longer exists removes the
+documents at or below it with their fragments. Which path stands for a file reached
+by two (a link to it) is decided as an ingest decides it, from a walk of the whole
+folder: a second path is skipped, and its document, if it had one, removed. Paths the
+ingest would skip (hidden names, unsupported types) are ignored, so editors' swap and
+backup files never reach the store.
 """
 
 from __future__ import annotations
@@ -176,32 +178,44 @@ class KnowledgeWatch:
         """Brings the documents at ``paths`` (below the folder) in line with the disk."""
         started = time.perf_counter()
         report = IngestReport()
-        sources: dict[str, Source] = {}
+        changed: set[str] = set()
         gone: set[str] = set()
         for raw in sorted(paths):
             path = Path(raw)
             rel = relative_path(path, self.folder)
             if rel == "." or rel.startswith("../") or _ignored(rel, path):
                 continue
-            if not path.exists():
-                gone.add(rel)
-                continue
+            (changed if path.exists() else gone).add(rel)
+        sources: list[Source] = []
+        if changed:
+            # The whole folder is walked (names and links; no file is read), as an ingest
+            # walks it: a file reached by two paths (a link to it) is one document, under
+            # the path the ingest keeps, which only the whole folder tells.
             skipped: dict[str, str] = {}
+            same: dict[str, str] = {}
             found = walk(
-                path, self.folder, follow_outside=self._options.follow_outside, skipped=skipped
+                self.folder,
+                self.folder,
+                follow_outside=self._options.follow_outside,
+                skipped=skipped,
+                same=same,
             )
-            sources.update((s.rel, s) for s in found)
+            related = _related_to(changed)
+            sources = [s for s in found if related(s.rel)]
             # What the walk leaves out is said, as ingest says it, and its document,
             # if it had one, goes: a file replaced by a link to outside the root must
             # not stay searchable with its old text.
-            report.skipped.update(skipped)
-            gone.update(left.rstrip("/") for left in skipped)
+            left = {r: why for r, why in skipped.items() if related(r.rstrip("/"))}
+            report.skipped.update(left)
+            gone.update(r.rstrip("/") for r in left)
+            # So does the document of another path to a changed file: its text is old.
+            gone.update(other for other, rel in same.items() if related(rel))
         if gone:
-            self._remove(gone, set(sources), report)
+            self._remove(gone, {s.rel for s in sources}, report)
         if sources:
             ingest_sources(
                 self._mem,
-                list(sources.values()),
+                sources,
                 self._scope,
                 self._options,
                 root_key=self._root_key,
@@ -224,8 +238,25 @@ class KnowledgeWatch:
             if any(source == g or source.startswith(g + "/") for g in gone):
                 doomed[source] = record.id
         if doomed:
-            remove_documents(self._mem, list(doomed.values()))
+            remove_documents(self._mem, list(doomed.values()), self._scope.filter())
             report.pruned.update(doomed)
+
+
+def _related_to(changed: set[str]) -> Callable[[str], bool]:
+    """Whether a path is one of ``changed``, lies below one, or is a folder holding one
+    (a look-up per part of the path: a checkout changes many files of a large folder)."""
+    holders: set[str] = set()
+    for path in changed:
+        parts = path.split("/")
+        holders.update("/".join(parts[:i]) for i in range(1, len(parts)))
+
+    def related(rel: str) -> bool:
+        parts = rel.split("/")
+        return rel in holders or any(
+            "/".join(parts[:i]) in changed for i in range(1, len(parts) + 1)
+        )
+
+    return related
 
 
 def _ignored(rel: str, path: Path) -> bool:
