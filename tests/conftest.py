@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import sqlite3
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -84,6 +85,21 @@ class WordHashEmbedder:
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         self.calls += 1
         return np.stack([self._one(t) for t in texts]) if texts else np.zeros((0, self.dimension))
+
+
+class SlowEmbedder(WordHashEmbedder):
+    """Embeds a text starting with "slow:" only once ``go`` is set, having set
+    ``embedding``: another writer acts while a write waits for its embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding, self.go = threading.Event(), threading.Event()
+
+    def embed_batch(self, texts: Any) -> np.ndarray:
+        if any(t.startswith("slow:") for t in texts):
+            self.embedding.set()
+            self.go.wait(60)
+        return super().embed_batch(texts)
 
 
 @pytest.fixture

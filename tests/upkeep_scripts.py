@@ -1,5 +1,6 @@
 """What the upkeep's tests and benches/upkeep_faults.py share: an agent with only
-reflection on, a scripted model, and a child process killed during a reflection."""
+reflection on, a scripted model, and a child process killed during a reflection; the
+daily log's tests, an agent with only the daily log on and their clock."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import select
 import subprocess
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 from memlane import AgentMemory, Memory
@@ -28,6 +30,20 @@ QUIET: dict[str, Any] = {
     "daily": DailyLog(enabled=False),
     "profiles": Profiles(enabled=False),
 }
+
+#: Every trigger off but the daily log, run inline: what each turn's log does is in the
+#: turn's own report (tests/agent/test_agent_upkeep.py runs them in the background).
+DAILY_ONLY: dict[str, Any] = {
+    "reflection": Reflection(enabled=False),
+    "consolidation": Consolidation(enabled=False),
+    "flush": FlushReminder(enabled=False),
+    "compaction": Compaction(enabled=False),
+    "profiles": Profiles(enabled=False),
+    "upkeep": "inline",
+}
+#: The daily log tests' clock: a day, and a Friday morning (UTC) to start from.
+DAY = 86400.0
+START = datetime(2026, 11, 20, 9, 0, tzinfo=UTC).timestamp()
 
 
 def agent(mem: Memory, llm: Any, table: str = "memories", **options: Any) -> AgentMemory:

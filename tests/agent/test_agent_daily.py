@@ -17,30 +17,16 @@ from memlane import AgentMemory, InvalidArgumentError, Memory
 from memlane.agent import (
     DAILY,
     MESSAGES,
-    Compaction,
-    Consolidation,
     DailyLog,
-    FlushReminder,
-    Profiles,
     Reflection,
     SessionScope,
     build_context,
 )
 from memlane.agent.daily import append_daily, export_daily
+from upkeep_scripts import DAILY_ONLY, DAY, START
 
 SCOPES = SessionScope("per-peer", {"telegram:42": "alice"})
-OFF = {
-    "reflection": Reflection(enabled=False),
-    "consolidation": Consolidation(enabled=False),
-    "flush": FlushReminder(enabled=False),
-    "compaction": Compaction(enabled=False),
-    "profiles": Profiles(enabled=False),
-    # What each trigger does, as the turn's own report shows it (tests/agent/test_agent_upkeep.py
-    # runs them in the background).
-    "upkeep": "inline",
-}
-DAY = 86400.0
-START = datetime(2026, 11, 20, 9, 0, tzinfo=UTC).timestamp()  # a Friday morning, UTC
+OFF = DAILY_ONLY
 
 
 class Clock:

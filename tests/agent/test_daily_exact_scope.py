@@ -16,27 +16,14 @@ from conftest import StoreFactory
 from memlane import AgentMemory, Memory
 from memlane.agent import (
     DAILY,
-    Compaction,
-    Consolidation,
     DailyLog,
-    FlushReminder,
-    Profiles,
-    Reflection,
     SessionScope,
 )
 from memlane.agent.daily import export_daily, recent_logs
 from memlane.scoping import EventScope
+from upkeep_scripts import DAILY_ONLY, DAY, START
 
-OFF = {
-    "reflection": Reflection(enabled=False),
-    "consolidation": Consolidation(enabled=False),
-    "flush": FlushReminder(enabled=False),
-    "compaction": Compaction(enabled=False),
-    "profiles": Profiles(enabled=False),
-    "upkeep": "inline",
-}
-DAY = 86400.0
-START = datetime(2026, 11, 20, 9, 0, tzinfo=UTC).timestamp()
+OFF = DAILY_ONLY
 
 
 def agent(mem: Memory, scopes: SessionScope, clock: list[float], **settings: Any) -> AgentMemory:

@@ -7,7 +7,6 @@ memlane errors that store nothing."""
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +16,15 @@ from conftest import StoreFactory
 from memlane import AgentMemory, InvalidArgumentError, Memory
 from memlane.agent import (
     DAILY,
-    Compaction,
-    Consolidation,
     DailyLog,
-    FlushReminder,
-    Profiles,
-    Reflection,
     SessionScope,
 )
 from memlane.agent.daily import MAX_LOOKBACK, _log_id, append_daily, export_daily
 from memlane.scoping import exact_scope
+from upkeep_scripts import DAILY_ONLY, DAY, START
 
 SCOPES = SessionScope(agent_id="bot")
-OFF = {
-    "reflection": Reflection(enabled=False),
-    "consolidation": Consolidation(enabled=False),
-    "flush": FlushReminder(enabled=False),
-    "compaction": Compaction(enabled=False),
-    "profiles": Profiles(enabled=False),
-    "upkeep": "inline",
-}
-DAY = 86400.0
-START = datetime(2026, 11, 20, 9, 0, tzinfo=UTC).timestamp()
+OFF = DAILY_ONLY
 SUMMARY = "We talked about the weather."
 
 

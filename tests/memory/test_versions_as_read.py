@@ -11,29 +11,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 
-from conftest import StoreFactory, WordHashEmbedder
+from conftest import SlowEmbedder, StoreFactory, WordHashEmbedder
 from memlane import AsyncMemory, ConflictError, InvalidArgumentError, Memory, MemoryRecord
 from memlane.edits import rewrite
 
 SCOPE = {"user_id": "alice"}
-
-
-class SlowEmbedder(WordHashEmbedder):
-    """Embeds a text starting with "slow:" only once ``go`` is set, having set
-    ``embedding``: another writer acts while a change waits for its embedding."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embedding, self.go = threading.Event(), threading.Event()
-
-    def embed_batch(self, texts: Any) -> np.ndarray:
-        if any(t.startswith("slow:") for t in texts):
-            self.embedding.set()
-            self.go.wait(60)
-        return super().embed_batch(texts)
 
 
 def current(mem: Memory) -> list[str]:

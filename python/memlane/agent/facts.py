@@ -134,6 +134,8 @@ def candidates(
     by_meaning: int = 20,
     meaning: Embedder | None = None,
     window: int = 300,
+    *,
+    with_pending: bool = False,
 ) -> list[MemoryRecord]:
     """The memories of ``scope`` that ``fact`` may repeat, refine or contradict: the
     best ``k`` of a hybrid search by its text; for a fact of several sentences, the best
@@ -145,30 +147,13 @@ def candidates(
     meaning, and a changed fact often shares no word with the one it changes ("we're
     on Elm Avenue now" after "we live on Bridge Street"): there, given ``meaning`` (an
     embedder), the best ``by_meaning`` of the scope's ``window`` newest memories by its
-    vectors, embedded now. Facts still pending are left out: they are not stored
-    memories yet (``check_facts`` checks an older one first, and one another check may
-    be settling right now must not become what a fact updates). Each part is one index
+    vectors, embedded now. Facts still pending are left out (``with_pending``: kept,
+    which ``check_facts`` reads to know which facts wait): they are not stored memories
+    yet (``check_facts`` checks an older one first, and one another check may be
+    settling right now must not become what a fact updates). Each part is one index
     lookup (or one embedding batch of at most ``window`` texts), whatever the size of
     the store. ``benches/bench_fact_candidates.py`` measures how often the older version
     of a changed fact is among them, and chose the defaults."""
-    found = _found(memory, fact, table, scope, k, recent, per_sentence, by_meaning, meaning, window)
-    return [r for r in found if not _pending(r)]
-
-
-def _found(
-    memory: Memory,
-    fact: MemoryRecord,
-    table: str,
-    scope: Mapping[str, str],
-    k: int = 25,
-    recent: int = 5,
-    per_sentence: int = 5,
-    by_meaning: int = 20,
-    meaning: Embedder | None = None,
-    window: int = 300,
-) -> list[MemoryRecord]:
-    """What ``candidates`` finds (its arguments), pending facts included: the current
-    records of the scope other than ``fact``, each once."""
     kw = scope_kwargs(scope)
     sentences = [s for s in _SENTENCE_END.split(fact.text.strip()) if s.strip()]
     queries: list[tuple[str, int, Mode]] = [(fact.text, k, "hybrid")]
@@ -187,7 +172,8 @@ def _found(
         newest += _nearest(meaning, fact, memory.list(table, limit=window + 1, **kw), by_meaning)
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
-        if rec.id != fact.id and rec.valid_to is None:  # not itself, nor history
+        # Not itself, nor history, nor (unless asked for) a fact not checked yet.
+        if rec.id != fact.id and rec.valid_to is None and (with_pending or not _pending(rec)):
             out.setdefault(rec.id, rec)
     return list(out.values())
 
@@ -396,7 +382,7 @@ def check_facts(
             shown: dict[str, MemoryRecord] = {}
             rest: list[MemoryRecord] = []
             for i, fact in enumerate(facts):
-                found = _found(memory, fact, table, scope, meaning=meaning)
+                found = candidates(memory, fact, table, scope, meaning=meaning, with_pending=True)
                 waits = {r.id for r in found if waits_for(r, fact)}
                 if waits & {g.id for g in group}:
                     rest = facts[i:]
