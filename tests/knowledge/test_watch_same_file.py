@@ -66,7 +66,8 @@ def test_a_change_removes_a_stale_copy_under_another_path(
         wait_for(lambda: found(mem, "five") == {"a.md"}, "the new text")
         wait_for(lambda: sources(mem) == {"a.md"}, "the stale copy goes")
         assert found(mem, "thirty") == set()
-        assert any("link.md" in r.pruned for r in reports)
+        # The report reaches on_report once the sync returns, after the delete.
+        wait_for(lambda: any("link.md" in r.pruned for r in reports), "its report")
 
 
 def test_a_file_replaced_by_a_link_to_another_file_loses_its_document(
@@ -84,6 +85,7 @@ def test_a_file_replaced_by_a_link_to_another_file_loses_its_document(
             wait_for(lambda: sources(mem) == {"b.txt"}, "the replaced file's document goes")
             assert found(mem, "aardvarks") == set()
             assert found(mem, "badgers") == {"b.txt"}
+            wait_for(lambda: any("a.txt" in r.pruned for r in reports), "its report")
             said = next(r for r in reports if "a.txt" in r.pruned)
             assert said.skipped["a.txt"] == "same file as b.txt"
         assert sources(mem) == full_ingest(word_embedder, kb)

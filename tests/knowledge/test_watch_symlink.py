@@ -40,6 +40,8 @@ def test_a_file_replaced_by_a_link_to_outside_loses_its_document(
             (kb / ".a.txt.new").symlink_to(outside / "secret.txt")
             os.replace(kb / ".a.txt.new", kb / "a.txt")
             wait_for(lambda: "a.txt" not in sources(mem), "the replaced file's document goes")
+            # The report reaches on_report once the sync returns, after the delete.
+            wait_for(lambda: any("a.txt" in r.pruned for r in reports), "its report")
             assert found(mem, "aardvarks") == set()
             assert found(mem, "platypus") == set()
             said = [r for r in reports if "a.txt" in r.pruned]
@@ -53,7 +55,7 @@ def test_a_file_replaced_by_a_link_to_outside_loses_its_document(
             wait_for(lambda: sources(mem) == {"b.txt"}, "the replaced folder's documents go")
             assert found(mem, "capybaras") == set()
             assert found(mem, "wombats") == set()
-            assert any("sub/c.txt" in r.pruned for r in reports)
+            wait_for(lambda: any("sub/c.txt" in r.pruned for r in reports), "its report")
 
             # A link that stays inside the root is a second path to a file the root
             # holds: skipped, as a full ingest skips it (a document of its own would go
