@@ -137,19 +137,19 @@ class Searcher:
         among the records it admits; with ``rerank``, the first ``k`` of its order of
         them, the only ones whose access is recorded (none when it raises)."""
         if rerank is None:
-            found = self._search(
+            return self._search(
                 query, request, query_embedding=query_embedding, include_embedding=include_embedding
             )
-            return [hit for hit, _ in found]
-        found = self._search(
+        read: list[Row] = []
+        hits = self._search(
             query,
             request,
             query_embedding=query_embedding,
             include_embedding=include_embedding,
-            touch=False,
+            read=read,
         )
-        rows = {id(hit): row for hit, row in found}
-        best = reranked(query, [hit for hit, _ in found], rerank, k)
+        rows = {id(hit): row for hit, row in zip(hits, read, strict=True)}
+        best = reranked(query, hits, rerank, k)
         touch = self.track_access if request.track_access is None else request.track_access
         if not touch or not best:
             return best
@@ -185,10 +185,11 @@ class Searcher:
         *,
         query_embedding: Any,
         include_embedding: bool,
-        touch: bool = True,
-    ) -> list[tuple[SearchHit, Row]]:
-        """The hits with the rows they were read from; ``touch=False``: no access
-        recorded but the one a request asking for it has the engine record."""
+        read: list[Row] | None = None,
+    ) -> list[SearchHit]:
+        """The hits; given ``read``, the rows they were read from are put in it, one a
+        hit, and no access is recorded but the one a request asking for it has the
+        engine record (a reranker chooses the hits the caller gets)."""
         self.sync.last_search = time.monotonic()
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
@@ -221,11 +222,12 @@ class Searcher:
             vector,
             now=now,
             expiring=self.sync.expiring,
-            defaults=self.defaults if touch else self.untracked,
+            defaults=self.defaults if read is None else self.untracked,
             dates=named_intervals(query),
         )
-        if touch:
-            touch = self.track_access if request.track_access is None else request.track_access
+        touch = read is None and (
+            self.track_access if request.track_access is None else request.track_access
+        )
         if touch and rowids and self.access.note(rowids, now):
             self.sync.wake.set()
         rows = self.sync.rows(rowids, embedding=include_embedding)
@@ -235,7 +237,9 @@ class Searcher:
             if row is None:  # deleted meanwhile
                 continue
             rec = record(row, self.access.get(row), include_embedding)
-            hits.append((SearchHit(rec, scores[j], None if signals is None else signals[j]), row))
+            hits.append(SearchHit(rec, scores[j], None if signals is None else signals[j]))
+            if read is not None:
+                read.append(row)
         return hits
 
 
