@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,11 +20,6 @@ from memlane.agent import (
     CONTACTS,
     CORE,
     DAILY,
-    Compaction,
-    Consolidation,
-    FlushReminder,
-    Profiles,
-    Reflection,
     SessionScope,
     contact_profile,
     record_contact,
@@ -34,20 +28,13 @@ from memlane.agent.daily import _add_log, _log_id
 from memlane.agent.derived_ids import SPARE_IDS
 from memlane.agent.profiles import _place
 from memlane.scoping import exact_scope
+from upkeep_scripts import DAILY_ONLY, START
 
 SCOPES = SessionScope(agent_id="bot")
 EVENT = SCOPES.resolve("telegram", 42, 7, name="Alice")
 MALLORY = {"agent_id": "mallory"}
 DAY = "2026-11-20"
-START = datetime(2026, 11, 20, 9, 0, tzinfo=UTC).timestamp()
-OFF = {
-    "reflection": Reflection(enabled=False),
-    "consolidation": Consolidation(enabled=False),
-    "flush": FlushReminder(enabled=False),
-    "compaction": Compaction(enabled=False),
-    "profiles": Profiles(enabled=False),
-    "upkeep": "inline",
-}
+OFF = DAILY_ONLY
 
 
 def base_id(mem: Memory, kind: str) -> str:
