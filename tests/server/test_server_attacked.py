@@ -160,6 +160,34 @@ def test_a_record_whose_id_holds_a_slash_is_reached_by_its_routes(
     assert any(v.superseded_by == new for v in mem.history("a/b"))
 
 
+def test_an_id_a_path_cannot_carry_is_named_in_the_query(client: TestClient, mem: Memory) -> None:
+    # A path segment "." or ".." is a step in the path: /v1/memories/./history is the
+    # history of the record "history". Such ids go in the query, "-" in the path.
+    for rid in (".", "..", "-", "history", "a/b"):
+        mem.add(f"the record {rid}", id=rid)
+    for rid in (".", "..", "history", "a/b"):
+        got = client.get("/v1/memories/-", params={"id": rid, "include_embedding": "true"})
+        assert got.json()["text"] == f"the record {rid}" and got.json()["embedding"]
+        versions = client.get("/v1/memories/-/history", params={"id": rid}).json()["versions"]
+        assert [v["record"]["text"] for v in versions] == [f"the record {rid}"]
+    assert client.get("/v1/memories/-").json()["text"] == "the record -"  # no query: "-"
+    r = client.patch("/v1/memories/-", params={"id": "."}, json={"importance": 0.9})
+    assert r.status_code == 200 and mem.get(".").importance == 0.9
+    r = client.post("/v1/memories/-/supersede", params={"id": ".."}, json={"text": "again"})
+    assert r.status_code == 201 and mem.history("..")[0].superseded_by == r.json()["id"]
+    assert client.delete("/v1/memories/-", params={"id": "."}).json() == {"deleted": "."}
+    assert sorted(rec.id for rec in mem.list()) == sorted(
+        ["..", "-", "history", "a/b", r.json()["id"]]
+    )
+    assert mem.get("-").importance != 0.9 and len(mem.history("-")) == 1
+    # The id once, and in the query only where the path says "-".
+    twice = client.get("/v1/memories/-?id=..&id=history")
+    assert kind(twice) == (400, "InvalidArgumentError") and "id is given twice" in twice.text
+    beside = client.get("/v1/memories/history", params={"id": ".."})
+    assert kind(beside) == (400, "InvalidArgumentError") and "unknown parameter 'id'" in beside.text
+    assert kind(client.get("/v1/memories/-", params={"id": "nothing"})) == (404, "UnknownIdError")
+
+
 def test_a_slashed_id_is_reached_under_a_mount_and_an_encoded_prefix(mem: Memory) -> None:
     mem.add("the x", id="x")
     mem.add("not x's history", id="x/history")

@@ -280,3 +280,91 @@ def test_the_store_and_the_upkeep_screen(browser: Browser, tmp_path: Path) -> No
         browser.wait(f"{row}?.[6]?.textContent === {cost}")
         shot(browser, "inspector", "body")
         api.close()
+
+
+def test_the_store_shows_its_largest_tables_and_scopes_and_how_many_more(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # 30 tables of one user each and 15 users more in "memories"; the largest scopes are
+    # in the tables last by name, where an order by table would not reach them.
+    items = [{"text": f"note {i}", "table": f"t{i:02}", "user_id": f"u{i}"} for i in range(30)]
+    items += [{"text": f"more {i}", "user_id": f"m{i}"} for i in range(15)]
+    items += [{"text": f"big {i}", "table": f"t{29 - i % 3}", "user_id": "big"} for i in range(9)]
+    with ServeProcess(tmp_path / "s", "--create", "--embedder", "none") as server:
+        api = httpx.Client(base_url=server.url, timeout=60)
+        assert api.post("/v1/memories/batch", json={"items": items}).status_code == 201
+        browser.goto(server.url + "/")
+        assert "54 records" in browser.wait("document.querySelector('#stats').textContent")
+        # It asked for as many as it shows, not for every scope of the store.
+        asked = browser.run(
+            "performance.getEntriesByType('resource').map(e => new URL(e.name))"
+            ".filter(u => u.pathname === '/v1/stats').map(u => u.search)"
+        )
+        assert asked == ["?limit=20"]
+        options = browser.run("[...document.querySelector('#table').options].map(o => o.value)")
+        assert len(options) == 21
+        scopes = texts(browser, "#stats .scope")
+        assert len(scopes) == 20
+        assert scopes[:3] == ["3 · t27 user=big", "3 · t28 user=big", "3 · t29 user=big"]
+        assert texts(browser, "#stats .more") == ["and 11 more tables", "and 28 more scopes"]
+        tables = texts(browser, "#stats .table")
+        assert tables[:4] == ["memories: 15", "t27: 4", "t28: 4", "t29: 4"] and len(tables) == 20
+        # The table list offers the same tables (and "all"), and says how many more there are.
+        assert options == ["", *(t.split(":")[0] for t in tables)]
+        assert browser.run("document.querySelector('#table-more').textContent") == (
+            "11 more not listed"
+        )
+        # A table chosen stays chosen as the page refreshes its lists.
+        pick(browser, "#table", "t28")
+        browser.run("document.querySelector('#apply').click()")
+        browser.wait("document.querySelector('#total').textContent === '(4)'")
+        browser.wait(
+            "performance.getEntriesByType('resource')"
+            ".filter(e => new URL(e.name).pathname === '/v1/stats').length === 2"
+        )
+        assert browser.run("document.querySelector('#table').value") == "t28"
+        assert browser.run("document.querySelector('#table').options.length") == 21
+        api.close()
+
+
+def test_records_whose_ids_are_path_steps_open_and_change_through_the_page(
+    browser: Browser, tmp_path: Path
+) -> None:
+    ids = [".", "..", "history", "-", "a/b", "?x=1&y"]
+    with ServeProcess(tmp_path / "s", "--create", "--embedder", "none") as server:
+        api = httpx.Client(base_url=server.url, timeout=60)
+        items = [
+            {"text": f"record {i}", "id": i, "created_at": 1_700_000_000 + n}
+            for n, i in enumerate(ids)
+        ]
+        assert api.post("/v1/memories/batch", json={"items": items}).status_code == 201
+        browser.goto(server.url + "/")
+        browser.wait(f"document.querySelectorAll('#record-list tr.record').length === {len(ids)}")
+
+        def open_(rid: str) -> None:
+            browser.run(
+                "document.querySelector('#record-id').textContent = '';"
+                f"[...document.querySelectorAll('#record-list tr.record')]"
+                f".find(r => r.dataset.id === {json.dumps(rid)}).click()"
+            )
+            browser.wait(f"document.querySelector('#record-id').textContent === {json.dumps(rid)}")
+
+        for rid in ids:
+            open_(rid)
+            assert texts(browser, "#history .version > div:first-child") == [f"record {rid}"]
+            assert browser.run("document.querySelector('#error').textContent") == ""
+        open_(".")
+        browser.run(
+            "document.querySelector('#supersede-text').value = 'record . again';"
+            "document.querySelector('#supersede-button').click()"
+        )
+        browser.wait("document.querySelectorAll('#history .version').length === 2")
+        versions = api.get("/v1/memories/-/history", params={"id": "."}).json()["versions"]
+        assert [v["ended"] for v in versions] == ["supersede", None]
+        open_("..")
+        browser.run("document.querySelector('#delete-button').click()")
+        browser.wait("document.querySelector('#actions').hidden")
+        assert api.get("/v1/memories/-", params={"id": ".."}).status_code == 404
+        assert api.get("/v1/memories/history").json()["text"] == "record history"
+        assert api.get("/v1/memories/-").json()["text"] == "record -"
+        api.close()

@@ -104,6 +104,42 @@ def test_a_scoped_key_never_reaches_another_scope(client: TestClient, mem: Memor
     assert stats["records"] == 0 and stats["store"] is None and stats["index"] is None
 
 
+def test_a_scoped_keys_stats_count_its_own_scopes_alone(client: TestClient, mem: Memory) -> None:
+    mem.add_many([{"text": f"bob {i}", "user_id": "bob", "table": f"b{i}"} for i in range(5)])
+    mem.add_many([{"text": f"alice {i}", "user_id": "alice", "table": "notes"} for i in range(2)])
+    mem.add_many(
+        [{"text": f"alice's room {i}", "user_id": "alice", "room_id": "r"} for i in range(3)]
+    )
+    for limit in (1, 100):
+        stats = client.get("/v1/stats", params={"limit": limit}, headers=as_(ALICE)).json()
+        assert (stats["records"], stats["table_count"], stats["scope_count"]) == (5, 2, 2)
+        assert {s["user_id"] for s in stats["scopes"]} == {"alice"}
+        assert set(stats["tables"]) <= {"memories", "notes"}
+    assert [s["count"] for s in stats["scopes"]] == [3, 2]
+    top = client.get("/v1/stats", params={"limit": 1}, headers=as_(ALICE)).json()
+    assert top["tables"] == {"memories": 3} and top["scopes"][0]["room_id"] == "r"
+    assert client.get("/v1/stats", headers=as_(ADMIN)).json()["scope_count"] == 7
+
+
+def test_a_scoped_key_names_no_other_scopes_record_by_a_query_id(
+    client: TestClient, mem: Memory
+) -> None:
+    bob = mem.add("Bob's bank PIN is 1234", id=".", user_id="bob")
+    for method, path, body in [
+        ("GET", "/v1/memories/-", None),
+        ("GET", "/v1/memories/-/history", None),
+        ("PATCH", "/v1/memories/-", {"text": "changed"}),
+        ("POST", "/v1/memories/-/supersede", {"text": "changed"}),
+        ("DELETE", "/v1/memories/-", None),
+    ]:
+        r = client.request(method, path, params={"id": "."}, json=body, headers=as_(ALICE))
+        assert kind(r) == (404, "UnknownIdError"), (method, path)
+        assert r.json()["error"]["message"] == "no memory with id '.'"
+    assert mem.get(".").text == bob.text and len(mem.history(".")) == 1
+    mine = client.get("/v1/memories/-", params={"id": "."}, headers=as_(ADMIN)).json()
+    assert mine["text"] == bob.text
+
+
 def test_a_history_shows_a_scoped_key_only_its_own_versions(
     client: TestClient, mem: Memory
 ) -> None:

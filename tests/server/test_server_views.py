@@ -179,3 +179,68 @@ def test_stats_say_how_the_index_stands(client: TestClient, mem: Memory) -> None
     else:
         assert index["snapshot_at"] is not None and index["index_bytes"] > 0
         assert index["database_bytes"] >= (mem.path / "memory.db").stat().st_size > 0
+
+
+def test_stats_show_the_largest_tables_and_scopes_a_limit_asks_for(
+    client: TestClient, mem: Memory
+) -> None:
+    # Table t<i> holds i + 1 records of user a and one of user b.
+    mem.add_many(
+        [
+            {"text": f"{user} note {j}", "table": f"t{i}", "user_id": user}
+            for i in range(6)
+            for user, n in (("a", i + 1), ("b", 1))
+            for j in range(n)
+        ]
+    )
+    every = [s.to_dict() for s in mem.scopes()]
+    assert len(every) == 12
+    full = client.get("/v1/stats").json()
+    # A store of fewer scopes than the default limit: every one, as Memory.scopes has them.
+    assert full["scopes"] == every and full["scope_count"] == 12
+    assert full["tables"] == {f"t{i}": i + 2 for i in range(6)} and full["table_count"] == 6
+    assert full["records"] == 27
+
+    def shown(stats: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(s["table"], s["user_id"]) for s in stats["scopes"]]
+
+    top = client.get("/v1/stats", params={"limit": 3}).json()
+    assert shown(top) == [("t3", "a"), ("t4", "a"), ("t5", "a")]  # in Memory.scopes' order
+    assert top["tables"] == {"t3": 5, "t4": 6, "t5": 7}
+    assert (top["records"], top["table_count"], top["scope_count"]) == (27, 6, 12)
+    # Of scopes of one record each, the first in Memory.scopes' order: by table.
+    tied = client.get("/v1/stats", params={"limit": 7}).json()
+    assert shown(tied) == [("t0", "a"), ("t0", "b")] + [(f"t{i}", "a") for i in range(1, 6)]
+    none = client.get("/v1/stats", params={"limit": 0}).json()
+    assert none["scopes"] == [] and none["tables"] == {} and none["records"] == 27
+    assert none["scope_count"] == 12 and none["index"] == full["index"]
+
+
+def test_stats_show_100_scopes_unless_asked(client: TestClient, mem: Memory) -> None:
+    mem.add_many([{"text": f"note {i}", "user_id": f"u{i:03}"} for i in range(105)])
+    mem.add("another", user_id="u104")
+    stats = client.get("/v1/stats").json()
+    assert len(stats["scopes"]) == 100 and stats["scope_count"] == 105
+    assert stats["scopes"][0]["user_id"] == "u104" and stats["records"] == 106
+    assert len(client.get("/v1/stats", params={"limit": 200}).json()["scopes"]) == 105
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("limit=x", "limit must be an int >= 0, got 'x'"),
+        ("limit=1.5", "limit must be an int >= 0, got '1.5'"),
+        ("limit=", "limit must be an int >= 0, got ''"),
+        ("limit=-1", "limit must be an int >= 0, got -1"),
+        (f"limit={2**63}", "limit must be at most 9223372036854775807"),
+        ("limit=" + "9" * 5000, "limit must be an int >= 0, got '99999"),
+        ("limit=1&limit=2", "limit is given twice"),
+        ("limt=20", "unknown parameter 'limt'; this call takes limit"),
+    ],
+)
+def test_stats_refuse_a_limit_that_is_no_count(
+    client: TestClient, query: str, message: str
+) -> None:
+    r = client.get("/v1/stats?" + query)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "InvalidArgumentError"
+    assert message in r.json()["error"]["message"]

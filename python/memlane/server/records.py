@@ -10,11 +10,12 @@ checked before it writes.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from starlette.concurrency import run_in_threadpool
@@ -22,6 +23,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from memlane import coerce
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.memory import Memory
 from memlane.records import MemoryRecord
@@ -43,6 +45,8 @@ from memlane.store import OUTCOMES_KEPT, JobOutcome
 
 __all__ = ["ROUTES"]
 
+_T = TypeVar("_T")
+
 
 def context(request: HTTPConnection, *, writes: bool = False) -> tuple[Memory, Caller]:
     """The store and what this request's key may do (401/403 otherwise)."""
@@ -57,6 +61,8 @@ def context(request: HTTPConnection, *, writes: bool = False) -> tuple[Memory, C
 ITEM = "/v1/memories/"
 #: The scope's key for an id whose segment holds an encoded slash (see ``raw_id``).
 _RAW_ID = "memlane.id"
+#: A record's path segment that says the id is the query's ``id`` (see ``_query_id``).
+QUERY_ID = "-"
 
 
 def raw_id(scope: Scope) -> None:
@@ -86,9 +92,32 @@ def raw_id(scope: Scope) -> None:
 
 
 def path_id(request: HTTPConnection) -> str:
-    """The id a record's route names."""
+    """The id a record's route names: the path's segment, or the query's ``id`` where
+    the segment is ``QUERY_ID`` (see ``_query_id``)."""
     given = request.scope.get(_RAW_ID)
-    return given if isinstance(given, str) else str(request.path_params["id"])
+    if isinstance(given, str):
+        return given
+    if not _query_id(request):
+        return str(request.path_params["id"])
+    named = request.query_params.getlist("id")
+    if len(named) > 1:
+        raise InvalidArgumentError("id is given twice")
+    return named[0]
+
+
+def _query_id(request: HTTPConnection) -> bool:
+    """Whether a record's route takes its id from the query string: its path has
+    ``QUERY_ID`` in the id's place and the query an ``id``. A URL's path cannot carry
+    every id: a browser reads a segment "." or ".." (written %2E too) as a step in the
+    path before it sends it, so ``/v1/memories/./history`` asks for the history of the
+    record ``history``. The record named ``-`` is still reached by its path, with no
+    ``id`` in the query (``get`` refuses one beside any other segment; the other record
+    routes read no query)."""
+    return (
+        _RAW_ID not in request.scope
+        and request.path_params.get("id") == QUERY_ID
+        and "id" in request.query_params
+    )
 
 
 def _visible(mem: Memory, caller: Caller, record_id: str) -> MemoryRecord:
@@ -158,19 +187,42 @@ async def get(request: Request) -> JSONResponse:
     """One memory by id (?include_embedding=true for its vector)."""
     mem, caller = context(request)
     record_id = path_id(request)
-    args = query_arguments(request, mem.get, id=record_id)
+    own = ("id",) if _query_id(request) else ()
+    args = query_arguments(request, mem.get, own=own, id=record_id)
     found = await run_in_threadpool(lambda: mem.get(**args))
     if not caller.sees(found):
         raise UnknownIdError(f"no memory with id {record_id!r}")
     return JSONResponse(record_json(found))
 
 
+#: How many tables and scopes ``/v1/stats`` shows unless asked for another number: the
+#: largest, so that its answer does not grow with a store of many scopes.
+STATS_LIMIT = 100
 #: Query parameters a route reads beside its Memory method's, by handler (the schema
 #: shows them too).
 OWN_QUERY: dict[str, dict[str, dict[str, Any]]] = {
     "upkeep": {
         "per_million_in": {"type": "number", "minimum": 0},
         "per_million_out": {"type": "number", "minimum": 0},
+    },
+    "stats": {
+        "limit": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": coerce.MAX_COUNT,
+            "default": STATS_LIMIT,
+            "description": "the tables and the scopes shown: the largest this many of each",
+        },
+    },
+    **{
+        handler: {
+            "id": {
+                "type": "string",
+                "description": f"the record's id, where the path names {QUERY_ID!r} in its "
+                "place: for an id a path cannot carry, such as '.' or '..'",
+            }
+        }
+        for handler in ("get", "history", "supersede", "update", "delete")
     },
 }
 
@@ -300,14 +352,24 @@ async def upkeep(request: Request) -> JSONResponse:
     return JSONResponse(await run_in_threadpool(gather))
 
 
+def _own_query(request: Request, handler: str) -> dict[str, str]:
+    """The query string of a route that reads its own parameters (``OWN_QUERY``), each
+    given once: one it does not take is refused, as the others refuse theirs."""
+    takes = OWN_QUERY[handler]
+    given: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name not in takes:
+            raise InvalidArgumentError(
+                f"unknown parameter {name!r}; this call takes {', '.join(takes)}"
+            )
+        if name in given:
+            raise InvalidArgumentError(f"{name} is given twice")
+        given[name] = value
+    return given
+
+
 def _prices(request: Request) -> tuple[float, float] | None:
-    given = dict(request.query_params)
-    unknown = sorted(set(given) - set(OWN_QUERY["upkeep"]))
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown parameter {', '.join(map(repr, unknown))}; this call takes "
-            f"{', '.join(OWN_QUERY['upkeep'])}"
-        )
+    given = _own_query(request, "upkeep")
     if not given:
         return None
     prices = []
@@ -371,9 +433,14 @@ def _totals(done: list[JobOutcome], prices: tuple[float, float] | None) -> dict[
 
 async def stats(request: Request) -> JSONResponse:
     """Counts by table and scope (the key's records only, for a scoped key), the
-    embedder, the store's size on disk and how its index stands (Memory.stats)."""
+    embedder, the store's size on disk and how its index stands (Memory.stats).
+
+    Of the tables and of the scopes, the largest 100 (?limit=N: N) are shown, in the
+    order of Memory.scopes; table_count and scope_count say how many there are."""
     mem, caller = context(request)
     scope: dict[str, Any] = dict(caller.scope)
+    given = _own_query(request, "stats").get("limit")
+    limit = STATS_LIMIT if given is None else _limit(given)
 
     def gather() -> dict[str, Any]:
         scopes = mem.scopes(**scope)
@@ -384,8 +451,12 @@ async def stats(request: Request) -> JSONResponse:
         return {
             "store": None if caller.scoped else mem.location,
             "records": sum(tables.values()),
-            "tables": tables,
-            "scopes": [s.to_dict() for s in scopes],
+            "tables": dict(_largest(list(tables.items()), limit, lambda t: t[1])),
+            "table_count": len(tables),
+            # Only the scopes shown are made into dicts: for many scopes, more work
+            # than the engine's counting them.
+            "scopes": [s.to_dict() for s in _largest(scopes, limit, lambda s: s.count)],
+            "scope_count": len(scopes),
             "embedder": None
             if embedder is None
             else {"name": embedder.name, "dimension": embedder.dimension},
@@ -396,6 +467,24 @@ async def stats(request: Request) -> JSONResponse:
         }
 
     return JSONResponse(await run_in_threadpool(gather))
+
+
+def _largest(items: list[_T], n: int, size: Callable[[_T], int]) -> list[_T]:
+    """The ``n`` items of the largest ``size``, in their order in ``items`` (of those
+    equal, the first): a store of few tables and scopes shows them as it always did."""
+    if len(items) <= n:
+        return items
+    keep = set(heapq.nlargest(n, range(len(items)), key=lambda i: size(items[i])))
+    return [item for i, item in enumerate(items) if i in keep]
+
+
+def _limit(text: str) -> int:
+    """``?limit=``, a count (as ``Memory.list`` takes its own)."""
+    try:
+        value = int(text)
+    except ValueError:  # not a number, or one of over 4,300 digits
+        raise InvalidArgumentError(f"limit must be an int >= 0, got {shown(text)}") from None
+    return coerce.count(value, "limit")
 
 
 def _disk(folder: Path) -> int:
