@@ -110,13 +110,15 @@ def serve(args: argparse.Namespace) -> int:
             # drops it (benches/README.md, "Figures behind the code").
             access_log=False,
             server_header=False,
-            # A follower of /v1/events never ends its request: shutting down waits this
-            # long for it, then closes the store.
+            # A request still running when the server stops gets this long to end.
             timeout_graceful_shutdown=2,
         )
+        server = uvicorn.Server(config)
+        # The event streams end as soon as uvicorn begins to stop (server/stream.py).
+        app.state.stopping = lambda: server.should_exit
         # The loop uvicorn.run would make: uvloop's when it is installed.
         with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-            runner.run(_run(uvicorn.Server(config), mem.location))
+            runner.run(_run(server, mem.location))
     return 0
 
 

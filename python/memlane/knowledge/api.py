@@ -14,7 +14,9 @@ and ``headings`` for markdown and Word files.
 As in elizaOS, shared knowledge (``shared=True``) is read by every agent and an
 agent's own (``shared=False``) only by that agent: a knowledge search runs one
 engine search filtered to "shared, or this agent's", so another agent's private
-fragments are never candidates.
+fragments are never candidates. Each read, count and delete admits only records whose
+scope is what ingest writes (``documents.knowledge_only``): a record that another scope
+added to these tables is never knowledge, whatever its metadata says.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
     check_document_id,
+    knowledge_only,
     list_all,
     remove_documents,
 )
@@ -250,7 +253,7 @@ def search(
     visible = _visible_filter(agent_id)
     if filters is not None and not isinstance(filters, Mapping):
         raise InvalidArgumentError(f"filters must be a dict, got {type(filters).__name__}")
-    flt = visible if filters is None else {"$and": [visible, dict(filters)]}
+    flt = knowledge_only(store, visible if filters is None else {"$and": [visible, dict(filters)]})
     args: dict[str, Any] = {**SEARCH_DEFAULTS, "weights": {"relevance": 1.0}, **options}
     if isinstance(threshold, str):
         if threshold != "default":
@@ -312,9 +315,9 @@ def clear(store: MemoryStore, agent_id: str | None, shared: bool | None) -> int:
     """Deletes knowledge (see ``memlane.Memory.clear_knowledge``); returns how many
     documents went."""
     if shared is False:
-        flt: dict[str, Any] | None = Owner.of(agent_id, False).filter()
+        flt = knowledge_only(store, Owner.of(agent_id, False).filter())
     else:
-        flt = documents_filter(agent_id, shared)
+        flt = knowledge_only(store, documents_filter(agent_id, shared))
     # Documents and fragments in one transaction, as remove_documents does: a reader
     # (or a process killed between two deletes) never finds the fragments of a document
     # that is gone.

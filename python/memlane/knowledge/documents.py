@@ -1,5 +1,14 @@
 """Knowledge records: the ``documents`` and ``fragments`` tables, read and removed
-through ``MemoryStore``'s public API."""
+through ``MemoryStore``'s public API.
+
+Knowledge is scoped by its agent alone: ingest writes a record with the store's
+``default_scope`` and, for an agent's own knowledge, that ``agent_id`` (shared
+knowledge has none of its own). But any caller may add a record to these tables with
+any metadata, a caller scoped to a user or an agent too (a scoped server key), and
+``shared`` metadata would make it every agent's knowledge. So every read, count and
+delete of knowledge goes through ``knowledge_only``, which admits only records whose
+scope is exactly what ingest writes: a record another scope wrote is never knowledge.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
+from memlane.records import SCOPE_FIELDS
 
 if TYPE_CHECKING:
     from memlane.records import MemoryRecord
@@ -17,6 +27,7 @@ __all__ = [
     "FRAGMENTS",
     "check_document_id",
     "knowledge_documents",
+    "knowledge_only",
     "list_all",
     "of_documents",
     "remove_documents",
@@ -28,6 +39,31 @@ FRAGMENTS = "fragments"
 _LIST_PAGE = 1000
 
 
+def knowledge_only(mem: MemoryStore, filters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``filters`` narrowed to knowledge records as ingest writes them (see above).
+
+    A read already asks for the store's ``default_scope``; this asks for every other
+    scope field unset, and for ``agent_id`` (unless the default scope sets it) unset on
+    shared knowledge and set on private. Each scope condition sits beside one on the
+    ``shared`` metadata, whose postings the engine reads: the scope columns are checked
+    on knowledge records alone, never by a scan of the store.
+    """
+    unset: dict[str, Any] = {
+        f: None for f in SCOPE_FIELDS if f != "agent_id" and f not in mem.default_scope
+    }
+    if "agent_id" in mem.default_scope:  # every read asks for it
+        owned: dict[str, Any] = {"shared": {"$in": [True, False]}}
+    else:
+        owned = {
+            "$or": [
+                {"shared": True, "agent_id": None},
+                {"shared": False, "agent_id": {"$ne": None}},
+            ]
+        }
+    exact = {**unset, **owned}
+    return exact if filters is None else {"$and": [exact, dict(filters)]}
+
+
 def list_all(
     mem: MemoryStore,
     table: str,
@@ -35,7 +71,9 @@ def list_all(
     *,
     include_embedding: bool = False,
 ) -> list[MemoryRecord]:
-    """Every record of ``table`` matching ``filters``, oldest first (page by page)."""
+    """Every knowledge record of ``table`` matching ``filters``, oldest first (page by
+    page)."""
+    flt = knowledge_only(mem, filters)
     out: list[MemoryRecord] = []
     while True:
         page = mem.list(
@@ -43,7 +81,7 @@ def list_all(
             limit=_LIST_PAGE,
             offset=len(out),
             order="asc",
-            filters=filters,
+            filters=flt,
             include_embedding=include_embedding,
         )
         out.extend(page)
@@ -78,7 +116,7 @@ def remove_documents(mem: MemoryStore, ids: Sequence[str], owner: Mapping[str, A
     returns the fragments deleted."""
     if not ids:
         return 0
-    flt = of_documents(ids, owner)
+    flt = knowledge_only(mem, of_documents(ids, owner))
     documents = mem.count(DOCUMENTS, filters=flt)
     removed, _ = mem.replace([], [DOCUMENTS, FRAGMENTS], filters=flt)
     return removed - documents
@@ -87,7 +125,6 @@ def remove_documents(mem: MemoryStore, ids: Sequence[str], owner: Mapping[str, A
 def check_document_id(mem: MemoryStore, doc_id: str) -> None:
     if not isinstance(doc_id, str) or not doc_id:
         raise InvalidArgumentError(f"document_id must be a non-empty str, got {shown(doc_id)}")
-    if not mem.count(DOCUMENTS, filters={"document_id": doc_id}) and not mem.count(
-        FRAGMENTS, filters={"document_id": doc_id}
-    ):
+    flt = knowledge_only(mem, {"document_id": doc_id})
+    if not mem.count(DOCUMENTS, filters=flt) and not mem.count(FRAGMENTS, filters=flt):
         raise UnknownIdError(f"no knowledge document with id {doc_id!r}")

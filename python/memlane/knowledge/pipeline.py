@@ -60,6 +60,7 @@ from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
     knowledge_documents,
+    knowledge_only,
     list_all,
     of_documents,
     remove_documents,
@@ -69,6 +70,7 @@ from memlane.knowledge.loaded_document import LoadedDocument, json_safe, unpacke
 from memlane.knowledge.progress import ProgressBar, ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source
+from memlane.scoping import scope_of
 
 if TYPE_CHECKING:
     from memlane.embeddings import Embedder
@@ -126,13 +128,14 @@ class Owner:
             return {"shared": True}
         return {"shared": False, "agent_id": self.agent_id}
 
-    def holds(self, record: MemoryRecord) -> bool:
-        """Whether ``record`` is a document of this owner's."""
-        meta = record.metadata
+    def holds(self, record: MemoryRecord, default_scope: Mapping[str, str]) -> bool:
+        """Whether ``record`` is a document of this owner's, its scope as ingest writes
+        it in a store of ``default_scope`` (``documents.knowledge_only``)."""
         return (
             record.table == DOCUMENTS
-            and meta.get("shared") is self.shared
-            and meta.get("agent_id") == self.agent_id
+            and record.metadata.get("shared") is self.shared
+            and record.metadata.get("agent_id") == self.agent_id
+            and record.scope == scope_of(default_scope, {"agent_id": self.agent_id})
         )
 
 
@@ -486,7 +489,7 @@ class Pipeline:
         # owner's: an id another owner's document has too (see of_documents) is found
         # taken by that transaction, which then stores nothing.
         ids = [job.id for job, _ in embedded]
-        flt = of_documents(ids, self.scope.filter())
+        flt = knowledge_only(self.mem, of_documents(ids, self.scope.filter()))
         try:
             self.mem.replace(items, [DOCUMENTS, FRAGMENTS], filters=flt)
         except InvalidArgumentError as e:
@@ -508,7 +511,7 @@ class Pipeline:
         """Whether a record other than this owner's document holds ``doc_id`` (said
         after a write the transaction refused, to name why)."""
         try:
-            return not self.scope.holds(self.mem.get(doc_id))
+            return not self.scope.holds(self.mem.get(doc_id), self.mem.default_scope)
         except UnknownIdError:
             return False
 

@@ -60,6 +60,10 @@ _POLICY = (
 )
 
 
+def _never() -> bool:
+    return False
+
+
 def create_app(
     memory: Memory,
     *,
@@ -103,6 +107,9 @@ def create_app(
         exception_handlers=handlers,
     )
     app.state.memory = memory
+    # Whether the server has begun to stop, which ends the event streams (stream.py):
+    # never, unless the server that runs the app says (memlane serve does).
+    app.state.stopping = _never
     app.state.keys = tuple(keys)
     app.state.ingest_root = root
     return app

@@ -6,12 +6,17 @@ this stream fell behind and events were dropped) and ``data: <JSON>``
 key's scope. A comment line every few seconds keeps proxies from closing a quiet
 stream. On a PostgreSQL store other processes' writes are streamed too, in commit order
 (``Memory.events`` tells them).
+
+A stream never ends on its own: it ends when the server begins to stop
+(``app.state.stopping``, which ``memlane serve`` points at uvicorn's flag). Otherwise
+uvicorn waits out its graceful timeout for the stream, then cancels it and logs an
+ordinary stop as the application's crash.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 from starlette.requests import Request
@@ -42,12 +47,14 @@ async def events(request: Request) -> StreamingResponse:
             f"events takes each of the scope fields {', '.join(SCOPE_FIELDS)} once"
         )
     sub = mem.events.subscribe(max_queue=QUEUE, **caller.bound(given))
+    stopping: Callable[[], bool] = request.app.state.stopping
 
     async def lines() -> AsyncIterator[str]:
         try:
             yield ": following\n\n"
             quiet = 0.0
-            while not sub.closed:
+            # Polled anyway: the stream sees the server stopping at its next look.
+            while not sub.closed and not stopping():
                 # Polled, not waited for in a thread: a thread per stream would take the
                 # worker threads the other routes run on.
                 event = sub.get(timeout=0)
