@@ -9,21 +9,26 @@ import itertools
 import json
 import os
 import secrets
+import shutil
+import stat
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, BinaryIO, Literal, NoReturn, TextIO
 
 import numpy as np
 
 from memlane import coerce
 from memlane._memory.access import AccessLog
+from memlane._memory.embedding import embed_texts
 from memlane._memory.encoding import record, validate
 from memlane._memory.writer import Writer
 from memlane.coerce import FloatArray
 from memlane.errors import (
     CorruptFileError,
     DuplicateIdError,
+    EmbedderUnavailableError,
     InvalidArgumentError,
     MemlaneError,
     NotFoundError,
@@ -48,32 +53,73 @@ _BATCH = 1000
 
 def export(db: Store, access: AccessLog, path: Path, embeddings: bool) -> int:
     """Writes the export to a file of its own beside ``path``, flushed to disk, then
-    renamed over ``path``: a failed export (a full disk, a database error) leaves
-    ``path`` as it was and no file behind."""
+    renamed over ``path`` (keeping the permissions of a file it replaces): a failed
+    export (a full disk, a database error) leaves ``path`` as it was and no file behind.
+    A ``path`` that is a device or a named pipe (``/dev/stdout``, a FIFO a reader waits
+    on) is written into, as a shell's ``>`` does: a rename would put a file in its place."""
+    was = _status(path)
+    if was is not None and not stat.S_ISREG(was.st_mode) and not stat.S_ISDIR(was.st_mode):
+        # Opened by the name given: a link to a pipe (/dev/stdout, /dev/fd/N) names no
+        # file that a resolved path could.
+        return _export_into(db, access, path, embeddings)
     target = _target(path)
     fd, aside = _aside(target)
     try:
         try:
+            if was is not None:
+                _keep_owner(fd, was)
             f = os.fdopen(fd, "w", encoding="utf-8")
         except BaseException:
             os.close(fd)
             raise
-        # One state of the database throughout: the records and history as one commit
-        # left them (read a page at a time, a record rewritten meanwhile came twice).
-        hold = db.one_state() if isinstance(db, Dialect) else contextlib.nullcontext()
-        with f, hold:
-            n = _write(f, db, access, embeddings)
-            f.flush()
+        with f:
+            n = _write_state(f, db, access, embeddings)
             os.fsync(f.fileno())
         os.replace(aside, target)
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(aside)
-        if isinstance(e, OSError) and not isinstance(e, MemlaneError):
-            raise StorageError(f"cannot write {str(target)!r}: {e.strerror or e}") from None
-        raise
+        _raise_unwritten(e, target)
     _sync_folder(target.parent)
     return n
+
+
+def _export_into(db: Store, access: AccessLog, target: Path, embeddings: bool) -> int:
+    """The export written into a device or a pipe (opened without being created, so a
+    node removed meanwhile makes no file in its place)."""
+    try:
+        fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            return _write_state(f, db, access, embeddings)
+    except BaseException as e:
+        _raise_unwritten(e, target)
+
+
+def _raise_unwritten(error: BaseException, target: Path) -> NoReturn:
+    """Raises ``error``, an ``OSError`` as the ``StorageError`` naming the target."""
+    if isinstance(error, OSError) and not isinstance(error, MemlaneError):
+        raise StorageError(f"cannot write {str(target)!r}: {error.strerror or error}") from None
+    raise error
+
+
+def _write_state(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> int:
+    """``_write`` over one state of the database throughout: the records and history as
+    one commit left them (read a page at a time, a record rewritten meanwhile came
+    twice); flushed."""
+    hold = db.one_state() if isinstance(db, Dialect) else contextlib.nullcontext()
+    with hold:
+        n = _write(f, db, access, embeddings)
+        f.flush()
+    return n
+
+
+def _keep_owner(fd: int, was: os.stat_result) -> None:
+    """Gives the new file the replaced one's owner, where this process may, and its
+    permission bits (after the owner: a change of owner clears set-id bits), before
+    anything is written into it."""
+    with contextlib.suppress(OSError):
+        os.fchown(fd, was.st_uid, was.st_gid)
+    os.fchmod(fd, stat.S_IMODE(was.st_mode))
 
 
 def _write(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> int:
@@ -96,6 +142,17 @@ def _write(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> int:
     return n
 
 
+def _status(path: Path) -> os.stat_result | None:
+    """The status of what ``path`` names (through links), ``None`` when it names
+    nothing yet."""
+    try:
+        return path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise StorageError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+
+
 def _target(path: Path) -> Path:
     """The file an export replaces: ``path``, or the file it links to."""
     if path.is_symlink():
@@ -112,7 +169,7 @@ def _target(path: Path) -> Path:
 
 def _aside(target: Path) -> tuple[int, Path]:
     """A new file in the target's folder (so the rename stays on one file system), with
-    the permissions a plain ``open`` would give it."""
+    the permissions a plain ``open`` would give a new file."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     for _ in range(100):
         aside = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
@@ -143,19 +200,30 @@ def _sync_folder(folder: Path) -> None:
 
 
 def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> int:
+    """Imports the file ``path`` names; messages name its lines ``path:N``."""
     if on_conflict not in ("error", "skip"):
         raise InvalidArgumentError(
             f"on_conflict must be one of {{'error', 'skip'}}, got {shown(on_conflict)}"
         )
-    # Every line is checked before the first is stored: a bad line anywhere stores nothing.
-    _check(writer, path, on_conflict)
+    name = str(path)
+    with _opened(path) as f:
+        # Every line is checked before the first is stored: a bad line anywhere stores
+        # nothing.
+        _check(writer, f, name, on_conflict)
+        f.seek(0)
+        return _load(writer, f, name, on_conflict)
+
+
+def _load(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error", "skip"]) -> int:
+    """Stores the lines ``_check`` passed: the records ``_BATCH`` per transaction, then
+    the history entries the store does not hold, in one."""
     added = 0
     history: list[tuple[HistoryEntry, tuple[int, ...]]] = []
-    for lines in _read(path):
+    for lines in _read(f, name):
         batch = []
         for lineno, item in lines:
             if "history" in item:
-                entry, given = _history(item, f"{path}:{lineno}"), item["history"]
+                entry, given = _history(item, _at(name, lineno)), item["history"]
                 history.append((entry, _compared(given)))
             else:
                 batch.append(item)
@@ -215,20 +283,22 @@ def _compared(given: dict[str, Any]) -> tuple[int, ...]:
     return (*kept, *range(len(_CARRIED), len(_CARRIED) + 4))
 
 
-def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> None:
+def _check(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error", "skip"]) -> None:
     """Raises for the first line the import would refuse (naming it), storing nothing:
     each record and history entry as ``load`` stores it, its embedding, an id given
-    twice in the file, and (``on_conflict="error"``) an id already stored."""
+    twice in the file, (``on_conflict="error"``) an id already stored, and a record
+    without an embedding that the store's embedder cannot embed."""
     now, dim = time.time(), writer.sync.dim
     first_line: dict[str, int] = {}  # id -> the line that gives it
+    unembedded: tuple[int, str] | None = None  # the first record left to the embedder
     # A store confined to a tenant (row-level security) refuses another's rows only as
     # they are written, a batch after others were committed: checked here first.
     field, _, who = writer.db.tenant.partition(":")
-    for lines in _read(path):
+    for lines in _read(f, name):
         given: list[tuple[int, str]] = []
         vectors: list[tuple[int, FloatArray]] = []
         for lineno, item in lines:
-            where = f"{path}:{lineno}"
+            where = _at(name, lineno)
             if "history" in item:
                 _confined(_history(item, where)[0], field, who, where)
                 continue
@@ -239,6 +309,8 @@ def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) ->
             _confined(new, field, who, where)
             if new.embedding is not None:
                 vectors.append((lineno, new.embedding))
+            elif unembedded is None:
+                unembedded = (lineno, new.text)
             if new.id_given:
                 if new.id in first_line:
                     raise InvalidArgumentError(
@@ -248,17 +320,33 @@ def _check(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) ->
                 first_line[new.id] = lineno
                 given.append((lineno, new.id))
         if vectors:
-            _check_vectors(path, vectors)
+            _check_vectors(name, vectors)
         if on_conflict == "error" and given:
             taken = writer.db.existing_ids([i for _, i in given])
             for lineno, record_id in given:
                 if record_id in taken:
                     raise DuplicateIdError(
-                        f"{path}:{lineno}: id {record_id!r} is already stored "
+                        f"{_at(name, lineno)}: id {record_id!r} is already stored "
                         "(on_conflict='skip' skips stored ids)",
                         id=record_id,
-                        where=f"{path}:{lineno}",
+                        where=_at(name, lineno),
                     )
+    if unembedded is not None and writer.embedder is not None:
+        _check_embedder(writer, _at(name, unembedded[0]), unembedded[1])
+
+
+def _check_embedder(writer: Writer, where: str, text: str) -> None:
+    """Embeds the first record's text an import leaves to the embedder: an embedder
+    that cannot embed (a store's model not built here, an endpoint that does not answer)
+    fails here, before the first batch is stored, and not after some were. Its vector
+    stays in the embedding cache for the write."""
+    assert writer.embedder is not None
+    try:
+        embed_texts(writer.embedder, writer.sync.dim, [text])
+    except EmbedderUnavailableError as e:
+        raise EmbedderUnavailableError(
+            f"{where}: the record has no embedding, and the store's embedder cannot make one: {e}"
+        ) from None
 
 
 def _confined(record: Any, field: str, who: str, where: str) -> None:
@@ -271,7 +359,7 @@ def _confined(record: Any, field: str, who: str, where: str) -> None:
         )
 
 
-def _check_vectors(path: Path, vectors: list[tuple[int, FloatArray]]) -> None:
+def _check_vectors(name: str, vectors: list[tuple[int, FloatArray]]) -> None:
     """The engine's checks of the embeddings, a batch at once; names the first bad line."""
     stack = np.stack([v for _, v in vectors])
     bad = np.flatnonzero(~coerce.usable_vectors(stack))
@@ -281,7 +369,7 @@ def _check_vectors(path: Path, vectors: list[tuple[int, FloatArray]]) -> None:
             coerce.check_vectors(stack[i : i + 1], [vectors[i][0]], "embedding")
         except InvalidArgumentError as e:
             reason = str(e).split(": ", 1)[1]  # without the "record N" of one row
-            raise InvalidArgumentError(f"{path}:{vectors[i][0]}: {reason}") from None
+            raise InvalidArgumentError(f"{_at(name, vectors[i][0])}: {reason}") from None
 
 
 def _history(line: dict[str, Any], where: str) -> HistoryEntry:
@@ -312,35 +400,60 @@ def _history(line: dict[str, Any], where: str) -> HistoryEntry:
     return version.row(0, 0, None), event, when, actor, next_id
 
 
-def _read(path: Path) -> Iterator[list[tuple[int, dict[str, Any]]]]:
-    """The file's objects with their line numbers, ``_BATCH`` at a time; blank lines
-    are skipped."""
-    batch: list[tuple[int, dict[str, Any]]] = []
+def _at(name: str, lineno: int) -> str:
+    """Where a message puts a line: ``name:N``."""
+    return f"{name}:{lineno}"
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[BinaryIO]:
+    """The file to import, open to be read twice (the check, then the write): the file
+    itself, or, for a pipe or a device (``/dev/stdin``, a FIFO, ``/dev/fd/N``), which
+    can be read once, a copy of it in an unnamed temporary file."""
+    name = str(path)
     try:
         f = path.open("rb")
     except (FileNotFoundError, NotADirectoryError):
-        raise NotFoundError(f"no file {str(path)!r} to import") from None
+        raise NotFoundError(f"no file {name!r} to import") from None
     except OSError as e:
         if path.is_dir():  # IsADirectoryError, or PermissionError on Windows
-            raise InvalidArgumentError(f"{str(path)!r} is a directory, not a JSONL file") from None
-        raise StorageError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
-    with f:
-        lineno = 0
-        while True:
-            try:
-                raw = f.readline()
-            except OSError as e:
-                raise StorageError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
-            if not raw:
-                break
-            lineno += 1
-            item = _parse(raw, lineno, f"{path}:{lineno}")
-            if item is None:
-                continue
-            batch.append((lineno, item))
-            if len(batch) == _BATCH:
-                yield batch
-                batch = []
+            raise InvalidArgumentError(f"{name!r} is a directory, not a JSONL file") from None
+        raise StorageError(f"cannot read {name!r}: {e.strerror or e}") from None
+    with f, contextlib.ExitStack() as stack:
+        if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            yield f
+            return
+        try:
+            copy = stack.enter_context(tempfile.TemporaryFile())
+            shutil.copyfileobj(f, copy)
+        except OSError as e:
+            raise StorageError(
+                f"cannot copy {name!r} to a temporary file: {e.strerror or e}"
+            ) from None
+        copy.seek(0)
+        yield copy
+
+
+def _read(f: BinaryIO, name: str) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    """The file's objects with their line numbers, ``_BATCH`` at a time; blank lines
+    are skipped."""
+    batch: list[tuple[int, dict[str, Any]]] = []
+    lineno = 0
+    while True:
+        try:
+            raw = f.readline()
+        except OSError as e:
+            raise StorageError(f"cannot read {name!r}: {e.strerror or e}") from None
+        if not raw:
+            break
+        lineno += 1
+        item = _parse(raw, lineno, _at(name, lineno))
+        if item is None:
+            continue
+        batch.append((lineno, item))
+        if len(batch) == _BATCH:
+            yield batch
+            batch = []
     if batch:
         yield batch
 

@@ -23,9 +23,10 @@ import argparse
 import json
 import os
 import re
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,12 +34,14 @@ from typing import TYPE_CHECKING, Any
 from memlane.coerce import FloatArray
 from memlane.embeddings.identity import Identified
 from memlane.errors import (
+    CorruptFileError,
     EmbedderMismatchError,
     EmbedderUnavailableError,
     InvalidArgumentError,
     NotFoundError,
     shown,
 )
+from memlane.printable import printable
 from memlane.records import SCOPE_FIELDS
 
 if TYPE_CHECKING:
@@ -185,7 +188,7 @@ def key_value(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {shown(text)}")
     try:
         return key, json.loads(value)
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON, or a number of more digits than Python reads
         return key, value
     except RecursionError:
         raise argparse.ArgumentTypeError(
@@ -348,6 +351,42 @@ def _store_embedder(recorded: tuple[str, int] | None, choice: str | None) -> Emb
     return RecordedEmbedder(name, dimension)
 
 
+def _new_store(folder: Path) -> bool:
+    """Whether opening ``folder`` would make a new store: it holds no ``memory.db``, or
+    one with no table at all (an empty file). A ``memory.db`` of another program's (a
+    SQLite database with tables, none of them memlane's) is refused, untouched: an
+    open would write memlane's tables into it."""
+    db = folder / "memory.db"
+    if not db.is_file():
+        return True
+    tables = _tables(db)
+    if tables is None or {"meta", "records"} <= tables:
+        return False
+    if tables:
+        names = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise CorruptFileError(
+            f"{db} is not a memlane store: a SQLite database of other tables "
+            f"({names}); memlane leaves it as it is"
+        )
+    return True
+
+
+def _tables(db: Path) -> set[str] | None:
+    """The names of the tables of the SQLite database ``db``, read without writing
+    anything; ``None`` when it cannot be read (not SQLite, locked, not readable): the
+    store's open then says why."""
+    # As the file lies on disk (immutable: no -shm or -wal file made beside it), unless a
+    # journal beside it may hold changes the file does not have yet.
+    journal = any(db.with_name(db.name + end).exists() for end in ("-wal", "-journal"))
+    uri = db.resolve().as_uri() + ("?mode=ro" if journal else "?immutable=1")
+    try:
+        with closing(sqlite3.connect(uri, uri=True)) as conn:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            return {str(name) for (name,) in rows}
+    except sqlite3.Error:
+        return None
+
+
 @contextmanager
 def open_memory(args: argparse.Namespace, *, embeds: bool = True) -> Iterator[Memory]:
     """Opens the store the command line names; a missing store is an error unless the
@@ -361,12 +400,12 @@ def open_memory(args: argparse.Namespace, *, embeds: bool = True) -> Iterator[Me
 
     # A PostgreSQL store's schema is created by its first open, like a new directory's.
     target: str | Path = args.store if is_postgres_url(args.store) else Path(args.store)
-    if isinstance(target, Path) and not (target / "memory.db").is_file():
+    if isinstance(target, Path) and _new_store(target):
         if not getattr(args, "create", False):
             # Commands with --create say so: a misspelt STORE must not make a new store.
             hint = "; pass --create to make a new one" if hasattr(args, "create") else ""
             raise NotFoundError(f"no memlane store at {target}{hint}")
-        print(f"memlane: creating a new store at {target}", file=sys.stderr)
+        print(f"memlane: creating a new store at {printable(target)}", file=sys.stderr)
     options: dict[str, Any] = {}
     if args.cache_dir is not None:
         if not isinstance(target, str):

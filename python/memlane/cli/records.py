@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 from collections import Counter
@@ -25,6 +27,7 @@ from memlane.cli._command import (
     unit_interval,
 )
 from memlane.errors import InvalidArgumentError
+from memlane.printable import printable
 from memlane.records import SCOPE_FIELDS, MemoryRecord, SearchHit
 
 __all__: list[str] = []
@@ -34,11 +37,12 @@ _LIST_PAGE = 1000
 
 def _label(record: MemoryRecord) -> str:
     scope = " ".join(f"{k.removesuffix('_id')}={v}" for k, v in record.scope.items())
-    return f"[{record.table}{' ' + scope if scope else ''}]"
+    return printable(f"[{record.table}{' ' + scope if scope else ''}]")
 
 
 def _flat(text: str) -> str:
-    return " ".join(text.split())
+    """A text on one line, as a terminal is to show it."""
+    return printable(" ".join(text.split()))
 
 
 def _explain_line(explain: dict[str, float | int | None]) -> str:
@@ -136,7 +140,7 @@ def add(args: argparse.Namespace) -> int:
         return 0
     for r in records:
         note = f"  (duplicate, {r.duplicate}, of {r.duplicate_of})" if r.duplicate else ""
-        print(f"{r.id}{note}")
+        print(printable(f"{r.id}{note}"))
     return 0
 
 
@@ -224,7 +228,7 @@ def search(args: argparse.Namespace) -> int:
         return 0
     for rank, hit in enumerate(hits, 1):
         print(f"{rank:>2}. {hit.score:.3f}  {_label(hit.record)} {_flat(hit.record.text)}")
-        print(f"    id {hit.record.id}")
+        print(f"    id {printable(hit.record.id)}")
         if args.explain and hit.explain is not None:
             print(f"    {_explain_line(hit.explain)}")
     print(f"{len(hits)} result(s) in {seconds * 1e3:.1f} ms")
@@ -237,7 +241,7 @@ def _no_result_hint(mem: Any, args: argparse.Namespace) -> str:
     """Why a search may have found nothing, and what to try."""
     if len(mem) == 0:
         return (
-            f"the store {mem.location} is empty: add memories with 'memlane add' or "
+            f"the store {printable(mem.location)} is empty: add memories with 'memlane add' or "
             "documents with 'memlane ingest'"
         )
     if args.knowledge and mem.count("fragments") == 0:
@@ -291,7 +295,7 @@ def list_(args: argparse.Namespace) -> int:
         return 0
     for r in records:
         when = times.stamp(r.created_at, "%Y-%m-%d %H:%M", tz=None)
-        print(f"{r.id}  {when}  {_label(r)} {_flat(r.text)}")
+        print(f"{printable(r.id)}  {when}  {_label(r)} {_flat(r.text)}")
     print(f"{len(records)} of {total} shown")
     if total == 0 and not records:
         print(
@@ -319,7 +323,7 @@ def get(args: argparse.Namespace) -> int:
         return 0
     for r in records:
         for key, value in record_json(r).items():
-            print(f"{key:<17} {value}")
+            print(f"{key:<17} {printable(value)}")
         print()
     return 0
 
@@ -335,16 +339,17 @@ def _forget_arguments(p: argparse.ArgumentParser) -> None:
 def forget(args: argparse.Namespace) -> int:
     from memlane.errors import UnknownIdError
 
+    ids = list(dict.fromkeys(args.ids))  # an id given twice is deleted once
     with open_memory(args, embeds=False) as mem:
-        missing = [i for i in args.ids if i not in mem]
+        missing = [i for i in ids if i not in mem]
         if missing:
             raise UnknownIdError(f"no memory with id {', '.join(missing)} (nothing deleted)")
-        for record_id in args.ids:
-            mem.delete(record_id)
+        # One transaction: the ids go together, or none does.
+        mem.delete_all(filters={"id": {"$in": ids}})
     if args.json:
-        emit_json({"deleted": args.ids})
+        emit_json({"deleted": ids})
     else:
-        print(f"deleted {len(args.ids)} memor{'y' if len(args.ids) == 1 else 'ies'}")
+        print(f"deleted {len(ids)} memor{'y' if len(ids) == 1 else 'ies'}")
     return 0
 
 
@@ -419,21 +424,23 @@ def stats(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"store     {store}")
+    print(f"store     {printable(store)}")
     if embedder is None:
         print("embedder  none (text only)")
     else:
-        print(f"embedder  {embedder.name} ({embedder.dimension}-d)")
+        print(f"embedder  {printable(embedder.name)} ({embedder.dimension}-d)")
     print(f"records   {total}")
     print(f"queued    {queued} upkeep job(s)")
     for table, n in sorted(tables.items()):
-        print(f"  {table:<12} {n}")
+        print(f"  {printable(table):<12} {n}")
     print("scopes")
     for row in scope_rows:
         who = " ".join(
             f"{f.removesuffix('_id')}={row[f]}" for f in SCOPE_FIELDS if row[f] is not None
         )
-        print(f"  {row['count']:>8}  {row['table']:<12} {who or '(no scope)'}")
+        print(
+            f"  {row['count']:>8}  {printable(row['table']):<12} {printable(who) or '(no scope)'}"
+        )
     if disk is None:
         print("disk      none here (the records are in PostgreSQL)")
         return 0
@@ -443,7 +450,7 @@ def stats(args: argparse.Namespace) -> int:
     )
     for name, n in disk["files"].items():
         if name.startswith("index/"):
-            print(f"  {name:<28} {_size(n)}")
+            print(f"  {printable(name):<28} {_size(n)}")
     return 0
 
 
@@ -463,13 +470,30 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     json=True,
 )
 def export(args: argparse.Namespace) -> int:
+    # An export to standard output (/dev/stdout, piped) is the command's output: what
+    # it says of the export goes to stderr, not among the lines.
+    said = (
+        contextlib.redirect_stdout(sys.stderr)
+        if _is_stdout(args.file)
+        else contextlib.nullcontext()
+    )
     with open_memory(args, embeds=False) as mem:
         n = mem.export_jsonl(args.file, embeddings=not args.no_embeddings)
-    if args.json:
-        emit_json({"exported": n, "file": args.file})
-    else:
-        print(f"exported {n} records to {args.file}")
+    with said:
+        if args.json:
+            emit_json({"exported": n, "file": args.file})
+        else:
+            print(f"exported {n} records to {printable(args.file)}")
     return 0
+
+
+def _is_stdout(file: str) -> bool:
+    """Whether ``file`` names what standard output writes to (asked before the export,
+    which replaces a regular file)."""
+    try:
+        return os.path.samestat(os.stat(file), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError):  # no such file yet; a stdout with no descriptor
+        return False
 
 
 def _import_arguments(p: argparse.ArgumentParser) -> None:
@@ -490,8 +514,13 @@ def _import_arguments(p: argparse.ArgumentParser) -> None:
 def import_(args: argparse.Namespace) -> int:
     from memlane.errors import DuplicateIdError, NotFoundError
 
-    if not Path(args.file).is_file():
+    # Before the store is opened: with --create, a misspelt FILE must not make a store.
+    # A pipe or a device (/dev/stdin, a FIFO) is read as a file is.
+    file = Path(args.file)
+    if not file.exists():
         raise NotFoundError(f"no such file: {args.file}")
+    if file.is_dir():
+        raise InvalidArgumentError(f"{args.file} is a directory, not a JSONL file")
     with open_memory(args) as mem:
         try:
             n = mem.import_jsonl(args.file, on_conflict="skip" if args.skip_existing else "error")
@@ -505,5 +534,5 @@ def import_(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"imported": n, "file": args.file})
     else:
-        print(f"imported {n} records from {args.file}")
+        print(f"imported {n} records from {printable(args.file)}")
     return 0

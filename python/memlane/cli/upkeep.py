@@ -27,6 +27,7 @@ from memlane.cli._command import (
     unit_interval,
 )
 from memlane.errors import InvalidArgumentError, shown
+from memlane.printable import printable
 
 __all__: list[str] = []
 
@@ -35,8 +36,9 @@ API_KEY_ENV = "OPENAI_API_KEY"
 
 
 def _flat(text: str, width: int = 100) -> str:
+    """A text on one line, cut to ``width``, as a terminal is to show it."""
     line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return printable(line if len(line) <= width else line[: width - 1] + "…")
 
 
 # -- prune ------------------------------------------------------------------------------------
@@ -113,7 +115,7 @@ def prune(args: argparse.Namespace) -> int:
     verb = "would prune" if args.dry_run else "pruned"
     print(f"{verb} {len(records)} memor{'y' if len(records) == 1 else 'ies'}")
     for r in records:
-        print(f"  {r.id}  {_flat(r.text)}")
+        print(f"  {printable(r.id)}  {_flat(r.text)}")
     return 0
 
 
@@ -209,13 +211,16 @@ def consolidate(args: argparse.Namespace) -> int:
     elif report.status == "skipped":
         print(f"skipped: {report.pending_entries} short-term entries, below --threshold")
     elif report.status == "failed":
-        print(f"memlane: consolidation failed (nothing removed): {report.error}", file=sys.stderr)
+        print(
+            f"memlane: consolidation failed (nothing removed): {printable(report.error)}",
+            file=sys.stderr,
+        )
     else:
         assert report.episodic is not None
-        print(f"consolidated {len(report.removed)} entries into {report.episodic.id}")
+        print(f"consolidated {len(report.removed)} entries into {printable(report.episodic.id)}")
         print(f"  {_flat(report.episodic.text)}")
         for r in report.semantic:
-            print(f"  fact {r.id}  {_flat(r.text)}")
+            print(f"  fact {printable(r.id)}  {_flat(r.text)}")
         print(f"{report.pending_entries} short-term entries left")
     return 1 if report.status == "failed" else 0
 
@@ -278,15 +283,18 @@ def reflect(args: argparse.Namespace) -> int:
             }
         )
     elif not report.ok:
-        print(f"memlane: reflection failed (nothing changed): {report.error}", file=sys.stderr)
+        print(
+            f"memlane: reflection failed (nothing changed): {printable(report.error)}",
+            file=sys.stderr,
+        )
     else:
         for r in report.added:
-            print(f"remembered {r.id}  {_flat(r.text)}")
+            print(f"remembered {printable(r.id)}  {_flat(r.text)}")
         for r in report.updated:
-            print(f"updated {r.id}  {_flat(r.text)}")
+            print(f"updated {printable(r.id)}  {_flat(r.text)}")
         for rid in report.forgotten:
-            print(f"forgot {rid}")
+            print(f"forgot {printable(rid)}")
         for op, why in report.rejected:
             shown = op if isinstance(op, str) else json.dumps(op, ensure_ascii=False, default=str)
-            print(f"rejected {_flat(shown)}: {why}")
+            print(f"rejected {_flat(shown)}: {printable(why)}")
     return 0 if report.ok else 1

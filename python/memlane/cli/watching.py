@@ -11,6 +11,7 @@ from pathlib import Path
 from memlane.cli._command import json_text, open_memory
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge.report import IngestReport
+from memlane.printable import printable
 
 __all__ = ["changes", "watch"]
 
@@ -21,7 +22,7 @@ def changes(report: IngestReport) -> list[str]:
     lines += [f"replaced {p}" for p in sorted(report.replaced)]
     lines += [f"removed {p}" for p in sorted(report.pruned)]
     lines += [f"failed {p}: {why}" for p, why in sorted(report.failed.items())]
-    return lines
+    return [printable(line) for line in lines]
 
 
 def _printer(
@@ -35,7 +36,7 @@ def _printer(
                 print(line, flush=True)
 
     def on_error(error: BaseException) -> None:
-        print(f"memlane: error: {error}", file=sys.stderr, flush=True)
+        print(f"memlane: error: {printable(error)}", file=sys.stderr, flush=True)
 
     return on_report, on_error
 
@@ -63,7 +64,11 @@ def watch(args: argparse.Namespace) -> int:
                 print(json_text(handle.initial.to_dict()), flush=True)
             else:
                 print(handle.initial, flush=True)
-            print(f"memlane: watching {folder} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+            print(
+                f"memlane: watching {printable(folder)} (Ctrl-C to stop)",
+                file=sys.stderr,
+                flush=True,
+            )
             threading.Event().wait()  # until Ctrl-C (SIGINT) raises KeyboardInterrupt
         except KeyboardInterrupt:
             print("memlane: stopped watching", file=sys.stderr, flush=True)

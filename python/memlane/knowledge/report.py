@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from memlane.printable import printable
+
 __all__ = ["IngestReport"]
 
 
@@ -97,12 +99,18 @@ class IngestReport:
         )
 
     def __str__(self) -> str:
+        """The summary, then the files that failed, were skipped or pruned, a line each;
+        a file's name and reason as a terminal is to show them (``printable``): they
+        come from the folder ingested."""
         lines = [self.summary()]
         for title, items in (("failed", self.failed), ("skipped", self.skipped)):
             if items:
                 lines.append(f"{title}:")
-                lines.extend(f"  {path}: {reason}" for path, reason in sorted(items.items()))
+                lines.extend(
+                    f"  {printable(path)}: {printable(reason)}"
+                    for path, reason in sorted(items.items())
+                )
         if self.pruned:
             lines.append("pruned:")
-            lines.extend(f"  {path}" for path in sorted(self.pruned))
+            lines.extend(f"  {printable(path)}" for path in sorted(self.pruned))
         return "\n".join(lines)

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from memlane.errors import InvalidArgumentError, shown
+from memlane.errors import DuplicateIdError, InvalidArgumentError, MemlaneError, shown
 from memlane.knowledge.report import IngestReport
 from memlane.server.calls import arguments, read_json
 from memlane.server.errors import Refused
@@ -158,8 +158,27 @@ async def import_(request: Request) -> JSONResponse:
     with tempfile.TemporaryDirectory(prefix="memlane-import-") as folder:
         path = Path(folder) / "import.jsonl"
         await _save(request, path)
-        n = await run_in_threadpool(lambda: mem.import_jsonl(path, **args))
+        try:
+            n = await run_in_threadpool(lambda: mem.import_jsonl(path, **args))
+        except MemlaneError as e:
+            _name_the_body(e, path)
+            raise
     return JSONResponse({"imported": n}, 201)
+
+
+def _name_the_body(error: MemlaneError, path: Path) -> None:
+    """Rewrites ``error`` to name the lines of the request's body (``line 2 of the
+    body``) where the import named those of the temporary file holding it: the client
+    has no use for the server's path, and is not to learn it."""
+    line = re.compile(re.escape(str(path)) + r":(\d+)")
+    named = re.compile(re.escape(repr(str(path))) + "|" + re.escape(str(path)))
+
+    def body(text: str) -> str:
+        return named.sub("the body", line.sub(r"line \1 of the body", text))
+
+    error.args = tuple(body(a) if isinstance(a, str) else a for a in error.args)
+    if isinstance(error, DuplicateIdError):
+        error.where = body(error.where)
 
 
 ROUTES: list[Route] = [
