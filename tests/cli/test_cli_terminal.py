@@ -180,3 +180,16 @@ def test_ingest_report_and_watch_lines_show_file_names_escaped(
     on_error(RuntimeError("watch failed on \x1b[2J.md"))
     out, err = capsys.readouterr()
     assert clean(out) and clean(err) and "\\x1b[2J.md" in err
+
+
+def test_an_error_naming_a_path_is_shown_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # knowledge's ingest names the path given as it is; the error line shows it escaped,
+    # the --json error document as it is.
+    missing = str(tmp_path / f"no{EVIL}")
+    args = ("ingest", str(tmp_path / "s"), missing, "--shared", "--create", *TEXT)
+    code, _, err = run(capsys, *args)
+    assert code == 1 and "no such file or folder" in err and clean(err)
+    code, out, _ = run(capsys, *args, "--json")
+    assert code == 1 and json.loads(out)["error"]["message"].endswith(missing)

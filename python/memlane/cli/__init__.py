@@ -31,6 +31,7 @@ from memlane.cli._command import (
 )
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import MemlaneError
+from memlane.printable import printable
 
 __all__ = ["COMMANDS", "COMMAND_MODULES", "Command", "build_parser", "command", "main", "parse"]
 
@@ -216,5 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = f"{type(e).__name__}: {message} (run with --debug for the traceback)"
         if getattr(args, "json", False):
             emit_json({"error": {"type": type(e).__name__, "message": message}})
-        print(f"memlane: error: {message}", file=sys.stderr)
+        # Escaped as the terminal is to show it (a message may quote a file's name or a
+        # stored text); the JSON document above keeps it as it is.
+        print(f"memlane: error: {printable(message)}", file=sys.stderr)
         return EXIT_ERROR
