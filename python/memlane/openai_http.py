@@ -2,33 +2,49 @@
 ``OpenAIChat``): their base class, ``OpenAIHTTPClient``.
 
 It holds the connection settings (``base_url``, a bearer ``api_key`` defaulting
-to ``$OPENAI_API_KEY``, extra ``headers``, ``timeout``), one httpx client for
-sync calls and one for async calls (each opened at its first request), JSON
-POSTs with retries, and closing (``close``,
-``aclose``, ``with`` and ``async with``).
+to ``$OPENAI_API_KEY``, extra ``headers``, ``timeout``), checked when the client
+is built; one httpx client for sync calls and one for async calls on each event
+loop (each opened at its first request); JSON POSTs with retries; and closing
+(``close``, ``aclose``, ``with`` and ``async with``).
+
+A request's body is written as JSON before anything is sent: a value JSON cannot
+carry (NaN, a lone surrogate, an object) raises ``InvalidArgumentError``. Each try
+has ``timeout`` seconds from connecting to the answer's last byte, and an answer
+may take ``cap`` bytes at most (``MAX_ANSWER`` unless the subclass knows better);
+a longer one is refused unread. httpx's own timeouts bound each read, not the
+whole: a server that answers a byte at a time would hold a call for as long as it
+likes. The async path keeps the whole try under ``asyncio.timeout``; the sync
+one streams the answer and stops at the first piece past the deadline (a single
+read still waits ``timeout`` at most).
 
 A POST that fails on the network (a connection error, a timeout, any other
 httpx error) or with HTTP 408, 409, 429 or 5xx (500, 502, 503, 504) is tried
-again, ``max_retries`` times at most. The wait before retry ``n`` (from 0) is
-``backoff * 2**n`` seconds, or the response's ``Retry-After`` seconds when it
-gives a number; never more than 30. A failure that may not be retried, or the
-last one, raises the subclass's own error (``_error``), naming the URL, the
-model, the tries and the cause. httpx is imported when the first client object
-is built, never by ``import memlane``.
+again, ``max_retries`` times at most, each try with a deadline of its own. The
+wait before retry ``n`` (from 0) is ``backoff * 2**n`` seconds, or the response's
+``Retry-After`` seconds when it gives a number; never more than 30. A failure
+that may not be retried, or the last one, raises the subclass's own error
+(``_error``), naming the URL, the model, the tries and the cause. No message or
+repr shows the credentials: ``base_url`` is kept without its userinfo, and the
+key, the userinfo and any ``Authorization`` value are cut out of what an error
+quotes of an answer (a proxy may echo the request in its error page). httpx is
+imported when the first client object is built, never by ``import memlane``.
 
 The retry loop is memlane's own, not tenacity's: it is one decision
-(``_verdict``, shared by the sync and async paths) and two
-eight-line loops. With tenacity the same needs a retry predicate over responses
-and exceptions, a wait callback that reads ``Retry-After`` from the last outcome,
-unwrapping its ``RetryError`` into ``_error`` and its own sync and async retryers:
-as much code, plus a dependency.
+(``_verdict``, shared by the sync and async paths) and two short loops. With
+tenacity the same needs a retry predicate over responses and exceptions, a wait
+callback that reads ``Retry-After`` from the last outcome, unwrapping its
+``RetryError`` into ``_error`` and its own sync and async retryers: as much
+code, plus a dependency.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -39,16 +55,70 @@ from memlane.errors import InvalidArgumentError, MemlaneError, shown
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["MAX_WAIT", "RETRY_STATUS", "OpenAIHTTPClient"]
+__all__ = ["MAX_ANSWER", "MAX_WAIT", "RETRY_STATUS", "OpenAIHTTPClient", "json_body"]
 
 #: Statuses worth another try: the server is busy, overloaded or briefly broken.
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 #: The longest wait between tries, in seconds, whatever ``Retry-After`` asks.
 MAX_WAIT = 30.0
+#: The most bytes an answer may take when its size cannot be foreseen (a chat reply):
+#: far more than any reply a model writes, far less than what would strain memory.
+MAX_ANSWER = 32 * 2**20
+
+# What an error reads of a failed answer's body, and the characters it quotes: the read
+# is much longer than the quote so that a secret is cut out whole before the quote is cut.
+_ERROR_BODY = 64 * 2**10
+_QUOTED = 300
+# Headers whose values are credentials, cut out of quoted answers like the api key.
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
+# Shorter strings are no secret (``api_key="x"`` for a local server) and cutting them
+# out would mangle ordinary words; an echoed Authorization value goes by _AUTH_VALUE.
+_SECRET_MIN = 8
+# An Authorization value as a header line or a JSON or form field writes it.
+_AUTH_VALUE = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\"'\r\n]*")
+_REDACTED = "[redacted]"
 
 # The waits between tries; tests replace them to see the waits without waiting.
 _sleep = time.sleep
 _asleep = asyncio.sleep
+
+
+def json_body(value: Any, what: str) -> bytes:
+    """``value`` as the UTF-8 JSON text of a request, or ``InvalidArgumentError`` naming
+    ``what`` and why it cannot be sent: a NaN or an infinity (not JSON), a lone surrogate
+    (not UTF-8), an object JSON has no form for, nesting too deep to write."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(
+            f"{what} holds a lone surrogate ({shown(e.object[e.start : e.end])}), "
+            "which is not valid Unicode"
+        ) from None
+    except (TypeError, ValueError, RecursionError) as e:
+        raise InvalidArgumentError(f"{what} cannot be sent as JSON: {e}") from None
+
+
+def _header_text(value: object) -> bool:
+    # httpx writes header values as ASCII, and a line break would end the header.
+    return isinstance(value, str) and value.isascii() and value.isprintable()
+
+
+class _Answer:
+    """One try's answer: its status, headers and body as it streams in, kept up to
+    ``limit`` bytes (the cap when it succeeded, else what an error can quote)."""
+
+    def __init__(self, response: httpx.Response, cap: int) -> None:
+        self.status = response.status_code
+        self.headers = response.headers
+        self.limit = cap if self.status < 300 else _ERROR_BODY
+        self.body = bytearray()
+        self.whole = True
+
+    def take(self, chunk: bytes) -> bool:
+        """Keep ``chunk``; False once the body is past the limit, when reading stops."""
+        self.body += chunk
+        self.whole = len(self.body) <= self.limit
+        return self.whole
 
 
 class OpenAIHTTPClient:
@@ -86,70 +156,137 @@ class OpenAIHTTPClient:
             ) from None
         self._httpx = httpx
         self.model = model
-        self.base_url = base_url.rstrip("/")
+        url = _checked_url(httpx, base_url)
+        # Requests go to the URL as given (httpx sends its userinfo as basic auth); what
+        # reprs and messages show, base_url, is the URL without it.
+        self._root = base_url.rstrip("/")
+        self.base_url = str(url.copy_with(userinfo=b"")).rstrip("/") if url.userinfo else self._root
         self.timeout = float(timeout)
         self.max_retries = max_retries
         self.backoff = float(backoff)
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        if key is not None and not _header_text(key):
+            # The key itself stays out of the message: it is a secret.
+            label = "api_key" if api_key is not None else "$OPENAI_API_KEY"
+            raise InvalidArgumentError(f"{label} must be a str of printable ASCII characters")
+        self._headers = {"Content-Type": "application/json", **_checked_headers(headers)}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
+        self._secrets = _secrets(self._headers, url)
         self._client: httpx.Client | None = None
-        self._aclient: httpx.AsyncClient | None = None
+        self._aclients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._lock = threading.Lock()
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _post_json(self, path: str, body: Mapping[str, Any]) -> Any:
-        """POST ``body`` to ``{base_url}/{path}`` and return the decoded JSON answer."""
+    def _post_json(self, path: str, body: Mapping[str, Any], cap: int = MAX_ANSWER) -> Any:
+        """POST ``body`` to ``{base_url}/{path}`` and return the decoded JSON answer, which
+        may take ``cap`` bytes at most."""
+        content = json_body(body, "the request")
+        url = f"{self._root}/{path}"
+        attempt = 0
+        while True:
+            try:
+                outcome: _Answer | Exception = self._try(url, content, cap)
+            # RuntimeError: httpx's "the client has been closed", when close() raced the
+            # call; the next try opens a new client.
+            except (self._httpx.HTTPError, RuntimeError) as e:
+                outcome = e
+            verdict = self._verdict(path, attempt, outcome)
+            if not isinstance(verdict, float):
+                return self._decode(path, verdict)
+            _sleep(verdict)
+            attempt += 1
+
+    async def _apost_json(self, path: str, body: Mapping[str, Any], cap: int = MAX_ANSWER) -> Any:
+        """The async form of ``_post_json``."""
+        content = json_body(body, "the request")
+        url = f"{self._root}/{path}"
+        attempt = 0
+        while True:
+            try:
+                outcome: _Answer | Exception = await self._atry(url, content, cap)
+            # RuntimeError: httpx's "the client has been closed" (an aclose() raced the
+            # call) or asyncio's "Event loop is closed"; the next try takes the running
+            # loop's client afresh.
+            except (self._httpx.HTTPError, RuntimeError) as e:
+                outcome = e
+            verdict = self._verdict(path, attempt, outcome)
+            if not isinstance(verdict, float):
+                return self._decode(path, verdict)
+            await _asleep(verdict)
+            attempt += 1
+
+    def _try(self, url: str, content: bytes, cap: int) -> _Answer:
+        """One POST, its answer read as it streams in until the deadline."""
+        deadline = time.monotonic() + self.timeout
         with self._lock:
             if self._client is None:
                 self._client = self._httpx.Client(timeout=self.timeout, headers=self._headers)
             client = self._client
-        url = f"{self.base_url}/{path}"
-        attempt = 0
-        while True:
-            try:
-                outcome: httpx.Response | Exception = client.post(url, json=body)
-            except self._httpx.HTTPError as e:
-                outcome = e
-            verdict = self._verdict(url, attempt, outcome)
-            if not isinstance(verdict, float):
-                return self._decode(url, verdict)
-            _sleep(verdict)
-            attempt += 1
+        with client.stream("POST", url, content=content) as response:
+            answer = _Answer(response, cap)
+            for chunk in response.iter_bytes():
+                if not answer.take(chunk):
+                    break
+                if time.monotonic() > deadline:
+                    raise self._late()
+        return answer
 
-    async def _apost_json(self, path: str, body: Mapping[str, Any]) -> Any:
-        """The async form of ``_post_json``."""
-        if self._aclient is None:
-            self._aclient = self._httpx.AsyncClient(timeout=self.timeout, headers=self._headers)
-        client = self._aclient
-        url = f"{self.base_url}/{path}"
-        attempt = 0
-        while True:
-            try:
-                outcome: httpx.Response | Exception = await client.post(url, json=body)
-            except self._httpx.HTTPError as e:
-                outcome = e
-            verdict = self._verdict(url, attempt, outcome)
-            if not isinstance(verdict, float):
-                return self._decode(url, verdict)
-            await _asleep(verdict)
-            attempt += 1
+    async def _atry(self, url: str, content: bytes, cap: int) -> _Answer:
+        """The async form of ``_try``: the whole try under the deadline."""
+        client = self._async_client()
+        try:
+            async with (
+                asyncio.timeout(self.timeout),
+                client.stream("POST", url, content=content) as response,
+            ):
+                answer = _Answer(response, cap)
+                async for chunk in response.aiter_bytes():
+                    if not answer.take(chunk):
+                        break
+        except TimeoutError:
+            raise self._late() from None
+        return answer
 
-    def _verdict(
-        self, url: str, attempt: int, outcome: httpx.Response | Exception
-    ) -> httpx.Response | float:
-        """After try ``attempt`` (from 0) ended in ``outcome``: the response if it
+    def _late(self) -> Exception:
+        # An httpx timeout, so that a late answer is retried like any other timeout.
+        return self._httpx.TimeoutException(
+            f"no complete answer within the timeout ({self.timeout:g} s)"
+        )
+
+    def _async_client(self) -> httpx.AsyncClient:
+        """The running loop's client. An httpx.AsyncClient's connections belong to the
+        loop that opened them (on another one they fail: "Event loop is closed"), so each
+        loop has its own; those of loops since closed are dropped, and their sockets
+        close when collected (nothing can await a closed loop's transports)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._forget_closed_loops()
+            client = self._aclients.get(loop)
+            if client is None:
+                client = self._httpx.AsyncClient(timeout=self.timeout, headers=self._headers)
+                self._aclients[loop] = client
+            return client
+
+    def _verdict(self, path: str, attempt: int, outcome: _Answer | Exception) -> _Answer | float:
+        """After try ``attempt`` (from 0) ended in ``outcome``: the answer if it
         succeeded, the seconds to wait before the next try if there is one, else
         raises ``_error``."""
+        url = f"{self.base_url}/{path}"
         if isinstance(outcome, Exception):
-            why, again = f"{type(outcome).__name__}: {outcome}", True
-        elif outcome.status_code < 300:
-            return outcome
+            why, again = self._redacted(f"{type(outcome).__name__}: {outcome}"), True
+        elif outcome.status < 300:
+            if outcome.whole:
+                return outcome
+            raise self._error(
+                f"{url} answered with more than {outcome.limit} bytes, the most this "
+                "request's answer may take; refused"
+            )
         else:
-            why = f"HTTP {outcome.status_code}: {outcome.text[:300]}"
-            again = outcome.status_code in RETRY_STATUS
+            text = self._redacted(outcome.body.decode("utf-8", "replace"))
+            why = f"HTTP {outcome.status}: {text[:_QUOTED]}"
+            again = outcome.status in RETRY_STATUS
         if not again or attempt >= self.max_retries:
             raise self._error(
                 f"{url} (model {self.model!r}) failed after {attempt + 1} attempt(s): {why}"
@@ -159,11 +296,20 @@ class OpenAIHTTPClient:
             return min(max(asked, 0.0), MAX_WAIT)
         return min(self.backoff * 2.0 ** min(attempt, 64), MAX_WAIT)
 
-    def _decode(self, url: str, response: httpx.Response) -> Any:
+    def _decode(self, path: str, answer: _Answer) -> Any:
+        url = f"{self.base_url}/{path}"
         try:
-            return response.json()
+            return json.loads(answer.body)
         except ValueError as e:
             raise self._error(f"{url} returned a body that is not JSON: {e}") from None
+        except RecursionError:
+            raise self._error(f"{url} returned JSON nested too deeply to read") from None
+
+    def _redacted(self, text: str) -> str:
+        """``text`` (an answer or an error quoted in a message) without the credentials."""
+        for secret in self._secrets:
+            text = text.replace(secret, _REDACTED)
+        return _AUTH_VALUE.sub(rf"\1{_REDACTED}", text)
 
     # -- closing ----------------------------------------------------------------------------
 
@@ -175,10 +321,20 @@ class OpenAIHTTPClient:
             client.close()
 
     async def aclose(self) -> None:
-        """Close the async connections; a later call opens new ones."""
-        client, self._aclient = self._aclient, None
+        """Close the async connections of the running event loop (and forget those of
+        loops since closed); a later call opens new ones."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._aclients.pop(loop, None)
+            self._forget_closed_loops()
         if client is not None:
             await client.aclose()
+
+    def _forget_closed_loops(self) -> None:
+        """Drop the async clients of loops since closed (under ``_lock``): so many
+        asyncio.run calls in turn leave one client, not one each."""
+        for gone in [loop for loop in self._aclients if loop.is_closed()]:
+            del self._aclients[gone]
 
     def __enter__(self) -> Self:
         return self
@@ -194,10 +350,54 @@ class OpenAIHTTPClient:
         self.close()
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    """The response's ``Retry-After`` when it is a number of seconds (not an HTTP date)."""
+def _checked_url(lib: Any, base_url: object) -> httpx.URL:
+    """``base_url`` parsed by ``lib`` (httpx), or ``InvalidArgumentError`` unless it is an
+    http(s) URL."""
+    if not isinstance(base_url, str):
+        raise InvalidArgumentError(f"base_url must be a str, got {type(base_url).__name__}")
     try:
-        seconds = float(response.headers["retry-after"])
+        url: httpx.URL = lib.URL(base_url)
+    except lib.InvalidURL as e:
+        raise InvalidArgumentError(f"base_url is not a URL: {e}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        shown_url = str(url.copy_with(userinfo=b"")) if url.userinfo else base_url
+        raise InvalidArgumentError(f"base_url must be an http(s) URL, got {shown(shown_url)}")
+    return url
+
+
+def _checked_headers(headers: object) -> dict[str, str]:
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise InvalidArgumentError(f"headers must be a dict, got {type(headers).__name__}")
+    for name, value in headers.items():
+        if not _header_text(name) or not name or any(c in name for c in ": "):
+            raise InvalidArgumentError(f"header name {shown(name)} is not a valid header name")
+        if not _header_text(value):
+            # Not the value: it may be a credential.
+            raise InvalidArgumentError(f"headers[{name!r}] must be a str of printable ASCII")
+    return dict(headers)
+
+
+def _secrets(headers: Mapping[str, str], url: httpx.URL) -> list[str]:
+    """What a message must not show: the credential headers' values (and their tokens
+    without the scheme), and the URL's userinfo in each form it may be echoed in."""
+    found = set()
+    for name, value in headers.items():
+        if name.lower() in _SECRET_HEADERS:
+            found |= {value, value.split(" ")[-1]}
+    if url.userinfo:
+        userpass = f"{url.username}:{url.password}"
+        basic = base64.b64encode(userpass.encode()).decode()
+        found |= {url.userinfo.decode(), url.username, url.password, userpass, basic}
+    # The longest first, so that a secret holding another is cut out whole.
+    return sorted((s for s in found if len(s) >= _SECRET_MIN), key=len, reverse=True)
+
+
+def _retry_after(answer: _Answer) -> float | None:
+    """The answer's ``Retry-After`` when it is a number of seconds (not an HTTP date)."""
+    try:
+        seconds = float(answer.headers["retry-after"])
     except (KeyError, ValueError):
         return None
     return seconds if math.isfinite(seconds) else None

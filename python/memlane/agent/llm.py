@@ -6,16 +6,18 @@ OpenAI chat-completions protocol (OpenAI, vLLM, Ollama, LM Studio, llama.cpp
 server, ...) over httpx, sync and async: a request that fails on the network
 or with 408, 409, 429 or 5xx is retried ``max_retries`` times with
 exponential backoff (honouring ``Retry-After``; see ``memlane.openai_http``);
-anything else raises ``LLMError``.
+anything else (a reply past the timeout or too large, a body that is not the
+protocol's) raises ``LLMError``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from memlane.errors import InvalidArgumentError, MemlaneError
-from memlane.openai_http import OpenAIHTTPClient
+from memlane.errors import InvalidArgumentError, MemlaneError, shown
+from memlane.openai_http import OpenAIHTTPClient, json_body
 
 __all__ = ["LLM", "AsyncLLM", "ChatMessage", "LLMError", "OpenAIChat"]
 
@@ -63,14 +65,18 @@ class OpenAIChat(OpenAIHTTPClient):
         model: the model name sent with each request.
         base_url: the API root; requests go to ``{base_url}/chat/completions``.
         api_key: a bearer token; defaults to ``$OPENAI_API_KEY`` (none if unset).
-        temperature: the sampling temperature, sent when not None.
-        max_tokens: the reply's token limit, sent when not None.
-        timeout: seconds per request (connect, read, write).
+        temperature: the sampling temperature (a finite number), sent when not None.
+        max_tokens: the reply's token limit (an int >= 1), sent when not None.
+        timeout: seconds each try of a request may take, from connecting to the reply's
+            last byte (a retry has as many again). A reply may take
+            ``memlane.openai_http.MAX_ANSWER`` bytes (32 MiB) at most.
         max_retries: retries of a failed request.
         backoff: seconds before the first retry, doubled at each (or the response's
             ``Retry-After``).
-        headers: more headers for each request.
-        extra: more fields for the request body (e.g. ``{"response_format": ...}``).
+        headers: more headers for each request (printable ASCII).
+        extra: more fields for the request body (e.g. ``{"response_format": ...}``); they,
+            like the messages, ``tools`` and options of each call, must be JSON (no NaN,
+            no lone surrogate), else ``InvalidArgumentError``.
 
     [`close`][memlane.OpenAIChat.close] / [`aclose`][memlane.OpenAIChat.aclose] (or
     ``with`` / ``async with``) release the connections.
@@ -101,9 +107,26 @@ class OpenAIChat(OpenAIHTTPClient):
             max_retries=max_retries,
             backoff=backoff,
         )
+        if temperature is not None and not (
+            isinstance(temperature, int | float)
+            and not isinstance(temperature, bool)
+            and math.isfinite(temperature)
+        ):
+            raise InvalidArgumentError(
+                f"temperature must be a finite number or None, got {shown(temperature)}"
+            )
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise InvalidArgumentError(
+                f"max_tokens must be an int >= 1 or None, got {shown(max_tokens)}"
+            )
+        if extra is not None and not isinstance(extra, Mapping):
+            raise InvalidArgumentError(f"extra must be a dict, got {type(extra).__name__}")
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra = dict(extra or {})
+        json_body(self.extra, "extra")  # refused now rather than at every call
 
     @property
     def url(self) -> str:

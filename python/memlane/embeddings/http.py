@@ -7,10 +7,13 @@ LM Studio, text-embeddings-inference, ...), sync and async, over httpx.
 
 Texts go in batches of ``batch_size``; a request that fails on the network or
 with 408, 409, 429 or 5xx is retried ``max_retries`` times with exponential
-backoff (honouring ``Retry-After``; see ``memlane.openai_http``). Vectors
-come back L2-normalised, as the ``Embedder`` protocol
-promises. httpx is imported when the first embedder is built, never by
-``import memlane``.
+backoff (honouring ``Retry-After``; see ``memlane.openai_http``). Each answer
+is checked before a vector of it is used: one vector per text, each row naming its
+text by an int ``index`` (0 to n-1, once each), every vector a list of numbers of
+one width (the first answer's, when no ``dimension`` was given), the whole no
+larger than such vectors need; anything else raises ``EmbedderUnavailableError``.
+Vectors come back L2-normalised, as the ``Embedder`` protocol promises. httpx is
+imported when the first embedder is built, never by ``import memlane``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ from memlane.openai_http import OpenAIHTTPClient
 
 __all__ = ["OpenAIEmbedder"]
 
+_PATH = "embeddings"
+_NUMBER = (int, float)
+# An answer's size cap (OpenAIEmbedder._cap), with generous room: a float written in JSON
+# takes about 20 bytes ("-0.012345678901234567,"), pretty-printed perhaps 30; a row's
+# other fields ("index", "object") a few dozen; the answer's own ("model", "usage") a few.
+_NUMBER_ROOM = 48
+_ROW_ROOM = 1024
+_ANSWER_ROOM = 2**20
+# The width assumed until the first answer tells it: wider than any embedding model's.
+_WIDEST = 16384
+
 
 class OpenAIEmbedder(OpenAIHTTPClient):
     """Embeds with an OpenAI-compatible HTTP API.
@@ -36,8 +50,9 @@ class OpenAIEmbedder(OpenAIHTTPClient):
         base_url: the API root; requests go to ``{base_url}/embeddings``.
         api_key: sent as a bearer token; defaults to ``$OPENAI_API_KEY`` (none
             for servers that need none).
-        dimension: the vectors' length. Without it, the first use of
-            ``dimension`` embeds a probe text to learn it.
+        dimension: the vectors' length. Without it, the first answer fixes it (the
+            first use of ``dimension`` embeds a probe text to learn it), and every later
+            answer must match.
         dimensions: ask the server for shortened vectors (OpenAI's
             ``dimensions`` parameter); implies ``dimension``.
         name: the vector space's identifier; ``"openai:<model>"`` by default
@@ -46,8 +61,9 @@ class OpenAIEmbedder(OpenAIHTTPClient):
         max_retries: retries of a failed request.
         backoff: seconds before the first retry, doubled at each (or the response's
             ``Retry-After``).
-        timeout: seconds per request.
-        headers: more headers for each request.
+        timeout: seconds each try of a request may take, from connecting to the answer's
+            last byte (a retry has as many again).
+        headers: more headers for each request (printable ASCII).
 
     [`close`][memlane.OpenAIEmbedder.close] / [`aclose`][memlane.OpenAIEmbedder.aclose]
     (or ``with`` / ``async with``) release the connections.
@@ -104,7 +120,8 @@ class OpenAIEmbedder(OpenAIHTTPClient):
     @property
     def dimension(self) -> int:
         if self._dimension is None:
-            self._dimension = int(self._request(["dimension probe"]).shape[1])
+            # The probe's answer fixes _dimension (in _parse).
+            return int(self._request(["dimension probe"]).shape[1])
         return self._dimension
 
     def embed(self, text: str) -> FloatArray:
@@ -148,33 +165,72 @@ class OpenAIEmbedder(OpenAIHTTPClient):
             payload["dimensions"] = self._dimensions
         return payload
 
+    def _cap(self, n: int) -> int:
+        """The most bytes an answer of ``n`` vectors may take."""
+        numbers = n * (self._dimension or _WIDEST)
+        return _ANSWER_ROOM + n * _ROW_ROOM + numbers * _NUMBER_ROOM
+
     def _request(self, texts: list[str]) -> FloatArray:
-        return self._parse(self._post_json("embeddings", self._payload(texts)), len(texts))
+        n = len(texts)
+        return self._parse(self._post_json(_PATH, self._payload(texts), self._cap(n)), n)
 
     async def _arequest(self, texts: list[str]) -> FloatArray:
-        return self._parse(await self._apost_json("embeddings", self._payload(texts)), len(texts))
+        n = len(texts)
+        return self._parse(await self._apost_json(_PATH, self._payload(texts), self._cap(n)), n)
 
     def _parse(self, body: Any, n: int) -> FloatArray:
+        """The ``n`` vectors of an answer, in the order of the texts, normalised; or
+        ``EmbedderUnavailableError`` when the answer is not ``n`` of them, one per text,
+        all of the store's width (the first answer fixes it when none was given)."""
+        rows = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(rows, list):
+            raise self._unexpected("no 'data' list")
+        if len(rows) != n:
+            raise self._unexpected(f"{len(rows)} vectors for {n} texts")
+        # The rows may come in any order; each names its text by 'index'. Ints only (not
+        # bools, nor strings that would sort '10' before '2'), 0 to n-1 once each: else
+        # a text would be given another text's vector.
+        ordered: list[Any] = [None] * n
+        for row in rows:
+            if not isinstance(row, dict):
+                raise self._unexpected(f"a row that is not an object ({type(row).__name__})")
+            index = row.get("index")
+            if type(index) is not int or not 0 <= index < n or ordered[index] is not None:
+                raise self._unexpected(
+                    f"rows whose 'index' values are not the ints 0 to {n - 1}, once each"
+                )
+            ordered[index] = row
+        vectors = [row.get("embedding") for row in ordered]
+        width = len(vectors[0]) if isinstance(vectors[0], list) else 0
+        for v in vectors:
+            # JSON's numbers only: numpy would read "1.5" and true as numbers too.
+            if not isinstance(v, list) or len(v) != width or not all(type(x) in _NUMBER for x in v):
+                raise self._unexpected(
+                    "an 'embedding' that is not a list of numbers as long as the others"
+                )
+        if width < 1:
+            raise self._unexpected("vectors of dimension 0")
         try:
-            data = body["data"]
-            rows = sorted(data, key=lambda d: d.get("index", 0))
-            vectors = np.asarray([row["embedding"] for row in rows], dtype=np.float32)
-        except (ValueError, KeyError, TypeError) as e:
-            raise EmbedderUnavailableError(
-                f"{self.base_url}/embeddings returned an unexpected body: {e}"
-            ) from None
-        if vectors.ndim != 2 or vectors.shape[0] != n:
-            raise EmbedderUnavailableError(
-                f"{self.base_url}/embeddings returned {vectors.shape[0]} vectors for {n} texts"
-            )
-        if self._dimension is not None and vectors.shape[1] != self._dimension:
-            raise EmbedderUnavailableError(
-                f"{self.base_url}/embeddings returned vectors of dimension {vectors.shape[1]}, "
-                f"expected {self._dimension}"
-            )
-        if not np.all(np.isfinite(vectors)):
-            raise EmbedderUnavailableError(f"{self.base_url}/embeddings returned non-finite values")
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        out: FloatArray = (vectors / norms).astype(np.float32)
+            exact = np.array(vectors, dtype=np.float64)
+        except OverflowError:  # an int too long for a float
+            raise self._unexpected("a value beyond the range of floats") from None
+        with np.errstate(over="ignore"):  # past float32's range: inf
+            finite = np.all(np.isfinite(exact.astype(np.float32)))
+        if not finite:
+            raise self._unexpected("non-finite values, or values beyond float32's range")
+        norms = np.linalg.norm(exact, axis=1, keepdims=True)
+        # A zero vector has no direction to normalise, nor one a float32 norm cannot hold
+        # (what a store refuses too); an error here keeps it out of an embedding cache.
+        if np.any(norms < np.finfo(np.float32).tiny):
+            raise self._unexpected("a vector of length zero, or too short to normalise")
+        with self._lock:  # whichever answer comes first, concurrent ones are held to it
+            if self._dimension is None:
+                self._dimension = width
+            expected = self._dimension
+        if width != expected:
+            raise self._unexpected(f"vectors of dimension {width}, expected {expected}")
+        out: FloatArray = (exact / norms).astype(np.float32)
         return out
+
+    def _unexpected(self, what: str) -> EmbedderUnavailableError:
+        return EmbedderUnavailableError(f"{self.base_url}/embeddings returned {what}")
