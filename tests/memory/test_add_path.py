@@ -13,7 +13,7 @@ import pytest
 import memlane.embeddings._base as base
 import memlane.embeddings.cache as cache_module
 from conftest import StoreFactory, WordHashEmbedder
-from memlane.errors import InvalidArgumentError
+from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
 
 class Checked(WordHashEmbedder):
@@ -88,7 +88,7 @@ class Wrong(WordHashEmbedder):
 
 def test_a_model_answer_of_the_wrong_shape_stores_nothing(make_store: StoreFactory) -> None:
     mem = make_store("s", Wrong())
-    with pytest.raises(InvalidArgumentError, match=r"returned shape \(2, 32\) for 1 texts"):
+    with pytest.raises(EmbedderUnavailableError, match=r"returned shape \(2, 32\) for 1 texts"):
         mem.add("a text")
     assert len(mem) == 0
 

@@ -78,7 +78,9 @@ def inject(
     ask = None
     if agent._upkeep.background and call is not None:
         ask = agent._upkeep.step_summary(room, call)
-    msgs = compact(agent.compaction, room, agent._lock, msgs, call, ask)
+    # Inline, the summary is written now, on this turn's path: within upkeep_timeout.
+    timed = agent._upkeep.caller(call)
+    msgs = compact(agent.compaction, room, agent._lock, msgs, timed, ask)
     turn = f"{agent._token}:{room.turns}"
     if agent.inject == "first_only" and block_turn(system) == turn:
         return system, msgs

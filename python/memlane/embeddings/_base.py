@@ -8,7 +8,15 @@ from typing import Protocol, runtime_checkable
 from memlane.coerce import FloatArray
 from memlane.errors import InvalidArgumentError
 
-__all__ = ["Embedder", "FloatArray", "TextTruncatedWarning", "check_text", "check_texts"]
+__all__ = [
+    "Embedder",
+    "FloatArray",
+    "TextTruncatedWarning",
+    "check_text",
+    "check_texts",
+    "is_asymmetric",
+    "quoted",
+]
 
 
 @runtime_checkable
@@ -47,6 +55,24 @@ class Embedder(Protocol):
         ...
 
 
+#: Characters of a text an error message quotes at most: a refused text may be
+#: megabytes, and a message goes to logs, HTTP answers and a model's tool results.
+QUOTED_CHARS = 80
+
+
+def quoted(text: str) -> str:
+    """``text``'s repr for an error message: whole if short, else its first
+    ``QUOTED_CHARS`` characters, an ellipsis and its length."""
+    if len(text) <= QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:QUOTED_CHARS]!r}... ({len(text):,} characters)"
+
+
+def is_asymmetric(embedder: object) -> bool:
+    """Whether ``embedder`` embeds a question unlike a stored text (see ``Embedder``)."""
+    return getattr(embedder, "asymmetric", False) is True
+
+
 class TextTruncatedWarning(UserWarning):
     """Some texts were longer than the model's limit; only their start was embedded.
 
@@ -70,7 +96,7 @@ def check_text(text: object, label: str = "text") -> str:
         raise InvalidArgumentError(f"{label} must be a str, got {type(text).__name__}")
     if not text.strip():
         raise InvalidArgumentError(
-            f"{label} is empty or whitespace-only; there is nothing to embed ({text!r})"
+            f"{label} is empty or whitespace-only; there is nothing to embed ({quoted(text)})"
         )
     return text
 

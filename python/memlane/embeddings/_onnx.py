@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 
-from memlane.embeddings._base import FloatArray, TextTruncatedWarning, check_text, check_texts
+from memlane.embeddings._base import (
+    FloatArray,
+    TextTruncatedWarning,
+    check_text,
+    check_texts,
+    quoted,
+)
 from memlane.embeddings._combine import Combiner, in_lanes
 from memlane.embeddings._model_files import (
     MODEL_FILE,
@@ -248,6 +254,7 @@ class OnnxEmbedder:
                 )
 
         _quiet_onnxruntime()
+        self._model = model
         self._session = _load_session(model, 1)
         # Cut at the model's limit, not the file's (the shipped one cuts at 128), and
         # pad nothing: each batch is padded to its own longest text (see _run).
@@ -381,7 +388,7 @@ class OnnxEmbedder:
             i = int(empty[0])
             raise InvalidArgumentError(
                 f"texts[{i}] has no tokens the model can read (only invisible or control "
-                f"characters): {texts[i]!r}"
+                f"characters): {quoted(texts[i])}"
             )
         truncated = tuple(i for i, e in enumerate(encodings) if e.truncated)
 
@@ -411,7 +418,7 @@ class OnnxEmbedder:
         if len(encoding.ids) <= self._special_tokens:
             raise InvalidArgumentError(
                 f"texts[0] has no tokens the model can read (only invisible or control "
-                f"characters): {text!r}"
+                f"characters): {quoted(text)}"
             )
         vector = self._combined(encoding.ids)
         return vector[None, :], (0,) if encoding.truncated else ()
@@ -451,25 +458,36 @@ class OnnxEmbedder:
             feed: arrays[feed] if dtype is np.int64 else arrays[feed].astype(dtype)
             for feed, dtype in self._feeds
         }
-        (out,) = self._session.run([self._output], feeds)
+        try:
+            (out,) = self._session.run([self._output], feeds)
+        except Exception as e:  # onnxruntime's own exception types are not public
+            raise EmbedderUnavailableError(f"onnxruntime cannot run {self._model}: {e}") from e
         states = np.asarray(out, dtype=np.float32)
-        if self._pooling == "mean" and self._normalize:
-            vectors = _mean_pool_normalised(states, mask)
-        else:
-            if self._pooling == "mean":
-                weights = mask.astype(np.float32)
-                pooled = np.einsum("bsd,bs->bd", states, weights)
-                vectors = pooled / weights.sum(axis=1, keepdims=True)
-            elif self._pooling == "cls":
-                vectors = states[:, 0, :]
+        # A non-finite value in the model's output is refused below, not warned about.
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self._pooling == "mean" and self._normalize:
+                vectors = _mean_pool_normalised(states, mask)
             else:
-                vectors = states
-            if self._normalize:
-                vectors = _normalised(vectors)
+                if self._pooling == "mean":
+                    weights = mask.astype(np.float32)
+                    pooled = np.einsum("bsd,bs->bd", states, weights)
+                    vectors = pooled / weights.sum(axis=1, keepdims=True)
+                elif self._pooling == "cls":
+                    vectors = states[:, 0, :]
+                else:
+                    vectors = states
+                if self._normalize:
+                    vectors = _normalised(vectors)
         if vectors.ndim != 2 or (self._dimension and vectors.shape[1] != self._dimension):
             raise EmbedderUnavailableError(
                 f"the model returned vectors of shape {vectors.shape[1:]}, expected "
                 f"({self._dimension},)"
+            )
+        if not np.isfinite(vectors).all():
+            # The model's failure, not the text's: a store would refuse the vector as
+            # the caller's, and a cache keep it.
+            raise EmbedderUnavailableError(
+                f"{self._model} returned a vector with a non-finite value (NaN or infinity)"
             )
         result: FloatArray = np.ascontiguousarray(vectors, dtype=np.float32)
         return result

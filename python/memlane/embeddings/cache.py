@@ -5,6 +5,12 @@
 identical texts are embedded once (a batch embeds only its misses, in one call).
 ``memlane.Memory`` puts one in front of its embedder and, for texts
 already stored, reuses the vectors in its database as well.
+
+A cache keeps only what a store can use: a model's answer that is not numbers of the
+right shape, or has a vector a store refuses (a NaN or infinity, all zeros, a norm
+that cannot be scaled to unit length), is the model's failure
+(``EmbedderUnavailableError``) and is not kept, so the text is embedded again when
+next asked (a server's one bad answer would otherwise last as long as the process).
 """
 
 from __future__ import annotations
@@ -16,8 +22,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memlane.embeddings._base import Embedder, FloatArray, check_text, check_texts
-from memlane.errors import InvalidArgumentError, shown
+from memlane.coerce import check_vectors, usable_vectors
+from memlane.embeddings._base import (
+    Embedder,
+    FloatArray,
+    check_text,
+    check_texts,
+    is_asymmetric,
+    quoted,
+)
+from memlane.errors import EmbedderUnavailableError, InvalidArgumentError, shown
 
 __all__ = ["CachedEmbedder", "EmbeddingCache", "text_key"]
 
@@ -43,11 +57,60 @@ def text_key(text: str) -> str | bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).digest()
 
 
+def model_vectors(
+    name: str, answer: object, texts: list[str], dimension: int, *, one: bool = False
+) -> FloatArray:
+    """The model ``name``'s ``answer`` for ``texts`` as float32, a row per text (``one``:
+    the one vector of a single text), each vector one a store can use; else
+    ``EmbedderUnavailableError`` saying what is wrong (the texts were fine: the caller
+    can do nothing about it)."""
+    if (
+        one
+        and type(answer) is np.ndarray
+        and answer.dtype == np.float32
+        and answer.shape == (dimension,)
+        and _settled(answer)
+    ):
+        return answer
+    try:
+        raw = np.asarray(answer)
+    except (TypeError, ValueError) as e:  # rows of different lengths, a broken __array__
+        raise EmbedderUnavailableError(f"{name} returned no array of numbers: {e}") from None
+    if raw.dtype.kind not in "fiu":  # strings, objects (ints past 64 bits), bools, complex
+        raise EmbedderUnavailableError(f"{name} returned {raw.dtype} values, not numbers")
+    with np.errstate(over="ignore"):
+        vectors = raw.astype(np.float32, copy=False)  # past float32's range: inf, refused
+    shape = (dimension,) if one else (len(texts), dimension)
+    if vectors.shape != shape:
+        raise EmbedderUnavailableError(
+            f"{name} returned shape {vectors.shape} for {len(texts)} texts, expected {shape}"
+        )
+    rows = vectors[None, :] if one else vectors
+    usable = usable_vectors(rows)
+    if not usable.all():
+        i = int(np.flatnonzero(~usable)[0])
+        label = f"the vector {name} returned for {quoted(texts[i])}"
+        try:
+            check_vectors(rows[i : i + 1], None, label)
+        except InvalidArgumentError as e:  # says what is wrong with it
+            raise EmbedderUnavailableError(f"{e}; it was not cached") from None
+    result: FloatArray = vectors
+    return result
+
+
+def _settled(vector: FloatArray) -> bool:
+    """Whether a sum of squares well inside float32's range settles ``vector`` as usable
+    (as ``usable_vectors`` settles a row): a question's vector, on the path of every
+    search, is checked so in a tenth of the whole check's time."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return 1e-30 <= float(np.dot(vector, vector)) <= 1e30
+
+
 def query_key(embedder: Embedder) -> str:
     """The cache's name for ``embedder``'s question vectors (``embed``): its name, or
     when it is ``asymmetric`` (a question embedded unlike a stored text) a name of
     their own, so that the same words asked never get the vector they were stored with."""
-    if getattr(embedder, "asymmetric", False) is True:
+    if is_asymmetric(embedder):
         return f"{embedder.name}\0query"
     return embedder.name
 
@@ -109,7 +172,9 @@ class EmbeddingCache:
 
 
 class CachedEmbedder:
-    """``embedder`` with an ``EmbeddingCache`` in front; same name and dimension."""
+    """``embedder`` with an ``EmbeddingCache`` in front; same name, dimension and
+    ``asymmetric``. What the model answers is checked before it is cached: a vector a
+    store cannot use is an ``EmbedderUnavailableError`` and is not kept."""
 
     def __init__(
         self, embedder: Embedder, cache: EmbeddingCache | None = None, maxsize: int = 4096
@@ -125,6 +190,12 @@ class CachedEmbedder:
     def dimension(self) -> int:
         return self.inner.dimension
 
+    @property
+    def asymmetric(self) -> bool:
+        """The wrapped embedder's: a cache (``Memory``'s) in front of this one must
+        key its questions apart too."""
+        return is_asymmetric(self.inner)
+
     def embed(self, text: str) -> FloatArray:
         return self.embed_checked(check_text(text))
 
@@ -134,7 +205,7 @@ class CachedEmbedder:
         hit = self.cache.get_key(key)
         if hit is not None:
             return hit.copy()
-        v = np.asarray(self.inner.embed(text), dtype=np.float32)
+        v = model_vectors(self.name, self.inner.embed(text), [text], self.dimension, one=True)
         self.cache.put_key(key, v)
         return v
 
@@ -155,14 +226,11 @@ class CachedEmbedder:
     def fill(self, missing: dict[str, list[int]], out: FloatArray) -> None:
         """Embeds each text of ``missing`` once with the model itself (the cache was
         asked already), caches its vector and writes it into ``out`` at the text's rows;
-        a model answer of the wrong shape is an ``InvalidArgumentError``."""
+        a model answer that is not usable vectors of the right shape is an
+        ``EmbedderUnavailableError``, and none of it is cached."""
         unique = list(missing)
-        vectors = np.asarray(self.inner.embed_batch(unique), dtype=np.float32)
-        if vectors.shape != (len(unique), self.dimension):
-            raise InvalidArgumentError(
-                f"{self.name} returned shape {vectors.shape} for {len(unique)} texts, "
-                f"expected {(len(unique), self.dimension)}"
-            )
+        answer = self.inner.embed_batch(unique)
+        vectors = model_vectors(self.name, answer, unique, self.dimension)
         for text, v in zip(unique, vectors, strict=True):
             self.cache.put(self.name, text, v)
             out[missing[text]] = v

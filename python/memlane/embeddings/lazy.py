@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from memlane.embeddings._base import Embedder, FloatArray
+from memlane.embeddings._base import Embedder, FloatArray, is_asymmetric
 from memlane.embeddings.identity import Identified
+from memlane.errors import EmbedderMismatchError
 
 __all__ = [
     "DEFAULT_DIMENSION",
@@ -34,12 +35,21 @@ def is_default_model(embedder: Embedder | None) -> bool:
 class LazyEmbedder(Identified):
     """Stands for the embedder ``factory`` builds, building it at the first embed call.
 
-    ``name`` and ``dimension`` must be those of the built embedder; a mismatch
-    raises at that first call.
+    ``name``, ``dimension`` and ``asymmetric`` must be those of the built embedder
+    (a cache in front reads them before anything is built); a mismatch raises
+    ``EmbedderMismatchError`` at that first call.
     """
 
-    def __init__(self, factory: Callable[[], Embedder], name: str, dimension: int) -> None:
+    def __init__(
+        self,
+        factory: Callable[[], Embedder],
+        name: str,
+        dimension: int,
+        *,
+        asymmetric: bool = False,
+    ) -> None:
         super().__init__(name, dimension)
+        self.asymmetric = asymmetric
         self._factory = factory
         self._inner: Embedder | None = None
         self._lock = threading.Lock()
@@ -55,10 +65,12 @@ class LazyEmbedder(Identified):
             with self._lock:
                 if self._inner is None:
                     built = self._factory()
-                    if (built.name, built.dimension) != (self._name, self._dimension):
-                        raise ValueError(
-                            f"the embedder built ({built.name}, {built.dimension}) is not the "
-                            f"one announced ({self._name}, {self._dimension})"
+                    got = (built.name, built.dimension, is_asymmetric(built))
+                    if got != (self._name, self._dimension, self.asymmetric):
+                        raise EmbedderMismatchError(
+                            "the embedder built (name, dimension, asymmetric) "
+                            f"{got} is not the one announced "
+                            f"{(self._name, self._dimension, self.asymmetric)}"
                         )
                     self._inner = built
                 inner = self._inner

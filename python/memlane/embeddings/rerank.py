@@ -50,7 +50,7 @@ class CrossEncoder:
     Raises:
         EmbedderUnavailableError: a file is missing, onnxruntime cannot load it, or its
             first output is not a float tensor of one or two axes; at scoring, a run
-            that fails or gives no logit per pair.
+            that fails or gives no finite logit per pair.
     """
 
     def __init__(
@@ -110,7 +110,13 @@ class CrossEncoder:
                 f"({logits.dtype}) for {pairs} pairs; a cross-encoder gives a logit per "
                 f"pair, [{pairs}] or [{pairs}, n]"
             )
-        scores: list[float] = logits.astype(np.float64).reshape(pairs, -1)[:, -1].tolist()
+        relevance = logits.astype(np.float64).reshape(pairs, -1)[:, -1]
+        if not np.isfinite(relevance).all():
+            # A NaN compares false with everything: the order would be arbitrary.
+            raise EmbedderUnavailableError(
+                f"{self._model} gave a non-finite relevance logit (NaN or infinity)"
+            )
+        scores: list[float] = relevance.tolist()
         return scores
 
     def scores(self, query: str, texts: Sequence[str]) -> list[float]:

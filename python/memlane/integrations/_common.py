@@ -41,7 +41,7 @@ def check_scope(scope: Mapping[str, str] | None) -> dict[str, Any]:
     out: dict[str, Any] = dict(scope or {})
     for key, value in out.items():
         if key not in SCOPES:
-            raise InvalidArgumentError(f"scope key {key!r} is not one of {SCOPES}")
+            raise InvalidArgumentError(f"scope key {shown(key)} is not one of {SCOPES}")
         if not isinstance(value, str) or not value:
             raise InvalidArgumentError(
                 f"scope[{key!r}] must be a non-empty str, got {shown(value)}"
@@ -72,6 +72,11 @@ class FunctionEmbedder(Identified):
     ``embed_documents`` turns a list of texts into a list of vectors and
     ``embed_query`` one text into a vector; the dimension is measured on one
     probe text when not given. Vectors are normalised to unit length.
+
+    Two distinct functions make it ``asymmetric``: many models embed a question
+    unlike a stored text (Cohere's ``input_type``, e5's and nomic's prefixes), and
+    nothing here can tell, so memlane's caches never give a question the vector the
+    same words were stored with, nor the other way round.
     """
 
     def __init__(
@@ -83,6 +88,9 @@ class FunctionEmbedder(Identified):
     ) -> None:
         self._docs = embed_documents
         self._query = embed_query
+        # ``!=``, not ``is not``: a bound method is a new object at each attribute read.
+        documents: object = embed_documents
+        self.asymmetric = documents != embed_query
         super().__init__(
             name, len(embed_query("dimension probe")) if dimension is None else dimension
         )

@@ -15,6 +15,7 @@
 //! holding characters assigned since.
 
 use unicode_categories::UnicodeCategories;
+use unicode_normalization_alignments::char::{canonical_combining_class, decompose_canonical};
 use unicode_normalization_alignments::UnicodeNormalization;
 
 /// A span of input characters, `[start, end)`, counted in characters.
@@ -52,7 +53,7 @@ impl BertNormalizer {
         let mut chars: Normalized = Vec::with_capacity(text.len());
         for (i, mut c) in text.chars().enumerate() {
             if self.clean_text {
-                if c == '\0' || c == '\u{fffd}' || is_control(c) {
+                if is_removed(c) {
                     continue;
                 }
                 if is_whitespace(c) {
@@ -91,6 +92,33 @@ impl BertNormalizer {
         }
         chars
     }
+}
+
+impl BertNormalizer {
+    /// Whether a text split before `c` normalizes, piece by piece, into what the
+    /// whole does. Every step but NFD maps each character alone; NFD moves a mark
+    /// only within a run of marks after a starter (combining class 0), so a piece may
+    /// begin with a character that stays and whose decomposition begins with a starter
+    /// (not U+0F73, which becomes two marks, nor U+200B, which cleaning removes and
+    /// would leave the piece to begin with the marks after it).
+    pub fn may_cut_before(&self, c: char) -> bool {
+        if !self.strip_accents {
+            return true;
+        }
+        if self.clean_text && is_removed(c) {
+            return false;
+        }
+        let mut first = None;
+        decompose_canonical(c, |d| {
+            first.get_or_insert(d);
+        });
+        first.is_some_and(|d| canonical_combining_class(d) == 0)
+    }
+}
+
+/// What `clean_text` removes: NUL, U+FFFD and control characters.
+fn is_removed(c: char) -> bool {
+    c == '\0' || c == '\u{fffd}' || is_control(c)
 }
 
 /// Canonical decomposition (NFD), spans assigned by position.
