@@ -554,17 +554,22 @@ class Engine:
         """Ids whose vector the snapshot left out and no ``fill`` gave back: vector
         searches raise while there are any."""
     def ids(self) -> npt.NDArray[np.uint64]: ...
-    def save(self, root: str | PathLike[str], seq: int, vectors: bool = True) -> None:
+    def save(
+        self, root: str | PathLike[str], seq: int, vectors: bool = True, history: int = 0
+    ) -> None:
         """Writes a snapshot reflecting change ``seq`` into the directory ``root``;
         without ``vectors`` its graph leaves out the live vectors (the database holds
-        them)."""
+        them). ``history`` names the history of changes ``seq`` is of (0: none), which
+        ``load`` gives back."""
     @staticmethod
     def load(
         root: str | PathLike[str], *, k1: float | None = None, b: float | None = None
-    ) -> tuple[Engine, int]:
-        """The newest snapshot under ``root`` and its change sequence number. If it was
-        saved without its vectors, vector searches raise until ``fill`` gave back every
-        id of ``awaiting``. BM25's ``k1`` and ``b`` are these (None: the engine's, as at
+    ) -> tuple[Engine, int, int]:
+        """The newest snapshot under ``root``, its change sequence number and the
+        ``history`` it was saved with (0: none, or an older memlane's snapshot). A file
+        of the snapshot that another save wrote is ``CorruptFileError``. If it was saved
+        without its vectors, vector searches raise until ``fill`` gave back every id of
+        ``awaiting``. BM25's ``k1`` and ``b`` are these (None: the engine's, as at
         construction), not the snapshot's: they weigh its statistics at query time."""
     @property
     def bm25_params(self) -> tuple[float, float]:

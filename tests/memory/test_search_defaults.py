@@ -98,9 +98,9 @@ def test_a_snapshot_saved_with_other_bm25_parameters_opens_with_the_chosen_ones(
         mem.add_many(_sunrise())
         index_dir = mem._sync.index_dir
         assert index_dir is not None
-    engine, seq = Engine.load(index_dir, k1=1.2, b=0.75)
+    engine, seq, history = Engine.load(index_dir, k1=1.2, b=0.75)
     assert engine.bm25_params == (1.2, 0.75)
-    engine.save(index_dir, seq)
+    engine.save(index_dir, seq, history=history)
     assert Engine.load(index_dir)[0].bm25_params == CHOSEN_BM25
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a rebuild would warn

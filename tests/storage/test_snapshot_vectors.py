@@ -115,7 +115,7 @@ class _SlowLoad:
         if not rows or self.read >= self.rows:
             self.done.set()
 
-    def load(self, root: Path) -> tuple[Engine, int]:
+    def load(self, root: Path) -> tuple[Engine, int, int]:
         assert self.done.wait(60), "the open did not read ahead"
         return Engine.load(root)
 

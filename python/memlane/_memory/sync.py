@@ -41,6 +41,7 @@ from memlane.errors import (
 )
 from memlane.schema import Row
 from memlane.storage import Store
+from memlane.storage.sqlite import EPOCHS, read_epochs
 
 #: Vector precisions of the in-memory index (see ``HnswIndex``).
 PRECISIONS = ("f32", "f16", "int8", "int8+f16")
@@ -119,6 +120,8 @@ class IndexSync:
         self.snapshot_every = 10_000
         # Whether snapshots keep the live vectors (see Memory's snapshot_vectors).
         self.snapshot_vectors = True
+        #: Whether the open refused the snapshot there (see save).
+        self.refused = False
         self.own: set[int] = set()
         self._reembedded = False
         self._in_flight = 0
@@ -213,8 +216,8 @@ class IndexSync:
                 loading = pool.submit(Engine.load, self.index_dir)
                 ahead = read_ahead(self.db, self.dim, self.snapshot_vectors, loading)
                 try:
-                    engine, seq = loading.result()
-                    reason = self._unusable(engine, seq)
+                    engine, seq, history = loading.result()
+                    reason = self._unusable(engine, seq, history)
                 except FileNotFoundError:
                     # A new cache folder of a shared store is no loss: it is built from
                     # the database.
@@ -257,8 +260,9 @@ class IndexSync:
             RuntimeWarning,
             stacklevel=6,
         )
+        self.refused = True
 
-    def _unusable(self, engine: Engine, seq: int) -> str | None:
+    def _unusable(self, engine: Engine, seq: int, history: int) -> str | None:
         if engine.dim != self.dim:
             return f"its dimension {engine.dim} is not the store's {self.dim}"
         if engine.dim is not None and engine.precision != self.engine_args["precision"]:
@@ -296,7 +300,7 @@ class IndexSync:
                 "its note that it indexes the records' unique flag is another snapshot's (a "
                 "process stopped between writing the two, or an older memlane replaced it)"
             )
-        return None
+        return _other_history(self.db.get_meta(EPOCHS), seq, history)
 
     def prepare(self, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None) -> Any:
         """The engine's check and analysis of ``rows``, with their accesses not yet flushed."""
@@ -524,7 +528,17 @@ class IndexSync:
         """Writes the engine's snapshot at the current sequence number (lock held)."""
         if self.index_dir is None:
             return
-        self.engine.save(self.index_dir, self.seq, self.snapshot_vectors)
+        if self.refused:
+            # Saving at the change a snapshot is at keeps that one (Engine.save): after a
+            # rebuild that ends at its change, the refused one would stay, refused again
+            # at every open (or taken, once the notes beside it were written again).
+            shutil.rmtree(self.index_dir, ignore_errors=True)
+            self.refused = False
+        # The epoch of the change it reflects: this process's if it wrote, else the one
+        # the database's last change is of (see _other_history).
+        epochs = read_epochs(self.db.get_meta(EPOCHS))
+        history = epochs[-1][0] if epochs else 0
+        self.engine.save(self.index_dir, self.seq, self.snapshot_vectors, history)
         owner = self.index_dir / _GENERATION
         try:
             if (
@@ -542,6 +556,32 @@ class IndexSync:
         self.snap_seq = self.seq
         self.changes = 0
         self.snapshot_wanted = None
+
+
+def _other_history(listed: str | None, seq: int, history: int) -> str | None:
+    """Why a snapshot at change ``seq`` of epoch ``history`` (0: none) may be of another
+    history than the database's epochs (``meta.epochs``, ``listed``: see
+    ``storage.sqlite.EPOCHS``), if it may. It is of this one if its epoch is listed and
+    it is no newer than the change the next epoch started after: a copy of the database
+    that went on apart started epochs the other never listed."""
+    epochs = read_epochs(listed)
+    if epochs is None:
+        return "the database's list of the epochs of its history is damaged"
+    if history == 0:
+        # An older memlane's (or one saved before the database listed an epoch): taken
+        # under the checks it was written for while its change is before every epoch.
+        if not epochs or seq <= epochs[0][1]:
+            return None
+        return "it names no epoch of the database's history and is newer than the first"
+    for i, (epoch, _) in enumerate(epochs):
+        if epoch == history:
+            if i + 1 < len(epochs) and seq > epochs[i + 1][1]:
+                return "a copy of this database wrote it after the two went on apart"
+            return None
+    return (
+        "it is of another copy of this database, written apart from it (a backup and the "
+        "store, each written since), or of an epoch older than the database lists"
+    )
 
 
 def _write_atomically(path: Path, text: str) -> None:

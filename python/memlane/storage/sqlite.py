@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import sqlite3
 import threading
 import uuid
@@ -39,7 +40,7 @@ from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import SQLStore
 from memlane.storage.vector_log import MARKER_BYTES, MARKER_TAG, VectorLog
 
-__all__ = ["SCHEMA_VERSION", "VECTOR_FILE", "SQLiteStore"]
+__all__ = ["EPOCHS", "SCHEMA_VERSION", "VECTOR_FILE", "SQLiteStore", "read_epochs"]
 
 #: The vector file's name, beside the database.
 VECTOR_FILE = "vectors.log"
@@ -172,6 +173,33 @@ def _meta_ints(value: str, path: Path, count: int) -> list[int]:
     return [int(p) for p in parts]
 
 
+#: The meta key of the database's epochs: "EPOCH:START" each (hex, decimal), oldest
+#: first. A change number says where a snapshot stands in a history, not which: two
+#: copies of a store (a backup and the store, both written since) reach the same
+#: numbers with other records. The first write of each open starts an epoch, a random
+#: number, after change START (``SQLiteStore.next_seq``), and a snapshot records the
+#: epoch of the change it reflects, so one copy's snapshot names an epoch the other
+#: never listed, or one the other went on from at an earlier change
+#: (``memlane._memory.sync``). PostgreSQL keeps none: see ``docs/reliability.md``.
+EPOCHS = "epochs"
+# Epochs kept: a snapshot of an older one, no longer listed, is rebuilt. An open that
+# wrote writes a snapshot when it closes, so the newest snapshot is of one of the last.
+_EPOCHS_KEPT = 64
+_HEX = frozenset("0123456789abcdef")
+
+
+def read_epochs(value: str | None) -> list[tuple[int, int]] | None:
+    """The (epoch, start) pairs of ``meta.epochs`` (see ``EPOCHS``), oldest first; none
+    where it holds none; None where it is not what memlane wrote (damaged)."""
+    out: list[tuple[int, int]] = []
+    for item in (value or "").split():
+        epoch, _, start = item.partition(":")
+        if not (epoch and set(epoch) <= _HEX and start.isascii() and start.isdigit()):
+            return None
+        out.append((int(epoch, 16), int(start)))
+    return out
+
+
 class SQLiteStore(SQLStore):
     """The database of one store; ``path=None`` keeps it in memory.
 
@@ -217,6 +245,10 @@ class SQLiteStore(SQLStore):
         self._readers: list[sqlite3.Connection] = []
         self._closed = False
         self._checkpointer: sqlite3.Connection | None = None
+        #: This open's epoch (see EPOCHS) once it wrote, and whether the transaction that
+        #: starts it is still open.
+        self._epoch: int | None = None
+        self._epoch_pending = False
         self._writer = self._connect(_CACHE_KIB)
         try:
             # executescript commits any open transaction, so the (idempotent)
@@ -433,7 +465,26 @@ class SQLiteStore(SQLStore):
         # The one writer holds the write lock (BEGIN IMMEDIATE) until commit.
         seq = int(self.get_meta("seq", conn) or 0) + 1
         self.set_meta(conn, "seq", str(seq))
+        if self._epoch is None and self.path is not None:
+            # The first write of this open starts its epoch (see EPOCHS), in the same
+            # transaction: one meta write per open that writes, none per change.
+            # Read-only opens start none, so they do not push out the snapshot's.
+            self._epoch = secrets.randbits(64) or 1
+            kept = (read_epochs(self.get_meta(EPOCHS, conn)) or [])[1 - _EPOCHS_KEPT :]
+            listed = [*kept, (self._epoch, seq - 1)]
+            self.set_meta(conn, EPOCHS, " ".join(f"{e:x}:{s}" for e, s in listed))
+            self._epoch_pending = True
         return seq
+
+    def _committed(self) -> None:
+        super()._committed()
+        self._epoch_pending = False
+
+    def _rolled_back(self) -> None:
+        super()._rolled_back()
+        if self._epoch_pending:
+            # Its epoch was rolled back with it: the next write starts one.
+            self._epoch, self._epoch_pending = None, False
 
     def reserve_rowids(self, count: int) -> int:
         """The first rowid never used (AUTOINCREMENT's counter, plus one): the one writer

@@ -75,7 +75,9 @@ pub fn bm25_snapshot(payload: &[u8]) -> bool {
 /// An engine snapshot directory, from three length-prefixed payloads
 /// (`records.bin`, `bm25.bin`, then the rest is `hnsw.bin`): each is framed
 /// with a valid header, written under a scratch directory, and loaded by
-/// [`Engine::load`] as a store would at open.
+/// [`Engine::load`] as a store would at open. The stamps of the siblings in
+/// the records' head are set to those of the files written, as a save sets
+/// them: else no input would get past them to the records' decoding.
 pub fn engine_snapshot(data: &[u8]) -> bool {
     let mut rest = data;
     let mut part = || -> &[u8] {
@@ -100,13 +102,7 @@ pub fn engine_snapshot(data: &[u8]) -> bool {
     if std::fs::create_dir_all(&dir).is_err() {
         return false;
     }
-    let files = [
-        (
-            "records.bin",
-            engine::snapshot::KIND,
-            engine::snapshot::VERSION,
-            records,
-        ),
+    let siblings = [
         (
             "bm25.bin",
             bm25::snapshot::KIND,
@@ -120,16 +116,35 @@ pub fn engine_snapshot(data: &[u8]) -> bool {
             hnsw_payload,
         ),
     ];
-    for (name, kind, version, payload) in files {
+    // After `seq`, `dim` and the history: bm25.bin's stamp, then hnsw.bin's
+    // where `dim` is not 0 (16 bytes each).
+    let mut records = records.to_vec();
+    let has_graph = records
+        .get(8..16)
+        .is_some_and(|d| d.iter().any(|&b| b != 0));
+    for (i, (name, kind, version, payload)) in siblings.into_iter().enumerate() {
         let mut bytes = persist::header(kind, version, payload);
         bytes.extend_from_slice(payload);
-        if std::fs::write(dir.join(name), bytes).is_err() {
+        if std::fs::write(dir.join(name), &bytes).is_err() {
             return false;
         }
+        if i == 0 || has_graph {
+            let mut stamp = version.to_le_bytes().to_vec();
+            stamp.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+            stamp.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+            if let Some(at) = records.get_mut(24 + 16 * i..40 + 16 * i) {
+                at.copy_from_slice(&stamp);
+            }
+        }
+    }
+    let mut bytes = persist::header(engine::snapshot::KIND, engine::snapshot::VERSION, &records);
+    bytes.extend_from_slice(&records);
+    if std::fs::write(dir.join("records.bin"), bytes).is_err() {
+        return false;
     }
     let loaded = Engine::load(&root);
     let accepted = loaded.is_ok();
-    if let Ok((mut e, _)) = loaded {
+    if let Ok((mut e, ..)) = loaded {
         use_engine(&mut e);
     }
     let _ = std::fs::remove_dir_all(&root);
@@ -295,6 +310,45 @@ mod tests {
         ("analyzer", analyzer),
         ("filter", filter),
     ];
+
+    /// The harness sets the stamps a save sets: a real snapshot, framed as
+    /// its input with its stamps zeroed (as a fuzzer's bytes would not hold
+    /// them), loads, so fuzzed inputs reach the records' decoding.
+    #[test]
+    fn engine_snapshot_takes_a_real_snapshot() {
+        let dir = std::env::temp_dir().join(format!("memlane-fuzz-real-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut e = small_engine();
+        e.index_pending(2).unwrap();
+        e.save(&dir, 3, 9, true).unwrap();
+        let snap = dir.join(format!("snapshot-{:020}", 3));
+        let payload = |name: &str, kind, version| {
+            persist::load(&snap.join(name), kind, version)
+                .unwrap()
+                .1
+                .to_vec()
+        };
+        let mut records = payload(
+            "records.bin",
+            engine::snapshot::KIND,
+            engine::snapshot::VERSION,
+        );
+        // After seq, dim and the history: two stamps of 16 bytes.
+        records[24..56].fill(0);
+        let bm25 = payload("bm25.bin", bm25::snapshot::KIND, bm25::snapshot::VERSION);
+        let mut data = Vec::new();
+        for part in [&records, &bm25] {
+            data.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            data.extend_from_slice(part);
+        }
+        data.extend(payload(
+            "hnsw.bin",
+            hnsw::snapshot::KIND,
+            hnsw::snapshot::VERSION,
+        ));
+        assert!(engine_snapshot(&data));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// Each entry point returns on empty, short and junk input.
     #[test]

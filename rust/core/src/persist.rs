@@ -4,7 +4,7 @@
 //! mid-save leaves the previous file intact.
 
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -38,6 +38,56 @@ pub fn header(kind: Kind, version: u32, payload: &[u8]) -> Vec<u8> {
     header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     header.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
     header
+}
+
+/// What a file's header says of its payload: its format version, length and
+/// CRC-32. A snapshot's head records its siblings' stamps, so that a sibling
+/// from another save (whole, and valid on its own) is not taken for the one
+/// written with it: the CRC the stamp holds is the one [`load`] checks the
+/// payload against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub version: u32,
+    pub len: u64,
+    pub crc: u32,
+}
+
+/// The stamp of the `kind` file at `path`, read from its header alone.
+pub fn stamp(path: &Path, kind: Kind) -> Result<Stamp> {
+    let mut head = [0u8; HEADER_LEN];
+    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    match f.read_exact(&mut head) {
+        Ok(()) => read_header(path, &head, kind),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Err(corrupt(path, "not a memlane file (bad magic or too short)"))
+        }
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// The header at the start of `buf`, checked to be a memlane file of `kind`.
+fn read_header(path: &Path, buf: &[u8], kind: Kind) -> Result<Stamp> {
+    if buf.len() < HEADER_LEN || &buf[..8] != MAGIC {
+        return Err(corrupt(path, "not a memlane file (bad magic or too short)"));
+    }
+    let file_kind = Kind([buf[8], buf[9], buf[10], buf[11]]);
+    if file_kind != kind {
+        return Err(corrupt(
+            path,
+            format!(
+                "holds a {:?} snapshot, expected {:?}",
+                file_kind.name(),
+                kind.name()
+            ),
+        ));
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&buf[16..24]);
+    Ok(Stamp {
+        version: u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]),
+        len: u64::from_le_bytes(len),
+        crc: u32::from_le_bytes([buf[24], buf[25], buf[26], buf[27]]),
+    })
 }
 
 pub fn save(path: &Path, kind: Kind, version: u32, payload: &[u8]) -> Result<()> {
@@ -95,21 +145,7 @@ pub fn load(path: &Path, kind: Kind, max_version: u32) -> Result<(u32, Payload)>
     // changes are caught by the checksum or decode to an error (a file it
     // truncated while mapped would fault, as any mapped reader would).
     let buf = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io(path, e))?;
-    if buf.len() < HEADER_LEN || &buf[..8] != MAGIC {
-        return Err(corrupt(path, "not a memlane file (bad magic or too short)"));
-    }
-    let file_kind = Kind([buf[8], buf[9], buf[10], buf[11]]);
-    if file_kind != kind {
-        return Err(corrupt(
-            path,
-            format!(
-                "holds a {:?} snapshot, expected {:?}",
-                file_kind.name(),
-                kind.name()
-            ),
-        ));
-    }
-    let version = u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]);
+    let Stamp { version, len, crc } = read_header(path, &buf, kind)?;
     if version == 0 || version > max_version {
         return Err(corrupt(
             path,
@@ -118,10 +154,6 @@ pub fn load(path: &Path, kind: Kind, max_version: u32) -> Result<(u32, Payload)>
             ),
         ));
     }
-    let mut len = [0u8; 8];
-    len.copy_from_slice(&buf[16..24]);
-    let len = u64::from_le_bytes(len);
-    let crc = u32::from_le_bytes([buf[24], buf[25], buf[26], buf[27]]);
     if (buf.len() - HEADER_LEN) as u64 != len {
         return Err(corrupt(
             path,
@@ -179,6 +211,34 @@ mod tests {
 
         assert!(matches!(
             load(&d.join("missing"), K, 1),
+            Err(Error::NotFound(_))
+        ));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn stamp_names_the_payload() {
+        let d = tmpdir("stamp");
+        let p = d.join("x.bin");
+        save(&p, K, 2, b"payload").unwrap();
+        let first = stamp(&p, K).unwrap();
+        let want = Stamp {
+            version: 2,
+            len: 7,
+            crc: crc32fast::hash(b"payload"),
+        };
+        assert_eq!(first, want);
+        // Another save of the same length is another stamp.
+        save(&p, K, 2, b"PAYLOAD").unwrap();
+        assert_ne!(stamp(&p, K).unwrap(), first);
+        assert!(matches!(
+            stamp(&p, Kind(*b"OTHR")),
+            Err(Error::Corrupt { .. })
+        ));
+        fs::write(&p, b"MEMLANE").unwrap();
+        assert!(matches!(stamp(&p, K), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            stamp(&d.join("missing"), K),
             Err(Error::NotFound(_))
         ));
         fs::remove_dir_all(&d).unwrap();

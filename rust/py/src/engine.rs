@@ -111,6 +111,11 @@ fn bm25_params(k1: Option<f64>, b: Option<f64>) -> memlane_core::Result<Bm25Para
     Bm25Params::new(k1.unwrap_or(ours.k1), b.unwrap_or(ours.b))
 }
 
+/// `save`'s `history` (see [`args`], which reads the other integers).
+fn history_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    args::unsigned(obj, "history")
+}
+
 #[pymethods]
 impl PyEngine {
     #[new]
@@ -505,25 +510,30 @@ impl PyEngine {
         Ok(PyArray1::from_vec(py, ids))
     }
 
-    /// Writes a snapshot reflecting change `seq` into directory `root`; with
+    /// Writes a snapshot reflecting change `seq` of the caller's history
+    /// `history` (0: none; `load` gives it back) into directory `root`; with
     /// `vectors`, its graph keeps the live vectors (see `load`).
-    #[pyo3(signature = (root, seq, vectors = true))]
+    #[pyo3(signature = (root, seq, vectors = true, history = 0))]
     fn save(
         &self,
         py: Python<'_>,
         root: PathBuf,
         #[pyo3(from_py_with = args::seq)] seq: u64,
         vectors: bool,
+        #[pyo3(from_py_with = history_arg)] history: u64,
     ) -> PyResult<()> {
         // An upgradable read: searches go on, but no batch is half linked.
         detach(py, || {
-            self.inner.upgradable_read().save(&root, seq, vectors)
+            self.inner
+                .upgradable_read()
+                .save(&root, seq, history, vectors)
         })
     }
 
-    /// Loads the newest snapshot under `root`: (engine, seq). The live
-    /// vectors of a graph saved without them await `fill` (see `awaiting`).
-    /// BM25's `k1` and `b` are the caller's, as at `new`, not the snapshot's.
+    /// Loads the newest snapshot under `root`: (engine, seq, history). The
+    /// live vectors of a graph saved without them await `fill` (see
+    /// `awaiting`). BM25's `k1` and `b` are the caller's, as at `new`, not
+    /// the snapshot's.
     #[staticmethod]
     #[pyo3(signature = (root, *, k1 = None, b = None))]
     fn load(
@@ -531,11 +541,11 @@ impl PyEngine {
         root: PathBuf,
         k1: Option<f64>,
         b: Option<f64>,
-    ) -> PyResult<(Self, u64)> {
+    ) -> PyResult<(Self, u64, u64)> {
         let params = bm25_params(k1, b).map_err(|e| to_py(py, e))?;
-        let (mut engine, seq) = detach(py, || Engine::load(&root))?;
+        let (mut engine, seq, history) = detach(py, || Engine::load(&root))?;
         engine.set_bm25_params(params);
-        Ok((PyEngine::wrap(engine), seq))
+        Ok((PyEngine::wrap(engine), seq, history))
     }
 
     /// BM25's `(k1, b)`.

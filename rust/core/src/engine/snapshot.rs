@@ -11,7 +11,9 @@
 //! vectors, which it gives back after [`Engine::load`] through
 //! [`Engine::fill`], and [`Engine::awaiting`] says which are still missing.
 //!
-//! `records.bin`, version 7: `seq: u64, dim: u64 (0 = none)`, the value and
+//! `records.bin`, version 8: `seq: u64, dim: u64 (0 = none), history: u64`,
+//! the stamps ([`persist::Stamp`]: `version: u32, len: u64, crc: u32`) of
+//! `bm25.bin` and, with `dim`, of `hnsw.bin`, then the value and
 //! key interners (`count: u64` then `str` each), `slots: u64`, then per
 //! column `ids: u64s, keys: u32s (interned public ids, u32::MAX = none),
 //! live: bytes, table: u32s, type: u32s, 6 × scope: u32s, speaker: u32s
@@ -21,8 +23,23 @@
 //! a current record's `valid_to` and a record that never expires), per slot its metadata (`count: u64`,
 //! then `key: u32, tag: u8` and a payload by tag), `free: u32s`, and the
 //! parked vectors (`ids: u64s, data: f32s`). Postings are rebuilt on load.
-//! Older versions are refused, so the
-//! caller rebuilds the engine from its database.
+//!
+//! The stamps tie the three files to one save: each file checks on its own,
+//! so an older snapshot's `hnsw.bin` or `bm25.bin` copied into the newest
+//! directory would load (its ids may even agree) and serve old vectors or
+//! texts; its stamp differs, and the load refuses it. `history` is the
+//! caller's name for the history of changes the snapshot reflects (0: none),
+//! given back by [`Engine::load`]: a change number says where in a history a
+//! snapshot stands, not which history, and two copies of one database that
+//! went on apart reach the same numbers with other records.
+//!
+//! Version 7 (no `history`, no stamps) still loads, with `history` 0, under
+//! the checks it was written for (the indexes' ids agree with the records):
+//! its files were one save's when written, the next save replaces them, and
+//! refusing them would rebuild every store once at the upgrade (about 20 s
+//! at a million memories) to guard against files mixed by hand meanwhile.
+//! Older versions are refused, so the caller rebuilds the engine from its
+//! database.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,11 +48,11 @@ use std::sync::atomic::AtomicU64;
 use super::pending::Pending;
 use super::records::{Interner, Records, Value, NONE};
 use super::Engine;
-use crate::bm25::Bm25Index;
+use crate::bm25::{self, Bm25Index};
 use crate::codec::{DecodeError, DecodeResult, Reader, Writer};
 use crate::error::{Error, Result};
-use crate::hnsw::Hnsw;
-use crate::persist::{self, corrupt, Kind};
+use crate::hnsw::{self, Hnsw};
+use crate::persist::{self, corrupt, Kind, Stamp};
 
 pub(crate) const KIND: Kind = Kind(*b"MREC");
 // 3: metadata keys with a literal dot are stored escaped (`a\\.b`).
@@ -44,7 +61,10 @@ pub(crate) const KIND: Kind = Kind(*b"MREC");
 // 6: `speaker` per slot.
 // 7: a message's speaker read from its transcript line (`Attrs::read_speaker`),
 //    which an older snapshot's messages lack, so it is rebuilt.
-pub(crate) const VERSION: u32 = 7;
+// 8: `history` and the siblings' stamps after `dim`.
+pub(crate) const VERSION: u32 = 8;
+/// The last version without `history` and stamps, still read (see the module's doc).
+pub(crate) const UNSTAMPED: u32 = 7;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 
@@ -73,12 +93,13 @@ fn sync_dir(dir: &Path) {
 }
 
 impl Engine {
-    /// Writes a snapshot reflecting change `seq` under `root`, then deletes
+    /// Writes a snapshot reflecting change `seq` of the caller's history
+    /// `history` (0: none; see the module's doc) under `root`, then deletes
     /// older ones. Saving the same `seq` twice is a no-op. With `vectors`
     /// the graph keeps its live vectors too (a load needs nothing else);
     /// without, only those of removed slots, and a load awaits
     /// [`Engine::fill`] from the database.
-    pub fn save(&self, root: &Path, seq: u64, vectors: bool) -> Result<()> {
+    pub fn save(&self, root: &Path, seq: u64, history: u64, vectors: bool) -> Result<()> {
         fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         let name = format!("{PREFIX}{seq:020}");
         let target = root.join(&name);
@@ -91,17 +112,28 @@ impl Engine {
         let staging = root.join(format!("{STAGING}{seq:020}-{}-{nonce}", std::process::id()));
         let write = || -> Result<()> {
             fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
-            self.bm25.save(&staging.join("bm25.bin"))?;
+            let bm25_path = staging.join("bm25.bin");
+            self.bm25.save(&bm25_path)?;
+            let hnsw_path = staging.join("hnsw.bin");
             match &self.hnsw {
-                Some(h) if vectors => h.save(&staging.join("hnsw.bin"))?,
-                Some(h) => h.save_routing(&staging.join("hnsw.bin"))?,
+                Some(h) if vectors => h.save(&hnsw_path)?,
+                Some(h) => h.save_routing(&hnsw_path)?,
                 None => {}
             }
+            // Read back from the headers just written: the siblings' saves
+            // compute them, and their stamps are what a load compares.
+            let stamps = Stamps {
+                bm25: persist::stamp(&bm25_path, bm25::snapshot::KIND)?,
+                hnsw: match &self.hnsw {
+                    Some(_) => Some(persist::stamp(&hnsw_path, hnsw::snapshot::KIND)?),
+                    None => None,
+                },
+            };
             persist::save(
                 &staging.join("records.bin"),
                 KIND,
                 VERSION,
-                &self.encode(seq),
+                &self.encode(seq, history, &stamps),
             )?;
             sync_dir(&staging);
             if target.exists() {
@@ -128,29 +160,59 @@ impl Engine {
         Ok(())
     }
 
-    /// Loads the newest snapshot under `root`; returns it with its `seq`.
-    pub fn load(root: &Path) -> Result<(Engine, u64)> {
+    /// Loads the newest snapshot under `root`; returns it with its `seq` and
+    /// the `history` it was saved with (0 for version 7, which has none).
+    /// A sibling file whose stamp is not the one `records.bin` holds is
+    /// another save's: [`Error::Corrupt`].
+    pub fn load(root: &Path) -> Result<(Engine, u64, u64)> {
         let Some((seq, dir)) = snapshot_dirs(root)?.into_iter().next() else {
             return Err(Error::NotFound(root.to_path_buf()));
         };
         let records_path = dir.join("records.bin");
         let (version, payload) = persist::load(&records_path, KIND, VERSION)?;
-        if version < VERSION {
+        if version < UNSTAMPED {
             return Err(corrupt(
                 &records_path,
                 format!("version {version} is older than this build's {VERSION}"),
             ));
         }
         let mut r = Reader::new(&payload);
-        let head = (|| -> DecodeResult<(u64, u64)> { Ok((r.u64()?, r.u64()?)) })()
-            .map_err(|DecodeError(m)| corrupt(&records_path, m))?;
-        if head.0 != seq {
+        let head = (|| -> DecodeResult<(u64, u64, u64, Option<Stamps>)> {
+            let (seq, dim) = (r.u64()?, r.u64()?);
+            if version == UNSTAMPED {
+                return Ok((seq, dim, 0, None));
+            }
+            let history = r.u64()?;
+            let bm25 = read_stamp(&mut r)?;
+            let hnsw = if dim > 0 {
+                Some(read_stamp(&mut r)?)
+            } else {
+                None
+            };
+            Ok((seq, dim, history, Some(Stamps { bm25, hnsw })))
+        })()
+        .map_err(|DecodeError(m)| corrupt(&records_path, m))?;
+        let (saved_seq, dim, history, stamps) = head;
+        if saved_seq != seq {
             return Err(corrupt(
                 &records_path,
-                format!("holds seq {} but its directory says {seq}", head.0),
+                format!("holds seq {saved_seq} but its directory says {seq}"),
             ));
         }
-        let dim = usize::try_from(head.1).map_err(|_| corrupt(&records_path, "bad dim"))?;
+        if let Some(stamps) = stamps {
+            let bm25 = [(bm25::snapshot::KIND, "bm25.bin", stamps.bm25)];
+            let hnsw = stamps.hnsw.map(|h| (hnsw::snapshot::KIND, "hnsw.bin", h));
+            for (kind, name, saved) in bm25.into_iter().chain(hnsw) {
+                let path = dir.join(name);
+                if persist::stamp(&path, kind)? != saved {
+                    return Err(corrupt(
+                        &path,
+                        "is not the file saved with records.bin (another snapshot's)",
+                    ));
+                }
+            }
+        }
+        let dim = usize::try_from(dim).map_err(|_| corrupt(&records_path, "bad dim"))?;
         // The graph, the text index and the records take similar times to
         // load (at 1M memories, about a second each): each has a thread.
         let (decoded, bm25, hnsw) = std::thread::scope(|scope| {
@@ -191,15 +253,22 @@ impl Engine {
                 retrievals: Default::default(),
             },
             seq,
+            history,
         ))
     }
 
-    fn encode(&self, seq: u64) -> Vec<u8> {
+    fn encode(&self, seq: u64, history: u64, stamps: &Stamps) -> Vec<u8> {
         let r = &self.records;
         let n = r.capacity();
         let mut w = Writer::with_capacity(n * 96 + self.pending.data().len() * 4 + 1024);
         w.u64(seq);
         w.u64(self.dim().unwrap_or(0) as u64);
+        w.u64(history);
+        for stamp in [Some(stamps.bm25), stamps.hnsw].into_iter().flatten() {
+            w.u32(stamp.version);
+            w.u64(stamp.len);
+            w.u32(stamp.crc);
+        }
         for interner in [&r.strings, &r.keys] {
             w.u64(interner.count() as u64);
             for s in interner.strings() {
@@ -259,6 +328,21 @@ impl Engine {
         w.f32s(self.pending.data());
         w.into_inner()
     }
+}
+
+/// The stamps of a snapshot's siblings, which its `records.bin` holds.
+struct Stamps {
+    bm25: Stamp,
+    /// Present exactly when the engine has a vector space (`dim` > 0).
+    hnsw: Option<Stamp>,
+}
+
+fn read_stamp(r: &mut Reader<'_>) -> DecodeResult<Stamp> {
+    Ok(Stamp {
+        version: r.u32()?,
+        len: r.u64()?,
+        crc: r.u32()?,
+    })
 }
 
 fn err(msg: impl Into<String>) -> DecodeError {

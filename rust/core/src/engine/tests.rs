@@ -1,5 +1,6 @@
 use super::*;
 use crate::fusion::Fusion;
+use crate::persist;
 use crate::scoring::Weights;
 
 const HOUR: f64 = 3600.0;
@@ -336,9 +337,9 @@ fn snapshot_round_trip_and_damage() {
     let mut e = three();
     e.index_pending(2).unwrap();
     e.remove(&[2], false).unwrap();
-    e.save(&dir, 7, false).unwrap();
-    e.save(&dir, 7, false).unwrap();
-    let (mut l, seq) = Engine::load(&dir).unwrap();
+    e.save(&dir, 7, 0, false).unwrap();
+    e.save(&dir, 7, 0, false).unwrap();
+    let (mut l, seq, _) = Engine::load(&dir).unwrap();
     assert_eq!(seq, 7);
     assert_eq!(l.len(), 2);
     assert_eq!(l.pending(), e.pending());
@@ -368,8 +369,8 @@ fn snapshot_round_trip_and_damage() {
     assert_eq!(l.count(Some(&f)), 1);
     // Public ids and access counts come back too.
     e.touch(&[3], 1.0);
-    e.save(&dir, 9, false).unwrap();
-    let (l, _) = Engine::load(&dir).unwrap();
+    e.save(&dir, 9, 0, false).unwrap();
+    let (l, ..) = Engine::load(&dir).unwrap();
     let f = l
         .parse_filter(r#"{"id": {"$in": ["b-0.1", "a-0.9"]}, "access_count": 1}"#)
         .unwrap();
@@ -378,7 +379,7 @@ fn snapshot_round_trip_and_damage() {
     assert_eq!(l.ids_where(Some(&f), Order::CreatedAsc, 0, 10), vec![1]);
 
     // A newer snapshot replaces the older.
-    e.save(&dir, 10, false).unwrap();
+    e.save(&dir, 10, 0, false).unwrap();
     assert_eq!(Engine::load(&dir).unwrap().1, 10);
     assert!(!dir.join(format!("snapshot-{:020}", 9)).exists());
 
@@ -390,6 +391,93 @@ fn snapshot_round_trip_and_damage() {
     assert!(matches!(Engine::load(&dir), Err(Error::Corrupt { .. })));
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(matches!(Engine::load(&dir), Err(Error::NotFound(_))));
+}
+
+fn snapshot_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("memlane-engine-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A sibling file of an older save, copied into the newest snapshot, loads on
+/// its own and its ids may agree with the records: its stamp gives it away.
+#[test]
+fn snapshot_refuses_a_sibling_of_another_save() {
+    let dir = snapshot_dir("mixed");
+    let mut e = three();
+    e.index_pending(3).unwrap();
+    e.save(&dir, 1, 41, false).unwrap();
+    let older = dir.join(format!("snapshot-{:020}", 1));
+    let saved: Vec<(&str, Vec<u8>)> = ["bm25.bin", "hnsw.bin"]
+        .into_iter()
+        .map(|f| (f, std::fs::read(older.join(f)).unwrap()))
+        .collect();
+    // The same ids, one text and one vector changed.
+    let texts = vec!["light roast coffee".to_string()];
+    e.upsert(Batch {
+        ids: &[3],
+        texts: Some(&texts),
+        vectors: Some(&[0.8, 0.6]),
+        attrs: &[attrs("b", 0.1, 0.0, true)],
+    })
+    .unwrap();
+    e.index_pending(3).unwrap();
+    e.save(&dir, 2, 42, false).unwrap();
+    let (l, seq, history) = Engine::load(&dir).unwrap();
+    assert_eq!((l.len(), seq, history), (3, 2, 42));
+    let newest = dir.join(format!("snapshot-{:020}", 2));
+    for (name, old) in &saved {
+        let current = std::fs::read(newest.join(name)).unwrap();
+        std::fs::write(newest.join(name), old).unwrap();
+        match Engine::load(&dir) {
+            Err(Error::Corrupt { path, reason }) => {
+                assert_eq!(path, newest.join(name));
+                assert!(reason.contains("another snapshot's"), "{reason}");
+            }
+            other => panic!(
+                "{name} of an older save was taken: {:?}",
+                other.map(|r| r.1)
+            ),
+        }
+        std::fs::write(newest.join(name), current).unwrap();
+    }
+    assert!(Engine::load(&dir).is_ok());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `records.bin` of version 7 (no history, no stamps), as the release before
+/// this one wrote it, still loads; version 6 does not.
+#[test]
+fn snapshot_of_version_7_loads_without_history() {
+    for dim in [Some(2), None] {
+        let dir = snapshot_dir("v7");
+        let mut e = if dim.is_some() { three() } else { engine(None) };
+        if dim.is_none() {
+            let texts = vec!["text only".to_string()];
+            e.upsert(Batch {
+                ids: &[9],
+                texts: Some(&texts),
+                vectors: None,
+                attrs: &[attrs("a", 0.5, 0.0, false)],
+            })
+            .unwrap();
+        }
+        e.save(&dir, 5, 77, true).unwrap();
+        let records = dir.join(format!("snapshot-{:020}", 5)).join("records.bin");
+        let (_, payload) = persist::load(&records, snapshot::KIND, snapshot::VERSION).unwrap();
+        // seq and dim, then (gone in version 7) the history and 16 bytes a stamp.
+        let stamps = if dim.is_some() { 2 } else { 1 };
+        let mut v7 = payload[..16].to_vec();
+        v7.extend_from_slice(&payload[16 + 8 + 16 * stamps..]);
+        drop(payload);
+        persist::save(&records, snapshot::KIND, snapshot::UNSTAMPED, &v7).unwrap();
+        let (l, seq, history) = Engine::load(&dir).unwrap();
+        assert_eq!((l.len(), seq, history), (e.len(), 5, 0));
+        assert_eq!(l.ids(), e.ids());
+        persist::save(&records, snapshot::KIND, snapshot::UNSTAMPED - 1, &v7).unwrap();
+        assert!(matches!(Engine::load(&dir), Err(Error::Corrupt { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 #[test]
@@ -664,8 +752,8 @@ fn contextual_bm25_follows_removals_and_snapshots() {
     let dir = std::env::temp_dir().join(format!("memlane-engine-ctx-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut e = conversation();
-    e.save(&dir, 1, false).unwrap();
-    let (l, _) = Engine::load(&dir).unwrap();
+    e.save(&dir, 1, 0, false).unwrap();
+    let (l, ..) = Engine::load(&dir).unwrap();
     assert_eq!(signals_of(&l, 0.2), signals_of(&e, 0.2));
     // The question gone, the answer's context holds no query word.
     e.remove(&[1], false).unwrap();
@@ -801,8 +889,8 @@ fn speakers_follow_removals_and_snapshots() {
     let dir = std::env::temp_dir().join(format!("memlane-engine-spk-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut e = chat();
-    e.save(&dir, 1, false).unwrap();
-    let (l, _) = Engine::load(&dir).unwrap();
+    e.save(&dir, 1, 0, false).unwrap();
+    let (l, ..) = Engine::load(&dir).unwrap();
     assert_eq!(spoken(&l, "my dog", 0.5), spoken(&e, "my dog", 0.5));
     assert_eq!(l.records.speakers.len(), 2);
     // With no speaker left, a search does not look (None), as in a store of
@@ -1062,8 +1150,8 @@ fn bm25_parameters_set_after_a_load_score_as_if_built_with_them() {
     let r = request(Some("hiking lake"), None, Mode::Text);
     let before = lucene.search(&r).unwrap();
     assert_ne!(before.scores, ours.search(&r).unwrap().scores);
-    lucene.save(&dir, 1, false).unwrap();
-    let (mut loaded, _) = Engine::load(&dir).unwrap();
+    lucene.save(&dir, 1, 0, false).unwrap();
+    let (mut loaded, ..) = Engine::load(&dir).unwrap();
     assert_eq!(loaded.bm25_params(), Bm25Params::default());
     assert_eq!(loaded.search(&r).unwrap(), before);
     loaded.set_bm25_params(Bm25Params::MEMORIES);
