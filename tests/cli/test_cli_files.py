@@ -18,7 +18,7 @@ import pytest
 from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.cli import main
-from memlane.cli._command import _tables
+from memlane.storage.sqlite import sqlite_tables
 
 TEXT = ["--embedder", "none"]
 
@@ -97,7 +97,7 @@ def test_tables_only_in_the_wal_are_read(tmp_path: Path) -> None:
     for name in ("memory.db", "memory.db-wal"):
         (copy / name).write_bytes((live / name).read_bytes())
     db.close()
-    assert _tables(copy / "memory.db") == {"meta", "records"}
+    assert sqlite_tables(copy / "memory.db") == {"meta", "records"}
 
 
 # -- export ----------------------------------------------------------------------------------

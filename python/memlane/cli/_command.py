@@ -23,10 +23,9 @@ import argparse
 import json
 import os
 import re
-import sqlite3
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from memlane.coerce import FloatArray
 from memlane.embeddings.identity import Identified
 from memlane.errors import (
-    CorruptFileError,
     EmbedderMismatchError,
     EmbedderUnavailableError,
     InvalidArgumentError,
@@ -353,38 +351,12 @@ def _store_embedder(recorded: tuple[str, int] | None, choice: str | None) -> Emb
 
 def _new_store(folder: Path) -> bool:
     """Whether opening ``folder`` would make a new store: it holds no ``memory.db``, or
-    one with no table at all (an empty file). A ``memory.db`` of another program's (a
-    SQLite database with tables, none of them memlane's) is refused, untouched: an
-    open would write memlane's tables into it."""
+    one with no table at all (an empty file). Another program's database is refused by
+    the open itself, untouched."""
+    from memlane.storage.sqlite import sqlite_tables
+
     db = folder / "memory.db"
-    if not db.is_file():
-        return True
-    tables = _tables(db)
-    if tables is None or {"meta", "records"} <= tables:
-        return False
-    if tables:
-        names = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-        raise CorruptFileError(
-            f"{db} is not a memlane store: a SQLite database of other tables "
-            f"({names}); memlane leaves it as it is"
-        )
-    return True
-
-
-def _tables(db: Path) -> set[str] | None:
-    """The names of the tables of the SQLite database ``db``, read without writing
-    anything; ``None`` when it cannot be read (not SQLite, locked, not readable): the
-    store's open then says why."""
-    # As the file lies on disk (immutable: no -shm or -wal file made beside it), unless a
-    # journal beside it may hold changes the file does not have yet.
-    journal = any(db.with_name(db.name + end).exists() for end in ("-wal", "-journal"))
-    uri = db.resolve().as_uri() + ("?mode=ro" if journal else "?immutable=1")
-    try:
-        with closing(sqlite3.connect(uri, uri=True)) as conn:
-            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            return {str(name) for (name,) in rows}
-    except sqlite3.Error:
-        return None
+    return not db.is_file() or sqlite_tables(db) == set()
 
 
 @contextmanager

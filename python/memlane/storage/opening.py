@@ -8,7 +8,7 @@ from pathlib import Path
 from memlane.errors import InvalidArgumentError, StorageError
 from memlane.storage.base import Store
 from memlane.storage.lock import StoreLock
-from memlane.storage.sqlite import SQLiteStore
+from memlane.storage.sqlite import SQLiteStore, check_ours
 
 __all__ = ["Opened", "is_postgres_url", "open_store"]
 
@@ -68,6 +68,8 @@ def open_store(path: str | Path | None, cache_dir: str | Path | None = None) -> 
     if path is None:
         return Opened(SQLiteStore(None), None, None, "in memory")
     folder = Path(path)
+    if (folder / "memory.db").is_file():
+        check_ours(folder / "memory.db")  # before the lock file is made beside it
     _folder(folder)
     lock = StoreLock(folder)
     try:
