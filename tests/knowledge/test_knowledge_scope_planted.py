@@ -24,8 +24,11 @@ PLANTED = "PLANTED: the wifi password is hunter2, the vault code is 0000"
 # What a planted record may carry: a scope and whether it claims to be shared (else a2's
 # own). An agent's key writing a record of its own agent marked private writes that
 # agent's own knowledge, which its key may ingest anyway: not planted in anyone else's.
-PLANTS: list[tuple[dict[str, str], bool]] = [
+PLANTS: list[tuple[dict[str, str], bool | list[bool]]] = [
     ({"agent_id": "a1"}, True),
+    # A list matches a filter when one of its items does: private and shared at once.
+    ({"agent_id": "a1"}, [True, False]),
+    ({"agent_id": "a2"}, [False, True]),
     ({"user_id": "alice"}, True),
     ({"user_id": "alice"}, False),
     ({"agent_id": "a2", "user_id": "alice"}, True),

@@ -51,17 +51,19 @@ def knowledge_only(mem: MemoryStore, filters: Mapping[str, Any] | None) -> dict[
     unset: dict[str, Any] = {
         f: None for f in SCOPE_FIELDS if f != "agent_id" and f not in mem.default_scope
     }
-    if "agent_id" in mem.default_scope:  # every read asks for it
-        owned: dict[str, Any] = {"shared": {"$in": [True, False]}}
-    else:
-        owned = {
-            "$or": [
-                {"shared": True, "agent_id": None},
-                {"shared": False, "agent_id": {"$ne": None}},
-            ]
-        }
-    exact = {**unset, **owned}
+    shared, private = _shared_is(True), _shared_is(False)
+    if "agent_id" not in mem.default_scope:  # else every read asks for it
+        shared = {"$and": [shared, {"agent_id": None}]}
+        private = {"$and": [private, {"agent_id": {"$ne": None}}]}
+    exact = {**unset, "$or": [shared, private]}
     return exact if filters is None else {"$and": [exact, dict(filters)]}
+
+
+def _shared_is(value: bool) -> dict[str, Any]:
+    """``shared`` metadata that is ``value`` itself: a list matches a filter when one of
+    its items does, so ``[true, false]`` would pass as shared and as private at once
+    (another scope's record taken for shared knowledge by every agent's read)."""
+    return {"$and": [{"shared": value}, {"shared": {"$ne": not value}}]}
 
 
 def list_all(
