@@ -52,7 +52,8 @@ def test_an_older_store_keeps_its_pages(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA page_size = 4096")
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("CREATE TABLE made_before (x)")
+        # A first table fixes the page size (memlane's own: another's is refused).
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
     fill(tmp_path)
     assert page_size(db) == 4096
     mem = Memory(tmp_path, WordHashEmbedder(384))

@@ -238,7 +238,7 @@ def sqlite_tables(db: Path) -> set[str] | None:
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             return {str(name) for (name,) in rows}
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeDecodeError):  # a name that is not UTF-8: damage
         return None
 
 
