@@ -214,15 +214,25 @@ def log_header_store(head: bytes) -> bytes | None:
     """The store id a vector file's first bytes ``head`` name; None if they are not a
     vector file's header of this version."""
 
-def log_entry_head(head: bytes) -> tuple[int, int, int] | None:
-    """``(rowid, blob length, checksum)`` of the entry head ``head`` starts with; None if
-    it is too short for one."""
+def log_entry_head(entry: bytes) -> tuple[int, int, int, int | None] | None:
+    """``(rowid, blob length, checksum, chain)`` of the entry ``entry`` starts with; None
+    if it is too short for a head. ``chain`` is the one a writer goes on from when this
+    entry is the last the database records (after a seal, the chain it holds and the
+    seal; after a record's entry, written before seals, that entry alone), if ``entry``
+    holds the whole entry and it checks; else None."""
 
 def log_entries(
-    at: int, rowids: Sequence[int], blobs: Sequence[bytes]
-) -> tuple[bytes, list[bytes], tuple[int, int] | None]:
-    """The entries of ``rowids`` holding ``blobs`` to be written at byte ``at``: their
-    bytes, each record's marker, and the last entry's ``(offset, checksum)``."""
+    at: int,
+    chain: int | None,
+    rowids: Sequence[int],
+    blobs: Sequence[bytes],
+    *,
+    seal: bool = False,
+) -> tuple[bytes, list[bytes], tuple[int, int] | None, int]:
+    """The entries of ``rowids`` holding ``blobs`` to be written at byte ``at`` after
+    entries whose chain is ``chain`` (None: after none), then, with ``seal``, their seal
+    (an entry of rowid 0 holding that chain): their bytes, each record's marker, the last
+    entry's ``(offset, checksum)``, and the chain after them."""
 
 def analyze(
     text: str,

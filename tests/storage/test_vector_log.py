@@ -26,6 +26,8 @@ from memlane.storage.vector_log import HEADER, VectorLog, is_marker
 
 DIM = 32
 N = 600
+#: Bytes of the seal that ends each write's entries.
+SEAL = 24
 
 
 def unit_rows(n: int, seed: int) -> np.ndarray:
@@ -58,8 +60,9 @@ def test_each_vector_is_kept_once_and_an_open_reads_it_back(tmp_path: Path) -> N
     ids, stored = filled(tmp_path / "s")
     assert all(is_marker(e) for e in embeddings(tmp_path / "s"))
     log = (tmp_path / "s" / "vectors.log").stat().st_size
-    # Each entry: a 16-byte head and the half-float blob (5 + 2 * DIM bytes).
-    assert log == HEADER + N * (16 + 5 + 2 * DIM)
+    # Each entry: a 16-byte head and the half-float blob (5 + 2 * DIM bytes); then the
+    # write's seal (a head and the 8-byte chain).
+    assert log == HEADER + N * (16 + 5 + 2 * DIM) + SEAL
     graphs = list((tmp_path / "s" / "index").rglob("hnsw.bin"))
     assert len(graphs) == 1
     without = graphs[0].stat().st_size
@@ -172,7 +175,7 @@ def flip(path: Path, at: int) -> None:
 def test_a_damaged_entry_is_refused(tmp_path: Path, snapshot: bool) -> None:
     filled(tmp_path / "s")
     log = tmp_path / "s" / "vectors.log"
-    flip(log, log.stat().st_size - 3)
+    flip(log, log.stat().st_size - SEAL - 3)  # the last record's entry
     if not snapshot:
         shutil.rmtree(tmp_path / "s" / "index")
     with (
@@ -228,7 +231,10 @@ def test_an_older_copy_that_a_failed_write_left_longer_is_refused(
     filled(tmp_path / "s")
     log = tmp_path / "s" / "vectors.log"
 
+    synced = VectorLog.sync
+
     def broken(self: VectorLog) -> tuple[int, tuple[int, int] | None]:
+        synced(self)  # the write's entries and seal on disk, and then its commit fails
         raise StorageError(f"cannot sync the vector file {self.path}: I/O error")
 
     with store(tmp_path / "s") as mem:
@@ -320,7 +326,7 @@ def test_a_read_while_open_checks_the_entry_it_finds(tmp_path: Path) -> None:
     log = tmp_path / "s" / "vectors.log"
     with store(tmp_path / "s") as mem:
         assert np.array_equal(mem.get(ids[5], include_embedding=True).embedding, stored[5])
-        flip(log, log.stat().st_size - 3)
+        flip(log, log.stat().st_size - SEAL - 3)  # the last record's entry
         with pytest.raises(CorruptFileError, match=r"vector file .* is damaged \(record"):
             mem.get(ids[-1], include_embedding=True)
         assert np.array_equal(mem.get(ids[5], include_embedding=True).embedding, stored[5])
@@ -332,20 +338,31 @@ def test_a_read_while_open_checks_the_entry_it_finds(tmp_path: Path) -> None:
 def test_the_file_is_written_in_the_format_stores_already_hold(tmp_path: Path) -> None:
     """The format is declared in the core alone; what it writes is, byte for byte, what
     stores written before hold (a header and entries as ``struct`` and ``zlib`` encode
-    them), so they open and go on growing."""
+    them), so they open and go on growing; each write's entries then end with a seal, an
+    entry of rowid 0 (which those stores' readers never look for) holding the chain of
+    the entries before it."""
     ids, stored = filled(tmp_path / "s")
     raw = (tmp_path / "s" / "vectors.log").read_bytes()
     with sqlite3.connect(tmp_path / "s" / "memory.db") as conn:
         (store_id,) = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        (last,) = conn.execute("SELECT value FROM meta WHERE key = 'vector_log_last'").fetchone()
     assert raw[:HEADER] == struct.pack("<8sI4x16s", b"MLVECLOG", 1, uuid.UUID(store_id).bytes)
     at, rowid = HEADER, 0
     markers = embeddings(tmp_path / "s")
+    chain = 0xCBF29CE484222325  # FNV-1a over each entry's checksum
     while at < len(raw):
-        rowid += 1
         got, n, crc = struct.unpack_from("<QII", raw, at)
         blob = raw[at + 16 : at + 16 + n]
-        assert (got, crc) == (rowid, zlib.crc32(blob, zlib.crc32(struct.pack("<QI", got, n))))
-        assert markers[rowid - 1] == struct.pack("<BQ", 2, at)
+        assert crc == zlib.crc32(blob, zlib.crc32(struct.pack("<QI", got, n)))
+        if got == 0:
+            assert (blob, at + 16 + n) == (struct.pack("<Q", chain), len(raw))
+            assert last == f"{at}:{crc}"
+        else:
+            rowid += 1
+            assert got == rowid
+            assert markers[rowid - 1] == struct.pack("<BQ", 2, at)
+        for b in struct.pack("<I", crc):
+            chain = ((chain ^ b) * 0x100000001B3) % 2**64
         at += 16 + n
     assert rowid == N
     with store(tmp_path / "s") as mem:
@@ -355,14 +372,18 @@ def test_the_file_is_written_in_the_format_stores_already_hold(tmp_path: Path) -
 
 def test_entries_that_cannot_be_written_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="as many rowids as blobs"):
-        log_entries(HEADER, [1, 2], [b"a"])
+        log_entries(HEADER, None, [1, 2], [b"a"])
     # Offsets that would wrap past 2**64 into the header are refused, not written.
     with pytest.raises(InvalidArgumentError, match="offsets past 2"):
-        log_entries(2**64 - 20, [1, 2], [b"abc", b"def"])
-    assert log_entries(2**64 - 39, [1, 2], [b"abc", b"def"])[2] == (
+        log_entries(2**64 - 20, None, [1, 2], [b"abc", b"def"])
+    assert log_entries(2**64 - 39, None, [1, 2], [b"abc", b"def"])[2] == (
         2**64 - 20,
         zlib.crc32(b"def", zlib.crc32(struct.pack("<QI", 2, 3))),
     )
+    with pytest.raises(InvalidArgumentError, match="offsets past 2"):
+        log_entries(2**64 - 39, None, [1, 2], [b"abc", b"def"], seal=True)
+    with pytest.raises(InvalidArgumentError, match="chain"):
+        log_entries(HEADER, -1, [1], [b"a"])
     with pytest.raises(InvalidArgumentError, match="16 bytes"):
         log_header(b"x" * 15)
     assert log_entry_head(b"\0" * 15) is None

@@ -9,16 +9,26 @@ Layout (declared once, in ``rust/core/src/vector_log.rs``; encoded and read thro
 ``_core``): a 32-byte header (the format's magic and version, the database's
 ``store_id``), then entries, each a 16-byte head (rowid, blob length, CRC-32 of rowid,
 length and blob) and the blob as ``_core.blobs`` writes it. A write transaction appends
-its entries past the end the database records (``meta.vector_log_end``), syncs the file,
+its entries past the end the database records (``meta.vector_log_end``), then their
+seal (an entry of rowid 0 holding the chain of the entries before it), syncs the file,
 then writes the new end in the same transaction before it commits: an entry the database
 names is on disk, and whatever lies past the recorded end (a transaction that rolled
 back, or a process killed before its commit) is never read and is overwritten by the
-next write. The database also records the last entry's offset and checksum, which an
-open checks. Entries are never rewritten in place: a new vector for a row is a new
-entry, and a rollback leaves the row's committed one as it was. A file shorter than the
-recorded end, of another store, whose last entry is not the one recorded (another copy
-of the store, or an older one), or with an entry whose checksum fails is a damaged file
-(``CorruptFileError``), never taken as current.
+next write. The database also records the last entry, the seal, by offset and checksum,
+which an open checks: through the chain, it names every entry before it, so a copy of
+the store's file that another copy wrote apart is told apart even where its last entry
+is the same, and the newest entry of each record (what the open fills) is the one its
+row's marker names. Entries are never rewritten in place: a new vector for a row is a
+new entry, and a rollback leaves the row's committed one as it was. A file shorter than
+the recorded end, of another store, whose last entry is not the one recorded (another
+copy of the store, or an older one), or with an entry whose checksum fails is a damaged
+file (``CorruptFileError``), never taken as current. A file written before seals is
+told apart by its last entry alone until its first write seals it.
+
+One process writes the file: the store lock keeps a second one out, and the file is
+locked too (``flock``, while it is open), so that two writers never append at the
+offsets each thinks the end, even where the store lock is not what holds them off (its
+lock file removed on a file system that cannot lock a folder).
 """
 
 from __future__ import annotations
@@ -40,8 +50,15 @@ from memlane._core import (
     log_header,
     log_header_store,
 )
-from memlane.errors import CorruptFileError, NotFoundError, StorageError
+from memlane.errors import (
+    CorruptFileError,
+    MemlaneError,
+    NotFoundError,
+    StorageError,
+    StoreLockedError,
+)
 from memlane.schema import COLUMNS, Row
+from memlane.storage.lock import lock_open_file
 
 __all__ = ["HEADER", "MARKER_BYTES", "MARKER_TAG", "VectorLog", "is_marker"]
 
@@ -72,30 +89,50 @@ class VectorLog:
         except OSError as e:
             raise StorageError(f"cannot open the vector file {path}: {e.strerror}") from None
         try:
+            self._lock(path)
             size = os.fstat(self._fd).st_size
             if size < HEADER and (end or HEADER) > HEADER:
                 raise self._damaged(f"it is missing or empty where the database has {end} bytes")
             if size < HEADER:
                 self._write_header()
-            else:
-                self._check(size, end or HEADER, last)
+            chain = None if size < HEADER else self._check(size, end or HEADER, last)
+        except MemlaneError:
+            os.close(self._fd)
+            raise
         except OSError as e:
             os.close(self._fd)
             raise StorageError(f"cannot read the vector file {path}: {e.strerror}") from None
         except BaseException:
             os.close(self._fd)
             raise
-        #: The end the database records, and its last entry (offset, checksum); entries
-        #: are staged from ``_staged`` on. Bytes past the end (a write that never
-        #: committed) are left to the next write: the file may be the newer one of a
-        #: database opened by mistake in an older copy.
+        #: The end the database records, its last entry (offset, checksum), and the
+        #: chain of the entries up to it (None: there are none); entries are staged
+        #: from ``_staged`` on. Bytes past the end (a write that never committed) are
+        #: left to the next write: the file may be the newer one of a database opened
+        #: by mistake in an older copy.
         self.end = end or HEADER
         self.last = last
+        self._chain = chain
         self._staged = self.end
         self._staged_last = last
+        self._staged_chain = chain
 
-    def _check(self, size: int, end: int, last: tuple[int, int] | None) -> None:
-        """Refuses a file that is not the one the database wrote up to ``end``."""
+    def _lock(self, path: Path) -> None:
+        try:
+            locked = lock_open_file(self._fd, self)
+        except OSError:
+            # A file system that cannot lock files: the store lock alone keeps a
+            # second process out, as it did before this lock.
+            return
+        if not locked:
+            raise StoreLockedError(
+                f"the vector file {path} is open in another process: its store is open "
+                "there (one Memory per store)"
+            )
+
+    def _check(self, size: int, end: int, last: tuple[int, int] | None) -> int | None:
+        """Refuses a file that is not the one the database wrote up to ``end``; the chain
+        a write goes on from."""
         store = log_header_store(os.pread(self._fd, HEADER, 0))
         if store is None:
             raise self._damaged("its header is not a memlane vector file's")
@@ -106,18 +143,25 @@ class VectorLog:
                 f"it holds {size} bytes where the database has written {end}: "
                 "an older copy, or cut short"
             )
-        if last is not None:
-            # Copies of one store share its id: the last entry the database recorded
-            # tells the copy it wrote from another one, or from an older one that a
-            # killed write left longer.
-            at, crc = last
-            head = os.pread(self._fd, LOG_ENTRY, at) if HEADER <= at < end else b""
-            entry = log_entry_head(head)
-            if entry is None or at + LOG_ENTRY + entry[1] != end or entry[2] != crc:
-                raise self._damaged(
-                    "its last entry is not the one the database recorded: another copy of "
-                    "the store's file, or an older one"
-                )
+        if last is None:
+            return None
+        # Copies of one store share its id: the last entry the database recorded (a
+        # seal, which names every entry before it, unless a memlane that predates seals
+        # wrote last) tells the copy it wrote from another one, or from an older one
+        # that a killed write left longer. Its checksum checked too: the chain it gives
+        # is what the next write seals.
+        at, crc = last
+        head = os.pread(self._fd, LOG_ENTRY, at) if HEADER <= at < end else b""
+        entry = log_entry_head(head)
+        if entry is None or at + LOG_ENTRY + entry[1] != end or entry[2] != crc:
+            raise self._damaged(
+                "its last entry is not the one the database recorded: another copy of "
+                "the store's file, or an older one"
+            )
+        whole = log_entry_head(os.pread(self._fd, end - at, at))
+        if whole is None or whole[3] is None:
+            raise self._damaged(f"the entry at byte {at} does not check")
+        return whole[3]
 
     def _damaged(self, why: str) -> CorruptFileError:
         return CorruptFileError(
@@ -144,24 +188,34 @@ class VectorLog:
         ``sync``); the markers the rows store instead of their blobs."""
         if not entries:
             return []
-        data, markers, last = log_entries(
-            self._staged, [rowid for rowid, _ in entries], [blob for _, blob in entries]
+        data, markers, last, chain = log_entries(
+            self._staged,
+            self._staged_chain,
+            [rowid for rowid, _ in entries],
+            [blob for _, blob in entries],
         )
-        at = self._staged + len(data)
+        self._append(data)
+        self._staged_last, self._staged_chain = last, chain
+        return markers
+
+    def _append(self, data: bytes) -> None:
+        """Writes ``data`` at the staged end, and moves it past them."""
         try:
             written = os.pwrite(self._fd, data, self._staged)
         except OSError as e:
             raise StorageError(
                 f"cannot write the vector file {self.path}: {e.strerror}; nothing was stored"
             ) from None
-        if written != at - self._staged:
+        if written != len(data):
             raise StorageError(f"cannot write the vector file {self.path}: a short write")
-        self._staged, self._staged_last = at, last
-        return markers
+        self._staged += len(data)
 
     def sync(self) -> tuple[int, tuple[int, int] | None]:
-        """Makes the staged entries durable; the end and the last entry (offset,
-        checksum) the transaction then records."""
+        """Seals the staged entries and makes them durable; the end and the last entry
+        (the seal: offset, checksum) the transaction then records."""
+        seal, _, last, chain = log_entries(self._staged, self._staged_chain, [], [], seal=True)
+        self._append(seal)
+        self._staged_last, self._staged_chain = last, chain
         try:
             os.fdatasync(self._fd)
         except OSError as e:
@@ -171,10 +225,10 @@ class VectorLog:
         return self._staged, self._staged_last
 
     def committed(self) -> None:
-        self.end, self.last = self._staged, self._staged_last
+        self.end, self.last, self._chain = self._staged, self._staged_last, self._staged_chain
 
     def rolled_back(self) -> None:
-        self._staged, self._staged_last = self.end, self.last
+        self._staged, self._staged_last, self._staged_chain = self.end, self.last, self._chain
 
     def blobs(self, named: Sequence[tuple[int, bytes]]) -> list[bytes]:
         """The blob each ``(rowid, marker)`` of ``named`` names, each entry checked: it is
@@ -223,7 +277,12 @@ class VectorLog:
             out[i] = out[i]._replace(embedding=m)
         return out
 
+    def close_in_child(self) -> None:
+        """In a child forked since the file was opened: lets go of the parent's file and
+        its lock (see ``storage.lock``); the child's store is refused there."""
+        self.close()
+
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            os.close(fd)

@@ -3,9 +3,21 @@
 //! of a 16-byte head (rowid, blob length, CRC-32 of the three) and a blob
 //! (`crate::blob`'s format). The format is declared here alone: the writer in
 //! `python/memlane/storage/vector_log.py` (which says why the file is
-//! append-only) encodes through [`header`], [`append`] and [`marker`], and an
-//! open reads the entries up to the end the database records, each checksum
-//! checked, so a damaged file is never taken for vectors.
+//! append-only) encodes through [`header`], [`append`], [`seal`] and
+//! [`marker`], and an open reads the entries up to the end the database
+//! records, each checksum checked, so a damaged file is never taken for
+//! vectors.
+//!
+//! Each write's entries end with a seal: an entry of rowid [`SEAL_ROWID`]
+//! (records' rowids start at 1) whose blob is the [`chain`] of the entries
+//! before it, from the seal before it. The database records the last entry,
+//! a seal, by offset and checksum, so it names the file's history, not only
+//! its end: another copy of the store written apart has another history, and
+//! so another seal there (the last entry alone was the same in two copies
+//! that each changed a record and then added the same one, and an open took
+//! the other copy's vectors). Readers that predate seals skip them as entries
+//! no row names; a file they wrote chains from its last entry (see
+//! [`chain_after`]).
 
 use std::fs::File;
 use std::path::Path;
@@ -27,6 +39,22 @@ pub const ENTRY: usize = 16;
 pub const MARKER_TAG: u8 = 2;
 /// A marker's length: the tag and a little-endian u64.
 pub const MARKER_BYTES: usize = 9;
+/// The rowid of a seal, the entry that ends each write's entries.
+pub const SEAL_ROWID: u64 = 0;
+/// Bytes of a seal: a head and the chain it holds (a little-endian u64).
+pub const SEAL: usize = ENTRY + 8;
+/// The chain of a file without entries (FNV-1a's offset basis).
+pub const CHAIN_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// `chain` followed by the entry whose checksum is `crc`: FNV-1a over the
+/// checksum's bytes. Each checksum covers its entry's rowid, length and blob,
+/// so the chain of a file's entries changes with any of them, and with their
+/// order.
+pub fn chain(chain: u64, crc: u32) -> u64 {
+    crc.to_le_bytes().iter().fold(chain, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
 
 /// The header of the vector file of the store whose id is `store`.
 pub fn header(store: &[u8; 16]) -> [u8; HEADER] {
@@ -85,6 +113,30 @@ pub fn append(out: &mut Vec<u8>, rowid: u64, blob: &[u8]) -> Result<u32> {
     Ok(crc)
 }
 
+/// Appends the seal of entries whose chain is `chain` to `out`; its checksum.
+pub fn seal(out: &mut Vec<u8>, chain: u64) -> u32 {
+    append(out, SEAL_ROWID, &chain.to_le_bytes()).expect("an 8-byte blob")
+}
+
+/// The chain a writer goes on from when `entry` (an entry's head and blob)
+/// is the last the database records: after a seal, the chain it holds
+/// followed by the seal; after a record's entry (written before seals), that
+/// entry alone. None if `entry` is not a whole entry whose checksum holds,
+/// or a seal of another length.
+pub fn chain_after(entry: &[u8]) -> Option<u64> {
+    let h = head(entry)?;
+    let blob = entry.get(ENTRY..ENTRY + h.len as usize)?;
+    if checksum(&entry[..12], blob) != h.crc {
+        return None;
+    }
+    let from = if h.rowid == SEAL_ROWID {
+        u64::from_le_bytes(blob.try_into().ok()?)
+    } else {
+        CHAIN_START
+    };
+    Some(chain(from, h.crc))
+}
+
 /// The marker a record holds for its entry at byte `at`.
 pub fn marker(at: u64) -> [u8; MARKER_BYTES] {
     let mut out = [MARKER_TAG; MARKER_BYTES];
@@ -110,7 +162,12 @@ pub fn map(path: &Path) -> Result<memmap2::Mmap> {
 /// The newest blob of each rowid of `wanted` that has one among the entries
 /// of `bytes[..end]`, in rowid order. Every entry up to `end` is checked, not
 /// only the wanted ones: an entry whose checksum fails, or that runs past
-/// `end`, is [`Error::DamagedVector`].
+/// `end`, is [`Error::DamagedVector`]. The newest entry of a record is the
+/// one its row's marker names as long as the file is the database's, which
+/// an open checks first by the seal the database records
+/// (`storage/vector_log.py`): it names the file's history up to `end` (each
+/// row's marker checked instead would read every row of the database at an
+/// open). Seals are no record's entries: rowids start at 1.
 pub fn newest<'a>(
     path: &Path,
     bytes: &'a [u8],
@@ -271,6 +328,83 @@ mod tests {
         assert_eq!(marker_offset(&m), Some(0x0102_0304_0506_0708));
         assert_eq!(marker_offset(&m[..8]), None);
         assert_eq!(marker_offset(&[1; MARKER_BYTES]), None);
+    }
+
+    /// `writes` written as a writer does, each write's entries and their seal,
+    /// after `before` (entries written before seals).
+    fn sealed(before: &[(u64, &[u8])], writes: &[&[(u64, &[u8])]]) -> Vec<u8> {
+        let mut out = file(before);
+        let mut chained = if before.is_empty() {
+            CHAIN_START
+        } else {
+            let last = out.len() - ENTRY - before[before.len() - 1].1.len();
+            chain_after(&out[last..]).unwrap()
+        };
+        for write in writes {
+            for (r, b) in *write {
+                chained = chain(chained, append(&mut out, *r, b).unwrap());
+            }
+            chained = chain(chained, seal(&mut out, chained));
+        }
+        out
+    }
+
+    #[test]
+    fn a_seal_holds_the_chain_of_the_entries_before_it() {
+        let v = Path::new("v");
+        let writes: &[&[(u64, &[u8])]] = &[&[(1, b"aaaa"), (2, b"bbbb")], &[(1, b"cccc")]];
+        let bytes = sealed(&[], writes);
+        let last = bytes.len() - SEAL;
+        let crcs: Vec<u32> = writes
+            .iter()
+            .flat_map(|w| w.iter())
+            .map(|(r, b)| append(&mut Vec::new(), *r, b).unwrap())
+            .collect();
+        let first = chain(chain(CHAIN_START, crcs[0]), crcs[1]);
+        let first_seal = head(&bytes[HEADER + 2 * (ENTRY + 4)..]).unwrap();
+        let held = chain(chain(first, first_seal.crc), crcs[2]);
+        assert_eq!(bytes[last + ENTRY..], held.to_le_bytes());
+        let after = chain(held, head(&bytes[last..]).unwrap().crc);
+        assert_eq!(chain_after(&bytes[last..]), Some(after));
+        // A record's entry chains alone; a seal whose checksum fails, or cut, is none.
+        let one = &bytes[HEADER..HEADER + ENTRY + 4];
+        assert_eq!(chain_after(one), Some(chain(CHAIN_START, crcs[0])));
+        let mut bad = bytes.clone();
+        bad[last + ENTRY] ^= 1;
+        assert_eq!(chain_after(&bad[last..]), None);
+        assert_eq!(chain_after(&bytes[last..bytes.len() - 1]), None);
+        // An open reads past seals, as past entries no record wants.
+        let found = newest(v, &bytes, bytes.len(), &[1, 2]).unwrap();
+        assert_eq!(found, vec![(1, &b"cccc"[..]), (2, &b"bbbb"[..])]);
+        // A write after entries an older memlane wrote goes on from the last of them.
+        let mut mixed = sealed(&[(1, b"aaaa")], writes);
+        let old = mixed.len();
+        append(&mut mixed, 3, b"dddd").unwrap();
+        let go_on = chain_after(&mixed[old..]).unwrap();
+        assert_eq!(go_on, chain(CHAIN_START, head(&mixed[old..]).unwrap().crc));
+        seal(&mut mixed, go_on);
+        let found = newest(v, &mixed, mixed.len(), &[1, 3]).unwrap();
+        assert_eq!(found, vec![(1, &b"cccc"[..]), (3, &b"dddd"[..])]);
+    }
+
+    /// Two copies of one store, each changing another record by an entry of
+    /// the same length and then adding the same record: the last record entry
+    /// is the same in both, the seal after it is not.
+    #[test]
+    fn copies_written_apart_end_in_other_seals() {
+        let shared: &[(u64, &[u8])] = &[(1, b"aaaa"), (2, b"bbbb")];
+        for before in [&[][..], shared] {
+            let writes = |change: (u64, &'static [u8])| {
+                let write = [change];
+                sealed(before, &[shared, &write, &[(3, b"tail")]])
+            };
+            let (a, b) = (writes((1, b"AAAA")), writes((2, b"BBBB")));
+            assert_eq!(a.len(), b.len());
+            let last = a.len() - SEAL;
+            let record = last - ENTRY - 4;
+            assert_eq!(a[record..last], b[record..last]);
+            assert_ne!(head(&a[last..]).unwrap().crc, head(&b[last..]).unwrap().crc);
+        }
     }
 
     #[test]

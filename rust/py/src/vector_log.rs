@@ -27,29 +27,47 @@ pub fn log_header_store<'py>(py: Python<'py>, head: &[u8]) -> Option<Bound<'py, 
     vector_log::header_store(head).map(|s| PyBytes::new(py, &s))
 }
 
-/// `(rowid, blob length, checksum)` of the entry head `head` starts with, or
-/// None if it is too short for one.
+/// `(rowid, blob length, checksum, chain)` of the entry `entry` starts with,
+/// or None if it is too short for a head. `chain` is the one a writer goes on
+/// from when this entry is the last the database records, if `entry` holds
+/// the whole entry and it checks (`memlane_core::vector_log::chain_after`);
+/// else None.
 #[pyfunction]
-pub fn log_entry_head(head: &[u8]) -> Option<(u64, u32, u32)> {
-    vector_log::head(head).map(|h| (h.rowid, h.len, h.crc))
+pub fn log_entry_head(entry: &[u8]) -> Option<(u64, u32, u32, Option<u64>)> {
+    vector_log::head(entry).map(|h| (h.rowid, h.len, h.crc, vector_log::chain_after(entry)))
 }
 
 /// What [`log_entries`] returns: the entries' bytes, each record's marker,
-/// and the last entry's (offset, checksum).
+/// the last entry's (offset, checksum), and the chain after them.
 type Staged<'py> = (
     Bound<'py, PyBytes>,
     Vec<Bound<'py, PyBytes>>,
     Option<(u64, u32)>,
+    u64,
 );
 
-/// The entries of `rowids` holding `blobs`, to be written at byte `at`: their
-/// bytes, each record's marker, and the last entry's (offset, checksum).
+/// `chain` as [`log_entries`] reads it: None (no entries before), or a u64
+/// (else an error naming it).
+fn chain_arg(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    args::unsigned(obj, "chain").map(Some)
+}
+
+/// The entries of `rowids` holding `blobs`, to be written at byte `at` after
+/// entries whose chain is `chain` (None: after none), then, with `seal`, their
+/// seal: their bytes, each record's marker, the last entry's (offset,
+/// checksum), and the chain after them.
 #[pyfunction]
+#[pyo3(signature = (at, chain, rowids, blobs, *, seal = false))]
 pub fn log_entries<'py>(
     py: Python<'py>,
     #[pyo3(from_py_with = args::at)] at: u64,
+    #[pyo3(from_py_with = chain_arg)] chain: Option<u64>,
     rowids: Vec<u64>,
     blobs: Vec<Bound<'py, PyBytes>>,
+    seal: bool,
 ) -> PyResult<Staged<'py>> {
     if rowids.len() != blobs.len() {
         return Err(to_py(
@@ -60,7 +78,8 @@ pub fn log_entries<'py>(
     let size: usize = blobs
         .iter()
         .map(|b| vector_log::ENTRY + b.as_bytes().len())
-        .sum();
+        .sum::<usize>()
+        + if seal { vector_log::SEAL } else { 0 };
     // Where the entries end fits in a u64, so no offset below wraps into the header.
     if at.checked_add(size as u64).is_none() {
         return Err(to_py(py, Error::invalid("log_entries: offsets past 2^64")));
@@ -68,13 +87,21 @@ pub fn log_entries<'py>(
     let mut out = Vec::with_capacity(size);
     let mut markers = Vec::with_capacity(blobs.len());
     let mut last = None;
+    let mut chain = chain.unwrap_or(vector_log::CHAIN_START);
     for (&rowid, blob) in rowids.iter().zip(&blobs) {
         let start = at + out.len() as u64;
         let crc = vector_log::append(&mut out, rowid, blob.as_bytes()).map_err(|e| to_py(py, e))?;
         markers.push(PyBytes::new(py, &vector_log::marker(start)));
         last = Some((start, crc));
+        chain = vector_log::chain(chain, crc);
     }
-    Ok((PyBytes::new(py, &out), markers, last))
+    if seal {
+        let start = at + out.len() as u64;
+        let crc = vector_log::seal(&mut out, chain);
+        last = Some((start, crc));
+        chain = vector_log::chain(chain, crc);
+    }
+    Ok((PyBytes::new(py, &out), markers, last, chain))
 }
 
 /// The blobs the markers `markers` name in an embedded store's vector file at
