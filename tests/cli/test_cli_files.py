@@ -1,7 +1,8 @@
 """The command line and the files it is given: a STORE whose memory.db is another
-program's SQLite database or empty, an import from a pipe or one whose records the
-store's embedder cannot embed, an id given twice to forget, and key=value numbers
-too long for Python to read."""
+program's SQLite database or empty, an export to /dev/stdout that is a pipe or a file
+the shell opened, an import from a pipe or one whose records the store's embedder
+cannot embed, an id given twice to forget, and key=value numbers too long for Python
+to read."""
 
 from __future__ import annotations
 
@@ -125,6 +126,34 @@ def test_an_export_to_stdout_writes_the_lines_alone_there(tmp_path: Path, as_jso
     assert said == (
         {"exported": 2, "file": "/dev/stdout"} if as_json else "exported 2 records to /dev/stdout\n"
     )
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_an_export_to_stdout_that_is_a_file_writes_into_it(tmp_path: Path, append: bool) -> None:
+    # `memlane export S /dev/stdout >> app.log`, `{ echo header; memlane export S
+    # /dev/stdout; echo footer; } > out`: a new file was renamed over the shell's, and
+    # the log's earlier lines, or the header and the footer, were lost.
+    store = tmp_path / "s"
+    with Memory(store, None) as mem:
+        mem.add("hello")
+    out = tmp_path / "out"
+    out.write_bytes(b"earlier\n")
+    with out.open("ab" if append else "wb") as stdout:
+        if not append:
+            stdout.write(b"header\n")
+            stdout.flush()
+        res = subprocess.run(
+            [sys.executable, "-m", "memlane", "export", str(store), "/dev/stdout"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        stdout.write(b"footer\n")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == "exported 1 records to /dev/stdout\n"
+    first, line, last = out.read_bytes().splitlines()
+    assert (first, last) == (b"earlier" if append else b"header", b"footer")
+    assert json.loads(line)["text"] == "hello"
 
 
 # -- import ----------------------------------------------------------------------------------

@@ -188,6 +188,29 @@ def test_an_id_a_path_cannot_carry_is_named_in_the_query(client: TestClient, mem
     assert kind(client.get("/v1/memories/-", params={"id": "nothing"})) == (404, "UnknownIdError")
 
 
+def test_every_record_route_refuses_an_id_in_the_query_beside_another(
+    client: TestClient, mem: Memory
+) -> None:
+    # Each route read no query but get's: DELETE /v1/memories/a1?id=.. deleted a1.
+    for rid in ("a1", "..", "a/b"):
+        mem.add(f"the record {rid}", id=rid)
+    for path in ("/v1/memories/a1", "/v1/memories/a%2Fb"):
+        for method, tail, body in [
+            ("GET", "", None),
+            ("GET", "/history", None),
+            ("PATCH", "", {"importance": 0.9}),
+            ("POST", "/supersede", {"text": "changed"}),
+            ("DELETE", "", None),
+        ]:
+            r = client.request(method, path + tail, params={"id": ".."}, json=body)
+            assert kind(r) == (400, "InvalidArgumentError"), (method, path + tail)
+            assert "unknown parameter 'id'" in r.text
+    assert sorted(rec.id for rec in mem.list()) == ["..", "a/b", "a1"]
+    assert all(
+        len(mem.history(rid)) == 1 and mem.get(rid).importance == 0.5 for rid in ("a1", "..", "a/b")
+    )
+
+
 def test_a_slashed_id_is_reached_under_a_mount_and_an_encoded_prefix(mem: Memory) -> None:
     mem.add("the x", id="x")
     mem.add("not x's history", id="x/history")

@@ -5,15 +5,16 @@ per history entry (``{"history": {...the replaced version's fields, "event", "at
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
+import re
 import secrets
-import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, NoReturn, TextIO
 
@@ -49,19 +50,28 @@ _TIMED = frozenset({"created_at", "updated_at", "last_accessed_at", "recorded_at
 
 # Records per transaction of an import.
 _BATCH = 1000
+# The name of a descriptor in /dev/fd or /proc/self/fd.
+_FD_NAME = re.compile(r"0|[1-9][0-9]{0,8}")
+# The row of an import's vectors for a record the check did not embed (skipped).
+_UNMADE = np.nan
+# An import's lines, with their numbers, ``_BATCH`` at a time.
+_Batches = Iterator[list[tuple[int, dict[str, Any]]]]
+_OnConflict = Literal["error", "skip"]
 
 
 def export(db: Store, access: AccessLog, path: Path, embeddings: bool) -> int:
     """Writes the export to a file of its own beside ``path``, flushed to disk, then
     renamed over ``path`` (keeping the permissions of a file it replaces): a failed
     export (a full disk, a database error) leaves ``path`` as it was and no file behind.
-    A ``path`` that is a device or a named pipe (``/dev/stdout``, a FIFO a reader waits
-    on) is written into, as a shell's ``>`` does: a rename would put a file in its place."""
+    A descriptor of this process (``/dev/stdout``, ``/dev/fd/N``), a device or a named
+    pipe is written into, as a shell's ``>`` does: a rename would put a file there."""
+    held = _held(path)
+    if held is not None:
+        return _export_into(db, access, path, embeddings, lambda: os.dup(held))
     was = _status(path)
     if was is not None and not stat.S_ISREG(was.st_mode) and not stat.S_ISDIR(was.st_mode):
-        # Opened by the name given: a link to a pipe (/dev/stdout, /dev/fd/N) names no
-        # file that a resolved path could.
-        return _export_into(db, access, path, embeddings)
+        fifo = stat.S_ISFIFO(was.st_mode)
+        return _export_into(db, access, path, embeddings, lambda: _open_node(path, fifo))
     target = _target(path)
     fd, aside = _aside(target)
     try:
@@ -84,15 +94,52 @@ def export(db: Store, access: AccessLog, path: Path, embeddings: bool) -> int:
     return n
 
 
-def _export_into(db: Store, access: AccessLog, target: Path, embeddings: bool) -> int:
-    """The export written into a device or a pipe (opened without being created, so a
-    node removed meanwhile makes no file in its place)."""
+def _held(path: Path) -> int | None:
+    """The descriptor of this process that ``path`` names, itself or through links
+    (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``), else ``None``. Its file
+    replaced, or opened again (at offset 0, without the append mode of ``>>``), lost
+    what the file held before: the header of ``{ echo header; memlane export ...; }``."""
+    folders = {os.path.realpath(d) for d in ("/dev/fd", "/proc/self/fd") if os.path.isdir(d)}
+    with contextlib.suppress(OSError):  # a folder not searchable: ``_status`` names it
+        for _ in range(40):  # as many links as the kernel follows
+            if os.path.realpath(path.parent) in folders and _FD_NAME.fullmatch(path.name):
+                return int(path.name)
+            if not path.is_symlink():
+                return None
+            path = path.parent / os.readlink(path)
+    return None
+
+
+def _export_into(
+    db: Store, access: AccessLog, target: Path, embeddings: bool, opened: Callable[[], int]
+) -> int:
+    """The export written into the descriptor ``opened`` gives: a copy of one this
+    process holds (written where it stands, or at the end where it appends), or a
+    device or a pipe that ``target`` names."""
     try:
-        fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(opened(), "w", encoding="utf-8") as f:
             return _write_state(f, db, access, embeddings)
     except BaseException as e:
         _raise_unwritten(e, target)
+
+
+def _open_node(target: Path, fifo: bool) -> int:
+    """A device or a pipe, opened by the name given (a link to a pipe names no file that
+    a resolved path could), not created (a node removed meanwhile makes no file), and
+    without waiting for a named pipe's reader, which waited unbounded with the store
+    held: one no process reads is refused; the writes then wait for the reader."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(target, os.O_WRONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if fifo and e.errno == errno.ENXIO:
+            raise StorageError(
+                f"cannot write {str(target)!r}: no process reads the named pipe"
+            ) from None
+        raise
+    if nonblock:
+        os.set_blocking(fd, True)
+    return fd
 
 
 def _raise_unwritten(error: BaseException, target: Path) -> NoReturn:
@@ -199,27 +246,38 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def load(writer: Writer, path: Path, on_conflict: Literal["error", "skip"]) -> int:
+def load(writer: Writer, path: Path, on_conflict: _OnConflict) -> int:
     """Imports the file ``path`` names; messages name its lines ``path:N``."""
     if on_conflict not in ("error", "skip"):
         raise InvalidArgumentError(
             f"on_conflict must be one of {{'error', 'skip'}}, got {shown(on_conflict)}"
         )
     name = str(path)
-    with _opened(path) as f:
+    with _opened(path) as (f, copy), contextlib.ExitStack() as stack:
+        # The vectors the check makes for records that come without one: the write never
+        # asks the embedder, whose failure (a text it refuses, an endpoint that stops
+        # answering) would come after some batches were committed.
+        vectors = None if writer.embedder is None else stack.enter_context(_scratch())
         # Every line is checked before the first is stored: a bad line anywhere stores
-        # nothing.
-        _check(writer, f, name, on_conflict)
-        f.seek(0)
-        return _load(writer, f, name, on_conflict)
+        # nothing. A pipe's lines are checked as they are copied, so a bad one fails at
+        # once, however much data follows it.
+        _check(writer, _read(f, name, copy), name, on_conflict, vectors)
+        source = f if copy is None else copy
+        source.seek(0)
+        if vectors is not None:
+            vectors.seek(0)
+        return _load(writer, _read(source, name), name, on_conflict, vectors)
 
 
-def _load(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error", "skip"]) -> int:
-    """Stores the lines ``_check`` passed: the records ``_BATCH`` per transaction, then
-    the history entries the store does not hold, in one."""
+def _load(
+    writer: Writer, batches: _Batches, name: str, on_conflict: _OnConflict, vectors: BinaryIO | None
+) -> int:
+    """Stores the lines ``_check`` passed, the records without an embedding with the
+    vector it made (from ``vectors``): the records ``_BATCH`` per transaction, then the
+    history entries the store does not hold, in one."""
     added = 0
     history: list[tuple[HistoryEntry, tuple[int, ...]]] = []
-    for lines in _read(f, name):
+    for lines in batches:
         batch = []
         for lineno, item in lines:
             if "history" in item:
@@ -227,6 +285,8 @@ def _load(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error", 
                 history.append((entry, _compared(given)))
             else:
                 batch.append(item)
+        if vectors is not None:  # before any is skipped: the check made a row for each
+            _give_vectors(batch, vectors, writer.sync.dim or 0, name)
         if on_conflict == "skip":
             taken = writer.db.existing_ids([str(b.get("id")) for b in batch])
             batch = [b for b in batch if str(b.get("id")) not in taken]
@@ -239,6 +299,19 @@ def _load(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error", 
         with writer.db.transaction() as conn:
             writer.db.insert_history(conn, entries)
     return added
+
+
+def _give_vectors(batch: list[dict[str, Any]], vectors: BinaryIO, dim: int, name: str) -> None:
+    """Gives each record of ``batch`` without an embedding the next row of ``vectors``,
+    unless that row is ``_UNMADE``; the writer stores it as it stores a vector it made."""
+    todo = [item for item in batch if item.get("embedding") is None]
+    data = vectors.read(len(todo) * dim * 4)
+    if len(data) != len(todo) * dim * 4:
+        raise StorageError(f"{name!r} changed while it was imported: it has more records")
+    rows = np.frombuffer(data, dtype=np.float32).reshape(len(todo), dim)
+    for item, row in zip(todo, rows, strict=True):
+        if not np.isnan(row[0]):
+            item["embedding"] = row
 
 
 def _new_history(
@@ -283,20 +356,23 @@ def _compared(given: dict[str, Any]) -> tuple[int, ...]:
     return (*kept, *range(len(_CARRIED), len(_CARRIED) + 4))
 
 
-def _check(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error", "skip"]) -> None:
+def _check(
+    writer: Writer, batches: _Batches, name: str, on_conflict: _OnConflict, vectors: BinaryIO | None
+) -> None:
     """Raises for the first line the import would refuse (naming it), storing nothing:
     each record and history entry as ``load`` stores it, its embedding, an id given
     twice in the file, (``on_conflict="error"``) an id already stored, and a record
-    without an embedding that the store's embedder cannot embed."""
+    without an embedding whose text the store's embedder does not embed. ``vectors``
+    (with an embedder) is given a row per record without an embedding, in line order."""
     now, dim = time.time(), writer.sync.dim
     first_line: dict[str, int] = {}  # id -> the line that gives it
-    unembedded: tuple[int, str] | None = None  # the first record left to the embedder
     # A store confined to a tenant (row-level security) refuses another's rows only as
     # they are written, a batch after others were committed: checked here first.
     field, _, who = writer.db.tenant.partition(":")
-    for lines in _read(f, name):
+    for lines in batches:
         given: list[tuple[int, str]] = []
-        vectors: list[tuple[int, FloatArray]] = []
+        vectors_given: list[tuple[int, FloatArray]] = []
+        unembedded: list[tuple[int, str, str | None]] = []  # line, text, id given
         for lineno, item in lines:
             where = _at(name, lineno)
             if "history" in item:
@@ -308,9 +384,9 @@ def _check(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error",
                 raise type(e)(f"{where}: {e}") from None
             _confined(new, field, who, where)
             if new.embedding is not None:
-                vectors.append((lineno, new.embedding))
-            elif unembedded is None:
-                unembedded = (lineno, new.text)
+                vectors_given.append((lineno, new.embedding))
+            else:
+                unembedded.append((lineno, new.text, new.id if new.id_given else None))
             if new.id_given:
                 if new.id in first_line:
                     raise InvalidArgumentError(
@@ -319,10 +395,10 @@ def _check(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error",
                     )
                 first_line[new.id] = lineno
                 given.append((lineno, new.id))
-        if vectors:
-            _check_vectors(name, vectors)
-        if on_conflict == "error" and given:
-            taken = writer.db.existing_ids([i for _, i in given])
+        if vectors_given:
+            _check_vectors(name, vectors_given)
+        taken = writer.db.existing_ids([i for _, i in given]) if given else set()
+        if on_conflict == "error":
             for lineno, record_id in given:
                 if record_id in taken:
                     raise DuplicateIdError(
@@ -331,22 +407,48 @@ def _check(writer: Writer, f: BinaryIO, name: str, on_conflict: Literal["error",
                         id=record_id,
                         where=_at(name, lineno),
                     )
-    if unembedded is not None and writer.embedder is not None:
-        _check_embedder(writer, _at(name, unembedded[0]), unembedded[1])
+        if vectors is not None and unembedded:
+            _scratch_write(vectors, _embed_unembedded(writer, name, unembedded, taken).tobytes())
 
 
-def _check_embedder(writer: Writer, where: str, text: str) -> None:
-    """Embeds the first record's text an import leaves to the embedder: an embedder
-    that cannot embed (a store's model not built here, an endpoint that does not answer)
-    fails here, before the first batch is stored, and not after some were. Its vector
-    stays in the embedding cache for the write."""
+def _embed_unembedded(
+    writer: Writer, name: str, unembedded: list[tuple[int, str, str | None]], taken: set[str]
+) -> FloatArray:
+    """A row for each record of ``unembedded`` (line, text, id given): its text's vector,
+    made as the writer makes it, or ``_UNMADE`` for a stored id (skipped: a retry with
+    ``on_conflict="skip"`` embeds only what it adds)."""
+    rows = np.full((len(unembedded), writer.sync.dim or 0), _UNMADE, dtype=np.float32)
+    todo = [i for i, (_, _, rid) in enumerate(unembedded) if rid is None or rid not in taken]
+    if todo:
+        with writer.sync.writing():  # graph linking steps aside, as for the writer's model
+            rows[todo] = _embedded(writer, name, [unembedded[i][:2] for i in todo])
+    return rows
+
+
+def _embedded(writer: Writer, name: str, texts: list[tuple[int, str]]) -> FloatArray:
+    """The vectors of ``texts`` (each with its line), made as the writer makes them.
+    A text the embedder refuses is named by its line, found by embedding halves of the
+    batch (each one call) down to the text refused alone. An embedder that does not
+    answer fails at once, at the batch's first line: asked again for each half, it
+    would take its timeout as many times."""
     assert writer.embedder is not None
     try:
-        embed_texts(writer.embedder, writer.sync.dim, [text])
+        return embed_texts(writer.embedder, writer.sync.dim, [t for _, t in texts])
     except EmbedderUnavailableError as e:
         raise EmbedderUnavailableError(
-            f"{where}: the record has no embedding, and the store's embedder cannot make one: {e}"
+            f"{_at(name, texts[0][0])}: the record has no embedding, and the store's "
+            f"embedder cannot make one: {e}"
         ) from None
+    except InvalidArgumentError as e:
+        if len(texts) == 1:
+            raise type(e)(
+                f"{_at(name, texts[0][0])}: the record has no embedding, and the store's "
+                f"embedder refuses its text: {e}"
+            ) from None
+    half = len(texts) // 2
+    return np.concatenate(
+        (_embedded(writer, name, texts[:half]), _embedded(writer, name, texts[half:]))
+    )
 
 
 def _confined(record: Any, field: str, who: str, where: str) -> None:
@@ -406,10 +508,10 @@ def _at(name: str, lineno: int) -> str:
 
 
 @contextlib.contextmanager
-def _opened(path: Path) -> Iterator[BinaryIO]:
-    """The file to import, open to be read twice (the check, then the write): the file
-    itself, or, for a pipe or a device (``/dev/stdin``, a FIFO, ``/dev/fd/N``), which
-    can be read once, a copy of it in an unnamed temporary file."""
+def _opened(path: Path) -> Iterator[tuple[BinaryIO, BinaryIO | None]]:
+    """The file to import, and where it is to be copied as it is checked: ``None`` for
+    a file, read again for the write, and for a pipe or a device (``/dev/stdin``, a
+    FIFO, ``/dev/fd/N``), which can be read once, an unnamed temporary file."""
     name = str(path)
     try:
         f = path.open("rb")
@@ -419,24 +521,35 @@ def _opened(path: Path) -> Iterator[BinaryIO]:
         if path.is_dir():  # IsADirectoryError, or PermissionError on Windows
             raise InvalidArgumentError(f"{name!r} is a directory, not a JSONL file") from None
         raise StorageError(f"cannot read {name!r}: {e.strerror or e}") from None
-    with f, contextlib.ExitStack() as stack:
+    with f:
         if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            yield f
+            yield f, None
             return
+        with _scratch() as copy:
+            yield f, copy
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[BinaryIO]:
+    """An unnamed temporary file, gone when closed (or when the process ends)."""
+    with contextlib.ExitStack() as stack:
         try:
-            copy = stack.enter_context(tempfile.TemporaryFile())
-            shutil.copyfileobj(f, copy)
+            scratch = stack.enter_context(tempfile.TemporaryFile())
         except OSError as e:
-            raise StorageError(
-                f"cannot copy {name!r} to a temporary file: {e.strerror or e}"
-            ) from None
-        copy.seek(0)
-        yield copy
+            raise StorageError(f"cannot make a temporary file: {e.strerror or e}") from None
+        yield scratch
 
 
-def _read(f: BinaryIO, name: str) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+def _scratch_write(scratch: BinaryIO, data: bytes) -> None:
+    try:
+        scratch.write(data)
+    except OSError as e:  # a full disk
+        raise StorageError(f"cannot write a temporary file: {e.strerror or e}") from None
+
+
+def _read(f: BinaryIO, name: str, copy: BinaryIO | None = None) -> _Batches:
     """The file's objects with their line numbers, ``_BATCH`` at a time; blank lines
-    are skipped."""
+    are skipped. Each line read is written to ``copy`` too, when given."""
     batch: list[tuple[int, dict[str, Any]]] = []
     lineno = 0
     while True:
@@ -446,6 +559,8 @@ def _read(f: BinaryIO, name: str) -> Iterator[list[tuple[int, dict[str, Any]]]]:
             raise StorageError(f"cannot read {name!r}: {e.strerror or e}") from None
         if not raw:
             break
+        if copy is not None:
+            _scratch_write(copy, raw)
         lineno += 1
         item = _parse(raw, lineno, _at(name, lineno))
         if item is None:

@@ -591,10 +591,10 @@ class MemoryStore(Listing):
         a JSON object in UTF-8, [`InvalidArgumentError`][memlane.errors.InvalidArgumentError]
         for a record the store refuses, an id given twice or (``on_conflict="error"``) already
         stored, each naming the line. The records then go in 1,000 lines per transaction, and
-        the history last, in one: an import that fails after the check (the embedder stops
-        answering, another writer stores one of its ids meanwhile, the process is killed)
-        keeps the transactions committed, and run again with ``on_conflict="skip"`` it
-        finishes.
+        the history last, in one. The check embeds the records without an embedding, so a
+        text the embedder refuses, or an embedder that stops answering, stores nothing; an
+        import failing later (another writer stores one of its ids, a kill) keeps what it
+        committed, and ``on_conflict="skip"`` finishes it.
         """
         self._sync.check_open()
         return jsonl.load(self._writer, Path(path), on_conflict)

@@ -93,16 +93,22 @@ def raw_id(scope: Scope) -> None:
 
 def path_id(request: HTTPConnection) -> str:
     """The id a record's route names: the path's segment, or the query's ``id`` where
-    the segment is ``QUERY_ID`` (see ``_query_id``)."""
+    the segment is ``QUERY_ID`` (see ``_query_id``). An ``id`` in the query beside any
+    other segment is refused, by every record route: one that read no query deleted
+    ``a1`` for a ``DELETE /v1/memories/a1?id=..`` whose client meant ``..``."""
+    if _query_id(request):
+        named = request.query_params.getlist("id")
+        if len(named) > 1:
+            raise InvalidArgumentError("id is given twice")
+        return named[0]
     given = request.scope.get(_RAW_ID)
-    if isinstance(given, str):
-        return given
-    if not _query_id(request):
-        return str(request.path_params["id"])
-    named = request.query_params.getlist("id")
-    if len(named) > 1:
-        raise InvalidArgumentError("id is given twice")
-    return named[0]
+    record_id = given if isinstance(given, str) else str(request.path_params["id"])
+    if "id" in request.query_params:
+        raise InvalidArgumentError(
+            f"unknown parameter 'id': the path names the record ({record_id!r}); the query "
+            f"names it only where the path has {QUERY_ID!r} in its place"
+        )
+    return record_id
 
 
 def _query_id(request: HTTPConnection) -> bool:
@@ -111,8 +117,7 @@ def _query_id(request: HTTPConnection) -> bool:
     every id: a browser reads a segment "." or ".." (written %2E too) as a step in the
     path before it sends it, so ``/v1/memories/./history`` asks for the history of the
     record ``history``. The record named ``-`` is still reached by its path, with no
-    ``id`` in the query (``get`` refuses one beside any other segment; the other record
-    routes read no query)."""
+    ``id`` in the query (``path_id`` refuses one beside any other segment)."""
     return (
         _RAW_ID not in request.scope
         and request.path_params.get("id") == QUERY_ID
