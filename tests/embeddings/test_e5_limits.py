@@ -3,13 +3,15 @@ rest cut, with a ``TextTruncatedWarning``), where one text of 100,000 characters
 the engine for over a minute; a text with nothing the model can read is refused, as
 OnnxEmbedder refuses it, where every one got the bare prefix's vector; U+FDFA, which the
 engine's normalizer spreads past its buffer (aborting the process), is spelt out first,
-which leaves the vectors as they were."""
+which leaves the vectors as they were, and only in the part of a text kept (a text of
+megabytes of it took 36 bytes a character spelt out)."""
 
 from __future__ import annotations
 
 import importlib.util
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,6 +73,34 @@ def test_a_text_within_the_windows_is_whole(
     text = "the quarterly plan of the team " * 100  # about 700 tokens: two windows
     embedder.embed_passage(text)
     assert engine.sent == [text]
+
+
+def test_u_fdfa_is_spelt_out_in_the_part_kept_only(
+    embedder: E5SmallEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = Recording(embedder._model)
+    monkeypatch.setattr(embedder, "_model", engine)
+    spelt = e5._FDFA_SPELT * (e5.MAX_CHARS // len(e5._FDFA_SPELT) + 1)
+    # Python's allocations while a million characters are embedded (all but the first
+    # MAX_CHARS cut): U+FDFA, and an ideograph as long in UTF-8 that nothing replaces.
+    peaks = []
+    for text in ("\ufdfa" * 1_000_000, "中" * 1_000_000):
+        tracemalloc.start()
+        try:
+            with pytest.warns(TextTruncatedWarning):
+                embedder.embed_passage(text)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    fdfa, plain = peaks
+    # Spelt out whole, 36 MB more; the first MAX_CHARS spelt out, 1.2 MB.
+    assert fdfa < plain + 2_000_000, (fdfa, plain)
+    sent = engine.sent[0]
+    assert 0 < len(sent) <= e5.MAX_CHARS and spelt.startswith(sent)
+    # A text within the limit is spelt out whole, as before.
+    engine.sent.clear()
+    embedder.embed_passage("x\ufdfa" * 200)
+    assert engine.sent == [("x" + e5._FDFA_SPELT) * 200]
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,8 @@
 """memlane's WordPiece on long texts: normalized a piece at a time, it gives the ids,
 offsets and truncation of the ``tokenizers`` library on texts of many pieces, and a text
-of megabytes cut at the model's limit costs the memory of its first tokens."""
+of megabytes cut at the model's limit costs the memory of its first tokens; a run of
+combining marks (Zalgo text), which has no place where a piece may end, is cut 64 KB on
+all the same, and costs what a plain text of its size costs."""
 
 from __future__ import annotations
 
@@ -98,3 +100,74 @@ def test_a_10_mb_text_costs_the_memory_of_its_first_tokens() -> None:
     grown = int(child.stdout.strip())
     # The text's own copy (10 MB) and little else.
     assert grown < 40, f"peak RSS grew by {grown} MB"
+
+
+# Runs of nonspacing marks longer than a piece may grow (2 KB and 64 KB more): classes
+# that NFD sorts apart (1, 220, 230), marks made of two (U+0344, U+0F73), characters that
+# cleaning removes between them, and words, ideographs and an added token around them.
+MARK_RUNS = [
+    "hello " + "\u0301" * 100_000 + " world",
+    "Z" + "\u0336\u0301\u0317" * 40_000 + "algo text",
+    "\u200b\u0301" * 50_000 + "word",
+    "na\u0344" + "\u0f73" * 40_000 + "ive 中文",
+    "\x00" * 100_000 + "\u0301" * 50_000 + " un [SEP] two",
+    "\u0301" * 70_000 + "中" + "\u0327\u0301" * 40_000 + ", après",
+]
+
+
+@pytest.mark.parametrize("text", MARK_RUNS, ids=range(len(MARK_RUNS)))
+def test_runs_of_marks_longer_than_a_piece_give_the_tokens_of_tokenizers(text: str) -> None:
+    for hf, wp, special in ((HF, WP, True), (HF_WHOLE, WP_WHOLE, False)):
+        want = hf.encode(text, add_special_tokens=special)  # type: ignore[attr-defined]
+        got = wp.encode(text, add_special_tokens=special)
+        assert (got.ids, got.offsets) == (want.ids, want.offsets)
+        assert got.truncated == bool(want.overflowing)
+
+
+# In a child of its own each (the peak only rises): the peak's growth, in MB, while
+# WordPiece's method argv[1] encodes what argv[2] makes.
+MARKS_CHILD = """
+import re, sys
+from memlane._core import WordPiece
+from memlane.embeddings._model_files import TOKENIZER_FILE
+
+def peak():
+    return int(re.search(r"VmHWM:\\s*(\\d+) kB", open("/proc/self/status").read())[1]) // 1024
+
+wp = WordPiece.from_file(TOKENIZER_FILE, 256)
+encode, texts = getattr(wp, sys.argv[1]), eval(sys.argv[2])
+wp.encode("warm up")
+before = peak()
+encode(texts)
+print(peak() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.parametrize(
+    ("method", "texts", "most"),
+    [
+        # 10 MB as UTF-8, whose copies cost that much, as for "word " * 2,000,000.
+        ("encode", '"hello " + "\\u0301" * 5_000_000', 40),
+        ("encode", '"Z" + "\\u0336\\u0301\\u0317" * 1_700_000', 40),
+        ("encode", '"\\u200b\\u0301" * 2_000_000', 40),
+        # 4 texts of 5 MB, as for 4 texts of 2,500,000 "é".
+        ("encode_batch", '[f"t{i} " + "\\u0301" * 2_500_000 for i in range(4)]', 60),
+    ],
+    ids=["accents", "zalgo", "zero-width-and-accents", "batch"],
+)
+def test_a_run_of_marks_costs_the_memory_of_a_plain_text(
+    method: str, texts: str, most: int
+) -> None:
+    """Normalized whole, a run of marks took 70 bytes a character: 332 MB for 5 million,
+    and a batch of 8 texts of 2.5 million 415 MB."""
+    child = subprocess.run(
+        [sys.executable, "-c", MARKS_CHILD, method, texts],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    grown = int(child.stdout.strip())
+    assert grown < most, f"peak RSS grew by {grown} MB"

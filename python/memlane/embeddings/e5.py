@@ -175,12 +175,17 @@ class E5SmallEmbedder(Identified):
                     f"texts[{i}] has no UTF-8 form ({e.reason} at {e.start}); "
                     "a lone surrogate cannot be embedded"
                 ) from None
-            engine = text.replace("\x00", " ").replace(_FDFA, _FDFA_SPELT)
+            # Cut before U+FDFA is spelt out (one character into 18), so that a text of
+            # megabytes of it costs what a plain one does: the first MAX_CHARS spelt-out
+            # characters come from the first MAX_CHARS of the text.
+            head = text[:MAX_CHARS]
+            engine = head.replace("\x00", " ").replace(_FDFA, _FDFA_SPELT)
             kept = engine[:MAX_CHARS]
+            whole = len(head) == len(text) and len(kept) == len(engine)
             # A character is at most four bytes: a shorter text needs no count.
-            if len(kept) < len(engine) or 4 * len(kept) + _TOKEN_SLACK > MAX_TOKENS:
+            if not whole or 4 * len(kept) + _TOKEN_SLACK > MAX_TOKENS:
                 kept = self._within_windows(kept, query)
-                if len(kept) < len(engine):
+                if not whole or len(kept) < len(engine):
                     cut.append(i)
             if not _readable(kept):
                 raise InvalidArgumentError(

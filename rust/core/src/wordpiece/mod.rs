@@ -13,8 +13,9 @@
 //!
 //! The text between added tokens is normalized a piece at a time (pieces of
 //! about `PIECE_BYTES`, cut where normalizing the pieces apart gives what
-//! normalizing the whole would), and the encoding stops once it has a token
-//! past `max_length`: a text of megabytes costs what its first tokens cost.
+//! normalizing the whole would, or `SEARCH_BYTES` further at most), and the
+//! encoding stops once it has a token past `max_length`: a text of megabytes
+//! costs what its first tokens cost.
 //!
 //! Offsets count characters (Python `str` indices) of the text. The attention
 //! mask of an encoding is all ones and its token type ids all zeros: the
@@ -38,6 +39,34 @@ use crate::error::{Error, Result};
 /// them. Measured on SciFact's abstracts, encoding takes the time it took when a
 /// text was normalized whole.
 const PIECE_BYTES: usize = 2048;
+
+/// The bytes past `PIECE_BYTES` in which a piece looks for a place where it may end;
+/// without one it ends there anyway. Only a run of marks (characters whose
+/// decomposition begins with a mark, combining class above 0) and of characters that
+/// cleaning removes has no such place, and a text may be one run of megabytes (Zalgo
+/// text): normalized whole, it took 70 bytes a character.
+///
+/// NFD sorts the marks of a run by class, so a run cut in two is sorted in two parts,
+/// and the marks of the second part that sort before some of the first are left
+/// after them. With `strip_accents` on (the default model has it, following
+/// `lowercase`) nonspacing marks (Mn) are removed once sorted: a run of only those
+/// normalizes to nothing in any order, and as each input character still stands for
+/// one sorted character, the characters after the run keep their spans. Cut there,
+/// such a run gives the ids and offsets of `tokenizers`. The marks that stay are 83
+/// characters with a class the category tables do not count as nonspacing: spacing
+/// ones (U+1D165 and the other musical stems, U+302E, viramas such as U+1B44) and
+/// those assigned after Unicode 8 (Glagolitic U+1E000...). In a run of more than
+/// `SEARCH_BYTES` holding them, their order and offsets may differ from
+/// `tokenizers`' (which sorts the whole run).
+const SEARCH_BYTES: usize = 64 * 1024;
+
+/// Where a text is cut into pieces to normalize: at the first place from byte `bytes`
+/// on where the normalizer may cut, else `search` bytes further.
+#[derive(Clone, Copy)]
+struct Pieces {
+    bytes: usize,
+    search: usize,
+}
 
 /// One text's tokens.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -158,16 +187,15 @@ impl WordPiece {
     }
 
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Encoding {
-        self.encode_in_pieces(text, add_special_tokens, PIECE_BYTES)
+        let pieces = Pieces {
+            bytes: PIECE_BYTES,
+            search: SEARCH_BYTES,
+        };
+        self.encode_in_pieces(text, add_special_tokens, pieces)
     }
 
-    /// `encode`, the text normalized in pieces of `piece_bytes` bytes at least.
-    fn encode_in_pieces(
-        &self,
-        text: &str,
-        add_special_tokens: bool,
-        piece_bytes: usize,
-    ) -> Encoding {
+    /// `encode`, the text normalized in `pieces`.
+    fn encode_in_pieces(&self, text: &str, add_special_tokens: bool, pieces: Pieces) -> Encoding {
         let specials = if add_special_tokens {
             self.num_special_tokens()
         } else {
@@ -185,7 +213,7 @@ impl WordPiece {
                     out.offsets.push(span);
                 }
                 Segment::Text(text, first) => {
-                    self.encode_text(text, first, piece_bytes, enough, &mut out);
+                    self.encode_text(text, first, pieces, enough, &mut out);
                 }
             }
             out.ids.len() < enough
@@ -268,13 +296,13 @@ impl WordPiece {
     }
 
     /// The tokens of text with no added token in it, whose first character is
-    /// character `first` of the whole text, normalized in pieces of `piece_bytes`
-    /// bytes at least; stops at the word that makes `out` hold `enough` tokens.
+    /// character `first` of the whole text, normalized in `pieces`; stops at the word
+    /// that makes `out` hold `enough` tokens.
     fn encode_text(
         &self,
         text: &str,
         first: usize,
-        piece_bytes: usize,
+        pieces: Pieces,
         enough: usize,
         out: &mut Encoding,
     ) {
@@ -286,7 +314,7 @@ impl WordPiece {
         let mut at = first;
         let mut rest = text;
         while !rest.is_empty() && out.ids.len() < enough {
-            let piece = &rest[..self.piece_end(rest, piece_bytes)];
+            let piece = &rest[..self.piece_end(rest, pieces)];
             rest = &rest[piece.len()..];
             let piece_chars = match &self.normalizer {
                 Some(n) => n.normalize(piece, at),
@@ -361,19 +389,24 @@ impl WordPiece {
     }
 
     /// Where the first piece of `text` ends: the whole text if it is short, else the
-    /// first character from byte `piece_bytes` on before which the normalizer may cut.
-    fn piece_end(&self, text: &str, piece_bytes: usize) -> usize {
-        if text.len() <= piece_bytes {
+    /// first character from byte `pieces.bytes` on before which the normalizer may
+    /// cut, else the character `pieces.search` bytes further.
+    fn piece_end(&self, text: &str, pieces: Pieces) -> usize {
+        if text.len() <= pieces.bytes {
             return text.len();
         }
-        let mut from = piece_bytes;
-        while !text.is_char_boundary(from) {
-            from += 1;
-        }
-        text[from..]
+        let boundary = |mut at: usize| {
+            while !text.is_char_boundary(at) {
+                at += 1;
+            }
+            at
+        };
+        let from = boundary(pieces.bytes);
+        let to = boundary(pieces.bytes.saturating_add(pieces.search).min(text.len()));
+        text[from..to]
             .char_indices()
             .find(|&(_, c)| self.normalizer.as_ref().is_none_or(|n| n.may_cut_before(c)))
-            .map_or(text.len(), |(i, _)| from + i)
+            .map_or(to, |(i, _)| from + i)
     }
 
     /// The longest vocabulary pieces of characters `a..b`, from the start; one
@@ -463,6 +496,12 @@ mod tests {
     fn tokenizer() -> WordPiece {
         WordPiece::from_json(JSON).unwrap()
     }
+
+    /// The text normalized whole, as `tokenizers` does.
+    const WHOLE: Pieces = Pieces {
+        bytes: usize::MAX,
+        search: 0,
+    };
 
     #[test]
     fn cuts_words_into_the_longest_pieces() {
@@ -565,8 +604,63 @@ mod tests {
         }
         for text in &texts {
             for special in [true, false] {
-                let whole = wp.encode_in_pieces(text, special, usize::MAX);
-                assert_eq!(wp.encode_in_pieces(text, special, 1), whole, "{text:?}");
+                let whole = wp.encode_in_pieces(text, special, WHOLE);
+                let cut = Pieces {
+                    bytes: 1,
+                    search: usize::MAX,
+                };
+                assert_eq!(wp.encode_in_pieces(text, special, cut), whole, "{text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_of_marks_is_cut_within_the_search() {
+        let wp = tokenizer();
+        let pieces = Pieces {
+            bytes: PIECE_BYTES,
+            search: SEARCH_BYTES,
+        };
+        for run in ["\u{301}", "\u{200b}\u{f73}", "\u{0}"] {
+            let text = format!("un {}a un", run.repeat(100_000));
+            let end = wp.piece_end(&text, pieces);
+            // Within the run (before "a un"), and a character is at most four bytes.
+            assert!(end < text.len() - 4, "{end}");
+            assert!(end <= PIECE_BYTES + SEARCH_BYTES + 3, "{end}");
+            assert_eq!(
+                wp.encode(&text, true),
+                wp.encode_in_pieces(&text, true, WHOLE)
+            );
+        }
+    }
+
+    #[test]
+    fn cuts_in_runs_of_nonspacing_marks_change_nothing() {
+        // Nonspacing marks of classes 1, 202, 220 and 230, two that decompose into two
+        // marks, characters that cleaning removes, and the rest of what a word may hold:
+        // every text of four of these, cut after every character, gives the tokens and
+        // offsets of the uncut text.
+        let wp = tokenizer();
+        let alphabet = [
+            "x", "\u{336}", "\u{327}", "\u{317}", "\u{301}", "\u{344}", "\u{f73}", "\u{200b}",
+            "\u{0}", " ", "中", "É", "aaaa", "[SEP]",
+        ];
+        let mut texts = vec![String::new()];
+        for _ in 0..4 {
+            texts = texts
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+                .collect();
+        }
+        let everywhere = Pieces {
+            bytes: 1,
+            search: 0,
+        };
+        for text in &texts {
+            for special in [true, false] {
+                let whole = wp.encode_in_pieces(text, special, WHOLE);
+                let cut = wp.encode_in_pieces(text, special, everywhere);
+                assert_eq!(cut, whole, "{text:?}");
             }
         }
     }
