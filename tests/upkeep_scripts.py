@@ -8,6 +8,7 @@ import json
 import select
 import subprocess
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -143,3 +144,13 @@ for text in ("I have news", "lots of news"):
 os.write(1, b"TURNS\\n")
 time.sleep(600)
 """
+
+
+def returns(fn: Callable[[], Any], within: float = 30.0) -> list[Any]:
+    """``fn()``'s result in a list, or an empty list when it has not returned ``within``
+    seconds (a generous bound: the tests' models never answer before the test lets them)."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    thread.join(within)
+    return out

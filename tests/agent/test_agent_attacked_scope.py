@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from memlane.agent import Limits, OpenAIChat, Profiles, Reflection, SessionScope
 from memlane.agent.caps import split_text
 from memlane.agent.upkeep import Job
 from memlane.agent.upkeep.jobs import owner_of
-from upkeep_scripts import QUIET, Model, agent, turn
+from upkeep_scripts import QUIET, Model, agent, returns, turn
 
 # -- default_scope: what an agent's tools and jobs reach -------------------------------------
 
@@ -152,16 +151,6 @@ class Gate:
         self.release.wait(60)
         self.answered.set()
         return "a summary that came too late"
-
-
-def returns(fn: Callable[[], Any], within: float = 30.0) -> list[Any]:
-    """``fn()``'s result in a list, or an empty list when it has not returned ``within``
-    seconds (a generous bound: the model never answers before the test lets it)."""
-    out: list[Any] = []
-    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    thread.start()
-    thread.join(within)
-    return out
 
 
 @pytest.fixture

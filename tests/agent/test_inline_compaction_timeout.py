@@ -10,7 +10,7 @@ from typing import Any
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import AgentMemory
 from memlane.agent import Compaction
-from upkeep_scripts import QUIET
+from upkeep_scripts import QUIET, returns
 
 
 class Hanging:
@@ -26,16 +26,6 @@ class Hanging:
         self.release.wait(60)
         self.answered.set()
         return "a summary that came too late"
-
-
-def returns(fn: Any, within: float = 30.0) -> list[Any]:
-    """``fn()``'s result in a list, or an empty list when it has not returned ``within``
-    seconds (a generous bound: the model never answers before the test lets it)."""
-    out: list[Any] = []
-    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    thread.start()
-    thread.join(within)
-    return out
 
 
 def test_an_inline_step_summary_keeps_to_upkeep_timeout(make_store: StoreFactory) -> None:

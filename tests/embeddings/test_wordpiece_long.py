@@ -12,6 +12,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_wordpiece import reference  # the tokenizers library set as memlane sets its own
 
 from memlane._core import WordPiece
 from memlane.embeddings._model_files import TOKENIZER_FILE
@@ -33,16 +34,6 @@ piece = st.text(alphabet=st.sampled_from(ALPHABET), min_size=1, max_size=40) | s
 long_texts = st.lists(piece, min_size=1, max_size=30).map(
     lambda parts: "".join(parts) * (3_000 // len("".join(parts)) + 1)
 )
-
-
-def reference(max_length: int | None) -> object:
-    tok = tokenizers.Tokenizer.from_file(str(TOKENIZER_FILE))
-    tok.no_padding()
-    if max_length is None:
-        tok.no_truncation()
-    else:
-        tok.enable_truncation(max_length)
-    return tok
 
 
 HF, HF_WHOLE = reference(DEFAULT_MAX_LENGTH), reference(None)
