@@ -10,12 +10,14 @@ loop (each opened at its first request); JSON POSTs with retries; and closing
 A request's body is written as JSON before anything is sent: a value JSON cannot
 carry (NaN, a lone surrogate, an object) raises ``InvalidArgumentError``. Each try
 has ``timeout`` seconds from connecting to the answer's last byte, and an answer
-may take ``cap`` bytes at most (``MAX_ANSWER`` unless the subclass knows better);
-a longer one is refused unread. httpx's own timeouts bound each read, not the
-whole: a server that answers a byte at a time would hold a call for as long as it
-likes. The async path keeps the whole try under ``asyncio.timeout``; the sync
-one streams the answer and stops at the first piece past the deadline (a single
-read still waits ``timeout`` at most).
+may take ``cap`` bytes (``MAX_ANSWER`` unless the subclass knows better) and hold
+``values`` JSON values (when the subclass knows) at most; a longer one is refused
+unread, one with more values undecoded. httpx's own timeouts bound each read, not
+the whole: a server that answers a byte at a time would hold a call for as long as it
+likes. The async path keeps the whole try under ``asyncio.timeout``; on the sync one,
+every connect, read and write waits no later than the try's deadline (``_Clipped``).
+Answers are asked for uncompressed (``Accept-Encoding: identity``) and read raw: one
+compressed all the same is refused unread (16 KB of zstd can inflate to 512 MB).
 
 A POST that fails on the network (a connection error, a timeout, any other
 httpx error) or with HTTP 408, 409, 429 or 5xx (500, 502, 503, 504) is tried
@@ -24,10 +26,13 @@ wait before retry ``n`` (from 0) is ``backoff * 2**n`` seconds, or the response'
 ``Retry-After`` seconds when it gives a number; never more than 30. A failure
 that may not be retried, or the last one, raises the subclass's own error
 (``_error``), naming the URL, the model, the tries and the cause. No message or
-repr shows the credentials: ``base_url`` is kept without its userinfo, and the
-key, the userinfo and any ``Authorization`` value are cut out of what an error
-quotes of an answer (a proxy may echo the request in its error page). httpx is
-imported when the first client object is built, never by ``import memlane``.
+repr shows the credentials: ``base_url`` is kept without its userinfo, query and
+fragment (requests go to the URL as given), and the key, the value of every header
+passed (``X-Goog-Api-Key``, ``Cookie``, ...), the userinfo, the query's values and
+any ``Authorization`` value are cut out of what an error quotes of an answer (a
+proxy may echo the request in its error page). ``close`` lets the sync calls under
+way end: the old client closes when the last of them does. httpx is imported when
+the first client object is built, never by ``import memlane``.
 
 The retry loop is memlane's own, not tenacity's: it is one decision
 (``_verdict``, shared by the sync and async paths) and two short loops. With
@@ -47,8 +52,9 @@ import os
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
+from urllib.parse import urlsplit, urlunsplit
 
 from memlane.errors import InvalidArgumentError, MemlaneError, shown
 
@@ -69,11 +75,12 @@ MAX_ANSWER = 32 * 2**20
 # is much longer than the quote so that a secret is cut out whole before the quote is cut.
 _ERROR_BODY = 64 * 2**10
 _QUOTED = 300
-# Headers whose values are credentials, cut out of quoted answers like the api key.
-_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
 # Shorter strings are no secret (``api_key="x"`` for a local server) and cutting them
 # out would mangle ordinary words; an echoed Authorization value goes by _AUTH_VALUE.
 _SECRET_MIN = 8
+# What parts a header value into pieces an echo may quote alone: "Bearer KEY", a
+# cookie's "name=value; other=value", a list "a, b".
+_SECRET_PARTS = re.compile(r"[\s;,=]+")
 # An Authorization value as a header line or a JSON or form field writes it.
 _AUTH_VALUE = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\"'\r\n]*")
 _REDACTED = "[redacted]"
@@ -105,7 +112,8 @@ def _header_text(value: object) -> bool:
 
 class _Answer:
     """One try's answer: its status, headers and body as it streams in, kept up to
-    ``limit`` bytes (the cap when it succeeded, else what an error can quote)."""
+    ``limit`` bytes (the cap when it succeeded, else what an error can quote); or, when
+    the body is compressed (``coding`` names how), none of it."""
 
     def __init__(self, response: httpx.Response, cap: int) -> None:
         self.status = response.status_code
@@ -113,6 +121,10 @@ class _Answer:
         self.limit = cap if self.status < 300 else _ERROR_BODY
         self.body = bytearray()
         self.whole = True
+        # The body is read raw, never inflated: httpx inflates each piece whole before a
+        # cap could stop it, so a compressed one (asked for none) is left unread.
+        codings = response.headers.get("content-encoding", "").lower().split(",")
+        self.coding = ", ".join(c.strip() for c in codings if c.strip() not in ("", "identity"))
 
     def take(self, chunk: bytes) -> bool:
         """Keep ``chunk``; False once the body is past the limit, when reading stops."""
@@ -157,10 +169,11 @@ class OpenAIHTTPClient:
         self._httpx = httpx
         self.model = model
         url = _checked_url(httpx, base_url)
-        # Requests go to the URL as given (httpx sends its userinfo as basic auth); what
-        # reprs and messages show, base_url, is the URL without it.
-        self._root = base_url.rstrip("/")
-        self.base_url = str(url.copy_with(userinfo=b"")).rstrip("/") if url.userinfo else self._root
+        # Requests go to the URL as given (httpx sends its userinfo as basic auth), each
+        # path put before its query; what reprs and messages show, base_url, is the URL
+        # without its userinfo, query and fragment, any of which may hold a credential.
+        self._parts = urlsplit(base_url)
+        self.base_url = _shown_url(base_url)
         self.timeout = float(timeout)
         self.max_retries = max_retries
         self.backoff = float(backoff)
@@ -169,39 +182,59 @@ class OpenAIHTTPClient:
             # The key itself stays out of the message: it is a secret.
             label = "api_key" if api_key is not None else "$OPENAI_API_KEY"
             raise InvalidArgumentError(f"{label} must be a str of printable ASCII characters")
-        self._headers = {"Content-Type": "application/json", **_checked_headers(headers)}
+        given = _checked_headers(headers)
+        # identity: an answer as it is, never compressed (see _Answer).
+        self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        self._headers |= given
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
-        self._secrets = _secrets(self._headers, url)
+        # Any header passed may carry a credential (X-Goog-Api-Key, Cookie, ...).
+        self._secrets = _secrets([*given.values(), *([key] if key else [])], url)
         self._client: httpx.Client | None = None
+        # The sync clients with calls under way, and how many: close() leaves each to
+        # the last of its calls to close.
+        self._calls: dict[httpx.Client, int] = {}
         self._aclients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._lock = threading.Lock()
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _post_json(self, path: str, body: Mapping[str, Any], cap: int = MAX_ANSWER) -> Any:
+    def _post_json(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        cap: int = MAX_ANSWER,
+        values: int | None = None,
+    ) -> Any:
         """POST ``body`` to ``{base_url}/{path}`` and return the decoded JSON answer, which
-        may take ``cap`` bytes at most."""
+        may take ``cap`` bytes and hold ``values`` JSON values (counted by their commas,
+        when given) at most."""
         content = json_body(body, "the request")
-        url = f"{self._root}/{path}"
+        url = self._endpoint(path)
         attempt = 0
         while True:
             try:
                 outcome: _Answer | Exception = self._try(url, content, cap)
-            # RuntimeError: httpx's "the client has been closed", when close() raced the
-            # call; the next try opens a new client.
+            # RuntimeError: httpx's "the client has been closed", were the sync client
+            # closed under a call (close() itself waits for the calls under way).
             except (self._httpx.HTTPError, RuntimeError) as e:
                 outcome = e
             verdict = self._verdict(path, attempt, outcome)
             if not isinstance(verdict, float):
-                return self._decode(path, verdict)
+                return self._decode(path, verdict, values)
             _sleep(verdict)
             attempt += 1
 
-    async def _apost_json(self, path: str, body: Mapping[str, Any], cap: int = MAX_ANSWER) -> Any:
+    async def _apost_json(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        cap: int = MAX_ANSWER,
+        values: int | None = None,
+    ) -> Any:
         """The async form of ``_post_json``."""
         content = json_body(body, "the request")
-        url = f"{self._root}/{path}"
+        url = self._endpoint(path)
         attempt = 0
         while True:
             try:
@@ -213,24 +246,36 @@ class OpenAIHTTPClient:
                 outcome = e
             verdict = self._verdict(path, attempt, outcome)
             if not isinstance(verdict, float):
-                return self._decode(path, verdict)
+                return self._decode(path, verdict, values)
             await _asleep(verdict)
             attempt += 1
 
+    def _endpoint(self, path: str) -> str:
+        """The URL a request to ``path`` goes to: base_url as given, ``path`` appended."""
+        scheme, netloc, root, query, _ = self._parts
+        return urlunsplit((scheme, netloc, f"{root.rstrip('/')}/{path}", query, ""))
+
     def _try(self, url: str, content: bytes, cap: int) -> _Answer:
-        """One POST, its answer read as it streams in until the deadline."""
-        deadline = time.monotonic() + self.timeout
-        with self._lock:
-            if self._client is None:
-                self._client = self._httpx.Client(timeout=self.timeout, headers=self._headers)
-            client = self._client
-        with client.stream("POST", url, content=content) as response:
-            answer = _Answer(response, cap)
-            for chunk in response.iter_bytes():
-                if not answer.take(chunk):
-                    break
-                if time.monotonic() > deadline:
-                    raise self._late()
+        """One POST, its answer read as it streams in; each connect, read and write of
+        it waits no later than its deadline (``_Clipped``)."""
+        client = self._lease()
+        deadline = _deadline.at = time.monotonic() + self.timeout
+        try:
+            with client.stream("POST", url, content=content) as response:
+                answer = _Answer(response, cap)
+                if not answer.coding:
+                    for chunk in response.iter_raw():
+                        if not answer.take(chunk):
+                            break
+        except self._httpx.TimeoutException:
+            # Each wait was cut to the deadline: the try timed out as a whole, as an async
+            # one does, whichever wait was the last.
+            if time.monotonic() < deadline:
+                raise
+            raise self._late() from None
+        finally:
+            _deadline.at = math.inf
+            self._release(client)
         return answer
 
     async def _atry(self, url: str, content: bytes, cap: int) -> _Answer:
@@ -242,9 +287,10 @@ class OpenAIHTTPClient:
                 client.stream("POST", url, content=content) as response,
             ):
                 answer = _Answer(response, cap)
-                async for chunk in response.aiter_bytes():
-                    if not answer.take(chunk):
-                        break
+                if not answer.coding:
+                    async for chunk in response.aiter_raw():
+                        if not answer.take(chunk):
+                            break
         except TimeoutError:
             raise self._late() from None
         return answer
@@ -254,6 +300,46 @@ class OpenAIHTTPClient:
         return self._httpx.TimeoutException(
             f"no complete answer within the timeout ({self.timeout:g} s)"
         )
+
+    def _lease(self) -> httpx.Client:
+        """The sync client, for one try, counted among its calls under way until
+        ``_release``; opened here when there is none."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._sync_client()
+            client = self._client
+            self._calls[client] = self._calls.get(client, 0) + 1
+        return client
+
+    def _release(self, client: httpx.Client) -> None:
+        """The end of a try on ``client``: the last one closes it if close() retired it."""
+        with self._lock:
+            self._calls[client] -= 1
+            if self._calls[client]:
+                return
+            del self._calls[client]
+            if client is self._client:
+                return
+        client.close()
+
+    def _sync_client(self) -> httpx.Client:
+        """A new httpx.Client whose connections wait no later than the deadline of the
+        sync try using them."""
+        import httpcore  # httpx's own dependency
+
+        client = self._httpx.Client(timeout=self.timeout, headers=self._headers)
+        # httpx has no option for the network backend of its connection pools (httpcore's,
+        # a public interface), so it is set on each pool here: the transport's, and those
+        # of proxies taken from the environment. httpx>=0.27,<1 all have this shape; one
+        # that does not leaves httpx's own timeouts, each read's (the deadline tests fail
+        # then, not the calls).
+        transports: list[Any] = [client._transport, *getattr(client, "_mounts", {}).values()]
+        for transport in transports:
+            pool = getattr(transport, "_pool", None)
+            inner = getattr(pool, "_network_backend", None)
+            if inner is not None:
+                pool._network_backend = _Clipped(inner, httpcore.TimeoutException)  # type: ignore[union-attr]
+        return client
 
     def _async_client(self) -> httpx.AsyncClient:
         """The running loop's client. An httpx.AsyncClient's connections belong to the
@@ -277,6 +363,11 @@ class OpenAIHTTPClient:
         if isinstance(outcome, Exception):
             why, again = self._redacted(f"{type(outcome).__name__}: {outcome}"), True
         elif outcome.status < 300:
+            if outcome.coding:
+                raise self._error(
+                    f"{url} answered compressed ({shown(outcome.coding)}), though asked for "
+                    "an uncompressed answer (Accept-Encoding: identity); refused unread"
+                )
             if outcome.whole:
                 return outcome
             raise self._error(
@@ -284,7 +375,10 @@ class OpenAIHTTPClient:
                 "request's answer may take; refused"
             )
         else:
-            text = self._redacted(outcome.body.decode("utf-8", "replace"))
+            if outcome.coding:
+                text = f"(a body compressed with {shown(outcome.coding)}, not read)"
+            else:
+                text = self._redacted(outcome.body.decode("utf-8", "replace"))
             why = f"HTTP {outcome.status}: {text[:_QUOTED]}"
             again = outcome.status in RETRY_STATUS
         if not again or attempt >= self.max_retries:
@@ -296,8 +390,15 @@ class OpenAIHTTPClient:
             return min(max(asked, 0.0), MAX_WAIT)
         return min(self.backoff * 2.0 ** min(attempt, 64), MAX_WAIT)
 
-    def _decode(self, path: str, answer: _Answer) -> Any:
+    def _decode(self, path: str, answer: _Answer, values: int | None) -> Any:
         url = f"{self.base_url}/{path}"
+        # Counted before decoding: json.loads makes a Python object of every value, 32
+        # bytes of memory for the 4 of "0.1," (a 100 MB answer took 1.2 GB).
+        if values is not None and answer.body.count(b",") >= values:
+            raise self._error(
+                f"{url} answered with more than {values} JSON values, the most this "
+                "request's answer may hold; refused"
+            )
         try:
             return json.loads(answer.body)
         except ValueError as e:
@@ -314,11 +415,13 @@ class OpenAIHTTPClient:
     # -- closing ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the sync connections; a later call opens new ones."""
+        """Close the sync connections, each once the calls using it end (closing one
+        under a call would fail it); a later call opens new ones."""
         with self._lock:
             client, self._client = self._client, None
-        if client is not None:
-            client.close()
+            if client is None or client in self._calls:
+                return  # nothing open, or left to the last of its calls (_release)
+        client.close()
 
     async def aclose(self) -> None:
         """Close the async connections of the running event loop (and forget those of
@@ -360,9 +463,16 @@ def _checked_url(lib: Any, base_url: object) -> httpx.URL:
     except lib.InvalidURL as e:
         raise InvalidArgumentError(f"base_url is not a URL: {e}") from None
     if url.scheme not in ("http", "https") or not url.host:
-        shown_url = str(url.copy_with(userinfo=b"")) if url.userinfo else base_url
-        raise InvalidArgumentError(f"base_url must be an http(s) URL, got {shown(shown_url)}")
+        raise InvalidArgumentError(
+            f"base_url must be an http(s) URL, got {shown(_shown_url(base_url))}"
+        )
     return url
+
+
+def _shown_url(base_url: str) -> str:
+    """``base_url`` as messages show it: without its userinfo, query and fragment."""
+    scheme, netloc, path, _, _ = urlsplit(base_url)
+    return urlunsplit((scheme, netloc.rpartition("@")[2], path, "", "")).rstrip("/")
 
 
 def _checked_headers(headers: object) -> dict[str, str]:
@@ -379,13 +489,16 @@ def _checked_headers(headers: object) -> dict[str, str]:
     return dict(headers)
 
 
-def _secrets(headers: Mapping[str, str], url: httpx.URL) -> list[str]:
-    """What a message must not show: the credential headers' values (and their tokens
-    without the scheme), and the URL's userinfo in each form it may be echoed in."""
+def _secrets(values: Iterable[str], url: httpx.URL) -> list[str]:
+    """What a message must not show: the header ``values`` (and their pieces: the token
+    without the scheme, a cookie's value), the URL's userinfo in each form it may be
+    echoed in, and the values of its query, as written and decoded."""
     found = set()
-    for name, value in headers.items():
-        if name.lower() in _SECRET_HEADERS:
-            found |= {value, value.split(" ")[-1]}
+    for value in values:
+        found |= {value, *_SECRET_PARTS.split(value)}
+    for piece in url.query.decode().split("&"):
+        found.add(piece.partition("=")[2] or piece)
+    found |= {value for _, value in url.params.multi_items()}
     if url.userinfo:
         userpass = f"{url.username}:{url.password}"
         basic = base64.b64encode(userpass.encode()).decode()
@@ -401,3 +514,83 @@ def _retry_after(answer: _Answer) -> float | None:
     except (KeyError, ValueError):
         return None
     return seconds if math.isfinite(seconds) else None
+
+
+# -- the sync deadline ----------------------------------------------------------------------
+
+
+class _Deadline(threading.local):
+    """The monotonic time by which the sync try running in this thread must end."""
+
+    at = math.inf
+
+
+_deadline = _Deadline()
+# Writes go in pieces of this many bytes, so that a slow reader holds one past the
+# deadline by a piece at most: httpcore's write waits up to the timeout it is given again
+# for each part of its buffer the reader takes.
+_WRITE_PIECE = 2**14
+
+
+def _clipped(timeout: float | None, late: type[Exception]) -> float | None:
+    """``timeout`` (an httpx wait for one network operation), cut to what is left
+    before this thread's deadline; or ``late`` (httpcore's timeout, which httpx maps to
+    its own) raised once it has passed."""
+    left = _deadline.at - time.monotonic()
+    if left <= 0:
+        raise late()
+    return left if timeout is None else min(timeout, left)
+
+
+class _Clipped:
+    """An httpcore network backend (a public httpcore interface) over another, whose
+    streams' every wait ends by the deadline of the sync try in their thread: a try's
+    network work all runs in its own thread, so no other thread's request is touched (a
+    watchdog closing a try's socket would need it before the headers come, which httpx
+    does not give). It has what httpx's pools call: not ``connect_unix_socket`` nor
+    ``sleep``, for options memlane leaves unset (``uds``, ``retries``)."""
+
+    def __init__(self, inner: Any, late: type[Exception]) -> None:
+        self._inner = inner
+        self._late = late
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> _ClippedStream:
+        wait = _clipped(timeout, self._late)
+        stream = self._inner.connect_tcp(host, port, wait, local_address, socket_options)
+        return _ClippedStream(stream, self._late)
+
+
+class _ClippedStream:
+    """A network stream of ``_Clipped``."""
+
+    def __init__(self, inner: Any, late: type[Exception]) -> None:
+        self._inner = inner
+        self._late = late
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data: bytes = self._inner.read(max_bytes, _clipped(timeout, self._late))
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        for start in range(0, len(buffer), _WRITE_PIECE):
+            piece = buffer[start : start + _WRITE_PIECE]
+            self._inner.write(piece, _clipped(timeout, self._late))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> _ClippedStream:
+        wait = _clipped(timeout, self._late)
+        return _ClippedStream(self._inner.start_tls(ssl_context, server_hostname, wait), self._late)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)

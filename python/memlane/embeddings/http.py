@@ -11,7 +11,8 @@ backoff (honouring ``Retry-After``; see ``memlane.openai_http``). Each answer
 is checked before a vector of it is used: one vector per text, each row naming its
 text by an int ``index`` (0 to n-1, once each), every vector a list of numbers of
 one width (the first answer's, when no ``dimension`` was given), the whole no
-larger than such vectors need; anything else raises ``EmbedderUnavailableError``.
+larger, and holding no more JSON values, than such vectors need; anything else raises
+``EmbedderUnavailableError``.
 Vectors come back L2-normalised, as the ``Embedder`` protocol promises. httpx is
 imported when the first embedder is built, never by ``import memlane``.
 """
@@ -32,12 +33,15 @@ __all__ = ["OpenAIEmbedder"]
 
 _PATH = "embeddings"
 _NUMBER = (int, float)
-# An answer's size cap (OpenAIEmbedder._cap), with generous room: a float written in JSON
-# takes about 20 bytes ("-0.012345678901234567,"), pretty-printed perhaps 30; a row's
-# other fields ("index", "object") a few dozen; the answer's own ("model", "usage") a few.
+# An answer's limits (OpenAIEmbedder._limits), with generous room. Its size: a float
+# written in JSON takes about 20 bytes ("-0.012345678901234567,"), pretty-printed perhaps
+# 30; a row's other fields ("index", "object") a few dozen; the answer's own ("model",
+# "usage") a few. Its JSON values, beyond the numbers: a few fields per row, a few more.
 _NUMBER_ROOM = 48
 _ROW_ROOM = 1024
 _ANSWER_ROOM = 2**20
+_ROW_VALUES = 64
+_ANSWER_VALUES = 1024
 # The width assumed until the first answer tells it: wider than any embedding model's.
 _WIDEST = 16384
 
@@ -51,8 +55,8 @@ class OpenAIEmbedder(OpenAIHTTPClient):
         api_key: sent as a bearer token; defaults to ``$OPENAI_API_KEY`` (none
             for servers that need none).
         dimension: the vectors' length. Without it, the first answer fixes it (the
-            first use of ``dimension`` embeds a probe text to learn it), and every later
-            answer must match.
+            first use of ``dimension`` embeds a probe text to learn it, the first batch
+            sends its first text alone), and every later answer must match.
         dimensions: ask the server for shortened vectors (OpenAI's
             ``dimensions`` parameter); implies ``dimension``.
         name: the vector space's identifier; ``"openai:<model>"`` by default
@@ -133,22 +137,18 @@ class OpenAIEmbedder(OpenAIHTTPClient):
         items = check_texts(texts)
         if not items:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        parts = [
-            self._request(items[i : i + self.batch_size])
-            for i in range(0, len(items), self.batch_size)
-        ]
-        return np.concatenate(parts)
+        # In turn: the first answer fixes the width the next requests' limits take.
+        return np.concatenate([self._request(batch) for batch in self._batches(items)])
 
     async def aembed_batch(self, texts: Sequence[str]) -> FloatArray:
         items = check_texts(texts)
         if not items:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        parts = await asyncio.gather(
-            *(
-                self._arequest(items[i : i + self.batch_size])
-                for i in range(0, len(items), self.batch_size)
-            )
-        )
+        batches = self._batches(items)
+        # Until the width is known, the first request goes alone: its answer fixes the
+        # width the others' limits take.
+        parts = [await self._arequest(batches.pop(0))] if self._dimension is None else []
+        parts += await asyncio.gather(*map(self._arequest, batches))
         return np.concatenate(parts)
 
     def __repr__(self) -> str:
@@ -165,18 +165,27 @@ class OpenAIEmbedder(OpenAIHTTPClient):
             payload["dimensions"] = self._dimensions
         return payload
 
-    def _cap(self, n: int) -> int:
-        """The most bytes an answer of ``n`` vectors may take."""
-        numbers = n * (self._dimension or _WIDEST)
-        return _ANSWER_ROOM + n * _ROW_ROOM + numbers * _NUMBER_ROOM
+    def _batches(self, items: list[str]) -> list[list[str]]:
+        """``items`` in requests of ``batch_size`` texts, but for the first text alone
+        while the width is unknown: the limits of an answer assume the widest model's
+        until then, which for 128 texts lets in some 100 MB, for one text 2 MB."""
+        alone = 1 if self._dimension is None and len(items) > 1 else 0
+        rest = range(alone, len(items), self.batch_size)
+        return [items[:alone]] * alone + [items[i : i + self.batch_size] for i in rest]
+
+    def _limits(self, n: int) -> tuple[int, int]:
+        """The most bytes an answer of ``n`` vectors may take, and JSON values hold."""
+        width = self._dimension or _WIDEST
+        size = _ANSWER_ROOM + n * _ROW_ROOM + n * width * _NUMBER_ROOM
+        return size, _ANSWER_VALUES + n * (width + _ROW_VALUES)
 
     def _request(self, texts: list[str]) -> FloatArray:
         n = len(texts)
-        return self._parse(self._post_json(_PATH, self._payload(texts), self._cap(n)), n)
+        return self._parse(self._post_json(_PATH, self._payload(texts), *self._limits(n)), n)
 
     async def _arequest(self, texts: list[str]) -> FloatArray:
-        n = len(texts)
-        return self._parse(await self._apost_json(_PATH, self._payload(texts), self._cap(n)), n)
+        answer = await self._apost_json(_PATH, self._payload(texts), *self._limits(len(texts)))
+        return self._parse(answer, len(texts))
 
     def _parse(self, body: Any, n: int) -> FloatArray:
         """The ``n`` vectors of an answer, in the order of the texts, normalised; or
