@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +78,45 @@ def test_a_record_changed_since_it_was_read_is_refused(
         change(mem, read, "Alice works at Globex")
     assert current(mem) == ["Alice works at Initech (her correction)"]
     assert (len(mem), events(mem, read.id)) == before
+
+
+@CHANGES
+def test_a_rewrite_at_the_same_clock_reading_is_a_new_version(
+    make_store: StoreFactory, change: Change, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clock that stands still between two writes (mocked, or coarse: 15.6 ms on some
+    systems) still gives the rewrite a version of its own, so a change judged against
+    the text before it is refused, not applied over the correction."""
+    mem = make_store("same-tick", WordHashEmbedder())
+    stopped = time.time()
+    monkeypatch.setattr(time, "time", lambda: stopped)
+    read = mem.add("Alice works at Acme", **SCOPE)
+    mem.update(read.id, text="Alice works at Initech (her correction)")
+    assert mem.get(read.id).updated_at != read.updated_at
+    with pytest.raises(ConflictError, match="since it was read"):
+        change(mem, read, "Alice works at Globex")
+    assert current(mem) == ["Alice works at Initech (her correction)"]
+
+
+def test_a_clock_set_back_still_lets_the_newest_statement_win(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fact was stored while the clock ran two minutes ahead; corrected, a supersede
+    with no ``at`` starts the new fact where the old one began, not before it (which is
+    refused when ``at`` is given)."""
+    mem = make_store("set-back", WordHashEmbedder())
+    real = time.time()
+    monkeypatch.setattr(time, "time", lambda: real + 120)
+    old = mem.add("Bob likes tea", **SCOPE)
+    monkeypatch.setattr(time, "time", lambda: real)
+    new = mem.supersede(old.id, "Bob likes coffee")
+    assert current(mem) == ["Bob likes coffee"]
+    assert new.created_at == old.created_at == mem.get(old.id).valid_to
+    later = mem.update(new, text="Bob likes green tea")
+    assert later.updated_at > new.updated_at
+    with pytest.raises(InvalidArgumentError, match="became true"):
+        mem.supersede(later.id, "Bob likes cocoa", at=real)
+    assert current(mem) == ["Bob likes green tea"]
 
 
 @CHANGES

@@ -358,10 +358,10 @@ class MemoryStore(Listing):
         ttl: float | None = None,
     ) -> MemoryRecord:
         """Replaces the fact ``id`` with ``text`` without losing it: the old record is
-        closed (its ``valid_to`` set to ``at``, default now) and a new one, valid from
-        ``at``, is added in the same transaction. The new record keeps the old one's
-        table, type, scope, importance, evergreen flag and metadata unless given
-        (not an expiry: ``expires_at`` or ``ttl`` sets the new record's);
+        closed (its ``valid_to`` set to ``at``, default now, or its start if the clock was
+        set back since) and a new one, valid from then, is added in the same transaction.
+        The new record keeps the old one's table, type, scope, importance, evergreen
+        flag and metadata unless given (not an expiry: ``expires_at`` or ``ttl`` sets it);
         ``by`` names who made the change (kept in the history). Returns the new record.
 
         ``id`` is the record's id, or the record as read (``get``, ``list``, a search

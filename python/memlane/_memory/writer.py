@@ -4,6 +4,7 @@ transaction, then apply the change to the engine (which can no longer fail).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -376,13 +377,13 @@ class Writer(Deleting):
         sync, db = self.sync, self.db
         sync.check_open()
         now = time.time()
-        when = now if at is None else coerce.timestamp(at, "at")
+        given = None if at is None else coerce.timestamp(at, "at")
         seen = db.row_by_id(old_id)
         if not visible(seen, now):
             raise UnknownIdError(f"no memory with id {old_id!r}")
         check_version(seen, version, "supersede")  # before the embedding; again in the transaction
         check_current(seen)
-        n = self._successor(seen, item, when, now)
+        n = self._successor(seen, item, _starting(given, seen, now), now)
         if n.embedding is not None:
             coerce.check_vectors(n.embedding[None, :], None, "embedding")
         elif self.embedder is not None:
@@ -399,12 +400,13 @@ class Writer(Deleting):
                 sync.follow()
                 row = current_for_write(db, conn, old_id, "supersede", version)
                 # Inherited fields as they are now (an update may have come between).
+                when = _starting(given, row, now)
                 n = self._successor(row, {**item, "id": n.id}, when, now)
                 if n.expires_at is not None:
                     sync.expiring = True
                 n.embedding = vector
                 new = n.row(rowid, 0, blob(vector, sync.half))
-                closed = row._replace(valid_to=when, updated_at=now, seq=seq)
+                closed = row._replace(valid_to=when, updated_at=_later(now, row), seq=seq)
                 adding = sync.prepare([new], texts=True, vectors=as_indexed(new.embedding))
                 closing = sync.prepare([closed], texts=False, vectors=None)
                 db.record_history(conn, [row.rowid], "supersede", when, actor, n.id, seq=seq)
@@ -502,7 +504,7 @@ class Writer(Deleting):
         if "ttl" in fields:  # a new expiry, from now
             item.pop("expires_at")
         item.update(fields)
-        item["updated_at"] = time.time()
+        item["updated_at"] = _later(time.time(), row)
         return validate(item, time.time(), self.default_scope, self.sync.dim, importing=True)
 
     def flush_access(self) -> None:
@@ -515,3 +517,18 @@ class Writer(Deleting):
                 seq = self.db.next_seq(conn)
                 self.access.flush(self.db, conn, seq)
             sync.committed(seq, 0)
+
+
+def _starting(given: float | None, old: Row, now: float) -> float:
+    """When a superseding record starts: ``at`` as given, else now, or the start of the
+    fact it replaces when the clock was set back since (the newest statement still wins;
+    a start given before it is refused by ``_successor``)."""
+    return max(now, old.created_at) if given is None else given
+
+
+def _later(now: float, row: Row) -> float:
+    """The ``updated_at`` of a rewrite of ``row``: a record's version, which a rewrite
+    read earlier is checked against (``check_version``), so it must differ from every
+    earlier one though the clock stood still or went back (a coarse, mocked or reset
+    clock)."""
+    return max(now, math.nextafter(row.updated_at, math.inf))
