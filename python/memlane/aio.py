@@ -96,6 +96,7 @@ class AsyncMemory:
     delete_all = _in_thread(Memory.delete_all)
     prune = _in_thread(Memory.prune)
     evict = _in_thread(Memory.evict)
+    renew = _in_thread(Memory.renew)
     import_jsonl = _in_thread(Memory.import_jsonl)
     # Reads.
     get = _in_thread(Memory.get)

@@ -219,7 +219,7 @@ def new_record(
             raise InvalidArgumentError(
                 "valid_to is before created_at (when the record became true)"
             )
-    expires_at = _expiry(expires_at, ttl, now, importing)
+    expires_at = expiry(expires_at, ttl, now, importing)
     recorded = recorded_at if importing else None
     recorded = now if recorded is None else coerce.timestamp(recorded, "recorded_at")
     if builtins.type(importance) is not float or not 0.0 <= importance <= 1.0:
@@ -269,7 +269,7 @@ def new_record(
     )
 
 
-def _expiry(expires_at: Any, ttl: Any, now: float, importing: bool) -> float | None:
+def expiry(expires_at: Any, ttl: Any, now: float, importing: bool = False) -> float | None:
     """When a record expires: ``expires_at``, or ``ttl`` seconds from now (not both). A
     record added already expired is refused; an import keeps what it was given."""
     if ttl is not None:

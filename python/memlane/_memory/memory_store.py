@@ -28,6 +28,7 @@ from memlane import _core, coerce
 from memlane._core import Engine
 from memlane._memory import jsonl, maintenance
 from memlane._memory.encoding import new_record, record
+from memlane._memory.forgetting import Forgetting
 from memlane._memory.job_book import JobBook
 from memlane._memory.listing import Listing
 from memlane._memory.querying import Mode, Rerank, Searcher, moment, visible
@@ -43,7 +44,7 @@ from memlane.scoping import ScopeFields, scope_kwargs
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(Listing):
+class MemoryStore(Listing, Forgetting):
     """The record API of an open store (records, versions, search, JSONL) over its
     collaborators; ``memlane.Memory`` opens the store and adds knowledge and notes.
     Knowledge and notes build on this class, which knows nothing of them."""
@@ -235,62 +236,6 @@ class MemoryStore(Listing):
         return self._writer.delete_where(
             _core.Admits(filters, table=table, type=type, scope=fields)
         )
-
-    def prune(
-        self,
-        *,
-        max_age_days: float | None = None,
-        keep_importance_at_least: float | None = None,
-        keep_access_count_above: int | None = None,
-        table: str | None = "memories",
-        now: float | None = None,
-        dry_run: bool = False,
-        **scope: Unpack[ScopeFields],
-    ) -> builtins.list[MemoryRecord]:
-        """Deletes old memories that are not important, used or evergreen; returns them,
-        oldest first. One filtered delete in one transaction, which selects them as
-        [`delete_all`][memlane.Memory.delete_all] does (a memory made evergreen meanwhile
-        by another process stays).
-
-        A memory is pruned when it was created more than ``max_age_days`` ago
-        (any age if None), and it is not kept by importance (``importance >=
-        keep_importance_at_least``) or by use (``access_count >
-        keep_access_count_above``). Evergreen memories are never pruned. At least
-        one criterion must be given. ``table=None`` prunes every table (knowledge
-        fragments and messages included). ``now`` (unix seconds) is the clock
-        ages are measured on. ``dry_run=True`` returns what would go and deletes
-        nothing (``memlane prune --dry-run``).
-        """
-        self._sync.check_open()
-        fields = self._scope(scope)
-        criteria = (max_age_days, keep_importance_at_least, keep_access_count_above)
-        return self._writer.prune(table, fields, *criteria, now=now, dry_run=dry_run)
-
-    def evict(
-        self,
-        cap: int,
-        table: str | None = "memories",
-        *,
-        filters: Mapping[str, Any] | None = None,
-        **scope: Unpack[ScopeFields],
-    ) -> builtins.list[MemoryRecord]:
-        """Keeps at most ``cap`` current records in the table and scope (and ``filters``):
-        past it, deletes the lowest-ranked current ones that are not evergreen, and
-        returns them, the lowest first.
-
-        The rank: the least important first, then the fewest accesses, then the
-        longest unused (the later of creation and last access), then the oldest, then
-        the first stored. Evergreen
-        records are never evicted, so they may keep the count above ``cap``;
-        superseded versions (a fact's history) neither count nor are evicted.
-        ``table=None`` counts every table together.
-
-        Counting, choosing and deleting are one transaction, after every other writer's
-        commit is applied: a record pinned evergreen meanwhile stays, and two evictions
-        of one scope at once leave ``cap`` records, not fewer.
-        """
-        self._sync.check_open()
-        return self._writer.evict(cap, table, self._scope(scope), filters)
 
     # -- facts that change (the work is done by versions.Versions) ----------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -506,6 +506,36 @@ class Writer(Deleting):
         item.update(fields)
         item["updated_at"] = _later(time.time(), row)
         return validate(item, time.time(), self.default_scope, self.sync.dim, importing=True)
+
+    def renew(self, ids: Sequence[str], expires_at: float | None) -> int:
+        """Sets the expiry of the records ``ids`` that are stored and unexpired now to
+        ``expires_at``, in one transaction, keeping no version in the history (an expiry
+        says when the store forgets a record, not what it says, and a TTL refreshed on
+        every read would keep a copy per read); returns how many. Their ``updated_at``
+        stays: a rewrite judged against a record read before stays valid."""
+        sync, db = self.sync, self.db
+        sync.check_open()
+        with sync.writing(), sync.lock:
+            sync.check_open()
+            with db.transaction() as conn:
+                now = time.time()
+                found = db.rows_for_write(conn, ids)
+                rows = [r for r in found.values() if visible(r, now)]
+                if not rows:
+                    return 0
+                seq = db.next_seq(conn)
+                sync.follow()  # the engine must hold the rows it rewrites
+                renewed = [r._replace(expires_at=expires_at, seq=seq) for r in rows]
+                prepared = sync.prepare(renewed, texts=False, vectors=None)
+                db.replace(conn, renewed, expected=[(r.seq, False) for r in rows])
+                self.access.flush(db, conn, seq)
+                if expires_at is not None:
+                    sync.expiring = True
+            sync.engine.apply(prepared)
+            sync.committed(seq, len(renewed))
+            for row in renewed:
+                self.events.updated(row)
+        return len(renewed)
 
     def flush_access(self) -> None:
         """Writes the gathered access counts in a transaction of their own."""
