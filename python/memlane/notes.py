@@ -10,14 +10,21 @@ exported like any record, and still read and written as files:
 
 - ``memlane.Memory.export_notes`` writes the five files, each entry a section
   headed by its date (``## 2026-05-01 09:30:00``, then `` · title`` when it
-  has one), in the order the entries were imported.
+  has one), in the order the entries were imported. A file replaced keeps its
+  permissions (a private ``USER.md`` stays private), and the folder is synced
+  after the files are renamed into it.
 - ``memlane.Memory.import_notes`` reads them back. A heading that starts with
   a date dates the entry; text before the first heading is an entry of its
-  own. The files are the truth for their kind: a file that matches the stored
-  notes changes nothing (importing twice stores nothing new), a changed file
-  replaces that kind's notes of the scope in one transaction (entries that did
-  not change keep their dates), a file that is absent leaves its kind alone.
-  Every file is read and checked before anything is written.
+  own. An entry is its section's lines without the blank lines around them and
+  the blanks that end them; the first line keeps its indentation (an indented
+  ``## `` line is text, and is exported as it was). The files are the truth for
+  their kind: a file that matches the stored notes changes nothing (importing
+  twice stores nothing new), a changed file replaces that kind's notes of the
+  scope (entries that did not change keep their dates), a file that is absent
+  leaves its kind alone. Every file is read and checked before anything is
+  written (a link named like a notes file, or a heading's date outside the
+  years 1 to 9999 in UTC, is refused naming the file), and the changed files
+  are stored in one transaction: all of them or none.
 
 The files' format, and their export and import, are ``memlane.notes_files``'.
 ``notes_context`` is the long-term notes section of
@@ -27,11 +34,13 @@ The files' format, and their export and import, are ``memlane.notes_files``'.
 ``Notebook`` lets the model write them, as Letta's core memory tools do
 for blocks: ``append`` adds a dated entry to a file,
 ``replace`` rewrites text in its entries (an entry left empty is
-removed). A file keeps within its limit: its size is what its entries take in
-the context (``[date] text`` lines, as ``notes_context`` shows them), so
-a file within its limit is shown whole; an edit that would take it past the
-limit is refused with ``NoteLimitError``, saying by how much. A rewrite
-keeps the entry's id and date (the old wording stays in the store's history).
+removed). No edit stores an entry with a line starting with ``## `` (its text
+stripped as it is stored), which the export would write as a heading. A file
+keeps within its limit: its size is what its entries take in the context
+(``[date] text`` lines, as ``notes_context`` shows them), so a file within its
+limit is shown whole; an edit that would take it past the limit is refused with
+``NoteLimitError``, saying by how much. A rewrite keeps the entry's id and date
+(the old wording stays in the store's history).
 
 The limit holds however many writers edit a file at once, on either backend: each
 edit reads the file's head (a record of its own, ``HEADS``)
@@ -57,6 +66,7 @@ from memlane.notes_files import (
     NOTE_FILES,
     NOTE_LIMITS,
     NOTES,
+    check_text,
     entry_line,
     file_size,
     head_token,
@@ -177,11 +187,6 @@ def _content(value: object, name: str, *, empty: bool = False) -> str:
     coerce.clean(value, name)
     if not empty and not value.strip():
         raise InvalidArgumentError(f"{name} must not be empty")
-    if any(line.startswith("## ") for line in value.splitlines()):
-        raise InvalidArgumentError(
-            f"{name} has a line starting with '## ', which would start a new entry of the "
-            "file; write it without the heading"
-        )
     return value
 
 
@@ -261,7 +266,8 @@ class Notebook:
         Raises ``NoteLimitError`` if the file would go past its limit (checked in
         the transaction that stores the entry, whoever else writes the file meanwhile)."""
         name, kind = self.file(file)
-        text = _content(content, "content").strip()
+        # Checked as stored: stripped, "  ## x" starts a line with a heading.
+        text = check_text(_content(content, "content").strip(), "content")
         now = coerce.timestamp(self.clock(), "clock()")
         limit = self.limits.get(kind, 0)
         for _ in range(edits.ATTEMPTS):
@@ -309,7 +315,10 @@ class Notebook:
                 assert pattern is not None
                 text, n = pattern.subn(lambda _: new, rec.text)
                 if n:
-                    texts[rec.id], replaced = text.strip(), replaced + n
+                    # The entry as stored: a "## " the edit brings to a line's start (by
+                    # what it removes or the stripping after) would be a heading.
+                    label = f"{name}'s entry as this edit leaves it"
+                    texts[rec.id], replaced = check_text(text.strip(), label), replaced + n
             if pattern is None or not replaced:
                 raise UnknownIdError(
                     f"old_content {old[:80]!r} is not in {name}; it must match the text of "

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
 from memlane.errors import ConflictError, InvalidArgumentError, NotFoundError, StorageError
+from memlane.replaced_files import keep_owner, sync_folder
 from memlane.scoping import exact_scope
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ __all__ = [
     "NOTES",
     "NOTE_FILES",
     "NOTE_LIMITS",
+    "check_text",
     "entry_line",
     "export_notes",
     "file_size",
@@ -40,6 +43,7 @@ __all__ = [
     "record_line",
     "unsuperseded",
     "write_entries",
+    "write_file",
 ]
 
 #: The table notes live in.
@@ -116,7 +120,8 @@ def _heading(line: str) -> tuple[float | None, str]:
 
 def _parse(text: str) -> list[_Entry]:
     """The entries of a notes file: its ``## `` sections (the ``# `` title line skipped,
-    text before the first section an entry of its own, empty sections dropped)."""
+    text before the first section an entry of its own, empty sections dropped), each
+    without the blank lines around it and the blanks that end it."""
     lines = text.splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
@@ -126,7 +131,11 @@ def _parse(text: str) -> list[_Entry]:
     body: list[str] = []
 
     def close() -> None:
-        joined = "\n".join(body).strip()
+        # The first line keeps its indentation: "   ## x" is text here, and stripped it
+        # would be exported as a heading, which reads back as another entry.
+        while body and not body[0].strip():
+            del body[0]
+        joined = "\n".join(body).rstrip()
         if joined:
             entries.append(_Entry(date, title, joined))
 
@@ -140,11 +149,52 @@ def _parse(text: str) -> list[_Entry]:
     return entries
 
 
-def _read(path: Path) -> list[_Entry]:
+def check_text(text: str, label: str) -> str:
+    """``text`` (an entry's text as stored) if no line of it starts with ``## ``, else
+    ``InvalidArgumentError`` naming ``label``: the export would write that line as a
+    heading, and the file would read back as other entries (re-dated, re-titled)."""
+    if any(line.startswith("## ") for line in text.splitlines()):
+        raise InvalidArgumentError(
+            f"{label} has a line starting with '## ', which would start a new entry of the "
+            "file; write it without the heading"
+        )
+    return text
+
+
+def _not_regular(path: Path) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{path.name} is a symbolic link or not a regular file; notes are read only from "
+        "regular files in the folder, never through a link (which could point anywhere)"
+    )
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of the regular file ``path``; a link is refused, not followed."""
+    if path.is_symlink():
+        raise _not_regular(path)
+    # O_NOFOLLOW: a link put in its place after the check above is still not followed;
+    # O_NONBLOCK: nor does a named pipe put there stop the import (waiting for a writer).
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, flags)
     except OSError as e:
+        if path.is_symlink():
+            raise _not_regular(path) from None
         raise StorageError(f"cannot read {path.name}: {e.strerror or e}") from None
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise _not_regular(path)
+        try:
+            return f.read()
+        except OSError as e:
+            raise StorageError(f"cannot read {path.name}: {e.strerror or e}") from None
+
+
+def _read(path: Path) -> list[_Entry]:
+    """The entries of the notes file ``path``, each checked as the store and the
+    export need it, so that a bad entry is refused before any file is imported."""
+    raw = _read_bytes(path)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -153,8 +203,13 @@ def _read(path: Path) -> list[_Entry]:
         ) from None
     entries = _parse(text)
     for i, entry in enumerate(entries):
-        coerce.clean(entry.text, f"{path.name} entry {i + 1}")
-        coerce.clean(entry.title, f"{path.name} entry {i + 1}'s heading")
+        label = f"{path.name} entry {i + 1}"
+        coerce.clean(entry.text, label)
+        coerce.clean(entry.title, f"{label}'s heading")
+        if entry.date is not None:
+            # A date fromisoformat reads may still be outside years 1..9999 in UTC
+            # (0001-01-01T00:00+14:00), which the store refuses.
+            times.check(entry.date, f"{label}'s date")
     return entries
 
 
@@ -315,24 +370,44 @@ def write_entries(
     return stored[:-1]
 
 
-def _write_file(folder: Path, name: str, text: str) -> None:
+def _old_file(path: Path) -> os.stat_result | None:
+    """The status of the regular file ``path`` (not of a link's target), None when there
+    is none."""
+    try:
+        was = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return was if stat.S_ISREG(was.st_mode) else None
+
+
+def write_file(folder: Path, name: str, text: str) -> None:
     """Writes ``text`` as ``folder / name``: into a new file beside it (of a name no file
     had, created without following a link, so nothing outside ``folder`` is written),
-    synced to disk, then renamed over the old one. The new file is removed on failure."""
+    synced to disk, then renamed over the old one, whose owner (where this process may
+    set it) and permissions it keeps. The new file is removed on failure. Raises
+    ``StorageError`` naming ``name``; ``sync_folder`` makes the rename durable."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     # A random name: a file planted to be written through cannot be named in advance.
     aside = folder / f".{name}.{uuid.uuid4().hex[:16]}.tmp"
-    fd = os.open(aside, flags, 0o666)
+    try:
+        was = _old_file(folder / name)
+        fd = os.open(aside, flags, 0o666)
+    except OSError as e:
+        raise StorageError(f"cannot write {name}: {e.strerror or e}") from None
     try:
         with open(fd, "w", encoding="utf-8") as f:
+            if was is not None:
+                keep_owner(f.fileno(), was)
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(aside, folder / name)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(aside)
+        if isinstance(e, OSError):
+            raise StorageError(f"cannot write {name}: {e.strerror or e}") from None
         raise
 
 
@@ -345,10 +420,8 @@ def export_notes(
     path = _directory(dir, create=True)
     notes = {name: kind_notes(store, kind, fields, only) for name, kind in NOTE_FILES.items()}
     for name, records in notes.items():
-        try:
-            _write_file(path, name, _render(NOTE_FILES[name], records))
-        except OSError as e:
-            raise StorageError(f"cannot write {name}: {e.strerror or e}") from None
+        write_file(path, name, _render(NOTE_FILES[name], records))
+    sync_folder(path)  # once, after every rename
     return {name: len(records) for name, records in notes.items()}
 
 
@@ -362,22 +435,27 @@ def import_notes(
     unknown = sorted(
         p.name
         for p in path.iterdir()
-        if (p.name not in NOTE_FILES or not p.is_file()) and not _ASIDE.fullmatch(p.name)
+        # A link named like a notes file is left to _read, which refuses it by its name.
+        if (p.name not in NOTE_FILES or not (p.is_symlink() or p.is_file()))
+        and not _ASIDE.fullmatch(p.name)
     )
     if unknown:
         raise InvalidArgumentError(
             f"unknown file(s) {unknown} in {str(path)!r}; notes files are {list(NOTE_FILES)}"
         )
-    parsed = {n: _read(path / n) for n in NOTE_FILES if (path / n).exists()}
+    # lexists: a broken link is refused by _read too, not skipped.
+    parsed = {n: _read(path / n) for n in NOTE_FILES if os.path.lexists(path / n)}
     now = float(int(datetime.now(UTC).timestamp()))  # whole seconds, as exported
     stored: dict[str, int] = {}
+    items: list[dict[str, Any]] = []
+    gone: list[dict[str, Any]] = []
     for name, entries in parsed.items():
         kind = NOTE_FILES[name]
         stored_now = kind_notes(store, kind, fields, only)
         if len(stored_now) == len(entries) and all(map(_same, entries, stored_now)):
             stored[name] = 0
             continue
-        items = [
+        items += [
             {
                 "text": e.text,
                 "table": NOTES,
@@ -390,13 +468,10 @@ def import_notes(
         ]
         # The files are the truth: the head changes whatever its token, so that an edit
         # that read the notes before this import is made again over what it stored.
-        old = {"$and": [{"table": NOTES}, {"type": kind}, only]}
-        head = {"id": _head_id(kind, fields)}
-        store.replace(
-            [*items, _head(kind, fields)],
-            [NOTES, HEADS],
-            filters={"$or": [old, head]},
-            **fields,
-        )
-        stored[name] = len(items)
+        items.append(_head(kind, fields))
+        gone += [{"$and": [{"table": NOTES}, {"type": kind}, only]}, {"id": _head_id(kind, fields)}]
+        stored[name] = len(entries)
+    if gone:
+        # Every changed file in one transaction: the import stores all of them or none.
+        store.replace(items, [NOTES, HEADS], filters={"$or": gone}, **fields)
     return stored

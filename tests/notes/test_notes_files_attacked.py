@@ -2,12 +2,17 @@
 file aside and renaming it leaves that file behind, and later imports skip it (without
 reading it); an export that fails removes what it wrote aside; an unchanged export of
 entries dated to the fraction of a second imports as unchanged, while real edits are
-still seen; a link planted where an export used to write aside is never written through."""
+still seen; a link planted where an export used to write aside is never written through.
+An import is checked whole (dates a datetime cannot hold in UTC included) and stored in
+one transaction, never reads through a link, and reads an indented heading back as
+text; no edit stores a line the export would write as a heading; an export keeps a
+replaced file's permissions and syncs the folder after its renames."""
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -166,5 +171,156 @@ def test_export_never_writes_through_a_planted_link(make_store, word_embedder, t
         assert (out / "MEMORY.md").stat().st_mode == plain.stat().st_mode
         # The links are a leftover's names: an import skips them.
         assert mem.import_notes(out, **SCOPE)["MEMORY.md"] == 0
+    finally:
+        mem.close()
+
+
+def test_an_out_of_range_date_refuses_the_whole_import(make_store, word_embedder, tmp_path):
+    # Dates fromisoformat reads, before year 1 or after 9999 once in UTC: the store
+    # refuses them, so the read refuses them, naming the file, before anything is stored
+    # (JOURNAL.md, read first and valid, was stored before the refusal of MEMORY.md).
+    mem = make_store("range", word_embedder)
+    out = tmp_path / "n"
+    out.mkdir()
+    (out / "JOURNAL.md").write_text("# Journal\n\n## 2026-05-01\nFirst entry.\n", "utf-8")
+    try:
+        for date in ("0001-01-01T00:00+14:00", "9999-12-31T23:59:59-05:00"):
+            (out / "MEMORY.md").write_text(f"## 2026-01-01\nFine.\n\n## {date}\nOld.\n", "utf-8")
+            with pytest.raises(InvalidArgumentError, match=r"MEMORY\.md entry 2's date"):
+                mem.import_notes(out, **SCOPE)
+            assert entries(mem) == []
+        (out / "MEMORY.md").write_text("## 0001-01-01T00:00Z\nThe earliest.\n", "utf-8")
+        assert mem.import_notes(out, **SCOPE) == {"JOURNAL.md": 1, "MEMORY.md": 1}
+    finally:
+        mem.close()
+
+
+def test_every_changed_file_is_stored_in_one_transaction(
+    make_store, word_embedder, tmp_path, monkeypatch
+):
+    mem = make_store("one", word_embedder)
+    out = tmp_path / "n"
+    out.mkdir()
+    (out / "JOURNAL.md").write_text("## 2026-05-01\nWent out.\n", "utf-8")
+    (out / "USER.md").write_text("## 2026-05-01\nAlice is vegan.\n", "utf-8")
+    calls = []
+    real = mem.replace
+
+    def replace(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mem, "replace", replace)
+    try:
+        assert mem.import_notes(out, **SCOPE) == {"JOURNAL.md": 1, "USER.md": 1}
+        assert len(calls) == 1
+        assert sorted(e[1] for e in entries(mem)) == ["journal", "user"]
+    finally:
+        mem.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links need privileges")
+def test_import_never_reads_through_a_link(make_store, word_embedder, tmp_path):
+    mem = make_store("link", word_embedder)
+    out, secret = tmp_path / "n", tmp_path / "secret.txt"
+    out.mkdir()
+    secret.write_text("API_KEY=hunter2\n", encoding="utf-8")
+    (out / "JOURNAL.md").write_text("## 2026-05-01\nWent out.\n", "utf-8")
+    try:
+        for target in (secret, tmp_path / "absent.txt", tmp_path):
+            (out / "USER.md").symlink_to(target)
+            with pytest.raises(InvalidArgumentError, match=r"USER\.md is a symbolic link"):
+                mem.import_notes(out, **SCOPE)
+            (out / "USER.md").unlink()
+        assert entries(mem) == []
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ("   ## fake · forged\nreal text", "   ## fake · forged\nreal text"),
+        ("\n  \n\t## 2020-01-01\n    code\n  indented  ", "\t## 2020-01-01\n    code\n  indented"),
+    ],
+    ids=["indented-heading", "blank-lines-tab-and-trailing-blanks"],
+)
+def test_an_indented_heading_in_a_file_reads_back_unchanged(
+    make_store, word_embedder, tmp_path, body, text
+):
+    # Stripped, its first line would be exported as a heading: re-dated, re-titled text.
+    mem = make_store("indented", word_embedder)
+    out = tmp_path / "n"
+    out.mkdir()
+    (out / "USER.md").write_text(f"# User\n\n## 2026-05-01\n{body}\n\n", "utf-8")
+    try:
+        mem.import_notes(out, **SCOPE)
+        before = entries(mem)
+        assert [e[2] for e in before] == [text]
+        mem.export_notes(tmp_path / "out", **SCOPE)
+        assert set(mem.import_notes(tmp_path / "out", **SCOPE).values()) == {0}
+        assert entries(mem) == before
+    finally:
+        mem.close()
+
+
+def test_no_edit_stores_a_line_that_would_be_a_heading(make_store, word_embedder, tmp_path):
+    mem = make_store("edits", word_embedder)
+    book = Notebook(mem, SCOPE)
+    try:
+        with pytest.raises(InvalidArgumentError, match=r"content has a line starting with '## '"):
+            book.append("USER.md", "  ## 2020-01-01 · forged\nAlice is vegan.")
+        book.append("JOURNAL.md", "went out\nbar## 1999-01-01 · fake")
+        for old, new in (("bar", ""), ("went out", "## x"), ("went", "  ## went")):
+            with pytest.raises(InvalidArgumentError, match=r"JOURNAL\.md's entry as this edit"):
+                book.replace("JOURNAL.md", old, new)
+        assert [e[2] for e in entries(mem)] == ["went out\nbar## 1999-01-01 · fake"]
+        mem.export_notes(tmp_path / "out", **SCOPE)
+        assert set(mem.import_notes(tmp_path / "out", **SCOPE).values()) == {0}
+    finally:
+        mem.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_export_keeps_the_mode_of_the_file_it_replaces(make_store, word_embedder, tmp_path):
+    mem = make_store("mode", word_embedder)
+    out = tmp_path / "out"
+    try:
+        Notebook(mem, SCOPE).append("USER.md", "Alice's phone is 555-1234.")
+        mem.export_notes(out, **SCOPE)
+        os.chmod(out / "USER.md", 0o600)
+        os.chmod(out / "WORLD.md", 0o640)
+        Notebook(mem, SCOPE).append("USER.md", "Alice's PIN is 9876.")
+        mem.export_notes(out, **SCOPE)
+        assert "PIN" in (out / "USER.md").read_text(encoding="utf-8")
+        assert stat.S_IMODE((out / "USER.md").stat().st_mode) == 0o600
+        assert stat.S_IMODE((out / "WORLD.md").stat().st_mode) == 0o640
+    finally:
+        mem.close()
+
+
+def test_export_syncs_the_folder_after_the_renames(
+    make_store, word_embedder, tmp_path, monkeypatch
+):
+    mem = make_store("sync", word_embedder)
+    out = tmp_path / "out"
+    real_fsync, real_replace = os.fsync, os.replace
+    events: list[str] = []
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode) and os.path.samestat(os.fstat(fd), out.stat()):
+            events.append("folder")
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        events.append("rename")
+        real_replace(src, dst)
+
+    try:
+        Notebook(mem, SCOPE).append("USER.md", "Alice is vegan.")
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+        mem.export_notes(out, **SCOPE)
+        assert events == ["rename"] * len(NOTE_FILES) + ["folder"]
     finally:
         mem.close()

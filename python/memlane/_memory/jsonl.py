@@ -36,6 +36,7 @@ from memlane.errors import (
     StorageError,
     shown,
 )
+from memlane.replaced_files import keep_owner, sync_folder
 from memlane.schema import RECORD_COLUMNS
 from memlane.storage import Store
 from memlane.storage.base import HistoryEntry
@@ -77,7 +78,7 @@ def export(db: Store, access: AccessLog, path: Path, embeddings: bool) -> int:
     try:
         try:
             if was is not None:
-                _keep_owner(fd, was)
+                keep_owner(fd, was)
             f = os.fdopen(fd, "w", encoding="utf-8")
         except BaseException:
             os.close(fd)
@@ -90,7 +91,7 @@ def export(db: Store, access: AccessLog, path: Path, embeddings: bool) -> int:
         with contextlib.suppress(OSError):
             os.unlink(aside)
         _raise_unwritten(e, target)
-    _sync_folder(target.parent)
+    sync_folder(target.parent)
     return n
 
 
@@ -160,15 +161,6 @@ def _write_state(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> i
     return n
 
 
-def _keep_owner(fd: int, was: os.stat_result) -> None:
-    """Gives the new file the replaced one's owner, where this process may, and its
-    permission bits (after the owner: a change of owner clears set-id bits), before
-    anything is written into it."""
-    with contextlib.suppress(OSError):
-        os.fchown(fd, was.st_uid, was.st_gid)
-    os.fchmod(fd, stat.S_IMODE(was.st_mode))
-
-
 def _write(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> int:
     """The records not expired, then the history; a record that expired is history
     already, its last version deleted by ``"expire"`` when it expired (as the sweep
@@ -229,21 +221,6 @@ def _aside(target: Path) -> tuple[int, Path]:
                 f"cannot write in {str(target.parent)!r}: {e.strerror or e}"
             ) from None
     raise StorageError(f"cannot create a temporary file in {str(target.parent)!r}")
-
-
-def _sync_folder(folder: Path) -> None:
-    """Makes the rename durable; a platform or file system without directory fsync
-    keeps the file, only its name may not survive a crash."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def load(writer: Writer, path: Path, on_conflict: _OnConflict) -> int:

@@ -35,7 +35,9 @@ table, with ``metadata["date"]`` and ``metadata["category"]``; the day's summary
 (type ``"daily_log"``) has the category ``"daily log"``. ``export_daily`` writes a
 room's days as OrcBot keeps them, ``memory/YYYY-MM-DD.md`` in its data folder (beside
 the files ``export_notes`` writes), each entry under a
-``## [time] category`` heading.
+``## [time] category`` heading. A record's day there is its ``metadata["date"]`` only
+when that is a real ``YYYY-MM-DD`` date (the metadata is any writer's of the scope, and
+names the file), else ``created_at``'s day: no file is written outside ``memory/``.
 
 ``build_context`` shows the newest ``DailyLog.days`` records of the room's daily
 table, logs and entries (its ``daily`` section).
@@ -47,6 +49,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -61,7 +64,9 @@ from memlane.agent.derived_ids import add_derived
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
-from memlane.errors import InvalidArgumentError, shown
+from memlane.errors import InvalidArgumentError, StorageError, shown
+from memlane.notes_files import write_file
+from memlane.replaced_files import sync_folder
 from memlane.scoping import EventScope, exact_scope
 
 if TYPE_CHECKING:
@@ -85,6 +90,8 @@ LOG_CATEGORY = "daily log"
 #: messages at the first turn of a day. Unbounded, a lookback reaches before year 1,
 #: where no ``date`` exists, and every turn's log would fail.
 MAX_LOOKBACK = 3650
+#: A day as ``metadata["date"]`` holds it and as a file of ``export_daily`` is named.
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 _SYSTEM = (
     "You keep an AI agent's daily log. Summarise the day's conversation below in at most "
@@ -177,28 +184,49 @@ def export_daily(
     """Writes the room's daily logs and entries as OrcBot keeps them: one
     ``memory/YYYY-MM-DD.md`` per day under ``dir`` (``# Daily Memory Log - date``, then
     each record oldest first under ``## [ISO time] category``, ended by ``---``). A day's
-    file is replaced whole; returns the files written, oldest day first."""
+    file is replaced whole (written aside under a random name, synced, renamed over the
+    old one, keeping its permissions; the folder is synced after the last rename);
+    returns the files written, oldest day first.
+
+    A record's day is its ``metadata["date"]`` when that is a real ``YYYY-MM-DD`` date;
+    any other (missing, or set by a writer of the room's scope to a path such as
+    ``"../USER"``) is ignored and the day is ``created_at``'s in ``tz``: every file stays
+    in ``memory/``, and one such record does not keep the others from being exported."""
     if not isinstance(dir, str | os.PathLike):
         raise InvalidArgumentError(f"dir must be a str or a path, got {shown(dir)}")
     _zone(tz, "tz")
     fields, only = exact_scope(mem, _history(scope))
     folder = Path(dir) / "memory"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"cannot create {str(folder)!r}: {e.strerror or e}") from None
     days: dict[str, list[str]] = {}
     for rec in _all(mem, fields, only):
-        day = str(rec.metadata.get("date") or times.moment(rec.created_at, tz).date())
+        day = _day(rec.metadata.get("date")) or times.moment(rec.created_at, tz).date().isoformat()
         category = LOG_CATEGORY if rec.type == "daily_log" else rec.metadata.get("category")
         stamp = times.moment(rec.created_at, tz).isoformat()
         heading = f"## [{stamp}] {category}" if category else f"## [{stamp}]"
         days.setdefault(day, []).append(f"{heading}\n\n{rec.text.strip()}\n\n---\n\n")
     written = []
     for day in sorted(days):
-        path = folder / f"{day}.md"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(f"# Daily Memory Log - {day}\n\n" + "".join(days[day]), encoding="utf-8")
-        os.replace(tmp, path)  # a reader sees the old file or the new one
-        written.append(path)
+        # Renamed over the old file: a reader sees the old file or the new one.
+        write_file(folder, f"{day}.md", f"# Daily Memory Log - {day}\n\n" + "".join(days[day]))
+        written.append(folder / f"{day}.md")
+    sync_folder(folder)  # once, after every rename
     return written
+
+
+def _day(value: object) -> str | None:
+    """``value`` if it is a day as ``metadata["date"]`` holds one (``YYYY-MM-DD``, a real
+    date), else None: the metadata is anyone's who writes the scope, and names a file."""
+    if not isinstance(value, str) or not _DAY.fullmatch(value):
+        return None
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        return None
+    return value
 
 
 def _all(
