@@ -4,13 +4,16 @@
   filter callable, which calls it) is the InvalidArgumentError ``search`` gives: its
   result buffers were allocated from ``k`` before anything checked it, a PanicException
   for ``k=2**62`` and an aborted process for ``k=2**40``. ``unblobs`` with a dimension
-  no blob has is a damaged vector, not an allocation of ``n * dim`` floats.
+  no index has is an InvalidArgumentError, not an allocation of ``n * dim`` floats (nor,
+  with no blobs, numpy's raw ValueError for an ``(0, 2**62)`` array).
 - No binding waits for an index's lock holding the GIL: ``search_where`` held the read
   lock while its predicate took the GIL, and ``len``, ``in`` and ``add`` took the lock
   with the GIL held, so a writer waiting between them (parking_lot's lock is fair)
   deadlocked the process. A predicate may ask its own index again; it may not change it.
 - Every int parameter out of range is memlane's InvalidArgumentError naming it, never
-  PyO3's raw OverflowError.
+  PyO3's raw OverflowError: ints inside a list too (``Engine.nearest``'s groups,
+  ``Engine.fill``'s ids, ``log_entries``' and ``log_blobs``' rowids), named with their
+  position. ``Engine.touch`` refuses a time that is not finite, as ``Engine.search`` does.
 
 The checks that may crash or hang the interpreter run in a child process.
 """
@@ -18,6 +21,7 @@ The checks that may crash or hang the interpreter run in a child process.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -28,7 +32,7 @@ import numpy as np
 import pytest
 
 from memlane import BM25Index, HnswIndex
-from memlane._core import BM25Okapi, Engine, WordPiece, unblobs
+from memlane._core import BM25Okapi, Engine, WordPiece, log_blobs, log_entries, unblobs
 from memlane.errors import CorruptFileError, InvalidArgumentError
 
 # A child whose allocation is refused aborts at once instead of eating the machine.
@@ -121,23 +125,27 @@ def test_search_where_still_answers_after_the_check() -> None:
         idx.search_where(vectors, lambda i: True, k=0)
 
 
-def test_unblobs_with_a_huge_dim_is_a_damaged_vector() -> None:
+def test_unblobs_with_a_huge_dim_is_refused_before_any_allocation() -> None:
     results = child_results(
         """
         import json
         from memlane._core import unblobs
 
         out = {}
-        for dim in [2**40, 2**62, 2**63 - 1]:
-            try:
-                unblobs([b"abcd"], dim)
-                out[str(dim)] = "no error"
-            except BaseException as e:
-                out[str(dim)] = type(e).__name__
+        for dim in [65_537, 2**40, 2**62, 2**63 - 1]:
+            for stored in ([b"abcd"], []):
+                try:
+                    unblobs(stored, dim)
+                    out[f"{dim} {len(stored)}"] = "no error"
+                except BaseException as e:
+                    out[f"{dim} {len(stored)}"] = f"{type(e).__name__}: {e}"
         print(json.dumps(out))
         """
     )
-    assert set(results.values()) == {"CorruptFileError"}, results
+    assert all(
+        r.startswith("InvalidArgumentError: dim must be at most 65536") for r in results.values()
+    ), results
+    assert unblobs([], 65_536).shape == (0, 65_536)
     with pytest.raises(CorruptFileError, match="dimension 3"):
         unblobs([np.ones(3, np.float32).tobytes(), b"abc"], 3)
     assert unblobs([np.ones(3, np.float32).tobytes()], 3).tolist() == [[1.0, 1.0, 1.0]]
@@ -369,3 +377,46 @@ def test_other_bindings_refuse_huge_ints_as_argument_errors() -> None:
             okapi.get_batch_scores(["fox"], [0, bad])
     with pytest.raises(InvalidArgumentError, match="max_length must not be negative, got -1"):
         WordPiece.from_file("/nonexistent.json", max_length=-1)
+
+
+# Ints inside a list, each with the list's name and its position in the message.
+LIST_CALLS: list[tuple[str, Callable[[int], object]]] = [
+    ("groups[1]", lambda v: Engine(dim=4).nearest(np.ones((2, 4), np.float32), [0, v], [{}], 0.5)),
+    ("the id of rows[1]", lambda v: Engine(dim=4).fill([(1, bytes(16)), (v, bytes(16))])),
+    ("rowids[1]", lambda v: log_entries(0, None, [1, v], [b"abcd", b"abcd"])),
+    ("rowids[1]", lambda v: log_blobs("/nonexistent", 0, [1, v], [b"", b""])),
+]
+
+
+@pytest.mark.parametrize("value", [-1, 2**64, *HUGE])
+@pytest.mark.parametrize(
+    ("name", "call"), LIST_CALLS, ids=[f"{i}-{n}" for i, (n, _) in enumerate(LIST_CALLS)]
+)
+def test_an_int_out_of_range_in_a_list_names_the_list_and_its_place(
+    name: str, call: Callable[[int], object], value: int
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=rf"^{re.escape(name)} must ") as caught:
+        call(value)
+    assert not isinstance(caught.value, OverflowError)
+    assert str(value) in str(caught.value)
+
+
+def test_a_group_past_32_bits_is_refused_and_groups_in_range_still_work() -> None:
+    engine = Engine(dim=4)
+    vectors = np.ones((2, 4), np.float32)
+    with pytest.raises(InvalidArgumentError, match=r"^groups\[0\] must be at most 4294967295"):
+        engine.nearest(vectors, [2**32, 0], [{}], 0.5)
+    ids, _ = engine.nearest(vectors, np.zeros(2, np.uint32), [{}], 0.5)
+    assert ids.tolist() == [2**64 - 1] * 2
+    with pytest.raises(TypeError):
+        engine.nearest(vectors, [0, 1.5], [{}], 0.5)  # type: ignore[list-item]
+    data, markers, _, _ = log_entries(0, None, np.array([1, 2**64 - 1], np.uint64), [b"a", b"b"])
+    assert len(markers) == 2 and data
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), float("-inf")])
+def test_touch_refuses_a_time_that_is_not_finite(now: float) -> None:
+    engine = Engine()
+    with pytest.raises(InvalidArgumentError, match="now must be a finite time"):
+        engine.touch([1], now)
+    engine.touch([1], 1.0)  # an unknown id is skipped

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +30,7 @@ from memlane.compat._hnswlib_files import (
     _array_bytes,
     _corrupted,
     _Damaged,
+    _header_int,
     _HnswlibFile,
     _parse,
     _read_bytes,
@@ -35,9 +38,25 @@ from memlane.compat._hnswlib_files import (
     _write,
 )
 
+# hnswlib's messages for a capacity whose arrays it cannot allocate.
+_NO_MEMORY = "Not enough memory: BruteforceSearch failed to allocate data"
+_LOAD_NO_MEMORY = "Not enough memory: loadIndex failed to allocate data"
+
+
+def _fits(capacity: int, dim: int) -> bool:
+    """Whether ``capacity`` vectors of ``dim`` floats and their labels fit in this
+    machine's memory: hnswlib allocates them all up front, and refuses a capacity it
+    cannot hold. (Here the arrays grow with the labels held instead.)"""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): the address space
+        memory = sys.maxsize
+    return capacity * (dim * 4 + 8) <= memory
+
 
 class BFIndex(_Attributes):
-    """Exact (brute-force) search with hnswlib's ``BFIndex`` API."""
+    """Exact (brute-force) search with hnswlib's ``BFIndex`` API. Safe to share between
+    threads."""
 
     # Pickles name the class where programs import it from, not this module.
     __module__ = "memlane.compat.hnswlib"
@@ -52,18 +71,41 @@ class BFIndex(_Attributes):
         self._rows: dict[int, int] = {}
         self._next_label = 0
         self._num_threads = _default_threads()
+        # Held by every change, and by a search while it takes the rows it reads.
+        self._lock = threading.Lock()
 
     def init_index(self, max_elements: int) -> None:
-        if int(max_elements) < 0:
+        capacity = int(max_elements)
+        if capacity < 0:
             raise TypeError(f"max_elements must be non-negative, got {max_elements}")
-        # Allocated before anything changes: a capacity too large leaves the index as it was.
-        data = np.zeros((int(max_elements), self._dim), dtype=np.float32)
-        labels = np.zeros(int(max_elements), dtype=np.uint64)
-        self._max_elements = int(max_elements)
+        if not _fits(capacity, self._dim):
+            raise RuntimeError(_NO_MEMORY)
+        with self._lock:
+            self._start(capacity, np.zeros(0, np.uint64), np.zeros((0, self._dim), np.float32))
+
+    def _start(
+        self, capacity: int, labels: npt.NDArray[np.uint64], data: npt.NDArray[np.float32]
+    ) -> None:
+        """Holds ``labels`` and their rows of ``data``, with room for ``capacity`` labels."""
+        self._max_elements = capacity
         self._data, self._labels = data, labels
-        self._rows = {}
-        self._next_label = 0
+        self._rows = {int(label): i for i, label in enumerate(labels.tolist())}
+        self._next_label = labels.shape[0]
         self._inited = True
+
+    def _grow(self, rows: int) -> None:
+        """Room in the arrays for ``rows`` rows (doubling, up to the capacity)."""
+        if rows <= self._labels.shape[0]:
+            return
+        size = min(max(rows, 2 * self._labels.shape[0], 16), self._max_elements)
+        held = len(self._rows)
+        try:
+            data = np.zeros((size, self._dim), dtype=np.float32)
+            labels = np.zeros(size, dtype=np.uint64)
+        except (MemoryError, ValueError):  # numpy's "array is too big" is a ValueError
+            raise RuntimeError(_NO_MEMORY) from None
+        data[:held], labels[:held] = self._data[:held], self._labels[:held]
+        self._data, self._labels = data, labels
 
     def _check(self) -> None:
         if not self._inited:
@@ -75,31 +117,34 @@ class BFIndex(_Attributes):
         rows = _rows(data, self._dim)
         if self._space == "cosine":
             rows = _normalised(rows)
-        labels = _labels(ids, rows.shape[0], self._next_label)
-        for row, label in enumerate(labels):
-            at = self._rows.get(label)
-            if at is None:
-                if len(self._rows) >= self._max_elements:
-                    raise RuntimeError(_FULL)
-                at = len(self._rows)
-                self._rows[label] = at
-                self._labels[at] = label
-            self._data[at] = rows[row]
-        self._next_label += rows.shape[0]
+        with self._lock:
+            labels = _labels(ids, rows.shape[0], self._next_label)
+            for row, label in enumerate(labels):
+                at = self._rows.get(label)
+                if at is None:
+                    if len(self._rows) >= self._max_elements:
+                        raise RuntimeError(_FULL)
+                    at = len(self._rows)
+                    self._grow(at + 1)
+                    self._rows[label] = at
+                    self._labels[at] = label
+                self._data[at] = rows[row]
+            self._next_label += rows.shape[0]
 
     def delete_vector(self, label: int) -> None:
         """Removes ``label``; an unknown label is ignored, as in hnswlib."""
         self._check()
-        at = self._rows.pop(int(label), None)
-        if at is None:
-            return
-        last = len(self._rows)
-        if at != last:
-            # The last row fills the hole.
-            moved = int(self._labels[last])
-            self._data[at] = self._data[last]
-            self._labels[at] = moved
-            self._rows[moved] = at
+        with self._lock:
+            at = self._rows.pop(int(label), None)
+            if at is None:
+                return
+            last = len(self._rows)
+            if at != last:
+                # The last row fills the hole.
+                moved = int(self._labels[last])
+                self._data[at] = self._data[last]
+                self._labels[at] = moved
+                self._rows[moved] = at
 
     def knn_query(
         self,
@@ -114,8 +159,9 @@ class BFIndex(_Attributes):
         queries = _rows(data, self._dim)
         if k == 0 or queries.shape[0] == 0:
             return _empty(queries.shape[0], k)
-        n = len(self._rows)
-        stored, labels = self._data[:n], self._labels[:n]
+        with self._lock:  # an add may swap the arrays for larger ones
+            n = len(self._rows)
+            stored, labels = self._data[:n], self._labels[:n]
         if filter is not None:
             if callable(filter):
                 keep = np.fromiter((bool(filter(int(x))) for x in labels), dtype=bool, count=n)
@@ -160,16 +206,18 @@ class BFIndex(_Attributes):
     def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
         path = path_to_index
         self._check()
-        n = len(self._rows)
-        meta = {
-            "kind": "BFIndex",
-            "format": _FORMAT,
-            "space": self._space,
-            "dim": self._dim,
-            "max_elements": self._max_elements,
-            "count": n,
-        }
-        _write(path, meta, [_array_bytes(self._labels[:n]), _array_bytes(self._data[:n])])
+        with self._lock:
+            n = len(self._rows)
+            meta = {
+                "kind": "BFIndex",
+                "format": _FORMAT,
+                "space": self._space,
+                "dim": self._dim,
+                "max_elements": self._max_elements,
+                "count": n,
+            }
+            blobs = [_array_bytes(self._labels[:n]), _array_bytes(self._data[:n])]
+        _write(path, meta, blobs)
 
     def load_index(self, path_to_index: str | os.PathLike[str], max_elements: int = 0) -> None:
         """Reads a file of ``save_index``, or one written by hnswlib's ``BFIndex``."""
@@ -181,12 +229,14 @@ class BFIndex(_Attributes):
                 meta, blobs = _parse(raw, path, "BFIndex", self._space, self._dim)
                 if len(blobs) != 2:
                     raise _Damaged("is truncated")
-                n = int(meta["count"])
+                n = _header_int(meta, "count")
                 labels = np.frombuffer(blobs[0], dtype=np.uint64)
                 data = np.frombuffer(blobs[1], dtype=np.float32).reshape(n, self._dim)
-                saved_max = int(meta["max_elements"])
+                saved_max = _header_int(meta, "max_elements", low=n)
                 if labels.shape != (n,):
                     raise _Damaged("is inconsistent: its counts disagree")
+                if np.unique(labels).size != n:
+                    raise _Damaged("is inconsistent: a label appears twice")
             else:
                 saved = _HnswlibFile(raw, self._dim, path, brute=True)
                 n, labels, data, saved_max = (
@@ -197,13 +247,17 @@ class BFIndex(_Attributes):
                 )
         except _DAMAGE as e:
             raise _corrupted(path, _why(e)) from None
-        # Nothing has changed until here.
         capacity = wanted if wanted >= n else int(saved_max)
-        self.init_index(max(capacity, n))
-        self._data[:n] = data
-        self._labels[:n] = labels
-        self._rows = {int(label): i for i, label in enumerate(labels)}
-        self._next_label = n
+        if not _fits(capacity, self._dim):
+            raise RuntimeError(_LOAD_NO_MEMORY)
+        # Arrays for the labels held only, as many as the file holds: writable copies.
+        try:
+            labels, data = labels.copy(), data.copy()
+        except MemoryError:
+            raise RuntimeError(_LOAD_NO_MEMORY) from None
+        # Nothing has changed until here.
+        with self._lock:
+            self._start(capacity, labels, data)
 
     def __repr__(self) -> str:
         return f"<memlane.compat.hnswlib.BFIndex(space={self._space!r}, dim={self._dim})>"

@@ -4,12 +4,17 @@ its error messages and the shapes of its empty answers."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from memlane.errors import InvalidArgumentError
 
 _SPACES = ("l2", "ip", "cosine")
 _MISSING = np.uint64(2**64 - 1)
@@ -20,6 +25,14 @@ _NOT_FOUND = "Label not found"
 _FULL = "The number of elements exceeds the specified limit"
 _TOO_FEW = "Cannot return the results in a contiguous 2D array. Probably ef or M is too small"
 _NO_REPLACE = "Replacement of deleted elements is disabled in constructor"
+_UPDATE_DELETED = (
+    "Can't use addPoint to update deleted elements if replacement of deleted elements is enabled."
+)
+# The engine's words for a change it refuses from a filter callback of its own search.
+_IN_CALLBACK = "the index cannot be changed from inside a callback of its own search"
+# The largest norm the engine stores a vector with under l2 and ip (its MAX_RAW_NORM,
+# so that a squared distance stays finite in float32).
+_MAX_NORM = 2.0**62
 
 Filter = Callable[[int], object] | npt.ArrayLike | Iterable[int] | None
 
@@ -47,6 +60,22 @@ def _rows(data: npt.ArrayLike, dim: int) -> npt.NDArray[np.float32]:
     if array.shape[1] != dim and array.shape[0] > 0:
         raise RuntimeError("Wrong dimensionality of the vectors")
     return np.ascontiguousarray(array)
+
+
+def _check_vectors(rows: npt.NDArray[np.float32], bounded: bool) -> None:
+    """Refuses the vectors the engine would refuse, before anything changes: a value that
+    is not finite, or (``bounded``: stored as given, not normalised) a norm above its limit."""
+    if not np.isfinite(rows).all():
+        raise InvalidArgumentError("vectors must be finite (no NaN or infinity)")
+    if bounded and rows.size:
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+        over = np.flatnonzero(norms > _MAX_NORM)
+        if over.size:
+            row = int(over[0])
+            raise InvalidArgumentError(
+                f"vector {row} has norm {norms[row]:e}, above {_MAX_NORM:e}: "
+                "its distances would overflow"
+            )
 
 
 def _normalised(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -82,6 +111,60 @@ def _labels(ids: npt.ArrayLike | None, rows: int, start: int) -> list[int]:
         if label == 2**64 - 1:
             raise ValueError(f"label {label} is reserved (memlane's 'no result' label)")
     return labels
+
+
+@dataclass
+class _Plan:
+    """What one ``add_items`` call does, worked out before anything changes."""
+
+    rows: dict[int, int] = field(default_factory=dict)  # label: the row of its vector
+    restored: list[int] = field(default_factory=list)  # deleted labels given a vector again
+    released: list[int] = field(default_factory=list)  # deleted labels new ones replace
+    new: int = 0  # labels taking a new place
+    failure: RuntimeError | None = None  # hnswlib's error at the row the call stops at
+
+
+def _plan_add(
+    labels: list[int],
+    held: Callable[[int], bool],
+    deleted: dict[int, None],
+    room: int,
+    replace: bool,
+    replacing: bool,
+) -> _Plan:
+    """An add of rows under ``labels``, row by row as hnswlib's serial loop takes them.
+
+    ``held`` says whether a live label is stored, ``deleted`` lists the labels marked
+    deleted (oldest first), ``room`` is how many new places are left, ``replace`` is the
+    call's ``replace_deleted`` and ``replacing`` the index's ``allow_replace_deleted``. A
+    label given twice gets its later vector. At the first row hnswlib refuses, the plan
+    stops with its error, keeping the rows before it, as hnswlib has stored them.
+    """
+    plan = _Plan()
+    gone: set[int] = set()  # deleted labels this add restores or releases
+    victims = iter(deleted)
+    for row, label in enumerate(labels):
+        if label in plan.rows:
+            plan.rows[label] = row
+            continue
+        if label in deleted and label not in gone:
+            if replacing:
+                plan.failure = RuntimeError(_UPDATE_DELETED)
+                break
+            plan.restored.append(label)
+            gone.add(label)
+        elif not held(label):  # a new label (a released one is no longer held)
+            victim = next((v for v in victims if v not in gone), None) if replace else None
+            if victim is not None:
+                plan.released.append(victim)  # the new label takes its place
+                gone.add(victim)
+            elif plan.new >= room:
+                plan.failure = RuntimeError(_FULL)
+                break
+            else:
+                plan.new += 1
+        plan.rows[label] = row
+    return plan
 
 
 def _query_k(k: int) -> int:
@@ -199,3 +282,46 @@ class _Attributes:
     @property
     def dim(self) -> int:
         return self._dim
+
+
+class _Callbacks(threading.local):
+    """How deep this thread is in filter callbacks of an index's own searches."""
+
+    depth = 0
+
+
+class _Guarded:
+    """The lock of an index whose engine changes together with bookkeeping of its own
+    (labels counted, labels marked deleted): the engine locks itself, but each change
+    takes this lock too, from its first check to its last update."""
+
+    def _guards(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks = _Callbacks()
+
+    @contextmanager
+    def _locked(self, change: bool = True) -> Iterator[None]:
+        """This index's lock, for a change (or a read of the whole index) to see no other
+        change half done.
+
+        In a filter callback of the index's own search (``_calling_back``) this thread
+        holds the engine's read lock, which a writer holding this lock may be waiting
+        for: there a change is refused, as the engine refuses it, and a read goes on
+        without the lock.
+        """
+        if self._callbacks.depth:
+            if change:
+                raise InvalidArgumentError(_IN_CALLBACK)
+            yield
+            return
+        with self._lock:
+            yield
+
+    @contextmanager
+    def _calling_back(self) -> Iterator[None]:
+        """Around a search of the engine that calls a filter back (see ``_locked``)."""
+        self._callbacks.depth += 1
+        try:
+            yield
+        finally:
+            self._callbacks.depth -= 1

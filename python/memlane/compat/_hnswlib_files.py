@@ -48,6 +48,19 @@ class _Damaged(ValueError):
     """A part of a saved file that does not fit the rest; its message says how."""
 
 
+def _header_int(meta: dict[str, Any], key: str, low: int = 0, high: int | None = 2**64 - 1) -> int:
+    """The int ``meta[key]``, from ``low`` to ``high`` (None: no bound), else ``_Damaged``."""
+    value = meta[key]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        raise _Damaged(f"has a damaged header ({key} = {value!r:.40})")
+    return value
+
+
 def _why(error: BaseException) -> str:
     """What ``_corrupted`` says of one of ``_DAMAGE`` (never the text of an error that
     names a temporary file: the callers turn ``CorruptFileError`` into words of theirs)."""
@@ -153,7 +166,15 @@ class _HnswlibFile:
         self.deleted = (
             np.zeros(count, dtype=bool) if brute else (records[:, links_at] & _DELETE_MARK) > 0
         )
-        self.count = int(count)
+        # hnswlib's replace_deleted may leave two records of one label (the deleted place
+        # reused, the label's old record kept), and its loader's label lookup keeps the
+        # last one read: so does this.
+        _, from_end = np.unique(self.labels[::-1], return_index=True)
+        if from_end.size < count:
+            keep = np.sort(count - 1 - from_end)
+            self.vectors, self.labels = self.vectors[keep], self.labels[keep]
+            self.deleted = self.deleted[keep]
+        self.count = int(self.labels.size)
 
 
 def _array_bytes(array: npt.NDArray[Any]) -> bytes:

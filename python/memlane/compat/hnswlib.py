@@ -26,6 +26,9 @@ What differs from hnswlib:
   it and also files written by hnswlib, rebuilding the graph from their vectors.
 - ``BFIndex`` with ``'cosine'`` normalises queries as well as data, so its distances are
   ``1 - cos`` (hnswlib 0.8's brute-force index leaves queries unnormalised).
+- A file hnswlib wrote holding a label twice (``replace_deleted`` with a present label
+  leaves its old record) loads with the record hnswlib's loader keeps, the last, and
+  counts the label once (hnswlib counts both records).
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ import numpy.typing as npt
 from memlane._core import HnswIndex
 from memlane.compat._hnswlib_bruteforce import BFIndex
 from memlane.compat._hnswlib_common import (
-    _FULL,
     _MISSING,
     _NO_REPLACE,
     _NOT_FOUND,
@@ -51,10 +53,13 @@ from memlane.compat._hnswlib_common import (
     _Attributes,
     _check_full,
     _check_space,
+    _check_vectors,
     _default_threads,
     _empty,
+    _Guarded,
     _labels,
     _normalised,
+    _plan_add,
     _query_k,
     _rows,
 )
@@ -65,13 +70,14 @@ from memlane.compat._hnswlib_files import (
     _MAGIC,
     _corrupted,
     _Damaged,
+    _header_int,
     _HnswlibFile,
     _parse,
     _read_bytes,
     _why,
     _write,
 )
-from memlane.errors import CorruptFileError, InvalidArgumentError
+from memlane.errors import CorruptFileError
 
 __all__ = ["BFIndex", "Index"]
 
@@ -87,11 +93,11 @@ def _engine_ef(ef: int) -> int:
     return min(max(ef, 1), _ENGINE_EF_MAX)
 
 
-class Index(_Attributes):
+class Index(_Attributes, _Guarded):
     """An HNSW index with hnswlib's ``Index`` API, on memlane's Rust engine.
 
     ``Index(space, dim)``, then ``init_index(max_elements, ...)`` or ``load_index(path)``.
-    ``Index(other)`` copies another index.
+    ``Index(other)`` copies another index. Safe to share between threads, as hnswlib's.
     """
 
     def __init__(
@@ -107,6 +113,7 @@ class Index(_Attributes):
             return
         if not isinstance(space, str) or dim is None:
             raise TypeError("Index() needs space and dim, or an Index to copy")
+        self._guards()
         self._space = _check_space(space)
         self._dim = int(dim)
         self._index: HnswIndex | None = None
@@ -133,17 +140,18 @@ class Index(_Attributes):
         allow_replace_deleted: bool = False,
     ) -> None:
         """Creates the empty index for up to ``max_elements`` labels."""
-        if self._index is not None:
-            raise RuntimeError("The index is already initiated.")
-        for name, value in (("max_elements", max_elements), ("M", M)):
-            if int(value) < 0:
-                raise TypeError(f"{name} must be non-negative, got {value}")
-        self._max_elements = int(max_elements)
-        self._m = int(M)
-        self._ef_construction = int(ef_construction)
-        self._seed = int(random_seed)
-        self._allow_replace_deleted = bool(allow_replace_deleted)
-        self._index = self._new_engine()
+        with self._locked():
+            if self._index is not None:
+                raise RuntimeError("The index is already initiated.")
+            for name, value in (("max_elements", max_elements), ("M", M)):
+                if int(value) < 0:
+                    raise TypeError(f"{name} must be non-negative, got {value}")
+            self._max_elements = int(max_elements)
+            self._m = int(M)
+            self._ef_construction = int(ef_construction)
+            self._seed = int(random_seed)
+            self._allow_replace_deleted = bool(allow_replace_deleted)
+            self._index = self._new_engine()
 
     def _new_engine(
         self, m: int | None = None, ef_construction: int | None = None, seed: int | None = None
@@ -184,85 +192,74 @@ class Index(_Attributes):
 
         A present label gets the new vector; a label marked deleted is restored with
         it. With ``replace_deleted`` (allowed by ``init_index(allow_replace_deleted=True)``)
-        new labels take the places of deleted ones before new places are used.
+        new labels take the places of deleted ones before new places are used. Rows are
+        taken in order, as hnswlib's serial loop takes them: a label given twice keeps its
+        later vector, and at the first row over the capacity the rows before it are added
+        and hnswlib's error raised. A call the engine refuses changes nothing.
         """
-        index = self._engine()
-        if replace_deleted and not self._allow_replace_deleted:
-            raise RuntimeError(_NO_REPLACE)
+        self._engine()
         rows = self._prepared(data)
-        if not np.isfinite(rows).all():
-            # Checked before anything changes: the engine refuses such vectors.
-            raise InvalidArgumentError("vectors must be finite (no NaN or infinity)")
-        labels = _labels(ids, rows.shape[0], self._next_label)
-        # Within one call a label given twice keeps its last vector, as the
-        # serial hnswlib loop leaves it.
-        last = {label: row for row, label in enumerate(labels)}
-        take: list[int] = []
-        released: list[int] = []
-        failure: RuntimeError | None = None
-        for row, label in enumerate(labels):
-            if last[label] != row:
-                continue
-            if label in self._deleted:
-                if self._allow_replace_deleted:
-                    failure = RuntimeError(
-                        "Can't use addPoint to update deleted elements if replacement of "
-                        "deleted elements is enabled."
-                    )
-                    break
-                del self._deleted[label]  # the engine shows it again with the new vector
-            elif label not in index:
-                if replace_deleted and self._deleted:
-                    # The new label takes a deleted one's place: that label is gone.
-                    victim = next(iter(self._deleted))
-                    del self._deleted[victim]
-                    released.append(victim)
-                elif self._count >= self._max_elements:
-                    failure = RuntimeError(_FULL)
-                    break
-                else:
-                    self._count += 1
-            take.append(row)
-        if released:
-            index.release(np.asarray(released, dtype=np.uint64))
-        if take:
-            chosen = np.asarray([labels[r] for r in take], dtype=np.uint64)
-            index.add(chosen, rows[take])
-        if failure is not None:
-            raise failure
-        # As in hnswlib, a failed call leaves the default labels where they were.
-        self._next_label += rows.shape[0]
+        _check_vectors(rows, bounded=self._space != "cosine")
+        with self._locked():
+            index = self._engine()
+            if replace_deleted and not self._allow_replace_deleted:
+                raise RuntimeError(_NO_REPLACE)
+            labels = _labels(ids, rows.shape[0], self._next_label)
+            plan = _plan_add(
+                labels,
+                index.__contains__,
+                self._deleted,
+                self._max_elements - self._count,
+                replace_deleted,
+                self._allow_replace_deleted,
+            )
+            if plan.released:
+                index.release(np.asarray(plan.released, dtype=np.uint64))
+            if plan.rows:
+                chosen = np.fromiter(plan.rows, dtype=np.uint64, count=len(plan.rows))
+                index.add(chosen, rows[list(plan.rows.values())])
+            # The engine took the vectors: only now does the bookkeeping follow it.
+            for label in (*plan.restored, *plan.released):
+                del self._deleted[label]
+            self._count += plan.new
+            if plan.failure is not None:
+                raise plan.failure
+            # As in hnswlib, a failed call leaves the default labels where they were.
+            self._next_label += rows.shape[0]
 
     def mark_deleted(self, label: int) -> None:
         """Hides ``label`` from searches; it keeps its place (see ``unmark_deleted``)."""
-        index = self._engine()
         label = int(label)
-        if label in self._deleted:
-            raise RuntimeError("The requested to delete element is already deleted")
-        if label < 0 or label not in index:
-            raise RuntimeError(_NOT_FOUND)
-        index.hide(np.asarray([label], dtype=np.uint64))
-        self._deleted[label] = None
+        with self._locked():
+            index = self._engine()
+            if label in self._deleted:
+                raise RuntimeError("The requested to delete element is already deleted")
+            if label < 0 or label not in index:
+                raise RuntimeError(_NOT_FOUND)
+            index.hide(np.asarray([label], dtype=np.uint64))
+            self._deleted[label] = None
 
     def unmark_deleted(self, label: int) -> None:
         """Makes a label marked deleted searchable again, with its vector."""
-        index = self._engine()
         label = int(label)
-        if label not in self._deleted:
-            if label >= 0 and label in index:
-                raise RuntimeError("The requested to undelete element is not deleted")
-            raise RuntimeError(_NOT_FOUND)
-        index.unhide(np.asarray([label], dtype=np.uint64))
-        del self._deleted[label]
+        with self._locked():
+            index = self._engine()
+            if label not in self._deleted:
+                if label >= 0 and label in index:
+                    raise RuntimeError("The requested to undelete element is not deleted")
+                raise RuntimeError(_NOT_FOUND)
+            index.unhide(np.asarray([label], dtype=np.uint64))
+            del self._deleted[label]
 
     def resize_index(self, new_size: int) -> None:
         """Changes the capacity; it cannot drop below the labels held."""
-        self._engine()
-        if int(new_size) < self._count:
-            raise RuntimeError(
-                "Cannot resize, max element is less than the current number of elements"
-            )
-        self._max_elements = int(new_size)
+        with self._locked():
+            self._engine()
+            if int(new_size) < self._count:
+                raise RuntimeError(
+                    "Cannot resize, max element is less than the current number of elements"
+                )
+            self._max_elements = int(new_size)
 
     # -- reads ----------------------------------------------------------------------
 
@@ -318,7 +315,8 @@ class Index(_Attributes):
         if filter is None:
             return index.search(rows, k=k)
         if callable(filter):
-            return index.search_where(rows, filter, k=k)
+            with self._calling_back():
+                return index.search_where(rows, filter, k=k)
         return index.search(rows, k=k, allowed=_allowed(filter, index.ids, len(index)))
 
     def get_items(
@@ -458,15 +456,18 @@ class Index(_Attributes):
         order = [int(x) for x in meta["deleted"]]
         if set(order) != hidden:
             raise _Damaged("is inconsistent: its deleted labels disagree")
+        count = _header_int(meta, "count")
+        if count != len(index) + len(hidden):
+            raise _Damaged("is inconsistent: its count disagrees with its graph")
         return {
             "_index": index,
             "_deleted": dict.fromkeys(order),
-            "_count": int(meta["count"]),
-            "_next_label": int(meta["next_label"]),
+            "_count": count,
+            "_next_label": _header_int(meta, "next_label", high=None),
             "_m": int(meta["M"]),
             "_ef_construction": int(meta["ef_construction"]),
             "_seed": int(meta["seed"]),
-            "_max_elements": int(meta["max_elements"]),
+            "_max_elements": _header_int(meta, "max_elements", low=count),
         }
 
     def _take(self, fields: dict[str, Any]) -> None:
@@ -475,7 +476,9 @@ class Index(_Attributes):
 
     def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
         """Writes the index (marked deleted labels included) to one file, atomically."""
-        _write(path_to_index, self._meta(), self._blobs())
+        with self._locked(change=False):
+            meta, blobs = self._meta(), self._blobs()
+        _write(path_to_index, meta, blobs)
 
     def load_index(
         self,
@@ -505,11 +508,12 @@ class Index(_Attributes):
             raise _corrupted(path, _why(e)) from None
         # Nothing has changed until here: the file read whole, its parts checked.
         saved_max = fields.pop("_max_elements")
-        self._take(fields)
-        self._max_elements = wanted if wanted >= self._count else saved_max
-        self._allow_replace_deleted = bool(allow_replace_deleted)
-        self.ef = 10
-        self._next_label = self._count
+        with self._locked():
+            self._take(fields)
+            self._max_elements = wanted if wanted >= self._count else saved_max
+            self._allow_replace_deleted = bool(allow_replace_deleted)
+            self.ef = 10
+            self._next_label = self._count
 
     def _from_hnswlib(self, raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
         """The graph rebuilt from the vectors of a file hnswlib wrote, and the fields it
@@ -534,18 +538,20 @@ class Index(_Attributes):
 
     def index_file_size(self) -> int:
         """Bytes ``save_index`` would write."""
-        head = json.dumps(self._meta()).encode()
-        return len(_MAGIC) + sum(8 + len(part) for part in [head, *self._blobs()])
+        with self._locked(change=False):
+            head, blobs = json.dumps(self._meta()).encode(), self._blobs()
+        return len(_MAGIC) + sum(8 + len(part) for part in [head, *blobs])
 
     def __getstate__(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"meta": self._meta(), "inited": self._index is not None}
-        state["meta"]["space"] = self._space
-        if self._index is not None:
-            state["blobs"] = self._blobs()
+        with self._locked(change=False):
+            state: dict[str, Any] = {"meta": self._meta(), "inited": self._index is not None}
+            if self._index is not None:
+                state["blobs"] = self._blobs()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         meta = state["meta"]
+        self._guards()
         self._space = _check_space(meta["space"])
         self._dim = int(meta["dim"])
         self._index = None

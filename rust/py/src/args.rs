@@ -9,6 +9,9 @@ use pyo3::prelude::*;
 
 use crate::errors::invalid;
 
+/// The largest dimension an index takes (`memlane_core::hnsw::Hnsw::new` refuses more).
+const MAX_DIM: i128 = 65_536;
+
 /// `obj` as an int from `low` to `high`, or an `InvalidArgumentError` naming
 /// `name`. Ints of any size are compared, not converted first.
 pub(crate) fn ranged(obj: &Bound<'_, PyAny>, name: &str, low: i128, high: i128) -> PyResult<i128> {
@@ -35,6 +38,51 @@ pub(crate) fn ranged(obj: &Bound<'_, PyAny>, name: &str, low: i128, high: i128) 
             (false, _) => format!("{name} must be at most {high}, got {shown}"),
         },
     ))
+}
+
+/// `obj` (any iterable of ints) as `T`s, each from 0 to `T`'s largest, or an
+/// `InvalidArgumentError` naming `name` and the position of the first that is not.
+pub(crate) fn unsigned_ints<T: Unsigned>(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<T>> {
+    let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
+    for (i, item) in obj.try_iter()?.enumerate() {
+        let item = item?;
+        // The name with its position is written out only for an int out of range.
+        let value = match T::read(&item) {
+            Some(v) => v,
+            None => T::narrow(ranged(&item, &format!("{name}[{i}]"), 0, T::HIGH)?),
+        };
+        out.push(value);
+    }
+    Ok(out)
+}
+
+/// An unsigned int type [`unsigned_ints`] reads.
+pub(crate) trait Unsigned: Sized {
+    const HIGH: i128;
+    /// `obj` as `Self`, if it is an int in range.
+    fn read(obj: &Bound<'_, PyAny>) -> Option<Self>;
+    /// `v`, known to be from 0 to `HIGH`.
+    fn narrow(v: i128) -> Self;
+}
+
+impl Unsigned for u32 {
+    const HIGH: i128 = u32::MAX as i128;
+    fn read(obj: &Bound<'_, PyAny>) -> Option<Self> {
+        obj.extract().ok()
+    }
+    fn narrow(v: i128) -> Self {
+        v as u32
+    }
+}
+
+impl Unsigned for u64 {
+    const HIGH: i128 = u64::MAX as i128;
+    fn read(obj: &Bound<'_, PyAny>) -> Option<Self> {
+        obj.extract().ok()
+    }
+    fn narrow(v: i128) -> Self {
+        v as u64
+    }
 }
 
 /// `obj` as a `usize` of at least `low` (see [`ranged`]).
@@ -74,6 +122,8 @@ fn optional<T>(
 int_args! {
     // Sizes the core checks further (dim and m: their ranges; the others at least 1).
     dim: usize = |o| size(o, "dim", 0);
+    // The dimension of stored vectors: none is above the largest an index takes.
+    blob_dim: usize = |o| ranged(o, "dim", 0, MAX_DIM).map(|v| v as usize);
     opt_dim: Option<usize> = |o| optional(o, |o| size(o, "dim", 0));
     m: usize = |o| size(o, "m", 0);
     ef_construction: usize = |o| size(o, "ef_construction", 0);
@@ -90,4 +140,6 @@ int_args! {
     seq: u64 = |o| unsigned(o, "seq");
     end: u64 = |o| unsigned(o, "end");
     at: u64 = |o| unsigned(o, "at");
+    groups: Vec<u32> = |o| unsigned_ints(o, "groups");
+    rowids: Vec<u64> = |o| unsigned_ints(o, "rowids");
 }

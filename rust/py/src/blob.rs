@@ -32,13 +32,19 @@ impl Stored {
     /// From a sequence of `(id, blob)` rows.
     pub fn rows(py: Python<'_>, rows: &Bound<'_, PyAny>, dim: usize) -> PyResult<Self> {
         let mut out = Stored::default();
-        for row in rows.try_iter()? {
+        for (i, row) in rows.try_iter()?.enumerate() {
             let row = row?;
             let row = row.cast::<PyTuple>()?;
             if row.len() != 2 {
                 return Err(to_py(py, Error::invalid("a row is (id, blob)")));
             }
-            out.ids.push(row.get_item(0)?.extract()?);
+            let id = row.get_item(0)?;
+            // The id's name is written out only for the message of one out of range.
+            let id = match id.extract::<u64>() {
+                Ok(id) => id,
+                Err(_) => args::unsigned(&id, &format!("the id of rows[{i}]"))?,
+            };
+            out.ids.push(id);
             out.push(py, &row.get_item(1)?, dim)?;
         }
         Ok(out)
@@ -84,12 +90,12 @@ impl Stored {
 
 /// Decodes the stored vectors `stored` (a sequence of bytes) of `dim`
 /// components into an `(n, dim)` float32 matrix; a damaged one raises
-/// `CorruptFileError`.
+/// `CorruptFileError`, a `dim` above any index's an `InvalidArgumentError`.
 #[pyfunction]
 pub fn unblobs<'py>(
     py: Python<'py>,
     stored: &Bound<'py, PyAny>,
-    #[pyo3(from_py_with = args::dim)] dim: usize,
+    #[pyo3(from_py_with = args::blob_dim)] dim: usize,
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
     let stored = Stored::blobs(py, stored, dim)?;
     let data = detach(py, || stored.decode(dim))?;

@@ -421,7 +421,7 @@ impl PyEngine {
         &self,
         py: Python<'py>,
         vectors: &Bound<'py, PyAny>,
-        groups: Vec<u32>,
+        #[pyo3(from_py_with = args::groups)] groups: Vec<u32>,
         filters: Vec<Bound<'py, PyAny>>,
         min_similarity: f32,
     ) -> PyResult<Nearest<'py>> {
@@ -454,6 +454,11 @@ impl PyEngine {
 
     /// Records an access of `ids` at `now` (last_accessed_at, access_count).
     fn touch(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
+        // As `search` refuses it: a NaN or infinite access time would sort and age
+        // the records it touched wrongly from then on.
+        if !now.is_finite() {
+            return Err(invalid(py, "now must be a finite time"));
+        }
         let ids = convert::ids(py, ids, "ids")?;
         detach(py, || {
             self.inner.read().touch(&ids, now);

@@ -65,7 +65,7 @@ pub fn log_entries<'py>(
     py: Python<'py>,
     #[pyo3(from_py_with = args::at)] at: u64,
     #[pyo3(from_py_with = chain_arg)] chain: Option<u64>,
-    rowids: Vec<u64>,
+    #[pyo3(from_py_with = args::rowids)] rowids: Vec<u64>,
     blobs: Vec<Bound<'py, PyBytes>>,
     seal: bool,
 ) -> PyResult<Staged<'py>> {
@@ -113,7 +113,7 @@ pub fn log_blobs<'py>(
     py: Python<'py>,
     path: PathBuf,
     #[pyo3(from_py_with = args::end)] end: u64,
-    rowids: Vec<u64>,
+    #[pyo3(from_py_with = args::rowids)] rowids: Vec<u64>,
     markers: Vec<Bound<'py, PyBytes>>,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     if rowids.len() != markers.len() {
