@@ -334,6 +334,17 @@ HEADING = st.tuples(st.integers(1, 4), st.sampled_from(["Alpha", "Beta", "Gamma 
 BLOCK = st.one_of(HEADING, st.sampled_from(["para one.", "para two, longer text here.", "x y z"]))
 
 
+def test_a_heading_without_text_is_a_chunk_of_its_line() -> None:
+    text = "# Deploy guide\n## Blue green rollout\n\nIntro.\n\n## Rollback\n# Last\n"
+    chunks = MarkdownSplitter().split(text)
+    assert [(c.prefix, c.text, c.metadata["headings"]) for c in chunks] == [
+        ("Deploy guide > Blue green rollout\n\n", "Intro.", ["Deploy guide", "Blue green rollout"]),
+        ("Deploy guide\n\n", "## Rollback", ["Deploy guide", "Rollback"]),
+        ("", "# Last", ["Last"]),
+    ]
+    check_common(text, chunks, None)
+
+
 @settings(max_examples=200, deadline=None)
 @given(blocks=st.lists(BLOCK, max_size=25), size=st.integers(5, 40))
 def test_markdown_prefix_is_the_heading_path(blocks: list[object], size: int) -> None:
@@ -343,17 +354,26 @@ def test_markdown_prefix_is_the_heading_path(blocks: list[object], size: int) ->
     text = "\n\n".join(lines)
     chunks = MarkdownSplitter(size, size // 3).split(text)
     check_common(text, chunks, None)
-    # Reference: the heading path in force at each chunk's start, from the lines.
+    # Reference: the heading path in force at each chunk's start, from the lines; for
+    # a chunk that is a heading's own line, the path of the headings above it.
     for c in chunks:
+        own = re.fullmatch(r"(#{1,6}) .*", c.text)
         path: list[tuple[int, str]] = []
-        for m in re.finditer(r"^(#{1,6}) (.*)$", text[: c.start], re.MULTILINE):
+        for m in re.finditer(r"^(#{1,6}) (.*)$", text[: c.end if own else c.start], re.MULTILINE):
             level = len(m.group(1))
             while path and path[-1][0] >= level:
                 path.pop()
             path.append((level, m.group(2)))
-        expected = " > ".join(t for _, t in path)
+        expected = " > ".join(t for _, t in (path[:-1] if own else path))
         assert c.prefix == (expected + "\n\n" if expected else "")
-        assert not re.search(r"^#{1,6} ", c.text, re.MULTILINE)
+        if own:
+            # Only when neither text nor a deeper heading follows it (its section would
+            # otherwise leave nothing searchable).
+            rest = text[c.end :].lstrip()
+            after = re.match(r"#+ ", rest)
+            assert not rest or (after is not None and len(after.group()) - 1 <= len(own[1]))
+        else:
+            assert not re.search(r"^#{1,6} ", c.text, re.MULTILINE)
     # Every character outside heading lines is in some chunk.
     body = re.sub(r"^#{1,6} .*$", lambda m: " " * len(m.group(0)), text, flags=re.MULTILINE)
     check_covered(body, chunks)

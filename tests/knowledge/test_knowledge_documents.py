@@ -13,7 +13,7 @@ from conftest import REPO, StoreFactory, WordHashEmbedder
 from memlane import AsyncMemory, Memory, OnnxEmbedder
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge import DOCUMENT_THRESHOLD, FRAGMENT_THRESHOLD
-from memlane.knowledge.pipeline import document_vector
+from memlane.knowledge.documents import document_vector
 
 OCEAN = "Tides rise and fall twice a day as the moon pulls the sea. " * 30
 FOREST = "Oak trees shed their leaves in autumn and grow them back in spring. " * 30

@@ -418,7 +418,8 @@ class MarkdownSplitter:
 
     A section is the text between a heading's line and the next heading of
     level ``max_level`` or above; deeper headings stay inside their section.
-    Heading lines are not part of any chunk's text: each chunk's ``prefix``
+    A heading line is part of no chunk's text (but the one chunk of a heading with no
+    text under it, and no deeper heading to carry it): each chunk's ``prefix``
     is its heading path joined by ``separator`` and followed by a blank line,
     and ``metadata["headings"]`` lists it. Overlap never crosses a heading.
     """
@@ -452,27 +453,40 @@ class MarkdownSplitter:
     def split(self, text: str) -> list[Chunk]:
         if not isinstance(text, str):
             raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
-        sections: list[tuple[list[str], int, int]] = []
+        # (heading path, the heading line's span, the body's span) of each section.
+        sections: list[tuple[list[str], tuple[int, int], int, int]] = []
         path: list[tuple[int, str]] = []
-        body_start = 0
+        line, body_start = (0, 0), 0
         for level, title, start, end in markdown_headings(text):
             if level > self.max_level:
                 continue
-            sections.append(([t for _, t in path], body_start, start))
+            sections.append(([t for _, t in path], line, body_start, start))
             while path and path[-1][0] >= level:
                 path.pop()
             path.append((level, title))
-            body_start = end
-        sections.append(([t for _, t in path], body_start, len(text)))
+            line, body_start = (start, end), end
+        sections.append(([t for _, t in path], line, body_start, len(text)))
 
         chunks: list[Chunk] = []
-        for headings, start, end in sections:
-            prefix = self.separator.join(h for h in headings if h)
-            prefix = prefix + "\n\n" if prefix else ""
+        for i, (headings, (hs, he), start, end) in enumerate(sections):
+            prefix = self._prefix(headings)
             meta = {"headings": headings} if headings else {}
-            for s, e in self._section(prefix).spans(text, start, end):
+            spans = self._section(prefix).spans(text, start, end)
+            for s, e in spans:
                 chunks.append(Chunk(text[s:e], s, e, meta, prefix))
+            after = sections[i + 1][0] if i + 1 < len(sections) else []
+            carried = len(after) > len(headings) and after[: len(headings)] == headings
+            if headings and not spans and not carried:
+                # A heading with no body, and no deeper one to carry it in its prefix: its
+                # line is the text (an outline's headings would otherwise be lost), whole,
+                # as every other chunk's prefix holds it whole.
+                s, e = _trimmed(text, hs, he)
+                chunks.append(Chunk(text[s:e], s, e, meta, self._prefix(headings[:-1])))
         return chunks
+
+    def _prefix(self, headings: list[str]) -> str:
+        prefix = self.separator.join(h for h in headings if h)
+        return prefix + "\n\n" if prefix else ""
 
     def _section(self, prefix: str) -> RecursiveCharacterSplitter:
         """The splitter of a section: the prefix is embedded with each chunk, so with a

@@ -12,10 +12,15 @@ scope is exactly what ingest writes: a record another scope wrote is never knowl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
+from memlane.knowledge.ids import document_id
 from memlane.records import SCOPE_FIELDS
 
 if TYPE_CHECKING:
@@ -26,6 +31,8 @@ __all__ = [
     "DOCUMENTS",
     "FRAGMENTS",
     "check_document_id",
+    "choose_id",
+    "document_vector",
     "knowledge_documents",
     "knowledge_only",
     "list_all",
@@ -37,6 +44,8 @@ DOCUMENTS = "documents"
 FRAGMENTS = "fragments"
 # Records per page when reading a whole table.
 _LIST_PAGE = 1000
+
+FloatArray = npt.NDArray[np.float32]
 
 
 def knowledge_only(mem: MemoryStore, filters: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -130,3 +139,49 @@ def check_document_id(mem: MemoryStore, doc_id: str) -> None:
     flt = knowledge_only(mem, {"document_id": doc_id})
     if not mem.count(DOCUMENTS, filters=flt) and not mem.count(FRAGMENTS, filters=flt):
         raise UnknownIdError(f"no knowledge document with id {doc_id!r}")
+
+
+def choose_id(
+    rel: str,
+    agent_id: str | None,
+    shared: bool,
+    root: str | None,
+    existing: Mapping[str, MemoryRecord],
+) -> str:
+    """The id of the owner's document at ``rel`` under ``root`` (the real path of the
+    knowledge root; None for a text), given the owner's ``existing`` documents by id.
+
+    The plain id (``ids.document_id``) unless the document holding it is of another root
+    that still has that file (or is a text, or a file's when this is a text): then the
+    id keyed with the root too, so ``projA/README.md`` and ``projB/README.md`` are two
+    documents. A document whose file is gone (its folder moved or deleted) is taken
+    over, as before roots were told apart.
+    """
+    plain = document_id(rel, agent_id=agent_id, shared=shared)
+    holder = existing.get(plain)
+    if holder is None:
+        return plain
+    # Metadata without "root" is no record of this code's: taken as this root's.
+    held_by = holder.metadata.get("root", root)
+    if held_by == root:
+        return plain
+    rooted = document_id(rel, agent_id=agent_id, shared=shared, root=root or "")
+    if rooted in existing or root is None or not isinstance(held_by, str):
+        return rooted
+    return rooted if os.path.exists(os.path.join(held_by, rel)) else plain
+
+
+def document_vector(fragments: FloatArray) -> FloatArray:
+    """A document's vector: the mean of its fragments' unit vectors, made unit again.
+
+    The model reads 256 tokens, so embedding a whole document would stand for its
+    beginning only. The normalised mean is the direction with the highest summed
+    cosine to all the fragments (each weighs alike, whatever its length), and it
+    costs no model call: the fragments' vectors are at hand.
+    """
+    norms = np.linalg.norm(fragments, axis=1, keepdims=True)
+    unit = fragments / np.where(norms > 0, norms, 1.0)
+    centroid = unit.mean(axis=0)
+    norm = float(np.linalg.norm(centroid))
+    out: FloatArray = (centroid / norm if norm > 0 else unit[0]).astype(np.float32)
+    return out

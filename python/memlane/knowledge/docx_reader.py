@@ -291,7 +291,16 @@ def load_docx(data: bytes, path: Path) -> LoadedDocument:
 
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            reader = _DocxReader(archive, current_limits())
+            limits = current_limits()
+            # Checked here too, not only by the ingest's unpacked_size before: zipfile opens
+            # an archive with bytes before it (as a self-extracting one), which that check,
+            # looking for a zip's signature at the start, takes for no zip.
+            size = sum(info.file_size for info in archive.infolist())
+            if size > (limit := limits.max_unpacked_bytes):
+                raise DocumentLimitError(
+                    f"unpacks to {size} bytes, above max_unpacked_bytes={limit}"
+                )
+            reader = _DocxReader(archive, limits)
             package = reader.relationships("")
             main = _related(package, "/officeDocument")
             if main is None or not reader.has(main):

@@ -5,6 +5,10 @@ A document's id is a version 5 UUID over a fixed namespace of
 belongs to every agent), the shared flag and the document's path relative to
 its knowledge root, normalised (POSIX separators, no ``.`` parts, Unicode NFC).
 The same file under the same root always gets the same id, on any machine.
+Two roots holding the same path (two projects' ``README.md``) would share that id: the
+first document made keeps it, and the other root's gets an id keyed with its root as
+well (``document_id(..., root=...)``, chosen by ``documents.choose_id``), so neither
+replaces the other.
 A fragment's id is ``f"{document_id}-chunk-{position}"``.
 
 The key is ambiguous where an agent id or a path holds ``|``, so two owners may get
@@ -15,6 +19,7 @@ finds an id taken by another owner's record stores nothing.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import unicodedata
 import uuid
@@ -44,14 +49,21 @@ def normalise_path(path: str | PurePath) -> str:
     return norm[1:] if norm.startswith("//") else norm
 
 
-def document_id(path: str | PurePath, *, agent_id: str | None, shared: bool) -> str:
+def document_id(
+    path: str | PurePath, *, agent_id: str | None, shared: bool, root: str | None = None
+) -> str:
     """The id of the document at ``path`` (relative to its knowledge root).
 
     Shared documents ignore ``agent_id``: every agent that ingests the same
-    shared file gets the same document.
+    shared file gets the same document. With ``root`` (the real path of the knowledge
+    root, ``""`` for a text) the id is keyed with it too: the id a document gets when
+    the plain one is held by the document of the same path under another root
+    (``documents.choose_id``).
     """
     agent = "" if shared or agent_id is None else agent_id
     key = f"{agent}|{bool(shared)}|{normalise_path(path)}"
+    if root is not None:
+        key = json.dumps(["root", key, root])
     return str(uuid.uuid5(NAMESPACE, key))
 
 

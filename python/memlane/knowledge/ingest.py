@@ -11,12 +11,17 @@ from typing import TYPE_CHECKING
 
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
-from memlane.knowledge.documents import knowledge_documents, remove_documents
+from memlane.knowledge.documents import (
+    DOCUMENTS,
+    knowledge_documents,
+    knowledge_only,
+    remove_documents,
+)
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.pipeline import IngestOptions, Owner, Pipeline
 from memlane.knowledge.progress import ProgressBar
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, relative_path, walk
+from memlane.knowledge.walk import Source, checked_path, relative_path, resolve, walk
 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
@@ -64,13 +69,13 @@ def ingest_path(
     root: str | Path | None = None,
 ) -> IngestReport:
     started = time.perf_counter()
-    target = Path(path)
+    target = checked_path(path, "path")
     if not target.exists():
         raise NotFoundError(f"no such file or folder: {target}")
     if root is not None:
-        base = Path(root)
+        base = checked_path(root, "root")
     elif target.is_dir():
-        base = target
+        base, target = _known_folder(mem, target, scope) or (target, target)
     else:
         base, target = _known_file(mem, target, scope) or (target.parent, target)
     if not base.is_dir():
@@ -107,6 +112,20 @@ def _known_file(mem: MemoryStore, file: Path, scope: Owner) -> tuple[Path, Path]
         root, source = record.metadata.get("root"), str(record.metadata.get("source"))
         if isinstance(root, str) and (found := Path(root) / source).resolve() == real:
             return Path(root), found
+    return None
+
+
+def _known_folder(mem: MemoryStore, folder: Path, scope: Owner) -> tuple[Path, Path] | None:
+    """The root and path of ``folder`` when it lies inside a knowledge root of the
+    scope's (the nearest) ingested before: its files then keep the paths, and so the
+    ids, they have under that root (``sub/s.txt``), rather than being ingested a second
+    time as ``s.txt``, a copy that a pruning ingest of the root would never find.
+    A folder that is a root itself stays its own."""
+    real = resolve(folder)
+    for root in (real, *real.parents):
+        flt = knowledge_only(mem, {**scope.filter(), "root": str(root)})
+        if mem.count(DOCUMENTS, filters=flt):
+            return None if root == real else (root, root / real.relative_to(root))
     return None
 
 

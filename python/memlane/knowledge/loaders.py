@@ -37,7 +37,6 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,11 +202,29 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
         pages: list[int] = []
         offset = 0
         limit = current_limits().max_unpacked_bytes
+        # A page tree may name one page object 90,000 times: its text is extracted once.
+        texts: dict[tuple[int, int], str] = {}
+        unpacked = 0
         for page in reader.pages:
             if parts:
                 offset += 2  # the "\n\n" between pages
             pages.append(offset)
-            page_text = (page.extract_text() or "").strip()
+            ref = page.indirect_reference
+            page_key = (ref.idnum, ref.generation) if ref is not None else None
+            if page_key is None or (page_text := texts.get(page_key)) is None:
+                # What extracting a page costs is its content stream: a million
+                # operators that show no text take seconds; decoded content counts
+                # against max_unpacked_bytes, as a zip's members do, before it is parsed.
+                contents = page.get_contents()
+                unpacked += 0 if contents is None else len(contents.get_data())
+                if unpacked > limit:
+                    raise DocumentLimitError(
+                        f"page content streams unpack to more than {limit} bytes (stopped "
+                        f"at page {len(pages)}), above max_unpacked_bytes={limit}"
+                    )
+                page_text = (page.extract_text() or "").strip()
+                if page_key is not None:
+                    texts[page_key] = page_text
             parts.append(page_text)
             offset += len(page_text)
             # Pages may share one content stream: a small file can hold far more text.
@@ -240,16 +257,52 @@ def _quiet_logger(name: str) -> None:
         logger.addHandler(logging.NullHandler())
 
 
-def _flatten(value: Any, path: str) -> Iterator[str]:
-    if isinstance(value, str):
-        if value.strip():
-            yield f"{path or '$'}: {value}"
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _flatten(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _flatten(item, f"{path}[{i}]")
+class _TextBudget:
+    """Counts the characters a loader produces against ``max_unpacked_bytes``, before
+    it builds them: a JSON key path or a CSV header is written again before every value,
+    so a 1 MB file can spell out a gigabyte of text, which must stop at the limit rather
+    than be built first and measured after."""
+
+    def __init__(self) -> None:
+        self.limit = current_limits().max_unpacked_bytes
+        self.chars = 0
+
+    def take(self, count: int) -> None:
+        self.chars += count
+        if self.chars > self.limit:
+            raise DocumentLimitError(
+                f"more than {self.limit} characters of text, above max_unpacked_bytes={self.limit}"
+            )
+
+
+def _flatten(value: Any, prefix: str, budget: _TextBudget) -> list[str]:
+    """Every non-blank string in ``value`` as ``key.path[0].name: value``, a line each.
+
+    The path is kept as a list of parts and joined only for a line written (counted
+    first): an item holding no text costs no copy of a long key path.
+    """
+    lines: list[str] = []
+    parts: list[str] = [prefix]
+
+    def visit(item: Any, size: int) -> None:
+        if isinstance(item, str):
+            if item.strip():
+                budget.take((size or 1) + 3 + len(item))  # "path: value\n"
+                lines.append(f"{''.join(parts) or '$'}: {item}")
+            return
+        if isinstance(item, dict):
+            named = ((("." if size else "") + str(k), v) for k, v in item.items())
+        elif isinstance(item, list):
+            named = ((f"[{i}]", v) for i, v in enumerate(item))
+        else:
+            return
+        for part, inner in named:
+            parts.append(part)
+            visit(inner, size + len(part))
+            parts.pop()
+
+    visit(value, len(prefix))
+    return lines
 
 
 def load_json(data: bytes, path: Path) -> LoadedDocument:
@@ -257,11 +310,12 @@ def load_json(data: bytes, path: Path) -> LoadedDocument:
         value = json.loads(decode_text(data))
     except json.JSONDecodeError as e:
         raise DocumentLoadError(f"invalid JSON: {e}") from None
-    return LoadedDocument("\n".join(_flatten(value, "")), "json")
+    return LoadedDocument("\n".join(_flatten(value, "", _TextBudget())), "json")
 
 
 def load_jsonl(data: bytes, path: Path) -> LoadedDocument:
     lines: list[str] = []
+    budget = _TextBudget()
     for n, line in enumerate(decode_text(data).splitlines()):
         if not line.strip():
             continue
@@ -269,7 +323,7 @@ def load_jsonl(data: bytes, path: Path) -> LoadedDocument:
             value = json.loads(line)
         except json.JSONDecodeError as e:
             raise DocumentLoadError(f"line {n + 1}: invalid JSON: {e}") from None
-        lines.extend(_flatten(value, f"[{n}]"))
+        lines.extend(_flatten(value, f"[{n}]", budget))
     return LoadedDocument("\n".join(lines), "jsonl")
 
 
@@ -291,12 +345,15 @@ def load_csv(data: bytes, path: Path) -> LoadedDocument:
     if not rows:
         return LoadedDocument("", "csv")
     header = [h.strip() or f"column {i + 1}" for i, h in enumerate(rows[0])]
+    budget = _TextBudget()
     lines = []
     for row in rows[1:]:
         cells = []
         for i, value in enumerate(row):
             name = header[i] if i < len(header) else f"column {i + 1}"
             if value.strip():
+                # Counted before the cell is built: the header is repeated in every row.
+                budget.take(len(name) + 4 + len(value))  # "name: value; " at most
                 cells.append(f"{name}: {' '.join(value.split())}")
         lines.append("; ".join(cells))
     return LoadedDocument("\n".join(lines), "csv", {"columns": header, "rows": len(rows) - 1})

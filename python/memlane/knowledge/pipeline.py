@@ -59,17 +59,19 @@ from memlane.knowledge.document_limits import DocumentLimitError, IngestLimits, 
 from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
+    choose_id,
+    document_vector,
     knowledge_documents,
     knowledge_only,
     list_all,
     of_documents,
     remove_documents,
 )
-from memlane.knowledge.ids import document_id, fragment_id
+from memlane.knowledge.ids import fragment_id
 from memlane.knowledge.loaded_document import LoadedDocument, json_safe, unpacked_size
 from memlane.knowledge.progress import ProgressBar, ProgressOption
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source
+from memlane.knowledge.walk import LeftOut, Source
 from memlane.scoping import scope_of
 
 if TYPE_CHECKING:
@@ -83,7 +85,6 @@ __all__ = [
     "Owner",
     "Pipeline",
     "checked_metadata",
-    "document_vector",
     "embedding_cost",
 ]
 
@@ -194,7 +195,7 @@ class _Done:
 
     source: Source
     id: str
-    outcome: str  # "unchanged" | "failed" | "limited" | "empty"
+    outcome: str  # "unchanged" | "failed" | "limited" | "skipped" | "empty"
     reason: str = ""
     old: MemoryRecord | None = None
 
@@ -280,7 +281,10 @@ class Pipeline:
 
     def prepare(self, source: Source) -> _Job | _Done:
         try:
-            doc_id = document_id(source.rel, agent_id=self.scope.agent_id, shared=self.scope.shared)
+            scope = self.scope
+            doc_id = choose_id(
+                source.rel, scope.agent_id, scope.shared, self.root_key, self.existing
+            )
         except UnicodeEncodeError:  # a name of bytes that are not UTF-8 (a lone surrogate)
             raw = source.rel.encode("utf-8", "surrogateescape")
             return _Done(source, "", "failed", f"the file name is not valid UTF-8: {raw!r}")
@@ -290,13 +294,23 @@ class Pipeline:
             return _Done(source, doc_id, "failed", reason)
         old = self.existing.get(doc_id)
         try:
-            data = source.read()
+            data = source.read(self.limits.max_unpacked_bytes)
+        except LeftOut as e:
+            return _Done(source, doc_id, "skipped", str(e))
+        except DocumentLimitError as e:
+            return _Done(source, doc_id, "limited", str(e))
         except OSError as e:
             return _Done(source, doc_id, "failed", f"cannot read: {e.strerror or e}")
+        except MemoryError:  # this file fails, not the whole ingest
+            return _Done(source, doc_id, "failed", "cannot read: out of memory")
         digest = hashlib.sha256(data).hexdigest()
         key = f"{FORMAT_VERSION}|{digest}|{self.chunker_key}|{self.metadata_json}"
         fingerprint = hashlib.sha256(key.encode()).hexdigest()
-        if old is not None and old.metadata.get("fingerprint") == fingerprint:
+        if (
+            old is not None
+            and old.metadata.get("fingerprint") == fingerprint
+            and old.metadata.get("root", self.root_key) == self.root_key  # not taken over
+        ):
             return _Done(source, doc_id, "unchanged")
         if not data.strip():
             return _Done(source, doc_id, "empty", "empty file", old)
@@ -401,6 +415,8 @@ class Pipeline:
             self.report.failed[rel] = done.reason
         elif done.outcome == "limited":
             self.report.failed[rel] = self.report.limited[rel] = done.reason
+        elif done.outcome == "skipped":  # as the walk skips it; its document stays
+            self.report.skipped[rel] = done.reason
         else:
             self.report.skipped[rel] = done.reason
             if done.old is not None:  # the file was emptied: its old fragments must go
@@ -576,19 +592,3 @@ class Pipeline:
         # find a record find its fragments.
         items.append(record)
         return items
-
-
-def document_vector(fragments: FloatArray) -> FloatArray:
-    """A document's vector: the mean of its fragments' unit vectors, made unit again.
-
-    The model reads 256 tokens, so embedding a whole document would stand for its
-    beginning only. The normalised mean is the direction with the highest summed
-    cosine to all the fragments (each weighs alike, whatever its length), and it
-    costs no model call: the fragments' vectors are at hand.
-    """
-    norms = np.linalg.norm(fragments, axis=1, keepdims=True)
-    unit = fragments / np.where(norms > 0, norms, 1.0)
-    centroid = unit.mean(axis=0)
-    norm = float(np.linalg.norm(centroid))
-    out: FloatArray = (centroid / norm if norm > 0 else unit[0]).astype(np.float32)
-    return out

@@ -15,39 +15,111 @@ import errno
 import itertools
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from memlane.errors import InvalidArgumentError, shown
+from memlane.knowledge.document_limits import DocumentLimitError
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.loaders import Loader, loader_for
 
-__all__ = ["Source", "inside", "relative_path", "walk"]
+if sys.platform == "darwin":
+    import fcntl
+
+__all__ = ["LeftOut", "Source", "checked_path", "inside", "relative_path", "resolve", "walk"]
+
+
+class LeftOut(Exception):
+    """A file the walk found that is no longer one to read (a link to outside the root
+    swapped in since): the ingest skips it, with the reason."""
 
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """One document to ingest: a file (``path``) or a text given as bytes (``data``)."""
+    """One document to ingest: a file (``path``) or a text given as bytes (``data``).
+
+    ``root`` is the real knowledge root the file must lie in when it is read (None: it
+    may lie anywhere, ``follow_outside``); ``link`` says the walk found ``path`` itself
+    a symbolic link (any other must not have become one).
+    """
 
     rel: str
     loader: Loader
     path: Path | None = None
     data: bytes | None = None
+    root: Path | None = None
+    link: bool = False
 
-    def read(self) -> bytes:
-        """The bytes of the text or the file; OSError if the file cannot be read, or is
-        no longer a regular file (replaced since the walk): it is not read then."""
+    def read(self, limit: int) -> bytes:
+        """The bytes of the text or the file; ``DocumentLimitError`` past ``limit`` bytes
+        (judged by the file's size before it is read: a 3 GB file is not read to be
+        refused), ``LeftOut`` if it now lies outside the root, ``OSError`` if the file
+        cannot be read, or is no longer a regular file (replaced since the walk)."""
         if self.data is not None:
             return self.data
         assert self.path is not None
         if not stat.S_ISREG(mode := self.path.stat().st_mode):
             raise OSError(errno.EINVAL, _not_regular(mode))
         # Replaced between the two looks, a FIFO opened without O_NONBLOCK would wait for
-        # a writer; a regular file reads the same with it.
-        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        # a writer; a regular file reads the same with it. A path that was no link at the
+        # walk must not become one (to a file outside the root) before this open.
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        if self.root is not None and not self.link:
+            flags |= getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(self.path, flags)
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+                raise LeftOut("replaced by a symbolic link since the folder was walked") from None
+            raise
         with open(fd, "rb") as f:
-            if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, _not_regular(mode))
-            return f.read()
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, _not_regular(info.st_mode))
+            if self.root is not None and not _opened_inside(fd, self.path, info, self.root):
+                raise LeftOut("outside the knowledge root once opened (a folder or link swapped)")
+            if info.st_size > limit:
+                raise DocumentLimitError(f"{info.st_size} bytes, above max_unpacked_bytes={limit}")
+            data = f.read(info.st_size + 1)  # a byte more tells of a file grown since
+            if len(data) > info.st_size:
+                data += f.read(limit + 1 - len(data))
+            if len(data) > limit:
+                raise DocumentLimitError(f"more than {limit} bytes, above max_unpacked_bytes")
+            return data
+
+
+def _opened_inside(fd: int, path: Path, info: os.stat_result, root: Path) -> bool:
+    """Whether the file open as ``fd`` lies inside the real ``root``: its real path as the
+    system names it (``/proc/self/fd``, macOS's ``F_GETPATH``), else the file at the real
+    path of ``path`` checked to be this very one (device and inode)."""
+    real: str | None = None
+    proc = f"/proc/self/fd/{fd}"
+    try:
+        if os.path.islink(proc):
+            real = os.readlink(proc)
+        elif sys.platform == "darwin":
+            got = fcntl.fcntl(fd, fcntl.F_GETPATH, b"\0" * 1024)
+            real = os.fsdecode(got.rstrip(b"\0"))
+    except OSError:
+        real = None
+    if real is not None:
+        return inside(Path(real), root)
+    try:
+        resolved = resolve(path)
+        seen = resolved.stat()
+    except OSError:
+        return False
+    return inside(resolved, root) and (seen.st_dev, seen.st_ino) == (info.st_dev, info.st_ino)
+
+
+def resolve(path: Path) -> Path:
+    """``path.resolve()``, with a link loop an ``OSError`` (ELOOP): Python before 3.13
+    raises ``RuntimeError`` for it, which would end a whole ingest."""
+    try:
+        return path.resolve()
+    except RuntimeError:
+        raise OSError(errno.ELOOP, "symbolic link loop", str(path)) from None
 
 
 _KINDS = (
@@ -63,6 +135,18 @@ def _not_regular(mode: int) -> str:
     """Why a path of ``mode`` (not a regular file) is left out: what it is."""
     kind = next((name for test, name in _KINDS if test(mode)), "")
     return f"not a regular file: {kind}" if kind else "not a regular file"
+
+
+def checked_path(value: object, name: str) -> Path:
+    """``value``, a path given as a str or ``os.PathLike`` of one, as a ``Path``;
+    ``InvalidArgumentError`` naming ``name`` otherwise, or when it holds a NUL (which no
+    path may: every look at the disk would raise ``ValueError``)."""
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"{name} must be a str or a path, got {shown(value)}")
+    if "\x00" in text:
+        raise InvalidArgumentError(f"{name} must not hold a NUL character: {text!r}")
+    return Path(text)
 
 
 def inside(path: Path, root: Path) -> bool:
@@ -95,10 +179,12 @@ def walk(
     hidden file named explicitly is ingested) but must lie inside ``root`` unless
     ``follow_outside``.
     """
-    real_root = root.resolve()
-    # (is a link, order found, rel, path, loader) per file, by real path: a file
-    # reached twice is ingested once, under its own path rather than a link's.
-    found: dict[Path, list[tuple[bool, int, str, Path, Loader]]] = {}
+    real_root = resolve(root)
+    # Where a file found must still lie when it is read (Source.read).
+    root_of_reads = None if follow_outside else real_root
+    # (is a link, order found, rel, path, loader, path itself a link) per file, by real
+    # path: a file reached twice is ingested once, under its own path rather than a link's.
+    found: dict[Path, list[tuple[bool, int, str, Path, Loader, bool]]] = {}
     counter = itertools.count()
 
     def add_file(path: Path, rel: str, link: bool) -> None:
@@ -107,8 +193,8 @@ def walk(
             suffix = path.suffix.lower()
             skipped[rel] = f"unsupported type {suffix!r}" if suffix else "unsupported type"
             return
-        paths = found.setdefault(path.resolve(), [])
-        paths.append((link, next(counter), rel, path, loader))
+        paths = found.setdefault(resolve(path), [])
+        paths.append((link, next(counter), rel, path, loader, path.is_symlink()))
 
     def visit(folder: Path, prefix: str, ancestors: frozenset[Path], linked: bool) -> None:
         try:
@@ -125,7 +211,7 @@ def walk(
             try:
                 link = entry.is_symlink() or linked
                 if entry.is_symlink():
-                    real = path.resolve()
+                    real = resolve(path)
                     if not real.exists():
                         skipped[rel] = "broken symbolic link"
                         continue
@@ -133,7 +219,7 @@ def walk(
                         skipped[rel] = "symbolic link to outside the knowledge root"
                         continue
                 if entry.is_dir():
-                    real = path.resolve()
+                    real = resolve(path)
                     if real in ancestors:
                         skipped[rel + "/"] = "symbolic link loop"
                         continue
@@ -145,8 +231,12 @@ def walk(
             except OSError as e:
                 skipped[rel] = _describe(e)
 
-    real_target = target.resolve()
     rel_target = relative_path(target, root)
+    try:
+        real_target = resolve(target)
+    except OSError as e:
+        skipped[rel_target] = _describe(e)
+        return []
     if not follow_outside and not inside(real_target, real_root):
         skipped[rel_target] = "outside the knowledge root"
         return []
@@ -164,9 +254,10 @@ def walk(
         skipped[rel_target] = _not_regular(mode)
     sources: list[tuple[int, Source]] = []
     for paths in found.values():
-        _, order, rel, path, loader = min(paths)
-        sources.append((order, Source(rel, loader, path=path)))
-        for _, _, other, _, _ in paths:
+        _, order, rel, path, loader, is_link = min(paths)
+        source = Source(rel, loader, path=path, root=root_of_reads, link=is_link)
+        sources.append((order, source))
+        for _, _, other, *_ in paths:
             if other != rel:
                 skipped[other] = f"same file as {rel}"
                 if same is not None:

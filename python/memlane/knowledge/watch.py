@@ -12,11 +12,15 @@ documents at or below it with their fragments. Which path stands for a file reac
 by two (a link to it) is decided as an ingest decides it, from a walk of the whole
 folder: a second path is skipped, and its document, if it had one, removed. Paths the
 ingest would skip (hidden names, unsupported types) are ignored, so editors' swap and
-backup files never reach the store.
+backup files never reach the store. A folder deleted and made again (or another one
+renamed in its place) is followed again once it is back, and synced whole; the watch
+looks every ``_CHECK`` seconds, since the observer says nothing of it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import stat
 import threading
 import time
 import warnings
@@ -35,7 +39,7 @@ from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import loader_for
 from memlane.knowledge.pipeline import IngestOptions, Owner
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, relative_path, walk
+from memlane.knowledge.walk import Source, checked_path, relative_path, walk
 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
@@ -46,6 +50,8 @@ __all__ = ["DEBOUNCE", "KnowledgeWatch", "watch"]
 DEBOUNCE = 0.5
 # The longest a stop() waits for the worker to notice it.
 _TICK = 0.1
+# Seconds between two looks at whether the folder followed is still there.
+_CHECK = 1.0
 
 ReportCallback = Callable[[IngestReport], object]
 ErrorCallback = Callable[[BaseException], object]
@@ -54,12 +60,18 @@ ErrorCallback = Callable[[BaseException], object]
 class _Events(FileSystemEventHandler):
     """Collects the paths of watchdog's events (from its observer thread)."""
 
-    def __init__(self, changed: Callable[[str], None]) -> None:
+    def __init__(self, changed: Callable[[str], None], root: str, lost: Callable[[], None]) -> None:
         self._changed = changed
+        self._root = root
+        self._lost = lost
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write"):
             return  # reads change nothing
+        if event.event_type in ("deleted", "moved") and event.src_path == self._root:
+            # The folder itself: its inotify watch is gone, even if a folder is made
+            # again at once (often with the same inode number, which a look cannot tell).
+            self._lost()
         if event.is_directory and event.event_type == "modified":
             return  # a folder's own times: the files inside have events of their own
         for path in (event.src_path, getattr(event, "dest_path", "")):
@@ -98,9 +110,12 @@ class KnowledgeWatch:
         self._last_event = 0.0
         self._wake = threading.Event()
         self._stopped = threading.Event()
-        self.initial = ingest_path(mem, folder, scope, options)
+        self._identity = _identity(folder)
+        # The folder is its own root, even inside a root ingested before: the events'
+        # paths are taken relative to it.
+        self.initial = ingest_path(mem, folder, scope, options, root=folder)
         self._observer = Observer()
-        self._observer.schedule(_Events(self._changed), str(folder), recursive=True)
+        self._observer.schedule(self._events(), str(folder), recursive=True)
         self._worker = threading.Thread(target=self._run, daemon=True, name="memlane-watch")
         self._observer.start()
         self._worker.start()
@@ -137,6 +152,15 @@ class KnowledgeWatch:
 
     # -- the observer's side ------------------------------------------------------------
 
+    def _events(self) -> _Events:
+        return _Events(self._changed, str(self.folder), self._lose)
+
+    def _lose(self) -> None:
+        with self._lock:
+            self._identity = None  # followed again once a folder is back (_run)
+            self._last_event = time.monotonic()
+        self._wake.set()
+
     def _changed(self, path: str) -> None:
         with self._lock:
             self._pending.add(path)
@@ -147,7 +171,9 @@ class KnowledgeWatch:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
+            # Woken by an event, or now and then to see the folder is still the one
+            # followed (the observer says nothing when it is deleted or replaced).
+            self._wake.wait(_CHECK)
             while not self._stopped.is_set():  # until the burst is over
                 with self._lock:
                     quiet = time.monotonic() - self._last_event
@@ -161,18 +187,50 @@ class KnowledgeWatch:
                 self._apply(paths)
             if self._stopped.is_set():
                 return
+            with self._lock:
+                followed = self._identity
+            if _identity(self.folder) != followed:
+                self._follow_again()
+
+    def _follow_again(self) -> None:
+        """Follows the folder again once it is back (deleted and made again, or another
+        folder renamed in its place), and syncs it whole, as the watch's first sync does.
+        While it is gone nothing happens: its files' events removed their documents."""
+        identity = _identity(self.folder)
+        if identity is None:
+            with self._lock:
+                self._identity = None  # gone: any folder made there is followed
+            return
+        try:
+            self._observer.unschedule_all()
+            self._observer.schedule(self._events(), str(self.folder), recursive=True)
+        except OSError:  # gone again meanwhile: tried at the next check
+            return
+        with self._lock:
+            self._identity = identity
+        options = dataclasses.replace(self._options, prune_missing=True, progress=False)
+        try:
+            report = ingest_path(self._mem, self.folder, self._scope, options, root=self.folder)
+        except Exception as e:  # said as any sync's error is
+            self._failed(e)
+            return
+        if self._on_report is not None:
+            self._on_report(report)
 
     def _apply(self, paths: set[str]) -> None:
         try:
             report = self._sync(paths)
         except Exception as e:  # the watch goes on: a closed store or a full disk is said
-            if self._on_error is not None:
-                self._on_error(e)
-            else:
-                warnings.warn(f"memlane watch of {self.folder}: {e}", RuntimeWarning, stacklevel=1)
+            self._failed(e)
             return
         if self._on_report is not None and report.seen + len(report.pruned):
             self._on_report(report)
+
+    def _failed(self, error: Exception) -> None:
+        if self._on_error is not None:
+            self._on_error(error)
+        else:
+            warnings.warn(f"memlane watch of {self.folder}: {error}", RuntimeWarning, stacklevel=1)
 
     def _sync(self, paths: set[str]) -> IngestReport:
         """Brings the documents at ``paths`` (below the folder) in line with the disk."""
@@ -259,6 +317,15 @@ def _related_to(changed: set[str]) -> Callable[[str], bool]:
     return related
 
 
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """Which folder is at ``folder`` (device and inode), or None if none is."""
+    try:
+        info = folder.stat()
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
+
+
 def _ignored(rel: str, path: Path) -> bool:
     """Whether the ingest would leave ``path`` out: a hidden name, or a file of a type
     no loader reads (a path that is gone may have been either a file or a folder)."""
@@ -282,7 +349,7 @@ def watch(
     for name, callback in (("on_report", on_report), ("on_error", on_error)):
         if callback is not None and not callable(callback):
             raise InvalidArgumentError(f"{name} must be callable, got {shown(callback)}")
-    target = Path(folder).absolute()  # event paths are taken relative to it
+    target = checked_path(folder, "folder").absolute()  # event paths are relative to it
     if not target.exists():
         raise NotFoundError(f"no such folder: {target}")
     if not target.is_dir():
