@@ -134,15 +134,25 @@ def metadata(value: object) -> tuple[dict[str, Any], str]:
     # NUL is escaped in JSON text (\u0000); a lone surrogate is kept as it is.
     clean(encoded, "metadata", nul=True)
     # What a later read returns, built from the value (no parse of the text just written).
-    return _as_read(value, 0), encoded
+    try:
+        return _as_read(value, 0), encoded
+    except _KeyNotStr:
+        raise InvalidArgumentError(
+            f"{_key_not_str(value, 'metadata')}: metadata keys must be str at every level "
+            "(JSON would turn it into one, changing the value or merging two keys)"
+        ) from None
+
+
+class _KeyNotStr(Exception):
+    """A dict key ``_as_read`` met that is not a str (``metadata`` then names where)."""
 
 
 def _as_read(value: Any, depth: int) -> Any:
     """``value`` as ``json.loads(json.dumps(value))`` gives it back, for a value that
-    ``json.dumps`` accepted: tuples become lists, subclasses their base type, dict keys
-    strings; refuses dicts and lists nested deeper than ``MAX_METADATA_DEPTH`` below
-    the top level (lists too, which the engine does not descend into but the database
-    keeps)."""
+    ``json.dumps`` accepted: tuples become lists, subclasses their base type; refuses
+    dict keys that are not str (``_KeyNotStr``) and dicts and lists nested deeper than
+    ``MAX_METADATA_DEPTH`` below the top level (lists too, which the engine does not
+    descend into but the database keeps)."""
     if isinstance(value, dict):
         if depth > MAX_METADATA_DEPTH:
             raise InvalidArgumentError(
@@ -165,15 +175,28 @@ def _as_read(value: Any, depth: int) -> Any:
 
 
 def _key(key: Any) -> str:
-    """A dict key as JSON writes it (``json.dumps`` accepted it: str, int, float, bool or
-    None)."""
+    """A dict key as JSON writes it, a str (a subclass becomes its base type)."""
     if isinstance(key, str):
         return str.__str__(key)
-    if key is True or key is False or key is None:
-        return json.dumps(key)
-    if isinstance(key, int):
-        return int.__repr__(key)
-    return float.__repr__(key)
+    raise _KeyNotStr
+
+
+def _key_not_str(value: Any, at: str) -> str | None:
+    """Where in ``value`` (written as ``at``) the first dict key that is not a str is, in
+    ``_as_read``'s order, which met no deeper nesting than ``MAX_METADATA_DEPTH`` first."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"{at} has the key {shown(k)} ({type(k).__name__})"
+            found = _key_not_str(v, f"{at}[{shown(k)}]")
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            found = _key_not_str(v, f"{at}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def scope_keys(scope: Mapping[str, Any]) -> None:

@@ -165,9 +165,10 @@ def test_scopes_are_partitions(tmp_path: Path) -> None:
         assert sorted(r.id for r in mem.list()) == ["b1", "b2"]
         hybrid = MemlaneRetriever(memory=mem, scope={"user_id": "alice"}, embedding=emb)
         assert hybrid.invoke("bob secret dark mode") == []
-        # An id another scope holds is refused, never overwritten.
-        with pytest.raises(ValueError, match="already stored"):
-            alice.add_texts(["mine now"], ids=["b1"])
+        # An id another scope holds is hers too (her record gets a fresh id), never
+        # overwritten.
+        assert alice.add_texts(["mine now"], ids=["b1"]) == ["b1"]
+        assert [d.page_content for d in alice.get_by_ids(["b1"])] == ["mine now"]
         assert bob.get_by_ids(["b1"])[0].page_content == "bob likes dark mode"
     with pytest.raises(ValueError, match="scope key"):
         MemlaneVectorStore(emb, scope={"tenant": "x"})

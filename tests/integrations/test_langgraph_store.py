@@ -430,6 +430,9 @@ def test_a_read_refreshes_the_records_expiry(ttl_store: MemlaneStore, clock: lis
     assert expiries(store, ("s",), "fixed") == {None}  # no TTL, nothing to refresh
     item = store.get(("s",), "k", refresh_ttl=False)
     assert item is not None and item.updated_at == item.created_at  # a refresh is no update
+    # Nor a version: reads at every step do not grow the store's history.
+    for rec in records(store, ("s",), "k"):
+        assert [v.event for v in store.memory.history(rec.id)] == ["add"]
     clock[0] += 3599
     assert store.get(("s",), "k", refresh_ttl=False) is not None  # refreshed, so still here
     clock[0] += 1
@@ -538,3 +541,28 @@ def test_config_errors() -> None:
             MemlaneStore(text_only, index={"dims": 32, "fields": ["text"]})
         with pytest.raises(ValueError, match="scope key"):
             MemlaneStore(text_only, scope={"tenant": "x"})
+
+
+def test_an_items_records_are_refreshed_in_one_transaction(
+    ttl_store: MemlaneStore, clock: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed during a refresh leaves an item's records expiring together: the
+    refresh of all of them is one ``renew``, one transaction."""
+    store, t0 = ttl_store, clock[0]
+    doc = {"text": "dark mode", "title": "theme"}
+    store.put(("s",), "a", doc)
+    store.put(("s",), "b", doc, ttl=5)
+    calls: list[list[str]] = []
+    renew = store.memory.renew
+
+    def counted(ids: list[str], **kwargs: Any) -> int:
+        calls.append(list(ids))
+        return renew(ids, **kwargs)
+
+    monkeypatch.setattr(store.memory, "renew", counted)
+    clock[0] += 10
+    assert len(store.search(("s",), query="dark mode")) == 2
+    # One call per TTL, each holding both records of its item.
+    assert sorted(len(c) for c in calls) == [2, 2]
+    assert expiries(store, ("s",), "a") == {t0 + 10 + 3600}
+    assert expiries(store, ("s",), "b") == {t0 + 10 + 300}

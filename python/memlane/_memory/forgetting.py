@@ -20,9 +20,6 @@ from memlane.scoping import Scope, ScopeFields
 
 __all__ = ["Forgetting"]
 
-#: The most ids one ``renew`` takes (one transaction, each row read and rewritten).
-MAX_RENEW = 10_000
-
 
 class Forgetting:
     """``prune``, ``evict`` and ``renew``, over the store's writer."""
@@ -107,7 +104,5 @@ class Forgetting:
         if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
             raise InvalidArgumentError(f"ids must be a list of ids, got {shown(ids)}")
         wanted = list(dict.fromkeys(coerce.text(i, f"ids[{k}]") for k, i in enumerate(ids)))
-        if len(wanted) > MAX_RENEW:
-            raise InvalidArgumentError(f"renew takes at most {MAX_RENEW} ids, got {len(wanted)}")
         at = expiry(expires_at, ttl, time.time())
         return self._writer.renew(wanted, at) if wanted else 0

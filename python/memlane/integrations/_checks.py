@@ -9,8 +9,31 @@ from typing import Any
 
 from memlane import coerce
 from memlane.errors import InvalidArgumentError, shown
+from memlane.integrations._common import reserved_id_key
 
-__all__ = ["bound_options", "id_list", "metadata_list", "text_list"]
+__all__ = [
+    "MAX_FILTER_DEPTH",
+    "MAX_K",
+    "bound_options",
+    "filter_depth",
+    "id_list",
+    "metadata_list",
+    "text_list",
+]
+
+#: How deep a filter may nest: the engine refuses deeper ones (its filter parse's
+#: ``MAX_DEPTH``, which Python does not see), and an adapter's own walk of a filter stops
+#: there too, with the same error, before Python's recursion limit.
+MAX_FILTER_DEPTH = 32
+#: The largest ``k`` the engine's search takes (its ``MAX_K``): what an adapter fetches
+#: beyond what it was asked for stays within it.
+MAX_K = 1 << 24
+
+
+def filter_depth(depth: int) -> None:
+    """Refuses a filter nested deeper than the engine takes."""
+    if depth > MAX_FILTER_DEPTH:
+        raise InvalidArgumentError(f"filter is nested more than {MAX_FILTER_DEPTH} levels deep")
 
 
 def _listed(value: object, label: str, what: str) -> None:
@@ -60,6 +83,7 @@ def metadata_list(value: object, count: int, label: str) -> list[Mapping[str, An
             coerce.metadata(item)
         except InvalidArgumentError as e:
             raise InvalidArgumentError(f"{label}[{j}]: {e}") from None
+        reserved_id_key(item, f"{label}[{j}]")
     return list(value)
 
 

@@ -1,4 +1,5 @@
-"""What the framework adapters share: scopes, and foreign embedding models as memlane embedders."""
+"""What the framework adapters share: scopes, documents' ids, metadata keys in filters, and
+foreign embedding models as memlane embedders."""
 
 from __future__ import annotations
 
@@ -8,25 +9,37 @@ from typing import Any
 
 import numpy as np
 
-from memlane import Memory
+from memlane import Memory, MemoryRecord, coerce
 from memlane.coerce import FloatArray
 from memlane.embeddings.identity import Identified
 from memlane.embeddings.lazy import LazyEmbedder, default_embedder
-from memlane.errors import InvalidArgumentError, shown
+from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.records import SCOPE_FIELDS
+from memlane.scoping import scope_of
 
 __all__ = [
+    "ID_KEY",
     "SCOPES",
     "FunctionEmbedder",
     "check_scope",
+    "document_id",
+    "escape_key",
+    "id_filter",
     "in_scope",
     "own_memory",
+    "put_documents",
+    "reserved_id_key",
     "shared_default_embedder",
     "unit_rows",
 ]
 
 #: memlane's scope fields (see ``Memory.add``).
 SCOPES = SCOPE_FIELDS
+#: The metadata key that keeps a document's id (LangChain's, or LlamaIndex's node id) on a
+#: record under another id. Record ids are global while a store's ids are its own: when a
+#: record the store does not own (another scope's or table's) holds the id, the document's
+#: record takes a fresh one. Reserved: a document's own metadata may not use it.
+ID_KEY = "memlane:id"
 
 
 @functools.cache
@@ -114,3 +127,78 @@ def own_memory(memory: Memory | None, factory: Callable[[], Memory]) -> tuple[Me
             )
         return memory, False
     return factory(), True
+
+
+def escape_key(key: str) -> str:
+    """A metadata key as one step of a filter's dotted path, as memlane's grammar reads it:
+    a literal ``.`` (and the ``\\`` escaping one) escaped."""
+    return key.replace("\\", "\\\\").replace(".", "\\.")
+
+
+def id_filter(ids: Sequence[str]) -> dict[str, Any]:
+    """memlane's filter for the records of the documents ``ids``: under their own id (as
+    every record of earlier releases), or under a fresh one with the id kept (``ID_KEY``)."""
+    kept = f"metadata.{ID_KEY}"
+    return {
+        "$or": [
+            {"$and": [{"id": {"$in": list(ids)}}, {kept: {"$exists": False}}]},
+            {kept: {"$in": list(ids)}},
+        ]
+    }
+
+
+def document_id(record: MemoryRecord) -> str:
+    """The id of the document ``record`` holds."""
+    kept = record.metadata.get(ID_KEY)
+    return kept if isinstance(kept, str) else record.id
+
+
+def reserved_id_key(metadata: Mapping[str, Any], label: str) -> None:
+    """Refuses a document's metadata that uses ``ID_KEY``."""
+    if ID_KEY in metadata:
+        raise InvalidArgumentError(
+            f"{label} has the key {ID_KEY!r}, which memlane reserves for the document's id"
+        )
+
+
+def put_documents(
+    memory: Memory, items: Sequence[Mapping[str, Any]], table: str, scope: Mapping[str, Any]
+) -> None:
+    """Stores ``items`` (memlane items whose ``id`` is their document's) in place of every
+    record of their ids in ``table`` and ``scope``, in one transaction; of several items
+    with one id, the last (as when added one by one).
+
+    An id held by a record that stays (another scope's or table's, or another document's
+    under a fresh id) gives the item a fresh record id, with its own kept in ``ID_KEY``:
+    the caller never learns that the id is held elsewhere, nor is kept from using it."""
+    last = {item["id"]: j for j, item in enumerate(items)}
+    kept = [items[j] for j in sorted(last.values())]
+    ids = list(last)
+    try:
+        memory.replace(kept, table, filters=id_filter(ids), **scope)
+        return
+    except InvalidArgumentError:
+        mine = set(ids)
+        owner = scope_of(memory.default_scope, scope)
+        taken = {i for i in ids if _held(memory, i, mine, owner, table)}
+        if not taken:
+            raise
+    fresh = [
+        {**item, "id": coerce.new_id(), "metadata": {**item["metadata"], ID_KEY: item["id"]}}
+        if item["id"] in taken
+        else item
+        for item in kept
+    ]
+    memory.replace(fresh, table, filters=id_filter(ids), **scope)
+
+
+def _held(
+    memory: Memory, record_id: str, mine: set[str], scope: Mapping[str, str], table: str
+) -> bool:
+    """Whether a record that a replace of the documents ``mine`` keeps holds
+    ``record_id``."""
+    try:
+        rec = memory.get(record_id)
+    except UnknownIdError:
+        return False
+    return not (in_scope(rec, scope, table) and document_id(rec) in mine)

@@ -15,6 +15,9 @@ store.similarity_search("dark", k=1, filter={"n": {"$gte": 1}})
   ``Document`` as one memlane record (its ``page_content`` the text, its ``metadata`` the
   record's metadata, its ``id`` the record's id). ``filter`` takes memlane's filter dict, on
   metadata keys. Adding an id that exists replaces that document (LangChain's upsert).
+  A store's ids are its own: when a record of another scope or table holds an id, the
+  document's record takes a fresh id and keeps its own in the metadata key
+  ``"memlane:id"`` (reserved; never in a ``Document``'s metadata).
 - [`MemlaneRetriever`][memlane.integrations.langchain.MemlaneRetriever] serves memlane's
   hybrid search (BM25 and vectors fused in one engine call), with its scoring.
 - [`MemlaneEmbeddings`][memlane.integrations.langchain.MemlaneEmbeddings] exposes a memlane
@@ -46,11 +49,21 @@ from pydantic import ConfigDict, Field
 
 from memlane import Embedder, Memory, MemoryRecord, coerce
 from memlane.errors import InvalidArgumentError, shown
-from memlane.integrations._checks import bound_options, id_list, metadata_list, text_list
+from memlane.integrations._checks import (
+    bound_options,
+    filter_depth,
+    id_list,
+    metadata_list,
+    text_list,
+)
 from memlane.integrations._common import (
+    ID_KEY,
     FunctionEmbedder,
     check_scope,
+    document_id,
+    id_filter,
     own_memory,
+    put_documents,
     shared_default_embedder,
 )
 
@@ -87,10 +100,13 @@ class MemlaneEmbeddings(Embeddings):
         return int(self.embedder.dimension)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
+        """One vector per text of ``texts`` (a list of str: a str is refused, not embedded
+        one character at a time)."""
+        checked = text_list(texts, "texts")
+        if not checked:
             return []
         rows: list[list[float]] = np.asarray(
-            self.embedder.embed_batch(list(texts)), dtype=np.float32
+            self.embedder.embed_batch(checked), dtype=np.float32
         ).tolist()
         return rows
 
@@ -114,8 +130,11 @@ def metadata_filter(flt: Mapping[str, Any] | None) -> dict[str, Any] | None:
     Every field name means a metadata key, also those memlane reserves for record
     fields (``type``, ``id``, ...); operators (``$and``, ``$in``, ...) pass through.
     """
-    if flt is None:
-        return None
+    return None if flt is None else _metadata_filter(flt, 0)
+
+
+def _metadata_filter(flt: object, depth: int) -> dict[str, Any]:
+    filter_depth(depth)
     if callable(flt) or not isinstance(flt, Mapping):
         raise InvalidArgumentError(
             "filter must be a dict in memlane's filter grammar "
@@ -128,9 +147,9 @@ def metadata_filter(flt: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if key in ("$and", "$or"):
             if not isinstance(value, list | tuple):
                 raise InvalidArgumentError(f"{key} takes a list of filters")
-            out[key] = [metadata_filter(v) for v in value]
+            out[key] = [_metadata_filter(v, depth + 1) for v in value]
         elif key == "$not":
-            out[key] = metadata_filter(value)
+            out[key] = _metadata_filter(value, depth + 1)
         elif key.startswith("$"):
             out[key] = value  # memlane names the unknown operator
         else:
@@ -138,8 +157,18 @@ def metadata_filter(flt: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+def _check_vector(embedding: object) -> None:
+    """Refuses a search's ``embedding`` that is no vector (memlane checks a vector's
+    values): without this, None would search by the embedding of an empty query."""
+    if embedding is None or isinstance(embedding, str | bytes | Mapping):
+        raise InvalidArgumentError(
+            f"embedding must be a vector (a list of floats), got {shown(embedding)}"
+        )
+
+
 def to_document(record: MemoryRecord) -> Document:
-    return Document(page_content=record.text, metadata=dict(record.metadata), id=record.id)
+    metadata = {k: v for k, v in record.metadata.items() if k != ID_KEY}
+    return Document(page_content=record.text, metadata=metadata, id=document_id(record))
 
 
 class MemlaneVectorStore(VectorStore):
@@ -239,12 +268,10 @@ class MemlaneVectorStore(VectorStore):
         out: list[str],
         vectors: Sequence[Sequence[float]] | None,
     ) -> list[str]:
-        # The last of several items with one id wins, as when added one by one.
-        last = {record_id: j for j, record_id in enumerate(out)}
         items = []
-        for j in sorted(last.values()):
+        for j, text in enumerate(texts):
             item: dict[str, Any] = {
-                "text": texts[j],
+                "text": text,
                 "metadata": dict(metadatas[j]) if metadatas else {},
                 "id": out[j],
                 "table": self.table,
@@ -253,7 +280,7 @@ class MemlaneVectorStore(VectorStore):
             if vectors is not None:
                 item["embedding"] = vectors[j]
             items.append(item)
-        self.memory.replace(items, self.table, filters={"id": {"$in": list(last)}}, **self.scope)
+        put_documents(self.memory, items, self.table, self.scope)
         return out
 
     def add_texts(
@@ -300,7 +327,7 @@ class MemlaneVectorStore(VectorStore):
             return True
         ids = id_list(ids, "ids")
         if ids:
-            self.memory.delete_all(self.table, filters={"id": {"$in": ids}}, **self.scope)
+            self.memory.delete_all(self.table, filters=id_filter(ids), **self.scope)
         return True
 
     # -- reads --------------------------------------------------------------------------------
@@ -312,9 +339,9 @@ class MemlaneVectorStore(VectorStore):
         if not wanted:
             return []
         records = self.memory.list(
-            self.table, limit=len(wanted), filters={"id": {"$in": wanted}}, **self.scope
+            self.table, limit=len(wanted), filters=id_filter(wanted), **self.scope
         )
-        by_id = {r.id: r for r in records}
+        by_id = {document_id(r): r for r in records}
         return [to_document(by_id[i]) for i in wanted if i in by_id]
 
     def _query_vector(self, query: str) -> list[float]:
@@ -412,6 +439,7 @@ class MemlaneVectorStore(VectorStore):
         filter: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[tuple[Document, float]]:
+        _check_vector(embedding)
         hits = self._search("", embedding, k, "vector", filter, kwargs)
         return [(to_document(r), s) for r, s in hits]
 
@@ -436,6 +464,7 @@ class MemlaneVectorStore(VectorStore):
     ) -> list[Document]:
         """``k`` documents among the ``fetch_k`` nearest, chosen for relevance and diversity
         (``lambda_mult`` in [0, 1]: 1 for relevance alone, 0 for diversity alone)."""
+        _check_vector(embedding)
         k = coerce.count(k, "k", 1)
         fetch_k = coerce.count(fetch_k, "fetch_k", 1)
         lambda_mult = coerce.number(lambda_mult, "lambda_mult", 0.0, 1.0)

@@ -14,15 +14,17 @@ graph = builder.compile(store=store)         # a graph's long-term memory
 It behaves as LangGraph's ``InMemoryStore`` on the same calls: hierarchical
 namespaces, ``put/get/delete/search/list_namespaces``, ``batch``/``abatch`` (reads
 see the store as it was before the batch's writes; the last write of a key wins),
-value filters (``$eq $ne $gt $gte $lt $lte``), and semantic search through an
-``index`` config (``{"dims", "embed", "fields"}``) whose field texts are each
-embedded and searched by memlane's engine, an item scoring its best field's
-cosine similarity. Where it differs: ``created_at`` survives an update (as in
+value filters (``$eq $ne $gt $gte $lt $lte``, nested to 32 levels), and semantic
+search through an ``index`` config (``{"dims", "embed", "fields"}``) whose field
+texts are each embedded and searched by memlane's engine, an item scoring its best
+field's cosine similarity. Where it differs: ``created_at`` survives an update (as in
 LangGraph's PostgreSQL store); ``list_namespaces`` lists the namespaces that hold
-items (``InMemoryStore`` keeps listing one whose last item was deleted); range
-filters (``$gt`` ...) match numbers only (``InMemoryStore`` also converts numeric
-strings); items outlive the process when the ``Memory`` is durable; and TTLs are
-supported (``ttl={"default_ttl": minutes, "refresh_on_read": bool}``, or ``ttl=``
+items (``InMemoryStore`` keeps listing one whose last item was deleted); filters
+compare as memlane's do: a bool is never a number (``InMemoryStore``'s ``True == 1``),
+and range filters (``$gt`` ...) match numbers only (``InMemoryStore`` also converts
+numeric strings); a value's dict keys are str at every depth (another key is refused:
+JSON would make it a str); items outlive the process when the ``Memory`` is durable;
+and TTLs are supported (``ttl={"default_ttl": minutes, "refresh_on_read": bool}``, or ``ttl=``
 on ``put``) through memlane's own expiry: an item's records get ``expires_at``, a
 read that refreshes the TTL moves it, and from then on no read of the store returns
 them and its maintenance removes them, with no sweeper thread of the adapter's
@@ -31,7 +33,10 @@ them at once).
 
 Each item is one memlane record per indexed text (one record when nothing is
 indexed) in ``table`` (``"langgraph"``), with ``scope`` (memlane's scope fields)
-bound: a store never reads another scope's items. The records' ids are derived from
+bound: a store never reads another scope's items. The first record holds the item's
+value, key and namespace (with a fixed-size digest of each namespace prefix, which
+prefix searches read), the others only their text, vector and item, so an item's
+size is linear in its value and namespace. The records' ids are derived from
 the item, so anyone can compute them: a record of another scope (or table) held under
 one is never read as the item, and the item's records then take a fresh id.
 """
@@ -71,8 +76,16 @@ from langgraph.store.base import (
 
 from memlane import Memory, MemoryRecord, times
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
+from memlane.integrations._checks import MAX_K
 from memlane.integrations._common import FunctionEmbedder, check_scope, in_scope, own_memory
-from memlane.integrations._langgraph_filters import matches, namespace_matches, number, pushdown
+from memlane.integrations._langgraph_filters import (
+    matches,
+    namespace_matches,
+    number,
+    pushdown,
+    under,
+)
+from memlane.integrations._langgraph_records import item_records
 from memlane.scoping import scope_of
 
 __all__ = ["MemlaneStore"]
@@ -273,21 +286,21 @@ class MemlaneStore(BaseStore):
         return texts
 
     def _refresh(self, records: Iterable[MemoryRecord]) -> None:
-        """Restarts the TTL of these items: every record of each gets the same new
-        ``expires_at``."""
+        """Restarts the TTL of these items: all the records of an item get the same new
+        ``expires_at`` in one transaction (a crash never leaves an item's parts expiring
+        apart), and no version (``Memory.renew``: a read changes nothing)."""
         now = time.time()
+        ids: dict[float, list[str]] = {}
         done: set[str] = set()
         for rec in records:
             lg = rec.metadata["lg"]
             if lg.get("ttl") is None or lg["item"] in done:
                 continue
             done.add(lg["item"])
-            at = now + float(lg["ttl"]) * 60
-            for record_id in _ids(rec.id, lg["n"]):  # records are read by their first
-                try:
-                    self.memory.update(record_id, expires_at=at)
-                except UnknownIdError:  # expired or deleted since it was read
-                    continue
+            # Records are read by their first, which holds the item's count and TTL.
+            ids.setdefault(float(lg["ttl"]), []).extend(_ids(rec.id, lg["n"]))
+        for ttl, of_items in ids.items():
+            self.memory.renew(of_items, expires_at=now + ttl * 60)
 
     # -- batch --------------------------------------------------------------------------------
 
@@ -394,37 +407,8 @@ class MemlaneStore(BaseStore):
             if op.value is None:
                 continue
             base = bases[k]
-            value = dict(op.value)
-            lg: dict[str, Any] = {
-                "item": base,
-                "ns": list(op.namespace),
-                "path": [".".join(op.namespace[: i + 1]) for i in range(len(op.namespace))],
-                "key": op.key,
-                "value": value,
-                "n": max(1, len(own)),
-                "vec": bool(own),
-                "u": now,
-            }
-            expiry: dict[str, float] = {}
-            if op.ttl is not None:
-                lg["ttl"] = float(op.ttl)  # minutes, for a refresh
-                expiry["ttl"] = float(op.ttl) * 60  # memlane's is in seconds
-            parts = own or [_json_text(value, op.key)]
-            items[base] = []
-            for i, text in enumerate(parts):
-                item: dict[str, Any] = {
-                    "text": text,
-                    "table": self.table,
-                    "metadata": {"lg": {**lg, "part": i}},
-                    "created_at": created.get(base, now),
-                    **expiry,
-                    **self.scope,
-                }
-                if vecs is not None:
-                    item["embedding"] = vecs[i]
-                elif not own and placeholder is not None:
-                    item["embedding"] = placeholder  # never searched: "vec" is False
-                items[base].append(item)
+            fields = {"table": self.table, "created_at": created.get(base, now), **self.scope}
+            items[base] = item_records(base, op, own, vecs, placeholder, now, fields)
         try:
             self._replace(items, ids, list(bases.values()))
         except InvalidArgumentError:
@@ -463,13 +447,14 @@ class MemlaneStore(BaseStore):
 
     # -- search -------------------------------------------------------------------------------
 
-    def _where(self, op: SearchOp, **extra: Any) -> dict[str, Any]:
+    def _where(self, op: SearchOp, **extra: Any) -> list[dict[str, Any]]:
+        """The conditions on the first records of the items ``op`` may find."""
         conds: list[dict[str, Any]] = [{f"metadata.lg.{k}": v} for k, v in extra.items()]
         if op.namespace_prefix:
-            conds.append({"metadata.lg.path": ".".join(op.namespace_prefix)})
+            conds.append(under(op.namespace_prefix))
         if op.filter:
             conds.extend(pushdown(op.filter, "metadata.lg.value"))
-        return {"$and": conds}
+        return conds
 
     def _scan(self, where: dict[str, Any], flt: Mapping[str, Any] | None) -> Iterator[MemoryRecord]:
         """Records matching ``where`` and the filter, oldest first, page by page."""
@@ -493,17 +478,24 @@ class MemlaneStore(BaseStore):
         semantic = bool(op.query) and self.index_config is not None
         if not semantic:
             out: list[tuple[MemoryRecord, float | None]] = []
-            for n, rec in enumerate(self._scan(self._where(op, part=0), op.filter)):
+            found = self._scan({"$and": self._where(op, part=0)}, op.filter)
+            for n, rec in enumerate(found):
                 if n >= op.offset + op.limit:
                     break
                 if n >= op.offset:
                     out.append((rec, None))
             return out
         assert op.query is not None
-        where = self._where(op, vec=True)
+        # An item's other records hold no value nor namespace: they pass here, and are
+        # checked through its first.
+        first = self._where(op)
+        where: dict[str, Any] = {"metadata.lg.vec": True}
+        if first:
+            where = {"$and": [where, {"$or": [{"metadata.lg.part": {"$gt": 0}}, {"$and": first}]}]}
         need = op.offset + op.limit
         vector = qvecs.get(op.query)
-        k = max(2 * need, 16)
+        k = min(max(2 * need, 16), MAX_K)
+        firsts: dict[str, MemoryRecord | None] = {}  # None: the op does not admit the item
         while True:
             hits = self.memory.search(
                 op.query,
@@ -517,46 +509,57 @@ class MemlaneStore(BaseStore):
                 track_access=False,
                 **self.scope,
             )
-            best: dict[str, tuple[MemoryRecord, float]] = {}
+            scores: dict[str, float] = {}
             for hit in hits:
                 lg = hit.record.metadata["lg"]
-                if op.filter and not matches(lg["value"], op.filter):
-                    continue
+                if lg["part"] == 0 and lg["item"] not in firsts:
+                    firsts[lg["item"]] = self._admitted(hit.record, op.filter)
                 info = hit.explain or {}
                 cosine = info.get("cosine")
                 score = float(cosine if cosine is not None else hit.score)
                 # An item scores its best field (the engine ties every cosine <= 0 at 0).
-                if lg["item"] not in best or score > best[lg["item"]][1]:
-                    best[lg["item"]] = (hit.record, score)
-            exhausted = len(hits) < k
+                scores[lg["item"]] = max(score, scores.get(lg["item"], score))
+            self._add_firsts(op, [i for i in scores if i not in firsts], firsts)
+            best = {i: (f, s) for i, s in scores.items() if (f := firsts[i]) is not None}
+            exhausted = len(hits) < k or k == MAX_K
             # Cosines at or below 0 all score 0 in the engine: fetch them all to order them.
             if exhausted or (len(best) >= need and hits[-1].score > 0):
                 break
-            k *= 2
+            k = min(2 * k, MAX_K)
         ranked = sorted(best.values(), key=lambda p: p[1], reverse=True)[op.offset : need]
-        primary = [self._primary(rec) for rec, _ in ranked]
-        kept: list[tuple[MemoryRecord, float | None]] = [
-            (p, s) for p, (_, s) in zip(primary, ranked, strict=True) if p is not None
-        ]
+        kept: list[tuple[MemoryRecord, float | None]] = list(ranked)
         if len(kept) < op.limit:
             # As InMemoryStore: items with nothing indexed fill the rest, unscored.
-            scoreless = self._scan(self._where(op, vec=False), op.filter)
+            scoreless = self._scan({"$and": self._where(op, vec=False)}, op.filter)
             for rec in scoreless:
                 if len(kept) >= op.limit:
                     break
                 kept.append((rec, None))
         return kept
 
-    def _primary(self, rec: MemoryRecord) -> MemoryRecord | None:
-        if rec.metadata["lg"]["part"] == 0:
-            return rec
-        return self._first(rec.metadata["lg"]["item"])  # None: deleted meanwhile
+    @staticmethod
+    def _admitted(rec: MemoryRecord, flt: dict[str, Any] | None) -> MemoryRecord | None:
+        """An item's first record if the filter admits its value, else None."""
+        return rec if not flt or matches(rec.metadata["lg"]["value"], flt) else None
+
+    def _add_firsts(
+        self, op: SearchOp, items: list[str], firsts: dict[str, MemoryRecord | None]
+    ) -> None:
+        """Adds to ``firsts`` the first records of ``items`` (None for those ``op`` does
+        not admit, or deleted meanwhile), in one read."""
+        if not items:
+            return
+        where = {"$and": [{"metadata.lg.item": {"$in": items}}, *self._where(op, part=0)]}
+        found = self.memory.list(self.table, limit=len(items), filters=where, **self.scope)
+        firsts.update(dict.fromkeys(items))
+        for rec in found:
+            firsts[rec.metadata["lg"]["item"]] = self._admitted(rec, op.filter)
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conds: list[dict[str, Any]] = [{"metadata.lg.part": 0}]
         for cond in op.match_conditions or ():
             if cond.match_type == "prefix" and cond.path and "*" not in cond.path:
-                conds.append({"metadata.lg.path": ".".join(cond.path)})
+                conds.append(under(cond.path))
         seen: set[tuple[str, ...]] = set()
         for rec in self._scan({"$and": conds}, None):
             ns = tuple(rec.metadata["lg"]["ns"])
@@ -568,14 +571,3 @@ class MemlaneStore(BaseStore):
 def _ids(first: str, n: int) -> list[str]:
     """The ids of an item's ``n`` records: the first one's, then it with the part number."""
     return [first] + [f"{first}-{i}" for i in range(1, n)]
-
-
-def _json_text(value: Any, key: str) -> str:
-    """An item's value as the text a search reads when no field of it is indexed."""
-    try:
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError) as e:
-        reason = "it is nested too deeply" if isinstance(e, RecursionError) else str(e)
-        raise InvalidArgumentError(
-            f"the value of {shown(key)} must be JSON (a dict of JSON values): {reason}"
-        ) from None

@@ -15,15 +15,20 @@ store.query(VectorStoreQuery(query_str="theme", mode=VectorStoreQueryMode.HYBRID
 Query modes, each one call into memlane's engine: ``DEFAULT`` (vector
 similarity), ``TEXT_SEARCH`` and ``SPARSE`` (BM25), ``HYBRID`` (BM25 and vectors
 fused; ``query.alpha`` weighs the vector side, as memlane's ``alpha``), and
-``MMR`` (the nearest ``similarity_top_k * 4`` re-ranked for diversity).
-``MetadataFilters`` become memlane filters evaluated in the engine (``==``, ``!=``,
-ranges, ``in``, ``nin``, ``any``, ``all``, ``contains``, ``is_empty``; AND, OR,
-NOT). Nodes without an embedding are embedded by the memory's own embedder;
+``MMR`` (the nearest ``similarity_top_k * 4``, at most the engine's 16,777,216,
+re-ranked for diversity). ``MetadataFilters`` become memlane filters evaluated in the
+engine (``==``, ``!=``, ranges, ``in``, ``nin``, ``any``, ``all``, ``contains``,
+``is_empty``; AND, OR, NOT), a filter's key always one metadata key (a ``.`` in it is
+no path). Nodes without an embedding are embedded by the memory's own embedder;
 a query without ``query_embedding`` is embedded by it too.
 
 ``scope`` (memlane's scope fields) binds the store: nodes are written with it
 and no query, get or delete reaches outside it: a query's keyword arguments may name a
-scope field it is bound to only with the bound value. Node ids are given as lists of str.
+scope field it is bound to only with the bound value. Node ids are given as lists of str,
+and are the store's own: when a record of another scope or table holds a node's id, the
+node's record takes a fresh id, keeping the node's in the metadata key ``"memlane:id"``
+(reserved: a node's metadata may not use it). Of several nodes with one id in an add, the
+last is stored.
 A query's ``similarity_top_k`` of None is LlamaIndex's default for the field, 1.
 """
 
@@ -52,8 +57,18 @@ from pydantic import Field, PrivateAttr
 
 from memlane import Memory, MemoryRecord, coerce
 from memlane.errors import InvalidArgumentError, shown
-from memlane.integrations._checks import bound_options, id_list
-from memlane.integrations._common import FunctionEmbedder, check_scope, own_memory
+from memlane.integrations._checks import MAX_K, bound_options, filter_depth, id_list
+from memlane.integrations._common import (
+    ID_KEY,
+    FunctionEmbedder,
+    check_scope,
+    document_id,
+    escape_key,
+    id_filter,
+    own_memory,
+    put_documents,
+    reserved_id_key,
+)
 
 __all__ = ["MemlaneVectorStore", "to_memlane_filter"]
 
@@ -78,7 +93,7 @@ _SET_HERE = ("mode", "filters", "query_embedding", "include_embedding")
 
 
 def _one(f: MetadataFilter) -> dict[str, Any]:
-    key = f"metadata.{f.key}"
+    key = f"metadata.{escape_key(f.key)}"
     op = FilterOperator(f.operator)
     if op in (FilterOperator.EQ, FilterOperator.CONTAINS):
         # A metadata list matches when any element does: "contains".
@@ -101,8 +116,11 @@ def _one(f: MetadataFilter) -> dict[str, Any]:
 
 def to_memlane_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
     """LlamaIndex ``MetadataFilters`` as memlane's filter dict (on node metadata)."""
-    if filters is None:
-        return None
+    return None if filters is None else _filter(filters, 0)
+
+
+def _filter(filters: object, depth: int) -> dict[str, Any] | None:
+    filter_depth(depth)
     if not isinstance(filters, MetadataFilters):
         raise InvalidArgumentError(f"filters must be MetadataFilters, got {shown(filters)}")
     if not filters.filters:
@@ -110,7 +128,7 @@ def to_memlane_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
     parts: list[dict[str, Any]] = []
     for f in filters.filters:
         if isinstance(f, MetadataFilters):
-            sub = to_memlane_filter(f)
+            sub = _filter(f, depth + 1)
             if sub is not None:
                 parts.append(sub)
         else:
@@ -135,7 +153,8 @@ def _top_k(value: object, field: str) -> int | None:
 def _node(rec: MemoryRecord) -> BaseNode:
     if "_node_content" in rec.metadata:
         return metadata_dict_to_node(rec.metadata, text=rec.text)
-    return TextNode(text=rec.text, id_=rec.id, metadata=dict(rec.metadata))
+    metadata = {k: v for k, v in rec.metadata.items() if k != ID_KEY}
+    return TextNode(text=rec.text, id_=document_id(rec), metadata=metadata)
 
 
 class MemlaneVectorStore(BasePydanticVectorStore):
@@ -214,7 +233,8 @@ class MemlaneVectorStore(BasePydanticVectorStore):
     # -- writes -------------------------------------------------------------------------------
 
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
-        """Stores nodes (a node id that exists is replaced); returns their ids."""
+        """Stores nodes (a node id that exists is replaced; of several nodes with one id,
+        the last); returns their ids."""
         # A node is iterable too (a pydantic model yields its fields): refused as one.
         if isinstance(nodes, str | bytes | Mapping | BaseNode) or not isinstance(nodes, Iterable):
             raise InvalidArgumentError(f"nodes must be a list of nodes, got {shown(nodes)}")
@@ -225,15 +245,17 @@ class MemlaneVectorStore(BasePydanticVectorStore):
                     f"nodes[{j}] must be a LlamaIndex node (BaseNode), got {shown(node)}"
                 )
         items = []
-        for node in nodes:
+        for j, node in enumerate(nodes):
             text = node.get_content(metadata_mode=MetadataMode.NONE)
+            metadata = node_to_metadata_dict(
+                node, remove_text=True, flat_metadata=self.flat_metadata
+            )
+            reserved_id_key(metadata, f"nodes[{j}].metadata")
             item: dict[str, Any] = {
                 "text": text,
                 "id": node.node_id,
                 "table": self.table,
-                "metadata": node_to_metadata_dict(
-                    node, remove_text=True, flat_metadata=self.flat_metadata
-                ),
+                "metadata": metadata,
                 **self.scope,
             }
             if node.embedding is not None:
@@ -241,9 +263,8 @@ class MemlaneVectorStore(BasePydanticVectorStore):
             items.append(item)
         if not items:
             return []
-        ids = [str(i["id"]) for i in items]
-        self._memory.replace(items, self.table, filters={"id": {"$in": ids}}, **self.scope)
-        return ids
+        put_documents(self._memory, items, self.table, self.scope)
+        return [str(i["id"]) for i in items]
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Deletes every node of this source document."""
@@ -257,7 +278,7 @@ class MemlaneVectorStore(BasePydanticVectorStore):
     ) -> dict[str, Any] | None:
         conds: list[dict[str, Any]] = []
         if node_ids is not None:
-            conds.append({"id": {"$in": node_ids}})
+            conds.append(id_filter(node_ids))
         flt = to_memlane_filter(filters)
         if flt is not None:
             conds.append(flt)
@@ -300,7 +321,7 @@ class MemlaneVectorStore(BasePydanticVectorStore):
             self.table, limit=total, order="asc", filters=where, **self.scope
         )
         if node_ids is not None:
-            by_id = {r.id: r for r in records}
+            by_id = {document_id(r): r for r in records}
             records = [by_id[i] for i in dict.fromkeys(node_ids) if i in by_id]
         return [_node(r) for r in records]
 
@@ -357,7 +378,8 @@ class MemlaneVectorStore(BasePydanticVectorStore):
         mmr = mode == VectorStoreQueryMode.MMR
         hits = self._memory.search(
             text,
-            4 * k if mmr else k,
+            # MMR re-ranks more than it returns, within what the engine takes.
+            min(4 * k, MAX_K) if mmr else k,
             mode=engine_mode,  # type: ignore[arg-type]
             filters={"$and": conds} if conds else None,
             query_embedding=vector,
@@ -382,5 +404,5 @@ class MemlaneVectorStore(BasePydanticVectorStore):
         return VectorStoreQueryResult(
             nodes=[_node(r) for r, _ in pairs],
             similarities=[s for _, s in pairs],
-            ids=[r.id for r, _ in pairs],
+            ids=[document_id(r) for r, _ in pairs],
         )
