@@ -33,7 +33,7 @@ import pytest
 
 from memlane import BM25Index, HnswIndex
 from memlane._core import BM25Okapi, Engine, WordPiece, log_blobs, log_entries, unblobs
-from memlane.errors import CorruptFileError, InvalidArgumentError
+from memlane.errors import CorruptFileError, InvalidArgumentError, UnknownIdError
 
 # A child whose allocation is refused aborts at once instead of eating the machine.
 LIMIT_MEMORY = "import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
@@ -420,3 +420,13 @@ def test_touch_refuses_a_time_that_is_not_finite(now: float) -> None:
     with pytest.raises(InvalidArgumentError, match="now must be a finite time"):
         engine.touch([1], now)
     engine.touch([1], 1.0)  # an unknown id is skipped
+
+
+@pytest.mark.parametrize("missing", [-1, 2**64, 2**200, -(2**200)])
+def test_a_vector_by_an_id_no_index_can_hold_is_an_unknown_id(missing: int) -> None:
+    index = HnswIndex(dim=2)
+    index.add(np.array([1], dtype=np.uint64), np.array([[1.0, 0.0]], dtype=np.float32))
+    with pytest.raises(UnknownIdError, match="unknown id"):
+        index.get_vector(missing)
+    with pytest.raises(InvalidArgumentError, match="id must be an int, got str"):
+        index.get_vector("1")  # type: ignore[arg-type]

@@ -253,8 +253,8 @@ impl PyHnswIndex {
     ) -> PyResult<Bound<'py, PyArray1<f32>>> {
         let id = match id.extract::<u64>() {
             Ok(id) => id,
-            // An int outside u64 (say -1) is simply not stored.
-            Err(_) if id.extract::<i128>().is_ok() => {
+            // An int outside u64 (say -1, or 2**200) is simply not stored.
+            Err(_) if id.is_instance_of::<pyo3::types::PyInt>() => {
                 return Err(crate::errors::raise(
                     py,
                     "UnknownIdError",
