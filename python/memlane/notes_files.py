@@ -150,15 +150,18 @@ def _parse(text: str) -> list[_Entry]:
 
 
 def check_text(text: str, label: str) -> str:
-    """``text`` (an entry's text as stored) if no line of it starts with ``## ``, else
-    ``InvalidArgumentError`` naming ``label``: the export would write that line as a
-    heading, and the file would read back as other entries (re-dated, re-titled)."""
-    if any(line.startswith("## ") for line in text.splitlines()):
+    """``text`` (an entry's text as stored) with every line break written ``\n``, if no
+    line of it starts with ``## ``, else ``InvalidArgumentError`` naming ``label``: the
+    export would write that line as a heading, and the file would read back as other
+    entries (re-dated, re-titled). The file is read by lines, and ``\r``, ``\f`` or
+    ``\u2028`` end one as ``\n`` does: kept, the entry would come back changed."""
+    lines = text.splitlines()
+    if any(line.startswith("## ") for line in lines):
         raise InvalidArgumentError(
             f"{label} has a line starting with '## ', which would start a new entry of the "
             "file; write it without the heading"
         )
-    return text
+    return "\n".join(lines)
 
 
 def _not_regular(path: Path) -> InvalidArgumentError:

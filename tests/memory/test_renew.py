@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,3 +101,36 @@ def test_async_memory_renews(tmp_path: Path) -> None:
         await mem.close()
 
     asyncio.run(main())
+
+
+def test_renew_leaves_superseded_versions_alone(make_store: StoreFactory) -> None:
+    """A superseded version is history: renew does not count it, nor change it, as update
+    and supersede do not (list returns it, so a renew of what list gave may name it)."""
+    mem = make_store("renew-history", WordHashEmbedder())
+    old = mem.add("Bob likes tea", ttl=3600, **SCOPE)
+    new = mem.supersede(old.id, "Bob likes coffee")
+    closed = mem.get(old.id)
+    assert mem.renew([old.id, new.id], ttl=7200) == 1
+    assert mem.get(old.id).expires_at == closed.expires_at
+
+
+def test_renew_takes_its_change_number_before_its_rows(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As every writer does: on PostgreSQL a writer that locked its rows first and then
+    waited for the change number deadlocked with an update of one of them."""
+    mem = make_store("renew-order", WordHashEmbedder())
+    rec = mem.add("the door code is 1234", ttl=3600, **SCOPE)
+    db = mem._db
+    order: list[str] = []
+    for name in ("next_seq", "rows_for_write"):
+        real = getattr(db, name)
+
+        def traced(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
+            order.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(db, name, traced)
+    assert mem.renew([rec.id], ttl=60) == 1
+    assert order == ["next_seq", "rows_for_write"]
+    assert mem.renew(["no-such-id"], ttl=60) == 0

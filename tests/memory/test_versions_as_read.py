@@ -7,6 +7,8 @@ meaning (the current version, whatever it is). Both backends."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from conftest import SlowEmbedder, StoreFactory, WordHashEmbedder
-from memlane import AsyncMemory, ConflictError, InvalidArgumentError, Memory, MemoryRecord
+from memlane import AsyncMemory, ConflictError, InvalidArgumentError, Memory, MemoryRecord, times
 from memlane.edits import rewrite
 
 SCOPE = {"user_id": "alice"}
@@ -255,3 +257,22 @@ def test_an_edit_is_made_again_on_a_record_rewritten_in_place_meanwhile(
     new = rewrite(mem, rec, append)
     assert new.text == "line one\nline two\nline three"
     assert calls == ["line one", "line one\nline two"]
+
+
+def test_a_record_at_the_last_time_still_takes_updates(make_store: StoreFactory) -> None:
+    """A version past the last time a record may hold is none: an update of a record
+    imported with the last one keeps it, where it was refused about an ``updated_at``
+    nobody gave, and the store's export imports again."""
+    mem = make_store("last-time", WordHashEmbedder())
+    last = math.nextafter(times.END_TIME, 0.0)
+    line = {"id": "x", "text": "Alice works at Acme", "updated_at": last, **SCOPE}
+    path = make_store.tmp_path / "in.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    mem.import_jsonl(path)
+    assert mem.update("x", text="Alice works at Globex").updated_at == last
+    superseding = mem.supersede("x", "Alice works at Initech")
+    assert mem.get("x").updated_at == last
+    mem.export_jsonl(make_store.tmp_path / "out.jsonl")
+    other = make_store("last-time-again", WordHashEmbedder())
+    assert other.import_jsonl(make_store.tmp_path / "out.jsonl") >= 2
+    assert other.get(superseding.id).text == "Alice works at Initech"

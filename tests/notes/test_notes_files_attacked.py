@@ -324,3 +324,21 @@ def test_export_syncs_the_folder_after_the_renames(
         assert events == ["rename"] * len(NOTE_FILES) + ["folder"]
     finally:
         mem.close()
+
+
+def test_an_entry_with_other_line_breaks_reads_back_as_stored(make_store, word_embedder, tmp_path):
+    """The file is read by lines, and \\r, \\f or U+2028 end one as \\n does: an entry is
+    stored with its line breaks written \\n, so its own export reads back unchanged."""
+    mem = make_store("breaks", word_embedder)
+    try:
+        book = Notebook(mem, SCOPE)
+        for text in ("line a\u2028line b", "tab\x0cfeed", "win\r\nline", "next\x85line"):
+            book.append("MEMORY.md", text)
+        stored = [r.text for r in book.entries("MEMORY.md")]
+        assert stored == ["line a\nline b", "tab\nfeed", "win\nline", "next\nline"]
+        before = entries(mem)
+        mem.export_notes(tmp_path / "out", **SCOPE)
+        assert set(mem.import_notes(tmp_path / "out", **SCOPE).values()) == {0}
+        assert entries(mem) == before
+    finally:
+        mem.close()

@@ -42,6 +42,27 @@ def test_a_write_refuses_reads_from_before_it() -> None:
     assert len(cache) == 0
 
 
+def test_floors_of_a_burst_of_writes_all_hold_and_old_ones_go_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the pruning size, floors a minute old go, oldest first, and only those: a row
+    written again is young again, and a burst of writes keeps every floor it set."""
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    cache = RowCache(10)
+    burst = 25_000
+    for r in range(burst):  # one write each, as a renew or an update of many rows does
+        cache.invalidate([r], 10)
+    cache.invalidate([0], 11)  # written again: its floor is new
+    clock[0] += 61
+    cache.invalidate([burst], 12)
+    cache.put([row(1, 5)])  # the oldest floor, a minute old, went: any read is taken
+    assert cache.get([1])[0][1].seq == 5
+    for r in (0, burst):  # still guarded
+        cache.put([row(r, 5)])
+        assert cache.get([r]) == ({}, [r])
+
+
 def test_least_recently_used_go_first() -> None:
     cache = RowCache(2)
     cache.put([row(1, 1), row(2, 1)])

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from memlane import coerce
+from memlane import coerce, times
 from memlane._core import Admits, blobs, unblobs
 from memlane._memory import duplicates
 from memlane._memory.access import AccessLog
@@ -51,6 +51,8 @@ from memlane.schema import Row
 _INHERITED = ("table", "type", *SCOPE_FIELDS, "importance", "evergreen", "metadata")
 # No record consumed.
 _NONE: Mapping[str, float | None] = MappingProxyType({})
+# The last time a record may hold (``times.check``): versions stop there.
+_LAST_TIME = math.nextafter(times.END_TIME, 0.0)
 # Batches at least this large are analysed by the engine while the database writes them.
 _OVERLAP_MIN = 256
 
@@ -508,7 +510,7 @@ class Writer(Deleting):
         return validate(item, time.time(), self.default_scope, self.sync.dim, importing=True)
 
     def renew(self, ids: Sequence[str], expires_at: float | None) -> int:
-        """Sets the expiry of the records ``ids`` that are stored and unexpired now to
+        """Sets the expiry of the records ``ids`` that are stored, current and unexpired to
         ``expires_at``, in one transaction, keeping no version in the history (an expiry
         says when the store forgets a record, not what it says, and a TTL refreshed on
         every read would keep a copy per read); returns how many. Their ``updated_at``
@@ -518,20 +520,23 @@ class Writer(Deleting):
         with sync.writing(), sync.lock:
             sync.check_open()
             with db.transaction() as conn:
-                now = time.time()
-                found = db.rows_for_write(conn, ids)
-                rows = [r for r in found.values() if visible(r, now)]
-                if not rows:
-                    return 0
+                # The change's number before its rows, as every writer takes them: two
+                # writers locking them in other orders deadlock on PostgreSQL.
                 seq = db.next_seq(conn)
                 sync.follow()  # the engine must hold the rows it rewrites
+                now = time.time()
+                found = db.rows_for_write(conn, ids)
+                # A superseded version is history, which no change but a delete touches.
+                rows = [r for r in found.values() if visible(r, now) and r.valid_to is None]
                 renewed = [r._replace(expires_at=expires_at, seq=seq) for r in rows]
-                prepared = sync.prepare(renewed, texts=False, vectors=None)
-                db.replace(conn, renewed, expected=[(r.seq, False) for r in rows])
+                prepared = sync.prepare(renewed, texts=False, vectors=None) if rows else None
+                if rows:
+                    db.replace(conn, renewed, expected=[(r.seq, True) for r in rows])
                 self.access.flush(db, conn, seq)
-                if expires_at is not None:
+                if expires_at is not None and rows:
                     sync.expiring = True
-            sync.engine.apply(prepared)
+            if prepared is not None:
+                sync.engine.apply(prepared)
             sync.committed(seq, len(renewed))
             for row in renewed:
                 self.events.updated(row)
@@ -560,5 +565,6 @@ def _later(now: float, row: Row) -> float:
     """The ``updated_at`` of a rewrite of ``row``: a record's version, which a rewrite
     read earlier is checked against (``check_version``), so it must differ from every
     earlier one though the clock stood still or went back (a coarse, mocked or reset
-    clock)."""
-    return max(now, math.nextafter(row.updated_at, math.inf))
+    clock). It stays a time a datetime holds: a record imported with the last one keeps
+    it (no later version can be told from it)."""
+    return min(max(now, math.nextafter(row.updated_at, math.inf)), _LAST_TIME)

@@ -89,7 +89,9 @@ class RowCache:
         # tuple of atoms but keeps tracking a tuple subclass, and tens of thousands of
         # cached Rows made every collection (and so every bulk write) slower.
         self._rows: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
-        self._floors: dict[int, tuple[int, float]] = {}
+        # Oldest first (a row written again moves to the end), so that pruning stops at
+        # the first floor still young: a burst of writes never rescans them all.
+        self._floors: OrderedDict[int, tuple[int, float]] = OrderedDict()
         self._lock = threading.Lock()
         # Characters of text and metadata that offer() has taken in.
         self._offered = 0
@@ -158,13 +160,15 @@ class RowCache:
         """Drops rows a write (change ``seq``) touches; older reads of them are refused."""
         now = time.monotonic()
         with self._lock:
+            floors = self._floors
             for r in rowids:
                 self._rows.pop(r, None)
-                self._floors[r] = (seq, now)
-            if len(self._floors) > _FLOOR_PRUNE:
-                self._floors = {
-                    r: f for r, f in self._floors.items() if now - f[1] < _FLOOR_SECONDS
-                }
+                floors[r] = (seq, now)
+                floors.move_to_end(r)
+            while len(floors) > _FLOOR_PRUNE and now - next(iter(floors.values()))[1] >= (
+                _FLOOR_SECONDS
+            ):
+                floors.popitem(last=False)
 
     def forget(self, rowids: Iterable[int]) -> None:
         """Drops deleted rows."""
