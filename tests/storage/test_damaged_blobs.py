@@ -115,3 +115,16 @@ def test_a_store_whose_blobs_are_whole_again_opens(make_store: StoreFactory) -> 
         assert len(mem) == N
         hit = mem.search("", mode="vector", query_embedding=whole, k=1)[0]
         assert hit.record.id == DAMAGED[0]
+
+
+def test_a_record_whose_blob_grew_past_any_index_is_damaged(make_store: StoreFactory) -> None:
+    """A blob longer than any vector an index holds is read as damaged, not as a caller's
+    bad argument: the caller gave nothing (``get``, ``update``)."""
+    with make_store("long", WordHashEmbedder(DIM)) as mem:
+        mem.add("note of the store", id="x")
+    set_blobs(make_store, "long", ["x"], bytes(4 * 65_537))
+    mem = make_store("long", WordHashEmbedder(DIM))
+    with pytest.raises(CorruptFileError, match="damaged"):
+        mem.get("x", include_embedding=True)
+    with pytest.raises(CorruptFileError, match="damaged"):
+        mem.update("x", importance=0.9)

@@ -362,11 +362,17 @@ def blob(v: FloatArray | None, half: bool) -> bytes | None:
     return None if v is None else blobs(v, half)[0]
 
 
+#: The largest dimension an index takes (the engine refuses more).
+MAX_DIM = 65_536
+
+
 def unblob(b: bytes | None) -> FloatArray | None:
     """A stored vector (see ``blobs``) decoded, its dimension read from its length."""
     if b is None:
         return None
     dim = len(b) // 4 if len(b) % 4 == 0 else (len(b) - _HALF_HEADER) // 2
+    if dim > MAX_DIM:  # no index holds it: a damaged row, not a caller's argument
+        raise CorruptFileError(f"a stored vector of {len(b)} bytes is damaged (too long)")
     v: FloatArray = unblobs([b], max(dim, 1))[0]
     return v
 
