@@ -134,3 +134,21 @@ def test_renew_takes_its_change_number_before_its_rows(
     assert mem.renew([rec.id], ttl=60) == 1
     assert order == ["next_seq", "rows_for_write"]
     assert mem.renew(["no-such-id"], ttl=60) == 0
+
+
+def test_a_record_given_is_renewed_only_while_it_is_the_version_read(
+    make_store: StoreFactory,
+) -> None:
+    """An expiry worked out from a record read (LangGraph's TTL) never lands on a rewrite
+    made since: that record is left out, the others renewed."""
+    mem = make_store("renew-as-read", WordHashEmbedder())
+    a = mem.add("the door code is 1234", ttl=3600, **SCOPE)
+    b = mem.add("the shed code is 99", ttl=3600, **SCOPE)
+    read = [mem.get(a.id), mem.get(b.id)]
+    mem.update(a.id, text="the door code is 5678", ttl=60)
+    at = time.time() + 7200
+    assert mem.renew(read, expires_at=at) == 1
+    assert mem.get(a.id).expires_at != at and mem.get(b.id).expires_at == at
+    assert mem.renew([mem.get(a.id), b.id], expires_at=at) == 2
+    with pytest.raises(InvalidArgumentError, match="two versions"):
+        mem.renew([read[0], mem.get(a.id)], ttl=60)

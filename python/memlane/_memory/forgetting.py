@@ -86,14 +86,19 @@ class Forgetting:
 
     def renew(
         self,
-        ids: Iterable[str],
+        ids: Iterable[str | MemoryRecord],
         *,
         expires_at: float | datetime | None = None,
         ttl: float | None = None,
     ) -> int:
         """Moves the expiry of the records ``ids`` to ``expires_at`` (or ``ttl`` seconds
         from now; neither: they never expire) in one transaction, and returns how many
-        it moved: ids not stored, or expired already, are left out.
+        it moved: records not stored, expired or superseded are left out.
+
+        ``ids`` holds records' ids, or records as read (``get``, ``list``, a search hit's
+        ``record``): such a record is renewed only while it is still the version read (its
+        ``updated_at``, checked inside the transaction), so an expiry worked out from what
+        was read never lands on a rewrite made since (it is left out).
 
         No version is kept in the [`history`][memlane.Memory.history] and ``updated_at``
         stays (an expiry says when the store forgets a record, not what it says), so a
@@ -101,8 +106,17 @@ class Forgetting:
         a record read before still applies; ``update(expires_at=...)`` keeps a version.
         """
         self._sync.check_open()
-        if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-            raise InvalidArgumentError(f"ids must be a list of ids, got {shown(ids)}")
-        wanted = list(dict.fromkeys(coerce.text(i, f"ids[{k}]") for k, i in enumerate(ids)))
+        if isinstance(ids, str | bytes | Mapping) or not isinstance(ids, Iterable):
+            raise InvalidArgumentError(f"ids must be a list of ids or records, got {shown(ids)}")
+        wanted: dict[str, float | None] = {}
+        for k, item in enumerate(ids):
+            if isinstance(item, MemoryRecord):
+                key = coerce.text(item.id, f"ids[{k}].id")
+                version = coerce.timestamp(item.updated_at, f"ids[{k}].updated_at")
+                if wanted.get(key, version) not in (None, version):
+                    raise InvalidArgumentError(f"ids names two versions of {key!r}")
+                wanted[key] = version
+            else:
+                wanted.setdefault(coerce.text(item, f"ids[{k}]"), None)
         at = expiry(expires_at, ttl, time.time())
         return self._writer.renew(wanted, at) if wanted else 0

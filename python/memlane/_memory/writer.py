@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -509,9 +509,10 @@ class Writer(Deleting):
         item["updated_at"] = _later(time.time(), row)
         return validate(item, time.time(), self.default_scope, self.sync.dim, importing=True)
 
-    def renew(self, ids: Sequence[str], expires_at: float | None) -> int:
-        """Sets the expiry of the records ``ids`` that are stored, current and unexpired to
-        ``expires_at``, in one transaction, keeping no version in the history (an expiry
+    def renew(self, ids: Mapping[str, float | None], expires_at: float | None) -> int:
+        """Sets the expiry of the records ``ids`` that are stored, current, unexpired and
+        the version given (their ``updated_at``, where not None) to ``expires_at``, in one
+        transaction, keeping no version in the history (an expiry
         says when the store forgets a record, not what it says, and a TTL refreshed on
         every read would keep a copy per read); returns how many. Their ``updated_at``
         stays: a rewrite judged against a record read before stays valid."""
@@ -525,9 +526,13 @@ class Writer(Deleting):
                 seq = db.next_seq(conn)
                 sync.follow()  # the engine must hold the rows it rewrites
                 now = time.time()
-                found = db.rows_for_write(conn, ids)
+                found = db.rows_for_write(conn, list(ids))
                 # A superseded version is history, which no change but a delete touches.
-                rows = [r for r in found.values() if visible(r, now) and r.valid_to is None]
+                rows = [
+                    r
+                    for key, r in found.items()
+                    if visible(r, now) and r.valid_to is None and ids[key] in (None, r.updated_at)
+                ]
                 renewed = [r._replace(expires_at=expires_at, seq=seq) for r in rows]
                 prepared = sync.prepare(renewed, texts=False, vectors=None) if rows else None
                 if rows:
