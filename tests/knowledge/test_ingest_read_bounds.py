@@ -64,6 +64,34 @@ def test_a_csv_header_repeated_before_every_cell_stops_at_the_limit() -> None:
         assert load_csv(b"name,age\nAda,36\n", Path("p.csv")).text == "name: Ada; age: 36"
 
 
+def exactly(limit: int) -> IngestLimits:
+    return IngestLimits(max_unpacked_bytes=limit)
+
+
+def test_json_text_of_exactly_the_limit_is_taken() -> None:
+    data = json.dumps(["x"] * 10).encode()
+    text = "\n".join(f"[{i}]: x" for i in range(10))
+    with applied_limits(exactly(len(text))):
+        assert load_json(data, P).text == text
+    with applied_limits(exactly(len(text) - 1)), pytest.raises(DocumentLimitError):
+        load_json(data, P)
+    both = b"\n".join([data, data])
+    joined = "\n".join(f"[{n}][{i}]: x" for n in range(2) for i in range(10))
+    with applied_limits(exactly(len(joined))):
+        assert load_jsonl(both, P).text == joined
+    with applied_limits(exactly(len(joined) - 1)), pytest.raises(DocumentLimitError):
+        load_jsonl(both, P)
+
+
+def test_csv_text_is_counted_as_written_whitespace_collapsed() -> None:
+    data = ("h,g\n" + "a          b,  \n" * 700 + "c,d\n").encode()  # 10 KB
+    text = "\n".join(["h: a b"] * 700 + ["h: c; g: d"])
+    with applied_limits(exactly(len(text))):
+        assert load_csv(data, Path("fixed.csv")).text == text
+    with applied_limits(exactly(len(text) - 1)), pytest.raises(DocumentLimitError):
+        load_csv(data, Path("fixed.csv"))
+
+
 # -- a file larger than the limit is not read -------------------------------------------------
 
 HUGE = """
@@ -125,26 +153,47 @@ def test_a_memory_error_while_reading_fails_that_file_alone(
 # -- PDF: pages named many times, content streams that show nothing -------------------------
 
 
-def pdf(kids: list[int], pages: dict[int, int], content: bytes) -> bytes:
-    """A PDF whose page tree lists page objects ``kids`` (repeats allowed); ``pages``
-    maps each page object's number to its content stream's, all of them ``content``."""
+def deflated(content: bytes, head: bytes = b"") -> bytes:
     stream = zlib.compress(content, 9)
+    return (
+        b"<< %s/Length %d /Filter /FlateDecode >>\nstream\n"
+        % (
+            head,
+            len(stream),
+        )
+        + stream
+        + b"\nendstream"
+    )
+
+
+def pdf(
+    kids: list[int],
+    pages: dict[int, int],
+    content: bytes,
+    forms: dict[int, tuple[bytes, bytes]] | None = None,
+) -> bytes:
+    """A PDF whose page tree lists page objects ``kids`` (repeats allowed); ``pages``
+    maps each page object's number to its content stream's, all of them ``content``;
+    ``forms``, form XObjects by object number, as (content, the names they draw with,
+    ``/X 5 0 R ...``), which every page and form may draw."""
+    forms = forms or {}
+    xobjects = b" ".join(names for _, names in forms.values())
+    resources = b"/Resources << /Font << /F1 3 0 R >> /XObject << %s >> >>" % xobjects
     objects = {
         1: b"<< /Type /Catalog /Pages 2 0 R >>",
         2: b"<< /Type /Pages /Kids [%s] /Count %d >>"
         % (b" ".join(b"%d 0 R" % k for k in kids), len(kids)),
         3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     }
+    for n, (form, _) in forms.items():
+        head = b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] %s " % resources
+        objects[n] = deflated(form, head)
     for page, stream_number in pages.items():
         objects[page] = (
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
-            b"/Resources << /Font << /F1 3 0 R >> >> >>" % stream_number
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R %s >>"
+            % (stream_number, resources)
         )
-        objects[stream_number] = (
-            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream)
-            + stream
-            + b"\nendstream"
-        )
+        objects[stream_number] = deflated(content)
     out = bytearray(b"%PDF-1.4\n")
     offsets = {}
     for n in sorted(objects):
@@ -186,6 +235,24 @@ def test_content_streams_that_show_no_text_count_against_the_limit() -> None:
         ),
     ):
         load_pdf(data, Path("p.pdf"))
+
+
+def test_forms_drawn_count_each_time_they_are_drawn() -> None:
+    # Y: 7 KB of operators; X draws Y ten times; the page draws X (by an escaped name)
+    # twenty times: 1.4 MB for pypdf to parse, from 2 KB of PDF.
+    forms = {
+        5: (b"/Y Do " * 10, b"/X0 5 0 R"),
+        6: (b"BT /F1 12 Tf " + b"1 0 Td " * 1000 + b"(Deep text) Tj ET", b"/Y 6 0 R"),
+    }
+    data = pdf([10], {10: 11}, b"/X#30 Do " * 20, forms)
+    with (
+        applied_limits(SMALL),
+        pytest.raises(DocumentLimitError, match="with the forms they draw each time drawn"),
+    ):
+        load_pdf(data, Path("p.pdf"))
+    # Drawn once, the same forms are within the limit, and their text is extracted.
+    with applied_limits(SMALL):
+        assert "Deep text" in load_pdf(pdf([10], {10: 11}, b"/X0 Do", forms), P).text
 
 
 # -- .docx: the unpacked size, whatever precedes the zip -------------------------------------

@@ -13,12 +13,13 @@ scope is exactly what ingest writes: a record another scope wrote is never knowl
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from memlane import coerce
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.knowledge.ids import document_id
 from memlane.records import SCOPE_FIELDS
@@ -28,20 +29,29 @@ if TYPE_CHECKING:
     from memlane.store import MemoryStore
 
 __all__ = [
+    "ALONE",
     "DOCUMENTS",
     "FRAGMENTS",
+    "Held",
+    "below",
     "check_document_id",
     "choose_id",
+    "chosen_meanwhile",
     "document_vector",
     "knowledge_documents",
     "knowledge_only",
     "list_all",
     "of_documents",
     "remove_documents",
+    "replacing",
+    "unstorable",
 ]
 
 DOCUMENTS = "documents"
 FRAGMENTS = "fragments"
+# Metadata of a document (true, or absent) whose root is its file's folder, made by
+# ingesting that file alone: a root never walked, which takes no folder (ingest.py).
+ALONE = "alone"
 # Records per page when reading a whole table.
 _LIST_PAGE = 1000
 
@@ -141,22 +151,40 @@ def check_document_id(mem: MemoryStore, doc_id: str) -> None:
         raise UnknownIdError(f"no knowledge document with id {doc_id!r}")
 
 
-def choose_id(
-    rel: str,
-    agent_id: str | None,
-    shared: bool,
-    root: str | None,
-    existing: Mapping[str, MemoryRecord],
-) -> str:
-    """The id of the owner's document at ``rel`` under ``root`` (the real path of the
-    knowledge root; None for a text), given the owner's ``existing`` documents by id.
+class Held:
+    """The owner's documents as read when an ingest starts: by id, and the id of the one
+    made from each path under each root (``source``, ``root``), the first if several."""
 
-    The plain id (``ids.document_id``) unless the document holding it is of another root
-    that still has that file (or is a text, or a file's when this is a text): then the
-    id keyed with the root too, so ``projA/README.md`` and ``projB/README.md`` are two
-    documents. A document whose file is gone (its folder moved or deleted) is taken
-    over, as before roots were told apart.
+    def __init__(self, records: Iterable[MemoryRecord] = ()) -> None:
+        self.by_id: dict[str, MemoryRecord] = {}
+        self.by_place: dict[tuple[str, str | None], str] = {}
+        for r in records:
+            self.by_id[r.id] = r
+            root = r.metadata.get("root", _NO_ROOT)
+            # Without "root" (no record of this code's) or a root no ingest writes, it is
+            # no root's own document; choose_id judges it by its id alone.
+            if root is None or isinstance(root, str):
+                self.by_place.setdefault((str(r.metadata.get("source")), root), r.id)
+
+
+_NO_ROOT = object()
+
+
+def choose_id(rel: str, agent_id: str | None, shared: bool, root: str | None, held: Held) -> str:
+    """The id of the owner's document at ``rel`` under ``root`` (the real path of the
+    knowledge root; None for a text), given the owner's documents ``held``.
+
+    The id of the document already made from ``rel`` under this root (or of this text
+    name), if any, whichever id it got: a root whose document got the root-keyed id keeps
+    it once the plain id's holder is gone. Else the plain id (``ids.document_id``) unless
+    the document holding it is of another root that still has that file (or is a text, or
+    a file's when this is a text): then the id keyed with the root too, so
+    ``projA/README.md`` and ``projB/README.md`` are two documents. A document whose file
+    is gone (its folder moved or deleted) is taken over, as before roots were told apart.
     """
+    if (own := held.by_place.get((rel, root))) is not None:
+        return own
+    existing = held.by_id
     plain = document_id(rel, agent_id=agent_id, shared=shared)
     holder = existing.get(plain)
     if holder is None:
@@ -169,6 +197,75 @@ def choose_id(
     if rooted in existing or root is None or not isinstance(held_by, str):
         return rooted
     return rooted if os.path.exists(os.path.join(held_by, rel)) else plain
+
+
+def below(held: Held, rel: str, root: str | None) -> list[str]:
+    """The ids of the owner's documents made from the file at ``rel`` under ``root``
+    while a folder below ``root`` was their root (``kb/sub`` ingested before ``kb``):
+    the document made under ``root`` takes their place, in the write that stores it,
+    rather than being a second one beside them."""
+    if root is None:
+        return []
+    parts = rel.split("/")
+    places = (("/".join(parts[i:]), os.path.join(root, *parts[:i])) for i in range(1, len(parts)))
+    return [doc_id for place in places if (doc_id := held.by_place.get(place)) is not None]
+
+
+def replacing(
+    mem: MemoryStore,
+    expected: Mapping[str, MemoryRecord | None],
+    owner: Mapping[str, Any],
+    taken_over: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The filter of what a write of the owner's documents ``expected`` (the id of each
+    -> its record as read when it was chosen, or None) replaces: their fragments, and
+    each document's record if it is still of the root it was read with; and the
+    documents ``taken_over`` (see ``below``) whole.
+
+    The write then stores only what it chose for: another ingest of the owner that stored
+    a document of another root with one of these ids meanwhile (two processes ingesting
+    ``projA`` and ``projB``, both holding ``README.md``, each choosing the plain id) keeps
+    it, and this write, finding the id taken, stores nothing, rather than replacing it.
+    """
+    mine: list[dict[str, Any]] = [
+        {"table": FRAGMENTS, "document_id": {"$in": list(expected)}},
+        {"document_id": {"$in": list(taken_over)}},
+    ]
+    for doc_id, old in expected.items():
+        if old is not None:
+            root = _root_of(old)
+            was = {"$exists": False} if root is _NO_ROOT else root
+            mine.append({"table": DOCUMENTS, "document_id": doc_id, "root": was})
+    return knowledge_only(mem, {"$and": [dict(owner), {"$or": mine}]})
+
+
+def chosen_meanwhile(held: Held, expected: Mapping[str, MemoryRecord | None]) -> list[str]:
+    """The ids of ``expected`` (see ``replacing``) whose record in ``held``, read again,
+    is not of the root it was read with, or is there though there was none."""
+    moved = []
+    for doc_id, old in expected.items():
+        now = held.by_id.get(doc_id)
+        if now is not None and (old is None or _root_of(now) != _root_of(old)):
+            moved.append(doc_id)
+    return moved
+
+
+def _root_of(record: MemoryRecord) -> object:
+    return record.metadata.get("root", _NO_ROOT)
+
+
+def unstorable(items: list[dict[str, Any]]) -> str | None:
+    """Why an add would refuse one of a document's records (the checks ``add`` makes
+    of a record's text and metadata, the parts a file decides), or None."""
+    # The document's record first: its text is the whole text, so a position in it
+    # is a position in the document.
+    for item in (items[-1], *items[:-1]):
+        try:
+            coerce.text(item["text"], "text")
+            coerce.metadata(item["metadata"])
+        except InvalidArgumentError as e:
+            return f"cannot be stored: {e}"
+    return None
 
 
 def document_vector(fragments: FloatArray) -> FloatArray:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge.documents import (
+    ALONE,
     DOCUMENTS,
     knowledge_documents,
     knowledge_only,
@@ -21,7 +22,7 @@ from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.pipeline import IngestOptions, Owner, Pipeline
 from memlane.knowledge.progress import ProgressBar
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, checked_path, relative_path, resolve, walk
+from memlane.knowledge.walk import Source, checked_path, hidden, relative_path, resolve, walk
 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
@@ -41,9 +42,14 @@ def ingest_sources(
     root_key: str | None,
     report: IngestReport,
     label: str = "ingest",
+    alone: bool = False,
 ) -> IngestReport:
+    """Ingests ``sources`` under the root ``root_key``; ``alone``: a file's own folder
+    made its root by ingesting that file alone (``_known_folder``)."""
     bar = ProgressBar(len(sources), enabled=options.progress, label=label)
-    pipeline = Pipeline(mem, scope, options, root_key=root_key, progress=bar, report=report)
+    pipeline = Pipeline(
+        mem, scope, options, root_key=root_key, progress=bar, report=report, alone=alone
+    )
     truncated = report.truncated
     try:
         pipeline.run(sources)
@@ -72,30 +78,36 @@ def ingest_path(
     target = checked_path(path, "path")
     if not target.exists():
         raise NotFoundError(f"no such file or folder: {target}")
+    alone = False  # a root made by this file alone (see _known_folder)
     if root is not None:
         base = checked_path(root, "root")
     elif target.is_dir():
         base, target = _known_folder(mem, target, scope) or (target, target)
+    elif known := _known_file(mem, target, scope):
+        base, target, alone = known
     else:
-        base, target = _known_file(mem, target, scope) or (target.parent, target)
+        base, target, alone = target.parent, target, True
     if not base.is_dir():
         raise InvalidArgumentError(f"root must be a folder: {base}")
     report = IngestReport()
     sources = walk(target, base, follow_outside=options.follow_outside, skipped=report.skipped)
     root_key = str(base.resolve())
     label = target.name or "ingest"
-    ingest_sources(mem, sources, scope, options, root_key=root_key, report=report, label=label)
+    ingest_sources(
+        mem, sources, scope, options, root_key=root_key, report=report, label=label, alone=alone
+    )
     if options.prune_missing and target.is_dir():
         prune(mem, scope, root_key, {s.rel for s in sources}, target, base, report)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _known_file(mem: MemoryStore, file: Path, scope: Owner) -> tuple[Path, Path] | None:
+def _known_file(mem: MemoryStore, file: Path, scope: Owner) -> tuple[Path, Path, bool] | None:
     """The root and path of the scope's oldest document made from ``file`` (the same
-    real file), if any: ingested alone without a root, a file of a folder ingested
-    before is ingested again under that folder, by the path it was found at, so its id
-    is its document's, which it replaces rather than being a second document beside it.
+    real file), if any, and whether that root is the file's own, made by ingesting it
+    alone: ingested alone without a root, a file of a folder ingested before is ingested
+    again under that folder, by the path it was found at, so its id is its document's,
+    which it replaces rather than being a second document beside it.
 
     The document's path is below its root, so it ends as ``file`` ends, by the path
     given or by the real one.
@@ -111,7 +123,7 @@ def _known_file(mem: MemoryStore, file: Path, scope: Owner) -> tuple[Path, Path]
     for record in knowledge_documents(mem, {**scope.filter(), "source": {"$in": stored}}):
         root, source = record.metadata.get("root"), str(record.metadata.get("source"))
         if isinstance(root, str) and (found := Path(root) / source).resolve() == real:
-            return Path(root), found
+            return Path(root), found, record.metadata.get(ALONE) is True
     return None
 
 
@@ -120,12 +132,20 @@ def _known_folder(mem: MemoryStore, folder: Path, scope: Owner) -> tuple[Path, P
     scope's (the nearest) ingested before: its files then keep the paths, and so the
     ids, they have under that root (``sub/s.txt``), rather than being ingested a second
     time as ``s.txt``, a copy that a pruning ingest of the root would never find.
-    A folder that is a root itself stays its own."""
+    A folder that is a root itself stays its own.
+
+    Only a root whose walk reaches the folder takes it: not through a hidden folder
+    (``kb/.private``, which a pruning ingest of ``kb`` would prune as missing), and not a
+    root that is a file's folder, made by ingesting that file alone (``home`` of
+    ``home/todo.md`` takes no ``home/.notes/kb``, nor ``home/docs``: ``home`` was never
+    walked). The real path is followed, which no link is on.
+    """
     real = resolve(folder)
     for root in (real, *real.parents):
-        flt = knowledge_only(mem, {**scope.filter(), "root": str(root)})
-        if mem.count(DOCUMENTS, filters=flt):
-            return None if root == real else (root, root / real.relative_to(root))
+        rel = real.relative_to(root)
+        flt = knowledge_only(mem, {**scope.filter(), "root": str(root), ALONE: {"$ne": True}})
+        if not any(hidden(part) for part in rel.parts) and mem.count(DOCUMENTS, filters=flt):
+            return None if root == real else (root, root / rel)
     return None
 
 

@@ -57,6 +57,7 @@ from memlane.knowledge.loaded_document import (
     meta_text,
     unpacked_size,
 )
+from memlane.knowledge.pdf_forms import drawn_bytes
 
 __all__ = [
     "LOADERS",
@@ -216,11 +217,16 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
                 # operators that show no text take seconds; decoded content counts
                 # against max_unpacked_bytes, as a zip's members do, before it is parsed.
                 contents = page.get_contents()
-                unpacked += 0 if contents is None else len(contents.get_data())
+                content = b"" if contents is None else contents.get_data()
+                unpacked += len(content)
+                if unpacked <= limit:  # with the forms drawn, as often as drawn
+                    resources = page.get("/Resources")
+                    unpacked += drawn_bytes(content, resources, limit - unpacked)
                 if unpacked > limit:
                     raise DocumentLimitError(
-                        f"page content streams unpack to more than {limit} bytes (stopped "
-                        f"at page {len(pages)}), above max_unpacked_bytes={limit}"
+                        f"page content streams, with the forms they draw each time drawn, "
+                        f"unpack to more than {limit} bytes (stopped at page {len(pages)}), "
+                        f"above max_unpacked_bytes={limit}"
                     )
                 page_text = (page.extract_text() or "").strip()
                 if page_key is not None:
@@ -268,6 +274,7 @@ class _TextBudget:
         self.chars = 0
 
     def take(self, count: int) -> None:
+        """Counts ``count`` characters more."""
         self.chars += count
         if self.chars > self.limit:
             raise DocumentLimitError(
@@ -287,7 +294,9 @@ def _flatten(value: Any, prefix: str, budget: _TextBudget) -> list[str]:
     def visit(item: Any, size: int) -> None:
         if isinstance(item, str):
             if item.strip():
-                budget.take((size or 1) + 3 + len(item))  # "path: value\n"
+                # "path: value", after the "\n" ending the line before (of any value
+                # of the document: a JSONL file's lines share the budget).
+                budget.take((size or 1) + 2 + len(item) + (1 if budget.chars else 0))
                 lines.append(f"{''.join(parts) or '$'}: {item}")
             return
         if isinstance(item, dict):
@@ -346,15 +355,16 @@ def load_csv(data: bytes, path: Path) -> LoadedDocument:
         return LoadedDocument("", "csv")
     header = [h.strip() or f"column {i + 1}" for i, h in enumerate(rows[0])]
     budget = _TextBudget()
-    lines = []
+    lines: list[str] = []
     for row in rows[1:]:
-        cells = []
+        budget.take(1 if lines else 0)  # the "\n" before this row's line
+        cells: list[str] = []
         for i, value in enumerate(row):
             name = header[i] if i < len(header) else f"column {i + 1}"
-            if value.strip():
+            if value := " ".join(value.split()):
                 # Counted before the cell is built: the header is repeated in every row.
-                budget.take(len(name) + 4 + len(value))  # "name: value; " at most
-                cells.append(f"{name}: {' '.join(value.split())}")
+                budget.take(len(name) + 2 + len(value) + (2 if cells else 0))  # "; name: value"
+                cells.append(f"{name}: {value}")
         lines.append("; ".join(cells))
     return LoadedDocument("\n".join(lines), "csv", {"columns": header, "rows": len(rows) - 1})
 

@@ -53,26 +53,37 @@ import numpy.typing as npt
 from memlane import coerce
 from memlane.embeddings import TextTruncatedWarning
 from memlane.embeddings.lazy import LazyEmbedder
-from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError, shown
+from memlane.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    MemlaneError,
+    UnknownIdError,
+    shown,
+)
 from memlane.knowledge.chunking import Chunk, Chunker, default_chunkers
 from memlane.knowledge.document_limits import DocumentLimitError, IngestLimits, applied_limits
 from memlane.knowledge.documents import (
+    ALONE,
     DOCUMENTS,
     FRAGMENTS,
+    Held,
+    below,
     choose_id,
+    chosen_meanwhile,
     document_vector,
     knowledge_documents,
-    knowledge_only,
     list_all,
     of_documents,
     remove_documents,
+    replacing,
+    unstorable,
 )
 from memlane.knowledge.ids import fragment_id
 from memlane.knowledge.loaded_document import LoadedDocument, json_safe, unpacked_size
+from memlane.knowledge.owner import Owner
 from memlane.knowledge.progress import ProgressBar, ProgressOption
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import LeftOut, Source
-from memlane.scoping import scope_of
 
 if TYPE_CHECKING:
     from memlane.embeddings import Embedder
@@ -97,47 +108,10 @@ _EMBED_BATCH = 128
 BATCH_SIZE = 2048
 # How long the writer waits for the producer before writing what it holds.
 _PRODUCER_WAIT = 0.05
+# Writes of a batch whose ids other ingests of the owner took meanwhile (Pipeline.refused).
+_ATTEMPTS = 3
 
 FloatArray = npt.NDArray[np.float32]
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """Whose knowledge: shared (every agent's) or one agent's own."""
-
-    agent_id: str | None
-    shared: bool
-
-    @classmethod
-    def of(cls, agent_id: object, shared: object) -> Owner:
-        if not isinstance(shared, bool):
-            raise InvalidArgumentError(f"shared must be a bool, got {type(shared).__name__}")
-        if agent_id is not None and (not isinstance(agent_id, str) or not agent_id.strip()):
-            raise InvalidArgumentError(f"agent_id must be a non-empty str, got {shown(agent_id)}")
-        if agent_id is not None:  # every record stores it: refused here, not mid-ingest
-            coerce.clean(agent_id, "agent_id")
-        if not shared and agent_id is None:
-            raise InvalidArgumentError(
-                "private knowledge (shared=False) needs an agent_id; pass shared=True for "
-                "knowledge every agent may read"
-            )
-        return cls(None if shared else agent_id, shared)
-
-    def filter(self) -> dict[str, Any]:
-        """Metadata filter of this scope's documents and fragments."""
-        if self.shared:
-            return {"shared": True}
-        return {"shared": False, "agent_id": self.agent_id}
-
-    def holds(self, record: MemoryRecord, default_scope: Mapping[str, str]) -> bool:
-        """Whether ``record`` is a document of this owner's, its scope as ingest writes
-        it in a store of ``default_scope`` (``documents.knowledge_only``)."""
-        return (
-            record.table == DOCUMENTS
-            and record.metadata.get("shared") is self.shared
-            and record.metadata.get("agent_id") == self.agent_id
-            and record.scope == scope_of(default_scope, {"agent_id": self.agent_id})
-        )
 
 
 def embedding_cost(embedder: Embedder | None) -> Callable[[list[str]], list[int]]:
@@ -184,6 +158,7 @@ class _Job:
     chunks: list[Chunk]
     costs: list[int]  # sort keys of the chunks' contents (see embedding_cost)
     old: MemoryRecord | None
+    taken_over: list[str]  # documents.below: the ids of the file's under a root below
     # Its records (fragments, then the document), checked as an add checks them; the
     # write gives them their vectors.
     items: list[dict[str, Any]] = field(default_factory=list)
@@ -210,20 +185,6 @@ class _Crash:
 _END = object()
 
 
-def _unstorable(items: list[dict[str, Any]]) -> str | None:
-    """Why an add would refuse one of a document's records (the checks ``add`` makes
-    of a record's text and metadata, the parts a file decides), or None."""
-    # The document's record first: its text is the whole text, so a position in it
-    # is a position in the document.
-    for item in (items[-1], *items[:-1]):
-        try:
-            coerce.text(item["text"], "text")
-            coerce.metadata(item["metadata"])
-        except InvalidArgumentError as e:
-            return f"cannot be stored: {e}"
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class IngestOptions:
     """How documents are ingested: the knowledge methods' options, passed on as one
@@ -248,6 +209,7 @@ class Pipeline:
         root_key: str | None,
         progress: ProgressBar,
         report: IngestReport,
+        alone: bool = False,
     ) -> None:
         chunker, limits, batch_size = options.chunker, options.limits, options.batch_size
         if limits is not None and not isinstance(limits, IngestLimits):
@@ -267,13 +229,14 @@ class Pipeline:
         self.metadata = metadata
         self.metadata_json = json.dumps(metadata, sort_keys=True, default=str)
         self.root_key = root_key
+        self.alone = alone  # see documents.ALONE
         self.batch_size = batch_size
         self.progress = progress
         self.report = report
         self.embedder = mem.embedder
         self.cost = embedding_cost(self.embedder)
         self.chunker_key = _chunker_key(chunker)
-        self.existing: dict[str, MemoryRecord] = {}
+        self.held = Held()
         self._text, self._markdown = default_chunkers()
         self._ids: dict[str, Source] = {}  # the producer's documents so far, by id
 
@@ -282,9 +245,7 @@ class Pipeline:
     def prepare(self, source: Source) -> _Job | _Done:
         try:
             scope = self.scope
-            doc_id = choose_id(
-                source.rel, scope.agent_id, scope.shared, self.root_key, self.existing
-            )
+            doc_id = choose_id(source.rel, scope.agent_id, scope.shared, self.root_key, self.held)
         except UnicodeEncodeError:  # a name of bytes that are not UTF-8 (a lone surrogate)
             raw = source.rel.encode("utf-8", "surrogateescape")
             return _Done(source, "", "failed", f"the file name is not valid UTF-8: {raw!r}")
@@ -292,7 +253,8 @@ class Pipeline:
             # Two files whose names are one once normalised (NFC and NFD): one document.
             reason = f"another file has the same name once normalised (NFC): {first.rel!r}"
             return _Done(source, doc_id, "failed", reason)
-        old = self.existing.get(doc_id)
+        old = self.held.by_id.get(doc_id)
+        taken_over = below(self.held, source.rel, self.root_key)
         try:
             data = source.read(self.limits.max_unpacked_bytes)
         except LeftOut as e:
@@ -310,6 +272,8 @@ class Pipeline:
             old is not None
             and old.metadata.get("fingerprint") == fingerprint
             and old.metadata.get("root", self.root_key) == self.root_key  # not taken over
+            and (old.metadata.get(ALONE) is True) == self.alone  # its root walked since
+            and not taken_over
         ):
             return _Done(source, doc_id, "unchanged")
         if not data.strip():
@@ -337,9 +301,11 @@ class Pipeline:
         if not chunks:
             return _Done(source, doc_id, "empty", "no text", old)
         costs = self.cost([c.content for c in chunks])
-        job = _Job(source, doc_id, digest, fingerprint, len(data), doc, chunks, costs, old)
+        job = _Job(
+            source, doc_id, digest, fingerprint, len(data), doc, chunks, costs, old, taken_over
+        )
         job.items = self.records(job)
-        if (refused := _unstorable(job.items)) is not None:  # this file fails, not the batch
+        if (refused := unstorable(job.items)) is not None:  # this file fails, not the batch
             return _Done(source, doc_id, "failed", refused)
         return job
 
@@ -368,7 +334,7 @@ class Pipeline:
 
     def run(self, sources: list[Source]) -> None:
         self.report.seen += len(sources)
-        self.existing = {r.id: r for r in knowledge_documents(self.mem, self.scope.filter())}
+        self.held = Held(knowledge_documents(self.mem, self.scope.filter()))
         self._ids = {}
         q: queue.Queue[Any] = queue.Queue(maxsize=1024)
         stop = threading.Event()
@@ -493,35 +459,63 @@ class Pipeline:
                     self.progress.update(files=1)
         if not embedded:
             return
-        items: list[dict[str, Any]] = []
-        for job, v in embedded:
-            if v is not None:
-                for item, vector in zip(job.items[:-1], v, strict=True):
-                    item["embedding"] = vector
-                job.items[-1]["embedding"] = document_vector(v)
-            items.extend(job.items)
-        # Old versions (and fragments a run cut short left behind) go in the
-        # transaction that stores the new ones: a crash leaves one or the other. Only this
-        # owner's: an id another owner's document has too (see of_documents) is found
-        # taken by that transaction, which then stores nothing.
-        ids = [job.id for job, _ in embedded]
-        flt = knowledge_only(self.mem, of_documents(ids, self.scope.filter()))
-        try:
-            self.mem.replace(items, [DOCUMENTS, FRAGMENTS], filters=flt)
-        except InvalidArgumentError as e:
-            if taken := [job for job, _ in embedded if self.taken(job.id)]:
-                files = ", ".join(f"{job.source.rel!r} (id {job.id})" for job in taken)
-                raise InvalidArgumentError(
-                    f"cannot ingest {files}: the document id is held by a record that is "
-                    "not this owner's document (another agent's, shared or private, or a "
-                    "record of another table); nothing of this batch was stored"
-                ) from e
-            raise
+        for attempt in range(_ATTEMPTS):
+            items: list[dict[str, Any]] = []
+            for job, v in embedded:
+                if v is not None:
+                    for item, vector in zip(job.items[:-1], v, strict=True):
+                        item["embedding"] = vector
+                    job.items[-1]["embedding"] = document_vector(v)
+                items.extend(job.items)
+            # Old versions (and fragments a run cut short left behind) go in the
+            # transaction that stores the new ones: a crash leaves one or the other. Only
+            # this owner's, and only the versions these ids were chosen for (replacing).
+            expected = {job.id: job.old for job, _ in embedded}
+            taken_over = [i for job, _ in embedded for i in job.taken_over]
+            flt = replacing(self.mem, expected, self.scope.filter(), taken_over)
+            try:
+                self.mem.replace(items, [DOCUMENTS, FRAGMENTS], filters=flt)
+                break
+            except InvalidArgumentError as e:
+                self.refused(embedded, e, last=attempt == _ATTEMPTS - 1)
         for job, _ in embedded:
-            target = self.report.replaced if job.old is not None else self.report.ingested
+            replaced = job.old is not None or job.taken_over
+            target = self.report.replaced if replaced else self.report.ingested
             target[job.source.rel] = job.id
             self.report.fragments += len(job.chunks)
         self.progress.update(files=len(embedded))
+
+    def refused(
+        self, embedded: list[tuple[_Job, FloatArray | None]], error: Exception, last: bool
+    ) -> None:
+        """Why a write was refused, raised, unless another ingest of the owner's stored
+        a document with an id it chose (see documents.replacing): those ids are chosen
+        again from the documents read again, for the write to be tried again."""
+        if taken := [job for job, _ in embedded if self.taken(job.id)]:
+            files = ", ".join(f"{job.source.rel!r} (id {job.id})" for job in taken)
+            raise InvalidArgumentError(
+                f"cannot ingest {files}: the document id is held by a record that is "
+                "not this owner's document (another agent's, shared or private, or a "
+                "record of another table); nothing of this batch was stored"
+            ) from error
+        self.held = Held(knowledge_documents(self.mem, self.scope.filter()))
+        moved = chosen_meanwhile(self.held, {job.id: job.old for job, _ in embedded})
+        if not moved:
+            raise error
+        if last:
+            files = ", ".join(repr(job.source.rel) for job, _ in embedded if job.id in moved)
+            raise ConflictError(
+                f"cannot ingest {files}: other ingests of this owner kept storing documents "
+                f"with the ids chosen for them ({_ATTEMPTS} tries); nothing of this batch "
+                "was stored"
+            ) from error
+        scope = self.scope
+        for job, _ in embedded:
+            if job.id in moved:
+                rel = job.source.rel
+                job.id = choose_id(rel, scope.agent_id, scope.shared, self.root_key, self.held)
+                job.old = self.held.by_id.get(job.id)
+                job.items = self.records(job)
 
     def taken(self, doc_id: str) -> bool:
         """Whether a record other than this owner's document holds ``doc_id`` (said
@@ -572,6 +566,7 @@ class Pipeline:
             **base,
             **common,
             "root": self.root_key,
+            **({ALONE: True} if self.alone else {}),
             "content_hash": job.digest,
             "fingerprint": job.fingerprint,
             "total": total,

@@ -27,7 +27,16 @@ from memlane.knowledge.loaders import Loader, loader_for
 if sys.platform == "darwin":
     import fcntl
 
-__all__ = ["LeftOut", "Source", "checked_path", "inside", "relative_path", "resolve", "walk"]
+__all__ = [
+    "LeftOut",
+    "Source",
+    "checked_path",
+    "hidden",
+    "inside",
+    "relative_path",
+    "resolve",
+    "walk",
+]
 
 
 class LeftOut(Exception):
@@ -149,6 +158,11 @@ def checked_path(value: object, name: str) -> Path:
     return Path(text)
 
 
+def hidden(name: str) -> bool:
+    """Whether a walk leaves out a file or folder of this name (unless named itself)."""
+    return name.startswith(".")
+
+
 def inside(path: Path, root: Path) -> bool:
     """Whether the resolved ``path`` is ``root`` or below it (both resolved)."""
     return path == root or root in path.parents
@@ -205,7 +219,7 @@ def walk(
         for entry in entries:
             rel = f"{prefix}{entry.name}"
             path = Path(entry.path)
-            if entry.name.startswith("."):
+            if hidden(entry.name):
                 skipped[rel + ("/" if entry.is_dir() else "")] = "hidden"
                 continue
             try:

@@ -14,7 +14,9 @@ folder: a second path is skipped, and its document, if it had one, removed. Path
 ingest would skip (hidden names, unsupported types) are ignored, so editors' swap and
 backup files never reach the store. A folder deleted and made again (or another one
 renamed in its place) is followed again once it is back, and synced whole; the watch
-looks every ``_CHECK`` seconds, since the observer says nothing of it.
+looks every ``_CHECK`` seconds, since the observer says nothing of it. A symbolic link
+put in its place that leads elsewhere is not followed unless ``follow_outside``: it is
+said to ``on_error`` once, and the watch keeps waiting for the folder.
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from memlane import coerce
-from memlane.errors import InvalidArgumentError, NotFoundError, shown
+from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError, shown
 from memlane.knowledge.documents import knowledge_documents, remove_documents
 from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import loader_for
 from memlane.knowledge.pipeline import IngestOptions, Owner
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, checked_path, relative_path, walk
+from memlane.knowledge.walk import Source, checked_path, relative_path, resolve, walk
 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
@@ -201,6 +203,21 @@ class KnowledgeWatch:
             with self._lock:
                 self._identity = None  # gone: any folder made there is followed
             return
+        if (away := self._elsewhere()) is not None:
+            # Another folder's link in its place (mv kb kb.old; ln -s ../secret kb): what
+            # it leads to was never watched, so it is not followed, as a walk does not
+            # follow a link to outside its root. Said once; the watch goes on waiting,
+            # and follows a folder (or a link to this one) made there later.
+            self._observer.unschedule_all()
+            with self._lock:
+                self._identity = identity
+            self._failed(
+                MemlaneError(
+                    f"{self.folder} now leads to {away}, outside the folder watched "
+                    f"({self._root_key}): not followed (follow_outside=False)"
+                )
+            )
+            return
         try:
             self._observer.unschedule_all()
             self._observer.schedule(self._events(), str(self.folder), recursive=True)
@@ -216,6 +233,17 @@ class KnowledgeWatch:
             return
         if self._on_report is not None:
             self._on_report(report)
+
+    def _elsewhere(self) -> str | None:
+        """Where the folder's path leads (its real path) when that is not the folder
+        watched and ``follow_outside`` is off, else None: a link put in its place."""
+        if self._options.follow_outside:
+            return None
+        try:
+            real = str(resolve(self.folder))
+        except OSError as e:
+            return f"nowhere ({e.strerror or e})"
+        return None if real == self._root_key else real
 
     def _apply(self, paths: set[str]) -> None:
         try:
@@ -238,6 +266,8 @@ class KnowledgeWatch:
         report = IngestReport()
         changed: set[str] = set()
         gone: set[str] = set()
+        if self._elsewhere() is not None:  # swapped for a link: _follow_again says it
+            return report
         for raw in sorted(paths):
             path = Path(raw)
             rel = relative_path(path, self.folder)

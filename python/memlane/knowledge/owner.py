@@ -1,0 +1,56 @@
+"""Whose knowledge a document is: shared (every agent's) or one agent's own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memlane import coerce
+from memlane.errors import InvalidArgumentError, shown
+from memlane.knowledge.documents import DOCUMENTS
+from memlane.scoping import scope_of
+
+if TYPE_CHECKING:
+    from memlane.records import MemoryRecord
+
+__all__ = ["Owner"]
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Whose knowledge: shared (every agent's) or one agent's own."""
+
+    agent_id: str | None
+    shared: bool
+
+    @classmethod
+    def of(cls, agent_id: object, shared: object) -> Owner:
+        if not isinstance(shared, bool):
+            raise InvalidArgumentError(f"shared must be a bool, got {type(shared).__name__}")
+        if agent_id is not None and (not isinstance(agent_id, str) or not agent_id.strip()):
+            raise InvalidArgumentError(f"agent_id must be a non-empty str, got {shown(agent_id)}")
+        if agent_id is not None:  # every record stores it: refused here, not mid-ingest
+            coerce.clean(agent_id, "agent_id")
+        if not shared and agent_id is None:
+            raise InvalidArgumentError(
+                "private knowledge (shared=False) needs an agent_id; pass shared=True for "
+                "knowledge every agent may read"
+            )
+        return cls(None if shared else agent_id, shared)
+
+    def filter(self) -> dict[str, Any]:
+        """Metadata filter of this scope's documents and fragments."""
+        if self.shared:
+            return {"shared": True}
+        return {"shared": False, "agent_id": self.agent_id}
+
+    def holds(self, record: MemoryRecord, default_scope: Mapping[str, str]) -> bool:
+        """Whether ``record`` is a document of this owner's, its scope as ingest writes
+        it in a store of ``default_scope`` (``documents.knowledge_only``)."""
+        return (
+            record.table == DOCUMENTS
+            and record.metadata.get("shared") is self.shared
+            and record.metadata.get("agent_id") == self.agent_id
+            and record.scope == scope_of(default_scope, {"agent_id": self.agent_id})
+        )
