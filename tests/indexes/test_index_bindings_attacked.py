@@ -14,6 +14,9 @@
   PyO3's raw OverflowError: ints inside a list too (``Engine.nearest``'s groups,
   ``Engine.fill``'s ids, ``log_entries``' and ``log_blobs``' rowids), named with their
   position. ``Engine.touch`` refuses a time that is not finite, as ``Engine.search`` does.
+- A list of ints is read item by item, its ``__len__`` only a hint: ``range(-1, 2**40)``
+  as rowids or groups (refused at its first item) aborted the process reserving 8 TB,
+  and a ``__len__`` of ``2**62`` raised PanicException('capacity overflow').
 
 The checks that may crash or hang the interpreter run in a child process.
 """
@@ -430,3 +433,43 @@ def test_a_vector_by_an_id_no_index_can_hold_is_an_unknown_id(missing: int) -> N
         index.get_vector(missing)
     with pytest.raises(InvalidArgumentError, match="id must be an int, got str"):
         index.get_vector("1")  # type: ignore[arg-type]
+
+
+def test_a_list_of_ints_is_not_reserved_by_its_length() -> None:
+    results = child_results(
+        """
+        import json
+        import numpy as np
+        from memlane._core import Engine, log_entries
+
+        class Claims:
+            def __init__(self, items): self.items = items
+            def __len__(self): return 2**62
+            def __iter__(self): return iter(self.items)
+
+        def nearest(groups):
+            return Engine(dim=4).nearest(np.ones((2, 4), np.float32), groups, [{}], 0.5)
+
+        calls = {
+            "rowids": lambda: log_entries(0, None, range(-1, 2**40), [b"ab", b"ab"]),
+            "groups": lambda: nearest(range(-1, 2**40)),
+            "claimed rowids": lambda: len(log_entries(0, None, Claims([1, 2]), [b"a", b"b"])[1]),
+            "claimed groups": lambda: len(nearest(Claims([0, 0]))[0]),
+            "long rowids": lambda: len(log_entries(0, None, range(1, 10_001), [b"a"] * 10_000)[1]),
+        }
+        out = {}
+        for name, call in calls.items():
+            try:
+                out[name] = call()
+            except Exception as e:
+                out[name] = f"{type(e).__name__}: {e}"
+        print(json.dumps(out))
+        """
+    )
+    assert results == {
+        "rowids": "InvalidArgumentError: rowids[0] must not be negative, got -1",
+        "groups": "InvalidArgumentError: groups[0] must not be negative, got -1",
+        "claimed rowids": 2,
+        "claimed groups": 2,
+        "long rowids": 10_000,
+    }

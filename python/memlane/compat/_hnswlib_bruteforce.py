@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane.compat._hnswlib_common import (
-    _FULL,
+    _BF_FULL,
     _TOO_FEW,
     Filter,
     _allowed,
@@ -123,7 +123,7 @@ class BFIndex(_Attributes):
                 at = self._rows.get(label)
                 if at is None:
                     if len(self._rows) >= self._max_elements:
-                        raise RuntimeError(_FULL)
+                        raise RuntimeError(_BF_FULL)
                     at = len(self._rows)
                     self._grow(at + 1)
                     self._rows[label] = at
@@ -159,9 +159,11 @@ class BFIndex(_Attributes):
         queries = _rows(data, self._dim)
         if k == 0 or queries.shape[0] == 0:
             return _empty(queries.shape[0], k)
-        with self._lock:  # an add may swap the arrays for larger ones
+        with self._lock:
+            # Copies: a delete moves the last row into its hole in place, and an add
+            # writes rows or swaps the arrays, while this search reads them.
             n = len(self._rows)
-            stored, labels = self._data[:n], self._labels[:n]
+            stored, labels = self._data[:n].copy(), self._labels[:n].copy()
         if filter is not None:
             if callable(filter):
                 keep = np.fromiter((bool(filter(int(x))) for x in labels), dtype=bool, count=n)
@@ -220,9 +222,12 @@ class BFIndex(_Attributes):
         _write(path, meta, blobs)
 
     def load_index(self, path_to_index: str | os.PathLike[str], max_elements: int = 0) -> None:
-        """Reads a file of ``save_index``, or one written by hnswlib's ``BFIndex``."""
+        """Reads a file of ``save_index``, or one written by hnswlib's ``BFIndex``.
+
+        The capacity is the file's: ``max_elements`` is ignored, as hnswlib's ``BFIndex``
+        ignores it.
+        """
         path = path_to_index
-        wanted = int(max_elements)
         raw = _read_bytes(path)
         try:
             if raw.startswith(_MAGIC):
@@ -247,7 +252,7 @@ class BFIndex(_Attributes):
                 )
         except _DAMAGE as e:
             raise _corrupted(path, _why(e)) from None
-        capacity = wanted if wanted >= n else int(saved_max)
+        capacity = int(saved_max)
         if not _fits(capacity, self._dim):
             raise RuntimeError(_LOAD_NO_MEMORY)
         # Arrays for the labels held only, as many as the file holds: writable copies.

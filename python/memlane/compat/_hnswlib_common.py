@@ -23,6 +23,7 @@ _LAST = 2**64 - 1  # the first label out of range: u64::MAX is "no result"
 # hnswlib's messages, word for word: programs match on them.
 _NOT_FOUND = "Label not found"
 _FULL = "The number of elements exceeds the specified limit"
+_BF_FULL = _FULL + "\n"  # BruteforceSearch's, with its line break
 _TOO_FEW = "Cannot return the results in a contiguous 2D array. Probably ef or M is too small"
 _NO_REPLACE = "Replacement of deleted elements is disabled in constructor"
 _UPDATE_DELETED = (
@@ -148,9 +149,11 @@ def _plan_add(
             plan.rows[label] = row
             continue
         if label in deleted and label not in gone:
-            if replacing:
+            if replacing and not replace:
                 plan.failure = RuntimeError(_UPDATE_DELETED)
                 break
+            # Restored in its own place (hnswlib's replace_deleted reuses some deleted
+            # place for it: here the one the label holds).
             plan.restored.append(label)
             gone.add(label)
         elif not held(label):  # a new label (a released one is no longer held)
@@ -285,9 +288,11 @@ class _Attributes:
 
 
 class _Callbacks(threading.local):
-    """How deep this thread is in filter callbacks of an index's own searches."""
+    """The engines of an index this thread is searching with a filter callback, innermost
+    last: each held still by the search's read lock while its callback runs."""
 
-    depth = 0
+    def __init__(self) -> None:
+        self.engines: list[Any] = []
 
 
 class _Guarded:
@@ -307,9 +312,10 @@ class _Guarded:
         In a filter callback of the index's own search (``_calling_back``) this thread
         holds the engine's read lock, which a writer holding this lock may be waiting
         for: there a change is refused, as the engine refuses it, and a read goes on
-        without the lock.
+        without the lock, reading the engine the search holds still (``_searched``),
+        never bookkeeping another thread may be changing.
         """
-        if self._callbacks.depth:
+        if self._callbacks.engines:
             if change:
                 raise InvalidArgumentError(_IN_CALLBACK)
             yield
@@ -318,10 +324,24 @@ class _Guarded:
             yield
 
     @contextmanager
-    def _calling_back(self) -> Iterator[None]:
-        """Around a search of the engine that calls a filter back (see ``_locked``)."""
-        self._callbacks.depth += 1
+    def _calling_back(self, engine: Any) -> Iterator[None]:
+        """Around a search of ``engine`` that calls a filter back (see ``_locked``)."""
+        self._callbacks.engines.append(engine)
         try:
             yield
         finally:
-            self._callbacks.depth -= 1
+            self._callbacks.engines.pop()
+
+    def _searched(self) -> Any:
+        """In a filter callback of this index's own search, the engine searched; else None."""
+        engines = self._callbacks.engines
+        return engines[-1] if engines else None
+
+
+def _deleted_in(engine: Any, books: dict[int, None]) -> list[int]:
+    """The labels ``engine`` holds hidden (marked deleted), in the order of ``books`` (the
+    labels marked deleted, oldest first), which may lag the engine: a label hidden since
+    comes last, one unhidden since is left out."""
+    hidden = {int(x) for x in engine.hidden()}
+    order = [label for label in books.copy() if label in hidden]  # copy: one C call
+    return order + sorted(hidden.difference(order))

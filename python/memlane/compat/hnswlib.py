@@ -26,6 +26,10 @@ What differs from hnswlib:
   it and also files written by hnswlib, rebuilding the graph from their vectors.
 - ``BFIndex`` with ``'cosine'`` normalises queries as well as data, so its distances are
   ``1 - cos`` (hnswlib 0.8's brute-force index leaves queries unnormalised).
+- A filter callback may read, pickle and save its own index (not change it): it sees
+  the index its search holds still, a change another thread is making whole or not at
+  all. ``add_items(replace_deleted=True)`` restores a label marked deleted in its own
+  place (hnswlib reuses any deleted place for it).
 - A file hnswlib wrote holding a label twice (``replace_deleted`` with a present label
   leaves its old record) loads with the record hnswlib's loader keeps, the last, and
   counts the label once (hnswlib counts both records).
@@ -55,6 +59,7 @@ from memlane.compat._hnswlib_common import (
     _check_space,
     _check_vectors,
     _default_threads,
+    _deleted_in,
     _empty,
     _Guarded,
     _labels,
@@ -77,7 +82,7 @@ from memlane.compat._hnswlib_files import (
     _why,
     _write,
 )
-from memlane.errors import CorruptFileError
+from memlane.errors import CorruptFileError, UnknownIdError
 
 __all__ = ["BFIndex", "Index"]
 
@@ -315,7 +320,7 @@ class Index(_Attributes, _Guarded):
         if filter is None:
             return index.search(rows, k=k)
         if callable(filter):
-            with self._calling_back():
+            with self._calling_back(index):
                 return index.search_where(rows, filter, k=k)
         return index.search(rows, k=k, allowed=_allowed(filter, index.ids, len(index)))
 
@@ -325,9 +330,11 @@ class Index(_Attributes, _Guarded):
         """The stored vectors of ``ids`` (normalised under ``'cosine'``); all when None."""
         if return_type not in ("numpy", "list"):
             raise ValueError('return_type should be "numpy" or "list"')
+        searched = self._searched()  # in a filter callback, the engine searched
+        index = self._index if searched is None else searched
         if ids is None:
             # hnswlib 0.8 returns nothing here, later versions every vector.
-            labels = [int(x) for x in self._index.ids()] if self._index is not None else []
+            labels = [int(x) for x in index.ids()] if index is not None else []
         else:
             array = np.asarray(ids)
             if array.ndim == 0:
@@ -335,13 +342,15 @@ class Index(_Attributes, _Guarded):
                     "get_items accepts a list of indices and returns a list of vectors"
                 )
             labels = [int(x) for x in array.reshape(-1)]
-        index = self._engine() if labels else self._index
+        if labels and index is None:
+            index = self._engine()  # raises: not initiated
         vectors = []
         for label in labels:
             assert index is not None
-            if label < 0 or label not in index:
-                raise RuntimeError(_NOT_FOUND)
-            vectors.append(index.get_vector(label))
+            try:  # one call of the engine: a label deleted meanwhile is not found
+                vectors.append(index.get_vector(label))
+            except UnknownIdError:
+                raise RuntimeError(_NOT_FOUND) from None
         if return_type == "list":
             return [v.tolist() for v in vectors]
         if not vectors:
@@ -350,9 +359,11 @@ class Index(_Attributes, _Guarded):
 
     def get_ids_list(self) -> list[int]:
         """Every label holding a place, marked deleted ones included."""
-        if self._index is None:
-            return []
-        return [int(x) for x in self._index.ids()] + list(self._deleted)
+        with self._locked(change=False):
+            if self._index is None:
+                return []
+            index, deleted, _ = self._state()
+            return [int(x) for x in index.ids()] + deleted
 
     def get_current_count(self) -> int:
         """Labels holding a place, marked deleted ones included."""
@@ -416,14 +427,25 @@ class Index(_Attributes, _Guarded):
 
     # -- persistence ----------------------------------------------------------------
 
-    def _meta(self) -> dict[str, Any]:
+    def _state(self) -> tuple[HnswIndex, list[int], int]:
+        """The engine, its labels marked deleted (oldest first) and the count, agreeing:
+        the books, under ``_locked``; in a filter callback of this index's own search (no
+        lock: the books may lag another thread's change), those of the engine searched,
+        which its read lock holds still."""
+        searched = self._searched()
+        if searched is None:
+            return self._engine(), list(self._deleted), self._count
+        deleted = _deleted_in(searched, self._deleted)
+        return searched, deleted, len(searched) + len(deleted)
+
+    def _meta(self, deleted: list[int], count: int) -> dict[str, Any]:
         return {
             "kind": "Index",
             "format": _FORMAT,
             "space": self._space,
             "dim": self._dim,
-            "max_elements": self._max_elements,
-            "count": self._count,
+            "max_elements": max(self._max_elements, count),
+            "count": count,
             "next_label": self._next_label,
             "M": self._m,
             "ef_construction": self._ef_construction,
@@ -431,12 +453,17 @@ class Index(_Attributes, _Guarded):
             "seed": self._seed,
             "allow_replace_deleted": self._allow_replace_deleted,
             "num_threads": self._num_threads,
-            "deleted": list(self._deleted),
+            "deleted": deleted,
         }
 
-    def _blobs(self) -> list[bytes]:
+    def _saved(self) -> tuple[dict[str, Any], list[bytes]]:
+        """The metadata and blobs ``save_index`` and pickles write, agreeing."""
+        with self._locked(change=False):
+            index, deleted, count = self._state()
+            return self._meta(deleted, count), self._blobs(index)
+
+    def _blobs(self, index: HnswIndex) -> list[bytes]:
         # The engine's snapshot holds the marked deleted labels too (hidden).
-        index = self._engine()
         with tempfile.TemporaryDirectory(prefix="memlane-hnswlib-") as tmp:
             path = Path(tmp) / "index"
             index.save(path)
@@ -476,9 +503,7 @@ class Index(_Attributes, _Guarded):
 
     def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
         """Writes the index (marked deleted labels included) to one file, atomically."""
-        with self._locked(change=False):
-            meta, blobs = self._meta(), self._blobs()
-        _write(path_to_index, meta, blobs)
+        _write(path_to_index, *self._saved())
 
     def load_index(
         self,
@@ -538,16 +563,15 @@ class Index(_Attributes, _Guarded):
 
     def index_file_size(self) -> int:
         """Bytes ``save_index`` would write."""
-        with self._locked(change=False):
-            head, blobs = json.dumps(self._meta()).encode(), self._blobs()
+        meta, blobs = self._saved()
+        head = json.dumps(meta).encode()
         return len(_MAGIC) + sum(8 + len(part) for part in [head, *blobs])
 
     def __getstate__(self) -> dict[str, Any]:
-        with self._locked(change=False):
-            state: dict[str, Any] = {"meta": self._meta(), "inited": self._index is not None}
-            if self._index is not None:
-                state["blobs"] = self._blobs()
-        return state
+        if self._index is None:
+            return {"meta": self._meta([], 0), "inited": False}
+        meta, blobs = self._saved()
+        return {"meta": meta, "inited": True, "blobs": blobs}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         meta = state["meta"]

@@ -40,10 +40,18 @@ pub(crate) fn ranged(obj: &Bound<'_, PyAny>, name: &str, low: i128, high: i128) 
     ))
 }
 
+/// The most items [`unsigned_ints`] reserves room for before reading them.
+const RESERVE: usize = 4096;
+
 /// `obj` (any iterable of ints) as `T`s, each from 0 to `T`'s largest, or an
 /// `InvalidArgumentError` naming `name` and the position of the first that is not.
+///
+/// The argument's `__len__` is a hint, never trusted for the allocation: at most
+/// [`RESERVE`] items are reserved up front and the list grows as items are read, so a
+/// `range(-1, 2**40)` whose first item is refused allocates nothing large, and a
+/// `__len__` of `2**62` is no capacity overflow.
 pub(crate) fn unsigned_ints<T: Unsigned>(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<T>> {
-    let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
+    let mut out = Vec::with_capacity(obj.len().unwrap_or(0).min(RESERVE));
     for (i, item) in obj.try_iter()?.enumerate() {
         let item = item?;
         // The name with its position is written out only for an int out of range.
