@@ -440,7 +440,7 @@ def test_a_list_of_ints_is_not_reserved_by_its_length() -> None:
         """
         import json
         import numpy as np
-        from memlane._core import Engine, log_entries
+        from memlane._core import BM25Index, Engine, log_entries
 
         class Claims:
             def __init__(self, items): self.items = items
@@ -456,6 +456,8 @@ def test_a_list_of_ints_is_not_reserved_by_its_length() -> None:
             "claimed rowids": lambda: len(log_entries(0, None, Claims([1, 2]), [b"a", b"b"])[1]),
             "claimed groups": lambda: len(nearest(Claims([0, 0]))[0]),
             "long rowids": lambda: len(log_entries(0, None, range(1, 10_001), [b"a"] * 10_000)[1]),
+            "claimed texts": lambda: BM25Index().add(np.array([1], np.uint64), Claims(["a b"])),
+            "claimed rows": lambda: type(Engine(dim=4).prepare(Claims([]), True)).__name__,
         }
         out = {}
         for name, call in calls.items():
@@ -472,4 +474,6 @@ def test_a_list_of_ints_is_not_reserved_by_its_length() -> None:
         "claimed rowids": 2,
         "claimed groups": 2,
         "long rowids": 10_000,
+        "claimed texts": None,
+        "claimed rows": "PreparedBatch",
     }

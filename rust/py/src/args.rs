@@ -40,18 +40,21 @@ pub(crate) fn ranged(obj: &Bound<'_, PyAny>, name: &str, low: i128, high: i128) 
     ))
 }
 
-/// The most items [`unsigned_ints`] reserves room for before reading them.
+/// The most items a list read from Python reserves room for before reading them.
 const RESERVE: usize = 4096;
 
+/// Room to reserve for the items of `obj` before reading them: its `__len__` is a hint,
+/// never trusted for the allocation (a `range(-1, 2**40)` whose first item is refused
+/// must allocate nothing large, and a `__len__` of `2**62` is no capacity overflow).
+pub(crate) fn reserved(obj: &Bound<'_, PyAny>) -> usize {
+    obj.len().unwrap_or(0).min(RESERVE)
+}
+
 /// `obj` (any iterable of ints) as `T`s, each from 0 to `T`'s largest, or an
-/// `InvalidArgumentError` naming `name` and the position of the first that is not.
-///
-/// The argument's `__len__` is a hint, never trusted for the allocation: at most
-/// [`RESERVE`] items are reserved up front and the list grows as items are read, so a
-/// `range(-1, 2**40)` whose first item is refused allocates nothing large, and a
-/// `__len__` of `2**62` is no capacity overflow.
+/// `InvalidArgumentError` naming `name` and the position of the first that is not
+/// (room reserved as [`reserved`] says).
 pub(crate) fn unsigned_ints<T: Unsigned>(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<T>> {
-    let mut out = Vec::with_capacity(obj.len().unwrap_or(0).min(RESERVE));
+    let mut out = Vec::with_capacity(reserved(obj));
     for (i, item) in obj.try_iter()?.enumerate() {
         let item = item?;
         // The name with its position is written out only for an int out of range.

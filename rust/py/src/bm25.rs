@@ -46,7 +46,7 @@ pub(crate) fn texts(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyRes
             format!("{what} must be a list of str, got {}", type_name(obj)),
         )
     })?;
-    let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
+    let mut out = Vec::with_capacity(crate::args::reserved(obj));
     for (i, item) in iter.enumerate() {
         out.push(string(py, &item?, what, Some(i))?);
     }

@@ -180,7 +180,7 @@ impl PyEngine {
             .map(|v| Matrix::extract(py, v, "vectors"))
             .transpose()?;
         let data = vectors.as_ref().map(Matrix::as_slice);
-        let n = rows.len().unwrap_or(0);
+        let n = args::reserved(rows);
         let mut ids = Vec::with_capacity(n);
         let mut words = Vec::with_capacity(if texts { n } else { 0 });
         let mut attrs = Vec::with_capacity(n);
