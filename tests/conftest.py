@@ -4,6 +4,7 @@ the two storage backends (a PostgreSQL cluster started once per session)."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import itertools
 import os
 import re
@@ -12,6 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -205,3 +207,19 @@ def llm(server: ScriptedChatServer) -> Iterator[OpenAIChat]:
     """A client of :func:`server` that never retries and gives up after 5 s."""
     with OpenAIChat("scripted", base_url=server.base_url, max_retries=0, timeout=5) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def hnswlib_peer() -> ModuleType:
+    """hnswlib, the peer ``memlane.compat.hnswlib`` is held to."""
+    if os.environ.get("MEMLANE_REQUIRE_PEERS"):
+        return importlib.import_module("hnswlib")  # CI: a missing peer fails, never skips
+    return pytest.importorskip("hnswlib")
+
+
+@pytest.fixture
+def local(word_embedder: WordHashEmbedder, tmp_path: Path) -> Iterator[Memory]:
+    """An embedded store of the word-hash embedder, closed after the test."""
+    m = Memory(tmp_path / "store", word_embedder)
+    yield m
+    m.close()

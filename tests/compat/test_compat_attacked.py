@@ -4,8 +4,6 @@ one), an index left as it was by a failed load, and ``ef`` over hnswlib's whole 
 
 from __future__ import annotations
 
-import importlib
-import os
 from pathlib import Path
 from types import ModuleType
 
@@ -15,13 +13,6 @@ import pytest
 import memlane.compat.hnswlib as mhnsw
 
 CORRUPTED = "Index seems to be corrupted or unsupported"
-
-
-@pytest.fixture(scope="module")
-def reference() -> ModuleType:
-    if os.environ.get("MEMLANE_REQUIRE_PEERS"):
-        return importlib.import_module("hnswlib")  # CI: a missing peer fails, never skips
-    return pytest.importorskip("hnswlib")
 
 
 def data(n: int = 50, dim: int = 8, seed: int = 0) -> np.ndarray:
@@ -62,15 +53,15 @@ def test_damaged_files_raise_hnswlibs_runtime_error_naming_the_file(tmp_path: Pa
         assert "memlane-hnswlib-" not in message, name
 
 
-def test_damaged_hnswlib_file_as_hnswlib_says(tmp_path: Path, reference: ModuleType) -> None:
-    theirs = reference.Index(space="l2", dim=8)
+def test_damaged_hnswlib_file_as_hnswlib_says(tmp_path: Path, hnswlib_peer: ModuleType) -> None:
+    theirs = hnswlib_peer.Index(space="l2", dim=8)
     theirs.init_index(100)
     theirs.add_items(data())
     path = tmp_path / "hnswlib.bin"
     theirs.save_index(str(path))
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(RuntimeError, match=f"^{CORRUPTED}$"):
-        reference.Index(space="l2", dim=8).load_index(str(path))
+        hnswlib_peer.Index(space="l2", dim=8).load_index(str(path))
     with pytest.raises(RuntimeError, match=f"^{CORRUPTED}: {str(path)!r} "):
         mhnsw.Index(space="l2", dim=8).load_index(str(path))
 
@@ -124,10 +115,10 @@ def test_bfindex_damaged_files(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("ef", [2**63, 2**64 - 1, 2**31, 0])
-def test_ef_takes_hnswlibs_whole_range(reference: ModuleType, ef: int) -> None:
+def test_ef_takes_hnswlibs_whole_range(hnswlib_peer: ModuleType, ef: int) -> None:
     rows = data()
     results = []
-    for module in (reference, mhnsw):
+    for module in (hnswlib_peer, mhnsw):
         index = module.Index(space="l2", dim=8)
         index.init_index(100)
         index.add_items(rows)
@@ -150,8 +141,8 @@ def test_ef_before_init_and_in_copies() -> None:
 
 
 @pytest.mark.parametrize("ef", [2**64, -1])
-def test_ef_out_of_hnswlibs_range_is_a_type_error(reference: ModuleType, ef: int) -> None:
-    for module in (reference, mhnsw):
+def test_ef_out_of_hnswlibs_range_is_a_type_error(hnswlib_peer: ModuleType, ef: int) -> None:
+    for module in (hnswlib_peer, mhnsw):
         index = module.Index(space="l2", dim=8)
         index.init_index(10)
         with pytest.raises(TypeError):

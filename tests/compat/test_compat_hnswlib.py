@@ -8,9 +8,7 @@ exceptions, messages, shapes and attributes against hnswlib itself when it is in
 from __future__ import annotations
 
 import copy
-import importlib
 import itertools
-import os
 import pickle
 import tracemalloc
 from collections.abc import Callable
@@ -24,13 +22,6 @@ import pytest
 import memlane.compat.hnswlib as mhnsw
 
 SPACES = ["l2", "ip", "cosine"]
-
-
-@pytest.fixture(scope="module")
-def reference() -> ModuleType:
-    if os.environ.get("MEMLANE_REQUIRE_PEERS"):
-        return importlib.import_module("hnswlib")  # CI: a missing peer fails, never skips
-    return pytest.importorskip("hnswlib")
 
 
 def clustered(n: int, dim: int, seed: int) -> np.ndarray:
@@ -585,10 +576,10 @@ def scenario(module: Any, tmp: Path) -> list[Any]:
 
 
 def test_every_call_returns_or_raises_as_hnswlib_does(
-    reference: ModuleType, tmp_path: Path
+    hnswlib_peer: ModuleType, tmp_path: Path
 ) -> None:
     ours = scenario(mhnsw, tmp_path)
-    theirs = scenario(reference, tmp_path)
+    theirs = scenario(hnswlib_peer, tmp_path)
     assert len(ours) == len(theirs)
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         if a[0] == b[0] == "array":
@@ -601,10 +592,12 @@ def test_every_call_returns_or_raises_as_hnswlib_does(
 
 
 @pytest.mark.parametrize("space", SPACES)
-def test_files_written_by_hnswlib_load(reference: ModuleType, space: str, tmp_path: Path) -> None:
+def test_files_written_by_hnswlib_load(
+    hnswlib_peer: ModuleType, space: str, tmp_path: Path
+) -> None:
     data = clustered(800, 16, seed=26)
     queries = clustered(30, 16, seed=27)
-    theirs = build(reference, space, data, max_elements=900, M=12, ef_construction=60)
+    theirs = build(hnswlib_peer, space, data, max_elements=900, M=12, ef_construction=60)
     theirs.mark_deleted(5)
     theirs.mark_deleted(6)
     theirs.save_index(str(tmp_path / "hnswlib.bin"))
@@ -628,7 +621,7 @@ def test_files_written_by_hnswlib_load(reference: ModuleType, space: str, tmp_pa
     ours.unmark_deleted(6)
     assert ours.knn_query(data[6], k=1, filter=[6, 5])[0][0, 0] == 6  # 5 stays hidden
     # A brute-force index file too, and a file of another dimension is refused.
-    bf = reference.BFIndex(space=space, dim=16)
+    bf = hnswlib_peer.BFIndex(space=space, dim=16)
     bf.init_index(max_elements=900)
     bf.add_items(data)
     bf.save_index(str(tmp_path / "bf.bin"))
@@ -644,12 +637,12 @@ def test_files_written_by_hnswlib_load(reference: ModuleType, space: str, tmp_pa
 
 
 @pytest.mark.parametrize("space", SPACES)
-def test_recall_and_distances_agree_with_hnswlib(reference: ModuleType, space: str) -> None:
+def test_recall_and_distances_agree_with_hnswlib(hnswlib_peer: ModuleType, space: str) -> None:
     data = clustered(3000, 32, seed=22)
     queries = clustered(100, 32, seed=23)
     want = np.argsort(exact(space, data, queries), axis=1)[:, :10]
     results = {}
-    for module in (mhnsw, reference):
+    for module in (mhnsw, hnswlib_peer):
         index = build(module, space, data, ef_construction=100, M=16)
         index.set_ef(50)
         results[module.__name__] = index.knn_query(queries, k=10)
@@ -660,11 +653,11 @@ def test_recall_and_distances_agree_with_hnswlib(reference: ModuleType, space: s
     np.testing.assert_allclose(ours_d[same], ref_d[same], rtol=1e-4, atol=1e-4)
 
 
-def test_bfindex_agrees_with_hnswlibs(reference: ModuleType) -> None:
+def test_bfindex_agrees_with_hnswlibs(hnswlib_peer: ModuleType) -> None:
     data = clustered(500, 16, seed=24)
     queries = clustered(20, 16, seed=25)
     out = []
-    for module in (mhnsw, reference):
+    for module in (mhnsw, hnswlib_peer):
         bf = module.BFIndex(space="l2", dim=16)
         bf.init_index(max_elements=500)
         bf.add_items(data)

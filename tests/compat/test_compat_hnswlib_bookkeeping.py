@@ -16,9 +16,7 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import pickle
 import struct
 import subprocess
@@ -38,13 +36,6 @@ from memlane.errors import InvalidArgumentError
 CORRUPTED = "Index seems to be corrupted or unsupported"
 FULL = "The number of elements exceeds the specified limit"
 MAGIC = b"memlane.compat.hnswlib\n"
-
-
-@pytest.fixture(scope="module")
-def reference() -> ModuleType:
-    if os.environ.get("MEMLANE_REQUIRE_PEERS"):
-        return importlib.import_module("hnswlib")  # CI: a missing peer fails, never skips
-    return pytest.importorskip("hnswlib")
 
 
 def data(n: int = 50, dim: int = 8, seed: int = 0) -> np.ndarray:
@@ -224,11 +215,11 @@ def test_adds_refused_in_a_filter_callback_leave_no_phantom() -> None:
 
 
 def test_a_repeated_label_and_a_full_index_leave_what_hnswlib_leaves(
-    reference: ModuleType,
+    hnswlib_peer: ModuleType,
 ) -> None:
     rows = np.eye(4, dtype=np.float32)[:3]
     held = []
-    for module in (reference, mhnsw):
+    for module in (hnswlib_peer, mhnsw):
         index = module.Index(space="l2", dim=4)
         index.init_index(1)
         with pytest.raises(RuntimeError, match=f"^{FULL}$"):
@@ -314,18 +305,18 @@ def test_a_header_that_disagrees_with_its_graph_is_refused(
 
 
 def test_a_file_hnswlib_writes_with_a_label_twice_loads_as_hnswlib_loads_it(
-    tmp_path: Path, reference: ModuleType
+    tmp_path: Path, hnswlib_peer: ModuleType
 ) -> None:
     rows = data(3, 4)
     path = tmp_path / "hnswlib.bin"
-    theirs = reference.Index(space="l2", dim=4)
+    theirs = hnswlib_peer.Index(space="l2", dim=4)
     theirs.init_index(10, allow_replace_deleted=True)
     theirs.add_items(rows, [0, 1, 2])
     theirs.mark_deleted(0)
     theirs.add_items(rows[:1] + 1, [1], replace_deleted=True)  # label 1 now twice
     theirs.mark_deleted(1)  # marks the record the label points to, the first
     theirs.save_index(str(path))
-    back = reference.Index(space="l2", dim=4)
+    back = hnswlib_peer.Index(space="l2", dim=4)
     back.load_index(str(path))
     ours = mhnsw.Index(space="l2", dim=4)
     ours.load_index(path)
@@ -341,9 +332,9 @@ def test_a_file_hnswlib_writes_with_a_label_twice_loads_as_hnswlib_loads_it(
 
 
 def test_bfindex_refuses_a_capacity_no_memory_holds_as_hnswlib_does(
-    reference: ModuleType,
+    hnswlib_peer: ModuleType,
 ) -> None:
-    for module in (reference, mhnsw):
+    for module in (hnswlib_peer, mhnsw):
         with pytest.raises(RuntimeError, match=r"^Not enough memory: BruteforceSearch failed"):
             module.BFIndex(space="l2", dim=8).init_index(2**40)
 

@@ -18,8 +18,6 @@ the bookkeeping's, and the read is taken there.
 
 from __future__ import annotations
 
-import importlib
-import os
 import pickle
 import threading
 from collections.abc import Callable, Iterator
@@ -38,13 +36,6 @@ UPDATE_DELETED = (
     "Can't use addPoint to update deleted elements if replacement of deleted elements is enabled."
 )
 WAIT = 60  # seconds: only a broken test waits this long
-
-
-@pytest.fixture(scope="module")
-def reference() -> ModuleType:
-    if os.environ.get("MEMLANE_REQUIRE_PEERS"):
-        return importlib.import_module("hnswlib")  # CI: a missing peer fails, never skips
-    return pytest.importorskip("hnswlib")
 
 
 def data(n: int = 5, dim: int = 4, seed: int = 0) -> np.ndarray:
@@ -296,9 +287,9 @@ def readd(module: ModuleType, replace: bool) -> object:
     )
 
 
-def test_a_deleted_label_readded_with_replace_deleted_comes_back(reference: ModuleType) -> None:
-    assert readd(mhnsw, True) == readd(reference, True) == (2, [0, 1], [[3.0] * 4], [[1, 0]])
-    assert readd(mhnsw, False) == readd(reference, False) == UPDATE_DELETED
+def test_a_deleted_label_readded_with_replace_deleted_comes_back(hnswlib_peer: ModuleType) -> None:
+    assert readd(mhnsw, True) == readd(hnswlib_peer, True) == (2, [0, 1], [[3.0] * 4], [[1, 0]])
+    assert readd(mhnsw, False) == readd(hnswlib_peer, False) == UPDATE_DELETED
 
 
 def test_a_deleted_label_readded_with_replace_deleted_takes_its_own_place() -> None:
@@ -318,9 +309,9 @@ def test_a_deleted_label_readded_with_replace_deleted_takes_its_own_place() -> N
         index.unmark_deleted(0)
 
 
-def test_bfindex_full_message_is_hnswlibs(reference: ModuleType) -> None:
+def test_bfindex_full_message_is_hnswlibs(hnswlib_peer: ModuleType) -> None:
     messages = []
-    for module in (reference, mhnsw):
+    for module in (hnswlib_peer, mhnsw):
         for cls in (module.BFIndex, module.Index):
             index = cls(space="l2", dim=4)
             index.init_index(1)
@@ -333,16 +324,16 @@ def test_bfindex_full_message_is_hnswlibs(reference: ModuleType) -> None:
 
 @pytest.mark.parametrize("wanted", [0, 1, 3, 100, 10**13])
 def test_bfindex_load_keeps_the_files_capacity(
-    tmp_path: Path, reference: ModuleType, wanted: int
+    tmp_path: Path, hnswlib_peer: ModuleType, wanted: int
 ) -> None:
     theirs_path, ours_path = tmp_path / "theirs", tmp_path / "ours"
-    for module, path in ((reference, theirs_path), (mhnsw, ours_path)):
+    for module, path in ((hnswlib_peer, theirs_path), (mhnsw, ours_path)):
         bf = module.BFIndex(space="l2", dim=4)
         bf.init_index(5)
         bf.add_items(np.ones((2, 4), np.float32))
         bf.save_index(str(path))
     counts = []
-    for module, path in ((reference, theirs_path), (mhnsw, theirs_path), (mhnsw, ours_path)):
+    for module, path in ((hnswlib_peer, theirs_path), (mhnsw, theirs_path), (mhnsw, ours_path)):
         loaded = module.BFIndex(space="l2", dim=4)
         loaded.load_index(str(path), max_elements=wanted)
         with pytest.raises(RuntimeError, match=f"^{FULL}\n$"):

@@ -60,13 +60,6 @@ def store(make_store: StoreFactory, word_embedder: WordHashEmbedder) -> Iterator
     m.close()
 
 
-@pytest.fixture
-def local(word_embedder: WordHashEmbedder, tmp_path: Path) -> Iterator[Memory]:
-    m = Memory(tmp_path / "store", word_embedder)
-    yield m
-    m.close()
-
-
 def folder(root: Path, bad: dict[str, bytes]) -> Path:
     root.mkdir()
     for name, text in GOOD.items():

@@ -12,12 +12,10 @@ import os
 import subprocess
 import sys
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.knowledge import IngestLimits
 from memlane.knowledge.document_limits import DocumentLimitError, applied_limits
@@ -26,13 +24,6 @@ from memlane.knowledge.walk import Source
 
 P = Path("bomb")
 SMALL = IngestLimits(max_unpacked_bytes=100_000)
-
-
-@pytest.fixture
-def local(word_embedder: WordHashEmbedder, tmp_path: Path) -> Iterator[Memory]:
-    m = Memory(tmp_path / "store", word_embedder)
-    yield m
-    m.close()
 
 
 # -- JSON and CSV: their text counted as it is produced -------------------------------------

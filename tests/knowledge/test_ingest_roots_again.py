@@ -6,21 +6,13 @@ a watched folder replaced by a link to outside is not followed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.knowledge.ids import document_id
-
-
-@pytest.fixture
-def local(word_embedder: WordHashEmbedder, tmp_path: Path) -> Iterator[Memory]:
-    m = Memory(tmp_path / "store", word_embedder)
-    yield m
-    m.close()
 
 
 def texts(mem: Memory, query: str) -> list[str]:

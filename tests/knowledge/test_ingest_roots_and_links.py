@@ -8,24 +8,16 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.errors import InvalidArgumentError
 from memlane.knowledge import RecursiveCharacterSplitter
 from memlane.knowledge.chunking import Chunk
 from memlane.knowledge.ids import document_id
-
-
-@pytest.fixture
-def local(word_embedder: WordHashEmbedder, tmp_path: Path) -> Iterator[Memory]:
-    m = Memory(tmp_path / "store", word_embedder)
-    yield m
-    m.close()
 
 
 def texts(mem: Memory, query: str) -> list[str]:
