@@ -4,12 +4,14 @@ foreign embedding models as memlane embedders."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from memlane import Memory, MemoryRecord, coerce
+from memlane import Memory, MemoryRecord
 from memlane.coerce import FloatArray
 from memlane.embeddings.identity import Identified
 from memlane.embeddings.lazy import LazyEmbedder, default_embedder
@@ -24,10 +26,13 @@ __all__ = [
     "check_scope",
     "document_id",
     "escape_key",
+    "exact_id_filter",
+    "fresh_id",
     "id_filter",
     "in_scope",
     "own_memory",
     "put_documents",
+    "read_all",
     "reserved_id_key",
     "shared_default_embedder",
     "unit_rows",
@@ -135,22 +140,68 @@ def escape_key(key: str) -> str:
     return key.replace("\\", "\\\\").replace(".", "\\.")
 
 
-def id_filter(ids: Sequence[str]) -> dict[str, Any]:
-    """memlane's filter for the records of the documents ``ids``: under their own id (as
-    every record of earlier releases), or under a fresh one with the id kept (``ID_KEY``)."""
-    kept = f"metadata.{ID_KEY}"
-    return {
-        "$or": [
-            {"$and": [{"id": {"$in": list(ids)}}, {kept: {"$exists": False}}]},
-            {kept: {"$in": list(ids)}},
-        ]
-    }
+#: How a fresh record id begins; the rest is a random part and a digest of it with the
+#: document's id (``fresh_id``).
+_FRESH = "mlid-"
+
+
+def _digest(nonce: str, document: str) -> str:
+    data = f"{nonce}\x00{document}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def fresh_id(document: str) -> str:
+    """A new record id for the document ``document`` when its own is held: a random part
+    and a digest of it with ``document``, so the kept id (``ID_KEY``) is honoured on this
+    record alone (``document_id``)."""
+    nonce = uuid.uuid4().hex
+    return f"{_FRESH}{nonce}-{_digest(nonce, document)}"
 
 
 def document_id(record: MemoryRecord) -> str:
-    """The id of the document ``record`` holds."""
+    """The id of the document ``record`` holds: the id kept in ``ID_KEY`` when the record's
+    own is the fresh id an adapter gave that document, else the record's id. A record
+    that any other writer gave the key (``Memory.add``, an agent's ``remember``, an
+    import: each may set any metadata, and most no record id) is never read as that
+    document."""
     kept = record.metadata.get(ID_KEY)
-    return kept if isinstance(kept, str) else record.id
+    rid = record.id
+    if isinstance(kept, str) and rid.startswith(_FRESH):
+        nonce = rid[len(_FRESH) : len(_FRESH) + 32]
+        if rid == f"{_FRESH}{nonce}-{_digest(nonce, kept)}":
+            return kept
+    return rid
+
+
+def id_filter(ids: Sequence[str]) -> dict[str, Any]:
+    """memlane's filter for the records that may hold the documents ``ids`` (a superset):
+    under their own id, or under a fresh one with the id kept (``ID_KEY``). Which do is
+    ``document_id``'s to tell (``exact_id_filter``)."""
+    return {"$or": [{"id": {"$in": list(ids)}}, {f"metadata.{ID_KEY}": {"$in": list(ids)}}]}
+
+
+def exact_id_filter(
+    memory: Memory, ids: Sequence[str], table: str, scope: Mapping[str, Any]
+) -> dict[str, Any]:
+    """memlane's filter for the records of the documents ``ids`` in ``table`` and
+    ``scope``, for a write: ``id_filter`` less the records it names that hold no document
+    of ``ids`` (a record another writer gave the kept id, or a fresh record whose id a
+    caller named), as they are read now."""
+    mine = set(ids)
+    odd = {"$and": [{f"metadata.{ID_KEY}": {"$exists": True}}, id_filter(ids)]}
+    wrong = [r.id for r in read_all(memory, odd, table, scope) if document_id(r) not in mine]
+    return {"$and": [id_filter(ids), {"id": {"$nin": wrong}}]} if wrong else id_filter(ids)
+
+
+def read_all(
+    memory: Memory, where: Mapping[str, Any], table: str, scope: Mapping[str, Any]
+) -> list[MemoryRecord]:
+    """Every record matching ``where`` in ``table`` and ``scope`` (a count, then one list
+    with room for some added meanwhile), oldest first."""
+    total = memory.count(table, filters=dict(where), **scope)
+    if not total:
+        return []
+    return memory.list(table, limit=2 * total + 16, order="asc", filters=dict(where), **scope)
 
 
 def reserved_id_key(metadata: Mapping[str, Any], label: str) -> None:
@@ -174,22 +225,27 @@ def put_documents(
     last = {item["id"]: j for j, item in enumerate(items)}
     kept = [items[j] for j in sorted(last.values())]
     ids = list(last)
-    try:
-        memory.replace(kept, table, filters=id_filter(ids), **scope)
-        return
-    except InvalidArgumentError:
-        mine = set(ids)
-        owner = scope_of(memory.default_scope, scope)
-        taken = {i for i in ids if _held(memory, i, mine, owner, table)}
-        if not taken:
-            raise
-    fresh = [
-        {**item, "id": coerce.new_id(), "metadata": {**item["metadata"], ID_KEY: item["id"]}}
-        if item["id"] in taken
-        else item
-        for item in kept
-    ]
-    memory.replace(fresh, table, filters=id_filter(ids), **scope)
+    where = exact_id_filter(memory, ids, table, scope)
+    owner = scope_of(memory.default_scope, scope)
+    taken: set[str] = set()
+    # A holder may vanish between a refused replace and the look (another scope's delete
+    # or expiry): the ids are tried again, then every item takes a fresh one, so a refusal
+    # naming an id held elsewhere never reaches the caller.
+    for last_try in (False, False, True):
+        batch = [_fresh(item) if last_try or item["id"] in taken else item for item in kept]
+        try:
+            memory.replace(batch, table, filters=where, **scope)
+            return
+        except InvalidArgumentError:
+            if last_try:
+                raise
+            taken |= {i for i in ids if i not in taken and _held(memory, i, set(ids), owner, table)}
+
+
+def _fresh(item: Mapping[str, Any]) -> dict[str, Any]:
+    """``item`` under a fresh record id, its own kept in ``ID_KEY``."""
+    metadata = {**item["metadata"], ID_KEY: item["id"]}
+    return {**item, "id": fresh_id(item["id"]), "metadata": metadata}
 
 
 def _held(

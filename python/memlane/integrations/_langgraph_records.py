@@ -29,16 +29,17 @@ def item_records(
     the value's JSON text with the ``placeholder`` vector, never searched. ``fields``
     go on each (table, scope, ``created_at``).
 
-    Only the first holds the value, key and namespace (with ``prefixes`` of it for prefix
-    searches), which a read takes from it: the others hold what a semantic search reads
-    of them, so an item's size is linear in its value and namespace, whatever the number
-    of texts."""
+    Only the first holds the value, key and namespace, which a read takes from it; every
+    one holds the ``prefixes`` of the namespace (a 32-character digest per label, for
+    prefix searches), the others besides only what a semantic search reads of them, so
+    the value and the namespace's labels are stored once, whatever the number of texts."""
     assert op.value is not None
     value = dict(op.value)
+    pre = prefixes(op.namespace)
     lg: dict[str, Any] = {
         "item": item,
         "ns": list(op.namespace),
-        "pre": prefixes(op.namespace),
+        "pre": pre,
         "key": op.key,
         "value": value,
         "n": max(1, len(texts)),
@@ -51,7 +52,9 @@ def item_records(
         common["ttl"] = float(op.ttl) * 60  # memlane's is in seconds
     out = []
     for i, text in enumerate(texts or [_json_text(value, op.key)]):
-        part = {**lg, "part": 0} if i == 0 else {"item": item, "part": i, "vec": True}
+        # Every record holds the prefixes' digests (fixed size): a namespace narrows the
+        # engine's search over all of them.
+        part = {**lg, "part": 0} if i == 0 else {"item": item, "part": i, "vec": True, "pre": pre}
         record: dict[str, Any] = {"text": text, "metadata": {"lg": part}, **common}
         if vectors is not None:
             record["embedding"] = vectors[i]

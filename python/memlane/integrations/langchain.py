@@ -17,7 +17,9 @@ store.similarity_search("dark", k=1, filter={"n": {"$gte": 1}})
   metadata keys. Adding an id that exists replaces that document (LangChain's upsert).
   A store's ids are its own: when a record of another scope or table holds an id, the
   document's record takes a fresh id and keeps its own in the metadata key
-  ``"memlane:id"`` (reserved; never in a ``Document``'s metadata).
+  ``"memlane:id"`` (reserved; never in a ``Document``'s metadata), which counts only on
+  the fresh id the adapter made for it: a record any other writer gave the key is the
+  document of its own id.
 - [`MemlaneRetriever`][memlane.integrations.langchain.MemlaneRetriever] serves memlane's
   hybrid search (BM25 and vectors fused in one engine call), with its scoring.
 - [`MemlaneEmbeddings`][memlane.integrations.langchain.MemlaneEmbeddings] exposes a memlane
@@ -61,9 +63,11 @@ from memlane.integrations._common import (
     FunctionEmbedder,
     check_scope,
     document_id,
+    exact_id_filter,
     id_filter,
     own_memory,
     put_documents,
+    read_all,
     shared_default_embedder,
 )
 
@@ -327,7 +331,8 @@ class MemlaneVectorStore(VectorStore):
             return True
         ids = id_list(ids, "ids")
         if ids:
-            self.memory.delete_all(self.table, filters=id_filter(ids), **self.scope)
+            where = exact_id_filter(self.memory, ids, self.table, self.scope)
+            self.memory.delete_all(self.table, filters=where, **self.scope)
         return True
 
     # -- reads --------------------------------------------------------------------------------
@@ -338,9 +343,9 @@ class MemlaneVectorStore(VectorStore):
         wanted = list(dict.fromkeys(id_list(ids, "ids")))
         if not wanted:
             return []
-        records = self.memory.list(
-            self.table, limit=len(wanted), filters=id_filter(wanted), **self.scope
-        )
+        # Every record that may hold one: a record given a kept id by another writer
+        # answers only to its own (``document_id``).
+        records = read_all(self.memory, id_filter(wanted), self.table, self.scope)
         by_id = {document_id(r): r for r in records}
         return [to_document(by_id[i]) for i in wanted if i in by_id]
 

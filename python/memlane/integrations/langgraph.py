@@ -34,8 +34,8 @@ them at once).
 Each item is one memlane record per indexed text (one record when nothing is
 indexed) in ``table`` (``"langgraph"``), with ``scope`` (memlane's scope fields)
 bound: a store never reads another scope's items. The first record holds the item's
-value, key and namespace (with a fixed-size digest of each namespace prefix, which
-prefix searches read), the others only their text, vector and item, so an item's
+value, key and namespace, every one a fixed-size digest of each namespace prefix (which
+prefix searches read), the others besides only their text, vector and item, so an item's
 size is linear in its value and namespace. The records' ids are derived from
 the item, so anyone can compute them: a record of another scope (or table) held under
 one is never read as the item, and the item's records then take a fresh id.
@@ -49,7 +49,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -76,21 +76,17 @@ from langgraph.store.base import (
 
 from memlane import Memory, MemoryRecord, times
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
-from memlane.integrations._checks import MAX_K
 from memlane.integrations._common import FunctionEmbedder, check_scope, in_scope, own_memory
 from memlane.integrations._langgraph_filters import (
-    matches,
     namespace_matches,
     number,
-    pushdown,
     under,
 )
 from memlane.integrations._langgraph_records import item_records
+from memlane.integrations._langgraph_search import BARE, PAGE, Searching
 from memlane.scoping import scope_of
 
 __all__ = ["MemlaneStore"]
-
-_PAGE = 256
 
 
 def _now() -> float:
@@ -103,7 +99,7 @@ def _ts(seconds: float) -> datetime:
     return times.moment(seconds)
 
 
-class MemlaneStore(BaseStore):
+class MemlaneStore(Searching, BaseStore):
     """A LangGraph ``BaseStore`` over a [`Memory`][memlane.Memory].
 
     Args:
@@ -168,6 +164,7 @@ class MemlaneStore(BaseStore):
         if self.index_config is not None and self._dim is None:
             raise InvalidArgumentError("semantic search needs a memory with an embedder")
         self._adopt_old_expiries()
+        self._bare = bool(self.memory.count(self.table, filters=BARE, **self.scope))
 
     # -- housekeeping -------------------------------------------------------------------------
 
@@ -220,7 +217,7 @@ class MemlaneStore(BaseStore):
             return 0
         gone = self._delete_items({"metadata.lg.exp": {"$lte": time.time()}})
         # Each update takes its record out of the filter: read from the start each time.
-        while page := self.memory.list(self.table, limit=_PAGE, filters=old, **self.scope):
+        while page := self.memory.list(self.table, limit=PAGE, filters=old, **self.scope):
             for rec in page:
                 lg = dict(rec.metadata["lg"])
                 exp = lg.pop("exp")
@@ -286,21 +283,30 @@ class MemlaneStore(BaseStore):
         return texts
 
     def _refresh(self, records: Iterable[MemoryRecord]) -> None:
-        """Restarts the TTL of these items: all the records of an item get the same new
-        ``expires_at`` in one transaction (a crash never leaves an item's parts expiring
-        apart), and no version (``Memory.renew``: a read changes nothing)."""
+        """Restarts the TTL of the items of these first records: all the records of an
+        item get the same new ``expires_at`` in one transaction (a crash never leaves an
+        item's parts expiring apart), and no version (``Memory.renew``: a read changes
+        nothing).
+
+        The item's records are read again, in the store's scope and table: its TTL and
+        count come from its first as it is now, an item whose records disagree with them
+        is left as it is, and a record is renewed only while it is the version read (a put
+        meanwhile keeps its own TTL). Nothing outside the scope and table is touched."""
+        # Items read without a TTL have none to restart (a put since sets its own).
+        lgs = [r.metadata["lg"] for r in records]
+        items = list(dict.fromkeys(lg["item"] for lg in lgs if lg.get("ttl") is not None))
         now = time.time()
-        ids: dict[float, list[str]] = {}
-        done: set[str] = set()
-        for rec in records:
-            lg = rec.metadata["lg"]
-            if lg.get("ttl") is None or lg["item"] in done:
-                continue
-            done.add(lg["item"])
-            # Records are read by their first, which holds the item's count and TTL.
-            ids.setdefault(float(lg["ttl"]), []).extend(_ids(rec.id, lg["n"]))
-        for ttl, of_items in ids.items():
-            self.memory.renew(of_items, expires_at=now + ttl * 60)
+        renew: dict[float, list[MemoryRecord]] = {}
+        for at in range(0, len(items), PAGE):
+            found: dict[str, list[MemoryRecord]] = {}
+            for rec in self._scan({"metadata.lg.item": {"$in": items[at : at + PAGE]}}, None):
+                found.setdefault(rec.metadata["lg"]["item"], []).append(rec)
+            for parts in found.values():
+                ttl = _whole(parts)
+                if ttl is not None:
+                    renew.setdefault(now + ttl * 60, []).extend(parts)
+        for expires_at, parts in renew.items():
+            self.memory.renew(parts, expires_at=expires_at)
 
     # -- batch --------------------------------------------------------------------------------
 
@@ -409,21 +415,26 @@ class MemlaneStore(BaseStore):
             base = bases[k]
             fields = {"table": self.table, "created_at": created.get(base, now), **self.scope}
             items[base] = item_records(base, op, own, vecs, placeholder, now, fields)
-        try:
-            self._replace(items, ids, list(bases.values()))
-        except InvalidArgumentError:
-            # Ids anyone can compute: another scope's record may hold one, which the
-            # replace keeps. Those items take fresh ids (found by their item, `_first`).
-            mine = set(bases.values())
-            taken = [
-                base
-                for base, parts in items.items()
-                if any(self._held(rid, mine) for rid in _ids(ids.get(base, base), len(parts)))
-            ]
-            if not taken:
-                raise
-            ids.update({base: f"lg-{uuid.uuid4().hex}" for base in taken})
-            self._replace(items, ids, list(bases.values()))
+        mine = set(bases.values())
+        fresh: set[str] = set()
+        # Ids anyone can compute: another scope's record may hold one, which the replace
+        # keeps. Those items take fresh ids (found by their item, `_first`). A holder gone
+        # by the look (deleted, expired) is tried again, then every item takes a fresh id:
+        # a refusal naming an id held elsewhere never reaches the caller.
+        for attempt in range(3):
+            try:
+                self._replace(items, ids, list(bases.values()))
+                return
+            except InvalidArgumentError:
+                if attempt == 2:
+                    raise
+            for base, parts in items.items():
+                if base in fresh:
+                    continue
+                rids = _ids(ids.get(base, base), len(parts))
+                if attempt == 1 or any(self._held(rid, mine) for rid in rids):
+                    ids[base] = f"lg-{uuid.uuid4().hex}"
+                    fresh.add(base)
 
     def _replace(
         self, items: dict[str, list[dict[str, Any]]], ids: dict[str, str], bases: list[str]
@@ -445,115 +456,7 @@ class MemlaneStore(BaseStore):
         except UnknownIdError:
             return False
 
-    # -- search -------------------------------------------------------------------------------
-
-    def _where(self, op: SearchOp, **extra: Any) -> list[dict[str, Any]]:
-        """The conditions on the first records of the items ``op`` may find."""
-        conds: list[dict[str, Any]] = [{f"metadata.lg.{k}": v} for k, v in extra.items()]
-        if op.namespace_prefix:
-            conds.append(under(op.namespace_prefix))
-        if op.filter:
-            conds.extend(pushdown(op.filter, "metadata.lg.value"))
-        return conds
-
-    def _scan(self, where: dict[str, Any], flt: Mapping[str, Any] | None) -> Iterator[MemoryRecord]:
-        """Records matching ``where`` and the filter, oldest first, page by page."""
-        offset = 0
-        while True:
-            page = self.memory.list(
-                self.table, limit=_PAGE, offset=offset, order="asc", filters=where, **self.scope
-            )
-            for rec in page:
-                if not flt or matches(rec.metadata["lg"]["value"], dict(flt)):
-                    yield rec
-            if len(page) < _PAGE:
-                return
-            offset += _PAGE
-
-    def _search(
-        self, op: SearchOp, qvecs: dict[str, list[float]]
-    ) -> list[tuple[MemoryRecord, float | None]]:
-        if op.limit <= 0:
-            return []
-        semantic = bool(op.query) and self.index_config is not None
-        if not semantic:
-            out: list[tuple[MemoryRecord, float | None]] = []
-            found = self._scan({"$and": self._where(op, part=0)}, op.filter)
-            for n, rec in enumerate(found):
-                if n >= op.offset + op.limit:
-                    break
-                if n >= op.offset:
-                    out.append((rec, None))
-            return out
-        assert op.query is not None
-        # An item's other records hold no value nor namespace: they pass here, and are
-        # checked through its first.
-        first = self._where(op)
-        where: dict[str, Any] = {"metadata.lg.vec": True}
-        if first:
-            where = {"$and": [where, {"$or": [{"metadata.lg.part": {"$gt": 0}}, {"$and": first}]}]}
-        need = op.offset + op.limit
-        vector = qvecs.get(op.query)
-        k = min(max(2 * need, 16), MAX_K)
-        firsts: dict[str, MemoryRecord | None] = {}  # None: the op does not admit the item
-        while True:
-            hits = self.memory.search(
-                op.query,
-                k,
-                mode="vector",
-                table=self.table,
-                filters=where,
-                query_embedding=vector,
-                weights={"relevance": 1.0},
-                explain=True,
-                track_access=False,
-                **self.scope,
-            )
-            scores: dict[str, float] = {}
-            for hit in hits:
-                lg = hit.record.metadata["lg"]
-                if lg["part"] == 0 and lg["item"] not in firsts:
-                    firsts[lg["item"]] = self._admitted(hit.record, op.filter)
-                info = hit.explain or {}
-                cosine = info.get("cosine")
-                score = float(cosine if cosine is not None else hit.score)
-                # An item scores its best field (the engine ties every cosine <= 0 at 0).
-                scores[lg["item"]] = max(score, scores.get(lg["item"], score))
-            self._add_firsts(op, [i for i in scores if i not in firsts], firsts)
-            best = {i: (f, s) for i, s in scores.items() if (f := firsts[i]) is not None}
-            exhausted = len(hits) < k or k == MAX_K
-            # Cosines at or below 0 all score 0 in the engine: fetch them all to order them.
-            if exhausted or (len(best) >= need and hits[-1].score > 0):
-                break
-            k = min(2 * k, MAX_K)
-        ranked = sorted(best.values(), key=lambda p: p[1], reverse=True)[op.offset : need]
-        kept: list[tuple[MemoryRecord, float | None]] = list(ranked)
-        if len(kept) < op.limit:
-            # As InMemoryStore: items with nothing indexed fill the rest, unscored.
-            scoreless = self._scan({"$and": self._where(op, vec=False)}, op.filter)
-            for rec in scoreless:
-                if len(kept) >= op.limit:
-                    break
-                kept.append((rec, None))
-        return kept
-
-    @staticmethod
-    def _admitted(rec: MemoryRecord, flt: dict[str, Any] | None) -> MemoryRecord | None:
-        """An item's first record if the filter admits its value, else None."""
-        return rec if not flt or matches(rec.metadata["lg"]["value"], flt) else None
-
-    def _add_firsts(
-        self, op: SearchOp, items: list[str], firsts: dict[str, MemoryRecord | None]
-    ) -> None:
-        """Adds to ``firsts`` the first records of ``items`` (None for those ``op`` does
-        not admit, or deleted meanwhile), in one read."""
-        if not items:
-            return
-        where = {"$and": [{"metadata.lg.item": {"$in": items}}, *self._where(op, part=0)]}
-        found = self.memory.list(self.table, limit=len(items), filters=where, **self.scope)
-        firsts.update(dict.fromkeys(items))
-        for rec in found:
-            firsts[rec.metadata["lg"]["item"]] = self._admitted(rec, op.filter)
+    # -- namespaces ---------------------------------------------------------------------------
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conds: list[dict[str, Any]] = [{"metadata.lg.part": 0}]
@@ -571,3 +474,17 @@ class MemlaneStore(BaseStore):
 def _ids(first: str, n: int) -> list[str]:
     """The ids of an item's ``n`` records: the first one's, then it with the part number."""
     return [first] + [f"{first}-{i}" for i in range(1, n)]
+
+
+def _whole(parts: list[MemoryRecord]) -> float | None:
+    """The TTL (minutes) of the item whose records are ``parts``, as its first holds it;
+    None when it has none, or ``parts`` are not its count of records numbered 0, 1, ..."""
+    first = [r.metadata["lg"] for r in parts if r.metadata["lg"].get("part") == 0]
+    if len(first) != 1:
+        return None
+    ttl, n = first[0].get("ttl"), first[0].get("n")
+    if not (number(ttl) and math.isfinite(ttl) and 0 < ttl < 1e9 and number(n)):
+        return None
+    numbers = {r.metadata["lg"].get("part") for r in parts}
+    whole = n == len(parts) and numbers == set(range(len(parts)))
+    return float(ttl) if whole else None

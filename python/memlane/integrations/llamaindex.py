@@ -27,8 +27,8 @@ and no query, get or delete reaches outside it: a query's keyword arguments may 
 scope field it is bound to only with the bound value. Node ids are given as lists of str,
 and are the store's own: when a record of another scope or table holds a node's id, the
 node's record takes a fresh id, keeping the node's in the metadata key ``"memlane:id"``
-(reserved: a node's metadata may not use it). Of several nodes with one id in an add, the
-last is stored.
+(reserved: a node's metadata may not use it; it counts only on the fresh id the adapter
+made for the node). Of several nodes with one id in an add, the last is stored.
 A query's ``similarity_top_k`` of None is LlamaIndex's default for the field, 1.
 """
 
@@ -64,6 +64,7 @@ from memlane.integrations._common import (
     check_scope,
     document_id,
     escape_key,
+    exact_id_filter,
     id_filter,
     own_memory,
     put_documents,
@@ -134,11 +135,39 @@ def _filter(filters: object, depth: int) -> dict[str, Any] | None:
         else:
             parts.append(_one(f))
     condition = FilterCondition(filters.condition or FilterCondition.AND)
-    if condition == FilterCondition.OR:
-        return {"$or": parts}
     if condition == FilterCondition.NOT:
-        return {"$not": {"$and": parts}}
-    return {"$and": parts}
+        return {"$not": _join(parts, "$and") or {"$and": parts}}
+    return _join(parts, "$or" if condition == FilterCondition.OR else "$and")
+
+
+def _join(parts: list[dict[str, Any]], how: str) -> dict[str, Any] | None:
+    """``parts`` joined by ``how`` (``$and``, ``$or``) in as few levels as the engine
+    reads them (one part is itself; a part joined the same way is spliced in), so the
+    adapter's own joins never take a level of the engine's 32. None: no part."""
+    flat: list[dict[str, Any]] = []
+    for part in parts:
+        flat.extend(part[how] if list(part) == [how] else [part])
+    if len(flat) > 1:
+        return {how: flat}
+    return flat[0] if flat else None
+
+
+def _levels(flt: Mapping[str, Any]) -> int:
+    """How deep the engine reads ``flt`` (its ``$and``, ``$or`` and ``$not`` levels)."""
+    deepest = 0
+    for key, value in flt.items():
+        if key in ("$and", "$or"):
+            deepest = max(deepest, 1 + max((_levels(v) for v in value), default=0))
+        elif key == "$not":
+            deepest = max(deepest, 1 + _levels(value))
+    return deepest
+
+
+def _checked(flt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``flt``, refused as the engine would refuse it when nested past its limit."""
+    if flt is not None:
+        filter_depth(_levels(flt))
+    return flt
 
 
 def _top_k(value: object, field: str) -> int | None:
@@ -152,7 +181,10 @@ def _top_k(value: object, field: str) -> int | None:
 
 def _node(rec: MemoryRecord) -> BaseNode:
     if "_node_content" in rec.metadata:
-        return metadata_dict_to_node(rec.metadata, text=rec.text)
+        node = metadata_dict_to_node(rec.metadata, text=rec.text)
+        # The record's document id, not one its metadata names (any writer may set it).
+        node.id_ = document_id(rec)
+        return node
     metadata = {k: v for k, v in rec.metadata.items() if k != ID_KEY}
     return TextNode(text=rec.text, id_=document_id(rec), metadata=metadata)
 
@@ -274,15 +306,25 @@ class MemlaneVectorStore(BasePydanticVectorStore):
         )
 
     def _where(
-        self, node_ids: Sequence[str] | None, filters: MetadataFilters | None
+        self,
+        node_ids: Sequence[str] | None,
+        filters: MetadataFilters | None,
+        *more: dict[str, Any],
+        exact: bool = False,
     ) -> dict[str, Any] | None:
+        """The engine's filter for the nodes ``node_ids`` (the records that may hold them,
+        or with ``exact``, for a write, those that do) matching ``filters`` and ``more``,
+        joined in one level."""
         conds: list[dict[str, Any]] = []
         if node_ids is not None:
-            conds.append(id_filter(node_ids))
+            if exact:
+                conds.append(exact_id_filter(self._memory, node_ids, self.table, self.scope))
+            else:
+                conds.append(id_filter(node_ids))
         flt = to_memlane_filter(filters)
         if flt is not None:
             conds.append(flt)
-        return {"$and": conds} if conds else None
+        return _checked(_join([*conds, *more], "$and"))
 
     def delete_nodes(
         self,
@@ -295,7 +337,7 @@ class MemlaneVectorStore(BasePydanticVectorStore):
             node_ids = id_list(node_ids, "node_ids")
             if not node_ids:
                 return
-        where = self._where(node_ids, filters)
+        where = self._where(node_ids, filters, exact=True)
         self._memory.delete_all(self.table, filters=where, **self.scope)
 
     def clear(self) -> None:
@@ -353,16 +395,15 @@ class MemlaneVectorStore(BasePydanticVectorStore):
             k = sparse_k
         if query.mmr_threshold is not None:
             coerce.number(query.mmr_threshold, "query.mmr_threshold", 0.0, 1.0)
-        conds: list[dict[str, Any]] = []
+        more: list[dict[str, Any]] = []
         # An empty node_ids (what LlamaIndex's retriever sends) restricts nothing.
         node_ids = None if query.node_ids is None else id_list(query.node_ids, "query.node_ids")
-        where = self._where(node_ids or None, query.filters)
-        if where is not None:
-            conds.append(where)
+        node_ids = node_ids or None
         if query.doc_ids is not None:
             doc_ids = id_list(query.doc_ids, "query.doc_ids")
             if doc_ids:
-                conds.append({"metadata.ref_doc_id": {"$in": doc_ids}})
+                more.append({"metadata.ref_doc_id": {"$in": doc_ids}})
+        where = self._where(node_ids, query.filters, *more)
         bound = {**self.scope, "table": self.table}
         options = bound_options({**self.search_kwargs, **kwargs}, bound, _SET_HERE)
         if k < 1:
@@ -381,12 +422,14 @@ class MemlaneVectorStore(BasePydanticVectorStore):
             # MMR re-ranks more than it returns, within what the engine takes.
             min(4 * k, MAX_K) if mmr else k,
             mode=engine_mode,  # type: ignore[arg-type]
-            filters={"$and": conds} if conds else None,
+            filters=where,
             query_embedding=vector,
             include_embedding=mmr,
             **options,
         )
         pairs = [(h.record, h.score) for h in hits]
+        if node_ids is not None:  # a record another writer gave a kept id holds another
+            pairs = [(r, x) for r, x in pairs if document_id(r) in set(node_ids)]
         if mmr and pairs:
             qvec = vector
             if qvec is None:
