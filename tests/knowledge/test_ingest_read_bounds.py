@@ -246,6 +246,26 @@ def test_forms_drawn_count_each_time_they_are_drawn() -> None:
         assert "Deep text" in load_pdf(pdf([10], {10: 11}, b"/X0 Do", forms), P).text
 
 
+@pytest.mark.parametrize(
+    ("draw", "subtype"),
+    [
+        (b"/X0 1 Do ", b"/Form"),  # an operand more: pypdf draws the first
+        (b"/X0 %c\nDo ", b"/Form"),  # a comment between the name and Do
+        (b"/X0 Do ", b"/PS"),  # pypdf draws every XObject that is no image
+    ],
+    ids=["extra operand", "comment", "not /Form"],
+)
+def test_forms_count_as_pypdf_draws_them(draw: bytes, subtype: bytes) -> None:
+    form = b"BT /F1 12 Tf " + b"1 0 Td " * 1000 + b"(Deep text) Tj ET"
+    data = pdf([10], {10: 11}, draw * 20, {5: (form, b"/X0 5 0 R")})
+    data = data.replace(b"/Subtype /Form", b"/Subtype " + subtype)
+    with (
+        applied_limits(SMALL),
+        pytest.raises(DocumentLimitError, match="with the forms they draw each time drawn"),
+    ):
+        load_pdf(data, Path("p.pdf"))
+
+
 # -- .docx: the unpacked size, whatever precedes the zip -------------------------------------
 
 

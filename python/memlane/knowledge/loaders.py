@@ -221,7 +221,7 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
                 unpacked += len(content)
                 if unpacked <= limit:  # with the forms drawn, as often as drawn
                     resources = page.get("/Resources")
-                    unpacked += drawn_bytes(content, resources, limit - unpacked)
+                    unpacked += drawn_bytes(contents, resources, limit - unpacked, reader)
                 if unpacked > limit:
                     raise DocumentLimitError(
                         f"page content streams, with the forms they draw each time drawn, "

@@ -7,41 +7,44 @@ page's text is extracted, the forms its content draws are counted in decoded byt
 each every time it is drawn, with the forms they draw in turn, against what the page
 may still unpack to (``max_unpacked_bytes``).
 
-A draw is found by its bytes, ``/Name Do``, not by parsing the stream (the page's
-content may be as large as the limit, and pypdf parses it next): a ``Do`` inside a
-string is counted too, which can only count more.
+The draws are read as pypdf reads them: the content's operations, parsed by pypdf, each
+``Do`` drawing the XObject its first operand names, every one that is not an image (a
+form whatever its ``/Subtype`` says), and each form is parsed once however often drawn.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["drawn_bytes"]
 
-# A name (a token up to the next delimiter), whitespace, then the operator Do.
-_DRAW = re.compile(rb"/([^\s()<>\[\]{}/%]+)\s+Do(?![^\s()<>\[\]{}/%])")
-_ESCAPE = re.compile(rb"#([0-9A-Fa-f]{2})")
 
-
-def drawn_bytes(content: bytes, resources: Any, budget: int) -> int:
-    """The decoded bytes of the forms ``content`` (a decoded content stream, drawing with
-    ``resources``) draws, each counted every time it is drawn, with the forms they draw;
-    the count stops once past ``budget``, and is then only known to be above it."""
-    return _Counting(budget).draws(content, resources)
+def drawn_bytes(contents: Any, resources: Any, budget: int, pdf: Any) -> int:
+    """The decoded bytes of the forms a page's content stream (pypdf's ``ContentStream``,
+    drawing with ``resources``, of the reader ``pdf``) draws, each counted every time it
+    is drawn, with the forms they draw; the count stops once past ``budget``, and is then
+    only known to be above it. A page with no XObject but images draws no form, and its
+    content is not parsed here (most pages: their text extraction parses it next)."""
+    xobjects = _get(resources, "/XObject")
+    keys = xobjects.keys() if hasattr(xobjects, "keys") else ()
+    if contents is None or all(_get(_get(xobjects, k), "/Subtype") == "/Image" for k in keys):
+        return 0
+    return _Counting(budget, pdf).draws(contents.operations, resources)
 
 
 class _Counting:
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, pdf: Any) -> None:
         self.budget = budget
+        self.pdf = pdf
         self.costs: dict[object, int] = {}  # each form's, parsed once
         self.open: set[object] = set()  # forms being counted: a cycle pypdf skips
 
-    def draws(self, content: bytes, resources: Any) -> int:
+    def draws(self, operations: Iterable[Any], resources: Any) -> int:
         total = 0
         xobjects = _get(resources, "/XObject")
-        names = Counter(_name(raw) for raw in _DRAW.findall(content))
+        names = Counter(str(ops[0]) for ops, op in operations if op == b"Do" and ops)
         for name, times in names.items():
             form = _get(xobjects, name)
             if form is not None:
@@ -55,25 +58,22 @@ class _Counting:
         key = (ref.idnum, ref.generation) if ref is not None else id(form)
         if (cost := self.costs.get(key)) is not None:
             return cost
-        if key in self.open or _get(form, "/Subtype") != "/Form":
+        if key in self.open or _get(form, "/Subtype") == "/Image":
             return 0
         self.open.add(key)
         try:
+            from pypdf.generic import ContentStream
+
             data = form.get_data()
             inner = _get(form, "/Resources")
-            cost = len(data) + self.draws(data, resources if inner is None else inner)
+            operations = ContentStream(form, self.pdf).operations
+            cost = len(data) + self.draws(operations, resources if inner is None else inner)
         except Exception:  # a form pypdf cannot read: it skips it too
             cost = 0
         finally:
             self.open.discard(key)
         self.costs[key] = cost
         return cost
-
-
-def _name(raw: bytes) -> str:
-    """A name as pypdf keys it: ``#xx`` escapes decoded, a ``/`` before."""
-    decoded = _ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), raw)
-    return "/" + decoded.decode("utf-8", "replace")
 
 
 def _get(value: Any, key: str) -> Any:
