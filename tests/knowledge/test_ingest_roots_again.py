@@ -1,7 +1,7 @@
 """Roots, attacked again: a root whose document got the root-keyed id keeps it once the
 plain id's holder is gone, a folder ingested inside a root joins it only where the root's
-walk reaches it, a root ingested above an earlier one takes its documents over, and
-a watched folder replaced by a link to outside is not followed."""
+walk reaches it (a root ingested above an earlier one leaves it apart:
+test_ingest_roots_apart.py), and a watched folder replaced by a link to outside is not followed."""
 
 from __future__ import annotations
 
@@ -122,29 +122,10 @@ def test_a_root_made_by_one_file_takes_no_folder(local: Memory, tmp_path: Path, 
     assert local.ingest(home / inner, shared=True, progress=False).ingested == {
         "n.md": document_id("n.md", agent_id=None, shared=True)
     }
-    # Once the folder itself is ingested, its root is walked, and takes its subfolders.
+    # Once the folder itself is ingested, its root is walked, and takes its subfolders
+    # (not docs, a root of its own by then: test_ingest_roots_apart.py).
     assert local.ingest(home / "todo.md", shared=True, progress=False).unchanged
     local.ingest(home, shared=True, progress=False)
     (home / "more").mkdir()
     (home / "more" / "m.md").write_text("# M\n\nMore on marmots.\n")
     assert set(local.ingest(home / "more", shared=True, progress=False).ingested) == {"more/m.md"}
-
-
-def test_a_root_ingested_above_an_earlier_one_takes_its_documents_over(
-    local: Memory, tmp_path: Path
-) -> None:
-    kb = tmp_path / "kb"
-    (kb / "sub" / "deep").mkdir(parents=True)
-    (kb / "top.md").write_text("# Top\n\nThe top readme.\n")
-    (kb / "sub" / "a.md").write_text("# A\n\nThe sub note mentions quokkas.\n")
-    (kb / "sub" / "deep" / "b.md").write_text("# B\n\nA deeper note on bilbies.\n")
-    first = local.ingest(kb / "sub", shared=True, progress=False)
-    assert set(first.ingested) == {"a.md", "deep/b.md"}
-    report = local.ingest(kb, shared=True, progress=False, prune_missing=True)
-    assert set(report.ingested) == {"top.md"}
-    assert set(report.replaced) == {"sub/a.md", "sub/deep/b.md"}
-    assert sources(local) == [(rel, str(kb)) for rel in ("sub/a.md", "sub/deep/b.md", "top.md")]
-    assert len(texts(local, "quokkas")) == 1 and len(texts(local, "bilbies")) == 1
-    again = local.ingest(kb / "sub", shared=True, progress=False, prune_missing=True)
-    assert set(again.unchanged) == {"sub/a.md", "sub/deep/b.md"} and not again.pruned
-    assert len(local.list_documents()) == 3

@@ -188,7 +188,7 @@ def test_a_folder_inside_a_root_is_ingested_under_that_root(local: Memory, tmp_p
     assert not texts(local, "walruses")
 
 
-def test_a_folder_that_is_a_root_itself_stays_its_own_until_one_above_is_ingested(
+def test_a_folder_that_is_a_root_itself_stays_its_own_when_one_above_is_ingested(
     local: Memory, tmp_path: Path
 ) -> None:
     kb = tmp_path / "kb"
@@ -196,9 +196,9 @@ def test_a_folder_that_is_a_root_itself_stays_its_own_until_one_above_is_ingeste
     (kb / "sub" / "s.txt").write_text("Walruses.\n")
     local.ingest(kb / "sub", shared=True, progress=False)
     assert set(local.ingest(kb / "sub", shared=True, progress=False).unchanged) == {"s.txt"}
-    # kb takes its documents over (test_ingest_roots_again.py), and then holds sub.
+    # kb leaves it apart (test_ingest_roots_apart.py): sub keeps its documents.
     local.ingest(kb, shared=True, progress=False)
-    assert set(local.ingest(kb / "sub", shared=True, progress=False).unchanged) == {"sub/s.txt"}
+    assert set(local.ingest(kb / "sub", shared=True, progress=False).unchanged) == {"s.txt"}
 
 
 # -- path arguments ---------------------------------------------------------------------------

@@ -33,7 +33,6 @@ __all__ = [
     "DOCUMENTS",
     "FRAGMENTS",
     "Held",
-    "below",
     "check_document_id",
     "choose_id",
     "chosen_meanwhile",
@@ -199,28 +198,14 @@ def choose_id(rel: str, agent_id: str | None, shared: bool, root: str | None, he
     return rooted if os.path.exists(os.path.join(held_by, rel)) else plain
 
 
-def below(held: Held, rel: str, root: str | None) -> list[str]:
-    """The ids of the owner's documents made from the file at ``rel`` under ``root``
-    while a folder below ``root`` was their root (``kb/sub`` ingested before ``kb``):
-    the document made under ``root`` takes their place, in the write that stores it,
-    rather than being a second one beside them."""
-    if root is None:
-        return []
-    parts = rel.split("/")
-    places = (("/".join(parts[i:]), os.path.join(root, *parts[:i])) for i in range(1, len(parts)))
-    return [doc_id for place in places if (doc_id := held.by_place.get(place)) is not None]
-
-
 def replacing(
     mem: MemoryStore,
     expected: Mapping[str, MemoryRecord | None],
     owner: Mapping[str, Any],
-    taken_over: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The filter of what a write of the owner's documents ``expected`` (the id of each
     -> its record as read when it was chosen, or None) replaces: their fragments, and
-    each document's record if it is still of the root it was read with; and the
-    documents ``taken_over`` (see ``below``) whole.
+    each document's record if it is still of the root it was read with.
 
     The write then stores only what it chose for: another ingest of the owner that stored
     a document of another root with one of these ids meanwhile (two processes ingesting
@@ -229,7 +214,6 @@ def replacing(
     """
     mine: list[dict[str, Any]] = [
         {"table": FRAGMENTS, "document_id": {"$in": list(expected)}},
-        {"document_id": {"$in": list(taken_over)}},
     ]
     for doc_id, old in expected.items():
         if old is not None:

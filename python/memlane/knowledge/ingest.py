@@ -27,7 +27,12 @@ from memlane.knowledge.walk import Source, checked_path, hidden, relative_path, 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
 
-__all__ = ["ingest_path", "ingest_sources", "prune"]
+__all__ = ["ingest_path", "ingest_sources", "prune", "roots_apart"]
+
+# Why a walk leaves out a folder below its root that is a root of its own, and a file
+# ingested alone (roots_apart).
+ROOT_APART = "a root of its own (ingested separately)"
+FILE_APART = "a document of its own (ingested alone)"
 
 
 # -- entry points ---------------------------------------------------------------------------
@@ -90,8 +95,11 @@ def ingest_path(
     if not base.is_dir():
         raise InvalidArgumentError(f"root must be a folder: {base}")
     report = IngestReport()
-    sources = walk(target, base, follow_outside=options.follow_outside, skipped=report.skipped)
     root_key = str(base.resolve())
+    apart = roots_apart(mem, scope, root_key) if target.is_dir() else {}
+    sources = walk(
+        target, base, follow_outside=options.follow_outside, skipped=report.skipped, apart=apart
+    )
     label = target.name or "ingest"
     ingest_sources(
         mem, sources, scope, options, root_key=root_key, report=report, label=label, alone=alone
@@ -147,6 +155,30 @@ def _known_folder(mem: MemoryStore, folder: Path, scope: Owner) -> tuple[Path, P
         if not any(hidden(part) for part in rel.parts) and mem.count(DOCUMENTS, filters=flt):
             return None if root == real else (root, root / rel)
     return None
+
+
+def roots_apart(mem: MemoryStore, scope: Owner, root_key: str) -> dict[Path, str]:
+    """The folders below the root ``root_key`` that are roots of the scope's own (they
+    have documents whose root is their real path: ``kb/sub``, ingested or watched as a
+    root before ``kb``), and the files below it ingested alone, by real path -> why: a
+    walk of ``root_key`` leaves them out (``walk``'s ``apart``), so their files are
+    neither stored again under ``root_key`` nor pruned by it; the documents of the root
+    apart stay its own, for its ingests and its watch. Read once per ingest or batch."""
+    top = Path(root_key)
+    apart: dict[Path, str] = {}
+    for record in knowledge_documents(mem, {**scope.filter(), "root": {"$ne": root_key}}):
+        root = record.metadata.get("root")
+        if not isinstance(root, str) or top not in Path(root).parents:
+            continue
+        if record.metadata.get(ALONE) is not True:
+            apart[Path(root)] = ROOT_APART
+            continue
+        try:  # a root made by one file, never walked (_known_folder): only that file
+            file = resolve(Path(root) / str(record.metadata.get("source", "")))
+        except OSError:
+            continue
+        apart.setdefault(file, FILE_APART)
+    return apart
 
 
 def prune(

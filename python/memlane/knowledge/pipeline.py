@@ -67,7 +67,6 @@ from memlane.knowledge.documents import (
     DOCUMENTS,
     FRAGMENTS,
     Held,
-    below,
     choose_id,
     chosen_meanwhile,
     document_vector,
@@ -158,7 +157,6 @@ class _Job:
     chunks: list[Chunk]
     costs: list[int]  # sort keys of the chunks' contents (see embedding_cost)
     old: MemoryRecord | None
-    taken_over: list[str]  # documents.below: the ids of the file's under a root below
     # Its records (fragments, then the document), checked as an add checks them; the
     # write gives them their vectors.
     items: list[dict[str, Any]] = field(default_factory=list)
@@ -254,7 +252,6 @@ class Pipeline:
             reason = f"another file has the same name once normalised (NFC): {first.rel!r}"
             return _Done(source, doc_id, "failed", reason)
         old = self.held.by_id.get(doc_id)
-        taken_over = below(self.held, source.rel, self.root_key)
         try:
             data = source.read(self.limits.max_unpacked_bytes)
         except LeftOut as e:
@@ -273,7 +270,6 @@ class Pipeline:
             and old.metadata.get("fingerprint") == fingerprint
             and old.metadata.get("root", self.root_key) == self.root_key  # not taken over
             and (old.metadata.get(ALONE) is True) == self.alone  # its root walked since
-            and not taken_over
         ):
             return _Done(source, doc_id, "unchanged")
         if not data.strip():
@@ -301,9 +297,7 @@ class Pipeline:
         if not chunks:
             return _Done(source, doc_id, "empty", "no text", old)
         costs = self.cost([c.content for c in chunks])
-        job = _Job(
-            source, doc_id, digest, fingerprint, len(data), doc, chunks, costs, old, taken_over
-        )
+        job = _Job(source, doc_id, digest, fingerprint, len(data), doc, chunks, costs, old)
         job.items = self.records(job)
         if (refused := unstorable(job.items)) is not None:  # this file fails, not the batch
             return _Done(source, doc_id, "failed", refused)
@@ -471,16 +465,14 @@ class Pipeline:
             # transaction that stores the new ones: a crash leaves one or the other. Only
             # this owner's, and only the versions these ids were chosen for (replacing).
             expected = {job.id: job.old for job, _ in embedded}
-            taken_over = [i for job, _ in embedded for i in job.taken_over]
-            flt = replacing(self.mem, expected, self.scope.filter(), taken_over)
+            flt = replacing(self.mem, expected, self.scope.filter())
             try:
                 self.mem.replace(items, [DOCUMENTS, FRAGMENTS], filters=flt)
                 break
             except InvalidArgumentError as e:
                 self.refused(embedded, e, last=attempt == _ATTEMPTS - 1)
         for job, _ in embedded:
-            replaced = job.old is not None or job.taken_over
-            target = self.report.replaced if replaced else self.report.ingested
+            target = self.report.replaced if job.old is not None else self.report.ingested
             target[job.source.rel] = job.id
             self.report.fragments += len(job.chunks)
         self.progress.update(files=len(embedded))

@@ -16,6 +16,7 @@ import itertools
 import os
 import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,6 +185,7 @@ def walk(
     follow_outside: bool,
     skipped: dict[str, str],
     same: dict[str, str] | None = None,
+    apart: Mapping[Path, str] | None = None,
 ) -> list[Source]:
     """The supported files at ``target`` (a file or a folder) below ``root``.
 
@@ -191,8 +193,10 @@ def walk(
     relative path -> reason, and a second path to a file found also into ``same``, if
     given, as that path -> the file's path. ``target`` itself is taken as given (a
     hidden file named explicitly is ingested) but must lie inside ``root`` unless
-    ``follow_outside``.
+    ``follow_outside``. The folders and files of ``apart`` (real path -> reason: roots
+    of their own, see ``ingest.roots_apart``) are left out, with that reason.
     """
+    apart = apart or {}
     real_root = resolve(root)
     # Where a file found must still lie when it is read (Source.read).
     root_of_reads = None if follow_outside else real_root
@@ -202,12 +206,16 @@ def walk(
     counter = itertools.count()
 
     def add_file(path: Path, rel: str, link: bool) -> None:
+        real = resolve(path)
+        if real in apart:
+            skipped[rel] = apart[real]
+            return
         loader = loader_for(path)
         if loader is None:
             suffix = path.suffix.lower()
             skipped[rel] = f"unsupported type {suffix!r}" if suffix else "unsupported type"
             return
-        paths = found.setdefault(resolve(path), [])
+        paths = found.setdefault(real, [])
         paths.append((link, next(counter), rel, path, loader, path.is_symlink()))
 
     def visit(folder: Path, prefix: str, ancestors: frozenset[Path], linked: bool) -> None:
@@ -236,6 +244,9 @@ def walk(
                     real = resolve(path)
                     if real in ancestors:
                         skipped[rel + "/"] = "symbolic link loop"
+                        continue
+                    if real in apart:
+                        skipped[rel + "/"] = apart[real]
                         continue
                     visit(path, rel + "/", ancestors | {real}, link)
                 elif entry.is_file():

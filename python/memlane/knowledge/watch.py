@@ -37,7 +37,7 @@ from watchdog.observers import Observer
 from memlane import coerce
 from memlane.errors import InvalidArgumentError, MemlaneError, NotFoundError, shown
 from memlane.knowledge.documents import knowledge_documents, remove_documents
-from memlane.knowledge.ingest import ingest_path, ingest_sources
+from memlane.knowledge.ingest import ingest_path, ingest_sources, roots_apart
 from memlane.knowledge.loaders import loader_for
 from memlane.knowledge.pipeline import IngestOptions, Owner
 from memlane.knowledge.report import IngestReport
@@ -278,7 +278,9 @@ class KnowledgeWatch:
         if changed:
             # The whole folder is walked (names and links; no file is read), as an ingest
             # walks it: a file reached by two paths (a link to it) is one document, under
-            # the path the ingest keeps, which only the whole folder tells.
+            # the path the ingest keeps, which only the whole folder tells. A folder
+            # below that is a root of its own is left out, as an ingest leaves it out:
+            # its events store and remove nothing under this root.
             skipped: dict[str, str] = {}
             same: dict[str, str] = {}
             found = walk(
@@ -287,6 +289,7 @@ class KnowledgeWatch:
                 follow_outside=self._options.follow_outside,
                 skipped=skipped,
                 same=same,
+                apart=roots_apart(self._mem, self._scope, self._root_key),
             )
             related = _related_to(changed)
             sources = [s for s in found if related(s.rel)]
