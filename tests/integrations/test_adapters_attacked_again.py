@@ -107,25 +107,6 @@ def test_langgraph_selective_search_reads_its_items(
     assert mine <= {store._base_id(("users", "u1"), f"k{i}") for i in range(1, 60, 6)}
 
 
-def test_langgraph_search_of_records_without_prefixes_on_later_parts(
-    mem: memlane.Memory, emb: WordEmbeddings
-) -> None:
-    """Records an earlier commit wrote: the prefix digests on the first record alone."""
-    store = graph_store(mem, emb)
-    store.put(("a", "b"), "k", {"t": ["alpha", "beta", "gamma delta"], "n": 1})
-    store.put(("c",), "k", {"t": ["gamma delta"], "n": 2})
-    for rec in mem.list("langgraph", limit=10):
-        lg = dict(rec.metadata["lg"])
-        if lg["part"] > 0:
-            lg.pop("pre", None)
-            mem.update(rec.id, metadata={"lg": lg})
-    store = graph_store(mem, emb)  # opened over them
-    for flt in (None, {"n": 1}):
-        (hit,) = store.search(("a",), query="gamma delta", filter=flt, limit=1)
-        assert (hit.namespace, hit.score is not None) == (("a", "b"), True)
-        assert hit.score is not None and hit.score > 0.99
-
-
 def test_langgraph_refresh_stays_in_its_scope_and_table(
     mem: memlane.Memory, emb: WordEmbeddings
 ) -> None:

@@ -3,10 +3,11 @@
 every indexed text, an item scoring its best text.
 
 An item's first record holds its value; every record holds its namespace's prefix
-digests (``pre``: records of ``e593ffa`` only on the first), so a namespace narrows the
-engine's search over all of them. A value filter that few items pass is applied first,
-on the first records (one filtered read), and the vector search then reads the texts of
-those items alone: a selective search costs what its items cost, not the whole table."""
+digests (``pre``), so a namespace narrows the engine's search over all of them. A value
+filter that few of the namespace's items pass is applied first, on the first records
+(one filtered read), and the vector search then reads the texts of those items alone: a
+selective search costs what its items cost, not the whole table, and a broad one reads
+no value it does not return."""
 
 from __future__ import annotations
 
@@ -19,33 +20,14 @@ from memlane import Memory, MemoryRecord
 from memlane.integrations._checks import MAX_K
 from memlane.integrations._langgraph_filters import matches, pushdown, under
 
-__all__ = ["BARE", "PAGE", "SELECTIVE", "Searching"]
+__all__ = ["PAGE", "SELECTIVE", "Searching"]
 
 #: The page size of the adapter's scans.
 PAGE = 256
 #: At most this many items passing a search's value filter (as the engine reads it) are
-#: searched as a list of items; past it the vector search reads every text and checks
-#: the items it meets.
+#: searched as a list of items, and only when they are few beside the items searched
+#: (``_selected``); else the vector search reads every text and checks the items it meets.
 SELECTIVE = 4096
-
-
-#: The later records of items ``e593ffa`` wrote: neither prefix digests nor joined prefixes.
-BARE = {
-    "$and": [
-        {"metadata.lg.part": {"$gt": 0}},
-        {"metadata.lg.pre": {"$exists": False}},
-        {"metadata.lg.path": {"$exists": False}},
-    ]
-}
-
-
-def _under_any(prefix: tuple[str, ...], bare: bool) -> dict[str, Any]:
-    """The records (of any part) of the items under ``prefix``: by the prefix digest each
-    holds, by the joined prefixes every record of an earlier release holds, or (``bare``:
-    the store holds records of ``e593ffa``) any later part without either, checked
-    through its first."""
-    conds = under(prefix)
-    return {"$or": [*conds["$or"], BARE]} if bare else conds
 
 
 class Searching:
@@ -55,8 +37,6 @@ class Searching:
     table: str
     scope: dict[str, Any]
     index_config: dict[str, Any] | None
-    #: Whether the store held records of ``e593ffa`` (``BARE``) when it was opened.
-    _bare: bool
 
     def _where(self, op: SearchOp, **extra: Any) -> list[dict[str, Any]]:
         """The conditions on the first records of the items ``op`` may find."""
@@ -81,12 +61,21 @@ class Searching:
                 return
             offset += PAGE
 
-    def _selected(self, op: SearchOp) -> dict[str, MemoryRecord] | None:
-        """The first records of the indexed items ``op``'s filter admits, by item, when
-        the engine's reading of the filter leaves at most ``SELECTIVE``; else None."""
+    def _selected(self, op: SearchOp, need: int) -> dict[str, MemoryRecord] | None:
+        """The first records of the indexed items ``op``'s filter admits, by item, when the
+        engine's reading of the filter leaves few: at most ``SELECTIVE``, and at most
+        ``8 * need`` or a sixteenth of the namespace's items (their values are read here,
+        where the search past them reads the values of the hits alone); else None."""
         where = {"$and": self._where(op, part=0, vec=True)}
-        if self.memory.count(self.table, filters=where, **self.scope) > SELECTIVE:
+        n = self.memory.count(self.table, filters=where, **self.scope)
+        if n > SELECTIVE:
             return None
+        if n > 8 * need:
+            conds: list[dict[str, Any]] = [{"metadata.lg.part": 0}, {"metadata.lg.vec": True}]
+            if op.namespace_prefix:
+                conds.append(under(op.namespace_prefix))
+            if 16 * n > self.memory.count(self.table, filters={"$and": conds}, **self.scope):
+                return None
         found = self.memory.list(self.table, limit=SELECTIVE + 1, filters=where, **self.scope)
         if len(found) > SELECTIVE:  # grew meanwhile
             return None
@@ -97,20 +86,20 @@ class Searching:
         }
 
     def _semantic_where(
-        self, op: SearchOp
+        self, op: SearchOp, need: int
     ) -> tuple[dict[str, Any] | None, dict[str, MemoryRecord | None]]:
         """The engine's filter for the texts ``op`` may find (None: none can be) and the
         first records of the items already known (None: ``op`` does not admit it)."""
         conds: list[dict[str, Any]] = [{"metadata.lg.vec": True}]
         if op.filter:
-            selected = self._selected(op)
+            selected = self._selected(op, need)
             if selected is not None:
                 if not selected:
                     return None, {}
                 conds.append({"metadata.lg.item": {"$in": list(selected)}})
                 return {"$and": conds}, dict(selected)
         if op.namespace_prefix:
-            conds.append(_under_any(op.namespace_prefix, self._bare))
+            conds.append(under(op.namespace_prefix))
         if op.filter:
             # An item's later texts hold no value: they pass here, checked through its first.
             first = self._where(op)
@@ -134,7 +123,7 @@ class Searching:
             return out
         assert op.query is not None
         need = op.offset + op.limit
-        where, firsts = self._semantic_where(op)
+        where, firsts = self._semantic_where(op, need)
         best: dict[str, tuple[MemoryRecord, float]] = {}
         k = min(max(2 * need, 16), MAX_K)
         while where is not None:

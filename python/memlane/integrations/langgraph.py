@@ -83,7 +83,7 @@ from memlane.integrations._langgraph_filters import (
     under,
 )
 from memlane.integrations._langgraph_records import item_records
-from memlane.integrations._langgraph_search import BARE, PAGE, Searching
+from memlane.integrations._langgraph_search import PAGE, Searching
 from memlane.scoping import scope_of
 
 __all__ = ["MemlaneStore"]
@@ -164,7 +164,6 @@ class MemlaneStore(Searching, BaseStore):
         if self.index_config is not None and self._dim is None:
             raise InvalidArgumentError("semantic search needs a memory with an embedder")
         self._adopt_old_expiries()
-        self._bare = bool(self.memory.count(self.table, filters=BARE, **self.scope))
 
     # -- housekeeping -------------------------------------------------------------------------
 
