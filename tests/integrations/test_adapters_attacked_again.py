@@ -290,3 +290,22 @@ def test_llamaindex_filter_depth_is_the_engines(mem: memlane.Memory, emb: WordEm
         store.get_nodes(["n1"], filters=deep)
     with pytest.raises(InvalidArgumentError, match="nested more than 32 levels"):
         store.query(VectorStoreQuery(query_embedding=emb._one("x"), filters=deep))
+
+
+def test_langgraph_refresh_ignores_a_record_claiming_the_item(
+    mem: memlane.Memory, emb: WordEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone writing the scope may add a record claiming an item (its id is computable):
+    the refresh still restarts the item's TTL, and leaves that record alone."""
+    store = graph_store(mem, emb, ttl={"refresh_on_read": True})
+    store.put(("s",), "k", {"t": ["alpha", "beta"]}, ttl=10)
+    item = store._base_id(("s",), "k")
+    planted = mem.add("planted", table="langgraph", metadata={"lg": {"item": item, "part": 7}})
+    before = {r.id: r.expires_at for r in mem.list("langgraph", limit=10)}
+    later = time.time() + 60
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert store.get(("s",), "k") is not None
+    after = {r.id: r.expires_at for r in mem.list("langgraph", limit=10)}
+    assert after[planted.id] == before[planted.id]
+    moved = [i for i in after if i != planted.id and after[i] != before[i]]
+    assert len(moved) == 2

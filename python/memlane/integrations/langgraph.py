@@ -292,14 +292,18 @@ class MemlaneStore(Searching, BaseStore):
         is left as it is, and a record is renewed only while it is the version read (a put
         meanwhile keeps its own TTL). Nothing outside the scope and table is touched."""
         # Items read without a TTL have none to restart (a put since sets its own).
-        lgs = [r.metadata["lg"] for r in records]
-        items = list(dict.fromkeys(lg["item"] for lg in lgs if lg.get("ttl") is not None))
+        # An item's records are its first's id and that id with its part number: another
+        # record of the scope claiming the item (anyone may write one) is not the item's.
+        firsts = {r.metadata["lg"]["item"]: r.id for r in records if r.metadata["lg"].get("ttl")}
+        items = list(firsts)
         now = time.time()
         renew: dict[float, list[MemoryRecord]] = {}
         for at in range(0, len(items), PAGE):
             found: dict[str, list[MemoryRecord]] = {}
             for rec in self._scan({"metadata.lg.item": {"$in": items[at : at + PAGE]}}, None):
-                found.setdefault(rec.metadata["lg"]["item"], []).append(rec)
+                item = rec.metadata["lg"]["item"]
+                if _part_of(rec.id, firsts[item]):
+                    found.setdefault(item, []).append(rec)
             for parts in found.values():
                 ttl = _whole(parts)
                 if ttl is not None:
@@ -473,6 +477,12 @@ class MemlaneStore(Searching, BaseStore):
 def _ids(first: str, n: int) -> list[str]:
     """The ids of an item's ``n`` records: the first one's, then it with the part number."""
     return [first] + [f"{first}-{i}" for i in range(1, n)]
+
+
+def _part_of(record_id: str, first: str) -> bool:
+    """Whether ``record_id`` is the id of a record of the item whose first is ``first``."""
+    number = record_id[len(first) + 1 :] if record_id.startswith(first + "-") else ""
+    return record_id == first or (number.isdecimal() and number.isascii())
 
 
 def _whole(parts: list[MemoryRecord]) -> float | None:
