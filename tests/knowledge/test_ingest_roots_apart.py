@@ -10,13 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from conftest import WordHashEmbedder
 from memlane import Memory
-from memlane.knowledge.ingest import FILE_APART, ROOT_APART
+from memlane.knowledge.ingest import FILE_APART, ROOT_APART, roots_apart
+from memlane.knowledge.pipeline import Owner
 
 TIMEOUT = 20.0
 
@@ -187,3 +190,58 @@ def test_a_file_ingested_alone_below_a_root_is_left_to_itself(
     assert set(report.ingested) == {"sub/deep/b.md", "top.md"}
     assert len(texts(local, "quokkas")) == 1
     assert local.ingest(kb / "sub" / "a.md", shared=True, progress=False).unchanged
+
+
+def test_a_root_apart_is_left_out_by_any_path_to_it(local: Memory, tmp_path: Path) -> None:
+    """Named with ``root=`` above it, named as a file inside it, or reached by a link from
+    the higher root: the folder apart is left out all the same, nothing stored twice."""
+    kb = make_kb(tmp_path)
+    (kb / "l.md").symlink_to(kb / "sub" / "a.md")
+    (kb / "ldir").symlink_to(kb / "sub" / "deep")
+    local.ingest(kb / "sub", shared=True, progress=False)
+    for path in (kb / "sub", kb / "sub" / "deep", kb / "sub" / "a.md"):
+        report = local.ingest(path, root=kb, shared=True, progress=False)
+        assert not report.ingested and ROOT_APART in report.skipped.values()
+    report = local.ingest(kb, shared=True, progress=False)
+    assert set(report.ingested) == {"top.md"}
+    assert report.skipped["l.md"] == report.skipped["ldir/"] == ROOT_APART
+    assert places(local, kb) == [("a.md", "sub"), ("deep/b.md", "sub"), ("top.md", ".")]
+    assert len(texts(local, "quokkas")) == 1
+
+
+def test_a_root_reached_outside_by_a_followed_link_is_apart(local: Memory, tmp_path: Path) -> None:
+    kb, ext = make_kb(tmp_path), tmp_path / "ext"
+    ext.mkdir()
+    (ext / "e.md").write_text("# E\n\nAn echidna note.\n")
+    (kb / "ext").symlink_to(ext)
+    local.ingest(ext, shared=True, progress=False)
+    local.ingest(kb / "sub", shared=True, progress=False)
+    report = local.ingest(kb, shared=True, progress=False, follow_outside=True)
+    assert report.skipped["ext/"] == ROOT_APART
+    assert len(texts(local, "echidna")) == 1
+
+
+def test_roots_apart_reads_a_document_per_root_not_each(
+    local: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an ingest reads to find the roots apart grows with the roots, not with their
+    documents."""
+    kb = make_kb(tmp_path)
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(300):
+        (many / f"n{i}.md").write_text(f"# N{i}\n\nNote {i}.\n")
+    local.ingest(many, shared=True, progress=False)
+    local.ingest(kb / "sub", shared=True, progress=False)
+    read = []
+    listing = local.list
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        found = listing(*args, **kwargs)
+        read.append(len(found))
+        return found
+
+    monkeypatch.setattr(local, "list", counted)
+    apart = roots_apart(local, Owner.of(None, True), str(kb.resolve()))
+    assert apart == {(kb / "sub").resolve(): ROOT_APART}
+    assert sum(read) <= 3

@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
@@ -33,6 +33,8 @@ __all__ = ["ingest_path", "ingest_sources", "prune", "roots_apart"]
 # ingested alone (roots_apart).
 ROOT_APART = "a root of its own (ingested separately)"
 FILE_APART = "a document of its own (ingested alone)"
+# The most other roots of one owner roots_apart reads (one document each).
+_MAX_ROOTS = 10_000
 
 
 # -- entry points ---------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def ingest_path(
         raise InvalidArgumentError(f"root must be a folder: {base}")
     report = IngestReport()
     root_key = str(base.resolve())
-    apart = roots_apart(mem, scope, root_key) if target.is_dir() else {}
+    apart = roots_apart(mem, scope, root_key, options.follow_outside)
     sources = walk(
         target, base, follow_outside=options.follow_outside, skipped=report.skipped, apart=apart
     )
@@ -157,27 +159,45 @@ def _known_folder(mem: MemoryStore, folder: Path, scope: Owner) -> tuple[Path, P
     return None
 
 
-def roots_apart(mem: MemoryStore, scope: Owner, root_key: str) -> dict[Path, str]:
+def roots_apart(
+    mem: MemoryStore, scope: Owner, root_key: str, follow_outside: bool = False
+) -> dict[Path, str]:
     """The folders below the root ``root_key`` that are roots of the scope's own (they
     have documents whose root is their real path: ``kb/sub``, ingested or watched as a
     root before ``kb``), and the files below it ingested alone, by real path -> why: a
     walk of ``root_key`` leaves them out (``walk``'s ``apart``), so their files are
     neither stored again under ``root_key`` nor pruned by it; the documents of the root
-    apart stay its own, for its ingests and its watch. Read once per ingest or batch."""
+    apart stay its own, for its ingests and its watch. Read once per ingest or batch.
+
+    One document is read per other root of the scope (the next one whose root is none
+    seen yet), not every document of every root: a knowledge base of 20,000 documents in
+    a few roots costs a few reads. Files ingested alone are read for the roots below
+    ``root_key`` only (any root, with ``follow_outside``: a link may lead to it)."""
     top = Path(root_key)
     apart: dict[Path, str] = {}
-    for record in knowledge_documents(mem, {**scope.filter(), "root": {"$ne": root_key}}):
-        root = record.metadata.get("root")
-        if not isinstance(root, str) or top not in Path(root).parents:
+    seen: list[Any] = [root_key]
+    owner = scope.filter()
+    for _ in range(_MAX_ROOTS):
+        flt = {"$and": [owner, {"root": {"$exists": True}}, {"root": {"$nin": seen}}]}
+        page = mem.list(DOCUMENTS, limit=1, filters=knowledge_only(mem, flt))
+        if not page:
+            break
+        root = page[0].metadata.get("root")
+        seen.append(root)
+        if not isinstance(root, str) or not (follow_outside or top in Path(root).parents):
             continue
-        if record.metadata.get(ALONE) is not True:
+        roots = {"$and": [owner, {"root": root}]}
+        walked = {"$and": [roots, {ALONE: {"$ne": True}}]}
+        if mem.count(DOCUMENTS, filters=knowledge_only(mem, walked)):
             apart[Path(root)] = ROOT_APART
             continue
-        try:  # a root made by one file, never walked (_known_folder): only that file
-            file = resolve(Path(root) / str(record.metadata.get("source", "")))
-        except OSError:
-            continue
-        apart.setdefault(file, FILE_APART)
+        # A root made by files ingested alone, never walked (_known_folder): those files.
+        for record in knowledge_documents(mem, roots):
+            try:
+                file = resolve(Path(root) / str(record.metadata.get("source", "")))
+            except OSError:
+                continue
+            apart.setdefault(file, FILE_APART)
     return apart
 
 

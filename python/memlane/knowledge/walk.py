@@ -205,10 +205,20 @@ def walk(
     found: dict[Path, list[tuple[bool, int, str, Path, Loader, bool]]] = {}
     counter = itertools.count()
 
+    def apart_from(real: Path) -> str | None:
+        """Why ``real`` is left out: it, or a folder it lies in below the root, is apart
+        (reached by its own path, a link into it, or named as the target)."""
+        for folder in (real, *real.parents) if apart else ():
+            if folder == real_root:
+                return None
+            if folder in apart:
+                return apart[folder]
+        return None
+
     def add_file(path: Path, rel: str, link: bool) -> None:
         real = resolve(path)
-        if real in apart:
-            skipped[rel] = apart[real]
+        if (reason := apart_from(real)) is not None:
+            skipped[rel] = reason
             return
         loader = loader_for(path)
         if loader is None:
@@ -245,8 +255,8 @@ def walk(
                     if real in ancestors:
                         skipped[rel + "/"] = "symbolic link loop"
                         continue
-                    if real in apart:
-                        skipped[rel + "/"] = apart[real]
+                    if (reason := apart_from(real)) is not None:
+                        skipped[rel + "/"] = reason
                         continue
                     visit(path, rel + "/", ancestors | {real}, link)
                 elif entry.is_file():
@@ -264,6 +274,9 @@ def walk(
         return []
     if not follow_outside and not inside(real_target, real_root):
         skipped[rel_target] = "outside the knowledge root"
+        return []
+    if (reason := apart_from(real_target)) is not None:
+        skipped[rel_target] = reason
         return []
     try:
         mode = target.stat().st_mode

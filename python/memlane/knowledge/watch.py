@@ -289,7 +289,9 @@ class KnowledgeWatch:
                 follow_outside=self._options.follow_outside,
                 skipped=skipped,
                 same=same,
-                apart=roots_apart(self._mem, self._scope, self._root_key),
+                apart=roots_apart(
+                    self._mem, self._scope, self._root_key, self._options.follow_outside
+                ),
             )
             related = _related_to(changed)
             sources = [s for s in found if related(s.rel)]
