@@ -301,11 +301,16 @@ def test_langgraph_refresh_ignores_a_record_claiming_the_item(
     store.put(("s",), "k", {"t": ["alpha", "beta"]}, ttl=10)
     item = store._base_id(("s",), "k")
     planted = mem.add("planted", table="langgraph", metadata={"lg": {"item": item, "part": 7}})
+    first = store._get(("s",), "k")
+    assert first is not None
+    # Under the id the item's part 7 would have, were it that long: still not the item's.
+    claim = {"lg": {"item": item, "part": 7}}
+    mem.add("too", id=f"{first.id}-7", table="langgraph", metadata=claim)
     before = {r.id: r.expires_at for r in mem.list("langgraph", limit=10)}
     later = time.time() + 60
     monkeypatch.setattr(time, "time", lambda: later)
     assert store.get(("s",), "k") is not None
     after = {r.id: r.expires_at for r in mem.list("langgraph", limit=10)}
-    assert after[planted.id] == before[planted.id]
-    moved = [i for i in after if i != planted.id and after[i] != before[i]]
+    assert after[planted.id] == before[planted.id] and after[f"{first.id}-7"] is None
+    moved = [i for i in after if after[i] != before[i]]
     assert len(moved) == 2

@@ -245,3 +245,14 @@ def test_roots_apart_reads_a_document_per_root_not_each(
     apart = roots_apart(local, Owner.of(None, True), str(kb.resolve()))
     assert apart == {(kb / "sub").resolve(): ROOT_APART}
     assert sum(read) <= 3
+
+
+def test_a_document_record_with_an_odd_root_stops_no_ingest(local: Memory, tmp_path: Path) -> None:
+    """A writer of the owner's scope may add a document record whose root is a list or a
+    number: ingests go on, and it marks nothing apart."""
+    kb = make_kb(tmp_path)
+    sub = str((kb / "sub").resolve())
+    for root in ([sub], 5, None):
+        local.add("x", table="documents", metadata={"shared": True, "root": root})
+    report = local.ingest(kb, shared=True, progress=False)
+    assert set(report.ingested) == {"top.md", "sub/a.md", "sub/deep/b.md"}

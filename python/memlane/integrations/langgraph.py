@@ -304,7 +304,8 @@ class MemlaneStore(Searching, BaseStore):
                 item = rec.metadata["lg"]["item"]
                 if _part_of(rec.id, firsts[item]):
                     found.setdefault(item, []).append(rec)
-            for parts in found.values():
+            for item, claimed in found.items():
+                parts = _own(claimed, firsts[item])
                 ttl = _whole(parts)
                 if ttl is not None:
                     renew.setdefault(now + ttl * 60, []).extend(parts)
@@ -477,6 +478,18 @@ class MemlaneStore(Searching, BaseStore):
 def _ids(first: str, n: int) -> list[str]:
     """The ids of an item's ``n`` records: the first one's, then it with the part number."""
     return [first] + [f"{first}-{i}" for i in range(1, n)]
+
+
+def _own(claimed: list[MemoryRecord], first: str) -> list[MemoryRecord]:
+    """Of the records ``claimed`` that claim the item whose first is ``first``, the item's:
+    the first and, for its count ``n``, the ids ``_ids`` gives each at its part number
+    (a record planted under such an id, past the count, is not one)."""
+    head = [r for r in claimed if r.id == first]
+    n = head[0].metadata["lg"].get("n") if head else None
+    if not (isinstance(n, int) and 0 < n <= len(claimed)):
+        return head
+    want = dict(zip(_ids(first, n), range(n), strict=True))
+    return [r for r in claimed if want.get(r.id, -1) == r.metadata["lg"].get("part")]
 
 
 def _part_of(record_id: str, first: str) -> bool:

@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
@@ -33,8 +33,6 @@ __all__ = ["ingest_path", "ingest_sources", "prune", "roots_apart"]
 # ingested alone (roots_apart).
 ROOT_APART = "a root of its own (ingested separately)"
 FILE_APART = "a document of its own (ingested alone)"
-# The most other roots of one owner roots_apart reads (one document each).
-_MAX_ROOTS = 10_000
 
 
 # -- entry points ---------------------------------------------------------------------------
@@ -169,23 +167,28 @@ def roots_apart(
     neither stored again under ``root_key`` nor pruned by it; the documents of the root
     apart stay its own, for its ingests and its watch. Read once per ingest or batch.
 
-    One document is read per other root of the scope (the next one whose root is none
-    seen yet), not every document of every root: a knowledge base of 20,000 documents in
-    a few roots costs a few reads. Files ingested alone are read for the roots below
-    ``root_key`` only (any root, with ``follow_outside``: a link may lead to it)."""
-    top = Path(root_key)
+    The candidates are the folders the walk may reach (listed here, links followed
+    where ``follow_outside``), and one document is read per root among them: what this
+    reads grows with the folder ingested and its roots apart, not with the store's other
+    roots or their documents."""
+    folders = sorted(str(f) for f in _folders(Path(root_key), follow_outside))
+    if not folders:
+        return {}
     apart: dict[Path, str] = {}
-    seen: list[Any] = [root_key]
     owner = scope.filter()
-    for _ in range(_MAX_ROOTS):
-        flt = {"$and": [owner, {"root": {"$exists": True}}, {"root": {"$nin": seen}}]}
-        page = mem.list(DOCUMENTS, limit=1, filters=knowledge_only(mem, flt))
+    found: set[str] = set()
+    odd: list[str] = []  # records whose root is no string (a writer's own, not ingest's)
+    while True:
+        rest = [f for f in folders if f not in found]
+        flt = {"$and": [owner, {"root": {"$in": rest}}, {"id": {"$nin": odd}}]}
+        page = mem.list(DOCUMENTS, limit=1, filters=knowledge_only(mem, flt)) if rest else []
         if not page:
-            break
+            return apart
         root = page[0].metadata.get("root")
-        seen.append(root)
-        if not isinstance(root, str) or not (follow_outside or top in Path(root).parents):
+        if not isinstance(root, str) or root not in rest:
+            odd.append(page[0].id)
             continue
+        found.add(root)
         roots = {"$and": [owner, {"root": root}]}
         walked = {"$and": [roots, {ALONE: {"$ne": True}}]}
         if mem.count(DOCUMENTS, filters=knowledge_only(mem, walked)):
@@ -198,7 +201,30 @@ def roots_apart(
             except OSError:
                 continue
             apart.setdefault(file, FILE_APART)
-    return apart
+
+
+def _folders(top: Path, follow_outside: bool) -> set[Path]:
+    """The real paths of the folders below ``top`` a walk may reach (not ``top``), each
+    once however many links lead to it."""
+    seen: set[Path] = set()
+    stack = [top]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not entry.is_dir():  # follows a link, as the walk does
+                    continue
+                real = resolve(Path(entry.path))
+            except OSError:
+                continue
+            if real == top or real in seen or not (follow_outside or top in real.parents):
+                continue
+            seen.add(real)
+            stack.append(real)
+    return seen
 
 
 def prune(
