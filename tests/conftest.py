@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from chat_server import ScriptedChatServer
@@ -101,6 +102,21 @@ class SlowEmbedder(WordHashEmbedder):
         if any(t.startswith("slow:") for t in texts):
             self.embedding.set()
             self.go.wait(60)
+        return super().embed_batch(texts)
+
+
+class MidwayEmbedder(WordHashEmbedder):
+    """Runs ``midway`` once, at its first batch: between a knowledge pipeline's read
+    of the owner's documents and its write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.midway: Callable[[], object] | None = None
+
+    def embed_batch(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        if self.midway is not None:
+            midway, self.midway = self.midway, None
+            midway()
         return super().embed_batch(texts)
 
 

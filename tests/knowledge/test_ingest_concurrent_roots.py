@@ -7,31 +7,14 @@ made deterministic: the second store's ingest runs while the first embeds."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
-from conftest import StoreFactory, WordHashEmbedder
+from conftest import MidwayEmbedder, StoreFactory, WordHashEmbedder
 from memlane.knowledge.ids import document_id
 from pg_server import PgServer
-
-
-class MidwayEmbedder(WordHashEmbedder):
-    """Runs ``midway`` once, at its first batch: between a pipeline's read of the
-    owner's documents and its write."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.midway: Callable[[], object] | None = None
-
-    def embed_batch(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        if self.midway is not None:
-            midway, self.midway = self.midway, None
-            midway()
-        return super().embed_batch(texts)
 
 
 @pytest.fixture

@@ -12,11 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
-from conftest import WordHashEmbedder
+from conftest import MidwayEmbedder
 from memlane import Memory
 from memlane.knowledge.ingest import FILE_APART, ROOT_APART, roots_apart
 from memlane.knowledge.pipeline import Owner
@@ -90,21 +88,6 @@ def test_a_file_deleted_below_is_pruned_by_its_own_root_only_once(
     assert not sub.ingested
     assert places(local, tmp_path) == [("a.md", "kb/sub"), ("top.md", "kb")]
     assert not texts(local, "bilbies") and len(texts(local, "quokkas")) == 1
-
-
-class MidwayEmbedder(WordHashEmbedder):
-    """Runs ``midway`` once, at its first batch: between a pipeline's read of the
-    owner's documents and its write."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.midway: Callable[[], object] | None = None
-
-    def embed_batch(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        if self.midway is not None:
-            midway, self.midway = self.midway, None
-            midway()
-        return super().embed_batch(texts)
 
 
 def test_a_higher_root_ingested_while_the_lower_one_writes_stores_no_copy(
