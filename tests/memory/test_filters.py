@@ -478,3 +478,13 @@ def test_a_dotted_metadata_key_and_a_nested_path_stay_apart(make_store: StoreFac
         mem.add("nested", metadata={"user": {"plan": "pro"}})
         assert [r.text for r in mem.list(filters={"user.plan": "pro"})] == ["nested"]
         assert [r.text for r in mem.list(filters={"user\\.plan": "pro"})] == ["literal"]
+
+
+def test_a_key_ending_in_a_dot_is_filtered_on_escaped(make_store: StoreFactory) -> None:
+    with make_store("trailing-dots", None) as mem:
+        mem.add("notes", metadata={"v1.": "stable", ".": 1, "misc": {"etc.": 2}})
+        mem.add("other", metadata={"v1": "stable", "misc": {"etc": 2}})
+        for name, value in [("v1\\.", "stable"), ("\\.", 1), ("misc.etc\\.", 2)]:
+            assert [r.text for r in mem.list(filters={name: value})] == ["notes"], name
+        with pytest.raises(InvalidArgumentError, match="empty part"):
+            mem.list(filters={"v1.": "stable"})

@@ -380,7 +380,7 @@ fn field(name: &str) -> Result<Field<Box<str>>, Error> {
                 )));
             } else {
                 let key = name.strip_prefix("metadata.").unwrap_or(name);
-                if key.is_empty() || key.split('.').any(str::is_empty) {
+                if has_empty_part(key) {
                     return Err(bad(format!(
                         "unknown field {name:?}: a metadata key is non-empty, with no \
                          empty part between dots"
@@ -390,6 +390,26 @@ fn field(name: &str) -> Result<Field<Box<str>>, Error> {
             }
         }
     })
+}
+
+/// Whether a metadata key path has an empty part: the path's parts are
+/// separated by dots, and a key's own dot is written `\.` (as
+/// `records::escape_key` stores it), so an escaped dot ends no part.
+fn has_empty_part(key: &str) -> bool {
+    let mut part = 0usize;
+    let mut chars = key.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+                part += 1;
+            }
+            '.' if part == 0 => return true,
+            '.' => part = 0,
+            _ => part += 1,
+        }
+    }
+    part == 0
 }
 
 /// Refuses a value a record field can never hold, naming what it takes;
@@ -608,6 +628,16 @@ fn operators<S: Source>(
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_escaped_dot_ends_no_part() {
+        for key in ["v1\\.", "\\.", "misc.etc\\.", "a\\.\\.b", "a\\\\", "a.b"] {
+            assert!(!has_empty_part(key), "{key}");
+        }
+        for key in ["", ".", "a.", ".a", "a..b", "v1\\..", "a\\\\."] {
+            assert!(has_empty_part(key), "{key}");
+        }
+    }
+
     /// JSON whose string "?" stands for a value no filter holds, "!" for a
     /// read that fails and "NaN" for that number.
     struct Odd<'a>(&'a Json);
@@ -662,6 +692,8 @@ mod tests {
             (r#"{"metadata": {"$exists": true}}"#, "unknown field"),
             (r#"{"metadata.": 1}"#, "unknown field"),
             (r#"{"a..b": 1}"#, "empty part"),
+            (r#"{"a.": 1}"#, "empty part"),
+            (r#"{".a": 1}"#, "empty part"),
             (r#"{"": 1}"#, "unknown field"),
             (
                 r#"{"importance": "high"}"#,
