@@ -48,7 +48,7 @@ def test_a_kept_plan_or_tag_keeps_to_the_stores_default_scope(make_store: StoreF
     entry, leave B's records as they were."""
     mem = make_store("jobs-a", WordHashEmbedder(), default_scope={"agent_id": "A"})
     scopes = SessionScope("per-peer")
-    owner = owner_of("memories", scopes)
+    owner = owner_of("memories", scopes, mem.default_scope)
     alice = scopes.resolve("telegram", 42, 7)
     secret = mem.add("Alice's code is 1234", table="memories", agent_id="B", **alice.fields)
     entry = mem.add("Alice said hi to B", table="short_term", agent_id="B", **alice.fields)
@@ -105,6 +105,24 @@ def test_eviction_counts_and_chooses_current_memories_only(make_store: StoreFact
     ]
     again = am.after(ev, [{"role": "user", "content": "hi again"}], "hello")
     assert again.evicted == []
+    am.close()
+
+
+def test_eviction_keeps_to_exactly_the_agents_scope(make_store: StoreFactory) -> None:
+    """An agent without an ``agent_id`` past its cap evicts its own memories only, never
+    the lower-ranked ones of an agent that has one (in the same contact's scope)."""
+    mem = make_store("evict-exact", WordHashEmbedder())
+    am = AgentMemory(mem, upkeep="inline", limits=Limits(max_memories=2), **QUIET)
+    ev = am.event("telegram", 42, chat_id=7)
+    others = [
+        mem.add(f"agent A's note {i}", importance=0.01, agent_id="A", **ev.fields) for i in range(3)
+    ]
+    mem.add("Alice is vegan", importance=0.5, **ev.fields)
+    mem.add("Alice has a cat", importance=0.6, **ev.fields)
+    mem.add("Alice lives in Oslo", importance=0.9, **ev.fields)
+    report = am.after(ev, [{"role": "user", "content": "hi"}], "hello")
+    assert [r.text for r in report.evicted] == ["Alice is vegan"]
+    assert all(r.id in mem for r in others)
     am.close()
 
 

@@ -172,8 +172,9 @@ def test_nesting_is_bounded(store):
     assert _depth(extract_json(too_deep, list)) == MAX_DEPTH
     with pytest.raises(ParseError, match=f"deeper than {MAX_DEPTH}"):
         extract_json("[" * 100_000, list)
-    # An answer too deep for reflection is reported, not raised.
-    report = reflect(store, Scripted('{"operations": ' + "[" * 100_000), TALK, scope=SCOPE)
+    # An answer too deep for reflection is reported, not raised (within the length an
+    # answer may have: a longer one is refused unread).
+    report = reflect(store, Scripted('{"operations": ' + "[" * 50_000), TALK, scope=SCOPE)
     assert report.error and "deeper than" in report.error and store.count() == 0
 
 
@@ -210,7 +211,8 @@ def test_a_large_answer_is_parsed_in_linear_work(store, monkeypatch):
     work = _decode_work(monkeypatch, budget=len(answer))
     assert extract_json(answer) == OPS
     assert parse_operations(answer, 0)[0][0].content == "Alice lives in Lisbon"
-    report = reflect(store, Scripted(answer), TALK, scope=SCOPE)
+    # Asked in tokens enough for it: an answer past its budget is refused unread.
+    report = reflect(store, Scripted(answer), TALK, scope=SCOPE, max_tokens=len(answer))
     assert report.ok and [r.text for r in report.added] == ["Alice lives in Lisbon"]
     assert report.raw == answer and work
 

@@ -218,7 +218,7 @@ def test_a_tenants_agent_runs_only_its_own_jobs(pg_server: PgServer) -> None:
     his model."""
     d = deploy(pg_server, "agents")
     bob_event = SCOPES.resolve("telegram", 7, name="Bob")
-    owner = owner_of("memories", SCOPES)
+    owner = owner_of("memories", SCOPES, {"agent_id": "bob"})  # his store's default scope
     with tenant(d, "bob") as bob:
         am = agent(bob, Model())
         turn(am, bob_event, "bob's secret plan")

@@ -49,22 +49,46 @@ class JobBook:
         with self._db.transaction() as conn:
             self._db.set_tenant_meta(conn, _PREFIX + key, value)
 
-    def swap(self, key: str, old: str, new: str) -> bool:
+    def swap(self, key: str, old: str, new: str, *, drop: tuple[str, str] | None = None) -> bool:
         """Replaces job ``key`` by ``new`` if it is ``old`` now (False: it changed or went
-        meanwhile), in one write: how a worker takes a job over."""
+        meanwhile), in one write: how a worker takes a job over, and how its holder
+        writes it again only while it holds it. ``drop``: a ``(key, value)`` forgotten
+        in the same transaction if it holds that value (how a job takes the place of
+        another: a crash between the two writes would lose what the other covered)."""
         self._check_open()
         _check_key(key)
         _check(old, "value")
         _check(new, "value")
+        if drop is not None:
+            _check_key(drop[0])
+            _check(drop[1], "value")
         with self._db.transaction() as conn:
+            if drop is not None:
+                self._drop_held(conn, *drop)
             return self._db.swap_tenant_meta(conn, _PREFIX + key, old, new)
 
-    def drop(self, key: str) -> None:
-        """Forgets job ``key`` (done, or given up); no error if there is none."""
+    def drop(self, key: str, held: str | None = None) -> bool:
+        """Forgets job ``key`` (done, or given up); no error if there is none. With
+        ``held``: only if it is ``held`` now (False: it changed or went meanwhile),
+        checked in the transaction that drops it, so a holder never drops a job that
+        another process took over."""
         self._check_open()
         _check_key(key)
+        if held is not None:
+            _check(held, "value")
         with self._db.transaction() as conn:
+            if held is not None:
+                return self._drop_held(conn, key, held)
             self._db.delete_tenant_meta(conn, _PREFIX + key)
+        return True
+
+    def _drop_held(self, conn: Any, key: str, held: str) -> bool:
+        # Swapping the value for itself matches it in the statement that locks the row
+        # (PostgreSQL), so no other writer changes it before the delete commits.
+        if not self._db.swap_tenant_meta(conn, _PREFIX + key, held, held):
+            return False
+        self._db.delete_tenant_meta(conn, _PREFIX + key)
+        return True
 
     def items(self) -> list[tuple[str, str]]:
         """Every job recorded and not dropped, as (key, value), in key order."""

@@ -1,5 +1,6 @@
-"""The LLM as the triggers call it: synchronously, or from a worker thread with an async
-model's calls run on the event loop."""
+"""The LLM as the triggers call it: synchronously, from a turn's worker thread with an
+async model's calls run on the turn's event loop, or from the upkeep's threads with its
+calls run on a loop of the upkeep's own."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage, LLMError, OpenAIChat
 
 Caller = Callable[[Sequence[ChatMessage], int | None], str]
+T = TypeVar("T")
 
 
 def _content(message: Mapping[str, Any], where: str) -> str:
@@ -52,8 +54,72 @@ def thread_caller(llm: Any, loop: asyncio.AbstractEventLoop) -> Caller:
     return call
 
 
-async def _awaited(aw: Awaitable[Any]) -> Any:
+async def _awaited(aw: Awaitable[T]) -> T:
     return await aw
+
+
+class LoopThread:
+    """An event loop on a daemon thread, started at the first ``run``: where the upkeep
+    runs an async model's calls. A turn's loop is no place for them: with a loop per
+    turn (``asyncio.run``) it is closed by the time a job runs, and a loop alive but
+    not running never runs them."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    def run(self, aw: Awaitable[T]) -> T:
+        """Runs ``aw`` on the loop and returns its result (``LLMError`` once closed)."""
+        with self._lock:
+            if self._closed:
+                raise LLMError("the upkeep's event loop is closed")
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=_serve, args=(self._loop,), name=self._name, daemon=True
+                ).start()
+            loop = self._loop
+        return asyncio.run_coroutine_threadsafe(_awaited(aw), loop).result()
+
+    def close(self) -> None:
+        """Cancels what still runs on the loop (a call past its time limit) and ends it;
+        a call after this one raises."""
+        with self._lock:
+            self._closed = True
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            asyncio.run_coroutine_threadsafe(_shutdown(), loop)
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _shutdown() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    # Cancelled, each waiting caller is told so rather than left waiting for ever.
+    await asyncio.gather(*tasks, return_exceptions=True)
+    asyncio.get_running_loop().stop()
+
+
+def upkeep_caller(llm: Any, loop: LoopThread) -> Caller:
+    """The model as the upkeep's threads call it: a model with a sync path on it (as
+    ``sync_caller``), an async-only one on ``loop``, the upkeep's own."""
+    if isinstance(llm, LLM) or not isinstance(llm, AsyncLLM):
+        return sync_caller(llm)
+
+    def call(messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
+        return str(loop.run(llm.acomplete(messages)))
+
+    return call
 
 
 class Budgeted:

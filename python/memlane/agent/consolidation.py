@@ -12,7 +12,12 @@ stores each fact as a semantic memory, and removes the source entries, all in on
 transaction (``add_many(..., consume=)``): an LLM error or an unparsable answer loses
 nothing and is reported, of two consolidations of the same entries at once (two
 agents of one owner) one stores and the other stores nothing, and an entry rewritten
-while the model answered (its new text unsummarised) makes it store nothing.
+while the model answered (its new text unsummarised) makes it store nothing. A
+consolidation reads exactly its scope (``exact_scope``): one without an ``agent_id`` leaves
+the entries of the agents that have one. Its facts were said with the latest of the
+entries they come from: they carry that entry's time (``created_at``) and the order it was
+learnt in (``metadata["learned"]``), so the fact check (``memlane.agent.facts``) does not
+take what a late consolidation draws from old turns for newer than what was said since.
 
 The defaults are OrcBot's per-contact consolidation (its ``interactionBatchSize``): a
 scope (a contact's memory) is summarised 12 entries at a time once it holds 12, so an
@@ -28,10 +33,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from memlane import times
+from memlane.agent.facts import LEARNED, latest_learned, learned
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError, shown
-from memlane.scoping import scope_kwargs
+from memlane.scoping import exact_scope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory
@@ -46,6 +52,7 @@ __all__ = [
     "complete_action",
     "consolidate",
     "parse_summary",
+    "short_term_tier",
 ]
 
 #: The table of short-term entries.
@@ -116,12 +123,14 @@ def short_term_item(
     entries can be stored with its messages, in one transaction)."""
     if not isinstance(action_id, str) or not action_id.strip():
         raise InvalidArgumentError("action_id must be a non-empty str")
+    # The order the entry was learnt in: the facts consolidated from it carry it.
+    meta = {LEARNED: learned(), **(metadata or {}), "action_id": action_id}
     return {
         "text": text,
         "table": SHORT_TERM,
         "type": "short_term",
         "importance": importance,
-        "metadata": {**(metadata or {}), "action_id": action_id},
+        "metadata": meta,
         "created_at": created_at,
         **scope_kwargs(scope),
     }
@@ -198,16 +207,29 @@ def _prompt(entries: Sequence[MemoryRecord]) -> list[ChatMessage]:
     ]
 
 
+def short_term_tier(
+    mem: Memory, scope: Mapping[str, str] | None, oldest: int
+) -> tuple[int, list[MemoryRecord]]:
+    """How many short-term entries exactly ``scope`` holds, and its ``oldest`` (0: none)
+    oldest first: a scope without an ``agent_id`` does not hold the entries of the agents
+    that have one, which another agent's model must not summarise."""
+    fields, only = exact_scope(mem, scope or {})
+    count = mem.count(SHORT_TERM, filters=only, **fields)
+    if count == 0 or oldest == 0:
+        return count, []
+    return count, mem.list(SHORT_TERM, limit=oldest, order="asc", filters=only, **fields)
+
+
 def _select(
-    mem: Memory, kw: dict[str, Any], threshold: int, batch: int, force: bool
+    mem: Memory, scope: Mapping[str, str] | None, threshold: int, batch: int, force: bool
 ) -> tuple[int, list[MemoryRecord]]:
     for label, v in (("threshold", threshold), ("batch", batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InvalidArgumentError(f"{label} must be an int >= 1, got {shown(v)}")
-    pending = mem.count(SHORT_TERM, **kw)
+    pending, _ = short_term_tier(mem, scope, 0)
     if pending == 0 or (pending < threshold and not force):
         return pending, []
-    return pending, mem.list(SHORT_TERM, limit=batch, order="asc", **kw)
+    return short_term_tier(mem, scope, batch)
 
 
 def _message_type(entry: MemoryRecord) -> str:
@@ -239,6 +261,13 @@ def _store(
         return ConsolidationReport("failed", pending, error=f"ParseError: {e}", raw=raw)
     source_ids = [r.id for r in entries]
     meta = {k: data[k] for k in ("facts", "pending", "tone", "preferences", "confidence")}
+    # The facts were said with the latest entry, not when the model answered: the check
+    # orders them by that (a late run's "lives in Paris" must not replace the "Oslo"
+    # said since). Without an entry's order, their time alone orders them.
+    last = latest_learned(entries)
+    said = {k: v for k, v in (marks or {}).items() if k != LEARNED}
+    if LEARNED in last.metadata:
+        said[LEARNED] = last.metadata[LEARNED]
     items: list[dict[str, Any]] = [
         {
             "text": data["summary"],
@@ -267,8 +296,9 @@ def _store(
                 "source": "consolidation",
                 "confidence": data["confidence"],
                 **extra,
-                **(marks or {}),
+                **said,
             },
+            "created_at": max(r.created_at for r in entries),
             **kw,
         }
         for fact in dict.fromkeys(data["facts"])
@@ -314,7 +344,7 @@ def consolidate(
     ``marks`` to the facts only (the check of new facts marks them).
     """
     kw = scope_kwargs(scope)
-    pending, entries = _select(mem, kw, threshold, batch, force)
+    pending, entries = _select(mem, scope, threshold, batch, force)
     if not entries:
         return ConsolidationReport("skipped", pending)
     try:
@@ -339,7 +369,7 @@ async def aconsolidate(
     """``consolidate`` with an async LLM (``acomplete``); store calls run in a worker thread."""
     sync = sync_memory(mem)
     kw = scope_kwargs(scope)
-    pending, entries = await asyncio.to_thread(_select, sync, kw, threshold, batch, force)
+    pending, entries = await asyncio.to_thread(_select, sync, scope, threshold, batch, force)
     if not entries:
         return ConsolidationReport("skipped", pending)
     try:

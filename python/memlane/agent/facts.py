@@ -26,11 +26,26 @@ left as it is, and the fact stays pending for the next check, which shows the ne
 
 The newest statement wins. Pending facts are checked oldest first (by ``created_at``,
 then in the order they were stored, so facts learnt together are compared with each
-other too); a fact waits while an older pending fact is among its candidates, and the
-model is shown stored memories only, never a pending fact. An ``update`` or ``delete``
-of a memory newer than the fact (``created_at``, then ``recorded_at``) is refused: the
-memory stays and the fact settles as ``none``. Two checks of one scope at once (two
-workers, two processes) thus cannot make an older value current over a newer one.
+other too); a fact waits while an older pending fact is near it, and the model is
+shown stored memories only, never a pending fact (however many pending facts are near,
+they take none of the places of the memories shown). An ``update`` or ``delete`` of a
+memory newer than the fact is refused: the memory stays and the fact settles as
+``none``. Two checks of one scope at once (two workers, two processes) thus cannot make
+an older value current over a newer one.
+
+Which of two statements is newer: the one learnt later, when one process learnt both;
+else the one said later (``created_at``, then ``recorded_at``). Each fact ``pending``
+marks, and each short-term entry, carries the order its process learnt it in
+(``metadata["learned"]``: the process's token and a count, no clock), and a fact
+consolidated from turns carries the order and the time (``created_at``) of the latest
+turn it came from, not those of the consolidation: a consolidation that runs late
+dates its facts when they were said, and they do not replace what was said since. A
+process's count goes on through a clock step, so a correction stated after the clock
+was set back still replaces what was stored while it ran ahead; between processes
+(and across a restart) the times decide, as a clock step can then reorder them.
+
+The check reads exactly its scope (``exact_scope``): a scope without an ``agent_id``
+does not decide the facts of a scope with one, nor compare with its memories.
 
 Each decision and the model's reason are kept in the history of the records it touched
 (``by="fact-check"``; ``metadata["fact_decision"]`` and ``["fact_reason"]``). Without a
@@ -41,7 +56,9 @@ the whole check. A check that fails leaves its facts pending for the next one.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,19 +71,31 @@ from memlane.agent.parsing import ParseError, extract_json
 from memlane.embeddings import CachedEmbedder, Embedder
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError
-from memlane.scoping import scope_kwargs
+from memlane.scoping import exact_scope
 from memlane.times import stamp
 
 if TYPE_CHECKING:
     from memlane.memory import Memory, Mode
     from memlane.records import MemoryRecord
 
-__all__ = ["CHECK", "FactDecision", "FactReport", "candidates", "check_facts", "pending"]
+__all__ = [
+    "CHECK",
+    "LEARNED",
+    "FactDecision",
+    "FactReport",
+    "candidates",
+    "check_facts",
+    "latest_learned",
+    "learned",
+    "pending",
+]
 
 log = logging.getLogger("memlane.agent")
 
 #: The metadata key of a fact's check: "pending" until decided, then "kept".
 CHECK = "fact_check"
+#: The metadata key of the order a fact or a short-term entry was learnt in (``learned``).
+LEARNED = "learned"
 #: Who the history names for the check's changes.
 ACTOR = "fact-check"
 _DECISIONS = ("add", "update", "delete", "none")
@@ -118,9 +147,34 @@ class FactReport:
     error: str | None = None
 
 
+class _Clock:
+    """The order this process learns things in: a random token naming the process and a
+    count. No wall clock: the count goes on when the clock is stepped back."""
+
+    def __init__(self) -> None:
+        self.token = os.urandom(8).hex()
+        self.count = itertools.count()
+
+
+_CLOCK = _Clock()
+# A forked child counts on its own: sharing the parent's token would order the two
+# processes' facts by two unrelated counts.
+os.register_at_fork(after_in_child=lambda: globals().__setitem__("_CLOCK", _Clock()))
+
+
+def learned() -> list[Any]:
+    """A new ``metadata["learned"]`` value: after every one this process made before."""
+    clock = _CLOCK
+    return [clock.token, next(clock.count)]
+
+
 def pending(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``metadata`` with the fact marked for the check."""
-    return {**(metadata or {}), CHECK: "pending"}
+    """``metadata`` with the fact marked for the check, and (unless it has one) the order
+    it was learnt in."""
+    meta = dict(metadata or {})
+    meta.setdefault(LEARNED, learned())
+    meta[CHECK] = "pending"
+    return meta
 
 
 def candidates(
@@ -135,26 +189,31 @@ def candidates(
     meaning: Embedder | None = None,
     window: int = 300,
     *,
-    with_pending: bool = False,
+    pending_only: bool = False,
 ) -> list[MemoryRecord]:
-    """The memories of ``scope`` that ``fact`` may repeat, refine or contradict: the
-    best ``k`` of a hybrid search by its text; for a fact of several sentences, the best
-    ``per_sentence`` of a search by each (what one sentence changes is lost among the
-    hits of the others' words); in a store with vectors, the best ``by_meaning`` of a
-    search by meaning alone (the hybrid score halves a memory that says the same thing
-    in other words, so memories that merely share the fact's words rank above it);
-    then the ``recent`` newest of the scope. A store without vectors finds nothing by
-    meaning, and a changed fact often shares no word with the one it changes ("we're
-    on Elm Avenue now" after "we live on Bridge Street"): there, given ``meaning`` (an
-    embedder), the best ``by_meaning`` of the scope's ``window`` newest memories by its
-    vectors, embedded now. Facts still pending are left out (``with_pending``: kept,
-    which ``check_facts`` reads to know which facts wait): they are not stored memories
+    """The current memories of exactly ``scope`` that ``fact`` may repeat, refine or
+    contradict: the best ``k`` of a hybrid search by its text; for a fact of several
+    sentences, the best ``per_sentence`` of a search by each (what one sentence changes
+    is lost among the hits of the others' words); in a store with vectors, the best
+    ``by_meaning`` of a search by meaning alone (the hybrid score halves a memory that
+    says the same thing in other words, so memories that merely share the fact's words
+    rank above it); then the ``recent`` newest of the scope. A store without vectors
+    finds nothing by meaning, and a changed fact often shares no word with the one it
+    changes ("we're on Elm Avenue now" after "we live on Bridge Street"): there, given
+    ``meaning`` (an embedder), the best ``by_meaning`` of the scope's ``window`` newest
+    memories by its vectors, embedded now. Facts still pending are not stored memories
     yet (``check_facts`` checks an older one first, and one another check may be
-    settling right now must not become what a fact updates). Each part is one index
-    lookup (or one embedding batch of at most ``window`` texts), whatever the size of
-    the store. ``benches/bench_fact_candidates.py`` measures how often the older version
-    of a changed fact is among them, and chose the defaults."""
-    kw = scope_kwargs(scope)
+    settling right now must not become what a fact updates): they are left out however
+    many they are; ``pending_only`` finds them alone instead (``check_facts`` reads them
+    to know which facts wait). Each part is one index lookup (or one embedding batch of
+    at most ``window`` texts), whatever the size of the store.
+    ``benches/bench_fact_candidates.py`` measures how often the older version of a
+    changed fact is among them, and chose the defaults."""
+    fields, only = exact_scope(memory, scope)
+    # Not itself, nor history, nor (unless asked for) a fact not checked yet, nor (when
+    # asked for those) a memory: left out by each search, they take none of its places.
+    which = {CHECK: "pending"} if pending_only else {CHECK: {"$ne": "pending"}}
+    flt = {"$and": [only, {"id": {"$ne": fact.id}}, {"valid_to": None}, which]}
     sentences = [s for s in _SENTENCE_END.split(fact.text.strip()) if s.strip()]
     queries: list[tuple[str, int, Mode]] = [(fact.text, k, "hybrid")]
     if len(sentences) > 1:
@@ -164,17 +223,18 @@ def candidates(
     hits = [
         h.record
         for query, n, mode in queries
-        # One more than asked: the fact itself, stored already, is among the hits.
-        for h in memory.search(query, n + 1, mode=mode, table=table, track_access=False, **kw)
+        if n > 0
+        for h in memory.search(
+            query, n, mode=mode, table=table, filters=flt, track_access=False, **fields
+        )
     ]
-    newest = memory.list(table, limit=recent + 1, **kw) if recent > 0 else []
+    newest = memory.list(table, limit=recent, filters=flt, **fields) if recent > 0 else []
     if memory.embedder is None and meaning is not None and by_meaning > 0 and window > 0:
-        newest += _nearest(meaning, fact, memory.list(table, limit=window + 1, **kw), by_meaning)
+        scope_newest = memory.list(table, limit=window, filters=flt, **fields)
+        newest += _nearest(meaning, fact, scope_newest, by_meaning)
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
-        # Not itself, nor history, nor (unless asked for) a fact not checked yet.
-        if rec.id != fact.id and rec.valid_to is None and (with_pending or not _pending(rec)):
-            out.setdefault(rec.id, rec)
+        out.setdefault(rec.id, rec)
     return list(out.values())
 
 
@@ -182,11 +242,32 @@ def _pending(rec: MemoryRecord) -> bool:
     return rec.metadata.get(CHECK) == "pending"
 
 
+def _stamp(rec: MemoryRecord) -> tuple[str, int] | None:
+    """The order ``rec`` was learnt in (``learned``), if it has a valid one: metadata is
+    data from whoever could write the store."""
+    value = rec.metadata.get(LEARNED)
+    if isinstance(value, list) and len(value) == 2:
+        token, count = value
+        if isinstance(token, str) and isinstance(count, int) and not isinstance(count, bool):
+            return token, count
+    return None
+
+
 def _newer(a: MemoryRecord, b: MemoryRecord) -> bool:
-    """Whether ``a`` was stated after ``b``: it became true later, or at the same time and
-    the store learnt it later (a version a supersede made is recorded then, after the fact
-    whose text it holds was)."""
+    """Whether ``a`` was stated after ``b``: learnt later by the process that learnt both
+    (whatever its clock did meanwhile); else it became true later, or at the same time
+    and the store learnt it later (a version a supersede made is recorded then, after
+    the fact whose text it holds was)."""
+    sa, sb = _stamp(a), _stamp(b)
+    if sa is not None and sb is not None and sa[0] == sb[0] and sa[1] != sb[1]:
+        return sa[1] > sb[1]
     return (a.created_at, a.recorded_at) > (b.created_at, b.recorded_at)
+
+
+def latest_learned(records: Sequence[MemoryRecord]) -> MemoryRecord:
+    """The one of ``records`` (not empty) stated last, as ``_newer`` orders them: a fact
+    drawn from them was said then."""
+    return functools.reduce(lambda a, b: b if _newer(b, a) else a, records)
 
 
 @functools.cache
@@ -201,16 +282,15 @@ def _nearest(
 ) -> list[MemoryRecord]:
     """The ``n`` of ``recent`` nearest ``fact`` by ``meaning``'s vectors (none when the
     embedder fails: the other candidates still go to the model)."""
-    others = [r for r in recent if r.id != fact.id]
-    if not others:
+    if not recent:
         return []
     try:
-        vectors = np.asarray(meaning.embed_batch([fact.text, *(r.text for r in others)]))
+        vectors = np.asarray(meaning.embed_batch([fact.text, *(r.text for r in recent)]))
     except Exception as e:  # a model that cannot load must not hold every fact pending
         _warn_once(f"memlane: the fact check ranks by words and recency alone: {e}")
         return []
     scores = vectors[1:] @ vectors[0]
-    return [others[int(i)] for i in np.argsort(-scores, kind="stable")[:n]]
+    return [recent[int(i)] for i in np.argsort(-scores, kind="stable")[:n]]
 
 
 def _warn_once(message: str) -> None:
@@ -315,10 +395,12 @@ def _apply(
         # from a check that settled it meanwhile) nor the fact's is its own.
         meta = {k: v for k, v in {**target.metadata, **fact.metadata}.items() if k != CHECK}
         meta |= {"fact_decision": "update", "fact_reason": reason}
-        # Not before the target became true: a fact older than it was refused above.
-        # Only the version the model was shown (the record, not its id): one rewritten
-        # or superseded meanwhile is refused (ConflictError) and the fact waits, pending.
-        memory.supersede(target, fact.text, at=fact.created_at, by=ACTOR, metadata=meta)
+        # Not before the target became true: a fact learnt after it but dated before it
+        # (the clock was set back between) replaces it from its start. Only the version
+        # the model was shown (the record, not its id): one rewritten or superseded
+        # meanwhile is refused (ConflictError) and the fact waits, pending.
+        at = max(fact.created_at, target.created_at)
+        memory.supersede(target, fact.text, at=at, by=ACTOR, metadata=meta)
         memory.delete(fact.id)
     elif decision == "delete" and target is not None:
         why = f"made {target.id} false: {reason}"
@@ -346,13 +428,13 @@ def check_facts(
     limit: int = _BATCH,
     meaning: Embedder | None = None,
 ) -> FactReport:
-    """Checks the pending facts of ``scope`` in ``table`` (the oldest ``limit`` current
+    """Checks the pending facts of exactly ``scope`` in ``table`` (the oldest ``limit`` current
     ones), in as few model calls as their order allows: facts go to one call until one
-    of them may change another of the call (an older pending fact among what
-    ``candidates`` finds), which then waits for the next call, made once the first
-    call's decisions are stored. A fact near an older pending fact that is not of this
-    check (stored since it began, or left by a change of another check) waits for the
-    next check. Never raises: a failure of the model or of the store is reported in
+    of them may change another of the call (an older pending fact among those
+    ``candidates(pending_only=True)`` finds), which then waits for the next call, made
+    once the first call's decisions are stored. A fact near an older pending fact that is
+    not of this check (stored since it began, or left by a change of another check)
+    waits for the next check. Never raises: a failure of the model or of the store is reported in
     ``error`` and leaves the facts not yet decided pending; a fact the answer gives no
     valid decision for is kept.
 
@@ -362,9 +444,11 @@ def check_facts(
     report = FactReport()
     if memory.embedder is None and meaning is None:
         meaning = _default_meaning()
-    kw = scope_kwargs(scope)
+    # Exactly the scope: one without an agent_id is not the agents' that have one.
+    fields, only = exact_scope(memory, scope)
     checked = {CHECK: "pending", "valid_to": None}  # a superseded version is history
-    facts = memory.list(table, limit=limit, order="asc", filters=checked, **kw)
+    flt = {"$and": [only, checked]}
+    facts = memory.list(table, limit=limit, order="asc", filters=flt, **fields)
     # The store's order: created_at, then the order of storing (facts learnt together).
     rank = {f.id: i for i, f in enumerate(facts)}
 
@@ -382,17 +466,16 @@ def check_facts(
             shown: dict[str, MemoryRecord] = {}
             rest: list[MemoryRecord] = []
             for i, fact in enumerate(facts):
-                found = candidates(memory, fact, table, scope, meaning=meaning, with_pending=True)
-                waits = {r.id for r in found if waits_for(r, fact)}
+                near = candidates(memory, fact, table, scope, meaning=meaning, pending_only=True)
+                waits = {r.id for r in near if waits_for(r, fact)}
                 if waits & {g.id for g in group}:
                     rest = facts[i:]
                     break
                 if waits:
                     continue
                 group.append(fact)
-                for c in found:
-                    if not _pending(c):
-                        shown.setdefault(c.id, c)
+                for c in candidates(memory, fact, table, scope, meaning=meaning):
+                    shown.setdefault(c.id, c)
             facts = _decide(memory, llm, group, list(shown.values()), report) + rest
     except Exception as e:  # neither the model's failure nor the store's raises into the agent
         report.error = f"{type(e).__name__}: {e}"

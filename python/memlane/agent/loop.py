@@ -371,8 +371,10 @@ class AgentMemory:
 
         Every turn is kept, a repeated short reply too; ``message_id`` (default: the
         event's) is the platform's id of the user's message: a message delivered again
-        with the same id within the store's ``dedup_window`` is stored once, and is no
-        new turn (no short-term entry, not counted towards the triggers or the profile).
+        with the same id in the same room, however late (the store's ``dedup_window`` does
+        not bound it), is stored once, and is no new turn (no short-term entry, not counted
+        towards the triggers or the profile). The turn is stored in one transaction, so a
+        delivery cut short by a crash stored nothing and the next one stores it whole.
 
         ``reply`` is the model's final answer: a str, an assistant message (OpenAI's
         or Anthropic's, with content blocks), a raw chat completion or an SDK object.

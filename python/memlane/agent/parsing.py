@@ -27,6 +27,8 @@ _FENCE = re.compile(r"```[ \t]*(?:json[c5]?|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 # The only characters that change the matcher's state; the text between them is skipped.
 _MARK = re.compile(r'[\[\]{}"\\\x00-\x1f]')
 _CLOSE = {"{": "}", "[": "]"}
+# What each ``kind`` of ``extract_json`` opens with.
+_OPENERS: dict[type, str] = {dict: "{", list: "[", object: "{["}
 _DECODER = json.JSONDecoder()
 # Lanes live at once (see _Lane); more only arise from quotes and backslashes
 # placed to confuse the matcher, so the oldest is dropped to keep the pass linear.
@@ -125,15 +127,16 @@ class _Scan:
             yield spans
 
 
-def _first(text: str, spans: list[tuple[int, int, int]], opener: str) -> tuple[bool, Any]:
-    """The value of the first span (by start) that opens with ``opener`` and decodes."""
+def _first(text: str, spans: list[tuple[int, int, int]], openers: str) -> tuple[bool, Any]:
+    """The value of the first span (by start) that opens with one of ``openers`` and
+    decodes."""
     spans.sort()
     # Per lane, the spans enclosing the current one with where their decode failed:
     # a span that starts before that point and ends after it fails there too,
     # because json read its opener as a value inside the failed one.
     enclosing: dict[int, list[tuple[int, int | None]]] = {}
     for start, end, lane in spans:
-        if text[start] != opener:
+        if text[start] not in openers:
             continue
         outer = enclosing.setdefault(lane, [])
         while outer and outer[-1][0] < start:
@@ -157,7 +160,8 @@ def _first(text: str, spans: list[tuple[int, int, int]], opener: str) -> tuple[b
 
 
 def extract_json(text: object, kind: type = dict) -> Any:
-    """The first JSON object (``kind=dict``) or array (``kind=list``) in ``text``.
+    """The first JSON object (``kind=dict``), array (``kind=list``) or either
+    (``kind=object``: an array inside the first object is not it) in ``text``.
 
     Looks inside code fences first, then anywhere: each ``{`` (or ``[``) is
     tried as the start of a value and the text after that value is ignored,
@@ -166,20 +170,20 @@ def extract_json(text: object, kind: type = dict) -> Any:
     (with the answer as ``raw``) when none is found, or when ``text`` is not a
     ``str``.
     """
-    if kind is not dict and kind is not list:
-        raise InvalidArgumentError(f"kind must be dict or list, got {shown(kind)}")
-    what = "object" if kind is dict else "array"
+    if not isinstance(kind, type) or kind not in _OPENERS:
+        raise InvalidArgumentError(f"kind must be dict, list or object, got {shown(kind)}")
+    what = {dict: "object", list: "array", object: "object or array"}[kind]
     if not isinstance(text, str):
         raise ParseError(
             f"the model's answer is {type(text).__name__}, not text: {_preview(text)}", raw=text
         )
-    opener = "{" if kind is dict else "["
+    openers = _OPENERS[kind]
     scan = _Scan()
     chunks = [m.span(1) for m in _FENCE.finditer(text)]
     chunks.append((0, len(text)))
     for lo, hi in chunks:
         for spans in scan.batches(text, lo, hi):
-            found, value = _first(text, spans, opener)
+            found, value = _first(text, spans, openers)
             if found:
                 return value
     why = f" (nesting deeper than {MAX_DEPTH} levels is refused)" if scan.too_deep else ""

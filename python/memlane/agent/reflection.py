@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memlane import coerce
 from memlane.agent.consolidation import sync_memory
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.memory_tools import MEMORY_TYPES
@@ -63,6 +64,15 @@ _SYSTEM = (
 
 #: Operations applied from one answer at most.
 MAX_OPERATIONS = 100
+#: Characters per token an answer may have: a token of text is about 4, a run of
+#: whitespace (indentation) longer. An answer longer than its ``max_tokens`` times this
+#: is not one the model was asked for (a server that ignored the budget, a proxy gone
+#: wrong) and is refused whole: applied, it would flood the scope with its pieces and
+#: hold the check of every later fact back behind them.
+CHARS_PER_TOKEN = 16
+#: The longest answer applied when the tokens it was asked in are not known: a
+#: 4,000-token answer by ``CHARS_PER_TOKEN``, room for ``MAX_OPERATIONS`` short facts.
+MAX_ANSWER_CHARS = 64_000
 #: The scope's newest memories that may fill the places a search leaves empty.
 _RECENT = 10
 #: Why an operation on a memory rewritten since the model was shown it is not applied.
@@ -174,7 +184,14 @@ def parse_operations(
         if not isinstance(items, list):
             raise ParseError("'operations' must be a list")
     except ParseError:
-        items = extract_json(text, list)
+        # A bare list, only as the answer's first JSON value: a list inside an object of
+        # another shape (an operation's own "tags") is no list of operations.
+        items = extract_json(text, object)
+        if not isinstance(items, list):
+            raise ParseError(
+                'the answer holds neither {"operations": [...]} nor a list of operations',
+                raw=text,
+            ) from None
     ops: list[_Op] = []
     rejected: list[tuple[Any, str]] = []
     touched: set[int] = set()
@@ -270,14 +287,24 @@ def _apply(
     marks: Mapping[str, Any] | None = None,
     categories: Sequence[str] = (),
     versions: Sequence[float | None] | None = None,
+    max_tokens: int | None = None,
 ) -> ReflectionReport:
     """Applies the model's answer (``report.raw``) to the memories ``shown`` it numbers;
     ``versions``: the ``updated_at`` of each as shown (None: unknown), when ``shown``
-    holds them as they are now rather than as shown (a kept answer applied again)."""
+    holds them as they are now rather than as shown (a kept answer applied again);
+    ``max_tokens``: the tokens the answer was asked in (None: not known)."""
     extra = dict(metadata or {})
     raw: object = report.raw
     if not isinstance(raw, str):  # a report keeps text; the error names anything else
         report.raw = None
+    limit = MAX_ANSWER_CHARS if max_tokens is None else max_tokens * CHARS_PER_TOKEN
+    if isinstance(raw, str) and len(raw) > limit:
+        asked = "" if max_tokens is None else f" (asked in {max_tokens} tokens)"
+        report.error = (
+            f"ParseError: the answer has {len(raw)} characters, more than the {limit} an "
+            f"answer may have{asked}: none of it applied"
+        )
+        return report
     clock = time.time() if now is None else now
     try:
         ops, report.rejected = parse_operations(raw, len(shown), categories)
@@ -454,6 +481,7 @@ def reflect(
     resume: Resume | None = None,
     marks: Mapping[str, Any] | None = None,
     extraction: Extraction | None = None,
+    max_tokens: int | None = None,
 ) -> ReflectionReport:
     """Lets the LLM update the memories of ``scope`` after ``conversation``.
 
@@ -464,8 +492,12 @@ def reflect(
     ``metadata`` is added to the metadata of every memory it stores (the agent's
     upkeep names its job there), ``marks`` to the metadata of what it remembers (the
     check of new facts marks them); ``resume``: how a durable job keeps its place;
-    ``extraction``: the prompt and categories of what it remembers.
+    ``extraction``: the prompt and categories of what it remembers; ``max_tokens``: the
+    tokens ``llm`` asks the answer in, which bound the answer applied (an answer longer
+    than ``CHARS_PER_TOKEN`` characters a token, or ``MAX_ANSWER_CHARS`` when not given,
+    is refused whole: ``error``, nothing changes).
     """
+    budget = None if max_tokens is None else coerce.count(max_tokens, "max_tokens", 1)
     kw: dict[str, Any] = dict(scope or {})
     shown, messages = _prepare(mem, _conversation(conversation), kw, table, k, extraction)
     report = ReflectionReport(shown=[r.id for r in shown])
@@ -475,7 +507,9 @@ def reflect(
         report.error = f"{type(e).__name__}: {e}"
         return report
     cats = () if extraction is None else extraction.categories
-    return _apply(mem, report, shown, kw, table, now, metadata, resume, marks, cats)
+    return _apply(
+        mem, report, shown, kw, table, now, metadata, resume, marks, cats, max_tokens=budget
+    )
 
 
 async def areflect(
@@ -489,8 +523,10 @@ async def areflect(
     now: float | None = None,
     metadata: Mapping[str, Any] | None = None,
     extraction: Extraction | None = None,
+    max_tokens: int | None = None,
 ) -> ReflectionReport:
     """``reflect`` with an async LLM (``acomplete``); store calls run in a worker thread."""
+    budget = None if max_tokens is None else coerce.count(max_tokens, "max_tokens", 1)
     sync = sync_memory(mem)
     kw: dict[str, Any] = dict(scope or {})
     text = _conversation(conversation)
@@ -503,5 +539,5 @@ async def areflect(
         return report
     cats = () if extraction is None else extraction.categories
     return await asyncio.to_thread(
-        _apply, sync, report, shown, kw, table, now, metadata, None, None, cats
+        _apply, sync, report, shown, kw, table, now, metadata, None, None, cats, None, budget
     )

@@ -2,8 +2,11 @@
 (``memlane.Memory.jobs``) until it is done.
 
 A job names its kind, the event it came from, the turn's time, its **owner** (the
-agent's table and scope settings: only an ``AgentMemory`` with the same owner runs it)
-and its **holder** (the process and ``AgentMemory`` running it). Work that an LLM does
+agent's table, scope settings and its store's ``default_scope``: only an
+``AgentMemory`` with the same owner runs it) and its **holder** (the process and
+``AgentMemory`` running it, and its lease, renewed while it holds the job: every
+write of a held record is conditional on the record being as the holder wrote it, so
+a holder that lost its job stores nothing of it). Work that an LLM does
 and that would store something twice if done twice (reflection, consolidation) is
 recorded before the turn returns and dropped when done. A reflection records the
 model's answer in the job before it stores anything (its **plan**), and each memory it
@@ -29,11 +32,12 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import ConflictError, InvalidArgumentError
 from memlane.scoping import EventScope, SessionScope
 
 __all__ = [
@@ -44,6 +48,7 @@ __all__ = [
     "Holder",
     "Job",
     "JobKind",
+    "JobLostError",
     "JobRecordError",
     "JobSkippedWarning",
     "coalesce",
@@ -71,6 +76,11 @@ _MAX_RECORD = 1 << 20  # a job record is a few KB; a larger one is not ours
 
 class JobRecordError(InvalidArgumentError):
     """A record in ``Memory.jobs`` that is not an upkeep job of this version."""
+
+
+class JobLostError(ConflictError):
+    """A job's record is no longer as its holder wrote it: another process took it over
+    (its lease had passed) or it went; the holder stores nothing more of it."""
 
 
 class JobSkippedWarning(UserWarning):
@@ -169,10 +179,12 @@ def live_tokens() -> frozenset[str]:
 
 class Lease:
     """An agent's token among the live ones from its start until neither of its two
-    workers may run a job any more (each calls ``ended`` once)."""
+    workers may run a job any more (each calls ``ended`` once); ``then`` is called at
+    that point, once."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, then: Callable[[], None]) -> None:
         self.token = token
+        self._then = then
         self._ended = 0
         with _live_lock:
             _live.add(token)
@@ -180,8 +192,11 @@ class Lease:
     def ended(self) -> None:
         with _live_lock:
             self._ended += 1
-            if self._ended == 2:
+            last = self._ended == 2
+            if last:
                 _live.discard(self.token)
+        if last:
+            self._then()
 
 
 def coalesce(newer: Job, older: Job) -> None:
@@ -204,15 +219,21 @@ def coalesce(newer: Job, older: Job) -> None:
         object.__setattr__(newer, "span", min(span, MAX_SPAN))
 
 
-def owner_of(table: str, scopes: SessionScope) -> str:
-    """An agent's owner key: its table and the settings that map events to scopes."""
-    spec = {
+def owner_of(
+    table: str, scopes: SessionScope, default_scope: Mapping[str, str] | None = None
+) -> str:
+    """An agent's owner key: its table, the settings that map events to scopes and the
+    store's ``default_scope`` (which its every read and write is under: two agents kept
+    apart by it own apart, so one never runs the other's job with its own model)."""
+    spec: dict[str, Any] = {
         "table": table,
         "mode": scopes.mode,
         "agent_id": scopes.agent_id,
         "namespace": scopes.namespace,
         "links": sorted(scopes.identity_links.items()),
     }
+    if default_scope:  # only then: a job recorded without one keeps its owner
+        spec["default_scope"] = sorted(default_scope.items())
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -257,7 +278,7 @@ class Job:
             return None
         return (self.kind, tuple(sorted(self.event.history.items())))
 
-    def held_by(self, holder: Holder) -> Job:
+    def held_by(self, holder: Holder | None) -> Job:
         return replace(self, holder=holder)
 
     def with_plan(self, plan: dict[str, Any]) -> Job:

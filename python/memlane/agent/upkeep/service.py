@@ -10,9 +10,16 @@ next one: a model that never answers costs one thread, not one per turn. Jobs of
 and room coalesce while they wait, and a bounded number wait at all: a turn whose job
 finds the queue full is told so in its report and the job is due again.
 
-Jobs found in the store are resumed only by an ``AgentMemory`` of the same owner (table
-and scope settings), only when the process that held them is gone, and only after
-taking them over in one conditional write (two processes never run one job).
+Jobs found in the store are resumed only by an ``AgentMemory`` of the same owner (table,
+scope settings and default scope), only when the process that held them is gone, and
+only after taking them over in one conditional write. Its holder renews a job's lease
+while the job waits or runs, and writes its record, and applies a model's answer, only
+while the record is still as it wrote it (``holding``): a job taken over from a holder
+that only seemed gone is applied by one of the two.
+
+Model calls run on the worker's thread, an async-only model's on a loop of the upkeep's
+own (``callers.upkeep_caller``): never on a turn's loop, which may be closed or idle by
+the time the job runs.
 """
 
 from __future__ import annotations
@@ -24,21 +31,24 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
-from memlane.agent.callers import Caller, Meter, timed
+from memlane.agent.callers import Caller, LoopThread, Meter, timed, upkeep_caller
 from memlane.agent.caps import CURRENT
 from memlane.agent.context import default_token_counter
 from memlane.agent.daily import DailyLogger
 from memlane.agent.facts import CHECK
+from memlane.agent.llm import ChatMessage
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
+from memlane.agent.upkeep.holding import Holding
 from memlane.agent.upkeep.jobs import (
     MAX_SPAN,
     Holder,
     Job,
+    JobLostError,
     JobRecordError,
     JobSkippedWarning,
     Lease,
@@ -55,7 +65,7 @@ from memlane.agent.upkeep.triggers import (
 from memlane.agent.upkeep.work import do, finished
 from memlane.agent.upkeep.worker import QueueFullError, Worker, WorkerClosedError
 from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError, shown
-from memlane.scoping import EventScope, scope_kwargs
+from memlane.scoping import EventScope, exact_scope
 from memlane.store import JobOutcome
 
 if TYPE_CHECKING:
@@ -106,15 +116,21 @@ class Upkeep:
         self.mode: UpkeepMode = mode
         self.on_upkeep = on_upkeep
         self.timeout = None if timeout is None or math.isinf(timeout) else timeout
-        self.owner = owner_of(host.table, host.scopes)
+        self.owner = owner_of(host.table, host.scopes, host.memory.default_scope)
         self.token = uuid.uuid4().hex
         #: How long a holder on another host is taken for alive without news of it.
         self.lease = 900.0 if self.timeout is None else max(900.0, 4 * self.timeout)
+        self.holding = Holding(self._host, self.token, self.lease)
+        self.loop = LoopThread("memlane-upkeep-loop")
         run: Callable[[], Callable[[Job, Caller | None], None] | None]
         run = weakref.WeakMethod(self._run)
-        lease = Lease(self.token)
-        self.model = Worker(run, "memlane-upkeep", max_pending, lease.ended, coalesce)
-        self.local = Worker(run, "memlane-upkeep-local", max_pending, lease.ended, coalesce)
+        lease = Lease(self.token, partial(_ended, self.holding, self.loop))
+        #: The job that took the place of each one coalesced away (set by ``merge``, on
+        #: the submitting thread, and taken by it).
+        self._kept: dict[str, Job] = {}
+        merge = partial(_merge, self._kept)
+        self.model = Worker(run, "memlane-upkeep", max_pending, lease.ended, merge)
+        self.local = Worker(run, "memlane-upkeep-local", max_pending, lease.ended, merge)
         # Dropped without close(): the workers stop (the job running ends first) and
         # the durable jobs left stay recorded for the next AgentMemory.
         weakref.finalize(host, _drop, self.model, self.local)
@@ -151,6 +167,11 @@ class Upkeep:
         """``call`` with this agent's time limit on each model call."""
         return None if call is None else self._timed(call)
 
+    def _own(self, call: Caller | None) -> Caller | None:
+        """The model as the workers call it (None without one), whichever thread or loop
+        the turn that hands them the work runs on."""
+        return None if call is None else self.caller(upkeep_caller(self.host.llm, self.loop))
+
     def pending(self) -> list[Job]:
         return sorted(self.model.pending() + self.local.pending(), key=lambda j: j.now)
 
@@ -167,8 +188,8 @@ class Upkeep:
     ) -> None:
         """The triggers of a turn just stored: run now (inline) or handed to the workers."""
         host = self.host
-        call = self.caller(call)
         if not self.background:
+            call = self.caller(call)
             kinds = (
                 "reflection",
                 "facts",
@@ -197,6 +218,7 @@ class Upkeep:
                     ),
                 )
             return
+        call = self._own(call)
         self.resume(call)
         scope = _key(event.history)
         jobs: list[Job] = []
@@ -226,11 +248,7 @@ class Upkeep:
                 and ("facts", scope) not in waiting
                 # Current versions only: a superseded one is history, never checked, and
                 # counting it queued an empty job at every turn.
-                and host.memory.count(
-                    host.table,
-                    filters={CHECK: "pending", "valid_to": None},
-                    **scope_kwargs(event.fields),
-                )
+                and self._count(event, {CHECK: "pending", "valid_to": None})
             ):
                 jobs.append(self._job("facts", event, now))
         except MemlaneError as e:
@@ -248,16 +266,20 @@ class Upkeep:
         try:  # the cap's check is an engine count: the eviction itself runs on the worker
             # Current records only, as the eviction counts them: superseded versions
             # would queue an eviction every turn that then has nothing to do.
-            over = (
-                host.memory.count(host.table, filters=CURRENT, **scope_kwargs(event.fields))
-                > host.limits.max_memories
-            )
+            over = self._count(event, CURRENT) > host.limits.max_memories
             if over and ("eviction", scope) not in waiting:
                 jobs.append(self._job("eviction", event, now))
         except MemlaneError as e:
             report.failures.append(TriggerFailure("eviction", f"{type(e).__name__}: {e}"))
         for job in jobs:
             self._submit(job, call, room, report)
+
+    def _count(self, event: EventScope, filters: Mapping[str, object]) -> int:
+        """The agent's records of exactly ``event``'s scope that match ``filters``: one of
+        a scope below it (another agent's, when this one has no agent_id) is not its."""
+        host = self.host
+        scope, only = exact_scope(host.memory, event.fields)
+        return host.memory.count(host.table, filters={**only, **filters}, **scope)
 
     def _job(
         self,
@@ -274,9 +296,9 @@ class Upkeep:
 
     def _submit(self, job: Job, call: Caller | None, room: Room, report: TurnReport) -> None:
         resumed = job.resumed
-        if job.durable and not resumed:  # a job taken over is recorded as it runs here
+        if job.durable and not resumed:  # a job taken over was recorded as it was taken
             try:
-                self.host.memory.jobs.put(job.key, job.dumps())
+                self.holding.record(job)
             except MemlaneError as e:  # not recorded: it is due again next turn
                 report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
                 self._undo(job, room)
@@ -289,34 +311,31 @@ class Upkeep:
             return
         except QueueFullError as e:
             report.failures.append(TriggerFailure(job.kind, f"upkeep queue full: {e}"))
-            if resumed:  # left to whoever looks next (this agent, in a minute)
-                self._record(replace(job, holder=None))
-            else:
-                self._forget(job)
+            if job.durable:  # a resumed one is left to whoever looks next (this agent,
+                # in a minute); a new one is due again
+                self._release(job, leave=resumed)
             self._undo(job, room)
             return
         if skipped is not None:  # never a resumed job: those run, done in part or not
-            self._forget(skipped)
-            if skipped is not job and job.durable:  # it took over the windows it replaced
-                self._record(job)
+            kept = self._kept.pop(skipped.key)
+            if job.durable:  # the one kept covers the windows of the other
+                try:
+                    self.holding.coalesced(kept, skipped)
+                except MemlaneError as e:
+                    log.warning("memlane: upkeep job %s not recorded again: %s", kept.id, e)
 
-    def _record(self, job: Job) -> None:
+    def _release(self, job: Job, leave: bool = False) -> None:
+        """Ends the holding of a durable job: done or refused (its record goes), or left
+        for whoever looks next."""
         try:
-            self.host.memory.jobs.put(job.key, job.dumps())
+            self.holding.release(job.key, leave)
         except MemlaneError as e:
-            log.warning("memlane: upkeep job %s not recorded again: %s", job.id, e)
-
-    def _forget(self, job: Job) -> None:
-        """Drops the record of a durable job that will not run (coalesced or refused)."""
-        if job.durable:
-            try:
-                self.host.memory.jobs.drop(job.key)
-            except MemlaneError as e:
-                log.warning("memlane: upkeep job %s stays recorded: %s", job.id, e)
+            self.holding.forget(job.key)
+            log.warning("memlane: upkeep job %s stays recorded: %s", job.id, e)
 
     def step_summary(self, room: Room, call: Caller) -> Callable[[str, str, int], None]:
         """What ``compact`` asks for a step summary in the background."""
-        timed_call = self.caller(call)
+        timed_call = self._own(call)
 
         def ask(key: str, text: str, steps: int) -> None:
             job = Job("compaction", EventScope({}, "", "", ""), 0.0)
@@ -365,13 +384,16 @@ class Upkeep:
                 holder=Holder.here(self.token, time.time() + self.lease),
                 plan=job.plan,
                 payload={"resumed": True},
+                span=job.span,
             )
+            taken = mine.dumps()
             try:
-                if not self.host.memory.jobs.swap(key, text, mine.dumps()):
+                if not self.host.memory.jobs.swap(key, text, taken):
                     continue  # taken over meanwhile by another process
             except MemlaneError as e:
                 log.warning("memlane: upkeep job %s could not be taken over: %s", job.id, e)
                 continue
+            self.holding.took(key, taken)
             room = self.room(event)
             self._submit(mine, call, room, TurnReport())
 
@@ -402,12 +424,20 @@ class Upkeep:
         if host.memory.closed:  # the store went first: durable jobs stay recorded in it
             log.debug("memlane: upkeep job %s (%s) not run: the Memory is closed", job.id, job.kind)
             return
-        if job.durable:  # the lease a holder on another host goes by, from now
-            job = replace(job, holder=Holder.here(self.token, time.time() + self.lease))
-            self._record(job)
+        if job.durable:  # still this holder's, with its lease renewed from now
+            try:
+                self.holding.hold(job.key)
+            except JobLostError as e:
+                log.warning("memlane: upkeep job %s not run: %s", job.id, e)
+                return
+            except MemlaneError as e:  # each model answer is checked again before use
+                log.warning("memlane: upkeep job %s's lease not renewed: %s", job.id, e)
+            if call is not None:
+                call = self._fenced(job, call)
         room = self.room(job.event)
         meter = None if call is None else Meter(call, self._tokens())
         call = meter
+        lost = False
         try:
             if job.resumed and job.kind == "consolidation" and finished(self.host, job):
                 return
@@ -424,15 +454,14 @@ class Upkeep:
                 job.now,
                 job.user,
                 job,
+                self.holding,
             )
             self._guarded(job.kind, report, run)
         finally:
             if job.durable:
-                try:
-                    host.memory.jobs.drop(job.key)
-                except MemlaneError as e:
-                    log.warning("memlane: upkeep job %s stays recorded: %s", job.id, e)
-        if job.kind == "reflection" and report.failures:
+                lost = not self.holding.holds(job.key)
+                self._release(job)
+        if job.kind == "reflection" and report.failures and not lost:
             self._undo(job, room)
         result = UpkeepResult(job.kind, job.now, report)
         if meter is not None:
@@ -451,6 +480,23 @@ class Upkeep:
                 self.on_upkeep(result)
             except Exception:
                 log.exception("memlane: on_upkeep raised")
+
+    def _fenced(self, job: Job, call: Caller) -> Caller:
+        """``call``, whose answers are used only while ``job`` is still this holder's:
+        each renews its lease, or raises ``JobLostError`` (another process took it over
+        meanwhile, and applies its own answer)."""
+
+        def fenced(messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
+            answer = call(messages, max_tokens)
+            try:
+                self.holding.hold(job.key)
+            except JobLostError:
+                raise
+            except MemlaneError as e:  # the store's failure: what applies the answer says so
+                log.warning("memlane: upkeep job %s's lease not renewed: %s", job.id, e)
+            return answer
+
+        return fenced
 
     def _undo(self, job: Job, room: Room) -> None:
         if job.kind == "reflection":
@@ -510,6 +556,17 @@ def _record_outcome(memory: Memory, result: UpkeepResult) -> None:
         memory.jobs.record_outcome(outcome)
     except MemlaneError as e:
         log.warning("memlane: a %s job's outcome was not recorded: %s", result.kind, e)
+
+
+def _merge(kept: dict[str, Job], newer: Job, older: Job) -> None:
+    coalesce(newer, older)
+    kept[older.key] = newer
+
+
+def _ended(holding: Holding, loop: LoopThread) -> None:
+    """Neither worker runs a job any more: no lease to renew, no model call to make."""
+    holding.stop()
+    loop.close()
 
 
 def _drop(model: Worker, local: Worker) -> None:

@@ -42,7 +42,7 @@ from memlane.agent.reflection import Extraction, Resume, reflect, reflect_planne
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep.jobs import JOB_TAG
 from memlane.errors import InvalidArgumentError
-from memlane.scoping import EventScope, scope_kwargs
+from memlane.scoping import EventScope, exact_scope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -370,6 +370,7 @@ def run_reflection(
             resume=resume,
             marks=marks,
             extraction=cfg.extraction,
+            max_tokens=cfg.max_output_tokens,
         )
     report.reflection = result
     if result.error is not None:
@@ -394,12 +395,15 @@ def consolidation_due(
     whether it is forced (the oldest entry is old, the tier not full)."""
     if not cfg.enabled or call is None:
         return None
-    pending = memory.count(SHORT_TERM, **scope_kwargs(event.fields))
+    # Exactly the scope's entries: an agent without an agent_id is not due for the
+    # entries of the agents with one that share its other fields.
+    scope, only = exact_scope(memory, event.fields)
+    pending = memory.count(SHORT_TERM, filters=only, **scope)
     if pending == 0:
         return None
     if pending >= cfg.threshold:
         return False
-    oldest = memory.list(SHORT_TERM, limit=1, order="asc", **scope_kwargs(event.fields))
+    oldest = memory.list(SHORT_TERM, limit=1, order="asc", filters=only, **scope)
     if not oldest or now - oldest[0].created_at < cfg.max_age:
         return None
     return True

@@ -17,10 +17,11 @@ from memlane.agent.facts import check_facts, pending
 from memlane.agent.profiles import record_contact
 from memlane.agent.reflection import Resume
 from memlane.agent.reports import TriggerFailure, TurnReport
+from memlane.agent.upkeep.holding import Holding
 from memlane.agent.upkeep.jobs import JOB_OP, JOB_TAG, Job
 from memlane.agent.upkeep.triggers import Room, run_consolidation, run_flush, run_reflection
 from memlane.errors import InvalidArgumentError, UnknownIdError
-from memlane.scoping import EventScope, scope_kwargs, scope_of
+from memlane.scoping import EventScope, exact_scope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.agent.loop import AgentMemory
@@ -40,12 +41,13 @@ def do(
     now: float,
     user: str | None,
     job: Job | None = None,
+    holding: Holding | None = None,
 ) -> None:
     mem = host.memory
     jid = None if job is None else job.id
     rest = (host.table, host.limits, lock, event, room, report, call, now, jid)
     if kind == "reflection":
-        resume = None if job is None else resume_of(host, job)
+        resume = None if job is None or holding is None else resume_of(host, job, holding)
         plan = None if job is None else job.plan
         marks = None if call is None else pending(None)
         span = 1 if job is None else job.span
@@ -101,24 +103,24 @@ def finished(host: AgentMemory, job: Job) -> bool:
     )
     if not tagged:
         return False
-    # The job's scope as its listing saw it: the store's default_scope under its own.
-    fields = scope_of(host.memory.default_scope, job.event.fields)
+    # The job's scope as stored: the store's default_scope under its own.
+    fields, _ = exact_scope(host.memory, job.event.fields)
     for rec in tagged:
         for source in rec.metadata.get("consolidated_from") or []:
             # A record is data from whoever could write the store: only short-term
-            # entries of the job's own scope go.
+            # entries of exactly the job's scope go (not another agent's below it).
             with contextlib.suppress(UnknownIdError, InvalidArgumentError):
                 entry = host.memory.get(str(source))
-                if entry.table == SHORT_TERM and all(
-                    entry.scope.get(k) == v for k, v in fields.items()
-                ):
+                if entry.table == SHORT_TERM and entry.scope == fields:
                     host.memory.delete(entry.id)
     return True
 
 
-def resume_of(host: AgentMemory, job: Job) -> Resume:
+def resume_of(host: AgentMemory, job: Job, holding: Holding) -> Resume:
     """How a reflection job keeps its place: its answer saved in its record before
-    anything is stored, and (found again) the operations it stored already."""
+    anything is stored, only while the job is still ``holding``'s (``JobLostError``
+    stops the reflection before it stores anything), and (found again) the operations
+    it stored already."""
     done: frozenset[int] = frozenset()
     if job.payload.get("resumed"):
         tagged = host.memory.list(
@@ -130,6 +132,6 @@ def resume_of(host: AgentMemory, job: Job) -> Resume:
         done = frozenset(op for r in tagged if isinstance(op := r.metadata.get(JOB_OP), int))
 
     def save(plan: dict[str, object]) -> None:
-        host.memory.jobs.put(job.key, job.with_plan(dict(plan)).dumps())
+        holding.hold(job.key, lambda held: held.with_plan(dict(plan)))
 
     return Resume(JOB_OP, None if job.plan is not None else save, done)

@@ -1,0 +1,167 @@
+"""The durable jobs an ``Upkeep`` holds, each as its record was last written by it.
+
+A holder on another host is taken for gone once its lease (``Holder.until``) has passed,
+so a holder renews the lease of every job it holds, waiting or running, on a thread of
+its own (no turn waits for it). Every write of a held record is conditional on the record
+being the text this holder wrote last, checked in the write's own transaction: once
+another process took a job over (or the record went), its first holder writes nothing
+more of it, stores nothing more from it (``hold`` raises ``JobLostError`` after each
+model answer, before the answer is applied) and leaves the other's record alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from memlane.agent.upkeep.jobs import Holder, Job, JobLostError
+from memlane.errors import ClosedError, MemlaneError
+
+if TYPE_CHECKING:
+    from memlane._memory.job_book import JobBook
+    from memlane.agent.loop import AgentMemory
+
+__all__ = ["Holding"]
+
+log = logging.getLogger("memlane.agent")
+
+
+class Holding:
+    """The records of the jobs held by ``token`` (leases of ``lease`` seconds), by key."""
+
+    def __init__(self, host: weakref.ref[AgentMemory], token: str, lease: float) -> None:
+        self._host = host
+        self._token = token
+        self.lease = lease
+        #: Guards ``_held`` and each conditional write with it: the worker's and the
+        #: renewer's writes of one record must not both start from one text.
+        self._lock = threading.Lock()
+        self._held: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _jobs(self) -> JobBook:
+        host = self._host()
+        if host is None:
+            raise ClosedError("the AgentMemory of this upkeep was dropped")
+        return host.memory.jobs
+
+    def holder(self) -> Holder:
+        return Holder.here(self._token, time.time() + self.lease)
+
+    def holds(self, key: str) -> bool:
+        with self._lock:
+            return key in self._held
+
+    def record(self, job: Job) -> None:
+        """Records a new job, held from now (``MemlaneError``: it was not recorded)."""
+        text = job.held_by(self.holder()).dumps()
+        # A new key: no other writer knows it yet, so the write needs no lock.
+        self._jobs().put(job.key, text)
+        self.took(job.key, text)
+
+    def took(self, key: str, text: str) -> None:
+        """Holds job ``key``, whose record is ``text`` (written by this holder)."""
+        with self._lock:
+            self._held[key] = text
+            if self._renewer is None:
+                self._renewer = threading.Thread(
+                    target=_renew_loop,
+                    args=(weakref.ref(self), self._stop, self.lease / 3),
+                    name="memlane-upkeep-lease",
+                    daemon=True,
+                )
+                self._renewer.start()
+
+    def hold(self, key: str, change: Callable[[Job], Job] | None = None) -> None:
+        """Writes job ``key`` again with its lease renewed (and ``change`` made to it) if
+        its record is still as this holder wrote it; ``JobLostError`` if not (the job is
+        then no longer held). A store error leaves it held as it was."""
+        with self._lock:
+            old = self._held.get(key)
+            if old is None:
+                raise JobLostError(f"upkeep job {key} is not held here any more")
+            job = Job.loads(old)
+            new = (job if change is None else change(job)).held_by(self.holder()).dumps()
+            if not self._jobs().swap(key, old, new):
+                del self._held[key]
+                raise JobLostError(f"upkeep job {key} was taken over by another process")
+            self._held[key] = new
+
+    def coalesced(self, kept: Job, dropped: Job) -> None:
+        """``kept`` took the place of ``dropped`` (and its windows, ``kept.span``): one
+        transaction writes the one and drops the other, so a crash loses neither."""
+        with self._lock:
+            old = self._held.get(dropped.key)
+            held = self._held.get(kept.key)
+            jobs = self._jobs()
+            if held is None:  # kept already ran to its end: only the other goes
+                if old is not None:
+                    jobs.drop(dropped.key, old)
+                    del self._held[dropped.key]
+                return
+            new = replace(Job.loads(held), span=kept.span).held_by(self.holder()).dumps()
+            ours = jobs.swap(kept.key, held, new, drop=None if old is None else (dropped.key, old))
+            # Written (or not) as one: a store error leaves both held as they were.
+            self._held.pop(dropped.key, None)
+            if ours:
+                self._held[kept.key] = new
+            else:
+                del self._held[kept.key]
+                log.warning("memlane: upkeep job %s was taken over by another process", kept.id)
+
+    def release(self, key: str, leave: bool = False) -> None:
+        """Ends the holding of job ``key``: drops its record (done), or with ``leave``
+        writes it again with no holder (for whoever looks next); a record another
+        process took over is left as it is."""
+        with self._lock:
+            old = self._held.pop(key, None)
+            if old is None:
+                return
+            jobs = self._jobs()
+            if leave:
+                done = jobs.swap(key, old, Job.loads(old).held_by(None).dumps())
+            else:
+                done = jobs.drop(key, old)
+        if not done:
+            log.warning("memlane: upkeep job %s was taken over by another process", key)
+
+    def forget(self, key: str) -> None:
+        """No longer holds job ``key`` (its record stays as it is)."""
+        with self._lock:
+            self._held.pop(key, None)
+
+    def renew(self) -> None:
+        """Renews the lease of every job held (what the renewer does every third of one)."""
+        with self._lock:
+            keys = list(self._held)
+        for key in keys:
+            try:
+                self.hold(key)
+            except JobLostError as e:
+                log.warning("memlane: %s", e)
+            except ClosedError:  # the AgentMemory or its Memory went: nothing to renew
+                raise
+            except MemlaneError as e:  # tried again at the next renewal
+                log.warning("memlane: upkeep job %s's lease not renewed: %s", key, e)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _renew_loop(ref: weakref.ref[Holding], stop: threading.Event, every: float) -> None:
+    # A weak reference: the thread never keeps its Upkeep (nor its AgentMemory) alive.
+    while not stop.wait(every):
+        holding = ref()
+        if holding is None:
+            return
+        try:
+            holding.renew()
+        except ClosedError:  # the AgentMemory or its Memory went: nothing to renew
+            return
+        del holding
