@@ -97,6 +97,7 @@ class AsyncMemory:
     prune = _in_thread(Memory.prune)
     evict = _in_thread(Memory.evict)
     renew = _in_thread(Memory.renew)
+    expire = _in_thread(Memory.expire)
     import_jsonl = _in_thread(Memory.import_jsonl)
     # Reads.
     get = _in_thread(Memory.get)

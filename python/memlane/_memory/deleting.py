@@ -23,6 +23,7 @@ from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow
 from memlane._memory.encoding import record
 from memlane._memory.events import Events
+from memlane._memory.querying import visible
 from memlane._memory.sync import IndexSync
 from memlane.errors import InvalidArgumentError
 from memlane.records import MemoryRecord
@@ -56,29 +57,51 @@ class Deleting:
         db, wanted = self.db, list(dict.fromkeys(ids))
         found: dict[str, Row] = {}
 
+        def present() -> bool:
+            return any(visible(db.row_by_id(i), time.time()) for i in wanted)
+
         def choose(conn: Any) -> list[int]:
             # Resolved in the transaction: another process may have replaced a record
-            # under the same id meanwhile (add_many consuming it), and its row goes.
-            found.update(db.rows_for_write(conn, wanted, embedding=False))
+            # under the same id meanwhile (add_many consuming it), and its row goes. One
+            # expired is gone for every read already: the sweep deletes it, by "expire".
+            now = time.time()
+            rows = db.rows_for_write(conn, wanted, embedding=False)
+            found.update((i, row) for i, row in rows.items() if visible(row, now))
             return [row.rowid for row in found.values()]
 
         with self.sync.writing(), self.sync.lock:
             self.sync.check_open()
-            deleted = self._delete_chosen(lambda: bool(db.existing_ids(wanted)), choose, None)
+            deleted = self._delete_chosen(present, choose, None)
             found = {i: row for i, row in found.items() if row.rowid in deleted}
             self.window.forget(found)
         return found
 
     def delete_where(self, admits: Admits) -> int:
-        """Deletes every record ``admits`` admits, in one transaction; returns how many."""
+        """Deletes every record ``admits`` admits, in one transaction; returns how many.
+        Those expired are not among them (no read shows them: the sweep deletes them)."""
         engine = self.sync.engine
 
+        def present() -> bool:
+            return engine.count(admits, expire_at=self._expire_at()) > 0
+
         def choose(conn: Any) -> list[int]:
-            return [int(x) for x in engine.ids_where(admits)]
+            return [int(x) for x in engine.ids_where(admits, expire_at=self._expire_at())]
 
         with self.sync.writing(), self.sync.lock:
             self.sync.check_open()
-            return len(self._delete_chosen(lambda: engine.count(admits) > 0, choose, None))
+            return len(self._delete_chosen(present, choose, None))
+
+    def _replaced(self, admits: Admits) -> tuple[list[int], list[int]]:
+        """What a ``replace`` of ``admits`` deletes (in its transaction): the records it
+        admits, and apart those of them that expired (no read shows them), which go as
+        the sweep would take them, by ``"expire"``, so that an id one held passes on to
+        a new record as a replaced record's does."""
+        engine, expire_at = self.sync.engine, self._expire_at()
+        live = [int(x) for x in engine.ids_where(admits, expire_at=expire_at)]
+        if expire_at is None:
+            return live, []
+        kept = set(live)
+        return live, [r for r in map(int, engine.ids_where(admits)) if r not in kept]
 
     def _delete_chosen(
         self, present: Callable[[], bool], choose: Callable[[Any], list[int]], actor: str | None
@@ -151,8 +174,12 @@ class Deleting:
         sync = self.sync
         doomed: list[MemoryRecord] = []
 
+        def present() -> bool:
+            return sync.engine.count(admits, expire_at=self._expire_at()) > 0
+
         def choose(conn: Any = None) -> list[int]:
-            rowids = [int(x) for x in sync.engine.ids_where(admits, order="asc")]
+            found = sync.engine.ids_where(admits, order="asc", expire_at=self._expire_at())
+            rowids = [int(x) for x in found]
             rows = sync.rows(rowids)
             doomed[:] = [record(rows[r], self.access.get(rows[r])) for r in rowids if r in rows]
             return rowids
@@ -163,7 +190,7 @@ class Deleting:
                 sync.follow()
                 choose()
                 return doomed
-            self._delete_chosen(lambda: sync.engine.count(admits) > 0, choose, "prune")
+            self._delete_chosen(present, choose, "prune")
             self.window.forget(rec.id for rec in doomed)
         return doomed
 
@@ -293,24 +320,31 @@ class Deleting:
         fetch(chosen)
         return {r: read[r] for r in chosen if r in read}
 
-    def expire(self, now: float) -> int:
+    def expire(self, now: float, gone: list[Row] | None = None) -> int:
         """Deletes the records expired at ``now`` (their last version stays in the
-        history, deleted by ``"expire"``); returns how many."""
+        history, deleted by ``"expire"``); returns how many, and puts their rows in
+        ``gone`` when given."""
         sync = self.sync
         if not sync.expiring:
             return 0
         total = 0
         batch: list[int] = []
+        rows: dict[int, Row] = {}
 
         def choose(conn: Any = None) -> list[int]:
             # Read in the transaction: an expiry another process moved on meanwhile (a
             # TTL refreshed by a write) keeps its record.
             batch[:] = self.db.expired(now)
+            if gone is not None and conn is not None:
+                rows.update(sync.rows(batch))
             return batch
 
         while True:
             with sync.writing(), sync.lock:
                 sync.check_open()
-                total += len(self._delete_chosen(lambda: bool(choose()), choose, "expire"))
+                deleted = self._delete_chosen(lambda: bool(choose()), choose, "expire")
+                total += len(deleted)
+                if gone is not None:
+                    gone += [rows[r] for r in batch if r in deleted and r in rows]
             if len(batch) < 1000:
                 return total

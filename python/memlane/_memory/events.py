@@ -13,6 +13,7 @@ change log (``Store.changes_since``: the rows they wrote and the history entries
 made, each with its change) when the store follows them (``IndexSync.follow``, at
 their notification) and before telling a change of this process that came after
 theirs. An embedded store has one process (its lock): there is nothing else to tell.
+A renew keeps no history entry, so only its own process tells it.
 """
 
 from __future__ import annotations
@@ -282,7 +283,11 @@ def _others(told: int, upto: int, changes: Changes) -> list[tuple[str, Row, dict
     was added then (an update of an older one keeps its former version in the history,
     whose text is older); a history entry tells an update (the next version is what it
     wrote), a supersede (of the record added by the same change under the id it names)
-    or a delete (of the version it keeps)."""
+    or a delete (of the version it keeps).
+
+    The next version is the one the update wrote but for the access counts a flush since
+    added, which the event takes from the replaced version, as its writer tells it (a
+    later renew's expiry, which keeps no entry, it still shows)."""
     _, made, rows = changes
     versions: dict[int, list[Row]] = {}
     for _, (row, *_) in made:
@@ -306,7 +311,10 @@ def _others(told: int, upto: int, changes: Changes) -> list[tuple[str, Row, dict
             kind = "expire" if actor == "expire" else "delete"
             told_as.append((order, kind, row, {"by": actor} if actor and kind == "delete" else {}))
         elif event == "update" and k + 1 < len(versions[row.rowid]):
-            told_as.append((order, "update", versions[row.rowid][k + 1], {}))
+            wrote = versions[row.rowid][k + 1]._replace(
+                access_count=row.access_count, last_accessed_at=row.last_accessed_at
+            )
+            told_as.append((order, "update", wrote, {}))
         elif event == "supersede" and (new := added.pop((change, next_id), None)) is not None:
             told_as.append((order, "supersede", new, {"supersedes": row.id}))
         # Else the version it wrote is not this connection's to see (a tenant's: the

@@ -1,6 +1,6 @@
 """The record API's ways records leave a store, which ``MemoryStore`` inherits: by age
 and disuse (``prune``), past a cap (``evict``), and when their expiry comes, which
-``renew`` moves (LangGraph's TTL refreshed on read)."""
+``renew`` moves (LangGraph's TTL refreshed on read) and ``expire`` brings forward."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Unpack
 
 from memlane import coerce
-from memlane._memory.encoding import expiry
+from memlane._memory.encoding import expiry, record
 from memlane._memory.sync import IndexSync
 from memlane._memory.writer import Writer
 from memlane.errors import InvalidArgumentError, shown
@@ -22,7 +22,7 @@ __all__ = ["Forgetting"]
 
 
 class Forgetting:
-    """``prune``, ``evict`` and ``renew``, over the store's writer."""
+    """``prune``, ``evict``, ``renew`` and ``expire``, over the store's writer."""
 
     _sync: IndexSync
     _writer: Writer
@@ -104,6 +104,9 @@ class Forgetting:
         stays (an expiry says when the store forgets a record, not what it says), so a
         TTL refreshed at every read does not grow the store, and a change judged against
         a record read before still applies; ``update(expires_at=...)`` keeps a version.
+        Each record renewed is an ``update`` event to this process's subscribers only:
+        other processes tell events from the history, and an entry per renew would grow
+        it at every read.
         """
         self._sync.check_open()
         if isinstance(ids, str | bytes | Mapping) or not isinstance(ids, Iterable):
@@ -120,3 +123,25 @@ class Forgetting:
                 wanted.setdefault(coerce.text(item, f"ids[{k}]"), None)
         at = expiry(expires_at, ttl, time.time())
         return self._writer.renew(wanted, at) if wanted else 0
+
+    def expire(
+        self, table: str | None = "memories", **scope: Unpack[ScopeFields]
+    ) -> builtins.list[MemoryRecord]:
+        """Deletes every record of the store whose expiry has passed, now, as the
+        store's maintenance does in the background (each one's versions end with
+        ``"expire"``), and returns those of ``table`` (None: every table) and scope.
+
+        No read returns an expired record, and none of ``delete_all``, ``prune``,
+        ``evict`` or ``replace`` selects one: this only frees their room at once
+        (LangGraph's ``sweep_ttl``).
+        """
+        self._sync.check_open()
+        fields = Scope.of(self.default_scope, scope).fields
+        gone: builtins.list[Any] = []
+        self._writer.expire(time.time(), gone)
+        return [
+            record(row, None)
+            for row in gone
+            if (table is None or row.tbl == table)
+            and all(getattr(row, f) == v for f, v in fields.items())
+        ]

@@ -355,8 +355,8 @@ def _check(
             if "history" in item:
                 _confined(_history(item, where)[0], field, who, where)
                 continue
-            try:
-                new = validate(item, now, writer.default_scope, dim, importing=True)
+            try:  # as exported: no default scope fills an unset field
+                new = validate(item, now, {}, dim, importing=True)
             except InvalidArgumentError as e:
                 raise type(e)(f"{where}: {e}") from None
             _confined(new, field, who, where)

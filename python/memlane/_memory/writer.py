@@ -25,6 +25,7 @@ from memlane._memory.encoding import (
     NewRecord,
     as_indexed,
     blob,
+    expiry,
     prepare,
     record,
     unblob,
@@ -147,10 +148,12 @@ class Writer(Deleting):
                 f"add_many takes a list of dicts, got {type(items).__name__}"
             )
         now, dim = time.time(), self.sync.dim
+        # An import keeps every field as exported: an unscoped record stays unscoped.
+        scope = {} if importing else self.default_scope
         news = []
         for i, item in enumerate(items):
             try:
-                news.append(validate(item, now, self.default_scope, dim, importing))
+                news.append(validate(item, now, scope, dim, importing))
             except InvalidArgumentError as e:
                 raise type(e)(f"record {i}: {e}") from None
         return news
@@ -294,10 +297,10 @@ class Writer(Deleting):
     ) -> int:
         """Commits and indexes new records (write lock held). With ``replacing``, the
         records its filter admits are deleted in the same transaction, found there after
-        every other writer's commit is applied, so none added meanwhile survives; with
-        ``consumed``, the records of those ids, each stored, current and the version given
-        then or nothing
-        is stored (``ConflictError``). Returns how many were deleted."""
+        every other writer's commit is applied, so none added meanwhile survives (those
+        expired by ``"expire"``: ``_replaced``); with ``consumed``, the records of those
+        ids, each stored, current and the version given then or nothing is stored
+        (``ConflictError``). Returns how many were deleted (not counting the expired)."""
         sync, db = self.sync, self.db
         base = db.reserve_rowids(len(news)) if news else 0
         vectors = None
@@ -311,6 +314,7 @@ class Writer(Deleting):
         if any(n.expires_at is not None for n in news):
             sync.expiring = True
         gone: list[int] = []
+        lapsed: list[int] = []
         with db.transaction() as conn:
             seq = db.next_seq(conn)
             # Built once, stamped with the change's number, for the database and the
@@ -331,15 +335,19 @@ class Writer(Deleting):
                 # Writers commit one at a time (seq): what others committed is applied now.
                 sync.follow()
                 if replacing is not None:
-                    gone = [int(x) for x in sync.engine.ids_where(replacing.admits)]
+                    gone, lapsed = self._replaced(replacing.admits)
                 now = time.time()
                 gone += consumed_rows(db, conn, consumed, now) if consumed else []
                 gone = list(dict.fromkeys(gone))
-                self._check_ids(news, gone)
+                self._check_ids(news, gone + lapsed)
             doomed = self.events.doomed(sync, gone)
+            expired = self.events.doomed(sync, lapsed)
             actor = "replace" if replacing is not None else "add_many"
-            if gone:  # first: a new record may take a deleted one's id
-                self.access.drop(gone)
+            self.access.drop(gone + lapsed)
+            # First: a new record may take a deleted one's id.
+            if lapsed:
+                db.delete(conn, lapsed, seq, "expire")
+            if gone:
                 db.delete(conn, gone, seq, actor)
             db.insert(conn, rows)
             if len(news) >= _OVERLAP_MIN:
@@ -347,11 +355,12 @@ class Writer(Deleting):
             if recent:
                 db.remember(conn, recent, time.time() - self.window.seconds)
             self.access.flush(db, conn, seq)
-        if gone:
-            sync.engine.remove(np.asarray(gone, dtype=np.uint64), missing_ok=True)
+        if gone or lapsed:
+            sync.engine.remove(np.asarray(gone + lapsed, dtype=np.uint64), missing_ok=True)
         sync.engine.apply(prepared)
-        sync.committed(seq, len(news) + len(gone))
+        sync.committed(seq, len(news) + len(gone) + len(lapsed))
         self.window.forget(consumed)
+        self.events.deleted(expired, set(lapsed), "expire")
         self.events.deleted(doomed, set(gone), actor)
         self.events.added(rows)
         return len(gone)
@@ -425,7 +434,8 @@ class Writer(Deleting):
         """The record superseding ``old``: ``item`` over what it inherits, valid from ``when``."""
         inherited = record(old, None).to_dict(embedding=False)
         base = {k: inherited[k] for k in _INHERITED}
-        n = validate({**base, **item, "created_at": when}, now, self.default_scope, self.sync.dim)
+        # No default scope: the successor keeps the old record's, unset fields unset.
+        n = validate({**base, **item, "created_at": when}, now, {}, self.sync.dim)
         if when < old.created_at:
             raise InvalidArgumentError(
                 f"at ({when}) is before {old.id!r} became true (its created_at, {old.created_at})"
@@ -450,6 +460,11 @@ class Writer(Deleting):
         version stored then: one rewritten since is not overwritten (``ConflictError``)."""
         sync, db = self.sync, self.db
         sync.check_open()
+        if "expires_at" in fields or "ttl" in fields:
+            # Checked as add checks it (one already past is refused), once: the rewritten
+            # record is then checked as an import is, which keeps the expiry it holds.
+            at = expiry(fields.get("expires_at"), fields.get("ttl"), time.time())
+            fields = {k: v for k, v in fields.items() if k != "ttl"} | {"expires_at": at}
         seen = db.row_by_id(record_id)
         if not visible(seen, time.time()):
             raise UnknownIdError(f"no memory with id {record_id!r}")
@@ -503,11 +518,10 @@ class Writer(Deleting):
         item = record(row, None).to_dict(embedding=False)
         for key in ("duplicate", "duplicate_of"):
             item.pop(key, None)
-        if "ttl" in fields:  # a new expiry, from now
-            item.pop("expires_at")
         item.update(fields)
         item["updated_at"] = _later(time.time(), row)
-        return validate(item, time.time(), self.default_scope, self.sync.dim, importing=True)
+        # No default scope: the record keeps its own, unset fields unset.
+        return validate(item, time.time(), {}, self.sync.dim, importing=True)
 
     def renew(self, ids: Mapping[str, float | None], expires_at: float | None) -> int:
         """Sets the expiry of the records ``ids`` that are stored, current, unexpired and

@@ -185,7 +185,8 @@ class MemlaneStore(Searching, BaseStore):
         background maintenance removes them. This frees their space at once.
         """
         gone = self._adopt_old_expiries()
-        return gone + self._delete_items({"expires_at": {"$lte": time.time()}})
+        swept = self.memory.expire(self.table, **self.scope)
+        return gone + sum(_part(rec) == 0 for rec in swept)
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Nothing to start: the memory's maintenance removes expired items. Kept for
@@ -223,7 +224,12 @@ class MemlaneStore(Searching, BaseStore):
                 # A non-number (an edited file) was never treated as an expiry.
                 at = float(exp) if number(exp) and math.isfinite(exp) else None
                 try:
-                    self.memory.update(rec.id, metadata={**rec.metadata, "lg": lg}, expires_at=at)
+                    if at is not None and at <= time.time():  # passed since the delete above
+                        self.memory.delete(rec.id)
+                        gone += lg.get("part") == 0
+                    else:
+                        meta = {**rec.metadata, "lg": lg}
+                        self.memory.update(rec.id, metadata=meta, expires_at=at)
                 except UnknownIdError:  # deleted meanwhile
                     continue
         return gone
@@ -510,3 +516,9 @@ def _whole(parts: list[MemoryRecord]) -> float | None:
     numbers = {r.metadata["lg"].get("part") for r in parts}
     whole = n == len(parts) and numbers == set(range(len(parts)))
     return float(ttl) if whole else None
+
+
+def _part(rec: MemoryRecord) -> object:
+    """The part number of an item's record (None: no record of an item)."""
+    lg = rec.metadata.get("lg")
+    return lg.get("part") if isinstance(lg, dict) else None
