@@ -124,15 +124,22 @@ def row_source() -> str:
     )
 
 
-def sqlite_types_hold() -> str:
-    """An SQLite expression over a records row: 1 when every value has its column's type.
+def sqlite_types_hold(history: bool = False) -> str:
+    """An SQLite expression over a records row (or, with ``history``, a history entry):
+    1 when every value has its column's type.
 
     SQLite keeps whatever type a value was stored with, and a damaged file can give a
     value another one (a flipped bit in a row's header turns text into a blob): without
     this check such a row would reach the caller as a record whose id is bytes. ``typeof``
     reads only the row's header, not a long value."""
     checks = []
-    for c in _COLUMNS[1:]:  # not the rowid: an integer by construction
+    # Not the records' rowid: an integer by construction (the history's is a column).
+    of = (
+        (*(c for c in _COLUMNS if c.name != "embedding"), *HISTORY_EXTRA)
+        if history
+        else _COLUMNS[1:]
+    )
+    for c in of:
         kinds = [c.sqlite.lower()] + (["null"] if c.nullable else [])
         quoted = ", ".join(f"'{k}'" for k in kinds)
         checks.append(f"typeof({c.name}) IN ({quoted})")

@@ -5,14 +5,15 @@ that also has the knowledge and notes methods. The layers that build on the reco
 (``memlane.knowledge``, ``memlane.notes``) take a ``MemoryStore`` and name
 it from here: its implementation, in ``memlane._memory``, is private to the store.
 ``StoreStats`` is what ``memlane.Memory.stats`` reports, ``ScopeCount`` what
-``MemoryStore.scopes`` counts, ``JobOutcome`` what ``MemoryStore.jobs`` keeps of work done.
+``MemoryStore.scopes`` counts, ``JobBook`` what ``MemoryStore.jobs`` is (the records of
+work in progress, written conditionally), ``JobOutcome`` what it keeps of work done.
 """
 
 from __future__ import annotations
 
 from memlane._memory.health import StoreStats
-from memlane._memory.job_book import OUTCOMES_KEPT, JobOutcome
+from memlane._memory.job_book import OUTCOMES_KEPT, JobBook, JobOutcome
 from memlane._memory.listing import ScopeCount
 from memlane._memory.memory_store import MemoryStore
 
-__all__ = ["OUTCOMES_KEPT", "JobOutcome", "MemoryStore", "ScopeCount", "StoreStats"]
+__all__ = ["OUTCOMES_KEPT", "JobBook", "JobOutcome", "MemoryStore", "ScopeCount", "StoreStats"]

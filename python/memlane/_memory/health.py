@@ -86,6 +86,8 @@ def _size(folder: Path, prefix: str = "") -> int:
             dirs.clear()
         for name in files:
             if name.startswith(prefix):
-                with contextlib.suppress(FileNotFoundError):  # a snapshot replaced meanwhile
+                # A snapshot replaced meanwhile, or a name that is no file it can measure
+                # (a link that loops, one it may not read): nothing of the store's.
+                with contextlib.suppress(OSError):
                     total += os.stat(os.path.join(root, name)).st_size
     return total

@@ -28,6 +28,14 @@ from memlane._memory import collector
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import prepare
 from memlane._memory.events import Events
+from memlane._memory.snapshot_notes import (
+    GENERATION,
+    INDEXED,
+    INDEXES,
+    other_history,
+    read_note,
+    write_note,
+)
 from memlane._memory.vector_fill import NAMED, damage_error, decodes, fill, read_ahead
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
@@ -56,14 +64,6 @@ _KEEP_UP_BATCH = 1024
 _PAUSE_COLLECTOR_ROWS = 50_000
 # The WAL is checkpointed (off the write path) past this size.
 CHECKPOINT_BYTES = 32 << 20
-# Beside a snapshot: the id of the database it belongs to.
-_GENERATION = "store_id"
-# Beside a snapshot: what it indexes beyond the rows as stored (the unique flag, as
-# metadata: encoding.prepare) and the change it was written at. A snapshot an older
-# memlane wrote lacks the flag of the records it indexed, and the change number ties the
-# note to the snapshot it was written with, which an older memlane may have replaced.
-_INDEXES = "indexes"
-_INDEXED = "unique"
 
 # Forks this process descends from: a store opened before one belongs to the parent
 # (its connections, locks and threads), and the child must open its own.
@@ -155,7 +155,7 @@ class IndexSync:
                 db.set_meta(conn, "dimension", str(dim))
                 db.set_meta(conn, "language", language)
             return
-        pinned_dim = int(db.get_meta("dimension") or 0)
+        pinned_dim = db.meta_count("dimension")
         if db.get_meta("language") not in (None, language):
             raise InvalidArgumentError(
                 f"the store was created with language={db.get_meta('language')!r}, not {language!r}"
@@ -209,6 +209,9 @@ class IndexSync:
         seq = 0
         if self.index_dir is not None:
             reason = None
+            # Read before the load, whose errors make the snapshot unusable: a damaged
+            # counter is the database's damage (CorruptFileError), not the snapshot's.
+            counters = self.db.seq(), self.db.forgotten()
             # The snapshot loads on a thread of its own (without the GIL) while this one
             # reads the vectors it may leave out (see vector_fill.read_ahead); the engine then
             # fills a chunk on that thread while the next is read here (see _fill).
@@ -217,7 +220,7 @@ class IndexSync:
                 ahead = read_ahead(self.db, self.dim, self.snapshot_vectors, loading)
                 try:
                     engine, seq, history = loading.result()
-                    reason = self._unusable(engine, seq, history)
+                    reason = self._unusable(engine, seq, history, *counters)
                 except FileNotFoundError:
                     # A new cache folder of a shared store is no loss: it is built from
                     # the database.
@@ -262,7 +265,9 @@ class IndexSync:
         )
         self.refused = True
 
-    def _unusable(self, engine: Engine, seq: int, history: int) -> str | None:
+    def _unusable(
+        self, engine: Engine, seq: int, history: int, newest: int, forgotten: int
+    ) -> str | None:
         if engine.dim != self.dim:
             return f"its dimension {engine.dim} is not the store's {self.dim}"
         if engine.dim is not None and engine.precision != self.engine_args["precision"]:
@@ -270,15 +275,12 @@ class IndexSync:
                 f"its precision {engine.precision} is not the requested "
                 f"{self.engine_args['precision']}"
             )
-        if seq > self.db.seq():
+        if seq > newest:
             return "it is newer than the database"
-        if seq < self.db.forgotten():
+        if seq < forgotten:
             return "it is older than the deletions the database remembers"
         assert self.index_dir is not None
-        try:
-            owner = (self.index_dir / _GENERATION).read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            owner = None
+        owner = read_note(self.index_dir / GENERATION)
         if owner is None:
             return (
                 "it does not say which database it belongs to (an older memlane wrote it, "
@@ -286,21 +288,18 @@ class IndexSync:
             )
         if owner != self.db.store_id:
             return "it belongs to another database (a copy, or a recreated database)"
-        try:
-            indexes = (self.index_dir / _INDEXES).read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            indexes = None
+        indexes = read_note(self.index_dir / INDEXES)
         if indexes is None:
             return (
                 "it does not say it indexes the records' unique flag (an older memlane wrote "
                 "it, or a process stopped before writing that note)"
             )
-        if indexes != f"{_INDEXED} {seq}":
+        if indexes != f"{INDEXED} {seq}":
             return (
                 "its note that it indexes the records' unique flag is another snapshot's (a "
                 "process stopped between writing the two, or an older memlane replaced it)"
             )
-        return _other_history(self.db.get_meta(EPOCHS), seq, history)
+        return other_history(self.db.get_meta(EPOCHS), seq, history)
 
     def prepare(self, rows: Sequence[Row], *, texts: bool, vectors: FloatArray | None) -> Any:
         """The engine's check and analysis of ``rows``, with their accesses not yet flushed."""
@@ -535,60 +534,21 @@ class IndexSync:
             shutil.rmtree(self.index_dir, ignore_errors=True)
             self.refused = False
         # The epoch of the change it reflects: this process's if it wrote, else the one
-        # the database's last change is of (see _other_history).
+        # the database's last change is of (see snapshot_notes.other_history).
         epochs = read_epochs(self.db.get_meta(EPOCHS))
         history = epochs[-1][0] if epochs else 0
         self.engine.save(self.index_dir, self.seq, self.snapshot_vectors, history)
-        owner = self.index_dir / _GENERATION
+        owner = self.index_dir / GENERATION
         try:
-            if (
-                not owner.is_file()
-                or owner.read_text("ascii", "replace").strip() != self.db.store_id
-            ):
-                _write_atomically(owner, self.db.store_id)  # once: the id never changes
+            if read_note(owner) != self.db.store_id:
+                write_note(owner, self.db.store_id)  # once: the id never changes
         except OSError as e:
             raise StorageError(f"cannot write the snapshot's owner file {owner}: {e}") from e
-        indexes = self.index_dir / _INDEXES
+        indexes = self.index_dir / INDEXES
         try:
-            _write_atomically(indexes, f"{_INDEXED} {self.seq}")
+            write_note(indexes, f"{INDEXED} {self.seq}")
         except OSError as e:
             raise StorageError(f"cannot write the snapshot's file {indexes}: {e}") from e
         self.snap_seq = self.seq
         self.changes = 0
         self.snapshot_wanted = None
-
-
-def _other_history(listed: str | None, seq: int, history: int) -> str | None:
-    """Why a snapshot at change ``seq`` of epoch ``history`` (0: none) may be of another
-    history than the database's epochs (``meta.epochs``, ``listed``: see
-    ``storage.sqlite.EPOCHS``), if it may. It is of this one if its epoch is listed and
-    it is no newer than the change the next epoch started after: a copy of the database
-    that went on apart started epochs the other never listed."""
-    epochs = read_epochs(listed)
-    if epochs is None:
-        return "the database's list of the epochs of its history is damaged"
-    if history == 0:
-        # An older memlane's (or one saved before the database listed an epoch): taken
-        # under the checks it was written for while its change is before every epoch.
-        if not epochs or seq <= epochs[0][1]:
-            return None
-        return "it names no epoch of the database's history and is newer than the first"
-    for i, (epoch, _) in enumerate(epochs):
-        if epoch == history:
-            if i + 1 < len(epochs) and seq > epochs[i + 1][1]:
-                return "a copy of this database wrote it after the two went on apart"
-            return None
-    return (
-        "it is of another copy of this database, written apart from it (a backup and the "
-        "store, each written since), or of an epoch older than the database lists"
-    )
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path``: a crash leaves the old file or the new one whole."""
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="ascii") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

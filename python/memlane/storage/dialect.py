@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, Literal, TypeVar
 
+from memlane.coerce import MAX_COUNT
 from memlane.errors import CorruptFileError, InvalidArgumentError, MemlaneError, StorageError
 from memlane.schema import Row
 
@@ -319,7 +320,31 @@ class Dialect(abc.ABC):
         )
 
     def seq(self) -> int:
-        return int(self.get_meta("seq") or 0)
+        return self.meta_count("seq")
+
+    def meta_count(self, key: str, conn: Any = None) -> int:
+        """The whole number ``meta.key`` holds (0 where there is none), checked: one a
+        flipped bit or a bad restore changed is the damaged database's error, not a
+        number taken as it is (it reached callers as a raw ``ValueError``, or as a
+        refusal of an argument they never gave)."""
+        value = self.get_meta(key, conn)
+        return 0 if value is None else self.stored_count(f"meta.{key}", value)
+
+    def stored_count(self, what: str, value: object) -> int:
+        """``value``, what the database holds as ``what``, as a whole number from 0 to
+        2**63 - 1 (what both databases store), or ``CorruptFileError`` naming it."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            number: int | None = value
+        elif isinstance(value, str) and value.isascii() and value.isdigit():
+            number = int(value)
+        else:
+            number = None
+        if number is None or not 0 <= number <= MAX_COUNT:
+            raise CorruptFileError(
+                f"reading {what} ({self.location}): {repr(value)[:80]} is not what memlane wrote: "
+                "the database file is damaged"
+            )
+        return number
 
     # -- entries of the connection's tenant ----------------------------------------------
     # Kept apart from meta, whose store-wide state every connection reads: the database

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,33 @@ def _folder(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InvalidArgumentError(f"cannot create the folder {path}: {e}") from e
+
+
+def _store_folder(path: object) -> Path:
+    """The store directory ``path`` names: a ``str`` or a path of one, without a NUL
+    byte (no file system takes one), else ``InvalidArgumentError`` naming it."""
+    try:
+        text = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        text = None
+    if not isinstance(text, str):
+        raise InvalidArgumentError(
+            "path must be a store directory (a str or a pathlib.Path), a postgresql:// URL "
+            f"or None, got {type(path).__name__}"
+        )
+    if "\0" in text:
+        raise InvalidArgumentError(f"path must not hold a NUL byte, got {text!r}")
+    return Path(text)
+
+
+def _database_file(folder: Path) -> bool:
+    """Whether the store directory ``folder`` holds a database file; an error the
+    system gives (a name longer than it takes, a folder it does not let us read) is
+    ``StorageError`` naming the path, as any later refusal of the open is."""
+    try:
+        return (folder / "memory.db").is_file()
+    except OSError as e:
+        raise StorageError(f"cannot open the store {folder}: {e.strerror}") from None
 
 
 def open_store(path: str | Path | None, cache_dir: str | Path | None = None) -> Opened:
@@ -67,8 +95,8 @@ def open_store(path: str | Path | None, cache_dir: str | Path | None = None) -> 
         )
     if path is None:
         return Opened(SQLiteStore(None), None, None, "in memory")
-    folder = Path(path)
-    if (folder / "memory.db").is_file():
+    folder = _store_folder(path)
+    if _database_file(folder):
         check_ours(folder / "memory.db")  # before the lock file is made beside it
     _folder(folder)
     lock = StoreLock(folder)

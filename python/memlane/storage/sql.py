@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from memlane.coerce import MAX_COUNT
-from memlane.content_hash import content_hash
 from memlane.errors import (
     ConflictError,
     CorruptFileError,
     UnknownIdError,
 )
-from memlane.schema import COLUMNS, HISTORY_COLUMNS, SQL_TYPES, Row
-from memlane.storage.base import Changes, HistoryEntry
-from memlane.storage.dialect import Columns, Dialect
+from memlane.schema import COLUMNS, SQL_TYPES, Row
+from memlane.storage.base import Changes
+from memlane.storage.dialect import Columns
 from memlane.storage.rowcache import RowCache
+from memlane.storage.sql_history import NO_EMBEDDING, SQLHistory, check_texts
 from memlane.storage.vector_log import VectorLog, is_marker
 
 __all__ = ["TYPES", "SQLStore"]
@@ -32,17 +32,9 @@ TYPES = SQL_TYPES
 _RECORDS: Columns = tuple(zip(COLUMNS, TYPES, strict=True))
 
 _ALL = ", ".join(COLUMNS)
-_NO_EMBEDDING = ", ".join("NULL" if c == "embedding" else c for c in COLUMNS)
-_HISTORY = ", ".join(HISTORY_COLUMNS)
-_HISTORY_TYPES: Columns = (
-    *((c, t) for c, t in zip(COLUMNS, TYPES, strict=True) if c in HISTORY_COLUMNS),
-    *(("event", "text"), ("at", "float8"), ("actor", "text"), ("next_id", "text")),
-)
-_HISTORY_SELECT = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id FROM "
-_CHANGES_SELECT = f"SELECT n, {_NO_EMBEDDING}, event, at, actor, next_id, change_seq FROM "
 
 
-class SQLStore(Dialect):
+class SQLStore(SQLHistory):
     """The ``Store`` protocol over SQL; see the module docstring
     for what a dialect supplies."""
 
@@ -71,7 +63,7 @@ class SQLStore(Dialect):
 
     def _columns(self, embedding: bool) -> str:
         """The select list of a records row (its vector or NULL), then the type check."""
-        cols = _ALL if embedding else _NO_EMBEDDING
+        cols = _ALL if embedding else NO_EMBEDDING
         return f"{cols}, {self._TYPES_HOLD}" if self._TYPES_HOLD else cols
 
     def _rows(self, conn: Any, sql: str, params: Any) -> list[Row]:
@@ -85,16 +77,7 @@ class SQLStore(Dialect):
                 "type than its column's: the database file is damaged"
             )
         rows = [Row._make(r[:-1]) for r in fetched]
-        # A flipped bit inside a text leaves a text, of the right type and valid UTF-8:
-        # only its hash, written beside it from the same text, tells. Taken as it is, the
-        # record would disagree with the index built from the text as written (a search
-        # for its own text missed it: benches/reliability.py's damaged-database trial).
-        for r in rows:
-            if content_hash(r.text) != r.content_hash:
-                raise CorruptFileError(
-                    f"reading records ({self.location}): the text of record {r.id!r} does "
-                    "not match its content hash: the database file is damaged"
-                )
+        check_texts(rows, "records", self.location)
         return self._given_rows(self._vectors_in(rows))
 
     # -- the vector file (an embedded store's: storage/vector_log.py) ---------------------
@@ -191,88 +174,6 @@ class SQLStore(Dialect):
             for row in self._rows(conn, self._q(q + where + order + self._FOR_UPDATE), params):
                 found.setdefault(row.id, row)
         return found
-
-    def record_history(
-        self,
-        conn: Any,
-        rowids: Sequence[int],
-        event: str,
-        at: float,
-        actor: str | None = None,
-        next_id: str | None = None,
-        *,
-        seq: int,
-    ) -> None:
-        """Keeps the current versions of ``rowids`` in the history, as replaced by
-        ``event`` (``update``, ``supersede``, ``delete``) at ``at`` in change ``seq``: one
-        statement that copies the rows, so no version passes through Python."""
-        p = self._p
-        head = (
-            f"INSERT INTO {p}history ({_HISTORY}, event, at, actor, next_id, change_seq) "
-            f"SELECT {_HISTORY}, ?, ?, ?, ?, ? FROM {p}records WHERE "
-        )
-        if next_id is not None:
-            next_id = self._stored_id(next_id)
-        for where, params in self._any("rowid", rowids, "int8"):
-            with self._refusals():
-                conn.execute(self._q(head + where), (event, at, actor, next_id, seq, *params))
-
-    def history(self, ids: Sequence[str]) -> list[HistoryEntry]:
-        """The history entries of ``ids``, oldest first."""
-        q = f"{_HISTORY_SELECT}{self._p}history WHERE "
-
-        def run(conn: Any) -> list[tuple[Any, ...]]:
-            out: list[tuple[Any, ...]] = []
-            for where, params in self._any("id", self._id_forms(ids), "text"):
-                out.extend(conn.execute(self._q(q + where), params))
-            return out
-
-        found = self._read(run) if ids else []
-        found.sort(key=lambda r: r[0])
-        return [self._given_entry(r) for r in found]
-
-    def _given_entry(self, r: Sequence[Any]) -> HistoryEntry:
-        row, event, at, actor, next_id = _history_entry(r)
-        if self._id_prefix is None:
-            return row, event, at, actor, next_id
-        given = None if next_id is None else self._given_id(next_id)
-        return row._replace(id=self._given_id(row.id)), event, at, actor, given
-
-    def iter_history(self, batch: int = 1024) -> Iterator[HistoryEntry]:
-        """Every history entry, oldest first."""
-        q = self._q(f"{_HISTORY_SELECT}{self._p}history WHERE n > ? ORDER BY n LIMIT ?")
-        last = 0
-
-        def page(conn: Any) -> list[tuple[Any, ...]]:
-            return list(conn.execute(q, (last, batch)))
-
-        while True:
-            rows = self._read(page)
-            if not rows:
-                return
-            yield from map(self._given_entry, rows)
-            last = rows[-1][0]
-
-    def insert_history(self, conn: Any, entries: Sequence[HistoryEntry]) -> None:
-        """Adds history entries as given (an import's)."""
-        rows = []
-        for row, event, at, actor, next_id in entries:
-            stored = row._replace(id=self._stored_id(row.id))
-            successor = None if next_id is None else self._stored_id(next_id)
-            columns = (getattr(stored, c) for c in HISTORY_COLUMNS)
-            rows.append((*columns, event, at, actor, successor))
-        with self._refusals():
-            self._many(conn, f"{self._p}history", _HISTORY_TYPES, rows)
-
-    def superseded_by(self, record_id: str) -> str | None:
-        """The id of the record that ``record_id`` superseded, if any."""
-        where, params = next(self._any("next_id", self._id_forms([record_id]), "text"))
-        q = self._q(
-            f"SELECT id FROM {self._p}history WHERE {where} AND event = 'supersede' "
-            "ORDER BY at LIMIT 1"
-        )
-        rows = self._read(lambda c: list(c.execute(q, params)))
-        return self._given_id(str(rows[0][0])) if rows else None
 
     #: What locks a row a write transaction read (PostgreSQL's row locks; SQLite's one
     #: writer holds the database).
@@ -385,7 +286,7 @@ class SQLStore(Dialect):
                 conn.execute(self._q(statement.format(p=self._p)), (upto,))
 
     def forgotten(self) -> int:
-        return int(self.get_meta("forgotten") or 0)
+        return self.meta_count("forgotten")
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -483,16 +384,17 @@ class SQLStore(Dialect):
         newest = self._q(f"SELECT value FROM {p}meta WHERE key = 'seq'")
         # Both are answered by an index on the change number (history_change, records_seq);
         # sorted here, as SQLite would rather walk the whole history in its order.
-        entries = self._q(f"{_CHANGES_SELECT}{p}history WHERE change_seq > ?")
+        entries = self._q(f"{self._history_select(changes=True)} WHERE change_seq > ?")
         rows = self._q(f"SELECT {self._columns(False)} FROM {p}records WHERE seq > ?")
 
         def run(conn: Any) -> Changes:
             conn.execute(self._SNAPSHOT)
             try:
                 upto = int(conn.execute(newest).fetchone()[0])
+                fetched = self._checked_history(conn.execute(entries, (seq,)).fetchall())
                 made = [
                     (int(r[-1]), self._given_entry(r[:-1]))
-                    for r in sorted(conn.execute(entries, (seq,)).fetchall(), key=lambda r: r[0])
+                    for r in sorted(fetched, key=lambda r: r[0])
                 ]
                 written = self._rows(conn, rows, (seq,))
             except BaseException:
@@ -572,9 +474,16 @@ class SQLStore(Dialect):
 
     def recent(self, since: float) -> list[tuple[str, str, float]]:
         q = self._q(f"SELECT key, id, at FROM {self._p}recent WHERE at >= ? ORDER BY at")
-        return self._read(
-            lambda c: [(r[0], self._given_id(r[1]), r[2]) for r in c.execute(q, (since,))]
-        )
+        rows = self._read(lambda c: c.execute(q, (since,)).fetchall())
+        # Checked as records rows are: SQLite keeps whatever type a flipped bit gives a
+        # value, and the window compared a key of bytes or a time of text raw (TypeError).
+        for key, rid, at in rows:
+            if not (isinstance(key, str) and isinstance(rid, str) and type(at) is float):
+                raise CorruptFileError(
+                    f"reading the dedup window ({self.location}): a row holds a value of "
+                    "another type than its column's: the database file is damaged"
+                )
+        return [(key, self._given_id(rid), at) for key, rid, at in rows]
 
     def expiring(self) -> bool:
         """Whether any record has an ``expires_at`` (the partial index answers)."""
@@ -591,10 +500,3 @@ class SQLStore(Dialect):
     def count(self) -> int:
         q = f"SELECT count(*) FROM {self._p}records"
         return int(self._read(lambda c: c.execute(q).fetchone()[0]))
-
-
-def _history_entry(r: Sequence[Any]) -> HistoryEntry:
-    """A history entry of a row of ``_HISTORY_SELECT`` (``n`` first)."""
-    width = len(COLUMNS) + 1
-    event, at, actor, next_id = r[width:]
-    return Row._make(r[1:width]), event, at, actor, next_id

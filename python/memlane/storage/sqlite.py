@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import sqlite3
 import threading
@@ -33,11 +34,13 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memlane.coerce import MAX_COUNT
 from memlane.errors import CorruptFileError, StorageError
 from memlane.schema import history_table, records_table, sqlite_types_hold
 from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import SQLStore
+from memlane.storage.sqlite_migrate import migrate
 from memlane.storage.vector_log import MARKER_BYTES, MARKER_TAG, VectorLog
 
 __all__ = [
@@ -135,40 +138,6 @@ def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
         yield items[start : start + _CHUNK]
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Brings an older store's tables to the schema's columns (a table created by this
-    open, the history of a version-1 store, has them already), and its jobs to
-    ``tenant_meta``."""
-    later = (("expires_at", "REAL"), ("recorded_at", None), ("speaker", "TEXT"))
-    history = (*later, ("change_seq", "INTEGER"))
-    for table, columns in (("records", (("valid_to", "REAL"), *later)), ("history", history)):
-        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-        for name, kind in columns:
-            if name in have:
-                continue
-            # NOT NULL needs a default for the rows there; each gets its own just below.
-            conn.execute(
-                f"ALTER TABLE {table} ADD COLUMN {name} " + (kind or "REAL NOT NULL DEFAULT 0.0")
-            )
-            if name == "recorded_at":
-                conn.execute(_RECORDED.format(table=table))
-    # Jobs were kept in meta before tenant_meta (made by this open) held them.
-    conn.execute(
-        "INSERT OR REPLACE INTO tenant_meta (tenant, key, value) "
-        "SELECT '', key, value FROM meta WHERE substr(key, 1, 4) = 'job:'"
-    )
-    conn.execute("DELETE FROM meta WHERE substr(key, 1, 4) = 'job:'")
-
-
-#: When a store that predates ``recorded_at`` learned each version: when it was first
-#: written (its earliest version's ``updated_at``: the history keeps the versions a
-#: change replaced), which is the add's time for a record never changed.
-_RECORDED = """
-UPDATE {table} SET recorded_at = coalesce(
-    (SELECT min(h.updated_at) FROM history h WHERE h.id = {table}.id), {table}.updated_at)
-"""
-
-
 def _meta_ints(value: str, path: Path, count: int) -> list[int]:
     """The ``count`` whole numbers of a meta value memlane wrote (``meta.vector_log_end``,
     or ``vector_log_last``: "OFFSET:CRC")."""
@@ -258,6 +227,7 @@ class SQLiteStore(SQLStore):
     # of a schema a flipped bit garbled, raised by the first PRAGMA).
     _ERRORS = (sqlite3.Error, UnicodeDecodeError)
     _TYPES_HOLD = sqlite_types_hold()
+    _HISTORY_TYPES_HOLD = sqlite_types_hold(history=True)
     # (It needs SQLite 3.35.)
     _RETURNING = False
     _GREATEST = "max"
@@ -291,8 +261,16 @@ class SQLiteStore(SQLStore):
         #: starts it is still open.
         self._epoch: int | None = None
         self._epoch_pending = False
+        #: The database file this store opened (device, inode), and whether the path was
+        #: found to name another since (see ``_current``).
+        self._identity: tuple[int, int] | None = None
+        self._replaced = False
         self._writer = self._connect(_CACHE_KIB)
         try:
+            if path is not None:
+                self._identity = self._file_identity()
+                if self._identity is None:
+                    raise StorageError(f"cannot open the database ({path}): it is gone")
             # executescript commits any open transaction, so the (idempotent)
             # schema goes first, on its own. Pages stay at SQLite's 4 KiB: 16 KiB
             # pages (set before WAL mode, the only time they can be) made a 100k
@@ -301,17 +279,21 @@ class SQLiteStore(SQLStore):
             with self._failing("cannot open the database"):
                 self._writer.executescript(_SCHEMA)
             with self.transaction() as conn:
-                version = self.get_meta("schema_version", conn)
+                version = (
+                    None
+                    if self.get_meta("schema_version", conn) is None
+                    else self.meta_count("schema_version", conn)
+                )
                 if version is None:
                     self.set_meta(conn, "schema_version", str(SCHEMA_VERSION))
                     self.set_meta(conn, "seq", "0")
-                elif int(version) > SCHEMA_VERSION:
+                elif version > SCHEMA_VERSION:
                     raise StorageError(
                         f"{path} has schema version {version}; this memlane reads up to "
                         f"{SCHEMA_VERSION} (upgrade memlane)"
                     )
-                elif int(version) < SCHEMA_VERSION:
-                    _migrate(conn)
+                elif version < SCHEMA_VERSION:
+                    migrate(conn)
                     self.set_meta(conn, "schema_version", str(SCHEMA_VERSION))
                 # Made after the columns exist (a new table, or the migration above).
                 conn.execute(
@@ -323,7 +305,7 @@ class SQLiteStore(SQLStore):
                     # Which database a snapshot belongs to (a store made before ids
                     # existed gets one now, and rebuilds its snapshot once).
                     self.set_meta(conn, "store_id", str(uuid.uuid4()))
-            self.store_id = str(self.get_meta("store_id"))
+            self.store_id = self._store_id()
             self._cache = RowCache(DEFAULT_CAPACITY)
             if path is not None:
                 end, last = self.get_meta("vector_log_end"), self.get_meta("vector_log_last")
@@ -339,6 +321,19 @@ class SQLiteStore(SQLStore):
         except BaseException:
             self.close()
             raise
+
+    def _store_id(self) -> str:
+        """``meta.store_id``, a UUID as this class writes it (the vector file's header
+        holds its bytes), or ``CorruptFileError`` naming it."""
+        value = str(self.get_meta("store_id"))
+        try:
+            uuid.UUID(value)
+        except ValueError:
+            raise CorruptFileError(
+                f"reading meta.store_id ({self.location}): {value[:80]!r} is not what memlane "
+                "wrote: the database file is damaged"
+            ) from None
+        return value
 
     def _move_vectors(self) -> None:
         """Moves the blobs an older store kept in its rows into the vector file, a chunk
@@ -389,6 +384,33 @@ class SQLiteStore(SQLStore):
                 conn.execute(f"PRAGMA cache_size = -{cache_kib}")
         return conn
 
+    def _file_identity(self) -> tuple[int, int] | None:
+        """The device and inode of the file the path names (None: none it can stat)."""
+        assert self.path is not None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _current(self) -> None:
+        """Refuses to go on once the path names another database file than the one this
+        store opened (a backup moved into its place, the file deleted): a connection
+        opened by path would read the other file while the engine and the writer hold
+        this one's records, and a write would go to a file no later open reads. Checked
+        where a connection is opened and where a write begins: one ``stat`` each, never
+        per read."""
+        if self._identity is None:
+            return
+        if not self._replaced and self._file_identity() != self._identity:
+            self._replaced = True
+        if self._replaced:
+            raise StorageError(
+                f"the SQLite database {self.location} was replaced while this store was "
+                "open (another file moved into its place, or the file removed): open the "
+                "store again"
+            )
+
     def checkpoint(self) -> None:
         """Copies the WAL into the database without blocking writers (a passive checkpoint,
         on a connection of its own; the maintenance thread calls it)."""
@@ -396,6 +418,7 @@ class SQLiteStore(SQLStore):
             return
         if self._checkpointer is None:
             self._checkpointer = self._connect()
+            self._current()
         with self._failing("checkpoint failed"):
             self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
@@ -432,6 +455,7 @@ class SQLiteStore(SQLStore):
         try:
             if self._closed:
                 raise StorageError("the store is closed")
+            self._current()
             self._writer.execute("BEGIN IMMEDIATE")
         except BaseException:
             self._lock.release()
@@ -457,9 +481,12 @@ class SQLiteStore(SQLStore):
                 if self._closed:
                     raise StorageError("the store is closed")
                 conn = self._connect()
+                self._readers.append(conn)  # closed with the store, checked or not
+                self._current()
                 conn.execute("PRAGMA query_only = ON")
-                self._readers.append(conn)
             self._local.conn = conn
+        elif self._replaced:
+            self._current()
         yield conn
 
     def _reader(self) -> AbstractContextManager[sqlite3.Connection]:
@@ -505,7 +532,12 @@ class SQLiteStore(SQLStore):
 
     def next_seq(self, conn: Any) -> int:
         # The one writer holds the write lock (BEGIN IMMEDIATE) until commit.
-        seq = int(self.get_meta("seq", conn) or 0) + 1
+        seq = self.meta_count("seq", conn) + 1
+        if seq > MAX_COUNT:
+            raise CorruptFileError(
+                f"writing ({self.location}): meta.seq is {seq - 1}, the largest change number "
+                "a database stores: the database file is damaged"
+            )
         self.set_meta(conn, "seq", str(seq))
         if self._epoch is None and self.path is not None:
             # The first write of this open starts its epoch (see EPOCHS), in the same
@@ -537,4 +569,12 @@ class SQLiteStore(SQLStore):
             row = self._writer.execute(
                 "SELECT seq FROM sqlite_sequence WHERE name = 'records'"
             ).fetchone()
-        return (0 if row is None else int(row[0])) + 1
+        used = 0 if row is None else self.stored_count("records' rowid counter", row[0])
+        if used > MAX_COUNT - count:
+            # Rowids count up from 1: a counter this near the largest is damage, and the
+            # insert would fail with a raw OverflowError in the sqlite3 module.
+            raise CorruptFileError(
+                f"reserving rowids ({self.location}): records' rowid counter is {used}, "
+                f"too near the largest rowid for {count} more: the database file is damaged"
+            )
+        return used + 1

@@ -90,7 +90,11 @@ class VectorLog:
             raise StorageError(f"cannot open the vector file {path}: {e.strerror}") from None
         try:
             self._lock(path)
-            size = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
+            #: The file this store opened (device, inode): reads map the file by its
+            #: path, and one moved into its place meanwhile is refused (``_current``).
+            self._identity = (st.st_dev, st.st_ino)
+            size = st.st_size
             if size < HEADER and (end or HEADER) > HEADER:
                 raise self._damaged(f"it is missing or empty where the database has {end} bytes")
             if size < HEADER:
@@ -210,9 +214,43 @@ class VectorLog:
             raise StorageError(f"cannot write the vector file {self.path}: a short write")
         self._staged += len(data)
 
+    def _current(self) -> None:
+        """Refuses to go on once the path names another file than the one this store
+        opened (another store's, or a backup of this one's, moved into its place): reads
+        would take its vectors for this store's, and writes would go to a file no later
+        open reads. One ``stat``, whatever the store holds."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StorageError(
+                f"cannot read the vector file {self.path}: it is gone (removed while this "
+                "store was open)"
+            ) from None
+        except OSError as e:
+            raise StorageError(f"cannot read the vector file {self.path}: {e.strerror}") from None
+        if (st.st_dev, st.st_ino) != self._identity:
+            raise StorageError(
+                f"the vector file {self.path} was replaced while this store was open (another "
+                "file moved into its place): open the store again"
+            )
+
+    def _own_header(self) -> None:
+        """Refuses a file whose header names another store: one copied over this one in
+        place keeps its inode (a read of 32 bytes)."""
+        try:
+            head = os.pread(self._fd, HEADER, 0)
+        except OSError as e:
+            raise StorageError(f"cannot read the vector file {self.path}: {e.strerror}") from None
+        if log_header_store(head) != self._store:
+            raise self._damaged("its header is no longer this store's: it was overwritten")
+
     def sync(self) -> tuple[int, tuple[int, int] | None]:
         """Seals the staged entries and makes them durable; the end and the last entry
         (the seal: offset, checksum) the transaction then records."""
+        # Checked once per transaction, before its commit: entries written to a file
+        # replaced meanwhile would be lost at the next open with the transaction's rows.
+        self._current()
+        self._own_header()
         seal, _, last, chain = log_entries(self._staged, self._staged_chain, [], [], seal=True)
         self._append(seal)
         self._staged_last, self._staged_chain = last, chain
@@ -238,8 +276,14 @@ class VectorLog:
         replay reads a million."""
         if not named:
             return []
+        # The path names this store's file before the map and after it (a file moved
+        # into its place in between is caught by the second look), and the file's header
+        # still names this store: entries of another store's file, written alike, have
+        # the same rowids at the same offsets and check.
+        self._current()
+        self._own_header()
         try:
-            return log_blobs(
+            found = log_blobs(
                 self.path,
                 max(self.end, self._staged),
                 [rowid for rowid, _ in named],
@@ -247,6 +291,8 @@ class VectorLog:
             )
         except NotFoundError:
             raise StorageError(f"cannot read the vector file {self.path}: it is gone") from None
+        self._current()
+        return found
 
     def rows_in(self, rows: list[Row]) -> list[Row]:
         """``rows`` with the blob each marker names."""

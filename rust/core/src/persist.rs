@@ -52,10 +52,28 @@ pub struct Stamp {
     pub crc: u32,
 }
 
+/// The file at `path`, opened to be read, if it is a regular file: a FIFO
+/// put where a file belongs (a snapshot's, the vector file) would block an
+/// open until some writer came, and a device is no file memlane wrote. Opened
+/// without blocking, then refused as [`Error::Corrupt`] unless regular (the
+/// flag changes nothing for a regular file's reads).
+pub fn open_regular(path: &Path) -> Result<File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let f = options.open(path).map_err(|e| Error::io(path, e))?;
+    let meta = f.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(corrupt(path, "not a regular file"));
+    }
+    Ok(f)
+}
+
 /// The stamp of the `kind` file at `path`, read from its header alone.
 pub fn stamp(path: &Path, kind: Kind) -> Result<Stamp> {
     let mut head = [0u8; HEADER_LEN];
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut f = open_regular(path)?;
     match f.read_exact(&mut head) {
         Ok(()) => read_header(path, &head, kind),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -139,7 +157,7 @@ impl std::ops::Deref for Payload {
 
 /// Reads and verifies a snapshot; returns its format version and payload.
 pub fn load(path: &Path, kind: Kind, max_version: u32) -> Result<(u32, Payload)> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = open_regular(path)?;
     // SAFETY: memlane never modifies a snapshot file (see `Payload`), and the
     // store's lock keeps other memlane processes away; bytes another program
     // changes are caught by the checksum or decode to an error (a file it
@@ -241,6 +259,25 @@ mod tests {
             stamp(&d.join("missing"), K),
             Err(Error::NotFound(_))
         ));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A FIFO or a folder where a snapshot file belongs is refused as damaged
+    /// at once: opened as a file, a FIFO held the open until a writer came.
+    #[cfg(unix)]
+    #[test]
+    fn a_file_that_is_not_regular_is_corrupt_not_waited_on() {
+        let d = tmpdir("fifo");
+        let fifo = d.join("fifo.bin");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path in a test's own folder.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let folder = d.join("folder.bin");
+        fs::create_dir(&folder).unwrap();
+        for p in [&fifo, &folder] {
+            assert!(matches!(load(p, K, 1), Err(Error::Corrupt { .. })), "{p:?}");
+            assert!(matches!(stamp(p, K), Err(Error::Corrupt { .. })), "{p:?}");
+        }
         fs::remove_dir_all(&d).unwrap();
     }
 }

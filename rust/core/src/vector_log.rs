@@ -19,12 +19,13 @@
 //! no row names; a file they wrote chains from its last entry (see
 //! [`chain_after`]).
 
-use std::fs::File;
 use std::path::Path;
 
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::idmap::SlotMap;
+use crate::persist;
 
 /// Bytes before the first entry.
 pub const HEADER: usize = 32;
@@ -153,7 +154,7 @@ pub fn marker_offset(value: &[u8]) -> Option<u64> {
 
 /// The file at `path`, mapped: its bytes stay on disk until read.
 pub fn map(path: &Path) -> Result<memmap2::Mmap> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = persist::open_regular(path)?;
     // SAFETY: the one writer only appends past the end the caller reads up to,
     // and never truncates below it while the store is open.
     unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io(path, e))
@@ -201,6 +202,7 @@ pub fn newest<'a>(
         entries.push((at, h.rowid, h.crc));
         at = stop;
     }
+    let too_many = || Error::invalid("a vector file of 2^32 entries or more");
     let blob = |at: usize| {
         let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes"));
         &bytes[at + ENTRY..at + ENTRY + len as usize]
@@ -213,27 +215,31 @@ pub fn newest<'a>(
     if let Some(i) = fails {
         return Err(damaged(entries[i].0, "an entry whose checksum fails"));
     }
-    // Rowids are dense from 1 (a rowid a rolled-back write took is taken
-    // again, but that write's entry lies past `end`): the newest entry of each
-    // wanted one is found through a table indexed by rowid, not a hash.
-    let top = wanted.iter().copied().max().unwrap_or(0);
-    let top = usize::try_from(top).map_err(|_| Error::invalid("a rowid past memory"))?;
-    let mut newest = vec![u32::MAX; top + 1];
-    let mut want = vec![false; top + 1];
-    for &id in wanted {
-        want[id as usize] = true;
+    // The wanted rowids sorted, each found through a `SlotMap` by its place
+    // among them: a table indexed by rowid, as a store's rowids are dense
+    // from 1, but one bounded by the entries wanted, never by the largest
+    // rowid (a damaged rowid counter gave a record rowid 2^40, and a table
+    // that long aborted every open).
+    let mut order = wanted.to_vec();
+    order.sort_unstable();
+    order.dedup();
+    let mut place = SlotMap::default();
+    place.reserve(order.len());
+    for (i, &id) in order.iter().enumerate() {
+        place.insert(id, u32::try_from(i).map_err(|_| too_many())?);
     }
+    let mut newest = vec![u32::MAX; order.len()];
     for (i, &(_, rowid, _)) in entries.iter().enumerate() {
         // Later entries of a rowid replace earlier ones: the file is in commit order.
-        if let Some(slot) = usize::try_from(rowid).ok().filter(|&r| r <= top && want[r]) {
-            newest[slot] = u32::try_from(i).expect("fewer than 2^32 entries");
+        if let Some(&w) = place.get(&rowid) {
+            newest[w as usize] = u32::try_from(i).map_err(|_| too_many())?;
         }
     }
-    let found = newest
+    let found = order
         .iter()
-        .enumerate()
+        .zip(&newest)
         .filter(|(_, &i)| i != u32::MAX)
-        .map(|(rowid, &i)| (rowid as u64, blob(entries[i as usize].0)))
+        .map(|(&rowid, &i)| (rowid, blob(entries[i as usize].0)))
         .collect();
     Ok(found)
 }
@@ -412,6 +418,30 @@ mod tests {
         let bytes = file(&[(1, b"aaaa"), (2, b"bbbb"), (1, b"cccc")]);
         let found = newest(Path::new("v"), &bytes, bytes.len(), &[3, 1]).unwrap();
         assert_eq!(found, vec![(1, &b"cccc"[..])]);
+    }
+
+    /// A rowid far past the others (a damaged rowid counter's) costs a place
+    /// among the wanted, not a table as long as the rowid: this aborted the
+    /// process with an allocation of 2^42 bytes.
+    #[test]
+    fn scattered_rowids_are_found_without_a_table_as_long_as_them() {
+        let huge = (1u64 << 40) + 3;
+        let bytes = file(&[
+            (huge, b"hhhh"),
+            (2, b"bbbb"),
+            (u64::MAX, b"mmmm"),
+            (huge, b"HHHH"),
+        ]);
+        let wanted = [u64::MAX, huge, 2, huge, 7];
+        let found = newest(Path::new("v"), &bytes, bytes.len(), &wanted).unwrap();
+        assert_eq!(
+            found,
+            vec![
+                (2, &b"bbbb"[..]),
+                (huge, &b"HHHH"[..]),
+                (u64::MAX, &b"mmmm"[..])
+            ]
+        );
     }
 
     #[test]

@@ -23,8 +23,8 @@ from memlane.agent.upkeep.jobs import Holder, Job, JobLostError
 from memlane.errors import ClosedError, MemlaneError
 
 if TYPE_CHECKING:
-    from memlane._memory.job_book import JobBook
     from memlane.agent.loop import AgentMemory
+    from memlane.store import JobBook
 
 __all__ = ["Holding"]
 
