@@ -129,9 +129,10 @@ def test_consolidate_failure_keeps_entries(
 ) -> None:
     path = tmp_path / "store"
     short_term(path, 2)
+    alice = ["--user", "alice"]
     with ScriptedChatServer(["I cannot answer in JSON, sorry."]) as server:
         code, out, err = run(
-            capsys, "consolidate", "--store", str(path), *TEXT, "--force", *llm_args(server)
+            capsys, "consolidate", "--store", str(path), *TEXT, *alice, "--force", *llm_args(server)
         )
     assert code == 1 and out == ""
     assert "consolidation failed (nothing removed): ParseError" in err

@@ -334,7 +334,9 @@ def consolidate(
     metadata: Mapping[str, Any] | None = None,
     marks: Mapping[str, Any] | None = None,
 ) -> ConsolidationReport:
-    """Summarises the oldest ``batch`` short-term entries of ``scope`` once ``threshold`` exist.
+    """Summarises the oldest ``batch`` short-term entries of exactly ``scope`` (None: the
+    entries with no scope field beyond the store's ``default_scope``) once ``threshold``
+    exist: what the summary and its facts say stays in the scope it was said in.
 
     Call it after adding short-term entries: below the threshold it only
     counts (``"skipped"``). ``force=True`` consolidates whatever there is (at
