@@ -21,10 +21,25 @@ from upkeep_scripts import QUIET, agent, said, turn
 
 TESTS = Path(__file__).resolve().parent.parent
 
+#: The embedder of the processes below: it stalls (after saying STALL) while it embeds a
+#: batch holding ``stall`` but not ``unless``, to be killed there.
+_STALLS = """
+class Stalls(WordHashEmbedder):
+    def embed_batch(self, texts):
+        if any(stall in t and unless not in t for t in texts):
+            os.write(1, b"STALL\\n")
+            time.sleep(600)
+        return super().embed_batch(texts)
+
+    def embed(self, text):
+        return self.embed_batch([text])[0]
+"""
+
 #: A process that stores a turn with a platform message id (argv[4]: the user's text)
 #: and stalls while it embeds a batch holding argv[5] but not argv[6] (after saying
 #: STALL), to be killed there. argv: store, cache folder ("-": none), the tests folder.
-_KILLED_TURN = """
+_KILLED_TURN = (
+    """
 import os, sys, time
 sys.path.insert(0, sys.argv[3])
 from conftest import WordHashEmbedder
@@ -33,29 +48,23 @@ from memlane.agent import SessionScope
 from upkeep_scripts import QUIET
 
 text, stall, unless = sys.argv[4], sys.argv[5], sys.argv[6]
-
-class Stalls(WordHashEmbedder):
-    def embed_batch(self, texts):
-        if any(stall in t and unless not in t for t in texts):
-            os.write(1, b"STALL\\n")
-            time.sleep(600)
-        return super().embed_batch(texts)
-
-    def embed(self, text):
-        return self.embed_batch([text])[0]
-
+"""
+    + _STALLS
+    + """
 options = {} if sys.argv[2] == "-" else {"cache_dir": sys.argv[2]}
 am = AgentMemory(Memory(sys.argv[1], Stalls(), **options), SessionScope("per-peer"), None, **QUIET)
 am.after(am.event("telegram", 42, 7, message_id=555), [{"role": "user", "content": text}], "noted")
 os.write(1, b"RETURNED\\n")
 time.sleep(600)
 """
+)
 
 #: A process whose agent reflects a fact longer than the cap at its second turn and
 #: stalls while it embeds a batch holding argv[4] but not argv[5] (after saying STALL),
 #: to be killed there. argv: store, cache folder ("-": none), the tests folder, the
 #: text to stall at, the text that spares a batch, the fact.
-_KILLED_SPLIT = """
+_KILLED_SPLIT = (
+    """
 import json, os, sys, time
 sys.path.insert(0, sys.argv[3])
 from conftest import WordHashEmbedder
@@ -63,17 +72,9 @@ from memlane import Memory
 from upkeep_scripts import agent, turn
 
 stall, unless, fact = sys.argv[4], sys.argv[5], sys.argv[6]
-
-class Stalls(WordHashEmbedder):
-    def embed_batch(self, texts):
-        if any(stall in t and unless not in t for t in texts):
-            os.write(1, b"STALL\\n")
-            time.sleep(600)
-        return super().embed_batch(texts)
-
-    def embed(self, text):
-        return self.embed_batch([text])[0]
-
+"""
+    + _STALLS
+    + """
 class Answers:
     def complete(self, messages):
         if "New facts:" in messages[-1]["content"]:
@@ -87,6 +88,7 @@ for text in ("I have news", "lots of news"):
     turn(am, alice, text)
 time.sleep(600)
 """
+)
 
 
 def _killed(script: str, make_store: StoreFactory, name: str, tmp_path: Path, *args: str) -> None:
