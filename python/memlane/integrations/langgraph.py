@@ -182,7 +182,8 @@ class MemlaneStore(Searching, BaseStore):
         """Deletes the expired items now; returns how many items went.
 
         Not needed for correctness: no read returns an expired item, and the memory's
-        background maintenance removes them. This frees their space at once.
+        background maintenance removes them. This frees their space at once, and reads
+        the expired records alone (the engine keeps the records by expiry).
         """
         gone = self._adopt_old_expiries()
         swept = self.memory.expire(self.table, **self.scope)
@@ -211,7 +212,8 @@ class MemlaneStore(Searching, BaseStore):
         """Gives the items an earlier version of this adapter wrote with a TTL (their
         expiry in ``metadata.lg.exp``, read by the adapter alone) the record's
         ``expires_at`` instead, so the memory's reads and maintenance see it; deletes
-        those already past it, and returns how many."""
+        those already past it, and returns how many. With none left (the usual case)
+        the count reads no record: the engine counts the records holding each key."""
         old = {"metadata.lg.exp": {"$exists": True}}
         if not self.memory.count(self.table, filters=old, **self.scope):
             return 0

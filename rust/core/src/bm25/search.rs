@@ -180,8 +180,26 @@ impl Bm25Index {
         }
         match filter {
             Some(f) if self.prefer_forward(terms, f) => self.score_filtered(terms, k, f),
-            _ => self.max_score(terms, k, filter),
+            _ => self.max_score(terms, k, filter, |_| true),
         }
+    }
+
+    /// [`search_query`](Self::search_query) among the documents whose id
+    /// `keep` admits, for a restriction that leaves out few of them (the
+    /// records a search skips): `keep` is asked only about documents that
+    /// would enter the best `k` as found so far, so it costs what a
+    /// search's hits cost, not what the index holds. The hits are those of
+    /// a [`Filter`] of the documents `keep` admits.
+    pub fn search_query_where(
+        &self,
+        query: &Query,
+        k: usize,
+        keep: impl Fn(u64) -> bool,
+    ) -> Vec<Hit> {
+        if query.terms.is_empty() || k == 0 {
+            return Vec::new();
+        }
+        self.max_score(&query.terms, k, None, keep)
     }
 
     /// The score no document can reach for `query` ([`Query::ceiling`]).
@@ -428,7 +446,18 @@ impl Bm25Index {
         matched.then(|| sum_and_clear(contrib))
     }
 
-    fn max_score(&self, terms: &[QueryTerm], k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+    /// MaxScore over the documents `filter` holds (all without one) and
+    /// whose id `keep` admits. A document `keep` refuses is only left out of
+    /// the best `k`: the bounds that prune come from those it admits, and
+    /// the cursors it moves past stay valid for the documents after it, so
+    /// the hits are those of a filter that never held it.
+    fn max_score(
+        &self,
+        terms: &[QueryTerm],
+        k: usize,
+        filter: Option<&Filter>,
+        keep: impl Fn(u64) -> bool,
+    ) -> Vec<Hit> {
         let mut c = Cursors::new(self, terms);
         let n = terms.len();
         let mut acc = vec![0f32; WINDOW];
@@ -484,10 +513,11 @@ impl Bm25Index {
                     if score < top.threshold() || !self.live[d as usize] {
                         continue;
                     }
-                    top.offer(Hit {
-                        id: self.doc_ids[d as usize],
-                        score,
-                    });
+                    let id = self.doc_ids[d as usize];
+                    if !keep(id) {
+                        continue;
+                    }
+                    top.offer(Hit { id, score });
                     let t = top.threshold();
                     if t > theta {
                         theta = t;
@@ -673,9 +703,12 @@ mod tests {
                     let fast = ix.search(&q, k, Some(&filter));
                     assert_eq!(fast, ix.search_exhaustive(&q, k, Some(&filter)));
                     assert!(fast.iter().all(|h| allowed.contains(&h.id)));
-                    let by_postings = ix.max_score(&ix.prepare(&q), k, Some(&filter));
+                    let by_postings = ix.max_score(&ix.prepare(&q), k, Some(&filter), |_| true);
                     let by_forward = ix.score_filtered(&ix.prepare(&q), k, &filter);
                     assert_eq!(by_postings, by_forward);
+                    // The same documents asked about as met: the same hits.
+                    let kept = ix.search_query_where(&ix.query(&q), k, |id| allowed.contains(&id));
+                    assert_eq!(kept, by_postings, "q={q} k={k}");
                 }
                 // Scores of given documents equal the exhaustive ones (0 where
                 // nothing matches, and for removed or unknown ids).
@@ -730,7 +763,7 @@ mod tests {
             for k in [1, 10, 100] {
                 assert_eq!(ix.search(&q, k, None), ix.search_exhaustive(&q, k, None));
                 assert_eq!(
-                    ix.max_score(&ix.prepare(&q), k, Some(&filter)),
+                    ix.max_score(&ix.prepare(&q), k, Some(&filter), |_| true),
                     ix.search_exhaustive(&q, k, Some(&filter))
                 );
             }

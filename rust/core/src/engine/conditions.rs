@@ -142,6 +142,9 @@ impl Conditions {
             }
         }
         if let Some(now) = expire_at {
+            // The records' expiry order lists those it leaves out, so with
+            // nothing else to narrow it no other record is read
+            // ([`Filter::exclusion`]).
             parts.push(Node::Not(Box::new(Node::Range(
                 Field::ExpiresAt,
                 Cmp::Lte,

@@ -13,11 +13,17 @@
 //! one).
 //!
 //! Evaluation: equality and membership on indexed fields (id, table, type,
-//! scope, evergreen, metadata) read postings; `$and` starts from its cheapest
-//! such child and `$or` unions its children when all have postings. Only
-//! those candidates are then checked against the columns, so a filter that
-//! selects 1% of the store examines about 1% of it. Filters with no such
-//! handle (a lone range or negation) scan the live slots.
+//! scope, evergreen, metadata) read postings, and ranges on `expires_at`
+//! the records' expiry order; `$and` starts from its cheapest such child and
+//! `$or` unions its children when all have postings. Only those candidates
+//! are then checked against the columns, so a filter that selects 1% of the
+//! store examines about 1% of it. A filter that admits every record but
+//! those of conditions it negates, each found so exactly (a read's "not
+//! expired now": [`Filter::exclusion`]), examines only those. Filters with
+//! no such handle (a lone range on another field, a negation of one) scan
+//! the live slots.
+
+use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use super::filter_syntax::{self as syntax, Cmp, Parsed, ParsedNode};
 use super::records::{PostingKey, Records, Value, ValueKey, NONE};
@@ -116,15 +122,24 @@ impl Filter {
 
     /// The matching live slots, ascending.
     pub fn select(&self, records: &Records) -> Selection {
-        match candidates(&self.root, records) {
-            Some(cands) => Selection {
+        self.run(self.plan(records), records)
+    }
+
+    fn run(&self, plan: Plan, records: &Records) -> Selection {
+        match plan {
+            Plan::Candidates(cands) => Selection {
                 examined: cands.len(),
                 slots: cands
                     .into_iter()
                     .filter(|&s| self.matches(records, s))
                     .collect(),
             },
-            None => Selection {
+            // The others match unread.
+            Plan::Except(except) => Selection {
+                examined: except.len(),
+                slots: without(records.live_slots(), &except).collect(),
+            },
+            Plan::Scan => Selection {
                 examined: records.len(),
                 slots: records
                     .live_slots()
@@ -133,6 +148,58 @@ impl Filter {
             },
         }
     }
+
+    /// How many live records match: without a look at each one when the
+    /// filter is an [`exclusion`](Self::exclusion).
+    pub fn count(&self, records: &Records) -> usize {
+        match self.plan(records) {
+            Plan::Except(except) => records.len() - except.len(),
+            plan => self.run(plan, records).slots.len(),
+        }
+    }
+
+    /// When the filter has no postings to start from and admits every live
+    /// record but those of conditions it negates, which postings or the
+    /// expiry order give exactly (a read's `Not(expires_at <= now)`, a `$ne`
+    /// or `$nin` on an indexed field, any of them under an `$and`): those
+    /// records' slots, ascending, so that a caller leaves them out instead of
+    /// reading every record. `None` otherwise.
+    pub fn exclusion(&self, records: &Records) -> Option<Vec<u32>> {
+        // Whether there are candidates, told without listing them.
+        if estimate(&self.root, records, 0).is_some() {
+            return None;
+        }
+        excluded(&self.root, records)
+    }
+
+    fn plan(&self, records: &Records) -> Plan {
+        if let Some(cands) = candidates(&self.root, records) {
+            return Plan::Candidates(cands);
+        }
+        excluded(&self.root, records).map_or(Plan::Scan, Plan::Except)
+    }
+}
+
+/// How a filter's matches are found.
+enum Plan {
+    /// A sorted superset, each checked.
+    Candidates(Vec<u32>),
+    /// Every live slot but these (sorted), none checked.
+    Except(Vec<u32>),
+    /// Every live slot, each checked.
+    Scan,
+}
+
+/// `slots` (ascending) less `except` (ascending), in one merge.
+pub(super) fn without<'a>(
+    slots: impl Iterator<Item = u32> + 'a,
+    except: &'a [u32],
+) -> impl Iterator<Item = u32> + 'a {
+    let mut at = 0;
+    slots.filter(move |&s| {
+        at += except[at..].partition_point(|&e| e < s);
+        except.get(at) != Some(&s)
+    })
 }
 
 fn bind(node: &ParsedNode, records: &Records) -> Node {
@@ -306,13 +373,82 @@ fn union(lists: Vec<&[u32]>) -> Vec<u32> {
     out
 }
 
-/// A sorted superset of the slots matching `node`, read from postings, or
-/// `None` when only a scan can tell.
+/// The slots whose `expires_at` compares to `q` as `cmp` asks, in the order
+/// of their expiry; none for a `q` that is not a number (no expiry compares
+/// with it, and a record that never expires has none).
+fn expiring<'a>(cmp: Cmp, q: &Scalar, records: &'a Records) -> impl Iterator<Item = u32> + 'a {
+    let t = match q {
+        Scalar::Num(t) => Some(*t),
+        _ => None,
+    };
+    t.map(|t| match cmp {
+        Cmp::Lt => records.expiring(Unbounded, Excluded(t)),
+        Cmp::Lte => records.expiring(Unbounded, Included(t)),
+        Cmp::Gt => records.expiring(Excluded(t), Unbounded),
+        Cmp::Gte => records.expiring(Included(t), Unbounded),
+    })
+    .into_iter()
+    .flatten()
+}
+
+/// Whether `node` is `$exists: true` of a metadata key no live record holds.
+fn absent_key(node: &Node, records: &Records) -> bool {
+    match node {
+        Node::Exists(Field::Meta(None), true) => true,
+        Node::Exists(Field::Meta(Some(key)), true) => records.with_key(*key) == 0,
+        _ => false,
+    }
+}
+
+/// The slots matching `node`, ascending, when postings or the expiry order
+/// give exactly them; `None` when some must be checked.
+fn exact(node: &Node, records: &Records) -> Option<Vec<u32>> {
+    match node {
+        // Postings hold exactly the slots with the value.
+        Node::Eq(..) | Node::In(..) | Node::Range(Field::ExpiresAt, ..) => {
+            candidates(node, records)
+        }
+        Node::Exists(..) if absent_key(node, records) => Some(Vec::new()),
+        Node::Or(children) => {
+            let parts = children
+                .iter()
+                .map(|c| exact(c, records))
+                .collect::<Option<Vec<_>>>()?;
+            Some(union(parts.iter().map(Vec::as_slice).collect()))
+        }
+        _ => None,
+    }
+}
+
+/// See [`Filter::exclusion`].
+fn excluded(node: &Node, records: &Records) -> Option<Vec<u32>> {
+    match node {
+        Node::All => Some(Vec::new()),
+        Node::Not(inner) => exact(inner, records),
+        Node::And(children) => {
+            let parts = children
+                .iter()
+                .map(|c| excluded(c, records))
+                .collect::<Option<Vec<_>>>()?;
+            Some(union(parts.iter().map(Vec::as_slice).collect()))
+        }
+        _ => None,
+    }
+}
+
+/// A sorted superset of the slots matching `node`, read from postings or
+/// the expiry order, or `None` when only a scan can tell.
 fn candidates(node: &Node, records: &Records) -> Option<Vec<u32>> {
     match node {
         Node::Eq(f, q) => {
             posting_key(*f, q).map(|key| key.map_or(Vec::new(), |k| records.postings(&k).to_vec()))
         }
+        Node::Range(Field::ExpiresAt, cmp, q) => {
+            let mut slots: Vec<u32> = expiring(*cmp, q, records).collect();
+            slots.sort_unstable();
+            Some(slots)
+        }
+        Node::Exists(..) if absent_key(node, records) => Some(Vec::new()),
         Node::In(f, qs) => {
             let mut lists = Vec::with_capacity(qs.len());
             for q in qs {
@@ -324,11 +460,7 @@ fn candidates(node: &Node, records: &Records) -> Option<Vec<u32>> {
         }
         Node::And(children) => {
             // Estimate each child's size cheaply before materialising the smallest.
-            children
-                .iter()
-                .filter_map(|c| estimate(c, records).map(|n| (n, c)))
-                .min_by_key(|(n, _)| *n)
-                .and_then(|(_, c)| candidates(c, records))
+            smallest(children, records, usize::MAX).and_then(|(_, c)| candidates(c, records))
         }
         Node::Or(children) => {
             let parts = children
@@ -341,17 +473,51 @@ fn candidates(node: &Node, records: &Records) -> Option<Vec<u32>> {
     }
 }
 
+/// Whether [`estimate`] of `node` takes a count (of a range of the expiry
+/// order) rather than a posting's length.
+fn counted(node: &Node) -> bool {
+    match node {
+        Node::Range(Field::ExpiresAt, ..) => true,
+        Node::And(c) | Node::Or(c) => c.iter().any(counted),
+        _ => false,
+    }
+}
+
+/// The child of an `$and` with the smallest estimate, and that estimate;
+/// `None` when no child has candidates. Those whose estimate is a count go
+/// last, each counted no further than the smallest found before it.
+fn smallest<'n>(children: &'n [Node], records: &Records, cap: usize) -> Option<(usize, &'n Node)> {
+    let mut best: Option<(usize, &Node)> = None;
+    let read = children.iter().filter(|c| !counted(c));
+    for c in read.chain(children.iter().filter(|c| counted(c))) {
+        let cap = best.map_or(cap, |(n, _)| n);
+        if let Some(n) = estimate(c, records, cap) {
+            if best.is_none_or(|(b, _)| n < b) {
+                best = Some((n, c));
+            }
+        }
+    }
+    best
+}
+
 /// An upper bound on the size of `candidates(node)`, or `None` if it has none.
-fn estimate(node: &Node, records: &Records) -> Option<usize> {
+/// An estimate that would exceed `cap` may stop at any value above it.
+fn estimate(node: &Node, records: &Records, cap: usize) -> Option<usize> {
     match node {
         Node::Eq(f, q) => posting_key(*f, q).map(|k| k.map_or(0, |k| records.postings(&k).len())),
         Node::In(f, qs) => qs.iter().try_fold(0usize, |acc, q| {
             posting_key(*f, q).map(|k| acc + k.map_or(0, |k| records.postings(&k).len()))
         }),
-        Node::And(c) => c.iter().filter_map(|n| estimate(n, records)).min(),
-        Node::Or(c) => c
-            .iter()
-            .try_fold(0usize, |acc, n| Some(acc + estimate(n, records)?)),
+        Node::Range(Field::ExpiresAt, cmp, q) => Some(
+            expiring(*cmp, q, records)
+                .take(cap.saturating_add(1))
+                .count(),
+        ),
+        Node::Exists(..) if absent_key(node, records) => Some(0),
+        Node::And(c) => smallest(c, records, cap).map(|(n, _)| n),
+        Node::Or(c) => c.iter().try_fold(0usize, |acc, n| {
+            Some(acc.saturating_add(estimate(n, records, cap.saturating_sub(acc))?))
+        }),
         Node::All | Node::Not(_) | Node::Range(..) | Node::Exists(..) => None,
     }
 }
@@ -422,6 +588,146 @@ mod tests {
         assert_eq!(sel(&r, r#"{"expires_at": null}"#), vec![0, 2, 3]);
         assert_eq!(sel(&r, r#"{"recorded_at": {"$lte": 3001}}"#), vec![0, 1]);
         assert!(Filter::parse(r#"{"recorded_at": null}"#, &r).is_err());
+    }
+
+    /// A store of `n` records: tables t0..t2, agents a0..a3 (or none), a
+    /// metadata tag of a few values, and an expiry for some, several sharing
+    /// a time (a small generator, so the cases repeat); some removed.
+    fn expiring_store(n: u64, seed: u64) -> Records {
+        let mut s = seed | 1;
+        let mut below = |m: u64| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s % m
+        };
+        let mut r = Records::default();
+        for i in 0..n {
+            let agent = below(5);
+            let expires = below(3) == 0;
+            let at = below(40) as f64 - 10.0;
+            let meta = format!(r#"{{"tag": {}, "on": {}}}"#, below(4), below(2) == 0);
+            r.insert(
+                i,
+                &Attrs {
+                    id: Some(format!("r{i}")),
+                    scope: [
+                        (agent < 4).then(|| format!("a{agent}")),
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                    ],
+                    expires_at: expires.then_some(if at == 0.0 { -0.0 } else { at }),
+                    metadata: flatten_metadata(&meta).unwrap(),
+                    ..Attrs::blank(&format!("t{}", below(3)), "k")
+                },
+            );
+        }
+        for i in (0..n).step_by(7) {
+            r.remove(i);
+        }
+        r
+    }
+
+    #[test]
+    fn expiry_ranges_and_exclusions_match_a_scan() {
+        for seed in [1, 2, 3] {
+            let r = expiring_store(400, seed);
+            let expiring = |t: f64, cmp: &str| {
+                r.live_slots()
+                    .filter(|&s| {
+                        let at = r.expires_at[s as usize];
+                        at.is_finite()
+                            && match cmp {
+                                "$lt" => at < t,
+                                "$lte" => at <= t,
+                                "$gt" => at > t,
+                                _ => at >= t,
+                            }
+                    })
+                    .count()
+            };
+            for t in [-11.0, -0.0, 0.0, 5.0, 12.5, 29.0, 40.0] {
+                for cmp in ["$lt", "$lte", "$gt", "$gte"] {
+                    let range = format!(r#"{{"expires_at": {{"{cmp}": {t:?}}}}}"#);
+                    let filters = [
+                        range.clone(),
+                        format!(r#"{{"expires_at": {{"$not": {{"{cmp}": {t:?}}}}}}}"#),
+                        format!(r#"{{"$and": [{range}, {{"table": "t1"}}]}}"#),
+                        format!(r#"{{"$and": [{range}, {{"tag": {{"$ne": 2}}}}]}}"#),
+                        format!(r#"{{"$or": [{range}, {{"agent_id": "a1"}}]}}"#),
+                        format!(
+                            r#"{{"$and": [{{"$not": {range}}}, {{"table": {{"$nin": ["t0"]}}}},
+                                {{"id": {{"$ne": "r5"}}}}, {{}}]}}"#
+                        ),
+                        format!(r#"{{"$and": [{{"$not": {range}}}, {{"importance": 0.5}}]}}"#),
+                        format!(r#"{{"$not": {{"$or": [{range}, {{"on": true}}]}}}}"#),
+                    ];
+                    for json in &filters {
+                        let f = Filter::parse(json, &r).unwrap();
+                        let want: Vec<u32> = r.live_slots().filter(|&s| f.matches(&r, s)).collect();
+                        let got = f.select(&r);
+                        assert_eq!(got.slots, want, "{json}");
+                        assert_eq!(f.count(&r), want.len(), "{json}");
+                        if let Some(except) = f.exclusion(&r) {
+                            assert_eq!(except.len() + want.len(), r.len(), "{json}");
+                            assert_eq!(got.examined, except.len(), "{json}");
+                        }
+                    }
+                    // Read from the expiry order: what it holds is all it reads.
+                    let f = Filter::parse(&range, &r).unwrap();
+                    assert_eq!(f.select(&r).examined, expiring(t, cmp), "{range}");
+                    let not = format!(r#"{{"expires_at": {{"$not": {{"{cmp}": {t:?}}}}}}}"#);
+                    let f = Filter::parse(&not, &r).unwrap();
+                    assert_eq!(f.exclusion(&r).map(|e| e.len()), Some(expiring(t, cmp)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_and_starts_from_its_smallest_part_an_expiry_range_too() {
+        let mut r = Records::default();
+        for i in 0..1000u64 {
+            r.insert(
+                i,
+                &Attrs {
+                    // Every record expires, a few of them by 10.
+                    expires_at: Some(if i % 100 == 0 { 5.0 } else { 50.0 + i as f64 }),
+                    ..Attrs::blank("items", "k")
+                },
+            );
+        }
+        let sweep = Filter::parse(r#"{"table": "items", "expires_at": {"$lte": 10}}"#, &r).unwrap();
+        let s = sweep.select(&r);
+        assert_eq!((s.slots.len(), s.examined), (10, 10));
+        let late = Filter::parse(r#"{"expires_at": {"$gt": 10}, "table": "items"}"#, &r).unwrap();
+        assert_eq!(late.select(&r).slots.len(), 990);
+        // A key no record holds answers `$exists` unread, interned or not.
+        r.insert(
+            5000,
+            &Attrs {
+                metadata: flatten_metadata(r#"{"old": 1}"#).unwrap(),
+                ..Attrs::blank("items", "k")
+            },
+        );
+        for json in [
+            r#"{"table": "items", "old": {"$exists": true}}"#,
+            r#"{"table": "items", "never": {"$exists": true}}"#,
+        ] {
+            let f = Filter::parse(json, &r).unwrap();
+            let s = f.select(&r);
+            let held = usize::from(json.contains("old"));
+            assert_eq!(
+                (s.slots.len(), s.examined),
+                (held, if held == 1 { 1001 } else { 0 })
+            );
+        }
+        assert!(r.remove(5000));
+        let f = Filter::parse(r#"{"table": "items", "old": {"$exists": true}}"#, &r).unwrap();
+        assert_eq!(f.select(&r).examined, 0);
     }
 
     #[test]

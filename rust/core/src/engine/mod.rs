@@ -13,7 +13,7 @@
 //! - [`options`]: a search's options, checked once; `mode`: which retrievers
 //!   it runs.
 //! - `search`: the query path; [`crate::fusion`] and [`crate::scoring`] hold
-//!   the formulas.
+//!   the formulas; `admission`: which records its retrievers may return.
 //! - `retrievals`: what recent queries retrieved, reused until the engine
 //!   changes.
 //! - `snapshot`: saving and loading the whole engine as one directory.
@@ -22,6 +22,7 @@
 //! take `&self` and may run in parallel under a readers-writer lock. Recording
 //! an access is the one write a search makes, through an atomic column.
 
+mod admission;
 pub mod conditions;
 pub mod filter;
 pub mod filter_syntax;
@@ -328,7 +329,7 @@ impl Engine {
         match filter {
             None => self.records.len(),
             Some(f) if f.is_all() => self.records.len(),
-            Some(f) => f.select(&self.records).slots.len(),
+            Some(f) => f.count(&self.records),
         }
     }
 

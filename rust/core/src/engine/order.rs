@@ -11,7 +11,7 @@
 use rustc_hash::FxHashMap;
 
 use super::filter::Filter;
-use super::records::{Records, NONE};
+use super::records::{ordered, Records, NONE};
 use super::{Engine, Order};
 use crate::error::{Error, Result};
 
@@ -64,16 +64,6 @@ impl From<Order> for Sort {
             column: Column::CreatedAt,
             descending: order == Order::CreatedDesc,
         }
-    }
-}
-
-/// Bits of a finite float that sort as the float does (-0.0 as 0.0).
-fn ordered(x: f64) -> u64 {
-    let bits = if x == 0.0 { 0 } else { x.to_bits() };
-    if bits >> 63 == 1 {
-        !bits
-    } else {
-        bits | (1 << 63)
     }
 }
 
@@ -144,15 +134,27 @@ impl Engine {
             scope: std::array::from_fn(|f| resolved(r, key[f + 1])),
             count: count as usize,
         };
-        let mut groups: Vec<Group> = match filter {
-            Some(f) if !f.is_all() => {
+        let filter = filter.filter(|f| !f.is_all());
+        let mut groups: Vec<Group> = match filter.map(|f| (f, f.exclusion(r))) {
+            // The totals kept, less the few records left out (those expired).
+            Some((_, Some(except))) => {
+                let mut counts = r.groups.clone();
+                for slot in except {
+                    let n = counts
+                        .get_mut(&r.group(slot))
+                        .expect("a live record's group");
+                    *n -= 1;
+                }
+                counts.iter().filter(|(_, &n)| n > 0).map(group).collect()
+            }
+            Some((f, None)) => {
                 let mut counts: FxHashMap<[u32; 7], u32> = FxHashMap::default();
                 for slot in f.select(r).slots {
                     *counts.entry(r.group(slot)).or_default() += 1;
                 }
                 counts.iter().map(group).collect()
             }
-            _ => r.groups.iter().map(group).collect(),
+            None => r.groups.iter().map(group).collect(),
         };
         groups.sort_unstable_by(|a, b| {
             (&a.table, std::cmp::Reverse(a.count), &a.scope).cmp(&(
@@ -208,7 +210,7 @@ mod tests {
             last_accessed_at: created + rng.below(10) as f64,
             access_count: rng.below(4),
             valid_to: None,
-            expires_at: None,
+            expires_at: (rng.below(3) == 0).then(|| rng.below(20) as f64),
             recorded_at: 0.0,
             speaker: None,
             metadata: flatten_metadata("{}").unwrap(),
@@ -280,6 +282,11 @@ mod tests {
                     .unwrap(),
             ),
             Some(e.parse_filter(r#"{"user_id": "nobody"}"#).unwrap()),
+            // Every record but those expired at 7: the others unread.
+            Some(
+                e.parse_filter(r#"{"expires_at": {"$not": {"$lte": 7}}}"#)
+                    .unwrap(),
+            ),
         ];
         for (_, column) in Column::ALL {
             for descending in [false, true] {
@@ -341,6 +348,8 @@ mod tests {
             None,
             Some(r#"{"agent_id": "agent2"}"#),
             Some(r#"{"importance": 1}"#),
+            Some(r#"{"expires_at": {"$not": {"$lte": 9}}}"#),
+            Some(r#"{"expires_at": {"$not": {"$lte": 100}}}"#),
         ] {
             let filter = json.map(|j| e.parse_filter(j).unwrap());
             let mut want: FxHashMap<(String, [Option<String>; 6]), usize> = FxHashMap::default();

@@ -8,9 +8,9 @@
 //! is `a.b = 1`) and a list of scalars gives its key several values, which a
 //! filter matches if any of them does (as MongoDB does).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
-use std::ops::Bound::{Excluded, Unbounded};
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::hash_table::{self, HashTable};
@@ -403,6 +403,15 @@ pub struct Records {
     /// Live records per table and scope ([`Records::group`]), so that counts
     /// by table and scope of the whole store read no record.
     pub(crate) groups: FxHashMap<[u32; 7], u32>,
+    /// Live records per metadata key, so that `$exists` of a key no record
+    /// holds (what an adapter looks for once, usually in vain) reads none.
+    pub(crate) meta_keys: FxHashMap<u32, u32>,
+    /// The live records that expire, by `expires_at` ([`ordered`]) then slot:
+    /// those expired at a time are a range of it (usually a few, since
+    /// maintenance deletes them), so a read that leaves them out, and a
+    /// range filter on `expires_at`, read them alone. Derived from the
+    /// columns, as the postings are.
+    pub(crate) expiring: BTreeSet<(u64, u32)>,
     /// Per slot: the previous and the next record of its session by
     /// (`created_at`, id), or [`NONE`]. Derived from the columns, so a
     /// snapshot need not carry them ([`Records::rebuild_index`]).
@@ -451,6 +460,15 @@ fn decrement<K: std::hash::Hash + Eq>(totals: &mut FxHashMap<K, u32>, key: K) {
     }
 }
 
+/// The keys of a slot's metadata (sorted by key), each once: a list
+/// repeats its key.
+fn distinct_keys(meta: &[(u32, Value)]) -> impl Iterator<Item = u32> + '_ {
+    meta.iter()
+        .enumerate()
+        .filter(|&(i, &(k, _))| i == 0 || meta[i - 1].0 != k)
+        .map(|(_, &(k, _))| k)
+}
+
 /// A record's place in its session: `created_at` (as bits that sort as the
 /// floats do), then the id, so turns stored in the same second keep the
 /// order they were stored in.
@@ -462,6 +480,17 @@ fn order_key(created_at: f64, id: u64) -> (u64, u64) {
         bits | (1 << 63)
     };
     (ordered, id)
+}
+
+/// Bits of a finite float that sort as the float does (-0.0 as 0.0, which
+/// compare equal).
+pub(crate) fn ordered(x: f64) -> u64 {
+    let bits = if x == 0.0 { 0 } else { x.to_bits() };
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
 }
 
 impl Records {
@@ -556,6 +585,40 @@ impl Records {
             PostingKey::Id(k) => self.by_key.get(k).map_or(&[], std::slice::from_ref),
             _ => self.postings.get(key).map_or(&[], |v| v),
         }
+    }
+
+    /// The live slots whose `expires_at` lies between `from` and `to`, in the
+    /// order of their expiry (a record that never expires has none). A NaN
+    /// bound, which no time compares with, and bounds that cross give none.
+    pub fn expiring(&self, from: Bound<f64>, to: Bound<f64>) -> impl Iterator<Item = u32> + '_ {
+        let nan = [from, to]
+            .iter()
+            .any(|b| matches!(b, Included(t) | Excluded(t) if t.is_nan()));
+        // Each time's records lie between (time, 0) and (time, u32::MAX).
+        let lo = match from {
+            Included(t) => Included((ordered(t), 0)),
+            Excluded(t) => Excluded((ordered(t), u32::MAX)),
+            Unbounded => Unbounded,
+        };
+        let hi = match to {
+            Included(t) => Included((ordered(t), u32::MAX)),
+            Excluded(t) => Excluded((ordered(t), 0)),
+            Unbounded => Unbounded,
+        };
+        let crossed = match (lo, hi) {
+            (Included(a), Included(b)) => a > b,
+            (Included(a) | Excluded(a), Included(b) | Excluded(b)) => a >= b,
+            _ => false,
+        };
+        (!nan && !crossed)
+            .then(|| self.expiring.range((lo, hi)).map(|&(_, slot)| slot))
+            .into_iter()
+            .flatten()
+    }
+
+    /// How many live records hold metadata key `key`.
+    pub fn with_key(&self, key: u32) -> usize {
+        self.meta_keys.get(&key).map_or(0, |&n| n as usize)
     }
 
     /// The previous and the next record of `slot`'s session, if it has a
@@ -698,6 +761,9 @@ impl Records {
         if k != NONE && self.by_key.get(&k) == Some(&slot) {
             self.by_key.remove(&k);
         }
+        if let Some(entry) = self.expiry_entry(slot) {
+            self.expiring.remove(&entry);
+        }
         for key in self.keys_of(slot) {
             if let Some(list) = self.postings.get_mut(&key) {
                 if let Ok(i) = list.binary_search(&slot) {
@@ -715,6 +781,9 @@ impl Records {
         if k != NONE {
             self.by_key.insert(k, slot);
         }
+        if let Some(entry) = self.expiry_entry(slot) {
+            self.expiring.insert(entry);
+        }
         for key in self.keys_of(slot) {
             let list = self.postings.entry(key).or_default();
             // Fresh slots are the largest, so bulk adds append.
@@ -727,6 +796,12 @@ impl Records {
                 _ => list.push(slot),
             }
         }
+    }
+
+    /// `slot`'s place in [`Records::expiring`], if it expires.
+    fn expiry_entry(&self, slot: u32) -> Option<(u64, u32)> {
+        let at = self.expires_at[slot as usize];
+        at.is_finite().then(|| (ordered(at), slot))
     }
 
     fn push_slot(&mut self) -> u32 {
@@ -844,6 +919,9 @@ impl Records {
             }
         }
         *self.groups.entry(self.group(slot)).or_default() += 1;
+        for key in distinct_keys(&self.meta[slot as usize]) {
+            *self.meta_keys.entry(key).or_default() += 1;
+        }
     }
 
     /// Takes `slot` out of the totals [`tally`](Self::tally) put it in
@@ -857,6 +935,9 @@ impl Records {
         }
         let group = self.group(slot);
         decrement(&mut self.groups, group);
+        for key in distinct_keys(&self.meta[slot as usize]) {
+            decrement(&mut self.meta_keys, key);
+        }
     }
 
     /// Removes `id`; returns whether it was there.
@@ -895,6 +976,8 @@ impl Records {
         self.speakers = FxHashMap::default();
         self.names = NameWords::default();
         self.groups = FxHashMap::default();
+        self.meta_keys = FxHashMap::default();
+        self.expiring = BTreeSet::new();
         self.prev = vec![NONE; self.ids.len()];
         self.next = vec![NONE; self.ids.len()];
         for slot in 0..self.ids.len() as u32 {
@@ -1053,6 +1136,67 @@ mod tests {
         let before = (r.prev.clone(), r.next.clone());
         r.rebuild_index().unwrap();
         assert_eq!((r.prev.clone(), r.next.clone()), before);
+    }
+
+    #[test]
+    fn the_expiry_order_and_key_counts_follow_every_change() {
+        let mut r = Records::default();
+        let mut s = 0x2545_f491_u64;
+        let mut below = |m: u64| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s % m
+        };
+        // What the kept structures must equal, from the columns.
+        let check = |r: &Records| {
+            let mut order: Vec<(u64, u32)> = r
+                .live_slots()
+                .filter(|&s| r.expires_at[s as usize].is_finite())
+                .map(|s| (ordered(r.expires_at[s as usize]), s))
+                .collect();
+            order.sort_unstable();
+            assert!(r.expiring.iter().copied().eq(order));
+            let mut keys: FxHashMap<u32, u32> = FxHashMap::default();
+            for s in r.live_slots() {
+                for k in distinct_keys(&r.meta[s as usize]) {
+                    *keys.entry(k).or_default() += 1;
+                }
+            }
+            assert_eq!(r.meta_keys, keys);
+        };
+        for step in 0..2000 {
+            let id = below(300);
+            if below(4) == 0 {
+                r.remove(id);
+            } else {
+                let mut a = attrs("t", None, r#"{"a": [1, 1, 2], "b": {"c": 1}}"#);
+                if below(2) == 0 {
+                    a.metadata.truncate(below(4) as usize);
+                }
+                a.expires_at = (below(3) > 0).then(|| below(50) as f64 - 25.0);
+                r.insert(id, &a);
+            }
+            if step % 250 == 0 {
+                check(&r);
+            }
+        }
+        check(&r);
+        let kept = (r.expiring.clone(), r.meta_keys.clone());
+        r.rebuild_index().unwrap();
+        assert_eq!((r.expiring.clone(), r.meta_keys.clone()), kept);
+        // A range of the order, in expiry order; crossed or NaN bounds give none.
+        let at = |slots: Vec<u32>| -> Vec<f64> {
+            slots.iter().map(|&s| r.expires_at[s as usize]).collect()
+        };
+        let mid: Vec<f64> = at(r.expiring(Excluded(-5.0), Included(5.0)).collect());
+        assert!(mid.windows(2).all(|w| w[0] <= w[1]));
+        assert!(mid.iter().all(|&t| -5.0 < t && t <= 5.0));
+        assert_eq!(r.expiring(Included(3.0), Excluded(3.0)).count(), 0);
+        assert_eq!(r.expiring(Excluded(3.0), Excluded(3.0)).count(), 0);
+        assert_eq!(r.expiring(Included(9.0), Included(2.0)).count(), 0);
+        assert_eq!(r.expiring(Unbounded, Included(f64::NAN)).count(), 0);
+        assert_eq!(r.expiring(Unbounded, Unbounded).count(), r.expiring.len());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::admission::Admission;
 use super::mode::Mode;
 use super::pending::normalised;
 use super::records::Held;
@@ -104,10 +105,6 @@ impl<'a> SearchRequest<'a> {
     }
 }
 
-/// Past this many superseded records, a search of current ones selects the
-/// current slots (a scan) instead of asking each retriever for that many
-/// more hits and dropping the superseded ones.
-const MAX_OVERFETCH: usize = 2048;
 /// Records a hybrid search must look through (all, or the filter's
 /// selection) from which its two retrievers run at once, BM25 on a pool
 /// thread: below it, handing the postings over costs more than running the
@@ -277,32 +274,15 @@ impl Engine {
         pool: usize,
         fills: (bool, bool, bool, bool),
     ) -> Result<Option<Retrieved>> {
-        // The candidate set, shared by both retrievers. Superseded records
-        // are few: they leave a selection, and without one each retriever
-        // is asked for more hits, of which the superseded are dropped
-        // ([`Self::current_hits`]), so the lists are those of a search among
-        // current records only.
-        let closed = if req.current_only {
-            self.records.closed().len()
-        } else {
-            0
-        };
-        let mut selection = req.filter.filter(|f| !f.is_all()).map(|f| self.select(f));
-        if closed > MAX_OVERFETCH && selection.is_none() {
-            selection = Some(self.select(&Filter::all()));
-        }
-        if closed > 0 {
-            if let Some(sel) = selection.as_mut() {
-                sel.slots.retain(|&s| !self.records.is_closed(s));
+        // The records admitted, shared by both retrievers (see `admission`).
+        let vectors = query.is_some() && req.mode != Mode::Text;
+        let admitted = self.admission(req.filter, req.current_only, pool, vectors);
+        if let Admission::Only { ids, .. } = &admitted {
+            if ids.is_empty() {
+                return Ok(None);
             }
         }
-        let extra = if selection.is_none() { closed } else { 0 };
-        let allowed_ids: Option<Vec<u64>> = selection
-            .as_ref()
-            .map(|s| s.slots.iter().map(|&slot| self.records.id(slot)).collect());
-        if allowed_ids.as_ref().is_some_and(Vec::is_empty) {
-            return Ok(None);
-        }
+        let admits = |id: u64| admitted.admits(&self.records, id);
 
         // The query text is analysed once, for the BM25 list, its ceiling and
         // the scores of the vector list's hits.
@@ -310,28 +290,45 @@ impl Engine {
             .filter(|_| req.mode != Mode::Vector || fills.1 || fills.2)
             .map(|t| self.bm25.query(t));
         let text_part = || match &analysed {
-            Some(q) if req.mode != Mode::Vector => {
-                let filter = allowed_ids.as_deref().map(|ids| self.bm25.filter(ids));
-                self.current_hits(
+            Some(q) if req.mode != Mode::Vector => match &admitted {
+                Admission::All { closed } => self.current_hits(
                     pool,
-                    extra,
-                    |n| Ok(self.bm25.search_query(q, n, filter.as_ref())),
+                    *closed,
+                    |n| Ok(self.bm25.search_query(q, n, None)),
                     |h| h.id,
-                )
-            }
+                ),
+                Admission::Only { ids, .. } => {
+                    Ok(self
+                        .bm25
+                        .search_query(q, pool, Some(&self.bm25.filter(ids))))
+                }
+                Admission::Except { .. } => Ok(self.bm25.search_query_where(q, pool, admits)),
+            },
             _ => Ok(Vec::new()),
         };
         let vector_part = || match query {
-            Some(q) if req.mode != Mode::Text => self.current_hits(
-                pool,
-                extra,
-                |n| self.vector_candidates(q, n, allowed_ids.as_deref(), selection.as_ref()),
-                |h| h.0,
-            ),
+            Some(q) if vectors => match &admitted {
+                Admission::All { closed } => self.current_hits(
+                    pool,
+                    *closed,
+                    |n| self.vector_candidates(q, n, None, None),
+                    |h| h.0,
+                ),
+                Admission::Only { selection, ids } => {
+                    self.vector_candidates(q, pool, Some(ids), Some(selection))
+                }
+                Admission::Except { .. } => {
+                    let skips = admitted.skips(&self.records);
+                    self.vectors_where(q, pool, skips.then_some(&admits))
+                }
+            },
             _ => Ok(Vec::new()),
         };
         let both = analysed.is_some() && query.is_some() && req.mode == Mode::Hybrid;
-        let searched = allowed_ids.as_ref().map_or(self.len(), Vec::len);
+        let searched = match &admitted {
+            Admission::Only { ids, .. } => ids.len(),
+            _ => self.len(),
+        };
         // The postings scored on a pool thread while this one walks the graph,
         // with the search space this thread's earlier walks made.
         let mut text_hits = None;
@@ -628,26 +625,62 @@ impl Engine {
         allowed: Option<&Allowed>,
         selection: Option<&super::Selection>,
     ) -> Result<Vec<(u64, f32)>> {
-        let mut hits: Vec<(u64, f32)> = Vec::new();
-        if let Some(hnsw) = self.hnsw.as_ref().filter(|h| !h.is_empty()) {
-            if allowed.is_none_or(|a| !a.is_empty()) {
-                for n in hnsw.search(q, pool, None, allowed)? {
-                    // Reduced-precision distances can put a vector's
-                    // similarity to itself a hair above 1.
-                    hits.push((n.id, (1.0 - n.distance).clamp(-1.0, 1.0)));
-                }
-            }
-        }
-        if !self.pending.is_empty() {
-            let parked = match selection {
-                None => self.pending.scan(q, pool, |_| true),
-                Some(sel) => self.pending.scan(q, pool, |id| {
+        self.nearest_of(
+            q,
+            pool,
+            |hnsw| match allowed {
+                Some(a) if a.is_empty() => Ok(Vec::new()),
+                _ => hnsw.search(q, pool, None, allowed),
+            },
+            |id| {
+                selection.is_none_or(|sel| {
                     self.records
                         .slot(id)
                         .is_some_and(|s| sel.slots.binary_search(&s).is_ok())
-                }),
-            };
-            hits.extend(parked);
+                })
+            },
+        )
+    }
+
+    /// The `pool` nearest vectors (graph and parked) among the records
+    /// `admits` admits (`None`: all), as (id, cosine similarity), best first:
+    /// the graph asks only about the nodes its search reaches.
+    fn vectors_where(
+        &self,
+        q: &[f32],
+        pool: usize,
+        admits: Option<&(dyn Fn(u64) -> bool + Sync)>,
+    ) -> Result<Vec<(u64, f32)>> {
+        self.nearest_of(
+            q,
+            pool,
+            |hnsw| match admits {
+                Some(admits) => hnsw.search_where(q, pool, None, admits),
+                None => hnsw.search(q, pool, None, None),
+            },
+            |id| admits.is_none_or(|admits| admits(id)),
+        )
+    }
+
+    /// The `pool` nearest of the graph's hits (`graph`) and of the parked
+    /// vectors `parked` admits, as (id, cosine similarity), best first.
+    fn nearest_of(
+        &self,
+        q: &[f32],
+        pool: usize,
+        graph: impl FnOnce(&crate::hnsw::Hnsw) -> Result<Vec<crate::hnsw::Neighbor>>,
+        parked: impl Fn(u64) -> bool,
+    ) -> Result<Vec<(u64, f32)>> {
+        let mut hits: Vec<(u64, f32)> = Vec::new();
+        if let Some(hnsw) = self.hnsw.as_ref().filter(|h| !h.is_empty()) {
+            for n in graph(hnsw)? {
+                // Reduced-precision distances can put a vector's
+                // similarity to itself a hair above 1.
+                hits.push((n.id, (1.0 - n.distance).clamp(-1.0, 1.0)));
+            }
+        }
+        if !self.pending.is_empty() {
+            hits.extend(self.pending.scan(q, pool, parked));
         }
         // Ties go to the smaller id, not to the graph's slot order, which
         // differs between processes that built the same store's graph.

@@ -1,0 +1,343 @@
+//! Which records a search's retrievers may return, found without reading
+//! every record where the conditions allow it.
+//!
+//! A search among current records of a store with few superseded ones asks
+//! each retriever for more hits and drops the superseded. A filter with
+//! postings selects its records, and the retrievers are restricted to that
+//! selection. A filter that admits every record but a few it can list (the
+//! read's "not expired now", [`Filter::exclusion`]), or a search among
+//! current records of a store with many superseded ones, lists no record:
+//! the retrievers skip the ones left out as they meet them, which a graph
+//! search and BM25 do for the hits they reach, not for the store. Each way
+//! gives the hits a selection of the same records gives.
+
+use super::filter::without;
+use super::records::Records;
+use super::{Engine, Filter, Selection};
+
+/// Past this many superseded records, a search of current ones with no
+/// filter skips them where the retrievers meet them instead of asking each
+/// retriever for that many more hits and dropping the superseded ones.
+const MAX_OVERFETCH: usize = 2048;
+
+/// The records a search's retrievers may return (see [`Engine::admission`]).
+pub(super) enum Admission {
+    /// Every live record, of which `closed` superseded ones are dropped from
+    /// each retriever's longer list ([`Engine::current_hits`]).
+    All { closed: usize },
+    /// The selected records alone, by slot and by id.
+    Only { selection: Selection, ids: Vec<u64> },
+    /// Every live record but those of these slots (ascending), and but the
+    /// superseded ones when `current`, skipped where the retrievers meet them.
+    Except { slots: Vec<u32>, current: bool },
+}
+
+impl Admission {
+    /// Whether an [`Admission::Except`] admits the record `id` (any other
+    /// admission restricts the retrievers by itself).
+    pub(super) fn admits(&self, records: &Records, id: u64) -> bool {
+        match self {
+            Admission::Except { slots, current } => records.slot(id).is_some_and(|s| {
+                !(*current && records.is_closed(s)) && slots.binary_search(&s).is_err()
+            }),
+            _ => true,
+        }
+    }
+
+    /// Whether the graph search needs to ask about the nodes it reaches
+    /// (the question costs a look-up each): not when nothing is left out.
+    pub(super) fn skips(&self, records: &Records) -> bool {
+        match self {
+            Admission::Except { slots, current } => {
+                !slots.is_empty() || (*current && !records.closed().is_empty())
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Engine {
+    /// The records a search admits: `filter` (none: all), less the
+    /// superseded ones with `current_only`. `pool` is what each retriever
+    /// is asked for, and `vectors` whether the graph is searched, which
+    /// decide when listing the records costs no more than the search does.
+    pub(super) fn admission(
+        &self,
+        filter: Option<&Filter>,
+        current_only: bool,
+        pool: usize,
+        vectors: bool,
+    ) -> Admission {
+        let r = &self.records;
+        let closed = if current_only { r.closed().len() } else { 0 };
+        let slots = match filter.filter(|f| !f.is_all()) {
+            Some(f) => match f.exclusion(r) {
+                Some(slots) => slots,
+                None => {
+                    let mut selection = self.select(f);
+                    if closed > 0 {
+                        selection.slots.retain(|&s| !r.is_closed(s));
+                    }
+                    return self.only(selection);
+                }
+            },
+            None if closed <= MAX_OVERFETCH => return Admission::All { closed },
+            None => Vec::new(),
+        };
+        if vectors && self.graph_may_scan(slots.len() + closed, pool) {
+            // The graph scans what a small admitted set holds rather than
+            // search it (so must this search, to find the same hits): the
+            // list costs no more than that scan.
+            let selection = Selection {
+                examined: slots.len(),
+                slots: without(r.live_slots(), &slots)
+                    .filter(|&s| !(current_only && r.is_closed(s)))
+                    .collect(),
+            };
+            return self.only(selection);
+        }
+        Admission::Except {
+            slots,
+            current: current_only,
+        }
+    }
+
+    fn only(&self, selection: Selection) -> Admission {
+        let ids = selection
+            .slots
+            .iter()
+            .map(|&slot| self.records.id(slot))
+            .collect();
+        Admission::Only { selection, ids }
+    }
+
+    /// Whether the graph could scan the vectors a search admits rather than
+    /// walk its links, when at most `excluded` of its records are left out:
+    /// the choice the graph makes for an allowed set (`Hnsw::prefer_scan`:
+    /// a scan of `a` of `n` vectors when `a * a <= ef * 2m * n`), taken
+    /// with room to spare, so that `false` is sure.
+    fn graph_may_scan(&self, excluded: usize, pool: usize) -> bool {
+        let Some(h) = self.hnsw.as_ref().filter(|h| !h.is_empty()) else {
+            return false;
+        };
+        let params = h.params();
+        let live = h.len().max(1) as f64;
+        let admitted = h.len().saturating_sub(excluded) as f64;
+        let ef = params.ef.max(pool) as f64;
+        let degree = 2.0 * params.m as f64;
+        admitted * admitted <= 2.0 * ef * degree * live
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{
+        flatten_metadata, Attrs, Batch, Conditions, EngineConfig, Mode, ParsedFilter,
+        SearchRequest, Versions,
+    };
+    use crate::fusion::Fusion;
+    use crate::hnsw::Params;
+
+    const NOW: f64 = 1000.0;
+
+    /// A small generator (xorshift), so the cases repeat.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// `n` records of a few words and clustered 8-d vectors, every one with
+    /// the metadata `{"all": 1}` (postings that select them all: the path a
+    /// search took before it could skip records), a fifth expiring around
+    /// [`NOW`], `closed` of them superseded, the last 50 vectors parked. A
+    /// sparse graph (m 4, ef 8), so a search that walked it differently
+    /// would find other hits.
+    fn store(n: usize, closed: usize, seed: u64) -> Engine {
+        let sparse = Params {
+            m: 4,
+            ef: 8,
+            ef_construction: 32,
+            ..Params::default()
+        };
+        store_with(n, closed, seed, sparse)
+    }
+
+    fn store_with(n: usize, closed: usize, seed: u64, hnsw: Params) -> Engine {
+        let mut rng = Rng(seed | 1);
+        let mut e = Engine::new(EngineConfig {
+            dim: Some(8),
+            hnsw,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let words = [
+            "dark", "mode", "cake", "light", "tea", "blue", "north", "song",
+        ];
+        let ids: Vec<u64> = (1..=n as u64).collect();
+        let texts: Vec<String> = ids
+            .iter()
+            .map(|_| {
+                let len = 2 + rng.below(5) as usize;
+                (0..len)
+                    .map(|_| words[rng.below(words.len() as u64) as usize])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let attrs: Vec<Attrs> = ids
+            .iter()
+            .map(|&id| Attrs {
+                id: Some(format!("r{id}")),
+                importance: rng.below(5) as f32 / 4.0,
+                created_at: rng.below(100) as f64,
+                last_accessed_at: rng.below(100) as f64,
+                expires_at: (rng.below(5) == 0).then(|| NOW + rng.below(40) as f64 - 20.0),
+                valid_to: (id as usize <= closed).then_some(50.0),
+                metadata: flatten_metadata(r#"{"all": 1}"#).unwrap(),
+                ..Attrs::blank("memories", "semantic")
+            })
+            .collect();
+        let vectors = crate::testdata::clustered(n, 8, 20, seed);
+        e.upsert(Batch {
+            ids: &ids,
+            texts: Some(&texts),
+            vectors: Some(&vectors),
+            attrs: &attrs,
+        })
+        .unwrap();
+        e.index_pending(n - 50).unwrap();
+        e
+    }
+
+    /// The filter of a read's conditions at [`NOW`], with the caller's
+    /// `filter`, and whether it keeps current records only.
+    fn read(e: &Engine, versions: Versions, filter: Option<&str>) -> (Option<Filter>, bool) {
+        let c = Conditions {
+            versions,
+            filter: filter.map(|f| ParsedFilter::from_json_text(f).unwrap()),
+            ..Conditions::default()
+        };
+        let a = e.build_conditions(&c, Some(NOW));
+        (a.filter, a.current_only)
+    }
+
+    /// Searches of every mode, with and without superseded records, by a
+    /// skipping admission and by a selection of the same records (`{"all":
+    /// 1}` added), which must give the same hits, scores and signals.
+    fn same_hits(e: &Engine, expect_skip: bool) {
+        let queries = crate::testdata::clustered(24, 8, 20, 99);
+        for (i, q) in queries.chunks_exact(8).enumerate() {
+            let text = ["dark mode", "tea song north", "blue"][i % 3];
+            for versions in [Versions::Current, Versions::Every] {
+                let (skip, current) = read(e, versions, None);
+                let (select, _) = read(e, versions, Some(r#"{"all": 1}"#));
+                let skipped = e.admission(skip.as_ref(), current, 10, true);
+                assert_eq!(matches!(skipped, Admission::Except { .. }), expect_skip);
+                let selected = e.admission(select.as_ref(), current, 10, true);
+                assert!(matches!(selected, Admission::Only { .. }));
+                for mode in [Mode::Vector, Mode::Text, Mode::Hybrid] {
+                    for fusion in [Fusion::Adaptive, Fusion::rrf(60.0).unwrap()] {
+                        let req = |filter| SearchRequest {
+                            filter,
+                            fusion,
+                            candidates: 10,
+                            turn_candidates: 10,
+                            current_only: current,
+                            explain: true,
+                            now: NOW,
+                            ..SearchRequest::new(Some(text), Some(q), mode, 5)
+                        };
+                        let got = e.search(&req(skip.as_ref())).unwrap();
+                        let want = e.search(&req(select.as_ref())).unwrap();
+                        assert!(!want.ids.is_empty());
+                        assert_eq!(got, want, "{mode:?} {fusion:?} {versions:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_search_that_skips_finds_what_a_selection_finds() {
+        // Large enough that the graph is searched, not scanned.
+        let e = store(3000, 300, 7);
+        same_hits(&e, true);
+        // Small for its graph (the default's, which scans up to about
+        // 2,000 admitted vectors): the graph would scan its admitted set,
+        // so it is listed.
+        let e = store_with(1500, 100, 8, Params::default());
+        same_hits(&e, false);
+    }
+
+    #[test]
+    fn many_superseded_are_skipped_as_met() {
+        let mut e = store(6000, MAX_OVERFETCH + 100, 11);
+        let (none, _) = read(&e, Versions::Current, Some("{}"));
+        assert!(matches!(
+            e.admission(none.as_ref(), true, 10, true),
+            Admission::Except { .. }
+        ));
+        // Without expiry: no filter at all.
+        assert!(matches!(
+            e.admission(None, true, 10, true),
+            Admission::Except { ref slots, current: true } if slots.is_empty()
+        ));
+        let q = crate::testdata::clustered(1, 8, 20, 5);
+        for mode in [Mode::Vector, Mode::Text, Mode::Hybrid] {
+            let select = e.parse_filter(r#"{"all": 1}"#).unwrap();
+            let req = |filter| SearchRequest {
+                filter,
+                candidates: 10,
+                turn_candidates: 10,
+                current_only: true,
+                explain: true,
+                ..SearchRequest::new(Some("dark cake"), Some(&q), mode, 5)
+            };
+            let got = e.search(&req(None)).unwrap();
+            assert_eq!(got, e.search(&req(Some(&select))).unwrap(), "{mode:?}");
+            assert!(got.ids.iter().all(|&id| id as usize > MAX_OVERFETCH + 100));
+        }
+        // A few superseded: each retriever is asked for more hits instead.
+        e.remove(&(1..=200).collect::<Vec<_>>(), false).unwrap();
+        assert!(matches!(
+            e.admission(None, true, 10, true),
+            Admission::All { closed } if closed == MAX_OVERFETCH - 100
+        ));
+    }
+
+    #[test]
+    fn a_read_that_leaves_out_the_expired_lists_only_them() {
+        let e = store(3000, 0, 3);
+        let expired: Vec<u32> = e
+            .records
+            .live_slots()
+            .filter(|&s| e.records.expires_at[s as usize] <= NOW)
+            .collect();
+        assert!(!expired.is_empty());
+        let (filter, _) = read(&e, Versions::Every, None);
+        let filter = filter.unwrap();
+        assert_eq!(filter.exclusion(&e.records), Some(expired.clone()));
+        assert_eq!(e.count(Some(&filter)), e.len() - expired.len());
+        assert_eq!(filter.select(&e.records).examined, expired.len());
+        match e.admission(Some(&filter), false, 10, true) {
+            Admission::Except { slots, current } => {
+                assert_eq!((slots, current), (expired, false));
+            }
+            _ => panic!("the expired records are skipped, not the others listed"),
+        }
+        // With no vectors searched, the graph's choice does not count.
+        let small = store(120, 0, 4);
+        let (filter, _) = read(&small, Versions::Every, None);
+        assert!(matches!(
+            small.admission(filter.as_ref(), false, 10, false),
+            Admission::Except { .. }
+        ));
+    }
+}
