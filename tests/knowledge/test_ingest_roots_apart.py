@@ -75,7 +75,7 @@ def test_a_root_ingested_above_an_earlier_one_leaves_it_apart(
 def test_a_file_deleted_below_is_pruned_by_its_own_root_only_once(
     local: Memory, tmp_path: Path
 ) -> None:
-    """attack32 r01: the deleted file's document was never pruned, and the next ingest of
+    """The deleted file's document was never pruned, and the next ingest of
     kb/sub stored every file of it a second time."""
     kb = make_kb(tmp_path)
     local.ingest(kb / "sub", shared=True, progress=False)
@@ -93,7 +93,7 @@ def test_a_file_deleted_below_is_pruned_by_its_own_root_only_once(
 def test_a_higher_root_ingested_while_the_lower_one_writes_stores_no_copy(
     tmp_path: Path,
 ) -> None:
-    """attack32 r02: kb/sub read its documents, kb then took them over, and kb/sub's
+    """Kb/sub read its documents, kb then took them over, and kb/sub's
     write stored its file again beside kb's copy."""
     kb = make_kb(tmp_path)
     embedder = MidwayEmbedder()
@@ -119,7 +119,7 @@ def test_a_higher_root_ingested_while_the_lower_one_writes_stores_no_copy(
 def test_a_watched_folder_stays_its_own_when_a_root_above_is_ingested(
     local: Memory, tmp_path: Path
 ) -> None:
-    """attack32 r04: kb took the watch's documents over; the watch then stored an edited
+    """Kb took the watch's documents over; the watch then stored an edited
     file a second time and could not remove a deleted one."""
     kb = make_kb(tmp_path)
     errors: list[BaseException] = []

@@ -1,4 +1,4 @@
-"""Reads that leave records out without reading the others (attack39 r02 and r03): a
+"""Reads that leave records out without reading the others: a
 store with an expiring record leaves out those expired at the read's clock, and one
 with many superseded versions leaves those out of a search, each by the few it leaves
 out. Every read answers as the same read restricted by postings to the same records

@@ -183,7 +183,7 @@ class MemlaneStore(Searching, BaseStore):
 
         Not needed for correctness: no read returns an expired item, and the memory's
         background maintenance removes them. This frees their space at once, and reads
-        the expired records alone (the engine keeps the records by expiry).
+        the expired records alone (``Memory.expire``, by the database's expiry index).
         """
         gone = self._adopt_old_expiries()
         swept = self.memory.expire(self.table, **self.scope)
