@@ -472,6 +472,47 @@ def test_replacing_vectors_in_batches_keeps_every_node_reachable() -> None:
         assert len(lost) <= n // 100, f"{len(lost)} of {n} vectors unreachable after a batch"
 
 
+def test_adding_and_removing_one_at_a_time_forever_keeps_recall_reach_and_memory() -> None:
+    """A store's life, one record a call, in a graph past the size at which every add
+    runs a pass over it: removes, new records and new vectors for live ones. Freed slots
+    wait as routes and are cleared an eighth of the graph at a time, so the memory stops
+    growing once the churn settles, and every live vector is found."""
+    dim = 16
+    clusters = Clusters(seed=23, dim=dim)
+    n = 3_000
+    index = HnswIndex(dim=dim, metric="l2")
+    model = dict(zip(range(n), clusters.draw(n), strict=True))
+    index.add(list(model), np.stack(list(model.values())))
+    rng = np.random.default_rng(23)
+    ids = list(model)
+    # New records take ids from a bounded range, so that the id map stays one size.
+    unused = list(range(n, 2 * n))
+    sizes = []
+    for step in range(3 * n):
+        at = int(rng.integers(len(ids)))
+        if step % 4 == 3:
+            # A record's text changed: a new vector under its id.
+            i = ids[at]
+        else:
+            index.remove([ids[at]])
+            del model[ids[at]]
+            unused.append(ids[at])
+            i = ids[at] = unused.pop(int(rng.integers(len(unused) - 1)))
+        model[i] = clusters.draw(1)[0]
+        index.add([i], model[i][None])
+        if step % n == n - 1:
+            sizes.append(index.memory_bytes())
+    # The lists of freed slots come and go; the buffers must not grow.
+    assert sizes[2] <= sizes[1] * 1.001, f"memory still growing under churn: {sizes}"
+    live = np.array(sorted(model), dtype=np.uint64)
+    data = np.stack([model[int(i)] for i in live])
+    assert np.array_equal(np.sort(index.ids()), live)
+    assert not _unreachable(index, live, data)
+    queries = clusters.draw(200)
+    labels, _ = index.search(queries, k=K)
+    assert recall(labels, exact_top("l2", live, data, queries)) >= RECALL_TARGET
+
+
 def test_replacing_after_a_removal_keeps_every_node_reachable() -> None:
     """The shortest failing sequence hypothesis found (see IndexMachine): a removed id comes
     back in the same add that replaces two others, then two are replaced again."""

@@ -21,8 +21,8 @@ use crate::idmap::first_duplicate;
 /// must not pay for waking the thread pool.
 pub(crate) const PARALLEL_MIN_BATCH: usize = 64;
 
-/// (slot, reused, row of the batch)
-type Plan = (u32, bool, usize);
+/// (slot, row of the batch)
+type Plan = (u32, usize);
 
 /// A batch stored by [`Hnsw::stage`], to be linked and published.
 pub(crate) struct Staged {
@@ -31,8 +31,10 @@ pub(crate) struct Staged {
     /// empty when the store keeps them as they are (`F32`), in which case
     /// linking reads them back from there instead of holding a second copy.
     pub(super) data: Vec<f32>,
-    /// Slots that held another vector before (their links are stale).
-    pub(super) reused: Allowed,
+    /// The slots this batch clears (see [`Hnsw::clear_due`]): the freed ones,
+    /// whose links are to be taken out, and the vacant ones, which have none;
+    /// the batch takes its slots among them first.
+    pub(super) cleared: Allowed,
     /// Every slot of the batch: live for the purposes of linking.
     staged: Allowed,
     /// Whether linking ends with the pass over the whole graph that makes
@@ -71,7 +73,7 @@ impl Hnsw {
     /// Room for `additional` more slots, so that a long run of adds grows the
     /// buffers once.
     pub(crate) fn reserve(&mut self, additional: usize) {
-        let fresh = additional.saturating_sub(self.free.len());
+        let fresh = additional.saturating_sub(self.reusable());
         self.vectors.reserve(fresh);
         self.graph.reserve(fresh);
     }
@@ -86,7 +88,7 @@ impl Hnsw {
     /// running until [`Hnsw::adopt`] (the engine holds its upgradable read
     /// across both, as a save does).
     pub(crate) fn grown(&self, additional: usize) -> Grown {
-        let fresh = additional.saturating_sub(self.free.len());
+        let fresh = additional.saturating_sub(self.reusable());
         let idle = self.edits.is_multiple_of(2);
         Grown {
             edits: self.edits,
@@ -118,21 +120,19 @@ impl Hnsw {
         let checked = self.check_batch(ids, vectors)?;
         // Odd until `publish`: see `edits`.
         self.edits += 1;
-        self.show_hidden(ids);
-        // Assign slots and store vectors; linking comes after, in parallel.
-        let linked_slots = self.graph.slots() as u32;
-        let plan = self.store_batch(ids, vectors, &checked);
-        let slots = self.graph.slots();
-        let reused = Allowed::new(slots, plan.iter().filter(|p| p.1).map(|p| p.0));
-        if !reused.is_empty() {
-            self.move_entry_off(&reused, linked_slots);
+        self.free_present(ids);
+        let cleared = self.clear();
+        if !cleared.is_empty() {
+            self.move_entry_off(&cleared);
         }
+        // Assign slots and store vectors; linking comes after, in parallel.
+        let plan = self.store_batch(ids, vectors, &checked);
         Ok(Staged {
-            staged: Allowed::new(slots, plan.iter().map(|p| p.0)),
-            check: self.check_due(plan.len()) || !reused.is_empty(),
+            staged: Allowed::new(self.graph.slots(), plan.iter().map(|p| p.0)),
+            check: self.check_due(plan.len()) || !cleared.is_empty(),
             plan,
             data: checked.data,
-            reused,
+            cleared,
         })
     }
 
@@ -187,12 +187,17 @@ impl Hnsw {
         Ok(checked)
     }
 
-    /// A hidden id added again is shown again, then updated like any present id.
-    fn show_hidden(&mut self, ids: &[u64]) {
+    /// Frees the slots of the batch's ids the index holds, live or hidden, as
+    /// a remove does: their links were chosen for the old vector, and
+    /// relinking the slot in place would leave the links into it, which
+    /// only a pass over every list finds. The new vector takes another slot.
+    fn free_present(&mut self, ids: &[u64]) {
         for id in ids {
-            if let Some(slot) = self.held.remove(id) {
-                self.set_removed(slot, false);
-                self.slots.insert(*id, slot);
+            if let Some(slot) = self.slots.remove(id) {
+                self.set_removed(slot, true);
+                self.free.push(slot);
+            } else if let Some(slot) = self.held.remove(id) {
+                self.free.push(slot);
             }
         }
     }
@@ -203,11 +208,10 @@ impl Hnsw {
     fn store_batch(&mut self, ids: &[u64], vectors: &[f32], checked: &Checked) -> Vec<Plan> {
         let dim = self.dim();
         let mut plan: Vec<Plan> = Vec::with_capacity(ids.len());
-        let fresh = ids.iter().filter(|id| !self.slots.contains_key(id)).count();
-        self.reserve(fresh);
+        self.reserve(ids.len());
         let mut scaled = Vec::with_capacity(if checked.in_place { dim } else { 0 });
         for (row, &id) in ids.iter().enumerate() {
-            let (slot, reused) = self.take_slot(id);
+            let slot = self.take_slot(id);
             let v = if checked.in_place {
                 let inv = checked.scales[row];
                 scaled.clear();
@@ -219,27 +223,23 @@ impl Hnsw {
             self.vectors.set(slot, v);
             self.vector_stored(slot);
             self.labels[slot as usize] = id;
-            self.set_removed(slot, true);
-            plan.push((slot, reused, row));
+            plan.push((slot, row));
         }
         plan
     }
 
-    /// The slot `id` is stored in, and whether it held a vector before: its
-    /// own if present, else a free one, else a new node of a random level.
-    fn take_slot(&mut self, id: u64) -> (u32, bool) {
-        if let Some(slot) = self.slots.remove(&id) {
-            return (slot, true);
-        }
-        if let Some(slot) = self.free.pop() {
-            return (slot, true);
+    /// A slot for `id`, removed until [`Hnsw::publish`]: a vacant one, else
+    /// a new node of a random level.
+    fn take_slot(&mut self, id: u64) -> u32 {
+        if let Some(slot) = self.vacant.pop() {
+            return slot;
         }
         let level = self.random_level();
         let slot = self.graph.push(level);
         self.vectors.push_zeroed();
         self.labels.push(id);
         self.removed.push(true);
-        (slot, false)
+        slot
     }
 
     /// The second step of [`Hnsw::add`]: links a staged batch on all cores.
@@ -251,16 +251,16 @@ impl Hnsw {
         let Staged {
             plan,
             data,
-            reused,
+            cleared,
             staged,
             check,
         } = staged;
-        if !reused.is_empty() {
-            self.unlink(reused);
+        if !cleared.is_empty() {
+            self.unlink(cleared);
         }
         let dim = self.dim();
         let padded = self.vectors.padded_dim();
-        let link = |&(slot, _, row): &(u32, bool, usize)| {
+        let link = |&(slot, row): &Plan| {
             let q = if data.is_empty() {
                 let mut v = Vec::with_capacity(padded);
                 self.vectors.decode(slot, &mut v);
@@ -283,9 +283,9 @@ impl Hnsw {
             rest.iter().for_each(link);
         }
         // A full pass over the graph: only after batches large enough to pay
-        // for it many times over (see `plan_check`), or after unlinking,
-        // which made one anyway and is what strands nodes (their links in
-        // came from reused slots).
+        // for it many times over (see `plan_check`), or after a clear, which
+        // made one anyway and is what strands nodes (their links in came
+        // from cleared slots).
         if *check {
             self.reconnect(staged);
         }
@@ -303,25 +303,24 @@ impl Hnsw {
         } else {
             *unchecked + staged.plan.len()
         };
-        for (slot, _, _) in staged.plan {
+        for (slot, _) in staged.plan {
             self.removed[slot as usize] = false;
             self.slots.insert(self.labels[slot as usize], slot);
         }
     }
 
     /// Searches start at the entry point, so it must not be one of the slots
-    /// about to be unlinked: hand the role to the highest node that stays
-    /// linked (one of the first `linked_slots`, not reused). When there is
-    /// none, the graph is rebuilt from nothing.
-    fn move_entry_off(&mut self, reused: &Allowed, linked_slots: u32) {
+    /// about to be cleared: hand the role to the highest node that stays
+    /// linked. When there is none, the graph is rebuilt from nothing.
+    fn move_entry_off(&mut self, cleared: &Allowed) {
         let Some(entry) = self.entry() else {
             return;
         };
-        if !reused.contains(entry.slot) {
+        if !cleared.contains(entry.slot) {
             return;
         }
-        let heir = (0..linked_slots)
-            .filter(|&s| !reused.contains(s))
+        let heir = (0..self.graph.slots() as u32)
+            .filter(|&s| !cleared.contains(s))
             .max_by_key(|&s| (self.graph.level(s), std::cmp::Reverse(s)));
         match heir {
             Some(slot) => self.set_entry(Entry {

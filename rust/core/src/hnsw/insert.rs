@@ -1,6 +1,6 @@
 //! Linking a stored vector into the graph (the paper's algorithm 1 with the
 //! neighbour-selection heuristic of algorithm 4), and unlinking a slot that is
-//! about to be reused. Both take `&self`, so a batch links in parallel; each
+//! about to be cleared. Both take `&self`, so a batch links in parallel; each
 //! list is rewritten only under its node's lock.
 
 use rayon::prelude::*;
@@ -227,22 +227,25 @@ impl Hnsw {
         }
     }
 
-    /// Prepares reused slots for new vectors. Every link that points at one
+    /// Clears slots (see [`Hnsw::clear`]). Every link that points at one
     /// of them, from any node, is redirected to the nearest of the slot's old
     /// neighbours (those were near the old vector, and so near the linking
     /// node), so no region loses its path through the slot; then the slots'
     /// own lists are emptied. One pass over all lists finds the links, which
-    /// costs about a millisecond per 100,000 nodes, once per add.
-    pub(super) fn unlink(&self, reused: &Allowed) {
+    /// costs about a millisecond per 100,000 nodes, once per clear.
+    pub(super) fn unlink(&self, cleared: &Allowed) {
         let slots = self.graph.slots() as u32;
+        #[cfg(test)]
+        self.walked
+            .fetch_add(slots as usize, std::sync::atomic::Ordering::Relaxed);
         let repair = |w: u32| {
-            if reused.contains(w) {
+            if cleared.contains(w) {
                 return;
             }
             with_scratch(|sc| {
                 for l in 0..=self.graph.level(w) {
                     let mut stale = false;
-                    self.graph.for_each(w, l, |x| stale |= reused.contains(x));
+                    self.graph.for_each(w, l, |x| stale |= cleared.contains(x));
                     if !stale {
                         continue;
                     }
@@ -253,7 +256,7 @@ impl Hnsw {
                     let mut i = 0;
                     while i < links.len() {
                         let x = links[i];
-                        if !reused.contains(x) {
+                        if !cleared.contains(x) {
                             i += 1;
                             continue;
                         }
@@ -261,7 +264,7 @@ impl Hnsw {
                         let best = sc
                             .fresh_links
                             .iter()
-                            .filter(|&&y| y != w && !reused.contains(y) && !links.contains(&y))
+                            .filter(|&&y| y != w && !cleared.contains(y) && !links.contains(&y))
                             .map(|&y| Cand {
                                 d: self.dist_to(&sc.base, y),
                                 slot: y,
@@ -283,7 +286,7 @@ impl Hnsw {
             })
         };
         crate::pool::install(|| (0..slots).into_par_iter().for_each(repair));
-        for &s in reused.slots() {
+        for &s in cleared.slots() {
             for l in 0..=self.graph.level(s) {
                 self.graph.write(s, l, &[]);
             }

@@ -96,8 +96,13 @@ pub struct Hnsw {
     labels: Vec<u64>,
     removed: Vec<bool>,
     slots: SlotMap,
-    /// Removed slots, reused by later adds.
+    /// Removed slots that keep their links and route searches, until a batch
+    /// clears them all at once (see [`Hnsw::clear_due`]): a link into a slot
+    /// can only be found by a pass over every list.
     free: Vec<u32>,
+    /// Cleared slots: no link leads into or out of them, so an add takes one
+    /// as it would a new node, without a pass over the graph.
+    vacant: Vec<u32>,
     /// Hidden ids (see [`Hnsw::hide`]) and their slots: removed from searches
     /// but neither freed nor unlinked, so they can be shown again as they were.
     held: IdMap<u32>,
@@ -114,6 +119,10 @@ pub struct Hnsw {
     /// Whether a batch put its pass off for the batches that follow it: the
     /// last of them runs it, however small (see [`Hnsw::plan_check`]).
     put_off: AtomicBool,
+    /// Nodes gone over by passes over the whole graph (unlinking, the
+    /// reachability pass), so tests can bound the work of an add.
+    #[cfg(test)]
+    walked: AtomicUsize,
     /// Bumped by [`Hnsw::stage`] and [`Hnsw::publish`], which change the
     /// stored vectors and open or close the time a batch's links change
     /// through `&self`: [`Hnsw::adopt`] takes buffers copied by
@@ -176,6 +185,7 @@ impl Hnsw {
             removed: Vec::new(),
             slots: SlotMap::default(),
             free: Vec::new(),
+            vacant: Vec::new(),
             held: IdMap::default(),
             missing: Vec::new(),
             missing_live: 0,
@@ -183,6 +193,8 @@ impl Hnsw {
             top_lock: Mutex::new(()),
             unchecked: AtomicUsize::new(0),
             put_off: AtomicBool::new(false),
+            #[cfg(test)]
+            walked: AtomicUsize::new(0),
             edits: 0,
         })
     }
@@ -259,7 +271,7 @@ impl Hnsw {
             + self.labels.capacity() * 8
             + self.removed.capacity()
             + self.slots.memory_bytes()
-            + self.free.capacity() * 4
+            + (self.free.capacity() + self.vacant.capacity()) * 4
             + self.held.capacity() * 16
     }
 

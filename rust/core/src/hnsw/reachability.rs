@@ -1,5 +1,6 @@
 //! Keeping every node reachable: the pass over the whole graph that links
-//! in the nodes cut off ([`Hnsw::reconnect`]), and when a batch runs it.
+//! in the nodes cut off ([`Hnsw::reconnect`]), and when a batch runs it;
+//! and when a batch clears the freed slots, which takes such a pass too.
 
 use std::sync::atomic::Ordering;
 
@@ -16,6 +17,15 @@ const DEFERRED_CHECK_SHARE: usize = 8;
 /// Up to this many nodes, every add ends with the reachability pass: it
 /// walks the whole graph, which is then cheaper than linking one node.
 const ALWAYS_CHECKED: usize = 1024;
+/// Freed slots are cleared once they are this fraction (1 / n) of the
+/// graph: the clear's passes over the graph then cost a constant per slot
+/// freed (n nodes' worth), and the slots stay within 64/63 of those in use
+/// however long adds and removes go on. The rest of a clear's work grows
+/// with the slots it clears (the links into each are redirected, the nodes
+/// they cut off linked again), so a larger share would make the add that
+/// runs it wait that much longer (figures in benches/README.md, "Freed
+/// slots cleared a share at a time").
+pub(super) const CLEARED_SHARE: usize = 64;
 
 impl Hnsw {
     /// Runs the reachability pass that batches put off, if any (before a
@@ -38,6 +48,38 @@ impl Hnsw {
         n >= PARALLEL_MIN_BATCH || self.graph.slots() <= ALWAYS_CHECKED || self.share_new(n)
     }
 
+    /// Whether the next batch clears the freed slots (see [`Hnsw::clear`]):
+    /// once they are a share of the graph ([`CLEARED_SHARE`]), or in a graph
+    /// small enough that every add checks it. Until then a freed slot routes
+    /// searches as it did: reusing each one at the next add would make every
+    /// such add pay both passes over the graph.
+    pub(super) fn clear_due(&self) -> bool {
+        let slots = self.graph.slots();
+        !self.free.is_empty()
+            && (slots <= ALWAYS_CHECKED || self.free.len() * CLEARED_SHARE >= slots)
+    }
+
+    /// When a clear is due, makes every freed slot vacant and returns them
+    /// with the vacant slots from before, for the batch being staged to
+    /// unlink (the links into the freed ones are found by one pass over
+    /// every list, [`Hnsw::unlink`]) and then to take its slots from. The
+    /// vacant ones are in the set so that none becomes the entry point
+    /// ([`Hnsw::move_entry_off`]). Empty when no clear is due.
+    pub(super) fn clear(&mut self) -> Allowed {
+        if !self.clear_due() {
+            return Allowed::new(0, std::iter::empty());
+        }
+        let freed = std::mem::take(&mut self.free).into_iter();
+        let cleared = Allowed::new(self.graph.slots(), freed.chain(self.vacant.drain(..)));
+        self.vacant.extend_from_slice(cleared.slots());
+        cleared
+    }
+
+    /// Slots the next batch can take without growing the graph.
+    pub(super) fn reusable(&self) -> usize {
+        self.vacant.len() + if self.clear_due() { self.free.len() } else { 0 }
+    }
+
     /// Whether `n` more nodes make those linked since the last pass an
     /// eighth of the graph.
     fn share_new(&self, n: usize) -> bool {
@@ -53,14 +95,14 @@ impl Hnsw {
     /// nodes the skipped passes would have reconnected stayed unreachable
     /// until the next save whenever the last batch was a small one (a
     /// cluster of a 200k store missed by every search, measured when other
-    /// work slowed linking). A batch that reuses slots keeps its pass:
+    /// work slowed linking). A batch that clears slots keeps its pass:
     /// unlinking needs it.
     pub(crate) fn plan_check(&self, staged: &mut Staged, more_follow: bool) {
         if !more_follow {
             if self.put_off.load(Ordering::Acquire) {
                 staged.check = true;
             }
-        } else if staged.reused.is_empty() && !self.share_new(staged.plan.len()) {
+        } else if staged.cleared.is_empty() && !self.share_new(staged.plan.len()) {
             staged.check = false;
             self.put_off.store(true, Ordering::Release);
         }
@@ -68,14 +110,15 @@ impl Hnsw {
 
     /// Makes every live node reachable from the entry point on level 0. The
     /// neighbour heuristic may prune a node out of every list that pointed at
-    /// it, and unlinking reused slots removes the links they held, which can
+    /// it, and unlinking cleared slots removes the links they held, which can
     /// cut nodes or whole groups off; hnswlib accepts that, but a memory that
     /// no search can reach is a lost write. A breadth-first walk finds the
     /// nodes cut off; each gets links out (from a search, if it has none) and
     /// one link in from the nearest reachable node with room, or else from
     /// the nearest one, replacing its farthest link. Replacing can cut off
     /// another node, so the walk repeats, a few times at most. The `staged`
-    /// slots count as live (they are published once linked).
+    /// slots count as live (they are published once linked); other removed
+    /// slots are only routes, and a vacant one has no link to be reached by.
     pub(super) fn reconnect(&self, staged: &Allowed) {
         let Some(entry) = self.entry() else {
             return;
@@ -83,6 +126,8 @@ impl Hnsw {
         let slots = self.graph.slots();
         let mut q = Query::new(Vec::new());
         for _round in 0..3 {
+            #[cfg(test)]
+            self.walked.fetch_add(slots, Ordering::Relaxed);
             let mut reached = vec![false; slots];
             let mut queue = vec![entry.slot];
             reached[entry.slot as usize] = true;

@@ -7,8 +7,10 @@ use crate::error::{Error, Result};
 use crate::idmap::first_duplicate;
 
 impl Hnsw {
-    /// Removes ids; they are never returned again and their slots are reused
-    /// by later adds. Fails, changing nothing, if any id is unknown.
+    /// Removes ids; they are never returned again. Their slots keep routing
+    /// searches until enough are freed to clear them at once (see
+    /// [`Hnsw::clear_due`]), and are then reused by later adds. Fails,
+    /// changing nothing, if any id is unknown.
     pub fn remove(&mut self, ids: &[u64]) -> Result<()> {
         if let Some(&id) = ids.iter().find(|id| !self.slots.contains_key(id)) {
             return Err(Error::UnknownId(id));
@@ -62,9 +64,9 @@ impl Hnsw {
         Ok(())
     }
 
-    /// Forgets hidden ids for good: their slots join the free list, reused by
-    /// later adds (hnswlib's `replace_deleted`). Fails, changing nothing, if an
-    /// id is not hidden.
+    /// Forgets hidden ids for good: their slots are freed as a remove frees
+    /// them, to be reused by later adds (hnswlib's `replace_deleted`). Fails,
+    /// changing nothing, if an id is not hidden.
     pub fn release(&mut self, ids: &[u64]) -> Result<()> {
         self.check_hidden(ids, "release")?;
         for id in ids {

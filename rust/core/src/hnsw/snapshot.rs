@@ -59,7 +59,11 @@ impl Hnsw {
                 .collect::<Vec<_>>(),
         );
         w.bytes(self.graph.levels());
-        w.u32s(&self.free);
+        // One list of the vacant and the freed slots: a load takes them all
+        // as freed, and the next clear unlinks the vacant ones again, finding
+        // no link to them.
+        let free: Vec<u32> = self.vacant.iter().chain(&self.free).copied().collect();
+        w.u32s(&free);
         let mut links = Vec::new();
         let mut record = Vec::with_capacity(self.vectors.saved_bytes(VERSION));
         for slot in 0..slots as u32 {

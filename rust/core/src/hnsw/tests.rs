@@ -133,6 +133,159 @@ fn deletions_and_reuse_keep_recall() {
     }
 }
 
+/// Nodes gone over by passes over the whole graph so far.
+fn walked(h: &Hnsw) -> usize {
+    h.walked.load(Ordering::Relaxed)
+}
+
+/// Links, on any level and from any node, into one of `targets`.
+fn links_into_any(h: &Hnsw, targets: &[u32]) -> usize {
+    let mut links = Vec::new();
+    let mut n = 0;
+    for s in 0..h.graph.slots() as u32 {
+        for l in 0..=h.graph.level(s) {
+            h.graph.read(s, l, &mut links);
+            n += links.iter().filter(|x| targets.contains(x)).count();
+        }
+    }
+    n
+}
+
+/// Whether a walk along level-0 links from the entry point reaches every
+/// live node.
+fn all_live_reached(h: &Hnsw) -> bool {
+    let reached = reached_from(h, h.entry().unwrap().slot);
+    (0..h.graph.slots()).all(|s| h.removed[s] || reached[s])
+}
+
+/// An add and an update of one record beside freed slots take no pass over
+/// the whole graph: reusing a freed slot at once made each of them unlink
+/// (a pass over every list) and check reachability (a walk over every
+/// node), the work of the whole store for one record. The freed slots keep
+/// routing searches meanwhile.
+#[test]
+fn an_add_or_update_beside_freed_slots_walks_no_whole_graph() {
+    let dim = 16;
+    let n = 3000;
+    let (mut h, _, ids) = build(Metric::Cosine, n, dim);
+    let before = walked(&h);
+    h.remove(&ids[..5]).unwrap();
+    let more = clustered(10, dim, 20, 31);
+    for (i, v) in more.chunks_exact(dim).enumerate() {
+        // Five new ids, then new vectors for five present ones.
+        let id = if i < 5 { 1_000_000 + i as u64 } else { ids[i] };
+        h.add(&[id], v).unwrap();
+        assert_eq!(walked(&h), before, "add {i}");
+        assert_eq!(h.search(v, 1, None, None).unwrap()[0].id, id);
+    }
+    // The new vectors took new slots; the old ones wait to be cleared.
+    assert_eq!((h.graph.slots(), h.free.len(), h.len()), (n + 10, 10, n));
+    assert!(all_live_reached(&h));
+}
+
+/// Once the freed slots are a share of the graph, the next add clears them
+/// all in one pass: no link is left into any of them, none out of them,
+/// every live node stays reachable, and adds take them before growing the
+/// graph.
+#[test]
+fn freed_slots_are_cleared_a_share_of_the_graph_at_a_time() {
+    use super::reachability::CLEARED_SHARE;
+    let dim = 16;
+    let n = 3000;
+    let (mut h, data, ids) = build(Metric::L2, n, dim);
+    let more = clustered(400, dim, 20, 41);
+    let new_id = |i: usize| 1_000_000 + i as u64;
+    let add = |h: &mut Hnsw, i: usize| h.add(&[new_id(i)], &more[i * dim..][..dim]).unwrap();
+    // Under the share of 3,000 slots: kept as they are.
+    let under = n.div_ceil(CLEARED_SHARE) - 1;
+    h.remove(&ids[..under]).unwrap();
+    let before = walked(&h);
+    add(&mut h, 0);
+    assert_eq!(
+        (walked(&h), h.graph.slots(), h.free.len()),
+        (before, n + 1, under)
+    );
+    // The share of 3,001: the next add clears them and takes one.
+    let due = (n + 1).div_ceil(CLEARED_SHARE);
+    h.remove(&ids[under..due]).unwrap();
+    add(&mut h, 1);
+    assert!(walked(&h) > before);
+    assert_eq!(
+        (h.graph.slots(), h.free.len(), h.vacant.len()),
+        (n + 1, 0, due - 1)
+    );
+    let vacant = h.vacant.clone();
+    assert_eq!(links_into_any(&h, &vacant), 0);
+    assert!(vacant.iter().all(|&s| {
+        (0..=h.graph.level(s)).all(|l| {
+            let mut links = Vec::new();
+            h.graph.read(s, l, &mut links);
+            links.is_empty()
+        })
+    }));
+    assert!(!vacant.contains(&h.entry().unwrap().slot));
+    assert!(all_live_reached(&h));
+    // The vacant slots are taken before the graph grows.
+    for i in 2..=due {
+        add(&mut h, i);
+    }
+    assert_eq!((h.graph.slots(), h.vacant.len()), (n + 1, 0));
+    let mut live_data = data[due * dim..].to_vec();
+    live_data.extend_from_slice(&more[..(due + 1) * dim]);
+    let mut live_ids = ids[due..].to_vec();
+    live_ids.extend((0..=due).map(new_id));
+    let queries = clustered(60, dim, 20, 77);
+    let r = mean_recall(&h, &live_data, &live_ids, &queries, None);
+    assert!(r >= 0.95, "recall {r}");
+}
+
+/// A store that adds, updates and removes forever: its slots stay within
+/// 64/63 of its live ids (plus the one being added), and its passes over
+/// the whole graph cost a bounded number of nodes per operation whatever its
+/// size: a clear walks the graph at most four times (unlinking, three rounds
+/// of the reachability pass) once per 1/64 of it freed, the reachability
+/// pass of small adds three times once per eighth of it added.
+#[test]
+fn churn_keeps_slots_bounded_and_whole_graph_passes_amortised() {
+    use super::reachability::CLEARED_SHARE;
+    let dim = 8;
+    for n in [1500, 6000] {
+        let data = clustered(3 * n, dim, 20, 5);
+        let row = |i: usize| &data[(i % (3 * n)) * dim..][..dim];
+        let mut h = Hnsw::new(dim, Metric::L2, Params::default()).unwrap();
+        let ids: Vec<u64> = (0..n as u64).collect();
+        h.add(&ids, &data[..n * dim]).unwrap();
+        let before = walked(&h);
+        let mut live: std::collections::VecDeque<u64> = ids.into();
+        let mut next = n as u64;
+        for step in 0..2 * n {
+            if step % 4 == 3 {
+                // A new vector for a live id (the record's text changed).
+                let id = live[step % live.len()];
+                h.add(&[id], row(step + n)).unwrap();
+            } else {
+                h.remove(&[live.pop_front().unwrap()]).unwrap();
+                h.add(&[next], row(next as usize)).unwrap();
+                live.push_back(next);
+                next += 1;
+            }
+            assert!(
+                (CLEARED_SHARE - 1) * h.graph.slots() <= CLEARED_SHARE * (h.len() + 1),
+                "{n}: {} slots for {} live ids at step {step}",
+                h.graph.slots(),
+                h.len()
+            );
+        }
+        let per_op = (walked(&h) - before) / (2 * n);
+        assert!(
+            per_op <= 4 * CLEARED_SHARE + 3 * 8,
+            "{n}: {per_op} nodes walked per operation"
+        );
+        h.settle();
+        assert!(all_live_reached(&h), "{n}");
+    }
+}
+
 #[test]
 fn re_adding_an_id_replaces_its_vector() {
     let mut h = Hnsw::new(4, Metric::L2, Params::default()).unwrap();
@@ -1119,7 +1272,8 @@ fn encode_v2(h: &Hnsw) -> Vec<u8> {
     w.u64s(&h.labels);
     w.bytes(&h.removed.iter().map(|&r| u8::from(r)).collect::<Vec<_>>());
     w.bytes(h.graph.levels());
-    w.u32s(&h.free);
+    let free: Vec<u32> = h.vacant.iter().chain(&h.free).copied().collect();
+    w.u32s(&free);
     let (mut record, mut links) = (Vec::new(), Vec::new());
     for slot in 0..h.graph.slots() as u32 {
         record.clear();
@@ -1186,7 +1340,8 @@ fn a_damaged_version_3_payload_never_reads_out_of_bounds() {
     // A flag other than 0 or 1 is refused. Slot 0's follows the header
     // (metric, precision, six u64s, the entry), the labels, the removed and
     // level bytes and the free list, each list after its u64 length.
-    let first_flag = 2 + 7 * 8 + (8 + 8 * n) + 2 * (8 + n) + (8 + 4 * h.free.len());
+    let first_flag =
+        2 + 7 * 8 + (8 + 8 * n) + 2 * (8 + n) + (8 + 4 * (h.vacant.len() + h.free.len()));
     assert_eq!(payload[first_flag], u8::from(h.removed[0]));
     let mut bad = payload.clone();
     bad[first_flag] = 2;
