@@ -24,3 +24,15 @@ pub fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
     }
     out
 }
+
+/// A small generator (xorshift), so the cases repeat; seed it with a nonzero value.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}

@@ -141,17 +141,7 @@ mod tests {
 
     const NOW: f64 = 1000.0;
 
-    /// A small generator (xorshift), so the cases repeat.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    use crate::testdata::Rng;
 
     /// `n` records of a few words and clustered 8-d vectors, every one with
     /// the metadata `{"all": 1}` (postings that select them all: the path a

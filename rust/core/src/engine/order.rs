@@ -176,17 +176,7 @@ mod tests {
     use super::*;
     use crate::engine::{flatten_metadata, Attrs, Batch, EngineConfig};
 
-    /// A small generator (xorshift), so the cases repeat.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    use crate::testdata::Rng;
 
     fn attrs(rng: &mut Rng) -> Attrs {
         // Few distinct values, so ties on every column, creation time included.
