@@ -352,6 +352,29 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         assert not Path("s").exists()
 
 
+def test_deep_json_is_a_usage_error_whatever_the_recursion_limit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A library may raise the limit (a test framework does); the answer stays the same.
+    deep = "[" * 3000 + "]" * 3000
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        for argv in (
+            ["list", "--where", f"k={deep}"],
+            ["list", "--filter", f'{{"k": {deep}}}'],
+            ["add", "x", "--meta", f"k={deep}"],
+        ):
+            code, out, err = run(capsys, *argv, "--store", "s")
+            assert code == 2 and out == "" and "nested too deeply" in err, argv[:2]
+            assert not Path("s").exists()
+    finally:
+        sys.setrecursionlimit(limit)
+    # Brackets inside a JSON string are text, not nesting.
+    code, _, err = run(capsys, "list", "--where", 'k="' + "[" * 3000 + '"', "--store", "s")
+    assert "nested too deeply" not in err
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     from memlane.errors import NotFoundError
 
