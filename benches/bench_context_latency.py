@@ -1,11 +1,12 @@
 """What a conversation option costs a search: hybrid ``Memory.search`` with a given vector
 on a store of 100,000 conversation turns, each in a session and with its speaker, the
 option (``--option``: ``context_weight``, contextual BM25, or ``speaker_weight``, the
-speaker field; ``date_weight``, the date pass) at 0 against the engine's default in one
-run; ``--option alpha`` times the fixed weight 0.5 against the default adaptive fusion
-(its per-query weight). ``--dated`` ends each question with the month and year of a
-stored turn ("... in March 2025"), so that the date pass applies (the sets' questions
-name no date).
+speaker field; ``date_weight``, the date pass; ``when_weight``, the when pass) at 0
+against the engine's default in one run; ``--option alpha`` times the fixed weight 0.5
+against the default adaptive fusion (its per-query weight). ``--dated`` ends each
+question with the month and year of a stored turn ("... in March 2025"), so that the
+date pass applies (the sets' questions name no date); ``--when`` starts each with
+"When", so that the when pass applies.
 
 The turns are the real chats of ``bench_quality.py``'s conversation sets (conversations
 and chitchat, train and test: about 45,000 turns with their sessions and cached vectors),
@@ -21,7 +22,7 @@ Run with ``--baseline`` against another build (``PYTHONPATH`` pointing at its
 ``python/`` folder) to time that build's default search on the same store.
 
     python benches/bench_context_latency.py [--option speaker_weight] [--size 100000]
-        [--queries 400] [--baseline] [--dated]
+        [--queries 400] [--baseline] [--dated] [--when]
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--option",
-        choices=("context_weight", "speaker_weight", "date_weight", "alpha"),
+        choices=("context_weight", "speaker_weight", "date_weight", "when_weight", "alpha"),
         default="context_weight",
     )
     parser.add_argument("--dated", action="store_true", help="questions that name a month")
+    parser.add_argument("--when", action="store_true", help="questions that ask when")
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--baseline", action="store_true", help="time the default only")
@@ -90,6 +92,8 @@ def main() -> None:
     if args.dated:
         months = [time.strftime("%B %Y", time.gmtime(t[2])) for t in turns]
         picked = [(f"{text} in {months[rng.integers(len(months))]}", v) for text, v in picked]
+    if args.when:
+        picked = [(f"When {text}", v) for text, v in picked]
     # The setting timed against the default: the option off, or the fixed weight.
     given = _core.DEFAULT_ALPHA if args.option == "alpha" else 0.0
     settings = [{}] if args.baseline else [{args.option: given}, {}]

@@ -288,6 +288,7 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("context off: BM25 and cosine (context_weight=0)", {"context_weight": 0.0}),
     ("speaker field off (speaker_weight=0)", {"speaker_weight": 0.0}),
     ("date pass off (date_weight=0: the default before)", {"date_weight": 0.0}),
+    ("when pass off (when_weight=0: the default before)", {"when_weight": 0.0}),
 ]
 
 #: The rows the headline compares: the defaults against each retriever alone.

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_RELEVANCE_WEIGHT",
     "DEFAULT_RRF_K",
     "DEFAULT_SPEAKER_WEIGHT",
+    "DEFAULT_WHEN_WEIGHT",
     "LOG_ENTRY",
     "LOG_HEADER",
     "MARKER_BYTES",
@@ -57,6 +58,7 @@ DEFAULT_RRF_K: float
 DEFAULT_CONTEXT_WEIGHT: float
 DEFAULT_SPEAKER_WEIGHT: float
 DEFAULT_DATE_WEIGHT: float
+DEFAULT_WHEN_WEIGHT: float
 DEFAULT_RELEVANCE_WEIGHT: float
 DEFAULT_IMPORTANCE_WEIGHT: float
 DEFAULT_RECENCY_WEIGHT: float
@@ -394,6 +396,7 @@ class SearchRequest:
         speaker_weight: float | None = None,
         diversity: float | None = None,
         date_weight: float | None = None,
+        when_weight: float | None = None,
         table: str | Iterable[str] | None = None,
         type: str | Iterable[str] | None = None,
         scope: Mapping[str, str] | None = None,

@@ -131,7 +131,9 @@ class SearchHit:
     ``bm25_speaker`` (whether the query names the hit's speaker; None in a store
     without speakers), ``date`` (whether the hit was created in or near a date the
     query names; None when the date pass did not apply: the query names no date,
-    or no candidate was created near one),
+    or no candidate was created near one), ``when`` (whether the hit's text tells a
+    time; None when the when pass did not apply: the query does not ask when, or no
+    candidate tells a time),
     ``relevance`` (fused, in [0, 1]), ``importance``, ``recency``, ``age_hours``
     (from the newest candidate), ``boost`` (the factor applied to the relevance) and
     ``score``.

@@ -43,6 +43,7 @@ EXPLAIN_KEYS = {
     "bm25_context",
     "bm25_speaker",
     "date",
+    "when",
     "cosine",
     "cosine_context",
     "vector_rank",

@@ -151,6 +151,7 @@ def test_explain_gives_ints_for_ranks_and_none_for_absent_signals(mem: Memory) -
             "bm25_context",
             "bm25_speaker",
             "date",
+            "when",
             "cosine",
             "cosine_context",
             "vector_rank",

@@ -377,6 +377,7 @@ class MemoryStore(Listing, Forgetting):
         context_weight: float = _core.DEFAULT_CONTEXT_WEIGHT,
         speaker_weight: float = _core.DEFAULT_SPEAKER_WEIGHT,
         date_weight: float = _core.DEFAULT_DATE_WEIGHT,
+        when_weight: float = _core.DEFAULT_WHEN_WEIGHT,
         diversity: float = 0.0,
         candidates: int | None = None,
         start: float | datetime | None = None,
@@ -433,6 +434,10 @@ class MemoryStore(Listing, Forgetting):
             date_weight: what a date the query names ("on 7 May 2023", "in June 2023")
                 adds to the relevance of the memories created in or near it, as a share
                 of the relevance (0 turns it off; [Search and scores][search-and-scores]).
+            when_weight: what a memory whose text tells a time ("yesterday", "last
+                week", "on June 21") adds to its relevance when the query asks when
+                ("When did ...?", "How long ...?"), as a share of the relevance (English;
+                0 turns it off).
             diversity: λ in [0, 1] of maximal marginal relevance (0, the default: off): a
                 hit much like one above it gives its place to one that says something else
                 ([Search and scores][search-and-scores]).
@@ -474,6 +479,7 @@ class MemoryStore(Listing, Forgetting):
             context_weight=context_weight,
             speaker_weight=speaker_weight,
             date_weight=date_weight,
+            when_weight=when_weight,
             diversity=diversity,
             candidates=candidates,
             explain=explain,

@@ -93,6 +93,7 @@ fn explained<'py>(py: Python<'py>, s: &Signals) -> PyResult<Bound<'py, PyDict>> 
     d.set_item("bm25_context", s.bm25_context.map(f64::from))?;
     d.set_item("bm25_speaker", s.bm25_speaker)?;
     d.set_item("date", s.date)?;
+    d.set_item("when", s.when)?;
     d.set_item("cosine", s.cosine.map(f64::from))?;
     d.set_item("cosine_context", s.cosine_context.map(f64::from))?;
     d.set_item("vector_rank", s.vector_rank)?;

@@ -31,6 +31,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_CONTEXT_WEIGHT", fusion::DEFAULT_CONTEXT_WEIGHT)?;
     m.add("DEFAULT_SPEAKER_WEIGHT", fusion::DEFAULT_SPEAKER_WEIGHT)?;
     m.add("DEFAULT_DATE_WEIGHT", fusion::DEFAULT_DATE_WEIGHT)?;
+    m.add("DEFAULT_WHEN_WEIGHT", fusion::DEFAULT_WHEN_WEIGHT)?;
     m.add(
         "DEFAULT_RELEVANCE_WEIGHT",
         scoring::DEFAULT_RELEVANCE_WEIGHT,

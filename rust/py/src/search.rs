@@ -216,7 +216,7 @@ impl PySearchRequest {
         k = None, *, mode = None, threshold = None, min_similarity = None, weights = None,
         decay = None, recency_half_life = None, fusion = None, rrf_k = None, alpha = None,
         candidates = None, explain = None, track_access = None, context_weight = None,
-        speaker_weight = None, diversity = None, date_weight = None, table = None, r#type = None,
+        speaker_weight = None, diversity = None, date_weight = None, when_weight = None, table = None, r#type = None,
         scope = None, start = None, end = None, unique = None, filters = None, as_of = None,
         known_at = None, include_superseded = None,
     ))]
@@ -240,6 +240,7 @@ impl PySearchRequest {
         speaker_weight: Option<&Bound<'_, PyAny>>,
         diversity: Option<&Bound<'_, PyAny>>,
         date_weight: Option<&Bound<'_, PyAny>>,
+        when_weight: Option<&Bound<'_, PyAny>>,
         table: Option<&Bound<'_, PyAny>>,
         r#type: Option<&Bound<'_, PyAny>>,
         scope: Option<&Bound<'_, PyAny>>,
@@ -298,6 +299,8 @@ impl PySearchRequest {
                 .unwrap_or(fusion::DEFAULT_SPEAKER_WEIGHT),
             date_weight: optional_number(py, date_weight, "date_weight")?
                 .unwrap_or(fusion::DEFAULT_DATE_WEIGHT),
+            when_weight: optional_number(py, when_weight, "when_weight")?
+                .unwrap_or(fusion::DEFAULT_WHEN_WEIGHT),
             explain: explain.map_or(Ok(false), |e| flag(py, e, "explain"))?,
             track_access: track_access
                 .filter(|t| !t.is_none())

@@ -36,6 +36,7 @@ mod retrievals;
 mod search;
 pub(crate) mod snapshot;
 mod speakers;
+pub mod when;
 use speakers::SpeakerQuery;
 
 pub use conditions::{Admitted, Conditions, Versions, UNIQUE_KEY};
@@ -94,6 +95,8 @@ pub struct Engine {
     pending: Pending,
     /// Emptied by every `&mut self` method.
     retrievals: Retrievals<Retrieved>,
+    /// The time words as the analyser makes them ([`when`]).
+    time_words: when::TimeWords,
 }
 
 /// A batch of records to insert or replace.
@@ -139,9 +142,11 @@ impl Engine {
             Some(dim) => Some(Hnsw::new(dim, Metric::Cosine, config.hnsw)?),
             None => None,
         };
+        let bm25 = Bm25Index::new(config.bm25, config.analyzer);
         Ok(Engine {
             records: Records::default(),
-            bm25: Bm25Index::new(config.bm25, config.analyzer),
+            time_words: when::TimeWords::new(bm25.analyzer()),
+            bm25,
             pending: Pending::new(config.dim.unwrap_or(0)),
             hnsw,
             retrievals: Retrievals::default(),

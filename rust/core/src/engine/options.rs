@@ -47,6 +47,7 @@ pub struct Given<'a> {
     pub context_weight: f64,
     pub speaker_weight: f64,
     pub date_weight: f64,
+    pub when_weight: f64,
     pub weights: Option<GivenWeights>,
     pub decay: Option<f64>,
     pub recency_half_life: Option<f64>,
@@ -78,6 +79,9 @@ pub struct SearchOptions {
     /// What a date the query names is worth to the candidates created near it
     /// ([`crate::fusion::dated`]).
     pub date_weight: f64,
+    /// What a memory that tells a time is worth to a question that asks when
+    /// ([`crate::fusion::DEFAULT_WHEN_WEIGHT`]).
+    pub when_weight: f64,
     pub weights: Option<GivenWeights>,
     pub decay: Option<f64>,
     pub recency_half_life: Option<f64>,
@@ -102,6 +106,7 @@ impl Default for SearchOptions {
             context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
             speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
             date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
+            when_weight: crate::fusion::DEFAULT_WHEN_WEIGHT,
             weights: None,
             decay: None,
             recency_half_life: None,
@@ -119,7 +124,8 @@ impl SearchOptions {
     /// Checks every value, in the order the caller's messages have always
     /// come in: `k`, `mode`, `threshold`, `min_similarity`, `weights`,
     /// `decay`, `recency_half_life`, `candidates`, the fusion, then
-    /// `context_weight`, `speaker_weight`, `date_weight`, then `diversity`.
+    /// `context_weight`, `speaker_weight`, `date_weight`, `when_weight`, then
+    /// `diversity`.
     pub fn new(given: &Given<'_>) -> Result<Self> {
         let k = count("k", given.k, 1)?;
         let mode = Mode::parse(given.mode)?;
@@ -175,6 +181,7 @@ impl SearchOptions {
         let context_weight = crate::fusion::context_weight(given.context_weight)?;
         let speaker_weight = crate::fusion::speaker_weight(given.speaker_weight)?;
         let date_weight = crate::fusion::date_weight(given.date_weight)?;
+        let when_weight = crate::fusion::when_weight(given.when_weight)?;
         let diversity = crate::mmr::diversity(given.diversity)?;
         Ok(SearchOptions {
             k,
@@ -185,6 +192,7 @@ impl SearchOptions {
             context_weight,
             speaker_weight,
             date_weight,
+            when_weight,
             weights: given.weights,
             decay,
             recency_half_life,
@@ -263,6 +271,7 @@ impl SearchOptions {
             speaker_weight: self.speaker_weight,
             date_weight: self.date_weight,
             dates,
+            when_weight: self.when_weight,
             weights,
             rate: scoring::rate(decay, half_life)?,
             age_from: AgeFrom::for_decay(decay),
@@ -327,6 +336,7 @@ mod tests {
             context_weight: 0.2,
             speaker_weight: 0.5,
             date_weight: 0.2,
+            when_weight: 0.05,
             weights: None,
             decay: None,
             recency_half_life: None,
@@ -442,6 +452,13 @@ mod tests {
                 ..given()
             }),
             "date_weight must be in [0, 1], got 2.0"
+        );
+        assert_eq!(
+            refused(Given {
+                when_weight: -0.1,
+                ..given()
+            }),
+            "when_weight must be in [0, 1], got -0.1"
         );
         assert_eq!(
             refused(Given {

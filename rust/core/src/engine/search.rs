@@ -16,6 +16,7 @@ use super::pending::normalised;
 use super::records::Held;
 use super::retrievals::{Key, MAX_CANDIDATES};
 use super::speakers::SpeakerQuery;
+use super::when;
 use super::{Engine, Filter};
 use crate::bm25::Query;
 use crate::error::{Error, Result};
@@ -48,6 +49,9 @@ pub struct SearchRequest<'a> {
     /// The intervals `[start, end)` (unix seconds) of the dates the query's
     /// text names (the caller reads them: `memlane._memory.dates`).
     pub dates: &'a [(f64, f64)],
+    /// What a candidate that tells a time is worth when the query asks when
+    /// ([`super::when`]).
+    pub when_weight: f64,
     pub weights: Weights,
     /// λ of the recency signal, per hour ([`scoring::rate`]).
     pub rate: f64,
@@ -91,6 +95,7 @@ impl<'a> SearchRequest<'a> {
             speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
             date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
             dates: &[],
+            when_weight: crate::fusion::DEFAULT_WHEN_WEIGHT,
             weights: Weights::default(),
             rate: 0.0,
             age_from: scoring::AgeFrom::NewestCandidate,
@@ -126,6 +131,9 @@ pub struct Signals {
     /// Whether the hit was created in or near a date the query names, if the
     /// search's date pass applied (some candidate was: [`fusion::dated`]).
     pub date: Option<bool>,
+    /// Whether the hit's text tells a time, if the query asks when and the
+    /// search's when pass applied (some candidate tells one: [`super::when`]).
+    pub when: Option<bool>,
     /// 1-based rank in the BM25 list, if the hit was in it.
     pub bm25_rank: Option<u32>,
     pub cosine: Option<f32>,
@@ -484,6 +492,21 @@ impl Engine {
             Vec::new()
         };
         let dated = near.contains(&true);
+        // The when pass: a question that asks when, against each candidate's terms.
+        let tells: Vec<bool> = match req.text {
+            Some(t) if req.when_weight > 0.0 && when::asks_when(t) => {
+                let terms = when::TimeTerms::of(&self.bm25, &self.time_words);
+                if terms.is_empty() {
+                    Vec::new()
+                } else {
+                    pool.iter()
+                        .map(|&(id, _, _)| terms.told(&self.bm25, id))
+                        .collect()
+                }
+            }
+            _ => Vec::new(),
+        };
+        let told = tells.contains(&true);
         let mut scored: Vec<(u64, Signals)> = Vec::with_capacity(pool.len());
         for (j, (id, slot, c)) in pool.into_iter().enumerate() {
             let s = slot as usize;
@@ -492,6 +515,8 @@ impl Engine {
             let importance = f64::from(r.importance[s]);
             let date = dated.then(|| near[j]);
             let relevance = fusion::dated(relevance(c), dated, date == Some(true), req.date_weight);
+            let when = told.then(|| tells[j]);
+            let relevance = fusion::dated(relevance, told, when == Some(true), req.when_weight);
             let boost = req.weights.boost(importance, recency);
             let score = relevance * boost;
             if req.threshold.is_some_and(|t| score < t) {
@@ -504,6 +529,7 @@ impl Engine {
                     bm25_context: c.bm25_context,
                     bm25_speaker: c.bm25_speaker,
                     date,
+                    when,
                     bm25_rank: c.bm25_rank,
                     cosine: c.cosine,
                     cosine_context: c.cosine_context,

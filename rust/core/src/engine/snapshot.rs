@@ -247,6 +247,7 @@ impl Engine {
         Ok((
             Engine {
                 records,
+                time_words: super::when::TimeWords::new(bm25.analyzer()),
                 bm25,
                 hnsw,
                 pending,

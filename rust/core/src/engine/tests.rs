@@ -1115,6 +1115,39 @@ fn a_named_date_lifts_the_records_created_near_it() {
     assert_eq!(e.search(&r).unwrap(), plain);
 }
 
+#[test]
+fn a_question_asking_when_lifts_the_records_that_tell_a_time() {
+    // As many terms, the same of the question; the first says nothing of the time.
+    let texts: Vec<String> = vec![
+        "Maria adopted Shadow, a small pup".into(),
+        "Maria adopted Shadow last week".into(),
+    ];
+    let a: Vec<Attrs> = (0..2)
+        .map(|i| {
+            let mut a = attrs("a", 0.5, 100.0 * HOUR, false);
+            a.id = Some(format!("r{i}"));
+            a
+        })
+        .collect();
+    let e = text_only(&texts, &a);
+    let asked = request(Some("Did Maria adopt Shadow?"), None, Mode::Text);
+    let plain = e.search(&asked).unwrap();
+    assert_eq!(plain.ids, vec![1, 2]);
+    assert_eq!(plain.signals[1].when, None);
+    let mut r = request(Some("When did Maria adopt Shadow?"), None, Mode::Text);
+    let told = e.search(&r).unwrap();
+    assert_eq!(told.ids, vec![2, 1]);
+    assert_eq!(told.signals[0].when, Some(true));
+    assert_eq!(told.signals[1].when, Some(false));
+    let w = crate::fusion::DEFAULT_WHEN_WEIGHT;
+    r.when_weight = 0.0;
+    let off = e.search(&r).unwrap();
+    assert_eq!(off.ids, vec![1, 2]);
+    assert_eq!(off.signals[0].when, None);
+    let base = off.signals[1].relevance;
+    assert!(close(told.signals[0].relevance, (base + w) / (1.0 + w)));
+}
+
 /// BM25's parameters weigh the statistics at query time: a snapshot saved
 /// with Lucene's scores as one built with the engine's once they are set,
 /// and a repeated search does not answer from the retrieval made before.
