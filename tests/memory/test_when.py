@@ -79,6 +79,10 @@ def test_a_question_asking_when_ranks_the_memory_that_tells_a_time_first(
         ("We met at the park.", False),
         ("We march on.", False),
         ("The last one was fine.", False),
+        # Words the stemmer folds into common ones, and words of other senses.
+        ("I even liked the last note.", False),
+        ("Even if they come, we meet.", False),
+        ("Water comes from the spring.", False),
     ],
 )
 def test_what_tells_a_time(make_store: StoreFactory, text: str, tells: bool) -> None:

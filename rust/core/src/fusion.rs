@@ -103,15 +103,20 @@ pub fn contextual(own: f64, context: f64, weight: f64) -> f64 {
     (1.0 - weight) * own + weight * context
 }
 
-/// The context weight a caller gives, checked: in [0, 1].
-pub fn context_weight(w: f64) -> Result<f64> {
+/// A share a caller gives (`name` the argument's), checked: in [0, 1].
+pub(crate) fn share(name: &str, w: f64) -> Result<f64> {
     if !(0.0..=1.0).contains(&w) {
         return Err(Error::invalid(format!(
-            "context_weight must be in [0, 1], got {}",
+            "{name} must be in [0, 1], got {}",
             py_float(w)
         )));
     }
     Ok(w)
+}
+
+/// The context weight a caller gives, checked: in [0, 1].
+pub fn context_weight(w: f64) -> Result<f64> {
+    share("context_weight", w)
 }
 
 /// What a speaker the query names is worth, as a share of the BM25 ceiling:
@@ -132,13 +137,7 @@ pub fn speaker(share: f64, named: bool, matched: bool, weight: f64) -> f64 {
 
 /// The speaker weight a caller gives, checked: in [0, 1].
 pub fn speaker_weight(w: f64) -> Result<f64> {
-    if !(0.0..=1.0).contains(&w) {
-        return Err(Error::invalid(format!(
-            "speaker_weight must be in [0, 1], got {}",
-            py_float(w)
-        )));
-    }
-    Ok(w)
+    share("speaker_weight", w)
 }
 
 /// What a date the query names is worth to the candidates created in or near
@@ -176,13 +175,7 @@ pub fn dated(relevance: f64, named: bool, matched: bool, weight: f64) -> f64 {
 
 /// The date weight a caller gives, checked: in [0, 1].
 pub fn date_weight(w: f64) -> Result<f64> {
-    if !(0.0..=1.0).contains(&w) {
-        return Err(Error::invalid(format!(
-            "date_weight must be in [0, 1], got {}",
-            py_float(w)
-        )));
-    }
-    Ok(w)
+    share("date_weight", w)
 }
 
 /// What a memory that tells a time is worth to a question that asks when, as
@@ -194,13 +187,7 @@ pub const DEFAULT_WHEN_WEIGHT: f64 = 0.05;
 
 /// The when weight a caller gives, checked: in [0, 1].
 pub fn when_weight(w: f64) -> Result<f64> {
-    if !(0.0..=1.0).contains(&w) {
-        return Err(Error::invalid(format!(
-            "when_weight must be in [0, 1], got {}",
-            py_float(w)
-        )));
-    }
-    Ok(w)
+    share("when_weight", w)
 }
 
 /// The dates a query names, checked: each a finite interval `[start, end)`

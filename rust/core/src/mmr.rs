@@ -11,18 +11,11 @@
 //! compared. Below 0 a similarity counts as 0: an opposite says no less than
 //! an unrelated text.
 
-use crate::error::{Error, Result};
-use crate::repr::py_float;
+use crate::error::Result;
 
 /// The diversity a caller gives, checked: in [0, 1] (0: off).
 pub fn diversity(lambda: f64) -> Result<f64> {
-    if !(0.0..=1.0).contains(&lambda) {
-        return Err(Error::invalid(format!(
-            "diversity must be in [0, 1], got {}",
-            py_float(lambda)
-        )));
-    }
-    Ok(lambda)
+    crate::fusion::share("diversity", lambda)
 }
 
 /// The positions of up to `k` of `scores` (sorted best first) in MMR order,

@@ -499,9 +499,7 @@ impl Engine {
                 if terms.is_empty() {
                     Vec::new()
                 } else {
-                    pool.iter()
-                        .map(|&(id, _, _)| terms.told(&self.bm25, id))
-                        .collect()
+                    pool.iter().map(|&(id, _, _)| terms.told(id)).collect()
                 }
             }
             _ => Vec::new(),
