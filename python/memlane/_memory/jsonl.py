@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Literal, NoReturn, TextIO
 
 import numpy as np
 
-from memlane import coerce
+from memlane import coerce, json_depth
 from memlane._memory.access import AccessLog
 from memlane._memory.embedding import embed_texts
 from memlane._memory.encoding import record, validate
@@ -563,7 +563,7 @@ def _parse(raw: bytes, lineno: int, where: str) -> dict[str, Any] | None:
     if not line.strip():
         return None
     try:
-        item = json.loads(line)
+        item = json_depth.loads(line)
     except RecursionError:
         raise CorruptFileError(f"{where}: its JSON is nested too deeply to read") from None
     except json.JSONDecodeError as e:

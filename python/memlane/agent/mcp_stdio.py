@@ -28,6 +28,8 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+from memlane import json_depth
+
 __all__ = ["MAX_DEPTH", "check_line", "stdio_transport", "writable"]
 
 #: Levels of arrays and objects a message may nest (a tool's arguments need a few more
@@ -138,7 +140,7 @@ def check_line(line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | Non
     except UnicodeDecodeError as e:
         return None, _error(None, PARSE_ERROR, f"Parse error: byte {e.start} is not UTF-8")
     try:
-        message = json.loads(text, parse_constant=_no_constant, parse_int=_integer)
+        message = json_depth.loads(text, parse_constant=_no_constant, parse_int=_integer)
     except json.JSONDecodeError as e:
         return None, _error(None, PARSE_ERROR, f"Parse error: {e.msg} at column {e.colno}")
     except ValueError as e:  # NaN, Infinity, or too many digits

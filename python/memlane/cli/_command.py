@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memlane import json_depth
 from memlane.coerce import FloatArray
 from memlane.embeddings.identity import Identified
 from memlane.errors import (
@@ -179,42 +180,13 @@ def unit_interval(text: str) -> float:
     return value
 
 
-#: JSON nested deeper than this is refused before it is parsed, so that the answer does
-#: not depend on the interpreter's recursion limit (which a library may have raised).
-MAX_JSON_DEPTH = 500
-
-
-def _too_deep(text: str) -> bool:
-    """Whether ``text``'s brackets, outside JSON strings, nest past ``MAX_JSON_DEPTH``."""
-    depth, quoted, escaped = 0, False, False
-    for ch in text:
-        if quoted:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                quoted = False
-        elif ch == '"':
-            quoted = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                return True
-        elif ch in "]}":
-            depth -= 1
-    return False
-
-
 def key_value(text: str) -> tuple[str, Any]:
     """An argparse type: ``KEY=VALUE``; a value that parses as JSON is taken as JSON."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {shown(text)}")
-    if _too_deep(value):
-        raise argparse.ArgumentTypeError(f"the value of {shown(key)} is nested too deeply")
     try:
-        return key, json.loads(value)
+        return key, json_depth.loads(value)
     except ValueError:  # not JSON, or a number of more digits than Python reads
         return key, value
     except RecursionError:
@@ -225,10 +197,8 @@ def key_value(text: str) -> tuple[str, Any]:
 
 def json_object(text: str) -> dict[str, Any]:
     """An argparse type: a JSON object."""
-    if _too_deep(text):
-        raise argparse.ArgumentTypeError("the JSON is nested too deeply")
     try:
-        value = json.loads(text)
+        value = json_depth.loads(text)
     except json.JSONDecodeError as e:
         raise argparse.ArgumentTypeError(f"not JSON ({e}): {shown(text)}") from None
     except RecursionError:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memlane import json_depth
 from memlane.cli._command import (
     add_scope_arguments,
     at_least,
@@ -242,7 +243,7 @@ def _conversation(where: str) -> list[Any]:
     text = sys.stdin.read() if where == "-" else Path(where).read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         try:
-            messages = json.loads(text)
+            messages = json_depth.loads(text)
         except json.JSONDecodeError as e:
             raise InvalidArgumentError(f"{where}: not a JSON list of messages ({e})") from None
         except RecursionError:

@@ -40,6 +40,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from memlane import json_depth
 from memlane.errors import InvalidArgumentError, shown
 from memlane.knowledge.document_limits import (
     DocumentLimitError,
@@ -316,9 +317,11 @@ def _flatten(value: Any, prefix: str, budget: _TextBudget) -> list[str]:
 
 def load_json(data: bytes, path: Path) -> LoadedDocument:
     try:
-        value = json.loads(decode_text(data))
+        value = json_depth.loads(decode_text(data))
     except json.JSONDecodeError as e:
         raise DocumentLoadError(f"invalid JSON: {e}") from None
+    except RecursionError:
+        raise DocumentLoadError("its JSON is nested too deeply") from None
     return LoadedDocument("\n".join(_flatten(value, "", _TextBudget())), "json")
 
 
@@ -329,9 +332,11 @@ def load_jsonl(data: bytes, path: Path) -> LoadedDocument:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json_depth.loads(line)
         except json.JSONDecodeError as e:
             raise DocumentLoadError(f"line {n + 1}: invalid JSON: {e}") from None
+        except RecursionError:
+            raise DocumentLoadError(f"line {n + 1}: its JSON is nested too deeply") from None
         lines.extend(_flatten(value, f"[{n}]", budget))
     return LoadedDocument("\n".join(lines), "jsonl")
 

@@ -19,6 +19,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
+from memlane import json_depth
 from memlane.errors import InvalidArgumentError, shown
 from memlane.records import SCOPE_FIELDS, MemoryRecord, MemoryVersion, SearchHit
 
@@ -129,7 +130,7 @@ def json_object(body: bytes, *, exact: bool = True) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        value = json.loads(body) if exact else orjson.loads(body)
+        value = json_depth.loads(body) if exact else orjson.loads(body)
     except RecursionError:
         raise InvalidArgumentError("the body is not JSON: nested too deep") from None
     except ValueError as e:  # not JSON, not UTF-8, or an integer of over 4,300 digits
@@ -164,7 +165,7 @@ def query_arguments(
 def _parse(name: str, text: str, default: Any) -> Any:
     try:
         if name == "filters":
-            return json.loads(text)
+            return json_depth.loads(text)
         if isinstance(default, bool):
             if text not in ("true", "false"):
                 raise ValueError("expected true or false")
