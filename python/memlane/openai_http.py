@@ -56,6 +56,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
+from memlane import json_depth
 from memlane.errors import InvalidArgumentError, MemlaneError, shown
 
 if TYPE_CHECKING:
@@ -400,7 +401,7 @@ class OpenAIHTTPClient:
                 "request's answer may hold; refused"
             )
         try:
-            return json.loads(answer.body)
+            return json_depth.loads(answer.body)
         except ValueError as e:
             raise self._error(f"{url} returned a body that is not JSON: {e}") from None
         except RecursionError:

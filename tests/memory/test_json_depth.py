@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memlane import Memory, json_depth
+from memlane import Memory, MemoryTools, json_depth
 from memlane.agent.mcp_stdio import check_line
 from memlane.errors import CorruptFileError, InvalidArgumentError
 from memlane.knowledge.loaders import DocumentLoadError, load_json, load_jsonl
@@ -43,12 +43,13 @@ def raised_limit() -> Iterator[None]:
         ('["\\\\"' + "[" * 600, True),
         # Many brackets, none deep.
         ("[" + "[], " * 5000 + "[]]", False),
-        (b"[" * 501 + b"]" * 501, True),
+        # Closing brackets inside a string do not lower the depth outside it.
+        ('["' + "]" * 3000 + '", ' + "[" * 600 + "]" * 600 + "]", True),
         ("\ud800" + "[" * 501, True),  # a lone surrogate is no obstacle
         ('"' + "[" * 3000, False),  # an unterminated string: not JSON, not deep
     ],
 )
-def test_depth_is_counted_outside_strings(text: str | bytes, deep: bool) -> None:
+def test_depth_is_counted_outside_strings(text: str, deep: bool) -> None:
     assert json_depth.too_deep(text) is deep
 
 
@@ -62,6 +63,16 @@ def test_loads_refuses_before_parsing(raised_limit: None) -> None:
     with pytest.raises(RecursionError, match="deeper than 500"):
         json_depth.loads(DEEP)
     assert json_depth.loads("[" * 500 + "]" * 500) is not None
+    # Bytes are counted as json.loads decodes them: UTF-16 and UTF-32 too, whose bytes
+    # of a character such as U+2200 hold a quote's.
+    for encoding in ("utf-8", "utf-16", "utf-32"):
+        deep = ('["\u2200\u2200", "\u2200", ' + DEEP + "]").encode("utf-8").decode(
+            "unicode_escape"
+        )
+        with pytest.raises(RecursionError):
+            json_depth.loads(deep.encode(encoding))
+        shallow = '{"text": "a 5\\" screen", "b": "' + "[" * 600 + '"}'
+        assert json_depth.loads(shallow.encode(encoding))["b"] == "[" * 600
 
 
 def test_every_reader_refuses_deep_json_whatever_the_limit(
@@ -75,6 +86,11 @@ def test_every_reader_refuses_deep_json_whatever_the_limit(
         load_json(DEEP.encode(), tmp_path / "x.json")
     with pytest.raises(DocumentLoadError, match="nested too deeply"):
         load_jsonl(DEEP.encode(), tmp_path / "x.jsonl")
+    tools = MemoryTools(Memory(None))
+    answer = tools.handle_tool_call(sorted(tools.names)[0], DEEP)
+    assert answer["error"]["message"] == "arguments are nested too deeply"
+    with pytest.raises(DocumentLoadError, match="a number cannot be read"):
+        load_json(b"[" + b"1" * 5000 + b"]", tmp_path / "x.json")
     path = tmp_path / "deep.jsonl"
     path.write_text('{"text": "a", "metadata": {"k": ' + DEEP + "}}\n")
     with Memory(tmp_path / "store") as mem:

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from memlane import coerce
+from memlane import coerce, json_depth
 from memlane.agent.memory_tools import MemoryTools
 from memlane.agent.messages import block_text, check_messages, reply_message
 from memlane.agent.reports import TurnReport, TurnResult
@@ -127,7 +127,7 @@ class _Loop:
                 "error": {"type": "unknown_tool", "message": f"unknown tool {name!r}"},
             }
         try:
-            args = json.loads(arguments) if isinstance(arguments, str) else arguments
+            args = json_depth.loads(arguments) if isinstance(arguments, str) else arguments
             result = self.tool_handler(name, args)
         except Exception as e:  # the model reads the error and goes on
             return {

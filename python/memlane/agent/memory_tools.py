@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from memlane import json_depth
 from memlane.agent.core_memory import CORE_TOOL_SCHEMAS, CoreMemory, CoreMemoryLimitError
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.notes import NOTE_FILES, Notebook, NoteEdit, NoteLimitError
@@ -375,7 +376,7 @@ class MemoryTools:
             arguments = {}
         if isinstance(arguments, str | bytes):
             try:
-                arguments = json.loads(arguments)
+                arguments = json_depth.loads(arguments)
             except ValueError as e:
                 return _error("invalid_arguments", f"arguments are not valid JSON: {e}")
             except RecursionError:

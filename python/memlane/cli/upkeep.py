@@ -248,6 +248,8 @@ def _conversation(where: str) -> list[Any]:
             raise InvalidArgumentError(f"{where}: not a JSON list of messages ({e})") from None
         except RecursionError:
             raise InvalidArgumentError(f"{where}: its JSON is nested too deeply") from None
+        except ValueError as e:  # an integer of more digits than Python reads
+            raise InvalidArgumentError(f"{where}: a number in it cannot be read: {e}") from None
         if not all(isinstance(m, dict | str) for m in messages):
             raise InvalidArgumentError(f"{where}: each message must be an object or a string")
         return list(messages)

@@ -322,6 +322,8 @@ def load_json(data: bytes, path: Path) -> LoadedDocument:
         raise DocumentLoadError(f"invalid JSON: {e}") from None
     except RecursionError:
         raise DocumentLoadError("its JSON is nested too deeply") from None
+    except ValueError as e:  # an integer of more digits than Python reads
+        raise DocumentLoadError(f"a number cannot be read: {e}") from None
     return LoadedDocument("\n".join(_flatten(value, "", _TextBudget())), "json")
 
 
@@ -337,6 +339,8 @@ def load_jsonl(data: bytes, path: Path) -> LoadedDocument:
             raise DocumentLoadError(f"line {n + 1}: invalid JSON: {e}") from None
         except RecursionError:
             raise DocumentLoadError(f"line {n + 1}: its JSON is nested too deeply") from None
+        except ValueError as e:
+            raise DocumentLoadError(f"line {n + 1}: a number cannot be read: {e}") from None
         lines.extend(_flatten(value, f"[{n}]", budget))
     return LoadedDocument("\n".join(lines), "jsonl")
 
