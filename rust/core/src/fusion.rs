@@ -181,8 +181,8 @@ pub fn date_weight(w: f64) -> Result<f64> {
 /// What a memory that tells a time is worth to a question that asks when, as
 /// a share of the relevance ([`dated`]'s form; `engine/when.rs`). Chosen on
 /// LoCoMo's train half, where the evidence of a "when" question is mostly the
-/// turn that says when (0.02 to 0.1 within 0.004 of it, 0.2 and above lose
-/// nDCG@10; the other sets do not move: `benches/README.md`).
+/// turn that says when (the best recall@10 in both shapes; the other sets do
+/// not move: `benches/README.md`).
 pub const DEFAULT_WHEN_WEIGHT: f64 = 0.05;
 
 /// The when weight a caller gives, checked: in [0, 1].
