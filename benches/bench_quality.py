@@ -372,8 +372,9 @@ class Bench:
 
     def query_vector(self, q: Query) -> np.ndarray:
         """The vector a default search of ``q`` embeds: the question without the names of
-        the store's speakers it holds (``Engine.vector_text``), through the cache."""
-        text = self.mem._engine.vector_text(_core.SearchRequest(), q.text) or q.text
+        the speakers of its scope it holds (``Engine.vector_text``), through the cache."""
+        request = _core.SearchRequest(scope=self.scope(q))
+        text = self.mem._engine.vector_text(request, q.text, now=time.time()) or q.text
         return self.model.embed(text)
 
     def search(self, q: Query, k: int | None = None, **options: Any) -> list[Any]:

@@ -493,10 +493,13 @@ class Engine:
         reads with huge pages; returns how many bytes are left to ask for."""
     def pending(self) -> int:
         """Vectors waiting to be linked into the graph."""
-    def vector_text(self, request: SearchRequest, text: str) -> str | None:
+    def vector_text(
+        self, request: SearchRequest, text: str, *, now: float, expiring: bool = False
+    ) -> str | None:
         """The text to embed for the query ``text`` searched with ``request``: without
-        the names of the store's speakers it holds (written with a capital), where the
-        request's speaker pass weighs them; None: ``text`` as it is."""
+        the names (written with a capital) of the speakers of the records it admits,
+        less those expired at ``now`` with ``expiring``, where the request's speaker
+        pass weighs them; None: ``text`` as it is."""
     def search(
         self,
         request: SearchRequest,

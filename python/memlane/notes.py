@@ -108,6 +108,16 @@ def _check_limits(limits: object) -> dict[str, int]:
     return dict(limits)
 
 
+def scope_notes(mem: MemoryStore, scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter of the current notes shown in ``scope``: those of the scope and of every
+    broader one. A scope field left unset has the engine's list of the records without
+    it, so the notes a conversation shows are read from its own fields' records, not
+    from every note of the store."""
+    fields, only = exact_scope(mem, scope)
+    broader = [{"$or": [{f: v}, {f: None}]} for f, v in fields.items()]
+    return unsuperseded({"$and": [only, *broader]} if broader else only)
+
+
 def notes_context(
     mem: MemoryStore, scope: Mapping[str, Any], limits: Mapping[str, int] = NOTE_LIMITS
 ) -> tuple[str, list[MemoryRecord]]:
@@ -120,9 +130,7 @@ def notes_context(
     never another agent's or user's.
     """
     _check_limits(limits)
-    fields, only = exact_scope(mem, scope)
-    broader = [{"$or": [{f: v}, {f: None}]} for f, v in fields.items()]
-    flt = unsuperseded({"$and": [only, *broader]} if broader else only)
+    flt = scope_notes(mem, scope)
     if not any(limits.values()) or not mem.count(NOTES, filters=flt):
         return "", []
     blocks, shown = ["## Long-term notes"], []

@@ -6,6 +6,7 @@ weighed as that speaker's turn."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,39 @@ def test_a_speaker_whose_turns_were_superseded_is_not_left_out() -> None:
         assert _embedded(mem, embedder, "When did Caroline paint?", alpha=0.5) == (
             "When did Caroline paint?"
         )
+
+
+def test_only_the_speakers_of_what_the_search_admits_are_left_out() -> None:
+    """Another scope's speaker is a word like any other: a user's question is embedded
+    the same whoever else speaks in the store (else a scoped key could tell which names
+    other users' turns hold, and a user without turns lost the name's meaning)."""
+    embedder = Recording()
+    with Memory(None, embedder, dedup_window=0) as mem:
+        _turns(mem, CHAT[:1], user_id="bob", table="messages")
+        # A verb of its own each time: the embedding cache answers a text it has seen.
+        assert _embedded(mem, embedder, "Did Caroline paint?", user_id="bob") == "Did paint?"
+        assert _embedded(mem, embedder, "Did Caroline draw?") == "Did draw?"
+        for verb, other in [
+            ("sketch", {"user_id": "alice"}),
+            ("sing", {"user_id": "bob", "table": "memories"}),
+            ("dance", {"user_id": "bob", "end": T0}),
+        ]:
+            asked = f"Did Caroline {verb}?"
+            assert _embedded(mem, embedder, asked, **other) == asked, other
+
+
+def test_a_speaker_whose_turns_expired_is_not_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An expired turn is in no search, swept yet or not."""
+    embedder = Recording()
+    real = time.time
+    ahead = [0.0]
+    monkeypatch.setattr(time, "time", lambda: real() + ahead[0])
+    with Memory(None, embedder, dedup_window=0) as mem:
+        mem.add(CHAT[0][0], speaker="Caroline", user_id="bob", ttl=60)
+        assert _embedded(mem, embedder, "Did Caroline paint?", user_id="bob") == "Did paint?"
+        ahead[0] = 120.0
+        asked = "Did Caroline draw?"
+        assert _embedded(mem, embedder, asked, user_id="bob") == asked
 
 
 def test_a_given_query_vector_is_used_as_given() -> None:

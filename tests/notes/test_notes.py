@@ -13,7 +13,7 @@ import pytest
 
 from memlane import AsyncMemory, InvalidArgumentError, Memory, NotFoundError
 from memlane.agent import build_context, char_token_count
-from memlane.notes import NOTE_FILES, NOTE_LIMITS, NOTES
+from memlane.notes import NOTE_FILES, NOTE_LIMITS, NOTES, notes_context, scope_notes
 
 FILES = {
     "JOURNAL.md": (
@@ -214,6 +214,27 @@ def test_scopes_isolate(make_store, word_embedder, tmp_path):
         empty = write(tmp_path / "empty", {"USER.md": ""})
         mem.import_notes(empty, agent_id="a")
         assert [n[2] for n in notes(mem, agent_id="a", user_id="alice")] == ["Alice prefers email."]
+    finally:
+        mem.close()
+
+
+def test_a_conversations_notes_are_read_from_its_own_scope(make_store, word_embedder):
+    """The notes a turn shows are found from the scope's own records and the broader
+    ones', not by reading every note of the store (one agent, 300 users' profiles)."""
+    mem = make_store("many", word_embedder, dedup_window=0)
+    try:
+        rows = [
+            {"text": f"Profile {u}-{i}.", "table": NOTES, "type": "user", "user_id": f"u{u}"}
+            for u in range(300)
+            for i in range(2)
+        ]
+        rows.append({"text": "Agent A shipped the shed.", "table": NOTES, "type": "journal"})
+        mem.add_many([{"agent_id": "a", **row} for row in rows])
+        scope = {"agent_id": "a", "user_id": "u7"}
+        text, shown = notes_context(mem, scope)
+        assert "Profile 7-0." in text and "Profile 7-1." in text and "shipped the shed" in text
+        assert len(shown) == 3
+        assert mem._sync.engine.filter_stats(scope_notes(mem, scope)) == (3, 3)
     finally:
         mem.close()
 

@@ -208,8 +208,14 @@ class Searcher:
                 coerce.clean(query, "query", nul=True)
                 assert self.embedder is not None
                 # A speaker's name the query holds is left to the speaker pass: in the
-                # vector it pulls toward every turn that mentions the name.
-                embedded = self.sync.engine.vector_text(request, query) or query
+                # vector it pulls toward every turn that mentions the name. Only the
+                # speakers of what the search admits count (another scope's never do).
+                embedded = (
+                    self.sync.engine.vector_text(
+                        request, query, now=time.time(), expiring=self.sync.expiring
+                    )
+                    or query
+                )
                 # The caching embedder answers from its cache, else runs the model: never
                 # a database lookup, so a search costs the same at any store size.
                 vector = self.embedder.embed_checked(embedded)

@@ -271,18 +271,27 @@ impl PyEngine {
     }
 
     /// The text to embed for the query `text` searched with `request`: without
-    /// the names of the store's speakers it holds, where the request's speaker
-    /// pass weighs them; None: `text` as it is.
+    /// the names of the speakers of the records it admits (less those expired
+    /// at `now` with `expiring`, as `search` leaves them out), where the
+    /// request's speaker pass weighs them; None: `text` as it is.
+    #[pyo3(signature = (request, text, *, now, expiring = false))]
     fn vector_text(
         &self,
         py: Python<'_>,
         request: &PySearchRequest,
         text: String,
+        now: f64,
+        expiring: bool,
     ) -> PyResult<Option<String>> {
         if !request.options.weighs_speakers() {
             return Ok(None);
         }
-        detach(py, || Ok(self.inner.read().vector_text(&text)))
+        let admits = &request.options.admits;
+        detach(py, || {
+            let engine = self.inner.read();
+            let admitted = engine.build_conditions(admits, expiring.then_some(now));
+            Ok(engine.vector_text(&text, &admitted))
+        })
     }
 
     /// One query with `request`'s options over the store's `defaults`, among

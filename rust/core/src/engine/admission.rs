@@ -44,6 +44,39 @@ impl Admission {
         }
     }
 
+    /// Whether the search admits the live record in `slot`, whatever the
+    /// kind of admission (a turn's neighbours are read by slot).
+    pub(super) fn admits_slot(&self, records: &Records, slot: u32) -> bool {
+        match self {
+            Admission::All { closed } => *closed == 0 || !records.is_closed(slot),
+            Admission::Only { selection, .. } => selection.slots.binary_search(&slot).is_ok(),
+            Admission::Except { slots, current } => {
+                !(*current && records.is_closed(slot)) && slots.binary_search(&slot).is_err()
+            }
+        }
+    }
+
+    /// Whether the records admitted hold conversation turns: (any with a
+    /// session, any with a speaker). A search that admits nearly every
+    /// record takes the store's answer; one restricted to a selection reads
+    /// its records, so that another scope's turns never change how deep it
+    /// searches or which passes it runs.
+    pub(super) fn turns(&self, records: &Records) -> (bool, bool) {
+        let store = (!records.sessions.is_empty(), !records.speakers.is_empty());
+        let Admission::Only { selection, .. } = self else {
+            return store;
+        };
+        let (mut sessions, mut speakers) = (false, false);
+        for &s in &selection.slots {
+            sessions |= records.neighbours(s).is_some();
+            speakers |= records.speaker(s).is_some();
+            if (sessions || !store.0) && (speakers || !store.1) {
+                break;
+            }
+        }
+        (sessions, speakers)
+    }
+
     /// Whether the graph search needs to ask about the nodes it reaches
     /// (the question costs a look-up each): not when nothing is left out.
     pub(super) fn skips(&self, records: &Records) -> bool {

@@ -120,6 +120,25 @@ impl Filter {
         records.is_live(slot) && eval(&self.root, records, slot)
     }
 
+    /// Whether any of `slots` (live, ascending) matches and passes `keep`:
+    /// read from the shorter of `slots` and the filter's candidates, so a
+    /// scope asked about another scope's many records reads its own.
+    pub fn matches_any(
+        &self,
+        records: &Records,
+        slots: &[u32],
+        keep: impl Fn(u32) -> bool,
+    ) -> bool {
+        let hit = |s: u32| keep(s) && self.matches(records, s);
+        match estimate(&self.root, records, slots.len()) {
+            Some(n) if n < slots.len() => candidates(&self.root, records)
+                .unwrap_or_default()
+                .into_iter()
+                .any(|s| slots.binary_search(&s).is_ok() && hit(s)),
+            _ => slots.iter().any(|&s| hit(s)),
+        }
+    }
+
     /// The matching live slots, ascending.
     pub fn select(&self, records: &Records) -> Selection {
         self.run(self.plan(records), records)
@@ -328,6 +347,15 @@ fn eval(node: &Node, records: &Records, slot: u32) -> bool {
     }
 }
 
+/// The scope field that `field == q` asks to be unset, if it does: those
+/// slots are [`Records::unset`]'s, not postings.
+fn unset_scope(field: Field, q: &Scalar) -> Option<u8> {
+    match (field, q) {
+        (Field::Scope(i), Scalar::Null) => Some(i),
+        _ => None,
+    }
+}
+
 /// The postings key of `field == q`, if the field is indexed. `Some(None)`
 /// means indexed but no record can match (a string nobody holds).
 fn posting_key(field: Field, q: &Scalar) -> Option<Option<PostingKey>> {
@@ -339,7 +367,7 @@ fn posting_key(field: Field, q: &Scalar) -> Option<Option<PostingKey>> {
         Field::Id => string(q).flatten().map(PostingKey::Id),
         Field::Table => string(q).flatten().map(PostingKey::Table),
         Field::Type => string(q).flatten().map(PostingKey::Type),
-        // Null (no scope value) has no postings: it is found by a scan.
+        // Null (no scope value) is read from `Records::unset` (`unset_scope`).
         Field::Scope(i) => string(q)?.map(|id| PostingKey::Scope(i, id)),
         Field::Evergreen => match q {
             Scalar::Bool(b) => Some(PostingKey::Evergreen(*b)),
@@ -364,6 +392,15 @@ fn posting_key(field: Field, q: &Scalar) -> Option<Option<PostingKey>> {
         | Field::ExpiresAt
         | Field::RecordedAt => return None,
     })
+}
+
+/// How many slots the postings (or [`Records::unset`]) hold for `field ==
+/// q`; `None` if the field is not indexed.
+fn posted(field: Field, q: &Scalar, records: &Records) -> Option<usize> {
+    match unset_scope(field, q) {
+        Some(i) => usize::try_from(records.unset(i).len()).ok(),
+        None => posting_key(field, q).map(|k| k.map_or(0, |k| records.postings(&k).len())),
+    }
 }
 
 fn union(lists: Vec<&[u32]>) -> Vec<u32> {
@@ -440,9 +477,11 @@ fn excluded(node: &Node, records: &Records) -> Option<Vec<u32>> {
 /// the expiry order, or `None` when only a scan can tell.
 fn candidates(node: &Node, records: &Records) -> Option<Vec<u32>> {
     match node {
-        Node::Eq(f, q) => {
-            posting_key(*f, q).map(|key| key.map_or(Vec::new(), |k| records.postings(&k).to_vec()))
-        }
+        Node::Eq(f, q) => match unset_scope(*f, q) {
+            Some(i) => Some(records.unset(i).iter().collect()),
+            None => posting_key(*f, q)
+                .map(|key| key.map_or(Vec::new(), |k| records.postings(&k).to_vec())),
+        },
         Node::Range(Field::ExpiresAt, cmp, q) => {
             let mut slots: Vec<u32> = expiring(*cmp, q, records).collect();
             slots.sort_unstable();
@@ -450,8 +489,13 @@ fn candidates(node: &Node, records: &Records) -> Option<Vec<u32>> {
         }
         Node::Exists(..) if absent_key(node, records) => Some(Vec::new()),
         Node::In(f, qs) => {
+            let unset: Option<Vec<u32>> = qs
+                .iter()
+                .find_map(|q| unset_scope(*f, q))
+                .map(|i| records.unset(i).iter().collect());
             let mut lists = Vec::with_capacity(qs.len());
-            for q in qs {
+            lists.extend(unset.as_deref());
+            for q in qs.iter().filter(|q| unset_scope(*f, q).is_none()) {
                 if let Some(k) = posting_key(*f, q)? {
                     lists.push(records.postings(&k));
                 }
@@ -504,10 +548,10 @@ fn smallest<'n>(children: &'n [Node], records: &Records, cap: usize) -> Option<(
 /// An estimate that would exceed `cap` may stop at any value above it.
 fn estimate(node: &Node, records: &Records, cap: usize) -> Option<usize> {
     match node {
-        Node::Eq(f, q) => posting_key(*f, q).map(|k| k.map_or(0, |k| records.postings(&k).len())),
-        Node::In(f, qs) => qs.iter().try_fold(0usize, |acc, q| {
-            posting_key(*f, q).map(|k| acc + k.map_or(0, |k| records.postings(&k).len()))
-        }),
+        Node::Eq(f, q) => posted(*f, q, records),
+        Node::In(f, qs) => qs
+            .iter()
+            .try_fold(0usize, |acc, q| Some(acc + posted(*f, q, records)?)),
         Node::Range(Field::ExpiresAt, cmp, q) => Some(
             expiring(*cmp, q, records)
                 .take(cap.saturating_add(1))
@@ -685,6 +729,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_unset_scope_is_read_from_its_bitmap() {
+        for seed in [1, 2, 3] {
+            let mut r = expiring_store(400, seed);
+            // A record moved out of the unset scope and one moved into it.
+            let moved = |agent: Option<&str>| Attrs {
+                id: Some("moved".into()),
+                scope: [agent.map(String::from), None, None, None, None, None],
+                ..Attrs::blank("t1", "k")
+            };
+            r.insert(1_000, &moved(None));
+            r.insert(1_000, &moved(Some("a1")));
+            r.insert(1_001, &moved(Some("a2")));
+            r.insert(1_001, &moved(None));
+            let unset = r.live_slots().filter(|&s| r.scope[0][s as usize] == NONE);
+            let unset: Vec<u32> = unset.collect();
+            let broader = r#"{"$or": [{"agent_id": "a1"}, {"agent_id": null}]}"#;
+            for (json, reads) in [
+                (r#"{"agent_id": null}"#.to_string(), unset.len()),
+                (
+                    broader.to_string(),
+                    unset.len() + r.postings(&key(&r, "a1")).len(),
+                ),
+                (
+                    r#"{"agent_id": {"$in": ["a2", null, "nobody"]}}"#.to_string(),
+                    0,
+                ),
+                (format!(r#"{{"$and": [{{"table": "t1"}}, {broader}]}}"#), 0),
+                (
+                    r#"{"$and": [{"user_id": null}, {"agent_id": "a3"}]}"#.to_string(),
+                    0,
+                ),
+            ] {
+                let f = Filter::parse(&json, &r).unwrap();
+                let want: Vec<u32> = r.live_slots().filter(|&s| f.matches(&r, s)).collect();
+                let got = f.select(&r);
+                assert_eq!(got.slots, want, "{json}");
+                assert!(got.examined < r.len(), "{json}");
+                if reads > 0 {
+                    assert_eq!(got.examined, reads, "{json}");
+                }
+            }
+        }
+    }
+
+    fn key(r: &Records, agent: &str) -> PostingKey {
+        PostingKey::Scope(0, r.strings.get(agent).unwrap())
     }
 
     #[test]

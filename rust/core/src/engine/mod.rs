@@ -61,7 +61,7 @@ use crate::vector_log;
 use half::slice::HalfFloatSliceExt;
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use pending::{normalised, Pending};
-use records::Records;
+use records::{PostingKey, Records};
 use retrievals::Retrievals;
 use search::Retrieved;
 
@@ -338,20 +338,30 @@ impl Engine {
         }
     }
 
-    /// The text to embed for a query that names speakers of the store (their
-    /// names written with a capital, as in "What did Caroline paint?"): the
-    /// query without those names, which the speaker pass weighs instead
-    /// (measured on LoCoMo: `benches/README.md`). None when it names none.
-    /// Every speaker with current turns counts, in any scope, as every
-    /// record counts in BM25's statistics.
-    pub fn vector_text(&self, text: &str) -> Option<String> {
+    /// The text to embed for a query that names speakers of the records a
+    /// search admits (`admitted`: their names written with a capital, as in
+    /// "What did Caroline paint?"): the query without those names, which the
+    /// speaker pass weighs instead (measured on LoCoMo: `benches/README.md`).
+    /// None when it names none. A speaker of other scopes only is no name
+    /// here: what one scope asks never depends on another's turns.
+    pub fn vector_text(&self, text: &str, admitted: &Admitted) -> Option<String> {
         let r = &self.records;
+        let spoken = |id: u32| {
+            let turns = r.postings(&PostingKey::Speaker(id));
+            let current = |s: u32| !(admitted.current_only && r.is_closed(s));
+            match admitted.filter.as_ref().filter(|f| !f.is_all()) {
+                Some(f) => f.matches_any(r, turns, current),
+                // `names` holds the speakers of current turns alone.
+                None => admitted.current_only || !turns.is_empty(),
+            }
+        };
         // Only names the speaker pass matches: a name the analyzer drops (a
         // speaker called "Will" or "A") would count nowhere.
         let mut pass: Option<SpeakerQuery<'_>> = None;
         r.names.without_names(text, |id| {
             pass.get_or_insert_with(|| SpeakerQuery::new(self.bm25.analyzer(), text))
                 .names(id, r.strings.resolve(id))
+                && spoken(id)
         })
     }
 

@@ -17,13 +17,14 @@ use crate::scoring::{self, AgeFrom, Weights};
 /// `max(CANDIDATES, 4 k)` (chosen on SciFact's train queries: `benches/tune_search.py`).
 pub const CANDIDATES: usize = 50;
 
-/// The same in a store of conversation turns (records with a session or a speaker):
-/// `max(TURN_CANDIDATES, 4 k)`. The speaker and session passes rescore the candidates,
-/// so there the depth decides the ranking: at 100 every `k` up to 25 rescores the same
-/// ones, and a search for 5 or 10 gets the first hits of a search for 20 (with 50, BM25
-/// alone on LoCoMo's train half stored as turns gave recall@10 0.617 at `k=10` and 0.625
-/// from `k=20`'s first ten; at 100 both give 0.630: `benches/README.md`). Elsewhere
-/// the two lists are fused as they are, and 50 ranks the first ten as 100 does.
+/// The same where the records a search admits hold conversation turns (records with
+/// a session or a speaker): `max(TURN_CANDIDATES, 4 k)`. The speaker and session
+/// passes rescore the candidates, so there the depth decides the ranking: at 100
+/// every `k` up to 25 rescores the same ones, and a search for 5 or 10 gets the first
+/// hits of a search for 20 (with 50, BM25 alone on LoCoMo's train half stored as turns
+/// gave recall@10 0.617 at `k=10` and 0.625 from `k=20`'s first ten; at 100 both give
+/// 0.630: `benches/README.md`). Elsewhere the two lists are fused as they are, and 50
+/// ranks the first ten as 100 does.
 pub const TURN_CANDIDATES: usize = 100;
 
 /// The three weights' names, in the order of [`GivenWeights`].
@@ -67,7 +68,7 @@ pub struct SearchOptions {
     pub k: usize,
     pub mode: Mode,
     pub candidates: usize,
-    /// The depth in a store of conversation turns ([`TURN_CANDIDATES`]).
+    /// The depth where the records admitted hold conversation turns ([`TURN_CANDIDATES`]).
     pub turn_candidates: usize,
     pub fusion: Fusion,
     /// The share of BM25 a conversation turn takes from its context

@@ -14,6 +14,7 @@ use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::hash_table::{self, HashTable};
+use roaring::RoaringBitmap;
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::speakers::{transcript_speaker, NameWords, MESSAGES};
@@ -88,6 +89,9 @@ pub enum PostingKey {
     /// Records that were superseded (with a `valid_to`): few, so searches
     /// of current records leave them out cheaply.
     Closed,
+    /// A conversation turn's speaker (interned): whether a search's scope
+    /// holds turns of a speaker its question names.
+    Speaker(u32),
     /// A record's public id (interned); looked up in [`Records::by_key`]
     /// rather than in the postings, since each names one slot.
     Id(u32),
@@ -386,6 +390,11 @@ pub struct Records {
     pub(crate) postings: FxHashMap<PostingKey, Vec<u32>>,
     /// Interned public id to its slot.
     pub(crate) by_key: FxHashMap<u32, u32>,
+    /// Per scope field, the live slots that leave it unset: what a broader
+    /// scope's `{field: None}` reads (an agent's notes shown in each of its
+    /// users' conversations). Bitmaps, not postings: most records leave most
+    /// fields unset, and a list would hold a slot per record and field.
+    pub(crate) unset: [RoaringBitmap; 6],
     /// Per slot: when the record was superseded (infinity while current).
     pub(crate) valid_to: Vec<f64>,
     /// Per slot: when the record expires (infinity: never).
@@ -587,6 +596,11 @@ impl Records {
         }
     }
 
+    /// The live slots that leave scope field `field` unset.
+    pub fn unset(&self, field: u8) -> &RoaringBitmap {
+        &self.unset[usize::from(field)]
+    }
+
     /// The live slots whose `expires_at` lies between `from` and `to`, in the
     /// order of their expiry (a record that never expires has none). A NaN
     /// bound, which no time compares with, and bounds that cross give none.
@@ -732,7 +746,7 @@ impl Records {
     fn keys_of(&self, slot: u32) -> Vec<PostingKey> {
         let s = slot as usize;
         // Sized once: growing it was a `realloc` for every record an open posts.
-        let mut keys = Vec::with_capacity(4 + self.scope.len() + self.meta[s].len());
+        let mut keys = Vec::with_capacity(5 + self.scope.len() + self.meta[s].len());
         keys.extend([
             PostingKey::Table(self.table[s]),
             PostingKey::Type(self.kind[s]),
@@ -740,6 +754,9 @@ impl Records {
         ]);
         if self.valid_to[s].is_finite() {
             keys.push(PostingKey::Closed);
+        }
+        if self.speaker[s] != NONE {
+            keys.push(PostingKey::Speaker(self.speaker[s]));
         }
         for (f, col) in self.scope.iter().enumerate() {
             if col[s] != NONE {
@@ -774,6 +791,11 @@ impl Records {
                 }
             }
         }
+        for (col, unset) in self.scope.iter().zip(&mut self.unset) {
+            if col[slot as usize] == NONE {
+                unset.remove(slot);
+            }
+        }
     }
 
     fn post(&mut self, slot: u32) {
@@ -794,6 +816,12 @@ impl Records {
                     }
                 }
                 _ => list.push(slot),
+            }
+        }
+        for (col, unset) in self.scope.iter().zip(&mut self.unset) {
+            // `push` appends past the largest slot, as bulk adds do.
+            if col[slot as usize] == NONE && unset.try_push(slot).is_err() {
+                unset.insert(slot);
             }
         }
     }
@@ -972,6 +1000,7 @@ impl Records {
         self.slots.reserve(self.ids.len());
         self.postings = FxHashMap::default();
         self.by_key = FxHashMap::default();
+        self.unset = Default::default();
         self.sessions = FxHashMap::default();
         self.speakers = FxHashMap::default();
         self.names = NameWords::default();

@@ -41,7 +41,9 @@ pub(super) struct Key {
     vector: Option<Box<[u32]>>,
     mode: Mode,
     filter: Option<Filter>,
-    pool: usize,
+    /// The depths asked for: of a search of records that are no turns, and
+    /// of one whose admitted records hold turns (decided in the retrieval).
+    pool: (usize, usize),
     current_only: bool,
     /// Which signals were completed for every candidate: cosine, BM25, the
     /// contextual BM25 of turns, and whether the query names their speaker.
@@ -54,7 +56,7 @@ impl Key {
         vector: Option<&[f32]>,
         mode: Mode,
         filter: Option<&Filter>,
-        pool: usize,
+        pool: (usize, usize),
         current_only: bool,
         fills: (bool, bool, bool, bool),
     ) -> Self {
@@ -134,7 +136,7 @@ mod tests {
             Some(&[v, 1.0]),
             mode,
             None,
-            pool,
+            (pool, pool),
             true,
             (true, true, true, true),
         )

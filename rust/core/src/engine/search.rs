@@ -235,21 +235,14 @@ impl Engine {
                 && !self.records.speakers.is_empty()
                 && (req.explain || (req.speaker_weight > 0.0 && bm25_counts)),
         );
-        let r = &self.records;
-        let turns = !r.sessions.is_empty() || !r.speakers.is_empty();
-        let pool = if turns {
-            req.turn_candidates
-        } else {
-            req.candidates
-        }
-        .max(req.k);
+        let pools = (req.candidates.max(req.k), req.turn_candidates.max(req.k));
         let key = (!req.filter.is_some_and(Filter::reads_access)).then(|| {
             Key::new(
                 text,
                 req.vector,
                 req.mode,
                 req.filter,
-                pool,
+                pools,
                 req.current_only,
                 fills,
             )
@@ -258,7 +251,7 @@ impl Engine {
         let retrieved = match cached.filter(|found| found.held.at(req.now)) {
             Some(found) => found,
             None => {
-                let Some(found) = self.retrieve(req, query.as_deref(), text, pool, fills)? else {
+                let Some(found) = self.retrieve(req, query.as_deref(), text, pools, fills)? else {
                     return Ok(Hits::default());
                 };
                 let found = Arc::new(found);
@@ -279,17 +272,27 @@ impl Engine {
         req: &SearchRequest<'_>,
         query: Option<&[f32]>,
         text: Option<&str>,
-        pool: usize,
+        pools: (usize, usize),
         fills: (bool, bool, bool, bool),
     ) -> Result<Option<Retrieved>> {
-        // The records admitted, shared by both retrievers (see `admission`).
+        // The records admitted, shared by both retrievers (see `admission`;
+        // the depth only decides how they are listed, not which they are).
         let vectors = query.is_some() && req.mode != Mode::Text;
-        let admitted = self.admission(req.filter, req.current_only, pool, vectors);
+        let admitted = self.admission(req.filter, req.current_only, pools.0.max(pools.1), vectors);
         if let Admission::Only { ids, .. } = &admitted {
             if ids.is_empty() {
                 return Ok(None);
             }
         }
+        // Turns are searched deeper, and their speakers weighed, where the
+        // records admitted hold them (not where any scope of the store does).
+        let (sessions, speakers) = admitted.turns(&self.records);
+        let pool = if sessions || speakers {
+            pools.1
+        } else {
+            pools.0
+        };
+        let fills = (fills.0, fills.1, fills.2, fills.3 && speakers);
         let admits = |id: u64| admitted.admits(&self.records, id);
 
         // The query text is analysed once, for the BM25 list, its ceiling and
@@ -379,7 +382,9 @@ impl Engine {
             self.fill_bm25(q, &order, &mut cands);
         }
         let held = match (&analysed, fills.2) {
-            (Some(q), true) => self.fill_context(q, query, &order, &mut cands, req.now)?,
+            (Some(q), true) => {
+                self.fill_context(q, query, &order, &mut cands, req.now, &admitted)?
+            }
             _ => Held::default(),
         };
         let named = match text {
@@ -761,10 +766,12 @@ impl Engine {
 
     /// The contextual BM25 of the candidates that have a `session_id`: the
     /// query's score over the turn joined with its previous and next turn
-    /// of the session not expired at `now` (a few candidates times the
-    /// query's terms, whatever the store holds), from the three forward
-    /// lists; with a query `vector`, the better of those two turns' cosines
-    /// too. Returns the clock times for which these neighbours hold.
+    /// of the session that the search admits, not expired at `now` (a few
+    /// candidates times the query's terms, whatever the store holds), from
+    /// the three forward lists; with a query `vector`, the better of those
+    /// two turns' cosines too. A turn the search leaves out (by its filter,
+    /// its versions or its times) lends nothing. Returns the clock times for
+    /// which these neighbours hold.
     fn fill_context(
         &self,
         query: &Query,
@@ -772,6 +779,7 @@ impl Engine {
         order: &[u64],
         cands: &mut FxHashMap<u64, Cand>,
         now: f64,
+        admitted: &Admission,
     ) -> Result<Held> {
         let r = &self.records;
         let mut held = Held::default();
@@ -799,6 +807,7 @@ impl Engine {
         }
         let mut id_of = |n: Option<u32>, back: bool| {
             r.live_neighbour(n, back, now, &mut held)
+                .filter(|&n| admitted.admits_slot(r, n))
                 .map_or(crate::bm25::MISSING, |n| r.id(n))
         };
         let groups: Vec<[u64; 3]> = linked

@@ -928,21 +928,84 @@ fn text_only(texts: &[String], attrs: &[Attrs]) -> Engine {
     e
 }
 
+/// What a search of current records admits, in no scope.
+fn unscoped(e: &Engine) -> Admitted {
+    e.build_conditions(&Conditions::default(), None)
+}
+
+/// What a search of current records of `agent` admits, less what expired by `now`.
+fn scoped(e: &Engine, agent: &str, now: f64) -> Admitted {
+    let mut c = Conditions::default();
+    c.scope[0] = Some(agent.into());
+    e.build_conditions(&c, Some(now))
+}
+
+#[test]
+fn the_vector_text_leaves_out_the_speakers_of_the_scope_alone() {
+    let mut names: Vec<Attrs> = ["a", "b"]
+        .iter()
+        .map(|agent| {
+            let mut a = attrs(agent, 0.5, 0.0, false);
+            a.speaker = Some("Caroline".into());
+            a
+        })
+        .collect();
+    names[1].expires_at = Some(100.0);
+    let texts = ["she painted".to_owned(), "she sang".to_owned()];
+    let mut e = text_only(&texts, &names);
+    let asked = "What did Caroline paint?";
+    assert_eq!(
+        e.vector_text(asked, &scoped(&e, "a", 50.0)).as_deref(),
+        Some("What did paint?")
+    );
+    assert_eq!(
+        e.vector_text(asked, &scoped(&e, "b", 50.0)).as_deref(),
+        Some("What did paint?")
+    );
+    // Agent c has no turn of hers; b's turn has expired by 150.
+    assert_eq!(e.vector_text(asked, &scoped(&e, "c", 50.0)), None);
+    assert_eq!(e.vector_text(asked, &scoped(&e, "b", 150.0)), None);
+    // However many turns of hers other scopes hold.
+    let many: Vec<Attrs> = (0..500)
+        .map(|i| {
+            let mut a = attrs("z", 0.5, 0.0, false);
+            a.id = Some(format!("z{i}"));
+            a.speaker = Some("Caroline".into());
+            a
+        })
+        .collect();
+    let ids: Vec<u64> = (10..510).collect();
+    let texts: Vec<String> = (0..500).map(|i| format!("turn {i}")).collect();
+    e.upsert(Batch {
+        ids: &ids,
+        texts: Some(&texts),
+        vectors: None,
+        attrs: &many,
+    })
+    .unwrap();
+    assert_eq!(e.vector_text(asked, &scoped(&e, "c", 50.0)), None);
+    assert_eq!(
+        e.vector_text(asked, &unscoped(&e)).as_deref(),
+        Some("What did paint?")
+    );
+}
+
 #[test]
 fn the_vector_text_leaves_out_the_named_speakers() {
     let mut e = chat();
     // Caroline is a speaker; "user" is a role, whose name is never left out.
     assert_eq!(
-        e.vector_text("What did Caroline's dog do?").as_deref(),
+        e.vector_text("What did Caroline's dog do?", &unscoped(&e))
+            .as_deref(),
         Some("What did dog do?")
     );
-    assert_eq!(e.vector_text("what did caroline say"), None);
-    assert_eq!(e.vector_text("What did the User say"), None);
-    assert_eq!(e.vector_text("Caroline?"), None);
-    assert_eq!(e.vector_text("What did Melanie say"), None);
+    assert_eq!(e.vector_text("what did caroline say", &unscoped(&e)), None);
+    assert_eq!(e.vector_text("What did the User say", &unscoped(&e)), None);
+    assert_eq!(e.vector_text("Caroline?", &unscoped(&e)), None);
+    assert_eq!(e.vector_text("What did Melanie say", &unscoped(&e)), None);
     // Once her turns are gone, her name is a word like any other.
     e.remove(&[2], false).unwrap();
-    assert_eq!(e.vector_text("What did Caroline say?"), None);
+    assert_eq!(e.vector_text("What did Caroline say?", &unscoped(&e)), None);
 }
 
 /// One text-only turn of each speaker, the first `closed` of them superseded.
@@ -966,19 +1029,27 @@ fn spoken_by(speakers: &[&str], closed: usize) -> Engine {
 fn only_names_the_speaker_pass_weighs_are_left_out() {
     // "Will" and "A" are stopwords: the pass cannot match them, so they stay.
     let e = spoken_by(&["Will", "A", "Ana Maria Silva Costa", "Mary Ann"], 0);
-    assert_eq!(e.vector_text("What cake did Will bring?"), None);
-    assert_eq!(e.vector_text("A dog barked"), None);
-    // A name of more than three words stays; one of two goes, in any order.
-    assert_eq!(e.vector_text("What did Ana Maria Silva Costa say?"), None);
     assert_eq!(
-        e.vector_text("Did Ann Mary come?").as_deref(),
+        e.vector_text("What cake did Will bring?", &unscoped(&e)),
+        None
+    );
+    assert_eq!(e.vector_text("A dog barked", &unscoped(&e)), None);
+    // A name of more than three words stays; one of two goes, in any order.
+    assert_eq!(
+        e.vector_text("What did Ana Maria Silva Costa say?", &unscoped(&e)),
+        None
+    );
+    assert_eq!(
+        e.vector_text("Did Ann Mary come?", &unscoped(&e))
+            .as_deref(),
         Some("Did come?")
     );
     // A superseded turn's speaker is not searched, so not left out.
     let e = spoken_by(&["Caroline", "Melanie"], 1);
-    assert_eq!(e.vector_text("What did Caroline say?"), None);
+    assert_eq!(e.vector_text("What did Caroline say?", &unscoped(&e)), None);
     assert_eq!(
-        e.vector_text("What did Melanie say?").as_deref(),
+        e.vector_text("What did Melanie say?", &unscoped(&e))
+            .as_deref(),
         Some("What did say?")
     );
 }
@@ -1002,7 +1073,7 @@ fn a_message_as_a_transcript_line_has_its_speaker_read() {
     let (_, s) = spoken(&e, "what did Caroline say about the dog", 0.5);
     assert_eq!(s[&1].bm25_speaker, Some(true));
     assert_eq!(
-        e.vector_text("What did Caroline and Melanie say?")
+        e.vector_text("What did Caroline and Melanie say?", &unscoped(&e))
             .as_deref(),
         Some("What did and say?")
     );
@@ -1244,4 +1315,94 @@ fn pages_settled_under_the_buffers_change_no_search() {
     add(&mut e, n, 2 * n);
     assert!(settler.step(&e.regions(), 0) >= 2 * HUGE_PAGE);
     assert_eq!(settler.step(&e.regions(), usize::MAX), 0);
+}
+
+/// A scope's search, before and after a conversation turn is stored in
+/// another scope: the same hits, scores and signals (how deep it searches,
+/// the ages it counts from the newest candidate and the speaker pass were
+/// decided by the whole store).
+#[test]
+fn another_scopes_turns_change_nothing_of_a_search() {
+    let texts: Vec<String> = (0..150)
+        .map(|i| format!("note {i} about the garden"))
+        .collect();
+    let a: Vec<Attrs> = (0..150)
+        .map(|i| {
+            let mut a = attrs("a", 0.5, f64::from(i) * HOUR, false);
+            a.id = Some(format!("n{i}"));
+            a
+        })
+        .collect();
+    let mut e = text_only(&texts, &a);
+    let f = e.parse_filter(r#"{"agent_id": "a"}"#).unwrap();
+    let search = |e: &Engine| {
+        let mut r = request(Some("What did Bob say about the garden?"), None, Mode::Text);
+        r.filter = Some(&f);
+        r.k = 5;
+        // BM25's statistics are the store's: its scores may move, nothing else.
+        let hits = e.search(&r).unwrap();
+        let seen = hits
+            .signals
+            .iter()
+            .map(|s| (s.age_hours, s.recency, s.bm25_speaker));
+        (hits.ids.clone(), seen.collect::<Vec<_>>())
+    };
+    let before = search(&e);
+    assert!(before.1.iter().all(|s| s.2.is_none()));
+    let mut turn = attrs("b", 0.5, 1000.0 * HOUR, false);
+    turn.id = Some("t".into());
+    turn.scope[4] = Some("s".into());
+    turn.speaker = Some("Bob".into());
+    e.upsert(Batch {
+        ids: &[1000],
+        texts: Some(&["the garden is lovely".to_owned()]),
+        vectors: None,
+        attrs: &[turn],
+    })
+    .unwrap();
+    assert_eq!(search(&e), before);
+}
+
+/// A turn's neighbour that the search leaves out lends it nothing: the
+/// answer's contextual BM25 is its own.
+#[test]
+fn a_neighbour_the_search_leaves_out_lends_nothing() {
+    let turn = |id: &str, at: f64| {
+        let mut a = attrs("a", 0.5, at, false);
+        a.id = Some(id.into());
+        a.scope[4] = Some("s".into());
+        a
+    };
+    let e = text_only(
+        &[
+            "Do you go hiking in the hills?".to_owned(),
+            "Yes, every Sunday!".to_owned(),
+        ],
+        &[turn("q", 1.0), turn("a", 2.0)],
+    );
+    // The answer is record 2: its BM25 alone and joined with its neighbours.
+    let answer = |filter: Option<&str>| {
+        let f = filter.map(|f| e.parse_filter(f).unwrap());
+        let mut r = request(Some("When does she go hiking on Sunday?"), None, Mode::Text);
+        r.context_weight = 0.2;
+        r.filter = f.as_ref();
+        let hits = e.search(&r).unwrap();
+        let at = hits
+            .ids
+            .iter()
+            .position(|&h| h == 2)
+            .expect("the answer is found");
+        let s = &hits.signals[at];
+        (s.bm25.unwrap(), s.bm25_context.unwrap())
+    };
+    let (own, joined) = answer(None);
+    assert!(joined > own, "the question lends its words");
+    for left_out in [
+        r#"{"id": {"$ne": "q"}}"#,
+        r#"{"id": "a"}"#,
+        r#"{"created_at": {"$gte": 2.0}}"#,
+    ] {
+        let (own, joined) = answer(Some(left_out));
+        assert_eq!(joined, own, "{left_out}");
+    }
 }
