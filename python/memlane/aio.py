@@ -53,6 +53,13 @@ class AsyncMemory:
     [`close`][memlane.AsyncMemory.close]. [`open`][memlane.AsyncMemory.open] opens the
     store in a worker thread (opening replays the database, which may take a while).
 
+    Cancelling a call (``asyncio.wait_for``'s timeout, ``Task.cancel``) ends the wait,
+    not the work: a thread cannot be stopped, so the call runs to its end, and a write
+    may be stored after its caller saw ``CancelledError`` (or is refused, when the store
+    was closed meanwhile). A write to retry after a cancel should name its record: an
+    ``id`` (``await mem.get(id)`` says whether it landed; adding it again is refused),
+    or for an agent's turn its ``message_id`` (a redelivery is known).
+
     Args:
         path: as for [`Memory`][memlane.Memory].
         embedder: as for [`Memory`][memlane.Memory].

@@ -9,6 +9,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,18 @@ def text(value: object, label: str, nul: bool = False) -> str:
     if not value.strip():
         raise InvalidArgumentError(f"{label} must not be empty")
     return clean(value, label, nul)
+
+
+def path(value: object, label: str) -> Path:
+    """``value``, a path given as a str or ``os.PathLike`` of one, as a ``Path``;
+    ``InvalidArgumentError`` naming ``label`` otherwise, or when it holds a NUL (which no
+    path may: every look at the disk would raise ``ValueError``)."""
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"{label} must be a str or a path, got {shown(value)}")
+    if "\x00" in text:
+        raise InvalidArgumentError(f"{label} must not hold a NUL character: {text!r}")
+    return Path(text)
 
 
 def number(value: object, label: str, low: float | None = None, high: float | None = None) -> float:

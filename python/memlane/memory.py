@@ -293,8 +293,9 @@ class Memory(MemoryStore):
                 self._thread.join()
             self._writer.close()
             if sync.gone is None:  # else nothing is left to flush into
-                self._writer.flush_access()
-                sync.save()
+                with sync.lock:  # as every save: never two writing the files at once
+                    self._writer.flush_access()
+                    sync.save()
                 # A shared store without a snapshot cache still lets old tombstones go.
                 if sync.index_dir is not None or self._db.shared:
                     self._db.gc_tombstones(sync.seq)

@@ -126,8 +126,22 @@ def test_a_failing_llm_never_breaks_a_turn(make_store: StoreFactory) -> None:
     assert [f.trigger for f in nxt.failures] == ["reflection"]
     assert am.drain(timeout=60)
     assert llm.calls == 2
-    assert mem.count(MESSAGES, **alice.history) == 6 and mem.jobs.items() == []
+    assert mem.count(MESSAGES, **alice.history) == 6
+    # The second failure stays recorded, with the first's windows: the first was
+    # dropped once the second, which covers it, was recorded.
+    (left,) = [json.loads(job) for _, job in mem.jobs.items()]
+    assert (left["kind"], left["span"]) == ("reflection", 2)
     am.close()
+    # Whatever ends the process before the room's next turn, the next AgentMemory
+    # reflects the turns the failures left.
+    up = GatedLLM()
+    up.gate.set()
+    again = agent(mem, up)
+    turn(again, alice, "back again")
+    assert again.drain(timeout=60)
+    assert up.calls >= 1 and mem.jobs.items() == []
+    assert [r.text for r in mem.list("memories", **alice.fields)] == ["Alice lives in Lisbon"]
+    again.close()
 
 
 def test_each_jobs_outcome_is_kept_in_the_store(make_store: StoreFactory) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from memlane._memory.access import AccessLog
 from memlane._memory.sync import CHECKPOINT_BYTES, IndexSync
 from memlane._memory.writer import Writer
+from memlane.errors import StorageError
 from memlane.storage import Store, StoreLock
 
 # Parked vectors are linked in batches of this size. Searches run while a batch links;
@@ -100,12 +101,19 @@ class Upkeep:
 
 def snapshot(sync: IndexSync, writer: Writer) -> None:
     """Writes an index snapshot now (``Memory.snapshot``)."""
-    if sync.index_dir is None:
-        return
     with sync.lock:
+        # Checked under the lock close takes to mark the store closing: a snapshot
+        # begun first ends before close goes on.
+        sync.check_open()
+        if sync.index_dir is None:
+            return
         writer.flush_access()
         sync.save()
-    sync.db.gc_tombstones(sync.snap_seq)
+    try:
+        sync.db.gc_tombstones(sync.snap_seq)
+    except StorageError:
+        sync.check_open()  # closed meanwhile: say that
+        raise
 
 
 def run(sync: IndexSync, writer: Writer, access: AccessLog) -> None:

@@ -349,6 +349,7 @@ class MemoryStore(Listing, Forgetting):
         return int(self._sync.engine.count(expire_at=self._expire_at()))
 
     def __contains__(self, id: object) -> bool:
+        self._sync.check_open()
         if not isinstance(id, str):
             return False
         try:
@@ -523,7 +524,7 @@ class MemoryStore(Listing, Forgetting):
         for a full disk) leaves ``path`` as it was and nothing else behind.
         """
         self._sync.check_open()
-        return jsonl.export(self._db, self._access, Path(path), embeddings)
+        return jsonl.export(self._db, self._access, coerce.path(path, "path"), embeddings)
 
     def import_jsonl(
         self, path: str | Path, *, on_conflict: Literal["error", "skip"] = "error"
@@ -548,4 +549,4 @@ class MemoryStore(Listing, Forgetting):
         committed, and ``on_conflict="skip"`` finishes it.
         """
         self._sync.check_open()
-        return jsonl.load(self._writer, Path(path), on_conflict)
+        return jsonl.load(self._writer, coerce.path(path, "path"), on_conflict)

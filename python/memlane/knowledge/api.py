@@ -46,7 +46,7 @@ from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import LOADERS
 from memlane.knowledge.pipeline import IngestOptions, Owner, checked_metadata
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, checked_path, inside
+from memlane.knowledge.walk import Source, inside
 
 if TYPE_CHECKING:
     from memlane.records import MemoryRecord, SearchHit
@@ -143,7 +143,7 @@ def _config_entry(i: int, entry: object, agent_id: str | None, options: IngestOp
             f"optionally 'shared' and 'metadata'; got {shown(dict(entry))}"
         )
     try:
-        normalise_path(checked_path(where, "its path"))
+        normalise_path(coerce.path(where, "its path"))
         scope = Owner.of(agent_id, entry.get("shared", False))
         own = entry.get("metadata")
         if own is not None and not isinstance(own, Mapping):
@@ -169,7 +169,7 @@ def ingest_config(
         raise InvalidArgumentError("entries must be a list of dicts (or strings)")
     checked_metadata(options.metadata)
     checked = [_config_entry(i, entry, agent_id, options) for i, entry in enumerate(entries)]
-    base = Path.cwd() if root is None else checked_path(root, "root")
+    base = Path.cwd() if root is None else coerce.path(root, "root")
     real_base = base.resolve()
     report = IngestReport()
     started = time.perf_counter()

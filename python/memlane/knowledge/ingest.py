@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memlane import coerce
 from memlane.embeddings import TextTruncatedWarning
 from memlane.errors import InvalidArgumentError, NotFoundError
 from memlane.knowledge.documents import (
@@ -22,7 +23,7 @@ from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.pipeline import IngestOptions, Owner, Pipeline
 from memlane.knowledge.progress import ProgressBar
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, checked_path, hidden, relative_path, resolve, walk
+from memlane.knowledge.walk import Source, hidden, relative_path, resolve, walk
 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
@@ -80,12 +81,12 @@ def ingest_path(
     root: str | Path | None = None,
 ) -> IngestReport:
     started = time.perf_counter()
-    target = checked_path(path, "path")
+    target = coerce.path(path, "path")
     if not target.exists():
         raise NotFoundError(f"no such file or folder: {target}")
     alone = False  # a root made by this file alone (see _known_folder)
     if root is not None:
-        base = checked_path(root, "root")
+        base = coerce.path(root, "root")
     elif target.is_dir():
         base, target = _known_folder(mem, target, scope) or (target, target)
     elif known := _known_file(mem, target, scope):

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from memlane.errors import InvalidArgumentError, shown
 from memlane.knowledge.document_limits import DocumentLimitError
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.loaders import Loader, loader_for
@@ -31,7 +30,6 @@ if sys.platform == "darwin":
 __all__ = [
     "LeftOut",
     "Source",
-    "checked_path",
     "hidden",
     "inside",
     "relative_path",
@@ -145,18 +143,6 @@ def _not_regular(mode: int) -> str:
     """Why a path of ``mode`` (not a regular file) is left out: what it is."""
     kind = next((name for test, name in _KINDS if test(mode)), "")
     return f"not a regular file: {kind}" if kind else "not a regular file"
-
-
-def checked_path(value: object, name: str) -> Path:
-    """``value``, a path given as a str or ``os.PathLike`` of one, as a ``Path``;
-    ``InvalidArgumentError`` naming ``name`` otherwise, or when it holds a NUL (which no
-    path may: every look at the disk would raise ``ValueError``)."""
-    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
-    if not isinstance(text, str):
-        raise InvalidArgumentError(f"{name} must be a str or a path, got {shown(value)}")
-    if "\x00" in text:
-        raise InvalidArgumentError(f"{name} must not hold a NUL character: {text!r}")
-    return Path(text)
 
 
 def hidden(name: str) -> bool:

@@ -41,7 +41,7 @@ from memlane.knowledge.ingest import ingest_path, ingest_sources, roots_apart
 from memlane.knowledge.loaders import loader_for
 from memlane.knowledge.pipeline import IngestOptions, Owner
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, checked_path, relative_path, resolve, walk
+from memlane.knowledge.walk import Source, relative_path, resolve, walk
 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
@@ -384,7 +384,7 @@ def watch(
     for name, callback in (("on_report", on_report), ("on_error", on_error)):
         if callback is not None and not callable(callback):
             raise InvalidArgumentError(f"{name} must be callable, got {shown(callback)}")
-    target = checked_path(folder, "folder").absolute()  # event paths are relative to it
+    target = coerce.path(folder, "folder").absolute()  # event paths are relative to it
     if not target.exists():
         raise NotFoundError(f"no such folder: {target}")
     if not target.is_dir():

@@ -256,6 +256,12 @@ class SQLiteStore(SQLStore):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._closed = False
+        # Reads in flight on the readers, by thread: close waits for other threads'
+        # reads to end before it closes their connections (closing one mid-read crashes
+        # the sqlite3 module). A thread's own reads (close called while it iterates) are
+        # its own to end.
+        self._reading = threading.Condition()
+        self._reads: dict[int, int] = {}
         self._checkpointer: sqlite3.Connection | None = None
         #: This open's epoch (see EPOCHS) once it wrote, and whether the transaction that
         #: starts it is still open.
@@ -434,7 +440,10 @@ class SQLiteStore(SQLStore):
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
+            me = threading.get_ident()
+            with self._reading:
+                self._closed = True
+                self._reading.wait_for(lambda: not any(t != me for t in self._reads))
             for conn in self._readers:
                 conn.close()
             self._readers.clear()
@@ -473,9 +482,8 @@ class SQLiteStore(SQLStore):
                     raise StorageError("the store is closed")
                 yield self._writer
             return
-        if self._closed:
-            raise StorageError("the store is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        fresh = conn is None
         if conn is None:
             with self._lock:
                 if self._closed:
@@ -485,9 +493,22 @@ class SQLiteStore(SQLStore):
                 self._current()
                 conn.execute("PRAGMA query_only = ON")
             self._local.conn = conn
-        elif self._replaced:
-            self._current()
-        yield conn
+        me = threading.get_ident()
+        with self._reading:
+            if self._closed:
+                raise StorageError("the store is closed")
+            self._reads[me] = self._reads.get(me, 0) + 1
+        try:
+            if not fresh and self._replaced:
+                self._current()
+            yield conn
+        finally:
+            with self._reading:
+                if self._reads[me] == 1:
+                    del self._reads[me]
+                    self._reading.notify_all()
+                else:
+                    self._reads[me] -= 1
 
     def _reader(self) -> AbstractContextManager[sqlite3.Connection]:
         return self.reader()

@@ -303,6 +303,11 @@ class Upkeep:
                 report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
                 self._undo(job, room)
                 return
+            if job.kind == "reflection":  # its windows cover those of the failed ones
+                with self.lock:
+                    covered, room.failed_reflections = room.failed_reflections, []
+                for key in covered:
+                    self._release(key)
         worker = self.local if job.kind in _LOCAL else self.model
         try:
             skipped = worker.submit(job, call)
@@ -313,7 +318,7 @@ class Upkeep:
             report.failures.append(TriggerFailure(job.kind, f"upkeep queue full: {e}"))
             if job.durable:  # a resumed one is left to whoever looks next (this agent,
                 # in a minute); a new one is due again
-                self._release(job, leave=resumed)
+                self._release(job.key, leave=resumed)
             self._undo(job, room)
             return
         if skipped is not None:  # never a resumed job: those run, done in part or not
@@ -324,14 +329,14 @@ class Upkeep:
                 except MemlaneError as e:
                     log.warning("memlane: upkeep job %s not recorded again: %s", kept.id, e)
 
-    def _release(self, job: Job, leave: bool = False) -> None:
+    def _release(self, key: str, leave: bool = False) -> None:
         """Ends the holding of a durable job: done or refused (its record goes), or left
         for whoever looks next."""
         try:
-            self.holding.release(job.key, leave)
+            self.holding.release(key, leave)
         except MemlaneError as e:
-            self.holding.forget(job.key)
-            log.warning("memlane: upkeep job %s stays recorded: %s", job.id, e)
+            self.holding.forget(key)
+            log.warning("memlane: upkeep job %s stays recorded: %s", key, e)
 
     def step_summary(self, room: Room, call: Caller) -> Callable[[str, str, int], None]:
         """What ``compact`` asks for a step summary in the background."""
@@ -458,11 +463,15 @@ class Upkeep:
             )
             self._guarded(job.kind, report, run)
         finally:
+            failed = job.kind == "reflection" and bool(report.failures)
             if job.durable:
                 lost = not self.holding.holds(job.key)
-                self._release(job)
-        if job.kind == "reflection" and report.failures and not lost:
-            self._undo(job, room)
+                # A failed reflection stays recorded, held, until the room's next one
+                # covers it: a process that ends first leaves it to the next AgentMemory.
+                if not failed or lost:
+                    self._release(job.key)
+        if failed and not lost:
+            self._undo(job, room, held=job.durable)
         result = UpkeepResult(job.kind, job.now, report)
         if meter is not None:
             result.calls, result.tokens_in, result.tokens_out = (
@@ -498,12 +507,14 @@ class Upkeep:
 
         return fenced
 
-    def _undo(self, job: Job, room: Room) -> None:
+    def _undo(self, job: Job, room: Room, held: bool = False) -> None:
         if job.kind == "reflection":
             # Due again at the room's next turn, whose job shows this one's windows too.
             with self.lock:
                 room.since_reflection = max(room.since_reflection, self.host.reflection.every)
                 room.reflection_behind = min(MAX_SPAN - 1, room.reflection_behind + job.span)
+                if held:
+                    room.failed_reflections.append(job.key)
 
     def _tokens(self) -> Callable[[str], int]:
         if self._counter is None:

@@ -195,6 +195,10 @@ class Room:
     #: Windows failed reflections left unreflected: the room's next reflection shows
     #: them too (up to ``MAX_SPAN`` windows in all).
     reflection_behind: int = 0
+    #: The records of those failed reflections, still held: a process that ends before
+    #: the room's next reflection leaves them to the next AgentMemory; that reflection,
+    #: recorded, covers them and drops them.
+    failed_reflections: list[str] = field(default_factory=list)
     new_entries: int = 0
     last_flush: float | None = None
     flush_due: str | None = None

@@ -747,6 +747,10 @@ mod tests {
             r.insert(1_001, &moved(None));
             let unset = r.live_slots().filter(|&s| r.scope[0][s as usize] == NONE);
             let unset: Vec<u32> = unset.collect();
+            assert!(r.unset(0).iter().eq(unset.iter().copied()));
+            // As a snapshot's load builds them, whole.
+            r.rebuild_index().unwrap();
+            assert!(r.unset(0).iter().eq(unset.iter().copied()));
             let broader = r#"{"$or": [{"agent_id": "a1"}, {"agent_id": null}]}"#;
             for (json, reads) in [
                 (r#"{"agent_id": null}"#.to_string(), unset.len()),

@@ -818,8 +818,12 @@ impl Records {
                 _ => list.push(slot),
             }
         }
+    }
+
+    /// Puts `slot` in the bitmaps of the scope fields it leaves unset.
+    fn post_unset(&mut self, slot: u32) {
         for (col, unset) in self.scope.iter().zip(&mut self.unset) {
-            // `push` appends past the largest slot, as bulk adds do.
+            // `try_push` appends past the largest slot, as bulk adds do.
             if col[slot as usize] == NONE && unset.try_push(slot).is_err() {
                 unset.insert(slot);
             }
@@ -915,6 +919,7 @@ impl Records {
         meta.sort_by_key(|&(k, _)| k);
         self.meta[s] = meta;
         self.post(slot);
+        self.post_unset(slot);
         self.link(slot);
         self.tally(slot);
         slot
@@ -1018,6 +1023,12 @@ impl Records {
                 self.link(slot);
                 self.tally(slot);
             }
+        }
+        // Built whole, in slot order: a slot at a time took 0.5 s of a million's open.
+        for (col, unset) in self.scope.iter().zip(&mut self.unset) {
+            let slots = (0..col.len() as u32).filter(|&s| col[s as usize] == NONE);
+            let live = slots.filter(|&s| self.live[s as usize]);
+            *unset = RoaringBitmap::from_sorted_iter(live).expect("slots ascend");
         }
         Ok(())
     }

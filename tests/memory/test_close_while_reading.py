@@ -1,0 +1,75 @@
+"""``close`` while other threads read: each read returns or raises a memlane error, and
+the process never crashes (closing a SQLite connection in the middle of a read on it
+crashed the sqlite3 module; two saves of the snapshot at once clashed on its files).
+Run in a child process, so a crash fails the test instead of ending the run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memlane import InvalidArgumentError, Memory
+
+CHILD = r"""
+import sys, tempfile, threading
+import memlane
+from memlane.errors import MemlaneError
+
+raw = []
+for cycle in range(12):
+    m = memlane.Memory(tempfile.mkdtemp(dir=sys.argv[1]))
+    m.add_many([{"text": f"seed {i} kiwi", "id": f"s{i}"} for i in range(400)])
+    stop = threading.Event()
+
+    def read(kind):
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                if kind == 0:
+                    f"s{i % 400}" in m
+                elif kind == 1:
+                    m.snapshot()
+                elif kind == 2:
+                    m.get(f"s{i % 400}")
+                else:
+                    m.list(limit=50)
+            except MemlaneError:
+                pass
+            except Exception as e:  # a raw error reached the caller
+                raw.append(repr(e))
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    m.close()
+    stop.set()
+    for t in threads:
+        t.join()
+    with memlane.Memory(m.location) as again:
+        assert len(again) == 400, len(again)
+print("raw", raw)
+"""
+
+
+def test_reads_racing_close_end_cleanly(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("raw []"), done.stdout[-2000:]
+
+
+@pytest.mark.parametrize("path", [12, None, b"x".decode, "a\x00b"])
+def test_jsonl_paths_are_checked(tmp_path: Path, path: object) -> None:
+    with Memory(tmp_path / "store") as mem:
+        with pytest.raises(InvalidArgumentError, match="path"):
+            mem.export_jsonl(path)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="path"):
+            mem.import_jsonl(path)  # type: ignore[arg-type]
