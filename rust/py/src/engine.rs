@@ -289,8 +289,8 @@ impl PyEngine {
         let admits = &request.options.admits;
         detach(py, || {
             let engine = self.inner.read();
-            let admitted = engine.build_conditions(admits, expiring.then_some(now));
-            Ok(engine.vector_text(&text, &admitted))
+            let admitted = || engine.build_conditions(admits, expiring.then_some(now));
+            Ok(engine.vector_text(&text, admitted))
         })
     }
 

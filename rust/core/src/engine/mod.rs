@@ -344,9 +344,13 @@ impl Engine {
     /// speaker pass weighs instead (measured on LoCoMo: `benches/README.md`).
     /// None when it names none. A speaker of other scopes only is no name
     /// here: what one scope asks never depends on another's turns.
-    pub fn vector_text(&self, text: &str, admitted: &Admitted) -> Option<String> {
+    ///
+    /// `admitted` is built at the first name found (most questions name none).
+    pub fn vector_text(&self, text: &str, admitted: impl Fn() -> Admitted) -> Option<String> {
         let r = &self.records;
+        let built = std::cell::OnceCell::new();
         let spoken = |id: u32| {
+            let admitted = built.get_or_init(&admitted);
             let turns = r.postings(&PostingKey::Speaker(id));
             let current = |s: u32| !(admitted.current_only && r.is_closed(s));
             match admitted.filter.as_ref().filter(|f| !f.is_all()) {
