@@ -69,7 +69,10 @@ def path(value: object, label: str) -> Path:
     """``value``, a path given as a str or ``os.PathLike`` of one, as a ``Path``;
     ``InvalidArgumentError`` naming ``label`` otherwise, or when it holds a NUL (which no
     path may: every look at the disk would raise ``ValueError``)."""
-    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    try:
+        text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    except TypeError:  # a PathLike whose __fspath__ gives no str nor bytes
+        text = None
     if not isinstance(text, str):
         raise InvalidArgumentError(f"{label} must be a str or a path, got {shown(value)}")
     if "\x00" in text:

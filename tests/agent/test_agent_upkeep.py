@@ -144,6 +144,40 @@ def test_a_failing_llm_never_breaks_a_turn(make_store: StoreFactory) -> None:
     again.close()
 
 
+class CheckFails:
+    """Reflects each turn it is shown into a fact of its own (``msg-N``), and fails the
+    check of new facts that follows (the same job, the same model)."""
+
+    def __init__(self) -> None:
+        self.shown: list[int] = []
+
+    def complete(self, messages: Any) -> str:
+        text = messages[-1]["content"]
+        if "New facts:" in text:
+            raise ConnectionError("the model is down for checks")
+        turns = sorted({int(n) for n in re.findall(r"msg-(\d+)", text)})
+        self.shown += turns
+        ops = [{"op": "remember", "content": f"Item {n}"} for n in turns]
+        return json.dumps({"operations": ops})
+
+
+def test_a_reflection_applied_is_not_asked_again_when_a_later_step_fails(
+    make_store: StoreFactory,
+) -> None:
+    """Only the reflection's own failure makes it due again: a failed fact check after
+    its answer was stored would have each turn reflected, and its facts stored, twice."""
+    mem = make_store("check", WordHashEmbedder())
+    llm = CheckFails()
+    am = agent(mem, llm, reflection=Reflection(every=2, window=4))
+    alice = am.event("telegram", 42, 7)
+    for n in range(1, 7):
+        turn(am, alice, f"msg-{n} hello")
+        assert am.drain(timeout=60)
+    assert sorted(llm.shown) == [1, 2, 3, 4, 5, 6]
+    assert mem.jobs.items() == []
+    am.close()
+
+
 def test_each_jobs_outcome_is_kept_in_the_store(make_store: StoreFactory) -> None:
     """What each job cost and what failed is in the store, where another process reads
     it (memlane serve's inspector): the counts of its UpkeepResult."""

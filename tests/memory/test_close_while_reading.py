@@ -5,13 +5,15 @@ Run in a child process, so a crash fails the test instead of ending the run."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from memlane import InvalidArgumentError, Memory
+from memlane import ClosedError, InvalidArgumentError, Memory
 
 CHILD = r"""
 import sys, tempfile, threading
@@ -73,3 +75,54 @@ def test_jsonl_paths_are_checked(tmp_path: Path, path: object) -> None:
             mem.export_jsonl(path)  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="path"):
             mem.import_jsonl(path)  # type: ignore[arg-type]
+
+
+def test_close_does_not_wait_for_an_export_to_a_stalled_pipe(tmp_path: Path) -> None:
+    """An export blocked writing into a pipe nobody reads holds its read for as long:
+    close leaves that read its connection (the read closes it as it ends)."""
+    mem = Memory(tmp_path / "store", None)
+    mem.add_many([{"text": "x" * 200 + f" {i}"} for i in range(3000)])
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # open, and never read
+    outcome: list[BaseException | int] = []
+
+    def export() -> None:
+        try:
+            outcome.append(mem.export_jsonl(fifo))
+        except BaseException as e:  # what the export met once the pipe was drained
+            outcome.append(e)
+
+    exporting = threading.Thread(target=export)
+    exporting.start()
+    closing = threading.Thread(target=mem.close)
+    closing.start()
+    closing.join(120)
+    try:
+        assert not closing.is_alive(), "close waited for the export"
+    finally:
+        with os.fdopen(reader, "rb") as pipe:  # drain it: the export ends
+            while exporting.is_alive():
+                try:
+                    pipe.read()
+                except BlockingIOError:
+                    exporting.join(0.01)
+        exporting.join()
+    assert len(outcome) == 1
+
+
+def test_no_subscription_after_close(tmp_path: Path) -> None:
+    mem = Memory(tmp_path / "store", None)
+    mem.close()
+    with pytest.raises(ClosedError):
+        mem.events.subscribe()
+
+
+class _NotAPath:
+    def __fspath__(self) -> object:
+        return 12
+
+
+def test_a_path_like_that_gives_no_path_is_refused(tmp_path: Path) -> None:
+    with Memory(tmp_path / "store", None) as mem, pytest.raises(InvalidArgumentError):
+        mem.import_jsonl(_NotAPath())  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
 from memlane._memory.encoding import record
-from memlane.errors import InvalidArgumentError, MemlaneError, shown
+from memlane.errors import ClosedError, InvalidArgumentError, MemlaneError, shown
 from memlane.records import SCOPE_FIELDS
 from memlane.schema import Row
 
@@ -141,6 +141,7 @@ class Events:
         #: While someone listens to a shared store: every change up to this one was told
         #: (or came before the first subscriber). None otherwise.
         self._told: int | None = None
+        self._ended = False
 
     def __bool__(self) -> bool:
         return bool(self._subscribers)
@@ -168,6 +169,8 @@ class Events:
         checked = {f: coerce.text(v, f) for f, v in scope.items() if v is not None}
         sub = Subscription(self, checked, max_queue)
         with self._lock:
+            if self._ended:  # under the lock close takes: no subscription outlives it
+                raise ClosedError("this Memory is closed")
             if self._told is None and self._db.shared:
                 self._told = self._db.seq()
             self._subscribers = (*self._subscribers, sub)
@@ -184,8 +187,11 @@ class Events:
                 self._told = None
 
     def close(self) -> None:
-        """Ends every subscription (the store closes)."""
-        for sub in self._subscribers:
+        """Ends every subscription (the store closes); none can be made after."""
+        with self._lock:
+            self._ended = True
+            subscribers = self._subscribers
+        for sub in subscribers:
             sub.close()
 
     def _tell(self, kind: str, row: Row, **extra: Any) -> None:

@@ -495,8 +495,9 @@ def _opened(path: Path) -> Iterator[tuple[BinaryIO, BinaryIO | None]]:
     except (FileNotFoundError, NotADirectoryError):
         raise NotFoundError(f"no file {name!r} to import") from None
     except OSError as e:
-        if path.is_dir():  # IsADirectoryError, or PermissionError on Windows
-            raise InvalidArgumentError(f"{name!r} is a directory, not a JSONL file") from None
+        with contextlib.suppress(OSError):  # a name too long fails this look too
+            if path.is_dir():  # IsADirectoryError, or PermissionError on Windows
+                raise InvalidArgumentError(f"{name!r} is a directory, not a JSONL file") from None
         raise StorageError(f"cannot read {name!r}: {e.strerror or e}") from None
     with f:
         if stat.S_ISREG(os.fstat(f.fileno()).st_mode):

@@ -23,7 +23,7 @@ from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.pipeline import IngestOptions, Owner, Pipeline
 from memlane.knowledge.progress import ProgressBar
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, hidden, relative_path, resolve, walk
+from memlane.knowledge.walk import Source, exists, hidden, relative_path, resolve, walk
 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
@@ -82,7 +82,7 @@ def ingest_path(
 ) -> IngestReport:
     started = time.perf_counter()
     target = coerce.path(path, "path")
-    if not target.exists():
+    if not exists(target):
         raise NotFoundError(f"no such file or folder: {target}")
     alone = False  # a root made by this file alone (see _known_folder)
     if root is not None:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from memlane.errors import InvalidArgumentError
 from memlane.knowledge.document_limits import DocumentLimitError
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.loaders import Loader, loader_for
@@ -119,6 +120,18 @@ def _opened_inside(fd: int, path: Path, info: os.stat_result, root: Path) -> boo
     except OSError:
         return False
     return inside(resolved, root) and (seen.st_dev, seen.st_ino) == (info.st_dev, info.st_ino)
+
+
+def exists(path: Path) -> bool:
+    """Whether ``path`` names something; ``InvalidArgumentError`` for a path the system
+    cannot look up (a name too long, a link loop), which ``Path.exists`` raises raw."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        raise InvalidArgumentError(f"cannot look at {str(path)!r}: {e.strerror or e}") from None
+    return True
 
 
 def resolve(path: Path) -> Path:

@@ -41,7 +41,7 @@ from memlane.knowledge.ingest import ingest_path, ingest_sources, roots_apart
 from memlane.knowledge.loaders import loader_for
 from memlane.knowledge.pipeline import IngestOptions, Owner
 from memlane.knowledge.report import IngestReport
-from memlane.knowledge.walk import Source, relative_path, resolve, walk
+from memlane.knowledge.walk import Source, exists, relative_path, resolve, walk
 
 if TYPE_CHECKING:
     from memlane.store import MemoryStore
@@ -385,7 +385,7 @@ def watch(
         if callback is not None and not callable(callback):
             raise InvalidArgumentError(f"{name} must be callable, got {shown(callback)}")
     target = coerce.path(folder, "folder").absolute()  # event paths are relative to it
-    if not target.exists():
+    if not exists(target):
         raise NotFoundError(f"no such folder: {target}")
     if not target.is_dir():
         raise InvalidArgumentError(f"watch needs a folder, got the file {target}")

@@ -256,12 +256,11 @@ class SQLiteStore(SQLStore):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._closed = False
-        # Reads in flight on the readers, by thread: close waits for other threads'
-        # reads to end before it closes their connections (closing one mid-read crashes
-        # the sqlite3 module). A thread's own reads (close called while it iterates) are
-        # its own to end.
-        self._reading = threading.Condition()
-        self._reads: dict[int, int] = {}
+        # Reads in flight, by connection: close leaves a connection in use to its read,
+        # which closes it as it ends (closing it mid-read crashes the sqlite3 module;
+        # waiting would hold close as long as an export to a stalled pipe takes).
+        self._reading = threading.Lock()
+        self._busy: dict[int, int] = {}
         self._checkpointer: sqlite3.Connection | None = None
         #: This open's epoch (see EPOCHS) once it wrote, and whether the transaction that
         #: starts it is still open.
@@ -440,12 +439,12 @@ class SQLiteStore(SQLStore):
         with self._lock:
             if self._closed:
                 return
-            me = threading.get_ident()
             with self._reading:
                 self._closed = True
-                self._reading.wait_for(lambda: not any(t != me for t in self._reads))
+                busy = set(self._busy)
             for conn in self._readers:
-                conn.close()
+                if id(conn) not in busy:
+                    conn.close()
             self._readers.clear()
             if self._checkpointer is not None:
                 self._checkpointer.close()
@@ -493,22 +492,21 @@ class SQLiteStore(SQLStore):
                 self._current()
                 conn.execute("PRAGMA query_only = ON")
             self._local.conn = conn
-        me = threading.get_ident()
         with self._reading:
             if self._closed:
                 raise StorageError("the store is closed")
-            self._reads[me] = self._reads.get(me, 0) + 1
+            self._busy[id(conn)] = self._busy.get(id(conn), 0) + 1
         try:
             if not fresh and self._replaced:
                 self._current()
             yield conn
         finally:
             with self._reading:
-                if self._reads[me] == 1:
-                    del self._reads[me]
-                    self._reading.notify_all()
-                else:
-                    self._reads[me] -= 1
+                left = self._busy.pop(id(conn)) - 1
+                if left:
+                    self._busy[id(conn)] = left
+            if not left and self._closed:  # close left it to this read
+                conn.close()
 
     def _reader(self) -> AbstractContextManager[sqlite3.Connection]:
         return self.reader()

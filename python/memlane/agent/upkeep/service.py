@@ -303,11 +303,6 @@ class Upkeep:
                 report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
                 self._undo(job, room)
                 return
-            if job.kind == "reflection":  # its windows cover those of the failed ones
-                with self.lock:
-                    covered, room.failed_reflections = room.failed_reflections, []
-                for key in covered:
-                    self._release(key)
         worker = self.local if job.kind in _LOCAL else self.model
         try:
             skipped = worker.submit(job, call)
@@ -321,6 +316,12 @@ class Upkeep:
                 self._release(job.key, leave=resumed)
             self._undo(job, room)
             return
+        if job.durable and job.kind == "reflection" and not resumed:
+            # Taken by the worker, its windows cover those of the failed ones held.
+            with self.lock:
+                covered, room.failed_reflections = room.failed_reflections, []
+            for key in covered:
+                self._release(key)
         if skipped is not None:  # never a resumed job: those run, done in part or not
             kept = self._kept.pop(skipped.key)
             if job.durable:  # the one kept covers the windows of the other
@@ -463,7 +464,10 @@ class Upkeep:
             )
             self._guarded(job.kind, report, run)
         finally:
-            failed = job.kind == "reflection" and bool(report.failures)
+            # The reflection's own failure, not a later step's (its fact checks): an
+            # answer applied is never asked for again.
+            done = report.reflection is not None and report.reflection.error is None
+            failed = job.kind == "reflection" and bool(report.failures) and not done
             if job.durable:
                 lost = not self.holding.holds(job.key)
                 # A failed reflection stays recorded, held, until the room's next one

@@ -57,24 +57,41 @@ impl Admission {
     }
 
     /// Whether the records admitted hold conversation turns: (any with a
-    /// session, any with a speaker). A search that admits nearly every
-    /// record takes the store's answer; one restricted to a selection reads
-    /// its records, so that another scope's turns never change how deep it
-    /// searches or which passes it runs.
+    /// session, any with a speaker), so that turns the search leaves out
+    /// (another scope's, expired, superseded) never change how deep it
+    /// searches or which passes it runs. A selection's records are read; a
+    /// search of all records but a few takes the store's counts less those.
     pub(super) fn turns(&self, records: &Records) -> (bool, bool) {
-        let store = (!records.sessions.is_empty(), !records.speakers.is_empty());
-        let Admission::Only { selection, .. } = self else {
-            return store;
-        };
-        let (mut sessions, mut speakers) = (false, false);
-        for &s in &selection.slots {
-            sessions |= records.neighbours(s).is_some();
-            speakers |= records.speaker(s).is_some();
-            if (sessions || !store.0) && (speakers || !store.1) {
-                break;
+        let counts = records.turns;
+        let left = match self {
+            Admission::All { closed } if *closed > 0 => counts.current,
+            Admission::All { .. } => counts.all,
+            Admission::Except { slots, current } => {
+                let mut left = if *current { counts.current } else { counts.all };
+                for &s in slots {
+                    let (turn, closed) = records.turn_of(s);
+                    if !(*current && closed) {
+                        left.count(turn, -1);
+                    }
+                }
+                left
             }
-        }
-        (sessions, speakers)
+            Admission::Only { selection, .. } => {
+                let (mut sessions, mut speakers) = (false, false);
+                for &s in &selection.slots {
+                    let ((session, speaker), _) = records.turn_of(s);
+                    sessions |= session;
+                    speakers |= speaker;
+                    if (sessions || counts.all.sessions == 0)
+                        && (speakers || counts.all.speakers == 0)
+                    {
+                        break;
+                    }
+                }
+                return (sessions, speakers);
+            }
+        };
+        (left.sessions > 0, left.speakers > 0)
     }
 
     /// Whether the graph search needs to ask about the nodes it reaches

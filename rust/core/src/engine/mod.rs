@@ -355,8 +355,7 @@ impl Engine {
             let current = |s: u32| !(admitted.current_only && r.is_closed(s));
             match admitted.filter.as_ref().filter(|f| !f.is_all()) {
                 Some(f) => f.matches_any(r, turns, current),
-                // `names` holds the speakers of current turns alone.
-                None => admitted.current_only || !turns.is_empty(),
+                None => turns.iter().any(|&s| current(s)),
             }
         };
         // Only names the speaker pass matches: a name the analyzer drops (a

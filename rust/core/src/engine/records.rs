@@ -406,9 +406,13 @@ pub struct Records {
     /// Live records per interned speaker: the store's speakers (empty in a
     /// store without conversation turns, so a search skips the speaker pass).
     pub(crate) speakers: FxHashMap<u32, u32>,
-    /// The names of the speakers with current turns, found from a query's
-    /// words ([`NameWords::without_names`]).
+    /// The names of the speakers with turns (current or superseded: a search
+    /// of versions admits both), found from a query's words
+    /// ([`NameWords::without_names`]).
     pub(crate) names: NameWords,
+    /// How many live records are turns, of all and of the current ones: what
+    /// a search that admits all but a few listed records asks.
+    pub(crate) turns: TurnCounts,
     /// Live records per table and scope ([`Records::group`]), so that counts
     /// by table and scope of the whole store read no record.
     pub(crate) groups: FxHashMap<[u32; 7], u32>,
@@ -456,6 +460,43 @@ impl Held {
     /// Whether the answer holds at `now`.
     pub fn at(&self, now: f64) -> bool {
         self.from <= now && now < self.until
+    }
+}
+
+/// Live records that are conversation turns: with a session, with a speaker;
+/// of all, and of the current ones (not superseded).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TurnCounts {
+    pub all: Turns,
+    pub current: Turns,
+}
+
+/// Records with a session and records with a speaker.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Turns {
+    pub sessions: usize,
+    pub speakers: usize,
+}
+
+impl Turns {
+    /// Counts a record that is a turn as `turn` says, `by` (1 or -1) times.
+    pub fn count(&mut self, turn: (bool, bool), by: isize) {
+        self.sessions = self
+            .sessions
+            .saturating_add_signed(by * isize::from(turn.0));
+        self.speakers = self
+            .speakers
+            .saturating_add_signed(by * isize::from(turn.1));
+    }
+}
+
+impl TurnCounts {
+    fn count(&mut self, turn: ((bool, bool), bool), by: isize) {
+        let (turn, closed) = turn;
+        self.all.count(turn, by);
+        if !closed {
+            self.current.count(turn, by);
+        }
     }
 }
 
@@ -925,6 +966,16 @@ impl Records {
         slot
     }
 
+    /// Whether `slot` is a turn (has a session, has a speaker), and whether
+    /// it was superseded.
+    pub fn turn_of(&self, slot: u32) -> ((bool, bool), bool) {
+        let turn = (
+            self.neighbours(slot).is_some(),
+            self.speaker(slot).is_some(),
+        );
+        (turn, self.is_closed(slot))
+    }
+
     /// The interned speaker of `slot`, if it has one.
     pub fn speaker(&self, slot: u32) -> Option<u32> {
         let v = self.speaker[slot as usize];
@@ -947,10 +998,9 @@ impl Records {
     fn tally(&mut self, slot: u32) {
         if let Some(v) = self.speaker(slot) {
             *self.speakers.entry(v).or_default() += 1;
-            if !self.is_closed(slot) {
-                self.names.add(v, self.strings.resolve(v));
-            }
+            self.names.add(v, self.strings.resolve(v));
         }
+        self.turns.count(self.turn_of(slot), 1);
         *self.groups.entry(self.group(slot)).or_default() += 1;
         for key in distinct_keys(&self.meta[slot as usize]) {
             *self.meta_keys.entry(key).or_default() += 1;
@@ -962,10 +1012,9 @@ impl Records {
     fn untally(&mut self, slot: u32) {
         if let Some(v) = self.speaker(slot) {
             decrement(&mut self.speakers, v);
-            if !self.is_closed(slot) {
-                self.names.remove(v, self.strings.resolve(v));
-            }
+            self.names.remove(v, self.strings.resolve(v));
         }
+        self.turns.count(self.turn_of(slot), -1);
         let group = self.group(slot);
         decrement(&mut self.groups, group);
         for key in distinct_keys(&self.meta[slot as usize]) {
@@ -1009,6 +1058,7 @@ impl Records {
         self.sessions = FxHashMap::default();
         self.speakers = FxHashMap::default();
         self.names = NameWords::default();
+        self.turns = TurnCounts::default();
         self.groups = FxHashMap::default();
         self.meta_keys = FxHashMap::default();
         self.expiring = BTreeSet::new();

@@ -107,7 +107,7 @@ const MAX_NAME_WORDS: usize = 3;
 /// combinations.
 const MAX_QUESTION_NAMES: usize = 64;
 
-/// The names of the speakers with current turns, as written names are (a
+/// The names of the speakers with turns, as written names are (a
 /// capital first), by their words: a name's words, lowercased, sorted and
 /// joined by a space, to the speakers so named, so that a question finds
 /// the names it holds from its own words' combinations, at any count of
@@ -118,13 +118,13 @@ pub(crate) struct NameWords {
     by_key: FxHashMap<Box<str>, Vec<u32>>,
     /// Each word of those names, with the count of names that hold it.
     words: FxHashMap<Box<str>, u32>,
-    /// Current turns per speaker (superseded versions are not searched, so
-    /// their speakers do not count).
+    /// Turns per speaker, current or superseded (which turns a search admits
+    /// is asked of each name found: [`NameWords::without_names`]'s `named`).
     turns: FxHashMap<u32, u32>,
 }
 
 impl NameWords {
-    /// Counts a current turn of speaker `id`, named `name`.
+    /// Counts a turn of speaker `id`, named `name`.
     pub(crate) fn add(&mut self, id: u32, name: &str) {
         let n = self.turns.entry(id).or_default();
         *n += 1;
@@ -140,7 +140,7 @@ impl NameWords {
         }
     }
 
-    /// Uncounts a current turn of speaker `id`, named `name`.
+    /// Uncounts a turn of speaker `id`, named `name`.
     pub(crate) fn remove(&mut self, id: u32, name: &str) {
         let Some(n) = self.turns.get_mut(&id) else {
             return;
@@ -197,13 +197,11 @@ impl NameWords {
         let mut out: FxHashSet<String> = FxHashSet::default();
         let mut try_name = |combo: &mut Vec<&str>| {
             combo.sort_unstable();
-            // The speakers of one key share their words as the analyzer
-            // reads them, so the pass decides for all of them at once.
-            let first = self
-                .by_key
-                .get(combo.join(" ").as_str())
-                .and_then(|ids| ids.first());
-            if first.is_some_and(|&id| named(id)) {
+            // Spellings of one name ("Dr. Smith", "DR SMITH") share a key: it
+            // is a name here if any of them is, each asked of `named` (whose
+            // answer may differ by speaker: the search admits some turns).
+            let ids = self.by_key.get(combo.join(" ").as_str());
+            if ids.is_some_and(|ids| ids.iter().any(|&id| named(id))) {
                 out.extend(combo.iter().map(|w| (*w).to_owned()));
             }
         };

@@ -991,6 +991,39 @@ fn the_vector_text_leaves_out_the_speakers_of_the_scope_alone() {
 }
 
 #[test]
+fn the_vector_text_asks_each_spelling_and_version_of_a_name() {
+    let turn = |agent: &str, who: &str, closed: bool| {
+        let mut a = attrs(agent, 0.5, 0.0, false);
+        a.id = Some(format!("{agent}-{who}"));
+        a.speaker = Some(who.into());
+        a.valid_to = closed.then_some(1.0);
+        a
+    };
+    // One key for two spellings, the other scope's first; a's turn superseded.
+    let texts = ["she sang".to_owned(), "she painted".to_owned()];
+    let e = text_only(
+        &texts,
+        &[turn("y", "CAROLINE", false), turn("a", "Caroline", true)],
+    );
+    let asked = "What did Caroline paint?";
+    assert_eq!(e.vector_text(asked, || scoped(&e, "a", 50.0)), None);
+    let versions = || {
+        let mut c = Conditions::default();
+        c.scope[0] = Some("a".into());
+        c.versions = Versions::Every;
+        e.build_conditions(&c, Some(50.0))
+    };
+    assert_eq!(
+        e.vector_text(asked, versions).as_deref(),
+        Some("What did paint?")
+    );
+    assert_eq!(
+        e.vector_text(asked, || scoped(&e, "y", 50.0)).as_deref(),
+        Some("What did paint?")
+    );
+}
+
+#[test]
 fn the_vector_text_leaves_out_the_named_speakers() {
     let mut e = chat();
     // Caroline is a speaker; "user" is a role, whose name is never left out.
@@ -1346,21 +1379,29 @@ fn another_scopes_turns_change_nothing_of_a_search() {
         })
         .collect();
     let mut e = text_only(&texts, &a);
-    let f = e.parse_filter(r#"{"agent_id": "a"}"#).unwrap();
+    // A selection, and all records but a few listed (an exclusion); bound to
+    // the records as each search binds its filter.
+    let filters = [r#"{"agent_id": "a"}"#, r#"{"agent_id": {"$ne": "b"}}"#];
     let search = |e: &Engine| {
-        let mut r = request(Some("What did Bob say about the garden?"), None, Mode::Text);
-        r.filter = Some(&f);
-        r.k = 5;
         // BM25's statistics are the store's: its scores may move, nothing else.
-        let hits = e.search(&r).unwrap();
-        let seen = hits
-            .signals
-            .iter()
-            .map(|s| (s.age_hours, s.recency, s.bm25_speaker));
-        (hits.ids.clone(), seen.collect::<Vec<_>>())
+        let mut out = Vec::new();
+        for f in filters.map(|f| e.parse_filter(f).unwrap()) {
+            let mut r = request(Some("What did Bob say about the garden?"), None, Mode::Text);
+            r.k = 5;
+            r.filter = Some(&f);
+            let hits = e.search(&r).unwrap();
+            let seen = hits
+                .signals
+                .iter()
+                .map(|s| (s.age_hours, s.recency, s.bm25_speaker));
+            out.push((hits.ids.clone(), seen.collect::<Vec<_>>()));
+        }
+        out
     };
     let before = search(&e);
-    assert!(before.1.iter().all(|s| s.2.is_none()));
+    assert!(before
+        .iter()
+        .all(|(_, seen)| seen.iter().all(|s| s.2.is_none())));
     let mut turn = attrs("b", 0.5, 1000.0 * HOUR, false);
     turn.id = Some("t".into());
     turn.scope[4] = Some("s".into());
