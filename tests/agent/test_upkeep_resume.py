@@ -88,7 +88,7 @@ def test_a_resumed_job_is_not_replaced_by_a_job_of_its_slot_asked_later() -> Non
     assert worker.submit(later, None) is None
     latest = _job("reflection", 30.0)
     assert worker.submit(latest, None) is later  # the fresh one waiting still coalesces
-    assert latest.span == 2
+    assert latest.ends == (20.0,)  # it shows the window of the one it replaced
     runs.gate.set()
     assert worker.wait(30)
     assert runs.ran == ["busy", found.id, latest.id]

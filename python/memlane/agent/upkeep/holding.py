@@ -94,7 +94,7 @@ class Holding:
             self._held[key] = new
 
     def coalesced(self, kept: Job, dropped: Job) -> None:
-        """``kept`` took the place of ``dropped`` (and its windows, ``kept.span``): one
+        """``kept`` took the place of ``dropped`` (and its windows, ``kept.ends``): one
         transaction writes the one and drops the other, so a crash loses neither."""
         with self._lock:
             old = self._held.get(dropped.key)
@@ -105,7 +105,7 @@ class Holding:
                     jobs.drop(dropped.key, old)
                     del self._held[dropped.key]
                 return
-            new = replace(Job.loads(held), span=kept.span).held_by(self.holder()).dumps()
+            new = replace(Job.loads(held), ends=kept.ends).held_by(self.holder()).dumps()
             ours = jobs.swap(kept.key, held, new, drop=None if old is None else (dropped.key, old))
             # Written (or not) as one: a store error leaves both held as they were.
             self._held.pop(dropped.key, None)

@@ -32,7 +32,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -52,6 +52,7 @@ __all__ = [
     "JobRecordError",
     "JobSkippedWarning",
     "coalesce",
+    "earlier_windows",
     "live_tokens",
     "owner_of",
 ]
@@ -208,15 +209,23 @@ def coalesce(newer: Job, older: Job) -> None:
         names = [n for n in q.get("names", []) if n not in p.get("names", [])]
         p["names"] = [*names, *p.get("names", [])]
     elif newer.kind == "reflection":
-        span = newer.span + older.span
-        if span > MAX_SPAN:
-            log.warning(
-                "memlane: reflection fell %d windows behind its model: the oldest %d are "
-                "not reflected",
-                span,
-                span - MAX_SPAN,
-            )
-        object.__setattr__(newer, "span", min(span, MAX_SPAN))
+        ends = earlier_windows([*older.ends, older.now, *newer.ends], newer.now)
+        object.__setattr__(newer, "ends", ends)
+
+
+def earlier_windows(ends: Iterable[float], now: float) -> tuple[float, ...]:
+    """The turn times of the earlier windows a reflection at ``now`` shows: each once,
+    oldest first, the newest ``MAX_SPAN - 1`` (a model stalled longer loses the oldest
+    windows' reflection, and the worker says so). A time not before ``now`` (the clock
+    set back) is in the reflection's own window."""
+    kept = sorted({e for e in ends if e < now})
+    if len(kept) >= MAX_SPAN:
+        log.warning(
+            "memlane: reflection fell %d windows behind its model: the oldest %d are not reflected",
+            len(kept) + 1,
+            len(kept) + 1 - MAX_SPAN,
+        )
+    return tuple(kept[-(MAX_SPAN - 1) :])
 
 
 def owner_of(
@@ -252,9 +261,13 @@ class Job:
     holder: Holder | None = None
     #: A reflection's model answer and the ids of the memories it was shown.
     plan: dict[str, Any] | None = None
-    #: A reflection's windows: one, or more once it took the place of waiting ones (it
-    #: then shows what each of them would have shown).
+    #: A reflection's windows counted back from ``now``: 1, but in a record an older
+    #: version wrote after its job took the place of waiting ones.
     span: int = 1
+    #: The turn times of the earlier windows a reflection shows as well, oldest first:
+    #: those of the waiting ones it took the place of, and of failed ones (it shows what
+    #: each of them would have shown, and no window between them twice).
+    ends: tuple[float, ...] = ()
 
     @property
     def durable(self) -> bool:
@@ -302,7 +315,9 @@ class Job:
                     "fields": e.fields,
                 },
                 "plan": self.plan,
-                "span": self.span,
+                # Every window: what an older version, which reads no "ends", counts back.
+                "span": self.span + len(self.ends),
+                "ends": list(self.ends),
             }
         )
 
@@ -348,6 +363,10 @@ class Job:
         span = d.get("span", 1)
         if isinstance(span, bool) or not isinstance(span, int) or not 1 <= span <= MAX_SPAN:
             raise JobRecordError(f"a recorded job's 'span' must be an int from 1 to {MAX_SPAN}")
+        ends = _ends(d.get("ends"), now)
+        span -= len(ends)
+        if span < 1:
+            raise JobRecordError("a recorded job's 'span' must count its 'ends' and its own")
         return cls(
             kind,
             event,
@@ -358,6 +377,7 @@ class Job:
             holder=_holder(d.get("holder")),
             plan=_plan(d.get("plan")),
             span=span,
+            ends=ends,
         )
 
     def resolved(self, scopes: SessionScope) -> EventScope:
@@ -390,6 +410,25 @@ def _text(value: object, label: str, limit: int) -> str:
     except UnicodeEncodeError:
         raise JobRecordError(f"a recorded job's {label!r} is not valid text") from None
     return value
+
+
+def _ends(value: object, now: float) -> tuple[float, ...]:
+    if value is None:
+        return ()
+    if (
+        not isinstance(value, list)
+        or len(value) >= MAX_SPAN
+        or not all(
+            not isinstance(e, bool) and isinstance(e, int | float) and math.isfinite(e) and e < now
+            for e in value
+        )
+        or value != sorted(set(value))
+    ):
+        raise JobRecordError(
+            f"a recorded job's 'ends' must list at most {MAX_SPAN - 1} distinct times "
+            "before its own, oldest first"
+        )
+    return tuple(float(e) for e in value)
 
 
 def _holder(value: object) -> Holder | None:

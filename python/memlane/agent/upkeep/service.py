@@ -43,17 +43,16 @@ from memlane.agent.daily import DailyLogger
 from memlane.agent.facts import CHECK
 from memlane.agent.llm import ChatMessage
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
+from memlane.agent.upkeep.found import found_again
 from memlane.agent.upkeep.holding import Holding
 from memlane.agent.upkeep.jobs import (
-    MAX_SPAN,
     Holder,
     Job,
     JobLostError,
-    JobRecordError,
     JobSkippedWarning,
     Lease,
     coalesce,
-    live_tokens,
+    earlier_windows,
     owner_of,
 )
 from memlane.agent.upkeep.triggers import (
@@ -225,13 +224,14 @@ class Upkeep:
         with self.lock:
             due = host.reflection.enabled and call is not None
             due = due and room.since_reflection >= host.reflection.every
-            behind = 0
+            missed: list[float] = []
             if due:
                 room.since_reflection = 0
-                behind, room.reflection_behind = room.reflection_behind, 0
+                missed, room.reflection_missed = room.reflection_missed, []
         if due:
-            reflection = self._job("reflection", event, now)
-            jobs.append(replace(reflection, span=min(MAX_SPAN, 1 + behind)))
+            jobs.append(
+                replace(self._job("reflection", event, now), ends=earlier_windows(missed, now))
+            )
         # One consolidation, daily log or eviction of a room waits or runs at a time: while
         # one waits for the model, later turns that find it still due do not record more.
         waiting = {j.slot for j in self.pending()}
@@ -363,24 +363,11 @@ class Upkeep:
             return
         self._scanned = mono
         try:
-            left = self.host.memory.jobs.items()
+            left = found_again(self.host.memory, self.owner, self.host.scopes, self._skip)
         except MemlaneError as e:
             log.warning("memlane: pending upkeep could not be read: %s", e)
             return
-        live = live_tokens()
-        for key, text in left:
-            try:
-                job = Job.loads(text)
-                if job.owner != self.owner:
-                    continue  # another agent's
-                if job.holder is not None and not job.holder.gone(live, time.time()):
-                    continue  # its process is alive and runs it
-                event = job.resolved(self.host.scopes)
-                if key != job.key:
-                    raise JobRecordError("a recorded job's key does not match its content")
-            except JobRecordError as e:
-                self._skip(key, str(e))
-                continue
+        for key, text, job, event in left:
             mine = Job(
                 job.kind,
                 event,
@@ -391,6 +378,7 @@ class Upkeep:
                 plan=job.plan,
                 payload={"resumed": True},
                 span=job.span,
+                ends=job.ends,
             )
             taken = mine.dumps()
             try:
@@ -516,7 +504,8 @@ class Upkeep:
             # Due again at the room's next turn, whose job shows this one's windows too.
             with self.lock:
                 room.since_reflection = max(room.since_reflection, self.host.reflection.every)
-                room.reflection_behind = min(MAX_SPAN - 1, room.reflection_behind + job.span)
+                missed = [*room.reflection_missed, *job.ends, job.now]
+                room.reflection_missed = list(earlier_windows(missed, math.inf))
                 if held:
                     room.failed_reflections.append(job.key)
 

@@ -46,6 +46,7 @@ from memlane.scoping import EventScope, exact_scope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
+    from memlane.records import MemoryRecord
 
 __all__ = ["FLUSH_MESSAGE", "Compaction", "Consolidation", "FlushReminder", "Reflection"]
 
@@ -192,9 +193,9 @@ class Compaction:
 class Room:
     turns: int = 0
     since_reflection: int = 0
-    #: Windows failed reflections left unreflected: the room's next reflection shows
-    #: them too (up to ``MAX_SPAN`` windows in all).
-    reflection_behind: int = 0
+    #: The turn times of the windows failed reflections left unreflected: the room's
+    #: next reflection shows them too (up to ``MAX_SPAN`` windows in all).
+    reflection_missed: list[float] = field(default_factory=list)
     #: The records of those failed reflections, still held: a process that ends before
     #: the room's next reflection leaves them to the next AgentMemory; that reflection,
     #: recorded, covers them and drops them.
@@ -336,6 +337,7 @@ def run_reflection(
     plan: dict[str, Any] | None = None,
     marks: dict[str, Any] | None = None,
     span: int = 1,
+    ends: tuple[float, ...] = (),
 ) -> None:
     """Reflection over the room's last messages up to the turn at ``now``, once
     ``cfg.every`` turns have passed (``job``: the upkeep job running it, named in what
@@ -358,9 +360,13 @@ def run_reflection(
         return
     else:
         history = scope_kwargs(event.history)
-        # A job that took the place of waiting ones shows what each would have shown.
-        limit = cfg.window * span
-        recent = memory.list(MESSAGES, end=_after(now), limit=limit, **history)[::-1]
+        # A job that took the place of waiting or failed ones shows what each would have
+        # shown, each message once, in the order said.
+        shown: dict[str, MemoryRecord] = {}
+        for end, limit in [*((e, cfg.window) for e in ends), (now, cfg.window * span)]:
+            for r in memory.list(MESSAGES, end=_after(end), limit=limit, **history)[::-1]:
+                shown.setdefault(r.id, r)
+        recent = sorted(shown.values(), key=lambda r: r.created_at)
         window = [{"role": str(r.metadata.get("role", "user")), "content": r.text} for r in recent]
         result = reflect(
             memory,

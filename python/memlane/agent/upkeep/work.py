@@ -50,9 +50,16 @@ def do(
         resume = None if job is None or holding is None else resume_of(host, job, holding)
         plan = None if job is None else job.plan
         marks = None if call is None else pending(None)
-        span = 1 if job is None else job.span
+        span, ends = (1, ()) if job is None else (job.span, job.ends)
         run_reflection(
-            mem, host.reflection, *rest, resume=resume, plan=plan, marks=marks, span=span
+            mem,
+            host.reflection,
+            *rest,
+            resume=resume,
+            plan=plan,
+            marks=marks,
+            span=span,
+            ends=ends,
         )
         if call is not None:  # what it remembered is checked at once, by the same model
             check(host, event, report, call)
