@@ -127,10 +127,10 @@ def test_a_failing_llm_never_breaks_a_turn(make_store: StoreFactory) -> None:
     assert am.drain(timeout=60)
     assert llm.calls == 2
     assert mem.count(MESSAGES, **alice.history) == 6
-    # The second failure stays recorded, with the first's windows: the first was
-    # dropped once the second, which covers it, was recorded.
+    # The second failure, a retry of the first's window alone, stays recorded with it:
+    # the first was dropped once the second, which covers it, was recorded.
     (left,) = [json.loads(job) for _, job in mem.jobs.items()]
-    assert (left["kind"], left["span"]) == ("reflection", 2)
+    assert (left["kind"], left["span"], len(left["ends"])) == ("reflection", 1, 1)
     am.close()
     # Whatever ends the process before the room's next turn, the next AgentMemory
     # reflects the turns the failures left.
@@ -455,7 +455,7 @@ class FailsFirstReflection:
 
 def test_a_failed_reflection_is_retried_with_its_own_messages(make_store: StoreFactory) -> None:
     # Every 3 turns over the last 6 messages: the retry at turn 4 shows the failed
-    # window's messages too, so the first turn is reflected (it fell out of turn 4's own).
+    # window's messages, so the first turn is reflected (it falls out of turn 6's own).
     mem = make_store("retry", WordHashEmbedder())
     am = AgentMemory(
         mem,
@@ -469,9 +469,9 @@ def test_a_failed_reflection_is_retried_with_its_own_messages(make_store: StoreF
         profiles=Profiles(enabled=False),
     )
     event = am.event("telegram", 7, chat_id=1)
-    for i in range(1, 5):
+    for i in range(1, 7):
         am.after(event, am.before(event, [{"role": "user", "content": f"user says msg{i}"}]), "ok")
         assert am.drain(timeout=60)
     reflected = {r.text for r in mem.list("memories", limit=100)}
-    assert {f"reflected msg{i}" for i in range(1, 5)} <= reflected
+    assert {f"reflected msg{i}" for i in range(1, 7)} <= reflected
     am.close()

@@ -1,8 +1,9 @@
-"""The windows a reflection shows: one that takes the place of waiting or failed
-reflections shows each of their windows, and no window between them again, so no turn
-goes unreflected and none is reflected twice; a failed reflection left recorded beside
-the one that covers it (a process killed between the two) is not run again. On both
-backends."""
+"""The windows a reflection shows. A failed reflection's window is retried alone at the
+room's next turn, and shown again by the room's next reflection if the retry fails too,
+so no turn goes unreflected and, where windows tile, none is reflected twice; a failed
+reflection left recorded beside the one that covers it (a process killed between the
+two) is not run again; two turns with one clock reading, or a clock set back, lose no
+window. On both backends."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -18,19 +20,26 @@ from conftest import StoreFactory, WordHashEmbedder
 from memlane.agent import Reflection, SessionScope
 from memlane.agent.history import MESSAGES
 from memlane.agent.upkeep import Job
-from memlane.agent.upkeep.jobs import Holder, JobRecordError, coalesce, owner_of
+from memlane.agent.upkeep.jobs import Holder, JobRecordError, JobSkippedWarning, coalesce, owner_of
 from upkeep_scripts import agent, turn
+
+SCOPES = SessionScope("per-peer")
+ALICE = SCOPES.resolve("telegram", 42, 7)
+OWNER = owner_of("memories", SCOPES)
+GONE = Holder("elsewhere/boot/pid:[1]", 4321, "99", "dead", time.time() - 1)
 
 
 class Shown:
     """Remembers each message its reflections are shown (``msgN``) and keeps which
-    those were; with ``gated``, its first reflection waits for ``gate``, then fails."""
+    those were, and whether it answered; the calls in ``failing`` fail, and call
+    ``gated`` waits for ``gate`` first."""
 
-    def __init__(self, gated: bool = False) -> None:
+    def __init__(self, failing: frozenset[int] = frozenset(), gated: int | None = None) -> None:
+        self.failing = failing
         self.gated = gated
         self.gate = threading.Event()
         self.entered = threading.Event()
-        self.shown: list[list[str]] = []
+        self.calls: list[tuple[list[str], bool]] = []
 
     def complete(self, messages: Any) -> str:
         last = messages[-1]["content"]
@@ -40,40 +49,107 @@ class Shown:
                 {"decisions": [{"fact": f"F{i + 1}", "decision": "add"} for i in range(n)]}
             )
         # The conversation alone: the stored memories shown above it name messages too.
-        said = re.findall(r"msg(\d+)", last.split("Conversation:", 1)[1])
-        self.shown.append(sorted(set(said), key=int))
-        if self.gated and len(self.shown) == 1:
+        said = sorted(set(re.findall(r"msg(\d+)", last.split("Conversation:", 1)[1])), key=int)
+        call = len(self.calls)
+        fails = call in self.failing
+        self.calls.append((said, not fails))
+        if call == self.gated:
             self.entered.set()
             if not self.gate.wait(60):
                 raise TimeoutError("the test never opened the gate")
+        if fails:
             raise ConnectionError("the model is down")
         return json.dumps(
             {"operations": [{"op": "remember", "content": f"reflected msg{n}"} for n in said]}
         )
 
+    def answered(self) -> Counter[str]:
+        """How many answered reflections showed each message."""
+        return Counter(m for said, ok in self.calls if ok for m in said)
 
+
+@pytest.mark.parametrize(("every", "window"), [(1, 2), (2, 4)])
 def test_a_reflection_failing_after_a_later_one_was_queued_loses_no_window(
-    make_store: StoreFactory,
+    make_store: StoreFactory, every: int, window: int
 ) -> None:
-    # A reflection every turn over that turn's two messages. The first fails once the
-    # second waits behind it; the second then runs. The third turn's reflection shows
-    # the first window again, not the second's (reflected) as counted back from its own.
+    # Windows tile (a turn is two messages). The first reflection fails once the second
+    # waits behind it; the second then runs; the next turn retries the first's window,
+    # and no reflection shows another's again.
     mem = make_store("late", WordHashEmbedder())
-    model = Shown(gated=True)
-    am = agent(mem, model, reflection=Reflection(every=1, window=2))
+    model = Shown(failing=frozenset({0}), gated=0)
+    am = agent(mem, model, reflection=Reflection(every=every, window=window))
     event = am.event("telegram", 7, chat_id=1)
-    turn(am, event, "user says msg1")
+    for n in range(1, every + 1):
+        turn(am, event, f"user says msg{n}")
     assert model.entered.wait(60)
-    turn(am, event, "user says msg2")
+    for n in range(every + 1, 2 * every + 1):
+        turn(am, event, f"user says msg{n}")
     model.gate.set()
     assert am.drain(timeout=60)
-    turn(am, event, "user says msg3")
-    assert am.drain(timeout=60)
-    assert model.shown == [["1"], ["2"], ["1", "3"]]
-    reflected = {r.text for r in mem.list("memories", limit=100)}
-    assert {f"reflected msg{i}" for i in range(1, 4)} <= reflected
+    for n in range(2 * every + 1, 4 * every + 1):
+        turn(am, event, f"user says msg{n}")
+        assert am.drain(timeout=60)
+    assert model.answered() == Counter(str(n) for n in range(1, 4 * every + 1))
     assert mem.jobs.items() == []
     am.close()
+
+
+def test_an_outage_shows_each_window_once_when_the_model_is_back(
+    make_store: StoreFactory,
+) -> None:
+    # Down for its first six calls: the retries between two reflections add no window,
+    # so the fourth reflection's turn shows the three failed windows and its own.
+    mem = make_store("outage", WordHashEmbedder())
+    model = Shown(failing=frozenset(range(6)))
+    am = agent(mem, model, reflection=Reflection(every=3, window=6))
+    event = am.event("telegram", 7, chat_id=1)
+    for n in range(1, 13):
+        turn(am, event, f"user says msg{n}")
+        assert am.drain(timeout=60)
+    assert model.answered() == Counter(str(n) for n in range(1, 13))
+    assert mem.jobs.items() == []
+    am.close()
+
+
+def test_an_inline_reflection_that_failed_is_retried_at_the_next_turn(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("inline", WordHashEmbedder())
+    model = Shown(failing=frozenset({0}))
+    am = agent(mem, model, reflection=Reflection(every=2, window=4), upkeep="inline")
+    event = am.event("telegram", 7, chat_id=1)
+    for n in (1, 2, 3, 4):
+        turn(am, event, f"user says msg{n}")
+    assert model.calls == [(["1", "2"], False), (["1", "2"], True), (["3", "4"], True)]
+    am.close()
+
+
+@pytest.mark.parametrize("second", [0.0, -3600.0], ids=["one-reading", "set-back"])
+def test_a_clock_that_stands_or_goes_back_loses_no_window(
+    make_store: StoreFactory, second: float
+) -> None:
+    mem = make_store("clock", WordHashEmbedder())
+    model = Shown(failing=frozenset({0}))
+    at = [1_000_000.0]
+    am = agent(mem, model, reflection=Reflection(every=1, window=2), clock=lambda: at[0])
+    event = am.event("telegram", 7, chat_id=1)
+    turn(am, event, "user says msg1")
+    assert am.drain(timeout=60)
+    at[0] += second
+    turn(am, event, "user says msg2")
+    assert am.drain(timeout=60)
+    assert model.answered() == Counter(["1", "2"])
+    am.close()
+
+
+# -- jobs left recorded --------------------------------------------------------------------
+
+
+def _left(mem: Any, *jobs: Job) -> None:
+    for i in (1, 2, 3):
+        mem.add(f"user says msg{i}", table=MESSAGES, created_at=100.0 * i, **ALICE.history)
+    for job in jobs:
+        mem.jobs.put(job.key, job.held_by(GONE).dumps())
 
 
 def test_a_failed_reflection_recorded_beside_the_one_covering_it_runs_once(
@@ -83,61 +159,108 @@ def test_a_failed_reflection_recorded_beside_the_one_covering_it_runs_once(
     # it covers leaves: both recorded, their holder gone. The next AgentMemory runs the
     # covering one (the failed window and its own) and drops the other unrun.
     mem = make_store("covered", WordHashEmbedder())
-    scopes = SessionScope("per-peer")
-    event = scopes.resolve("telegram", 7, 1)
-    owner = owner_of("memories", scopes)
-    t0 = time.time() - 100
-    for i, at in ((1, t0), (2, t0 + 10), (3, t0 + 20)):
-        mem.add(f"user says msg{i}", table=MESSAGES, created_at=at, **event.history)
-    gone = Holder("elsewhere/boot/pid:[1]", 4321, "99", "dead", time.time() - 1)
-    failed = Job("reflection", event, t0 + 1, owner=owner)
-    covering = Job("reflection", event, t0 + 21, owner=owner, ends=(t0 + 1,))
-    for job in (failed, covering):
-        mem.jobs.put(job.key, job.held_by(gone).dumps())
+    failed = Job("reflection", ALICE, 101.0, owner=OWNER)
+    _left(mem, failed, Job("reflection", ALICE, 301.0, owner=OWNER, ends=(101.0,)))
     model = Shown()
     am = agent(mem, model, reflection=Reflection(every=100, window=1))
-    turn(am, event, "hello again")  # the first turn looks for jobs left
+    turn(am, ALICE, "hello again")  # the first turn looks for jobs left
     assert am.drain(timeout=60)
-    assert model.shown == [["1", "3"]]
+    assert model.calls == [(["1", "3"], True)]
     assert mem.jobs.items() == []
     am.close()
 
 
-# -- the record --------------------------------------------------------------------------
+def test_a_record_that_is_not_taken_up_covers_no_window(make_store: StoreFactory) -> None:
+    mem = make_store("not-taken", WordHashEmbedder())
+    failed = Job("reflection", ALICE, 101.0, owner=OWNER)
+    misfiled = Job("reflection", ALICE, 301.0, owner=OWNER, ends=(101.0,))
+    live = Holder("elsewhere/boot/pid:[1]", 4321, "99", "live", 1e18)
+    _left(mem, failed)
+    mem.jobs.put("0000000000000302.000000:x", misfiled.held_by(GONE).dumps())  # not its key
+    mem.jobs.put(misfiled.key, misfiled.held_by(live).dumps())  # another host's, alive
+    model = Shown()
+    am = agent(mem, model, reflection=Reflection(every=100, window=1))
+    with pytest.warns(JobSkippedWarning):
+        turn(am, ALICE, "hello again")
+    assert am.drain(timeout=60)
+    assert model.calls == [(["1"], True)]
+    am.close()
 
-ALICE = SessionScope("per-peer").resolve("telegram", 42, 7)
+
+def test_a_job_found_again_that_finds_the_queue_full_is_not_also_retried_by_its_room(
+    make_store: StoreFactory,
+) -> None:
+    # Three rooms' reflections left by a dead process, one model call at a time and one
+    # job waiting: the third is left recorded for a later look, and its room's next turn
+    # does not also retry its window (which that later look then showed a second time).
+    mem = make_store("queue-full", WordHashEmbedder())
+    rooms = {r: SCOPES.resolve("telegram", 7, r) for r in (1, 2, 3)}
+    for r, event in rooms.items():
+        mem.add(f"user says msg{r}", table=MESSAGES, created_at=100.0 * r, **event.history)
+        left = Job("reflection", event, 100.0 * r + 1, owner=OWNER)
+        mem.jobs.put(left.key, left.held_by(GONE).dumps())
+    model = Shown(gated=0)
+    am = agent(mem, model, reflection=Reflection(every=100, window=1), max_pending=1)
+    report = turn(am, rooms[1], "hello")
+    assert [f.trigger for f in report.failures] == []
+    model.gate.set()
+    assert am.drain(timeout=60)
+    turn(am, rooms[3], "room three again")
+    assert am.drain(timeout=60)
+    am._upkeep._scanned = None  # a minute later: the next look for jobs left
+    turn(am, rooms[2], "room two again")
+    assert am.drain(timeout=60)
+    assert model.answered() == Counter(["1", "2", "3"])
+    assert mem.jobs.items() == []
+    am.close()
+
+
+def test_an_older_versions_record_that_fails_is_retried_with_all_its_windows(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("older", WordHashEmbedder())
+    record = json.loads(Job("reflection", ALICE, 301.0, owner=OWNER).held_by(GONE).dumps())
+    record.update(span=3)
+    del record["ends"]  # as an older version wrote it, after coalescing three
+    _left(mem)
+    mem.jobs.put(Job.loads(json.dumps(record)).key, json.dumps(record))
+    model = Shown(failing=frozenset({0}))
+    am = agent(mem, model, reflection=Reflection(every=100, window=1))
+    for n in (4, 5):
+        turn(am, ALICE, f"user says msg{n}")
+        assert am.drain(timeout=60)
+    assert model.calls == [(["1", "2", "3"], False), (["1", "2", "3"], True)]
+    am.close()
+
+
+# -- the record ----------------------------------------------------------------------------
 
 
 def test_a_jobs_windows_are_kept_in_its_record() -> None:
     job = Job("reflection", ALICE, 100.0, owner="o", ends=(10.0, 50.0))
     record = json.loads(job.dumps())
     assert record["span"] == 3  # what an older version, which reads no "ends", counts back
-    assert Job.loads(job.dumps()).ends == (10.0, 50.0)
-    assert Job.loads(job.dumps()).span == 1
+    assert (Job.loads(job.dumps()).span, Job.loads(job.dumps()).ends) == (1, (10.0, 50.0))
+    retry = Job("reflection", ALICE, 100.0, owner="o", span=0, ends=(10.0, 10.0))
+    assert (Job.loads(retry.dumps()).span, Job.loads(retry.dumps()).ends) == (0, (10.0, 10.0))
     older = {k: v for k, v in record.items() if k != "ends"}
     assert (Job.loads(json.dumps(older)).span, Job.loads(json.dumps(older)).ends) == (3, ())
 
 
 @pytest.mark.parametrize(
     "ends",
-    [
-        "10",
-        [10.0, 20.0, 30.0, 40.0, 50.0],  # more than MAX_SPAN - 1
-        [10.0, 100.0],  # not before the job's own
-        [50.0, 10.0],  # not oldest first
-        [10.0, 10.0],
-        [True],
-        [float("nan")],
-        [1e400],
-    ],
+    ["10", [10.0, 20.0, 30.0, 40.0, 50.0], [50.0, 10.0], [True], [float("nan")], [10**400]],
 )
 def test_a_record_with_windows_that_cannot_be_is_refused(ends: object) -> None:
     record = json.loads(Job("reflection", ALICE, 100.0, owner="o").dumps())
     record.update(ends=ends, span=min(5, 1 + len(ends)) if isinstance(ends, list) else 2)
     with pytest.raises(JobRecordError, match="'ends'"):
         Job.loads(json.dumps(record))
-    record.update(ends=[10.0], span=1)
+    record.update(ends=[10.0, 20.0], span=1)
     with pytest.raises(JobRecordError, match="'span' must count"):
+        Job.loads(json.dumps(record))
+    record.update(ends=[], now=-(10**400))
+    with pytest.raises(JobRecordError, match="'now'"):
         Job.loads(json.dumps(record))
 
 
@@ -147,11 +270,10 @@ def test_a_reflection_taking_the_place_of_another_shows_its_windows(
     newer = Job("reflection", ALICE, 100.0, ends=(60.0,))
     coalesce(newer, Job("reflection", ALICE, 50.0, ends=(20.0,)))
     assert newer.ends == (20.0, 50.0, 60.0)
+    retry = Job("reflection", ALICE, 55.0, span=0, ends=(5.0,))
+    coalesce(newer, retry)  # a retry's own turn is no window
+    assert newer.ends == (5.0, 20.0, 50.0, 60.0)
     assert not caplog.records
-    coalesce(newer, Job("reflection", ALICE, 40.0, ends=(10.0,)))
+    coalesce(newer, Job("reflection", ALICE, 40.0))
     assert newer.ends == (20.0, 40.0, 50.0, 60.0)  # the oldest goes, said
     assert "the oldest 1 are not reflected" in caplog.text
-    # A time not before the job's own (the clock set back) is in its own window.
-    later = Job("reflection", ALICE, 30.0)
-    coalesce(later, Job("reflection", ALICE, 35.0))
-    assert later.ends == ()

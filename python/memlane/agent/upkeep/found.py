@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -35,28 +36,29 @@ def found_again(
     """The recorded jobs of ``owner`` whose holder is gone: each key, record, job and
     event. A record that is not a job of this version, or whose scope ``scopes`` do not
     resolve to, goes to ``skip`` with the reason (and stays in the store)."""
-    parsed: list[tuple[str, str, Job]] = []
+    live = live_tokens()
+    left: list[tuple[str, str, Job, EventScope]] = []
     for key, text in memory.jobs.items():
         try:
-            parsed.append((key, text, Job.loads(text)))
-        except JobRecordError as e:
-            skip(key, str(e))
-    shown = {_window(j, end) for _, _, j in parsed if j.owner == owner for end in j.ends}
-    live = live_tokens()
-    out = []
-    for key, text, job in parsed:
-        if job.owner != owner:
-            continue  # another agent's
-        if job.holder is not None and not job.holder.gone(live, time.time()):
-            continue  # its process is alive and runs it
-        try:
+            job = Job.loads(text)
+            if job.owner != owner:
+                continue  # another agent's
+            if job.holder is not None and not job.holder.gone(live, time.time()):
+                continue  # its process is alive and runs it
             event = job.resolved(scopes)
             if key != job.key:
                 raise JobRecordError("a recorded job's key does not match its content")
         except JobRecordError as e:
             skip(key, str(e))
             continue
-        if job.plan is None and _window(job, job.now) in shown:
+        left.append((key, text, job, event))
+    # Only the windows of jobs taken up here count: one that is skipped, or held by a
+    # process that may never run it, covers nothing.
+    shown = Counter(_window(job, end) for _, _, job, _ in left for end in job.ends)
+    out = []
+    for key, text, job, event in left:
+        window = _window(job, job.now)
+        if job.plan is None and shown[window] > job.ends.count(job.now):
             try:
                 memory.jobs.drop(key, text)
             except MemlaneError as e:

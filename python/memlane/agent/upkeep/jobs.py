@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from memlane.errors import ConflictError, InvalidArgumentError
 from memlane.scoping import EventScope, SessionScope
@@ -209,16 +209,16 @@ def coalesce(newer: Job, older: Job) -> None:
         names = [n for n in q.get("names", []) if n not in p.get("names", [])]
         p["names"] = [*names, *p.get("names", [])]
     elif newer.kind == "reflection":
-        ends = earlier_windows([*older.ends, older.now, *newer.ends], newer.now)
+        ends = earlier_windows([*older.ends, *[older.now] * older.span, *newer.ends])
         object.__setattr__(newer, "ends", ends)
 
 
-def earlier_windows(ends: Iterable[float], now: float) -> tuple[float, ...]:
-    """The turn times of the earlier windows a reflection at ``now`` shows: each once,
-    oldest first, the newest ``MAX_SPAN - 1`` (a model stalled longer loses the oldest
-    windows' reflection, and the worker says so). A time not before ``now`` (the clock
-    set back) is in the reflection's own window."""
-    kept = sorted({e for e in ends if e < now})
+def earlier_windows(ends: Iterable[float]) -> tuple[float, ...]:
+    """The turn times of the earlier windows a reflection shows, oldest first: the
+    newest ``MAX_SPAN - 1`` (a model stalled longer loses the oldest windows'
+    reflection, and the worker says so). A time given twice is two windows that end
+    then (a clock that gave two turns one reading)."""
+    kept = sorted(ends)
     if len(kept) >= MAX_SPAN:
         log.warning(
             "memlane: reflection fell %d windows behind its model: the oldest %d are not reflected",
@@ -261,8 +261,9 @@ class Job:
     holder: Holder | None = None
     #: A reflection's model answer and the ids of the memories it was shown.
     plan: dict[str, Any] | None = None
-    #: A reflection's windows counted back from ``now``: 1, but in a record an older
-    #: version wrote after its job took the place of waiting ones.
+    #: A reflection's windows counted back from ``now``: 1; 0 for a retry of ``ends``
+    #: alone; more in a record an older version wrote after its job took the place of
+    #: waiting ones.
     span: int = 1
     #: The turn times of the earlier windows a reflection shows as well, oldest first:
     #: those of the waiting ones it took the place of, and of failed ones (it shows what
@@ -339,7 +340,7 @@ class Job:
         if kind not in DURABLE:
             raise JobRecordError(f"a recorded job's kind must be one of {sorted(DURABLE)}")
         now = d.get("now")
-        if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+        if not _finite(now):
             raise JobRecordError("a recorded job's 'now' must be a finite number")
         jid = _text(d.get("id"), "id", 64)
         owner = _text(d.get("owner"), "owner", 64)
@@ -363,10 +364,10 @@ class Job:
         span = d.get("span", 1)
         if isinstance(span, bool) or not isinstance(span, int) or not 1 <= span <= MAX_SPAN:
             raise JobRecordError(f"a recorded job's 'span' must be an int from 1 to {MAX_SPAN}")
-        ends = _ends(d.get("ends"), now)
+        ends = _ends(d.get("ends"))
         span -= len(ends)
-        if span < 1:
-            raise JobRecordError("a recorded job's 'span' must count its 'ends' and its own")
+        if span < 0:
+            raise JobRecordError("a recorded job's 'span' must count its 'ends'")
         return cls(
             kind,
             event,
@@ -412,23 +413,30 @@ def _text(value: object, label: str, limit: int) -> str:
     return value
 
 
-def _ends(value: object, now: float) -> tuple[float, ...]:
+def _ends(value: object) -> tuple[float, ...]:
     if value is None:
         return ()
     if (
         not isinstance(value, list)
         or len(value) >= MAX_SPAN
-        or not all(
-            not isinstance(e, bool) and isinstance(e, int | float) and math.isfinite(e) and e < now
-            for e in value
-        )
-        or value != sorted(set(value))
+        or not all(_finite(e) for e in value)
+        or value != sorted(value)
     ):
         raise JobRecordError(
-            f"a recorded job's 'ends' must list at most {MAX_SPAN - 1} distinct times "
-            "before its own, oldest first"
+            f"a recorded job's 'ends' must list at most {MAX_SPAN - 1} times, oldest first"
         )
     return tuple(float(e) for e in value)
+
+
+def _finite(value: object) -> TypeGuard[int | float]:
+    """A number a time can be: not a bool, and finite as a float (an int past the
+    float range is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _holder(value: object) -> Holder | None:
@@ -439,7 +447,7 @@ def _holder(value: object) -> Holder | None:
     pid, until = value.get("pid"), value.get("until")
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 31:
         raise JobRecordError("a recorded job's holder pid must be a positive int")
-    if isinstance(until, bool) or not isinstance(until, int | float) or not math.isfinite(until):
+    if not _finite(until):
         raise JobRecordError("a recorded job's holder 'until' must be a finite number")
     started = value.get("started")
     if not isinstance(started, str):

@@ -221,17 +221,20 @@ class Upkeep:
         self.resume(call)
         scope = _key(event.history)
         jobs: list[Job] = []
+        # A reflection at the room's cadence shows its own window and those failed ones
+        # left; between, a turn that finds windows left retries them alone.
         with self.lock:
-            due = host.reflection.enabled and call is not None
-            due = due and room.since_reflection >= host.reflection.every
+            reflects = host.reflection.enabled and call is not None
+            own = reflects and room.since_reflection >= host.reflection.every
             missed: list[float] = []
-            if due:
-                room.since_reflection = 0
+            covers: list[str] = []
+            if own or (reflects and room.reflection_missed):
+                room.since_reflection = 0 if own else room.since_reflection
                 missed, room.reflection_missed = room.reflection_missed, []
-        if due:
-            jobs.append(
-                replace(self._job("reflection", event, now), ends=earlier_windows(missed, now))
-            )
+                covers, room.failed_reflections = room.failed_reflections, []
+        if own or missed:
+            reflection = self._job("reflection", event, now)
+            jobs.append(replace(reflection, span=int(own), ends=earlier_windows(missed)))
         # One consolidation, daily log or eviction of a room waits or runs at a time: while
         # one waits for the model, later turns that find it still due do not record more.
         waiting = {j.slot for j in self.pending()}
@@ -272,7 +275,7 @@ class Upkeep:
         except MemlaneError as e:
             report.failures.append(TriggerFailure("eviction", f"{type(e).__name__}: {e}"))
         for job in jobs:
-            self._submit(job, call, room, report)
+            self._submit(job, call, room, report, covers if job.kind == "reflection" else ())
 
     def _count(self, event: EventScope, filters: Mapping[str, object]) -> int:
         """The agent's records of exactly ``event``'s scope that match ``filters``: one of
@@ -294,14 +297,24 @@ class Upkeep:
             kind, event, now, user, payload=dict(payload or {}), owner=self.owner, holder=holder
         )
 
-    def _submit(self, job: Job, call: Caller | None, room: Room, report: TurnReport) -> None:
+    def _submit(
+        self,
+        job: Job,
+        call: Caller | None,
+        room: Room,
+        report: TurnReport,
+        covers: Sequence[str] = (),
+    ) -> None:
+        """Records ``job`` (durable, not resumed) and hands it to its worker; ``covers``:
+        the records of the failed reflections whose windows it shows, dropped once the
+        worker has taken it (until then, or if it is not taken, they stay held)."""
         resumed = job.resumed
         if job.durable and not resumed:  # a job taken over was recorded as it was taken
             try:
                 self.holding.record(job)
             except MemlaneError as e:  # not recorded: it is due again next turn
                 report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
-                self._undo(job, room)
+                self._undo(job, room, covers=covers)
                 return
         worker = self.local if job.kind in _LOCAL else self.model
         try:
@@ -314,14 +327,11 @@ class Upkeep:
             if job.durable:  # a resumed one is left to whoever looks next (this agent,
                 # in a minute); a new one is due again
                 self._release(job.key, leave=resumed)
-            self._undo(job, room)
+            if not resumed:  # a resumed one's windows stay its own, in its record
+                self._undo(job, room, covers=covers)
             return
-        if job.durable and job.kind == "reflection" and not resumed:
-            # Taken by the worker, its windows cover those of the failed ones held.
-            with self.lock:
-                covered, room.failed_reflections = room.failed_reflections, []
-            for key in covered:
-                self._release(key)
+        for key in covers:  # taken by the worker: its windows are theirs
+            self._release(key)
         if skipped is not None:  # never a resumed job: those run, done in part or not
             kept = self._kept.pop(skipped.key)
             if job.durable:  # the one kept covers the windows of the other
@@ -388,8 +398,10 @@ class Upkeep:
                 log.warning("memlane: upkeep job %s could not be taken over: %s", job.id, e)
                 continue
             self.holding.took(key, taken)
-            room = self.room(event)
-            self._submit(mine, call, room, TurnReport())
+            report = TurnReport()
+            self._submit(mine, call, self.room(event), report)
+            for f in report.failures:  # no turn's report to say it in
+                log.warning("memlane: upkeep job %s not resumed now: %s", job.id, f.error)
 
     def _skip(self, key: str, why: str) -> None:
         if key in self._skipped:
@@ -499,13 +511,14 @@ class Upkeep:
 
         return fenced
 
-    def _undo(self, job: Job, room: Room, held: bool = False) -> None:
+    def _undo(self, job: Job, room: Room, held: bool = False, covers: Sequence[str] = ()) -> None:
+        """A reflection not run, or failed: its windows are left to the room's next turn
+        (``held``: its record too, and those of ``covers``, until one shows them)."""
         if job.kind == "reflection":
-            # Due again at the room's next turn, whose job shows this one's windows too.
             with self.lock:
-                room.since_reflection = max(room.since_reflection, self.host.reflection.every)
-                missed = [*room.reflection_missed, *job.ends, job.now]
-                room.reflection_missed = list(earlier_windows(missed, math.inf))
+                missed = [*room.reflection_missed, *job.ends, *[job.now] * job.span]
+                room.reflection_missed = list(earlier_windows(missed))
+                room.failed_reflections.extend(covers)
                 if held:
                     room.failed_reflections.append(job.key)
 

@@ -27,6 +27,7 @@ import hashlib
 import logging
 import math
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,7 @@ from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.messages import SUMMARY_TAG, group_steps, render_step
 from memlane.agent.reflection import Extraction, Resume, reflect, reflect_planned
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
-from memlane.agent.upkeep.jobs import JOB_TAG
+from memlane.agent.upkeep.jobs import JOB_TAG, earlier_windows
 from memlane.errors import InvalidArgumentError
 from memlane.scoping import EventScope, exact_scope, scope_kwargs
 
@@ -194,7 +195,7 @@ class Room:
     turns: int = 0
     since_reflection: int = 0
     #: The turn times of the windows failed reflections left unreflected: the room's
-    #: next reflection shows them too (up to ``MAX_SPAN`` windows in all).
+    #: next turn retries them (up to ``MAX_SPAN`` windows in all).
     reflection_missed: list[float] = field(default_factory=list)
     #: The records of those failed reflections, still held: a process that ends before
     #: the room's next reflection leaves them to the next AgentMemory; that reflection,
@@ -356,14 +357,26 @@ def run_reflection(
             marks=marks,
             extraction=cfg.extraction,
         )
-    elif not cfg.enabled or call is None or (job is None and room.since_reflection < cfg.every):
+    elif not cfg.enabled or call is None:
         return
     else:
+        if job is None:  # inline: what is due, and the windows failed reflections left
+            with lock:
+                span = int(room.since_reflection >= cfg.every)
+                if not span and not room.reflection_missed:
+                    return
+                room.since_reflection = 0 if span else room.since_reflection
+                ends, room.reflection_missed = (*room.reflection_missed, *ends), []
         history = scope_kwargs(event.history)
         # A job that took the place of waiting or failed ones shows what each would have
-        # shown, each message once, in the order said.
+        # shown, each message once, in the order said. Windows that end at one time (a
+        # clock that gave two turns one reading) are counted back together.
+        windows = Counter(ends)
+        if span:  # a retry of failed windows alone has none of its own
+            windows[now] += span
         shown: dict[str, MemoryRecord] = {}
-        for end, limit in [*((e, cfg.window) for e in ends), (now, cfg.window * span)]:
+        for end, count in sorted(windows.items()):
+            limit = cfg.window * count
             for r in memory.list(MESSAGES, end=_after(end), limit=limit, **history)[::-1]:
                 shown.setdefault(r.id, r)
         recent = sorted(shown.values(), key=lambda r: r.created_at)
@@ -385,13 +398,11 @@ def run_reflection(
     report.reflection = result
     if result.error is not None:
         report.failures.append(TriggerFailure("reflection", result.error))
-        if job is not None:  # due again at the room's next turn
+        if job is None:  # shown by the room's next reflection
             with lock:
-                room.since_reflection = max(room.since_reflection, cfg.every)
+                missed = [*room.reflection_missed, *ends, *[now] * span]
+                room.reflection_missed = list(earlier_windows(missed))
         return
-    if job is None:
-        with lock:
-            room.since_reflection = 0
     for rec in [*result.added, *result.updated]:
         cap_record(memory, limits, rec, call, report)
     with lock:
