@@ -293,6 +293,7 @@ class Memory(MemoryStore):
                 self._thread.join()
             self._writer.close()
             if sync.gone is None:  # else nothing is left to flush into
+                self._db.closing()  # not held off by reads that hold the connections
                 with sync.lock:  # as every save: never two writing the files at once
                     self._writer.flush_access()
                     sync.save()

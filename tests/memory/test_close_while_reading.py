@@ -5,6 +5,7 @@ Run in a child process, so a crash fails the test instead of ending the run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import StoreFactory
 from memlane import ClosedError, InvalidArgumentError, Memory
 
 CHILD = r"""
@@ -126,3 +128,49 @@ class _NotAPath:
 def test_a_path_like_that_gives_no_path_is_refused(tmp_path: Path) -> None:
     with Memory(tmp_path / "store", None) as mem, pytest.raises(InvalidArgumentError):
         mem.import_jsonl(_NotAPath())  # type: ignore[arg-type]
+
+
+def test_len_of_a_closed_store_raises(make_store: StoreFactory) -> None:
+    mem = make_store("len-closed")
+    mem.add("one")
+    mem.close()
+    with pytest.raises(ClosedError):
+        len(mem)
+
+
+def test_close_is_not_held_off_by_reads_holding_every_connection(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    """On PostgreSQL a read holds a pooled connection while it runs: with exports into
+    pipes nobody reads holding all of them, close still flushes the access counts (on a
+    connection of its own) and returns."""
+    if make_store.server is None:
+        pytest.skip("SQLite: test_close_does_not_wait_for_an_export_to_a_stalled_pipe")
+    mem = make_store("held")
+    mem.add_many([{"text": "x" * 200 + f" {i}", "id": f"r{i}"} for i in range(3000)])
+    hits = [h.record.id for h in mem.search("x 7", k=3, mode="text", track_access=True)]
+    readers, exports = [], []
+    for n in range(8):  # the pool's size
+        fifo = tmp_path / f"pipe{n}"
+        os.mkfifo(fifo)
+        readers.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # open, never read
+        exports.append(threading.Thread(target=_export, args=(mem, fifo), daemon=True))
+        exports[-1].start()
+    closing = threading.Thread(target=mem.close)
+    closing.start()
+    closing.join(120)
+    try:
+        assert not closing.is_alive(), "close waited for the exports"
+    finally:
+        for reader in readers:
+            os.close(reader)  # the exports end (a broken pipe)
+        for export in exports:
+            export.join(60)
+    again = make_store("held")
+    assert hits and [again.get(i).access_count for i in hits] == [1] * len(hits)
+    again.close()
+
+
+def _export(mem: Memory, fifo: Path) -> None:
+    with contextlib.suppress(BaseException):  # what the export met once its pipe broke
+        mem.export_jsonl(fifo)

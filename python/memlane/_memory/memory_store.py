@@ -346,6 +346,7 @@ class MemoryStore(Listing, Forgetting):
     # -- reads ------------------------------------------------------------------------------
 
     def __len__(self) -> int:
+        self._sync.check_open()
         return int(self._sync.engine.count(expire_at=self._expire_at()))
 
     def __contains__(self, id: object) -> bool:

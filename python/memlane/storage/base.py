@@ -54,6 +54,11 @@ class Store(Protocol):
         """How far the vector file holds committed entries."""
         ...
 
+    def closing(self) -> None:
+        """Close's last writes follow: on PostgreSQL they take a connection of their
+        own when every pooled one is held (by reads such as exports)."""
+        ...
+
     def close(self) -> None: ...
 
     def transaction(self) -> AbstractContextManager[Any]:

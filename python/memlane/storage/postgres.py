@@ -64,6 +64,8 @@ DEFAULT_SCHEMA = "memlane"
 #: Seconds to wait for a connection (also libpq's ``connect_timeout`` unless the URL sets it).
 CONNECT_TIMEOUT = 10.0
 _POOL_MAX = 8
+#: How long close's writes wait for a pooled connection before they open their own.
+_LAST_WAIT = 1.0
 # Reads and connects are retried this many times, backing off from 0.1 s.
 _ATTEMPTS = 4
 #: Without a notification, a process still looks for other writers' changes this often (s).
@@ -219,6 +221,8 @@ class PostgresStore(SQLStore):
             self._connect_kwargs["connect_timeout"] = int(CONNECT_TIMEOUT)
         self._listener: _Listener | None = None
         self._closed = False
+        self._last = False  # close's writes: a connection of their own if none is free
+        self._spares: list[psycopg.Connection[Any]] = []
         self._identity: tuple[int | None, int, int] | None = None
         self._replaced = False
         self._cache = RowCache(self.target.row_cache)
@@ -383,18 +387,41 @@ class PostgresStore(SQLStore):
     def _getconn(self) -> psycopg.Connection[Any]:
         self._current()
         try:
-            conn = self._pool.getconn()
+            conn = self._pool.getconn(timeout=_LAST_WAIT if self._last else None)
         except PoolTimeout as e:
+            if self._last:
+                return self._spare()
             raise StorageError(
-                f"cannot reach the PostgreSQL database {self.location} "
-                f"(no connection within {CONNECT_TIMEOUT:.0f} s)"
+                f"no connection to the PostgreSQL database {self.location} within "
+                f"{CONNECT_TIMEOUT:.0f} s: it cannot be reached, or all {_POOL_MAX} of "
+                "this store's connections are held (a read such as an export holds one)"
             ) from e
         except PoolClosed as e:
             raise StorageError("the store is closed") from e
         if self._replaced:  # found out by this very connection
-            self._pool.putconn(conn)
+            self._put(conn)
             self._current()
         return conn
+
+    def closing(self) -> None:
+        self._last = True
+
+    def _spare(self) -> psycopg.Connection[Any]:
+        """A connection outside the pool, for close's writes while reads hold the pool."""
+        try:
+            conn = psycopg.connect(self.target.conninfo, **self._connect_kwargs)
+            self._configure(conn)
+        except psycopg.OperationalError as e:
+            raise StorageError(f"cannot reach the PostgreSQL database {self.location}") from e
+        self._spares.append(conn)
+        return conn
+
+    def _put(self, conn: psycopg.Connection[Any]) -> None:
+        if any(conn is c for c in self._spares):
+            self._spares.remove(conn)
+            conn.close()
+        else:
+            self._pool.putconn(conn)
 
     @contextmanager
     def _reader(self) -> Iterator[psycopg.Connection[Any]]:
@@ -402,7 +429,7 @@ class PostgresStore(SQLStore):
         try:
             yield conn
         finally:
-            self._pool.putconn(conn)
+            self._put(conn)
 
     def _run_read(self, fn: Callable[[Any], T]) -> T:
         """Runs ``fn`` on a pooled connection outside any transaction (a read, or a
@@ -415,7 +442,7 @@ class PostgresStore(SQLStore):
                 if attempt == _ATTEMPTS - 1:
                     raise
             finally:
-                self._pool.putconn(conn)
+                self._put(conn)
             time.sleep(0.1 * 2**attempt)
         raise AssertionError  # pragma: no cover
 
@@ -426,7 +453,7 @@ class PostgresStore(SQLStore):
                 conn.execute("BEGIN")
                 return conn
             except psycopg.Error as e:
-                self._pool.putconn(conn)
+                self._put(conn)
                 # A connection that broke while idle sent nothing: a fresh one is safe.
                 if not isinstance(e, psycopg.OperationalError) or attempt == _ATTEMPTS - 1:
                     raise
@@ -434,7 +461,7 @@ class PostgresStore(SQLStore):
         raise AssertionError  # pragma: no cover
 
     def _end(self, conn: Any) -> None:
-        self._pool.putconn(conn)
+        self._put(conn)
 
     def close(self) -> None:
         if self._closed:

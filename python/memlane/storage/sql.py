@@ -89,6 +89,9 @@ class SQLStore(SQLHistory):
     def vector_file(self) -> Path | None:
         return None if self._log is None else self._log.path
 
+    def closing(self) -> None:
+        """Close's last writes follow (the access counts, the tombstones' sweep)."""
+
     def vector_file_end(self) -> int:
         return 0 if self._log is None else self._log.end
 
