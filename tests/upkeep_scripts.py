@@ -5,6 +5,7 @@ daily log's tests, an agent with only the daily log on and their clock."""
 from __future__ import annotations
 
 import json
+import re
 import select
 import subprocess
 import threading
@@ -56,6 +57,14 @@ def agent(mem: Memory, llm: Any, table: str = "memories", **options: Any) -> Age
 
 def turn(am: AgentMemory, event: Any, text: str) -> Any:
     return am.after(event, am.before(event, [{"role": "user", "content": text}]), "ok")
+
+
+def keep_every_fact(prompt: str) -> str | None:
+    """The answer keeping every new fact, if ``prompt`` is the fact check's; else None."""
+    if "New facts:" not in prompt:
+        return None
+    n = len(re.findall(r"^F\d+\.", prompt, re.M))
+    return json.dumps({"decisions": [{"fact": f"F{i + 1}", "decision": "add"} for i in range(n)]})
 
 
 class Model:

@@ -35,6 +35,7 @@ from memlane.agent.upkeep import Job
 from memlane.agent.upkeep.jobs import owner_of
 from memlane.errors import InvalidArgumentError
 from memlane.store import JobOutcome
+from upkeep_scripts import keep_every_fact
 
 QUIET = {
     "consolidation": Consolidation(enabled=False),
@@ -439,11 +440,8 @@ class FailsFirstReflection:
 
     def complete(self, messages: Any) -> str:
         last = messages[-1]["content"]
-        if "New facts:" in last:  # the fact check: keep each
-            n = len(re.findall(r"^F\d+\.", last, re.M))
-            return json.dumps(
-                {"decisions": [{"fact": f"F{i + 1}", "decision": "add"} for i in range(n)]}
-            )
+        if (kept := keep_every_fact(last)) is not None:
+            return kept
         if self.failures_left:
             self.failures_left -= 1
             return "Sorry, I cannot help with that."

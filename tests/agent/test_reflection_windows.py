@@ -21,7 +21,7 @@ from memlane.agent import Reflection, SessionScope
 from memlane.agent.history import MESSAGES
 from memlane.agent.upkeep import Job
 from memlane.agent.upkeep.jobs import Holder, JobRecordError, JobSkippedWarning, coalesce, owner_of
-from upkeep_scripts import agent, turn
+from upkeep_scripts import agent, keep_every_fact, turn
 
 SCOPES = SessionScope("per-peer")
 ALICE = SCOPES.resolve("telegram", 42, 7)
@@ -43,11 +43,8 @@ class Shown:
 
     def complete(self, messages: Any) -> str:
         last = messages[-1]["content"]
-        if "New facts:" in last:  # the fact check: keep each
-            n = len(re.findall(r"^F\d+\.", last, re.M))
-            return json.dumps(
-                {"decisions": [{"fact": f"F{i + 1}", "decision": "add"} for i in range(n)]}
-            )
+        if (kept := keep_every_fact(last)) is not None:
+            return kept
         # The conversation alone: the stored memories shown above it name messages too.
         said = sorted(set(re.findall(r"msg(\d+)", last.split("Conversation:", 1)[1])), key=int)
         call = len(self.calls)
