@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from memlane.agent.upkeep.jobs import Job, JobRecordError, live_tokens
@@ -52,20 +52,36 @@ def found_again(
             skip(key, str(e))
             continue
         left.append((key, text, job, event))
-    # Only the windows of jobs taken up here count: one that is skipped, or held by a
-    # process that may never run it, covers nothing.
-    shown = Counter(_window(job, end) for _, _, job, _ in left for end in job.ends)
+    # Each window goes to the newest job taken up here that shows it (one that is
+    # skipped, or held by a process that may never run it, shows nothing); a job left
+    # with no window of its own is dropped unrun.
+    newest: dict[_Window, str] = {}
+    for key, _, job, _ in sorted(left, key=lambda found: found[2].key):
+        for end in _shown(job):
+            newest[_window(job, end)] = key
     out = []
     for key, text, job, event in left:
-        window = _window(job, job.now)
-        if job.plan is None and shown[window] > job.ends.count(job.now):
-            try:
-                memory.jobs.drop(key, text)
-            except MemlaneError as e:
-                log.warning("memlane: upkeep job %s not dropped: %s", job.id, e)
-            continue
+        mine = [newest[_window(job, end)] == key for end in _shown(job)]
+        ends = tuple(e for e, kept in zip(job.ends, mine, strict=False) if kept)
+        span = job.span if mine and job.span and mine[-1] else 0
+        if job.plan is None and (ends, span) != (job.ends, job.span):
+            if not ends and not span:
+                try:
+                    memory.jobs.drop(key, text)
+                except MemlaneError as e:
+                    log.warning("memlane: upkeep job %s not dropped: %s", job.id, e)
+                continue
+            job = replace(job, ends=ends, span=span)
         out.append((key, text, job, event))
     return out
+
+
+def _shown(job: Job) -> list[float]:
+    """The turn times of the windows ``job`` shows (none for a job with a plan: it
+    applies an answer it has)."""
+    if job.plan is not None:
+        return []
+    return [*job.ends, *([job.now] if job.span else [])]
 
 
 def _window(job: Job, end: float) -> _Window:
