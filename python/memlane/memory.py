@@ -288,12 +288,12 @@ class Memory(MemoryStore):
             self._finalizer.detach()
             return
         sync.wake.set()
+        self._db.closing()  # writes in flight and close's own: not held off by busy reads
         try:
             if self._thread is not threading.current_thread():
                 self._thread.join()
             self._writer.close()
             if sync.gone is None:  # else nothing is left to flush into
-                self._db.closing()  # not held off by reads that hold the connections
                 with sync.lock:  # as every save: never two writing the files at once
                     self._writer.flush_access()
                     sync.save()

@@ -413,6 +413,9 @@ class PostgresStore(SQLStore):
             self._configure(conn)
         except psycopg.OperationalError as e:
             raise StorageError(f"cannot reach the PostgreSQL database {self.location}") from e
+        if self._replaced:  # found out by this very connection: never written to
+            conn.close()
+            self._current()
         self._spares.append(conn)
         return conn
 
