@@ -21,6 +21,7 @@ from memlane.agent import Reflection, SessionScope
 from memlane.agent.history import MESSAGES
 from memlane.agent.upkeep import Job
 from memlane.agent.upkeep.jobs import Holder, JobRecordError, JobSkippedWarning, coalesce, owner_of
+from memlane.errors import StorageError
 from upkeep_scripts import agent, keep_every_fact, turn
 
 SCOPES = SessionScope("per-peer")
@@ -118,6 +119,29 @@ def test_an_inline_reflection_that_failed_is_retried_at_the_next_turn(
     for n in (1, 2, 3, 4):
         turn(am, event, f"user says msg{n}")
     assert model.calls == [(["1", "2"], False), (["1", "2"], True), (["3", "4"], True)]
+    am.close()
+
+
+def test_an_inline_reflection_that_met_a_store_error_is_retried_at_the_next_turn(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mem = make_store("inline-error", WordHashEmbedder())
+    model = Shown()
+    am = agent(mem, model, reflection=Reflection(every=2, window=4), upkeep="inline")
+    event = am.event("telegram", 7, chat_id=1)
+    listed = mem.list
+    failing = [True]
+
+    def list_once_failing(*args: Any, **kwargs: Any) -> Any:
+        if "end" in kwargs and failing:  # the window's read
+            failing.clear()
+            raise StorageError("the disk is gone for a moment")
+        return listed(*args, **kwargs)
+
+    monkeypatch.setattr(mem, "list", list_once_failing)
+    for n in (1, 2, 3, 4):
+        turn(am, event, f"user says msg{n}")
+    assert model.calls == [(["1", "2"], True), (["3", "4"], True)]
     am.close()
 
 

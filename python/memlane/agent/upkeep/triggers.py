@@ -374,39 +374,50 @@ def run_reflection(
         windows = Counter(ends)
         if span:  # a retry of failed windows alone has none of its own
             windows[now] += span
-        shown: dict[str, MemoryRecord] = {}
-        for end, count in sorted(windows.items()):
-            limit = cfg.window * count
-            for r in memory.list(MESSAGES, end=_after(end), limit=limit, **history)[::-1]:
-                shown.setdefault(r.id, r)
-        recent = sorted(shown.values(), key=lambda r: r.created_at)
-        window = [{"role": str(r.metadata.get("role", "user")), "content": r.text} for r in recent]
-        result = reflect(
-            memory,
-            Budgeted(call, cfg.max_output_tokens),
-            window,
-            scope=event.fields,
-            table=table,
-            k=cfg.shown,
-            now=now,
-            metadata=metadata,
-            resume=resume,
-            marks=marks,
-            extraction=cfg.extraction,
-            max_tokens=cfg.max_output_tokens,
-        )
+        try:
+            shown: dict[str, MemoryRecord] = {}
+            for end, count in sorted(windows.items()):
+                limit = cfg.window * count
+                for r in memory.list(MESSAGES, end=_after(end), limit=limit, **history)[::-1]:
+                    shown.setdefault(r.id, r)
+            recent = sorted(shown.values(), key=lambda r: r.created_at)
+            window = [
+                {"role": str(r.metadata.get("role", "user")), "content": r.text} for r in recent
+            ]
+            result = reflect(
+                memory,
+                Budgeted(call, cfg.max_output_tokens),
+                window,
+                scope=event.fields,
+                table=table,
+                k=cfg.shown,
+                now=now,
+                metadata=metadata,
+                resume=resume,
+                marks=marks,
+                extraction=cfg.extraction,
+                max_tokens=cfg.max_output_tokens,
+            )
+        except BaseException:
+            if job is None:  # a store error: the windows wait as a model's failure's do
+                _left(lock, room, [*ends, *[now] * span])
+            raise
     report.reflection = result
     if result.error is not None:
         report.failures.append(TriggerFailure("reflection", result.error))
         if job is None:  # shown by the room's next reflection
-            with lock:
-                missed = [*room.reflection_missed, *ends, *[now] * span]
-                room.reflection_missed = list(earlier_windows(missed))
+            _left(lock, room, [*ends, *[now] * span])
         return
     for rec in [*result.added, *result.updated]:
         cap_record(memory, limits, rec, call, report)
     with lock:
         room.new_entries += len(result.added)
+
+
+def _left(lock: threading.RLock, room: Room, windows: list[float]) -> None:
+    """Leaves ``windows`` (turn times) to the room's next turn (inline reflection)."""
+    with lock:
+        room.reflection_missed = list(earlier_windows([*room.reflection_missed, *windows]))
 
 
 def consolidation_due(
