@@ -208,6 +208,60 @@ def test_a_failed_retry_recorded_beside_a_reflection_showing_its_window_runs_onc
     am.close()
 
 
+def test_a_failed_record_is_dropped_before_the_reflection_covering_it_can_finish(
+    make_store: StoreFactory,
+) -> None:
+    # The worker may finish the covering reflection before the turn that handed it over
+    # goes on: a process killed there must not leave the failed record to run again.
+    mem = make_store("dropped-first", WordHashEmbedder())
+    model = Shown(failing=frozenset({0}))
+    am = agent(mem, model, reflection=Reflection(every=1, window=2))
+    event = am.event("telegram", 7, chat_id=1)
+    turn(am, event, "user says msg1")
+    assert am.drain(timeout=60)
+    assert len(mem.jobs.items()) == 1  # the failed reflection, held
+    submit = am._upkeep.model.submit
+    left: list[int] = []
+
+    def finish_first(job: Job, call: Any) -> Any:
+        skipped = submit(job, call)
+        assert am._upkeep.model.wait(60)
+        left.append(len(mem.jobs.items()))  # what a kill -9 here would leave
+        return skipped
+
+    am._upkeep.model.submit = finish_first  # type: ignore[method-assign]
+    turn(am, event, "user says msg2")
+    assert am.drain(timeout=60)
+    assert left == [0]
+    assert model.answered() == Counter(["1", "2"])
+    am.close()
+
+
+def test_a_reflection_finding_the_queue_full_stays_recorded_until_its_retry(
+    make_store: StoreFactory,
+) -> None:
+    # One model call at a time and one job waiting: the third room's reflection finds the
+    # queue full. Its record stays (a process killed now leaves its window to the next
+    # AgentMemory), and the room's next turn retries it and drops it.
+    mem = make_store("full-new", WordHashEmbedder())
+    model = Shown(gated=0)
+    am = agent(mem, model, reflection=Reflection(every=1, window=2), max_pending=1)
+    rooms = [am.event("telegram", 7, chat_id=r) for r in (1, 2, 3)]
+    turn(am, rooms[0], "user says msg1")
+    assert model.entered.wait(60)
+    turn(am, rooms[1], "user says msg2")
+    report = turn(am, rooms[2], "user says msg3")
+    assert [f.trigger for f in report.failures] == ["reflection"]
+    assert len(mem.jobs.items()) == 3
+    model.gate.set()
+    assert am.drain(timeout=60)
+    turn(am, rooms[2], "user says msg4")
+    assert am.drain(timeout=60)
+    assert model.answered() == Counter(["1", "2", "3", "4"])
+    assert mem.jobs.items() == []
+    am.close()
+
+
 def test_a_record_that_is_not_taken_up_covers_no_window(make_store: StoreFactory) -> None:
     mem = make_store("not-taken", WordHashEmbedder())
     failed = Job("reflection", ALICE, 101.0, owner=OWNER)

@@ -306,8 +306,8 @@ class Upkeep:
         covers: Sequence[str] = (),
     ) -> None:
         """Records ``job`` (durable, not resumed) and hands it to its worker; ``covers``:
-        the records of the failed reflections whose windows it shows, dropped once the
-        worker has taken it (until then, or if it is not taken, they stay held)."""
+        the records of the failed reflections whose windows it shows, dropped once its
+        record shows them, before the worker can finish it (or they could run again)."""
         resumed = job.resumed
         if job.durable and not resumed:  # a job taken over was recorded as it was taken
             try:
@@ -316,6 +316,10 @@ class Upkeep:
                 report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
                 self._undo(job, room, covers=covers)
                 return
+        if job.durable:
+            for key in covers:
+                self._release(key)
+            covers = ()
         worker = self.local if job.kind in _LOCAL else self.model
         try:
             skipped = worker.submit(job, call)
@@ -324,14 +328,14 @@ class Upkeep:
             return
         except QueueFullError as e:
             report.failures.append(TriggerFailure(job.kind, f"upkeep queue full: {e}"))
-            if job.durable:  # a resumed one is left to whoever looks next (this agent,
-                # in a minute); a new one is due again
+            # A resumed one is left to whoever looks next (this agent, in a minute), a
+            # new reflection held as a failed one is; others are due again.
+            held = job.durable and not resumed and job.kind == "reflection"
+            if job.durable and not held:
                 self._release(job.key, leave=resumed)
             if not resumed:  # a resumed one's windows stay its own, in its record
-                self._undo(job, room, covers=covers)
+                self._undo(job, room, held=held, covers=covers)
             return
-        for key in covers:  # taken by the worker: its windows are theirs
-            self._release(key)
         if skipped is not None:  # never a resumed job: those run, done in part or not
             kept = self._kept.pop(skipped.key)
             if job.durable:  # the one kept covers the windows of the other
@@ -516,8 +520,7 @@ class Upkeep:
         (``held``: its record too, and those of ``covers``, until one shows them)."""
         if job.kind == "reflection":
             with self.lock:
-                missed = [*room.reflection_missed, *job.ends, *[job.now] * job.span]
-                room.reflection_missed = list(earlier_windows(missed))
+                room.leave_windows([*job.ends, *[job.now] * job.span])
                 room.failed_reflections.extend(covers)
                 if held:
                     room.failed_reflections.append(job.key)

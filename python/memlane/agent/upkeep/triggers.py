@@ -28,7 +28,7 @@ import logging
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -213,6 +213,11 @@ class Room:
     compacting: bool = False
     #: Background upkeep done since the room's last ``after``.
     upkeep: list[UpkeepResult] = field(default_factory=list)
+
+    def leave_windows(self, windows: Sequence[float]) -> None:
+        """Leaves ``windows`` (turn times) to the room's next turn; the caller holds
+        the lock that guards the room."""
+        self.reflection_missed = list(earlier_windows([*self.reflection_missed, *windows]))
 
 
 def step_keys(rendered: list[str]) -> list[str]:
@@ -400,24 +405,20 @@ def run_reflection(
             )
         except BaseException:
             if job is None:  # a store error: the windows wait as a model's failure's do
-                _left(lock, room, [*ends, *[now] * span])
+                with lock:
+                    room.leave_windows([*ends, *[now] * span])
             raise
     report.reflection = result
     if result.error is not None:
         report.failures.append(TriggerFailure("reflection", result.error))
         if job is None:  # shown by the room's next reflection
-            _left(lock, room, [*ends, *[now] * span])
+            with lock:
+                room.leave_windows([*ends, *[now] * span])
         return
     for rec in [*result.added, *result.updated]:
         cap_record(memory, limits, rec, call, report)
     with lock:
         room.new_entries += len(result.added)
-
-
-def _left(lock: threading.RLock, room: Room, windows: list[float]) -> None:
-    """Leaves ``windows`` (turn times) to the room's next turn (inline reflection)."""
-    with lock:
-        room.reflection_missed = list(earlier_windows([*room.reflection_missed, *windows]))
 
 
 def consolidation_due(
