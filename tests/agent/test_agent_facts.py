@@ -217,23 +217,22 @@ def test_a_check_cut_off_before_its_delete_leaves_no_duplicate(
 ) -> None:
     """The check stores an update, then dies before deleting the fact (as a kill would):
     the fact is still pending, and the next check drops it as a repeat."""
+    from memlane.agent import facts
     from memlane.agent.facts import check_facts
 
     mem = make_store("cut", WordHashEmbedder())
     scope = {"user_id": "alice"}
     mem.add("Alice's city is Oslo", **scope)
     fact = mem.add("Alice's city is Rome", metadata={CHECK: "pending"}, **scope)
-    delete = type(mem).delete
+    drop = facts._drop
 
-    def dies(self: Any, id: str) -> None:
-        if id == fact.id:
-            raise RuntimeError("killed")
-        delete(self, id)
+    def dies(memory: Any, marked: Any) -> None:
+        raise RuntimeError("killed")
 
-    monkeypatch.setattr(type(mem), "delete", dies)
+    monkeypatch.setattr(facts, "_drop", dies)
     report = check_facts(mem, Careful(), "memories", scope)
     assert report.error is not None and "killed" in report.error
-    monkeypatch.setattr(type(mem), "delete", delete)
+    monkeypatch.setattr(facts, "_drop", drop)
     assert mem.get(fact.id).metadata[CHECK] == "pending"
     report = check_facts(mem, Careful(), "memories", scope)
     assert [d.decision for d in report.decisions] == ["none"]

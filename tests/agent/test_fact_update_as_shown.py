@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import pytest
+
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
 from memlane.agent.facts import CHECK, check_facts, pending
@@ -78,3 +80,33 @@ def test_an_update_of_the_version_shown_is_applied(make_store: StoreFactory) -> 
     assert report.error is None and [d.decision for d in report.decisions] == ["update"]
     assert report.decisions[0].target == old.id
     assert current(mem) == [fact.text] and mem.get(old.id).valid_to == 3000.0
+
+
+class Decides:
+    """A model that answers ``decision`` for the first fact (of the first listed memory,
+    for an update) while another writer rewrites the fact itself."""
+
+    def __init__(self, mem: Memory, fact: str, decision: str) -> None:
+        self.mem, self.fact, self.decision = mem, fact, decision
+
+    def complete(self, messages: Sequence[ChatMessage]) -> str:
+        self.mem.update(self.fact, text="Alice works at Initech (rewritten)", by="user")
+        said = {"fact": "F1", "decision": self.decision, "memory": 1, "reason": "judged"}
+        return json.dumps({"decisions": [said]})
+
+
+@pytest.mark.parametrize("decision", ["none", "update", "delete", "add"])
+def test_a_fact_rewritten_while_the_model_answers_waits_for_its_new_text(
+    make_store: StoreFactory, decision: str
+) -> None:
+    # The decision was made on the fact's old text: it changes nothing, and the rewrite
+    # stays pending for a check that shows it. Before, "none" deleted the rewrite and
+    # "update" put the old text in the memory's place.
+    mem = make_store(f"fact-rewritten-{decision}", WordHashEmbedder())
+    mem.add("Alice works at Acme as an engineer", created_at=1000.0, **SCOPE)
+    fact = mem.add("Alice works at Globex", metadata=pending(None), created_at=3000.0, **SCOPE)
+    report = check_facts(mem, Decides(mem, fact.id, decision), "memories", SCOPE)
+    assert report.error is None and report.decisions == []
+    assert current(mem) == sorted(["Alice works at Acme as an engineer", mem.get(fact.id).text])
+    assert mem.get(fact.id).metadata[CHECK] == "pending"
+    assert mem.get(fact.id).text == "Alice works at Initech (rewritten)"

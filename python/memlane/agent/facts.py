@@ -23,6 +23,7 @@ mem0 does for each new fact:
 An ``update`` or ``delete`` changes only the version of the memory the model was shown:
 one rewritten (``update``) or superseded by another writer while the model answered is
 left as it is, and the fact stays pending for the next check, which shows the new text.
+So is a fact rewritten while the model judged its old text: no decision is applied to it.
 
 The newest statement wins. Pending facts are checked oldest first (by ``created_at``,
 then in the order they were stored, so facts learnt together are compared with each
@@ -362,13 +363,23 @@ def parse_decisions(
 
 def _mark(
     memory: Memory, fact: MemoryRecord, decision: str, reason: str, final: bool = True
-) -> None:
-    """Keeps the decision in the fact's history; ``final=False`` for a fact about to be
-    deleted: it stays pending, so a crash before the delete has it checked again (as a
-    repeat of what its decision stored) rather than kept beside it."""
+) -> MemoryRecord:
+    """Keeps the decision in the fact's history and returns the fact marked; ``final=False``
+    for a fact about to be deleted: it stays pending, so a crash before the delete has it
+    checked again (as a repeat of what its decision stored) rather than kept beside it.
+    Only the version the model was shown: a fact rewritten meanwhile is refused
+    (``ConflictError``) and waits, pending, for a check of its new text."""
     state = "kept" if final else "pending"
     meta = {**fact.metadata, CHECK: state, "fact_decision": decision, "fact_reason": reason}
-    memory.update(fact.id, metadata=meta, by=ACTOR)
+    return memory.update(fact, metadata=meta, by=ACTOR)
+
+
+def _drop(memory: Memory, fact: MemoryRecord) -> None:
+    """Deletes the version ``fact`` of a fact marked for it (``ConflictError`` if another
+    writer changed it since: it stays, pending)."""
+    only = {"$and": [{"id": fact.id}, {"updated_at": fact.updated_at}]}
+    if not memory.delete_all(fact.table, filters=only) and fact.id in memory:
+        raise ConflictError(f"fact {fact.id!r} changed while it was checked")
 
 
 def _apply(
@@ -386,11 +397,12 @@ def _apply(
         # The newest statement wins: an older fact (one another check settled already,
         # or stated before the memory) neither replaces nor deletes a newer memory.
         why = f"the model said {decision} {target.id}, which is newer and stays: {reason}"
-        _mark(memory, fact, "none", why, False)
-        memory.delete(fact.id)
+        _drop(memory, _mark(memory, fact, "none", why, False))
         return FactDecision(fact.id, "none", why)
     if decision == "update" and target is not None:
-        _mark(memory, fact, "update", f"merged into the memory it updates: {reason}", False)
+        marked = _mark(
+            memory, fact, "update", f"merged into the memory it updates: {reason}", False
+        )
         # The successor holds a decided fact: neither the target's mark (kept, or pending
         # from a check that settled it meanwhile) nor the fact's is its own.
         meta = {k: v for k, v in {**target.metadata, **fact.metadata}.items() if k != CHECK}
@@ -401,20 +413,19 @@ def _apply(
         # meanwhile is refused (ConflictError) and the fact waits, pending.
         at = max(fact.created_at, target.created_at)
         memory.supersede(target, fact.text, at=at, by=ACTOR, metadata=meta)
-        memory.delete(fact.id)
+        _drop(memory, marked)
     elif decision == "delete" and target is not None:
         why = f"made {target.id} false: {reason}"
-        _mark(memory, fact, "delete", why, False)
+        marked = _mark(memory, fact, "delete", why, False)
         # Only the version the model was shown: one rewritten or superseded meanwhile
         # is not what the fact made false (one deleted meanwhile is gone either way).
         shown_version = [{"id": target.id}, {"updated_at": target.updated_at}]
         only = {"$and": [*shown_version, {"valid_to": None}]}
         if not memory.delete_all(target.table, filters=only) and target.id in memory:
             raise ConflictError(f"memory {target.id!r} changed while the model decided")
-        _mark(memory, fact, "delete", why)
+        _mark(memory, marked, "delete", why)
     elif decision == "none":
-        _mark(memory, fact, "none", reason, False)
-        memory.delete(fact.id)
+        _drop(memory, _mark(memory, fact, "none", reason, False))
     else:
         _mark(memory, fact, "add", reason)
     return FactDecision(fact.id, decision, reason, None if target is None else target.id)
