@@ -91,7 +91,7 @@ def test_a_late_consolidation_does_not_replace_what_was_said_since(
     assert report.status == "consolidated"
     (paris,) = report.semantic
     assert paris.created_at == said[-1].created_at
-    assert paris.metadata[LEARNED] == said[-1].metadata[LEARNED]
+    assert paris.metadata[LEARNED] == [*said[-1].metadata[LEARNED], 0]  # the first fact
     check_facts(mem, model, "memories", scope)
     assert homes(mem) == ["Alice lives in Oslo"]
     assert mem.get(oslo.id).valid_to is None

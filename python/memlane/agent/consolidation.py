@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from memlane import times
-from memlane.agent.facts import LEARNED, latest_learned, learned
+from memlane.agent.facts import LEARNED, latest_learned, learned, said_together
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError, shown
@@ -296,12 +296,12 @@ def _store(
                 "source": "consolidation",
                 "confidence": data["confidence"],
                 **extra,
-                **said,
+                **said_together(said, i),
             },
             "created_at": max(r.created_at for r in entries),
             **kw,
         }
-        for fact in dict.fromkeys(data["facts"])
+        for i, fact in enumerate(dict.fromkeys(data["facts"]))
     ]
     try:
         # One transaction: the summary and facts stored, their sources gone, or nothing.

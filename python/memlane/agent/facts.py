@@ -40,7 +40,11 @@ marks, and each short-term entry, carries the order its process learnt it in
 (``metadata["learned"]``: the process's token and a count, no clock), and a fact
 consolidated from turns carries the order and the time (``created_at``) of the latest
 turn it came from, not those of the consolidation: a consolidation that runs late
-dates its facts when they were said, and they do not replace what was said since. A
+dates its facts when they were said, and they do not replace what was said since.
+A reflection dates its facts at the end of the latest window it was shown and orders
+them by time alone (``apart``): its windows were said before it ran. Facts stated at
+once (one consolidation's, one reflection's) are ordered among themselves as stored,
+so a later one replaces what an earlier one changed. A
 process's count goes on through a clock step, so a correction stated after the clock
 was set back still replaces what was stored while it ran ahead; between processes
 (and across a restart) the times decide, as a clock step can then reorder them.
@@ -84,11 +88,13 @@ __all__ = [
     "LEARNED",
     "FactDecision",
     "FactReport",
+    "apart",
     "candidates",
     "check_facts",
     "latest_learned",
     "learned",
     "pending",
+    "said_together",
 ]
 
 log = logging.getLogger("memlane.agent")
@@ -169,6 +175,24 @@ def learned() -> list[Any]:
     return [clock.token, next(clock.count)]
 
 
+def said_together(metadata: Mapping[str, Any], i: int) -> dict[str, Any]:
+    """``metadata`` of the ``i``-th of facts stated at once (one consolidation's, one
+    reflection's): its ``learned`` order, if it has one, extended by ``i``, so that the
+    check compares a later one with what an earlier one changed as with a later
+    statement."""
+    meta = dict(metadata)
+    stamp = meta.get(LEARNED)
+    if isinstance(stamp, list) and len(stamp) == 2:
+        meta[LEARNED] = [*stamp, i]
+    return meta
+
+
+def apart() -> list[Any]:
+    """A ``learned`` order of its own, for facts whose times alone order them against
+    every other statement (a reflection's: its windows were said before it ran)."""
+    return [os.urandom(8).hex(), 0]
+
+
 def pending(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     """``metadata`` with the fact marked for the check, and (unless it has one) the order
     it was learnt in."""
@@ -243,14 +267,17 @@ def _pending(rec: MemoryRecord) -> bool:
     return rec.metadata.get(CHECK) == "pending"
 
 
-def _stamp(rec: MemoryRecord) -> tuple[str, int] | None:
-    """The order ``rec`` was learnt in (``learned``), if it has a valid one: metadata is
-    data from whoever could write the store."""
+def _stamp(rec: MemoryRecord) -> tuple[str, tuple[int, ...]] | None:
+    """The order ``rec`` was learnt in (``learned``: a token, a count and, for one of
+    facts stated at once, its place among them), if it has a valid one: metadata is data
+    from whoever could write the store."""
     value = rec.metadata.get(LEARNED)
-    if isinstance(value, list) and len(value) == 2:
-        token, count = value
-        if isinstance(token, str) and isinstance(count, int) and not isinstance(count, bool):
-            return token, count
+    if isinstance(value, list) and len(value) in (2, 3):
+        token, *order = value
+        if isinstance(token, str) and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in order
+        ):
+            return token, (*order, 0)[:2]
     return None
 
 

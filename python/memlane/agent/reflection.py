@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
 from memlane.agent.consolidation import sync_memory
+from memlane.agent.facts import said_together
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.memory_tools import MEMORY_TYPES
 from memlane.agent.parsing import ParseError, extract_json
@@ -77,6 +78,7 @@ MAX_ANSWER_CHARS = 64_000
 _RECENT = 10
 #: Why an operation on a memory rewritten since the model was shown it is not applied.
 _CHANGED = "the memory changed meanwhile (the model judged a version it no longer has)"
+_NEWER = "the memory was stated after the conversation shown: it stays"
 
 
 @dataclass(slots=True)
@@ -324,6 +326,11 @@ def _apply(
             continue
         tag = {**extra, resume.op_key: i} if resume is not None else extra
         old = None if op.index is None else shown[op.index]
+        if old is not None and now is not None and old.created_at > now:
+            # Stated after the conversation the model was shown (a retried window's
+            # reflection runs later): the newer statement stays.
+            report.rejected.append((op.op, _NEWER))
+            continue
         try:
             if op.op == "remember":
                 assert op.content is not None
@@ -337,7 +344,7 @@ def _apply(
                         "source": "reflection",
                         **({} if op.category is None else {"category": op.category}),
                         **tag,
-                        **(marks or {}),
+                        **said_together(marks or {}, i),
                     },
                     created_at=clock,
                     **kw,
@@ -488,7 +495,8 @@ def reflect(
     ``conversation`` is a list of lines or of ``{role, content}`` messages. The
     ``k`` memories most relevant to it are shown. Never raises for the LLM:
     a failure is reported in ``error`` and nothing changes. ``now`` (default the
-    wall clock) dates what it stores and when an updated fact stopped being true.
+    wall clock) dates what it stores and when an updated fact stopped being true; given,
+    a memory stated after it (``created_at``) is neither updated nor forgotten.
     ``metadata`` is added to the metadata of every memory it stores (the agent's
     upkeep names its job there), ``marks`` to the metadata of what it remembers (the
     check of new facts marks them); ``resume``: how a durable job keeps its place;

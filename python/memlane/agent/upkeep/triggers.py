@@ -348,7 +348,9 @@ def run_reflection(
     """Reflection over the room's last messages up to the turn at ``now``, once
     ``cfg.every`` turns have passed (``job``: the upkeep job running it, named in what
     it stores; the job decided it was due; ``resume``: how the job keeps its place;
-    ``plan``: the model's answer the job kept before a crash, applied without the model)."""
+    ``plan``: the model's answer the job kept before a crash, applied without the model).
+    What it stores is dated at the end of the latest window it shows, when that was said
+    (a retry's is earlier than its turn), and it changes no memory stated after that."""
     metadata = None if job is None else {JOB_TAG: job}
     if plan is not None and resume is not None:  # the model answered before a crash
         result = reflect_planned(
@@ -356,7 +358,7 @@ def run_reflection(
             plan,
             scope=event.fields,
             table=table,
-            now=now,
+            now=max([*ends, *[now] * span], default=now),
             metadata=metadata,
             resume=resume,
             marks=marks,
@@ -396,7 +398,7 @@ def run_reflection(
                 scope=event.fields,
                 table=table,
                 k=cfg.shown,
-                now=now,
+                now=max(windows, default=now),
                 metadata=metadata,
                 resume=resume,
                 marks=marks,

@@ -13,7 +13,7 @@ from memlane.agent.callers import Budgeted, Caller
 from memlane.agent.caps import evict
 from memlane.agent.consolidation import SHORT_TERM
 from memlane.agent.daily import DailyLogger
-from memlane.agent.facts import check_facts, pending
+from memlane.agent.facts import LEARNED, apart, check_facts, pending
 from memlane.agent.profiles import record_contact
 from memlane.agent.reflection import Resume
 from memlane.agent.reports import TriggerFailure, TurnReport
@@ -49,7 +49,7 @@ def do(
     if kind == "reflection":
         resume = None if job is None or holding is None else resume_of(host, job, holding)
         plan = None if job is None else job.plan
-        marks = None if call is None else pending(None)
+        marks = None if call is None else pending({LEARNED: apart()})
         span, ends = (1, ()) if job is None else (job.span, job.ends)
         run_reflection(
             mem,
