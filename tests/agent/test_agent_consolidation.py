@@ -193,3 +193,31 @@ def test_episodic_memory_says_why_and_what_kinds(mem, server, llm):
     assert named.episodic is not None and named.episodic.metadata["reason"] == "max_age"
     stored = mem.get(named.episodic.id).metadata
     assert stored["reason"] == "max_age" and stored["messageTypes"] == ["text"]
+
+
+class _Answers:
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def complete(self, messages):
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # Short facts past the count an answer may hold, and a runaway answer's size.
+        json.dumps({"summary": "chat", "facts": [f"Alice likes {i}" for i in range(101)]}),
+        json.dumps({"summary": "chat", "facts": ["Alice likes " + "tea " * 20_000]}),
+    ],
+    ids=["101 facts", "80k characters"],
+)
+def test_a_runaway_answer_is_refused_whole(make_store, answer):
+    from conftest import WordHashEmbedder
+
+    mem = make_store("runaway", WordHashEmbedder())
+    entries = _entries(mem, 2)
+    report = consolidate(mem, _Answers(answer), scope=SCOPE, force=True)
+    assert report.status == "failed" and "more than the" in (report.error or "")
+    assert mem.count("memories") == 0
+    assert sorted(r.id for r in mem.list(SHORT_TERM, **SCOPE)) == sorted(e.id for e in entries)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane import times
 from memlane.agent.facts import LEARNED, latest_learned, learned, said_together
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
-from memlane.agent.parsing import ParseError, extract_json
+from memlane.agent.parsing import MAX_ANSWER_CHARS, MAX_OPERATIONS, ParseError, extract_json
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.scoping import exact_scope, scope_kwargs
 
@@ -255,10 +255,16 @@ def _store(
     extra = dict(metadata or {})
     # A report keeps the answer when it is text; otherwise the error names what came back.
     raw = answer if isinstance(answer, str) else None
+    if raw is not None and len(raw) > MAX_ANSWER_CHARS:
+        why = f"the answer has {len(raw)} characters, more than the {MAX_ANSWER_CHARS} an "
+        return ConsolidationReport("failed", pending, error=f"ParseError: {why}answer may have")
     try:
         data = parse_summary(answer)
     except ParseError as e:
         return ConsolidationReport("failed", pending, error=f"ParseError: {e}", raw=raw)
+    if len(data["facts"]) > MAX_OPERATIONS:  # a runaway answer would flood the scope
+        why = f"{len(data['facts'])} facts, more than the {MAX_OPERATIONS} an answer may hold"
+        return ConsolidationReport("failed", pending, error=f"ParseError: {why}", raw=raw)
     source_ids = [r.id for r in entries]
     meta = {k: data[k] for k in ("facts", "pending", "tone", "preferences", "confidence")}
     # The facts were said with the latest entry, not when the model answered: the check
@@ -341,7 +347,9 @@ def consolidate(
     Call it after adding short-term entries: below the threshold it only
     counts (``"skipped"``). ``force=True`` consolidates whatever there is (at
     least one entry). Never raises for the LLM: its errors and unusable
-    answers give a ``"failed"`` report and leave every entry in place.
+    answers (one longer than ``MAX_ANSWER_CHARS`` characters, or of more than
+    ``MAX_OPERATIONS`` facts, is not one it was asked for) give a ``"failed"`` report
+    and leave every entry in place.
     ``metadata`` is added to what it stores (the agent's upkeep names its job),
     ``marks`` to the facts only (the check of new facts marks them).
     """

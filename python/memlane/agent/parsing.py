@@ -18,10 +18,28 @@ from typing import Any
 
 from memlane.errors import InvalidArgumentError, MemlaneError, shown
 
-__all__ = ["MAX_DEPTH", "ParseError", "extract_json"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "MAX_ANSWER_CHARS",
+    "MAX_DEPTH",
+    "MAX_OPERATIONS",
+    "ParseError",
+    "extract_json",
+]
 
 #: The deepest nesting of arrays and objects ``extract_json`` accepts.
 MAX_DEPTH = 64
+#: Operations (a reflection's) or facts (a consolidation's) applied from one answer at most.
+MAX_OPERATIONS = 100
+#: Characters per token an answer may have: a token of text is about 4, a run of
+#: whitespace (indentation) longer. An answer longer than its ``max_tokens`` times this
+#: is not one the model was asked for (a server that ignored the budget, a proxy gone
+#: wrong) and is refused whole: applied, it would flood the scope with its pieces and
+#: hold the check of every later fact back behind them.
+CHARS_PER_TOKEN = 16
+#: The longest answer applied when the tokens it was asked in are not known: a
+#: 4,000-token answer by ``CHARS_PER_TOKEN``, room for ``MAX_OPERATIONS`` short facts.
+MAX_ANSWER_CHARS = 64_000
 
 _FENCE = re.compile(r"```[ \t]*(?:json[c5]?|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 # The only characters that change the matcher's state; the text between them is skipped.

@@ -28,7 +28,13 @@ from memlane.agent.consolidation import sync_memory
 from memlane.agent.facts import said_together
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.memory_tools import MEMORY_TYPES
-from memlane.agent.parsing import ParseError, extract_json
+from memlane.agent.parsing import (
+    CHARS_PER_TOKEN,
+    MAX_ANSWER_CHARS,
+    MAX_OPERATIONS,
+    ParseError,
+    extract_json,
+)
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import scope_of
 
@@ -63,17 +69,6 @@ _SYSTEM = (
 )
 
 
-#: Operations applied from one answer at most.
-MAX_OPERATIONS = 100
-#: Characters per token an answer may have: a token of text is about 4, a run of
-#: whitespace (indentation) longer. An answer longer than its ``max_tokens`` times this
-#: is not one the model was asked for (a server that ignored the budget, a proxy gone
-#: wrong) and is refused whole: applied, it would flood the scope with its pieces and
-#: hold the check of every later fact back behind them.
-CHARS_PER_TOKEN = 16
-#: The longest answer applied when the tokens it was asked in are not known: a
-#: 4,000-token answer by ``CHARS_PER_TOKEN``, room for ``MAX_OPERATIONS`` short facts.
-MAX_ANSWER_CHARS = 64_000
 #: The scope's newest memories that may fill the places a search leaves empty.
 _RECENT = 10
 #: Why an operation on a memory rewritten since the model was shown it is not applied.
