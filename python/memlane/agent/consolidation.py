@@ -257,7 +257,8 @@ def _store(
     raw = answer if isinstance(answer, str) else None
     if raw is not None and len(raw) > MAX_ANSWER_CHARS:
         why = f"the answer has {len(raw)} characters, more than the {MAX_ANSWER_CHARS} an "
-        return ConsolidationReport("failed", pending, error=f"ParseError: {why}answer may have")
+        error = f"ParseError: {why}answer may have"
+        return ConsolidationReport("failed", pending, error=error, raw=raw)
     try:
         data = parse_summary(answer)
     except ParseError as e:

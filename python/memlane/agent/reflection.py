@@ -36,7 +36,7 @@ from memlane.agent.parsing import (
     extract_json,
 )
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
-from memlane.scoping import scope_of
+from memlane.scoping import exact_scope
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory
@@ -247,9 +247,13 @@ def _prepare(
     extraction: Extraction | None = None,
 ) -> tuple[list[MemoryRecord], list[ChatMessage]]:
     shown: list[MemoryRecord] = []
+    # Exactly the scope, as the fact check reads it: a scope without an agent_id does
+    # not show (nor so update or forget) the memories of the agents that have one.
+    fields, only = exact_scope(mem, kw)
     if text.strip():
         query = text[-2000:]
-        shown = [h.record for h in mem.search(query, k, table=table, track_access=False, **kw)]
+        hits = mem.search(query, k, table=table, filters=only, track_access=False, **fields)
+        shown = [h.record for h in hits]
     # Places the search left empty go to the scope's newest memories: in a store without
     # vectors a search finds nothing by meaning, and the model would be shown none. They
     # take no place from the search, whose hits are the likelier to be what the
@@ -258,7 +262,9 @@ def _prepare(
     if len(shown) < k:
         seen = {r.id for r in shown}
         # Current records only, as the search: a superseded fact is no longer true.
-        current = mem.list(table, limit=_RECENT, filters={"valid_to": None}, **kw)
+        current = mem.list(
+            table, limit=_RECENT, filters={"$and": [only, {"valid_to": None}]}, **fields
+        )
         newest = [r for r in current if r.id not in seen]
         shown += newest[: k - len(shown)]
     listed = "\n".join(f"{i}. {' '.join(r.text.split())}" for i, r in enumerate(shown, 1))
@@ -417,10 +423,11 @@ def _get_in(mem: Memory) -> Callable[[str], MemoryRecord | None]:
 
 
 def _within(mem: Memory, rec: MemoryRecord, table: str, scope: Mapping[str, Any]) -> bool:
-    """Whether ``rec`` is of ``table`` and of the scope a search given ``scope`` sees
-    (the store's ``default_scope`` under it)."""
-    fields = scope_of(mem.default_scope, scope)
-    return rec.table == table and all(rec.scope.get(k) == v for k, v in fields.items())
+    """Whether ``rec`` is of ``table`` and of exactly ``scope`` (the store's
+    ``default_scope`` under it), as a reflection shows the memories of its scope."""
+    fields, only = exact_scope(mem, scope)
+    expected = {**fields, **only}
+    return rec.table == table and all(rec.scope.get(k) == v for k, v in expected.items())
 
 
 @dataclass(slots=True, frozen=True)
@@ -485,7 +492,8 @@ def reflect(
     extraction: Extraction | None = None,
     max_tokens: int | None = None,
 ) -> ReflectionReport:
-    """Lets the LLM update the memories of ``scope`` after ``conversation``.
+    """Lets the LLM update the memories of exactly ``scope`` (not those of a scope under
+    it: an agent's, when ``scope`` has no ``agent_id``) after ``conversation``.
 
     ``conversation`` is a list of lines or of ``{role, content}`` messages. The
     ``k`` memories most relevant to it are shown. Never raises for the LLM:
