@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memlane.agent")
 
+#: The metadata ids under which the store's dedup window knows a record.
+WINDOW_IDS = ("messageId", "message_id", "eventId", "statusMessageId")
+
 
 class TurnTools(MemoryTools):
     """``MemoryTools`` whose ``remember`` keeps to the length cap and counts entries.
@@ -99,11 +102,39 @@ class TurnTools(MemoryTools):
             if self.off_turn:
                 self.settle()
             return out
-        group = uuid.uuid4().hex
-        ids = []
-        for i, piece in enumerate(pieces, 1):
-            meta = {**(metadata or {}), "part": i, "parts": len(pieces), "split_group": group}
-            ids.append(super()._remember(piece, type, importance, evergreen, meta)["id"])
+        first = {
+            **(metadata or {}),
+            "part": 1,
+            "parts": len(pieces),
+            "split_group": uuid.uuid4().hex,
+        }
+        # The other pieces leave out the ids the dedup window knows a record by, so none
+        # is taken for a repeat of the first; the first alone decides whether the whole
+        # was stored already (a call delivered again).
+        rest = {k: v for k, v in first.items() if k not in WINDOW_IDS}
+        item = {"table": self.table, "type": type, "importance": float(importance)}
+        item |= {"evergreen": evergreen, **self.scope}
+        # One transaction: a process killed while it stores leaves the whole or none.
+        stored = self.memory.add_many(
+            [
+                {**item, "text": pieces[0], "metadata": first, "unique": self.unique},
+                *(
+                    {**item, "text": piece, "metadata": {**rest, "part": i}, "unique": False}
+                    for i, piece in enumerate(pieces[1:], 2)
+                ),
+            ]
+        )
+        if stored[0].duplicate is not None:
+            for rec in stored[1:]:
+                self.memory.delete(rec.id)
+            return {
+                "ok": True,
+                "id": stored[0].id,
+                "stored": False,
+                "duplicate": stored[0].duplicate,
+                "duplicate_of": stored[0].duplicate_of,
+            }
+        ids = [rec.id for rec in stored]
         self._count(self._event, len(ids))
         if self.off_turn:
             self.settle()

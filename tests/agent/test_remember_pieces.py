@@ -1,0 +1,52 @@
+"""``remember`` of content longer than the cap stores every piece, in one transaction:
+pieces of a call whose metadata names an id the dedup window knows were taken for
+repeats of the first and dropped (the tool said "stored as N parts" of one record), and
+each piece was its own write (a kill left the fact cut). A call delivered again stores
+nothing. Both backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane import AgentMemory, SessionScope
+from memlane._memory.duplicates import _ID_KEYS
+from memlane.agent.turn_tools import WINDOW_IDS
+
+PARAGRAPHS = [f"Paragraph {i}: " + " ".join(f"word{i}_{j}" for j in range(200)) for i in range(3)]
+
+
+def test_the_window_ids_are_the_stores() -> None:
+    assert set(WINDOW_IDS) == {name for name, _ in _ID_KEYS}
+
+
+@pytest.mark.parametrize("meta", [{"messageId": "m-1"}, {"eventId": 7}, {}])
+def test_every_piece_of_a_long_fact_is_stored_once(
+    make_store: StoreFactory, meta: dict[str, Any]
+) -> None:
+    mem = make_store("pieces", WordHashEmbedder())
+    agent = AgentMemory(mem, SessionScope(agent_id="bot"), upkeep="inline")
+    event = agent.event("telegram", 42, chat_id=7)
+    tools = agent.memory_tools(event)
+    call = {"content": "\n\n".join(PARAGRAPHS), "metadata": meta}
+    calls = [mem.add_many]
+
+    def add_many(*args: Any, **kwargs: Any) -> Any:
+        calls.append(add_many)
+        return calls[0](*args, **kwargs)
+
+    mem.add_many = add_many  # type: ignore[method-assign]
+    first = tools.handle_tool_call("remember", call)
+    assert first["ok"] and first["stored"] and len(calls) == 2  # one write for the whole
+    assert len(set(first["ids"])) == len(first["ids"]) > 1
+    stored = mem.list("memories", limit=50, **event.fields)
+    assert sorted(r.id for r in stored) == sorted(first["ids"])
+    text = " ".join(r.text for r in stored)
+    assert all(f"Paragraph {i}:" in text for i in range(3))
+
+    again = tools.handle_tool_call("remember", call)  # delivered again
+    assert again["ok"] and not again["stored"] and again["duplicate_of"] == first["id"]
+    assert mem.count("memories", **event.fields) == len(first["ids"])
+    agent.close()
