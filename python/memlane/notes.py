@@ -91,6 +91,9 @@ __all__ = [
     "notes_context",
 ]
 
+#: The fewest characters an entry takes in the context: its date and the line's end.
+_SHORTEST_LINE = len(entry_line(0.0, "", "")) + 1
+
 
 def _check_limits(limits: object) -> dict[str, int]:
     if not isinstance(limits, Mapping):
@@ -139,7 +142,10 @@ def notes_context(
         if room <= 0:
             continue
         lines: list[str] = []
-        for rec in mem.list(NOTES, limit=50, type=kind, filters=flt):  # newest first
+        # As many entries as the shortest lines could fill the room with, and the one
+        # cut: a file within its limit is shown whole, however short its entries.
+        most = room // _SHORTEST_LINE + 1
+        for rec in mem.list(NOTES, limit=most, type=kind, filters=flt):  # newest first
             line = record_line(rec)
             if len(line) + 1 > room:
                 if room > 2:

@@ -356,3 +356,19 @@ def test_mcp_serves_the_notes_tools(tmp_path):
     with Memory(store, None) as mem:
         entries = Notebook(mem, {"user_id": "alice"}).entries("USER.md")
         assert [e.text for e in entries] == ["Alice takes her coffee white."]
+
+
+def test_a_file_of_many_short_entries_within_its_limit_is_shown_whole(make_store, word_embedder):
+    # Entries were read 50 at most: the 25 oldest of 75 accepted never reached the model.
+    mem = make_store("many", word_embedder)
+    scope = {"agent_id": "helper"}
+    tools = MemoryTools(mem, scope, notes=Notebook(mem, scope))
+    accepted = []
+    for i in range(200):
+        call = {"file": "WORLD.md", "content": f"fact{i:03d}"}
+        if not tools.handle_tool_call("notes_append", call)["ok"]:
+            break
+        accepted.append(f"fact{i:03d}")
+    assert len(accepted) > 50
+    notes = "\n".join(build_context(mem, "anything", scope).sections.get("notes", []))
+    assert [a for a in accepted if a not in notes] == []
