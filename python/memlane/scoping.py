@@ -144,7 +144,9 @@ def platform_id(value: object, label: str) -> str:
         value = str(int(value))
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgumentError(f"{label} must be a non-empty str (or int), got {shown(value)}")
-    return value.strip()
+    # Refused here, before a turn is stored: the store refuses it later, in a write
+    # that a turn stored already cannot take back (a profile's count).
+    return coerce.clean(value.strip(), label)
 
 
 def source_id(value: object) -> str:
@@ -244,7 +246,7 @@ class SessionScope:
         if name is not None:
             if not isinstance(name, str) or not name.strip():
                 raise InvalidArgumentError(f"name must be a non-empty str, got {shown(name)}")
-            name = " ".join(name.split())
+            name = coerce.clean(" ".join(name.split()), "name")
         contact = f"{src}:{platform_id(contact_id, 'contact_id')}"
         identity = self.identity_links.get(contact, contact)
         fields: dict[str, str] = {}

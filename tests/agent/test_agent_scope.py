@@ -59,3 +59,20 @@ def test_memory_shared_across_platforms_only_per_peer(word_embedder, mode, share
         assert bool(hits) is shared
         # A stranger never sees it.
         assert mem.search("peanuts allergy", **s("telegram", 42)) == []
+
+
+@pytest.mark.parametrize("bad", ["Bob\ud800", "B\x00b"], ids=["surrogate", "nul"])
+@pytest.mark.parametrize("where", ["source", "contact_id", "chat_id", "name", "message_id"])
+def test_text_no_store_can_hold_is_refused_by_the_event(bad, where):
+    # Accepted, a name reached the store only in the contact's profile, after the turn
+    # was stored: the turn was never counted, and no later try could count it.
+    args = {"source": "telegram", "contact_id": 1, "chat_id": 2, "name": "Bob", "message_id": 3}
+    args[where] = bad
+    with pytest.raises(InvalidArgumentError, match=where):
+        SessionScope().resolve(**args)
+
+
+@pytest.mark.parametrize("where", ["agent_id", "namespace"])
+def test_a_scope_setting_no_store_can_hold_is_refused(where):
+    with pytest.raises(InvalidArgumentError, match=where):
+        SessionScope(**{where: "a\ud800"})
