@@ -18,7 +18,10 @@ mem0 does for each new fact:
 ``delete``
     it makes a listed memory false without replacing it: that memory goes, the fact stays;
 ``none``
-    it repeats what is known: the fact's record goes.
+    it repeats what is known: the fact's record goes, and the memory it repeats (when
+    the model names it) keeps when it was stated again (``metadata["restated_at"]``,
+    and the fact's ``learned`` order), so a fact stated before the repeat and checked
+    after it does not replace it.
 
 An ``update`` or ``delete`` changes only the version of the memory the model was shown:
 one rewritten (``update``) or superseded by another writer while the model answered is
@@ -63,6 +66,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -105,6 +109,9 @@ CHECK = "fact_check"
 LEARNED = "learned"
 #: Who the history names for the check's changes.
 ACTOR = "fact-check"
+#: The metadata key of when a memory was last stated again (a repeat the check dropped):
+#: it is as new as that statement.
+RESTATED = "restated_at"
 _DECISIONS = ("add", "update", "delete", "none")
 
 _SYSTEM = (
@@ -112,11 +119,11 @@ _SYSTEM = (
     "with the numbered memories already stored and decide what to do with it. Answer with "
     'one JSON object and nothing else: {"decisions": [{"fact": <letter of a new fact>, '
     '"decision": "add"|"update"|"delete"|"none", "memory": <number of a stored memory, for '
-    'update and delete>, "reason": str}, ...]}, one decision per new fact.\n'
+    'update, delete and none>, "reason": str}, ...]}, one decision per new fact.\n'
     "add: the fact is new information. update: the fact is a newer or more precise "
     "version of a stored memory (the same attribute of the same thing now has another "
     "value), which it replaces. delete: the fact shows a stored memory is no longer true "
-    "and replaces nothing. none: the fact is already known."
+    "and replaces nothing. none: the fact is already known (the memory that says it)."
 )
 #: New facts checked in one model call.
 _BATCH = 20
@@ -289,7 +296,27 @@ def _newer(a: MemoryRecord, b: MemoryRecord) -> bool:
     sa, sb = _stamp(a), _stamp(b)
     if sa is not None and sb is not None and sa[0] == sb[0] and sa[1] != sb[1]:
         return sa[1] > sb[1]
-    return (a.created_at, a.recorded_at) > (b.created_at, b.recorded_at)
+    return (_said(a), a.recorded_at) > (_said(b), b.recorded_at)
+
+
+def _said(rec: MemoryRecord) -> float:
+    """When ``rec`` was last stated: it became true, or was said again since."""
+    again = rec.metadata.get(RESTATED)
+    if isinstance(again, float) and math.isfinite(again):
+        return max(rec.created_at, again)
+    return rec.created_at
+
+
+def _restate(memory: Memory, target: MemoryRecord, fact: MemoryRecord) -> None:
+    """Keeps in ``target`` that ``fact``, a repeat of it dropped now, stated it again:
+    when, and in which order its process learnt it, so that a fact stated in between
+    and checked later (a consolidation that runs late) is older than the memory."""
+    if not _newer(fact, target):
+        return
+    meta = {**target.metadata, RESTATED: max(_said(target), _said(fact))}
+    if _stamp(fact) is not None:
+        meta[LEARNED] = fact.metadata[LEARNED]
+    memory.update(target, metadata=meta, by=ACTOR)
 
 
 def latest_learned(records: Sequence[MemoryRecord]) -> MemoryRecord:
@@ -373,15 +400,19 @@ def parse_decisions(
         reason = _SURROGATE.sub("\ufffd", reason.strip()) if isinstance(reason, str) else ""
         reason = reason or "(none given)"
         index = item.get("memory")
+        if isinstance(index, str):
+            digits = index.strip()
+            # ASCII digits: str.isdigit() admits "²" and "①", which int() refuses, and
+            # int() refuses more than 4300 digits (no listed number has ten).
+            ok = digits.isascii() and digits.isdecimal() and len(digits) < 10
+            index = int(digits) if ok else None
+        if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= n_shown:
+            index = None
         if decision in ("update", "delete"):
-            if isinstance(index, str):
-                digits = index.strip()
-                # ASCII digits: str.isdigit() admits "²" and "①", which int() refuses, and
-                # int() refuses more than 4300 digits (no listed number has ten).
-                ok = digits.isascii() and digits.isdecimal() and len(digits) < 10
-                index = int(digits) if ok else None
-            if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= n_shown:
+            if index is None:
                 continue
+            out[fact] = (decision, index - 1, reason)
+        elif decision == "none" and index is not None:  # the memory it repeats
             out[fact] = (decision, index - 1, reason)
         else:
             out[fact] = (decision, None, reason)
@@ -452,7 +483,10 @@ def _apply(
             raise ConflictError(f"memory {target.id!r} changed while the model decided")
         _mark(memory, marked, "delete", why)
     elif decision == "none":
-        _drop(memory, _mark(memory, fact, "none", reason, False))
+        marked = _mark(memory, fact, "none", reason, False)
+        if target is not None:  # the memory it repeats is as new as the fact
+            _restate(memory, target, fact)
+        _drop(memory, marked)
     else:
         _mark(memory, fact, "add", reason)
     return FactDecision(fact.id, decision, reason, None if target is None else target.id)
