@@ -8,16 +8,22 @@ a batch; and it reads bytes that are not UTF-8 as U+FFFD. Here such a line gets 
 JSON-RPC error it calls for, with the request's id when it has a valid one (else null):
 
 - ``-32700`` (parse error): not UTF-8, not JSON (``NaN`` included), a number of more
-  digits than Python reads, nesting deeper than ``MAX_DEPTH``;
+  digits than Python reads, nesting deeper than ``json_depth.MAX_DEPTH`` (500 levels);
 - ``-32600`` (invalid request): not an object (a batch: MCP has none), no
   ``"jsonrpc": "2.0"``, a bad id or method, ``params`` that is not an object, neither a
   request, a notification nor a response;
-- ``-32602`` (invalid params): a lone surrogate in ``params``, except in a tool's
-  ``arguments``, which reach the tool: its error result names the argument.
+- ``-32602`` (invalid params): arrays and objects nested deeper than ``MAX_DEPTH``
+  levels anywhere in the message (itself the first level), a response's too; a lone
+  surrogate in ``params``, except in a tool's ``arguments``, which reach the tool: its
+  error result names the argument.
 
 Messages that pass go to the SDK; its replies pass here too, and one that cannot be
 written as JSON becomes a ``-32603`` error reply to its request. The SDK's stdio
 transport still writes them, keeping stray output of the process off stdout.
+
+At the end of stdin the server answers every request it has read, waiting for the
+handlers still running (a request the client cancelled excepted: it gets no reply),
+and then stops.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -70,13 +77,14 @@ def _not_text(value: str) -> int | None:
     return None
 
 
-def _flaw(value: object, path: str, *, text: bool = True) -> str | None:
-    """What in ``value`` nests too deep or (with ``text``) is no Unicode text, named by
-    its path; None if nothing is."""
-    stack: list[tuple[object, str, int]] = [(value, path, 0)]
+def _flaw(value: object, path: str, level: int, *, text: bool = True) -> str | None:
+    """What in ``value``, at ``level`` of its message (the message itself is level 1),
+    nests deeper than ``MAX_DEPTH`` or (with ``text``) is no Unicode text, named by its
+    path; None if nothing is."""
+    stack: list[tuple[object, str, int]] = [(value, path, level)]
     while stack:
         item, where, depth = stack.pop()
-        if depth > MAX_DEPTH:
+        if isinstance(item, dict | list) and depth > MAX_DEPTH:
             return f"{where} nests deeper than {MAX_DEPTH} levels"
         if isinstance(item, str) and text:
             at = _not_text(item)
@@ -90,7 +98,7 @@ def _flaw(value: object, path: str, *, text: bool = True) -> str | None:
                 at = _not_text(key) if text else None
                 if at is not None:
                     return f"a key in {where} holds a lone surrogate ({key[at]!r})"
-                stack.append((child, f"{where}.{key}", depth + 1))
+                stack.append((child, f"{where}.{key}" if where else key, depth + 1))
         elif isinstance(item, list):
             stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
     return None
@@ -164,28 +172,37 @@ def check_line(line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | Non
         return None, _error(None, INVALID_REQUEST, f"Invalid Request: {bad_id}")
     if message.get("jsonrpc") != "2.0":
         return None, _error(rid, INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"')
-    method = message.get("method")
     if "method" not in message:
         answers = ("result" in message) != ("error" in message)
-        if "id" in message and answers:  # a reply to a request of the server's
-            return message, None
-        return None, _error(rid, INVALID_REQUEST, "Invalid Request: no method")
-    if not isinstance(method, str) or not method or _not_text(method) is not None:
-        return None, _error(
-            rid, INVALID_REQUEST, "Invalid Request: method must be a non-empty Unicode string"
-        )
-    params = message.get("params")
-    if "params" in message and not isinstance(params, dict):
-        return None, _error(
-            rid, INVALID_REQUEST, f"Invalid Request: params must be an object, got {_kind(params)}"
-        )
+        if "id" not in message or not answers:  # not a reply to a request of the server's
+            return None, _error(rid, INVALID_REQUEST, "Invalid Request: no method")
+        params = None
+    else:
+        method = message["method"]
+        if not isinstance(method, str) or not method or _not_text(method) is not None:
+            return None, _error(
+                rid, INVALID_REQUEST, "Invalid Request: method must be a non-empty Unicode string"
+            )
+        params = message.get("params")
+        if "params" in message and not isinstance(params, dict):
+            return None, _error(
+                rid,
+                INVALID_REQUEST,
+                f"Invalid Request: params must be an object, got {_kind(params)}",
+            )
+    flaw = None
     if params is not None:
         outer = dict(params)
         # A tool's arguments reach the tool, which names the one that is no text.
-        arguments = outer.pop("arguments", None) if method == "tools/call" else None
-        flaw = _flaw(outer, "params") or _flaw(arguments, "params.arguments", text=False)
-        if flaw is not None:
-            return None, _error(rid, INVALID_PARAMS, f"Invalid params: {flaw}")
+        arguments = outer.pop("arguments", None) if message["method"] == "tools/call" else None
+        flaw = _flaw(outer, "params", 2) or _flaw(arguments, "params.arguments", 3, text=False)
+    if flaw is None:
+        # The depth limit holds for every member, replies' included: the SDK's models
+        # parse them all, not params alone.
+        rest = {key: value for key, value in message.items() if params is None or key != "params"}
+        flaw = _flaw(rest, "", 1, text=False)
+    if flaw is not None:
+        return None, _error(rid, INVALID_PARAMS, f"Invalid params: {flaw}")
     return message, None
 
 
@@ -209,11 +226,75 @@ def writable(item: Any) -> Any:
     return item
 
 
+class _Ours:
+    """An error reply of this module's, to a line the SDK never saw: it answers no
+    request the SDK is handling."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+
+class _Unanswered:
+    """The requests handed to the SDK that it has not answered yet, counted by id as the
+    SDK correlates them (``"7"`` and ``7`` are one id)."""
+
+    def __init__(self) -> None:
+        import anyio
+        import mcp_types as types
+        from mcp.shared.dispatcher import coerce_request_id
+        from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+
+        self._anyio = anyio
+        self._types = types
+        self._key = coerce_request_id
+        self._cancelled = cancelled_request_id_from_params
+        self.count: Counter[object] = Counter()
+        self.changed = anyio.Event()
+
+    def _settle(self, key: object, *, every: bool = False) -> None:
+        left = 0 if every else self.count[key] - 1
+        if left > 0:
+            self.count[key] = left
+        else:
+            del self.count[key]
+        self.changed.set()
+
+    def read(self, message: Any) -> None:
+        """Counts a request the SDK is handed. A cancelled one is settled: the SDK never
+        answers a request its client cancelled."""
+        types = self._types
+        if isinstance(message, types.JSONRPCRequest):
+            self.count[self._key(message.id)] += 1
+        elif (
+            isinstance(message, types.JSONRPCNotification)
+            and message.method == "notifications/cancelled"
+        ):
+            rid = self._cancelled(message.params)
+            if rid is not None and self._key(rid) in self.count:
+                self._settle(self._key(rid), every=True)
+
+    def written(self, message: Any) -> None:
+        """Settles the request a reply of the SDK's answers."""
+        replies = (self._types.JSONRPCResponse, self._types.JSONRPCError)
+        rid = message.id if isinstance(message, replies) else None
+        if rid is not None and self._key(rid) in self.count:
+            self._settle(self._key(rid))
+
+    async def all_answered(self) -> None:
+        while self.count:
+            self.changed = self._anyio.Event()
+            await self.changed.wait()
+
+
 @contextlib.asynccontextmanager
 async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
     """``(read_stream, write_stream)`` for the SDK's ``Server.run`` over stdin and stdout:
     lines are read here (see ``check_line``), replies written by the SDK's stdio
-    transport."""
+    transport. At the end of stdin the stream to the SDK ends only once the SDK has
+    answered every request read: when it ends, the SDK ends the session and drops the
+    replies of the handlers still running."""
     import anyio
     import mcp_types as types
     from mcp.server.stdio import stdio_server
@@ -221,6 +302,7 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
     from pydantic import ValidationError
 
     done = anyio.Event()
+    unanswered = _Unanswered()
 
     class _Nothing:
         """The SDK transport's stdin: no line, until the server is done."""
@@ -255,15 +337,23 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
                             f"Invalid Request: {where}: {first['msg']}",
                         )
                     else:
+                        unanswered.read(parsed.message)
                         await to_server.send(parsed)
                         continue
                 if reply is not None:
-                    await answer.send(as_message(reply))
+                    await answer.send(_Ours(as_message(reply)))
+            # With no time limit: a client that cannot wait closes the process (MCP's
+            # stdio shutdown), and a reply cut short would be a tool's effect unreported.
+            await unanswered.all_answered()
 
     async def write(sdk: Any) -> None:
         async with sdk, outgoing:
             async for item in outgoing:
+                if isinstance(item, _Ours):
+                    await sdk.send(writable(item.item))
+                    continue
                 await sdk.send(writable(item))
+                unanswered.written(item.message)
 
     async with stdio_server(stdin=_Nothing()) as (_, sdk_write):  # type: ignore[arg-type]
         try:
