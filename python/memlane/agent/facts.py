@@ -19,9 +19,8 @@ mem0 does for each new fact:
     it makes a listed memory false without replacing it: that memory goes, the fact stays;
 ``none``
     it repeats what is known: the fact's record goes, and the memory it repeats (when
-    the model names it) keeps when it was stated again (``metadata["restated_at"]``,
-    and the fact's ``learned`` order), so a fact stated before the repeat and checked
-    after it does not replace it.
+    the model names it) keeps when it was said again (``metadata["restated_at"]``, and
+    the fact's ``learned`` order).
 
 An ``update`` or ``delete`` changes only the version of the memory the model was shown:
 one rewritten (``update``) or superseded by another writer while the model answered is
@@ -38,19 +37,15 @@ memory newer than the fact is refused: the memory stays and the fact settles as
 an older value current over a newer one.
 
 Which of two statements is newer: the one learnt later, when one process learnt both;
-else the one said later (``created_at``, then ``recorded_at``). Each fact ``pending``
-marks, and each short-term entry, carries the order its process learnt it in
-(``metadata["learned"]``: the process's token and a count, no clock), and a fact
-consolidated from turns carries the order and the time (``created_at``) of the latest
-turn it came from, not those of the consolidation: a consolidation that runs late
-dates its facts when they were said, and they do not replace what was said since.
-A reflection dates its facts at the end of the latest window it was shown and orders
-them by time alone (``apart``): its windows were said before it ran. Facts stated at
-once (one consolidation's, one reflection's) are ordered among themselves as stored,
-so a later one replaces what an earlier one changed. A
-process's count goes on through a clock step, so a correction stated after the clock
-was set back still replaces what was stored while it ran ahead; between processes
-(and across a restart) the times decide, as a clock step can then reorder them.
+else the one said later (``created_at`` or ``restated_at``, then ``recorded_at``). Each
+fact ``pending`` marks, and each short-term entry, carries the order its process learnt
+it in (``metadata["learned"]``: the process's token and a count, no clock); a fact
+consolidated from turns, the order and time of the latest turn it came from (one that
+runs late does not replace what was said since); a reflection's, the time of the end of
+its latest window, and an order of its own (``apart``). Facts stated at once are ordered
+among themselves as stored, so a later one replaces what an earlier one changed. A
+process's count goes on through a clock step; between processes (and across a restart)
+the times decide, as a clock step can then reorder them.
 
 The check reads exactly its scope (``exact_scope``): a scope without an ``agent_id``
 does not decide the facts of a scope with one, nor compare with its memories.
