@@ -124,3 +124,25 @@ def test_a_retried_reflection_changes_no_memory_stated_after_its_window(
     turn("I moved to Rome now", remember="Alice lives in Rome")
     assert current(mem, **event.fields) == ["Alice lives in Rome"]
     am.close()
+
+
+def test_the_tools_date_what_they_remember_by_the_agents_clock(make_store: StoreFactory) -> None:
+    # A conversation replayed at its own dates: a fact the tools remembered at the wall
+    # clock's time was after every window, and no reflection could update it.
+    mem = make_store("replayed", WordHashEmbedder())
+    now = [1_000_000.0]
+    model = Careful()
+    am = agent(mem, model, upkeep="inline", clock=lambda: now[0])
+    event = am.event("telegram", 42, chat_id=7)
+    tools = am.memory_tools(event)
+    long = "Alice lives in Oslo. " + "She likes tea. " * 120
+    for content in ("Alice lives in Oslo", long):
+        assert tools.handle_tool_call("remember", {"content": content})["ok"]
+    dated = {r.created_at for r in mem.list("memories", limit=50, **event.fields)}
+    assert dated == {1_000_000.0}
+    for n, text in enumerate(["hello", "I moved to Paris"], 1):
+        now[0] = 1_000_000.0 + 60 * n
+        am.after(event, am.before(event, [{"role": "user", "content": text}]), "ok")
+    assert "Alice lives in Paris" in current(mem, **event.fields)
+    assert "Alice lives in Oslo" not in current(mem, **event.fields)
+    am.close()

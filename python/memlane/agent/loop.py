@@ -27,7 +27,8 @@ runs again at the next turn, and the failure is in the report
 daily log is then an extract of the day's messages; see ``memlane.agent.daily``).
 
 Time-based triggers read ``clock`` (default ``time.time``), and the entries
-``after`` writes carry its time, so tests can move time without sleeping.
+``after`` writes and what its tools remember carry its time, so tests can move time
+without sleeping and a conversation can be replayed at its own dates.
 """
 
 from __future__ import annotations

@@ -417,6 +417,7 @@ class MemoryTools:
         importance: float = 0.5,
         evergreen: bool = False,
         metadata: Mapping[str, Any] | None = None,
+        created_at: float | None = None,
     ) -> dict[str, Any]:
         rec = self.memory.add(
             content,
@@ -426,6 +427,7 @@ class MemoryTools:
             evergreen=evergreen,
             metadata=metadata,
             unique=self.unique,
+            created_at=created_at,
             **self.scope,
         )
         out: dict[str, Any] = {"ok": True, "id": rec.id, "stored": rec.duplicate is None}

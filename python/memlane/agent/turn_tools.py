@@ -86,6 +86,7 @@ class TurnTools(MemoryTools):
         importance: float = 0.5,
         evergreen: bool = False,
         metadata: Mapping[str, Any] | None = None,
+        created_at: float | None = None,
     ) -> dict[str, Any]:
         failures: list[TriggerFailure] = []
         if self._call is not None:  # the upkeep's model checks it against what is known
@@ -96,8 +97,13 @@ class TurnTools(MemoryTools):
         pieces = fit(content, self._limits, summarise, failures)
         for f in failures:
             log.warning("memlane: %s failed: %s", f.trigger, f.error)
+        # Dated by the agent's clock, as its turns and notes are: a reflection of the
+        # turns around it compares their times.
+        now = created_at
+        if now is None and self._upkeep is not None:
+            now = coerce.timestamp(self._upkeep.host.clock(), "clock()")
         if len(pieces) == 1:
-            out = super()._remember(pieces[0], type, importance, evergreen, metadata)
+            out = super()._remember(pieces[0], type, importance, evergreen, metadata, now)
             self._count(self._event, 1 if out.get("stored") else 0)
             if self.off_turn:
                 self.settle()
@@ -113,7 +119,7 @@ class TurnTools(MemoryTools):
         # was stored already (a call delivered again).
         rest = {k: v for k, v in first.items() if k not in WINDOW_IDS}
         item = {"table": self.table, "type": type, "importance": float(importance)}
-        item |= {"evergreen": evergreen, **self.scope}
+        item |= {"evergreen": evergreen, "created_at": now, **self.scope}
         # One transaction: a process killed while it stores leaves the whole or none.
         stored = self.memory.add_many(
             [
