@@ -369,3 +369,20 @@ def test_a_reflection_taking_the_place_of_another_shows_its_windows(
     coalesce(newer, Job("reflection", ALICE, 40.0))
     assert newer.ends == (20.0, 40.0, 50.0, 60.0)  # the oldest goes, said
     assert "the oldest 1 are not reflected" in caplog.text
+
+
+@pytest.mark.parametrize("upkeep", ["inline", "background"])
+def test_an_agent_made_anew_for_each_turn_keeps_the_rooms_cadence(
+    make_store: StoreFactory, upkeep: str
+) -> None:
+    # A process a turn (a CLI, a serverless function): counted in memory, the cadence
+    # began again with each, and no reflection ever ran.
+    mem = make_store(f"anew-{upkeep}", WordHashEmbedder())
+    model = Shown()
+    for n in range(1, 7):
+        am = agent(mem, model, reflection=Reflection(every=3, window=6), upkeep=upkeep)
+        turn(am, am.event("telegram", 7, chat_id=1), f"user says msg{n}")
+        assert am.drain(timeout=60)
+        am.close()
+    assert model.answered() == Counter(str(n) for n in range(1, 7))
+    assert [said for said, _ in model.calls] == [["1", "2", "3"], ["4", "5", "6"]]

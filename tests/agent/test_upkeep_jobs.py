@@ -134,12 +134,13 @@ def test_a_closed_agents_job_is_resumed_by_its_owner_only(make_store: StoreFacto
     left = first.close(timeout=0.05)
     assert [j.kind for j in left] == ["reflection", "reflection"]
     other = Model(json.dumps({"operations": []}))
-    stranger = agent(mem, other, table="elsewhere")
+    # Its own cadence is not due: the room's turns so far are 3 of its 10.
+    stranger = agent(mem, other, table="elsewhere", reflection=Reflection(every=10))
     turn(stranger, alice, "hi")
     assert stranger.drain(timeout=60)
     assert other.prompts == [] and len(mem.jobs.items()) == 2
     owner = Model(ANSWER)
-    again = agent(mem, owner)
+    again = agent(mem, owner, reflection=Reflection(every=10))  # none of its own due
     turn(again, bob, "first try")  # the first agent still runs a job: its holder lives
     assert again.drain(timeout=60)
     assert owner.prompts == [] and len(mem.jobs.items()) == 2

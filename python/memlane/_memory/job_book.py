@@ -27,6 +27,7 @@ __all__ = ["OUTCOMES_KEPT", "JobBook", "JobOutcome"]
 
 _PREFIX = "job:"
 _OUTCOME = "done:"
+_MARK = "mark:"
 #: The outcomes a book keeps: the newest, older ones are dropped as new ones come.
 OUTCOMES_KEPT = 500
 _ERROR_KEPT = 2000
@@ -94,6 +95,23 @@ class JobBook:
         """Every job recorded and not dropped, as (key, value), in key order."""
         self._check_open()
         return [(k[len(_PREFIX) :], v) for k, v in self._db.tenant_meta_items(_PREFIX)]
+
+    def set_mark(self, key: str, value: str) -> None:
+        """Keeps ``value`` under ``key`` beside the jobs (replacing it), durably before it
+        returns: what upkeep needs to know across processes, such as when a room last
+        reflected. Marks are no jobs: ``items`` leaves them out."""
+        self._check_open()
+        _check_key(key)
+        _check(value, "value")
+        with self._db.transaction() as conn:
+            self._db.set_tenant_meta(conn, _MARK + key, value)
+
+    def mark(self, key: str) -> str | None:
+        """The value kept under ``key`` by ``set_mark``, or None."""
+        self._check_open()
+        _check_key(key)
+        found = dict(self._db.tenant_meta_items(_MARK + key))
+        return found.get(_MARK + key)
 
     def record_outcome(self, outcome: JobOutcome) -> None:
         """Records what a piece of finished work cost and what failed, durably before it

@@ -70,6 +70,7 @@ from memlane.agent.reports import (
     UpkeepResult,
 )
 from memlane.agent.turn_tools import TurnTools
+from memlane.agent.upkeep import cadence
 from memlane.agent.upkeep.jobs import Job
 from memlane.agent.upkeep.service import Upkeep, UpkeepMode
 from memlane.agent.upkeep.triggers import FLUSH_MESSAGE as FLUSH_MESSAGE
@@ -443,10 +444,17 @@ class AgentMemory:
             if len(entries) > 1:
                 report.splits.append(("short-term entry", len(entries)))
         again = store_turn(self.memory, self.limits, event, said, entries, now, report)
+        # The room's first turn here: its turns since its last reflection, from the store.
+        counted = None
+        if not again and not room.cadence_read and self.reflection.enabled:
+            counted = cadence.turns_since(self.memory, self.table, event.history)
         with self._lock:
             if not again:  # a message delivered again is no new turn
                 room.turns += 1
                 room.since_reflection += 1
+                if counted is not None and not room.cadence_read:
+                    room.since_reflection = max(room.since_reflection, counted)
+                room.cadence_read = True
             room.user_text = None
         new = [r for r in (*report.stored, *report.short_term) if r.duplicate is None]
         self._count(event, len(new))

@@ -43,6 +43,7 @@ from memlane.agent.daily import DailyLogger
 from memlane.agent.facts import CHECK
 from memlane.agent.llm import ChatMessage
 from memlane.agent.reports import TriggerFailure, TurnReport, UpkeepResult
+from memlane.agent.upkeep import cadence
 from memlane.agent.upkeep.found import found_again
 from memlane.agent.upkeep.holding import Holding
 from memlane.agent.upkeep.jobs import (
@@ -226,17 +227,18 @@ class Upkeep:
         with self.lock:
             reflects = host.reflection.enabled and call is not None
             own = reflects and room.since_reflection >= host.reflection.every
-            missed: list[float] = []
-            covers: list[str] = []
+            missed, covers = list[float](), list[str]()
             if own or (reflects and room.reflection_missed):
                 room.since_reflection = 0 if own else room.since_reflection
                 missed, room.reflection_missed = room.reflection_missed, []
                 covers, room.failed_reflections = room.failed_reflections, []
+        if own:
+            cadence.reflected(host.memory, host.table, event.history, now)
         if own or missed:
             reflection = self._job("reflection", event, now)
             jobs.append(replace(reflection, span=int(own), ends=earlier_windows(missed)))
-        # One consolidation, daily log or eviction of a room waits or runs at a time: while
-        # one waits for the model, later turns that find it still due do not record more.
+        # One consolidation, daily log or eviction of a room waits or runs at a time: later
+        # turns that find it still due meanwhile do not record more.
         waiting = {j.slot for j in self.pending()}
         try:
             if ("consolidation", scope) not in waiting and consolidation_due(
@@ -316,10 +318,9 @@ class Upkeep:
                 report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
                 self._undo(job, room, covers=covers)
                 return
-        if job.durable:
-            for key in covers:
-                self._release(key)
-            covers = ()
+        for key in covers if job.durable else ():
+            self._release(key)
+        covers = () if job.durable else covers
         worker = self.local if job.kind in _LOCAL else self.model
         try:
             skipped = worker.submit(job, call)

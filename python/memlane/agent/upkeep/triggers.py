@@ -41,6 +41,7 @@ from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.messages import SUMMARY_TAG, group_steps, render_step
 from memlane.agent.reflection import Extraction, Resume, reflect, reflect_planned
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
+from memlane.agent.upkeep import cadence
 from memlane.agent.upkeep.jobs import JOB_TAG, earlier_windows
 from memlane.errors import InvalidArgumentError
 from memlane.scoping import EventScope, exact_scope, scope_kwargs
@@ -194,6 +195,8 @@ class Compaction:
 class Room:
     turns: int = 0
     since_reflection: int = 0
+    #: Whether ``since_reflection`` was read from the store (``cadence.turns_since``).
+    cadence_read: bool = False
     #: The turn times of the windows failed reflections left unreflected: the room's
     #: next turn retries them (up to ``MAX_SPAN`` windows in all).
     reflection_missed: list[float] = field(default_factory=list)
@@ -374,6 +377,8 @@ def run_reflection(
                     return
                 room.since_reflection = 0 if span else room.since_reflection
                 ends, room.reflection_missed = (*room.reflection_missed, *ends), []
+            if span:
+                cadence.reflected(memory, table, event.history, now)
         history = scope_kwargs(event.history)
         # A job that took the place of waiting or failed ones shows what each would have
         # shown, each message once, in the order said. Windows that end at one time (a
