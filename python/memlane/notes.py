@@ -91,11 +91,15 @@ __all__ = [
     "notes_context",
 ]
 
+#: The most characters a notes file may show in a context (a file's entries are read
+#: whole, so the limit bounds the read).
+MAX_LIMIT = 1_000_000
 #: The fewest characters an entry takes in the context: its date and the line's end.
 _SHORTEST_LINE = len(entry_line(0.0, "", "")) + 1
 
 
-def _check_limits(limits: object) -> dict[str, int]:
+def check_limits(limits: object) -> dict[str, int]:
+    """``limits`` (``{kind: characters}``) if they are limits a context can show notes in."""
     if not isinstance(limits, Mapping):
         raise InvalidArgumentError(
             f"limits must be a {{kind: characters}} dict, got {shown(limits)}"
@@ -106,8 +110,10 @@ def _check_limits(limits: object) -> dict[str, int]:
             f"unknown note kind(s) {sorted(map(str, unknown))}; kinds are {list(NOTE_LIMITS)}"
         )
     for kind, limit in limits.items():
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidArgumentError(f"limits[{kind!r}] must be an int >= 0, got {shown(limit)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
+            raise InvalidArgumentError(
+                f"limits[{kind!r}] must be an int from 0 to {MAX_LIMIT}, got {shown(limit)}"
+            )
     return dict(limits)
 
 
@@ -132,7 +138,7 @@ def notes_context(
     journal is in each of its conversations; a user's profile only in that user's),
     never another agent's or user's.
     """
-    _check_limits(limits)
+    check_limits(limits)
     flt = scope_notes(mem, scope)
     if not any(limits.values()) or not mem.count(NOTES, filters=flt):
         return "", []
@@ -248,7 +254,7 @@ class Notebook:
             raise InvalidArgumentError("clock must be a callable returning unix seconds")
         self.memory = memory
         self.scope, self._only = exact_scope(memory, scope or {})
-        self.limits = _check_limits(limits)
+        self.limits = check_limits(limits)
         self.clock: Callable[[], float] = clock or time.time
 
     @staticmethod

@@ -372,3 +372,13 @@ def test_a_file_of_many_short_entries_within_its_limit_is_shown_whole(make_store
     assert len(accepted) > 50
     notes = "\n".join(build_context(mem, "anything", scope).sections.get("notes", []))
     assert [a for a in accepted if a not in notes] == []
+
+
+@pytest.mark.parametrize("limit", [10**30, 1_000_001, -1])
+def test_a_notes_limit_no_context_can_show_is_refused_when_given(make_store, word_embedder, limit):
+    # Accepted, a huge limit failed every turn's context afterwards (its read's bound).
+    mem = make_store("huge-limit", word_embedder)
+    with pytest.raises(InvalidArgumentError, match="limits\\['memory'\\]"):
+        AgentMemory(mem, SessionScope(), context={"notes": {"memory": limit}}, **OFF)
+    with pytest.raises(InvalidArgumentError, match="limits\\['memory'\\]"):
+        Notebook(mem, {"agent_id": "a"}, limits={"memory": limit})

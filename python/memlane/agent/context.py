@@ -36,7 +36,7 @@ from memlane.agent.profiles import contact_profile
 from memlane.embeddings.lazy import is_default_model
 from memlane.errors import InvalidArgumentError, MemlaneError, shown
 from memlane.knowledge.api import Threshold
-from memlane.notes import NOTE_LIMITS, notes_context
+from memlane.notes import NOTE_LIMITS, check_limits, notes_context
 from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
@@ -499,3 +499,5 @@ def check_context_options(options: Mapping[str, Any]) -> None:
             f"unknown build_context option(s) {sorted(unknown)}; "
             f"expected some of {sorted(_CONTEXT_OPTIONS)}"
         )
+    if options.get("notes") is not None:  # refused now, not at every turn's context
+        check_limits(options["notes"])
