@@ -17,6 +17,7 @@ from memlane.agent import (
     facts,
 )
 from memlane.agent.facts import CHECK, FactReport, parse_decisions
+from memlane.agent.statements import RESTATED
 from upkeep_scripts import agent as scripted_agent
 
 FACT = re.compile(r"Alice's (\w+) is (\w+)")
@@ -109,7 +110,9 @@ def test_changed_facts_leave_only_the_current_version(make_store: StoreFactory) 
     steps = [
         (v.event, v.by, v.record.metadata.get("fact_decision")) for v in mem.history(hit.record.id)
     ]
-    assert steps[-1] == ("supersede", "fact-check", "update")
+    # Superseded by the second statement, then said again word for word (turn 153).
+    assert steps[-2:] == [("supersede", "fact-check", "update"), ("update", "fact-check", "update")]
+    assert hit.record.metadata[RESTATED] > hit.record.created_at
     assert model.checks <= 45  # a check per new fact at most, none per chat turn
     am.close()
 

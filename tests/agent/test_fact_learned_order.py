@@ -18,8 +18,9 @@ import pytest
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
 from memlane.agent.consolidation import add_short_term, consolidate
-from memlane.agent.facts import LEARNED, check_facts, pending
+from memlane.agent.facts import check_facts, pending
 from memlane.agent.llm import ChatMessage
+from memlane.agent.statements import LEARNED
 
 LIVES = re.compile(r"Alice lives in \w+")
 

@@ -15,8 +15,9 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane.agent.consolidation import add_short_term, consolidate
-from memlane.agent.facts import LEARNED, RESTATED, check_facts, parse_decisions, pending
+from memlane.agent.facts import check_facts, parse_decisions, pending
 from memlane.agent.llm import ChatMessage
+from memlane.agent.statements import LEARNED, RESTATED
 
 SCOPE = {"user_id": "alice"}
 
@@ -83,3 +84,62 @@ def test_a_repeat_names_the_memory_it_repeats_when_it_can() -> None:
         1: ("none", None),
         2: ("none", None),
     }
+
+
+def test_a_model_cannot_claim_when_its_fact_was_said(make_store: StoreFactory) -> None:
+    # A remember sending restated_at (and a learned order) far ahead pinned its fact:
+    # every later correction was judged older and deleted.
+    from upkeep_scripts import agent
+
+    mem = make_store("claimed", WordHashEmbedder())
+    am = agent(mem, Judges(), upkeep="inline")
+    event = am.event("telegram", 42, chat_id=7)
+    tools = am.memory_tools(event)
+    forged = {RESTATED: 253402300000.0, LEARNED: ["x", 0]}
+    tools.handle_tool_call("remember", {"content": "Alice lives in Oslo", "metadata": forged})
+    stored = mem.list("memories", **event.fields)
+    assert [sorted(set(r.metadata) & {RESTATED}) for r in stored] == [[]]
+    assert all(r.metadata[LEARNED][0] != "x" for r in stored)
+    am.after(event, am.before(event, [{"role": "user", "content": "hi"}]), "ok")
+    tools.handle_tool_call("remember", {"content": "Alice lives in Paris"})
+    am.after(event, am.before(event, [{"role": "user", "content": "I moved"}]), "ok")
+    current = mem.list("memories", filters={"valid_to": None}, **event.fields)
+    assert [r.text for r in current] == ["Alice lives in Paris"]
+    am.close()
+
+
+def test_a_word_for_word_repeat_is_kept_in_the_memory_it_repeats(make_store: StoreFactory) -> None:
+    from upkeep_scripts import agent
+
+    mem = make_store("word-for-word", WordHashEmbedder())
+    now = [1_000_000.0]
+    am = agent(mem, Judges(), upkeep="inline", clock=lambda: now[0])
+    event = am.event("telegram", 42, chat_id=7)
+    tools = am.memory_tools(event)
+    first = tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
+    now[0] = 1_000_500.0
+    again = tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
+    assert again["duplicate"] == "exact" and again["duplicate_of"] == first["id"]
+    assert mem.get(first["id"]).metadata[RESTATED] == 1_000_500.0
+    am.close()
+
+
+def test_a_reflection_leaves_a_memory_said_again_after_its_conversation(
+    make_store: StoreFactory,
+) -> None:
+    from memlane import reflect
+
+    mem = make_store("said-again", WordHashEmbedder())
+    oslo = mem.add("Alice lives in Oslo", created_at=1_000.0, metadata={RESTATED: 3_000.0}, **SCOPE)
+
+    class Moves:
+        def complete(self, messages: Sequence[ChatMessage]) -> str:
+            op = {"op": "update", "memory": 1, "content": "Alice lives in Paris"}
+            return json.dumps({"operations": [op]})
+
+    report = reflect(mem, Moves(), ["user: I moved to Paris"], scope=SCOPE, now=2_000.0)
+    assert report.updated == [] and "stated after" in report.rejected[0][1]
+    assert mem.get(oslo.id).valid_to is None
+    later = reflect(mem, Moves(), ["user: I moved to Paris"], scope=SCOPE, now=4_000.0)
+    assert [r.text for r in later.updated] == ["Alice lives in Paris"]
+    assert RESTATED not in later.updated[0].metadata  # the successor is said at 4,000

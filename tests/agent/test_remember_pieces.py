@@ -50,3 +50,18 @@ def test_every_piece_of_a_long_fact_is_stored_once(
     assert again["ok"] and not again["stored"] and again["duplicate_of"] == first["id"]
     assert mem.count("memories", **event.fields) == len(first["ids"])
     agent.close()
+
+
+def test_a_long_fact_whose_first_piece_is_known_keeps_its_other_pieces(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("first-known", WordHashEmbedder())
+    agent = AgentMemory(mem, SessionScope(agent_id="bot"), upkeep="inline")
+    event = agent.event("telegram", 42, chat_id=7)
+    tools = agent.memory_tools(event)
+    tools.handle_tool_call("remember", {"content": PARAGRAPHS[0]})
+    out = tools.handle_tool_call("remember", {"content": "\n\n".join(PARAGRAPHS)})
+    assert out["stored"] and "held already" in out["note"]
+    text = " ".join(r.text for r in mem.list("memories", limit=50, **event.fields))
+    assert all(f"Paragraph {i}:" in text for i in range(3))
+    agent.close()

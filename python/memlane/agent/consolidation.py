@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from memlane import times
-from memlane.agent.facts import LEARNED, latest_learned, learned, said_together
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.parsing import MAX_ANSWER_CHARS, MAX_OPERATIONS, ParseError, extract_json
+from memlane.agent.statements import LEARNED, latest_learned, learned, said_together
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.scoping import exact_scope, scope_kwargs
 

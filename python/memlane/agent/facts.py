@@ -36,16 +36,9 @@ memory newer than the fact is refused: the memory stays and the fact settles as
 ``none``. Two checks of one scope at once (two workers, two processes) thus cannot make
 an older value current over a newer one.
 
-Which of two statements is newer: the one learnt later, when one process learnt both;
-else the one said later (``created_at`` or ``restated_at``, then ``recorded_at``). Each
-fact ``pending`` marks, and each short-term entry, carries the order its process learnt
-it in (``metadata["learned"]``: the process's token and a count, no clock); a fact
-consolidated from turns, the order and time of the latest turn it came from (one that
-runs late does not replace what was said since); a reflection's, the time of the end of
-its latest window, and an order of its own (``apart``). Facts stated at once are ordered
-among themselves as stored, so a later one replaces what an earlier one changed. A
-process's count goes on through a clock step; between processes (and across a restart)
-the times decide, as a clock step can then reorder them.
+Which of two statements is newer is ``memlane.agent.statements``'s to say. A repeat
+refused as an exact duplicate is kept in the memory it repeats as the check keeps one it
+drops (``restated``).
 
 The check reads exactly its scope (``exact_scope``): a scope without an ``agent_id``
 does not decide the facts of a scope with one, nor compare with its memories.
@@ -58,12 +51,11 @@ the whole check. A check that fails leaves its facts pending for the next one.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import itertools
 import logging
-import math
-import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -72,9 +64,17 @@ import numpy as np
 
 from memlane.agent.llm import LLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
+from memlane.agent.statements import (
+    LEARNED,
+    RESTATED,
+    learned,
+    newer,
+    order_of,
+    said_at,
+)
 from memlane.embeddings import CachedEmbedder, Embedder
 from memlane.embeddings.lazy import default_embedder
-from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import exact_scope
 from memlane.times import stamp
 
@@ -84,29 +84,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECK",
-    "LEARNED",
     "FactDecision",
     "FactReport",
-    "apart",
     "candidates",
     "check_facts",
-    "latest_learned",
-    "learned",
+    "parse_decisions",
     "pending",
-    "said_together",
+    "restated",
 ]
 
 log = logging.getLogger("memlane.agent")
 
 #: The metadata key of a fact's check: "pending" until decided, then "kept".
 CHECK = "fact_check"
-#: The metadata key of the order a fact or a short-term entry was learnt in (``learned``).
-LEARNED = "learned"
 #: Who the history names for the check's changes.
 ACTOR = "fact-check"
-#: The metadata key of when a memory was last stated again (a repeat the check dropped):
-#: it is as new as that statement.
-RESTATED = "restated_at"
 _DECISIONS = ("add", "update", "delete", "none")
 
 _SYSTEM = (
@@ -154,45 +146,6 @@ class FactReport:
 
     decisions: list[FactDecision] = field(default_factory=list)
     error: str | None = None
-
-
-class _Clock:
-    """The order this process learns things in: a random token naming the process and a
-    count. No wall clock: the count goes on when the clock is stepped back."""
-
-    def __init__(self) -> None:
-        self.token = os.urandom(8).hex()
-        self.count = itertools.count()
-
-
-_CLOCK = _Clock()
-# A forked child counts on its own: sharing the parent's token would order the two
-# processes' facts by two unrelated counts.
-os.register_at_fork(after_in_child=lambda: globals().__setitem__("_CLOCK", _Clock()))
-
-
-def learned() -> list[Any]:
-    """A new ``metadata["learned"]`` value: after every one this process made before."""
-    clock = _CLOCK
-    return [clock.token, next(clock.count)]
-
-
-def said_together(metadata: Mapping[str, Any], i: int) -> dict[str, Any]:
-    """``metadata`` of the ``i``-th of facts stated at once (one consolidation's, one
-    reflection's): its ``learned`` order, if it has one, extended by ``i``, so that the
-    check compares a later one with what an earlier one changed as with a later
-    statement."""
-    meta = dict(metadata)
-    stamp = meta.get(LEARNED)
-    if isinstance(stamp, list) and len(stamp) == 2:
-        meta[LEARNED] = [*stamp, i]
-    return meta
-
-
-def apart() -> list[Any]:
-    """A ``learned`` order of its own, for facts whose times alone order them against
-    every other statement (a reflection's: its windows were said before it ran)."""
-    return [os.urandom(8).hex(), 0]
 
 
 def pending(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -269,55 +222,29 @@ def _pending(rec: MemoryRecord) -> bool:
     return rec.metadata.get(CHECK) == "pending"
 
 
-def _stamp(rec: MemoryRecord) -> tuple[str, tuple[int, ...]] | None:
-    """The order ``rec`` was learnt in (``learned``: a token, a count and, for one of
-    facts stated at once, its place among them), if it has a valid one: metadata is data
-    from whoever could write the store."""
-    value = rec.metadata.get(LEARNED)
-    if isinstance(value, list) and len(value) in (2, 3):
-        token, *order = value
-        if isinstance(token, str) and all(
-            isinstance(n, int) and not isinstance(n, bool) for n in order
-        ):
-            return token, (*order, 0)[:2]
-    return None
-
-
-def _newer(a: MemoryRecord, b: MemoryRecord) -> bool:
-    """Whether ``a`` was stated after ``b``: learnt later by the process that learnt both
-    (whatever its clock did meanwhile); else it became true later, or at the same time
-    and the store learnt it later (a version a supersede made is recorded then, after
-    the fact whose text it holds was)."""
-    sa, sb = _stamp(a), _stamp(b)
-    if sa is not None and sb is not None and sa[0] == sb[0] and sa[1] != sb[1]:
-        return sa[1] > sb[1]
-    return (_said(a), a.recorded_at) > (_said(b), b.recorded_at)
-
-
-def _said(rec: MemoryRecord) -> float:
-    """When ``rec`` was last stated: it became true, or was said again since."""
-    again = rec.metadata.get(RESTATED)
-    if isinstance(again, float) and math.isfinite(again):
-        return max(rec.created_at, again)
-    return rec.created_at
-
-
 def _restate(memory: Memory, target: MemoryRecord, fact: MemoryRecord) -> None:
     """Keeps in ``target`` that ``fact``, a repeat of it dropped now, stated it again:
     when, and in which order its process learnt it, so that a fact stated in between
     and checked later (a consolidation that runs late) is older than the memory."""
-    if not _newer(fact, target):
+    if not newer(fact, target):
         return
-    meta = {**target.metadata, RESTATED: max(_said(target), _said(fact))}
-    if _stamp(fact) is not None:
+    meta = {**target.metadata, RESTATED: max(said_at(target), said_at(fact))}
+    if order_of(fact) is not None:
         meta[LEARNED] = fact.metadata[LEARNED]
     memory.update(target, metadata=meta, by=ACTOR)
 
 
-def latest_learned(records: Sequence[MemoryRecord]) -> MemoryRecord:
-    """The one of ``records`` (not empty) stated last, as ``_newer`` orders them: a fact
-    drawn from them was said then."""
-    return functools.reduce(lambda a, b: b if _newer(b, a) else a, records)
+def restated(memory: Memory, record_id: str, at: float, metadata: Mapping[str, Any]) -> None:
+    """Keeps in memory ``record_id`` that a statement of its very words, refused as its
+    duplicate, said it again at ``at`` (in ``metadata``'s ``learned`` order), as the
+    check keeps a repeat it drops; a memory changed meanwhile is left (logged)."""
+    try:
+        target = memory.get(record_id)
+        order = {LEARNED: metadata[LEARNED]} if LEARNED in metadata else {}
+        again = dataclasses.replace(target, created_at=at, recorded_at=time.time(), metadata=order)
+        _restate(memory, target, again)
+    except MemlaneError as e:
+        log.warning("memlane: a repeat of %s was not kept in it: %s", record_id, e)
 
 
 @functools.cache
@@ -446,7 +373,7 @@ def _apply(
     marked, pending still: a fact another check settled meanwhile (deleted, superseded)
     fails there, before anything else is changed, and a fact whose check dies halfway is
     checked again."""
-    if target is not None and decision in ("update", "delete") and _newer(target, fact):
+    if target is not None and decision in ("update", "delete") and newer(target, fact):
         # The newest statement wins: an older fact (one another check settled already,
         # or stated before the memory) neither replaces nor deletes a newer memory.
         why = f"the model said {decision} {target.id}, which is newer and stays: {reason}"
@@ -458,7 +385,11 @@ def _apply(
         )
         # The successor holds a decided fact: neither the target's mark (kept, or pending
         # from a check that settled it meanwhile) nor the fact's is its own.
-        meta = {k: v for k, v in {**target.metadata, **fact.metadata}.items() if k != CHECK}
+        meta = {
+            k: v
+            for k, v in {**target.metadata, **fact.metadata}.items()
+            if k not in (CHECK, RESTATED)  # the successor is stated when the fact was
+        }
         meta |= {"fact_decision": "update", "fact_reason": reason}
         # Not before the target became true: a fact learnt after it but dated before it
         # (the clock was set back between) replaces it from its start. Only the version

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
 from memlane.agent.consolidation import sync_memory
-from memlane.agent.facts import said_together
+from memlane.agent.facts import restated
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.memory_tools import MEMORY_TYPES
 from memlane.agent.parsing import (
@@ -35,6 +35,7 @@ from memlane.agent.parsing import (
     ParseError,
     extract_json,
 )
+from memlane.agent.statements import RESTATED, said_at, said_together
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import exact_scope
 
@@ -327,7 +328,7 @@ def _apply(
             continue
         tag = {**extra, resume.op_key: i} if resume is not None else extra
         old = None if op.index is None else shown[op.index]
-        if old is not None and now is not None and old.created_at > now:
+        if old is not None and now is not None and said_at(old) > now:
             # Stated after the conversation the model was shown (a retried window's
             # reflection runs later): the newer statement stays.
             report.rejected.append((op.op, _NEWER))
@@ -354,6 +355,8 @@ def _apply(
                     report.added.append(rec)
                 else:
                     report.rejected.append((op.content, f"duplicate of {rec.duplicate_of}"))
+                    if marks and rec.duplicate == "exact" and rec.duplicate_of is not None:
+                        restated(mem, rec.duplicate_of, clock, said_together(marks, i))
             elif old is None:  # shown, and deleted since (by this job before a crash, or not)
                 if op.op == "forget":
                     assert op.index is not None
@@ -365,7 +368,8 @@ def _apply(
                 # Superseded, not overwritten: the old fact stays in the history and
                 # answers searches as_of a time before the change.
                 at = max(clock, old.created_at)
-                meta = {**old.metadata, **tag} if tag else None
+                # The successor is stated now, not when the old one was said again.
+                meta = {k: v for k, v in {**old.metadata, **tag}.items() if k != RESTATED}
                 assert op.index is not None
                 if versions[op.index] not in (None, old.updated_at):
                     report.rejected.append((op.op, _CHANGED))

@@ -12,6 +12,7 @@ once with ``TurnTools.settle``, or after each fact with ``off_turn=True``."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -20,9 +21,10 @@ from memlane import coerce
 from memlane.agent.callers import Caller
 from memlane.agent.caps import Limits, fit
 from memlane.agent.core_memory import CoreMemory
-from memlane.agent.facts import pending
+from memlane.agent.facts import pending, restated
 from memlane.agent.memory_tools import MemoryTools
 from memlane.agent.reports import TriggerFailure, TurnReport
+from memlane.agent.statements import LEARNED, RESTATED
 from memlane.notes import Notebook
 from memlane.scoping import EventScope
 
@@ -89,6 +91,8 @@ class TurnTools(MemoryTools):
         created_at: float | None = None,
     ) -> dict[str, Any]:
         failures: list[TriggerFailure] = []
+        # When a statement was made is the agent's to keep, not the model's to claim.
+        metadata = {k: v for k, v in (metadata or {}).items() if k not in (LEARNED, RESTATED)}
         if self._call is not None:  # the upkeep's model checks it against what is known
             metadata = pending(metadata)
         # A summary is an upkeep call on the turn's path: within upkeep_timeout (one that
@@ -104,43 +108,33 @@ class TurnTools(MemoryTools):
             now = coerce.timestamp(self._upkeep.host.clock(), "clock()")
         if len(pieces) == 1:
             out = super()._remember(pieces[0], type, importance, evergreen, metadata, now)
+            if self._call is not None and out.get("duplicate") == "exact":
+                # Its very words again: the memory is as new as this statement.
+                said = time.time() if now is None else now
+                restated(self.memory, out["duplicate_of"], said, metadata)
             self._count(self._event, 1 if out.get("stored") else 0)
             if self.off_turn:
                 self.settle()
             return out
-        first = {
-            **(metadata or {}),
-            "part": 1,
-            "parts": len(pieces),
-            "split_group": uuid.uuid4().hex,
-        }
-        # The other pieces leave out the ids the dedup window knows a record by, so none
-        # is taken for a repeat of the first; the first alone decides whether the whole
-        # was stored already (a call delivered again).
-        rest = {k: v for k, v in first.items() if k not in WINDOW_IDS}
-        item = {"table": self.table, "type": type, "importance": float(importance)}
-        item |= {"evergreen": evergreen, "created_at": now, **self.scope}
+        group = {"parts": len(pieces), "split_group": uuid.uuid4().hex}
+        # Each piece is known to the dedup window by the call's ids and its place, so a
+        # call delivered again stores none of them (in the write that would), and no
+        # piece is taken for a repeat of another.
+        items = []
+        for i, piece in enumerate(pieces, 1):
+            meta = {**(metadata or {}), **group, "part": i}
+            if i > 1:
+                meta |= {k: f"{v}#{i}" for k, v in meta.items() if k in WINDOW_IDS}
+            items.append({"text": piece, "metadata": meta, "unique": self.unique})
+        common = {"table": self.table, "type": type, "importance": float(importance)}
+        common |= {"evergreen": evergreen, "created_at": now, **self.scope}
         # One transaction: a process killed while it stores leaves the whole or none.
-        stored = self.memory.add_many(
-            [
-                {**item, "text": pieces[0], "metadata": first, "unique": self.unique},
-                *(
-                    {**item, "text": piece, "metadata": {**rest, "part": i}, "unique": False}
-                    for i, piece in enumerate(pieces[1:], 2)
-                ),
-            ]
-        )
-        if stored[0].duplicate is not None:
-            for rec in stored[1:]:
-                self.memory.delete(rec.id)
-            return {
-                "ok": True,
-                "id": stored[0].id,
-                "stored": False,
-                "duplicate": stored[0].duplicate,
-                "duplicate_of": stored[0].duplicate_of,
-            }
-        ids = [rec.id for rec in stored]
+        records = self.memory.add_many([{**common, **item} for item in items])
+        ids = [rec.id for rec in records if rec.id != rec.duplicate_of]  # those stored
+        if not ids:
+            first = records[0]
+            out = {"ok": True, "id": first.id, "stored": False}
+            return out | {"duplicate": first.duplicate, "duplicate_of": first.duplicate_of}
         self._count(self._event, len(ids))
         if self.off_turn:
             self.settle()
@@ -150,5 +144,6 @@ class TurnTools(MemoryTools):
             "ids": ids,
             "stored": True,
             "note": f"longer than {self._limits.max_entry_chars} characters: "
-            f"stored as {len(ids)} parts",
+            f"stored as {len(ids)} parts"
+            + ("" if len(ids) == len(pieces) else f" ({len(pieces) - len(ids)} held already)"),
         }

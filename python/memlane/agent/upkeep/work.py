@@ -13,10 +13,11 @@ from memlane.agent.callers import Budgeted, Caller
 from memlane.agent.caps import evict
 from memlane.agent.consolidation import SHORT_TERM
 from memlane.agent.daily import DailyLogger
-from memlane.agent.facts import LEARNED, apart, check_facts, pending
+from memlane.agent.facts import check_facts, pending
 from memlane.agent.profiles import record_contact
 from memlane.agent.reflection import Resume
 from memlane.agent.reports import TriggerFailure, TurnReport
+from memlane.agent.statements import LEARNED, apart
 from memlane.agent.upkeep.holding import Holding
 from memlane.agent.upkeep.jobs import JOB_OP, JOB_TAG, Job
 from memlane.agent.upkeep.triggers import Room, run_consolidation, run_flush, run_reflection
