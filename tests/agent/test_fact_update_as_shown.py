@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,24 @@ def test_a_fact_rewritten_while_the_model_answers_waits_for_its_new_text(
     assert current(mem) == sorted(["Alice works at Acme as an engineer", mem.get(fact.id).text])
     assert mem.get(fact.id).metadata[CHECK] == "pending"
     assert mem.get(fact.id).text == "Alice works at Initech (rewritten)"
+
+
+def test_a_fact_settled_as_it_was_listed_is_not_checked_again(make_store: StoreFactory) -> None:
+    # A row rewritten after the engine matched the filter comes as it is now: a fact
+    # another check kept just then was decided again, and the fact beside it was shown
+    # no memory (the kept one was left out as pending) and kept beside it: a fork.
+    mem = make_store("settled", WordHashEmbedder())
+    kept = mem.add("Alice works at Acme", metadata={CHECK: "kept"}, created_at=1000.0, **SCOPE)
+    fact = mem.add("Alice works at Globex", metadata=pending(None), created_at=3000.0, **SCOPE)
+    listed = mem.list
+
+    def stale(*args: object, **kwargs: Any) -> Any:
+        out = listed(*args, **kwargs)  # type: ignore[arg-type]
+        return [mem.get(kept.id), *out] if kwargs.get("order") == "asc" else out
+
+    mem.list = stale  # type: ignore[method-assign]
+    model = Rewrites(mem, None)
+    report = check_facts(mem, model, "memories", SCOPE)
+    assert [d.fact for d in report.decisions] == [fact.id]
+    assert "Alice works at Acme" in model.prompts[0]  # shown, not taken for a fact
+    assert mem.get(kept.id).metadata[CHECK] == "kept"

@@ -214,7 +214,10 @@ def candidates(
         newest += _nearest(meaning, fact, scope_newest, by_meaning)
     out: dict[str, MemoryRecord] = {}
     for rec in [*hits, *newest]:
-        out.setdefault(rec.id, rec)
+        # The filter again, on the rows read: a row rewritten after the engine matched it
+        # (a fact another check settled just then) comes as it is now.
+        if _pending(rec) == pending_only and rec.valid_to is None and rec.id != fact.id:
+            out.setdefault(rec.id, rec)
     return list(out.values())
 
 
@@ -447,6 +450,7 @@ def check_facts(
     checked = {CHECK: "pending", "valid_to": None}  # a superseded version is history
     flt = {"$and": [only, checked]}
     facts = memory.list(table, limit=limit, order="asc", filters=flt, **fields)
+    facts = [f for f in facts if _pending(f) and f.valid_to is None]  # as read, not as matched
     # The store's order: created_at, then the order of storing (facts learnt together).
     rank = {f.id: i for i, f in enumerate(facts)}
 
