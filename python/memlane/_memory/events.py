@@ -2,9 +2,10 @@
 
 The writer calls ``Events`` after each commit (adds, supersedes, updates, deletes,
 expiry sweeps). A write never waits for a subscriber: each has a bounded queue, and an
-event that finds it full is dropped and counted; the subscriber then reads one
-``{"type": "lost", "count": n}`` event in its place before the next one that fits. With
-no subscriber an emit costs one truth test (no row is read or converted).
+event that finds it full pushes out the oldest queued, which is counted; the subscriber
+then reads one ``{"type": "lost", "count": n}`` event in the place of those dropped,
+before what followed them. With no subscriber an emit costs one truth test (no row is
+read or converted).
 
 On PostgreSQL other processes write too, and their changes are told as well, in commit
 order with this process's own: while someone listens, ``Events`` remembers the change
@@ -19,8 +20,8 @@ A renew keeps no history entry, so only its own process tells it.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,17 +52,28 @@ DEFAULT_QUEUE = 1000
 class Subscription:
     """Events matching a scope, in commit order: iterate over it (each ``next`` waits
     for one), or read with ``get``; ``close`` ends it. With a callback, a
-    thread of its own calls it with each event instead."""
+    thread of its own calls it with each event instead.
+
+    A full queue drops its oldest event, not the one arriving: a reader that fell
+    behind gets the newest changes, after one ``lost`` event that counts those it
+    missed, and that event is read before anything queued after the loss (one only
+    queued ahead of a later event left a reader that stopped at a burst's end without
+    the burst's newest changes and without word that any were missed)."""
 
     def __init__(self, hub: Events, scope: dict[str, str], max_queue: int) -> None:
         self.scope = scope
         #: Events dropped since the subscription began (its queue was full).
         self.lost = 0
         self._hub = hub
-        self._queue: queue.Queue[Event] = queue.Queue(max_queue)
-        self._unreported = 0
-        self._lock = threading.Lock()
+        self._max = max_queue
+        # Events, oldest first, and ``lost`` events where others' changes could not be
+        # read (``missed``: their place is after what is queued).
+        self._queue: deque[Event] = deque()
+        # The oldest events dropped, told by one ``lost`` event ahead of the queue.
+        self._dropped = 0
+        self._ready = threading.Condition(threading.Lock())
         self._closed = threading.Event()
+        self._wake: Callable[[], object] | None = None
 
     @property
     def closed(self) -> bool:
@@ -71,45 +83,80 @@ class Subscription:
         return all(scope.get(f) == v for f, v in self.scope.items())
 
     def offer(self, event: Event) -> None:
-        """Queues ``event`` without waiting: dropped (and counted) when the queue is full."""
-        with self._lock:
-            if self._unreported:
-                try:
-                    self._queue.put_nowait({"type": "lost", "count": self._unreported})
-                except queue.Full:
-                    self._unreported += 1
-                    self.lost += 1
-                    return
-                self._unreported = 0
-            try:
-                self._queue.put_nowait(event)
-            except queue.Full:
-                self._unreported += 1
-                self.lost += 1
+        """Queues ``event`` without waiting: a full queue drops (and counts) its oldest."""
+        with self._ready:
+            was_empty = self._empty()
+            self._push(event)
+        if was_empty:
+            self._woken()
 
     def missed(self, count: int) -> None:
-        """Counts ``count`` events that could not be read: a ``lost`` event tells them."""
-        with self._lock:
-            self._unreported += count
+        """Counts ``count`` events that could not be read: a ``lost`` event tells them,
+        after the events queued before them."""
+        with self._ready:
+            was_empty = self._empty()
             self.lost += count
+            last = self._queue[-1] if self._queue else None
+            if last is not None and _is_lost(last):
+                last["count"] += count  # a ``lost`` event of this queue's own, not read yet
+                self._ready.notify_all()
+            else:
+                self._push({"type": "lost", "count": count})
+        if was_empty:
+            self._woken()
+
+    def _push(self, event: Event) -> None:
+        """Queues ``event`` (lock held), dropping the oldest queued when full."""
+        if len(self._queue) >= self._max:
+            oldest = self._queue.popleft()
+            if _is_lost(oldest):  # counted in ``lost`` when it was queued
+                self._dropped += oldest["count"]
+            else:
+                self._dropped += 1
+                self.lost += 1
+        self._queue.append(event)
+        self._ready.notify_all()
+
+    def on_ready(self, wake: Callable[[], object] | None) -> None:
+        """Calls ``wake`` when an event arrives at an empty queue and when the
+        subscription closes (at once if an event is queued already): for a reader on an
+        event loop, which awaits its events rather than blocking a thread in ``get``
+        or looking again and again. ``wake`` runs on the writer's thread, during its
+        write: it must return at once (hand the news to the reader's loop, no more)."""
+        with self._ready:
+            self._wake = wake
+            ready = not self._empty() or self.closed
+        if ready:
+            self._woken()
+
+    def _empty(self) -> bool:
+        return not self._queue and not self._dropped
+
+    def _woken(self) -> None:
+        wake = self._wake
+        if wake is None:
+            return
+        try:
+            wake()
+        except Exception:  # a reader's hook never fails a write
+            log.exception("a memlane event subscription's wake-up raised")
 
     def get(self, timeout: float | None = None) -> Event | None:
         """The next event; ``None`` once closed, or when ``timeout`` seconds passed."""
-        try:
-            return self._queue.get_nowait()
-        except queue.Empty:
-            pass
-        if timeout is not None and timeout <= 0:
-            return None
-        waited = 0.0
-        # Short waits, so a close from another thread ends a waiting reader.
-        while not self.closed and (timeout is None or waited < timeout):
-            step = 0.1 if timeout is None else min(0.1, timeout - waited)
-            try:
-                return self._queue.get(timeout=step)
-            except queue.Empty:
-                waited += step
-        return None
+        with self._ready:
+            if self._empty() and not self.closed and (timeout is None or timeout > 0):
+                self._ready.wait_for(lambda: not self._empty() or self.closed, timeout)
+            return self._next()
+
+    def _next(self) -> Event | None:
+        """The next event queued (lock held): the ``lost`` event of the oldest dropped
+        first, merged with any ``lost`` event next to it."""
+        count, self._dropped = self._dropped, 0
+        while self._queue and _is_lost(self._queue[0]):
+            count += self._queue.popleft()["count"]
+        if count:
+            return {"type": "lost", "count": count}
+        return self._queue.popleft() if self._queue else None
 
     def __iter__(self) -> Iterator[Event]:
         while (event := self.get()) is not None:
@@ -117,8 +164,11 @@ class Subscription:
 
     def close(self) -> None:
         """Stops the events; a reader waiting in ``get`` or a loop returns."""
-        self._closed.set()
+        with self._ready:
+            self._closed.set()
+            self._ready.notify_all()
         self._hub.drop(self)
+        self._woken()
 
     def __enter__(self) -> Subscription:
         return self
@@ -329,6 +379,11 @@ def _others(told: int, upto: int, changes: Changes) -> list[tuple[str, Row, dict
         told_as.append(((change, 1, row.rowid), "add", row, {}))
     told_as.sort(key=lambda e: e[0])
     return [(kind, row, extra) for _, kind, row, extra in told_as]
+
+
+def _is_lost(event: Event) -> bool:
+    """Whether a queued event is a subscription's own ``lost`` event (no write tells one)."""
+    return bool(event["type"] == "lost")
 
 
 def _deliver(sub: Subscription, callback: Callable[[Event], object]) -> None:

@@ -71,13 +71,17 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     max_upload: int = DEFAULT_MAX_UPLOAD,
     ingest_root: str | Path | None = None,
+    max_streams: int = stream.DEFAULT_MAX_STREAMS,
 ) -> App:
     """The server's app over an open ``memory`` (which the caller closes). ``keys``: the
     API keys a request must give one of (none: every request made to a loopback
     address by no web page of another origin may do everything, see ``local.py``; the
     command refuses that on any address but loopback). ``ingest_root``: the folder
-    whose files ``/v1/ingest`` may read by path (none: no server-side path)."""
-    for label, value in (("max_body", max_body), ("max_upload", max_upload)):
+    whose files ``/v1/ingest`` may read by path (none: no server-side path).
+    ``max_streams``: the ``/v1/events`` streams served at once (more are refused, 503):
+    each is told every write of its scope, during the write."""
+    limits = (("max_body", max_body), ("max_upload", max_upload), ("max_streams", max_streams))
+    for label, value in limits:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgumentError(f"{label} must be a positive int, got {shown(value)}")
     root = None if ingest_root is None else Path(ingest_root).resolve()
@@ -110,6 +114,7 @@ def create_app(
     # Whether the server has begun to stop, which ends the event streams (stream.py):
     # never, unless the server that runs the app says (memlane serve does).
     app.state.stopping = _never
+    app.state.followers = stream.Followers(max_streams)
     app.state.keys = tuple(keys)
     app.state.ingest_root = root
     return app

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.types import Receive, Scope, Send
 
 from memlane import json_depth
@@ -31,6 +31,7 @@ __all__ = [
     "json_bytes",
     "json_object",
     "query_arguments",
+    "query_once",
     "read_body",
     "read_json",
     "record_json",
@@ -160,6 +161,18 @@ def query_arguments(
             )
         out[name] = _parse(name, value, p.default)
     return arguments(method, {**out, **path})
+
+
+def query_once(request: HTTPConnection) -> dict[str, str]:
+    """The query string, each name given once: one given twice is refused, as
+    ``query_arguments`` refuses it (``?embeddings=false&embeddings=true`` read as its
+    last said true for a client that may have meant false)."""
+    out: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name in out:
+            raise InvalidArgumentError(f"{name} is given twice")
+        out[name] = value
+    return out
 
 
 def _parse(name: str, text: str, default: Any) -> Any:

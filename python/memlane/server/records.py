@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from memlane import coerce
-from memlane.errors import InvalidArgumentError, UnknownIdError, shown
+from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError, shown
 from memlane.memory import Memory
 from memlane.records import MemoryRecord
 from memlane.server.calls import (
@@ -136,6 +136,7 @@ def _visible(mem: Memory, caller: Caller, record_id: str) -> MemoryRecord:
 async def add(request: Request) -> JSONResponse:
     """Add one memory (the arguments of Memory.add)."""
     mem, caller = context(request, writes=True)
+    _own_query(request, "add")
     args = caller.bound(arguments(mem.add, await read_json(request)))
     found = await run_in_threadpool(lambda: mem.add(**args))
     return JSONResponse(_added(found), 201)
@@ -149,6 +150,7 @@ async def add_many(request: Request) -> JSONResponse:
     """Add many memories in one transaction: {"items": [...]}, each the arguments of
     Memory.add; one bad item stores none."""
     mem, caller = context(request, writes=True)
+    _own_query(request, "add_many")
     body = await read_json(request)
     items = arguments(mem.add_many, body, only={"items"})["items"]
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
@@ -161,7 +163,10 @@ async def add_many(request: Request) -> JSONResponse:
 @AsgiRoute
 async def search(scope: Scope, receive: Receive, send: Send) -> None:
     """Search: the arguments of Memory.search (query, k, mode, filters, explain, ...)."""
-    mem, caller = context(HTTPConnection(scope))
+    connection = HTTPConnection(scope)
+    mem, caller = context(connection)
+    if scope.get("query_string"):  # parsed only when there is one: the call made most
+        _own_query(connection, "search")
     given = json_object(await read_body(receive), exact=False)
     args = caller.bound(arguments(mem.search, given))
     if caller.read_only:
@@ -268,6 +273,7 @@ async def history(request: Request) -> JSONResponse:
     """Every version of a memory, oldest first."""
     mem, caller = context(request)
     record_id = path_id(request)
+    _own_query(request, "history")
     # Each version checked: an id a deleted memory of another scope had, taken again,
     # has that memory's versions in its history too.
     versions = [v for v in await run_in_threadpool(mem.history, record_id) if caller.sees(v.record)]
@@ -280,36 +286,76 @@ async def supersede(request: Request) -> JSONResponse:
     """Replace a fact, keeping the old version (the arguments of Memory.supersede)."""
     mem, caller = context(request, writes=True)
     record_id = path_id(request)
+    _own_query(request, "supersede")
     args = arguments(mem.supersede, {**await read_json(request), "id": record_id})
-
-    def run() -> MemoryRecord:
-        _visible(mem, caller, record_id)
-        return mem.supersede(**args)
-
-    return JSONResponse(record_json(await run_in_threadpool(run)), 201)
+    found = await run_in_threadpool(
+        _rewrite, mem, caller, record_id, lambda read: mem.supersede(**{**args, "id": read})
+    )
+    return JSONResponse(record_json(found), 201)
 
 
 async def update(request: Request) -> JSONResponse:
     """Change fields of a memory (the arguments of Memory.update)."""
     mem, caller = context(request, writes=True)
     record_id = path_id(request)
+    _own_query(request, "update")
     args = arguments(mem.update, {**await read_json(request), "id": record_id})
+    found = await run_in_threadpool(
+        _rewrite, mem, caller, record_id, lambda read: mem.update(**{**args, "id": read})
+    )
+    return JSONResponse(record_json(found))
 
-    def run() -> MemoryRecord:
-        _visible(mem, caller, record_id)
-        return mem.update(**args)
 
-    return JSONResponse(record_json(await run_in_threadpool(run)))
+#: How many times a rewrite is tried when another writer rewrote the record between
+#: its read and its write (each try embeds a new text again).
+_REWRITE_TRIES = 3
+
+
+def _rewrite(
+    mem: Memory, caller: Caller, record_id: str, write: Callable[[MemoryRecord], MemoryRecord]
+) -> MemoryRecord:
+    """``write`` of record ``record_id`` as read, if the caller's key may see it. The
+    record is passed as read, so the write's transaction refuses (``ConflictError``) any
+    other version: the check of its scope holds at the write, not only at the read. By
+    id, the write would take whatever the id holds then: the caller's record deleted
+    meanwhile and another scope's added under its id, the other's.
+
+    A record the caller no longer sees is answered as unknown (404, as a record of
+    another scope always is: the conflict's message would describe the other's); one
+    rewritten meanwhile, still the caller's and current, is written again over the
+    version now (a request names a record by id: the version it finds)."""
+    tries = 1
+    while True:
+        read = _visible(mem, caller, record_id)
+        try:
+            return write(read)
+        except ConflictError:
+            now = _visible(mem, caller, record_id)  # UnknownIdError: gone from its sight
+            rewritten = now.valid_to is None and now.updated_at != read.updated_at
+            if not rewritten or tries == _REWRITE_TRIES:
+                raise
+        tries += 1
 
 
 async def delete(request: Request) -> JSONResponse:
     """Delete a memory (its history stays)."""
     mem, caller = context(request, writes=True)
     record_id = path_id(request)
+    _own_query(request, "delete")
+    if await read_json(request):
+        raise InvalidArgumentError(
+            "a delete takes no body: the path names the record (POST /v1/delete-all "
+            "deletes by table, scope and filters)"
+        )
 
     def run() -> None:
-        _visible(mem, caller, record_id)
-        mem.delete(record_id)
+        if not caller.scoped:
+            mem.delete(record_id)
+            return
+        # Selected in the delete's transaction by the key's scope too: a record of
+        # another scope added under the id after a check made before would go.
+        if not mem.delete_all(filters={"id": record_id}, **caller.scope):
+            raise UnknownIdError(f"no memory with id {record_id!r}")
 
     await run_in_threadpool(run)
     return JSONResponse({"deleted": record_id})
@@ -319,6 +365,7 @@ async def delete_all(request: Request) -> JSONResponse:
     """Delete every memory of a table, scope and filters, in one transaction (the
     arguments of Memory.delete_all; an empty body deletes every record)."""
     mem, caller = context(request, writes=True)
+    _own_query(request, "delete_all")  # ?dry_run=true, ignored, deleted them all
     args = caller.bound(arguments(mem.delete_all, await read_json(request)))
     return JSONResponse({"deleted": await run_in_threadpool(lambda: mem.delete_all(**args))})
 
@@ -327,6 +374,7 @@ async def jobs(request: Request) -> JSONResponse:
     """The store's upkeep jobs: work accepted and not yet done (Memory.jobs)."""
     mem, caller = context(request)
     caller.unscoped("the upkeep jobs")
+    _own_query(request, "jobs")
     items = await run_in_threadpool(mem.jobs.items)
     return JSONResponse({"jobs": [{"key": k, "value": v} for k, v in items]})
 
@@ -357,15 +405,18 @@ async def upkeep(request: Request) -> JSONResponse:
     return JSONResponse(await run_in_threadpool(gather))
 
 
-def _own_query(request: Request, handler: str) -> dict[str, str]:
-    """The query string of a route that reads its own parameters (``OWN_QUERY``), each
-    given once: one it does not take is refused, as the others refuse theirs."""
-    takes = OWN_QUERY[handler]
+def _own_query(request: HTTPConnection, handler: str) -> dict[str, str]:
+    """The query string of a route that reads its own parameters (``OWN_QUERY``; none
+    for a route not there), each given once: one it does not take is refused, as the
+    others refuse theirs (one ignored did what it would have stopped:
+    ``DELETE ...?dry_run=true`` deleted)."""
+    takes = OWN_QUERY.get(handler, {})
     given: dict[str, str] = {}
     for name, value in request.query_params.multi_items():
         if name not in takes:
             raise InvalidArgumentError(
-                f"unknown parameter {name!r}; this call takes {', '.join(takes)}"
+                f"unknown parameter {name!r}; this call takes "
+                + (", ".join(takes) or "no query parameters")
             )
         if name in given:
             raise InvalidArgumentError(f"{name} is given twice")

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from memlane.errors import DuplicateIdError, InvalidArgumentError, MemlaneError, shown
 from memlane.knowledge.report import IngestReport
-from memlane.server.calls import arguments, read_json
+from memlane.server.calls import arguments, query_once, read_json
 from memlane.server.errors import Refused
 from memlane.server.keys import Caller
 from memlane.server.records import Route, context
@@ -75,13 +75,17 @@ async def ingest(request: Request) -> JSONResponse:
     or, with a JSON body {"path": ...}, a file or folder under the server's ingest root."""
     mem, caller = context(request, writes=True)
     if request.headers.get("content-type", "").startswith("application/json"):
+        if request.query_params:  # read from the body here: one in the query did nothing
+            raise InvalidArgumentError(
+                "an ingest by path takes its options in the JSON body, not the query"
+            )
         body = await read_json(request)
         path = body.pop("path", None)
         options = _ingest_scope(caller, arguments(mem.ingest, body, only=_INGEST_OPTIONS))
         return JSONResponse(
             (await run_in_threadpool(_ingest_path, request, path, options)).to_dict()
         )
-    given: dict[str, Any] = dict(request.query_params)
+    given: dict[str, Any] = dict(query_once(request))
     name = given.pop("name", None)
     if not _plain_name(name):
         raise InvalidArgumentError(
@@ -125,8 +129,9 @@ async def export(request: Request) -> StreamingResponse:
     vectors out)."""
     mem, caller = context(request)
     caller.unscoped("export")
-    flag = request.query_params.get("embeddings", "true")
-    if flag not in ("true", "false") or set(request.query_params) - {"embeddings"}:
+    given = query_once(request)
+    flag = given.get("embeddings", "true")
+    if flag not in ("true", "false") or set(given) - {"embeddings"}:
         raise InvalidArgumentError("export takes one parameter, embeddings=true or false")
     fd, name = tempfile.mkstemp(prefix="memlane-export-", suffix=".jsonl")
     os.close(fd)
@@ -154,7 +159,7 @@ async def import_(request: Request) -> JSONResponse:
     already stored). Every line is checked first: a bad one stores nothing."""
     mem, caller = context(request, writes=True)
     caller.unscoped("import")
-    args = arguments(mem.import_jsonl, dict(request.query_params), only={"on_conflict"})
+    args = arguments(mem.import_jsonl, query_once(request), only={"on_conflict"})
     with tempfile.TemporaryDirectory(prefix="memlane-import-") as folder:
         path = Path(folder) / "import.jsonl"
         await _save(request, path)
