@@ -179,7 +179,7 @@ def test_context_shows_the_newest_notes_within_orcbot_limits(make_store, word_em
         assert "notes" not in off.sections and "Long-term notes" not in off.text
         with pytest.raises(InvalidArgumentError, match="unknown note kind"):
             build_context(mem, "shed", scope, 4000, notes={"diary": 10})
-        with pytest.raises(InvalidArgumentError, match="must be an int >= 0"):
+        with pytest.raises(InvalidArgumentError, match="must be an int from 0 to"):
             build_context(mem, "shed", scope, 4000, notes={"journal": -1})
     finally:
         mem.close()
