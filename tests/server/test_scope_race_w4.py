@@ -152,3 +152,42 @@ def test_a_record_superseded_meanwhile_is_a_conflict(
     assert (r.status_code, r.json()["error"]["type"]) == (409, "ConflictError"), r.text
     monkeypatch.undo()
     assert mem.get(ID).text == "alice's profile" and mem.get(ID).valid_to is not None
+
+
+@pytest.mark.parametrize("key", [ALICE, None], ids=["scoped", "unscoped"])
+def test_a_record_rewritten_again_and_again_meanwhile_is_still_written(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch, key: str | None
+) -> None:
+    """Rewritten by other requests of its scope before each of ten tries: the change is
+    still made (3 tries answered 409 under four clients PATCHing one record; an
+    unscoped key's change is made by id, as before)."""
+    keys = [ApiKey(ALICE, {"user_id": "alice"}), ApiKey("admin-key-0123456789")]
+    mem.add("alice's profile", id=ID, user_id="alice")
+    update, rewrites = mem.update, []
+
+    def rewritten(*args: Any, **kwargs: Any) -> Any:
+        if len(rewrites) < 10:
+            rewrites.append(update(ID, importance=0.1 + len(rewrites) / 100))
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(mem, "update", functools.wraps(update)(rewritten))
+    with TestClient(create_app(mem, keys=keys), base_url=LOCAL) as c:
+        who = as_(key or "admin-key-0123456789")
+        r = c.patch(f"/v1/memories/{ID}", json={"text": "alice, again"}, headers=who)
+    assert r.status_code == 200, r.text
+    assert mem.get(ID).text == "alice, again"
+
+
+def test_a_scoped_delete_sees_what_a_scoped_get_sees(
+    make_store: StoreFactory, word_embedder: WordHashEmbedder
+) -> None:
+    """Over a store with a default_scope, a record of another namespace that the key's
+    scope holds: GET and PATCH found it, DELETE answered 404."""
+    mem = make_store("default-scope", word_embedder, default_scope={"namespace": "prod"})
+    mem.add("alice's staging note", id=ID, user_id="alice", namespace="staging")
+    keys = [ApiKey(ALICE, {"user_id": "alice"})]
+    with TestClient(create_app(mem, keys=keys), base_url=LOCAL) as c:
+        assert c.get(f"/v1/memories/{ID}", headers=as_(ALICE)).status_code == 200
+        assert c.delete(f"/v1/memories/{ID}", headers=as_(ALICE)).json() == {"deleted": ID}
+    assert ID not in mem
+    mem.close()

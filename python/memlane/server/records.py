@@ -289,7 +289,7 @@ async def supersede(request: Request) -> JSONResponse:
     _own_query(request, "supersede")
     args = arguments(mem.supersede, {**await read_json(request), "id": record_id})
     found = await run_in_threadpool(
-        _rewrite, mem, caller, record_id, lambda read: mem.supersede(**{**args, "id": read})
+        _rewrite, mem, caller, record_id, lambda target: mem.supersede(**{**args, "id": target})
     )
     return JSONResponse(record_json(found), 201)
 
@@ -301,18 +301,21 @@ async def update(request: Request) -> JSONResponse:
     _own_query(request, "update")
     args = arguments(mem.update, {**await read_json(request), "id": record_id})
     found = await run_in_threadpool(
-        _rewrite, mem, caller, record_id, lambda read: mem.update(**{**args, "id": read})
+        _rewrite, mem, caller, record_id, lambda target: mem.update(**{**args, "id": target})
     )
     return JSONResponse(record_json(found))
 
 
-#: How many times a rewrite is tried when another writer rewrote the record between
-#: its read and its write (each try embeds a new text again).
-_REWRITE_TRIES = 3
+#: How many times a scoped key's change is tried when another writer rewrote the record
+#: between its read and its write (each try of an update embeds a new text again).
+_REWRITE_TRIES = 16
 
 
 def _rewrite(
-    mem: Memory, caller: Caller, record_id: str, write: Callable[[MemoryRecord], MemoryRecord]
+    mem: Memory,
+    caller: Caller,
+    record_id: str,
+    write: Callable[[MemoryRecord | str], MemoryRecord],
 ) -> MemoryRecord:
     """``write`` of record ``record_id`` as read, if the caller's key may see it. The
     record is passed as read, so the write's transaction refuses (``ConflictError``) any
@@ -323,7 +326,10 @@ def _rewrite(
     A record the caller no longer sees is answered as unknown (404, as a record of
     another scope always is: the conflict's message would describe the other's); one
     rewritten meanwhile, still the caller's and current, is written again over the
-    version now (a request names a record by id: the version it finds)."""
+    version now (a request names a record by id: the version it finds). An unscoped
+    key sees every record: its change is made by id, whatever the id holds then."""
+    if not caller.scoped:
+        return write(record_id)
     tries = 1
     while True:
         read = _visible(mem, caller, record_id)
@@ -352,10 +358,15 @@ async def delete(request: Request) -> JSONResponse:
         if not caller.scoped:
             mem.delete(record_id)
             return
-        # Selected in the delete's transaction by the key's scope too: a record of
-        # another scope added under the id after a check made before would go.
-        if not mem.delete_all(filters={"id": record_id}, **caller.scope):
-            raise UnknownIdError(f"no memory with id {record_id!r}")
+        # The version the key found, selected in the delete's transaction: a record of
+        # another scope added under the id after a check made before would go. In the
+        # record's own scope (the store's default_scope does not narrow it).
+        for _ in range(_REWRITE_TRIES):
+            read = _visible(mem, caller, record_id)  # 404 once gone from its sight
+            found = [{"id": record_id}, {"updated_at": read.updated_at}]
+            if mem.delete_all(read.table, filters={"$and": found}, **read.scope):
+                return
+        raise ConflictError(f"memory {record_id!r} was rewritten while it was deleted")
 
     await run_in_threadpool(run)
     return JSONResponse({"deleted": record_id})
