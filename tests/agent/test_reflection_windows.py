@@ -386,3 +386,50 @@ def test_an_agent_made_anew_for_each_turn_keeps_the_rooms_cadence(
         am.close()
     assert model.answered() == Counter(str(n) for n in range(1, 7))
     assert [said for said, _ in model.calls] == [["1", "2", "3"], ["4", "5", "6"]]
+
+
+@pytest.mark.parametrize("upkeep", ["inline", "background"])
+def test_two_agents_taking_turns_in_one_room_follow_each_others_reflections(
+    make_store: StoreFactory, upkeep: str
+) -> None:
+    # Each counted its own turns after its first: nearly half the room's turns were
+    # shown to no reflection, and some to two.
+    mem = make_store(f"alternate-{upkeep}", WordHashEmbedder())
+    model = Shown()
+    agents = [
+        agent(mem, model, reflection=Reflection(every=3, window=6), upkeep=upkeep) for _ in range(2)
+    ]
+    for n in range(1, 13):
+        am = agents[n % 2]
+        turn(am, am.event("telegram", 7, chat_id=1), f"user says msg{n}")
+        for each in agents:
+            assert each.drain(timeout=60)
+    assert model.answered() == Counter(str(n) for n in range(1, 13))
+    for am in agents:
+        am.close()
+
+
+def test_a_reflection_not_recorded_in_a_process_a_turn_is_shown_by_the_next(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The room's mark was written when the reflection was due, before it was recorded:
+    # the next process counted no turn since, and the window was never shown.
+    from memlane.agent.upkeep.holding import Holding
+
+    mem = make_store("not-recorded-anew", WordHashEmbedder())
+    model = Shown()
+    record, calls = Holding.record, []
+
+    def refused(self: Holding, job: Job) -> None:  # a full disk, or a kill
+        calls.append(job)
+        if len(calls) == 1:
+            raise StorageError("disk full")
+        record(self, job)
+
+    monkeypatch.setattr(Holding, "record", refused)
+    for n in range(1, 8):
+        am = agent(mem, model, reflection=Reflection(every=3, window=6))
+        turn(am, am.event("telegram", 7, chat_id=1), f"user says msg{n}")
+        assert am.drain(timeout=60)
+        am.close()
+    assert model.answered() == Counter(str(n) for n in range(1, 8))

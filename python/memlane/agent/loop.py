@@ -444,17 +444,18 @@ class AgentMemory:
             if len(entries) > 1:
                 report.splits.append(("short-term entry", len(entries)))
         again = store_turn(self.memory, self.limits, event, said, entries, now, report)
-        # The room's first turn here: its turns since its last reflection, from the store.
+        # The room's turns since its last reflection, counted in the store: other objects
+        # and processes take turns in the room and reflect it too.
         counted = None
-        if not again and not room.cadence_read and self.reflection.enabled:
-            counted = cadence.turns_since(self.memory, self.table, event.history)
+        if not again and self.reflection.enabled and call is not None:
+            read, mark = cadence.read(self.memory, self.table, event.history)
+            if read:
+                counted = cadence.turns_after(self.memory, event.history, mark, now)
         with self._lock:
             if not again:  # a message delivered again is no new turn
                 room.turns += 1
                 room.since_reflection += 1
-                if counted is not None and not room.cadence_read:
-                    room.since_reflection = max(room.since_reflection, counted)
-                room.cadence_read = True
+                room.since_reflection = room.since_reflection if counted is None else counted
             room.user_text = None
         new = [r for r in (*report.stored, *report.short_term) if r.duplicate is None]
         self._count(event, len(new))

@@ -1,9 +1,11 @@
 """A room's reflection cadence, kept in the store: each reflection due at the cadence
-marks its turn's time (``Memory.jobs.set_mark``), and an ``AgentMemory`` that meets a
-room for the first time counts the room's turns since that mark. Counted in memory
-alone, the cadence began again with each process: an agent run a turn a process (a
-CLI, a serverless function) never reached it, and one restarted after an odd turn left
-that turn to no reflection."""
+marks its turn's time (``Memory.jobs.set_mark``) once it is recorded (inline, once it is
+due: its failed windows are the object's own), and each turn counts the room's turns
+since that mark, whichever objects and processes took them. Counted by each object in
+memory, the cadence began again with each process (an agent run a process a turn never
+reflected) and two objects taking turns in one room left turns to no reflection. A
+count is one engine count of the room's turns after the mark; a clock that stands at or
+before the mark counts in memory instead."""
 
 from __future__ import annotations
 
@@ -15,13 +17,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from memlane.agent.history import MESSAGES
+from memlane.agent.upkeep.jobs import MAX_SPAN
 from memlane.errors import MemlaneError
 from memlane.scoping import exact_scope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
 
-__all__ = ["reflected", "turns_since"]
+__all__ = ["read", "reflected", "turns_after", "windows"]
 
 log = logging.getLogger("memlane.agent")
 
@@ -33,22 +36,44 @@ def _key(table: str, history: Mapping[str, str]) -> str:
     return "reflected:" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def turns_since(memory: Memory, table: str, history: Mapping[str, str]) -> int | None:
-    """The room's turns (its user messages) after the last reflection due at the
-    cadence, this one's included; None when the store cannot tell (logged)."""
+def read(memory: Memory, table: str, history: Mapping[str, str]) -> tuple[bool, float | None]:
+    """Whether the room's mark could be read, and the turn time it holds (None: the room
+    never reflected)."""
     try:
         kept = memory.jobs.mark(_key(table, history))
-        last = None if kept is None else json.loads(kept).get("at")
+        at = None if kept is None else json.loads(kept).get("at")
+    except (MemlaneError, ValueError, AttributeError, RecursionError) as e:
+        log.warning("memlane: the room's reflection cadence is counted here alone: %s", e)
+        return False, None
+    return True, at if isinstance(at, float) and math.isfinite(at) else None
+
+
+def turns_after(
+    memory: Memory, history: Mapping[str, str], at: float | None, now: float
+) -> int | None:
+    """The room's turns (its user messages) after turn time ``at``, this one's included;
+    None when the clock stands at or before ``at`` (set back: times cannot tell) or the
+    store cannot tell (logged)."""
+    if at is not None and at >= now:
+        return None
+    try:
         fields, only = exact_scope(memory, history)
         # A turn's user message, or the first piece of one split for its length.
         first: dict[str, object] = {"$or": [{"part": {"$exists": False}}, {"part": 1}]}
         said: list[dict[str, object]] = [only, {"role": "user"}, first]
-        if isinstance(last, float) and math.isfinite(last):
-            said.append({"created_at": {"$gt": last}})
-        return memory.count(MESSAGES, filters={"$and": said}, **fields)
-    except (MemlaneError, ValueError, AttributeError, RecursionError) as e:
-        log.warning("memlane: the room's reflection cadence starts again here: %s", e)
+        after = None if at is None else math.nextafter(at, math.inf)  # a range: its index
+        return memory.count(MESSAGES, filters={"$and": said}, start=after, **fields)
+    except MemlaneError as e:
+        log.warning("memlane: the room's reflection cadence is counted here alone: %s", e)
         return None
+
+
+def windows(turns: int, every: int) -> int:
+    """The windows of a reflection due after ``turns`` turns of the room (0: not due):
+    more than one when the turns since the mark outnumber one window's (a reflection
+    whose record a crash or a store error lost, objects that reflected at once), so that
+    none of them goes unshown (up to ``MAX_SPAN``)."""
+    return 0 if turns < every else min(MAX_SPAN, -(-turns // every))
 
 
 def reflected(memory: Memory, table: str, history: Mapping[str, str], now: float) -> None:

@@ -158,10 +158,7 @@ class Upkeep:
         """The per-room state of ``event``'s room (made at first use)."""
         key = _key(event.history)
         with self.lock:
-            room = self._rooms.get(key)
-            if room is None:
-                room = self._rooms[key] = Room()
-            return room
+            return self._rooms.setdefault(key, Room())
 
     def caller(self, call: Caller | None) -> Caller | None:
         """``call`` with this agent's time limit on each model call."""
@@ -226,17 +223,15 @@ class Upkeep:
         # left; between, a turn that finds windows left retries them alone.
         with self.lock:
             reflects = host.reflection.enabled and call is not None
-            own = reflects and room.since_reflection >= host.reflection.every
+            own = cadence.windows(room.since_reflection, host.reflection.every) if reflects else 0
             missed, covers = list[float](), list[str]()
             if own or (reflects and room.reflection_missed):
                 room.since_reflection = 0 if own else room.since_reflection
                 missed, room.reflection_missed = room.reflection_missed, []
                 covers, room.failed_reflections = room.failed_reflections, []
-        if own:
-            cadence.reflected(host.memory, host.table, event.history, now)
         if own or missed:
             reflection = self._job("reflection", event, now)
-            jobs.append(replace(reflection, span=int(own), ends=earlier_windows(missed)))
+            jobs.append(replace(reflection, span=own, ends=earlier_windows(missed)))
         # One consolidation, daily log or eviction of a room waits or runs at a time: later
         # turns that find it still due meanwhile do not record more.
         waiting = {j.slot for j in self.pending()}
@@ -318,6 +313,8 @@ class Upkeep:
                 report.failures.append(TriggerFailure(job.kind, f"{type(e).__name__}: {e}"))
                 self._undo(job, room, covers=covers)
                 return
+            if job.kind == "reflection" and job.span:  # the cadence's, once recorded
+                cadence.reflected(self.host.memory, self.host.table, job.event.history, job.now)
         for key in covers if job.durable else ():
             self._release(key)
         covers = () if job.durable else covers
@@ -346,8 +343,7 @@ class Upkeep:
                     log.warning("memlane: upkeep job %s not recorded again: %s", kept.id, e)
 
     def _release(self, key: str, leave: bool = False) -> None:
-        """Ends the holding of a durable job: done or refused (its record goes), or left
-        for whoever looks next."""
+        """Ends the holding of a durable job: done or refused, or left (``leave``)."""
         try:
             self.holding.release(key, leave)
         except MemlaneError as e:

@@ -195,8 +195,6 @@ class Compaction:
 class Room:
     turns: int = 0
     since_reflection: int = 0
-    #: Whether ``since_reflection`` was read from the store (``cadence.turns_since``).
-    cadence_read: bool = False
     #: The turn times of the windows failed reflections left unreflected: the room's
     #: next turn retries them (up to ``MAX_SPAN`` windows in all).
     reflection_missed: list[float] = field(default_factory=list)
@@ -372,12 +370,12 @@ def run_reflection(
     else:
         if job is None:  # inline: what is due, and the windows failed reflections left
             with lock:
-                span = int(room.since_reflection >= cfg.every)
+                span = cadence.windows(room.since_reflection, cfg.every)
                 if not span and not room.reflection_missed:
                     return
                 room.since_reflection = 0 if span else room.since_reflection
                 ends, room.reflection_missed = (*room.reflection_missed, *ends), []
-            if span:
+            if span:  # inline, the windows left are this object's own (see agents.md)
                 cadence.reflected(memory, table, event.history, now)
         history = scope_kwargs(event.history)
         # A job that took the place of waiting or failed ones shows what each would have
