@@ -49,6 +49,10 @@ PATIENCE = 30.0
 #: processes that lost to one commit do not all come back at once, and a pause stays
 #: short next to an embedding, so the edit is not left behind the next one.
 _PAUSE_FIRST, _PAUSE_MAX = 0.001, 0.05
+#: The longest an edit waits for its turn (seconds) before it goes on without it: an
+#: edit holding the turn may be stuck (an embedder that hangs), and taking turns only
+#: spares work.
+_TURN_WAIT = 2.0
 
 
 def latest(mem: MemoryStore, rec: MemoryRecord) -> MemoryRecord | None:
@@ -127,14 +131,14 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
 
 
 @contextmanager
-def _contending(mem: MemoryStore, rec: MemoryRecord) -> Iterator[_Writers]:
-    """The ``_Writers`` of ``rec``'s store, table, type and scope, while an edit uses
-    them. Keyed by the store's location, so two ``Memory`` objects of one store in one
-    process take turns too. The key is coarser than the record (a scope's blocks share
-    it): the edits it makes wait are few, and the record's own id changes at each edit."""
+def _contending(mem: MemoryStore, rec: MemoryRecord, slot: Hashable) -> Iterator[_Writers]:
+    """The ``_Writers`` of ``rec``'s store, table, type, scope and ``slot`` (what names
+    the record across its versions, whose ids change at each edit: a core block's label),
+    while an edit uses them. Keyed by the store's location, so two ``Memory`` objects of
+    one store in one process take turns too."""
     where = getattr(mem, "location", None)
     store = where if isinstance(where, str) else id(mem)
-    key = (store, rec.table, rec.type, *sorted(rec.scope.items()))
+    key = (store, rec.table, rec.type, *sorted(rec.scope.items()), slot)
     with _registry:
         writers = _writers.get(key)
         if writers is None:
@@ -158,6 +162,7 @@ def rewrite(
     by: str | None = None,
     gone: str | None = None,
     find: Callable[[], MemoryRecord | None] | None = None,
+    slot: Hashable = None,
 ) -> MemoryRecord:
     """Supersedes ``rec`` with ``change(rec)`` (its new text and metadata, None: no change),
     and when another writer changed the record first, applies ``change`` again to the
@@ -168,9 +173,10 @@ def rewrite(
     (``ConflictError``) only when other writers changed the record ``ATTEMPTS`` times
     and for ``PATIENCE`` seconds.
     ``keep_date``: the new version keeps the record's ``created_at``; ``find``: reads
-    the current version again after a conflict (default: following the history).
-    Raises ``UnknownIdError`` (saying ``gone``) if the record was
-    deleted meanwhile."""
+    the current version again after a conflict (default: following the history);
+    ``slot``: what the record's edits that take turns share beyond its table, type and
+    scope (None: every record of those). Raises ``UnknownIdError`` (saying ``gone``) if
+    the record was deleted meanwhile."""
     began = time.monotonic()
     deadline = began + PATIENCE
 
@@ -204,7 +210,7 @@ def rewrite(
         return found
 
     lost = 0
-    with _contending(mem, rec) as writers:
+    with _contending(mem, rec, slot) as writers:
         # Alone, the edit is made at once. With edits queued, it would most likely
         # commit before one of them and make it lose again: it queues behind them.
         if not writers.queued:
@@ -212,7 +218,7 @@ def rewrite(
             if done is not None:
                 return done
             lost = 1
-        with writers.taking_turns(deadline):
+        with writers.taking_turns(min(deadline, time.monotonic() + _TURN_WAIT)):
             while True:
                 rec = current()
                 done = attempt(rec)

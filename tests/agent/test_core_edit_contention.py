@@ -106,3 +106,43 @@ def test_an_append_beaten_more_than_32_times_in_a_row_still_lands(
     _check_block(mem, meddled)
     versions = mem.history(CoreMemory(mem, SCOPE).get("human").id)
     assert len(versions) == 1 + THREADS * APPENDS + 40  # the block as defined, one per append
+
+
+def test_an_edit_stuck_in_its_embedding_holds_up_no_other_block(make_store: StoreFactory) -> None:
+    # One block's edit that lost once took the turn and hung in its embedding (a stuck
+    # request to an embedding API): every edit of every other block of the scope waited
+    # 30 s for that turn. Turns are a block's own now.
+    from memlane import edits
+
+    release, stuck = threading.Event(), threading.Event()
+
+    class Hangs(WordHashEmbedder):
+        meddle: Callable[[], object] | None = None
+
+        def embed_batch(self, texts: Sequence[str]) -> Any:
+            if any("PERSONA-EDIT" in t for t in texts):
+                if Hangs.meddle is not None:  # another writer commits first: it lost once
+                    meddle, Hangs.meddle = Hangs.meddle, None
+                    meddle()
+                else:  # its try again, with the turn: it hangs
+                    stuck.set()
+                    release.wait(120)
+            return super().embed_batch(list(texts))
+
+    mem = make_store("stuck", Hangs())
+    for label in ("persona", "human"):
+        CoreMemory(mem, SCOPE).define(label, limit=100_000)
+    Hangs.meddle = lambda: CoreMemory(mem, SCOPE).append("persona", "another writer")
+    hung = threading.Thread(target=lambda: CoreMemory(mem, SCOPE).append("persona", "PERSONA-EDIT"))
+    hung.start()
+    try:
+        assert stuck.wait(60)
+        tools = MemoryTools(mem, SCOPE, core=CoreMemory(mem, SCOPE))
+        call = {"label": "human", "content": "likes tea"}
+        assert tools.handle_tool_call("core_memory_append", call)["ok"]
+        assert not release.is_set() and hung.is_alive()  # made while the other hung
+        assert {key[-1] for key in edits._writers} == {"persona"}  # a block's own turn
+    finally:
+        release.set()
+        hung.join(60)
+    assert "likes tea" in CoreMemory(mem, SCOPE).get("human").value

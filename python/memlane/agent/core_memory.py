@@ -514,6 +514,7 @@ class CoreMemory:
             by=self.scope.get("agent_id"),
             gone=f"core memory block {label!r} was deleted during the edit",
             find=lambda: self._record(label),
+            slot=label,  # a block's edits take turns; another block's need not wait
         )
 
     def __repr__(self) -> str:
