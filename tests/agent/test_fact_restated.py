@@ -143,3 +143,24 @@ def test_a_reflection_leaves_a_memory_said_again_after_its_conversation(
     later = reflect(mem, Moves(), ["user: I moved to Paris"], scope=SCOPE, now=4_000.0)
     assert [r.text for r in later.updated] == ["Alice lives in Paris"]
     assert RESTATED not in later.updated[0].metadata  # the successor is said at 4,000
+
+
+def test_repeats_within_a_minute_add_no_version(make_store: StoreFactory) -> None:
+    # A model repeating one fact in a loop added a version at each call.
+    from upkeep_scripts import agent
+
+    mem = make_store("looping", WordHashEmbedder())
+    now = [1_000_000.0]
+    am = agent(mem, Judges(), upkeep="inline", clock=lambda: now[0])
+    event = am.event("telegram", 42, chat_id=7)
+    tools = am.memory_tools(event)
+    first = tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
+    for n in range(100):
+        now[0] = 1_000_000.0 + n / 2
+        tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
+    assert len(mem.history(first["id"])) == 1
+    now[0] = 1_000_200.0
+    tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
+    assert len(mem.history(first["id"])) == 2
+    assert mem.get(first["id"]).metadata[RESTATED] == 1_000_200.0
+    am.close()

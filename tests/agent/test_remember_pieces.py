@@ -65,3 +65,26 @@ def test_a_long_fact_whose_first_piece_is_known_keeps_its_other_pieces(
     text = " ".join(r.text for r in mem.list("memories", limit=50, **event.fields))
     assert all(f"Paragraph {i}:" in text for i in range(3))
     agent.close()
+
+
+def test_an_edited_message_delivered_again_stores_none_of_its_pieces(
+    make_store: StoreFactory,
+) -> None:
+    # The same message id again, its text longer (an edit): the new pieces were stored,
+    # and an unrelated message whose id was "m-1#2" was taken for piece 2 of "m-1".
+    mem = make_store("edited", WordHashEmbedder())
+    agent = AgentMemory(mem, SessionScope(agent_id="bot"), upkeep="inline")
+    event = agent.event("telegram", 42, chat_id=7)
+    tools = agent.memory_tools(event)
+    first = tools.handle_tool_call(
+        "remember", {"content": "\n\n".join(PARAGRAPHS[:2]), "metadata": {"messageId": "m-1"}}
+    )
+    edited = {"content": "\n\n".join(PARAGRAPHS), "metadata": {"messageId": "m-1"}}
+    again = tools.handle_tool_call("remember", edited)
+    assert not again["stored"] and again["duplicate"] == "window"
+    assert mem.count("memories", **event.fields) == len(first["ids"])
+    other = tools.handle_tool_call(
+        "remember", {"content": "Bob plays chess", "metadata": {"messageId": "m-1#2"}}
+    )
+    assert other["stored"]
+    agent.close()

@@ -237,12 +237,17 @@ def _restate(memory: Memory, target: MemoryRecord, fact: MemoryRecord) -> None:
     memory.update(target, metadata=meta, by=ACTOR)
 
 
-def restated(memory: Memory, record_id: str, at: float, metadata: Mapping[str, Any]) -> None:
+def restated(
+    memory: Memory, record_id: str, at: float, metadata: Mapping[str, Any], since: float = 0.0
+) -> None:
     """Keeps in memory ``record_id`` that a statement of its very words, refused as its
     duplicate, said it again at ``at`` (in ``metadata``'s ``learned`` order), as the
-    check keeps a repeat it drops; a memory changed meanwhile is left (logged)."""
+    check keeps a repeat it drops, unless it was said ``since`` seconds before or less;
+    a memory changed meanwhile is left (logged)."""
     try:
         target = memory.get(record_id)
+        if at - said_at(target) <= since:
+            return
         order = {LEARNED: metadata[LEARNED]} if LEARNED in metadata else {}
         again = dataclasses.replace(target, created_at=at, recorded_at=time.time(), metadata=order)
         _restate(memory, target, again)

@@ -36,6 +36,11 @@ log = logging.getLogger("memlane.agent")
 
 #: The metadata ids under which the store's dedup window knows a record.
 WINDOW_IDS = ("messageId", "message_id", "eventId", "statusMessageId")
+#: What joins a call's id and a piece's place in the pieces' ids (a unit separator).
+PIECE = "\x1f"
+#: Seconds within which a word-for-word repeat of a memory is not kept in it again: a
+#: model that repeats itself in a loop would add a version at each call.
+RESTATE_AFTER = 60.0
 
 
 class TurnTools(MemoryTools):
@@ -108,33 +113,35 @@ class TurnTools(MemoryTools):
             now = coerce.timestamp(self._upkeep.host.clock(), "clock()")
         if len(pieces) == 1:
             out = super()._remember(pieces[0], type, importance, evergreen, metadata, now)
-            if self._call is not None and out.get("duplicate") == "exact":
-                # Its very words again: the memory is as new as this statement.
-                said = time.time() if now is None else now
-                restated(self.memory, out["duplicate_of"], said, metadata)
+            self._said_again(out, now, metadata)
             self._count(self._event, 1 if out.get("stored") else 0)
             if self.off_turn:
                 self.settle()
             return out
         group = {"parts": len(pieces), "split_group": uuid.uuid4().hex}
-        # Each piece is known to the dedup window by the call's ids and its place, so a
-        # call delivered again stores none of them (in the write that would), and no
-        # piece is taken for a repeat of another.
+        # Each piece is known to the dedup window by the call's ids and its place (after a
+        # separator no platform's id holds), so a call delivered again stores none of them
+        # in the write that would, and no piece is taken for a repeat of another.
         items = []
         for i, piece in enumerate(pieces, 1):
             meta = {**(metadata or {}), **group, "part": i}
             if i > 1:
-                meta |= {k: f"{v}#{i}" for k, v in meta.items() if k in WINDOW_IDS}
+                meta |= {k: f"{v}{PIECE}{i}" for k, v in meta.items() if k in WINDOW_IDS}
             items.append({"text": piece, "metadata": meta, "unique": self.unique})
         common = {"table": self.table, "type": type, "importance": float(importance)}
         common |= {"evergreen": evergreen, "created_at": now, **self.scope}
         # One transaction: a process killed while it stores leaves the whole or none.
         records = self.memory.add_many([{**common, **item} for item in items])
         ids = [rec.id for rec in records if rec.id != rec.duplicate_of]  # those stored
+        first = records[0]
+        if first.duplicate == "window" and ids:  # delivered again, longer (an edit): one
+            self.memory.delete_all(self.table, filters={"id": {"$in": ids}}, **self.scope)
+            ids = []
         if not ids:
-            first = records[0]
             out = {"ok": True, "id": first.id, "stored": False}
-            return out | {"duplicate": first.duplicate, "duplicate_of": first.duplicate_of}
+            out |= {"duplicate": first.duplicate, "duplicate_of": first.duplicate_of}
+            self._said_again(out, now, metadata)
+            return out
         self._count(self._event, len(ids))
         if self.off_turn:
             self.settle()
@@ -147,3 +154,14 @@ class TurnTools(MemoryTools):
             f"stored as {len(ids)} parts"
             + ("" if len(ids) == len(pieces) else f" ({len(pieces) - len(ids)} held already)"),
         }
+
+    def _said_again(
+        self, out: Mapping[str, Any], now: float | None, metadata: Mapping[str, Any] | None
+    ) -> None:
+        """A fact refused as the very words of a memory is kept in it as said again (for
+        the check of facts against what was said since), unless it was said less than
+        ``RESTATE_AFTER`` seconds before."""
+        if self._call is None or out.get("duplicate") != "exact":
+            return
+        said = time.time() if now is None else now
+        restated(self.memory, out["duplicate_of"], said, metadata or {}, RESTATE_AFTER)
