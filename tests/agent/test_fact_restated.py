@@ -145,7 +145,7 @@ def test_a_reflection_leaves_a_memory_said_again_after_its_conversation(
     assert RESTATED not in later.updated[0].metadata  # the successor is said at 4,000
 
 
-def test_repeats_within_a_minute_add_no_version(make_store: StoreFactory) -> None:
+def test_repeats_within_a_second_add_no_version(make_store: StoreFactory) -> None:
     # A model repeating one fact in a loop added a version at each call.
     from upkeep_scripts import agent
 
@@ -156,11 +156,11 @@ def test_repeats_within_a_minute_add_no_version(make_store: StoreFactory) -> Non
     tools = am.memory_tools(event)
     first = tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
     for n in range(100):
-        now[0] = 1_000_000.0 + n / 2
+        now[0] = 1_000_000.0 + n / 200
         tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
     assert len(mem.history(first["id"])) == 1
-    now[0] = 1_000_200.0
+    now[0] = 1_000_012.0  # the next turn
     tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
     assert len(mem.history(first["id"])) == 2
-    assert mem.get(first["id"]).metadata[RESTATED] == 1_000_200.0
+    assert mem.get(first["id"]).metadata[RESTATED] == 1_000_012.0
     am.close()

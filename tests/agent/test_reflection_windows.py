@@ -433,3 +433,34 @@ def test_a_reflection_not_recorded_in_a_process_a_turn_is_shown_by_the_next(
         assert am.drain(timeout=60)
         am.close()
     assert model.answered() == Counter(str(n) for n in range(1, 8))
+
+
+def test_turns_without_user_text_count_towards_the_cadence(make_store: StoreFactory) -> None:
+    # A photo, a sticker: the turn stores the reply alone. Counting user messages left
+    # such turns out, and a window counted in messages then fell short of earlier turns.
+    mem = make_store("photos", WordHashEmbedder())
+    model = Shown()
+    am = agent(mem, model, reflection=Reflection(every=3, window=6))
+    event = am.event("telegram", 7, chat_id=1)
+    photo = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x.png"}}]}]
+    for n in range(1, 13):
+        if n % 3 == 1:
+            turn(am, event, f"user says msg{n}")
+        else:
+            am.after(event, am.before(event, photo), "nice photo")
+        assert am.drain(timeout=60)
+    assert model.answered() == Counter(["1", "4", "7", "10"])
+    am.close()
+
+
+def test_a_rooms_mark_is_its_stores_default_scopes_own(make_store: StoreFactory) -> None:
+    # Two agents told apart by their stores' default_scope shared one mark: each one's
+    # reflection moved the other's, and turns went unshown.
+    from memlane.agent.upkeep import cadence
+
+    room = {"user_id": "telegram:7", "room_id": "telegram:1"}
+    keys = {
+        cadence._key(make_store(f"scope-{a}", default_scope={"agent_id": a}), "memories", room)
+        for a in ("a", "b")
+    }
+    assert len(keys) == 2

@@ -16,7 +16,7 @@ from memlane import coerce
 from memlane.agent.callers import Caller
 from memlane.agent.consolidation import short_term_item
 from memlane.agent.derived_ids import add_derived, held
-from memlane.agent.history import MESSAGES, message_item
+from memlane.agent.history import MESSAGES, TURN, message_item
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.errors import ConflictError, InvalidArgumentError, shown
@@ -203,6 +203,8 @@ def store_turn(
     groups = [
         message_items(limits, event, role, text, now, report, mid) for role, text, mid in said
     ]
+    if groups:  # the turn's first message, counted by the reflection cadence
+        groups[0][0]["metadata"][TURN] = True
     keyed = next((g for g in groups if "messageId" in g[0]["metadata"]), None)
     if keyed is None:
         items = [item for group in groups for item in group]

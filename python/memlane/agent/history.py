@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MESSAGES",
+    "TURN",
     "add_message",
     "attachment_fields",
     "message_item",
@@ -29,6 +30,9 @@ __all__ = [
 
 #: The table messages live in.
 MESSAGES = "messages"
+#: The metadata key marking a turn's first message in the history (what the reflection
+#: cadence counts: a turn may hold no user text, a message may be split in pieces).
+TURN = "turn"
 
 
 def add_message(

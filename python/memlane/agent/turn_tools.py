@@ -39,8 +39,9 @@ WINDOW_IDS = ("messageId", "message_id", "eventId", "statusMessageId")
 #: What joins a call's id and a piece's place in the pieces' ids (a unit separator).
 PIECE = "\x1f"
 #: Seconds within which a word-for-word repeat of a memory is not kept in it again: a
-#: model that repeats itself in a loop would add a version at each call.
-RESTATE_AFTER = 60.0
+#: model that repeats itself in a loop would add a version at each call (turns, and the
+#: windows a reflection is shown, are farther apart).
+RESTATE_AFTER = 1.0
 
 
 class TurnTools(MemoryTools):

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from memlane.agent.history import MESSAGES
+from memlane.agent.history import MESSAGES, TURN
 from memlane.agent.upkeep.jobs import MAX_SPAN
 from memlane.errors import MemlaneError
 from memlane.scoping import exact_scope
@@ -29,10 +29,11 @@ __all__ = ["read", "reflected", "turns_after", "windows"]
 log = logging.getLogger("memlane.agent")
 
 
-def _key(table: str, history: Mapping[str, str]) -> str:
-    """The mark's key: the agent's table and the room's exact scope, hashed (a key has a
-    bounded length; the scope may not)."""
-    text = json.dumps([table, sorted(history.items())])
+def _key(memory: Memory, table: str, history: Mapping[str, str]) -> str:
+    """The mark's key: the agent's table and the room's exact scope (the store's
+    ``default_scope`` under it), hashed (a key has a bounded length; a scope may not)."""
+    fields, _ = exact_scope(memory, history)
+    text = json.dumps([table, sorted(fields.items())])
     return "reflected:" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -40,7 +41,7 @@ def read(memory: Memory, table: str, history: Mapping[str, str]) -> tuple[bool, 
     """Whether the room's mark could be read, and the turn time it holds (None: the room
     never reflected)."""
     try:
-        kept = memory.jobs.mark(_key(table, history))
+        kept = memory.jobs.mark(_key(memory, table, history))
         at = None if kept is None else json.loads(kept).get("at")
     except (MemlaneError, ValueError, AttributeError, RecursionError) as e:
         log.warning("memlane: the room's reflection cadence is counted here alone: %s", e)
@@ -51,16 +52,14 @@ def read(memory: Memory, table: str, history: Mapping[str, str]) -> tuple[bool, 
 def turns_after(
     memory: Memory, history: Mapping[str, str], at: float | None, now: float
 ) -> int | None:
-    """The room's turns (its user messages) after turn time ``at``, this one's included;
+    """The room's turns (their first messages) after turn time ``at``, this one's included;
     None when the clock stands at or before ``at`` (set back: times cannot tell) or the
     store cannot tell (logged)."""
     if at is not None and at >= now:
         return None
     try:
         fields, only = exact_scope(memory, history)
-        # A turn's user message, or the first piece of one split for its length.
-        first: dict[str, object] = {"$or": [{"part": {"$exists": False}}, {"part": 1}]}
-        said: list[dict[str, object]] = [only, {"role": "user"}, first]
+        said: list[dict[str, object]] = [only, {TURN: True}]  # a turn's first message
         after = None if at is None else math.nextafter(at, math.inf)  # a range: its index
         return memory.count(MESSAGES, filters={"$and": said}, start=after, **fields)
     except MemlaneError as e:
@@ -79,6 +78,6 @@ def windows(turns: int, every: int) -> int:
 def reflected(memory: Memory, table: str, history: Mapping[str, str], now: float) -> None:
     """Marks the room's reflection due at the cadence at turn time ``now``."""
     try:
-        memory.jobs.set_mark(_key(table, history), json.dumps({"at": float(now)}))
+        memory.jobs.set_mark(_key(memory, table, history), json.dumps({"at": float(now)}))
     except MemlaneError as e:  # the next process counts from the mark before
         log.warning("memlane: the room's reflection cadence was not kept: %s", e)
