@@ -117,6 +117,8 @@ def test_a_word_for_word_repeat_is_kept_in_the_memory_it_repeats(make_store: Sto
     event = am.event("telegram", 42, chat_id=7)
     tools = am.memory_tools(event)
     first = tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
+    now[0] = 1_000_400.0
+    am.after(event, am.before(event, [{"role": "user", "content": "hi"}]), "ok")
     now[0] = 1_000_500.0
     again = tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
     assert again["duplicate"] == "exact" and again["duplicate_of"] == first["id"]
@@ -145,7 +147,7 @@ def test_a_reflection_leaves_a_memory_said_again_after_its_conversation(
     assert RESTATED not in later.updated[0].metadata  # the successor is said at 4,000
 
 
-def test_repeats_within_a_second_add_no_version(make_store: StoreFactory) -> None:
+def test_repeats_since_the_last_turn_add_no_version(make_store: StoreFactory) -> None:
     # A model repeating one fact in a loop added a version at each call.
     from upkeep_scripts import agent
 
@@ -155,12 +157,12 @@ def test_repeats_within_a_second_add_no_version(make_store: StoreFactory) -> Non
     event = am.event("telegram", 42, chat_id=7)
     tools = am.memory_tools(event)
     first = tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
-    for n in range(100):
-        now[0] = 1_000_000.0 + n / 200
+    now[0] = 1_000_010.0
+    am.after(event, am.before(event, [{"role": "user", "content": "hi"}]), "ok")
+    versions = len(mem.history(first["id"]))
+    for n in range(100):  # a turn's loop, a call every 2 s: kept once
+        now[0] = 1_000_012.0 + 2 * n
         tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
-    assert len(mem.history(first["id"])) == 1
-    now[0] = 1_000_012.0  # the next turn
-    tools.handle_tool_call("remember", {"content": "Alice lives in Oslo"})
-    assert len(mem.history(first["id"])) == 2
+    assert len(mem.history(first["id"])) == versions + 1
     assert mem.get(first["id"]).metadata[RESTATED] == 1_000_012.0
     am.close()

@@ -464,3 +464,31 @@ def test_a_rooms_mark_is_its_stores_default_scopes_own(make_store: StoreFactory)
         for a in ("a", "b")
     }
     assert len(keys) == 2
+
+
+def test_turns_stored_by_an_earlier_version_are_counted(make_store: StoreFactory) -> None:
+    # Only marked first messages were counted: a room's turns from before the upgrade
+    # (or from an older process sharing the store) went unshown.
+    mem = make_store("upgraded", WordHashEmbedder())
+    model = Shown()
+    am = agent(mem, model, reflection=Reflection(every=3, window=6))
+    event = am.event("telegram", 7, chat_id=1)
+    for n in (1, 2):  # as an earlier version stored a turn: no mark on its first message
+        for role, text in (("user", f"user says msg{n}"), ("assistant", "ok")):
+            meta = {"role": role, "identity": event.identity, "source": event.source}
+            mem.add(text, table=MESSAGES, metadata=meta, created_at=100.0 + n, **event.history)
+    turn(am, event, "user says msg3")
+    assert am.drain(timeout=60)
+    assert model.answered() == Counter(["1", "2", "3"])
+    am.close()
+
+
+def test_a_message_added_with_the_turn_mark_is_stored_without_it(
+    make_store: StoreFactory,
+) -> None:
+    from memlane.agent.history import TURN, add_message
+
+    mem = make_store("forged-turn", WordHashEmbedder())
+    event = SCOPES.resolve("telegram", 7, 1)
+    rec = add_message(mem, "a note", event, role="system", metadata={TURN: True, "k": 1})
+    assert TURN not in rec.metadata and rec.metadata["k"] == 1

@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -238,15 +239,19 @@ def _restate(memory: Memory, target: MemoryRecord, fact: MemoryRecord) -> None:
 
 
 def restated(
-    memory: Memory, record_id: str, at: float, metadata: Mapping[str, Any], since: float = 0.0
+    memory: Memory,
+    record_id: str,
+    at: float,
+    metadata: Mapping[str, Any],
+    before: float = math.inf,
 ) -> None:
     """Keeps in memory ``record_id`` that a statement of its very words, refused as its
     duplicate, said it again at ``at`` (in ``metadata``'s ``learned`` order), as the
-    check keeps a repeat it drops, unless it was said ``since`` seconds before or less;
-    a memory changed meanwhile is left (logged)."""
+    check keeps a repeat it drops, if it was last said before ``before``; a memory
+    changed meanwhile is left (logged)."""
     try:
         target = memory.get(record_id)
-        if at - said_at(target) <= since:
+        if said_at(target) >= before:
             return
         order = {LEARNED: metadata[LEARNED]} if LEARNED in metadata else {}
         again = dataclasses.replace(target, created_at=at, recorded_at=time.time(), metadata=order)

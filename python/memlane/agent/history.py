@@ -31,8 +31,9 @@ __all__ = [
 #: The table messages live in.
 MESSAGES = "messages"
 #: The metadata key marking a turn's first message in the history (what the reflection
-#: cadence counts: a turn may hold no user text, a message may be split in pieces).
-TURN = "turn"
+#: cadence counts: a turn may hold no user text, a message may be split in pieces). The
+#: agent's alone: a message added with it in its metadata is stored without it.
+TURN = "memlane:turn"
 
 
 def add_message(
@@ -108,7 +109,7 @@ def message_item(
     if mid is None and role == "user":
         mid = scope.message_id
     meta: dict[str, Any] = {
-        **(metadata or {}),
+        **{k: v for k, v in (metadata or {}).items() if k != TURN},
         "role": role,
         "identity": scope.identity,
         "source": scope.source,

@@ -22,11 +22,12 @@ from memlane.agent.callers import Caller
 from memlane.agent.caps import Limits, fit
 from memlane.agent.core_memory import CoreMemory
 from memlane.agent.facts import pending, restated
+from memlane.agent.history import MESSAGES
 from memlane.agent.memory_tools import MemoryTools
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.agent.statements import LEARNED, RESTATED
 from memlane.notes import Notebook
-from memlane.scoping import EventScope
+from memlane.scoping import EventScope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.agent.upkeep.service import Upkeep
@@ -38,10 +39,6 @@ log = logging.getLogger("memlane.agent")
 WINDOW_IDS = ("messageId", "message_id", "eventId", "statusMessageId")
 #: What joins a call's id and a piece's place in the pieces' ids (a unit separator).
 PIECE = "\x1f"
-#: Seconds within which a word-for-word repeat of a memory is not kept in it again: a
-#: model that repeats itself in a loop would add a version at each call (turns, and the
-#: windows a reflection is shown, are farther apart).
-RESTATE_AFTER = 1.0
 
 
 class TurnTools(MemoryTools):
@@ -160,9 +157,12 @@ class TurnTools(MemoryTools):
         self, out: Mapping[str, Any], now: float | None, metadata: Mapping[str, Any] | None
     ) -> None:
         """A fact refused as the very words of a memory is kept in it as said again (for
-        the check of facts against what was said since), unless it was said less than
-        ``RESTATE_AFTER`` seconds before."""
+        the check of facts against what was said since), unless it was said again since
+        the room's last turn: what a reflection or a consolidation states is dated at a
+        turn, and a model repeating itself in a loop would add a version at each call."""
         if self._call is None or out.get("duplicate") != "exact":
             return
-        said = time.time() if now is None else now
-        restated(self.memory, out["duplicate_of"], said, metadata or {}, RESTATE_AFTER)
+        last = self.memory.list(MESSAGES, limit=1, **scope_kwargs(self._event.history))
+        if last:
+            said = time.time() if now is None else now
+            restated(self.memory, out["duplicate_of"], said, metadata or {}, last[0].created_at)

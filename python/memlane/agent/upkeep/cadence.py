@@ -59,9 +59,17 @@ def turns_after(
         return None
     try:
         fields, only = exact_scope(memory, history)
-        said: list[dict[str, object]] = [only, {TURN: True}]  # a turn's first message
+        # A turn's first message; a turn stored by a version before the mark, by its
+        # user message (the first piece of one split for its length).
+        first = {"$or": [{"part": {"$exists": False}}, {"part": 1}]}
+        older = [{"role": "user"}, {TURN: {"$exists": False}}, first]
+        turns = {"$or": [{TURN: True}, {"$and": older}]}
         after = None if at is None else math.nextafter(at, math.inf)  # a range: its index
-        return memory.count(MESSAGES, filters={"$and": said}, start=after, **fields)
+        # Up to now: a message dated ahead of the clock would be counted after every mark.
+        until = math.nextafter(now, math.inf)
+        return memory.count(
+            MESSAGES, filters={"$and": [only, turns]}, start=after, end=until, **fields
+        )
     except MemlaneError as e:
         log.warning("memlane: the room's reflection cadence is counted here alone: %s", e)
         return None
