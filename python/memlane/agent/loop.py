@@ -454,8 +454,7 @@ class AgentMemory:
         with self._lock:
             if not again:  # a message delivered again is no new turn
                 room.turns += 1
-                room.since_reflection += 1
-                room.since_reflection = room.since_reflection if counted is None else counted
+                room.since_reflection = room.since_reflection + 1 if counted is None else counted
             room.user_text = None
         new = [r for r in (*report.stored, *report.short_term) if r.duplicate is None]
         self._count(event, len(new))

@@ -315,9 +315,10 @@ class Upkeep:
                 return
             if job.kind == "reflection" and job.span:  # the cadence's, once recorded
                 cadence.reflected(self.host.memory, self.host.table, job.event.history, job.now)
-        for key in covers if job.durable else ():
-            self._release(key)
-        covers = () if job.durable else covers
+        if job.durable:  # its record shows their windows now
+            for key in covers:
+                self._release(key)
+            covers = ()
         worker = self.local if job.kind in _LOCAL else self.model
         try:
             skipped = worker.submit(job, call)
