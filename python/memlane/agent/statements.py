@@ -117,6 +117,6 @@ def said_at(rec: MemoryRecord) -> float:
 
 
 def latest_learned(records: Sequence[MemoryRecord]) -> MemoryRecord:
-    """The one of ``records`` (not empty) stated last, as ``_newer`` orders them: a fact
+    """The one of ``records`` (not empty) stated last, as ``newer`` orders them: a fact
     drawn from them was said then."""
     return functools.reduce(lambda a, b: b if newer(b, a) else a, records)
