@@ -127,7 +127,7 @@ def search(
     engine: Engine, request: SearchRequest, text: str, vector: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """ids, scores and the signals as a matrix (NaN where absent), or None."""
-    ids, scores, signals = engine.search(request, text, vector, now=NOW)
+    ids, scores, signals, _ = engine.search(request, text, vector, now=NOW)
     matrix = None
     if signals is not None:
         matrix = np.array([[np.nan if s[c] is None else s[c] for c in EXPLAIN] for s in signals])

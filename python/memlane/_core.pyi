@@ -510,14 +510,16 @@ class Engine:
         expiring: bool = False,
         defaults: SearchRequest | None = None,
         dates: Sequence[tuple[float, float]] = ...,
-    ) -> tuple[list[int], list[float], list[dict[str, float | int | None]] | None]:
+        touch: bool = True,
+    ) -> tuple[list[int], list[float], list[dict[str, float | int | None]] | None, list[float]]:
         """One query with ``request``'s options over the store's ``defaults`` (its
         ``weights``, ``decay``, ``recency_half_life``, ``track_access``), among the
-        records the request admits: ids, final scores and, when the request asks to
-        explain, one dict of signals per hit (``SearchHit.explain``). ``now``: the time
-        of the access recorded, and with ``expiring`` the time the records expired by
-        are left out; ``dates``: the intervals ``(start, end)`` of the dates the query's
-        text names."""
+        records the request admits: ids, final scores, when the request asks to
+        explain one dict of signals per hit (``SearchHit.explain``), and each hit's
+        ``updated_at`` as it was judged. ``now``: the time of the access recorded, and
+        with ``expiring`` the time the records expired by are left out; ``dates``: the
+        intervals ``(start, end)`` of the dates the query's text names; ``touch=False``
+        records no access whatever the request asks."""
     def nearest(
         self,
         vectors: npt.ArrayLike,
@@ -542,6 +544,17 @@ class Engine:
         expired at ``expire_at``, by creation time, or by the column ``sort`` names
         (``importance``, ``access_count``, ``last_accessed_at``) and then by creation
         time and id; ``order`` applies to all three, so ties go oldest or newest first."""
+    def versioned_ids_where(
+        self,
+        admits: Admits | None = None,
+        *,
+        order: str = "desc",
+        offset: int = 0,
+        limit: int = ...,
+        sort: str = "created_at",
+        expire_at: float | None = None,
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64]]:
+        """``ids_where``'s ids and the ``updated_at`` of each as it was admitted."""
     def count(self, admits: Admits | None = None, *, expire_at: float | None = None) -> int:
         """How many records ``admits`` admits, superseded ones too (None: all), less those
         expired at ``expire_at``."""

@@ -149,6 +149,6 @@ def test_the_request_carries_its_conditions() -> None:
         mem.add("pears in the market", table="u", agent_id="a")
         engine = mem._sync.engine
         request = SearchRequest(5, mode="text", table="u", scope={"agent_id": "a"})
-        ids, _, _ = engine.search(request, "pears", now=T0)
+        ids, _, _, _ = engine.search(request, "pears", now=T0)
         assert ids == engine.ids_where(Admits(table="u", scope={"agent_id": "a"})).tolist()
         assert len(ids) == 1 and engine.count(Admits(scope={"agent_id": "a"})) == 2

@@ -17,6 +17,7 @@ from memlane import coerce
 from memlane._core import Admits
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
+from memlane._memory.judged import judged
 from memlane._memory.querying import moment
 from memlane._memory.sync import IndexSync
 from memlane.errors import InvalidArgumentError, shown
@@ -112,11 +113,15 @@ class Listing:
             raise InvalidArgumentError(f"order must be 'asc' or 'desc', got {shown(order)}")
         fields = self._scope(scope)
         admits = self._admits(table, type, fields, start, end, filters, unique)
-        engine = self._sync.engine
-        ids = engine.ids_where(
-            admits, order=order, offset=offset, limit=limit, sort=sort, expire_at=self._expire_at()
-        ).tolist()
-        rows = self._sync.rows(ids, embedding=include_embedding)
+        engine, expire_at = self._sync.engine, self._expire_at()
+
+        def ask(first: bool) -> tuple[list[int], list[float], None]:
+            ids, versions = engine.versioned_ids_where(
+                admits, order=order, offset=offset, limit=limit, sort=sort, expire_at=expire_at
+            )
+            return ids.tolist(), versions.tolist(), None
+
+        ids, rows, _ = judged(self._sync, ask, include_embedding)
         get = self._access.get
         return [record(rows[i], get(rows[i]), include_embedding) for i in ids if i in rows]
 

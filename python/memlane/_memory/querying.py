@@ -14,6 +14,7 @@ from memlane import _core, coerce
 from memlane._memory.access import AccessLog
 from memlane._memory.dates import named_intervals
 from memlane._memory.encoding import record
+from memlane._memory.judged import judged
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
 from memlane.embeddings.cache import CachedEmbedder
@@ -222,25 +223,33 @@ class Searcher:
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
         now = time.time()
-        rowids, scores, signals = self.sync.engine.search(
-            request,
-            query,
-            vector,
-            now=now,
-            expiring=self.sync.expiring,
-            defaults=self.defaults if read is None else self.untracked,
-            dates=named_intervals(query),
-        )
+        dates = named_intervals(query)
+        defaults = self.defaults if read is None else self.untracked
+        engine, expiring = self.sync.engine, self.sync.expiring
+
+        def ask(first: bool) -> tuple[list[int], list[float], Any]:
+            ids, scores, signals, versions = engine.search(
+                request,
+                query,
+                vector,
+                now=now,
+                expiring=expiring,
+                defaults=defaults,
+                dates=dates,
+                touch=first,
+            )
+            return ids, versions, (scores, signals)
+
+        rowids, rows, (scores, signals) = judged(self.sync, ask, include_embedding)
         touch = read is None and (
             self.track_access if request.track_access is None else request.track_access
         )
         if touch and rowids and self.access.note(rowids, now):
             self.sync.wake.set()
-        rows = self.sync.rows(rowids, embedding=include_embedding)
         hits = []
         for j, rowid in enumerate(rowids):
             row = rows.get(rowid)
-            if row is None:  # deleted meanwhile
+            if row is None:  # deleted meanwhile, or rewritten by another process
                 continue
             rec = record(row, self.access.get(row), include_embedding)
             hits.append(SearchHit(rec, scores[j], None if signals is None else signals[j]))

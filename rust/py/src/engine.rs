@@ -81,8 +81,33 @@ impl PyEngine {
 /// `Engine.nearest`'s ids and similarities.
 type Nearest<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>);
 
-/// `Engine.search`'s answer: ids, final scores and, on request, each hit's signals.
-type Found<'py> = (Vec<u64>, Vec<f64>, Option<Vec<Bound<'py, PyDict>>>);
+/// `Engine.search`'s answer: ids, final scores, on request each hit's signals,
+/// and the `updated_at` of each hit as it was judged.
+type Found<'py> = (
+    Vec<u64>,
+    Vec<f64>,
+    Option<Vec<Bound<'py, PyDict>>>,
+    Vec<f64>,
+);
+
+/// `Engine.versioned_ids_where`'s answer: ids and the `updated_at` of each.
+type Versioned<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f64>>);
+
+/// The order and column a listing is sorted by, as `ids_where` takes them.
+fn sort_of(py: Python<'_>, order: &str, sort: &str) -> PyResult<Sort> {
+    let descending = match order {
+        "asc" => false,
+        "desc" => true,
+        other => {
+            return Err(invalid(
+                py,
+                format!("order must be one of {{'asc', 'desc'}}, got {other:?}"),
+            ))
+        }
+    };
+    let column = Column::parse(sort).map_err(|e| to_py(py, e))?;
+    Ok(Sort { column, descending })
+}
 
 /// A hit's signals as `SearchHit.explain` holds them: ranks as ints, None
 /// where the hit was not retrieved that way.
@@ -302,7 +327,7 @@ impl PyEngine {
     /// intervals `(start, end)` of the dates the query's text names.
     #[pyo3(signature = (
         request, text = None, vector = None, *, now, expiring = false, defaults = None,
-        dates = Vec::new(),
+        dates = Vec::new(), touch = true,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
@@ -315,6 +340,7 @@ impl PyEngine {
         expiring: bool,
         defaults: Option<&PySearchRequest>,
         dates: Vec<(f64, f64)>,
+        touch: bool,
     ) -> PyResult<Found<'py>> {
         let text = text.map(|t| search::query(py, t)).transpose()?;
         let q = vector
@@ -327,11 +353,14 @@ impl PyEngine {
         let store = SearchOptions::default();
         let defaults = defaults.map_or(&store, |d| &d.options);
         let options = &request.options;
-        let hits: Hits = detach(py, || {
+        let (hits, versions): (Hits, Vec<f64>) = detach(py, || {
             let engine = self.inner.read();
             let admitted = engine.build_conditions(&options.admits, expiring.then_some(now));
-            let req = options.request(defaults, text, qv, &dates, &admitted, now)?;
-            engine.search(&req)
+            let mut req = options.request(defaults, text, qv, &dates, &admitted, now)?;
+            req.touch &= touch;
+            let hits = engine.search(&req)?;
+            let versions = engine.versions(&hits.ids);
+            Ok((hits, versions))
         })?;
         let explained = if request.options.explain {
             Some(
@@ -343,7 +372,7 @@ impl PyEngine {
         } else {
             None
         };
-        Ok((hits.ids, hits.scores, explained))
+        Ok((hits.ids, hits.scores, explained, versions))
     }
 
     /// Ids of the records `admits` admits (every version; none: all), less those
@@ -364,18 +393,7 @@ impl PyEngine {
         sort: &str,
         expire_at: Option<f64>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        let descending = match order {
-            "asc" => false,
-            "desc" => true,
-            other => {
-                return Err(invalid(
-                    py,
-                    format!("order must be one of {{'asc', 'desc'}}, got {other:?}"),
-                ))
-            }
-        };
-        let column = Column::parse(sort).map_err(|e| to_py(py, e))?;
-        let sort = Sort { column, descending };
+        let sort = sort_of(py, order, sort)?;
         let admits = PyAdmits::of(admits);
         let ids = detach(py, || {
             let engine = self.inner.read();
@@ -383,6 +401,39 @@ impl PyEngine {
             Ok(engine.ids_sorted(admitted.filter.as_ref(), sort, offset, limit))
         })?;
         Ok(PyArray1::from_vec(py, ids))
+    }
+
+    /// `ids_where`'s ids and the `updated_at` of each as it was admitted (read
+    /// under the same lock), so that rows read afterwards can be told from
+    /// versions written since.
+    #[pyo3(signature = (
+        admits = None, *, order = "desc", offset = 0, limit = usize::MAX, sort = "created_at",
+        expire_at = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn versioned_ids_where<'py>(
+        &self,
+        py: Python<'py>,
+        admits: Option<&PyAdmits>,
+        order: &str,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
+        #[pyo3(from_py_with = args::limit)] limit: usize,
+        sort: &str,
+        expire_at: Option<f64>,
+    ) -> PyResult<Versioned<'py>> {
+        let sort = sort_of(py, order, sort)?;
+        let admits = PyAdmits::of(admits);
+        let (ids, versions) = detach(py, || {
+            let engine = self.inner.read();
+            let admitted = engine.build_conditions(&admits, expire_at);
+            let ids = engine.ids_sorted(admitted.filter.as_ref(), sort, offset, limit);
+            let versions = engine.versions(&ids);
+            Ok((ids, versions))
+        })?;
+        Ok((
+            PyArray1::from_vec(py, ids),
+            PyArray1::from_vec(py, versions),
+        ))
     }
 
     /// How many records `admits` admits (see `count`) per table and scope: a

@@ -368,6 +368,17 @@ impl Engine {
         })
     }
 
+    /// The `updated_at` of each of `ids` as the engine holds it (NaN for an id
+    /// it does not): read under the same lock as a search or listing, it tells
+    /// which version of each record was judged, so that a caller who reads the
+    /// rows afterwards can tell one rewritten in between from the one judged.
+    pub fn versions(&self, ids: &[u64]) -> Vec<f64> {
+        let r = &self.records;
+        ids.iter()
+            .map(|&id| r.slot(id).map_or(f64::NAN, |s| r.updated_at[s as usize]))
+            .collect()
+    }
+
     /// Ids of the records `filter` admits, by creation time (ties by id),
     /// skipping `offset` and returning at most `limit`
     /// ([`ids_sorted`](Self::ids_sorted) by another column).

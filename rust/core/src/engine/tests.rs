@@ -90,6 +90,25 @@ fn hybrid_rrf_by_hand() {
 }
 
 #[test]
+fn versions_are_the_updated_at_held() {
+    let mut e = three();
+    let a = [Attrs {
+        updated_at: 123.0 * HOUR,
+        ..attrs("a", 0.5, 100.0 * HOUR, false)
+    }];
+    e.upsert(Batch {
+        ids: &[2],
+        texts: Some(&["dark chocolate tart".to_string()]),
+        vectors: Some(&[0.6, 0.8]),
+        attrs: &a,
+    })
+    .unwrap();
+    let v = e.versions(&[1, 2, 3, 99]);
+    assert_eq!(v[..3], [100.0 * HOUR, 123.0 * HOUR, 0.0]);
+    assert!(v[3].is_nan());
+}
+
+#[test]
 fn modes_and_weighted_fusion() {
     let e = three();
     let q = [0.0, 1.0];
