@@ -83,3 +83,32 @@ def test_two_servers_over_one_postgresql_store_serve_the_same_data(
         assert a.get(f"/v1/memories/{added.json()['id']}").status_code == 404  # read from the db
         a.close()
         b.close()
+
+
+def test_max_streams_flag_bounds_the_streams_served(tmp_path: Path) -> None:
+    """``memlane serve --max-streams 1``: a second follower is refused (503) while the
+    first follows, and served once it has gone."""
+    with ServeProcess(
+        tmp_path / "s", "--create", "--embedder", "none", "--max-streams", "1"
+    ) as server:
+        events: queue.Queue[Any] = queue.Queue()
+        ready = threading.Event()
+        url = f"{server.url}/v1/events?user_id=alice"
+        stream = httpx.stream("GET", url, timeout=httpx.Timeout(60, read=None))
+        first = stream.__enter__()
+        try:
+            assert first.status_code == 200
+            second = httpx.get(url, timeout=60)
+            assert second.status_code == 503
+            assert second.json()["error"] == {
+                "type": "ServiceUnavailable",
+                "message": "this server serves at most 1 event stream at once, and all are "
+                "taken; try again later",
+            }
+        finally:
+            stream.__exit__(None, None, None)
+        # The slot comes back once the server sees the first follower gone.
+        deadline = time.monotonic() + 60
+        threading.Thread(target=follow, args=(url, events, ready), daemon=True).start()
+        while not ready.wait(0.2):
+            assert time.monotonic() < deadline

@@ -54,6 +54,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--max-upload", type=at_least(1), help="the largest ingest or import upload, in bytes"
     )
     p.add_argument("--ingest-root", metavar="DIR", help="a folder /v1/ingest may read by path")
+    p.add_argument(
+        "--max-streams",
+        type=at_least(1),
+        help="the /v1/events streams served at once (default 1,000; more are refused, 503)",
+    )
 
 
 def _loopback(host: str) -> bool:
@@ -96,6 +101,8 @@ def serve(args: argparse.Namespace) -> int:
         options["max_body"] = args.max_body
     if args.max_upload is not None:
         options["max_upload"] = args.max_upload
+    if args.max_streams is not None:
+        options["max_streams"] = args.max_streams
     # uvicorn stops gracefully on SIGTERM, then raises it again for the handler it found:
     # the default one would end the process before the store is closed.
     signal.signal(signal.SIGTERM, _terminated)

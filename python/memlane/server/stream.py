@@ -96,8 +96,9 @@ class Followers:
                 raise Refused(
                     503,
                     "ServiceUnavailable",
-                    f"this server follows {self.limit} event streams already, its most; "
-                    "try again later",
+                    f"this server serves at most {self.limit} event "
+                    f"{'stream' if self.limit == 1 else 'streams'} at once, and all are "
+                    "taken; try again later",
                 )
             self.count += 1
 
