@@ -186,6 +186,7 @@ class IndexSync:
         """Replaces every stored vector with ``embedder``'s (or drops them)."""
         db = self.db
         with db.transaction() as conn:
+            db.unbounded(conn)  # the model runs between its statements
             seq = db.next_seq(conn)
             rows = db.texts(conn)
             for start in range(0, len(rows), 1024):

@@ -211,6 +211,23 @@ def migrate(conn: Any, s: str, name: str, tenant: bool, location: str) -> int:
 # (CREATE DATABASE ... TEMPLATE) or a restored dump keeps: the database's and the records
 # table's object ids, new for each, and the cluster's system identifier (a restore into
 # another cluster), where the role may read it.
+#: How long a connection of the store may sit idle inside a transaction before the
+#: server ends its session, undoing the transaction. A writer holds the change counter's
+#: row lock from its first statement to its commit, so a writer process stopped there
+#: (SIGSTOP, a debugger, a frozen VM, a host cut off) would hold every other writer of
+#: the store up for good. memlane's transactions wait between statements for one batch's
+#: work at most; a re-embedding, which runs the model inside its transaction, lifts it.
+IDLE_IN_TRANSACTION_SECONDS = 60
+
+
+def bound_idle(conn: Any) -> None:
+    """Sets ``IDLE_IN_TRANSACTION_SECONDS`` for the session of ``conn``."""
+    conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+        (f"{IDLE_IN_TRANSACTION_SECONDS}s",),
+    )
+
+
 _IDENTITY = (
     "SELECT (SELECT oid FROM pg_database WHERE datname = current_database()), "
     "to_regclass(%s)::oid, has_function_privilege('pg_control_system()', 'EXECUTE')"

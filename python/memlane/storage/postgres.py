@@ -189,6 +189,7 @@ class PostgresStore(SQLStore):
     _ERRORS = (psycopg.Error,)
     _RETURNING = True
     _FOR_UPDATE = " FOR UPDATE"
+    _UNBOUNDED = "SET LOCAL idle_in_transaction_session_timeout = 0"
     # Other processes commit between the statements of a read; this one sees one state.
     _SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     _GREATEST = "greatest"
@@ -211,8 +212,7 @@ class PostgresStore(SQLStore):
         self.target = PostgresTarget.parse(url)
         self.location = self.target.redacted
         s = self.target.schema
-        # Quoted, so a name that is also a keyword ("user") works; it is lowercase
-        # already, so quoting does not change which schema it names.
+        # Quoted, so a keyword ("user") works: lowercase already, it names the same schema.
         self._s = f'"{s}"'
         self._p = f"{self._s}."
         self._channel = f"{s}_changes"
@@ -281,8 +281,9 @@ class PostgresStore(SQLStore):
         return self.target.scrub(text)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        """Confines a new connection to the tenant, if any (row-level security), and
-        checks that it reached the database the store opened (``_identify``)."""
+        """Bounds a new connection's idle time in a transaction, confines it to the tenant,
+        if any (row-level security), and checks it reached the store's database."""
+        pg_schema.bound_idle(conn)
         if self.target.tenant is not None:
             field, who = self.target.tenant
             conn.execute(

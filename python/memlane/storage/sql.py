@@ -92,6 +92,12 @@ class SQLStore(SQLHistory):
     def closing(self) -> None:
         """Close's last writes follow (the access counts, the tombstones' sweep)."""
 
+    def unbounded(self, conn: Any) -> None:
+        """Lets the transaction of ``conn`` sit idle between statements as long as it
+        needs, where the database bounds it (``_UNBOUNDED``)."""
+        if self._UNBOUNDED is not None:
+            conn.execute(self._UNBOUNDED)
+
     def vector_file_end(self) -> int:
         return 0 if self._log is None else self._log.end
 
@@ -181,6 +187,7 @@ class SQLStore(SQLHistory):
     #: What locks a row a write transaction read (PostgreSQL's row locks; SQLite's one
     #: writer holds the database).
     _FOR_UPDATE: ClassVar[str] = ""
+    _UNBOUNDED: ClassVar[str | None] = None
 
     def delete(
         self, conn: Any, rowids: Sequence[int], seq: int, actor: str | None = None
