@@ -511,15 +511,21 @@ class Engine:
         defaults: SearchRequest | None = None,
         dates: Sequence[tuple[float, float]] = ...,
         touch: bool = True,
-    ) -> tuple[list[int], list[float], list[dict[str, float | int | None]] | None, list[float]]:
+    ) -> tuple[
+        list[int],
+        list[float],
+        list[dict[str, float | int | None]] | None,
+        list[tuple[float, float]],
+    ]:
         """One query with ``request``'s options over the store's ``defaults`` (its
         ``weights``, ``decay``, ``recency_half_life``, ``track_access``), among the
         records the request admits: ids, final scores, when the request asks to
         explain one dict of signals per hit (``SearchHit.explain``), and each hit's
-        ``updated_at`` as it was judged. ``now``: the time of the access recorded, and
-        with ``expiring`` the time the records expired by are left out; ``dates``: the
-        intervals ``(start, end)`` of the dates the query's text names; ``touch=False``
-        records no access whatever the request asks."""
+        version as it was judged (``updated_at``, ``expires_at`` or infinity). ``now``:
+        the time of the access recorded, and with ``expiring`` the time the records
+        expired by are left out; ``dates``: the intervals ``(start, end)`` of the dates
+        the query's text names; ``touch=False`` records no access whatever the request
+        asks."""
     def nearest(
         self,
         vectors: npt.ArrayLike,
@@ -553,8 +559,9 @@ class Engine:
         limit: int = ...,
         sort: str = "created_at",
         expire_at: float | None = None,
-    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64]]:
-        """``ids_where``'s ids and the ``updated_at`` of each as it was admitted."""
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """``ids_where``'s ids, and the ``updated_at`` and ``expires_at`` (infinity for
+        none) of each as it was admitted."""
     def count(self, admits: Admits | None = None, *, expire_at: float | None = None) -> int:
         """How many records ``admits`` admits, superseded ones too (None: all), less those
         expired at ``expire_at``."""

@@ -10,6 +10,7 @@ import contextlib
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,42 @@ def test_a_record_rewritten_between_the_answer_and_its_row(
     with rewrite_between(mem, lambda: mem.update(ids[3], metadata={"n": 30})):
         got = ask()
     assert {r.id: r.metadata["n"] for r in got}[ids[3]] == 30
+
+
+@pytest.mark.parametrize("read", ["search", "list"])
+def test_a_renewal_between_the_answer_and_its_row(make_store: StoreFactory, read: str) -> None:
+    """A renewal changes ``expires_at`` alone (``updated_at`` stays): a filter on the
+    expiry still gets the version it admitted."""
+    mem, ids = store(make_store)
+    far = time.time() + 10_000
+    mem.renew(ids, expires_at=far)
+    flt = {"expires_at": {"$gt": far - 1}}
+
+    def ask() -> list[Any]:
+        if read == "search":
+            return [h.record for h in mem.search("apples", 10, filters=flt)]
+        return mem.list(filters=flt, limit=10)
+
+    with rewrite_between(mem, lambda: mem.renew([ids[1]], expires_at=far - 5_000)):
+        got = ask()
+    assert ids[1] not in {r.id for r in got} and len(got) == 5
+    assert all(r.expires_at == far for r in got)
+
+
+def test_a_search_read_again_records_each_access_once(make_store: StoreFactory) -> None:
+    """The accesses a search read again records are those of the hits it returns, in the
+    engine (which orders and filters by them) as in the store: one that only the round
+    read again found is counted in both."""
+    mem, ids = store(make_store)
+    first = [h.record.id for h in mem.search("apples", 5, type="semantic", track_access=False)]
+    with rewrite_between(mem, lambda: mem.update(first[0], type="procedural")):
+        hits = mem.search("apples", 5, type="semantic")
+    returned = {h.record.id for h in hits}
+    assert first[0] not in returned and len(returned) == 5
+    assert returned - set(first)  # the hit the first round did not reach
+    assert {h.record.access_count for h in hits} == {1}
+    assert {r.id for r in mem.list(filters={"access_count": 1}, limit=10)} == returned
+    assert {r.id: r.access_count for r in map(mem.get, ids)} == {i: int(i in returned) for i in ids}
 
 
 def test_another_writer_of_the_store_between_the_answer_and_its_row(

@@ -1,62 +1,90 @@
 """The rows of what the engine judged, each the version it judged.
 
 A search or a listing asks the engine which records match, then reads their rows. A
-writer that rewrites one of them in between (an ``update`` that changes its type, its
-metadata, its text) would have the caller handed the new version under a filter only
-the old one met. The engine answers each id with the ``updated_at`` it judged (every
-rewrite changes it), and a row of another version sends the read round again: after
-this process's write in flight has reached the engine and other processes' commits
-are applied (``IndexSync.follow``), and the last time holding the lock this process's
-writes hold from their commit until the engine has them, so that no write of this
-process comes between. On PostgreSQL another process may still rewrite a record in
-between; its hit is then left out, as one deleted meanwhile is.
+writer that rewrites one of them in between (an ``update`` of its type, its metadata,
+its text; a ``renew`` of its expiry) would have the caller handed the new version under
+a filter only the old one met. The engine answers each id with the version it judged:
+its ``updated_at``, which every rewrite changes, and its ``expires_at``, which a renewal
+changes alone. A row of another version sends the read round again, once the engine
+has caught up: on an embedded store after this process's write in flight has reached
+it (``IndexSync.follow``, which then waits for that write alone); on PostgreSQL after a
+moment, in which the process's follower applies what other processes committed. No
+round waits for the store's lock, which a snapshot holds for long. A record rewritten
+again in every round is left out, as one deleted meanwhile is.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from memlane._memory.sync import IndexSync
 from memlane.schema import Row
 
-#: Reads before the last, which holds the lock; a clash needs a rewrite of one of the
-#: few records read, in the instant between the two reads.
+#: Rounds at most; a clash needs a rewrite of one of the few records read, in the
+#: instant between the engine's answer and the read of its row.
 TRIES = 3
+#: PostgreSQL: seconds before a round sent again, times the rounds so far (another
+#: process's commit reaches this one's engine in a few milliseconds).
+PAUSE = 0.001
 
 T = TypeVar("T")
+
+#: A record's version as the engine judged it: (``updated_at``, ``expires_at``, infinite
+#: for none).
+Version = tuple[float, float]
+
+
+@dataclass
+class Judged(Generic[T]):
+    """The last round's ids in order, the rows of those read as judged (a record
+    rewritten in every round has none), what else the engine answered, and the first
+    round's ids when a round was sent again (the engine recorded the accesses of the
+    first alone), else None."""
+
+    ids: list[int]
+    rows: dict[int, Row]
+    extra: T
+    first: list[int] | None
 
 
 def judged(
     sync: IndexSync,
-    ask: Callable[[bool], tuple[list[int], Sequence[float], T]],
+    ask: Callable[[bool], tuple[list[int], Sequence[Version], T]],
     embedding: bool,
-) -> tuple[list[int], dict[int, Row], T]:
-    """``ask(first)``'s ids (with the ``updated_at`` the engine judged of each, and what
-    else it answers), and their rows as judged; ``first`` is False on a read sent round
-    again (which records no access: the first did). An id whose row is gone is left
-    out by the caller, as before; one whose row is of another version on the last read
-    is left out here."""
+) -> Judged[T]:
+    """``ask(first)``'s ids, with the version the engine judged of each and what else it
+    answers, and their rows as judged; ``first`` is False in a round sent again, which
+    records no access. An id whose row is gone is left out by the caller, as before."""
+    first: list[int] | None = None
     for attempt in range(TRIES):
-        if attempt:
-            sync.follow()
         ids, versions, extra = ask(attempt == 0)
+        first = ids if first is None else first
         rows = sync.rows(ids, embedding=embedding)
-        if not _stale(ids, versions, rows):
-            return ids, rows, extra
-    with sync.lock:
-        sync.follow()
-        ids, versions, extra = ask(False)
-        rows = sync.rows(ids, embedding=embedding)
-    for i in _stale(ids, versions, rows):
+        stale = _stale(ids, versions, rows)
+        if not stale:
+            break
+        if attempt < TRIES - 1:
+            if sync.db.shared:
+                time.sleep(PAUSE * (attempt + 1))
+            else:
+                sync.follow()
+    for i in stale:
         del rows[i]
-    return ids, rows, extra
+    return Judged(ids, rows, extra, None if attempt == 0 else first)
 
 
-def _stale(ids: list[int], versions: Sequence[float], rows: dict[int, Row]) -> list[int]:
+def _stale(ids: list[int], versions: Sequence[Version], rows: dict[int, Row]) -> list[int]:
     """The ids whose row is there and of another version than the one judged."""
-    return [
-        i
-        for i, v in zip(ids, versions, strict=True)
-        if (row := rows.get(i)) is not None and row.updated_at != v
-    ]
+    out = []
+    for i, (updated, expires) in zip(ids, versions, strict=True):
+        row = rows.get(i)
+        if row is None:
+            continue
+        at = math.inf if row.expires_at is None else row.expires_at
+        if row.updated_at != updated or at != expires:
+            out.append(i)
+    return out

@@ -17,7 +17,7 @@ from memlane import coerce
 from memlane._core import Admits
 from memlane._memory.access import AccessLog
 from memlane._memory.encoding import record
-from memlane._memory.judged import judged
+from memlane._memory.judged import Version, judged
 from memlane._memory.querying import moment
 from memlane._memory.sync import IndexSync
 from memlane.errors import InvalidArgumentError, shown
@@ -115,13 +115,15 @@ class Listing:
         admits = self._admits(table, type, fields, start, end, filters, unique)
         engine, expire_at = self._sync.engine, self._expire_at()
 
-        def ask(first: bool) -> tuple[list[int], list[float], None]:
-            ids, versions = engine.versioned_ids_where(
+        def ask(first: bool) -> tuple[list[int], list[Version], None]:
+            ids, updated, expires = engine.versioned_ids_where(
                 admits, order=order, offset=offset, limit=limit, sort=sort, expire_at=expire_at
             )
-            return ids.tolist(), versions.tolist(), None
+            versions = zip(updated.tolist(), expires.tolist(), strict=True)
+            return ids.tolist(), list(versions), None
 
-        ids, rows, _ = judged(self._sync, ask, include_embedding)
+        found = judged(self._sync, ask, include_embedding)
+        ids, rows = found.ids, found.rows
         get = self._access.get
         return [record(rows[i], get(rows[i]), include_embedding) for i in ids if i in rows]
 

@@ -14,7 +14,7 @@ from memlane import _core, coerce
 from memlane._memory.access import AccessLog
 from memlane._memory.dates import named_intervals
 from memlane._memory.encoding import record
-from memlane._memory.judged import judged
+from memlane._memory.judged import Version, judged
 from memlane._memory.sync import IndexSync
 from memlane.coerce import FloatArray
 from memlane.embeddings.cache import CachedEmbedder
@@ -227,7 +227,7 @@ class Searcher:
         defaults = self.defaults if read is None else self.untracked
         engine, expiring = self.sync.engine, self.sync.expiring
 
-        def ask(first: bool) -> tuple[list[int], list[float], Any]:
+        def ask(first: bool) -> tuple[list[int], list[Version], Any]:
             ids, scores, signals, versions = engine.search(
                 request,
                 query,
@@ -240,12 +240,24 @@ class Searcher:
             )
             return ids, versions, (scores, signals)
 
-        rowids, rows, (scores, signals) = judged(self.sync, ask, include_embedding)
+        found = judged(self.sync, ask, include_embedding)
+        rowids, rows, (scores, signals) = found.ids, found.rows, found.extra
         touch = read is None and (
             self.track_access if request.track_access is None else request.track_access
         )
-        if touch and rowids and self.access.note(rowids, now):
-            self.sync.wake.set()
+        kept = [i for i in rowids if i in rows]
+        if touch and kept:
+            if found.first is not None:
+                # A round sent again records no access in the engine: the hits the first
+                # did not return are recorded now. (One the first returned and the last
+                # did not stays recorded there, one more than the store counts, until a
+                # rewrite of it or the next open.)
+                firsts = set(found.first)
+                missed = [i for i in kept if i not in firsts]
+                if missed:
+                    engine.touch(np.asarray(missed, dtype=np.uint64), now)
+            if self.access.note(kept, now):
+                self.sync.wake.set()
         hits = []
         for j, rowid in enumerate(rowids):
             row = rows.get(rowid)

@@ -82,16 +82,21 @@ impl PyEngine {
 type Nearest<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>);
 
 /// `Engine.search`'s answer: ids, final scores, on request each hit's signals,
-/// and the `updated_at` of each hit as it was judged.
+/// and the version of each hit as it was judged (`updated_at`, `expires_at`).
 type Found<'py> = (
     Vec<u64>,
     Vec<f64>,
     Option<Vec<Bound<'py, PyDict>>>,
-    Vec<f64>,
+    Vec<(f64, f64)>,
 );
 
-/// `Engine.versioned_ids_where`'s answer: ids and the `updated_at` of each.
-type Versioned<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f64>>);
+/// `Engine.versioned_ids_where`'s answer: ids, and the `updated_at` and the
+/// `expires_at` of each.
+type Versioned<'py> = (
+    Bound<'py, PyArray1<u64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+);
 
 /// The order and column a listing is sorted by, as `ids_where` takes them.
 fn sort_of(py: Python<'_>, order: &str, sort: &str) -> PyResult<Sort> {
@@ -353,7 +358,7 @@ impl PyEngine {
         let store = SearchOptions::default();
         let defaults = defaults.map_or(&store, |d| &d.options);
         let options = &request.options;
-        let (hits, versions): (Hits, Vec<f64>) = detach(py, || {
+        let (hits, versions): (Hits, Vec<(f64, f64)>) = detach(py, || {
             let engine = self.inner.read();
             let admitted = engine.build_conditions(&options.admits, expiring.then_some(now));
             let mut req = options.request(defaults, text, qv, &dates, &admitted, now)?;
@@ -403,9 +408,9 @@ impl PyEngine {
         Ok(PyArray1::from_vec(py, ids))
     }
 
-    /// `ids_where`'s ids and the `updated_at` of each as it was admitted (read
-    /// under the same lock), so that rows read afterwards can be told from
-    /// versions written since.
+    /// `ids_where`'s ids, and the `updated_at` and `expires_at` (infinite for
+    /// none) of each as it was admitted (read under the same lock), so that rows
+    /// read afterwards can be told from versions written since.
     #[pyo3(signature = (
         admits = None, *, order = "desc", offset = 0, limit = usize::MAX, sort = "created_at",
         expire_at = None,
@@ -430,9 +435,11 @@ impl PyEngine {
             let versions = engine.versions(&ids);
             Ok((ids, versions))
         })?;
+        let (updated, expires): (Vec<f64>, Vec<f64>) = versions.into_iter().unzip();
         Ok((
             PyArray1::from_vec(py, ids),
-            PyArray1::from_vec(py, versions),
+            PyArray1::from_vec(py, updated),
+            PyArray1::from_vec(py, expires),
         ))
     }
 

@@ -368,14 +368,20 @@ impl Engine {
         })
     }
 
-    /// The `updated_at` of each of `ids` as the engine holds it (NaN for an id
-    /// it does not): read under the same lock as a search or listing, it tells
-    /// which version of each record was judged, so that a caller who reads the
-    /// rows afterwards can tell one rewritten in between from the one judged.
-    pub fn versions(&self, ids: &[u64]) -> Vec<f64> {
+    /// The version of each of `ids` as the engine holds it: its `updated_at`,
+    /// which every rewrite changes, and its `expires_at` (infinite for none),
+    /// which a renewal changes alone; NaN for an id it does not hold. Read
+    /// under the same lock as a search or listing, it tells which version of
+    /// each record was judged, so that a caller who reads the rows afterwards
+    /// can tell one rewritten in between from the one judged.
+    pub fn versions(&self, ids: &[u64]) -> Vec<(f64, f64)> {
         let r = &self.records;
         ids.iter()
-            .map(|&id| r.slot(id).map_or(f64::NAN, |s| r.updated_at[s as usize]))
+            .map(|&id| {
+                r.slot(id).map_or((f64::NAN, f64::NAN), |s| {
+                    (r.updated_at[s as usize], r.expires_at[s as usize])
+                })
+            })
             .collect()
     }
 

@@ -104,8 +104,10 @@ fn versions_are_the_updated_at_held() {
     })
     .unwrap();
     let v = e.versions(&[1, 2, 3, 99]);
-    assert_eq!(v[..3], [100.0 * HOUR, 123.0 * HOUR, 0.0]);
-    assert!(v[3].is_nan());
+    let updated: Vec<f64> = v.iter().map(|p| p.0).collect();
+    assert_eq!(updated[..3], [100.0 * HOUR, 123.0 * HOUR, 0.0]);
+    assert!(v[..3].iter().all(|p| p.1 == f64::INFINITY));
+    assert!(v[3].0.is_nan() && v[3].1.is_nan());
 }
 
 #[test]
