@@ -133,3 +133,39 @@ def test_a_flush_that_takes_a_rolled_back_change_writes_its_counts_again() -> No
     log.flush(db, None, 7)  # type: ignore[arg-type]: the next write took change 7 again
     assert db.written == [(7, {1: (2, 100.0)}), (7, {1: (3, 101.0)})]
     assert log.get(_row(1, 6)) == (3, 101.0) and log.get(_row(1, 7)) is None
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        lambda mem: mem.update("X", metadata={"n": 1}),
+        lambda mem: mem.renew(["X"], expires_at=4_000_000_000.0),
+        lambda mem: mem.update("X", importance=0.9),
+    ],
+    ids=["update", "renew", "importance"],
+)
+def test_a_rewrite_keeps_the_accesses_the_index_recorded(
+    make_store: StoreFactory,
+    word_embedder: WordHashEmbedder,
+    rewrite: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rewrite gives the index the record's counts as the store holds them, which
+    lack an access a search has recorded in the index and not yet noted for the store.
+    The index keeps it. Before, a rewrite landing there lowered the index's count: X
+    showed 4 accesses but was listed with ``access_count`` 3, and under a writer
+    thread the index fell 1 to 60 behind."""
+    mem = _store(make_store, "rewrite", word_embedder, 3)
+    access = mem._searcher.access
+    note = access.note
+
+    def late(rowids: Any, now: float) -> bool:
+        monkeypatch.undo()
+        rewrite(mem)
+        return note(rowids, now)
+
+    monkeypatch.setattr(access, "note", late)
+    _searched(mem, 1)
+    assert mem.get("X").access_count == 4
+    assert [r.id for r in mem.list(filters={"access_count": 4})] == ["X"]
+    assert [r.id for r in mem.list(sort="access_count")] == ["X", "Y"]

@@ -7,10 +7,11 @@ a filter only the old one met. The engine answers each id with the version it ju
 its ``updated_at``, which every rewrite changes, and its ``expires_at``, which a renewal
 changes alone. A row of another version sends the read round again, once the engine
 has caught up: on an embedded store after this process's write in flight has reached
-it (``IndexSync.follow``, which then waits for that write alone); on PostgreSQL after a
-moment, in which the process's follower applies what other processes committed. No
-round waits for the store's lock, which a snapshot holds for long. A record rewritten
-again in every round is left out, as one deleted meanwhile is.
+it (``IndexSync.follow``, which takes the store's lock only while such a write is in
+flight); on PostgreSQL after a moment, in which the process's follower applies what
+other processes committed. A record rewritten again in every round is left out, as one
+deleted meanwhile is. The caller records the accesses of the hits it returns, after the
+last round.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from memlane._memory.sync import IndexSync
 from memlane.schema import Row
@@ -38,31 +38,16 @@ T = TypeVar("T")
 Version = tuple[float, float]
 
 
-@dataclass
-class Judged(Generic[T]):
-    """The last round's ids in order, the rows of those read as judged (a record
-    rewritten in every round has none), what else the engine answered, and the first
-    round's ids when a round was sent again (the engine recorded the accesses of the
-    first alone), else None."""
-
-    ids: list[int]
-    rows: dict[int, Row]
-    extra: T
-    first: list[int] | None
-
-
 def judged(
     sync: IndexSync,
-    ask: Callable[[bool], tuple[list[int], Sequence[Version], T]],
+    ask: Callable[[], tuple[list[int], Sequence[Version], T]],
     embedding: bool,
-) -> Judged[T]:
-    """``ask(first)``'s ids, with the version the engine judged of each and what else it
-    answers, and their rows as judged; ``first`` is False in a round sent again, which
-    records no access. An id whose row is gone is left out by the caller, as before."""
-    first: list[int] | None = None
+) -> tuple[list[int], dict[int, Row], T]:
+    """``ask()``'s ids (the last round's, in order), with the version the engine judged
+    of each and what else it answers, and their rows as judged: a record rewritten in
+    every round has none, and is left out by the caller as one deleted meanwhile is."""
     for attempt in range(TRIES):
-        ids, versions, extra = ask(attempt == 0)
-        first = ids if first is None else first
+        ids, versions, extra = ask()
         rows = sync.rows(ids, embedding=embedding)
         stale = _stale(ids, versions, rows)
         if not stale:
@@ -74,7 +59,7 @@ def judged(
                 sync.follow()
     for i in stale:
         del rows[i]
-    return Judged(ids, rows, extra, None if attempt == 0 else first)
+    return ids, rows, extra
 
 
 def _stale(ids: list[int], versions: Sequence[Version], rows: dict[int, Row]) -> list[int]:

@@ -115,15 +115,14 @@ class Listing:
         admits = self._admits(table, type, fields, start, end, filters, unique)
         engine, expire_at = self._sync.engine, self._expire_at()
 
-        def ask(first: bool) -> tuple[list[int], list[Version], None]:
+        def ask() -> tuple[list[int], list[Version], None]:
             ids, updated, expires = engine.versioned_ids_where(
                 admits, order=order, offset=offset, limit=limit, sort=sort, expire_at=expire_at
             )
             versions = zip(updated.tolist(), expires.tolist(), strict=True)
             return ids.tolist(), list(versions), None
 
-        found = judged(self._sync, ask, include_embedding)
-        ids, rows = found.ids, found.rows
+        ids, rows, _ = judged(self._sync, ask, include_embedding)
         get = self._access.get
         return [record(rows[i], get(rows[i]), include_embedding) for i in ids if i in rows]
 

@@ -166,11 +166,7 @@ class Searcher:
         """``hits`` (read from ``rows``) with an access of each recorded now."""
         rowids = [row.rowid for row in rows]
         now = time.time()
-        # A request that asks for the access itself (track_access=True) had the engine
-        # record it for every hit it returned, which cannot be taken back; the counts
-        # gathered here, which the database keeps, are still the caller's hits' alone.
-        if request.track_access is None:
-            self.sync.engine.touch(np.asarray(rowids, dtype=np.uint64), now)
+        self.sync.engine.touch(np.asarray(rowids, dtype=np.uint64), now)
         if self.access.note(rowids, now):
             self.sync.wake.set()
         # Read again: each record shows the access just recorded, as an unranked hit does.
@@ -227,7 +223,9 @@ class Searcher:
         defaults = self.defaults if read is None else self.untracked
         engine, expiring = self.sync.engine, self.sync.expiring
 
-        def ask(first: bool) -> tuple[list[int], list[Version], Any]:
+        def ask() -> tuple[list[int], list[Version], Any]:
+            # No access recorded here: a round may be read again, and only the hits of
+            # the last one, returned with their rows, are the caller's.
             ids, scores, signals, versions = engine.search(
                 request,
                 query,
@@ -236,26 +234,17 @@ class Searcher:
                 expiring=expiring,
                 defaults=defaults,
                 dates=dates,
-                touch=first,
+                touch=False,
             )
             return ids, versions, (scores, signals)
 
-        found = judged(self.sync, ask, include_embedding)
-        rowids, rows, (scores, signals) = found.ids, found.rows, found.extra
+        rowids, rows, (scores, signals) = judged(self.sync, ask, include_embedding)
         touch = read is None and (
             self.track_access if request.track_access is None else request.track_access
         )
         kept = [i for i in rowids if i in rows]
         if touch and kept:
-            if found.first is not None:
-                # A round sent again records no access in the engine: the hits the first
-                # did not return are recorded now. (One the first returned and the last
-                # did not stays recorded there, one more than the store counts, until a
-                # rewrite of it or the next open.)
-                firsts = set(found.first)
-                missed = [i for i in kept if i not in firsts]
-                if missed:
-                    engine.touch(np.asarray(missed, dtype=np.uint64), now)
+            engine.touch(np.asarray(kept, dtype=np.uint64), now)
             if self.access.note(kept, now):
                 self.sync.wake.set()
         hits = []

@@ -904,9 +904,16 @@ impl Records {
     }
 
     /// Inserts or replaces the attributes of `id`; returns its slot.
+    ///
+    /// A replacement (a rewrite of the record) keeps the accesses the engine
+    /// recorded beyond what it brings: its row holds the counts the database
+    /// has, which lag those of searches not yet written there, and a rewrite
+    /// lowering them lost accesses the store still counts.
     pub fn insert(&mut self, id: u64, a: &Attrs) -> u32 {
+        let mut seen = (0, f64::NEG_INFINITY);
         let slot = match self.slots.get(&id) {
             Some(&slot) => {
+                seen = (self.access_count(slot), self.accessed_at(slot));
                 self.unpost(slot);
                 self.unlink(slot);
                 self.untally(slot);
@@ -934,8 +941,8 @@ impl Records {
         self.evergreen[s] = a.evergreen;
         self.created_at[s] = a.created_at;
         self.updated_at[s] = a.updated_at;
-        self.set_accessed_at(slot, a.last_accessed_at);
-        self.access_count[s].store(a.access_count, Ordering::Relaxed);
+        self.set_accessed_at(slot, a.last_accessed_at.max(seen.1));
+        self.access_count[s].store(a.access_count.max(seen.0), Ordering::Relaxed);
         self.valid_to[s] = a.valid_to.unwrap_or(f64::INFINITY);
         self.expires_at[s] = a.expires_at.unwrap_or(f64::INFINITY);
         self.recorded_at[s] = a.recorded_at;
@@ -1123,6 +1130,42 @@ mod tests {
         );
         assert!(flatten_metadata("[1]").is_err());
         assert!(flatten_metadata("{").is_err());
+    }
+
+    #[test]
+    fn a_replacement_keeps_the_accesses_recorded_beyond_its_row() {
+        let mut r = Records::default();
+        let slot = r.insert(
+            7,
+            &Attrs {
+                access_count: 2,
+                ..attrs("memories", None, "{}")
+            },
+        );
+        for t in [5.0, 6.0, 7.0] {
+            r.record_access(slot, t);
+        }
+        // The row of a rewrite holds the two the database had: the searches'
+        // three stay, and their latest time.
+        r.insert(
+            7,
+            &Attrs {
+                access_count: 2,
+                ..attrs("memories", None, "{}")
+            },
+        );
+        assert_eq!((r.access_count(slot), r.accessed_at(slot)), (5, 7.0));
+        // A row that holds more (another process's, written since) is taken.
+        let later = Attrs {
+            access_count: 9,
+            last_accessed_at: 8.0,
+            ..attrs("memories", None, "{}")
+        };
+        r.insert(7, &later);
+        assert_eq!((r.access_count(slot), r.accessed_at(slot)), (9, 8.0));
+        // A new record starts from its row.
+        let other = r.insert(8, &attrs("memories", None, "{}"));
+        assert_eq!((r.access_count(other), r.accessed_at(other)), (0, 1.0));
     }
 
     #[test]
