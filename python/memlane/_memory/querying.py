@@ -80,11 +80,6 @@ class Searcher:
             recency_half_life=recency_half_life,
             track_access=track_access,
         )
-        # The same, recording no access: a reranked search's engine call (the reranker,
-        # not the engine, chooses the hits the caller gets).
-        self.untracked = _core.SearchRequest(
-            decay=decay, weights=weights, recency_half_life=recency_half_life, track_access=False
-        )
 
     def warm(self) -> None:
         """Runs ``WARM_SEARCHES`` hybrid searches of one word in fixed directions, which
@@ -220,8 +215,7 @@ class Searcher:
             raise InvalidArgumentError("vector search on a store without an embedder")
         now = time.time()
         dates = named_intervals(query)
-        defaults = self.defaults if read is None else self.untracked
-        engine, expiring = self.sync.engine, self.sync.expiring
+        engine, expiring, defaults = self.sync.engine, self.sync.expiring, self.defaults
 
         def ask() -> tuple[list[int], list[Version], Any]:
             # No access recorded here: a round may be read again, and only the hits of

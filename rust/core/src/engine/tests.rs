@@ -90,7 +90,7 @@ fn hybrid_rrf_by_hand() {
 }
 
 #[test]
-fn versions_are_the_updated_at_held() {
+fn versions_are_the_update_and_expiry_times_held() {
     let mut e = three();
     let a = [Attrs {
         updated_at: 123.0 * HOUR,
