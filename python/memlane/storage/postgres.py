@@ -28,21 +28,16 @@ password never appears in a message, a log line or a repr.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-import threading
 import time
 import urllib.parse
-import uuid
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from memlane import coerce
@@ -51,7 +46,9 @@ from memlane.records import SCOPE_FIELDS
 from memlane.schema import COLUMNS, Row
 from memlane.storage import pg_schema
 from memlane.storage.dialect import Columns, ErrorKind, Rows
+from memlane.storage.pg_listen import POLL_SECONDS, Listener
 from memlane.storage.pg_schema import SCHEMA_VERSION, database_identity, same_database
+from memlane.storage.pg_watch import Watch
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import TYPES, SQLStore
 
@@ -68,8 +65,6 @@ _POOL_MAX = 8
 _LAST_WAIT = 1.0
 # Reads and connects are retried this many times, backing off from 0.1 s.
 _ATTEMPTS = 4
-#: Without a notification, a process still looks for other writers' changes this often (s).
-POLL_SECONDS = 1.0
 # Tombstones are kept this long after an index snapshot reflects them, so a process
 # that was away (or a snapshot cache that old) can still replay the deletions.
 _TOMBSTONE_DAYS = 7
@@ -219,13 +214,14 @@ class PostgresStore(SQLStore):
         self._connect_kwargs: dict[str, Any] = {"autocommit": True, "application_name": "memlane"}
         if "connect_timeout" not in url:
             self._connect_kwargs["connect_timeout"] = int(CONNECT_TIMEOUT)
-        self._listener: _Listener | None = None
+        self._listener: Listener | None = None
         self._closed = False
         self._last = False  # close's writes: a connection of their own if none is free
         self._spares: list[psycopg.Connection[Any]] = []
         self._identity: tuple[int | None, int, int] | None = None
         self._replaced = False
         self._cache = RowCache(self.target.row_cache)
+        self._watch = Watch(self.target.conninfo, self._connect_kwargs)
         self._id_prefix = self.target.id_prefix
         if self.target.tenant is not None:
             self.tenant = ":".join(self.target.tenant)
@@ -283,15 +279,19 @@ class PostgresStore(SQLStore):
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """Bounds a new connection's idle time in a transaction, confines it to the tenant,
         if any (row-level security), and checks it reached the store's database."""
-        pg_schema.bound_idle(conn)
-        if self.target.tenant is not None:
-            field, who = self.target.tenant
-            conn.execute(
-                "SELECT set_config('memlane.tenant_field', %s, false), "
-                "set_config('memlane.tenant', %s, false)",
-                (field, who),
-            )
-        self._identify(conn)
+        self._watch.lend(conn)  # a server frozen since the connect holds these statements
+        try:
+            pg_schema.bound_idle(conn)
+            if self.target.tenant is not None:
+                field, who = self.target.tenant
+                conn.execute(
+                    "SELECT set_config('memlane.tenant_field', %s, false), "
+                    "set_config('memlane.tenant', %s, false)",
+                    (field, who),
+                )
+            self._identify(conn)
+        finally:
+            self._watch.back(conn)
 
     def _identify(self, conn: psycopg.Connection[Any]) -> None:
         """Notes the database of the store's first connection; a later connection to
@@ -336,6 +336,7 @@ class PostgresStore(SQLStore):
 
     def _migrate(self) -> None:
         conn = self._connect()
+        self._watch.lend(conn)
         try:
             # Every open but the first finds the schema current: nothing to lock or
             # create, so a role that may not create schemas can open the store.
@@ -348,6 +349,7 @@ class PostgresStore(SQLStore):
                     pg_schema.migrate(conn, self._s, self.target.schema, tenant, self.location)
                     done = pg_schema.version(conn, self._s)
         finally:
+            self._watch.back(conn)
             conn.close()
         if done > SCHEMA_VERSION:
             raise StorageError(
@@ -399,6 +401,7 @@ class PostgresStore(SQLStore):
             ) from e
         except PoolClosed as e:
             raise StorageError("the store is closed") from e
+        self._watch.lend(conn)
         if self._replaced:  # found out by this very connection
             self._put(conn)
             self._current()
@@ -418,14 +421,18 @@ class PostgresStore(SQLStore):
             conn.close()
             self._current()
         self._spares.append(conn)
+        self._watch.lend(conn)
         return conn
 
     def _put(self, conn: psycopg.Connection[Any]) -> None:
-        if any(conn is c for c in self._spares):
-            self._spares.remove(conn)
-            conn.close()
-        else:
-            self._pool.putconn(conn)
+        try:  # putting back may roll back: watched until done
+            if any(conn is c for c in self._spares):
+                self._spares.remove(conn)
+                conn.close()
+            else:
+                self._pool.putconn(conn)
+        finally:
+            self._watch.back(conn)
 
     @contextmanager
     def _reader(self) -> Iterator[psycopg.Connection[Any]]:
@@ -474,6 +481,7 @@ class PostgresStore(SQLStore):
         if self._listener is not None:
             self._listener.stop()
         self._pool.close()
+        self._watch.close()
 
     # -- binding -------------------------------------------------------------------------
 
@@ -538,63 +546,4 @@ class PostgresStore(SQLStore):
 
     def follow(self, on_change: Callable[[], None]) -> None:
         if self._listener is None:
-            self._listener = _Listener(self, on_change)
-
-
-class _Listener:
-    """A thread on a connection of its own: ``LISTEN``, and ``on_change`` at every
-    notification and at least every ``POLL_SECONDS``."""
-
-    def __init__(self, store: PostgresStore, on_change: Callable[[], None]) -> None:
-        self._store = store
-        self._on_change = on_change
-        self._stopping = threading.Event()
-        # close() wakes the thread with a notification only it listens to.
-        self._wake_channel = f"memlane_stop_{uuid.uuid4().hex}"
-        self._thread = threading.Thread(target=self._run, daemon=True, name="memlane-follow")
-        self._thread.start()
-
-    def _run(self) -> None:
-        store = self._store
-        conn: psycopg.Connection[Any] | None = None
-        failures = 0
-        while not self._stopping.is_set():
-            try:
-                if conn is None:
-                    conn = psycopg.connect(store.target.conninfo, **store._connect_kwargs)
-                    store._identify(conn)  # a database replaced meanwhile is found here
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store._channel)))
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._wake_channel)))
-                    failures = 0
-                else:
-                    for _ in conn.notifies(timeout=POLL_SECONDS, stop_after=1):
-                        pass
-                if not self._stopping.is_set():
-                    self._on_change()
-            except psycopg.Error as e:
-                # Lost connection: reconnect with backoff; the next round catches up.
-                if conn is not None:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.close()
-                    conn = None
-                failures += 1
-                if failures == 3:
-                    warnings.warn(
-                        f"memlane: cannot follow changes of {store.location}: "
-                        f"{store.target.scrub(str(e))}; retrying",
-                        RuntimeWarning,
-                        stacklevel=1,
-                    )
-                self._stopping.wait(min(POLL_SECONDS * failures, 10.0))
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        with contextlib.suppress(StorageError):
-            self._store._read(
-                lambda c: c.execute("SELECT pg_notify(%s, '')", (self._wake_channel,))
-            )
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=2 * POLL_SECONDS + CONNECT_TIMEOUT)
+            self._listener = Listener(self, on_change, 2 * POLL_SECONDS + CONNECT_TIMEOUT)

@@ -1,0 +1,116 @@
+"""A PostgreSQL server that stops answering without closing its connections (a stopped
+postmaster, a frozen VM, a network dropping packets past a firewall): a statement sent
+to it waited for good, since TCP reports nothing and libpq sets no deadline. The store
+now asks the server whether it answers at all once a statement has waited
+``STALL_SECONDS`` (shortened here), and a server that does not has the waiting
+connections shut: the call raises ``StorageError``. A server that answers is left to a
+statement however long it takes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import WordHashEmbedder
+from frozen_proxy import FrozenProxy
+from memlane import Memory, StorageError
+from memlane.storage import pg_watch, postgres
+from memlane.storage.postgres import PostgresStore
+from pg_server import PgServer
+
+# A bound for a hang, far beyond the shortened timeouts; not a latency the test asserts.
+HANG = 120.0
+
+
+@pytest.fixture
+def proxy(pg_server: PgServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[FrozenProxy]:
+    monkeypatch.setattr(pg_watch, "STALL_SECONDS", 1.0)
+    monkeypatch.setattr(pg_watch, "PROBE_SECONDS", 1.0)
+    monkeypatch.setattr(postgres, "CONNECT_TIMEOUT", 2.0)
+    p = FrozenProxy("127.0.0.1", pg_server.port)
+    yield p
+    p.close()
+
+
+def outcome(call: Callable[[], Any]) -> BaseException | str:
+    """What ``call`` ended with, run on a thread: its exception, or "returned"; "hung"
+    if it had not ended within ``HANG``."""
+    out: list[BaseException | str] = []
+
+    def run() -> None:
+        try:
+            call()
+            out.append("returned")
+        except BaseException as e:  # handed to the test
+            out.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG)
+    return out[0] if out else "hung"
+
+
+def lend_at_once(store: PostgresStore, count: int) -> None:
+    """Has ``count`` of the store's connections lent at once, so that the pool keeps as
+    many idle ones: a call after the freeze takes one, and sends its statement."""
+    barrier = threading.Barrier(count)
+
+    def hold() -> None:
+        with store._reader():
+            barrier.wait(HANG)
+
+    threads = [threading.Thread(target=hold) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG)
+
+
+def test_a_statement_sent_to_a_frozen_server_fails(pg_server: PgServer, proxy: FrozenProxy) -> None:
+    store = PostgresStore(proxy.url(pg_server.url(schema="frozen_read")))
+    try:
+        assert store._read(lambda c: c.execute("SELECT 1").fetchone()) == (1,)
+        proxy.freeze()  # the pooled connection the read used is idle, and is lent next
+        got = outcome(lambda: store._read(lambda c: c.execute("SELECT 2").fetchone()))
+        assert isinstance(got, StorageError), got
+    finally:
+        assert outcome(store.close) == "returned"
+
+
+def test_a_write_to_a_frozen_server_fails_and_stores_nothing(
+    pg_server: PgServer, proxy: FrozenProxy, tmp_path: Path
+) -> None:
+    direct = pg_server.url(schema="frozen_write")
+    mem = Memory(proxy.url(direct), WordHashEmbedder(), cache_dir=tmp_path / "a")
+    mem.add("a note stored before the freeze")
+    lend_at_once(mem._sync.db, 4)
+    proxy.freeze()
+    got = outcome(lambda: mem.add("a note sent to the frozen server"))
+    assert isinstance(got, StorageError), got
+    # What close writes (the searches' access counts) cannot reach the server either:
+    # it says so, and the store is closed all the same.
+    closed = outcome(mem.close)
+    assert closed == "returned" or isinstance(closed, StorageError), closed
+    assert mem.closed
+    proxy.thaw()
+    with Memory(direct, WordHashEmbedder(), cache_dir=tmp_path / "b") as again:
+        texts = [r.text for r in again.list(limit=10)]
+    # The write failed before its commit was sent: nothing of it was stored.
+    assert texts == ["a note stored before the freeze"]
+
+
+def test_a_long_statement_on_a_server_that_answers_runs_to_its_end(
+    pg_server: PgServer, proxy: FrozenProxy
+) -> None:
+    store = PostgresStore(proxy.url(pg_server.url(schema="slow_statement")))
+    try:
+        # Waits beyond the shortened stall three times over; the probe finds the server
+        # answering, so the statement is left to finish.
+        got = store._read(lambda c: c.execute("SELECT pg_sleep(3.5), 7").fetchone())
+        assert got == ("", 7)
+    finally:
+        store.close()
