@@ -126,8 +126,9 @@ def _shut(conn: psycopg.Connection[Any]) -> None:
     """Shuts the connection's socket down: the call waiting on it reads its end, and
     fails as on any broken connection. The socket stays open (libpq owns it)."""
     try:
-        fd = conn.pgconn.socket
-        with socket.socket(fileno=os.dup(fd)) as sock:
+        if conn.pgconn.transaction_status != TransactionStatus.ACTIVE:
+            return  # answered meanwhile, or closed (its descriptor may be another's now)
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
             sock.shutdown(socket.SHUT_RDWR)
     except (OSError, psycopg.Error):
         pass  # closed meanwhile
