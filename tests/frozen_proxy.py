@@ -1,8 +1,9 @@
 """A TCP proxy in front of a test server that can freeze: it keeps every connection
 open and accepts new ones, but passes no byte either way, as a server that stopped
-answering does (a SIGSTOPped postmaster, a frozen VM, a network that drops packets
-past a stateful firewall). The client's kernel still acknowledges what it sends, so
-nothing at the TCP level tells the client the server is gone."""
+answering does (a SIGSTOPped postmaster, a frozen VM). It can also hold only the
+connections open so far, passing new ones through, as a network that lost a flow's
+state does (a firewall, a NAT, a failover). The client's kernel still acknowledges what
+it sends, so nothing at the TCP level tells the client the peer is gone."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class FrozenProxy:
         self._frozen = threading.Event()
         self._stopped = threading.Event()
         self._sockets: list[socket.socket] = []
+        self._opened = 0  # connections accepted so far
+        self._held_below = 0  # those numbered below this pass nothing
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True, name="frozen-proxy").start()
 
@@ -28,6 +31,11 @@ class FrozenProxy:
 
     def thaw(self) -> None:
         self._frozen.clear()
+
+    def hold_open_ones(self) -> None:
+        """The connections open now pass nothing from now on; new ones pass."""
+        with self._lock:
+            self._held_below = self._opened
 
     def url(self, server_url: str) -> str:
         """``server_url`` (a ``postgresql://`` URL to 127.0.0.1) through this proxy."""
@@ -45,9 +53,12 @@ class FrozenProxy:
             except OSError:
                 return
             self._keep(client)
-            threading.Thread(target=self._pipe, args=(client,), daemon=True).start()
+            with self._lock:
+                number = self._opened
+                self._opened += 1
+            threading.Thread(target=self._pipe, args=(client, number), daemon=True).start()
 
-    def _pipe(self, client: socket.socket) -> None:
+    def _pipe(self, client: socket.socket, number: int) -> None:
         while self._frozen.is_set():  # accepted, never forwarded while frozen
             if self._stopped.wait(0.05):
                 return
@@ -62,7 +73,7 @@ class FrozenProxy:
             sel.register(client, selectors.EVENT_READ)
             sel.register(server, selectors.EVENT_READ)
             while not self._stopped.is_set():
-                if self._frozen.is_set():
+                if self._frozen.is_set() or number < self._held_below:
                     self._stopped.wait(0.05)
                     continue
                 for key, _ in sel.select(timeout=0.05):

@@ -54,6 +54,22 @@ def test_a_count_past_the_column_is_named_and_nothing_is_stored(
         assert mem.count() == 0
 
 
+@pytest.mark.parametrize("field", ["by", "next_id"])
+def test_a_history_name_no_database_stores_is_named_and_nothing_is_stored(
+    make_store: StoreFactory, tmp_path: Path, field: str
+) -> None:
+    # A lone surrogate (valid JSON as "\\ud800") passed the check: the records were
+    # committed, then the history's insert raised a raw UnicodeEncodeError.
+    entry = {"id": "r0", "text": "old", "event": "update", "at": 1.7e9, field: "\ud800"}
+    path = _lines(tmp_path / "in.jsonl", [{"id": "r0", "text": "new"}, {"history": entry}])
+    with make_store("j") as mem:
+        with pytest.raises(
+            InvalidArgumentError, match=rf"in\.jsonl:2: history '{field}' contains a lone surrogate"
+        ):
+            mem.import_jsonl(path)
+        assert mem.count() == 0
+
+
 def test_the_largest_count_saturates_when_searches_count_more(
     make_store: StoreFactory, tmp_path: Path
 ) -> None:

@@ -4,7 +4,9 @@ to it waited for good, since TCP reports nothing and libpq sets no deadline. The
 now asks the server whether it answers at all once a statement has waited
 ``STALL_SECONDS`` (shortened here), and a server that does not has the waiting
 connections shut: the call raises ``StorageError``. A server that answers is left to a
-statement however long it takes."""
+statement however long it takes; but a connection whose server process is no longer
+at work on its statement (the answer lost by the network) is shut, as a connection to
+a stopped server is."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from conftest import WordHashEmbedder
@@ -112,5 +115,44 @@ def test_a_long_statement_on_a_server_that_answers_runs_to_its_end(
         # answering, so the statement is left to finish.
         got = store._read(lambda c: c.execute("SELECT pg_sleep(3.5), 7").fetchone())
         assert got == ("", 7)
+    finally:
+        store.close()
+
+
+def test_a_connection_the_network_lost_is_shut_while_the_server_answers(
+    pg_server: PgServer, proxy: FrozenProxy
+) -> None:
+    store = PostgresStore(proxy.url(pg_server.url(schema="lost_connection")))
+    try:
+        assert store._read(lambda c: c.execute("SELECT 1").fetchone()) == (1,)
+        # Held while the statement runs: its answer never reaches the client, while the
+        # server answers new connections. The read, shut, is sent again on a new one.
+        threading.Timer(0.2, proxy.hold_open_ones).start()
+        got: list[Any] = []
+        ended = outcome(
+            lambda: got.append(
+                store._read(lambda c: c.execute("SELECT pg_sleep(0.5), 2").fetchone())
+            )
+        )
+        assert ended == "returned", ended
+        assert got == [("", 2)]
+    finally:
+        assert outcome(store.close) == "returned"
+
+
+def test_a_server_that_refuses_the_question_is_left_to_its_statement(
+    pg_server: PgServer, proxy: FrozenProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server at its connection limit (or refusing the login) refuses the probe with an
+    error: an answer that tells nothing of the statement's process, which is left."""
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise psycopg.OperationalError("FATAL:  sorry, too many clients already")
+
+    store = PostgresStore(proxy.url(pg_server.url(schema="refused_probe")))
+    try:
+        monkeypatch.setattr(pg_watch.psycopg, "connect", refused)
+        got = store._read(lambda c: c.execute("SELECT pg_sleep(3.5), 8").fetchone())
+        assert got == ("", 8)
     finally:
         store.close()

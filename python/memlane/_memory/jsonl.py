@@ -470,6 +470,11 @@ def _history(line: dict[str, Any], where: str) -> HistoryEntry:
     for name, value in (("by", actor), ("next_id", next_id)):
         if value is not None and not isinstance(value, str):
             raise InvalidArgumentError(f"{where}: history {name!r} must be a str or null")
+        if value is not None:  # stored after the records: refused before any of them
+            try:
+                coerce.clean(value, f"history {name!r}")
+            except InvalidArgumentError as e:
+                raise InvalidArgumentError(f"{where}: {e}") from None
     fields.pop("content_hash", None)
     fields.pop("embedding", None)
     try:

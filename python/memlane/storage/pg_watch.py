@@ -1,28 +1,46 @@
-"""Statements waiting on a PostgreSQL server that stopped answering.
+"""Statements waiting on a PostgreSQL server, or a connection, that stopped answering.
 
 A server that stops answering without closing its connections (a stopped postmaster, a
-frozen VM, a network that drops packets past a stateful firewall) leaves a statement
-waiting for good: the client's kernel still acknowledges what the client sends, so TCP
-never reports the server gone, libpq sets no deadline on an answer, and the server's
-own timeouts (``statement_timeout``) cannot run on a server that does not run.
+frozen VM), or a connection whose packets the network drops (a firewall or NAT that
+lost its state, an address moved by a failover), leaves a statement waiting for good:
+the client's kernel still acknowledges what the client sends, so TCP never reports the
+peer gone, libpq sets no deadline on an answer, and the server's own timeouts
+(``statement_timeout``) either cannot run or cannot reach the client.
 
 ``Watch`` follows the connections a store has lent out. One found waiting for an answer
 (libpq's transaction status ``ACTIVE``) at every look for ``STALL_SECONDS`` is the cue
-to ask whether the server answers at all: a new connection's ``SELECT 1``, given
-``PROBE_SECONDS``. A server that answers, even with an error, is working on the
-statement (a long one, or one waiting for a lock, which the server bounds itself), and
-is left to it. One that does not answer has the waiting connections' sockets shut down:
-each waiting call then fails as on a broken connection (a ``StorageError``), and the
-pool replaces the connection.
+to ask the server, on a new connection within ``PROBE_SECONDS``, what the waiting
+connections' server processes are doing (``pg_stat_activity``):
+
+- no answer at all (not even an error): the server has stopped, and every waiting
+  connection is shut;
+- an answer: a connection whose server process is still at work on its statement (a
+  long one, or one waiting for a lock, which the server bounds itself) is left to it;
+  one whose process has finished (its answer lost on the way), is gone, or is stuck
+  writing to a client that reads nothing, is shut. An error for an answer (too many
+  connections, a refused login) tells nothing of the processes: none is shut.
+
+Before a connection is shut it is looked at again: still on the same loan, still
+waiting, and (over TCP on Linux) nothing received on it since the wait began; a
+connection that has heard from the server meanwhile is left. Shutting its socket makes
+the waiting call fail as on any broken connection (a ``StorageError``), and the pool
+replaces the connection.
+
+A live server slower to accept a login than ``PROBE_SECONDS`` (a lock held on the role
+catalog) is taken for a stopped one.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
+import struct
+import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -30,34 +48,47 @@ from psycopg.pq import TransactionStatus
 
 __all__ = ["PROBE_SECONDS", "STALL_SECONDS", "Watch"]
 
-#: Seconds a connection waits for an answer before the server is asked whether it
-#: answers at all; also the least time between two such questions.
+#: Seconds a connection waits for an answer before the server is asked about it; also
+#: the least time between two questions about the same connection.
 STALL_SECONDS = 10.0
 #: Seconds the server has to answer that question.
-PROBE_SECONDS = 5.0
+PROBE_SECONDS = 10.0
+
+_ACTIVITY = "SELECT pid, state, wait_event FROM pg_stat_activity WHERE pid = ANY(%s)"
+# struct tcp_info's tcpi_last_data_sent and tcpi_last_data_recv: milliseconds since.
+_LAST_DATA_SENT = 44
+_LAST_DATA_RECV = 52
+
+
+@dataclass(frozen=True, slots=True)
+class _Stall:
+    conn: psycopg.Connection[Any]
+    loan: int
+    since: float  # monotonic time of the first look that found it waiting
+    pid: int
 
 
 class Watch:
-    """Connections lent out by one store, and a thread that looks at them while any
-    is out."""
+    """Connections lent out by one store, and a thread that looks at them."""
 
     def __init__(self, conninfo: str, connect_kwargs: Mapping[str, Any]) -> None:
         self._conninfo = conninfo
         self._kwargs = dict(connect_kwargs)
         self._lock = threading.Lock()
-        # id(conn) -> (conn, times lent and not yet back): a connection handed to a
-        # second borrower before the first's ``back`` stays watched.
-        self._out: dict[int, tuple[psycopg.Connection[Any], int]] = {}
+        self._loans = itertools.count(1)
+        # id(conn) -> (conn, times lent and not yet back, its latest loan): a connection
+        # handed to a second borrower before the first's ``back`` stays watched.
+        self._out: dict[int, tuple[psycopg.Connection[Any], int, int]] = {}
         # id(conn) -> when it was first seen waiting, in the run of looks that saw it so.
         self._waiting: dict[int, float] = {}
-        self._probe: threading.Thread | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
     def lend(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
-            _, count = self._out.get(id(conn), (conn, 0))
-            self._out[id(conn)] = (conn, count + 1)
+            _, count, _ = self._out.get(id(conn), (conn, 0, 0))
+            self._out[id(conn)] = (conn, count + 1, next(self._loans))
+            self._waiting.pop(id(conn), None)
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(
                     target=self._run, daemon=True, name="memlane-pg-watch"
@@ -66,69 +97,130 @@ class Watch:
 
     def back(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
-            _, count = self._out.get(id(conn), (conn, 1))
+            _, count, loan = self._out.get(id(conn), (conn, 1, 0))
             if count > 1:
-                self._out[id(conn)] = (conn, count - 1)
+                self._out[id(conn)] = (conn, count - 1, loan)
             else:
                 self._out.pop(id(conn), None)
                 self._waiting.pop(id(conn), None)
 
     def close(self) -> None:
-        self._stop.set()
+        self._stop.set()  # the thread ends at its next look, or after a question
 
     def _run(self) -> None:
         while not self._stop.wait(min(1.0, STALL_SECONDS / 4)):
             stalled = self._stalled(time.monotonic())
-            if stalled and not self._answers():
-                for conn in stalled:
-                    _shut(conn)
+            if not stalled:
+                continue
+            answered, activity = _activity(self._conninfo, self._kwargs, [s.pid for s in stalled])
+            for stall in stalled:
+                if not answered:
+                    self._shut_if_still(stall, answered=False)
+                elif activity is not None and _lost(activity, stall.pid):
+                    self._shut_if_still(stall, answered=True)
 
-    def _stalled(self, now: float) -> list[psycopg.Connection[Any]]:
+    def _stalled(self, now: float) -> list[_Stall]:
         """The connections waiting for an answer since ``STALL_SECONDS`` ago; their
-        clocks start again, so the server is asked at most once in that time."""
+        clocks start again, so each is asked about at most once in that time."""
         out = []
         with self._lock:
-            for key, (conn, _) in self._out.items():
+            for key, (conn, _, loan) in self._out.items():
                 if conn.closed or conn.pgconn.transaction_status != TransactionStatus.ACTIVE:
                     self._waiting.pop(key, None)
                     continue
                 since = self._waiting.setdefault(key, now)
                 if now - since >= STALL_SECONDS:
-                    out.append(conn)
+                    out.append(_Stall(conn, loan, since, conn.pgconn.backend_pid))
                     self._waiting[key] = now
         return out
 
-    def _answers(self) -> bool:
-        """Whether the server answers a new connection within ``PROBE_SECONDS``; an
-        error it sends (too many connections, a refused login) is an answer. A probe
-        still waiting from before is a server that does not."""
-        if self._probe is not None and self._probe.is_alive():
-            return False
-        answered = threading.Event()
-
-        def probe() -> None:
-            kwargs = {**self._kwargs, "connect_timeout": max(2, int(PROBE_SECONDS) + 1)}
+    def _shut_if_still(self, stall: _Stall, answered: bool) -> None:
+        """Shuts the connection's socket if it is still on the same loan, still waiting,
+        and has received nothing since it began to (nor, when the server ``answered``
+        of its process, sent anything lately: a statement slow to upload has its
+        process waiting for the rest). The call waiting on it reads its end and fails
+        as on any broken connection (the socket stays libpq's)."""
+        conn = stall.conn
+        with self._lock:
+            held = self._out.get(id(conn))
+            if held is None or held[2] != stall.loan:
+                return
             try:
-                with psycopg.connect(self._conninfo, **kwargs) as conn:
-                    conn.execute("SELECT 1")
-                answered.set()
-            except psycopg.Error as e:
-                if e.sqlstate is not None:  # the server's own error
-                    answered.set()
+                if conn.pgconn.transaction_status != TransactionStatus.ACTIVE:
+                    return
+                with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                    quiet = _quiet(sock)
+                    if quiet is not None:
+                        sent, received = quiet
+                        if received < time.monotonic() - stall.since:
+                            return  # heard from the server meanwhile
+                        if answered and sent < STALL_SECONDS:
+                            return
+                    sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, psycopg.Error):
+                pass  # closed meanwhile
 
-        self._probe = threading.Thread(target=probe, daemon=True, name="memlane-pg-probe")
-        self._probe.start()
-        self._probe.join(PROBE_SECONDS)
-        return answered.is_set()
+
+_Activity = dict[int, tuple[str | None, str | None]]
+
+
+def _activity(
+    conninfo: str, kwargs: Mapping[str, Any], pids: list[int]
+) -> tuple[bool, _Activity | None]:
+    """Whether the server answered a new connection within ``PROBE_SECONDS``, and
+    what it says its processes ``pids`` are doing (state, wait event): ``None`` if it
+    answered with an error (or the connection was refused), which tells nothing."""
+    answer: list[_Activity | None] = []
+    opened: list[psycopg.Connection[Any]] = []  # the probe's, once connected
+
+    def ask() -> None:
+        try:
+            timeout = max(2, int(PROBE_SECONDS) + 1)  # libpq's least is 2 s
+            with psycopg.connect(conninfo, **{**kwargs, "connect_timeout": timeout}) as conn:
+                opened.append(conn)
+                rows = conn.execute(_ACTIVITY, (pids,)).fetchall()
+                answer.append({pid: (state, event) for pid, state, event in rows})
+        except psycopg.Error:  # refused, or an error it sent: nothing to go by
+            answer.append(None)
+
+    thread = threading.Thread(target=ask, daemon=True, name="memlane-pg-probe")
+    thread.start()
+    thread.join(PROBE_SECONDS)
+    if thread.is_alive():
+        for conn in opened:  # connected, then silent: end the probe too
+            _shut(conn)
+        return False, None
+    return True, answer[0] if answer else None
+
+
+def _lost(activity: _Activity, pid: int) -> bool:
+    """Whether the server process ``pid`` is done with the statement its client waits
+    for: gone, no longer active, or stuck sending its answer to a client that reads
+    nothing (a state hidden from this role is taken for at work)."""
+    if pid not in activity:
+        return True
+    state, event = activity[pid]
+    if state is None:
+        return False
+    return state != "active" or event == "ClientWrite"
+
+
+def _quiet(sock: socket.socket) -> tuple[float, float] | None:
+    """Seconds since data was last sent and last received on a TCP socket, where
+    Linux says; else None."""
+    if sys.platform != "linux" or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    if len(info) < _LAST_DATA_RECV + 4:
+        return None
+    sent: int = struct.unpack_from("I", info, _LAST_DATA_SENT)[0]
+    received: int = struct.unpack_from("I", info, _LAST_DATA_RECV)[0]
+    return sent / 1000.0, received / 1000.0
 
 
 def _shut(conn: psycopg.Connection[Any]) -> None:
-    """Shuts the connection's socket down: the call waiting on it reads its end, and
-    fails as on any broken connection. The socket stays open (libpq owns it)."""
     try:
-        if conn.pgconn.transaction_status != TransactionStatus.ACTIVE:
-            return  # answered meanwhile, or closed (its descriptor may be another's now)
         with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
             sock.shutdown(socket.SHUT_RDWR)
     except (OSError, psycopg.Error):
-        pass  # closed meanwhile
+        pass

@@ -225,7 +225,11 @@ class PostgresStore(SQLStore):
         self._id_prefix = self.target.id_prefix
         if self.target.tenant is not None:
             self.tenant = ":".join(self.target.tenant)
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self._watch.close()
+            raise
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.target.conninfo,
             kwargs=self._connect_kwargs,
@@ -241,6 +245,7 @@ class PostgresStore(SQLStore):
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
         except PoolTimeout:
             self._pool.close()
+            self._watch.close()
             raise StorageError(
                 f"cannot reach the PostgreSQL database {self.location} "
                 f"(no connection within {CONNECT_TIMEOUT:.0f} s)"
