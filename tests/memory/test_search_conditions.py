@@ -129,6 +129,9 @@ def test_versions_as_typed_fields(
         (lambda m: m.search("x", type={"semantic": 1}), "type must be a str or a list of str"),
         (lambda m: m.count(table={"t": 1}), "table must be a str or a list of str, got dict"),
         (lambda m: m.scopes(unique="no"), "unique must be a bool, got str"),
+        # An endless iterable was read until memory ran out, aborting the process.
+        (lambda m: m.search("x", type=itertools.repeat("t")), "type has more than 65536"),
+        (lambda m: m.count(table=itertools.repeat("t")), "table has more than 65536 values"),
     ],
 )
 def test_bad_conditions_are_named(call: Any, message: str) -> None:

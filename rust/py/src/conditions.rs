@@ -73,11 +73,23 @@ fn texts(
             ),
         ));
     };
-    items
-        .map(|item| text(py, &item?, label))
-        .collect::<PyResult<Vec<_>>>()
-        .map(Some)
+    let mut out = Vec::new();
+    for item in items {
+        if out.len() == MAX_VALUES {
+            // An endless iterable would otherwise be read until memory runs out, which
+            // aborts the process.
+            return Err(invalid(
+                py,
+                format!("{label} has more than {MAX_VALUES} values"),
+            ));
+        }
+        out.push(text(py, &item?, label)?);
+    }
+    Ok(Some(out))
 }
+
+/// The most values a condition on one field takes (far more than a store has kinds).
+const MAX_VALUES: usize = 1 << 16;
 
 /// The scope fields a dict gives (`scoping.scope_of`'s, checked there).
 fn scope(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<[Option<String>; 6]> {
