@@ -57,9 +57,12 @@ def clean(value: str, label: str, nul: bool = False) -> str:
 
 
 def text(value: object, label: str, nul: bool = False) -> str:
-    """A non-empty str both databases can store (see ``clean``)."""
+    """A non-empty str both databases can store (see ``clean``), as an exact str: a
+    subclass's own methods (``__eq__``, ``__hash__``, ``strip``) decide nothing."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{label} must be a str, got {type(value).__name__}")
+    if type(value) is not str:
+        value = str.__str__(value)
     if not value.strip():
         raise InvalidArgumentError(f"{label} must not be empty")
     return clean(value, label, nul)

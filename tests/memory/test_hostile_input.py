@@ -409,3 +409,32 @@ def test_every_entry_point_refuses_a_value_of_the_wrong_type(seeded: Memory) -> 
     for case in CASES:
         for value in WRONG_TYPES:
             _check(seeded, case, value)
+
+
+class _EqualsAll(str):
+    """A str whose hash is another text's and which equals anything."""
+
+    def __new__(cls, value: str, posing_as: str) -> _EqualsAll:
+        made = super().__new__(cls, value)
+        made.posing_as = posing_as  # type: ignore[attr-defined]
+        return made
+
+    def __hash__(self) -> int:
+        return hash(self.posing_as)  # type: ignore[attr-defined]
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("bad", ["", "a\x00b", "x\ud800y"])
+def test_a_str_subclass_cannot_vouch_for_a_later_value(bad: str) -> None:
+    # The check of repeated tables, types and scope values remembers the texts that
+    # passed: a subclass equal to everything was remembered as itself, and a later
+    # empty, NUL or lone-surrogate value of the same hash passed as checked.
+    with Memory(None, WordHashEmbedder(), dedup_window=0) as mem:
+        fields = ("table", "type", "speaker", "agent_id")
+        mem.add_many([{"text": "harmless", **{f: _EqualsAll("ok", bad) for f in fields}}])
+        for field in fields:
+            with pytest.raises(InvalidArgumentError, match=field):
+                mem.add_many([{"text": "second", field: bad}])
+        assert mem.count() == 1

@@ -195,7 +195,8 @@ def new_record(
         elif builtins.type(v) is str and v in checked:
             scope.append(v)
         else:
-            scope.append(coerce.text(v, f))
+            v = coerce.text(v, f)
+            scope.append(v)
             checked.add(v)
     agent, user, room, world, session, namespace = scope
     if speaker is not None and (builtins.type(speaker) is not str or speaker not in checked):
@@ -225,10 +226,12 @@ def new_record(
     if builtins.type(importance) is not float or not 0.0 <= importance <= 1.0:
         importance = coerce.number(importance, "importance", 0.0, 1.0)
     if builtins.type(table) is not str or table not in checked:
-        checked.add(coerce.text(table, "table"))
+        table = coerce.text(table, "table")
+        checked.add(table)
     kind = type
     if builtins.type(kind) is not str or kind not in checked:
-        checked.add(coerce.text(kind, "type"))
+        kind = coerce.text(kind, "type")
+        checked.add(kind)
     emb = embedding
     if emb is not None:
         ok = builtins.type(emb) is np.ndarray and emb.dtype == np.float32 and emb.shape == (dim,)
