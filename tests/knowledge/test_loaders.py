@@ -219,6 +219,22 @@ def test_html_visible_text_only() -> None:
 # -- CSV ----------------------------------------------------------------------------------
 
 
+def test_a_wide_csv_names_its_first_columns_only() -> None:
+    # Every fragment carries the names and the engine indexes each: a 79 KB file of
+    # 10,000 columns took 1.8 GB to ingest, and one of 20,000 aborted the process.
+    header = ",".join(f"c{i}" for i in range(20_000))
+    doc = load_csv(f"{header}\n{','.join(['v'] * 20_000)}\n".encode(), Path("wide.csv"))
+    assert doc.metadata == {
+        "columns": [f"c{i}" for i in range(100)],
+        "rows": 1,
+        "columns_total": 20_000,
+    }
+    long_names = ",".join("n" * 1000 + str(i) for i in range(10))
+    doc = load_csv(f"{long_names}\n{','.join(['v'] * 10)}\n".encode(), Path("long.csv"))
+    assert len(doc.metadata["columns"]) == 4  # 4,096 characters of names at most
+    assert doc.metadata["columns_total"] == 10
+
+
 def test_csv_rows_with_headers() -> None:
     data = b'name,role,notes\nAlice,admin,"likes tea, biscuits"\nBob,,\n\nCarol,dev,x,extra\n'
     doc = load_csv(data, Path("people.csv"))
