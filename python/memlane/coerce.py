@@ -7,7 +7,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,19 @@ def path(value: object, label: str) -> Path:
         raise InvalidArgumentError(f"{label} must be a str or a path, got {shown(value)}")
     if "\x00" in text:
         raise InvalidArgumentError(f"{label} must not hold a NUL character: {text!r}")
+    try:  # a name read from the disk keeps its undecodable bytes as escapes: those pass
+        os.fsencode(text)
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(
+            f"{label} holds {text[e.start]!r} at position {e.start}, which no file name can"
+        ) from None
     return Path(text)
+
+
+def names(keys: Iterable[object]) -> list[str]:
+    """``keys`` as a message lists them, sorted: str keys as they are, any other (which
+    may not sort among str, or have a repr of its own that raises) as ``shown`` gives it."""
+    return sorted(k if type(k) is str else shown(k) for k in keys)
 
 
 def number(value: object, label: str, low: float | None = None, high: float | None = None) -> float:
@@ -222,7 +234,7 @@ def scope_keys(scope: Mapping[str, Any]) -> None:
     unknown = set(scope) - set(SCOPE_FIELDS)
     if unknown:
         raise InvalidArgumentError(
-            f"unknown argument(s) {sorted(unknown)}; scope fields are {list(SCOPE_FIELDS)}"
+            f"unknown argument(s) {names(unknown)}; scope fields are {list(SCOPE_FIELDS)}"
         )
 
 
@@ -234,7 +246,7 @@ def weights(value: Mapping[str, float] | None) -> dict[str, float] | None:
     unknown = set(value) - WEIGHT_KEYS
     if unknown:
         raise InvalidArgumentError(
-            f"unknown weight(s) {sorted(unknown)}; expected {sorted(WEIGHT_KEYS)}"
+            f"unknown weight(s) {names(unknown)}; expected {sorted(WEIGHT_KEYS)}"
         )
     return {k: number(v, f"weights[{k!r}]", 0.0) for k, v in value.items()}
 

@@ -146,12 +146,16 @@ class Memory(MemoryStore):
         snapshot_vectors: bool | None = None,
     ) -> None:
         self._open = False  # until fully open, so close() does nothing
+        if default_scope is not None and not isinstance(default_scope, Mapping):
+            raise InvalidArgumentError(
+                f"default_scope must be a dict of scope fields, got {shown(default_scope)}"
+            )
         scope = dict(default_scope or {})
         coerce.scope_keys(scope)
         for f, v in scope.items():
             coerce.text(v, f"default_scope[{f!r}]")
         dedup_threshold = coerce.number(dedup_threshold, "dedup_threshold", -1.0, 1.0)
-        if near_duplicate not in ("mark", "skip"):
+        if not isinstance(near_duplicate, str) or near_duplicate not in ("mark", "skip"):
             raise InvalidArgumentError(
                 f"near_duplicate must be one of {{'mark', 'skip'}}, got {shown(near_duplicate)}"
             )
@@ -178,10 +182,11 @@ class Memory(MemoryStore):
                 f"embedder must follow the Embedder protocol (name, dimension, embed, "
                 f"embed_batch), got {type(embedder).__name__}"
             )
-        if hnsw_precision not in PRECISIONS:
+        if not isinstance(hnsw_precision, str) or hnsw_precision not in PRECISIONS:
             raise InvalidArgumentError(
                 f"hnsw_precision must be one of {PRECISIONS}, got {shown(hnsw_precision)}"
             )
+        language = coerce.text(language, "language")
         cached = None if embedder is None else CachedEmbedder(embedder, EmbeddingCache(cache_size))
         dim = None if embedder is None else int(embedder.dimension)
         engine_args = {

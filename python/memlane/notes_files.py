@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
-from memlane.errors import ConflictError, InvalidArgumentError, NotFoundError, StorageError
+from memlane.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    StorageError,
+    shown,
+)
 from memlane.replaced_files import keep_owner, sync_folder
 from memlane.scoping import exact_scope
 
@@ -217,12 +223,16 @@ def _read(path: Path) -> list[_Entry]:
 
 
 def _directory(dir: str | Path, *, create: bool) -> Path:
-    if not isinstance(dir, str | os.PathLike):
-        raise InvalidArgumentError(f"dir must be a path, got {type(dir).__name__}")
-    path = Path(dir)
-    if path.exists() and not path.is_dir():
-        raise InvalidArgumentError(f"{str(path)!r} is not a directory")
-    if not path.exists():
+    if not isinstance(dir, str | os.PathLike) or dir == "":
+        raise InvalidArgumentError(f"dir must be a path, got {shown(dir)}")
+    path = coerce.path(dir, "dir")  # no NUL, no lone surrogate
+    try:
+        exists = path.exists()
+        if exists and not path.is_dir():
+            raise InvalidArgumentError(f"{str(path)!r} is not a directory")
+    except OSError as e:  # a name longer than the system takes, a folder it hides
+        raise StorageError(f"cannot look at {str(path)!r}: {e.strerror or e}") from None
+    if not exists:
         if not create:
             raise NotFoundError(f"no directory {str(path)!r}")
         try:

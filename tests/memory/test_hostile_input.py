@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import HnswIndex, Memory
 from memlane.agent.memory_tools import MemoryTools
-from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 
 DIM = 32
 
@@ -438,3 +438,50 @@ def test_a_str_subclass_cannot_vouch_for_a_later_value(bad: str) -> None:
             with pytest.raises(InvalidArgumentError, match=field):
                 mem.add_many([{"text": "second", field: bad}])
         assert mem.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda m, p: Memory(p / "x", WordHashEmbedder(), language=5), "language must be a str"),
+        (lambda m, p: Memory(p / "x", WordHashEmbedder(), language="\ud800"), "language"),
+        (lambda m, p: Memory(p / "x", WordHashEmbedder(), default_scope=5), "default_scope"),
+        (lambda m, p: Memory(p / "x", WordHashEmbedder(), default_scope="a"), "default_scope"),
+        (lambda m, p: Memory(str(p / "a\ud800"), WordHashEmbedder()), "path holds"),
+        (lambda m, p: Memory(p / "x", WordHashEmbedder(), weights={1: 1.0, "x": 1.0}), "weight"),
+        (lambda m, p: m.search("x", weights={1: 1.0, "x": 1.0}), "unknown weight"),
+        (
+            lambda m, p: Memory(p / "x", WordHashEmbedder(), hnsw_precision=np.array([1, 2])),
+            "hnsw_precision",
+        ),
+        (lambda m, p: m.export_jsonl(str(p / "a\ud800.jsonl")), "path holds"),
+        (lambda m, p: m.import_jsonl(str(p / "a\ud800.jsonl")), "path holds"),
+        (lambda m, p: m.ingest(str(p / "a\ud800"), shared=True), "path holds"),
+        (lambda m, p: m.export_notes("\x00"), "NUL"),
+        (lambda m, p: m.export_notes(""), "dir must be a path"),
+    ],
+)
+def test_arguments_no_check_named_before_are_refused(
+    make_store: StoreFactory, tmp_path: Any, call: Callable[[Memory, Any], Any], named: str
+) -> None:
+    # Each raised a raw TypeError, ValueError or UnicodeEncodeError before.
+    mem = _seeded(make_store)
+    try:
+        before = _state(mem)
+        with pytest.raises(InvalidArgumentError, match=named):
+            call(mem, tmp_path)
+        assert _state(mem) == before
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize("call", ["import_notes", "export_notes"])
+def test_a_notes_folder_name_the_system_refuses_is_a_storage_error(
+    make_store: StoreFactory, call: str
+) -> None:
+    mem = _seeded(make_store)
+    try:
+        with pytest.raises(StorageError, match=r"x{20}"):
+            getattr(mem, call)("x" * 5000)
+    finally:
+        mem.close()

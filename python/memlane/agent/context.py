@@ -211,10 +211,12 @@ def _shares(max_tokens: int, budget: Mapping[str, float]) -> dict[str, float]:
     """The checked arguments: every section's share (0 for one left out)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {shown(max_tokens)}")
+    if not isinstance(budget, Mapping):
+        raise InvalidArgumentError(f"budget must be a dict of shares, got {shown(budget)}")
     unknown = set(budget) - set(DEFAULT_BUDGET)
     if unknown:
         raise InvalidArgumentError(
-            f"unknown budget section(s) {sorted(unknown)}; expected {sorted(DEFAULT_BUDGET)}"
+            f"unknown budget section(s) {coerce.names(unknown)}; expected {sorted(DEFAULT_BUDGET)}"
         )
     shares = {k: budget.get(k, 0.0) for k in DEFAULT_BUDGET}
     for k, v in shares.items():
@@ -496,7 +498,7 @@ def check_context_options(options: Mapping[str, Any]) -> None:
     unknown = set(options) - _CONTEXT_OPTIONS
     if unknown:
         raise InvalidArgumentError(
-            f"unknown build_context option(s) {sorted(unknown)}; "
+            f"unknown build_context option(s) {coerce.names(unknown)}; "
             f"expected some of {sorted(_CONTEXT_OPTIONS)}"
         )
     if options.get("notes") is not None:  # refused now, not at every turn's context

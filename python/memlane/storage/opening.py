@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from memlane import coerce
 from memlane.errors import InvalidArgumentError, StorageError
 from memlane.storage.base import Store
 from memlane.storage.lock import StoreLock
@@ -50,7 +51,7 @@ def _store_folder(path: object) -> Path:
         )
     if "\0" in text:
         raise InvalidArgumentError(f"path must not hold a NUL byte, got {text!r}")
-    return Path(text)
+    return coerce.path(text, "path")  # a lone surrogate, which no file name can hold
 
 
 def _database_file(folder: Path) -> bool:

@@ -169,10 +169,11 @@ fn weights(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<[Option<f64>; 3]>
         }
     }
     if !unknown.is_empty() {
-        let builtins = py.import("builtins")?;
-        let sorted = |keys: Bound<'_, PyAny>| -> PyResult<String> {
-            Ok(builtins
-                .getattr("sorted")?
+        // Listed as coerce.names lists them: keys of mixed types do not sort together.
+        let listed = |keys: Bound<'_, PyAny>| -> PyResult<String> {
+            Ok(py
+                .import("memlane.coerce")?
+                .getattr("names")?
                 .call1((keys,))?
                 .repr()?
                 .to_string())
@@ -181,8 +182,8 @@ fn weights(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<[Option<f64>; 3]>
             py,
             format!(
                 "unknown weight(s) {}; expected {}",
-                sorted(PyList::new(py, unknown)?.into_any())?,
-                sorted(PyList::new(py, names)?.into_any())?,
+                listed(PyList::new(py, unknown)?.into_any())?,
+                listed(PyList::new(py, names)?.into_any())?,
             ),
         ));
     }
