@@ -109,4 +109,7 @@ def shown(value: object) -> str:
     string of megabytes, or an int too long for Python to write in decimal."""
     if isinstance(value, int) and value.bit_length() > _WRITTEN_BITS:
         return f"{'a negative' if value < 0 else 'an'} int of {value.bit_length()} bits"
-    return _SHOWN.repr(value)
+    try:
+        return _SHOWN.repr(value)
+    except Exception:  # such an int inside it, or a repr of its own that raises
+        return f"a {type(value).__name__} that cannot be shown"

@@ -261,12 +261,14 @@ class Notebook:
     def file(file: object) -> tuple[str, str]:
         """``(file name, kind)`` of a file given by its name (``"USER.md"``) or kind
         (``"user"``); raises ``InvalidArgumentError`` for another."""
-        for name, kind in NOTE_FILES.items():
-            if file in (name, kind):
-                return name, kind
-        raise InvalidArgumentError(
-            f"unknown notes file {str(file)[:80]!r}; files are {list(NOTE_FILES)}"
-        )
+        if isinstance(file, str):  # only a str: an array's == is no answer
+            for name, kind in NOTE_FILES.items():
+                if file in (name, kind):
+                    return name, kind
+            raise InvalidArgumentError(
+                f"unknown notes file {file[:80]!r}; files are {list(NOTE_FILES)}"
+            )
+        raise InvalidArgumentError(f"a notes file is named by a str, got {shown(file)}")
 
     def entries(self, file: str) -> list[MemoryRecord]:
         """The entries of ``file`` in this scope, in the file's order."""

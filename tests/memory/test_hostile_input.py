@@ -22,6 +22,7 @@ from conftest import StoreFactory, WordHashEmbedder
 from memlane import HnswIndex, Memory
 from memlane.agent.memory_tools import MemoryTools
 from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
+from memlane.notes import Notebook
 
 DIM = 32
 
@@ -459,6 +460,19 @@ def test_a_str_subclass_cannot_vouch_for_a_later_value(bad: str) -> None:
         (lambda m, p: m.ingest(str(p / "a\ud800"), shared=True), "path holds"),
         (lambda m, p: m.export_notes("\x00"), "NUL"),
         (lambda m, p: m.export_notes(""), "dir must be a path"),
+        (lambda m, p: m.get("a", include_embedding=np.array([1, 2])), "include_embedding"),
+        (lambda m, p: m.list(include_embedding=np.array([1, 2])), "include_embedding"),
+        (lambda m, p: m.search("x", include_embedding=np.array([1, 2])), "include_embedding"),
+        (lambda m, p: m.add("x", metadata=np.array([1, 2])), "metadata must be a dict"),
+        (lambda m, p: m.add("x", metadata=0), "metadata must be a dict, got int"),
+        (lambda m, p: m.list(limit=[10**5000]), "limit must be an int"),
+        (
+            lambda m, p: m.ingest_text(
+                "t", source="s", shared=True, file_type=_nested(5000, "dict")
+            ),
+            "file_type",
+        ),
+        (lambda m, p: Notebook(m, {"agent_id": "a"}).append(np.array([1, 2]), "x"), "notes file"),
     ],
 )
 def test_arguments_no_check_named_before_are_refused(

@@ -202,7 +202,10 @@ def new_record(
     if speaker is not None and (builtins.type(speaker) is not str or speaker not in checked):
         speaker = coerce.text(speaker, "speaker")
         checked.add(speaker)
-    metadata, metadata_json = ({}, "{}") if not metadata else coerce.metadata(metadata)
+    if metadata is None or (builtins.type(metadata) is dict and not metadata):
+        metadata, metadata_json = {}, "{}"
+    else:  # checked: 0, "" or an array is no dict
+        metadata, metadata_json = coerce.metadata(metadata)
     created = now if created_at is None else coerce.timestamp(created_at, "created_at")
     updated = now if updated_at is None else coerce.timestamp(updated_at, "updated_at")
     last = (

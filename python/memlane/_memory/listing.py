@@ -107,6 +107,7 @@ class Listing:
         self._sync.check_open()
         coerce.count(limit, "limit")
         coerce.count(offset, "offset")
+        include_embedding = coerce.flag(include_embedding, "include_embedding")
         if not isinstance(sort, str) or sort not in SORTS:
             raise InvalidArgumentError(f"sort must be one of {', '.join(SORTS)}, got {shown(sort)}")
         if not isinstance(order, str) or order not in ("asc", "desc"):

@@ -204,6 +204,7 @@ class MemoryStore(Listing, Forgetting):
         """The record with this id ([`UnknownIdError`][memlane.errors.UnknownIdError]
         if none)."""
         self._sync.check_open()
+        include_embedding = coerce.flag(include_embedding, "include_embedding")
         row = self._db.row_by_id(coerce.text(id, "id"), embedding=include_embedding)
         if not visible(row, time.time()):
             raise UnknownIdError(f"no memory with id {id!r}")
@@ -501,7 +502,7 @@ class MemoryStore(Listing, Forgetting):
             query,
             request,
             query_embedding=query_embedding,
-            include_embedding=include_embedding,
+            include_embedding=coerce.flag(include_embedding, "include_embedding"),
             rerank=rerank,
             k=k,
         )

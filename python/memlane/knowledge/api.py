@@ -217,7 +217,8 @@ def ingest_text(
         raise InvalidArgumentError("source must be a non-empty str")
     coerce.clean(text, "text", nul=True)
     coerce.clean(source, "source")
-    loader = LOADERS.get("." + str(file_type).lower().lstrip("."))
+    named = file_type.lower().lstrip(".") if isinstance(file_type, str) else None
+    loader = None if named is None else LOADERS.get("." + named)
     if loader is None:
         raise InvalidArgumentError(
             f"file_type must be one of {sorted(s[1:] for s in LOADERS)}, got {shown(file_type)}"
