@@ -89,6 +89,14 @@ def path(value: object, label: str) -> Path:
     return Path(text)
 
 
+def items(value: object) -> bool:
+    """Whether ``value`` holds items a call takes one by one: iterable, and no str,
+    bytes, mapping, or 0-d array (whose iteration raises ``TypeError``)."""
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        return False
+    return not (isinstance(value, np.ndarray) and value.ndim == 0)
+
+
 def names(keys: Iterable[object]) -> list[str]:
     """``keys`` as a message lists them, sorted: str keys as they are, any other (which
     may not sort among str, or have a repr of its own that raises) as ``shown`` gives it."""

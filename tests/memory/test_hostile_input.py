@@ -473,6 +473,9 @@ def test_a_str_subclass_cannot_vouch_for_a_later_value(bad: str) -> None:
             "file_type",
         ),
         (lambda m, p: Notebook(m, {"agent_id": "a"}).append(np.array([1, 2]), "x"), "notes file"),
+        (lambda m, p: m.renew(np.array("abc")), "ids must be a list"),
+        (lambda m, p: m.add_many(np.array("abc")), "add_many takes a list"),
+        (lambda m, p: m.ingest(p, shared=True, root="x" * 5000), "root must be a folder"),
     ],
 )
 def test_arguments_no_check_named_before_are_refused(

@@ -109,7 +109,7 @@ class Forgetting:
         it at every read.
         """
         self._sync.check_open()
-        if isinstance(ids, str | bytes | Mapping) or not isinstance(ids, Iterable):
+        if not coerce.items(ids):
             raise InvalidArgumentError(f"ids must be a list of ids or records, got {shown(ids)}")
         wanted: dict[str, float | None] = {}
         for k, item in enumerate(ids):

@@ -143,7 +143,7 @@ class Writer(Deleting):
             return records[0]
 
     def _validate(self, items: Iterable[Mapping[str, Any]], importing: bool) -> list[NewRecord]:
-        if isinstance(items, Mapping | str | bytes) or not isinstance(items, Iterable):
+        if not coerce.items(items):
             raise InvalidArgumentError(
                 f"add_many takes a list of dicts, got {type(items).__name__}"
             )

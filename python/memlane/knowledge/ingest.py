@@ -93,7 +93,13 @@ def ingest_path(
         base, target, alone = known
     else:
         base, target, alone = target.parent, target, True
-    if not base.is_dir():
+    try:
+        folder = base.is_dir()
+    except OSError as e:  # a name longer than the system takes, a folder it hides
+        raise InvalidArgumentError(
+            f"root must be a folder: {str(base)[:200]}: {e.strerror}"
+        ) from None
+    if not folder:
         raise InvalidArgumentError(f"root must be a folder: {base}")
     report = IngestReport()
     root_key = str(base.resolve())
