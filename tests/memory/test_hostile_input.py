@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import HnswIndex, Memory
+from memlane.agent.core_memory import CoreMemory
 from memlane.agent.memory_tools import MemoryTools
 from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 from memlane.notes import Notebook
@@ -476,6 +477,7 @@ def test_a_str_subclass_cannot_vouch_for_a_later_value(bad: str) -> None:
         (lambda m, p: m.renew(np.array("abc")), "ids must be a list"),
         (lambda m, p: m.add_many(np.array("abc")), "add_many takes a list"),
         (lambda m, p: m.ingest(p, shared=True, root="x" * 5000), "root must be a folder"),
+        (lambda m, p: CoreMemory(m, {"agent_id": "a"}, table=frozenset({"t"})), "table must be"),
     ],
 )
 def test_arguments_no_check_named_before_are_refused(

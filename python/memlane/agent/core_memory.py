@@ -239,7 +239,7 @@ class CoreMemory:
     ) -> None:
         self.memory = memory
         self.scope, self._only = exact_scope(memory, scope or {})
-        self.table = table
+        self.table = coerce.text(table, "table")
         self._shared: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.shared: dict[str, tuple[str, ...]] = {}
         if shared is not None and not isinstance(shared, Mapping):
