@@ -382,8 +382,8 @@ def load_csv(data: bytes, path: Path) -> LoadedDocument:
 
 
 #: The most column names, and characters of them, a CSV's metadata carries: every
-#: fragment of the file carries them, and the engine indexes each for filters, so a
-#: small file of 10,000 columns took 1.8 GB (and 20,000 aborted the process).
+#: fragment of the file carries them and the engine indexes each for filters, so all
+#: of a wide header would cost its columns times the file's fragments.
 _NAMED_COLUMNS = 100
 _NAMED_CHARS = 4096
 
