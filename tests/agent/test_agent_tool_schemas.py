@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
+
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -49,3 +52,29 @@ def test_messages_are_short_whatever_the_value() -> None:
     with pytest.raises(ToolArgumentError) as e:
         validate_arguments(schema, {"content": "x", "type": "y" * 100_000})
     assert len(str(e.value)) < 300 and "'type' must be one of" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "value"),
+    [
+        ("remember", "importance", complex(1, 2)),
+        ("remember", "importance", Decimal("NaN")),
+        ("remember", "importance", Decimal("sNaN")),
+        ("recall", "limit", complex(1, 1)),
+        ("recall", "limit", Decimal("NaN")),
+        ("recall", "limit", Fraction(1, 3)),
+    ],
+)
+def test_numbers_json_cannot_carry_are_refused_by_name(name: str, key: str, value: object) -> None:
+    """A dict given in-process can hold numbers no JSON text can; the schema's bounds
+    compared them and raised (TypeError; InvalidOperation for a Decimal NaN), which the
+    dispatcher reported as an internal error."""
+    schema = TOOL_SCHEMAS[name][1]
+    args = {"content" if name == "remember" else "query": "x", key: value}
+    with pytest.raises(ToolArgumentError, match=f"'{key}' must be a JSON number"):
+        validate_arguments(schema, args)
+
+
+def test_type_errors_read_as_english() -> None:
+    with pytest.raises(ToolArgumentError, match="'limit' must be an integer, got str"):
+        validate_arguments(TOOL_SCHEMAS["recall"][1], {"query": "q", "limit": "3"})

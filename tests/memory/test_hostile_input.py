@@ -478,6 +478,8 @@ def test_a_str_subclass_cannot_vouch_for_a_later_value(bad: str) -> None:
         (lambda m, p: m.add_many(np.array("abc")), "add_many takes a list"),
         (lambda m, p: m.ingest(p, shared=True, root="x" * 5000), "root must be a folder"),
         (lambda m, p: CoreMemory(m, {"agent_id": "a"}, table=frozenset({"t"})), "table must be"),
+        (lambda m, p: m.expire(table=b"memories"), "table must be a str"),
+        (lambda m, p: m.expire(table=" "), "table must not be empty"),
     ],
 )
 def test_arguments_no_check_named_before_are_refused(

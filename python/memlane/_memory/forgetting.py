@@ -136,6 +136,8 @@ class Forgetting:
         (LangGraph's ``sweep_ttl``).
         """
         self._sync.check_open()
+        if table is not None:
+            table = coerce.text(table, "table")
         fields = Scope.of(self.default_scope, scope).fields
         gone: builtins.list[Any] = []
         self._writer.expire(time.time(), gone)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -228,7 +229,8 @@ def _message(error: Any, schema: Mapping[str, Any], args: Mapping[str, Any]) -> 
         return f"missing required argument {missing[0]!r}"
     key = ".".join(str(p) for p in error.absolute_path) or "arguments"
     if keyword == "type":
-        return f"{key!r} must be a {value}, got {type(instance).__name__}"
+        article = "an" if str(value)[:1] in ("a", "e", "i", "o", "u") else "a"
+        return f"{key!r} must be {article} {value}, got {type(instance).__name__}"
     if keyword == "enum":
         return f"{key!r} must be one of {value}, got {repr(instance)[:80]}"
     if keyword == "minLength":
@@ -248,6 +250,11 @@ def validate_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> di
     if odd:
         raise ToolArgumentError(f"argument names must be str, got {type(odd[0]).__name__}")
     given = {k: v for k, v in args.items() if v is not None}
+    # JSON has no complex, Decimal or Fraction; the schema's bounds would compare them
+    # and raise (TypeError, or InvalidOperation for a Decimal NaN).
+    for key, value in given.items():
+        if isinstance(value, numbers.Number) and not isinstance(value, int | float):
+            raise ToolArgumentError(f"{key!r} must be a JSON number, got {type(value).__name__}")
     errors = sorted(
         _validator(schema).iter_errors(given),
         key=lambda e: (_FIRST.get(e.validator, 3), [str(p) for p in e.absolute_path]),
