@@ -30,6 +30,9 @@ MAX_COUNT = 2**63 - 1
 #: How deep metadata may nest (dicts and lists alike), as the engine's
 #: ``flatten_metadata`` allows for dicts.
 MAX_METADATA_DEPTH = 16
+#: The longest id a record can be given, in UTF-8 bytes. PostgreSQL's indexes hold an
+#: entry of at most about 2.7 kB, and both backends take the same ids.
+MAX_ID_BYTES = 1024
 #: The metadata key under which the engine indexes a record's ``unique`` flag (the
 #: engine holds no column for it; its conditions read metadata). Only the engine's copy of
 #: a unique record's metadata has it, never the stored one, so no caller's metadata may.
@@ -66,6 +69,16 @@ def text(value: object, label: str, nul: bool = False) -> str:
     if not value.strip():
         raise InvalidArgumentError(f"{label} must not be empty")
     return clean(value, label, nul)
+
+
+def record_id(value: object, label: str) -> str:
+    """``value`` as ``text`` takes it, and no longer than ``MAX_ID_BYTES`` in UTF-8."""
+    value = text(value, label)
+    if len(value) > MAX_ID_BYTES // 4 and len(value.encode()) > MAX_ID_BYTES:
+        raise InvalidArgumentError(
+            f"{label} is {len(value.encode())} bytes long in UTF-8: at most {MAX_ID_BYTES}"
+        )
+    return value
 
 
 def path(value: object, label: str) -> Path:

@@ -8,6 +8,8 @@ window's clock is the writer's ``time.time``, moved here by a fake instead of sl
 from __future__ import annotations
 
 import json
+import random
+import string
 import time
 
 import pytest
@@ -192,3 +194,29 @@ def test_a_store_with_old_sourceid_keys_keeps_a_contacts_messages(
         again = mem.add("I need the report by Friday", user_id="u", metadata=contact)
         assert (again.id, again.duplicate) == (first.id, "window")
         assert mem.count() == 2
+
+
+def test_ids_and_scopes_of_any_length_are_one_key_each_on_both_backends(
+    make_store: StoreFactory, clock: FakeTime
+) -> None:
+    """A key holds the scope's values and the message id whole; PostgreSQL's index of
+    the window's keys refused an entry past about 2.7 kB (``StorageError``, nothing
+    stored), where SQLite kept it. A long key is kept as its digest on both."""
+    rng = random.Random(5)
+    long_id = "".join(rng.choices(string.ascii_letters, k=10_000))
+    agent = "".join(rng.choices(string.ascii_letters, k=3_000))
+    emb = WordHashEmbedder()
+    with make_store("w", emb) as mem:
+        first = mem.add("a long delivery", agent_id=agent, metadata={"messageId": long_id})
+        clock.now += 60
+        again = mem.add("a long delivery, again", agent_id=agent, metadata={"messageId": long_id})
+        assert (again.id, again.duplicate) == (first.id, "window")
+        other = mem.add("another", agent_id=agent, metadata={"messageId": long_id[:-1] + "?"})
+        assert other.duplicate is None
+        contact = mem.add("hi", metadata={"source": "chat", "sourceId": long_id})
+        assert contact.duplicate is None
+    with make_store("w", emb) as mem:  # the keys as stored are the keys derived again
+        assert mem.add("reopened", agent_id=agent, metadata={"messageId": long_id}).id == first.id
+        assert mem.count() == 3
+    keys = window_keys(("a" * 600,), {"eventId": "e"}, "digest")
+    assert len(keys) == 1 and keys[0].startswith("sha256:") and len(keys[0]) == 71

@@ -18,6 +18,7 @@ with the same text, so a contact's other messages are never skipped.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import math
@@ -52,6 +53,8 @@ _ID_KEYS = (
 )
 #: Metadata fields naming the contact a message came from (OrcBot's ``sourceId``).
 _CONTACT_KEYS = ("sourceId", "contact")
+# Keys longer than this are kept as their digest (``_bounded``).
+_KEY_CHARS = 512
 #: A key kind earlier versions wrote for ``sourceId`` (taken then as an event id): a
 #: store's remembered keys of this kind are derived again at open (``legacy_key``).
 _LEGACY_KIND = "sourceId"
@@ -63,7 +66,7 @@ def window_keys(scope_key: Sequence[Any], metadata: Mapping[str, Any], digest: s
     for name, kind in _ID_KEYS:
         value = metadata.get(name)
         if value is not None:
-            key = json.dumps([kind, list(scope_key), str(value)])
+            key = _bounded(json.dumps([kind, list(scope_key), str(value)]))
             if key not in keys:
                 keys.append(key)
     source = metadata.get("source")
@@ -71,10 +74,20 @@ def window_keys(scope_key: Sequence[Any], metadata: Mapping[str, Any], digest: s
         for name in _CONTACT_KEYS:
             contact = metadata.get(name)
             if contact is not None:
-                key = json.dumps(["source", list(scope_key), str(source), str(contact), digest])
+                parts = ["source", list(scope_key), str(source), str(contact), digest]
+                key = _bounded(json.dumps(parts))
                 if key not in keys:
                     keys.append(key)
     return keys
+
+
+def _bounded(key: str) -> str:
+    """``key``, or its digest once longer than ``_KEY_CHARS``: the ``recent`` table's
+    index holds PostgreSQL entries of at most about 2.7 kB, and a key holds scope values
+    and message ids of any length."""
+    if len(key) <= _KEY_CHARS:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()  # ASCII: json.dumps escapes
 
 
 def legacy_key(key: str) -> bool:

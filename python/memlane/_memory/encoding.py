@@ -245,7 +245,7 @@ def new_record(
     if evergreen is not False and evergreen is not True:
         evergreen = coerce.flag(evergreen, "evergreen")
     return NewRecord(
-        id=coerce.new_id() if record_id is None else coerce.text(record_id, "id"),
+        id=coerce.new_id() if record_id is None else coerce.record_id(record_id, "id"),
         text=text,
         table=table,
         type=kind,

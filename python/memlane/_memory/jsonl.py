@@ -472,7 +472,10 @@ def _history(line: dict[str, Any], where: str) -> HistoryEntry:
             raise InvalidArgumentError(f"{where}: history {name!r} must be a str or null")
         if value is not None:  # stored after the records: refused before any of them
             try:
-                coerce.clean(value, f"history {name!r}")
+                if name == "by":
+                    coerce.clean(value, "history 'by'")
+                else:
+                    coerce.record_id(value, "history 'next_id'")
             except InvalidArgumentError as e:
                 raise InvalidArgumentError(f"{where}: {e}") from None
     fields.pop("content_hash", None)

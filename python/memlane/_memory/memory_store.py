@@ -113,6 +113,7 @@ class MemoryStore(Listing, Forgetting):
         ``near_duplicate``. Independently, the ``dedup_window`` skips repeated
         messages (``duplicate="window"``).
 
+        ``id`` is made for it unless given (a str of at most 1,024 bytes in UTF-8).
         ``created_at`` is when the fact became true (default now; it may be
         backdated); the store sets ``recorded_at``, when it learned it.
         ``expires_at`` (or ``ttl``, seconds from now) is when it expires: from then
