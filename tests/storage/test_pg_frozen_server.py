@@ -156,3 +156,49 @@ def test_a_server_that_refuses_the_question_is_left_to_its_statement(
         assert got == ("", 8)
     finally:
         store.close()
+
+
+def test_a_server_found_silent_is_asked_once_and_close_gives_up_at_once(
+    pg_server: PgServer, proxy: FrozenProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a read failed on one idle connection was sent again on the next, and each
+    waited the stall and the question again (an add took 84 s with the defaults); later
+    calls and close's writes waited for new connections (20 s and 37 s). Now the first
+    silence drops the idle connections, the read is not sent again, and until a new
+    connection is answered calls fail without waiting for one, close's writes at once."""
+    asked: list[list[int]] = []
+    ask = pg_watch._activity
+
+    def counted(conninfo: str, kwargs: Any, pids: list[int]) -> Any:
+        asked.append(pids)
+        return ask(conninfo, kwargs, pids)
+
+    def read(value: int) -> Callable[[], Any]:
+        return lambda: store._read(lambda c: c.execute("SELECT %s", (value,)).fetchone())
+
+    monkeypatch.setattr(pg_watch, "_activity", counted)
+    store = PostgresStore(proxy.url(pg_server.url(schema="silent_once")))
+    try:
+        lend_at_once(store, 4)
+        proxy.freeze()
+        got = outcome(read(2))
+        assert isinstance(got, StorageError), got
+        assert len(asked) == 1 and store._watch.silent
+        # A call while the server stays silent waits for no new connection.
+        got = outcome(read(2))
+        assert isinstance(got, StorageError) and "stopped answering" in str(got), got
+        assert len(asked) == 1
+        # The server back: a connection is made anew, and the store no longer takes the
+        # server for silent.
+        proxy.thaw()
+        assert read(3)() == (3,)
+        assert not store._watch.silent
+        proxy.freeze()
+        assert isinstance(outcome(read(4)), StorageError)
+        assert len(asked) == 2
+        store.closing()  # what close writes now gives up at once
+        got = outcome(read(5))
+        assert isinstance(got, StorageError) and "stopped answering" in str(got), got
+        assert len(asked) == 2
+    finally:
+        assert outcome(store.close) == "returned"

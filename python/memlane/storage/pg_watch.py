@@ -20,6 +20,11 @@ connections' server processes are doing (``pg_stat_activity``):
   writing to a client that reads nothing, is shut. An error for an answer (too many
   connections, a refused login) tells nothing of the processes: none is shut.
 
+A server that gave no answer is remembered as silent until a connection to it is made
+again or a later question is answered: the store then drops its idle connections (each
+would wait as long again), sends no failed read again on another, and has ``close``
+give up its own writes at once.
+
 Before a connection is shut it is looked at again: still on the same loan, still
 waiting, and (over TCP on Linux) nothing received on it since the wait began; a
 connection that has heard from the server meanwhile is left. Shutting its socket makes
@@ -32,6 +37,7 @@ catalog) is taken for a stopped one.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -39,7 +45,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,9 +77,19 @@ class _Stall:
 class Watch:
     """Connections lent out by one store, and a thread that looks at them."""
 
-    def __init__(self, conninfo: str, connect_kwargs: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        connect_kwargs: Mapping[str, Any],
+        on_silent: Callable[[], None] = lambda: None,
+    ) -> None:
         self._conninfo = conninfo
         self._kwargs = dict(connect_kwargs)
+        self._on_silent = on_silent
+        #: Whether the server's last word was no answer (see the module's text).
+        self.silent = False
+        # id(conn) -> its loan, for the connections shut because the server was silent.
+        self._silenced: dict[int, int] = {}
         self._lock = threading.Lock()
         self._loans = itertools.count(1)
         # id(conn) -> (conn, times lent and not yet back, its latest loan): a connection
@@ -103,6 +119,18 @@ class Watch:
             else:
                 self._out.pop(id(conn), None)
                 self._waiting.pop(id(conn), None)
+                self._silenced.pop(id(conn), None)
+
+    def heard(self) -> None:
+        """A new connection reached the server and was answered: it is not silent."""
+        self.silent = False
+
+    def silenced(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether ``conn``, still lent, was shut because the server gave no answer: a
+        call that failed on it is not sent again on another connection."""
+        with self._lock:
+            held = self._out.get(id(conn))
+            return held is not None and self._silenced.get(id(conn)) == held[2]
 
     def close(self) -> None:
         self._stop.set()  # the thread ends at its next look, or after a question
@@ -113,11 +141,16 @@ class Watch:
             if not stalled:
                 continue
             answered, activity = _activity(self._conninfo, self._kwargs, [s.pid for s in stalled])
+            self.silent = not answered
             for stall in stalled:
                 if not answered:
                     self._shut_if_still(stall, answered=False)
                 elif activity is not None and _lost(activity, stall.pid):
                     self._shut_if_still(stall, answered=True)
+            if not answered:
+                # The store may have closed meanwhile: the next look goes on all the same.
+                with contextlib.suppress(Exception):
+                    self._on_silent()
 
     def _stalled(self, now: float) -> list[_Stall]:
         """The connections waiting for an answer since ``STALL_SECONDS`` ago; their
@@ -157,6 +190,8 @@ class Watch:
                         if answered and sent < STALL_SECONDS:
                             return
                     sock.shutdown(socket.SHUT_RDWR)
+                if not answered:
+                    self._silenced[id(conn)] = stall.loan
             except (OSError, psycopg.Error):
                 pass  # closed meanwhile
 

@@ -221,7 +221,7 @@ class PostgresStore(SQLStore):
         self._identity: tuple[int | None, int, int] | None = None
         self._replaced = False
         self._cache = RowCache(self.target.row_cache)
-        self._watch = Watch(self.target.conninfo, self._connect_kwargs)
+        self._watch = Watch(self.target.conninfo, self._connect_kwargs, self._drop_idle)
         self._id_prefix = self.target.id_prefix
         if self.target.tenant is not None:
             self.tenant = ":".join(self.target.tenant)
@@ -295,8 +295,16 @@ class PostgresStore(SQLStore):
                     (field, who),
                 )
             self._identify(conn)
+            self._watch.heard()
         finally:
             self._watch.back(conn)
+
+    def _drop_idle(self) -> None:
+        """The server gave no answer: each idle connection would wait as long. The pool
+        closes them and connects anew (within ``CONNECT_TIMEOUT``)."""
+        pool = getattr(self, "_pool", None)  # None while the schema is migrated
+        if pool is not None and not self._closed:
+            pool.drain()
 
     def _identify(self, conn: psycopg.Connection[Any]) -> None:
         """Notes the database of the store's first connection; a later connection to
@@ -394,11 +402,18 @@ class PostgresStore(SQLStore):
 
     def _getconn(self) -> psycopg.Connection[Any]:
         self._current()
+        # A server that gave no answer gets no wait for a new connection: the pool's own
+        # attempts to connect go on, and the first it makes ends the silence.
+        silent = self._watch.silent
+        if self._last and silent:
+            raise StorageError(f"{self._silence}: close's writes are given up")
         try:
-            conn = self._pool.getconn(timeout=_LAST_WAIT if self._last else None)
+            conn = self._pool.getconn(timeout=_LAST_WAIT if self._last or silent else None)
         except PoolTimeout as e:
             if self._last:
                 return self._spare()
+            if silent:
+                raise StorageError(self._silence) from e
             raise StorageError(
                 f"no connection to the PostgreSQL database {self.location} within "
                 f"{CONNECT_TIMEOUT:.0f} s: it cannot be reached, or all {_POOL_MAX} of "
@@ -411,6 +426,13 @@ class PostgresStore(SQLStore):
             self._put(conn)
             self._current()
         return conn
+
+    @property
+    def _silence(self) -> str:
+        return (
+            f"the PostgreSQL server of {self.location} stopped answering, and no connection "
+            "to it has been answered since"
+        )
 
     def closing(self) -> None:
         self._last = True
@@ -455,7 +477,7 @@ class PostgresStore(SQLStore):
             try:
                 return fn(conn)
             except psycopg.OperationalError:
-                if attempt == _ATTEMPTS - 1:
+                if attempt == _ATTEMPTS - 1 or self._watch.silenced(conn):
                     raise
             finally:
                 self._put(conn)
@@ -469,9 +491,11 @@ class PostgresStore(SQLStore):
                 conn.execute("BEGIN")
                 return conn
             except psycopg.Error as e:
+                silenced = self._watch.silenced(conn)
                 self._put(conn)
                 # A connection that broke while idle sent nothing: a fresh one is safe.
-                if not isinstance(e, psycopg.OperationalError) or attempt == _ATTEMPTS - 1:
+                last = attempt == _ATTEMPTS - 1 or silenced
+                if not isinstance(e, psycopg.OperationalError) or last:
                     raise
             time.sleep(0.1 * 2**attempt)
         raise AssertionError  # pragma: no cover
@@ -485,7 +509,8 @@ class PostgresStore(SQLStore):
         self._closed = True
         if self._listener is not None:
             self._listener.stop()
-        self._pool.close()
+        # A worker connecting to a server that stopped answering is not waited for.
+        self._pool.close(timeout=0.5 if self._watch.silent else 5.0)
         self._watch.close()
 
     # -- binding -------------------------------------------------------------------------
