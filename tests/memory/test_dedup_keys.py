@@ -17,6 +17,7 @@ import pytest
 import memlane._memory.writer as writer
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
+from memlane._memory import duplicates
 from memlane._memory.duplicates import window_keys
 
 
@@ -220,3 +221,21 @@ def test_ids_and_scopes_of_any_length_are_one_key_each_on_both_backends(
         assert mem.count() == 3
     keys = window_keys(("a" * 600,), {"eventId": "e"}, "digest")
     assert len(keys) == 1 and keys[0].startswith("sha256:") and len(keys[0]) == 71
+
+
+def test_a_long_key_an_earlier_version_stored_whole_still_matches(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys were stored whole before; a store reopened within the window remembers them
+    as kept now (their digest), or the delivery repeated after the upgrade is stored
+    twice."""
+    message = "m" * 1_000
+    emb = WordHashEmbedder()
+    monkeypatch.setattr(duplicates, "_KEY_CHARS", 10**6)  # as an earlier version kept them
+    with make_store("w", emb) as mem:
+        first = mem.add("the delivery", user_id="u", metadata={"messageId": message})
+    monkeypatch.undo()
+    with make_store("w", emb) as mem:
+        again = mem.add("the delivery, again", user_id="u", metadata={"messageId": message})
+        assert (again.id, again.duplicate) == (first.id, "window")
+        assert mem.count() == 1

@@ -195,8 +195,8 @@ def load_window(window: DedupWindow, db: Store, now: float) -> None:
     for key, record_id, at in db.recent(now - window.seconds):
         if legacy_key(key):
             legacy[record_id] = max(at, legacy.get(record_id, at))
-        else:
-            window.remember([key], record_id, at)
+        else:  # a key stored whole by an earlier version is remembered as kept now
+            window.remember([_bounded(key)], record_id, at)
     for record_id, at in legacy.items():
         row = db.row_by_id(record_id)
         if row is None:

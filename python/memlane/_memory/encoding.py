@@ -127,6 +127,13 @@ class _Checked(set[str]):
 checked = _Checked()
 
 
+def given_id(value: object, importing: bool) -> str:
+    """A record's id as given: a new one is bounded (``coerce.record_id``); one a store
+    held already (an import, a rewrite) is taken as it was, since earlier versions did
+    not bound ids, and a tenant's ids are stored behind its prefix."""
+    return coerce.text(value, "id") if importing else coerce.record_id(value, "id")
+
+
 def validate(
     item: Mapping[str, Any],
     now: float,
@@ -245,7 +252,7 @@ def new_record(
     if evergreen is not False and evergreen is not True:
         evergreen = coerce.flag(evergreen, "evergreen")
     return NewRecord(
-        id=coerce.new_id() if record_id is None else coerce.record_id(record_id, "id"),
+        id=coerce.new_id() if record_id is None else given_id(record_id, importing),
         text=text,
         table=table,
         type=kind,

@@ -472,10 +472,7 @@ def _history(line: dict[str, Any], where: str) -> HistoryEntry:
             raise InvalidArgumentError(f"{where}: history {name!r} must be a str or null")
         if value is not None:  # stored after the records: refused before any of them
             try:
-                if name == "by":
-                    coerce.clean(value, "history 'by'")
-                else:
-                    coerce.record_id(value, "history 'next_id'")
+                coerce.clean(value, f"history {name!r}")
             except InvalidArgumentError as e:
                 raise InvalidArgumentError(f"{where}: {e}") from None
     fields.pop("content_hash", None)

@@ -240,8 +240,10 @@ class Dialect(abc.ABC):
             if kind == "refused":
                 raise self._refused(e) from self._cause(e)
             if kind == "value":
+                # PostgreSQL's first line names the problem; its hints are for DBAs.
+                said = getattr(getattr(e, "diag", None), "message_primary", None) or str(e)
                 raise InvalidArgumentError(
-                    f"{self.ENGINE} refused a value: {self._scrub(str(e).strip())}"
+                    f"{self.ENGINE} refused a value: {self._scrub(said.strip())}"
                 ) from self._cause(e)
             raise
 

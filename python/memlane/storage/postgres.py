@@ -77,6 +77,8 @@ _KINDS: tuple[tuple[type[psycopg.Error], ErrorKind], ...] = (
     (psycopg.errors.UniqueViolation, "unique"),
     (psycopg.errors.InsufficientPrivilege, "refused"),
     (psycopg.DataError, "value"),
+    # An index entry past about 2.7 kB: a long id behind a tenant's prefix, or imported.
+    (psycopg.errors.ProgramLimitExceeded, "value"),
     (psycopg.errors.DiskFull, "full"),
     (psycopg.errors.DataCorrupted, "corrupt"),
     (psycopg.errors.IndexCorrupted, "corrupt"),
