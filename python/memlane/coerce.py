@@ -30,8 +30,8 @@ MAX_COUNT = 2**63 - 1
 #: How deep metadata may nest (dicts and lists alike), as the engine's
 #: ``flatten_metadata`` allows for dicts.
 MAX_METADATA_DEPTH = 16
-#: The longest id a record can be given, in UTF-8 bytes. PostgreSQL's indexes hold an
-#: entry of at most about 2.7 kB, and both backends take the same ids.
+#: The longest id a caller can give a new record, in UTF-8 bytes: PostgreSQL's indexes
+#: hold an entry of at most about 2.7 kB, and both backends take the same new ids.
 MAX_ID_BYTES = 1024
 #: The metadata key under which the engine indexes a record's ``unique`` flag (the
 #: engine holds no column for it; its conditions read metadata). Only the engine's copy of
