@@ -11,6 +11,7 @@ a stopped server is."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -163,9 +164,10 @@ def test_a_server_found_silent_is_asked_once_and_close_gives_up_at_once(
 ) -> None:
     """Before, a read failed on one idle connection was sent again on the next, and each
     waited the stall and the question again (an add took 84 s with the defaults); later
-    calls and close's writes waited for new connections (20 s and 37 s). Now the first
-    silence drops the idle connections, the read is not sent again, and until a new
-    connection is answered calls fail without waiting for one, close's writes at once."""
+    calls and close's writes waited as long. Now the read is not sent again; the next
+    call's idle connection must answer an empty query first, and its silence shows the
+    server frozen: until a connection is answered, calls fail without waiting for one,
+    and close gives up its writes."""
     asked: list[list[int]] = []
     ask = pg_watch._activity
 
@@ -178,27 +180,72 @@ def test_a_server_found_silent_is_asked_once_and_close_gives_up_at_once(
 
     monkeypatch.setattr(pg_watch, "_activity", counted)
     store = PostgresStore(proxy.url(pg_server.url(schema="silent_once")))
+    watch = store._watch
     try:
         lend_at_once(store, 4)
         proxy.freeze()
         got = outcome(read(2))
         assert isinstance(got, StorageError), got
-        assert len(asked) == 1 and store._watch.silent
-        # A call while the server stays silent waits for no new connection.
+        assert len(asked) == 1 and watch.silent and not watch.frozen
         got = outcome(read(2))
         assert isinstance(got, StorageError) and "stopped answering" in str(got), got
-        assert len(asked) == 1
-        # The server back: a connection is made anew, and the store no longer takes the
-        # server for silent.
+        assert len(asked) == 1 and watch.frozen
+        got = outcome(read(2))  # no connection to wait for
+        assert isinstance(got, StorageError) and "stopped answering" in str(got), got
+        # The server back: the pool's connections are answered, and the store no longer
+        # takes the server for silent.
         proxy.thaw()
+        assert until(lambda: not watch.silent)
         assert read(3)() == (3,)
-        assert not store._watch.silent
         proxy.freeze()
         assert isinstance(outcome(read(4)), StorageError)
         assert len(asked) == 2
-        store.closing()  # what close writes now gives up at once
+        store.closing()  # what close writes gives up once an idle connection is silent
         got = outcome(read(5))
         assert isinstance(got, StorageError) and "stopped answering" in str(got), got
-        assert len(asked) == 2
+        assert len(asked) == 2 and watch.frozen
+        got = outcome(read(6))
+        assert isinstance(got, StorageError) and "close's writes are given up" in str(got), got
     finally:
         assert outcome(store.close) == "returned"
+
+
+def test_a_server_slow_to_accept_logins_keeps_serving_its_idle_connections(
+    pg_server: PgServer, proxy: FrozenProxy
+) -> None:
+    """A live server that accepts no login for a while (a lock held on its role catalog)
+    is taken for silent once a statement waits past the stall: that statement is shut
+    (documented). Its idle connections answer, and keep serving every other call; the
+    first that answers ends the silence."""
+    store = PostgresStore(proxy.url(pg_server.url(schema="slow_logins")))
+    base = pg_server.url(schema="slow_logins").split("?")[0]
+    try:
+        lend_at_once(store, 4)
+        with psycopg.connect(base) as row, psycopg.connect(base) as logins:
+            row.execute("SELECT value FROM slow_logins.meta WHERE key = 'seq' FOR UPDATE")
+            logins.execute("LOCK TABLE pg_authid IN ACCESS EXCLUSIVE MODE")
+            got = outcome(
+                lambda: store._read(
+                    lambda c: c.execute(
+                        "SELECT value FROM slow_logins.meta WHERE key = 'seq' FOR UPDATE"
+                    ).fetchone()
+                )
+            )
+            assert isinstance(got, StorageError), got  # the limit the docs state
+            assert store._watch.silent
+            for value in range(5):
+                query = ("SELECT %s", (value,))
+                assert store._read(lambda c, q=query: c.execute(*q).fetchone()) == (value,)
+            assert not store._watch.silent and not store._watch.frozen
+    finally:
+        assert outcome(store.close) == "returned"
+
+
+def until(condition: Callable[[], bool]) -> bool:
+    """Whether ``condition`` holds within ``HANG``, looked at every 50 ms."""
+    deadline = time.monotonic() + HANG
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -52,6 +52,7 @@ class Listener:
                     store._identify(conn)  # a database replaced meanwhile is found here
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store._channel)))
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._wake_channel)))
+                    store._watch.heard()
                     failures = 0
                 else:
                     for _ in conn.notifies(timeout=POLL_SECONDS, stop_after=1):
@@ -87,4 +88,5 @@ class Listener:
                 lambda c: c.execute("SELECT pg_notify(%s, '')", (self._wake_channel,))
             )
         if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=self._join)
+            # On a frozen server the thread may be connecting: it ends on its own.
+            self._thread.join(timeout=0.5 if self._store._watch.frozen else self._join)

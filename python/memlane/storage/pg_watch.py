@@ -20,10 +20,13 @@ connections' server processes are doing (``pg_stat_activity``):
   writing to a client that reads nothing, is shut. An error for an answer (too many
   connections, a refused login) tells nothing of the processes: none is shut.
 
-A server that gave no answer is remembered as silent until a connection to it is made
-again or a later question is answered: the store then drops its idle connections (each
-would wait as long again), sends no failed read again on another, and has ``close``
-give up its own writes at once.
+A server that gave no answer is taken for silent until a connection to it is answered
+(a new one, a question, or an empty query sent on an idle one). Meanwhile a call failed
+on a connection shut for the silence is not sent again on another, and an idle
+connection is lent only once it answers an empty query within ``PING_SECONDS`` (``ping``);
+one that does not shows the server frozen (not slow to accept logins): the store drops
+its idle connections, and until a connection is answered calls fail without waiting
+for a new one, and ``close`` gives up its writes.
 
 Before a connection is shut it is looked at again: still on the same loan, still
 waiting, and (over TCP on Linux) nothing received on it since the wait began; a
@@ -32,33 +35,36 @@ the waiting call fail as on any broken connection (a ``StorageError``), and the 
 replaces the connection.
 
 A live server slower to accept a login than ``PROBE_SECONDS`` (a lock held on the role
-catalog) is taken for a stopped one.
+catalog) is taken for a stopped one: the waiting statement is shut, but its idle
+connections answer the empty query, and the first that does ends the silence.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
+import select
 import socket
 import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-__all__ = ["PROBE_SECONDS", "STALL_SECONDS", "Watch"]
+__all__ = ["PING_SECONDS", "PROBE_SECONDS", "STALL_SECONDS", "Watch"]
 
 #: Seconds a connection waits for an answer before the server is asked about it; also
 #: the least time between two questions about the same connection.
 STALL_SECONDS = 10.0
 #: Seconds the server has to answer that question.
 PROBE_SECONDS = 10.0
+#: Seconds an idle connection has to answer an empty query while the server is silent.
+PING_SECONDS = 1.0
 
 _ACTIVITY = "SELECT pid, state, wait_event FROM pg_stat_activity WHERE pid = ANY(%s)"
 # struct tcp_info's tcpi_last_data_sent and tcpi_last_data_recv: milliseconds since.
@@ -77,17 +83,13 @@ class _Stall:
 class Watch:
     """Connections lent out by one store, and a thread that looks at them."""
 
-    def __init__(
-        self,
-        conninfo: str,
-        connect_kwargs: Mapping[str, Any],
-        on_silent: Callable[[], None] = lambda: None,
-    ) -> None:
+    def __init__(self, conninfo: str, connect_kwargs: Mapping[str, Any]) -> None:
         self._conninfo = conninfo
         self._kwargs = dict(connect_kwargs)
-        self._on_silent = on_silent
-        #: Whether the server's last word was no answer (see the module's text).
+        #: Whether the server's last word was no answer to a question (see the module's
+        #: text); ``frozen``: and an idle connection's none to an empty query since.
         self.silent = False
+        self.frozen = False
         # id(conn) -> its loan, for the connections shut because the server was silent.
         self._silenced: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -122,8 +124,30 @@ class Watch:
                 self._silenced.pop(id(conn), None)
 
     def heard(self) -> None:
-        """A new connection reached the server and was answered: it is not silent."""
-        self.silent = False
+        """A connection to the server was answered: it is not silent."""
+        self.silent = self.frozen = False
+
+    def ping(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether ``conn`` (idle, not lent) answers an empty query within
+        ``PING_SECONDS``; ``frozen`` if not. One that does not is left waiting: it is
+        closed, not used again."""
+        pg = conn.pgconn
+        deadline = time.monotonic() + PING_SECONDS
+        try:
+            pg.send_query(b"")
+            while pg.flush():
+                _wait_for(pg.socket, deadline, write=True)
+            while True:
+                pg.consume_input()
+                if not pg.is_busy():
+                    while pg.get_result() is not None:
+                        pass
+                    self.heard()
+                    return True
+                _wait_for(pg.socket, deadline)
+        except (psycopg.Error, OSError, TimeoutError):
+            self.frozen = self.silent
+            return False
 
     def silenced(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether ``conn``, still lent, was shut because the server gave no answer: a
@@ -141,16 +165,15 @@ class Watch:
             if not stalled:
                 continue
             answered, activity = _activity(self._conninfo, self._kwargs, [s.pid for s in stalled])
-            self.silent = not answered
+            if answered:
+                self.heard()
+            else:
+                self.silent = True
             for stall in stalled:
                 if not answered:
                     self._shut_if_still(stall, answered=False)
                 elif activity is not None and _lost(activity, stall.pid):
                     self._shut_if_still(stall, answered=True)
-            if not answered:
-                # The store may have closed meanwhile: the next look goes on all the same.
-                with contextlib.suppress(Exception):
-                    self._on_silent()
 
     def _stalled(self, now: float) -> list[_Stall]:
         """The connections waiting for an answer since ``STALL_SECONDS`` ago; their
@@ -238,6 +261,15 @@ def _lost(activity: _Activity, pid: int) -> bool:
     if state is None:
         return False
     return state != "active" or event == "ClientWrite"
+
+
+def _wait_for(fd: int, deadline: float, write: bool = False) -> None:
+    """Waits until ``fd`` is readable (or writable) or ``deadline`` passes (``TimeoutError``)."""
+    left = deadline - time.monotonic()
+    poll = select.poll()  # not select.select: a descriptor may be past FD_SETSIZE
+    poll.register(fd, select.POLLOUT if write else select.POLLIN)
+    if left <= 0 or not poll.poll(left * 1000):
+        raise TimeoutError
 
 
 def _quiet(sock: socket.socket) -> tuple[float, float] | None:

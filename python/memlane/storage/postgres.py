@@ -28,6 +28,7 @@ password never appears in a message, a log line or a repr.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -63,6 +64,8 @@ CONNECT_TIMEOUT = 10.0
 _POOL_MAX = 8
 #: How long close's writes wait for a pooled connection before they open their own.
 _LAST_WAIT = 1.0
+#: How long a call waits for a pooled connection while the server is taken for frozen.
+_FROZEN_WAIT = 0.1
 # Reads and connects are retried this many times, backing off from 0.1 s.
 _ATTEMPTS = 4
 # Tombstones are kept this long after an index snapshot reflects them, so a process
@@ -86,6 +89,12 @@ _KINDS: tuple[tuple[type[psycopg.Error], ErrorKind], ...] = (
 # A tenant's value is part of the keys of its ids and entries, which an index holds
 # (at most about 2.7 kB a key).
 _TENANT_MAX = 256
+
+
+class _Frozen(BaseException):
+    """Raised by the pool's check of a connection the frozen server left unanswered: a
+    ``BaseException``, so the pool gives up lending at once instead of trying the next
+    idle connection (which would wait as long)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +232,7 @@ class PostgresStore(SQLStore):
         self._identity: tuple[int | None, int, int] | None = None
         self._replaced = False
         self._cache = RowCache(self.target.row_cache)
-        self._watch = Watch(self.target.conninfo, self._connect_kwargs, self._drop_idle)
+        self._watch = Watch(self.target.conninfo, self._connect_kwargs)
         self._id_prefix = self.target.id_prefix
         if self.target.tenant is not None:
             self.tenant = ":".join(self.target.tenant)
@@ -242,6 +251,10 @@ class PostgresStore(SQLStore):
             num_workers=1,
             name=f"memlane-{s}",
             configure=self._configure,
+            check=self._check,
+            # The pool's attempts to connect back off up to this; past it they start
+            # again at once, so a server back after a long outage is found soon.
+            reconnect_timeout=3 * CONNECT_TIMEOUT,
         )
         try:
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
@@ -301,12 +314,16 @@ class PostgresStore(SQLStore):
         finally:
             self._watch.back(conn)
 
-    def _drop_idle(self) -> None:
-        """The server gave no answer: each idle connection would wait as long. The pool
-        closes them and connects anew (within ``CONNECT_TIMEOUT``)."""
-        pool = getattr(self, "_pool", None)  # None while the schema is migrated
-        if pool is not None and not self._closed:
-            pool.drain()
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's look at an idle connection before it lends it: while the server
+        is taken for silent, the connection must answer an empty query. One that does
+        not shows the server frozen: the other idle ones would wait as long, and are
+        dropped, and the call fails at once (``_Frozen`` leaves the pool's loop)."""
+        if self._watch.silent and not self._watch.ping(conn):
+            with contextlib.suppress(psycopg.Error):
+                conn.close()  # left waiting for the answer: the pool replaces it
+            self._pool.drain()
+            raise _Frozen
 
     def _identify(self, conn: psycopg.Connection[Any]) -> None:
         """Notes the database of the store's first connection; a later connection to
@@ -404,18 +421,21 @@ class PostgresStore(SQLStore):
 
     def _getconn(self) -> psycopg.Connection[Any]:
         self._current()
-        # A server that gave no answer gets no wait for a new connection: the pool's own
-        # attempts to connect go on, and the first it makes ends the silence.
-        silent = self._watch.silent
-        if self._last and silent:
+        # A frozen server gets no wait for a new connection: the pool's own attempts to
+        # connect go on, and the first it makes ends the silence.
+        frozen = self._watch.frozen
+        if self._last and frozen:
             raise StorageError(f"{self._silence}: close's writes are given up")
+        wait = _FROZEN_WAIT if frozen else _LAST_WAIT if self._last else None
         try:
-            conn = self._pool.getconn(timeout=_LAST_WAIT if self._last or silent else None)
+            conn = self._pool.getconn(timeout=wait)
+        except _Frozen:
+            raise StorageError(self._silence) from None
         except PoolTimeout as e:
+            if frozen:
+                raise StorageError(self._silence) from e
             if self._last:
                 return self._spare()
-            if silent:
-                raise StorageError(self._silence) from e
             raise StorageError(
                 f"no connection to the PostgreSQL database {self.location} within "
                 f"{CONNECT_TIMEOUT:.0f} s: it cannot be reached, or all {_POOL_MAX} of "
@@ -512,7 +532,7 @@ class PostgresStore(SQLStore):
         if self._listener is not None:
             self._listener.stop()
         # A worker connecting to a server that stopped answering is not waited for.
-        self._pool.close(timeout=0.5 if self._watch.silent else 5.0)
+        self._pool.close(timeout=0.5 if self._watch.frozen else 5.0)
         self._watch.close()
 
     # -- binding -------------------------------------------------------------------------
