@@ -56,7 +56,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-__all__ = ["PING_SECONDS", "PROBE_SECONDS", "STALL_SECONDS", "Watch"]
+__all__ = ["PING_SECONDS", "PROBE_SECONDS", "STALL_SECONDS", "Frozen", "Watch"]
 
 #: Seconds a connection waits for an answer before the server is asked about it; also
 #: the least time between two questions about the same connection.
@@ -70,6 +70,12 @@ _ACTIVITY = "SELECT pid, state, wait_event FROM pg_stat_activity WHERE pid = ANY
 # struct tcp_info's tcpi_last_data_sent and tcpi_last_data_recv: milliseconds since.
 _LAST_DATA_SENT = 44
 _LAST_DATA_RECV = 52
+
+
+class Frozen(BaseException):
+    """Raised by the pool's check of a connection the frozen server left unanswered: a
+    ``BaseException``, so psycopg_pool gives up lending at once instead of trying the
+    next idle connection (which would wait as long)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ from memlane.storage import pg_schema
 from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.pg_listen import POLL_SECONDS, Listener
 from memlane.storage.pg_schema import SCHEMA_VERSION, database_identity, same_database
-from memlane.storage.pg_watch import Watch
+from memlane.storage.pg_watch import Frozen, Watch
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import TYPES, SQLStore
 
@@ -89,12 +89,6 @@ _KINDS: tuple[tuple[type[psycopg.Error], ErrorKind], ...] = (
 # A tenant's value is part of the keys of its ids and entries, which an index holds
 # (at most about 2.7 kB a key).
 _TENANT_MAX = 256
-
-
-class _Frozen(BaseException):
-    """Raised by the pool's check of a connection the frozen server left unanswered: a
-    ``BaseException``, so the pool gives up lending at once instead of trying the next
-    idle connection (which would wait as long)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,12 +312,12 @@ class PostgresStore(SQLStore):
         """The pool's look at an idle connection before it lends it: while the server
         is taken for silent, the connection must answer an empty query. One that does
         not shows the server frozen: the other idle ones would wait as long, and are
-        dropped, and the call fails at once (``_Frozen`` leaves the pool's loop)."""
+        dropped, and the call fails at once (``Frozen`` leaves the pool's loop)."""
         if self._watch.silent and not self._watch.ping(conn):
             with contextlib.suppress(psycopg.Error):
                 conn.close()  # left waiting for the answer: the pool replaces it
             self._pool.drain()
-            raise _Frozen
+            raise Frozen
 
     def _identify(self, conn: psycopg.Connection[Any]) -> None:
         """Notes the database of the store's first connection; a later connection to
@@ -429,7 +423,7 @@ class PostgresStore(SQLStore):
         wait = _FROZEN_WAIT if frozen else _LAST_WAIT if self._last else None
         try:
             conn = self._pool.getconn(timeout=wait)
-        except _Frozen:
+        except Frozen:
             raise StorageError(self._silence) from None
         except PoolTimeout as e:
             if frozen:
