@@ -249,3 +249,43 @@ def until(condition: Callable[[], bool]) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def test_a_broken_idle_connection_is_an_answer_not_a_frozen_server(
+    pg_server: PgServer, proxy: FrozenProxy
+) -> None:
+    """While the server is taken for silent, an idle connection the network reset fails
+    its empty query at once: an error is an answer. Before, it was taken for a frozen
+    server, and every healthy idle connection was dropped with it."""
+    store = PostgresStore(proxy.url(pg_server.url(schema="broken_idle")))
+    try:
+        lend_at_once(store, 4)
+        store._watch.silent = True  # as after a probe a slow login left unanswered
+        idle = list(store._pool._pool)
+        assert len(idle) >= 2
+        pg_watch._shut(idle[0])  # the first lent next is broken
+        assert store._read(lambda c: c.execute("SELECT 7").fetchone()) == (7,)
+        assert not store._watch.silent and not store._watch.frozen
+    finally:
+        assert outcome(store.close) == "returned"
+
+
+def test_a_silent_server_with_no_idle_connection_is_taken_for_frozen(
+    pg_server: PgServer, proxy: FrozenProxy
+) -> None:
+    """With no idle connection to send an empty query on, a silent server that lets the
+    pool make no new connection within the wait is frozen as well: later calls fail
+    without waiting. Before, each waited the whole connect timeout."""
+    store = PostgresStore(proxy.url(pg_server.url(schema="none_idle")))
+    try:
+        assert store._read(lambda c: c.execute("SELECT 1").fetchone()) == (1,)
+        proxy.freeze()  # the pool's one connection is lent next
+        assert isinstance(
+            outcome(lambda: store._read(lambda c: c.execute("SELECT 2"))), StorageError
+        )
+        assert store._watch.silent
+        got = outcome(lambda: store._read(lambda c: c.execute("SELECT 3")))
+        assert isinstance(got, StorageError) and "stopped answering" in str(got), got
+        assert store._watch.frozen
+    finally:
+        assert outcome(store.close) == "returned"

@@ -23,10 +23,11 @@ connections' server processes are doing (``pg_stat_activity``):
 A server that gave no answer is taken for silent until a connection to it is answered
 (a new one, a question, or an empty query sent on an idle one). Meanwhile a call failed
 on a connection shut for the silence is not sent again on another, and an idle
-connection is lent only once it answers an empty query within ``PING_SECONDS`` (``ping``);
-one that does not shows the server frozen (not slow to accept logins): the store drops
-its idle connections, and until a connection is answered calls fail without waiting
-for a new one, and ``close`` gives up its writes.
+connection is lent only once it answers an empty query within ``PING_SECONDS`` (``ping``;
+an error is an answer). One left unanswered, or no new connection made within a call's
+wait, shows the server frozen (not slow to accept logins): the store drops its idle
+connections, and until a connection is answered calls wait at most a second for a new
+one, and ``close`` gives up its writes.
 
 Before a connection is shut it is looked at again: still on the same loan, still
 waiting, and (over TCP on Linux) nothing received on it since the wait began; a
@@ -49,7 +50,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,29 +132,58 @@ class Watch:
 
     def heard(self) -> None:
         """A connection to the server was answered: it is not silent."""
-        self.silent = self.frozen = False
+        with self._lock:
+            self.silent = self.frozen = False
+
+    def unanswered(self) -> bool:
+        """Something the silent server should have answered went unanswered (an empty
+        query, or a new connection the pool made): whether it is now taken for frozen."""
+        with self._lock:
+            self.frozen = self.silent
+            return self.frozen
+
+    def check(self, conn: psycopg.Connection[Any], drop_idle: Callable[[], None]) -> None:
+        """The pool's look at an idle connection before it lends it: while the server
+        is taken for silent, the connection must answer an empty query. One that does
+        not shows the server frozen: the other idle ones would wait as long, and are
+        dropped (``drop_idle``), and the call fails at once (``Frozen`` leaves the
+        pool's loop). A broken one raises, and the pool tries the next."""
+        if not self.silent:
+            return
+        try:
+            if self.ping(conn):
+                return
+        except psycopg.Error:
+            conn.close()
+            raise
+        conn.close()  # left waiting for the answer: the pool replaces it
+        if not self.unanswered():  # answered meanwhile on another connection
+            raise psycopg.OperationalError("no answer to an empty query")
+        drop_idle()
+        raise Frozen
 
     def ping(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether ``conn`` (idle, not lent) answers an empty query within
-        ``PING_SECONDS``; ``frozen`` if not. One that does not is left waiting: it is
-        closed, not used again."""
+        ``PING_SECONDS``. An error is an answer (the connection is broken, the server
+        is not silent): it is raised. A connection left unanswered is waiting still: it
+        must be closed, not used again."""
         pg = conn.pgconn
         deadline = time.monotonic() + PING_SECONDS
         try:
             pg.send_query(b"")
             while pg.flush():
                 _wait_for(pg.socket, deadline, write=True)
-            while True:
+            while True:  # each result, then the end; get_result would block while busy
                 pg.consume_input()
-                if not pg.is_busy():
-                    while pg.get_result() is not None:
-                        pass
+                if pg.is_busy():
+                    _wait_for(pg.socket, deadline)
+                elif pg.get_result() is None:
                     self.heard()
                     return True
-                _wait_for(pg.socket, deadline)
-        except (psycopg.Error, OSError, TimeoutError):
-            self.frozen = self.silent
+        except TimeoutError:
             return False
+        except OSError as e:
+            raise psycopg.OperationalError(str(e)) from e
 
     def silenced(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether ``conn``, still lent, was shut because the server gave no answer: a

@@ -28,7 +28,6 @@ password never appears in a message, a log line or a repr.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import time
@@ -64,8 +63,9 @@ CONNECT_TIMEOUT = 10.0
 _POOL_MAX = 8
 #: How long close's writes wait for a pooled connection before they open their own.
 _LAST_WAIT = 1.0
-#: How long a call waits for a pooled connection while the server is taken for frozen.
-_FROZEN_WAIT = 0.1
+#: How long a call waits for a pooled connection while the server is taken for frozen
+#: (long enough for one the pool is making when the server comes back).
+_FROZEN_WAIT = 1.0
 # Reads and connects are retried this many times, backing off from 0.1 s.
 _ATTEMPTS = 4
 # Tombstones are kept this long after an index snapshot reflects them, so a process
@@ -245,7 +245,7 @@ class PostgresStore(SQLStore):
             num_workers=1,
             name=f"memlane-{s}",
             configure=self._configure,
-            check=self._check,
+            check=lambda conn: self._watch.check(conn, self._pool.drain),
             # The pool's attempts to connect back off up to this; past it they start
             # again at once, so a server back after a long outage is found soon.
             reconnect_timeout=3 * CONNECT_TIMEOUT,
@@ -307,17 +307,6 @@ class PostgresStore(SQLStore):
             self._watch.heard()
         finally:
             self._watch.back(conn)
-
-    def _check(self, conn: psycopg.Connection[Any]) -> None:
-        """The pool's look at an idle connection before it lends it: while the server
-        is taken for silent, the connection must answer an empty query. One that does
-        not shows the server frozen: the other idle ones would wait as long, and are
-        dropped, and the call fails at once (``Frozen`` leaves the pool's loop)."""
-        if self._watch.silent and not self._watch.ping(conn):
-            with contextlib.suppress(psycopg.Error):
-                conn.close()  # left waiting for the answer: the pool replaces it
-            self._pool.drain()
-            raise Frozen
 
     def _identify(self, conn: psycopg.Connection[Any]) -> None:
         """Notes the database of the store's first connection; a later connection to
@@ -415,8 +404,8 @@ class PostgresStore(SQLStore):
 
     def _getconn(self) -> psycopg.Connection[Any]:
         self._current()
-        # A frozen server gets no wait for a new connection: the pool's own attempts to
-        # connect go on, and the first it makes ends the silence.
+        # A frozen server gets a short wait for a new connection: the pool's own attempts
+        # to connect go on, and the first it makes ends the silence.
         frozen = self._watch.frozen
         if self._last and frozen:
             raise StorageError(f"{self._silence}: close's writes are given up")
@@ -426,7 +415,8 @@ class PostgresStore(SQLStore):
         except Frozen:
             raise StorageError(self._silence) from None
         except PoolTimeout as e:
-            if frozen:
+            # No connection made within the wait either: a silent server is frozen.
+            if frozen or self._watch.unanswered():
                 raise StorageError(self._silence) from e
             if self._last:
                 return self._spare()
