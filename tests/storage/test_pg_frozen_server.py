@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg_pool.pool
 import pytest
 
 from conftest import WordHashEmbedder
@@ -252,11 +253,12 @@ def until(condition: Callable[[], bool]) -> bool:
 
 
 def test_a_broken_idle_connection_is_an_answer_not_a_frozen_server(
-    pg_server: PgServer, proxy: FrozenProxy
+    pg_server: PgServer, proxy: FrozenProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the server is taken for silent, an idle connection the network reset fails
     its empty query at once: an error is an answer. Before, it was taken for a frozen
-    server, and every healthy idle connection was dropped with it."""
+    server, and every healthy idle connection was dropped with it; and the pool backed
+    off a second, then two, before it asked the next (past the connect timeout here)."""
     store = PostgresStore(proxy.url(pg_server.url(schema="broken_idle")))
     try:
         lend_at_once(store, 4)
@@ -266,6 +268,14 @@ def test_a_broken_idle_connection_is_an_answer_not_a_frozen_server(
         pg_watch._shut(idle[0])  # the first lent next is broken
         assert store._read(lambda c: c.execute("SELECT 7").fetchone()) == (7,)
         assert not store._watch.silent and not store._watch.frozen
+        store._watch.silent = True
+        for conn in list(store._pool._pool):  # a failover: every idle one reset
+            pg_watch._shut(conn)
+        backoffs: list[float] = []
+        monkeypatch.setattr(psycopg_pool.pool, "sleep", backoffs.append)
+        assert store._read(lambda c: c.execute("SELECT 8").fetchone()) == (8,)
+        assert not store._watch.frozen
+        assert backoffs == []
     finally:
         assert outcome(store.close) == "returned"
 

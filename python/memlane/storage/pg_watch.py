@@ -57,7 +57,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-__all__ = ["PING_SECONDS", "PROBE_SECONDS", "STALL_SECONDS", "Frozen", "Watch"]
+__all__ = ["PING_SECONDS", "PROBE_SECONDS", "STALL_SECONDS", "Broken", "Frozen", "Watch"]
 
 #: Seconds a connection waits for an answer before the server is asked about it; also
 #: the least time between two questions about the same connection.
@@ -77,6 +77,11 @@ class Frozen(BaseException):
     """Raised by the pool's check of a connection the frozen server left unanswered: a
     ``BaseException``, so psycopg_pool gives up lending at once instead of trying the
     next idle connection (which would wait as long)."""
+
+
+class Broken(BaseException):
+    """Raised by the pool's check of a connection found broken (closed): the store asks
+    for the next at once, where psycopg_pool would back off a second first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +152,7 @@ class Watch:
         is taken for silent, the connection must answer an empty query. One that does
         not shows the server frozen: the other idle ones would wait as long, and are
         dropped (``drop_idle``), and the call fails at once (``Frozen`` leaves the
-        pool's loop). A broken one raises, and the pool tries the next."""
+        pool's loop). A broken one is closed (``Broken``)."""
         if not self.silent:
             return
         try:
@@ -155,7 +160,7 @@ class Watch:
                 return
         except psycopg.Error:
             conn.close()
-            raise
+            raise Broken from None
         conn.close()  # left waiting for the answer: the pool replaces it
         if not self.unanswered():  # answered meanwhile on another connection
             raise psycopg.OperationalError("no answer to an empty query")

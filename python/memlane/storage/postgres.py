@@ -48,7 +48,7 @@ from memlane.storage import pg_schema
 from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.pg_listen import POLL_SECONDS, Listener
 from memlane.storage.pg_schema import SCHEMA_VERSION, database_identity, same_database
-from memlane.storage.pg_watch import Frozen, Watch
+from memlane.storage.pg_watch import Broken, Frozen, Watch
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import TYPES, SQLStore
 
@@ -411,9 +411,11 @@ class PostgresStore(SQLStore):
             raise StorageError(f"{self._silence}: close's writes are given up")
         wait = _FROZEN_WAIT if frozen else _LAST_WAIT if self._last else None
         try:
-            conn = self._pool.getconn(timeout=wait)
+            conn = self._getconn_checked(wait)
         except Frozen:
             raise StorageError(self._silence) from None
+        except Broken:
+            raise StorageError(f"the connections to {self.location} keep breaking") from None
         except PoolTimeout as e:
             # No connection made within the wait either: a silent server is frozen.
             if frozen or self._watch.unanswered():
@@ -432,6 +434,15 @@ class PostgresStore(SQLStore):
             self._put(conn)
             self._current()
         return conn
+
+    def _getconn_checked(self, wait: float | None) -> psycopg.Connection[Any]:
+        """A connection from the pool, past those its check closed as broken."""
+        for _ in range(2 * _POOL_MAX):
+            try:
+                return self._pool.getconn(timeout=wait)
+            except Broken:
+                continue  # closed, and replaced by the pool: the next is asked at once
+        raise Broken
 
     @property
     def _silence(self) -> str:
