@@ -281,7 +281,7 @@ def test_a_broken_idle_connection_is_an_answer_not_a_frozen_server(
 
 
 def test_a_silent_server_with_no_idle_connection_is_taken_for_frozen(
-    pg_server: PgServer, proxy: FrozenProxy
+    pg_server: PgServer, proxy: FrozenProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With no idle connection to send an empty query on, a silent server that lets the
     pool make no new connection within the wait is frozen as well: later calls fail
@@ -297,5 +297,20 @@ def test_a_silent_server_with_no_idle_connection_is_taken_for_frozen(
         got = outcome(lambda: store._read(lambda c: c.execute("SELECT 3")))
         assert isinstance(got, StorageError) and "stopped answering" in str(got), got
         assert store._watch.frozen
+        # Calls queued behind one that just waited in vain do not each wait in turn.
+        monkeypatch.setattr(postgres, "_FROZEN_WAIT", 5.0)  # "just": however slow the machine
+        waits: list[float | None] = []
+        getconn = store._pool.getconn
+
+        def counted(timeout: float | None = None) -> Any:
+            waits.append(timeout)
+            return getconn(timeout=timeout)
+
+        store._pool.getconn = counted  # type: ignore[method-assign]
+        for _ in range(3):
+            assert isinstance(
+                outcome(lambda: store._read(lambda c: c.execute("SELECT 4"))), StorageError
+            )
+        assert waits == [0.0, 0.0, 0.0]
     finally:
         assert outcome(store.close) == "returned"

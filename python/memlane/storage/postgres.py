@@ -63,8 +63,7 @@ CONNECT_TIMEOUT = 10.0
 _POOL_MAX = 8
 #: How long close's writes wait for a pooled connection before they open their own.
 _LAST_WAIT = 1.0
-#: How long a call waits for a pooled connection while the server is taken for frozen
-#: (long enough for one the pool is making when the server comes back).
+#: A call's wait for a connection while the server is frozen (one the pool makes then).
 _FROZEN_WAIT = 1.0
 # Reads and connects are retried this many times, backing off from 0.1 s.
 _ATTEMPTS = 4
@@ -223,6 +222,7 @@ class PostgresStore(SQLStore):
         self._closed = False
         self._last = False  # close's writes: a connection of their own if none is free
         self._spares: list[psycopg.Connection[Any]] = []
+        self._missed = 0.0  # when a call last waited for a connection in vain, frozen
         self._identity: tuple[int | None, int, int] | None = None
         self._replaced = False
         self._cache = RowCache(self.target.row_cache)
@@ -410,6 +410,8 @@ class PostgresStore(SQLStore):
         if self._last and frozen:
             raise StorageError(f"{self._silence}: close's writes are given up")
         wait = _FROZEN_WAIT if frozen else _LAST_WAIT if self._last else None
+        if frozen and time.monotonic() - self._missed < _FROZEN_WAIT:
+            wait = 0.0  # another call waited for one just now: queued calls fail in turn
         try:
             conn = self._getconn_checked(wait)
         except Frozen:
@@ -419,6 +421,7 @@ class PostgresStore(SQLStore):
         except PoolTimeout as e:
             # No connection made within the wait either: a silent server is frozen.
             if frozen or self._watch.unanswered():
+                self._missed = time.monotonic()
                 raise StorageError(self._silence) from e
             if self._last:
                 return self._spare()
