@@ -314,3 +314,33 @@ def test_a_silent_server_with_no_idle_connection_is_taken_for_frozen(
         assert waits == [0.0, 0.0, 0.0]
     finally:
         assert outcome(store.close) == "returned"
+
+
+def test_an_idle_connection_left_unanswered_while_another_answered_is_passed_at_once(
+    pg_server: PgServer, proxy: FrozenProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle connection left unanswered while another connection was answered (the
+    server not frozen, only that connection lost) is closed, and the next is asked at
+    once. Before, the check raised an error that made psycopg_pool back off a second."""
+    store = PostgresStore(proxy.url(pg_server.url(schema="answered_meanwhile")))
+    try:
+        lend_at_once(store, 3)
+        store._watch.silent = True
+        real_ping = pg_watch.Watch.ping
+        pinged: list[int] = []
+
+        def ping(watch: pg_watch.Watch, conn: psycopg.Connection[Any]) -> bool:
+            pinged.append(id(conn))
+            if len(pinged) == 1:
+                watch.heard()  # another connection answered while this one waited
+                return False
+            return real_ping(watch, conn)
+
+        monkeypatch.setattr(pg_watch.Watch, "ping", ping)
+        backoffs: list[float] = []
+        monkeypatch.setattr(psycopg_pool.pool, "sleep", backoffs.append)
+        assert store._read(lambda c: c.execute("SELECT 9").fetchone()) == (9,)
+        assert len(pinged) == 1  # heard: the next idle connection is lent unasked
+        assert backoffs == [] and not store._watch.frozen
+    finally:
+        assert outcome(store.close) == "returned"

@@ -35,6 +35,11 @@ connection that has heard from the server meanwhile is left. Shutting its socket
 the waiting call fail as on any broken connection (a ``StorageError``), and the pool
 replaces the connection.
 
+An idle connection the server ended (a restart, ``pg_terminate_backend``) holds its
+last words unread: the pool's look at each idle connection before lending it reads
+what waits on its socket (a poll, no round trip), and one found ended is closed and the
+next asked at once, silent or not.
+
 A live server slower to accept a login than ``PROBE_SECONDS`` (a lock held on the role
 catalog) is taken for a stopped one: the waiting statement is shut, but its idle
 connections answer the empty query, and the first that does ends the silence.
@@ -55,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ConnStatus, TransactionStatus
 
 __all__ = ["PING_SECONDS", "PROBE_SECONDS", "STALL_SECONDS", "Broken", "Frozen", "Watch"]
 
@@ -66,6 +71,9 @@ STALL_SECONDS = 10.0
 PROBE_SECONDS = 10.0
 #: Seconds an idle connection has to answer an empty query while the server is silent.
 PING_SECONDS = 1.0
+
+#: Reads of what an idle connection was sent unasked, at most, before it is lent.
+_UNASKED = 16
 
 _ACTIVITY = "SELECT pid, state, wait_event FROM pg_stat_activity WHERE pid = ANY(%s)"
 # struct tcp_info's tcpi_last_data_sent and tcpi_last_data_recv: milliseconds since.
@@ -80,8 +88,9 @@ class Frozen(BaseException):
 
 
 class Broken(BaseException):
-    """Raised by the pool's check of a connection found broken (closed): the store asks
-    for the next at once, where psycopg_pool would back off a second first."""
+    """Raised by the pool's check of a connection it closed (broken, ended by the
+    server, or left unanswered while another was answered): the store asks for the next
+    at once, where psycopg_pool would back off a second first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +161,12 @@ class Watch:
         is taken for silent, the connection must answer an empty query. One that does
         not shows the server frozen: the other idle ones would wait as long, and are
         dropped (``drop_idle``), and the call fails at once (``Frozen`` leaves the
-        pool's loop). A broken one is closed (``Broken``)."""
+        pool's loop). A broken one is closed (``Broken``), and so is one the server
+        ended (``_ended``), silent or not."""
         if not self.silent:
+            if _ended(conn):
+                conn.close()
+                raise Broken
             return
         try:
             if self.ping(conn):
@@ -162,8 +175,8 @@ class Watch:
             conn.close()
             raise Broken from None
         conn.close()  # left waiting for the answer: the pool replaces it
-        if not self.unanswered():  # answered meanwhile on another connection
-            raise psycopg.OperationalError("no answer to an empty query")
+        if not self.unanswered():  # answered meanwhile on another: not frozen
+            raise Broken
         drop_idle()
         raise Frozen
 
@@ -302,6 +315,24 @@ def _lost(activity: _Activity, pid: int) -> bool:
     if state is None:
         return False
     return state != "active" or event == "ClientWrite"
+
+
+def _ended(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server ended the idle connection ``conn``: a restarted server, or a
+    process ended by ``pg_terminate_backend``, leaves its last words (why, then the end
+    of the stream) unread on the socket of each idle connection, so a poll and a read
+    tell it without a round trip. Lent, such a connection failed the call."""
+    pg = conn.pgconn
+    poll = select.poll()
+    try:
+        poll.register(pg.socket, select.POLLIN)
+        for _ in range(_UNASKED):  # bounded: an idle connection is sent little unasked
+            if not poll.poll(0):
+                break
+            pg.consume_input()
+    except (psycopg.Error, OSError):
+        return True
+    return pg.status != ConnStatus.OK
 
 
 def _wait_for(fd: int, deadline: float, write: bool = False) -> None:

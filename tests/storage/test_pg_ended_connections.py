@@ -1,0 +1,66 @@
+"""Idle pooled connections the server ended: a restart, or ``pg_terminate_backend``
+(a failover tool, an administrator, ``idle_session_timeout``). Each such connection
+holds the server's last words unread, and the pool lent them as if alive: a call that
+met more of them than its retries failed ("terminating connection due to
+administrator command"), and the rest waited out its pauses between tries. The pool's
+look at an idle connection before lending it now reads what is waiting on its socket,
+and one the server ended is closed and the next asked at once."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psycopg
+
+from conftest import WordHashEmbedder
+from memlane import Memory
+from memlane.storage.postgres import PostgresStore
+from pg_server import PgServer
+
+IDLE = 8  # the pool's most
+
+
+def idle_pids(store: PostgresStore) -> list[int]:
+    """Lends ``IDLE`` connections at once, so that the pool keeps them all idle after;
+    their server processes' pids."""
+    barrier = threading.Barrier(IDLE)
+    pids: list[int] = []
+
+    def hold() -> None:
+        with store._reader() as conn:
+            pids.append(conn.pgconn.backend_pid)
+            barrier.wait(60)
+
+    threads = [threading.Thread(target=hold) for _ in range(IDLE)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(set(pids)) == IDLE
+    return pids
+
+
+def test_connections_a_terminated_backend_left_are_not_lent(
+    pg_server: PgServer, tmp_path: Path
+) -> None:
+    with Memory(pg_server.url(schema="ended_terminated"), WordHashEmbedder()) as mem:
+        mem.add("a note about foxes")
+        pids = idle_pids(mem._sync.db)
+        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,))
+        # Every call succeeds at its first try, reads and writes alike.
+        assert mem.add("another note").text == "another note"
+        assert mem.search("foxes", k=1)[0].record.text == "a note about foxes"
+        assert len(mem.list()) == 2
+        mem.export_jsonl(tmp_path / "out.jsonl")  # one read transaction, not tried again
+        assert "another note" in (tmp_path / "out.jsonl").read_text()
+
+
+def test_connections_a_restarted_server_left_are_not_lent(pg_server: PgServer) -> None:
+    with Memory(pg_server.url(schema="ended_restart"), WordHashEmbedder()) as mem:
+        mem.add("before the restart")
+        idle_pids(mem._sync.db)
+        pg_server.restart()
+        assert mem.add("after the restart").text == "after the restart"
+        assert mem.count() == 2
