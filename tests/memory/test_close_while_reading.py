@@ -174,3 +174,63 @@ def test_close_is_not_held_off_by_reads_holding_every_connection(
 def _export(mem: Memory, fifo: Path) -> None:
     with contextlib.suppress(BaseException):  # what the export met once its pipe broke
         mem.export_jsonl(fifo)
+
+
+def test_close_waits_for_a_crowded_pool_once(
+    make_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every pooled connection held, each of close's writes waited a second for
+    one before it opened its own, and the follower's read, itself waiting for one, held
+    close until its own wait ran out (8 s in all with the defaults). Now the first of
+    close's calls that waits in vain sends the rest straight to their own connection,
+    and the pool's closing ends the follower's wait."""
+    if make_store.server is None:
+        pytest.skip("SQLite has no pool")
+    mem = make_store("crowded")
+    mem.add_many([{"text": "x" * 200 + f" {i}", "id": f"r{i}"} for i in range(3000)])
+    hits = [h.record.id for h in mem.search("x 7", k=3, mode="text", track_access=True)]
+    pool = mem._sync.db._pool  # type: ignore[attr-defined]
+    waits: list[tuple[str, float | None, str]] = []  # (thread, timeout, how it ended)
+    getconn = pool.getconn
+
+    def watched(timeout: float | None = None) -> object:
+        try:
+            conn = getconn(timeout=timeout)
+        except BaseException as e:
+            waits.append((threading.current_thread().name, timeout, type(e).__name__))
+            raise
+        waits.append((threading.current_thread().name, timeout, "lent"))
+        return conn
+
+    monkeypatch.setattr(pool, "getconn", watched)
+    readers, exports = [], []
+    for n in range(8):  # the pool's size
+        fifo = tmp_path / f"pipe{n}"
+        os.mkfifo(fifo)
+        readers.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # open, never read
+        exports.append(threading.Thread(target=_export, args=(mem, fifo), daemon=True))
+        exports[-1].start()
+    for _ in range(1200):  # the exports hold the pool; the follower looks every second
+        held = sum(w[2] == "lent" and "_export" in w[0] for w in waits)
+        if held == 8 and pool.get_stats().get("requests_waiting"):
+            break
+        threading.Event().wait(0.05)
+    assert held == 8 and pool.get_stats().get("requests_waiting"), waits
+    waits.clear()
+    closing = threading.Thread(target=mem.close)
+    closing.start()
+    closing.join(120)
+    try:
+        assert not closing.is_alive(), "close waited for the exports"
+    finally:
+        for reader in readers:
+            os.close(reader)
+        for export in exports:
+            export.join(60)
+    in_vain = [w for w in waits if w[2] == "PoolTimeout" and w[1] != 0]
+    assert len(in_vain) == 1, waits
+    follower = [w for w in waits if w[0] == "memlane-follow"]
+    assert follower and follower[-1][2] == "PoolClosed", waits
+    again = make_store("crowded")
+    assert hits and [again.get(i).access_count for i in hits] == [1] * len(hits)
+    again.close()

@@ -206,7 +206,7 @@ def test_a_reopened_store_reads_its_records_in_newest_first_up_to_the_capacity(
     with make_store("warm", word_embedder) as mem:
         ids = [r.id for r in mem.add_many({"text": f"note {i} on kites"} for i in range(1500))]
     monkeypatch.setattr("memlane.storage.sqlite.DEFAULT_CAPACITY", 1200)
-    monkeypatch.setattr("memlane.storage.postgres.DEFAULT_CAPACITY", 1200)
+    monkeypatch.setattr("memlane.storage.pg_target.DEFAULT_CAPACITY", 1200)
     _no_warm_up(monkeypatch)
     mem = make_store("warm", word_embedder)
     _warmed(mem, 1200)

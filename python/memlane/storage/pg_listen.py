@@ -82,11 +82,16 @@ class Listener:
             conn.close()
 
     def stop(self) -> None:
+        """Wakes the thread to end; ``join`` waits for it."""
         self._stopping.set()
         with contextlib.suppress(StorageError):
             self._store._read(
                 lambda c: c.execute("SELECT pg_notify(%s, '')", (self._wake_channel,))
             )
+
+    def join(self) -> None:
+        """Waits for the thread, which a closed pool has woken if it was waiting for a
+        connection (to follow a change while every pooled one was held)."""
         if threading.current_thread() is not self._thread:
             # On a frozen server the thread may be connecting: it ends on its own.
             self._thread.join(timeout=0.5 if self._store._watch.frozen else self._join)

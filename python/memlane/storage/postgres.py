@@ -29,35 +29,29 @@ password never appears in a message, a log line or a repr.
 from __future__ import annotations
 
 import hashlib
-import re
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from memlane import coerce
-from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, shown
-from memlane.records import SCOPE_FIELDS
+from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
 from memlane.schema import COLUMNS, Row
 from memlane.storage import pg_schema
 from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.pg_listen import POLL_SECONDS, Listener
 from memlane.storage.pg_schema import SCHEMA_VERSION, database_identity, same_database
+from memlane.storage.pg_target import PostgresTarget
 from memlane.storage.pg_watch import Broken, Frozen, Watch
-from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
+from memlane.storage.rowcache import RowCache
 from memlane.storage.sql import TYPES, SQLStore
 
 __all__ = ["POLL_SECONDS", "PostgresStore", "PostgresTarget"]
 
 T = TypeVar("T")
 
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
-DEFAULT_SCHEMA = "memlane"
 #: Seconds to wait for a connection (also libpq's ``connect_timeout`` unless the URL sets it).
 CONNECT_TIMEOUT = 10.0
 _POOL_MAX = 8
@@ -85,99 +79,6 @@ _KINDS: tuple[tuple[type[psycopg.Error], ErrorKind], ...] = (
     (psycopg.errors.DataCorrupted, "corrupt"),
     (psycopg.errors.IndexCorrupted, "corrupt"),
 )
-# A tenant's value is part of the keys of its ids and entries, which an index holds
-# (at most about 2.7 kB a key).
-_TENANT_MAX = 256
-
-
-@dataclass(frozen=True, slots=True)
-class PostgresTarget:
-    """A parsed store URL: what libpq gets, the schema, and a printable form."""
-
-    conninfo: str
-    schema: str
-    row_cache: int
-    #: (scope field, value) the database confines this connection to, or None.
-    tenant: tuple[str, str] | None
-    redacted: str
-    secrets: tuple[str, ...]
-
-    @classmethod
-    def parse(cls, url: str) -> PostgresTarget:
-        try:
-            parts = urllib.parse.urlsplit(url)
-            parts.port  # noqa: B018 - raises on a malformed port
-        except ValueError as e:
-            raise InvalidArgumentError(f"not a valid PostgreSQL URL: {e}") from None
-        secrets = [] if parts.password is None else [urllib.parse.unquote(parts.password)]
-        schema = DEFAULT_SCHEMA
-        # Records kept in process for reading search hits (0: none).
-        row_cache = str(DEFAULT_CAPACITY)
-        tenant: tuple[str, str] | None = None
-        keep: list[tuple[str, str]] = []
-        # schema, row_cache and tenant are memlane's; everything else is libpq's.
-        for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
-            if key == "schema":
-                schema = value
-            elif key == "row_cache":
-                row_cache = value
-            elif key == "tenant":
-                field, sep, who = value.partition(":")
-                if not sep or field not in SCOPE_FIELDS or not who:
-                    raise InvalidArgumentError(
-                        f"tenant must be FIELD:VALUE with FIELD one of {list(SCOPE_FIELDS)}, "
-                        f"got {shown(value)}"
-                    )
-                coerce.clean(who, "the tenant")
-                if len(who) > _TENANT_MAX:
-                    raise InvalidArgumentError(
-                        f"the tenant must be at most {_TENANT_MAX} characters, got {len(who)}"
-                    )
-                tenant = (field, who)
-            else:
-                if key == "password":
-                    secrets.append(value)
-                keep.append((key, value))
-        if not _SCHEMA_NAME.fullmatch(schema):
-            raise InvalidArgumentError(
-                f"schema must be a lowercase identifier of at most 48 characters "
-                f"([a-z_][a-z0-9_]*), got {shown(schema)}"
-            )
-        if not row_cache.isdigit():
-            raise InvalidArgumentError(f"row_cache must be an int >= 0, got {shown(row_cache)}")
-        # Rebuilt by hand: urlunsplit would turn "postgresql:///db" into "postgresql:/db".
-        base = f"{parts.scheme}://{parts.netloc}{parts.path}"
-        conninfo = base + ("?" + urllib.parse.urlencode(keep) if keep else "")
-        netloc = parts.netloc.rpartition("@")[2]
-        if parts.username is not None:
-            netloc = f"{parts.username}{':***' if parts.password is not None else ''}@{netloc}"
-        public = [(k, "***" if k == "password" else v) for k, v in keep]
-        if tenant is not None:
-            public.append(("tenant", ":".join(tenant)))
-        query = urllib.parse.urlencode([*public, ("schema", schema)], safe="*/:")
-        redacted = f"postgresql://{netloc}{parts.path}?{query}"
-        return cls(
-            conninfo, schema, int(row_cache), tenant, redacted, tuple(s for s in secrets if s)
-        )
-
-    @property
-    def id_prefix(self) -> str | None:
-        """What the tenant's ids are stored behind (``user_id:alice/``), or None. The
-        value is quoted, so no tenant's prefix begins another's."""
-        if self.tenant is None:
-            return None
-        field, who = self.tenant
-        return f"{field}:{urllib.parse.quote(who, safe='')}/"
-
-    def scrub(self, text: str) -> str:
-        """``text`` with the passwords (plain or URL-quoted) masked."""
-        for secret in self.secrets:
-            for form in {secret, urllib.parse.quote(secret, safe="")}:
-                text = text.replace(form, "***")
-        return text
-
-    def __repr__(self) -> str:
-        return f"PostgresTarget({self.redacted!r})"
 
 
 class PostgresStore(SQLStore):
@@ -221,6 +122,7 @@ class PostgresStore(SQLStore):
         self._listener: Listener | None = None
         self._closed = False
         self._last = False  # close's writes: a connection of their own if none is free
+        self._crowded = False  # and one of them found none
         self._spares: list[psycopg.Connection[Any]] = []
         self._missed = 0.0  # when a call last waited for a connection in vain, frozen
         self._identity: tuple[int | None, int, int] | None = None
@@ -412,6 +314,8 @@ class PostgresStore(SQLStore):
         wait = _FROZEN_WAIT if frozen else _LAST_WAIT if self._last else None
         if frozen and time.monotonic() - self._missed < _FROZEN_WAIT:
             wait = 0.0  # another call waited for one just now: queued calls fail in turn
+        elif self._last and self._crowded:
+            wait = 0.0  # a call of close's waited in vain: the rest take theirs at once
         try:
             conn = self._getconn_checked(wait)
         except Frozen:
@@ -424,6 +328,7 @@ class PostgresStore(SQLStore):
                 self._missed = time.monotonic()
                 raise StorageError(self._silence) from e
             if self._last:
+                self._crowded = True
                 return self._spare()
             raise StorageError(
                 f"no connection to the PostgreSQL database {self.location} within "
@@ -531,6 +436,8 @@ class PostgresStore(SQLStore):
             self._listener.stop()
         # A worker connecting to a server that stopped answering is not waited for.
         self._pool.close(timeout=0.5 if self._watch.frozen else 5.0)
+        if self._listener is not None:
+            self._listener.join()
         self._watch.close()
 
     # -- binding -------------------------------------------------------------------------
