@@ -83,8 +83,10 @@ class Dialect(abc.ABC):
         """``fn`` on a connection outside any transaction (driver errors propagate)."""
 
     @abc.abstractmethod
-    def _reader(self) -> AbstractContextManager[Any]:
-        """A read connection outside any transaction, this thread's until the block ends."""
+    def _reader(self, begin: str | None = None) -> AbstractContextManager[Any]:
+        """A read connection, this thread's until the block ends: outside any
+        transaction, or in the one ``begin`` began (sent again on another connection
+        where the first broke, as ``_begin`` does)."""
 
     @abc.abstractmethod
     def _begin(self) -> Any:
@@ -214,8 +216,7 @@ class Dialect(abc.ABC):
             return
         with contextlib.ExitStack() as stack:
             with self._failing(f"{self.ENGINE} query failed"):
-                conn = stack.enter_context(self._reader())
-                conn.execute(self._SNAPSHOT)
+                conn = stack.enter_context(self._reader(self._SNAPSHOT))
             stack.callback(self._rollback, conn)  # a read: nothing to commit
             held[id(self)] = conn
             stack.callback(held.pop, id(self))

@@ -36,9 +36,9 @@ the waiting call fail as on any broken connection (a ``StorageError``), and the 
 replaces the connection.
 
 An idle connection the server ended (a restart, ``pg_terminate_backend``) holds its
-last words unread: the pool's look at each idle connection before lending it reads
-what waits on its socket (a poll, no round trip), and one found ended is closed and the
-next asked at once, silent or not.
+last words unread: the pool's look at each idle connection before lending it polls
+its socket (no round trip), and one with anything unread is closed and the next asked
+at once, silent or not.
 
 A live server slower to accept a login than ``PROBE_SECONDS`` (a lock held on the role
 catalog) is taken for a stopped one: the waiting statement is shut, but its idle
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.pq import ConnStatus, TransactionStatus
+from psycopg.pq import TransactionStatus
 
 __all__ = ["PING_SECONDS", "PROBE_SECONDS", "STALL_SECONDS", "Broken", "Frozen", "Watch"]
 
@@ -71,9 +71,6 @@ STALL_SECONDS = 10.0
 PROBE_SECONDS = 10.0
 #: Seconds an idle connection has to answer an empty query while the server is silent.
 PING_SECONDS = 1.0
-
-#: Reads of what an idle connection was sent unasked, at most, before it is lent.
-_UNASKED = 16
 
 _ACTIVITY = "SELECT pid, state, wait_event FROM pg_stat_activity WHERE pid = ANY(%s)"
 # struct tcp_info's tcpi_last_data_sent and tcpi_last_data_recv: milliseconds since.
@@ -318,21 +315,19 @@ def _lost(activity: _Activity, pid: int) -> bool:
 
 
 def _ended(conn: psycopg.Connection[Any]) -> bool:
-    """Whether the server ended the idle connection ``conn``: a restarted server, or a
-    process ended by ``pg_terminate_backend``, leaves its last words (why, then the end
-    of the stream) unread on the socket of each idle connection, so a poll and a read
-    tell it without a round trip. Lent, such a connection failed the call."""
-    pg = conn.pgconn
-    poll = select.poll()
+    """Whether the server ended, or is ending, the idle connection ``conn``: a
+    restarted server, or a process ended by ``pg_terminate_backend`` or
+    ``idle_session_timeout``, sends each idle connection its last words (why, then the
+    end of the stream, some milliseconds apart). A pooled connection listens to no
+    channel and is sent nothing else unasked, so anything unread on it is its end, told
+    by a poll without a round trip. Lent, such a connection failed the call."""
     try:
-        poll.register(pg.socket, select.POLLIN)
-        for _ in range(_UNASKED):  # bounded: an idle connection is sent little unasked
-            if not poll.poll(0):
-                break
-            pg.consume_input()
-    except (psycopg.Error, OSError):
+        fd = conn.pgconn.socket
+    except psycopg.Error:  # closed
         return True
-    return pg.status != ConnStatus.OK
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(0))
 
 
 def _wait_for(fd: int, deadline: float, write: bool = False) -> None:

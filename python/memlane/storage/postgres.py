@@ -59,7 +59,8 @@ _POOL_MAX = 8
 _LAST_WAIT = 1.0
 #: A call's wait for a connection while the server is frozen (one the pool makes then).
 _FROZEN_WAIT = 1.0
-# Reads and connects are retried this many times, backing off from 0.1 s.
+# Reads and connects are retried this many times (reads: ``_backoff``; connects back off
+# from 0.1 s).
 _ATTEMPTS = 4
 # Tombstones are kept this long after an index snapshot reflects them, so a process
 # that was away (or a snapshot cache that old) can still replay the deletions.
@@ -79,6 +80,13 @@ _KINDS: tuple[tuple[type[psycopg.Error], ErrorKind], ...] = (
     (psycopg.errors.DataCorrupted, "corrupt"),
     (psycopg.errors.IndexCorrupted, "corrupt"),
 )
+
+
+def _backoff(attempt: int) -> float:
+    """Seconds before the try after ``attempt`` failed: none after the first, whose
+    connection the server most likely ended after the pool's look (the next is looked
+    at again), then from 0.2 s."""
+    return 0.1 * 2**attempt if attempt else 0.0
 
 
 class PostgresStore(SQLStore):
@@ -387,8 +395,8 @@ class PostgresStore(SQLStore):
             self._watch.back(conn)
 
     @contextmanager
-    def _reader(self) -> Iterator[psycopg.Connection[Any]]:
-        conn = self._getconn()
+    def _reader(self, begin: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+        conn = self._getconn() if begin is None else self._begin(begin)
         try:
             yield conn
         finally:
@@ -406,14 +414,14 @@ class PostgresStore(SQLStore):
                     raise
             finally:
                 self._put(conn)
-            time.sleep(0.1 * 2**attempt)
+            time.sleep(_backoff(attempt))
         raise AssertionError  # pragma: no cover
 
-    def _begin(self) -> psycopg.Connection[Any]:
+    def _begin(self, statement: str = "BEGIN") -> psycopg.Connection[Any]:
         for attempt in range(_ATTEMPTS):
             conn = self._getconn()
             try:
-                conn.execute("BEGIN")
+                conn.execute(statement)
                 return conn
             except psycopg.Error as e:
                 silenced = self._watch.silenced(conn)
@@ -422,7 +430,7 @@ class PostgresStore(SQLStore):
                 last = attempt == _ATTEMPTS - 1 or silenced
                 if not isinstance(e, psycopg.OperationalError) or last:
                     raise
-            time.sleep(0.1 * 2**attempt)
+            time.sleep(_backoff(attempt))
         raise AssertionError  # pragma: no cover
 
     def _end(self, conn: Any) -> None:

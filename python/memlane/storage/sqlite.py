@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -508,8 +508,12 @@ class SQLiteStore(SQLStore):
             if not left and self._closed:  # close left it to this read
                 conn.close()
 
-    def _reader(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self.reader()
+    @contextmanager
+    def _reader(self, begin: str | None = None) -> Iterator[sqlite3.Connection]:
+        with self.reader() as conn:
+            if begin is not None:
+                conn.execute(begin)
+            yield conn
 
     def _run_read(self, fn: Callable[[Any], T]) -> T:
         with self.reader() as conn:
