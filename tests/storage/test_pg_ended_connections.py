@@ -9,12 +9,16 @@ and one the server ended is closed and the next asked at once."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import pytest
 
 from conftest import WordHashEmbedder
 from memlane import Memory
+from memlane.storage import pg_listen
 from memlane.storage.postgres import PostgresStore
 from pg_server import PgServer
 
@@ -88,3 +92,44 @@ def test_a_call_right_after_the_terminations_is_served(pg_server: PgServer, tmp_
                 )
                 mem.add(f"note {n}")
         assert mem.count() == 11
+
+
+def test_the_followers_connection_ended_after_listening_is_made_again_at_once(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower's connection, ended by the server (``idle_session_timeout``, which
+    a listening session meets as any idle one, a restart), was made again only after a
+    second's backoff, and other processes' writes waited for the poll meanwhile
+    (``idle_session_timeout`` at 1.5 s: p90 806 ms from a write to another process
+    seeing it, against 4 ms). One that listened for a while is made again at once."""
+    url = pg_server.url(schema="ended_follower")
+    with Memory(url, WordHashEmbedder()) as mem, Memory(url, WordHashEmbedder()) as other:
+        listener = mem._sync.db._listener
+        assert listener is not None
+        waits: list[float] = []
+        monkeypatch.setattr(listener._stopping, "wait", lambda t: waits.append(t) or False)
+        find = "SELECT pid FROM pg_stat_activity WHERE query LIKE %s"
+        mark = f"%{listener._wake_channel}%"
+        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+            first = wait_for_one(admin, find, mark, None)
+            time.sleep(pg_listen.POLL_SECONDS * 1.5)  # listened for a while
+            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+            wait_for_one(admin, find, mark, first)
+        assert waits == []
+        other.add("seen at once")
+        deadline = time.monotonic() + 60
+        while len(mem) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(mem) == 1
+
+
+def wait_for_one(admin: psycopg.Connection[Any], find: str, mark: str, not_pid: int | None) -> int:
+    """The pid of the one server process whose last statement matches ``mark``, once it
+    is another than ``not_pid``."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pids = [pid for (pid,) in admin.execute(find, (mark,)).fetchall() if pid != not_pid]
+        if pids:
+            return int(pids[0])
+        time.sleep(0.01)
+    raise AssertionError("no such process")

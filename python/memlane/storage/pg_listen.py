@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable
@@ -43,7 +44,7 @@ class Listener:
     def _run(self) -> None:
         store = self._store
         conn: psycopg.Connection[Any] | None = None
-        failures = 0
+        failures, since = 0, 0.0  # since: when the connection began to listen
         while not self._stopping.is_set():
             try:
                 if conn is None:
@@ -53,14 +54,18 @@ class Listener:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store._channel)))
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._wake_channel)))
                     store._watch.heard()
-                    failures = 0
+                    failures, since = 0, time.monotonic()
                 else:
                     for _ in conn.notifies(timeout=POLL_SECONDS, stop_after=1):
                         pass
                 if not self._stopping.is_set():
                     self._on_change()
             except psycopg.Error as e:
-                # Lost connection: reconnect with backoff; the next round catches up.
+                # Lost connection: reconnect with backoff; the next round catches up. One
+                # that listened for a while (a server ending idle sessions, a restart) is
+                # made again at once: the backoff is for connecting again and again in vain.
+                lost = conn is not None and failures == 0
+                lost = lost and time.monotonic() - since >= POLL_SECONDS
                 if conn is not None:
                     self._drop(conn)
                     conn = None
@@ -72,7 +77,8 @@ class Listener:
                         RuntimeWarning,
                         stacklevel=1,
                     )
-                self._stopping.wait(min(POLL_SECONDS * failures, 10.0))
+                if not lost:
+                    self._stopping.wait(min(POLL_SECONDS * failures, 10.0))
         if conn is not None:
             self._drop(conn)
 
