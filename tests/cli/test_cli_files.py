@@ -19,7 +19,7 @@ import pytest
 from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.cli import main
-from memlane.storage.sqlite import sqlite_tables
+from memlane.storage.sqlite_owner import sqlite_tables
 
 TEXT = ["--embedder", "none"]
 

@@ -354,7 +354,7 @@ def _new_store(folder: Path) -> bool:
     """Whether opening ``folder`` would make a new store: it holds no ``memory.db``, or
     one with no table at all (an empty file). Another program's database is refused by
     the open itself, untouched."""
-    from memlane.storage.sqlite import sqlite_tables
+    from memlane.storage.sqlite_owner import sqlite_tables
 
     db = folder / "memory.db"
     return not db.is_file() or sqlite_tables(db) == set()

@@ -10,7 +10,8 @@ from memlane import coerce
 from memlane.errors import InvalidArgumentError, StorageError
 from memlane.storage.base import Store
 from memlane.storage.lock import StoreLock
-from memlane.storage.sqlite import SQLiteStore, check_ours
+from memlane.storage.sqlite import SQLiteStore
+from memlane.storage.sqlite_owner import check_ours
 
 __all__ = ["Opened", "is_postgres_url", "open_store"]
 
