@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -133,7 +134,19 @@ class AsyncMemory:
     snapshot = _in_thread(Memory.snapshot)
     wait_indexed = _in_thread(Memory.wait_indexed)
     stats = _in_thread(Memory.stats)
-    close = _in_thread(Memory.close)
+
+    async def close(self) -> None:
+        """[`Memory.close`][memlane.Memory.close] in a worker thread."""
+        # A thread of its own, not one of the shared workers, which calls in flight may
+        # all hold: close tells them at once (a write waiting for a pooled PostgreSQL
+        # connection then takes one of its own) instead of queueing behind them.
+        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-close")
+        try:
+            await asyncio.get_running_loop().run_in_executor(thread, self.sync.close)
+        finally:
+            thread.shutdown(wait=False)
+
+    close.__wrapped__ = Memory.close  # type: ignore[attr-defined]  # as _in_thread's
 
     def __len__(self) -> int:
         return len(self.sync)

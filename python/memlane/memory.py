@@ -283,6 +283,7 @@ class Memory(MemoryStore):
         if not getattr(self, "_open", False):
             return
         sync = self._sync
+        self._db.closing()  # first: a call holding the lock may wait for a connection
         with sync.lock:
             if sync.closing:
                 return
@@ -293,7 +294,6 @@ class Memory(MemoryStore):
             self._finalizer.detach()
             return
         sync.wake.set()
-        self._db.closing()  # writes in flight and close's own: not held off by busy reads
         try:
             if self._thread is not threading.current_thread():
                 self._thread.join()

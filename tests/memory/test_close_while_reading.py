@@ -5,17 +5,21 @@ Run in a child process, so a crash fails the test instead of ending the run."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from conftest import StoreFactory
-from memlane import ClosedError, InvalidArgumentError, Memory
+from memlane import AsyncMemory, ClosedError, InvalidArgumentError, Memory, MemoryRecord
+from memlane.storage import postgres
 
 CHILD = r"""
 import sys, tempfile, threading
@@ -180,26 +184,34 @@ def test_close_waits_for_a_crowded_pool_once(
     make_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With every pooled connection held, each of close's writes waited a second for
-    one before it opened its own, and the follower's read, itself waiting for one, held
-    close until its own wait ran out (8 s in all with the defaults). Now the first of
-    close's calls that waits in vain sends the rest straight to their own connection,
-    and the pool's closing ends the follower's wait."""
+    one before it opened its own; a call in flight that was waiting for one (a write,
+    the follower's read) waited its whole 10 s and failed, holding the store's lock, so
+    close waited for it (8-19 s in all). Now close tells the store first, a waiting call
+    takes a connection of its own at its next look, and close's first wait in vain sends
+    the rest straight to theirs."""
     if make_store.server is None:
         pytest.skip("SQLite has no pool")
     mem = make_store("crowded")
     mem.add_many([{"text": "x" * 200 + f" {i}", "id": f"r{i}"} for i in range(3000)])
     hits = [h.record.id for h in mem.search("x 7", k=3, mode="text", track_access=True)]
-    pool = mem._sync.db._pool  # type: ignore[attr-defined]
-    waits: list[tuple[str, float | None, str]] = []  # (thread, timeout, how it ended)
+    store = mem._sync.db  # type: ignore[attr-defined]
+    pool = store._pool
+    # (thread, timeout asked, how it ended); "close" marks where close began.
+    waits: list[tuple[str, float | None, str]] = []
+    waiting: set[str] = set()
     getconn = pool.getconn
 
     def watched(timeout: float | None = None) -> object:
+        name = threading.current_thread().name
+        waiting.add(name)
         try:
             conn = getconn(timeout=timeout)
         except BaseException as e:
-            waits.append((threading.current_thread().name, timeout, type(e).__name__))
+            waits.append((name, timeout, type(e).__name__))
             raise
-        waits.append((threading.current_thread().name, timeout, "lent"))
+        finally:
+            waiting.discard(name)
+        waits.append((name, timeout, "lent"))
         return conn
 
     monkeypatch.setattr(pool, "getconn", watched)
@@ -210,16 +222,23 @@ def test_close_waits_for_a_crowded_pool_once(
         readers.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # open, never read
         exports.append(threading.Thread(target=_export, args=(mem, fifo), daemon=True))
         exports[-1].start()
-    for _ in range(1200):  # the exports hold the pool; the follower looks every second
+    added: list[object] = []
+    writer = threading.Thread(
+        target=lambda: added.append(_outcome(lambda: mem.add("in flight"))), name="writer"
+    )
+    for _ in range(1200):  # the exports hold the pool; then the write waits for one
         held = sum(w[2] == "lent" and "_export" in w[0] for w in waits)
-        if held == 8 and pool.get_stats().get("requests_waiting"):
+        if held == 8 and not writer.is_alive() and not added:
+            writer.start()
+        if "writer" in waiting:
             break
         threading.Event().wait(0.05)
-    assert held == 8 and pool.get_stats().get("requests_waiting"), waits
-    waits.clear()
-    closing = threading.Thread(target=mem.close)
+    assert "writer" in waiting, waits
+    waits.append(("close", None, "begins"))
+    closing = threading.Thread(target=mem.close, name="closing")
     closing.start()
     closing.join(120)
+    writer.join(120)
     try:
         assert not closing.is_alive(), "close waited for the exports"
     finally:
@@ -227,10 +246,86 @@ def test_close_waits_for_a_crowded_pool_once(
             os.close(reader)
         for export in exports:
             export.join(60)
-    in_vain = [w for w in waits if w[2] == "PoolTimeout" and w[1] != 0]
-    assert len(in_vain) == 1, waits
-    follower = [w for w in waits if w[0] == "memlane-follow"]
-    assert follower and follower[-1][2] == "PoolClosed", waits
+    assert added == ["returned"], added
+    after = waits[waits.index(("close", None, "begins")) :]
+    # Close's own calls: one wait in vain (in slices) at most, the rest at once.
+    in_vain = [w[1] or 0 for w in after if w[0] == "closing" and w[2] == "PoolTimeout"]
+    assert sum(in_vain) <= postgres._LAST_WAIT, waits
+    # A call waiting when close began: at most the slice it was in.
+    for name in ("writer", "memlane-follow"):
+        late = [w for w in after if w[0] == name and w[2] == "PoolTimeout" and w[1]]
+        assert len(late) <= 1, waits
     again = make_store("crowded")
     assert hits and [again.get(i).access_count for i in hits] == [1] * len(hits)
+    again.close()
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    try:
+        call()
+    except Exception as e:  # handed to the test
+        return e
+    return "returned"
+
+
+def test_async_close_does_not_queue_behind_writes_waiting_for_the_pool(
+    make_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AsyncMemory.close`` ran on a worker thread, queued behind the writes in flight
+    on the others: with reads holding every pooled connection, each write waited its
+    10 s for one and failed, and only then did the store hear that it closed (61 s, six
+    writes failed). It now hears at once, and the writes take connections of their own."""
+    if make_store.server is None:
+        pytest.skip("SQLite has no pool")
+    mem = make_store("crowded_async")
+    mem.add_many([{"text": "x" * 200 + f" {i}", "id": f"r{i}"} for i in range(3000)])
+    pool = mem._sync.db._pool  # type: ignore[attr-defined]
+    lent, asked = threading.Semaphore(0), threading.Event()
+    getconn = pool.getconn
+
+    def watched(timeout: float | None = None) -> object:
+        if threading.current_thread().name.startswith("asyncio"):
+            asked.set()
+        conn = getconn(timeout=timeout)
+        if "_export" in threading.current_thread().name:
+            lent.release()
+        return conn
+
+    monkeypatch.setattr(pool, "getconn", watched)
+    readers, exports = [], []
+    for n in range(8):  # the pool's size
+        fifo = tmp_path / f"pipe{n}"
+        os.mkfifo(fifo)
+        readers.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # open, never read
+        exports.append(threading.Thread(target=_export, args=(mem, fifo), daemon=True))
+        exports[-1].start()
+    for _ in range(8):
+        assert lent.acquire(timeout=60)
+
+    async def main() -> list[object]:
+        # As many worker threads as writes: the close waits for one to be free.
+        workers = ThreadPoolExecutor(max_workers=6, thread_name_prefix="asyncio")
+        asyncio.get_running_loop().set_default_executor(workers)
+        amem = AsyncMemory(memory=mem)
+        writes = [asyncio.create_task(amem.add(f"in flight {n}")) for n in range(6)]
+        for _ in range(6000):  # until a write waits for the pool
+            if asked.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert asked.is_set()
+        await asyncio.wait_for(amem.close(), 120)
+        return await asyncio.gather(*writes, return_exceptions=True)
+
+    try:
+        done = asyncio.run(main())
+    finally:
+        for reader in readers:
+            os.close(reader)
+        for export in exports:
+            export.join(60)
+    # Each write is stored, or refused as the store closed before it began: none fails.
+    assert all(isinstance(d, (MemoryRecord, ClosedError)) for d in done), done
+    stored = [d.id for d in done if isinstance(d, MemoryRecord)]
+    again = make_store("crowded_async")
+    assert stored and all(again.get(i).text.startswith("in flight") for i in stored)
     again.close()

@@ -344,3 +344,33 @@ def test_an_idle_connection_left_unanswered_while_another_answered_is_passed_at_
         assert backoffs == [] and not store._watch.frozen
     finally:
         assert outcome(store.close) == "returned"
+
+
+def test_a_spare_connection_left_unanswered_shows_the_server_frozen(
+    pg_server: PgServer, proxy: FrozenProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Close's writes take a connection of their own when reads hold the whole pool.
+    On a frozen server nothing waited on it, so it was never taken for silent, and each
+    of close's writes (and the background threads') waited the whole connect timeout
+    for its own (37.6 s with the defaults). One left unanswered now shows the server
+    frozen, and the rest are given up at once."""
+    store = PostgresStore(proxy.url(pg_server.url(schema="spare_frozen")))
+    try:
+        store.closing()
+        proxy.freeze()
+        spares: list[float] = []
+        real = PostgresStore._spare
+
+        def spare(self: PostgresStore) -> psycopg.Connection[Any]:
+            spares.append(time.monotonic())
+            return real(self)
+
+        monkeypatch.setattr(PostgresStore, "_spare", spare)
+        assert isinstance(outcome(store._spare), StorageError)
+        assert store._watch.frozen
+        failed = outcome(lambda: store._read(lambda c: c.execute("SELECT 1").fetchone()))
+        assert isinstance(failed, StorageError) and "given up" in str(failed)
+        assert len(spares) == 1
+    finally:
+        proxy.thaw()
+        assert outcome(store.close) == "returned"

@@ -146,6 +146,12 @@ class Watch:
         with self._lock:
             self.silent = self.frozen = False
 
+    def unreachable(self) -> None:
+        """A new connection to the server was left unanswered for the whole connect
+        timeout, where a live server answers at once: it is taken for frozen."""
+        with self._lock:
+            self.silent = self.frozen = True
+
     def unanswered(self) -> bool:
         """Something the silent server should have answered went unanswered (an empty
         query, or a new connection the pool made): whether it is now taken for frozen."""

@@ -59,6 +59,8 @@ _POOL_MAX = 8
 _LAST_WAIT = 1.0
 #: A call's wait for a connection while the server is frozen (one the pool makes then).
 _FROZEN_WAIT = 1.0
+#: Seconds between two looks, while a call waits for a connection, at what changed.
+_SLICE = 0.25
 # Reads and connects are retried this many times (reads: ``_backoff``; connects back off
 # from 0.1 s).
 _ATTEMPTS = 4
@@ -352,13 +354,23 @@ class PostgresStore(SQLStore):
         return conn
 
     def _getconn_checked(self, wait: float | None) -> psycopg.Connection[Any]:
-        """A connection from the pool, past those its check closed as broken."""
-        for _ in range(2 * _POOL_MAX):
+        """A connection from the pool, past those its check closed as broken. A wait is
+        taken in slices, and ends early once close begins (a call already waiting then
+        takes a connection of its own, and does not hold close up) or the server is
+        found frozen."""
+        deadline = time.monotonic() + (CONNECT_TIMEOUT if wait is None else wait)
+        last, frozen, broken = self._last, self._watch.frozen, 0
+        while True:
+            left = deadline - time.monotonic()
             try:
-                return self._pool.getconn(timeout=wait)
-            except Broken:
-                continue  # closed, and replaced by the pool: the next is asked at once
-        raise Broken
+                return self._pool.getconn(timeout=max(0.0, min(left, _SLICE)))
+            except Broken:  # closed, and replaced by the pool: the next is asked at once
+                broken += 1
+                if broken == 2 * _POOL_MAX:
+                    raise
+            except PoolTimeout:
+                if left <= _SLICE or self._last != last or self._watch.frozen != frozen:
+                    raise
 
     @property
     def _silence(self) -> str:
@@ -376,6 +388,8 @@ class PostgresStore(SQLStore):
             conn = psycopg.connect(self.target.conninfo, **self._connect_kwargs)
             self._configure(conn)
         except psycopg.OperationalError as e:
+            if isinstance(e, psycopg.errors.ConnectionTimeout):
+                self._watch.unreachable()  # close's other writes then give up at once
             raise StorageError(f"cannot reach the PostgreSQL database {self.location}") from e
         if self._replaced:  # found out by this very connection: never written to
             conn.close()
