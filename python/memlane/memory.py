@@ -283,7 +283,8 @@ class Memory(MemoryStore):
         if not getattr(self, "_open", False):
             return
         sync = self._sync
-        self._db.closing()  # first: a call holding the lock may wait for a connection
+        if not sync.forked:  # first: a call holding the lock may wait for a connection
+            self._db.closing()
         with sync.lock:
             if sync.closing:
                 return

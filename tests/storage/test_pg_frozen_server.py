@@ -59,6 +59,15 @@ def outcome(call: Callable[[], Any]) -> BaseException | str:
     return out[0] if out else "hung"
 
 
+def inline(call: Callable[[], Any]) -> BaseException | str:
+    """What ``call`` ended with, run on this thread."""
+    try:
+        call()
+    except Exception as e:  # handed to the test
+        return e
+    return "returned"
+
+
 def lend_at_once(store: PostgresStore, count: int) -> None:
     """Has ``count`` of the store's connections lent at once, so that the pool keeps as
     many idle ones: a call after the freeze takes one, and sends its statement."""
@@ -201,12 +210,16 @@ def test_a_server_found_silent_is_asked_once_and_close_gives_up_at_once(
         proxy.freeze()
         assert isinstance(outcome(read(4)), StorageError)
         assert len(asked) == 2
-        store.closing()  # what close writes gives up once an idle connection is silent
-        got = outcome(read(5))
-        assert isinstance(got, StorageError) and "stopped answering" in str(got), got
+        ends: list[BaseException | str] = []
+
+        def close_reads() -> None:  # close's: its writes are its thread's
+            store.closing()  # what close writes gives up once an idle connection is silent
+            ends.extend(inline(read(value)) for value in (5, 6))
+
+        assert outcome(close_reads) == "returned"
+        assert "stopped answering" in str(ends[0]), ends
+        assert "close's writes are given up" in str(ends[1]), ends
         assert len(asked) == 2 and watch.frozen
-        got = outcome(read(6))
-        assert isinstance(got, StorageError) and "close's writes are given up" in str(got), got
     finally:
         assert outcome(store.close) == "returned"
 
@@ -356,7 +369,6 @@ def test_a_spare_connection_left_unanswered_shows_the_server_frozen(
     frozen, and the rest are given up at once."""
     store = PostgresStore(proxy.url(pg_server.url(schema="spare_frozen")))
     try:
-        store.closing()
         proxy.freeze()
         spares: list[float] = []
         real = PostgresStore._spare
@@ -366,11 +378,16 @@ def test_a_spare_connection_left_unanswered_shows_the_server_frozen(
             return real(self)
 
         monkeypatch.setattr(PostgresStore, "_spare", spare)
-        assert isinstance(outcome(store._spare), StorageError)
-        assert store._watch.frozen
-        failed = outcome(lambda: store._read(lambda c: c.execute("SELECT 1").fetchone()))
-        assert isinstance(failed, StorageError) and "given up" in str(failed)
-        assert len(spares) == 1
+        ends: list[BaseException | str] = []
+
+        def close_writes() -> None:  # close's: its writes are its thread's
+            store.closing()
+            ends.append(inline(store._spare))
+            ends.append(inline(lambda: store._read(lambda c: c.execute("SELECT 1"))))
+
+        assert outcome(close_writes) == "returned"
+        assert isinstance(ends[0], StorageError) and store._watch.frozen, ends
+        assert "given up" in str(ends[1]) and len(spares) == 1, ends
     finally:
         proxy.thaw()
         assert outcome(store.close) == "returned"

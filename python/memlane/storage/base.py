@@ -55,8 +55,9 @@ class Store(Protocol):
         ...
 
     def closing(self) -> None:
-        """Close's last writes follow: on PostgreSQL they take a connection of their
-        own when every pooled one is held (by reads such as exports)."""
+        """Close's last writes follow, on this thread: on PostgreSQL they take a
+        connection of their own when every pooled one is held (by reads such as
+        exports), and the calls waiting for a pooled one then fail at once."""
         ...
 
     def close(self) -> None: ...

@@ -29,6 +29,7 @@ password never appears in a message, a log line or a repr.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -59,8 +60,6 @@ _POOL_MAX = 8
 _LAST_WAIT = 1.0
 #: A call's wait for a connection while the server is frozen (one the pool makes then).
 _FROZEN_WAIT = 1.0
-#: Seconds between two looks, while a call waits for a connection, at what changed.
-_SLICE = 0.25
 # Reads and connects are retried this many times (reads: ``_backoff``; connects back off
 # from 0.1 s).
 _ATTEMPTS = 4
@@ -133,6 +132,7 @@ class PostgresStore(SQLStore):
         self._closed = False
         self._last = False  # close's writes: a connection of their own if none is free
         self._crowded = False  # and one of them found none
+        self._closer: int | None = None  # the thread whose close's writes those are
         self._spares: list[psycopg.Connection[Any]] = []
         self._missed = 0.0  # when a call last waited for a connection in vain, frozen
         self._identity: tuple[int | None, int, int] | None = None
@@ -319,12 +319,13 @@ class PostgresStore(SQLStore):
         # A frozen server gets a short wait for a new connection: the pool's own attempts
         # to connect go on, and the first it makes ends the silence.
         frozen = self._watch.frozen
-        if self._last and frozen:
+        last = self._last and self._closer == threading.get_ident()  # close's own
+        if last and frozen:
             raise StorageError(f"{self._silence}: close's writes are given up")
-        wait = _FROZEN_WAIT if frozen else _LAST_WAIT if self._last else None
+        wait = _FROZEN_WAIT if frozen else _LAST_WAIT if last else None
         if frozen and time.monotonic() - self._missed < _FROZEN_WAIT:
             wait = 0.0  # another call waited for one just now: queued calls fail in turn
-        elif self._last and self._crowded:
+        elif last and self._crowded:
             wait = 0.0  # a call of close's waited in vain: the rest take theirs at once
         try:
             conn = self._getconn_checked(wait)
@@ -337,7 +338,7 @@ class PostgresStore(SQLStore):
             if frozen or self._watch.unanswered():
                 self._missed = time.monotonic()
                 raise StorageError(self._silence) from e
-            if self._last:
+            if last:
                 self._crowded = True
                 return self._spare()
             raise StorageError(
@@ -346,6 +347,8 @@ class PostgresStore(SQLStore):
                 "this store's connections are held (a read such as an export holds one)"
             ) from e
         except PoolClosed as e:
+            if last:  # closed early, calls waiting on it failed: close's take their own
+                return self._spare()
             raise StorageError("the store is closed") from e
         self._watch.lend(conn)
         if self._replaced:  # found out by this very connection
@@ -354,23 +357,13 @@ class PostgresStore(SQLStore):
         return conn
 
     def _getconn_checked(self, wait: float | None) -> psycopg.Connection[Any]:
-        """A connection from the pool, past those its check closed as broken. A wait is
-        taken in slices, and ends early once close begins (a call already waiting then
-        takes a connection of its own, and does not hold close up) or the server is
-        found frozen."""
-        deadline = time.monotonic() + (CONNECT_TIMEOUT if wait is None else wait)
-        last, frozen, broken = self._last, self._watch.frozen, 0
-        while True:
-            left = deadline - time.monotonic()
+        """A connection from the pool, past those its check closed as broken."""
+        for _ in range(2 * _POOL_MAX):
             try:
-                return self._pool.getconn(timeout=max(0.0, min(left, _SLICE)))
-            except Broken:  # closed, and replaced by the pool: the next is asked at once
-                broken += 1
-                if broken == 2 * _POOL_MAX:
-                    raise
-            except PoolTimeout:
-                if left <= _SLICE or self._last != last or self._watch.frozen != frozen:
-                    raise
+                return self._pool.getconn(timeout=wait)
+            except Broken:
+                continue  # closed, and replaced by the pool: the next is asked at once
+        raise Broken
 
     @property
     def _silence(self) -> str:
@@ -380,7 +373,13 @@ class PostgresStore(SQLStore):
         )
 
     def closing(self) -> None:
-        self._last = True
+        if not self._last:  # the first close's: a second caller's returns at once
+            self._closer, self._last = threading.get_ident(), True
+        if self._pool.get_stats().get("requests_waiting"):
+            # Every connection is held (by long reads such as exports): the calls waiting
+            # for one fail now instead of holding close up (one may hold the store's
+            # lock), and close's writes take connections of their own.
+            self._pool.close(timeout=1.0)
 
     def _spare(self) -> psycopg.Connection[Any]:
         """A connection outside the pool, for close's writes while reads hold the pool."""
