@@ -139,7 +139,7 @@ class AsyncMemory:
         """[`Memory.close`][memlane.Memory.close] in a worker thread."""
         # A thread of its own, not one of the shared workers, which calls in flight may
         # all hold: close tells them at once (a write waiting for a pooled PostgreSQL
-        # connection then takes one of its own) instead of queueing behind them.
+        # connection is then refused) instead of queueing behind them.
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-close")
         try:
             await asyncio.get_running_loop().run_in_executor(thread, self.sync.close)

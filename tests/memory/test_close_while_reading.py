@@ -255,7 +255,7 @@ def test_close_waits_for_a_crowded_pool_once(
     # Close's own calls: one wait in vain (in slices) at most, the rest at once.
     in_vain = [w[1] or 0 for w in after if w[0] == "closing" and w[2] == "PoolTimeout"]
     assert sum(in_vain) <= postgres._LAST_WAIT, waits
-    # A call waiting when close began: at most the slice it was in.
+    # A call waiting when close began: not left to wait out a timeout after it.
     for name in ("writer", "memlane-follow"):
         late = [w for w in after if w[0] == name and w[2] == "PoolTimeout" and w[1]]
         assert len(late) <= 1, waits
