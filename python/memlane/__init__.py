@@ -36,6 +36,7 @@ from memlane.errors import (
     MemlaneError,
     NotFoundError,
     StorageError,
+    StoreClosedError,
     StoreLockedError,
     UnknownIdError,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "SearchHit",
     "SessionScope",
     "StorageError",
+    "StoreClosedError",
     "StoreLockedError",
     "UnknownIdError",
     "__version__",

@@ -21,6 +21,7 @@ __all__ = [
     "MemlaneError",
     "NotFoundError",
     "StorageError",
+    "StoreClosedError",
     "StoreLockedError",
     "UnknownIdError",
 ]
@@ -77,6 +78,11 @@ class NotFoundError(MemlaneError, FileNotFoundError):
 
 class StorageError(MemlaneError, OSError):
     """Reading or writing the disk failed."""
+
+
+class StoreClosedError(ClosedError, StorageError):
+    """The store closed while a call waited for it (for its lock or a database
+    connection): the call stored nothing. Both a ``ClosedError`` and a ``StorageError``."""
 
 
 class EmbedderUnavailableError(MemlaneError, RuntimeError):

@@ -283,19 +283,19 @@ class Memory(MemoryStore):
         if not getattr(self, "_open", False):
             return
         sync = self._sync
-        if not sync.forked:  # first: a call holding the lock may wait for a connection
-            self._db.closing()
-        with sync.lock:
-            if sync.closing:
-                return
-            sync.closing = True
         if sync.forked:
             # The parent's store: its lock, files and connections stay the parent's (a
-            # release here would unlock the parent's store lock, shared across fork).
+            # release here would unlock the parent's store lock, shared across fork),
+            # and so do its locks' states: none is taken.
+            sync.closing = True
             self._finalizer.detach()
             return
-        sync.wake.set()
+        self._db.closing(False)  # first: a call holding the lock may wait for a connection
+        if not sync.begin_closing(self._thread):
+            return
         try:
+            self._db.closing(True)
+            sync.wake.set()
             if self._thread is not threading.current_thread():
                 self._thread.join()
             self._writer.close()
@@ -309,7 +309,10 @@ class Memory(MemoryStore):
         finally:
             # Released whatever failed: the data is in the database, and the next
             # open rebuilds a snapshot that could not be written.
-            self._finalizer()
+            try:
+                self._finalizer()
+            finally:  # even interrupted (Ctrl-C): later close calls wait for this
+                sync.closed.set()
 
     def __enter__(self) -> Memory:
         return self

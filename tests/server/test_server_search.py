@@ -170,3 +170,22 @@ def test_a_closed_store_is_409_closed(mem: Memory) -> None:
         mem.close()
         for r in (client.post("/v1/search", json={"query": "Porto"}), client.get("/v1/count")):
             assert (r.status_code, r.json()["error"]["type"]) == (409, "ClosedError")
+
+
+def test_a_request_that_meets_the_store_closing_is_409_closed(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that reached the database as the store closed got 503 (a bare
+    ``StorageError``); it is the closed store's 409, as a request after close."""
+    known = mem.list(limit=1)[0].id
+    db = mem._sync.db  # type: ignore[attr-defined]
+    row_by_id = db.row_by_id
+
+    def closing(*args: object, **kwargs: object) -> object:
+        mem.close()
+        return row_by_id(*args, **kwargs)
+
+    with TestClient(create_app(mem), base_url=LOCAL) as client:
+        monkeypatch.setattr(db, "row_by_id", closing)
+        r = client.get(f"/v1/memories/{known}")
+        assert (r.status_code, r.json()["error"]["type"]) == (409, "StoreClosedError")

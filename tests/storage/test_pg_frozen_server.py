@@ -213,7 +213,7 @@ def test_a_server_found_silent_is_asked_once_and_close_gives_up_at_once(
         ends: list[BaseException | str] = []
 
         def close_reads() -> None:  # close's: its writes are its thread's
-            store.closing()  # what close writes gives up once an idle connection is silent
+            store.closing(True)  # what close writes gives up once an idle connection is silent
             ends.extend(inline(read(value)) for value in (5, 6))
 
         assert outcome(close_reads) == "returned"
@@ -381,7 +381,7 @@ def test_a_spare_connection_left_unanswered_shows_the_server_frozen(
         ends: list[BaseException | str] = []
 
         def close_writes() -> None:  # close's: its writes are its thread's
-            store.closing()
+            store.closing(True)
             ends.append(inline(store._spare))
             ends.append(inline(lambda: store._read(lambda c: c.execute("SELECT 1"))))
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from memlane._memory.access import AccessLog
 from memlane._memory.sync import CHECKPOINT_BYTES, IndexSync
 from memlane._memory.writer import Writer
-from memlane.errors import StorageError
+from memlane.errors import ClosedError, StorageError
 from memlane.storage import Store, StoreLock
 
 # Parked vectors are linked in batches of this size. Searches run while a batch links;
@@ -229,6 +229,8 @@ def _follower(upkeep: Upkeep) -> Callable[[], None]:
             return
         try:
             sync.follow()
+        except ClosedError:  # close began (it may close a crowded pool first)
+            return
         except Exception as e:  # keep following; the next call retries
             if not sync.closing:
                 upkeep.failed("following changes", e)
@@ -247,14 +249,18 @@ def release(
     (its parts stay in use until then), closes the database, frees the lock."""
     if sync is not None:
         sync.closing = True
-    wake.set()
-    # Not from the thread itself: the garbage collector may run a finalizer there (the
-    # thread then meets the closed database, and stops as the store is closing).
-    if thread is not None and thread is not threading.current_thread():
-        thread.join()
-    db.close()
-    if lock is not None:
-        lock.release()
+    try:
+        wake.set()
+        # Not from the thread itself: the garbage collector may run a finalizer there
+        # (the thread then meets the closed database, and stops as the store is closing).
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        db.close()
+        if lock is not None:
+            lock.release()
+    finally:
+        if sync is not None:
+            sync.closed.set()
 
 
 # Open stores, closed at interpreter exit: their background thread may be inside the

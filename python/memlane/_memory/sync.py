@@ -49,6 +49,7 @@ from memlane.errors import (
 )
 from memlane.schema import Row
 from memlane.storage import Store
+from memlane.storage.base import held_here
 from memlane.storage.sqlite import EPOCHS, read_epochs
 
 #: Vector precisions of the in-memory index (see ``HnswIndex``).
@@ -111,6 +112,10 @@ class IndexSync:
         self.lock = threading.RLock()
         #: Set (under the lock) when the store closes; background work then stops.
         self.closing = False
+        #: Set once the first ``close`` has released the store: a later one waits for it.
+        self.closed = threading.Event()
+        #: The thread of that first ``close``.
+        self.closer: threading.Thread | None = None
         #: Why the store is unusable (its folder vanished), if it is.
         self.gone: str | None = None
         self.forks = _forks
@@ -413,6 +418,23 @@ class IndexSync:
     def forked(self) -> bool:
         """Whether this process is a child forked after the store was opened."""
         return self.forks != _forks
+
+    def begin_closing(self, own: threading.Thread) -> bool:
+        """Marks the store closing; True for the first ``close``, which releases it.
+
+        A later one returns once that has, or at once where waiting could wait for
+        itself: inside that close (a signal handler or a finalizer run on its thread),
+        on the store's ``own`` thread (which it joins), and on a thread that holds a
+        lock it takes (a signal handler run inside a call on the store)."""
+        if not self.closing:
+            with self.lock:  # a write in flight ends first
+                if not self.closing:
+                    self.closing, self.closer = True, threading.current_thread()
+                    return True
+        here = threading.current_thread()
+        if here not in (self.closer, own) and not held_here(self.lock) and not self.db.held_here():
+            self.closed.wait()
+        return False
 
     def check_open(self) -> None:
         if self.closing:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from memlane.schema import COLUMNS, Row
 
-__all__ = ["COLUMNS", "Changes", "HistoryEntry", "Row", "Store"]
+__all__ = ["COLUMNS", "Changes", "HistoryEntry", "Row", "Store", "held_here"]
 
 #: A history entry: the version a change replaced, the change (``update``, ``supersede``,
 #: ``delete``), when, by whom, and the record that superseded the version.
@@ -32,6 +32,13 @@ HistoryEntry = tuple[Row, str, float, str | None, str | None]
 #: What the changes after a sequence number wrote (``Store.changes_since``): the newest
 #: change, the history entries they made with the change of each, and their rows.
 Changes = tuple[int, list[tuple[int, HistoryEntry]], list[Row]]
+
+
+def held_here(lock: object) -> bool:
+    """Whether this thread holds ``lock``, a ``threading.RLock`` (asked as
+    ``threading.Condition`` asks it)."""
+    owned: Callable[[], bool] = getattr(lock, "_is_owned")  # noqa: B009 (not in the stubs)
+    return owned()
 
 
 class Store(Protocol):
@@ -54,10 +61,15 @@ class Store(Protocol):
         """How far the vector file holds committed entries."""
         ...
 
-    def closing(self) -> None:
-        """Close's last writes follow, on this thread: on PostgreSQL they take a
-        connection of their own when every pooled one is held (by reads such as
-        exports), and the calls waiting for a pooled one then fail at once."""
+    def closing(self, writes_here: bool) -> None:
+        """Close begins (``writes_here`` False), then its last writes follow on this
+        thread (True). On PostgreSQL the calls waiting for a pooled connection then
+        fail at once, and close's writes take a connection of their own when every
+        pooled one is held (by reads such as exports)."""
+        ...
+
+    def held_here(self) -> bool:
+        """Whether this thread holds the database's lock, which ``close`` takes."""
         ...
 
     def close(self) -> None: ...

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from memlane.errors import InvalidArgumentError, MemlaneError, StorageError
+from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, StoreClosedError
 from memlane.schema import COLUMNS, Row
 from memlane.storage import pg_schema
 from memlane.storage.dialect import Columns, ErrorKind, Rows
@@ -315,6 +315,8 @@ class PostgresStore(SQLStore):
         return next((kind for cls, kind in _KINDS if isinstance(e, cls)), None)
 
     def _getconn(self) -> psycopg.Connection[Any]:
+        if self._closed:  # on close's own thread too, which may otherwise open its own
+            raise StoreClosedError("the store is closed")
         self._current()
         # A frozen server gets a short wait for a new connection: the pool's own attempts
         # to connect go on, and the first it makes ends the silence.
@@ -349,7 +351,7 @@ class PostgresStore(SQLStore):
         except PoolClosed as e:
             if last:  # closed early, calls waiting on it failed: close's take their own
                 return self._spare()
-            raise StorageError("the store is closed") from e
+            raise StoreClosedError("the store is closed") from e
         self._watch.lend(conn)
         if self._replaced:  # found out by this very connection
             self._put(conn)
@@ -372,10 +374,10 @@ class PostgresStore(SQLStore):
             "to it has been answered since"
         )
 
-    def closing(self) -> None:
-        if not self._last:  # the first close's: a second caller's returns at once
+    def closing(self, writes_here: bool) -> None:
+        if writes_here:  # the one close that releases the store (Memory.close)
             self._closer, self._last = threading.get_ident(), True
-        if self._pool.get_stats().get("requests_waiting"):
+        elif self._pool.get_stats().get("requests_waiting"):
             # Every connection is held (by long reads such as exports): the calls waiting
             # for one fail now instead of holding close up (one may hold the store's
             # lock), and close's writes take connections of their own.
@@ -452,9 +454,9 @@ class PostgresStore(SQLStore):
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
         if self._listener is not None:
-            self._listener.stop()
+            self._listener.stop()  # its wake-up is sent on a pooled connection
+        self._closed = True
         # A worker connecting to a server that stopped answering is not waited for.
         self._pool.close(timeout=0.5 if self._watch.frozen else 5.0)
         if self._listener is not None:

@@ -89,8 +89,12 @@ class SQLStore(SQLHistory):
     def vector_file(self) -> Path | None:
         return None if self._log is None else self._log.path
 
-    def closing(self) -> None:
-        """Close's last writes follow (the access counts, the tombstones' sweep)."""
+    def closing(self, writes_here: bool) -> None:
+        """Close begins, then its last writes follow (the access counts, the
+        tombstones' sweep)."""
+
+    def held_here(self) -> bool:
+        return False
 
     def unbounded(self, conn: Any) -> None:
         """Lets the transaction of ``conn`` sit idle between statements as long as it

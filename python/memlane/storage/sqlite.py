@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memlane.coerce import MAX_COUNT
-from memlane.errors import CorruptFileError, StorageError
+from memlane.errors import CorruptFileError, StorageError, StoreClosedError
 from memlane.schema import history_table, records_table, sqlite_types_hold
+from memlane.storage.base import held_here
 from memlane.storage.dialect import Columns, ErrorKind, Rows
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import SQLStore
@@ -399,6 +400,10 @@ class SQLiteStore(SQLStore):
         except OSError:
             return 0
 
+    def held_here(self) -> bool:
+        # A write holds it, and an in-memory store's read (close takes it).
+        return held_here(self._lock)
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -426,7 +431,7 @@ class SQLiteStore(SQLStore):
         self._lock.acquire()
         try:
             if self._closed:
-                raise StorageError("the store is closed")
+                raise StoreClosedError("the store is closed")
             self._current()
             self._writer.execute("BEGIN IMMEDIATE")
         except BaseException:
@@ -442,7 +447,7 @@ class SQLiteStore(SQLStore):
         if self.path is None:
             with self._lock:
                 if self._closed:
-                    raise StorageError("the store is closed")
+                    raise StoreClosedError("the store is closed")
                 yield self._writer
             return
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -450,7 +455,7 @@ class SQLiteStore(SQLStore):
         if conn is None:
             with self._lock:
                 if self._closed:
-                    raise StorageError("the store is closed")
+                    raise StoreClosedError("the store is closed")
                 conn = self._connect()
                 self._readers.append(conn)  # closed with the store, checked or not
                 self._current()
@@ -458,7 +463,7 @@ class SQLiteStore(SQLStore):
             self._local.conn = conn
         with self._reading:
             if self._closed:
-                raise StorageError("the store is closed")
+                raise StoreClosedError("the store is closed")
             self._busy[id(conn)] = self._busy.get(id(conn), 0) + 1
         try:
             if not fresh and self._replaced:
@@ -552,7 +557,7 @@ class SQLiteStore(SQLStore):
         process inserts them before it asks again."""
         with self._lock, self._failing("cannot reserve rowids"):
             if self._closed:
-                raise StorageError("the store is closed")
+                raise StoreClosedError("the store is closed")
             row = self._writer.execute(
                 "SELECT seq FROM sqlite_sequence WHERE name = 'records'"
             ).fetchone()
