@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from memlane import coerce
-from memlane.errors import InvalidArgumentError, shown
+from memlane.errors import InvalidArgumentError, MemlaneError, StorageError, shown
 from memlane.storage import Store
 
 __all__ = ["OUTCOMES_KEPT", "JobBook", "JobOutcome"]
@@ -47,8 +47,12 @@ class JobBook:
         self._check_open()
         _check_key(key)
         _check(value, "value")
-        with self._db.transaction() as conn:
-            self._db.set_tenant_meta(conn, _PREFIX + key, value)
+        try:
+            with self._db.transaction() as conn:
+                self._db.set_tenant_meta(conn, _PREFIX + key, value)
+        except StorageError as e:
+            if self._after_failure(key, e) != value:
+                raise
 
     def swap(self, key: str, old: str, new: str, *, drop: tuple[str, str] | None = None) -> bool:
         """Replaces job ``key`` by ``new`` if it is ``old`` now (False: it changed or went
@@ -63,10 +67,18 @@ class JobBook:
         if drop is not None:
             _check_key(drop[0])
             _check(drop[1], "value")
-        with self._db.transaction() as conn:
-            if drop is not None:
-                self._drop_held(conn, *drop)
-            return self._db.swap_tenant_meta(conn, _PREFIX + key, old, new)
+        try:
+            with self._db.transaction() as conn:
+                if drop is not None:
+                    self._drop_held(conn, *drop)
+                return self._db.swap_tenant_meta(conn, _PREFIX + key, old, new)
+        except StorageError as e:
+            now = self._after_failure(key, e)
+            if now == new:  # stored (with ``drop``: one transaction)
+                return True
+            if now == old:
+                raise
+            return False
 
     def drop(self, key: str, held: str | None = None) -> bool:
         """Forgets job ``key`` (done, or given up); no error if there is none. With
@@ -77,11 +89,29 @@ class JobBook:
         _check_key(key)
         if held is not None:
             _check(held, "value")
-        with self._db.transaction() as conn:
-            if held is not None:
-                return self._drop_held(conn, key, held)
-            self._db.delete_tenant_meta(conn, _PREFIX + key)
+        try:
+            with self._db.transaction() as conn:
+                if held is not None:
+                    return self._drop_held(conn, key, held)
+                self._db.delete_tenant_meta(conn, _PREFIX + key)
+        except StorageError as e:
+            now = self._after_failure(key, e)
+            if now is None:
+                return True
+            if held is None or now == held:
+                raise
+            return False
         return True
+
+    def _after_failure(self, key: str, error: StorageError) -> str | None:
+        """Job ``key``'s record (None: none) after a write of it raised ``error``: a
+        commit whose answer a lost connection took may have stored it, and a holder
+        that took it for unwritten would take its own record for another's. ``error``
+        again when the record cannot be read either."""
+        try:
+            return dict(self._db.tenant_meta_items(_PREFIX + key)).get(_PREFIX + key)
+        except MemlaneError:
+            raise error from None
 
     def _drop_held(self, conn: Any, key: str, held: str) -> bool:
         # Swapping the value for itself matches it in the statement that locks the row

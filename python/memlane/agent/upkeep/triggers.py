@@ -44,7 +44,7 @@ from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, 
 from memlane.agent.upkeep import cadence
 from memlane.agent.upkeep.jobs import JOB_TAG, earlier_windows
 from memlane.errors import InvalidArgumentError
-from memlane.scoping import EventScope, exact_scope, scope_kwargs
+from memlane.scoping import EventScope, exact_scope
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -377,7 +377,8 @@ def run_reflection(
                 ends, room.reflection_missed = (*room.reflection_missed, *ends), []
             if span:  # inline, the windows left are this object's own (see agents.md)
                 cadence.reflected(memory, table, event.history, now)
-        history = scope_kwargs(event.history)
+        # Exactly the room's scope: an agent without agent_id is not shown another's turns.
+        history, only = exact_scope(memory, event.history)
         # A job that took the place of waiting or failed ones shows what each would have
         # shown, each message once, in the order said. Windows that end at one time (a
         # clock that gave two turns one reading) are counted back together.
@@ -388,7 +389,8 @@ def run_reflection(
             shown: dict[str, MemoryRecord] = {}
             for end, count in sorted(windows.items()):
                 limit = cfg.window * count
-                for r in memory.list(MESSAGES, end=_after(end), limit=limit, **history)[::-1]:
+                said = memory.list(MESSAGES, end=_after(end), limit=limit, filters=only, **history)
+                for r in said[::-1]:
                     shown.setdefault(r.id, r)
             recent = sorted(shown.values(), key=lambda r: r.created_at)
             window = [

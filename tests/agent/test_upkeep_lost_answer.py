@@ -1,0 +1,80 @@
+"""A reflection whose job record was written with the commit's answer lost (a
+PostgreSQL connection cut right after ``COMMIT``). The lease renewed after the model's
+answer, taken for unwritten, made the holder take its own record for another's: the
+reflection stored nothing and its record stayed held until the agent closed. The plan
+saved that way was asked of the model again, and the record left behind applied the
+first answer a second time at the next start. Both backends; the cut is made in the
+store's transaction, after its commit."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane.agent import SessionScope
+from memlane.errors import StorageError
+from upkeep_scripts import Model, agent, turn
+
+ALICE = SessionScope("per-peer").resolve("telegram", 42, 7)
+REMEMBER = json.dumps({"operations": [{"op": "remember", "content": "Alice keeps bees"}]})
+
+
+class Arming(Model):
+    """Answers reflection, then has the store lose the answer of the ``nth`` job write
+    that follows (1: the lease renewed after the answer; 2: the plan saved)."""
+
+    def __init__(self, nth: int, armed: list[int]) -> None:
+        super().__init__(REMEMBER)
+        self.nth, self.armed = nth, armed
+
+    def complete(self, messages: Any) -> str:
+        answer = super().complete(messages)
+        if "New facts:" not in messages[-1]["content"] and len(self.prompts) == 1:
+            self.armed[0] = self.nth
+        return answer
+
+
+@pytest.mark.parametrize("nth", [1, 2], ids=["lease", "plan"])
+def test_a_job_write_whose_answer_was_lost_is_taken_as_written(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, nth: int
+) -> None:
+    mem = make_store("lost_answer", WordHashEmbedder())
+    db = mem._sync.db  # type: ignore[attr-defined]
+    armed, local = [0], threading.local()
+    swap, transaction = db.swap_tenant_meta, db.transaction
+
+    def job_swap(conn: Any, *args: Any) -> bool:
+        local.job = True
+        return bool(swap(conn, *args))
+
+    @contextlib.contextmanager
+    def cut() -> Iterator[Any]:
+        local.job = False
+        with transaction() as conn:
+            yield conn
+        if local.job and armed[0]:
+            armed[0] -= 1
+            if armed[0] == 0:
+                raise StorageError(
+                    "commit failed (if the connection was lost, the write may or may not "
+                    "have been stored)"
+                )
+
+    monkeypatch.setattr(db, "swap_tenant_meta", job_swap)
+    monkeypatch.setattr(db, "transaction", cut)
+    model = Arming(nth, armed)
+    am = agent(mem, model)
+    reports = [turn(am, ALICE, "I keep bees"), turn(am, ALICE, "and hives")]
+    assert am.drain(60)
+    assert armed == [0]  # the cut was made
+    stored = [r.text for r in mem.list("memories", limit=10, **ALICE.fields)]
+    assert stored == ["Alice keeps bees"], (stored, [r.failures for r in reports])
+    assert mem.jobs.items() == []  # nothing left held
+    assert len(model.prompts) == 1  # asked once
+    am.close(30)

@@ -1,0 +1,138 @@
+"""A job record's write whose commit reached the database but whose answer was lost (a
+connection cut right after ``COMMIT``: PostgreSQL then says the write "may or may not
+have been stored"). The book read such a write as unwritten, so a holder took its own
+record for another process's: a lease renewed that way ended the job as "taken over"
+(its facts unstored while the agent lived), and a plan saved that way was asked of the
+model again and applied twice. The book now reads the record back after a failed write
+and answers as the write did. Both backends."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane import Memory
+from memlane.errors import StorageError
+
+LOST = "commit failed (if the connection was lost, the write may or may not have been stored)"
+
+
+class Cut:
+    """Makes the store's next ``n`` transactions raise after their commit, as a lost
+    answer does; ``before`` makes them fail before it instead (nothing stored)."""
+
+    def __init__(self, mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.db = mem._sync.db  # type: ignore[attr-defined]
+        self.after = 0
+        self.before = 0
+        self._lock = threading.Lock()
+        real = self.db.transaction
+
+        @contextlib.contextmanager
+        def transaction() -> Iterator[Any]:
+            with self._lock:
+                fail_before, self.before = self.before > 0, max(self.before - 1, 0)
+            with real() as conn:
+                yield conn
+                if fail_before:
+                    raise StorageError("write failed, nothing was stored")
+            with self._lock:
+                lost, self.after = self.after > 0, max(self.after - 1, 0)
+            if lost:
+                raise StorageError(LOST)
+
+        monkeypatch.setattr(self.db, "transaction", transaction)
+
+
+@pytest.fixture
+def mem(make_store: StoreFactory) -> Iterator[Memory]:
+    m = make_store("jobs_lost", WordHashEmbedder())
+    yield m
+    m.close()
+
+
+def test_a_write_stored_with_its_answer_lost_is_taken_as_written(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cut = Cut(mem, monkeypatch)
+    jobs = mem.jobs
+    cut.after = 1
+    jobs.put("a", "v1")  # stored: no error
+    assert jobs.items() == [("a", "v1")]
+    cut.after = 1
+    assert jobs.swap("a", "v1", "v2") is True
+    assert jobs.swap("a", "v1", "v3") is False  # the holder's next write starts from v2
+    jobs.put("b", "x")
+    cut.after = 1
+    assert jobs.swap("b", "x", "y", drop=("a", "v2")) is True  # one transaction: both
+    assert jobs.items() == [("b", "y")]
+    jobs.put("a", "v1")
+    cut.after = 1
+    assert jobs.swap("c", "x", "y", drop=("a", "v1")) is False  # no c (a dropped all the same)
+    assert jobs.items() == [("b", "y")]
+    cut.after = 1
+    assert jobs.drop("b", "y") is True
+    assert jobs.items() == []
+    jobs.put("c", "z")
+    cut.after = 1
+    assert jobs.drop("c") is True
+    assert jobs.items() == []
+
+
+def test_a_write_that_stored_nothing_still_raises(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cut = Cut(mem, monkeypatch)
+    jobs = mem.jobs
+    jobs.put("a", "v1")
+    for write in (
+        lambda: jobs.put("a", "v2"),
+        lambda: jobs.swap("a", "v1", "v2"),
+        lambda: jobs.drop("a", "v1"),
+        lambda: jobs.drop("a"),
+    ):
+        cut.before = 1
+        with pytest.raises(StorageError, match="nothing was stored"):
+            write()
+        assert jobs.items() == [("a", "v1")]
+
+
+def test_a_lost_answer_over_another_writers_record_is_not_ours(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read back, the record is neither what the write replaced nor what it made:
+    another writer's (the conditional write found it so)."""
+    cut = Cut(mem, monkeypatch)
+    jobs = mem.jobs
+    jobs.put("a", "theirs")
+    cut.after = 1
+    assert jobs.swap("a", "mine", "mine, renewed") is False
+    cut.after = 1
+    assert jobs.drop("a", "mine") is False
+    assert jobs.items() == [("a", "theirs")]
+    # A put's record read back as another's: the put is not taken as written.
+    monkeypatch.setattr(cut.db, "tenant_meta_items", lambda prefix: [("job:b", "another's")])
+    cut.after = 1
+    with pytest.raises(StorageError, match="may or may not"):
+        jobs.put("b", "v")
+
+
+def test_a_record_that_cannot_be_read_back_leaves_the_error(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cut = Cut(mem, monkeypatch)
+    jobs = mem.jobs
+    jobs.put("a", "v1")
+
+    def unreachable(prefix: str) -> Any:
+        raise StorageError("the server stopped answering")
+
+    monkeypatch.setattr(cut.db, "tenant_meta_items", unreachable)
+    cut.after = 1
+    with pytest.raises(StorageError, match="may or may not"):
+        jobs.swap("a", "v1", "v2")
