@@ -133,6 +133,7 @@ class AsyncMemory:
     # Upkeep.
     snapshot = _in_thread(Memory.snapshot)
     wait_indexed = _in_thread(Memory.wait_indexed)
+    refresh = _in_thread(Memory.refresh)
     stats = _in_thread(Memory.stats)
 
     async def close(self) -> None:

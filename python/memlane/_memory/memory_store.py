@@ -510,6 +510,16 @@ class MemoryStore(Listing, Forgetting):
 
     # -- upkeep -----------------------------------------------------------------------------
 
+    def refresh(self) -> None:
+        """Applies now what other processes committed to a shared (PostgreSQL) store, so
+        that the calls made next see every write that returned before this one began,
+        in any process. Without it they see them once this process follows them, in
+        milliseconds, or seconds while its listening connection is made again after
+        the server restarted. An embedded store has no other writer: nothing to do."""
+        self._sync.check_open()
+        if self._db.shared:
+            self._sync.follow()
+
     def wait_indexed(self) -> None:
         """Links every parked vector into the graph now (searches find them either way)."""
         self._sync.check_open()

@@ -455,6 +455,9 @@ def check_facts(
     report = FactReport()
     if memory.embedder is None and meaning is None:
         meaning = _default_meaning()
+    # Every fact other processes stored is seen: a check blind to an older pending fact
+    # of another process (its follower lagging after a server restart) adds beside it.
+    memory.refresh()
     # Exactly the scope: one without an agent_id is not the agents' that have one.
     fields, only = exact_scope(memory, scope)
     checked = {CHECK: "pending", "valid_to": None}  # a superseded version is history
