@@ -283,12 +283,11 @@ class Memory(MemoryStore):
         if not getattr(self, "_open", False):
             return
         sync = self._sync
-        if sync.forked:
-            # The parent's store: its lock, files and connections stay the parent's (a
-            # release here would unlock the parent's store lock, shared across fork),
-            # and so do its locks' states: none is taken.
+        if sync.forked:  # the parent's store: its files, connections and locks stay its own
             sync.closing = True
             self._finalizer.detach()
+            return
+        if sync.deferred(self.close):
             return
         self._db.closing(False)  # first: a call holding the lock may wait for a connection
         if not sync.begin_closing(self._thread):
@@ -306,9 +305,7 @@ class Memory(MemoryStore):
                 # A shared store without a snapshot cache still lets old tombstones go.
                 if sync.index_dir is not None or self._db.shared:
                     self._db.gc_tombstones(sync.seq)
-        finally:
-            # Released whatever failed: the data is in the database, and the next
-            # open rebuilds a snapshot that could not be written.
+        finally:  # released whatever failed: the next open rebuilds a snapshot not written
             try:
                 self._finalizer()
             finally:  # even interrupted (Ctrl-C): later close calls wait for this

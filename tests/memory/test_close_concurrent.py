@@ -201,3 +201,37 @@ def test_closers_waiting_return_when_the_first_close_is_interrupted(
     lock = mem._lock  # type: ignore[attr-defined]
     if lock is not None:  # what the interrupted release did not get to
         lock.release()
+
+
+def test_close_from_a_signal_handler_inside_a_write_waits_for_its_end(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler that closes the store ran inside a write, under the store's lock: close
+    released the store under the write (which then met a closed database), and joined
+    the store's thread, which hung for good when that thread waited for the lock. The
+    close now runs as the write lets go of the lock: the write returns, then the store
+    is released."""
+    mem = make_store("signal_in_write")
+    writer = mem._writer  # type: ignore[attr-defined]
+    check_ids = writer._check_ids
+    seen: list[bool] = []
+
+    def handler(signum: int, frame: object) -> None:
+        mem.close()
+        seen.append(mem.closed)  # not yet: the write goes on
+
+    def interrupted(*args: object) -> object:
+        os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs before the next line
+        return check_ids(*args)
+
+    before = signal.signal(signal.SIGUSR1, handler)
+    try:
+        monkeypatch.setattr(writer, "_check_ids", interrupted)
+        added = mem.add("kept through the close", id="r1")
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert seen == [False] and added.id == "r1"
+    assert mem.closed
+    again = make_store("signal_in_write")
+    assert again.get("r1").text == "kept through the close"
+    again.close()

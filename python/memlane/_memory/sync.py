@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import numpy as np
 from memlane._core import Engine, blobs, unblobs
 from memlane._memory import collector
 from memlane._memory.access import AccessLog
+from memlane._memory.deferring_lock import DeferringLock
 from memlane._memory.encoding import prepare
 from memlane._memory.events import Events
 from memlane._memory.snapshot_notes import (
@@ -109,7 +110,7 @@ class IndexSync:
         self.access = access
         self.wake = wake
         #: Held by every write: one writer at a time applies its commit to the engine.
-        self.lock = threading.RLock()
+        self.lock = DeferringLock()
         #: Set (under the lock) when the store closes; background work then stops.
         self.closing = False
         #: Set once the first ``close`` has released the store: a later one waits for it.
@@ -418,6 +419,15 @@ class IndexSync:
     def forked(self) -> bool:
         """Whether this process is a child forked after the store was opened."""
         return self.forks != _forks
+
+    def deferred(self, close: Callable[[], None]) -> bool:
+        """Whether ``close`` waits for the end of a write of this thread (a signal handler
+        run inside it): it runs as the write lets go of the lock, not under it, since
+        it joins the store's thread, which may be waiting for that lock."""
+        if self.closing or not held_here(self.lock):
+            return False
+        self.lock.defer(close)
+        return True
 
     def begin_closing(self, own: threading.Thread) -> bool:
         """Marks the store closing; True for the first ``close``, which releases it.
