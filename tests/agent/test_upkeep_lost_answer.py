@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
-from memlane.agent import SessionScope
+from memlane._memory.job_book import JobBook
+from memlane.agent import Reflection, SessionScope
 from memlane.errors import StorageError
 from upkeep_scripts import Model, agent, turn
 
@@ -77,4 +78,39 @@ def test_a_job_write_whose_answer_was_lost_is_taken_as_written(
     assert stored == ["Alice keeps bees"], (stored, [r.failures for r in reports])
     assert mem.jobs.items() == []  # nothing left held
     assert len(model.prompts) == 1  # asked once
+    am.close(30)
+
+
+def test_a_renewal_seen_stored_only_later_is_the_holders_own(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease renewal whose commit is applied but visible only after the read that
+    follows the error (the cut backend still committing) was taken for unwritten: the
+    next renewal found the record changed and gave the job up as taken over. A holder
+    now writes over any text its record may hold as it wrote it."""
+    gate = threading.Event()
+    mem = make_store("late_commit", WordHashEmbedder())
+    model = Model(REMEMBER, gate)
+    am = agent(mem, model, reflection=Reflection(every=1))
+    turn(am, ALICE, "I keep bees")
+    assert model.entered.wait(30)
+    late: list[tuple[str, str, str]] = []
+
+    def lost(self: JobBook, key: str, old: str, new: str, **kw: Any) -> bool:
+        late.append((key, old, new))
+        raise StorageError("commit failed (the write may or may not have been stored)")
+
+    monkeypatch.setattr(JobBook, "swap", lost)
+    holding = am._upkeep.holding  # type: ignore[attr-defined]
+    holding.renew()  # each renewal fails as it is made
+    monkeypatch.undo()
+    assert late
+    for key, old, new in late:  # and becomes visible now
+        assert mem.jobs.swap(key, old, new)
+    holding.renew()
+    assert all(holding.holds(key) for key, _, _ in late)
+    gate.set()
+    assert am.drain(60)
+    stored = [r.text for r in mem.list("memories", limit=10, **ALICE.fields)]
+    assert stored == ["Alice keeps bees"] and mem.jobs.items() == []
     am.close(30)

@@ -136,3 +136,25 @@ def test_a_record_that_cannot_be_read_back_leaves_the_error(
     cut.after = 1
     with pytest.raises(StorageError, match="may or may not"):
         jobs.swap("a", "v1", "v2")
+
+
+@pytest.mark.parametrize("last", ["\U0010ffff", "\ud7ff"], ids=["last", "before-surrogates"])
+def test_keys_ending_in_the_edges_of_unicode(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch, last: str
+) -> None:
+    """A key's range ended one code point above its last: past U+10FFFF a raw
+    ``ValueError``, and U+D800 a surrogate no database takes (``UnicodeEncodeError``),
+    from ``mark`` and, read back after a failed write, from ``put``, ``swap``, ``drop``."""
+    jobs = mem.jobs
+    key = "job" + last
+    jobs.put(key, "v1")
+    jobs.put(key + last, "longer")
+    jobs.set_mark(key, "m")
+    assert jobs.mark(key) == "m"
+    assert dict(jobs.items()) == {key: "v1", key + last: "longer"}
+    cut = Cut(mem, monkeypatch)
+    cut.after = 1
+    assert jobs.swap(key, "v1", "v2") is True
+    cut.after = 1
+    assert jobs.drop(key, "v2") is True
+    assert jobs.items() == [(key + last, "longer")]

@@ -367,13 +367,15 @@ class Dialect(abc.ABC):
         """The tenant's entries whose key starts with ``prefix`` (not empty), in key order."""
         # A key range, not LIKE: no escaping, and the primary key's index answers it (the
         # key's collation compares code points, on both databases).
-        high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        high = _above(prefix)
         q = self._q(
-            f"SELECT key, value FROM {self._p}tenant_meta "
-            "WHERE tenant = ? AND key >= ? AND key < ? ORDER BY key"
+            f"SELECT key, value FROM {self._p}tenant_meta WHERE tenant = ? AND key >= ?"
+            + ("" if high is None else " AND key < ?")
+            + " ORDER BY key"
         )
-        params = (self.tenant, prefix, high)
-        return self._read(lambda c: [(str(r[0]), str(r[1])) for r in c.execute(q, params)])
+        params = (self.tenant, prefix) if high is None else (self.tenant, prefix, high)
+        rows = self._read(lambda c: [(str(r[0]), str(r[1])) for r in c.execute(q, params)])
+        return rows if high is not None else [r for r in rows if r[0].startswith(prefix)]
 
     def swap_tenant_meta(self, conn: Any, key: str, old: str, new: str) -> bool:
         """Sets ``key`` to ``new`` if it holds ``old`` now: one statement, so of two
@@ -406,3 +408,14 @@ class Dialect(abc.ABC):
             ),
             (self.tenant, prefix, high, self.tenant, prefix, high, keep - 1),
         )
+
+
+def _above(prefix: str) -> str | None:
+    """The least key above every key that starts with ``prefix`` (None: there is none,
+    the prefix being the last code point over and over): its last code point that is not
+    the last one Unicode has, one up, past the surrogates no database stores."""
+    head = prefix.rstrip("\U0010ffff")
+    if not head:
+        return None
+    up = ord(head[-1]) + 1
+    return head[:-1] + chr(0xE000 if up == 0xD800 else up)

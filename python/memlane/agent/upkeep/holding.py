@@ -7,6 +7,12 @@ being the text this holder wrote last, checked in the write's own transaction: o
 another process took a job over (or the record went), its first holder writes nothing
 more of it, stores nothing more from it (``hold`` raises ``JobLostError`` after each
 model answer, before the answer is applied) and leaves the other's record alone.
+
+A write that failed may still have been stored: a PostgreSQL commit whose connection was
+cut is applied or not, and may become visible only after a read that follows it. So a
+holder keeps each text it may have written last (the last one written for sure, and
+those written since with the outcome unknown), and writes again over whichever of them
+the record holds; it builds on the newest.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ __all__ = ["Holding"]
 
 log = logging.getLogger("memlane.agent")
 
+#: The texts whose write failed kept at most beside the last written for sure (a lease
+#: renewal fails every third of a lease while the store does): the newest.
+_UNKNOWN = 3
+
 
 class Holding:
     """The records of the jobs held by ``token`` (leases of ``lease`` seconds), by key."""
@@ -41,7 +51,9 @@ class Holding:
         #: Guards ``_held`` and each conditional write with it: the worker's and the
         #: renewer's writes of one record must not both start from one text.
         self._lock = threading.Lock()
-        self._held: dict[str, str] = {}
+        #: The texts each record may hold as this holder wrote it: those whose write
+        #: failed, newest first, then the last written for sure.
+        self._held: dict[str, list[str]] = {}
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -68,7 +80,7 @@ class Holding:
     def took(self, key: str, text: str) -> None:
         """Holds job ``key``, whose record is ``text`` (written by this holder)."""
         with self._lock:
-            self._held[key] = text
+            self._held[key] = [text]
             if self._renewer is None:
                 self._renewer = threading.Thread(
                     target=_renew_loop,
@@ -81,17 +93,33 @@ class Holding:
     def hold(self, key: str, change: Callable[[Job], Job] | None = None) -> None:
         """Writes job ``key`` again with its lease renewed (and ``change`` made to it) if
         its record is still as this holder wrote it; ``JobLostError`` if not (the job is
-        then no longer held). A store error leaves it held as it was."""
+        then no longer held). A store error leaves it held, the text it tried among
+        those its record may hold."""
         with self._lock:
-            old = self._held.get(key)
-            if old is None:
+            texts = self._held.get(key)
+            if texts is None:
                 raise JobLostError(f"upkeep job {key} is not held here any more")
-            job = Job.loads(old)
+            job = Job.loads(texts[0])
             new = (job if change is None else change(job)).held_by(self.holder()).dumps()
-            if not self._jobs().swap(key, old, new):
+            if not self._swap(key, texts, new):
                 del self._held[key]
                 raise JobLostError(f"upkeep job {key} was taken over by another process")
-            self._held[key] = new
+
+    def _swap(
+        self, key: str, texts: list[str], new: str, drop: tuple[str, str] | None = None
+    ) -> bool:
+        """Writes ``new`` over whichever of ``texts`` job ``key``'s record holds (lock
+        held); False if none. A store error leaves ``new`` among the texts it may hold."""
+        jobs = self._jobs()
+        try:
+            for text in texts:
+                if jobs.swap(key, text, new, drop=drop):
+                    texts[:] = [new]
+                    return True
+        except MemlaneError:  # the last written for sure stays, at the end
+            texts[:] = [new, *texts[:-1]][:_UNKNOWN] + texts[-1:]
+            raise
+        return False
 
     def coalesced(self, kept: Job, dropped: Job) -> None:
         """``kept`` took the place of ``dropped`` (and its windows, ``kept.ends``): one
@@ -99,35 +127,37 @@ class Holding:
         with self._lock:
             old = self._held.get(dropped.key)
             held = self._held.get(kept.key)
-            jobs = self._jobs()
             if held is None:  # kept already ran to its end: only the other goes
                 if old is not None:
-                    jobs.drop(dropped.key, old)
+                    self._drop(dropped.key, old)
                     del self._held[dropped.key]
                 return
-            new = replace(Job.loads(held), ends=kept.ends).held_by(self.holder()).dumps()
-            ours = jobs.swap(kept.key, held, new, drop=None if old is None else (dropped.key, old))
-            # Written (or not) as one: a store error leaves both held as they were.
+            new = replace(Job.loads(held[0]), ends=kept.ends).held_by(self.holder()).dumps()
+            # Written (or not) as one: a store error leaves both held (``new`` among the
+            # texts kept's record may hold).
+            ours = self._swap(kept.key, held, new, None if old is None else (dropped.key, old[0]))
             self._held.pop(dropped.key, None)
-            if ours:
-                self._held[kept.key] = new
-            else:
+            if not ours:
                 del self._held[kept.key]
                 log.warning("memlane: upkeep job %s was taken over by another process", kept.id)
+
+    def _drop(self, key: str, texts: list[str]) -> bool:
+        """Drops job ``key``'s record if it holds one of ``texts``; whether it did."""
+        jobs = self._jobs()
+        return any(jobs.drop(key, text) for text in texts)
 
     def release(self, key: str, leave: bool = False) -> None:
         """Ends the holding of job ``key``: drops its record (done), or with ``leave``
         writes it again with no holder (for whoever looks next); a record another
         process took over is left as it is."""
         with self._lock:
-            old = self._held.pop(key, None)
-            if old is None:
+            texts = self._held.pop(key, None)
+            if texts is None:
                 return
-            jobs = self._jobs()
             if leave:
-                done = jobs.swap(key, old, Job.loads(old).held_by(None).dumps())
+                done = self._swap(key, texts, Job.loads(texts[0]).held_by(None).dumps())
             else:
-                done = jobs.drop(key, old)
+                done = self._drop(key, texts)
         if not done:
             log.warning("memlane: upkeep job %s was taken over by another process", key)
 
