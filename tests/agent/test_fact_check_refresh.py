@@ -7,6 +7,8 @@ its own. PostgreSQL only: an embedded store has one process."""
 from __future__ import annotations
 
 import json
+import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,3 +73,54 @@ def test_the_check_compares_with_another_process_s_older_fact(
     stored, new = prompt.split("New facts:")
     assert "Alice lives in Oslo" in stored and "Oslo now" in new, prompt
     assert lagging.get(newer.id).metadata[CHECK] == "kept"
+
+
+class Concurrent:
+    """Says ``add`` for a new fact unless a stored memory shown names it, ``none`` then;
+    the first process's model answers only once the second's is asked."""
+
+    def __init__(self, gate: threading.Event, entered: threading.Event | None = None) -> None:
+        self.gate, self.entered = gate, entered
+
+    def complete(self, messages: Any) -> str:
+        stored, _ = messages[-1]["content"].split("New facts:")
+        if self.entered is not None:  # the first process: its answer comes late
+            self.entered.set()
+            assert self.gate.wait(30)
+        else:
+            self.gate.set()  # the first process's answer lands while this one is asked
+        seen = re.findall(r"^(\d+)\. .*fact 11", stored, re.M)
+        if seen:
+            return json.dumps(
+                {"decisions": [{"fact": "F1", "decision": "none", "memory": int(seen[0])}]}
+            )
+        return json.dumps({"decisions": [{"fact": "F1", "decision": "add"}]})
+
+
+def test_two_checks_at_once_keep_one_fact_once(two: tuple[Memory, Memory]) -> None:
+    """One process's check of a fact waits for its model; meanwhile another process
+    stores an older copy of that fact (a consolidation dates its facts at older turns)
+    and checks it. Neither was shown the other (a pending fact is never shown): both
+    added theirs. A fact to add near which a fact came meanwhile is now checked again
+    beside it."""
+    first, second = two
+    first.add("Alice likes green tea", created_at=900.0, **ALICE)
+    younger = first.add("Alice fact 11", created_at=1010.0, metadata=pending(None), **ALICE)
+    gate, entered = threading.Event(), threading.Event()
+    reports: list[Any] = []
+    slow = threading.Thread(
+        target=lambda: reports.append(
+            check_facts(first, Concurrent(gate, entered), "memories", ALICE)
+        )
+    )
+    slow.start()
+    assert entered.wait(30)
+    older = second.add(
+        "Alice consolidated fact 11", created_at=1000.0, metadata=pending(None), **ALICE
+    )
+    reports.append(check_facts(second, Concurrent(gate), "memories", ALICE))
+    slow.join(60)
+    assert all(r.error is None for r in reports), reports
+    second.refresh()
+    current = [r.id for r in second.list("memories", **ALICE) if "fact 11" in r.text]
+    assert current == [older.id], (current, younger.id, reports)

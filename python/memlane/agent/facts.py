@@ -34,7 +34,9 @@ shown stored memories only, never a pending fact (however many pending facts are
 they take none of the places of the memories shown). An ``update`` or ``delete`` of a
 memory newer than the fact is refused: the memory stays and the fact settles as
 ``none``. Two checks of one scope at once (two workers, two processes) thus cannot make
-an older value current over a newer one.
+an older value current over a newer one. Nor can they keep one fact twice: a fact is
+added only if no memory and no older pending fact came near it while its model answered
+(another check's, or one stored meanwhile); else it is checked again beside them.
 
 Which of two statements is newer is ``memlane.agent.statements``'s to say. A repeat
 refused as an exact duplicate is kept in the memory it repeats as the check keeps one it
@@ -57,7 +59,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -475,6 +477,23 @@ def check_facts(
             return False
         return (rec.created_at, rank.get(rec.id, len(rank))) < (fact.created_at, rank[fact.id])
 
+    once: set[str] = set()
+
+    def arrived(fact: MemoryRecord, seen: set[str]) -> bool:
+        """Whether a memory or an older pending fact near ``fact``, other than ``seen``,
+        came since its candidates were read: another process's check settled it, or it
+        was stored, meanwhile (two checks of one scope at once each kept their copy of
+        one fact). Once per fact and check: then it waits for the next check."""
+        memory.refresh()
+        near = candidates(memory, fact, table, scope, meaning=meaning, pending_only=True)
+        came = any(r.id not in seen and waits_for(r, fact) for r in near) or any(
+            c.id not in seen for c in candidates(memory, fact, table, scope, meaning=meaning)
+        )
+        if came and fact.id in once:
+            raise _Later
+        once.add(fact.id)
+        return came
+
     try:
         while facts:
             group: list[MemoryRecord] = []
@@ -491,10 +510,14 @@ def check_facts(
                 group.append(fact)
                 for c in candidates(memory, fact, table, scope, meaning=meaning):
                     shown.setdefault(c.id, c)
-            facts = _decide(memory, llm, group, list(shown.values()), report) + rest
+            facts = _decide(memory, llm, group, list(shown.values()), report, arrived) + rest
     except Exception as e:  # neither the model's failure nor the store's raises into the agent
         report.error = f"{type(e).__name__}: {e}"
     return report
+
+
+class _Later(Exception):
+    """A fact that waits for the next check."""
 
 
 def _decide(
@@ -503,17 +526,26 @@ def _decide(
     facts: Sequence[MemoryRecord],
     shown: Sequence[MemoryRecord],
     report: FactReport,
+    arrived: Callable[[MemoryRecord, set[str]], bool] | None = None,
 ) -> list[MemoryRecord]:
     """One model call's decisions for ``facts`` against ``shown``, applied; returns the
-    facts left for the next call."""
+    facts left for the next call: among them a fact to add near which a memory or an
+    older pending fact came meanwhile (``arrived``), to be checked beside it."""
     decided: dict[int, tuple[str, int | None, str]] = {}
     if shown:
         decided = parse_decisions(llm.complete(_prompt(facts, shown)), len(facts), len(shown))
     touched: set[str] = set()
     later: list[MemoryRecord] = []
+    seen = {r.id for r in (*shown, *facts)}
     for i, fact in enumerate(facts):
         given = ("add", None, "no decision was given" if shown else _NOTHING_SHOWN)
         decision, index, reason = decided.get(i, given)
+        try:
+            if decision == "add" and arrived is not None and arrived(fact, seen):
+                later.append(fact)
+                continue
+        except _Later:
+            continue
         target = None if index is None else shown[index]
         if target is not None and target.id in touched:
             # Two facts, one memory: the first replaced it, so the second is checked
