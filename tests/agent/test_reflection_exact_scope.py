@@ -11,18 +11,10 @@ from typing import Any
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import reflect
-from memlane.agent import (
-    AgentMemory,
-    Compaction,
-    Consolidation,
-    DailyLog,
-    FlushReminder,
-    Profiles,
-    Reflection,
-    SessionScope,
-)
+from memlane.agent import AgentMemory, Reflection, SessionScope
 from memlane.agent.reflection import Resume, reflect_planned
 from memlane.scoping import exact_scope
+from upkeep_scripts import QUIET
 
 ALICE = {"user_id": "alice"}
 AGENT_B = {"user_id": "alice", "agent_id": "b"}
@@ -98,15 +90,7 @@ def test_a_reflection_without_an_agent_is_not_shown_another_agents_turns(
     same contact in the same room (a PIN told to agent b), and stored what it drew from
     them in its own scope. It reads exactly the room's scope now."""
     mem = make_store("exact-turns", WordHashEmbedder())
-    quiet: dict[str, Any] = {
-        "consolidation": Consolidation(enabled=False),
-        "flush": FlushReminder(enabled=False),
-        "compaction": Compaction(enabled=False),
-        "daily": DailyLog(enabled=False),
-        "profiles": Profiles(enabled=False),
-        "reflection": Reflection(every=2),
-        "upkeep": "inline",
-    }
+    quiet = {**QUIET, "reflection": Reflection(every=2), "upkeep": "inline"}
     plain_model, b_model = Learns(), Learns()
     plain = AgentMemory(mem, SessionScope("per-peer"), plain_model, **quiet)
     b = AgentMemory(mem, SessionScope("per-peer", agent_id="b"), b_model, **quiet)

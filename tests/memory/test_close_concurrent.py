@@ -16,14 +16,11 @@ from conftest import StoreFactory
 from memlane import Memory
 
 
-def test_a_second_close_returns_once_the_store_is_released(
-    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A second ``close`` (the exit hook, a signal handler, another thread) returned at
-    once while the first was still writing the snapshot and releasing the store, so a
-    process could end with the store half closed. It now returns when the first does."""
-    mem = make_store("second_close")
-    mem.add("kept", id="r1")
+def _first_close_held(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Thread, threading.Event]:
+    """A thread whose ``close`` of ``mem`` is held as it writes the snapshot, until the
+    event returned is set."""
     sync = mem._sync  # type: ignore[attr-defined]
     saving, go = threading.Event(), threading.Event()
     save = sync.save
@@ -37,6 +34,18 @@ def test_a_second_close_returns_once_the_store_is_released(
     first = threading.Thread(target=mem.close)
     first.start()
     assert saving.wait(60)
+    return first, go
+
+
+def test_a_second_close_returns_once_the_store_is_released(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second ``close`` (the exit hook, a signal handler, another thread) returned at
+    once while the first was still writing the snapshot and releasing the store, so a
+    process could end with the store half closed. It now returns when the first does."""
+    mem = make_store("second_close")
+    mem.add("kept", id="r1")
+    first, go = _first_close_held(mem, monkeypatch)
     released: list[bool] = []
     second = threading.Thread(
         target=lambda: (mem.close(), released.append(not mem._finalizer.alive))  # type: ignore[attr-defined]
@@ -121,20 +130,8 @@ def test_close_in_a_child_forked_while_the_parent_closed(
     for good. The child leaves the parent's store alone and returns at once."""
     mem = make_store("forked_closing")
     mem.add("kept", id="r1")
-    sync = mem._sync  # type: ignore[attr-defined]
-    saving, go = threading.Event(), threading.Event()
-    save = sync.save
-
-    def held() -> None:
-        saving.set()
-        go.wait()
-        save()
-
-    monkeypatch.setattr(sync, "save", held)
-    first = threading.Thread(target=mem.close)
-    first.start()
+    first, go = _first_close_held(mem, monkeypatch)
     try:
-        assert saving.wait(60)
         pid = os.fork()
         if pid == 0:  # the child: close, then leave without the parent's exit hooks
             try:
