@@ -232,13 +232,11 @@ class Memory(MemoryStore):
         except BaseException:
             maintenance.release(self._lock, db, wake, sync)
             raise
-        # Nothing else refers to this object (the thread holds its parts), so it is freed,
-        # and this releases the store, as soon as nobody holds it.
+        # Freed, releasing the store, once nobody holds it (its thread holds only its parts).
         self._finalizer = weakref.finalize(
             self, maintenance.release, self._lock, db, wake, sync, self._thread
         )
-        # At exit the exit hook closes the store after its thread stopped; the finalizer's
-        # own exit hook would run first and close the database under a running thread.
+        # At exit the exit hook closes it once its thread stopped (this one would not wait).
         self._finalizer.atexit = False
         self._open = True
         if sync.engine.pending():
@@ -291,6 +289,8 @@ class Memory(MemoryStore):
             return
         self._db.closing(False)  # first: a call holding the lock may wait for a connection
         if not sync.begin_closing(self._thread):
+            if sync.closed.is_set() and not sync.released:  # the first was interrupted
+                maintenance.release(self._lock, self._db, sync.wake, sync, self._thread)
             return
         try:
             self._db.closing(True)

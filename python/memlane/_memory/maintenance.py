@@ -258,6 +258,8 @@ def release(
         db.close()
         if lock is not None:
             lock.release()
+        if sync is not None:
+            sync.released = True
     finally:
         if sync is not None:
             sync.closed.set()

@@ -115,8 +115,9 @@ class IndexSync:
         self.closing = False
         #: Set once the first ``close`` has released the store: a later one waits for it.
         self.closed = threading.Event()
-        #: The thread of that first ``close``.
+        #: The thread of that first ``close``, and whether its release went to its end.
         self.closer: threading.Thread | None = None
+        self.released = False
         #: Why the store is unusable (its folder vanished), if it is.
         self.gone: str | None = None
         self.forks = _forks

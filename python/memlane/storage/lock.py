@@ -161,8 +161,10 @@ class StoreLock:
     def release(self) -> None:
         try:
             if self._lock is not None:
-                lock, self._lock = self._lock, None
+                # Released before it is forgotten: one interrupted here is released by
+                # the next call (releasing twice does nothing).
+                self._lock.release(force=True)
+                self._lock = None
                 _held.pop(self._key, None)
-                lock.release(force=True)
         finally:
             self._close_folder()

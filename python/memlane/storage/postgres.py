@@ -452,8 +452,8 @@ class PostgresStore(SQLStore):
         self._put(conn)
 
     def close(self) -> None:
-        if self._closed:
-            return
+        # Every step again at each call (each does nothing the second time): one close
+        # interrupted (Ctrl-C) is finished by the next.
         if self._listener is not None:
             self._listener.stop()  # its wake-up is sent on a pooled connection
         self._closed = True

@@ -405,9 +405,10 @@ class SQLiteStore(SQLStore):
         return held_here(self._lock)
 
     def close(self) -> None:
+        # Every step again at each call (each does nothing the second time): one close
+        # interrupted (Ctrl-C) is finished by the next, which leaves the checkpoint out.
         with self._lock:
-            if self._closed:
-                return
+            first = not self._closed
             with self._reading:
                 self._closed = True
                 busy = set(self._busy)
@@ -417,7 +418,7 @@ class SQLiteStore(SQLStore):
             self._readers.clear()
             if self._checkpointer is not None:
                 self._checkpointer.close()
-            if self.path is not None:
+            if self.path is not None and first:
                 # On failure the next open replays the WAL.
                 with contextlib.suppress(sqlite3.Error):
                     self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
