@@ -3,9 +3,9 @@ holder deferred once that holder lets go of it.
 
 A signal handler runs on whatever the main thread was doing, a write included, and a
 handler that closes the store must not release it under that write: ``close`` joins the
-store's thread, which may be waiting for this very lock (the deadlock an attack found:
-a SIGTERM handler closing the store during a bulk load hung for good). Called on the
-thread holding the lock, ``close`` defers itself here, and runs as the write ends.
+store's thread, which may be waiting for this very lock (a SIGTERM handler closing the
+store during a bulk load would wait for good). Called on the thread holding the lock,
+``close`` defers itself here, and runs as the write ends.
 """
 
 from __future__ import annotations
