@@ -14,6 +14,8 @@ import threading
 import warnings
 from collections.abc import Callable
 
+from memlane.storage.base import held_here
+
 __all__ = ["DeferringLock"]
 
 
@@ -52,8 +54,7 @@ class DeferringLock:
 
     def _is_owned(self) -> bool:
         """Whether this thread holds the lock (as ``threading.Condition`` asks an RLock)."""
-        owned: Callable[[], bool] = getattr(self._lock, "_is_owned")  # noqa: B009 (not in the stubs)
-        return owned()
+        return held_here(self._lock)
 
     def defer(self, then: Callable[[], None]) -> None:
         """Runs ``then`` once this thread, which holds the lock, has let go of it."""
