@@ -16,6 +16,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ from memlane.agent import (
     SessionScope,
 )
 from memlane.agent.upkeep import Job
-from memlane.agent.upkeep.jobs import JobRecordError, JobSkippedWarning, owner_of
+from memlane.agent.upkeep.jobs import MAX_SPAN, JobRecordError, JobSkippedWarning, owner_of
 from memlane.errors import InvalidArgumentError, StoreLockedError
 from upkeep_scripts import KILLED_REFLECTION, Hung, Model, agent, said, turn
 
@@ -484,3 +485,64 @@ def test_after_racing_close_raises_no_raw_error(make_store: StoreFactory) -> Non
         am.after(alice, [{"role": "user", "content": "hello"}], "slow reply")
     closer.join()
     assert not am.pending_upkeep()
+
+
+def test_a_reflection_far_behind_keeps_a_record_it_can_read(make_store: StoreFactory) -> None:
+    """Windows that failed reflections left, then more turns than one window taken by
+    another object of the room: the job that shows them all writes a record this version
+    reads back (a crash finds it again instead of skipping it), and it shows at most
+    MAX_SPAN windows, the newest."""
+
+    class FailsThenWaits(Model):
+        def __init__(self) -> None:
+            super().__init__(json.dumps({"operations": []}), gate=threading.Event())
+            self.down = True
+
+        def complete(self, messages: Any) -> str:
+            if self.down and "New facts:" not in messages[-1]["content"]:
+                raise ConnectionError("the model is down")
+            return super().complete(messages)
+
+    mem = make_store("behind", WordHashEmbedder())
+    model = FailsThenWaits()
+    am = agent(mem, model, reflection=Reflection(every=2, window=2))
+    alice = am.event("telegram", 42, 7)
+    for i in range(8):  # every reflection fails; their windows are left
+        turn(am, alice, f"early{i}")
+        assert am.drain(timeout=60)
+    other = agent(mem, None, reflection=Reflection(every=2, window=2))
+    for i in range(6):  # three windows more, taken by an object without a model
+        turn(other, other.event("telegram", 42, 7), f"middle{i}")
+    other.close()
+    model.down = False
+    turn(am, alice, "late")
+    assert model.entered.wait(30)
+    records = [v for _, v in mem.jobs.items()]
+    assert records
+    for text in records:
+        job = Job.loads(text)  # raised JobRecordError: a span past MAX_SPAN was written
+        assert job.span + len(job.ends) <= MAX_SPAN
+    model.gate.set()
+    assert am.drain(timeout=60)
+    (prompt,) = model.prompts
+    assert "late" in prompt and "middle5" in prompt
+    am.close()
+
+
+def test_a_record_past_the_span_an_older_version_wrote_shows_its_newest_windows() -> None:
+    """A version before the limit wrote a job's own windows and up to four more: such a
+    record is read, showing its newest MAX_SPAN windows; more than it could write is no
+    job."""
+    alice = SessionScope("per-peer").resolve("telegram", 42, 7)
+    job = Job("reflection", alice, 100.0, owner="o" * 32, span=3, ends=(10.0, 20.0, 30.0, 40.0))
+    record = json.loads(job.dumps())
+    assert record["span"] == 7
+    loaded = Job.loads(json.dumps(record))
+    assert (loaded.span, loaded.ends) == (3, (30.0, 40.0))
+    assert loaded.span + len(loaded.ends) == MAX_SPAN
+    record["span"] = 2 * MAX_SPAN
+    with pytest.raises(JobRecordError, match="span"):
+        Job.loads(json.dumps(record))
+    record["span"], record["ends"] = MAX_SPAN + 1, []
+    with pytest.raises(JobRecordError, match="span"):
+        Job.loads(json.dumps(record))

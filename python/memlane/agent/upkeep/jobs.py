@@ -209,23 +209,25 @@ def coalesce(newer: Job, older: Job) -> None:
         names = [n for n in q.get("names", []) if n not in p.get("names", [])]
         p["names"] = [*names, *p.get("names", [])]
     elif newer.kind == "reflection":
-        ends = earlier_windows([*older.ends, *[older.now] * older.span, *newer.ends])
+        ends = earlier_windows([*older.ends, *[older.now] * older.span, *newer.ends], newer.span)
         object.__setattr__(newer, "ends", ends)
 
 
-def earlier_windows(ends: Iterable[float]) -> tuple[float, ...]:
-    """The turn times of the earlier windows a reflection shows, oldest first: the
-    newest ``MAX_SPAN - 1`` (a model stalled longer loses the oldest windows'
-    reflection, and the worker says so). A time given twice is two windows that end
-    then (a clock that gave two turns one reading)."""
+def earlier_windows(ends: Iterable[float], own: int = 1) -> tuple[float, ...]:
+    """The turn times of the earlier windows a reflection with ``own`` windows of its own
+    shows, oldest first: the newest ``MAX_SPAN - own`` (at most ``MAX_SPAN - 1``; a
+    model stalled longer loses the oldest windows' reflection, and the worker says so).
+    A time given twice is two windows that end then (a clock that gave two turns one
+    reading)."""
     kept = sorted(ends)
-    if len(kept) >= MAX_SPAN:
+    room = MAX_SPAN - max(own, 1)
+    if len(kept) > room:
         log.warning(
             "memlane: reflection fell %d windows behind its model: the oldest %d are not reflected",
-            len(kept) + 1,
-            len(kept) + 1 - MAX_SPAN,
+            len(kept) + max(own, 1),
+            len(kept) - room,
         )
-    return tuple(kept[-(MAX_SPAN - 1) :])
+    return tuple(kept[max(len(kept) - room, 0) :]) if room > 0 else ()
 
 
 def owner_of(
@@ -362,12 +364,19 @@ class Job:
             raise JobRecordError("a recorded job's 'event.fields' must map str to str")
         event = EventScope(dict(fields), contact, contact, source, room, "per-peer", name)
         span = d.get("span", 1)
-        if isinstance(span, bool) or not isinstance(span, int) or not 1 <= span <= MAX_SPAN:
-            raise JobRecordError(f"a recorded job's 'span' must be an int from 1 to {MAX_SPAN}")
+        # Up to what a version before the limit held for ends as well could write: such
+        # a record shows its newest windows.
+        if isinstance(span, bool) or not isinstance(span, int) or not 1 <= span < 2 * MAX_SPAN:
+            raise JobRecordError(
+                f"a recorded job's 'span' must be an int from 1 to {2 * MAX_SPAN - 1}"
+            )
         ends = _ends(d.get("ends"))
         span -= len(ends)
-        if span < 0:
-            raise JobRecordError("a recorded job's 'span' must count its 'ends'")
+        if not 0 <= span <= MAX_SPAN:
+            raise JobRecordError(
+                f"a recorded job's 'span' must count its 'ends' and at most {MAX_SPAN} more"
+            )
+        ends = earlier_windows(ends, span)
         return cls(
             kind,
             event,

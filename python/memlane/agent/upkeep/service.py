@@ -231,7 +231,7 @@ class Upkeep:
                 covers, room.failed_reflections = room.failed_reflections, []
         if own or missed:
             reflection = self._job("reflection", event, now)
-            jobs.append(replace(reflection, span=own, ends=earlier_windows(missed)))
+            jobs.append(replace(reflection, span=own, ends=earlier_windows(missed, own)))
         # One consolidation, daily log or eviction of a room waits or runs at a time: later
         # turns that find it still due meanwhile do not record more.
         waiting = {j.slot for j in self.pending()}

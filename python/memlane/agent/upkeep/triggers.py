@@ -374,7 +374,8 @@ def run_reflection(
                 if not span and not room.reflection_missed:
                     return
                 room.since_reflection = 0 if span else room.since_reflection
-                ends, room.reflection_missed = (*room.reflection_missed, *ends), []
+                ends = earlier_windows([*room.reflection_missed, *ends], span)
+                room.reflection_missed = []
             if span:  # inline, the windows left are this object's own (see agents.md)
                 cadence.reflected(memory, table, event.history, now)
         # Exactly the room's scope: an agent without agent_id is not shown another's turns.
