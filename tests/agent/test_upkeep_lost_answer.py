@@ -114,3 +114,39 @@ def test_a_renewal_seen_stored_only_later_is_the_holders_own(
     stored = [r.text for r in mem.list("memories", limit=10, **ALICE.fields)]
     assert stored == ["Alice keeps bees"] and mem.jobs.items() == []
     am.close(30)
+
+
+@pytest.mark.parametrize("then", ["next job", "close"])
+def test_a_record_whose_drop_failed_is_dropped_later(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """A done job whose record's drop met a store error stayed held by the live agent,
+    run by no one, until the agent closed (a job left for others the same): its release
+    is now tried again at the holder's next release, renewal and stop."""
+    mem = make_store("drop_failed", WordHashEmbedder())
+    failures = [1]
+    drop = JobBook.drop
+
+    def flaky(self: JobBook, key: str, text: str) -> bool:
+        if failures[0]:
+            failures[0] -= 1
+            raise StorageError("the server closed the connection")
+        return drop(self, key, text)
+
+    monkeypatch.setattr(JobBook, "drop", flaky)
+    model = Model(REMEMBER)
+    am = agent(mem, model)
+    turn(am, ALICE, "I keep bees")
+    turn(am, ALICE, "and hives")
+    assert am.drain(60)
+    assert failures == [0] and len(mem.jobs.items()) == 1  # the drop failed
+    if then == "next job":
+        turn(am, ALICE, "I sell honey")
+        turn(am, ALICE, "at the market")
+        assert am.drain(60)
+        assert mem.jobs.items() == []  # dropped while the agent lives
+        assert len(model.prompts) == 2
+    am.close(30)
+    assert mem.jobs.items() == []
+    stored = [r.text for r in mem.list("memories", limit=10, **ALICE.fields)]
+    assert stored == ["Alice keeps bees"]

@@ -17,6 +17,7 @@ the record holds; it builds on the newest.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -54,6 +55,10 @@ class Holding:
         #: The texts each record may hold as this holder wrote it: those whose write
         #: failed, newest first, then the last written for sure.
         self._held: dict[str, list[str]] = {}
+        #: The records whose release met a store error, as ``_held`` keeps them, and
+        #: whether each was to be left rather than dropped: tried again at the next
+        #: release and renewal, or they would stay held by this live holder, run by none.
+        self._ending: dict[str, tuple[list[str], bool]] = {}
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -81,6 +86,7 @@ class Holding:
         """Holds job ``key``, whose record is ``text`` (written by this holder)."""
         with self._lock:
             self._held[key] = [text]
+            self._ending.pop(key, None)
             if self._renewer is None:
                 self._renewer = threading.Thread(
                     target=_renew_loop,
@@ -150,24 +156,50 @@ class Holding:
         """Ends the holding of job ``key``: drops its record (done), or with ``leave``
         writes it again with no holder (for whoever looks next); a record another
         process took over is left as it is."""
+        self._end_again()
         with self._lock:
             texts = self._held.pop(key, None)
             if texts is None:
                 return
+            self._end(key, texts, leave)
+
+    def _end(self, key: str, texts: list[str], leave: bool) -> None:
+        """Drops or leaves job ``key``'s record (lock held); a store error keeps it among
+        those to end again."""
+        try:
             if leave:
                 done = self._swap(key, texts, Job.loads(texts[0]).held_by(None).dumps())
             else:
                 done = self._drop(key, texts)
+        except MemlaneError:
+            self._ending[key] = (texts, leave)
+            raise
         if not done:
             log.warning("memlane: upkeep job %s was taken over by another process", key)
 
+    def _end_again(self) -> None:
+        """Ends the records whose release met a store error, while it lasts."""
+        with self._lock:
+            for key, (texts, leave) in list(self._ending.items()):
+                del self._ending[key]
+                try:
+                    self._end(key, texts, leave)
+                except ClosedError:
+                    raise
+                except MemlaneError as e:
+                    log.warning("memlane: upkeep job %s stays recorded: %s", key, e)
+                    return
+
     def forget(self, key: str) -> None:
-        """No longer holds job ``key`` (its record stays as it is)."""
+        """No longer holds job ``key`` (its record stays as it is, or is ended again if
+        its release met a store error)."""
         with self._lock:
             self._held.pop(key, None)
 
     def renew(self) -> None:
-        """Renews the lease of every job held (what the renewer does every third of one)."""
+        """Renews the lease of every job held (what the renewer does every third of one),
+        and ends again the records whose release met a store error."""
+        self._end_again()
         with self._lock:
             keys = list(self._held)
         for key in keys:
@@ -181,7 +213,11 @@ class Holding:
                 log.warning("memlane: upkeep job %s's lease not renewed: %s", key, e)
 
     def stop(self) -> None:
+        """No lease to renew any more; the records whose release met a store error are
+        tried once more (a record left stays for the next ``AgentMemory``)."""
         self._stop.set()
+        with contextlib.suppress(MemlaneError):
+            self._end_again()
 
 
 def _renew_loop(ref: weakref.ref[Holding], stop: threading.Event, every: float) -> None:

@@ -349,7 +349,7 @@ class Upkeep:
             self.holding.release(key, leave)
         except MemlaneError as e:
             self.holding.forget(key)
-            log.warning("memlane: upkeep job %s stays recorded: %s", key, e)
+            log.warning("memlane: upkeep job %s stays recorded for now: %s", key, e)
 
     def step_summary(self, room: Room, call: Caller) -> Callable[[str, str, int], None]:
         """What ``compact`` asks for a step summary in the background."""
