@@ -257,7 +257,7 @@ class Memory(MemoryStore):
     @property
     def closed(self) -> bool:
         """True once [`close`][memlane.Memory.close] ran (every call but ``close`` then raises)."""
-        return self._sync.closing
+        return self._sync.closing or self._sync.asked
 
     @property
     def events(self) -> Events:
@@ -287,7 +287,7 @@ class Memory(MemoryStore):
             return
         if sync.deferred(self.close):
             return
-        self._db.closing(False)  # first: a call holding the lock may wait for a connection
+        sync.ask_close()  # first: a call holding the lock may wait for a connection
         if not sync.begin_closing(self._thread):
             if sync.closed.is_set() and not sync.released:  # the first was interrupted
                 maintenance.release(self._lock, self._db, sync.wake, sync, self._thread)

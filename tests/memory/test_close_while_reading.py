@@ -243,9 +243,13 @@ def test_close_waits_for_a_crowded_pool_once(
     monkeypatch.setattr(pool, "getconn", watched)
     stalled = _stalled_exports(mem, tmp_path)
     added: list[object] = []
-    writer = threading.Thread(
-        target=lambda: added.append(_outcome(lambda: mem.add("in flight"))), name="writer"
-    )
+    seen_closed: list[bool] = []
+
+    def write() -> None:
+        added.append(_outcome(lambda: mem.add("in flight")))
+        seen_closed.append(mem.closed)  # False after StoreClosedError before
+
+    writer = threading.Thread(target=write, name="writer")
     for _ in range(1200):  # the exports hold the pool; then the write waits for one
         held = sum(w[2] == "lent" and "_export" in w[0] for w in waits)
         if held == 8 and not writer.is_alive() and not added:
@@ -264,6 +268,7 @@ def test_close_waits_for_a_crowded_pool_once(
     finally:
         _end(stalled)
     assert added == ["returned"] or isinstance(added[0], StoreClosedError), added
+    assert added == ["returned"] or seen_closed == [True]
     after = waits[waits.index(("close", None, "begins")) :]
     # Close's own calls: one wait in vain (in slices) at most, the rest at once.
     in_vain = [w[1] or 0 for w in after if w[0] == "closing" and w[2] == "PoolTimeout"]

@@ -113,6 +113,8 @@ class IndexSync:
         self.lock = DeferringLock()
         #: Set (under the lock) when the store closes; background work then stops.
         self.closing = False
+        #: Set as a ``close`` begins, before it waits for the write in flight.
+        self.asked = False
         #: Set once the first ``close`` has released the store: a later one waits for it.
         self.closed = threading.Event()
         #: The thread of that first ``close``, and whether its release went to its end.
@@ -429,6 +431,13 @@ class IndexSync:
             return False
         self.lock.defer(close)
         return True
+
+    def ask_close(self) -> None:
+        """A ``close`` begins: the store reads closed from now, and on PostgreSQL the calls
+        waiting for a pooled connection fail at once (one may hold the lock that
+        ``begin_closing`` takes)."""
+        self.asked = True
+        self.db.closing(False)
 
     def begin_closing(self, own: threading.Thread) -> bool:
         """Marks the store closing; True for the first ``close``, which releases it.
