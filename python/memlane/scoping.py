@@ -43,6 +43,7 @@ __all__ = [
     "ScopeMode",
     "Scoped",
     "SessionScope",
+    "agents_apart",
     "exact_scope",
     "scope_kwargs",
     "scope_of",
@@ -121,6 +122,24 @@ def exact_scope(mem: Scoped, scope: Mapping[str, Any]) -> tuple[dict[str, Any], 
         )
     full: dict[str, Any] = scope_of(mem.default_scope, scope)
     return full, {f: None for f in SCOPE_FIELDS if f not in full}
+
+
+#: The scope fields that tell one agent's records from another's.
+_AGENT_FIELDS = ("agent_id", "namespace")
+
+
+def agents_apart(
+    mem: Scoped, scope: Mapping[str, Any], filters: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """``filters``, leaving out too the records of agents that have an ``agent_id`` or a
+    ``namespace`` which ``scope`` (the store's ``default_scope`` under it) leaves unset:
+    an agent without them is an agent of its own, which neither reads nor changes
+    another's, while the scopes under its own (a room's, a session's) stay in."""
+    full = scope_of(mem.default_scope, scope)
+    apart = {f: None for f in _AGENT_FIELDS if f not in full}
+    if not apart:
+        return None if filters is None else dict(filters)
+    return apart if not filters else {"$and": [dict(filters), apart]}
 
 
 ScopeMode = Literal["main", "per-peer", "per-channel-peer"]

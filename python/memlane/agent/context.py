@@ -37,7 +37,7 @@ from memlane.embeddings.lazy import is_default_model
 from memlane.errors import InvalidArgumentError, MemlaneError, shown
 from memlane.knowledge.api import Threshold
 from memlane.notes import NOTE_LIMITS, check_limits, notes_context
-from memlane.scoping import EventScope, scope_kwargs
+from memlane.scoping import EventScope, agents_apart, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -259,6 +259,7 @@ def _relevant_memories(
     min_score: float | Literal["default"] | None,
     track_access: bool,
     fields: dict[str, Any],
+    filters: dict[str, Any] | None,
     diversity: float,
 ) -> list[SearchHit]:
     if isinstance(min_score, str):
@@ -283,6 +284,7 @@ def _relevant_memories(
             min_similarity=min_score,
             track_access=track_access,
             diversity=diversity,
+            filters=filters,
             **fields,
         )
     except InvalidArgumentError:
@@ -291,7 +293,13 @@ def _relevant_memories(
     # A text-only store (no query vector, so no similarity): no minimum. Any
     # other bad argument raises again here.
     return mem.search(
-        message, k, table=table, track_access=track_access, diversity=diversity, **fields
+        message,
+        k,
+        table=table,
+        track_access=track_access,
+        diversity=diversity,
+        filters=filters,
+        **fields,
     )
 
 
@@ -396,6 +404,9 @@ def build_context(
     ):
         coerce.count(limit, label)
     fields, history_scope = _scopes(scope)
+    # An agent's turn (an EventScope) reads its own records, not another agent's in the
+    # room (docs/agents.md); a dict of fields reads by prefix, as a search does.
+    own = agents_apart(mem, fields) if isinstance(scope, EventScope) else None
     reserved = count(message) + (count(system_prompt) if system_prompt else 0)
     left = max_tokens - reserved
     pinned, pinned_records = ("", []) if notes is None else notes_context(mem, fields, notes)
@@ -416,7 +427,8 @@ def build_context(
         records["daily"] = recent_logs(mem, history_scope, daily_limit)
         candidates["daily"] = [daily_line(r) for r in records["daily"]]
     if wanted["history"] and history_limit > 0:
-        recent = mem.list(MESSAGES, limit=history_limit, **history_scope)  # newest first
+        # Newest first.
+        recent = mem.list(MESSAGES, limit=history_limit, filters=own, **history_scope)
         records["history"] = recent
         candidates["history"] = [message_line(r) for r in recent]
     if wanted["knowledge"] and knowledge_limit > 0 and message.strip():
@@ -427,16 +439,15 @@ def build_context(
         candidates["knowledge"] = [" ".join(h.record.text.split()) for h in hits]
     if wanted["memories"] and inject_limit > 0 and message.strip():
         hits = _relevant_memories(
-            mem, message, inject_limit, table, min_score, track_access, fields, diversity
+            mem, message, inject_limit, table, min_score, track_access, fields, own, diversity
         )
         records["memories"] = [h.record for h in hits]
         candidates["memories"] = [f"- {' '.join(h.record.text.split())}" for h in hits]
     if wanted["memories"] and episodic_limit > 0:
         shown = {r.id for r in records["memories"]}
         # Current ones only: a superseded episode is no longer true (docs/facts.md).
-        episodes = mem.list(
-            table, limit=episodic_limit, type="episodic", filters={"valid_to": None}, **fields
-        )
+        current = {"valid_to": None} if own is None else {"$and": [own, {"valid_to": None}]}
+        episodes = mem.list(table, limit=episodic_limit, type="episodic", filters=current, **fields)
         episodes = [r for r in episodes if r.id not in shown]
         records["memories"] += episodes
         candidates["memories"] += [

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
 from memlane.errors import InvalidArgumentError
-from memlane.scoping import EventScope, platform_id, scope_kwargs
+from memlane.scoping import EventScope, agents_apart, platform_id, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -168,8 +168,9 @@ def thread_context(
     recent = coerce.count(recent, "recent")
     relevant = coerce.count(relevant, "relevant")
     max_line = coerce.count(max_line, "max_line", low=2)
-    mine = {"identity": scope.identity}
     fields = scope_kwargs(scope.fields)
+    # The contact's messages to this agent, not to another agent of the store.
+    mine = agents_apart(mem, fields, {"identity": scope.identity})
     picked: dict[str, MemoryRecord] = {}
     if recent > 0:
         for rec in mem.list(MESSAGES, limit=recent, filters=mine, **fields):
@@ -179,7 +180,14 @@ def thread_context(
             message, relevant, table=MESSAGES, filters=mine, track_access=False, **fields
         ):
             picked.setdefault(hit.record.id, hit.record)
-    ordered = sorted(picked.values(), key=lambda r: (r.created_at, r.id))
+    # A turn's messages share its time: the user's first, then the rest in the order
+    # the store keeps them (the recent ones are listed newest first); by id, a reply
+    # could read before its question.
+    kept = {rec_id: -i for i, rec_id in enumerate(picked)}
+    ordered = sorted(
+        picked.values(),
+        key=lambda r: (r.created_at, r.metadata.get("role", "user") != "user", kept[r.id]),
+    )
     lines: list[str] = []
     seen: set[str] = set()
     for rec in ordered:

@@ -29,7 +29,7 @@ from memlane import json_depth
 from memlane.agent.core_memory import CORE_TOOL_SCHEMAS, CoreMemory, CoreMemoryLimitError
 from memlane.errors import InvalidArgumentError, MemlaneError, UnknownIdError, shown
 from memlane.notes import NOTE_FILES, Notebook, NoteEdit, NoteLimitError
-from memlane.scoping import scope_of
+from memlane.scoping import agents_apart, scope_of
 
 if TYPE_CHECKING:
     from memlane.memory import Memory
@@ -310,6 +310,8 @@ class MemoryTools:
         memory: the store.
         scope: scope fields every call uses (e.g. ``SessionScope.resolve(...).fields``),
             over the store's ``default_scope``; ``forget`` refuses ids outside the two.
+            A scope without ``agent_id`` (or ``namespace``) is no agent's: ``recall``
+            and ``forget`` leave out the records of the agents that have one.
         table: where ``remember`` writes and ``recall`` searches.
         agent_id: whose private knowledge ``search_knowledge`` also reads
             (shared knowledge always); by default ``scope["agent_id"]``.
@@ -452,15 +454,22 @@ class MemoryTools:
             table=self.table,
             type=type,
             track_access=True,
+            filters=agents_apart(self.memory, self.scope),
             **self.scope,
         )
         return {"ok": True, "memories": [memory_view(h.record, h.score) for h in hits]}
 
     def _forget(self, id: str) -> dict[str, Any]:
         rec = self.memory.get(id)
-        # The scope as recall searches it: the store's default_scope under the tools'.
+        # The scope as recall searches it: the store's default_scope under the tools',
+        # without the records of agents the tools' scope does not name.
         scope = scope_of(self.memory.default_scope, self.scope)
-        if rec.table != self.table or any(rec.scope.get(f) != v for f, v in scope.items()):
+        apart = agents_apart(self.memory, self.scope) or {}
+        if (
+            rec.table != self.table
+            or any(rec.scope.get(f) != v for f, v in scope.items())
+            or any(rec.scope.get(f) is not None for f in apart)
+        ):
             # Another agent's, user's or table's record: as if it did not exist.
             raise UnknownIdError(f"no memory with id {id!r}")
         self.memory.delete(id)

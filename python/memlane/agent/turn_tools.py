@@ -27,7 +27,7 @@ from memlane.agent.memory_tools import MemoryTools
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.agent.statements import LEARNED, RESTATED
 from memlane.notes import Notebook
-from memlane.scoping import EventScope, scope_kwargs
+from memlane.scoping import EventScope, agents_apart, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.agent.upkeep.service import Upkeep
@@ -162,7 +162,9 @@ class TurnTools(MemoryTools):
         turn, and a model repeating itself in a loop would add a version at each call."""
         if self._call is None or out.get("duplicate") != "exact":
             return
-        last = self.memory.list(MESSAGES, limit=1, **scope_kwargs(self._event.history))
+        history = scope_kwargs(self._event.history)
+        only = agents_apart(self.memory, history)  # the room's turns with this agent
+        last = self.memory.list(MESSAGES, limit=1, filters=only, **history)
         if last:
             said = time.time() if now is None else now
             restated(self.memory, out["duplicate_of"], said, metadata or {}, last[0].created_at)

@@ -1,0 +1,131 @@
+"""Two agents in one room, one of them without ``agent_id``: the plain one is an agent of
+its own. Its context, thread context, ``recall`` and ``forget`` and its check of a fact
+said again read and change its own records, not the other agent's (they did, by prefix
+scope: a plain agent was shown agent b's turns and memories, and ``forget`` deleted
+b's); b sees nothing of the plain agent's. Both backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane import AgentMemory, Memory
+from memlane.agent import Reflection, SessionScope, thread_context
+from memlane.agent.statements import RESTATED
+from upkeep_scripts import QUIET
+
+OPTIONS: dict[str, Any] = {**QUIET, "reflection": Reflection(enabled=False), "upkeep": "inline"}
+
+
+class Quiet:
+    """A model that stores nothing."""
+
+    def complete(self, messages: Any) -> str:
+        if "New facts:" in messages[-1]["content"]:
+            return '{"decisions": []}'
+        return '{"operations": []}'
+
+
+def agents(
+    mem: Memory, other: SessionScope, llm: Any = None
+) -> tuple[list[float], AgentMemory, AgentMemory]:
+    now = [1000.0]
+    plain = AgentMemory(mem, SessionScope("per-peer"), llm, clock=lambda: now[0], **OPTIONS)
+    b = AgentMemory(mem, other, llm, clock=lambda: now[0], **OPTIONS)
+    return now, plain, b
+
+
+@pytest.mark.parametrize(
+    "other",
+    [SessionScope("per-peer", agent_id="b"), SessionScope("per-peer", namespace="b")],
+    ids=["agent_id", "namespace"],
+)
+def test_a_plain_agent_neither_reads_nor_forgets_another_agents_records(
+    make_store: StoreFactory, other: SessionScope
+) -> None:
+    mem = make_store("apart", WordHashEmbedder())
+    now, plain, b = agents(mem, other)
+    ea, eb = plain.event("telegram", 42, 7), b.event("telegram", 42, 7)
+    plain.after(ea, [{"role": "user", "content": "hello plain agent"}], "PLAIN-REPLY here")
+    now[0] = 1100.0
+    b.after(eb, [{"role": "user", "content": "B-TURN locker question"}], "B-REPLY locker 4417")
+    fact = b.memory_tools(eb).handle_tool_call("remember", {"content": "locker code is 4417"})
+    mem.add("B-EPISODE talked about the locker", type="episodic", **eb.fields)
+    mine = plain.memory_tools(ea).handle_tool_call("remember", {"content": "locker is blue"})
+    now[0] = 1200.0
+
+    ctx = plain.context(ea, "what is the locker code?").sections
+    shown = " | ".join(line for lines in ctx.values() for line in lines)
+    assert "PLAIN-REPLY" in shown and "locker is blue" in shown  # its own, still shown
+    assert "B-REPLY" not in shown and "4417" not in shown and "B-EPISODE" not in shown
+    block = plain.before(ea, [{"role": "user", "content": "what is the locker code?"}])
+    assert "4417" not in block[0]["content"]
+    thread = thread_context(mem, "locker code", ea)
+    assert any("PLAIN-REPLY" in line for line in thread)
+    assert not any("4417" in line for line in thread)
+    tools = plain.memory_tools(ea)
+    recalled = tools.handle_tool_call("recall", {"query": "locker code"})["memories"]
+    assert [m["id"] for m in recalled] == [mine["id"]]
+    refused = tools.handle_tool_call("forget", {"id": fact["id"]})
+    assert refused["ok"] is False and refused["error"]["type"] == "not_found"
+    assert fact["id"] in mem
+    assert tools.handle_tool_call("forget", {"id": mine["id"]})["ok"]
+
+    # The other way round, as before: b reads nothing of the plain agent's.
+    bctx = b.context(eb, "hello plain agent").sections
+    assert "PLAIN-REPLY" not in " | ".join(line for lines in bctx.values() for line in lines)
+    assert not any("PLAIN-REPLY" in line for line in thread_context(mem, "hello", eb))
+    plain.close()
+    b.close()
+
+
+def _restated_after_repeat(mem: Memory, with_b: bool) -> tuple[object, int]:
+    """The plain agent remembers a fact after its turn, b takes a turn in the room (or
+    not), and the plain agent remembers the fact again: whether it was kept as said
+    again, and the memory's versions."""
+    now, plain, b = agents(mem, SessionScope("per-peer", agent_id="b"), Quiet())
+    ea, eb = plain.event("telegram", 42, 7), b.event("telegram", 42, 7)
+    plain.after(ea, [{"role": "user", "content": "hi"}], "hello from the plain agent")
+    now[0] = 1100.0
+    tools = plain.memory_tools(ea)
+    first = tools.handle_tool_call("remember", {"content": "Alice likes green tea"})
+    if with_b:
+        now[0] = 1200.0
+        b.after(eb, [{"role": "user", "content": "hi b"}], "hello from b")
+    now[0] = 1300.0
+    again = tools.handle_tool_call("remember", {"content": "Alice likes green tea"})
+    assert again.get("duplicate") == "exact" and again["duplicate_of"] == first["id"], again
+    out = (mem.get(first["id"]).metadata.get(RESTATED), len(mem.history(first["id"])))
+    plain.close()
+    b.close()
+    return out
+
+
+def test_another_agents_turn_is_not_the_plain_agents_last(make_store: StoreFactory) -> None:
+    """A fact said again since the agent's last turn is not kept as said again: b's turn
+    in the room between was taken for that last turn (one more version of the memory,
+    dated as said later than it was)."""
+    alone = _restated_after_repeat(make_store("alone", WordHashEmbedder()), with_b=False)
+    shared = _restated_after_repeat(make_store("shared", WordHashEmbedder()), with_b=True)
+    assert alone == (None, 1)
+    assert shared == alone
+
+
+def test_a_turns_question_reads_before_its_answer_in_the_thread(
+    make_store: StoreFactory,
+) -> None:
+    """A turn's messages share its time, and were ordered by their random ids."""
+    mem = make_store("thread_order", WordHashEmbedder())
+    now = [1000.0]
+    am = AgentMemory(mem, SessionScope("per-peer"), None, clock=lambda: now[0], **OPTIONS)
+    event = am.event("telegram", 42, 7)
+    for i in range(6):
+        now[0] += 60
+        am.after(event, [{"role": "user", "content": f"question {i}"}], f"answer {i}")
+    lines = thread_context(mem, "question", event, recent=6, relevant=12)
+    said = [line.split(": ", 1)[1] for line in lines]
+    assert said == [f"{w} {i}" for i in range(6) for w in ("question", "answer")][-len(said) :]
+    assert len(said) == 12
+    am.close()
