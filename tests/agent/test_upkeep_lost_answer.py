@@ -116,22 +116,23 @@ def test_a_renewal_seen_stored_only_later_is_the_holders_own(
     am.close(30)
 
 
-@pytest.mark.parametrize("then", ["next job", "close"])
+@pytest.mark.parametrize("then", ["next job", "next agent"])
 def test_a_record_whose_drop_failed_is_dropped_later(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, then: str
 ) -> None:
     """A done job whose record's drop met a store error stayed held by the live agent,
     run by no one, until the agent closed (a job left for others the same): its release
-    is now tried again at the holder's next release, renewal and stop."""
+    is now tried again at the holder's next release and renewal. ``close`` waits for no
+    store: a record still there is the next AgentMemory's, which asks no model again."""
     mem = make_store("drop_failed", WordHashEmbedder())
     failures = [1]
     drop = JobBook.drop
 
-    def flaky(self: JobBook, key: str, text: str) -> bool:
+    def flaky(self: JobBook, key: str, held: str | None = None) -> bool:
         if failures[0]:
             failures[0] -= 1
             raise StorageError("the server closed the connection")
-        return drop(self, key, text)
+        return drop(self, key, held)
 
     monkeypatch.setattr(JobBook, "drop", flaky)
     model = Model(REMEMBER)
@@ -147,6 +148,13 @@ def test_a_record_whose_drop_failed_is_dropped_later(
         assert mem.jobs.items() == []  # dropped while the agent lives
         assert len(model.prompts) == 2
     am.close(30)
+    if then == "next agent":
+        assert len(mem.jobs.items()) == 1
+        again = agent(mem, model)
+        turn(again, ALICE, "good morning")
+        assert again.drain(60)
+        again.close(30)
+        assert len(model.prompts) == 1
     assert mem.jobs.items() == []
     stored = [r.text for r in mem.list("memories", limit=10, **ALICE.fields)]
     assert stored == ["Alice keeps bees"]

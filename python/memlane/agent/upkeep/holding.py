@@ -17,7 +17,6 @@ the record holds; it builds on the newest.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -59,6 +58,9 @@ class Holding:
         #: whether each was to be left rather than dropped: tried again at the next
         #: release and renewal, or they would stay held by this live holder, run by none.
         self._ending: dict[str, tuple[list[str], bool]] = {}
+        #: By job: the records of the jobs it took the place of that its record does not
+        #: show (a store error when it was written), ended with it.
+        self._covered: dict[str, list[tuple[str, list[str]]]] = {}
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -109,17 +111,16 @@ class Holding:
             new = (job if change is None else change(job)).held_by(self.holder()).dumps()
             if not self._swap(key, texts, new):
                 del self._held[key]
+                self._leave_covered(key)
                 raise JobLostError(f"upkeep job {key} was taken over by another process")
 
-    def _swap(
-        self, key: str, texts: list[str], new: str, drop: tuple[str, str] | None = None
-    ) -> bool:
+    def _swap(self, key: str, texts: list[str], new: str) -> bool:
         """Writes ``new`` over whichever of ``texts`` job ``key``'s record holds (lock
         held); False if none. A store error leaves ``new`` among the texts it may hold."""
         jobs = self._jobs()
         try:
             for text in texts:
-                if jobs.swap(key, text, new, drop=drop):
+                if jobs.swap(key, text, new):
                     texts[:] = [new]
                     return True
         except MemlaneError:  # the last written for sure stays, at the end
@@ -128,24 +129,31 @@ class Holding:
         return False
 
     def coalesced(self, kept: Job, dropped: Job) -> None:
-        """``kept`` took the place of ``dropped`` (and its windows, ``kept.ends``): one
-        transaction writes the one and drops the other, so a crash loses neither."""
+        """``kept`` took the place of ``dropped`` (and its windows, ``kept.ends``): kept's
+        record is written with them, then the other is dropped. A crash between the two
+        loses neither: a job found again whose windows a newer one shows is dropped unrun
+        (``found.py``). Should kept's record not show them (a store error, or another
+        process took kept over), the other's record ends with kept, or is left for
+        whoever looks next."""
         with self._lock:
-            old = self._held.get(dropped.key)
+            old = self._held.pop(dropped.key, None)
             held = self._held.get(kept.key)
-            if held is None:  # kept already ran to its end: only the other goes
+            if held is None:  # kept already ran to its end: the other goes
                 if old is not None:
-                    self._drop(dropped.key, old)
-                    del self._held[dropped.key]
+                    self._end(dropped.key, old, leave=False)
                 return
             new = replace(Job.loads(held[0]), ends=kept.ends).held_by(self.holder()).dumps()
-            # Written (or not) as one: a store error leaves both held (``new`` among the
-            # texts kept's record may hold).
-            ours = self._swap(kept.key, held, new, None if old is None else (dropped.key, old[0]))
-            self._held.pop(dropped.key, None)
+            try:
+                ours = self._swap(kept.key, held, new)
+            except MemlaneError:
+                if old is not None:  # kept shows its windows here, its record may not
+                    self._covered.setdefault(kept.key, []).append((dropped.key, old))
+                raise
             if not ours:
                 del self._held[kept.key]
                 log.warning("memlane: upkeep job %s was taken over by another process", kept.id)
+            if old is not None:  # a job taken over elsewhere does not show its windows
+                self._end(dropped.key, old, leave=not ours)
 
     def _drop(self, key: str, texts: list[str]) -> bool:
         """Drops job ``key``'s record if it holds one of ``texts``; whether it did."""
@@ -161,7 +169,11 @@ class Holding:
             texts = self._held.pop(key, None)
             if texts is None:
                 return
+            # The records of the jobs whose windows it showed in their place go with it.
+            for covered, held in self._covered.pop(key, []):
+                self._ending[covered] = (held, leave)
             self._end(key, texts, leave)
+        self._end_again()
 
     def _end(self, key: str, texts: list[str], leave: bool) -> None:
         """Drops or leaves job ``key``'s record (lock held); a store error keeps it among
@@ -195,6 +207,13 @@ class Holding:
         its release met a store error)."""
         with self._lock:
             self._held.pop(key, None)
+            self._leave_covered(key)
+
+    def _leave_covered(self, key: str) -> None:
+        """The records of the jobs whose windows job ``key`` was to show in their place,
+        left for whoever looks next (lock held): ``key`` shows them no more."""
+        for covered, held in self._covered.pop(key, []):
+            self._ending[covered] = (held, True)
 
     def renew(self) -> None:
         """Renews the lease of every job held (what the renewer does every third of one),
@@ -213,11 +232,9 @@ class Holding:
                 log.warning("memlane: upkeep job %s's lease not renewed: %s", key, e)
 
     def stop(self) -> None:
-        """No lease to renew any more; the records whose release met a store error are
-        tried once more (a record left stays for the next ``AgentMemory``)."""
+        """No lease to renew any more (a record whose release met a store error stays for
+        the next ``AgentMemory``: ``close`` waits for no store)."""
         self._stop.set()
-        with contextlib.suppress(MemlaneError):
-            self._end_again()
 
 
 def _renew_loop(ref: weakref.ref[Holding], stop: threading.Event, every: float) -> None:
