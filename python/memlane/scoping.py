@@ -131,14 +131,15 @@ _AGENT_FIELDS = ("agent_id", "namespace")
 def agents_apart(
     mem: Scoped, scope: Mapping[str, Any], filters: Mapping[str, Any] | None = None
 ) -> dict[str, Any] | None:
-    """``filters``, leaving out too the records of agents that have an ``agent_id`` or a
-    ``namespace`` which ``scope`` (the store's ``default_scope`` under it) leaves unset:
-    an agent without them is an agent of its own, which neither reads nor changes
-    another's, while the scopes under its own (a room's, a session's) stay in."""
+    """``filters``, leaving out too the records of agents (an ``agent_id`` or a
+    ``namespace`` set) when ``scope`` (the store's ``default_scope`` under it) names
+    none: an agent without them is an agent of its own, which neither reads nor changes
+    another's, while the scopes under its own (a room's, a session's) stay in. A scope
+    that names an agent reads that agent's records by prefix, as before."""
     full = scope_of(mem.default_scope, scope)
-    apart = {f: None for f in _AGENT_FIELDS if f not in full}
-    if not apart:
+    if any(f in full for f in _AGENT_FIELDS):
         return None if filters is None else dict(filters)
+    apart = dict.fromkeys(_AGENT_FIELDS)
     return apart if not filters else {"$and": [dict(filters), apart]}
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import AgentMemory, Memory
-from memlane.agent import Reflection, SessionScope, thread_context
+from memlane.agent import Limits, MemoryTools, Reflection, SessionScope, thread_context
 from memlane.agent.statements import RESTATED
 from upkeep_scripts import QUIET
 
@@ -128,4 +128,52 @@ def test_a_turns_question_reads_before_its_answer_in_the_thread(
     said = [line.split(": ", 1)[1] for line in lines]
     assert said == [f"{w} {i}" for i in range(6) for w in ("question", "answer")][-len(said) :]
     assert len(said) == 12
+    am.close()
+
+
+def test_an_agent_keeps_its_own_records_of_any_namespace(make_store: StoreFactory) -> None:
+    """The agent fields are left out only for a scope that names no agent: agent b's
+    record stored with a namespace is still b's to recall and forget."""
+    mem = make_store("own_namespace", WordHashEmbedder())
+    fields = SessionScope("per-peer", agent_id="b").resolve("telegram", 42, 7).fields
+    rec = mem.add("the locker code is 4417", namespace="work", **fields)
+    tools = MemoryTools(mem, fields)
+    recalled = tools.handle_tool_call("recall", {"query": "locker code"})["memories"]
+    assert [m["id"] for m in recalled] == [rec.id]
+    assert tools.handle_tool_call("forget", {"id": rec.id})["ok"]
+
+
+def test_a_long_messages_pieces_and_turns_at_one_time_keep_their_order(
+    make_store: StoreFactory,
+) -> None:
+    """The pieces of a long message share its time and role: found by relevance, they
+    read in order; two turns at one clock reading, listed, read as they were said."""
+    mem = make_store("pieces", WordHashEmbedder())
+    now = [1000.0]
+    am = AgentMemory(
+        mem,
+        SessionScope("per-peer"),
+        None,
+        clock=lambda: now[0],
+        limits=Limits(max_entry_chars=200),
+        **OPTIONS,
+    )
+    event = am.event("telegram", 42, 7)
+    long = "\n\n".join(f"PART{i} " + "filler " * 25 + f"zebra{i}" for i in range(1, 6))
+    am.after(event, [{"role": "user", "content": long}], "short reply")
+    for recent, relevant, query in [
+        (20, 0, "x"),
+        (0, 20, "zebra5 zebra4 zebra3"),
+        (2, 3, "zebra1 zebra2"),
+        (1, 5, "zebra3 zebra5"),
+    ]:
+        lines = thread_context(mem, query, event, recent=recent, relevant=relevant, max_line=400)
+        parts = [int(line.split("PART")[1].split()[0]) for line in lines if "PART" in line]
+        assert parts == sorted(parts), (recent, relevant, parts)
+        assert len(parts) > 1
+    now[0] = 2000.0
+    am.after(event, [{"role": "user", "content": "question one"}], "answer one")
+    am.after(event, [{"role": "user", "content": "question two"}], "answer two")
+    said = [line.split(": ", 1)[1] for line in thread_context(mem, "", event, recent=4)]
+    assert said == ["question one", "answer one", "question two", "answer two"]
     am.close()

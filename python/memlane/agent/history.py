@@ -172,22 +172,30 @@ def thread_context(
     # The contact's messages to this agent, not to another agent of the store.
     mine = agents_apart(mem, fields, {"identity": scope.identity})
     picked: dict[str, MemoryRecord] = {}
+    recent_ids: list[str] = []
     if recent > 0:
         for rec in mem.list(MESSAGES, limit=recent, filters=mine, **fields):
             picked[rec.id] = rec
+            recent_ids.append(rec.id)
     if relevant > 0 and message.strip():
         for hit in mem.search(
             message, relevant, table=MESSAGES, filters=mine, track_access=False, **fields
         ):
             picked.setdefault(hit.record.id, hit.record)
-    # A turn's messages share its time: the user's first, then the rest in the order
-    # the store keeps them (the recent ones are listed newest first); by id, a reply
-    # could read before its question.
-    kept = {rec_id: -i for i, rec_id in enumerate(picked)}
-    ordered = sorted(
-        picked.values(),
-        key=lambda r: (r.created_at, r.metadata.get("role", "user") != "user", kept[r.id]),
-    )
+    # A turn's messages share its time (by id, a reply could read before its question):
+    # the recent ones in the order the store lists them (newest first), the others (found
+    # by relevance, older) before them, the user's first and a long message's pieces
+    # in order.
+    listed = {rec_id: -i for i, rec_id in enumerate(recent_ids)}
+
+    def when(r: MemoryRecord) -> tuple[float, int, int, int]:
+        if r.id in listed:
+            return (r.created_at, 1, 0, listed[r.id])
+        part = r.metadata.get("part")
+        piece = part if isinstance(part, int) and not isinstance(part, bool) else 0
+        return (r.created_at, 0, r.metadata.get("role", "user") != "user", piece)
+
+    ordered = sorted(picked.values(), key=when)
     lines: list[str] = []
     seen: set[str] = set()
     for rec in ordered:
