@@ -101,8 +101,8 @@ def test_two_checks_at_once_keep_one_fact_once(two: tuple[Memory, Memory]) -> No
     """One process's check of a fact waits for its model; meanwhile another process
     stores an older copy of that fact (a consolidation dates its facts at older turns)
     and checks it. Neither was shown the other (a pending fact is never shown): both
-    added theirs. A fact to add near which a fact came meanwhile is now checked again
-    beside it."""
+    added theirs. One check of a scope runs at a time now: the second leaves its fact
+    for the next check, which keeps one of the two."""
     first, second = two
     first.add("Alice likes green tea", created_at=900.0, **ALICE)
     younger = first.add("Alice fact 11", created_at=1010.0, metadata=pending(None), **ALICE)
@@ -118,9 +118,12 @@ def test_two_checks_at_once_keep_one_fact_once(two: tuple[Memory, Memory]) -> No
     older = second.add(
         "Alice consolidated fact 11", created_at=1000.0, metadata=pending(None), **ALICE
     )
-    reports.append(check_facts(second, Concurrent(gate), "memories", ALICE))
+    waited = check_facts(second, Concurrent(threading.Event()), "memories", ALICE)
+    assert waited.waited and waited.decisions == [] and waited.error is None
+    gate.set()
     slow.join(60)
-    assert all(r.error is None for r in reports), reports
+    reports.append(check_facts(second, Concurrent(gate), "memories", ALICE))
+    assert all(r.error is None and not r.waited for r in reports), reports
     second.refresh()
     current = [r.id for r in second.list("memories", **ALICE) if "fact 11" in r.text]
     assert current == [older.id], (current, younger.id, reports)

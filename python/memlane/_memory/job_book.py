@@ -51,7 +51,7 @@ class JobBook:
             with self._db.transaction() as conn:
                 self._db.set_tenant_meta(conn, _PREFIX + key, value)
         except StorageError as e:
-            if self._after_failure(key, e) != value:
+            if self._after_failure(_PREFIX + key, e) != value:
                 raise
 
     def swap(self, key: str, old: str, new: str, *, drop: tuple[str, str] | None = None) -> bool:
@@ -70,10 +70,10 @@ class JobBook:
         try:
             with self._db.transaction() as conn:
                 if drop is not None:
-                    self._drop_held(conn, *drop)
+                    self._drop_held(conn, _PREFIX + drop[0], drop[1])
                 return self._db.swap_tenant_meta(conn, _PREFIX + key, old, new)
         except StorageError as e:
-            now = self._after_failure(key, e)
+            now = self._after_failure(_PREFIX + key, e)
             if now == new:  # stored (with ``drop``: one transaction)
                 return True
             if now == old:
@@ -92,10 +92,10 @@ class JobBook:
         try:
             with self._db.transaction() as conn:
                 if held is not None:
-                    return self._drop_held(conn, key, held)
+                    return self._drop_held(conn, _PREFIX + key, held)
                 self._db.delete_tenant_meta(conn, _PREFIX + key)
         except StorageError as e:
-            now = self._after_failure(key, e)
+            now = self._after_failure(_PREFIX + key, e)
             if now is None:
                 return True
             if held is None or now == held:
@@ -104,21 +104,21 @@ class JobBook:
         return True
 
     def _after_failure(self, key: str, error: StorageError) -> str | None:
-        """Job ``key``'s record (None: none) after a write of it raised ``error``: a
+        """Entry ``key``'s value (None: none) after a write of it raised ``error``: a
         commit whose answer a lost connection took may have stored it, and a holder
         that took it for unwritten would take its own record for another's. ``error``
         again when the record cannot be read either."""
         try:
-            return dict(self._db.tenant_meta_items(_PREFIX + key)).get(_PREFIX + key)
+            return dict(self._db.tenant_meta_items(key)).get(key)
         except MemlaneError:
             raise error from None
 
     def _drop_held(self, conn: Any, key: str, held: str) -> bool:
         # Swapping the value for itself matches it in the statement that locks the row
         # (PostgreSQL), so no other writer changes it before the delete commits.
-        if not self._db.swap_tenant_meta(conn, _PREFIX + key, held, held):
+        if not self._db.swap_tenant_meta(conn, key, held, held):
             return False
-        self._db.delete_tenant_meta(conn, _PREFIX + key)
+        self._db.delete_tenant_meta(conn, key)
         return True
 
     def items(self) -> list[tuple[str, str]]:
@@ -142,6 +142,44 @@ class JobBook:
         _check_key(key)
         found = dict(self._db.tenant_meta_items(_MARK + key))
         return found.get(_MARK + key)
+
+    def take_mark(self, key: str, value: str, held: str | None = None) -> bool:
+        """Sets mark ``key`` to ``value`` if it holds ``held`` now (None: if there is no
+        such mark), checked in the statement that writes it, so of several processes
+        taking one mark at once one does; whether this one did. A lease is taken so."""
+        self._check_open()
+        _check_key(key)
+        _check(value, "value")
+        if held is not None:
+            _check(held, "value")
+        try:
+            with self._db.transaction() as conn:
+                if held is None:
+                    return self._db.add_tenant_meta(conn, _MARK + key, value)
+                return self._db.swap_tenant_meta(conn, _MARK + key, held, value)
+        except StorageError as e:
+            now = self._after_failure(_MARK + key, e)
+            if now == value:  # a commit whose answer was lost
+                return True
+            if now == held:
+                raise
+            return False
+
+    def drop_mark(self, key: str, held: str) -> bool:
+        """Forgets mark ``key`` if it holds ``held`` now (False: it changed or went)."""
+        self._check_open()
+        _check_key(key)
+        _check(held, "value")
+        try:
+            with self._db.transaction() as conn:
+                return self._drop_held(conn, _MARK + key, held)
+        except StorageError as e:
+            now = self._after_failure(_MARK + key, e)
+            if now is None:
+                return True
+            if now == held:
+                raise
+            return False
 
     def record_outcome(self, outcome: JobOutcome) -> None:
         """Records what a piece of finished work cost and what failed, durably before it

@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memlane.agent.fact_lease import one_check
 from memlane.agent.llm import LLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
 from memlane.agent.statements import (
@@ -145,10 +146,12 @@ class FactDecision:
 
 @dataclass(slots=True)
 class FactReport:
-    """What ``check_facts`` did; ``error`` when the model failed (facts stay pending)."""
+    """What ``check_facts`` did; ``error`` when the model failed (facts stay pending);
+    ``waited`` when another check of the scope ran (facts stay pending for the next)."""
 
     decisions: list[FactDecision] = field(default_factory=list)
     error: str | None = None
+    waited: bool = False
 
 
 def pending(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -447,9 +450,10 @@ def check_facts(
     ``candidates(pending_only=True)`` finds), which then waits for the next call, made
     once the first call's decisions are stored. A fact near an older pending fact that is
     not of this check (stored since it began, or left by a change of another check)
-    waits for the next check. Never raises: a failure of the model or of the store is reported in
-    ``error`` and leaves the facts not yet decided pending; a fact the answer gives no
-    valid decision for is kept.
+    waits for the next check. One check of a scope runs at a time (``fact_lease``): one
+    that finds another running leaves its facts pending (``waited``). Never raises: a
+    failure of the model or of the store is reported in ``error`` and leaves the facts
+    not yet decided pending; a fact the answer gives no valid decision for is kept.
 
     ``meaning``: the embedder ``candidates`` ranks a store's newest memories with when the
     store has no vectors; the default model unless given (a model that fails to load is
@@ -457,6 +461,26 @@ def check_facts(
     report = FactReport()
     if memory.embedder is None and meaning is None:
         meaning = _default_meaning()
+    try:
+        with one_check(memory, table, scope) as held:
+            report.waited = not held  # its facts wait for the next check, which sees these
+            if held:
+                _check_all(memory, llm, table, scope, limit, meaning, report)
+    except Exception as e:  # neither the model's failure nor the store's raises into the agent
+        report.error = f"{type(e).__name__}: {e}"
+    return report
+
+
+def _check_all(
+    memory: Memory,
+    llm: LLM,
+    table: str,
+    scope: Mapping[str, str],
+    limit: int,
+    meaning: Embedder | None,
+    report: FactReport,
+) -> None:
+    """``check_facts``'s work, its scope's lease held."""
     # Every fact other processes stored is seen: a check blind to an older pending fact
     # of another process (its follower lagging after a server restart) adds beside it.
     memory.refresh()
@@ -494,26 +518,22 @@ def check_facts(
         once.add(fact.id)
         return came
 
-    try:
-        while facts:
-            group: list[MemoryRecord] = []
-            shown: dict[str, MemoryRecord] = {}
-            rest: list[MemoryRecord] = []
-            for i, fact in enumerate(facts):
-                near = candidates(memory, fact, table, scope, meaning=meaning, pending_only=True)
-                waits = {r.id for r in near if waits_for(r, fact)}
-                if waits & {g.id for g in group}:
-                    rest = facts[i:]
-                    break
-                if waits:
-                    continue
-                group.append(fact)
-                for c in candidates(memory, fact, table, scope, meaning=meaning):
-                    shown.setdefault(c.id, c)
-            facts = _decide(memory, llm, group, list(shown.values()), report, arrived) + rest
-    except Exception as e:  # neither the model's failure nor the store's raises into the agent
-        report.error = f"{type(e).__name__}: {e}"
-    return report
+    while facts:
+        group: list[MemoryRecord] = []
+        shown: dict[str, MemoryRecord] = {}
+        rest: list[MemoryRecord] = []
+        for i, fact in enumerate(facts):
+            near = candidates(memory, fact, table, scope, meaning=meaning, pending_only=True)
+            waits = {r.id for r in near if waits_for(r, fact)}
+            if waits & {g.id for g in group}:
+                rest = facts[i:]
+                break
+            if waits:
+                continue
+            group.append(fact)
+            for c in candidates(memory, fact, table, scope, meaning=meaning):
+                shown.setdefault(c.id, c)
+        facts = _decide(memory, llm, group, list(shown.values()), report, arrived) + rest
 
 
 class _Later(Exception):

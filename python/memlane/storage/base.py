@@ -96,6 +96,10 @@ class Store(Protocol):
         """The tenant's entries whose key starts with ``prefix``, in key order."""
         ...
 
+    def add_tenant_meta(self, conn: Any, key: str, value: str) -> bool:
+        """Sets ``key`` to ``value`` if it holds nothing now; whether it did."""
+        ...
+
     def swap_tenant_meta(self, conn: Any, key: str, old: str, new: str) -> bool:
         """Sets ``key`` to ``new`` if it holds ``old`` now; whether it did."""
         ...

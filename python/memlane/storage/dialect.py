@@ -377,6 +377,18 @@ class Dialect(abc.ABC):
         rows = self._read(lambda c: [(str(r[0]), str(r[1])) for r in c.execute(q, params)])
         return rows if high is not None else [r for r in rows if r[0].startswith(prefix)]
 
+    def add_tenant_meta(self, conn: Any, key: str, value: str) -> bool:
+        """Sets ``key`` to ``value`` if it holds nothing now: one statement, so of two
+        writers only one adds it."""
+        cur = conn.execute(
+            self._q(
+                f"INSERT INTO {self._p}tenant_meta (tenant, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (tenant, key) DO NOTHING"
+            ),
+            (self.tenant, key, value),
+        )
+        return bool(cur.rowcount == 1)
+
     def swap_tenant_meta(self, conn: Any, key: str, old: str, new: str) -> bool:
         """Sets ``key`` to ``new`` if it holds ``old`` now: one statement, so of two
         writers that read ``old`` only one swaps (PostgreSQL re-reads the row it waited for)."""

@@ -28,15 +28,13 @@ import hashlib
 import json
 import logging
 import math
-import os
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
+from memlane.agent.holder import Holder
 from memlane.errors import ConflictError, InvalidArgumentError
 from memlane.scoping import EventScope, SessionScope
 
@@ -87,84 +85,6 @@ class JobLostError(ConflictError):
 class JobSkippedWarning(UserWarning):
     """An upkeep job record was skipped (not a job, or not this agent's to run); the
     record stays in the store for inspection."""
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _started(pid: int) -> str:
-    """When process ``pid`` started (clock ticks since boot; "" where unknown): a pid
-    reused by another process gives another value."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    # The name (field 2) may hold spaces and parentheses: fields after its last ")".
-    rest = stat[stat.rfind(")") + 2 :].split()
-    return rest[19] if len(rest) > 19 else ""
-
-
-def _pid_namespace() -> str:
-    """This process's PID namespace ("pid:[inode]"; "" where there is none to read)."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-# Containers with host networking share the host name and boot, not their pids: a pid is
-# looked up only by a process of the same namespace. A record written before the
-# namespace was part of it names another host, whose lease decides.
-_HOST = f"{socket.gethostname()}/{_boot_id()}/{_pid_namespace()}"
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """The process (``host``, ``pid``, ``started``) and the ``AgentMemory`` (``token``)
-    that run a job; ``until``: the unix time after which a holder on another host is
-    taken for gone (on this host the process itself is looked up). ``host`` names the
-    host name, its boot and the PID namespace: a process in another container of the
-    same host is on another host here."""
-
-    host: str
-    pid: int
-    started: str
-    token: str
-    until: float
-
-    @classmethod
-    def here(cls, token: str, until: float) -> Holder:
-        pid = os.getpid()
-        return cls(_HOST, pid, _started(pid), token, until)
-
-    def gone(self, live_tokens: frozenset[str], now: float) -> bool:
-        """Whether this holder's process (or, in this process, its ``AgentMemory``) is gone."""
-        if self.token in live_tokens:
-            return False
-        if self.host != _HOST:  # its pid means nothing here
-            return now > self.until
-        if self.pid == os.getpid() and self.started == _started(self.pid):
-            return True  # this process, and the AgentMemory that held it is closed
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:  # another user's process: it exists
-            pass
-        return bool(self.started) and _started(self.pid) != self.started
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "pid": self.pid,
-            "started": self.started,
-            "token": self.token,
-            "until": self.until,
-        }
 
 
 # The tokens of this process's AgentMemory objects whose workers may still run a job.
@@ -453,23 +373,10 @@ def _finite(value: object) -> TypeGuard[int | float]:
 def _holder(value: object) -> Holder | None:
     if value is None:
         return None
-    if not isinstance(value, dict):
-        raise JobRecordError("a recorded job's 'holder' must be an object")
-    pid, until = value.get("pid"), value.get("until")
-    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 31:
-        raise JobRecordError("a recorded job's holder pid must be a positive int")
-    if not _finite(until):
-        raise JobRecordError("a recorded job's holder 'until' must be a finite number")
-    started = value.get("started")
-    if not isinstance(started, str):
-        raise JobRecordError("a recorded job's holder 'started' must be a str")
-    return Holder(
-        _text(value.get("host"), "holder.host", 1024),
-        pid,
-        started,
-        _text(value.get("token"), "holder.token", 64),
-        float(until),
-    )
+    try:
+        return Holder.loads(value)
+    except InvalidArgumentError as e:
+        raise JobRecordError(f"a recorded job's {e}") from None
 
 
 def _plan(value: object) -> dict[str, Any] | None:

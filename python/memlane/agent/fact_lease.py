@@ -1,0 +1,87 @@
+"""One fact check of a scope at a time, across threads and processes.
+
+Two checks of one scope at once each decide from what they read before their model
+answered, and a pending fact is never shown to a check, so two copies of one fact, each
+stored by one of them, were both kept. A check now holds its scope's lease, a mark of the
+store's job book (``Memory.jobs``) taken in one conditional write: a second check finds it
+held and leaves its facts pending for the next one, which then sees the first one's
+decisions. A lease whose holder is gone (its process ended, or its time passed) is taken
+over, so a crash never holds a scope's facts back for long.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from memlane.agent.holder import Holder
+from memlane.errors import InvalidArgumentError, MemlaneError
+from memlane.scoping import exact_scope
+
+if TYPE_CHECKING:
+    from memlane.memory import Memory
+
+__all__ = ["LEASE", "one_check"]
+
+#: Seconds a check holds its scope: past them another check takes over (a check takes
+#: a few model calls; one that takes longer may then run beside another).
+LEASE = 900.0
+
+# The leases this process's checks hold now: one of this process not among them was
+# left by a check that ended without letting it go (the store failed it).
+_live: set[str] = set()
+_live_lock = threading.Lock()
+
+
+def _key(memory: Memory, table: str, scope: Mapping[str, str]) -> str:
+    """The lease's key: the table and the exact scope (the store's ``default_scope``
+    under it), hashed (a key has a bounded length; a scope may not)."""
+    fields, _ = exact_scope(memory, scope)
+    text = json.dumps([table, sorted(fields.items())])
+    return "facts:" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _gone(held: str, now: float) -> bool:
+    """Whether the holder of lease ``held`` is gone (a value that is no holder's is)."""
+    try:
+        holder = Holder.loads(json.loads(held))
+    except (ValueError, RecursionError, InvalidArgumentError):
+        return True
+    with _live_lock:
+        live = frozenset(_live)
+    return now > holder.until or holder.gone(live, now)
+
+
+@contextlib.contextmanager
+def one_check(memory: Memory, table: str, scope: Mapping[str, str]) -> Iterator[bool]:
+    """Holds the lease of ``scope``'s fact check in ``table`` for the ``with`` block;
+    yields whether it does (False: another check holds it). ``MemlaneError`` when the
+    store cannot tell."""
+    key = _key(memory, table, scope)
+    token = uuid.uuid4().hex
+    mine = json.dumps(Holder.here(token, time.time() + LEASE).as_dict())
+    with _live_lock:
+        _live.add(token)
+    took = False
+    try:
+        took = memory.jobs.take_mark(key, mine)
+        if not took:
+            held = memory.jobs.mark(key)
+            if held is None:  # let go meanwhile
+                took = memory.jobs.take_mark(key, mine)
+            elif _gone(held, time.time()):
+                took = memory.jobs.take_mark(key, mine, held)
+        yield took
+    finally:
+        with _live_lock:
+            _live.discard(token)
+        if took:
+            # A lease not let go is taken over: by this process's next check at once.
+            with contextlib.suppress(MemlaneError):
+                memory.jobs.drop_mark(key, mine)

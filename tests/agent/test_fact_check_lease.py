@@ -1,0 +1,130 @@
+"""One fact check of a scope at a time, in every thread and process (``fact_lease``): two
+checks at once each decided from what they read before their model answered, and a
+pending fact is never shown to a check, so each kept its copy of one fact. A second
+check now leaves its facts pending (``waited``); a lease whose holder is gone is taken
+over. Both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane.agent.fact_lease import _key
+from memlane.agent.facts import CHECK, check_facts, pending
+from memlane.agent.holder import Holder
+from memlane.errors import StorageError
+
+ALICE = {"user_id": "alice"}
+
+
+class Adds:
+    """Adds every new fact; waits for ``gate`` first when given."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.gate, self.entered, self.calls = gate, threading.Event(), 0
+
+    def complete(self, messages: Any) -> str:
+        self.calls += 1
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(30)
+        n = messages[-1]["content"].split("New facts:")[1].count("\nF") + 1
+        return json.dumps(
+            {"decisions": [{"fact": f"F{i + 1}", "decision": "add"} for i in range(n)]}
+        )
+
+
+def test_a_second_check_of_a_scope_waits_for_the_first(make_store: StoreFactory) -> None:
+    mem = make_store("lease", WordHashEmbedder())
+    mem.add("Alice likes green tea", created_at=900.0, **ALICE)
+    first_fact = mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
+    gate = threading.Event()
+    slow = Adds(gate)
+    reports: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: reports.append(check_facts(mem, slow, "memories", ALICE))
+    )
+    thread.start()
+    assert slow.entered.wait(30)
+    copy = mem.add("Alice keeps bees", created_at=1005.0, metadata=pending(None), **ALICE)
+    other = Adds()
+    waited = check_facts(mem, other, "memories", ALICE)
+    assert waited.waited and waited.decisions == [] and other.calls == 0
+    assert check_facts(mem, other, "memories", {"user_id": "bob"}).waited is False  # apart
+    gate.set()
+    thread.join(60)
+    assert reports[0].error is None and not reports[0].waited
+    assert mem.get(first_fact.id).metadata[CHECK] == "kept"
+    assert mem.get(copy.id).metadata[CHECK] == "pending"  # for the next check
+    assert mem.jobs.mark(_key(mem, "memories", ALICE)) is None  # let go
+
+
+def _lease(holder: Holder) -> str:
+    return json.dumps(holder.as_dict())
+
+
+@pytest.mark.parametrize("left_by", ["a dead process", "a lease past its time", "garbage"])
+def test_a_lease_whose_holder_is_gone_is_taken_over(make_store: StoreFactory, left_by: str) -> None:
+    mem = make_store("stale", WordHashEmbedder())
+    fact = mem.add("Alice keeps bees", metadata=pending(None), **ALICE)
+    key = _key(mem, "memories", ALICE)
+    here = Holder.here("t", time.time() + 600)
+    if left_by == "a dead process":
+        child = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        value = _lease(Holder(here.host, int(child.stdout), "1", "t", time.time() + 600))
+    elif left_by == "a lease past its time":
+        value = _lease(Holder(here.host, os.getppid(), "", "t", time.time() - 1))
+    else:
+        value = "not a lease"
+    mem.jobs.set_mark(key, value)
+    report = check_facts(mem, Adds(), "memories", ALICE)
+    assert not report.waited and report.error is None
+    assert mem.get(fact.id).metadata[CHECK] != "pending"
+    assert mem.jobs.mark(key) is None
+
+
+def test_a_live_holder_keeps_its_lease(make_store: StoreFactory) -> None:
+    """Another live process on this host, its time not past: the check waits."""
+    mem = make_store("live", WordHashEmbedder())
+    mem.add("Alice keeps bees", metadata=pending(None), **ALICE)
+    key = _key(mem, "memories", ALICE)
+    parent = Holder.here("t", 0.0)
+    with open(f"/proc/{os.getppid()}/stat") as f:
+        started = f.read().rsplit(")", 1)[1].split()[19]
+    value = _lease(Holder(parent.host, os.getppid(), started, "t", time.time() + 600))
+    mem.jobs.set_mark(key, value)
+    assert check_facts(mem, Adds(), "memories", ALICE).waited
+    assert mem.jobs.mark(key) == value
+
+
+def test_a_lease_not_let_go_is_taken_over_by_the_next_check(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store failed the lease's drop: this process's next check takes it over."""
+    mem = make_store("not_let_go", WordHashEmbedder())
+    mem.add("Alice keeps bees", metadata=pending(None), **ALICE)
+    book = type(mem.jobs)
+
+    def failing(self: Any, key: str, held: str) -> bool:
+        raise StorageError("the server closed the connection")
+
+    monkeypatch.setattr(book, "drop_mark", failing)
+    assert check_facts(mem, Adds(), "memories", ALICE).error is None
+    monkeypatch.undo()
+    assert mem.jobs.mark(_key(mem, "memories", ALICE)) is not None
+    later = mem.add("Alice plays the oboe", metadata=pending(None), **ALICE)
+    report = check_facts(mem, Adds(), "memories", ALICE)
+    assert not report.waited and [d.fact for d in report.decisions] == [later.id]
