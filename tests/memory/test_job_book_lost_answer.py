@@ -158,3 +158,28 @@ def test_keys_ending_in_the_edges_of_unicode(
     cut.after = 1
     assert jobs.drop(key, "v2") is True
     assert jobs.items() == [(key + last, "longer")]
+
+
+def test_a_mark_taken_or_dropped_with_its_answer_lost(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``take_mark`` (a lease: added if none, or swapped from the one held) and
+    ``drop_mark`` answer as their write did; of two takers one takes the mark."""
+    cut = Cut(mem, monkeypatch)
+    jobs = mem.jobs
+    assert jobs.take_mark("lease", "me") is True
+    assert jobs.take_mark("lease", "other") is False  # held
+    assert jobs.take_mark("lease", "other", "not held") is False
+    cut.after = 1
+    assert jobs.take_mark("lease", "other", "me") is True  # stored, its answer lost
+    assert jobs.mark("lease") == "other"
+    cut.before = 1
+    with pytest.raises(StorageError, match="nothing was stored"):
+        jobs.drop_mark("lease", "other")
+    assert jobs.drop_mark("lease", "me") is False  # not what it holds
+    cut.after = 1
+    assert jobs.drop_mark("lease", "other") is True
+    assert jobs.mark("lease") is None
+    cut.after = 1
+    assert jobs.take_mark("lease", "me") is True
+    assert jobs.mark("lease") == "me" and jobs.items() == []  # a mark is no job
