@@ -10,11 +10,11 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from memlane.errors import InvalidArgumentError
 
-__all__ = ["Holder"]
+__all__ = ["Holder", "finite", "record_text"]
 
 
 def _boot_id() -> str:
@@ -102,28 +102,34 @@ class Holder:
         pid, until = value.get("pid"), value.get("until")
         if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 31:
             raise InvalidArgumentError("holder pid must be a positive int")
-        if isinstance(until, bool) or not isinstance(until, int | float) or not _finite(until):
+        if not finite(until):
             raise InvalidArgumentError("holder 'until' must be a finite number")
         started = value.get("started")
         if not isinstance(started, str):
             raise InvalidArgumentError("holder 'started' must be a str")
         return cls(
-            _text(value.get("host"), "holder.host", 1024),
+            record_text(value.get("host"), "holder.host", 1024),
             pid,
             started,
-            _text(value.get("token"), "holder.token", 64),
+            record_text(value.get("token"), "holder.token", 64),
             float(until),
         )
 
 
-def _finite(value: int | float) -> bool:
+def finite(value: object) -> TypeGuard[int | float]:
+    """A number a time can be: not a bool, and finite as a float (an int past the
+    float range is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
     try:
         return math.isfinite(value)
-    except OverflowError:  # an int past the float range
+    except OverflowError:
         return False
 
 
-def _text(value: object, label: str, limit: int) -> str:
+def record_text(value: object, label: str, limit: int) -> str:
+    """``value``, a non-empty str of at most ``limit`` characters that UTF-8 can hold, as a
+    record's field ``label`` must be; ``InvalidArgumentError`` naming it otherwise."""
     if not isinstance(value, str) or not value or len(value) > limit:
         raise InvalidArgumentError(f"{label!r} must be a non-empty str")
     try:

@@ -27,14 +27,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal
 
-from memlane.agent.holder import Holder
+from memlane.agent.holder import Holder, finite, record_text
 from memlane.errors import ConflictError, InvalidArgumentError
 from memlane.scoping import EventScope, SessionScope
 
@@ -262,7 +261,7 @@ class Job:
         if kind not in DURABLE:
             raise JobRecordError(f"a recorded job's kind must be one of {sorted(DURABLE)}")
         now = d.get("now")
-        if not _finite(now):
+        if not finite(now):
             raise JobRecordError("a recorded job's 'now' must be a finite number")
         jid = _text(d.get("id"), "id", 64)
         owner = _text(d.get("owner"), "owner", 64)
@@ -335,13 +334,10 @@ class Job:
 
 
 def _text(value: object, label: str, limit: int) -> str:
-    if not isinstance(value, str) or not value or len(value) > limit:
-        raise JobRecordError(f"a recorded job's {label!r} must be a non-empty str")
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise JobRecordError(f"a recorded job's {label!r} is not valid text") from None
-    return value
+        return record_text(value, label, limit)
+    except InvalidArgumentError as e:
+        raise JobRecordError(f"a recorded job's {e}") from None
 
 
 def _ends(value: object) -> tuple[float, ...]:
@@ -350,24 +346,13 @@ def _ends(value: object) -> tuple[float, ...]:
     if (
         not isinstance(value, list)
         or len(value) >= MAX_SPAN
-        or not all(_finite(e) for e in value)
+        or not all(finite(e) for e in value)
         or value != sorted(value)
     ):
         raise JobRecordError(
             f"a recorded job's 'ends' must list at most {MAX_SPAN - 1} times, oldest first"
         )
     return tuple(float(e) for e in value)
-
-
-def _finite(value: object) -> TypeGuard[int | float]:
-    """A number a time can be: not a bool, and finite as a float (an int past the
-    float range is not)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _holder(value: object) -> Holder | None:
