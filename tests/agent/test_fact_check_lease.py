@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
+from memlane.agent import fact_lease
 from memlane.agent.fact_lease import _key
 from memlane.agent.facts import CHECK, check_facts, pending
 from memlane.agent.holder import Holder
@@ -128,3 +131,48 @@ def test_a_lease_not_let_go_is_taken_over_by_the_next_check(
     later = mem.add("Alice plays the oboe", metadata=pending(None), **ALICE)
     report = check_facts(mem, Adds(), "memories", ALICE)
     assert not report.waited and [d.fact for d in report.decisions] == [later.id]
+
+
+def test_a_check_longer_than_its_lease_keeps_it(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease is renewed while its check runs: a check that outlasts it (a slow
+    model) is not run beside another."""
+    monkeypatch.setattr(fact_lease, "LEASE", 0.3)
+    mem = make_store("renewed", WordHashEmbedder())
+    mem.add("Alice likes green tea", created_at=900.0, **ALICE)
+    mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
+    gate = threading.Event()
+    slow = Adds(gate)
+    thread = threading.Thread(target=lambda: check_facts(mem, slow, "memories", ALICE))
+    thread.start()
+    assert slow.entered.wait(30)
+    time.sleep(1.0)  # three leases
+    other = Adds()
+    assert check_facts(mem, other, "memories", ALICE).waited and other.calls == 0
+    gate.set()
+    thread.join(60)
+    assert mem.jobs.mark(_key(mem, "memories", ALICE)) is None
+
+
+def test_a_killed_holder_not_yet_reaped_is_gone(make_store: StoreFactory) -> None:
+    """Killed, its parent not having reaped it yet: its pid still answers, but it runs
+    nothing (it was taken for alive)."""
+    mem = make_store("zombie", WordHashEmbedder())
+    fact = mem.add("Alice keeps bees", metadata=pending(None), **ALICE)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with open(f"/proc/{child.pid}/stat") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]
+        here = Holder.here("t", 0.0)
+        lease = Holder(here.host, child.pid, started, "t", time.time() + 600)
+        mem.jobs.set_mark(_key(mem, "memories", ALICE), _lease(lease))
+        os.kill(child.pid, signal.SIGKILL)
+        stat = Path(f"/proc/{child.pid}/stat")
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+        report = check_facts(mem, Adds(), "memories", ALICE)
+        assert not report.waited and mem.get(fact.id).metadata[CHECK] != "pending"
+    finally:
+        child.kill()
+        child.wait()

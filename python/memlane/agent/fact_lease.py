@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = ["LEASE", "one_check"]
 
-#: Seconds a check holds its scope: past them another check takes over (a check takes
-#: a few model calls; one that takes longer may then run beside another).
-LEASE = 900.0
+#: Seconds a check holds its scope unless renewed: a thread renews it every third of
+#: that while the check runs, so a lease its check could not let go (the store failed
+#: the drop) holds the scope back a minute at most.
+LEASE = 60.0
 
 # The leases this process's checks hold now: one of this process not among them was
 # left by a check that ended without letting it go (the store failed it).
@@ -58,6 +59,37 @@ def _gone(held: str, now: float) -> bool:
     return now > holder.until or holder.gone(live, now)
 
 
+class _Renewer:
+    """Renews a lease held (``mine``) every third of ``LEASE`` until stopped."""
+
+    def __init__(self, memory: Memory, key: str, token: str, mine: str) -> None:
+        self.memory, self.key, self.token, self.mine = memory, key, token, mine
+        self.lock = threading.Lock()  # the lease's text, which the drop names
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="memlane-fact-lease", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(LEASE / 3):
+            new = json.dumps(Holder.here(self.token, time.time() + LEASE).as_dict())
+            with self.lock:
+                if self.stop.is_set():
+                    return
+                try:
+                    if not self.memory.jobs.take_mark(self.key, new, self.mine):
+                        return  # taken over: the check's own re-reads still guard it
+                    self.mine = new
+                except MemlaneError:  # tried again at the next third (a closed store too)
+                    continue
+
+    def end(self) -> str:
+        """Stops renewing; the lease's text as last written."""
+        with self.lock:
+            self.stop.set()
+        self.thread.join()
+        return self.mine
+
+
 @contextlib.contextmanager
 def one_check(memory: Memory, table: str, scope: Mapping[str, str]) -> Iterator[bool]:
     """Holds the lease of ``scope``'s fact check in ``table`` for the ``with`` block;
@@ -68,7 +100,7 @@ def one_check(memory: Memory, table: str, scope: Mapping[str, str]) -> Iterator[
     mine = json.dumps(Holder.here(token, time.time() + LEASE).as_dict())
     with _live_lock:
         _live.add(token)
-    took = False
+    renewer: _Renewer | None = None
     try:
         took = memory.jobs.take_mark(key, mine)
         if not took:
@@ -77,11 +109,14 @@ def one_check(memory: Memory, table: str, scope: Mapping[str, str]) -> Iterator[
                 took = memory.jobs.take_mark(key, mine)
             elif _gone(held, time.time()):
                 took = memory.jobs.take_mark(key, mine, held)
+        if took:
+            renewer = _Renewer(memory, key, token, mine)
         yield took
     finally:
         with _live_lock:
             _live.discard(token)
-        if took:
-            # A lease not let go is taken over: by this process's next check at once.
+        if renewer is not None:
+            # A lease not let go passes within LEASE, or this process's next check of
+            # the scope takes it over at once.
             with contextlib.suppress(MemlaneError):
-                memory.jobs.drop_mark(key, mine)
+                memory.jobs.drop_mark(key, renewer.end())

@@ -25,15 +25,18 @@ def _boot_id() -> str:
 
 
 def _started(pid: int) -> str:
-    """When process ``pid`` started (clock ticks since boot; "" where unknown): a pid
-    reused by another process gives another value."""
+    """When process ``pid`` started (clock ticks since boot; "" where unknown, or for a
+    process that ended and waits for its parent to reap it): a pid reused by another
+    process gives another value."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return ""
     # The name (field 2) may hold spaces and parentheses: fields after its last ")".
     rest = stat[stat.rfind(")") + 2 :].split()
-    return rest[19] if len(rest) > 19 else ""
+    if len(rest) <= 19 or rest[0] in ("Z", "X"):  # a killed holder not yet reaped
+        return ""
+    return rest[19]
 
 
 def _pid_namespace() -> str:
