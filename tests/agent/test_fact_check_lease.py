@@ -176,3 +176,69 @@ def test_a_killed_holder_not_yet_reaped_is_gone(make_store: StoreFactory) -> Non
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_renewal_whose_answer_was_lost_goes_on_renewing(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal stored with its commit's answer lost (and the read-back failing too):
+    the renewer kept the text before it, so its next renewal found the lease changed
+    and stopped, and another check ran beside this one once it passed."""
+    monkeypatch.setattr(fact_lease, "LEASE", 0.3)
+    mem = make_store("renewal_lost", WordHashEmbedder())
+    mem.add("Alice likes green tea", created_at=900.0, **ALICE)
+    mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
+    book, lost = type(mem.jobs), []
+    take = book.take_mark
+
+    def losing(self: Any, key: str, value: str, held: str | None = None) -> bool:
+        took = take(self, key, value, held)
+        if held is not None and not lost:
+            lost.append(value)
+            raise StorageError("commit failed (the write may or may not have been stored)")
+        return took
+
+    monkeypatch.setattr(book, "take_mark", losing)
+    gate = threading.Event()
+    slow = Adds(gate)
+    thread = threading.Thread(target=lambda: check_facts(mem, slow, "memories", ALICE))
+    thread.start()
+    assert slow.entered.wait(30)
+    time.sleep(1.2)  # four leases
+    other = Adds()
+    assert lost and check_facts(mem, other, "memories", ALICE).waited and other.calls == 0
+    gate.set()
+    thread.join(60)
+    assert mem.jobs.mark(_key(mem, "memories", ALICE)) is None  # let go
+
+
+LEADER_EXITS = """
+import ctypes, threading, time
+threading.Thread(target=time.sleep, args=(60,)).start()
+time.sleep(0.2)
+print("running", flush=True)
+ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: the main thread alone ends
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="SYS_exit is 60 on x86-64")
+def test_a_process_whose_main_thread_ended_is_not_gone() -> None:
+    """Its stat reads as a zombie's while its other threads run (an embedding
+    application may end its main thread): it still holds what it held."""
+    child = subprocess.Popen([sys.executable, "-c", LEADER_EXITS], stdout=subprocess.PIPE)
+    try:
+        with open(f"/proc/{child.pid}/stat") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]
+        assert child.stdout is not None and child.stdout.readline() == b"running\n"
+        stat = Path(f"/proc/{child.pid}/stat")
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+        here = Holder.here("t", 0.0)
+        holder = Holder(here.host, child.pid, started, "t", time.time() + 600)
+        assert not holder.gone(frozenset(), time.time())
+        child.kill()
+        child.wait()
+        assert holder.gone(frozenset(), time.time())
+    finally:
+        child.kill()
+        child.wait()

@@ -63,8 +63,12 @@ class _Renewer:
     """Renews a lease held (``mine``) every third of ``LEASE`` until stopped."""
 
     def __init__(self, memory: Memory, key: str, token: str, mine: str) -> None:
-        self.memory, self.key, self.token, self.mine = memory, key, token, mine
-        self.lock = threading.Lock()  # the lease's text, which the drop names
+        self.memory, self.key, self.token = memory, key, token
+        # The texts the lease may hold as written here: those whose write failed (the
+        # commit's answer lost may have stored them), newest first, then the last written
+        # for sure. Each renewal, and the drop, is tried over each.
+        self.texts = [mine]
+        self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="memlane-fact-lease", daemon=True)
         self.thread.start()
@@ -76,18 +80,18 @@ class _Renewer:
                 if self.stop.is_set():
                     return
                 try:
-                    if not self.memory.jobs.take_mark(self.key, new, self.mine):
+                    if not any(self.memory.jobs.take_mark(self.key, new, t) for t in self.texts):
                         return  # taken over: the check's own re-reads still guard it
-                    self.mine = new
+                    self.texts = [new]
                 except MemlaneError:  # tried again at the next third (a closed store too)
-                    continue
+                    self.texts = [new, *self.texts[:-1]][:3] + self.texts[-1:]
 
-    def end(self) -> str:
-        """Stops renewing; the lease's text as last written."""
+    def end(self) -> list[str]:
+        """Stops renewing; the texts the lease may hold."""
         with self.lock:
             self.stop.set()
         self.thread.join()
-        return self.mine
+        return self.texts
 
 
 @contextlib.contextmanager
@@ -119,4 +123,4 @@ def one_check(memory: Memory, table: str, scope: Mapping[str, str]) -> Iterator[
             # A lease not let go passes within LEASE, or this process's next check of
             # the scope takes it over at once.
             with contextlib.suppress(MemlaneError):
-                memory.jobs.drop_mark(key, renewer.end())
+                any(memory.jobs.drop_mark(key, held) for held in renewer.end())

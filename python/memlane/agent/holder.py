@@ -32,11 +32,36 @@ def _started(pid: int) -> str:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return ""
-    # The name (field 2) may hold spaces and parentheses: fields after its last ")".
-    rest = stat[stat.rfind(")") + 2 :].split()
-    if len(rest) <= 19 or rest[0] in ("Z", "X"):  # a killed holder not yet reaped
-        return ""
+    rest = _fields(stat)
+    if len(rest) <= 19 or (rest[0] in _ENDED and not _running(pid)):
+        return ""  # a killed holder not yet reaped (its main thread alone ended: running)
     return rest[19]
+
+
+#: The states of a process (or thread) that ended.
+_ENDED = ("Z", "X")
+
+
+def _fields(stat: str) -> list[str]:
+    """The fields of a ``/proc`` stat line after the name (field 2), which may hold
+    spaces and parentheses: those after its last ")"."""
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def _running(pid: int) -> bool:
+    """Whether a thread of process ``pid`` still runs."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            state = _fields((task / "stat").read_text())[:1]
+        except OSError:
+            continue
+        if state and state[0] not in _ENDED:
+            return True
+    return False
 
 
 def _pid_namespace() -> str:
