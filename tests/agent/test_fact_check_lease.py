@@ -133,6 +133,22 @@ def test_a_lease_not_let_go_is_taken_over_by_the_next_check(
     assert not report.waited and [d.fact for d in report.decisions] == [later.id]
 
 
+def _outlasted(mem: Any) -> None:
+    """A check whose model answers after four leases of 0.3 s: another check of the scope
+    meanwhile waits; the lease is let go at its end."""
+    gate = threading.Event()
+    slow = Adds(gate)
+    thread = threading.Thread(target=lambda: check_facts(mem, slow, "memories", ALICE))
+    thread.start()
+    assert slow.entered.wait(30)
+    time.sleep(1.2)
+    other = Adds()
+    assert check_facts(mem, other, "memories", ALICE).waited and other.calls == 0
+    gate.set()
+    thread.join(60)
+    assert mem.jobs.mark(_key(mem, "memories", ALICE)) is None
+
+
 def test_a_check_longer_than_its_lease_keeps_it(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,17 +158,7 @@ def test_a_check_longer_than_its_lease_keeps_it(
     mem = make_store("renewed", WordHashEmbedder())
     mem.add("Alice likes green tea", created_at=900.0, **ALICE)
     mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
-    gate = threading.Event()
-    slow = Adds(gate)
-    thread = threading.Thread(target=lambda: check_facts(mem, slow, "memories", ALICE))
-    thread.start()
-    assert slow.entered.wait(30)
-    time.sleep(1.0)  # three leases
-    other = Adds()
-    assert check_facts(mem, other, "memories", ALICE).waited and other.calls == 0
-    gate.set()
-    thread.join(60)
-    assert mem.jobs.mark(_key(mem, "memories", ALICE)) is None
+    _outlasted(mem)
 
 
 def test_a_killed_holder_not_yet_reaped_is_gone(make_store: StoreFactory) -> None:
@@ -199,17 +205,8 @@ def test_a_renewal_whose_answer_was_lost_goes_on_renewing(
         return took
 
     monkeypatch.setattr(book, "take_mark", losing)
-    gate = threading.Event()
-    slow = Adds(gate)
-    thread = threading.Thread(target=lambda: check_facts(mem, slow, "memories", ALICE))
-    thread.start()
-    assert slow.entered.wait(30)
-    time.sleep(1.2)  # four leases
-    other = Adds()
-    assert lost and check_facts(mem, other, "memories", ALICE).waited and other.calls == 0
-    gate.set()
-    thread.join(60)
-    assert mem.jobs.mark(_key(mem, "memories", ALICE)) is None  # let go
+    _outlasted(mem)
+    assert lost
 
 
 LEADER_EXITS = """
