@@ -135,7 +135,7 @@ def agents_apart(
     ``namespace`` set) when ``scope`` (the store's ``default_scope`` under it) names
     none: an agent without them is an agent of its own, which neither reads nor changes
     another's, while the scopes under its own (a room's, a session's) stay in. A scope
-    that names an agent reads that agent's records by prefix, as before."""
+    that names an agent reads that agent's records by prefix, as a search does."""
     full = scope_of(mem.default_scope, scope)
     if any(f in full for f in _AGENT_FIELDS):
         return None if filters is None else dict(filters)
