@@ -23,7 +23,7 @@
 //! no such handle (a lone range on another field, a negation of one) scan
 //! the live slots.
 
-use std::ops::Bound::{Excluded, Included, Unbounded};
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
 
 use super::filter_syntax::{self as syntax, Cmp, Parsed, ParsedNode};
 use super::records::{PostingKey, Records, Value, ValueKey, NONE};
@@ -189,6 +189,45 @@ impl Filter {
             return None;
         }
         excluded(&self.root, records)
+    }
+
+    /// An upper bound on how many records the filter's postings or expiry
+    /// order give as candidates, told without listing them; `None` when it
+    /// has none (every live record is a candidate).
+    pub fn estimate(&self, records: &Records) -> Option<usize> {
+        estimate(&self.root, records, usize::MAX)
+    }
+
+    /// The range of `created_at` that the filter's conditions on it (under
+    /// `$and` alone) leave: every record it admits lies within. A bound that
+    /// is not a number, which no record meets, is left out.
+    pub fn created_bounds(&self) -> (Bound<f64>, Bound<f64>) {
+        fn tighten(node: &Node, lo: &mut Bound<f64>, hi: &mut Bound<f64>) {
+            match node {
+                Node::And(parts) => parts.iter().for_each(|p| tighten(p, lo, hi)),
+                Node::Range(Field::CreatedAt, cmp, Scalar::Num(t)) if !t.is_nan() => {
+                    let (t, inclusive) = (*t, matches!(cmp, Cmp::Gte | Cmp::Lte));
+                    let bound = if inclusive { Included(t) } else { Excluded(t) };
+                    let (at, above) = match cmp {
+                        Cmp::Gt | Cmp::Gte => (lo, true),
+                        Cmp::Lt | Cmp::Lte => (hi, false),
+                    };
+                    // The tighter of two: the further in, or at the same value the excluding one.
+                    let tighter = match *at {
+                        Unbounded => true,
+                        Included(u) | Excluded(u) if u == t => !inclusive,
+                        Included(u) | Excluded(u) => (t > u) == above,
+                    };
+                    if tighter {
+                        *at = bound;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (mut lo, mut hi) = (Unbounded, Unbounded);
+        tighten(&self.root, &mut lo, &mut hi);
+        (lo, hi)
     }
 
     fn plan(&self, records: &Records) -> Plan {

@@ -330,14 +330,6 @@ impl Engine {
         filter.select(&self.records)
     }
 
-    pub fn count(&self, filter: Option<&Filter>) -> usize {
-        match filter {
-            None => self.records.len(),
-            Some(f) if f.is_all() => self.records.len(),
-            Some(f) => f.count(&self.records),
-        }
-    }
-
     /// The text to embed for a query that names speakers of the records a
     /// search admits (`admitted`: their names written with a capital, as in
     /// "What did Caroline paint?"): the query without those names, which the

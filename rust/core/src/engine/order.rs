@@ -10,7 +10,9 @@
 
 use rustc_hash::FxHashMap;
 
-use super::filter::Filter;
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
+
+use super::filter::{Field, Filter, Node, Scalar};
 use super::records::{ordered, Records, NONE};
 use super::{Engine, Order};
 use crate::error::{Error, Result};
@@ -94,6 +96,11 @@ impl Engine {
         offset: usize,
         limit: usize,
     ) -> Vec<u64> {
+        if sort.column == Column::CreatedAt {
+            if let Some(ids) = self.page_by_time(filter, sort.descending, offset, limit) {
+                return ids;
+            }
+        }
         let r = &self.records;
         let slots = self.admitted(filter);
         let wanted = offset.saturating_add(limit).min(slots.len());
@@ -122,6 +129,98 @@ impl Engine {
         }
         keys.sort_unstable();
         keys.into_iter().skip(offset).map(|k| k[2] ^ flip).collect()
+    }
+
+    /// A page by creation time, read by walking [`Records::by_time`] from the
+    /// page's end (within the creation times the filter leaves) and checking
+    /// each record met; `None` when the walk would read more records than a
+    /// pass over the filter's candidates costs: a page longer than a share of
+    /// them, or records the filter admits too rare where the walk goes (a
+    /// small scope among many newer records), which only the walk finds out.
+    fn page_by_time(
+        &self,
+        filter: Option<&Filter>,
+        descending: bool,
+        offset: usize,
+        limit: usize,
+    ) -> Option<Vec<u64>> {
+        let r = &self.records;
+        let filter = filter.filter(|f| !f.is_all());
+        if limit == 0 {
+            return Some(Vec::new());
+        }
+        let wanted = offset.saturating_add(limit);
+        let budget = match filter {
+            // Each record met is one of the page's.
+            None => usize::MAX,
+            Some(f) => {
+                let candidates = f.estimate(r).unwrap_or(r.len()).max(1);
+                // What a walk meets for the page if the candidates were spread
+                // evenly; a few times more tells they lie elsewhere.
+                let spread = wanted.saturating_mul(r.len()) / candidates;
+                if spread > candidates / WALK_SHARE {
+                    return None;
+                }
+                (candidates / WALK_SHARE).min(spread.saturating_mul(4).saturating_add(256))
+            }
+        };
+        let (lo, hi) = filter.map_or((Unbounded, Unbounded), Filter::created_bounds);
+        let Some(range) = time_range(lo, hi) else {
+            return Some(Vec::new());
+        };
+        let walk = r.by_time.range(range).map(|&(_, id)| id);
+        let admitted = |id: u64| {
+            filter.is_none_or(|f| f.matches(r, r.slot(id).expect("a live record's slot")))
+        };
+        if descending {
+            walked(walk.rev(), admitted, offset, limit, budget)
+        } else {
+            walked(walk, admitted, offset, limit, budget)
+        }
+    }
+
+    /// How many records `filter` admits.
+    pub fn count(&self, filter: Option<&Filter>) -> usize {
+        let r = &self.records;
+        match filter.filter(|f| !f.is_all()) {
+            None => r.len(),
+            Some(f) => self.count_by_groups(f).unwrap_or_else(|| f.count(r)),
+        }
+    }
+
+    /// The count of a filter of tables and scope values (each field equal to
+    /// one of some values, or unset) and of conditions that leave out a few
+    /// records found exactly (a read's "not expired now"), read from the
+    /// totals kept per table and scope less those left out that are of
+    /// them: a long conversation's count reads none of its records. `None`
+    /// for other filters, and where the store has more tables and scopes
+    /// than the filter's candidates (many small scopes).
+    fn count_by_groups(&self, filter: &Filter) -> Option<usize> {
+        let r = &self.records;
+        let mut wants: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut rest: Vec<Node> = Vec::new();
+        split_groups(filter.root(), &mut wants, &mut rest);
+        let candidates = filter.estimate(r).unwrap_or(r.len());
+        if wants.is_empty() || r.groups.len() >= candidates / 2 {
+            return None;
+        }
+        let except = match rest.len() {
+            0 => Vec::new(),
+            _ => Filter::from_root(Node::And(rest)).exclusion(r)?,
+        };
+        if r.groups.len() + except.len() >= candidates / 2 {
+            return None;
+        }
+        let of = |group: &[u32; 7]| {
+            wants
+                .iter()
+                .all(|(at, values)| values.contains(&group[*at]))
+        };
+        let total: usize = (r.groups.iter())
+            .filter(|(group, _)| of(group))
+            .map(|(_, &n)| n as usize)
+            .sum();
+        Some(total - except.iter().filter(|&&s| of(&r.group(s))).count())
     }
 
     /// How many records `filter` admits in each table and scope: by table,
@@ -164,6 +263,96 @@ impl Engine {
             ))
         });
         groups
+    }
+}
+
+/// A walk of [`Records::by_time`] is tried when the page's records, spread
+/// evenly, lie within one in this many of the filter's candidates, and meets
+/// no more before it gives way to a pass over them. A record met costs about
+/// 1.5 times one passed over (a step of the tree, the id's slot, columns read
+/// out of slot order), so a walk that gives way adds a fifth to the pass at
+/// most, and usually far less (`benches/README.md`).
+const WALK_SHARE: usize = 8;
+
+/// The ids of `walk` that `admitted` takes, past the first `offset` of them,
+/// `limit` at most; `None` when it meets `budget` records first.
+fn walked(
+    walk: impl Iterator<Item = u64>,
+    admitted: impl Fn(u64) -> bool,
+    offset: usize,
+    limit: usize,
+    budget: usize,
+) -> Option<Vec<u64>> {
+    let mut page = Vec::new();
+    let mut skip = offset;
+    for (met, id) in walk.enumerate() {
+        if met == budget {
+            return None;
+        }
+        if !admitted(id) {
+            continue;
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        page.push(id);
+        if page.len() == limit {
+            break;
+        }
+    }
+    Some(page)
+}
+
+/// A key of [`Records::by_time`]: creation time ([`ordered`]), then id.
+type TimeKey = (u64, u64);
+
+/// The keys of [`Records::by_time`] between two creation times; `None` for
+/// an empty range (which `BTreeSet::range` refuses).
+fn time_range(lo: Bound<f64>, hi: Bound<f64>) -> Option<(Bound<TimeKey>, Bound<TimeKey>)> {
+    // Each key holds an id after the time: the smallest and largest id bound all of one time.
+    let lo = match lo {
+        Included(t) => Included((ordered(t), 0)),
+        Excluded(t) => Excluded((ordered(t), u64::MAX)),
+        Unbounded => Unbounded,
+    };
+    let hi = match hi {
+        Included(t) => Included((ordered(t), u64::MAX)),
+        Excluded(t) => Excluded((ordered(t), 0)),
+        Unbounded => Unbounded,
+    };
+    let empty = match (lo, hi) {
+        (Included(a), Included(b)) => a > b,
+        (Included(a) | Excluded(a), Included(b) | Excluded(b)) => a >= b,
+        _ => false,
+    };
+    (!empty).then_some((lo, hi))
+}
+
+/// Sorts the conditions under `node`'s `$and`s into those on the table or a
+/// scope field that a group's key tells (the key's place, and the values
+/// that meet it: [`NONE`] for unset) and the others.
+fn split_groups(node: &Node, wants: &mut Vec<(usize, Vec<u32>)>, rest: &mut Vec<Node>) {
+    let at = |field: &Field| match field {
+        Field::Table => Some(0),
+        Field::Scope(i) => Some(usize::from(*i) + 1),
+        _ => None,
+    };
+    // A value no record holds, or of another type, meets no group.
+    let value = |q: &Scalar| match q {
+        Scalar::Str(_, id) => *id,
+        Scalar::Null => Some(NONE),
+        Scalar::Bool(_) | Scalar::Num(_) => None,
+    };
+    match node {
+        Node::And(parts) => parts.iter().for_each(|p| split_groups(p, wants, rest)),
+        Node::Eq(f, q) if at(f).is_some() => {
+            wants.extend(at(f).map(|at| (at, value(q).into_iter().collect())));
+        }
+        Node::In(f, qs) if at(f).is_some() => {
+            wants.extend(at(f).map(|at| (at, qs.iter().filter_map(value).collect())));
+        }
+        other => rest.push(other.clone()),
     }
 }
 
@@ -298,6 +487,135 @@ mod tests {
         let by_time = e.ids_where(None, Order::CreatedAsc, 2, 5);
         let sort = Sort::from(Order::CreatedAsc);
         assert_eq!(by_time, expected(&e, None, sort)[2..7]);
+    }
+
+    /// A store of `n` records in a few scopes, some replaced and removed.
+    fn churned(n: u64, rng: &mut Rng) -> Engine {
+        let mut e = filled(n, rng);
+        let mut gone: Vec<u64> = (0..n / 10).map(|_| (rng.below(n) + 1) * 3).collect();
+        gone.sort_unstable();
+        gone.dedup();
+        e.remove(&gone, false).unwrap();
+        let moved: Vec<u64> = (0..n / 10).map(|i| (i * 7 % n + 1) * 3).collect();
+        let attrs: Vec<Attrs> = moved.iter().map(|_| attrs(rng)).collect();
+        let texts: Vec<String> = moved.iter().map(|i| format!("moved {i}")).collect();
+        e.upsert(Batch {
+            ids: &moved,
+            texts: Some(&texts),
+            vectors: None,
+            attrs: &attrs,
+        })
+        .unwrap();
+        e
+    }
+
+    const FILTERS: [&str; 10] = [
+        r#"{"agent_id": "agent1"}"#,
+        r#"{"agent_id": "agent1", "user_id": null, "table": "notes"}"#,
+        r#"{"agent_id": {"$in": ["agent0", "agent2"]}, "table": {"$in": ["notes", "x"]}}"#,
+        r#"{"agent_id": "agent2", "expires_at": {"$not": {"$lte": 7}}}"#,
+        r#"{"expires_at": {"$not": {"$lte": 7}}}"#,
+        r#"{"created_at": {"$gte": 2, "$lt": 9}, "agent_id": "agent0"}"#,
+        r#"{"$and": [{"created_at": {"$gt": 3}}, {"created_at": {"$lte": 3}}]}"#,
+        r#"{"created_at": {"$gte": 4, "$lte": 4}, "user_id": "user1"}"#,
+        r#"{"user_id": "nobody"}"#,
+        r#"{"importance": {"$gte": 0.5}, "agent_id": "agent1"}"#,
+    ];
+
+    #[test]
+    fn a_walk_by_time_gives_the_page_a_pass_gives() {
+        let mut rng = Rng(0x5eed);
+        let e = churned(400, &mut rng);
+        let (mut walked, mut passed) = (0, 0);
+        let filters = FILTERS.map(|json| Some(e.parse_filter(json).unwrap()));
+        for filter in filters.iter().chain([&None]) {
+            for descending in [false, true] {
+                let sort = Sort {
+                    column: Column::CreatedAt,
+                    descending,
+                };
+                let all = expected(&e, filter.as_ref(), sort);
+                for limit in [0, 1, 3, 20, usize::MAX] {
+                    for offset in [0, 2, 50, all.len()] {
+                        let want: Vec<u64> = all.iter().copied().skip(offset).take(limit).collect();
+                        match e.page_by_time(filter.as_ref(), descending, offset, limit) {
+                            Some(page) => {
+                                walked += 1;
+                                assert_eq!(page, want, "{filter:?} {descending} {offset} {limit}");
+                            }
+                            None => passed += 1,
+                        }
+                        let page = e.ids_sorted(filter.as_ref(), sort, offset, limit);
+                        assert_eq!(page, want, "{filter:?} {descending} {offset} {limit}");
+                    }
+                }
+            }
+        }
+        assert!(walked > 100 && passed > 100, "{walked} {passed}");
+    }
+
+    #[test]
+    fn a_walk_by_time_stops_where_the_filter_admits_too_few() {
+        let mut rng = Rng(3);
+        let mut e = filled(200, &mut rng);
+        // One record of its own scope, older than every other.
+        let mut old = attrs(&mut rng);
+        old.scope[0] = Some("rare".into());
+        old.created_at = -100.0;
+        e.upsert(Batch {
+            ids: &[9999],
+            texts: Some(&["old".to_owned()]),
+            vectors: None,
+            attrs: &[old],
+        })
+        .unwrap();
+        // Its scope among agent1's records: the walk meets agent1's newer
+        // records first, then gives way to a pass.
+        let f = e
+            .parse_filter(r#"{"agent_id": {"$in": ["rare", "agent1"]}, "importance": {"$lt": 0}}"#)
+            .unwrap();
+        assert_eq!(e.page_by_time(Some(&f), true, 0, 1), None);
+        let f = e.parse_filter(r#"{"agent_id": {"$in": ["rare", "agent1"]}, "evergreen": false, "created_at": {"$lt": -50}}"#).unwrap();
+        assert_eq!(
+            e.ids_sorted(Some(&f), Sort::from(Order::CreatedDesc), 0, 1),
+            [9999]
+        );
+    }
+
+    #[test]
+    fn counts_from_the_totals_match_a_pass() {
+        let mut rng = Rng(0xc0de);
+        let e = churned(600, &mut rng);
+        let mut told = 0;
+        for json in FILTERS {
+            let f = e.parse_filter(json).unwrap();
+            let want = f.count(&e.records);
+            if let Some(n) = e.count_by_groups(&f) {
+                told += 1;
+                assert_eq!(n, want, "{json}");
+            }
+            assert_eq!(e.count(Some(&f)), want, "{json}");
+        }
+        assert!(told >= 3, "{told}");
+    }
+
+    #[test]
+    fn the_time_order_follows_every_change() {
+        let mut rng = Rng(11);
+        let mut e = churned(300, &mut rng);
+        let kept = |e: &Engine| -> Vec<(u64, u64)> {
+            let r = &e.records;
+            let mut want: Vec<(u64, u64)> = r
+                .live_slots()
+                .map(|s| (ordered(r.created_at[s as usize]), r.id(s)))
+                .collect();
+            want.sort_unstable();
+            assert_eq!(r.by_time.iter().copied().collect::<Vec<_>>(), want);
+            want
+        };
+        let before = kept(&e);
+        e.records.rebuild_index().unwrap();
+        assert_eq!(kept(&e), before);
     }
 
     #[test]

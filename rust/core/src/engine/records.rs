@@ -425,6 +425,11 @@ pub struct Records {
     /// range filter on `expires_at`, read them alone. Derived from the
     /// columns, as the postings are.
     pub(crate) expiring: BTreeSet<(u64, u32)>,
+    /// The live records by `created_at` ([`ordered`]) then id: a page by
+    /// creation time walks it from one end and stops when the page is full,
+    /// instead of reading every record its filter admits. Derived from the
+    /// columns, as the postings are.
+    pub(crate) by_time: BTreeSet<(u64, u64)>,
     /// Per slot: the previous and the next record of its session by
     /// (`created_at`, id), or [`NONE`]. Derived from the columns, so a
     /// snapshot need not carry them ([`Records::rebuild_index`]).
@@ -914,6 +919,7 @@ impl Records {
         let slot = match self.slots.get(&id) {
             Some(&slot) => {
                 seen = (self.access_count(slot), self.accessed_at(slot));
+                self.by_time.remove(&self.time_entry(slot));
                 self.unpost(slot);
                 self.unlink(slot);
                 self.untally(slot);
@@ -970,7 +976,14 @@ impl Records {
         self.post_unset(slot);
         self.link(slot);
         self.tally(slot);
+        self.by_time.insert(self.time_entry(slot));
         slot
+    }
+
+    /// `slot`'s place in [`Records::by_time`].
+    fn time_entry(&self, slot: u32) -> (u64, u64) {
+        let s = slot as usize;
+        (ordered(self.created_at[s]), self.ids[s])
     }
 
     /// Whether `slot` is a turn (has a session, has a speaker), and whether
@@ -1034,6 +1047,7 @@ impl Records {
         let Some(slot) = self.slots.remove(&id) else {
             return false;
         };
+        self.by_time.remove(&self.time_entry(slot));
         self.unpost(slot);
         self.unlink(slot);
         self.untally(slot);
@@ -1081,6 +1095,12 @@ impl Records {
                 self.tally(slot);
             }
         }
+        // Collected, sorted and built at once, not a record at a time (slots
+        // mostly follow creation time, so the sort meets long runs).
+        self.by_time = (0..self.ids.len() as u32)
+            .filter(|&s| self.live[s as usize])
+            .map(|s| self.time_entry(s))
+            .collect();
         // Built whole, in slot order: many times faster than a slot at a time, which
         // would weigh on every open (benches/README.md, "A broader scope's records").
         for (col, unset) in self.scope.iter().zip(&mut self.unset) {
