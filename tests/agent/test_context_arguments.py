@@ -95,3 +95,31 @@ def test_a_token_counter_may_answer_a_numpy_int(stocked: Memory) -> None:
     assert numpy_counted.text == plain.text
     assert numpy_counted.tokens == plain.tokens
     assert all(type(n) is int for n in numpy_counted.tokens.values())
+
+
+def test_each_text_is_counted_once(stocked: Memory) -> None:
+    # A section's lines were counted for its demand, then again as it was filled.
+    for i in range(30):
+        stocked.add(f"tea note {i}: " + "green and black " * (i % 7), agent_id="alice")
+    seen: list[str] = []
+
+    def counting(text: str) -> int:
+        seen.append(text)
+        return char_token_count(text)
+
+    ctx = build_context(
+        stocked, "tea?", {"agent_id": "alice"}, 120, count_tokens=counting, min_score=None
+    )
+    assert ctx.sections["memories"]
+    repeated = {t for t in seen if seen.count(t) > 1}
+    assert not repeated, repeated
+    # The counts kept are the counter's: the same context with every text counted anew.
+    again = build_context(
+        stocked,
+        "tea?",
+        {"agent_id": "alice"},
+        120,
+        count_tokens=char_token_count,
+        min_score=None,
+    )
+    assert (again.sections, again.tokens) == (ctx.sections, ctx.tokens)

@@ -100,6 +100,9 @@ def default_token_counter() -> TokenCounter:
     except MemlaneError:  # missing or damaged: the documented fallback
         return char_token_count
 
+    # A turn's context counts again the history lines and memories the turn before
+    # counted: kept, they cost a lookup instead of a tokenizer run.
+    @functools.lru_cache(maxsize=4096)
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False))
 
@@ -458,6 +461,9 @@ def build_context(
     # No line can end or open the memory block a prompt puts the context in.
     candidates = {name: [neutral(line) for line in lines] for name, lines in candidates.items()}
 
+    # Each line's cost is asked for its section's demand and again as the section is
+    # filled: counted once.
+    @functools.cache
     def cost(text: str) -> int:
         # With its separator: the joined block then never counts more than its parts.
         return count(text + "\n\n")
