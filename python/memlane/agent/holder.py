@@ -64,6 +64,19 @@ def _running(pid: int) -> bool:
     return False
 
 
+#: This process's pid and start time, read once per pid (a fork reads its own): every
+#: job and fact check of a turn names its holder.
+_own = (0, "")
+
+
+def _own_start() -> str:
+    global _own
+    pid = os.getpid()
+    if _own[0] != pid:
+        _own = (pid, _started(pid))
+    return _own[1]
+
+
 def _pid_namespace() -> str:
     """This process's PID namespace ("pid:[inode]"; "" where there is none to read)."""
     try:
@@ -94,8 +107,7 @@ class Holder:
 
     @classmethod
     def here(cls, token: str, until: float) -> Holder:
-        pid = os.getpid()
-        return cls(_HOST, pid, _started(pid), token, until)
+        return cls(_HOST, os.getpid(), _own_start(), token, until)
 
     def gone(self, live_tokens: frozenset[str], now: float) -> bool:
         """Whether this holder's process (or, in this process, its ``AgentMemory``) is gone."""
@@ -103,7 +115,7 @@ class Holder:
             return False
         if self.host != _HOST:  # its pid means nothing here
             return now > self.until
-        if self.pid == os.getpid() and self.started == _started(self.pid):
+        if self.pid == os.getpid() and self.started == _own_start():
             return True  # this process, and the AgentMemory that held it is closed
         try:
             os.kill(self.pid, 0)
