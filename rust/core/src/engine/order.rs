@@ -1,12 +1,16 @@
 //! Pages of the records a filter admits, sorted by a column, and the count
 //! of those records per table and scope.
 //!
-//! A page is one pass over the admitted slots, reading the columns the
-//! engine keeps current (access counts and times change with every search,
-//! under a read lock, so no order of them is kept ahead); it keeps the first
-//! `offset + limit` keys of the pass (`select_nth_unstable`, linear) and
-//! sorts only those. The counts of the whole store are kept as records come
-//! and go ([`Records::group`]); those of a filter take a pass.
+//! A page by creation time walks [`Records::by_time`] from its end, checking
+//! each record met, while the filter's records lie near that end (one room
+//! of a long conversation, the whole store); otherwise, and for the other
+//! columns, a page is one pass over the admitted slots, reading the columns
+//! the engine keeps current (access counts and times change with every
+//! search, under a read lock, so no order of them is kept ahead); it keeps
+//! the first `offset + limit` keys of the pass (`select_nth_unstable`,
+//! linear) and sorts only those. The counts of the whole store are kept as
+//! records come and go ([`Records::group`]); a filter of tables and scopes
+//! reads them, others take a pass.
 
 use rustc_hash::FxHashMap;
 
