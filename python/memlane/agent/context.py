@@ -100,13 +100,18 @@ def default_token_counter() -> TokenCounter:
     except MemlaneError:  # missing or damaged: the documented fallback
         return char_token_count
 
-    # A turn's context counts again the history lines and memories the turn before
-    # counted: kept, they cost a lookup instead of a tokenizer run.
-    @functools.lru_cache(maxsize=4096)
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False))
 
-    return count
+    # A turn's context counts again the history lines and memories the turn before
+    # counted: kept, they cost a lookup instead of a tokenizer run. Only lines of up to
+    # 1,024 characters (a history line is cut at 420), so the counts kept stay small.
+    kept = functools.lru_cache(maxsize=4096)(count)
+
+    def counted(text: str) -> int:
+        return kept(text) if len(text) <= 1024 else count(text)
+
+    return counted
 
 
 def token_counter(count_tokens: TokenCounter | None) -> TokenCounter:
