@@ -78,6 +78,7 @@ def main() -> None:
         "list 20 after 100": lambda m: m.list("messages", limit=20, offset=100, **room0),  # type: ignore[arg-type]
         "list 20 of a window": lambda m: m.list("messages", mid, mid + 100, 20, **room0),  # type: ignore[arg-type]
         "count": lambda m: m.count("messages", **room0),  # type: ignore[arg-type]
+        "count of a window": lambda m: m.count("messages", start=mid, end=mid + 100, **room0),  # type: ignore[arg-type]
         "list 20 of the store": lambda m: m.list("messages", limit=20),
         "count of the store's agent a": lambda m: m.count("messages", agent_id="a"),
     }
