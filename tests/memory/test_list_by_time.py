@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,6 +93,11 @@ def check(mem: Memory, rows: list[tuple[float, int, str, dict[str, Any]]]) -> No
                                 limit,
                                 offset,
                             )
+        # Per table and scope: the room's records of each agent, and those of none.
+        every = admitted(rows, user_id="u", room_id=room)
+        want = Counter(row[3].get("agent_id") for row in every)
+        got = mem.scopes("messages", user_id="u", room_id=room)
+        assert {c.agent_id: c.count for c in got} == want, room
     # The whole store, no scope named.
     every = admitted(rows)
     assert mem.count("messages") == len(every)

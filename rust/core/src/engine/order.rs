@@ -219,39 +219,39 @@ impl Engine {
         Some(n)
     }
 
-    /// The count of a filter of tables and scope values (each field equal to
-    /// one of some values, or unset) and of conditions that leave out a few
-    /// records found exactly (a read's "not expired now"), read from the
-    /// totals kept per table and scope less those left out that are of
-    /// them: a long conversation's count reads none of its records. `None`
-    /// for other filters, and where the store has more tables and scopes
-    /// than the filter's candidates (many small scopes).
+    /// The count of a filter of tables and scope values, read from the
+    /// totals kept per table and scope ([`Engine::by_groups`]): a long
+    /// conversation's count reads none of its records.
     fn count_by_groups(&self, filter: &Filter) -> Option<usize> {
         let r = &self.records;
-        let mut wants: Vec<(usize, Vec<u32>)> = Vec::new();
+        let (of, except) = self.by_groups(filter)?;
+        let total: usize = (r.groups.iter())
+            .filter(|(group, _)| of.admits(group))
+            .map(|(_, &n)| n as usize)
+            .sum();
+        Some(total - except.iter().filter(|&&s| of.admits(&r.group(s))).count())
+    }
+
+    /// When `filter` is tables and scope values (each field equal to one of
+    /// some values, or unset) and conditions that leave out a few records
+    /// found exactly (a read's "not expired now"): the groups it admits, and
+    /// the records left out (of any group). `None` for other filters, and
+    /// where the store has more tables and scopes than the filter's
+    /// candidates (many small scopes), which a pass reads sooner.
+    fn by_groups(&self, filter: &Filter) -> Option<(GroupTerms, Vec<u32>)> {
+        let r = &self.records;
+        let mut of = GroupTerms(Vec::new());
         let mut rest: Vec<Node> = Vec::new();
-        split_groups(filter.root(), &mut wants, &mut rest);
+        split_groups(filter.root(), &mut of.0, &mut rest);
         let candidates = filter.estimate(r).unwrap_or(r.len());
-        if wants.is_empty() || r.groups.len() >= candidates / 2 {
+        if of.0.is_empty() || r.groups.len() >= candidates / 2 {
             return None;
         }
         let except = match rest.len() {
             0 => Vec::new(),
             _ => Filter::from_root(Node::And(rest)).exclusion(r)?,
         };
-        if r.groups.len() + except.len() >= candidates / 2 {
-            return None;
-        }
-        let of = |group: &[u32; 7]| {
-            wants
-                .iter()
-                .all(|(at, values)| values.contains(&group[*at]))
-        };
-        let total: usize = (r.groups.iter())
-            .filter(|(group, _)| of(group))
-            .map(|(_, &n)| n as usize)
-            .sum();
-        Some(total - except.iter().filter(|&&s| of(&r.group(s))).count())
+        (r.groups.len() + except.len() < candidates / 2).then_some((of, except))
     }
 
     /// How many records `filter` admits in each table and scope: by table,
@@ -265,15 +265,25 @@ impl Engine {
             count: count as usize,
         };
         let filter = filter.filter(|f| !f.is_all());
-        let mut groups: Vec<Group> = match filter.map(|f| (f, f.exclusion(r))) {
-            // The totals kept, less the few records left out (those expired).
-            Some((_, Some(except))) => {
-                let mut counts = r.groups.clone();
+        // Tables and scopes, and the few records left out (those expired); or
+        // every group less those.
+        let kept = |f: &Filter| {
+            (self.by_groups(f)).or_else(|| {
+                f.exclusion(r)
+                    .map(|except| (GroupTerms(Vec::new()), except))
+            })
+        };
+        let mut groups: Vec<Group> = match filter.map(|f| (f, kept(f))) {
+            // The totals kept, less the records left out.
+            Some((_, Some((of, except)))) => {
+                let mut counts: FxHashMap<[u32; 7], u32> = (r.groups.iter())
+                    .filter(|(g, _)| of.admits(g))
+                    .map(|(g, &n)| (*g, n))
+                    .collect();
                 for slot in except {
-                    let n = counts
-                        .get_mut(&r.group(slot))
-                        .expect("a live record's group");
-                    *n -= 1;
+                    if let Some(n) = counts.get_mut(&r.group(slot)) {
+                        *n -= 1;
+                    }
                 }
                 counts.iter().filter(|(_, &n)| n > 0).map(group).collect()
             }
@@ -358,6 +368,16 @@ fn time_range(lo: Bound<f64>, hi: Bound<f64>) -> Option<(Bound<TimeKey>, Bound<T
         _ => false,
     };
     (!empty).then_some((lo, hi))
+}
+
+/// What a filter asks of a group's key ([`Records::group`]): at each place,
+/// one of the values (none: every group).
+struct GroupTerms(Vec<(usize, Vec<u32>)>);
+
+impl GroupTerms {
+    fn admits(&self, group: &[u32; 7]) -> bool {
+        (self.0.iter()).all(|(at, values)| values.contains(&group[*at]))
+    }
 }
 
 /// Sorts the conditions under `node`'s `$and`s into those on the table or a
@@ -691,42 +711,56 @@ mod tests {
         let kept = e.groups(None);
         e.records.rebuild_index().unwrap();
         assert_eq!(e.groups(None), kept);
-        let r = &e.records;
-        for json in [
-            None,
-            Some(r#"{"agent_id": "agent2"}"#),
-            Some(r#"{"importance": 1}"#),
-            Some(r#"{"expires_at": {"$not": {"$lte": 9}}}"#),
-            Some(r#"{"expires_at": {"$not": {"$lte": 100}}}"#),
-        ] {
-            let filter = json.map(|j| e.parse_filter(j).unwrap());
-            let mut want: FxHashMap<(String, [Option<String>; 6]), usize> = FxHashMap::default();
-            for slot in r.live_slots() {
-                if filter.as_ref().is_some_and(|f| !f.matches(r, slot)) {
-                    continue;
-                }
-                let s = slot as usize;
-                let table = r.strings.resolve(r.table[s]).to_owned();
-                *want
-                    .entry((table, std::array::from_fn(|f| resolved(r, r.scope[f][s]))))
-                    .or_default() += 1;
-            }
-            let groups = e.groups(filter.as_ref());
-            assert_eq!(groups.len(), want.len());
-            for g in &groups {
-                assert_eq!(want[&(g.table.clone(), g.scope.clone())], g.count, "{g:?}");
-            }
-            for pair in groups.windows(2) {
-                let (a, b) = (&pair[0], &pair[1]);
-                assert!(
-                    (&a.table, std::cmp::Reverse(a.count), &a.scope)
-                        < (&b.table, std::cmp::Reverse(b.count), &b.scope)
-                );
-            }
+        let filters = [
+            r#"{"agent_id": "agent2"}"#,
+            r#"{"importance": 1}"#,
+            r#"{"expires_at": {"$not": {"$lte": 9}}}"#,
+            r#"{"expires_at": {"$not": {"$lte": 100}}}"#,
+        ];
+        for json in [None].into_iter().chain(filters.map(Some)) {
+            same_groups_as_a_pass(&e, json);
         }
+        // Tables and scopes read from the totals, less the records left out.
+        let big = churned(600, &mut rng);
+        let mut read = 0;
+        for json in FILTERS.iter().chain(&filters) {
+            read += usize::from(big.by_groups(&big.parse_filter(json).unwrap()).is_some());
+            same_groups_as_a_pass(&big, Some(json));
+        }
+        assert!(read >= 3, "{read}");
         assert!(e
             .groups(Some(&e.parse_filter(r#"{"table": "none"}"#).unwrap()))
             .is_empty());
+    }
+
+    /// Asserts that `e.groups` of the filter `json` counts what a look at each
+    /// record counts, in its order.
+    fn same_groups_as_a_pass(e: &Engine, json: Option<&str>) {
+        let r = &e.records;
+        let filter = json.map(|j| e.parse_filter(j).unwrap());
+        let mut want: FxHashMap<(String, [Option<String>; 6]), usize> = FxHashMap::default();
+        for slot in r.live_slots() {
+            if filter.as_ref().is_some_and(|f| !f.matches(r, slot)) {
+                continue;
+            }
+            let s = slot as usize;
+            let table = r.strings.resolve(r.table[s]).to_owned();
+            *want
+                .entry((table, std::array::from_fn(|f| resolved(r, r.scope[f][s]))))
+                .or_default() += 1;
+        }
+        let groups = e.groups(filter.as_ref());
+        assert_eq!(groups.len(), want.len(), "{json:?}");
+        for g in &groups {
+            assert_eq!(want[&(g.table.clone(), g.scope.clone())], g.count, "{g:?}");
+        }
+        for pair in groups.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert!(
+                (&a.table, std::cmp::Reverse(a.count), &a.scope)
+                    < (&b.table, std::cmp::Reverse(b.count), &b.scope)
+            );
+        }
     }
 
     #[test]
