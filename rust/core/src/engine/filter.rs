@@ -191,6 +191,18 @@ impl Filter {
         excluded(&self.root, records)
     }
 
+    /// [`exclusion`](Self::exclusion), when it leaves out `cap` records at
+    /// most, told from the postings' lengths (and the expiry order counted no
+    /// further than `cap`) before any is listed; `None` otherwise.
+    pub fn exclusion_within(&self, records: &Records, cap: usize) -> Option<Vec<u32>> {
+        if estimate(&self.root, records, 0).is_some() {
+            return None;
+        }
+        (excluded_size(&self.root, records, cap)? <= cap)
+            .then(|| excluded(&self.root, records))
+            .flatten()
+    }
+
     /// An upper bound on how many records the filter's postings or expiry
     /// order give as candidates, told without listing them; `None` when it
     /// has none (every live record is a candidate).
@@ -508,6 +520,34 @@ fn excluded(node: &Node, records: &Records) -> Option<Vec<u32>> {
                 .collect::<Option<Vec<_>>>()?;
             Some(union(parts.iter().map(Vec::as_slice).collect()))
         }
+        _ => None,
+    }
+}
+
+/// An upper bound on the size of [`excluded`] of `node`, where it has one;
+/// a bound above `cap` may stop at any value above it.
+fn excluded_size(node: &Node, records: &Records, cap: usize) -> Option<usize> {
+    match node {
+        Node::All => Some(0),
+        Node::Not(inner) => exact_size(inner, records, cap),
+        Node::And(children) => children.iter().try_fold(0usize, |n, c| {
+            Some(n.saturating_add(excluded_size(c, records, cap.saturating_sub(n))?))
+        }),
+        _ => None,
+    }
+}
+
+/// An upper bound on the size of [`exact`] of `node`, where it has one; a
+/// bound above `cap` may stop at any value above it.
+fn exact_size(node: &Node, records: &Records, cap: usize) -> Option<usize> {
+    match node {
+        Node::Eq(..) | Node::In(..) | Node::Range(Field::ExpiresAt, ..) => {
+            estimate(node, records, cap)
+        }
+        Node::Exists(..) if absent_key(node, records) => Some(0),
+        Node::Or(children) => children.iter().try_fold(0usize, |n, c| {
+            Some(n.saturating_add(exact_size(c, records, cap.saturating_sub(n))?))
+        }),
         _ => None,
     }
 }

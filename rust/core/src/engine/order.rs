@@ -236,8 +236,9 @@ impl Engine {
     /// some values, or unset) and conditions that leave out a few records
     /// found exactly (a read's "not expired now"): the groups it admits, and
     /// the records left out (of any group). `None` for other filters, and
-    /// where the store has more tables and scopes than the filter's
-    /// candidates (many small scopes), which a pass reads sooner.
+    /// where the store's tables and scopes, or the records left out, are more
+    /// than a share of the filter's candidates (many small scopes; most of the
+    /// store expired, or not of a `$ne`), which a pass reads sooner.
     fn by_groups(&self, filter: &Filter) -> Option<(GroupTerms, Vec<u32>)> {
         let r = &self.records;
         let mut of = GroupTerms(Vec::new());
@@ -247,11 +248,14 @@ impl Engine {
         if of.0.is_empty() || r.groups.len() >= candidates / 2 {
             return None;
         }
+        // Few left out: told by counting them no further than that, which a
+        // count that then takes a pass pays on top of it.
+        let cap = (candidates / WALK_SHARE).saturating_sub(r.groups.len());
         let except = match rest.len() {
             0 => Vec::new(),
-            _ => Filter::from_root(Node::And(rest)).exclusion(r)?,
+            _ => Filter::from_root(Node::And(rest)).exclusion_within(r, cap)?,
         };
-        (r.groups.len() + except.len() < candidates / 2).then_some((of, except))
+        Some((of, except))
     }
 
     /// How many records `filter` admits in each table and scope: by table,
@@ -657,6 +661,36 @@ mod tests {
             assert_eq!(e.count(Some(&f)), want, "{json}");
         }
         assert!(grouped >= 3 && walked >= 3, "{grouped} {walked}");
+    }
+
+    #[test]
+    fn records_left_out_are_listed_only_within_the_cap() {
+        let mut rng = Rng(21);
+        let e = churned(600, &mut rng);
+        let r = &e.records;
+        for json in [
+            r#"{"agent_id": {"$ne": "agent1"}}"#,
+            r#"{"table": {"$nin": ["notes"]}, "expires_at": {"$not": {"$lte": 9}}}"#,
+            r#"{"$or": [{"type": "none"}, {"user_id": "user0"}]}"#,
+            r#"{"expires_at": {"$not": {"$lte": 9}}}"#,
+        ] {
+            let f = e.parse_filter(json).unwrap();
+            let all = f.exclusion(r);
+            assert_eq!(f.exclusion_within(r, usize::MAX), all, "{json}");
+            // The bound told first is the parts' sizes summed: at least the union's.
+            let n = all.as_ref().map_or(0, Vec::len);
+            for cap in [0, n / 2, n, 2 * n] {
+                let within = f.exclusion_within(r, cap);
+                assert!(within.is_none() || within == all, "{json} {cap}");
+                assert!(cap >= n || within.is_none(), "{json} {cap}");
+            }
+        }
+        // A scope of a few records, most of the store left out: a pass reads less.
+        let f = e
+            .parse_filter(r#"{"user_id": "user0", "agent_id": {"$ne": "agent1"}}"#)
+            .unwrap();
+        assert!(e.by_groups(&f).is_none());
+        assert_eq!(e.count(Some(&f)), f.count(r));
     }
 
     #[test]
