@@ -59,39 +59,44 @@ def median_ms(call: Callable[[], Any], calls: int) -> float:
     return statistics.median(times) * 1000
 
 
+ROOM = {"user_id": "u", "room_id": "r0"}
+
+
+def calls(size: int) -> dict[str, Callable[[Memory], Any]]:
+    """The calls timed, on a store of ``size`` messages."""
+    mid = 1_000.0 + size / 4
+    room: Any = ROOM
+    return {
+        "list 20 newest": lambda m: m.list("messages", limit=20, **room),
+        "list 20 oldest": lambda m: m.list("messages", limit=20, order="asc", **room),
+        "list 20, agent_id None": lambda m: m.list(
+            "messages", limit=20, filters={"agent_id": None}, **room
+        ),
+        "list 20 after 100": lambda m: m.list("messages", limit=20, offset=100, **room),
+        "list 20 of a window": lambda m: m.list("messages", mid, mid + 100, 20, **room),
+        "count": lambda m: m.count("messages", **room),
+        "count of a window": lambda m: m.count("messages", start=mid, end=mid + 100, **room),
+        "list 20 of the store": lambda m: m.list("messages", limit=20),
+        "count of the store's agent a": lambda m: m.count("messages", agent_id="a"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    room0 = {"user_id": "u", "room_id": "r0"}
-    mid = 1_000.0 + args.size / 4
-    calls: dict[str, Callable[[Memory], Any]] = {
-        "list 20 newest": lambda m: m.list("messages", limit=20, **room0),  # type: ignore[arg-type]
-        "list 20 oldest": lambda m: m.list("messages", limit=20, order="asc", **room0),  # type: ignore[arg-type]
-        "list 20, agent_id None": lambda m: m.list(
-            "messages",
-            limit=20,
-            filters={"agent_id": None},
-            **room0,  # type: ignore[arg-type]
-        ),
-        "list 20 after 100": lambda m: m.list("messages", limit=20, offset=100, **room0),  # type: ignore[arg-type]
-        "list 20 of a window": lambda m: m.list("messages", mid, mid + 100, 20, **room0),  # type: ignore[arg-type]
-        "count": lambda m: m.count("messages", **room0),  # type: ignore[arg-type]
-        "count of a window": lambda m: m.count("messages", start=mid, end=mid + 100, **room0),  # type: ignore[arg-type]
-        "list 20 of the store": lambda m: m.list("messages", limit=20),
-        "count of the store's agent a": lambda m: m.count("messages", agent_id="a"),
-    }
+    timed = calls(args.size)
     print(f"{args.size:,} messages; median ms of {args.calls} calls")
     print("| call | " + " | ".join(SHAPES) + " |")
     print("| --- |" + " ---: |" * len(SHAPES))
-    results: dict[str, list[float]] = {name: [] for name in calls}
+    results: dict[str, list[float]] = {name: [] for name in timed}
     for shape in SHAPES:
         with tempfile.TemporaryDirectory() as folder:
             mem = Memory(folder, None)
             try:
                 fill(mem, shape, args.size)
-                for name, call in calls.items():
+                for name, call in timed.items():
                     results[name].append(median_ms(functools.partial(call, mem), args.calls))
             finally:
                 mem.close()
