@@ -14,10 +14,10 @@
 
 use rustc_hash::FxHashMap;
 
-use std::ops::Bound::{self, Excluded, Included, Unbounded};
+use std::ops::Bound::Unbounded;
 
 use super::filter::{Field, Filter, Node, Scalar};
-use super::records::{ordered, Records, NONE};
+use super::records::{ordered, time_keys, Records, NONE};
 use super::{Engine, Order};
 use crate::error::{Error, Result};
 
@@ -169,7 +169,7 @@ impl Engine {
             }
         };
         let (lo, hi) = filter.map_or((Unbounded, Unbounded), Filter::created_bounds);
-        let Some(range) = time_range(lo, hi) else {
+        let Some(range) = time_keys(lo, hi, 0, u64::MAX) else {
             return Some(Vec::new());
         };
         let walk = r.by_time.range(range).map(|&(_, id)| id);
@@ -205,7 +205,7 @@ impl Engine {
         if matches!((lo, hi), (Unbounded, Unbounded)) {
             return None;
         }
-        let Some(range) = time_range(lo, hi) else {
+        let Some(range) = time_keys(lo, hi, 0, u64::MAX) else {
             return Some(0);
         };
         let budget = filter.estimate(r).unwrap_or(r.len()) / WALK_SHARE;
@@ -347,31 +347,6 @@ fn walked(
         }
     }
     Some(page)
-}
-
-/// A key of [`Records::by_time`]: creation time ([`ordered`]), then id.
-type TimeKey = (u64, u64);
-
-/// The keys of [`Records::by_time`] between two creation times; `None` for
-/// an empty range (which `BTreeSet::range` refuses).
-fn time_range(lo: Bound<f64>, hi: Bound<f64>) -> Option<(Bound<TimeKey>, Bound<TimeKey>)> {
-    // Each key holds an id after the time: the smallest and largest id bound all of one time.
-    let lo = match lo {
-        Included(t) => Included((ordered(t), 0)),
-        Excluded(t) => Excluded((ordered(t), u64::MAX)),
-        Unbounded => Unbounded,
-    };
-    let hi = match hi {
-        Included(t) => Included((ordered(t), u64::MAX)),
-        Excluded(t) => Excluded((ordered(t), 0)),
-        Unbounded => Unbounded,
-    };
-    let empty = match (lo, hi) {
-        (Included(a), Included(b)) => a > b,
-        (Included(a) | Excluded(a), Included(b) | Excluded(b)) => a >= b,
-        _ => false,
-    };
-    (!empty).then_some((lo, hi))
 }
 
 /// What a filter asks of a group's key ([`Records::group`]): at each place,

@@ -537,6 +537,37 @@ fn order_key(created_at: f64, id: u64) -> (u64, u64) {
     (ordered, id)
 }
 
+/// A range of keys of an order by time ([`time_keys`]).
+pub(crate) type KeyRange<T> = (Bound<(u64, T)>, Bound<(u64, T)>);
+
+/// The keys between two times of an order keyed by the time ([`ordered`])
+/// then a number from `low` to `high` (a slot, an id); `None` for bounds
+/// that cross, an empty range that `BTreeSet::range` refuses.
+pub(crate) fn time_keys<T: Copy + Ord>(
+    from: Bound<f64>,
+    to: Bound<f64>,
+    low: T,
+    high: T,
+) -> Option<KeyRange<T>> {
+    // Each time's entries lie between (time, low) and (time, high).
+    let lo = match from {
+        Included(t) => Included((ordered(t), low)),
+        Excluded(t) => Excluded((ordered(t), high)),
+        Unbounded => Unbounded,
+    };
+    let hi = match to {
+        Included(t) => Included((ordered(t), high)),
+        Excluded(t) => Excluded((ordered(t), low)),
+        Unbounded => Unbounded,
+    };
+    let crossed = match (lo, hi) {
+        (Included(a), Included(b)) => a > b,
+        (Included(a) | Excluded(a), Included(b) | Excluded(b)) => a >= b,
+        _ => false,
+    };
+    (!crossed).then_some((lo, hi))
+}
+
 /// Bits of a finite float that sort as the float does (-0.0 as 0.0, which
 /// compare equal).
 pub(crate) fn ordered(x: f64) -> u64 {
@@ -654,24 +685,9 @@ impl Records {
         let nan = [from, to]
             .iter()
             .any(|b| matches!(b, Included(t) | Excluded(t) if t.is_nan()));
-        // Each time's records lie between (time, 0) and (time, u32::MAX).
-        let lo = match from {
-            Included(t) => Included((ordered(t), 0)),
-            Excluded(t) => Excluded((ordered(t), u32::MAX)),
-            Unbounded => Unbounded,
-        };
-        let hi = match to {
-            Included(t) => Included((ordered(t), u32::MAX)),
-            Excluded(t) => Excluded((ordered(t), 0)),
-            Unbounded => Unbounded,
-        };
-        let crossed = match (lo, hi) {
-            (Included(a), Included(b)) => a > b,
-            (Included(a) | Excluded(a), Included(b) | Excluded(b)) => a >= b,
-            _ => false,
-        };
-        (!nan && !crossed)
-            .then(|| self.expiring.range((lo, hi)).map(|&(_, slot)| slot))
+        time_keys(from, to, 0, u32::MAX)
+            .filter(|_| !nan)
+            .map(|range| self.expiring.range(range).map(|&(_, slot)| slot))
             .into_iter()
             .flatten()
     }
