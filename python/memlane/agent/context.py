@@ -105,11 +105,11 @@ def default_token_counter() -> TokenCounter:
 
     # A turn's context counts again the history lines and memories the turn before
     # counted: kept, they cost a lookup instead of a tokenizer run. Only lines of up to
-    # 1,024 characters (a history line is cut at 420), so the counts kept stay small.
-    kept = functools.lru_cache(maxsize=4096)(count)
+    # 512 characters (a history line is cut at 420), so the texts kept take 4 MB at most.
+    kept = functools.lru_cache(maxsize=2048)(count)
 
     def counted(text: str) -> int:
-        return kept(text) if len(text) <= 1024 else count(text)
+        return kept(text) if len(text) <= 512 else count(text)
 
     return counted
 

@@ -64,17 +64,16 @@ def _running(pid: int) -> bool:
     return False
 
 
-#: This process's pid and start time, read once per pid (a fork reads its own): every
-#: job and fact check of a turn names its holder.
-_own = (0, "")
+#: This process's start time, read once (every job and fact check of a turn names its
+#: holder), and forgotten in a forked child: a pid names another process once reused.
+_own: list[str] = []
+os.register_at_fork(after_in_child=_own.clear)
 
 
 def _own_start() -> str:
-    global _own
-    pid = os.getpid()
-    if _own[0] != pid:
-        _own = (pid, _started(pid))
-    return _own[1]
+    if not _own:
+        _own.append(_started(os.getpid()))
+    return _own[0]
 
 
 def _pid_namespace() -> str:

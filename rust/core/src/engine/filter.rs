@@ -25,6 +25,8 @@
 
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 
+use rustc_hash::FxHashSet;
+
 use super::filter_syntax::{self as syntax, Cmp, Parsed, ParsedNode};
 use super::records::{PostingKey, Records, Value, ValueKey, NONE};
 use crate::error::Result;
@@ -214,32 +216,7 @@ impl Filter {
     /// `$and` alone) leave: every record it admits lies within. A bound that
     /// is not a number, which no record meets, is left out.
     pub fn created_bounds(&self) -> (Bound<f64>, Bound<f64>) {
-        fn tighten(node: &Node, lo: &mut Bound<f64>, hi: &mut Bound<f64>) {
-            match node {
-                Node::And(parts) => parts.iter().for_each(|p| tighten(p, lo, hi)),
-                Node::Range(Field::CreatedAt, cmp, Scalar::Num(t)) if !t.is_nan() => {
-                    let (t, inclusive) = (*t, matches!(cmp, Cmp::Gte | Cmp::Lte));
-                    let bound = if inclusive { Included(t) } else { Excluded(t) };
-                    let (at, above) = match cmp {
-                        Cmp::Gt | Cmp::Gte => (lo, true),
-                        Cmp::Lt | Cmp::Lte => (hi, false),
-                    };
-                    // The tighter of two: the further in, or at the same value the excluding one.
-                    let tighter = match *at {
-                        Unbounded => true,
-                        Included(u) | Excluded(u) if u == t => !inclusive,
-                        Included(u) | Excluded(u) => (t > u) == above,
-                    };
-                    if tighter {
-                        *at = bound;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let (mut lo, mut hi) = (Unbounded, Unbounded);
-        tighten(&self.root, &mut lo, &mut hi);
-        (lo, hi)
+        window([&self.root])
     }
 
     fn plan(&self, records: &Records) -> Plan {
@@ -286,9 +263,35 @@ fn bind(node: &ParsedNode, records: &Records) -> Node {
         syntax::Node::Or(parts) => Node::Or(parts.iter().map(|n| bind(n, records)).collect()),
         syntax::Node::Not(inner) => Node::Not(Box::new(bind(inner, records))),
         syntax::Node::Eq(f, q) => Node::Eq(field(f), scalar(q)),
-        syntax::Node::In(f, qs) => Node::In(field(f), qs.iter().map(scalar).collect()),
+        syntax::Node::In(f, qs) => {
+            // Each value once: its candidates are counted once in an estimate.
+            let mut seen = FxHashSet::default();
+            let once = qs.iter().filter(|q| seen.insert(InKey::of(q)));
+            Node::In(field(f), once.map(scalar).collect())
+        }
         syntax::Node::Range(f, cmp, q) => Node::Range(field(f), *cmp, scalar(q)),
         syntax::Node::Exists(f, want) => Node::Exists(field(f), *want),
+    }
+}
+
+/// A value of an `$in`, as equality ([`equal`]) tells values apart.
+#[derive(PartialEq, Eq, Hash)]
+enum InKey<'a> {
+    Null,
+    Bool(bool),
+    /// The bits of the number, 0.0 for -0.0 (which equals it).
+    Num(u64),
+    Str(&'a str),
+}
+
+impl<'a> InKey<'a> {
+    fn of(q: &'a syntax::Scalar<()>) -> Self {
+        match q {
+            syntax::Scalar::Null => InKey::Null,
+            syntax::Scalar::Bool(b) => InKey::Bool(*b),
+            syntax::Scalar::Num(x) => InKey::Num(if *x == 0.0 { 0 } else { x.to_bits() }),
+            syntax::Scalar::Str(s, ()) => InKey::Str(s),
+        }
     }
 }
 
@@ -461,22 +464,79 @@ fn union(lists: Vec<&[u32]>) -> Vec<u32> {
     out
 }
 
-/// The slots whose `expires_at` compares to `q` as `cmp` asks, in the order
-/// of their expiry; none for a `q` that is not a number (no expiry compares
-/// with it, and a record that never expires has none).
-fn expiring<'a>(cmp: Cmp, q: &Scalar, records: &'a Records) -> impl Iterator<Item = u32> + 'a {
-    let t = match q {
-        Scalar::Num(t) => Some(*t),
-        _ => None,
-    };
-    t.map(|t| match cmp {
-        Cmp::Lt => records.expiring(Unbounded, Excluded(t)),
-        Cmp::Lte => records.expiring(Unbounded, Included(t)),
-        Cmp::Gt => records.expiring(Excluded(t), Unbounded),
-        Cmp::Gte => records.expiring(Included(t), Unbounded),
+/// The times that compare to `q` as `cmp` asks, as bounds; `None` for a `q`
+/// that is not a number (no time compares with it).
+fn bounds(cmp: Cmp, q: &Scalar) -> Option<(Bound<f64>, Bound<f64>)> {
+    let Scalar::Num(t) = *q else { return None };
+    Some(match cmp {
+        Cmp::Lt => (Unbounded, Excluded(t)),
+        Cmp::Lte => (Unbounded, Included(t)),
+        Cmp::Gt => (Excluded(t), Unbounded),
+        Cmp::Gte => (Included(t), Unbounded),
     })
-    .into_iter()
-    .flatten()
+}
+
+/// The slots whose `expires_at` compares to `q` as `cmp` asks, in the order
+/// of their expiry (a record that never expires has none).
+fn expiring<'a>(cmp: Cmp, q: &Scalar, records: &'a Records) -> impl Iterator<Item = u32> + 'a {
+    (bounds(cmp, q).map(|(from, to)| records.expiring(from, to)))
+        .into_iter()
+        .flatten()
+}
+
+/// The range of `created_at` that the conditions on it in `nodes` (and under
+/// their `$and`s) leave, all of them holding. A bound that is not a number,
+/// which no record meets, is left out.
+fn window<'n>(nodes: impl IntoIterator<Item = &'n Node>) -> (Bound<f64>, Bound<f64>) {
+    fn tighten(node: &Node, lo: &mut Bound<f64>, hi: &mut Bound<f64>) {
+        match node {
+            Node::And(parts) => parts.iter().for_each(|p| tighten(p, lo, hi)),
+            Node::Range(Field::CreatedAt, cmp, Scalar::Num(t)) if !t.is_nan() => {
+                let (t, inclusive) = (*t, matches!(cmp, Cmp::Gte | Cmp::Lte));
+                let bound = if inclusive { Included(t) } else { Excluded(t) };
+                let (at, above) = match cmp {
+                    Cmp::Gt | Cmp::Gte => (lo, true),
+                    Cmp::Lt | Cmp::Lte => (hi, false),
+                };
+                // The tighter of two: the further in, or at the same value the excluding one.
+                let tighter = match *at {
+                    Unbounded => true,
+                    Included(u) | Excluded(u) if u == t => !inclusive,
+                    Included(u) | Excluded(u) => (t > u) == above,
+                };
+                if tighter {
+                    *at = bound;
+                }
+            }
+            _ => {}
+        }
+    }
+    let (mut lo, mut hi) = (Unbounded, Unbounded);
+    nodes.into_iter().for_each(|n| tighten(n, &mut lo, &mut hi));
+    (lo, hi)
+}
+
+/// A creation window holding more than one in this many of the live records
+/// gives no candidates: read a slot at a time from the creation order and
+/// sorted, they cost more than a scan of every record.
+const WINDOW_SHARE: usize = 4;
+
+/// How many records the creation window between `from` and `to` holds,
+/// counted no further than `cap` (a count above it may stop at any value
+/// above it); `None` for a window too wide to read ([`WINDOW_SHARE`]).
+fn window_size(from: Bound<f64>, to: Bound<f64>, records: &Records, cap: usize) -> Option<usize> {
+    let most = records.len() / WINDOW_SHARE;
+    let n = (records.created(from, to))
+        .take(cap.min(most).saturating_add(1))
+        .count();
+    (n <= most || cap < most).then_some(n)
+}
+
+/// The slots of the creation window between `from` and `to`, ascending.
+fn window_slots(from: Bound<f64>, to: Bound<f64>, records: &Records) -> Vec<u32> {
+    let mut slots: Vec<u32> = records.created(from, to).collect();
+    slots.sort_unstable();
+    slots
 }
 
 /// Whether `node` is `$exists: true` of a metadata key no live record holds.
@@ -566,6 +626,11 @@ fn candidates(node: &Node, records: &Records) -> Option<Vec<u32>> {
             slots.sort_unstable();
             Some(slots)
         }
+        Node::Range(Field::CreatedAt, ..) => {
+            let (from, to) = window([node]);
+            window_size(from, to, records, usize::MAX)?;
+            Some(window_slots(from, to, records))
+        }
         Node::Exists(..) if absent_key(node, records) => Some(Vec::new()),
         Node::In(f, qs) => {
             let unset: Option<Vec<u32>> = qs
@@ -583,7 +648,10 @@ fn candidates(node: &Node, records: &Records) -> Option<Vec<u32>> {
         }
         Node::And(children) => {
             // Estimate each child's size cheaply before materialising the smallest.
-            smallest(children, records, usize::MAX).and_then(|(_, c)| candidates(c, records))
+            match smallest(children, records, usize::MAX)?.1 {
+                Start::Child(c) => candidates(c, records),
+                Start::Window(from, to) => Some(window_slots(from, to, records)),
+            }
         }
         Node::Or(children) => {
             let parts = children
@@ -597,26 +665,48 @@ fn candidates(node: &Node, records: &Records) -> Option<Vec<u32>> {
 }
 
 /// Whether [`estimate`] of `node` takes a count (of a range of the expiry
-/// order) rather than a posting's length.
+/// or the creation order) rather than a posting's length.
 fn counted(node: &Node) -> bool {
     match node {
-        Node::Range(Field::ExpiresAt, ..) => true,
+        Node::Range(Field::ExpiresAt | Field::CreatedAt, ..) => true,
         Node::And(c) | Node::Or(c) => c.iter().any(counted),
         _ => false,
     }
 }
 
-/// The child of an `$and` with the smallest estimate, and that estimate;
-/// `None` when no child has candidates. Those whose estimate is a count go
-/// last, each counted no further than the smallest found before it.
-fn smallest<'n>(children: &'n [Node], records: &Records, cap: usize) -> Option<(usize, &'n Node)> {
-    let mut best: Option<(usize, &Node)> = None;
+/// Where an `$and` reads its candidates from.
+enum Start<'n> {
+    /// One of its children's.
+    Child(&'n Node),
+    /// The range of `created_at` that its children's conditions on it leave
+    /// together, read from the creation order (each alone may hold most of
+    /// the store when the window is narrow).
+    Window(Bound<f64>, Bound<f64>),
+}
+
+/// Where an `$and` of `children` reads the fewest candidates from, and how
+/// many; `None` when no child has candidates. Those whose estimate is a count
+/// go last (its creation window once for its ranges on `created_at`), each
+/// counted no further than the smallest found before it.
+fn smallest<'n>(children: &'n [Node], records: &Records, cap: usize) -> Option<(usize, Start<'n>)> {
+    let timed = |c: &&Node| matches!(c, Node::Range(Field::CreatedAt, ..));
+    let mut best: Option<(usize, Start)> = None;
     let read = children.iter().filter(|c| !counted(c));
-    for c in read.chain(children.iter().filter(|c| counted(c))) {
-        let cap = best.map_or(cap, |(n, _)| n);
+    let counts = children.iter().filter(|c| counted(c) && !timed(c));
+    for c in read.chain(counts) {
+        let cap = best.as_ref().map_or(cap, |(n, _)| *n);
         if let Some(n) = estimate(c, records, cap) {
-            if best.is_none_or(|(b, _)| n < b) {
-                best = Some((n, c));
+            if best.as_ref().is_none_or(|(b, _)| n < *b) {
+                best = Some((n, Start::Child(c)));
+            }
+        }
+    }
+    if children.iter().any(|c| timed(&c)) {
+        let cap = best.as_ref().map_or(cap, |(n, _)| *n);
+        let (from, to) = window(children.iter().filter(timed));
+        if let Some(n) = window_size(from, to, records, cap) {
+            if best.as_ref().is_none_or(|(b, _)| n < *b) {
+                best = Some((n, Start::Window(from, to)));
             }
         }
     }
@@ -636,6 +726,10 @@ fn estimate(node: &Node, records: &Records, cap: usize) -> Option<usize> {
                 .take(cap.saturating_add(1))
                 .count(),
         ),
+        Node::Range(Field::CreatedAt, ..) => {
+            let (from, to) = window([node]);
+            window_size(from, to, records, cap)
+        }
         Node::Exists(..) if absent_key(node, records) => Some(0),
         Node::And(c) => smallest(c, records, cap).map(|(n, _)| n),
         Node::Or(c) => c.iter().try_fold(0usize, |acc, n| {
@@ -808,6 +902,87 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn creation_ranges_are_read_from_the_creation_order() {
+        let mut r = expiring_store(400, 9);
+        // Creation times with ties, -0.0 among them, replaced and removed records too.
+        let slots: Vec<u32> = r.live_slots().collect();
+        for (n, &slot) in slots.iter().enumerate() {
+            let id = r.id(slot);
+            let at = (n % 37) as f64 - 12.0;
+            let attrs = Attrs {
+                id: Some(format!("r{id}")),
+                created_at: if at == 0.0 && n % 2 == 0 { -0.0 } else { at },
+                ..Attrs::blank(&format!("t{}", n % 3), "k")
+            };
+            r.insert(id, &attrs);
+        }
+        for id in (0..400).step_by(11) {
+            r.remove(id);
+        }
+        let created = |t: f64, cmp: &str| {
+            (r.live_slots())
+                .filter(|&s| {
+                    let at = r.created_at[s as usize];
+                    match cmp {
+                        "$lt" => at < t,
+                        "$lte" => at <= t,
+                        "$gt" => at > t,
+                        _ => at >= t,
+                    }
+                })
+                .count()
+        };
+        for t in [-13.0, -0.0, 0.0, 4.0, 7.5, 24.0, 30.0] {
+            for cmp in ["$lt", "$lte", "$gt", "$gte"] {
+                let range = format!(r#"{{"created_at": {{"{cmp}": {t:?}}}}}"#);
+                for json in [
+                    range.clone(),
+                    format!(r#"{{"$and": [{range}, {{"table": "t1"}}]}}"#),
+                    format!(r#"{{"$or": [{range}, {{"table": "t2"}}]}}"#),
+                    format!(r#"{{"$not": {range}}}"#),
+                ] {
+                    let f = Filter::parse(&json, &r).unwrap();
+                    let want: Vec<u32> = r.live_slots().filter(|&s| f.matches(&r, s)).collect();
+                    assert_eq!(f.select(&r).slots, want, "{json}");
+                    assert_eq!(f.count(&r), want.len(), "{json}");
+                }
+                // What the order holds in a narrow range is all it reads; a wide one
+                // is scanned.
+                let f = Filter::parse(&range, &r).unwrap();
+                let n = created(t, cmp);
+                let read = if n <= r.len() / WINDOW_SHARE {
+                    n
+                } else {
+                    r.len()
+                };
+                assert_eq!(f.select(&r).examined, read, "{range}");
+            }
+        }
+        // Two ranges, each wide, read together as their narrow window.
+        let within = |lo: f64, hi: f64| {
+            (r.live_slots())
+                .filter(|&s| (lo..hi).contains(&r.created_at[s as usize]))
+                .count()
+        };
+        for (lo, hi) in [(-3.0, 1.0), (5.0, 5.5), (20.0, 10.0)] {
+            let json = format!(r#"{{"created_at": {{"$gte": {lo:?}, "$lt": {hi:?}}}}}"#);
+            let f = Filter::parse(&json, &r).unwrap();
+            let got = f.select(&r);
+            assert_eq!(got.examined, within(lo, hi), "{json}");
+            assert_eq!(got.slots.len(), within(lo, hi), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_value_listed_twice_in_an_in_is_counted_once() {
+        let r = store();
+        let once = Filter::parse(r#"{"agent_id": {"$in": ["a"]}}"#, &r).unwrap();
+        let twice = Filter::parse(r#"{"agent_id": {"$in": ["a", "a", "b", "a", "b"]}}"#, &r);
+        let (once, twice) = (once.estimate(&r), twice.unwrap().estimate(&r));
+        assert_eq!((once, twice), (Some(2), Some(3)));
     }
 
     #[test]

@@ -183,40 +183,14 @@ impl Engine {
         }
     }
 
-    /// How many records `filter` admits: from the totals kept, by a walk of
-    /// its window, or by a pass over its candidates.
+    /// How many records `filter` admits: from the totals kept, or by a pass
+    /// over its candidates (a window's read from the creation order).
     pub fn count(&self, filter: Option<&Filter>) -> usize {
         let r = &self.records;
         match filter.filter(|f| !f.is_all()) {
             None => r.len(),
-            Some(f) => (self.count_by_groups(f))
-                .or_else(|| self.count_by_time(f))
-                .unwrap_or_else(|| f.count(r)),
+            Some(f) => self.count_by_groups(f).unwrap_or_else(|| f.count(r)),
         }
-    }
-
-    /// The count of a filter that bounds `created_at` (a window, the turns
-    /// since a mark), read by walking [`Records::by_time`] within its bounds
-    /// and checking each record met; `None` when the filter bounds no time,
-    /// or its window holds more than a share of its candidates.
-    fn count_by_time(&self, filter: &Filter) -> Option<usize> {
-        let r = &self.records;
-        let (lo, hi) = filter.created_bounds();
-        if matches!((lo, hi), (Unbounded, Unbounded)) {
-            return None;
-        }
-        let Some(range) = time_keys(lo, hi, 0, u64::MAX) else {
-            return Some(0);
-        };
-        let budget = filter.estimate(r).unwrap_or(r.len()) / WALK_SHARE;
-        let mut n = 0;
-        for (met, &(_, id)) in r.by_time.range(range).enumerate() {
-            if met == budget {
-                return None;
-            }
-            n += usize::from(filter.matches(r, r.slot(id).expect("a live record's slot")));
-        }
-        Some(n)
     }
 
     /// The count of a filter of tables and scope values, read from the
@@ -616,7 +590,7 @@ mod tests {
     fn counts_from_the_totals_match_a_pass() {
         let mut rng = Rng(0xc0de);
         let e = churned(600, &mut rng);
-        let (mut grouped, mut walked) = (0, 0);
+        let mut grouped = 0;
         let windows = [
             r#"{"created_at": {"$gte": 14}, "user_id": null}"#,
             r#"{"created_at": {"$lt": -4}, "agent_id": {"$in": ["agent1", "agent2"]}}"#,
@@ -629,13 +603,9 @@ mod tests {
                 grouped += 1;
                 assert_eq!(n, want, "{json}");
             }
-            if let Some(n) = e.count_by_time(&f) {
-                walked += 1;
-                assert_eq!(n, want, "{json}");
-            }
             assert_eq!(e.count(Some(&f)), want, "{json}");
         }
-        assert!(grouped >= 3 && walked >= 3, "{grouped} {walked}");
+        assert!(grouped >= 3, "{grouped}");
     }
 
     #[test]

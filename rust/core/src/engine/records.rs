@@ -541,14 +541,21 @@ fn order_key(created_at: f64, id: u64) -> (u64, u64) {
 pub(crate) type KeyRange<T> = (Bound<(u64, T)>, Bound<(u64, T)>);
 
 /// The keys between two times of an order keyed by the time ([`ordered`])
-/// then a number from `low` to `high` (a slot, an id); `None` for bounds
-/// that cross, an empty range that `BTreeSet::range` refuses.
+/// then a number from `low` to `high` (a slot, an id); `None` for a NaN
+/// bound, which no time compares with, and for bounds that cross (an empty
+/// range, which `BTreeSet::range` refuses).
 pub(crate) fn time_keys<T: Copy + Ord>(
     from: Bound<f64>,
     to: Bound<f64>,
     low: T,
     high: T,
 ) -> Option<KeyRange<T>> {
+    if [from, to]
+        .iter()
+        .any(|b| matches!(b, Included(t) | Excluded(t) if t.is_nan()))
+    {
+        return None;
+    }
     // Each time's entries lie between (time, low) and (time, high).
     let lo = match from {
         Included(t) => Included((ordered(t), low)),
@@ -682,14 +689,20 @@ impl Records {
     /// order of their expiry (a record that never expires has none). A NaN
     /// bound, which no time compares with, and bounds that cross give none.
     pub fn expiring(&self, from: Bound<f64>, to: Bound<f64>) -> impl Iterator<Item = u32> + '_ {
-        let nan = [from, to]
-            .iter()
-            .any(|b| matches!(b, Included(t) | Excluded(t) if t.is_nan()));
-        time_keys(from, to, 0, u32::MAX)
-            .filter(|_| !nan)
-            .map(|range| self.expiring.range(range).map(|&(_, slot)| slot))
+        (time_keys(from, to, 0, u32::MAX).map(|range| self.expiring.range(range)))
             .into_iter()
             .flatten()
+            .map(|&(_, slot)| slot)
+    }
+
+    /// The live slots whose `created_at` lies between `from` and `to`, in the
+    /// order of their creation, then id. A NaN bound and bounds that cross
+    /// give none.
+    pub fn created(&self, from: Bound<f64>, to: Bound<f64>) -> impl Iterator<Item = u32> + '_ {
+        (time_keys(from, to, 0, u64::MAX).map(|range| self.by_time.range(range)))
+            .into_iter()
+            .flatten()
+            .map(|&(_, id)| self.slot(id).expect("a live record's slot"))
     }
 
     /// How many live records hold metadata key `key`.
