@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
+use std::ops::RangeBounds;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::hash_table::{self, HashTable};
@@ -693,6 +694,32 @@ impl Records {
             .into_iter()
             .flatten()
             .map(|&(_, slot)| slot)
+    }
+
+    /// How many live records `created_at` places between `from` and `to`,
+    /// counted no further than `cap + 1` (the order's keys alone).
+    pub fn created_count(&self, from: Bound<f64>, to: Bound<f64>, cap: usize) -> usize {
+        (time_keys(from, to, 0, u64::MAX).map(|range| self.by_time.range(range)))
+            .map_or(0, |keys| keys.take(cap.saturating_add(1)).count())
+    }
+
+    /// The share of the live records whose `created_at` lies between `from`
+    /// and `to`, as `samples` slots spread evenly over the slots tell it (0
+    /// when none of them is live).
+    pub fn created_share(&self, from: Bound<f64>, to: Bound<f64>, samples: usize) -> f64 {
+        let step = (self.ids.len() / samples.max(1)).max(1);
+        let (mut live, mut within) = (0u32, 0u32);
+        for s in (0..self.ids.len()).step_by(step) {
+            if self.live[s] {
+                live += 1;
+                within += u32::from((from, to).contains(&self.created_at[s]));
+            }
+        }
+        if live == 0 {
+            0.0
+        } else {
+            f64::from(within) / f64::from(live)
+        }
     }
 
     /// The live slots whose `created_at` lies between `from` and `to`, in the
