@@ -965,15 +965,15 @@ mod tests {
                     assert_eq!(f.count(&r), want.len(), "{json}");
                 }
                 // What the order holds in a narrow range is all it reads; a wide one
-                // is scanned.
+                // is scanned, and one near the limit either way (its sample tells).
                 let f = Filter::parse(&range, &r).unwrap();
-                let n = created(t, cmp);
-                let read = if n <= r.len() / WINDOW_SHARE {
-                    n
-                } else {
-                    r.len()
-                };
-                assert_eq!(f.select(&r).examined, read, "{range}");
+                let (n, most) = (created(t, cmp), r.len() / WINDOW_SHARE);
+                let examined = f.select(&r).examined;
+                match n {
+                    n if n * 2 < most => assert_eq!(examined, n, "{range}"),
+                    n if n > most => assert_eq!(examined, r.len(), "{range}"),
+                    n => assert!(examined == n || examined == r.len(), "{range}"),
+                }
             }
         }
         // Two ranges, each wide, read together as their narrow window.
