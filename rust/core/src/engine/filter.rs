@@ -13,9 +13,11 @@
 //! one).
 //!
 //! Evaluation: equality and membership on indexed fields (id, table, type,
-//! scope, evergreen, metadata) read postings, and ranges on `expires_at`
-//! the records' expiry order; `$and` starts from its cheapest such child and
-//! `$or` unions its children when all have postings. Only those candidates
+//! scope, evergreen, metadata) read postings, ranges on `expires_at` the
+//! records' expiry order, and ranges on `created_at` (an `$and`'s together:
+//! a window) the creation order when they leave few records; `$and` starts
+//! from its cheapest such child and `$or` unions its children when all have
+//! postings. Only those candidates
 //! are then checked against the columns, so a filter that selects 1% of the
 //! store examines about 1% of it. A filter that admits every record but
 //! those of conditions it negates, each found so exactly (a read's "not
