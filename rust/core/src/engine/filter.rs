@@ -865,6 +865,16 @@ mod tests {
         r
     }
 
+    /// Whether time `at` compares to `t` as the range operator `cmp` asks.
+    fn meets(at: f64, cmp: &str, t: f64) -> bool {
+        match cmp {
+            "$lt" => at < t,
+            "$lte" => at <= t,
+            "$gt" => at > t,
+            _ => at >= t,
+        }
+    }
+
     #[test]
     fn expiry_ranges_and_exclusions_match_a_scan() {
         for seed in [1, 2, 3] {
@@ -873,13 +883,7 @@ mod tests {
                 r.live_slots()
                     .filter(|&s| {
                         let at = r.expires_at[s as usize];
-                        at.is_finite()
-                            && match cmp {
-                                "$lt" => at < t,
-                                "$lte" => at <= t,
-                                "$gt" => at > t,
-                                _ => at >= t,
-                            }
+                        at.is_finite() && meets(at, cmp, t)
                     })
                     .count()
             };
@@ -941,15 +945,7 @@ mod tests {
         }
         let created = |t: f64, cmp: &str| {
             (r.live_slots())
-                .filter(|&s| {
-                    let at = r.created_at[s as usize];
-                    match cmp {
-                        "$lt" => at < t,
-                        "$lte" => at <= t,
-                        "$gt" => at > t,
-                        _ => at >= t,
-                    }
-                })
+                .filter(|&s| meets(r.created_at[s as usize], cmp, t))
                 .count()
         };
         for t in [-13.0, -0.0, 0.0, 4.0, 7.5, 24.0, 30.0] {

@@ -400,18 +400,23 @@ mod tests {
         }
     }
 
-    fn filled(n: u64, rng: &mut Rng) -> Engine {
-        let mut e = Engine::new(EngineConfig::default()).unwrap();
-        let ids: Vec<u64> = (1..=n).map(|i| i * 3).collect();
+    /// Stores `ids` (again), each with random attributes.
+    fn store(e: &mut Engine, ids: &[u64], rng: &mut Rng) {
         let attrs: Vec<Attrs> = ids.iter().map(|_| attrs(rng)).collect();
         let texts: Vec<String> = ids.iter().map(|i| format!("record {i}")).collect();
         e.upsert(Batch {
-            ids: &ids,
+            ids,
             texts: Some(&texts),
             vectors: None,
             attrs: &attrs,
         })
         .unwrap();
+    }
+
+    fn filled(n: u64, rng: &mut Rng) -> Engine {
+        let mut e = Engine::new(EngineConfig::default()).unwrap();
+        let ids: Vec<u64> = (1..=n).map(|i| i * 3).collect();
+        store(&mut e, &ids, rng);
         // Searches record accesses, later and earlier than those stored.
         for _ in 0..n / 2 {
             let id = (rng.below(n) + 1) * 3;
@@ -501,15 +506,7 @@ mod tests {
         gone.dedup();
         e.remove(&gone, false).unwrap();
         let moved: Vec<u64> = (0..n / 10).map(|i| (i * 7 % n + 1) * 3).collect();
-        let attrs: Vec<Attrs> = moved.iter().map(|_| attrs(rng)).collect();
-        let texts: Vec<String> = moved.iter().map(|i| format!("moved {i}")).collect();
-        e.upsert(Batch {
-            ids: &moved,
-            texts: Some(&texts),
-            vectors: None,
-            attrs: &attrs,
-        })
-        .unwrap();
+        store(&mut e, &moved, rng);
         e
     }
 
@@ -677,15 +674,7 @@ mod tests {
         let mut e = filled(80, &mut rng);
         e.remove(&[6, 9], false).unwrap();
         // Stored again elsewhere: out of one group, into another.
-        let moved: Vec<Attrs> = (0..5).map(|_| attrs(&mut rng)).collect();
-        let texts: Vec<String> = (0..5).map(|i| format!("moved {i}")).collect();
-        e.upsert(Batch {
-            ids: &[12, 15, 18, 21, 24],
-            texts: Some(&texts),
-            vectors: None,
-            attrs: &moved,
-        })
-        .unwrap();
+        store(&mut e, &[12, 15, 18, 21, 24], &mut rng);
         // The totals a load rebuilds are those kept.
         let kept = e.groups(None);
         e.records.rebuild_index().unwrap();
