@@ -428,8 +428,9 @@ pub struct Records {
     pub(crate) expiring: BTreeSet<(u64, u32)>,
     /// The live records by `created_at` ([`ordered`]) then id: a page by
     /// creation time walks it from one end and stops when the page is full,
-    /// instead of reading every record its filter admits. Derived from the
-    /// columns, as the postings are.
+    /// and a narrow window on `created_at` reads its records from it, instead
+    /// of reading every record a filter admits. Derived from the columns, as
+    /// the postings are.
     pub(crate) by_time: BTreeSet<(u64, u64)>,
     /// Per slot: the previous and the next record of its session by
     /// (`created_at`, id), or [`NONE`]. Derived from the columns, so a
