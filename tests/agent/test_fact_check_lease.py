@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
-from memlane.agent import fact_lease
-from memlane.agent.fact_lease import _key
+from memlane.agent import fact_lease, facts
+from memlane.agent.fact_lease import _ask_key, _key
 from memlane.agent.facts import CHECK, check_facts, pending
 from memlane.agent.holder import Holder
 from memlane.errors import StorageError
@@ -33,9 +33,11 @@ class Adds:
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.gate, self.entered, self.calls = gate, threading.Event(), 0
+        self.prompts: list[str] = []
 
     def complete(self, messages: Any) -> str:
         self.calls += 1
+        self.prompts.append(messages[-1]["content"])
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(30)
@@ -46,6 +48,7 @@ class Adds:
 
 
 def test_a_second_check_of_a_scope_waits_for_the_first(make_store: StoreFactory) -> None:
+    """The second check asks the first for one more round, which checks its fact."""
     mem = make_store("lease", WordHashEmbedder())
     mem.add("Alice likes green tea", created_at=900.0, **ALICE)
     first_fact = mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
@@ -66,8 +69,68 @@ def test_a_second_check_of_a_scope_waits_for_the_first(make_store: StoreFactory)
     thread.join(60)
     assert reports[0].error is None and not reports[0].waited
     assert mem.get(first_fact.id).metadata[CHECK] == "kept"
-    assert mem.get(copy.id).metadata[CHECK] == "pending"  # for the next check
+    # The first check's second round, asked for by the second check, checked the copy
+    # beside the first fact as kept (this model adds whatever it is shown).
+    assert [d.fact for d in reports[0].decisions] == [first_fact.id, copy.id]
+    assert slow.calls == 2 and "Alice keeps bees" in slow.prompts[1].split("New facts:")[0]
+    assert mem.get(copy.id).metadata[CHECK] == "kept"
     assert mem.jobs.mark(_key(mem, "memories", ALICE)) is None  # let go
+    assert mem.jobs.mark(_ask_key(_key(mem, "memories", ALICE))) is None  # answered
+
+
+def test_an_ask_made_as_the_holder_lets_go_is_answered(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second check finds the lease held and asks after the holder last looked for an
+    ask, just before it lets go: the holder, having let go, finds the ask and takes the
+    lease again for the round (the fact stayed pending until another check came)."""
+    mem = make_store("ask_late", WordHashEmbedder())
+    mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
+    key = _key(mem, "memories", ALICE)
+    book, second = type(mem.jobs), []
+    drop = book.drop_mark
+
+    def late(self: Any, mark: str, held: str) -> bool:
+        if mark == key and not second:
+            fact = mem.add(
+                "Alice plays the oboe", created_at=1005.0, metadata=pending(None), **ALICE
+            )
+            second.append((fact, check_facts(mem, Adds(), "memories", ALICE)))
+        return drop(self, mark, held)
+
+    monkeypatch.setattr(book, "drop_mark", late)
+    first = Adds()
+    report = check_facts(mem, first, "memories", ALICE)
+    ((fact, waited),) = second
+    assert waited.waited and waited.decisions == []
+    assert report.error is None and first.calls == 1  # the first fact was shown nothing
+    assert report.decisions[-1].fact == fact.id and mem.get(fact.id).metadata[CHECK] == "kept"
+    assert mem.jobs.mark(key) is None and mem.jobs.mark(_ask_key(key)) is None
+
+
+def test_a_check_asked_without_end_stops_after_its_rounds(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked again during every round, the holder runs ``ROUNDS`` and lets go, the last
+    ask left for the next check, which answers it."""
+    monkeypatch.setattr(fact_lease, "ROUNDS", 3)
+    mem = make_store("ask_always", WordHashEmbedder())
+    fact = mem.add("Alice keeps bees", metadata=pending(None), **ALICE)
+    key = _key(mem, "memories", ALICE)
+    rounds: list[int] = []
+
+    def asked_again(memory: Any, *args: Any) -> None:
+        rounds.append(len(rounds))
+        memory.jobs.take_mark(_ask_key(key), "another check")
+
+    monkeypatch.setattr(facts, "_check_all", asked_again)
+    assert check_facts(mem, Adds(), "memories", ALICE).error is None
+    assert rounds == [0, 1, 2] and mem.get(fact.id).metadata[CHECK] == "pending"
+    assert mem.jobs.mark(key) is None and mem.jobs.mark(_ask_key(key)) == "another check"
+    monkeypatch.undo()
+    report = check_facts(mem, Adds(), "memories", ALICE)
+    assert [d.fact for d in report.decisions] == [fact.id]
+    assert mem.jobs.mark(_ask_key(key)) is None
 
 
 def _lease(holder: Holder) -> str:

@@ -206,6 +206,19 @@ def _three_facts(mem: Memory) -> None:
     mem.add("Alice lives in Rome", metadata=pending(None), created_at=2001.0, **SCOPE)
 
 
+class _Unleased:
+    """A check run without the scope's lease: one round."""
+
+    held = True
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def next_round(self) -> bool:
+        self.rounds += 1
+        return self.rounds == 1
+
+
 def test_a_check_that_another_overtook_leaves_the_newest_fact_current(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -214,7 +227,7 @@ def test_a_check_that_another_overtook_leaves_the_newest_fact_current(
     stale, an update of it: refused, Rome stays. Two workers of one process (one store on
     SQLite, two on PostgreSQL, as two processes). The scope's lease is left out, as for
     a check that ran past it while another took it over: the writes' own checks hold."""
-    monkeypatch.setattr(facts, "one_check", lambda *args: contextlib.nullcontext(True))
+    monkeypatch.setattr(facts, "one_check", lambda *args: contextlib.nullcontext(_Unleased()))
     mem = make_store("race", WordHashEmbedder())
     _three_facts(mem)
     shared = make_store.backend == "embedded"  # one open store per directory
@@ -252,7 +265,9 @@ def test_checks_of_two_processes_leave_the_newest_fact_current(
     make_store: StoreFactory,
 ) -> None:
     """The race above, check B in a process of its own and the scope's lease kept: A
-    finds B holding it and leaves the facts to B, which keeps the newest current."""
+    finds B holding it and leaves the facts to B, which keeps the newest current. A's own
+    fact, stored while B's model answered, B checks in a round more that A asked for:
+    it replaced Rome, where it stayed pending beside it until another check came."""
     if make_store.backend != "postgres":
         pytest.skip("an embedded store is open in one process at a time")
     mem = make_store("processes", WordHashEmbedder())
@@ -265,15 +280,17 @@ def test_checks_of_two_processes_leave_the_newest_fact_current(
     proc.start()
     try:
         assert asked.wait(PATIENCE)
+        mem.add("Alice lives in Lisbon", metadata=pending(None), created_at=2002.0, **SCOPE)
         report_a = check_facts(mem, Movers(), "memories", SCOPE)
     finally:
         go.set()
-    status, error, _ = out.get(timeout=PATIENCE)
+    status, error, decided = out.get(timeout=PATIENCE)
     proc.join(PATIENCE)
     assert (status, error) == ("ok", None) and proc.exitcode == 0
     assert report_a.error is None and report_a.waited and report_a.decisions == []
+    assert decided == ["add", "update", "update", "update"]
     mem._sync.follow()
-    assert current(mem) == ["Alice likes green tea", "Alice lives in Rome"]
+    assert current(mem) == ["Alice likes green tea", "Alice lives in Lisbon"]
     assert settled(mem)
 
 

@@ -3,10 +3,12 @@
 Two checks of one scope at once each decide from what they read before their model
 answered, and a pending fact is never shown to a check, so two copies of one fact, each
 stored by one of them, were both kept. A check now holds its scope's lease, a mark of the
-store's job book (``Memory.jobs``) taken in one conditional write: a second check finds it
-held and leaves its facts pending for the next one, which then sees the first one's
-decisions. A lease whose holder is gone (its process ended, or its time passed) is taken
-over, so a crash never holds a scope's facts back for long.
+store's job book (``Memory.jobs``) taken in one conditional write. A second check finds it
+held and asks the holder for one more round (a second mark), whose reading of the pending
+facts comes after the ask, so after the facts the second check was for: they are
+checked, beside the first check's decisions, without waiting for another check to come.
+A lease whose holder is gone (its process ended, or its time passed) is taken over, so a
+crash never holds a scope's facts back for long.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ from memlane.scoping import exact_scope
 if TYPE_CHECKING:
     from memlane.memory import Memory
 
-__all__ = ["LEASE", "one_check"]
+__all__ = ["LEASE", "ROUNDS", "Lease", "one_check"]
 
 #: Seconds a check holds its scope unless renewed: a thread renews it every third of
 #: that while the check runs, so a lease its check could not let go (the store failed
 #: the drop) holds the scope back a minute at most.
 LEASE = 60.0
+
+#: Rounds one holding of a lease runs at most: checks of the scope that keep asking for
+#: one more (facts stored without end) leave their ask to the next check then.
+ROUNDS = 8
 
 # The leases this process's checks hold now: one of this process not among them was
 # left by a check that ended without letting it go (the store failed it).
@@ -46,6 +52,11 @@ def _key(memory: Memory, table: str, scope: Mapping[str, str]) -> str:
     fields, _ = exact_scope(memory, scope)
     text = json.dumps([table, sorted(fields.items())])
     return "facts:" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _ask_key(key: str) -> str:
+    """The key of the ask for one more round of the check holding lease ``key``."""
+    return "facts-ask:" + key.removeprefix("facts:")
 
 
 def _gone(held: str, now: float) -> bool:
@@ -94,33 +105,87 @@ class _Renewer:
         return self.texts
 
 
-@contextlib.contextmanager
-def one_check(memory: Memory, table: str, scope: Mapping[str, str]) -> Iterator[bool]:
-    """Holds the lease of ``scope``'s fact check in ``table`` for the ``with`` block;
-    yields whether it does (False: another check holds it). ``MemlaneError`` when the
-    store cannot tell."""
-    key = _key(memory, table, scope)
-    token = uuid.uuid4().hex
-    mine = json.dumps(Holder.here(token, time.time() + LEASE).as_dict())
-    with _live_lock:
-        _live.add(token)
-    renewer: _Renewer | None = None
-    try:
-        took = memory.jobs.take_mark(key, mine)
+class Lease:
+    """A scope's check lease as ``one_check`` gives it: ``held`` while this check holds
+    it; the check runs a round of its work each time ``next_round`` says so."""
+
+    def __init__(self, memory: Memory, key: str, token: str) -> None:
+        self.memory, self.key, self.ask, self.token = memory, key, _ask_key(key), token
+        self.held = False
+        self.rounds = 0
+        self._renewer: _Renewer | None = None
+
+    def next_round(self) -> bool:
+        """Whether the check runs a round now, holding the lease: its first; then one
+        more whenever a check that waited asked for it (up to ``ROUNDS``), the lease let
+        go otherwise. Each round's reading of the pending facts follows the ask it
+        answers: the ask is dropped before the round is run."""
+        if not self.held or self.rounds >= ROUNDS:
+            return False
+        if self.rounds == 0 or self.memory.jobs.mark(self.ask) is not None:
+            return self._begin()
+        self.let_go()
+        # An ask made after the look above, while the lease was still held, found it
+        # held and then could not take it: answered here, or by whoever took it since
+        # (a round of theirs begins after their taking, so after this ask).
+        if self.memory.jobs.mark(self.ask) is not None and self._take():
+            return self._begin()
+        return False
+
+    def _begin(self) -> bool:
+        asked = self.memory.jobs.mark(self.ask)
+        if asked is not None:
+            self.memory.jobs.drop_mark(self.ask, asked)  # False: dropped or made again
+        self.rounds += 1
+        return True
+
+    def _take(self) -> bool:
+        """Takes the lease (free, let go meanwhile, or its holder gone); whether it did."""
+        jobs = self.memory.jobs
+        mine = json.dumps(Holder.here(self.token, time.time() + LEASE).as_dict())
+        took = jobs.take_mark(self.key, mine)
         if not took:
-            held = memory.jobs.mark(key)
+            held = jobs.mark(self.key)
             if held is None:  # let go meanwhile
-                took = memory.jobs.take_mark(key, mine)
+                took = jobs.take_mark(self.key, mine)
             elif _gone(held, time.time()):
-                took = memory.jobs.take_mark(key, mine, held)
+                took = jobs.take_mark(self.key, mine, held)
         if took:
-            renewer = _Renewer(memory, key, token, mine)
-        yield took
-    finally:
-        with _live_lock:
-            _live.discard(token)
+            self.held = True
+            self._renewer = _Renewer(self.memory, self.key, self.token, mine)
+        return took
+
+    def _take_or_ask(self) -> None:
+        """Takes the lease, or asks its holder for one more round; then tries once more,
+        since a holder that looked for an ask before this one and let go after this
+        check's first try answers it no more."""
+        if self._take():
+            return
+        self.memory.jobs.take_mark(self.ask, self.token)  # False: asked already
+        self._take()
+
+    def let_go(self) -> None:
+        """Lets the lease go, if held (the store failing the drop: see ``LEASE``)."""
+        renewer, self._renewer, self.held = self._renewer, None, False
         if renewer is not None:
             # A lease not let go passes within LEASE, or this process's next check of
             # the scope takes it over at once.
             with contextlib.suppress(MemlaneError):
-                any(memory.jobs.drop_mark(key, held) for held in renewer.end())
+                any(self.memory.jobs.drop_mark(self.key, held) for held in renewer.end())
+
+
+@contextlib.contextmanager
+def one_check(memory: Memory, table: str, scope: Mapping[str, str]) -> Iterator[Lease]:
+    """The lease of ``scope``'s fact check in ``table`` for the ``with`` block: held
+    (``Lease.held``), or held by another check, which this one asked for one more round.
+    ``MemlaneError`` when the store cannot tell."""
+    lease = Lease(memory, _key(memory, table, scope), uuid.uuid4().hex)
+    with _live_lock:
+        _live.add(lease.token)
+    try:
+        lease._take_or_ask()
+        yield lease
+    finally:
+        with _live_lock:
+            _live.discard(lease.token)
+        lease.let_go()

@@ -147,7 +147,7 @@ class FactDecision:
 @dataclass(slots=True)
 class FactReport:
     """What ``check_facts`` did; ``error`` when the model failed (facts stay pending);
-    ``waited`` when another check of the scope ran (facts stay pending for the next)."""
+    ``waited`` when another check of the scope ran, asked to check these facts too."""
 
     decisions: list[FactDecision] = field(default_factory=list)
     error: str | None = None
@@ -450,8 +450,9 @@ def check_facts(
     ``candidates(pending_only=True)`` finds), which then waits for the next call, made
     once the first call's decisions are stored. A fact near an older pending fact that is
     not of this check (stored since it began, or left by a change of another check)
-    waits for the next check. One check of a scope runs at a time (``fact_lease``): one
-    that finds another running leaves its facts pending (``waited``). Never raises: a
+    waits for the next check, or round. One check of a scope runs at a time (``fact_lease``): one
+    that finds another running asks it for one more round, which checks the facts stored
+    before the ask (``waited``), and the check runs rounds while asked. Never raises: a
     failure of the model or of the store is reported in ``error`` and leaves the facts
     not yet decided pending; a fact the answer gives no valid decision for is kept.
 
@@ -462,9 +463,9 @@ def check_facts(
     if memory.embedder is None and meaning is None:
         meaning = _default_meaning()
     try:
-        with one_check(memory, table, scope) as held:
-            report.waited = not held  # its facts wait for the next check, which sees these
-            if held:
+        with one_check(memory, table, scope) as lease:
+            report.waited = not lease.held  # the holder checks its facts in a round more
+            while lease.next_round():
                 _check_all(memory, llm, table, scope, limit, meaning, report)
     except Exception as e:  # neither the model's failure nor the store's raises into the agent
         report.error = f"{type(e).__name__}: {e}"
