@@ -24,14 +24,15 @@ def _boot_id() -> str:
         return ""
 
 
-def _started(pid: int) -> str:
+def _started(pid: int) -> str | None:
     """When process ``pid`` started (clock ticks since boot; "" where unknown, or for a
     process that ended and waits for its parent to reap it): a pid reused by another
-    process gives another value."""
+    process gives another value. None where ``/proc`` does not show it: it ended, or
+    belongs to another user under a ``/proc`` mounted ``hidepid``."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return ""
+        return None
     rest = _fields(stat)
     if len(rest) <= 19 or (rest[0] in _ENDED and not _running(pid)):
         return ""  # a killed holder not yet reaped (its main thread alone ended: running)
@@ -72,7 +73,7 @@ os.register_at_fork(after_in_child=_own.clear)
 
 def _own_start() -> str:
     if not _own:
-        _own.append(_started(os.getpid()))
+        _own.append(_started(os.getpid()) or "")
     return _own[0]
 
 
@@ -122,7 +123,12 @@ class Holder:
             return True
         except OSError:  # another user's process: it exists
             pass
-        return bool(self.started) and _started(self.pid) != self.started
+        started = _started(self.pid)
+        if started is None:
+            # Alive, but ``/proc`` hides it (another user's, ``hidepid``): whether the pid
+            # is still the holder's cannot be told, so its lease decides, as on another host.
+            return now > self.until
+        return bool(self.started) and started != self.started
 
     def as_dict(self) -> dict[str, Any]:
         return {
