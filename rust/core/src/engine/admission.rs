@@ -10,6 +10,12 @@
 //! the retrievers skip the ones left out as they meet them, which a graph
 //! search and BM25 do for the hits they reach, not for the store. Each way
 //! gives the hits a selection of the same records gives.
+//!
+//! A filter that admits much of the store (one agent's records in a store
+//! of one agent, an `as_of` or `known_at` near now, a broad range) lists
+//! nothing either: listing it read every record it admits, as much as a
+//! scan, to return a few hits. Its records are checked where the retrievers
+//! meet them, which costs a search about what the share left out costs it.
 
 use super::filter::without;
 use super::records::Records;
@@ -20,8 +26,18 @@ use super::{Engine, Filter, Selection};
 /// retriever for that many more hits and dropping the superseded ones.
 const MAX_OVERFETCH: usize = 2048;
 
+/// The share of the store from which a filter's records are checked where
+/// the retrievers meet them rather than listed: a retriever that meets
+/// records the filter leaves out reads about `1 / share` times as many.
+const CHECK_SHARE: f64 = 0.25;
+
+/// The records sampled to tell a filter's share, and by how much a sample
+/// may overstate it (about three standard errors of a share near a half).
+const CHECK_SAMPLES: usize = 256;
+const SAMPLE_ERROR: f64 = 0.1;
+
 /// The records a search's retrievers may return (see [`Engine::admission`]).
-pub(super) enum Admission {
+pub(super) enum Admission<'f> {
     /// Every live record, of which `closed` superseded ones are dropped from
     /// each retriever's longer list ([`Engine::current_hits`]).
     All { closed: usize },
@@ -30,16 +46,19 @@ pub(super) enum Admission {
     /// Every live record but those of these slots (ascending), and but the
     /// superseded ones when `current`, skipped where the retrievers meet them.
     Except { slots: Vec<u32>, current: bool },
+    /// Every live record `filter` admits, but the superseded ones when
+    /// `current`, checked where the retrievers meet them.
+    Check { filter: &'f Filter, current: bool },
 }
 
-impl Admission {
+impl Admission<'_> {
     /// Whether an [`Admission::Except`] admits the record `id` (any other
     /// admission restricts the retrievers by itself).
     pub(super) fn admits(&self, records: &Records, id: u64) -> bool {
         match self {
-            Admission::Except { slots, current } => records.slot(id).is_some_and(|s| {
-                !(*current && records.is_closed(s)) && slots.binary_search(&s).is_err()
-            }),
+            Admission::Except { .. } | Admission::Check { .. } => records
+                .slot(id)
+                .is_some_and(|s| self.admits_slot(records, s)),
             _ => true,
         }
     }
@@ -52,6 +71,9 @@ impl Admission {
             Admission::Only { selection, .. } => selection.slots.binary_search(&slot).is_ok(),
             Admission::Except { slots, current } => {
                 !(*current && records.is_closed(slot)) && slots.binary_search(&slot).is_err()
+            }
+            Admission::Check { filter, current } => {
+                !(*current && records.is_closed(slot)) && filter.matches(records, slot)
             }
         }
     }
@@ -90,6 +112,18 @@ impl Admission {
                 }
                 return (sessions, speakers);
             }
+            // The turns alone are read, until one of each kind is admitted:
+            // where most records are turns, one of the first few.
+            Admission::Check { .. } => {
+                let mut sessions = records.sessions.values().flat_map(|t| t.values().copied());
+                let sessions =
+                    counts.all.sessions > 0 && sessions.any(|s| self.admits_slot(records, s));
+                let speakers = counts.all.speakers > 0
+                    && records
+                        .speaker_slots()
+                        .any(|s| self.admits_slot(records, s));
+                return (sessions, speakers);
+            }
         };
         (left.sessions > 0, left.speakers > 0)
     }
@@ -101,6 +135,7 @@ impl Admission {
             Admission::Except { slots, current } => {
                 !slots.is_empty() || (*current && !records.closed().is_empty())
             }
+            Admission::Check { .. } => true,
             _ => false,
         }
     }
@@ -111,18 +146,24 @@ impl Engine {
     /// superseded ones with `current_only`. `pool` is what each retriever
     /// is asked for, and `vectors` whether the graph is searched, which
     /// decide when listing the records costs no more than the search does.
-    pub(super) fn admission(
+    pub(super) fn admission<'f>(
         &self,
-        filter: Option<&Filter>,
+        filter: Option<&'f Filter>,
         current_only: bool,
         pool: usize,
         vectors: bool,
-    ) -> Admission {
+    ) -> Admission<'f> {
         let r = &self.records;
         let closed = if current_only { r.closed().len() } else { 0 };
         let slots = match filter.filter(|f| !f.is_all()) {
             Some(f) => match f.exclusion(r) {
                 Some(slots) => slots,
+                None if self.checks(f, current_only, pool, vectors) => {
+                    return Admission::Check {
+                        filter: f,
+                        current: current_only,
+                    };
+                }
                 None => {
                     let mut selection = self.select(f);
                     if closed > 0 {
@@ -152,7 +193,30 @@ impl Engine {
         }
     }
 
-    fn only(&self, selection: Selection) -> Admission {
+    /// Whether the records `filter` admits are checked where the retrievers
+    /// meet them rather than listed: when its candidates are a large share
+    /// of the store (or it has none), and a sample says it admits a large
+    /// share. Not where the graph could scan what a list admits instead of
+    /// searching it (a walk would not find the same hits).
+    fn checks(&self, filter: &Filter, current_only: bool, pool: usize, vectors: bool) -> bool {
+        #[cfg(test)]
+        if tests::LISTED.get() {
+            return false;
+        }
+        let r = &self.records;
+        let most = (r.len() as f64 * CHECK_SHARE) as usize;
+        if r.is_empty() || filter.estimate_within(r, most).is_some_and(|n| n < most) {
+            return false;
+        }
+        let share = filter.share(r, CHECK_SAMPLES, |s| !(current_only && r.is_closed(s)));
+        if share < CHECK_SHARE {
+            return false;
+        }
+        let surely = ((share - SAMPLE_ERROR).max(0.0) * r.len() as f64) as usize;
+        !(vectors && self.graph_may_scan(r.len() - surely, pool))
+    }
+
+    fn only(&self, selection: Selection) -> Admission<'static> {
         let ids = selection
             .slots
             .iter()
@@ -190,6 +254,12 @@ mod tests {
     use crate::hnsw::Params;
 
     const NOW: f64 = 1000.0;
+
+    thread_local! {
+        /// Makes this thread's searches list the records a filter admits
+        /// (see [`Engine::checks`]): what the other ways are compared with.
+        pub(super) static LISTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 
     use crate::testdata::Rng;
 
@@ -233,15 +303,26 @@ mod tests {
             .collect();
         let attrs: Vec<Attrs> = ids
             .iter()
-            .map(|&id| Attrs {
-                id: Some(format!("r{id}")),
-                importance: rng.below(5) as f32 / 4.0,
-                created_at: rng.below(100) as f64,
-                last_accessed_at: rng.below(100) as f64,
-                expires_at: (rng.below(5) == 0).then(|| NOW + rng.below(40) as f64 - 20.0),
-                valid_to: (id as usize <= closed).then_some(50.0),
-                metadata: flatten_metadata(r#"{"all": 1}"#).unwrap(),
-                ..Attrs::blank("memories", "semantic")
+            .map(|&id| {
+                let importance = rng.below(5) as f32 / 4.0;
+                // The least important are turns of a few sessions, half of
+                // them with a speaker.
+                let turn = importance == 0.0;
+                let mut scope: [Option<String>; 6] = Default::default();
+                scope[4] = turn.then(|| format!("s{}", id % 3));
+                Attrs {
+                    id: Some(format!("r{id}")),
+                    scope,
+                    speaker: (turn && id % 2 == 0)
+                        .then(|| ["Ana", "Bo"][id as usize % 4 / 2].into()),
+                    importance,
+                    created_at: rng.below(100) as f64,
+                    last_accessed_at: rng.below(100) as f64,
+                    expires_at: (rng.below(5) == 0).then(|| NOW + rng.below(40) as f64 - 20.0),
+                    valid_to: (id as usize <= closed).then_some(50.0),
+                    metadata: flatten_metadata(r#"{"all": 1}"#).unwrap(),
+                    ..Attrs::blank("memories", "semantic")
+                }
             })
             .collect();
         let vectors = crate::testdata::clustered(n, 8, 20, seed);
@@ -280,7 +361,7 @@ mod tests {
                 let (select, _) = read(e, versions, Some(r#"{"all": 1}"#));
                 let skipped = e.admission(skip.as_ref(), current, 10, true);
                 assert_eq!(matches!(skipped, Admission::Except { .. }), expect_skip);
-                let selected = e.admission(select.as_ref(), current, 10, true);
+                let selected = listed(|| e.admission(select.as_ref(), current, 10, true));
                 assert!(matches!(selected, Admission::Only { .. }));
                 for mode in [Mode::Vector, Mode::Text, Mode::Hybrid] {
                     for fusion in [Fusion::Adaptive, Fusion::rrf(60.0).unwrap()] {
@@ -295,7 +376,7 @@ mod tests {
                             ..SearchRequest::new(Some(text), Some(q), mode, 5)
                         };
                         let got = e.search(&req(skip.as_ref())).unwrap();
-                        let want = e.search(&req(select.as_ref())).unwrap();
+                        let want = listed(|| e.search(&req(select.as_ref()))).unwrap();
                         assert!(!want.ids.is_empty());
                         assert_eq!(got, want, "{mode:?} {fusion:?} {versions:?}");
                     }
@@ -314,6 +395,85 @@ mod tests {
         // so it is listed.
         let e = store_with(1500, 100, 8, Params::default());
         same_hits(&e, false);
+    }
+
+    /// `f` with this thread's searches listing what a filter admits.
+    fn listed<T>(f: impl FnOnce() -> T) -> T {
+        LISTED.set(true);
+        let out = f();
+        LISTED.set(false);
+        out
+    }
+
+    /// Searches of every mode with `filter`, checked as met and listed,
+    /// which must give the same hits, scores and signals; whether it was
+    /// checked.
+    fn checked_as_listed(e: &Engine, filter: &str, current: bool) -> bool {
+        let f = e.parse_filter(filter).unwrap();
+        let got = e.admission(Some(&f), current, 10, true);
+        let want = listed(|| e.admission(Some(&f), current, 10, true));
+        let checked = matches!(got, Admission::Check { .. });
+        assert_eq!(got.turns(&e.records), want.turns(&e.records), "{filter}");
+        let queries = crate::testdata::clustered(12, 8, 20, 98);
+        for (i, q) in queries.chunks_exact(8).enumerate() {
+            let text = ["dark mode", "tea song north", "blue cake"][i % 3];
+            for mode in [Mode::Vector, Mode::Text, Mode::Hybrid] {
+                let req = SearchRequest {
+                    filter: Some(&f),
+                    candidates: 10,
+                    turn_candidates: 20,
+                    current_only: current,
+                    explain: true,
+                    now: NOW,
+                    ..SearchRequest::new(Some(text), Some(q), mode, 5)
+                };
+                let got = e.search(&req).unwrap();
+                let want = listed(|| e.search(&req)).unwrap();
+                assert!(!want.ids.is_empty(), "{filter} {mode:?}");
+                assert_eq!(got, want, "{filter} {mode:?} {current}");
+            }
+        }
+        checked
+    }
+
+    #[test]
+    fn a_filter_of_most_records_is_checked_as_met() {
+        let e = store(3000, 300, 13);
+        for current in [false, true] {
+            // All, with the turns; four in five, without them (the least
+            // important are the turns); a range alone; one in five, listed.
+            assert!(checked_as_listed(&e, r#"{"all": 1}"#, current));
+            assert!(checked_as_listed(
+                &e,
+                r#"{"importance": {"$gte": 0.25}}"#,
+                current
+            ));
+            assert!(checked_as_listed(
+                &e,
+                r#"{"last_accessed_at": {"$lt": 80}}"#,
+                current
+            ));
+            assert!(!checked_as_listed(
+                &e,
+                r#"{"importance": {"$gte": 1.0}}"#,
+                current
+            ));
+        }
+        let turns = |json| {
+            let f = e.parse_filter(json).unwrap();
+            e.admission(Some(&f), false, 10, true).turns(&e.records)
+        };
+        assert_eq!(turns(r#"{"all": 1}"#), (true, true));
+        assert_eq!(turns(r#"{"importance": {"$gte": 0.25}}"#), (false, false));
+        // Small for its graph: the graph would scan a list, so it is listed;
+        // with no vectors searched, checked.
+        let e = store_with(1500, 100, 8, Params::default());
+        assert!(!checked_as_listed(&e, r#"{"all": 1}"#, true));
+        let f = e.parse_filter(r#"{"all": 1}"#).unwrap();
+        assert!(matches!(
+            e.admission(Some(&f), true, 10, false),
+            Admission::Check { .. }
+        ));
     }
 
     #[test]
@@ -341,7 +501,8 @@ mod tests {
                 ..SearchRequest::new(Some("dark cake"), Some(&q), mode, 5)
             };
             let got = e.search(&req(None)).unwrap();
-            assert_eq!(got, e.search(&req(Some(&select))).unwrap(), "{mode:?}");
+            let want = listed(|| e.search(&req(Some(&select)))).unwrap();
+            assert_eq!(got, want, "{mode:?}");
             assert!(got.ids.iter().all(|&id| id as usize > MAX_OVERFETCH + 100));
         }
         // A few superseded: each retriever is asked for more hits instead.

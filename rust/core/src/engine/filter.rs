@@ -211,7 +211,21 @@ impl Filter {
     /// order give as candidates, told without listing them; `None` when it
     /// has none (every live record is a candidate).
     pub fn estimate(&self, records: &Records) -> Option<usize> {
-        estimate(&self.root, records, usize::MAX)
+        self.estimate_within(records, usize::MAX)
+    }
+
+    /// [`estimate`](Self::estimate), where a bound above `cap` may stop at
+    /// any value above it (a range of the expiry or creation order is
+    /// counted no further).
+    pub fn estimate_within(&self, records: &Records, cap: usize) -> Option<usize> {
+        estimate(&self.root, records, cap)
+    }
+
+    /// The share of the live records the filter admits and `keep` keeps, as
+    /// `samples` of them spread over the store tell it (see
+    /// [`Records::share`]).
+    pub fn share(&self, records: &Records, samples: usize, keep: impl Fn(u32) -> bool) -> f64 {
+        records.share(samples, |s| keep(s) && eval(&self.root, records, s))
     }
 
     /// The range of `created_at` that the filter's conditions on it (under

@@ -675,6 +675,11 @@ impl Records {
             .map(|(s, _)| s as u32)
     }
 
+    /// The live records that are turns with a speaker, speaker by speaker.
+    pub fn speaker_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.speakers.keys()).flat_map(|&k| self.postings(&PostingKey::Speaker(k)).iter().copied())
+    }
+
     pub fn postings(&self, key: &PostingKey) -> &[u32] {
         match key {
             PostingKey::Id(k) => self.by_key.get(k).map_or(&[], std::slice::from_ref),
@@ -705,21 +710,29 @@ impl Records {
     }
 
     /// The share of the live records whose `created_at` lies between `from`
-    /// and `to`, as `samples` slots spread evenly over the slots tell it (0
-    /// when none of them is live).
+    /// and `to`, as [`Records::share`] tells it.
     pub fn created_share(&self, from: Bound<f64>, to: Bound<f64>, samples: usize) -> f64 {
+        self.share(samples, |s| {
+            (from, to).contains(&self.created_at[s as usize])
+        })
+    }
+
+    /// The share of the live records that `within` holds, as `samples`
+    /// slots spread evenly over the slots tell it (0 when none of them is
+    /// live): a guess of a filter's size that reads `samples` records.
+    pub fn share(&self, samples: usize, within: impl Fn(u32) -> bool) -> f64 {
         let step = (self.ids.len() / samples.max(1)).max(1);
-        let (mut live, mut within) = (0u32, 0u32);
+        let (mut live, mut held) = (0u32, 0u32);
         for s in (0..self.ids.len()).step_by(step) {
             if self.live[s] {
                 live += 1;
-                within += u32::from((from, to).contains(&self.created_at[s]));
+                held += u32::from(within(s as u32));
             }
         }
         if live == 0 {
             0.0
         } else {
-            f64::from(within) / f64::from(live)
+            f64::from(held) / f64::from(live)
         }
     }
 

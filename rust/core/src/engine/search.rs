@@ -313,7 +313,9 @@ impl Engine {
                         .bm25
                         .search_query(q, pool, Some(&self.bm25.filter(ids))))
                 }
-                Admission::Except { .. } => Ok(self.bm25.search_query_where(q, pool, admits)),
+                Admission::Except { .. } | Admission::Check { .. } => {
+                    Ok(self.bm25.search_query_where(q, pool, admits))
+                }
             },
             _ => Ok(Vec::new()),
         };
@@ -328,7 +330,7 @@ impl Engine {
                 Admission::Only { selection, ids } => {
                     self.vector_candidates(q, pool, Some(ids), Some(selection))
                 }
-                Admission::Except { .. } => {
+                Admission::Except { .. } | Admission::Check { .. } => {
                     let skips = admitted.skips(&self.records);
                     self.vectors_where(q, pool, skips.then_some(&admits))
                 }
