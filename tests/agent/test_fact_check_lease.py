@@ -133,6 +133,120 @@ def test_a_check_asked_without_end_stops_after_its_rounds(
     assert mem.jobs.mark(_ask_key(key)) is None
 
 
+def test_a_round_that_read_a_full_batch_is_followed_by_another(make_store: StoreFactory) -> None:
+    """Facts past one round's batch, the asker's behind them: the holder's rounds go on
+    while a round reads a full batch, up to ``ROUNDS`` (the asked round read the oldest
+    batch alone, and the asker's fact stayed pending with nothing left to check it)."""
+    mem = make_store("backlog", WordHashEmbedder())
+    mem.add("Alice likes green tea", created_at=1.0, **ALICE)
+    for i in range(5):
+        mem.add(f"Alice visited city {i}", created_at=100.0 + i, metadata=pending(None), **ALICE)
+    gate = threading.Event()
+    slow, reports = Adds(gate), []
+    thread = threading.Thread(
+        target=lambda: reports.append(check_facts(mem, slow, "memories", ALICE, limit=2))
+    )
+    thread.start()
+    assert slow.entered.wait(30)
+    mine = mem.add("Alice plays the oboe", created_at=500.0, metadata=pending(None), **ALICE)
+    assert check_facts(mem, Adds(), "memories", ALICE, limit=2).waited
+    gate.set()
+    thread.join(60)
+    assert reports[0].error is None and len(reports[0].decisions) == 6
+    assert mem.get(mine.id).metadata[CHECK] == "kept"
+    assert mem.count("memories", filters={CHECK: "pending"}, **ALICE) == 0
+
+
+def test_a_drop_the_store_fails_before_an_ask_is_reported(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder lets go to end, the store fails the drop, and an ask came meanwhile: the
+    holder cannot take its own lease again, so the asker's fact waits; the report says so
+    (it said nothing)."""
+    mem = make_store("drop_failed", WordHashEmbedder())
+    mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
+    key = _key(mem, "memories", ALICE)
+    book, asked = type(mem.jobs), []
+
+    def failing(self: Any, mark: str, held: str) -> bool:
+        if mark == key and not asked:
+            fact = mem.add("Alice plays the oboe", metadata=pending(None), **ALICE)
+            asked.append((fact, check_facts(mem, Adds(), "memories", ALICE)))
+            raise StorageError("the server closed the connection")
+        return drop(self, mark, held)
+
+    drop = book.drop_mark
+    monkeypatch.setattr(book, "drop_mark", failing)
+    report = check_facts(mem, Adds(), "memories", ALICE)
+    ((fact, waited),) = asked
+    assert waited.waited and report.error is not None and "closed" in report.error
+    assert mem.get(fact.id).metadata[CHECK] == "pending"
+    monkeypatch.undo()
+    later = check_facts(mem, Adds(), "memories", ALICE)  # takes the lease over at once
+    assert later.error is None and [d.fact for d in later.decisions] == [fact.id]
+
+
+def test_a_holder_whose_lease_was_taken_over_runs_no_more_rounds(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lease taken over while its round ran (the renewals failed), the holder runs no
+    round more for an ask: it ran one beside the new holder's."""
+    mem = make_store("taken_over", WordHashEmbedder())
+    mem.add("Alice likes green tea", created_at=900.0, **ALICE)
+    mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
+    key = _key(mem, "memories", ALICE)
+
+    class TakenOver(Adds):
+        def complete(self, messages: Any) -> str:
+            mem.jobs.set_mark(key, "another holder")
+            mem.jobs.take_mark(_ask_key(key), "a check that waited")
+            return super().complete(messages)
+
+    model = TakenOver()
+    report = check_facts(mem, model, "memories", ALICE)
+    assert report.error is None and model.calls == 1
+    assert mem.jobs.mark(key) == "another holder"  # not dropped: not its own
+    assert mem.jobs.mark(_ask_key(key)) == "a check that waited"  # the new holder's
+
+
+def test_an_asker_takes_the_lease_let_go_before_its_ask(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asker found the lease held; the holder then looked for an ask, let go and
+    looked again before the ask was made: the asker's second try takes the lease and
+    checks its fact (nobody else would)."""
+    mem = make_store("ask_after", WordHashEmbedder())
+    mem.add("Alice likes green tea", created_at=900.0, **ALICE)
+    mem.add("Alice keeps bees", created_at=1000.0, metadata=pending(None), **ALICE)
+    key, ask = _key(mem, "memories", ALICE), _ask_key(_key(mem, "memories", ALICE))
+    book, holder, done = type(mem.jobs), threading.Event(), threading.Event()
+    gate = threading.Event()
+    slow, reports = Adds(gate), []
+    take = book.take_mark
+
+    def after_the_holder(self: Any, mark: str, value: str, held: str | None = None) -> bool:
+        if mark == ask and not holder.is_set():
+            holder.set()
+            gate.set()
+            assert done.wait(30)  # the holder ended its check before this ask
+        return take(self, mark, value, held)
+
+    def first() -> None:
+        reports.append(check_facts(mem, slow, "memories", ALICE))
+        done.set()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert slow.entered.wait(30)
+    mine = mem.add("Alice plays the oboe", created_at=1005.0, metadata=pending(None), **ALICE)
+    monkeypatch.setattr(book, "take_mark", after_the_holder)
+    report = check_facts(mem, Adds(), "memories", ALICE)
+    thread.join(60)
+    assert reports[0].error is None and len(reports[0].decisions) == 1
+    assert not report.waited and [d.fact for d in report.decisions] == [mine.id]
+    assert mem.jobs.mark(key) is None and mem.jobs.mark(ask) is None
+
+
 def _lease(holder: Holder) -> str:
     return json.dumps(holder.as_dict())
 

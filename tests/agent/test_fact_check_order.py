@@ -214,7 +214,7 @@ class _Unleased:
     def __init__(self) -> None:
         self.rounds = 0
 
-    def next_round(self) -> bool:
+    def next_round(self, more: bool = False) -> bool:
         self.rounds += 1
         return self.rounds == 1
 

@@ -97,6 +97,11 @@ class _Renewer:
                 except MemlaneError:  # tried again at the next third (a closed store too)
                     self.texts = [new, *self.texts[:-1]][:3] + self.texts[-1:]
 
+    def holds(self) -> bool:
+        """Whether the lease holds a text written here now (False: taken over)."""
+        with self.lock:
+            return self.memory.jobs.mark(self.key) in self.texts
+
     def end(self) -> list[str]:
         """Stops renewing; the texts the lease may hold."""
         with self.lock:
@@ -115,21 +120,30 @@ class Lease:
         self.rounds = 0
         self._renewer: _Renewer | None = None
 
-    def next_round(self) -> bool:
+    def next_round(self, more: bool = False) -> bool:
         """Whether the check runs a round now, holding the lease: its first; then one
-        more whenever a check that waited asked for it (up to ``ROUNDS``), the lease let
-        go otherwise. Each round's reading of the pending facts follows the ask it
-        answers: the ask is dropped before the round is run."""
-        if not self.held or self.rounds >= ROUNDS:
+        more while the round before left facts unread (``more``: it read a full batch) or
+        a check that waited asked for one (up to ``ROUNDS``), the lease let go otherwise.
+        Each round's reading of the pending facts follows the ask it answers: the ask is
+        dropped before the round is run. ``MemlaneError`` when the store fails a look, or
+        the lease's drop with an ask left that this check can then not answer."""
+        if self._renewer is None or self.rounds >= ROUNDS:
             return False
-        if self.rounds == 0 or self.memory.jobs.mark(self.ask) is not None:
+        if self.rounds and not self._renewer.holds():  # taken over: its holder answers
+            self._renewer.end()
+            self._renewer, self.held = None, False
+            return False
+        if self.rounds == 0 or more or self.memory.jobs.mark(self.ask) is not None:
             return self._begin()
-        self.let_go()
+        failed = self.let_go()
         # An ask made after the look above, while the lease was still held, found it
         # held and then could not take it: answered here, or by whoever took it since
         # (a round of theirs begins after their taking, so after this ask).
-        if self.memory.jobs.mark(self.ask) is not None and self._take():
-            return self._begin()
+        if self.memory.jobs.mark(self.ask) is not None:
+            if self._take():
+                return self._begin()
+            if failed is not None:  # held by this check still: the ask waits, said so
+                raise failed
         return False
 
     def _begin(self) -> bool:
@@ -164,14 +178,19 @@ class Lease:
         self.memory.jobs.take_mark(self.ask, self.token)  # False: asked already
         self._take()
 
-    def let_go(self) -> None:
-        """Lets the lease go, if held (the store failing the drop: see ``LEASE``)."""
+    def let_go(self) -> MemlaneError | None:
+        """Lets the lease go, if held; the error of a drop the store failed, which leaves
+        it held until it passes (see ``LEASE``), or this process's next check takes it
+        over."""
         renewer, self._renewer, self.held = self._renewer, None, False
-        if renewer is not None:
-            # A lease not let go passes within LEASE, or this process's next check of
-            # the scope takes it over at once.
-            with contextlib.suppress(MemlaneError):
-                any(self.memory.jobs.drop_mark(self.key, held) for held in renewer.end())
+        failed: MemlaneError | None = None
+        for held in renewer.end() if renewer is not None else []:
+            try:
+                if self.memory.jobs.drop_mark(self.key, held):
+                    return None
+            except MemlaneError as e:
+                failed = e
+        return failed
 
 
 @contextlib.contextmanager

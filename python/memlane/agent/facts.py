@@ -445,16 +445,18 @@ def check_facts(
     meaning: Embedder | None = None,
 ) -> FactReport:
     """Checks the pending facts of exactly ``scope`` in ``table`` (the oldest ``limit`` current
-    ones), in as few model calls as their order allows: facts go to one call until one
-    of them may change another of the call (an older pending fact among those
+    ones a round), in as few model calls as their order allows: facts go to one call until
+    one of them may change another of the call (an older pending fact among those
     ``candidates(pending_only=True)`` finds), which then waits for the next call, made
     once the first call's decisions are stored. A fact near an older pending fact that is
     not of this check (stored since it began, or left by a change of another check)
-    waits for the next check, or round. One check of a scope runs at a time (``fact_lease``): one
-    that finds another running asks it for one more round, which checks the facts stored
-    before the ask (``waited``), and the check runs rounds while asked. Never raises: a
-    failure of the model or of the store is reported in ``error`` and leaves the facts
-    not yet decided pending; a fact the answer gives no valid decision for is kept.
+    waits for the next check, or round. One check of a scope runs at a time
+    (``fact_lease``): one that finds another running asks it for one more round, which
+    reads the pending facts after the ask (``waited``). The check runs rounds while asked,
+    or while a round read ``limit`` facts, up to ``fact_lease.ROUNDS``; facts left then
+    wait for the next check. Never raises: a failure of the model or of the store is
+    reported in ``error`` and leaves the facts not yet decided pending; a fact the answer
+    gives no valid decision for is kept.
 
     ``meaning``: the embedder ``candidates`` ranks a store's newest memories with when the
     store has no vectors; the default model unless given (a model that fails to load is
@@ -465,8 +467,9 @@ def check_facts(
     try:
         with one_check(memory, table, scope) as lease:
             report.waited = not lease.held  # the holder checks its facts in a round more
-            while lease.next_round():
-                _check_all(memory, llm, table, scope, limit, meaning, report)
+            more = False
+            while lease.next_round(more):
+                more = _check_all(memory, llm, table, scope, limit, meaning, report)
     except Exception as e:  # neither the model's failure nor the store's raises into the agent
         report.error = f"{type(e).__name__}: {e}"
     return report
@@ -480,8 +483,9 @@ def _check_all(
     limit: int,
     meaning: Embedder | None,
     report: FactReport,
-) -> None:
-    """``check_facts``'s work, its scope's lease held."""
+) -> bool:
+    """``check_facts``'s work, its scope's lease held; whether it read a full batch
+    (more facts may be pending)."""
     # Every fact other processes stored is seen: a check blind to an older pending fact
     # of another process (its follower lagging after a server restart) adds beside it.
     memory.refresh()
@@ -489,8 +493,8 @@ def _check_all(
     fields, only = exact_scope(memory, scope)
     checked = {CHECK: "pending", "valid_to": None}  # a superseded version is history
     flt = {"$and": [only, checked]}
-    facts = memory.list(table, limit=limit, order="asc", filters=flt, **fields)
-    facts = [f for f in facts if _pending(f) and f.valid_to is None]  # as read, not as matched
+    listed = memory.list(table, limit=limit, order="asc", filters=flt, **fields)
+    facts = [f for f in listed if _pending(f) and f.valid_to is None]  # as read, not as matched
     # The store's order: created_at, then the order of storing (facts learnt together).
     rank = {f.id: i for i, f in enumerate(facts)}
 
@@ -535,6 +539,7 @@ def _check_all(
             for c in candidates(memory, fact, table, scope, meaning=meaning):
                 shown.setdefault(c.id, c)
         facts = _decide(memory, llm, group, list(shown.values()), report, arrived) + rest
+    return len(listed) == limit
 
 
 class _Later(Exception):
