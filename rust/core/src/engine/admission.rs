@@ -18,6 +18,7 @@
 //! meet them, which costs a search about what the share left out costs it.
 
 use super::filter::without;
+use super::order::{split_groups, GroupTerms};
 use super::records::Records;
 use super::{Engine, Filter, Selection};
 
@@ -36,6 +37,14 @@ const CHECK_SHARE: f64 = 0.25;
 const CHECK_SAMPLES: usize = 256;
 const SAMPLE_ERROR: f64 = 0.1;
 
+/// The turns and sessions read, at most, to tell whether a checked filter
+/// admits a turn (see [`Admission::turns`]); past them its records are
+/// listed, as they were.
+const TURNS_READ: usize = 1024;
+/// Past this many groups of table and scope holding turns, their totals
+/// are not read to tell it.
+const TURN_GROUPS_READ: usize = 4096;
+
 /// The records a search's retrievers may return (see [`Engine::admission`]).
 pub(super) enum Admission<'f> {
     /// Every live record, of which `closed` superseded ones are dropped from
@@ -47,8 +56,13 @@ pub(super) enum Admission<'f> {
     /// superseded ones when `current`, skipped where the retrievers meet them.
     Except { slots: Vec<u32>, current: bool },
     /// Every live record `filter` admits, but the superseded ones when
-    /// `current`, checked where the retrievers meet them.
-    Check { filter: &'f Filter, current: bool },
+    /// `current`, checked where the retrievers meet them; `turns`: whether
+    /// they hold turns with a session, with a speaker (told as it was chosen).
+    Check {
+        filter: &'f Filter,
+        current: bool,
+        turns: (bool, bool),
+    },
 }
 
 impl Admission<'_> {
@@ -72,9 +86,9 @@ impl Admission<'_> {
             Admission::Except { slots, current } => {
                 !(*current && records.is_closed(slot)) && slots.binary_search(&slot).is_err()
             }
-            Admission::Check { filter, current } => {
-                !(*current && records.is_closed(slot)) && filter.matches(records, slot)
-            }
+            Admission::Check {
+                filter, current, ..
+            } => !(*current && records.is_closed(slot)) && filter.matches(records, slot),
         }
     }
 
@@ -112,18 +126,7 @@ impl Admission<'_> {
                 }
                 return (sessions, speakers);
             }
-            // The turns alone are read, until one of each kind is admitted:
-            // where most records are turns, one of the first few.
-            Admission::Check { .. } => {
-                let mut sessions = records.sessions.values().flat_map(|t| t.values().copied());
-                let sessions =
-                    counts.all.sessions > 0 && sessions.any(|s| self.admits_slot(records, s));
-                let speakers = counts.all.speakers > 0
-                    && records
-                        .speaker_slots()
-                        .any(|s| self.admits_slot(records, s));
-                return (sessions, speakers);
-            }
+            Admission::Check { turns, .. } => return *turns,
         };
         (left.sessions > 0, left.speakers > 0)
     }
@@ -158,19 +161,22 @@ impl Engine {
         let slots = match filter.filter(|f| !f.is_all()) {
             Some(f) => match f.exclusion(r) {
                 Some(slots) => slots,
-                None if self.checks(f, current_only, pool, vectors) => {
-                    return Admission::Check {
-                        filter: f,
-                        current: current_only,
-                    };
-                }
-                None => {
-                    let mut selection = self.select(f);
-                    if closed > 0 {
-                        selection.slots.retain(|&s| !r.is_closed(s));
+                None => match self.checks(f, current_only, pool, vectors) {
+                    Some(turns) => {
+                        return Admission::Check {
+                            filter: f,
+                            current: current_only,
+                            turns,
+                        };
                     }
-                    return self.only(selection);
-                }
+                    None => {
+                        let mut selection = self.select(f);
+                        if closed > 0 {
+                            selection.slots.retain(|&s| !r.is_closed(s));
+                        }
+                        return self.only(selection);
+                    }
+                },
             },
             None if closed <= MAX_OVERFETCH => return Admission::All { closed },
             None => Vec::new(),
@@ -197,23 +203,70 @@ impl Engine {
     /// meet them rather than listed: when its candidates are a large share
     /// of the store (or it has none), and a sample says it admits a large
     /// share. Not where the graph could scan what a list admits instead of
-    /// searching it (a walk would not find the same hits).
-    fn checks(&self, filter: &Filter, current_only: bool, pool: usize, vectors: bool) -> bool {
+    /// searching it (a walk would not find the same hits), nor where whether
+    /// it admits turns takes long to tell. `Some` of the turns it admits.
+    fn checks(
+        &self,
+        filter: &Filter,
+        current_only: bool,
+        pool: usize,
+        vectors: bool,
+    ) -> Option<(bool, bool)> {
         #[cfg(test)]
         if tests::LISTED.get() {
-            return false;
+            return None;
         }
         let r = &self.records;
         let most = (r.len() as f64 * CHECK_SHARE) as usize;
         if r.is_empty() || filter.estimate_within(r, most).is_some_and(|n| n < most) {
-            return false;
+            return None;
         }
         let share = filter.share(r, CHECK_SAMPLES, |s| !(current_only && r.is_closed(s)));
         if share < CHECK_SHARE {
-            return false;
+            return None;
         }
         let surely = ((share - SAMPLE_ERROR).max(0.0) * r.len() as f64) as usize;
-        !(vectors && self.graph_may_scan(r.len() - surely, pool))
+        if vectors && self.graph_may_scan(r.len() - surely, pool) {
+            return None;
+        }
+        self.admitted_turns(filter, current_only)
+    }
+
+    /// Whether `filter` admits turns with a session, with a speaker (as a
+    /// list of its records would tell), so that turns it leaves out never
+    /// change how a search runs: none where no group of table and scope it
+    /// admits holds one, else the first admitted turn found among the
+    /// turns; `None` when that takes more than [`TURNS_READ`] reads.
+    fn admitted_turns(&self, filter: &Filter, current: bool) -> Option<(bool, bool)> {
+        let r = &self.records;
+        let mut may = (r.turns.all.sessions > 0, r.turns.all.speakers > 0);
+        if r.turn_groups.len() <= TURN_GROUPS_READ {
+            let (mut terms, mut rest) = (Vec::new(), Vec::new());
+            split_groups(filter.root(), &mut terms, &mut rest);
+            let terms = GroupTerms(terms);
+            may = (false, false);
+            let admitted = r.turn_groups.iter().filter(|(g, _)| terms.admits(g));
+            for (_, t) in admitted {
+                may = (may.0 || t.sessions > 0, may.1 || t.speakers > 0);
+            }
+        }
+        let mut read = 0;
+        let mut admitted = |slots: &mut dyn Iterator<Item = u32>| -> Option<bool> {
+            for s in slots {
+                read += 1;
+                if read > TURNS_READ {
+                    return None;
+                }
+                if !(current && r.is_closed(s)) && filter.matches(r, s) {
+                    return Some(true);
+                }
+            }
+            Some(false)
+        };
+        let mut sessions = r.sessions.values().flat_map(|t| t.values().copied());
+        let sessions = may.0 && admitted(&mut sessions)?;
+        let speakers = may.1 && admitted(&mut r.speaker_slots())?;
+        Some((sessions, speakers))
     }
 
     fn only(&self, selection: Selection) -> Admission<'static> {
@@ -474,6 +527,59 @@ mod tests {
             e.admission(Some(&f), true, 10, false),
             Admission::Check { .. }
         ));
+    }
+
+    /// Turns of a table beside as many notes of another: whether a checked
+    /// filter admits turns is told from the groups' totals when its tables
+    /// leave them out, and from the turns when they do not, up to
+    /// [`TURNS_READ`] of them; past that its records are listed.
+    #[test]
+    fn whether_a_checked_filter_admits_turns_is_told_cheaply_or_it_is_listed() {
+        let n = 3 * TURNS_READ;
+        let mut e = Engine::new(EngineConfig::default()).unwrap();
+        let ids: Vec<u64> = (1..=2 * n as u64).collect();
+        let texts: Vec<String> = ids.iter().map(|i| format!("note {}", i % 7)).collect();
+        let attrs: Vec<Attrs> = ids
+            .iter()
+            .map(|&id| {
+                let turn = id as usize <= n;
+                let mut scope: [Option<String>; 6] = Default::default();
+                scope[0] = Some("agent".into());
+                scope[4] = turn.then(|| format!("s{}", id % 5));
+                Attrs {
+                    scope,
+                    speaker: turn.then(|| "Ana".into()),
+                    importance: if turn { 0.0 } else { 0.75 },
+                    ..Attrs::blank(if turn { "messages" } else { "notes" }, "semantic")
+                }
+            })
+            .collect();
+        e.upsert(Batch {
+            ids: &ids,
+            texts: Some(&texts),
+            vectors: None,
+            attrs: &attrs,
+        })
+        .unwrap();
+        let admission = |json: &str| {
+            let f = e.parse_filter(json).unwrap();
+            let got = e.admission(Some(&f), false, 10, false);
+            let want = listed(|| e.admission(Some(&f), false, 10, false));
+            assert_eq!(got.turns(&e.records), want.turns(&e.records), "{json}");
+            (
+                matches!(got, Admission::Check { .. }),
+                got.turns(&e.records),
+            )
+        };
+        // The notes' table holds no turn: told by the totals.
+        assert_eq!(admission(r#"{"table": "notes"}"#), (true, (false, false)));
+        // The agent's records hold turns: the first one read is admitted.
+        assert_eq!(admission(r#"{"agent_id": "agent"}"#), (true, (true, true)));
+        // The notes again, by importance: every turn is read and left out.
+        assert_eq!(
+            admission(r#"{"importance": {"$gt": 0.5}}"#),
+            (false, (false, false))
+        );
     }
 
     #[test]

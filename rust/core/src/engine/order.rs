@@ -325,10 +325,10 @@ fn walked(
 
 /// What a filter asks of a group's key ([`Records::group`]): at each place,
 /// one of the values (none: every group).
-struct GroupTerms(Vec<(usize, Vec<u32>)>);
+pub(super) struct GroupTerms(pub(super) Vec<(usize, Vec<u32>)>);
 
 impl GroupTerms {
-    fn admits(&self, group: &[u32; 7]) -> bool {
+    pub(super) fn admits(&self, group: &[u32; 7]) -> bool {
         (self.0.iter()).all(|(at, values)| values.contains(&group[*at]))
     }
 }
@@ -336,7 +336,7 @@ impl GroupTerms {
 /// Sorts the conditions under `node`'s `$and`s into those on the table or a
 /// scope field that a group's key tells (the key's place, and the values
 /// that meet it: [`NONE`] for unset) and the others.
-fn split_groups(node: &Node, wants: &mut Vec<(usize, Vec<u32>)>, rest: &mut Vec<Node>) {
+pub(super) fn split_groups(node: &Node, wants: &mut Vec<(usize, Vec<u32>)>, rest: &mut Vec<Node>) {
     let at = |field: &Field| match field {
         Field::Table => Some(0),
         Field::Scope(i) => Some(usize::from(*i) + 1),

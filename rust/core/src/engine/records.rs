@@ -417,6 +417,10 @@ pub struct Records {
     /// Live records per table and scope ([`Records::group`]), so that counts
     /// by table and scope of the whole store read no record.
     pub(crate) groups: FxHashMap<[u32; 7], u32>,
+    /// Live turns per table and scope, of the groups that hold any: whether
+    /// a filter of tables and scopes can admit a turn, told without reading
+    /// one.
+    pub(crate) turn_groups: FxHashMap<[u32; 7], Turns>,
     /// Live records per metadata key, so that `$exists` of a key no record
     /// holds (what an adapter looks for once, usually in vain) reads none.
     pub(crate) meta_keys: FxHashMap<u32, u32>,
@@ -1096,8 +1100,14 @@ impl Records {
             *self.speakers.entry(v).or_default() += 1;
             self.names.add(v, self.strings.resolve(v));
         }
-        self.turns.count(self.turn_of(slot), 1);
-        *self.groups.entry(self.group(slot)).or_default() += 1;
+        let of = self.turn_of(slot);
+        self.turns.count(of, 1);
+        let turn = of.0;
+        let group = self.group(slot);
+        *self.groups.entry(group).or_default() += 1;
+        if turn.0 || turn.1 {
+            self.turn_groups.entry(group).or_default().count(turn, 1);
+        }
         for key in distinct_keys(&self.meta[slot as usize]) {
             *self.meta_keys.entry(key).or_default() += 1;
         }
@@ -1110,9 +1120,17 @@ impl Records {
             decrement(&mut self.speakers, v);
             self.names.remove(v, self.strings.resolve(v));
         }
-        self.turns.count(self.turn_of(slot), -1);
+        let of = self.turn_of(slot);
+        self.turns.count(of, -1);
+        let turn = of.0;
         let group = self.group(slot);
         decrement(&mut self.groups, group);
+        if let Some(t) = self.turn_groups.get_mut(&group) {
+            t.count(turn, -1);
+            if t.sessions == 0 && t.speakers == 0 {
+                self.turn_groups.remove(&group);
+            }
+        }
         for key in distinct_keys(&self.meta[slot as usize]) {
             decrement(&mut self.meta_keys, key);
         }
@@ -1157,6 +1175,7 @@ impl Records {
         self.names = NameWords::default();
         self.turns = TurnCounts::default();
         self.groups = FxHashMap::default();
+        self.turn_groups = FxHashMap::default();
         self.meta_keys = FxHashMap::default();
         self.expiring = BTreeSet::new();
         self.prev = vec![NONE; self.ids.len()];
@@ -1387,7 +1406,7 @@ mod tests {
     }
 
     #[test]
-    fn the_expiry_order_and_key_counts_follow_every_change() {
+    fn the_expiry_order_key_counts_and_turn_groups_follow_every_change() {
         let mut r = Records::default();
         let mut s = 0x2545_f491_u64;
         let mut below = |m: u64| {
@@ -1412,17 +1431,30 @@ mod tests {
                 }
             }
             assert_eq!(r.meta_keys, keys);
+            let mut turns: FxHashMap<[u32; 7], Turns> = FxHashMap::default();
+            for s in r.live_slots() {
+                let (turn, _) = r.turn_of(s);
+                if turn.0 || turn.1 {
+                    turns.entry(r.group(s)).or_default().count(turn, 1);
+                }
+            }
+            assert_eq!(r.turn_groups, turns);
         };
         for step in 0..2000 {
             let id = below(300);
             if below(4) == 0 {
                 r.remove(id);
             } else {
-                let mut a = attrs("t", None, r#"{"a": [1, 1, 2], "b": {"c": 1}}"#);
+                let agent = ["a", "b"][below(2) as usize];
+                let table = ["t", "messages"][below(2) as usize];
+                let mut a = attrs(table, Some(agent), r#"{"a": [1, 1, 2], "b": {"c": 1}}"#);
                 if below(2) == 0 {
                     a.metadata.truncate(below(4) as usize);
                 }
                 a.expires_at = (below(3) > 0).then(|| below(50) as f64 - 25.0);
+                a.scope[SESSION] = (below(2) == 0).then(|| format!("s{}", below(3)));
+                a.speaker = (below(3) == 0).then(|| "Ana".into());
+                a.valid_to = (below(5) == 0).then_some(10.0);
                 r.insert(id, &a);
             }
             if step % 250 == 0 {
@@ -1430,9 +1462,18 @@ mod tests {
             }
         }
         check(&r);
-        let kept = (r.expiring.clone(), r.meta_keys.clone());
+        let kept = (
+            r.expiring.clone(),
+            r.meta_keys.clone(),
+            r.turn_groups.clone(),
+        );
         r.rebuild_index().unwrap();
-        assert_eq!((r.expiring.clone(), r.meta_keys.clone()), kept);
+        let rebuilt = (
+            r.expiring.clone(),
+            r.meta_keys.clone(),
+            r.turn_groups.clone(),
+        );
+        assert_eq!(rebuilt, kept);
         // A range of the order, in expiry order; crossed or NaN bounds give none.
         let at = |slots: Vec<u32>| -> Vec<f64> {
             slots.iter().map(|&s| r.expires_at[s as usize]).collect()
