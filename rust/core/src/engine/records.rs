@@ -93,6 +93,9 @@ pub enum PostingKey {
     /// A conversation turn's speaker (interned): whether a search's scope
     /// holds turns of a speaker its question names.
     Speaker(u32),
+    /// The records that hold a metadata key (interned), whatever its value:
+    /// `$exists` of a key a few records hold reads those.
+    Key(u32),
     /// A record's public id (interned); looked up in [`Records::by_key`]
     /// rather than in the postings, since each names one slot.
     Id(u32),
@@ -421,9 +424,6 @@ pub struct Records {
     /// a filter of tables and scopes can admit a turn, told without reading
     /// one.
     pub(crate) turn_groups: FxHashMap<[u32; 7], Turns>,
-    /// Live records per metadata key, so that `$exists` of a key no record
-    /// holds (what an adapter looks for once, usually in vain) reads none.
-    pub(crate) meta_keys: FxHashMap<u32, u32>,
     /// The live records that expire, by `expires_at` ([`ordered`]) then slot:
     /// those expired at a time are a range of it (usually a few, since
     /// maintenance deletes them), so a read that leaves them out, and a
@@ -758,7 +758,7 @@ impl Records {
 
     /// How many live records hold metadata key `key`.
     pub fn with_key(&self, key: u32) -> usize {
-        self.meta_keys.get(&key).map_or(0, |&n| n as usize)
+        self.postings(&PostingKey::Key(key)).len()
     }
 
     /// The previous and the next record of `slot`'s session, if it has a
@@ -872,7 +872,7 @@ impl Records {
     fn keys_of(&self, slot: u32) -> Vec<PostingKey> {
         let s = slot as usize;
         // Sized once: growing it was a `realloc` for every record an open posts.
-        let mut keys = Vec::with_capacity(5 + self.scope.len() + self.meta[s].len());
+        let mut keys = Vec::with_capacity(5 + self.scope.len() + 2 * self.meta[s].len());
         keys.extend([
             PostingKey::Table(self.table[s]),
             PostingKey::Type(self.kind[s]),
@@ -894,6 +894,7 @@ impl Records {
                 .iter()
                 .map(|&(k, v)| PostingKey::Meta(k, ValueKey::from(v))),
         );
+        keys.extend(distinct_keys(&self.meta[s]).map(PostingKey::Key));
         // A key repeated by a list ([1, 1]) is harmless: posting skips a
         // slot already there and unposting one already gone.
         keys
@@ -1108,9 +1109,6 @@ impl Records {
         if turn.0 || turn.1 {
             self.turn_groups.entry(group).or_default().count(turn, 1);
         }
-        for key in distinct_keys(&self.meta[slot as usize]) {
-            *self.meta_keys.entry(key).or_default() += 1;
-        }
     }
 
     /// Takes `slot` out of the totals [`tally`](Self::tally) put it in
@@ -1130,9 +1128,6 @@ impl Records {
             if t.sessions == 0 && t.speakers == 0 {
                 self.turn_groups.remove(&group);
             }
-        }
-        for key in distinct_keys(&self.meta[slot as usize]) {
-            decrement(&mut self.meta_keys, key);
         }
     }
 
@@ -1176,7 +1171,6 @@ impl Records {
         self.turns = TurnCounts::default();
         self.groups = FxHashMap::default();
         self.turn_groups = FxHashMap::default();
-        self.meta_keys = FxHashMap::default();
         self.expiring = BTreeSet::new();
         self.prev = vec![NONE; self.ids.len()];
         self.next = vec![NONE; self.ids.len()];
@@ -1430,7 +1424,14 @@ mod tests {
                     *keys.entry(k).or_default() += 1;
                 }
             }
-            assert_eq!(r.meta_keys, keys);
+            for (&k, &n) in &keys {
+                assert_eq!(r.with_key(k), n as usize);
+            }
+            let held = r
+                .postings
+                .keys()
+                .filter(|k| matches!(k, PostingKey::Key(_)));
+            assert_eq!(held.count(), keys.len());
             let mut turns: FxHashMap<[u32; 7], Turns> = FxHashMap::default();
             for s in r.live_slots() {
                 let (turn, _) = r.turn_of(s);
@@ -1464,13 +1465,13 @@ mod tests {
         check(&r);
         let kept = (
             r.expiring.clone(),
-            r.meta_keys.clone(),
+            r.postings.clone(),
             r.turn_groups.clone(),
         );
         r.rebuild_index().unwrap();
         let rebuilt = (
             r.expiring.clone(),
-            r.meta_keys.clone(),
+            r.postings.clone(),
             r.turn_groups.clone(),
         );
         assert_eq!(rebuilt, kept);
