@@ -68,14 +68,7 @@ import numpy as np
 from memlane.agent.fact_lease import one_check
 from memlane.agent.llm import LLM, ChatMessage
 from memlane.agent.parsing import ParseError, extract_json
-from memlane.agent.statements import (
-    LEARNED,
-    RESTATED,
-    learned,
-    newer,
-    order_of,
-    said_at,
-)
+from memlane.agent.statements import LEARNED, RESTATED, learned, newer, order_of, said_at
 from memlane.embeddings import CachedEmbedder, Embedder
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
@@ -444,19 +437,18 @@ def check_facts(
     limit: int = _BATCH,
     meaning: Embedder | None = None,
 ) -> FactReport:
-    """Checks the pending facts of exactly ``scope`` in ``table`` (the oldest ``limit`` current
-    ones a round), in as few model calls as their order allows: facts go to one call until
-    one of them may change another of the call (an older pending fact among those
-    ``candidates(pending_only=True)`` finds), which then waits for the next call, made
-    once the first call's decisions are stored. A fact near an older pending fact that is
-    not of this check (stored since it began, or left by a change of another check)
-    waits for the next check, or round. One check of a scope runs at a time
-    (``fact_lease``): one that finds another running asks it for one more round, which
-    reads the pending facts after the ask (``waited``). The check runs rounds while asked,
-    or while a round read ``limit`` facts, up to ``fact_lease.ROUNDS``; facts left then
-    wait for the next check. Never raises: a failure of the model or of the store is
-    reported in ``error`` and leaves the facts not yet decided pending; a fact the answer
-    gives no valid decision for is kept.
+    """Checks the pending facts of exactly ``scope`` in ``table`` (the oldest ``limit``
+    current ones a round), in as few model calls as their order allows: facts go to one
+    call until one of them may change another of the call (an older pending fact among
+    those ``candidates(pending_only=True)`` finds), which waits for the next call, made
+    once the first call's decisions are stored. A fact near an older pending fact not of
+    this check (stored since it began, or left by another check's change) waits for the
+    next check, or round. One check of a scope runs at a time (``fact_lease``): one that
+    finds another running asks it for a round more, which reads the pending facts after
+    the ask (``waited``). Rounds go on while asked or while one read ``limit`` facts, up
+    to ``fact_lease.ROUNDS``. Never raises: a failure of the model or of the store is in
+    ``error`` and leaves the facts not yet decided pending; a fact the answer gives no
+    valid decision for is kept.
 
     ``meaning``: the embedder ``candidates`` ranks a store's newest memories with when the
     store has no vectors; the default model unless given (a model that fails to load is
