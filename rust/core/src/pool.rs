@@ -138,8 +138,7 @@ mod tests {
     /// The fork runs in a test process of its own, the harness told to run
     /// that one test: forked beside the other tests' threads, the child can
     /// inherit a lock one of them held (an allocator's, the loader's) and
-    /// wait for it forever, which failed this test about once in 30 runs on
-    /// a loaded machine.
+    /// wait for it forever.
     #[test]
     fn a_forked_child_runs_parallel_work() {
         let exe = std::env::current_exe().unwrap();

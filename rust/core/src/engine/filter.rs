@@ -582,7 +582,7 @@ fn holders<'r>(field: &Field, records: &'r Records) -> Option<&'r [u32]> {
 
 /// [`holders`], to leave out: only when they are at most half the store. A
 /// key most records hold leaves few in, which a scan finds sooner than a
-/// merge of every record with the holders (2-3x, found by the attack).
+/// merge of every record with the holders.
 fn few_holders<'r>(field: &Field, records: &'r Records) -> Option<&'r [u32]> {
     holders(field, records).filter(|h| h.len() <= records.len() / 2)
 }

@@ -734,8 +734,8 @@ impl Records {
     /// guess of a filter's size that reads `samples` records. The slots are
     /// drawn by a fixed hash of the sample's number (splitmix64), so no
     /// order of adding (records added in turn by a few writers, values given
-    /// in a cycle) falls in step with them, as it did with an even stride
-    /// and with a Weyl sequence (found by the attack).
+    /// in a cycle) falls in step with them, as it can with a stride or any
+    /// regular sequence of the slots.
     pub fn share(&self, samples: usize, within: impl Fn(u32) -> bool) -> f64 {
         let slots = self.ids.len() as u128;
         let (mut live, mut held) = (0u32, 0u32);
@@ -1231,15 +1231,16 @@ mod tests {
         }
     }
 
-    /// Values in a cycle in the order of adding: an even stride of the
-    /// slots (39 of 10,000 for 256 samples) saw one value alone.
+    /// Values in a cycle in the order of adding: a share sampled at an even
+    /// stride of the slots (39 of 10,000 for 256 samples) sees one value.
     #[test]
     fn a_share_is_not_fooled_by_values_in_a_cycle() {
         let mut r = Records::default();
         for id in 0..10_000u64 {
             r.insert(id, &attrs("memories", None, "{}"));
         }
-        // Weyl's sequence took 49% for 23 of 164 (found by the attack).
+        // Cycles of many lengths, long ones too (a regular sequence of the
+        // slots falls in step with some).
         for (period, held) in [(10, 7), (39, 1), (39, 38), (2, 1), (256, 128), (164, 23)] {
             let share = r.share(256, |s| s % period < held);
             let truth = f64::from(held) / f64::from(period);
