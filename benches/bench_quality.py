@@ -286,6 +286,7 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("fixed alpha=0.5 (the default before)", {"fusion": "weighted", "alpha": 0.5}),
     ("fixed alpha=0.3", {"fusion": "weighted", "alpha": 0.3}),
     ("context off: BM25 and cosine (context_weight=0)", {"context_weight": 0.0}),
+    ("answer pass off (answer_weight=0: the default before)", {"answer_weight": 0.0}),
     ("speaker field off (speaker_weight=0)", {"speaker_weight": 0.0}),
     ("date pass off (date_weight=0: the default before)", {"date_weight": 0.0}),
     ("when pass off (when_weight=0: the default before)", {"when_weight": 0.0}),

@@ -4,11 +4,11 @@ For each query of a set (``bench_quality.py``'s sets), ``Memory.search`` is aske
 with ``explain=True``, at alpha 0 and at alpha 1 with the default depth, which returns
 the BM25 list and the vector list whole, each candidate with every signal the engine
 fuses (BM25, its contextual BM25, whether the query names its speaker, cosine, its
-neighbours' best cosine, ranks),
+neighbours' best cosine, the cosine of the question it answers, ranks),
 the query's BM25 ceiling, and each record's importance and last access. The engine's
 score is then replayed in numpy (the BM25 share with the session and speaker passes, the
-cosine with its neighbours', the fusion, the boost), checked against the engine's own
-ranking of the same query, and every rule of the grid ranks the same candidates:
+cosine with its neighbours' and its question's, the fusion, the boost), checked against
+the engine's own ranking of the same query, and every rule of the grid ranks the same candidates:
 
 - ``fixed``: a fixed alpha (0.5 the default before);
 - ``adaptive``: the default (``low`` 0.4, ``high`` 0.55, ``rank`` 30), ``alpha = low +
@@ -51,7 +51,7 @@ from bench_quality import SETS, Bench, CachedModel, Metrics, Query, mean, metric
 CACHE = Path(__file__).resolve().parent / ".cache"
 LN2 = math.log(2)
 #: The engine's defaults the replay follows (rust/core/src/fusion.rs, scoring.rs).
-CONTEXT_WEIGHT, SPEAKER_WEIGHT = 0.2, 0.5
+CONTEXT_WEIGHT, ANSWER_WEIGHT, SPEAKER_WEIGHT = 0.2, 0.4, 0.5
 IMPORTANCE_WEIGHT, RECENCY_WEIGHT, HALF_LIFE = 0.1, 0.02, 168.0
 
 Rule = Callable[["Pool"], np.ndarray]
@@ -68,6 +68,7 @@ class Pool:
     speaker: np.ndarray  # bool
     cos: np.ndarray
     cos_context: np.ndarray  # NaN where the turn has no session
+    cos_asked: np.ndarray  # NaN where the turn answers no question before it
     created: np.ndarray
     boost: np.ndarray
     ceiling: float
@@ -89,7 +90,8 @@ class Pool:
     def cosine(self) -> np.ndarray:
         """The cosine, with a nearer neighbour's lending it the context's share."""
         gap = np.nan_to_num(np.maximum(self.cos_context - self.cos, 0))
-        return np.clip(self.cos + CONTEXT_WEIGHT * gap, 0, 1)
+        asked = np.nan_to_num(np.maximum(self.cos_asked - self.cos, 0))
+        return np.clip(self.cos + np.maximum(CONTEXT_WEIGHT * gap, ANSWER_WEIGHT * asked), 0, 1)
 
 
 def collect(b: Bench) -> list[Pool]:
@@ -130,7 +132,8 @@ def collect(b: Bench) -> list[Pool]:
             Pool(
                 q, ids, col("bm25", 0.0), col("bm25_context", math.nan),
                 col("bm25_speaker", 0.0) > 0, col("cosine", 0.0),
-                col("cosine_context", math.nan), np.array([r.created_at for r in recs]),
+                col("cosine_context", math.nan), col("cosine_asked", math.nan),
+                np.array([r.created_at for r in recs]),
                 boost, ceiling, ranked, engine,
             )
         )  # fmt: skip
@@ -138,7 +141,7 @@ def collect(b: Bench) -> list[Pool]:
 
 
 def pools_of(name: str, split: str, model: CachedModel, fresh: bool) -> list[Pool]:
-    path = CACHE / f"pools-v2-{name}-{split}.pkl"
+    path = CACHE / f"pools-v3-{name}-{split}.pkl"
     if path.exists() and not fresh:
         with path.open("rb") as f:
             return pickle.load(f)  # type: ignore[no-any-return]

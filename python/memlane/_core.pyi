@@ -11,6 +11,7 @@ __all__ = [
     "ADAPTIVE_HIGH",
     "ADAPTIVE_LOW",
     "DEFAULT_ALPHA",
+    "DEFAULT_ANSWER_WEIGHT",
     "DEFAULT_CONTEXT_WEIGHT",
     "DEFAULT_DATE_WEIGHT",
     "DEFAULT_IMPORTANCE_WEIGHT",
@@ -56,6 +57,7 @@ ADAPTIVE_HIGH: float
 SPREAD_RANK: int
 DEFAULT_RRF_K: float
 DEFAULT_CONTEXT_WEIGHT: float
+DEFAULT_ANSWER_WEIGHT: float
 DEFAULT_SPEAKER_WEIGHT: float
 DEFAULT_DATE_WEIGHT: float
 DEFAULT_WHEN_WEIGHT: float
@@ -397,6 +399,7 @@ class SearchRequest:
         diversity: float | None = None,
         date_weight: float | None = None,
         when_weight: float | None = None,
+        answer_weight: float | None = None,
         table: str | Iterable[str] | None = None,
         type: str | Iterable[str] | None = None,
         scope: Mapping[str, str] | None = None,

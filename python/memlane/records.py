@@ -127,7 +127,9 @@ class SearchHit:
     (None where the hit was not retrieved that way), ``bm25_context`` (the BM25
     of a conversation turn joined with its neighbours; None without a session),
     ``cosine_context`` (the better cosine of its previous and next turn; None
-    without a session or a query vector),
+    without a session or a query vector), ``cosine_asked`` (the cosine of the turn
+    before it, if that turn holds a question mark and the hit holds none: the
+    question it answers; None otherwise),
     ``bm25_speaker`` (whether the query names the hit's speaker; None in a store
     without speakers), ``date`` (whether the hit was created in or near a date the
     query names; None when the date pass did not apply: the query names no date,

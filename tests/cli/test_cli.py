@@ -46,6 +46,7 @@ EXPLAIN_KEYS = {
     "when",
     "cosine",
     "cosine_context",
+    "cosine_asked",
     "vector_rank",
     "relevance",
     "importance",

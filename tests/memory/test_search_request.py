@@ -154,6 +154,7 @@ def test_explain_gives_ints_for_ranks_and_none_for_absent_signals(mem: Memory) -
             "when",
             "cosine",
             "cosine_context",
+            "cosine_asked",
             "vector_rank",
             "relevance",
             "importance",

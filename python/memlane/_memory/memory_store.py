@@ -379,6 +379,7 @@ class MemoryStore(Listing, Forgetting):
         rrf_k: float = _core.DEFAULT_RRF_K,
         alpha: float | None = None,
         context_weight: float = _core.DEFAULT_CONTEXT_WEIGHT,
+        answer_weight: float = _core.DEFAULT_ANSWER_WEIGHT,
         speaker_weight: float = _core.DEFAULT_SPEAKER_WEIGHT,
         date_weight: float = _core.DEFAULT_DATE_WEIGHT,
         when_weight: float = _core.DEFAULT_WHEN_WEIGHT,
@@ -430,6 +431,10 @@ class MemoryStore(Listing, Forgetting):
             context_weight: the share of a conversation turn's BM25 scored over the turn
                 joined with its session's previous and next turn, and in weighted fusion
                 of its cosine taken from the better of theirs (0 turns it off).
+            answer_weight: in weighted fusion, the share of the gap to the cosine of the
+                turn before that a turn answering it takes: one without a question mark
+                after one with ("Yes, every Sunday." after "Do you go hiking?"; 0 turns
+                it off).
             speaker_weight: what a query naming a turn's speaker ("I", "my" or a name)
                 adds, as a share of the BM25 ceiling (0 turns it off). While it counts, the
                 names of the store's speakers the query holds are left out of the text
@@ -481,6 +486,7 @@ class MemoryStore(Listing, Forgetting):
             rrf_k=rrf_k,
             alpha=alpha,
             context_weight=context_weight,
+            answer_weight=answer_weight,
             speaker_weight=speaker_weight,
             date_weight=date_weight,
             when_weight=when_weight,

@@ -119,6 +119,19 @@ pub fn context_weight(w: f64) -> Result<f64> {
     share("context_weight", w)
 }
 
+/// The share of the gap to the cosine of the turn before that a turn answering
+/// it takes (it holds no question mark, and that turn does): "Yes, every Sunday
+/// morning." says little of "When does she go hiking?", the question before it
+/// says more. Chosen on the train halves of `benches/bench_quality.py`'s
+/// conversation sets (`benches/README.md`, "A turn that answers the question
+/// before it").
+pub const DEFAULT_ANSWER_WEIGHT: f64 = 0.4;
+
+/// The answer weight a caller gives, checked: in [0, 1].
+pub fn answer_weight(w: f64) -> Result<f64> {
+    share("answer_weight", w)
+}
+
 /// What a speaker the query names is worth, as a share of the BM25 ceiling:
 /// see [`speaker`].
 pub const DEFAULT_SPEAKER_WEIGHT: f64 = 0.5;

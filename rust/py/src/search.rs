@@ -217,7 +217,8 @@ impl PySearchRequest {
         k = None, *, mode = None, threshold = None, min_similarity = None, weights = None,
         decay = None, recency_half_life = None, fusion = None, rrf_k = None, alpha = None,
         candidates = None, explain = None, track_access = None, context_weight = None,
-        speaker_weight = None, diversity = None, date_weight = None, when_weight = None, table = None, r#type = None,
+        speaker_weight = None, diversity = None, date_weight = None, when_weight = None,
+        answer_weight = None, table = None, r#type = None,
         scope = None, start = None, end = None, unique = None, filters = None, as_of = None,
         known_at = None, include_superseded = None,
     ))]
@@ -242,6 +243,7 @@ impl PySearchRequest {
         diversity: Option<&Bound<'_, PyAny>>,
         date_weight: Option<&Bound<'_, PyAny>>,
         when_weight: Option<&Bound<'_, PyAny>>,
+        answer_weight: Option<&Bound<'_, PyAny>>,
         table: Option<&Bound<'_, PyAny>>,
         r#type: Option<&Bound<'_, PyAny>>,
         scope: Option<&Bound<'_, PyAny>>,
@@ -296,6 +298,8 @@ impl PySearchRequest {
             alpha: optional_number(py, alpha, "alpha")?,
             context_weight: optional_number(py, context_weight, "context_weight")?
                 .unwrap_or(fusion::DEFAULT_CONTEXT_WEIGHT),
+            answer_weight: optional_number(py, answer_weight, "answer_weight")?
+                .unwrap_or(fusion::DEFAULT_ANSWER_WEIGHT),
             speaker_weight: optional_number(py, speaker_weight, "speaker_weight")?
                 .unwrap_or(fusion::DEFAULT_SPEAKER_WEIGHT),
             date_weight: optional_number(py, date_weight, "date_weight")?

@@ -115,6 +115,8 @@ pub struct Batch<'a> {
 pub struct Prepared {
     ids: Vec<u64>,
     docs: Option<Vec<DocTerms>>,
+    /// Per record, whether its text holds a question mark (with the texts).
+    asks: Option<Vec<bool>>,
     /// Unit vectors in the form they are parked in (rounded to half floats
     /// for the f16 precisions), with their sign sketches: made in `prepare`,
     /// which runs without the engine's lock, so `apply` only copies them.
@@ -441,6 +443,9 @@ impl Engine {
         Ok(Prepared {
             ids: batch.ids.to_vec(),
             docs: batch.texts.map(|t| self.bm25.analyze_batch(t)),
+            asks: batch
+                .texts
+                .map(|t| t.iter().map(|t| records::holds_question(t)).collect()),
             vectors,
             attrs: batch.attrs.to_vec(),
         })
@@ -477,8 +482,11 @@ impl Engine {
         if let Some(docs) = p.docs {
             self.bm25.insert_analyzed(&p.ids, docs)?;
         }
-        for (id, a) in p.ids.iter().zip(&p.attrs) {
-            self.records.insert(*id, a);
+        for (i, (id, a)) in p.ids.iter().zip(&p.attrs).enumerate() {
+            let slot = self.records.insert(*id, a);
+            if let Some(asks) = &p.asks {
+                self.records.asks[slot as usize] = asks[i];
+            }
         }
         if let (Some((vectors, sketches)), Some(hnsw)) = (p.vectors, self.hnsw.as_mut()) {
             let dim = hnsw.dim();

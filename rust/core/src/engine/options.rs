@@ -46,6 +46,7 @@ pub struct Given<'a> {
     /// The cosine's weight in weighted fusion; None: chosen per query ([`Fusion::Adaptive`]).
     pub alpha: Option<f64>,
     pub context_weight: f64,
+    pub answer_weight: f64,
     pub speaker_weight: f64,
     pub date_weight: f64,
     pub when_weight: f64,
@@ -74,6 +75,9 @@ pub struct SearchOptions {
     /// The share of BM25 a conversation turn takes from its context
     /// ([`crate::fusion::contextual`]).
     pub context_weight: f64,
+    /// The share of the gap to the cosine of the question before it that a
+    /// turn answering it takes ([`crate::fusion::DEFAULT_ANSWER_WEIGHT`]).
+    pub answer_weight: f64,
     /// What a speaker the query names is worth to its turns
     /// ([`crate::fusion::speaker`]).
     pub speaker_weight: f64,
@@ -105,6 +109,7 @@ impl Default for SearchOptions {
             turn_candidates: TURN_CANDIDATES,
             fusion: Fusion::default(),
             context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
+            answer_weight: crate::fusion::DEFAULT_ANSWER_WEIGHT,
             speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
             date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
             when_weight: crate::fusion::DEFAULT_WHEN_WEIGHT,
@@ -125,7 +130,8 @@ impl SearchOptions {
     /// Checks every value, in the order the caller's messages have always
     /// come in: `k`, `mode`, `threshold`, `min_similarity`, `weights`,
     /// `decay`, `recency_half_life`, `candidates`, the fusion, then
-    /// `context_weight`, `speaker_weight`, `date_weight`, `when_weight`, then
+    /// `context_weight`, `answer_weight`, `speaker_weight`, `date_weight`,
+    /// `when_weight`, then
     /// `diversity`.
     pub fn new(given: &Given<'_>) -> Result<Self> {
         let k = count("k", given.k, 1)?;
@@ -180,6 +186,7 @@ impl SearchOptions {
             }
         };
         let context_weight = crate::fusion::context_weight(given.context_weight)?;
+        let answer_weight = crate::fusion::answer_weight(given.answer_weight)?;
         let speaker_weight = crate::fusion::speaker_weight(given.speaker_weight)?;
         let date_weight = crate::fusion::date_weight(given.date_weight)?;
         let when_weight = crate::fusion::when_weight(given.when_weight)?;
@@ -191,6 +198,7 @@ impl SearchOptions {
             turn_candidates,
             fusion,
             context_weight,
+            answer_weight,
             speaker_weight,
             date_weight,
             when_weight,
@@ -269,6 +277,7 @@ impl SearchOptions {
             turn_candidates: self.turn_candidates,
             fusion: self.fusion,
             context_weight: self.context_weight,
+            answer_weight: self.answer_weight,
             speaker_weight: self.speaker_weight,
             date_weight: self.date_weight,
             dates,
@@ -335,6 +344,7 @@ mod tests {
             rrf_k: 60.0,
             alpha: None,
             context_weight: 0.2,
+            answer_weight: 0.4,
             speaker_weight: 0.5,
             date_weight: 0.2,
             when_weight: 0.05,

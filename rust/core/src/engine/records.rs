@@ -195,6 +195,12 @@ pub enum RawValue {
     Str(String),
 }
 
+/// Whether `text` holds a question mark (of the Latin, full-width, Spanish
+/// or Arabic script): a conversation turn that does asks something.
+pub fn holds_question(text: &str) -> bool {
+    text.contains(['?', '\u{FF1F}', '\u{BF}', '\u{61F}'])
+}
+
 /// The attributes of one record, as a caller gives them. The fields are
 /// named as `memlane.schema.Row`'s (the database's columns), whose values
 /// fill them (`rust/py/src/engine.rs`).
@@ -407,6 +413,11 @@ pub struct Records {
     pub(crate) recorded_at: Vec<f64>,
     /// Per slot: the interned speaker, or [`NONE`].
     pub(crate) speaker: Vec<u32>,
+    /// Per slot: whether the record's text holds a question mark
+    /// ([`holds_question`]), set where its text is indexed: a turn that holds
+    /// none after one that does answers it, and borrows its likeness to the
+    /// query (`answer_weight`).
+    pub(crate) asks: Vec<bool>,
     /// Live records per interned speaker: the store's speakers (empty in a
     /// store without conversation turns, so a search skips the speaker pass).
     pub(crate) speakers: FxHashMap<u32, u32>,
@@ -619,6 +630,7 @@ impl Records {
             Region::of(&self.expires_at),
             Region::of(&self.recorded_at),
             Region::of(&self.speaker),
+            Region::of(&self.asks),
         ]);
         out.extend(self.scope.iter().map(|column| Region::of(column)));
     }
@@ -804,10 +816,11 @@ impl Records {
     }
 
     /// Asks for what [`live_neighbour`](Self::live_neighbour) reads first of
-    /// `slot`, and its id.
+    /// `slot`, its id and whether it asks.
     pub fn prefetch_expiry(&self, slot: u32) {
         prefetch(self.expires_at.as_ptr().wrapping_add(slot as usize));
         prefetch(self.ids.as_ptr().wrapping_add(slot as usize));
+        prefetch(self.asks.as_ptr().wrapping_add(slot as usize));
     }
 
     /// Asks for what [`neighbours`](Self::neighbours) reads of `slot`.
@@ -816,6 +829,7 @@ impl Records {
         prefetch(self.scope[SESSION].as_ptr().wrapping_add(s));
         prefetch(self.prev.as_ptr().wrapping_add(s));
         prefetch(self.next.as_ptr().wrapping_add(s));
+        prefetch(self.asks.as_ptr().wrapping_add(s));
     }
 
     /// The interned scope of `slot`, every field: a session's key.
@@ -990,6 +1004,7 @@ impl Records {
         self.expires_at.push(f64::INFINITY);
         self.recorded_at.push(0.0);
         self.speaker.push(NONE);
+        self.asks.push(false);
         self.prev.push(NONE);
         self.next.push(NONE);
         self.meta.push(Vec::new());
@@ -1019,6 +1034,8 @@ impl Records {
                     None => self.push_slot(),
                 };
                 self.slots.insert(id, slot);
+                // A freed slot's flag was its last record's; set with the text.
+                self.asks[slot as usize] = false;
                 slot
             }
         };

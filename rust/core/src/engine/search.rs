@@ -40,6 +40,9 @@ pub struct SearchRequest<'a> {
     /// The share of BM25 that a turn of a session takes from its context
     /// ([`fusion::contextual`]).
     pub context_weight: f64,
+    /// The share of the gap to the cosine of the turn before that a turn
+    /// answering it takes ([`fusion::DEFAULT_ANSWER_WEIGHT`]).
+    pub answer_weight: f64,
     /// What a speaker the query names is worth to its turns, as a share of
     /// the BM25 ceiling ([`fusion::speaker`]).
     pub speaker_weight: f64,
@@ -92,6 +95,7 @@ impl<'a> SearchRequest<'a> {
             turn_candidates: 50,
             fusion: crate::fusion::Fusion::default(),
             context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
+            answer_weight: crate::fusion::DEFAULT_ANSWER_WEIGHT,
             speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
             date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
             dates: &[],
@@ -140,6 +144,9 @@ pub struct Signals {
     /// The best cosine of the hit's previous and next turn of its session,
     /// if it has a `session_id` and the search computed it.
     pub cosine_context: Option<f32>,
+    /// The cosine of the turn before the hit, if the hit answers it (it holds
+    /// no question mark, and that turn does) and the search computed it.
+    pub cosine_asked: Option<f32>,
     pub vector_rank: Option<u32>,
     /// Fused relevance in [0, 1].
     pub relevance: f64,
@@ -185,6 +192,7 @@ struct Cand {
     bm25_rank: Option<u32>,
     cosine: Option<f32>,
     cosine_context: Option<f32>,
+    cosine_asked: Option<f32>,
     vector_rank: Option<u32>,
 }
 
@@ -230,7 +238,10 @@ impl Engine {
         let fills = (
             query.is_some() && (weighted || req.explain || req.min_similarity.is_some()),
             text.is_some() && (weighted || req.explain),
-            text.is_some() && (req.explain || (req.context_weight > 0.0 && bm25_counts)),
+            text.is_some()
+                && (req.explain
+                    || (req.context_weight > 0.0 && bm25_counts)
+                    || (req.answer_weight > 0.0 && weighted)),
             text.is_some()
                 && !self.records.speakers.is_empty()
                 && (req.explain || (req.speaker_weight > 0.0 && bm25_counts)),
@@ -415,12 +426,15 @@ impl Engine {
         let cos_of = |c: &Cand| fusion::cosine_relevance(c.cosine.map_or(0.0, f64::from));
         // Weighted fusion's cosine: a turn's takes `context_weight` from its
         // neighbours' where theirs is higher (the answer to a question often
-        // says little of it: "Yes, last May!"), as its BM25 takes from theirs.
+        // says little of it: "Yes, last May!"), as its BM25 takes from theirs,
+        // and a turn that answers the one before takes `answer_weight` of it.
         let fused_cos_of = |c: &Cand| match c.cosine_context {
             Some(context) => {
                 let own = c.cosine.map_or(0.0, f64::from);
-                let lent = fusion::contextual(own, own.max(f64::from(context)), req.context_weight);
-                fusion::cosine_relevance(lent)
+                let lend = |other: f32, w| fusion::contextual(own, own.max(f64::from(other)), w);
+                let lent = lend(context, req.context_weight);
+                let answered = c.cosine_asked.map_or(own, |q| lend(q, req.answer_weight));
+                fusion::cosine_relevance(lent.max(answered))
             }
             None => cos_of(c),
         };
@@ -538,6 +552,7 @@ impl Engine {
                     bm25_rank: c.bm25_rank,
                     cosine: c.cosine,
                     cosine_context: c.cosine_context,
+                    cosine_asked: c.cosine_asked,
                     vector_rank: c.vector_rank,
                     relevance,
                     importance,
@@ -797,26 +812,33 @@ impl Engine {
         for &(_, s) in &slots {
             r.prefetch_neighbours(s);
         }
-        let linked: Vec<(u64, [Option<u32>; 2])> = slots
+        let linked: Vec<(u64, u32, [Option<u32>; 2])> = slots
             .iter()
-            .filter_map(|&(id, s)| Some((id, r.neighbours(s)?)))
+            .filter_map(|&(id, s)| Some((id, s, r.neighbours(s)?)))
             .collect();
         if linked.is_empty() {
             return Ok(held);
         }
-        for n in linked.iter().flat_map(|(_, n)| n).flatten() {
+        for n in linked.iter().flat_map(|(_, _, n)| n).flatten() {
             r.prefetch_expiry(*n);
         }
-        let mut id_of = |n: Option<u32>, back: bool| {
+        let mut slot_of = |n: Option<u32>, back: bool| {
             r.live_neighbour(n, back, now, &mut held)
                 .filter(|&n| admitted.admits_slot(r, n))
-                .map_or(crate::bm25::MISSING, |n| r.id(n))
         };
+        let id_of = |n: Option<u32>| n.map_or(crate::bm25::MISSING, |n| r.id(n));
+        // Whether each turn answers its previous one: it holds no question
+        // mark, and the previous turn does.
+        let mut answers: Vec<bool> = Vec::with_capacity(linked.len());
         let groups: Vec<[u64; 3]> = linked
             .iter()
-            .map(|&(id, [prev, next])| [id_of(prev, true), id, id_of(next, false)])
+            .map(|&(id, own, [prev, next])| {
+                let prev = slot_of(prev, true);
+                answers.push(prev.is_some_and(|p| r.asks[p as usize] && !r.asks[own as usize]));
+                [id_of(prev), id, id_of(slot_of(next, false))]
+            })
             .collect();
-        for (&(id, _), score) in linked
+        for (&(id, _, _), score) in linked
             .iter()
             .zip(self.bm25.joined_scores_of(query, &groups))
         {
@@ -842,13 +864,14 @@ impl Engine {
             missing.sort_unstable();
             missing.dedup();
             cosines.extend(self.cosines_of(q, &missing)?);
-            for (&(id, _), g) in linked.iter().zip(&groups) {
+            for ((&(id, _, _), g), &answers) in linked.iter().zip(&groups).zip(&answers) {
                 let best = [g[0], g[2]]
                     .iter()
                     .filter_map(|n| cosines.get(n).copied())
                     .reduce(f32::max);
                 if let Some(c) = cands.get_mut(&id) {
                     c.cosine_context = best;
+                    c.cosine_asked = answers.then(|| cosines.get(&g[0]).copied()).flatten();
                 }
             }
         }

@@ -11,13 +11,13 @@
 //! vectors, which it gives back after [`Engine::load`] through
 //! [`Engine::fill`], and [`Engine::awaiting`] says which are still missing.
 //!
-//! `records.bin`, version 8: `seq: u64, dim: u64 (0 = none), history: u64`,
+//! `records.bin`, version 9: `seq: u64, dim: u64 (0 = none), history: u64`,
 //! the stamps ([`persist::Stamp`]: `version: u32, len: u64, crc: u32`) of
 //! `bm25.bin` and, with `dim`, of `hnsw.bin`, then the value and
 //! key interners (`count: u64` then `str` each), `slots: u64`, then per
 //! column `ids: u64s, keys: u32s (interned public ids, u32::MAX = none),
 //! live: bytes, table: u32s, type: u32s, 6 × scope: u32s, speaker: u32s
-//! (interned, u32::MAX = none), importance: f32s,
+//! (interned, u32::MAX = none), asks: bytes, importance: f32s,
 //! evergreen: bytes, access_count: u64s`, `created_at, updated_at,
 //! last_accessed_at, valid_to, expires_at, recorded_at` (`slots` f64 each, infinity for
 //! a current record's `valid_to` and a record that never expires), per slot its metadata (`count: u64`,
@@ -33,11 +33,9 @@
 //! snapshot stands, not which history, and two copies of one database that
 //! went on apart reach the same numbers with other records.
 //!
-//! Version 7 (no `history`, no stamps) still loads, with `history` 0, under
-//! the checks it was written for (the indexes' ids agree with the records):
-//! its files were one save's when written, the next save replaces them, and
-//! refusing them would rebuild every store once at the upgrade (about 20 s
-//! at a million memories) to guard against files mixed by hand meanwhile.
+//! Older versions are refused, so the caller rebuilds the engine from its
+//! database: version 8 lacks whether each record's text holds a question
+//! mark, which only the texts tell.
 //! Older versions are refused, so the caller rebuilds the engine from its
 //! database.
 
@@ -62,9 +60,9 @@ pub(crate) const KIND: Kind = Kind(*b"MREC");
 // 7: a message's speaker read from its transcript line (`Attrs::read_speaker`),
 //    which an older snapshot's messages lack, so it is rebuilt.
 // 8: `history` and the siblings' stamps after `dim`.
-pub(crate) const VERSION: u32 = 8;
-/// The last version without `history` and stamps, still read (see the module's doc).
-pub(crate) const UNSTAMPED: u32 = 7;
+// 9: `asks` per slot (`Records::asks`), which an older snapshot lacks, so it
+//    is rebuilt.
+pub(crate) const VERSION: u32 = 9;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 
@@ -161,7 +159,7 @@ impl Engine {
     }
 
     /// Loads the newest snapshot under `root`; returns it with its `seq` and
-    /// the `history` it was saved with (0 for version 7, which has none).
+    /// the `history` it was saved with.
     /// A sibling file whose stamp is not the one `records.bin` holds is
     /// another save's: [`Error::Corrupt`].
     pub fn load(root: &Path) -> Result<(Engine, u64, u64)> {
@@ -170,18 +168,15 @@ impl Engine {
         };
         let records_path = dir.join("records.bin");
         let (version, payload) = persist::load(&records_path, KIND, VERSION)?;
-        if version < UNSTAMPED {
+        if version < VERSION {
             return Err(corrupt(
                 &records_path,
                 format!("version {version} is older than this build's {VERSION}"),
             ));
         }
         let mut r = Reader::new(&payload);
-        let head = (|| -> DecodeResult<(u64, u64, u64, Option<Stamps>)> {
+        let head = (|| -> DecodeResult<(u64, u64, u64, Stamps)> {
             let (seq, dim) = (r.u64()?, r.u64()?);
-            if version == UNSTAMPED {
-                return Ok((seq, dim, 0, None));
-            }
             let history = r.u64()?;
             let bm25 = read_stamp(&mut r)?;
             let hnsw = if dim > 0 {
@@ -189,7 +184,7 @@ impl Engine {
             } else {
                 None
             };
-            Ok((seq, dim, history, Some(Stamps { bm25, hnsw })))
+            Ok((seq, dim, history, Stamps { bm25, hnsw }))
         })()
         .map_err(|DecodeError(m)| corrupt(&records_path, m))?;
         let (saved_seq, dim, history, stamps) = head;
@@ -199,17 +194,15 @@ impl Engine {
                 format!("holds seq {saved_seq} but its directory says {seq}"),
             ));
         }
-        if let Some(stamps) = stamps {
-            let bm25 = [(bm25::snapshot::KIND, "bm25.bin", stamps.bm25)];
-            let hnsw = stamps.hnsw.map(|h| (hnsw::snapshot::KIND, "hnsw.bin", h));
-            for (kind, name, saved) in bm25.into_iter().chain(hnsw) {
-                let path = dir.join(name);
-                if persist::stamp(&path, kind)? != saved {
-                    return Err(corrupt(
-                        &path,
-                        "is not the file saved with records.bin (another snapshot's)",
-                    ));
-                }
+        let bm25 = [(bm25::snapshot::KIND, "bm25.bin", stamps.bm25)];
+        let hnsw = stamps.hnsw.map(|h| (hnsw::snapshot::KIND, "hnsw.bin", h));
+        for (kind, name, saved) in bm25.into_iter().chain(hnsw) {
+            let path = dir.join(name);
+            if persist::stamp(&path, kind)? != saved {
+                return Err(corrupt(
+                    &path,
+                    "is not the file saved with records.bin (another snapshot's)",
+                ));
             }
         }
         let dim = usize::try_from(dim).map_err(|_| corrupt(&records_path, "bad dim"))?;
@@ -286,6 +279,7 @@ impl Engine {
             w.u32s(col);
         }
         w.u32s(&r.speaker);
+        w.bytes(&r.asks.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
         w.f32s(&r.importance);
         w.bytes(&r.evergreen.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
         w.u64s(&(0..n as u32).map(|s| r.access_count(s)).collect::<Vec<_>>());
@@ -393,6 +387,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         *col = sized(r.u32s()?, n, "scope")?;
     }
     let speaker = sized(r.u32s()?, n, "speaker")?;
+    let asks = bools(r, n, "asks")?;
     let importance = sized(r.f32s()?, n, "importance")?;
     let evergreen = bools(r, n, "evergreen")?;
     let access_count = sized(r.u64s()?, n, "access_count")?;
@@ -488,6 +483,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         kind,
         scope,
         speaker,
+        asks,
         importance,
         evergreen,
         created_at,

@@ -466,39 +466,35 @@ fn snapshot_refuses_a_sibling_of_another_save() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `records.bin` of version 7 (no history, no stamps), as the release before
-/// this one wrote it, still loads; version 6 does not.
+/// A snapshot of an older version is refused (the caller rebuilds from its
+/// database: version 8 lacks `asks`), and `asks` comes back from the current one.
 #[test]
-fn snapshot_of_version_7_loads_without_history() {
-    for dim in [Some(2), None] {
-        let dir = snapshot_dir("v7");
-        let mut e = if dim.is_some() { three() } else { engine(None) };
-        if dim.is_none() {
-            let texts = vec!["text only".to_string()];
-            e.upsert(Batch {
-                ids: &[9],
-                texts: Some(&texts),
-                vectors: None,
-                attrs: &[attrs("a", 0.5, 0.0, false)],
-            })
-            .unwrap();
+fn snapshot_of_an_older_version_is_refused_and_asks_round_trips() {
+    let dir = snapshot_dir("v8");
+    let mut e = engine(None);
+    let texts = vec!["Where did you go?".to_string(), "To Porto.".to_string()];
+    e.upsert(Batch {
+        ids: &[1, 2],
+        texts: Some(&texts),
+        vectors: None,
+        attrs: &[attrs("a", 0.5, 0.0, false), attrs("a", 0.5, 0.0, false)],
+    })
+    .unwrap();
+    e.save(&dir, 5, 77, true).unwrap();
+    let (l, seq, history) = Engine::load(&dir).unwrap();
+    assert_eq!((seq, history), (5, 77));
+    let asks = |e: &Engine, id| e.records.asks[e.records.slot(id).unwrap() as usize];
+    assert!(asks(&l, 1) && !asks(&l, 2));
+    let records = dir.join(format!("snapshot-{:020}", 5)).join("records.bin");
+    let (_, payload) = persist::load(&records, snapshot::KIND, snapshot::VERSION).unwrap();
+    for older in [snapshot::VERSION - 1, 7] {
+        persist::save(&records, snapshot::KIND, older, &payload).unwrap();
+        match Engine::load(&dir) {
+            Err(Error::Corrupt { reason, .. }) => assert!(reason.contains("older"), "{reason}"),
+            other => panic!("version {older} was taken: {:?}", other.map(|r| r.1)),
         }
-        e.save(&dir, 5, 77, true).unwrap();
-        let records = dir.join(format!("snapshot-{:020}", 5)).join("records.bin");
-        let (_, payload) = persist::load(&records, snapshot::KIND, snapshot::VERSION).unwrap();
-        // seq and dim, then (gone in version 7) the history and 16 bytes a stamp.
-        let stamps = if dim.is_some() { 2 } else { 1 };
-        let mut v7 = payload[..16].to_vec();
-        v7.extend_from_slice(&payload[16 + 8 + 16 * stamps..]);
-        drop(payload);
-        persist::save(&records, snapshot::KIND, snapshot::UNSTAMPED, &v7).unwrap();
-        let (l, seq, history) = Engine::load(&dir).unwrap();
-        assert_eq!((l.len(), seq, history), (e.len(), 5, 0));
-        assert_eq!(l.ids(), e.ids());
-        persist::save(&records, snapshot::KIND, snapshot::UNSTAMPED - 1, &v7).unwrap();
-        assert!(matches!(Engine::load(&dir), Err(Error::Corrupt { .. })));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -766,6 +762,88 @@ fn a_turn_takes_its_cosine_from_its_neighbours_where_theirs_is_higher() {
             0.5 * 0.8 + 0.5 * bm(&s[&2], w) / ceiling
         ));
     }
+}
+
+/// A session whose question is near the query and whose answer is far from
+/// it, then a reply that answers nothing, and a record outside any session.
+fn question_and_answer() -> Engine {
+    let mut e = engine(Some(2));
+    let texts: Vec<String> = [
+        "do you go hiking?",
+        "yes, every sunday morning",
+        "me too",
+        "the weather",
+    ]
+    .map(String::from)
+    .into();
+    let vectors = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.6, 0.8];
+    let mut a: Vec<Attrs> = (0..4)
+        .map(|i| attrs("a", 0.5, f64::from(i) * HOUR, false))
+        .collect();
+    for turn in &mut a[..3] {
+        turn.scope[4] = Some("s".into());
+    }
+    e.upsert(Batch {
+        ids: &[1, 2, 3, 4],
+        texts: Some(&texts),
+        vectors: Some(&vectors),
+        attrs: &a,
+    })
+    .unwrap();
+    e
+}
+
+fn answered(e: &Engine, weight: f64) -> rustc_hash::FxHashMap<u64, Signals> {
+    let q = [1.0, 0.0];
+    let mut r = request(Some("weather"), Some(&q), Mode::Hybrid);
+    r.context_weight = 0.0;
+    r.answer_weight = weight;
+    r.fusion = Fusion::weighted(0.5).unwrap();
+    r.k = 10;
+    let hits = e.search(&r).unwrap();
+    hits.ids.iter().copied().zip(hits.signals).collect()
+}
+
+#[test]
+fn a_turn_that_answers_the_question_before_it_takes_its_cosine() {
+    let mut e = question_and_answer();
+    let s = answered(&e, 0.0);
+    assert_eq!(s[&2].cosine, Some(0.0));
+    assert_eq!(s[&2].cosine_asked, Some(1.0));
+    // The question asks; the reply follows an answer; the record has no session.
+    assert_eq!(
+        (s[&1].cosine_asked, s[&3].cosine_asked, s[&4].cosine_asked),
+        (None, None, None)
+    );
+    assert!(close(s[&2].relevance, 0.0));
+    for w in [0.4, 1.0] {
+        let s = answered(&e, w);
+        assert!(close(s[&2].relevance, 0.5 * w), "{w}");
+        assert!(close(s[&3].relevance, 0.0), "{w}");
+    }
+    // A turn with a question mark answers nothing; a rewrite of its text decides.
+    let mut a = attrs("a", 0.5, HOUR, false);
+    a.scope[4] = Some("s".into());
+    let rewrite = |e: &mut Engine, text: Option<&str>| {
+        let texts: Vec<String> = text.into_iter().map(String::from).collect();
+        e.upsert(Batch {
+            ids: &[2],
+            texts: text.map(|_| texts.as_slice()),
+            vectors: None,
+            attrs: std::slice::from_ref(&a),
+        })
+        .unwrap();
+    };
+    rewrite(&mut e, Some("yes, do you?"));
+    assert_eq!(answered(&e, 0.4)[&2].cosine_asked, None);
+    rewrite(&mut e, Some("yes, every sunday"));
+    assert_eq!(answered(&e, 0.4)[&2].cosine_asked, Some(1.0));
+    // Attributes alone (no text) keep what the text said.
+    rewrite(&mut e, None);
+    assert_eq!(answered(&e, 0.4)[&2].cosine_asked, Some(1.0));
+    // The question gone, the answer follows nothing.
+    e.remove(&[1], false).unwrap();
+    assert_eq!(answered(&e, 0.4)[&2].cosine_asked, None);
 }
 
 #[test]
