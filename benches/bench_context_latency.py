@@ -1,7 +1,8 @@
 """What a conversation option costs a search: hybrid ``Memory.search`` with a given vector
 on a store of 100,000 conversation turns, each in a session and with its speaker, the
 option (``--option``: ``context_weight``, contextual BM25, or ``speaker_weight``, the
-speaker field; ``date_weight``, the date pass; ``when_weight``, the when pass) at 0
+speaker field; ``date_weight``, the date pass; ``when_weight``, the when pass;
+``answer_weight``, the answer's share of its question's cosine) at 0
 against the engine's default in one run; ``--option alpha`` times the fixed weight 0.5
 against the default adaptive fusion (its per-query weight). ``--dated`` ends each
 question with the month and year of a stored turn ("... in March 2025"), so that the
@@ -44,7 +45,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--option",
-        choices=("context_weight", "speaker_weight", "date_weight", "when_weight", "alpha"),
+        choices=(
+            "context_weight",
+            "answer_weight",
+            "speaker_weight",
+            "date_weight",
+            "when_weight",
+            "alpha",
+        ),
         default="context_weight",
     )
     parser.add_argument("--dated", action="store_true", help="questions that name a month")
