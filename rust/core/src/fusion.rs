@@ -132,6 +132,25 @@ pub fn answer_weight(w: f64) -> Result<f64> {
     share("answer_weight", w)
 }
 
+/// A turn's cosine in weighted fusion: `own` takes `context_weight` of the gap
+/// to its neighbours' better cosine `context`, or, if it answers the turn
+/// before (`asked`, that turn's cosine), `answer_weight` of the gap to it,
+/// whichever lends more. A turn that answers nothing, or whose question is
+/// farther from the query than it is, gets exactly the context's lending.
+pub fn lent_cosine(
+    own: f64,
+    context: f64,
+    asked: Option<f64>,
+    context_weight: f64,
+    answer_weight: f64,
+) -> f64 {
+    let lent = contextual(own, own.max(context), context_weight);
+    match asked {
+        Some(q) if answer_weight > 0.0 && q > own => lent.max(contextual(own, q, answer_weight)),
+        _ => lent,
+    }
+}
+
 /// What a speaker the query names is worth, as a share of the BM25 ceiling:
 /// see [`speaker`].
 pub const DEFAULT_SPEAKER_WEIGHT: f64 = 0.5;
@@ -275,6 +294,34 @@ pub fn weighted(cosine: Option<f64>, bm25: Option<f64>, alpha: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_answer_lends_exactly_the_context_where_it_answers_nothing() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (rng >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for _ in 0..100_000 {
+            let (own, context, asked, cw) = (next(), next(), next(), next());
+            let alone = contextual(own, own.max(context), cw);
+            // Bit for bit: no answer, a zero weight, or a question farther away.
+            assert_eq!(
+                lent_cosine(own, context, None, cw, 0.4).to_bits(),
+                alone.to_bits()
+            );
+            assert_eq!(
+                lent_cosine(own, context, Some(asked), cw, 0.0).to_bits(),
+                alone.to_bits()
+            );
+            let lent = lent_cosine(own, context, Some(asked), cw, 0.4);
+            if asked <= own {
+                assert_eq!(lent.to_bits(), alone.to_bits());
+            } else {
+                assert_eq!(lent, alone.max(contextual(own, asked, 0.4)));
+            }
+        }
+    }
+
     use super::*;
 
     fn close(a: f64, b: f64) -> bool {

@@ -429,13 +429,13 @@ impl Engine {
         // says little of it: "Yes, last May!"), as its BM25 takes from theirs,
         // and a turn that answers the one before takes `answer_weight` of it.
         let fused_cos_of = |c: &Cand| match c.cosine_context {
-            Some(context) => {
-                let own = c.cosine.map_or(0.0, f64::from);
-                let lend = |other: f32, w| fusion::contextual(own, own.max(f64::from(other)), w);
-                let lent = lend(context, req.context_weight);
-                let answered = c.cosine_asked.map_or(own, |q| lend(q, req.answer_weight));
-                fusion::cosine_relevance(lent.max(answered))
-            }
+            Some(context) => fusion::cosine_relevance(fusion::lent_cosine(
+                c.cosine.map_or(0.0, f64::from),
+                f64::from(context),
+                c.cosine_asked.map(f64::from),
+                req.context_weight,
+                req.answer_weight,
+            )),
             None => cos_of(c),
         };
         let bm_of = |c: &Cand| {
