@@ -666,19 +666,11 @@ fn a_filter_on_accesses_is_never_answered_from_the_cache() {
     assert_eq!(e.retrievals.len(), 0);
 }
 
-/// A session of three turns, the answer sharing no word with the question
-/// its neighbour asked, and a long record outside any session.
-fn conversation() -> Engine {
+/// Ids 1 to 4 with `texts` and 2-d `vectors`, an hour apart: the first three
+/// turns of one session, the last a record outside any.
+fn session_and_record(texts: [&str; 4], vectors: [f32; 8]) -> Engine {
     let mut e = engine(Some(2));
-    let texts: Vec<String> = [
-        "do you go hiking",
-        "yes, every sunday morning with my brother and our dogs",
-        "nice, me too",
-        "hiking boots trails maps tents stoves ropes compasses and packs",
-    ]
-    .map(String::from)
-    .into();
-    let vectors = [0.0, 1.0, 0.8, 0.6, 0.0, 1.0, 0.8, 0.6];
+    let texts: Vec<String> = texts.map(String::from).into();
     let mut a: Vec<Attrs> = (0..4)
         .map(|i| attrs("a", 0.5, f64::from(i) * HOUR, false))
         .collect();
@@ -693,6 +685,20 @@ fn conversation() -> Engine {
     })
     .unwrap();
     e
+}
+
+/// A session of three turns, the answer sharing no word with the question
+/// its neighbour asked, and a long record outside any session.
+fn conversation() -> Engine {
+    session_and_record(
+        [
+            "do you go hiking",
+            "yes, every sunday morning with my brother and our dogs",
+            "nice, me too",
+            "hiking boots trails maps tents stoves ropes compasses and packs",
+        ],
+        [0.0, 1.0, 0.8, 0.6, 0.0, 1.0, 0.8, 0.6],
+    )
 }
 
 fn signals_of(e: &Engine, weight: f64) -> (Vec<u64>, rustc_hash::FxHashMap<u64, Signals>) {
@@ -767,30 +773,15 @@ fn a_turn_takes_its_cosine_from_its_neighbours_where_theirs_is_higher() {
 /// A session whose question is near the query and whose answer is far from
 /// it, then a reply that answers nothing, and a record outside any session.
 fn question_and_answer() -> Engine {
-    let mut e = engine(Some(2));
-    let texts: Vec<String> = [
-        "do you go hiking?",
-        "yes, every sunday morning",
-        "me too",
-        "the weather",
-    ]
-    .map(String::from)
-    .into();
-    let vectors = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.6, 0.8];
-    let mut a: Vec<Attrs> = (0..4)
-        .map(|i| attrs("a", 0.5, f64::from(i) * HOUR, false))
-        .collect();
-    for turn in &mut a[..3] {
-        turn.scope[4] = Some("s".into());
-    }
-    e.upsert(Batch {
-        ids: &[1, 2, 3, 4],
-        texts: Some(&texts),
-        vectors: Some(&vectors),
-        attrs: &a,
-    })
-    .unwrap();
-    e
+    session_and_record(
+        [
+            "do you go hiking?",
+            "yes, every sunday morning",
+            "me too",
+            "the weather",
+        ],
+        [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.6, 0.8],
+    )
 }
 
 fn answered(e: &Engine, weight: f64) -> rustc_hash::FxHashMap<u64, Signals> {
