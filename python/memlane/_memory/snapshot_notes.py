@@ -36,8 +36,8 @@ def other_history(listed: str | None, seq: int, history: int) -> str | None:
     if epochs is None:
         return "the database's list of the epochs of its history is damaged"
     if history == 0:
-        # An older memlane's (or one saved before the database listed an epoch): taken
-        # under the checks it was written for while its change is before every epoch.
+        # Saved before the database listed an epoch: taken under the checks it was
+        # written for while its change is before every epoch.
         if not epochs or seq <= epochs[0][1]:
             return None
         return "it names no epoch of the database's history and is newer than the first"

@@ -871,7 +871,7 @@ impl Engine {
                     .reduce(f32::max);
                 if let Some(c) = cands.get_mut(&id) {
                     c.cosine_context = best;
-                    c.cosine_asked = answers.then(|| cosines.get(&g[0]).copied()).flatten();
+                    c.cosine_asked = cosines.get(&g[0]).copied().filter(|_| answers);
                 }
             }
         }

@@ -36,8 +36,6 @@
 //! Older versions are refused, so the caller rebuilds the engine from its
 //! database: version 8 lacks whether each record's text holds a question
 //! mark, which only the texts tell.
-//! Older versions are refused, so the caller rebuilds the engine from its
-//! database.
 
 use std::fs;
 use std::path::{Path, PathBuf};
