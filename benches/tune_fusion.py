@@ -4,10 +4,11 @@ For each query of a set (``bench_quality.py``'s sets), ``Memory.search`` is aske
 with ``explain=True``, at alpha 0 and at alpha 1 with the default depth, which returns
 the BM25 list and the vector list whole, each candidate with every signal the engine
 fuses (BM25, its contextual BM25, whether the query names its speaker, cosine, its
-neighbours' best cosine, the cosine of the question it answers, ranks),
-the query's BM25 ceiling, and each record's importance and last access. The engine's
-score is then replayed in numpy (the BM25 share with the session and speaker passes, the
-cosine with its neighbours' and its question's, the fusion, the boost), checked against
+neighbours' best cosine, the cosine of the question it answers, how much of its text
+asks, ranks), the query's BM25 ceiling, and each record's importance and last access. The
+engine's score is then replayed in numpy (the BM25 share with the session and speaker
+passes, the cosine with its neighbours' and its question's, the fusion, the question
+pass, the boost), checked against
 the engine's own ranking of the same query, and every rule of the grid ranks the same candidates:
 
 - ``fixed``: a fixed alpha (0.5 the default before);
@@ -51,7 +52,7 @@ from bench_quality import SETS, Bench, CachedModel, Metrics, Query, mean, metric
 CACHE = Path(__file__).resolve().parent / ".cache"
 LN2 = math.log(2)
 #: The engine's defaults the replay follows (rust/core/src/fusion.rs, scoring.rs).
-CONTEXT_WEIGHT, ANSWER_WEIGHT, SPEAKER_WEIGHT = 0.2, 0.4, 0.5
+CONTEXT_WEIGHT, ANSWER_WEIGHT, SPEAKER_WEIGHT, QUESTION_WEIGHT = 0.2, 0.4, 0.5, 0.08
 IMPORTANCE_WEIGHT, RECENCY_WEIGHT, HALF_LIFE = 0.1, 0.02, 168.0
 
 Rule = Callable[["Pool"], np.ndarray]
@@ -69,6 +70,7 @@ class Pool:
     cos: np.ndarray
     cos_context: np.ndarray  # NaN where the turn has no session
     cos_asked: np.ndarray  # NaN where the turn answers no question before it
+    question: np.ndarray  # how much of the text asks, in [0, 1]
     created: np.ndarray
     boost: np.ndarray
     ceiling: float
@@ -113,7 +115,9 @@ def collect(b: Bench) -> list[Pool]:
                 c.update({key: val for key, val in e.items() if val is not None})
                 ranked |= e["bm25_rank"] is not None
                 if alpha == 0.0 and 0 < e["relevance"] < 1 and e["bm25"]:
-                    ceiling = e["bm25"] / e["relevance"]
+                    # The relevance before the question pass, which the replay applies.
+                    kept = 1 - QUESTION_WEIGHT * (e["question"] or 0.0)
+                    ceiling = e["bm25"] * kept / e["relevance"]
         ids = list(cands)
 
         def col(key: str, missing: float) -> np.ndarray:
@@ -133,6 +137,7 @@ def collect(b: Bench) -> list[Pool]:
                 q, ids, col("bm25", 0.0), col("bm25_context", math.nan),
                 col("bm25_speaker", 0.0) > 0, col("cosine", 0.0),
                 col("cosine_context", math.nan), col("cosine_asked", math.nan),
+                col("question", 0.0),
                 np.array([r.created_at for r in recs]),
                 boost, ceiling, ranked, engine,
             )
@@ -141,7 +146,7 @@ def collect(b: Bench) -> list[Pool]:
 
 
 def pools_of(name: str, split: str, model: CachedModel, fresh: bool) -> list[Pool]:
-    path = CACHE / f"pools-v3-{name}-{split}.pkl"
+    path = CACHE / f"pools-v4-{name}-{split}.pkl"
     if path.exists() and not fresh:
         with path.open("rb") as f:
             return pickle.load(f)  # type: ignore[no-any-return]
@@ -155,7 +160,7 @@ def pools_of(name: str, split: str, model: CachedModel, fresh: bool) -> list[Poo
 
 
 def ranked(p: Pool, relevance: np.ndarray, k: int) -> list[str]:
-    s = relevance * p.boost
+    s = relevance * (1 - QUESTION_WEIGHT * p.question) * p.boost
     order = np.lexsort((np.arange(len(s)), -s))
     return [p.ids[j] for j in order[:k]]
 

@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_CONTEXT_WEIGHT",
     "DEFAULT_DATE_WEIGHT",
     "DEFAULT_IMPORTANCE_WEIGHT",
+    "DEFAULT_QUESTION_WEIGHT",
     "DEFAULT_RECENCY_HALF_LIFE_HOURS",
     "DEFAULT_RECENCY_WEIGHT",
     "DEFAULT_RELEVANCE_WEIGHT",
@@ -58,6 +59,7 @@ SPREAD_RANK: int
 DEFAULT_RRF_K: float
 DEFAULT_CONTEXT_WEIGHT: float
 DEFAULT_ANSWER_WEIGHT: float
+DEFAULT_QUESTION_WEIGHT: float
 DEFAULT_SPEAKER_WEIGHT: float
 DEFAULT_DATE_WEIGHT: float
 DEFAULT_WHEN_WEIGHT: float
@@ -400,6 +402,7 @@ class SearchRequest:
         date_weight: float | None = None,
         when_weight: float | None = None,
         answer_weight: float | None = None,
+        question_weight: float | None = None,
         table: str | Iterable[str] | None = None,
         type: str | Iterable[str] | None = None,
         scope: Mapping[str, str] | None = None,

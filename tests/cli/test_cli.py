@@ -48,6 +48,7 @@ EXPLAIN_KEYS = {
     "cosine_context",
     "cosine_asked",
     "vector_rank",
+    "question",
     "relevance",
     "importance",
     "recency",

@@ -38,6 +38,7 @@ def _search(mem: Memory, **kw: Any) -> dict[str, Any]:
         query_embedding=NEAR,
         weights={"relevance": 1},
         context_weight=0.0,
+        question_weight=0.0,  # the questions' own weight apart
         alpha=0.5,
         explain=True,
         **kw,

@@ -156,6 +156,7 @@ def test_explain_gives_ints_for_ranks_and_none_for_absent_signals(mem: Memory) -
             "cosine_context",
             "cosine_asked",
             "vector_rank",
+            "question",
             "relevance",
             "importance",
             "recency",

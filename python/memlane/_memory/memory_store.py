@@ -380,6 +380,7 @@ class MemoryStore(Listing, Forgetting):
         alpha: float | None = None,
         context_weight: float = _core.DEFAULT_CONTEXT_WEIGHT,
         answer_weight: float = _core.DEFAULT_ANSWER_WEIGHT,
+        question_weight: float = _core.DEFAULT_QUESTION_WEIGHT,
         speaker_weight: float = _core.DEFAULT_SPEAKER_WEIGHT,
         date_weight: float = _core.DEFAULT_DATE_WEIGHT,
         when_weight: float = _core.DEFAULT_WHEN_WEIGHT,
@@ -435,6 +436,9 @@ class MemoryStore(Listing, Forgetting):
                 turn before that a turn answering it takes: one without a question mark
                 after one with ("Yes, every Sunday." after "Do you go hiking?"; 0 turns
                 it off).
+            question_weight: in weighted fusion, the share of its relevance a memory
+                made of questions loses, in proportion to how much of its text asks (a
+                question seldom holds its answer; 0 turns it off).
             speaker_weight: what a query naming a turn's speaker ("I", "my" or a name)
                 adds, as a share of the BM25 ceiling (0 turns it off). While it counts, the
                 names of the store's speakers the query holds are left out of the text
@@ -487,6 +491,7 @@ class MemoryStore(Listing, Forgetting):
             alpha=alpha,
             context_weight=context_weight,
             answer_weight=answer_weight,
+            question_weight=question_weight,
             speaker_weight=speaker_weight,
             date_weight=date_weight,
             when_weight=when_weight,

@@ -132,6 +132,25 @@ pub fn answer_weight(w: f64) -> Result<f64> {
     share("answer_weight", w)
 }
 
+/// The share of its relevance a memory whose text is all questions loses in
+/// weighted fusion: "Who is your favourite basketball player?" says the
+/// words and the likeness of "Who is John's favourite basketball player?",
+/// and holds no answer. Chosen on the train halves of
+/// `benches/bench_quality.py`'s sets (`benches/README.md`, "A memory that
+/// asks").
+pub const DEFAULT_QUESTION_WEIGHT: f64 = 0.08;
+
+/// The question weight a caller gives, checked: in [0, 1].
+pub fn question_weight(w: f64) -> Result<f64> {
+    share("question_weight", w)
+}
+
+/// The relevance of a memory of which `asked` (in [0, 1]) is questions:
+/// `relevance · (1 − weight · asked)`, still in [0, 1].
+pub fn questioned(relevance: f64, asked: f64, weight: f64) -> f64 {
+    relevance * (1.0 - weight * asked)
+}
+
 /// A turn's cosine in weighted fusion: `own` takes `context_weight` of the gap
 /// to its neighbours' better cosine `context`, or, if it answers the turn
 /// before (`asked`, that turn's cosine), `answer_weight` of the gap to it,

@@ -128,6 +128,7 @@ fn explained<'py>(py: Python<'py>, s: &Signals) -> PyResult<Bound<'py, PyDict>> 
     d.set_item("cosine_context", s.cosine_context.map(f64::from))?;
     d.set_item("cosine_asked", s.cosine_asked.map(f64::from))?;
     d.set_item("vector_rank", s.vector_rank)?;
+    d.set_item("question", s.question)?;
     d.set_item("relevance", s.relevance)?;
     d.set_item("importance", s.importance)?;
     d.set_item("recency", s.recency)?;

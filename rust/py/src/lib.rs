@@ -30,6 +30,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_RRF_K", fusion::DEFAULT_RRF_K)?;
     m.add("DEFAULT_CONTEXT_WEIGHT", fusion::DEFAULT_CONTEXT_WEIGHT)?;
     m.add("DEFAULT_ANSWER_WEIGHT", fusion::DEFAULT_ANSWER_WEIGHT)?;
+    m.add("DEFAULT_QUESTION_WEIGHT", fusion::DEFAULT_QUESTION_WEIGHT)?;
     m.add("DEFAULT_SPEAKER_WEIGHT", fusion::DEFAULT_SPEAKER_WEIGHT)?;
     m.add("DEFAULT_DATE_WEIGHT", fusion::DEFAULT_DATE_WEIGHT)?;
     m.add("DEFAULT_WHEN_WEIGHT", fusion::DEFAULT_WHEN_WEIGHT)?;

@@ -218,7 +218,7 @@ impl PySearchRequest {
         decay = None, recency_half_life = None, fusion = None, rrf_k = None, alpha = None,
         candidates = None, explain = None, track_access = None, context_weight = None,
         speaker_weight = None, diversity = None, date_weight = None, when_weight = None,
-        answer_weight = None, table = None, r#type = None,
+        answer_weight = None, question_weight = None, table = None, r#type = None,
         scope = None, start = None, end = None, unique = None, filters = None, as_of = None,
         known_at = None, include_superseded = None,
     ))]
@@ -244,6 +244,7 @@ impl PySearchRequest {
         date_weight: Option<&Bound<'_, PyAny>>,
         when_weight: Option<&Bound<'_, PyAny>>,
         answer_weight: Option<&Bound<'_, PyAny>>,
+        question_weight: Option<&Bound<'_, PyAny>>,
         table: Option<&Bound<'_, PyAny>>,
         r#type: Option<&Bound<'_, PyAny>>,
         scope: Option<&Bound<'_, PyAny>>,
@@ -300,6 +301,8 @@ impl PySearchRequest {
                 .unwrap_or(fusion::DEFAULT_CONTEXT_WEIGHT),
             answer_weight: optional_number(py, answer_weight, "answer_weight")?
                 .unwrap_or(fusion::DEFAULT_ANSWER_WEIGHT),
+            question_weight: optional_number(py, question_weight, "question_weight")?
+                .unwrap_or(fusion::DEFAULT_QUESTION_WEIGHT),
             speaker_weight: optional_number(py, speaker_weight, "speaker_weight")?
                 .unwrap_or(fusion::DEFAULT_SPEAKER_WEIGHT),
             date_weight: optional_number(py, date_weight, "date_weight")?

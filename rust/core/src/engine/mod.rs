@@ -115,8 +115,8 @@ pub struct Batch<'a> {
 pub struct Prepared {
     ids: Vec<u64>,
     docs: Option<Vec<DocTerms>>,
-    /// Per record, whether its text holds a question mark (with the texts).
-    asks: Option<Vec<bool>>,
+    /// Per record, how much of its text asks (with the texts).
+    questions: Option<Vec<u8>>,
     /// Unit vectors in the form they are parked in (rounded to half floats
     /// for the f16 precisions), with their sign sketches: made in `prepare`,
     /// which runs without the engine's lock, so `apply` only copies them.
@@ -443,9 +443,9 @@ impl Engine {
         Ok(Prepared {
             ids: batch.ids.to_vec(),
             docs: batch.texts.map(|t| self.bm25.analyze_batch(t)),
-            asks: batch
+            questions: batch
                 .texts
-                .map(|t| t.iter().map(|t| records::holds_question(t)).collect()),
+                .map(|t| t.iter().map(|t| records::question_share(t)).collect()),
             vectors,
             attrs: batch.attrs.to_vec(),
         })
@@ -484,8 +484,8 @@ impl Engine {
         }
         for (i, (id, a)) in p.ids.iter().zip(&p.attrs).enumerate() {
             let slot = self.records.insert(*id, a);
-            if let Some(asks) = &p.asks {
-                self.records.asks[slot as usize] = asks[i];
+            if let Some(questions) = &p.questions {
+                self.records.questions[slot as usize] = questions[i];
             }
         }
         if let (Some((vectors, sketches)), Some(hnsw)) = (p.vectors, self.hnsw.as_mut()) {

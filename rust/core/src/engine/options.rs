@@ -47,6 +47,7 @@ pub struct Given<'a> {
     pub alpha: Option<f64>,
     pub context_weight: f64,
     pub answer_weight: f64,
+    pub question_weight: f64,
     pub speaker_weight: f64,
     pub date_weight: f64,
     pub when_weight: f64,
@@ -78,6 +79,9 @@ pub struct SearchOptions {
     /// The share of the gap to the cosine of the question before it that a
     /// turn answering it takes ([`crate::fusion::DEFAULT_ANSWER_WEIGHT`]).
     pub answer_weight: f64,
+    /// The share of its relevance a memory that is all questions loses
+    /// ([`crate::fusion::DEFAULT_QUESTION_WEIGHT`]).
+    pub question_weight: f64,
     /// What a speaker the query names is worth to its turns
     /// ([`crate::fusion::speaker`]).
     pub speaker_weight: f64,
@@ -110,6 +114,7 @@ impl Default for SearchOptions {
             fusion: Fusion::default(),
             context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
             answer_weight: crate::fusion::DEFAULT_ANSWER_WEIGHT,
+            question_weight: crate::fusion::DEFAULT_QUESTION_WEIGHT,
             speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
             date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
             when_weight: crate::fusion::DEFAULT_WHEN_WEIGHT,
@@ -130,8 +135,8 @@ impl SearchOptions {
     /// Checks every value, in the order the caller's messages have always
     /// come in: `k`, `mode`, `threshold`, `min_similarity`, `weights`,
     /// `decay`, `recency_half_life`, `candidates`, the fusion, then
-    /// `context_weight`, `answer_weight`, `speaker_weight`, `date_weight`,
-    /// `when_weight`, then
+    /// `context_weight`, `answer_weight`, `question_weight`, `speaker_weight`,
+    /// `date_weight`, `when_weight`, then
     /// `diversity`.
     pub fn new(given: &Given<'_>) -> Result<Self> {
         let k = count("k", given.k, 1)?;
@@ -187,6 +192,7 @@ impl SearchOptions {
         };
         let context_weight = crate::fusion::context_weight(given.context_weight)?;
         let answer_weight = crate::fusion::answer_weight(given.answer_weight)?;
+        let question_weight = crate::fusion::question_weight(given.question_weight)?;
         let speaker_weight = crate::fusion::speaker_weight(given.speaker_weight)?;
         let date_weight = crate::fusion::date_weight(given.date_weight)?;
         let when_weight = crate::fusion::when_weight(given.when_weight)?;
@@ -199,6 +205,7 @@ impl SearchOptions {
             fusion,
             context_weight,
             answer_weight,
+            question_weight,
             speaker_weight,
             date_weight,
             when_weight,
@@ -278,6 +285,7 @@ impl SearchOptions {
             fusion: self.fusion,
             context_weight: self.context_weight,
             answer_weight: self.answer_weight,
+            question_weight: self.question_weight,
             speaker_weight: self.speaker_weight,
             date_weight: self.date_weight,
             dates,
@@ -345,6 +353,7 @@ mod tests {
             alpha: None,
             context_weight: 0.2,
             answer_weight: 0.4,
+            question_weight: 0.08,
             speaker_weight: 0.5,
             date_weight: 0.2,
             when_weight: 0.05,

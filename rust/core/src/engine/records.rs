@@ -195,10 +195,48 @@ pub enum RawValue {
     Str(String),
 }
 
-/// Whether `text` holds a question mark (of the Latin, full-width, Spanish
-/// or Arabic script): a conversation turn that does asks something.
-pub fn holds_question(text: &str) -> bool {
-    text.contains(['?', '\u{FF1F}', '\u{BF}', '\u{61F}'])
+/// The question marks of the Latin, full-width, Spanish and Arabic scripts:
+/// a sentence that holds one asks something.
+const QUESTION_MARKS: [char; 4] = ['?', '\u{FF1F}', '\u{BF}', '\u{61F}'];
+
+/// How much of `text` asks: the share of its characters (whitespace not
+/// counted) in sentences that hold a question mark, in 255ths, rounded up,
+/// so a text that holds one never counts 0. A sentence ends where a run of
+/// `.`, `!`, `?`, `…` or `؟` meets whitespace or the text's end ("3.5" and
+/// "a?b" end none), or at a full-width `。`, `！` or `？`, which Chinese and
+/// Japanese write without a space after.
+pub fn question_share(text: &str) -> u8 {
+    let (mut asked, mut all) = (0usize, 0usize);
+    let (mut sentence, mut asks, mut ended) = (0usize, false, false);
+    let mut close = |sentence: &mut usize, asks: &mut bool| {
+        all += *sentence;
+        if *asks {
+            asked += *sentence;
+        }
+        (*sentence, *asks) = (0, false);
+    };
+    for c in text.chars() {
+        if c.is_whitespace() {
+            if ended {
+                close(&mut sentence, &mut asks);
+                ended = false;
+            }
+            continue;
+        }
+        sentence += 1;
+        asks |= QUESTION_MARKS.contains(&c);
+        ended = matches!(c, '.' | '!' | '?' | '\u{2026}' | '\u{61F}');
+        if matches!(c, '\u{3002}' | '\u{FF01}' | '\u{FF1F}') {
+            close(&mut sentence, &mut asks);
+            ended = false;
+        }
+    }
+    close(&mut sentence, &mut asks);
+    if all == 0 {
+        return 0;
+    }
+    // At most 255: `asked <= all`.
+    u8::try_from((asked * 255).div_ceil(all)).unwrap_or(u8::MAX)
 }
 
 /// The attributes of one record, as a caller gives them. The fields are
@@ -413,11 +451,11 @@ pub struct Records {
     pub(crate) recorded_at: Vec<f64>,
     /// Per slot: the interned speaker, or [`NONE`].
     pub(crate) speaker: Vec<u32>,
-    /// Per slot: whether the record's text holds a question mark
-    /// ([`holds_question`]), set where its text is indexed: a turn that holds
-    /// none after one that does answers it, and borrows its likeness to the
-    /// query (`answer_weight`).
-    pub(crate) asks: Vec<bool>,
+    /// Per slot: how much of the record's text asks ([`question_share`]),
+    /// set where its text is indexed. A memory that asks seldom holds the
+    /// answer (`question_weight`), and a turn that asks nothing after one that
+    /// asks answers it, and borrows its likeness to the query (`answer_weight`).
+    pub(crate) questions: Vec<u8>,
     /// Live records per interned speaker: the store's speakers (empty in a
     /// store without conversation turns, so a search skips the speaker pass).
     pub(crate) speakers: FxHashMap<u32, u32>,
@@ -630,7 +668,7 @@ impl Records {
             Region::of(&self.expires_at),
             Region::of(&self.recorded_at),
             Region::of(&self.speaker),
-            Region::of(&self.asks),
+            Region::of(&self.questions),
         ]);
         out.extend(self.scope.iter().map(|column| Region::of(column)));
     }
@@ -649,6 +687,16 @@ impl Records {
 
     pub fn contains(&self, id: u64) -> bool {
         self.slots.contains_key(&id)
+    }
+
+    /// Whether the text of `slot` holds a question mark.
+    pub fn asks(&self, slot: u32) -> bool {
+        self.questions[slot as usize] > 0
+    }
+
+    /// How much of the text of `slot` asks, in [0, 1] ([`question_share`]).
+    pub fn question(&self, slot: u32) -> f64 {
+        f64::from(self.questions[slot as usize]) / 255.0
     }
 
     /// Number of slots, live or free.
@@ -820,7 +868,7 @@ impl Records {
     pub fn prefetch_expiry(&self, slot: u32) {
         prefetch(self.expires_at.as_ptr().wrapping_add(slot as usize));
         prefetch(self.ids.as_ptr().wrapping_add(slot as usize));
-        prefetch(self.asks.as_ptr().wrapping_add(slot as usize));
+        prefetch(self.questions.as_ptr().wrapping_add(slot as usize));
     }
 
     /// Asks for what [`neighbours`](Self::neighbours) reads of `slot`.
@@ -829,7 +877,7 @@ impl Records {
         prefetch(self.scope[SESSION].as_ptr().wrapping_add(s));
         prefetch(self.prev.as_ptr().wrapping_add(s));
         prefetch(self.next.as_ptr().wrapping_add(s));
-        prefetch(self.asks.as_ptr().wrapping_add(s));
+        prefetch(self.questions.as_ptr().wrapping_add(s));
     }
 
     /// The interned scope of `slot`, every field: a session's key.
@@ -1004,7 +1052,7 @@ impl Records {
         self.expires_at.push(f64::INFINITY);
         self.recorded_at.push(0.0);
         self.speaker.push(NONE);
-        self.asks.push(false);
+        self.questions.push(0);
         self.prev.push(NONE);
         self.next.push(NONE);
         self.meta.push(Vec::new());
@@ -1034,8 +1082,8 @@ impl Records {
                     None => self.push_slot(),
                 };
                 self.slots.insert(id, slot);
-                // A freed slot's flag was its last record's; set with the text.
-                self.asks[slot as usize] = false;
+                // A freed slot's share was its last record's; set with the text.
+                self.questions[slot as usize] = 0;
                 slot
             }
         };

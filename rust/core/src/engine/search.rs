@@ -43,6 +43,9 @@ pub struct SearchRequest<'a> {
     /// The share of the gap to the cosine of the turn before that a turn
     /// answering it takes ([`fusion::DEFAULT_ANSWER_WEIGHT`]).
     pub answer_weight: f64,
+    /// The share of its relevance a memory that is all questions loses
+    /// ([`fusion::DEFAULT_QUESTION_WEIGHT`]).
+    pub question_weight: f64,
     /// What a speaker the query names is worth to its turns, as a share of
     /// the BM25 ceiling ([`fusion::speaker`]).
     pub speaker_weight: f64,
@@ -96,6 +99,7 @@ impl<'a> SearchRequest<'a> {
             fusion: crate::fusion::Fusion::default(),
             context_weight: crate::fusion::DEFAULT_CONTEXT_WEIGHT,
             answer_weight: crate::fusion::DEFAULT_ANSWER_WEIGHT,
+            question_weight: crate::fusion::DEFAULT_QUESTION_WEIGHT,
             speaker_weight: crate::fusion::DEFAULT_SPEAKER_WEIGHT,
             date_weight: crate::fusion::DEFAULT_DATE_WEIGHT,
             dates: &[],
@@ -148,6 +152,9 @@ pub struct Signals {
     /// no question mark, and that turn does) and the search computed it.
     pub cosine_asked: Option<f32>,
     pub vector_rank: Option<u32>,
+    /// How much of the hit's text asks, in [0, 1], if the search weighed it
+    /// (weighted fusion of a hybrid search with a question weight).
+    pub question: Option<f64>,
     /// Fused relevance in [0, 1].
     pub relevance: f64,
     pub importance: f64,
@@ -526,6 +533,10 @@ impl Engine {
             _ => Vec::new(),
         };
         let told = tells.contains(&true);
+        // A memory that asks seldom holds the answer.
+        let weighs_questions = req.question_weight > 0.0
+            && req.mode == Mode::Hybrid
+            && matches!(req.fusion, Fusion::Weighted { .. } | Fusion::Adaptive);
         let mut scored: Vec<(u64, Signals)> = Vec::with_capacity(pool.len());
         for (j, (id, slot, c)) in pool.into_iter().enumerate() {
             let s = slot as usize;
@@ -536,6 +547,10 @@ impl Engine {
             let relevance = fusion::dated(relevance(c), dated, date == Some(true), req.date_weight);
             let when = told.then(|| tells[j]);
             let relevance = fusion::dated(relevance, told, when == Some(true), req.when_weight);
+            let question = weighs_questions.then(|| r.question(slot));
+            let relevance = question.map_or(relevance, |asked| {
+                fusion::questioned(relevance, asked, req.question_weight)
+            });
             let boost = req.weights.boost(importance, recency);
             let score = relevance * boost;
             if req.threshold.is_some_and(|t| score < t) {
@@ -554,6 +569,7 @@ impl Engine {
                     cosine_context: c.cosine_context,
                     cosine_asked: c.cosine_asked,
                     vector_rank: c.vector_rank,
+                    question,
                     relevance,
                     importance,
                     recency,
@@ -834,7 +850,7 @@ impl Engine {
             .iter()
             .map(|&(id, own, [prev, next])| {
                 let prev = slot_of(prev, true);
-                answers.push(prev.is_some_and(|p| r.asks[p as usize] && !r.asks[own as usize]));
+                answers.push(prev.is_some_and(|p| r.asks(p) && !r.asks(own)));
                 [id_of(prev), id, id_of(slot_of(next, false))]
             })
             .collect();

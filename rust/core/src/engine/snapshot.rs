@@ -17,7 +17,7 @@
 //! key interners (`count: u64` then `str` each), `slots: u64`, then per
 //! column `ids: u64s, keys: u32s (interned public ids, u32::MAX = none),
 //! live: bytes, table: u32s, type: u32s, 6 × scope: u32s, speaker: u32s
-//! (interned, u32::MAX = none), asks: bytes, importance: f32s,
+//! (interned, u32::MAX = none), questions: bytes, importance: f32s,
 //! evergreen: bytes, access_count: u64s`, `created_at, updated_at,
 //! last_accessed_at, valid_to, expires_at, recorded_at` (`slots` f64 each, infinity for
 //! a current record's `valid_to` and a record that never expires), per slot its metadata (`count: u64`,
@@ -34,8 +34,8 @@
 //! went on apart reach the same numbers with other records.
 //!
 //! Older versions are refused, so the caller rebuilds the engine from its
-//! database: version 8 lacks whether each record's text holds a question
-//! mark, which only the texts tell.
+//! database: version 9 holds only whether each record's text holds a
+//! question mark, not how much of it asks, which only the texts tell.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -58,9 +58,11 @@ pub(crate) const KIND: Kind = Kind(*b"MREC");
 // 7: a message's speaker read from its transcript line (`Attrs::read_speaker`),
 //    which an older snapshot's messages lack, so it is rebuilt.
 // 8: `history` and the siblings' stamps after `dim`.
-// 9: `asks` per slot (`Records::asks`), which an older snapshot lacks, so it
-//    is rebuilt.
-pub(crate) const VERSION: u32 = 9;
+// 9: whether each slot's text holds a question mark, which an older snapshot
+//    lacks, so it is rebuilt.
+// 10: how much of each slot's text asks (`Records::questions`), of which 9
+//    holds only whether it is more than nothing, so it is rebuilt.
+pub(crate) const VERSION: u32 = 10;
 const PREFIX: &str = "snapshot-";
 const STAGING: &str = ".staging-";
 
@@ -277,7 +279,7 @@ impl Engine {
             w.u32s(col);
         }
         w.u32s(&r.speaker);
-        w.bytes(&r.asks.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
+        w.bytes(&r.questions);
         w.f32s(&r.importance);
         w.bytes(&r.evergreen.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
         w.u64s(&(0..n as u32).map(|s| r.access_count(s)).collect::<Vec<_>>());
@@ -385,7 +387,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         *col = sized(r.u32s()?, n, "scope")?;
     }
     let speaker = sized(r.u32s()?, n, "speaker")?;
-    let asks = bools(r, n, "asks")?;
+    let questions = sized(r.bytes()?.to_vec(), n, "questions")?;
     let importance = sized(r.f32s()?, n, "importance")?;
     let evergreen = bools(r, n, "evergreen")?;
     let access_count = sized(r.u64s()?, n, "access_count")?;
@@ -481,7 +483,7 @@ fn decode(r: &mut Reader<'_>, dim: usize) -> DecodeResult<(Records, Pending)> {
         kind,
         scope,
         speaker,
-        asks,
+        questions,
         importance,
         evergreen,
         created_at,

@@ -467,27 +467,33 @@ fn snapshot_refuses_a_sibling_of_another_save() {
 }
 
 /// A snapshot of an older version is refused (the caller rebuilds from its
-/// database: version 8 lacks `asks`), and `asks` comes back from the current one.
+/// database: version 9 holds only whether a text asks, not how much), and
+/// how much each text asks comes back from the current one.
 #[test]
-fn snapshot_of_an_older_version_is_refused_and_asks_round_trips() {
-    let dir = snapshot_dir("v8");
+fn snapshot_of_an_older_version_is_refused_and_questions_round_trip() {
+    let dir = snapshot_dir("v9");
     let mut e = engine(None);
-    let texts = vec!["Where did you go?".to_string(), "To Porto.".to_string()];
+    let texts = vec![
+        "Where did you go?".to_string(),
+        "To Porto.".to_string(),
+        "I went to Porto! And you?".to_string(),
+    ];
+    let a = attrs("a", 0.5, 0.0, false);
     e.upsert(Batch {
-        ids: &[1, 2],
+        ids: &[1, 2, 3],
         texts: Some(&texts),
         vectors: None,
-        attrs: &[attrs("a", 0.5, 0.0, false), attrs("a", 0.5, 0.0, false)],
+        attrs: &[a.clone(), a.clone(), a],
     })
     .unwrap();
     e.save(&dir, 5, 77, true).unwrap();
     let (l, seq, history) = Engine::load(&dir).unwrap();
     assert_eq!((seq, history), (5, 77));
-    let asks = |e: &Engine, id| e.records.asks[e.records.slot(id).unwrap() as usize];
-    assert!(asks(&l, 1) && !asks(&l, 2));
+    let share = |e: &Engine, id| e.records.questions[e.records.slot(id).unwrap() as usize];
+    assert_eq!([1, 2, 3].map(|id| share(&l, id)), [255, 0, 90]);
     let records = dir.join(format!("snapshot-{:020}", 5)).join("records.bin");
     let (_, payload) = persist::load(&records, snapshot::KIND, snapshot::VERSION).unwrap();
-    for older in [snapshot::VERSION - 1, 7] {
+    for older in [snapshot::VERSION - 1, 8] {
         persist::save(&records, snapshot::KIND, older, &payload).unwrap();
         match Engine::load(&dir) {
             Err(Error::Corrupt { reason, .. }) => assert!(reason.contains("older"), "{reason}"),
@@ -793,6 +799,113 @@ fn answered(e: &Engine, weight: f64) -> rustc_hash::FxHashMap<u64, Signals> {
     r.k = 10;
     let hits = e.search(&r).unwrap();
     hits.ids.iter().copied().zip(hits.signals).collect()
+}
+
+#[test]
+fn how_much_of_a_text_asks() {
+    use super::records::question_share;
+    let cases = [
+        ("", 0),
+        ("To Porto.", 0),
+        ("Where did you go?", 255),
+        // 14 of 27 characters (whitespace not counted) ask.
+        ("I adopted a pup! Do you have pets?", 133),
+        ("Really?! That's great.", 102),
+        // "3.5" and "a?b" end no sentence; a question mark still asks.
+        ("It took 3.5 hours, a?b then", 255),
+        ("\u{BF}Qu\u{E9} tal", 255),
+        (
+            "\u{4F60}\u{597D}\u{5417}\u{FF1F}\u{6211}\u{5F88}\u{597D}\u{3002}",
+            128,
+        ),
+        ("   ", 0),
+        ("?", 255),
+    ];
+    for (text, want) in cases {
+        assert_eq!(question_share(text), want, "{text:?}");
+    }
+    // Anything that holds a question mark asks more than nothing, and a
+    // share never passes 255, however the text is cut.
+    let mut rng = crate::testdata::Rng(7);
+    let alphabet = [
+        'a', ' ', '.', '!', '?', '\u{FF1F}', '\u{3002}', '\n', '\u{BF}', 'x',
+    ];
+    for _ in 0..20_000 {
+        let n = rng.below(40);
+        let text: String = (0..n)
+            .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+            .collect();
+        let holds = text.contains(['?', '\u{FF1F}', '\u{BF}', '\u{61F}']);
+        assert_eq!(question_share(&text) > 0, holds, "{text:?}");
+    }
+}
+
+/// Two memories alike to the query in every way but that one asks.
+fn asked_and_told() -> Engine {
+    let mut e = engine(Some(2));
+    let texts = vec![
+        "what is the porto weather like?".to_string(),
+        "the porto weather is mild. do you know it?".to_string(),
+        "the porto weather is mild".to_string(),
+    ];
+    let a = attrs("a", 0.5, HOUR, false);
+    e.upsert(Batch {
+        ids: &[1, 2, 3],
+        texts: Some(&texts),
+        vectors: Some(&[1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
+        attrs: &[a.clone(), a.clone(), a],
+    })
+    .unwrap();
+    e
+}
+
+#[test]
+fn a_memory_that_asks_loses_its_share_of_the_question_weight() {
+    let e = asked_and_told();
+    let q = [1.0, 0.0];
+    let search = |weight: f64, mode: Mode, fusion: Fusion| {
+        let mut r = request(Some("porto weather"), Some(&q), mode);
+        r.question_weight = weight;
+        r.fusion = fusion;
+        let hits = e.search(&r).unwrap();
+        hits.ids
+            .iter()
+            .copied()
+            .zip(hits.signals)
+            .collect::<rustc_hash::FxHashMap<u64, Signals>>()
+    };
+    let weighted = Fusion::weighted(0.5).unwrap();
+    let off = search(0.0, Mode::Hybrid, weighted);
+    assert!(off.values().all(|s| s.question.is_none()));
+    for w in [crate::fusion::DEFAULT_QUESTION_WEIGHT, 0.5, 1.0] {
+        for fusion in [weighted, Fusion::Adaptive] {
+            let on = search(w, Mode::Hybrid, fusion);
+            let base = search(0.0, Mode::Hybrid, fusion);
+            // 12 of the second's 34 characters ask.
+            for (id, share) in [(1, 1.0), (2, 90.0 / 255.0), (3, 0.0)] {
+                let asked = on[&id].question.unwrap();
+                assert!(close(asked, share), "{id}: {asked}");
+                assert!(close(
+                    on[&id].relevance,
+                    base[&id].relevance * (1.0 - w * asked)
+                ));
+                assert!(close(on[&id].score, on[&id].relevance * on[&id].boost));
+            }
+        }
+    }
+    // Where the fusion is by rank, or one retriever answers alone, nothing asks.
+    for (mode, fusion) in [
+        (Mode::Hybrid, Fusion::rrf(60.0).unwrap()),
+        (Mode::Text, weighted),
+        (Mode::Vector, weighted),
+    ] {
+        let on = search(1.0, mode, fusion);
+        let base = search(0.0, mode, fusion);
+        for id in [1, 2, 3] {
+            assert_eq!(on[&id].question, None);
+            assert_eq!(on[&id].relevance, base[&id].relevance);
+        }
+    }
 }
 
 #[test]
