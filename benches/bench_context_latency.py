@@ -2,7 +2,8 @@
 on a store of 100,000 conversation turns, each in a session and with its speaker, the
 option (``--option``: ``context_weight``, contextual BM25, or ``speaker_weight``, the
 speaker field; ``date_weight``, the date pass; ``when_weight``, the when pass;
-``answer_weight``, the answer's share of its question's cosine) at 0
+``answer_weight``, the answer's share of its question's cosine; ``question_weight``, what
+a memory that asks loses) at 0
 against the engine's default in one run; ``--option alpha`` times the fixed weight 0.5
 against the default adaptive fusion (its per-query weight). ``--dated`` ends each
 question with the month and year of a stored turn ("... in March 2025"), so that the
@@ -48,6 +49,7 @@ def main() -> None:
         choices=(
             "context_weight",
             "answer_weight",
+            "question_weight",
             "speaker_weight",
             "date_weight",
             "when_weight",

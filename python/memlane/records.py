@@ -128,9 +128,9 @@ class SearchHit:
     of a conversation turn joined with its neighbours; None without a session),
     ``cosine_context`` (the better cosine of its previous and next turn; None
     without a session or a query vector), ``cosine_asked`` (the cosine of the turn
-    before it, if that turn holds a question mark and the hit holds none: the
-    question it answers; None otherwise), ``question`` (how much of the hit's text
-    asks, in [0, 1]: the share of its characters in sentences with a question mark;
+    before it, if that turn asks and the hit asks nothing: the question it
+    answers; None otherwise), ``question`` (how much of the hit's text asks, in
+    [0, 1]: the share of its characters in sentences that end with a question mark;
     None where the search did not weigh it: text or vector mode, RRF, or
     ``question_weight=0``),
     ``bm25_speaker`` (whether the query names the hit's speaker; None in a store

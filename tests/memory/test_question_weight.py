@@ -60,6 +60,16 @@ def test_a_memory_that_asks_ranks_below_one_that_tells_the_same(mem: Memory) -> 
     assert full[asks].explain["relevance"] == pytest.approx(0.0)
 
 
+def test_a_link_or_a_number_asks_nothing(mem: Memory) -> None:
+    link, number = _add(
+        mem,
+        ["The porto weather is at https://w.example/porto?day=1 today.", "Porto weather: 3.5?1"],
+    )
+    hits = _search(mem)
+    assert hits[link].explain["question"] == 0.0
+    assert hits[number].explain["question"] == 0.0
+
+
 @pytest.mark.parametrize(
     "kw", [{"mode": "text"}, {"mode": "vector"}, {"fusion": "rrf"}, {"question_weight": 0.0}]
 )

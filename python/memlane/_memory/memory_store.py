@@ -433,8 +433,8 @@ class MemoryStore(Listing, Forgetting):
                 joined with its session's previous and next turn, and in weighted fusion
                 of its cosine taken from the better of theirs (0 turns it off).
             answer_weight: in weighted fusion, the share of the gap to the cosine of the
-                turn before that a turn answering it takes: one without a question mark
-                after one with ("Yes, every Sunday." after "Do you go hiking?"; 0 turns
+                turn before that a turn answering it takes: one that asks nothing after
+                one that asks ("Yes, every Sunday." after "Do you go hiking?"; 0 turns
                 it off).
             question_weight: in weighted fusion, the share of its relevance a memory
                 made of questions loses, in proportion to how much of its text asks (a

@@ -120,7 +120,7 @@ pub fn context_weight(w: f64) -> Result<f64> {
 }
 
 /// The share of the gap to the cosine of the turn before that a turn answering
-/// it takes (it holds no question mark, and that turn does): "Yes, every Sunday
+/// it takes (it asks nothing, and that turn asks): "Yes, every Sunday
 /// morning." says little of "When does she go hiking?", the question before it
 /// says more. Chosen on the train halves of `benches/bench_quality.py`'s
 /// conversation sets (`benches/README.md`, "A turn that answers the question

@@ -195,43 +195,56 @@ pub enum RawValue {
     Str(String),
 }
 
-/// The question marks of the Latin, full-width, Spanish and Arabic scripts:
-/// a sentence that holds one asks something.
-const QUESTION_MARKS: [char; 4] = ['?', '\u{FF1F}', '\u{BF}', '\u{61F}'];
-
 /// How much of `text` asks: the share of its characters (whitespace not
-/// counted) in sentences that hold a question mark, in 255ths, rounded up,
-/// so a text that holds one never counts 0. A sentence ends where a run of
-/// `.`, `!`, `?`, `…` or `؟` meets whitespace or the text's end ("3.5" and
-/// "a?b" end none), or at a full-width `。`, `！` or `？`, which Chinese and
-/// Japanese write without a space after.
+/// counted) in sentences that ask, in 255ths, rounded up, so a text with one
+/// such sentence never counts 0. A sentence asks when the run of marks that
+/// ends it holds a question mark (`?`, `？` or `؟`), or it holds `¿`. A run of
+/// `.`, `!`, `?`, `…`, `؟` ends a sentence unless a letter or digit follows
+/// it ("3.5", "porto?day=1", a link's query, end none), and a run holding a
+/// full-width `。`, `！` or `？`, which Chinese and Japanese write without a
+/// space after, ends it whatever follows.
 pub fn question_share(text: &str) -> u8 {
+    #[derive(Default)]
+    struct Sentence {
+        chars: usize,
+        opened: bool,
+        in_run: bool,
+        run_asks: bool,
+        run_wide: bool,
+    }
     let (mut asked, mut all) = (0usize, 0usize);
-    let (mut sentence, mut asks, mut ended) = (0usize, false, false);
-    let mut close = |sentence: &mut usize, asks: &mut bool| {
-        all += *sentence;
-        if *asks {
-            asked += *sentence;
+    let mut s = Sentence::default();
+    let mut close = |s: &mut Sentence| {
+        all += s.chars;
+        if s.opened || s.run_asks {
+            asked += s.chars;
         }
-        (*sentence, *asks) = (0, false);
+        *s = Sentence::default();
     };
     for c in text.chars() {
-        if c.is_whitespace() {
-            if ended {
-                close(&mut sentence, &mut asks);
-                ended = false;
+        let mark = matches!(
+            c,
+            '.' | '!' | '?' | '\u{2026}' | '\u{61F}' | '\u{3002}' | '\u{FF01}' | '\u{FF1F}'
+        );
+        if s.in_run && !mark {
+            if c.is_alphanumeric() && !s.run_wide {
+                (s.in_run, s.run_asks) = (false, false);
+            } else {
+                close(&mut s);
             }
+        }
+        if c.is_whitespace() {
             continue;
         }
-        sentence += 1;
-        asks |= QUESTION_MARKS.contains(&c);
-        ended = matches!(c, '.' | '!' | '?' | '\u{2026}' | '\u{61F}');
-        if matches!(c, '\u{3002}' | '\u{FF01}' | '\u{FF1F}') {
-            close(&mut sentence, &mut asks);
-            ended = false;
+        s.chars += 1;
+        s.opened |= c == '\u{BF}';
+        if mark {
+            s.in_run = true;
+            s.run_asks |= matches!(c, '?' | '\u{FF1F}' | '\u{61F}');
+            s.run_wide |= matches!(c, '\u{3002}' | '\u{FF01}' | '\u{FF1F}');
         }
     }
-    close(&mut sentence, &mut asks);
+    close(&mut s);
     if all == 0 {
         return 0;
     }
@@ -689,7 +702,7 @@ impl Records {
         self.slots.contains_key(&id)
     }
 
-    /// Whether the text of `slot` holds a question mark.
+    /// Whether the text of `slot` asks anything ([`question_share`]).
     pub fn asks(&self, slot: u32) -> bool {
         self.questions[slot as usize] > 0
     }
@@ -869,6 +882,16 @@ impl Records {
         prefetch(self.expires_at.as_ptr().wrapping_add(slot as usize));
         prefetch(self.ids.as_ptr().wrapping_add(slot as usize));
         prefetch(self.questions.as_ptr().wrapping_add(slot as usize));
+    }
+
+    /// Asks for what a search's scoring reads of `slot`: its last access,
+    /// importance, evergreen flag and how much of its text asks.
+    pub fn prefetch_scoring(&self, slot: u32) {
+        let s = slot as usize;
+        prefetch(self.accessed_at.as_ptr().wrapping_add(s));
+        prefetch(self.importance.as_ptr().wrapping_add(s));
+        prefetch(self.evergreen.as_ptr().wrapping_add(s));
+        prefetch(self.questions.as_ptr().wrapping_add(s));
     }
 
     /// Asks for what [`neighbours`](Self::neighbours) reads of `slot`.

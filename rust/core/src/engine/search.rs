@@ -148,8 +148,9 @@ pub struct Signals {
     /// The best cosine of the hit's previous and next turn of its session,
     /// if it has a `session_id` and the search computed it.
     pub cosine_context: Option<f32>,
-    /// The cosine of the turn before the hit, if the hit answers it (it holds
-    /// no question mark, and that turn does) and the search computed it.
+    /// The cosine of the turn before the hit, if the hit answers it (it asks
+    /// nothing, and that turn asks: [`super::records::question_share`]) and the
+    /// search computed it.
     pub cosine_asked: Option<f32>,
     pub vector_rank: Option<u32>,
     /// How much of the hit's text asks, in [0, 1], if the search weighed it
@@ -501,6 +502,7 @@ impl Engine {
                     continue;
                 }
             }
+            r.prefetch_scoring(slot);
             pool.push((id, slot, c));
         }
         let newest = match req.age_from {
