@@ -9,6 +9,7 @@ import itertools
 import os
 import re
 import sqlite3
+import struct
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -118,6 +119,20 @@ class MidwayEmbedder(WordHashEmbedder):
             midway, self.midway = self.midway, None
             midway()
         return super().embed_batch(texts)
+
+
+def reopen_older_snapshot(store: Path, embedder: Any, **options: Any) -> Memory:
+    """``store`` (closed) opened again once its snapshot's ``records.bin`` says one format
+    version older than this build's, as a store written by the build before: it warns
+    and rebuilds its engine from the database."""
+    (records,) = (store / "index").glob("snapshot-*/records.bin")
+    data = bytearray(records.read_bytes())
+    # The header: magic (8), kind (4), then the format version (rust/core/src/persist.rs).
+    (version,) = struct.unpack_from("<I", data, 12)
+    struct.pack_into("<I", data, 12, version - 1)
+    records.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="older than this build"):
+        return Memory(store, embedder, **options)
 
 
 @pytest.fixture

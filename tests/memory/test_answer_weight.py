@@ -4,8 +4,6 @@ after "Do you go hiking?") takes a share of that question's likeness to the quer
 
 from __future__ import annotations
 
-import struct
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -109,25 +107,6 @@ def test_what_an_answer_takes_follows_rewrites_removals_and_scopes(mem: Memory) 
 def test_a_bad_answer_weight_is_refused(mem: Memory, bad: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="answer_weight"):
         mem.search("hiking", answer_weight=bad)
-
-
-def test_a_store_whose_snapshot_predates_the_mark_is_rebuilt_with_it(tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    with Memory(store, WordHashEmbedder(dimension=2), track_access=False) as mem:
-        _, answer = _turns(mem, [("Where did you go?", NEAR), ("To Porto.", FAR)])
-        mem.wait_indexed()
-    (records,) = (store / "index").glob("snapshot-*/records.bin")
-    data = bytearray(records.read_bytes())
-    # The header: magic (8), kind (4), then the format version (rust/core/src/persist.rs).
-    (version,) = struct.unpack_from("<I", data, 12)
-    struct.pack_into("<I", data, 12, version - 1)
-    records.write_bytes(bytes(data))
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        mem = Memory(store, WordHashEmbedder(dimension=2), track_access=False)
-    with mem:
-        assert any("older than this build" in str(w.message) for w in seen)
-        assert _search(mem)[answer].explain["cosine_asked"] == pytest.approx(1.0)
 
 
 def test_the_default_model_finds_an_answer_through_its_question(

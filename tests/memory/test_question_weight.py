@@ -4,15 +4,13 @@ in proportion to how much of its text asks."""
 
 from __future__ import annotations
 
-import struct
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest import StoreFactory, WordHashEmbedder
+from conftest import StoreFactory, WordHashEmbedder, reopen_older_snapshot
 from memlane import Memory, OnnxEmbedder
 from memlane._core import DEFAULT_QUESTION_WEIGHT
 from memlane.errors import InvalidArgumentError
@@ -110,17 +108,7 @@ def test_a_store_whose_snapshot_holds_only_whether_texts_ask_is_rebuilt(
     with Memory(store, WordHashEmbedder(dimension=2), track_access=False) as mem:
         (both,) = _add(mem, [BOTH])
         mem.wait_indexed()
-    (records,) = (store / "index").glob("snapshot-*/records.bin")
-    data = bytearray(records.read_bytes())
-    # The header: magic (8), kind (4), then the format version (rust/core/src/persist.rs).
-    (version,) = struct.unpack_from("<I", data, 12)
-    struct.pack_into("<I", data, 12, version - 1)
-    records.write_bytes(bytes(data))
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        mem = Memory(store, WordHashEmbedder(dimension=2), track_access=False)
-    with mem:
-        assert any("older than this build" in str(w.message) for w in seen)
+    with reopen_older_snapshot(store, WordHashEmbedder(dimension=2), track_access=False) as mem:
         assert _search(mem)[both].explain["question"] == pytest.approx(SHARE[BOTH])
 
 
