@@ -8,8 +8,8 @@ neighbours' best cosine, the cosine of the question it answers, how much of its 
 asks, ranks), the query's BM25 ceiling, and each record's importance and last access. The
 engine's score is then replayed in numpy (the BM25 share with the session and speaker
 passes, the cosine with its neighbours' and its question's, the fusion, the question
-pass, the boost), checked against
-the engine's own ranking of the same query, and every rule of the grid ranks the same candidates:
+pass, the boost), checked against the engine's own ranking of the same query, and every
+rule of the grid ranks the same candidates:
 
 - ``fixed``: a fixed alpha (0.5 the default before);
 - ``adaptive``: the default (``low`` 0.4, ``high`` 0.55, ``rank`` 30), ``alpha = low +

@@ -28,9 +28,9 @@ def _add(mem: Memory, texts: list[str], session: str | None = None) -> list[str]
     return [r.id for r in mem.add_many(rows)]
 
 
-def _search(mem: Memory, query: str = "porto weather", **kw: Any) -> dict[str, Any]:
+def _search(mem: Memory, **kw: Any) -> dict[str, Any]:
     hits = mem.search(
-        query, k=10, query_embedding=NEAR, weights={"relevance": 1}, explain=True, **kw
+        "porto weather", k=10, query_embedding=NEAR, weights={"relevance": 1}, explain=True, **kw
     )
     return {h.record.id: h for h in hits}
 
