@@ -11,6 +11,7 @@ import pytest
 from conftest import StoreFactory, WordHashEmbedder, trace_sqlite
 from memlane import Memory
 from memlane._memory.sync import IndexSync
+from memlane.coerce import MAX_COUNT
 from memlane.schema import COLUMNS, Row
 from memlane.storage.rowcache import RowCache
 
@@ -40,6 +41,57 @@ def test_a_write_refuses_reads_from_before_it() -> None:
     assert cache.get([1])[0][1][2] == "the write"
     cache.forget([1])
     assert len(cache) == 0
+
+
+def test_a_flush_of_access_counts_brings_the_kept_rows_up_to_date_at_its_commit() -> None:
+    """The rows a flush counts stay kept while it runs (a read from before it is still
+    refused), and take its counts when it commits, as its statement adds them; a flush
+    that rolled back drops them."""
+    cache = RowCache(10)
+    counted = {1: (2, 10.0), 2: (MAX_COUNT - 1, 10.0), 3: (0, 30.0)}
+    cache.put(
+        [row(r, 5)._replace(access_count=n, last_accessed_at=at) for r, (n, at) in counted.items()]
+    )
+    cache.put([row(4, 9)._replace(access_count=1, last_accessed_at=10.0)])  # written since
+    cache.invalidate([1, 2, 3, 4], 8, keep=True)
+    cache.put([row(1, 5, "read before the flush")])
+    assert cache.get([1])[0][1].text == "t"
+    cache.accessed(
+        {1: (3, 20.0), 2: (5, 20.0), 3: (1, 20.0), 4: (1, 20.0), 5: (1, 20.0)}, 8, MAX_COUNT
+    )
+    found, missing = cache.get([1, 2, 3, 4, 5])
+    assert missing == [5]
+    shown = {r: (x.access_count, x.last_accessed_at, x.seq) for r, x in found.items()}
+    assert shown == {
+        1: (5, 20.0, 8),
+        2: (MAX_COUNT, 20.0, 8),  # saturates, as the statement does
+        3: (1, 30.0, 8),  # the later access stays
+        4: (1, 10.0, 9),  # newer than the flush: as it is
+    }
+    cache.invalidate([1], 10, keep=True)
+    cache.forget([1])  # its transaction rolled back
+    assert cache.get([1]) == ({}, [1])
+
+
+def test_a_searched_record_stays_kept_after_its_access_count_is_saved(
+    tmp_path: Path, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records a search returns again and again are not read from the database after
+    every write that saves their access counts, and show the counts saved."""
+    ran: list[str] = []
+    me = threading.get_ident()
+    trace_sqlite(monkeypatch, lambda q: ran.append(q) if threading.get_ident() == me else None)
+    with Memory(tmp_path / "store", word_embedder) as mem:
+        mem.add_many({"text": f"note {i} about the red kite"} for i in range(50))
+        mem.wait_indexed()
+        first = [h.record.id for h in mem.search("red kite", k=10)]
+        mem.add("a write, which saves the counts of that search")
+        ran.clear()
+        hits = mem.search("red kite", k=10, track_access=False)
+        assert [h.record.id for h in hits] == first
+        assert not [q for q in ran if "FROM records" in q and q.startswith("SELECT")]
+        assert all(h.record.access_count == 1 for h in hits)
+        assert [mem.get(i).access_count for i in first] == [1] * 10
 
 
 def test_floors_of_a_burst_of_writes_all_hold_and_old_ones_go_first(

@@ -120,6 +120,7 @@ class PostgresStore(SQLStore):
     def __init__(self, url: str) -> None:
         self.target = PostgresTarget.parse(url)
         self.location = self.target.redacted
+        self._accessed = []
         s = self.target.schema
         # Quoted, so a keyword ("user") works: lowercase already, it names the same schema.
         self._s = f'"{s}"'

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memlane.records import SCOPE_FIELDS
@@ -38,6 +38,8 @@ _METADATA = COLUMNS.index("metadata")
 _SHARED = tuple(COLUMNS.index(c) for c in ("tbl", "type", *SCOPE_FIELDS, "speaker"))
 _NO_METADATA = "{}"
 _CREATED = COLUMNS.index("created_at")
+_LAST_ACCESS = COLUMNS.index("last_accessed_at")
+_ACCESSES = COLUMNS.index("access_count")
 #: Times that equal the creation time in a record never changed or read since.
 _TIMES = tuple(COLUMNS.index(c) for c in ("updated_at", "last_accessed_at", "recorded_at"))
 
@@ -156,19 +158,43 @@ class RowCache:
                 self._rows.move_to_end(rowid, last=False)
                 self._offered += len(row.text) + len(row.metadata)
 
-    def invalidate(self, rowids: Iterable[int], seq: int) -> None:
-        """Drops rows a write (change ``seq``) touches; older reads of them are refused."""
+    def invalidate(self, rowids: Iterable[int], seq: int, *, keep: bool = False) -> None:
+        """Drops rows a write (change ``seq``) touches; older reads of them are refused.
+        With ``keep``, the rows stay as they are until the write commits (``accessed``)
+        or rolls back (``forget``)."""
         now = time.monotonic()
         with self._lock:
             floors = self._floors
             for r in rowids:
-                self._rows.pop(r, None)
+                if not keep:
+                    self._rows.pop(r, None)
                 floors[r] = (seq, now)
                 floors.move_to_end(r)
             while len(floors) > _FLOOR_PRUNE and now - next(iter(floors.values()))[1] >= (
                 _FLOOR_SECONDS
             ):
                 floors.popitem(last=False)
+
+    def accessed(self, accesses: Mapping[int, tuple[int, float]], seq: int, top: int) -> None:
+        """Brings kept rows to what a committed flush of access counts (change ``seq``)
+        made of them in the database, as its statement does: the count added (at most
+        ``top``), the later access kept. Only for a database no other process writes,
+        where nothing else changed them since they were kept."""
+        with self._lock:
+            rows = self._rows
+            for r, (n, at) in accesses.items():
+                row = rows.get(r)
+                if row is None or row[_SEQ] >= seq:
+                    continue
+                last = row[_LAST_ACCESS]
+                if last is None:
+                    del rows[r]
+                    continue
+                values = list(row)
+                values[_ACCESSES] = min(top, row[_ACCESSES] + n)
+                values[_LAST_ACCESS] = max(last, at)
+                values[_SEQ] = seq
+                rows[r] = tuple(values)
 
     def forget(self, rowids: Iterable[int]) -> None:
         """Drops deleted rows."""

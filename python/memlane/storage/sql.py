@@ -40,6 +40,9 @@ class SQLStore(SQLHistory):
 
     #: Rows kept in process for reading search hits.
     _cache: RowCache | None = None
+    #: The access counts the open transaction writes, with its change: the kept rows they
+    #: change are brought up to date when it commits (``RowCache.accessed``).
+    _accessed: list[tuple[dict[int, tuple[int, float]], int]]
     #: ``DELETE ... RETURNING`` is available.
     _RETURNING: ClassVar[bool]
     #: The function of the larger of two values.
@@ -123,10 +126,18 @@ class SQLStore(SQLHistory):
     def _committed(self) -> None:
         if self._log is not None:
             self._log.committed()
+        if self._accessed and self._cache is not None:
+            for accesses, seq in self._accessed:
+                self._cache.accessed(accesses, seq, MAX_COUNT)
+        self._accessed.clear()
 
     def _rolled_back(self) -> None:
         if self._log is not None:
             self._log.rolled_back()
+        if self._accessed and self._cache is not None:
+            for accesses, _ in self._accessed:
+                self._cache.forget(accesses)
+        self._accessed.clear()
 
     # -- writes --------------------------------------------------------------------------
 
@@ -228,7 +239,13 @@ class SQLStore(SQLHistory):
 
     def record_accesses(self, conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
         if self._cache is not None:
-            self._cache.invalidate(accesses, seq)
+            # Where this process is the only writer, the rows stay kept, brought up to
+            # date at the commit: dropped, the records a search returns most often would
+            # each be read from the database again after every flush.
+            keep = not self.shared
+            self._cache.invalidate(accesses, seq, keep=keep)
+            if keep:
+                self._accessed.append((accesses, seq))
         j, params = self._relation(
             (("id_", "int8"), ("n", "int8"), ("at", "float8")),
             [(rowid, n, at) for rowid, (n, at) in accesses.items()],

@@ -220,6 +220,7 @@ class SQLiteStore(SQLStore):
         self._lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
+        self._accessed = []
         self._closed = False
         # Reads in flight, by connection: close leaves a connection in use to its read,
         # which closes it as it ends (closing it mid-read crashes the sqlite3 module;
