@@ -22,6 +22,24 @@ def row(rowid: int, seq: int, text: str = "t", embedding: bytes | None = None) -
     return Row(**values)  # type: ignore[arg-type]
 
 
+def _statements_here(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL this thread runs from now on (the store's background reading ahead may run
+    meanwhile)."""
+    ran: list[str] = []
+    me = threading.get_ident()
+    trace_sqlite(monkeypatch, lambda q: ran.append(q) if threading.get_ident() == me else None)
+    return ran
+
+
+def _record_reads(statements: list[str]) -> list[str]:
+    return [q for q in statements if "FROM records" in q and q.startswith("SELECT")]
+
+
+def _kites(mem: Memory) -> None:
+    mem.add_many({"text": f"note {i} about the red kite"} for i in range(50))
+    mem.wait_indexed()
+
+
 def test_newer_rows_win_and_vectors_are_dropped() -> None:
     cache = RowCache(10)
     cache.put([row(1, 5, "new", b"\0" * 8)])
@@ -78,18 +96,15 @@ def test_a_searched_record_stays_kept_after_its_access_count_is_saved(
 ) -> None:
     """The records a search returns again and again are not read from the database after
     every write that saves their access counts, and show the counts saved."""
-    ran: list[str] = []
-    me = threading.get_ident()
-    trace_sqlite(monkeypatch, lambda q: ran.append(q) if threading.get_ident() == me else None)
+    ran = _statements_here(monkeypatch)
     with Memory(tmp_path / "store", word_embedder) as mem:
-        mem.add_many({"text": f"note {i} about the red kite"} for i in range(50))
-        mem.wait_indexed()
+        _kites(mem)
         first = [h.record.id for h in mem.search("red kite", k=10)]
         mem.add("a write, which saves the counts of that search")
         ran.clear()
         hits = mem.search("red kite", k=10, track_access=False)
         assert [h.record.id for h in hits] == first
-        assert not [q for q in ran if "FROM records" in q and q.startswith("SELECT")]
+        assert not _record_reads(ran)
         assert all(h.record.access_count == 1 for h in hits)
         assert [mem.get(i).access_count for i in first] == [1] * 10
 
@@ -190,16 +205,13 @@ def test_a_new_question_finds_the_rows_this_process_wrote_without_reading_sqlite
     """Writes fill the cache: the hits of a search never run before are not read from
     the database (the model run before a search leaves SQLite's pages cold). Only this
     thread's statements count: the store's background reading ahead may run meanwhile."""
-    ran: list[str] = []
-    me = threading.get_ident()
-    trace_sqlite(monkeypatch, lambda q: ran.append(q) if threading.get_ident() == me else None)
+    ran = _statements_here(monkeypatch)
     with Memory(tmp_path / "store", word_embedder) as mem:
-        mem.add_many({"text": f"note {i} about the red kite"} for i in range(50))
-        mem.wait_indexed()
+        _kites(mem)
         ran.clear()
         hits = mem.search("red kite", k=10)
         assert len(hits) == 10
-        assert not [q for q in ran if "FROM records" in q and q.startswith("SELECT")]
+        assert not _record_reads(ran)
 
 
 def test_rows_read_ahead_fill_room_only_and_go_first() -> None:
@@ -283,7 +295,7 @@ def test_a_reopened_store_answers_new_questions_without_reading_sqlite(
         _warmed(mem, 600)
         ran.clear()
         assert len(mem.search("red kite 17", k=10)) == 10
-        assert not [q for q in ran if "FROM records" in q and q.startswith("SELECT")]
+        assert not _record_reads(ran)
 
 
 def test_reading_ahead_waits_while_searches_run(
