@@ -4,7 +4,10 @@ The engine sees an access at once (its recency restarts); the database gets
 the counts in batches (with the next write, every ``FLUSH_SECONDS`` and at
 close), so a crash loses the last seconds of counts, never a memory. A record read
 meanwhile counts what its row holds and what is gathered here; a flush's counts stay
-here too until its change commits, so a count read never goes back.
+here too until its change commits, so a count read never goes back. A deleted record's
+counts are not forgotten at its delete: a search racing the delete still shows them, a
+delete that rolled back leaves them to be saved, and the next flush, which finds no row
+to write them to, lets them go.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class AccessLog:
         # accesses, as a flush sets the seq of the rows it counts. Writes take turns, so
         # a flush finds the last one committed, or rolled back if it takes the same change.
         self._flushed: list[tuple[int, float, dict[int, tuple[int, float]]]] = []
+        # The newest change of this process known to have committed.
+        self._committed = 0
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
@@ -55,6 +60,17 @@ class AccessLog:
                 n, at = self._pending.get(r, (0, now))
                 self._pending[r] = (n + 1, max(at, now))
             return len(self._pending) >= FLUSH_COUNT
+
+    def committed(self, seq: int) -> None:
+        """Change ``seq`` of this process committed (with the counts its flush wrote)."""
+        with self._lock:
+            self._committed = max(self._committed, seq)
+
+    def unsaved(self) -> bool:
+        """Whether the last flush's change never committed (its transaction rolled back),
+        so its counts wait for a flush that takes that change again."""
+        with self._lock:
+            return bool(self._flushed) and self._flushed[-1][0] > self._committed
 
     def due(self, now: float) -> bool:
         return bool(self._pending) and (
@@ -80,14 +96,6 @@ class AccessLog:
                 return {}
             found = ((row.rowid, self._uncounted(row)) for row in rows)
             return {r: a for r, a in found if a is not None}
-
-    def drop(self, rowids: Iterable[int]) -> None:
-        """Forgets the accesses of deleted records."""
-        with self._lock:
-            for r in rowids:
-                self._pending.pop(r, None)
-                for _, _, accesses in self._flushed:
-                    accesses.pop(r, None)
 
     def flush(self, db: Store, conn: Any, seq: int) -> None:
         """Writes the gathered counts inside the caller's transaction (change ``seq``),

@@ -125,7 +125,6 @@ class Deleting:
             sync.follow()
             rowids = choose(conn)
             doomed = self.events.doomed(sync, rowids)
-            self.access.drop(rowids)
             self.access.flush(db, conn, seq)
             deleted = db.delete(conn, rowids, seq, actor) if rowids else set()
         sync.engine.remove(np.asarray(rowids, dtype=np.uint64), missing_ok=True)

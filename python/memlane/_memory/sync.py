@@ -534,6 +534,7 @@ class IndexSync:
         else:
             self.own.add(seq)
         self.events.committed(seq)
+        self.access.committed(seq)
         self.changes += changes
         pending = self.engine.pending()
         if 0 < pending <= _INLINE_INDEX:

@@ -343,7 +343,6 @@ class Writer(Deleting):
             doomed = self.events.doomed(sync, gone)
             expired = self.events.doomed(sync, lapsed)
             actor = "replace" if replacing is not None else "add_many"
-            self.access.drop(gone + lapsed)
             # First: a new record may take a deleted one's id.
             if lapsed:
                 db.delete(conn, lapsed, seq, "expire")
@@ -565,7 +564,9 @@ class Writer(Deleting):
         """Writes the gathered access counts in a transaction of their own."""
         sync = self.sync
         with sync.lock:
-            if not self.access:
+            # Also when nothing was gathered since a write whose commit failed: the counts
+            # it tried to save are saved again only by a flush that takes its change.
+            if not self.access and not self.access.unsaved():
                 return
             with self.db.transaction() as conn:
                 seq = self.db.next_seq(conn)
