@@ -3,6 +3,7 @@ its transaction is open, and those of a write that rolled back are saved by the 
 
 from __future__ import annotations
 
+import random
 import threading
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
-from memlane._memory.access import AccessLog
+from memlane._memory import access as access_module
+from memlane._memory.access import KEEP_FLUSHED_SECONDS, AccessLog
 from memlane.schema import COLUMNS, Row
 
 
@@ -233,3 +235,37 @@ def test_a_record_being_deleted_keeps_its_counts_until_it_is_gone(
         assert _counts(again) == (5, 5, 5)
         again.delete("X")
         assert again.search("zebra quokka", k=1, mode="text") == []
+
+
+def test_the_counts_by_record_agree_with_every_flush_read_in_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Random notes, flushes (some taking a rolled-back change again) and the clock's
+    passing: what a row read at any change is owed equals the sum over the flushes still
+    kept, as a read of each in turn computes it."""
+    clock = [1000.0]
+    monkeypatch.setattr(access_module.time, "monotonic", lambda: clock[0])
+    rnd = random.Random(5)
+    log, db = AccessLog(), _Recording()
+    kept: list[tuple[int, float, dict[int, tuple[int, float]]]] = []
+    seq = 0
+    for _ in range(3000):
+        log.note([rnd.randrange(40) for _ in range(rnd.randrange(1, 6))], clock[0])
+        again = bool(kept) and rnd.random() < 0.1  # the last flush's change rolled back
+        if not again:
+            seq += 1
+        clock[0] += rnd.random() * 0.02
+        log.flush(db, None, seq)  # type: ignore[arg-type]: a recording store
+        written = db.written[-1][1]
+        if again and kept[-1][0] == seq:
+            kept.pop()
+        kept = [f for f in kept if clock[0] - f[1] < KEEP_FLUSHED_SECONDS]
+        kept.append((seq, clock[0], written))
+        if rnd.random() < 0.05:
+            row = _row(rnd.randrange(40), rnd.randrange(max(1, seq - 300), seq + 1))
+            owed: tuple[int, float] | None = None
+            for s, _, accesses in kept:
+                if row.seq < s and row.rowid in accesses:
+                    n, at = accesses[row.rowid]
+                    owed = (n, at) if owed is None else (owed[0] + n, max(owed[1], at))
+            assert log.get(row) == owed

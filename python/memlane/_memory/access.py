@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -42,7 +43,11 @@ class AccessLog:
         # flush's change committed (its seq below it) counts none of that flush's
         # accesses, as a flush sets the seq of the rows it counts. Writes take turns, so
         # a flush finds the last one committed, or rolled back if it takes the same change.
-        self._flushed: list[tuple[int, float, dict[int, tuple[int, float]]]] = []
+        self._flushed: deque[tuple[int, float, dict[int, tuple[int, float]]]] = deque()
+        # The same by record, oldest first: (change, counts) of each of those flushes that
+        # counted it. A read looks up its rows here, not in every flush of the last
+        # seconds, which a loop of writes and searches makes thousands.
+        self._by_row: dict[int, deque[tuple[int, tuple[int, float]]]] = {}
         # The newest change of this process known to have committed.
         self._committed = 0
         self._lock = threading.Lock()
@@ -79,10 +84,29 @@ class AccessLog:
 
     def _uncounted(self, row: Row) -> tuple[int, float] | None:
         out = self._pending.get(row.rowid)
-        for seq, _, accesses in self._flushed:
-            if row.seq < seq:
-                out = _merged(accesses.get(row.rowid), out)
+        # Newest first, down to the row's own change: a row read after a flush committed
+        # (the row cache's are brought up to it) has none of the older ones to add.
+        for seq, counted in reversed(self._by_row.get(row.rowid, ())):
+            if seq <= row.seq:
+                break
+            out = _merged(counted, out)
         return out
+
+    def _keep(self, seq: int, now: float, accesses: dict[int, tuple[int, float]]) -> None:
+        self._flushed.append((seq, now, accesses))
+        for r, a in accesses.items():
+            self._by_row.setdefault(r, deque()).append((seq, a))
+
+    def _let_go(self, accesses: dict[int, tuple[int, float]], newest: bool) -> None:
+        """Forgets a flush by record: the oldest kept, or with ``newest`` the newest."""
+        for r in accesses:
+            entries = self._by_row[r]
+            if newest:
+                entries.pop()
+            else:
+                entries.popleft()
+            if not entries:
+                del self._by_row[r]
 
     def get(self, row: Row) -> tuple[int, float] | None:
         """(accesses, last access) that ``row``, as it was read, does not count."""
@@ -104,9 +128,14 @@ class AccessLog:
         with self._lock:
             accesses, self._pending = self._pending, {}
             if self._flushed and self._flushed[-1][0] == seq:  # its change never committed
-                for r, a in self._flushed.pop()[2].items():
+                _, _, again = self._flushed.pop()
+                self._let_go(again, newest=True)
+                for r, a in again.items():
                     accesses[r] = _merged(a, accesses.get(r))  # type: ignore[assignment]
-            kept = [f for f in self._flushed if now - f[1] < KEEP_FLUSHED_SECONDS]
-            self._flushed = [*kept, (seq, now, accesses)] if accesses else kept
+            # Oldest first: the flushes to let go lead the list.
+            while self._flushed and now - self._flushed[0][1] >= KEEP_FLUSHED_SECONDS:
+                self._let_go(self._flushed.popleft()[2], newest=False)
+            if accesses:
+                self._keep(seq, now, accesses)
         if accesses:
             db.record_accesses(conn, accesses, seq)
