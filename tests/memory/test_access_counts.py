@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -37,32 +39,68 @@ def _store(make_store: StoreFactory, name: str, embedder: WordHashEmbedder, time
     return mem
 
 
+def _update_failing_at_its_save(mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An update of Y whose transaction rolls back once it has written the counts."""
+    record_accesses = mem._db.record_accesses
+
+    def failing(conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
+        record_accesses(conn, accesses, seq)
+        raise OSError("the disk is gone")
+
+    monkeypatch.setattr(mem._db, "record_accesses", failing)
+    with pytest.raises(OSError):
+        mem.update("Y", importance=0.9)
+    monkeypatch.undo()
+
+
+@contextmanager
+def _held_in(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch, step: str, write: Any, fails: bool = False
+) -> Iterator[list[BaseException]]:
+    """Runs ``write(mem)`` on a thread held inside its transaction, right after the
+    database's ``step`` (raising there with ``fails``), while the block runs; then lets
+    it end. Gives the errors the write raised, once it has ended."""
+    original = getattr(mem._db, step)
+    reached, go_on = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def held(*args: Any) -> Any:
+        out = original(*args)
+        reached.set()
+        assert go_on.wait(30)
+        if fails:
+            raise OSError("the disk is gone")
+        return out
+
+    def run() -> None:
+        try:
+            write(mem)
+        except OSError as e:
+            errors.append(e)
+
+    monkeypatch.setattr(mem._db, step, held)
+    writer = threading.Thread(target=run)
+    writer.start()
+    try:
+        assert reached.wait(30)
+        yield errors
+    finally:
+        go_on.set()
+        writer.join(30)
+        monkeypatch.undo()
+
+
 def test_counts_being_saved_are_counted_until_the_write_commits(
     make_store: StoreFactory, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mem = _store(make_store, "counts", word_embedder, 5)
     assert _counts(mem) == (5, 5, 5)
-    saved, go_on = threading.Event(), threading.Event()
-    record_accesses = mem._db.record_accesses
-
-    def held(conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
-        record_accesses(conn, accesses, seq)
-        saved.set()  # the counts are written, the transaction not yet committed
-        assert go_on.wait(30)
-
-    monkeypatch.setattr(mem._db, "record_accesses", held)
-    writer = threading.Thread(target=lambda: mem.update("Y", importance=0.9))
-    writer.start()
-    try:
-        assert saved.wait(30)
+    # Held once the counts are written, the transaction not yet committed.
+    with _held_in(mem, monkeypatch, "record_accesses", lambda m: m.update("Y", importance=0.9)):
         assert _counts(mem) == (5, 5, 5)
         _searched(mem, 2)  # counted again meanwhile, not yet saved
         assert _counts(mem) == (7, 7, 7)
-    finally:
-        go_on.set()
-        writer.join(30)
     assert _counts(mem) == (7, 7, 7)
-    monkeypatch.undo()
     mem.update("Y", importance=0.5)  # saves the last two
     assert _counts(mem) == (7, 7, 7)
     mem.close()
@@ -74,16 +112,7 @@ def test_counts_of_a_write_that_rolled_back_are_saved_by_the_next(
     make_store: StoreFactory, word_embedder: WordHashEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mem = _store(make_store, "rolled-back", word_embedder, 3)
-    record_accesses = mem._db.record_accesses
-
-    def failing(conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
-        record_accesses(conn, accesses, seq)
-        raise OSError("the disk is gone")
-
-    monkeypatch.setattr(mem._db, "record_accesses", failing)
-    with pytest.raises(OSError):
-        mem.update("Y", importance=0.9)
-    monkeypatch.undo()
+    _update_failing_at_its_save(mem, monkeypatch)
     assert _counts(mem) == (3, 3, 3)
     _searched(mem, 1)
     mem.update("Y", importance=0.8)
@@ -176,16 +205,7 @@ def test_counts_a_failed_write_tried_to_save_are_saved_at_close(
 ) -> None:
     """Nothing was searched between the failed write and close: close saves them still."""
     mem = _store(make_store, "failed-then-closed", word_embedder, 3)
-    record_accesses = mem._db.record_accesses
-
-    def failing(conn: Any, accesses: dict[int, tuple[int, float]], seq: int) -> None:
-        record_accesses(conn, accesses, seq)
-        raise OSError("the disk is gone")
-
-    monkeypatch.setattr(mem._db, "record_accesses", failing)
-    with pytest.raises(OSError):
-        mem.update("Y", importance=0.9)
-    monkeypatch.undo()
+    _update_failing_at_its_save(mem, monkeypatch)
     mem.close()
     with make_store("failed-then-closed", word_embedder) as again:
         assert _counts(again) == (3, 3, 3)
@@ -200,35 +220,10 @@ def test_a_record_being_deleted_keeps_its_counts_until_it_is_gone(
     mem = _store(make_store, "deleted", word_embedder, 3)
     mem.update("Y", importance=0.9)  # saves 3
     _searched(mem, 2)
-    delete = mem._db.delete
-    deleting, go_on = threading.Event(), threading.Event()
-
-    def held(conn: Any, rowids: Any, seq: int, actor: Any) -> Any:
-        delete(conn, rowids, seq, actor)
-        deleting.set()
-        assert go_on.wait(30)
-        raise OSError("the disk is gone")
-
-    monkeypatch.setattr(mem._db, "delete", held)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            mem.delete("X")
-        except OSError as e:
-            errors.append(e)
-
-    writer = threading.Thread(target=run)
-    writer.start()
-    try:
-        assert deleting.wait(30)
+    with _held_in(mem, monkeypatch, "delete", lambda m: m.delete("X"), fails=True) as errors:
         hit = mem.search("zebra quokka", k=1, mode="text", track_access=False)[0]
         assert (hit.record.id, hit.record.access_count) == ("X", 5)
-    finally:
-        go_on.set()
-        writer.join(30)
     assert len(errors) == 1
-    monkeypatch.undo()
     assert _counts(mem) == (5, 5, 5)
     mem.close()
     with make_store("deleted", word_embedder) as again:
