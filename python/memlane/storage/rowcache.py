@@ -186,13 +186,9 @@ class RowCache:
                 row = rows.get(r)
                 if row is None or row[_SEQ] >= seq:
                     continue
-                last = row[_LAST_ACCESS]
-                if last is None:
-                    del rows[r]
-                    continue
                 values = list(row)
                 values[_ACCESSES] = min(top, row[_ACCESSES] + n)
-                values[_LAST_ACCESS] = max(last, at)
+                values[_LAST_ACCESS] = max(row[_LAST_ACCESS], at)
                 values[_SEQ] = seq
                 rows[r] = tuple(values)
 
