@@ -20,7 +20,8 @@ from memlane import Memory
 from memlane.agent.consolidation import add_short_term, consolidate
 from memlane.agent.facts import check_facts, pending
 from memlane.agent.llm import ChatMessage
-from memlane.agent.statements import LEARNED
+from memlane.agent.reflection import reflect
+from memlane.agent.statements import LEARNED, apart
 
 LIVES = re.compile(r"Alice lives in \w+")
 
@@ -131,3 +132,42 @@ def test_a_backlog_of_pending_facts_does_not_hide_the_contradicted_memory(
     assert report.error is None
     assert "1. [1970-01-01] Alice lives in Paris" in model.prompts[0]
     assert homes(mem) == ["Alice lives in Oslo"]
+
+
+class Reflecting(Movers):
+    """``Movers``, that as a reflection updates the stored "Alice lives in Oslo" to the
+    city the conversation names."""
+
+    def complete(self, messages: Sequence[ChatMessage]) -> str:
+        prompt = messages[-1]["content"]
+        if "Conversation:" not in prompt:
+            return super().complete(messages)
+        self.prompts.append(prompt)
+        (n,) = re.findall(r"^(\d+)\. Alice lives in Oslo$", prompt, re.M)
+        city = re.findall(r"I live in (\w+)", prompt)[-1]
+        op = {"op": "update", "memory": int(n), "content": f"Alice lives in {city}"}
+        return json.dumps({"operations": [op]})
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["checked", "unchecked"])
+def test_a_reflections_update_is_newer_than_a_fact_stated_before_it(
+    make_store: StoreFactory, checked: bool
+) -> None:
+    """The successor a reflection's update makes is the reflection's statement: it does
+    not take the order the memory it replaces was learnt in, which would make a fact
+    learnt after that memory but stated before the reflection the newer one."""
+    mem = make_store("reflected", WordHashEmbedder())
+    scope = {"user_id": "alice"}
+    model = Reflecting()
+    oslo = mem.add("Alice lives in Oslo", metadata=pending(None), created_at=1000.0, **scope)
+    assert [d.decision for d in check_facts(mem, model, "memories", scope).decisions] == ["add"]
+    mem.add("Alice lives in Paris", metadata=pending(None), created_at=2000.0, **scope)
+    marks = pending({LEARNED: apart()}) if checked else None
+    said = ["I moved again: I live in Berlin"]
+    report = reflect(mem, model, said, scope=scope, now=3000.0, marks=marks)
+    assert report.error is None and report.rejected == []
+    (berlin,) = report.updated
+    assert berlin.text == "Alice lives in Berlin" and mem.get(oslo.id).valid_to is not None
+    assert berlin.metadata.get(LEARNED) != mem.get(oslo.id).metadata[LEARNED]
+    check_facts(mem, model, "memories", scope)
+    assert homes(mem) == ["Alice lives in Berlin"]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce
 from memlane.agent.consolidation import sync_memory
-from memlane.agent.facts import restated
+from memlane.agent.facts import CHECK, restated
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.memory_tools import MEMORY_TYPES
 from memlane.agent.parsing import (
@@ -35,7 +35,7 @@ from memlane.agent.parsing import (
     ParseError,
     extract_json,
 )
-from memlane.agent.statements import RESTATED, said_at, said_together
+from memlane.agent.statements import LEARNED, RESTATED, said_at, said_together
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import exact_scope
 
@@ -368,8 +368,14 @@ def _apply(
                 # Superseded, not overwritten: the old fact stays in the history and
                 # answers searches as_of a time before the change.
                 at = max(clock, old.created_at)
-                # The successor is stated now, not when the old one was said again.
-                meta = {k: v for k, v in {**old.metadata, **tag}.items() if k != RESTATED}
+                # The successor is the reflection's statement, made now: it takes neither
+                # the order the old one was learnt in (a fact stated before the reflection
+                # would count as newer) nor when it was said again, and it is checked as
+                # what the reflection remembers is, or not at all.
+                kept = {
+                    k: v for k, v in old.metadata.items() if k not in (LEARNED, RESTATED, CHECK)
+                }
+                meta = {**kept, **tag, **said_together(marks or {}, i)}
                 assert op.index is not None
                 if versions[op.index] not in (None, old.updated_at):
                     report.rejected.append((op.op, _CHANGED))
