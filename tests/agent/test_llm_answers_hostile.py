@@ -21,6 +21,7 @@ from memlane.agent import (
     Consolidation,
     DailyLog,
     FlushReminder,
+    Limits,
     Profiles,
     Reflection,
     SessionScope,
@@ -34,6 +35,7 @@ from memlane.agent.consolidation import (
 )
 from memlane.agent.parsing import MAX_DEPTH, ParseError, extract_json
 from memlane.agent.reflection import areflect, parse_operations, reflect
+from memlane.agent.upkeep.triggers import summarise_steps
 
 SCOPE = {"user_id": "alice"}
 TALK = [{"role": "user", "content": "I moved from Berlin to Lisbon."}]
@@ -275,6 +277,40 @@ def test_a_turn_reports_a_hostile_answer_and_stores_the_turn(store, answer):
     if not isinstance(answer, str):
         assert daily.error.startswith("ParseError: ") and type(answer).__name__ in daily.error
     assert store.count(MESSAGES, **alice.history) == 4 and store.count(DAILY) == 0
+
+
+# Plain-text answers (a summary) that are no text, or text no store can keep.
+UNSTORABLE: list[Any] = [None, 42, b"a summary", "  \n", "a summary \x00 of it", "a \ud800 summary"]
+
+
+@pytest.mark.parametrize("answer", UNSTORABLE, ids=repr)
+def test_a_summary_no_store_can_keep_is_reported_and_the_text_split(store, answer):
+    """``overflow="summarize"``: a summary that is not text both databases can store is a
+    ParseError in the report, and what was too long is stored in parts instead, the turn
+    whole, and a fact the agent remembers too."""
+    limits = Limits(max_entry_chars=100, overflow="summarize")
+    am = AgentMemory(
+        store, SessionScope("per-peer"), Scripted(answer), upkeep="inline", limits=limits, **OFF
+    )
+    alice = am.event("telegram", 42, 7)
+    user = "I moved to Berlin last week, and my new phone number is 555-0101. " * 2
+    report = am.after(alice, [{"role": "user", "content": user}], "Noted.")
+    failed = [f.error for f in report.failures if f.trigger == "summarize"]
+    assert failed and all(e.startswith("ParseError: the summary ") for e in failed)
+    *said, reply = [r.text for r in report.stored]
+    assert " ".join(said).split() == user.split() and reply == "Noted."
+    assert len(report.short_term) > 1
+    fact = "Alice moved to Berlin in May 2024. Her phone number is 555-0101; she prefers email."
+    out = am.memory_tools(alice).handle_tool_call("remember", {"content": fact * 2})
+    assert out["ok"] is True and len(out["ids"]) > 1
+    am.close()
+
+
+@pytest.mark.parametrize("answer", UNSTORABLE, ids=repr)
+def test_a_summary_of_steps_no_store_can_keep_is_reported(answer):
+    summary, report = summarise_steps(Compaction(), "step 1\n\nstep 2", 2, lambda *_: answer)
+    assert summary is None and report.status == "failed"
+    assert report.error is not None and report.error.startswith("ParseError: the summary ")
 
 
 # -- fuzzing --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from memlane.agent.consolidation import short_term_item
 from memlane.agent.derived_ids import add_derived, held
 from memlane.agent.history import MESSAGES, TURN, message_item
 from memlane.agent.llm import ChatMessage, LLMError
+from memlane.agent.parsing import answer_text
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.errors import ConflictError, InvalidArgumentError, shown
 from memlane.scoping import EventScope, exact_scope
@@ -110,8 +111,8 @@ def fit(
             {"role": "user", "content": text},
         ]
         try:
-            summary = call(prompt, None).strip()
-            if not summary or len(summary) > cap:
+            summary = answer_text(call(prompt, None), "the summary")
+            if len(summary) > cap:
                 raise LLMError(f"the summary has {len(summary)} characters (1 to {cap} wanted)")
             return [summary]
         except Exception as e:  # split instead: nothing is lost

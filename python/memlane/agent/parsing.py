@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from memlane import coerce
 from memlane.errors import InvalidArgumentError, MemlaneError, shown
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_OPERATIONS",
     "ParseError",
+    "answer_text",
     "extract_json",
 ]
 
@@ -206,6 +208,23 @@ def extract_json(text: object, kind: type = dict) -> Any:
                 return value
     why = f" (nesting deeper than {MAX_DEPTH} levels is refused)" if scan.too_deep else ""
     raise ParseError(f"no JSON {what} in the model's output{why}: {_preview(text)}", raw=text)
+
+
+def answer_text(answer: object, what: str) -> str:
+    """A model's answer of plain text (``what`` it is, named in the error), stripped:
+    not empty, and text both databases can store (no NUL, no lone surrogate); raises
+    ``ParseError`` (with the answer as ``raw``) otherwise."""
+    if not isinstance(answer, str):
+        raise ParseError(
+            f"{what} is {type(answer).__name__}, not text: {_preview(answer)}", raw=answer
+        )
+    text = answer.strip()
+    if not text:
+        raise ParseError(f"{what} is empty", raw=answer)
+    try:
+        return coerce.clean(text, what)
+    except InvalidArgumentError as e:
+        raise ParseError(str(e), raw=answer) from None
 
 
 def _preview(value: object) -> str:

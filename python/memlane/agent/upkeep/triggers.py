@@ -37,8 +37,9 @@ from memlane.agent.callers import Budgeted, Caller
 from memlane.agent.caps import Limits, cap_record
 from memlane.agent.consolidation import SHORT_TERM, consolidate
 from memlane.agent.history import MESSAGES
-from memlane.agent.llm import ChatMessage, LLMError
+from memlane.agent.llm import ChatMessage
 from memlane.agent.messages import SUMMARY_TAG, group_steps, render_step
+from memlane.agent.parsing import answer_text
 from memlane.agent.reflection import Extraction, Resume, reflect, reflect_planned
 from memlane.agent.reports import CompactionReport, TriggerFailure, TurnReport, UpkeepResult
 from memlane.agent.upkeep import cadence
@@ -241,9 +242,7 @@ def summarise_steps(
         {"role": "user", "content": f"Steps, oldest first:\n\n{text}"},
     ]
     try:
-        summary = call(prompt, cfg.max_output_tokens).strip()
-        if not summary:
-            raise LLMError("the model returned an empty summary")
+        summary = answer_text(call(prompt, cfg.max_output_tokens), "the summary")
     except Exception as e:  # the loop goes on with every step kept
         report = CompactionReport("failed", steps, steps, error=f"{type(e).__name__}: {e}")
         log.warning("memlane: compaction failed: %s", report.error)
