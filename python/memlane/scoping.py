@@ -103,7 +103,11 @@ def scope_of(default: Mapping[str, str], given: Mapping[str, object]) -> dict[st
 def scope_kwargs(scope: Mapping[str, str] | None) -> dict[str, Any]:
     """A scope as the keyword arguments of a store call (typed Any: they go as ``**kwargs``
     beside keywords of other types)."""
-    return dict(scope or {})
+    if scope is None:
+        return {}
+    if not isinstance(scope, Mapping):
+        raise InvalidArgumentError(f"scope must be a mapping of scope fields, got {shown(scope)}")
+    return dict(scope)
 
 
 def exact_scope(mem: Scoped, scope: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -48,7 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -192,11 +191,10 @@ def export_daily(
     any other (missing, or set by a writer of the room's scope to a path such as
     ``"../USER"``) is ignored and the day is ``created_at``'s in ``tz``: every file stays
     in ``memory/``, and one such record does not keep the others from being exported."""
-    if not isinstance(dir, str | os.PathLike):
-        raise InvalidArgumentError(f"dir must be a str or a path, got {shown(dir)}")
+    root = coerce.path(dir, "dir")
     _zone(tz, "tz")
     fields, only = exact_scope(mem, _history(scope))
-    folder = Path(dir) / "memory"
+    folder = root / "memory"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -19,6 +19,7 @@ from memlane.agent.messages import (
     block_text,
     block_turn,
     check_messages,
+    check_system,
     last_user_text,
     neutral,
     with_block,
@@ -69,6 +70,7 @@ def inject(
     ``inject="first_only"`` a block already made for this turn is kept as it is."""
     agent._check_open()
     agent._check_event(event)
+    check_system(system)
     msgs = check_messages(messages)
     room = agent._upkeep.room(event)
     user = last_user_text(msgs)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 
 _OPEN = "<memlane-memory"
 BLOCK_CLOSE = "</memlane-memory>"
@@ -48,7 +48,9 @@ CORE_TOOL_INSTRUCTIONS = (
 
 
 def block_text(content: Any) -> str:
-    """The text of a message's content: a str, or the text parts of a list of blocks."""
+    """The text of a message's content: a str, or the text parts of a list of blocks (a
+    number is written out). Any other text is refused: what its ``str`` gives is anybody's
+    guess, and for a list nested thousands deep it overflows the stack."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -59,9 +61,22 @@ def block_text(content: Any) -> str:
             if isinstance(block, str):
                 parts.append(block)
             elif isinstance(block, Mapping) and block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
+                text = block.get("text", "")
+                if not isinstance(text, str):
+                    raise InvalidArgumentError(
+                        f"a text block's text must be a str, got {shown(text)}"
+                    )
+                parts.append(text)
         return "\n".join(p for p in parts if p)
-    return str(content)
+    if isinstance(content, int | float):
+        return shown(content)
+    raise InvalidArgumentError(
+        f"a message's content must be a str or a list of blocks, got {shown(content)}"
+    )
+
+
+def _holds_block(text: object) -> bool:
+    return isinstance(text, str) and _OPEN in text
 
 
 def _has_tool_result(content: Any) -> bool:
@@ -117,6 +132,10 @@ def check_messages(messages: object) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
             raise InvalidArgumentError(f"messages[{i}] must be a dict with a str 'role'")
+        try:
+            block_text(m.get("content"))
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"messages[{i}]: {e}") from None
         out.append(dict(m))
     return out
 
@@ -166,12 +185,22 @@ def neutral(text: str) -> str:
     return _TAG.sub("&lt;", text)
 
 
+def check_system(system: Any) -> None:
+    """Refuses a system prompt that is neither a str nor a list of blocks whose text
+    parts are str (None: there is none)."""
+    if system is None or isinstance(system, str):
+        return
+    if not isinstance(system, Sequence):
+        raise InvalidArgumentError(
+            f"the system prompt must be a str or a list of blocks, got {shown(system)}"
+        )
+    block_text(system)
+
+
 def with_block(system: Any, block: str | None) -> Any:
     """The system prompt (a str or a list of text blocks) with our block replaced."""
     if isinstance(system, Sequence) and not isinstance(system, str):
-        kept = [
-            b for b in system if not (isinstance(b, Mapping) and _OPEN in str(b.get("text", "")))
-        ]
+        kept = [b for b in system if not (isinstance(b, Mapping) and _holds_block(b.get("text")))]
         return kept + ([{"type": "text", "text": block}] if block else [])
     base = _BLOCK.sub("", system or "").rstrip()
     if not block:

@@ -28,6 +28,7 @@ from memlane.agent.consolidation import sync_memory
 from memlane.agent.facts import CHECK, restated
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage
 from memlane.agent.memory_tools import MEMORY_TYPES
+from memlane.agent.messages import block_text
 from memlane.agent.parsing import (
     CHARS_PER_TOKEN,
     MAX_ANSWER_CHARS,
@@ -36,8 +37,8 @@ from memlane.agent.parsing import (
     extract_json,
 )
 from memlane.agent.statements import LEARNED, RESTATED, said_at, said_together
-from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
-from memlane.scoping import exact_scope
+from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError, shown
+from memlane.scoping import exact_scope, scope_kwargs
 
 if TYPE_CHECKING:
     from memlane.aio import AsyncMemory
@@ -213,12 +214,26 @@ def parse_operations(
 
 
 def _conversation(messages: Sequence[str | Mapping[str, Any]]) -> str:
+    """The conversation as lines: each a str, or a message whose content is text
+    (``block_text``); anything else is refused."""
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise InvalidArgumentError(
+            f"conversation must be a list of lines or messages, got {shown(messages)}"
+        )
     lines = []
-    for m in messages:
+    for i, m in enumerate(messages):
         if isinstance(m, str):
             lines.append(m)
-        else:
-            lines.append(f"{m.get('role', 'user')}: {m.get('content', '')}")
+            continue
+        role = m.get("role", "user") if isinstance(m, Mapping) else None
+        if not isinstance(role, str):
+            raise InvalidArgumentError(
+                f"conversation[{i}] must be a str or a message with a str role, got {shown(m)}"
+            )
+        try:
+            lines.append(f"{role}: {block_text(m.get('content', ''))}")
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"conversation[{i}]: {e}") from None
     return "\n".join(lines)
 
 
@@ -519,7 +534,7 @@ def reflect(
     is refused whole: ``error``, nothing changes).
     """
     budget = None if max_tokens is None else coerce.count(max_tokens, "max_tokens", 1)
-    kw: dict[str, Any] = dict(scope or {})
+    kw = scope_kwargs(scope)
     shown, messages = _prepare(mem, _conversation(conversation), kw, table, k, extraction)
     report = ReflectionReport(shown=[r.id for r in shown])
     try:
@@ -549,7 +564,7 @@ async def areflect(
     """``reflect`` with an async LLM (``acomplete``); store calls run in a worker thread."""
     budget = None if max_tokens is None else coerce.count(max_tokens, "max_tokens", 1)
     sync = sync_memory(mem)
-    kw: dict[str, Any] = dict(scope or {})
+    kw = scope_kwargs(scope)
     text = _conversation(conversation)
     shown, messages = await asyncio.to_thread(_prepare, sync, text, kw, table, k, extraction)
     report = ReflectionReport(shown=[r.id for r in shown])
