@@ -75,7 +75,7 @@ from memlane.notes_files import (
     unsuperseded,
     write_entries,
 )
-from memlane.scoping import exact_scope
+from memlane.scoping import AGENT_FIELDS, exact_scope
 
 if TYPE_CHECKING:
     from memlane.records import MemoryRecord
@@ -119,12 +119,15 @@ def check_limits(limits: object) -> dict[str, int]:
 
 def scope_notes(mem: MemoryStore, scope: Mapping[str, Any]) -> dict[str, Any]:
     """The filter of the current notes shown in ``scope``: those of the scope and of every
-    broader one. A scope field left unset has the engine's list of the records without
-    it, so the notes a conversation shows are read from its own fields' records, not
-    from every note of the store."""
+    broader one of the same agent (its ``agent_id`` and ``namespace``, or none: an agent
+    without them is an agent of its own, whose notes another agent never reads). A scope
+    field left unset has the engine's list of the records without it, so the notes a
+    conversation shows are read from its own fields' records, not from every note of
+    the store."""
     fields, only = exact_scope(mem, scope)
-    broader = [{"$or": [{f: v}, {f: None}]} for f, v in fields.items()]
-    return unsuperseded({"$and": [only, *broader]} if broader else only)
+    agent = {f: v for f, v in fields.items() if f in AGENT_FIELDS}
+    broader = [{"$or": [{f: v}, {f: None}]} for f, v in fields.items() if f not in AGENT_FIELDS]
+    return unsuperseded({"$and": [only | agent, *broader]} if broader else only | agent)
 
 
 def notes_context(

@@ -37,6 +37,7 @@ from memlane.errors import InvalidArgumentError, shown
 from memlane.records import SCOPE_FIELDS, ScopeFields
 
 __all__ = [
+    "AGENT_FIELDS",
     "EventScope",
     "Scope",
     "ScopeFields",
@@ -129,7 +130,7 @@ def exact_scope(mem: Scoped, scope: Mapping[str, Any]) -> tuple[dict[str, Any], 
 
 
 #: The scope fields that tell one agent's records from another's.
-_AGENT_FIELDS = ("agent_id", "namespace")
+AGENT_FIELDS = ("agent_id", "namespace")
 
 
 def agents_apart(
@@ -141,9 +142,9 @@ def agents_apart(
     another's, while the scopes under its own (a room's, a session's) stay in. A scope
     that names an agent reads that agent's records by prefix, as a search does."""
     full = scope_of(mem.default_scope, scope)
-    if any(f in full for f in _AGENT_FIELDS):
+    if any(f in full for f in AGENT_FIELDS):
         return None if filters is None else dict(filters)
-    apart = dict.fromkeys(_AGENT_FIELDS)
+    apart = dict.fromkeys(AGENT_FIELDS)
     return apart if not filters else {"$and": [dict(filters), apart]}
 
 

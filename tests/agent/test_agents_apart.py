@@ -14,6 +14,7 @@ from conftest import StoreFactory, WordHashEmbedder
 from memlane import AgentMemory, Memory
 from memlane.agent import Limits, MemoryTools, Reflection, SessionScope, thread_context
 from memlane.agent.statements import RESTATED
+from memlane.notes import Notebook
 from upkeep_scripts import QUIET
 
 OPTIONS: dict[str, Any] = {**QUIET, "reflection": Reflection(enabled=False), "upkeep": "inline"}
@@ -177,3 +178,29 @@ def test_a_long_messages_pieces_and_turns_at_one_time_keep_their_order(
     said = [line.split(": ", 1)[1] for line in thread_context(mem, "", event, recent=4)]
     assert said == ["question one", "answer one", "question two", "answer two"]
     am.close()
+
+
+@pytest.mark.parametrize(
+    "other",
+    [SessionScope("per-peer", agent_id="b"), SessionScope("per-peer", namespace="b")],
+    ids=["agent_id", "namespace"],
+)
+def test_neither_agent_is_shown_the_others_notes(
+    make_store: StoreFactory, other: SessionScope
+) -> None:
+    """The notes a context shows are the scope's and its broader scopes' of the same
+    agent: a plain agent's notes (no agent_id, no namespace) are not a broader scope of
+    agent b's, and b's are not the plain agent's. What b keeps for every conversation
+    (its scope without the user's) is still in each of them."""
+    mem = make_store("notes", WordHashEmbedder())
+    _, plain, b = agents(mem, other)
+    ea, eb = plain.event("telegram", 42, 7), b.event("telegram", 42, 7)
+    for am, ev, who in ((plain, ea, "plain"), (b, eb, "b")):
+        note = {"file": "USER.md", "content": f"{who} noted that alice likes tea"}
+        assert am.memory_tools(ev).handle_tool_call("notes_append", note)["ok"] is True
+    agent_wide = {k: v for k, v in eb.fields.items() if k in ("agent_id", "namespace")}
+    Notebook(mem, agent_wide).append("JOURNAL.md", "b keeps a journal for every user")
+    mine = plain.context(ea, "alice tea noted journal").text
+    assert "plain noted" in mine and "b noted" not in mine and "journal" not in mine
+    theirs = b.context(eb, "alice tea noted journal").text
+    assert "b noted" in theirs and "b keeps a journal" in theirs and "plain noted" not in theirs
