@@ -195,6 +195,10 @@ def metadata(value: object) -> tuple[dict[str, Any], str]:
         ) from None
 
 
+#: Below this many bits an int is always a finite double.
+_DOUBLE_BITS = 1000
+
+
 class _KeyNotStr(Exception):
     """A dict key ``_as_read`` met that is not a str (``metadata`` then names where)."""
 
@@ -222,6 +226,16 @@ def _as_read(value: Any, depth: int) -> Any:
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
+        # The engine reads a JSON number past 64 bits as a double, and refuses one no
+        # double holds: refused here, before the batch it would fail is written.
+        if value.bit_length() > _DOUBLE_BITS:
+            try:
+                float(value)
+            except OverflowError:
+                raise InvalidArgumentError(
+                    f"metadata holds an int of {value.bit_length()} bits, larger than any "
+                    "number a record can hold (about 1.8e308)"
+                ) from None
         return int.__int__(value)
     return float.__float__(value)
 

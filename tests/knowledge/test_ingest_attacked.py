@@ -77,6 +77,7 @@ REFUSED = {
     "b_nul.jsonl": (b'{"a": "fine"}\n{"b": "x\\u0000y"}\n', "NUL character"),
     "b_bigint.md": (b"---\nk: 0x" + b"f" * 5000 + b"\n---\n# T\n\nbody text\n", "4300 digits"),
     "b_reserved.md": (b"---\nmemlane:unique: true\n---\n# T\n\nbody\n", "'memlane:unique'"),
+    "b_huge.md": (b"---\nk: " + b"9" * 400 + b"\n---\n# T\n\nbody text\n", "larger than any"),
 }
 
 
