@@ -12,7 +12,9 @@ import unicodedata
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
@@ -100,6 +102,41 @@ def test_every_refused_file_in_one_batch(store: Memory, tmp_path: Path) -> None:
     assert set(report.failed) == set(REFUSED) and set(report.ingested) == set(GOOD)
     again = store.ingest(root, shared=True, progress=False)  # nothing half-written
     assert set(again.unchanged) == set(GOOD) and set(again.failed) == set(REFUSED)
+
+
+class Garbling(WordHashEmbedder):
+    """The test embedder, answering a batch that holds "zebra" with garbage: one vector
+    for all of it, vectors one number short, or a NaN in one."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def embed_batch(self, texts: Any) -> Any:
+        out = super().embed_batch(texts)
+        if not any("zebra" in t.lower() for t in texts):
+            return out
+        if self.how == "one":
+            return out[:1]
+        if self.how == "short":
+            return out[:, :-1]
+        out[-1, 0] = np.nan
+        return out
+
+
+@pytest.mark.parametrize("how", ["one", "short", "nan"])
+def test_an_embedder_answer_no_write_could_use_fails_the_document(
+    make_store: StoreFactory, how: str
+) -> None:
+    """Checked as an add checks it: one vector for every fragment was stored (broadcast),
+    a shorter one escaped as numpy's ValueError, a NaN failed the whole call."""
+    mem = make_store("garbled", Garbling(how))
+    text = "\n\n".join(f"Zebras graze on the plain, herd number {i}." for i in range(40))
+    report = mem.ingest_text(text, source="zebras", shared=True)
+    assert not report.ok and "cannot embed" in report.failed["zebras"], report.failed
+    assert mem.count(table=DOCUMENTS) == 0 and mem.count(table=FRAGMENTS) == 0
+    assert mem.ingest_text("Cats sleep all day.", source="cats", shared=True).ok
+    mem.close()
 
 
 def test_an_agent_id_no_record_can_hold_is_refused_before_the_ingest(

@@ -52,6 +52,7 @@ import numpy.typing as npt
 
 from memlane import coerce
 from memlane.embeddings import TextTruncatedWarning
+from memlane.embeddings.cache import model_vectors
 from memlane.embeddings.lazy import LazyEmbedder
 from memlane.errors import (
     ConflictError,
@@ -398,11 +399,16 @@ class Pipeline:
             else:
                 todo.append(i)
         todo.sort(key=costs.__getitem__)
+        name, dim = str(self.embedder.name), out.shape[1]
         for start in range(0, len(todo), _EMBED_BATCH):
             rows = todo[start : start + _EMBED_BATCH]
+            batch = [texts[i] for i in rows]
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", TextTruncatedWarning)
-                out[rows] = self.embedder.embed_batch([texts[i] for i in rows])
+                answer = self.embedder.embed_batch(batch)
+            # Checked as every write checks its embedder's answer: one vector for the whole
+            # batch would otherwise be broadcast to each fragment and stored.
+            out[rows] = model_vectors(name, answer, batch, dim)
             for w in caught:  # counted into the report instead, and said once at the end
                 if isinstance(w.message, TextTruncatedWarning):
                     self.report.truncated += w.message.count
