@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from memlane import (
     AsyncMemory,
     DimensionMismatchError,
     EmbedderMismatchError,
+    EmbedderUnavailableError,
     InvalidArgumentError,
     Memory,
     MemoryRecord,
@@ -192,6 +194,41 @@ def test_embedder_is_pinned(make_store: StoreFactory) -> None:
         make_store("p", WordHashEmbedder(16, name="test:other"))
     assert "test:word-hash" in str(e.value) and "test:other" in str(e.value)
     assert "reembed=True" in str(e.value)
+
+
+class Unusable(WordHashEmbedder):
+    """A new model whose answers no write may store: a number short, all zeros, or a
+    row short."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__(16, name="test:new")
+        self.how = how
+
+    def embed_batch(self, texts: Any) -> Any:
+        out = super().embed_batch(texts)
+        if self.how == "short":
+            return out[:, :-1]
+        if self.how == "zeros":
+            out[-1] = 0.0
+            return out
+        return out[:-1]
+
+
+@pytest.mark.parametrize("how", ["short", "zeros", "a row short"])
+def test_reembed_checks_the_new_models_answers_and_keeps_the_old_vectors(
+    make_store: StoreFactory, how: str
+) -> None:
+    """``reembed=True`` wrote the new vectors unchecked: one a number short committed a
+    store no embedder could open again, an all-zero one a vector an add refuses."""
+    with make_store("r", WordHashEmbedder()) as mem:
+        for i in range(20):
+            mem.add(f"note {i} about apples", id=f"n{i}")
+    with pytest.raises(EmbedderUnavailableError, match="test:new"):
+        make_store("r", Unusable(how), reembed=True)
+    with pytest.raises(EmbedderMismatchError):
+        make_store("r", WordHashEmbedder(16, name="test:new"))
+    with make_store("r", WordHashEmbedder()) as mem:
+        assert mem.search("note 3 apples", mode="vector")[0].record.id == "n3"
 
 
 def test_default_scope_and_scope_kwargs(make_store: StoreFactory) -> None:

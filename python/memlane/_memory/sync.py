@@ -40,6 +40,7 @@ from memlane._memory.snapshot_notes import (
 from memlane._memory.vector_fill import NAMED, damage_error, decodes, fill, read_ahead
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
+from memlane.embeddings.cache import model_vectors
 from memlane.errors import (
     ClosedError,
     CorruptFileError,
@@ -203,7 +204,10 @@ class IndexSync:
                 if embedder is None:
                     vectors: list[bytes | None] = [None] * len(chunk)
                 else:
-                    vs = embedder.embed_batch([r[1] for r in chunk])
+                    texts = [r[1] for r in chunk]
+                    # Checked as an add checks them, inside the transaction: a bad answer
+                    # leaves the old vectors and the old pin.
+                    vs = model_vectors(name, embedder.embed_batch(texts), texts, dim)
                     vectors = list(blobs(vs, self.half))
                 pairs = [(r[0], v) for v, r in zip(vectors, chunk, strict=True)]
                 db.set_embeddings(conn, pairs, seq)
