@@ -112,7 +112,9 @@ def _sizes(chunk_size: object, chunk_overlap: object) -> tuple[int, int]:
 
 
 def _extends(ch: str) -> bool:
-    """Whether ``ch`` belongs to the grapheme before it."""
+    """Whether ``ch`` (a character, or none) belongs to the grapheme before it."""
+    if not ch:
+        return False
     if ch == "\u200d" or "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef":
         return True  # zero-width joiner, variation selectors
     if "\U0001f3fb" <= ch <= "\U0001f3ff" or "\U000e0020" <= ch <= "\U000e007f":
@@ -152,7 +154,9 @@ def grapheme_spans(text: str, start: int = 0, end: int | None = None) -> list[tu
 
 
 def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
+    # A space that carries a combining mark (how a lone accent is written) is the base
+    # of its grapheme: stripped, the chunk would start with the bare mark.
+    while start < end and text[start].isspace() and not _extends(text[start + 1 : start + 2]):
         start += 1
     while end > start and text[end - 1].isspace():
         end -= 1
@@ -257,6 +261,9 @@ class RecursiveCharacterSplitter:
             piece_start = start
             while at >= 0:
                 cut = at + len(sep)
+                if _extends(text[cut : cut + 1]):  # the separator is a mark's base: no cut
+                    at = text.find(sep, cut, end)
+                    continue
                 yield from self._pieces(text, piece_start, cut, i + 1)
                 piece_start = cut
                 at = text.find(sep, cut, end)
