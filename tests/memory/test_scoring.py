@@ -283,6 +283,23 @@ def test_weights_decay_and_half_life_are_the_documented_knobs(mem: Memory) -> No
     assert [h.score for h in only] == pytest.approx([1.0, max(cos_b, 0.0)], abs=1e-5)
 
 
+@pytest.mark.parametrize("scale", [0.1, 1e300, 3.5e307])
+def test_only_the_ratio_of_the_weights_counts_however_large(mem: Memory, scale: float) -> None:
+    """Each weight finite, their sum not: three of 1e308 made every score NaN."""
+    emb = WordHashEmbedder()
+    a = _add(mem, "gamma delta", 48, importance=0.9)
+    b = _add(mem, "gamma epsilon", 6, importance=0.2)
+    q = emb.embed("gamma delta")
+    # At the last scale each is finite (1.75e308 at most) and their sum is not.
+    w = {k: v * scale for k, v in {"relevance": 5, "importance": 3, "recency": 2}.items()}
+    common = {"mode": "vector", "query_embedding": q, "recency_half_life": 24}
+    hits = mem.search("gamma", weights=w, **common)
+    assert [h.record.id for h in hits] == [a, b]
+    ratio = {"relevance": 5, "importance": 3, "recency": 2}
+    same = mem.search("gamma", weights=ratio, **common)
+    assert [h.score for h in hits] == pytest.approx([h.score for h in same], abs=1e-9)
+
+
 def test_importance_reorders_near_ties_and_relevance_alone_ignores_it(mem: Memory) -> None:
     emb = WordHashEmbedder()
     text = "omega sigma tau rho pi nu mu xi"

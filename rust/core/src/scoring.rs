@@ -78,10 +78,17 @@ impl Weights {
                 )));
             }
         }
-        if w.total() <= 0.0 {
+        let top = w.relevance.max(w.importance).max(w.recency);
+        if top <= 0.0 {
             return Err(Error::invalid("weights must not all be 0"));
         }
-        Ok(w)
+        // Only their ratios count: scaled to at most 1, so that no sum of them
+        // overflows (three weights of 1e308 each summed to infinity: NaN scores).
+        Ok(Weights {
+            relevance: w.relevance / top,
+            importance: w.importance / top,
+            recency: w.recency / top,
+        })
     }
 
     fn total(&self) -> f64 {
@@ -182,6 +189,11 @@ mod tests {
         assert!(close(w.boost(0.3, 0.9), 0.3));
         assert!(Weights::resolve(Some(-1.0), None, None).is_err());
         assert!(Weights::resolve(Some(0.0), Some(0.0), None).is_err());
+        // Only the ratios count, however large the weights.
+        let huge = Weights::resolve(Some(f64::MAX), Some(f64::MAX), Some(f64::MAX)).unwrap();
+        assert!(close(huge.boost(1.0, 0.0), 2.0 / 3.0));
+        let w = Weights::resolve(Some(4.0), Some(2.0), None).unwrap();
+        assert!(close(w.boost(0.5, 0.0), 5.0 / 6.0));
     }
 
     #[test]
