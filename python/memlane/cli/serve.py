@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import Any
 
-from memlane.cli._command import at_least, command, open_memory
+from memlane.cli._command import at_least, command, open_memory, seconds
 from memlane.errors import InvalidArgumentError, MemlaneError
 
 __all__: list[str] = []
@@ -23,6 +23,12 @@ class ServerUnavailableError(MemlaneError, ImportError):
 
 #: The environment variable holding one more full-access API key.
 KEY_ENV = "MEMLANE_API_KEY"
+#: Seconds a request's head may take to arrive, from the connection or the last answer.
+HEAD_TIMEOUT = 10.0
+#: Bytes a request's head may have (nginx's largest default headers are 32 KiB).
+MAX_HEAD = 64 * 1024
+#: Seconds a request's body may go without a byte arriving (a slow link still sends).
+BODY_IDLE = 60.0
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -59,6 +65,26 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         type=at_least(1),
         help="the /v1/events streams served at once (default 1,000; more are refused, 503)",
     )
+    p.add_argument(
+        "--head-timeout",
+        type=seconds,
+        default=HEAD_TIMEOUT,
+        help=f"the seconds a request's head may take to arrive (default {HEAD_TIMEOUT:g}; "
+        f"past them, 408), of at most {MAX_HEAD // 1024} KiB (past that, 431)",
+    )
+    p.add_argument(
+        "--body-idle",
+        type=seconds,
+        default=BODY_IDLE,
+        help=f"the seconds a request's body may go without a byte (default {BODY_IDLE:g}; "
+        "past them the connection is closed)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=at_least(1),
+        help="the connections open at once (default 4,096, fewer where the process may not "
+        "open that many files; more are refused, 503)",
+    )
 
 
 def _loopback(host: str) -> bool:
@@ -82,6 +108,7 @@ def serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from memlane.server import ApiKey, create_app, load_keys
+        from memlane.server.connections import default_max_connections, guarded_protocol
     except ImportError as e:
         raise ServerUnavailableError(
             f"memlane serve needs the server extra: pip install 'memlane[server]' ({e})"
@@ -119,6 +146,13 @@ def serve(args: argparse.Namespace) -> int:
             server_header=False,
             # A request still running when the server stops gets this long to end.
             timeout_graceful_shutdown=2,
+            # Heads bounded in time and size, connections in number (server/connections.py).
+            http=guarded_protocol(
+                head_timeout=args.head_timeout,
+                max_head=MAX_HEAD,
+                body_idle=args.body_idle,
+                max_connections=args.max_connections or default_max_connections(),
+            ),
         )
         server = uvicorn.Server(config)
         # The event streams end as soon as uvicorn begins to stop (server/stream.py).

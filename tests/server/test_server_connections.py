@@ -1,0 +1,122 @@
+"""``memlane serve`` as a process, against clients that hold its connections: a request
+head that never ends (slowloris) or never stops (a header of megabytes), a body that
+stalls, more connections than it serves. Before any key is checked each held a
+connection and a file descriptor for ever, or grew the server by what was sent; a
+client whose bytes keep arriving is served as before."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server_process import ServeProcess
+
+KEY = "k" * 32
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServeProcess]:
+    args = ["--create", "--embedder", "none", "--api-key", KEY]
+    with ServeProcess(tmp_path / "s", *args, "--head-timeout", "0.5", "--body-idle", "0.5") as s:
+        yield s
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """What the server sends until it closes the connection."""
+    out = b""
+    while chunk := sock.recv(65536):
+        out += chunk
+    return out
+
+
+def test_a_head_that_never_ends_is_answered_408_and_closed(server: ServeProcess) -> None:
+    with _connect(server.url) as sock:
+        sock.sendall(b"GET /v1/count HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        answer = _answer(sock)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"head took over 0.5 s" in answer
+    assert time.monotonic() - started < 8
+    assert httpx.get(f"{server.url}/v1/count", headers=AUTH).json() == {"count": 0}
+
+
+@pytest.mark.parametrize("where", ["header", "url"])
+def test_a_head_of_megabytes_is_not_read(server: ServeProcess, where: str) -> None:
+    """The server stops reading past 64 KiB (431, or a reset while the client still
+    sends); it read and kept all 8 MiB before."""
+    start = b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " if where == "header" else b"GET /health?x="
+    chunk, sent = b"a" * 65536, 0
+    with _connect(server.url) as sock:
+        sock.sendall(start)
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            for _ in range(128):
+                sock.sendall(chunk)
+                sent += 1
+            _answer(sock)
+    assert sent < 64
+    assert httpx.get(f"{server.url}/v1/count", headers=AUTH).json() == {"count": 0}
+
+
+def test_a_stalled_body_is_closed_and_stores_nothing(server: ServeProcess) -> None:
+    with _connect(server.url) as sock:
+        sock.sendall(
+            b"POST /v1/memories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + KEY.encode()
+            + b'\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"text": "'
+        )
+        started = time.monotonic()
+        assert _answer(sock) == b""
+    assert time.monotonic() - started < 8
+    assert httpx.get(f"{server.url}/v1/count", headers=AUTH).json() == {"count": 0}
+
+
+def test_a_body_whose_bytes_keep_coming_is_served(server: ServeProcess) -> None:
+    """Slower in all than the idle bound, never idle that long: stored."""
+    body = b'{"text": "' + b"slow but steady " * 8 + b'"}'
+    with _connect(server.url) as sock:
+        sock.sendall(
+            b"POST /v1/memories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + KEY.encode()
+            + b"\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            + b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        for i in range(0, len(body), 16):
+            sock.sendall(body[i : i + 16])
+            time.sleep(0.15)
+        assert _answer(sock).startswith(b"HTTP/1.1 201 ")
+    assert httpx.get(f"{server.url}/v1/count", headers=AUTH).json() == {"count": 1}
+
+
+def test_keep_alive_requests_are_served_past_the_head_timeout(server: ServeProcess) -> None:
+    with httpx.Client(base_url=server.url, headers=AUTH) as client:
+        for _ in range(3):
+            assert client.get("/v1/count").status_code == 200
+            time.sleep(0.2)
+
+
+def test_connections_past_the_limit_are_refused_until_one_closes(tmp_path: Path) -> None:
+    args = ["--create", "--embedder", "none", "--api-key", KEY, "--max-connections", "3"]
+    with ServeProcess(tmp_path / "s", *args) as server:
+        held = [_connect(server.url) for _ in range(3)]
+        try:
+            refused = httpx.get(f"{server.url}/v1/count", headers=AUTH)
+            assert refused.status_code == 503 and b"too many connections" in refused.content
+        finally:
+            for sock in held:
+                sock.close()
+        deadline = time.monotonic() + 10
+        while (r := httpx.get(f"{server.url}/v1/count", headers=AUTH)).status_code == 503:
+            assert time.monotonic() < deadline, "the closed connections were never let go"
+            time.sleep(0.05)
+        assert r.json() == {"count": 0}
