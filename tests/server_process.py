@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,20 @@ class ServeProcess:
     """``memlane serve ARGS`` on ``port`` (0: any free); ``url`` once it listens. A context
     manager: stops it."""
 
-    def __init__(self, *args: str | Path, env: dict[str, str] | None = None, port: int = 0) -> None:
+    def __init__(
+        self,
+        *args: str | Path,
+        env: dict[str, str] | None = None,
+        port: int = 0,
+        preexec_fn: Callable[[], Any] | None = None,
+    ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memlane", "serve", *map(str, args), "--port", str(port)],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
             env=env,
+            preexec_fn=preexec_fn,
         )
         assert self.proc.stderr is not None
         said: list[str] = []

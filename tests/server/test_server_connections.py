@@ -6,6 +6,8 @@ client whose bytes keep arriving is served as before."""
 
 from __future__ import annotations
 
+import resource
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -120,3 +122,25 @@ def test_connections_past_the_limit_are_refused_until_one_closes(tmp_path: Path)
             assert time.monotonic() < deadline, "the closed connections were never let go"
             time.sleep(0.05)
         assert r.json() == {"count": 0}
+
+
+def _small_files() -> None:
+    """In the server's process: no file over 1 MiB, a write past it failing with EFBIG
+    (as a full disk fails with ENOSPC) instead of the signal that would end the process."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+
+def test_an_upload_the_server_has_no_room_for_is_a_storage_error(tmp_path: Path) -> None:
+    """A 500 with the raw OSError before; now a 503 that names no place on the server."""
+    args = ["--create", "--embedder", "none", "--api-key", KEY]
+    with ServeProcess(tmp_path / "s", *args, preexec_fn=_small_files) as server:
+        lines = "".join(f'{{"text": "fact number {i} of many"}}\n' for i in range(60_000))
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as c:
+            for route in ("/v1/import", "/v1/ingest?name=notes.md&shared=true"):
+                r = c.post(route, content=lines.encode())
+                assert r.status_code == 503, r.text
+                error = r.json()["error"]
+                assert error["type"] == "StorageError" and "no room" in error["message"]
+                assert "memlane-" not in error["message"]
+            assert c.get("/v1/count").json() == {"count": 0}

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from memlane.errors import DuplicateIdError, InvalidArgumentError, MemlaneError, shown
+from memlane.errors import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    MemlaneError,
+    StorageError,
+    shown,
+)
 from memlane.knowledge.report import IngestReport
 from memlane.server.calls import arguments, query_once, read_json
 from memlane.server.errors import Refused
@@ -45,13 +52,28 @@ def _plain_name(name: object) -> bool:
         return False
 
 
+@contextmanager
+def _scratch(prefix: str) -> Iterator[Path]:
+    """A temporary folder for an upload or an export, removed after; the server's disk
+    full (or out of file handles) is a ``StorageError`` that names no place on it."""
+    try:
+        folder = tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True)
+    except OSError as e:
+        raise StorageError(f"the server has no room for the file: {e.strerror or e}") from None
+    with folder as name:
+        yield Path(name)
+
+
 async def _save(request: Request, path: Path) -> int:
     """The request's body into ``path``, as it arrives; returns its size."""
     size = 0
-    async with await anyio.open_file(path, "wb") as f:
-        async for chunk in request.stream():
-            size += len(chunk)
-            await f.write(chunk)
+    try:
+        async with await anyio.open_file(path, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                await f.write(chunk)
+    except OSError as e:
+        raise StorageError(f"the server has no room for the upload: {e.strerror or e}") from None
     return size
 
 
@@ -96,8 +118,8 @@ async def ingest(request: Request) -> JSONResponse:
             raise InvalidArgumentError("shared: expected true or false")
         given["shared"] = given["shared"] == "true"
     options = _ingest_scope(caller, arguments(mem.ingest, given, only=_INGEST_OPTIONS))
-    with tempfile.TemporaryDirectory(prefix="memlane-upload-") as folder:
-        path = Path(folder) / name
+    with _scratch("memlane-upload-") as folder:
+        path = folder / name
         await _save(request, path)
         report = await run_in_threadpool(
             lambda: mem.ingest(path, root=folder, progress=False, **options)
@@ -133,13 +155,18 @@ async def export(request: Request) -> StreamingResponse:
     flag = given.get("embeddings", "true")
     if flag not in ("true", "false") or set(given) - {"embeddings"}:
         raise InvalidArgumentError("export takes one parameter, embeddings=true or false")
-    fd, name = tempfile.mkstemp(prefix="memlane-export-", suffix=".jsonl")
+    try:
+        fd, name = tempfile.mkstemp(prefix="memlane-export-", suffix=".jsonl")
+    except OSError as e:
+        raise StorageError(f"the server has no room for the export: {e.strerror or e}") from None
     os.close(fd)
     path = Path(name)
     try:
         await run_in_threadpool(lambda: mem.export_jsonl(path, embeddings=flag == "true"))
-    except BaseException:
+    except BaseException as e:
         path.unlink(missing_ok=True)
+        if isinstance(e, MemlaneError):
+            _name_the_body(e, path, "the export")
         raise
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -160,8 +187,8 @@ async def import_(request: Request) -> JSONResponse:
     mem, caller = context(request, writes=True)
     caller.unscoped("import")
     args = arguments(mem.import_jsonl, query_once(request), only={"on_conflict"})
-    with tempfile.TemporaryDirectory(prefix="memlane-import-") as folder:
-        path = Path(folder) / "import.jsonl"
+    with _scratch("memlane-import-") as folder:
+        path = folder / "import.jsonl"
         await _save(request, path)
         try:
             n = await run_in_threadpool(lambda: mem.import_jsonl(path, **args))
@@ -171,15 +198,16 @@ async def import_(request: Request) -> JSONResponse:
     return JSONResponse({"imported": n}, 201)
 
 
-def _name_the_body(error: MemlaneError, path: Path) -> None:
+def _name_the_body(error: MemlaneError, path: Path, what: str = "the body") -> None:
     """Rewrites ``error`` to name the lines of the request's body (``line 2 of the
-    body``) where the import named those of the temporary file holding it: the client
-    has no use for the server's path, and is not to learn it."""
+    body``) where the import named those of the temporary file holding it (or the export
+    where it named the file it wrote): the client has no use for the server's path, and
+    is not to learn it."""
     line = re.compile(re.escape(str(path)) + r":(\d+)")
     named = re.compile(re.escape(repr(str(path))) + "|" + re.escape(str(path)))
 
     def body(text: str) -> str:
-        return named.sub("the body", line.sub(r"line \1 of the body", text))
+        return named.sub(what, line.sub(rf"line \1 of {what}", text))
 
     error.args = tuple(body(a) if isinstance(a, str) else a for a in error.args)
     if isinstance(error, DuplicateIdError):
