@@ -327,6 +327,8 @@ def test_every_entry_point_takes_the_worst_values(seeded: Memory) -> None:
         (lambda m: m.search("q", 2**64), "k"),
         (lambda m: m.search("q", candidates=2**64), "candidates"),
         (lambda m: m.search("q", filters={"k": "\ud800"}), "filter"),
+        (lambda m: m.search("q", mode="text", query_embedding="abc"), "query_embedding"),
+        (lambda m: m.search("q", mode="text", query_embedding=[[1.0]]), "query_embedding"),
         (lambda m: m.list(limit=2**64), "limit"),
         (lambda m: m.list(offset=2**64), "offset"),
         (lambda m: m.list(sort="\ud800"), "sort"),
