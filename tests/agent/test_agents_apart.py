@@ -38,11 +38,15 @@ def agents(
     return now, plain, b
 
 
-@pytest.mark.parametrize(
+#: The other agent, told apart by its agent_id or by its namespace.
+OTHER_AGENTS = pytest.mark.parametrize(
     "other",
     [SessionScope("per-peer", agent_id="b"), SessionScope("per-peer", namespace="b")],
     ids=["agent_id", "namespace"],
 )
+
+
+@OTHER_AGENTS
 def test_a_plain_agent_neither_reads_nor_forgets_another_agents_records(
     make_store: StoreFactory, other: SessionScope
 ) -> None:
@@ -180,11 +184,7 @@ def test_a_long_messages_pieces_and_turns_at_one_time_keep_their_order(
     am.close()
 
 
-@pytest.mark.parametrize(
-    "other",
-    [SessionScope("per-peer", agent_id="b"), SessionScope("per-peer", namespace="b")],
-    ids=["agent_id", "namespace"],
-)
+@OTHER_AGENTS
 def test_neither_agent_is_shown_the_others_notes(
     make_store: StoreFactory, other: SessionScope
 ) -> None:
