@@ -18,7 +18,7 @@ import pytest
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
 from memlane.agent.consolidation import add_short_term, consolidate
-from memlane.agent.facts import check_facts, pending
+from memlane.agent.facts import CHECK, check_facts, pending
 from memlane.agent.llm import ChatMessage
 from memlane.agent.reflection import reflect
 from memlane.agent.statements import LEARNED, apart
@@ -135,15 +135,19 @@ def test_a_backlog_of_pending_facts_does_not_hide_the_contradicted_memory(
 
 
 class Reflecting(Movers):
-    """``Movers``, that as a reflection updates the stored "Alice lives in Oslo" to the
-    city the conversation names."""
+    """``Movers``, that as a reflection updates the stored "Alice lives in ``old``" to
+    the city the conversation names."""
+
+    def __init__(self, old: str = "Oslo") -> None:
+        super().__init__()
+        self.old = old
 
     def complete(self, messages: Sequence[ChatMessage]) -> str:
         prompt = messages[-1]["content"]
         if "Conversation:" not in prompt:
             return super().complete(messages)
         self.prompts.append(prompt)
-        (n,) = re.findall(r"^(\d+)\. Alice lives in Oslo$", prompt, re.M)
+        (n,) = re.findall(rf"^(\d+)\. Alice lives in {self.old}$", prompt, re.M)
         city = re.findall(r"I live in (\w+)", prompt)[-1]
         op = {"op": "update", "memory": int(n), "content": f"Alice lives in {city}"}
         return json.dumps({"operations": [op]})
@@ -171,3 +175,20 @@ def test_a_reflections_update_is_newer_than_a_fact_stated_before_it(
     assert berlin.metadata.get(LEARNED) != mem.get(oslo.id).metadata[LEARNED]
     check_facts(mem, model, "memories", scope)
     assert homes(mem) == ["Alice lives in Berlin"]
+
+
+def test_a_fact_waiting_for_its_check_still_waits_once_a_reflection_updates_it(
+    make_store: StoreFactory,
+) -> None:
+    """A reflection without marks (``memlane reflect``, a direct call) that rewrites a
+    fact not yet checked: the successor is checked, and replaces what it contradicts."""
+    mem = make_store("waiting", WordHashEmbedder())
+    scope = {"user_id": "alice"}
+    model = Reflecting(old="Paris")
+    mem.add("Alice lives in Oslo", created_at=1000.0, **scope)
+    mem.add("Alice lives in Paris", metadata=pending(None), created_at=2000.0, **scope)
+    report = reflect(mem, model, ["I live in Lyon now"], scope=scope, now=3000.0)
+    (lyon,) = report.updated
+    assert lyon.text == "Alice lives in Lyon" and lyon.metadata[CHECK] == "pending"
+    check_facts(mem, model, "memories", scope)
+    assert homes(mem) == ["Alice lives in Lyon"]

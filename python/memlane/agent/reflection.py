@@ -385,11 +385,12 @@ def _apply(
                 at = max(clock, old.created_at)
                 # The successor is the reflection's statement, made now: it takes neither
                 # the order the old one was learnt in (a fact stated before the reflection
-                # would count as newer) nor when it was said again, and it is checked as
-                # what the reflection remembers is, or not at all.
-                kept = {
-                    k: v for k, v in old.metadata.items() if k not in (LEARNED, RESTATED, CHECK)
-                }
+                # would count as newer) nor when it was said again. It is checked as what
+                # the reflection remembers is, and a fact that waited for its check still
+                # waits for it.
+                kept = {k: v for k, v in old.metadata.items() if k not in (LEARNED, RESTATED)}
+                if kept.get(CHECK) != "pending":
+                    kept.pop(CHECK, None)
                 meta = {**kept, **tag, **said_together(marks or {}, i)}
                 assert op.index is not None
                 if versions[op.index] not in (None, old.updated_at):
