@@ -370,10 +370,13 @@ def check_vectors(vectors: FloatArray, rows: Sequence[int] | None, label: str) -
         raise InvalidArgumentError(f"{where}{label} {what}")
 
 
-def vector(value: object, label: str, dim: int | None, check_values: bool = True) -> FloatArray:
+def vector(
+    value: object, label: str, dim: int | None, check_values: bool = True, any_length: bool = False
+) -> FloatArray:
     """``value`` as a float32 vector of the store's dimension (finite and non-zero, unless
-    ``check_values`` is off because the caller checks a whole batch at once)."""
-    if dim is None:
+    ``check_values`` is off because the caller checks a whole batch at once); of any length
+    on a store without vectors where ``any_length`` allows it (a vector it will not use)."""
+    if dim is None and not any_length:
         raise InvalidArgumentError(
             f"{label} given, but this store has no vector space (it was opened with embedder=None)"
         )
@@ -388,7 +391,10 @@ def vector(value: object, label: str, dim: int | None, check_values: bool = True
             raise InvalidArgumentError(f"{label} must be an array of numbers: {e}") from None
         except OverflowError:  # a Python int past float range (numpy makes floats inf)
             raise InvalidArgumentError(f"{label} holds a number too large for a float") from None
-    if v.shape != (dim,):
+    if dim is None:
+        if v.ndim != 1 or not v.size:
+            raise InvalidArgumentError(f"{label} must be one vector, got shape {v.shape}")
+    elif v.shape != (dim,):
         raise DimensionMismatchError(
             f"{label} has shape {v.shape}; this store's vectors have dimension {dim}"
         )

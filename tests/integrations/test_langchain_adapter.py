@@ -130,6 +130,15 @@ def test_async_methods(store: MemlaneVectorStore) -> None:
     assert hits == ["c"] and len(mmr) == 2 and gone == []
 
 
+def test_a_hybrid_retriever_with_an_embedding_searches_a_text_only_store_by_words() -> None:
+    """The retriever embeds its query for every hybrid search; a store without vectors
+    searches the words (the vector is checked, and not used)."""
+    with memlane.Memory(embedder=None) as text_only:
+        text_only.add("alice likes dark mode")
+        retriever = MemlaneRetriever(memory=text_only, embedding=WordEmbeddings())
+        assert [d.page_content for d in retriever.invoke("dark mode")] == ["alice likes dark mode"]
+
+
 def test_hybrid_retriever_ranks_by_words_and_meaning() -> None:
     with memlane.Memory(embedder=None) as text_only:
         text_only.add("The blue-green rollout script lives in ops/deploy.sh", agent_id="a")

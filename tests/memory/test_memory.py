@@ -188,6 +188,20 @@ def test_text_only_store_never_needs_an_embedder(make_store: StoreFactory) -> No
         assert mem.search("fox", mode="vector")[0].record.text == "the quick brown fox"
 
 
+def test_a_text_only_store_checks_a_query_vector_it_does_not_use(
+    make_store: StoreFactory,
+) -> None:
+    """As the integrations send one with every hybrid search: searched as text, and
+    refused only when it is no vector at all."""
+    with make_store("t", embedder=None) as mem:
+        mem.add("the quick brown fox")
+        hits = mem.search("fox", query_embedding=np.array([0.6, 0.8], dtype=np.float32))
+        assert [h.record.text for h in hits] == ["the quick brown fox"]
+        for bad in ("abc", [[1.0]], [], [float("nan"), 1.0]):
+            with pytest.raises(InvalidArgumentError, match="query_embedding"):
+                mem.search("fox", query_embedding=bad)
+
+
 def test_embedder_is_pinned(make_store: StoreFactory) -> None:
     make_store("p", WordHashEmbedder(32)).close()
     with pytest.raises(EmbedderMismatchError) as e:

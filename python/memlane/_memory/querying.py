@@ -214,7 +214,7 @@ class Searcher:
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
         elif query_embedding is not None:  # searched without, but not taken unread
-            coerce.vector(query_embedding, "query_embedding", dim)
+            coerce.vector(query_embedding, "query_embedding", dim, any_length=True)
         now = time.time()
         dates = named_intervals(query)
         engine, expiring, defaults = self.sync.engine, self.sync.expiring, self.defaults
