@@ -117,17 +117,22 @@ def check_limits(limits: object) -> dict[str, int]:
     return dict(limits)
 
 
-def scope_notes(mem: MemoryStore, scope: Mapping[str, Any]) -> dict[str, Any]:
+def scope_notes(
+    mem: MemoryStore, scope: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The filter of the current notes shown in ``scope``: those of the scope and of every
     broader one of the same agent (its ``agent_id`` and ``namespace``, or none: an agent
-    without them is an agent of its own, whose notes another agent never reads). A scope
+    without them is an agent of its own, whose notes another agent never reads); and the
+    scope arguments a read of them takes, the fields the store's ``default_scope`` sets
+    (as ``scope`` sets them: a read without them is confined to the default's). A scope
     field left unset has the engine's list of the records without it, so the notes a
     conversation shows are read from its own fields' records, not from every note of
     the store."""
     fields, only = exact_scope(mem, scope)
     agent = {f: v for f, v in fields.items() if f in AGENT_FIELDS}
     broader = [{"$or": [{f: v}, {f: None}]} for f, v in fields.items() if f not in AGENT_FIELDS]
-    return unsuperseded({"$and": [only | agent, *broader]} if broader else only | agent)
+    flt = unsuperseded({"$and": [only | agent, *broader]} if broader else only | agent)
+    return flt, {f: fields[f] for f in mem.default_scope if f in fields}
 
 
 def notes_context(
@@ -142,8 +147,8 @@ def notes_context(
     never another agent's or user's.
     """
     check_limits(limits)
-    flt = scope_notes(mem, scope)
-    if not any(limits.values()) or not mem.count(NOTES, filters=flt):
+    flt, kwargs = scope_notes(mem, scope)
+    if not any(limits.values()) or not mem.count(NOTES, filters=flt, **kwargs):
         return "", []
     blocks, shown = ["## Long-term notes"], []
     for name, kind in NOTE_FILES.items():
@@ -154,7 +159,7 @@ def notes_context(
         # As many entries as the shortest lines could fill the room with, and the one
         # cut: a file within its limit is shown whole, however short its entries.
         most = room // _SHORTEST_LINE + 1
-        for rec in mem.list(NOTES, limit=most, type=kind, filters=flt):  # newest first
+        for rec in mem.list(NOTES, limit=most, type=kind, filters=flt, **kwargs):  # newest first
             line = record_line(rec)
             if len(line) + 1 > room:
                 if room > 2:

@@ -204,3 +204,19 @@ def test_neither_agent_is_shown_the_others_notes(
     assert "plain noted" in mine and "b noted" not in mine and "journal" not in mine
     theirs = b.context(eb, "alice tea noted journal").text
     assert "b noted" in theirs and "b keeps a journal" in theirs and "plain noted" not in theirs
+
+
+@pytest.mark.parametrize("field", ["namespace", "agent_id", "user_id"])
+def test_an_agent_that_sets_a_default_scope_field_anew_is_shown_its_notes(
+    make_store: StoreFactory, field: str
+) -> None:
+    """Its notes were stored under its own value, and read under the store's default
+    (``default_scope``), so never shown."""
+    mem = make_store("defaults", WordHashEmbedder(), default_scope={field: "prod"})
+    scope = {} if field == "user_id" else {field: "support"}  # the contact sets user_id
+    am = AgentMemory(mem, SessionScope("per-peer", **scope), None, **OPTIONS)
+    ev = am.event("telegram", 42, 7)
+    note = {"file": "USER.md", "content": "alice likes green tea"}
+    assert am.memory_tools(ev).handle_tool_call("notes_append", note)["ok"] is True
+    assert "alice likes green tea" in am.context(ev, "tea").text
+    am.close()
