@@ -234,7 +234,7 @@ def test_a_conversations_notes_are_read_from_its_own_scope(make_store, word_embe
         text, shown = notes_context(mem, scope)
         assert "Profile 7-0." in text and "Profile 7-1." in text and "shipped the shed" in text
         assert len(shown) == 3
-        assert mem._sync.engine.filter_stats(scope_notes(mem, scope)) == (3, 3)
+        assert mem._sync.engine.filter_stats(scope_notes(mem, scope)[0]) == (3, 3)
     finally:
         mem.close()
 
