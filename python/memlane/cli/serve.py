@@ -27,8 +27,6 @@ KEY_ENV = "MEMLANE_API_KEY"
 HEAD_TIMEOUT = 10.0
 #: Bytes a request's head may have (nginx's largest default headers are 32 KiB).
 MAX_HEAD = 64 * 1024
-#: Seconds a request's body may go without a byte arriving (a slow link still sends).
-BODY_IDLE = 60.0
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -73,17 +71,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         f"past them, 408), of at most {MAX_HEAD // 1024} KiB (past that, 431)",
     )
     p.add_argument(
-        "--body-idle",
-        type=seconds,
-        default=BODY_IDLE,
-        help=f"the seconds a request's body may go without a byte (default {BODY_IDLE:g}; "
-        "past them the connection is closed)",
-    )
-    p.add_argument(
         "--max-connections",
         type=at_least(1),
         help="the connections open at once (default 4,096, fewer where the process may not "
-        "open that many files; more are refused, 503)",
+        "open two files for each; more are refused, 503)",
     )
 
 
@@ -150,7 +141,6 @@ def serve(args: argparse.Namespace) -> int:
             http=guarded_protocol(
                 head_timeout=args.head_timeout,
                 max_head=MAX_HEAD,
-                body_idle=args.body_idle,
                 max_connections=args.max_connections or default_max_connections(),
             ),
         )

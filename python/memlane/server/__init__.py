@@ -12,8 +12,8 @@ derived here from the ``Memory`` methods each route calls
 Modules: ``app`` (the ASGI app), ``records`` (the record routes), ``transfer`` (ingest,
 export, import), ``stream`` (change events as Server-Sent Events), ``keys`` (API keys and
 their scopes), ``calls`` (a request's arguments, a result's JSON), ``errors`` (one JSON
-shape for every failure), ``limits`` (the body size limit), ``connections`` (the heads,
-stalled bodies and connections uvicorn leaves unbounded), ``openapi``.
+shape for every failure), ``limits`` (the body size limit), ``connections`` (the heads and
+connections uvicorn leaves unbounded), ``openapi``.
 """
 
 from __future__ import annotations
