@@ -47,10 +47,8 @@ def _answer(sock: socket.socket) -> bytes:
 def test_a_head_that_never_ends_is_answered_408_and_closed(server: ServeProcess) -> None:
     with _connect(server.url) as sock:
         sock.sendall(b"GET /v1/count HTTP/1.1\r\nHost: x\r\n")
-        started = time.monotonic()
-        answer = _answer(sock)
+        answer = _answer(sock)  # within the socket's timeout (10 s)
     assert answer.startswith(b"HTTP/1.1 408 ") and b"head took over 0.5 s" in answer
-    assert time.monotonic() - started < 8
     assert httpx.get(f"{server.url}/v1/count", headers=AUTH).json() == {"count": 0}
 
 
@@ -115,8 +113,10 @@ def test_a_pipelined_stream_is_not_cut_by_the_head_timeout(server: ServeProcess)
             + KEY.encode()
             + b"\r\n\r\n"
         )
-        sock.settimeout(1.5)
         got = b""
+        while b": following" not in got:  # the stream has begun
+            got += sock.recv(65536)
+        sock.settimeout(1.5)  # three head timeouts, and the stream stays open
         with pytest.raises(TimeoutError):
             while chunk := sock.recv(65536):
                 got += chunk
@@ -132,16 +132,19 @@ def test_a_request_answered_before_its_body_still_times_the_next_head(
         sock.settimeout(5)
         assert sock.recv(65536).startswith(b"HTTP/1.1 404 ")
         sock.sendall(b"{}{}GET /v1/count HTTP/1.1\r\n")
-        started = time.monotonic()
-        assert b"HTTP/1.1 408 " in _answer(sock)
-    assert time.monotonic() - started < 4
+        assert b"HTTP/1.1 408 " in _answer(sock)  # within the socket's timeout (5 s)
 
 
-def test_keep_alive_requests_are_served_past_the_head_timeout(server: ServeProcess) -> None:
-    with httpx.Client(base_url=server.url, headers=AUTH) as client:
-        for _ in range(3):
+def test_keep_alive_requests_are_served_past_the_head_timeout(tmp_path: Path) -> None:
+    """Each head is timed from the answer before it, not from the connection."""
+    args = ["--create", "--embedder", "none", "--api-key", KEY, "--head-timeout", "2"]
+    with (
+        ServeProcess(tmp_path / "s", *args) as server,
+        httpx.Client(base_url=server.url, headers=AUTH) as client,
+    ):
+        for _ in range(5):
             assert client.get("/v1/count").status_code == 200
-            time.sleep(0.2)
+            time.sleep(0.5)
 
 
 def test_connections_past_the_limit_are_refused_until_one_closes(tmp_path: Path) -> None:
