@@ -204,7 +204,7 @@ class IndexSync:
                 if embedder is None:
                     vectors: list[bytes | None] = [None] * len(chunk)
                 else:
-                    texts = [r[1] for r in chunk]  # a bad answer rolls all of it back:
+                    texts = [r[1] for r in chunk]  # a bad answer rolls all of it back
                     vs = model_vectors(name, embedder.embed_batch(texts), texts, dim)
                     vectors = list(blobs(vs, self.half))
                 pairs = [(r[0], v) for v, r in zip(vectors, chunk, strict=True)]

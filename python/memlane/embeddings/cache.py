@@ -93,7 +93,7 @@ def model_vectors(
         try:
             check_vectors(rows[i : i + 1], None, label)
         except InvalidArgumentError as e:  # says what is wrong with it
-            raise EmbedderUnavailableError(f"{e}; it was not cached") from None
+            raise EmbedderUnavailableError(str(e)) from None
     result: FloatArray = vectors
     return result
 
