@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import errno
 import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -170,7 +171,10 @@ def ingest_config(
     checked_metadata(options.metadata)
     checked = [_config_entry(i, entry, agent_id, options) for i, entry in enumerate(entries)]
     base = Path.cwd() if root is None else coerce.path(root, "root")
-    real_base = base.resolve()
+    try:
+        real_base = base.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a link loop, before Python 3.13
+        raise InvalidArgumentError(f"root {shown(str(base))} cannot be resolved: {e}") from None
     report = IngestReport()
     started = time.perf_counter()
     text_options = IngestOptions(
@@ -186,19 +190,30 @@ def ingest_config(
         assert entry.scope is not None
         target = base / entry.where
         label = normalise_path(entry.where)
-        if not options.follow_outside and not inside(target.resolve(), real_base):
-            report.failed[label] = "outside the knowledge root"
-            continue
-        if not target.exists():
-            report.failed[label] = "no such file or folder"
-            continue
-        if entry.folder != target.is_dir():
-            report.failed[label] = f"not {'a folder' if entry.folder else 'a file'}"
+        why = _unusable(target, real_base, entry.folder, options.follow_outside)
+        if why is not None:
+            report.failed[label] = why
             continue
         entry_options = dataclasses.replace(options, metadata=entry.metadata)
         report.merge(ingest_path(store, target, entry.scope, entry_options))
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _unusable(target: Path, real_base: Path, folder: bool, follow_outside: bool) -> str | None:
+    """Why an entry's ``target`` is reported as failed without being ingested, or None."""
+    try:
+        if not follow_outside and not inside(target.resolve(), real_base):
+            return "outside the knowledge root"
+        if not target.exists():
+            return "no such file or folder"
+        if folder != target.is_dir():
+            return f"not {'a folder' if folder else 'a file'}"
+    except RuntimeError:  # pathlib's word for a link loop, before Python 3.13
+        return "symbolic link loop"
+    except OSError as e:  # a name too long, a folder it may not read
+        return "symbolic link loop" if e.errno == errno.ELOOP else (e.strerror or str(e))
+    return None
 
 
 def ingest_text(

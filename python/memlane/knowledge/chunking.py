@@ -427,8 +427,9 @@ class MarkdownSplitter:
     level ``max_level`` or above; deeper headings stay inside their section.
     A heading line is part of no chunk's text (but the one chunk of a heading with no
     text under it, and no deeper heading to carry it): each chunk's ``prefix``
-    is its heading path joined by ``separator`` and followed by a blank line,
-    and ``metadata["headings"]`` lists it. Overlap never crosses a heading.
+    is its heading path joined by ``separator`` and followed by a blank line (cut
+    to half of ``chunk_size``, ending in "…", when longer), and
+    ``metadata["headings"]`` lists it whole. Overlap never crosses a heading.
     """
 
     def __init__(
@@ -492,8 +493,26 @@ class MarkdownSplitter:
         return chunks
 
     def _prefix(self, headings: list[str]) -> str:
+        """The heading path a section's chunks carry, cut (ending in "…") to half the
+        chunk size: what is left of the size is the body's, and a long heading would
+        otherwise leave room for a few tokens a chunk (and a chunk longer than a model
+        reads)."""
         prefix = self.separator.join(h for h in headings if h)
-        return prefix + "\n\n" if prefix else ""
+        if not prefix:
+            return ""
+        measure = self._inner.length or len
+        limit = self.chunk_size // 2
+        if measure(prefix + "\n\n") <= limit:
+            return prefix + "\n\n"
+        # The longest cut that fits, by bisection: a few measures of the long heading.
+        lo, hi = 0, len(prefix)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if measure(prefix[:mid].rstrip() + "…\n\n") <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        return prefix[:lo].rstrip() + "…\n\n"
 
     def _section(self, prefix: str) -> RecursiveCharacterSplitter:
         """The splitter of a section: the prefix is embedded with each chunk, so with a

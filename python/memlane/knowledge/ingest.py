@@ -132,9 +132,7 @@ def _known_file(mem: MemoryStore, file: Path, scope: Owner) -> tuple[Path, Path,
     for path in (Path(os.path.abspath(file)), real):
         parts = path.parts[1:]  # without the anchor: a relative path has none
         tails.update(normalise_path("/".join(parts[i:])) for i in range(len(parts)))
-    # A name of bytes that are not UTF-8 (lone surrogates) is no stored source, and no
-    # filter's value.
-    stored = sorted(t for t in tails if not any("\ud800" <= c <= "\udfff" for c in t))
+    stored = sorted(t for t in tails if storable(t))
     for record in knowledge_documents(mem, {**scope.filter(), "source": {"$in": stored}}):
         root, source = record.metadata.get("root"), str(record.metadata.get("source"))
         if isinstance(root, str) and (found := Path(root) / source).resolve() == real:
@@ -157,6 +155,8 @@ def _known_folder(mem: MemoryStore, folder: Path, scope: Owner) -> tuple[Path, P
     """
     real = resolve(folder)
     for root in (real, *real.parents):
+        if not storable(str(root)):
+            continue
         rel = real.relative_to(root)
         flt = knowledge_only(mem, {**scope.filter(), "root": str(root), ALONE: {"$ne": True}})
         if not any(hidden(part) for part in rel.parts) and mem.count(DOCUMENTS, filters=flt):
@@ -178,7 +178,7 @@ def roots_apart(
     where ``follow_outside``), and one document is read per root among them: what this
     reads grows with the folder ingested and its roots apart, not with the store's other
     roots or their documents."""
-    folders = sorted(str(f) for f in _folders(Path(root_key), follow_outside))
+    folders = sorted(f for f in map(str, _folders(Path(root_key), follow_outside)) if storable(f))
     if not folders:
         return {}
     apart: dict[Path, str] = {}
@@ -208,6 +208,12 @@ def roots_apart(
             except OSError:
                 continue
             apart.setdefault(file, FILE_APART)
+
+
+def storable(path: str) -> bool:
+    """Whether ``path`` can be a stored root or source, and so a filter's value: a
+    name of bytes that are not UTF-8 holds lone surrogates, which no record holds."""
+    return not any("\ud800" <= c <= "\udfff" for c in path)
 
 
 def _folders(top: Path, follow_outside: bool) -> set[Path]:

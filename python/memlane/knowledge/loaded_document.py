@@ -88,14 +88,32 @@ def decode_text(data: bytes) -> str:
     if text is None:
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = _detect_decode(data)
+        except UnicodeDecodeError as e:
+            text = _mostly_utf8(data, e)
+            if text is None:
+                text = _detect_decode(data)
         else:
             if "\x00" in text:  # UTF-16 without a BOM is often valid UTF-8, with NULs
                 text = _detect_decode(data)
     if "\x00" in text:
         raise DocumentLoadError("binary content (NUL bytes), not text")
     return text
+
+
+def _mostly_utf8(data: bytes, error: UnicodeDecodeError) -> str | None:
+    """UTF-8 text with a few bytes that are not (``error`` its first), decoded as
+    UTF-8: a file cut inside its last character (by ``head -c``, a download, a log
+    rotated mid-write) without that character, and one whose valid multi-byte
+    characters outnumber its invalid bytes ten to one with each of those replaced by
+    U+FFFD; else None. A detector reads such a file as a legacy encoding, and every
+    non-ASCII character of it as mojibake; a text of a legacy encoding seldom holds a
+    valid multi-byte sequence at all."""
+    if error.end == len(data) and error.reason == "unexpected end of data":
+        return data[: error.start].decode("utf-8")  # valid up to the first error
+    text = data.decode("utf-8", errors="replace")
+    replaced = text.count("\ufffd") - data.count("\ufffd".encode())
+    wide = len(text) - len(text.encode("ascii", "ignore")) - text.count("\ufffd")
+    return text if wide >= 10 * replaced else None
 
 
 def _detect_decode(data: bytes) -> str:

@@ -135,33 +135,44 @@ def _too_many_values(limit: int) -> DocumentLimitError:
 
 def _load_yaml(text: str, limit: int) -> Any:
     """``yaml.safe_load`` of ``text``, refused when its nodes, with every alias expanded,
-    number more than ``limit``."""
+    number more than ``limit``: counted on the parser's events, before any node is
+    built, so a refused text costs the events up to the limit, not its whole graph."""
     import yaml
 
     # libyaml's parser also refuses nesting deeper than 1,000 levels.
     loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    loader = loader_class(text)
+    counter = loader_class(text)
     try:
-        root = loader.get_single_node()
-        if root is None:
-            return None
-        # Counted as a tree, without remembering what was seen: an alias counts again
-        # each time it is used (as merge keys copy it), a recursive alias without end,
-        # and the walk stops after limit + 1 nodes whatever the graph.
+        # Counted as a tree: an alias counts its anchor's nodes again each time it is
+        # used (as merge keys copy it), and one inside its own anchor's node (a
+        # recursive alias) without end.
+        sizes: dict[str, int] = {}
+        opened: list[tuple[int, str | None]] = []  # (nodes before it, its anchor)
         count = 0
-        stack: list[Any] = [root]
-        while stack:
-            node = stack.pop()
-            count += 1
+        while counter.check_event():
+            event = counter.get_event()
+            if isinstance(event, yaml.AliasEvent):
+                if any(anchor == event.anchor for _, anchor in opened):
+                    raise _too_many_values(limit)
+                count += sizes.get(event.anchor, 1)  # an unknown one: composing refuses it
+            elif isinstance(event, yaml.ScalarEvent):
+                count += 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+                opened.append((count, event.anchor))
+                count += 1
+            elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+                before, anchor = opened.pop()
+                if anchor is not None:
+                    sizes[anchor] = count - before
             if count > limit:
                 raise _too_many_values(limit)
-            if isinstance(node, yaml.MappingNode):
-                for key, value in node.value:
-                    stack.append(key)
-                    stack.append(value)
-            elif isinstance(node, yaml.SequenceNode):
-                stack.extend(node.value)
-        return loader.construct_document(root)
+    finally:
+        counter.dispose()
+    loader = loader_class(text)
+    try:
+        return loader.get_single_data()
     finally:
         loader.dispose()
 

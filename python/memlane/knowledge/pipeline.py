@@ -378,8 +378,10 @@ class Pipeline:
             self.report.failed[rel] = self.report.limited[rel] = done.reason
         elif done.outcome == "skipped":  # as the walk skips it; its document stays
             self.report.skipped[rel] = done.reason
+            self.report.seen -= 1  # counted in run(); seen leaves the skipped out
         else:
             self.report.skipped[rel] = done.reason
+            self.report.seen -= 1
             if done.old is not None:  # the file was emptied: its old fragments must go
                 remove_documents(self.mem, [done.id], self.scope.filter())
                 self.report.pruned[rel] = done.id
@@ -564,12 +566,16 @@ class Pipeline:
             **base,
             **common,
             "root": self.root_key,
-            **({ALONE: True} if self.alone else {}),
             "content_hash": job.digest,
             "fingerprint": job.fingerprint,
             "total": total,
             "bytes": job.size,
         }
+        # Ingest's own key, as those above: a file's or caller's "alone" would make a
+        # walked root look like a file's folder (ingest.py) and its files never unchanged.
+        doc_meta.pop(ALONE, None)
+        if self.alone:
+            doc_meta[ALONE] = True
         title = doc.metadata.get("title")
         doc_meta["title"] = title if isinstance(title, str) and title.strip() else job.source.rel
         record: dict[str, Any] = {

@@ -15,6 +15,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Literal, TextIO
 
+from memlane.printable import printable
+
 __all__ = ["ProgressBar", "ProgressOption"]
 
 #: ``True``: a bar when stderr is a terminal; ``"always"``: a bar regardless; ``False``: none.
@@ -59,7 +61,7 @@ class ProgressBar:
 
             self._bar = tqdm(
                 total=self.total,
-                desc=label,
+                desc=printable(label),  # a folder's name: no escape reaches the terminal
                 unit=" files",
                 file=self.stream,
                 mininterval=interval,

@@ -22,6 +22,7 @@ said to ``on_error`` once, and the watch keeps waiting for the folder.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import stat
 import threading
 import time
@@ -57,6 +58,9 @@ _CHECK = 1.0
 
 ReportCallback = Callable[[IngestReport], object]
 ErrorCallback = Callable[[BaseException], object]
+
+
+log = logging.getLogger("memlane.knowledge")
 
 
 class _Events(FileSystemEventHandler):
@@ -231,8 +235,7 @@ class KnowledgeWatch:
         except Exception as e:  # said as any sync's error is
             self._failed(e)
             return
-        if self._on_report is not None:
-            self._on_report(report)
+        self._report(report)
 
     def _elsewhere(self) -> str | None:
         """Where the folder's path leads (its real path) when that is not the folder
@@ -251,14 +254,31 @@ class KnowledgeWatch:
         except Exception as e:  # the watch goes on: a closed store or a full disk is said
             self._failed(e)
             return
-        if self._on_report is not None and report.seen + len(report.pruned):
+        if report.seen + len(report.pruned):
+            self._report(report)
+
+    # The caller's callbacks run on the worker: one that raises is said, never lets the
+    # worker die (the watch would stop following while ``running`` still says it does).
+
+    def _report(self, report: IngestReport) -> None:
+        if self._on_report is None:
+            return
+        try:
             self._on_report(report)
+        except Exception as e:
+            self._failed(e)
 
     def _failed(self, error: Exception) -> None:
         if self._on_error is not None:
-            self._on_error(error)
-        else:
+            try:
+                self._on_error(error)
+                return
+            except Exception as e:
+                error = MemlaneError(f"on_error raised {shown(e)} for: {error}")
+        try:
             warnings.warn(f"memlane watch of {self.folder}: {error}", RuntimeWarning, stacklevel=1)
+        except Exception:  # warnings made errors: the log says it
+            log.error("memlane watch of %s: %s", self.folder, error)
 
     def _sync(self, paths: set[str]) -> IngestReport:
         """Brings the documents at ``paths`` (below the folder) in line with the disk."""
