@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from memlane.embeddings import Embedder
+from memlane.errors import InvalidArgumentError
 from memlane.memory import DEFAULT_EMBEDDER, Memory
 
 __all__ = ["AsyncMemory"]
@@ -64,7 +65,8 @@ class AsyncMemory:
     Args:
         path: as for [`Memory`][memlane.Memory].
         embedder: as for [`Memory`][memlane.Memory].
-        memory: an open ``Memory`` to wrap instead of opening one.
+        memory: an open ``Memory`` to wrap instead of opening one (then no other
+            argument is given).
         **options: the other keyword arguments of [`Memory`][memlane.Memory].
     """
 
@@ -79,6 +81,12 @@ class AsyncMemory:
         memory: Memory | None = None,
         **options: Any,
     ) -> None:
+        if memory is not None and (path is not None or embedder is not DEFAULT_EMBEDDER or options):
+            # They would open a store; the one given is already open, with its own.
+            raise InvalidArgumentError(
+                "AsyncMemory takes either memory= (an open Memory) or the arguments that "
+                "open one (path, embedder, options), not both"
+            )
         self.sync = memory if memory is not None else Memory(path, embedder, **options)
 
     @classmethod

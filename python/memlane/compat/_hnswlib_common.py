@@ -3,6 +3,7 @@ its error messages and the shapes of its empty answers."""
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -209,7 +210,17 @@ def _allowed(
 
 
 def _in_u64(labels: Iterable[Any]) -> npt.NDArray[np.uint64]:
-    return np.fromiter((x for x in labels if 0 <= x < _LAST), dtype=np.uint64)
+    return np.fromiter((x for x in map(_label, labels) if 0 <= x < _LAST), dtype=np.uint64)
+
+
+def _label(x: Any) -> int:
+    """An allowed label as an int: a float (1.5) is refused, as a float array is, not cut."""
+    try:
+        if isinstance(x, bool):
+            raise TypeError
+        return operator.index(x)
+    except TypeError:
+        raise TypeError(f"allowed labels must be integers, got {type(x).__name__}") from None
 
 
 def _range_allowed(

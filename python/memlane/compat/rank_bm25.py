@@ -28,7 +28,9 @@ pool); the parameters are read-only, and must be finite numbers
 0 by 0 for a document without the token (its length term is 0: an empty document with
 ``b = 1``, or ``k1 = 0``), the token adds nothing here instead of NaN; a corpus with no
 token raises ``ZeroDivisionError``, as rank_bm25's ``BM25Okapi`` does (its ``BM25L`` and
-``BM25Plus`` build one whose every score is NaN).
+``BM25Plus`` build one whose every score is NaN); a query given as one ``str`` raises
+``TypeError`` (rank_bm25 takes its characters as the tokens, which is almost always a
+query someone forgot to split: pass ``list(query)`` for a corpus of characters).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ from memlane import Memory, MemoryRecord
 from memlane.coerce import FloatArray
 from memlane.embeddings.identity import Identified
 from memlane.embeddings.lazy import LazyEmbedder, default_embedder
-from memlane.errors import InvalidArgumentError, UnknownIdError, shown
+from memlane.errors import EmbedderUnavailableError, InvalidArgumentError, UnknownIdError, shown
 from memlane.records import SCOPE_FIELDS
 from memlane.scoping import scope_of
 
@@ -25,6 +25,7 @@ __all__ = [
     "FunctionEmbedder",
     "check_scope",
     "document_id",
+    "document_vectors",
     "escape_key",
     "exact_id_filter",
     "fresh_id",
@@ -72,6 +73,20 @@ def in_scope(record: Any, scope: Mapping[str, str], table: str | None) -> bool:
     if table is not None and record.table != table:
         return False
     return all(getattr(record, key) == value for key, value in scope.items())
+
+
+def document_vectors(embeddings: object, answer: object, texts: Sequence[str]) -> list[Any]:
+    """``answer``, the framework's embeddings of ``texts``, when it holds one vector a
+    text (each checked where it is stored); else ``EmbedderUnavailableError``."""
+    vectors: list[Any] | None = None
+    if isinstance(answer, Iterable) and not isinstance(answer, str | bytes | Mapping):
+        vectors = list(answer)
+    if vectors is None or len(vectors) != len(texts):
+        got = "no list" if vectors is None else f"{len(vectors)} vectors"
+        raise EmbedderUnavailableError(
+            f"{type(embeddings).__name__}.embed_documents returned {got} for {len(texts)} texts"
+        )
+    return vectors
 
 
 def unit_rows(vectors: Any) -> FloatArray:

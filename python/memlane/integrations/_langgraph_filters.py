@@ -29,7 +29,9 @@ def matches(value: Any, flt: Any, depth: int = 0) -> bool:
     """LangGraph's filter semantics (JSONB-like) on one value."""
     filter_depth(depth)
     if isinstance(flt, dict):
-        if any(isinstance(k, str) and k.startswith("$") for k in flt):
+        # The filter's own keys are the value's (LangGraph's stores read "$id" there as
+        # a key); below them, a dict with a "$" key holds operators.
+        if depth > 0 and any(isinstance(k, str) and k.startswith("$") for k in flt):
             return all(_operator(value, op, arg) for op, arg in flt.items())
         return isinstance(value, dict) and all(
             matches(value.get(k), v, depth + 1) for k, v in flt.items()

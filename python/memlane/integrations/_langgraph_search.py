@@ -37,6 +37,14 @@ class Searching:
     table: str
     scope: dict[str, Any]
     index_config: dict[str, Any] | None
+    #: The scope fields the store's scope leaves unset, each None: every read asks for
+    #: them unset, as a scope's item is its alone (a store bound to a user reads no
+    #: item of that user's agent, whose ``get`` and ``put`` it could never reach).
+    unset: dict[str, None]
+
+    def bound(self, cond: dict[str, Any]) -> dict[str, Any]:
+        """``cond`` and the store's scope exactly (with ``**self.scope``)."""
+        return {"$and": [cond, self.unset]} if self.unset else cond
 
     def _where(self, op: SearchOp, **extra: Any) -> list[dict[str, Any]]:
         """The conditions on the first records of the items ``op`` may find."""
@@ -52,7 +60,12 @@ class Searching:
         offset = 0
         while True:
             page = self.memory.list(
-                self.table, limit=PAGE, offset=offset, order="asc", filters=where, **self.scope
+                self.table,
+                limit=PAGE,
+                offset=offset,
+                order="asc",
+                filters=self.bound(where),
+                **self.scope,
             )
             for rec in page:
                 if not flt or matches(rec.metadata["lg"]["value"], dict(flt)):
@@ -67,16 +80,20 @@ class Searching:
         ``8 * need`` or a sixteenth of the namespace's items (their values are read here,
         where the search past them reads the values of the hits alone); else None."""
         where = {"$and": self._where(op, part=0, vec=True)}
-        n = self.memory.count(self.table, filters=where, **self.scope)
+        n = self.memory.count(self.table, filters=self.bound(where), **self.scope)
         if n > SELECTIVE:
             return None
         if n > 8 * need:
             conds: list[dict[str, Any]] = [{"metadata.lg.part": 0}, {"metadata.lg.vec": True}]
             if op.namespace_prefix:
                 conds.append(under(op.namespace_prefix))
-            if 16 * n > self.memory.count(self.table, filters={"$and": conds}, **self.scope):
+            if 16 * n > self.memory.count(
+                self.table, filters=self.bound({"$and": conds}), **self.scope
+            ):
                 return None
-        found = self.memory.list(self.table, limit=SELECTIVE + 1, filters=where, **self.scope)
+        found = self.memory.list(
+            self.table, limit=SELECTIVE + 1, filters=self.bound(where), **self.scope
+        )
         if len(found) > SELECTIVE:  # grew meanwhile
             return None
         return {
@@ -100,9 +117,9 @@ class Searching:
                 return {"$and": conds}, dict(selected)
         if op.namespace_prefix:
             conds.append(under(op.namespace_prefix))
-        if op.filter:
-            # An item's later texts hold no value: they pass here, checked through its first.
-            first = self._where(op)
+        # An item's later texts hold no value: they pass here, checked through its first.
+        # When none of the filter is pushed down ($ne, a list, None), every text passes.
+        if op.filter and (first := self._where(op)):
             conds.append({"$or": [{"metadata.lg.part": {"$gt": 0}}, {"$and": first}]})
         return {"$and": conds}, {}
 
@@ -132,7 +149,7 @@ class Searching:
                 k,
                 mode="vector",
                 table=self.table,
-                filters=where,
+                filters=self.bound(where),
                 query_embedding=qvecs.get(op.query),
                 weights={"relevance": 1.0},
                 explain=True,
@@ -180,7 +197,9 @@ class Searching:
         if not items:
             return
         where = {"$and": [{"metadata.lg.item": {"$in": items}}, *self._where(op, part=0)]}
-        found = self.memory.list(self.table, limit=len(items), filters=where, **self.scope)
+        found = self.memory.list(
+            self.table, limit=len(items), filters=self.bound(where), **self.scope
+        )
         firsts.update(dict.fromkeys(items))
         for rec in found:
             firsts[rec.metadata["lg"]["item"]] = self._admitted(rec, op.filter)

@@ -63,6 +63,7 @@ from memlane.integrations._common import (
     FunctionEmbedder,
     check_scope,
     document_id,
+    document_vectors,
     exact_id_filter,
     id_filter,
     own_memory,
@@ -302,7 +303,10 @@ class MemlaneVectorStore(VectorStore):
         checked, metas, out = self._check_batch(texts, metadatas, ids)
         if not checked:
             return []
-        vectors = None if self._embedding is None else self._embedding.embed_documents(checked)
+        vectors = None
+        if self._embedding is not None:
+            answer = self._embedding.embed_documents(checked)
+            vectors = document_vectors(self._embedding, answer, checked)
         return self._write(checked, metas, out, vectors)
 
     async def aadd_texts(
@@ -320,7 +324,8 @@ class MemlaneVectorStore(VectorStore):
             return []
         vectors = None
         if self._embedding is not None:
-            vectors = await self._embedding.aembed_documents(checked)
+            answer = await self._embedding.aembed_documents(checked)
+            vectors = document_vectors(self._embedding, answer, checked)
         return await asyncio.to_thread(self._write, checked, metas, out, vectors)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:

@@ -33,7 +33,8 @@ them at once).
 
 Each item is one memlane record per indexed text (one record when nothing is
 indexed) in ``table`` (``"langgraph"``), with ``scope`` (memlane's scope fields)
-bound: a store never reads another scope's items. The first record holds the item's
+bound exactly: a store never reads another scope's items, a narrower one's neither (a
+store bound to a user reads no item of a store bound to that user and an agent). The first record holds the item's
 value, key and namespace, every one a fixed-size digest of each namespace prefix (which
 prefix searches read), the others besides only their text, vector and item, so an item's
 size is linear in its value and namespace. The records' ids are derived from
@@ -76,7 +77,13 @@ from langgraph.store.base import (
 
 from memlane import Memory, MemoryRecord, times
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
-from memlane.integrations._common import FunctionEmbedder, check_scope, in_scope, own_memory
+from memlane.integrations._common import (
+    FunctionEmbedder,
+    check_scope,
+    document_vectors,
+    in_scope,
+    own_memory,
+)
 from memlane.integrations._langgraph_filters import (
     namespace_matches,
     number,
@@ -84,7 +91,7 @@ from memlane.integrations._langgraph_filters import (
 )
 from memlane.integrations._langgraph_records import item_records
 from memlane.integrations._langgraph_search import PAGE, Searching
-from memlane.scoping import scope_of
+from memlane.scoping import exact_scope, scope_of
 
 __all__ = ["MemlaneStore"]
 
@@ -155,6 +162,7 @@ class MemlaneStore(Searching, BaseStore):
             return Memory(path, embedder=embedder, hnsw_precision="f32")
 
         self.memory, self._owned = own_memory(memory, make)
+        self.unset = exact_scope(self.memory, self.scope)[1]
         inner = self.memory.embedder
         self._dim = None if inner is None else int(inner.dimension)
         if dims is not None and self._dim is not None and int(dims) != self._dim:
@@ -187,7 +195,9 @@ class MemlaneStore(Searching, BaseStore):
         """
         gone = self._adopt_old_expiries()
         swept = self.memory.expire(self.table, **self.scope)
-        return gone + sum(_part(rec) == 0 for rec in swept)
+        return gone + sum(
+            _part(rec) == 0 and all(getattr(rec, f) is None for f in self.unset) for rec in swept
+        )
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Nothing to start: the memory's maintenance removes expired items. Kept for
@@ -203,9 +213,9 @@ class MemlaneStore(Searching, BaseStore):
         """Deletes the records ``cond`` admits, which hold whole items (the records of
         an item share their expiry); returns how many items went."""
         items = self.memory.delete_all(
-            self.table, filters={"$and": [cond, {"metadata.lg.part": 0}]}, **self.scope
+            self.table, filters=self.bound({"$and": [cond, {"metadata.lg.part": 0}]}), **self.scope
         )
-        self.memory.delete_all(self.table, filters=cond, **self.scope)
+        self.memory.delete_all(self.table, filters=self.bound(cond), **self.scope)
         return items
 
     def _adopt_old_expiries(self) -> int:
@@ -215,11 +225,13 @@ class MemlaneStore(Searching, BaseStore):
         those already past it, and returns how many. With none left (the usual case)
         the count reads no record: the engine counts the records holding each key."""
         old = {"metadata.lg.exp": {"$exists": True}}
-        if not self.memory.count(self.table, filters=old, **self.scope):
+        if not self.memory.count(self.table, filters=self.bound(old), **self.scope):
             return 0
         gone = self._delete_items({"metadata.lg.exp": {"$lte": time.time()}})
         # Each update takes its record out of the filter: read from the start each time.
-        while page := self.memory.list(self.table, limit=PAGE, filters=old, **self.scope):
+        while page := self.memory.list(
+            self.table, limit=PAGE, filters=self.bound(old), **self.scope
+        ):
             for rec in page:
                 lg = dict(rec.metadata["lg"])
                 exp = lg.pop("exp")
@@ -250,6 +262,7 @@ class MemlaneStore(Searching, BaseStore):
         lg = rec.metadata.get("lg")
         return (
             in_scope(rec, scope_of(self.memory.default_scope, self.scope), self.table)
+            and all(getattr(rec, f) is None for f in self.unset)
             and isinstance(lg, dict)
             and lg.get("item") in items
         )
@@ -265,7 +278,7 @@ class MemlaneStore(Searching, BaseStore):
         except UnknownIdError:  # never written, deleted, expired, or under a fresh id
             pass
         cond = {"$and": [{"metadata.lg.item": item}, {"metadata.lg.part": 0}]}
-        found = self.memory.list(self.table, limit=1, filters=cond, **self.scope)
+        found = self.memory.list(self.table, limit=1, filters=self.bound(cond), **self.scope)
         return found[0] if found else None
 
     def _item(self, rec: MemoryRecord, score: float | None = None, search: bool = False) -> Item:
@@ -348,7 +361,10 @@ class MemlaneStore(Searching, BaseStore):
         ops, puts, texts = self._plan(ops)
         queries = self._queries(ops)
         qvecs = {q: self.embeddings.embed_query(q) for q in queries} if self.embeddings else {}
-        vectors = self.embeddings.embed_documents(texts) if self.embeddings and texts else None
+        vectors = None
+        if self.embeddings is not None and texts:
+            answer = self.embeddings.embed_documents(texts)
+            vectors = document_vectors(self.embeddings, answer, texts)
         return self._run(ops, puts, texts, vectors, qvecs)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -360,7 +376,8 @@ class MemlaneStore(Searching, BaseStore):
             found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
             qvecs = dict(zip(queries, found, strict=True))
             if texts:
-                vectors = await self.embeddings.aembed_documents(texts)
+                answer = await self.embeddings.aembed_documents(texts)
+                vectors = document_vectors(self.embeddings, answer, texts)
         return await asyncio.to_thread(self._run, ops, puts, texts, vectors, qvecs)
 
     def _run(
@@ -408,7 +425,9 @@ class MemlaneStore(Searching, BaseStore):
         first = {
             "$and": [{"metadata.lg.item": {"$in": list(bases.values())}}, {"metadata.lg.part": 0}]
         }
-        old = self.memory.list(self.table, limit=len(bases), filters=first, **self.scope)
+        old = self.memory.list(
+            self.table, limit=len(bases), filters=self.bound(first), **self.scope
+        )
         # Each item's records keep the ids they have (the replace passes them on).
         ids = {r.metadata["lg"]["item"]: r.id for r in old}
         created = {r.metadata["lg"]["item"]: r.created_at for r in old}
@@ -459,7 +478,7 @@ class MemlaneStore(Searching, BaseStore):
             for item, rid in zip(parts, _ids(ids.get(base, base), len(parts)), strict=True)
         ]
         cond = {"metadata.lg.item": {"$in": bases}}
-        self.memory.replace(records, self.table, filters=cond, **self.scope)
+        self.memory.replace(records, self.table, filters=self.bound(cond), **self.scope)
 
     def _held(self, record_id: str, mine: set[str]) -> bool:
         """Whether a record the replace of items ``mine`` keeps holds ``record_id``."""

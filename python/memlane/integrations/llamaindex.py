@@ -108,7 +108,8 @@ def _one(f: MetadataFilter) -> dict[str, Any]:
     if op == FilterOperator.ALL:
         return {"$and": [{key: v} for v in values]}
     if op == FilterOperator.IS_EMPTY:
-        return {"$or": [{key: {"$exists": False}}, {key: None}]}
+        # As LlamaIndex's: absent, None or "" (an empty list no filter of memlane's names).
+        return {"$or": [{key: {"$exists": False}}, {key: None}, {key: ""}]}
     raise InvalidArgumentError(
         f"filter operator {op.value!r} is not supported by memlane "
         "(supported: ==, !=, >, >=, <, <=, in, nin, any, all, contains, is_empty)"
@@ -136,7 +137,8 @@ def _filter(filters: object, depth: int) -> dict[str, Any] | None:
             parts.append(_one(f))
     condition = FilterCondition(filters.condition or FilterCondition.AND)
     if condition == FilterCondition.NOT:
-        return {"$not": _join(parts, "$and") or {"$and": parts}}
+        # LlamaIndex's NOT: a node matches when none of the filters does.
+        return {"$not": _join(parts, "$or") or {"$or": parts}}
     return _join(parts, "$or" if condition == FilterCondition.OR else "$and")
 
 
