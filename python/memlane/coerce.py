@@ -384,6 +384,12 @@ def vector(
         v: FloatArray = value
     else:
         try:
+            kind = (
+                value.dtype.kind if isinstance(value, np.ndarray) else np.asarray(value).dtype.kind
+            )
+            # Numbers only: numpy would make True 1.0 and the text "1.5" 1.5.
+            if kind not in "fiuO":
+                raise TypeError(f"got {np.asarray(value).dtype} values")
             # A float past float32's range becomes inf, which the value checks name.
             with np.errstate(over="ignore", invalid="ignore"):
                 v = np.asarray(value, dtype=np.float32)

@@ -6,9 +6,10 @@ bidirectional override that shows the line's characters in another order)."""
 
 from __future__ import annotations
 
+import json
 import re
 
-__all__ = ["printable"]
+__all__ = ["json_text", "printable"]
 
 # C0 and C1 controls (a newline and a tab among them: one value is one line), DEL, the
 # line and paragraph separators, the bidirectional marks, embeddings, overrides and
@@ -34,3 +35,25 @@ def printable(value: object) -> str:
     written as its Python escape (``\\x1b``, ``\\n``, ``\\u202e``); other text,
     backslashes included, stays as it is."""
     return _HIDDEN.sub(_escape, str(value))
+
+
+# Lone surrogates (what Python makes of a byte of a name that is not UTF-8, which no
+# UTF-8 document may hold), and what a terminal acts on that json.dumps leaves raw.
+_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def json_text(value: object, indent: int | None = None) -> str:
+    """``value`` as JSON text that encodes to valid UTF-8.
+
+    Text stays as it is (not escaped to ASCII), except lone surrogates: a file or store
+    name that is not UTF-8 reaches Python with them, and written to stdout they would
+    become the raw bytes again. They are written as JSON escapes (``\\udcff``), which
+    a reader decodes back to the same string (``os.fsencode`` gives the name's bytes).
+    So are the characters a terminal acts on that JSON leaves as they are (C1 controls,
+    DEL, bidi marks): a reader gets the same text, a terminal shows the escape.
+    """
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    # json.dumps leaves them raw only inside strings, where an escape means the same; so
+    # too C1 controls and bidi marks, which a terminal showing the document would act on
+    # (json.dumps escapes C0 alone).
+    return _RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -103,6 +103,19 @@ def test_json_output_keeps_the_stored_text(
     assert record["text"] == EVIL + "\nsecond line" and record["id"] == record_id
 
 
+def test_an_export_to_the_terminal_escapes_what_it_would_act_on(
+    capsys: pytest.CaptureFixture[str], store: tuple[str, str], tmp_path: Path
+) -> None:
+    path, record_id = store
+    code, _, _ = run(capsys, "export", path, str(tmp_path / "out.jsonl"))
+    assert code == 0
+    text = (tmp_path / "out.jsonl").read_text(encoding="utf-8")
+    assert clean(text.replace("\n", ""))  # a file shown with cat, or /dev/stdout
+    with Memory(tmp_path / "again", None) as mem:
+        assert mem.import_jsonl(tmp_path / "out.jsonl") == 1
+        assert mem.get(record_id).text == EVIL + "\nsecond line"
+
+
 def test_add_prune_and_forget_show_ids_escaped(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -147,3 +147,29 @@ def test_an_expiry_while_a_delete_runs_is_judged_in_its_transaction(
     assert ends(mem, rec.id) == [("delete", "expire")]
     assert clock.sweep(mem) == SWEPT[call]
     assert ends(mem, rec.id) == [("delete", "expire")]
+
+
+def test_an_expired_records_id_is_free_for_add_and_import(
+    make_store: StoreFactory, clock: Clock, tmp_path: Any
+) -> None:
+    mem = make_store("ids")
+    mem.add("code 1234", id="x", ttl=60, **SCOPE)
+    mem.add("code 5678", id="y", ttl=60, **SCOPE)
+    mem.add("code 9999", id="z", ttl=60, **SCOPE)
+    clock.pass_expiry()
+    sub = mem.events.subscribe(**SCOPE)
+    assert mem.add("code 4321", id="x", **SCOPE).id == "x"
+    assert mem.get("x").text == "code 4321"
+    assert ends(mem, "x") == [("delete", "expire"), (None, None)]
+    told = []
+    while (event := sub.get(timeout=0)) is not None:
+        told.append((event["type"], event["id"]))
+    assert told == [("expire", "x"), ("add", "x")]
+    sub.close()
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"id": "y", "text": "imported y", "user_id": "u"}\n')
+    assert mem.import_jsonl(lines) == 1
+    lines.write_text('{"id": "z", "text": "imported z", "user_id": "u"}\n')
+    assert mem.import_jsonl(lines, on_conflict="skip") == 1
+    assert [mem.get(i).text for i in "yz"] == ["imported y", "imported z"]
+    assert clock.sweep(mem) == 0

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import StoreFactory
+from conftest import StoreFactory, WordHashEmbedder
 from memlane import Memory
 from memlane.coerce import MAX_COUNT
 from memlane.errors import InvalidArgumentError
@@ -226,3 +226,21 @@ def test_an_export_reads_one_state_while_another_connection_rewrites_a_record(
     with make_store("k") as other:
         assert other.import_jsonl(out) == 1501
         assert other.get("moving").text == "the moving record, version 0"
+
+
+@pytest.mark.parametrize("embedding", [[True] * 16, ["0.25"] * 16])
+def test_an_embedding_of_booleans_or_texts_is_refused(
+    make_store: StoreFactory, tmp_path: Path, embedding: list[Any]
+) -> None:
+    path = _lines(
+        tmp_path / "in.jsonl",
+        [{"id": "a", "text": "fine"}, {"id": "b", "text": "x", "embedding": embedding}],
+    )
+    with make_store("j", WordHashEmbedder(16)) as mem:
+        with pytest.raises(
+            InvalidArgumentError, match=r"in\.jsonl:2: .*must be an array of numbers"
+        ):
+            mem.import_jsonl(path)
+        assert mem.count() == 0
+        with pytest.raises(InvalidArgumentError, match="must be an array of numbers"):
+            mem.add("direct", embedding=embedding)

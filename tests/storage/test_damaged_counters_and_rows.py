@@ -165,3 +165,24 @@ def test_an_undamaged_history_reads_as_written(store: Path) -> None:
             (current,) = [r for r in mem.list(limit=100) if "cats" in r.text]
             texts = [v.record.text for v in mem.history(current.id)]
     assert texts == ["first fact about cats", "second fact about cats"]
+
+
+def test_a_row_read_twice_by_a_damaged_index_is_damage(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store copied while it was written (its WAL before its database) held an index
+    whose damage read one row twice at the open's replay: the engine's refusal of the
+    batch reached the caller as an argument it never gave."""
+    from memlane.storage.sqlite import SQLiteStore
+
+    for snapshot in (store / "index").iterdir():
+        os.rename(snapshot, store / f"old-{snapshot.name}")  # the open replays every row
+    rows_since = SQLiteStore.rows_since
+
+    def twice(self: SQLiteStore, seq: int, batch: int = 4096):  # type: ignore[no-untyped-def]
+        for rows in rows_since(self, seq, batch):
+            yield [*rows, rows[0]]
+
+    monkeypatch.setattr(SQLiteStore, "rows_since", twice)
+    with pytest.raises(CorruptFileError, match=r"is damaged.*appears twice"):
+        Memory(store, WordHashEmbedder(16))

@@ -36,6 +36,7 @@ from memlane.errors import (
     StorageError,
     shown,
 )
+from memlane.printable import json_text
 from memlane.replaced_files import keep_owner, sync_folder
 from memlane.schema import RECORD_COLUMNS
 from memlane.storage import Store
@@ -172,12 +173,12 @@ def _write(f: TextIO, db: Store, access: AccessLog, embeddings: bool) -> int:
             expired.append((row, "delete", row.expires_at, "expire", None))
             continue
         rec = record(row, access.get(row), embeddings)
-        f.write(json.dumps(rec.to_dict(embedding=embeddings), ensure_ascii=False) + "\n")
+        f.write(json_text(rec.to_dict(embedding=embeddings)) + "\n")
         n += 1
     for row, event, at, actor, next_id in itertools.chain(db.iter_history(), expired):
         entry = record(row, None).to_dict(embedding=False)
         entry.update(event=event, at=at, by=actor, next_id=next_id)
-        f.write(json.dumps({"history": entry}, ensure_ascii=False) + "\n")
+        f.write(json_text({"history": entry}) + "\n")
     return n
 
 
@@ -265,7 +266,7 @@ def _load(
         if vectors is not None:  # before any is skipped: the check made a row for each
             _give_vectors(batch, vectors, writer.sync.dim or 0, name)
         if on_conflict == "skip":
-            taken = writer.db.existing_ids([str(b.get("id")) for b in batch])
+            taken = writer.db.existing_ids([str(b.get("id")) for b in batch], time.time())
             batch = [b for b in batch if str(b.get("id")) not in taken]
         for b in batch:
             b.pop("content_hash", None)  # recomputed from the text
@@ -374,7 +375,7 @@ def _check(
                 given.append((lineno, new.id))
         if vectors_given:
             _check_vectors(name, vectors_given)
-        taken = writer.db.existing_ids([i for _, i in given]) if given else set()
+        taken = writer.db.existing_ids([i for _, i in given], time.time()) if given else set()
         if on_conflict == "error":
             for lineno, record_id in given:
                 if record_id in taken:

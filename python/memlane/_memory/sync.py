@@ -37,7 +37,15 @@ from memlane._memory.snapshot_notes import (
     read_note,
     write_note,
 )
-from memlane._memory.vector_fill import NAMED, damage_error, decodes, fill, read_ahead
+from memlane._memory.vector_fill import (
+    NAMED,
+    damage_error,
+    decodes,
+    fill,
+    read_ahead,
+    refused_as_damage,
+    refused_vectors,
+)
 from memlane.coerce import FloatArray, usable_vectors
 from memlane.embeddings import Embedder
 from memlane.embeddings.cache import model_vectors
@@ -345,7 +353,8 @@ class IndexSync:
                 if count >= _PAUSE_COLLECTOR_ROWS and not paused:
                     stack.enter_context(collector.paused())
                     paused = True
-                self._apply_rows(rows, since, skip, damaged)
+                with refused_as_damage(self.location):
+                    self._apply_rows(rows, since, skip, damaged)
         if damaged:
             raise damage_error(self.location, len(damaged), [r.id for r in damaged[:NAMED]])
         return count, upto
@@ -381,7 +390,7 @@ class IndexSync:
                 # Stored before vectors were checked for a unit length: found by
                 # their text, not by a vector the engine cannot hold.
                 bad = [r for r, good in zip(with_vec, ok, strict=True) if not good]
-                self._refused_vectors(bad)
+                refused_vectors(self.location, bad)
                 without += bad
                 with_vec = [r for r, good in zip(with_vec, ok, strict=True) if good]
                 vectors = vectors[ok]
@@ -391,16 +400,6 @@ class IndexSync:
             engine.apply(self.prepare(without, texts=True, vectors=None))
         if attrs:
             engine.apply(self.prepare(attrs, texts=False, vectors=None))
-
-    def _refused_vectors(self, rows: Sequence[Row]) -> None:
-        ids = ", ".join(repr(r.id) for r in rows[:3]) + (" ..." if len(rows) > 3 else "")
-        warnings.warn(
-            f"memlane: {len(rows)} stored vector(s) of {self.location} cannot be scaled to "
-            f"unit length (records {ids}); those records are found by their text only. "
-            "update(id, embedding=...) or update(id, text=...) gives them a vector again",
-            RuntimeWarning,
-            stacklevel=5,
-        )
 
     # -- following and writing -------------------------------------------------------
 

@@ -6,12 +6,15 @@ that does not decode is a damaged database, named record by record."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from memlane._core import Engine, unblobs
-from memlane.errors import CorruptFileError
+from memlane.errors import CorruptFileError, InvalidArgumentError
+from memlane.schema import Row
 from memlane.storage import Store
 
 __all__ = ["NAMED", "damage_error", "damaged_rows", "decodes", "fill", "filled", "read_ahead"]
@@ -97,6 +100,32 @@ def damage_error(location: str, count: int, named: Sequence[str]) -> CorruptFile
     return CorruptFileError(
         f"the database of {location} is damaged: {count} stored vector(s) cannot be "
         f"read (records {ids}); restore it from a backup"
+    )
+
+
+@contextlib.contextmanager
+def refused_as_damage(location: str) -> Iterator[None]:
+    """Stored rows the engine refuses as the damage they are: no write makes them (one
+    rowid read twice, through an index of a file copied while it was written)."""
+    try:
+        yield
+    except InvalidArgumentError as e:
+        raise CorruptFileError(
+            f"the database of {location} is damaged: its rows hold what no write makes ({e}); "
+            "restore it from a backup"
+        ) from None
+
+
+def refused_vectors(location: str, rows: Sequence[Row]) -> None:
+    """Warns of stored vectors that cannot be made unit length (the rows' records are then
+    found by their text alone)."""
+    ids = ", ".join(repr(r.id) for r in rows[:3]) + (" ..." if len(rows) > 3 else "")
+    warnings.warn(
+        f"memlane: {len(rows)} stored vector(s) of {location} cannot be scaled to "
+        f"unit length (records {ids}); those records are found by their text only. "
+        "update(id, embedding=...) or update(id, text=...) gives them a vector again",
+        RuntimeWarning,
+        stacklevel=6,
     )
 
 

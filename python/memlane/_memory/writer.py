@@ -252,7 +252,7 @@ class Writer(Deleting):
     def _check_ids(self, news: list[NewRecord], gone: list[int]) -> None:
         # Ids made here are random UUIDs; only the caller's can collide.
         given_ids = [n.id for n in news if n.id_given]
-        taken = self.db.existing_ids(given_ids) if given_ids else set()
+        taken = self.db.existing_ids(given_ids, time.time()) if given_ids else set()
         if taken and gone:  # a record replaced may pass its id on
             leaving = set(gone)
             rows = (self.db.row_by_id(t) for t in taken)
@@ -340,6 +340,10 @@ class Writer(Deleting):
                 gone += consumed_rows(db, conn, consumed, now) if consumed else []
                 gone = list(dict.fromkeys(gone))
                 self._check_ids(news, gone + lapsed)
+            given = [n.id for n in news if n.id_given]
+            if given and sync.expiring:  # an expired record's id is free: it goes first
+                lapsed += db.expired_ids(conn, given, time.time())
+                lapsed = [r for r in dict.fromkeys(lapsed) if r not in gone]
             doomed = self.events.doomed(sync, gone)
             expired = self.events.doomed(sync, lapsed)
             actor = "replace" if replacing is not None else "add_many"

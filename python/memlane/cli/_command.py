@@ -23,7 +23,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ from memlane.errors import (
     NotFoundError,
     shown,
 )
-from memlane.printable import printable
+from memlane.printable import json_text, printable
 from memlane.records import SCOPE_FIELDS
 
 if TYPE_CHECKING:
@@ -417,29 +416,6 @@ def open_memory(args: argparse.Namespace, *, embeds: bool = True) -> Iterator[Me
 def record_json(record: MemoryRecord) -> dict[str, Any]:
     """A record as ``--json`` prints it: every stored field but the embedding."""
     return record.to_dict(embedding=False)
-
-
-# A lone surrogate: what Python makes of a byte of a name that is not UTF-8
-# (surrogateescape), which no UTF-8 document may hold.
-# Lone surrogates, and what a terminal acts on that json.dumps leaves raw (see json_text).
-_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def json_text(value: object, indent: int | None = None) -> str:
-    """``value`` as JSON text that encodes to valid UTF-8.
-
-    Text stays as it is (not escaped to ASCII), except lone surrogates: a file or store
-    name that is not UTF-8 reaches Python with them, and written to stdout they would
-    become the raw bytes again. They are written as JSON escapes (``\\udcff``), which
-    a reader decodes back to the same string (``os.fsencode`` gives the name's bytes).
-    So are the characters a terminal acts on that JSON leaves as they are (C1 controls,
-    DEL, bidi marks): a reader gets the same text, a terminal shows the escape.
-    """
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
-    # json.dumps leaves them raw only inside strings, where an escape means the same; so
-    # too C1 controls and bidi marks, which a terminal showing the document would act on
-    # (json.dumps escapes C0 alone).
-    return _RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def emit_json(value: object) -> None:

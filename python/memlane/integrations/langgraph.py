@@ -34,12 +34,13 @@ them at once).
 Each item is one memlane record per indexed text (one record when nothing is
 indexed) in ``table`` (``"langgraph"``), with ``scope`` (memlane's scope fields)
 bound exactly: a store never reads another scope's items, a narrower one's neither (a
-store bound to a user reads no item of a store bound to that user and an agent). The first record holds the item's
-value, key and namespace, every one a fixed-size digest of each namespace prefix (which
-prefix searches read), the others besides only their text, vector and item, so an item's
-size is linear in its value and namespace. The records' ids are derived from
-the item, so anyone can compute them: a record of another scope (or table) held under
-one is never read as the item, and the item's records then take a fresh id.
+store bound to a user reads no item of a store bound to that user and an agent). The
+first record holds the item's value, key and namespace, every one a fixed-size digest
+of each namespace prefix (which prefix searches read), the others besides only their
+text, vector and item, so an item's size is linear in its value and namespace. The
+records' ids are derived from the item, so anyone can compute them: a record of another
+scope (or table) held under one is never read as the item, and the item's records then
+take a fresh id.
 """
 
 from __future__ import annotations

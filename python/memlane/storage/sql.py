@@ -361,16 +361,30 @@ class SQLStore(SQLHistory):
         rows = self._read(lambda c: self._rows(c, q, params))
         return rows[0] if rows else None
 
-    def existing_ids(self, ids: Sequence[str]) -> set[str]:
-        q = f"SELECT id FROM {self._p}records WHERE "
+    def existing_ids(self, ids: Sequence[str], now: float | None = None) -> set[str]:
+        # At ``now``, an expired record's id is free: no read returns it, and the write
+        # that takes the id deletes it first (``expired_ids``).
+        live = "" if now is None else "(expires_at IS NULL OR expires_at > ?) AND "
+        q = f"SELECT id FROM {self._p}records WHERE {live}"
+        first = () if now is None else (now,)
 
         def run(conn: Any) -> set[str]:
             out: set[str] = set()
             for where, params in self._any("id", self._id_forms(ids), "text"):
-                out.update(self._given_id(r[0]) for r in conn.execute(self._q(q + where), params))
+                found = conn.execute(self._q(q + where), (*first, *params))
+                out.update(self._given_id(r[0]) for r in found)
             return out
 
         return self._read(run) if ids else set()
+
+    def expired_ids(self, conn: Any, ids: Sequence[str], now: float) -> list[int]:
+        """Rowids of the records holding ``ids`` that expired at ``now``, read in the
+        caller's transaction."""
+        q = f"SELECT rowid FROM {self._p}records WHERE expires_at <= ? AND "
+        out: list[int] = []
+        for where, params in self._any("id", self._id_forms(ids), "text"):
+            out += [int(r[0]) for r in conn.execute(self._q(q + where), (now, *params))]
+        return out
 
     def rows_by_hash(self, hashes: Sequence[str]) -> list[Row]:
         """The rows (without vectors) whose ``content_hash`` is one of ``hashes``, by rowid.
