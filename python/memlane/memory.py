@@ -453,9 +453,8 @@ class Memory(MemoryStore):
         (hidden, unsupported types) are ignored. Each batch's report goes to
         ``on_report``, an error that stops a batch (a closed store, a full disk) or
         that ``on_report`` raises to ``on_error`` (by default, or if it raises too, a
-        warning), and the watch goes on. The other
-        options are ``ingest``'s. Use it as ``with mem.watch(folder, ...):``
-        or call ``stop()``, before closing the store.
+        warning), and the watch goes on. The other options are ``ingest``'s. Use it
+        as ``with mem.watch(folder, ...):`` or call ``stop()``, before closing the store.
         """
         options = IngestOptions(
             chunker,
