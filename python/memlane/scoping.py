@@ -156,6 +156,9 @@ _MODES = ("main", "per-peer", "per-channel-peer")
 #: 128): Python will not write an int of thousands of digits as a str, and no platform
 #: has such ids. A longer id can be given as a str.
 _INT_ID_BITS = 128
+#: The longest platform id or display name, in characters: an agent's upkeep job keeps
+#: the event it runs for, and a job record must stay small (``upkeep/jobs.py``).
+MAX_PLATFORM_TEXT = 4096
 
 
 def platform_id(value: object, label: str) -> str:
@@ -171,7 +174,15 @@ def platform_id(value: object, label: str) -> str:
         raise InvalidArgumentError(f"{label} must be a non-empty str (or int), got {shown(value)}")
     # Refused here, before a turn is stored: the store refuses it later, in a write
     # that a turn stored already cannot take back (a profile's count).
-    return coerce.clean(value.strip(), label)
+    return _bounded(coerce.clean(value.strip(), label), label)
+
+
+def _bounded(value: str, label: str) -> str:
+    if len(value) > MAX_PLATFORM_TEXT:
+        raise InvalidArgumentError(
+            f"{label} is {len(value)} characters long: at most {MAX_PLATFORM_TEXT}"
+        )
+    return value
 
 
 def source_id(value: object) -> str:
@@ -265,13 +276,14 @@ class SessionScope:
         """The scope of an event from ``contact_id`` on ``source`` (in chat ``chat_id``);
         ``source`` has no ``":"`` (it separates the source from the contact id, which
         may hold one); ids are str or ints of at most 128 bits; ``name``: the sender's
-        display name on the platform, if it gave one; ``message_id``: the platform's id of
+        display name on the platform, if it gave one (ids and name at most
+        ``MAX_PLATFORM_TEXT`` characters); ``message_id``: the platform's id of
         the message, if it gave one."""
         src = source_id(source)
         if name is not None:
             if not isinstance(name, str) or not name.strip():
                 raise InvalidArgumentError(f"name must be a non-empty str, got {shown(name)}")
-            name = coerce.clean(" ".join(name.split()), "name")
+            name = _bounded(coerce.clean(" ".join(name.split()), "name"), "name")
         contact = f"{src}:{platform_id(contact_id, 'contact_id')}"
         identity = self.identity_links.get(contact, contact)
         fields: dict[str, str] = {}

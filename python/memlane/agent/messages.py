@@ -47,28 +47,41 @@ CORE_TOOL_INSTRUCTIONS = (
 )
 
 
+#: The types of a content block whose ``text`` is its text: Chat Completions' and
+#: Anthropic's ``text``, and the Responses API's ``input_text`` and ``output_text``.
+TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
+
+
 def block_text(content: Any) -> str:
     """The text of a message's content: a str, or the text parts of a list of blocks (a
-    number is written out). Any other text is refused: what its ``str`` gives is anybody's
-    guess, and for a list nested thousands deep it overflows the stack."""
+    number is written out; a block of another kind, an image or a tool call, has none).
+    Any other value is refused: what its ``str`` gives is anybody's guess (bytes, a list
+    inside the list), and for a list nested thousands deep it overflows the stack."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, Sequence):
+    if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
         parts = []
         for block in content:
             if isinstance(block, str):
                 parts.append(block)
-            elif isinstance(block, Mapping) and block.get("type") == "text":
-                text = block.get("text", "")
-                if not isinstance(text, str):
-                    raise InvalidArgumentError(
-                        f"a text block's text must be a str, got {shown(text)}"
-                    )
-                parts.append(text)
+            elif isinstance(block, Mapping):
+                if block.get("type") in TEXT_BLOCKS:
+                    text = block.get("text", "")
+                    if not isinstance(text, str):
+                        raise InvalidArgumentError(
+                            f"a text block's text must be a str, got {shown(text)}"
+                        )
+                    parts.append(text)
+            elif isinstance(block, int | float) and not isinstance(block, bool):
+                parts.append(shown(block))
+            else:
+                raise InvalidArgumentError(
+                    f"a content block must be a str or a dict, got {shown(block)}"
+                )
         return "\n".join(p for p in parts if p)
-    if isinstance(content, int | float):
+    if isinstance(content, int | float) and not isinstance(content, bool):
         return shown(content)
     raise InvalidArgumentError(
         f"a message's content must be a str or a list of blocks, got {shown(content)}"
@@ -190,7 +203,7 @@ def check_system(system: Any) -> None:
     parts are str (None: there is none)."""
     if system is None or isinstance(system, str):
         return
-    if not isinstance(system, Sequence):
+    if not isinstance(system, Sequence) or isinstance(system, bytes | bytearray):
         raise InvalidArgumentError(
             f"the system prompt must be a str or a list of blocks, got {shown(system)}"
         )

@@ -334,7 +334,9 @@ def _apply(
         versions = [None if r is None else r.updated_at for r in shown]
     if resume is not None and resume.save is not None:
         try:  # the answer is kept before anything is stored: a crash resumes from it
-            resume.save({"raw": raw, "shown": list(report.shown), "versions": list(versions)})
+            kept = {"raw": raw, "shown": list(report.shown), "versions": list(versions)}
+            # The categories it was asked under: whoever resumes it may have others.
+            resume.save({**kept, "categories": list(categories)})
         except MemlaneError as e:
             report.error = f"{type(e).__name__}: {e}"
             return report
@@ -479,8 +481,9 @@ def reflect_planned(
     marks: Mapping[str, Any] | None = None,
     extraction: Extraction | None = None,
 ) -> ReflectionReport:
-    """Applies a reflection's kept answer (``plan``: ``raw``, the ids ``shown`` and the
-    ``versions`` shown, each one's ``updated_at``) again, skipping ``resume.done``: how a
+    """Applies a reflection's kept answer (``plan``: ``raw``, the ids ``shown``, the
+    ``versions`` shown, each one's ``updated_at``, and the ``categories`` it was asked
+    under) again, skipping ``resume.done``: how a
     job found after a crash finishes without the model. A ``forget`` of a memory changed
     since it was shown, or whose version the plan does not hold, is not applied."""
     ids = [str(i) for i in plan["shown"]]
@@ -491,7 +494,9 @@ def reflect_planned(
     got = map(_get_in(mem), ids)
     shown = [r if r is not None and _within(mem, r, table, kw) else None for r in got]
     report = ReflectionReport(shown=ids, raw=str(plan["raw"]))
-    cats = () if extraction is None else extraction.categories
+    # Those the model was asked under (an older plan holds none: the resumer's).
+    asked = plan.get("categories")
+    cats = asked if isinstance(asked, list) else () if extraction is None else extraction.categories
     return _apply(mem, report, shown, kw, table, now, metadata, resume, marks, cats, versions)
 
 

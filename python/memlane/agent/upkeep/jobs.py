@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from memlane.agent.holder import Holder, finite, record_text
 from memlane.errors import ConflictError, InvalidArgumentError
-from memlane.scoping import EventScope, SessionScope
+from memlane.scoping import MAX_PLATFORM_TEXT, EventScope, SessionScope
 
 __all__ = [
     "DURABLE",
@@ -70,6 +70,9 @@ _VERSION = 2
 #: reflection, and the worker says so).
 MAX_SPAN = 5
 _MAX_RECORD = 1 << 20  # a job record is a few KB; a larger one is not ours
+# The longest text of a recorded event: what an event's scope takes (a source and a
+# contact or chat id, each at most MAX_PLATFORM_TEXT, joined by ":").
+_EVENT_TEXT = 2 * MAX_PLATFORM_TEXT + 1
 
 
 class JobRecordError(InvalidArgumentError):
@@ -268,14 +271,14 @@ class Job:
         ev = d.get("event")
         if not isinstance(ev, dict):
             raise JobRecordError("a recorded job's 'event' must be an object")
-        source = _text(ev.get("source"), "event.source", 512)
-        contact = _text(ev.get("contact"), "event.contact", 1024)
+        source = _text(ev.get("source"), "event.source", _EVENT_TEXT)
+        contact = _text(ev.get("contact"), "event.contact", _EVENT_TEXT)
         room = ev.get("room_id")
         if room is not None:
-            room = _text(room, "event.room_id", 1024)
+            room = _text(room, "event.room_id", _EVENT_TEXT)
         name = ev.get("name")
         if name is not None:
-            name = _text(name, "event.name", 1024)
+            name = _text(name, "event.name", _EVENT_TEXT)
         fields = ev.get("fields")
         if not isinstance(fields, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in fields.items()
@@ -374,5 +377,13 @@ def _plan(value: object) -> dict[str, Any] | None:
         raise JobRecordError("a recorded job's plan must hold the model's answer as text")
     if not isinstance(shown, list) or not all(isinstance(i, str) and i for i in shown):
         raise JobRecordError("a recorded job's plan must list the ids it was shown")
+    plan = {"raw": raw, "shown": list(shown), "versions": value.get("versions")}
+    categories = value.get("categories")
+    if categories is not None:  # a plan kept before categories were: the resumer's
+        if not isinstance(categories, list) or not all(
+            isinstance(c, str) and c for c in categories
+        ):
+            raise JobRecordError("a recorded job's plan must list its categories as text")
+        plan["categories"] = list(categories)
     # The versions shown are read, and checked, by reflection itself (``_versions``).
-    return {"raw": raw, "shown": list(shown), "versions": value.get("versions")}
+    return plan
