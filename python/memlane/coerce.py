@@ -370,6 +370,15 @@ def check_vectors(vectors: FloatArray, rows: Sequence[int] | None, label: str) -
         raise InvalidArgumentError(f"{where}{label} {what}")
 
 
+# What numpy takes as a number but is none.
+_NOT_NUMBERS = (bool, np.bool_, str, bytes)
+
+
+def _items(value: object) -> Iterable[object]:
+    """The components of a vector given as a list or tuple (nothing else is looked into)."""
+    return value if isinstance(value, list | tuple) else ()
+
+
 def vector(
     value: object, label: str, dim: int | None, check_values: bool = True, any_length: bool = False
 ) -> FloatArray:
@@ -384,12 +393,15 @@ def vector(
         v: FloatArray = value
     else:
         try:
-            kind = (
-                value.dtype.kind if isinstance(value, np.ndarray) else np.asarray(value).dtype.kind
-            )
-            # Numbers only: numpy would make True 1.0 and the text "1.5" 1.5.
-            if kind not in "fiuO":
-                raise TypeError(f"got {np.asarray(value).dtype} values")
+            # Numbers only: numpy would make True 1.0 and the text "1.5" 1.5, alone or
+            # among numbers.
+            raw = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if raw.dtype.kind not in "fiuO":
+                raise TypeError(f"got {raw.dtype} values")
+            if raw.dtype.kind == "O" or not isinstance(value, np.ndarray):
+                items = raw.flat if raw.dtype.kind == "O" else _items(value)
+                if odd := next((x for x in items if isinstance(x, _NOT_NUMBERS)), None):
+                    raise TypeError(f"got {type(odd).__name__} values")
             # A float past float32's range becomes inf, which the value checks name.
             with np.errstate(over="ignore", invalid="ignore"):
                 v = np.asarray(value, dtype=np.float32)

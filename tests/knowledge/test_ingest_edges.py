@@ -151,6 +151,9 @@ def test_utf8_cut_inside_its_last_character_stays_utf8() -> None:
     # A stray byte inside much UTF-8 is one replacement, not the whole text another encoding.
     mixed = text.encode() + b"\xe9 " + text.encode()
     assert decode_text(mixed) == text + "\ufffd " + text
+    # A Latin-1 text ending in its one accented letter is no cut UTF-8 character.
+    for short in ("Menu du jour: café", "Name: José", "Viele Grüße, Ihr Gruß"):
+        assert decode_text(short.encode("latin-1")) == short
     # A legacy encoding's text is still detected as one.
     assert decode_text("Grüße aus Köln, schöne Tage. ".encode("cp1252") * 20).startswith("Grüße")
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import StoreFactory, WordHashEmbedder
@@ -228,7 +230,11 @@ def test_an_export_reads_one_state_while_another_connection_rewrites_a_record(
         assert other.get("moving").text == "the moving record, version 0"
 
 
-@pytest.mark.parametrize("embedding", [[True] * 16, ["0.25"] * 16])
+@pytest.mark.parametrize(
+    "embedding",
+    [[True] * 16, ["0.25"] * 16, [True] + [0.25] * 15],
+    ids=["bools", "texts", "a bool among numbers"],
+)
 def test_an_embedding_of_booleans_or_texts_is_refused(
     make_store: StoreFactory, tmp_path: Path, embedding: list[Any]
 ) -> None:
@@ -244,3 +250,17 @@ def test_an_embedding_of_booleans_or_texts_is_refused(
         assert mem.count() == 0
         with pytest.raises(InvalidArgumentError, match="must be an array of numbers"):
             mem.add("direct", embedding=embedding)
+
+
+@pytest.mark.parametrize(
+    "embedding",
+    [[Fraction(1, 2), "0.25"] + [0.25] * 14, [Fraction(1, 2), np.True_] + [0.25] * 14],
+    ids=["a text among numbers", "a numpy bool among numbers"],
+)
+def test_an_embedding_of_objects_holding_no_number_is_refused(embedding: list[Any]) -> None:
+    with Memory(None, WordHashEmbedder(16)) as mem:
+        with pytest.raises(InvalidArgumentError, match="must be an array of numbers"):
+            mem.add("direct", embedding=embedding)
+        assert mem.count() == 0
+        # Numbers of other types are numbers.
+        assert mem.add("fine", embedding=[Fraction(1, 2)] + [np.float64(0.25)] * 15).id

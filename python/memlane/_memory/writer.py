@@ -341,7 +341,9 @@ class Writer(Deleting):
                 gone = list(dict.fromkeys(gone))
                 self._check_ids(news, gone + lapsed)
             given = [n.id for n in news if n.id_given]
-            if given and sync.expiring:  # an expired record's id is free: it goes first
+            # An expired record's id is free: it goes first (on PostgreSQL another
+            # process's expiring records may not have reached this one's flag yet).
+            if given and (sync.expiring or db.shared):
                 lapsed += db.expired_ids(conn, given, time.time())
                 lapsed = [r for r in dict.fromkeys(lapsed) if r not in gone]
             doomed = self.events.doomed(sync, gone)

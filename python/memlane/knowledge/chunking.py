@@ -428,7 +428,8 @@ class MarkdownSplitter:
     A heading line is part of no chunk's text (but the one chunk of a heading with no
     text under it, and no deeper heading to carry it): each chunk's ``prefix``
     is its heading path joined by ``separator`` and followed by a blank line (cut
-    to half of ``chunk_size``, ending in "…", when longer), and
+    to half of ``chunk_size``, ending in "…", when longer; none when not even that
+    fits), and
     ``metadata["headings"]`` lists it whole. Overlap never crosses a heading.
     """
 
@@ -512,7 +513,9 @@ class MarkdownSplitter:
                 lo = mid
             else:
                 hi = mid - 1
-        return prefix[:lo].rstrip() + "…\n\n"
+        cut = prefix[:lo].rstrip() + "…\n\n"
+        # A size too small for even the mark: none (``metadata["headings"]`` holds it).
+        return cut if measure(cut) <= limit else ""
 
     def _section(self, prefix: str) -> RecursiveCharacterSplitter:
         """The splitter of a section: the prefix is embedded with each chunk, so with a

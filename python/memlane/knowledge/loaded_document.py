@@ -109,7 +109,9 @@ def _mostly_utf8(data: bytes, error: UnicodeDecodeError) -> str | None:
     non-ASCII character of it as mojibake; a text of a legacy encoding seldom holds a
     valid multi-byte sequence at all."""
     if error.end == len(data) and error.reason == "unexpected end of data":
-        return data[: error.start].decode("utf-8")  # valid up to the first error
+        head = data[: error.start].decode("utf-8")  # valid up to the first error
+        # Cut UTF-8 only when what comes before shows it: a Latin-1 file may end in "é".
+        return None if head.isascii() else head
     text = data.decode("utf-8", errors="replace")
     replaced = text.count("\ufffd") - data.count("\ufffd".encode())
     wide = len(text) - len(text.encode("ascii", "ignore")) - text.count("\ufffd")
