@@ -126,6 +126,30 @@ def test_known_at_sees_a_version_as_current_until_it_was_superseded(
         mem.search(q, 3, known_at=between, include_superseded=True)
 
 
+def test_as_of_with_known_at_is_the_truth_then_as_the_store_knew_it(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("two", WordHashEmbedder())
+    start = time.time() - 30 * DAY
+    paris = mem.add("alice lives in paris", created_at=start, user_id="alice")
+    time.sleep(0.05)
+    before = time.time()
+    time.sleep(0.05)
+    berlin = mem.supersede(paris.id, "alice lives in berlin", at=start + 14 * DAY)
+    time.sleep(0.05)
+    after = time.time()
+
+    def found(**when: float) -> list[str]:
+        return [h.record.id for h in mem.search("alice lives", 3, user_id="alice", **when)]
+
+    # Before the supersede the store held Paris open-ended: true 20 days in, as it knew.
+    assert found(as_of=start + 20 * DAY, known_at=before) == [paris.id]
+    assert found(as_of=start + 20 * DAY, known_at=after) == [berlin.id]
+    # Paris was true on the first day, as the store knows it before and after.
+    assert found(as_of=start + 1, known_at=before) == [paris.id]
+    assert found(as_of=start + 1, known_at=after) == [paris.id]
+
+
 def test_an_update_of_the_text_is_known_from_the_update_on(make_store: StoreFactory) -> None:
     mem = make_store("two", WordHashEmbedder())
     paris = mem.add("Alice lives in Paris", user_id="alice")

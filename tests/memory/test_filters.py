@@ -330,6 +330,7 @@ def test_access_counts_survive_a_reopen(tmp_path: Any) -> None:
         ({"text": "x"}, 'unknown field "text"'),
         ({"embedding": {"$exists": True}}, "access_count"),
         ({"metadata": {"$exists": True}}, "unknown field"),
+        ({"speaker": "Caroline"}, 'unknown field "speaker"'),
         ({"": 1}, "unknown field"),
         ({"importance": "high"}, '"importance" takes a number, got a string'),
         ({"importance": True}, "takes a number, got a boolean"),

@@ -416,8 +416,8 @@ class MemoryStore(Listing, Forgetting):
             filters: conditions on the records' fields and metadata ([Filters][filters]).
             threshold: drops hits whose score is below it; in vector mode, whose cosine
                 similarity is (elizaOS's ``match_threshold``).
-            min_similarity: drops hits whose cosine similarity is below it, in any
-                mode: the cut-off that means the same for every query and store.
+            min_similarity: drops hits whose cosine similarity is below it, in hybrid
+                and vector mode: the cut-off that means the same for every query and store.
             weights: the score's weights of ``"relevance"``, ``"importance"`` and
                 ``"recency"`` (a key left out weighs 0); the store's when None.
             decay: a recency decay rate per hour, ages counted to now (Nous's); the
@@ -464,7 +464,8 @@ class MemoryStore(Listing, Forgetting):
             include_embedding: whether the hits' records carry their vectors.
             as_of: searches the records true at that time, as known now.
             include_superseded: searches every version, superseded ones too.
-            known_at: searches what the store knew at that time; combines with ``as_of``.
+            known_at: searches what the store knew at that time; with ``as_of``, what was
+                true then as the store knew it at ``known_at``.
             unique: only the unique records (True) or only the others (False), as
                 [`list`][memlane.Memory.list].
             rerank: a callable ``(query, hits) -> hits`` handed the best ``max(k, 20)``

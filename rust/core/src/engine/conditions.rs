@@ -24,10 +24,12 @@ pub enum Versions {
     Current,
     /// Every version, superseded ones too.
     Every,
-    /// The versions true at `as_of` (valid time, as known now), and of those
-    /// the ones the store held for current at `known_at` (recorded by then
-    /// and not yet closed then: a closed version's `updated_at` is when it
-    /// was closed).
+    /// The versions true at `as_of` (valid time, as known now); the ones the
+    /// store held for current at `known_at` (recorded by then and not yet
+    /// closed then: a closed version's `updated_at` is when it was closed);
+    /// with both, those true at `as_of` as the store knew it at `known_at`
+    /// (recorded by then, and valid at `as_of` by the `valid_to` it had then:
+    /// none, for a version closed since).
     At {
         as_of: Option<f64>,
         known_at: Option<f64>,
@@ -132,7 +134,12 @@ impl Conditions {
         if let Versions::At { as_of, known_at } = self.versions {
             if let Some(t) = as_of {
                 parts.push(Node::Range(Field::CreatedAt, Cmp::Lte, Scalar::Num(t)));
-                parts.push(null_or_after(Field::ValidTo, t));
+                let mut open = null_or_after(Field::ValidTo, t);
+                if let (Node::Or(either), Some(k)) = (&mut open, known_at) {
+                    // Still open as the store knew it at `known_at`: closed later.
+                    either.push(Node::Range(Field::UpdatedAt, Cmp::Gt, Scalar::Num(k)));
+                }
+                parts.push(open);
             }
             if let Some(t) = known_at {
                 parts.push(Node::Range(Field::RecordedAt, Cmp::Lte, Scalar::Num(t)));
@@ -289,6 +296,18 @@ mod tests {
         assert_eq!(admitted(&at(None, Some(270.0)), None).0, vec![0, 2]);
         // Both: what was true at 200 as the store knew it at 160.
         assert_eq!(admitted(&at(Some(200.0), Some(160.0)), None).0, vec![0, 1]);
+        // At 255 slot 1 was not yet closed: then it was true at 270 too; by 265
+        // it was closed at 250, and slot 2 had been recorded.
+        assert_eq!(
+            admitted(&at(Some(270.0), Some(255.0)), None).0,
+            vec![0, 1, 2]
+        );
+        assert_eq!(admitted(&at(Some(270.0), Some(265.0)), None).0, vec![0, 2]);
+        // Closed by then, and true at 200 all the same.
+        assert_eq!(
+            admitted(&at(Some(200.0), Some(265.0)), None).0,
+            vec![0, 1, 2]
+        );
         let every = Conditions {
             versions: Versions::Every,
             ..Conditions::default()

@@ -58,7 +58,14 @@ pub const RECORD_FIELDS: [&str; 19] = [
 
 /// Record fields no filter reads; naming one is an error rather than a
 /// lookup of a metadata key of that name (write `metadata.<key>` for that).
-pub const UNFILTERABLE: [&str; 5] = ["text", "embedding", "metadata", "unique", "content_hash"];
+pub const UNFILTERABLE: [&str; 6] = [
+    "text",
+    "embedding",
+    "metadata",
+    "unique",
+    "content_hash",
+    "speaker",
+];
 
 const FIELD_OPERATORS: &str = "$eq, $ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, $not";
 
