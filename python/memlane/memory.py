@@ -590,10 +590,10 @@ class Memory(MemoryStore):
         """Reads the notes files in ``dir`` into the notes of exactly this scope; returns
         the entries stored per file read (0 where the file matched the stored notes).
 
-        ``dir`` may hold any of the five files and nothing else (but what an export
-        stopped midway left aside, which is not read). A file replaces its
-        kind's notes when it differs from them; an entry whose heading has no date
-        keeps the date of the same stored entry, or gets now's. A path that is not a
+        ``dir`` may hold any of the five files and nothing else (but the ``memory/``
+        folder of daily logs and what an export stopped midway left aside, not read). A
+        file replaces its kind's notes when it differs from them; an entry whose heading
+        has no date keeps the date of the same stored entry, or gets now's. A path not a
         directory, a file that is not UTF-8 text or an unknown file raises
         [`InvalidArgumentError`][memlane.errors.InvalidArgumentError] before anything is stored.
         """

@@ -71,6 +71,7 @@ from memlane.notes_files import (
     file_size,
     head_token,
     kind_notes,
+    position,
     record_line,
     unsuperseded,
     write_entries,
@@ -307,12 +308,12 @@ class Notebook:
             new_size = size + len(entry_line(now, "", text)) + 1
             if new_size > limit:
                 raise NoteLimitError(name, limit, size, new_size)
-            position = max((int(r.metadata.get("position", 0)) for r in current), default=-1) + 1
+            place = max((position(r) for r in current), default=-1) + 1
             item = {
                 "text": text,
                 "table": NOTES,
                 "type": kind,
-                "metadata": {"file": name, "title": "", "position": position},
+                "metadata": {"file": name, "title": "", "position": place},
                 "created_at": now,
                 **self.scope,
             }

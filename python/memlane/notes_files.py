@@ -252,8 +252,14 @@ def _render(kind: str, records: list[MemoryRecord]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def position(rec: MemoryRecord) -> int:
+    """An entry's place in its file (0 where a writer of the scope gave it none usable)."""
+    value = rec.metadata.get("position", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _ordered(records: list[MemoryRecord]) -> list[MemoryRecord]:
-    return sorted(records, key=lambda r: (int(r.metadata.get("position", 0)), r.created_at))
+    return sorted(records, key=lambda r: (position(r), r.created_at))
 
 
 def _same_date(date: float, created_at: float) -> bool:
@@ -438,6 +444,10 @@ def export_notes(
     return {name: len(records) for name, records in notes.items()}
 
 
+#: The folder of daily logs beside the notes files (OrcBot's layout), which no import reads.
+DAILY_FOLDER = "memory"
+
+
 def import_notes(
     store: MemoryStore, dir: str | Path, scope: Mapping[str, str | None]
 ) -> dict[str, int]:
@@ -451,6 +461,8 @@ def import_notes(
         # A link named like a notes file is left to _read, which refuses it by its name.
         if (p.name not in NOTE_FILES or not (p.is_symlink() or p.is_file()))
         and not _ASIDE.fullmatch(p.name)
+        # OrcBot's daily logs, which export_daily writes beside the notes: not notes.
+        and not (p.name == DAILY_FOLDER and p.is_dir() and not p.is_symlink())
     )
     if unknown:
         raise InvalidArgumentError(

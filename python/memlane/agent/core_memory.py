@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -148,6 +149,19 @@ class CoreMemoryLimitError(InvalidArgumentError):
     def over(self) -> int:
         """Characters past the limit."""
         return self.new_size - self.limit
+
+
+def _a_limit(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _a_label(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _moment(value: object, otherwise: float) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else otherwise  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +322,7 @@ class CoreMemory:
             or rec.type != _TYPE
             or rec.metadata.get("label") != label
             or rec.scope != self._where(label)[0]
+            or not _a_limit(rec.metadata.get("limit"))  # a writer's own, not a block
         ):
             return None
         return rec
@@ -357,9 +372,11 @@ class CoreMemory:
                 **self.scope,
             )
             if r.metadata.get("label") not in self._shared
+            and _a_label(r.metadata.get("label"))
+            and _a_limit(r.metadata.get("limit"))  # else a writer's own, not a block
         ]
         recs += [r for label in self._shared if (r := self._record(label)) is not None]
-        recs.sort(key=lambda r: float(r.metadata.get("defined_at", r.created_at)))
+        recs.sort(key=lambda r: _moment(r.metadata.get("defined_at"), r.created_at))
         return [self._block(r) for r in recs]
 
     def labels(self) -> list[str]:
@@ -392,10 +409,12 @@ class CoreMemory:
         """Creates block ``label`` holding ``value``, or, if it exists, sets its limit (and
         its description, when given) and keeps its value (so defining the blocks at every
         start is safe). A [`Shared`][memlane.agent.Shared] limit also declares the block
-        shared, as ``shared=`` does.
+        shared, as ``shared=`` does. A kept value over the limit (lowered since, or set
+        by another agent sharing the block with a larger one) stays: until it is within
+        it, an edit may shorten the block but not lengthen it.
 
-        Raises [`CoreMemoryLimitError`][memlane.agent.CoreMemoryLimitError] if the value
-        (new or kept) is over ``limit``, and
+        Raises [`CoreMemoryLimitError`][memlane.agent.CoreMemoryLimitError] if a new
+        block's value is over ``limit``, and
         [`InvalidArgumentError`][memlane.errors.InvalidArgumentError] if a new block's ids
         are all held by records that are not it (see the module docs).
         """
@@ -435,8 +454,6 @@ class CoreMemory:
 
         def change(rec: MemoryRecord) -> tuple[str, dict[str, Any] | None] | None:
             block = self._block(rec)
-            if len(block.value) > limit:
-                raise CoreMemoryLimitError(label, limit, len(block.value), len(block.value))
             about = block.description if description is None else description
             meta = {**rec.metadata, "limit": limit, "description": about}
             return None if meta == rec.metadata else (rec.text, meta)
@@ -494,7 +511,8 @@ class CoreMemory:
         def change(rec: MemoryRecord) -> tuple[str, dict[str, Any] | None] | None:
             block = self._block(rec)
             value = value_of(block)
-            if len(value) > block.limit:
+            # A block over its limit (lowered since it was filled) may shrink toward it.
+            if len(value) > block.limit and len(value) > len(block.value):
                 raise CoreMemoryLimitError(label, block.limit, len(block.value), len(value))
             return None if value == block.value else (f"{label}: {value}", None)
 

@@ -138,6 +138,10 @@ def _zone(tz: object, label: str) -> tzinfo:
         raise InvalidArgumentError(
             f"{label} must be a tzinfo (e.g. datetime.UTC or zoneinfo.ZoneInfo), got {shown(tz)}"
         )
+    try:  # one that gives no offset (the abstract tzinfo), or one past a day, fails here
+        datetime.now(UTC).astimezone(tz)
+    except (NotImplementedError, TypeError, ValueError, OverflowError) as e:
+        raise InvalidArgumentError(f"{label} gives no usable UTC offset: {e}") from None
     return tz
 
 
@@ -191,6 +195,8 @@ def export_daily(
     any other (missing, or set by a writer of the room's scope to a path such as
     ``"../USER"``) is ignored and the day is ``created_at``'s in ``tz``: every file stays
     in ``memory/``, and one such record does not keep the others from being exported."""
+    if dir == "":  # Path("") is the working directory: never meant
+        raise InvalidArgumentError("dir must be a path, got ''")
     root = coerce.path(dir, "dir")
     _zone(tz, "tz")
     fields, only = exact_scope(mem, _history(scope))

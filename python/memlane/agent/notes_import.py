@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlane.agent.reports import TriggerFailure
+from memlane.errors import InvalidArgumentError, shown
 from memlane.notes_files import NOTE_FILES, kind_notes
 from memlane.scoping import EventScope, exact_scope, scope_kwargs
 
@@ -46,6 +47,11 @@ def import_notes(agent: AgentMemory, dir: str | Path, event: EventScope) -> Note
     remembers each entry of ``FACT_FILES`` the scope's notes did not hold before
     (with metadata ``source: "notes"`` and its ``file``) and runs the upkeep a turn
     would, so the new facts are checked at once."""
+    if not callable(getattr(agent, "memory_tools", None)) or not isinstance(event, EventScope):
+        raise InvalidArgumentError(
+            f"agent and event must be an AgentMemory and an EventScope, got "
+            f"{shown(agent)} and {shown(event)}"
+        )
     mem = agent.memory
     fields, only = exact_scope(mem, event.fields)
     kinds = {name: NOTE_FILES[name] for name in FACT_FILES}

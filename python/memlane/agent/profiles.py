@@ -147,9 +147,30 @@ def _mine(rec: MemoryRecord, place: _Place) -> MemoryRecord | None:
         and rec.current
         and rec.scope == place.scope
         and rec.metadata.get("contact") == place.contact
+        and _well_formed(rec.metadata)
     ):
         return rec
     return None
+
+
+def _texts(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _well_formed(meta: dict[str, Any]) -> bool:
+    """Whether a profile's metadata is what this module writes (a record of the scope
+    shaped otherwise is its writer's own, not the profile)."""
+    ids = meta.get("platform_ids", {})
+    return (
+        _texts(meta.get("aliases", []))
+        and isinstance(ids, dict)
+        and all(_texts(v) for v in ids.values())
+        and all(
+            isinstance(meta.get(k), int | float) and not isinstance(meta.get(k), bool)
+            for k in ("first_seen", "last_seen", "message_count")
+        )
+        and isinstance(meta["message_count"], int)
+    )
 
 
 def _record(mem: Memory, place: _Place, embedding: bool = False) -> MemoryRecord | None:
@@ -162,14 +183,14 @@ def _record(mem: Memory, place: _Place, embedding: bool = False) -> MemoryRecord
     flt = {"$and": [place.only, {"contact": place.contact}, {"valid_to": None}]}
     found = mem.list(
         CONTACTS,
-        limit=1,
+        limit=4,
         order="asc",
         type=_TYPE,
         filters=flt,
         include_embedding=embedding,
         **place.scope,
     )
-    return found[0] if found else None
+    return next((r for r in found if _well_formed(r.metadata)), None)
 
 
 def _profile(rec: MemoryRecord) -> ContactProfile:
@@ -222,6 +243,13 @@ def record_contact(
         InvalidArgumentError: when a new profile's ids are all held by records that are
             not it (see the module docs; nothing is stored).
     """
+    if not isinstance(scopes, SessionScope) or not isinstance(event, EventScope):
+        raise InvalidArgumentError(
+            f"scopes and event must be a SessionScope and an EventScope, got "
+            f"{shown(scopes)} and {shown(event)}"
+        )
+    if settings is not None and not isinstance(settings, Profiles):
+        raise InvalidArgumentError(f"settings must be a Profiles or None, got {shown(settings)}")
     cfg = settings or Profiles()
     coerce.count(count, "count", 1)
     when = coerce.timestamp(now, "now")
