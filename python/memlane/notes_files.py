@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
+from memlane.derived_ids import derived_ids, held
 from memlane.errors import (
     ConflictError,
     InvalidArgumentError,
@@ -323,19 +324,36 @@ def file_size(records: list[MemoryRecord]) -> int:
     return sum(len(record_line(r)) + 1 for r in records)
 
 
-def _head_id(kind: str, fields: Mapping[str, Any]) -> str:
+def _head_id(store: MemoryStore, kind: str, fields: Mapping[str, Any]) -> str:
+    """The id of the head of one kind's file in a scope: of the ids derived from them, the
+    one its head holds, else the first no record holds. Anyone can compute them and add a
+    record of their own scope under one: such a record is passed over (``derived_ids``),
+    read from the database, as the store decides which ids are held."""
     key = json.dumps([HEADS, sorted(fields.items()), kind])
-    return "notes-head-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+    ids = derived_ids("notes-head-" + hashlib.sha256(key.encode()).hexdigest()[:32])
+    free = None
+    for rid in ids:
+        rec = held(store, rid)
+        if rec is None:
+            free = free or rid
+        elif rec.table == HEADS and rec.type == kind and rec.scope == fields:
+            return rid
+    if free is None:
+        raise InvalidArgumentError(
+            f"the notes file's ids {ids[0]} to {ids[-1]} are all held by records that are "
+            "not its head (of another scope or kind); delete those records"
+        )
+    return free
 
 
-def _head(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The file's head with a new token, as an item of ``replace``."""
+def _head(rid: str, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The file's head (under ``rid``) with a new token, as an item of ``replace``."""
     name = next(n for n, k in NOTE_FILES.items() if k == kind)
     return {
         "text": name,
         "table": HEADS,
         "type": kind,
-        "id": _head_id(kind, fields),
+        "id": rid,
         "metadata": {"file": name, "token": uuid.uuid4().hex},
         "evergreen": True,
         **fields,
@@ -347,7 +365,8 @@ def head_token(store: MemoryStore, kind: str, fields: Mapping[str, Any]) -> str 
 
     Read before the entries, from the index as they are: the head and the entries an edit
     reads are then at least as new as each other's last change."""
-    found = store.list(HEADS, limit=1, filters={"id": _head_id(kind, fields)}, **fields)
+    rid = _head_id(store, kind, fields)
+    found = store.list(HEADS, limit=1, filters={"id": rid}, **fields)
     return str(found[0].metadata.get("token")) if found else None
 
 
@@ -369,7 +388,7 @@ def write_entries(
     the head of ``token`` is deleted there if it is current, and the new head takes its id,
     which the store refuses while another head holds it. An entry of ``gone`` that another
     writer superseded is likewise not deleted, and the item that takes its id is refused."""
-    head = _head(kind, fields)
+    head = _head(_head_id(store, kind, fields), kind, fields)
     mine: list[dict[str, Any]] = [{"table": HEADS}, {"id": head["id"]}]
     mine.append({"metadata.token": token if token is not None else ""})
     flt: dict[str, Any] = {"$and": mine}
@@ -493,8 +512,9 @@ def import_notes(
         ]
         # The files are the truth: the head changes whatever its token, so that an edit
         # that read the notes before this import is made again over what it stored.
-        items.append(_head(kind, fields))
-        gone += [{"$and": [{"table": NOTES}, {"type": kind}, only]}, {"id": _head_id(kind, fields)}]
+        rid = _head_id(store, kind, fields)
+        items.append(_head(rid, kind, fields))
+        gone += [{"$and": [{"table": NOTES}, {"type": kind}, only]}, {"id": rid}]
         stored[name] = len(entries)
     if gone:
         # Every changed file in one transaction: the import stores all of them or none.

@@ -25,8 +25,8 @@ from memlane.agent import (
     record_contact,
 )
 from memlane.agent.daily import _add_log, _log_id
-from memlane.agent.derived_ids import SPARE_IDS
 from memlane.agent.profiles import _place
+from memlane.derived_ids import SPARE_IDS
 from memlane.scoping import exact_scope
 from upkeep_scripts import DAILY_ONLY, START
 

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from memlane import coerce
 from memlane.agent.callers import Caller
 from memlane.agent.consolidation import short_term_item
-from memlane.agent.derived_ids import add_derived, held
 from memlane.agent.history import MESSAGES, TURN, message_item
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.parsing import answer_text
 from memlane.agent.reports import TriggerFailure, TurnReport
+from memlane.derived_ids import add_derived, held
 from memlane.errors import ConflictError, InvalidArgumentError, shown
 from memlane.scoping import EventScope, exact_scope
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, edits
-from memlane.agent.derived_ids import add_derived, find_derived
+from memlane.derived_ids import add_derived, find_derived
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.records import SCOPE_FIELDS
 from memlane.scoping import exact_scope

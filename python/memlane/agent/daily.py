@@ -59,10 +59,10 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, times
 from memlane.agent.callers import Caller
-from memlane.agent.derived_ids import add_derived
 from memlane.agent.llm import ChatMessage, LLMError
 from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
+from memlane.derived_ids import add_derived
 from memlane.errors import InvalidArgumentError, StorageError, shown
 from memlane.notes_files import write_file
 from memlane.replaced_files import sync_folder

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, edits, times
-from memlane.agent.derived_ids import add_derived, find_derived
+from memlane.derived_ids import add_derived, find_derived
 from memlane.errors import ConflictError, InvalidArgumentError, shown
 from memlane.scoping import EventScope, SessionScope, exact_scope
 

@@ -1,7 +1,7 @@
 """Records kept under an id derived from their scope and key (a core memory block, a
-contact's profile, a day's log): the ids such a record may take, and its store and
-lookup by them. Anyone can compute a derived id and add a record of their own scope
-under it; such a record is never taken for the one it squats on."""
+contact's profile, a day's log, a notes file's head): the ids such a record may take,
+and its store and lookup by them. Anyone can compute a derived id and add a record of
+their own scope under it; such a record is never taken for the one it squats on."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from memlane.errors import InvalidArgumentError, UnknownIdError
 if TYPE_CHECKING:
     from memlane.memory import Memory
     from memlane.records import MemoryRecord
+    from memlane.store import MemoryStore
 
 __all__ = ["SPARE_IDS", "add_derived", "derived_ids", "find_derived", "held"]
 
@@ -31,7 +32,7 @@ def derived_ids(base: str) -> list[str]:
     return [base] + [f"{base}-{n}" for n in range(1, SPARE_IDS + 1)]
 
 
-def held(mem: Memory, rid: str, embedding: bool = False) -> MemoryRecord | None:
+def held(mem: MemoryStore, rid: str, embedding: bool = False) -> MemoryRecord | None:
     """The record under ``rid``, read from the database (the index may not show yet what
     another process wrote), or None."""
     try:

@@ -1,0 +1,46 @@
+"""A notes file's head is kept under an id anyone can compute from its scope and kind: a
+record of another scope added under it blocked every edit and import of that scope's
+file for good ("id(s) already stored"). The head takes the next of its spare ids, as a
+core block, a profile and a daily log do, and stays there. Fails on the code before."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from conftest import StoreFactory, WordHashEmbedder
+from memlane.notes import Notebook
+from memlane.notes_files import HEADS
+
+
+def _base_id(kind: str, scope: dict[str, str]) -> str:
+    key = json.dumps([HEADS, sorted(scope.items()), kind])
+    return "notes-head-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def test_a_head_id_held_by_another_scope_is_passed_over(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    mem = make_store("squat", WordHashEmbedder())
+    squat = mem.add("squat", id=_base_id("journal", {"agent_id": "a"}), agent_id="b")
+    book = Notebook(mem, {"agent_id": "a"})
+    book.append("JOURNAL.md", "the first entry")
+    book.append("JOURNAL.md", "the second entry")
+    assert sorted(r.text for r in mem.list("notes", agent_id="a")) == [
+        "the first entry",
+        "the second entry",
+    ]
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "JOURNAL.md").write_text("## 2026-05-01\nhello\n")
+    assert mem.import_notes(folder, agent_id="a") == {"JOURNAL.md": 1}
+    heads = mem.list(HEADS)
+    assert [(h.id, h.scope) for h in heads] == [(squat.id + "-1", {"agent_id": "a"})]
+    # The squatter gone, the head stays where it is: one head, edits still checked by it.
+    mem.delete(squat.id)
+    book.append("JOURNAL.md", "a third entry")
+    assert [h.id for h in mem.list(HEADS)] == [squat.id + "-1"]
+    assert mem.get(squat.id + "-1").scope == {"agent_id": "a"}
+    texts = [r.text for r in mem.list("notes", agent_id="a", order="asc")]
+    assert texts == ["hello", "a third entry"]
