@@ -301,6 +301,9 @@ class Notebook:
         text = check_text(_content(content, "content").strip(), "content")
         now = coerce.timestamp(self.clock(), "clock()")
         limit = self.limits.get(kind, 0)
+        # The notes are read from this process's index: on PostgreSQL, with every other
+        # process's write that returned before this call began.
+        self.memory.refresh()
         for _ in range(edits.ATTEMPTS):
             token = head_token(self.memory, kind, self.scope)
             current = kind_notes(self.memory, kind, self.scope, self._only)
@@ -335,6 +338,7 @@ class Notebook:
         old = _content(old_content, "old_content")
         new = _content(new_content, "new_content", empty=True)
         limit = self.limits.get(kind, 0)
+        self.memory.refresh()  # as append reads them
         for _ in range(edits.ATTEMPTS):
             token = head_token(self.memory, kind, self.scope)
             current = kind_notes(self.memory, kind, self.scope, self._only)

@@ -474,6 +474,7 @@ def import_notes(
     entries stored per file read (see ``memlane.Memory.import_notes``)."""
     fields, only = exact_scope(store, scope)
     path = _directory(dir, create=False)
+    store.refresh()  # compared with what every process stored (the index, on PostgreSQL)
     unknown = sorted(
         p.name
         for p in path.iterdir()

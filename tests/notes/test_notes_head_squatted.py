@@ -8,10 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from conftest import StoreFactory, WordHashEmbedder
-from memlane.notes import Notebook
-from memlane.notes_files import HEADS
+from memlane import Memory
+from memlane.notes import NOTE_LIMITS, Notebook
+from memlane.notes_files import HEADS, NOTE_FILES
 
 
 def _base_id(kind: str, scope: dict[str, str]) -> str:
@@ -44,3 +46,33 @@ def test_a_head_id_held_by_another_scope_is_passed_over(
     assert mem.get(squat.id + "-1").scope == {"agent_id": "a"}
     texts = [r.text for r in mem.list("notes", agent_id="a", order="asc")]
     assert texts == ["hello", "a third entry"]
+
+
+def test_an_edit_sees_what_another_process_wrote_before_it_began(
+    pg_server: Any, tmp_path: Path
+) -> None:
+    """Two views of one PostgreSQL schema (as two processes): a replace right after the
+    other's append returned found the text missing (the notes were read from an index
+    that had not followed the commit yet), in 27 of 30 tries."""
+    factory = StoreFactory("postgres", tmp_path, pg_server)
+    try:
+        a = factory("shared", WordHashEmbedder())
+        b = Memory(factory.location("shared"), WordHashEmbedder(), cache_dir=tmp_path / "b")
+        factory.opened.add(b)  # closed with the others, whatever happens
+        limits = dict.fromkeys(NOTE_LIMITS, 10**6)
+        writer = Notebook(a, {"agent_id": "a"}, limits=limits)
+        editor = Notebook(b, {"agent_id": "a"}, limits=limits)
+        for i in range(10):
+            writer.append("JOURNAL.md", f"entry{i}")
+            editor.replace("JOURNAL.md", f"entry{i}", f"ENTRY{i}")
+        folder = tmp_path / "notes"
+        b.export_notes(folder, agent_id="a")
+        writer.append("JOURNAL.md", "entry after the export")
+        # The import compares the file with every process's notes: it puts them back.
+        assert b.import_notes(folder, agent_id="a") == {
+            **dict.fromkeys(NOTE_FILES, 0),
+            "JOURNAL.md": 10,
+        }
+        b.close()
+    finally:
+        factory.close_all()
