@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memlane import coerce, times
 from memlane.derived_ids import derived_ids, held
@@ -40,6 +40,7 @@ __all__ = [
     "NOTES",
     "NOTE_FILES",
     "NOTE_LIMITS",
+    "Head",
     "check_text",
     "entry_line",
     "export_notes",
@@ -360,27 +361,34 @@ def _head(rid: str, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def head_token(store: MemoryStore, kind: str, fields: Mapping[str, Any]) -> str | None:
-    """The token of the head of one kind's file in a scope, None while it has none.
+class Head(NamedTuple):
+    """A file's head as an edit read it: its id, and its token (None: no head yet)."""
 
-    Read before the entries, from the index as they are: the head and the entries an edit
-    reads are then at least as new as each other's last change."""
+    id: str
+    token: str | None
+
+
+def head_token(store: MemoryStore, kind: str, fields: Mapping[str, Any]) -> Head:
+    """The head of one kind's file in a scope as an edit reads it (``write_entries``).
+
+    The token is read before the entries, from the index as they are: the head and the
+    entries an edit reads are then at least as new as each other's last change."""
     rid = _head_id(store, kind, fields)
     found = store.list(HEADS, limit=1, filters={"id": rid}, **fields)
-    return str(found[0].metadata.get("token")) if found else None
+    return Head(rid, str(found[0].metadata.get("token")) if found else None)
 
 
 def write_entries(
     store: MemoryStore,
     kind: str,
     fields: dict[str, Any],
-    token: str | None,
+    token: Head,
     items: Sequence[Mapping[str, Any]],
     gone: Sequence[str] = (),
 ) -> list[MemoryRecord] | None:
     """Stores ``items`` (entries of one kind's file in the scope ``fields``) and deletes
     the current entries of ids ``gone``, in one transaction that gives the file's head a
-    new token, only if the head still has ``token`` (None: the file has no head yet).
+    new token, only if the head still has ``token`` (as ``head_token`` read it).
     Returns the records stored, or None when another writer changed the file since
     ``token`` was read (then nothing is stored).
 
@@ -388,9 +396,9 @@ def write_entries(
     the head of ``token`` is deleted there if it is current, and the new head takes its id,
     which the store refuses while another head holds it. An entry of ``gone`` that another
     writer superseded is likewise not deleted, and the item that takes its id is refused."""
-    head = _head(_head_id(store, kind, fields), kind, fields)
+    head = _head(token.id, kind, fields)
     mine: list[dict[str, Any]] = [{"table": HEADS}, {"id": head["id"]}]
-    mine.append({"metadata.token": token if token is not None else ""})
+    mine.append({"metadata.token": token.token if token.token is not None else ""})
     flt: dict[str, Any] = {"$and": mine}
     if gone:
         entries = [{"table": NOTES}, {"id": {"$in": list(gone)}}, {"valid_to": None}]
