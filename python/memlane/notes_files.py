@@ -325,13 +325,17 @@ def file_size(records: list[MemoryRecord]) -> int:
     return sum(len(record_line(r)) + 1 for r in records)
 
 
+def _head_ids(kind: str, fields: Mapping[str, Any]) -> list[str]:
+    key = json.dumps([HEADS, sorted(fields.items()), kind])
+    return derived_ids("notes-head-" + hashlib.sha256(key.encode()).hexdigest()[:32])
+
+
 def _head_id(store: MemoryStore, kind: str, fields: Mapping[str, Any]) -> str:
     """The id of the head of one kind's file in a scope: of the ids derived from them, the
     one its head holds, else the first no record holds. Anyone can compute them and add a
     record of their own scope under one: such a record is passed over (``derived_ids``),
     read from the database, as the store decides which ids are held."""
-    key = json.dumps([HEADS, sorted(fields.items()), kind])
-    ids = derived_ids("notes-head-" + hashlib.sha256(key.encode()).hexdigest()[:32])
+    ids = _head_ids(kind, fields)
     free = None
     for rid in ids:
         rec = held(store, rid)
@@ -400,6 +404,11 @@ def write_entries(
     mine: list[dict[str, Any]] = [{"table": HEADS}, {"id": head["id"]}]
     mine.append({"metadata.token": token.token if token.token is not None else ""})
     flt: dict[str, Any] = {"$and": mine}
+    if token.token is None:
+        # The first head: one another writer made meanwhile under another of its ids (a
+        # squatter of one deleted between the two reads) goes, so that one head stays.
+        others = [i for i in _head_ids(kind, fields) if i != head["id"]]
+        flt = {"$or": [flt, {"$and": [{"table": HEADS}, {"type": kind}, {"id": {"$in": others}}]}]}
     if gone:
         entries = [{"table": NOTES}, {"id": {"$in": list(gone)}}, {"valid_to": None}]
         flt = {"$or": [flt, {"$and": entries}]}

@@ -76,3 +76,30 @@ def test_an_edit_sees_what_another_process_wrote_before_it_began(
         b.close()
     finally:
         factory.close_all()
+
+
+def test_two_first_writes_racing_a_squatters_delete_leave_one_head(
+    make_store: StoreFactory, monkeypatch: Any
+) -> None:
+    """The first writer read the base id squatted and took a spare one; the squatter was
+    deleted and a second writer made the head under the base id before the first
+    committed. Both heads stayed current (the spare one orphaned for good). Now the first
+    head's write deletes the scope's heads under the file's other ids: one head stays."""
+    mem = make_store("race", WordHashEmbedder())
+    scope = {"agent_id": "a"}
+    squat = mem.add("squat", id=_base_id("journal", scope), agent_id="intruder")
+    first, second = Notebook(mem, scope), Notebook(mem, scope)
+    replace = mem.replace
+
+    def held(*args: Any, **kw: Any) -> Any:
+        monkeypatch.setattr(mem, "replace", replace)
+        mem.delete(squat.id)
+        second.append("JOURNAL.md", "the second writer's entry")
+        return replace(*args, **kw)
+
+    monkeypatch.setattr(mem, "replace", held)
+    first.append("JOURNAL.md", "the first writer's entry")
+    heads = mem.list(HEADS, filters={"valid_to": None})
+    assert [h.id for h in heads] == [squat.id + "-1"]
+    texts = sorted(r.text for r in mem.list("notes", agent_id="a"))
+    assert texts == ["the first writer's entry", "the second writer's entry"]
