@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from memlane.store import MemoryStore
 
 __all__ = [
+    "DAILY_FOLDER",
     "HEADS",
     "NOTES",
     "NOTE_FILES",

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane import coerce, edits
+from memlane.agent.holder import finite
 from memlane.derived_ids import add_derived, find_derived
 from memlane.errors import InvalidArgumentError, UnknownIdError, shown
 from memlane.records import SCOPE_FIELDS
@@ -160,8 +160,7 @@ def _a_label(value: object) -> bool:
 
 
 def _moment(value: object, otherwise: float) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else otherwise  # type: ignore[arg-type]
+    return float(value) if finite(value) else otherwise
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,7 @@ from memlane.agent.parsing import ParseError
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.derived_ids import add_derived
 from memlane.errors import InvalidArgumentError, StorageError, shown
-from memlane.notes_files import write_file
+from memlane.notes_files import DAILY_FOLDER, write_file
 from memlane.replaced_files import sync_folder
 from memlane.scoping import EventScope, exact_scope
 
@@ -200,7 +200,7 @@ def export_daily(
     root = coerce.path(dir, "dir")
     _zone(tz, "tz")
     fields, only = exact_scope(mem, _history(scope))
-    folder = root / "memory"
+    folder = root / DAILY_FOLDER
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
