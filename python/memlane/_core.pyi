@@ -450,6 +450,11 @@ class Admits:
     ) -> Admits: ...
 
 @final
+class SearchAhead:
+    """A hybrid search's BM25 list being retrieved on a pool thread
+    (``Engine.search_ahead``), for ``Engine.search(..., ahead=)``; taken once."""
+
+@final
 class Engine:
     """The memory engine behind ``memlane.Memory``: record attributes, BM25 and HNSW.
 
@@ -506,6 +511,21 @@ class Engine:
         the names (written with a capital) of the speakers of the records it admits,
         less those expired at ``now`` with ``expiring``, where the request's speaker
         pass weighs them; None: ``text`` as it is."""
+    def search_ahead(
+        self,
+        request: SearchRequest,
+        text: str,
+        *,
+        now: float,
+        expiring: bool = False,
+        defaults: SearchRequest | None = None,
+        dates: Sequence[tuple[float, float]] = ...,
+    ) -> SearchAhead | None:
+        """Starts retrieving, on a pool thread, the BM25 list a hybrid search of
+        ``text`` with ``request`` (and ``now``, ``expiring``, ``defaults``, ``dates`` as
+        ``search`` takes them) will take once its vector is known; the caller embeds
+        the text meanwhile. None for another mode. The search takes the list only if
+        it is the one it would retrieve from the engine as it is then."""
     def search(
         self,
         request: SearchRequest,
@@ -517,6 +537,7 @@ class Engine:
         defaults: SearchRequest | None = None,
         dates: Sequence[tuple[float, float]] = ...,
         touch: bool = True,
+        ahead: SearchAhead | None = None,
     ) -> tuple[
         list[int],
         list[float],
@@ -531,7 +552,7 @@ class Engine:
         the time of the access recorded, and with ``expiring`` the time the records
         expired by are left out; ``dates``: the intervals ``(start, end)`` of the dates
         the query's text names; ``touch=False`` records no access whatever the request
-        asks."""
+        asks; ``ahead``: its BM25 list, retrieved while its vector was made."""
     def nearest(
         self,
         vectors: npt.ArrayLike,

@@ -188,6 +188,11 @@ class Searcher:
         mode = request.mode
         dim = self.sync.dim
         vector: FloatArray | None = None
+        # The search's moment: its BM25 list may be retrieved while the query is embedded.
+        now = time.time()
+        dates = named_intervals(query)
+        engine, expiring, defaults = self.sync.engine, self.sync.expiring, self.defaults
+        ahead: list[_core.SearchAhead | None] = []
         if mode != "text" and dim is not None:
             if query_embedding is not None:
                 # The engine checks the values (finite, not all zero) in the same call.
@@ -202,22 +207,28 @@ class Searcher:
                 # A speaker's name the query holds is left to the speaker pass: in the
                 # vector it pulls toward every turn that mentions the name. Only the
                 # speakers of what the search admits count (another scope's never do).
-                embedded = (
-                    self.sync.engine.vector_text(
-                        request, query, now=time.time(), expiring=self.sync.expiring
+                embedded = engine.vector_text(request, query, now=now, expiring=expiring) or query
+
+                def start() -> None:
+                    # On a pool thread, while the model runs on this one.
+                    ahead.append(
+                        engine.search_ahead(
+                            request,
+                            query,
+                            now=now,
+                            expiring=expiring,
+                            defaults=defaults,
+                            dates=dates,
+                        )
                     )
-                    or query
-                )
+
                 # The caching embedder answers from its cache, else runs the model: never
                 # a database lookup, so a search costs the same at any store size.
-                vector = self.embedder.embed_checked(embedded)
+                vector = self.embedder.embed_checked(embedded, start)
         elif mode == "vector":
             raise InvalidArgumentError("vector search on a store without an embedder")
         elif query_embedding is not None:  # searched without, but not taken unread
             coerce.vector(query_embedding, "query_embedding", dim, any_length=True)
-        now = time.time()
-        dates = named_intervals(query)
-        engine, expiring, defaults = self.sync.engine, self.sync.expiring, self.defaults
 
         def ask() -> tuple[list[int], list[Version], Any]:
             # No access recorded here: a round may be read again, and only the hits of
@@ -231,6 +242,7 @@ class Searcher:
                 defaults=defaults,
                 dates=dates,
                 touch=False,
+                ahead=ahead.pop() if ahead else None,
             )
             return ids, versions, (scores, signals)
 

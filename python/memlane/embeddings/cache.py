@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -199,12 +199,18 @@ class CachedEmbedder:
     def embed(self, text: str) -> FloatArray:
         return self.embed_checked(check_text(text))
 
-    def embed_checked(self, text: str) -> FloatArray:
-        """``embed`` of a text its caller has checked (a search checks its query once)."""
+    def embed_checked(
+        self, text: str, before_model: Callable[[], object] | None = None
+    ) -> FloatArray:
+        """``embed`` of a text its caller has checked (a search checks its query once);
+        ``before_model`` is called just before the model runs, not on a cache hit (a
+        search starts the work that needs no vector there)."""
         key = (query_key(self.inner), text_key(text))
         hit = self.cache.get_key(key)
         if hit is not None:
             return hit.copy()
+        if before_model is not None:
+            before_model()
         v = model_vectors(self.name, self.inner.embed(text), [text], self.dimension, one=True)
         self.cache.put_key(key, v)
         return v

@@ -17,7 +17,7 @@ pub mod idmap;
 pub mod mmr;
 pub mod pages;
 pub mod persist;
-pub(crate) mod pool;
+pub mod pool;
 pub(crate) mod prefetch;
 pub(crate) mod repr;
 pub mod scoring;

@@ -118,6 +118,19 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Queues `f` on the foreground pool and returns at once; false, `f`
+/// dropped unrun, if that pool cannot start. `f` must not panic (rayon
+/// aborts the process on a panic in spawned work).
+pub fn spawn(f: impl FnOnce() + Send + 'static) -> bool {
+    match FOREGROUND.get() {
+        Some(pool) => {
+            pool.spawn(f);
+            true
+        }
+        None => false,
+    }
+}
+
 /// `op` on this thread with a scope whose spawned work runs on the
 /// foreground pool; None if that pool cannot start (the caller then works
 /// alone).

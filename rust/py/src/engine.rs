@@ -4,12 +4,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use memlane_core::bm25::{AnalyzerConfig, Bm25Params, Language, Stopwords};
 use memlane_core::engine::{
-    flatten_metadata, Batch, Column, Engine, EngineConfig, Hits, Prepared, SearchOptions, Signals,
-    Sort,
+    flatten_metadata, Batch, Column, Engine, EngineConfig, Hits, Mode, Prepared, SearchOptions,
+    Signals, Sort,
 };
 use memlane_core::hnsw::{Params, Precision};
 use memlane_core::pages::Settler;
@@ -19,6 +20,7 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::ahead::{Asked, PySearchAhead};
 use crate::args;
 use crate::blob::Stored;
 use crate::conditions::PyAdmits;
@@ -42,7 +44,7 @@ pub struct PyPrepared {
 #[pyclass(module = "memlane._core", name = "Engine", frozen)]
 pub struct PyEngine {
     /// Taken as `lock` says: never waited for with the GIL held.
-    inner: Shared<Engine>,
+    inner: Arc<Shared<Engine>>,
     /// `Engine::pending`, readable without waiting for a writer's lock.
     parked: AtomicUsize,
     /// How far the engine's buffers are on huge pages (`settle_pages`).
@@ -53,7 +55,7 @@ impl PyEngine {
     fn wrap(engine: Engine) -> Self {
         let parked = AtomicUsize::new(engine.pending());
         PyEngine {
-            inner: Shared::new(engine),
+            inner: Arc::new(Shared::new(engine)),
             parked,
             pages: Mutex::new(Settler::default()),
         }
@@ -326,15 +328,48 @@ impl PyEngine {
         })
     }
 
+    /// Starts retrieving, on a pool thread, the BM25 list a hybrid search of
+    /// `text` with `request` (and `now`, `expiring`, `defaults`, `dates`, as
+    /// `search` takes them) will take once its vector is known; the caller
+    /// embeds the text meanwhile. None for another mode.
+    #[pyo3(signature = (
+        request, text, *, now, expiring = false, defaults = None, dates = Vec::new(),
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn search_ahead(
+        &self,
+        py: Python<'_>,
+        request: &PySearchRequest,
+        text: &Bound<'_, PyAny>,
+        now: f64,
+        expiring: bool,
+        defaults: Option<&PySearchRequest>,
+        dates: Vec<(f64, f64)>,
+    ) -> PyResult<Option<PySearchAhead>> {
+        if request.options.mode != Mode::Hybrid {
+            return Ok(None);
+        }
+        let asked = Asked {
+            options: request.options.clone(),
+            defaults: defaults.map_or_else(SearchOptions::default, |d| d.options.clone()),
+            text: search::query(py, text)?.to_owned(),
+            dates,
+            now,
+            expiring,
+        };
+        Ok(Some(PySearchAhead::start(Arc::clone(&self.inner), asked)))
+    }
+
     /// One query with `request`'s options over the store's `defaults`, among
     /// the records it admits: (ids, final scores, explain), explain a dict per
     /// hit (see `SearchHit.explain`) when the request asks for it, else None.
     /// `now` is the time of the access recorded (unix seconds), and with
     /// `expiring` the time the records expired by are left out; `dates` the
-    /// intervals `(start, end)` of the dates the query's text names.
+    /// intervals `(start, end)` of the dates the query's text names; `ahead` its
+    /// BM25 list, retrieved while its vector was made (`search_ahead`).
     #[pyo3(signature = (
         request, text = None, vector = None, *, now, expiring = false, defaults = None,
-        dates = Vec::new(), touch = true,
+        dates = Vec::new(), touch = true, ahead = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
@@ -348,6 +383,7 @@ impl PyEngine {
         defaults: Option<&PySearchRequest>,
         dates: Vec<(f64, f64)>,
         touch: bool,
+        ahead: Option<&PySearchAhead>,
     ) -> PyResult<Found<'py>> {
         let text = text.map(|t| search::query(py, t)).transpose()?;
         let q = vector
@@ -361,11 +397,13 @@ impl PyEngine {
         let defaults = defaults.map_or(&store, |d| &d.options);
         let options = &request.options;
         let (hits, versions): (Hits, Vec<(f64, f64)>) = detach(py, || {
+            // Before the lock: the list is retrieved under a read lock of its own.
+            let list = ahead.and_then(PySearchAhead::take);
             let engine = self.inner.read();
             let admitted = engine.build_conditions(&options.admits, expiring.then_some(now));
             let mut req = options.request(defaults, text, qv, &dates, &admitted, now)?;
             req.touch &= touch;
-            let hits = engine.search(&req)?;
+            let hits = engine.search_with(&req, list)?;
             let versions = engine.versions(&hits.ids);
             Ok((hits, versions))
         })?;

@@ -1,6 +1,7 @@
 //! The private native module `memlane._core`: type conversion, GIL release and
 //! error mapping around `memlane-core`. No engine logic lives here.
 
+mod ahead;
 mod args;
 mod blob;
 mod bm25;
@@ -65,6 +66,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<hnsw::PyHnswIndex>()?;
     m.add_class::<okapi::PyOkapi>()?;
     m.add_class::<engine::PyEngine>()?;
+    m.add_class::<ahead::PySearchAhead>()?;
     m.add_class::<conditions::PyAdmits>()?;
     m.add_class::<engine::PyPrepared>()?;
     m.add_class::<search::PySearchRequest>()?;

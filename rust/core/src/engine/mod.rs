@@ -15,7 +15,8 @@
 //! - `search`: the query path; [`crate::fusion`] and [`crate::scoring`] hold
 //!   the formulas; `admission`: which records its retrievers may return.
 //! - `retrievals`: what recent queries retrieved, reused until the engine
-//!   changes.
+//!   changes; `search::ahead`: a hybrid search's BM25 list, retrieved while
+//!   its query is embedded.
 //! - `snapshot`: saving and loading the whole engine as one directory.
 //!
 //! Concurrency: methods that change the engine take `&mut self`; searches
@@ -46,7 +47,7 @@ pub use mode::Mode;
 pub use options::{Given, SearchOptions};
 pub use order::{Column, Group, Sort};
 pub use records::{flatten_metadata, Attrs, RawValue, SCOPE_FIELDS};
-pub use search::{Hits, SearchRequest, Signals};
+pub use search::{Hits, SearchRequest, Signals, TextAhead};
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -76,15 +77,23 @@ impl Key {
     }
 }
 
+/// Generations handed out in this process: no two engines, and no two states
+/// of one, share one.
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
+
 /// The most recently used retrievals, newest first.
 pub(super) struct Retrievals<T> {
     entries: Mutex<VecDeque<(Key, Arc<T>)>>,
+    /// Changes with every change of the engine (each empties the cache): what
+    /// was read from the engine under one generation holds while it lasts.
+    generation: u64,
 }
 
 impl<T> Default for Retrievals<T> {
     fn default() -> Self {
         Retrievals {
             entries: Mutex::new(VecDeque::with_capacity(CAPACITY)),
+            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
         }
     }
 }
@@ -114,6 +123,12 @@ impl<T> Retrievals<T> {
     /// Forgets everything: the engine changed.
     pub(super) fn clear(&mut self) {
         self.entries.get_mut().clear();
+        self.generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The engine's state, as [`Self::clear`] last left it.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
     }
 
     #[cfg(test)]
@@ -162,7 +177,11 @@ mod tests {
         assert_eq!(r.len(), CAPACITY);
         assert!(r.get(&key("a", 0.0)).is_none());
         assert_eq!(r.get(&key("1", 0.0)).as_deref(), Some(&1));
+        let before = r.generation();
         r.clear();
         assert_eq!(r.len(), 0);
+        assert_ne!(r.generation(), before);
+        let other: Retrievals<u32> = Retrievals::default();
+        assert_ne!(other.generation(), r.generation(), "a new engine's too");
     }
 }

@@ -6,7 +6,11 @@
 //! [0, 1]; `hybrid` fuses the two lists by [`Fusion`]. The final score is the
 //! relevance times [`Weights::boost`] (see [`scoring`]).
 
+mod ahead;
+
 use std::sync::Arc;
+
+pub use ahead::TextAhead;
 
 use rustc_hash::FxHashMap;
 
@@ -204,10 +208,22 @@ struct Cand {
     vector_rank: Option<u32>,
 }
 
+/// The pools of a request: of a search of records that are no turns, and of
+/// one whose admitted records hold turns.
+pub(super) fn pools(req: &SearchRequest<'_>) -> (usize, usize) {
+    (req.candidates.max(req.k), req.turn_candidates.max(req.k))
+}
+
 impl Engine {
     /// One query. The request's knobs were checked where they were given
     /// ([`super::SearchOptions::new`]); `now` is the caller's clock.
     pub fn search(&self, req: &SearchRequest<'_>) -> Result<Hits> {
+        self.search_with(req, None)
+    }
+
+    /// [`Self::search`], taking its BM25 list from `ahead` where that was
+    /// retrieved for this request with the engine as it is now.
+    pub fn search_with(&self, req: &SearchRequest<'_>, ahead: Option<TextAhead>) -> Result<Hits> {
         if !req.now.is_finite() {
             return Err(Error::invalid("now must be a finite time"));
         }
@@ -254,7 +270,8 @@ impl Engine {
                 && !self.records.speakers.is_empty()
                 && (req.explain || (req.speaker_weight > 0.0 && bm25_counts)),
         );
-        let pools = (req.candidates.max(req.k), req.turn_candidates.max(req.k));
+        let pools = pools(req);
+        let ahead = ahead.filter(|a| a.holds(self, req, text, pools));
         let key = (!req.filter.is_some_and(Filter::reads_access)).then(|| {
             Key::new(
                 text,
@@ -270,7 +287,9 @@ impl Engine {
         let retrieved = match cached.filter(|found| found.held.at(req.now)) {
             Some(found) => found,
             None => {
-                let Some(found) = self.retrieve(req, query.as_deref(), text, pools, fills)? else {
+                let Some(found) =
+                    self.retrieve(req, query.as_deref(), text, pools, fills, ahead)?
+                else {
                     return Ok(Hits::default());
                 };
                 let found = Arc::new(found);
@@ -285,7 +304,8 @@ impl Engine {
 
     /// The candidates of both retrievers with their signals (`fills`: which
     /// signals to complete for every candidate: cosine, BM25, the contextual
-    /// BM25 of turns), or None when the filter selects nothing.
+    /// BM25 of turns), or None when the filter selects nothing; the BM25 list
+    /// `ahead`'s when given (it holds for this request).
     fn retrieve(
         &self,
         req: &SearchRequest<'_>,
@@ -293,6 +313,7 @@ impl Engine {
         text: Option<&str>,
         pools: (usize, usize),
         fills: (bool, bool, bool, bool),
+        ahead: Option<TextAhead>,
     ) -> Result<Option<Retrieved>> {
         // The records admitted, shared by both retrievers (see `admission`;
         // the depth only decides how they are listed, not which they are).
@@ -303,39 +324,22 @@ impl Engine {
                 return Ok(None);
             }
         }
-        // Turns are searched deeper, and their speakers weighed, where the
-        // records admitted hold them (not where any scope of the store does).
-        let (sessions, speakers) = admitted.turns(&self.records);
-        let pool = if sessions || speakers {
-            pools.1
-        } else {
-            pools.0
-        };
+        let (pool, speakers) = self.pool_of(&admitted, pools);
         let fills = (fills.0, fills.1, fills.2, fills.3 && speakers);
         let admits = |id: u64| admitted.admits(&self.records, id);
 
         // The query text is analysed once, for the BM25 list, its ceiling and
         // the scores of the vector list's hits.
-        let analysed = text
-            .filter(|_| req.mode != Mode::Vector || fills.1 || fills.2)
-            .map(|t| self.bm25.query(t));
+        let (analysed, text_ahead) = match ahead {
+            Some(a) => (Some(a.analysed), Some(a.hits)),
+            None => (
+                text.filter(|_| req.mode != Mode::Vector || fills.1 || fills.2)
+                    .map(|t| self.bm25.query(t)),
+                None,
+            ),
+        };
         let text_part = || match &analysed {
-            Some(q) if req.mode != Mode::Vector => match &admitted {
-                Admission::All { closed } => self.current_hits(
-                    pool,
-                    *closed,
-                    |n| Ok(self.bm25.search_query(q, n, None)),
-                    |h| h.id,
-                ),
-                Admission::Only { ids, .. } => {
-                    Ok(self
-                        .bm25
-                        .search_query(q, pool, Some(&self.bm25.filter(ids))))
-                }
-                Admission::Except { .. } | Admission::Check { .. } => {
-                    Ok(self.bm25.search_query_where(q, pool, admits))
-                }
-            },
+            Some(q) if req.mode != Mode::Vector => self.text_list(q, pool, &admitted),
             _ => Ok(Vec::new()),
         };
         let vector_part = || match query {
@@ -364,7 +368,10 @@ impl Engine {
         // The postings scored on a pool thread while this one walks the graph,
         // with the search space this thread's earlier walks made.
         let mut text_hits = None;
-        let vector_hits = if both && searched >= PARALLEL_MIN {
+        let vector_hits = if let Some(hits) = text_ahead {
+            text_hits = Some(Ok(hits));
+            Some(vector_part())
+        } else if both && searched >= PARALLEL_MIN {
             crate::pool::in_place_scope(|s| {
                 s.spawn(|_| text_hits = Some(text_part()));
                 vector_part()
@@ -425,6 +432,47 @@ impl Engine {
             named,
             held,
         }))
+    }
+
+    /// The pool each retriever fills for the records `admitted`, and whether
+    /// they hold turns with speakers. Turns are searched deeper, and their
+    /// speakers weighed, where the records admitted hold them (not where any
+    /// scope of the store does).
+    pub(super) fn pool_of(&self, admitted: &Admission, pools: (usize, usize)) -> (usize, bool) {
+        let (sessions, speakers) = admitted.turns(&self.records);
+        let pool = if sessions || speakers {
+            pools.1
+        } else {
+            pools.0
+        };
+        (pool, speakers)
+    }
+
+    /// The BM25 list of `query`'s `pool` best among the records `admitted`.
+    pub(super) fn text_list(
+        &self,
+        query: &Query,
+        pool: usize,
+        admitted: &Admission,
+    ) -> Result<Vec<crate::bm25::Hit>> {
+        match admitted {
+            Admission::All { closed } => self.current_hits(
+                pool,
+                *closed,
+                |n| Ok(self.bm25.search_query(query, n, None)),
+                |h| h.id,
+            ),
+            Admission::Only { ids, .. } => {
+                Ok(self
+                    .bm25
+                    .search_query(query, pool, Some(&self.bm25.filter(ids))))
+            }
+            Admission::Except { .. } | Admission::Check { .. } => {
+                Ok(self
+                    .bm25
+                    .search_query_where(query, pool, |id| admitted.admits(&self.records, id)))
+            }
+        }
     }
 
     /// Scores what a query retrieved, cuts to `k` and records the access.
