@@ -188,10 +188,8 @@ class Searcher:
         mode = request.mode
         dim = self.sync.dim
         vector: FloatArray | None = None
-        # The search's moment: its BM25 list may be retrieved while the query is embedded.
-        now = time.time()
         dates = named_intervals(query)
-        engine, expiring, defaults = self.sync.engine, self.sync.expiring, self.defaults
+        engine, defaults = self.sync.engine, self.defaults
         ahead: list[_core.SearchAhead | None] = []
         if mode != "text" and dim is not None:
             if query_embedding is not None:
@@ -207,20 +205,21 @@ class Searcher:
                 # A speaker's name the query holds is left to the speaker pass: in the
                 # vector it pulls toward every turn that mentions the name. Only the
                 # speakers of what the search admits count (another scope's never do).
-                embedded = engine.vector_text(request, query, now=now, expiring=expiring) or query
+                embedded = (
+                    engine.vector_text(request, query, now=time.time(), expiring=self.sync.expiring)
+                    or query
+                )
 
                 def start() -> None:
-                    # On a pool thread, while the model runs on this one.
-                    ahead.append(
-                        engine.search_ahead(
-                            request,
-                            query,
-                            now=now,
-                            expiring=expiring,
-                            defaults=defaults,
-                            dates=dates,
+                    # BM25's list on a pool thread, while the model runs on this one; not
+                    # where records expire, whose list is of the moment the search begins,
+                    # after the model's run.
+                    if not self.sync.expiring:
+                        ahead.append(
+                            engine.search_ahead(
+                                request, query, now=time.time(), defaults=defaults, dates=dates
+                            )
                         )
-                    )
 
                 # The caching embedder answers from its cache, else runs the model: never
                 # a database lookup, so a search costs the same at any store size.
@@ -229,6 +228,8 @@ class Searcher:
             raise InvalidArgumentError("vector search on a store without an embedder")
         elif query_embedding is not None:  # searched without, but not taken unread
             coerce.vector(query_embedding, "query_embedding", dim, any_length=True)
+        now = time.time()
+        expiring = self.sync.expiring
 
         def ask() -> tuple[list[int], list[Version], Any]:
             # No access recorded here: a round may be read again, and only the hits of

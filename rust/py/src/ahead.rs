@@ -17,7 +17,8 @@ enum State {
     /// A pool thread retrieves it, under the engine's read lock.
     Running,
     Done(Option<TextAhead>),
-    /// Taken by its search, or given up by it before a pool thread began.
+    /// Taken by its search, given up by it before a pool thread began, or
+    /// given up by the pool thread (the engine's lock was not free).
     Taken,
 }
 
@@ -71,7 +72,13 @@ impl PySearchAhead {
         });
         let task = Arc::clone(&slot);
         let queued = memlane_core::pool::spawn(move || {
-            let guard = engine.read();
+            // Never waited for: a writer waiting for the lock waits for its
+            // readers, and one of them may wait for this pool (a batch's
+            // analysis); the search then retrieves its own list.
+            let Some(guard) = engine.try_read() else {
+                *task.state.lock() = State::Taken;
+                return;
+            };
             {
                 // Running only under the read lock: a search waiting for the
                 // list waits for work that needs nothing more.

@@ -62,6 +62,13 @@ impl<T: Send + Sync> Shared<T> {
         py.detach(|| f(&self.read()))
     }
 
+    /// The read lock if it is free now: never waits, so work on a pool thread
+    /// may take it (one waiting behind a writer that waits for a reader who
+    /// waits for the pool would never end).
+    pub fn try_read(&self) -> Option<RwLockReadGuard<'_, T>> {
+        self.lock.try_read()
+    }
+
     /// The read lock. Call without the GIL only (inside `detach`). Inside a
     /// callback this thread runs under the read lock (a predicate that asks the
     /// index again), it is taken recursively: a fair wait behind a waiting
