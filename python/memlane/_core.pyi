@@ -34,6 +34,7 @@ __all__ = [
     "Engine",
     "HnswIndex",
     "PreparedBatch",
+    "SearchAhead",
     "SearchRequest",
     "WordPiece",
     "WordPieceEncoding",
