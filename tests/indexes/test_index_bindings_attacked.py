@@ -425,6 +425,25 @@ def test_touch_refuses_a_time_that_is_not_finite(now: float) -> None:
     engine.touch([1], 1.0)  # an unknown id is skipped
 
 
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ([True], "must be integers"),
+        ([1, 2.0], "must be integers"),
+        ([-1], "must be non-negative"),
+        ([1, -2], "must be non-negative"),
+        (["1"], "must be integers"),
+    ],
+)
+def test_a_list_of_ids_is_checked_as_an_array_is(ids: list[object], message: str) -> None:
+    # A list of exact ints skips numpy; anything else gets numpy's checks.
+    engine = Engine()
+    with pytest.raises(InvalidArgumentError, match=message):
+        engine.touch(ids, 1.0)
+    with pytest.raises(InvalidArgumentError, match=message):
+        engine.touch(np.asarray(ids), 1.0)
+
+
 @pytest.mark.parametrize("missing", [-1, 2**64, 2**200, -(2**200)])
 def test_a_vector_by_an_id_no_index_can_hold_is_an_unknown_id(missing: int) -> None:
     index = HnswIndex(dim=2)

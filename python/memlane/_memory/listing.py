@@ -21,7 +21,7 @@ from memlane._memory.judged import Version, judged
 from memlane._memory.querying import moment
 from memlane._memory.sync import IndexSync
 from memlane.errors import InvalidArgumentError, shown
-from memlane.records import MemoryRecord
+from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.scoping import Scope, ScopeFields
 
 __all__ = ["SORTS", "Listing", "ScopeCount", "Sort"]
@@ -178,4 +178,7 @@ class Listing:
 
     def _scope(self, given: ScopeFields) -> dict[str, str]:
         """A call's scope over ``default_scope``, its fields (see ``Scope.of``)."""
+        if not given:  # most calls: the default scope's fields, checked when it was set
+            default = self.default_scope
+            return {f: v for f in SCOPE_FIELDS if (v := default.get(f)) is not None}
         return Scope.of(self.default_scope, given).fields

@@ -32,6 +32,21 @@ pub fn ids(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u
     if let Ok(a) = obj.extract::<PyReadonlyArray1<'_, u64>>() {
         return Ok(a.as_array().to_vec());
     }
+    // A list of ids (a search's hits) is read without numpy; anything else it
+    // holds is left to numpy's checks below, which word the error.
+    if let Ok(list) = obj.cast::<PyList>() {
+        let ints: Option<Vec<u64>> = list
+            .iter()
+            .map(|v| {
+                v.is_exact_instance_of::<PyInt>()
+                    .then(|| v.extract::<u64>().ok())
+                    .flatten()
+            })
+            .collect();
+        if let Some(ids) = ints {
+            return Ok(ids);
+        }
+    }
     let arr = numpy(py)?
         .call_method1("asarray", (obj,))
         .map_err(|e| invalid(py, format!("{what} must be an array of integers: {e}")))?;
