@@ -165,11 +165,8 @@ class Searcher:
         if self.access.note(rowids, now):
             self.sync.wake.set()
         # Read again: each record shows the access just recorded, as an unranked hit does.
-        pending = self.access.of(rows)
         return [
-            SearchHit(
-                record(row, pending.get(row.rowid), include_embedding), hit.score, hit.explain
-            )
+            SearchHit(record(row, self.access.get(row), include_embedding), hit.score, hit.explain)
             for hit, row in zip(hits, rows, strict=True)
         ]
 
@@ -260,12 +257,11 @@ class Searcher:
             if self.access.note(kept, now):
                 self.sync.wake.set()
         hits = []
-        pending = self.access.of(rows.values())
         for j, rowid in enumerate(rowids):
             row = rows.get(rowid)
             if row is None:  # deleted meanwhile, or rewritten by another process
                 continue
-            rec = record(row, pending.get(rowid), include_embedding)
+            rec = record(row, self.access.get(row), include_embedding)
             hits.append(SearchHit(rec, scores[j], None if signals is None else signals[j]))
             if read is not None:
                 read.append(row)
