@@ -46,6 +46,7 @@ __all__ = [
     "log_entry_head",
     "log_header",
     "log_header_store",
+    "squared_norm",
     "unblobs",
 ]
 
@@ -206,6 +207,10 @@ def unblobs(stored: Sequence[bytes], dim: int) -> npt.NDArray[np.float32]:
     """The stored vectors ``stored`` of ``dim`` components as an ``(n, dim)`` matrix:
     float32 blobs, or scaled half floats (see ``blobs``). A blob of neither length, with
     another tag or a damaged scale raises ``CorruptFileError``."""
+
+def squared_norm(vector: npt.NDArray[np.float32]) -> float:
+    """The float32 sum of squares of a 1-d float32 array, as ``numpy.dot(v, v)`` gives
+    it: infinite past float32's range, NaN where a component is."""
 
 def log_blobs(
     path: str | PathLike[str], end: int, rowids: Sequence[int], markers: Sequence[bytes]

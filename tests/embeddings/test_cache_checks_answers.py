@@ -82,6 +82,24 @@ def test_a_bad_answer_is_the_models_failure_and_is_not_cached(kind: str) -> None
     assert model.calls == calls + 2  # asked again, not answered from the cache
 
 
+@pytest.mark.parametrize(
+    ("layout", "answer"),
+    [
+        ("a strided view", lambda: np.repeat(GOOD, 2)[::2]),
+        ("big-endian", lambda: GOOD.astype(">f4")),
+        ("float64", lambda: GOOD.astype(np.float64)),
+    ],
+)
+def test_a_good_vector_in_another_layout_is_taken(layout: str, answer: Callable[[], Any]) -> None:
+    # The question's quick check reads a contiguous float32 vector; any other layout
+    # goes the whole check's way and is taken as the same vector.
+    model = Flaky(answer)
+    cached = CachedEmbedder(model)
+    np.testing.assert_array_equal(cached.embed("a question"), GOOD)
+    np.testing.assert_array_equal(cached.embed("a question"), GOOD)
+    assert model.calls == 1
+
+
 def test_the_message_says_what_is_wrong_and_names_the_text() -> None:
     cached = CachedEmbedder(Flaky(BAD["zeros"]))
     with pytest.raises(EmbedderUnavailableError, match=r"test:flaky returned for 'b' is all zeros"):

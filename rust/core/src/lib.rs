@@ -5,7 +5,7 @@ pub mod background;
 pub mod blob;
 pub mod bm25;
 pub mod codec;
-pub(crate) mod dot;
+pub mod dot;
 pub mod engine;
 pub mod error;
 pub mod fusion;

@@ -15,6 +15,7 @@ mod okapi;
 mod rows;
 mod search;
 mod vector_log;
+mod vectors;
 mod wordpiece;
 
 use memlane_core::{fusion, scoring};
@@ -54,6 +55,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bm25::analyze, m)?)?;
     m.add_function(wrap_pyfunction!(blob::blobs, m)?)?;
     m.add_function(wrap_pyfunction!(blob::unblobs, m)?)?;
+    m.add_function(wrap_pyfunction!(vectors::squared_norm, m)?)?;
     m.add("LOG_HEADER", memlane_core::vector_log::HEADER)?;
     m.add("LOG_ENTRY", memlane_core::vector_log::ENTRY)?;
     m.add("MARKER_TAG", memlane_core::vector_log::MARKER_TAG)?;
