@@ -159,7 +159,7 @@ class EmbeddingCache:
     def put_key(self, key: Key, vector: FloatArray) -> None:
         if self.maxsize == 0:
             return
-        v = np.array(vector, dtype=np.float32, copy=True)
+        v = vector.copy()  # float32 already (``model_vectors``); the caller's may change
         v.setflags(write=False)
         with self._lock:
             self._data[key] = v
