@@ -26,6 +26,8 @@ from memlane.scoping import Scope, ScopeFields
 
 __all__ = ["SORTS", "Listing", "ScopeCount", "Sort"]
 
+_FIELDS = frozenset(SCOPE_FIELDS)
+
 #: What a page of [`list`][memlane.Memory.list] may be sorted by: a record's field.
 Sort = Literal["created_at", "importance", "access_count", "last_accessed_at"]
 SORTS: tuple[str, ...] = get_args(Sort)
@@ -178,7 +180,9 @@ class Listing:
 
     def _scope(self, given: ScopeFields) -> dict[str, str]:
         """A call's scope over ``default_scope``, its fields (see ``Scope.of``)."""
-        if not given:  # most calls: the default scope's fields, checked when it was set
-            default = self.default_scope
+        default = self.default_scope
+        # Most calls: the default scope's fields (checked when it was set; keys set on
+        # it since that are no scope field are refused below, as before).
+        if not given and default.keys() <= _FIELDS:
             return {f: v for f in SCOPE_FIELDS if (v := default.get(f)) is not None}
-        return Scope.of(self.default_scope, given).fields
+        return Scope.of(default, given).fields

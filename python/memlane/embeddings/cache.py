@@ -159,7 +159,12 @@ class EmbeddingCache:
     def put_key(self, key: Key, vector: FloatArray) -> None:
         if self.maxsize == 0:
             return
-        v = vector.copy()  # float32 already (``model_vectors``); the caller's may change
+        # A copy, as the caller's may change; a model's vector is float32 already
+        # (``model_vectors``), copied without numpy.array's conversion.
+        if type(vector) is np.ndarray and vector.dtype == np.float32:
+            v = vector.copy()
+        else:
+            v = np.array(vector, dtype=np.float32, copy=True)
         v.setflags(write=False)
         with self._lock:
             self._data[key] = v
