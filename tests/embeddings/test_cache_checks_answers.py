@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from memlane import Memory
-from memlane.embeddings import CachedEmbedder
+from memlane.embeddings import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import LazyEmbedder
 from memlane.errors import EmbedderMismatchError, EmbedderUnavailableError
 
@@ -98,6 +98,18 @@ def test_a_good_vector_in_another_layout_is_taken(layout: str, answer: Callable[
     np.testing.assert_array_equal(cached.embed("a question"), GOOD)
     np.testing.assert_array_equal(cached.embed("a question"), GOOD)
     assert model.calls == 1
+
+
+def test_the_cache_keeps_a_float32_copy_of_what_it_is_given() -> None:
+    cache = EmbeddingCache(4)
+    given = np.array([1.0, 2.0], dtype=np.float32)
+    cache.put("m", "a", given)
+    cache.put("m", "b", [1.0, 2.0])
+    given[0] = 9.0
+    for text in ("a", "b"):
+        kept = cache.get("m", text)
+        assert kept is not None and kept.dtype == np.float32
+        np.testing.assert_array_equal(kept, [1.0, 2.0])
 
 
 def test_the_message_says_what_is_wrong_and_names_the_text() -> None:

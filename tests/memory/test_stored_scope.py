@@ -56,3 +56,22 @@ def test_an_import_keeps_every_field_as_exported(make_store: StoreFactory, tmp_p
     dst = make_store("target")
     assert unscoped(dst) == {note.id, berlin.id}
     assert dst.get(fact.id).agent_id is None
+
+
+def test_a_default_scope_set_after_the_open_narrows_reads_and_is_checked(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("later")
+    mem.add("alice likes tea", agent_id="a")
+    mem.add("bob likes tea", agent_id="b")
+    mem.default_scope = {"agent_id": "b"}
+    assert [h.record.text for h in mem.search("tea", mode="text")] == ["bob likes tea"]
+    assert [r.text for r in mem.list()] == ["bob likes tea"]
+    mem.default_scope = {"agent": "b"}  # no scope field: refused, not read as no scope
+    for read in (lambda: mem.search("tea", mode="text"), mem.list):
+        try:
+            read()
+        except TypeError as e:
+            assert "agent" in str(e)
+        else:
+            raise AssertionError("a default scope with an unknown key was read")
