@@ -194,3 +194,26 @@ def test_a_lazy_embedder_that_builds_another_kind_is_refused() -> None:
     lazy = LazyEmbedder(Asymmetric, Asymmetric.name, DIM)  # announced symmetric
     with pytest.raises(EmbedderMismatchError, match="is not the one announced"):
         lazy.embed("dark mode")
+
+
+def _in_six_byte_records(values: np.ndarray) -> np.ndarray:
+    """A float32 view of ``values`` whose stride (6 bytes) is no whole element."""
+    records = np.zeros(values.size, dtype=[("v", "<f4"), ("pad", "<u2")])
+    records["pad"] = 0x3F80  # what a reader stepping 4 bytes at a time would take
+    records["v"] = values
+    view = records["v"]
+    assert view.strides == (6,)
+    return view
+
+
+@pytest.mark.parametrize(
+    "values",
+    [np.array([0.25, 0.25, 0.25, np.nan]), np.full(DIM, 1e-40)],
+    ids=["nan", "subnormal norm"],
+)
+def test_a_bad_vector_whose_stride_is_no_whole_element_is_refused(values: np.ndarray) -> None:
+    model = Flaky(lambda: _in_six_byte_records(values))
+    cached = CachedEmbedder(model)
+    with pytest.raises(EmbedderUnavailableError):
+        cached.embed("a question")
+    assert len(cached.cache) == 0

@@ -496,3 +496,29 @@ def test_a_list_of_ints_is_not_reserved_by_its_length() -> None:
         "claimed texts": None,
         "claimed rows": "PreparedBatch",
     }
+
+
+def _unaligned(values: np.ndarray) -> np.ndarray:
+    """``values`` as a C-contiguous array whose data starts one byte off alignment."""
+    raw = np.zeros(values.nbytes + 1, dtype=np.uint8)
+    out = np.frombuffer(raw.data, dtype=values.dtype, count=values.size, offset=1)
+    out = out.reshape(values.shape)
+    out[...] = values
+    assert not out.flags.aligned and out.flags.c_contiguous
+    return out
+
+
+def test_ids_and_vectors_in_any_layout_are_read_as_given() -> None:
+    # numpy's strides need not be whole elements (a field of a record array), and a
+    # contiguous array need not be aligned: each is read as numpy reads it.
+    records = np.zeros(3, dtype=[("id", "<u8"), ("pad", "<u2")])
+    records["id"] = [7, 8, 9]
+    ids = records["id"]
+    assert ids.strides == (10,)
+    vectors = np.eye(3, 4, dtype=np.float32) + 0.1
+    index = HnswIndex(dim=4)
+    index.add(ids, _unaligned(vectors))
+    labels, _ = index.search(_unaligned(vectors), k=1)
+    assert labels[:, 0].tolist() == [7, 8, 9]
+    labels, _ = index.search(_unaligned(vectors[1]), k=1)
+    assert labels[0, 0] == 8

@@ -181,8 +181,8 @@ class Listing:
     def _scope(self, given: ScopeFields) -> dict[str, str]:
         """A call's scope over ``default_scope``, its fields (see ``Scope.of``)."""
         default = self.default_scope
-        # Most calls: the default scope's fields (checked when it was set; keys set on
-        # it since that are no scope field are refused below, as before).
-        if not given and default.keys() <= _FIELDS:
+        # Most calls: the default scope's fields (checked when it was set; anything set
+        # on it since that is no dict of scope fields goes to Scope.of, as before).
+        if not given and type(default) is dict and default.keys() <= _FIELDS:
             return {f: v for f in SCOPE_FIELDS if (v := default.get(f)) is not None}
         return Scope.of(default, given).fields

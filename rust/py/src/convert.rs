@@ -29,12 +29,17 @@ fn dtype_kind(arr: &Bound<'_, PyAny>) -> PyResult<String> {
 
 /// Ids as a vector of u64: any integer array-like, or a single int.
 pub fn ids(py: Python<'_>, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u64>> {
+    // Read in place only where contiguous and aligned: numpy's strides need
+    // not be whole elements. Any other layout is copied by `astype` below.
     if let Ok(a) = obj.extract::<PyReadonlyArray1<'_, u64>>() {
-        return Ok(a.as_array().to_vec());
+        if let Ok(ids) = a.as_slice() {
+            return Ok(ids.to_vec());
+        }
     }
     // A list of ids (a search's hits) is read without numpy; anything else it
-    // holds is left to numpy's checks below, which word the error.
-    if let Ok(list) = obj.cast::<PyList>() {
+    // holds, or a subclass's own iteration, is left to numpy below, which words
+    // the error.
+    if let Ok(list) = obj.cast_exact::<PyList>() {
         let ints: Option<Vec<u64>> = list
             .iter()
             .map(|v| {
@@ -88,13 +93,16 @@ impl<'py> Matrix<'py> {
     pub fn extract(py: Python<'py>, obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Self> {
         // Cast (not extract) so that a miss costs no exception object: this
         // runs once per query.
+        // Borrowed only where its memory is a slice: C order, and aligned.
         if let Ok(a) = obj.cast::<PyArray2<f32>>() {
-            if a.is_c_contiguous() {
-                return Ok(Matrix::Rows(a.readonly()));
+            let a = a.readonly();
+            if a.is_c_contiguous() && a.as_slice().is_ok() {
+                return Ok(Matrix::Rows(a));
             }
         } else if let Ok(a) = obj.cast::<PyArray1<f32>>() {
-            if a.is_c_contiguous() {
-                return Ok(Matrix::Row(a.readonly()));
+            let a = a.readonly();
+            if a.as_slice().is_ok() {
+                return Ok(Matrix::Row(a));
             }
         }
         let np = numpy(py)?;
@@ -119,7 +127,8 @@ impl<'py> Matrix<'py> {
                 ))
             }
         };
-        let arr = np.call_method1("ascontiguousarray", (arr, "float32"))?;
+        // C order and aligned, copied only where it is not.
+        let arr = np.call_method1("require", (arr, "float32", ("C", "A")))?;
         Ok(Matrix::Rows(arr.extract::<PyReadonlyArray2<'py, f32>>()?))
     }
 

@@ -6,11 +6,12 @@ use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 
 /// The float32 sum of squares of a 1-d float32 array, as `numpy.dot(v, v)`
-/// gives it: infinite past float32's range, NaN where a component is.
+/// gives it: infinite past float32's range, NaN where a component is. An
+/// array that is not contiguous and aligned gives NaN, which sends the
+/// caller to its whole check: numpy's strides need not be whole elements.
 #[pyfunction]
 pub fn squared_norm(vector: PyReadonlyArray1<'_, f32>) -> f32 {
-    match vector.as_slice() {
-        Ok(v) => memlane_core::dot::dot(v, v),
-        Err(_) => vector.as_array().iter().map(|x| x * x).sum(),
-    }
+    vector
+        .as_slice()
+        .map_or(f32::NAN, |v| memlane_core::dot::dot(v, v))
 }
