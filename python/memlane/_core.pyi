@@ -210,7 +210,8 @@ def unblobs(stored: Sequence[bytes], dim: int) -> npt.NDArray[np.float32]:
 
 def squared_norm(vector: npt.NDArray[np.float32]) -> float:
     """The float32 sum of squares of a 1-d float32 array, as ``numpy.dot(v, v)`` gives
-    it: infinite past float32's range, NaN where a component is."""
+    it: infinite past float32's range, NaN where a component is. An array that is not
+    contiguous and aligned gives NaN (its caller then checks it the whole way)."""
 
 def log_blobs(
     path: str | PathLike[str], end: int, rowids: Sequence[int], markers: Sequence[bytes]
