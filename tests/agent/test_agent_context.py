@@ -107,6 +107,10 @@ def test_bad_budgets(mem):
         build_context(mem, "x", {}, 100, budget={"jokes": 0.1})
     with pytest.raises(InvalidArgumentError, match="max_tokens"):
         build_context(mem, "x", {}, 0)
+    # Shares are taken in floats: beyond them was a raw OverflowError.
+    with pytest.raises(InvalidArgumentError, match="max_tokens must be at most"):
+        build_context(mem, "x", {}, 10**309)
+    assert build_context(mem, "x", {}, 2**63 - 1).sections is not None
 
 
 def test_long_line_cut_to_fit(mem):

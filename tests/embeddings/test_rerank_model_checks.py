@@ -12,8 +12,9 @@ import pytest
 from test_rerank import IDS, TEXTS, WEIGHT, WORDS, _write_cross_encoder
 
 from conftest import StoreFactory, WordHashEmbedder
+from memlane.embeddings import OnnxEmbedder
 from memlane.embeddings.rerank import CrossEncoder
-from memlane.errors import EmbedderUnavailableError
+from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
 
 def test_a_long_question_leaves_the_memory_its_share(tmp_path: Path) -> None:
@@ -107,3 +108,27 @@ def test_an_output_declared_with_three_axes_is_refused_at_load(tmp_path: Path) -
     assert CrossEncoder(_model(tmp_path / "row", "row", ["batch", 1])).scores(
         "x", ["hiking", "garden"]
     ) == [2.0, -1.0]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"model_path": 123}, "model_path must be a str or a path"),
+        ({"model_path": b"model.onnx"}, "model_path must be a str or a path"),
+        ({"tokenizer_path": 123}, "tokenizer_path must be a str or a path"),
+        ({"threads": 2**31}, "threads must be between 1 and"),
+        ({"threads": 2**70}, "threads must be between 1 and"),
+    ],
+)
+def test_arguments_of_the_wrong_kind_are_refused_by_name(
+    tmp_path: Path, arguments: dict[str, object], message: str
+) -> None:
+    # They reached pathlib or onnxruntime, whose TypeError the caller got.
+    given: dict[str, object] = {"model_path": _write_cross_encoder(tmp_path / "ce"), **arguments}
+    with pytest.raises(InvalidArgumentError, match=message):
+        CrossEncoder(**given)  # type: ignore[arg-type]
+    # The embedder takes the same arguments, checked the same way.
+    if "threads" not in arguments:
+        given.pop("threads", None)
+    with pytest.raises(InvalidArgumentError, match=message):
+        OnnxEmbedder(**given)  # type: ignore[arg-type]

@@ -104,6 +104,8 @@ def named_intervals(text: str) -> list[tuple[float, float]]:
         a, b = sorted((int(m["a"]), int(m["b"])))
         out.append((_at(a, 1), _at(b + 1, 1)))
         taken.append(m.span())
+        if len(out) == MAX_INTERVALS:
+            return out  # no date read after the ranges comes before them
     last = -1  # where the previous date ended, if it was read
     for m in _DATE.finditer(text):
         if any(m.start() < e and s < m.end() for s, e in taken):
@@ -115,9 +117,11 @@ def named_intervals(text: str) -> list[tuple[float, float]]:
         if last >= 0 and _JOIN.match(text, last, m.start()) and out[-1][0] < span[1]:
             out[-1] = (out[-1][0], span[1])
         else:
+            if len(out) == MAX_INTERVALS:
+                break  # what follows is cut: the text is read no further
             out.append(_from_head(text, m, span))
         last = m.end()
-    return out[:MAX_INTERVALS]
+    return out
 
 
 def _from_head(text: str, m: re.Match[str], span: tuple[float, float]) -> tuple[float, float]:

@@ -217,8 +217,8 @@ class Context:
 
 def _shares(max_tokens: int, budget: Mapping[str, float]) -> dict[str, float]:
     """The checked arguments: every section's share (0 for one left out)."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {shown(max_tokens)}")
+    # Bounded as the agent's own budget is: the shares are taken in floats.
+    coerce.count(max_tokens, "max_tokens", low=1)
     if not isinstance(budget, Mapping):
         raise InvalidArgumentError(f"budget must be a dict of shares, got {shown(budget)}")
     unknown = set(budget) - set(DEFAULT_BUDGET)

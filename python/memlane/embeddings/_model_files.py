@@ -116,8 +116,18 @@ def _derived_name(model: Path, digest: str, pooling: str, normalize: bool) -> st
     return f"onnx:{label}-{digest[:12]}{suffix}"
 
 
+def given_path(path: object, label: str) -> Path:
+    """``path`` as a ``Path``: a str or a path (a bytes one is refused, as ``Path`` does)."""
+    if isinstance(path, str | os.PathLike):
+        try:
+            return Path(path)
+        except TypeError:  # an os.PathLike whose path is bytes
+            pass
+    raise InvalidArgumentError(f"{label} must be a str or a path, got {shown(path)}")
+
+
 def _existing_file(path: str | os.PathLike[str], label: str) -> Path:
-    file = Path(path)
+    file = given_path(path, label)
     if not file.is_file():
         raise EmbedderUnavailableError(f"{label} {str(file)!r} is not a file")
     return file

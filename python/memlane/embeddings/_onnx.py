@@ -125,6 +125,11 @@ def _available_cores() -> int:
     return os.cpu_count() or 1
 
 
+#: The most threads a model may be given: onnxruntime takes a C int, and no machine has
+#: cores for more.
+MAX_THREADS = 1024
+
+
 def _check_count(value: object, label: str, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{label} must be an int, got {type(value).__name__}")
@@ -226,7 +231,9 @@ class OnnxEmbedder:
         )
         self._batch_size = _check_count(batch_size, "batch_size", 1)
         self._threads = (
-            _available_cores() if threads is None else _check_count(threads, "threads", 1)
+            _available_cores()
+            if threads is None
+            else _check_count(threads, "threads", 1, MAX_THREADS)
         )
 
         if model_path is None:

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from memlane.embeddings._onnx import _available_cores, _check_count
+from memlane.embeddings._model_files import given_path
+from memlane.embeddings._onnx import MAX_THREADS, _available_cores, _check_count
 from memlane.embeddings._onnx_model import _load_session, _model_inputs
 from memlane.embeddings.tokenizer import load_tokenizer
 from memlane.errors import EmbedderUnavailableError
@@ -62,17 +63,25 @@ class CrossEncoder:
         batch_size: int = 32,
         threads: int | None = None,
     ) -> None:
-        model = Path(model_path)
+        model = given_path(model_path, "model_path")
         if not model.is_file():
             raise EmbedderUnavailableError(f"no cross-encoder model at {model}")
-        tokenizer = Path(tokenizer_path) if tokenizer_path else model.parent / "tokenizer.json"
+        tokenizer = (
+            model.parent / "tokenizer.json"
+            if tokenizer_path is None
+            else given_path(tokenizer_path, "tokenizer_path")
+        )
         if not tokenizer.is_file():
             raise EmbedderUnavailableError(
                 f"no tokenizer.json at {tokenizer}; pass tokenizer_path= (the model's own)"
             )
         self.max_length = _check_count(max_length, "max_length", 3)
         self.batch_size = _check_count(batch_size, "batch_size", 1)
-        cores = _available_cores() if threads is None else _check_count(threads, "threads", 1)
+        cores = (
+            _available_cores()
+            if threads is None
+            else _check_count(threads, "threads", 1, MAX_THREADS)
+        )
         self._session = _load_session(model, cores)
         self._feeds = _model_inputs(self._session, model)
         self._model = model
