@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Unpack
 
 from memlane import _core, coerce, notes_files
-from memlane._memory import duplicates, health, maintenance
+from memlane._memory import duplicates, health, maintenance, pinning
 from memlane._memory.access import AccessLog
 from memlane._memory.duplicates import DedupWindow
 from memlane._memory.events import Events
@@ -206,7 +206,7 @@ class Memory(MemoryStore):
             sync = IndexSync(db, opened.index_dir, self.location, dim, engine_args, access, wake)
             sync.snapshot_every = max(1, snapshot_every)
             sync.snapshot_vectors = db.vector_file is None if keep_vectors is None else keep_vectors
-            sync.pin(embedder, reembed, language)
+            pinning.pin(sync, embedder, reembed, language)
             sync.open()
             writer = Writer(sync, access, window, cached, scope)
             writer.dedup_threshold = dedup_threshold

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from memlane._core import Engine, blobs, unblobs
+from memlane._core import Engine, unblobs
 from memlane._memory import collector
 from memlane._memory.access import AccessLog
 from memlane._memory.deferring_lock import DeferringLock
@@ -47,13 +47,9 @@ from memlane._memory.vector_fill import (
     refused_vectors,
 )
 from memlane.coerce import FloatArray, usable_vectors
-from memlane.embeddings import Embedder
-from memlane.embeddings.cache import model_vectors
 from memlane.errors import (
     ClosedError,
     CorruptFileError,
-    EmbedderMismatchError,
-    InvalidArgumentError,
     MemlaneError,
     StorageError,
 )
@@ -141,7 +137,10 @@ class IndexSync:
         #: Whether the open refused the snapshot there (see save).
         self.refused = False
         self.own: set[int] = set()
-        self._reembedded = False
+        #: The newest change of this process the engine holds (see ``check_open``).
+        self.applied = 0
+        #: Whether the open re-embedded every record (``pinning``): the index is rebuilt.
+        self.reembedded = False
         self._in_flight = 0
         self._flight_lock = threading.Lock()
         self.last_write = -math.inf  # none yet (see last_search)
@@ -153,75 +152,6 @@ class IndexSync:
         self.events = Events(db)
 
     # -- opening ------------------------------------------------------------------
-
-    def pin(self, embedder: Embedder | None, reembed: bool, language: str) -> None:
-        """Records the embedder and analyzer of a new store; checks them on an existing one
-        (``reembed`` embeds every record again with a different embedder)."""
-        db = self.db
-        name = "" if embedder is None else embedder.name
-        dim = 0 if embedder is None else int(embedder.dimension)
-        pinned = db.get_meta("embedder")
-        if pinned is None and db.tenant:
-            raise EmbedderMismatchError(
-                f"the store {self.location} has no embedder yet, and a connection confined "
-                f"to the tenant {db.tenant} does not choose the whole store's: open it once "
-                "bound to no tenant first"
-            )
-        if pinned is None:
-            with db.transaction() as conn:
-                db.set_meta(conn, "embedder", name)
-                db.set_meta(conn, "dimension", str(dim))
-                db.set_meta(conn, "language", language)
-            return
-        pinned_dim = db.meta_count("dimension")
-        if db.get_meta("language") not in (None, language):
-            raise InvalidArgumentError(
-                f"the store was created with language={db.get_meta('language')!r}, not {language!r}"
-            )
-        if (pinned, pinned_dim) == (name, dim):
-            return
-        if not reembed or db.tenant:
-
-            def describe(n: str, d: int) -> str:
-                return f"{n!r} (dimension {d})" if n else "no embedder (text only)"
-
-            # The pin speaks for every record, and a tenant's connection would re-embed
-            # only its own: the others' vectors would no longer match it.
-            fix = (
-                f"re-embed from a connection bound to no tenant (this one is confined to the "
-                f"tenant {db.tenant} and sees only its records), every process stopped"
-                if db.tenant
-                else "pass reembed=True to embed every record again with the new one"
-            )
-            raise EmbedderMismatchError(
-                f"the store {self.location} was built with {describe(pinned, pinned_dim)} but is "
-                f"being opened with {describe(name, dim)}; open it with the same embedder, or "
-                f"{fix}"
-            )
-        self._reembed(embedder, name, dim)
-
-    def _reembed(self, embedder: Embedder | None, name: str, dim: int) -> None:
-        """Replaces every stored vector with ``embedder``'s (or drops them)."""
-        db = self.db
-        with db.transaction() as conn:
-            db.unbounded(conn)  # the model runs between its statements
-            seq = db.next_seq(conn)
-            rows = db.texts(conn)
-            for start in range(0, len(rows), 1024):
-                chunk = rows[start : start + 1024]
-                if embedder is None:
-                    vectors: list[bytes | None] = [None] * len(chunk)
-                else:
-                    texts = [r[1] for r in chunk]  # a bad answer rolls all of it back
-                    vs = model_vectors(name, embedder.embed_batch(texts), texts, dim)
-                    vectors = list(blobs(vs, self.half))
-                pairs = [(r[0], v) for v, r in zip(vectors, chunk, strict=True)]
-                db.set_embeddings(conn, pairs, seq)
-            db.set_meta(conn, "embedder", name)
-            db.set_meta(conn, "dimension", str(dim))
-        if self.index_dir is not None:
-            shutil.rmtree(self.index_dir, ignore_errors=True)
-        self._reembedded = True
 
     def open(self) -> None:
         """Loads the newest usable snapshot and replays the database's changes beyond it."""
@@ -244,7 +174,7 @@ class IndexSync:
                 except FileNotFoundError:
                     # A new cache folder of a shared store is no loss: it is built from
                     # the database.
-                    if self.db.count() and not self.db.shared and not self._reembedded:
+                    if self.db.count() and not self.db.shared and not self.reembedded:
                         reason = "it is missing"
                 except MemlaneError as e:
                     reason = str(e)
@@ -275,6 +205,7 @@ class IndexSync:
             self.engine, seq = Engine(self.dim, **self.engine_args), 0
             self.changes, self.seq = self._replay(seq)
         self.snap_seq = seq
+        self.applied = self.db.committed_seq  # a re-embedding's, read by the replay
 
     def _rebuilding(self, reason: str) -> None:
         warnings.warn(
@@ -467,6 +398,14 @@ class IndexSync:
             )
         if self.gone is not None:
             raise StorageError(self.gone)
+        if self.db.committed_seq > self.applied and self.lock.acquire(blocking=False):
+            # Every write gives its commit to the engine before it lets go of the lock:
+            # one a Ctrl-C stopped between the two is read back, as another's change is.
+            try:
+                self.follow()
+                self.applied = max(self.applied, self.db.committed_seq)
+            finally:
+                self.lock.release()
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -500,6 +439,7 @@ class IndexSync:
             changes, upto = self._replay(self.seq, self.own)
             # Own commits happen under the write lock, so all of them are <= upto.
             self.seq, self.own = upto, set()
+            self.applied = max(self.applied, upto)
             self.changes += changes
             self.events.follow()
         if self.engine.pending() or self.changes >= self.snapshot_due():
@@ -529,6 +469,7 @@ class IndexSync:
     def committed(self, seq: int, changes: int) -> None:
         """Records a change of this process, applied to the engine (lock held), and links
         a small batch's vectors at once (a large one in the background)."""
+        self.applied = max(self.applied, seq)
         self.last_write = time.monotonic()
         if seq == self.seq + 1:
             self.seq = seq

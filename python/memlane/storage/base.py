@@ -50,6 +50,9 @@ class Store(Protocol):
     #: "" for none. A tenant sees only some of the records: store-wide state is not its
     #: to change.
     tenant: str
+    #: The change this process committed last (0 for none; PostgreSQL's stays 0: its
+    #: follower applies any change, this process's own too, that the engine lacks).
+    committed_seq: int
 
     @property
     def vector_file(self) -> Path | None:

@@ -72,6 +72,8 @@ class Dialect(abc.ABC):
     #: The tenant a connection is confined to (``FIELD:VALUE``), "" for none: the owner
     #: of the ``tenant_meta`` entries it writes.
     tenant = ""
+    #: See ``Store.committed_seq``.
+    committed_seq = 0
 
     # -- what a dialect supplies ---------------------------------------------------------
 
@@ -274,11 +276,21 @@ class Dialect(abc.ABC):
                 self._abort(conn)
                 raise self._error(self._COMMIT_FAILED, e) from self._cause(e)
             except BaseException:
-                self._abort(conn)
+                # A Ctrl-C during the COMMIT is raised once it returns: what it wrote is
+                # stored, and taken for rolled back the files beside it would be reused.
+                if self._went_through(conn):
+                    self._committed()
+                else:
+                    self._abort(conn)
                 raise
             self._committed()
         finally:
             self._end(conn)
+
+    def _went_through(self, conn: Any) -> bool:
+        """Whether the transaction of ``conn``, whose commit was interrupted, committed:
+        unknown here (PostgreSQL's follower applies it either way, as another's)."""
+        return False
 
     @abc.abstractmethod
     def _before_commit(self, conn: Any) -> None:

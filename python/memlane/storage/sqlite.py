@@ -232,6 +232,8 @@ class SQLiteStore(SQLStore):
         #: starts it is still open.
         self._epoch: int | None = None
         self._epoch_pending = False
+        #: The change number of the transaction open, once it took one.
+        self._seq_pending: int | None = None
         #: The database file this store opened (device, inode), and whether the path was
         #: found to name another since (see ``_current``).
         self._identity: tuple[int, int] | None = None
@@ -444,6 +446,10 @@ class SQLiteStore(SQLStore):
     def _end(self, conn: Any) -> None:
         self._lock.release()
 
+    def _went_through(self, conn: Any) -> bool:
+        # sqlite3 runs the COMMIT to its end before Python handles a signal.
+        return not conn.in_transaction
+
     @contextmanager
     def reader(self) -> Iterator[sqlite3.Connection]:
         if self.path is None:
@@ -533,6 +539,7 @@ class SQLiteStore(SQLStore):
                 "a database stores: the database file is damaged"
             )
         self.set_meta(conn, "seq", str(seq))
+        self._seq_pending = seq
         if self._epoch is None and self.path is not None:
             # The first write of this open starts its epoch (see EPOCHS), in the same
             # transaction: one meta write per open that writes, none per change.
@@ -547,9 +554,12 @@ class SQLiteStore(SQLStore):
     def _committed(self) -> None:
         super()._committed()
         self._epoch_pending = False
+        if self._seq_pending is not None:
+            self.committed_seq, self._seq_pending = self._seq_pending, None
 
     def _rolled_back(self) -> None:
         super()._rolled_back()
+        self._seq_pending = None
         if self._epoch_pending:
             # Its epoch was rolled back with it: the next write starts one.
             self._epoch, self._epoch_pending = None, False

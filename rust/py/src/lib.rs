@@ -21,8 +21,23 @@ mod wordpiece;
 use memlane_core::{fusion, scoring};
 use pyo3::prelude::*;
 
+/// Loads NumPy's C API now. rust-numpy loads it at its first use and panics if
+/// that fails (a Ctrl-C while numpy's own Python code runs for it), so a failure
+/// fails the import instead of a later call.
+fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
+    // Imported first: an import that fails raises here, as itself.
+    py.import("numpy")?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        numpy::PyArray1::<f32>::zeros(py, 0, false);
+    }))
+    .map_err(|_| {
+        pyo3::exceptions::PyImportError::new_err("memlane: NumPy's C API could not be loaded")
+    })
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    load_numpy_api(m.py())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The search defaults live in the core; Python reads them from here.
     m.add("DEFAULT_ALPHA", fusion::DEFAULT_ALPHA)?;

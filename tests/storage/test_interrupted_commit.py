@@ -1,0 +1,178 @@
+"""A Ctrl-C that lands while a write commits, or between its commit and the engine's
+taking it, leaves the store as the commit made it.
+
+Python raises ``KeyboardInterrupt`` once the C call it arrived in returns: a signal that
+arrives during SQLite's COMMIT (its fsync) is raised after the COMMIT went through. That
+write was taken for rolled back, so the vector file's end moved back and the next write
+overwrote the committed entries: the store no longer opened. And a write stopped after
+its commit, before the engine took it, left its records unsearchable in the process
+until it reopened the store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import WordHashEmbedder, unit_rows
+from memlane import Memory
+
+DIM = 32
+
+
+def store(path: Path) -> Memory:
+    return Memory(path, WordHashEmbedder(DIM))  # type: ignore[arg-type]
+
+
+class InterruptedAfterCommit:
+    """The writer connection, whose next COMMIT goes through and then raises, as a
+    Ctrl-C during it does."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn, self.armed = conn, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        out = self.conn.execute(sql, *args)
+        if sql == "COMMIT" and self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        return out
+
+
+class InterruptedApply:
+    """The engine, whose next ``apply`` (the write's records, after its commit) is
+    stopped by a Ctrl-C before it runs."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.armed = engine, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def __contains__(self, rowid: int) -> bool:
+        return rowid in self.engine
+
+    def apply(self, prepared: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        return self.engine.apply(prepared)
+
+
+def items(vectors: np.ndarray, start: int, stop: int) -> list[dict[str, Any]]:
+    return [
+        {"id": f"r{i}", "text": f"record {i}", "embedding": vectors[i]} for i in range(start, stop)
+    ]
+
+
+def found_by_their_vectors(mem: Memory, vectors: np.ndarray, ids: range) -> bool:
+    for i in ids:
+        hits = mem.search("", mode="vector", k=1, query_embedding=vectors[i], track_access=False)
+        if not hits or hits[0].record.id != f"r{i}":
+            return False
+    return True
+
+
+def kept_their_vectors(mem: Memory, vectors: np.ndarray, ids: Iterable[int]) -> bool:
+    return all(
+        float(np.dot(mem.get(f"r{i}", include_embedding=True).embedding, vectors[i])) > 0.999
+        for i in ids
+    )
+
+
+@pytest.mark.parametrize("where", ["during the commit", "before the engine took it"])
+def test_a_write_interrupted_after_its_commit_is_kept_and_found(tmp_path: Path, where: str) -> None:
+    vectors = unit_rows(30, DIM, 7)
+    mem = store(tmp_path / "s")
+    mem.add_many(items(vectors, 0, 10))
+    sync = mem._sync  # type: ignore[attr-defined]
+    if where == "during the commit":
+        db = mem._db  # type: ignore[attr-defined]
+        db._writer = InterruptedAfterCommit(db._writer)
+    else:
+        sync.engine = InterruptedApply(sync.engine)
+    with pytest.raises(KeyboardInterrupt):
+        mem.add_many(items(vectors, 10, 15))
+    if where == "before the engine took it":
+        sync.engine = sync.engine.engine
+    # Stored, as the commit made it: this process finds them (read back from the
+    # database), and the writes after them go after them in the vector file.
+    assert mem.count() == 15
+    assert found_by_their_vectors(mem, vectors, range(10, 15))
+    mem.add_many(items(vectors, 15, 20))
+    mem.update("r3", embedding=vectors[20])
+    vectors[3] = vectors[20]
+    assert kept_their_vectors(mem, vectors, range(20))
+    mem.close()
+    with store(tmp_path / "s") as again:
+        assert again.count() == 20
+        assert kept_their_vectors(again, vectors, range(20))
+        assert found_by_their_vectors(again, vectors, range(4, 20))
+
+
+def test_an_update_interrupted_during_its_commit_is_kept(tmp_path: Path) -> None:
+    vectors = unit_rows(12, DIM, 8)
+    mem = store(tmp_path / "s")
+    mem.add_many(items(vectors, 0, 10))
+    db = mem._db  # type: ignore[attr-defined]
+    db._writer = InterruptedAfterCommit(db._writer)
+    with pytest.raises(KeyboardInterrupt):
+        mem.update("r2", embedding=vectors[10])
+    vectors[2] = vectors[10]
+    mem.add_many(items(vectors, 11, 12))
+    kept = [*range(10), 11]
+    assert kept_their_vectors(mem, vectors, kept)
+    mem.close()
+    with store(tmp_path / "s") as again:
+        assert kept_their_vectors(again, vectors, kept)
+
+
+def test_numpys_interface_is_loaded_with_the_module(tmp_path: Path) -> None:
+    # The native module loaded it at its first use, and a Ctrl-C while numpy's Python
+    # code ran for it became a Rust panic raised from that call (PanicException).
+    script = textwrap.dedent(
+        f"""
+        import os
+        import sys
+        import numpy as np
+        import memlane
+        from conftest import WordHashEmbedder
+
+        fired = []
+
+        def tracer(frame, event, arg):
+            name = frame.f_code.co_filename
+            if not fired and name.endswith(os.path.join("numpy", "lib", "_version.py")):
+                fired.append(frame.f_code.co_filename)
+                raise KeyboardInterrupt
+            return None
+
+        mem = memlane.Memory({str(tmp_path / "s")!r}, WordHashEmbedder({DIM}))
+        sys.settrace(tracer)
+        mem.add_many([{{"text": "hello", "embedding": np.ones({DIM}, np.float32)}}])
+        sys.settrace(None)
+        print("stored", mem.count())
+        """
+    )
+    tests = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tests,
+        env={**os.environ, "PYTHONPATH": str(tests)},
+    )
+    assert "PanicException" not in done.stderr
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("stored 1")
