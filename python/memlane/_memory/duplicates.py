@@ -24,17 +24,20 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from memlane._core import Engine
+from memlane._memory.access import AccessLog
 from memlane._memory.encoding import NewRecord, record
 from memlane._memory.querying import unexpired, visible
 from memlane.coerce import FloatArray
-from memlane.records import SCOPE_FIELDS
+from memlane.errors import MemlaneError
+from memlane.records import SCOPE_FIELDS, MemoryRecord
+from memlane.schema import Row
 from memlane.storage import Store
 
 #: A duplicate's target: a stored record's id, or the index of an item of the batch.
@@ -236,13 +239,9 @@ def decide(
     if not wanted and not any(n.metadata for n in news):
         out.store = list(range(len(news)))  # nothing to check: a bulk load
         return out
-    exact: dict[tuple[Any, ...], Target] = {}
-    if wanted:
-        for row in db.rows_by_hash(wanted):
-            if row.valid_to is not None or not visible(row, now):  # no longer true, or gone
-                continue
-            key = (row.content_hash, row.tbl, *row[5:11])
-            exact.setdefault(key, row.id)
+    exact: dict[tuple[Any, ...], Target] = dict(
+        _exact(db.rows_by_hash(wanted), now) if wanted else {}
+    )
     live = now if expiring else None
     stored_near, batch_near = (
         _near_candidates(news, db, engine, threshold, live) if wanted else ({}, {})
@@ -286,6 +285,91 @@ def decide(
         kept.add(i)
         out.store.append(i)
     return out
+
+
+def results(
+    db: Store, access: AccessLog, news: list[NewRecord], decision: Decision
+) -> dict[int, MemoryRecord]:
+    """What an add returns for each of ``news``, by index: the record stored, or the one
+    ``decision`` found it duplicates (read now, with the accesses ``access`` holds)."""
+    out: dict[int, MemoryRecord] = {}
+    for i in decision.store:
+        rec = out[i] = news[i].record()
+        if i in decision.marks:
+            target = decision.marks[i]
+            rec.duplicate = "near"
+            rec.duplicate_of = news[target].id if isinstance(target, int) else target
+    for i, (kind, target) in decision.dups.items():
+        if isinstance(target, int):
+            rec = replace(out[target])
+        else:
+            row = db.row_by_id(target)
+            if row is None:  # pragma: no cover - rows vanish only under the write lock
+                raise MemlaneError(f"duplicate {target!r} vanished")
+            rec = record(row, access.get(row))
+        rec.duplicate, rec.duplicate_of = kind, rec.id
+        out[i] = rec
+    return out
+
+
+def _exact(rows: Iterable[Row], now: float) -> dict[tuple[Any, ...], str]:
+    """The id of the first of ``rows`` true and visible at ``now``, by content hash, table
+    and scope fields: what a ``unique`` item of that text and scope duplicates."""
+    out: dict[tuple[Any, ...], str] = {}
+    for row in rows:
+        if row.valid_to is None and visible(row, now):  # else no longer true, or gone
+            out.setdefault((row.content_hash, row.tbl, *row[5:11]), row.id)
+    return out
+
+
+def stored_since(
+    decision: Decision, news: list[NewRecord], rows: Iterable[Row], now: float
+) -> set[int]:
+    """The items ``decision`` stores that are now exact duplicates of ``rows`` (read in
+    the write transaction: what another process stored after ``decide`` read), moved to
+    its duplicates; an item that named one as its target names the stored record now."""
+    exact = _exact(rows, now)
+    late = {
+        i: found
+        for i in decision.store
+        if news[i].dedup
+        and (found := exact.get((news[i].content_hash, *news[i].scope_key))) is not None
+    }
+    if late:
+        decision.store = [i for i in decision.store if i not in late]
+        for i, (kind, target) in list(decision.dups.items()):
+            if isinstance(target, int) and target in late:
+                decision.dups[i] = (kind, late[target])
+        for i, target in list(decision.marks.items()):
+            if isinstance(target, int) and target in late:
+                decision.marks[i] = late[target]
+        decision.dups.update((i, ("exact", found)) for i, found in late.items())
+    return set(late)
+
+
+def stored_meanwhile(
+    db: Store,
+    decision: Decision,
+    news: list[NewRecord],
+    order: list[int],
+    recent: list[tuple[str, str, float]],
+) -> Callable[[Any], set[int]] | None:
+    """What a write of ``news[i] for i in order`` asks in its transaction, on PostgreSQL,
+    where ``decision`` stores a ``unique`` item: the positions of those another process
+    stored after ``decide`` read (``stored_since``), left out of the write and of
+    ``recent``. Its writers take the seq row in turn, so the transaction reads every
+    commit before its own."""
+    if not db.shared or not any(news[i].dedup for i in order):
+        return None
+
+    def late(conn: Any) -> set[int]:
+        rows = db.rows_by_hash([news[i].content_hash for i in order if news[i].dedup], conn)
+        dups = stored_since(decision, news, rows, time.time())
+        ids = {news[i].id for i in dups}
+        recent[:] = [r for r in recent if r[1] not in ids]
+        return {p for p, i in enumerate(order) if i in dups}
+
+    return late
 
 
 def _near_candidates(

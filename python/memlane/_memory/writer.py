@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -44,7 +44,7 @@ from memlane._memory.write_checks import (
 )
 from memlane.coerce import FloatArray
 from memlane.embeddings.cache import CachedEmbedder
-from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
+from memlane.errors import ConflictError, InvalidArgumentError, UnknownIdError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import Row
 
@@ -233,6 +233,7 @@ class Writer(Deleting):
                 )
                 check_not_consumed(news, decision, consumed)
             recent: list[tuple[str, str, float]] = []
+
             if self.window.seconds > 0 and not importing and replacing is None:
                 for i in decision.store:
                     n = news[i]
@@ -241,11 +242,12 @@ class Writer(Deleting):
                         recent.extend((k, n.id, now) for k in keys)
             gone = 0
             if decision.store or replacing is not None or consumed:
-                stored = [news[i] for i in decision.store]
-                gone = self._insert(stored, recent, replacing, consumed)
+                order = list(decision.store)
+                late = duplicates.stored_meanwhile(self.db, decision, news, order, recent)
+                gone = self._insert([news[i] for i in order], recent, replacing, consumed, late)
             for key, record_id, at in recent:
                 self.window.remember([key], record_id, at)
-            results = self._results(news, decision)
+            results = duplicates.results(self.db, self.access, news, decision)
         records = [results[i] for i in range(len(news))]
         return records if replacing is None else (gone, records)
 
@@ -262,28 +264,6 @@ class Writer(Deleting):
                 f"id(s) already stored: {sorted(taken)[:5]}; use update() to change a record"
             )
 
-    def _results(
-        self, news: list[NewRecord], decision: duplicates.Decision
-    ) -> dict[int, MemoryRecord]:
-        results: dict[int, MemoryRecord] = {}
-        for i in decision.store:
-            rec = results[i] = news[i].record()
-            if i in decision.marks:
-                target = decision.marks[i]
-                rec.duplicate = "near"
-                rec.duplicate_of = news[target].id if isinstance(target, int) else target
-        for i, (kind, target) in decision.dups.items():
-            if isinstance(target, int):
-                rec = replace(results[target])
-            else:
-                row = self.db.row_by_id(target)
-                if row is None:  # pragma: no cover - rows vanish only under the write lock
-                    raise MemlaneError(f"duplicate {target!r} vanished")
-                rec = record(row, self.access.get(row))
-            rec.duplicate, rec.duplicate_of = kind, rec.id
-            results[i] = rec
-        return results
-
     def _embed_texts(self, texts: list[str]) -> FloatArray:
         assert self.embedder is not None
         return embed_texts(self.embedder, self.sync.dim, texts)
@@ -294,8 +274,10 @@ class Writer(Deleting):
         recent: list[tuple[str, str, float]],
         replacing: Replacing | None = None,
         consumed: Mapping[str, float | None] = _NONE,
+        late: Callable[[Any], set[int]] | None = None,
     ) -> int:
-        """Commits and indexes new records (write lock held). With ``replacing``, the
+        """Commits and indexes new records (write lock held), but those ``late`` finds in
+        the transaction (by position) were stored meanwhile. With ``replacing``, the
         records its filter admits are deleted in the same transaction, found there after
         every other writer's commit is applied, so none added meanwhile survives (those
         expired by ``"expire"``: ``_replaced``); with ``consumed``, the records of those
@@ -323,6 +305,10 @@ class Writer(Deleting):
             # the engine would refuse is rolled back and nothing changes.
             # New rowids have no accesses waiting to be flushed.
             rows = [n.row(base + j, seq, stored[j]) for j, n in enumerate(news)]
+            if late is not None and (dropped := late(conn)):
+                keep = [j for j in range(len(news)) if j not in dropped]
+                news, rows = [news[j] for j in keep], [rows[j] for j in keep]
+                vectors = None if vectors is None else vectors[keep]
             if len(news) >= _OVERLAP_MIN:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(1, thread_name_prefix="memlane-prepare")

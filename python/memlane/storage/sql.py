@@ -386,8 +386,9 @@ class SQLStore(SQLHistory):
             out += [int(r[0]) for r in conn.execute(self._q(q + where), (now, *params))]
         return out
 
-    def rows_by_hash(self, hashes: Sequence[str]) -> list[Row]:
-        """The rows (without vectors) whose ``content_hash`` is one of ``hashes``, by rowid.
+    def rows_by_hash(self, hashes: Sequence[str], conn: Any = None) -> list[Row]:
+        """The rows (without vectors) whose ``content_hash`` is one of ``hashes``, by rowid
+        (read in the transaction of ``conn`` when given).
 
         The query constrains the indexed expression (``_HASH_EXPR``) and nothing else;
         the full hashes are compared here."""
@@ -404,7 +405,7 @@ class SQLStore(SQLHistory):
                 out.extend(r for r in rows if r.content_hash in wanted)
             return out
 
-        found = self._read(run) if keys else []
+        found = (run(conn) if conn is not None else self._read(run)) if keys else []
         found.sort(key=lambda r: int(r[0]))
         return found
 
