@@ -37,10 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from _data import DataUnavailableError, wordnet_texts, wordnet_vectors
-from bench_user_latency import K, fill_chroma, fill_memlane, scifact_questions, settled
+from bench_user_latency import K, fill_chroma, fill_memlane, inputs, settled
 
 SPINS_MS = (1.0, 2.0, 4.0)
 
@@ -59,19 +56,10 @@ def main() -> None:
     parser.add_argument("--no-chroma", action="store_true")
     args = parser.parse_args()
     chroma = not args.no_chroma
-    if chroma:
-        try:
-            import chromadb  # noqa: F401
-        except ImportError:
-            print("chromadb is not installed: pip install chromadb (or --no-chroma)")
-            return
-    try:
-        texts = wordnet_texts()[: args.size]
-        vectors = np.ascontiguousarray(wordnet_vectors()[: args.size], dtype=np.float32)
-        questions = scifact_questions()
-    except DataUnavailableError as e:
-        print(f"skipped: {e}")
+    data = inputs(chroma)
+    if data is None:
         return
+    texts, vectors, questions = data[0][: args.size], data[1][: args.size], data[2]
     random.Random(0).shuffle(questions)
     asked, others = questions[: args.queries], questions[args.queries : 2 * args.queries]
     if len(others) < args.queries:

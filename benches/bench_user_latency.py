@@ -423,6 +423,23 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"| search, repeated question (goal <= 0.5 ms) | {rep:.3f} | | | | |")
 
 
+def inputs(chroma: bool) -> tuple[list[str], np.ndarray, list[str]] | None:
+    """The WordNet glosses, their cached vectors and the SciFact questions; None (and
+    why) where the data is not there, or chromadb (if ``chroma``) is not installed."""
+    if chroma:
+        try:
+            import chromadb  # noqa: F401
+        except ImportError:
+            print("chromadb is not installed: pip install chromadb (or --no-chroma)")
+            return None
+    try:
+        vectors = np.ascontiguousarray(wordnet_vectors(), dtype=np.float32)
+        return wordnet_texts(), vectors, scifact_questions()
+    except DataUnavailableError as e:
+        print(f"skipped: {e}")
+        return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000", help="store sizes, comma-separated")
@@ -439,19 +456,10 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     chroma = not args.no_chroma
-    if chroma:
-        try:
-            import chromadb  # noqa: F401
-        except ImportError:
-            print("chromadb is not installed: pip install chromadb (or --no-chroma)")
-            return
-    try:
-        texts = wordnet_texts()
-        vectors = np.ascontiguousarray(wordnet_vectors(), dtype=np.float32)
-        questions = scifact_questions()
-    except DataUnavailableError as e:
-        print(f"skipped: {e}")
+    data = inputs(chroma)
+    if data is None:
         return
+    texts, vectors, questions = data
     if max(sizes) > len(texts) - 10:
         raise SystemExit(f"sizes must stay below {len(texts) - 10}")
     rng = random.Random(0)
