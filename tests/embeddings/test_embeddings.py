@@ -286,7 +286,7 @@ def test_threads_share_the_single_text_path(embedder: OnnxEmbedder) -> None:
         ("max_length", 2, "between 3 and 512, got 2"),
         ("max_length", 513, "between 3 and 512, got 513"),
         ("batch_size", 0, "at least 1, got 0"),
-        ("threads", 0, "at least 1, got 0"),
+        ("threads", 0, "between 1 and 1024, got 0"),
         ("batch_size", True, "must be an int, got bool"),
         ("max_length", 12.5, "must be an int, got float"),
     ],
