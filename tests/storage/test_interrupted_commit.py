@@ -11,6 +11,7 @@ until it reopened the store."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,7 @@ import pytest
 
 from conftest import WordHashEmbedder, unit_rows
 from memlane import Memory
+from memlane.storage.interrupts import Hold
 
 DIM = 32
 
@@ -46,6 +48,25 @@ class InterruptedAfterCommit:
         if sql == "COMMIT" and self.armed:
             self.armed = False
             raise KeyboardInterrupt
+        return out
+
+
+class SignalledDuring:
+    """The writer connection, whose next statement starting with ``statement`` is sent
+    SIGINT as it returns, as a Ctrl-C pressed during it is (Python runs the handler
+    once the C call is over)."""
+
+    def __init__(self, conn: Any, statement: str) -> None:
+        self.conn, self.statement, self.armed = conn, statement, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        out = self.conn.execute(sql, *args)
+        if sql.startswith(self.statement) and self.armed:
+            self.armed = False
+            os.kill(os.getpid(), signal.SIGINT)
         return out
 
 
@@ -118,6 +139,43 @@ def test_a_write_interrupted_after_its_commit_is_kept_and_found(tmp_path: Path, 
         assert again.count() == 20
         assert kept_their_vectors(again, vectors, range(20))
         assert found_by_their_vectors(again, vectors, range(4, 20))
+
+
+@pytest.mark.parametrize("statement", ["BEGIN", "COMMIT"])
+def test_a_ctrl_c_during_a_writes_begin_or_commit_is_raised_once_its_outcome_is_kept(
+    tmp_path: Path, statement: str
+) -> None:
+    # During the BEGIN it was raised before the code that rolls back was in force: the
+    # connection stayed in its transaction and every later write was refused.
+    vectors = unit_rows(30, DIM, 9)
+    mem = store(tmp_path / "s")
+    mem.add_many(items(vectors, 0, 10))
+    db = mem._db  # type: ignore[attr-defined]
+    real = db._writer
+    db._writer = SignalledDuring(real, statement)
+    with pytest.raises(KeyboardInterrupt):
+        mem.add_many(items(vectors, 10, 15))
+    db._writer = real
+    stored = 15 if statement == "COMMIT" else 10
+    assert mem.count() == stored
+    assert found_by_their_vectors(mem, vectors, range(stored))
+    mem.add_many(items(vectors, 15, 20))
+    ids = [*range(stored), *range(15, 20)]
+    assert kept_their_vectors(mem, vectors, ids)
+    mem.close()
+    with store(tmp_path / "s") as again:
+        assert again.count() == len(ids)
+        assert kept_their_vectors(again, vectors, ids)
+
+
+def test_a_ctrl_c_is_held_and_raised_as_the_hold_ends() -> None:
+    hold = Hold()
+    os.kill(os.getpid(), signal.SIGINT)
+    assert sum(range(1000)) > 0  # Python has run its handler by now: held
+    with pytest.raises(KeyboardInterrupt):
+        hold.end()
+    hold.end()  # again: nothing
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_an_update_interrupted_during_its_commit_is_kept(tmp_path: Path) -> None:

@@ -398,14 +398,13 @@ class IndexSync:
             )
         if self.gone is not None:
             raise StorageError(self.gone)
-        if self.db.committed_seq > self.applied and self.lock.acquire(blocking=False):
+        if self.db.committed_seq > self.applied:
             # Every write gives its commit to the engine before it lets go of the lock:
-            # one a Ctrl-C stopped between the two is read back, as another's change is.
-            try:
+            # once it is free, one a Ctrl-C stopped between the two is read back, as
+            # another process's change is.
+            with self.lock:
                 self.follow()
                 self.applied = max(self.applied, self.db.committed_seq)
-            finally:
-                self.lock.release()
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:

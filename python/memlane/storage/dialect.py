@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from memlane.coerce import MAX_COUNT
 from memlane.errors import CorruptFileError, InvalidArgumentError, MemlaneError, StorageError
 from memlane.schema import Row
+from memlane.storage.interrupts import Hold
 
 __all__ = ["Columns", "Dialect", "ErrorKind", "Rows"]
 
@@ -257,11 +258,19 @@ class Dialect(abc.ABC):
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
-        """One write transaction: committed (durably) on exit, rolled back on an exception."""
-        with self._failing("cannot start a transaction"):
-            conn = self._begin()
+        """One write transaction: committed (durably) on exit, rolled back on an exception.
+        A Ctrl-C is held from the BEGIN until the code that rolls it back is in force,
+        and from the COMMIT until its outcome is recorded (``interrupts``)."""
+        hold = Hold()
+        try:
+            with self._failing("cannot start a transaction"):
+                conn = self._begin()
+        except BaseException:
+            hold.end()
+            raise
         try:
             try:
+                hold.end()  # a Ctrl-C held since the BEGIN is raised here: rolled back
                 yield conn
             except self._ERRORS as e:
                 self._abort(conn)
@@ -269,6 +278,7 @@ class Dialect(abc.ABC):
             except BaseException:
                 self._abort(conn)
                 raise
+            hold = Hold()
             try:
                 self._before_commit(conn)
                 conn.execute("COMMIT")
@@ -276,8 +286,9 @@ class Dialect(abc.ABC):
                 self._abort(conn)
                 raise self._error(self._COMMIT_FAILED, e) from self._cause(e)
             except BaseException:
-                # A Ctrl-C during the COMMIT is raised once it returns: what it wrote is
-                # stored, and taken for rolled back the files beside it would be reused.
+                # Raised once the COMMIT returned (another signal, MemoryError): what it
+                # wrote may be stored, and taken for rolled back the files beside it
+                # would be reused.
                 if self._went_through(conn):
                     self._committed()
                 else:
@@ -286,6 +297,7 @@ class Dialect(abc.ABC):
             self._committed()
         finally:
             self._end(conn)
+            hold.end()  # a Ctrl-C held since the COMMIT is raised here, its outcome kept
 
     def _went_through(self, conn: Any) -> bool:
         """Whether the transaction of ``conn``, whose commit was interrupted, committed:

@@ -439,6 +439,9 @@ class SQLiteStore(SQLStore):
             self._current()
             self._writer.execute("BEGIN IMMEDIATE")
         except BaseException:
+            if self._writer.in_transaction:  # raised after the BEGIN went through
+                with contextlib.suppress(sqlite3.Error):
+                    self._writer.execute("ROLLBACK")
             self._lock.release()
             raise
         return self._writer
