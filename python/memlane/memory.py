@@ -202,7 +202,9 @@ class Memory(MemoryStore):
         self.location = opened.location
         self.path = None if path is None or db.shared else Path(path)
         wake, access = threading.Event(), AccessLog()
+        sync, thread = None, None
         try:
+            opened.hold.end()  # the code that frees the lock is in force from here
             sync = IndexSync(db, opened.index_dir, self.location, dim, engine_args, access, wake)
             sync.snapshot_every = max(1, snapshot_every)
             sync.snapshot_vectors = db.vector_file is None if keep_vectors is None else keep_vectors
@@ -223,19 +225,17 @@ class Memory(MemoryStore):
             searcher.warm()
             if window.seconds > 0:
                 duplicates.load_window(window, db, time.time())
+            super().__init__(sync, writer, searcher, cached, scope)
+            thread = maintenance.start(self, wake)
+            # Freed, releasing the store, once nobody holds it (its thread holds only its
+            # parts).
+            self._finalizer = weakref.finalize(
+                self, maintenance.release, self._lock, db, wake, sync, thread
+            )
         except BaseException:
-            maintenance.release(self._lock, db, wake)
+            maintenance.release(self._lock, db, wake, sync, thread)
             raise
-        super().__init__(sync, writer, searcher, cached, scope)
-        try:
-            self._thread = maintenance.start(self, wake)
-        except BaseException:
-            maintenance.release(self._lock, db, wake, sync)
-            raise
-        # Freed, releasing the store, once nobody holds it (its thread holds only its parts).
-        self._finalizer = weakref.finalize(
-            self, maintenance.release, self._lock, db, wake, sync, self._thread
-        )
+        self._thread = thread
         # At exit the exit hook closes it once its thread stopped (this one would not wait).
         self._finalizer.atexit = False
         self._open = True

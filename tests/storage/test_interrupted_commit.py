@@ -1,5 +1,6 @@
 """A Ctrl-C that lands while a write commits, or between its commit and the engine's
-taking it, leaves the store as the commit made it.
+taking it, leaves the store as the commit made it; one while an open takes the store's
+lock frees it.
 
 Python raises ``KeyboardInterrupt`` once the C call it arrived in returns: a signal that
 arrives during SQLite's COMMIT (its fsync) is raised after the COMMIT went through. That
@@ -24,6 +25,7 @@ import pytest
 
 from conftest import WordHashEmbedder, unit_rows
 from memlane import Memory
+from memlane.storage import opening
 from memlane.storage.interrupts import Hold
 
 DIM = 32
@@ -166,6 +168,26 @@ def test_a_ctrl_c_during_a_writes_begin_or_commit_is_raised_once_its_outcome_is_
     with store(tmp_path / "s") as again:
         assert again.count() == len(ids)
         assert kept_their_vectors(again, vectors, ids)
+
+
+def test_a_ctrl_c_while_an_open_takes_the_lock_frees_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Raised before the code that frees the lock was in force, it kept the store locked
+    # to the process: every later open raised StoreLockedError.
+    store(tmp_path / "s").close()
+
+    class SignalledLock(opening.StoreLock):
+        def __init__(self, folder: Path) -> None:
+            super().__init__(folder)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(opening, "StoreLock", SignalledLock)
+    with pytest.raises(KeyboardInterrupt):
+        store(tmp_path / "s")
+    monkeypatch.undo()
+    with store(tmp_path / "s") as again:
+        assert again.count() == 0
 
 
 def test_a_ctrl_c_is_held_and_raised_as_the_hold_ends() -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memlane import coerce
 from memlane.errors import InvalidArgumentError, StorageError
 from memlane.storage.base import Store
+from memlane.storage.interrupts import Hold
 from memlane.storage.lock import StoreLock
 from memlane.storage.sqlite import SQLiteStore
 from memlane.storage.sqlite_owner import check_ours
@@ -29,6 +30,10 @@ class Opened:
     index_dir: Path | None
     lock: StoreLock | None
     location: str
+    #: A Ctrl-C held since the lock was taken (``interrupts``): the caller ends it once
+    #: the code that frees the lock is in force (raised in between, it lost the lock to
+    #: the process for good).
+    hold: Hold = field(default_factory=Hold)
 
 
 def _folder(path: Path) -> None:
@@ -87,7 +92,12 @@ def open_store(path: str | Path | None, cache_dir: str | Path | None = None) -> 
             # at once.
             folder = Path(cache_dir) / db.snapshot_folder
             _folder(folder)
-            return Opened(db, folder / "index", StoreLock(folder), db.location)
+            hold = Hold()
+            try:
+                return Opened(db, folder / "index", StoreLock(folder), db.location, hold)
+            except BaseException:
+                hold.end()
+                raise
         except BaseException:
             db.close()
             raise
@@ -101,9 +111,14 @@ def open_store(path: str | Path | None, cache_dir: str | Path | None = None) -> 
     if _database_file(folder):
         check_ours(folder / "memory.db")  # before the lock file is made beside it
     _folder(folder)
-    lock = StoreLock(folder)
+    hold, lock = Hold(), None
     try:
-        return Opened(SQLiteStore(folder / "memory.db"), folder / "index", lock, str(folder))
+        lock = StoreLock(folder)
+        hold.end()  # from here the lock is freed below (and a long migration interruptible)
+        store = SQLiteStore(folder / "memory.db")
+        return Opened(store, folder / "index", lock, str(folder), Hold())
     except BaseException:
-        lock.release()
+        if lock is not None:
+            lock.release()
+        hold.end()
         raise
