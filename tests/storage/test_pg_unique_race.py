@@ -126,3 +126,29 @@ def test_a_store_of_one_process_looks_once(tmp_path: Path) -> None:
         db.rows_by_hash = counted
         mem.add("a fact", unique=True)
         assert looked == [1]
+
+
+def test_a_duplicate_deleted_by_another_before_the_add_returns_is_returned_as_read(
+    pg_server: PgServer,
+) -> None:
+    # The add read its target again after its commit, and raised a bare MemlaneError
+    # ("vanished") although the batch's other items were stored.
+    u = url(pg_server, "vanish")
+    emb = WordHashEmbedder()
+    with Memory(u, emb) as a, Memory(u, emb) as b:
+        theirs = b.add("the shared fact", unique=True)
+        db = a._db  # type: ignore[attr-defined]
+        row_by_id = db.row_by_id
+
+        def deleted_first(record_id: str) -> Any:
+            db.row_by_id = row_by_id
+            b.delete(record_id)
+            return row_by_id(record_id)
+
+        db.row_by_id = deleted_first
+        got = a.add_many(
+            [{"text": "the shared fact", "unique": True}, {"text": "another fact", "unique": True}]
+        )
+        assert [(r.id, r.duplicate) for r in got] == [(theirs.id, "exact"), (got[1].id, None)]
+        assert got[0].text == "the shared fact"
+        assert a.get(got[1].id).text == "another fact"

@@ -35,7 +35,7 @@ from memlane._memory.access import AccessLog
 from memlane._memory.encoding import NewRecord, record
 from memlane._memory.querying import unexpired, visible
 from memlane.coerce import FloatArray
-from memlane.errors import MemlaneError
+from memlane.errors import ConflictError
 from memlane.records import SCOPE_FIELDS, MemoryRecord
 from memlane.schema import Row
 from memlane.storage import Store
@@ -186,6 +186,9 @@ class Decision:
     store: list[int] = field(default_factory=list)
     dups: dict[int, tuple[str, Target]] = field(default_factory=dict)
     marks: dict[int, Target] = field(default_factory=dict)
+    #: The rows of the stored records found exact duplicates of, by id, as read: what
+    #: the add returns for them if another process deletes one before it is read again.
+    read: dict[str, Row] = field(default_factory=dict)
 
 
 def load_window(window: DedupWindow, db: Store, now: float) -> None:
@@ -239,9 +242,9 @@ def decide(
     if not wanted and not any(n.metadata for n in news):
         out.store = list(range(len(news)))  # nothing to check: a bulk load
         return out
-    exact: dict[tuple[Any, ...], Target] = dict(
-        _exact(db.rows_by_hash(wanted), now) if wanted else {}
-    )
+    stored = _exact(db.rows_by_hash(wanted), now) if wanted else {}
+    out.read.update((row.id, row) for row in stored.values())
+    exact: dict[tuple[Any, ...], Target] = {key: row.id for key, row in stored.items()}
     live = now if expiring else None
     stored_near, batch_near = (
         _near_candidates(news, db, engine, threshold, live) if wanted else ({}, {})
@@ -303,22 +306,26 @@ def results(
         if isinstance(target, int):
             rec = replace(out[target])
         else:
-            row = db.row_by_id(target)
-            if row is None:  # pragma: no cover - rows vanish only under the write lock
-                raise MemlaneError(f"duplicate {target!r} vanished")
+            # On PostgreSQL another process may have deleted it since: as read then.
+            row = db.row_by_id(target) or decision.read.get(target)
+            if row is None:
+                raise ConflictError(
+                    f"memory {target!r}, which an item duplicates, was deleted by another "
+                    "writer meanwhile; the items that duplicate nothing were stored"
+                )
             rec = record(row, access.get(row))
         rec.duplicate, rec.duplicate_of = kind, rec.id
         out[i] = rec
     return out
 
 
-def _exact(rows: Iterable[Row], now: float) -> dict[tuple[Any, ...], str]:
-    """The id of the first of ``rows`` true and visible at ``now``, by content hash, table
-    and scope fields: what a ``unique`` item of that text and scope duplicates."""
-    out: dict[tuple[Any, ...], str] = {}
+def _exact(rows: Iterable[Row], now: float) -> dict[tuple[Any, ...], Row]:
+    """The first of ``rows`` true and visible at ``now``, by content hash, table and scope
+    fields: what a ``unique`` item of that text and scope duplicates."""
+    out: dict[tuple[Any, ...], Row] = {}
     for row in rows:
         if row.valid_to is None and visible(row, now):  # else no longer true, or gone
-            out.setdefault((row.content_hash, row.tbl, *row[5:11]), row.id)
+            out.setdefault((row.content_hash, row.tbl, *row[5:11]), row)
     return out
 
 
@@ -329,8 +336,9 @@ def stored_since(
     the write transaction: what another process stored after ``decide`` read), moved to
     its duplicates; an item that named one as its target names the stored record now."""
     exact = _exact(rows, now)
+    decision.read.update((row.id, row) for row in exact.values())
     late = {
-        i: found
+        i: found.id
         for i in decision.store
         if news[i].dedup
         and (found := exact.get((news[i].content_hash, *news[i].scope_key))) is not None
