@@ -196,7 +196,7 @@ class Memory(MemoryStore):
             "precision": hnsw_precision,
             "language": language,
         }
-        opened = open_store(path, cache_dir)
+        opened = open_store(path, cache_dir, held=True)
         db, self._lock = opened.db, opened.lock
         #: How messages name the store: its directory, "in memory", or the URL without password.
         self.location = opened.location

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import WordHashEmbedder, unit_rows
 from memlane import Memory
+from memlane.cli import main as cli_main
 from memlane.storage import opening
 from memlane.storage.interrupts import Hold
 
@@ -113,7 +114,9 @@ def kept_their_vectors(mem: Memory, vectors: np.ndarray, ids: Iterable[int]) -> 
     )
 
 
-@pytest.mark.parametrize("where", ["during the commit", "before the engine took it"])
+@pytest.mark.parametrize(
+    "where", ["during the commit", "before the engine took it", "then a write"]
+)
 def test_a_write_interrupted_after_its_commit_is_kept_and_found(tmp_path: Path, where: str) -> None:
     vectors = unit_rows(30, DIM, 7)
     mem = store(tmp_path / "s")
@@ -126,8 +129,12 @@ def test_a_write_interrupted_after_its_commit_is_kept_and_found(tmp_path: Path, 
         sync.engine = InterruptedApply(sync.engine)
     with pytest.raises(KeyboardInterrupt):
         mem.add_many(items(vectors, 10, 15))
-    if where == "before the engine took it":
+    if where != "during the commit":
         sync.engine = sync.engine.engine
+    if where == "then a write":  # its check comes inside the write: the gap tells
+        mem.add_many(items(vectors, 25, 26))
+        assert found_by_their_vectors(mem, vectors, range(10, 15))
+        mem.delete("r25")
     # Stored, as the commit made it: this process finds them (read back from the
     # database), and the writes after them go after them in the vector file.
     assert mem.count() == 15
@@ -197,6 +204,30 @@ def test_a_ctrl_c_is_held_and_raised_as_the_hold_ends() -> None:
     with pytest.raises(KeyboardInterrupt):
         hold.end()
     hold.end()  # again: nothing
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_every_ctrl_c_held_reaches_the_callers_handler(tmp_path: Path) -> None:
+    calls: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+    try:
+        hold = Hold()
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert sum(range(1000)) > 0 and calls == []
+        hold.end()
+        assert calls == [signal.SIGINT, signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_opening_a_store_gives_ctrl_c_back(tmp_path: Path) -> None:
+    # The CLI read a store's embedder through open_store and never ended the hold it
+    # took: Ctrl-C was ignored for the rest of the process (`memlane mcp` ran on).
+    store(tmp_path / "s").close()
+    assert cli_main(["stats", str(tmp_path / "s")]) == 0
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    opening.open_store(None).db.close()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 

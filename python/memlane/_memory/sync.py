@@ -398,10 +398,10 @@ class IndexSync:
             )
         if self.gone is not None:
             raise StorageError(self.gone)
-        if self.db.committed_seq > self.applied:
-            # Every write gives its commit to the engine before it lets go of the lock:
-            # once it is free, one a Ctrl-C stopped between the two is read back, as
-            # another process's change is.
+        if self.db.committed_seq > self.applied and not self._in_flight:
+            # Every write gives its commit to the engine before it ends (one in flight
+            # is left to it: a search does not wait for a bulk load); one a Ctrl-C
+            # stopped between the two is read back, as another process's change is.
             with self.lock:
                 self.follow()
                 self.applied = max(self.applied, self.db.committed_seq)
@@ -474,6 +474,10 @@ class IndexSync:
             self.seq = seq
         else:
             self.own.add(seq)
+            if not self.db.shared:
+                # No other process writes here: the change between is this one's, cut
+                # off by a Ctrl-C from the engine (see check_open). Read back now.
+                self.follow()
         self.events.committed(seq)
         self.access.committed(seq)
         self.changes += changes

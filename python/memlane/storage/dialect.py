@@ -272,13 +272,13 @@ class Dialect(abc.ABC):
             try:
                 hold.end()  # a Ctrl-C held since the BEGIN is raised here: rolled back
                 yield conn
+                hold = Hold()  # one raised as it begins is rolled back too
             except self._ERRORS as e:
                 self._abort(conn)
                 raise self._error("write failed, nothing was stored", e) from self._cause(e)
             except BaseException:
                 self._abort(conn)
                 raise
-            hold = Hold()
             try:
                 self._before_commit(conn)
                 conn.execute("COMMIT")

@@ -29,7 +29,7 @@ class Hold:
 
     def __init__(self) -> None:
         global _current
-        self._noted: tuple[int, FrameType | None] | None = None
+        self._noted: list[tuple[int, FrameType | None]] = []
         self._previous: object = None
         if _current is not None or threading.current_thread() is not threading.main_thread():
             return
@@ -43,17 +43,18 @@ class Hold:
         self._previous, _current = previous, self
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
-        self._noted = (signum, frame)
+        self._noted.append((signum, frame))
 
     def end(self) -> None:
-        """Gives SIGINT back to its handler, and runs it on a signal noted meanwhile (the
-        default one raises ``KeyboardInterrupt`` here); again, does nothing."""
+        """Gives SIGINT back to its handler, and runs it on each signal noted meanwhile
+        (the default one raises ``KeyboardInterrupt`` at the first); again, does nothing."""
         global _current
         previous, self._previous = self._previous, None
         if previous is None:
             return
         signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
         _current = None
-        noted, self._noted = self._noted, None
-        if noted is not None and callable(previous):
-            previous(*noted)
+        noted, self._noted = self._noted, []
+        for signum, frame in noted:
+            if callable(previous):
+                previous(signum, frame)

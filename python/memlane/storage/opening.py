@@ -70,9 +70,26 @@ def _database_file(folder: Path) -> bool:
         raise StorageError(f"cannot open the store {folder}: {e.strerror}") from None
 
 
-def open_store(path: str | Path | None, cache_dir: str | Path | None = None) -> Opened:
+def open_store(
+    path: str | Path | None, cache_dir: str | Path | None = None, *, held: bool = False
+) -> Opened:
     """A store directory (SQLite), ``None`` (SQLite in memory), or a ``postgresql://``
-    URL; ``cache_dir`` keeps a PostgreSQL store's index snapshots on local disk."""
+    URL; ``cache_dir`` keeps a PostgreSQL store's index snapshots on local disk. With
+    ``held``, a Ctrl-C from the lock's taking is held until the caller ends
+    ``Opened.hold``; else until this returns."""
+    opened = _open(path, cache_dir)
+    if not held:
+        try:
+            opened.hold.end()
+        except BaseException:
+            opened.db.close()
+            if opened.lock is not None:
+                opened.lock.release()
+            raise
+    return opened
+
+
+def _open(path: str | Path | None, cache_dir: str | Path | None) -> Opened:
     if is_postgres_url(path):
         # Imported here: psycopg is needed only by PostgreSQL stores.
         try:
