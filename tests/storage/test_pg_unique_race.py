@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,14 @@ def url(server: PgServer, name: str) -> str:
     global _n
     _n += 1
     return server.url(schema=f"uq{_n}_{name}")
+
+
+@contextmanager
+def two_handles(server: PgServer, name: str) -> Iterator[tuple[Memory, Memory]]:
+    """Two ``Memory`` objects on one new store, as two processes have."""
+    u, emb = url(server, name), WordHashEmbedder()
+    with Memory(u, emb) as a, Memory(u, emb) as b:
+        yield a, b
 
 
 def another_adds_first(mem: Memory, other: Memory, items: list[dict[str, Any]]) -> None:
@@ -42,9 +52,7 @@ def another_adds_first(mem: Memory, other: Memory, items: list[dict[str, Any]]) 
 
 
 def test_a_text_stored_by_another_meanwhile_is_not_stored_again(pg_server: PgServer) -> None:
-    u = url(pg_server, "one")
-    emb = WordHashEmbedder()
-    with Memory(u, emb) as a, Memory(u, emb) as b:
+    with two_handles(pg_server, "one") as (a, b):
         theirs = {"text": "the shared fact", "unique": True, "agent_id": "x"}
         another_adds_first(a, b, [theirs])
         got = a.add("the shared fact", unique=True, agent_id="x")
@@ -59,9 +67,7 @@ def test_a_text_stored_by_another_meanwhile_is_not_stored_again(pg_server: PgSer
 def test_a_batch_whose_items_name_one_stored_meanwhile_names_the_stored_one(
     pg_server: PgServer,
 ) -> None:
-    u = url(pg_server, "batch")
-    emb = WordHashEmbedder()
-    with Memory(u, emb) as a, Memory(u, emb) as b:
+    with two_handles(pg_server, "batch") as (a, b):
         another_adds_first(a, b, [{"text": "alpha fact", "unique": True}])
         got = a.add_many(
             [
@@ -133,9 +139,7 @@ def test_a_duplicate_deleted_by_another_before_the_add_returns_is_returned_as_re
 ) -> None:
     # The add read its target again after its commit, and raised a bare MemlaneError
     # ("vanished") although the batch's other items were stored.
-    u = url(pg_server, "vanish")
-    emb = WordHashEmbedder()
-    with Memory(u, emb) as a, Memory(u, emb) as b:
+    with two_handles(pg_server, "vanish") as (a, b):
         theirs = b.add("the shared fact", unique=True)
         db = a._db  # type: ignore[attr-defined]
         row_by_id = db.row_by_id
