@@ -259,20 +259,18 @@ class Dialect(abc.ABC):
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         """One write transaction: committed (durably) on exit, rolled back on an exception.
-        A Ctrl-C is held from the BEGIN until the code that rolls it back is in force,
-        and from the COMMIT until its outcome is recorded (``interrupts``)."""
-        hold = Hold()
-        try:
-            with self._failing("cannot start a transaction"):
-                conn = self._begin()
-        except BaseException:
-            hold.end()
-            raise
+        An embedded store holds a Ctrl-C from its BEGIN until the code that rolls it back
+        is in force, and from its COMMIT until the outcome is recorded (``interrupts``;
+        a server's BEGIN and COMMIT may wait on the network, and its follower applies
+        a commit either way)."""
+        with self._failing("cannot start a transaction"):
+            conn = self._begin()
+        hold = Hold(active=False)
         try:
             try:
-                hold.end()  # a Ctrl-C held since the BEGIN is raised here: rolled back
+                self._begun()  # a Ctrl-C held since the BEGIN is raised here: rolled back
                 yield conn
-                hold = Hold()  # one raised as it begins is rolled back too
+                hold = Hold(self._HOLDS)  # one raised as it begins is rolled back too
             except self._ERRORS as e:
                 self._abort(conn)
                 raise self._error("write failed, nothing was stored", e) from self._cause(e)
@@ -298,6 +296,17 @@ class Dialect(abc.ABC):
         finally:
             self._end(conn)
             hold.end()  # a Ctrl-C held since the COMMIT is raised here, its outcome kept
+
+    #: Whether a Ctrl-C is held over the BEGIN and the COMMIT.
+    _HOLDS = False
+    #: The hold that a dialect's ``_begin`` took, if any (its lock's holder alone reads it).
+    _begin_hold: Hold | None = None
+
+    def _begun(self) -> None:
+        """Ends the hold ``_begin`` took, if it took one."""
+        hold, self._begin_hold = self._begin_hold, None
+        if hold is not None:
+            hold.end()
 
     def _went_through(self, conn: Any) -> bool:
         """Whether the transaction of ``conn``, whose commit was interrupted, committed:

@@ -23,15 +23,19 @@ _current: Hold | None = None
 
 
 class Hold:
-    """SIGINT noted, not acted on, from this object's making until ``end`` (a no-op
-    outside the main thread, under a hold already in force, or where SIGINT's handler
-    is not Python's)."""
+    """SIGINT noted, not acted on, from this object's making until ``end`` (a no-op when
+    not ``active``, outside the main thread, under a hold already in force, or where
+    SIGINT's handler is not Python's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, active: bool = True) -> None:
         global _current
         self._noted: list[tuple[int, FrameType | None]] = []
         self._previous: object = None
-        if _current is not None or threading.current_thread() is not threading.main_thread():
+        if (
+            not active
+            or _current is not None
+            or threading.current_thread() is not threading.main_thread()
+        ):
             return
         previous = signal.getsignal(signal.SIGINT)
         if not callable(previous):  # ignored, the default, or set outside Python

@@ -39,6 +39,7 @@ from memlane.errors import CorruptFileError, StorageError, StoreClosedError
 from memlane.schema import history_table, records_table, sqlite_types_hold
 from memlane.storage.base import held_here
 from memlane.storage.dialect import Columns, ErrorKind, Rows
+from memlane.storage.interrupts import Hold
 from memlane.storage.rowcache import DEFAULT_CAPACITY, RowCache
 from memlane.storage.sql import SQLStore
 from memlane.storage.sqlite_migrate import migrate
@@ -191,6 +192,7 @@ class SQLiteStore(SQLStore):
     # valid UTF-8: bytes that do not decode come from a damaged file (seen: the message
     # of a schema a flipped bit garbled, raised by the first PRAGMA).
     _ERRORS = (sqlite3.Error, UnicodeDecodeError)
+    _HOLDS = True
     _TYPES_HOLD = sqlite_types_hold()
     _HISTORY_TYPES_HOLD = sqlite_types_hold(history=True)
     # (It needs SQLite 3.35.)
@@ -433,6 +435,8 @@ class SQLiteStore(SQLStore):
 
     def _begin(self) -> sqlite3.Connection:
         self._lock.acquire()
+        # Taken once the lock is: a Ctrl-C while another thread's write holds it is not.
+        hold = Hold()
         try:
             if self._closed:
                 raise StoreClosedError("the store is closed")
@@ -443,7 +447,9 @@ class SQLiteStore(SQLStore):
                 with contextlib.suppress(sqlite3.Error):
                     self._writer.execute("ROLLBACK")
             self._lock.release()
+            hold.end()
             raise
+        self._begin_hold = hold
         return self._writer
 
     def _end(self, conn: Any) -> None:
