@@ -233,7 +233,6 @@ class Writer(Deleting):
                 )
                 check_not_consumed(news, decision, consumed)
             recent: list[tuple[str, str, float]] = []
-
             if self.window.seconds > 0 and not importing and replacing is None:
                 for i in decision.store:
                     n = news[i]
