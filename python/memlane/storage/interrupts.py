@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 __all__ = ["Hold"]
 
@@ -30,7 +32,7 @@ class Hold:
     def __init__(self, active: bool = True) -> None:
         global _current
         self._noted: list[tuple[int, FrameType | None]] = []
-        self._previous: object = None
+        self._previous: Callable[[int, FrameType | None], Any] | None = None
         if (
             not active
             or _current is not None
@@ -56,9 +58,8 @@ class Hold:
         previous, self._previous = self._previous, None
         if previous is None:
             return
-        signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
+        signal.signal(signal.SIGINT, previous)
         _current = None
         noted, self._noted = self._noted, []
         for signum, frame in noted:
-            if callable(previous):
-                previous(signum, frame)
+            previous(signum, frame)
