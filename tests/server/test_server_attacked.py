@@ -136,6 +136,21 @@ def test_upload_names_and_paths_the_file_system_refuses_are_the_callers_fault(
     assert mem.count() == 0
 
 
+def test_paths_under_the_ingest_root_it_cannot_read_are_named_as_given(
+    client: TestClient, mem: Memory, root: Path
+) -> None:
+    # A symlink loop (a RuntimeError from Python 3.11's resolve), a file that is not
+    # there and a name too long: each the caller's fault, none naming the root's place.
+    (root / "loop1").symlink_to("loop2")
+    (root / "loop2").symlink_to("loop1")
+    for path, status in (("loop1", 400), ("missing.md", 404), ("a" * 300, 400)):
+        r = client.post("/v1/ingest", json={"path": path, "shared": True})
+        assert r.status_code == status, (path, r.text)
+        message = r.json()["error"]["message"]
+        assert str(root) not in message and path[:20] in message, message
+    assert mem.count() == 0
+
+
 def test_a_record_whose_id_holds_a_slash_is_reached_by_its_routes(
     client: TestClient, mem: Memory
 ) -> None:

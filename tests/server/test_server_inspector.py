@@ -368,3 +368,31 @@ def test_records_whose_ids_are_path_steps_open_and_change_through_the_page(
         assert api.get("/v1/memories/history").json()["text"] == "record history"
         assert api.get("/v1/memories/-").json()["text"] == "record -"
         api.close()
+
+
+def test_a_stored_right_to_left_override_turns_no_words_around_it(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # "\u202eecila" is drawn "alice": without isolation it would also turn the labels and
+    # values drawn after it, and a row of user "ecila" would pass for one of "alice".
+    spoof = "\u202eecila"
+    item = {"text": "note", "table": "t\u202e", "user_id": spoof, "agent_id": "x"}
+    with ServeProcess(tmp_path / "s", "--create", "--embedder", "none") as server:
+        api = httpx.Client(base_url=server.url, timeout=60)
+        assert api.post("/v1/memories", json=item).status_code == 201
+        browser.goto(server.url + "/")
+        browser.wait("document.querySelectorAll('#record-list tr.record').length === 1")
+        browser.wait("document.querySelectorAll('#stats .scope bdi').length")
+        assert texts(browser, "#record-list td bdi") == [spoof, "x"]
+        assert texts(browser, "#stats .scope bdi") == ["t\u202e", spoof, "x"]
+        assert texts(browser, "#stats .table bdi") == ["t\u202e"]
+        # Drawn in order: the user's value, then the agent's label to its right.
+        value_right, label_left = browser.run(
+            "(() => { const td = document.querySelectorAll('#record-list tr.record td')[2];"
+            " const label = [...td.childNodes].find(n => n.nodeType === 3"
+            " && n.textContent.includes('agent=')); const r = document.createRange();"
+            " r.selectNodeContents(label); return [td.querySelector('bdi')"
+            ".getBoundingClientRect().right, r.getBoundingClientRect().left] })()"
+        )
+        assert value_right <= label_left + 0.5
+        api.close()

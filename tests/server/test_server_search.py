@@ -6,6 +6,7 @@ orjson, its answer written by orjson or, for what orjson cannot write, by json."
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -66,6 +67,31 @@ def test_a_search_answers_as_memory_search_does(
     assert [h["score"] for h in got] == [h.score for h in expected]
     assert [h["explain"] for h in got] == [h.explain for h in expected]
     assert got[0]["record"]["text"] == "Carol keeps bees in Lyon"
+
+
+def test_a_long_query_is_searched_off_the_event_loop(
+    client: TestClient, mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # BM25 reads every word of a query: megabytes of them on the event loop would hold
+    # every other client's request while they are read.
+    on_loop: list[bool] = []
+    search = mem.search
+
+    @functools.wraps(search)  # the route reads the arguments it takes from the signature
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(mem, "search", noted)
+    for query in ("bees", "bees " * 2000):
+        got = hits(client, query=query, mode="text", k=1, track_access=False)
+        assert got[0]["record"]["text"] == "Carol keeps bees in Lyon"
+    # On the loop only for a store directory; PostgreSQL's rows are read in a thread.
+    assert on_loop == [mem.path is not None, False]
 
 
 def test_a_refused_search_is_a_json_error(client: TestClient) -> None:

@@ -183,13 +183,23 @@ async def search(scope: Scope, receive: Receive, send: Send) -> None:
     await send_json(send, {"hits": [hit_json(h) for h in hits]})
 
 
+# Characters of a query searched on the event loop: a question, or a paragraph.
+_SHORT_QUERY = 2048
+
+
 def _short(mem: Memory, args: dict[str, Any]) -> bool:
     """Whether a search runs on the event loop rather than in a worker thread: one that
     runs no model (given a vector, or by text alone) over a store directory (its rows
     read from a local file, not from PostgreSQL) takes well under a millisecond, less
-    than the hop to a thread and back costs on a busy machine (benches/bench_server.py)."""
-    return mem.path is not None and (
-        args.get("query_embedding") is not None or args.get("mode") == "text"
+    than the hop to a thread and back costs on a busy machine (benches/bench_server.py).
+    A long query is not short: BM25 reads each of its words, and a client sending
+    megabytes of them would hold every other client's request."""
+    query = args.get("query")
+    return (
+        mem.path is not None
+        and isinstance(query, str)
+        and len(query) <= _SHORT_QUERY
+        and (args.get("query_embedding") is not None or args.get("mode") == "text")
     )
 
 

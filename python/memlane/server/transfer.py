@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -136,13 +136,20 @@ def _ingest_path(request: Request, path: object, options: dict[str, Any]) -> Ing
     try:
         path.encode("utf-8")
         target = (root / path).resolve()
-    except (UnicodeEncodeError, OSError, ValueError):
-        # The message names the path given, never the root's place on the server.
+    except (UnicodeEncodeError, OSError, ValueError, RuntimeError):
+        # RuntimeError: a symlink loop, as Python 3.11's resolve reports one. The
+        # message names the path given, never the root's place on the server.
         raise InvalidArgumentError(f"path {shown(path)} is no file this server can read") from None
     if not target.is_relative_to(root):
         raise Refused(403, "Forbidden", f"{path!r} is outside the server's ingest root")
     mem = request.app.state.memory
-    report: IngestReport = mem.ingest(target, root=root, progress=False, **options)
+    try:
+        report: IngestReport = mem.ingest(target, root=root, progress=False, **options)
+    except MemlaneError as e:
+        # A file under the root is named as the client names it: relative to the root.
+        inside = re.compile(re.escape(str(root) + os.sep))
+        _rewrite(e, lambda text: inside.sub("", text).replace(str(root), "the ingest root"))
+        raise
     return report
 
 
@@ -206,12 +213,14 @@ def _name_the_body(error: MemlaneError, path: Path, what: str = "the body") -> N
     line = re.compile(re.escape(str(path)) + r":(\d+)")
     named = re.compile(re.escape(repr(str(path))) + "|" + re.escape(str(path)))
 
-    def body(text: str) -> str:
-        return named.sub(what, line.sub(rf"line \1 of {what}", text))
+    _rewrite(error, lambda text: named.sub(what, line.sub(rf"line \1 of {what}", text)))
 
-    error.args = tuple(body(a) if isinstance(a, str) else a for a in error.args)
+
+def _rewrite(error: MemlaneError, change: Callable[[str], str]) -> None:
+    """``error`` with ``change`` made to each of its texts."""
+    error.args = tuple(change(a) if isinstance(a, str) else a for a in error.args)
     if isinstance(error, DuplicateIdError):
-        error.where = body(error.where)
+        error.where = change(error.where)
 
 
 ROUTES: list[Route] = [
