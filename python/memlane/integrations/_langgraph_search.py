@@ -164,13 +164,13 @@ class Searching:
                 info = hit.explain or {}
                 cosine = info.get("cosine")
                 score = float(cosine if cosine is not None else hit.score)
-                # An item scores its best field (the engine ties every cosine <= 0 at 0).
+                # An item scores its best field's cosine (a hit's score is 0 for any <= 0).
                 scores[lg["item"]] = max(score, scores.get(lg["item"], score))
             self._add_firsts(op, [i for i in scores if i not in firsts], firsts)
             best = {i: (f, s) for i, s in scores.items() if (f := firsts[i]) is not None}
             exhausted = len(hits) < k or k == MAX_K
-            # Cosines at or below 0 all score 0 in the engine: fetch them all to order them.
-            if exhausted or (len(best) >= need and hits[-1].score > 0):
+            # The hits come by cosine, so an item not met yet scores no more than the last.
+            if exhausted or len(best) >= need:
                 break
             k = min(2 * k, MAX_K)
         ranked = sorted(best.values(), key=lambda p: p[1], reverse=True)[op.offset : need]

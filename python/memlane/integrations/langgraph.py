@@ -440,7 +440,8 @@ class MemlaneStore(Searching, BaseStore):
         at = 0
         for k, op in puts.items():
             own = self._texts(op)
-            vecs = None if vectors is None else vectors[at : at + len(own)]
+            # A put with nothing to index takes the placeholder, not an empty slice.
+            vecs = None if vectors is None or not own else vectors[at : at + len(own)]
             at += len(own)
             if op.value is None:
                 continue

@@ -629,7 +629,21 @@ impl Engine {
                 },
             ));
         }
-        scored.sort_unstable_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+        // Equal scores go to the nearer hit: every cosine at or below 0 is relevance
+        // 0, and a store with fewer than `k` related records must still rank the rest
+        // by what the retrievers saw, not by id.
+        let seen = |s: &Signals| {
+            let or_least = |x: Option<f32>| x.unwrap_or(f32::NEG_INFINITY);
+            (or_least(s.cosine), or_least(s.bm25))
+        };
+        scored.sort_unstable_by(|a, b| {
+            let (ac, ab) = seen(&a.1);
+            let (bc, bb) = seen(&b.1);
+            (b.1.score.total_cmp(&a.1.score))
+                .then(bc.total_cmp(&ac))
+                .then(bb.total_cmp(&ab))
+                .then(a.0.cmp(&b.0))
+        });
         if req.diversity > 0.0 && scored.len() > 1 {
             let ids: Vec<u64> = scored.iter().map(|(id, _)| *id).collect();
             let scores: Vec<f64> = scored.iter().map(|(_, s)| s.score).collect();

@@ -1672,3 +1672,40 @@ fn a_neighbour_the_search_leaves_out_lends_nothing() {
         assert_eq!(joined, own, "{left_out}");
     }
 }
+
+#[test]
+fn hits_of_equal_score_rank_by_their_cosine_then_bm25() {
+    // Cosines -0.995, -0.5 and -0.1 all weigh 0: the nearest of them still comes
+    // first, in vector and hybrid mode, whatever the ids' order.
+    let mut e = engine(Some(2));
+    let unit = |c: f32| [c, (1.0 - c * c).sqrt()];
+    let vectors: Vec<f32> = [-0.995, -0.5, -0.1, 0.3]
+        .into_iter()
+        .flat_map(unit)
+        .collect();
+    let texts: Vec<String> = ["far", "mid", "near", "pos"].map(String::from).into();
+    let a: Vec<Attrs> = (0..4)
+        .map(|_| attrs("a", 0.5, 100.0 * HOUR, false))
+        .collect();
+    e.upsert(Batch {
+        ids: &[1, 2, 3, 4],
+        texts: Some(&texts),
+        vectors: Some(&vectors),
+        attrs: &a,
+    })
+    .unwrap();
+    let q = [1.0, 0.0];
+    for mode in [Mode::Vector, Mode::Hybrid] {
+        let hits = e.search(&request(Some("zzz"), Some(&q), mode)).unwrap();
+        assert_eq!(hits.ids, vec![4, 3, 2, 1], "{mode:?}");
+    }
+    // With no cosine to tell them apart, BM25 does.
+    let hits = e
+        .search(&request(Some("near mid"), Some(&[0.0, -1.0]), Mode::Hybrid))
+        .unwrap();
+    assert!(
+        hits.ids[..2].iter().all(|id| [2, 3].contains(id)),
+        "{:?}",
+        hits.ids
+    );
+}
