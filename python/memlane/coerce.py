@@ -83,8 +83,8 @@ def record_id(value: object, label: str) -> str:
 
 def path(value: object, label: str) -> Path:
     """``value``, a path given as a str or ``os.PathLike`` of one, as a ``Path``;
-    ``InvalidArgumentError`` naming ``label`` otherwise, or when it holds a NUL (which no
-    path may: every look at the disk would raise ``ValueError``)."""
+    ``InvalidArgumentError`` naming ``label`` otherwise, when it is empty, or when it holds
+    a NUL (which no path may: every look at the disk would raise ``ValueError``)."""
     try:
         text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
     except TypeError:  # a PathLike whose __fspath__ gives no str nor bytes
@@ -93,6 +93,8 @@ def path(value: object, label: str) -> Path:
         raise InvalidArgumentError(f"{label} must be a str or a path, got {shown(value)}")
     if "\x00" in text:
         raise InvalidArgumentError(f"{label} must not hold a NUL character: {text!r}")
+    if not text:  # Path("") is the current folder: a path left blank by mistake, mostly
+        raise InvalidArgumentError(f"{label} must not be empty (write '.' for this folder)")
     try:  # a name read from the disk keeps its undecodable bytes as escapes: those pass
         os.fsencode(text)
     except UnicodeEncodeError as e:

@@ -371,7 +371,7 @@ class Memory(MemoryStore):
         return ingest_path(
             self,
             path,
-            Owner.of(agent_id, shared),
+            Owner.of(agent_id, shared, self.default_scope),
             IngestOptions(
                 chunker, metadata, progress, prune_missing, follow_outside, batch_size, limits
             ),
@@ -395,8 +395,8 @@ class Memory(MemoryStore):
 
         Each entry is ``{"directory": ..., "shared": bool}``, ``{"path": ...,
         "shared": bool}`` (optionally with its own ``"metadata"``), or a plain
-        string of knowledge text. Paths are relative to ``root`` (by default
-        the current folder) and may not lead outside it unless
+        string of knowledge text. Paths (the report's too) are relative to ``root``
+        (by default the current folder) and may not lead outside it unless
         ``follow_outside``; such an entry, or a missing one, is reported as
         failed and the others are ingested. An entry of the wrong shape (an
         unknown key, metadata that is no mapping or that no record may hold) is
@@ -464,7 +464,7 @@ class Memory(MemoryStore):
             follow_outside=follow_outside,
             limits=limits,
         )
-        scope = Owner.of(agent_id, shared)
+        scope = Owner.of(agent_id, shared, self.default_scope)
         return watch(
             self,
             path,
@@ -543,7 +543,7 @@ class Memory(MemoryStore):
         ``agent_id`` if given); ``shared=None``: all, or what ``agent_id`` may
         read (shared and its own).
         """
-        return knowledge_documents(self, knowledge.documents_filter(agent_id, shared))
+        return knowledge_documents(self, knowledge.documents_filter(self, agent_id, shared))
 
     def get_fragments(
         self, document_id: str, *, include_embedding: bool = False

@@ -142,9 +142,8 @@ def _parse(text: str) -> list[_Entry]:
     def close() -> None:
         # The first line keeps its indentation: "   ## x" is text here, and stripped it
         # would be exported as a heading, which reads back as another entry.
-        while body and not body[0].strip():
-            del body[0]
-        joined = "\n".join(body).rstrip()
+        start = next((i for i, line in enumerate(body) if line.strip()), len(body))
+        joined = "\n".join(body[start:]).rstrip()
         if joined:
             entries.append(_Entry(date, title, joined))
 
@@ -245,6 +244,19 @@ def _directory(dir: str | Path, *, create: bool) -> Path:
     return path
 
 
+def _exportable(rec: MemoryRecord, name: str) -> None:
+    """Refuses a note that its file would not give back: one written to the notes table
+    by ``Memory.add``, not through a ``Notebook``, may hold a line the export would write
+    as a heading, or a title of several lines, and the file would read back as other
+    entries (split, re-dated, re-titled)."""
+    label = f"note {rec.id!r} of {name}"
+    check_text(rec.text, label)
+    if len(f"{rec.metadata.get('title') or ''}x".splitlines()) > 1:
+        raise InvalidArgumentError(
+            f"{label} has a title of several lines, which its heading cannot hold"
+        )
+
+
 def _render(kind: str, records: list[MemoryRecord]) -> str:
     parts = [f"# {_TITLES[kind]}"]
     for rec in records:
@@ -282,15 +294,33 @@ def _same(entry: _Entry, rec: MemoryRecord) -> bool:
     )
 
 
-def _when(entry: _Entry, stored: list[MemoryRecord], now: float) -> float:
-    """The date an imported entry is stored with: its heading's, unless a stored entry of
-    the same text and title has a date the heading matches (then that one, unrounded);
-    without a date in its heading, such an entry's date, or ``now``."""
-    for rec in stored:
-        same = rec.text == entry.text and str(rec.metadata.get("title") or "") == entry.title
-        if same and (entry.date is None or _same_date(entry.date, rec.created_at)):
-            return rec.created_at
-    return entry.date if entry.date is not None else now
+class _Dates:
+    """The stored entries' dates by text and title, looked up as ``_same_date`` compares
+    them: an import's entries each find theirs in one lookup, not by a pass over every
+    stored entry (an edited file of thousands of entries read them all once each)."""
+
+    def __init__(self, stored: list[MemoryRecord]) -> None:
+        self._first: dict[tuple[str, str], float] = {}
+        self._exact: dict[tuple[str, str, float], tuple[int, float]] = {}
+        self._second: dict[tuple[str, str, str], tuple[int, float]] = {}
+        for i, rec in enumerate(stored):
+            key = (rec.text, str(rec.metadata.get("title") or ""))
+            self._first.setdefault(key, rec.created_at)
+            self._exact.setdefault((*key, rec.created_at), (i, rec.created_at))
+            stamp = times.stamp(rec.created_at, _STAMP)
+            self._second.setdefault((*key, stamp), (i, rec.created_at))
+
+    def when(self, entry: _Entry, now: float) -> float:
+        """The date an imported entry is stored with: its heading's, unless a stored entry
+        of the same text and title has a date the heading matches (the first such, its
+        date unrounded); without a date in its heading, such an entry's date, or ``now``."""
+        key = (entry.text, entry.title)
+        if entry.date is None:
+            return self._first.get(key, now)
+        found = [self._exact.get((*key, entry.date))]
+        if entry.date.is_integer():
+            found.append(self._second.get((*key, times.stamp(entry.date, _STAMP))))
+        return min((f for f in found if f is not None), default=(0, entry.date))[1]
 
 
 def unsuperseded(flt: dict[str, Any]) -> dict[str, Any]:
@@ -476,6 +506,9 @@ def export_notes(
     path = _directory(dir, create=True)
     notes = {name: kind_notes(store, kind, fields, only) for name, kind in NOTE_FILES.items()}
     for name, records in notes.items():
+        for rec in records:  # every entry checked before the first file is written
+            _exportable(rec, name)
+    for name, records in notes.items():
         write_file(path, name, _render(NOTE_FILES[name], records))
     sync_folder(path)  # once, after every rename
     return {name: len(records) for name, records in notes.items()}
@@ -518,13 +551,14 @@ def import_notes(
         if len(stored_now) == len(entries) and all(map(_same, entries, stored_now)):
             stored[name] = 0
             continue
+        dates = _Dates(stored_now)
         items += [
             {
                 "text": e.text,
                 "table": NOTES,
                 "type": kind,
                 "metadata": {"file": name, "title": e.title, "position": i},
-                "created_at": _when(e, stored_now, now),
+                "created_at": dates.when(e, now),
                 **fields,
             }
             for i, e in enumerate(entries)

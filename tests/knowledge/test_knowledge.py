@@ -336,7 +336,7 @@ def test_dotdot_paths_stay_inside_the_root(mem: Memory, tmp_path: Path) -> None:
         root=kb,
         progress=False,
     )
-    assert set(report.ingested) == {"a.txt"}
+    assert set(report.ingested) == {"eliza/a.txt"}  # relative to the root, as failed
     # Both entries name the same file.
     assert report.failed == {"../secret.txt": "outside the knowledge root"}
     with pytest.raises(NotFoundError):
@@ -551,17 +551,18 @@ def test_ingest_config(mem: Memory, tmp_path: Path) -> None:
     )
     inline = "Inline knowledge: the wifi password is on the fridge."
     inline_source = f"inline:{hashlib.sha256(inline.encode()).hexdigest()[:16]}"
-    assert set(report.ingested) == {"s.md", "specific.pdf", inline_source}
+    # Paths relative to the root, as the entries name them.
+    assert set(report.ingested) == {"shared/s.md", "eliza/specific.pdf", inline_source}
     assert report.failed == {"missing.txt": "no such file or folder", "shared": "not a file"}
-    pdf = mem.get_fragments(report.ingested["specific.pdf"])
+    pdf = mem.get_fragments(report.ingested["eliza/specific.pdf"])
     assert pdf[0].metadata["priority"] == 1 and pdf[0].metadata["page"] == 1
     # The folder entry later gives specific.pdf the same id: it is unchanged... except for
     # the metadata, so it is replaced; other.txt is new.
     again = mem.ingest_config(
         [{"directory": "eliza", "shared": False}], agent_id="eliza", root=tmp_path, progress=False
     )
-    assert again.replaced == {"specific.pdf": report.ingested["specific.pdf"]}
-    assert set(again.ingested) == {"other.txt"}
+    assert again.replaced == {"eliza/specific.pdf": report.ingested["eliza/specific.pdf"]}
+    assert set(again.ingested) == {"eliza/other.txt"}
     assert mem.search_knowledge("wifi password fridge", agent_id="eliza", k=1)
     with pytest.raises(InvalidArgumentError):
         mem.ingest_config([{"directory": "a", "path": "b"}], agent_id="eliza")
@@ -691,7 +692,7 @@ def test_real_model_end_to_end(onnx_embedder: OnnxEmbedder, tmp_path: Path) -> N
         )
         strict = m.search_knowledge("how do I deploy?", agent_id="eliza", threshold=0.3, k=5)
         assert strict and all(h.record.metadata["source"] == "deploy.md" for h in strict)
-        doc = m.get(report.ingested["deploy.md"], include_embedding=True)
+        doc = m.get(report.ingested["shared/deploy.md"], include_embedding=True)
         assert doc.embedding is not None and abs(float((doc.embedding**2).sum()) - 1) < 1e-4
 
 

@@ -342,3 +342,46 @@ def test_an_entry_with_other_line_breaks_reads_back_as_stored(make_store, word_e
         assert entries(mem) == before
     finally:
         mem.close()
+
+
+def test_export_refuses_a_note_its_file_would_not_give_back(make_store, word_embedder, tmp_path):
+    # Written by Memory.add, not through a Notebook: a line the export would write as a
+    # heading, or a title of two lines, would read back as other entries (split,
+    # re-dated, re-titled). The export names the note and writes no file.
+    mem = make_store("forged", word_embedder)
+    try:
+        Notebook(mem, SCOPE).append("USER.md", "Alice is vegan.")
+        for text, title, why in (
+            ("went out\n## 1999-01-01 · injected\nmore", "", "a line starting with '## '"),
+            ("went out", "t\n## 1999-01-01 · x", "a title of several lines"),
+        ):
+            rec = mem.add(
+                text,
+                table=NOTES,
+                type=NOTE_FILES["JOURNAL.md"],
+                metadata={"file": "JOURNAL.md", "title": title, "position": 0},
+                **SCOPE,
+            )
+            with pytest.raises(InvalidArgumentError, match=f"{rec.id}.*{why}"):
+                mem.export_notes(tmp_path / "out", **SCOPE)
+            assert not (tmp_path / "out" / "USER.md").exists()
+            mem.delete(rec.id)
+        mem.export_notes(tmp_path / "out", **SCOPE)
+        assert set(mem.import_notes(tmp_path / "out", **SCOPE).values()) == {0}
+    finally:
+        mem.close()
+
+
+def test_a_section_of_many_blank_lines_reads_as_its_text(make_store, word_embedder, tmp_path):
+    # The blank lines that open a section go (each was taken off the front of a list
+    # one at a time, 25 s for 400,000 of them); the entry is the text after them.
+    mem = make_store("blanks", word_embedder)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    blank = "\n" * 200_000
+    (folder / "USER.md").write_text(f"# User\n\n## Diet{blank}Alice is vegan.\n\n## {blank}")
+    try:
+        assert mem.import_notes(folder, **SCOPE) == {"USER.md": 1}
+        assert [e[2] for e in entries(mem)] == ["Alice is vegan."]
+    finally:
+        mem.close()

@@ -25,6 +25,7 @@ import builtins
 import dataclasses
 import errno
 import hashlib
+import posixpath
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ from memlane.knowledge.documents import (
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import LOADERS
+from memlane.knowledge.owner import own_agent
 from memlane.knowledge.pipeline import IngestOptions, Owner, checked_metadata
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
@@ -98,22 +100,27 @@ _DEFAULT_THRESHOLD = {FRAGMENTS: FRAGMENT_THRESHOLD, DOCUMENTS: DOCUMENT_THRESHO
 _RESERVED = frozenset({"query", "k", "mode", "table", "filters"})
 
 
-def _visible_filter(agent_id: str | None) -> dict[str, Any]:
+def _visible_filter(store: MemoryStore, agent_id: str | None) -> dict[str, Any]:
     if agent_id is None:
         return {"shared": True}
     if not isinstance(agent_id, str) or not agent_id.strip():
         raise InvalidArgumentError(f"agent_id must be a non-empty str, got {shown(agent_id)}")
+    own_agent(agent_id, store.default_scope)
     return {"$or": [{"shared": True}, {"shared": False, "agent_id": agent_id}]}
 
 
-def documents_filter(agent_id: str | None, shared: bool | None) -> dict[str, Any] | None:
+def documents_filter(
+    store: MemoryStore, agent_id: str | None, shared: bool | None
+) -> dict[str, Any] | None:
     if shared is not None and not isinstance(shared, bool):
         raise InvalidArgumentError(f"shared must be a bool or None, got {type(shared).__name__}")
     if shared is True:
         return {"shared": True}
     if shared is False:
-        return {"shared": False} if agent_id is None else Owner.of(agent_id, False).filter()
-    return None if agent_id is None else _visible_filter(agent_id)
+        if agent_id is None:
+            return {"shared": False}
+        return Owner.of(agent_id, False, store.default_scope).filter()
+    return None if agent_id is None else _visible_filter(store, agent_id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,12 +134,14 @@ class _Entry:
     metadata: Mapping[str, Any] | None = None
 
 
-def _config_entry(i: int, entry: object, agent_id: str | None, options: IngestOptions) -> _Entry:
+def _config_entry(
+    i: int, entry: object, agent_id: str | None, options: IngestOptions, scope: Mapping[str, str]
+) -> _Entry:
     """Entry ``i`` checked as its ingestion would check it (``InvalidArgumentError``
     naming it), before any entry is ingested."""
     if isinstance(entry, str):
         coerce.clean(entry, f"entries[{i}]", nul=True)  # as ingest_text checks a text
-        Owner.of(agent_id, agent_id is None)
+        Owner.of(agent_id, agent_id is None, scope)
         return _Entry(text=entry)
     if not isinstance(entry, Mapping):
         raise InvalidArgumentError(f"entries[{i}] must be a dict or a str")
@@ -145,7 +154,7 @@ def _config_entry(i: int, entry: object, agent_id: str | None, options: IngestOp
         )
     try:
         normalise_path(coerce.path(where, "its path"))
-        scope = Owner.of(agent_id, entry.get("shared", False))
+        owner = Owner.of(agent_id, entry.get("shared", False), scope)
         own = entry.get("metadata")
         if own is not None and not isinstance(own, Mapping):
             raise InvalidArgumentError(f"metadata must be a dict, got {type(own).__name__}")
@@ -153,7 +162,7 @@ def _config_entry(i: int, entry: object, agent_id: str | None, options: IngestOp
         checked_metadata(extra)  # what the pipeline checks, for every document
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"entries[{i}]: {e}") from None
-    return _Entry(where=where, folder="directory" in entry, scope=scope, metadata=extra or None)
+    return _Entry(where=where, folder="directory" in entry, scope=owner, metadata=extra or None)
 
 
 def ingest_config(
@@ -169,7 +178,10 @@ def ingest_config(
     if isinstance(entries, str | Mapping) or not isinstance(entries, Iterable):
         raise InvalidArgumentError("entries must be a list of dicts (or strings)")
     checked_metadata(options.metadata)
-    checked = [_config_entry(i, entry, agent_id, options) for i, entry in enumerate(entries)]
+    checked = [
+        _config_entry(i, entry, agent_id, options, store.default_scope)
+        for i, entry in enumerate(entries)
+    ]
     base = Path.cwd() if root is None else coerce.path(root, "root")
     try:
         real_base = base.resolve()
@@ -195,7 +207,8 @@ def ingest_config(
             report.failed[label] = why
             continue
         entry_options = dataclasses.replace(options, metadata=entry.metadata)
-        report.merge(ingest_path(store, target, entry.scope, entry_options))
+        under = label if entry.folder else posixpath.dirname(label)
+        report.merge(ingest_path(store, target, entry.scope, entry_options), under)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -241,7 +254,7 @@ def ingest_text(
     started = time.perf_counter()
     report = IngestReport()
     item = Source(normalise_path(source), loader, data=text.encode("utf-8"))
-    scope = Owner.of(agent_id, shared)
+    scope = Owner.of(agent_id, shared, store.default_scope)
     ingest_sources(store, [item], scope, options, root_key=None, report=report)
     report.seconds = time.perf_counter() - started
     return report
@@ -266,7 +279,7 @@ def search(
             f"{', '.join(reserved)} cannot be a knowledge search's option: it searches "
             f"the {table!r} table, with its own arguments for the rest"
         )
-    visible = _visible_filter(agent_id)
+    visible = _visible_filter(store, agent_id)
     if filters is not None and not isinstance(filters, Mapping):
         raise InvalidArgumentError(f"filters must be a dict, got {type(filters).__name__}")
     flt = knowledge_only(store, visible if filters is None else {"$and": [visible, dict(filters)]})
@@ -331,9 +344,9 @@ def clear(store: MemoryStore, agent_id: str | None, shared: bool | None) -> int:
     """Deletes knowledge (see ``memlane.Memory.clear_knowledge``); returns how many
     documents went."""
     if shared is False:
-        flt = knowledge_only(store, Owner.of(agent_id, False).filter())
+        flt = knowledge_only(store, Owner.of(agent_id, False, store.default_scope).filter())
     else:
-        flt = knowledge_only(store, documents_filter(agent_id, shared))
+        flt = knowledge_only(store, documents_filter(store, agent_id, shared))
     # Documents and fragments in one transaction, as remove_documents does: a reader
     # (or a process killed between two deletes) never finds the fragments of a document
     # that is gone.

@@ -104,15 +104,22 @@ def ingest_path(
     report = IngestReport()
     root_key = str(base.resolve())
     apart = roots_apart(mem, scope, root_key, options.follow_outside)
+    unread: set[str] = set()
     sources = walk(
-        target, base, follow_outside=options.follow_outside, skipped=report.skipped, apart=apart
+        target,
+        base,
+        follow_outside=options.follow_outside,
+        skipped=report.skipped,
+        apart=apart,
+        unread=unread,
     )
     label = target.name or "ingest"
     ingest_sources(
         mem, sources, scope, options, root_key=root_key, report=report, label=label, alone=alone
     )
     if options.prune_missing and target.is_dir():
-        prune(mem, scope, root_key, {s.rel for s in sources}, target, base, report)
+        present = {s.rel for s in sources}
+        prune(mem, scope, root_key, present, unread, target, base, report)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -245,18 +252,26 @@ def prune(
     scope: Owner,
     root_key: str,
     present: set[str],
+    unread: set[str],
     target: Path,
     base: Path,
     report: IngestReport,
 ) -> None:
-    """Removes the scope's documents under ``target`` whose file was not found."""
+    """Removes the scope's documents under ``target`` whose file was not found: not
+    those under a path the walk could not look at (``unread``), whose files may be there."""
+    hidden_from_walk = [p.rstrip("/") for p in unread]
     rel_target = relative_path(target, base)
     prefix = "" if rel_target == "." else rel_target + "/"
     gone: dict[str, str] = {}
     for record in knowledge_documents(mem, {**scope.filter(), "root": root_key}):
         rel = str(record.metadata.get("source", ""))
-        if rel.startswith(prefix) and rel not in present:
+        if rel.startswith(prefix) and rel not in present and not _below(rel, hidden_from_walk):
             gone[rel] = record.id
     if gone:
         remove_documents(mem, list(gone.values()), scope.filter())
         report.pruned.update(gone)
+
+
+def _below(rel: str, folders: list[str]) -> bool:
+    """Whether ``rel`` is one of ``folders`` (relative paths; "." the root) or lies below one."""
+    return any(f == "." or rel == f or rel.startswith(f + "/") for f in folders)

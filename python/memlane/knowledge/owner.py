@@ -14,7 +14,7 @@ from memlane.scoping import scope_of
 if TYPE_CHECKING:
     from memlane.records import MemoryRecord
 
-__all__ = ["Owner"]
+__all__ = ["Owner", "own_agent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,8 @@ class Owner:
     shared: bool
 
     @classmethod
-    def of(cls, agent_id: object, shared: object) -> Owner:
+    def of(cls, agent_id: object, shared: object, default_scope: Mapping[str, str]) -> Owner:
+        """The owner a call names, in a store of ``default_scope``."""
         if not isinstance(shared, bool):
             raise InvalidArgumentError(f"shared must be a bool, got {type(shared).__name__}")
         if agent_id is not None and (not isinstance(agent_id, str) or not agent_id.strip()):
@@ -37,6 +38,8 @@ class Owner:
                 "private knowledge (shared=False) needs an agent_id; pass shared=True for "
                 "knowledge every agent may read"
             )
+        if not shared:
+            own_agent(agent_id, default_scope)
         return cls(None if shared else agent_id, shared)
 
     def filter(self) -> dict[str, Any]:
@@ -53,4 +56,17 @@ class Owner:
             and record.metadata.get("shared") is self.shared
             and record.metadata.get("agent_id") == self.agent_id
             and record.scope == scope_of(default_scope, {"agent_id": self.agent_id})
+        )
+
+
+def own_agent(agent_id: object, default_scope: Mapping[str, str]) -> None:
+    """Refuses another agent's knowledge in a store whose ``default_scope`` names an
+    agent: every read there asks for that agent, so what ingest wrote for another could
+    never be found, listed or removed."""
+    bound = default_scope.get("agent_id")
+    if agent_id is not None and bound is not None and agent_id != bound:
+        raise InvalidArgumentError(
+            f"agent_id {shown(agent_id)} is not this store's: its default_scope is agent "
+            f"{shown(bound)} (open the store without agent_id in default_scope to keep "
+            "several agents' knowledge)"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -14,7 +15,8 @@ __all__ = ["IngestReport"]
 class IngestReport:
     """The outcome of [`Memory.ingest`][memlane.Memory.ingest] and its siblings.
 
-    Paths are relative to their knowledge root (POSIX separators).
+    Paths are relative to their knowledge root (POSIX separators); in the report of
+    [`ingest_config`][memlane.Memory.ingest_config], to its ``root``.
 
     Attributes:
         seen: files (or texts) considered, excluding those skipped.
@@ -57,9 +59,12 @@ class IngestReport:
         """Every document present after the run (ingested, replaced, unchanged), path -> id."""
         return {**self.unchanged, **self.ingested, **self.replaced}
 
-    def merge(self, other: IngestReport) -> None:
-        """Adds ``other``'s counts and files to this report (for several roots in one run)."""
+    def merge(self, other: IngestReport, under: str = "") -> None:
+        """Adds ``other``'s counts and files to this report (for several roots in one
+        run), its paths taken as relative to the folder ``under`` names: two roots'
+        files of one name stay two."""
         self.seen += other.seen
+        prefix = "" if under in ("", ".") else under
         for mine, theirs in (
             (self.ingested, other.ingested),
             (self.unchanged, other.unchanged),
@@ -69,7 +74,7 @@ class IngestReport:
             (self.pruned, other.pruned),
             (self.limited, other.limited),
         ):
-            mine.update(theirs)
+            mine.update((posixpath.join(prefix, path), v) for path, v in theirs.items())
         self.fragments += other.fragments
         self.truncated += other.truncated
         self.seconds += other.seconds

@@ -185,6 +185,7 @@ def walk(
     skipped: dict[str, str],
     same: dict[str, str] | None = None,
     apart: Mapping[Path, str] | None = None,
+    unread: set[str] | None = None,
 ) -> list[Source]:
     """The supported files at ``target`` (a file or a folder) below ``root``.
 
@@ -193,9 +194,12 @@ def walk(
     given, as that path -> the file's path. ``target`` itself is taken as given (a
     hidden file named explicitly is ingested) but must lie inside ``root`` unless
     ``follow_outside``. The folders and files of ``apart`` (real path -> reason: roots
-    of their own, see ``ingest.roots_apart``) are left out, with that reason.
+    of their own, see ``ingest.roots_apart``) are left out, with that reason. The paths
+    the system would not let it look at (a folder it may not list, a file it may not
+    stat: they may still hold files) go into ``unread``, if given.
     """
     apart = apart or {}
+    unread = set() if unread is None else unread
     real_root = resolve(root)
     # Where a file found must still lie when it is read (Source.read).
     root_of_reads = None if follow_outside else real_root
@@ -232,6 +236,7 @@ def walk(
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as e:
             skipped[prefix or "."] = f"cannot list the folder: {_describe(e)}"
+            unread.add(prefix or ".")
             return
         for entry in entries:
             rel = f"{prefix}{entry.name}"
@@ -264,12 +269,14 @@ def walk(
                     skipped[rel] = _not_regular(entry.stat().st_mode)
             except OSError as e:
                 skipped[rel] = _describe(e)
+                unread.add(rel)
 
     rel_target = relative_path(target, root)
     try:
         real_target = resolve(target)
     except OSError as e:
         skipped[rel_target] = _describe(e)
+        unread.add(rel_target)
         return []
     if not follow_outside and not inside(real_target, real_root):
         skipped[rel_target] = "outside the knowledge root"
@@ -281,6 +288,7 @@ def walk(
         mode = target.stat().st_mode
     except OSError as e:
         skipped[rel_target] = _describe(e)
+        unread.add(rel_target)
         return []
     if stat.S_ISDIR(mode):
         prefix = "" if rel_target == "." else rel_target + "/"

@@ -303,6 +303,7 @@ class KnowledgeWatch:
             # its events store and remove nothing under this root.
             skipped: dict[str, str] = {}
             same: dict[str, str] = {}
+            unread: set[str] = set()
             found = walk(
                 self.folder,
                 self.folder,
@@ -312,15 +313,17 @@ class KnowledgeWatch:
                 apart=roots_apart(
                     self._mem, self._scope, self._root_key, self._options.follow_outside
                 ),
+                unread=unread,
             )
             related = _related_to(changed)
             sources = [s for s in found if related(s.rel)]
             # What the walk leaves out is said, as ingest says it, and its document,
             # if it had one, goes: a file replaced by a link to outside the root must
-            # not stay searchable with its old text.
+            # not stay searchable with its old text. Not what it could not look at:
+            # a folder it may not list may still hold its files.
             left = {r: why for r, why in skipped.items() if related(r.rstrip("/"))}
             report.skipped.update(left)
-            gone.update(r.rstrip("/") for r in left)
+            gone.update(r.rstrip("/") for r in left if r not in unread)
             # So does the document of another path to a changed file: its text is old.
             gone.update(other for other, rel in same.items() if related(rel))
         if gone:
