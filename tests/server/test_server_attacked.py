@@ -107,9 +107,12 @@ def test_bodies_no_json_reader_takes_are_refused_and_store_nothing(
         ("POST", "/v1/search"),
     ]
     for method, path in routes:
-        for body in (deep, b'{"a": ' + deep + b"}", long_int):
+        for body in (deep, b'{"a": ' + deep + b"}", long_int, b'{"text": "\xff x"}'):
             r = client.request(method, path, content=body)
             assert kind(r) == (400, "InvalidArgumentError"), (method, path, r.text[:200])
+            # Named in the caller's terms, not with the interpreter's advice or codec.
+            message = r.json()["error"]["message"]
+            assert "sys." not in message and "codec" not in message, message
     r = client.post("/v1/ingest", content=deep, headers={"Content-Type": "application/json"})
     assert kind(r) == (400, "InvalidArgumentError")
     nested = json.dumps({"a": 1}).replace("1", "[" * 3000 + "]" * 3000)
@@ -254,3 +257,24 @@ def test_a_read_only_keys_searches_record_no_access(mem: Memory) -> None:
         admin = {"Authorization": f"Bearer {ADMIN}"}
         assert c.post("/v1/search", json={"query": "Alice Porto"}, headers=admin).status_code == 200
         assert mem.get("alice").access_count == 1
+
+
+def test_a_path_or_query_that_is_no_utf8_is_refused_not_read_as_another_name(
+    client: TestClient, mem: Memory
+) -> None:
+    # %ff alone is no UTF-8: read with U+FFFD in its place, the delete took the record of
+    # that id, which the client never named.
+    mem.add("keep me", id="\ufffd")
+    mem.add("in a table", table="\ufffd")
+    for method, url in (
+        ("DELETE", "/v1/memories/%ff"),
+        ("GET", "/v1/memories/%ff/history"),
+        ("GET", "/v1/memories?table=%ff"),
+        ("GET", "/v1/count?table=x%C3"),
+    ):
+        r = client.request(method, url)
+        assert kind(r) == (400, "InvalidArgumentError"), (url, r.text)
+        assert "not UTF-8" in r.json()["error"]["message"]
+    assert mem.get("\ufffd").text == "keep me" and mem.count() == 2
+    # An escape that is UTF-8 still names its record.
+    assert client.get("/v1/memories/%EF%BF%BD").json()["text"] == "keep me"

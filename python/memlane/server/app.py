@@ -142,6 +142,11 @@ class App(Starlette):
                 await JSONResponse(error_body("Forbidden", why), 403)(scope, receive, send)
                 return
         if scope["type"] == "http":
+            why = records.undecodable(scope)
+            if why is not None:
+                body = error_body("InvalidArgumentError", why)
+                await JSONResponse(body, 400)(scope, receive, send)
+                return
             records.raw_id(scope)
         # Under a root path (a mount, a proxy's prefix) the router strips it first.
         if scope["type"] == "http" and not scope.get("root_path"):

@@ -134,8 +134,14 @@ def json_object(body: bytes, *, exact: bool = True) -> dict[str, Any]:
         value = json_depth.loads(body) if exact else orjson.loads(body)
     except RecursionError:
         raise InvalidArgumentError("the body is not JSON: nested too deep") from None
-    except ValueError as e:  # not JSON, not UTF-8, or an integer of over 4,300 digits
-        raise InvalidArgumentError(f"the body is not JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        bad = e.object[e.start : e.start + 1].hex()
+        raise InvalidArgumentError(f"the body is not UTF-8: byte 0x{bad} at {e.start}") from None
+    except ValueError as e:  # not JSON, or an integer past Python's 4,300 digits
+        reason = str(e)
+        if type(e) is ValueError and "digits" in reason:  # not the interpreter's advice
+            reason = "an integer has more than 4,300 digits"
+        raise InvalidArgumentError(f"the body is not JSON: {reason}") from None
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"the body must be a JSON object, not {type(value).__name__}")
     return value

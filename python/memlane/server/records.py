@@ -65,6 +65,19 @@ _RAW_ID = "memlane.id"
 QUERY_ID = "-"
 
 
+def undecodable(scope: Scope) -> str | None:
+    """Why a request's path or query string is refused, or None: a percent-escape that
+    is no UTF-8 would be read as U+FFFD, and ``DELETE /v1/memories/%ff`` would delete the
+    record whose id is that character, not one the client named."""
+    for sent, what in ((scope.get("raw_path"), "path"), (scope.get("query_string"), "query")):
+        if isinstance(sent, bytes) and (b"%" in sent or not sent.isascii()):
+            try:
+                unquote_to_bytes(sent).decode("utf-8")
+            except UnicodeDecodeError:
+                return f"the request's {what} is not UTF-8 once its %-escapes are decoded"
+    return None
+
+
 def raw_id(scope: Scope) -> None:
     """Routes a request for a record whose id holds a "/" by the path as sent. The router
     matches the decoded path, where ``/v1/memories/a%2Fb`` became ``/v1/memories/a/b``
