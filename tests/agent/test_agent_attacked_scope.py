@@ -181,22 +181,28 @@ def slow_llm(server: ScriptedChatServer) -> Any:
 LONG = " ".join(f"Fact {i}: Alice's locker {i} holds item {i * 7}." for i in range(40))
 
 
-def test_a_long_remember_keeps_to_upkeep_timeout(
-    make_store: StoreFactory, server: ScriptedChatServer, slow_llm: OpenAIChat
+@pytest.mark.parametrize("upkeep", ["background", "inline"])
+def test_a_long_remember_waits_for_no_model_in_the_background(
+    make_store: StoreFactory, server: ScriptedChatServer, slow_llm: OpenAIChat, upkeep: str
 ) -> None:
-    """``remember`` of a text past the cap with ``overflow="summarize"``: the model does
-    not answer, the call returns at the timeout with the text stored in parts, and the
-    late summary is thrown away."""
+    """``remember`` of a text past the cap with ``overflow="summarize"``, the model not
+    answering: in the background the text is split at once, as ``after`` splits an entry
+    (the upkeep_timeout of two minutes never waited for); inline the summary is an upkeep
+    call, and the call returns at the timeout with the text in parts, the late summary
+    thrown away. Either way the text is stored in parts."""
     gate = Gate()
     server.script.extend([gate] * 3)
     mem = make_store("remember", WordHashEmbedder())
     limits = Limits(max_entry_chars=200, overflow="summarize")
-    am = AgentMemory(mem, llm=slow_llm, limits=limits, upkeep_timeout=0.3, **QUIET)
+    timeout = 120.0 if upkeep == "background" else 0.3
+    am = AgentMemory(
+        mem, llm=slow_llm, upkeep=upkeep, limits=limits, upkeep_timeout=timeout, **QUIET
+    )
     ev = am.event("telegram", 42, chat_id=7)
     tools = am.memory_tools(ev)
     try:
         out = returns(lambda: tools.handle_tool_call("remember", {"content": LONG}))
-        assert out, "remember waited for a model past upkeep_timeout"
+        assert out, "remember waited for a model"
         assert not gate.answered.is_set()
         result = out[0]
         assert result["ok"] is True and result["stored"] is True
@@ -205,7 +211,8 @@ def test_a_long_remember_keeps_to_upkeep_timeout(
         assert [mem.get(i).text for i in result["ids"]] == pieces
     finally:
         gate.release.set()
-    assert gate.answered.wait(30)
+    if upkeep == "inline":
+        assert gate.answered.wait(30)
     am.close()
     texts = [r.text for r in mem.list("memories", limit=100, **ev.fields)]
     assert sorted(texts) == sorted(pieces) and "a summary that came too late" not in texts

@@ -222,6 +222,9 @@ def test_a_repeated_short_reply_is_kept_and_a_redelivery_is_not(mem, clock):
         am.after(alice, [{"role": "user", "content": "x"}], "y", message_id=" ")
 
 
+TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "book", "arguments": "{}"}}
+
+
 def test_after_with_a_tool_call_only_reply_stores_the_user_message(mem):
     am = agent(mem, consolidation=Consolidation(record_turns=False, enabled=False))
     alice = am.event("telegram", 42, 7)
@@ -229,6 +232,26 @@ def test_after_with_a_tool_call_only_reply_stores_the_user_message(mem):
         alice, [{"role": "user", "content": "hi"}], {"content": None, "tool_calls": []}
     )
     assert [r.text for r in report.stored] == ["hi"] and report.short_term == []
+
+
+def test_every_user_message_since_the_last_reply_is_the_turns(mem):
+    """Two user messages before the reply are both kept (the first was dropped unsaid);
+    a whole history gives only what was said since the assistant's last message, and
+    the tool call and result after the user's message are passed over."""
+    am = agent(mem, consolidation=Consolidation(record_turns=False, enabled=False))
+    alice = am.event("telegram", 42, 7)
+    sent = [{"role": "user", "content": "I'm vegan."}, {"role": "user", "content": "Nuts too."}]
+    report = am.after(alice, sent, "Noted.")
+    assert [r.text for r in report.stored] == ["I'm vegan.\n\nNuts too.", "Noted."]
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "book a flight"},
+        {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "booked"},
+    ]
+    report = am.after(alice, history, "Booked.")
+    assert [r.text for r in report.stored] == ["book a flight", "Booked."]
 
 
 def test_bad_input_raises(mem, llm):

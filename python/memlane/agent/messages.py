@@ -111,11 +111,18 @@ def _is_user_text(message: Mapping[str, Any]) -> bool:
     return bool(text.strip()) and not text.startswith(SUMMARY_TAG)
 
 
-def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
+def turn_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """What the user said this turn: the last run of user messages, in order and a
+    paragraph each (a user may send two before the reply, and neither may be dropped),
+    or None. Tool results and tool calls after it are passed over; the assistant's
+    message before it ends it."""
+    said: list[str] = []
     for m in reversed(messages):
         if _is_user_text(m):
-            return block_text(m.get("content"))
-    return None
+            said.append(block_text(m.get("content")))
+        elif said:
+            break
+    return "\n\n".join(reversed(said)) if said else None
 
 
 def reply_message(reply: Any) -> dict[str, Any]:

@@ -98,9 +98,13 @@ class TurnTools(MemoryTools):
         metadata = {k: v for k, v in (metadata or {}).items() if k not in (LEARNED, RESTATED)}
         if self._call is not None:  # the upkeep's model checks it against what is known
             metadata = pending(metadata)
-        # A summary is an upkeep call on the turn's path: within upkeep_timeout (one that
-        # runs past it is split instead, and its late answer thrown away).
-        summarise = self._call if self._upkeep is None else self._upkeep.caller(self._call)
+        # No LLM on the turn's path in the background: an over-long memory is split, as
+        # `after` splits an entry. Inline, the summary is an upkeep call within
+        # upkeep_timeout (one that runs past it is split instead, its answer thrown away).
+        if self._upkeep is None:
+            summarise = self._call
+        else:
+            summarise = None if self._upkeep.background else self._upkeep.caller(self._call)
         pieces = fit(content, self._limits, summarise, failures)
         for f in failures:
             log.warning("memlane: %s failed: %s", f.trigger, f.error)
