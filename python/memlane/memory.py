@@ -371,7 +371,7 @@ class Memory(MemoryStore):
         return ingest_path(
             self,
             path,
-            Owner.of(agent_id, shared, self.default_scope),
+            Owner.writing(agent_id, shared, self.default_scope),
             IngestOptions(
                 chunker, metadata, progress, prune_missing, follow_outside, batch_size, limits
             ),
@@ -464,7 +464,7 @@ class Memory(MemoryStore):
             follow_outside=follow_outside,
             limits=limits,
         )
-        scope = Owner.of(agent_id, shared, self.default_scope)
+        scope = Owner.writing(agent_id, shared, self.default_scope)
         return watch(
             self,
             path,
@@ -543,7 +543,7 @@ class Memory(MemoryStore):
         ``agent_id`` if given); ``shared=None``: all, or what ``agent_id`` may
         read (shared and its own).
         """
-        return knowledge_documents(self, knowledge.documents_filter(self, agent_id, shared))
+        return knowledge_documents(self, knowledge.documents_filter(agent_id, shared))
 
     def get_fragments(
         self, document_id: str, *, include_embedding: bool = False

@@ -114,11 +114,11 @@ def test_removal_on_an_owners_behalf_leaves_another_owners_records(
     mem.ingest(victim_dir, agent_id=VICTIM, progress=False)
     before = state(mem, VICTIM)
     clashing = document_id("p.md", agent_id=VICTIM, shared=False)
-    for owner in (Owner.of(ATTACKER, False, {}), Owner.of(None, True, {})):
+    for owner in (Owner.of(ATTACKER, False), Owner.of(None, True)):
         assert remove_documents(mem, [clashing], owner.filter()) == 0
     assert state(mem, VICTIM) == before
     # The owner's own filter (and none: remove_document, which names the document) do.
-    assert remove_documents(mem, [clashing], Owner.of(VICTIM, False, {}).filter()) == before[1]
+    assert remove_documents(mem, [clashing], Owner.of(VICTIM, False).filter()) == before[1]
     assert state(mem, VICTIM) == ([], 0)
 
 

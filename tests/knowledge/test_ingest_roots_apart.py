@@ -225,7 +225,7 @@ def test_roots_apart_reads_a_document_per_root_not_each(
         return found
 
     monkeypatch.setattr(local, "list", counted)
-    apart = roots_apart(local, Owner.of(None, True, {}), str(kb.resolve()))
+    apart = roots_apart(local, Owner.of(None, True), str(kb.resolve()))
     assert apart == {(kb / "sub").resolve(): ROOT_APART}
     assert sum(read) <= 3
 

@@ -26,30 +26,32 @@ def folder(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
     return top
 
 
-def test_a_store_bound_to_an_agent_refuses_another_agents_knowledge(
+def test_a_store_bound_to_an_agent_refuses_to_write_another_agents_knowledge(
     make_store: StoreFactory, word_embedder: WordHashEmbedder, tmp_path: Path
 ) -> None:
     kb = folder(tmp_path, "kb", {"a.txt": "the zebra code of alice"})
     mem = make_store("bound", word_embedder, default_scope={"agent_id": "x"})
-    calls: list[Any] = [
+    writes: list[Any] = [
         lambda: mem.ingest(kb, agent_id="alice", progress=False),
         lambda: mem.ingest_text("the zebra code", source="z.txt", agent_id="alice"),
         lambda: mem.ingest_config(["the zebra code"], agent_id="alice", progress=False),
-        lambda: mem.search_knowledge("zebra", agent_id="alice"),
-        lambda: mem.search_documents("zebra", agent_id="alice"),
-        lambda: mem.list_documents(agent_id="alice"),
-        lambda: mem.list_documents(agent_id="alice", shared=False),
-        lambda: mem.clear_knowledge("alice"),
-        lambda: mem.clear_knowledge("alice", shared=None),
+        lambda: mem.ingest_config([{"path": "kb/a.txt"}], agent_id="alice", root=tmp_path),
+        lambda: mem.watch(kb, agent_id="alice"),
     ]
-    for call in calls:
+    for write in writes:
         with pytest.raises(InvalidArgumentError, match="agent_id 'alice' is not this store's"):
-            call()
+            write()
     assert mem.count(DOCUMENTS) == mem.count(FRAGMENTS) == 0
-    # Its own agent's knowledge, and shared knowledge, as before.
-    report = mem.ingest(kb, agent_id="x", progress=False)
-    assert [d.id for d in mem.list_documents(agent_id="x")] == list(report.ingested.values())
-    assert mem.search_knowledge("zebra code", agent_id="x", mode="text", threshold=None)
+    # Shared knowledge, and its own agent's, as before; another agent reads the shared.
+    shared = mem.ingest_text("the zebra code is shared", source="s.txt", shared=True)
+    own = mem.ingest(kb, agent_id="x", progress=False)
+    assert [d.id for d in mem.list_documents(agent_id="alice")] == list(shared.ingested.values())
+    found = mem.search_knowledge("zebra code", agent_id="alice", mode="text", threshold=None)
+    assert [h.record.text for h in found] == ["the zebra code is shared"]
+    assert mem.clear_knowledge("alice") == 0
+    assert [d.id for d in mem.list_documents(agent_id="x", shared=False)] == list(
+        own.ingested.values()
+    )
     assert mem.clear_knowledge("x") == 1
 
 
@@ -113,3 +115,23 @@ def test_an_empty_path_is_refused_not_taken_for_the_current_folder(
         with pytest.raises(InvalidArgumentError, match="must not be empty"):
             call()
     assert mem.count() == 0
+
+
+def test_ingest_configs_report_is_relative_to_its_root_whatever_root_ingests_a_file(
+    make_store: StoreFactory, word_embedder: WordHashEmbedder, tmp_path: Path
+) -> None:
+    # An entry inside a knowledge root already ingested is ingested under that root; its
+    # report's paths are still the config's (not "docs/docs/a.md").
+    top = folder(tmp_path, "kb", {"docs/a.md": "# a\nalpha", "docs/sub/c.md": "# c\ngamma"})
+    mem = make_store("rooted", word_embedder)
+    mem.ingest(top, shared=True, progress=False)
+    entries = [{"directory": "docs", "shared": True}, {"path": "docs/sub/c.md", "shared": True}]
+    report = mem.ingest_config(entries, root=top, progress=False)
+    assert sorted(report.unchanged) == ["docs/a.md", "docs/sub/c.md"]
+    fresh = make_store("fresh", word_embedder)
+    report = fresh.ingest_config(
+        [{"directory": ".", "shared": True}, {"directory": "docs", "shared": True}],
+        root=top,
+        progress=False,
+    )
+    assert sorted(report.documents) == ["docs/a.md", "docs/sub/c.md"]

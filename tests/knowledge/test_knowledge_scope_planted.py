@@ -105,7 +105,7 @@ def test_a_knowledge_filter_examines_knowledge_alone(
     mem.ingest_text(WIFI, source="wifi.txt", shared=True)
     mem.ingest_text(SECRET, source="vault.txt", agent_id="a2")
     knowledge = 4  # each text a document and one fragment
-    for flt in (None, _visible_filter(mem, None), _visible_filter(mem, "a2")):
+    for flt in (None, _visible_filter(None), _visible_filter("a2")):
         _, examined = mem._sync.engine.filter_stats(knowledge_only(mem, flt))
         assert examined <= knowledge, flt
 

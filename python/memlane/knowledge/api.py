@@ -25,7 +25,6 @@ import builtins
 import dataclasses
 import errno
 import hashlib
-import posixpath
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -46,7 +45,6 @@ from memlane.knowledge.documents import (
 from memlane.knowledge.ids import normalise_path
 from memlane.knowledge.ingest import ingest_path, ingest_sources
 from memlane.knowledge.loaders import LOADERS
-from memlane.knowledge.owner import own_agent
 from memlane.knowledge.pipeline import IngestOptions, Owner, checked_metadata
 from memlane.knowledge.report import IngestReport
 from memlane.knowledge.walk import Source, inside
@@ -100,27 +98,22 @@ _DEFAULT_THRESHOLD = {FRAGMENTS: FRAGMENT_THRESHOLD, DOCUMENTS: DOCUMENT_THRESHO
 _RESERVED = frozenset({"query", "k", "mode", "table", "filters"})
 
 
-def _visible_filter(store: MemoryStore, agent_id: str | None) -> dict[str, Any]:
+def _visible_filter(agent_id: str | None) -> dict[str, Any]:
     if agent_id is None:
         return {"shared": True}
     if not isinstance(agent_id, str) or not agent_id.strip():
         raise InvalidArgumentError(f"agent_id must be a non-empty str, got {shown(agent_id)}")
-    own_agent(agent_id, store.default_scope)
     return {"$or": [{"shared": True}, {"shared": False, "agent_id": agent_id}]}
 
 
-def documents_filter(
-    store: MemoryStore, agent_id: str | None, shared: bool | None
-) -> dict[str, Any] | None:
+def documents_filter(agent_id: str | None, shared: bool | None) -> dict[str, Any] | None:
     if shared is not None and not isinstance(shared, bool):
         raise InvalidArgumentError(f"shared must be a bool or None, got {type(shared).__name__}")
     if shared is True:
         return {"shared": True}
     if shared is False:
-        if agent_id is None:
-            return {"shared": False}
-        return Owner.of(agent_id, False, store.default_scope).filter()
-    return None if agent_id is None else _visible_filter(store, agent_id)
+        return {"shared": False} if agent_id is None else Owner.of(agent_id, False).filter()
+    return None if agent_id is None else _visible_filter(agent_id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,7 +134,7 @@ def _config_entry(
     naming it), before any entry is ingested."""
     if isinstance(entry, str):
         coerce.clean(entry, f"entries[{i}]", nul=True)  # as ingest_text checks a text
-        Owner.of(agent_id, agent_id is None, scope)
+        Owner.writing(agent_id, agent_id is None, scope)
         return _Entry(text=entry)
     if not isinstance(entry, Mapping):
         raise InvalidArgumentError(f"entries[{i}] must be a dict or a str")
@@ -154,7 +147,7 @@ def _config_entry(
         )
     try:
         normalise_path(coerce.path(where, "its path"))
-        owner = Owner.of(agent_id, entry.get("shared", False), scope)
+        owner = Owner.writing(agent_id, entry.get("shared", False), scope)
         own = entry.get("metadata")
         if own is not None and not isinstance(own, Mapping):
             raise InvalidArgumentError(f"metadata must be a dict, got {type(own).__name__}")
@@ -207,8 +200,8 @@ def ingest_config(
             report.failed[label] = why
             continue
         entry_options = dataclasses.replace(options, metadata=entry.metadata)
-        under = label if entry.folder else posixpath.dirname(label)
-        report.merge(ingest_path(store, target, entry.scope, entry_options), under)
+        part = ingest_path(store, target, entry.scope, entry_options, report_root=real_base)
+        report.merge(part)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -254,7 +247,7 @@ def ingest_text(
     started = time.perf_counter()
     report = IngestReport()
     item = Source(normalise_path(source), loader, data=text.encode("utf-8"))
-    scope = Owner.of(agent_id, shared, store.default_scope)
+    scope = Owner.writing(agent_id, shared, store.default_scope)
     ingest_sources(store, [item], scope, options, root_key=None, report=report)
     report.seconds = time.perf_counter() - started
     return report
@@ -279,7 +272,7 @@ def search(
             f"{', '.join(reserved)} cannot be a knowledge search's option: it searches "
             f"the {table!r} table, with its own arguments for the rest"
         )
-    visible = _visible_filter(store, agent_id)
+    visible = _visible_filter(agent_id)
     if filters is not None and not isinstance(filters, Mapping):
         raise InvalidArgumentError(f"filters must be a dict, got {type(filters).__name__}")
     flt = knowledge_only(store, visible if filters is None else {"$and": [visible, dict(filters)]})
@@ -344,9 +337,9 @@ def clear(store: MemoryStore, agent_id: str | None, shared: bool | None) -> int:
     """Deletes knowledge (see ``memlane.Memory.clear_knowledge``); returns how many
     documents went."""
     if shared is False:
-        flt = knowledge_only(store, Owner.of(agent_id, False, store.default_scope).filter())
+        flt = knowledge_only(store, Owner.of(agent_id, False).filter())
     else:
-        flt = knowledge_only(store, documents_filter(store, agent_id, shared))
+        flt = knowledge_only(store, documents_filter(agent_id, shared))
     # Documents and fragments in one transaction, as remove_documents does: a reader
     # (or a process killed between two deletes) never finds the fragments of a document
     # that is gone.

@@ -79,7 +79,11 @@ def ingest_path(
     options: IngestOptions,
     *,
     root: str | Path | None = None,
+    report_root: Path | None = None,
 ) -> IngestReport:
+    """Ingests ``path`` below ``root`` (given, or the knowledge root it lies in, or its
+    own folder); the report's paths are relative to that root, or to ``report_root``
+    (a resolved folder) if given: ``ingest_config`` reports every entry's files so."""
     started = time.perf_counter()
     target = coerce.path(path, "path")
     if not exists(target):
@@ -121,6 +125,8 @@ def ingest_path(
         present = {s.rel for s in sources}
         prune(mem, scope, root_key, present, unread, target, base, report)
     report.seconds = time.perf_counter() - started
+    if report_root is not None:
+        report.rebase(relative_path(Path(root_key), report_root))
     return report
 
 

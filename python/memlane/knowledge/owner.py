@@ -25,8 +25,8 @@ class Owner:
     shared: bool
 
     @classmethod
-    def of(cls, agent_id: object, shared: object, default_scope: Mapping[str, str]) -> Owner:
-        """The owner a call names, in a store of ``default_scope``."""
+    def of(cls, agent_id: object, shared: object) -> Owner:
+        """The owner a call names."""
         if not isinstance(shared, bool):
             raise InvalidArgumentError(f"shared must be a bool, got {type(shared).__name__}")
         if agent_id is not None and (not isinstance(agent_id, str) or not agent_id.strip()):
@@ -38,9 +38,17 @@ class Owner:
                 "private knowledge (shared=False) needs an agent_id; pass shared=True for "
                 "knowledge every agent may read"
             )
-        if not shared:
-            own_agent(agent_id, default_scope)
         return cls(None if shared else agent_id, shared)
+
+    @classmethod
+    def writing(cls, agent_id: object, shared: object, default_scope: Mapping[str, str]) -> Owner:
+        """The owner of knowledge an ingest writes into a store of ``default_scope``: an
+        agent's own knowledge only where the default scope names that agent or none
+        (a read of another agent's sees the shared knowledge, as before)."""
+        owner = cls.of(agent_id, shared)
+        if not owner.shared:
+            own_agent(agent_id, default_scope)
+        return owner
 
     def filter(self) -> dict[str, Any]:
         """Metadata filter of this scope's documents and fragments."""

@@ -59,12 +59,9 @@ class IngestReport:
         """Every document present after the run (ingested, replaced, unchanged), path -> id."""
         return {**self.unchanged, **self.ingested, **self.replaced}
 
-    def merge(self, other: IngestReport, under: str = "") -> None:
-        """Adds ``other``'s counts and files to this report (for several roots in one
-        run), its paths taken as relative to the folder ``under`` names: two roots'
-        files of one name stay two."""
+    def merge(self, other: IngestReport) -> None:
+        """Adds ``other``'s counts and files to this report (for several roots in one run)."""
         self.seen += other.seen
-        prefix = "" if under in ("", ".") else under
         for mine, theirs in (
             (self.ingested, other.ingested),
             (self.unchanged, other.unchanged),
@@ -74,7 +71,7 @@ class IngestReport:
             (self.pruned, other.pruned),
             (self.limited, other.limited),
         ):
-            mine.update((posixpath.join(prefix, path), v) for path, v in theirs.items())
+            mine.update(theirs)
         self.fragments += other.fragments
         self.truncated += other.truncated
         self.seconds += other.seconds
@@ -83,6 +80,19 @@ class IngestReport:
         """The report as JSON-ready values (what ``memlane ingest --json`` prints and the
         server answers): ``ok`` and every field."""
         return {"ok": self.ok, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    def rebase(self, folder: str) -> None:
+        """Its paths made relative to the folder they lie in was relative to: ``folder``,
+        a relative path from there to their root (``"docs"``: ``a.md`` becomes
+        ``docs/a.md``; a folder's path keeps its closing ``/``)."""
+        if folder in ("", "."):
+            return
+        for f in fields(self):
+            paths = getattr(self, f.name)
+            if isinstance(paths, dict):
+                rebased = {_joined(folder, path): v for path, v in paths.items()}
+                paths.clear()
+                paths.update(rebased)
 
     def summary(self) -> str:
         """One line: the counts."""
@@ -119,3 +129,8 @@ class IngestReport:
             lines.append("pruned:")
             lines.extend(f"  {printable(path)}" for path in sorted(self.pruned))
         return "\n".join(lines)
+
+
+def _joined(folder: str, path: str) -> str:
+    joined = posixpath.normpath(posixpath.join(folder, path))
+    return joined + "/" if path.endswith("/") else joined
