@@ -107,7 +107,9 @@ def test_bodies_no_json_reader_takes_are_refused_and_store_nothing(
         ("POST", "/v1/search"),
     ]
     for method, path in routes:
-        for body in (deep, b'{"a": ' + deep + b"}", long_int, b'{"text": "\xff x"}'):
+        # UTF-16 and a BOM too: JSON between systems is UTF-8, as the search reads it.
+        utf16, bom = '{"text": "x"}'.encode("utf-16"), b'\xef\xbb\xbf{"text": "x"}'
+        for body in (deep, b'{"a": ' + deep + b"}", long_int, b'{"text": "\xff x"}', utf16, bom):
             r = client.request(method, path, content=body)
             assert kind(r) == (400, "InvalidArgumentError"), (method, path, r.text[:200])
             # Named in the caller's terms, not with the interpreter's advice or codec.
@@ -152,6 +154,17 @@ def test_paths_under_the_ingest_root_it_cannot_read_are_named_as_given(
         message = r.json()["error"]["message"]
         assert str(root) not in message and path[:20] in message, message
     assert mem.count() == 0
+
+
+def test_a_root_whose_path_repr_escapes_is_not_named_either(mem: Memory, tmp_path: Path) -> None:
+    # A message may quote a path as repr() writes it: a backslash doubled, a tab "\\t".
+    root = tmp_path / "back\\slash\tand tab"
+    root.mkdir()
+    with TestClient(create_app(mem, ingest_root=root), base_url=LOCAL) as c:
+        r = c.post("/v1/ingest", json={"path": "a" * 300, "shared": True})
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "slash" not in message and "tab" not in message and "a" * 20 in message, message
 
 
 def test_a_record_whose_id_holds_a_slash_is_reached_by_its_routes(

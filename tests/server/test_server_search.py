@@ -69,11 +69,11 @@ def test_a_search_answers_as_memory_search_does(
     assert got[0]["record"]["text"] == "Carol keeps bees in Lyon"
 
 
-def test_a_long_query_is_searched_off_the_event_loop(
+def test_a_search_that_asks_for_much_is_searched_off_the_event_loop(
     client: TestClient, mem: Memory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # BM25 reads every word of a query: megabytes of them on the event loop would hold
-    # every other client's request while they are read.
+    # A long query (BM25 reads every word), many hits or candidates, or diversity, on
+    # the event loop would hold every other client's request while it runs.
     on_loop: list[bool] = []
     search = mem.search
 
@@ -87,11 +87,18 @@ def test_a_long_query_is_searched_off_the_event_loop(
         return search(*args, **kwargs)
 
     monkeypatch.setattr(mem, "search", noted)
-    for query in ("bees", "bees " * 2000):
-        got = hits(client, query=query, mode="text", k=1, track_access=False)
+    asked: list[dict[str, Any]] = [
+        {"query": "bees"},
+        {"query": "bees " * 2000},
+        {"query": "bees", "k": 1000},
+        {"query": "bees", "candidates": 5000},
+        {"query": "bees", "diversity": 0.5},  # compares the candidates pairwise
+    ]
+    for options in asked:
+        got = hits(client, **{"mode": "text", "k": 1, "track_access": False, **options})
         assert got[0]["record"]["text"] == "Carol keeps bees in Lyon"
     # On the loop only for a store directory; PostgreSQL's rows are read in a thread.
-    assert on_loop == [mem.path is not None, False]
+    assert on_loop == [mem.path is not None, False, False, False, False]
 
 
 def test_a_refused_search_is_a_json_error(client: TestClient) -> None:

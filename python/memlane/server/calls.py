@@ -130,14 +130,16 @@ def json_object(body: bytes, *, exact: bool = True) -> dict[str, Any]:
     anyway (a search: the engine reads a filter's integers past 64 bits as floats)."""
     if not body.strip():
         return {}
+    # JSON between systems is UTF-8 (RFC 8259): both readers take that alone, where
+    # json.loads given bytes would also take UTF-16 and UTF-32, and a BOM.
+    text = _utf8(body) if exact else None
     try:
-        value = json_depth.loads(body) if exact else orjson.loads(body)
+        value = json_depth.loads(text) if text is not None else orjson.loads(body)
     except RecursionError:
         raise InvalidArgumentError("the body is not JSON: nested too deep") from None
-    except UnicodeDecodeError as e:
-        bad = e.object[e.start : e.start + 1].hex()
-        raise InvalidArgumentError(f"the body is not UTF-8: byte 0x{bad} at {e.start}") from None
     except ValueError as e:  # not JSON, or an integer past Python's 4,300 digits
+        if not exact:
+            _utf8(body)  # orjson's word for it is "str is not valid UTF-8"
         reason = str(e)
         if type(e) is ValueError and "digits" in reason:  # not the interpreter's advice
             reason = "an integer has more than 4,300 digits"
@@ -145,6 +147,14 @@ def json_object(body: bytes, *, exact: bool = True) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"the body must be a JSON object, not {type(value).__name__}")
     return value
+
+
+def _utf8(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = body[e.start : e.start + 1].hex()
+        raise InvalidArgumentError(f"the body is not UTF-8: byte 0x{bad} at {e.start}") from None
 
 
 def query_arguments(

@@ -198,6 +198,8 @@ async def search(scope: Scope, receive: Receive, send: Send) -> None:
 
 # Characters of a query searched on the event loop: a question, or a paragraph.
 _SHORT_QUERY = 2048
+# Hits a search on the event loop may ask for (and each retriever four times as many).
+_SHORT_K = 50
 
 
 def _short(mem: Memory, args: dict[str, Any]) -> bool:
@@ -205,14 +207,19 @@ def _short(mem: Memory, args: dict[str, Any]) -> bool:
     runs no model (given a vector, or by text alone) over a store directory (its rows
     read from a local file, not from PostgreSQL) takes well under a millisecond, less
     than the hop to a thread and back costs on a busy machine (benches/bench_server.py).
-    A long query is not short: BM25 reads each of its words, and a client sending
-    megabytes of them would hold every other client's request."""
-    query = args.get("query")
+    Nor is one that asks for much: a long query (BM25 reads each of its words), many
+    hits or candidates, or diversity (which compares the candidates pairwise); a client
+    sending those would hold every other client's request."""
+    query, k, candidates = args.get("query"), args.get("k", 5), args.get("candidates")
     return (
         mem.path is not None
+        and (args.get("query_embedding") is not None or args.get("mode") == "text")
         and isinstance(query, str)
         and len(query) <= _SHORT_QUERY
-        and (args.get("query_embedding") is not None or args.get("mode") == "text")
+        and isinstance(k, int)
+        and k <= _SHORT_K
+        and (candidates is None or (isinstance(candidates, int) and candidates <= 4 * _SHORT_K))
+        and not args.get("diversity")
     )
 
 

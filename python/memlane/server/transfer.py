@@ -146,9 +146,12 @@ def _ingest_path(request: Request, path: object, options: dict[str, Any]) -> Ing
     try:
         report: IngestReport = mem.ingest(target, root=root, progress=False, **options)
     except MemlaneError as e:
-        # A file under the root is named as the client names it: relative to the root.
-        inside = re.compile(re.escape(str(root) + os.sep))
-        _rewrite(e, lambda text: inside.sub("", text).replace(str(root), "the ingest root"))
+        # A file under the root is named as the client names it: relative to the root
+        # (the root written as it is, or as repr() writes it inside a quoted path).
+        places = {str(root), repr(str(root))[1:-1]}
+        inside = re.compile("|".join(re.escape(p + os.sep) for p in places))
+        whole = re.compile("|".join(re.escape(p) for p in places))
+        _rewrite(e, lambda text: whole.sub("the ingest root", inside.sub("", text)))
         raise
     return report
 
