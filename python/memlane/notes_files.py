@@ -286,11 +286,19 @@ def _same_date(date: float, created_at: float) -> bool:
     return date.is_integer() and times.stamp(date, _STAMP) == times.stamp(created_at, _STAMP)
 
 
+def _as_read(rec: MemoryRecord) -> tuple[str, str]:
+    """A stored entry's text and title as its file gives them back: its lines joined by
+    ``\n`` without the blank lines that open it and the space that ends it, and its title
+    stripped (an entry written by ``Memory.add`` may hold them; an untouched file read
+    back is the same entry, not a new one)."""
+    lines = rec.text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+    return "\n".join(lines[start:]).rstrip(), str(rec.metadata.get("title") or "").strip()
+
+
 def _same(entry: _Entry, rec: MemoryRecord) -> bool:
-    return (
-        entry.text == rec.text
-        and entry.title == str(rec.metadata.get("title") or "")
-        and (entry.date is None or _same_date(entry.date, rec.created_at))
+    return (entry.text, entry.title) == _as_read(rec) and (
+        entry.date is None or _same_date(entry.date, rec.created_at)
     )
 
 
@@ -304,7 +312,7 @@ class _Dates:
         self._exact: dict[tuple[str, str, float], tuple[int, float]] = {}
         self._second: dict[tuple[str, str, str], tuple[int, float]] = {}
         for i, rec in enumerate(stored):
-            key = (rec.text, str(rec.metadata.get("title") or ""))
+            key = _as_read(rec)
             self._first.setdefault(key, rec.created_at)
             self._exact.setdefault((*key, rec.created_at), (i, rec.created_at))
             stamp = times.stamp(rec.created_at, _STAMP)

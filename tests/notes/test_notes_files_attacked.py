@@ -385,3 +385,29 @@ def test_a_section_of_many_blank_lines_reads_as_its_text(make_store, word_embedd
         assert [e[2] for e in entries(mem)] == ["Alice is vegan."]
     finally:
         mem.close()
+
+
+def test_an_untouched_export_of_notes_written_by_add_reads_back_as_them(
+    make_store, word_embedder, tmp_path
+):
+    # A leading blank line, trailing spaces, a "\r" break, a title with edge spaces or a
+    # tab: the file gives them back changed, and each was stored again as a new entry.
+    mem = make_store("as-read", word_embedder)
+    try:
+        for i, (text, title) in enumerate(
+            [("\nleading blank", "t"), ("trailing  ", " lead"), ("a\rb", "x\t")]
+        ):
+            mem.add(
+                text,
+                table=NOTES,
+                type=NOTE_FILES["JOURNAL.md"],
+                created_at=1.7e9 + i,
+                metadata={"file": "JOURNAL.md", "title": title, "position": i},
+                **SCOPE,
+            )
+        before = entries(mem)
+        mem.export_notes(tmp_path / "out", **SCOPE)
+        assert set(mem.import_notes(tmp_path / "out", **SCOPE).values()) == {0}
+        assert entries(mem) == before
+    finally:
+        mem.close()
