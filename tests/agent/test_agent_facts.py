@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from conftest import StoreFactory, WordHashEmbedder
 from memlane import AgentMemory
 from memlane.agent import (
@@ -219,7 +221,8 @@ def test_a_check_cut_off_before_its_delete_leaves_no_duplicate(
     make_store: StoreFactory, monkeypatch: Any
 ) -> None:
     """The check stores an update, then dies before deleting the fact (as a kill would):
-    the fact is still pending, and the next check drops it as a repeat."""
+    the fact is still pending, and the next check finishes the drop itself, asking no
+    model (one that kept every fact stored it twice: beside its own successor)."""
     from memlane.agent import facts
     from memlane.agent.facts import check_facts
 
@@ -237,10 +240,12 @@ def test_a_check_cut_off_before_its_delete_leaves_no_duplicate(
     assert report.error is not None and "killed" in report.error
     monkeypatch.setattr(facts, "_drop", drop)
     assert mem.get(fact.id).metadata[CHECK] == "pending"
-    report = check_facts(mem, Careful(), "memories", scope)
-    assert [d.decision for d in report.decisions] == ["none"]
+    keeps = Careful()
+    monkeypatch.setattr(keeps, "complete", lambda messages: pytest.fail("a model was asked"))
+    report = check_facts(mem, keeps, "memories", scope)
+    assert [(d.fact, d.decision) for d in report.decisions] == [(fact.id, "update")]
     current = [r.text for r in mem.list("memories", **scope) if r.valid_to is None]
-    assert current == ["Alice's city is Rome"]
+    assert current == ["Alice's city is Rome"] and fact.id not in mem
 
 
 def test_an_answer_applies_at_most_100_operations() -> None:

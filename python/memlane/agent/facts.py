@@ -66,14 +66,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlane.agent.fact_lease import one_check
-from memlane.agent.llm import LLM, ChatMessage
-from memlane.agent.parsing import ParseError, extract_json
+from memlane.agent.fact_prompt import parse_decisions, prompt
+from memlane.agent.llm import LLM
 from memlane.agent.statements import LEARNED, RESTATED, learned, newer, order_of, said_at
 from memlane.embeddings import CachedEmbedder, Embedder
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import ConflictError, InvalidArgumentError, MemlaneError, UnknownIdError
 from memlane.scoping import exact_scope
-from memlane.times import stamp
 
 if TYPE_CHECKING:
     from memlane.memory import Memory, Mode
@@ -92,23 +91,13 @@ __all__ = [
 
 log = logging.getLogger("memlane.agent")
 
+#: The metadata key of a memory an update made: the id of the fact merged into it.
+_MERGED = "fact_merged_from"
 #: The metadata key of a fact's check: "pending" until decided, then "kept".
 CHECK = "fact_check"
 #: Who the history names for the check's changes.
 ACTOR = "fact-check"
-_DECISIONS = ("add", "update", "delete", "none")
 
-_SYSTEM = (
-    "You keep an AI agent's memory consistent. New facts were just learned. Compare each "
-    "with the numbered memories already stored and decide what to do with it. Answer with "
-    'one JSON object and nothing else: {"decisions": [{"fact": <letter of a new fact>, '
-    '"decision": "add"|"update"|"delete"|"none", "memory": <number of a stored memory, for '
-    'update, delete and none>, "reason": str}, ...]}, one decision per new fact.\n'
-    "add: the fact is new information. update: the fact is a newer or more precise "
-    "version of a stored memory (the same attribute of the same thing now has another "
-    "value), which it replaces. delete: the fact shows a stored memory is no longer true "
-    "and replaces nothing. none: the fact is already known (the memory that says it)."
-)
 #: New facts checked in one model call.
 _BATCH = 20
 #: Vectors of memories the fact check embedded in a store without vectors: 10 scopes' windows.
@@ -122,8 +111,6 @@ _SENTENCES = 8
 _SPLIT = "split_group"
 #: The reason of a fact kept because the scope holds nothing to compare it with.
 _NOTHING_SHOWN = "no memory of the scope to compare with"
-#: A lone surrogate, which a JSON answer may hold ("\ud800") and no store can.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(slots=True, frozen=True)
@@ -287,77 +274,13 @@ def _warn_once(message: str) -> None:
         log.warning("%s", message)
 
 
-def _label(i: int) -> str:
-    return f"F{i + 1}"
-
-
-def _line(rec: MemoryRecord) -> str:
-    return f"[{stamp(rec.created_at, '%Y-%m-%d')}] {' '.join(rec.text.split())}"
-
-
-def _prompt(facts: Sequence[MemoryRecord], shown: Sequence[MemoryRecord]) -> list[ChatMessage]:
-    listed = "\n".join(f"{i}. {_line(r)}" for i, r in enumerate(shown, 1))
-    new = "\n".join(f"{_label(i)}. {_line(f)}" for i, f in enumerate(facts))
-    return [
-        {"role": "system", "content": _SYSTEM},
-        {"role": "user", "content": f"Stored memories:\n{listed}\n\nNew facts:\n{new}"},
-    ]
-
-
-def parse_decisions(
-    text: object, n_facts: int, n_shown: int
-) -> dict[int, tuple[str, int | None, str]]:
-    """Each fact's decision, the 0-based index of its memory and the reason, by the
-    fact's 0-based index, from a model's answer; items that are not valid are left out.
-    ``ParseError`` when the answer holds no list of decisions."""
-    data: Any = extract_json(text)
-    items = data.get("decisions")
-    if not isinstance(items, list):
-        raise ParseError("'decisions' must be a list", raw=text)
-    out: dict[int, tuple[str, int | None, str]] = {}
-    labels = {_label(i).lower(): i for i in range(n_facts)}
-    for item in items:
-        if not isinstance(item, Mapping):
-            continue
-        label = str(item.get("fact", "")).strip().lower()
-        fact = labels.get(label if label.startswith("f") else f"f{label}")
-        decision = item.get("decision")
-        if fact is None or fact in out or not isinstance(decision, str):
-            continue
-        decision = decision.strip().lower()
-        if decision not in _DECISIONS:
-            continue
-        reason = item.get("reason")
-        # A lone surrogate (JSON's "\ud800") has no UTF-8 form: the store would refuse
-        # the metadata that keeps the reason.
-        reason = _SURROGATE.sub("\ufffd", reason.strip()) if isinstance(reason, str) else ""
-        reason = reason or "(none given)"
-        index = item.get("memory")
-        if isinstance(index, str):
-            digits = index.strip()
-            # ASCII digits: str.isdigit() admits "²" and "①", which int() refuses, and
-            # int() refuses more than 4300 digits (no listed number has ten).
-            ok = digits.isascii() and digits.isdecimal() and len(digits) < 10
-            index = int(digits) if ok else None
-        if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= n_shown:
-            index = None
-        if decision in ("update", "delete"):
-            if index is None:
-                continue
-            out[fact] = (decision, index - 1, reason)
-        elif decision == "none" and index is not None:  # the memory it repeats
-            out[fact] = (decision, index - 1, reason)
-        else:
-            out[fact] = (decision, None, reason)
-    return out
-
-
 def _mark(
     memory: Memory, fact: MemoryRecord, decision: str, reason: str, final: bool = True
 ) -> MemoryRecord:
     """Keeps the decision in the fact's history and returns the fact marked; ``final=False``
     for a fact about to be deleted: it stays pending, so a crash before the delete has it
-    checked again (as a repeat of what its decision stored) rather than kept beside it.
+    checked again rather than kept beside what its decision stored (an update's successor
+    names it, and the next check drops it without asking: ``_merged_before``).
     Only the version the model was shown: a fact rewritten meanwhile is refused
     (``ConflictError``) and waits, pending, for a check of its new text."""
     state = "kept" if final else "pending"
@@ -401,7 +324,8 @@ def _apply(
             for k, v in {**target.metadata, **fact.metadata}.items()
             if k not in (CHECK, RESTATED)  # the successor is stated when the fact was
         }
-        meta |= {"fact_decision": "update", "fact_reason": reason}
+        # The fact it came from: a check stopped before the fact's drop finds it so.
+        meta |= {"fact_decision": "update", "fact_reason": reason, _MERGED: fact.id}
         # Not before the target became true: a fact learnt after it but dated before it
         # (the clock was set back between) replaces it from its start. Only the version
         # the model was shown (the record, not its id): one rewritten or superseded
@@ -487,6 +411,7 @@ def _check_all(
     flt = {"$and": [only, checked]}
     listed = memory.list(table, limit=limit, order="asc", filters=flt, **fields)
     facts = [f for f in listed if _pending(f) and f.valid_to is None]  # as read, not as matched
+    facts = [f for f in facts if not _merged_before(memory, f, table, fields, only, report)]
     # The store's order: created_at, then the order of storing (facts learnt together).
     rank = {f.id: i for i, f in enumerate(facts)}
 
@@ -534,6 +459,29 @@ def _check_all(
     return len(listed) == limit
 
 
+def _merged_before(
+    memory: Memory,
+    fact: MemoryRecord,
+    table: str,
+    fields: Mapping[str, Any],
+    only: Mapping[str, Any],
+    report: FactReport,
+) -> bool:
+    """Whether ``fact`` is one a check stopped between its update's supersede and the
+    fact's drop (killed, or the store failing): its successor is stored, so the drop is
+    finished now, not left to a model that might keep the fact beside its own successor."""
+    if fact.metadata.get("fact_decision") != "update":
+        return False
+    merged = {"$and": [only, {"valid_to": None}, {_MERGED: fact.id}]}
+    successor = memory.list(table, limit=1, filters=merged, **fields)
+    if not successor:
+        return False
+    _drop(memory, fact)
+    why = "merged into the memory it updates before the check was stopped"
+    report.decisions.append(FactDecision(fact.id, "update", why, successor[0].id))
+    return True
+
+
 class _Later(Exception):
     """A fact that waits for the next check."""
 
@@ -551,7 +499,7 @@ def _decide(
     older pending fact came meanwhile (``arrived``), to be checked beside it."""
     decided: dict[int, tuple[str, int | None, str]] = {}
     if shown:
-        decided = parse_decisions(llm.complete(_prompt(facts, shown)), len(facts), len(shown))
+        decided = parse_decisions(llm.complete(prompt(facts, shown)), len(facts), len(shown))
     touched: set[str] = set()
     later: list[MemoryRecord] = []
     seen = {r.id for r in (*shown, *facts)}
