@@ -215,6 +215,34 @@ def test_decisions_are_parsed_strictly() -> None:
     )
     got = parse_decisions(answer, 3, 3)
     assert got == {0: ("update", 1, "moved"), 2: ("none", None, "(none given)")}
+    # A reason is kept in the fact and its successor: a model's megabytes are cut.
+    long = json.dumps({"decisions": [{"fact": "F1", "decision": "add", "reason": "x" * 10**6}]})
+    assert parse_decisions(long, 1, 1)[0] == ("add", None, "x" * 1000)
+
+
+def _raises(memory: Any, marked: Any) -> None:
+    """A drop that dies, as a kill would, after the step before it."""
+    raise RuntimeError("killed")
+
+
+ALICE = {"user_id": "alice"}
+
+
+def stopped_update(make_store: StoreFactory, monkeypatch: Any, name: str) -> tuple[Any, Any]:
+    """A store whose check of "Alice's city is Rome" (updating Oslo) died after the
+    update's supersede, before the fact's drop; and the fact, still pending."""
+    from memlane.agent import facts
+    from memlane.agent.facts import check_facts
+
+    mem = make_store(name, WordHashEmbedder())
+    mem.add("Alice's city is Oslo", **ALICE)
+    fact = mem.add("Alice's city is Rome", metadata={CHECK: "pending"}, **ALICE)
+    with monkeypatch.context() as m:
+        m.setattr(facts, "_drop", _raises)
+        report = check_facts(mem, Careful(), "memories", ALICE)
+    assert report.error is not None and "killed" in report.error
+    assert mem.get(fact.id).metadata[CHECK] == "pending"
+    return mem, fact
 
 
 def test_a_check_cut_off_before_its_delete_leaves_no_duplicate(
@@ -223,29 +251,44 @@ def test_a_check_cut_off_before_its_delete_leaves_no_duplicate(
     """The check stores an update, then dies before deleting the fact (as a kill would):
     the fact is still pending, and the next check finishes the drop itself, asking no
     model (one that kept every fact stored it twice: beside its own successor)."""
-    from memlane.agent import facts
     from memlane.agent.facts import check_facts
 
-    mem = make_store("cut", WordHashEmbedder())
-    scope = {"user_id": "alice"}
-    mem.add("Alice's city is Oslo", **scope)
-    fact = mem.add("Alice's city is Rome", metadata={CHECK: "pending"}, **scope)
-    drop = facts._drop
-
-    def dies(memory: Any, marked: Any) -> None:
-        raise RuntimeError("killed")
-
-    monkeypatch.setattr(facts, "_drop", dies)
-    report = check_facts(mem, Careful(), "memories", scope)
-    assert report.error is not None and "killed" in report.error
-    monkeypatch.setattr(facts, "_drop", drop)
-    assert mem.get(fact.id).metadata[CHECK] == "pending"
+    mem, fact = stopped_update(make_store, monkeypatch, "cut")
     keeps = Careful()
     monkeypatch.setattr(keeps, "complete", lambda messages: pytest.fail("a model was asked"))
-    report = check_facts(mem, keeps, "memories", scope)
+    report = check_facts(mem, keeps, "memories", ALICE)
     assert [(d.fact, d.decision) for d in report.decisions] == [(fact.id, "update")]
-    current = [r.text for r in mem.list("memories", **scope) if r.valid_to is None]
+    current = [r.text for r in mem.list("memories", **ALICE) if r.valid_to is None]
     assert current == ["Alice's city is Rome"] and fact.id not in mem
+
+
+def test_only_a_successor_of_its_very_words_finishes_a_stopped_update(
+    make_store: StoreFactory, monkeypatch: Any
+) -> None:
+    """A fact rewritten after its check stopped halfway, and a fact a record merely names
+    as merged (any writer may write the key): both checked again by the model, neither
+    dropped unseen."""
+    from memlane.agent.facts import check_facts
+
+    mem, fact = stopped_update(make_store, monkeypatch, "named")
+    scope = ALICE
+    mem.update(fact.id, text="Alice's city is Milan")  # corrected before the next check
+    asked = Careful()
+    report = check_facts(mem, asked, "memories", scope)
+    assert asked.checks == 1 and [d.decision for d in report.decisions] == ["update"]
+    current = [r.text for r in mem.list("memories", **scope) if r.valid_to is None]
+    assert current == ["Alice's city is Milan"]
+
+    # A pending fact left marked "update" (its supersede refused), and a record naming it.
+    pending_fact = mem.add("Alice's pet is a cat", metadata={CHECK: "pending"}, **scope)
+    marked = {**pending_fact.metadata, "fact_decision": "update"}
+    mem.update(pending_fact.id, metadata=marked)
+    mem.add("a note", metadata={"fact_merged_from": pending_fact.id, CHECK: "kept"}, **scope)
+    asked = Careful()
+    check_facts(mem, asked, "memories", scope)
+    assert asked.checks == 1 and "Alice's pet is a cat" in [
+        r.text for r in mem.list("memories", **scope) if r.valid_to is None
+    ]
 
 
 def test_an_answer_applies_at_most_100_operations() -> None:

@@ -31,6 +31,14 @@ def entries(mem: Any) -> list[tuple[str, str, str, float]]:
     return sorted((r.id, r.type, r.text, r.created_at) for r in recs)
 
 
+def reads_back(mem: Any, folder: Path) -> None:
+    """An untouched export of the scope's notes imports as nothing new: each as it was."""
+    before = entries(mem)
+    mem.export_notes(folder, **SCOPE)
+    assert set(mem.import_notes(folder, **SCOPE).values()) == {0}
+    assert entries(mem) == before
+
+
 def asides(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name not in NOTE_FILES)
 
@@ -336,10 +344,7 @@ def test_an_entry_with_other_line_breaks_reads_back_as_stored(make_store, word_e
             book.append("MEMORY.md", text)
         stored = [r.text for r in book.entries("MEMORY.md")]
         assert stored == ["line a\nline b", "tab\nfeed", "win\nline", "next\nline"]
-        before = entries(mem)
-        mem.export_notes(tmp_path / "out", **SCOPE)
-        assert set(mem.import_notes(tmp_path / "out", **SCOPE).values()) == {0}
-        assert entries(mem) == before
+        reads_back(mem, tmp_path / "out")
     finally:
         mem.close()
 
@@ -375,16 +380,13 @@ def test_export_refuses_a_note_its_file_would_not_give_back(make_store, word_emb
 def test_a_section_of_many_blank_lines_reads_as_its_text(make_store, word_embedder, tmp_path):
     # The blank lines that open a section go (each was taken off the front of a list
     # one at a time, 25 s for 400,000 of them); the entry is the text after them.
-    mem = make_store("blanks", word_embedder)
-    folder = tmp_path / "in"
-    folder.mkdir()
     blank = "\n" * 200_000
-    (folder / "USER.md").write_text(f"# User\n\n## Diet{blank}Alice is vegan.\n\n## {blank}")
-    try:
-        assert mem.import_notes(folder, **SCOPE) == {"USER.md": 1}
+    notes = tmp_path / "in"
+    notes.mkdir()
+    (notes / "USER.md").write_text(f"# User\n\n## Diet{blank}Alice is vegan.\n\n## {blank}")
+    with make_store("blanks", word_embedder) as mem:
+        assert mem.import_notes(notes, **SCOPE) == {"USER.md": 1}
         assert [e[2] for e in entries(mem)] == ["Alice is vegan."]
-    finally:
-        mem.close()
 
 
 def test_an_untouched_export_of_notes_written_by_add_reads_back_as_them(
@@ -405,9 +407,6 @@ def test_an_untouched_export_of_notes_written_by_add_reads_back_as_them(
                 metadata={"file": "JOURNAL.md", "title": title, "position": i},
                 **SCOPE,
             )
-        before = entries(mem)
-        mem.export_notes(tmp_path / "out", **SCOPE)
-        assert set(mem.import_notes(tmp_path / "out", **SCOPE).values()) == {0}
-        assert entries(mem) == before
+        reads_back(mem, tmp_path / "out")
     finally:
         mem.close()

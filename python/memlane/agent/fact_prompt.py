@@ -29,6 +29,8 @@ _SYSTEM = (
     "value), which it replaces. delete: the fact shows a stored memory is no longer true "
     "and replaces nothing. none: the fact is already known (the memory that says it)."
 )
+#: Characters of a decision's reason kept.
+_REASON_CHARS = 1000
 #: A lone surrogate, which a JSON answer may hold ("\ud800") and no store can.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -77,7 +79,8 @@ def parse_decisions(
         # A lone surrogate (JSON's "\ud800") has no UTF-8 form: the store would refuse
         # the metadata that keeps the reason.
         reason = _SURROGATE.sub("\ufffd", reason.strip()) if isinstance(reason, str) else ""
-        reason = reason or "(none given)"
+        # Kept in the fact's metadata and its successor's: no model answer makes it long.
+        reason = reason[:_REASON_CHARS] or "(none given)"
         index = item.get("memory")
         if isinstance(index, str):
             digits = index.strip()

@@ -469,16 +469,21 @@ def _merged_before(
 ) -> bool:
     """Whether ``fact`` is one a check stopped between its update's supersede and the
     fact's drop (killed, or the store failing): its successor is stored, so the drop is
-    finished now, not left to a model that might keep the fact beside its own successor."""
+    finished now, not left to a model that might keep the fact beside its own successor.
+    Only a settled successor of the fact's very words: a fact rewritten since is checked
+    again, and a record that merely names the fact (any writer may) drops nothing that
+    the store does not hold word for word."""
     if fact.metadata.get("fact_decision") != "update":
         return False
-    merged = {"$and": [only, {"valid_to": None}, {_MERGED: fact.id}]}
-    successor = memory.list(table, limit=1, filters=merged, **fields)
-    if not successor:
+    named = [{_MERGED: fact.id}, {"fact_decision": "update"}, {CHECK: {"$ne": "pending"}}]
+    merged = {"$and": [only, {"valid_to": None}, *named]}
+    found = memory.list(table, limit=10, filters=merged, **fields)
+    successor = next((r for r in found if r.text == fact.text and r.id != fact.id), None)
+    if successor is None:
         return False
     _drop(memory, fact)
     why = "merged into the memory it updates before the check was stopped"
-    report.decisions.append(FactDecision(fact.id, "update", why, successor[0].id))
+    report.decisions.append(FactDecision(fact.id, "update", why, successor.id))
     return True
 
 

@@ -672,25 +672,30 @@ fn a_filter_on_accesses_is_never_answered_from_the_cache() {
     assert_eq!(e.retrievals.len(), 0);
 }
 
+/// Ids 1 to 4 with `texts`, 2-d `vectors` and attributes `a`.
+fn four(texts: [&str; 4], vectors: [f32; 8], a: &[Attrs]) -> Engine {
+    let mut e = engine(Some(2));
+    let texts: Vec<String> = texts.map(String::from).into();
+    e.upsert(Batch {
+        ids: &[1, 2, 3, 4],
+        texts: Some(&texts),
+        vectors: Some(&vectors),
+        attrs: a,
+    })
+    .unwrap();
+    e
+}
+
 /// Ids 1 to 4 with `texts` and 2-d `vectors`, an hour apart: the first three
 /// turns of one session, the last a record outside any.
 fn session_and_record(texts: [&str; 4], vectors: [f32; 8]) -> Engine {
-    let mut e = engine(Some(2));
-    let texts: Vec<String> = texts.map(String::from).into();
     let mut a: Vec<Attrs> = (0..4)
         .map(|i| attrs("a", 0.5, f64::from(i) * HOUR, false))
         .collect();
     for turn in &mut a[..3] {
         turn.scope[4] = Some("s".into());
     }
-    e.upsert(Batch {
-        ids: &[1, 2, 3, 4],
-        texts: Some(&texts),
-        vectors: Some(&vectors),
-        attrs: &a,
-    })
-    .unwrap();
-    e
+    four(texts, vectors, &a)
 }
 
 /// A session of three turns, the answer sharing no word with the question
@@ -1674,38 +1679,21 @@ fn a_neighbour_the_search_leaves_out_lends_nothing() {
 }
 
 #[test]
-fn hits_of_equal_score_rank_by_their_cosine_then_bm25() {
+fn hits_of_equal_score_rank_by_their_cosine() {
     // Cosines -0.995, -0.5 and -0.1 all weigh 0: the nearest of them still comes
     // first, in vector and hybrid mode, whatever the ids' order.
-    let mut e = engine(Some(2));
     let unit = |c: f32| [c, (1.0 - c * c).sqrt()];
-    let vectors: Vec<f32> = [-0.995, -0.5, -0.1, 0.3]
-        .into_iter()
-        .flat_map(unit)
-        .collect();
-    let texts: Vec<String> = ["far", "mid", "near", "pos"].map(String::from).into();
-    let a: Vec<Attrs> = (0..4)
-        .map(|_| attrs("a", 0.5, 100.0 * HOUR, false))
-        .collect();
-    e.upsert(Batch {
-        ids: &[1, 2, 3, 4],
-        texts: Some(&texts),
-        vectors: Some(&vectors),
-        attrs: &a,
-    })
-    .unwrap();
+    let [a, b, c, d] = [-0.995, -0.5, -0.1, 0.3].map(unit);
+    let vectors = [a[0], a[1], b[0], b[1], c[0], c[1], d[0], d[1]];
+    let same = attrs("a", 0.5, 100.0 * HOUR, false);
+    let e = four(
+        ["far", "mid", "near", "pos"],
+        vectors,
+        &[same.clone(), same.clone(), same.clone(), same],
+    );
     let q = [1.0, 0.0];
     for mode in [Mode::Vector, Mode::Hybrid] {
         let hits = e.search(&request(Some("zzz"), Some(&q), mode)).unwrap();
         assert_eq!(hits.ids, vec![4, 3, 2, 1], "{mode:?}");
     }
-    // With no cosine to tell them apart, BM25 does.
-    let hits = e
-        .search(&request(Some("near mid"), Some(&[0.0, -1.0]), Mode::Hybrid))
-        .unwrap();
-    assert!(
-        hits.ids[..2].iter().all(|id| [2, 3].contains(id)),
-        "{:?}",
-        hits.ids
-    );
 }
