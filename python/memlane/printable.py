@@ -7,6 +7,7 @@ bidirectional override that shows the line's characters in another order)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 __all__ = ["json_text", "printable"]
@@ -50,10 +51,26 @@ def json_text(value: object, indent: int | None = None) -> str:
     become the raw bytes again. They are written as JSON escapes (``\\udcff``), which
     a reader decodes back to the same string (``os.fsencode`` gives the name's bytes).
     So are the characters a terminal acts on that JSON leaves as they are (C1 controls,
-    DEL, bidi marks): a reader gets the same text, a terminal shows the escape.
+    DEL, bidi marks): a reader gets the same text, a terminal shows the escape. A float
+    JSON has no number for (NaN, an infinity) is written as a string.
     """
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    try:
+        text = json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False)
+    except ValueError:  # NaN or an infinity (a model's answer echoed): no JSON number
+        text = json.dumps(_finite(value), ensure_ascii=False, indent=indent, allow_nan=False)
     # json.dumps leaves them raw only inside strings, where an escape means the same; so
     # too C1 controls and bidi marks, which a terminal showing the document would act on
     # (json.dumps escapes C0 alone).
     return _RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _finite(value: object) -> object:
+    """``value`` with each float that JSON cannot write (NaN, an infinity) as the string
+    Python's json would have written bare, which strict readers refuse."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

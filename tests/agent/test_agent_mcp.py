@@ -242,7 +242,7 @@ HOSTILE = {
         + b"}}",
         None,
         -32700,
-        "nests deeper",
+        "the line nests deeper than 500 levels",  # the parser's bound, not the params'
     ),
     "arguments nested 100 deep": (
         _call(b"19", "remember", '{"content":"x","metadata":' + '{"a":' * 100 + "1" + "}" * 101),

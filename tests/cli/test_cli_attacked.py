@@ -196,3 +196,51 @@ def test_add_stdin_lines_as_a_text_stream_reads_them(
     code, out, err = run(capsys, "add", store, "-", "--json")
     assert code == 0, err
     assert [r["text"] for r in utf8_json(out)["records"]] == ["one", "two ☕", "three"]
+
+
+# -- what another attack found --------------------------------------------------------------
+
+
+def test_json_writes_no_number_json_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    # A model's answer echoed in a report (a rejected operation's NaN or 1e400): strict
+    # readers (jq, JSON.parse) refuse a bare NaN, so it is written as a string.
+    from memlane.cli._command import emit_json
+
+    emit_json({"rejected": [{"weight": float("nan"), "big": [float("inf"), -float("inf")]}]})
+    out = capsys.readouterr().out
+    assert json.loads(out, parse_constant=pytest.fail) == {
+        "rejected": [{"weight": "NaN", "big": ["Infinity", "-Infinity"]}]
+    }
+
+
+def test_a_closed_stdin_is_said_in_the_commands_words(
+    store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # started with it closed: `<&-`
+    for argv in (["add", store, "-"], ["reflect", store, "-", "--model", "m"]):
+        code, _, err = run(capsys, *argv)
+        assert code != 0 and "standard input is closed" in err, err
+    code, out, _ = run(capsys, "stats", store, "--json")
+    assert utf8_json(out)["records"] == 1
+
+
+def test_an_error_under_json_to_a_reader_gone_is_no_traceback(tmp_path: Path) -> None:
+    # `memlane list missing --json | head -0`: the error's document meets a closed pipe.
+    done = subprocess.run(
+        f"{sys.executable} -m memlane list {tmp_path / 'missing'} --json | head -c 0",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr and "memlane: error: no memlane store" in done.stderr
+
+
+def test_demo_keeps_its_store_only_in_a_new_or_empty_folder(
+    store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Not in a user's store: its records were added to, and printed raw to the terminal.
+    code, _, err = run(capsys, "demo", "--keep", store)
+    assert code == 1 and "give a new or empty folder" in err
+    code, out, _ = run(capsys, "stats", store, "--json")
+    assert utf8_json(out)["records"] == 1

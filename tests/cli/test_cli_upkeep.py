@@ -75,7 +75,8 @@ def test_prune_dry_run_then_prune(capsys: pytest.CaptureFixture[str], store: Pat
 
 def test_prune_needs_a_criterion(capsys: pytest.CaptureFixture[str], store: Path) -> None:
     code, _, err = run(capsys, "prune", "--store", str(store))
-    assert code == 1 and "give at least one of max_age_days" in err
+    # In the command's words, its flags', not the method's parameters'.
+    assert code == 1 and "give at least one of --max-age-days, --keep-importance" in err
     code, _, err = run(capsys, "prune", "--store", str(store), "--keep-importance", "2")
     assert code == 2 and "must be in [0, 1]" in err
 

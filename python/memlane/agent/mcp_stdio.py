@@ -155,7 +155,9 @@ def check_line(line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | Non
         return None, _error(None, PARSE_ERROR, f"Parse error: {e}")
     except RecursionError:
         return None, _error(
-            None, PARSE_ERROR, f"Parse error: the line nests deeper than {MAX_DEPTH} levels"
+            None,
+            PARSE_ERROR,
+            f"Parse error: the line nests deeper than {json_depth.MAX_DEPTH} levels",
         )
     if isinstance(message, list):
         return None, _error(

@@ -189,6 +189,13 @@ def _notes(debug: bool) -> Iterator[None]:
         yield
 
 
+def _reader_gone() -> None:
+    """The reader of stdout went away (e.g. ``| head``): nothing more is written there,
+    and Python's flush at exit finds nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``memlane`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     try:
@@ -200,9 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _notes(args.debug):
             return cmd.run(args)
     except BrokenPipeError:
-        # The reader went away (e.g. `| head`); say nothing more on stdout.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _reader_gone()
         return EXIT_ERROR
     except KeyboardInterrupt:
         if args.debug:
@@ -216,7 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(e, MemlaneError | OSError):
             message = f"{type(e).__name__}: {message} (run with --debug for the traceback)"
         if getattr(args, "json", False):
-            emit_json({"error": {"type": type(e).__name__, "message": message}})
+            try:
+                emit_json({"error": {"type": type(e).__name__, "message": message}})
+            except BrokenPipeError:
+                _reader_gone()
         # Escaped as the terminal is to show it (a message may quote a file's name or a
         # stored text); the JSON document above keeps it as it is.
         print(f"memlane: error: {printable(message)}", file=sys.stderr)

@@ -418,6 +418,14 @@ def record_json(record: MemoryRecord) -> dict[str, Any]:
     return record.to_dict(embedding=False)
 
 
+def stdin() -> Any:
+    """Standard input, or ``InvalidArgumentError`` where the process has none (started
+    with it closed, as ``<&-`` does: Python's ``sys.stdin`` is then None)."""
+    if sys.stdin is None:
+        raise InvalidArgumentError("standard input is closed: give the text or a file")
+    return sys.stdin
+
+
 def emit_json(value: object) -> None:
     """Prints one JSON document on stdout (valid UTF-8 whatever names it holds)."""
     sys.stdout.write(json_text(value, indent=2))

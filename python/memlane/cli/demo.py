@@ -10,6 +10,7 @@ of one result and the time each step took. Everything runs offline.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -20,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from memlane.cli._command import at_least, command
+from memlane.errors import InvalidArgumentError
 from memlane.memory import Memory
+from memlane.printable import printable
 from memlane.records import SearchHit
 
 __all__ = ["AGENTS", "QUESTIONS", "USERS", "demo_items", "knowledge_dir", "run"]
@@ -74,7 +77,11 @@ def demo_items() -> list[dict[str, Any]]:
 @contextmanager
 def _store(keep: str | None) -> Iterator[Path]:
     if keep is not None:
-        yield Path(keep)
+        folder = Path(keep)
+        # Its own new store only: the demo's 200 memories are nobody's data to add to.
+        if os.path.lexists(folder) and (not folder.is_dir() or any(folder.iterdir())):
+            raise InvalidArgumentError(f"--keep {printable(keep)}: give a new or empty folder")
+        yield folder
         return
     with tempfile.TemporaryDirectory(prefix="memlane-demo-") as tmp:
         yield Path(tmp) / "store"
@@ -91,7 +98,7 @@ def _print_hits(hits: list[SearchHit]) -> None:
         text = " ".join(hit.record.text.split())
         if len(text) > 90:
             text = text[:87].rstrip() + "..."
-        print(f"  {hit.score:.3f}  {_scope(hit)} {text}")
+        print(printable(f"  {hit.score:.3f}  {_scope(hit)} {text}"))
 
 
 def _ms(seconds: float) -> str:
@@ -108,7 +115,7 @@ def run(k: int = 3, keep: str | None = None) -> None:
         finally:
             mem.close()
         if keep is not None:
-            print(f"\nthe store is in {path}; try: memlane search {path} 'dark mode'")
+            print(printable(f"\nthe store is in {path}; try: memlane search {path} 'dark mode'"))
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
@@ -172,7 +179,7 @@ def _run(mem: Memory, path: Path, k: int, t0: float) -> None:
 
     hits = mem.search(QUESTIONS[2], 1, table="memories", explain=True)
     if hits and hits[0].explain is not None:
-        print(f"6. why '{hits[0].record.text}' came first for '{QUESTIONS[2]}':")
+        print(printable(f"6. why '{hits[0].record.text}' came first for '{QUESTIONS[2]}':"))
         for name, value in hits[0].explain.items():
             shown = "not retrieved" if value is None else f"{value:.4g}"
             print(f"   {name:<12} {shown}")

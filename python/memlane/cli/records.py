@@ -24,6 +24,7 @@ from memlane.cli._command import (
     parse_metadata,
     record_json,
     scope_of,
+    stdin,
     unit_interval,
 )
 from memlane.errors import InvalidArgumentError
@@ -80,7 +81,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def _stdin_lines() -> list[str]:
     """The lines of standard input that are not blank. A line that does not decode is
     an ``InvalidArgumentError`` naming it, as a TEXT that is not UTF-8 is an error."""
-    stream = sys.stdin
+    stream = stdin()
     buffer = getattr(stream, "buffer", None)
     if buffer is None:  # a text stream with no bytes under it
         return [line.rstrip("\n") for line in stream if line.strip()]

@@ -25,6 +25,7 @@ from memlane.cli._command import (
     open_memory,
     record_json,
     scope_of,
+    stdin,
     unit_interval,
 )
 from memlane.errors import InvalidArgumentError, shown
@@ -95,6 +96,11 @@ def _prune_arguments(p: argparse.ArgumentParser) -> None:
     json=True,
 )
 def prune(args: argparse.Namespace) -> int:
+    if args.max_age_days is None and args.keep_importance is None and args.keep_accessed is None:
+        # Checked before the store opens, in the command's words (not the method's).
+        raise InvalidArgumentError(
+            "give at least one of --max-age-days, --keep-importance, --keep-accessed"
+        )
     with open_memory(args, embeds=False) as mem:
         records = mem.prune(
             max_age_days=args.max_age_days,
@@ -240,7 +246,7 @@ def _reflect_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _conversation(where: str) -> list[Any]:
-    text = sys.stdin.read() if where == "-" else Path(where).read_text(encoding="utf-8")
+    text = stdin().read() if where == "-" else Path(where).read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         try:
             messages = json_depth.loads(text)
