@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +246,19 @@ def test_demo_keeps_its_store_only_in_a_new_or_empty_folder(
     assert code == 1 and "give a new or empty folder" in err
     code, out, _ = run(capsys, "stats", store, "--json")
     assert utf8_json(out)["records"] == 1
+
+
+def test_sigterm_stops_a_command_as_ctrl_c_does(
+    store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, the default action ended the process at once: an export left its
+    # temporary file beside FILE for good, and nothing said why the command stopped.
+    def terminated(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # the handler raises here, in this thread, at once
+        raise AssertionError("SIGTERM did not stop the command")
+
+    monkeypatch.setattr(Memory, "list", terminated)
+    code, _, err = run(capsys, "stats", store)
+    assert code == 130 and err.splitlines() == ["memlane: interrupted"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back

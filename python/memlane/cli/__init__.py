@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from types import FrameType
 from typing import NoReturn, TextIO
 
 from memlane.cli._command import (
@@ -189,6 +192,31 @@ def _notes(debug: bool) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a service manager's stop, ``kill``) taken as Ctrl-C is, while a command
+    runs: by SIGINT's handler of the moment, which a write in progress holds back until
+    its outcome is settled (``storage/interrupts.py``); an export removes its temporary
+    file, and the command says it was interrupted. Left alone where SIGTERM already has a
+    handler, or off the main thread (where none can be set)."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):
+            raise KeyboardInterrupt
+        handler(signal.SIGINT, frame)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _reader_gone() -> None:
     """The reader of stdout went away (e.g. ``| head``): nothing more is written there,
     and Python's flush at exit finds nowhere to fail."""
@@ -204,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     cmd: Command = args._command
     try:
-        with _notes(args.debug):
+        with _notes(args.debug), _terminate_as_interrupt():
             return cmd.run(args)
     except BrokenPipeError:
         _reader_gone()
