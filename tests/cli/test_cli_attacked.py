@@ -262,3 +262,11 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(
     code, _, err = run(capsys, "stats", store)
     assert code == 130 and err.splitlines() == ["memlane: interrupted"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back
+
+
+def test_a_refused_add_makes_no_new_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "add", str(tmp_path / "new"), "   ", "--create", *TEXT)
+    assert code == 1 and "text is empty or whitespace-only" in err
+    assert not (tmp_path / "new").exists()

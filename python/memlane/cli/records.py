@@ -127,6 +127,10 @@ def add(args: argparse.Namespace) -> int:
             texts.extend(_stdin_lines())
         else:
             texts.append(text)
+    for i, text in enumerate(texts):
+        # As the store words it, before it is opened: a refused add makes no new store.
+        if not text.strip():
+            raise InvalidArgumentError(f"record {i}: text is empty or whitespace-only")
     with open_memory(args) as mem:
         records = mem.add_many([{"text": text, **common} for text in texts])
     if args.json:
