@@ -28,7 +28,7 @@ from memlane.agent import (
     SessionScope,
 )
 from memlane.agent.loop import split_text
-from memlane.agent.messages import TOOL_INSTRUCTIONS
+from memlane.agent.messages import SUMMARY_TAG, TOOL_INSTRUCTIONS
 
 SCOPES = SessionScope("per-peer", {"telegram:42": "alice", "whatsapp:+1555": "alice"})
 # Every trigger off unless a test turns it on. The daily log too: these tests' clock
@@ -234,24 +234,35 @@ def test_after_with_a_tool_call_only_reply_stores_the_user_message(mem):
     assert [r.text for r in report.stored] == ["hi"] and report.short_term == []
 
 
-def test_every_user_message_since_the_last_reply_is_the_turns(mem):
-    """Two user messages before the reply are both kept (the first was dropped unsaid);
-    a whole history gives only what was said since the assistant's last message, and
-    the tool call and result after the user's message are passed over."""
+def test_the_turns_user_message_is_the_last_one_it_wrote(mem):
+    """A whole history: only the last user message is the turn's (the ones before it
+    were stored by their own turns, even with no reply between: one was stored twice),
+    past the tool call and result after it; text beside a tool result is the user's
+    (Anthropic's shape); and a compaction summary after the last text means the turn's
+    message is the one ``before`` saw, not an older turn's that the compaction kept."""
     am = agent(mem, consolidation=Consolidation(record_turns=False, enabled=False))
     alice = am.event("telegram", 42, 7)
-    sent = [{"role": "user", "content": "I'm vegan."}, {"role": "user", "content": "Nuts too."}]
-    report = am.after(alice, sent, "Noted.")
-    assert [r.text for r in report.stored] == ["I'm vegan.\n\nNuts too.", "Noted."]
+    first = am.after(alice, [{"role": "user", "content": "My code is 4711."}], "", message_id=1)
+    assert [r.text for r in first.stored] == ["My code is 4711."]
     history = [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "My code is 4711."},
         {"role": "user", "content": "book a flight"},
         {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
         {"role": "tool", "tool_call_id": "c1", "content": "booked"},
     ]
-    report = am.after(alice, history, "Booked.")
+    report = am.after(alice, history, "Booked.", message_id=2)
     assert [r.text for r in report.stored] == ["book a flight", "Booked."]
+    result = {"type": "tool_result", "tool_use_id": "c1", "content": "booked"}
+    beside = [result, {"type": "text", "text": "Make it Bergen."}]
+    report = am.after(alice, [*history, {"role": "user", "content": beside}], "Ok.", message_id=3)
+    assert report.stored[0].text == "Make it Bergen."
+    asked = [*history[:1], {"role": "user", "content": "fly me to Oslo"}]
+    am.before(alice, asked)
+    compacted = [history[0], {"role": "user", "content": f"{SUMMARY_TAG} (3 steps)\nbooked"}]
+    report = am.after(alice, compacted, "Done.", message_id=4)
+    assert report.stored[0].text == "fly me to Oslo"
+    said = [r.text for r in mem.list(MESSAGES, order="asc", **alice.history) if r.text]
+    assert said.count("My code is 4711.") == 1
 
 
 def test_bad_input_raises(mem, llm):

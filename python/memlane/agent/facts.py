@@ -481,7 +481,10 @@ def _merged_before(
     successor = next((r for r in found if r.text == fact.text and r.id != fact.id), None)
     if successor is None:
         return False
-    _drop(memory, fact)
+    try:
+        _drop(memory, fact)
+    except ConflictError:  # rewritten meanwhile: checked as it now reads
+        return False
     why = "merged into the memory it updates before the check was stopped"
     report.decisions.append(FactDecision(fact.id, "update", why, successor.id))
     return True

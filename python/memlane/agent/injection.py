@@ -20,8 +20,8 @@ from memlane.agent.messages import (
     block_turn,
     check_messages,
     check_system,
+    last_user_text,
     neutral,
-    turn_user_text,
     with_block,
 )
 from memlane.agent.reports import TriggerFailure
@@ -65,7 +65,7 @@ def inject(
     call: Caller | None,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """``system`` with the memory block of ``event``'s turn in it (pinned core blocks,
-    the context for what the user said, the tools' instructions, a due flush
+    the context for the last user message, the tools' instructions, a due flush
     reminder), and ``messages`` with a long step history compacted. With
     ``inject="first_only"`` a block already made for this turn is kept as it is."""
     agent._check_open()
@@ -73,7 +73,7 @@ def inject(
     check_system(system)
     msgs = check_messages(messages)
     room = agent._upkeep.room(event)
-    user = turn_user_text(msgs)
+    user = last_user_text(msgs)
     if user is not None:
         with agent._lock:
             room.user_text = user

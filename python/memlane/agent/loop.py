@@ -58,8 +58,8 @@ from memlane.agent.llm import LLM, AsyncLLM
 from memlane.agent.messages import (
     block_text,
     check_messages,
+    last_user_text,
     reply_message,
-    turn_user_text,
 )
 from memlane.agent.profiles import ContactProfile, Profiles, contact_profile
 from memlane.agent.reports import (
@@ -368,9 +368,10 @@ class AgentMemory:
         *,
         message_id: str | int | None = None,
     ) -> TurnReport:
-        """Stores the turn (what the user said, the last run of user messages of
-        ``messages``, and ``reply``) in the room's history, then runs the triggers;
-        returns what happened.
+        """Stores the turn (the last user message of ``messages``, or the one ``before``
+        saw where a compaction summarised it, and ``reply``) in the room's history, then
+        runs the triggers; returns what happened. The user messages before the last are
+        taken as history, stored by their own turns: call it once a platform message.
 
         Every turn is kept, a repeated short reply too; ``message_id`` (default: the
         event's) is the platform's id of the user's message: a message delivered again
@@ -422,7 +423,7 @@ class AgentMemory:
             TriggerFailure("compaction", c.error or "") for c in report.compactions if c.error
         ]
         report.failures += [f for done in report.upkeep for f in done.report.failures]
-        user = turn_user_text(msgs) or room.user_text
+        user = last_user_text(msgs) or room.user_text
         now = coerce.timestamp(self.clock(), "clock()")
         # 1. The turn, before anything that can fail: one transaction, one embedding batch
         # (a message with an id first, so a redelivery adds no entry: see store_turn).

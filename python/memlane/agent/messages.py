@@ -100,29 +100,22 @@ def _has_tool_result(content: Any) -> bool:
     )
 
 
-def _is_user_text(message: Mapping[str, Any]) -> bool:
-    """A message the user wrote (not a tool result, not a compaction summary)."""
-    if message.get("role") != "user":
-        return False
-    content = message.get("content")
-    if _has_tool_result(content):
-        return False
-    text = block_text(content)
-    return bool(text.strip()) and not text.startswith(SUMMARY_TAG)
-
-
-def turn_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    """What the user said this turn: the last run of user messages, in order and a
-    paragraph each (a user may send two before the reply, and neither may be dropped),
-    or None. Tool results and tool calls after it are passed over; the assistant's
-    message before it ends it."""
-    said: list[str] = []
+def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The user's message of this turn: the last text a user wrote in ``messages`` (its
+    text blocks, beside tool results too), or None. The user messages before it are
+    taken as the history a caller passes whole, each stored by the turn that was its
+    own: ``after`` is called once a message the platform delivers. None, too, where a
+    summary of compacted steps comes after it: the turn's message is in the summary,
+    and the text before it is an older turn's."""
     for m in reversed(messages):
-        if _is_user_text(m):
-            said.append(block_text(m.get("content")))
-        elif said:
-            break
-    return "\n\n".join(reversed(said)) if said else None
+        if m.get("role") != "user":
+            continue
+        text = block_text(m.get("content"))
+        if text.startswith(SUMMARY_TAG):
+            return None
+        if text.strip():
+            return text
+    return None
 
 
 def reply_message(reply: Any) -> dict[str, Any]:
