@@ -426,6 +426,7 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert part in out
     assert "5. knowledge search" in out and "6. why" in out and "7. a repeated question" in out
     assert "[fragments]" in out and "agent=assistant user=bob" in out
+    assert "\\n" not in out  # a line break is printed as one, not escaped
     stats = run_json(capsys, "stats", "--store", str(keep))
     assert stats["tables"]["fragments"] > 0 and stats["tables"]["documents"] >= 3
     assert {s["agent_id"] for s in stats["scopes"] if s["table"] == "memories"} == {

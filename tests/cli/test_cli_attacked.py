@@ -270,3 +270,16 @@ def test_a_refused_add_makes_no_new_store(
     code, _, err = run(capsys, "add", str(tmp_path / "new"), "   ", "--create", *TEXT)
     assert code == 1 and "text is empty or whitespace-only" in err
     assert not (tmp_path / "new").exists()
+
+
+def test_a_command_started_without_stdout_or_stdin_says_so_or_goes_on(store: str) -> None:
+    def shell(command: str) -> subprocess.CompletedProcess[str]:
+        line = f"{sys.executable} -m memlane {command}"
+        return subprocess.run(line, shell=True, capture_output=True, text=True, timeout=120)
+
+    listed = shell(f"list {store} --json >&-")  # what it prints goes nowhere
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    for closed in ("<&-", ">&-"):
+        served = shell(f"mcp {store} {closed}")
+        assert served.returncode == 1 and "Traceback" not in served.stderr
+        assert "speaks over stdin and stdout" in served.stderr, served.stderr

@@ -72,8 +72,9 @@ def test_a_search_answers_as_memory_search_does(
 def test_a_search_that_asks_for_much_is_searched_off_the_event_loop(
     client: TestClient, mem: Memory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A long query (BM25 reads every word), many hits or candidates, or diversity, on
-    # the event loop would hold every other client's request while it runs.
+    # A long query (BM25 reads every word), many hits or candidates, diversity, or a
+    # filter of thousands of conditions, on the event loop would hold every other
+    # client's request while it runs.
     on_loop: list[bool] = []
     search = mem.search
 
@@ -93,12 +94,13 @@ def test_a_search_that_asks_for_much_is_searched_off_the_event_loop(
         {"query": "bees", "k": 1000},
         {"query": "bees", "candidates": 5000},
         {"query": "bees", "diversity": 0.5},  # compares the candidates pairwise
+        {"query": "bees", "filters": {"$or": [{"importance": {"$gte": 0}}] * 2000}},
     ]
     for options in asked:
         got = hits(client, **{"mode": "text", "k": 1, "track_access": False, **options})
         assert got[0]["record"]["text"] == "Carol keeps bees in Lyon"
     # On the loop only for a store directory; PostgreSQL's rows are read in a thread.
-    assert on_loop == [mem.path is not None, False, False, False, False]
+    assert on_loop == [mem.path is not None, False, False, False, False, False]
 
 
 def test_a_refused_search_is_a_json_error(client: TestClient) -> None:

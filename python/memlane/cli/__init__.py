@@ -226,6 +226,11 @@ def _reader_gone() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``memlane`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    for name in ("stdout", "stderr"):
+        # Started with it closed (`>&-`), Python sets it None and every print raises:
+        # what it would say goes nowhere instead.
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
     try:
         args = parse(argv)
     except SystemExit as e:  # --help, --version, usage errors

@@ -115,7 +115,8 @@ def run(k: int = 3, keep: str | None = None) -> None:
         finally:
             mem.close()
         if keep is not None:
-            print(printable(f"\nthe store is in {path}; try: memlane search {path} 'dark mode'"))
+            print()
+            print(printable(f"the store is in {path}; try: memlane search {path} 'dark mode'"))
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:

@@ -150,6 +150,8 @@ def json_object(body: bytes, *, exact: bool = True) -> dict[str, Any]:
 
 
 def _utf8(body: bytes) -> str:
+    if body.startswith(b"\xef\xbb\xbf"):
+        raise InvalidArgumentError("the body starts with a byte order mark, which JSON has not")
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -180,7 +180,8 @@ async def search(scope: Scope, receive: Receive, send: Send) -> None:
     mem, caller = context(connection)
     if scope.get("query_string"):  # parsed only when there is one: the call made most
         _own_query(connection, "search")
-    given = json_object(await read_body(receive), exact=False)
+    body = await read_body(receive)
+    given = json_object(body, exact=False)
     args = caller.bound(arguments(mem.search, given))
     if caller.read_only:
         # Recording the access is a write: the counts and times it changes rank every
@@ -189,7 +190,7 @@ async def search(scope: Scope, receive: Receive, send: Send) -> None:
         if args.get("track_access"):
             raise Refused(403, "Forbidden", "this API key is read-only: track_access=true writes")
         args["track_access"] = False
-    if _short(mem, args):
+    if len(body) <= _SHORT_BODY and _short(mem, args):
         hits = mem.search(**args)
     else:
         hits = await run_in_threadpool(lambda: mem.search(**args))
@@ -200,6 +201,9 @@ async def search(scope: Scope, receive: Receive, send: Send) -> None:
 _SHORT_QUERY = 2048
 # Hits a search on the event loop may ask for (and each retriever four times as many).
 _SHORT_K = 50
+# Bytes of a search's body on the event loop: a query vector in JSON (384 numbers take
+# about 8 KiB) and a filter of a few hundred conditions; a filter of thousands is long.
+_SHORT_BODY = 32 * 1024
 
 
 def _short(mem: Memory, args: dict[str, Any]) -> bool:
@@ -208,7 +212,8 @@ def _short(mem: Memory, args: dict[str, Any]) -> bool:
     read from a local file, not from PostgreSQL) takes well under a millisecond, less
     than the hop to a thread and back costs on a busy machine (benches/bench_server.py).
     Nor is one that asks for much: a long query (BM25 reads each of its words), many
-    hits or candidates, or diversity (which compares the candidates pairwise); a client
+    hits or candidates, diversity (which compares the candidates pairwise), or a body
+    past ``_SHORT_BODY`` (a filter of thousands of conditions); a client
     sending those would hold every other client's request."""
     query, k, candidates = args.get("query"), args.get("k", 5), args.get("candidates")
     return (
