@@ -14,7 +14,7 @@ from memlane.scoping import scope_of
 if TYPE_CHECKING:
     from memlane.records import MemoryRecord
 
-__all__ = ["Owner", "own_agent"]
+__all__ = ["Owner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +46,15 @@ class Owner:
         agent's own knowledge only where the default scope names that agent or none
         (a read of another agent's sees the shared knowledge, as before)."""
         owner = cls.of(agent_id, shared)
-        if not owner.shared:
-            own_agent(agent_id, default_scope)
+        bound = default_scope.get("agent_id")
+        if owner.agent_id is not None and bound is not None and owner.agent_id != bound:
+            # Every read there asks for that agent: what ingest wrote for another could
+            # never be found, listed or removed.
+            raise InvalidArgumentError(
+                f"agent_id {shown(agent_id)} is not this store's: its default_scope is "
+                f"agent {shown(bound)} (open the store without agent_id in default_scope "
+                "to keep several agents' knowledge)"
+            )
         return owner
 
     def filter(self) -> dict[str, Any]:
@@ -64,17 +71,4 @@ class Owner:
             and record.metadata.get("shared") is self.shared
             and record.metadata.get("agent_id") == self.agent_id
             and record.scope == scope_of(default_scope, {"agent_id": self.agent_id})
-        )
-
-
-def own_agent(agent_id: object, default_scope: Mapping[str, str]) -> None:
-    """Refuses another agent's knowledge in a store whose ``default_scope`` names an
-    agent: every read there asks for that agent, so what ingest wrote for another could
-    never be found, listed or removed."""
-    bound = default_scope.get("agent_id")
-    if agent_id is not None and bound is not None and agent_id != bound:
-        raise InvalidArgumentError(
-            f"agent_id {shown(agent_id)} is not this store's: its default_scope is agent "
-            f"{shown(bound)} (open the store without agent_id in default_scope to keep "
-            "several agents' knowledge)"
         )

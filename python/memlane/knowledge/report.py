@@ -82,9 +82,9 @@ class IngestReport:
         return {"ok": self.ok, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
     def rebase(self, folder: str) -> None:
-        """Its paths made relative to the folder they lie in was relative to: ``folder``,
-        a relative path from there to their root (``"docs"``: ``a.md`` becomes
-        ``docs/a.md``; a folder's path keeps its closing ``/``)."""
+        """Makes its paths relative to another folder, from which ``folder`` is the path
+        to their root (``"docs"``: ``a.md`` becomes ``docs/a.md``; a folder's path keeps
+        its closing ``/``)."""
         if folder in ("", "."):
             return
         for f in fields(self):
