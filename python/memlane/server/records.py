@@ -41,6 +41,7 @@ from memlane.server.calls import (
 )
 from memlane.server.errors import Refused
 from memlane.server.keys import Caller
+from memlane.server.search_load import on_the_loop
 from memlane.store import OUTCOMES_KEPT, JobOutcome
 
 __all__ = ["ROUTES"]
@@ -190,42 +191,11 @@ async def search(scope: Scope, receive: Receive, send: Send) -> None:
         if args.get("track_access"):
             raise Refused(403, "Forbidden", "this API key is read-only: track_access=true writes")
         args["track_access"] = False
-    if len(body) <= _SHORT_BODY and _short(mem, args):
+    if on_the_loop(mem, args, len(body)):
         hits = mem.search(**args)
     else:
         hits = await run_in_threadpool(lambda: mem.search(**args))
     await send_json(send, {"hits": [hit_json(h) for h in hits]})
-
-
-# Characters of a query searched on the event loop: a question, or a paragraph.
-_SHORT_QUERY = 2048
-# Hits a search on the event loop may ask for (and each retriever four times as many).
-_SHORT_K = 50
-# Bytes of a search's body on the event loop: a query vector in JSON (384 numbers take
-# about 8 KiB) and a filter of a few hundred conditions; a filter of thousands is long.
-_SHORT_BODY = 32 * 1024
-
-
-def _short(mem: Memory, args: dict[str, Any]) -> bool:
-    """Whether a search runs on the event loop rather than in a worker thread: one that
-    runs no model (given a vector, or by text alone) over a store directory (its rows
-    read from a local file, not from PostgreSQL) takes well under a millisecond, less
-    than the hop to a thread and back costs on a busy machine (benches/bench_server.py).
-    Nor is one that asks for much: a long query (BM25 reads each of its words), many
-    hits or candidates, diversity (which compares the candidates pairwise), or a body
-    past ``_SHORT_BODY`` (a filter of thousands of conditions); a client
-    sending those would hold every other client's request."""
-    query, k, candidates = args.get("query"), args.get("k", 5), args.get("candidates")
-    return (
-        mem.path is not None
-        and (args.get("query_embedding") is not None or args.get("mode") == "text")
-        and isinstance(query, str)
-        and len(query) <= _SHORT_QUERY
-        and isinstance(k, int)
-        and k <= _SHORT_K
-        and (candidates is None or (isinstance(candidates, int) and candidates <= 4 * _SHORT_K))
-        and not args.get("diversity")
-    )
 
 
 async def get(request: Request) -> JSONResponse:
