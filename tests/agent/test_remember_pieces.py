@@ -88,3 +88,39 @@ def test_an_edited_message_delivered_again_stores_none_of_its_pieces(
     )
     assert other["stored"]
     agent.close()
+
+
+def test_a_long_fact_that_repeats_a_passage_keeps_every_piece(make_store: StoreFactory) -> None:
+    # Its pieces were unique items of one add_many, and a piece the same as an earlier
+    # one was taken for its duplicate: the text came back with a passage missing.
+    mem = make_store("repeats", WordHashEmbedder())
+    agent = AgentMemory(mem, SessionScope(agent_id="bot"), upkeep="inline")
+    event = agent.event("telegram", 42, chat_id=7)
+    tools = agent.memory_tools(event)
+    content = "\n\n".join([PARAGRAPHS[0], PARAGRAPHS[1], PARAGRAPHS[0], "The boiler broke."])
+    first = tools.handle_tool_call("remember", {"content": content})
+    assert first["ok"] and first["stored"] and "held already" not in first["note"]
+    stored = sorted(
+        mem.list("memories", limit=50, **event.fields), key=lambda r: r.metadata["part"]
+    )
+    assert [r.id for r in stored] == first["ids"]
+    assert [r.metadata["part"] for r in stored] == list(range(1, stored[0].metadata["parts"] + 1))
+    assert " ".join(r.text for r in stored).count("Paragraph 0:") == 2
+
+    again = tools.handle_tool_call("remember", {"content": content})  # the same, said again
+    assert again["ok"] and not again["stored"]
+    assert mem.count("memories", **event.fields) == len(first["ids"])
+    agent.close()
+
+
+def test_pieces_of_one_text_are_not_each_others_duplicates_but_others_are(
+    make_store: StoreFactory,
+) -> None:
+    mem = make_store("groups", WordHashEmbedder())
+    piece = {"text": "the same passage", "unique": True, "agent_id": "bot"}
+    one = [{**piece, "metadata": {"split_group": "g1", "part": i}} for i in (1, 2)]
+    other = {**piece, "metadata": {"split_group": "g2", "part": 1}}
+    out = mem.add_many([*one, other])
+    assert [r.duplicate for r in out] == [None, None, "exact"]
+    assert out[2].duplicate_of == out[0].id
+    assert mem.count("memories", agent_id="bot") == 2

@@ -252,6 +252,10 @@ def decide(
     window_batch: dict[str, int] = {}
     kept: set[int] = set()
     for i, n in enumerate(news):
+        # The pieces of one text (an agent splits one too long) are never each other's
+        # duplicates: a passage it repeats is still part of it.
+        group = _group(n)
+        other = _apart(news, group)
         skey = n.scope_key
         wkeys = window_keys(skey, n.metadata, n.content_hash)
         seen = window.find(wkeys, now)
@@ -261,17 +265,22 @@ def decide(
             seen = None
         found: Target | None = seen
         if found is None:
-            found = next((window_batch[k] for k in wkeys if k in window_batch), None)
+            found = next(
+                (window_batch[k] for k in wkeys if k in window_batch and other(window_batch[k])),
+                None,
+            )
         if found is not None:
             out.dups[i] = ("window", found)
             continue
         if n.dedup:
             ekey = (n.content_hash, *skey)
-            if ekey in exact:
+            if ekey in exact and other(exact[ekey]):
                 out.dups[i] = ("exact", exact[ekey])
                 continue
             # The first earlier item of the batch that was stored, else a stored record.
-            near: Target | None = next((j for j in batch_near.get(i, ()) if j in kept), None)
+            near: Target | None = next(
+                (j for j in batch_near.get(i, ()) if j in kept and other(j)), None
+            )
             if near is None:
                 near = stored_near.get(i)
             if near is not None and near_duplicate == "skip":
@@ -317,6 +326,18 @@ def results(
         rec.duplicate, rec.duplicate_of = kind, rec.id
         out[i] = rec
     return out
+
+
+def _group(n: NewRecord) -> object:
+    """The text ``n`` is a piece of (its metadata's ``split_group``), if any."""
+    return n.metadata.get("split_group") if n.metadata else None
+
+
+def _apart(news: list[NewRecord], group: object) -> Callable[[Target], bool]:
+    """Whether a target may be duplicated by an item of ``group``: not another piece of it."""
+    if group is None:
+        return lambda j: True
+    return lambda j: not isinstance(j, int) or _group(news[j]) != group
 
 
 def _exact(rows: Iterable[Row], now: float) -> dict[tuple[Any, ...], Row]:
