@@ -433,3 +433,24 @@ def test_reflect_and_consolidate_never_raise(word_embedder, answer):
             assert mem.count(SHORT_TERM, **SCOPE) == len(entries)
         else:
             assert result.status == "consolidated" and result.episodic is not None
+
+
+def test_an_answer_holding_a_lone_surrogate_is_used_and_counted(store):
+    # The job's meter counts the answer's tokens with the default tokenizer, which
+    # refuses a lone surrogate: every retry of the job failed there, before the parse,
+    # although the operations it holds are sound.
+    answer = json.dumps({**OPS, "note": "\ud800"}, ensure_ascii=False)
+    am = AgentMemory(
+        store,
+        SessionScope("per-peer"),
+        Scripted(answer),
+        **{**OFF, "reflection": Reflection(every=1)},
+    )
+    alice = am.event("telegram", 42, 7)
+    am.after(alice, am.before(alice, TALK), "noted")
+    assert am.drain(30)
+    done = am.after(alice, am.before(alice, TALK), "noted").upkeep
+    assert [(o.kind, o.report.failures) for o in done][:1] == [("reflection", [])]
+    assert done[0].tokens_out > 0
+    assert [r.text for r in store.list("memories")] == ["Alice lives in Lisbon"]
+    am.close()

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from memlane.agent.llm import LLM, AsyncLLM, ChatMessage, LLMError, OpenAIChat
+from memlane.errors import MemlaneError
 
 Caller = Callable[[Sequence[ChatMessage], int | None], str]
 T = TypeVar("T")
@@ -196,7 +197,16 @@ class Meter:
 
     def __call__(self, messages: Sequence[ChatMessage], max_tokens: int | None) -> str:
         self.calls += 1
-        self.tokens_in += sum(self._count(str(m.get("content") or "")) for m in messages)
+        self.tokens_in += sum(self._counted(str(m.get("content") or "")) for m in messages)
         answer = self._call(messages, max_tokens)
-        self.tokens_out += self._count(answer) if isinstance(answer, str) else 0
+        self.tokens_out += self._counted(answer) if isinstance(answer, str) else 0
         return answer
+
+    def _counted(self, text: str) -> int:
+        # Bookkeeping never fails a job: a text the tokenizer refuses (a model's answer
+        # may hold a lone surrogate, which the answer's parse leaves out) is counted by
+        # its length, as ``context.char_token_count`` counts.
+        try:
+            return self._count(text)
+        except MemlaneError:
+            return (len(text) + 3) // 4
