@@ -106,8 +106,18 @@ def test_a_failing_llm_stores_nothing_and_retries_next_turn(
         alice = am.event("telegram", 42, 7)
         turn(am, alice, "remember the dentist on Tuesday")
         clock.now += DAY
-        server.push((500, "boom"), "x" * 1501, "   ", "Alice has a dentist appointment Tuesday.")
-        for i, expected in enumerate(["HTTP 500", "1501 characters", "0 characters"]):
+        # A NUL or a lone surrogate the store would refuse: the day was taken as logged
+        # by another scope, and never logged.
+        server.push(
+            (500, "boom"),
+            "x" * 1501,
+            "   ",
+            "Alice has a dentist \x00 appointment.",
+            "Alice has a \ud800 dentist appointment.",
+            "Alice has a dentist appointment Tuesday.",
+        )
+        errors = ["HTTP 500", "1501 characters", "is empty", "NUL", "lone surrogate"]
+        for i, expected in enumerate(errors):
             _, report = turn(am, alice, f"hello {i}")
             assert [f.trigger for f in report.failures] == ["daily"]
             assert expected in report.failures[0].error
@@ -115,9 +125,9 @@ def test_a_failing_llm_stores_nothing_and_retries_next_turn(
             assert report.stored  # the turn itself is stored
         _, report = turn(am, alice, "hello again")
         assert report.ok and [r.metadata["date"] for r in report.daily_logs] == ["2026-11-20"]
-        assert len(server.requests) == 4
+        assert len(server.requests) == 6
         # Every turn is stored; the log covers yesterday's only.
-        assert mem.count(MESSAGES, **alice.history) == 2 + 3 * 2 + 2
+        assert mem.count(MESSAGES, **alice.history) == 2 + 5 * 2 + 2
         assert report.daily_logs[0].metadata["messages"] == 2
 
 

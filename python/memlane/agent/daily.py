@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from memlane import coerce, times
 from memlane.agent.callers import Caller
 from memlane.agent.llm import ChatMessage, LLMError
-from memlane.agent.parsing import ParseError
+from memlane.agent.parsing import answer_text
 from memlane.agent.reports import TriggerFailure, TurnReport
 from memlane.derived_ids import add_derived
 from memlane.errors import InvalidArgumentError, StorageError, shown
@@ -418,10 +418,9 @@ class DailyLogger:
                 + "\n".join(lines),
             },
         ]
-        answer: object = call(prompt, self.cfg.max_output_tokens)
-        if not isinstance(answer, str):
-            raise ParseError(f"the model's answer is {type(answer).__name__}, not text", raw=answer)
-        text = answer.strip()
-        if not text or len(text) > self.cfg.max_chars:
+        # Text the store can keep, or the summary failed and the day stays due: a log
+        # the store refused would have been taken for ids another scope holds.
+        text = answer_text(call(prompt, self.cfg.max_output_tokens), "the model's answer")
+        if len(text) > self.cfg.max_chars:
             raise LLMError(f"the log has {len(text)} characters (1 to {self.cfg.max_chars} wanted)")
         return text
