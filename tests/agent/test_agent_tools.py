@@ -103,12 +103,16 @@ def test_search_knowledge(mem):
         ("forget", {"id": "nope"}, "not_found"),
         ("forget", {}, "invalid_arguments"),
         ("search_knowledge", {"query": ""}, "invalid_arguments"),
+        # Too long for Python to write in decimal (an internal_error before).
+        ("remember", {"content": "x", "importance": 10**5000}, "invalid_arguments"),
+        ("recall", {"query": "x", "limit": -(10**5000)}, "invalid_arguments"),
+        ("recall", {"query": "x", "limit": 10**400}, "invalid_arguments"),
     ],
 )
 def test_bad_calls_give_structured_errors(mem, name, args, kind):
     out = MemoryTools(mem).handle_tool_call(name, args)
     assert out["ok"] is False and out["error"]["type"] == kind, out
-    assert out["error"]["message"]
+    assert 0 < len(out["error"]["message"]) < 300
     json.dumps(out)
     assert len(mem) == 0
 

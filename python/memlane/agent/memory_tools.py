@@ -236,9 +236,9 @@ def _message(error: Any, schema: Mapping[str, Any], args: Mapping[str, Any]) -> 
     if keyword == "minLength":
         return f"{key!r} must not be empty"
     if keyword == "minimum":
-        return f"{key!r} must be >= {value}, got {instance}"
+        return f"{key!r} must be >= {value}, got {shown(instance)}"
     if keyword == "maximum":
-        return f"{key!r} must be <= {value}, got {instance}"
+        return f"{key!r} must be <= {value}, got {shown(instance)}"
     return f"{key!r}: {error.message[:200]}"
 
 
@@ -255,6 +255,12 @@ def validate_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> di
     for key, value in given.items():
         if isinstance(value, numbers.Number) and not isinstance(value, int | float):
             raise ToolArgumentError(f"{key!r} must be a JSON number, got {type(value).__name__}")
+        # The schema's checks write an int in their messages, and Python refuses to write
+        # one of more than 4,300 digits (a ValueError from inside the validator).
+        if isinstance(value, int) and value.bit_length() > 64:
+            raise ToolArgumentError(
+                f"{key!r} must be a number of 64 bits at most, got {shown(value)}"
+            )
     errors = sorted(
         _validator(schema).iter_errors(given),
         key=lambda e: (_FIRST.get(e.validator, 3), [str(p) for p in e.absolute_path]),
