@@ -23,7 +23,7 @@ from conftest import TESTS, StoreFactory, WordHashEmbedder
 from memlane.agent import Consolidation, Reflection, SessionScope
 from memlane.agent.callers import Caller
 from memlane.agent.upkeep import Job
-from memlane.agent.upkeep.jobs import Holder, JobKind, coalesce, owner_of
+from memlane.agent.upkeep.jobs import Holder, JobKind, JobRecordError, coalesce, owner_of
 from memlane.agent.upkeep.worker import Worker
 from memlane.errors import UnknownIdError
 from upkeep_scripts import Model, agent, said, turn
@@ -343,3 +343,27 @@ def test_a_recorded_plan_keeps_the_versions_it_showed() -> None:
     recorded = replace(_job("reflection", 1.0), owner="agent").with_plan(plan)
     job = Job.loads(recorded.dumps())
     assert job.plan == plan
+
+
+def test_a_plan_too_long_to_record_is_refused_before_anything_is_stored(
+    make_store: StoreFactory,
+) -> None:
+    # An answer within the reflection's limit, kept as the plan with each emoji escaped
+    # to 12 characters, made a record over the 1 MiB a record is read at: its facts were
+    # stored one by one, and after a kill the job was skipped at every scan, never done.
+    mem = make_store("big-plan", WordHashEmbedder())
+    ops = [{"op": "remember", "content": f"fact {i} " + "\U0001f600" * 1500} for i in range(60)]
+    model = Model(json.dumps({"operations": ops}, ensure_ascii=False))
+    am = agent(mem, model, reflection=Reflection(every=1, max_output_tokens=20000))
+    first = turn(am, ALICE, "tell me about you")
+    assert am.drain(30)
+    done = [o for o in turn(am, ALICE, "hi").upkeep + first.upkeep if o.kind == "reflection"]
+    assert done and "too long to keep" in done[0].report.failures[0].error
+    assert mem.count("memories", **ALICE.fields) == 0
+    assert all(len(text) <= 1 << 20 for _, text in mem.jobs.items())
+    am.close()
+    too_long = replace(_job("reflection", 1.0), owner="agent").with_plan(
+        {"raw": "\U0001f600" * 90_000}
+    )
+    with pytest.raises(JobRecordError, match="too long to keep"):
+        too_long.dumps()

@@ -223,8 +223,11 @@ class Job:
         return replace(self, plan=plan)
 
     def dumps(self) -> str:
+        """The record's text; raises ``JobRecordError`` when it would be longer than
+        ``loads`` takes (an answer kept as the plan, written with every non-ASCII
+        character escaped, can be), so that no job is kept that nobody can resume."""
         e = self.event
-        return json.dumps(
+        text = json.dumps(
             {
                 "v": _VERSION,
                 "kind": self.kind,
@@ -245,6 +248,12 @@ class Job:
                 "ends": list(self.ends),
             }
         )
+        if len(text) > _MAX_RECORD:
+            raise JobRecordError(
+                f"the job's record would have {len(text)} characters, more than the "
+                f"{_MAX_RECORD} a record may have: its model answer is too long to keep"
+            )
+        return text
 
     @classmethod
     def loads(cls, text: object) -> Job:
