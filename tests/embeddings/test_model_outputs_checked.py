@@ -96,3 +96,37 @@ def test_a_cross_encoder_giving_nan_logits_fails(tmp_path: Path) -> None:
         mem.add_many([{"text": t} for t in ("a garden", "a trail", "a rose")])
         with pytest.raises(EmbedderUnavailableError, match=failure):
             mem.search("garden", 2, rerank=reranker)
+
+
+def rows_embedder(path: Path, rows: str) -> Path:
+    """Token states of the ids on every axis, but one row for the whole batch (their
+    mean: ``collapsed``) or two rows a text (``doubled``)."""
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"])
+    out = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["b", "t", DIM])
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["f", "axis"], ["u"]),
+        helper.make_node("Mul", ["u", "ones"], ["x"]),
+        helper.make_node("ReduceMean", ["x", "first"], ["last_hidden_state"], keepdims=1)
+        if rows == "collapsed"
+        else helper.make_node("Concat", ["x", "x"], ["last_hidden_state"], axis=0),
+    ]
+    initializers = [
+        numpy_helper.from_array(np.ones(DIM, dtype=np.float32), "ones"),
+        numpy_helper.from_array(np.array([2], dtype=np.int64), "axis"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "first"),
+    ]
+    return _save(nodes, [ids], out, initializers, path)
+
+
+@pytest.mark.parametrize("rows", ["collapsed", "doubled"])
+def test_an_embedder_model_giving_other_rows_than_texts_fails(tmp_path: Path, rows: str) -> None:
+    # One row for the batch was broadcast to every text (each given the same vector, no
+    # error); two rows a text raised numpy's ValueError.
+    model = rows_embedder(tmp_path / rows / "model.onnx", rows)
+    embedder = OnnxEmbedder(model)
+    with pytest.raises(EmbedderUnavailableError, match=rf"{model.name}.* output of shape"):
+        embedder.embed_batch(["one two", "three four", "five six"])
+    if rows == "doubled":
+        with pytest.raises(EmbedderUnavailableError, match="output of shape"):
+            embedder.embed("one two")

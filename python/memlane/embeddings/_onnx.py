@@ -470,6 +470,18 @@ class OnnxEmbedder:
         except Exception as e:  # onnxruntime's own exception types are not public
             raise EmbedderUnavailableError(f"onnxruntime cannot run {self._model}: {e}") from e
         states = np.asarray(out, dtype=np.float32)
+        # One row a text (and one state a token): numpy would broadcast a row shared by
+        # the batch, and each text get another's vector, with no error.
+        texts, width = input_ids.shape
+        if (
+            states.ndim < 2
+            or states.shape[0] != texts
+            or (self._pooling != "none" and states.shape[1:2] != (width,))
+        ):
+            raise EmbedderUnavailableError(
+                f"{self._model} returned an output of shape {states.shape} for {texts} "
+                f"text(s) of {width} tokens"
+            )
         # A non-finite value in the model's output is refused below, not warned about.
         with np.errstate(over="ignore", invalid="ignore"):
             if self._pooling == "mean" and self._normalize:
