@@ -246,3 +246,14 @@ def test_a_store_with_a_local_model(model_dir: Path, tmp_path: Path) -> None:
     # Reopened with the same file: the same name, so the store accepts it.
     with memlane.Memory(tmp_path / "store", OnnxEmbedder(str(model))) as mem:
         assert len(mem) == len(TEXTS)
+
+
+@pytest.mark.parametrize("name", ["a" * 5000, "/proc/self/mem"])
+def test_a_model_path_the_system_cannot_read_is_named(name: str) -> None:
+    # A name too long, or a file whose read fails (EIO; EACCES for a user who may not
+    # read it), raised the bare OSError of Path.is_file or of the hash's read.
+    from memlane.embeddings.rerank import CrossEncoder
+
+    for make in (OnnxEmbedder, CrossEncoder):
+        with pytest.raises(EmbedderUnavailableError, match=r"cannot be read|no tokenizer\.json"):
+            make(name)

@@ -58,15 +58,20 @@ _digests_lock = threading.Lock()
 
 def _sha256(path: Path) -> str:
     """The file's sha256, computed once per process per (path, size, mtime)."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    # Held while hashing: a second thread asking for the same file waits for the first.
-    with _digests_lock:
-        digest = _digests.get(key)
-        if digest is None:
-            with path.open("rb") as f:
-                digest = hashlib.file_digest(f, "sha256").hexdigest()
-            _digests[key] = digest
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        # Held while hashing: a second thread asking for the same file waits for the first.
+        with _digests_lock:
+            digest = _digests.get(key)
+            if digest is None:
+                with path.open("rb") as f:
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
+                _digests[key] = digest
+    except OSError as e:
+        raise EmbedderUnavailableError(
+            f"the model file {str(path)!r} cannot be read: {e.strerror or type(e).__name__}"
+        ) from None
     return digest
 
 
@@ -126,8 +131,20 @@ def given_path(path: object, label: str) -> Path:
     raise InvalidArgumentError(f"{label} must be a str or a path, got {shown(path)}")
 
 
+def is_file(file: Path, label: str) -> bool:
+    """Whether ``file`` is a file; raises ``EmbedderUnavailableError`` when the system
+    cannot tell (a name too long, a folder it may not read), which ``Path.is_file``
+    raises as a bare ``OSError``."""
+    try:
+        return file.is_file()
+    except OSError as e:
+        raise EmbedderUnavailableError(
+            f"{label} {str(file)!r} cannot be read: {e.strerror or type(e).__name__}"
+        ) from None
+
+
 def _existing_file(path: str | os.PathLike[str], label: str) -> Path:
     file = given_path(path, label)
-    if not file.is_file():
+    if not is_file(file, label):
         raise EmbedderUnavailableError(f"{label} {str(file)!r} is not a file")
     return file

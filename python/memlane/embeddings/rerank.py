@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from memlane.embeddings._model_files import given_path
+from memlane.embeddings._model_files import given_path, is_file
 from memlane.embeddings._onnx import MAX_THREADS, _available_cores, _check_count
 from memlane.embeddings._onnx_model import _load_session, _model_inputs
 from memlane.embeddings.tokenizer import load_tokenizer
@@ -64,14 +64,14 @@ class CrossEncoder:
         threads: int | None = None,
     ) -> None:
         model = given_path(model_path, "model_path")
-        if not model.is_file():
+        if not is_file(model, "model_path"):
             raise EmbedderUnavailableError(f"no cross-encoder model at {model}")
         tokenizer = (
             model.parent / "tokenizer.json"
             if tokenizer_path is None
             else given_path(tokenizer_path, "tokenizer_path")
         )
-        if not tokenizer.is_file():
+        if not is_file(tokenizer, "tokenizer_path"):
             raise EmbedderUnavailableError(
                 f"no tokenizer.json at {tokenizer}; pass tokenizer_path= (the model's own)"
             )
