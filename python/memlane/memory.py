@@ -28,6 +28,7 @@ from memlane._memory.querying import Mode, Searcher
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.writer import Writer
 from memlane.embeddings import Embedder
+from memlane.embeddings._base import check_embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError, shown
@@ -171,17 +172,8 @@ class Memory(MemoryStore):
         window = DedupWindow(coerce.number(dedup_window, "dedup_window", 0.0))
         if embedder is DEFAULT_EMBEDDER:
             embedder = default_embedder()
-        if isinstance(embedder, str):
-            raise InvalidArgumentError(
-                f"embedder must be an Embedder or None, got the string {embedder!r}: "
-                "pass embedder=None for a text-only store (the CLI's --embedder names "
-                "are not taken here)"
-            )
-        if embedder is not None and not isinstance(embedder, Embedder):
-            raise InvalidArgumentError(
-                f"embedder must follow the Embedder protocol (name, dimension, embed, "
-                f"embed_batch), got {type(embedder).__name__}"
-            )
+        if embedder is not None:
+            check_embedder(embedder)
         if not isinstance(hnsw_precision, str) or hnsw_precision not in PRECISIONS:
             raise InvalidArgumentError(
                 f"hnsw_precision must be one of {PRECISIONS}, got {shown(hnsw_precision)}"

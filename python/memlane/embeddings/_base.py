@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from memlane.coerce import FloatArray
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 
 __all__ = [
     "Embedder",
@@ -118,3 +119,29 @@ def check_texts(texts: Sequence[str]) -> list[str]:
     for i, text in enumerate(items):
         check_text(text, f"texts[{i}]")
     return items
+
+
+def check_embedder(embedder: object) -> None:
+    """Raises ``InvalidArgumentError`` unless ``embedder`` is one a store can pin: an
+    ``Embedder`` whose ``name`` is a non-empty str (the store records it, and an empty
+    one means text only) and whose ``dimension`` an int of at least 1."""
+    if isinstance(embedder, str):
+        raise InvalidArgumentError(
+            f"embedder must be an Embedder or None, got the string {embedder!r}: "
+            "pass embedder=None for a text-only store (the CLI's --embedder names "
+            "are not taken here)"
+        )
+    if not isinstance(embedder, Embedder):
+        raise InvalidArgumentError(
+            f"embedder must follow the Embedder protocol (name, dimension, embed, "
+            f"embed_batch), got {type(embedder).__name__}"
+        )
+    name, dimension = embedder.name, embedder.dimension
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidArgumentError(
+            f"the embedder's name must be a non-empty str, got {shown(name)}"
+        )
+    if isinstance(dimension, bool) or not isinstance(dimension, numbers.Integral) or dimension < 1:
+        raise InvalidArgumentError(
+            f"the embedder's dimension must be an int >= 1, got {shown(dimension)}"
+        )
