@@ -17,7 +17,7 @@ from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.embeddings import OnnxEmbedder, default_tokenizer_path
 from memlane.embeddings.rerank import CrossEncoder
-from memlane.errors import EmbedderUnavailableError
+from memlane.errors import EmbedderUnavailableError, InvalidArgumentError
 
 DIM = 4
 
@@ -130,3 +130,29 @@ def test_an_embedder_model_giving_other_rows_than_texts_fails(tmp_path: Path, ro
     if rows == "doubled":
         with pytest.raises(EmbedderUnavailableError, match="output of shape"):
             embedder.embed("one two")
+
+
+def test_an_embedder_model_giving_vectors_of_no_values_is_refused(tmp_path: Path) -> None:
+    # It was taken with dimension 0, and a store refused it later without naming it.
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"])
+    out = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["b", "t", "d"])
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["f", "axis"], ["x"]),
+        helper.make_node("Slice", ["x", "zero", "zero", "axis"], ["last_hidden_state"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(np.array([2], dtype=np.int64), "axis"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+    ]
+    model = _save(nodes, [ids], out, initializers, tmp_path / "empty" / "model.onnx")
+    with pytest.raises(EmbedderUnavailableError, match=rf"{model.name} gives vectors of 0 values"):
+        OnnxEmbedder(model)
+
+
+@pytest.mark.parametrize("texts", ["hello world", b"hello", 5, ["a", 1]])
+def test_count_tokens_takes_a_sequence_of_str(texts: Any) -> None:
+    # A str was counted character by character; an int raised a bare TypeError.
+    with pytest.raises(InvalidArgumentError, match="count_tokens takes a sequence of str"):
+        OnnxEmbedder().count_tokens(texts)
+    assert OnnxEmbedder().count_tokens(["hello world", ""]) == [4, 2]

@@ -301,6 +301,8 @@ class OnnxEmbedder:
         self._dimension = declared if declared is not None else (dimension or 0)
         if not self._dimension:  # the model does not say: ask it
             self._dimension = int(self._embed_one("dimension probe")[0].shape[1])
+        if self._dimension < 1:
+            raise EmbedderUnavailableError(f"{model} gives vectors of {self._dimension} values")
 
     @property
     def name(self) -> str:
@@ -324,7 +326,13 @@ class OnnxEmbedder:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens the model reads of each text, special tokens included (at most ``max_length``)."""
-        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
+        # A str is a sequence of characters: one count each was never meant.
+        items = None if isinstance(texts, str | bytes) else _str_list(texts)
+        if items is None:
+            raise InvalidArgumentError(
+                f"count_tokens takes a sequence of str, got {type(texts).__name__}"
+            )
+        return [len(e.ids) for e in self._tokenizer.encode_batch(items)]
 
     def __repr__(self) -> str:
         return (
@@ -539,3 +547,12 @@ def _warn_truncated(truncated: tuple[int, ...], total: int, max_length: int) -> 
         message, count=len(truncated), indices=truncated, max_length=max_length
     )
     warnings.warn(warning, stacklevel=3)
+
+
+def _str_list(texts: object) -> list[str] | None:
+    """``texts`` as a list, if it is an iterable of str."""
+    try:
+        items = list(texts)  # type: ignore[call-overload]
+    except TypeError:
+        return None
+    return items if all(isinstance(t, str) for t in items) else None
