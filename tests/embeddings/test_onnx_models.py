@@ -257,3 +257,19 @@ def test_a_model_path_the_system_cannot_read_is_named(name: str) -> None:
     for make in (OnnxEmbedder, CrossEncoder):
         with pytest.raises(EmbedderUnavailableError, match=r"cannot be read|no tokenizer\.json"):
             make(name)
+
+
+def test_a_lone_surrogate_is_named_with_a_tokenizer_of_the_tokenizers_library(
+    model_dir: Path,
+) -> None:
+    # memlane's WordPiece names it; the tokenizers library raised a bare TypeError.
+    embedder = OnnxEmbedder(model_dir / "model.onnx")
+    calls = [
+        lambda: embedder.embed("red \ud800 blue"),
+        lambda: embedder.embed_batch(["red", "red \ud800 blue"]),
+        lambda: embedder.count_tokens(["\udfff"]),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgumentError, match="not valid Unicode: a lone surrogate"):
+            call()
+    assert embedder.embed("red blue").shape == (DIM,)

@@ -67,13 +67,29 @@ class HfTokenizer:
         self._tokenizer = tokenizer
 
     def encode(self, text: str, add_special_tokens: bool = True) -> _HfEncoding:
+        _unicode(text, "text")
         return _encoding(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = True
     ) -> list[_HfEncoding]:
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        items = list(texts)
+        for i, text in enumerate(items):
+            _unicode(text, f"texts[{i}]")
+        encodings = self._tokenizer.encode_batch(items, add_special_tokens=add_special_tokens)
         return [_encoding(e) for e in encodings]
+
+
+def _unicode(text: str, label: str) -> None:
+    """Raises ``InvalidArgumentError`` for a text with no UTF-8 form (a lone surrogate),
+    as memlane's WordPiece does: ``tokenizers`` raises a bare ``TypeError``."""
+    if isinstance(text, str) and not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(
+                f"{label} is not valid Unicode: a lone surrogate at position {e.start}"
+            ) from None
 
 
 def _encoding(e: Any) -> _HfEncoding:
