@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import WordHashEmbedder
 from memlane import Memory
 from memlane.embeddings import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import LazyEmbedder
@@ -217,3 +218,15 @@ def test_a_bad_vector_whose_stride_is_no_whole_element_is_refused(values: np.nda
     with pytest.raises(EmbedderUnavailableError):
         cached.embed("a question")
     assert len(cached.cache) == 0
+
+
+def test_a_shared_cache_never_gives_a_vector_of_another_dimension() -> None:
+    # Two embedders of one name (``openai:<model>`` on two servers) and two dimensions
+    # shared a cache: the second was given the first's 8 values, or numpy's ValueError.
+    cache = EmbeddingCache(100)
+    small = CachedEmbedder(WordHashEmbedder(8, name="same"), cache)
+    large = CachedEmbedder(WordHashEmbedder(16, name="same"), cache)
+    assert small.embed("hello").shape == (8,)
+    assert large.embed("hello").shape == (16,)
+    assert large.embed_batch(["hello", "other"]).shape == (2, 16)
+    assert small.embed_batch(["hello"]).shape == (1, 8)

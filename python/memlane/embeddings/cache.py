@@ -213,7 +213,9 @@ class CachedEmbedder:
         search starts the work that needs no vector there)."""
         key = (query_key(self.inner), text_key(text))
         hit = self.cache.get_key(key)
-        if hit is not None:
+        # A cache shared with an embedder of the same name and another dimension may
+        # hold its vector: not this one's.
+        if hit is not None and hit.shape[0] == self.inner.dimension:
             return hit.copy()
         if before_model is not None:
             before_model()
@@ -223,11 +225,12 @@ class CachedEmbedder:
 
     def embed_batch(self, texts: Sequence[str]) -> FloatArray:
         items = check_texts(texts)
-        out = np.empty((len(items), self.dimension), dtype=np.float32)
+        dimension = self.dimension
+        out = np.empty((len(items), dimension), dtype=np.float32)
         missing: dict[str, list[int]] = {}
         for i, text in enumerate(items):
             hit = self.cache.get(self.name, text)
-            if hit is None:
+            if hit is None or hit.shape[0] != dimension:
                 missing.setdefault(text, []).append(i)
             else:
                 out[i] = hit
