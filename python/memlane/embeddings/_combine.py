@@ -13,9 +13,11 @@ kept for it and an embedder nobody holds leaves nothing running.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Combiner", "in_lanes"]
 
@@ -75,18 +77,38 @@ class _Slot(Generic[T, R]):
         return self.result  # type: ignore[return-value]  # set with done
 
 
+# Every combiner of the process, restarted in a forked child (``_restart``).
+_live: weakref.WeakSet[Combiner[Any, Any]] = weakref.WeakSet()
+
+
+def _restart_all() -> None:
+    for combiner in list(_live):
+        combiner._restart()
+
+
+os.register_at_fork(after_in_child=_restart_all)
+
+
 class Combiner(Generic[T, R]):
     """Calls ``run`` on the items of the calls that arrive together; ``run`` returns one
     result per item, in order. A call returns its own item's result, or raises the error
-    ``run`` raised for its batch."""
+    ``run`` raised for its item: a batch that fails is run again item by item. A forked
+    child's combiners start empty."""
 
     def __init__(
         self, run: Callable[[list[T]], Iterable[R]], lanes: int = 1, most: int = 8
     ) -> None:
         self._run = run
         self._most = most
+        self._lanes = lanes
+        self._restart()
+        _live.add(self)
+
+    def _restart(self) -> None:
+        """No batch running and none waiting: also a forked child's state, whose lock
+        and lanes may have been taken by threads that do not exist in it."""
         self._lock = threading.Lock()
-        self._free = lanes
+        self._free = self._lanes
         self._waiting: list[_Slot[T, R]] = []
 
     def __call__(self, item: T) -> R:
@@ -117,18 +139,29 @@ class Combiner(Generic[T, R]):
                 self._lead(slot.batch)
             raise
 
+    def _alone(self, slot: _Slot[T, R]) -> None:
+        """Answers ``slot`` with its item run alone, or the error that run raised."""
+        try:
+            (slot.result,) = self._run([slot.item])
+        except Exception as e:
+            slot.error = e
+        slot.done = True
+
     def _lead(self, batch: list[_Slot[T, R]]) -> None:
         """Runs ``batch`` (its first slot is this thread's), answers the others, and hands
         the texts that arrived meanwhile to the first of them."""
         try:
-            results = self._run([s.item for s in batch])
-            for s, r in zip(batch, results, strict=True):
-                s.result = r
-                s.done = True
-        except Exception as e:
-            for s in batch:
-                s.error = e
-                s.done = True
+            try:
+                results = self._run([s.item for s in batch])
+                for s, r in zip(batch, results, strict=True):
+                    s.result = r
+                    s.done = True
+            except Exception as e:
+                if len(batch) == 1:
+                    batch[0].error, batch[0].done = e, True
+                else:  # one item's failure (a text the model fails on) is not the others'
+                    for s in batch:
+                        self._alone(s)
         finally:
             with self._lock:
                 # A run stopped by an interrupt answered nobody: its others run next.
