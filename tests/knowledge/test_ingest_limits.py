@@ -119,3 +119,39 @@ def test_limits_are_checked(bad: object) -> None:
 def test_limits_must_be_ingest_limits(mem: Memory) -> None:
     with pytest.raises(InvalidArgumentError, match="limits"):
         mem.ingest_text("x", source="t", shared=True, limits={"max_fragments": 1})  # type: ignore[arg-type]
+
+
+def test_a_document_stops_being_cut_at_the_fragment_limit(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its fragments were counted once all were cut: 20 MB of one word took 48 s and
+    # 2 GB before the refusal. The built-in splitters now stop one past the limit.
+    from memlane.knowledge import chunking
+
+    made: list[int] = []
+    count = chunking.fragments_made
+    monkeypatch.setattr(chunking, "fragments_made", lambda n: (made.append(n), count(n)))
+    few = IngestLimits(max_fragments=5)
+    for kind, text in [("txt", "word " * 40_000), ("md", "# A\n\n" + "word " * 40_000)]:
+        made.clear()
+        report = mem.ingest_text(text, source=kind, shared=True, file_type=kind, limits=few)
+        assert report.limited[kind] == "more than 5 fragments, above max_fragments=5"
+        assert sum(made) == 6
+    assert len(mem) == 0
+    # A splitter called outside ingestion cuts the whole text.
+    splitter = chunking.RecursiveCharacterSplitter(100, 0)
+    assert len(splitter.split("x" * 2_000)) == 20
+
+
+def test_metadata_each_fragment_would_carry_is_bounded(mem: Memory) -> None:
+    # A title of a megabyte went into every fragment: a 1.2 MB page made a 719 MB store.
+    page = f"<html><head><title>{'T' * 20_000}</title></head><body><p>{'word ' * 500}</p>"
+    report = mem.ingest_text(page, source="page", shared=True, file_type="html")
+    reason = report.limited["page"]
+    assert reason == "metadata of 20013 characters, above max_metadata_chars=16384"
+    assert len(mem) == 0
+    wide = IngestLimits(max_metadata_chars=30_000)
+    assert mem.ingest_text(page, source="page", shared=True, file_type="html", limits=wide).ok
+    # Counted as characters, not as JSON's escapes of them.
+    page = f"<html><head><title>{'標' * 10_000}</title></head><body><p>text</p>"
+    assert mem.ingest_text(page, source="cjk", shared=True, file_type="html").ok

@@ -37,12 +37,13 @@ import re
 import sys
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any, Protocol, runtime_checkable
 
 from memlane.errors import InvalidArgumentError
+from memlane.knowledge.document_limits import fragments_made
 
 __all__ = [
     "CHUNK_OVERLAP",
@@ -139,8 +140,12 @@ def grapheme_spans(text: str, start: int = 0, end: int | None = None) -> list[tu
     characters stay with what precedes them, a character after a ZWJ joins
     the cluster, regional indicators pair up into flags, and CRLF stays whole.
     """
-    stop = len(text) if end is None else end
-    spans: list[tuple[int, int]] = []
+    return list(_graphemes(text, start, len(text) if end is None else end))
+
+
+def _graphemes(text: str, start: int, stop: int) -> Iterator[tuple[int, int]]:
+    """``grapheme_spans`` one at a time: a word of millions of characters is cut as
+    its chunks are packed, not held as a span a character first."""
     i = start
     while i < stop:
         j = i + 1
@@ -148,9 +153,8 @@ def grapheme_spans(text: str, start: int = 0, end: int | None = None) -> list[tu
             j += 1
         while j < stop and (_extends(text[j]) or text[j - 1] == "\u200d"):
             j += 1
-        spans.append((i, j))
+        yield (i, j)
         i = j
-    return spans
 
 
 def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
@@ -185,6 +189,8 @@ class _Emitter:
                 return
             if last_start == start:
                 self.spans.pop()
+                fragments_made(-1)
+        fragments_made(1)
         self.spans.append((start, end))
 
 
@@ -270,7 +276,7 @@ class RecursiveCharacterSplitter:
             if piece_start < end:
                 yield from self._pieces(text, piece_start, end, i + 1)
             return
-        yield from grapheme_spans(text, start, end)
+        yield from _graphemes(text, start, end)
 
     def _merge(self, text: str, pieces: Iterable[tuple[int, int]], out: _Emitter) -> None:
         size, overlap = self.chunk_size, self.chunk_overlap

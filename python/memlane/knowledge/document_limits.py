@@ -62,12 +62,16 @@ class IngestLimits:
             file's front matter may hold once its YAML aliases are written out, counted
             before anything is built from them; the front matter becomes metadata of
             the document and of each of its fragments.
+        max_metadata_chars: characters of a document's metadata (its title, author,
+            front matter) as JSON: each of its fragments carries it, so a title of a
+            megabyte made every fragment a megabyte.
     """
 
     max_unpacked_bytes: int = 128 * 2**20
     max_fragments: int = 20_000
     max_elements: int = 2_000_000
     max_front_matter_values: int = 10_000
+    max_metadata_chars: int = 16_384
 
     def __post_init__(self) -> None:
         for name in (
@@ -75,6 +79,7 @@ class IngestLimits:
             "max_fragments",
             "max_elements",
             "max_front_matter_values",
+            "max_metadata_chars",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -98,3 +103,33 @@ def applied_limits(limits: IngestLimits) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+# What is left of the fragments the document being cut may make, and its limit: set only
+# while ingestion cuts one (``fragment_budget``), so a splitter called directly cuts any
+# text whole.
+_FRAGMENTS: ContextVar[list[int] | None] = ContextVar("memlane_fragments", default=None)
+
+
+@contextmanager
+def fragment_budget(limit: int) -> Iterator[None]:
+    """Runs the block (a document's cutting) with at most ``limit`` fragments to make:
+    ``fragments_made`` raises ``DocumentLimitError`` past it, so a document that would
+    make far more stops there, not after its every fragment was cut."""
+    token = _FRAGMENTS.set([limit, limit])
+    try:
+        yield
+    finally:
+        _FRAGMENTS.reset(token)
+
+
+def fragments_made(count: int) -> None:
+    """Counts ``count`` fragments made (negative: dropped again) against the budget."""
+    budget = _FRAGMENTS.get()
+    if budget is None:
+        return
+    budget[0] -= count
+    if budget[0] < 0:
+        raise DocumentLimitError(
+            f"more than {budget[1]} fragments, above max_fragments={budget[1]}"
+        )

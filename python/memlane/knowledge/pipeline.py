@@ -62,7 +62,12 @@ from memlane.errors import (
     shown,
 )
 from memlane.knowledge.chunking import Chunk, Chunker, default_chunkers
-from memlane.knowledge.document_limits import DocumentLimitError, IngestLimits, applied_limits
+from memlane.knowledge.document_limits import (
+    DocumentLimitError,
+    IngestLimits,
+    applied_limits,
+    fragment_budget,
+)
 from memlane.knowledge.documents import (
     ALONE,
     DOCUMENTS,
@@ -285,8 +290,14 @@ class Pipeline:
             if len(doc.text) > limit:
                 reason = f"{len(doc.text)} characters of text, above max_unpacked_bytes={limit}"
                 return _Done(source, doc_id, "limited", reason)
+            most = self.limits.max_metadata_chars
+            if (size := len(json.dumps(json_safe(doc.metadata), ensure_ascii=False))) > most:
+                reason = f"metadata of {size} characters, above max_metadata_chars={most}"
+                return _Done(source, doc_id, "limited", reason)
             chunker = self.chunker or (self._markdown if doc.markdown else self._text)
-            chunks = [c for c in chunker.split(doc.text) if c.content.strip()]
+            # The built-in splitters stop at the limit, not after cutting every fragment.
+            with fragment_budget(self.limits.max_fragments):
+                chunks = [c for c in chunker.split(doc.text) if c.content.strip()]
         except DocumentLimitError as e:
             return _Done(source, doc_id, "limited", str(e))
         except Exception as e:  # any parser's error fails this file alone
