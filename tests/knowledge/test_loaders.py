@@ -10,6 +10,7 @@ import pytest
 
 from memlane.knowledge.loaders import (
     LOADERS,
+    DocumentLimitError,
     DocumentLoadError,
     LoadedDocument,
     decode_text,
@@ -304,3 +305,49 @@ def test_a_pdf_pypdf_repairs_loads_without_writing_to_stderr(tmp_path: Path) -> 
     )
     assert "hello pdf world" in run.stdout
     assert run.stderr == ""
+
+
+def hand_made_pdf(content: bytes, length: int | None = None) -> bytes:
+    """One page whose content stream is ``content`` (its declared ``/Length``: ``length``)."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+        b"/Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>",
+        b"<< /Length %d >>\nstream\n" % (len(content) if length is None else length)
+        + content
+        + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.7\n")
+    offsets = []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)
+
+
+def test_a_pdf_past_pypdfs_own_limits_is_limited_and_a_broken_one_failed() -> None:
+    # pypdf's LimitReachedError, and the RecursionError of content nested 100,000 deep,
+    # fell to the catch-all: "failed", in pypdf's or Python's own words.
+    text = b"BT /F1 12 Tf 72 720 Td (Hi) Tj ET"
+    assert load_pdf(hand_made_pdf(text), P).text == "Hi"
+    with pytest.raises(DocumentLimitError, match="the PDF exceeds pypdf's limits"):
+        load_pdf(hand_made_pdf(text, length=999_999_999), P)
+    nested = text + b" " + b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(DocumentLoadError, match="corrupt PDF: pypdf failed on its objects"):
+        load_pdf(hand_made_pdf(nested), P)
+
+
+def test_a_csv_cell_longer_than_the_csv_modules_bound_is_read() -> None:
+    # Python's csv module refuses a cell over 128 KiB unless told otherwise.
+    cell = "word " * 40_000
+    doc = load_csv(f'name,notes\nAna,"{cell}"\n'.encode(), Path("people.csv"))
+    assert doc.text.count("word") == 40_000

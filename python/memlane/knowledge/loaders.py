@@ -195,7 +195,13 @@ def _count_values(value: Any, limit: int) -> None:
 
 def load_pdf(data: bytes, path: Path) -> LoadedDocument:
     from pypdf import PdfReader
-    from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
+    from pypdf.errors import (
+        DependencyError,
+        FileNotDecryptedError,
+        LimitReachedError,
+        PdfReadError,
+        PyPdfError,
+    )
 
     # pypdf logs what it repairs (a wrong xref offset...); with no handler of its own,
     # Python's last-resort handler printed that on stderr mid-ingestion. It still
@@ -259,8 +265,13 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
                     meta[key] = clean
     except FileNotDecryptedError:
         raise DocumentLoadError("encrypted PDF (it needs a password)") from None
-    except PdfReadError as e:
+    except LimitReachedError as e:  # pypdf's own bound on what a stream unpacks to
+        raise DocumentLimitError(f"the PDF exceeds pypdf's limits: {e}") from None
+    except (PdfReadError, PyPdfError) as e:
         raise DocumentLoadError(f"corrupt PDF: {e}") from None
+    except (AttributeError, RecursionError) as e:
+        # How pypdf fails on a loop of references, or objects nested thousands deep.
+        raise DocumentLoadError(f"corrupt PDF: pypdf failed on its objects ({e!r:.200})") from None
     text = "\n\n".join(parts)
     if pages and not text.strip():
         raise DocumentLoadError(
@@ -365,6 +376,11 @@ def load_csv(data: bytes, path: Path) -> LoadedDocument:
             dialect = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|")
         except csv.Error:
             dialect = csv.excel
+    # The module's cell bound (128 KiB) is below what a document may hold: raised, never
+    # lowered, as it is the process's.
+    wanted = current_limits().max_unpacked_bytes
+    if csv.field_size_limit() < wanted:
+        csv.field_size_limit(wanted)
     try:
         rows = [
             row for row in csv.reader(io.StringIO(text), dialect) if any(c.strip() for c in row)
