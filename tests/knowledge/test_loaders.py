@@ -351,3 +351,24 @@ def test_a_csv_cell_longer_than_the_csv_modules_bound_is_read() -> None:
     cell = "word " * 40_000
     doc = load_csv(f'name,notes\nAna,"{cell}"\n'.encode(), Path("people.csv"))
     assert doc.text.count("word") == 40_000
+
+
+def test_the_text_after_an_unexpanded_entity_in_a_docx_is_kept() -> None:
+    # Entities are never expanded (no billion laughs, no external files); the text
+    # after a reference to one is its node's tail, and it was dropped.
+    import zipfile
+
+    import docx
+
+    base = io.BytesIO()
+    docx.Document().save(base)
+    xml = (
+        b'<?xml version="1.0"?><!DOCTYPE w:document [<!ENTITY e "E">]>'
+        b'<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+        b"<w:body><w:p><w:r><w:t>Before &e; and after.</w:t></w:r></w:p></w:body></w:document>"
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(base) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, xml if info.filename == "word/document.xml" else src.read(info))
+    assert load_docx(out.getvalue(), Path("entity.docx")).text == "Before  and after."

@@ -227,7 +227,9 @@ def _docx_blocks(
                     or (depth == para_depth + 3 and tags[-2] == _W_HYPERLINK)
                 ):
                     if tag == _W_T:
-                        text = element.text or ""
+                        # An entity reference is a child, left unexpanded: the text
+                        # after it is its tail.
+                        text = (element.text or "") + "".join(c.tail or "" for c in element)
                     elif tag == _W_BR:
                         text = (
                             "\n"
