@@ -180,3 +180,25 @@ def test_a_long_heading_leaves_the_body_its_room() -> None:
         assert all(count(c.content) <= 128 for c in chunks)
         assert all(c.prefix.endswith("…\n\n") for c in chunks)
         assert all(c.metadata["headings"] == [" ".join(["title"] * words)] for c in chunks)
+
+
+def test_a_deep_tree_of_folders_is_walked_and_not_taken_for_a_link_loop(tmp_path: Path) -> None:
+    # The walk recursed a folder a level: past Python's bound the RecursionError (a
+    # RuntimeError) was read as pathlib's link loop, and the deep file left out as one.
+    import sys
+    import traceback
+
+    kb = tmp_path / "kb"
+    deep = kb.joinpath(*(["d"] * 200))
+    deep.mkdir(parents=True)
+    (deep / "bottom.txt").write_text("the deepest note\n")
+    (kb / "top.txt").write_text("the top note\n")
+    with Memory(tmp_path / "store", embedder=None) as mem:
+        bound = sys.getrecursionlimit()
+        sys.setrecursionlimit(len(traceback.extract_stack()) + 150)
+        try:
+            report = mem.ingest(kb, shared=True, progress=False)
+        finally:
+            sys.setrecursionlimit(bound)
+        assert not report.failed and not report.skipped
+        assert sorted(report.ingested) == ["d/" * 200 + "bottom.txt", "top.txt"]

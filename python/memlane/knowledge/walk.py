@@ -16,7 +16,7 @@ import itertools
 import os
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +139,8 @@ def resolve(path: Path) -> Path:
     raises ``RuntimeError`` for it, which would end a whole ingest."""
     try:
         return path.resolve()
+    except RecursionError:  # a RuntimeError too, and no link loop
+        raise
     except RuntimeError:
         raise OSError(errno.ELOOP, "symbolic link loop", str(path)) from None
 
@@ -231,14 +233,28 @@ def walk(
         paths = found.setdefault(real, [])
         paths.append((link, next(counter), rel, path, loader, path.is_symlink()))
 
-    def visit(folder: Path, prefix: str, ancestors: frozenset[Path], linked: bool) -> None:
+    # The folders being listed, deepest last, each with the entries still to see: a
+    # walk in the order of a recursive one, without Python's recursion bound (a tree
+    # 1,000 folders deep raised RecursionError).
+    frames: list[tuple[Iterator[os.DirEntry[str]], str, frozenset[Path], bool]] = []
+
+    def enter(folder: Path, prefix: str, ancestors: frozenset[Path], linked: bool) -> None:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as e:
             skipped[prefix or "."] = f"cannot list the folder: {_describe(e)}"
             unread.add(prefix or ".")
             return
-        for entry in entries:
+        frames.append((iter(entries), prefix, ancestors, linked))
+
+    def visit(folder: Path, prefix: str, ancestors: frozenset[Path], linked: bool) -> None:
+        enter(folder, prefix, ancestors, linked)
+        while frames:
+            entries, prefix, ancestors, linked = frames[-1]
+            entry = next(entries, None)
+            if entry is None:
+                frames.pop()
+                continue
             rel = f"{prefix}{entry.name}"
             path = Path(entry.path)
             if hidden(entry.name):
@@ -262,7 +278,7 @@ def walk(
                     if (reason := apart_from(real)) is not None:
                         skipped[rel + "/"] = reason
                         continue
-                    visit(path, rel + "/", ancestors | {real}, link)
+                    enter(path, rel + "/", ancestors | {real}, link)
                 elif entry.is_file():
                     add_file(path, normalise_path(rel), link)
                 else:
