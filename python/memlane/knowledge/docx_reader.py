@@ -14,7 +14,12 @@ from memlane.knowledge.document_limits import (
     IngestLimits,
     current_limits,
 )
-from memlane.knowledge.loaded_document import LoadedDocument, meta_text
+from memlane.knowledge.loaded_document import (
+    MAX_ZIP_MEMBERS,
+    LoadedDocument,
+    meta_text,
+    zip_members,
+)
 
 __all__ = ["load_docx"]
 
@@ -291,6 +296,8 @@ def load_docx(data: bytes, path: Path) -> LoadedDocument:
 
     from lxml import etree
 
+    if (members := zip_members(data)) > MAX_ZIP_MEMBERS:
+        raise DocumentLimitError(f"a zip of {members} members, more than {MAX_ZIP_MEMBERS}")
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             limits = current_limits()

@@ -16,11 +16,33 @@ from memlane.knowledge.document_limits import DocumentLoadError
 __all__ = ["LoadedDocument", "Loader", "decode_text", "json_safe", "meta_text", "unpacked_size"]
 
 
+#: Members a zip may have: a .docx has tens. Python's zipfile holds an object a member
+#: once it opens one (a million empty members: 657 MB), so the count is read first.
+MAX_ZIP_MEMBERS = 10_000
+
+
+def zip_members(data: bytes) -> int:
+    """The members the zip ``data`` ends with declares (0 when it declares none, or
+    is no zip: zipfile says why): read from its end records, without opening it."""
+    tail = data[-(22 + 0xFFFF) :]
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return 0
+    count = int.from_bytes(tail[at + 10 : at + 12], "little")
+    if count == 0xFFFF and at >= 20 and tail[at - 20 : at - 16] == b"PK\x06\x07":
+        # Zip64: the locator before the end record gives where the larger count is.
+        start = int.from_bytes(tail[at - 12 : at - 4], "little")
+        record = data[start : start + 40]
+        if record[:4] == b"PK\x06\x06" and len(record) == 40:
+            count = int.from_bytes(record[32:40], "little")
+    return count
+
+
 def unpacked_size(data: bytes) -> int:
     """What a file unpacks to: for a zip (``.docx``), the sizes its members declare (and
     Python's zipfile never reads past them); otherwise its own size."""
-    if data[:4] != b"PK\x03\x04":
-        return len(data)
+    if data[:4] != b"PK\x03\x04" or zip_members(data) > MAX_ZIP_MEMBERS:
+        return len(data)  # the loader reports a zip of too many members
     import zipfile
 
     try:
