@@ -33,6 +33,7 @@ Add a type with ``register_loader``.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
@@ -221,8 +222,12 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
         pages: list[int] = []
         offset = 0
         limit = current_limits().max_unpacked_bytes
-        # A page tree may name one page object 90,000 times: its text is extracted once.
+        # A page tree may name one page object 90,000 times, and page objects may share
+        # one content stream: the text of a page object, and of a content stream drawn
+        # with the same resources, is extracted once (40 pages of one 12 KB file sharing
+        # a stream of 1.9M operators were parsed for 6 minutes).
         texts: dict[tuple[int, int], str] = {}
+        drawn: dict[tuple[bytes, str], str] = {}
         unpacked = 0
         for page in reader.pages:
             if parts:
@@ -236,17 +241,19 @@ def load_pdf(data: bytes, path: Path) -> LoadedDocument:
                 # against max_unpacked_bytes, as a zip's members do, before it is parsed.
                 contents = page.get_contents()
                 content = b"" if contents is None else contents.get_data()
-                unpacked += len(content)
-                if unpacked <= limit:  # with the forms drawn, as often as drawn
-                    resources = page.get("/Resources")
-                    unpacked += drawn_bytes(contents, resources, limit - unpacked, reader)
-                if unpacked > limit:
-                    raise DocumentLimitError(
-                        f"page content streams, with the forms they draw each time drawn, "
-                        f"unpack to more than {limit} bytes (stopped at page {len(pages)}), "
-                        f"above max_unpacked_bytes={limit}"
-                    )
-                page_text = (page.extract_text() or "").strip()
+                resources = page.get("/Resources")
+                stream = (hashlib.blake2b(content).digest(), repr(resources))
+                if (page_text := drawn.get(stream)) is None:
+                    unpacked += len(content)
+                    if unpacked <= limit:  # with the forms drawn, as often as drawn
+                        unpacked += drawn_bytes(contents, resources, limit - unpacked, reader)
+                    if unpacked > limit:
+                        raise DocumentLimitError(
+                            f"page content streams, with the forms they draw each time drawn, "
+                            f"unpack to more than {limit} bytes (stopped at page {len(pages)}), "
+                            f"above max_unpacked_bytes={limit}"
+                        )
+                    page_text = drawn[stream] = (page.extract_text() or "").strip()
                 if page_key is not None:
                     texts[page_key] = page_text
             parts.append(page_text)
