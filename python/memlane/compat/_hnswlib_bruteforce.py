@@ -22,6 +22,7 @@ from memlane.compat._hnswlib_common import (
     _normalised,
     _query_k,
     _rows,
+    _size,
 )
 from memlane.compat._hnswlib_files import (
     _DAMAGE,
@@ -75,12 +76,12 @@ class BFIndex(_Attributes):
         self._lock = threading.Lock()
 
     def init_index(self, max_elements: int) -> None:
-        capacity = int(max_elements)
-        if capacity < 0:
-            raise TypeError(f"max_elements must be non-negative, got {max_elements}")
+        capacity = _size(max_elements, "max_elements")
         if not _fits(capacity, self._dim):
             raise RuntimeError(_NO_MEMORY)
         with self._lock:
+            if self._inited:  # as hnswlib: the labels held are kept
+                raise RuntimeError("The index is already initiated.")
             self._start(capacity, np.zeros(0, np.uint64), np.zeros((0, self._dim), np.float32))
 
     def _start(

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memlane.errors import InvalidArgumentError
+from memlane.errors import InvalidArgumentError, shown
 
 _SPACES = ("l2", "ip", "cosine")
 _MISSING = np.uint64(2**64 - 1)
@@ -37,6 +37,17 @@ _IN_CALLBACK = "the index cannot be changed from inside a callback of its own se
 _MAX_NORM = 2.0**62
 
 Filter = Callable[[int], object] | npt.ArrayLike | Iterable[int] | None
+
+
+def _size(value: object, name: str) -> int:
+    """``value`` as hnswlib takes a ``size_t``: a negative one, or one of 2**64 or more
+    (which a saved header cannot hold), is its ``TypeError``."""
+    number: int = int(value)  # type: ignore[call-overload]
+    if number < 0:
+        raise TypeError(f"{name} must be non-negative, got {number}")
+    if number >= 2**64:
+        raise TypeError(f"{name} must be below 2**64, got {shown(number)}")
+    return number
 
 
 def _default_threads() -> int:
@@ -101,11 +112,11 @@ def _labels(ids: npt.ArrayLike | None, rows: int, start: int) -> list[int]:
         raise RuntimeError(
             f"The input label shape {array.ndim} does not match the input data vector shape {rows}"
         )
-    if array.size and array.dtype.kind not in "iu":
-        if array.dtype.kind == "f" and np.all(np.mod(array, 1) == 0):
-            array = array.astype(np.int64)
-        else:
-            raise TypeError(f"labels must be integers, got an array of dtype {array.dtype}")
+    # A whole float is taken as Python's int (through int64, 2**63 and above overflowed;
+    # numpy makes a float64 of a uint64 label beside an int).
+    whole = array.dtype.kind == "f" and np.all(np.mod(array, 1) == 0)
+    if array.size and array.dtype.kind not in "iu" and not whole:
+        raise TypeError(f"labels must be integers, got an array of dtype {array.dtype}")
     labels = [int(x) for x in array.reshape(-1)]
     for label in labels:
         if label < 0 or label >= 2**64:

@@ -67,6 +67,7 @@ from memlane.compat._hnswlib_common import (
     _plan_add,
     _query_k,
     _rows,
+    _size,
 )
 from memlane.compat._hnswlib_files import (
     _CORRUPTED,
@@ -148,11 +149,8 @@ class Index(_Attributes, _Guarded):
         with self._locked():
             if self._index is not None:
                 raise RuntimeError("The index is already initiated.")
-            for name, value in (("max_elements", max_elements), ("M", M)):
-                if int(value) < 0:
-                    raise TypeError(f"{name} must be non-negative, got {value}")
-            self._max_elements = int(max_elements)
-            self._m = int(M)
+            self._max_elements = _size(max_elements, "max_elements")
+            self._m = _size(M, "M")
             self._ef_construction = int(ef_construction)
             self._seed = int(random_seed)
             self._allow_replace_deleted = bool(allow_replace_deleted)
@@ -260,11 +258,12 @@ class Index(_Attributes, _Guarded):
         """Changes the capacity; it cannot drop below the labels held."""
         with self._locked():
             self._engine()
-            if int(new_size) < self._count:
+            size = _size(new_size, "new_size")
+            if size < self._count:
                 raise RuntimeError(
                     "Cannot resize, max element is less than the current number of elements"
                 )
-            self._max_elements = int(new_size)
+            self._max_elements = size
 
     # -- reads ----------------------------------------------------------------------
 
@@ -519,7 +518,7 @@ class Index(_Attributes, _Guarded):
         hnswlib.
         """
         path = path_to_index
-        wanted = int(max_elements)
+        wanted = _size(max_elements, "max_elements")
         raw = _read_bytes(path)
         try:
             if raw.startswith(_MAGIC):

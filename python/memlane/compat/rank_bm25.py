@@ -56,7 +56,7 @@ _Scores = npt.NDArray[np.float64]
 def _number(name: str, value: object) -> float:
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an int too large for a float
         raise InvalidArgumentError(f"{name} must be a number, got {shown(value)}") from None
     if not math.isfinite(number):
         raise InvalidArgumentError(f"{name} must be finite, got {number}")

@@ -1,0 +1,66 @@
+"""Attacks on the drop-in hnswlib and rank_bm25 of session 70: a ``BFIndex`` initiated
+twice emptied itself; a capacity of 2**64 or more was taken and saved into a file that
+would not load; whole float labels of 2**63 and more overflowed through int64; a BM25
+parameter too large for a float leaked Python's ``OverflowError``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+import memlane.compat.hnswlib as mhnsw
+from memlane.compat.rank_bm25 import BM25L, BM25Okapi, BM25Plus
+from memlane.errors import InvalidArgumentError
+
+RNG = np.random.default_rng(70)
+DATA = RNG.standard_normal((50, 8)).astype(np.float32)
+
+
+def test_a_bfindex_initiated_twice_keeps_its_labels(hnswlib_peer: ModuleType) -> None:
+    for module in (hnswlib_peer, mhnsw):
+        index = module.BFIndex(space="l2", dim=8)
+        index.init_index(max_elements=100)
+        index.add_items(DATA)
+        with pytest.raises(RuntimeError, match="already initiated"):
+            index.init_index(max_elements=100)
+        assert index.get_current_count() == 50
+
+
+@pytest.mark.parametrize("size", [2**64, 2**70])
+def test_a_capacity_no_file_can_hold_is_refused(tmp_path: Path, size: int) -> None:
+    index = mhnsw.Index(space="l2", dim=8)
+    with pytest.raises(TypeError, match="below 2\\*\\*64"):
+        index.init_index(max_elements=size)
+    index.init_index(max_elements=100)
+    with pytest.raises(TypeError, match="below 2\\*\\*64"):
+        index.resize_index(size)
+    index.add_items(DATA)
+    index.save_index(str(tmp_path / "i.bin"))
+    with pytest.raises(TypeError, match="below 2\\*\\*64"):
+        mhnsw.Index(space="l2", dim=8).load_index(str(tmp_path / "i.bin"), max_elements=size)
+    with pytest.raises(TypeError, match="below 2\\*\\*64"):
+        mhnsw.BFIndex(space="l2", dim=8).init_index(max_elements=size)
+    loaded = mhnsw.Index(space="l2", dim=8)
+    loaded.load_index(str(tmp_path / "i.bin"), max_elements=2**64 - 1)
+    assert loaded.get_max_elements() == 2**64 - 1
+
+
+def test_whole_float_labels_of_2_63_and_more_are_kept(hnswlib_peer: ModuleType) -> None:
+    for ids in (np.array([1e19, 5.0]), [np.uint64(2**63 + 2048), 5]):
+        got = []
+        for module in (hnswlib_peer, mhnsw):
+            index = module.Index(space="l2", dim=8)
+            index.init_index(max_elements=10)
+            index.add_items(DATA[:2], ids)
+            got.append(sorted(int(x) for x in index.get_ids_list()))
+        assert got[0] == got[1] == sorted(int(x) for x in np.asarray(ids))
+
+
+@pytest.mark.parametrize("cls", [BM25Okapi, BM25L, BM25Plus])
+@pytest.mark.parametrize("name", ["k1", "b"])
+def test_a_bm25_parameter_too_large_for_a_float_is_refused(cls: type, name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"{name} must be a number"):
+        cls([["a", "b"], ["c"]], **{name: 10**400})
