@@ -64,3 +64,23 @@ def test_whole_float_labels_of_2_63_and_more_are_kept(hnswlib_peer: ModuleType) 
 def test_a_bm25_parameter_too_large_for_a_float_is_refused(cls: type, name: str) -> None:
     with pytest.raises(InvalidArgumentError, match=f"{name} must be a number"):
         cls([["a", "b"], ["c"]], **{name: 10**400})
+
+
+def test_a_query_of_more_results_than_one_engine_call_gives_is_asked_in_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A million rows asking 250 each (a kNN graph's build) passed the engine's bound of
+    # 2**28 results a call and were refused; hnswlib answers them.
+    index = mhnsw.Index(space="cosine", dim=8)
+    index.init_index(max_elements=100)
+    index.add_items(DATA)
+    whole = index.knn_query(DATA, k=5)
+    evens = index.knn_query(DATA, k=5, filter=lambda label: label % 2 == 0)
+    monkeypatch.setattr(mhnsw, "_CALL_RESULTS", 12)  # two rows a call
+    for got, want in (
+        (index.knn_query(DATA, k=5), whole),
+        (index.knn_query(DATA, k=5, filter=lambda label: label % 2 == 0), evens),
+    ):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1])
+    assert [len(row) for row in index.knn_query_return_lists(DATA, k=13)[0]] == [13] * 50

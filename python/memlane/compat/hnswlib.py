@@ -87,6 +87,9 @@ from memlane.errors import CorruptFileError, UnknownIdError
 
 __all__ = ["BFIndex", "Index"]
 
+# The results one engine search may return (``hnsw::query::MAX_RESULTS`` in the core).
+_CALL_RESULTS = 1 << 28
+
 
 #: hnswlib's largest ef (a size_t); the engine's is 2**63 - 1, and a longer candidate
 #: list than that could never fill, so an ef past it searches the same.
@@ -316,6 +319,20 @@ class Index(_Attributes, _Guarded):
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
         if self._space == "cosine":
             rows = _normalised(rows)
+        # The engine answers at most _CALL_RESULTS results a call (a kNN graph's build
+        # asks a million rows for 250 each): more rows are asked in parts.
+        step = max(1, _CALL_RESULTS // k)
+        if rows.shape[0] > step:
+            parts = [
+                self._search_part(index, rows[i : i + step], k, filter)
+                for i in range(0, rows.shape[0], step)
+            ]
+            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        return self._search_part(index, rows, k, filter)
+
+    def _search_part(
+        self, index: HnswIndex, rows: npt.NDArray[np.float32], k: int, filter: Filter
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
         if filter is None:
             return index.search(rows, k=k)
         if callable(filter):
