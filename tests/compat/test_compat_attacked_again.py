@@ -84,3 +84,49 @@ def test_a_query_of_more_results_than_one_engine_call_gives_is_asked_in_parts(
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1])
     assert [len(row) for row in index.knn_query_return_lists(DATA, k=13)[0]] == [13] * 50
+
+
+@pytest.mark.parametrize("kind", ["Index", "BFIndex"])
+def test_save_index_writes_through_a_link_keeps_the_mode_and_takes_hnswlibs_paths(
+    tmp_path: Path, kind: str
+) -> None:
+    # The file was written as a temporary one renamed over the target: a symlink was
+    # replaced by a regular file, every file saved was 0600 whatever the umask, a name of
+    # 250 bytes failed (the temporary name is longer), and a bytes path was refused.
+    import os
+    import stat
+
+    def made() -> object:
+        index = getattr(mhnsw, kind)(space="l2", dim=8)
+        index.init_index(max_elements=100)
+        index.add_items(DATA)
+        return index
+
+    def loaded(path: object) -> int:
+        index = getattr(mhnsw, kind)(space="l2", dim=8)
+        index.load_index(path)
+        return int(index.get_current_count())
+
+    real = tmp_path / "real.bin"
+    real.write_bytes(b"")
+    real.chmod(0o640)
+    link = tmp_path / "link.bin"
+    link.symlink_to(real)
+    made().save_index(str(link))  # type: ignore[attr-defined]
+    assert link.is_symlink() and loaded(str(link)) == 50 and loaded(str(real)) == 50
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+    umask = os.umask(0o022)
+    try:
+        new = tmp_path / "new.bin"
+        made().save_index(new)  # type: ignore[attr-defined]
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644
+    finally:
+        os.umask(umask)
+    long = tmp_path / ("n" * 250)
+    made().save_index(os.fsencode(long))  # type: ignore[attr-defined]
+    assert loaded(os.fsencode(long)) == 50
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["link.bin", "new.bin", "real.bin", "n" * 250]
+    )
+    with pytest.raises(RuntimeError, match="Cannot open file"):
+        loaded(str(tmp_path / "a\0b"))

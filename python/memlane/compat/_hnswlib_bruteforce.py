@@ -34,6 +34,7 @@ from memlane.compat._hnswlib_files import (
     _header_int,
     _HnswlibFile,
     _parse,
+    _path,
     _read_bytes,
     _why,
     _write,
@@ -206,8 +207,8 @@ class BFIndex(_Attributes):
     def get_current_count(self) -> int:
         return len(self._rows)
 
-    def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
-        path = path_to_index
+    def save_index(self, path_to_index: str | bytes | os.PathLike[str]) -> None:
+        path = _path(path_to_index)
         self._check()
         with self._lock:
             n = len(self._rows)
@@ -222,13 +223,15 @@ class BFIndex(_Attributes):
             blobs = [_array_bytes(self._labels[:n]), _array_bytes(self._data[:n])]
         _write(path, meta, blobs)
 
-    def load_index(self, path_to_index: str | os.PathLike[str], max_elements: int = 0) -> None:
+    def load_index(
+        self, path_to_index: str | bytes | os.PathLike[str], max_elements: int = 0
+    ) -> None:
         """Reads a file of ``save_index``, or one written by hnswlib's ``BFIndex``.
 
         The capacity is the file's: ``max_elements`` is ignored, as hnswlib's ``BFIndex``
         ignores it.
         """
-        path = path_to_index
+        path = _path(path_to_index)
         raw = _read_bytes(path)
         try:
             if raw.startswith(_MAGIC):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import stat
 import struct
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -22,21 +23,67 @@ _CORRUPTED = "Index seems to be corrupted or unsupported"
 _DAMAGE = (KeyError, TypeError, ValueError, OverflowError, RecursionError)
 
 
-def _write(path: str | os.PathLike[str], meta: dict[str, Any], blobs: list[bytes]) -> None:
-    """Writes ``magic, meta (JSON), blobs`` to ``path`` through a renamed temporary file."""
+def _path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
+    """``path`` as text, as hnswlib takes it (str, bytes or a path); one holding a NUL
+    byte names no file (hnswlib's ``RuntimeError``, not ``ValueError``)."""
+    text = os.fsdecode(path)
+    if "\0" in text:
+        raise RuntimeError("Cannot open file")
+    return text
+
+
+def _write(
+    path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+    meta: dict[str, Any],
+    blobs: list[bytes],
+) -> None:
+    """Writes ``magic, meta (JSON), blobs`` to ``path``: through a link, to the file it
+    names; into a new file beside it, synced and renamed over it, with the mode the file
+    had (else the umask's, as hnswlib's); in place where no file can be made beside it
+    (a folder this user may not write to) or where it is no regular file (a device)."""
     head = json.dumps(meta).encode()
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent or ".")
+    target = Path(os.path.realpath(_path(path)))
+    try:
+        mode: int | None = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        _write_to(target, head, blobs)
+        return
+    while True:
+        # A short name: the file's own may be as long as a name can be.
+        tmp = target.parent / f".{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        except PermissionError:
+            _write_to(target, head, blobs)
+            return
+        break
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC)
-            for part in [head, *blobs]:
-                f.write(struct.pack("<Q", len(part)))
-                f.write(part)
+            if mode is not None:
+                os.fchmod(f.fileno(), stat.S_IMODE(mode))
+            _parts(f, head, blobs)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def _write_to(target: Path, head: bytes, blobs: list[bytes]) -> None:
+    with target.open("wb") as f:
+        _parts(f, head, blobs)
+
+
+def _parts(f: BinaryIO, head: bytes, blobs: list[bytes]) -> None:
+    f.write(_MAGIC)
+    for part in [head, *blobs]:
+        f.write(struct.pack("<Q", len(part)))
+        f.write(part)
 
 
 def _corrupted(path: str | os.PathLike[str], why: str) -> RuntimeError:
@@ -71,9 +118,9 @@ def _why(error: BaseException) -> str:
     return f"is damaged ({type(error).__name__}: {error})"
 
 
-def _read_bytes(path: str | os.PathLike[str]) -> bytes:
+def _read_bytes(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> bytes:
     try:
-        return Path(path).read_bytes()
+        return Path(_path(path)).read_bytes()
     except OSError:
         raise RuntimeError("Cannot open file") from None
 

@@ -79,6 +79,7 @@ from memlane.compat._hnswlib_files import (
     _header_int,
     _HnswlibFile,
     _parse,
+    _path,
     _read_bytes,
     _why,
     _write,
@@ -517,13 +518,13 @@ class Index(_Attributes, _Guarded):
         for name, value in fields.items():
             setattr(self, name, value)
 
-    def save_index(self, path_to_index: str | os.PathLike[str]) -> None:
+    def save_index(self, path_to_index: str | bytes | os.PathLike[str]) -> None:
         """Writes the index (marked deleted labels included) to one file, atomically."""
         _write(path_to_index, *self._saved())
 
     def load_index(
         self,
-        path_to_index: str | os.PathLike[str],
+        path_to_index: str | bytes | os.PathLike[str],
         max_elements: int = 0,
         allow_replace_deleted: bool = False,
     ) -> None:
@@ -534,7 +535,7 @@ class Index(_Attributes, _Guarded):
         the saved labels, else the saved one; ``ef`` returns to its default, 10, as in
         hnswlib.
         """
-        path = path_to_index
+        path = _path(path_to_index)
         wanted = _size(max_elements, "max_elements")
         raw = _read_bytes(path)
         try:
