@@ -130,3 +130,27 @@ def test_save_index_writes_through_a_link_keeps_the_mode_and_takes_hnswlibs_path
     )
     with pytest.raises(RuntimeError, match="Cannot open file"):
         loaded(str(tmp_path / "a\0b"))
+
+
+@pytest.mark.parametrize("space", ["l2", "ip", "cosine"])
+def test_bfindex_searches_a_block_of_queries_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, hnswlib_peer: ModuleType, space: str
+) -> None:
+    # Every query's distances to every row were one matrix: 1,000 queries over a million
+    # rows asked numpy for 3.7 GiB (a raw MemoryError); hnswlib answers them.
+    from memlane.compat import _hnswlib_bruteforce
+
+    queries = RNG.standard_normal((23, 8)).astype(np.float32)
+    answers = []
+    for module in (hnswlib_peer, mhnsw):
+        index = module.BFIndex(space=space, dim=8)
+        index.init_index(max_elements=100)
+        index.add_items(DATA)
+        answers.append(index.knn_query(queries, k=4))
+    monkeypatch.setattr(_hnswlib_bruteforce, "_BLOCK_CELLS", 120)  # two queries a block
+    blocked = index.knn_query(queries, k=4)
+    np.testing.assert_array_equal(blocked[0], answers[1][0])
+    np.testing.assert_allclose(blocked[1], answers[1][1], rtol=1e-5, atol=1e-6)
+    if space != "cosine":  # hnswlib's BFIndex does not normalise under cosine
+        np.testing.assert_array_equal(blocked[0], answers[0][0])
+        np.testing.assert_allclose(blocked[1], answers[0][1], rtol=1e-4, atol=1e-5)

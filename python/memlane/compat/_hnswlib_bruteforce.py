@@ -40,6 +40,8 @@ from memlane.compat._hnswlib_files import (
     _write,
 )
 
+# Distances computed at once by a search: 64 MiB of float32.
+_BLOCK_CELLS = 1 << 24
 # hnswlib's messages for a capacity whose arrays it cannot allocate.
 _NO_MEMORY = "Not enough memory: BruteforceSearch failed to allocate data"
 _LOAD_NO_MEMORY = "Not enough memory: loadIndex failed to allocate data"
@@ -176,9 +178,30 @@ class BFIndex(_Attributes):
             raise RuntimeError(_TOO_FEW)
         if self._space == "cosine":
             queries = _normalised(queries)
+        sq = np.einsum("ij,ij->i", stored, stored) if self._space == "l2" else None
+        out_labels = np.empty((queries.shape[0], k), dtype=np.uint64)
+        out_dist = np.empty((queries.shape[0], k), dtype=np.float32)
+        # A block of queries at a time: the distances of all of them to every stored row
+        # at once were a queries x rows matrix (1,000 by a million: 3.7 GiB).
+        step = max(1, _BLOCK_CELLS // max(1, labels.shape[0]))
+        for at in range(0, queries.shape[0], step):
+            block = queries[at : at + step]
+            found, dist = self._nearest(block, stored, sq, k)
+            out_labels[at : at + step] = labels[found]
+            out_dist[at : at + step] = dist
+        return out_labels, out_dist
+
+    def _nearest(
+        self,
+        queries: npt.NDArray[np.float32],
+        stored: npt.NDArray[np.float32],
+        sq: npt.NDArray[np.float32] | None,
+        k: int,
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
+        """The rows of ``stored`` nearest each query, nearest first, and their distances
+        (``sq``: the stored rows' squared norms, under l2)."""
         dots = queries @ stored.T
-        if self._space == "l2":
-            sq = np.einsum("ij,ij->i", stored, stored)
+        if sq is not None:
             qq = np.einsum("ij,ij->i", queries, queries)
             dist = np.maximum(qq[:, None] + sq[None, :] - 2 * dots, 0)
         else:
@@ -188,15 +211,13 @@ class BFIndex(_Attributes):
         if top is None:
             top = np.broadcast_to(np.arange(dist.shape[1]), dist.shape)
         part = np.take_along_axis(dist, top, axis=1)
-        if self._space == "l2":
+        if sq is not None:
             # The expansion above loses digits to cancellation: measure the
             # chosen ones directly.
             diff = stored[top] - queries[:, None, :]
             part = np.einsum("qkd,qkd->qk", diff, diff).astype(np.float32, copy=False)
         order = np.argsort(part, axis=1, kind="stable")
-        return labels[np.take_along_axis(top, order, axis=1)], np.take_along_axis(
-            part, order, axis=1
-        )
+        return np.take_along_axis(top, order, axis=1), np.take_along_axis(part, order, axis=1)
 
     def set_num_threads(self, num_threads: int) -> None:
         self._num_threads = int(num_threads)
