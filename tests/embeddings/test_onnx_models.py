@@ -273,3 +273,40 @@ def test_a_lone_surrogate_is_named_with_a_tokenizer_of_the_tokenizers_library(
         with pytest.raises(InvalidArgumentError, match="not valid Unicode: a lone surrogate"):
             call()
     assert embedder.embed("red blue").shape == (DIM,)
+
+
+def test_an_output_or_tokenizer_that_changes_the_vectors_changes_the_name(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    # Both were left out of the name: a store built reading one output of a file opened
+    # reading another, and the default model read through another tokenizer was named
+    # as the default (whose score cut-offs then applied), each without a word.
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"])
+    outputs = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "tokens", DIM])
+        for n in ("last_hidden_state", "doubled")
+    ]
+    nodes = [
+        helper.make_node("Gather", ["table", "input_ids"], ["last_hidden_state"], axis=0),
+        helper.make_node("Add", ["last_hidden_state", "last_hidden_state"], ["doubled"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "two-outputs", [ids], outputs, [numpy_helper.from_array(TABLE, "table")]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    path = tmp_path / "two" / "model.onnx"
+    path.parent.mkdir()
+    onnx.save(model, str(path))
+    write_tokenizer(path.parent / "tokenizer.json")
+    usual = OnnxEmbedder(path)
+    assert OnnxEmbedder(path, output="last_hidden_state").name == usual.name
+    assert OnnxEmbedder(path, output="doubled").name == usual.name + "-doubled"
+
+    default = OnnxEmbedder()
+    assert default.name == "onnx:all-MiniLM-L6-v2-int8"
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_bytes(memlane.embeddings.default_tokenizer_path().read_bytes() + b"\n")
+    own = memlane.embeddings.default_tokenizer_path()
+    assert OnnxEmbedder(default._model, tokenizer_path=own).name == default.name
+    other = OnnxEmbedder(default._model, tokenizer_path=tokenizer)
+    assert other.name.startswith("onnx:") and "-tokenizer-" in other.name

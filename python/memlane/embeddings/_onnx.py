@@ -53,6 +53,7 @@ from memlane.embeddings._model_files import (
     MODEL_INSTALL,
     MODEL_PACKAGE,
     MODEL_SHA256,
+    TOKENIZER_SHA256,
     _check_sha256,
     _derived_name,
     _existing_file,
@@ -156,7 +157,10 @@ class OnnxEmbedder:
         name: the vector space's identifier (see [`Embedder`][memlane.Embedder]). By default
             ``"onnx:all-MiniLM-L6-v2-int8"`` for the default model, else
             ``"onnx:<file or folder name>-<12 hex digits of the model's sha256>"``,
-            so the same file always gets the same name and another file another.
+            so the same file always gets the same name and another file another;
+            what else changes the vectors is added to it (``-cls``, ``-raw``, an
+            ``output`` other than the default one, and for the default model a
+            tokenizer other than its own, ``-tokenizer-<12 hex digits>``).
         pooling: ``"mean"`` of the token states under the attention mask,
             ``"cls"`` the first token's state, or ``"none"`` for a model whose
             output is already one vector per text. By default ``"none"`` when
@@ -248,8 +252,13 @@ class OnnxEmbedder:
             else:
                 digest = ""
         is_default = digest == MODEL_SHA256
+        other_tokenizer = ""
         if tokenizer_path is not None:
             tokenizer = _existing_file(tokenizer_path, "tokenizer_path")
+            # The default model read through another tokenizer is another vector space:
+            # its name (and the score cut-offs chosen for the default) is not the default's.
+            if is_default and _sha256(tokenizer) != TOKENIZER_SHA256:
+                is_default, other_tokenizer = False, _sha256(tokenizer)
         elif is_default:
             tokenizer = default_tokenizer_path()
         else:
@@ -298,6 +307,11 @@ class OnnxEmbedder:
             self._name = NAME
         else:
             self._name = _derived_name(model, digest, pooling, normalize)
+            # Another output of the same file is another vector space.
+            if self._output != _model_output(self._session, model, None)[0]:
+                self._name += f"-{self._output}"
+            if other_tokenizer:
+                self._name += f"-tokenizer-{other_tokenizer[:12]}"
         self._dimension = declared if declared is not None else (dimension or 0)
         if not self._dimension:  # the model does not say: ask it
             self._dimension = int(self._embed_one("dimension probe")[0].shape[1])
