@@ -132,3 +132,17 @@ def test_arguments_of_the_wrong_kind_are_refused_by_name(
         given.pop("threads", None)
     with pytest.raises(InvalidArgumentError, match=message):
         OnnxEmbedder(**given)  # type: ignore[arg-type]
+
+
+def test_a_tokenizer_that_adds_no_special_tokens_is_refused(tmp_path: Path) -> None:
+    # A pair takes its [CLS] and [SEP] from the question's encoding: without them, the
+    # question's first and last words stood in for them, the last one after the memory.
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    model = _write_cross_encoder(tmp_path / "ce")
+    bare = Tokenizer(models.WordLevel(IDS, unk_token="[UNK]"))
+    bare.pre_tokenizer = pre_tokenizers.Whitespace()
+    bare.save(str(tmp_path / "bare.json"))
+    with pytest.raises(EmbedderUnavailableError, match="adds 0 special tokens"):
+        CrossEncoder(model, tmp_path / "bare.json")
+    assert len(CrossEncoder(model).scores(TEXTS[0], TEXTS[:2])) == 2

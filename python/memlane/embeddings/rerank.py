@@ -87,6 +87,13 @@ class CrossEncoder:
         self._model = model
         self._output = _logits_output(self._session, model)
         self._tokenizer = load_tokenizer(tokenizer, None, EmbedderUnavailableError)
+        # A pair is built as [CLS] question [SEP] text [SEP] from the question's own
+        # special tokens: a tokenizer that adds none would lend two of its words.
+        if (added := self._tokenizer.num_special_tokens) != 2:
+            raise EmbedderUnavailableError(
+                f"{tokenizer} adds {added} special tokens to a text; a cross-encoder's "
+                "tokenizer adds two ([CLS] and [SEP], or <s> and </s>)"
+            )
 
     def _pair(self, question: list[int], text: str) -> tuple[list[int], list[int]]:
         """The ids of ``[CLS] question [SEP] text [SEP]`` and their token types, cut
