@@ -27,8 +27,7 @@ from memlane._memory.health import StoreStats
 from memlane._memory.querying import Mode, Searcher
 from memlane._memory.sync import PRECISIONS, IndexSync
 from memlane._memory.writer import Writer
-from memlane.embeddings import Embedder
-from memlane.embeddings._base import check_embedder
+from memlane.embeddings import Embedder, check_embedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
 from memlane.embeddings.lazy import default_embedder
 from memlane.errors import InvalidArgumentError, shown

@@ -367,3 +367,41 @@ def test_a_plan_too_long_to_record_is_refused_before_anything_is_stored(
     )
     with pytest.raises(JobRecordError, match="too long to keep"):
         too_long.dumps()
+
+
+def test_a_record_with_no_room_for_a_new_holder_is_skipped_not_raised_in_a_turn(
+    make_store: StoreFactory,
+) -> None:
+    # A released job whose record was within the 1 MiB a record is read at, but not with
+    # the holder taking it over adds: the turn that took it over raised JobRecordError.
+    import warnings
+
+    from memlane.agent.upkeep.jobs import _MAX_RECORD, JobSkippedWarning
+    from upkeep_scripts import Hung
+
+    mem = make_store("no-room", WordHashEmbedder())
+    hung = Hung()
+    first = agent(mem, hung)
+    for event, text in ((ALICE, "hi"), (ALICE, "there"), (BOB, "my code is 1234"), (BOB, "ok")):
+        turn(first, event, text)
+    first.close(timeout=0.05)
+    # Bob's job, never started (Alice's runs, held by the hung model), as released.
+    bob = BOB.fields["user_id"]
+    key, text = next(
+        (k, t) for k, t in mem.jobs.items() if json.loads(t)["event"]["fields"]["user_id"] == bob
+    )
+    record = json.loads(text)
+    record["holder"] = None
+    record["plan"] = {"raw": "", "shown": [], "versions": None}
+    pad = _MAX_RECORD - len(json.dumps(record)) - 10
+    record["plan"]["raw"] = "x" * pad
+    assert mem.jobs.swap(key, text, json.dumps(record))
+    again = agent(mem, Model(json.dumps({"operations": []})))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        turn(again, BOB, "hello again")
+        turn(again, BOB, "and again")
+    skipped = [w for w in caught if issubclass(w.category, JobSkippedWarning)]
+    assert len(skipped) == 1 and "too long to keep" in str(skipped[0].message)
+    again.close(timeout=5)
+    hung.release.set()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import memlane.compat.hnswlib as mhnsw
+from memlane.compat import _hnswlib_common
 from memlane.compat.rank_bm25 import BM25L, BM25Okapi, BM25Plus
 from memlane.errors import InvalidArgumentError
 
@@ -76,7 +77,7 @@ def test_a_query_of_more_results_than_one_engine_call_gives_is_asked_in_parts(
     index.add_items(DATA)
     whole = index.knn_query(DATA, k=5)
     evens = index.knn_query(DATA, k=5, filter=lambda label: label % 2 == 0)
-    monkeypatch.setattr(mhnsw, "_CALL_RESULTS", 12)  # two rows a call
+    monkeypatch.setattr(_hnswlib_common, "_CALL_RESULTS", 12)  # two rows a call
     for got, want in (
         (index.knn_query(DATA, k=5), whole),
         (index.knn_query(DATA, k=5, filter=lambda label: label % 2 == 0), evens),
@@ -154,3 +155,28 @@ def test_bfindex_searches_a_block_of_queries_at_a_time(
     if space != "cosine":  # hnswlib's BFIndex does not normalise under cosine
         np.testing.assert_array_equal(blocked[0], answers[0][0])
         np.testing.assert_allclose(blocked[1], answers[0][1], rtol=1e-4, atol=1e-5)
+
+
+def test_bfindex_blocks_are_bounded_by_the_k_nearest_measured_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A block was sized by the rows alone: many queries over few rows measured k x dim
+    # values a query again at once (200,000 queries over 20 rows: 1 GiB).
+    from memlane.compat import _hnswlib_bruteforce
+
+    index = mhnsw.BFIndex(space="l2", dim=8)
+    index.init_index(max_elements=100)
+    index.add_items(DATA[:20])
+    queries = RNG.standard_normal((100, 8)).astype(np.float32)
+    whole = index.knn_query(queries, k=10)
+    sizes: list[int] = []
+    nearest = _hnswlib_bruteforce.BFIndex._nearest
+    monkeypatch.setattr(_hnswlib_bruteforce, "_BLOCK_CELLS", 800)
+    monkeypatch.setattr(
+        _hnswlib_bruteforce.BFIndex,
+        "_nearest",
+        lambda self, q, *rest: (sizes.append(len(q)), nearest(self, q, *rest))[1],
+    )
+    blocked = index.knn_query(queries, k=10)
+    assert max(sizes) == 800 // (10 * 8) and sum(sizes) == 100
+    np.testing.assert_array_equal(blocked[0], whole[0])

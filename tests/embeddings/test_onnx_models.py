@@ -310,3 +310,29 @@ def test_an_output_or_tokenizer_that_changes_the_vectors_changes_the_name(
     assert OnnxEmbedder(default._model, tokenizer_path=own).name == default.name
     other = OnnxEmbedder(default._model, tokenizer_path=tokenizer)
     assert other.name.startswith("onnx:") and "-tokenizer-" in other.name
+
+
+def test_an_output_named_is_read_when_the_default_one_could_not_be(tmp_path: Path) -> None:
+    # The name's check of which output is the default one checked that one's shape: a
+    # model whose first output is a score raised, whatever output= named.
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"])
+    outputs = [
+        helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch"]),
+        helper.make_tensor_value_info("states", TensorProto.FLOAT, ["batch", "tokens", DIM]),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["table", "input_ids"], ["states"], axis=0),
+        helper.make_node("ReduceSum", ["states", "axes"], ["score"], keepdims=0),
+    ]
+    initializers = [
+        numpy_helper.from_array(TABLE, "table"),
+        numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "axes"),
+    ]
+    graph = helper.make_graph(nodes, "score-first", [ids], outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    path = tmp_path / "scored" / "model.onnx"
+    path.parent.mkdir()
+    onnx.save(model, str(path))
+    write_tokenizer(path.parent / "tokenizer.json")
+    embedder = OnnxEmbedder(path, output="states")
+    assert embedder.name.endswith("-states") and embedder.embed("red").shape == (DIM,)

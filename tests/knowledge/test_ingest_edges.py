@@ -202,3 +202,21 @@ def test_a_deep_tree_of_folders_is_walked_and_not_taken_for_a_link_loop(tmp_path
             sys.setrecursionlimit(bound)
         assert not report.failed and not report.skipped
         assert sorted(report.ingested) == ["d/" * 200 + "bottom.txt", "top.txt"]
+
+
+def test_a_chain_of_links_too_long_to_follow_is_left_out_alone(tmp_path: Path) -> None:
+    # pathlib follows a chain of links by recursion: past Python's bound the whole ingest
+    # raised RecursionError, and no file went in.
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "good.md").write_text("# Good\n\nkept\n")
+    chain = tmp_path / "chain"
+    chain.mkdir()
+    (chain / "l0").write_text("the end of the chain\n")
+    for i in range(1, 1500):
+        (chain / f"l{i}").symlink_to(chain / f"l{i - 1}")
+    (kb / "far.txt").symlink_to(chain / "l1499")
+    with Memory(tmp_path / "store", embedder=None) as mem:
+        report = mem.ingest(kb, shared=True, progress=False, follow_outside=True)
+        assert list(report.ingested) == ["good.md"]
+        assert "far.txt" in report.failed or "far.txt" in report.skipped

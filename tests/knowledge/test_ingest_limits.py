@@ -155,3 +155,35 @@ def test_metadata_each_fragment_would_carry_is_bounded(mem: Memory) -> None:
     # Counted as characters, not as JSON's escapes of them.
     page = f"<html><head><title>{'標' * 10_000}</title></head><body><p>text</p>"
     assert mem.ingest_text(page, source="cjk", shared=True, file_type="html").ok
+
+
+def test_a_chunker_of_the_callers_own_is_counted_by_what_it_returns(mem: Memory) -> None:
+    # One that packs the sentences a built-in splitter cuts was charged every sentence:
+    # a document of 6 fragments was refused at max_fragments=100.
+    from memlane.knowledge.chunking import Chunk, RecursiveCharacterSplitter
+
+    class Packing:
+        def split(self, text: str) -> list[Chunk]:
+            pieces = RecursiveCharacterSplitter(40, 0).split(text)
+            return [
+                Chunk(text[g[0].start : g[-1].end], g[0].start, g[-1].end)
+                for g in (pieces[i : i + 50] for i in range(0, len(pieces), 50))
+            ]
+
+    text = " ".join(f"Sentence number {i} says little." for i in range(300))
+    few = IngestLimits(max_fragments=100)
+    report = mem.ingest_text(text, source="packed", shared=True, limits=few, chunker=Packing())
+    assert report.ok and report.fragments == 6
+    report = mem.ingest_text(
+        text, source="p2", shared=True, chunker=Packing(), limits=IngestLimits(max_fragments=5)
+    )
+    assert report.limited["p2"] == "6 fragments, above max_fragments=5"
+
+
+def test_a_csv_is_read_under_a_limit_beyond_a_c_long(mem: Memory) -> None:
+    # The csv module's bound was set to the limit itself: 2**63 is no C long.
+    huge = IngestLimits(max_unpacked_bytes=2**63)
+    report = mem.ingest_text(
+        "a,b\n1,2\n", source="t.csv", shared=True, file_type="csv", limits=huge
+    )
+    assert report.ok

@@ -162,11 +162,13 @@ def pdf(
     pages: dict[int, int],
     content: bytes,
     forms: dict[int, tuple[bytes, bytes]] | None = None,
+    differ: bool = False,
 ) -> bytes:
     """A PDF whose page tree lists page objects ``kids`` (repeats allowed); ``pages``
     maps each page object's number to its content stream's, all of them ``content``;
     ``forms``, form XObjects by object number, as (content, the names they draw with,
-    ``/X 5 0 R ...``), which every page and form may draw."""
+    ``/X 5 0 R ...``), which every page and form may draw; ``differ``: each stream
+    ends with a comment of its own."""
     forms = forms or {}
     xobjects = b" ".join(names for _, names in forms.values())
     resources = b"/Resources << /Font << /F1 3 0 R >> /XObject << %s >> >>" % xobjects
@@ -184,7 +186,7 @@ def pdf(
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R %s >>"
             % (stream_number, resources)
         )
-        objects[stream_number] = deflated(content)
+        objects[stream_number] = deflated(content + (b" %%%d" % page if differ else b""))
     out = bytearray(b"%PDF-1.4\n")
     offsets = {}
     for n in sorted(objects):
@@ -218,7 +220,8 @@ def test_a_page_named_many_times_is_extracted_once(monkeypatch: pytest.MonkeyPat
 def test_content_streams_that_show_no_text_count_against_the_limit() -> None:
     content = b"BT /F1 12 Tf " + b"1 0 Td " * 5_000 + b"ET"  # 35 KB of operators, no text
     pages = {10 + 2 * i: 11 + 2 * i for i in range(10)}  # ten page objects
-    data = pdf(list(pages), pages, content)
+    # Each stream its own (the same one is read once, whatever pages draw it).
+    data = pdf(list(pages), pages, content, differ=True)
     with (
         applied_limits(SMALL),
         pytest.raises(

@@ -399,11 +399,15 @@ def test_a_docx_of_too_many_zip_members_is_refused_before_it_is_opened() -> None
         for i in range(10_001):
             dst.writestr(f"media/empty{i}", b"")
     data = out.getvalue()
-    assert zip_members(data) == len(zipfile.ZipFile(io.BytesIO(data)).infolist())
-    assert unpacked_size(data) == len(data)
-    with pytest.raises(DocumentLimitError, match=r"a zip of \d+ members, more than 10000"):
-        load_docx(data, Path("many.docx"))
-    assert zip_members(base.getvalue()) == len(zipfile.ZipFile(base).infolist())
+    assert zip_members(data) >= len(zipfile.ZipFile(io.BytesIO(data)).infolist()) > 10_000
+    # An end record that says one member: zipfile reads the directory by its size.
+    at = data.rfind(b"PK\x05\x06")
+    lying = data[: at + 8] + (1).to_bytes(2, "little") * 2 + data[at + 12 :]
+    for zipped in (data, lying):
+        assert unpacked_size(zipped) == len(zipped)
+        with pytest.raises(DocumentLimitError, match=r"members \(as its directory declares\)"):
+            load_docx(zipped, Path("many.docx"))
+    assert zip_members(base.getvalue()) < 100
 
 
 def test_pages_sharing_one_content_stream_are_read_once(monkeypatch: pytest.MonkeyPatch) -> None:

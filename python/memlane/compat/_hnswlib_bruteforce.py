@@ -182,8 +182,9 @@ class BFIndex(_Attributes):
         out_labels = np.empty((queries.shape[0], k), dtype=np.uint64)
         out_dist = np.empty((queries.shape[0], k), dtype=np.float32)
         # A block of queries at a time: the distances of all of them to every stored row
-        # at once were a queries x rows matrix (1,000 by a million: 3.7 GiB).
-        step = max(1, _BLOCK_CELLS // max(1, labels.shape[0]))
+        # at once were a queries x rows matrix (1,000 by a million: 3.7 GiB); under l2
+        # the k nearest are measured again, k x dim values a query.
+        step = max(1, _BLOCK_CELLS // max(labels.shape[0], k * self._dim))
         for at in range(0, queries.shape[0], step):
             block = queries[at : at + step]
             found, dist = self._nearest(block, stored, sq, k)

@@ -367,3 +367,21 @@ def _deleted_in(engine: Any, books: dict[int, None]) -> list[int]:
     hidden = {int(x) for x in engine.hidden()}
     order = [label for label in books.copy() if label in hidden]  # copy: one C call
     return order + sorted(hidden.difference(order))
+
+
+# The results one engine search may return (``hnsw::query::MAX_RESULTS`` in the core).
+_CALL_RESULTS = 1 << 28
+
+_Found = tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]
+
+
+def _in_parts(
+    search: Callable[[npt.NDArray[np.float32]], _Found], rows: npt.NDArray[np.float32], k: int
+) -> _Found:
+    """``search`` of ``rows`` asked in parts of at most ``_CALL_RESULTS`` results (a kNN
+    graph's build asks a million rows for 250 each), the answers joined."""
+    step = max(1, _CALL_RESULTS // k)
+    if rows.shape[0] <= step:
+        return search(rows)
+    parts = [search(rows[at : at + step]) for at in range(0, rows.shape[0], step)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

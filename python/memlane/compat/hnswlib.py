@@ -61,7 +61,9 @@ from memlane.compat._hnswlib_common import (
     _default_threads,
     _deleted_in,
     _empty,
+    _Found,
     _Guarded,
+    _in_parts,
     _labels,
     _normalised,
     _plan_add,
@@ -87,9 +89,6 @@ from memlane.compat._hnswlib_files import (
 from memlane.errors import CorruptFileError, UnknownIdError
 
 __all__ = ["BFIndex", "Index"]
-
-# The results one engine search may return (``hnsw::query::MAX_RESULTS`` in the core).
-_CALL_RESULTS = 1 << 28
 
 
 #: hnswlib's largest ef (a size_t); the engine's is 2**63 - 1, and a longer candidate
@@ -315,31 +314,16 @@ class Index(_Attributes, _Guarded):
             [row[keep].tolist() for row, keep in zip(distances, found, strict=True)],
         )
 
-    def _search(
-        self, index: HnswIndex, rows: npt.NDArray[np.float32], k: int, filter: Filter
-    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
-        if self._space == "cosine":
-            rows = _normalised(rows)
-        # The engine answers at most _CALL_RESULTS results a call (a kNN graph's build
-        # asks a million rows for 250 each): more rows are asked in parts.
-        step = max(1, _CALL_RESULTS // k)
-        if rows.shape[0] > step:
-            parts = [
-                self._search_part(index, rows[i : i + step], k, filter)
-                for i in range(0, rows.shape[0], step)
-            ]
-            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-        return self._search_part(index, rows, k, filter)
+    def _search(self, index: HnswIndex, rows: npt.NDArray[np.float32], k: int, f: Filter) -> _Found:
+        def part(rows: npt.NDArray[np.float32]) -> _Found:
+            if f is None:
+                return index.search(rows, k=k)
+            if callable(f):
+                with self._calling_back(index):
+                    return index.search_where(rows, f, k=k)
+            return index.search(rows, k=k, allowed=_allowed(f, index.ids, len(index)))
 
-    def _search_part(
-        self, index: HnswIndex, rows: npt.NDArray[np.float32], k: int, filter: Filter
-    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
-        if filter is None:
-            return index.search(rows, k=k)
-        if callable(filter):
-            with self._calling_back(index):
-                return index.search_where(rows, filter, k=k)
-        return index.search(rows, k=k, allowed=_allowed(filter, index.ids, len(index)))
+        return _in_parts(part, _normalised(rows) if self._space == "cosine" else rows, k)
 
     def get_items(
         self, ids: npt.ArrayLike | None = None, return_type: str = "numpy"

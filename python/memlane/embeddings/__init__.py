@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from memlane.embeddings._base import Embedder, TextTruncatedWarning
+from memlane.embeddings._base import Embedder, TextTruncatedWarning, check_embedder
 from memlane.embeddings._model_files import MODEL_SHA256, default_tokenizer_path
 from memlane.embeddings._onnx import OnnxEmbedder
 from memlane.embeddings.cache import CachedEmbedder, EmbeddingCache
@@ -26,5 +26,6 @@ __all__ = [
     "OpenAIEmbedder",
     "PotionEmbedder",
     "TextTruncatedWarning",
+    "check_embedder",
     "default_tokenizer_path",
 ]

@@ -72,6 +72,7 @@ from memlane.embeddings._onnx_model import (
     _model_inputs,
     _model_output,
     _normalised,
+    _usual_output,
 )
 from memlane.embeddings.tokenizer import load_tokenizer
 from memlane.errors import EmbedderUnavailableError, InvalidArgumentError, shown
@@ -308,7 +309,7 @@ class OnnxEmbedder:
         else:
             self._name = _derived_name(model, digest, pooling, normalize)
             # Another output of the same file is another vector space.
-            if self._output != _model_output(self._session, model, None)[0]:
+            if self._output != _usual_output(self._session):
                 self._name += f"-{self._output}"
             if other_tokenizer:
                 self._name += f"-tokenizer-{other_tokenizer[:12]}"

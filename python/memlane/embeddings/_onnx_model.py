@@ -67,6 +67,12 @@ def _model_inputs(session: Any, model: Path) -> list[tuple[str, Any]]:
     return feeds
 
 
+def _usual_output(session: Any) -> str:
+    """The output read when none is named: a token states' one, else the first."""
+    names = [node.name for node in session.get_outputs()]
+    return next((n for n in _TOKEN_OUTPUTS if n in names), names[0])
+
+
 def _model_output(session: Any, model: Path, wanted: str | None) -> tuple[str, int, int | None]:
     """The output to read: its name, its number of axes, and its last axis if declared."""
     outputs = {node.name: node for node in session.get_outputs()}
@@ -77,7 +83,7 @@ def _model_output(session: Any, model: Path, wanted: str | None) -> tuple[str, i
             )
         chosen = wanted
     else:
-        chosen = next((n for n in _TOKEN_OUTPUTS if n in outputs), next(iter(outputs)))
+        chosen = _usual_output(session)
     shape = list(outputs[chosen].shape or [])
     if len(shape) not in (2, 3):
         raise EmbedderUnavailableError(

@@ -112,11 +112,12 @@ _FRAGMENTS: ContextVar[list[int] | None] = ContextVar("memlane_fragments", defau
 
 
 @contextmanager
-def fragment_budget(limit: int) -> Iterator[None]:
+def fragment_budget(limit: int, counted: bool = True) -> Iterator[None]:
     """Runs the block (a document's cutting) with at most ``limit`` fragments to make:
     ``fragments_made`` raises ``DocumentLimitError`` past it, so a document that would
-    make far more stops there, not after its every fragment was cut."""
-    token = _FRAGMENTS.set([limit, limit])
+    make far more stops there, not after its every fragment was cut. Not ``counted``:
+    with no budget (what is cut is not what is stored, the caller counts that)."""
+    token = _FRAGMENTS.set([limit, limit] if counted else None)
     try:
         yield
     finally:

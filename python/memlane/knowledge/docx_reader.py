@@ -297,7 +297,9 @@ def load_docx(data: bytes, path: Path) -> LoadedDocument:
     from lxml import etree
 
     if (members := zip_members(data)) > MAX_ZIP_MEMBERS:
-        raise DocumentLimitError(f"a zip of {members} members, more than {MAX_ZIP_MEMBERS}")
+        raise DocumentLimitError(
+            f"a zip of {members} members (as its directory declares), more than {MAX_ZIP_MEMBERS}"
+        )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             limits = current_limits()

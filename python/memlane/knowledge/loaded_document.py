@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import codecs
 import io
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
-from memlane.knowledge.document_limits import DocumentLoadError
+from memlane.knowledge.document_limits import DocumentLoadError, IngestLimits
 
 __all__ = ["LoadedDocument", "Loader", "decode_text", "json_safe", "meta_text", "unpacked_size"]
 
@@ -19,23 +20,29 @@ __all__ = ["LoadedDocument", "Loader", "decode_text", "json_safe", "meta_text", 
 #: Members a zip may have: a .docx has tens. Python's zipfile holds an object a member
 #: once it opens one (a million empty members: 657 MB), so the count is read first.
 MAX_ZIP_MEMBERS = 10_000
+# The smallest entry of a zip's central directory: 46 bytes and a name of one.
+_DIRECTORY_ENTRY = 47
 
 
 def zip_members(data: bytes) -> int:
-    """The members the zip ``data`` ends with declares (0 when it declares none, or
-    is no zip: zipfile says why): read from its end records, without opening it."""
+    """The members the zip ``data`` ends with may hold (0 when it declares none, or is
+    no zip: zipfile says why), read from its end records without opening it: the count
+    they declare, or what the size of its directory makes room for if more (zipfile
+    reads the directory by its size, whatever the count says)."""
     tail = data[-(22 + 0xFFFF) :]
     at = tail.rfind(b"PK\x05\x06")
     if at < 0 or len(tail) < at + 22:
         return 0
     count = int.from_bytes(tail[at + 10 : at + 12], "little")
-    if count == 0xFFFF and at >= 20 and tail[at - 20 : at - 16] == b"PK\x06\x07":
-        # Zip64: the locator before the end record gives where the larger count is.
+    size = int.from_bytes(tail[at + 12 : at + 16], "little")
+    if at >= 20 and tail[at - 20 : at - 16] == b"PK\x06\x07":
+        # Zip64: the locator before the end record gives where the larger fields are.
         start = int.from_bytes(tail[at - 12 : at - 4], "little")
-        record = data[start : start + 40]
-        if record[:4] == b"PK\x06\x06" and len(record) == 40:
-            count = int.from_bytes(record[32:40], "little")
-    return count
+        record = data[start : start + 48]
+        if record[:4] == b"PK\x06\x06" and len(record) == 48:
+            count = max(count, int.from_bytes(record[32:40], "little"))
+            size = max(size, int.from_bytes(record[40:48], "little"))
+    return max(count, size // _DIRECTORY_ENTRY)
 
 
 def unpacked_size(data: bytes) -> int:
@@ -78,6 +85,17 @@ class LoadedDocument:
                 break
             page = i + 1
         return page
+
+    def over(self, limits: IngestLimits) -> str | None:
+        """Why the document is over ``limits`` once loaded, if it is: its text, or its
+        metadata, which each of its fragments carries (a title of a megabyte made every
+        fragment a megabyte)."""
+        if len(self.text) > (most := limits.max_unpacked_bytes):
+            return f"{len(self.text)} characters of text, above max_unpacked_bytes={most}"
+        size = len(json.dumps(json_safe(self.metadata), ensure_ascii=False))
+        if size > (most := limits.max_metadata_chars):
+            return f"metadata of {size} characters, above max_metadata_chars={most}"
+        return None
 
 
 Loader = Callable[[bytes, Path], LoadedDocument]

@@ -385,7 +385,7 @@ def load_csv(data: bytes, path: Path) -> LoadedDocument:
             dialect = csv.excel
     # The module's cell bound (128 KiB) is below what a document may hold: raised, never
     # lowered, as it is the process's.
-    wanted = current_limits().max_unpacked_bytes
+    wanted = min(current_limits().max_unpacked_bytes, 2**31 - 1)  # a C long, even on Windows
     if csv.field_size_limit() < wanted:
         csv.field_size_limit(wanted)
     try:

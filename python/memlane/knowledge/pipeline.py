@@ -287,16 +287,12 @@ class Pipeline:
         try:
             with applied_limits(self.limits):  # the loaders' bounds on their work
                 doc = source.loader(data, source.path or Path(source.rel))
-            if len(doc.text) > limit:
-                reason = f"{len(doc.text)} characters of text, above max_unpacked_bytes={limit}"
-                return _Done(source, doc_id, "limited", reason)
-            most = self.limits.max_metadata_chars
-            if (size := len(json.dumps(json_safe(doc.metadata), ensure_ascii=False))) > most:
-                reason = f"metadata of {size} characters, above max_metadata_chars={most}"
-                return _Done(source, doc_id, "limited", reason)
+            if (over := doc.over(self.limits)) is not None:
+                return _Done(source, doc_id, "limited", over)
             chunker = self.chunker or (self._markdown if doc.markdown else self._text)
-            # The built-in splitters stop at the limit, not after cutting every fragment.
-            with fragment_budget(self.limits.max_fragments):
+            # The default splitters stop at the limit, not after cutting every fragment
+            # (a caller's chunker may use them for pieces it packs: counted after).
+            with fragment_budget(self.limits.max_fragments, self.chunker is None):
                 chunks = [c for c in chunker.split(doc.text) if c.content.strip()]
         except DocumentLimitError as e:
             return _Done(source, doc_id, "limited", str(e))

@@ -139,8 +139,8 @@ def resolve(path: Path) -> Path:
     raises ``RuntimeError`` for it, which would end a whole ingest."""
     try:
         return path.resolve()
-    except RecursionError:  # a RuntimeError too, and no link loop
-        raise
+    except RecursionError:  # a RuntimeError too: pathlib follows each link by recursion
+        raise OSError(errno.ELOOP, "symbolic link chain too deep", str(path)) from None
     except RuntimeError:
         raise OSError(errno.ELOOP, "symbolic link loop", str(path)) from None
 

@@ -70,6 +70,7 @@ _VERSION = 2
 #: reflection, and the worker says so).
 MAX_SPAN = 5
 _MAX_RECORD = 1 << 20  # a job record is a few KB; a larger one is not ours
+_HOLDER_ROOM = 4096  # a written record's room for a longer holder, read still
 # The longest text of a recorded event: what an event's scope takes (a source and a
 # contact or chat id, each at most MAX_PLATFORM_TEXT, joined by ":").
 _EVENT_TEXT = 2 * MAX_PLATFORM_TEXT + 1
@@ -222,6 +223,22 @@ class Job:
     def with_plan(self, plan: dict[str, Any]) -> Job:
         return replace(self, plan=plan)
 
+    def taken_over(self, event: EventScope, owner: str, holder: Holder) -> Job:
+        """This job, found again, as ``owner``'s to resume under ``holder`` (its plan,
+        windows and count kept; ``event`` as the owner's scopes see it)."""
+        return Job(
+            self.kind,
+            event,
+            self.now,
+            id=self.id,
+            owner=owner,
+            holder=holder,
+            plan=self.plan,
+            payload={"resumed": True},
+            span=self.span,
+            ends=self.ends,
+        )
+
     def dumps(self) -> str:
         """The record's text; raises ``JobRecordError`` when it would be longer than
         ``loads`` takes (an answer kept as the plan, written with every non-ASCII
@@ -248,10 +265,11 @@ class Job:
                 "ends": list(self.ends),
             }
         )
-        if len(text) > _MAX_RECORD:
+        # Room is kept for what another holder's taking it over adds.
+        if len(text) > (most := _MAX_RECORD - _HOLDER_ROOM):
             raise JobRecordError(
                 f"the job's record would have {len(text)} characters, more than the "
-                f"{_MAX_RECORD} a record may have: its model answer is too long to keep"
+                f"{most} a record may have: its model answer is too long to keep"
             )
         return text
 

@@ -50,6 +50,7 @@ from memlane.agent.upkeep.jobs import (
     Holder,
     Job,
     JobLostError,
+    JobRecordError,
     JobSkippedWarning,
     Lease,
     coalesce,
@@ -380,22 +381,16 @@ class Upkeep:
             log.warning("memlane: pending upkeep could not be read: %s", e)
             return
         for key, text, job, event in left:
-            mine = Job(
-                job.kind,
-                event,
-                job.now,
-                id=job.id,
-                owner=self.owner,
-                holder=Holder.here(self.token, time.time() + self.lease),
-                plan=job.plan,
-                payload={"resumed": True},
-                span=job.span,
-                ends=job.ends,
+            mine = job.taken_over(
+                event, self.owner, Holder.here(self.token, time.time() + self.lease)
             )
-            taken = mine.dumps()
             try:
+                taken = mine.dumps()
                 if not self.host.memory.jobs.swap(key, text, taken):
                     continue  # taken over meanwhile by another process
+            except JobRecordError as e:  # no room for this holder: read, never taken
+                self._skip(key, str(e))
+                continue
             except MemlaneError as e:
                 log.warning("memlane: upkeep job %s could not be taken over: %s", job.id, e)
                 continue
