@@ -51,8 +51,9 @@ def _write(
         _write_to(target, head, blobs)
         return
     while True:
-        # A short name: the file's own may be as long as a name can be.
-        tmp = target.parent / f".{secrets.token_hex(6)}.tmp"
+        # Named for the file (what a kill leaves says whose it is), and short: the file's
+        # own name may be as long as a name can be.
+        tmp = target.parent / f".{target.name[:64]}.{secrets.token_hex(6)}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
