@@ -52,8 +52,8 @@ def _write(
         return
     while True:
         # Named for the file (what a kill leaves says whose it is), and short: the file's
-        # own name may be as long as a name can be.
-        tmp = target.parent / f".{target.name[:64]}.{secrets.token_hex(6)}.tmp"
+        # own name may be as long as a name can be (16 characters: 64 bytes at most).
+        tmp = target.parent / f".{target.name[:16]}.{secrets.token_hex(6)}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
