@@ -123,12 +123,12 @@ def test_save_index_writes_through_a_link_keeps_the_mode_and_takes_hnswlibs_path
         assert stat.S_IMODE(new.stat().st_mode) == 0o644
     finally:
         os.umask(umask)
-    long = tmp_path / ("n" * 250)
+    long, wide = tmp_path / ("n" * 250), tmp_path / ("\U0001f600" * 63)  # 252 bytes
     made().save_index(os.fsencode(long))  # type: ignore[attr-defined]
-    assert loaded(os.fsencode(long)) == 50
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["link.bin", "new.bin", "real.bin", "n" * 250]
-    )
+    made().save_index(wide)  # type: ignore[attr-defined]
+    assert loaded(os.fsencode(long)) == 50 and loaded(str(wide)) == 50
+    names = ["link.bin", "new.bin", "real.bin", long.name, wide.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
     with pytest.raises(RuntimeError, match="Cannot open file"):
         loaded(str(tmp_path / "a\0b"))
 
