@@ -158,34 +158,12 @@ def _mostly_utf8(data: bytes, error: UnicodeDecodeError) -> str | None:
     return text if wide >= 10 * replaced else None
 
 
-# DOS's and the old Macs' code pages: a short Windows-1252 text is often read as one.
-_OLD_PAGES = ("cp437", "cp7", "cp8", "mac_")
-# The bytes 0x80-0x9F that Windows-1252 writes typography with: the euro, the ellipsis,
-# quotation marks, the bullet, the dashes and the trade mark.
-_TYPOGRAPHY = frozenset(b"\x80\x85\x91\x92\x93\x94\x95\x96\x97\x99")
-
-
-def _typographic(data: bytes) -> bool:
-    """Whether ``data`` reads as Windows-1252 and its bytes 0x80-0x9F are all its
-    typography (quotes, dashes, the euro), which in those old pages are letters."""
-    low = {b for b in data if 0x80 <= b <= 0x9F}
-    if not low or not low <= _TYPOGRAPHY:
-        return False
-    try:
-        data.decode("cp1252")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 def _detect_decode(data: bytes) -> str:
     from charset_normalizer import from_bytes
 
     matches = from_bytes(data)
     best = matches.best()
     if best is not None:
-        if best.encoding.startswith(_OLD_PAGES) and _typographic(data):
-            return data.decode("cp1252")
         if any(
             # could_be_from_charset: the encodings that read these bytes the same way
             "cp1252" in m.could_be_from_charset
