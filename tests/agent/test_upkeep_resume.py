@@ -362,9 +362,7 @@ def test_a_plan_too_long_to_record_is_refused_before_anything_is_stored(
     assert mem.count("memories", **ALICE.fields) == 0
     assert all(len(text) <= 1 << 20 for _, text in mem.jobs.items())
     am.close()
-    too_long = replace(_job("reflection", 1.0), owner="agent").with_plan(
-        {"raw": "\U0001f600" * 90_000}
-    )
+    too_long = replace(_job("reflection", 1.0), owner="agent", plan={"raw": "\U0001f600" * 90_000})
     with pytest.raises(JobRecordError, match="too long to keep"):
         too_long.dumps()
 

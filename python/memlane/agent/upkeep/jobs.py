@@ -221,7 +221,16 @@ class Job:
         return replace(self, holder=holder)
 
     def with_plan(self, plan: dict[str, Any]) -> Job:
-        return replace(self, plan=plan)
+        """This job with ``plan``; ``JobRecordError`` when its record would leave no room
+        for what another holder's taking it over adds (a takeover, a renewal and a
+        release write up to what ``loads`` takes)."""
+        planned = replace(self, plan=plan)
+        if len(text := planned.dumps()) > (most := _MAX_RECORD - _HOLDER_ROOM):
+            raise JobRecordError(
+                f"the job's record would have {len(text)} characters, more than the "
+                f"{most} a record may have: its model answer is too long to keep"
+            )
+        return planned
 
     def taken_over(self, event: EventScope, owner: str, holder: Holder) -> Job:
         """This job, found again, as ``owner``'s to resume under ``holder`` (its plan,
@@ -265,11 +274,10 @@ class Job:
                 "ends": list(self.ends),
             }
         )
-        # Room is kept for what another holder's taking it over adds.
-        if len(text) > (most := _MAX_RECORD - _HOLDER_ROOM):
+        if len(text) > _MAX_RECORD:
             raise JobRecordError(
                 f"the job's record would have {len(text)} characters, more than the "
-                f"{most} a record may have: its model answer is too long to keep"
+                f"{_MAX_RECORD} a record may have: its model answer is too long to keep"
             )
         return text
 
